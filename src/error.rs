@@ -1,0 +1,83 @@
+//! The one error type of rill's public API.
+//!
+//! Each variant says what was wrong in words a user can act on; the C ABI maps
+//! each one to a `rill_status` code and keeps the text for `rill_last_error`.
+
+use thiserror::Error as ThisError;
+
+/// Everything that can go wrong in a call into rill.
+#[derive(Debug, Clone, PartialEq, Eq, ThisError)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument was out of its allowed range or malformed.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A topic name broke the naming rules.
+    #[error("invalid topic name {name:?}: {reason}")]
+    InvalidTopic {
+        /// The name as given (lossily decoded if it was not UTF-8).
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A subscription pattern broke the pattern rules.
+    #[error("invalid pattern {pattern:?}: {reason}")]
+    InvalidPattern {
+        /// The pattern as given.
+        pattern: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A filter expression did not parse.
+    #[error("invalid filter at byte {position}: {reason}")]
+    InvalidFilter {
+        /// Byte offset in the filter text where parsing failed.
+        position: usize,
+        /// What the parser expected or found.
+        reason: String,
+    },
+    /// Publishing or subscribing named a topic that does not exist.
+    #[error("no such topic: {0:?}")]
+    NoSuchTopic(String),
+    /// Creating a topic that already exists.
+    #[error("topic already exists: {0:?}")]
+    TopicExists(String),
+    /// A message is bigger than the topic accepts.
+    #[error("message of {size} bytes exceeds the limit of {max} bytes")]
+    MessageTooLarge {
+        /// Encoded size of the message.
+        size: usize,
+        /// Largest encoded size the topic accepts.
+        max: usize,
+    },
+    /// `try_publish` found a blocking subscriber at its lag limit.
+    #[error("a subscriber with the Block policy is at its lag limit")]
+    Full,
+    /// A wait ran out of time.
+    #[error("timed out")]
+    Timeout,
+    /// The broker, subscription or consumer was closed.
+    #[error("closed: {0}")]
+    Closed(String),
+    /// An offset outside the retained range.
+    #[error("offset {offset} is out of range: partition {partition} retains offsets {first}..{end}")]
+    OutOfRange {
+        /// The partition asked about.
+        partition: u32,
+        /// The offset asked for.
+        offset: u64,
+        /// First retained offset.
+        first: u64,
+        /// One past the last assigned offset.
+        end: u64,
+    },
+    /// A subscription name or consumer group is already in use.
+    #[error("busy: {0}")]
+    Busy(String),
+    /// A lookup found nothing (an attribute, a subscription, a partition).
+    #[error("not found: {0}")]
+    NotFound(String),
+}
+
+/// rill's `Result`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

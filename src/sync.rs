@@ -1,0 +1,119 @@
+//! The one place rill takes its synchronisation primitives from.
+//!
+//! Under `--cfg loom` every atomic, cell, lock, thread and park below comes from
+//! [loom], so the model tests in `loom-tests/` run the real protocols of this
+//! crate under loom's scheduler. In a normal build they are the `std` types
+//! (or zero-cost stand-ins with the same API). No other module may import
+//! `std::sync::atomic`, `std::thread` or `std::cell::UnsafeCell` directly.
+//!
+//! crossbeam-epoch is re-exported as [`epoch`]: built with its `loom` feature
+//! and `--cfg crossbeam_loom`, it uses loom's atomics itself.
+
+#[cfg(not(loom))]
+#[allow(unused_imports)]
+pub(crate) mod atomic {
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+}
+#[cfg(loom)]
+#[allow(unused_imports)]
+pub(crate) mod atomic {
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+}
+
+#[cfg(loom)]
+#[allow(unused_imports)]
+pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+#[cfg(not(loom))]
+#[allow(unused_imports)]
+pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+pub(crate) use crossbeam_epoch as epoch;
+
+/// Threads, parking and yielding.
+#[allow(unused_imports)]
+pub(crate) mod thread {
+    #[cfg(loom)]
+    pub(crate) use loom::thread::{Thread, current, park, spawn, yield_now};
+    #[cfg(not(loom))]
+    pub(crate) use std::thread::{Builder, Thread, current, park, park_timeout, spawn, yield_now};
+}
+
+/// A hint that the caller is spinning. Under loom it yields to the scheduler,
+/// which loom needs to explore a spin loop at all.
+#[inline]
+pub(crate) fn spin_loop() {
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
+/// An `UnsafeCell` whose accesses loom can check for data races.
+///
+/// In a normal build `with`/`with_mut` just hand out the raw pointer.
+#[derive(Debug)]
+#[cfg(not(loom))]
+pub(crate) struct UnsafeCell<T: ?Sized>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    #[inline]
+    pub(crate) const fn new(value: T) -> Self {
+        Self(std::cell::UnsafeCell::new(value))
+    }
+}
+
+#[cfg(not(loom))]
+impl<T: ?Sized> UnsafeCell<T> {
+    /// Reads through the cell: the caller promises no concurrent writer.
+    #[inline]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    /// Writes through the cell: the caller promises exclusive access.
+    #[inline]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+#[cfg(loom)]
+pub(crate) use loom::cell::UnsafeCell;
+
+/// Exponential backoff for short waits on another thread's progress.
+///
+/// Spins with a growing number of `spin_loop` hints, then yields the
+/// processor; [`Backoff::is_completed`] says when a caller should stop
+/// spinning and block instead. Written here rather than taken from
+/// crossbeam-utils so that it yields to loom's scheduler under `cfg(loom)`.
+#[derive(Debug, Default)]
+pub(crate) struct Backoff {
+    step: u32,
+}
+
+impl Backoff {
+    /// Spins doubled each step up to 2^SPIN_LIMIT hints.
+    const SPIN_LIMIT: u32 = 6;
+    /// After this many steps the caller should block rather than keep trying.
+    const YIELD_LIMIT: u32 = 10;
+
+    pub(crate) fn new() -> Self {
+        Self { step: 0 }
+    }
+
+    /// Waits a little, longer each call: spins first, then yields the thread.
+    #[inline]
+    pub(crate) fn snooze(&mut self) {
+        if self.step <= Self::SPIN_LIMIT {
+            for _ in 0..1u32 << self.step {
+                spin_loop();
+            }
+        } else {
+            thread::yield_now();
+        }
+        if self.step <= Self::YIELD_LIMIT {
+            self.step += 1;
+        }
+    }
+}
