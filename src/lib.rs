@@ -1,0 +1,30 @@
+//! rill: a lock-free, in-process publish/subscribe engine.
+//!
+//! The heart of rill is [`log::Log`], a segmented append-only log per topic
+//! partition: publishers on any number of threads append without locks, and
+//! every reader moves through it with its own [`log::Cursor`], borrowing
+//! records in place.
+//!
+//! ```
+//! use rill::log::{Log, LogConfig, Record};
+//!
+//! let log = Log::new(&LogConfig::default())?;
+//! let attrs = [("region", "IN")];
+//! let offset = log.append(&Record::new(b"hello").with_key(b"k").with_attributes(&attrs))?;
+//! assert_eq!(offset, 0);
+//!
+//! let mut cursor = log.cursor_from_first();
+//! let record = cursor.read().expect("nothing was trimmed").expect("record 0 is committed");
+//! assert_eq!(record.payload(), b"hello");
+//! assert_eq!(record.attribute("region"), Some("IN"));
+//! # Ok::<(), rill::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+mod clock;
+mod error;
+pub mod log;
+pub(crate) mod sync;
+
+pub use error::{Error, Result};

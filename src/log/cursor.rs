@@ -1,0 +1,273 @@
+//! A reader's position in a log, and the batches it reads.
+
+use std::fmt;
+
+use super::record::RecordView;
+use super::segment::Segment;
+use super::{Dir, Shared};
+use crate::error::{Error, Result};
+use crate::sync::Arc;
+use crate::sync::epoch;
+
+/// A cursor fell behind retention: the records it had not read yet were
+/// trimmed. It has moved on to the oldest retained record, so the next read
+/// continues from there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lagged {
+    /// Records that were trimmed before the cursor could read them.
+    pub missed: u64,
+    /// The offset the cursor continues from.
+    pub resumed_at: u64,
+}
+
+impl fmt::Display for Lagged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "fell behind retention: {} records missed, resuming at offset {}", self.missed, self.resumed_at)
+    }
+}
+
+impl std::error::Error for Lagged {}
+
+/// One reader's position in a [`Log`](super::Log).
+///
+/// Reading never blocks: [`Cursor::read`] returns `Ok(None)` when the record
+/// at the cursor is not committed yet (not published, or a publisher is still
+/// writing it), and the same call succeeds once it is. Records are borrowed in
+/// place: a view lives until the next call that moves the cursor.
+///
+/// The cursor holds a reference to the segment it is reading, so it can take
+/// as long as it likes over a record even if retention trims that segment.
+pub struct Cursor {
+    log: Arc<Shared>,
+    /// The segment holding (or about to hold) `offset`, once located.
+    seg: Option<Arc<Segment>>,
+    /// The next offset to read.
+    offset: u64,
+}
+
+impl Cursor {
+    pub(super) fn new(log: Arc<Shared>, offset: u64) -> Self {
+        Cursor { log, seg: None, offset }
+    }
+
+    /// The offset of the next record this cursor will read.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Records published but not yet read (including ones still being written).
+    pub fn lag(&self) -> u64 {
+        let guard = epoch::pin();
+        self.log.dir(&guard).end_offset().saturating_sub(self.offset)
+    }
+
+    /// Moves to `offset`. It must be retained: between the oldest retained
+    /// offset and the end offset (inclusive), else [`Error::OutOfRange`] and the
+    /// cursor stays where it was.
+    pub fn seek(&mut self, offset: u64) -> Result<()> {
+        let guard = epoch::pin();
+        let dir = self.log.dir(&guard);
+        let (first, end) = (dir.first_offset(), dir.end_offset());
+        if offset < first || offset > end {
+            return Err(Error::OutOfRange { partition: 0, offset, first, end });
+        }
+        self.offset = offset;
+        self.seg = Some(dir.find(offset).clone());
+        Ok(())
+    }
+
+    /// Moves to the oldest retained record.
+    pub fn seek_to_first(&mut self) {
+        let guard = epoch::pin();
+        let dir = self.log.dir(&guard);
+        self.offset = dir.first_offset();
+        self.seg = Some(dir.segs[0].clone());
+    }
+
+    /// Moves past every record handed out so far.
+    pub fn seek_to_end(&mut self) {
+        let guard = epoch::pin();
+        let dir = self.log.dir(&guard);
+        self.offset = dir.end_offset();
+        self.seg = Some(dir.find(self.offset).clone());
+    }
+
+    /// Finds the segment for `self.offset` in the current directory. Returns
+    /// `Err(Lagged)` (and moves to the oldest record) if retention trimmed it.
+    fn locate(&mut self) -> Result<(), Lagged> {
+        let guard = epoch::pin();
+        let dir: &Dir = self.log.dir(&guard);
+        let first = dir.first_offset();
+        if self.offset < first {
+            let missed = first - self.offset;
+            self.offset = first;
+            self.seg = Some(dir.segs[0].clone());
+            return Err(Lagged { missed, resumed_at: first });
+        }
+        // Cloning the Arc while pinned is what lets us unpin afterwards: the
+        // directory we read it from cannot be freed before the count is taken.
+        let seg = dir.find(self.offset);
+        if self.seg.as_ref().is_none_or(|s| !Arc::ptr_eq(s, seg)) {
+            self.seg = Some(seg.clone());
+        }
+        Ok(())
+    }
+
+    /// Positions the cursor on a segment where `self.offset` is committed;
+    /// returns that record's byte position, or `None` if it is not committed.
+    #[inline]
+    fn ready(&mut self) -> Result<Option<u64>, Lagged> {
+        // At most three rounds: locate, step past a sealed end, and find the
+        // next segment not installed yet.
+        for _ in 0..3 {
+            let Some(seg) = &self.seg else {
+                self.locate()?;
+                continue;
+            };
+            if seg.is_trimmed() {
+                // Retention removed our segment: `locate` reports what we missed.
+                self.seg = None;
+                self.locate()?;
+                continue;
+            }
+            let index = self.offset - seg.base();
+            if let Some(pos) = seg.committed(index) {
+                return Ok(Some(pos));
+            }
+            if !seg.ends_before(index) {
+                return Ok(None);
+            }
+            // Past the end of a sealed segment: move to the next one, unless it
+            // is not installed yet (the directory still ends here).
+            let before = seg.clone();
+            self.locate()?;
+            if self.seg.as_ref().is_some_and(|s| Arc::ptr_eq(s, &before)) {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The next record, if it is committed; `Ok(None)` if the cursor is at the
+    /// end or at a record still being written; `Err(Lagged)` if retention
+    /// trimmed records it had not read (it has moved on; call again).
+    #[inline]
+    pub fn read(&mut self) -> Result<Option<RecordView<'_>>, Lagged> {
+        let Some(pos) = self.ready()? else { return Ok(None) };
+        let seg = self.seg.as_deref().expect("ready() located a segment");
+        let view = seg.view(self.offset - seg.base(), pos);
+        self.offset += 1;
+        Ok(Some(view))
+    }
+
+    /// Up to `max` consecutive committed records, borrowed together. The batch
+    /// stops early at an uncommitted record or at the end of a segment, so it
+    /// may be shorter than `max` even when more records follow; it is empty
+    /// only when the cursor is at the end or at a record still being written.
+    pub fn read_batch(&mut self, max: usize) -> Result<Batch<'_>, Lagged> {
+        let Some(first_pos) = (if max == 0 { None } else { self.ready()? }) else {
+            return Ok(Batch { seg: None, first_index: 0, len: 0, first_pos: 0 });
+        };
+        let seg = self.seg.as_deref().expect("ready() located a segment");
+        let first_index = self.offset - seg.base();
+        // The first record is committed; count the committed ones after it.
+        let mut len = 1;
+        while len < max && seg.committed(first_index + len as u64).is_some() {
+            len += 1;
+        }
+        self.offset += len as u64;
+        Ok(Batch { seg: Some(seg), first_index, len, first_pos })
+    }
+}
+
+impl fmt::Debug for Cursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cursor").field("offset", &self.offset).field("segment", &self.seg).finish()
+    }
+}
+
+/// Consecutive committed records from one segment, read by
+/// [`Cursor::read_batch`].
+#[derive(Clone, Copy)]
+pub struct Batch<'a> {
+    seg: Option<&'a Segment>,
+    first_index: u64,
+    len: usize,
+    first_pos: u64,
+}
+
+impl<'a> Batch<'a> {
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True if there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Offset of the first record (meaningless when empty).
+    pub fn first_offset(&self) -> u64 {
+        self.seg.map_or(0, |s| s.base() + self.first_index)
+    }
+
+    /// The records, in offset order.
+    pub fn iter(&self) -> BatchIter<'a> {
+        BatchIter {
+            seg: self.seg,
+            index: self.first_index,
+            end: self.first_index + self.len as u64,
+            pos: self.first_pos,
+        }
+    }
+}
+
+impl<'a> IntoIterator for Batch<'a> {
+    type Item = RecordView<'a>;
+    type IntoIter = BatchIter<'a>;
+
+    fn into_iter(self) -> BatchIter<'a> {
+        self.iter()
+    }
+}
+
+impl fmt::Debug for Batch<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch").field("first_offset", &self.first_offset()).field("len", &self.len).finish()
+    }
+}
+
+/// Iterator over a [`Batch`].
+#[derive(Debug, Clone)]
+pub struct BatchIter<'a> {
+    seg: Option<&'a Segment>,
+    index: u64,
+    end: u64,
+    /// Byte position of record `index`: records are contiguous, so each one
+    /// starts where the previous one's padded length ends.
+    pos: u64,
+}
+
+impl<'a> Iterator for BatchIter<'a> {
+    type Item = RecordView<'a>;
+
+    #[inline]
+    fn next(&mut self) -> Option<RecordView<'a>> {
+        if self.index >= self.end {
+            return None;
+        }
+        let seg = self.seg?;
+        let view = seg.view(self.index, self.pos);
+        self.index += 1;
+        self.pos += view.encoded_len() as u64;
+        Some(view)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = (self.end - self.index) as usize;
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for BatchIter<'_> {}

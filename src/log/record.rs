@@ -1,0 +1,388 @@
+//! The byte layout of one record inside a segment, and the borrowed views
+//! readers get of it.
+//!
+//! A record starts on an 8-byte boundary and is laid out as:
+//!
+//! ```text
+//!  0..4   u32  record length in bytes, header included, padding excluded
+//!  4..8   u32  key length, or NO_KEY when the record has no key
+//!  8..12  u32  length of the attribute block in bytes
+//! 12..14  u16  number of attributes
+//! 14..16  u16  flags (reserved, always 0)
+//! 16..24  u64  publish timestamp, nanoseconds since the Unix epoch
+//! 24..    key bytes, then the attribute block, then the payload
+//! ```
+//!
+//! The attribute block holds each pair as `u16 key length, u32 value length,
+//! key bytes, value bytes`. A filter walks it without allocating. All integers
+//! are little-endian. The payload length is what is left of the record length.
+
+use std::fmt;
+
+use crate::error::Error;
+
+/// Size of the fixed record header.
+pub(crate) const HEADER_LEN: usize = 24;
+/// Records start on multiples of this, so headers are aligned.
+pub(crate) const RECORD_ALIGN: usize = 8;
+/// Key-length value that means "no key" (distinct from an empty key).
+const NO_KEY: u32 = u32::MAX;
+/// Bytes of framing in front of each attribute: u16 key length + u32 value length.
+const ATTR_FRAME: usize = 6;
+
+/// Longest attribute key, in bytes.
+pub const MAX_ATTRIBUTE_KEY_LEN: usize = u16::MAX as usize;
+/// Most attributes one record may carry.
+pub const MAX_ATTRIBUTES: usize = u16::MAX as usize;
+
+/// A record to append: what a publisher hands to the log.
+///
+/// Built with [`Record::new`] and the builder methods; it only borrows its
+/// parts, which the log copies into the segment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// Optional key. `Some(&[])` is an empty key, which is not the same as no key.
+    pub key: Option<&'a [u8]>,
+    /// String key/value pairs, in the order given.
+    pub attributes: &'a [(&'a str, &'a str)],
+    /// The message body.
+    pub payload: &'a [u8],
+}
+
+impl<'a> Record<'a> {
+    /// A record with this payload, no key and no attributes.
+    pub fn new(payload: &'a [u8]) -> Self {
+        Record { key: None, attributes: &[], payload }
+    }
+
+    /// Sets the key.
+    pub fn with_key(mut self, key: &'a [u8]) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// Sets the attributes.
+    pub fn with_attributes(mut self, attributes: &'a [(&'a str, &'a str)]) -> Self {
+        self.attributes = attributes;
+        self
+    }
+
+    /// The number of bytes this record occupies in a segment, padding
+    /// included; or why it cannot be encoded at all.
+    pub fn encoded_len(&self) -> Result<usize, Error> {
+        let key_len = self.key.map_or(0, <[u8]>::len);
+        if key_len >= NO_KEY as usize {
+            return Err(Error::InvalidArgument(format!("key of {key_len} bytes is too long")));
+        }
+        if self.attributes.len() > MAX_ATTRIBUTES {
+            return Err(Error::InvalidArgument(format!(
+                "{} attributes given; at most {MAX_ATTRIBUTES} are allowed",
+                self.attributes.len()
+            )));
+        }
+        let mut attrs_len = 0usize;
+        for (k, v) in self.attributes {
+            if k.len() > MAX_ATTRIBUTE_KEY_LEN {
+                return Err(Error::InvalidArgument(format!(
+                    "attribute key of {} bytes is longer than {MAX_ATTRIBUTE_KEY_LEN}",
+                    k.len()
+                )));
+            }
+            if v.len() > u32::MAX as usize {
+                return Err(Error::InvalidArgument("attribute value longer than 4 GiB".into()));
+            }
+            attrs_len += ATTR_FRAME + k.len() + v.len();
+        }
+        if attrs_len > u32::MAX as usize {
+            return Err(Error::InvalidArgument("attributes take more than 4 GiB".into()));
+        }
+        let raw = HEADER_LEN
+            .checked_add(key_len)
+            .and_then(|n| n.checked_add(attrs_len))
+            .and_then(|n| n.checked_add(self.payload.len()))
+            .filter(|&n| n <= u32::MAX as usize)
+            .ok_or(Error::MessageTooLarge { size: usize::MAX, max: u32::MAX as usize })?;
+        Ok(align_up(raw))
+    }
+
+    /// Length of the attribute block, assuming `encoded_len` accepted the record.
+    fn attrs_len(&self) -> usize {
+        self.attributes.iter().map(|(k, v)| ATTR_FRAME + k.len() + v.len()).sum()
+    }
+
+    /// Writes the record into `dst`, which must be exactly `encoded_len()` bytes.
+    pub(crate) fn encode_into(&self, dst: &mut [u8], timestamp_ns: u64) {
+        let key_len = self.key.map_or(0, <[u8]>::len);
+        let attrs_len = self.attrs_len();
+        let raw_len = HEADER_LEN + key_len + attrs_len + self.payload.len();
+        debug_assert_eq!(dst.len(), align_up(raw_len));
+        let key_field = if self.key.is_some() { key_len as u32 } else { NO_KEY };
+
+        dst[0..4].copy_from_slice(&(raw_len as u32).to_le_bytes());
+        dst[4..8].copy_from_slice(&key_field.to_le_bytes());
+        dst[8..12].copy_from_slice(&(attrs_len as u32).to_le_bytes());
+        dst[12..14].copy_from_slice(&(self.attributes.len() as u16).to_le_bytes());
+        dst[14..16].copy_from_slice(&0u16.to_le_bytes());
+        dst[16..24].copy_from_slice(&timestamp_ns.to_le_bytes());
+        let mut at = HEADER_LEN;
+        if let Some(key) = self.key {
+            dst[at..at + key.len()].copy_from_slice(key);
+            at += key.len();
+        }
+        for (k, v) in self.attributes {
+            dst[at..at + 2].copy_from_slice(&(k.len() as u16).to_le_bytes());
+            dst[at + 2..at + 6].copy_from_slice(&(v.len() as u32).to_le_bytes());
+            at += ATTR_FRAME;
+            dst[at..at + k.len()].copy_from_slice(k.as_bytes());
+            at += k.len();
+            dst[at..at + v.len()].copy_from_slice(v.as_bytes());
+            at += v.len();
+        }
+        dst[at..at + self.payload.len()].copy_from_slice(self.payload);
+        at += self.payload.len();
+        // Zero the padding so segment bytes never depend on what was there before.
+        dst[at..].fill(0);
+    }
+}
+
+/// Rounds a record length up to the record alignment.
+#[inline]
+pub(crate) const fn align_up(n: usize) -> usize {
+    (n + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1)
+}
+
+#[inline]
+fn read_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+#[inline]
+fn read_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// A committed record, borrowed from the segment that holds it.
+///
+/// No bytes are copied: every accessor returns a slice of the segment. The
+/// view lives as long as the cursor or batch it came from.
+#[derive(Clone, Copy)]
+pub struct RecordView<'a> {
+    offset: u64,
+    /// The record's bytes, header included, padding excluded.
+    bytes: &'a [u8],
+}
+
+impl<'a> RecordView<'a> {
+    /// Views the record whose bytes (header included, padding excluded) are
+    /// exactly `bytes`.
+    ///
+    /// The caller promises `bytes` is a record written by
+    /// [`Record::encode_into`]. Lengths are still bounds-checked, so a broken
+    /// promise panics rather than reading out of bounds.
+    #[inline]
+    pub(crate) fn from_bytes(offset: u64, bytes: &'a [u8]) -> Self {
+        debug_assert_eq!(read_u32(bytes, 0) as usize, bytes.len());
+        RecordView { offset, bytes }
+    }
+
+    #[cfg(test)]
+    fn parse(offset: u64, bytes: &'a [u8]) -> Self {
+        let len = read_u32(bytes, 0) as usize;
+        Self::from_bytes(offset, &bytes[..len])
+    }
+
+    /// The record's offset in its partition.
+    #[inline]
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes the record occupies in its segment, padding included.
+    #[inline]
+    pub fn encoded_len(&self) -> usize {
+        align_up(self.bytes.len())
+    }
+
+    /// When it was published, in nanoseconds since the Unix epoch.
+    #[inline]
+    pub fn timestamp_ns(&self) -> u64 {
+        let b = self.bytes;
+        u64::from_le_bytes([b[16], b[17], b[18], b[19], b[20], b[21], b[22], b[23]])
+    }
+
+    #[inline]
+    fn key_len_field(&self) -> u32 {
+        read_u32(self.bytes, 4)
+    }
+
+    #[inline]
+    fn key_len(&self) -> usize {
+        match self.key_len_field() {
+            NO_KEY => 0,
+            n => n as usize,
+        }
+    }
+
+    #[inline]
+    fn attrs_len(&self) -> usize {
+        read_u32(self.bytes, 8) as usize
+    }
+
+    /// The key, or `None` for an unkeyed record.
+    #[inline]
+    pub fn key(&self) -> Option<&'a [u8]> {
+        match self.key_len_field() {
+            NO_KEY => None,
+            n => Some(&self.bytes[HEADER_LEN..HEADER_LEN + n as usize]),
+        }
+    }
+
+    /// The payload.
+    #[inline]
+    pub fn payload(&self) -> &'a [u8] {
+        &self.bytes[HEADER_LEN + self.key_len() + self.attrs_len()..]
+    }
+
+    /// The attributes, in the order they were published.
+    #[inline]
+    pub fn attributes(&self) -> Attributes<'a> {
+        let start = HEADER_LEN + self.key_len();
+        Attributes { block: &self.bytes[start..start + self.attrs_len()], remaining: read_u16(self.bytes, 12) as usize }
+    }
+
+    /// The value of attribute `key`, if the record has it.
+    #[inline]
+    pub fn attribute(&self, key: &str) -> Option<&'a str> {
+        self.attributes().get(key)
+    }
+}
+
+impl fmt::Debug for RecordView<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecordView")
+            .field("offset", &self.offset)
+            .field("timestamp_ns", &self.timestamp_ns())
+            .field("key", &self.key())
+            .field("attributes", &self.attributes())
+            .field("payload_len", &self.payload().len())
+            .finish()
+    }
+}
+
+/// An iterator over a record's attributes as `(key, value)` pairs; it reads
+/// the encoded block in place and never allocates.
+#[derive(Clone)]
+pub struct Attributes<'a> {
+    block: &'a [u8],
+    remaining: usize,
+}
+
+impl<'a> Attributes<'a> {
+    /// The value for `key`: the first pair with that key.
+    pub fn get(self, key: &str) -> Option<&'a str> {
+        self.into_iter().find_map(|(k, v)| (k == key).then_some(v))
+    }
+
+    /// True if the record carries no attributes.
+    pub fn is_empty(&self) -> bool {
+        self.remaining == 0
+    }
+}
+
+impl<'a> Iterator for Attributes<'a> {
+    type Item = (&'a str, &'a str);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        let b = self.block;
+        let klen = read_u16(b, 0) as usize;
+        let vlen = read_u32(b, 2) as usize;
+        let key = &b[ATTR_FRAME..ATTR_FRAME + klen];
+        let value = &b[ATTR_FRAME + klen..ATTR_FRAME + klen + vlen];
+        self.block = &b[ATTR_FRAME + klen + vlen..];
+        // SAFETY: attribute bytes are only ever written by `Record::encode_into`,
+        // which copies them from `&str`s, so they are valid UTF-8; a segment is
+        // never written again until every view of it is gone.
+        Some(unsafe { (std::str::from_utf8_unchecked(key), std::str::from_utf8_unchecked(value)) })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for Attributes<'_> {}
+
+impl fmt::Debug for Attributes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.clone()).finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn roundtrip(rec: &Record<'_>, ts: u64) -> Vec<u8> {
+        let len = rec.encoded_len().unwrap();
+        let mut buf = vec![0xAAu8; len];
+        rec.encode_into(&mut buf, ts);
+        buf
+    }
+
+    #[test]
+    fn header_only_record_is_24_bytes() {
+        let rec = Record::new(b"");
+        assert_eq!(rec.encoded_len().unwrap(), HEADER_LEN);
+        let buf = roundtrip(&rec, 7);
+        let v = RecordView::parse(3, &buf);
+        assert_eq!(v.offset(), 3);
+        assert_eq!(v.timestamp_ns(), 7);
+        assert_eq!(v.key(), None);
+        assert!(v.payload().is_empty());
+        assert!(v.attributes().is_empty());
+    }
+
+    #[test]
+    fn empty_key_differs_from_no_key() {
+        let buf = roundtrip(&Record::new(b"p").with_key(b""), 0);
+        assert_eq!(RecordView::parse(0, &buf).key(), Some(&b""[..]));
+    }
+
+    #[test]
+    fn all_parts_round_trip_and_padding_is_zeroed() {
+        let attrs = [("region", "IN"), ("", ""), ("ключ", "значение")];
+        let rec = Record::new(b"hello world").with_key(b"k1").with_attributes(&attrs);
+        let buf = roundtrip(&rec, u64::MAX - 1);
+        assert_eq!(buf.len() % RECORD_ALIGN, 0);
+        let v = RecordView::parse(9, &buf);
+        assert_eq!(v.key(), Some(&b"k1"[..]));
+        assert_eq!(v.payload(), b"hello world");
+        assert_eq!(v.timestamp_ns(), u64::MAX - 1);
+        assert_eq!(v.attributes().collect::<Vec<_>>(), attrs.to_vec());
+        assert_eq!(v.attribute("ключ"), Some("значение"));
+        assert_eq!(v.attribute("missing"), None);
+        assert_eq!(v.encoded_len(), buf.len());
+        let raw = read_u32(&buf, 0) as usize;
+        assert!(buf[raw..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn first_of_duplicate_attribute_keys_wins() {
+        let attrs = [("a", "1"), ("a", "2")];
+        let buf = roundtrip(&Record::new(b"").with_attributes(&attrs), 0);
+        assert_eq!(RecordView::parse(0, &buf).attribute("a"), Some("1"));
+    }
+
+    #[test]
+    fn oversized_attribute_key_is_refused() {
+        let long = "k".repeat(MAX_ATTRIBUTE_KEY_LEN + 1);
+        let attrs = [(long.as_str(), "v")];
+        let err = Record::new(b"").with_attributes(&attrs).encoded_len().unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    }
+}

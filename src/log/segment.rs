@@ -1,0 +1,430 @@
+//! One segment of a partition's log: a contiguous byte region and an offset
+//! index, appended to by many publishers at once without locks.
+//!
+//! # The append protocol
+//!
+//! ## The tail word
+//!
+//! Each segment has one 64-bit *tail word* that packs how much of it has been
+//! handed out:
+//!
+//! ```text
+//!  63            40 39                         0
+//! +----------------+----------------------------+
+//! | records (24 b) |        bytes (40 b)        |
+//! +----------------+----------------------------+
+//! ```
+//!
+//! A publisher reserves room for `n` records of `b` bytes in total with **one
+//! `fetch_add(n << 40 | b)`**. The value it gets back, `(index, pos)`, names its
+//! slots `index..index + n` in the offset index and its bytes `pos..pos + b` in
+//! the region. Because both fields move in the same atomic step, record `i + 1`
+//! always starts where record `i` ends: the region holds the records in offset
+//! order with no gaps, and a reader can walk it by length alone.
+//!
+//! ## The three outcomes of a reservation
+//!
+//! * **Granted**: `index + n <= slots` and `pos + b <= capacity`. The range is
+//!   the caller's alone.
+//! * **Sealer**: the reservation did not fit, and the word it replaced still
+//!   described a segment that was not over-full (`index <= slots` and
+//!   `pos <= capacity`). Exactly one reservation per segment ends like this,
+//!   because after it the word is over-full for good: both fields only grow.
+//!   Every reservation before it was granted, so `index` is the segment's final
+//!   record count. This publisher *seals* the segment and installs the next one.
+//! * **Full**: the word was already over-full. Some other publisher is the
+//!   sealer; this one waits briefly for the next segment and retries there.
+//!
+//! Failed reservations still add to the word. Each thread fails at most once on
+//! a segment before it moves on, so the overshoot is at most one record per
+//! thread: the byte field (40 bits, a segment is at most 1 GiB and a record at
+//! most a segment) would need over a thousand threads failing at once on the
+//! same segment to carry into the record field, and the record field has room
+//! for millions above the largest index.
+//!
+//! ## The states of a record slot
+//!
+//! Slot `i` of the offset index is a `u32`:
+//!
+//! * `0`: **not committed**. Either nobody has reserved offset `base + i` yet, or
+//!   a publisher has reserved it and is still writing.
+//! * `pos / 8 + 1`: **committed**. The record is complete at byte `pos`.
+//!
+//! The publisher writes header, key, attributes and payload into its range, then
+//! stores the slot with `Release`. A reader loads the slot with `Acquire`; once
+//! it sees a committed value, the synchronises-with edge makes every byte of the
+//! record visible, and nobody writes those bytes again while the segment lives.
+//! A reader that finds slot `i` not committed stops there, even if `i + 1` is
+//! committed: offsets are delivered in order, and the publisher holding `i` will
+//! signal again when it commits.
+//!
+//! ## Sealing
+//!
+//! The sealer stores the final record count into `sealed` with `Release`
+//! *before* it makes the next segment visible. A reader at slot `i` that is not
+//! committed loads `sealed` with `Acquire`: if the segment is sealed at a count
+//! `<= i`, the reader is past the end of this segment and moves to the next one.
+//! Sealing first closes a race: no record of the next segment can be committed
+//! (and signalled) before the seal is visible, so a reader woken by such a
+//! record always learns that this segment has ended and never goes idle in
+//! front of a slot that will never be filled.
+//!
+//! ## Races survived
+//!
+//! * Two publishers racing for the last bytes: the fetch-add orders them; one is
+//!   granted, the next becomes the sealer, later ones see `Full`.
+//! * A publisher holding an early slot while a later one commits: readers wait
+//!   at the early slot (it reads as not committed) and are signalled when it
+//!   commits.
+//! * A publisher that loaded a stale (already sealed) segment: its fetch-add
+//!   sees an over-full word, so it gets `Full`, never a slot in a closed segment.
+//! * A reader still inside a segment that retention has unlinked: it holds an
+//!   `Arc` to the segment, so the bytes stay valid until it lets go (see
+//!   `log/mod.rs` for how the `Arc` is taken safely).
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use crossbeam_utils::CachePadded;
+
+use super::record::{Record, RecordView};
+use super::storage::{HeapStorage, SegmentStorage};
+use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{Arc, Mutex, UnsafeCell};
+
+/// Low bits of the tail word: bytes reserved so far.
+const BYTES_BITS: u32 = 40;
+/// Mask selecting the byte field of the tail word.
+const BYTES_MASK: u64 = (1 << BYTES_BITS) - 1;
+/// Added to the tail word once per reserved record.
+const ONE_RECORD: u64 = 1 << BYTES_BITS;
+/// `sealed` value of a segment that is still open.
+const NOT_SEALED: u64 = u64::MAX;
+/// Slot value of a record that is not committed.
+const UNCOMMITTED: u32 = 0;
+/// Committed slots store `pos / POS_UNIT + 1`; record positions are multiples of it.
+const POS_UNIT: u64 = super::record::RECORD_ALIGN as u64;
+
+/// Largest segment, so the 40-bit byte field cannot carry (see the essay).
+pub(crate) const MAX_SEGMENT_BYTES: usize = 1 << 30;
+/// Most records one segment indexes.
+pub(crate) const MAX_SEGMENT_RECORDS: usize = 1 << 22;
+
+/// One entry of the offset index.
+struct Slot {
+    /// `UNCOMMITTED`, or `pos / POS_UNIT + 1` once the record is complete.
+    state: AtomicU32,
+    /// Zero-sized in normal builds. Under loom it stands for the record's bytes,
+    /// so loom checks that every read of a record happens after its write.
+    bytes: UnsafeCell<()>,
+}
+
+/// The reusable memory of a segment: its byte region and its offset index.
+pub(crate) struct Buffers {
+    storage: Box<dyn SegmentStorage>,
+    slots: Box<[Slot]>,
+}
+
+impl Buffers {
+    pub(crate) fn new_heap(capacity: usize, slot_count: usize) -> Self {
+        Buffers {
+            storage: Box::new(HeapStorage::new(capacity)),
+            slots: (0..slot_count)
+                .map(|_| Slot { state: AtomicU32::new(UNCOMMITTED), bytes: UnsafeCell::new(()) })
+                .collect(),
+        }
+    }
+
+    /// Makes every slot read as not committed again.
+    fn reset(&self) {
+        for slot in self.slots.iter() {
+            // Relaxed: the caller owns these buffers exclusively; they reach the
+            // next segment's readers through the pool's mutex and the Release
+            // store that publishes the segment directory.
+            slot.state.store(UNCOMMITTED, Ordering::Relaxed);
+        }
+    }
+}
+
+impl fmt::Debug for Buffers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffers").field("storage", &self.storage).field("slots", &self.slots.len()).finish()
+    }
+}
+
+/// Spare segment buffers of one partition, so rolling over to a new segment
+/// reuses warm memory instead of faulting in fresh pages.
+#[derive(Debug)]
+pub(crate) struct Pool {
+    spare: Mutex<Vec<Buffers>>,
+    /// Most spare buffers kept; beyond this they are freed.
+    max_spare: usize,
+    capacity: usize,
+    slot_count: usize,
+}
+
+impl Pool {
+    pub(crate) fn new(capacity: usize, slot_count: usize, max_spare: usize) -> Self {
+        Pool { spare: Mutex::new(Vec::new()), max_spare, capacity, slot_count }
+    }
+
+    /// A clean set of buffers: recycled if one is spare, else freshly allocated.
+    pub(crate) fn take(&self) -> Buffers {
+        let recycled = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        recycled.unwrap_or_else(|| Buffers::new_heap(self.capacity, self.slot_count))
+    }
+
+    fn give_back(&self, buffers: Buffers) {
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        if spare.len() < self.max_spare {
+            buffers.reset();
+            spare.push(buffers);
+        }
+    }
+
+    pub(crate) fn spare_count(&self) -> usize {
+        self.spare.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// What a reservation got; see the essay at the top of this file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reservation {
+    /// Slots `index..` and bytes `pos..` are the caller's.
+    Granted { index: u64, pos: u64 },
+    /// The caller's reservation closed the segment at `count` records: it must seal.
+    Sealer { count: u64 },
+    /// The segment was already closed by someone else.
+    Full,
+}
+
+/// A segment: see the module documentation for the protocol.
+pub(crate) struct Segment {
+    /// The tail word, written by every publisher: alone on its cache line so
+    /// readers polling slots do not slow it down.
+    tail: CachePadded<AtomicU64>,
+    /// `NOT_SEALED`, or the final record count.
+    sealed: AtomicU64,
+    /// Set once retention has removed this segment from the directory.
+    trimmed: AtomicBool,
+    /// Offset of the segment's first record.
+    base: u64,
+    /// Start of the byte region (owned by `buffers`).
+    data: NonNull<u8>,
+    capacity: u64,
+    /// `None` only while being dropped.
+    buffers: Option<Buffers>,
+    /// Where the buffers go when the segment is dropped.
+    pool: Arc<Pool>,
+}
+
+// SAFETY: the raw `data` pointer refers to memory owned by `buffers`, which is
+// Send; a segment has no thread-affine state.
+unsafe impl Send for Segment {}
+// SAFETY: shared access follows the protocol above: disjoint byte ranges are
+// handed out by the atomic tail word, and a range is only read after its slot's
+// Release/Acquire commit, so no byte is ever written and read concurrently.
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    /// A new, empty segment whose first record will have offset `base`.
+    pub(crate) fn new(base: u64, buffers: Buffers, pool: Arc<Pool>) -> Self {
+        let data = buffers.storage.as_ptr();
+        let capacity = buffers.storage.capacity() as u64;
+        debug_assert!(capacity as usize <= MAX_SEGMENT_BYTES);
+        debug_assert!(buffers.slots.len() <= MAX_SEGMENT_RECORDS);
+        Segment {
+            tail: CachePadded::new(AtomicU64::new(0)),
+            sealed: AtomicU64::new(NOT_SEALED),
+            trimmed: AtomicBool::new(false),
+            base,
+            data,
+            capacity,
+            buffers: Some(buffers),
+            pool,
+        }
+    }
+
+    #[inline]
+    fn slots(&self) -> &[Slot] {
+        match &self.buffers {
+            Some(b) => &b.slots,
+            None => &[],
+        }
+    }
+
+    /// Offset of the first record.
+    #[inline]
+    pub(crate) fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Bytes of record space.
+    #[inline]
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// How many records the index can hold.
+    #[inline]
+    pub(crate) fn slot_count(&self) -> u64 {
+        self.slots().len() as u64
+    }
+
+    /// Reserves `records` slots and `bytes` bytes (all records' encoded
+    /// lengths together). Both must be non-zero.
+    #[inline]
+    pub(crate) fn reserve(&self, records: u64, bytes: u64) -> Reservation {
+        debug_assert!(records > 0 && bytes > 0);
+        // Relaxed: the fetch-add only has to hand out disjoint ranges, which its
+        // atomicity guarantees; the bytes written into a range are published by
+        // the slot's Release store, and the segment's initial state reached us
+        // through the Acquire load of the directory that named it.
+        let prev = self.tail.fetch_add(records * ONE_RECORD + bytes, Ordering::Relaxed);
+        let index = prev >> BYTES_BITS;
+        let pos = prev & BYTES_MASK;
+        let slots = self.slot_count();
+        if index + records <= slots && pos + bytes <= self.capacity {
+            Reservation::Granted { index, pos }
+        } else if index <= slots && pos <= self.capacity {
+            Reservation::Sealer { count: index }
+        } else {
+            Reservation::Full
+        }
+    }
+
+    /// Writes `record` into the range a `Granted` reservation gave for slot `index`.
+    ///
+    /// # Safety
+    ///
+    /// `index` and `pos..pos + len` must come from one `Granted` reservation of
+    /// this segment made by the caller, `len` must be `record.encoded_len()`,
+    /// and each slot may be written once.
+    #[inline]
+    pub(crate) unsafe fn write(&self, index: u64, pos: u64, len: usize, record: &Record<'_>, timestamp_ns: u64) {
+        debug_assert!(pos + len as u64 <= self.capacity && pos % POS_UNIT == 0);
+        self.slots()[index as usize].bytes.with_mut(|_| {
+            // SAFETY: the reservation gave this caller `pos..pos + len` alone (the
+            // fetch-add hands out disjoint ranges inside the region), and no reader
+            // touches the range before the slot is committed below, so this is the
+            // only reference to those bytes.
+            let dst = unsafe { std::slice::from_raw_parts_mut(self.data.as_ptr().add(pos as usize), len) };
+            record.encode_into(dst, timestamp_ns);
+        });
+    }
+
+    /// Publishes the record written for slot `index` at byte `pos`.
+    #[inline]
+    pub(crate) fn commit(&self, index: u64, pos: u64) {
+        let value = u32::try_from(pos / POS_UNIT + 1).expect("segment position fits the slot encoding");
+        // Release: pairs with the Acquire load in `committed`, so a reader that
+        // sees this value also sees every byte `write` put in the record.
+        self.slots()[index as usize].state.store(value, Ordering::Release);
+    }
+
+    /// The byte position of record `index` if it is committed.
+    #[inline]
+    pub(crate) fn committed(&self, index: u64) -> Option<u64> {
+        let slot = self.slots().get(index as usize)?;
+        // Acquire: pairs with the Release store in `commit`; see the essay.
+        match slot.state.load(Ordering::Acquire) {
+            UNCOMMITTED => None,
+            v => Some((v as u64 - 1) * POS_UNIT),
+        }
+    }
+
+    /// The committed record `index` at byte `pos` (as returned by `committed`).
+    #[inline]
+    pub(crate) fn view(&self, index: u64, pos: u64) -> RecordView<'_> {
+        let bytes = self.slots()[index as usize].bytes.with(|_| {
+            // SAFETY: the caller saw slot `index` committed at `pos` with an
+            // Acquire load, so the record is complete and visible, and it is never
+            // written again while `self` is alive. `pos` is 8-aligned inside a
+            // 64-aligned region, so the length word read is aligned; the length it
+            // holds was written by `encode_into` and keeps the slice inside the
+            // record, never touching bytes other publishers may be writing.
+            unsafe {
+                let start = self.data.as_ptr().add(pos as usize);
+                let len = u32::from_le(start.cast::<u32>().read()) as usize;
+                debug_assert!(pos + len as u64 <= self.capacity);
+                std::slice::from_raw_parts(start, len)
+            }
+        });
+        RecordView::from_bytes(self.base + index, bytes)
+    }
+
+    /// Records that the reservation returning `Sealer { count }` closed this segment.
+    pub(crate) fn seal(&self, count: u64) {
+        // Release: ordered before the Release store that makes the next segment
+        // visible, so anyone who reaches the next segment sees the seal too.
+        let prev = self.sealed.swap(count, Ordering::Release);
+        debug_assert_eq!(prev, NOT_SEALED, "a segment is sealed once");
+    }
+
+    /// The final record count, if sealed.
+    #[inline]
+    pub(crate) fn sealed_count(&self) -> Option<u64> {
+        // Acquire: pairs with the Release in `seal`.
+        match self.sealed.load(Ordering::Acquire) {
+            NOT_SEALED => None,
+            n => Some(n),
+        }
+    }
+
+    /// True if index `index` lies past the end of this (sealed) segment.
+    #[inline]
+    pub(crate) fn ends_before(&self, index: u64) -> bool {
+        self.sealed_count().is_some_and(|n| index >= n)
+    }
+
+    /// Marks the segment as trimmed. Called after the directory without it
+    /// has been published.
+    pub(crate) fn mark_trimmed(&self) {
+        // Release: pairs with the Acquire in `is_trimmed`; a reader that sees the
+        // flag then loads a directory at least as new as the one without it.
+        self.trimmed.store(true, Ordering::Release);
+    }
+
+    /// True once retention has trimmed this segment.
+    #[inline]
+    pub(crate) fn is_trimmed(&self) -> bool {
+        // Acquire: pairs with the Release in `mark_trimmed`.
+        self.trimmed.load(Ordering::Acquire)
+    }
+
+    /// Records reserved so far (committed or not), capped at the final count.
+    pub(crate) fn reserved(&self) -> u64 {
+        if let Some(n) = self.sealed_count() {
+            return n;
+        }
+        // Relaxed: a snapshot for lag and end-offset reporting; nothing is read
+        // through it.
+        let word = self.tail.load(Ordering::Relaxed);
+        (word >> BYTES_BITS).min(self.slot_count())
+    }
+
+    /// Bytes of the region in use, for reporting.
+    pub(crate) fn used_bytes(&self) -> u64 {
+        // Relaxed: a snapshot for reporting only.
+        (self.tail.load(Ordering::Relaxed) & BYTES_MASK).min(self.capacity)
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if let Some(buffers) = self.buffers.take() {
+            self.pool.give_back(buffers);
+        }
+    }
+}
+
+impl fmt::Debug for Segment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Segment")
+            .field("base", &self.base)
+            .field("capacity", &self.capacity)
+            .field("reserved", &self.reserved())
+            .field("sealed", &self.sealed_count())
+            .finish()
+    }
+}

@@ -1,0 +1,374 @@
+//! Unit and property tests of the log, single- and multi-threaded.
+
+use proptest::prelude::*;
+
+use super::segment::Reservation;
+use super::*;
+
+/// Small segments so tests cross many boundaries.
+fn small(segment_bytes: usize, retention_bytes: Option<u64>) -> Log {
+    Log::new(&LogConfig { segment_bytes: Some(segment_bytes), retention_bytes, ..LogConfig::default() }).unwrap()
+}
+
+fn payload(i: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|k| (i as usize).wrapping_mul(31).wrapping_add(k) as u8).collect()
+}
+
+fn read_all(cursor: &mut Cursor) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    while let Some(r) = cursor.read().expect("no lag expected") {
+        out.push((r.offset(), r.payload().to_vec()));
+    }
+    out
+}
+
+#[test]
+fn offsets_are_dense_from_zero_and_records_read_back() {
+    let log = Log::new(&LogConfig::default()).unwrap();
+    for i in 0..100u64 {
+        assert_eq!(log.append(&Record::new(&payload(i, 10))).unwrap(), i);
+    }
+    let mut c = log.cursor_from_first();
+    let got = read_all(&mut c);
+    assert_eq!(got.len(), 100);
+    for (i, (off, p)) in got.into_iter().enumerate() {
+        assert_eq!(off, i as u64);
+        assert_eq!(p, payload(i as u64, 10));
+    }
+    assert_eq!(c.offset(), 100);
+    assert_eq!(c.lag(), 0);
+}
+
+#[test]
+fn a_log_can_start_at_any_offset() {
+    let log = Log::starting_at(&LogConfig::default(), 1_000).unwrap();
+    assert_eq!(log.append(&Record::new(b"x")).unwrap(), 1_000);
+    assert_eq!(log.first_offset(), 1_000);
+    assert_eq!(log.cursor_from_first().read().unwrap().unwrap().offset(), 1_000);
+}
+
+#[test]
+fn reader_waits_at_an_uncommitted_record_and_never_skips_it() {
+    let log = Log::new(&LogConfig::default()).unwrap();
+    let rec = Record::new(b"slow");
+    let len = rec.encoded_len().unwrap();
+    let guard = epoch::pin();
+    let seg = log.shared.dir(&guard).last().clone();
+    // Two publishers reserve offsets 0 and 1; the second finishes first.
+    let Reservation::Granted { index: i0, pos: p0 } = seg.reserve(1, len as u64) else { panic!() };
+    let Reservation::Granted { index: i1, pos: p1 } = seg.reserve(1, len as u64) else { panic!() };
+    // SAFETY: both ranges come from the Granted reservations just above.
+    unsafe { seg.write(i1, p1, len, &Record::new(b"fast"), 1) };
+    seg.commit(i1, p1);
+
+    let mut cursor = log.cursor_from_first();
+    assert!(cursor.read().unwrap().is_none(), "offset 0 is reserved but not committed");
+    assert_eq!(cursor.read_batch(10).unwrap().len(), 0);
+    assert_eq!(cursor.offset(), 0);
+
+    // SAFETY: as above.
+    unsafe { seg.write(i0, p0, len, &rec, 0) };
+    seg.commit(i0, p0);
+    let got: Vec<_> = cursor.read_batch(10).unwrap().iter().map(|r| r.payload().to_vec()).collect();
+    assert_eq!(got, vec![b"slow".to_vec(), b"fast".to_vec()]);
+}
+
+#[test]
+fn records_carry_key_attributes_payload_and_timestamp() {
+    let log = Log::new(&LogConfig::default()).unwrap();
+    let before = now_ns();
+    let attrs = [("region", "IN"), ("tier", "gold")];
+    log.append(&Record::new(b"body").with_key(b"user-7").with_attributes(&attrs)).unwrap();
+    log.append(&Record::new(b"")).unwrap();
+    let after = now_ns();
+    let mut c = log.cursor_from_first();
+    let r = c.read().unwrap().unwrap();
+    assert_eq!(r.key(), Some(&b"user-7"[..]));
+    assert_eq!(r.payload(), b"body");
+    assert_eq!(r.attribute("tier"), Some("gold"));
+    assert_eq!(r.attributes().len(), 2);
+    assert!((before..=after).contains(&r.timestamp_ns()));
+    let r = c.read().unwrap().unwrap();
+    assert_eq!(r.key(), None);
+    assert!(r.payload().is_empty());
+}
+
+#[test]
+fn records_cross_many_segment_boundaries_in_order() {
+    let log = small(MIN_SEGMENT_BYTES, None);
+    let n = 5_000u64;
+    for i in 0..n {
+        assert_eq!(log.append(&Record::new(&payload(i, (i % 97) as usize))).unwrap(), i);
+    }
+    let stats = log.stats();
+    assert!(stats.segments > 20, "{stats:?}");
+    let got = read_all(&mut log.cursor_from_first());
+    assert_eq!(got.len() as u64, n);
+    for (i, (off, p)) in got.iter().enumerate() {
+        assert_eq!(*off, i as u64);
+        assert_eq!(*p, payload(i as u64, i % 97));
+    }
+}
+
+#[test]
+fn seek_lands_on_any_retained_offset() {
+    let log = small(MIN_SEGMENT_BYTES, None);
+    for i in 0..3_000u64 {
+        log.append(&Record::new(&i.to_le_bytes())).unwrap();
+    }
+    let mut c = log.cursor_from_first();
+    for target in [0u64, 1, 57, 1_234, 2_999, 1_500, 3] {
+        c.seek(target).unwrap();
+        let r = c.read().unwrap().unwrap();
+        assert_eq!(r.offset(), target);
+        assert_eq!(r.payload(), target.to_le_bytes());
+    }
+    c.seek(3_000).unwrap();
+    assert!(c.read().unwrap().is_none());
+    let err = c.seek(3_001).unwrap_err();
+    assert!(matches!(err, Error::OutOfRange { offset: 3_001, first: 0, end: 3_000, .. }), "{err}");
+    assert_eq!(c.offset(), 3_000, "a failed seek leaves the cursor where it was");
+    assert!(log.cursor_at(9_999).is_err());
+}
+
+#[test]
+fn an_oversized_record_is_refused_and_nothing_is_appended() {
+    let log = small(MIN_SEGMENT_BYTES, None);
+    log.append(&Record::new(b"before")).unwrap();
+    let big = vec![0u8; MIN_SEGMENT_BYTES];
+    let err = log.append(&Record::new(&big)).unwrap_err();
+    assert!(matches!(err, Error::MessageTooLarge { max, .. } if max == MIN_SEGMENT_BYTES), "{err}");
+    let mut offsets = Vec::new();
+    let err = log.append_batch(&[Record::new(b"ok"), Record::new(&big)], &mut offsets).unwrap_err();
+    assert!(matches!(err, Error::MessageTooLarge { .. }));
+    assert!(offsets.is_empty());
+    assert_eq!(log.end_offset(), 1, "neither call appended anything");
+}
+
+#[test]
+fn a_record_exactly_the_segment_size_fits() {
+    let log = small(MIN_SEGMENT_BYTES, None);
+    let body = vec![7u8; MIN_SEGMENT_BYTES - record::HEADER_LEN];
+    for i in 0..3 {
+        assert_eq!(log.append(&Record::new(&body)).unwrap(), i);
+    }
+    let got = read_all(&mut log.cursor_from_first());
+    assert_eq!(got.len(), 3);
+    assert!(got.iter().all(|(_, p)| *p == body));
+}
+
+#[test]
+fn batches_get_consecutive_offsets_and_split_at_segment_ends() {
+    let log = small(MIN_SEGMENT_BYTES, None);
+    let bodies: Vec<Vec<u8>> = (0..1_000u64).map(|i| payload(i, 40)).collect();
+    let records: Vec<Record<'_>> = bodies.iter().map(|b| Record::new(b)).collect();
+    let mut offsets = Vec::new();
+    log.append_batch(&records, &mut offsets).unwrap();
+    assert_eq!(offsets, (0..1_000).collect::<Vec<u64>>());
+    assert!(log.stats().segments > 5);
+    let got = read_all(&mut log.cursor_from_first());
+    assert_eq!(got.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(), bodies);
+    log.append_batch(&[], &mut offsets).unwrap();
+    assert!(offsets.is_empty());
+}
+
+#[test]
+fn next_batch_reads_up_to_max_and_stops_at_segment_ends() {
+    let log = small(MIN_SEGMENT_BYTES, None);
+    for i in 0..2_000u64 {
+        log.append(&Record::new(&i.to_le_bytes())).unwrap();
+    }
+    let mut c = log.cursor_from_first();
+    let mut next = 0u64;
+    let mut batches = 0;
+    loop {
+        let batch = c.read_batch(64).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        assert!(batch.len() <= 64);
+        assert_eq!(batch.first_offset(), next);
+        for r in batch {
+            assert_eq!(r.offset(), next);
+            assert_eq!(r.payload(), next.to_le_bytes());
+            next += 1;
+        }
+        batches += 1;
+    }
+    assert_eq!(next, 2_000);
+    assert!(batches >= 2_000 / 64);
+    assert_eq!(c.read_batch(0).unwrap().len(), 0);
+}
+
+#[test]
+fn retention_by_bytes_trims_whole_segments_from_the_head() {
+    let seg = MIN_SEGMENT_BYTES;
+    let log = small(seg, Some(4 * seg as u64));
+    let mut early = log.cursor_from_first();
+    for i in 0..20_000u64 {
+        log.append(&Record::new(&payload(i, 64))).unwrap();
+    }
+    let stats = log.stats();
+    assert!(stats.retained_bytes <= 4 * seg as u64, "{stats:?}");
+    assert!(stats.trimmed_segments > 0);
+    let first = stats.first_offset;
+    assert!(first > 0);
+
+    // A cursor that never read anything learns what it missed, then goes on.
+    let lagged = early.read().unwrap_err();
+    assert_eq!(lagged, Lagged { missed: first, resumed_at: first });
+    let rest = read_all(&mut early);
+    assert_eq!(rest.first().unwrap().0, first);
+    assert_eq!(rest.last().unwrap().0, 19_999);
+    assert_eq!(rest.len() as u64, 20_000 - first);
+    assert!(log.cursor_at(first - 1).is_err());
+}
+
+#[test]
+fn retention_by_count_keeps_at_least_that_many_records() {
+    let log = Log::new(&LogConfig {
+        segment_bytes: Some(MIN_SEGMENT_BYTES),
+        retention_messages: Some(500),
+        retention_bytes: None,
+        ..LogConfig::default()
+    })
+    .unwrap();
+    for i in 0..10_000u64 {
+        log.append(&Record::new(&i.to_le_bytes())).unwrap();
+    }
+    let stats = log.stats();
+    let retained = stats.end_offset - stats.first_offset;
+    assert!(retained >= 500, "{stats:?}");
+    // Whole segments: at most one segment's worth (plus the active one) beyond the limit.
+    let per_segment = (MIN_SEGMENT_BYTES / 32) as u64;
+    assert!(retained < 500 + 2 * per_segment, "{stats:?}");
+    assert!(stats.trimmed_segments > 0);
+}
+
+#[test]
+fn a_slow_reader_inside_a_trimmed_segment_stays_safe() {
+    let seg = MIN_SEGMENT_BYTES;
+    let log = small(seg, Some(2 * seg as u64));
+    log.append(&Record::new(b"first record")).unwrap();
+    let mut cursor = log.cursor_from_first();
+    let view = cursor.read().unwrap().unwrap();
+    // While the reader holds the view (a slow callback), the log rolls many
+    // times: the segment is trimmed and its buffers would be recycled.
+    for i in 0..10_000u64 {
+        log.append(&Record::new(&payload(i, 100))).unwrap();
+    }
+    assert!(log.first_offset() > 0);
+    assert_eq!(view.payload(), b"first record");
+    assert_eq!(view.offset(), 0);
+    // Its next read learns what retention took, and resumes at the oldest record.
+    let first = log.first_offset();
+    assert_eq!(cursor.read().unwrap_err(), Lagged { missed: first - 1, resumed_at: first });
+    assert_eq!(cursor.read().unwrap().unwrap().offset(), first);
+}
+
+#[test]
+fn memory_stays_bounded_and_buffers_are_recycled() {
+    let seg = MIN_SEGMENT_BYTES;
+    let log = small(seg, Some(8 * seg as u64));
+    for i in 0..50_000u64 {
+        log.append(&Record::new(&payload(i, 80))).unwrap();
+        // Keep the epoch moving on this thread so retired directories are freed.
+    }
+    let stats = log.stats();
+    assert!(stats.segments <= 8);
+    assert!(stats.spare_segments <= SPARE_SEGMENTS);
+}
+
+#[test]
+fn bad_configs_are_refused_with_reasons() {
+    let bad = [
+        LogConfig { retention_bytes: Some(10), ..LogConfig::default() },
+        LogConfig { retention_messages: Some(0), ..LogConfig::default() },
+        LogConfig { segment_bytes: Some(10), ..LogConfig::default() },
+        LogConfig { segment_bytes: Some(1 << 31), retention_bytes: None, ..LogConfig::default() },
+        LogConfig { segment_bytes: Some(1 << 20), retention_bytes: Some(1 << 20), ..LogConfig::default() },
+        LogConfig { max_record_bytes: Some(8), ..LogConfig::default() },
+        LogConfig { max_record_bytes: Some(1 << 30), ..LogConfig::default() },
+    ];
+    for config in bad {
+        let err = Log::new(&config).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{config:?}: {err}");
+    }
+    let tiny = Log::new(&LogConfig { retention_bytes: Some(64 << 10), ..LogConfig::default() }).unwrap();
+    assert_eq!(tiny.segment_bytes(), 16 << 10, "a quarter of a small retention");
+    assert_eq!(tiny.max_record_bytes(), 16 << 10);
+}
+
+#[test]
+fn concurrent_publishers_get_unique_dense_offsets() {
+    let log = small(MIN_SEGMENT_BYTES, None);
+    let threads = 4;
+    let per = 5_000u64;
+    let mut all: Vec<u64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let log = &log;
+                s.spawn(move || {
+                    (0..per)
+                        .map(|i| log.append(&Record::new(&payload(t * per + i, (i % 50) as usize))).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    all.sort_unstable();
+    assert_eq!(all, (0..threads * per).collect::<Vec<_>>());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Whatever the record sizes and segment size, what is read back (one by
+    /// one, in batches, and after seeks) is exactly what was written.
+    #[test]
+    fn read_back_equals_written(
+        segment_kib in 4usize..16,
+        sizes in proptest::collection::vec(0usize..3_000, 1..400),
+        batch in 1usize..40,
+        seek_to in any::<proptest::sample::Index>(),
+    ) {
+        let log = small(segment_kib << 10, None);
+        let mut written = Vec::new();
+        for (i, &len) in sizes.iter().enumerate() {
+            let body = payload(i as u64, len);
+            let key = (i % 3 == 0).then(|| i.to_le_bytes());
+            let attr_value = format!("v{i}");
+            let attrs = [("i", attr_value.as_str())];
+            let mut rec = Record::new(&body).with_attributes(&attrs);
+            if let Some(k) = &key { rec = rec.with_key(k); }
+            prop_assert_eq!(log.append(&rec).unwrap(), i as u64);
+            written.push((key.map(|k| k.to_vec()), attr_value, body));
+        }
+        let mut c = log.cursor_from_first();
+        for (i, (key, attr, body)) in written.iter().enumerate() {
+            let r = c.read().unwrap().unwrap();
+            prop_assert_eq!(r.offset(), i as u64);
+            prop_assert_eq!(r.key().map(<[u8]>::to_vec), key.clone());
+            prop_assert_eq!(r.attribute("i"), Some(attr.as_str()));
+            prop_assert_eq!(r.payload(), &body[..]);
+        }
+        prop_assert!(c.read().unwrap().is_none());
+
+        let mut c = log.cursor_from_first();
+        let mut i = 0;
+        loop {
+            let b = c.read_batch(batch).unwrap();
+            if b.is_empty() { break; }
+            for r in b {
+                prop_assert_eq!(r.payload(), &written[i].2[..]);
+                i += 1;
+            }
+        }
+        prop_assert_eq!(i, written.len());
+
+        let target = seek_to.index(written.len());
+        c.seek(target as u64).unwrap();
+        prop_assert_eq!(c.read().unwrap().unwrap().payload(), &written[target].2[..]);
+    }
+}
