@@ -1,0 +1,106 @@
+//! Raw log throughput: append from 1 and 2 threads, batched append, and
+//! append with a reader following, all with 64-byte payloads.
+//!
+//! Run with `cargo bench --bench log`. Criterion reports time per record
+//! (as elements/s throughput).
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use rill::log::{Log, LogConfig, Record};
+
+const PAYLOAD: [u8; 64] = [0xA5; 64];
+
+fn new_log() -> Log {
+    Log::new(&LogConfig::default()).expect("default config is valid")
+}
+
+/// Appends `n` records split across `threads` publishers; returns the wall time.
+fn append_parallel(log: &Log, threads: u64, n: u64) -> Duration {
+    let barrier = Barrier::new(threads as usize + 1);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                barrier.wait();
+                for _ in 0..n / threads {
+                    black_box(log.append(&Record::new(&PAYLOAD)).unwrap());
+                }
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        // Scope end joins the publishers.
+        start
+    })
+    .elapsed()
+}
+
+fn append(c: &mut Criterion) {
+    let mut g = c.benchmark_group("log_append_64B");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("1_publisher", |b| {
+        let log = new_log();
+        b.iter(|| black_box(log.append(&Record::new(black_box(&PAYLOAD))).unwrap()))
+    });
+    g.bench_function("2_publishers", |b| {
+        let log = new_log();
+        b.iter_custom(|iters| append_parallel(&log, 2, iters.max(2)))
+    });
+    g.bench_function("batch_of_64", |b| {
+        let log = new_log();
+        let records = vec![Record::new(&PAYLOAD); 64];
+        let mut offsets = Vec::with_capacity(64);
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters.div_ceil(64) {
+                log.append_batch(&records, &mut offsets).unwrap();
+            }
+            start.elapsed()
+        })
+    });
+    g.finish();
+}
+
+fn append_and_read(c: &mut Criterion) {
+    let mut g = c.benchmark_group("log_append_read_64B");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("1_publisher_1_reader", |b| {
+        b.iter_custom(|iters| {
+            let log = new_log();
+            let mut cursor = log.cursor_from_end();
+            std::thread::scope(|s| {
+                let start = Instant::now();
+                s.spawn(|| {
+                    for _ in 0..iters {
+                        log.append(&Record::new(&PAYLOAD)).unwrap();
+                    }
+                });
+                // The reader touches every payload byte.
+                let mut read = 0;
+                let mut sum = 0u64;
+                while read < iters {
+                    let batch = cursor.read_batch(256).unwrap();
+                    if batch.is_empty() {
+                        std::hint::spin_loop();
+                    }
+                    for r in batch {
+                        sum += r.payload().iter().map(|&b| b as u64).sum::<u64>();
+                        read += 1;
+                    }
+                }
+                black_box(sum);
+                start.elapsed()
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    targets = append, append_and_read
+}
+criterion_main!(benches);
