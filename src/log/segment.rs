@@ -88,7 +88,7 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 
 use super::record::{Record, RecordView};
-use super::storage::{HeapStorage, SegmentStorage};
+use super::storage::{MappedStorage, SegmentStorage};
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::sync::{Arc, Mutex, UnsafeCell};
 
@@ -122,17 +122,19 @@ struct Slot {
 /// The reusable memory of a segment: its byte region and its offset index.
 pub(crate) struct Buffers {
     storage: Box<dyn SegmentStorage>,
-    slots: Box<[Slot]>,
+    slots: Slots,
 }
+
+/// The offset index: zeroed mapped memory normally; built slot by slot under
+/// loom, whose atomics and cells are not valid when zeroed.
+#[cfg(not(loom))]
+type Slots = super::storage::ZeroedArray<Slot>;
+#[cfg(loom)]
+type Slots = Box<[Slot]>;
 
 impl Buffers {
     pub(crate) fn new_heap(capacity: usize, slot_count: usize) -> Self {
-        Buffers {
-            storage: Box::new(HeapStorage::new(capacity)),
-            slots: (0..slot_count)
-                .map(|_| Slot { state: AtomicU32::new(UNCOMMITTED), bytes: UnsafeCell::new(()) })
-                .collect(),
-        }
+        Buffers { storage: Box::new(MappedStorage::new(capacity)), slots: new_slots(slot_count) }
     }
 
     /// Makes every slot read as not committed again.
@@ -144,6 +146,21 @@ impl Buffers {
             slot.state.store(UNCOMMITTED, Ordering::Relaxed);
         }
     }
+}
+
+/// A zeroed offset index: its pages cost nothing until written.
+#[cfg(not(loom))]
+fn new_slots(n: usize) -> Slots {
+    const _: () = assert!(UNCOMMITTED == 0 && std::mem::size_of::<UnsafeCell<()>>() == 0);
+    // SAFETY: a Slot is an AtomicU32, for which all-zero bytes is the valid
+    // value 0 (UNCOMMITTED), and a zero-sized UnsafeCell<()>; it needs no drop,
+    // is 4-aligned, and is only mutated through its atomic and its cell.
+    unsafe { super::storage::ZeroedArray::new(n) }
+}
+
+#[cfg(loom)]
+fn new_slots(n: usize) -> Slots {
+    (0..n).map(|_| Slot { state: AtomicU32::new(UNCOMMITTED), bytes: UnsafeCell::new(()) }).collect()
 }
 
 impl fmt::Debug for Buffers {
@@ -340,7 +357,7 @@ impl Segment {
             // SAFETY: the caller saw slot `index` committed at `pos` with an
             // Acquire load, so the record is complete and visible, and it is never
             // written again while `self` is alive. `pos` is 8-aligned inside a
-            // 64-aligned region, so the length word read is aligned; the length it
+            // 16-aligned region, so the length word read is aligned; the length it
             // holds was written by `encode_into` and keeps the slice inside the
             // record, never touching bytes other publishers may be writing.
             unsafe {

@@ -1,25 +1,25 @@
 //! Where a segment's bytes live: the seam between the log and its memory.
 //!
-//! The log only needs a fixed, aligned byte region per segment. Today that is
-//! heap memory; a file-backed segment (an `mmap` of a segment file) implements
-//! the same trait and nothing above it changes.
+//! The log only needs a fixed, aligned, zeroed byte region per segment. Today
+//! that is an anonymous memory mapping; a file-backed segment (a mapping of a
+//! segment file) implements the same trait and nothing above it changes.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc, handle_alloc_error};
 use std::fmt;
 use std::ptr::NonNull;
 
-/// Alignment of a segment's byte region: a cache line, so record headers are
-/// aligned and the first record does not share a line with anything else.
-pub(crate) const STORAGE_ALIGN: usize = 64;
+use memmap2::MmapMut;
+
+/// Alignment of a segment's byte region: a page, since it is mapped.
+pub(crate) const STORAGE_ALIGN: usize = 4096;
 
 /// A segment's byte region.
 ///
 /// # Safety
 ///
 /// An implementation promises that [`SegmentStorage::as_ptr`] returns the same
-/// pointer for its whole life, aligned to [`STORAGE_ALIGN`], valid for reads and
-/// writes of [`SegmentStorage::capacity`] bytes, and that no one else reads or
-/// writes that region while the storage is alive.
+/// pointer for its whole life, aligned to at least 16 bytes, valid for reads
+/// and writes of [`SegmentStorage::capacity`] bytes, initially zeroed, and that
+/// no one else reads or writes that region while the storage is alive.
 pub(crate) unsafe trait SegmentStorage: Send + Sync + fmt::Debug + 'static {
     /// The start of the region.
     fn as_ptr(&self) -> NonNull<u8>;
@@ -27,54 +27,98 @@ pub(crate) unsafe trait SegmentStorage: Send + Sync + fmt::Debug + 'static {
     fn capacity(&self) -> usize;
 }
 
-/// Zero-initialised heap memory. Large regions come from `mmap` by way of the
-/// allocator, so untouched pages cost nothing until written.
-pub(crate) struct HeapStorage {
-    ptr: NonNull<u8>,
-    layout: Layout,
+/// An anonymous memory mapping: zeroed pages that cost nothing until
+/// written, and that go back to the operating system when the segment is
+/// freed. (A heap allocation would not guarantee either: once a large block
+/// has been freed, glibc serves the next ones from its heap and zeroes them
+/// eagerly, faulting in every page of a segment that may never be written.)
+pub(crate) struct MappedStorage {
+    map: MmapMut,
 }
 
-impl HeapStorage {
-    /// Allocates `capacity` zeroed bytes; `capacity` must be non-zero.
+impl MappedStorage {
+    /// Maps `capacity` zeroed bytes; `capacity` must be non-zero.
     pub(crate) fn new(capacity: usize) -> Self {
         assert!(capacity > 0, "segment storage cannot be empty");
-        let layout = Layout::from_size_align(capacity, STORAGE_ALIGN).expect("segment size overflows a Layout");
-        // SAFETY: the layout has a non-zero size (asserted above).
-        let raw = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| handle_alloc_error(layout));
-        HeapStorage { ptr, layout }
+        let map = MmapMut::map_anon(capacity).unwrap_or_else(|e| {
+            // Like a failed heap allocation: there is no sensible way to go on.
+            panic!("cannot map {capacity} bytes for a log segment: {e}")
+        });
+        debug_assert_eq!(map.as_ptr() as usize % STORAGE_ALIGN, 0);
+        MappedStorage { map }
+    }
+
+    /// The mapping's bytes as a pointer (mutable access goes through the
+    /// segment's protocol, never through a `&mut` to the whole region).
+    fn ptr(&self) -> NonNull<u8> {
+        NonNull::new(self.map.as_ptr().cast_mut()).expect("a mapping is never at address 0")
     }
 }
 
-impl Drop for HeapStorage {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` came from `alloc_zeroed` with this exact layout and is
-        // freed only here, once.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
-    }
-}
-
-impl fmt::Debug for HeapStorage {
+impl fmt::Debug for MappedStorage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HeapStorage").field("capacity", &self.layout.size()).finish()
+        f.debug_struct("MappedStorage").field("capacity", &self.map.len()).finish()
     }
 }
 
-// SAFETY: HeapStorage owns its region outright; the raw pointer is only a
-// handle to memory no one else has, so moving it to another thread is fine.
-unsafe impl Send for HeapStorage {}
-// SAFETY: `&HeapStorage` only exposes the pointer and capacity; every access to
-// the bytes goes through the segment, which enforces the publication protocol.
-unsafe impl Sync for HeapStorage {}
-
-// SAFETY: the pointer is fixed at construction, aligned by the layout, valid
-// for `layout.size()` bytes until drop, and owned by this value alone.
-unsafe impl SegmentStorage for HeapStorage {
+// SAFETY: the mapping is fixed at construction (MmapMut never moves it),
+// page-aligned, `map.len()` bytes long, zero-filled by the kernel, and owned
+// by this value alone until it is unmapped on drop.
+unsafe impl SegmentStorage for MappedStorage {
     fn as_ptr(&self) -> NonNull<u8> {
-        self.ptr
+        self.ptr()
     }
 
     fn capacity(&self) -> usize {
-        self.layout.size()
+        self.map.len()
     }
 }
+
+/// An array of `T` in its own anonymous mapping, zero-initialised.
+///
+/// Used for a segment's offset index, for the same reasons as
+/// [`MappedStorage`]. Only for types whose all-zero bit pattern is a valid
+/// value and that are only mutated through interior mutability.
+#[cfg(not(loom))]
+pub(crate) struct ZeroedArray<T> {
+    map: MmapMut,
+    len: usize,
+    _marker: std::marker::PhantomData<T>,
+}
+
+#[cfg(not(loom))]
+impl<T> ZeroedArray<T> {
+    /// # Safety
+    ///
+    /// All-zero bytes must be a valid `T`, `T` must need no drop, its
+    /// alignment must be at most a page, and it must only be mutated through
+    /// interior mutability (the array hands out shared references only).
+    pub(crate) unsafe fn new(len: usize) -> Self {
+        const { assert!(!std::mem::needs_drop::<T>() && std::mem::align_of::<T>() <= STORAGE_ALIGN) };
+        let bytes = (len * std::mem::size_of::<T>()).max(1);
+        let map =
+            MmapMut::map_anon(bytes).unwrap_or_else(|e| panic!("cannot map {bytes} bytes for a segment index: {e}"));
+        ZeroedArray { map, len, _marker: std::marker::PhantomData }
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> std::ops::Deref for ZeroedArray<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        // SAFETY: the mapping holds `len` values of `T` (the constructor's
+        // contract makes zeroed bytes valid ones), is page-aligned, lives as
+        // long as `self`, and is only ever mutated through `T`'s interior
+        // mutability, so shared references to it are sound.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().cast::<T>(), self.len) }
+    }
+}
+
+// SAFETY: ZeroedArray<T> behaves like a Box<[T]> (it owns its values), so it
+// is Send when T is.
+#[cfg(not(loom))]
+unsafe impl<T: Send> Send for ZeroedArray<T> {}
+// SAFETY: shared access hands out only `&T`, so it is Sync when T is.
+#[cfg(not(loom))]
+unsafe impl<T: Sync> Sync for ZeroedArray<T> {}
