@@ -29,13 +29,32 @@ pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 pub(crate) use crossbeam_epoch as epoch;
 
+/// A shared immutable string (topic and subscription names). Always std's
+/// `Arc`: it guards no protocol, and loom's `Arc` does not hold unsized values.
+pub(crate) type Name = std::sync::Arc<str>;
+
 /// Threads, parking and yielding.
 #[allow(unused_imports)]
 pub(crate) mod thread {
     #[cfg(loom)]
-    pub(crate) use loom::thread::{Thread, current, park, spawn, yield_now};
+    pub(crate) use loom::thread::{Builder, JoinHandle, Thread, current, park, spawn, yield_now};
+    #[cfg(loom)]
+    pub(crate) use loom::thread_local;
     #[cfg(not(loom))]
-    pub(crate) use std::thread::{Builder, Thread, current, park, park_timeout, spawn, yield_now};
+    pub(crate) use std::thread::{Builder, JoinHandle, Thread, current, park, spawn, yield_now};
+    #[cfg(not(loom))]
+    pub(crate) use std::thread_local;
+}
+
+/// A process-wide unique, non-zero id (for brokers and subscriptions).
+///
+/// A plain std atomic on purpose: it hands out numbers and synchronises
+/// nothing, so loom has nothing to check in it (and loom atomics cannot be
+/// statics).
+pub(crate) fn unique_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    // Relaxed: only uniqueness matters, which the RMW guarantees.
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A hint that the caller is spinning. Under loom it yields to the scheduler,
@@ -58,6 +77,7 @@ pub(crate) struct UnsafeCell<T: ?Sized>(std::cell::UnsafeCell<T>);
 #[cfg(not(loom))]
 impl<T> UnsafeCell<T> {
     #[inline]
+    #[allow(dead_code)] // normal builds zero-initialise their cells in bulk
     pub(crate) const fn new(value: T) -> Self {
         Self(std::cell::UnsafeCell::new(value))
     }
@@ -115,5 +135,12 @@ impl Backoff {
         if self.step <= Self::YIELD_LIMIT {
             self.step += 1;
         }
+    }
+
+    /// True once spinning and yielding have gone on long enough that the
+    /// caller should block instead.
+    #[inline]
+    pub(crate) fn is_completed(&self) -> bool {
+        self.step > Self::YIELD_LIMIT
     }
 }

@@ -160,6 +160,26 @@ impl Cursor {
         Ok(Some(view))
     }
 
+    /// True if a read would return a record or report a lag (without moving).
+    #[inline]
+    pub fn has_next(&mut self) -> bool {
+        !matches!(self.ready(), Ok(None))
+    }
+
+    /// Moves back to `offset`, an offset this cursor has already passed (to
+    /// read a record again). Cheap within the current segment; otherwise a
+    /// seek, and if `offset` was trimmed meanwhile the next read reports the lag.
+    pub fn rewind(&mut self, offset: u64) {
+        debug_assert!(offset <= self.offset, "rewind only goes back");
+        if self.seg.as_ref().is_some_and(|s| s.base() <= offset) {
+            self.offset = offset;
+        } else if self.seek(offset).is_err() {
+            // Trimmed: `locate` will report what was missed from `offset`.
+            self.offset = offset;
+            self.seg = None;
+        }
+    }
+
     /// Up to `max` consecutive committed records, borrowed together. The batch
     /// stops early at an uncommitted record or at the end of a segment, so it
     /// may be shorter than `max` even when more records follow; it is empty
