@@ -22,9 +22,15 @@
 
 #![warn(missing_docs)]
 
+pub mod broker;
 mod clock;
 mod error;
 pub mod log;
 pub(crate) mod sync;
 
+pub use broker::{
+    Ack, Broker, BrokerConfig, DeliveryMode, Filter, Message, Overflow, Pattern, Position, Publisher, RetryBackoff,
+    StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
+};
 pub use error::{Error, Result};
+pub use log::Record;

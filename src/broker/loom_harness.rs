@@ -1,0 +1,96 @@
+//! A bare subscription on one partition, for the loom models in
+//! `loom-tests/tests/signal.rs`. Only built under `--cfg loom`.
+//!
+//! Everything it drives is the real code: `Partition::publish` (append, the
+//! publisher's fence, `try_activate`, scheduling), the worker pool or the
+//! dedicated thread, and `SubCore`'s drain rounds with their idle re-check.
+//! It only leaves out the broker around them (topic map, timer, dead letters).
+
+use super::dispatch::Pool;
+use super::names::Pattern;
+use super::subscription::{Exec, Handler, Reader, SubCore, SubEnv, SubscriptionOptions, lock};
+use super::topic::{Listener, Partition};
+use super::Ack;
+use crate::log::{Log, LogConfig, Record};
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::{Arc, Condvar, Mutex};
+
+/// A partition with one subscription that records the tags it receives.
+pub struct Harness {
+    partition: Arc<Partition>,
+    sub: Arc<SubCore>,
+    pool: Option<Arc<Pool>>,
+    dedicated: Option<JoinHandle<()>>,
+    seen: Arc<(Mutex<Vec<u64>>, Condvar)>,
+}
+
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Harness")
+    }
+}
+
+impl Harness {
+    /// A partition with 64-byte segments (two 8-byte-payload records each)
+    /// and a subscription from its start, drained by a one-worker pool or,
+    /// with `dedicated`, by a thread of its own.
+    pub fn new(dedicated: bool) -> Harness {
+        let log = Log::new(&LogConfig { segment_bytes: Some(64), retention_bytes: None, ..LogConfig::default() })
+            .expect("a valid loom log config");
+        let partition = Arc::new(Partition::new(0, log));
+        let seen: Arc<(Mutex<Vec<u64>>, Condvar)> = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
+        let s = seen.clone();
+        let handler: Handler = Box::new(move |m| {
+            let tag = u64::from_le_bytes(m.payload().try_into().expect("8-byte payload"));
+            lock(&s.0).push(tag);
+            s.1.notify_all();
+            Ack::Success
+        });
+        let pool = (!dedicated).then(|| Arc::new(Pool::start(1).expect("loom spawns threads")));
+        let exec = match &pool {
+            Some(p) => Exec::Pool(p.clone()),
+            None => Exec::Dedicated(Mutex::new(None)),
+        };
+        let env = SubEnv { exec, timer: None, dead_letters: None, on_close: None };
+        let options = SubscriptionOptions::default();
+        let pattern = Pattern::parse("t").expect("a valid pattern");
+        let sub = Arc::new(SubCore::new(1, "model".into(), pattern, &options, handler, env).expect("valid options"));
+        let dedicated = dedicated.then(|| {
+            let s = sub.clone();
+            let handle = thread::spawn(move || SubCore::dedicated_loop(s));
+            sub.set_thread(handle.thread().clone());
+            handle
+        });
+        sub.attach(Reader::new("t".into(), partition.clone(), partition.log.cursor_from_first()));
+        partition.add_listener(Listener::Subscription(sub.clone()));
+        Harness { partition, sub, pool, dedicated, seen }
+    }
+
+    /// Publishes a record carrying `tag`, through the real publish path.
+    pub fn publish(&self, tag: u64) -> u64 {
+        self.partition.publish(&Record::new(&tag.to_le_bytes())).expect("publish")
+    }
+
+    /// Blocks until the handler has seen `n` records; returns their tags in
+    /// delivery order. A lost wakeup leaves every thread blocked, which loom
+    /// reports as a deadlock.
+    pub fn wait_for(&self, n: usize) -> Vec<u64> {
+        let (lock_, cond) = &*self.seen;
+        let mut seen = lock(lock_);
+        while seen.len() < n {
+            seen = cond.wait(seen).unwrap_or_else(|e| e.into_inner());
+        }
+        seen.clone()
+    }
+
+    /// Closes the subscription and stops its threads.
+    pub fn shutdown(mut self) {
+        self.sub.close();
+        if let Some(p) = self.pool.take() {
+            p.stop();
+        }
+        if let Some(t) = self.dedicated.take() {
+            t.join().expect("the dedicated thread exits cleanly");
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! Topic names and subscription patterns: validation, matching, and the index
+//! that finds the subscriptions a new topic must be attached to.
+//!
+//! A topic name is `/`-separated segments: UTF-8, at most 255 bytes, no empty
+//! segment, no NUL, no `*`. Names starting with `$` belong to the broker (dead
+//! letter topics); users cannot create them, but may publish to, subscribe to
+//! and poll them once they exist.
+//!
+//! A pattern is a name whose segments may also be `*` (exactly one segment) or
+//! `**` (zero or more segments, anywhere in the pattern). A pattern whose first
+//! segment is a wildcard does not match `$` topics, so `**` never picks up the
+//! broker's own topics by accident; `$dlq/*` does.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// Longest topic name or pattern, in bytes.
+pub const MAX_NAME_LEN: usize = 255;
+/// First character of the broker's reserved topics.
+pub(crate) const RESERVED_PREFIX: char = '$';
+
+/// Checks the shape shared by names and patterns; `what` names it in errors.
+fn check_segments(text: &str) -> Result<(), String> {
+    if text.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if text.len() > MAX_NAME_LEN {
+        return Err(format!("is {} bytes long; at most {MAX_NAME_LEN} are allowed", text.len()));
+    }
+    if text.contains('\0') {
+        return Err("contains a NUL character".into());
+    }
+    if let Some(i) = text.split('/').position(str::is_empty) {
+        return Err(format!("segment {} is empty (names are non-empty segments separated by single '/')", i + 1));
+    }
+    Ok(())
+}
+
+/// Validates a topic name as something a publisher or subscriber may name.
+pub(crate) fn validate_topic(name: &str) -> Result<()> {
+    let invalid = |reason: String| Error::InvalidTopic { name: name.to_owned(), reason };
+    check_segments(name).map_err(invalid)?;
+    if name.contains('*') {
+        return Err(invalid("contains '*', which is only allowed in subscription patterns".into()));
+    }
+    Ok(())
+}
+
+/// Validates a name a user wants to create a topic under.
+pub(crate) fn validate_user_topic(name: &str) -> Result<()> {
+    validate_topic(name)?;
+    if name.starts_with(RESERVED_PREFIX) {
+        return Err(Error::InvalidTopic {
+            name: name.to_owned(),
+            reason: format!("names starting with '{RESERVED_PREFIX}' are reserved for the broker's own topics"),
+        });
+    }
+    Ok(())
+}
+
+/// One segment of a pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Seg {
+    Literal(Box<str>),
+    /// `*`: exactly one segment.
+    One,
+    /// `**`: zero or more segments.
+    Any,
+}
+
+/// A parsed subscription pattern.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Pattern {
+    text: Box<str>,
+    segs: Box<[Seg]>,
+}
+
+impl Pattern {
+    /// Parses and validates a pattern.
+    pub fn parse(text: &str) -> Result<Pattern> {
+        let invalid = |reason: String| Error::InvalidPattern { pattern: text.to_owned(), reason };
+        check_segments(text).map_err(invalid)?;
+        let mut segs = Vec::new();
+        for (i, s) in text.split('/').enumerate() {
+            segs.push(match s {
+                "*" => Seg::One,
+                "**" => Seg::Any,
+                _ if s.contains('*') => {
+                    return Err(invalid(format!(
+                        "segment {} ({s:?}) mixes '*' with other characters; a wildcard must be a whole segment",
+                        i + 1
+                    )));
+                }
+                _ => Seg::Literal(s.into()),
+            });
+        }
+        Ok(Pattern { text: text.into(), segs: segs.into() })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// True if the pattern has no wildcard (it names exactly one topic).
+    pub fn is_literal(&self) -> bool {
+        self.segs.iter().all(|s| matches!(s, Seg::Literal(_)))
+    }
+
+    fn starts_with_wildcard(&self) -> bool {
+        !matches!(self.segs[0], Seg::Literal(_))
+    }
+
+    /// True if `topic` (a valid topic name) matches this pattern.
+    pub fn matches(&self, topic: &str) -> bool {
+        if topic.starts_with(RESERVED_PREFIX) && self.starts_with_wildcard() {
+            return false;
+        }
+        let parts: Vec<&str> = topic.split('/').collect();
+        glob(&self.segs, &parts)
+    }
+}
+
+/// Segment-wise glob match. `**` is handled by remembering the most recent
+/// one and letting it absorb one more segment on a mismatch, the classic
+/// linear-backtracking wildcard match.
+fn glob(pat: &[Seg], parts: &[&str]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    // (pattern index after the last `**`, topic index it is matched up to)
+    let mut star: Option<(usize, usize)> = None;
+    while t < parts.len() {
+        match pat.get(p) {
+            Some(Seg::Any) => {
+                star = Some((p + 1, t));
+                p += 1;
+            }
+            Some(Seg::One) => {
+                p += 1;
+                t += 1;
+            }
+            Some(Seg::Literal(l)) if **l == *parts[t] => {
+                p += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    p = sp;
+                    t = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pat[p..].iter().all(|s| *s == Seg::Any)
+}
+
+impl fmt::Debug for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Pattern({:?})", self.text)
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// An index from patterns to values (subscriptions), answering "which
+/// patterns match this topic?" by walking a trie of pattern segments instead
+/// of testing every pattern.
+#[derive(Debug)]
+pub(crate) struct PatternIndex<V> {
+    root: Node<V>,
+    len: usize,
+}
+
+#[derive(Debug)]
+struct Node<V> {
+    literal: HashMap<Box<str>, Node<V>>,
+    one: Option<Box<Node<V>>>,
+    any: Option<Box<Node<V>>>,
+    /// Values whose pattern ends here, with the pattern (for the `$` rule).
+    values: Vec<(u64, V, bool)>,
+}
+
+impl<V> Default for Node<V> {
+    fn default() -> Self {
+        Node { literal: HashMap::new(), one: None, any: None, values: Vec::new() }
+    }
+}
+
+impl<V> Node<V> {
+    fn is_empty(&self) -> bool {
+        self.values.is_empty() && self.literal.is_empty() && self.one.is_none() && self.any.is_none()
+    }
+}
+
+impl<V: Clone> Default for PatternIndex<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<V: Clone> PatternIndex<V> {
+    pub(crate) fn new() -> Self {
+        PatternIndex { root: Node::default(), len: 0 }
+    }
+
+    /// Number of entries.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Adds `value` under `pattern`, identified by `id` for removal.
+    pub(crate) fn insert(&mut self, pattern: &Pattern, id: u64, value: V) {
+        let mut node = &mut self.root;
+        for seg in pattern.segs.iter() {
+            node = match seg {
+                Seg::Literal(l) => node.literal.entry(l.clone()).or_default(),
+                Seg::One => node.one.get_or_insert_with(Box::default),
+                Seg::Any => node.any.get_or_insert_with(Box::default),
+            };
+        }
+        node.values.push((id, value, pattern.starts_with_wildcard()));
+        self.len += 1;
+    }
+
+    /// Removes the entry `id` under `pattern`; returns whether it was there.
+    pub(crate) fn remove(&mut self, pattern: &Pattern, id: u64) -> bool {
+        fn go<V>(node: &mut Node<V>, segs: &[Seg], id: u64) -> bool {
+            let Some((first, rest)) = segs.split_first() else {
+                let before = node.values.len();
+                node.values.retain(|(i, _, _)| *i != id);
+                return node.values.len() != before;
+            };
+            match first {
+                Seg::Literal(l) => match node.literal.get_mut(l) {
+                    Some(child) => {
+                        let removed = go(child, rest, id);
+                        if child.is_empty() {
+                            node.literal.remove(l);
+                        }
+                        removed
+                    }
+                    None => false,
+                },
+                Seg::One | Seg::Any => {
+                    let slot = if *first == Seg::One { &mut node.one } else { &mut node.any };
+                    match slot {
+                        Some(child) => {
+                            let removed = go(child, rest, id);
+                            if child.is_empty() {
+                                *slot = None;
+                            }
+                            removed
+                        }
+                        None => false,
+                    }
+                }
+            }
+        }
+        let removed = go(&mut self.root, &pattern.segs, id);
+        if removed {
+            self.len -= 1;
+        }
+        removed
+    }
+
+    /// Every value whose pattern matches `topic`, each once.
+    pub(crate) fn matches(&self, topic: &str) -> Vec<V> {
+        let parts: Vec<&str> = topic.split('/').collect();
+        let reserved = topic.starts_with(RESERVED_PREFIX);
+        let mut found: Vec<(u64, V)> = Vec::new();
+        collect(&self.root, &parts, reserved, &mut found);
+        found.sort_unstable_by_key(|(id, _)| *id);
+        found.dedup_by_key(|(id, _)| *id);
+        found.into_iter().map(|(_, v)| v).collect()
+    }
+}
+
+fn collect<V: Clone>(node: &Node<V>, parts: &[&str], reserved: bool, out: &mut Vec<(u64, V)>) {
+    if let Some(any) = &node.any {
+        // `**` absorbs zero or more of the remaining segments.
+        for skip in 0..=parts.len() {
+            collect(any, &parts[skip..], reserved, out);
+        }
+    }
+    let Some((first, rest)) = parts.split_first() else {
+        out.extend(
+            node.values
+                .iter()
+                .filter(|(_, _, wild_first)| !(reserved && *wild_first))
+                .map(|(id, v, _)| (*id, v.clone())),
+        );
+        return;
+    };
+    if let Some(child) = node.literal.get(*first) {
+        collect(child, rest, reserved, out);
+    }
+    if let Some(one) = &node.one {
+        collect(one, rest, reserved, out);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_the_rules() {
+        for ok in ["a", "sports/cricket", "a/b/c/d", "with space/ünïcode", "$dlq/x"] {
+            validate_topic(ok).unwrap();
+        }
+        let long = "x".repeat(256);
+        for (bad, says) in [
+            ("", "empty"),
+            ("/a", "segment 1 is empty"),
+            ("a/", "segment 2 is empty"),
+            ("a//b", "segment 2 is empty"),
+            ("a/*", "'*'"),
+            ("a\0b", "NUL"),
+            (long.as_str(), "256 bytes"),
+        ] {
+            let err = validate_topic(bad).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad:?}: {err}");
+        }
+        assert_eq!(validate_topic(&"x".repeat(255)), Ok(()));
+        let err = validate_user_topic("$dlq/mine").unwrap_err().to_string();
+        assert!(err.contains("reserved"), "{err}");
+    }
+
+    #[test]
+    fn patterns_reject_partial_wildcards() {
+        for bad in ["a*", "a/b*c", "***", "", "a//b", "/"] {
+            assert!(matches!(Pattern::parse(bad), Err(Error::InvalidPattern { .. })), "{bad:?}");
+        }
+        assert!(Pattern::parse("a/*").unwrap().matches("a/b"));
+        assert!(Pattern::parse("exact/name").unwrap().is_literal());
+    }
+
+    /// (pattern, topic, matches?)
+    const TABLE: &[(&str, &str, bool)] = &[
+        ("sports/**", "sports", true),
+        ("sports/**", "sports/cricket", true),
+        ("sports/**", "sports/cricket/live", true),
+        ("sports/**", "sportscar", false),
+        ("sports/**", "news/sports", false),
+        ("sports/*", "sports/cricket", true),
+        ("sports/*", "sports", false),
+        ("sports/*", "sports/cricket/live", false),
+        ("a/**/z", "a/z", true),
+        ("a/**/z", "a/b/z", true),
+        ("a/**/z", "a/b/c/z", true),
+        ("a/**/z", "a/b/c", false),
+        ("a/**/z", "a/z/y", false),
+        ("a/**/z", "a/z/z", true),
+        ("**", "anything/at/all", true),
+        ("**", "x", true),
+        ("**/z", "z", true),
+        ("**/z", "a/b/z", true),
+        ("**/z", "a/b/zz", false),
+        ("*/*", "a/b", true),
+        ("*/*", "a", false),
+        ("*/b/**", "a/b", true),
+        ("*/b/**", "a/c", false),
+        ("a/**/**/b", "a/b", true),
+        ("a/**/b/**/c", "a/x/b/y/c", true),
+        ("a/**/b/**/c", "a/x/y/c", false),
+        ("a/*/**", "a", false),
+        ("a/*/**", "a/b/c/d", true),
+        ("exact", "exact", true),
+        ("exact", "exact/no", false),
+        // The broker's own topics are not matched by a leading wildcard.
+        ("**", "$dlq/orders", false),
+        ("*/orders", "$dlq/orders", false),
+        ("$dlq/*", "$dlq/orders", true),
+        ("$dlq/**", "$dlq/orders", true),
+    ];
+
+    #[test]
+    fn wildcard_table() {
+        for &(pattern, topic, expect) in TABLE {
+            let p = Pattern::parse(pattern).unwrap();
+            assert_eq!(p.matches(topic), expect, "{pattern} vs {topic}");
+        }
+    }
+
+    #[test]
+    fn index_agrees_with_direct_matching() {
+        let mut index = PatternIndex::new();
+        let patterns: Vec<Pattern> = TABLE.iter().map(|(p, _, _)| Pattern::parse(p).unwrap()).collect();
+        for (id, p) in patterns.iter().enumerate() {
+            index.insert(p, id as u64, id);
+        }
+        let topics: Vec<&str> = TABLE.iter().map(|(_, t, _)| *t).collect();
+        for topic in topics {
+            let mut expect: Vec<usize> = (0..patterns.len()).filter(|&i| patterns[i].matches(topic)).collect();
+            expect.dedup();
+            assert_eq!(index.matches(topic), expect, "{topic}");
+        }
+        for (id, p) in patterns.iter().enumerate() {
+            assert!(index.remove(p, id as u64));
+        }
+        assert_eq!(index.len(), 0);
+        assert!(index.root.is_empty(), "removal prunes the trie");
+    }
+}

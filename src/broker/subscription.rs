@@ -1,0 +1,1197 @@
+//! Push subscriptions: how a subscription is woken, drained and closed.
+//!
+//! # Signal-and-drain
+//!
+//! Each subscription has one state word, read by every publisher to a
+//! partition it listens to and written only on transitions:
+//!
+//! | state     | meaning                                                        |
+//! |-----------|----------------------------------------------------------------|
+//! | `IDLE`    | no drain is queued or running; the next commit must start one  |
+//! | `ACTIVE`  | a drain is queued or running; commits need do nothing          |
+//! | `BACKOFF` | the head message waits for a retry; the timer will wake it     |
+//! | `CLOSED`  | final                                                          |
+//!
+//! Transitions:
+//!
+//! * a **publisher**, after committing a record and a `fence(SeqCst)`, loads
+//!   the state; only if it reads `IDLE` does it try `IDLE -> ACTIVE` with a
+//!   compare-and-swap, and the one that wins schedules a drain. A busy
+//!   subscription costs a publisher one shared load, no write.
+//! * the **timer** moves `BACKOFF -> ACTIVE` with a compare-and-swap and
+//!   schedules a drain.
+//! * the **drainer** delivers in bounded rounds. When a round used its whole
+//!   budget it stays `ACTIVE` and queues itself again behind other work. When
+//!   it found nothing more to deliver it moves `ACTIVE -> IDLE`, issues a
+//!   `fence(SeqCst)`, and *re-checks every partition it reads*: if a record is
+//!   now committed, it tries `IDLE -> ACTIVE` and, if that wins, carries on
+//!   draining (if it loses, whoever won has scheduled a drain). When the head
+//!   message must wait for a retry it moves `ACTIVE -> BACKOFF` and sets a timer.
+//! * **close** swaps in `CLOSED` from any state; nothing leaves `CLOSED`.
+//!
+//! ## The race it survives: the lost wakeup
+//!
+//! A drainer checks offset `o`, finds it not committed, and is about to go
+//! idle. A publisher commits `o` and reads the state. Without fences, the
+//! publisher can read the stale `ACTIVE` (and skip signalling) while the
+//! drainer's re-check reads the stale "not committed" (and goes idle): `o` then
+//! sits undelivered until some later publish. The publisher's
+//! `commit; fence(SeqCst); load state` and the drainer's
+//! `store IDLE; fence(SeqCst); load slots` close it: SeqCst fences are totally
+//! ordered, so if the publisher's fence comes first the drainer's re-check sees
+//! the commit, and if the drainer's fence comes first the publisher's load sees
+//! `IDLE` (or a later state, in which case a drain that started after that
+//! state was written will run the same re-check and see the commit).
+//!
+//! The fences are what loom needs, too: loom models SeqCst loads and stores as
+//! acquire/release, which would let this race through; `fence(SeqCst)` it
+//! models exactly. The loom models in `loom-tests/tests/signal.rs` run this
+//! code, and fail when either fence is weakened.
+//!
+//! ## Exclusivity and closing
+//!
+//! The drain state (cursors, the handler, the pending retry) sits behind a
+//! mutex that the drainer holds for a round. The state machine already
+//! ensures there is at most one drainer, so the mutex is uncontended; it
+//! exists so that `close` can wait for an in-flight handler call by taking it.
+//! A handler that closes its own subscription does not wait (it would wait
+//! for itself): the drainer sees `CLOSED` after the handler returns.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+
+use super::dispatch::{Pool, Timer};
+use super::filter::Filter;
+use super::names::Pattern;
+use super::topic::{Partition, Topic};
+use crate::error::{Error, Result};
+use crate::log::{Attributes, Cursor, Lagged, Record, RecordView};
+use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence};
+use crate::sync::thread::{self, Thread};
+use crate::sync::{Arc, Backoff, Condvar, Mutex, MutexGuard, Name};
+
+/// No drain queued or running.
+const IDLE: u8 = 0;
+/// A drain is queued or running.
+const ACTIVE: u8 = 1;
+/// Waiting for a retry timer.
+const BACKOFF: u8 = 2;
+/// Closed for good.
+const CLOSED: u8 = 3;
+
+/// Most messages one drain round delivers before it yields the worker.
+const ROUND_BUDGET: usize = 256;
+/// Most records read from a cursor in one batch.
+const BATCH: usize = 64;
+
+/// What a handler says about a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ack {
+    /// Done: the subscription moves past the message.
+    Success,
+    /// Failed: deliver it again after a backoff (or dead-letter it once the
+    /// attempts run out).
+    Retry,
+    /// Failed for good: publish it to the dead-letter topic and move on.
+    DeadLetter,
+}
+
+/// Where a subscription starts reading each partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartPosition {
+    /// Only messages published after subscribing.
+    #[default]
+    Latest,
+    /// The oldest retained message.
+    Earliest,
+    /// This offset in every partition (must be retained).
+    Offset(u64),
+}
+
+/// When a message counts as handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeliveryMode {
+    /// The position moves past a message only after `Success` (or after it
+    /// was dead-lettered): a message is delivered at least once.
+    #[default]
+    AtLeastOnce,
+    /// The position moves past a message before the handler runs: a message
+    /// is delivered at most once, and failures are not retried.
+    AtMostOnce,
+}
+
+/// What a subscription does when its lag reaches `lag_limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overflow {
+    /// Skip ahead to keep at most `lag_limit` messages behind, counting what
+    /// was skipped.
+    #[default]
+    DropOldest,
+    /// Make publishers to the topic wait (and keep retention from trimming
+    /// what this subscription has not read).
+    Block,
+    /// Close the subscription, recording why.
+    Disconnect,
+}
+
+/// Exponential backoff between redeliveries of a message.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryBackoff {
+    /// Wait before the second attempt.
+    pub initial: Duration,
+    /// Longest wait.
+    pub max: Duration,
+    /// Growth factor per attempt (at least 1).
+    pub multiplier: f64,
+}
+
+impl Default for RetryBackoff {
+    fn default() -> Self {
+        RetryBackoff { initial: Duration::from_millis(10), max: Duration::from_secs(10), multiplier: 2.0 }
+    }
+}
+
+impl RetryBackoff {
+    /// The wait after delivery attempt `attempt` (1-based) failed.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let factor = self.multiplier.max(1.0).powi(attempt.saturating_sub(1).min(64) as i32);
+        let secs = (self.initial.as_secs_f64() * factor).min(self.max.as_secs_f64());
+        Duration::from_secs_f64(secs.max(0.0)).max(self.initial.min(self.max))
+    }
+}
+
+/// How a subscription behaves. `Default` gives an anonymous, at-least-once
+/// subscription from the latest message.
+#[derive(Clone, Default)]
+pub struct SubscriptionOptions {
+    /// A durable name; `None` for an anonymous subscription.
+    pub name: Option<String>,
+    /// An attribute filter (Pub/Sub syntax); `None` delivers everything.
+    pub filter: Option<String>,
+    /// Where to start in each partition.
+    pub start: StartPosition,
+    /// At-least-once (default) or at-most-once.
+    pub delivery: DeliveryMode,
+    /// Deliveries of one message before it is dead-lettered (default 5).
+    pub max_attempts: Option<u32>,
+    /// Backoff between redeliveries (default 10 ms doubling to 10 s).
+    pub backoff: RetryBackoff,
+    /// Dead-letter topic (default `$dlq/<name>`).
+    pub dead_letter_topic: Option<String>,
+    /// What happens at `lag_limit`.
+    pub overflow: Overflow,
+    /// Lag (messages published but not handled, per partition) that triggers
+    /// `overflow`; `None`: only retention bounds the lag.
+    pub lag_limit: Option<u64>,
+    /// Drain on a thread of its own instead of the shared pool.
+    pub dedicated_thread: bool,
+    /// Called (on the draining thread) when retention trimmed messages this
+    /// subscription had not read: topic, partition, and how many were missed.
+    pub on_lagged: Option<LagCallback>,
+}
+
+impl fmt::Debug for SubscriptionOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubscriptionOptions")
+            .field("name", &self.name)
+            .field("filter", &self.filter)
+            .field("start", &self.start)
+            .field("delivery", &self.delivery)
+            .field("max_attempts", &self.max_attempts)
+            .field("backoff", &self.backoff)
+            .field("dead_letter_topic", &self.dead_letter_topic)
+            .field("overflow", &self.overflow)
+            .field("lag_limit", &self.lag_limit)
+            .field("dedicated_thread", &self.dedicated_thread)
+            .field("on_lagged", &self.on_lagged.is_some())
+            .finish()
+    }
+}
+
+/// A callback told how many messages retention trimmed before a subscription
+/// read them: `(topic, partition, missed)`.
+pub type LagCallback = Arc<dyn Fn(&str, u32, u64) + Send + Sync>;
+
+/// The broker's hook run when a subscription closes.
+pub(crate) type CloseHook = Box<dyn Fn(&SubCore) + Send + Sync>;
+
+/// Default `max_attempts`.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+
+/// A message as a handler sees it: borrowed from the log, valid for the call.
+pub struct Message<'a> {
+    topic: &'a str,
+    partition: u32,
+    record: RecordView<'a>,
+    attempt: u32,
+    reason: &'a RefCell<Option<String>>,
+}
+
+impl<'a> Message<'a> {
+    /// The topic it was published to.
+    pub fn topic(&self) -> &'a str {
+        self.topic
+    }
+    /// Its partition.
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+    /// Its offset in the partition.
+    pub fn offset(&self) -> u64 {
+        self.record.offset()
+    }
+    /// Publish time, nanoseconds since the Unix epoch.
+    pub fn timestamp_ns(&self) -> u64 {
+        self.record.timestamp_ns()
+    }
+    /// The key, if it has one.
+    pub fn key(&self) -> Option<&'a [u8]> {
+        self.record.key()
+    }
+    /// The payload.
+    pub fn payload(&self) -> &'a [u8] {
+        self.record.payload()
+    }
+    /// The attributes, in publish order.
+    pub fn attributes(&self) -> Attributes<'a> {
+        self.record.attributes()
+    }
+    /// One attribute's value.
+    pub fn attribute(&self, key: &str) -> Option<&'a str> {
+        self.record.attribute(key)
+    }
+    /// Which delivery this is: 1 the first time, 2 on the first redelivery, ...
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+    /// Explains a `Retry` or `DeadLetter` ack; the last reason given becomes the
+    /// `rill.dlq.reason` attribute if the message is dead-lettered.
+    pub fn set_reason(&self, reason: impl Into<String>) {
+        *self.reason.borrow_mut() = Some(reason.into());
+    }
+    /// The underlying record view.
+    pub fn record(&self) -> RecordView<'a> {
+        self.record
+    }
+}
+
+impl fmt::Debug for Message<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Message")
+            .field("topic", &self.topic)
+            .field("partition", &self.partition)
+            .field("offset", &self.offset())
+            .field("attempt", &self.attempt)
+            .field("key", &self.key())
+            .field("attributes", &self.attributes())
+            .field("payload_len", &self.payload().len())
+            .finish()
+    }
+}
+
+/// The handler a subscription calls, one message at a time.
+pub type Handler = Box<dyn FnMut(&Message<'_>) -> Ack + Send>;
+
+/// Where a subscription's drains run.
+pub(crate) enum Exec {
+    Pool(Arc<Pool>),
+    /// The dedicated thread, known once it has been spawned.
+    Dedicated(Mutex<Option<Thread>>),
+}
+
+/// What a subscription needs from the broker around it.
+pub(crate) struct SubEnv {
+    pub(crate) exec: Exec,
+    pub(crate) timer: Option<Arc<Timer>>,
+    pub(crate) dead_letters: Option<Arc<Topic>>,
+    /// Called once when the subscription closes (after its last handler call).
+    pub(crate) on_close: Option<CloseHook>,
+}
+
+/// Counters, written by the drainer once per batch, read by `stats`.
+#[derive(Default)]
+struct Counters {
+    delivered: AtomicU64,
+    acked: AtomicU64,
+    filtered: AtomicU64,
+    retried: AtomicU64,
+    dead_lettered: AtomicU64,
+    dropped: AtomicU64,
+    missed: AtomicU64,
+}
+
+/// Local tallies of one batch, added to `Counters` in one go.
+#[derive(Default)]
+struct Tally {
+    delivered: u64,
+    acked: u64,
+    filtered: u64,
+    retried: u64,
+    dead_lettered: u64,
+    dropped: u64,
+    missed: u64,
+}
+
+impl Counters {
+    fn add(&self, t: &Tally) {
+        let add = |c: &AtomicU64, n: u64| {
+            if n > 0 {
+                // Relaxed load + store: the drainer is the only writer, so no
+                // read-modify-write is needed; readers only want a snapshot.
+                c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+            }
+        };
+        add(&self.delivered, t.delivered);
+        add(&self.acked, t.acked);
+        add(&self.filtered, t.filtered);
+        add(&self.retried, t.retried);
+        add(&self.dead_lettered, t.dead_lettered);
+        add(&self.dropped, t.dropped);
+        add(&self.missed, t.missed);
+    }
+}
+
+/// One partition a subscription reads.
+pub(crate) struct Reader {
+    pub(crate) topic: Name,
+    pub(crate) partition: Arc<Partition>,
+    pub(crate) cursor: Cursor,
+    /// The cursor's offset as of the last batch, for stats and lag checks by
+    /// other threads.
+    pub(crate) position: Arc<AtomicU64>,
+}
+
+impl Reader {
+    pub(crate) fn new(topic: Name, partition: Arc<Partition>, cursor: Cursor) -> Reader {
+        let position = Arc::new(AtomicU64::new(cursor.offset()));
+        Reader { topic, partition, cursor, position }
+    }
+
+    fn publish_position(&self) {
+        // Relaxed: a snapshot for observers; nothing is read through it.
+        self.position.store(self.cursor.offset(), Ordering::Relaxed);
+    }
+}
+
+/// A partition a subscription reads and its published position: (topic,
+/// partition, position).
+type Tracked = (Name, Arc<Partition>, Arc<AtomicU64>);
+
+/// A message waiting to be delivered again.
+struct Retry {
+    reader: usize,
+    offset: u64,
+    /// The attempt number of the next delivery.
+    attempt: u32,
+    reason: Option<String>,
+}
+
+/// Everything only the drainer touches.
+struct DrainState {
+    /// The user's handler; replaced by a no-op when the subscription is
+    /// finalized, so user code is dropped at a known point with no lock held.
+    handler: Handler,
+    on_lagged: Option<LagCallback>,
+    readers: Vec<Reader>,
+    /// Reader to start the next round at, for fairness between partitions.
+    next: usize,
+    retry: Option<Retry>,
+    reason: RefCell<Option<String>>,
+}
+
+/// The lifecycle state of a subscription, as reported in stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscriptionState {
+    /// Caught up; waiting for messages.
+    Idle,
+    /// Delivering (or about to).
+    Active,
+    /// Waiting to redeliver a message that asked for a retry.
+    Backoff,
+    /// Closed.
+    Closed,
+}
+
+/// Position and lag of one partition a subscription reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionLag {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: u32,
+    /// Next offset the subscription will handle.
+    pub position: u64,
+    /// One past the newest offset published.
+    pub end: u64,
+    /// `end - position`.
+    pub lag: u64,
+}
+
+/// A snapshot of a subscription's counters and positions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionStats {
+    /// Its name (generated for anonymous subscriptions).
+    pub name: String,
+    /// The pattern it subscribed with.
+    pub pattern: String,
+    /// Its state.
+    pub state: SubscriptionState,
+    /// Handler calls, redeliveries included.
+    pub delivered: u64,
+    /// `Success` acks.
+    pub acked: u64,
+    /// Messages skipped by the filter.
+    pub filtered: u64,
+    /// Redeliveries scheduled (`Retry` acks and panics).
+    pub retried: u64,
+    /// Messages published to the dead-letter topic.
+    pub dead_lettered: u64,
+    /// Messages skipped unhandled: by `DropOldest`, or failed at-most-once.
+    pub dropped: u64,
+    /// Messages trimmed by retention before the subscription read them.
+    pub missed: u64,
+    /// Total lag over all partitions.
+    pub lag: u64,
+    /// Per partition.
+    pub partitions: Vec<PartitionLag>,
+    /// The dead-letter topic.
+    pub dead_letter_topic: Option<String>,
+    /// Why it was closed, if the broker closed it.
+    pub closed_reason: Option<String>,
+}
+
+thread::thread_local! {
+    /// The subscription whose handler this thread is running (0: none).
+    // Not `const { .. }`: loom's `thread_local!` does not accept it.
+    #[allow(clippy::missing_const_for_thread_local)]
+    static IN_HANDLER: std::cell::Cell<u64> = std::cell::Cell::new(0);
+}
+
+/// A subscription's shared core.
+pub(crate) struct SubCore {
+    pub(crate) id: u64,
+    pub(crate) name: String,
+    pub(crate) durable: bool,
+    pub(crate) pattern: Pattern,
+    filter: Option<Filter>,
+    delivery: DeliveryMode,
+    max_attempts: u32,
+    backoff: RetryBackoff,
+    pub(crate) overflow: Overflow,
+    pub(crate) lag_limit: Option<u64>,
+    /// The signal-and-drain state, read by publishers: on its own cache line.
+    state: CachePadded<AtomicU8>,
+    drain: Mutex<DrainState>,
+    /// Readers for topics created after subscribing, merged by the drainer.
+    pending: Mutex<Vec<Reader>>,
+    has_pending: AtomicBool,
+    /// Positions of all readers (including pending ones), for stats.
+    positions: Mutex<Vec<Tracked>>,
+    counters: Counters,
+    env: SubEnv,
+    idle_lock: Mutex<()>,
+    idle_cond: Condvar,
+    idle_waiters: AtomicUsize,
+    closed_reason: Mutex<Option<String>>,
+    /// Set once `env.on_close` has run.
+    finalized: AtomicBool,
+}
+
+impl SubCore {
+    pub(crate) fn new(
+        id: u64,
+        name: String,
+        pattern: Pattern,
+        options: &SubscriptionOptions,
+        handler: Handler,
+        env: SubEnv,
+    ) -> Result<SubCore> {
+        let filter = options.filter.as_deref().map(Filter::parse).transpose()?;
+        let max_attempts = options.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+        if max_attempts == 0 {
+            return Err(Error::InvalidArgument("max_attempts must be at least 1".into()));
+        }
+        let b = &options.backoff;
+        if !(b.multiplier.is_finite() && b.multiplier >= 1.0) || b.initial > b.max {
+            return Err(Error::InvalidArgument(format!(
+                "backoff needs initial <= max and a finite multiplier >= 1, got {b:?}"
+            )));
+        }
+        if options.lag_limit == Some(0) {
+            return Err(Error::InvalidArgument("lag_limit must be at least 1".into()));
+        }
+        if options.overflow == Overflow::Block && options.lag_limit.is_none() {
+            return Err(Error::InvalidArgument("the Block overflow policy needs a lag_limit".into()));
+        }
+        Ok(SubCore {
+            id,
+            durable: options.name.is_some(),
+            name,
+            pattern,
+            filter,
+            delivery: options.delivery,
+            max_attempts,
+            backoff: options.backoff,
+            overflow: options.overflow,
+            lag_limit: options.lag_limit,
+            state: CachePadded::new(AtomicU8::new(IDLE)),
+            drain: Mutex::new(DrainState {
+                handler,
+                on_lagged: options.on_lagged.clone(),
+                readers: Vec::new(),
+                next: 0,
+                retry: None,
+                reason: RefCell::new(None),
+            }),
+            pending: Mutex::new(Vec::new()),
+            has_pending: AtomicBool::new(false),
+            positions: Mutex::new(Vec::new()),
+            counters: Counters::default(),
+            env,
+            idle_lock: Mutex::new(()),
+            idle_cond: Condvar::new(),
+            idle_waiters: AtomicUsize::new(0),
+            closed_reason: Mutex::new(None),
+            finalized: AtomicBool::new(false),
+        })
+    }
+
+    /// Hands the subscription a partition to read. The caller then adds the
+    /// subscription as a listener of that partition.
+    pub(crate) fn attach(&self, reader: Reader) {
+        lock(&self.positions).push((reader.topic.clone(), reader.partition.clone(), reader.position.clone()));
+        lock(&self.pending).push(reader);
+        // Release: pairs with the Acquire in `merge_pending`.
+        self.has_pending.store(true, Ordering::Release);
+    }
+
+    /// For the dedicated executor: records the thread to unpark.
+    pub(crate) fn set_thread(&self, t: Thread) {
+        if let Exec::Dedicated(slot) = &self.env.exec {
+            *lock(slot) = Some(t);
+        }
+    }
+
+    #[inline]
+    fn state(&self) -> u8 {
+        // Acquire: a reader that sees IDLE or CLOSED also sees what the
+        // drainer did before storing it (positions, counters).
+        self.state.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state() == CLOSED
+    }
+
+    /// The publisher's half: called after a commit and a `fence(SeqCst)`.
+    /// Returns true if this call moved the subscription from idle to active,
+    /// in which case the caller must `schedule` it.
+    #[inline]
+    pub(crate) fn try_activate(&self) -> bool {
+        // Relaxed: the preceding SeqCst fence orders this load after the
+        // commit; a busy subscription costs exactly this one shared read.
+        self.state.load(Ordering::Relaxed) == IDLE
+            // AcqRel on success: acquires the last drainer's writes (it released
+            // them with its IDLE store) and releases our commit to the drain we
+            // schedule. Relaxed on failure: someone else is handling it.
+            && self.state.compare_exchange(IDLE, ACTIVE, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+
+    /// Queues a drain. Call only after winning a move to `ACTIVE`.
+    pub(crate) fn schedule(this: &Arc<SubCore>) {
+        match &this.env.exec {
+            Exec::Pool(pool) => pool.push(this.clone()),
+            Exec::Dedicated(t) => {
+                if let Some(t) = &*lock(t) {
+                    t.unpark();
+                }
+            }
+        }
+    }
+
+    /// Wakes the subscription so it looks at its partitions again (used after
+    /// attaching a partition, and by the timer).
+    pub(crate) fn poke(this: &Arc<SubCore>) {
+        fence(Ordering::SeqCst);
+        if this.try_activate() {
+            SubCore::schedule(this);
+        }
+    }
+
+    /// The timer's transition: `BACKOFF -> ACTIVE`.
+    pub(crate) fn wake_from_backoff(this: &Arc<SubCore>) {
+        // AcqRel: as in `try_activate`.
+        if this.state.compare_exchange(BACKOFF, ACTIVE, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            SubCore::schedule(this);
+        }
+    }
+
+    /// Runs one drain: the body of a pool job. The state is `ACTIVE`.
+    pub(crate) fn run(this: Arc<SubCore>) {
+        SubCore::drain_rounds(&this, false);
+    }
+
+    /// The loop of a dedicated drain thread.
+    pub(crate) fn dedicated_loop(this: Arc<SubCore>) {
+        loop {
+            match this.state() {
+                CLOSED => return,
+                ACTIVE => SubCore::drain_rounds(&this, true),
+                // IDLE or BACKOFF: a publisher or the timer will unpark us.
+                _ => thread::park(),
+            }
+        }
+    }
+
+    /// Delivers until caught up, closed, backing off, or (on the pool) out of
+    /// budget.
+    fn drain_rounds(this: &Arc<SubCore>, dedicated: bool) {
+        let mut st = lock(&this.drain);
+        loop {
+            if this.state() == CLOSED {
+                drop(st);
+                this.finalize();
+                return;
+            }
+            this.merge_pending(&mut st);
+            match this.deliver_round(&mut st) {
+                Round::Closed => {
+                    drop(st);
+                    this.finalize();
+                    return;
+                }
+                Round::Backoff(delay) => {
+                    // Relaxed load is enough: CLOSED is checked by the CAS.
+                    if this.state.compare_exchange(ACTIVE, BACKOFF, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                        match &this.env.timer {
+                            Some(timer) => timer.schedule(delay, this),
+                            // No timer (a bare subscription in tests): retry now.
+                            None => SubCore::wake_from_backoff(this),
+                        }
+                    }
+                    this.notify_idle();
+                    return;
+                }
+                Round::OutOfBudget if !dedicated => {
+                    // Stay ACTIVE and go to the back of the queue.
+                    drop(st);
+                    SubCore::schedule(this);
+                    return;
+                }
+                Round::OutOfBudget => continue,
+                Round::CaughtUp => {}
+            }
+            if dedicated && this.spin_for_work(&mut st) {
+                continue;
+            }
+            // Go idle, then re-check: see the essay at the top of this file.
+            // Release on success: publishes positions and counters to whoever
+            // acquires IDLE next. Fails only if closed.
+            if this.state.compare_exchange(ACTIVE, IDLE, Ordering::Release, Ordering::Relaxed).is_err() {
+                return;
+            }
+            // SeqCst fence: orders the IDLE store before the re-check's slot
+            // loads; pairs with the publisher's fence in `Partition::notify`.
+            fence(Ordering::SeqCst);
+            if !this.has_work(&mut st) {
+                drop(st);
+                this.notify_idle();
+                return;
+            }
+            // Acquire on success: we own the drain again.
+            if this.state.compare_exchange(IDLE, ACTIVE, Ordering::Acquire, Ordering::Relaxed).is_err() {
+                // A publisher got there first and scheduled a drain; let it run.
+                return;
+            }
+        }
+    }
+
+    /// A dedicated drainer's short wait for more work before going idle:
+    /// spin, then yield, polling the log; give up after `Backoff` completes.
+    fn spin_for_work(&self, st: &mut DrainState) -> bool {
+        let mut backoff = Backoff::new();
+        while !backoff.is_completed() {
+            if self.state() == CLOSED {
+                return false;
+            }
+            if self.has_work(st) {
+                return true;
+            }
+            backoff.snooze();
+        }
+        false
+    }
+
+    fn merge_pending(&self, st: &mut DrainState) {
+        // Acquire: pairs with the Release in `attach`.
+        if self.has_pending.load(Ordering::Acquire) {
+            self.has_pending.store(false, Ordering::Relaxed);
+            st.readers.append(&mut lock(&self.pending));
+        }
+    }
+
+    /// True if some partition has a message (or a lag report) to process.
+    fn has_work(&self, st: &mut DrainState) -> bool {
+        // Acquire: pairs with the Release in `attach`.
+        self.has_pending.load(Ordering::Acquire) || st.readers.iter_mut().any(|r| r.cursor.has_next())
+    }
+
+    /// One round: up to `ROUND_BUDGET` messages over all partitions.
+    fn deliver_round(&self, st: &mut DrainState) -> Round {
+        let n = st.readers.len();
+        if n == 0 {
+            return Round::CaughtUp;
+        }
+        let mut budget = ROUND_BUDGET;
+        let start = st.next % n;
+        // A pending retry goes first: nothing behind it may overtake it.
+        let order: Vec<usize> = match &st.retry {
+            Some(r) => {
+                std::iter::once(r.reader).chain((0..n).map(|k| (start + k) % n).filter(|&i| i != r.reader)).collect()
+            }
+            None => (0..n).map(|k| (start + k) % n).collect(),
+        };
+        st.next = start + 1;
+        for i in order {
+            let outcome = self.deliver_partition(st, i, &mut budget);
+            st.readers[i].publish_position();
+            match outcome {
+                Step::Continue => {}
+                Step::Stop(round) => return round,
+            }
+            if budget == 0 {
+                return Round::OutOfBudget;
+            }
+        }
+        Round::CaughtUp
+    }
+
+    /// Delivers from reader `i` until it is caught up or `budget` runs out.
+    fn deliver_partition(&self, st: &mut DrainState, i: usize, budget: &mut usize) -> Step {
+        if let Some(limit) = self.lag_limit {
+            let r = &mut st.readers[i];
+            let lag = r.cursor.lag();
+            if lag > limit {
+                match self.overflow {
+                    Overflow::DropOldest => {
+                        let target = r.cursor.offset() + (lag - limit);
+                        let skipped = match r.cursor.seek(target) {
+                            Ok(()) => lag - limit,
+                            Err(_) => {
+                                let before = r.cursor.offset();
+                                r.cursor.seek_to_first();
+                                r.cursor.offset().saturating_sub(before)
+                            }
+                        };
+                        if st.retry.as_ref().is_some_and(|rt| rt.reader == i) {
+                            st.retry = None;
+                        }
+                        self.counters.add(&Tally { dropped: skipped, ..Tally::default() });
+                    }
+                    Overflow::Disconnect => {
+                        let reason = format!(
+                            "disconnected: lag {lag} on {}[{}] exceeded the lag limit {limit}",
+                            r.topic, r.partition.index
+                        );
+                        self.close_with_reason(reason);
+                        return Step::Stop(Round::Closed);
+                    }
+                    // Publishers enforce Block; nothing to do here.
+                    Overflow::Block => {}
+                }
+            }
+        }
+        loop {
+            if *budget == 0 {
+                return Step::Continue;
+            }
+            let mut tally = Tally::default();
+            let outcome = self.deliver_batch(st, i, budget, &mut tally);
+            self.counters.add(&tally);
+            match outcome {
+                Batch::More => continue,
+                Batch::Empty => return Step::Continue,
+                Batch::Stop(round) => return Step::Stop(round),
+            }
+        }
+    }
+
+    /// Reads one batch from reader `i` and hands its messages to the handler.
+    fn deliver_batch(&self, st: &mut DrainState, i: usize, budget: &mut usize, tally: &mut Tally) -> Batch {
+        let DrainState { handler, on_lagged, readers, retry, reason, .. } = st;
+        let reader = &mut readers[i];
+        let topic: &str = &reader.topic;
+        let partition = reader.partition.index;
+        let want = (*budget).min(BATCH);
+        let batch = match reader.cursor.read_batch(want) {
+            Ok(b) => b,
+            Err(Lagged { missed, .. }) => {
+                tally.missed += missed;
+                if retry.as_ref().is_some_and(|r| r.reader == i) {
+                    *retry = None;
+                }
+                if let Some(cb) = on_lagged {
+                    cb(topic, partition, missed);
+                }
+                return Batch::More;
+            }
+        };
+        if batch.is_empty() {
+            return Batch::Empty;
+        }
+        // Where to put the cursor back if a message must be redelivered.
+        let mut rewind_to: Option<u64> = None;
+        let mut stop: Option<Round> = None;
+        for record in batch {
+            *budget -= 1;
+            if self.filter.as_ref().is_some_and(|f| !f.matches(record.attributes())) {
+                tally.filtered += 1;
+                continue;
+            }
+            // A redelivery carries the attempt number and the reason given last time.
+            let (attempt, last_reason) = match retry {
+                Some(r) if r.reader == i && r.offset == record.offset() => (r.attempt, r.reason.take()),
+                _ => (1, None),
+            };
+            *reason.borrow_mut() = last_reason;
+            let msg = Message { topic, partition, record, attempt, reason: &*reason };
+            let ack = invoke(self.id, handler, &msg);
+            tally.delivered += 1;
+            if self.state() == CLOSED {
+                // Closed while the handler ran: the message was not acknowledged
+                // (at least once), so the position stays on it for a resume.
+                rewind_to = Some(match self.delivery {
+                    DeliveryMode::AtLeastOnce => record.offset(),
+                    DeliveryMode::AtMostOnce => record.offset() + 1,
+                });
+                stop = Some(Round::Closed);
+                break;
+            }
+            let ack = match self.delivery {
+                DeliveryMode::AtMostOnce => match ack {
+                    Ack::Success => {
+                        tally.acked += 1;
+                        continue;
+                    }
+                    Ack::Retry => {
+                        tally.dropped += 1;
+                        continue;
+                    }
+                    Ack::DeadLetter => Ack::DeadLetter,
+                },
+                DeliveryMode::AtLeastOnce => ack,
+            };
+            match ack {
+                Ack::Success => {
+                    tally.acked += 1;
+                    *retry = None;
+                }
+                Ack::Retry if attempt < self.max_attempts => {
+                    tally.retried += 1;
+                    *retry =
+                        Some(Retry { reader: i, offset: record.offset(), attempt: attempt + 1, reason: reason.take() });
+                    rewind_to = Some(record.offset());
+                    stop = Some(Round::Backoff(self.backoff.delay(attempt)));
+                    break;
+                }
+                Ack::Retry | Ack::DeadLetter => {
+                    let why = reason.take().unwrap_or_else(|| {
+                        if ack == Ack::Retry {
+                            format!("gave up after {attempt} attempts")
+                        } else {
+                            "dead-lettered by the handler".into()
+                        }
+                    });
+                    self.dead_letter(&msg, &why);
+                    tally.dead_lettered += 1;
+                    *retry = None;
+                }
+            }
+        }
+        if let Some(offset) = rewind_to {
+            reader.cursor.rewind(offset);
+        }
+        match stop {
+            Some(round) => Batch::Stop(round),
+            None => Batch::More,
+        }
+    }
+
+    /// Publishes a failed message to the dead-letter topic, with its key,
+    /// payload and attributes plus `rill.dlq.*`.
+    fn dead_letter(&self, msg: &Message<'_>, reason: &str) {
+        let Some(dlq) = &self.env.dead_letters else { return };
+        let (partition, offset, attempts) =
+            (msg.partition().to_string(), msg.offset().to_string(), msg.attempt().to_string());
+        let mut attrs: Vec<(&str, &str)> = msg.attributes().filter(|(k, _)| !k.starts_with("rill.dlq.")).collect();
+        attrs.extend([
+            ("rill.dlq.reason", reason),
+            ("rill.dlq.topic", msg.topic()),
+            ("rill.dlq.partition", partition.as_str()),
+            ("rill.dlq.offset", offset.as_str()),
+            ("rill.dlq.attempts", attempts.as_str()),
+            ("rill.dlq.subscription", self.name.as_str()),
+        ]);
+        let mut record = Record::new(msg.payload()).with_attributes(&attrs);
+        if let Some(k) = msg.key() {
+            record = record.with_key(k);
+        }
+        if let Err(e) = dlq.route(msg.key()).publish(&record) {
+            *lock(&self.closed_reason) = Some(format!("dead-lettering offset {} failed: {e}", msg.offset()));
+        }
+    }
+
+    fn notify_idle(&self) {
+        // SeqCst fence: pairs with the fence in `wait_idle` between registering
+        // as a waiter and checking the state, so one side sees the other.
+        fence(Ordering::SeqCst);
+        if self.idle_waiters.load(Ordering::Relaxed) > 0 {
+            let _g = lock(&self.idle_lock);
+            self.idle_cond.notify_all();
+        }
+    }
+
+    /// True when nothing is in flight and every partition is read to its end.
+    fn is_caught_up(&self) -> bool {
+        if self.state() != IDLE {
+            return false;
+        }
+        // Acquire: pairs with the Release in `attach`.
+        if self.has_pending.load(Ordering::Acquire) {
+            return false;
+        }
+        lock(&self.positions).iter().all(|(_, p, pos)| {
+            // Relaxed: published by the drainer before its IDLE store, which the
+            // Acquire state load above synchronised with.
+            pos.load(Ordering::Relaxed) >= p.log.end_offset()
+        })
+    }
+
+    /// Waits until the subscription is caught up (true) or `timeout` passes (false).
+    pub(crate) fn wait_idle(&self, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        self.idle_waiters.fetch_add(1, Ordering::Relaxed);
+        let result = loop {
+            // SeqCst fence: see `notify_idle`.
+            fence(Ordering::SeqCst);
+            if self.is_closed() {
+                break Err(Error::Closed(format!("subscription {:?} is closed", self.name)));
+            }
+            if self.is_caught_up() {
+                break Ok(true);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break Ok(false);
+            }
+            let g = lock(&self.idle_lock);
+            // Re-checked under the lock; and the wait is capped, so even a
+            // notification that raced ahead costs at most a few milliseconds.
+            if self.is_caught_up() || self.is_closed() {
+                continue;
+            }
+            let wait = (deadline - now).min(Duration::from_millis(5));
+            drop(self.idle_cond.wait_timeout(g, wait).unwrap_or_else(|e| e.into_inner()));
+        };
+        self.idle_waiters.fetch_sub(1, Ordering::Relaxed);
+        result
+    }
+
+    /// Closes the subscription. Unless called from its own handler, returns
+    /// only once no handler call of it is in flight. Idempotent.
+    pub(crate) fn close(&self) {
+        if self.state.swap(CLOSED, Ordering::AcqRel) == CLOSED {
+            return;
+        }
+        for (_, partition, _) in lock(&self.positions).iter() {
+            partition.remove_listener(self.id);
+        }
+        if let Exec::Dedicated(t) = &self.env.exec
+            && let Some(t) = &*lock(t)
+        {
+            t.unpark();
+        }
+        if IN_HANDLER.with(|h| h.get()) != self.id {
+            // Wait for an in-flight round to see CLOSED and release the lock;
+            // its positions are final then.
+            drop(lock(&self.drain));
+            self.finalize();
+        }
+        // Called from our own handler: the round finalizes when it returns.
+        self.notify_idle();
+    }
+
+    /// Runs once, after the last handler call: releases the user's handler
+    /// and callbacks (their destructors may run user code, so no lock is
+    /// held), then runs the broker's close hook.
+    fn finalize(&self) {
+        if self.finalized.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (handler, on_lagged) = {
+            let mut st = lock(&self.drain);
+            let noop: Handler = Box::new(|_: &Message<'_>| Ack::Success);
+            (std::mem::replace(&mut st.handler, noop), st.on_lagged.take())
+        };
+        drop(handler);
+        drop(on_lagged);
+        if let Some(on_close) = &self.env.on_close {
+            on_close(self);
+        }
+    }
+
+    /// Closes the subscription, recording why (reported in stats).
+    pub(crate) fn close_with_reason(&self, reason: String) {
+        *lock(&self.closed_reason) = Some(reason);
+        self.close();
+    }
+
+    /// The committed position of every partition read so far.
+    pub(crate) fn positions(&self) -> Vec<(Name, u32, u64)> {
+        lock(&self.positions)
+            .iter()
+            // Relaxed: see `is_caught_up`; callers take it after close.
+            .map(|(t, p, pos)| (t.clone(), p.index, pos.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    pub(crate) fn stats(&self) -> SubscriptionStats {
+        let partitions: Vec<PartitionLag> = lock(&self.positions)
+            .iter()
+            .map(|(topic, p, pos)| {
+                // Relaxed: a snapshot.
+                let position = pos.load(Ordering::Relaxed);
+                let end = p.log.end_offset();
+                PartitionLag {
+                    topic: topic.to_string(),
+                    partition: p.index,
+                    position,
+                    end,
+                    lag: end.saturating_sub(position),
+                }
+            })
+            .collect();
+        let c = &self.counters;
+        // Relaxed: counters are statistics.
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SubscriptionStats {
+            name: self.name.clone(),
+            pattern: self.pattern.to_string(),
+            state: match self.state() {
+                IDLE => SubscriptionState::Idle,
+                ACTIVE => SubscriptionState::Active,
+                BACKOFF => SubscriptionState::Backoff,
+                _ => SubscriptionState::Closed,
+            },
+            delivered: get(&c.delivered),
+            acked: get(&c.acked),
+            filtered: get(&c.filtered),
+            retried: get(&c.retried),
+            dead_lettered: get(&c.dead_lettered),
+            dropped: get(&c.dropped),
+            missed: get(&c.missed),
+            lag: partitions.iter().map(|p| p.lag).sum(),
+            partitions,
+            dead_letter_topic: self.env.dead_letters.as_ref().map(|t| t.name.to_string()),
+            closed_reason: lock(&self.closed_reason).clone(),
+        }
+    }
+}
+
+/// How a round ended.
+enum Round {
+    CaughtUp,
+    OutOfBudget,
+    Backoff(Duration),
+    Closed,
+}
+
+enum Step {
+    Continue,
+    Stop(Round),
+}
+
+enum Batch {
+    More,
+    Empty,
+    Stop(Round),
+}
+
+/// Calls the handler, turning a panic into `Retry` with the panic's message
+/// as the reason.
+fn invoke(sub_id: u64, handler: &mut Handler, msg: &Message<'_>) -> Ack {
+    let previous = IN_HANDLER.with(|h| h.replace(sub_id));
+    let result = catch_unwind(AssertUnwindSafe(|| handler(msg)));
+    IN_HANDLER.with(|h| h.set(previous));
+    match result {
+        Ok(ack) => ack,
+        Err(panic) => {
+            let text = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string panic payload".into());
+            msg.set_reason(format!("handler panicked: {text}"));
+            Ack::Retry
+        }
+    }
+}
+
+/// Locks a mutex, ignoring poisoning: a panic in a handler is caught before
+/// it could poison anything, and the data behind these locks stays valid.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A live push subscription. Dropping it unsubscribes (see [`Subscription::close`]).
+pub struct Subscription {
+    pub(crate) core: Arc<SubCore>,
+}
+
+impl Subscription {
+    /// The subscription's name (generated for anonymous ones).
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Waits until the subscription has handled everything published to its
+    /// partitions so far and no handler call is in flight (`Ok(true)`), or the
+    /// timeout passes (`Ok(false)`). `Err(Closed)` if it is closed.
+    pub fn wait_idle(&self, timeout: Duration) -> Result<bool> {
+        self.core.wait_idle(timeout)
+    }
+
+    /// A snapshot of its counters and positions.
+    pub fn stats(&self) -> SubscriptionStats {
+        self.core.stats()
+    }
+
+    /// True once closed (by `close`, by the broker closing, or by the
+    /// `Disconnect` overflow policy).
+    pub fn is_closed(&self) -> bool {
+        self.core.is_closed()
+    }
+
+    /// Unsubscribes. Returns once no handler call of this subscription is in
+    /// flight, except when called from its own handler (it then returns at
+    /// once, and the handler is not called again). Idempotent.
+    pub fn close(&self) {
+        self.core.close();
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.core.close();
+    }
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription").field("name", &self.core.name).field("pattern", &self.core.pattern).finish()
+    }
+}

@@ -1,0 +1,333 @@
+//! Topics and their partitions.
+//!
+//! A topic is a name and one or more partitions; a partition is a [`Log`]
+//! plus the list of *listeners* (subscriptions and consumers reading it) that
+//! a publisher signals after each commit.
+
+use std::fmt;
+
+use super::subscription::SubCore;
+use crate::error::Result;
+use crate::log::{Log, LogConfig, Record};
+use crate::sync::atomic::{Ordering, fence};
+use crate::sync::epoch::{self, Guard, Owned};
+use crate::sync::{Arc, Mutex, Name};
+
+/// How a topic is laid out and how much each partition retains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicOptions {
+    /// Number of partitions (at least 1). Order is kept per partition.
+    pub partitions: u32,
+    /// Retention per partition, in bytes of segments; `None` keeps everything.
+    /// Default: 256 MiB.
+    pub retention_bytes: Option<u64>,
+    /// Retention per partition by message count; `None`: no count limit.
+    pub retention_messages: Option<u64>,
+    /// Segment size; `None` picks 4 MiB or a quarter of `retention_bytes`.
+    pub segment_bytes: Option<usize>,
+    /// Largest encoded message (24-byte header, key, attributes and payload);
+    /// `None` picks 1 MiB or the segment size if smaller.
+    pub max_message_bytes: Option<usize>,
+}
+
+impl Default for TopicOptions {
+    fn default() -> Self {
+        let log = LogConfig::default();
+        TopicOptions {
+            partitions: 1,
+            retention_bytes: log.retention_bytes,
+            retention_messages: log.retention_messages,
+            segment_bytes: log.segment_bytes,
+            max_message_bytes: log.max_record_bytes,
+        }
+    }
+}
+
+impl TopicOptions {
+    /// The default options with `n` partitions.
+    pub fn with_partitions(n: u32) -> Self {
+        TopicOptions { partitions: n, ..TopicOptions::default() }
+    }
+
+    fn log_config(&self) -> LogConfig {
+        LogConfig {
+            retention_bytes: self.retention_bytes,
+            retention_messages: self.retention_messages,
+            segment_bytes: self.segment_bytes,
+            max_record_bytes: self.max_message_bytes,
+        }
+    }
+}
+
+/// Most partitions a topic may have.
+pub const MAX_PARTITIONS: u32 = 4096;
+
+/// Something a publisher wakes after committing a record to a partition.
+#[derive(Clone)]
+pub(crate) enum Listener {
+    /// A push subscription (signal-and-drain, see `subscription.rs`).
+    Subscription(Arc<SubCore>),
+}
+
+impl Listener {
+    /// Called after a commit, behind a `fence(SeqCst)`. Cheap when the
+    /// listener is already awake: one load, no write.
+    #[inline]
+    fn signal(&self) {
+        match self {
+            Listener::Subscription(sub) => {
+                if sub.try_activate() {
+                    SubCore::schedule(sub);
+                }
+            }
+        }
+    }
+
+    fn id(&self) -> u64 {
+        match self {
+            Listener::Subscription(sub) => sub.id,
+        }
+    }
+}
+
+/// The listeners of one partition, replaced as a whole when one joins or leaves.
+struct Listeners {
+    list: Vec<Listener>,
+}
+
+/// One partition: a log and the listeners to signal after a commit.
+pub(crate) struct Partition {
+    pub(crate) index: u32,
+    pub(crate) log: Log,
+    /// Read by publishers on every publish (pinned); written under `edit`.
+    listeners: epoch::Atomic<Listeners>,
+    /// Serialises writers of `listeners` (subscribe and unsubscribe, never the publish path).
+    edit: Mutex<()>,
+}
+
+impl Partition {
+    pub(crate) fn new(index: u32, log: Log) -> Self {
+        Partition { index, log, listeners: epoch::Atomic::new(Listeners { list: Vec::new() }), edit: Mutex::new(()) }
+    }
+
+    #[inline]
+    fn listeners<'g>(&self, guard: &'g Guard) -> &'g [Listener] {
+        // Acquire: pairs with the Release swap in `edit_listeners`, so the
+        // listeners it lists are fully constructed.
+        let shared = self.listeners.load(Ordering::Acquire, guard);
+        // SAFETY: never null (set in `new`, replaced only by valid lists), and a
+        // replaced list is retired with `defer_destroy`, so it outlives `guard`.
+        unsafe { &shared.deref().list }
+    }
+
+    /// Appends one record and signals the listeners; returns its offset.
+    #[inline]
+    pub(crate) fn publish(&self, record: &Record<'_>) -> Result<u64> {
+        let guard = epoch::pin();
+        let offset = self.log.append(record)?;
+        self.notify(&guard);
+        Ok(offset)
+    }
+
+    /// Appends records in order and signals the listeners once.
+    pub(crate) fn publish_batch(&self, records: &[Record<'_>], offsets: &mut Vec<u64>) -> Result<()> {
+        let guard = epoch::pin();
+        self.log.append_batch(records, offsets)?;
+        self.notify(&guard);
+        Ok(())
+    }
+
+    /// The publisher's half of signal-and-drain (see `subscription.rs`):
+    /// after its commit, a full fence, then each listener's state is read.
+    #[inline]
+    pub(crate) fn notify(&self, guard: &Guard) {
+        let listeners = self.listeners(guard);
+        if listeners.is_empty() {
+            return;
+        }
+        // SeqCst fence: orders this publisher's commit (a Release store of the
+        // slot) before its loads of the listeners' states. It pairs with the
+        // fence a drainer issues between going idle and re-checking the log;
+        // together they rule out both sides missing each other.
+        fence(Ordering::SeqCst);
+        for l in listeners {
+            l.signal();
+        }
+    }
+
+    /// Adds a listener (no-op if one with its id is there).
+    pub(crate) fn add_listener(&self, listener: Listener) {
+        self.edit_listeners(|list| {
+            if !list.iter().any(|l| l.id() == listener.id()) {
+                list.push(listener);
+            }
+        });
+    }
+
+    /// Removes the listener with `id`.
+    pub(crate) fn remove_listener(&self, id: u64) {
+        self.edit_listeners(|list| list.retain(|l| l.id() != id));
+    }
+
+    fn edit_listeners(&self, edit: impl FnOnce(&mut Vec<Listener>)) {
+        let _serial = self.edit.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = epoch::pin();
+        let mut list = self.listeners(&guard).to_vec();
+        edit(&mut list);
+        // Release: publishes the new list (see `listeners`).
+        let old = self.listeners.swap(Owned::new(Listeners { list }), Ordering::AcqRel, &guard);
+        // SAFETY: `old` is unreachable now; publishers that loaded it are pinned
+        // and the destructor waits for them.
+        unsafe { guard.defer_destroy(old) };
+        guard.flush();
+    }
+
+    pub(crate) fn listener_count(&self) -> usize {
+        let guard = epoch::pin();
+        self.listeners(&guard).len()
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: nobody else can load the list any more.
+        unsafe {
+            let list = self.listeners.load(Ordering::Relaxed, epoch::unprotected());
+            drop(list.into_owned());
+        }
+    }
+}
+
+impl fmt::Debug for Partition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Partition")
+            .field("index", &self.index)
+            .field("log", &self.log)
+            .field("listeners", &self.listener_count())
+            .finish()
+    }
+}
+
+/// A topic: a name and its partitions.
+pub(crate) struct Topic {
+    pub(crate) name: Name,
+    pub(crate) partitions: Box<[Arc<Partition>]>,
+}
+
+impl Topic {
+    pub(crate) fn new(name: &str, options: &TopicOptions) -> Result<Topic> {
+        if options.partitions == 0 || options.partitions > MAX_PARTITIONS {
+            return Err(crate::Error::InvalidArgument(format!(
+                "a topic has between 1 and {MAX_PARTITIONS} partitions, not {}",
+                options.partitions
+            )));
+        }
+        let config = options.log_config();
+        let partitions = (0..options.partitions)
+            .map(|i| Log::new(&config).map(|log| Arc::new(Partition::new(i, log))))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Topic { name: name.into(), partitions: partitions.into() })
+    }
+
+    /// The partition a record goes to: `partition_for_key` for keyed records,
+    /// else the next of this thread's round-robin.
+    #[inline]
+    pub(crate) fn route(&self, key: Option<&[u8]>) -> &Arc<Partition> {
+        let n = self.partitions.len();
+        if n == 1 {
+            return &self.partitions[0];
+        }
+        let i = match key {
+            Some(k) => partition_for_key(k, n as u32) as usize,
+            None => next_round_robin() % n,
+        };
+        &self.partitions[i]
+    }
+}
+
+impl fmt::Debug for Topic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Topic").field("name", &self.name).field("partitions", &self.partitions.len()).finish()
+    }
+}
+
+/// The partition of a keyed message: FNV-1a (64-bit) over the key bytes,
+/// finished with MurmurHash3's 64-bit mixer, modulo the partition count.
+///
+/// The function is fixed: the same key lands on the same partition in every
+/// run, on every platform and in every language binding, as long as the
+/// partition count stays the same.
+pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = FNV_OFFSET;
+    for &b in key {
+        h ^= b as u64;
+        h = h.wrapping_mul(FNV_PRIME);
+    }
+    // fmix64: spreads FNV's weak low bits over the whole word.
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    (h % partitions.max(1) as u64) as u32
+}
+
+/// This thread's next round-robin index. Per thread, so concurrent
+/// publishers do not contend on a shared counter.
+fn next_round_robin() -> usize {
+    std::thread_local! {
+        static NEXT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+    }
+    NEXT.with(|n| {
+        let mut v = n.get();
+        if v == usize::MAX {
+            // Start threads at different places so a burst of new threads
+            // does not pile onto partition 0.
+            use std::hash::BuildHasher;
+            v = std::hash::RandomState::new().hash_one(std::thread::current().id()) as usize >> 1;
+        }
+        n.set(v.wrapping_add(1));
+        v
+    })
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_partitioning_is_pinned_to_known_values() {
+        // These values are part of the contract: changing the function would
+        // move keys between partitions for existing users. They were computed
+        // independently of this code, with a Python transcription of the
+        // documented function (FNV-1a 64, then fmix64, then modulo).
+        assert_eq!(partition_for_key(b"", 8), partition_for_key(b"", 8));
+        let got: Vec<u32> = [&b"user-1"[..], b"user-2", b"order-42", b"", b"\x00\xff"]
+            .iter()
+            .map(|k| partition_for_key(k, 16))
+            .collect();
+        assert_eq!(got, vec![5, 11, 6, 6, 8]);
+        assert_eq!(partition_for_key(b"anything", 1), 0);
+    }
+
+    #[test]
+    fn keys_spread_over_partitions() {
+        let mut counts = [0u32; 8];
+        for i in 0..8_000u32 {
+            counts[partition_for_key(format!("key-{i}").as_bytes(), 8) as usize] += 1;
+        }
+        assert!(counts.iter().all(|&c| (800..1200).contains(&c)), "{counts:?}");
+    }
+
+    #[test]
+    fn unkeyed_messages_cycle_through_partitions() {
+        let topic = Topic::new("t", &TopicOptions::with_partitions(4)).unwrap();
+        let mut seen: Vec<u32> = (0..8).map(|_| topic.route(None).index).collect();
+        let first = seen[0];
+        assert_eq!(seen[..4].iter().map(|p| (p + 4 - first) % 4).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        seen.sort_unstable();
+        assert_eq!(seen, vec![0, 0, 1, 1, 2, 2, 3, 3]);
+    }
+}

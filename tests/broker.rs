@@ -1,0 +1,640 @@
+//! The broker as users drive it: topics, routing, filters, push
+//! subscriptions, delivery modes, re-entrancy and lifecycle.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use rill::{
+    Ack, Broker, BrokerConfig, DeliveryMode, Error, Message, Record, StartPosition, Subscription, SubscriptionOptions,
+    SubscriptionState, TopicOptions,
+};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn broker() -> Broker {
+    Broker::new(BrokerConfig::default()).unwrap()
+}
+
+fn topic(b: &Broker, name: &str, partitions: u32) {
+    b.create_topic(name, &TopicOptions::with_partitions(partitions)).unwrap();
+}
+
+/// What a recording handler saw: (topic, partition, offset, payload, attempt).
+type Seen = Arc<Mutex<Vec<(String, u32, u64, Vec<u8>, u32)>>>;
+
+fn recorder() -> (Seen, impl FnMut(&Message<'_>) -> Ack + Send + 'static) {
+    let seen: Seen = Arc::default();
+    let s = seen.clone();
+    (seen, move |m: &Message<'_>| {
+        s.lock().unwrap().push((m.topic().to_owned(), m.partition(), m.offset(), m.payload().to_vec(), m.attempt()));
+        Ack::Success
+    })
+}
+
+fn payloads(seen: &Seen) -> Vec<Vec<u8>> {
+    seen.lock().unwrap().iter().map(|s| s.3.clone()).collect()
+}
+
+fn sub_with(b: &Broker, pattern: &str, options: SubscriptionOptions) -> (Subscription, Seen) {
+    let (seen, h) = recorder();
+    (b.subscribe(pattern, options, h).unwrap(), seen)
+}
+
+fn earliest() -> SubscriptionOptions {
+    SubscriptionOptions { start: StartPosition::Earliest, ..Default::default() }
+}
+
+fn publish(b: &Broker, topic: &str, payload: &[u8]) {
+    b.publish(topic, &Record::new(payload)).unwrap();
+}
+
+#[test]
+fn earliest_sees_the_past_and_latest_does_not() {
+    let b = broker();
+    topic(&b, "orders", 1);
+    publish(&b, "orders", b"before-1");
+    publish(&b, "orders", b"before-2");
+    let (early, early_seen) = sub_with(&b, "orders", earliest());
+    let (late, late_seen) = sub_with(&b, "orders", SubscriptionOptions::default());
+    publish(&b, "orders", b"after");
+    assert!(early.wait_idle(WAIT).unwrap());
+    assert!(late.wait_idle(WAIT).unwrap());
+    assert_eq!(payloads(&early_seen), vec![b"before-1".to_vec(), b"before-2".to_vec(), b"after".to_vec()]);
+    assert_eq!(payloads(&late_seen), vec![b"after".to_vec()]);
+}
+
+#[test]
+fn a_subscription_can_start_at_an_explicit_offset() {
+    let b = broker();
+    topic(&b, "t", 1);
+    for i in 0..10u8 {
+        publish(&b, "t", &[i]);
+    }
+    let (s, seen) = sub_with(&b, "t", SubscriptionOptions { start: StartPosition::Offset(7), ..Default::default() });
+    assert!(s.wait_idle(WAIT).unwrap());
+    assert_eq!(payloads(&seen), vec![vec![7], vec![8], vec![9]]);
+    let err = b.subscribe(
+        "t",
+        SubscriptionOptions { start: StartPosition::Offset(11), ..Default::default() },
+        |_: &Message<'_>| Ack::Success,
+    );
+    assert!(matches!(err, Err(Error::OutOfRange { offset: 11, first: 0, end: 10, .. })), "{err:?}");
+}
+
+#[test]
+fn unknown_topics_and_bad_names_are_clear_errors() {
+    let b = broker();
+    assert_eq!(b.publish("nope", &Record::new(b"x")), Err(Error::NoSuchTopic("nope".into())));
+    for bad in ["", "a//b", "a/*", "/a", "a\0b"] {
+        assert!(matches!(b.publish(bad, &Record::new(b"x")), Err(Error::InvalidTopic { .. })), "{bad:?}");
+        assert!(matches!(b.create_topic(bad, &TopicOptions::default()), Err(Error::InvalidTopic { .. })), "{bad:?}");
+    }
+    let err = b.create_topic("$dlq/mine", &TopicOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("reserved"), "{err}");
+    topic(&b, "t", 1);
+    assert_eq!(b.create_topic("t", &TopicOptions::default()), Err(Error::TopicExists("t".into())));
+    assert!(matches!(b.create_topic("z", &TopicOptions::with_partitions(0)), Err(Error::InvalidArgument(_))));
+    // A literal subscription to a missing topic is an error too.
+    let err = b.subscribe("missing", SubscriptionOptions::default(), |_: &Message<'_>| Ack::Success).unwrap_err();
+    assert_eq!(err, Error::NoSuchTopic("missing".into()));
+    assert!(matches!(
+        b.subscribe("a/b*", SubscriptionOptions::default(), |_: &Message<'_>| Ack::Success),
+        Err(Error::InvalidPattern { .. })
+    ));
+    // Oversized messages are refused and nothing is published.
+    let big = vec![0u8; 2 << 20];
+    assert!(matches!(b.publish("t", &Record::new(&big)), Err(Error::MessageTooLarge { .. })));
+    assert_eq!(b.topic_stats("t").unwrap().publish_count, 0);
+}
+
+#[test]
+fn auto_created_topics_appear_on_first_publish() {
+    let b = Broker::new(BrokerConfig { auto_create_topics: true, ..Default::default() }).unwrap();
+    let (s, seen) = sub_with(&b, "metrics/**", earliest());
+    let pos = b.publish("metrics/cpu", &Record::new(b"42")).unwrap();
+    assert_eq!((pos.partition, pos.offset), (0, 0));
+    assert!(b.topics().contains(&"metrics/cpu".to_owned()));
+    assert!(s.wait_idle(WAIT).unwrap());
+    assert_eq!(payloads(&seen), vec![b"42".to_vec()]);
+    assert!(
+        matches!(b.publish("$dlq/x", &Record::new(b"x")), Err(Error::NoSuchTopic(_))),
+        "reserved names are never auto-created"
+    );
+}
+
+#[test]
+fn keys_pick_stable_partitions_and_keep_per_key_order() {
+    let b = broker();
+    topic(&b, "users", 8);
+    let (s, seen) = sub_with(&b, "users", earliest());
+    let mut partition_of: HashMap<String, u32> = HashMap::new();
+    for i in 0..400u32 {
+        let key = format!("user-{}", i % 20);
+        let pos = b.publish("users", &Record::new(&i.to_le_bytes()).with_key(key.as_bytes())).unwrap();
+        assert_eq!(pos.partition, rill::broker::partition_for_key(key.as_bytes(), 8));
+        let p = partition_of.entry(key).or_insert(pos.partition);
+        assert_eq!(*p, pos.partition, "a key always lands on one partition");
+    }
+    assert!(s.wait_idle(WAIT).unwrap());
+    // Per key, messages arrive in publish order.
+    let mut last: HashMap<u32, u32> = HashMap::new();
+    for (_, _, _, payload, _) in seen.lock().unwrap().iter() {
+        let i = u32::from_le_bytes(payload[..4].try_into().unwrap());
+        if let Some(prev) = last.insert(i % 20, i) {
+            assert!(prev < i);
+        }
+    }
+    assert_eq!(seen.lock().unwrap().len(), 400);
+}
+
+#[test]
+fn unkeyed_messages_spread_over_partitions() {
+    let b = broker();
+    topic(&b, "spread", 4);
+    let mut counts = [0u32; 4];
+    for _ in 0..400 {
+        counts[b.publish("spread", &Record::new(b"x")).unwrap().partition as usize] += 1;
+    }
+    assert_eq!(counts, [100; 4]);
+}
+
+#[test]
+fn concurrent_publishers_keep_their_order_at_every_subscriber() {
+    let b = broker();
+    topic(&b, "events", 1);
+    let subs: Vec<(Subscription, Seen)> = (0..3).map(|_| sub_with(&b, "events", earliest())).collect();
+    let per = 5_000u32;
+    let barrier = Barrier::new(4);
+    std::thread::scope(|s| {
+        for p in 0..4u32 {
+            let (b, barrier) = (&b, &barrier);
+            s.spawn(move || {
+                barrier.wait();
+                for i in 0..per {
+                    let mut payload = p.to_le_bytes().to_vec();
+                    payload.extend_from_slice(&i.to_le_bytes());
+                    b.publish("events", &Record::new(&payload)).unwrap();
+                }
+            });
+        }
+    });
+    for (s, seen) in &subs {
+        assert!(s.wait_idle(WAIT).unwrap());
+        let mut next = [0u32; 4];
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 4 * per as usize);
+        for (i, (_, _, offset, payload, _)) in seen.iter().enumerate() {
+            assert_eq!(*offset, i as u64, "log order");
+            let p = u32::from_le_bytes(payload[..4].try_into().unwrap()) as usize;
+            let n = u32::from_le_bytes(payload[4..8].try_into().unwrap());
+            assert_eq!(n, next[p], "publisher {p}'s order");
+            next[p] += 1;
+        }
+    }
+}
+
+#[test]
+fn wildcard_subscriptions_route_by_pattern_including_topics_created_later() {
+    let b = broker();
+    for t in ["sports", "sports/cricket", "sports/cricket/live", "news/sports", "a/z", "a/b/c/z"] {
+        topic(&b, t, 1);
+    }
+    let patterns = ["sports/**", "sports/*", "a/**/z", "**", "*/sports", "news/none/*"];
+    let subs: Vec<(Subscription, Seen)> =
+        patterns.iter().map(|p| sub_with(&b, p, SubscriptionOptions::default())).collect();
+    topic(&b, "sports/tennis", 1); // created after subscribing
+    let topics = ["sports", "sports/cricket", "sports/cricket/live", "news/sports", "a/z", "a/b/c/z", "sports/tennis"];
+    for t in topics {
+        publish(&b, t, t.as_bytes());
+    }
+    let expect: [&[&str]; 6] = [
+        &["sports", "sports/cricket", "sports/cricket/live", "sports/tennis"],
+        &["sports/cricket", "sports/tennis"],
+        &["a/z", "a/b/c/z"],
+        &topics,
+        &["news/sports"],
+        &[],
+    ];
+    for ((s, seen), want) in subs.iter().zip(expect) {
+        assert!(s.wait_idle(WAIT).unwrap());
+        let mut got: Vec<String> = seen.lock().unwrap().iter().map(|x| x.0.clone()).collect();
+        got.sort();
+        let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        assert_eq!(got, want, "{}", s.stats().pattern);
+    }
+}
+
+#[test]
+fn a_leading_wildcard_does_not_see_dead_letter_topics() {
+    let b = broker();
+    topic(&b, "jobs", 1);
+    let (all, all_seen) = sub_with(&b, "**", SubscriptionOptions::default());
+    let (dlq, dlq_seen) = sub_with(&b, "$dlq/*", SubscriptionOptions::default());
+    let failing = b
+        .subscribe(
+            "jobs",
+            SubscriptionOptions { name: Some("worker".into()), ..Default::default() },
+            |_: &Message<'_>| Ack::DeadLetter,
+        )
+        .unwrap();
+    publish(&b, "jobs", b"bad");
+    assert!(failing.wait_idle(WAIT).unwrap());
+    assert!(all.wait_idle(WAIT).unwrap());
+    assert!(dlq.wait_idle(WAIT).unwrap());
+    assert_eq!(all_seen.lock().unwrap().iter().map(|x| x.0.clone()).collect::<Vec<_>>(), vec!["jobs".to_owned()]);
+    assert_eq!(
+        dlq_seen.lock().unwrap().iter().map(|x| x.0.clone()).collect::<Vec<_>>(),
+        vec!["$dlq/worker".to_owned()]
+    );
+}
+
+#[test]
+fn filters_deliver_only_matching_messages_and_count_the_rest() {
+    let b = broker();
+    topic(&b, "orders", 1);
+    let opts =
+        |f: &str| SubscriptionOptions { filter: Some(f.into()), start: StartPosition::Earliest, ..Default::default() };
+    let (india, india_seen) = sub_with(&b, "orders", opts(r#"attributes.region = "IN""#));
+    let (eu, eu_seen) = sub_with(&b, "orders", opts(r#"hasPrefix(attributes.region, "eu-") AND NOT attributes:test"#));
+    type Row<'a> = (&'a [(&'a str, &'a str)], &'a [u8]);
+    let rows: [Row<'_>; 5] = [
+        (&[("region", "IN")], b"1"),
+        (&[("region", "eu-west")], b"2"),
+        (&[("region", "eu-west"), ("test", "yes")], b"3"),
+        (&[], b"4"),
+        (&[("region", "IN"), ("x", "y")], b"5"),
+    ];
+    for (attrs, payload) in rows {
+        b.publish("orders", &Record::new(payload).with_attributes(attrs)).unwrap();
+    }
+    assert!(india.wait_idle(WAIT).unwrap() && eu.wait_idle(WAIT).unwrap());
+    assert_eq!(payloads(&india_seen), vec![b"1".to_vec(), b"5".to_vec()]);
+    assert_eq!(payloads(&eu_seen), vec![b"2".to_vec()]);
+    let st = india.stats();
+    assert_eq!((st.delivered, st.filtered, st.acked, st.lag), (2, 3, 2, 0));
+    assert_eq!(st.partitions[0].position, 5, "filtered messages advance the cursor");
+
+    let err = b
+        .subscribe("orders", opts(r#"attributes.a = "1" AND attributes.b = "2" OR attributes:c"#), |_: &Message<'_>| {
+            Ack::Success
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidFilter { position: 42, .. }), "{err}");
+}
+
+#[test]
+fn fan_out_reaches_every_subscriber() {
+    let b = broker();
+    topic(&b, "fan", 1);
+    let subs: Vec<(Subscription, Seen)> =
+        (0..64).map(|_| sub_with(&b, "fan", SubscriptionOptions::default())).collect();
+    let records: Vec<Vec<u8>> = (0..500u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    let batch: Vec<Record<'_>> = records.iter().map(|r| Record::new(r)).collect();
+    let positions = b.publish_batch("fan", &batch).unwrap();
+    assert_eq!(positions.iter().map(|p| p.offset).collect::<Vec<_>>(), (0..500).collect::<Vec<u64>>());
+    for (s, seen) in &subs {
+        assert!(s.wait_idle(WAIT).unwrap());
+        assert_eq!(payloads(seen), records);
+    }
+}
+
+#[test]
+fn many_topics_with_many_subscriptions() {
+    let b = broker();
+    for region in 0..10 {
+        for kind in 0..20 {
+            topic(&b, &format!("r{region}/k{kind}"), 2);
+        }
+    }
+    // One subscription per region, one per kind, and some literal ones.
+    let by_region: Vec<(Subscription, Seen)> =
+        (0..10).map(|r| sub_with(&b, &format!("r{r}/*"), SubscriptionOptions::default())).collect();
+    let by_kind: Vec<(Subscription, Seen)> =
+        (0..20).map(|k| sub_with(&b, &format!("*/k{k}"), SubscriptionOptions::default())).collect();
+    let literal: Vec<(Subscription, Seen)> =
+        (0..50).map(|i| sub_with(&b, &format!("r{}/k{}", i % 10, i % 20), SubscriptionOptions::default())).collect();
+    for region in 0..10 {
+        for kind in 0..20 {
+            let t = format!("r{region}/k{kind}");
+            for n in 0..3u8 {
+                publish(&b, &t, &[region as u8, kind as u8, n]);
+            }
+        }
+    }
+    for (s, seen) in by_region.iter().chain(&by_kind).chain(&literal) {
+        assert!(s.wait_idle(WAIT).unwrap());
+        let n = seen.lock().unwrap().len();
+        let pattern = s.stats().pattern;
+        let expect = if pattern.ends_with("/*") {
+            60
+        } else if pattern.starts_with("*/") {
+            30
+        } else {
+            3
+        };
+        assert_eq!(n, expect, "{pattern}");
+    }
+}
+
+#[test]
+fn a_panicking_handler_is_retried_with_its_attempt_number() {
+    let b = broker();
+    topic(&b, "t", 1);
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let c = calls.clone();
+    let s = b
+        .subscribe(
+            "t",
+            SubscriptionOptions {
+                backoff: rill::RetryBackoff { initial: Duration::from_millis(1), ..Default::default() },
+                ..Default::default()
+            },
+            move |m: &Message<'_>| {
+                c.lock().unwrap().push((m.payload().to_vec(), m.attempt()));
+                if m.payload() == b"boom" && m.attempt() == 1 {
+                    panic!("first try always fails");
+                }
+                Ack::Success
+            },
+        )
+        .unwrap();
+    publish(&b, "t", b"boom");
+    publish(&b, "t", b"after");
+    assert!(s.wait_idle(WAIT).unwrap());
+    assert_eq!(
+        *calls.lock().unwrap(),
+        vec![(b"boom".to_vec(), 1), (b"boom".to_vec(), 2), (b"after".to_vec(), 1)],
+        "redelivered, in order, before the next message"
+    );
+    let st = s.stats();
+    assert_eq!((st.delivered, st.retried, st.acked), (3, 1, 2));
+}
+
+#[test]
+fn at_most_once_never_redelivers() {
+    let b = broker();
+    topic(&b, "t", 1);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let s = b
+        .subscribe(
+            "t",
+            SubscriptionOptions { delivery: DeliveryMode::AtMostOnce, ..Default::default() },
+            move |_: &Message<'_>| {
+                c.fetch_add(1, Ordering::SeqCst);
+                Ack::Retry
+            },
+        )
+        .unwrap();
+    for _ in 0..5 {
+        publish(&b, "t", b"x");
+    }
+    assert!(s.wait_idle(WAIT).unwrap());
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+    let st = s.stats();
+    assert_eq!((st.delivered, st.retried, st.dropped), (5, 0, 5));
+}
+
+#[test]
+fn a_handler_may_publish_subscribe_and_unsubscribe_itself() {
+    let b = broker();
+    topic(&b, "ping", 1);
+    topic(&b, "pong", 1);
+    // Re-entrant publish, to another topic and to its own.
+    let b2 = b.clone();
+    let pinger = b
+        .subscribe("ping", SubscriptionOptions::default(), move |m: &Message<'_>| {
+            let n = m.payload()[0];
+            b2.publish("pong", &Record::new(&[n])).unwrap();
+            if n < 5 {
+                b2.publish("ping", &Record::new(&[n + 1])).unwrap();
+            }
+            Ack::Success
+        })
+        .unwrap();
+    let (pong, pong_seen) = sub_with(&b, "pong", SubscriptionOptions::default());
+    publish(&b, "ping", &[0]);
+    assert!(pinger.wait_idle(WAIT).unwrap());
+    assert!(pong.wait_idle(WAIT).unwrap());
+    assert_eq!(payloads(&pong_seen), (0..=5u8).map(|n| vec![n]).collect::<Vec<_>>());
+
+    // Re-entrant subscribe, and a handler that unsubscribes itself.
+    let b3 = b.clone();
+    let spawned: Arc<Mutex<Vec<Subscription>>> = Arc::default();
+    let sp = spawned.clone();
+    let own: Arc<Mutex<Option<Subscription>>> = Arc::default();
+    let own2 = own.clone();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let quitter = b
+        .subscribe("ping", SubscriptionOptions::default(), move |_: &Message<'_>| {
+            c.fetch_add(1, Ordering::SeqCst);
+            let (seen, h) = recorder();
+            drop(seen);
+            sp.lock().unwrap().push(b3.subscribe("pong", SubscriptionOptions::default(), h).unwrap());
+            // Unsubscribe ourselves from inside our own handler: no deadlock.
+            if let Some(me) = own2.lock().unwrap().take() {
+                me.close();
+            }
+            Ack::Success
+        })
+        .unwrap();
+    *own.lock().unwrap() = Some(quitter);
+    publish(&b, "ping", &[9]);
+    let deadline = Instant::now() + WAIT;
+    while own.lock().unwrap().is_some() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(own.lock().unwrap().is_none(), "the handler ran and closed itself");
+    publish(&b, "ping", &[10]);
+    assert!(pinger.wait_idle(WAIT).unwrap());
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "no call after it unsubscribed");
+    assert_eq!(spawned.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn unsubscribe_from_another_thread_waits_for_the_handler_in_flight() {
+    let b = broker();
+    topic(&b, "t", 1);
+    let in_flight = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (f, c) = (in_flight.clone(), calls.clone());
+    let s = b
+        .subscribe("t", SubscriptionOptions::default(), move |_: &Message<'_>| {
+            f.store(true, Ordering::SeqCst);
+            c.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(50));
+            f.store(false, Ordering::SeqCst);
+            Ack::Success
+        })
+        .unwrap();
+    for _ in 0..100 {
+        publish(&b, "t", b"x");
+    }
+    while !in_flight.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    s.close();
+    assert!(!in_flight.load(Ordering::SeqCst), "close returned while a handler call was running");
+    let after = calls.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(calls.load(Ordering::SeqCst), after, "no calls after close");
+    assert!(after < 100);
+    assert!(s.is_closed());
+    assert_eq!(s.stats().state, SubscriptionState::Closed);
+    assert!(matches!(s.wait_idle(WAIT), Err(Error::Closed(_))));
+}
+
+#[test]
+fn a_slow_subscriber_never_holds_back_a_fast_one_or_the_publisher() {
+    let b = Broker::new(BrokerConfig { worker_threads: Some(2), ..Default::default() }).unwrap();
+    topic(&b, "t", 1);
+    let slow_count = Arc::new(AtomicU64::new(0));
+    let sc = slow_count.clone();
+    let slow = b
+        .subscribe("t", SubscriptionOptions::default(), move |_: &Message<'_>| {
+            sc.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(20));
+            Ack::Success
+        })
+        .unwrap();
+    let (fast, fast_seen) = sub_with(&b, "t", SubscriptionOptions::default());
+    for i in 0..2_000u32 {
+        b.publish("t", &Record::new(&i.to_le_bytes())).unwrap();
+    }
+    // The publisher is done, and the fast subscriber catches up, while the
+    // slow one has handled only a handful.
+    assert!(fast.wait_idle(WAIT).unwrap());
+    assert_eq!(fast_seen.lock().unwrap().len(), 2_000);
+    let slow_done = slow_count.load(Ordering::SeqCst);
+    assert!(slow_done < 1_000, "slow subscriber handled {slow_done}");
+    assert!(slow.stats().lag > 1_000);
+}
+
+#[test]
+fn one_busy_subscription_does_not_starve_others_on_a_single_worker() {
+    let b = Broker::new(BrokerConfig { worker_threads: Some(1), ..Default::default() }).unwrap();
+    topic(&b, "flood", 1);
+    topic(&b, "ping", 1);
+    let flood_count = Arc::new(AtomicU64::new(0));
+    let fc = flood_count.clone();
+    let _flood = b
+        .subscribe("flood", SubscriptionOptions::default(), move |_: &Message<'_>| {
+            fc.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_micros(200));
+            Ack::Success
+        })
+        .unwrap();
+    let (ping, ping_seen) = sub_with(&b, "ping", SubscriptionOptions::default());
+    let records: Vec<Record<'_>> = (0..5_000).map(|_| Record::new(b"f")).collect();
+    b.publish_batch("flood", &records).unwrap();
+    publish(&b, "ping", b"hello");
+    assert!(ping.wait_idle(WAIT).unwrap());
+    assert_eq!(payloads(&ping_seen), vec![b"hello".to_vec()]);
+    assert!(flood_count.load(Ordering::SeqCst) < 5_000, "ping was served while the flood was still draining");
+}
+
+#[test]
+fn dedicated_thread_subscriptions_deliver_too() {
+    let b = broker();
+    topic(&b, "t", 2);
+    let (s, seen) = sub_with(&b, "t", SubscriptionOptions { dedicated_thread: true, ..Default::default() });
+    for i in 0..1_000u32 {
+        b.publish("t", &Record::new(&i.to_le_bytes())).unwrap();
+    }
+    assert!(s.wait_idle(WAIT).unwrap());
+    assert_eq!(seen.lock().unwrap().len(), 1_000);
+    drop(s);
+}
+
+#[test]
+fn closing_the_broker_stops_everything_and_later_calls_say_closed() {
+    let b = broker();
+    topic(&b, "t", 1);
+    let (s, seen) = sub_with(&b, "t", SubscriptionOptions::default());
+    let (d, _) = sub_with(&b, "t", SubscriptionOptions { dedicated_thread: true, ..Default::default() });
+    publish(&b, "t", b"x");
+    assert!(s.wait_idle(WAIT).unwrap());
+    let clone = b.clone();
+    b.close();
+    assert!(clone.is_closed());
+    assert!(matches!(clone.publish("t", &Record::new(b"y")), Err(Error::Closed(_))));
+    assert!(matches!(clone.create_topic("u", &TopicOptions::default()), Err(Error::Closed(_))));
+    assert!(matches!(
+        clone.subscribe("t", SubscriptionOptions::default(), |_: &Message<'_>| Ack::Success),
+        Err(Error::Closed(_))
+    ));
+    assert!(matches!(s.wait_idle(WAIT), Err(Error::Closed(_))));
+    assert!(s.is_closed() && d.is_closed());
+    assert_eq!(s.stats().closed_reason.as_deref(), Some("the broker was closed"));
+    assert_eq!(payloads(&seen), vec![b"x".to_vec()]);
+    b.close(); // idempotent
+}
+
+#[test]
+fn dropping_the_last_handle_closes_the_broker() {
+    let b = broker();
+    topic(&b, "t", 1);
+    let (s, _) = sub_with(&b, "t", SubscriptionOptions::default());
+    drop(b);
+    assert!(s.is_closed());
+}
+
+#[test]
+fn a_handler_may_close_the_whole_broker() {
+    let b = broker();
+    topic(&b, "t", 1);
+    let b2 = Mutex::new(Some(b.clone()));
+    let s = b
+        .subscribe("t", SubscriptionOptions::default(), move |_: &Message<'_>| {
+            if let Some(b) = b2.lock().unwrap().take() {
+                b.close();
+            }
+            Ack::Success
+        })
+        .unwrap();
+    publish(&b, "t", b"x");
+    let deadline = Instant::now() + WAIT;
+    while !b.is_closed() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(b.is_closed());
+    assert!(s.is_closed());
+}
+
+#[test]
+fn stats_report_counters_lag_and_topic_sizes() {
+    let b = broker();
+    topic(&b, "t", 2);
+    let gate = Arc::new(AtomicBool::new(false));
+    let g = gate.clone();
+    let s = b
+        .subscribe("t", earliest(), move |_: &Message<'_>| {
+            while !g.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ack::Success
+        })
+        .unwrap();
+    for _ in 0..10 {
+        publish(&b, "t", b"x");
+    }
+    let ts = b.topic_stats("t").unwrap();
+    assert_eq!(ts.publish_count, 10);
+    assert_eq!(ts.partitions.len(), 2);
+    assert_eq!(ts.partitions.iter().map(|p| p.next_offset).sum::<u64>(), 10);
+    assert!(ts.partitions.iter().all(|p| p.listeners == 1 && p.first_offset == 0));
+    assert!(s.stats().lag > 0);
+    gate.store(true, Ordering::SeqCst);
+    assert!(s.wait_idle(WAIT).unwrap());
+    let st = s.stats();
+    assert_eq!((st.delivered, st.acked, st.lag), (10, 10, 0));
+    assert_eq!(st.partitions.len(), 2);
+    assert_eq!(st.state, SubscriptionState::Idle);
+    assert!(st.name.starts_with("anon-"));
+    assert_eq!(st.dead_letter_topic, Some(format!("$dlq/{}", st.name)));
+    assert!(matches!(b.topic_stats("nope"), Err(Error::NoSuchTopic(_))));
+}
