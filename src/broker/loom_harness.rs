@@ -1,5 +1,5 @@
 //! A bare subscription on one partition, for the loom models in
-//! `loom-tests/tests/signal.rs`. Only built under `--cfg loom`.
+//! `loom-tests/tests/signal.rs` and `waiters.rs`. Only built under `--cfg loom`.
 //!
 //! Everything it drives is the real code: `Partition::publish` (append, the
 //! publisher's fence, `try_activate`, scheduling), the worker pool or the
@@ -8,10 +8,12 @@
 
 use super::dispatch::Pool;
 use super::names::Pattern;
-use super::subscription::{Exec, Handler, Reader, SubCore, SubEnv, SubscriptionOptions, lock};
-use super::topic::{Listener, Partition};
-use super::Ack;
+use super::subscription::{Exec, Handler, SubCore, SubEnv, SubscriptionOptions, lock};
+use super::topic::{Partition, Wait};
+use super::waiters::Waiters;
+use super::{Ack, Overflow};
 use crate::log::{Log, LogConfig, Record};
+use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Arc, Condvar, Mutex};
 
@@ -35,6 +37,12 @@ impl Harness {
     /// and a subscription from its start, drained by a one-worker pool or,
     /// with `dedicated`, by a thread of its own.
     pub fn new(dedicated: bool) -> Harness {
+        Self::with_block(dedicated, None)
+    }
+
+    /// Like `new`, with the `Block` overflow policy at `lag_limit` if given:
+    /// publishers then wait for the subscription to make room.
+    pub fn with_block(dedicated: bool, lag_limit: Option<u64>) -> Harness {
         let log = Log::new(&LogConfig { segment_bytes: Some(64), retention_bytes: None, ..LogConfig::default() })
             .expect("a valid loom log config");
         let partition = Arc::new(Partition::new(0, log));
@@ -52,7 +60,12 @@ impl Harness {
             None => Exec::Dedicated(Mutex::new(None)),
         };
         let env = SubEnv { exec, timer: None, dead_letters: None, on_close: None };
-        let options = SubscriptionOptions::default();
+        let options = match lag_limit {
+            Some(limit) => {
+                SubscriptionOptions { overflow: Overflow::Block, lag_limit: Some(limit), ..Default::default() }
+            }
+            None => SubscriptionOptions::default(),
+        };
         let pattern = Pattern::parse("t").expect("a valid pattern");
         let sub = Arc::new(SubCore::new(1, "model".into(), pattern, &options, handler, env).expect("valid options"));
         let dedicated = dedicated.then(|| {
@@ -61,14 +74,14 @@ impl Harness {
             sub.set_thread(handle.thread().clone());
             handle
         });
-        sub.attach(Reader::new("t".into(), partition.clone(), partition.log.cursor_from_first()));
-        partition.add_listener(Listener::Subscription(sub.clone()));
+        SubCore::attach_to(&sub, "t".into(), &partition, partition.log.cursor_from_first());
         Harness { partition, sub, pool, dedicated, seen }
     }
 
-    /// Publishes a record carrying `tag`, through the real publish path.
+    /// Publishes a record carrying `tag`, through the real publish path,
+    /// waiting without a deadline for room if the subscription blocks.
     pub fn publish(&self, tag: u64) -> u64 {
-        self.partition.publish(&Record::new(&tag.to_le_bytes())).expect("publish")
+        self.partition.publish(&Record::new(&tag.to_le_bytes()), Wait::Until(None)).expect("publish")
     }
 
     /// Blocks until the handler has seen `n` records; returns their tags in
@@ -92,5 +105,33 @@ impl Harness {
         if let Some(t) = self.dedicated.take() {
             t.join().expect("the dedicated thread exits cleanly");
         }
+    }
+}
+
+/// A bare [`Waiters`] guarding one atomic value: the wait/notify protocol on
+/// its own, with no other synchronisation around it (the end-to-end models
+/// also pin epochs, whose fences would hide a missing one here).
+#[derive(Debug, Default)]
+pub struct Gate {
+    waiters: Waiters,
+    value: AtomicU64,
+}
+
+impl Gate {
+    /// A gate at 0.
+    pub fn new() -> Gate {
+        Gate::default()
+    }
+
+    /// Raises the value (a relaxed store, ordered only by `notify`'s fence)
+    /// and wakes waiters.
+    pub fn raise(&self, to: u64) {
+        self.value.store(to, Ordering::Relaxed);
+        self.waiters.notify();
+    }
+
+    /// Waits, without a deadline, until the value is at least `at_least`.
+    pub fn wait(&self, at_least: u64) {
+        self.waiters.wait_until(None, || self.value.load(Ordering::Relaxed) >= at_least);
     }
 }

@@ -17,6 +17,7 @@
 //! The control plane (creating topics, subscribing, closing) takes one mutex;
 //! the publish and delivery paths never do.
 
+mod consumer;
 mod dispatch;
 pub(crate) mod filter;
 #[cfg(loom)]
@@ -25,13 +26,16 @@ pub mod loom_harness;
 pub(crate) mod names;
 pub(crate) mod subscription;
 pub(crate) mod topic;
+pub(crate) mod waiters;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
+use consumer::ConsumerCore;
+pub use consumer::{Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, GroupPartition, Polled};
 use dispatch::{Pool, Timer};
 pub use filter::Filter;
 pub use names::{MAX_NAME_LEN, Pattern};
@@ -39,9 +43,9 @@ pub use subscription::{
     Ack, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Message, Overflow, PartitionLag, RetryBackoff,
     StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats,
 };
-use subscription::{Exec, Reader, SubCore, SubEnv, lock};
-use topic::{Listener, Partition, Topic};
+use subscription::{Exec, SubCore, SubEnv, lock};
 pub use topic::{MAX_PARTITIONS, TopicOptions, partition_for_key};
+use topic::{Topic, Wait};
 
 use crate::error::{Error, Result};
 use crate::log::Record;
@@ -50,7 +54,7 @@ use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Arc, Mutex, Name};
 
 /// How a broker runs.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerConfig {
     /// Threads in the shared pool that drains subscriptions; `None` uses one
     /// per CPU core.
@@ -60,6 +64,20 @@ pub struct BrokerConfig {
     pub auto_create_topics: bool,
     /// Options of auto-created topics and dead-letter topics.
     pub default_topic: TopicOptions,
+    /// Longest a `publish` waits for a `Block` subscriber to make room
+    /// before failing with `Timeout`; `None` waits indefinitely. Default 10 s.
+    pub publish_timeout: Option<Duration>,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            worker_threads: None,
+            auto_create_topics: false,
+            default_topic: TopicOptions::default(),
+            publish_timeout: Some(Duration::from_secs(10)),
+        }
+    }
 }
 
 /// Where a published message landed.
@@ -117,6 +135,18 @@ struct Control {
     /// Positions of durable subscriptions, kept while they are away.
     durable: HashMap<String, Durable>,
     dedicated: Vec<JoinHandle<()>>,
+    /// Committed offsets of consumer groups, by (group, topic).
+    groups: HashMap<(String, Name), Group>,
+    /// Live consumers by id, so closing the broker can close them.
+    consumers: HashMap<u64, Arc<ConsumerCore>>,
+}
+
+/// A consumer group's state on one topic.
+#[derive(Default)]
+struct Group {
+    committed: Vec<Option<u64>>,
+    /// The id of its live consumer, if any.
+    live: Option<u64>,
 }
 
 pub(crate) struct BrokerInner {
@@ -193,9 +223,27 @@ impl Broker {
         v
     }
 
-    /// Publishes one message and returns where it landed.
+    /// Publishes one message and returns where it landed. If a `Block`
+    /// subscriber is at its lag limit, waits for room up to the broker's
+    /// `publish_timeout`, then fails with `Timeout`.
     #[inline]
     pub fn publish(&self, topic: &str, record: &Record<'_>) -> Result<Position> {
+        self.publish_with(topic, record, self.inner().default_wait())
+    }
+
+    /// Like [`Broker::publish`], waiting at most `timeout` for room.
+    pub fn publish_timeout(&self, topic: &str, record: &Record<'_>, timeout: Duration) -> Result<Position> {
+        self.publish_with(topic, record, Wait::Until(Some(Instant::now() + timeout)))
+    }
+
+    /// Like [`Broker::publish`], but fails at once with `Full` instead of
+    /// waiting for a `Block` subscriber.
+    pub fn try_publish(&self, topic: &str, record: &Record<'_>) -> Result<Position> {
+        self.publish_with(topic, record, Wait::No)
+    }
+
+    #[inline]
+    fn publish_with(&self, topic: &str, record: &Record<'_>, wait: Wait) -> Result<Position> {
         let inner = self.inner();
         inner.check_open()?;
         // Borrow the topic from the map without touching its reference count,
@@ -207,27 +255,22 @@ impl Broker {
                 drop(topics);
                 let t = inner.topic_for_publish(topic)?;
                 let p = t.route(record.key);
-                let offset = p.publish(record)?;
+                let offset = p.publish(record, wait)?;
                 return Ok(Position { partition: p.index, offset });
             }
         };
-        let offset = p.publish(record)?;
+        let offset = p.publish(record, wait)?;
         Ok(Position { partition: p.index, offset })
-    }
-
-    /// Publishes like [`Broker::publish`]. (Once `Block` subscribers exist it
-    /// fails with `Full` instead of waiting for them.)
-    pub fn try_publish(&self, topic: &str, record: &Record<'_>) -> Result<Position> {
-        self.publish(topic, record)
     }
 
     /// Publishes many messages; returns their positions in input order.
     /// Keyed messages go to their key's partition, unkeyed ones round-robin;
     /// each partition's share is appended with one reservation per segment,
     /// in input order. Every message is checked before any is published.
+    /// Waits for `Block` subscribers like [`Broker::publish`].
     pub fn publish_batch(&self, topic: &str, records: &[Record<'_>]) -> Result<Vec<Position>> {
         let t = self.inner().topic_for_publish(topic)?;
-        publish_batch_to(&t, records)
+        publish_batch_to(&t, records, self.inner().default_wait())
     }
 
     /// A handle that publishes to one topic without looking it up each time.
@@ -243,6 +286,66 @@ impl Broker {
         F: FnMut(&Message<'_>) -> Ack + Send + 'static,
     {
         BrokerInner::subscribe(self.inner(), pattern, options, Box::new(handler))
+    }
+
+    /// A pull consumer of `topic` for `group`. The group resumes from its
+    /// committed offsets; partitions without one start as `options` says.
+    /// A second live consumer of the same group and topic is `Busy`.
+    pub fn consumer(&self, group: &str, topic: &str, options: ConsumerOptions) -> Result<Consumer> {
+        let inner = self.inner();
+        if group.is_empty() || group.contains('\0') {
+            return Err(Error::InvalidArgument(format!(
+                "consumer group name {group:?} must be non-empty, without NUL"
+            )));
+        }
+        let t = inner.topic(topic)?;
+        let core = Arc::new(ConsumerCore::new(crate::sync::unique_id(), group.to_owned(), t.clone()));
+        let committed = {
+            let mut control = lock(&inner.control);
+            inner.check_open()?;
+            let g = control.groups.entry((group.to_owned(), t.name.clone())).or_default();
+            if g.live.is_some() {
+                return Err(Error::Busy(format!("consumer group {group:?} already has a live consumer of {topic:?}")));
+            }
+            g.committed.resize(t.partitions.len(), None);
+            g.live = Some(core.id);
+            let committed = g.committed.clone();
+            control.consumers.insert(core.id, core.clone());
+            committed
+        };
+        Consumer::new(core.clone(), inner.clone(), committed, options.start).inspect_err(|_| {
+            inner.release_consumer(&core);
+        })
+    }
+
+    /// A consumer group's committed offsets and lag on `topic`, whether or
+    /// not a consumer of it is live (`NotFound` if the group never consumed it).
+    pub fn group_stats(&self, group: &str, topic: &str) -> Result<ConsumerStats> {
+        let inner = self.inner();
+        let t = inner.topic(topic)?;
+        let control = lock(&inner.control);
+        let g = control
+            .groups
+            .get(&(group.to_owned(), t.name.clone()))
+            .ok_or_else(|| Error::NotFound(format!("consumer group {group:?} on topic {topic:?}")))?;
+        let partitions: Vec<GroupPartition> = t
+            .partitions
+            .iter()
+            .map(|p| {
+                let committed = g.committed.get(p.index as usize).copied().flatten();
+                let end = p.log.end_offset();
+                let position = committed.unwrap_or_else(|| p.log.first_offset());
+                GroupPartition { partition: p.index, position, committed, end, lag: end.saturating_sub(position) }
+            })
+            .collect();
+        Ok(ConsumerStats {
+            group: group.to_owned(),
+            topic: topic.to_owned(),
+            delivered: 0,
+            missed: 0,
+            lag: partitions.iter().map(|p| p.lag).sum(),
+            partitions,
+        })
     }
 
     /// Size and progress of a topic.
@@ -301,19 +404,29 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    /// Publishes one message.
+    /// Publishes one message; see [`Broker::publish`].
     #[inline]
     pub fn publish(&self, record: &Record<'_>) -> Result<Position> {
+        self.publish_with(record, self.broker.default_wait())
+    }
+
+    /// Publishes one message without waiting; see [`Broker::try_publish`].
+    pub fn try_publish(&self, record: &Record<'_>) -> Result<Position> {
+        self.publish_with(record, Wait::No)
+    }
+
+    #[inline]
+    fn publish_with(&self, record: &Record<'_>, wait: Wait) -> Result<Position> {
         self.broker.check_open()?;
         let p = self.topic.route(record.key);
-        let offset = p.publish(record)?;
+        let offset = p.publish(record, wait)?;
         Ok(Position { partition: p.index, offset })
     }
 
     /// Publishes many messages; see [`Broker::publish_batch`].
     pub fn publish_batch(&self, records: &[Record<'_>]) -> Result<Vec<Position>> {
         self.broker.check_open()?;
-        publish_batch_to(&self.topic, records)
+        publish_batch_to(&self.topic, records, self.broker.default_wait())
     }
 
     /// The topic's name.
@@ -328,7 +441,7 @@ impl fmt::Debug for Publisher {
     }
 }
 
-fn publish_batch_to(t: &Topic, records: &[Record<'_>]) -> Result<Vec<Position>> {
+fn publish_batch_to(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Position>> {
     if records.is_empty() {
         return Ok(Vec::new());
     }
@@ -343,7 +456,7 @@ fn publish_batch_to(t: &Topic, records: &[Record<'_>]) -> Result<Vec<Position>> 
     let mut offsets = Vec::with_capacity(records.len());
     if t.partitions.len() == 1 {
         let p = &t.partitions[0];
-        p.publish_batch(records, &mut offsets)?;
+        p.publish_batch(records, &mut offsets, wait)?;
         return Ok(offsets.into_iter().map(|offset| Position { partition: 0, offset }).collect());
     }
     // Group by partition, keeping input order within each group.
@@ -363,7 +476,7 @@ fn publish_batch_to(t: &Topic, records: &[Record<'_>]) -> Result<Vec<Position>> 
         if group.is_empty() {
             continue;
         }
-        p.publish_batch(&group, &mut offsets)?;
+        p.publish_batch(&group, &mut offsets, wait)?;
         for (&i, &offset) in indexes.iter().zip(&offsets) {
             positions[i] = Position { partition: p.index, offset };
         }
@@ -376,6 +489,12 @@ impl BrokerInner {
     fn is_closed(&self) -> bool {
         // Acquire: pairs with the Release swap in `close`.
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// How long a plain `publish` waits for `Block` subscribers.
+    #[inline]
+    fn default_wait(&self) -> Wait {
+        Wait::Until(self.config.publish_timeout.map(|t| Instant::now() + t))
     }
 
     #[inline]
@@ -431,11 +550,10 @@ impl BrokerInner {
             let saved = saved_positions(&control, &sub);
             for p in topic.partitions.iter() {
                 let cursor = match saved.get(&(topic.name.clone(), p.index)) {
-                    Some(&offset) => p.log.cursor_at(offset).unwrap_or_else(|_| p.log.cursor_from_first()),
+                    Some(&offset) => p.log.cursor_resuming(offset),
                     None => p.log.cursor_from_first(),
                 };
-                sub.attach(Reader::new(topic.name.clone(), p.clone(), cursor));
-                p.add_listener(Listener::Subscription(sub.clone()));
+                SubCore::attach_to(&sub, topic.name.clone(), p, cursor);
             }
             SubCore::poke(&sub);
         }
@@ -504,7 +622,10 @@ impl BrokerInner {
             for p in t.partitions.iter() {
                 let log = &p.log;
                 let cursor = match saved.get(&(t.name.clone(), p.index)) {
-                    Some(&offset) => log.cursor_at(offset).unwrap_or_else(|_| log.cursor_from_first()),
+                    // A durable subscription resumes where it left off; if
+                    // retention trimmed that meanwhile, its first read reports
+                    // what it missed.
+                    Some(&offset) => log.cursor_resuming(offset),
                     None => match options.start {
                         StartPosition::Latest => log.cursor_from_end(),
                         StartPosition::Earliest => log.cursor_from_first(),
@@ -516,7 +637,7 @@ impl BrokerInner {
                         })?,
                     },
                 };
-                readers.push(Reader::new(t.name.clone(), p.clone(), cursor));
+                readers.push((t.name.clone(), p.clone(), cursor));
             }
         }
         if options.dedicated_thread {
@@ -528,12 +649,8 @@ impl BrokerInner {
             sub.set_thread(handle.thread().clone());
             control.dedicated.push(handle);
         }
-        let partitions: Vec<Arc<Partition>> = readers.iter().map(|r| r.partition.clone()).collect();
-        for r in readers {
-            sub.attach(r);
-        }
-        for p in partitions {
-            p.add_listener(Listener::Subscription(sub.clone()));
+        for (topic, p, cursor) in readers {
+            SubCore::attach_to(&sub, topic, &p, cursor);
         }
         control.patterns.insert(&pattern, id, sub.clone());
         control.subs.insert(id, sub.clone());
@@ -542,6 +659,25 @@ impl BrokerInner {
         // Deliver whatever is already there (earliest, or a saved position).
         SubCore::poke(&sub);
         Ok(Subscription { core: sub })
+    }
+
+    /// Stores a group's committed offsets.
+    fn save_group(&self, core: &ConsumerCore, committed: Vec<Option<u64>>) {
+        let mut control = lock(&self.control);
+        if let Some(g) = control.groups.get_mut(&(core.group.clone(), core.topic.name.clone())) {
+            g.committed = committed;
+        }
+    }
+
+    /// Frees the group for another consumer.
+    fn release_consumer(&self, core: &ConsumerCore) {
+        let mut control = lock(&self.control);
+        control.consumers.remove(&core.id);
+        if let Some(g) = control.groups.get_mut(&(core.group.clone(), core.topic.name.clone()))
+            && g.live == Some(core.id)
+        {
+            g.live = None;
+        }
     }
 
     /// The close hook of every subscription: forget it, and keep a durable
@@ -563,11 +699,15 @@ impl BrokerInner {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (subs, dedicated) = {
+        let (subs, dedicated, consumers) = {
             let mut control = lock(&self.control);
             let subs: Vec<Arc<SubCore>> = control.subs.values().cloned().collect();
-            (subs, std::mem::take(&mut control.dedicated))
+            let consumers: Vec<Arc<ConsumerCore>> = control.consumers.values().cloned().collect();
+            (subs, std::mem::take(&mut control.dedicated), consumers)
         };
+        for c in &consumers {
+            c.close();
+        }
         for sub in &subs {
             sub.close_with_reason("the broker was closed".into());
         }

@@ -67,12 +67,13 @@ use crossbeam_utils::CachePadded;
 use super::dispatch::{Pool, Timer};
 use super::filter::Filter;
 use super::names::Pattern;
-use super::topic::{Partition, Topic};
+use super::topic::{Blocker, Listener, Partition, Topic, Wait};
+use super::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::log::{Attributes, Cursor, Lagged, Record, RecordView};
-use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering, fence};
+use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering, fence};
 use crate::sync::thread::{self, Thread};
-use crate::sync::{Arc, Backoff, Condvar, Mutex, MutexGuard, Name};
+use crate::sync::{Arc, Backoff, Mutex, MutexGuard, Name};
 
 /// No drain queued or running.
 const IDLE: u8 = 0;
@@ -372,8 +373,9 @@ impl Reader {
     }
 
     fn publish_position(&self) {
-        // Relaxed: a snapshot for observers; nothing is read through it.
-        self.position.store(self.cursor.offset(), Ordering::Relaxed);
+        // Release: pairs with the Acquire in `Blocker::position`; for stats
+        // readers it is only a snapshot.
+        self.position.store(self.cursor.offset(), Ordering::Release);
     }
 }
 
@@ -462,6 +464,8 @@ pub struct SubscriptionStats {
     pub dead_letter_topic: Option<String>,
     /// Why it was closed, if the broker closed it.
     pub closed_reason: Option<String>,
+    /// The last delivery problem (such as a dead-letter that failed).
+    pub last_error: Option<String>,
 }
 
 thread::thread_local! {
@@ -493,10 +497,11 @@ pub(crate) struct SubCore {
     positions: Mutex<Vec<Tracked>>,
     counters: Counters,
     env: SubEnv,
-    idle_lock: Mutex<()>,
-    idle_cond: Condvar,
-    idle_waiters: AtomicUsize,
+    /// Where `wait_idle` callers wait; notified when a drain goes idle.
+    idle: Waiters,
     closed_reason: Mutex<Option<String>>,
+    /// The last delivery problem worth reporting (e.g. a failed dead-letter).
+    last_error: Mutex<Option<String>>,
     /// Set once `env.on_close` has run.
     finalized: AtomicBool,
 }
@@ -552,10 +557,9 @@ impl SubCore {
             positions: Mutex::new(Vec::new()),
             counters: Counters::default(),
             env,
-            idle_lock: Mutex::new(()),
-            idle_cond: Condvar::new(),
-            idle_waiters: AtomicUsize::new(0),
+            idle: Waiters::new(),
             closed_reason: Mutex::new(None),
+            last_error: Mutex::new(None),
             finalized: AtomicBool::new(false),
         })
     }
@@ -567,6 +571,19 @@ impl SubCore {
         lock(&self.pending).push(reader);
         // Release: pairs with the Acquire in `merge_pending`.
         self.has_pending.store(true, Ordering::Release);
+    }
+
+    /// Starts reading `partition` of `topic` at `cursor`: hands the reader to
+    /// the drainer, then makes the subscription a listener of the partition
+    /// (and, with the `Block` policy, a blocker of its publishers).
+    pub(crate) fn attach_to(this: &Arc<SubCore>, topic: Name, partition: &Arc<Partition>, cursor: Cursor) {
+        let reader = Reader::new(topic, partition.clone(), cursor);
+        let blocker = match (this.overflow, this.lag_limit) {
+            (Overflow::Block, Some(limit)) => Some(Blocker { id: this.id, position: reader.position.clone(), limit }),
+            _ => None,
+        };
+        this.attach(reader);
+        partition.add_listener(Listener::Subscription(this.clone()), blocker);
     }
 
     /// For the dedicated executor: records the thread to unpark.
@@ -772,50 +789,71 @@ impl SubCore {
 
     /// Delivers from reader `i` until it is caught up or `budget` runs out.
     fn deliver_partition(&self, st: &mut DrainState, i: usize, budget: &mut usize) -> Step {
-        if let Some(limit) = self.lag_limit {
-            let r = &mut st.readers[i];
-            let lag = r.cursor.lag();
-            if lag > limit {
-                match self.overflow {
-                    Overflow::DropOldest => {
-                        let target = r.cursor.offset() + (lag - limit);
-                        let skipped = match r.cursor.seek(target) {
-                            Ok(()) => lag - limit,
-                            Err(_) => {
-                                let before = r.cursor.offset();
-                                r.cursor.seek_to_first();
-                                r.cursor.offset().saturating_sub(before)
-                            }
-                        };
-                        if st.retry.as_ref().is_some_and(|rt| rt.reader == i) {
-                            st.retry = None;
-                        }
-                        self.counters.add(&Tally { dropped: skipped, ..Tally::default() });
-                    }
-                    Overflow::Disconnect => {
-                        let reason = format!(
-                            "disconnected: lag {lag} on {}[{}] exceeded the lag limit {limit}",
-                            r.topic, r.partition.index
-                        );
-                        self.close_with_reason(reason);
-                        return Step::Stop(Round::Closed);
-                    }
-                    // Publishers enforce Block; nothing to do here.
-                    Overflow::Block => {}
-                }
-            }
-        }
         loop {
             if *budget == 0 {
                 return Step::Continue;
             }
+            // Checked before every batch, so the limit holds even while a slow
+            // handler lets a large backlog build up within one round.
+            if let Some(stop) = self.enforce_lag_limit(st, i) {
+                return stop;
+            }
             let mut tally = Tally::default();
             let outcome = self.deliver_batch(st, i, budget, &mut tally);
             self.counters.add(&tally);
+            if self.overflow == Overflow::Block {
+                // Publishers may be waiting for exactly this room: publish the
+                // position per batch, not per round, and wake them.
+                let r = &st.readers[i];
+                r.publish_position();
+                r.partition.refresh_floor();
+                r.partition.space.notify();
+            }
             match outcome {
                 Batch::More => continue,
                 Batch::Empty => return Step::Continue,
                 Batch::Stop(round) => return Step::Stop(round),
+            }
+        }
+    }
+
+    /// Applies the `DropOldest` and `Disconnect` policies to reader `i`
+    /// (`Block` is enforced by publishers).
+    fn enforce_lag_limit(&self, st: &mut DrainState, i: usize) -> Option<Step> {
+        let limit = self.lag_limit?;
+        if self.overflow == Overflow::Block {
+            return None;
+        }
+        let r = &mut st.readers[i];
+        let lag = r.cursor.lag();
+        if lag <= limit {
+            return None;
+        }
+        match self.overflow {
+            Overflow::Disconnect => {
+                let reason = format!(
+                    "disconnected: lag {lag} on {}[{}] exceeded the lag limit {limit}",
+                    r.topic, r.partition.index
+                );
+                *lock(&self.closed_reason) = Some(reason);
+                // The drainer holds the drain lock: close without waiting for it;
+                // the round sees CLOSED and finalizes.
+                self.close_inner(false);
+                Some(Step::Stop(Round::Closed))
+            }
+            _ => {
+                let before = r.cursor.offset();
+                if r.cursor.seek(before + (lag - limit)).is_err() {
+                    // The backlog start was trimmed meanwhile: the next read
+                    // reports that as missed; skip to the oldest retained.
+                    r.cursor.seek_to_first();
+                }
+                let skipped = r.cursor.offset().saturating_sub(before);
+                if st.retry.as_ref().is_some_and(|rt| rt.reader == i) {
+                    st.retry = None;
+                }
+                self.counters.add(&Tally { dropped: skipped, ..Tally::default() });
+                None
             }
         }
     }
@@ -906,8 +944,28 @@ impl SubCore {
                             "dead-lettered by the handler".into()
                         }
                     });
-                    self.dead_letter(&msg, &why);
-                    tally.dead_lettered += 1;
+                    match self.dead_letter(&msg, &why) {
+                        Ok(()) => tally.dead_lettered += 1,
+                        Err(e @ (Error::Full | Error::Timeout)) if self.delivery == DeliveryMode::AtLeastOnce => {
+                            // The dead-letter topic cannot take it now (a Block
+                            // subscriber of its own): keep the message at the head
+                            // and try again after a backoff; nothing is lost.
+                            self.set_last_error(format!("dead-lettering offset {} deferred: {e}", record.offset()));
+                            *retry = Some(Retry {
+                                reader: i,
+                                offset: record.offset(),
+                                attempt: attempt + 1,
+                                reason: Some(why),
+                            });
+                            rewind_to = Some(record.offset());
+                            stop = Some(Round::Backoff(self.backoff.delay(attempt)));
+                            break;
+                        }
+                        Err(e) => {
+                            self.set_last_error(format!("dead-lettering offset {} failed: {e}", record.offset()));
+                            tally.dropped += 1;
+                        }
+                    }
                     *retry = None;
                 }
             }
@@ -923,8 +981,8 @@ impl SubCore {
 
     /// Publishes a failed message to the dead-letter topic, with its key,
     /// payload and attributes plus `rill.dlq.*`.
-    fn dead_letter(&self, msg: &Message<'_>, reason: &str) {
-        let Some(dlq) = &self.env.dead_letters else { return };
+    fn dead_letter(&self, msg: &Message<'_>, reason: &str) -> Result<()> {
+        let Some(dlq) = &self.env.dead_letters else { return Ok(()) };
         let (partition, offset, attempts) =
             (msg.partition().to_string(), msg.offset().to_string(), msg.attempt().to_string());
         let mut attrs: Vec<(&str, &str)> = msg.attributes().filter(|(k, _)| !k.starts_with("rill.dlq.")).collect();
@@ -940,19 +998,16 @@ impl SubCore {
         if let Some(k) = msg.key() {
             record = record.with_key(k);
         }
-        if let Err(e) = dlq.route(msg.key()).publish(&record) {
-            *lock(&self.closed_reason) = Some(format!("dead-lettering offset {} failed: {e}", msg.offset()));
-        }
+        // Never wait here: a drainer must not block on another topic's subscribers.
+        dlq.route(msg.key()).publish(&record, Wait::No).map(drop)
+    }
+
+    fn set_last_error(&self, error: String) {
+        *lock(&self.last_error) = Some(error);
     }
 
     fn notify_idle(&self) {
-        // SeqCst fence: pairs with the fence in `wait_idle` between registering
-        // as a waiter and checking the state, so one side sees the other.
-        fence(Ordering::SeqCst);
-        if self.idle_waiters.load(Ordering::Relaxed) > 0 {
-            let _g = lock(&self.idle_lock);
-            self.idle_cond.notify_all();
-        }
+        self.idle.notify();
     }
 
     /// True when nothing is in flight and every partition is read to its end.
@@ -974,36 +1029,22 @@ impl SubCore {
     /// Waits until the subscription is caught up (true) or `timeout` passes (false).
     pub(crate) fn wait_idle(&self, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now() + timeout;
-        self.idle_waiters.fetch_add(1, Ordering::Relaxed);
-        let result = loop {
-            // SeqCst fence: see `notify_idle`.
-            fence(Ordering::SeqCst);
-            if self.is_closed() {
-                break Err(Error::Closed(format!("subscription {:?} is closed", self.name)));
-            }
-            if self.is_caught_up() {
-                break Ok(true);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                break Ok(false);
-            }
-            let g = lock(&self.idle_lock);
-            // Re-checked under the lock; and the wait is capped, so even a
-            // notification that raced ahead costs at most a few milliseconds.
-            if self.is_caught_up() || self.is_closed() {
-                continue;
-            }
-            let wait = (deadline - now).min(Duration::from_millis(5));
-            drop(self.idle_cond.wait_timeout(g, wait).unwrap_or_else(|e| e.into_inner()));
-        };
-        self.idle_waiters.fetch_sub(1, Ordering::Relaxed);
-        result
+        let caught_up = self.idle.wait_until(Some(deadline), || self.is_closed() || self.is_caught_up());
+        if self.is_closed() {
+            return Err(Error::Closed(format!("subscription {:?} is closed", self.name)));
+        }
+        Ok(caught_up)
     }
 
     /// Closes the subscription. Unless called from its own handler, returns
     /// only once no handler call of it is in flight. Idempotent.
     pub(crate) fn close(&self) {
+        self.close_inner(IN_HANDLER.with(|h| h.get()) != self.id);
+    }
+
+    /// Closes; with `wait`, also waits for an in-flight round (the caller must
+    /// not be that round).
+    fn close_inner(&self, wait: bool) {
         if self.state.swap(CLOSED, Ordering::AcqRel) == CLOSED {
             return;
         }
@@ -1015,13 +1056,13 @@ impl SubCore {
         {
             t.unpark();
         }
-        if IN_HANDLER.with(|h| h.get()) != self.id {
+        if wait {
             // Wait for an in-flight round to see CLOSED and release the lock;
             // its positions are final then.
             drop(lock(&self.drain));
             self.finalize();
         }
-        // Called from our own handler: the round finalizes when it returns.
+        // Otherwise the caller is (inside) the round, which finalizes when it returns.
         self.notify_idle();
     }
 
@@ -1098,6 +1139,7 @@ impl SubCore {
             partitions,
             dead_letter_topic: self.env.dead_letters.as_ref().map(|t| t.name.to_string()),
             closed_reason: lock(&self.closed_reason).clone(),
+            last_error: lock(&self.last_error).clone(),
         }
     }
 }

@@ -5,11 +5,13 @@
 //! a publisher signals after each commit.
 
 use std::fmt;
+use std::time::Instant;
 
 use super::subscription::SubCore;
-use crate::error::Result;
+use super::waiters::Waiters;
+use crate::error::{Error, Result};
 use crate::log::{Log, LogConfig, Record};
-use crate::sync::atomic::{Ordering, fence};
+use crate::sync::atomic::{AtomicU64, Ordering, fence};
 use crate::sync::epoch::{self, Guard, Owned};
 use crate::sync::{Arc, Mutex, Name};
 
@@ -67,6 +69,8 @@ pub const MAX_PARTITIONS: u32 = 4096;
 pub(crate) enum Listener {
     /// A push subscription (signal-and-drain, see `subscription.rs`).
     Subscription(Arc<SubCore>),
+    /// A pull consumer, possibly blocked in `poll` (see `waiters.rs`).
+    Consumer { id: u64, waiters: Arc<Waiters> },
 }
 
 impl Listener {
@@ -80,19 +84,51 @@ impl Listener {
                     SubCore::schedule(sub);
                 }
             }
+            Listener::Consumer { waiters, .. } => waiters.notify_after_fence(),
         }
     }
 
     fn id(&self) -> u64 {
         match self {
             Listener::Subscription(sub) => sub.id,
+            Listener::Consumer { id, .. } => *id,
         }
+    }
+}
+
+/// A subscriber with the `Block` overflow policy: publishers wait while it
+/// is `limit` messages behind.
+#[derive(Clone)]
+pub(crate) struct Blocker {
+    pub(crate) id: u64,
+    /// Its next offset to handle, published by its drainer.
+    pub(crate) position: Arc<AtomicU64>,
+    pub(crate) limit: u64,
+}
+
+impl Blocker {
+    #[inline]
+    fn position(&self) -> u64 {
+        // Acquire: pairs with the drainer's Release store, so a publisher that
+        // sees room also sees the drain that made it (not needed for memory
+        // safety; it keeps the lag bound honest).
+        self.position.load(Ordering::Acquire)
     }
 }
 
 /// The listeners of one partition, replaced as a whole when one joins or leaves.
 struct Listeners {
     list: Vec<Listener>,
+    blockers: Vec<Blocker>,
+}
+
+/// How long a publisher may wait for a `Block` subscriber.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait {
+    /// Not at all: fail with `Full`.
+    No,
+    /// Until this deadline (`None`: forever), then fail with `Timeout`.
+    Until(Option<Instant>),
 }
 
 /// One partition: a log and the listeners to signal after a commit.
@@ -103,37 +139,112 @@ pub(crate) struct Partition {
     listeners: epoch::Atomic<Listeners>,
     /// Serialises writers of `listeners` (subscribe and unsubscribe, never the publish path).
     edit: Mutex<()>,
+    /// Where publishers wait for `Block` subscribers to make room.
+    pub(crate) space: Waiters,
 }
 
 impl Partition {
     pub(crate) fn new(index: u32, log: Log) -> Self {
-        Partition { index, log, listeners: epoch::Atomic::new(Listeners { list: Vec::new() }), edit: Mutex::new(()) }
+        Partition {
+            index,
+            log,
+            listeners: epoch::Atomic::new(Listeners { list: Vec::new(), blockers: Vec::new() }),
+            edit: Mutex::new(()),
+            space: Waiters::new(),
+        }
     }
 
     #[inline]
-    fn listeners<'g>(&self, guard: &'g Guard) -> &'g [Listener] {
+    fn current<'g>(&self, guard: &'g Guard) -> &'g Listeners {
         // Acquire: pairs with the Release swap in `edit_listeners`, so the
         // listeners it lists are fully constructed.
         let shared = self.listeners.load(Ordering::Acquire, guard);
         // SAFETY: never null (set in `new`, replaced only by valid lists), and a
         // replaced list is retired with `defer_destroy`, so it outlives `guard`.
-        unsafe { &shared.deref().list }
+        unsafe { shared.deref() }
+    }
+
+    /// True if `n` more messages keep every blocker within its limit.
+    fn has_room(&self, blockers: &[Blocker], n: u64) -> bool {
+        if blockers.is_empty() {
+            return true;
+        }
+        let end = self.log.end_offset();
+        blockers.iter().all(|b| end + n <= b.position().saturating_add(b.limit))
+    }
+
+    /// Waits (as `wait` allows) until `n` messages fit under every `Block`
+    /// subscriber's lag limit. Concurrent publishers may each see room for
+    /// themselves, so a limit can be exceeded by at most one message per
+    /// concurrent publisher.
+    fn wait_for_room(&self, n: u64, wait: Wait) -> Result<()> {
+        let room = || {
+            let guard = epoch::pin();
+            self.has_room(&self.current(&guard).blockers, n)
+        };
+        if room() {
+            return Ok(());
+        }
+        match wait {
+            Wait::No => Err(Error::Full),
+            // Never pinned while blocked: the closure pins only to look.
+            Wait::Until(deadline) => {
+                if self.space.wait_until(deadline, room) {
+                    Ok(())
+                } else {
+                    Err(Error::Timeout)
+                }
+            }
+        }
     }
 
     /// Appends one record and signals the listeners; returns its offset.
     #[inline]
-    pub(crate) fn publish(&self, record: &Record<'_>) -> Result<u64> {
+    pub(crate) fn publish(&self, record: &Record<'_>, wait: Wait) -> Result<u64> {
+        let guard = epoch::pin();
+        if !self.current(&guard).blockers.is_empty() {
+            drop(guard);
+            self.wait_for_room(1, wait)?;
+            return self.publish_unchecked(record);
+        }
+        let offset = self.log.append(record)?;
+        self.notify(&guard);
+        Ok(offset)
+    }
+
+    fn publish_unchecked(&self, record: &Record<'_>) -> Result<u64> {
         let guard = epoch::pin();
         let offset = self.log.append(record)?;
         self.notify(&guard);
         Ok(offset)
     }
 
-    /// Appends records in order and signals the listeners once.
-    pub(crate) fn publish_batch(&self, records: &[Record<'_>], offsets: &mut Vec<u64>) -> Result<()> {
-        let guard = epoch::pin();
-        self.log.append_batch(records, offsets)?;
-        self.notify(&guard);
+    /// Appends records in order and signals the listeners. With `Block`
+    /// subscribers, a batch larger than the room they leave goes in parts.
+    pub(crate) fn publish_batch(&self, records: &[Record<'_>], offsets: &mut Vec<u64>, wait: Wait) -> Result<()> {
+        offsets.clear();
+        let mut part = Vec::new();
+        let mut done = 0;
+        while done < records.len() {
+            let n = {
+                let guard = epoch::pin();
+                let blockers = &self.current(&guard).blockers;
+                match blockers.iter().map(|b| b.limit).min() {
+                    None => records.len() - done,
+                    Some(limit) => {
+                        let n = (records.len() - done).min(limit as usize).max(1);
+                        drop(guard);
+                        self.wait_for_room(n as u64, wait)?;
+                        n
+                    }
+                }
+            };
+            let guard = epoch::pin();
+            self.log.append_batch(&records[done..done + n], &mut part)?;
+            self.notify(&guard);
+            offsets.extend_from_slice(&part);
+            done += n;
+        }
         Ok(())
     }
 
@@ -141,7 +252,7 @@ impl Partition {
     /// after its commit, a full fence, then each listener's state is read.
     #[inline]
     pub(crate) fn notify(&self, guard: &Guard) {
-        let listeners = self.listeners(guard);
+        let listeners = &self.current(guard).list;
         if listeners.is_empty() {
             return;
         }
@@ -155,36 +266,53 @@ impl Partition {
         }
     }
 
-    /// Adds a listener (no-op if one with its id is there).
-    pub(crate) fn add_listener(&self, listener: Listener) {
-        self.edit_listeners(|list| {
+    /// Adds a listener (no-op if one with its id is there), and its blocker.
+    pub(crate) fn add_listener(&self, listener: Listener, blocker: Option<Blocker>) {
+        self.edit_listeners(|list, blockers| {
             if !list.iter().any(|l| l.id() == listener.id()) {
                 list.push(listener);
             }
+            blockers.extend(blocker);
         });
+        self.refresh_floor();
     }
 
-    /// Removes the listener with `id`.
+    /// Removes the listener (and blocker) with `id`; wakes blocked publishers.
     pub(crate) fn remove_listener(&self, id: u64) {
-        self.edit_listeners(|list| list.retain(|l| l.id() != id));
+        self.edit_listeners(|list, blockers| {
+            list.retain(|l| l.id() != id);
+            blockers.retain(|b| b.id != id);
+        });
+        self.refresh_floor();
+        self.space.notify();
     }
 
-    fn edit_listeners(&self, edit: impl FnOnce(&mut Vec<Listener>)) {
+    fn edit_listeners(&self, edit: impl FnOnce(&mut Vec<Listener>, &mut Vec<Blocker>)) {
         let _serial = self.edit.lock().unwrap_or_else(|e| e.into_inner());
         let guard = epoch::pin();
-        let mut list = self.listeners(&guard).to_vec();
-        edit(&mut list);
-        // Release: publishes the new list (see `listeners`).
-        let old = self.listeners.swap(Owned::new(Listeners { list }), Ordering::AcqRel, &guard);
+        let current = self.current(&guard);
+        let (mut list, mut blockers) = (current.list.clone(), current.blockers.clone());
+        edit(&mut list, &mut blockers);
+        // Release: publishes the new list (see `current`).
+        let old = self.listeners.swap(Owned::new(Listeners { list, blockers }), Ordering::AcqRel, &guard);
         // SAFETY: `old` is unreachable now; publishers that loaded it are pinned
         // and the destructor waits for them.
         unsafe { guard.defer_destroy(old) };
         guard.flush();
     }
 
+    /// Keeps retention from trimming what a `Block` subscriber has not read:
+    /// the log's floor is the lowest blocker position. Called when blockers
+    /// come and go and after a blocker advances.
+    pub(crate) fn refresh_floor(&self) {
+        let guard = epoch::pin();
+        let floor = self.current(&guard).blockers.iter().map(Blocker::position).min().unwrap_or(u64::MAX);
+        self.log.set_retention_floor(floor);
+    }
+
     pub(crate) fn listener_count(&self) -> usize {
         let guard = epoch::pin();
-        self.listeners(&guard).len()
+        self.current(&guard).list.len()
     }
 }
 
@@ -217,7 +345,7 @@ pub(crate) struct Topic {
 impl Topic {
     pub(crate) fn new(name: &str, options: &TopicOptions) -> Result<Topic> {
         if options.partitions == 0 || options.partitions > MAX_PARTITIONS {
-            return Err(crate::Error::InvalidArgument(format!(
+            return Err(Error::InvalidArgument(format!(
                 "a topic has between 1 and {MAX_PARTITIONS} partitions, not {}",
                 options.partitions
             )));

@@ -166,6 +166,13 @@ impl Cursor {
         !matches!(self.ready(), Ok(None))
     }
 
+    /// If retention has trimmed records this cursor had not read, moves to
+    /// the oldest retained one and says how many were missed (what the next
+    /// read would report as `Err(Lagged)`); otherwise does nothing.
+    pub fn take_lag(&mut self) -> Option<Lagged> {
+        self.ready().err()
+    }
+
     /// Moves back to `offset`, an offset this cursor has already passed (to
     /// read a record again). Cheap within the current segment; otherwise a
     /// seek, and if `offset` was trimmed meanwhile the next read reports the lag.

@@ -431,6 +431,14 @@ impl Log {
         Ok(c)
     }
 
+    /// A cursor that continues from `offset`, a position handed out earlier
+    /// (for example a durable subscription's). If retention has trimmed it
+    /// meanwhile, the first read reports the records missed ([`Lagged`]);
+    /// an offset past the end is clamped to the end.
+    pub fn cursor_resuming(&self, offset: u64) -> Cursor {
+        Cursor::new(self.shared.clone(), offset.min(self.end_offset()))
+    }
+
     /// A cursor at the oldest retained record.
     pub fn cursor_from_first(&self) -> Cursor {
         let mut c = Cursor::new(self.shared.clone(), 0);

@@ -1,0 +1,116 @@
+//! Blocking waits for a condition that other threads make true without
+//! taking a lock: a publisher waiting for a `Block` subscriber to make room,
+//! a pull consumer waiting in `poll` for a message, a caller of `wait_idle`.
+//!
+//! # The protocol
+//!
+//! The *condition* is read from atomics (a subscriber's position, a cursor's
+//! next slot, a subscription's state). A *changer* updates them without any
+//! lock and then calls [`Waiters::notify`]; a *waiter* calls
+//! [`Waiters::wait_until`]. `Waiters` holds a count of registered waiters, a
+//! mutex and a condition variable.
+//!
+//! * waiter: check the condition; if false, **register** (`count += 1`),
+//!   `fence(SeqCst)`, take the mutex, **re-check** the condition, and only
+//!   if it is still false wait on the condition variable (which releases the
+//!   mutex atomically). On waking or timing out, unregister and start over.
+//! * changer: make the change, `fence(SeqCst)`, load `count`; only if it is
+//!   non-zero take the mutex and `notify_all`.
+//!
+//! A changer that finds no waiter never touches the mutex, so a publisher
+//! pays one fence and one shared load per notify when nobody waits.
+//!
+//! ## The races it survives
+//!
+//! * *Changer skips the notify.* It read `count == 0` after its fence. The
+//!   waiter's fence follows its registration, so by the total order of SeqCst
+//!   fences the changer's fence came first, and the waiter's re-check (after
+//!   its own fence) sees the change. It does not wait.
+//! * *Notify before the wait.* The changer notifies after the waiter's
+//!   re-check but before it waits: impossible, because the re-check and the
+//!   wait happen under the mutex and the changer notifies under it too. If the
+//!   changer takes the mutex first, its change (made before) is visible to the
+//!   re-check; if the waiter takes it first, the changer's notify comes after
+//!   the wait has begun and wakes it.
+//!
+//! `loom-tests/tests/waiters.rs` models the protocol alone (removing either
+//! fence makes loom find the lost wakeup, a deadlock) and, end to end, a
+//! publisher blocked on a `Block` subscriber through the real publish and
+//! drain code (there the epoch pins on both paths fence as well, so that model
+//! would not notice a missing fence here; the isolated one does).
+
+use std::time::{Duration, Instant};
+
+use crate::sync::atomic::{AtomicUsize, Ordering, fence};
+use crate::sync::{Condvar, Mutex};
+
+/// A place to wait for a lock-free condition; see the module documentation.
+#[derive(Debug, Default)]
+pub(crate) struct Waiters {
+    count: AtomicUsize,
+    lock: Mutex<()>,
+    cond: Condvar,
+}
+
+impl Waiters {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Wakes every waiter. Call after the change that may satisfy them.
+    #[inline]
+    pub(crate) fn notify(&self) {
+        // SeqCst fence: orders the caller's change before the load of
+        // `count`; pairs with the fence in `wait_until` after registering.
+        fence(Ordering::SeqCst);
+        self.notify_after_fence();
+    }
+
+    /// `notify` for a caller that has just issued a `fence(SeqCst)` itself.
+    #[inline]
+    pub(crate) fn notify_after_fence(&self) {
+        // Relaxed: ordered by the preceding fence (see the module essay).
+        if self.count.load(Ordering::Relaxed) > 0 {
+            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.cond.notify_all();
+        }
+    }
+
+    /// Waits until `ready()` is true (returns true) or `deadline` passes
+    /// (returns `ready()`). `None` waits without a deadline.
+    pub(crate) fn wait_until(&self, deadline: Option<Instant>, mut ready: impl FnMut() -> bool) -> bool {
+        loop {
+            if ready() {
+                return true;
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return ready(),
+                },
+                None => None,
+            };
+            // Relaxed RMW: registration is ordered by the fence that follows.
+            self.count.fetch_add(1, Ordering::Relaxed);
+            // SeqCst fence: orders the registration before the re-check below;
+            // pairs with the fence in `notify`.
+            fence(Ordering::SeqCst);
+            let guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            if !ready() {
+                match left {
+                    Some(left) => drop(self.cond.wait_timeout(guard, left.min(MAX_NAP))),
+                    None => drop(self.cond.wait(guard)),
+                }
+            } else {
+                drop(guard);
+            }
+            // Relaxed: unregistering needs no ordering; a changer that still
+            // counts us merely notifies once for nothing.
+            self.count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Longest single sleep of a timed wait, a safety net only: the protocol
+/// does not rely on it.
+const MAX_NAP: Duration = Duration::from_millis(100);
