@@ -1,0 +1,578 @@
+//! Delivery guarantees and flow control, as failure stories: poison messages,
+//! backoff, dead letters, durable subscribers that come back, slow
+//! consumers under each overflow policy, and pull consumers.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rill::{
+    Ack, Broker, BrokerConfig, ConsumerOptions, ConsumerStart, Error, Message, Overflow, Record, RetryBackoff,
+    StartPosition, Subscription, SubscriptionOptions, TopicOptions,
+};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn broker() -> Broker {
+    Broker::new(BrokerConfig::default()).unwrap()
+}
+
+fn fast_backoff() -> RetryBackoff {
+    RetryBackoff { initial: Duration::from_millis(1), max: Duration::from_millis(5), multiplier: 2.0 }
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// (payload, attempt) pairs a handler saw.
+type Attempts = Arc<Mutex<Vec<(Vec<u8>, u32)>>>;
+
+/// A DLQ message as (payload, key, attributes).
+type Dead = (Vec<u8>, Option<Vec<u8>>, HashMap<String, String>);
+
+fn drain_dlq(b: &Broker, topic: &str) -> Vec<Dead> {
+    let mut c = b.consumer("dlq-reader", topic, ConsumerOptions::default()).unwrap();
+    let got = c
+        .poll(1000, Duration::from_millis(100))
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let attrs = m.attributes().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+            (m.payload().to_vec(), m.key().map(<[u8]>::to_vec), attrs)
+        })
+        .collect();
+    c.close();
+    got
+}
+
+#[test]
+fn a_poison_message_is_tried_max_attempts_times_then_dead_lettered_and_the_rest_flow_on() {
+    let b = broker();
+    b.create_topic("orders", &TopicOptions::default()).unwrap();
+    let log: Attempts = Arc::default();
+    let l = log.clone();
+    let sub = b
+        .subscribe(
+            "orders",
+            SubscriptionOptions {
+                name: Some("billing".into()),
+                max_attempts: Some(4),
+                backoff: fast_backoff(),
+                ..Default::default()
+            },
+            move |m: &Message<'_>| {
+                l.lock().unwrap().push((m.payload().to_vec(), m.attempt()));
+                if m.payload() == b"poison" {
+                    m.set_reason(format!("cannot parse (attempt {})", m.attempt()));
+                    return Ack::Retry;
+                }
+                Ack::Success
+            },
+        )
+        .unwrap();
+    assert!(b.topics().contains(&"$dlq/billing".to_owned()), "the dead-letter topic exists from subscribe time");
+    b.publish("orders", &Record::new(b"first")).unwrap();
+    b.publish("orders", &Record::new(b"poison").with_key(b"k-9").with_attributes(&[("region", "IN")])).unwrap();
+    b.publish("orders", &Record::new(b"after-1")).unwrap();
+    b.publish("orders", &Record::new(b"after-2")).unwrap();
+    assert!(sub.wait_idle(WAIT).unwrap());
+
+    let expected: Vec<(Vec<u8>, u32)> =
+        [("first", 1), ("poison", 1), ("poison", 2), ("poison", 3), ("poison", 4), ("after-1", 1), ("after-2", 1)]
+            .iter()
+            .map(|(p, a)| (p.as_bytes().to_vec(), *a))
+            .collect();
+    assert_eq!(*log.lock().unwrap(), expected, "exactly max_attempts tries, then the rest in order");
+
+    let dead = drain_dlq(&b, "$dlq/billing");
+    assert_eq!(dead.len(), 1);
+    let (payload, key, attrs) = &dead[0];
+    assert_eq!(payload, b"poison");
+    assert_eq!(key.as_deref(), Some(&b"k-9"[..]));
+    assert_eq!(attrs["region"], "IN");
+    assert_eq!(attrs["rill.dlq.reason"], "cannot parse (attempt 4)");
+    assert_eq!(attrs["rill.dlq.topic"], "orders");
+    assert_eq!(attrs["rill.dlq.partition"], "0");
+    assert_eq!(attrs["rill.dlq.offset"], "1");
+    assert_eq!(attrs["rill.dlq.attempts"], "4");
+    assert_eq!(attrs["rill.dlq.subscription"], "billing");
+    let st = sub.stats();
+    assert_eq!((st.delivered, st.retried, st.dead_lettered, st.acked), (7, 3, 1, 3));
+}
+
+#[test]
+fn backoff_spacing_is_at_least_the_configured_delay() {
+    let b = broker();
+    b.create_topic("t", &TopicOptions::default()).unwrap();
+    let times: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let t = times.clone();
+    let backoff = RetryBackoff { initial: Duration::from_millis(20), max: Duration::from_millis(50), multiplier: 2.0 };
+    let sub = b
+        .subscribe(
+            "t",
+            SubscriptionOptions { max_attempts: Some(4), backoff, ..Default::default() },
+            move |_: &Message<'_>| {
+                t.lock().unwrap().push(Instant::now());
+                Ack::Retry
+            },
+        )
+        .unwrap();
+    b.publish("t", &Record::new(b"x")).unwrap();
+    assert!(sub.wait_idle(WAIT).unwrap());
+    let times = times.lock().unwrap();
+    assert_eq!(times.len(), 4);
+    // 20 ms, then 40 ms, then 50 ms (capped). No upper bound: the machine is noisy.
+    for (k, want) in [20u64, 40, 50].iter().enumerate() {
+        let gap = times[k + 1] - times[k];
+        assert!(gap >= Duration::from_millis(*want), "gap {k} was {gap:?}, want >= {want} ms");
+    }
+    assert_eq!(backoff.delay(1), Duration::from_millis(20));
+    assert_eq!(backoff.delay(2), Duration::from_millis(40));
+    assert_eq!(backoff.delay(9), Duration::from_millis(50));
+}
+
+#[test]
+fn dead_letter_acks_and_panics_carry_their_reason_to_a_custom_topic() {
+    let b = broker();
+    b.create_topic("jobs", &TopicOptions::default()).unwrap();
+    let sub = b
+        .subscribe(
+            "jobs",
+            SubscriptionOptions {
+                dead_letter_topic: Some("failed/jobs".into()),
+                max_attempts: Some(2),
+                backoff: fast_backoff(),
+                ..Default::default()
+            },
+            |m: &Message<'_>| match m.payload() {
+                b"reject" => {
+                    m.set_reason("schema v1 is not supported");
+                    Ack::DeadLetter
+                }
+                b"crash" => panic!("index out of bounds"),
+                _ => Ack::Success,
+            },
+        )
+        .unwrap();
+    for p in [&b"reject"[..], b"crash", b"ok"] {
+        b.publish("jobs", &Record::new(p)).unwrap();
+    }
+    assert!(sub.wait_idle(WAIT).unwrap());
+    let dead = drain_dlq(&b, "failed/jobs");
+    assert_eq!(dead.len(), 2);
+    assert_eq!(dead[0].2["rill.dlq.reason"], "schema v1 is not supported");
+    assert_eq!(dead[0].2["rill.dlq.attempts"], "1");
+    assert!(dead[1].2["rill.dlq.reason"].contains("index out of bounds"), "{:?}", dead[1].2);
+    assert_eq!(dead[1].2["rill.dlq.attempts"], "2");
+    assert!(dead[0].2["rill.dlq.subscription"].starts_with("anon-"));
+    assert_eq!(sub.stats().dead_letter_topic.as_deref(), Some("failed/jobs"));
+}
+
+fn counting_sub(b: &Broker, name: &str, seen: Arc<Mutex<Vec<u64>>>) -> Subscription {
+    b.subscribe(
+        "events",
+        SubscriptionOptions { name: Some(name.into()), start: StartPosition::Earliest, ..Default::default() },
+        move |m: &Message<'_>| {
+            seen.lock().unwrap().push(u64::from_le_bytes(m.payload().try_into().unwrap()));
+            Ack::Success
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_durable_subscriber_that_went_away_gets_everything_it_missed_in_order() {
+    let b = broker();
+    b.create_topic("events", &TopicOptions::default()).unwrap();
+    let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let sub = counting_sub(&b, "audit", seen.clone());
+    for i in 0..100u64 {
+        b.publish("events", &Record::new(&i.to_le_bytes())).unwrap();
+    }
+    assert!(sub.wait_idle(WAIT).unwrap());
+    // A second live subscription with the same name is refused.
+    let dup = b.subscribe(
+        "events",
+        SubscriptionOptions { name: Some("audit".into()), ..Default::default() },
+        |_: &Message<'_>| Ack::Success,
+    );
+    assert!(matches!(dup, Err(Error::Busy(_))), "{dup:?}");
+    sub.close();
+    for i in 100..1_100u64 {
+        b.publish("events", &Record::new(&i.to_le_bytes())).unwrap();
+    }
+    let back = counting_sub(&b, "audit", seen.clone());
+    assert!(back.wait_idle(WAIT).unwrap());
+    assert_eq!(*seen.lock().unwrap(), (0..1_100).collect::<Vec<u64>>(), "all 1,000 missed messages, in order, once");
+}
+
+#[test]
+fn a_message_interrupted_by_close_is_redelivered_on_resume() {
+    let b = broker();
+    b.create_topic("events", &TopicOptions::default()).unwrap();
+    let entered = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
+    let (e, r) = (entered.clone(), release.clone());
+    let first = b
+        .subscribe(
+            "events",
+            SubscriptionOptions { name: Some("slowpoke".into()), ..Default::default() },
+            move |_: &Message<'_>| {
+                e.store(true, Ordering::SeqCst);
+                while !r.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ack::Success
+            },
+        )
+        .unwrap();
+    b.publish("events", &Record::new(&7u64.to_le_bytes())).unwrap();
+    wait_for("the handler to start", || entered.load(Ordering::SeqCst));
+    let closer = std::thread::spawn(move || first.close());
+    std::thread::sleep(Duration::from_millis(20));
+    release.store(true, Ordering::SeqCst);
+    closer.join().unwrap();
+
+    let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let again = counting_sub(&b, "slowpoke", seen.clone());
+    assert!(again.wait_idle(WAIT).unwrap());
+    assert_eq!(*seen.lock().unwrap(), vec![7], "the interrupted message comes again");
+}
+
+/// A handler that blocks on a gate for the first message it sees.
+fn gated(
+    entered: &Arc<AtomicBool>,
+    gate: &Arc<AtomicBool>,
+    seen: &Arc<Mutex<Vec<u64>>>,
+) -> impl FnMut(&Message<'_>) -> Ack + Send + 'static {
+    let (e, g, s) = (entered.clone(), gate.clone(), seen.clone());
+    move |m: &Message<'_>| {
+        e.store(true, Ordering::SeqCst);
+        while !g.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        s.lock().unwrap().push(u64::from_le_bytes(m.payload().try_into().unwrap()));
+        Ack::Success
+    }
+}
+
+#[test]
+fn drop_oldest_keeps_the_newest_lag_limit_messages_and_counts_exactly_what_it_skipped() {
+    let b = broker();
+    b.create_topic("ticks", &TopicOptions::default()).unwrap();
+    let (entered, gate, seen) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::default());
+    let sub = b
+        .subscribe(
+            "ticks",
+            SubscriptionOptions { overflow: Overflow::DropOldest, lag_limit: Some(10), ..Default::default() },
+            gated(&entered, &gate, &seen),
+        )
+        .unwrap();
+    b.publish("ticks", &Record::new(&0u64.to_le_bytes())).unwrap();
+    wait_for("the first delivery", || entered.load(Ordering::SeqCst));
+    for i in 1..=100u64 {
+        b.publish("ticks", &Record::new(&i.to_le_bytes())).unwrap();
+    }
+    gate.store(true, Ordering::SeqCst);
+    assert!(sub.wait_idle(WAIT).unwrap());
+    let mut expect = vec![0u64];
+    expect.extend(91..=100);
+    assert_eq!(*seen.lock().unwrap(), expect);
+    assert_eq!(sub.stats().dropped, 90, "100 waiting, limit 10: exactly 90 skipped");
+}
+
+#[test]
+fn block_makes_publishers_wait_and_loses_nothing() {
+    let b = Broker::new(BrokerConfig { publish_timeout: Some(Duration::from_secs(60)), ..Default::default() }).unwrap();
+    b.create_topic("jobs", &TopicOptions::default()).unwrap();
+    let slow_seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let s = slow_seen.clone();
+    let sub = b
+        .subscribe(
+            "jobs",
+            SubscriptionOptions { overflow: Overflow::Block, lag_limit: Some(8), ..Default::default() },
+            move |m: &Message<'_>| {
+                std::thread::sleep(Duration::from_micros(300));
+                s.lock().unwrap().push(u64::from_le_bytes(m.payload().try_into().unwrap()));
+                Ack::Success
+            },
+        )
+        .unwrap();
+    for i in 0..500u64 {
+        b.publish("jobs", &Record::new(&i.to_le_bytes())).unwrap();
+        // A publish returns only once the message fits under the limit.
+        let lag = sub.stats().lag;
+        assert!(lag <= 8, "lag {lag} after publishing {i}");
+    }
+    assert!(sub.wait_idle(WAIT).unwrap());
+    assert_eq!(*slow_seen.lock().unwrap(), (0..500).collect::<Vec<u64>>(), "nothing lost, in order");
+
+    // try_publish says Full at once when the subscriber is at its limit.
+    let gate = Arc::new(AtomicBool::new(false));
+    let entered = Arc::new(AtomicBool::new(false));
+    let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    b.create_topic("gated", &TopicOptions::default()).unwrap();
+    let blocked = b
+        .subscribe(
+            "gated",
+            SubscriptionOptions { overflow: Overflow::Block, lag_limit: Some(3), ..Default::default() },
+            gated(&entered, &gate, &seen),
+        )
+        .unwrap();
+    b.publish("gated", &Record::new(&0u64.to_le_bytes())).unwrap();
+    wait_for("the first delivery", || entered.load(Ordering::SeqCst));
+    let mut accepted = 1;
+    let full = loop {
+        match b.try_publish("gated", &Record::new(&(accepted as u64).to_le_bytes())) {
+            Ok(_) => accepted += 1,
+            Err(e) => break e,
+        }
+        assert!(accepted < 100, "try_publish never reported Full");
+    };
+    assert_eq!(full, Error::Full);
+    assert!(accepted <= 4, "at most lag_limit behind: {accepted}");
+    let timeout = b.publish_timeout("gated", &Record::new(b"late"), Duration::from_millis(20));
+    assert_eq!(timeout, Err(Error::Timeout));
+    gate.store(true, Ordering::SeqCst);
+    assert!(blocked.wait_idle(WAIT).unwrap());
+    assert_eq!(seen.lock().unwrap().len(), accepted);
+    // Once the subscriber is gone, publishers no longer wait.
+    drop(blocked);
+    for _ in 0..10 {
+        b.try_publish("gated", &Record::new(b"free")).unwrap();
+    }
+}
+
+#[test]
+fn block_keeps_retention_from_trimming_unread_messages() {
+    let b = broker();
+    let small = TopicOptions { retention_bytes: Some(8 << 10), ..TopicOptions::default() };
+    b.create_topic("audit", &small).unwrap();
+    let (entered, gate, seen) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::default());
+    let sub = b
+        .subscribe(
+            "audit",
+            SubscriptionOptions { overflow: Overflow::Block, lag_limit: Some(5_000), ..Default::default() },
+            gated(&entered, &gate, &seen),
+        )
+        .unwrap();
+    let payload = [0u8; 92];
+    for i in 0..2_000u64 {
+        let mut p = payload;
+        p[..8].copy_from_slice(&i.to_le_bytes());
+        b.publish("audit", &Record::new(&p[..8])).unwrap();
+    }
+    let st = b.topic_stats("audit").unwrap();
+    assert!(st.retained_bytes > 8 << 10, "retention held back by the unread messages: {st:?}");
+    assert_eq!(st.partitions[0].first_offset, 0);
+    gate.store(true, Ordering::SeqCst);
+    assert!(sub.wait_idle(WAIT).unwrap());
+    assert_eq!(*seen.lock().unwrap(), (0..2_000).collect::<Vec<u64>>());
+    assert_eq!(sub.stats().missed, 0);
+}
+
+#[test]
+fn disconnect_closes_a_subscriber_that_falls_too_far_behind_and_a_durable_one_can_resume() {
+    let b = broker();
+    b.create_topic("events", &TopicOptions::default()).unwrap();
+    let (entered, gate, seen) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::default());
+    let sub = b
+        .subscribe(
+            "events",
+            SubscriptionOptions {
+                name: Some("lagger".into()),
+                overflow: Overflow::Disconnect,
+                lag_limit: Some(5),
+                ..Default::default()
+            },
+            gated(&entered, &gate, &seen),
+        )
+        .unwrap();
+    b.publish("events", &Record::new(&0u64.to_le_bytes())).unwrap();
+    wait_for("the first delivery", || entered.load(Ordering::SeqCst));
+    for i in 1..=20u64 {
+        b.publish("events", &Record::new(&i.to_le_bytes())).unwrap();
+    }
+    gate.store(true, Ordering::SeqCst);
+    wait_for("the disconnect", || sub.is_closed());
+    let reason = sub.stats().closed_reason.unwrap();
+    assert!(reason.contains("lag 20") && reason.contains("limit 5"), "{reason}");
+    assert_eq!(*seen.lock().unwrap(), vec![0]);
+    // It kept its position: resuming (without the limit) delivers the rest.
+    let rest: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let r = rest.clone();
+    let back = b
+        .subscribe(
+            "events",
+            SubscriptionOptions { name: Some("lagger".into()), ..Default::default() },
+            move |m: &Message<'_>| {
+                r.lock().unwrap().push(u64::from_le_bytes(m.payload().try_into().unwrap()));
+                Ack::Success
+            },
+        )
+        .unwrap();
+    assert!(back.wait_idle(WAIT).unwrap());
+    assert_eq!(*rest.lock().unwrap(), (1..=20).collect::<Vec<u64>>());
+}
+
+#[test]
+fn a_subscriber_overtaken_by_retention_is_told_how_many_it_missed() {
+    let b = broker();
+    b.create_topic("firehose", &TopicOptions { retention_bytes: Some(16 << 10), ..TopicOptions::default() }).unwrap();
+    let (entered, gate, seen) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::default());
+    let reported = Arc::new(AtomicU64::new(0));
+    let rep = reported.clone();
+    let sub = b
+        .subscribe(
+            "firehose",
+            SubscriptionOptions {
+                on_lagged: Some(Arc::new(move |topic: &str, partition: u32, missed: u64| {
+                    assert_eq!((topic, partition), ("firehose", 0));
+                    rep.fetch_add(missed, Ordering::SeqCst);
+                })),
+                ..Default::default()
+            },
+            gated(&entered, &gate, &seen),
+        )
+        .unwrap();
+    b.publish("firehose", &Record::new(&0u64.to_le_bytes())).unwrap();
+    wait_for("the first delivery", || entered.load(Ordering::SeqCst));
+    let n = 5_000u64;
+    for i in 1..n {
+        b.publish("firehose", &Record::new(&i.to_le_bytes())).unwrap();
+    }
+    gate.store(true, Ordering::SeqCst);
+    assert!(sub.wait_idle(WAIT).unwrap());
+    let st = sub.stats();
+    let delivered = seen.lock().unwrap().len() as u64;
+    assert!(st.missed > 0);
+    assert_eq!(st.missed, reported.load(Ordering::SeqCst), "the callback heard every miss");
+    assert_eq!(delivered + st.missed, n, "every message was either delivered or reported missed");
+    let seen = seen.lock().unwrap();
+    assert!(seen.windows(2).all(|w| w[0] < w[1]));
+}
+
+#[test]
+fn a_pull_consumer_polls_commits_rolls_back_and_replays() {
+    let b = broker();
+    b.create_topic("orders", &TopicOptions::default()).unwrap();
+    for i in 0..10u8 {
+        b.publish("orders", &Record::new(&[i])).unwrap();
+    }
+    let mut c = b.consumer("billing", "orders", ConsumerOptions::default()).unwrap();
+    let first: Vec<u8> = c.poll(4, Duration::ZERO).unwrap().iter().map(|m| m.payload()[0]).collect();
+    assert_eq!(first, vec![0, 1, 2, 3]);
+    c.commit().unwrap();
+    assert_eq!(c.committed(0).unwrap(), 4);
+    let second: Vec<u8> = c.poll(3, Duration::ZERO).unwrap().iter().map(|m| m.payload()[0]).collect();
+    assert_eq!(second, vec![4, 5, 6]);
+    assert_eq!(c.position(0).unwrap(), 7);
+    // Not committed: roll back and the same batch comes again.
+    c.rollback().unwrap();
+    assert_eq!(c.position(0).unwrap(), 4);
+    let replay: Vec<u8> = c.poll(3, Duration::ZERO).unwrap().iter().map(|m| m.payload()[0]).collect();
+    assert_eq!(replay, second);
+    // Seek anywhere retained; outside is a clear error.
+    c.seek(0, 1).unwrap();
+    assert_eq!(c.poll(1, Duration::ZERO).unwrap()[0].payload(), &[1]);
+    assert!(matches!(c.seek(0, 11), Err(Error::OutOfRange { partition: 0, offset: 11, first: 0, end: 10 })));
+    assert!(matches!(c.seek(3, 0), Err(Error::NotFound(_))));
+    c.seek_to_end().unwrap();
+    assert!(c.poll(10, Duration::ZERO).unwrap().is_empty());
+    c.seek_to_beginning().unwrap();
+    assert_eq!(c.poll(100, Duration::ZERO).unwrap().len(), 10);
+    c.commit_offset(0, 9).unwrap();
+    assert!(matches!(c.commit_offset(0, 42), Err(Error::OutOfRange { .. })));
+    let st = c.stats();
+    assert_eq!((st.partitions[0].committed, st.lag), (Some(9), 1));
+}
+
+#[test]
+fn a_new_consumer_of_a_group_resumes_where_the_group_committed_and_groups_are_independent() {
+    let b = broker();
+    b.create_topic("orders", &TopicOptions::with_partitions(2)).unwrap();
+    for i in 0..20u8 {
+        b.publish("orders", &Record::new(&[i])).unwrap();
+    }
+    let mut c = b.consumer("billing", "orders", ConsumerOptions::default()).unwrap();
+    assert!(matches!(b.consumer("billing", "orders", ConsumerOptions::default()), Err(Error::Busy(_))));
+    let got = c.poll(8, Duration::ZERO).unwrap().len();
+    assert_eq!(got, 8);
+    c.commit().unwrap();
+    drop(c);
+    let mut again = b.consumer("billing", "orders", ConsumerOptions::default()).unwrap();
+    let rest = again.poll(100, Duration::ZERO).unwrap().len();
+    assert_eq!(rest, 12, "the group resumes after its committed offsets");
+    let mut other = b.consumer("shipping", "orders", ConsumerOptions::default()).unwrap();
+    let mut all: Vec<u8> = other.poll(100, Duration::ZERO).unwrap().iter().map(|m| m.payload()[0]).collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..20).collect::<Vec<u8>>(), "another group sees everything");
+    let gs = b.group_stats("billing", "orders").unwrap();
+    assert_eq!(gs.lag, 12);
+    assert!(matches!(b.group_stats("nobody", "orders"), Err(Error::NotFound(_))));
+    let mut latest = b.consumer("late", "orders", ConsumerOptions { start: ConsumerStart::Latest }).unwrap();
+    assert!(latest.poll(10, Duration::ZERO).unwrap().is_empty());
+}
+
+#[test]
+fn poll_parks_until_a_message_arrives_and_returns_empty_on_timeout() {
+    let b = broker();
+    b.create_topic("q", &TopicOptions::default()).unwrap();
+    let mut c = b.consumer("g", "q", ConsumerOptions::default()).unwrap();
+    let started = Instant::now();
+    assert!(c.poll(10, Duration::from_millis(30)).unwrap().is_empty());
+    assert!(started.elapsed() >= Duration::from_millis(30));
+    let b2 = b.clone();
+    let publisher = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        b2.publish("q", &Record::new(b"wake")).unwrap();
+    });
+    let got: Vec<Vec<u8>> = c.poll(10, WAIT).unwrap().iter().map(|m| m.payload().to_vec()).collect();
+    assert_eq!(got, vec![b"wake".to_vec()]);
+    publisher.join().unwrap();
+    // Closing the broker wakes a blocked poll with Closed.
+    let closed = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(20));
+            closed.store(true, Ordering::SeqCst);
+            b.close();
+        });
+        let r = c.poll(10, WAIT);
+        assert!(matches!(r, Err(Error::Closed(_))), "{r:?}");
+        assert!(closed.load(Ordering::SeqCst));
+    });
+    assert!(matches!(c.commit(), Err(Error::Closed(_))));
+}
+
+#[test]
+fn at_least_once_costs_redeliveries_only_for_failures() {
+    // Every success is delivered once; only retried messages come again.
+    let b = broker();
+    b.create_topic("t", &TopicOptions::default()).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let sub = b
+        .subscribe(
+            "t",
+            SubscriptionOptions { backoff: fast_backoff(), ..Default::default() },
+            move |m: &Message<'_>| {
+                c.fetch_add(1, Ordering::SeqCst);
+                if m.payload()[0] % 10 == 0 && m.attempt() == 1 { Ack::Retry } else { Ack::Success }
+            },
+        )
+        .unwrap();
+    for i in 0..100u8 {
+        b.publish("t", &Record::new(&[i])).unwrap();
+    }
+    assert!(sub.wait_idle(WAIT).unwrap());
+    assert_eq!(calls.load(Ordering::SeqCst), 110);
+    let st = sub.stats();
+    assert_eq!((st.acked, st.retried, st.delivered), (100, 10, 110));
+}
