@@ -39,14 +39,16 @@ fn clock() -> &'static Clock {
 }
 
 /// Calibrates the clock now, so the first publish does not pay for it.
-pub(crate) fn warm_up() {
+pub fn warm_up() {
     #[cfg(not(loom))]
     clock();
 }
 
-/// Nanoseconds since the Unix epoch.
+/// Nanoseconds since the Unix epoch, from the clock rill stamps every
+/// message with: compare a message's `timestamp_ns()` with this to measure
+/// publish-to-handler latency on the same clock.
 #[inline]
-pub(crate) fn now_ns() -> u64 {
+pub fn now_ns() -> u64 {
     #[cfg(not(loom))]
     {
         let c = clock();

@@ -23,7 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod broker;
-mod clock;
+pub mod clock;
 mod error;
 pub mod log;
 pub(crate) mod sync;
