@@ -1,7 +1,69 @@
-//! The C ABI of rill. See `include/rill.h` for the contract.
+//! The C ABI of rill: `librill.so` / `librill.a`, described by the generated
+//! `include/rill.h`.
+//!
+//! Conventions (they hold for every function):
+//! * Names are `rill_<type>_<verb>`; handles are opaque, created by `_new`
+//!   (or `rill_subscribe`) and released by `_free`; `_free(NULL)` is a no-op.
+//! * Fallible functions return a `rill_status`; on error the calling thread's
+//!   `rill_last_error` says what went wrong. Out-parameters are written only
+//!   on success.
+//! * NULL where a pointer is required is `RILL_ERR_NULL_ARGUMENT`; strings must
+//!   be NUL-terminated UTF-8 (else `RILL_ERR_INVALID_ARGUMENT`); enum-like
+//!   values coming from C are plain integers and are checked.
+//! * Every function body runs inside a panic boundary: a panic in rill
+//!   becomes `RILL_ERR_PANIC` and never unwinds into C.
+#![allow(non_camel_case_types)]
 
-/// The library version as a NUL-terminated string, e.g. `"0.1.0"`. Static; never free it.
+mod broker;
+mod consumer;
+mod error;
+mod message;
+mod subscription;
+mod util;
+
+use std::ffi::c_char;
+
+pub use broker::*;
+pub use consumer::*;
+pub use error::rill_status;
+pub use message::*;
+pub use subscription::*;
+
+/// The library version as a NUL-terminated string, e.g. `"0.1.0"`. Static;
+/// never free it.
 #[unsafe(no_mangle)]
-pub extern "C" fn rill_version() -> *const std::ffi::c_char {
+pub extern "C" fn rill_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// The name of a status value as a static NUL-terminated string, e.g.
+/// `"RILL_ERR_NO_SUCH_TOPIC"`; `"RILL_STATUS_UNKNOWN"` for a value that is
+/// not a `rill_status`. Never free it.
+#[unsafe(no_mangle)]
+pub extern "C" fn rill_status_name(status: i32) -> *const c_char {
+    match rill_status::from_i32(status) {
+        Some(s) => s.name().as_ptr().cast(),
+        None => c"RILL_STATUS_UNKNOWN".as_ptr(),
+    }
+}
+
+/// Copies the calling thread's last error text into `buf` (at most
+/// `buf_len - 1` bytes, then a NUL) and returns the text's full length, so a
+/// caller can size a buffer with `rill_last_error(NULL, 0) + 1`. The text
+/// describes the most recent call on this thread that failed.
+///
+/// # Safety
+///
+/// `buf` is NULL or writable for `buf_len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_last_error(buf: *mut c_char, buf_len: usize) -> usize {
+    error::boundary_value(0, || error::copy_last_error(buf, buf_len))
+}
+
+/// For tests of the panic boundary only: panics inside the library, which
+/// must return `RILL_ERR_PANIC` with the panic's message as the last error
+/// and leave the process running.
+#[unsafe(no_mangle)]
+pub extern "C" fn rill_test_panic() -> rill_status {
+    error::boundary(|| panic!("rill_test_panic was called"))
 }

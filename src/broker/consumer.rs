@@ -133,6 +133,10 @@ impl<'a> Polled<'a> {
     pub fn attribute(&self, key: &str) -> Option<&'a str> {
         self.record.attribute(key)
     }
+    /// The underlying record view.
+    pub fn record(&self) -> RecordView<'a> {
+        self.record
+    }
 }
 
 impl fmt::Debug for Polled<'_> {

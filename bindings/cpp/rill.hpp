@@ -1,0 +1,432 @@
+// rill.hpp: a header-only C++17 wrapper over the rill C API (rill.h).
+//
+// Move-only RAII handles (Broker, Subscription, Consumer, Publisher), views
+// of messages (Message), and rill::Error exceptions carrying the status and
+// the library's text. Handlers are std::function; an exception thrown by a
+// handler never crosses into rill: it becomes a retry, with its what() as
+// the reason (which a dead-lettered message carries as rill.dlq.reason).
+//
+//   rill::Broker broker;
+//   broker.create_topic("orders");
+//   auto sub = broker.subscribe("orders", [](const rill::Message& m) {
+//       std::cout << m.payload() << "\n";
+//       return rill::Ack::Success;
+//   });
+//   broker.publish("orders", "hello");
+//   sub.wait_idle(std::chrono::seconds(5));
+#pragma once
+
+#include <rill.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace rill {
+
+/// A failed call: the rill_status and the library's explanation.
+class Error : public std::runtime_error {
+  public:
+    Error(rill_status status, const std::string &message) : std::runtime_error(message), status_(status) {}
+    /// The status the C call returned.
+    rill_status status() const noexcept { return status_; }
+    /// Its name, e.g. "RILL_ERR_NO_SUCH_TOPIC".
+    const char *status_name() const noexcept { return rill_status_name(status_); }
+
+  private:
+    rill_status status_;
+};
+
+namespace detail {
+inline std::string last_error() {
+    std::string text(rill_last_error(nullptr, 0), '\0');
+    if (!text.empty()) rill_last_error(text.data(), text.size() + 1);
+    return text;
+}
+
+inline void check(rill_status status) {
+    if (status != RILL_OK) throw Error(status, std::string(rill_status_name(status)) + ": " + last_error());
+}
+
+inline int64_t to_ms(std::chrono::milliseconds timeout) { return static_cast<int64_t>(timeout.count()); }
+}  // namespace detail
+
+/// What a handler says about a message.
+enum class Ack : int32_t {
+    Success = RILL_ACK_SUCCESS,
+    Retry = RILL_ACK_RETRY,
+    DeadLetter = RILL_ACK_DEAD_LETTER,
+};
+
+/// Where a published message landed.
+struct Position {
+    uint32_t partition;
+    uint64_t offset;
+};
+
+/// A message, borrowed from the broker: valid during the handler call, or
+/// until the next poll/seek/rollback of the consumer that returned it.
+class Message {
+  public:
+    explicit Message(const rill_message *m) noexcept : m_(m) {}
+    std::string_view topic() const { return m_->topic; }
+    uint32_t partition() const noexcept { return m_->partition; }
+    uint64_t offset() const noexcept { return m_->offset; }
+    uint64_t timestamp_ns() const noexcept { return m_->timestamp_ns; }
+    uint32_t attempt() const noexcept { return m_->attempt; }
+    std::string_view payload() const {
+        return {reinterpret_cast<const char *>(m_->payload), m_->payload_len};
+    }
+    /// The key, if the message has one.
+    std::optional<std::string_view> key() const {
+        if (m_->key == nullptr) return std::nullopt;
+        return std::string_view(reinterpret_cast<const char *>(m_->key), m_->key_len);
+    }
+    /// One attribute's value, if present.
+    std::optional<std::string_view> attribute(const std::string &name) const {
+        const char *value = nullptr;
+        size_t len = 0;
+        rill_status st = rill_message_attribute(m_, name.c_str(), &value, &len);
+        if (st == RILL_ERR_NOT_FOUND) return std::nullopt;
+        detail::check(st);
+        return std::string_view(value, len);
+    }
+    /// All attributes, in publish order.
+    std::vector<std::pair<std::string_view, std::string_view>> attributes() const {
+        std::vector<std::pair<std::string_view, std::string_view>> out;
+        size_t n = rill_message_attribute_count(m_);
+        out.reserve(n);
+        for (size_t i = 0; i < n; i++) {
+            const char *k = nullptr, *v = nullptr;
+            size_t kl = 0, vl = 0;
+            detail::check(rill_message_attribute_at(m_, i, &k, &kl, &v, &vl));
+            out.emplace_back(std::string_view(k, kl), std::string_view(v, vl));
+        }
+        return out;
+    }
+    /// Explains a Retry or DeadLetter (inside a handler).
+    void set_reason(const std::string &reason) const { rill_ack_reason(m_, reason.c_str()); }
+    /// The C view.
+    const rill_message *raw() const noexcept { return m_; }
+
+  private:
+    const rill_message *m_;
+};
+
+/// A message to publish.
+struct Record {
+    std::string_view payload;
+    std::optional<std::string_view> key = std::nullopt;
+    std::vector<std::pair<std::string, std::string>> attributes = {};
+};
+
+/// Topic layout; see rill_topic_options.
+struct TopicOptions {
+    uint32_t partitions = 1;
+    uint64_t retention_bytes = 256ull << 20;  // 0: keep everything
+    uint64_t retention_messages = 0;          // 0: no count limit
+    uint64_t max_message_bytes = 0;           // 0: the default
+};
+
+/// Subscription behaviour; see rill_subscription_options.
+struct SubscriptionOptions {
+    std::optional<std::string> name;
+    std::optional<std::string> filter;
+    rill_start start = RILL_START_LATEST;
+    uint64_t start_offset = 0;
+    rill_delivery delivery = RILL_DELIVERY_AT_LEAST_ONCE;
+    uint32_t max_attempts = 5;
+    std::chrono::milliseconds backoff_initial{10};
+    std::chrono::milliseconds backoff_max{10000};
+    double backoff_multiplier = 2.0;
+    std::optional<std::string> dead_letter_topic;
+    rill_overflow overflow = RILL_OVERFLOW_DROP_OLDEST;
+    uint64_t lag_limit = 0;  // 0: none
+    bool dedicated_thread = false;
+};
+
+using Handler = std::function<Ack(const Message &)>;
+
+/// A live subscription; destroying it unsubscribes.
+class Subscription {
+  public:
+    explicit Subscription(rill_subscription *s) noexcept : s_(s) {}
+    Subscription(Subscription &&o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+    Subscription &operator=(Subscription &&o) noexcept {
+        if (this != &o) {
+            rill_subscription_free(s_);
+            s_ = std::exchange(o.s_, nullptr);
+        }
+        return *this;
+    }
+    Subscription(const Subscription &) = delete;
+    Subscription &operator=(const Subscription &) = delete;
+    ~Subscription() { rill_subscription_free(s_); }
+
+    /// True once caught up; false on timeout. Throws if closed.
+    bool wait_idle(std::chrono::milliseconds timeout) const {
+        rill_status st = rill_subscription_wait_idle(s_, detail::to_ms(timeout));
+        if (st == RILL_ERR_TIMEOUT) return false;
+        detail::check(st);
+        return true;
+    }
+    rill_subscription_stats stats() const {
+        rill_subscription_stats out;
+        detail::check(rill_subscription_get_stats(s_, &out));
+        return out;
+    }
+    std::string name() const {
+        std::string n(rill_subscription_name(s_, nullptr, 0), '\0');
+        rill_subscription_name(s_, n.data(), n.size() + 1);
+        return n;
+    }
+    /// Why the library closed it (empty if it did not).
+    std::string closed_reason() const {
+        std::string r(rill_subscription_closed_reason(s_, nullptr, 0), '\0');
+        rill_subscription_closed_reason(s_, r.data(), r.size() + 1);
+        return r;
+    }
+    /// Unsubscribes now (the destructor does it otherwise).
+    void close() noexcept {
+        rill_subscription_free(s_);
+        s_ = nullptr;
+    }
+    rill_subscription *raw() const noexcept { return s_; }
+
+  private:
+    rill_subscription *s_;
+};
+
+/// A pull consumer; use from one thread at a time.
+class Consumer {
+  public:
+    explicit Consumer(rill_consumer *c) noexcept : c_(c) {}
+    Consumer(Consumer &&o) noexcept : c_(std::exchange(o.c_, nullptr)) {}
+    Consumer &operator=(Consumer &&o) noexcept {
+        if (this != &o) {
+            rill_consumer_free(c_);
+            c_ = std::exchange(o.c_, nullptr);
+        }
+        return *this;
+    }
+    Consumer(const Consumer &) = delete;
+    Consumer &operator=(const Consumer &) = delete;
+    ~Consumer() { rill_consumer_free(c_); }
+
+    /// Up to max messages, valid until the next poll/seek/rollback.
+    std::vector<Message> poll(size_t max, std::chrono::milliseconds timeout) {
+        const rill_message *msgs = nullptr;
+        size_t count = 0;
+        detail::check(rill_consumer_poll(c_, max, detail::to_ms(timeout), &msgs, &count));
+        std::vector<Message> out;
+        out.reserve(count);
+        for (size_t i = 0; i < count; i++) out.emplace_back(&msgs[i]);
+        return out;
+    }
+    void commit() { detail::check(rill_consumer_commit(c_)); }
+    void commit_offset(uint32_t partition, uint64_t offset) {
+        detail::check(rill_consumer_commit_offset(c_, partition, offset));
+    }
+    void seek(uint32_t partition, uint64_t offset) { detail::check(rill_consumer_seek(c_, partition, offset)); }
+    void seek_to_beginning() { detail::check(rill_consumer_seek_to_beginning(c_)); }
+    void seek_to_end() { detail::check(rill_consumer_seek_to_end(c_)); }
+    void rollback() { detail::check(rill_consumer_rollback(c_)); }
+    uint64_t position(uint32_t partition = 0) const {
+        uint64_t out = 0;
+        detail::check(rill_consumer_position(c_, partition, &out));
+        return out;
+    }
+    /// The committed offset, or nullopt if nothing was committed yet.
+    std::optional<uint64_t> committed(uint32_t partition = 0) const {
+        uint64_t out = 0;
+        rill_status st = rill_consumer_committed(c_, partition, &out);
+        if (st == RILL_ERR_NOT_FOUND) return std::nullopt;
+        detail::check(st);
+        return out;
+    }
+    uint32_t partition_count() const noexcept { return rill_consumer_partition_count(c_); }
+
+  private:
+    rill_consumer *c_;
+};
+
+namespace detail {
+struct RecordData {
+    std::vector<rill_attribute> attributes;
+    rill_record record;
+};
+
+inline RecordData to_c(const Record &r) {
+    RecordData d;
+    for (const auto &a : r.attributes) d.attributes.push_back({a.first.c_str(), a.second.c_str()});
+    d.record.key = r.key ? r.key->data() : nullptr;
+    d.record.key_len = r.key ? r.key->size() : 0;
+    d.record.payload = r.payload.data();
+    d.record.payload_len = r.payload.size();
+    d.record.attributes = d.attributes.empty() ? nullptr : d.attributes.data();
+    d.record.attribute_count = d.attributes.size();
+    return d;
+}
+
+// Calls the std::function; exceptions become a retry with their text.
+inline rill_ack trampoline(void *user_data, const rill_message *m) noexcept {
+    auto *handler = static_cast<Handler *>(user_data);
+    try {
+        return static_cast<rill_ack>((*handler)(Message(m)));
+    } catch (const std::exception &e) {
+        rill_ack_reason(m, e.what());
+    } catch (...) {
+        rill_ack_reason(m, "the handler threw a non-standard C++ exception");
+    }
+    return RILL_ACK_RETRY;
+}
+
+inline void destroy(void *user_data) noexcept { delete static_cast<Handler *>(user_data); }
+}  // namespace detail
+
+/// Publishes to one topic without a lookup per message; thread-safe.
+class Publisher {
+  public:
+    explicit Publisher(rill_publisher *p) noexcept : p_(p) {}
+    Publisher(Publisher &&o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+    Publisher &operator=(Publisher &&o) noexcept {
+        if (this != &o) {
+            rill_publisher_free(p_);
+            p_ = std::exchange(o.p_, nullptr);
+        }
+        return *this;
+    }
+    Publisher(const Publisher &) = delete;
+    Publisher &operator=(const Publisher &) = delete;
+    ~Publisher() { rill_publisher_free(p_); }
+
+    Position publish(const Record &r) const {
+        auto d = detail::to_c(r);
+        rill_position pos;
+        detail::check(rill_publisher_publish(p_, &d.record, &pos));
+        return {pos.partition, pos.offset};
+    }
+
+  private:
+    rill_publisher *p_;
+};
+
+/// A broker; destroying it closes everything made from it.
+class Broker {
+  public:
+    Broker() { detail::check(rill_broker_new(nullptr, &b_)); }
+    explicit Broker(const rill_broker_options &options) { detail::check(rill_broker_new(&options, &b_)); }
+    Broker(Broker &&o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
+    Broker &operator=(Broker &&o) noexcept {
+        if (this != &o) {
+            rill_broker_free(b_);
+            b_ = std::exchange(o.b_, nullptr);
+        }
+        return *this;
+    }
+    Broker(const Broker &) = delete;
+    Broker &operator=(const Broker &) = delete;
+    ~Broker() { rill_broker_free(b_); }
+
+    void create_topic(const std::string &name, const TopicOptions &o = {}) {
+        rill_topic_options c;
+        rill_topic_options_init(&c);
+        c.partitions = o.partitions;
+        c.retention_bytes = o.retention_bytes;
+        c.retention_messages = o.retention_messages;
+        c.max_message_bytes = o.max_message_bytes;
+        detail::check(rill_topic_create(b_, name.c_str(), &c));
+    }
+
+    Position publish(const std::string &topic, const Record &r) {
+        auto d = detail::to_c(r);
+        rill_position pos;
+        detail::check(rill_publish(b_, topic.c_str(), &d.record, &pos));
+        return {pos.partition, pos.offset};
+    }
+    Position publish(const std::string &topic, std::string_view payload) { return publish(topic, Record{payload}); }
+
+    /// Fails with RILL_ERR_FULL instead of waiting for a Block subscriber.
+    Position try_publish(const std::string &topic, const Record &r) {
+        auto d = detail::to_c(r);
+        rill_position pos;
+        detail::check(rill_try_publish(b_, topic.c_str(), &d.record, &pos));
+        return {pos.partition, pos.offset};
+    }
+
+    std::vector<Position> publish_batch(const std::string &topic, const std::vector<Record> &records) {
+        std::vector<detail::RecordData> data;
+        data.reserve(records.size());
+        for (const auto &r : records) data.push_back(detail::to_c(r));
+        std::vector<rill_record> c;
+        c.reserve(data.size());
+        for (auto &d : data) c.push_back(d.record);
+        std::vector<rill_position> pos(records.size());
+        detail::check(rill_publish_batch(b_, topic.c_str(), c.data(), c.size(), pos.data()));
+        std::vector<Position> out;
+        out.reserve(pos.size());
+        for (const auto &p : pos) out.push_back({p.partition, p.offset});
+        return out;
+    }
+
+    Publisher publisher(const std::string &topic) {
+        rill_publisher *p = nullptr;
+        detail::check(rill_publisher_new(b_, topic.c_str(), &p));
+        return Publisher(p);
+    }
+
+    Subscription subscribe(const std::string &pattern, Handler handler, const SubscriptionOptions &o = {}) {
+        rill_subscription_options c;
+        rill_subscription_options_init(&c);
+        c.name = o.name ? o.name->c_str() : nullptr;
+        c.filter = o.filter ? o.filter->c_str() : nullptr;
+        c.start = o.start;
+        c.start_offset = o.start_offset;
+        c.delivery = o.delivery;
+        c.max_attempts = o.max_attempts;
+        c.backoff_initial_ms = static_cast<uint64_t>(o.backoff_initial.count());
+        c.backoff_max_ms = static_cast<uint64_t>(o.backoff_max.count());
+        c.backoff_multiplier = o.backoff_multiplier;
+        c.dead_letter_topic = o.dead_letter_topic ? o.dead_letter_topic->c_str() : nullptr;
+        c.overflow = o.overflow;
+        c.lag_limit = o.lag_limit;
+        c.dedicated_thread = o.dedicated_thread;
+        c.user_data_free = detail::destroy;  // also runs if subscribing fails
+        auto *user = new Handler(std::move(handler));
+        rill_subscription *s = nullptr;
+        detail::check(rill_subscribe(b_, pattern.c_str(), &c, detail::trampoline, user, &s));
+        return Subscription(s);
+    }
+
+    Consumer consumer(const std::string &group, const std::string &topic, rill_start start = RILL_START_EARLIEST,
+                      uint64_t start_offset = 0) {
+        rill_consumer_options o;
+        rill_consumer_options_init(&o);
+        o.start = start;
+        o.start_offset = start_offset;
+        rill_consumer *c = nullptr;
+        detail::check(rill_consumer_new(b_, group.c_str(), topic.c_str(), &o, &c));
+        return Consumer(c);
+    }
+
+    rill_topic_stats topic_stats(const std::string &topic) const {
+        rill_topic_stats out;
+        detail::check(rill_topic_get_stats(b_, topic.c_str(), &out));
+        return out;
+    }
+
+    /// Closes without freeing (the destructor frees).
+    void close() noexcept { rill_broker_close(b_); }
+    rill_broker *raw() const noexcept { return b_; }
+
+  private:
+    rill_broker *b_ = nullptr;
+};
+
+}  // namespace rill

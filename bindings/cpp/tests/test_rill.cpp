@@ -1,0 +1,177 @@
+// The C++ wrapper as a C++ program uses it. Built with -std=c++17 -Wall
+// -Wextra -Wpedantic -Werror and run plain, under ASan+UBSan and valgrind by
+// ffi/tests/run.sh.
+#include <rill.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+static int failures = 0;
+static int checks = 0;
+
+#define CHECK(cond)                                                                    \
+    do {                                                                               \
+        checks++;                                                                      \
+        if (!(cond)) {                                                                 \
+            std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                                \
+        }                                                                              \
+    } while (0)
+
+template <typename F>
+static rill_status status_of(F f) {
+    try {
+        f();
+    } catch (const rill::Error &e) {
+        return e.status();
+    }
+    return RILL_OK;
+}
+
+using namespace std::chrono_literals;
+
+static void publish_subscribe_and_attributes() {
+    rill::Broker broker;
+    broker.create_topic("sports/cricket", {2});
+    std::mutex lock;
+    std::vector<std::string> seen;
+    std::vector<std::string> regions;
+    rill::SubscriptionOptions o;
+    o.start = RILL_START_EARLIEST;
+    auto sub = broker.subscribe(
+        "sports/*",
+        [&](const rill::Message &m) {
+            std::lock_guard<std::mutex> g(lock);
+            seen.emplace_back(m.payload());
+            regions.emplace_back(m.attribute("region").value_or("none"));
+            return rill::Ack::Success;
+        },
+        o);
+    auto pos = broker.publish("sports/cricket", rill::Record{"six", std::string_view("k"), {{"region", "IN"}}});
+    CHECK(pos.offset == 0);
+    broker.publish("sports/cricket", "four");
+    auto batch = broker.publish_batch("sports/cricket", {rill::Record{"a"}, rill::Record{"b"}});
+    CHECK(batch.size() == 2);
+    CHECK(sub.wait_idle(10s));
+    std::lock_guard<std::mutex> g(lock);
+    CHECK(seen.size() == 4);
+    CHECK(seen[0] == "six" || seen[0] == "four" || seen[0] == "a" || seen[0] == "b");
+    CHECK(sub.stats().delivered == 4);
+    CHECK(sub.name().rfind("anon-", 0) == 0);
+    CHECK(broker.topic_stats("sports/cricket").publish_count == 4);
+}
+
+static void errors_carry_status_and_text() {
+    rill::Broker broker;
+    try {
+        broker.publish("missing", "x");
+        CHECK(false);
+    } catch (const rill::Error &e) {
+        CHECK(e.status() == RILL_ERR_NO_SUCH_TOPIC);
+        CHECK(std::string(e.what()).find("missing") != std::string::npos);
+        CHECK(std::string(e.status_name()) == "RILL_ERR_NO_SUCH_TOPIC");
+    }
+    CHECK(status_of([&] { broker.create_topic("a//b"); }) == RILL_ERR_INVALID_TOPIC);
+    CHECK(status_of([&] { broker.subscribe("a*", [](const rill::Message &) { return rill::Ack::Success; }); }) ==
+          RILL_ERR_INVALID_PATTERN);
+    broker.create_topic("t");
+    rill::SubscriptionOptions bad;
+    bad.filter = "attributes.x = ";
+    CHECK(status_of([&] { broker.subscribe("t", [](const rill::Message &) { return rill::Ack::Success; }, bad); }) ==
+          RILL_ERR_INVALID_FILTER);
+    broker.close();
+    CHECK(status_of([&] { broker.publish("t", "x"); }) == RILL_ERR_CLOSED);
+}
+
+static void a_throwing_handler_is_retried_then_dead_lettered_with_the_text() {
+    rill::Broker broker;
+    broker.create_topic("jobs");
+    std::atomic<int> calls{0};
+    rill::SubscriptionOptions o;
+    o.name = "cpp-worker";
+    o.max_attempts = 2;
+    o.backoff_initial = 1ms;
+    o.backoff_max = 2ms;
+    auto sub = broker.subscribe(
+        "jobs",
+        [&](const rill::Message &m) -> rill::Ack {
+            calls++;
+            if (m.payload() == "bad") throw std::runtime_error("bad input from C++");
+            if (m.payload() == "int") throw 42;
+            return rill::Ack::Success;
+        },
+        o);
+    broker.publish("jobs", "bad");
+    broker.publish("jobs", "int");
+    broker.publish("jobs", "good");
+    CHECK(sub.wait_idle(10s));
+    CHECK(calls == 5);
+    auto dlq = broker.consumer("reader", "$dlq/cpp-worker");
+    auto msgs = dlq.poll(10, 1000ms);
+    CHECK(msgs.size() == 2);
+    if (msgs.size() == 2) {
+        CHECK(msgs[0].attribute("rill.dlq.reason").value_or("") == "bad input from C++");
+        CHECK(msgs[1].attribute("rill.dlq.reason").value_or("").find("non-standard") != std::string_view::npos);
+        CHECK(msgs[0].attributes().size() >= 6);
+    }
+}
+
+static void pull_consumer_and_move_semantics() {
+    rill::Broker broker;
+    broker.create_topic("orders");
+    for (int i = 0; i < 5; i++) broker.publish("orders", std::to_string(i));
+    rill::Consumer c = broker.consumer("billing", "orders");
+    auto first = c.poll(2, 0ms);
+    CHECK(first.size() == 2 && first[1].payload() == "1");
+    c.commit();
+    CHECK(c.committed() == 2u);
+    CHECK(c.poll(10, 0ms).size() == 3);
+    c.rollback();
+    CHECK(c.position() == 2);
+    CHECK(status_of([&] { c.seek(0, 99); }) == RILL_ERR_OUT_OF_RANGE);
+    rill::Consumer moved = std::move(c);
+    CHECK(moved.poll(10, 0ms).size() == 3);
+    CHECK(status_of([&] { broker.consumer("billing", "orders"); }) == RILL_ERR_BUSY);
+    rill::Broker other = std::move(broker);
+    auto p = other.publisher("orders");
+    CHECK(p.publish(rill::Record{"via publisher"}).offset == 5);
+}
+
+static void destroying_the_broker_first_is_safe() {
+    std::atomic<int> calls{0};
+    rill::Subscription sub(nullptr);
+    {
+        rill::Broker broker;
+        broker.create_topic("t");
+        sub = broker.subscribe("t", [&](const rill::Message &) {
+            calls++;
+            return rill::Ack::Success;
+        });
+        broker.publish("t", "x");
+        CHECK(sub.wait_idle(10s));
+    }
+    CHECK(status_of([&] { sub.wait_idle(10ms); }) == RILL_ERR_CLOSED);
+    CHECK(sub.stats().state == RILL_SUBSCRIPTION_CLOSED);
+    CHECK(sub.closed_reason().find("broker was closed") != std::string::npos);
+    CHECK(calls == 1);
+}
+
+int main() {
+    publish_subscribe_and_attributes();
+    errors_carry_status_and_text();
+    a_throwing_handler_is_retried_then_dead_lettered_with_the_text();
+    pull_consumer_and_move_semantics();
+    destroying_the_broker_first_is_safe();
+    if (failures) {
+        std::fprintf(stderr, "C++ wrapper tests: %d of %d checks failed\n", failures, checks);
+        return 1;
+    }
+    std::printf("C++ wrapper tests: all %d checks passed\n", checks);
+    return 0;
+}

@@ -1,0 +1,577 @@
+//! `rill_broker`: creating and freeing a broker, topics, and publishing.
+
+use std::ffi::{c_char, c_void};
+use std::time::Duration;
+
+use rill::{Broker, BrokerConfig, Position, Publisher, Record, TopicOptions};
+
+use crate::error::{FfiError, boundary, rill_status};
+use crate::util::{bytes, cstr, out_ptr, reference, write_out};
+
+/// A broker. Create it with `rill_broker_new`, free it with
+/// `rill_broker_free`. Every function taking a `rill_broker *` may be called
+/// from any thread, concurrently.
+pub struct rill_broker {
+    pub(crate) broker: Broker,
+}
+
+impl std::fmt::Debug for rill_broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.broker.fmt(f)
+    }
+}
+
+/// How a broker runs. Fill it with `rill_broker_options_init`, then change
+/// what you need.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rill_broker_options {
+    /// Threads in the pool that runs subscription handlers; 0 means one per
+    /// CPU core (the default).
+    pub worker_threads: u32,
+    /// Create unknown topics on first publish instead of failing with
+    /// `RILL_ERR_NO_SUCH_TOPIC` (default false).
+    pub auto_create_topics: bool,
+    /// Longest `rill_publish` waits for a `Block` subscriber to make room, in
+    /// milliseconds, before failing with `RILL_ERR_TIMEOUT`; negative waits
+    /// indefinitely. Default 10000.
+    pub publish_timeout_ms: i64,
+}
+
+/// How a topic is laid out. Fill it with `rill_topic_options_init`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rill_topic_options {
+    /// Number of partitions, at least 1 (default 1). Order is kept per partition.
+    pub partitions: u32,
+    /// Retention per partition in bytes of log segments; 0 keeps everything
+    /// (memory is then unbounded). Default 268435456 (256 MiB).
+    pub retention_bytes: u64,
+    /// Retention per partition by message count; 0: no count limit (default).
+    pub retention_messages: u64,
+    /// Largest encoded message (24-byte header, key, attributes, payload); 0
+    /// picks the default (1 MiB, or less with a small retention).
+    pub max_message_bytes: u64,
+}
+
+/// One attribute of a message to publish: NUL-terminated UTF-8 strings.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rill_attribute {
+    /// The attribute's name.
+    pub key: *const c_char,
+    /// Its value.
+    pub value: *const c_char,
+}
+
+/// A message to publish. The library copies everything it points to before
+/// the publishing call returns.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rill_record {
+    /// The key, or NULL for an unkeyed message (keyed messages always go to
+    /// the same partition; unkeyed ones are spread round-robin).
+    pub key: *const c_void,
+    /// Length of the key (a non-NULL key of length 0 is an empty key).
+    pub key_len: usize,
+    /// The payload (may be NULL when `payload_len` is 0).
+    pub payload: *const c_void,
+    /// Length of the payload.
+    pub payload_len: usize,
+    /// The attributes (may be NULL when `attribute_count` is 0).
+    pub attributes: *const rill_attribute,
+    /// Number of attributes.
+    pub attribute_count: usize,
+}
+
+/// Where a published message landed.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct rill_position {
+    /// Partition index.
+    pub partition: u32,
+    /// Offset within the partition.
+    pub offset: u64,
+}
+
+impl From<Position> for rill_position {
+    fn from(p: Position) -> Self {
+        rill_position { partition: p.partition, offset: p.offset }
+    }
+}
+
+/// Fills `o` with the defaults. NULL is a no-op.
+///
+/// # Safety
+///
+/// `o` is NULL or points to writable storage for the options.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_broker_options_init(o: *mut rill_broker_options) {
+    if !o.is_null() {
+        let d = BrokerConfig::default();
+        let defaults = rill_broker_options {
+            worker_threads: 0,
+            auto_create_topics: d.auto_create_topics,
+            publish_timeout_ms: d.publish_timeout.map_or(-1, |t| t.as_millis() as i64),
+        };
+        // SAFETY: non-NULL; the caller promises it points to writable options.
+        unsafe { o.write(defaults) };
+    }
+}
+
+fn broker_config(o: Option<&rill_broker_options>) -> BrokerConfig {
+    let mut config = BrokerConfig::default();
+    if let Some(o) = o {
+        config.worker_threads = (o.worker_threads > 0).then_some(o.worker_threads as usize);
+        config.auto_create_topics = o.auto_create_topics;
+        config.publish_timeout = u64::try_from(o.publish_timeout_ms).ok().map(Duration::from_millis);
+    }
+    config
+}
+
+/// Starts a broker (its worker pool and retry timer). `o` may be NULL for
+/// the defaults. On success `*out` is the new broker; free it with
+/// `rill_broker_free`.
+///
+/// # Safety
+///
+/// `o` is NULL or points to valid options; `out` points to writable storage.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_broker_new(o: *const rill_broker_options, out: *mut *mut rill_broker) -> rill_status {
+    boundary(|| {
+        out_ptr(out, "out")?;
+        // SAFETY: the caller promises `o` is NULL or valid.
+        let o = unsafe { o.as_ref() };
+        let broker = Broker::new(broker_config(o))?;
+        // SAFETY: checked non-NULL above; the caller promises it is writable.
+        unsafe { write_out(out, Box::into_raw(Box::new(rill_broker { broker }))) };
+        Ok(())
+    })
+}
+
+/// Closes the broker without freeing it: every subscription and consumer
+/// is closed, its threads stop, and later calls fail with `RILL_ERR_CLOSED`.
+/// Waits for handler calls in flight (except the calling handler's own).
+/// Idempotent; NULL is a no-op.
+///
+/// # Safety
+///
+/// `b` is NULL or a live broker.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_broker_close(b: *const rill_broker) {
+    crate::error::boundary_value((), || {
+        // SAFETY: the caller promises `b` is NULL or live.
+        if let Some(b) = unsafe { b.as_ref() } {
+            b.broker.close();
+        }
+    })
+}
+
+/// Closes (as `rill_broker_close`) and frees the broker. Subscriptions and
+/// consumers still alive are closed; their handles stay valid and must
+/// still be freed. NULL is a no-op. May be called from a handler.
+///
+/// # Safety
+///
+/// `b` is NULL or a broker from `rill_broker_new` not yet freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_broker_free(b: *mut rill_broker) {
+    crate::error::boundary_value((), || {
+        if !b.is_null() {
+            // SAFETY: the caller hands back a pointer from `rill_broker_new`,
+            // freed exactly once.
+            let b = unsafe { Box::from_raw(b) };
+            b.broker.close();
+            drop(b);
+        }
+    })
+}
+
+/// Fills `o` with the defaults. NULL is a no-op.
+///
+/// # Safety
+///
+/// `o` is NULL or points to writable storage for the options.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_topic_options_init(o: *mut rill_topic_options) {
+    if !o.is_null() {
+        let d = TopicOptions::default();
+        let defaults = rill_topic_options {
+            partitions: d.partitions,
+            retention_bytes: d.retention_bytes.unwrap_or(0),
+            retention_messages: d.retention_messages.unwrap_or(0),
+            max_message_bytes: 0,
+        };
+        // SAFETY: non-NULL; the caller promises it points to writable options.
+        unsafe { o.write(defaults) };
+    }
+}
+
+pub(crate) fn topic_options(o: Option<&rill_topic_options>) -> Result<TopicOptions, FfiError> {
+    let mut t = TopicOptions::default();
+    if let Some(o) = o {
+        t.partitions = o.partitions;
+        t.retention_bytes = (o.retention_bytes > 0).then_some(o.retention_bytes);
+        t.retention_messages = (o.retention_messages > 0).then_some(o.retention_messages);
+        t.max_message_bytes = match o.max_message_bytes {
+            0 => None,
+            n => Some(usize::try_from(n).map_err(|_| FfiError::invalid("max_message_bytes is too large"))?),
+        };
+    }
+    Ok(t)
+}
+
+/// Creates a topic. Names are `/`-separated non-empty segments of UTF-8, at
+/// most 255 bytes, without NUL or `*`; names starting with `$` are reserved.
+/// `o` may be NULL for the defaults.
+///
+/// # Safety
+///
+/// `b` is a live broker; `name` a NUL-terminated string; `o` NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_topic_create(
+    b: *const rill_broker,
+    name: *const c_char,
+    o: *const rill_topic_options,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, name) = unsafe { (reference(b, "broker")?, cstr(name, "topic name")?) };
+        // SAFETY: the caller promises `o` is NULL or valid.
+        let options = topic_options(unsafe { o.as_ref() })?;
+        b.broker.create_topic(name, &options)?;
+        Ok(())
+    })
+}
+
+/// Statistics of one topic.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct rill_topic_stats {
+    /// Number of partitions.
+    pub partitions: u32,
+    /// Messages ever published to it.
+    pub publish_count: u64,
+    /// Memory held by its retained log segments.
+    pub retained_bytes: u64,
+}
+
+/// Fills `*out` with the topic's statistics.
+///
+/// # Safety
+///
+/// `b` is a live broker; `name` a NUL-terminated string; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_topic_get_stats(
+    b: *const rill_broker,
+    name: *const c_char,
+    out: *mut rill_topic_stats,
+) -> rill_status {
+    boundary(|| {
+        out_ptr(out, "out")?;
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, name) = unsafe { (reference(b, "broker")?, cstr(name, "topic name")?) };
+        let s = b.broker.topic_stats(name)?;
+        let stats = rill_topic_stats {
+            partitions: s.partitions.len() as u32,
+            publish_count: s.publish_count,
+            retained_bytes: s.retained_bytes,
+        };
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, stats) };
+        Ok(())
+    })
+}
+
+/// The attributes of one record, borrowed from C.
+pub(crate) fn attributes<'a>(r: &rill_record) -> Result<Vec<(&'a str, &'a str)>, FfiError> {
+    if r.attribute_count == 0 {
+        return Ok(Vec::new());
+    }
+    if r.attributes.is_null() {
+        return Err(FfiError::null("record attributes (with a non-zero attribute_count)"));
+    }
+    // SAFETY: non-NULL; the caller promises `attribute_count` readable entries.
+    let attrs = unsafe { std::slice::from_raw_parts(r.attributes, r.attribute_count) };
+    attrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let at = |mut e: FfiError| {
+                e.text = format!("{} (attribute {i})", e.text);
+                e
+            };
+            // SAFETY: the caller promises NUL-terminated strings (NULL is checked).
+            let k = unsafe { cstr(a.key, "attribute key") }.map_err(at)?;
+            // SAFETY: as above.
+            let v = unsafe { cstr(a.value, "attribute value") }.map_err(at)?;
+            Ok((k, v))
+        })
+        .collect()
+}
+
+/// The `Record` view of a C record whose attributes are `attrs`; `index`
+/// (its place in a batch) names it in errors.
+fn to_record<'a>(
+    r: &rill_record,
+    attrs: &'a [(&'a str, &'a str)],
+    index: Option<usize>,
+) -> Result<Record<'a>, FfiError> {
+    let name = |part: &str| match index {
+        Some(i) => format!("record {i} {part}"),
+        None => format!("record {part}"),
+    };
+    // SAFETY: the caller of the exported function promises the ranges are readable.
+    let payload = unsafe { bytes(r.payload, r.payload_len, || name("payload")) }?;
+    let mut record = Record::new(payload).with_attributes(attrs);
+    if !r.key.is_null() {
+        // SAFETY: as above.
+        record = record.with_key(unsafe { bytes(r.key, r.key_len, || name("key")) }?);
+    }
+    Ok(record)
+}
+
+/// Runs `f` with the `Record` view of a C record.
+pub(crate) fn with_record<T>(
+    r: &rill_record,
+    f: impl FnOnce(&Record<'_>) -> Result<T, FfiError>,
+) -> Result<T, FfiError> {
+    let attrs = attributes(r)?;
+    f(&to_record(r, &attrs, None)?)
+}
+
+#[derive(Clone, Copy)]
+enum Mode {
+    Wait,
+    Try,
+}
+
+/// Shared body of `rill_publish` and `rill_try_publish`.
+///
+/// # Safety
+///
+/// As for `rill_publish`.
+unsafe fn publish(
+    b: *const rill_broker,
+    topic: *const c_char,
+    r: *const rill_record,
+    out: *mut rill_position,
+    mode: Mode,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, topic, r) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?, reference(r, "record")?) };
+        let pos = with_record(r, |rec| {
+            Ok(match mode {
+                Mode::Wait => b.broker.publish(topic, rec)?,
+                Mode::Try => b.broker.try_publish(topic, rec)?,
+            })
+        })?;
+        if !out.is_null() {
+            // SAFETY: non-NULL; the caller promises it is writable.
+            unsafe { write_out(out, pos.into()) };
+        }
+        Ok(())
+    })
+}
+
+/// Publishes one message to `topic`; `*out` (if not NULL) gets its position.
+/// If a `Block` subscriber is at its lag limit, waits up to the broker's
+/// `publish_timeout_ms` (then `RILL_ERR_TIMEOUT`). On error nothing is
+/// published.
+///
+/// # Safety
+///
+/// `b` is a live broker; `topic` a NUL-terminated string; `r` a valid record
+/// whose pointers are readable for their lengths; `out` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publish(
+    b: *const rill_broker,
+    topic: *const c_char,
+    r: *const rill_record,
+    out: *mut rill_position,
+) -> rill_status {
+    // SAFETY: forwarded.
+    unsafe { publish(b, topic, r, out, Mode::Wait) }
+}
+
+/// Like `rill_publish`, but fails at once with `RILL_ERR_FULL` instead of
+/// waiting for a `Block` subscriber.
+///
+/// # Safety
+///
+/// As for `rill_publish`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_try_publish(
+    b: *const rill_broker,
+    topic: *const c_char,
+    r: *const rill_record,
+    out: *mut rill_position,
+) -> rill_status {
+    // SAFETY: forwarded.
+    unsafe { publish(b, topic, r, out, Mode::Try) }
+}
+
+/// Publishes `n` messages in order (cheaper per message than `rill_publish`).
+/// `out` is NULL or has room for `n` positions, written in input order. Every
+/// record is checked before any is published: on error none is.
+///
+/// # Safety
+///
+/// `b` is a live broker; `topic` a NUL-terminated string; `rs` points to `n`
+/// valid records (may be NULL if `n` is 0); `out` NULL or writable for `n`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publish_batch(
+    b: *const rill_broker,
+    topic: *const c_char,
+    rs: *const rill_record,
+    n: usize,
+    out: *mut rill_position,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, topic) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?) };
+        // SAFETY: as above.
+        let records = unsafe { record_slice(rs, n) }?;
+        let positions = publish_records(records, |recs| Ok(b.broker.publish_batch(topic, recs)?))?;
+        write_positions(out, &positions);
+        Ok(())
+    })
+}
+
+/// # Safety
+///
+/// `rs` is NULL (with `n == 0`) or points to `n` readable records.
+pub(crate) unsafe fn record_slice<'a>(rs: *const rill_record, n: usize) -> Result<&'a [rill_record], FfiError> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if rs.is_null() {
+        return Err(FfiError::null("records"));
+    }
+    // SAFETY: non-NULL; the caller promises `n` readable records.
+    Ok(unsafe { std::slice::from_raw_parts(rs, n) })
+}
+
+/// Converts C records and publishes them with `publish`.
+pub(crate) fn publish_records(
+    records: &[rill_record],
+    publish: impl FnOnce(&[Record<'_>]) -> Result<Vec<Position>, FfiError>,
+) -> Result<Vec<Position>, FfiError> {
+    let attrs: Vec<Vec<(&str, &str)>> = records.iter().map(attributes).collect::<Result<_, _>>()?;
+    let recs = records
+        .iter()
+        .zip(&attrs)
+        .enumerate()
+        .map(|(i, (r, a))| to_record(r, a, Some(i)))
+        .collect::<Result<Vec<_>, _>>()?;
+    publish(&recs)
+}
+
+pub(crate) fn write_positions(out: *mut rill_position, positions: &[Position]) {
+    if out.is_null() {
+        return;
+    }
+    for (i, p) in positions.iter().enumerate() {
+        // SAFETY: the caller promises `out` has room for one position per record.
+        unsafe { out.add(i).write((*p).into()) };
+    }
+}
+
+/// A handle that publishes to one topic without looking it up each time.
+/// Thread-safe. Create with `rill_publisher_new`, free with
+/// `rill_publisher_free`.
+pub struct rill_publisher {
+    publisher: Publisher,
+}
+
+impl std::fmt::Debug for rill_publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.publisher.fmt(f)
+    }
+}
+
+/// A publisher for `topic` (which must exist, unless the broker
+/// auto-creates topics).
+///
+/// # Safety
+///
+/// `b` is a live broker; `topic` a NUL-terminated string; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publisher_new(
+    b: *const rill_broker,
+    topic: *const c_char,
+    out: *mut *mut rill_publisher,
+) -> rill_status {
+    boundary(|| {
+        out_ptr(out, "out")?;
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, topic) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?) };
+        let publisher = b.broker.publisher(topic)?;
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, Box::into_raw(Box::new(rill_publisher { publisher }))) };
+        Ok(())
+    })
+}
+
+/// Publishes one message (as `rill_publish`).
+///
+/// # Safety
+///
+/// `p` is a live publisher; `r` a valid record; `out` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publisher_publish(
+    p: *const rill_publisher,
+    r: *const rill_record,
+    out: *mut rill_position,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (p, r) = unsafe { (reference(p, "publisher")?, reference(r, "record")?) };
+        let pos = with_record(r, |rec| Ok(p.publisher.publish(rec)?))?;
+        if !out.is_null() {
+            // SAFETY: non-NULL; the caller promises it is writable.
+            unsafe { write_out(out, pos.into()) };
+        }
+        Ok(())
+    })
+}
+
+/// Publishes `n` messages (as `rill_publish_batch`).
+///
+/// # Safety
+///
+/// `p` is a live publisher; `rs` points to `n` valid records; `out` NULL or
+/// writable for `n` positions.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publisher_publish_batch(
+    p: *const rill_publisher,
+    rs: *const rill_record,
+    n: usize,
+    out: *mut rill_position,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let p = unsafe { reference(p, "publisher")? };
+        // SAFETY: as above.
+        let records = unsafe { record_slice(rs, n) }?;
+        let positions = publish_records(records, |recs| Ok(p.publisher.publish_batch(recs)?))?;
+        write_positions(out, &positions);
+        Ok(())
+    })
+}
+
+/// Frees a publisher. NULL is a no-op.
+///
+/// # Safety
+///
+/// `p` is NULL or a publisher from `rill_publisher_new` not yet freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publisher_free(p: *mut rill_publisher) {
+    crate::error::boundary_value((), || {
+        if !p.is_null() {
+            // SAFETY: the caller hands back a pointer from `rill_publisher_new`, once.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    })
+}

@@ -1,0 +1,303 @@
+//! `rill_consumer`: pull consumers.
+
+use std::ffi::{CString, c_char};
+use std::time::Duration;
+
+use rill::{Consumer, ConsumerOptions, ConsumerStart};
+
+use crate::broker::rill_broker;
+use crate::error::{FfiError, boundary, boundary_value, rill_status};
+use crate::message::{MessageContext, c_message, rill_message};
+use crate::subscription::{RILL_START_EARLIEST, RILL_START_LATEST, RILL_START_OFFSET, rill_start};
+use crate::util::{cstr, out_ptr, reference, reference_mut, timeout, write_out};
+
+/// Where a new consumer group starts. Fill it with `rill_consumer_options_init`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rill_consumer_options {
+    /// For partitions the group has no committed offset for:
+    /// `RILL_START_EARLIEST` (the default), `RILL_START_LATEST` or
+    /// `RILL_START_OFFSET`.
+    pub start: rill_start,
+    /// The offset for `RILL_START_OFFSET`.
+    pub start_offset: u64,
+}
+
+/// A pull consumer of one topic for one group. Use it from one thread at a
+/// time. Free it with `rill_consumer_free`.
+pub struct rill_consumer {
+    consumer: Consumer,
+    topic: CString,
+    /// The last poll's messages; their contexts are in `contexts`.
+    messages: Vec<rill_message>,
+    /// Not modified between a poll and the next clear, so the `internal`
+    /// pointers in `messages` stay put.
+    contexts: Vec<MessageContext>,
+}
+
+impl std::fmt::Debug for rill_consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.consumer.fmt(f)
+    }
+}
+
+/// Fills `o` with the defaults. NULL is a no-op.
+///
+/// # Safety
+///
+/// `o` is NULL or points to writable storage for the options.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_options_init(o: *mut rill_consumer_options) {
+    if !o.is_null() {
+        let defaults = rill_consumer_options { start: RILL_START_EARLIEST, start_offset: 0 };
+        // SAFETY: non-NULL; the caller promises it points to writable options.
+        unsafe { o.write(defaults) };
+    }
+}
+
+/// A consumer of `topic` for `group`. The group resumes from its committed
+/// offsets; other partitions start as `o` says (NULL: earliest).
+/// `RILL_ERR_BUSY` if the group already has a live consumer of the topic.
+///
+/// # Safety
+///
+/// `b` is a live broker; `group` and `topic` NUL-terminated strings; `o` NULL
+/// or valid; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_new(
+    b: *const rill_broker,
+    group: *const c_char,
+    topic: *const c_char,
+    o: *const rill_consumer_options,
+    out: *mut *mut rill_consumer,
+) -> rill_status {
+    boundary(|| {
+        out_ptr(out, "out")?;
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, group, topic) = unsafe { (reference(b, "broker")?, cstr(group, "group")?, cstr(topic, "topic")?) };
+        // SAFETY: the caller promises `o` is NULL or valid.
+        let start = match unsafe { o.as_ref() } {
+            None => ConsumerStart::Earliest,
+            Some(o) => match o.start {
+                RILL_START_EARLIEST => ConsumerStart::Earliest,
+                RILL_START_LATEST => ConsumerStart::Latest,
+                RILL_START_OFFSET => ConsumerStart::Offset(o.start_offset),
+                rill_start(other) => {
+                    return Err(FfiError::invalid(format!("start {other} is not a RILL_START_* value")));
+                }
+            },
+        };
+        let consumer = b.broker.consumer(group, topic, ConsumerOptions { start })?;
+        let topic = CString::new(topic).expect("checked by cstr: no interior NUL");
+        let c = rill_consumer { consumer, topic, messages: Vec::new(), contexts: Vec::new() };
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, Box::into_raw(Box::new(c))) };
+        Ok(())
+    })
+}
+
+/// Reads up to `max` messages, waiting up to `timeout_ms` (negative: no
+/// limit) for the first. `*messages` is an array of `*count` messages, valid
+/// until the next poll, seek, rollback or free of this consumer. A timeout
+/// with nothing to read is `RILL_OK` with `*count == 0`.
+///
+/// # Safety
+///
+/// `c` is a live consumer; `messages` and `count` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_poll(
+    c: *mut rill_consumer,
+    max: usize,
+    timeout_ms: i64,
+    messages: *mut *const rill_message,
+    count: *mut usize,
+) -> rill_status {
+    boundary(|| {
+        out_ptr(messages, "messages")?;
+        out_ptr(count, "count")?;
+        // SAFETY: the caller's promise, checked for NULL.
+        let c = unsafe { reference_mut(c, "consumer") }?;
+        // The previous batch's views end here, as documented.
+        c.messages.clear();
+        c.contexts.clear();
+        let wait = timeout(timeout_ms).unwrap_or(Duration::from_secs(u64::MAX / 4));
+        let polled = c.consumer.poll(max, wait)?;
+        let mut partitions = Vec::with_capacity(polled.len());
+        c.contexts.reserve(polled.len());
+        for m in &polled {
+            // SAFETY: the record stays valid while the consumer's cursor holds
+            // its segment: until the next poll, seek, rollback or free, which
+            // all clear these contexts first.
+            c.contexts.push(unsafe { MessageContext::new(m.record(), None) });
+            partitions.push(m.partition());
+        }
+        drop(polled);
+        // `contexts` is not touched again until the next clear, so the
+        // pointers the messages hold into it stay valid.
+        c.messages = c.contexts.iter().zip(partitions).map(|(ctx, p)| c_message(&c.topic, p, 1, ctx)).collect();
+        // SAFETY: checked non-NULL; the caller promises they are writable.
+        unsafe {
+            write_out(messages, c.messages.as_ptr());
+            write_out(count, c.messages.len());
+        }
+        Ok(())
+    })
+}
+
+/// Commits the current position of every partition for the group.
+///
+/// # Safety
+///
+/// `c` is a live consumer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_commit(c: *mut rill_consumer) -> rill_status {
+    // SAFETY: the caller's promise, checked for NULL.
+    boundary(|| Ok(unsafe { reference_mut(c, "consumer") }?.consumer.commit()?))
+}
+
+/// Commits `offset` (not past the end) for one partition.
+///
+/// # Safety
+///
+/// `c` is a live consumer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_commit_offset(
+    c: *mut rill_consumer,
+    partition: u32,
+    offset: u64,
+) -> rill_status {
+    // SAFETY: the caller's promise, checked for NULL.
+    boundary(|| Ok(unsafe { reference_mut(c, "consumer") }?.consumer.commit_offset(partition, offset)?))
+}
+
+/// # Safety
+///
+/// `c` is NULL or a live consumer.
+unsafe fn moving(c: *mut rill_consumer, f: impl FnOnce(&mut Consumer) -> rill::Result<()>) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promise, checked for NULL.
+        let c = unsafe { reference_mut(c, "consumer") }?;
+        // Moving the cursors ends the last poll's views.
+        c.messages.clear();
+        c.contexts.clear();
+        Ok(f(&mut c.consumer)?)
+    })
+}
+
+/// Moves one partition to `offset`, which must be retained
+/// (`RILL_ERR_OUT_OF_RANGE` otherwise; `RILL_ERR_NOT_FOUND` for a partition
+/// that does not exist).
+///
+/// # Safety
+///
+/// `c` is a live consumer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_seek(c: *mut rill_consumer, partition: u32, offset: u64) -> rill_status {
+    // SAFETY: forwarded.
+    unsafe { moving(c, |c| c.seek(partition, offset)) }
+}
+
+/// Moves every partition to its oldest retained message.
+///
+/// # Safety
+///
+/// `c` is a live consumer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_seek_to_beginning(c: *mut rill_consumer) -> rill_status {
+    // SAFETY: forwarded.
+    unsafe { moving(c, Consumer::seek_to_beginning) }
+}
+
+/// Moves every partition past its newest message.
+///
+/// # Safety
+///
+/// `c` is a live consumer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_seek_to_end(c: *mut rill_consumer) -> rill_status {
+    // SAFETY: forwarded.
+    unsafe { moving(c, Consumer::seek_to_end) }
+}
+
+/// Moves every partition back to its committed offset, so uncommitted
+/// messages are polled again.
+///
+/// # Safety
+///
+/// `c` is a live consumer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_rollback(c: *mut rill_consumer) -> rill_status {
+    // SAFETY: forwarded.
+    unsafe { moving(c, Consumer::rollback) }
+}
+
+/// The next offset a poll returns from `partition`.
+///
+/// # Safety
+///
+/// `c` is a live consumer; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_position(c: *const rill_consumer, partition: u32, out: *mut u64) -> rill_status {
+    boundary(|| {
+        out_ptr(out, "out")?;
+        // SAFETY: the caller's promise, checked for NULL.
+        let p = unsafe { reference(c, "consumer") }?.consumer.position(partition)?;
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, p) };
+        Ok(())
+    })
+}
+
+/// The group's committed offset for `partition` (`RILL_ERR_NOT_FOUND` if
+/// nothing was committed yet).
+///
+/// # Safety
+///
+/// `c` is a live consumer; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_committed(
+    c: *const rill_consumer,
+    partition: u32,
+    out: *mut u64,
+) -> rill_status {
+    boundary(|| {
+        out_ptr(out, "out")?;
+        // SAFETY: the caller's promise, checked for NULL.
+        let p = unsafe { reference(c, "consumer") }?.consumer.committed(partition)?;
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, p) };
+        Ok(())
+    })
+}
+
+/// Number of partitions of the consumer's topic (0 if `c` is NULL).
+///
+/// # Safety
+///
+/// `c` is NULL or a live consumer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_partition_count(c: *const rill_consumer) -> u32 {
+    // SAFETY: the caller's promise.
+    boundary_value(0, || unsafe { c.as_ref() }.map_or(0, |c| c.consumer.partitions()))
+}
+
+/// Closes and frees the consumer, releasing its group for another consumer
+/// (uncommitted positions are not kept). NULL is a no-op.
+///
+/// # Safety
+///
+/// `c` is NULL or a consumer from `rill_consumer_new` not yet freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_free(c: *mut rill_consumer) {
+    boundary_value((), || {
+        if !c.is_null() {
+            // SAFETY: the caller hands back a pointer from `rill_consumer_new`, once.
+            let mut c = unsafe { Box::from_raw(c) };
+            // Drop the views before the cursors they borrow from.
+            c.messages.clear();
+            c.contexts.clear();
+            c.consumer.close();
+            drop(c);
+        }
+    })
+}

@@ -1,0 +1,457 @@
+//! `rill_subscription`: push subscriptions with a C handler.
+
+use std::collections::HashMap;
+use std::ffi::{CString, c_char, c_void};
+use std::time::Duration;
+
+use rill::{Ack, DeliveryMode, Message, Overflow, RetryBackoff, StartPosition, Subscription, SubscriptionOptions};
+
+use crate::broker::rill_broker;
+use crate::error::{FfiError, boundary, boundary_value, rill_status};
+use crate::message::{MessageContext, c_message, rill_message};
+use crate::util::{cstr, opt_cstr, out_ptr, reference, timeout, write_out};
+
+/// What a handler says about a message: one of the `RILL_ACK_*` constants.
+/// Any other value is treated as `RILL_ACK_RETRY`, with a reason saying so.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rill_ack(pub i32);
+
+/// Handled: move past the message.
+pub const RILL_ACK_SUCCESS: rill_ack = rill_ack(0);
+/// Failed: deliver it again after a backoff (or dead-letter it once the
+/// attempts run out).
+pub const RILL_ACK_RETRY: rill_ack = rill_ack(1);
+/// Failed for good: publish it to the dead-letter topic and move on.
+pub const RILL_ACK_DEAD_LETTER: rill_ack = rill_ack(2);
+
+/// Where a subscription starts: one of the `RILL_START_*` constants.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rill_start(pub i32);
+
+/// Only messages published after subscribing (the default).
+pub const RILL_START_LATEST: rill_start = rill_start(0);
+/// The oldest retained message.
+pub const RILL_START_EARLIEST: rill_start = rill_start(1);
+/// `start_offset`, in every partition (must be retained).
+pub const RILL_START_OFFSET: rill_start = rill_start(2);
+
+/// When a message counts as handled: one of the `RILL_DELIVERY_*` constants.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rill_delivery(pub i32);
+
+/// Move past a message only after `RILL_ACK_SUCCESS` (or dead-lettering).
+pub const RILL_DELIVERY_AT_LEAST_ONCE: rill_delivery = rill_delivery(0);
+/// Move past a message before the handler runs; never redeliver.
+pub const RILL_DELIVERY_AT_MOST_ONCE: rill_delivery = rill_delivery(1);
+
+/// What happens at `lag_limit`: one of the `RILL_OVERFLOW_*` constants.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rill_overflow(pub i32);
+
+/// Skip ahead to stay at most `lag_limit` behind, counting what was skipped.
+pub const RILL_OVERFLOW_DROP_OLDEST: rill_overflow = rill_overflow(0);
+/// Make publishers wait (`rill_try_publish` fails with `RILL_ERR_FULL`).
+pub const RILL_OVERFLOW_BLOCK: rill_overflow = rill_overflow(1);
+/// Close the subscription, recording why.
+pub const RILL_OVERFLOW_DISCONNECT: rill_overflow = rill_overflow(2);
+
+/// A handler: called with each message, one at a time per subscription, on a
+/// broker thread (not the subscribing thread). It may call back into the
+/// library (publish, subscribe, free its own subscription). It must return:
+/// exceptions and `longjmp` must not cross it.
+pub type rill_handler = Option<unsafe extern "C" fn(user_data: *mut c_void, message: *const rill_message) -> rill_ack>;
+
+/// Releases a subscription's `user_data`: called once, when the
+/// subscription has ended and its handler will not be called again.
+pub type rill_destructor = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+/// How a subscription behaves. Fill it with `rill_subscription_options_init`.
+/// Strings are copied during `rill_subscribe`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rill_subscription_options {
+    /// A durable name (NULL: anonymous). A durable subscription's position is
+    /// kept while it is away and used when it subscribes again.
+    pub name: *const c_char,
+    /// An attribute filter in Pub/Sub syntax (NULL: deliver everything).
+    pub filter: *const c_char,
+    /// `RILL_START_LATEST` (default), `RILL_START_EARLIEST` or `RILL_START_OFFSET`.
+    pub start: rill_start,
+    /// The offset for `RILL_START_OFFSET`.
+    pub start_offset: u64,
+    /// `RILL_DELIVERY_AT_LEAST_ONCE` (default) or `RILL_DELIVERY_AT_MOST_ONCE`.
+    pub delivery: rill_delivery,
+    /// Deliveries of one message before it is dead-lettered (default 5).
+    pub max_attempts: u32,
+    /// Wait before the first redelivery, in milliseconds (default 10).
+    pub backoff_initial_ms: u64,
+    /// Longest wait between redeliveries, in milliseconds (default 10000).
+    pub backoff_max_ms: u64,
+    /// Growth of the wait per attempt, at least 1.0 (default 2.0).
+    pub backoff_multiplier: f64,
+    /// Dead-letter topic (NULL: `$dlq/<name>`); created if missing.
+    pub dead_letter_topic: *const c_char,
+    /// `RILL_OVERFLOW_DROP_OLDEST` (default), `_BLOCK` or `_DISCONNECT`.
+    pub overflow: rill_overflow,
+    /// Lag that triggers `overflow`; 0: none (retention alone bounds it).
+    pub lag_limit: u64,
+    /// Run the handler on a thread of its own instead of the shared pool.
+    pub dedicated_thread: bool,
+    /// Called with `user_data` once the subscription has ended (NULL: none).
+    /// Also called if `rill_subscribe` fails, so `user_data` never leaks.
+    pub user_data_free: rill_destructor,
+}
+
+/// Fills `o` with the defaults. NULL is a no-op.
+///
+/// # Safety
+///
+/// `o` is NULL or points to writable storage for the options.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_options_init(o: *mut rill_subscription_options) {
+    if o.is_null() {
+        return;
+    }
+    let backoff = RetryBackoff::default();
+    let defaults = rill_subscription_options {
+        name: std::ptr::null(),
+        filter: std::ptr::null(),
+        start: RILL_START_LATEST,
+        start_offset: 0,
+        delivery: RILL_DELIVERY_AT_LEAST_ONCE,
+        max_attempts: rill::broker::DEFAULT_MAX_ATTEMPTS,
+        backoff_initial_ms: backoff.initial.as_millis() as u64,
+        backoff_max_ms: backoff.max.as_millis() as u64,
+        backoff_multiplier: backoff.multiplier,
+        dead_letter_topic: std::ptr::null(),
+        overflow: RILL_OVERFLOW_DROP_OLDEST,
+        lag_limit: 0,
+        dedicated_thread: false,
+        user_data_free: None,
+    };
+    // SAFETY: non-NULL; the caller promises it points to writable options.
+    unsafe { o.write(defaults) };
+}
+
+/// # Safety
+///
+/// The strings in `o` are NULL or NUL-terminated.
+unsafe fn subscription_options(o: &rill_subscription_options) -> Result<SubscriptionOptions, FfiError> {
+    // SAFETY: forwarded.
+    let (name, filter, dlq) = unsafe {
+        (opt_cstr(o.name, "name")?, opt_cstr(o.filter, "filter")?, opt_cstr(o.dead_letter_topic, "dead_letter_topic")?)
+    };
+    let start = match o.start {
+        RILL_START_LATEST => StartPosition::Latest,
+        RILL_START_EARLIEST => StartPosition::Earliest,
+        RILL_START_OFFSET => StartPosition::Offset(o.start_offset),
+        rill_start(other) => return Err(FfiError::invalid(format!("start {other} is not a RILL_START_* value"))),
+    };
+    let delivery = match o.delivery {
+        RILL_DELIVERY_AT_LEAST_ONCE => DeliveryMode::AtLeastOnce,
+        RILL_DELIVERY_AT_MOST_ONCE => DeliveryMode::AtMostOnce,
+        rill_delivery(other) => {
+            return Err(FfiError::invalid(format!("delivery {other} is not a RILL_DELIVERY_* value")));
+        }
+    };
+    let overflow = match o.overflow {
+        RILL_OVERFLOW_DROP_OLDEST => Overflow::DropOldest,
+        RILL_OVERFLOW_BLOCK => Overflow::Block,
+        RILL_OVERFLOW_DISCONNECT => Overflow::Disconnect,
+        rill_overflow(other) => {
+            return Err(FfiError::invalid(format!("overflow {other} is not a RILL_OVERFLOW_* value")));
+        }
+    };
+    Ok(SubscriptionOptions {
+        name: name.map(str::to_owned),
+        filter: filter.map(str::to_owned),
+        start,
+        delivery,
+        max_attempts: Some(o.max_attempts),
+        backoff: RetryBackoff {
+            initial: Duration::from_millis(o.backoff_initial_ms),
+            max: Duration::from_millis(o.backoff_max_ms),
+            multiplier: o.backoff_multiplier,
+        },
+        dead_letter_topic: dlq.map(str::to_owned),
+        overflow,
+        lag_limit: (o.lag_limit > 0).then_some(o.lag_limit),
+        dedicated_thread: o.dedicated_thread,
+        on_lagged: None,
+    })
+}
+
+/// A live subscription. Free it with `rill_subscription_free` (which
+/// unsubscribes). `rill_subscription_wait_idle` and `_get_stats` may be
+/// called from any thread.
+pub struct rill_subscription {
+    sub: Subscription,
+}
+
+impl std::fmt::Debug for rill_subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.sub.fmt(f)
+    }
+}
+
+/// The user's `user_data`, released with its destructor when dropped.
+struct UserData {
+    ptr: *mut c_void,
+    free: rill_destructor,
+}
+
+// SAFETY: `rill_subscribe`'s contract makes the caller promise that
+// `user_data` may be used (and freed) from the broker's threads.
+unsafe impl Send for UserData {}
+
+impl UserData {
+    /// The pointer (a method, so closures capture the whole `UserData`).
+    fn get(&self) -> *mut c_void {
+        self.ptr
+    }
+}
+
+impl Drop for UserData {
+    fn drop(&mut self) {
+        if let Some(free) = self.free {
+            // SAFETY: the destructor the caller gave for this pointer, called once.
+            unsafe { free(self.ptr) };
+        }
+    }
+}
+
+/// Subscribes `handler` to every topic matching `pattern` (`*` matches one
+/// segment, `**` any number; topics created later are matched too). `o` may
+/// be NULL for the defaults. On success `*out` is the subscription.
+///
+/// `user_data` is passed to every handler call, on broker threads; it must
+/// be safe to use from them. If `o->user_data_free` is set it is called
+/// with `user_data` once the subscription ends, and also if this call fails.
+///
+/// # Safety
+///
+/// `b` is a live broker; `pattern` a NUL-terminated string; `o` NULL or valid
+/// options; `handler` a function that returns normally; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscribe(
+    b: *const rill_broker,
+    pattern: *const c_char,
+    o: *const rill_subscription_options,
+    handler: rill_handler,
+    user_data: *mut c_void,
+    out: *mut *mut rill_subscription,
+) -> rill_status {
+    // SAFETY: the caller promises `o` is NULL or valid.
+    let free = unsafe { o.as_ref() }.and_then(|o| o.user_data_free);
+    // Owns user_data from here on: dropped (freeing it) if anything fails.
+    let user = UserData { ptr: user_data, free };
+    boundary(move || {
+        out_ptr(out, "out")?;
+        let handler = handler.ok_or_else(|| FfiError::null("handler"))?;
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, pattern) = unsafe { (reference(b, "broker")?, cstr(pattern, "pattern")?) };
+        // SAFETY: the caller promises `o` is NULL or valid options.
+        let options = match unsafe { o.as_ref() } {
+            // SAFETY: the caller promises the option strings are valid.
+            Some(o) => unsafe { subscription_options(o) }?,
+            None => SubscriptionOptions::default(),
+        };
+        let sub = b.broker.subscribe(pattern, options, trampoline(handler, user))?;
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, Box::into_raw(Box::new(rill_subscription { sub }))) };
+        Ok(())
+    })
+}
+
+/// The Rust handler that calls a C handler.
+fn trampoline(
+    handler: unsafe extern "C" fn(*mut c_void, *const rill_message) -> rill_ack,
+    user: UserData,
+) -> impl FnMut(&Message<'_>) -> Ack + Send + 'static {
+    // Topic names as C strings, made once per topic.
+    let mut topics: HashMap<String, CString> = HashMap::new();
+    move |m: &Message<'_>| {
+        if !topics.contains_key(m.topic()) {
+            topics.insert(m.topic().to_owned(), CString::new(m.topic()).expect("topic names have no NUL"));
+        }
+        let topic = &topics[m.topic()];
+        // SAFETY: the context and the C message live on this stack frame only,
+        // for the duration of the handler call, within the record's borrow.
+        let ctx = unsafe { MessageContext::new(m.record(), Some(m)) };
+        let c = c_message(topic, m.partition(), m.attempt(), &ctx);
+        // SAFETY: the C handler, called as `rill_subscribe`'s contract allows.
+        // (A C++ exception may not cross it: the C++ wrapper catches them.)
+        match unsafe { handler(user.get(), &c) } {
+            RILL_ACK_SUCCESS => Ack::Success,
+            RILL_ACK_RETRY => Ack::Retry,
+            RILL_ACK_DEAD_LETTER => Ack::DeadLetter,
+            rill_ack(other) => {
+                m.set_reason(format!("the handler returned {other}, which is not a rill_ack; retrying"));
+                Ack::Retry
+            }
+        }
+    }
+}
+
+/// Waits until the subscription has handled everything published to its
+/// partitions so far and no handler call is in flight: `RILL_OK`, or
+/// `RILL_ERR_TIMEOUT` after `timeout_ms` (negative: no limit),
+/// `RILL_ERR_CLOSED` if it is closed.
+///
+/// # Safety
+///
+/// `s` is a live subscription.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_wait_idle(s: *const rill_subscription, timeout_ms: i64) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promise, checked for NULL.
+        let s = unsafe { reference(s, "subscription") }?;
+        let limit = timeout(timeout_ms).unwrap_or(Duration::from_secs(u64::MAX / 4));
+        if s.sub.wait_idle(limit)? {
+            Ok(())
+        } else {
+            Err(FfiError::new(rill_status::RILL_ERR_TIMEOUT, format!("not idle after {timeout_ms} ms")))
+        }
+    })
+}
+
+/// A subscription's lifecycle state: one of the `RILL_SUBSCRIPTION_*` constants.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rill_subscription_state(pub i32);
+
+/// Caught up, waiting for messages.
+pub const RILL_SUBSCRIPTION_IDLE: rill_subscription_state = rill_subscription_state(0);
+/// Delivering.
+pub const RILL_SUBSCRIPTION_ACTIVE: rill_subscription_state = rill_subscription_state(1);
+/// Waiting to redeliver a message that asked for a retry.
+pub const RILL_SUBSCRIPTION_BACKOFF: rill_subscription_state = rill_subscription_state(2);
+/// Closed (by `rill_subscription_free`, the broker, or `RILL_OVERFLOW_DISCONNECT`).
+pub const RILL_SUBSCRIPTION_CLOSED: rill_subscription_state = rill_subscription_state(3);
+
+/// A snapshot of a subscription's counters.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rill_subscription_stats {
+    /// Handler calls, redeliveries included.
+    pub delivered: u64,
+    /// `RILL_ACK_SUCCESS` acks.
+    pub acked: u64,
+    /// Redeliveries scheduled (retry acks).
+    pub retried: u64,
+    /// Messages published to the dead-letter topic.
+    pub dead_lettered: u64,
+    /// Messages skipped by the filter.
+    pub filtered: u64,
+    /// Messages skipped unhandled (`RILL_OVERFLOW_DROP_OLDEST`, or failed at most once).
+    pub dropped: u64,
+    /// Messages trimmed by retention before the subscription read them.
+    pub missed: u64,
+    /// Messages published but not yet handled, over all partitions.
+    pub lag: u64,
+    /// Partitions it reads.
+    pub partitions: u32,
+    /// Its state.
+    pub state: rill_subscription_state,
+}
+
+/// Fills `*out` with the subscription's counters. Works on a closed
+/// subscription too (that is how to see its final counts).
+///
+/// # Safety
+///
+/// `s` is a live subscription; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_get_stats(
+    s: *const rill_subscription,
+    out: *mut rill_subscription_stats,
+) -> rill_status {
+    boundary(|| {
+        out_ptr(out, "out")?;
+        // SAFETY: the caller's promise, checked for NULL.
+        let s = unsafe { reference(s, "subscription") }?;
+        let st = s.sub.stats();
+        let stats = rill_subscription_stats {
+            delivered: st.delivered,
+            acked: st.acked,
+            retried: st.retried,
+            dead_lettered: st.dead_lettered,
+            filtered: st.filtered,
+            dropped: st.dropped,
+            missed: st.missed,
+            lag: st.lag,
+            partitions: st.partitions.len() as u32,
+            state: match st.state {
+                rill::SubscriptionState::Idle => RILL_SUBSCRIPTION_IDLE,
+                rill::SubscriptionState::Active => RILL_SUBSCRIPTION_ACTIVE,
+                rill::SubscriptionState::Backoff => RILL_SUBSCRIPTION_BACKOFF,
+                rill::SubscriptionState::Closed => RILL_SUBSCRIPTION_CLOSED,
+            },
+        };
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, stats) };
+        Ok(())
+    })
+}
+
+/// Copies the subscription's name (generated for anonymous ones) into
+/// `buf` (truncated, NUL-terminated); returns its full length.
+///
+/// # Safety
+///
+/// `s` is a live subscription; `buf` NULL or writable for `buf_len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_name(
+    s: *const rill_subscription,
+    buf: *mut c_char,
+    buf_len: usize,
+) -> usize {
+    // SAFETY: forwarded.
+    boundary_value(0, || match unsafe { s.as_ref() } {
+        Some(s) => crate::util::copy_str(s.sub.name(), buf, buf_len),
+        None => 0,
+    })
+}
+
+/// Copies why the subscription was closed by the library (the broker
+/// closed, or `RILL_OVERFLOW_DISCONNECT` with the lag it reached) into `buf`;
+/// returns its full length, 0 if it was not.
+///
+/// # Safety
+///
+/// `s` is a live subscription; `buf` NULL or writable for `buf_len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_closed_reason(
+    s: *const rill_subscription,
+    buf: *mut c_char,
+    buf_len: usize,
+) -> usize {
+    // SAFETY: forwarded.
+    boundary_value(0, || match unsafe { s.as_ref() } {
+        Some(s) => crate::util::copy_str(s.sub.stats().closed_reason.as_deref().unwrap_or(""), buf, buf_len),
+        None => 0,
+    })
+}
+
+/// Unsubscribes and frees the subscription. Returns once no handler call of
+/// it is in flight, except when called from its own handler (then at once;
+/// the handler is not called again). NULL is a no-op.
+///
+/// # Safety
+///
+/// `s` is NULL or a subscription from `rill_subscribe` not yet freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_free(s: *mut rill_subscription) {
+    boundary_value((), || {
+        if !s.is_null() {
+            // SAFETY: the caller hands back a pointer from `rill_subscribe`, once.
+            let s = unsafe { Box::from_raw(s) };
+            s.sub.close();
+            drop(s);
+        }
+    })
+}

@@ -1,0 +1,114 @@
+//! Checked conversions of what C hands us: pointers, strings, byte ranges.
+
+use std::ffi::{CStr, c_char, c_void};
+
+use crate::error::FfiError;
+
+/// A required NUL-terminated UTF-8 string.
+///
+/// # Safety
+///
+/// `p` is NULL or points to a NUL-terminated string that stays valid and
+/// unchanged for `'a`.
+pub(crate) unsafe fn cstr<'a>(p: *const c_char, what: &str) -> Result<&'a str, FfiError> {
+    if p.is_null() {
+        return Err(FfiError::null(what));
+    }
+    // SAFETY: non-NULL, and the caller promises a NUL-terminated string.
+    let c = unsafe { CStr::from_ptr(p) };
+    c.to_str().map_err(|e| FfiError::invalid(format!("{what} is not valid UTF-8 (at byte {})", e.valid_up_to())))
+}
+
+/// An optional string: NULL is `None`.
+///
+/// # Safety
+///
+/// As for [`cstr`].
+pub(crate) unsafe fn opt_cstr<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>, FfiError> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { cstr(p, what) }.map(Some)
+}
+
+/// A byte range. NULL is allowed only with length 0 (an empty range).
+/// `what` names it in errors (only called on error).
+///
+/// # Safety
+///
+/// `p` is NULL or valid for reads of `len` bytes for `'a`.
+pub(crate) unsafe fn bytes<'a>(
+    p: *const c_void,
+    len: usize,
+    what: impl FnOnce() -> String,
+) -> Result<&'a [u8], FfiError> {
+    if p.is_null() {
+        if len == 0 {
+            return Ok(&[]);
+        }
+        return Err(FfiError::null(&what()));
+    }
+    if len > isize::MAX as usize {
+        return Err(FfiError::invalid(format!("{} length {len} is too large", what())));
+    }
+    // SAFETY: non-NULL, the length fits a slice, and the caller promises the
+    // range is readable for 'a.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
+}
+
+/// A required reference.
+///
+/// # Safety
+///
+/// `p` is NULL or points to a valid `T` for `'a`.
+pub(crate) unsafe fn reference<'a, T>(p: *const T, what: &str) -> Result<&'a T, FfiError> {
+    // SAFETY: the caller promises `p` is NULL or valid.
+    unsafe { p.as_ref() }.ok_or_else(|| FfiError::null(what))
+}
+
+/// A required mutable reference.
+///
+/// # Safety
+///
+/// `p` is NULL or points to a valid `T`, not aliased, for `'a`.
+pub(crate) unsafe fn reference_mut<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, FfiError> {
+    // SAFETY: the caller promises `p` is NULL or valid and unaliased.
+    unsafe { p.as_mut() }.ok_or_else(|| FfiError::null(what))
+}
+
+/// Checks that an out-pointer is non-NULL before any work is done.
+pub(crate) fn out_ptr<T>(p: *mut T, what: &str) -> Result<(), FfiError> {
+    if p.is_null() { Err(FfiError::null(what)) } else { Ok(()) }
+}
+
+/// Writes `value` through an out-pointer already checked by [`out_ptr`].
+///
+/// # Safety
+///
+/// `p` is non-NULL, aligned and valid for a write of `T`.
+pub(crate) unsafe fn write_out<T>(p: *mut T, value: T) {
+    // SAFETY: forwarded from the caller.
+    unsafe { p.write(value) }
+}
+
+/// A timeout in milliseconds from C: negative means "no deadline".
+pub(crate) fn timeout(ms: i64) -> Option<std::time::Duration> {
+    u64::try_from(ms).ok().map(std::time::Duration::from_millis)
+}
+
+/// Copies `s` into `buf` (truncated to `buf_len - 1` bytes, NUL-terminated)
+/// and returns its full length; NULL or 0-length `buf` only measures.
+pub(crate) fn copy_str(s: &str, buf: *mut c_char, buf_len: usize) -> usize {
+    let bytes = s.as_bytes();
+    if !buf.is_null() && buf_len > 0 {
+        let n = bytes.len().min(buf_len - 1);
+        // SAFETY: the exported caller promises `buf` is writable for
+        // `buf_len` bytes; we write `n + 1 <= buf_len`, from another allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), buf, n);
+            *buf.add(n) = 0;
+        }
+    }
+    bytes.len()
+}

@@ -1,0 +1,1000 @@
+/*
+ * The C ABI as a C program uses it: every exported function, the broker and
+ * delivery scenarios, and the bad inputs (NULLs, invalid names, patterns and
+ * filters, non-UTF-8 strings, oversized messages, a closed broker).
+ *
+ * Built with -std=c99 -Wall -Wextra -Wpedantic -Werror, and run plain, under
+ * AddressSanitizer + UBSan and under valgrind memcheck by ffi/tests/run.sh.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rill.h"
+
+static int failures = 0;
+static int checks = 0;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        checks++;                                                                    \
+        if (!(cond)) {                                                               \
+            char err_[512];                                                          \
+            rill_last_error(err_, sizeof err_);                                      \
+            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__,  \
+                    __LINE__, #cond, err_);                                          \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_STATUS(call, want)                                                     \
+    do {                                                                             \
+        rill_status got_ = (call);                                                   \
+        checks++;                                                                    \
+        if (got_ != (want)) {                                                        \
+            char err_[512];                                                          \
+            rill_last_error(err_, sizeof err_);                                      \
+            fprintf(stderr, "%s:%d: %s returned %s, want %s (last error: %s)\n",     \
+                    __FILE__, __LINE__, #call, rill_status_name(got_),               \
+                    rill_status_name(want), err_);                                   \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+
+#define OK(call) CHECK_STATUS(call, RILL_OK)
+
+static void last_error_contains(const char *needle, int line) {
+    char err[512];
+    rill_last_error(err, sizeof err);
+    checks++;
+    if (strstr(err, needle) == NULL) {
+        fprintf(stderr, "%s:%d: last error %s does not mention %s\n", __FILE__, line, err, needle);
+        failures++;
+    }
+}
+#define LAST_ERROR_HAS(s) last_error_contains((s), __LINE__)
+
+static void sleep_ms(long ms) {
+    struct timespec ts;
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (ms % 1000) * 1000000L;
+    nanosleep(&ts, NULL);
+}
+
+static rill_broker *new_broker(void) {
+    rill_broker *b = NULL;
+    OK(rill_broker_new(NULL, &b));
+    return b;
+}
+
+static rill_record record_of(const char *payload) {
+    rill_record r;
+    memset(&r, 0, sizeof r);
+    r.payload = payload;
+    r.payload_len = strlen(payload);
+    return r;
+}
+
+/* ---- a handler that records what it sees ---------------------------------- */
+
+#define MAX_SEEN 4096
+
+typedef struct {
+    pthread_mutex_t lock;
+    int count;
+    char payloads[MAX_SEEN][64];
+    uint64_t offsets[MAX_SEEN];
+    uint32_t attempts[MAX_SEEN];
+    char topics[MAX_SEEN][64];
+    char region[MAX_SEEN][16];
+    int freed;            /* times the destructor ran */
+    rill_ack answer;      /* what to return */
+    int fail_first_n;     /* retry the first n deliveries of "poison" */
+} recorder;
+
+static void recorder_init(recorder *r) {
+    memset(r, 0, sizeof *r);
+    pthread_mutex_init(&r->lock, NULL);
+    r->answer = RILL_ACK_SUCCESS;
+}
+
+static int recorder_count(recorder *r) {
+    pthread_mutex_lock(&r->lock);
+    int n = r->count;
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
+static rill_ack record_handler(void *user_data, const rill_message *m) {
+    recorder *r = (recorder *)user_data;
+    pthread_mutex_lock(&r->lock);
+    int i = r->count < MAX_SEEN ? r->count++ : MAX_SEEN - 1;
+    size_t n = m->payload_len < 63 ? m->payload_len : 63;
+    memcpy(r->payloads[i], m->payload, n);
+    r->payloads[i][n] = 0;
+    r->offsets[i] = m->offset;
+    r->attempts[i] = m->attempt;
+    snprintf(r->topics[i], sizeof r->topics[i], "%s", m->topic);
+    const char *v = NULL;
+    size_t vlen = 0;
+    if (rill_message_attribute(m, "region", &v, &vlen) == RILL_OK && vlen < 16) {
+        memcpy(r->region[i], v, vlen);
+        r->region[i][vlen] = 0;
+    }
+    rill_ack answer = r->answer;
+    pthread_mutex_unlock(&r->lock);
+    if (m->payload_len == 6 && memcmp(m->payload, "poison", 6) == 0) {
+        rill_ack_reason(m, "cannot parse poison");
+        return RILL_ACK_RETRY;
+    }
+    return answer;
+}
+
+static void recorder_free(void *user_data) {
+    recorder *r = (recorder *)user_data;
+    pthread_mutex_lock(&r->lock);
+    r->freed++;
+    pthread_mutex_unlock(&r->lock);
+}
+
+static rill_subscription_options sub_options(void) {
+    rill_subscription_options o;
+    rill_subscription_options_init(&o);
+    return o;
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+static void test_version_status_names_and_last_error(void) {
+    CHECK(strlen(rill_version()) > 0);
+    CHECK(strcmp(rill_status_name(RILL_OK), "RILL_OK") == 0);
+    CHECK(strcmp(rill_status_name(RILL_ERR_NO_SUCH_TOPIC), "RILL_ERR_NO_SUCH_TOPIC") == 0);
+    CHECK(strcmp(rill_status_name(RILL_ERR_PANIC), "RILL_ERR_PANIC") == 0);
+    CHECK(strcmp(rill_status_name(9999), "RILL_STATUS_UNKNOWN") == 0);
+    CHECK(strcmp(rill_status_name(-1), "RILL_STATUS_UNKNOWN") == 0);
+
+    /* An error leaves its text; rill_last_error truncates and reports the full length. */
+    rill_broker *b = new_broker();
+    rill_record r = record_of("x");
+    CHECK_STATUS(rill_publish(b, "no/such/topic", &r, NULL), RILL_ERR_NO_SUCH_TOPIC);
+    size_t full = rill_last_error(NULL, 0);
+    CHECK(full > 10);
+    char small[8];
+    size_t again = rill_last_error(small, sizeof small);
+    CHECK(again == full);
+    CHECK(strlen(small) == sizeof small - 1);
+    char big[512];
+    rill_last_error(big, sizeof big);
+    CHECK(strstr(big, "no/such/topic") != NULL);
+    rill_broker_free(b);
+}
+
+static void test_panic_boundary(void) {
+    CHECK_STATUS(rill_test_panic(), RILL_ERR_PANIC);
+    LAST_ERROR_HAS("rill_test_panic was called");
+    /* The process lives on and the library still works. */
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "after-panic", NULL));
+    rill_broker_free(b);
+}
+
+static void test_null_arguments(void) {
+    rill_broker *b = new_broker();
+    rill_record r = record_of("x");
+    rill_position pos;
+    rill_broker *bp = NULL;
+    rill_subscription *s = NULL;
+    rill_consumer *c = NULL;
+    rill_publisher *p = NULL;
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    uint64_t u = 0;
+    rill_topic_stats ts;
+    rill_subscription_stats ss;
+    OK(rill_topic_create(b, "t", NULL));
+
+    CHECK_STATUS(rill_broker_new(NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_topic_create(NULL, "t2", NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_topic_create(b, NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+    LAST_ERROR_HAS("topic name must not be NULL");
+    CHECK_STATUS(rill_topic_get_stats(b, "t", NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_publish(NULL, "t", &r, &pos), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_publish(b, NULL, &r, &pos), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_publish(b, "t", NULL, &pos), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_try_publish(b, "t", NULL, &pos), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_publish_batch(b, "t", NULL, 2, NULL), RILL_ERR_NULL_ARGUMENT);
+    rill_record no_payload = r;
+    no_payload.payload = NULL;
+    CHECK_STATUS(rill_publish(b, "t", &no_payload, &pos), RILL_ERR_NULL_ARGUMENT);
+    rill_record no_attrs = r;
+    no_attrs.attribute_count = 2;
+    CHECK_STATUS(rill_publish(b, "t", &no_attrs, &pos), RILL_ERR_NULL_ARGUMENT);
+    rill_attribute null_key = {NULL, "v"};
+    rill_record bad_attr = r;
+    bad_attr.attributes = &null_key;
+    bad_attr.attribute_count = 1;
+    CHECK_STATUS(rill_publish(b, "t", &bad_attr, &pos), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_publisher_new(b, "t", NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_publisher_publish(NULL, &r, NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_publisher_publish_batch(NULL, &r, 1, NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_subscribe(b, "t", NULL, NULL, NULL, &s), RILL_ERR_NULL_ARGUMENT);
+    LAST_ERROR_HAS("handler");
+    CHECK_STATUS(rill_subscribe(b, NULL, NULL, record_handler, NULL, &s), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_subscribe(b, "t", NULL, record_handler, NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_subscription_wait_idle(NULL, 10), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_subscription_get_stats(NULL, &ss), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_new(b, NULL, "t", NULL, &c), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_new(b, "g", "t", NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_poll(NULL, 1, 0, &msgs, &count), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_commit(NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_commit_offset(NULL, 0, 0), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_seek(NULL, 0, 0), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_seek_to_beginning(NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_seek_to_end(NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_rollback(NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_position(NULL, 0, &u), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_committed(NULL, 0, &u), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_message_attribute_at(NULL, 0, NULL, NULL, NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_message_attribute(NULL, "k", NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK(rill_message_attribute_count(NULL) == 0);
+    CHECK(rill_consumer_partition_count(NULL) == 0);
+    CHECK(rill_subscription_name(NULL, NULL, 0) == 0);
+    rill_ack_reason(NULL, "ignored");
+    CHECK(bp == NULL && s == NULL && c == NULL && p == NULL && msgs == NULL && count == 0);
+
+    OK(rill_consumer_new(b, "g", "t", NULL, &c));
+    CHECK_STATUS(rill_consumer_poll(c, 1, 0, NULL, &count), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_poll(c, 1, 0, &msgs, NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_position(c, 0, NULL), RILL_ERR_NULL_ARGUMENT);
+    rill_consumer_free(c);
+    (void)ts;
+
+    /* _free(NULL) and _init(NULL) are no-ops. */
+    rill_broker_free(NULL);
+    rill_broker_close(NULL);
+    rill_subscription_free(NULL);
+    rill_consumer_free(NULL);
+    rill_publisher_free(NULL);
+    rill_broker_options_init(NULL);
+    rill_topic_options_init(NULL);
+    rill_subscription_options_init(NULL);
+    rill_consumer_options_init(NULL);
+    rill_broker_free(b);
+}
+
+static void test_invalid_names_patterns_filters_and_strings(void) {
+    rill_broker *b = new_broker();
+    rill_record r = record_of("x");
+    rill_subscription *s = NULL;
+    OK(rill_topic_create(b, "orders", NULL));
+
+    const char *bad_topics[] = {"", "a//b", "/a", "a/", "a/*", "$dlq/mine"};
+    for (size_t i = 0; i < sizeof bad_topics / sizeof *bad_topics; i++) {
+        CHECK_STATUS(rill_topic_create(b, bad_topics[i], NULL), RILL_ERR_INVALID_TOPIC);
+    }
+    CHECK_STATUS(rill_topic_create(b, "orders", NULL), RILL_ERR_TOPIC_EXISTS);
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    to.partitions = 0;
+    CHECK_STATUS(rill_topic_create(b, "zero", &to), RILL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(rill_publish(b, "a/*", &r, NULL), RILL_ERR_INVALID_TOPIC);
+    CHECK_STATUS(rill_publish(b, "missing", &r, NULL), RILL_ERR_NO_SUCH_TOPIC);
+
+    CHECK_STATUS(rill_subscribe(b, "a/b*", NULL, record_handler, NULL, &s), RILL_ERR_INVALID_PATTERN);
+    LAST_ERROR_HAS("wildcard must be a whole segment");
+    CHECK_STATUS(rill_subscribe(b, "missing", NULL, record_handler, NULL, &s), RILL_ERR_NO_SUCH_TOPIC);
+
+    rill_subscription_options o = sub_options();
+    o.filter = "attributes.a = \"1\" AND attributes.b = \"2\" OR attributes:c";
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_FILTER);
+    LAST_ERROR_HAS("byte 42");
+    o.filter = "attributes.region = ";
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_FILTER);
+
+    /* Option values that are not one of their constants. */
+    o = sub_options();
+    o.delivery = 7;
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    o = sub_options();
+    o.overflow = -1;
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    o = sub_options();
+    o.start = 42;
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    o = sub_options();
+    o.max_attempts = 0;
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    o = sub_options();
+    o.overflow = RILL_OVERFLOW_BLOCK; /* Block needs a lag limit */
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    rill_consumer_options co;
+    rill_consumer_options_init(&co);
+    co.start = 9;
+    rill_consumer *c = NULL;
+    CHECK_STATUS(rill_consumer_new(b, "g", "orders", &co, &c), RILL_ERR_INVALID_ARGUMENT);
+
+    /* Strings that are not UTF-8. */
+    const char not_utf8[] = {'o', (char)0xff, 'x', 0};
+    CHECK_STATUS(rill_topic_create(b, not_utf8, NULL), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("not valid UTF-8");
+    CHECK_STATUS(rill_publish(b, not_utf8, &r, NULL), RILL_ERR_INVALID_ARGUMENT);
+    rill_attribute bad = {"region", not_utf8};
+    rill_record with_bad = r;
+    with_bad.attributes = &bad;
+    with_bad.attribute_count = 1;
+    CHECK_STATUS(rill_publish(b, "orders", &with_bad, NULL), RILL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(rill_subscribe(b, not_utf8, NULL, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    o = sub_options();
+    o.filter = not_utf8;
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(rill_consumer_new(b, not_utf8, "orders", NULL, &c), RILL_ERR_INVALID_ARGUMENT);
+
+    /* Oversized messages are refused and nothing is published. */
+    size_t big_len = 2u << 20;
+    char *big = calloc(1, big_len);
+    rill_record huge;
+    memset(&huge, 0, sizeof huge);
+    huge.payload = big;
+    huge.payload_len = big_len;
+    CHECK_STATUS(rill_publish(b, "orders", &huge, NULL), RILL_ERR_MESSAGE_TOO_LARGE);
+    rill_record batch[2] = {r, huge};
+    rill_position out[2] = {{7, 7}, {7, 7}};
+    CHECK_STATUS(rill_publish_batch(b, "orders", batch, 2, out), RILL_ERR_MESSAGE_TOO_LARGE);
+    CHECK(out[0].partition == 7 && out[0].offset == 7); /* out-params untouched on error */
+    free(big);
+    rill_topic_stats ts;
+    OK(rill_topic_get_stats(b, "orders", &ts));
+    CHECK(ts.publish_count == 0);
+    CHECK(s == NULL && c == NULL);
+    rill_broker_free(b);
+}
+
+static void test_publish_subscribe_earliest_latest_and_attributes(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "sports/cricket", NULL));
+    rill_record r = record_of("before");
+    rill_position pos = {99, 99};
+    OK(rill_publish(b, "sports/cricket", &r, &pos));
+    CHECK(pos.partition == 0 && pos.offset == 0);
+
+    recorder early, late;
+    recorder_init(&early);
+    recorder_init(&late);
+    rill_subscription_options o = sub_options();
+    o.start = RILL_START_EARLIEST;
+    o.user_data_free = recorder_free;
+    rill_subscription *se = NULL, *sl = NULL;
+    OK(rill_subscribe(b, "sports/*", &o, record_handler, &early, &se));
+    rill_subscription_options lo = sub_options();
+    lo.user_data_free = recorder_free;
+    OK(rill_subscribe(b, "sports/**", &lo, record_handler, &late, &sl));
+
+    rill_attribute attrs[2] = {{"region", "IN"}, {"tier", "gold"}};
+    rill_record after = record_of("after");
+    after.key = "user-7";
+    after.key_len = 6;
+    after.attributes = attrs;
+    after.attribute_count = 2;
+    OK(rill_try_publish(b, "sports/cricket", &after, &pos));
+    CHECK(pos.offset == 1);
+    OK(rill_subscription_wait_idle(se, 10000));
+    OK(rill_subscription_wait_idle(sl, -1));
+    CHECK(early.count == 2 && strcmp(early.payloads[0], "before") == 0 && strcmp(early.payloads[1], "after") == 0);
+    CHECK(strcmp(early.topics[1], "sports/cricket") == 0);
+    CHECK(strcmp(early.region[1], "IN") == 0 && early.attempts[1] == 1);
+    CHECK(late.count == 1 && strcmp(late.payloads[0], "after") == 0);
+
+    rill_subscription_stats st;
+    OK(rill_subscription_get_stats(se, &st));
+    CHECK(st.delivered == 2 && st.acked == 2 && st.lag == 0 && st.partitions == 1);
+    CHECK(st.state == RILL_SUBSCRIPTION_IDLE);
+    char name[64];
+    size_t n = rill_subscription_name(se, name, sizeof name);
+    CHECK(n > 0 && strncmp(name, "anon-", 5) == 0);
+    CHECK(rill_subscription_closed_reason(se, name, sizeof name) == 0);
+
+    rill_subscription_free(se);
+    rill_subscription_free(sl);
+    CHECK(early.freed == 1 && late.freed == 1); /* destructors ran once, at free */
+    rill_broker_free(b);
+}
+
+static void test_message_attribute_accessors(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "t", NULL));
+    rill_attribute attrs[2] = {{"region", "IN"}, {"kind", "order"}};
+    rill_record r = record_of("payload");
+    r.attributes = attrs;
+    r.attribute_count = 2;
+    OK(rill_publish(b, "t", &r, NULL));
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "reader", "t", NULL, &c));
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    OK(rill_consumer_poll(c, 10, 1000, &msgs, &count));
+    CHECK(count == 1);
+    if (count == 1) {
+        const rill_message *m = &msgs[0];
+        CHECK(rill_message_attribute_count(m) == 2);
+        const char *k = NULL, *v = NULL;
+        size_t kl = 0, vl = 0;
+        OK(rill_message_attribute_at(m, 1, &k, &kl, &v, &vl));
+        CHECK(kl == 4 && memcmp(k, "kind", 4) == 0 && vl == 5 && memcmp(v, "order", 5) == 0);
+        OK(rill_message_attribute_at(m, 0, NULL, NULL, &v, NULL)); /* any out may be NULL */
+        CHECK(memcmp(v, "IN", 2) == 0);
+        CHECK_STATUS(rill_message_attribute_at(m, 2, &k, &kl, &v, &vl), RILL_ERR_NOT_FOUND);
+        OK(rill_message_attribute(m, "region", &v, &vl));
+        CHECK(vl == 2 && memcmp(v, "IN", 2) == 0);
+        CHECK_STATUS(rill_message_attribute(m, "missing", &v, &vl), RILL_ERR_NOT_FOUND);
+        CHECK(m->key == NULL && m->key_len == 0 && m->attempt == 1 && m->payload_len == 7);
+        CHECK(m->timestamp_ns > 0 && strcmp(m->topic, "t") == 0);
+        rill_ack_reason(m, "ignored for polled messages");
+    }
+    rill_consumer_free(c);
+    rill_broker_free(b);
+}
+
+static void test_filters_and_partitions(void) {
+    rill_broker *b = new_broker();
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    to.partitions = 4;
+    OK(rill_topic_create(b, "orders", &to));
+    recorder in;
+    recorder_init(&in);
+    rill_subscription_options o = sub_options();
+    o.filter = "attributes.region = \"IN\"";
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "orders", &o, record_handler, &in, &s));
+    const char *regions[] = {"IN", "US", "IN", "EU"};
+    for (int i = 0; i < 4; i++) {
+        rill_attribute a = {"region", regions[i]};
+        rill_record r = record_of(regions[i]);
+        r.attributes = &a;
+        r.attribute_count = 1;
+        r.key = "same-key";
+        r.key_len = 8;
+        rill_position pos;
+        OK(rill_publish(b, "orders", &r, &pos));
+        CHECK(pos.offset == (uint64_t)i); /* one key: one partition, dense offsets */
+    }
+    OK(rill_subscription_wait_idle(s, 10000));
+    rill_subscription_stats st;
+    OK(rill_subscription_get_stats(s, &st));
+    CHECK(in.count == 2 && st.filtered == 2 && st.partitions == 4);
+    rill_topic_stats ts;
+    OK(rill_topic_get_stats(b, "orders", &ts));
+    CHECK(ts.partitions == 4 && ts.publish_count == 4 && ts.retained_bytes > 0);
+    rill_subscription_free(s);
+    rill_broker_free(b);
+}
+
+static void test_batch_publish_and_publisher_handle(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "t", NULL));
+    rill_record rs[3] = {record_of("a"), record_of("b"), record_of("c")};
+    rill_position pos[3];
+    OK(rill_publish_batch(b, "t", rs, 3, pos));
+    CHECK(pos[0].offset == 0 && pos[2].offset == 2);
+    OK(rill_publish_batch(b, "t", NULL, 0, NULL));
+    rill_publisher *p = NULL;
+    OK(rill_publisher_new(b, "t", &p));
+    rill_position one;
+    OK(rill_publisher_publish(p, &rs[0], &one));
+    CHECK(one.offset == 3);
+    OK(rill_publisher_publish_batch(p, rs, 3, NULL));
+    rill_topic_stats ts;
+    OK(rill_topic_get_stats(b, "t", &ts));
+    CHECK(ts.publish_count == 7);
+    CHECK_STATUS(rill_publisher_new(b, "nope", &p), RILL_ERR_NO_SUCH_TOPIC);
+    rill_broker_close(b);
+    CHECK_STATUS(rill_publisher_publish(p, &rs[0], NULL), RILL_ERR_CLOSED);
+    rill_publisher_free(p);
+    rill_broker_free(b);
+}
+
+static void test_retry_dead_letter_and_reason(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "jobs", NULL));
+    recorder rec;
+    recorder_init(&rec);
+    rill_subscription_options o = sub_options();
+    o.name = "worker";
+    o.max_attempts = 3;
+    o.backoff_initial_ms = 1;
+    o.backoff_max_ms = 2;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "jobs", &o, record_handler, &rec, &s));
+    rill_attribute a = {"region", "IN"};
+    rill_record poison = record_of("poison");
+    poison.attributes = &a;
+    poison.attribute_count = 1;
+    OK(rill_publish(b, "jobs", &poison, NULL));
+    rill_record fine = record_of("fine");
+    OK(rill_publish(b, "jobs", &fine, NULL));
+    OK(rill_subscription_wait_idle(s, 20000));
+    CHECK(rec.count == 4); /* poison x3, then fine */
+    CHECK(rec.attempts[0] == 1 && rec.attempts[2] == 3 && strcmp(rec.payloads[3], "fine") == 0);
+    rill_subscription_stats st;
+    OK(rill_subscription_get_stats(s, &st));
+    CHECK(st.retried == 2 && st.dead_lettered == 1 && st.acked == 1);
+
+    /* The dead letter is an ordinary topic: poll it. */
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "dlq-reader", "$dlq/worker", NULL, &c));
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    OK(rill_consumer_poll(c, 10, 5000, &msgs, &count));
+    CHECK(count == 1);
+    if (count == 1) {
+        const char *v = NULL;
+        size_t vl = 0;
+        OK(rill_message_attribute(&msgs[0], "rill.dlq.reason", &v, &vl));
+        CHECK(vl == strlen("cannot parse poison") && memcmp(v, "cannot parse poison", vl) == 0);
+        OK(rill_message_attribute(&msgs[0], "rill.dlq.attempts", &v, &vl));
+        CHECK(vl == 1 && v[0] == '3');
+        OK(rill_message_attribute(&msgs[0], "region", &v, &vl));
+        CHECK(vl == 2 && memcmp(v, "IN", 2) == 0);
+        CHECK(msgs[0].payload_len == 6 && memcmp(msgs[0].payload, "poison", 6) == 0);
+    }
+    rill_consumer_free(c);
+    rill_subscription_free(s);
+    rill_broker_free(b);
+}
+
+/* Returns a value that is not a rill_ack: treated as a retry. */
+static rill_ack bogus_then_ok(void *user_data, const rill_message *m) {
+    int *calls = (int *)user_data;
+    (*calls)++;
+    return m->attempt == 1 ? 77 : RILL_ACK_SUCCESS;
+}
+
+static void test_invalid_ack_is_a_retry(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "t", NULL));
+    int calls = 0;
+    rill_subscription_options o = sub_options();
+    o.backoff_initial_ms = 1;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "t", &o, bogus_then_ok, &calls, &s));
+    rill_record r = record_of("x");
+    OK(rill_publish(b, "t", &r, NULL));
+    OK(rill_subscription_wait_idle(s, 10000));
+    CHECK(calls == 2);
+    rill_subscription_free(s);
+    rill_broker_free(b);
+}
+
+static void test_durable_resume(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "events", NULL));
+    recorder rec;
+    recorder_init(&rec);
+    rill_subscription_options o = sub_options();
+    o.name = "audit";
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "events", &o, record_handler, &rec, &s));
+    rill_subscription *dup = NULL;
+    CHECK_STATUS(rill_subscribe(b, "events", &o, record_handler, &rec, &dup), RILL_ERR_BUSY);
+    rill_record r = record_of("one");
+    OK(rill_publish(b, "events", &r, NULL));
+    OK(rill_subscription_wait_idle(s, 10000));
+    rill_subscription_free(s);
+    for (int i = 0; i < 100; i++) {
+        OK(rill_publish(b, "events", &r, NULL));
+    }
+    OK(rill_subscribe(b, "events", &o, record_handler, &rec, &s));
+    OK(rill_subscription_wait_idle(s, 10000));
+    CHECK(rec.count == 101);
+    CHECK(rec.offsets[100] == 100);
+    rill_subscription_free(s);
+    rill_broker_free(b);
+}
+
+/* Blocks on a gate for every message. */
+typedef struct {
+    pthread_mutex_t lock;
+    int open;
+    int entered;
+    int seen;
+} gate;
+
+static rill_ack gated_handler(void *user_data, const rill_message *m) {
+    gate *g = (gate *)user_data;
+    (void)m;
+    pthread_mutex_lock(&g->lock);
+    g->entered = 1;
+    pthread_mutex_unlock(&g->lock);
+    for (;;) {
+        pthread_mutex_lock(&g->lock);
+        int open = g->open;
+        pthread_mutex_unlock(&g->lock);
+        if (open) break;
+        sleep_ms(1);
+    }
+    pthread_mutex_lock(&g->lock);
+    g->seen++;
+    pthread_mutex_unlock(&g->lock);
+    return RILL_ACK_SUCCESS;
+}
+
+static int gate_get(gate *g, int *field) {
+    pthread_mutex_lock(&g->lock);
+    int v = *field;
+    pthread_mutex_unlock(&g->lock);
+    return v;
+}
+
+static void gate_open(gate *g) {
+    pthread_mutex_lock(&g->lock);
+    g->open = 1;
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void test_overflow_policies(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "block", NULL));
+    OK(rill_topic_create(b, "drop", NULL));
+    OK(rill_topic_create(b, "disc", NULL));
+    rill_record r = record_of("m");
+
+    /* Block: try_publish says FULL at the limit. */
+    gate g;
+    memset(&g, 0, sizeof g);
+    pthread_mutex_init(&g.lock, NULL);
+    rill_subscription_options o = sub_options();
+    o.overflow = RILL_OVERFLOW_BLOCK;
+    o.lag_limit = 2;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "block", &o, gated_handler, &g, &s));
+    OK(rill_publish(b, "block", &r, NULL));
+    while (!gate_get(&g, &g.entered)) sleep_ms(1);
+    int accepted = 1;
+    rill_status st = RILL_OK;
+    while (accepted < 50 && (st = rill_try_publish(b, "block", &r, NULL)) == RILL_OK) accepted++;
+    CHECK(st == RILL_ERR_FULL);
+    CHECK(accepted <= 3);
+    gate_open(&g);
+    OK(rill_subscription_wait_idle(s, 10000));
+    CHECK(gate_get(&g, &g.seen) == accepted);
+    rill_subscription_free(s);
+
+    /* DropOldest: exact count of what was skipped. */
+    gate d;
+    memset(&d, 0, sizeof d);
+    pthread_mutex_init(&d.lock, NULL);
+    o = sub_options();
+    o.overflow = RILL_OVERFLOW_DROP_OLDEST;
+    o.lag_limit = 5;
+    OK(rill_subscribe(b, "drop", &o, gated_handler, &d, &s));
+    OK(rill_publish(b, "drop", &r, NULL));
+    while (!gate_get(&d, &d.entered)) sleep_ms(1);
+    for (int i = 0; i < 50; i++) OK(rill_publish(b, "drop", &r, NULL));
+    gate_open(&d);
+    OK(rill_subscription_wait_idle(s, 10000));
+    rill_subscription_stats ss;
+    OK(rill_subscription_get_stats(s, &ss));
+    CHECK(ss.dropped == 45 && gate_get(&d, &d.seen) == 6);
+    rill_subscription_free(s);
+
+    /* Disconnect: closed, with the reason. */
+    gate x;
+    memset(&x, 0, sizeof x);
+    pthread_mutex_init(&x.lock, NULL);
+    o = sub_options();
+    o.overflow = RILL_OVERFLOW_DISCONNECT;
+    o.lag_limit = 3;
+    OK(rill_subscribe(b, "disc", &o, gated_handler, &x, &s));
+    OK(rill_publish(b, "disc", &r, NULL));
+    while (!gate_get(&x, &x.entered)) sleep_ms(1);
+    for (int i = 0; i < 10; i++) OK(rill_publish(b, "disc", &r, NULL));
+    gate_open(&x);
+    for (int i = 0; i < 10000; i++) {
+        OK(rill_subscription_get_stats(s, &ss));
+        if (ss.state == RILL_SUBSCRIPTION_CLOSED) break;
+        sleep_ms(1);
+    }
+    CHECK(ss.state == RILL_SUBSCRIPTION_CLOSED);
+    char why[256];
+    CHECK(rill_subscription_closed_reason(s, why, sizeof why) > 0);
+    CHECK(strstr(why, "lag limit 3") != NULL);
+    CHECK_STATUS(rill_subscription_wait_idle(s, 10), RILL_ERR_CLOSED);
+    rill_subscription_free(s);
+    pthread_mutex_destroy(&g.lock);
+    pthread_mutex_destroy(&d.lock);
+    pthread_mutex_destroy(&x.lock);
+    rill_broker_free(b);
+}
+
+static void test_pull_consumer(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "orders", NULL));
+    char payload[16];
+    for (int i = 0; i < 10; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        rill_record r = record_of(payload);
+        OK(rill_publish(b, "orders", &r, NULL));
+    }
+    rill_consumer *c = NULL, *c2 = NULL;
+    OK(rill_consumer_new(b, "billing", "orders", NULL, &c));
+    CHECK(rill_consumer_partition_count(c) == 1);
+    CHECK_STATUS(rill_consumer_new(b, "billing", "orders", NULL, &c2), RILL_ERR_BUSY);
+    CHECK_STATUS(rill_consumer_new(b, "billing", "missing", NULL, &c2), RILL_ERR_NO_SUCH_TOPIC);
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    uint64_t u = 0;
+    CHECK_STATUS(rill_consumer_committed(c, 0, &u), RILL_ERR_NOT_FOUND);
+    OK(rill_consumer_poll(c, 4, 0, &msgs, &count));
+    CHECK(count == 4 && msgs[0].offset == 0 && msgs[3].offset == 3 && msgs[3].payload[0] == '3');
+    OK(rill_consumer_commit(c));
+    OK(rill_consumer_committed(c, 0, &u));
+    CHECK(u == 4);
+    OK(rill_consumer_poll(c, 3, 0, &msgs, &count));
+    CHECK(count == 3 && msgs[0].offset == 4);
+    OK(rill_consumer_position(c, 0, &u));
+    CHECK(u == 7);
+    OK(rill_consumer_rollback(c));
+    OK(rill_consumer_position(c, 0, &u));
+    CHECK(u == 4);
+    OK(rill_consumer_poll(c, 3, 0, &msgs, &count));
+    CHECK(count == 3 && msgs[0].offset == 4); /* replayed */
+    OK(rill_consumer_seek(c, 0, 9));
+    OK(rill_consumer_poll(c, 10, 0, &msgs, &count));
+    CHECK(count == 1 && msgs[0].payload[0] == '9');
+    CHECK_STATUS(rill_consumer_seek(c, 0, 11), RILL_ERR_OUT_OF_RANGE);
+    CHECK_STATUS(rill_consumer_seek(c, 5, 0), RILL_ERR_NOT_FOUND);
+    CHECK_STATUS(rill_consumer_position(c, 5, &u), RILL_ERR_NOT_FOUND);
+    OK(rill_consumer_seek_to_beginning(c));
+    OK(rill_consumer_poll(c, 100, 0, &msgs, &count));
+    CHECK(count == 10);
+    OK(rill_consumer_seek_to_end(c));
+    OK(rill_consumer_poll(c, 100, 20, &msgs, &count)); /* timeout: OK with nothing */
+    CHECK(count == 0);
+    OK(rill_consumer_commit_offset(c, 0, 8));
+    CHECK_STATUS(rill_consumer_commit_offset(c, 0, 99), RILL_ERR_OUT_OF_RANGE);
+    rill_consumer_free(c);
+
+    /* A new consumer of the group resumes at the committed offset. */
+    OK(rill_consumer_new(b, "billing", "orders", NULL, &c));
+    OK(rill_consumer_poll(c, 100, 0, &msgs, &count));
+    CHECK(count == 2 && msgs[0].offset == 8);
+    rill_consumer_free(c);
+    /* Another group sees everything; a latest one nothing. */
+    rill_consumer_options co;
+    rill_consumer_options_init(&co);
+    OK(rill_consumer_new(b, "shipping", "orders", &co, &c));
+    OK(rill_consumer_poll(c, 100, 0, &msgs, &count));
+    CHECK(count == 10);
+    rill_consumer_free(c);
+    co.start = RILL_START_LATEST;
+    OK(rill_consumer_new(b, "late", "orders", &co, &c));
+    OK(rill_consumer_poll(c, 100, 0, &msgs, &count));
+    CHECK(count == 0);
+    rill_consumer_free(c);
+    co.start = RILL_START_OFFSET;
+    co.start_offset = 99;
+    CHECK_STATUS(rill_consumer_new(b, "far", "orders", &co, &c), RILL_ERR_OUT_OF_RANGE);
+    rill_broker_free(b);
+}
+
+/* Re-entrant handler: publishes to another topic and to its own, then
+ * frees its own subscription. */
+typedef struct {
+    rill_broker *broker;
+    rill_subscription *self;
+    pthread_mutex_t lock;
+    int calls;
+    int done;
+} reentrant;
+
+static rill_ack reentrant_handler(void *user_data, const rill_message *m) {
+    reentrant *r = (reentrant *)user_data;
+    pthread_mutex_lock(&r->lock);
+    r->calls++;
+    int calls = r->calls;
+    pthread_mutex_unlock(&r->lock);
+    rill_record echo = record_of("echo");
+    if (rill_publish(r->broker, "pong", &echo, NULL) != RILL_OK) return RILL_ACK_RETRY;
+    if (m->payload_len == 4 && memcmp(m->payload, "ping", 4) == 0 && calls < 3) {
+        rill_record again = record_of("ping");
+        if (rill_publish(r->broker, "ping", &again, NULL) != RILL_OK) return RILL_ACK_RETRY;
+    }
+    if (calls == 3) {
+        rill_subscription_free(r->self); /* from inside its own handler */
+        pthread_mutex_lock(&r->lock);
+        r->done = 1;
+        pthread_mutex_unlock(&r->lock);
+    }
+    return RILL_ACK_SUCCESS;
+}
+
+static void test_reentrancy(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "ping", NULL));
+    OK(rill_topic_create(b, "pong", NULL));
+    recorder pongs;
+    recorder_init(&pongs);
+    rill_subscription *ps = NULL;
+    OK(rill_subscribe(b, "pong", NULL, record_handler, &pongs, &ps));
+    reentrant r;
+    memset(&r, 0, sizeof r);
+    pthread_mutex_init(&r.lock, NULL);
+    r.broker = b;
+    rill_subscription_options o = sub_options();
+    o.dedicated_thread = true;
+    OK(rill_subscribe(b, "ping", &o, reentrant_handler, &r, &r.self));
+    rill_record ping = record_of("ping");
+    OK(rill_publish(b, "ping", &ping, NULL));
+    for (int i = 0; i < 10000; i++) {
+        pthread_mutex_lock(&r.lock);
+        int done = r.done;
+        pthread_mutex_unlock(&r.lock);
+        if (done) break;
+        sleep_ms(1);
+    }
+    OK(rill_subscription_wait_idle(ps, 10000));
+    CHECK(r.done == 1 && r.calls == 3 && recorder_count(&pongs) == 3);
+    OK(rill_publish(b, "ping", &ping, NULL));
+    sleep_ms(20);
+    CHECK(r.calls == 3); /* no call after it freed itself */
+    rill_subscription_free(ps);
+    pthread_mutex_destroy(&r.lock);
+    rill_broker_free(b);
+}
+
+static void test_freeing_the_broker_first_closes_everything(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "t", NULL));
+    recorder rec;
+    recorder_init(&rec);
+    rill_subscription_options o = sub_options();
+    o.user_data_free = recorder_free;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "t", &o, record_handler, &rec, &s));
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "g", "t", NULL, &c));
+    rill_record r = record_of("x");
+    OK(rill_publish(b, "t", &r, NULL));
+    OK(rill_subscription_wait_idle(s, 10000));
+    rill_broker_free(b);
+    CHECK(rec.freed == 1); /* the subscription ended with the broker */
+    CHECK_STATUS(rill_subscription_wait_idle(s, 10), RILL_ERR_CLOSED);
+    rill_subscription_stats st;
+    OK(rill_subscription_get_stats(s, &st)); /* final counts stay readable */
+    CHECK(st.state == RILL_SUBSCRIPTION_CLOSED && st.delivered == 1);
+    char why[128];
+    rill_subscription_closed_reason(s, why, sizeof why);
+    CHECK(strstr(why, "broker was closed") != NULL);
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    CHECK_STATUS(rill_consumer_poll(c, 1, 0, &msgs, &count), RILL_ERR_CLOSED);
+    CHECK_STATUS(rill_consumer_commit(c), RILL_ERR_CLOSED);
+    rill_subscription_free(s);
+    rill_consumer_free(c);
+    CHECK(rec.freed == 1);
+
+    /* A closed broker refuses everything with RILL_ERR_CLOSED. */
+    b = new_broker();
+    OK(rill_topic_create(b, "t", NULL));
+    rill_broker_close(b);
+    rill_broker_close(b); /* idempotent */
+    CHECK_STATUS(rill_publish(b, "t", &r, NULL), RILL_ERR_CLOSED);
+    CHECK_STATUS(rill_topic_create(b, "u", NULL), RILL_ERR_CLOSED);
+    CHECK_STATUS(rill_subscribe(b, "t", NULL, record_handler, &rec, &s), RILL_ERR_CLOSED);
+    CHECK_STATUS(rill_consumer_new(b, "g", "t", NULL, &c), RILL_ERR_CLOSED);
+    rill_broker_free(b);
+}
+
+static void test_user_data_is_released_when_subscribe_fails(void) {
+    rill_broker *b = new_broker();
+    recorder rec;
+    recorder_init(&rec);
+    rill_subscription_options o = sub_options();
+    o.user_data_free = recorder_free;
+    rill_subscription *s = NULL;
+    CHECK_STATUS(rill_subscribe(b, "missing", &o, record_handler, &rec, &s), RILL_ERR_NO_SUCH_TOPIC);
+    CHECK(rec.freed == 1 && s == NULL);
+    rill_broker_free(b);
+}
+
+static void test_broker_options(void) {
+    rill_broker_options bo;
+    rill_broker_options_init(&bo);
+    CHECK(bo.worker_threads == 0 && !bo.auto_create_topics && bo.publish_timeout_ms == 10000);
+    bo.worker_threads = 1;
+    bo.auto_create_topics = true;
+    bo.publish_timeout_ms = 50;
+    rill_broker *b = NULL;
+    OK(rill_broker_new(&bo, &b));
+    rill_record r = record_of("x");
+    rill_position pos;
+    OK(rill_publish(b, "created/on/demand", &r, &pos));
+    rill_topic_stats ts;
+    OK(rill_topic_get_stats(b, "created/on/demand", &ts));
+    CHECK(ts.publish_count == 1);
+
+    /* publish_timeout_ms bounds a publish waiting on a Block subscriber. */
+    gate g;
+    memset(&g, 0, sizeof g);
+    pthread_mutex_init(&g.lock, NULL);
+    rill_subscription_options o = sub_options();
+    o.overflow = RILL_OVERFLOW_BLOCK;
+    o.lag_limit = 1;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "created/on/demand", &o, gated_handler, &g, &s));
+    OK(rill_publish(b, "created/on/demand", &r, NULL));
+    while (!gate_get(&g, &g.entered)) sleep_ms(1);
+    /* One message behind already: the next would exceed lag_limit 1. */
+    CHECK_STATUS(rill_publish(b, "created/on/demand", &r, NULL), RILL_ERR_TIMEOUT);
+    gate_open(&g);
+    OK(rill_subscription_wait_idle(s, 10000));
+    rill_subscription_free(s);
+    pthread_mutex_destroy(&g.lock);
+    rill_broker_free(b);
+
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    CHECK(to.partitions == 1 && to.retention_bytes == 268435456u && to.retention_messages == 0);
+    rill_consumer_options co;
+    rill_consumer_options_init(&co);
+    CHECK(co.start == RILL_START_EARLIEST);
+    rill_subscription_options so = sub_options();
+    CHECK(so.start == RILL_START_LATEST && so.delivery == RILL_DELIVERY_AT_LEAST_ONCE && so.max_attempts == 5);
+    CHECK(so.backoff_initial_ms == 10 && so.backoff_max_ms == 10000 && so.overflow == RILL_OVERFLOW_DROP_OLDEST);
+}
+
+static rill_ack at_most_once_handler(void *user_data, const rill_message *m) {
+    int *calls = (int *)user_data;
+    (void)m;
+    (*calls)++;
+    return RILL_ACK_RETRY;
+}
+
+static void test_at_most_once(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "t", NULL));
+    int calls = 0;
+    rill_subscription_options o = sub_options();
+    o.delivery = RILL_DELIVERY_AT_MOST_ONCE;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "t", &o, at_most_once_handler, &calls, &s));
+    rill_record r = record_of("x");
+    for (int i = 0; i < 5; i++) OK(rill_publish(b, "t", &r, NULL));
+    OK(rill_subscription_wait_idle(s, 10000));
+    CHECK(calls == 5);
+    rill_subscription_stats st;
+    OK(rill_subscription_get_stats(s, &st));
+    CHECK(st.retried == 0 && st.dropped == 5);
+    rill_subscription_free(s);
+    rill_broker_free(b);
+}
+
+int main(void) {
+    test_version_status_names_and_last_error();
+    test_panic_boundary();
+    test_null_arguments();
+    test_invalid_names_patterns_filters_and_strings();
+    test_publish_subscribe_earliest_latest_and_attributes();
+    test_message_attribute_accessors();
+    test_filters_and_partitions();
+    test_batch_publish_and_publisher_handle();
+    test_retry_dead_letter_and_reason();
+    test_invalid_ack_is_a_retry();
+    test_durable_resume();
+    test_overflow_policies();
+    test_pull_consumer();
+    test_reentrancy();
+    test_freeing_the_broker_first_closes_everything();
+    test_user_data_is_released_when_subscribe_fails();
+    test_broker_options();
+    test_at_most_once();
+    if (failures) {
+        fprintf(stderr, "C ABI tests: %d of %d checks failed\n", failures, checks);
+        return 1;
+    }
+    printf("C ABI tests: all %d checks passed\n", checks);
+    return 0;
+}
