@@ -1,0 +1,83 @@
+/*
+ * Publish -> one push subscriber through the C ABI, 64-byte payloads, the
+ * handler reading every payload byte. Prints "<mode> <msgs/s>" per mode;
+ * ffi/bench/run.sh runs it against ffi/examples/rust_baseline.rs (the same
+ * work through the Rust API) and reports the ratios.
+ *
+ *   usage: bench_ffi [messages]
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rill.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static rill_ack sum_payload(void *user_data, const rill_message *m) {
+    unsigned long long *sum = (unsigned long long *)user_data;
+    for (size_t i = 0; i < m->payload_len; i++) *sum += m->payload[i];
+    return RILL_ACK_SUCCESS;
+}
+
+static void die(const char *what, rill_status st) {
+    char err[256];
+    rill_last_error(err, sizeof err);
+    fprintf(stderr, "%s: %s: %s\n", what, rill_status_name(st), err);
+    exit(1);
+}
+
+#define TRY(call)                          \
+    do {                                   \
+        rill_status st_ = (call);          \
+        if (st_ != RILL_OK) die(#call, st_); \
+    } while (0)
+
+static void run(const char *mode, long n) {
+    rill_broker *b = NULL;
+    TRY(rill_broker_new(NULL, &b));
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    to.retention_bytes = 64u << 20;
+    TRY(rill_topic_create(b, "bench", &to));
+    unsigned long long sum = 0;
+    rill_subscription *s = NULL;
+    TRY(rill_subscribe(b, "bench", NULL, sum_payload, &sum, &s));
+    rill_publisher *p = NULL;
+    TRY(rill_publisher_new(b, "bench", &p));
+    unsigned char payload[64];
+    memset(payload, 0x5a, sizeof payload);
+    rill_record r = {NULL, 0, payload, sizeof payload, NULL, 0};
+    rill_record batch[64];
+    for (int i = 0; i < 64; i++) batch[i] = r;
+
+    double t0 = now_s();
+    if (strcmp(mode, "publish") == 0) {
+        for (long i = 0; i < n; i++) TRY(rill_publish(b, "bench", &r, NULL));
+    } else if (strcmp(mode, "publisher") == 0) {
+        for (long i = 0; i < n; i++) TRY(rill_publisher_publish(p, &r, NULL));
+    } else {
+        for (long i = 0; i < n; i += 64) TRY(rill_publisher_publish_batch(p, batch, 64, NULL));
+    }
+    TRY(rill_subscription_wait_idle(s, 60000));
+    double dt = now_s() - t0;
+    printf("%s %.0f\n", mode, (double)n / dt);
+    if (sum == 0) printf("(no payload bytes read)\n");
+    rill_publisher_free(p);
+    rill_subscription_free(s);
+    rill_broker_free(b);
+}
+
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 2000000;
+    run("publish", n);
+    run("publisher", n);
+    run("batch64", n);
+    return 0;
+}
