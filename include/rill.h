@@ -327,6 +327,10 @@ typedef struct {
      */
     uint32_t attempt;
     /**
+     * Number of attributes (read them with `rill_message_attribute_at`).
+     */
+    size_t attribute_count;
+    /**
      * Private to the library: read attributes through the functions below.
      */
     const void *internal;
@@ -620,7 +624,7 @@ rill_status rill_broker_new(const rill_broker_options *o, rill_broker **out);
  *
  * `b` is NULL or a live broker.
  */
-void rill_broker_close(const rill_broker *b);
+void rill_broker_close(rill_broker *b);
 
 /**
  * Closes (as `rill_broker_close`) and frees the broker. Subscriptions and
@@ -651,7 +655,7 @@ void rill_topic_options_init(rill_topic_options *o);
  *
  * `b` is a live broker; `name` a NUL-terminated string; `o` NULL or valid.
  */
-rill_status rill_topic_create(const rill_broker *b, const char *name, const rill_topic_options *o);
+rill_status rill_topic_create(rill_broker *b, const char *name, const rill_topic_options *o);
 
 /**
  * Fills `*out` with the topic's statistics.
@@ -660,7 +664,7 @@ rill_status rill_topic_create(const rill_broker *b, const char *name, const rill
  *
  * `b` is a live broker; `name` a NUL-terminated string; `out` writable.
  */
-rill_status rill_topic_get_stats(const rill_broker *b, const char *name, rill_topic_stats *out);
+rill_status rill_topic_get_stats(rill_broker *b, const char *name, rill_topic_stats *out);
 
 /**
  * Publishes one message to `topic`; `*out` (if not NULL) gets its position.
@@ -673,7 +677,7 @@ rill_status rill_topic_get_stats(const rill_broker *b, const char *name, rill_to
  * `b` is a live broker; `topic` a NUL-terminated string; `r` a valid record
  * whose pointers are readable for their lengths; `out` NULL or writable.
  */
-rill_status rill_publish(const rill_broker *b,
+rill_status rill_publish(rill_broker *b,
                          const char *topic,
                          const rill_record *r,
                          rill_position *out);
@@ -686,7 +690,7 @@ rill_status rill_publish(const rill_broker *b,
  *
  * As for `rill_publish`.
  */
-rill_status rill_try_publish(const rill_broker *b,
+rill_status rill_try_publish(rill_broker *b,
                              const char *topic,
                              const rill_record *r,
                              rill_position *out);
@@ -701,7 +705,7 @@ rill_status rill_try_publish(const rill_broker *b,
  * `b` is a live broker; `topic` a NUL-terminated string; `rs` points to `n`
  * valid records (may be NULL if `n` is 0); `out` NULL or writable for `n`.
  */
-rill_status rill_publish_batch(const rill_broker *b,
+rill_status rill_publish_batch(rill_broker *b,
                                const char *topic,
                                const rill_record *rs,
                                size_t n,
@@ -715,7 +719,7 @@ rill_status rill_publish_batch(const rill_broker *b,
  *
  * `b` is a live broker; `topic` a NUL-terminated string; `out` writable.
  */
-rill_status rill_publisher_new(const rill_broker *b, const char *topic, rill_publisher **out);
+rill_status rill_publisher_new(rill_broker *b, const char *topic, rill_publisher **out);
 
 /**
  * Publishes one message (as `rill_publish`).
@@ -740,6 +744,40 @@ rill_status rill_publisher_publish_batch(const rill_publisher *p,
                                          const rill_record *rs,
                                          size_t n,
                                          rill_position *out);
+
+/**
+ * Publishes one message given as plain arguments, without building a
+ * `rill_record`: for bindings where a struct per message is costly.
+ * `key` NULL means unkeyed; no attributes. `out` may be NULL.
+ *
+ * # Safety
+ *
+ * `p` is a live publisher; `payload` (and `key`, if not NULL) readable for
+ * their lengths; `out` NULL or writable.
+ */
+rill_status rill_publisher_publish_bytes(const rill_publisher *p,
+                                         const void *payload,
+                                         size_t payload_len,
+                                         const void *key,
+                                         size_t key_len,
+                                         rill_position *out);
+
+/**
+ * Publishes `n` unkeyed messages without attributes, whose payloads lie
+ * back to back in `data` with lengths `lengths[0..n]`: one call and no
+ * per-message structs, for bindings that batch. `out` is NULL or has room
+ * for `n` positions. Checked first: on error nothing is published.
+ *
+ * # Safety
+ *
+ * `p` is a live publisher; `lengths` readable for `n` entries; `data`
+ * readable for their sum; `out` NULL or writable for `n` positions.
+ */
+rill_status rill_publisher_publish_packed(const rill_publisher *p,
+                                          const void *data,
+                                          const size_t *lengths,
+                                          size_t n,
+                                          rill_position *out);
 
 /**
  * Frees a publisher. NULL is a no-op.
@@ -769,7 +807,7 @@ void rill_consumer_options_init(rill_consumer_options *o);
  * `b` is a live broker; `group` and `topic` NUL-terminated strings; `o` NULL
  * or valid; `out` writable.
  */
-rill_status rill_consumer_new(const rill_broker *b,
+rill_status rill_consumer_new(rill_broker *b,
                               const char *group,
                               const char *topic,
                               const rill_consumer_options *o,
@@ -964,7 +1002,7 @@ void rill_subscription_options_init(rill_subscription_options *o);
  * `b` is a live broker; `pattern` a NUL-terminated string; `o` NULL or valid
  * options; `handler` a function that returns normally; `out` writable.
  */
-rill_status rill_subscribe(const rill_broker *b,
+rill_status rill_subscribe(rill_broker *b,
                            const char *pattern,
                            const rill_subscription_options *o,
                            rill_handler handler,
@@ -981,7 +1019,7 @@ rill_status rill_subscribe(const rill_broker *b,
  *
  * `s` is a live subscription.
  */
-rill_status rill_subscription_wait_idle(const rill_subscription *s, int64_t timeout_ms);
+rill_status rill_subscription_wait_idle(rill_subscription *s, int64_t timeout_ms);
 
 /**
  * Fills `*out` with the subscription's counters. Works on a closed

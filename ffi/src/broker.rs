@@ -158,7 +158,7 @@ pub unsafe extern "C" fn rill_broker_new(o: *const rill_broker_options, out: *mu
 ///
 /// `b` is NULL or a live broker.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_broker_close(b: *const rill_broker) {
+pub unsafe extern "C" fn rill_broker_close(b: *mut rill_broker) {
     crate::error::boundary_value((), || {
         // SAFETY: the caller promises `b` is NULL or live.
         if let Some(b) = unsafe { b.as_ref() } {
@@ -230,7 +230,7 @@ pub(crate) fn topic_options(o: Option<&rill_topic_options>) -> Result<TopicOptio
 /// `b` is a live broker; `name` a NUL-terminated string; `o` NULL or valid.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rill_topic_create(
-    b: *const rill_broker,
+    b: *mut rill_broker,
     name: *const c_char,
     o: *const rill_topic_options,
 ) -> rill_status {
@@ -263,7 +263,7 @@ pub struct rill_topic_stats {
 /// `b` is a live broker; `name` a NUL-terminated string; `out` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rill_topic_get_stats(
-    b: *const rill_broker,
+    b: *mut rill_broker,
     name: *const c_char,
     out: *mut rill_topic_stats,
 ) -> rill_status {
@@ -352,7 +352,7 @@ enum Mode {
 ///
 /// As for `rill_publish`.
 unsafe fn publish(
-    b: *const rill_broker,
+    b: *mut rill_broker,
     topic: *const c_char,
     r: *const rill_record,
     out: *mut rill_position,
@@ -386,7 +386,7 @@ unsafe fn publish(
 /// whose pointers are readable for their lengths; `out` NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rill_publish(
-    b: *const rill_broker,
+    b: *mut rill_broker,
     topic: *const c_char,
     r: *const rill_record,
     out: *mut rill_position,
@@ -403,7 +403,7 @@ pub unsafe extern "C" fn rill_publish(
 /// As for `rill_publish`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rill_try_publish(
-    b: *const rill_broker,
+    b: *mut rill_broker,
     topic: *const c_char,
     r: *const rill_record,
     out: *mut rill_position,
@@ -422,7 +422,7 @@ pub unsafe extern "C" fn rill_try_publish(
 /// valid records (may be NULL if `n` is 0); `out` NULL or writable for `n`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rill_publish_batch(
-    b: *const rill_broker,
+    b: *mut rill_broker,
     topic: *const c_char,
     rs: *const rill_record,
     n: usize,
@@ -499,7 +499,7 @@ impl std::fmt::Debug for rill_publisher {
 /// `b` is a live broker; `topic` a NUL-terminated string; `out` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rill_publisher_new(
-    b: *const rill_broker,
+    b: *mut rill_broker,
     topic: *const c_char,
     out: *mut *mut rill_publisher,
 ) -> rill_status {
@@ -556,6 +556,87 @@ pub unsafe extern "C" fn rill_publisher_publish_batch(
         // SAFETY: as above.
         let records = unsafe { record_slice(rs, n) }?;
         let positions = publish_records(records, |recs| Ok(p.publisher.publish_batch(recs)?))?;
+        write_positions(out, &positions);
+        Ok(())
+    })
+}
+
+/// Publishes one message given as plain arguments, without building a
+/// `rill_record`: for bindings where a struct per message is costly.
+/// `key` NULL means unkeyed; no attributes. `out` may be NULL.
+///
+/// # Safety
+///
+/// `p` is a live publisher; `payload` (and `key`, if not NULL) readable for
+/// their lengths; `out` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publisher_publish_bytes(
+    p: *const rill_publisher,
+    payload: *const c_void,
+    payload_len: usize,
+    key: *const c_void,
+    key_len: usize,
+    out: *mut rill_position,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let p = unsafe { reference(p, "publisher") }?;
+        // SAFETY: as above.
+        let mut record = Record::new(unsafe { bytes(payload, payload_len, || "payload".into()) }?);
+        if !key.is_null() {
+            // SAFETY: as above.
+            record = record.with_key(unsafe { bytes(key, key_len, || "key".into()) }?);
+        }
+        let pos = p.publisher.publish(&record)?;
+        if !out.is_null() {
+            // SAFETY: non-NULL; the caller promises it is writable.
+            unsafe { write_out(out, pos.into()) };
+        }
+        Ok(())
+    })
+}
+
+/// Publishes `n` unkeyed messages without attributes, whose payloads lie
+/// back to back in `data` with lengths `lengths[0..n]`: one call and no
+/// per-message structs, for bindings that batch. `out` is NULL or has room
+/// for `n` positions. Checked first: on error nothing is published.
+///
+/// # Safety
+///
+/// `p` is a live publisher; `lengths` readable for `n` entries; `data`
+/// readable for their sum; `out` NULL or writable for `n` positions.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publisher_publish_packed(
+    p: *const rill_publisher,
+    data: *const c_void,
+    lengths: *const usize,
+    n: usize,
+    out: *mut rill_position,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promise, checked for NULL.
+        let p = unsafe { reference(p, "publisher") }?;
+        if n == 0 {
+            return Ok(());
+        }
+        if lengths.is_null() {
+            return Err(FfiError::null("lengths"));
+        }
+        // SAFETY: non-NULL; the caller promises `n` readable lengths.
+        let lengths = unsafe { std::slice::from_raw_parts(lengths, n) };
+        let total = lengths
+            .iter()
+            .try_fold(0usize, |acc, &l| acc.checked_add(l))
+            .ok_or_else(|| FfiError::invalid("the lengths add up to more than memory holds"))?;
+        // SAFETY: the caller promises `data` holds the payloads back to back.
+        let data = unsafe { bytes(data, total, || "data".into()) }?;
+        let mut records = Vec::with_capacity(n);
+        let mut at = 0;
+        for &len in lengths {
+            records.push(Record::new(&data[at..at + len]));
+            at += len;
+        }
+        let positions = p.publisher.publish_batch(&records)?;
         write_positions(out, &positions);
         Ok(())
     })

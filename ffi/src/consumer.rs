@@ -65,7 +65,7 @@ pub unsafe extern "C" fn rill_consumer_options_init(o: *mut rill_consumer_option
 /// or valid; `out` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rill_consumer_new(
-    b: *const rill_broker,
+    b: *mut rill_broker,
     group: *const c_char,
     topic: *const c_char,
     o: *const rill_consumer_options,

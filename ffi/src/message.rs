@@ -36,6 +36,8 @@ pub struct rill_message {
     /// Which delivery this is: 1 the first time, 2 on the first redelivery...
     /// (always 1 for polled messages).
     pub attempt: u32,
+    /// Number of attributes (read them with `rill_message_attribute_at`).
+    pub attribute_count: usize,
     /// Private to the library: read attributes through the functions below.
     pub internal: *const c_void,
 }
@@ -80,6 +82,7 @@ pub(crate) fn c_message(topic: &CStr, partition: u32, attempt: u32, ctx: &Messag
         payload: payload.as_ptr(),
         payload_len: payload.len(),
         attempt,
+        attribute_count: r.attributes().len(),
         internal: (ctx as *const MessageContext).cast(),
     }
 }

@@ -238,7 +238,7 @@ impl Drop for UserData {
 /// options; `handler` a function that returns normally; `out` writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rill_subscribe(
-    b: *const rill_broker,
+    b: *mut rill_broker,
     pattern: *const c_char,
     o: *const rill_subscription_options,
     handler: rill_handler,
@@ -306,7 +306,7 @@ fn trampoline(
 ///
 /// `s` is a live subscription.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_subscription_wait_idle(s: *const rill_subscription, timeout_ms: i64) -> rill_status {
+pub unsafe extern "C" fn rill_subscription_wait_idle(s: *mut rill_subscription, timeout_ms: i64) -> rill_status {
     boundary(|| {
         // SAFETY: the caller's promise, checked for NULL.
         let s = unsafe { reference(s, "subscription") }?;

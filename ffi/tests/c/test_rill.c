@@ -418,7 +418,7 @@ static void test_message_attribute_accessors(void) {
     CHECK(count == 1);
     if (count == 1) {
         const rill_message *m = &msgs[0];
-        CHECK(rill_message_attribute_count(m) == 2);
+        CHECK(rill_message_attribute_count(m) == 2 && m->attribute_count == 2);
         const char *k = NULL, *v = NULL;
         size_t kl = 0, vl = 0;
         OK(rill_message_attribute_at(m, 1, &k, &kl, &v, &vl));
@@ -486,9 +486,35 @@ static void test_batch_publish_and_publisher_handle(void) {
     OK(rill_publisher_publish(p, &rs[0], &one));
     CHECK(one.offset == 3);
     OK(rill_publisher_publish_batch(p, rs, 3, NULL));
+    /* Plain-argument and packed forms, for bindings. */
+    OK(rill_publisher_publish_bytes(p, "plain", 5, "key", 3, &one));
+    CHECK(one.offset == 7);
+    OK(rill_publisher_publish_bytes(p, NULL, 0, NULL, 0, NULL)); /* empty payload, no key */
+    CHECK_STATUS(rill_publisher_publish_bytes(p, NULL, 3, NULL, 0, NULL), RILL_ERR_NULL_ARGUMENT);
+    const char packed[] = "onetwothree";
+    size_t lens[3] = {3, 3, 5};
+    rill_position pp[3];
+    OK(rill_publisher_publish_packed(p, packed, lens, 3, pp));
+    CHECK(pp[0].offset == 9 && pp[2].offset == 11);
+    CHECK_STATUS(rill_publisher_publish_packed(p, packed, NULL, 3, pp), RILL_ERR_NULL_ARGUMENT);
+    OK(rill_publisher_publish_packed(p, NULL, NULL, 0, NULL));
     rill_topic_stats ts;
     OK(rill_topic_get_stats(b, "t", &ts));
-    CHECK(ts.publish_count == 7);
+    CHECK(ts.publish_count == 12);
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "check", "t", NULL, &c));
+    OK(rill_consumer_seek(c, 0, 7));
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    OK(rill_consumer_poll(c, 10, 0, &msgs, &count));
+    CHECK(count == 5);
+    if (count == 5) {
+        CHECK(msgs[0].key_len == 3 && memcmp(msgs[0].key, "key", 3) == 0 && msgs[0].payload_len == 5);
+        CHECK(msgs[1].payload_len == 0 && msgs[1].key == NULL);
+        CHECK(msgs[4].payload_len == 5 && memcmp(msgs[4].payload, "three", 5) == 0);
+        CHECK(msgs[4].attribute_count == 0);
+    }
+    rill_consumer_free(c);
     CHECK_STATUS(rill_publisher_new(b, "nope", &p), RILL_ERR_NO_SUCH_TOPIC);
     rill_broker_close(b);
     CHECK_STATUS(rill_publisher_publish(p, &rs[0], NULL), RILL_ERR_CLOSED);
