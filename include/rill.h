@@ -432,6 +432,20 @@ typedef int32_t rill_ack;
 typedef rill_ack (*rill_handler)(void *user_data, const rill_message *message);
 
 /**
+ * A batch handler: called with `count` (at least 1) consecutive messages of
+ * one partition and an array of `count` acks, all preset to
+ * `RILL_ACK_SUCCESS`. It sets an ack per message it handled and returns
+ * how many messages, from the front, it handled; the others are delivered
+ * again in a later call. Processing stops at the first retry: messages after
+ * it come again too. Returning 0 counts as a retry of the first message.
+ * Same threading and re-entrancy rules as `rill_handler`.
+ */
+typedef size_t (*rill_batch_handler)(void *user_data,
+                                     const rill_message *messages,
+                                     size_t count,
+                                     rill_ack *acks);
+
+/**
  * A subscription's lifecycle state: one of the `RILL_SUBSCRIPTION_*` constants.
  */
 typedef int32_t rill_subscription_state;
@@ -1008,6 +1022,23 @@ rill_status rill_subscribe(rill_broker *b,
                            rill_handler handler,
                            void *user_data,
                            rill_subscription **out);
+
+/**
+ * Like `rill_subscribe`, with a handler that takes runs of consecutive
+ * messages (at most 64 at a time) and acknowledges each: one call for many
+ * messages, for bindings where a call costs more than the work (Python).
+ *
+ * # Safety
+ *
+ * As for `rill_subscribe`; `handler` writes at most `count` acks and
+ * returns normally.
+ */
+rill_status rill_subscribe_batch(rill_broker *b,
+                                 const char *pattern,
+                                 const rill_subscription_options *o,
+                                 rill_batch_handler handler,
+                                 void *user_data,
+                                 rill_subscription **out);
 
 /**
  * Waits until the subscription has handled everything published to its

@@ -576,3 +576,87 @@ fn at_least_once_costs_redeliveries_only_for_failures() {
     let st = sub.stats();
     assert_eq!((st.acked, st.retried, st.delivered), (100, 10, 110));
 }
+
+#[test]
+fn a_batch_handler_gets_runs_of_messages_and_partial_progress_is_redelivered() {
+    let b = broker();
+    b.create_topic("t", &TopicOptions::default()).unwrap();
+    let calls: Arc<Mutex<Vec<Vec<(u64, u32)>>>> = Arc::default();
+    let c = calls.clone();
+    let mut stopped_early = false;
+    let sub = b
+        .subscribe_batch(
+            "t",
+            SubscriptionOptions {
+                start: StartPosition::Earliest,
+                backoff: fast_backoff(),
+                filter: Some("NOT attributes:skip".into()),
+                ..Default::default()
+            },
+            move |msgs: &[Message<'_>], acks: &mut [Ack]| {
+                c.lock().unwrap().push(msgs.iter().map(|m| (m.offset(), m.attempt())).collect());
+                for (k, m) in msgs.iter().enumerate() {
+                    match m.payload() {
+                        b"half" if !stopped_early => {
+                            // Stop early, once: the rest come again in the next call.
+                            stopped_early = true;
+                            return k;
+                        }
+                        b"retry" if m.attempt() == 1 => {
+                            m.set_reason("not yet");
+                            acks[k] = Ack::Retry;
+                            return k + 1;
+                        }
+                        b"dead" => acks[k] = Ack::DeadLetter,
+                        _ => {}
+                    }
+                }
+                msgs.len()
+            },
+        )
+        .unwrap();
+    let payloads: [&[u8]; 8] = [b"a", b"half", b"b", b"skip", b"retry", b"c", b"dead", b"d"];
+    let records: Vec<Record<'_>> = payloads
+        .iter()
+        .map(|p| if *p == b"skip" { Record::new(p).with_attributes(&[("skip", "1")]) } else { Record::new(p) })
+        .collect();
+    b.publish_batch("t", &records).unwrap();
+    assert!(sub.wait_idle(WAIT).unwrap());
+    let calls = calls.lock().unwrap();
+    // Every call sees consecutive unfiltered offsets; the first sees them all.
+    assert_eq!(calls[0], vec![(0, 1), (1, 1), (2, 1), (4, 1), (5, 1), (6, 1), (7, 1)]);
+    // It stopped at "half" (offset 1): everything from there comes again.
+    assert_eq!(calls[1][0], (1, 1));
+    // "retry" came back as attempt 2 after a backoff, with what followed it.
+    assert!(calls.iter().any(|c| c.first() == Some(&(4, 2))), "{calls:?}");
+    let st = sub.stats();
+    assert_eq!((st.acked, st.retried, st.dead_lettered, st.filtered), (6, 1, 1, 1), "{st:?}");
+    let dead = drain_dlq(&b, &st.dead_letter_topic.unwrap());
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].0, b"dead");
+}
+
+#[test]
+fn a_panicking_batch_handler_retries_its_first_message() {
+    let b = broker();
+    b.create_topic("t", &TopicOptions::default()).unwrap();
+    let attempts: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let a = attempts.clone();
+    let sub = b
+        .subscribe_batch(
+            "t",
+            SubscriptionOptions { backoff: fast_backoff(), ..Default::default() },
+            move |msgs: &[Message<'_>], _acks: &mut [Ack]| {
+                a.lock().unwrap().push(msgs[0].attempt());
+                if msgs[0].attempt() == 1 {
+                    panic!("batch boom");
+                }
+                msgs.len()
+            },
+        )
+        .unwrap();
+    b.publish("t", &Record::new(b"x")).unwrap();
+    assert!(sub.wait_idle(WAIT).unwrap());
+    assert_eq!(*attempts.lock().unwrap(), vec![1, 2]);
+    assert_eq!(sub.stats().retried, 1);
+}

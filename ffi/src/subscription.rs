@@ -65,6 +65,22 @@ pub const RILL_OVERFLOW_DISCONNECT: rill_overflow = rill_overflow(2);
 /// exceptions and `longjmp` must not cross it.
 pub type rill_handler = Option<unsafe extern "C" fn(user_data: *mut c_void, message: *const rill_message) -> rill_ack>;
 
+/// A batch handler: called with `count` (at least 1) consecutive messages of
+/// one partition and an array of `count` acks, all preset to
+/// `RILL_ACK_SUCCESS`. It sets an ack per message it handled and returns
+/// how many messages, from the front, it handled; the others are delivered
+/// again in a later call. Processing stops at the first retry: messages after
+/// it come again too. Returning 0 counts as a retry of the first message.
+/// Same threading and re-entrancy rules as `rill_handler`.
+pub type rill_batch_handler = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        messages: *const rill_message,
+        count: usize,
+        acks: *mut rill_ack,
+    ) -> usize,
+>;
+
 /// Releases a subscription's `user_data`: called once, when the
 /// subscription has ended and its handler will not be called again.
 pub type rill_destructor = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
@@ -267,33 +283,113 @@ pub unsafe extern "C" fn rill_subscribe(
     })
 }
 
+/// Like `rill_subscribe`, with a handler that takes runs of consecutive
+/// messages (at most 64 at a time) and acknowledges each: one call for many
+/// messages, for bindings where a call costs more than the work (Python).
+///
+/// # Safety
+///
+/// As for `rill_subscribe`; `handler` writes at most `count` acks and
+/// returns normally.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscribe_batch(
+    b: *mut rill_broker,
+    pattern: *const c_char,
+    o: *const rill_subscription_options,
+    handler: rill_batch_handler,
+    user_data: *mut c_void,
+    out: *mut *mut rill_subscription,
+) -> rill_status {
+    // SAFETY: the caller promises `o` is NULL or valid.
+    let free = unsafe { o.as_ref() }.and_then(|o| o.user_data_free);
+    let user = UserData { ptr: user_data, free };
+    boundary(move || {
+        out_ptr(out, "out")?;
+        let handler = handler.ok_or_else(|| FfiError::null("handler"))?;
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, pattern) = unsafe { (reference(b, "broker")?, cstr(pattern, "pattern")?) };
+        // SAFETY: the caller promises `o` is NULL or valid options.
+        let options = match unsafe { o.as_ref() } {
+            // SAFETY: the caller promises the option strings are valid.
+            Some(o) => unsafe { subscription_options(o) }?,
+            None => SubscriptionOptions::default(),
+        };
+        let sub = b.broker.subscribe_batch(pattern, options, batch_trampoline(handler, user))?;
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, Box::into_raw(Box::new(rill_subscription { sub }))) };
+        Ok(())
+    })
+}
+
+/// Topic names as C strings, made once per topic.
+#[derive(Default)]
+struct TopicNames(HashMap<String, CString>);
+
+impl TopicNames {
+    fn get(&mut self, topic: &str) -> &CString {
+        if !self.0.contains_key(topic) {
+            self.0.insert(topic.to_owned(), CString::new(topic).expect("topic names have no NUL"));
+        }
+        &self.0[topic]
+    }
+}
+
+/// Turns a C ack into a Rust one; a value that is not a `rill_ack` is a retry.
+fn ack_from_c(ack: rill_ack, m: &Message<'_>) -> Ack {
+    match ack {
+        RILL_ACK_SUCCESS => Ack::Success,
+        RILL_ACK_RETRY => Ack::Retry,
+        RILL_ACK_DEAD_LETTER => Ack::DeadLetter,
+        rill_ack(other) => {
+            m.set_reason(format!("the handler returned {other}, which is not a rill_ack; retrying"));
+            Ack::Retry
+        }
+    }
+}
+
+/// The Rust batch handler that calls a C batch handler.
+fn batch_trampoline(
+    handler: unsafe extern "C" fn(*mut c_void, *const rill_message, usize, *mut rill_ack) -> usize,
+    user: UserData,
+) -> impl FnMut(&[Message<'_>], &mut [Ack]) -> usize + Send + 'static {
+    let mut topics = TopicNames::default();
+    let mut c_acks: Vec<rill_ack> = Vec::new();
+    move |msgs: &[Message<'_>], acks: &mut [Ack]| {
+        let topic = topics.get(msgs[0].topic());
+        // SAFETY: the contexts live in this frame for the duration of the
+        // call, within the borrow of the messages.
+        let contexts: Vec<MessageContext> =
+            msgs.iter().map(|m| unsafe { MessageContext::new(m.record(), Some(m)) }).collect();
+        let c_msgs: Vec<rill_message> =
+            msgs.iter().zip(&contexts).map(|(m, ctx)| c_message(topic, m.partition(), m.attempt(), ctx)).collect();
+        c_acks.clear();
+        c_acks.resize(msgs.len(), RILL_ACK_SUCCESS);
+        // SAFETY: the C handler, called as `rill_subscribe_batch`'s contract
+        // allows, with `count` messages and `count` writable acks.
+        let handled = unsafe { handler(user.get(), c_msgs.as_ptr(), c_msgs.len(), c_acks.as_mut_ptr()) };
+        let handled = handled.min(msgs.len());
+        for k in 0..handled {
+            acks[k] = ack_from_c(c_acks[k], &msgs[k]);
+        }
+        handled
+    }
+}
+
 /// The Rust handler that calls a C handler.
 fn trampoline(
     handler: unsafe extern "C" fn(*mut c_void, *const rill_message) -> rill_ack,
     user: UserData,
 ) -> impl FnMut(&Message<'_>) -> Ack + Send + 'static {
-    // Topic names as C strings, made once per topic.
-    let mut topics: HashMap<String, CString> = HashMap::new();
+    let mut topics = TopicNames::default();
     move |m: &Message<'_>| {
-        if !topics.contains_key(m.topic()) {
-            topics.insert(m.topic().to_owned(), CString::new(m.topic()).expect("topic names have no NUL"));
-        }
-        let topic = &topics[m.topic()];
+        let topic = topics.get(m.topic());
         // SAFETY: the context and the C message live on this stack frame only,
         // for the duration of the handler call, within the record's borrow.
         let ctx = unsafe { MessageContext::new(m.record(), Some(m)) };
         let c = c_message(topic, m.partition(), m.attempt(), &ctx);
         // SAFETY: the C handler, called as `rill_subscribe`'s contract allows.
         // (A C++ exception may not cross it: the C++ wrapper catches them.)
-        match unsafe { handler(user.get(), &c) } {
-            RILL_ACK_SUCCESS => Ack::Success,
-            RILL_ACK_RETRY => Ack::Retry,
-            RILL_ACK_DEAD_LETTER => Ack::DeadLetter,
-            rill_ack(other) => {
-                m.set_reason(format!("the handler returned {other}, which is not a rill_ack; retrying"));
-                Ack::Retry
-            }
-        }
+        ack_from_c(unsafe { handler(user.get(), &c) }, m)
     }
 }
 

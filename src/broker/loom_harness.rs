@@ -8,7 +8,7 @@
 
 use super::dispatch::Pool;
 use super::names::Pattern;
-use super::subscription::{Exec, Handler, SubCore, SubEnv, SubscriptionOptions, lock};
+use super::subscription::{Exec, Handler, HandlerKind, SubCore, SubEnv, SubscriptionOptions, lock};
 use super::topic::{Partition, Wait};
 use super::waiters::Waiters;
 use super::{Ack, Overflow};
@@ -67,7 +67,9 @@ impl Harness {
             None => SubscriptionOptions::default(),
         };
         let pattern = Pattern::parse("t").expect("a valid pattern");
-        let sub = Arc::new(SubCore::new(1, "model".into(), pattern, &options, handler, env).expect("valid options"));
+        let sub = Arc::new(
+            SubCore::new(1, "model".into(), pattern, &options, HandlerKind::One(handler), env).expect("valid options"),
+        );
         let dedicated = dedicated.then(|| {
             let s = sub.clone();
             let handle = thread::spawn(move || SubCore::dedicated_loop(s));

@@ -297,6 +297,19 @@ impl fmt::Debug for Message<'_> {
 /// The handler a subscription calls, one message at a time.
 pub type Handler = Box<dyn FnMut(&Message<'_>) -> Ack + Send>;
 
+/// A handler that takes consecutive messages of one partition at once. It
+/// fills `acks[k]` for message `k` (pre-set to `Success`) and returns how
+/// many messages, from the front, it handled; the rest are delivered again
+/// in a later call. Processing stops at the first `Retry`: handled messages
+/// after it are delivered again too (at least once).
+pub type BatchHandler = Box<dyn FnMut(&[Message<'_>], &mut [Ack]) -> usize + Send>;
+
+/// One of the two kinds of handler.
+pub(crate) enum HandlerKind {
+    One(Handler),
+    Many(BatchHandler),
+}
+
 /// Where a subscription's drains run.
 pub(crate) enum Exec {
     Pool(Arc<Pool>),
@@ -396,7 +409,10 @@ struct Retry {
 struct DrainState {
     /// The user's handler; replaced by a no-op when the subscription is
     /// finalized, so user code is dropped at a known point with no lock held.
-    handler: Handler,
+    handler: HandlerKind,
+    /// Reason cells and acks for batch handlers, reused between batches.
+    reasons: Vec<RefCell<Option<String>>>,
+    acks: Vec<Ack>,
     on_lagged: Option<LagCallback>,
     readers: Vec<Reader>,
     /// Reader to start the next round at, for fairness between partitions.
@@ -512,7 +528,7 @@ impl SubCore {
         name: String,
         pattern: Pattern,
         options: &SubscriptionOptions,
-        handler: Handler,
+        handler: HandlerKind,
         env: SubEnv,
     ) -> Result<SubCore> {
         let filter = options.filter.as_deref().map(Filter::parse).transpose()?;
@@ -546,6 +562,8 @@ impl SubCore {
             state: CachePadded::new(AtomicU8::new(IDLE)),
             drain: Mutex::new(DrainState {
                 handler,
+                reasons: Vec::new(),
+                acks: Vec::new(),
                 on_lagged: options.on_lagged.clone(),
                 readers: Vec::new(),
                 next: 0,
@@ -860,7 +878,7 @@ impl SubCore {
 
     /// Reads one batch from reader `i` and hands its messages to the handler.
     fn deliver_batch(&self, st: &mut DrainState, i: usize, budget: &mut usize, tally: &mut Tally) -> Batch {
-        let DrainState { handler, on_lagged, readers, retry, reason, .. } = st;
+        let DrainState { handler, on_lagged, readers, retry, reason, reasons, acks, .. } = st;
         let reader = &mut readers[i];
         let topic: &str = &reader.topic;
         let partition = reader.partition.index;
@@ -881,93 +899,82 @@ impl SubCore {
         if batch.is_empty() {
             return Batch::Empty;
         }
-        // Where to put the cursor back if a message must be redelivered.
+        // Where to put the cursor back if messages must be delivered again.
         let mut rewind_to: Option<u64> = None;
         let mut stop: Option<Round> = None;
-        for record in batch {
-            *budget -= 1;
-            if self.filter.as_ref().is_some_and(|f| !f.matches(record.attributes())) {
-                tally.filtered += 1;
-                continue;
-            }
-            // A redelivery carries the attempt number and the reason given last time.
-            let (attempt, last_reason) = match retry {
-                Some(r) if r.reader == i && r.offset == record.offset() => (r.attempt, r.reason.take()),
-                _ => (1, None),
-            };
-            *reason.borrow_mut() = last_reason;
-            let msg = Message { topic, partition, record, attempt, reason: &*reason };
-            let ack = invoke(self.id, handler, &msg);
-            tally.delivered += 1;
-            if self.state() == CLOSED {
-                // Closed while the handler ran: the message was not acknowledged
-                // (at least once), so the position stays on it for a resume.
-                rewind_to = Some(match self.delivery {
-                    DeliveryMode::AtLeastOnce => record.offset(),
-                    DeliveryMode::AtMostOnce => record.offset() + 1,
-                });
-                stop = Some(Round::Closed);
-                break;
-            }
-            let ack = match self.delivery {
-                DeliveryMode::AtMostOnce => match ack {
-                    Ack::Success => {
-                        tally.acked += 1;
+        match handler {
+            HandlerKind::One(h) => {
+                for record in batch {
+                    *budget -= 1;
+                    if self.filter.as_ref().is_some_and(|f| !f.matches(record.attributes())) {
+                        tally.filtered += 1;
                         continue;
                     }
-                    Ack::Retry => {
-                        tally.dropped += 1;
-                        continue;
+                    let (attempt, last_reason) = attempt_of(retry, i, record.offset());
+                    *reason.borrow_mut() = last_reason;
+                    let msg = Message { topic, partition, record, attempt, reason: &*reason };
+                    let ack = invoke(self.id, h, &msg);
+                    tally.delivered += 1;
+                    if self.state() == CLOSED {
+                        rewind_to = Some(self.unacked_resume(record.offset()));
+                        stop = Some(Round::Closed);
+                        break;
                     }
-                    Ack::DeadLetter => Ack::DeadLetter,
-                },
-                DeliveryMode::AtLeastOnce => ack,
-            };
-            match ack {
-                Ack::Success => {
-                    tally.acked += 1;
-                    *retry = None;
+                    if let Settled::Stop { rewind, round } = self.settle(ack, &msg, i, retry, tally) {
+                        (rewind_to, stop) = (Some(rewind), Some(round));
+                        break;
+                    }
                 }
-                Ack::Retry if attempt < self.max_attempts => {
-                    tally.retried += 1;
-                    *retry =
-                        Some(Retry { reader: i, offset: record.offset(), attempt: attempt + 1, reason: reason.take() });
-                    rewind_to = Some(record.offset());
-                    stop = Some(Round::Backoff(self.backoff.delay(attempt)));
-                    break;
+            }
+            HandlerKind::Many(h) => {
+                let records: Vec<RecordView<'_>> = batch.into_iter().collect();
+                *budget -= records.len();
+                let mut filtered: Vec<u64> = Vec::new();
+                let passing: Vec<RecordView<'_>> = records
+                    .into_iter()
+                    .filter(|r| {
+                        let keep = self.filter.as_ref().is_none_or(|f| f.matches(r.attributes()));
+                        if !keep {
+                            filtered.push(r.offset());
+                        }
+                        keep
+                    })
+                    .collect();
+                if reasons.len() < passing.len() {
+                    reasons.resize_with(passing.len(), RefCell::default);
                 }
-                Ack::Retry | Ack::DeadLetter => {
-                    let why = reason.take().unwrap_or_else(|| {
-                        if ack == Ack::Retry {
-                            format!("gave up after {attempt} attempts")
-                        } else {
-                            "dead-lettered by the handler".into()
+                let msgs: Vec<Message<'_>> = passing
+                    .iter()
+                    .zip(reasons.iter())
+                    .map(|(&record, cell)| {
+                        let (attempt, last_reason) = attempt_of(retry, i, record.offset());
+                        *cell.borrow_mut() = last_reason;
+                        Message { topic, partition, record, attempt, reason: cell }
+                    })
+                    .collect();
+                if !msgs.is_empty() {
+                    acks.clear();
+                    acks.resize(msgs.len(), Ack::Success);
+                    let handled = invoke_many(self.id, h, &msgs, acks);
+                    tally.delivered += handled as u64;
+                    if self.state() == CLOSED {
+                        rewind_to = Some(self.unacked_resume(msgs[0].offset()));
+                        stop = Some(Round::Closed);
+                    } else {
+                        for (msg, &ack) in msgs[..handled].iter().zip(acks.iter()) {
+                            if let Settled::Stop { rewind, round } = self.settle(ack, msg, i, retry, tally) {
+                                (rewind_to, stop) = (Some(rewind), Some(round));
+                                break;
+                            }
                         }
-                    });
-                    match self.dead_letter(&msg, &why) {
-                        Ok(()) => tally.dead_lettered += 1,
-                        Err(e @ (Error::Full | Error::Timeout)) if self.delivery == DeliveryMode::AtLeastOnce => {
-                            // The dead-letter topic cannot take it now (a Block
-                            // subscriber of its own): keep the message at the head
-                            // and try again after a backoff; nothing is lost.
-                            self.set_last_error(format!("dead-lettering offset {} deferred: {e}", record.offset()));
-                            *retry = Some(Retry {
-                                reader: i,
-                                offset: record.offset(),
-                                attempt: attempt + 1,
-                                reason: Some(why),
-                            });
-                            rewind_to = Some(record.offset());
-                            stop = Some(Round::Backoff(self.backoff.delay(attempt)));
-                            break;
-                        }
-                        Err(e) => {
-                            self.set_last_error(format!("dead-lettering offset {} failed: {e}", record.offset()));
-                            tally.dropped += 1;
+                        if stop.is_none() && handled < msgs.len() {
+                            // The handler stopped early: the rest come again next.
+                            rewind_to = Some(msgs[handled].offset());
                         }
                     }
-                    *retry = None;
                 }
+                // Filtered messages before the rewind point are done with.
+                tally.filtered += filtered.iter().filter(|&&o| rewind_to.is_none_or(|r| o < r)).count() as u64;
             }
         }
         if let Some(offset) = rewind_to {
@@ -976,6 +983,73 @@ impl SubCore {
         match stop {
             Some(round) => Batch::Stop(round),
             None => Batch::More,
+        }
+    }
+
+    /// Where a subscription closed while its handler ran resumes: at the
+    /// unacknowledged message (at least once), or after it (at most once).
+    fn unacked_resume(&self, offset: u64) -> u64 {
+        match self.delivery {
+            DeliveryMode::AtLeastOnce => offset,
+            DeliveryMode::AtMostOnce => offset + 1,
+        }
+    }
+
+    /// Applies one acknowledgement: counts it, schedules a redelivery or
+    /// dead-letters the message. `Stop` means the drain must stop and put
+    /// the cursor back at `rewind`.
+    fn settle(&self, ack: Ack, msg: &Message<'_>, i: usize, retry: &mut Option<Retry>, tally: &mut Tally) -> Settled {
+        let (offset, attempt) = (msg.offset(), msg.attempt());
+        let ack = match (self.delivery, ack) {
+            (DeliveryMode::AtMostOnce, Ack::Success) => {
+                tally.acked += 1;
+                return Settled::Next;
+            }
+            (DeliveryMode::AtMostOnce, Ack::Retry) => {
+                tally.dropped += 1;
+                return Settled::Next;
+            }
+            (_, ack) => ack,
+        };
+        let backoff = |retry: &mut Option<Retry>, reason: Option<String>| {
+            *retry = Some(Retry { reader: i, offset, attempt: attempt + 1, reason });
+            Settled::Stop { rewind: offset, round: Round::Backoff(self.backoff.delay(attempt)) }
+        };
+        match ack {
+            Ack::Success => {
+                tally.acked += 1;
+                *retry = None;
+                Settled::Next
+            }
+            Ack::Retry if attempt < self.max_attempts => {
+                tally.retried += 1;
+                backoff(retry, msg.reason.take())
+            }
+            Ack::Retry | Ack::DeadLetter => {
+                let why = msg.reason.take().unwrap_or_else(|| {
+                    if ack == Ack::Retry {
+                        format!("gave up after {attempt} attempts")
+                    } else {
+                        "dead-lettered by the handler".into()
+                    }
+                });
+                match self.dead_letter(msg, &why) {
+                    Ok(()) => tally.dead_lettered += 1,
+                    Err(e @ (Error::Full | Error::Timeout)) if self.delivery == DeliveryMode::AtLeastOnce => {
+                        // The dead-letter topic cannot take it now (a Block
+                        // subscriber of its own): keep the message at the head
+                        // and try again after a backoff; nothing is lost.
+                        self.set_last_error(format!("dead-lettering offset {offset} deferred: {e}"));
+                        return backoff(retry, Some(why));
+                    }
+                    Err(e) => {
+                        self.set_last_error(format!("dead-lettering offset {offset} failed: {e}"));
+                        tally.dropped += 1;
+                    }
+                }
+                *retry = None;
+                Settled::Next
+            }
         }
     }
 
@@ -1075,7 +1149,7 @@ impl SubCore {
         }
         let (handler, on_lagged) = {
             let mut st = lock(&self.drain);
-            let noop: Handler = Box::new(|_: &Message<'_>| Ack::Success);
+            let noop = HandlerKind::One(Box::new(|_: &Message<'_>| Ack::Success));
             (std::mem::replace(&mut st.handler, noop), st.on_lagged.take())
         };
         drop(handler);
@@ -1163,6 +1237,12 @@ enum Batch {
     Stop(Round),
 }
 
+/// What one acknowledgement means for the rest of a batch.
+enum Settled {
+    Next,
+    Stop { rewind: u64, round: Round },
+}
+
 /// Calls the handler, turning a panic into `Retry` with the panic's message
 /// as the reason.
 fn invoke(sub_id: u64, handler: &mut Handler, msg: &Message<'_>) -> Ack {
@@ -1172,15 +1252,50 @@ fn invoke(sub_id: u64, handler: &mut Handler, msg: &Message<'_>) -> Ack {
     match result {
         Ok(ack) => ack,
         Err(panic) => {
-            let text = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string panic payload".into());
-            msg.set_reason(format!("handler panicked: {text}"));
+            msg.set_reason(format!("handler panicked: {}", panic_message(&*panic)));
             Ack::Retry
         }
     }
+}
+
+/// A redelivery carries the attempt number and the reason given last time;
+/// other messages are on their first attempt.
+fn attempt_of(retry: &mut Option<Retry>, reader: usize, offset: u64) -> (u32, Option<String>) {
+    match retry {
+        Some(r) if r.reader == reader && r.offset == offset => (r.attempt, r.reason.take()),
+        _ => (1, None),
+    }
+}
+
+/// Calls a batch handler; a panic counts as `Retry` of the first message
+/// (with the panic's message as its reason), and a handler that claims to
+/// have handled nothing is taken to retry the first message, so a drain
+/// always makes progress or backs off.
+fn invoke_many(sub_id: u64, handler: &mut BatchHandler, msgs: &[Message<'_>], acks: &mut [Ack]) -> usize {
+    let previous = IN_HANDLER.with(|h| h.replace(sub_id));
+    let result = catch_unwind(AssertUnwindSafe(|| handler(msgs, acks)));
+    IN_HANDLER.with(|h| h.set(previous));
+    match result {
+        Ok(0) => {
+            msgs[0].set_reason("the batch handler handled no message");
+            acks[0] = Ack::Retry;
+            1
+        }
+        Ok(n) => n.min(msgs.len()),
+        Err(panic) => {
+            msgs[0].set_reason(format!("handler panicked: {}", panic_message(&*panic)));
+            acks[0] = Ack::Retry;
+            1
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".into())
 }
 
 /// Locks a mutex, ignoring poisoning: a panic in a handler is caught before

@@ -972,6 +972,77 @@ static void test_broker_options(void) {
     CHECK(so.backoff_initial_ms == 10 && so.backoff_max_ms == 10000 && so.overflow == RILL_OVERFLOW_DROP_OLDEST);
 }
 
+/* Batch handler: records batch sizes; dead-letters "dead", retries "retry"
+ * once (stopping there), handles the rest. */
+typedef struct {
+    pthread_mutex_t lock;
+    int calls;
+    int handled;
+    int retried_once;
+} batch_state;
+
+static size_t batch_handler(void *user_data, const rill_message *msgs, size_t count, rill_ack *acks) {
+    batch_state *st = (batch_state *)user_data;
+    pthread_mutex_lock(&st->lock);
+    st->calls++;
+    size_t k = 0;
+    for (; k < count; k++) {
+        const rill_message *m = &msgs[k];
+        if (m->payload_len == 4 && memcmp(m->payload, "dead", 4) == 0) {
+            rill_ack_reason(m, "batch says dead");
+            acks[k] = RILL_ACK_DEAD_LETTER;
+        } else if (m->payload_len == 5 && memcmp(m->payload, "retry", 5) == 0 && m->attempt == 1) {
+            acks[k] = RILL_ACK_RETRY;
+            st->retried_once = 1;
+            st->handled++;
+            k++;
+            break;
+        }
+        st->handled++;
+    }
+    pthread_mutex_unlock(&st->lock);
+    return k;
+}
+
+static void test_batch_subscription(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "t", NULL));
+    batch_state st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_init(&st.lock, NULL);
+    rill_subscription_options o = sub_options();
+    o.name = "batcher";
+    o.backoff_initial_ms = 1;
+    rill_subscription *s = NULL;
+    CHECK_STATUS(rill_subscribe_batch(b, "t", &o, NULL, &st, &s), RILL_ERR_NULL_ARGUMENT);
+    OK(rill_subscribe_batch(b, "t", &o, batch_handler, &st, &s));
+    const char *payloads[] = {"a", "dead", "b", "retry", "c"};
+    rill_record rs[5];
+    for (int i = 0; i < 5; i++) rs[i] = record_of(payloads[i]);
+    OK(rill_publish_batch(b, "t", rs, 5, NULL));
+    OK(rill_subscription_wait_idle(s, 10000));
+    rill_subscription_stats ss;
+    OK(rill_subscription_get_stats(s, &ss));
+    CHECK(ss.acked == 4 && ss.dead_lettered == 1 && ss.retried == 1);
+    CHECK(st.retried_once && st.calls >= 2);
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "r", "$dlq/batcher", NULL, &c));
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    OK(rill_consumer_poll(c, 10, 1000, &msgs, &count));
+    CHECK(count == 1);
+    if (count == 1) {
+        const char *v = NULL;
+        size_t vl = 0;
+        OK(rill_message_attribute(&msgs[0], "rill.dlq.reason", &v, &vl));
+        CHECK(vl == 15 && memcmp(v, "batch says dead", 15) == 0);
+    }
+    rill_consumer_free(c);
+    rill_subscription_free(s);
+    pthread_mutex_destroy(&st.lock);
+    rill_broker_free(b);
+}
+
 static rill_ack at_most_once_handler(void *user_data, const rill_message *m) {
     int *calls = (int *)user_data;
     (void)m;
@@ -1017,6 +1088,7 @@ int main(void) {
     test_user_data_is_released_when_subscribe_fails();
     test_broker_options();
     test_at_most_once();
+    test_batch_subscription();
     if (failures) {
         fprintf(stderr, "C ABI tests: %d of %d checks failed\n", failures, checks);
         return 1;
