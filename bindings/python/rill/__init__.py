@@ -1,0 +1,74 @@
+"""rill: a lock-free, in-process publish/subscribe engine, from Python.
+
+    import rill
+
+    with rill.Broker() as broker:
+        broker.create_topic("orders")
+        sub = broker.subscribe("orders", lambda msg: print(msg.payload), start="earliest")
+        broker.publish("orders", b"hello", attributes={"region": "IN"})
+        sub.wait_idle(timeout=5.0)
+
+The library is ``librill.so``, loaded with ctypes: from ``RILL_LIBRARY`` if
+set, else a copy inside this package, else the workspace's ``target/release``
+or ``target/debug``.
+"""
+
+from ._broker import (
+    Ack,
+    Broker,
+    Consumer,
+    Handler,
+    Message,
+    Position,
+    Subscription,
+    SubscriptionStats,
+    TopicStats,
+    version,
+)
+from ._errors import (
+    Busy,
+    Closed,
+    Full,
+    InvalidArgument,
+    InvalidFilter,
+    InvalidPattern,
+    InvalidTopic,
+    MessageTooLarge,
+    NoSuchTopic,
+    NotFound,
+    OutOfRange,
+    Panic,
+    RillError,
+    Timeout,
+    TopicExists,
+)
+
+__all__ = [
+    "Ack",
+    "Broker",
+    "Busy",
+    "Closed",
+    "Consumer",
+    "Full",
+    "Handler",
+    "InvalidArgument",
+    "InvalidFilter",
+    "InvalidPattern",
+    "InvalidTopic",
+    "Message",
+    "MessageTooLarge",
+    "NoSuchTopic",
+    "NotFound",
+    "OutOfRange",
+    "Panic",
+    "Position",
+    "RillError",
+    "Subscription",
+    "SubscriptionStats",
+    "Timeout",
+    "TopicExists",
+    "TopicStats",
+    "version",
+]
+
+__version__ = version()

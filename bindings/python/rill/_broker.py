@@ -1,0 +1,715 @@
+"""Broker, Subscription, Consumer and Message: the Python face of librill."""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import itertools
+import struct
+import threading
+from array import array
+from ctypes import byref, c_size_t, c_uint64, c_void_p, string_at
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+from . import _ffi
+from ._errors import Closed, InvalidArgument, NotFound, check
+
+lib = _ffi.lib
+
+Payload = Union[bytes, bytearray, memoryview, str]
+
+
+class Ack(enum.IntEnum):
+    """What a handler may return besides ``None``/``True`` (success)."""
+
+    SUCCESS = _ffi.RILL_ACK_SUCCESS
+    RETRY = _ffi.RILL_ACK_RETRY
+    DEAD_LETTER = _ffi.RILL_ACK_DEAD_LETTER
+
+
+class Position(NamedTuple):
+    """Where a published message landed."""
+
+    partition: int
+    offset: int
+
+
+class Message:
+    """A delivered or polled message. Everything is copied out of the broker,
+    so a Message stays valid after the handler returns."""
+
+    __slots__ = ("topic", "partition", "offset", "timestamp_ns", "key", "payload", "attributes", "attempt")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp_ns: int,
+        key: Optional[bytes],
+        payload: bytes,
+        attributes: Dict[str, str],
+        attempt: int,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp_ns = timestamp_ns
+        self.key = key
+        self.payload = payload
+        self.attributes = attributes
+        self.attempt = attempt
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(topic={self.topic!r}, partition={self.partition}, offset={self.offset}, "
+            f"key={self.key!r}, payload={self.payload!r}, attributes={self.attributes!r}, attempt={self.attempt})"
+        )
+
+
+@dataclass(frozen=True)
+class SubscriptionStats:
+    """A snapshot of a subscription's counters."""
+
+    delivered: int
+    acked: int
+    retried: int
+    dead_lettered: int
+    filtered: int
+    dropped: int
+    missed: int
+    lag: int
+    partitions: int
+    state: str
+
+
+@dataclass(frozen=True)
+class TopicStats:
+    """A snapshot of a topic."""
+
+    partitions: int
+    publish_count: int
+    retained_bytes: int
+
+
+Handler = Callable[[Message], Any]
+
+_STATES = {0: "idle", 1: "active", 2: "backoff", 3: "closed"}
+_STARTS = {"latest": _ffi.RILL_START_LATEST, "earliest": _ffi.RILL_START_EARLIEST}
+_DELIVERY = {"at_least_once": _ffi.RILL_DELIVERY_AT_LEAST_ONCE, "at_most_once": _ffi.RILL_DELIVERY_AT_MOST_ONCE}
+_OVERFLOW = {
+    "drop_oldest": _ffi.RILL_OVERFLOW_DROP_OLDEST,
+    "block": _ffi.RILL_OVERFLOW_BLOCK,
+    "disconnect": _ffi.RILL_OVERFLOW_DISCONNECT,
+}
+
+# ---- decoding messages ------------------------------------------------------
+
+_MESSAGE = _ffi.MESSAGE_FORMAT
+_MESSAGE_SIZE = _MESSAGE.size
+
+
+def _text(value: Payload, what: str) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{what} must be bytes or str, not {type(value).__name__}")
+
+
+def _name(value: str, what: str) -> bytes:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    return value.encode("utf-8", "surrogatepass")
+
+
+def _attributes(msg: int, count: int) -> Dict[str, str]:
+    k, v = c_void_p(), c_void_p()
+    kl, vl = c_size_t(), c_size_t()
+    out: Dict[str, str] = {}
+    for i in range(count):
+        check(lib.rill_message_attribute_at(msg, i, byref(k), byref(kl), byref(v), byref(vl)))
+        key = string_at(k.value, kl.value).decode("utf-8") if kl.value else ""
+        out.setdefault(key, string_at(v.value, vl.value).decode("utf-8") if vl.value else "")
+    return out
+
+
+def _decode(raw: bytes, at: int, base: int, topics: Dict[int, str]) -> Message:
+    """The message whose C struct starts at byte ``at`` of ``raw``, a copy of
+    the structs at address ``base``."""
+    topic_p, partition, offset, ts, key_p, key_len, payload_p, payload_len, attempt, attr_count, _ = (
+        _MESSAGE.unpack_from(raw, at)
+    )
+    topic = topics.get(topic_p)
+    if topic is None:
+        topic = topics[topic_p] = ctypes.string_at(topic_p).decode("utf-8")
+    return Message(
+        topic,
+        partition,
+        offset,
+        ts,
+        string_at(key_p, key_len) if key_p else None,
+        string_at(payload_p, payload_len) if payload_len else b"",
+        _attributes(base + at, attr_count) if attr_count else {},
+        attempt,
+    )
+
+
+def _decode_all(base: int, count: int, topics: Dict[int, str]) -> List[Message]:
+    raw = string_at(base, count * _MESSAGE_SIZE)
+    return [_decode(raw, k * _MESSAGE_SIZE, base, topics) for k in range(count)]
+
+
+# ---- handler trampolines ----------------------------------------------------
+#
+# C holds only an integer (user_data) naming an entry in _handlers; the two
+# CFUNCTYPE objects below live as long as the module, so C never calls a
+# collected callback. The destructor removes the entry once the subscription
+# has ended, releasing the user's handler.
+
+
+class _Entry:
+    __slots__ = ("handler", "batch", "topics")
+
+    def __init__(self, handler: Callable[..., Any], batch: bool) -> None:
+        self.handler = handler
+        self.batch = batch
+        self.topics: Dict[int, str] = {}
+
+
+_handlers: Dict[int, _Entry] = {}
+_ids = itertools.count(1)
+
+
+def _reason(msg: int, text: str) -> None:
+    lib.rill_ack_reason(msg, text.encode("utf-8", "replace"))
+
+
+def _ack(result: Any) -> Tuple[int, Optional[str]]:
+    """A handler's return value as (ack, reason if it was not understood)."""
+    if result is None or result is True:
+        return _ffi.RILL_ACK_SUCCESS, None
+    if result is False:
+        return _ffi.RILL_ACK_RETRY, None
+    if isinstance(result, int) and result in (0, 1, 2):
+        return int(result), None
+    return _ffi.RILL_ACK_RETRY, f"the handler returned {result!r}, which is not an Ack; retrying"
+
+
+@_ffi.BATCH_HANDLER
+def _on_batch(user_data: Optional[int], msgs: int, count: int, acks: int) -> int:
+    # Messages arrive in runs (one C call each, which is what makes Python
+    # delivery fast); a per-message handler is called once per message and
+    # the run stops at its first retry. Nothing may escape into C.
+    handled = 0
+    try:
+        entry = _handlers[user_data or 0]
+        out = (ctypes.c_int32 * count).from_address(acks)
+        messages = _decode_all(msgs, count, entry.topics)
+        if entry.batch:
+            result = entry.handler(messages)
+            if result is None or result is True:
+                return count
+            if isinstance(result, (list, tuple)):
+                for k, r in enumerate(result[:count]):
+                    out[k], why = _ack(r)
+                    if why:
+                        _reason(msgs + k * _MESSAGE_SIZE, why)
+                return min(len(result), count)
+            out[0], why = _ack(result)
+            _reason(msgs, why or "a batch handler returned a single ack; applied to the first message")
+            return 1
+        handler = entry.handler
+        for k, m in enumerate(messages):
+            handled = k
+            try:
+                ack, why = _ack(handler(m))
+            except BaseException as e:  # noqa: BLE001 - a handler's exception must become a retry
+                ack, why = _ffi.RILL_ACK_RETRY, f"{type(e).__name__}: {e}"
+            if ack != _ffi.RILL_ACK_SUCCESS:
+                out[k] = ack
+                if why:
+                    _reason(msgs + k * _MESSAGE_SIZE, why)
+                if ack == _ffi.RILL_ACK_RETRY:
+                    return k + 1
+        return count
+    except BaseException as e:  # noqa: BLE001 - never let anything reach C
+        try:
+            _reason(msgs + handled * _MESSAGE_SIZE, f"{type(e).__name__}: {e}")
+            (ctypes.c_int32 * count).from_address(acks)[handled] = _ffi.RILL_ACK_RETRY
+        except BaseException:  # noqa: BLE001
+            pass
+        return handled + 1
+
+
+@_ffi.DESTRUCTOR
+def _on_free(user_data: Optional[int]) -> None:
+    _handlers.pop(user_data or 0, None)
+
+
+def _timeout_ms(timeout: Optional[float]) -> int:
+    if timeout is None:
+        return -1
+    if timeout < 0:
+        raise InvalidArgument(f"timeout must be >= 0 or None, not {timeout}")
+    return int(timeout * 1000)
+
+
+# ---- handles -----------------------------------------------------------------
+
+
+class _Handle:
+    """A C handle with idempotent close, context-manager support and __del__."""
+
+    _ptr: Optional[int] = None
+
+    def _free(self, ptr: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Releases the handle. Idempotent."""
+        ptr, self._ptr = self._ptr, None
+        if ptr:
+            self._free(ptr)
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    def _handle(self) -> int:
+        if self._ptr is None:
+            raise Closed(f"this {type(self).__name__} is closed", 11)
+        return self._ptr
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from __del__ (e.g. at interpreter exit)
+            pass
+
+
+class Subscription(_Handle):
+    """A live push subscription; closing it (or leaving its ``with`` block)
+    unsubscribes. Returned by :meth:`Broker.subscribe`."""
+
+    def __init__(self, ptr: int) -> None:
+        self._ptr = ptr
+
+    def _free(self, ptr: int) -> None:
+        lib.rill_subscription_free(ptr)
+
+    @property
+    def name(self) -> str:
+        """The subscription's name (generated for anonymous ones)."""
+        return _ffi.read_str(lib.rill_subscription_name, self._handle())
+
+    @property
+    def closed_reason(self) -> str:
+        """Why the library closed it (the broker closed, or it lagged past a
+        ``disconnect`` limit); empty if it did not."""
+        return _ffi.read_str(lib.rill_subscription_closed_reason, self._handle())
+
+    def wait_idle(self, timeout: Optional[float] = 5.0) -> bool:
+        """Waits until everything published so far is handled and no handler
+        call is in flight. True when idle, False on timeout. Raises
+        :class:`Closed` if the subscription was closed by the library."""
+        status = lib.rill_subscription_wait_idle(self._handle(), _timeout_ms(timeout))
+        if status == 10:  # RILL_ERR_TIMEOUT
+            return False
+        check(status)
+        return True
+
+    def stats(self) -> SubscriptionStats:
+        """Counters and lag; works after the library closed it, too."""
+        s = _ffi.rill_subscription_stats()
+        check(lib.rill_subscription_get_stats(self._handle(), byref(s)))
+        return SubscriptionStats(
+            s.delivered,
+            s.acked,
+            s.retried,
+            s.dead_lettered,
+            s.filtered,
+            s.dropped,
+            s.missed,
+            s.lag,
+            s.partitions,
+            _STATES.get(s.state, "unknown"),
+        )
+
+
+class Consumer(_Handle):
+    """A pull consumer of one topic for one group; use it from one thread at
+    a time. Returned by :meth:`Broker.consumer`."""
+
+    def __init__(self, ptr: int, topic: str) -> None:
+        self._ptr = ptr
+        self._topic = topic
+        self._topics: Dict[int, str] = {}
+        self._lock = threading.Lock()
+        self._closing = False
+
+    def _free(self, ptr: int) -> None:
+        lib.rill_consumer_free(ptr)
+
+    def close(self) -> None:
+        """Closes the consumer and frees its group for another consumer.
+        From another thread, it waits for a poll in progress to finish."""
+        self._closing = True
+        with self._lock:
+            super().close()
+
+    @property
+    def partitions(self) -> int:
+        return int(lib.rill_consumer_partition_count(self._handle()))
+
+    def poll(self, max_messages: int = 100, timeout: Optional[float] = 1.0) -> List[Message]:
+        """Up to ``max_messages`` messages, waiting up to ``timeout`` seconds
+        (``None``: no limit) for the first. Payloads are copied."""
+        if max_messages < 0:
+            raise InvalidArgument("max_messages must be >= 0")
+        msgs, count = c_void_p(), c_size_t()
+        with self._lock:
+            check(lib.rill_consumer_poll(self._handle(), max_messages, _timeout_ms(timeout), byref(msgs), byref(count)))
+            n = count.value
+            if n == 0:
+                return []
+            return _decode_all(msgs.value or 0, n, self._topics)
+
+    def __iter__(self) -> Iterator[Message]:
+        """Yields messages as they arrive, blocking, until the consumer (or
+        its broker) is closed."""
+        while not self._closing:
+            try:
+                batch = self.poll(256, 0.1)
+            except Closed:
+                return
+            yield from batch
+
+    def _call(self, fn: Callable[..., int], *args: object) -> None:
+        with self._lock:
+            check(fn(self._handle(), *args))
+
+    def commit(self) -> None:
+        """Commits the position of every partition for the group."""
+        self._call(lib.rill_consumer_commit)
+
+    def commit_offset(self, offset: int, partition: int = 0) -> None:
+        """Commits ``offset`` for one partition."""
+        self._call(lib.rill_consumer_commit_offset, partition, offset)
+
+    def seek(self, offset: int, partition: int = 0) -> None:
+        """Moves one partition to a retained offset (:class:`OutOfRange` otherwise)."""
+        self._call(lib.rill_consumer_seek, partition, offset)
+
+    def seek_to_beginning(self) -> None:
+        self._call(lib.rill_consumer_seek_to_beginning)
+
+    def seek_to_end(self) -> None:
+        self._call(lib.rill_consumer_seek_to_end)
+
+    def rollback(self) -> None:
+        """Moves back to the committed offsets, to replay what was not committed."""
+        self._call(lib.rill_consumer_rollback)
+
+    def position(self, partition: int = 0) -> int:
+        """The next offset ``poll`` returns from ``partition``."""
+        out = c_uint64()
+        self._call(lib.rill_consumer_position, partition, byref(out))
+        return out.value
+
+    def committed(self, partition: int = 0) -> Optional[int]:
+        """The group's committed offset for ``partition``, or None."""
+        out = c_uint64()
+        try:
+            self._call(lib.rill_consumer_committed, partition, byref(out))
+        except NotFound:
+            with self._lock:
+                if partition >= lib.rill_consumer_partition_count(self._handle()):
+                    raise
+            return None
+        return out.value
+
+
+_POSITIONS = struct.Struct("@IQ")
+_SIZE_T_CODE = "Q" if ctypes.sizeof(c_size_t) == 8 else "I"
+_publish_bytes = lib.rill_publisher_publish_bytes
+
+
+class _Out(threading.local):
+    """A per-thread rill_position for out-parameters, so the hot path neither
+    allocates one nor builds a byref per call."""
+
+    def __init__(self) -> None:
+        self.pos = _ffi.rill_position()
+        self.ref = byref(self.pos)
+
+    def get(self) -> Position:
+        pos = self.pos
+        return tuple.__new__(Position, (pos.partition, pos.offset))
+
+
+_out = _Out()
+
+
+def _out_position() -> _Out:
+    return _out
+
+
+class Broker(_Handle):
+    """An in-process broker. Closing it (or leaving its ``with`` block, or
+    dropping it) closes its subscriptions and consumers: their calls then
+    raise :class:`Closed`.
+
+    ``worker_threads=None`` runs one handler thread per CPU core;
+    ``publish_timeout`` bounds how long ``publish`` waits for ``block``
+    subscribers (``None``: no limit)."""
+
+    def __init__(
+        self,
+        auto_create_topics: bool = False,
+        worker_threads: Optional[int] = None,
+        publish_timeout: Optional[float] = 10.0,
+    ) -> None:
+        o = _ffi.rill_broker_options()
+        lib.rill_broker_options_init(byref(o))
+        o.auto_create_topics = bool(auto_create_topics)
+        if worker_threads is not None:
+            if worker_threads < 1:
+                raise InvalidArgument("worker_threads must be at least 1 (or None)")
+            o.worker_threads = worker_threads
+        o.publish_timeout_ms = _timeout_ms(publish_timeout)
+        ptr = c_void_p()
+        check(lib.rill_broker_new(byref(o), byref(ptr)))
+        self._ptr = ptr.value
+        self._publishers: Dict[str, int] = {}
+        self._publishers_lock = threading.Lock()
+
+    def _free(self, ptr: int) -> None:
+        with self._publishers_lock:
+            publishers, self._publishers = self._publishers, {}
+        for p in publishers.values():
+            lib.rill_publisher_free(p)
+        lib.rill_broker_free(ptr)
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        retention_bytes: Optional[int] = None,
+        retention_messages: Optional[int] = None,
+        max_message_bytes: Optional[int] = None,
+    ) -> None:
+        """Creates a topic. ``retention_bytes=None`` keeps the default (256 MiB
+        per partition); 0 keeps everything."""
+        o = _ffi.rill_topic_options()
+        lib.rill_topic_options_init(byref(o))
+        o.partitions = partitions
+        if retention_bytes is not None:
+            o.retention_bytes = retention_bytes
+        if retention_messages is not None:
+            o.retention_messages = retention_messages
+        if max_message_bytes is not None:
+            o.max_message_bytes = max_message_bytes
+        check(lib.rill_topic_create(self._handle(), _name(name, "topic name"), byref(o)))
+
+    def topic_stats(self, name: str) -> TopicStats:
+        s = _ffi.rill_topic_stats()
+        check(lib.rill_topic_get_stats(self._handle(), _name(name, "topic name"), byref(s)))
+        return TopicStats(s.partitions, s.publish_count, s.retained_bytes)
+
+    def _publisher(self, topic: str) -> int:
+        p = self._publishers.get(topic)
+        if p is None:
+            with self._publishers_lock:
+                p = self._publishers.get(topic)
+                if p is None:
+                    out = c_void_p()
+                    check(lib.rill_publisher_new(self._handle(), _name(topic, "topic"), byref(out)))
+                    p = self._publishers[topic] = out.value or 0
+        return p
+
+    def _record(self, payload: Payload, key: Optional[Payload], attributes: Optional[Mapping[str, str]]):
+        data = _text(payload, "payload")
+        k = None if key is None else _text(key, "key")
+        attrs = [(_name(a, "attribute key"), _name(v, "attribute value")) for a, v in (attributes or {}).items()]
+        arr = (_ffi.rill_attribute * len(attrs))(*[_ffi.rill_attribute(a, v) for a, v in attrs])
+        rec = _ffi.rill_record(
+            ctypes.cast(ctypes.c_char_p(k), c_void_p) if k is not None else None,
+            len(k) if k is not None else 0,
+            ctypes.cast(ctypes.c_char_p(data), c_void_p),
+            len(data),
+            arr if attrs else None,
+            len(attrs),
+        )
+        return rec, (data, k, attrs, arr)  # the second part keeps the buffers alive
+
+    def publish(
+        self,
+        topic: str,
+        payload: Payload,
+        key: Optional[Payload] = None,
+        attributes: Optional[Mapping[str, str]] = None,
+    ) -> Position:
+        """Publishes one message; ``str`` payloads are UTF-8 encoded. Waits
+        for ``block`` subscribers up to the broker's ``publish_timeout``."""
+        if attributes:
+            rec, _keep = self._record(payload, key, attributes)
+            out = _out_position()
+            check(lib.rill_publish(self._handle(), _name(topic, "topic"), byref(rec), out.ref))
+            return out.get()
+        # The hot path: one call, no record struct, a per-thread out buffer.
+        if type(payload) is not bytes:
+            payload = _text(payload, "payload")
+        if key is not None and type(key) is not bytes:
+            key = _text(key, "key")
+        publisher = self._publishers.get(topic) or self._publisher(topic)
+        out = _out_position()
+        status = _publish_bytes(publisher, payload, len(payload), key, 0 if key is None else len(key), out.ref)
+        if status:
+            check(status)
+        return out.get()
+
+    def try_publish(
+        self,
+        topic: str,
+        payload: Payload,
+        key: Optional[Payload] = None,
+        attributes: Optional[Mapping[str, str]] = None,
+    ) -> Position:
+        """Like :meth:`publish`, but raises :class:`Full` at once instead of
+        waiting for a ``block`` subscriber."""
+        rec, _keep = self._record(payload, key, attributes)
+        out = _out_position()
+        check(lib.rill_try_publish(self._handle(), _name(topic, "topic"), byref(rec), out.ref))
+        return out.get()
+
+    def publish_batch(self, topic: str, payloads: Sequence[Payload]) -> List[Position]:
+        """Publishes many messages in one call (much cheaper per message);
+        returns their positions in order. Nothing is published on error."""
+        n = len(payloads)
+        if n == 0:
+            return []
+        try:
+            # Succeeds only if every item is bytes-like; then len() is its size.
+            data = b"".join(payloads)  # type: ignore[arg-type]
+            items: Sequence[Payload] = payloads
+        except TypeError:
+            items = [_text(p, "payload") for p in payloads]
+            data = b"".join(items)  # type: ignore[arg-type]
+        lengths = array(_SIZE_T_CODE, map(len, items))
+        out = ctypes.create_string_buffer(n * _POSITIONS.size)
+        publisher = self._publishers.get(topic) or self._publisher(topic)
+        status = lib.rill_publisher_publish_packed(publisher, data, lengths.buffer_info()[0], n, out)
+        if status:
+            check(status)
+        new = tuple.__new__
+        return [new(Position, t) for t in _POSITIONS.iter_unpack(out.raw)]
+
+    def subscribe(
+        self,
+        pattern: str,
+        handler: Handler,
+        filter: Optional[str] = None,  # noqa: A002 - the contract's name
+        name: Optional[str] = None,
+        start: Union[str, int] = "latest",
+        delivery: str = "at_least_once",
+        max_attempts: int = 5,
+        backoff: Tuple[float, ...] = (0.01, 10.0),
+        dead_letter_topic: Optional[str] = None,
+        overflow: str = "drop_oldest",
+        lag_limit: Optional[int] = None,
+        dedicated_thread: bool = False,
+        batch: bool = False,
+    ) -> Subscription:
+        """Calls ``handler(message)`` for every message on topics matching
+        ``pattern`` (``*`` one segment, ``**`` any number), one call at a time.
+
+        The handler returns None or True for success, ``Ack.RETRY`` (or False)
+        to be called again after a backoff, ``Ack.DEAD_LETTER`` to give up; an
+        exception is a retry whose type and text become the reason recorded
+        with the message (``rill.dlq.reason`` once dead-lettered).
+        ``start`` is "latest", "earliest" or an offset; ``backoff`` is
+        (initial, max[, multiplier]) in seconds.
+
+        With ``batch=True`` the handler receives a list of consecutive
+        messages of one partition (up to 64) and returns None/True (all
+        handled) or a list of acks, one per message it handled, in order;
+        messages past the end of that list are delivered again."""
+        if not callable(handler):
+            raise TypeError("handler must be callable")
+        o = _ffi.rill_subscription_options()
+        lib.rill_subscription_options_init(byref(o))
+        keep = []
+        for field, value in (("name", name), ("filter", filter), ("dead_letter_topic", dead_letter_topic)):
+            if value is not None:
+                encoded = _name(value, field)
+                keep.append(encoded)
+                setattr(o, field, encoded)
+        if isinstance(start, bool) or not isinstance(start, (str, int)):
+            raise InvalidArgument(f"start must be 'latest', 'earliest' or an offset, not {start!r}")
+        if isinstance(start, int):
+            if start < 0:
+                raise InvalidArgument(f"start offset must be >= 0, not {start}")
+            o.start, o.start_offset = _ffi.RILL_START_OFFSET, start
+        elif start in _STARTS:
+            o.start = _STARTS[start]
+        else:
+            raise InvalidArgument(f"start must be 'latest', 'earliest' or an offset, not {start!r}")
+        if delivery not in _DELIVERY:
+            raise InvalidArgument(f"delivery must be one of {sorted(_DELIVERY)}, not {delivery!r}")
+        o.delivery = _DELIVERY[delivery]
+        if overflow not in _OVERFLOW:
+            raise InvalidArgument(f"overflow must be one of {sorted(_OVERFLOW)}, not {overflow!r}")
+        o.overflow = _OVERFLOW[overflow]
+        if max_attempts < 1:
+            raise InvalidArgument("max_attempts must be at least 1")
+        o.max_attempts = max_attempts
+        if not 2 <= len(backoff) <= 3 or any(b < 0 for b in backoff):
+            raise InvalidArgument(f"backoff must be (initial, max[, multiplier]) in seconds, not {backoff!r}")
+        o.backoff_initial_ms = int(backoff[0] * 1000)
+        o.backoff_max_ms = int(backoff[1] * 1000)
+        if len(backoff) == 3:
+            o.backoff_multiplier = float(backoff[2])
+        if lag_limit is not None:
+            if lag_limit < 1:
+                raise InvalidArgument("lag_limit must be at least 1 (or None)")
+            o.lag_limit = lag_limit
+        o.dedicated_thread = bool(dedicated_thread)
+        o.user_data_free = _on_free
+        handler_id = next(_ids)
+        _handlers[handler_id] = _Entry(handler, batch)
+        out = c_void_p()
+        # On failure the library calls _on_free, which drops the entry.
+        check(
+            lib.rill_subscribe_batch(self._handle(), _name(pattern, "pattern"), byref(o), _on_batch, handler_id, byref(out))
+        )
+        return Subscription(out.value or 0)
+
+    def consumer(self, group: str, topic: str, start: Union[str, int] = "earliest") -> Consumer:
+        """A pull consumer of ``topic`` for ``group``: it resumes from the
+        group's committed offsets; elsewhere it starts at ``start``."""
+        o = _ffi.rill_consumer_options()
+        lib.rill_consumer_options_init(byref(o))
+        if isinstance(start, int) and not isinstance(start, bool):
+            if start < 0:
+                raise InvalidArgument(f"start offset must be >= 0, not {start}")
+            o.start, o.start_offset = _ffi.RILL_START_OFFSET, start
+        elif start in _STARTS:
+            o.start = _STARTS[start]
+        else:
+            raise InvalidArgument(f"start must be 'latest', 'earliest' or an offset, not {start!r}")
+        out = c_void_p()
+        check(lib.rill_consumer_new(self._handle(), _name(group, "group"), _name(topic, "topic"), byref(o), byref(out)))
+        return Consumer(out.value or 0, topic)
+
+
+def version() -> str:
+    """The library's version."""
+    return str(lib.rill_version().decode())

@@ -1,0 +1,355 @@
+"""The one place that loads librill and declares every C symbol.
+
+Every function is declared from ``FUNCTIONS``, a table written in the C
+types of ``include/rill.h``; ``tests/test_ffi.py`` parses the header and
+fails if the two differ, so they cannot drift. The ``rill_message`` layout is
+checked against a ``struct`` format used for fast decoding.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    c_bool,
+    c_char_p,
+    c_double,
+    c_int32,
+    c_int64,
+    c_size_t,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+# ---- library lookup ---------------------------------------------------------
+
+_LIB_NAME = "librill.so"
+
+
+def _candidates() -> List[Tuple[str, Path]]:
+    """Where to look, in order, with a label for the error message."""
+    found: List[Tuple[str, Path]] = []
+    env = os.environ.get("RILL_LIBRARY")
+    if env:
+        found.append(("RILL_LIBRARY", Path(env)))
+    here = Path(__file__).resolve().parent
+    found.append(("the package", here / _LIB_NAME))
+    roots: List[Path] = []
+    try:
+        from . import _workspace  # written at install time
+
+        roots.append(Path(_workspace.ROOT))
+    except ImportError:
+        pass
+    # A source checkout: bindings/python/rill -> the workspace root.
+    roots.append(here.parent.parent.parent)
+    for root in roots:
+        for profile in ("release", "debug"):
+            found.append((f"the workspace's target/{profile}", root / "target" / profile / _LIB_NAME))
+    return found
+
+
+def _load() -> ctypes.CDLL:
+    tried = []
+    for label, path in _candidates():
+        if path.is_file():
+            return ctypes.CDLL(str(path))
+        tried.append(f"  {label}: {path}")
+        if label == "RILL_LIBRARY":
+            raise OSError(f"RILL_LIBRARY points to {path}, which does not exist")
+    raise OSError(
+        "cannot find librill.so; looked in:\n"
+        + "\n".join(tried)
+        + "\nbuild it with `cargo build --release -p rill-ffi`, or set RILL_LIBRARY"
+    )
+
+
+lib = _load()
+
+# ---- types ------------------------------------------------------------------
+
+
+class rill_broker_options(Structure):
+    _fields_ = [("worker_threads", c_uint32), ("auto_create_topics", c_bool), ("publish_timeout_ms", c_int64)]
+
+
+class rill_topic_options(Structure):
+    _fields_ = [
+        ("partitions", c_uint32),
+        ("retention_bytes", c_uint64),
+        ("retention_messages", c_uint64),
+        ("max_message_bytes", c_uint64),
+    ]
+
+
+class rill_attribute(Structure):
+    _fields_ = [("key", c_char_p), ("value", c_char_p)]
+
+
+class rill_record(Structure):
+    _fields_ = [
+        ("key", c_void_p),
+        ("key_len", c_size_t),
+        ("payload", c_void_p),
+        ("payload_len", c_size_t),
+        ("attributes", POINTER(rill_attribute)),
+        ("attribute_count", c_size_t),
+    ]
+
+
+class rill_position(Structure):
+    _fields_ = [("partition", c_uint32), ("offset", c_uint64)]
+
+
+class rill_topic_stats(Structure):
+    _fields_ = [("partitions", c_uint32), ("publish_count", c_uint64), ("retained_bytes", c_uint64)]
+
+
+class rill_message(Structure):
+    _fields_ = [
+        ("topic", c_void_p),
+        ("partition", c_uint32),
+        ("offset", c_uint64),
+        ("timestamp_ns", c_uint64),
+        ("key", c_void_p),
+        ("key_len", c_size_t),
+        ("payload", c_void_p),
+        ("payload_len", c_size_t),
+        ("attempt", c_uint32),
+        ("attribute_count", c_size_t),
+        ("internal", c_void_p),
+    ]
+
+
+# The same layout as a native struct format, to decode a message with one
+# call: topic, partition, offset, timestamp_ns, key, key_len, payload,
+# payload_len, attempt, attribute_count, internal.
+MESSAGE_FORMAT = struct.Struct("@PIQQPNPNINP")
+if MESSAGE_FORMAT.size != ctypes.sizeof(rill_message) or [
+    struct.calcsize("@" + "PIQQPNPNINP"[:i]) for i in range(1, 11)
+] != [getattr(rill_message, f).offset + getattr(rill_message, f).size for f, _ in rill_message._fields_[:10]]:
+    raise ImportError("rill_message layout does not match the decoding format")
+
+HANDLER = CFUNCTYPE(c_int32, c_void_p, c_void_p)
+BATCH_HANDLER = CFUNCTYPE(c_size_t, c_void_p, c_void_p, c_size_t, c_void_p)
+DESTRUCTOR = CFUNCTYPE(None, c_void_p)
+
+
+class rill_subscription_options(Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("filter", c_char_p),
+        ("start", c_int32),
+        ("start_offset", c_uint64),
+        ("delivery", c_int32),
+        ("max_attempts", c_uint32),
+        ("backoff_initial_ms", c_uint64),
+        ("backoff_max_ms", c_uint64),
+        ("backoff_multiplier", c_double),
+        ("dead_letter_topic", c_char_p),
+        ("overflow", c_int32),
+        ("lag_limit", c_uint64),
+        ("dedicated_thread", c_bool),
+        ("user_data_free", DESTRUCTOR),
+    ]
+
+
+class rill_subscription_stats(Structure):
+    _fields_ = [
+        ("delivered", c_uint64),
+        ("acked", c_uint64),
+        ("retried", c_uint64),
+        ("dead_lettered", c_uint64),
+        ("filtered", c_uint64),
+        ("dropped", c_uint64),
+        ("missed", c_uint64),
+        ("lag", c_uint64),
+        ("partitions", c_uint32),
+        ("state", c_int32),
+    ]
+
+
+class rill_consumer_options(Structure):
+    _fields_ = [("start", c_int32), ("start_offset", c_uint64)]
+
+
+# ---- constants (the #defines of rill.h) ----------------------------------------
+
+RILL_ACK_SUCCESS, RILL_ACK_RETRY, RILL_ACK_DEAD_LETTER = 0, 1, 2
+RILL_START_LATEST, RILL_START_EARLIEST, RILL_START_OFFSET = 0, 1, 2
+RILL_DELIVERY_AT_LEAST_ONCE, RILL_DELIVERY_AT_MOST_ONCE = 0, 1
+RILL_OVERFLOW_DROP_OLDEST, RILL_OVERFLOW_BLOCK, RILL_OVERFLOW_DISCONNECT = 0, 1, 2
+RILL_SUBSCRIPTION_IDLE, RILL_SUBSCRIPTION_ACTIVE, RILL_SUBSCRIPTION_BACKOFF, RILL_SUBSCRIPTION_CLOSED = 0, 1, 2, 3
+
+# ---- functions ------------------------------------------------------------------
+
+# The C type of every parameter and return value, as rill.h spells it.
+TYPES: Dict[str, object] = {
+    "void": None,
+    "rill_status": c_int32,
+    "int32_t": c_int32,
+    "int64_t": c_int64,
+    "uint32_t": c_uint32,
+    "uint64_t": c_uint64,
+    "size_t": c_size_t,
+    "bool": c_bool,
+    "const char*": c_char_p,
+    "char*": c_void_p,
+    "const void*": c_void_p,
+    "const size_t*": c_void_p,
+    "size_t*": POINTER(c_size_t),
+    "uint64_t*": POINTER(c_uint64),
+    "const char**": POINTER(c_void_p),
+    "rill_broker*": c_void_p,
+    "rill_broker**": POINTER(c_void_p),
+    "const rill_broker_options*": POINTER(rill_broker_options),
+    "rill_broker_options*": POINTER(rill_broker_options),
+    "const rill_topic_options*": POINTER(rill_topic_options),
+    "rill_topic_options*": POINTER(rill_topic_options),
+    "rill_topic_stats*": POINTER(rill_topic_stats),
+    "const rill_record*": c_void_p,
+    "rill_position*": c_void_p,
+    "const rill_publisher*": c_void_p,
+    "rill_publisher*": c_void_p,
+    "rill_publisher**": POINTER(c_void_p),
+    "rill_consumer*": c_void_p,
+    "const rill_consumer*": c_void_p,
+    "rill_consumer**": POINTER(c_void_p),
+    "const rill_consumer_options*": POINTER(rill_consumer_options),
+    "rill_consumer_options*": POINTER(rill_consumer_options),
+    "const rill_message*": c_void_p,
+    "const rill_message**": POINTER(c_void_p),
+    "rill_subscription*": c_void_p,
+    "const rill_subscription*": c_void_p,
+    "rill_subscription**": POINTER(c_void_p),
+    "const rill_subscription_options*": POINTER(rill_subscription_options),
+    "rill_subscription_options*": POINTER(rill_subscription_options),
+    "rill_subscription_stats*": POINTER(rill_subscription_stats),
+    "rill_handler": HANDLER,
+    "rill_batch_handler": BATCH_HANDLER,
+}
+
+# name -> (return type, parameter types), exactly as in rill.h.
+FUNCTIONS: Dict[str, Tuple[str, List[str]]] = {
+    "rill_version": ("const char*", []),
+    "rill_status_name": ("const char*", ["int32_t"]),
+    "rill_last_error": ("size_t", ["char*", "size_t"]),
+    "rill_test_panic": ("rill_status", []),
+    "rill_broker_options_init": ("void", ["rill_broker_options*"]),
+    "rill_broker_new": ("rill_status", ["const rill_broker_options*", "rill_broker**"]),
+    "rill_broker_close": ("void", ["rill_broker*"]),
+    "rill_broker_free": ("void", ["rill_broker*"]),
+    "rill_topic_options_init": ("void", ["rill_topic_options*"]),
+    "rill_topic_create": ("rill_status", ["rill_broker*", "const char*", "const rill_topic_options*"]),
+    "rill_topic_get_stats": ("rill_status", ["rill_broker*", "const char*", "rill_topic_stats*"]),
+    "rill_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
+    "rill_try_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
+    "rill_publish_batch": (
+        "rill_status",
+        ["rill_broker*", "const char*", "const rill_record*", "size_t", "rill_position*"],
+    ),
+    "rill_publisher_new": ("rill_status", ["rill_broker*", "const char*", "rill_publisher**"]),
+    "rill_publisher_publish": ("rill_status", ["const rill_publisher*", "const rill_record*", "rill_position*"]),
+    "rill_publisher_publish_batch": (
+        "rill_status",
+        ["const rill_publisher*", "const rill_record*", "size_t", "rill_position*"],
+    ),
+    "rill_publisher_publish_bytes": (
+        "rill_status",
+        ["const rill_publisher*", "const void*", "size_t", "const void*", "size_t", "rill_position*"],
+    ),
+    "rill_publisher_publish_packed": (
+        "rill_status",
+        ["const rill_publisher*", "const void*", "const size_t*", "size_t", "rill_position*"],
+    ),
+    "rill_publisher_free": ("void", ["rill_publisher*"]),
+    "rill_consumer_options_init": ("void", ["rill_consumer_options*"]),
+    "rill_consumer_new": (
+        "rill_status",
+        ["rill_broker*", "const char*", "const char*", "const rill_consumer_options*", "rill_consumer**"],
+    ),
+    "rill_consumer_poll": ("rill_status", ["rill_consumer*", "size_t", "int64_t", "const rill_message**", "size_t*"]),
+    "rill_consumer_commit": ("rill_status", ["rill_consumer*"]),
+    "rill_consumer_commit_offset": ("rill_status", ["rill_consumer*", "uint32_t", "uint64_t"]),
+    "rill_consumer_seek": ("rill_status", ["rill_consumer*", "uint32_t", "uint64_t"]),
+    "rill_consumer_seek_to_beginning": ("rill_status", ["rill_consumer*"]),
+    "rill_consumer_seek_to_end": ("rill_status", ["rill_consumer*"]),
+    "rill_consumer_rollback": ("rill_status", ["rill_consumer*"]),
+    "rill_consumer_position": ("rill_status", ["const rill_consumer*", "uint32_t", "uint64_t*"]),
+    "rill_consumer_committed": ("rill_status", ["const rill_consumer*", "uint32_t", "uint64_t*"]),
+    "rill_consumer_partition_count": ("uint32_t", ["const rill_consumer*"]),
+    "rill_consumer_free": ("void", ["rill_consumer*"]),
+    "rill_message_attribute_count": ("size_t", ["const rill_message*"]),
+    "rill_message_attribute_at": (
+        "rill_status",
+        ["const rill_message*", "size_t", "const char**", "size_t*", "const char**", "size_t*"],
+    ),
+    "rill_message_attribute": ("rill_status", ["const rill_message*", "const char*", "const char**", "size_t*"]),
+    "rill_ack_reason": ("void", ["const rill_message*", "const char*"]),
+    "rill_subscription_options_init": ("void", ["rill_subscription_options*"]),
+    "rill_subscribe": (
+        "rill_status",
+        [
+            "rill_broker*",
+            "const char*",
+            "const rill_subscription_options*",
+            "rill_handler",
+            "void*",
+            "rill_subscription**",
+        ],
+    ),
+    "rill_subscribe_batch": (
+        "rill_status",
+        [
+            "rill_broker*",
+            "const char*",
+            "const rill_subscription_options*",
+            "rill_batch_handler",
+            "void*",
+            "rill_subscription**",
+        ],
+    ),
+    "rill_subscription_wait_idle": ("rill_status", ["rill_subscription*", "int64_t"]),
+    "rill_subscription_get_stats": ("rill_status", ["const rill_subscription*", "rill_subscription_stats*"]),
+    "rill_subscription_name": ("size_t", ["const rill_subscription*", "char*", "size_t"]),
+    "rill_subscription_closed_reason": ("size_t", ["const rill_subscription*", "char*", "size_t"]),
+    "rill_subscription_free": ("void", ["rill_subscription*"]),
+}
+TYPES["void*"] = c_void_p
+
+
+def _declare() -> None:
+    for name, (ret, params) in FUNCTIONS.items():
+        fn = getattr(lib, name)
+        fn.restype = TYPES[ret]
+        fn.argtypes = [TYPES[p] for p in params]
+
+
+_declare()
+
+
+def last_error() -> str:
+    """This thread's last error text from the library."""
+    n = lib.rill_last_error(None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    lib.rill_last_error(buf, n + 1)
+    return buf.value.decode("utf-8", "replace")
+
+
+def status_name(status: int) -> str:
+    return lib.rill_status_name(status).decode()
+
+
+def read_str(fn, handle: Optional[int]) -> str:
+    """Calls a size_t fn(handle, char *buf, size_t len) string getter."""
+    n = fn(handle, None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    fn(handle, buf, n + 1)
+    return buf.value.decode("utf-8", "replace")
