@@ -581,7 +581,9 @@ fn at_least_once_costs_redeliveries_only_for_failures() {
 fn a_batch_handler_gets_runs_of_messages_and_partial_progress_is_redelivered() {
     let b = broker();
     b.create_topic("t", &TopicOptions::default()).unwrap();
-    let calls: Arc<Mutex<Vec<Vec<(u64, u32)>>>> = Arc::default();
+    // Per call: the (offset, attempt) of each message it was given.
+    type Calls = Arc<Mutex<Vec<Vec<(u64, u32)>>>>;
+    let calls: Calls = Arc::default();
     let c = calls.clone();
     let mut stopped_early = false;
     let sub = b
