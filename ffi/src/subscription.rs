@@ -261,26 +261,13 @@ pub unsafe extern "C" fn rill_subscribe(
     user_data: *mut c_void,
     out: *mut *mut rill_subscription,
 ) -> rill_status {
-    // SAFETY: the caller promises `o` is NULL or valid.
-    let free = unsafe { o.as_ref() }.and_then(|o| o.user_data_free);
-    // Owns user_data from here on: dropped (freeing it) if anything fails.
-    let user = UserData { ptr: user_data, free };
-    boundary(move || {
-        out_ptr(out, "out")?;
-        let handler = handler.ok_or_else(|| FfiError::null("handler"))?;
-        // SAFETY: the caller's promises, checked for NULL inside.
-        let (b, pattern) = unsafe { (reference(b, "broker")?, cstr(pattern, "pattern")?) };
-        // SAFETY: the caller promises `o` is NULL or valid options.
-        let options = match unsafe { o.as_ref() } {
-            // SAFETY: the caller promises the option strings are valid.
-            Some(o) => unsafe { subscription_options(o) }?,
-            None => SubscriptionOptions::default(),
-        };
-        let sub = b.broker.subscribe(pattern, options, trampoline(handler, user))?;
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, Box::into_raw(Box::new(rill_subscription { sub }))) };
-        Ok(())
-    })
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        subscribe_with(b, pattern, o, user_data, out, |broker, pattern, options, user| {
+            let handler = handler.ok_or_else(|| FfiError::null("handler"))?;
+            Ok(broker.subscribe(pattern, options, trampoline(handler, user))?)
+        })
+    }
 }
 
 /// Like `rill_subscribe`, with a handler that takes runs of consecutive
@@ -300,12 +287,36 @@ pub unsafe extern "C" fn rill_subscribe_batch(
     user_data: *mut c_void,
     out: *mut *mut rill_subscription,
 ) -> rill_status {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        subscribe_with(b, pattern, o, user_data, out, |broker, pattern, options, user| {
+            let handler = handler.ok_or_else(|| FfiError::null("handler"))?;
+            Ok(broker.subscribe_batch(pattern, options, batch_trampoline(handler, user))?)
+        })
+    }
+}
+
+/// The body shared by the subscribe functions: takes ownership of
+/// `user_data` first (so its destructor runs even if anything fails), checks
+/// the arguments, and lets `subscribe` make the subscription.
+///
+/// # Safety
+///
+/// As for `rill_subscribe`.
+unsafe fn subscribe_with(
+    b: *mut rill_broker,
+    pattern: *const c_char,
+    o: *const rill_subscription_options,
+    user_data: *mut c_void,
+    out: *mut *mut rill_subscription,
+    subscribe: impl FnOnce(&rill::Broker, &str, SubscriptionOptions, UserData) -> Result<Subscription, FfiError>,
+) -> rill_status {
     // SAFETY: the caller promises `o` is NULL or valid.
     let free = unsafe { o.as_ref() }.and_then(|o| o.user_data_free);
+    // Owns user_data from here on: dropped (freeing it) if anything fails.
     let user = UserData { ptr: user_data, free };
     boundary(move || {
         out_ptr(out, "out")?;
-        let handler = handler.ok_or_else(|| FfiError::null("handler"))?;
         // SAFETY: the caller's promises, checked for NULL inside.
         let (b, pattern) = unsafe { (reference(b, "broker")?, cstr(pattern, "pattern")?) };
         // SAFETY: the caller promises `o` is NULL or valid options.
@@ -314,7 +325,7 @@ pub unsafe extern "C" fn rill_subscribe_batch(
             Some(o) => unsafe { subscription_options(o) }?,
             None => SubscriptionOptions::default(),
         };
-        let sub = b.broker.subscribe_batch(pattern, options, batch_trampoline(handler, user))?;
+        let sub = subscribe(&b.broker, pattern, options, user)?;
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, Box::into_raw(Box::new(rill_subscription { sub }))) };
         Ok(())

@@ -18,7 +18,7 @@ use super::subscription::StartPosition;
 use super::topic::{Listener, Topic};
 use super::waiters::Waiters;
 use crate::error::{Error, Result};
-use crate::log::{Attributes, Cursor, Lagged, RecordView};
+use crate::log::{Cursor, Lagged, RecordView};
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -92,7 +92,8 @@ impl ConsumerCore {
     }
 }
 
-/// A message returned by [`Consumer::poll`], borrowed from the log.
+/// A message returned by [`Consumer::poll`], borrowed from the log. The
+/// record's accessors come through `Deref` to [`RecordView`].
 #[derive(Clone, Copy)]
 pub struct Polled<'a> {
     topic: &'a str,
@@ -109,33 +110,19 @@ impl<'a> Polled<'a> {
     pub fn partition(&self) -> u32 {
         self.partition
     }
-    /// Its offset in the partition.
-    pub fn offset(&self) -> u64 {
-        self.record.offset()
-    }
-    /// Publish time, nanoseconds since the Unix epoch.
-    pub fn timestamp_ns(&self) -> u64 {
-        self.record.timestamp_ns()
-    }
-    /// The key, if any.
-    pub fn key(&self) -> Option<&'a [u8]> {
-        self.record.key()
-    }
-    /// The payload.
-    pub fn payload(&self) -> &'a [u8] {
-        self.record.payload()
-    }
-    /// The attributes.
-    pub fn attributes(&self) -> Attributes<'a> {
-        self.record.attributes()
-    }
-    /// One attribute's value.
-    pub fn attribute(&self, key: &str) -> Option<&'a str> {
-        self.record.attribute(key)
-    }
     /// The underlying record view.
     pub fn record(&self) -> RecordView<'a> {
         self.record
+    }
+}
+
+/// The record's own accessors: `offset()`, `timestamp_ns()`, `key()`,
+/// `payload()`, `attributes()`, `attribute(key)`.
+impl<'a> std::ops::Deref for Polled<'a> {
+    type Target = RecordView<'a>;
+
+    fn deref(&self) -> &RecordView<'a> {
+        &self.record
     }
 }
 

@@ -70,7 +70,7 @@ use super::names::Pattern;
 use super::topic::{Blocker, Listener, Partition, Topic, Wait};
 use super::waiters::Waiters;
 use crate::error::{Error, Result};
-use crate::log::{Attributes, Cursor, Lagged, Record, RecordView};
+use crate::log::{Cursor, Lagged, Record, RecordView};
 use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering, fence};
 use crate::sync::thread::{self, Thread};
 use crate::sync::{Arc, Backoff, Mutex, MutexGuard, Name};
@@ -224,6 +224,8 @@ pub(crate) type CloseHook = Box<dyn Fn(&SubCore) + Send + Sync>;
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 
 /// A message as a handler sees it: borrowed from the log, valid for the call.
+/// The record's accessors (`payload()`, `key()`, `offset()`, ...) come
+/// through `Deref` to [`RecordView`].
 pub struct Message<'a> {
     topic: &'a str,
     partition: u32,
@@ -241,30 +243,6 @@ impl<'a> Message<'a> {
     pub fn partition(&self) -> u32 {
         self.partition
     }
-    /// Its offset in the partition.
-    pub fn offset(&self) -> u64 {
-        self.record.offset()
-    }
-    /// Publish time, nanoseconds since the Unix epoch.
-    pub fn timestamp_ns(&self) -> u64 {
-        self.record.timestamp_ns()
-    }
-    /// The key, if it has one.
-    pub fn key(&self) -> Option<&'a [u8]> {
-        self.record.key()
-    }
-    /// The payload.
-    pub fn payload(&self) -> &'a [u8] {
-        self.record.payload()
-    }
-    /// The attributes, in publish order.
-    pub fn attributes(&self) -> Attributes<'a> {
-        self.record.attributes()
-    }
-    /// One attribute's value.
-    pub fn attribute(&self, key: &str) -> Option<&'a str> {
-        self.record.attribute(key)
-    }
     /// Which delivery this is: 1 the first time, 2 on the first redelivery, ...
     pub fn attempt(&self) -> u32 {
         self.attempt
@@ -277,6 +255,16 @@ impl<'a> Message<'a> {
     /// The underlying record view.
     pub fn record(&self) -> RecordView<'a> {
         self.record
+    }
+}
+
+/// The record's own accessors: `offset()`, `timestamp_ns()`, `key()`,
+/// `payload()`, `attributes()`, `attribute(key)`.
+impl<'a> std::ops::Deref for Message<'a> {
+    type Target = RecordView<'a>;
+
+    fn deref(&self) -> &RecordView<'a> {
+        &self.record
     }
 }
 

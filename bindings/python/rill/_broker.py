@@ -560,10 +560,7 @@ class Broker(_Handle):
         """Publishes one message; ``str`` payloads are UTF-8 encoded. Waits
         for ``block`` subscribers up to the broker's ``publish_timeout``."""
         if attributes:
-            rec, _keep = self._record(payload, key, attributes)
-            out = _out_position()
-            check(lib.rill_publish(self._handle(), _name(topic, "topic"), byref(rec), out.ref))
-            return out.get()
+            return self._publish_record(lib.rill_publish, topic, payload, key, attributes)
         # The hot path: one call, no record struct, a per-thread out buffer.
         if type(payload) is not bytes:
             payload = _text(payload, "payload")
@@ -585,9 +582,20 @@ class Broker(_Handle):
     ) -> Position:
         """Like :meth:`publish`, but raises :class:`Full` at once instead of
         waiting for a ``block`` subscriber."""
+        return self._publish_record(lib.rill_try_publish, topic, payload, key, attributes)
+
+    def _publish_record(
+        self,
+        fn: Callable[..., int],
+        topic: str,
+        payload: Payload,
+        key: Optional[Payload],
+        attributes: Optional[Mapping[str, str]],
+    ) -> Position:
+        """Publishes through a rill_record (needed for attributes)."""
         rec, _keep = self._record(payload, key, attributes)
         out = _out_position()
-        check(lib.rill_try_publish(self._handle(), _name(topic, "topic"), byref(rec), out.ref))
+        check(fn(self._handle(), _name(topic, "topic"), byref(rec), out.ref))
         return out.get()
 
     def publish_batch(self, topic: str, payloads: Sequence[Payload]) -> List[Position]:
