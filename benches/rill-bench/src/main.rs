@@ -1,61 +1,433 @@
-//! `rill-bench`: measures rill's log throughput on this machine.
+//! `rill-bench`: throughput and latency of rill on this machine, alone or side
+//! by side with its peers (crossbeam-channel, flume, tokio broadcast, bus,
+//! disruptor) running the same workload with the same payloads.
 //!
-//! For now it drives the raw log: publishers append 64-byte records while
-//! readers follow with their own cursors and touch every payload byte.
+//! Every comparison interleaves rill and the peer in pairs (rill, peer, rill,
+//! peer, ...) and reports the median and the worst pair's ratio, so a shared VM
+//! changing speed during the run hurts both sides alike. Each invocation starts
+//! with a cross-core ping-pong probe that says how fast the machine was.
 
-use std::sync::Barrier;
-use std::time::Instant;
+mod bench;
+mod measure;
+mod plot;
+mod probe;
+mod report;
+mod scenarios;
+mod stats;
+mod systems;
 
-use rill::log::{Log, LogConfig, Record};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-fn run(publishers: usize, readers: usize, per_publisher: u64, payload: usize) -> f64 {
-    let log = Log::new(&LogConfig::default()).expect("default config");
-    let total = per_publisher * publishers as u64;
-    let body = vec![0x5Au8; payload];
-    let barrier = Barrier::new(publishers + readers + 1);
-    let start = std::thread::scope(|s| {
-        for _ in 0..readers {
-            let mut cursor = log.cursor_from_end();
-            let barrier = &barrier;
-            s.spawn(move || {
-                barrier.wait();
-                let mut read = 0;
-                let mut sum = 0u64;
-                while read < total {
-                    match cursor.read_batch(256) {
-                        Ok(b) if b.is_empty() => std::thread::yield_now(),
-                        Ok(b) => {
-                            for r in b {
-                                sum = sum.wrapping_add(r.payload().iter().map(|&x| x as u64).sum::<u64>());
-                                read += 1;
-                            }
-                        }
-                        Err(lag) => read += lag.missed,
-                    }
-                }
-                std::hint::black_box(sum);
-            });
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use measure::{Amount, Delivery, SubMode};
+use report::{Format, Report};
+use scenarios::{Named, Scenario, Suite};
+use systems::{Env, PeerPayload, RillOverflow, System};
+
+const AFTER_HELP: &str = "\
+SCENARIOS (--scenario NAME; the issue's targets in brackets):
+  one-to-one          1 producer -> 1 push subscriber              [>= 2.5x crossbeam]
+  batch-64            1 -> 1, published in batches of 64
+  publish-2           2 producers -> 1 subscriber
+  fan-out-4, fan-out-8, fan-out-16
+                      1 producer -> N subscribers on rill's pool   [fan-out-8: >= 2x bus, >= 4x tokio]
+  fan-out-8-threads   1 -> 8 subscribers, a thread each            [>= 10x tokio-blocking]
+  mpsc-4              4 producers -> 1 subscriber                  [>= 1x crossbeam, worst pair >= 0.5x]
+  pull                1 producer -> 1 pull consumer (poll batches)
+  latency             100k msgs/s, dedicated subscriber            [p50 <= 200 ns, p99 <= 1 us]
+
+SUITES:
+  default   (no options) the scenarios above but fan-out-16/publish-2, rill alone, 5 runs of 1 s each: about a minute
+  report    one-to-one, fan-out-8, fan-out-8-threads, mpsc-4, latency, each against every peer in
+            5 interleaved pairs; prints a Markdown table of ratios for the README (a few minutes)
+  sweep     fan-out over --sweep subscriber counts against every peer; use with --plot
+
+Shape options (--producers, --subscribers, --consumers, --dedicated, --partitions, --batch, --rate,
+--delivery) define a custom scenario, or change the ones named with --scenario. Global options
+(--payload, --messages/--duration, --capacity, ...) apply to every scenario.
+
+EXAMPLES:
+  rill-bench                                        the default suite, rill alone
+  rill-bench --suite report                         every target, against every peer
+  rill-bench --scenario fan-out-8 --compare --peers bus,tokio
+  rill-bench -p 1 -s 8 --payload 256 --compare      a custom shape against every peer
+  rill-bench -c 2 --batch 64 --poll-batch 1024      pull consumers
+  rill-bench --suite sweep --plot fanout.svg        throughput against subscriber count
+  rill-bench --suite report --format json > report.json
+
+MEASUREMENT: throughput counts delivered messages (what a subscriber skipped earns nothing; see
+the 'lost' column) per subscriber per second, from releasing the producers to the last subscriber
+finishing. Every subscriber of every system sums every payload byte. Latency is publish-to-handler
+on rill's clock (rill::clock::now_ns), sampled every --sample-every messages, in an HDR histogram.";
+
+/// Benchmarks rill's in-memory broker, alone or against peer channels.
+#[derive(Debug, Parser)]
+#[command(name = "rill-bench", version, about, long_about = None, after_help = AFTER_HELP)]
+struct Cli {
+    /// The suite to run when no --scenario (and no shape option) is given.
+    #[arg(long, value_enum, default_value_t = Suite::Default)]
+    suite: Suite,
+
+    /// Run these scenarios instead of a suite (comma-separated or repeated).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    scenario: Vec<Named>,
+
+    /// Also run every scenario on the peers, interleaved with rill in pairs.
+    #[arg(long)]
+    compare: bool,
+
+    /// Which peers to compare against (implies --compare) [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    peers: Vec<System>,
+
+    /// Interleaved (rill, peer) pairs per comparison, or rill runs when not comparing.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pairs: usize,
+
+    // ---- shape ----
+    /// Publishing threads.
+    #[arg(short, long, help_heading = "Shape")]
+    producers: Option<usize>,
+
+    /// Push subscribers, each receiving every message.
+    #[arg(short, long, conflicts_with = "consumers", help_heading = "Shape")]
+    subscribers: Option<usize>,
+
+    /// Pull consumers (rill `Consumer::poll`, one group each; peers receive on a thread as usual).
+    #[arg(short, long, help_heading = "Shape")]
+    consumers: Option<usize>,
+
+    /// Run rill's push subscribers on dedicated threads instead of the worker pool.
+    #[arg(long, help_heading = "Shape")]
+    dedicated: bool,
+
+    /// rill topic partitions (peers have none).
+    #[arg(long, help_heading = "Shape")]
+    partitions: Option<u32>,
+
+    /// Messages per publish call (rill `publish_batch`, disruptor `batch_publish`; other peers send one by one).
+    #[arg(short, long, help_heading = "Shape")]
+    batch: Option<usize>,
+
+    /// Publish at this total rate (msgs/s) instead of as fast as possible.
+    #[arg(long, help_heading = "Shape")]
+    rate: Option<u64>,
+
+    /// rill delivery mode.
+    #[arg(long, value_enum, help_heading = "Shape")]
+    delivery: Option<Delivery>,
+
+    // ---- workload ----
+    /// Payload size in bytes (every system carries a byte buffer of this size).
+    #[arg(long, default_value_t = 64, help_heading = "Workload")]
+    payload: usize,
+
+    /// Messages per producer per run (instead of a duration).
+    #[arg(short = 'n', long, conflicts_with = "duration", help_heading = "Workload")]
+    messages: Option<u64>,
+
+    /// Seconds each run publishes for, before the subscribers drain [default: 1.0 for the default suite, 0.5 otherwise].
+    #[arg(short, long, help_heading = "Workload")]
+    duration: Option<f64>,
+
+    /// Most messages a rill pull consumer takes per poll.
+    #[arg(long, default_value_t = 256, help_heading = "Workload")]
+    poll_batch: usize,
+
+    /// Messages a subscriber may fall behind: channel capacity / ring size of the peers, and rill's
+    /// lag_limit with --overflow block.
+    #[arg(long, default_value_t = 4096, help_heading = "Workload")]
+    capacity: usize,
+
+    /// Sample the latency of every N-th message per subscriber [default: 64; 1 for latency scenarios].
+    #[arg(long, help_heading = "Workload")]
+    sample_every: Option<u64>,
+
+    /// Subscriber counts of the sweep suite / --plot.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16", help_heading = "Workload")]
+    sweep: Vec<usize>,
+
+    // ---- systems ----
+    /// rill worker pool size (and tokio runtime workers) [default: one per core].
+    #[arg(long, help_heading = "Systems")]
+    workers: Option<usize>,
+
+    /// rill retention per partition, MiB.
+    #[arg(long, default_value_t = 64, help_heading = "Systems")]
+    retention_mib: u64,
+
+    /// Do not pre-fill rill's log past retention before each run (first-touch page faults are then
+    /// part of the measurement).
+    #[arg(long, help_heading = "Systems")]
+    no_warmup: bool,
+
+    /// What rill does when a subscriber is --capacity messages behind: block publishers (like a
+    /// bounded channel) or drop the oldest (rill's default; only retention bounds the lag).
+    #[arg(long, value_enum, default_value_t = RillOverflow::Block, help_heading = "Systems")]
+    overflow: RillOverflow,
+
+    /// rill push subscribers take runs of up to 64 messages per handler call (`subscribe_batch`).
+    #[arg(long, help_heading = "Systems")]
+    batch_handler: bool,
+
+    /// Payload type of the peers: Vec<u8> (cloned per subscriber) or Arc<[u8]> (shared).
+    #[arg(long, value_enum, default_value_t = PeerPayload::Vec, help_heading = "Systems")]
+    peer_payload: PeerPayload,
+
+    /// Time cap of one run, seconds: a run that has not finished by then stops and is reported as
+    /// a timeout (a peer that times out is not run again in that scenario).
+    #[arg(long, default_value_t = 10.0, help_heading = "Systems")]
+    timeout: f64,
+
+    // ---- output ----
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table, help_heading = "Output")]
+    format: Format,
+
+    /// Also run a fan-out sweep (--sweep counts; shape options apply) and draw its throughput
+    /// against subscriber count for rill and each peer, as an SVG line chart.
+    #[arg(long, value_name = "FILE.svg", help_heading = "Output")]
+    plot: Option<PathBuf>,
+
+    /// Skip the cross-core ping-pong probe.
+    #[arg(long, help_heading = "Output")]
+    no_probe: bool,
+}
+
+impl Cli {
+    fn shape_given(&self) -> bool {
+        self.producers.is_some()
+            || self.subscribers.is_some()
+            || self.consumers.is_some()
+            || self.dedicated
+            || self.partitions.is_some()
+            || self.batch.is_some()
+            || self.rate.is_some()
+            || self.delivery.is_some()
+    }
+
+    /// Applies the shape and workload options to `sc`.
+    fn apply(&self, sc: &mut Scenario, default_seconds: f64) {
+        let s = &mut sc.shape;
+        if let Some(p) = self.producers {
+            s.producers = p.max(1);
         }
-        for _ in 0..publishers {
-            let (log, body, barrier) = (&log, &body, &barrier);
-            s.spawn(move || {
-                barrier.wait();
-                for _ in 0..per_publisher {
-                    log.append(&Record::new(body)).expect("append");
-                }
-            });
+        if let Some(n) = self.subscribers {
+            s.subscribers = n.max(1);
+            if s.mode == SubMode::Pull {
+                s.mode = SubMode::Pool;
+            }
         }
-        barrier.wait();
-        Instant::now()
-    });
-    total as f64 / start.elapsed().as_secs_f64()
+        if let Some(n) = self.consumers {
+            s.subscribers = n.max(1);
+            s.mode = SubMode::Pull;
+        }
+        if self.dedicated && s.mode == SubMode::Pool {
+            s.mode = SubMode::Dedicated;
+        }
+        if let Some(p) = self.partitions {
+            s.partitions = p.max(1);
+        }
+        if let Some(b) = self.batch {
+            s.batch = b.max(1);
+        }
+        if let Some(r) = self.rate {
+            s.rate = Some(r.max(1));
+        }
+        if let Some(d) = self.delivery {
+            s.delivery = d;
+        }
+        s.payload = self.payload;
+        s.poll_batch = self.poll_batch.max(1);
+        s.capacity = self.capacity.max(1);
+        if let Some(k) = self.sample_every {
+            s.sample_every = k.max(1);
+        }
+        s.amount = match (self.messages, self.duration) {
+            (Some(n), _) => Amount::Messages(n.max(1)),
+            (None, Some(d)) => Amount::Seconds(d.max(0.001)),
+            // Rate-limited scenarios keep their own length.
+            (None, None) if s.rate.is_some() => s.amount,
+            (None, None) => Amount::Seconds(default_seconds),
+        };
+        // A changed shape is no longer the one the targets were set for.
+        if (self.shape_given() || self.payload != 64) && !sc.targets.is_empty() {
+            sc.targets.clear();
+            sc.name = format!("{}*", sc.name);
+            sc.title = format!("{} (modified, no targets)", sc.title);
+        }
+    }
 }
 
 fn main() {
-    let n: u64 = 5_000_000;
-    println!("{:<28} {:>14} {:>10}", "scenario (64 B payloads)", "msgs/s", "MB/s");
-    for (p, r) in [(1, 0), (2, 0), (1, 1), (1, 4), (4, 1)] {
-        let rate = run(p, r, n / p as u64, 64);
-        println!("{:<28} {:>14.0} {:>10.1}", format!("{p} publisher(s) -> {r} reader(s)"), rate, rate * 64.0 / 1e6);
+    let cli = Cli::parse();
+    let started = Instant::now();
+    let comparing = cli.compare || !cli.peers.is_empty() || matches!(cli.suite, Suite::Report | Suite::Sweep);
+    let peers: Vec<System> = if !comparing {
+        Vec::new()
+    } else if cli.peers.is_empty() {
+        System::PEERS.to_vec()
+    } else {
+        let mut p: Vec<System> = cli.peers.iter().copied().filter(|s| *s != System::Rill).collect();
+        p.dedup();
+        p
+    };
+    let default_suite_alone =
+        cli.scenario.is_empty() && !cli.shape_given() && cli.suite == Suite::Default && !comparing;
+    let default_seconds = if default_suite_alone { 1.0 } else { 0.5 };
+    let pairs = cli.pairs.max(1);
+
+    let mut list: Vec<Scenario> = if !cli.scenario.is_empty() {
+        cli.scenario.iter().map(|n| scenarios::named(*n)).collect()
+    } else if cli.shape_given() {
+        let mut sc = scenarios::named(Named::OneToOne);
+        sc.name = "custom".into();
+        sc.title = "custom shape".into();
+        sc.targets.clear();
+        vec![sc]
+    } else {
+        scenarios::suite(cli.suite, &cli.sweep)
+    };
+    if cli.plot.is_some() && !list.iter().any(|s| s.sweep) {
+        list.extend(scenarios::suite(Suite::Sweep, &cli.sweep));
     }
+    for sc in &mut list {
+        cli.apply(sc, default_seconds);
+        if sc.sweep {
+            // The sweep varies the subscriber count, whatever --subscribers says.
+            let n = sc.name.trim_start_matches("fan-out-").parse().unwrap_or(sc.shape.subscribers);
+            sc.shape.subscribers = n;
+        }
+    }
+
+    let env = Env {
+        workers: cli.workers,
+        retention_mib: cli.retention_mib.max(1),
+        warmup: !cli.no_warmup,
+        overflow: cli.overflow,
+        batch_handler: cli.batch_handler,
+        peer_payload: cli.peer_payload,
+        timeout: Duration::from_secs_f64(cli.timeout.max(0.1)),
+    };
+
+    let total: u64 = list.iter().map(|sc| bench::planned_runs(sc, &peers, pairs)).sum();
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new(total);
+        bar.set_style(
+            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} runs  {msg}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+
+    let probe = if cli.no_probe {
+        None
+    } else {
+        bar.set_message("cross-core ping-pong probe");
+        Some(probe::ping_pong(7, Duration::from_millis(40)))
+    };
+    if let Some(p) = probe.as_ref().filter(|_| !bar.is_hidden()) {
+        // Early word on the machine's state while the runs go on.
+        bar.suspend(|| eprintln!("{}", p.describe()));
+    }
+
+    let mut results = Vec::new();
+    for sc in &list {
+        results.push(bench::measure(sc, &peers, pairs, &env, &bar));
+    }
+    bar.finish_and_clear();
+
+    let report = Report {
+        version: env!("CARGO_PKG_VERSION").into(),
+        command: command_line(),
+        probe: probe.clone(),
+        notes: notes(&env, &peers, &list, pairs),
+        env,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        scenarios: results,
+    };
+    print!("{}", report::render(&report, cli.format));
+
+    if let Some(path) = &cli.plot {
+        let series = plot::series(&report.scenarios);
+        let sub = match &probe {
+            Some(p) => format!("{} B payloads; ping-pong probe {:.0} ns/round trip", cli.payload, p.round_trip_ns),
+            None => format!("{} B payloads", cli.payload),
+        };
+        let svg = plot::svg("rill-bench: fan-out throughput against subscriber count", &sub, &series);
+        match std::fs::write(path, svg) {
+            Ok(()) => eprintln!("wrote {}", path.display()),
+            Err(e) => {
+                eprintln!("cannot write {}: {e}", path.display());
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
+/// The command line, with the binary shown as `rill-bench`.
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.is_empty() { "rill-bench".into() } else { format!("rill-bench {}", args.join(" ")) }
+}
+
+/// The setup, in words, for the report header.
+fn notes(env: &Env, peers: &[System], list: &[Scenario], pairs: usize) -> Vec<String> {
+    let mut n = Vec::new();
+    let workers = env.workers();
+    let cap = list.first().map_or(4096, |s| s.shape.capacity);
+    n.push(format!(
+        "rill: a fresh in-memory broker per run, {workers} pool workers{}; retention {} MiB per partition, {}",
+        if env.workers.is_none() { " (one per core, the default)" } else { "" },
+        env.retention_mib,
+        if env.warmup {
+            "log pre-filled past retention before each run so segment memory is recycled (steady state)"
+        } else {
+            "no warm-up (first-touch page faults are measured)"
+        }
+    ));
+    n.push(match env.overflow {
+        RillOverflow::Block => format!(
+            "rill subscribers use Overflow::Block with lag_limit {cap}: publishers wait, as with a bounded channel of {cap}"
+        ),
+        RillOverflow::Drop => "rill subscribers use Overflow::DropOldest (default): only retention bounds the lag".into(),
+    });
+    if env.batch_handler {
+        n.push("rill push subscribers use subscribe_batch (up to 64 messages per handler call)".into());
+    }
+    if !peers.is_empty() {
+        let names: Vec<&str> = peers.iter().map(|p| p.name()).collect();
+        n.push(format!(
+            "peers ({}): capacity {cap} each; payload {} per message; see PEERS.md; {pairs} interleaved pairs (rill, peer) per peer",
+            names.join(", "),
+            match env.peer_payload {
+                PeerPayload::Vec => "a Vec<u8> (cloned per subscriber)",
+                PeerPayload::Arc => "an Arc<[u8]> (shared)",
+            }
+        ));
+    }
+    let amount = list.iter().find(|s| s.shape.rate.is_none()).map(|s| s.shape.amount);
+    n.push(match amount {
+        Some(Amount::Seconds(s)) => format!(
+            "each run publishes for {s} s, then the subscribers drain; time cap {:.0} s",
+            env.timeout.as_secs_f64()
+        ),
+        Some(Amount::Messages(m)) => {
+            format!("each producer publishes {m} messages per run; time cap {:.0} s", env.timeout.as_secs_f64())
+        }
+        None => format!("time cap {:.0} s per run", env.timeout.as_secs_f64()),
+    });
+    n.push(
+        "msgs/s = delivered messages per subscriber per second (median of runs); deliv/s = msgs/s x subscribers; \
+         latency = publish to handler, HDR histogram over all runs"
+            .into(),
+    );
+    n
 }

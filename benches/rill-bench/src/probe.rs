@@ -1,0 +1,124 @@
+//! The cross-core ping-pong probe: two threads (pinned to two different cores
+//! where the OS allows) bounce a counter through one atomic, and the probe
+//! reports nanoseconds per round trip. Anything that moves data between cores
+//! scales with this number, so it tells a reader which state a shared VM was
+//! in when a run was taken.
+
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::stats::median;
+
+/// What the probe measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Probe {
+    /// Median of the probe's rounds, ns per round trip.
+    pub round_trip_ns: f64,
+    /// Fastest round.
+    pub min_ns: f64,
+    /// Slowest round.
+    pub max_ns: f64,
+    /// Whether the two threads were pinned to distinct cores.
+    pub pinned: bool,
+}
+
+impl Probe {
+    /// One line for the table output.
+    pub fn describe(&self) -> String {
+        format!(
+            "cross-core ping-pong: {:.0} ns per round trip (median of rounds; fastest {:.0}, slowest {:.0}{})",
+            self.round_trip_ns,
+            self.min_ns,
+            self.max_ns,
+            if self.pinned { ", threads pinned to cores 0 and 1" } else { ", threads not pinned" }
+        )
+    }
+}
+
+/// Bounces an atomic between two threads for `rounds` rounds of about `each`.
+pub fn ping_pong(rounds: usize, each: Duration) -> Probe {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let pinned = cores.len() >= 2;
+    let flag = AtomicU64::new(0);
+    let barrier = Barrier::new(2);
+    let stop = AtomicU64::new(u64::MAX);
+    let mut results = Vec::with_capacity(rounds);
+    std::thread::scope(|s| {
+        let (flag, barrier, stop) = (&flag, &barrier, &stop);
+        let (c0, c1) = if pinned { (Some(cores[0]), Some(cores[1])) } else { (None, None) };
+        // The ponger: answers every odd value with the next even one.
+        s.spawn(move || {
+            if let Some(c) = c1 {
+                core_affinity::set_for_current(c);
+            }
+            for _ in 0..rounds {
+                barrier.wait();
+                let mut seen = 0;
+                loop {
+                    let v = flag.load(Ordering::Acquire);
+                    if v != seen && v % 2 == 1 {
+                        flag.store(v + 1, Ordering::Release);
+                        seen = v + 1;
+                    }
+                    if v >= stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                }
+                barrier.wait();
+            }
+        });
+        let pinger = s.spawn(move || {
+            if let Some(c) = c0 {
+                core_affinity::set_for_current(c);
+            }
+            let mut out = Vec::with_capacity(rounds);
+            for _ in 0..rounds {
+                stop.store(u64::MAX, Ordering::Relaxed);
+                flag.store(0, Ordering::Release);
+                barrier.wait();
+                let start = Instant::now();
+                let mut trips = 0u64;
+                let mut v = 0u64;
+                loop {
+                    flag.store(v + 1, Ordering::Release);
+                    while flag.load(Ordering::Acquire) != v + 2 {
+                        std::hint::spin_loop();
+                    }
+                    v += 2;
+                    trips += 1;
+                    if trips % 256 == 0 && start.elapsed() >= each {
+                        break;
+                    }
+                }
+                let ns = start.elapsed().as_nanos() as f64 / trips as f64;
+                // Release the ponger: a value at or past `stop` ends its loop.
+                stop.store(v + 1, Ordering::Relaxed);
+                flag.store(v + 1, Ordering::Release);
+                barrier.wait();
+                out.push(ns);
+            }
+            out
+        });
+        results = pinger.join().expect("probe thread");
+    });
+    Probe {
+        round_trip_ns: median(&results),
+        min_ns: results.iter().copied().fold(f64::INFINITY, f64::min),
+        max_ns: results.iter().copied().fold(0.0, f64::max),
+        pinned,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_probe_measures_something() {
+        let p = super::ping_pong(3, std::time::Duration::from_millis(5));
+        assert!(p.round_trip_ns > 0.0 && p.round_trip_ns.is_finite());
+        assert!(p.min_ns <= p.round_trip_ns && p.round_trip_ns <= p.max_ns);
+    }
+}

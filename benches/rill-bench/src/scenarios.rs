@@ -1,0 +1,256 @@
+//! Named scenarios, the suites that group them, and the targets the issue
+//! sets for rill against its peers.
+
+use serde::Serialize;
+
+use crate::measure::{Amount, Delivery, Shape, SubMode};
+use crate::systems::System;
+
+/// What a scenario's comparison is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Metric {
+    /// Delivered messages per second; ratio = rill / peer.
+    Throughput,
+    /// Publish-to-handler latency at a fixed rate; ratio = peer p50 / rill p50.
+    Latency,
+}
+
+/// A goal to report against (not a test).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Target {
+    /// rill / peer throughput: median at least `median`, worst pair at least `worst`.
+    Ratio {
+        /// The peer.
+        peer: System,
+        /// Least median ratio.
+        median: f64,
+        /// Least worst-pair ratio, if set.
+        worst: Option<f64>,
+    },
+    /// rill's own latency percentiles.
+    Latency {
+        /// Largest p50, ns.
+        p50_ns: u64,
+        /// Largest p99, ns.
+        p99_ns: u64,
+    },
+}
+
+impl Target {
+    /// How the target reads in a table, e.g. ">= 2.5x median".
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Ratio { median, worst: None, .. } => format!(">= {median}x"),
+            Target::Ratio { median, worst: Some(w), .. } => format!(">= {median}x, worst >= {w}x"),
+            Target::Latency { p50_ns, p99_ns } => format!("p50 <= {p50_ns} ns, p99 <= {p99_ns} ns"),
+        }
+    }
+}
+
+/// A named workload.
+#[derive(Debug, Clone, Serialize)]
+pub struct Scenario {
+    /// Short name (`--scenario`).
+    pub name: String,
+    /// What it measures.
+    pub title: String,
+    /// The workload.
+    pub shape: Shape,
+    /// Throughput or latency.
+    pub metric: Metric,
+    /// Goals from the issue.
+    pub targets: Vec<Target>,
+    /// Part of a subscriber-count sweep (plotted by `--plot`).
+    pub sweep: bool,
+}
+
+/// The scenarios the tool knows by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Named {
+    /// 1 producer -> 1 push subscriber (worker pool).
+    OneToOne,
+    /// 1 producer -> 1 subscriber, published in batches of 64.
+    #[value(name = "batch-64")]
+    Batch64,
+    /// 2 producers -> 1 push subscriber.
+    #[value(name = "publish-2")]
+    Publish2,
+    /// 1 producer -> 4 push subscribers (worker pool).
+    #[value(name = "fan-out-4")]
+    FanOut4,
+    /// 1 producer -> 8 push subscribers (worker pool).
+    #[value(name = "fan-out-8")]
+    FanOut8,
+    /// 1 producer -> 16 push subscribers (worker pool).
+    #[value(name = "fan-out-16")]
+    FanOut16,
+    /// 1 producer -> 8 push subscribers, each on its own thread (more threads than cores).
+    #[value(name = "fan-out-8-threads")]
+    FanOut8Threads,
+    /// 4 producers -> 1 push subscriber.
+    #[value(name = "mpsc-4")]
+    Mpsc4,
+    /// 1 producer -> 1 pull consumer polling in batches.
+    Pull,
+    /// one-way latency at 100k msgs/s, dedicated (spinning) subscriber.
+    Latency,
+}
+
+/// Sets of scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Suite {
+    /// rill alone over a spread of shapes (about a minute); add --compare for peers.
+    Default,
+    /// The issue's targets, each against every peer (with --compare implied).
+    Report,
+    /// Fan-out over the --sweep subscriber counts against every peer (for --plot).
+    Sweep,
+}
+
+/// The shape every scenario starts from.
+pub fn base_shape() -> Shape {
+    Shape {
+        producers: 1,
+        subscribers: 1,
+        mode: SubMode::Pool,
+        partitions: 1,
+        payload: 64,
+        batch: 1,
+        poll_batch: 256,
+        amount: Amount::Seconds(0.5),
+        rate: None,
+        capacity: 4096,
+        delivery: Delivery::AtLeastOnce,
+        sample_every: 64,
+    }
+}
+
+fn ratio(peer: System, median: f64) -> Target {
+    Target::Ratio { peer, median, worst: None }
+}
+
+/// A fan-out scenario with `n` push subscribers on the pool.
+pub fn fan_out(n: usize, sweep: bool) -> Scenario {
+    Scenario {
+        name: format!("fan-out-{n}"),
+        title: format!("fan-out to {n} subscriber{}", if n == 1 { "" } else { "s" }),
+        shape: Shape { subscribers: n, ..base_shape() },
+        metric: Metric::Throughput,
+        targets: if n == 8 && !sweep { vec![ratio(System::Bus, 2.0), ratio(System::Tokio, 4.0)] } else { vec![] },
+        sweep,
+    }
+}
+
+/// The scenario called `name`.
+pub fn named(name: Named) -> Scenario {
+    let base = base_shape();
+    let sc = |name: &str, title: &str, shape: Shape, targets: Vec<Target>| Scenario {
+        name: name.into(),
+        title: title.into(),
+        shape,
+        metric: Metric::Throughput,
+        targets,
+        sweep: false,
+    };
+    match name {
+        Named::OneToOne => sc("one-to-one", "one producer, one subscriber", base, vec![ratio(System::Crossbeam, 2.5)]),
+        Named::Batch64 => sc("batch-64", "one to one, published in batches of 64", Shape { batch: 64, ..base }, vec![]),
+        Named::Publish2 => sc("publish-2", "two producers, one subscriber", Shape { producers: 2, ..base }, vec![]),
+        Named::FanOut4 => fan_out(4, false),
+        Named::FanOut8 => fan_out(8, false),
+        Named::FanOut16 => fan_out(16, false),
+        Named::FanOut8Threads => sc(
+            "fan-out-8-threads",
+            "fan-out to 8 subscribers, a thread each (more threads than cores)",
+            Shape { subscribers: 8, mode: SubMode::Dedicated, ..base },
+            vec![ratio(System::TokioBlocking, 10.0)],
+        ),
+        Named::Mpsc4 => sc(
+            "mpsc-4",
+            "four producers, one subscriber",
+            Shape { producers: 4, ..base },
+            vec![Target::Ratio { peer: System::Crossbeam, median: 1.0, worst: Some(0.5) }],
+        ),
+        Named::Pull => {
+            sc("pull", "one producer, one pull consumer (poll batches)", Shape { mode: SubMode::Pull, ..base }, vec![])
+        }
+        Named::Latency => Scenario {
+            name: "latency".into(),
+            title: "one-way latency at 100k msgs/s, dedicated spinning subscriber".into(),
+            shape: Shape {
+                mode: SubMode::Dedicated,
+                rate: Some(100_000),
+                sample_every: 1,
+                amount: Amount::Seconds(0.5),
+                ..base
+            },
+            metric: Metric::Latency,
+            targets: vec![Target::Latency { p50_ns: 200, p99_ns: 1_000 }],
+            sweep: false,
+        },
+    }
+}
+
+/// The scenarios of a suite (`sweep` lists the subscriber counts of the sweep).
+pub fn suite(suite: Suite, sweep: &[usize]) -> Vec<Scenario> {
+    match suite {
+        Suite::Default => [
+            Named::OneToOne,
+            Named::Batch64,
+            Named::FanOut4,
+            Named::FanOut8,
+            Named::FanOut8Threads,
+            Named::Mpsc4,
+            Named::Pull,
+            Named::Latency,
+        ]
+        .into_iter()
+        .map(named)
+        .collect(),
+        Suite::Report => [Named::OneToOne, Named::FanOut8, Named::FanOut8Threads, Named::Mpsc4, Named::Latency]
+            .into_iter()
+            .map(named)
+            .collect(),
+        Suite::Sweep => sweep.iter().map(|&n| fan_out(n, true)).collect(),
+    }
+}
+
+/// Whether `system` can run `shape` at all, and why not.
+pub fn unsupported(system: System, shape: &Shape) -> Option<String> {
+    match system {
+        System::Bus if shape.producers > 1 => Some("bus has a single producer".into()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_suite_covers_every_target_of_the_issue() {
+        let report = suite(Suite::Report, &[]);
+        let names: Vec<_> = report.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["one-to-one", "fan-out-8", "fan-out-8-threads", "mpsc-4", "latency"]);
+        let peers: Vec<System> = report
+            .iter()
+            .flat_map(|s| &s.targets)
+            .filter_map(|t| match t {
+                Target::Ratio { peer, .. } => Some(*peer),
+                Target::Latency { .. } => None,
+            })
+            .collect();
+        assert_eq!(peers, [System::Crossbeam, System::Bus, System::Tokio, System::TokioBlocking, System::Crossbeam]);
+        assert_eq!(named(Named::Latency).shape.rate, Some(100_000));
+    }
+
+    #[test]
+    fn sweeps_follow_the_counts_given() {
+        let s = suite(Suite::Sweep, &[1, 3]);
+        assert_eq!(s.iter().map(|s| s.shape.subscribers).collect::<Vec<_>>(), [1, 3]);
+        assert!(s.iter().all(|s| s.sweep && s.targets.is_empty()));
+    }
+}

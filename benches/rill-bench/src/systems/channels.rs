@@ -1,0 +1,99 @@
+//! crossbeam-channel and flume, used the way a user fans out with an MPMC
+//! channel: one bounded channel per subscriber, a thread per subscriber
+//! receiving in a loop, and every producer sending each message to every
+//! channel (a clone for all but the last). With several producers each holds
+//! a clone of every `Sender` (the channels' own many-producer mode).
+
+use std::thread::JoinHandle;
+
+use rill::clock::now_ns;
+
+use super::{Env, Msg, Payload};
+use crate::measure::{Outcome, ProducerFn, Run, Shape, Tally, drive, execute};
+
+/// crossbeam-channel: `bounded(capacity)` per subscriber.
+pub fn run_crossbeam<P: Payload>(shape: &Shape, env: &Env) -> Outcome {
+    run_channels(
+        shape,
+        env,
+        crossbeam_channel::bounded::<Msg<P>>,
+        |tx, m| tx.send(m).is_ok(),
+        |rx, mut t: Tally| {
+            for m in rx {
+                t.on(m.data.bytes(), m.ts);
+            }
+        },
+    )
+}
+
+/// flume: `bounded(capacity)` per subscriber.
+pub fn run_flume<P: Payload>(shape: &Shape, env: &Env) -> Outcome {
+    run_channels(
+        shape,
+        env,
+        flume::bounded::<Msg<P>>,
+        |tx, m| tx.send(m).is_ok(),
+        |rx, mut t: Tally| {
+            for m in rx {
+                t.on(m.data.bytes(), m.ts);
+            }
+        },
+    )
+}
+
+fn run_channels<P, Tx, Rx>(
+    shape: &Shape,
+    env: &Env,
+    make: fn(usize) -> (Tx, Rx),
+    send: fn(&Tx, Msg<P>) -> bool,
+    consume: fn(Rx, Tally),
+) -> Outcome
+where
+    P: Payload,
+    Tx: Clone + Send,
+    Rx: Send + 'static,
+{
+    let run = Run::new(shape);
+    let (txs, rxs): (Vec<Tx>, Vec<Rx>) = (0..shape.subscribers).map(|_| make(shape.capacity.max(1))).unzip();
+    let subs: Vec<JoinHandle<()>> = rxs
+        .into_iter()
+        .enumerate()
+        .map(|(i, rx)| {
+            let tally = run.tally(i);
+            std::thread::Builder::new()
+                .name(format!("bench-sub-{i}"))
+                .spawn(move || consume(rx, tally))
+                .expect("spawn a subscriber")
+        })
+        .collect();
+    let producers: Vec<ProducerFn<'_>> = (0..shape.producers)
+        .map(|p| {
+            let txs = txs.clone();
+            Box::new(move |run: &Run| {
+                drive(shape, run, p, |bufs| {
+                    let Some((last, rest)) = txs.split_last() else { return false };
+                    for b in bufs {
+                        let m = Msg { ts: now_ns(), data: P::copy_from(b) };
+                        for tx in rest {
+                            if !send(tx, m.clone()) {
+                                return false;
+                            }
+                        }
+                        if !send(last, m) {
+                            return false;
+                        }
+                    }
+                    true
+                })
+            }) as ProducerFn<'_>
+        })
+        .collect();
+    // Only the producers hold senders now: when they finish, the channels
+    // disconnect and the subscriber threads end.
+    drop(txs);
+    let out = execute(&run, env.timeout, producers);
+    for s in subs {
+        let _ = s.join();
+    }
+    out
+}

@@ -1,0 +1,168 @@
+//! The systems under test: rill and its peers, each driven the way its own
+//! documentation recommends (see `PEERS.md`), with the same payloads, the same
+//! producer loop and the same per-message work (`measure::Tally`).
+
+mod bus_peer;
+mod channels;
+mod disruptor_peer;
+mod rill_sys;
+mod tokio_peer;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::measure::{Outcome, Shape};
+
+/// A system the tool can drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum System {
+    /// rill: a broker topic, push subscriptions or pull consumers.
+    #[value(skip)]
+    Rill,
+    /// crossbeam-channel: one bounded channel per subscriber, each message cloned.
+    Crossbeam,
+    /// flume: one bounded channel per subscriber, each message cloned.
+    Flume,
+    /// tokio::sync::broadcast, receivers as async tasks on a multi-thread runtime.
+    Tokio,
+    /// tokio::sync::broadcast, receivers on OS threads with `blocking_recv`.
+    TokioBlocking,
+    /// bus: single-producer broadcast ring, a reader thread per subscriber.
+    Bus,
+    /// disruptor (v4): ring buffer, a busy-spinning processor thread per subscriber.
+    Disruptor,
+}
+
+impl System {
+    /// Every peer, in report order.
+    pub const PEERS: [System; 6] =
+        [System::Crossbeam, System::Flume, System::Tokio, System::TokioBlocking, System::Bus, System::Disruptor];
+
+    /// Its name in tables and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Rill => "rill",
+            System::Crossbeam => "crossbeam",
+            System::Flume => "flume",
+            System::Tokio => "tokio",
+            System::TokioBlocking => "tokio-blocking",
+            System::Bus => "bus",
+            System::Disruptor => "disruptor",
+        }
+    }
+}
+
+/// How peers carry a payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum PeerPayload {
+    /// `Vec<u8>`: a fresh buffer per message, cloned per subscriber when fanned out.
+    Vec,
+    /// `Arc<[u8]>`: one buffer per message, shared by reference count.
+    Arc,
+}
+
+/// rill's behaviour when a subscriber falls `capacity` messages behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum RillOverflow {
+    /// `Overflow::Block` with `lag_limit = capacity`: publishers wait, like a
+    /// bounded channel; nothing is lost.
+    Block,
+    /// rill's default: no lag limit, only retention bounds the lag; a
+    /// subscriber that falls behind retention skips (counted as lost).
+    Drop,
+}
+
+/// Settings that are not part of the workload's shape.
+#[derive(Debug, Clone, Serialize)]
+pub struct Env {
+    /// rill worker pool size (`None`: one per core, rill's default); also the
+    /// tokio runtime's worker count.
+    pub workers: Option<usize>,
+    /// rill retention per partition, MiB.
+    pub retention_mib: u64,
+    /// Fill rill's log past retention before each run, so segment memory is
+    /// recycled (steady state) instead of faulted in during the measurement.
+    pub warmup: bool,
+    /// rill overflow policy.
+    pub overflow: RillOverflow,
+    /// rill push subscriptions use `subscribe_batch` (runs of up to 64
+    /// messages per handler call) instead of `subscribe`.
+    pub batch_handler: bool,
+    /// Payload type of the peers.
+    pub peer_payload: PeerPayload,
+    /// Time cap of one run.
+    pub timeout: Duration,
+}
+
+impl Env {
+    /// The worker count to use.
+    pub fn workers(&self) -> usize {
+        self.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+    }
+}
+
+/// A payload as peers carry it: a byte buffer, cloned per subscriber.
+pub trait Payload: Clone + Send + Sync + 'static {
+    /// A new payload with these bytes.
+    fn copy_from(bytes: &[u8]) -> Self;
+    /// Its bytes.
+    fn bytes(&self) -> &[u8];
+}
+
+impl Payload for Vec<u8> {
+    #[inline]
+    fn copy_from(bytes: &[u8]) -> Self {
+        bytes.to_vec()
+    }
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Payload for Arc<[u8]> {
+    #[inline]
+    fn copy_from(bytes: &[u8]) -> Self {
+        Arc::from(bytes)
+    }
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// A message as peers carry it: the publish timestamp (on rill's clock, read
+/// by the producer just as rill reads it in `publish`) and the payload.
+#[derive(Debug, Clone)]
+pub struct Msg<P> {
+    /// `rill::clock::now_ns()` at send.
+    pub ts: u64,
+    /// The payload.
+    pub data: P,
+}
+
+/// Runs `shape` once on `system`.
+pub fn run(system: System, shape: &Shape, env: &Env) -> Outcome {
+    match (system, env.peer_payload) {
+        (System::Rill, _) => rill_sys::run(shape, env),
+        (System::Disruptor, _) => disruptor_peer::run(shape, env),
+        (s, PeerPayload::Vec) => run_peer::<Vec<u8>>(s, shape, env),
+        (s, PeerPayload::Arc) => run_peer::<Arc<[u8]>>(s, shape, env),
+    }
+}
+
+fn run_peer<P: Payload>(system: System, shape: &Shape, env: &Env) -> Outcome {
+    match system {
+        System::Crossbeam => channels::run_crossbeam::<P>(shape, env),
+        System::Flume => channels::run_flume::<P>(shape, env),
+        System::Tokio => tokio_peer::run::<P>(shape, env, false),
+        System::TokioBlocking => tokio_peer::run::<P>(shape, env, true),
+        System::Bus => bus_peer::run::<P>(shape, env),
+        System::Rill | System::Disruptor => unreachable!("dispatched above"),
+    }
+}

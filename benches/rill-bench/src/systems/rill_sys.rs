@@ -1,0 +1,167 @@
+//! rill: one topic on an in-memory broker; push subscriptions (worker pool or
+//! dedicated threads) or pull consumers (a thread each, `poll` in batches).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rill::{
+    Ack, Broker, BrokerConfig, ConsumerOptions, ConsumerStart, DeliveryMode, Message, Overflow, Publisher, Record,
+    SubscriptionOptions, TopicOptions,
+};
+
+use super::{Env, RillOverflow};
+use crate::measure::{Delivery, Outcome, ProducerFn, Run, Shape, Status, SubMode, drive, execute};
+
+const TOPIC: &str = "bench";
+
+/// Runs `shape` once on a fresh broker.
+pub fn run(shape: &Shape, env: &Env) -> Outcome {
+    match try_run(shape, env) {
+        Ok(o) => o,
+        Err(e) => Outcome::not_run(Status::Failed(e.to_string()), shape.subscribers),
+    }
+}
+
+/// Encoded size of a record with no key or attributes (24-byte header).
+fn record_bytes(payload: usize) -> u64 {
+    24 + payload as u64
+}
+
+/// Publishes one and a half retentions' worth per partition before anything
+/// subscribes, so segments have been trimmed and recycled: the measured run
+/// then writes into memory that is already faulted in (steady state).
+fn warm_up(publisher: &Publisher, shape: &Shape, retention: u64) -> rill::Result<()> {
+    let body = vec![0u8; shape.payload];
+    let records = vec![Record::new(&body); 1024];
+    let total = shape.partitions as u64 * (retention + retention / 2) / record_bytes(shape.payload) + 1024;
+    let mut left = total;
+    while left > 0 {
+        let n = left.min(records.len() as u64) as usize;
+        publisher.publish_batch(&records[..n])?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+fn try_run(shape: &Shape, env: &Env) -> rill::Result<Outcome> {
+    rill::clock::warm_up();
+    let broker = Broker::new(BrokerConfig { worker_threads: env.workers, ..BrokerConfig::default() })?;
+    let retention = env.retention_mib << 20;
+    broker.create_topic(
+        TOPIC,
+        &TopicOptions { partitions: shape.partitions, retention_bytes: Some(retention), ..TopicOptions::default() },
+    )?;
+    let publisher = broker.publisher(TOPIC)?;
+    if env.warmup {
+        warm_up(&publisher, shape, retention)?;
+    }
+    let run = Run::new(shape);
+    let mut subs = Vec::new();
+    let mut consumers = Vec::new();
+    match shape.mode {
+        SubMode::Pool | SubMode::Dedicated => {
+            for i in 0..shape.subscribers {
+                let mut tally = run.tally(i);
+                let r = run.clone();
+                let (overflow, lag_limit) = match env.overflow {
+                    RillOverflow::Block => (Overflow::Block, Some(shape.capacity.max(1) as u64)),
+                    RillOverflow::Drop => (Overflow::DropOldest, None),
+                };
+                let options = SubscriptionOptions {
+                    dedicated_thread: shape.mode == SubMode::Dedicated,
+                    delivery: match shape.delivery {
+                        Delivery::AtLeastOnce => DeliveryMode::AtLeastOnce,
+                        Delivery::AtMostOnce => DeliveryMode::AtMostOnce,
+                    },
+                    overflow,
+                    lag_limit,
+                    on_lagged: Some(Arc::new(move |_: &str, _: u32, n: u64| r.add_missed(i, n))),
+                    ..SubscriptionOptions::default()
+                };
+                subs.push(if env.batch_handler {
+                    broker.subscribe_batch(TOPIC, options, move |msgs: &[Message<'_>], _acks: &mut [Ack]| {
+                        for m in msgs {
+                            tally.on(m.payload(), m.timestamp_ns());
+                        }
+                        msgs.len()
+                    })?
+                } else {
+                    broker.subscribe(TOPIC, options, move |m: &Message<'_>| {
+                        tally.on(m.payload(), m.timestamp_ns());
+                        Ack::Success
+                    })?
+                });
+            }
+        }
+        SubMode::Pull => {
+            for i in 0..shape.subscribers {
+                let mut consumer =
+                    broker.consumer(&format!("bench-{i}"), TOPIC, ConsumerOptions { start: ConsumerStart::Latest })?;
+                let starts =
+                    (0..consumer.partitions()).map(|p| consumer.position(p)).collect::<rill::Result<Vec<_>>>()?;
+                let mut tally = run.tally(i);
+                let r = run.clone();
+                let max = shape.poll_batch.max(1);
+                let thread = std::thread::Builder::new().name(format!("bench-consumer-{i}")).spawn(move || {
+                    let mut delivered = 0u64;
+                    let mut missed = 0u64;
+                    while !tally.done() && !r.aborted() {
+                        let Ok(batch) = consumer.poll(max, Duration::from_millis(20)) else { break };
+                        delivered += batch.len() as u64;
+                        for m in batch {
+                            tally.on(m.payload(), m.timestamp_ns());
+                        }
+                        // What the cursors moved past without handing out was
+                        // trimmed by retention: count it as missed.
+                        let moved: u64 =
+                            starts.iter().enumerate().map(|(p, s)| consumer.position(p as u32).unwrap_or(*s) - s).sum();
+                        if moved > delivered + missed {
+                            let n = moved - delivered - missed;
+                            missed += n;
+                            tally.missed(n);
+                        }
+                    }
+                });
+                consumers.push(thread.map_err(|e| rill::Error::InvalidArgument(e.to_string()))?);
+            }
+        }
+    }
+
+    let errors = Mutex::new(Vec::<String>::new());
+    let producers: Vec<ProducerFn<'_>> = (0..shape.producers)
+        .map(|p| {
+            let publisher = publisher.clone();
+            let errors = &errors;
+            Box::new(move |run: &Run| {
+                drive(shape, run, p, |bufs| {
+                    let res = if let [one] = bufs {
+                        publisher.publish(&Record::new(one)).map(|_| ())
+                    } else {
+                        let records: Vec<Record<'_>> = bufs.iter().map(|b| Record::new(b)).collect();
+                        publisher.publish_batch(&records).map(|_| ())
+                    };
+                    match res {
+                        Ok(()) => true,
+                        Err(e) => {
+                            errors.lock().unwrap_or_else(|e| e.into_inner()).push(e.to_string());
+                            false
+                        }
+                    }
+                })
+            }) as ProducerFn<'_>
+        })
+        .collect();
+    let mut outcome = execute(&run, env.timeout, producers);
+    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().next() {
+        outcome.status = Status::Failed(format!("publish failed: {e}"));
+    }
+    for s in &subs {
+        s.close();
+    }
+    for c in consumers {
+        let _ = c.join();
+    }
+    drop(subs);
+    broker.close();
+    Ok(outcome)
+}
