@@ -415,6 +415,12 @@ typedef struct {
      * Also called if `rill_subscribe` fails, so `user_data` never leaks.
      */
     rill_destructor user_data_free;
+    /**
+     * With `dedicated_thread`: microseconds the thread keeps polling for
+     * new messages before it parks (0, the default: spin briefly, yield,
+     * park). For the lowest latency, more than the gap between messages.
+     */
+    uint64_t idle_spin_us;
 } rill_subscription_options;
 
 /**

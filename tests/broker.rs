@@ -542,12 +542,28 @@ fn dedicated_thread_subscriptions_deliver_too() {
     let b = broker();
     topic(&b, "t", 2);
     let (s, seen) = sub_with(&b, "t", SubscriptionOptions { dedicated_thread: true, ..Default::default() });
+    // One that keeps polling for 200 µs before it parks.
+    let spin = SubscriptionOptions {
+        dedicated_thread: true,
+        idle_spin: Some(Duration::from_micros(200)),
+        ..Default::default()
+    };
+    let (spinning, spun) = sub_with(&b, "t", spin);
     for i in 0..1_000u32 {
         b.publish("t", &Record::new(&i.to_le_bytes())).unwrap();
+        if i % 100 == 0 {
+            std::thread::sleep(Duration::from_millis(1)); // let both go idle now and then
+        }
     }
-    assert!(s.wait_idle(WAIT).unwrap());
+    assert!(s.wait_idle(WAIT).unwrap() && spinning.wait_idle(WAIT).unwrap());
     assert_eq!(seen.lock().unwrap().len(), 1_000);
+    // Two partitions: order is per partition, so compare as sets.
+    let (mut a, mut b2) = (payloads(&spun), payloads(&seen));
+    a.sort();
+    b2.sort();
+    assert!(a == b2, "both subscriptions saw the same 1,000 messages");
     drop(s);
+    spinning.close();
 }
 
 #[test]

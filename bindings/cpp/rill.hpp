@@ -149,6 +149,7 @@ struct SubscriptionOptions {
     rill_overflow overflow = RILL_OVERFLOW_DROP_OLDEST;
     uint64_t lag_limit = 0;  // 0: none
     bool dedicated_thread = false;
+    std::chrono::microseconds idle_spin{0};  // with dedicated_thread; 0: spin briefly, then park
 };
 
 using Handler = std::function<Ack(const Message &)>;
@@ -397,6 +398,7 @@ class Broker {
         c.overflow = o.overflow;
         c.lag_limit = o.lag_limit;
         c.dedicated_thread = o.dedicated_thread;
+        c.idle_spin_us = static_cast<uint64_t>(o.idle_spin.count());
         c.user_data_free = detail::destroy;  // also runs if subscribing fails
         auto *user = new Handler(std::move(handler));
         rill_subscription *s = nullptr;

@@ -120,6 +120,10 @@ pub struct rill_subscription_options {
     /// Called with `user_data` once the subscription has ended (NULL: none).
     /// Also called if `rill_subscribe` fails, so `user_data` never leaks.
     pub user_data_free: rill_destructor,
+    /// With `dedicated_thread`: microseconds the thread keeps polling for
+    /// new messages before it parks (0, the default: spin briefly, yield,
+    /// park). For the lowest latency, more than the gap between messages.
+    pub idle_spin_us: u64,
 }
 
 /// Fills `o` with the defaults. NULL is a no-op.
@@ -148,6 +152,7 @@ pub unsafe extern "C" fn rill_subscription_options_init(o: *mut rill_subscriptio
         lag_limit: 0,
         dedicated_thread: false,
         user_data_free: None,
+        idle_spin_us: 0,
     };
     // SAFETY: non-NULL; the caller promises it points to writable options.
     unsafe { o.write(defaults) };
@@ -197,6 +202,7 @@ unsafe fn subscription_options(o: &rill_subscription_options) -> Result<Subscrip
         overflow,
         lag_limit: (o.lag_limit > 0).then_some(o.lag_limit),
         dedicated_thread: o.dedicated_thread,
+        idle_spin: (o.idle_spin_us > 0).then(|| Duration::from_micros(o.idle_spin_us)),
         on_lagged: None,
     })
 }

@@ -83,7 +83,7 @@ impl Harness {
     /// Publishes a record carrying `tag`, through the real publish path,
     /// waiting without a deadline for room if the subscription blocks.
     pub fn publish(&self, tag: u64) -> u64 {
-        self.partition.publish(&Record::new(&tag.to_le_bytes()), Wait::Until(None)).expect("publish")
+        self.partition.publish(&Record::new(&tag.to_le_bytes()), Wait::For(None)).expect("publish")
     }
 
     /// Blocks until the handler has seen `n` records; returns their tags in

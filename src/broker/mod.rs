@@ -30,7 +30,7 @@ pub(crate) mod waiters;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
@@ -233,7 +233,7 @@ impl Broker {
 
     /// Like [`Broker::publish`], waiting at most `timeout` for room.
     pub fn publish_timeout(&self, topic: &str, record: &Record<'_>, timeout: Duration) -> Result<Position> {
-        self.publish_with(topic, record, Wait::Until(Some(Instant::now() + timeout)))
+        self.publish_with(topic, record, Wait::For(Some(timeout)))
     }
 
     /// Like [`Broker::publish`], but fails at once with `Full` instead of
@@ -508,7 +508,7 @@ impl BrokerInner {
     /// How long a plain `publish` waits for `Block` subscribers.
     #[inline]
     fn default_wait(&self) -> Wait {
-        Wait::Until(self.config.publish_timeout.map(|t| Instant::now() + t))
+        Wait::For(self.config.publish_timeout)
     }
 
     #[inline]

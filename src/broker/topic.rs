@@ -5,7 +5,7 @@
 //! a publisher signals after each commit.
 
 use std::fmt;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::subscription::SubCore;
 use super::waiters::Waiters;
@@ -120,15 +120,45 @@ impl Blocker {
 struct Listeners {
     list: Vec<Listener>,
     blockers: Vec<Blocker>,
+    /// A lower bound of `min(position + limit)` over `blockers`: publishing
+    /// below it needs no further look at the blockers. Raised by publishers
+    /// as blockers advance; it lives in this list, so when blockers come or go
+    /// the new list starts from 0 and no stale bound can outlive its list.
+    room_until: AtomicU64,
 }
 
-/// How long a publisher may wait for a `Block` subscriber.
+impl Listeners {
+    fn new(list: Vec<Listener>, blockers: Vec<Blocker>) -> Listeners {
+        Listeners { list, blockers, room_until: AtomicU64::new(0) }
+    }
+
+    /// True if offsets up to `end + n` fit under every blocker's limit.
+    #[inline]
+    fn has_room(&self, end: u64, n: u64) -> bool {
+        if self.blockers.is_empty() {
+            return true;
+        }
+        // Relaxed: a lower bound computed from positions that only grow, so
+        // any value read is safe to publish under.
+        if end + n <= self.room_until.load(Ordering::Relaxed) {
+            return true;
+        }
+        let room = self.blockers.iter().map(|b| b.position().saturating_add(b.limit)).min().unwrap_or(u64::MAX);
+        // Relaxed: see above; fetch_max keeps the bound from going backwards
+        // when publishers race to raise it.
+        self.room_until.fetch_max(room, Ordering::Relaxed);
+        end + n <= room
+    }
+}
+
+/// How long a publisher may wait for a `Block` subscriber. A duration, not
+/// a deadline, so the clock is read only when a publisher really waits.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Wait {
     /// Not at all: fail with `Full`.
     No,
-    /// Until this deadline (`None`: forever), then fail with `Timeout`.
-    Until(Option<Instant>),
+    /// Up to this long (`None`: forever), then fail with `Timeout`.
+    For(Option<Duration>),
 }
 
 /// One partition: a log and the listeners to signal after a commit.
@@ -148,7 +178,7 @@ impl Partition {
         Partition {
             index,
             log,
-            listeners: epoch::Atomic::new(Listeners { list: Vec::new(), blockers: Vec::new() }),
+            listeners: epoch::Atomic::new(Listeners::new(Vec::new(), Vec::new())),
             edit: Mutex::new(()),
             space: Waiters::new(),
         }
@@ -164,56 +194,42 @@ impl Partition {
         unsafe { shared.deref() }
     }
 
-    /// True if `n` more messages keep every blocker within its limit.
-    fn has_room(&self, blockers: &[Blocker], n: u64) -> bool {
-        if blockers.is_empty() {
-            return true;
-        }
-        let end = self.log.end_offset();
-        blockers.iter().all(|b| end + n <= b.position().saturating_add(b.limit))
-    }
-
     /// Waits (as `wait` allows) until `n` messages fit under every `Block`
     /// subscriber's lag limit. Concurrent publishers may each see room for
     /// themselves, so a limit can be exceeded by at most one message per
     /// concurrent publisher.
+    #[cold]
     fn wait_for_room(&self, n: u64, wait: Wait) -> Result<()> {
         let room = || {
             let guard = epoch::pin();
-            self.has_room(&self.current(&guard).blockers, n)
+            self.current(&guard).has_room(self.log.end_offset_pinned(&guard), n)
         };
-        if room() {
-            return Ok(());
-        }
         match wait {
             Wait::No => Err(Error::Full),
             // Never pinned while blocked: the closure pins only to look.
-            Wait::Until(deadline) => {
-                if self.space.wait_until(deadline, room) {
-                    Ok(())
-                } else {
-                    Err(Error::Timeout)
-                }
+            Wait::For(limit) => {
+                let deadline = limit.map(|l| Instant::now() + l);
+                if self.space.wait_until(deadline, room) { Ok(()) } else { Err(Error::Timeout) }
             }
         }
     }
 
     /// Appends one record and signals the listeners; returns its offset.
+    /// With `Block` subscribers, first makes sure the record fits under their
+    /// limits, waiting as `wait` allows.
     #[inline]
     pub(crate) fn publish(&self, record: &Record<'_>, wait: Wait) -> Result<u64> {
-        let guard = epoch::pin();
-        if !self.current(&guard).blockers.is_empty() {
+        let mut guard = epoch::pin();
+        loop {
+            let current = self.current(&guard);
+            if current.blockers.is_empty() || current.has_room(self.log.end_offset_pinned(&guard), 1) {
+                break;
+            }
+            // Do not stay pinned while waiting.
             drop(guard);
             self.wait_for_room(1, wait)?;
-            return self.publish_unchecked(record);
+            guard = epoch::pin();
         }
-        let offset = self.log.append(record)?;
-        self.notify(&guard);
-        Ok(offset)
-    }
-
-    fn publish_unchecked(&self, record: &Record<'_>) -> Result<u64> {
-        let guard = epoch::pin();
         let offset = self.log.append(record)?;
         self.notify(&guard);
         Ok(offset)
@@ -226,20 +242,20 @@ impl Partition {
         let mut part = Vec::new();
         let mut done = 0;
         while done < records.len() {
-            let n = {
-                let guard = epoch::pin();
-                let blockers = &self.current(&guard).blockers;
-                match blockers.iter().map(|b| b.limit).min() {
+            let mut guard = epoch::pin();
+            let n = loop {
+                let current = self.current(&guard);
+                let n = match current.blockers.iter().map(|b| b.limit).min() {
                     None => records.len() - done,
-                    Some(limit) => {
-                        let n = (records.len() - done).min(limit as usize).max(1);
-                        drop(guard);
-                        self.wait_for_room(n as u64, wait)?;
-                        n
-                    }
+                    Some(limit) => (records.len() - done).min(limit as usize).max(1),
+                };
+                if current.has_room(self.log.end_offset_pinned(&guard), n as u64) {
+                    break n;
                 }
+                drop(guard);
+                self.wait_for_room(n as u64, wait)?;
+                guard = epoch::pin();
             };
-            let guard = epoch::pin();
             self.log.append_batch(&records[done..done + n], &mut part)?;
             self.notify(&guard);
             offsets.extend_from_slice(&part);
@@ -266,15 +282,18 @@ impl Partition {
         }
     }
 
-    /// Adds a listener (no-op if one with its id is there), and its blocker.
+    /// Adds a listener (no-op if one with its id is there), and its blocker,
+    /// whose position retention then waits for.
     pub(crate) fn add_listener(&self, listener: Listener, blocker: Option<Blocker>) {
+        if let Some(b) = &blocker {
+            self.log.hold_retention(b.id, b.position.clone());
+        }
         self.edit_listeners(|list, blockers| {
             if !list.iter().any(|l| l.id() == listener.id()) {
                 list.push(listener);
             }
             blockers.extend(blocker);
         });
-        self.refresh_floor();
     }
 
     /// Removes the listener (and blocker) with `id`; wakes blocked publishers.
@@ -283,7 +302,7 @@ impl Partition {
             list.retain(|l| l.id() != id);
             blockers.retain(|b| b.id != id);
         });
-        self.refresh_floor();
+        self.log.release_retention(id);
         self.space.notify();
     }
 
@@ -294,20 +313,11 @@ impl Partition {
         let (mut list, mut blockers) = (current.list.clone(), current.blockers.clone());
         edit(&mut list, &mut blockers);
         // Release: publishes the new list (see `current`).
-        let old = self.listeners.swap(Owned::new(Listeners { list, blockers }), Ordering::AcqRel, &guard);
+        let old = self.listeners.swap(Owned::new(Listeners::new(list, blockers)), Ordering::AcqRel, &guard);
         // SAFETY: `old` is unreachable now; publishers that loaded it are pinned
         // and the destructor waits for them.
         unsafe { guard.defer_destroy(old) };
         guard.flush();
-    }
-
-    /// Keeps retention from trimming what a `Block` subscriber has not read:
-    /// the log's floor is the lowest blocker position. Called when blockers
-    /// come and go and after a blocker advances.
-    pub(crate) fn refresh_floor(&self) {
-        let guard = epoch::pin();
-        let floor = self.current(&guard).blockers.iter().map(Blocker::position).min().unwrap_or(u64::MAX);
-        self.log.set_retention_floor(floor);
     }
 
     pub(crate) fn listener_count(&self) -> usize {

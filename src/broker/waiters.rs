@@ -42,7 +42,7 @@
 use std::time::{Duration, Instant};
 
 use crate::sync::atomic::{AtomicUsize, Ordering, fence};
-use crate::sync::{Condvar, Mutex};
+use crate::sync::{Backoff, Condvar, Mutex};
 
 /// A place to wait for a lock-free condition; see the module documentation.
 #[derive(Debug, Default)]
@@ -79,6 +79,15 @@ impl Waiters {
     /// Waits until `ready()` is true (returns true) or `deadline` passes
     /// (returns `ready()`). `None` waits without a deadline.
     pub(crate) fn wait_until(&self, deadline: Option<Instant>, mut ready: impl FnMut() -> bool) -> bool {
+        // Most waits are short (a subscriber a batch behind): spin, then yield,
+        // before paying for a sleep and a wake-up.
+        let mut backoff = Backoff::new();
+        while !backoff.is_completed() {
+            if ready() {
+                return true;
+            }
+            backoff.snooze();
+        }
         loop {
             if ready() {
                 return true;

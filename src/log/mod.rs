@@ -60,7 +60,7 @@ use crate::clock::now_ns;
 use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
-use crate::sync::{Arc, Backoff};
+use crate::sync::{Arc, Backoff, Mutex};
 
 /// Default retention of a partition: 256 MiB of segments.
 pub const DEFAULT_RETENTION_BYTES: u64 = 256 << 20;
@@ -197,9 +197,9 @@ struct Shared {
     sizes: Sizes,
     dir: epoch::Atomic<Dir>,
     pool: Arc<Pool>,
-    /// Retention never trims a segment holding offsets at or above this
-    /// (used by subscribers that must not lose messages); `u64::MAX` = no floor.
-    floor: AtomicU64,
+    /// Readers that retention must wait for: it never trims a segment holding
+    /// an offset at or above any of their positions. Read once per rollover.
+    holds: Mutex<Vec<(u64, Arc<AtomicU64>)>>,
     /// Segments trimmed by retention so far.
     trimmed_segments: AtomicU64,
 }
@@ -259,9 +259,18 @@ impl Shared {
     /// element is the new, empty segment).
     fn trim_count(&self, segs: &[Arc<Segment>]) -> usize {
         let sizes = &self.sizes;
-        // Relaxed: the floor is advisory for this roll; a subscriber that raises
-        // it concurrently simply gets its protection from the next roll.
-        let floor = self.floor.load(Ordering::Relaxed);
+        // The lowest position of any reader retention must wait for. Exact at
+        // this moment: positions only grow, so a reader that moves on while we
+        // look merely keeps a little more than it needs until the next roll.
+        let floor = self
+            .holds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            // Acquire: pairs with the reader's Release store of its position.
+            .map(|(_, position)| position.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(u64::MAX);
         let mut bytes: u64 = segs.iter().map(|s| s.capacity()).sum();
         let mut records: u64 = segs.iter().map(|s| s.reserved()).sum();
         let mut trim = 0;
@@ -318,7 +327,7 @@ impl Log {
                 sizes,
                 dir: epoch::Atomic::new(Dir { segs: vec![first] }),
                 pool,
-                floor: AtomicU64::new(u64::MAX),
+                holds: Mutex::new(Vec::new()),
                 trimmed_segments: AtomicU64::new(0),
             }),
         })
@@ -482,12 +491,22 @@ impl Log {
         }
     }
 
-    /// Keeps retention from trimming any segment that holds offsets at or
-    /// above `floor` (`u64::MAX`: no floor). Used for subscribers that must
-    /// not lose messages.
-    pub fn set_retention_floor(&self, floor: u64) {
-        // Relaxed: see `trim_count`.
-        self.shared.floor.store(floor, Ordering::Relaxed);
+    /// Keeps retention from trimming any segment holding an offset at or above
+    /// `position` (read at each rollover), until `release_retention(id)`. For
+    /// readers that must not lose messages.
+    pub(crate) fn hold_retention(&self, id: u64, position: Arc<AtomicU64>) {
+        self.shared.holds.lock().unwrap_or_else(|e| e.into_inner()).push((id, position));
+    }
+
+    /// Ends the hold `id` placed with [`Log::hold_retention`].
+    pub(crate) fn release_retention(&self, id: u64) {
+        self.shared.holds.lock().unwrap_or_else(|e| e.into_inner()).retain(|(i, _)| *i != id);
+    }
+
+    /// Like [`Log::end_offset`], for a caller already pinned.
+    #[inline]
+    pub(crate) fn end_offset_pinned(&self, guard: &Guard) -> u64 {
+        self.shared.dir(guard).end_offset()
     }
 }
 

@@ -635,6 +635,7 @@ class Broker(_Handle):
         lag_limit: Optional[int] = None,
         dedicated_thread: bool = False,
         batch: bool = False,
+        idle_spin: Optional[float] = None,
     ) -> Subscription:
         """Calls ``handler(message)`` for every message on topics matching
         ``pattern`` (``*`` one segment, ``**`` any number), one call at a time.
@@ -645,6 +646,9 @@ class Broker(_Handle):
         with the message (``rill.dlq.reason`` once dead-lettered).
         ``start`` is "latest", "earliest" or an offset; ``backoff`` is
         (initial, max[, multiplier]) in seconds.
+
+        ``idle_spin`` (seconds, with ``dedicated_thread``) is how long the
+        thread polls for messages before parking; longer means lower latency.
 
         With ``batch=True`` the handler receives a list of consecutive
         messages of one partition (up to 64) and returns None/True (all
@@ -690,6 +694,10 @@ class Broker(_Handle):
                 raise InvalidArgument("lag_limit must be at least 1 (or None)")
             o.lag_limit = lag_limit
         o.dedicated_thread = bool(dedicated_thread)
+        if idle_spin is not None:
+            if idle_spin < 0:
+                raise InvalidArgument("idle_spin must be >= 0 seconds")
+            o.idle_spin_us = int(idle_spin * 1_000_000)
         o.user_data_free = _on_free
         handler_id = next(_ids)
         _handlers[handler_id] = _Entry(handler, batch)

@@ -158,6 +158,7 @@ class rill_subscription_options(Structure):
         ("lag_limit", c_uint64),
         ("dedicated_thread", c_bool),
         ("user_data_free", DESTRUCTOR),
+        ("idle_spin_us", c_uint64),
     ]
 
 

@@ -402,7 +402,7 @@ def test_handles_are_released_by_garbage_collection():
 def test_dedicated_thread_and_many_partitions(broker):
     broker.create_topic("t", partitions=4)
     got = []
-    with broker.subscribe("t", got.append, dedicated_thread=True) as s:
+    with broker.subscribe("t", got.append, dedicated_thread=True, idle_spin=0.0002) as s:
         for i in range(100):
             broker.publish("t", b"x", key=str(i % 7).encode())
         assert s.wait_idle(WAIT)

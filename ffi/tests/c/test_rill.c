@@ -851,6 +851,7 @@ static void test_reentrancy(void) {
     r.broker = b;
     rill_subscription_options o = sub_options();
     o.dedicated_thread = true;
+    o.idle_spin_us = 100;
     OK(rill_subscribe(b, "ping", &o, reentrant_handler, &r, &r.self));
     rill_record ping = record_of("ping");
     OK(rill_publish(b, "ping", &ping, NULL));
