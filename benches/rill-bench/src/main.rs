@@ -105,6 +105,11 @@ struct Cli {
     #[arg(long, help_heading = "Shape")]
     dedicated: bool,
 
+    /// With dedicated subscribers: microseconds each keeps polling before it parks
+    /// [default: 200 in the latency scenario, else rill's short spin].
+    #[arg(long, help_heading = "Shape")]
+    idle_spin_us: Option<u64>,
+
     /// rill topic partitions (peers have none).
     #[arg(long, help_heading = "Shape")]
     partitions: Option<u32>,
@@ -240,6 +245,9 @@ impl Cli {
         }
         if let Some(d) = self.delivery {
             s.delivery = d;
+        }
+        if let Some(us) = self.idle_spin_us {
+            s.idle_spin_us = us;
         }
         s.payload = self.payload;
         s.poll_batch = self.poll_batch.max(1);

@@ -80,6 +80,9 @@ pub struct Shape {
     pub delivery: Delivery,
     /// Latency is sampled on every n-th message of each subscriber.
     pub sample_every: u64,
+    /// rill dedicated subscribers: microseconds to keep polling before
+    /// parking (`idle_spin`); 0 uses rill's default short spin.
+    pub idle_spin_us: u64,
 }
 
 impl Shape {
@@ -464,6 +467,7 @@ mod tests {
             capacity: 64,
             delivery: Delivery::AtLeastOnce,
             sample_every: 2,
+            idle_spin_us: 0,
         }
     }
 

@@ -69,6 +69,7 @@ fn try_run(shape: &Shape, env: &Env) -> rill::Result<Outcome> {
                 };
                 let options = SubscriptionOptions {
                     dedicated_thread: shape.mode == SubMode::Dedicated,
+                    idle_spin: (shape.idle_spin_us > 0).then(|| Duration::from_micros(shape.idle_spin_us)),
                     delivery: match shape.delivery {
                         Delivery::AtLeastOnce => DeliveryMode::AtLeastOnce,
                         Delivery::AtMostOnce => DeliveryMode::AtMostOnce,
