@@ -76,6 +76,12 @@ impl Pool {
         }
     }
 
+    /// True if jobs are queued (a hint: read without the lock).
+    pub(crate) fn has_waiting(&self) -> bool {
+        // Relaxed: a scheduling hint; a job queued just after still runs soon.
+        self.shared.queued.load(Ordering::Relaxed) > 0
+    }
+
     /// Stops the workers after the job each is running, and joins them (all
     /// but the calling thread, if it is one of them). Queued jobs are dropped.
     pub(crate) fn stop(&self) {

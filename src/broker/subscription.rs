@@ -646,6 +646,14 @@ impl SubCore {
         }
     }
 
+    /// True if other subscriptions wait for a pool worker.
+    fn others_waiting(&self) -> bool {
+        match &self.env.exec {
+            Exec::Pool(pool) => pool.has_waiting(),
+            Exec::Dedicated(_) => false,
+        }
+    }
+
     /// Wakes the subscription so it looks at its partitions again (used after
     /// attaching a partition, and by the timer).
     pub(crate) fn poke(this: &Arc<SubCore>) {
@@ -709,12 +717,15 @@ impl SubCore {
                     this.notify_idle();
                     return;
                 }
-                Round::OutOfBudget if !dedicated => {
-                    // Stay ACTIVE and go to the back of the queue.
+                Round::OutOfBudget if !dedicated && this.others_waiting() => {
+                    // Stay ACTIVE and go to the back of the queue, so the
+                    // subscriptions waiting for a worker get their turn.
                     drop(st);
                     SubCore::schedule(this);
                     return;
                 }
+                // Nobody is waiting (or the thread is ours): keep going here,
+                // rather than hand the drain to another worker and its cache.
                 Round::OutOfBudget => continue,
                 Round::CaughtUp => {}
             }
