@@ -811,10 +811,17 @@ static void test_pull_consumer(void) {
 typedef struct {
     rill_broker *broker;
     rill_subscription *self;
+    rill_subscription *spawned; /* subscribed from inside the handler */
     pthread_mutex_t lock;
     int calls;
     int done;
 } reentrant;
+
+static rill_ack noop_handler(void *user_data, const rill_message *m) {
+    (void)user_data;
+    (void)m;
+    return RILL_ACK_SUCCESS;
+}
 
 static rill_ack reentrant_handler(void *user_data, const rill_message *m) {
     reentrant *r = (reentrant *)user_data;
@@ -827,6 +834,10 @@ static rill_ack reentrant_handler(void *user_data, const rill_message *m) {
     if (m->payload_len == 4 && memcmp(m->payload, "ping", 4) == 0 && calls < 3) {
         rill_record again = record_of("ping");
         if (rill_publish(r->broker, "ping", &again, NULL) != RILL_OK) return RILL_ACK_RETRY;
+    }
+    if (calls == 1) {
+        /* Subscribe from inside a handler. */
+        if (rill_subscribe(r->broker, "pong", NULL, noop_handler, NULL, &r->spawned) != RILL_OK) return RILL_ACK_RETRY;
     }
     if (calls == 3) {
         rill_subscription_free(r->self); /* from inside its own handler */
@@ -864,6 +875,8 @@ static void test_reentrancy(void) {
     }
     OK(rill_subscription_wait_idle(ps, 10000));
     CHECK(r.done == 1 && r.calls == 3 && recorder_count(&pongs) == 3);
+    CHECK(r.spawned != NULL);
+    rill_subscription_free(r.spawned);
     OK(rill_publish(b, "ping", &ping, NULL));
     sleep_ms(20);
     CHECK(r.calls == 3); /* no call after it freed itself */
