@@ -337,6 +337,29 @@ typedef struct {
 } rill_message;
 
 /**
+ * A consumer group's counters on its topic, as this consumer sees them.
+ */
+typedef struct {
+    /**
+     * Messages returned by polls of this consumer.
+     */
+    uint64_t delivered;
+    /**
+     * Messages retention trimmed before they were polled.
+     */
+    uint64_t missed;
+    /**
+     * Messages published but not committed by the group, over all partitions
+     * (from the position where nothing is committed yet).
+     */
+    uint64_t lag;
+    /**
+     * Partitions of the topic.
+     */
+    uint32_t partitions;
+} rill_consumer_stats;
+
+/**
  * When a message counts as handled: one of the `RILL_DELIVERY_*` constants.
  */
 typedef int32_t rill_delivery;
@@ -924,6 +947,15 @@ rill_status rill_consumer_position(const rill_consumer *c, uint32_t partition, u
  * `c` is a live consumer; `out` writable.
  */
 rill_status rill_consumer_committed(const rill_consumer *c, uint32_t partition, uint64_t *out);
+
+/**
+ * Fills `*out` with the consumer's counters and its group's lag.
+ *
+ * # Safety
+ *
+ * `c` is a live consumer; `out` writable.
+ */
+rill_status rill_consumer_get_stats(const rill_consumer *c, rill_consumer_stats *out);
 
 /**
  * Number of partitions of the consumer's topic (0 if `c` is NULL).

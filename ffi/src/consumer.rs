@@ -270,6 +270,47 @@ pub unsafe extern "C" fn rill_consumer_committed(
     })
 }
 
+/// A consumer group's counters on its topic, as this consumer sees them.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct rill_consumer_stats {
+    /// Messages returned by polls of this consumer.
+    pub delivered: u64,
+    /// Messages retention trimmed before they were polled.
+    pub missed: u64,
+    /// Messages published but not committed by the group, over all partitions
+    /// (from the position where nothing is committed yet).
+    pub lag: u64,
+    /// Partitions of the topic.
+    pub partitions: u32,
+}
+
+/// Fills `*out` with the consumer's counters and its group's lag.
+///
+/// # Safety
+///
+/// `c` is a live consumer; `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_get_stats(
+    c: *const rill_consumer,
+    out: *mut rill_consumer_stats,
+) -> rill_status {
+    boundary(|| {
+        out_ptr(out, "out")?;
+        // SAFETY: the caller's promise, checked for NULL.
+        let s = unsafe { reference(c, "consumer") }?.consumer.stats();
+        let stats = rill_consumer_stats {
+            delivered: s.delivered,
+            missed: s.missed,
+            lag: s.lag,
+            partitions: s.partitions.len() as u32,
+        };
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, stats) };
+        Ok(())
+    })
+}
+
 /// Number of partitions of the consumer's topic (0 if `c` is NULL).
 ///
 /// # Safety

@@ -85,6 +85,16 @@ class SubscriptionStats:
 
 
 @dataclass(frozen=True)
+class ConsumerStats:
+    """A consumer's counters and its group's lag."""
+
+    delivered: int
+    missed: int
+    lag: int
+    partitions: int
+
+
+@dataclass(frozen=True)
 class TopicStats:
     """A snapshot of a topic."""
 
@@ -391,6 +401,12 @@ class Consumer(_Handle):
             except Closed:
                 return
             yield from batch
+
+    def stats(self) -> ConsumerStats:
+        """Messages polled, messages retention trimmed first, and the group's lag."""
+        s = _ffi.rill_consumer_stats()
+        self._call(lib.rill_consumer_get_stats, byref(s))
+        return ConsumerStats(s.delivered, s.missed, s.lag, s.partitions)
 
     def _call(self, fn: Callable[..., int], *args: object) -> None:
         with self._lock:

@@ -177,6 +177,10 @@ class rill_subscription_stats(Structure):
     ]
 
 
+class rill_consumer_stats(Structure):
+    _fields_ = [("delivered", c_uint64), ("missed", c_uint64), ("lag", c_uint64), ("partitions", c_uint32)]
+
+
 class rill_consumer_options(Structure):
     _fields_ = [("start", c_int32), ("start_offset", c_uint64)]
 
@@ -233,6 +237,7 @@ TYPES: Dict[str, object] = {
     "const rill_subscription_options*": POINTER(rill_subscription_options),
     "rill_subscription_options*": POINTER(rill_subscription_options),
     "rill_subscription_stats*": POINTER(rill_subscription_stats),
+    "rill_consumer_stats*": POINTER(rill_consumer_stats),
     "rill_handler": HANDLER,
     "rill_batch_handler": BATCH_HANDLER,
 }
@@ -285,6 +290,7 @@ FUNCTIONS: Dict[str, Tuple[str, List[str]]] = {
     "rill_consumer_rollback": ("rill_status", ["rill_consumer*"]),
     "rill_consumer_position": ("rill_status", ["const rill_consumer*", "uint32_t", "uint64_t*"]),
     "rill_consumer_committed": ("rill_status", ["const rill_consumer*", "uint32_t", "uint64_t*"]),
+    "rill_consumer_get_stats": ("rill_status", ["const rill_consumer*", "rill_consumer_stats*"]),
     "rill_consumer_partition_count": ("uint32_t", ["const rill_consumer*"]),
     "rill_consumer_free": ("void", ["rill_consumer*"]),
     "rill_message_attribute_count": ("size_t", ["const rill_message*"]),

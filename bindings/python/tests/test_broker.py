@@ -193,6 +193,9 @@ def test_pull_poll_commit_rollback_replay(broker):
     assert [m.offset for m in again.poll(100, 0)] == [4, 5, 6, 7, 8, 9]
     other = broker.consumer("shipping", "orders")
     assert len(other.poll(100, 0)) == 10
+    other.commit_offset(4)
+    st = other.stats()
+    assert (st.delivered, st.missed, st.lag, st.partitions) == (10, 0, 6, 1)
 
 
 def test_iterating_a_consumer_until_it_is_closed(broker):

@@ -781,6 +781,10 @@ static void test_pull_consumer(void) {
     CHECK(count == 0);
     OK(rill_consumer_commit_offset(c, 0, 8));
     CHECK_STATUS(rill_consumer_commit_offset(c, 0, 99), RILL_ERR_OUT_OF_RANGE);
+    rill_consumer_stats cs;
+    OK(rill_consumer_get_stats(c, &cs));
+    CHECK(cs.lag == 2 && cs.partitions == 1 && cs.delivered == 21 && cs.missed == 0);
+    CHECK_STATUS(rill_consumer_get_stats(c, NULL), RILL_ERR_NULL_ARGUMENT);
     rill_consumer_free(c);
 
     /* A new consumer of the group resumes at the committed offset. */
