@@ -134,6 +134,8 @@ impl Gate {
 
     /// Waits, without a deadline, until the value is at least `at_least`.
     pub fn wait(&self, at_least: u64) {
+        // Relaxed: on purpose, so the model checks that Waiters' own fences
+        // order the value against the wait.
         self.waiters.wait_until(None, || self.value.load(Ordering::Relaxed) >= at_least);
     }
 }

@@ -710,6 +710,8 @@ impl BrokerInner {
     }
 
     fn close(&self) {
+        // AcqRel: the winner of the swap closes; Release pairs with the
+        // Acquire in `is_closed`, so a caller that sees closed sees why.
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }

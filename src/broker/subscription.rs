@@ -657,6 +657,9 @@ impl SubCore {
     /// Wakes the subscription so it looks at its partitions again (used after
     /// attaching a partition, and by the timer).
     pub(crate) fn poke(this: &Arc<SubCore>) {
+        // SeqCst fence: the same role as a publisher's fence after a commit
+        // (what the caller just did, e.g. attach a reader, is ordered before
+        // the state load), pairing with the drainer's fence before its re-check.
         fence(Ordering::SeqCst);
         if this.try_activate() {
             SubCore::schedule(this);
@@ -1145,6 +1148,9 @@ impl SubCore {
     /// Closes; with `wait`, also waits for an in-flight round (the caller must
     /// not be that round).
     fn close_inner(&self, wait: bool) {
+        // AcqRel: Release publishes what the closer did before to whoever
+        // sees CLOSED (Acquire in `state`); Acquire makes the last drainer's
+        // writes visible to the closer. Exactly one caller sees the old state.
         if self.state.swap(CLOSED, Ordering::AcqRel) == CLOSED {
             return;
         }
@@ -1170,6 +1176,7 @@ impl SubCore {
     /// and callbacks (their destructors may run user code, so no lock is
     /// held), then runs the broker's close hook.
     fn finalize(&self) {
+        // AcqRel: one caller wins; it then sees everything the drainer did.
         if self.finalized.swap(true, Ordering::AcqRel) {
             return;
         }

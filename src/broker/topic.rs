@@ -330,6 +330,7 @@ impl Drop for Partition {
     fn drop(&mut self) {
         // SAFETY: `&mut self`: nobody else can load the list any more.
         unsafe {
+            // Relaxed: `&mut self`, nothing else can touch it.
             let list = self.listeners.load(Ordering::Relaxed, epoch::unprotected());
             drop(list.into_owned());
         }

@@ -295,6 +295,7 @@ impl Drop for Shared {
         // SAFETY: `&mut self` means no handle or cursor is left, so no thread can
         // load the directory any more; taking it unprotected is exclusive.
         unsafe {
+            // Relaxed: `&mut self`, nothing else can touch it.
             let dir = self.dir.load(Ordering::Relaxed, epoch::unprotected());
             drop(dir.into_owned());
         }
