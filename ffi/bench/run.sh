@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=${1:-2000000}
 pairs=${2:-5}
-cargo build --release -p rill-ffi --example rust_baseline
+cargo build --release -p rill-ffi --lib --example rust_baseline
 gcc -std=c99 -O2 -Wall -Wextra -Wpedantic -Werror -Iinclude ffi/bench/bench_ffi.c -o target/release/bench_ffi \
   -Ltarget/release -Wl,-rpath,"$PWD/target/release" -lrill -pthread
 results=$(mktemp)

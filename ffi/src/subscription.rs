@@ -338,16 +338,30 @@ unsafe fn subscribe_with(
     })
 }
 
-/// Topic names as C strings, made once per topic.
+/// Topic names as C strings, made once per topic. Messages of one reader
+/// mostly come from one topic, so the last name is kept aside and recognised
+/// by comparing bytes, which is cheaper than hashing them.
 #[derive(Default)]
-struct TopicNames(HashMap<String, CString>);
+struct TopicNames {
+    names: HashMap<String, CString>,
+    last: Option<CString>,
+}
 
 impl TopicNames {
     fn get(&mut self, topic: &str) -> &CString {
-        if !self.0.contains_key(topic) {
-            self.0.insert(topic.to_owned(), CString::new(topic).expect("topic names have no NUL"));
+        let hit = matches!(&self.last, Some(c) if c.as_bytes() == topic.as_bytes());
+        if !hit {
+            let c = match self.names.get(topic) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = CString::new(topic).expect("topic names have no NUL");
+                    self.names.insert(topic.to_owned(), c.clone());
+                    c
+                }
+            };
+            self.last = Some(c);
         }
-        &self.0[topic]
+        self.last.as_ref().expect("set just above")
     }
 }
 
