@@ -20,7 +20,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use measure::{Amount, Delivery, SubMode};
@@ -179,7 +179,8 @@ struct Cli {
     #[arg(long, help_heading = "Systems")]
     batch_handler: bool,
 
-    /// Payload type of the peers: Vec<u8> (cloned per subscriber) or Arc<[u8]> (shared).
+    /// Payload type of the peers: Vec<u8> (cloned per subscriber), Arc<[u8]> (shared) or a
+    /// fixed-size array by value ([u8; 64] for 64-byte payloads; up to 4096 bytes).
     #[arg(long, value_enum, default_value_t = PeerPayload::Vec, help_heading = "Systems")]
     peer_payload: PeerPayload,
 
@@ -273,6 +274,18 @@ impl Cli {
 
 fn main() {
     let cli = Cli::parse();
+    if cli.peer_payload == PeerPayload::Array && cli.payload > systems::MAX_ARRAY_PAYLOAD {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ValueValidation,
+                format!(
+                    "--peer-payload array carries at most {} bytes; --payload is {}",
+                    systems::MAX_ARRAY_PAYLOAD,
+                    cli.payload
+                ),
+            )
+            .exit();
+    }
     let started = Instant::now();
     let comparing = cli.compare || !cli.peers.is_empty() || matches!(cli.suite, Suite::Report | Suite::Sweep);
     let peers: Vec<System> = if !comparing {
@@ -418,6 +431,7 @@ fn notes(env: &Env, peers: &[System], list: &[Scenario], pairs: usize) -> Vec<St
             match env.peer_payload {
                 PeerPayload::Vec => "a Vec<u8> (cloned per subscriber)",
                 PeerPayload::Arc => "an Arc<[u8]> (shared)",
+                PeerPayload::Array => "a fixed-size array by value (no allocation)",
             }
         ));
     }
