@@ -230,7 +230,7 @@ impl Partition {
             self.wait_for_room(1, wait)?;
             guard = epoch::pin();
         }
-        let offset = self.log.append(record)?;
+        let offset = self.log.append_pinned(record, &mut guard)?;
         self.notify(&guard);
         Ok(offset)
     }
@@ -256,7 +256,7 @@ impl Partition {
                 self.wait_for_room(n as u64, wait)?;
                 guard = epoch::pin();
             };
-            self.log.append_batch(&records[done..done + n], &mut part)?;
+            self.log.append_batch_pinned(&records[done..done + n], &mut part, &mut guard)?;
             self.notify(&guard);
             offsets.extend_from_slice(&part);
             done += n;

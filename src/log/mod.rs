@@ -358,11 +358,17 @@ impl Log {
     /// Fails, appending nothing, if the record is larger than
     /// [`Log::max_record_bytes`] or cannot be encoded.
     pub fn append(&self, record: &Record<'_>) -> Result<u64> {
+        self.append_pinned(record, &mut epoch::pin())
+    }
+
+    /// [`Log::append`] under the caller's pin (the broker holds one already
+    /// for its listeners), so the publish path pins once and a wait for a
+    /// roll really re-pins (re-pinning a nested guard does nothing).
+    pub(crate) fn append_pinned(&self, record: &Record<'_>, guard: &mut Guard) -> Result<u64> {
         let len = self.check_size(record)?;
         let timestamp = now_ns();
-        let mut guard = epoch::pin();
         loop {
-            let seg = self.shared.dir(&guard).last();
+            let seg = self.shared.dir(guard).last();
             match seg.reserve(1, len as u64) {
                 Reservation::Granted { index, pos } => {
                     // SAFETY: `index` and `pos..pos + len` come from our own Granted
@@ -371,8 +377,8 @@ impl Log {
                     seg.commit(index, pos);
                     return Ok(seg.base() + index);
                 }
-                Reservation::Sealer { count } => self.shared.roll(seg, count, &guard),
-                Reservation::Full => wait_for_roll(&self.shared, seg.base(), &mut guard),
+                Reservation::Sealer { count } => self.shared.roll(seg, count, guard),
+                Reservation::Full => wait_for_roll(&self.shared, seg.base(), guard),
             }
         }
     }
@@ -384,6 +390,16 @@ impl Log {
     ///
     /// Every record is checked before any is appended: on error nothing is.
     pub fn append_batch(&self, records: &[Record<'_>], offsets: &mut Vec<u64>) -> Result<()> {
+        self.append_batch_pinned(records, offsets, &mut epoch::pin())
+    }
+
+    /// [`Log::append_batch`] under the caller's pin, as [`Log::append_pinned`].
+    pub(crate) fn append_batch_pinned(
+        &self,
+        records: &[Record<'_>],
+        offsets: &mut Vec<u64>,
+        guard: &mut Guard,
+    ) -> Result<()> {
         offsets.clear();
         let mut lens = Vec::with_capacity(records.len());
         for r in records {
@@ -391,7 +407,6 @@ impl Log {
         }
         let sizes = self.shared.sizes;
         let timestamp = now_ns();
-        let mut guard = epoch::pin();
         let mut done = 0;
         while done < records.len() {
             // The largest prefix of what is left that fits an empty segment.
@@ -407,7 +422,7 @@ impl Log {
             }
             debug_assert!(n > 0, "every record fits an empty segment");
             loop {
-                let seg = self.shared.dir(&guard).last();
+                let seg = self.shared.dir(guard).last();
                 match seg.reserve(n as u64, bytes) {
                     Reservation::Granted { index, mut pos } => {
                         for (k, record) in records[done..done + n].iter().enumerate() {
@@ -422,8 +437,8 @@ impl Log {
                         }
                         break;
                     }
-                    Reservation::Sealer { count } => self.shared.roll(seg, count, &guard),
-                    Reservation::Full => wait_for_roll(&self.shared, seg.base(), &mut guard),
+                    Reservation::Sealer { count } => self.shared.roll(seg, count, guard),
+                    Reservation::Full => wait_for_roll(&self.shared, seg.base(), guard),
                 }
             }
             done += n;
