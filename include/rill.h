@@ -290,7 +290,9 @@ typedef struct {
  */
 typedef struct {
     /**
-     * The topic, NUL-terminated.
+     * The topic, NUL-terminated. Unlike the other pointers it outlives the
+     * call: a topic's name keeps one address for as long as the subscription
+     * or consumer that delivered it lives, so it may serve as a cache key.
      */
     const char *topic;
     /**

@@ -17,7 +17,9 @@ use crate::util::{cstr, out_ptr, reference, write_out};
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct rill_message {
-    /// The topic, NUL-terminated.
+    /// The topic, NUL-terminated. Unlike the other pointers it outlives the
+    /// call: a topic's name keeps one address for as long as the subscription
+    /// or consumer that delivered it lives, so it may serve as a cache key.
     pub topic: *const c_char,
     /// Its partition.
     pub partition: u32,

@@ -1,7 +1,8 @@
 //! `rill_subscription`: push subscriptions with a C handler.
 
 use std::collections::HashMap;
-use std::ffi::{CString, c_char, c_void};
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rill::{Ack, DeliveryMode, Message, Overflow, RetryBackoff, StartPosition, Subscription, SubscriptionOptions};
@@ -338,30 +339,31 @@ unsafe fn subscribe_with(
     })
 }
 
-/// Topic names as C strings, made once per topic. Messages of one reader
-/// mostly come from one topic, so the last name is kept aside and recognised
-/// by comparing bytes, which is cheaper than hashing them.
+/// Topic names as C strings, made once per topic and kept for the life of
+/// the subscription, so a topic's `rill_message::topic` pointer never changes
+/// (bindings use it as a cache key: the Python package does). Messages of one
+/// reader mostly come from one topic, so the last name is kept aside and
+/// recognised by comparing bytes, which is cheaper than hashing them; it
+/// shares its allocation with the map entry (an `Arc`), because a fresh copy
+/// would give the same topic a new address, and a freed one could come back
+/// as the address of another topic.
 #[derive(Default)]
 struct TopicNames {
-    names: HashMap<String, CString>,
-    last: Option<CString>,
+    names: HashMap<String, Arc<CStr>>,
+    last: Option<Arc<CStr>>,
 }
 
 impl TopicNames {
-    fn get(&mut self, topic: &str) -> &CString {
-        let hit = matches!(&self.last, Some(c) if c.as_bytes() == topic.as_bytes());
+    fn get(&mut self, topic: &str) -> &CStr {
+        let hit = matches!(&self.last, Some(c) if c.to_bytes() == topic.as_bytes());
         if !hit {
-            let c = match self.names.get(topic) {
-                Some(c) => c.clone(),
-                None => {
-                    let c = CString::new(topic).expect("topic names have no NUL");
-                    self.names.insert(topic.to_owned(), c.clone());
-                    c
-                }
-            };
-            self.last = Some(c);
+            let c = self
+                .names
+                .entry(topic.to_owned())
+                .or_insert_with(|| Arc::from(CString::new(topic).expect("topic names have no NUL")));
+            self.last = Some(Arc::clone(c));
         }
-        self.last.as_ref().expect("set just above")
+        self.last.as_deref().expect("set just above")
     }
 }
 

@@ -314,6 +314,25 @@ def test_wildcards_and_filters(broker):
     assert [m.topic for m in india] == ["news"]
 
 
+
+def test_wildcard_messages_carry_their_own_topic(broker):
+    # Several topics delivered in turn through one wildcard subscription: the
+    # binding caches decoded topic names, and each message must still name the
+    # topic it was published to (the payload says which).
+    topics = ["r/aa", "r/bb", "r/cc", "r/dd/ee"]
+    for t in topics:
+        broker.create_topic(t)
+    seen = []
+    with broker.subscribe("r/**", seen.append, start="earliest") as s:
+        for i in range(80):
+            broker.publish(topics[i % 4], topics[i % 4])
+            if i % 5 == 0:
+                assert s.wait_idle(WAIT)
+        assert s.wait_idle(WAIT)
+    assert len(seen) == 80
+    assert [m.topic for m in seen if m.topic != m.payload.decode()] == []
+    assert sorted(set(m.topic for m in seen)) == topics
+
 def test_re_entrant_publish_from_a_handler(broker):
     broker.create_topic("ping")
     broker.create_topic("pong")

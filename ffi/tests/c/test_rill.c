@@ -1087,6 +1087,83 @@ static void test_at_most_once(void) {
     rill_broker_free(b);
 }
 
+/* What a handler saw of the topic pointers: the first address of each topic,
+ * and whether any message's topic disagreed with its payload (the name it was
+ * published to) or any topic's address changed. */
+typedef struct {
+    pthread_mutex_t lock;
+    const char *first[3];
+    int seen;
+    int wrong_name;
+    int moved;
+} topic_ptrs;
+
+static const char *const ROTATING[3] = {"r/aa", "r/bb", "r/cc"};
+
+static void note_topic(topic_ptrs *t, const rill_message *m) {
+    pthread_mutex_lock(&t->lock);
+    t->seen++;
+    if (strlen(m->topic) != m->payload_len || memcmp(m->topic, m->payload, m->payload_len) != 0) t->wrong_name++;
+    for (int k = 0; k < 3; k++) {
+        if (strcmp(m->topic, ROTATING[k]) != 0) continue;
+        if (t->first[k] == NULL) t->first[k] = m->topic;
+        if (t->first[k] != m->topic) t->moved++;
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+static rill_ack topic_ptr_handler(void *user_data, const rill_message *m) {
+    note_topic((topic_ptrs *)user_data, m);
+    return RILL_ACK_SUCCESS;
+}
+
+static size_t topic_ptr_batch_handler(void *user_data, const rill_message *msgs, size_t n, rill_ack *acks) {
+    (void)acks;
+    for (size_t i = 0; i < n; i++) note_topic((topic_ptrs *)user_data, &msgs[i]);
+    return n;
+}
+
+/* A wildcard subscriber sees messages of several topics in turn; each topic's
+ * name must keep one address (bindings cache decoded names by it) and never
+ * take an address another topic had. */
+static void test_topic_pointers_are_stable(void) {
+    rill_broker *b = new_broker();
+    for (int k = 0; k < 3; k++) OK(rill_topic_create(b, ROTATING[k], NULL));
+    topic_ptrs one, batch;
+    memset(&one, 0, sizeof one);
+    memset(&batch, 0, sizeof batch);
+    pthread_mutex_init(&one.lock, NULL);
+    pthread_mutex_init(&batch.lock, NULL);
+    rill_subscription_options o = sub_options();
+    o.start = RILL_START_EARLIEST;
+    rill_subscription *s1 = NULL, *s2 = NULL;
+    OK(rill_subscribe(b, "r/*", &o, topic_ptr_handler, &one, &s1));
+    OK(rill_subscribe_batch(b, "r/*", &o, topic_ptr_batch_handler, &batch, &s2));
+    for (int i = 0; i < 60; i++) {
+        rill_record r = record_of(ROTATING[i % 3]);
+        OK(rill_publish(b, ROTATING[i % 3], &r, NULL));
+        if (i % 7 == 0) OK(rill_subscription_wait_idle(s1, 10000)); /* interleave the topics' deliveries */
+    }
+    OK(rill_subscription_wait_idle(s1, 10000));
+    OK(rill_subscription_wait_idle(s2, 10000));
+    topic_ptrs *both[2] = {&one, &batch};
+    for (int k = 0; k < 2; k++) {
+        topic_ptrs *t = both[k];
+        pthread_mutex_lock(&t->lock);
+        CHECK(t->seen == 60);
+        CHECK(t->wrong_name == 0);
+        CHECK(t->moved == 0);
+        CHECK(t->first[0] && t->first[1] && t->first[2]);
+        CHECK(t->first[0] != t->first[1] && t->first[1] != t->first[2] && t->first[0] != t->first[2]);
+        pthread_mutex_unlock(&t->lock);
+    }
+    rill_subscription_free(s1);
+    rill_subscription_free(s2);
+    pthread_mutex_destroy(&one.lock);
+    pthread_mutex_destroy(&batch.lock);
+    rill_broker_free(b);
+}
+
 int main(void) {
     test_version_status_names_and_last_error();
     test_panic_boundary();
@@ -1107,6 +1184,7 @@ int main(void) {
     test_broker_options();
     test_at_most_once();
     test_batch_subscription();
+    test_topic_pointers_are_stable();
     if (failures) {
         fprintf(stderr, "C ABI tests: %d of %d checks failed\n", failures, checks);
         return 1;
