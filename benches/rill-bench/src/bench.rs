@@ -90,6 +90,20 @@ pub fn planned_runs(sc: &Scenario, peers: &[System], pairs: usize) -> u64 {
     if peers.is_empty() { pairs as u64 } else { (pairs * supported * 2) as u64 }
 }
 
+/// When both runs published a fixed count and delivered all of it, the
+/// subscribers of both must have read the same bytes (the payload sums
+/// match); a peer run whose bytes differ is marked failed rather than
+/// counted, so no harness can win by not handing over the real payload.
+fn check_same_bytes(rill: &Outcome, peer: &mut Outcome, shape: &crate::measure::Shape) {
+    let complete = |o: &Outcome| o.status == Status::Ok && o.missed == 0;
+    if shape.planned().is_some() && complete(rill) && complete(peer) && rill.payload_sum != peer.payload_sum {
+        peer.status = Status::Failed(format!(
+            "its subscribers read other bytes than rill's (payload sum {:#x}, rill {:#x})",
+            peer.payload_sum, rill.payload_sum
+        ));
+    }
+}
+
 /// Runs a scenario: `pairs` repetitions of rill alone without peers, else
 /// `pairs` rounds of (rill, peer) for every peer in turn.
 pub fn measure(sc: &Scenario, peers: &[System], pairs: usize, env: &Env, bar: &ProgressBar) -> ScenarioResult {
@@ -123,8 +137,9 @@ pub fn measure(sc: &Scenario, peers: &[System], pairs: usize, env: &Env, bar: &P
             rill_runs.push(systems::run(System::Rill, &sc.shape, env));
             bar.inc(1);
             bar.set_message(label(p, round));
-            let out = systems::run(p, &sc.shape, env);
+            let mut out = systems::run(p, &sc.shape, env);
             bar.inc(1);
+            check_same_bytes(rill_runs.last().expect("pushed above"), &mut out, &sc.shape);
             // A peer that hit the time cap would hit it again: one such run
             // is reported, the remaining pairs are skipped.
             if out.status == Status::Timeout {
@@ -234,5 +249,45 @@ fn summarise(system: System, runs: &[&Outcome], sc: &Scenario) -> SystemSummary 
         run_msgs_per_sec: rates,
         lost_pct: if delivered + missed > 0 { missed as f64 * 100.0 / (delivered + missed) as f64 } else { 0.0 },
         latency: percentiles(&latency),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::new_histogram;
+    use crate::scenarios::{Named, named};
+
+    fn outcome(payload_sum: u64, missed: u64) -> Outcome {
+        Outcome {
+            status: Status::Ok,
+            published: 10,
+            delivered: 10 - missed,
+            missed,
+            subscribers: 1,
+            elapsed_ns: 1,
+            latency: new_histogram(),
+            payload_sum,
+        }
+    }
+
+    #[test]
+    fn a_peer_that_read_other_bytes_fails_its_run() {
+        let counted = named(Named::OneToOne).shape;
+        let shape = crate::measure::Shape { amount: crate::measure::Amount::Messages(10), ..counted.clone() };
+        let mut same = outcome(7, 0);
+        check_same_bytes(&outcome(7, 0), &mut same, &shape);
+        assert_eq!(same.status, Status::Ok);
+        let mut other = outcome(8, 0);
+        check_same_bytes(&outcome(7, 0), &mut other, &shape);
+        assert!(matches!(&other.status, Status::Failed(why) if why.contains("other bytes")), "{:?}", other.status);
+        // Runs that skipped messages, or ran for a duration, read different
+        // sets of messages: nothing to compare.
+        let mut lossy = outcome(8, 2);
+        check_same_bytes(&outcome(7, 0), &mut lossy, &shape);
+        assert_eq!(lossy.status, Status::Ok);
+        let mut timed = outcome(8, 0);
+        check_same_bytes(&outcome(7, 0), &mut timed, &counted);
+        assert_eq!(timed.status, Status::Ok);
     }
 }

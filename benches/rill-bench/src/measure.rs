@@ -290,12 +290,25 @@ pub struct Outcome {
     pub elapsed_ns: u64,
     /// Sampled publish-to-handler latencies, all subscribers.
     pub latency: Histogram<u64>,
+    /// Sum of every payload byte every finished subscriber read (wrapping):
+    /// equal across systems that delivered the same messages, so tests can
+    /// check that a harness hands over the real bytes.
+    pub payload_sum: u64,
 }
 
 impl Outcome {
     /// A run that did not happen.
     pub fn not_run(status: Status, subscribers: usize) -> Outcome {
-        Outcome { status, published: 0, delivered: 0, missed: 0, subscribers, elapsed_ns: 0, latency: new_histogram() }
+        Outcome {
+            status,
+            published: 0,
+            delivered: 0,
+            missed: 0,
+            subscribers,
+            elapsed_ns: 0,
+            latency: new_histogram(),
+            payload_sum: 0,
+        }
     }
 
     /// Delivered messages per subscriber per second.
@@ -370,6 +383,7 @@ pub fn execute(run: &Arc<Run>, timeout: Duration, producers: Vec<ProducerFn<'_>>
     }
     let delivered: u64 = run.slots.iter().map(|s| s.delivered.load(Ordering::Relaxed)).sum();
     let missed: u64 = run.slots.iter().map(|s| s.missed.load(Ordering::Relaxed)).sum();
+    let payload_sum = run.slots.iter().fold(0u64, |a, s| a.wrapping_add(s.sum.load(Ordering::Relaxed)));
     let subscribers = run.slots.len();
     // Every subscriber must account for every message exactly once.
     let status = match status {
@@ -378,7 +392,8 @@ pub fn execute(run: &Arc<Run>, timeout: Duration, producers: Vec<ProducerFn<'_>>
         )),
         s => s,
     };
-    Outcome { status, published, delivered, missed, subscribers, elapsed_ns: end.saturating_sub(start).max(1), latency }
+    let elapsed_ns = end.saturating_sub(start).max(1);
+    Outcome { status, published, delivered, missed, subscribers, elapsed_ns, latency, payload_sum }
 }
 
 /// The bytes one producer publishes: `batch` buffers of `payload` bytes, each

@@ -43,6 +43,7 @@ impl Target {
     pub fn describe(&self) -> String {
         match self {
             Target::Ratio { median, worst: None, .. } => format!(">= {median}x"),
+            Target::Ratio { median, worst: Some(w), .. } if w >= median => format!("every pair >= {median}x"),
             Target::Ratio { median, worst: Some(w), .. } => format!(">= {median}x, worst >= {w}x"),
             Target::Latency { p50_ns, p99_ns } => format!("p50 <= {p50_ns} ns, p99 <= {p99_ns} ns"),
         }
@@ -157,7 +158,13 @@ pub fn named(name: Named) -> Scenario {
         sweep: false,
     };
     match name {
-        Named::OneToOne => sc("one-to-one", "one producer, one subscriber", base, vec![ratio(System::Crossbeam, 2.5)]),
+        Named::OneToOne => sc(
+            "one-to-one",
+            "one producer, one subscriber",
+            base,
+            // "2.5x crossbeam-channel in every pair, 0.8x a bare log".
+            vec![Target::Ratio { peer: System::Crossbeam, median: 2.5, worst: Some(2.5) }, ratio(System::BareLog, 0.8)],
+        ),
         Named::Batch64 => sc("batch-64", "one to one, published in batches of 64", Shape { batch: 64, ..base }, vec![]),
         Named::Publish2 => sc("publish-2", "two producers, one subscriber", Shape { producers: 2, ..base }, vec![]),
         Named::FanOut4 => fan_out(4, false),
@@ -247,7 +254,10 @@ mod tests {
                 Target::Latency { .. } => None,
             })
             .collect();
-        assert_eq!(peers, [System::Crossbeam, System::Bus, System::Tokio, System::TokioBlocking, System::Crossbeam]);
+        assert_eq!(
+            peers,
+            [System::Crossbeam, System::BareLog, System::Bus, System::Tokio, System::TokioBlocking, System::Crossbeam]
+        );
         assert_eq!(named(Named::Latency).shape.rate, Some(100_000));
     }
 

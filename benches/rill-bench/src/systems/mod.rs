@@ -2,6 +2,7 @@
 //! documentation recommends (see `PEERS.md`), with the same payloads, the same
 //! producer loop and the same per-message work (`measure::Tally`).
 
+mod bare_log;
 mod bus_peer;
 mod channels;
 mod disruptor_peer;
@@ -34,12 +35,21 @@ pub enum System {
     Bus,
     /// disruptor (v4): ring buffer, a busy-spinning processor thread per subscriber.
     Disruptor,
+    /// bare-log: a featureless Aeron-style frame log written in this tool, the ceiling.
+    BareLog,
 }
 
 impl System {
     /// Every peer, in report order.
-    pub const PEERS: [System; 6] =
-        [System::Crossbeam, System::Flume, System::Tokio, System::TokioBlocking, System::Bus, System::Disruptor];
+    pub const PEERS: [System; 7] = [
+        System::Crossbeam,
+        System::Flume,
+        System::Tokio,
+        System::TokioBlocking,
+        System::Bus,
+        System::Disruptor,
+        System::BareLog,
+    ];
 
     /// Its name in tables and on the command line.
     pub fn name(self) -> &'static str {
@@ -51,6 +61,7 @@ impl System {
             System::TokioBlocking => "tokio-blocking",
             System::Bus => "bus",
             System::Disruptor => "disruptor",
+            System::BareLog => "bare-log",
         }
     }
 }
@@ -179,6 +190,7 @@ pub fn run(system: System, shape: &Shape, env: &Env) -> Outcome {
     match (system, env.peer_payload) {
         (System::Rill, _) => rill_sys::run(shape, env),
         (System::Disruptor, _) => disruptor_peer::run(shape, env),
+        (System::BareLog, _) => bare_log::run(shape, env),
         (s, PeerPayload::Vec) => run_peer::<Vec<u8>>(s, shape, env),
         (s, PeerPayload::Arc) => run_peer::<Arc<[u8]>>(s, shape, env),
         (s, PeerPayload::Array) => match shape.payload {
@@ -198,7 +210,7 @@ fn run_peer<P: Payload>(system: System, shape: &Shape, env: &Env) -> Outcome {
         System::Tokio => tokio_peer::run::<P>(shape, env, false),
         System::TokioBlocking => tokio_peer::run::<P>(shape, env, true),
         System::Bus => bus_peer::run::<P>(shape, env),
-        System::Rill | System::Disruptor => unreachable!("dispatched above"),
+        System::Rill | System::Disruptor | System::BareLog => unreachable!("dispatched above"),
     }
 }
 
@@ -214,6 +226,48 @@ mod tests {
         let full: Vec<u8> = (0..64).collect();
         assert_eq!(Inline::<64>::copy_from(&full).bytes(), &full[..]);
         assert!(Inline::<256>::copy_from(&[]).bytes().is_empty());
+    }
+
+    #[test]
+    fn every_system_hands_over_the_same_bytes() {
+        // Two producers in batches of 4, three subscribers, a ring of 8 that
+        // wraps hundreds of times, and payloads that are not a multiple of 8:
+        // every system must account for every message, and every subscriber
+        // must read exactly the bytes published (the sums would differ on a
+        // torn, stale or skipped payload).
+        let shape = Shape {
+            producers: 2,
+            subscribers: 3,
+            mode: SubMode::Pool,
+            partitions: 1,
+            payload: 100,
+            batch: 4,
+            poll_batch: 64,
+            amount: Amount::Messages(3000),
+            rate: None,
+            capacity: 8,
+            delivery: Delivery::AtLeastOnce,
+            sample_every: 8,
+            idle_spin_us: 0,
+        };
+        let env = Env {
+            workers: Some(2),
+            retention_mib: 1,
+            warmup: false,
+            overflow: RillOverflow::Block,
+            batch_handler: false,
+            peer_payload: PeerPayload::Vec,
+            timeout: Duration::from_secs(60),
+        };
+        let mut sums = Vec::new();
+        for system in [System::Rill, System::Crossbeam, System::Flume, System::BareLog] {
+            let out = run(system, &shape, &env);
+            assert_eq!(out.status, Status::Ok, "{system:?}");
+            assert_eq!((out.published, out.delivered, out.missed), (6000, 18000, 0), "{system:?}");
+            sums.push((system, out.payload_sum));
+        }
+        assert_ne!(sums[0].1, 0);
+        assert!(sums.iter().all(|&(_, s)| s == sums[0].1), "payload sums differ: {sums:?}");
     }
 
     #[test]
