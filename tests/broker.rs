@@ -654,3 +654,30 @@ fn stats_report_counters_lag_and_topic_sizes() {
     assert_eq!(st.dead_letter_topic, Some(format!("$dlq/{}", st.name)));
     assert!(matches!(b.topic_stats("nope"), Err(Error::NoSuchTopic(_))));
 }
+
+#[test]
+fn a_slow_handler_on_a_single_worker_yields_it_to_a_fast_subscription_of_the_same_topic() {
+    let b = Broker::new(BrokerConfig { worker_threads: Some(1), ..Default::default() }).unwrap();
+    topic(&b, "t", 1);
+    let slow_count = Arc::new(AtomicU64::new(0));
+    let sc = slow_count.clone();
+    let _slow = b
+        .subscribe_batch("t", SubscriptionOptions::default(), move |msgs: &[Message<'_>], _acks: &mut [Ack]| {
+            for _ in msgs {
+                std::thread::sleep(Duration::from_millis(10));
+                sc.fetch_add(1, Ordering::SeqCst);
+            }
+            msgs.len()
+        })
+        .unwrap();
+    let (fast, fast_seen) = sub_with(&b, "t", SubscriptionOptions::default());
+    let records: Vec<Record<'_>> = (0..300).map(|_| Record::new(b"x")).collect();
+    b.publish_batch("t", &records).unwrap();
+    assert!(fast.wait_idle(WAIT).unwrap());
+    assert_eq!(fast_seen.lock().unwrap().len(), 300);
+    // The slow handler's batches shrink to one message once timed, and its
+    // round ends after about a millisecond: the fast subscription gets the
+    // worker after a few slow calls, not after a round budget's worth (256).
+    let slow_done = slow_count.load(Ordering::SeqCst);
+    assert!(slow_done < 64, "the fast subscription waited for {slow_done} slow messages");
+}

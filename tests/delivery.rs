@@ -593,6 +593,10 @@ fn a_batch_handler_gets_runs_of_messages_and_partial_progress_is_redelivered() {
                 start: StartPosition::Earliest,
                 backoff: fast_backoff(),
                 filter: Some("NOT attributes:skip".into()),
+                // A thread of its own always reads runs of up to 64; on the
+                // pool, run lengths follow the handler's timing (see
+                // a_slow_handler_on_a_single_worker_... in tests/broker.rs).
+                dedicated_thread: true,
                 ..Default::default()
             },
             move |msgs: &[Message<'_>], acks: &mut [Ack]| {

@@ -280,6 +280,9 @@ pub unsafe extern "C" fn rill_subscribe(
 /// Like `rill_subscribe`, with a handler that takes runs of consecutive
 /// messages (at most 64 at a time) and acknowledges each: one call for many
 /// messages, for bindings where a call costs more than the work (Python).
+/// On the worker pool the first run is one message and later runs are sized
+/// to take about 250 µs of handler time, so a slow handler does not hold a
+/// worker that other subscriptions wait for.
 ///
 /// # Safety
 ///

@@ -88,6 +88,13 @@ const CLOSED: u8 = 3;
 const ROUND_BUDGET: usize = 256;
 /// Most records read from a cursor in one batch.
 const BATCH: usize = 64;
+/// On the pool, a drain round also ends after this long (at the next batch
+/// boundary), so a slow handler holds a worker that others wait for for
+/// about this long, not for `ROUND_BUDGET` calls.
+const ROUND_SLICE_NS: u64 = 1_000_000;
+/// What a pool batch aims to take at most: the batch size shrinks to fit
+/// it when handlers are slow (down to one message) and grows back when fast.
+const BATCH_SLICE_NS: u64 = ROUND_SLICE_NS / 4;
 
 /// What a handler says about a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -402,6 +409,35 @@ struct Retry {
 }
 
 /// Everything only the drainer touches.
+/// Times a pool drain round, batch by batch (one clock read per batch).
+struct RoundClock {
+    start: u64,
+    last: u64,
+}
+
+impl RoundClock {
+    fn start() -> RoundClock {
+        let now = crate::clock::now_ns();
+        RoundClock { start: now, last: now }
+    }
+
+    /// After a batch of `n` messages: fits `cap` so the next batch takes
+    /// about `BATCH_SLICE_NS`, and ends the round (a zero `budget`) once it
+    /// has run `ROUND_SLICE_NS`.
+    fn after_batch(&mut self, n: usize, cap: &mut usize, budget: &mut usize) {
+        let now = crate::clock::now_ns();
+        let took = now.saturating_sub(self.last).max(1);
+        self.last = now;
+        if n > 0 {
+            let fits = (BATCH_SLICE_NS as u128 * n as u128 / took as u128).min(BATCH as u128) as usize;
+            *cap = fits.max(1);
+        }
+        if now.saturating_sub(self.start) >= ROUND_SLICE_NS {
+            *budget = 0;
+        }
+    }
+}
+
 struct DrainState {
     /// The user's handler; replaced by a no-op when the subscription is
     /// finalized, so user code is dropped at a known point with no lock held.
@@ -415,6 +451,9 @@ struct DrainState {
     next: usize,
     retry: Option<Retry>,
     reason: RefCell<Option<String>>,
+    /// Most records per batch: `BATCH`, or fewer on the pool while handler
+    /// calls are slow (see `BATCH_SLICE_NS`).
+    batch_cap: usize,
 }
 
 /// The lifecycle state of a subscription, as reported in stats.
@@ -567,6 +606,9 @@ impl SubCore {
                 next: 0,
                 retry: None,
                 reason: RefCell::new(None),
+                // On the pool the first batch is one message: its timing sizes
+                // the next, so even a very slow handler's first turn is short.
+                batch_cap: if matches!(env.exec, Exec::Pool(_)) { 1 } else { BATCH },
             }),
             pending: Mutex::new(Vec::new()),
             has_pending: AtomicBool::new(false),
@@ -702,7 +744,7 @@ impl SubCore {
                 return;
             }
             this.merge_pending(&mut st);
-            match this.deliver_round(&mut st) {
+            match this.deliver_round(&mut st, !dedicated) {
                 Round::Closed => {
                     drop(st);
                     this.finalize();
@@ -809,12 +851,14 @@ impl SubCore {
     }
 
     /// One round: up to `ROUND_BUDGET` messages over all partitions.
-    fn deliver_round(&self, st: &mut DrainState) -> Round {
+    /// `timed` (on the pool): also end the round after `ROUND_SLICE_NS`.
+    fn deliver_round(&self, st: &mut DrainState, timed: bool) -> Round {
         let n = st.readers.len();
         if n == 0 {
             return Round::CaughtUp;
         }
         let mut budget = ROUND_BUDGET;
+        let mut clock = timed.then(RoundClock::start);
         let start = st.next % n;
         // A pending retry goes first: nothing behind it may overtake it. (No
         // allocation: a round is on every message's path when traffic is light.)
@@ -822,7 +866,7 @@ impl SubCore {
         let rest = (0..n).map(|k| (start + k) % n).filter(move |&i| Some(i) != first);
         st.next = start + 1;
         for i in first.into_iter().chain(rest) {
-            let outcome = self.deliver_partition(st, i, &mut budget);
+            let outcome = self.deliver_partition(st, i, &mut budget, clock.as_mut());
             st.readers[i].publish_position();
             match outcome {
                 Step::Continue => {}
@@ -836,7 +880,15 @@ impl SubCore {
     }
 
     /// Delivers from reader `i` until it is caught up or `budget` runs out.
-    fn deliver_partition(&self, st: &mut DrainState, i: usize, budget: &mut usize) -> Step {
+    /// With `clock` (on the pool), each batch is timed: the batch size is
+    /// fitted to `BATCH_SLICE_NS` and the round ends past `ROUND_SLICE_NS`.
+    fn deliver_partition(
+        &self,
+        st: &mut DrainState,
+        i: usize,
+        budget: &mut usize,
+        mut clock: Option<&mut RoundClock>,
+    ) -> Step {
         loop {
             if *budget == 0 {
                 return Step::Continue;
@@ -847,8 +899,12 @@ impl SubCore {
                 return stop;
             }
             let mut tally = Tally::default();
+            let before = *budget;
             let outcome = self.deliver_batch(st, i, budget, &mut tally);
             self.counters.add(&tally);
+            if let Some(clock) = clock.as_deref_mut() {
+                clock.after_batch(before - *budget, &mut st.batch_cap, budget);
+            }
             if self.overflow == Overflow::Block {
                 // Publishers may be waiting for exactly this room: publish the
                 // position per batch, not per round, and wake them.
@@ -907,11 +963,11 @@ impl SubCore {
 
     /// Reads one batch from reader `i` and hands its messages to the handler.
     fn deliver_batch(&self, st: &mut DrainState, i: usize, budget: &mut usize, tally: &mut Tally) -> Batch {
-        let DrainState { handler, on_lagged, readers, retry, reason, reasons, acks, .. } = st;
+        let DrainState { handler, on_lagged, readers, retry, reason, reasons, acks, batch_cap, .. } = st;
         let reader = &mut readers[i];
         let topic: &str = &reader.topic;
         let partition = reader.partition.index;
-        let want = (*budget).min(BATCH);
+        let want = (*budget).min(*batch_cap);
         let batch = match reader.cursor.read_batch(want) {
             Ok(b) => b,
             Err(Lagged { missed, .. }) => {

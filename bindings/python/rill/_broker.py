@@ -667,7 +667,9 @@ class Broker(_Handle):
         thread polls for messages before parking; longer means lower latency.
 
         With ``batch=True`` the handler receives a list of consecutive
-        messages of one partition (up to 64) and returns None/True (all
+        messages of one partition (up to 64; on the shared worker pool the
+        first call gets one and later ones are sized to about 250 µs of your
+        handler's time) and returns None/True (all
         handled) or a list of acks, one per message it handled, in order;
         messages past the end of that list are delivered again."""
         if not callable(handler):

@@ -78,6 +78,26 @@ def test_fast_and_slow_subscribers(broker):
         assert s.stats().lag > 0
 
 
+
+def test_a_slow_handler_does_not_hold_the_only_worker():
+    # One pool worker: the slow subscription's handler sleeps 10 ms per
+    # message, and the fast one still finishes while the slow one has handled
+    # only a few (its turns are cut to about a millisecond).
+    with rill.Broker(worker_threads=1) as broker:
+        broker.create_topic("t")
+        slow_seen, fast_seen = [], []
+
+        def slow(m):
+            time.sleep(0.01)
+            slow_seen.append(m.offset)
+
+        with broker.subscribe("t", slow) as s, broker.subscribe("t", fast_seen.append) as f:
+            broker.publish_batch("t", [b"x"] * 300)
+            assert f.wait_idle(WAIT)
+            assert len(fast_seen) == 300
+            assert len(slow_seen) < 64
+            assert s.stats().lag > 0
+
 def test_concurrent_publishers_keep_their_order(broker):
     broker.create_topic("t")
     got = []
