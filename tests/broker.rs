@@ -681,3 +681,104 @@ fn a_slow_handler_on_a_single_worker_yields_it_to_a_fast_subscription_of_the_sam
     let slow_done = slow_count.load(Ordering::SeqCst);
     assert!(slow_done < 64, "the fast subscription waited for {slow_done} slow messages");
 }
+
+/// Subscribes `name` to topic `t<name>` with a handler that, on its first
+/// message, waits at `barrier` and then closes the subscription in `other`.
+fn closer(
+    b: &Broker,
+    name: &str,
+    barrier: Option<Arc<Barrier>>,
+    other: Arc<std::sync::OnceLock<Subscription>>,
+    done: std::sync::mpsc::Sender<&'static str>,
+    label: &'static str,
+    dedicated_thread: bool,
+) -> Subscription {
+    let mut first = true;
+    let options = SubscriptionOptions { name: Some(name.into()), dedicated_thread, ..Default::default() };
+    b.subscribe(&format!("t{name}"), options, move |_: &Message<'_>| {
+        if std::mem::take(&mut first) {
+            if let Some(barrier) = &barrier {
+                barrier.wait();
+            }
+            other.get().expect("set before publishing").close();
+            let _ = done.send(label);
+        }
+        Ack::Success
+    })
+    .unwrap()
+}
+
+#[test]
+fn two_handlers_that_close_each_other_at_once_both_return_and_both_close() {
+    mutual_close(false);
+}
+
+#[test]
+fn two_dedicated_handlers_that_close_each_other_at_once_both_return_and_both_close() {
+    mutual_close(true);
+}
+
+fn mutual_close(dedicated: bool) {
+    let b = Broker::new(BrokerConfig { worker_threads: Some(2), ..Default::default() }).unwrap();
+    topic(&b, "ta", 1);
+    topic(&b, "tb", 1);
+    // Both handlers are in flight (the barrier), then each closes the other:
+    // neither may wait for the other's handler call to end.
+    let barrier = Arc::new(Barrier::new(2));
+    let (a_slot, b_slot) = (Arc::new(std::sync::OnceLock::new()), Arc::new(std::sync::OnceLock::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let a = closer(&b, "a", Some(barrier.clone()), b_slot.clone(), tx.clone(), "a closed b", dedicated);
+    let bb = closer(&b, "b", Some(barrier), a_slot.clone(), tx, "b closed a", dedicated);
+    let (a_core, b_core) = (a_slot.set(a).ok().map(|_| ()), b_slot.set(bb).ok().map(|_| ()));
+    assert!(a_core.is_some() && b_core.is_some());
+    publish(&b, "ta", b"go");
+    publish(&b, "tb", b"go");
+    let got: Vec<_> = (0..2).map(|_| rx.recv_timeout(WAIT)).collect();
+    if got.iter().any(Result::is_err) {
+        // Closing the broker would wait for the stuck handlers too: fail
+        // instead of hanging.
+        std::mem::forget(b);
+        panic!("a handler is stuck in close: {got:?}");
+    }
+    let mut said: Vec<&str> = got.into_iter().map(Result::unwrap).collect();
+    said.sort();
+    assert_eq!(said, ["a closed b", "b closed a"]);
+    // Both finished closing: their names are free again, which happens only
+    // once a subscription has been fully wound up.
+    wait_for_names_free(&b, &["a", "b"]);
+}
+
+#[test]
+fn a_handler_can_close_an_idle_subscription_and_it_winds_up() {
+    let b = broker();
+    topic(&b, "ta", 1);
+    topic(&b, "tb", 1);
+    let slot = Arc::new(std::sync::OnceLock::new());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let _a = closer(&b, "a", None, slot.clone(), tx, "a closed b", false);
+    let (idle, _) = sub_with(&b, "tb", SubscriptionOptions { name: Some("b".into()), ..Default::default() });
+    assert!(slot.set(idle).is_ok());
+    publish(&b, "ta", b"go");
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), "a closed b");
+    assert!(slot.get().unwrap().is_closed());
+    wait_for_names_free(&b, &["b"]);
+}
+
+/// Waits until a subscription can be made under each of `names` (a live one
+/// holding a name makes that `Busy`).
+fn wait_for_names_free(b: &Broker, names: &[&str]) {
+    let deadline = Instant::now() + WAIT;
+    for name in names {
+        loop {
+            let options = SubscriptionOptions { name: Some((*name).into()), ..Default::default() };
+            match b.subscribe("**", options, |_: &Message<'_>| Ack::Success) {
+                Ok(s) => {
+                    s.close();
+                    break;
+                }
+                Err(Error::Busy(_)) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => panic!("{name} is still taken: {e}"),
+            }
+        }
+    }
+}

@@ -570,8 +570,11 @@ pub unsafe extern "C" fn rill_subscription_closed_reason(
 }
 
 /// Unsubscribes and frees the subscription. Returns once no handler call of
-/// it is in flight, except when called from its own handler (then at once;
-/// the handler is not called again). NULL is a no-op.
+/// it is in flight, except when called from inside a handler, its own or
+/// another subscription's (then at once, so two handlers freeing each other
+/// cannot wait for each other; the handler is not called again after a call
+/// in flight, and `user_data_free` runs once that call is over). NULL is
+/// a no-op.
 ///
 /// # Safety
 ///

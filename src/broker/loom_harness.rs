@@ -24,6 +24,8 @@ pub struct Harness {
     pool: Option<Arc<Pool>>,
     dedicated: Option<JoinHandle<()>>,
     seen: Arc<(Mutex<Vec<u64>>, Condvar)>,
+    /// How many times the subscription was wound up (its close hook ran).
+    wound_up: Arc<(Mutex<u32>, Condvar)>,
 }
 
 impl std::fmt::Debug for Harness {
@@ -59,7 +61,13 @@ impl Harness {
             Some(p) => Exec::Pool(p.clone()),
             None => Exec::Dedicated(Mutex::new(None)),
         };
-        let env = SubEnv { exec, timer: None, dead_letters: None, on_close: None };
+        let wound_up: Arc<(Mutex<u32>, Condvar)> = Arc::new((Mutex::new(0), Condvar::new()));
+        let w = wound_up.clone();
+        let on_close: super::subscription::CloseHook = Box::new(move |_: &SubCore| {
+            *lock(&w.0) += 1;
+            w.1.notify_all();
+        });
+        let env = SubEnv { exec, timer: None, dead_letters: None, on_close: Some(on_close) };
         let options = match lag_limit {
             Some(limit) => {
                 SubscriptionOptions { overflow: Overflow::Block, lag_limit: Some(limit), ..Default::default() }
@@ -77,7 +85,7 @@ impl Harness {
             handle
         });
         SubCore::attach_to(&sub, "t".into(), &partition, partition.log.cursor_from_first());
-        Harness { partition, sub, pool, dedicated, seen }
+        Harness { partition, sub, pool, dedicated, seen, wound_up }
     }
 
     /// Publishes a record carrying `tag`, through the real publish path,
@@ -98,9 +106,27 @@ impl Harness {
         seen.clone()
     }
 
+    /// Closes the subscription as if from another subscription's handler:
+    /// without waiting for a drain in flight.
+    pub fn close_from_another_handler(&self) {
+        SubCore::close_from_handler_of(&self.sub, 2);
+    }
+
+    /// Blocks until the subscription has been wound up (its close hook ran);
+    /// returns how many times that happened. Never wound up: every thread
+    /// ends blocked, which loom reports as a deadlock.
+    pub fn wait_wound_up(&self) -> u32 {
+        let (lock_, cond) = &*self.wound_up;
+        let mut n = lock(lock_);
+        while *n == 0 {
+            n = cond.wait(n).unwrap_or_else(|e| e.into_inner());
+        }
+        *n
+    }
+
     /// Closes the subscription and stops its threads.
     pub fn shutdown(mut self) {
-        self.sub.close();
+        SubCore::close(&self.sub);
         if let Some(p) = self.pool.take() {
             p.stop();
         }

@@ -728,7 +728,7 @@ impl BrokerInner {
             c.close();
         }
         for sub in &subs {
-            sub.close_with_reason("the broker was closed".into());
+            SubCore::close_with_reason(sub, "the broker was closed".into());
         }
         self.pool.stop();
         self.timer.stop();

@@ -417,15 +417,26 @@ struct RoundClock {
 
 impl RoundClock {
     fn start() -> RoundClock {
-        let now = crate::clock::now_ns();
+        let now = RoundClock::now();
         RoundClock { start: now, last: now }
+    }
+
+    /// The clock. Under loom, a constant: a model must take the same path
+    /// every time it replays a schedule, and wall time would let a round end
+    /// at different points (batches are then sized by message count alone).
+    #[inline]
+    fn now() -> u64 {
+        #[cfg(loom)]
+        return 0;
+        #[cfg(not(loom))]
+        crate::clock::now_ns()
     }
 
     /// After a batch of `n` messages: fits `cap` so the next batch takes
     /// about `BATCH_SLICE_NS`, and ends the round (a zero `budget`) once it
     /// has run `ROUND_SLICE_NS`.
     fn after_batch(&mut self, n: usize, cap: &mut usize, budget: &mut usize) {
-        let now = crate::clock::now_ns();
+        let now = RoundClock::now();
         let took = now.saturating_sub(self.last).max(1);
         self.last = now;
         if n > 0 {
@@ -725,7 +736,12 @@ impl SubCore {
     pub(crate) fn dedicated_loop(this: Arc<SubCore>) {
         loop {
             match this.state() {
-                CLOSED => return,
+                // Wind up here too: a close from another subscription's
+                // handler does not wait for this thread (idempotent).
+                CLOSED => {
+                    this.finalize();
+                    return;
+                }
                 ACTIVE => SubCore::drain_rounds(&this, true),
                 // IDLE or BACKOFF: a publisher or the timer will unpark us.
                 _ => thread::park(),
@@ -1195,10 +1211,71 @@ impl SubCore {
         Ok(caught_up)
     }
 
-    /// Closes the subscription. Unless called from its own handler, returns
-    /// only once no handler call of it is in flight. Idempotent.
-    pub(crate) fn close(&self) {
-        self.close_inner(IN_HANDLER.with(|h| h.get()) != self.id);
+    /// Closes the subscription. Called from no handler, returns only once no
+    /// handler call of it is in flight. Idempotent.
+    pub(crate) fn close(this: &Arc<SubCore>) {
+        match IN_HANDLER.with(|h| h.get()) {
+            0 => this.close_inner(true),
+            // From its own handler: the round that called it winds it up.
+            id if id == this.id => this.close_inner(false),
+            // From another subscription's handler: waiting for this one's
+            // round could wait forever (its handler may be closing ours, or
+            // waiting for us), so do not wait; see that it winds up anyway.
+            _ => {
+                this.close_inner(false);
+                SubCore::wind_up_later(this);
+            }
+        }
+    }
+
+    /// `close` as called from the handler of subscription `other` (loom
+    /// models: a real handler would need a second subscription around it).
+    #[cfg(loom)]
+    pub(crate) fn close_from_handler_of(this: &Arc<SubCore>, other: u64) {
+        let previous = IN_HANDLER.with(|h| h.replace(other));
+        SubCore::close(this);
+        IN_HANDLER.with(|h| h.set(previous));
+    }
+
+    // Winding up after a close that did not wait.
+    //
+    // "Winding up" (`finalize`) drops the user's handler and runs the
+    // broker's close hook (which frees a durable name); it is idempotent and
+    // takes the drain lock, so it cannot run inside a round. A close from
+    // another subscription's handler must not wait for this subscription's
+    // round (that round's handler may be closing ours, or waiting on it), so
+    // after storing CLOSED it cannot simply take the drain and wind up.
+    //
+    // States: a round holds the drain (it is delivering, or between its last
+    // look at the state and releasing the lock), or nobody does. Invariant:
+    // after CLOSED is stored, some thread winds up after the last round
+    // releases the drain. If `try_lock` succeeds, no round runs and none can
+    // start usefully (a new one sees CLOSED at its top and winds up, which is
+    // harmless twice); we wind up. If it fails, a round holds the drain and
+    // may already be past every look at the state (it saw ACTIVE, went idle
+    // and is returning): it will not wind up, so we queue a pool job, which
+    // takes the drain after the round and, seeing CLOSED, winds up. A
+    // dedicated thread returns to its loop after every round and winds up
+    // when it sees CLOSED there (the close unparks it). The race between the
+    // round's exit and the close is what `loom-tests/tests/close.rs` models;
+    // without the job, or without the dedicated loop's wind-up, loom finds
+    // an execution where nobody winds up.
+    fn wind_up_later(this: &Arc<SubCore>) {
+        match this.drain.try_lock() {
+            Ok(free) => {
+                drop(free);
+                this.finalize();
+            }
+            Err(std::sync::TryLockError::Poisoned(free)) => {
+                drop(free);
+                this.finalize();
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if let Exec::Pool(pool) = &this.env.exec {
+                    pool.push(this.clone());
+                }
+            }
+        }
     }
 
     /// Closes; with `wait`, also waits for an in-flight round (the caller must
@@ -1249,9 +1326,9 @@ impl SubCore {
     }
 
     /// Closes the subscription, recording why (reported in stats).
-    pub(crate) fn close_with_reason(&self, reason: String) {
-        *lock(&self.closed_reason) = Some(reason);
-        self.close();
+    pub(crate) fn close_with_reason(this: &Arc<SubCore>, reason: String) {
+        *lock(&this.closed_reason) = Some(reason);
+        SubCore::close(this);
     }
 
     /// The committed position of every partition read so far.
@@ -1423,16 +1500,18 @@ impl Subscription {
     }
 
     /// Unsubscribes. Returns once no handler call of this subscription is in
-    /// flight, except when called from its own handler (it then returns at
-    /// once, and the handler is not called again). Idempotent.
+    /// flight, except when called from inside a handler (its own or another
+    /// subscription's): then it returns at once, and the handler is not called
+    /// again after any call in flight, so two handlers that close each other
+    /// cannot wait for each other forever. Idempotent.
     pub fn close(&self) {
-        self.core.close();
+        SubCore::close(&self.core);
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.core.close();
+        SubCore::close(&self.core);
     }
 }
 

@@ -1,0 +1,52 @@
+//! Loom models of closing a subscription from another subscription's
+//! handler (see `SubCore::close` and `wind_up_later` in
+//! `src/broker/subscription.rs`), on the real close, drain and pool code.
+//!
+//! Such a close must not wait for the subscription's drain (the two handlers
+//! could be closing each other), so it cannot wind the subscription up
+//! itself while a drain is in flight. The protocol: the closer stores CLOSED,
+//! then tries the drain lock; if it is free it winds up at once; if a round
+//! holds it, a pool job is queued (a dedicated thread winds up when it sees
+//! CLOSED), which takes the lock after that round and winds up. The race it
+//! must survive: the round has already passed its last look at the state
+//! and is about to release the lock when CLOSED lands. Winding up twice is
+//! harmless (it is idempotent); never winding up leaks the handler and keeps
+//! a durable name taken. Each model waits for the close hook: a missed wind-up
+//! leaves every thread blocked, which loom reports as a deadlock.
+#![cfg(loom)]
+
+use loom::sync::Arc;
+use loom::thread;
+use rill::broker::loom_harness::Harness;
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    builder.check(f);
+}
+
+fn close_during_a_drain(dedicated: bool) {
+    let h = Arc::new(Harness::new(dedicated));
+    // Schedules a drain, which may be anywhere in its round (or done) when
+    // the close lands.
+    h.publish(1);
+    let h2 = h.clone();
+    let closer = thread::spawn(move || h2.close_from_another_handler());
+    closer.join().unwrap();
+    assert_eq!(h.wait_wound_up(), 1, "wound up exactly once");
+    Arc::try_unwrap(h).expect("no other handle").shutdown();
+}
+
+/// Pool-drained: the close may find the worker's round holding the drain.
+#[test]
+fn a_close_from_another_handler_always_winds_up_on_the_pool() {
+    model(|| close_during_a_drain(false));
+}
+
+/// Dedicated thread: the same, with park/unpark as the wakeup.
+#[test]
+fn a_close_from_another_handler_always_winds_up_on_a_dedicated_thread() {
+    model(|| close_during_a_drain(true));
+}
