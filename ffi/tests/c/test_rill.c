@@ -1164,6 +1164,80 @@ static void test_topic_pointers_are_stable(void) {
     rill_broker_free(b);
 }
 
+/* Two subscriptions whose handlers, both in flight at once, free each other. */
+typedef struct {
+    pthread_barrier_t *barrier;
+    pthread_mutex_t lock;
+    rill_subscription *other; /* set before publishing; taken by the handler */
+    int done;
+} mutual_freer;
+
+static rill_ack free_the_other(void *user_data, const rill_message *m) {
+    mutual_freer *me = (mutual_freer *)user_data;
+    (void)m;
+    pthread_mutex_lock(&me->lock);
+    rill_subscription *other = me->other;
+    me->other = NULL;
+    pthread_mutex_unlock(&me->lock);
+    if (other) {
+        pthread_barrier_wait(me->barrier);
+        rill_subscription_free(other); /* must not wait for the other handler */
+        pthread_mutex_lock(&me->lock);
+        me->done = 1;
+        pthread_mutex_unlock(&me->lock);
+    }
+    return RILL_ACK_SUCCESS;
+}
+
+static int mutual_done(mutual_freer *f) {
+    pthread_mutex_lock(&f->lock);
+    int d = f->done;
+    pthread_mutex_unlock(&f->lock);
+    return d;
+}
+
+static void test_handlers_that_free_each_other(void) {
+    rill_broker_options bo;
+    rill_broker_options_init(&bo);
+    bo.worker_threads = 2;
+    rill_broker *b = NULL;
+    OK(rill_broker_new(&bo, &b));
+    OK(rill_topic_create(b, "ta", NULL));
+    OK(rill_topic_create(b, "tb", NULL));
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, 2);
+    mutual_freer fa, fb;
+    memset(&fa, 0, sizeof fa);
+    memset(&fb, 0, sizeof fb);
+    fa.barrier = fb.barrier = &barrier;
+    pthread_mutex_init(&fa.lock, NULL);
+    pthread_mutex_init(&fb.lock, NULL);
+    rill_subscription_options o = sub_options();
+    rill_subscription *sa = NULL, *sb = NULL;
+    OK(rill_subscribe(b, "ta", &o, free_the_other, &fa, &sa));
+    OK(rill_subscribe(b, "tb", &o, free_the_other, &fb, &sb));
+    pthread_mutex_lock(&fa.lock);
+    fa.other = sb;
+    pthread_mutex_unlock(&fa.lock);
+    pthread_mutex_lock(&fb.lock);
+    fb.other = sa;
+    pthread_mutex_unlock(&fb.lock);
+    rill_record r = record_of("go");
+    OK(rill_publish(b, "ta", &r, NULL));
+    OK(rill_publish(b, "tb", &r, NULL));
+    for (int i = 0; i < 4000 && !(mutual_done(&fa) && mutual_done(&fb)); i++) sleep_ms(5);
+    if (!(mutual_done(&fa) && mutual_done(&fb))) {
+        /* Freeing the broker would wait on the stuck handlers: fail now. */
+        fprintf(stderr, "%s:%d: handlers freeing each other are stuck\n", __FILE__, __LINE__);
+        exit(1);
+    }
+    CHECK(mutual_done(&fa) && mutual_done(&fb));
+    rill_broker_free(b); /* both subscriptions were freed by the handlers */
+    pthread_barrier_destroy(&barrier);
+    pthread_mutex_destroy(&fa.lock);
+    pthread_mutex_destroy(&fb.lock);
+}
+
 int main(void) {
     test_version_status_names_and_last_error();
     test_panic_boundary();
@@ -1185,6 +1259,7 @@ int main(void) {
     test_at_most_once();
     test_batch_subscription();
     test_topic_pointers_are_stable();
+    test_handlers_that_free_each_other();
     if (failures) {
         fprintf(stderr, "C ABI tests: %d of %d checks failed\n", failures, checks);
         return 1;
