@@ -2,7 +2,10 @@
 //! * one publisher fanning out to 1, 4 and 16 push subscribers (messages
 //!   published per second; a sample ends when every subscriber is done);
 //! * at-least-once against at-most-once delivery;
-//! * pull consumer `poll` with batches of 1, 64 and 1024.
+//! * pull consumer `poll` with batches of 1, 64 and 1024;
+//! * a `**` subscriber over 1, 100 and 1,000 topics, woken for each message
+//!   published to one of them (publish, then wait until it is handled): what
+//!   a wake-up costs a wildcard subscription as its topic count grows.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -128,9 +131,36 @@ fn poll_batches(c: &mut Criterion) {
     g.finish();
 }
 
+fn wildcard_wake_ups(c: &mut Criterion) {
+    let mut g = c.benchmark_group("broker_wildcard_wake_up_64B");
+    g.throughput(Throughput::Elements(1));
+    for topics in [1usize, 100, 1000] {
+        g.bench_with_input(BenchmarkId::new("publish_and_handle", topics), &topics, |b, &n| {
+            let broker = Broker::new(BrokerConfig::default()).unwrap();
+            for t in 0..n {
+                broker.create_topic(&format!("w/{t}"), &TopicOptions::default()).unwrap();
+            }
+            let mut local = 0u64;
+            let sub = broker
+                .subscribe("w/**", SubscriptionOptions::default(), move |m: &Message<'_>| {
+                    local = local.wrapping_add(m.payload().iter().map(|&x| x as u64).sum::<u64>());
+                    black_box(local);
+                    Ack::Success
+                })
+                .unwrap();
+            let publisher = broker.publisher("w/0").unwrap();
+            b.iter(|| {
+                black_box(publisher.publish(&Record::new(&PAYLOAD)).unwrap());
+                assert!(sub.wait_idle(Duration::from_secs(60)).unwrap());
+            });
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(10).measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
-    targets = fan_out, delivery_modes, poll_batches
+    targets = fan_out, delivery_modes, poll_batches, wildcard_wake_ups
 }
 criterion_main!(benches);
