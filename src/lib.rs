@@ -29,9 +29,9 @@ pub mod log;
 pub(crate) mod sync;
 
 pub use broker::{
-    Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DeliveryMode, Filter, Message,
-    Overflow, Pattern, Polled, Position, Publisher, RetryBackoff, StartPosition, Subscription, SubscriptionOptions,
-    SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
+    Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DeliveryMode, Filter,
+    LagCallback, Message, Overflow, Pattern, Polled, Position, Publisher, RetryBackoff, StartPosition, Subscription,
+    SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
 };
 pub use error::{Error, Result};
 pub use log::Record;

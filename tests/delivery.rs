@@ -666,3 +666,71 @@ fn a_panicking_batch_handler_retries_its_first_message() {
     assert_eq!(*attempts.lock().unwrap(), vec![1, 2]);
     assert_eq!(sub.stats().retried, 1);
 }
+
+/// A subscription to `firehose` (16 KiB retention) whose handler holds the
+/// first message until it is let go, while 5,000 more are published: it is
+/// overtaken by retention, so `on_lagged` runs once it moves on.
+fn overtaken(b: &Broker, on_lagged: rill::LagCallback) -> (Subscription, Arc<AtomicBool>) {
+    b.create_topic("firehose", &TopicOptions { retention_bytes: Some(16 << 10), ..TopicOptions::default() }).unwrap();
+    let (entered, gate, seen) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::default());
+    let options = SubscriptionOptions { on_lagged: Some(on_lagged), ..Default::default() };
+    let sub = b.subscribe("firehose", options, gated(&entered, &gate, &seen)).unwrap();
+    b.publish("firehose", &Record::new(&0u64.to_le_bytes())).unwrap();
+    wait_for("the first delivery", || entered.load(Ordering::SeqCst));
+    for i in 1..5_000u64 {
+        b.publish("firehose", &Record::new(&i.to_le_bytes())).unwrap();
+    }
+    (sub, gate)
+}
+
+#[test]
+fn a_panicking_lag_callback_neither_kills_a_worker_nor_stops_its_subscription() {
+    let b = Broker::new(BrokerConfig { worker_threads: Some(1), ..Default::default() }).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let (sub, gate) = overtaken(
+        &b,
+        Arc::new(move |_: &str, _: u32, _: u64| {
+            c.fetch_add(1, Ordering::SeqCst);
+            panic!("the lag callback fails");
+        }),
+    );
+    gate.store(true, Ordering::SeqCst);
+    assert!(sub.wait_idle(WAIT).unwrap(), "the subscription went on past the panic");
+    assert!(calls.load(Ordering::SeqCst) >= 1 && sub.stats().missed > 0);
+    // The only worker is still alive: another subscription gets its message.
+    b.create_topic("other", &TopicOptions::default()).unwrap();
+    let got = Arc::new(AtomicUsize::new(0));
+    let g = got.clone();
+    let other = b
+        .subscribe("other", SubscriptionOptions::default(), move |_: &Message<'_>| {
+            g.fetch_add(1, Ordering::SeqCst);
+            Ack::Success
+        })
+        .unwrap();
+    b.publish("other", &Record::new(b"x")).unwrap();
+    assert!(other.wait_idle(WAIT).unwrap());
+    assert_eq!(got.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_lag_callback_may_close_its_own_subscription() {
+    let b = broker();
+    let slot: Arc<std::sync::OnceLock<Subscription>> = Arc::default();
+    let s = slot.clone();
+    let (sub, gate) = overtaken(
+        &b,
+        Arc::new(move |_: &str, _: u32, _: u64| {
+            if let Some(sub) = s.get() {
+                sub.close();
+            }
+        }),
+    );
+    assert!(slot.set(sub).is_ok());
+    gate.store(true, Ordering::SeqCst);
+    let sub = slot.get().unwrap();
+    wait_for("the lag callback to close it", || sub.is_closed());
+    assert!(matches!(sub.wait_idle(WAIT), Err(Error::Closed(_))));
+    // And the broker goes on.
+    b.publish("firehose", &Record::new(&1u64.to_le_bytes())).unwrap();
+}

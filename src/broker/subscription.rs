@@ -408,7 +408,6 @@ struct Retry {
     reason: Option<String>,
 }
 
-/// Everything only the drainer touches.
 /// Times a pool drain round, batch by batch (one clock read per batch).
 struct RoundClock {
     start: u64,
@@ -449,6 +448,7 @@ impl RoundClock {
     }
 }
 
+/// Everything only the drainer touches.
 struct DrainState {
     /// The user's handler; replaced by a no-op when the subscription is
     /// finalized, so user code is dropped at a known point with no lock held.
@@ -992,7 +992,11 @@ impl SubCore {
                     *retry = None;
                 }
                 if let Some(cb) = on_lagged {
-                    cb(topic, partition, missed);
+                    invoke_lagged(self.id, cb, topic, partition, missed);
+                    if self.state() == CLOSED {
+                        // The callback closed the subscription.
+                        return Batch::Stop(Round::Closed);
+                    }
                 }
                 return Batch::More;
             }
@@ -1422,6 +1426,17 @@ fn invoke(sub_id: u64, handler: &mut Handler, msg: &Message<'_>) -> Ack {
             Ack::Retry
         }
     }
+}
+
+/// Calls a subscription's `on_lagged` callback the way handlers are called:
+/// marked as inside subscription `sub_id` (so it may close it, or another
+/// one, without waiting on the drain it runs in), and with a panic caught,
+/// so user code cannot take down the thread that drains (the panic is
+/// dropped: there is no message to retry, and the miss is counted anyway).
+fn invoke_lagged(sub_id: u64, cb: &LagCallback, topic: &str, partition: u32, missed: u64) {
+    let previous = IN_HANDLER.with(|h| h.replace(sub_id));
+    let _ = catch_unwind(AssertUnwindSafe(|| cb(topic, partition, missed)));
+    IN_HANDLER.with(|h| h.set(previous));
 }
 
 /// A redelivery carries the attempt number and the reason given last time;
