@@ -378,6 +378,18 @@ typedef int32_t rill_overflow;
 typedef void (*rill_destructor)(void *user_data);
 
 /**
+ * Told that retention trimmed `missed` messages of `topic` (NUL-terminated,
+ * valid during the call) partition `partition` before the subscription read
+ * them; they are counted in `missed` of the stats as well. Called on the
+ * draining thread, between handler calls, with the subscription's
+ * `user_data`; same re-entrancy rules as `rill_handler`.
+ */
+typedef void (*rill_lag_callback)(void *user_data,
+                                  const char *topic,
+                                  uint32_t partition,
+                                  uint64_t missed);
+
+/**
  * How a subscription behaves. Fill it with `rill_subscription_options_init`.
  * Strings are copied during `rill_subscribe`.
  */
@@ -446,6 +458,11 @@ typedef struct {
      * park). For the lowest latency, more than the gap between messages.
      */
     uint64_t idle_spin_us;
+    /**
+     * Called when retention overtook the subscription (NULL: none; the
+     * `missed` count in the stats is kept either way).
+     */
+    rill_lag_callback on_lagged;
 } rill_subscription_options;
 
 /**

@@ -150,6 +150,9 @@ struct SubscriptionOptions {
     uint64_t lag_limit = 0;  // 0: none
     bool dedicated_thread = false;
     std::chrono::microseconds idle_spin{0};  // with dedicated_thread; 0: spin briefly, then park
+    /// Told (topic, partition, missed) when retention trimmed messages before
+    /// the subscription read them; empty: none. Exceptions are swallowed.
+    std::function<void(std::string_view, uint32_t, uint64_t)> on_lagged;
 };
 
 using Handler = std::function<Ack(const Message &)>;
@@ -275,11 +278,17 @@ inline RecordData to_c(const Record &r) {
     return d;
 }
 
+// What a subscription's user_data points to.
+struct Callbacks {
+    Handler handler;
+    std::function<void(std::string_view, uint32_t, uint64_t)> on_lagged;
+};
+
 // Calls the std::function; exceptions become a retry with their text.
 inline rill_ack trampoline(void *user_data, const rill_message *m) noexcept {
-    auto *handler = static_cast<Handler *>(user_data);
+    auto *cb = static_cast<Callbacks *>(user_data);
     try {
-        return static_cast<rill_ack>((*handler)(Message(m)));
+        return static_cast<rill_ack>(cb->handler(Message(m)));
     } catch (const std::exception &e) {
         rill_ack_reason(m, e.what());
     } catch (...) {
@@ -288,7 +297,16 @@ inline rill_ack trampoline(void *user_data, const rill_message *m) noexcept {
     return RILL_ACK_RETRY;
 }
 
-inline void destroy(void *user_data) noexcept { delete static_cast<Handler *>(user_data); }
+// Calls on_lagged; nothing may cross back into C.
+inline void lagged(void *user_data, const char *topic, uint32_t partition, uint64_t missed) noexcept {
+    auto *cb = static_cast<Callbacks *>(user_data);
+    try {
+        cb->on_lagged(topic, partition, missed);
+    } catch (...) {
+    }
+}
+
+inline void destroy(void *user_data) noexcept { delete static_cast<Callbacks *>(user_data); }
 }  // namespace detail
 
 /// Publishes to one topic without a lookup per message; thread-safe.
@@ -400,7 +418,8 @@ class Broker {
         c.dedicated_thread = o.dedicated_thread;
         c.idle_spin_us = static_cast<uint64_t>(o.idle_spin.count());
         c.user_data_free = detail::destroy;  // also runs if subscribing fails
-        auto *user = new Handler(std::move(handler));
+        if (o.on_lagged) c.on_lagged = detail::lagged;
+        auto *user = new detail::Callbacks{std::move(handler), o.on_lagged};
         rill_subscription *s = nullptr;
         detail::check(rill_subscribe(b_, pattern.c_str(), &c, detail::trampoline, user, &s));
         return Subscription(s);

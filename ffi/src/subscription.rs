@@ -86,6 +86,14 @@ pub type rill_batch_handler = Option<
 /// subscription has ended and its handler will not be called again.
 pub type rill_destructor = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
 
+/// Told that retention trimmed `missed` messages of `topic` (NUL-terminated,
+/// valid during the call) partition `partition` before the subscription read
+/// them; they are counted in `missed` of the stats as well. Called on the
+/// draining thread, between handler calls, with the subscription's
+/// `user_data`; same re-entrancy rules as `rill_handler`.
+pub type rill_lag_callback =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, topic: *const c_char, partition: u32, missed: u64)>;
+
 /// How a subscription behaves. Fill it with `rill_subscription_options_init`.
 /// Strings are copied during `rill_subscribe`.
 #[repr(C)]
@@ -125,6 +133,9 @@ pub struct rill_subscription_options {
     /// new messages before it parks (0, the default: spin briefly, yield,
     /// park). For the lowest latency, more than the gap between messages.
     pub idle_spin_us: u64,
+    /// Called when retention overtook the subscription (NULL: none; the
+    /// `missed` count in the stats is kept either way).
+    pub on_lagged: rill_lag_callback,
 }
 
 /// Fills `o` with the defaults. NULL is a no-op.
@@ -154,6 +165,7 @@ pub unsafe extern "C" fn rill_subscription_options_init(o: *mut rill_subscriptio
         dedicated_thread: false,
         user_data_free: None,
         idle_spin_us: 0,
+        on_lagged: None,
     };
     // SAFETY: non-NULL; the caller promises it points to writable options.
     unsafe { o.write(defaults) };
@@ -230,6 +242,10 @@ struct UserData {
 // SAFETY: `rill_subscribe`'s contract makes the caller promise that
 // `user_data` may be used (and freed) from the broker's threads.
 unsafe impl Send for UserData {}
+// SAFETY: shared only between a subscription's handler and its lag
+// callback, which the drainer calls one at a time; the pointer itself is
+// never written.
+unsafe impl Sync for UserData {}
 
 impl UserData {
     /// The pointer (a method, so closures capture the whole `UserData`).
@@ -319,22 +335,27 @@ unsafe fn subscribe_with(
     o: *const rill_subscription_options,
     user_data: *mut c_void,
     out: *mut *mut rill_subscription,
-    subscribe: impl FnOnce(&rill::Broker, &str, SubscriptionOptions, UserData) -> Result<Subscription, FfiError>,
+    subscribe: impl FnOnce(&rill::Broker, &str, SubscriptionOptions, Arc<UserData>) -> Result<Subscription, FfiError>,
 ) -> rill_status {
     // SAFETY: the caller promises `o` is NULL or valid.
     let free = unsafe { o.as_ref() }.and_then(|o| o.user_data_free);
-    // Owns user_data from here on: dropped (freeing it) if anything fails.
-    let user = UserData { ptr: user_data, free };
+    // Owns user_data from here on: dropped (freeing it) if anything fails,
+    // else once the handler and the lag callback are both gone.
+    let user = Arc::new(UserData { ptr: user_data, free });
     boundary(move || {
         out_ptr(out, "out")?;
         // SAFETY: the caller's promises, checked for NULL inside.
         let (b, pattern) = unsafe { (reference(b, "broker")?, cstr(pattern, "pattern")?) };
         // SAFETY: the caller promises `o` is NULL or valid options.
-        let options = match unsafe { o.as_ref() } {
+        let mut options = match unsafe { o.as_ref() } {
             // SAFETY: the caller promises the option strings are valid.
             Some(o) => unsafe { subscription_options(o) }?,
             None => SubscriptionOptions::default(),
         };
+        // SAFETY: as above.
+        if let Some(cb) = unsafe { o.as_ref() }.and_then(|o| o.on_lagged) {
+            options.on_lagged = Some(lag_trampoline(cb, user.clone()));
+        }
         let sub = subscribe(&b.broker, pattern, options, user)?;
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, Box::into_raw(Box::new(rill_subscription { sub }))) };
@@ -370,6 +391,19 @@ impl TopicNames {
     }
 }
 
+/// The Rust lag callback that calls a C one.
+fn lag_trampoline(
+    cb: unsafe extern "C" fn(*mut c_void, *const c_char, u32, u64),
+    user: Arc<UserData>,
+) -> rill::LagCallback {
+    Arc::new(move |topic: &str, partition: u32, missed: u64| {
+        let name = CString::new(topic).expect("topic names have no NUL");
+        // SAFETY: the C callback, called as `rill_lag_callback`'s contract
+        // allows; `name` outlives the call.
+        unsafe { cb(user.get(), name.as_ptr(), partition, missed) }
+    })
+}
+
 /// Turns a C ack into a Rust one; a value that is not a `rill_ack` is a retry.
 fn ack_from_c(ack: rill_ack, m: &Message<'_>) -> Ack {
     match ack {
@@ -386,7 +420,7 @@ fn ack_from_c(ack: rill_ack, m: &Message<'_>) -> Ack {
 /// The Rust batch handler that calls a C batch handler.
 fn batch_trampoline(
     handler: unsafe extern "C" fn(*mut c_void, *const rill_message, usize, *mut rill_ack) -> usize,
-    user: UserData,
+    user: Arc<UserData>,
 ) -> impl FnMut(&[Message<'_>], &mut [Ack]) -> usize + Send + 'static {
     let mut topics = TopicNames::default();
     let mut c_acks: Vec<rill_ack> = Vec::new();
@@ -414,7 +448,7 @@ fn batch_trampoline(
 /// The Rust handler that calls a C handler.
 fn trampoline(
     handler: unsafe extern "C" fn(*mut c_void, *const rill_message) -> rill_ack,
-    user: UserData,
+    user: Arc<UserData>,
 ) -> impl FnMut(&Message<'_>) -> Ack + Send + 'static {
     let mut topics = TopicNames::default();
     move |m: &Message<'_>| {

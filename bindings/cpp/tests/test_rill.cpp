@@ -162,12 +162,51 @@ static void destroying_the_broker_first_is_safe() {
     CHECK(calls == 1);
 }
 
+static void on_lagged_hears_what_retention_trimmed() {
+    rill::Broker broker;
+    rill::TopicOptions t;
+    t.retention_bytes = 16u << 10;
+    broker.create_topic("firehose", t);
+    std::atomic<bool> entered{false}, open{false};
+    std::mutex lock;
+    uint64_t heard = 0;
+    int wrong = 0;
+    rill::SubscriptionOptions o;
+    o.on_lagged = [&](std::string_view topic, uint32_t partition, uint64_t missed) {
+        std::lock_guard<std::mutex> g(lock);
+        heard += missed;
+        if (topic != "firehose" || partition != 0) wrong++;
+        if (heard > 1000000) throw std::runtime_error("a throwing on_lagged is swallowed");
+    };
+    auto sub = broker.subscribe(
+        "firehose",
+        [&](const rill::Message &) {
+            entered = true;
+            while (!open) std::this_thread::sleep_for(1ms);
+            return rill::Ack::Success;
+        },
+        o);
+    broker.publish("firehose", "first");
+    while (!entered) std::this_thread::sleep_for(1ms);
+    std::vector<rill::Record> many(1000, rill::Record{"sixteen bytes..."});
+    for (int i = 0; i < 5; i++) broker.publish_batch("firehose", many);
+    open = true;
+    CHECK(sub.wait_idle(20s));
+    auto st = sub.stats();
+    std::lock_guard<std::mutex> g(lock);
+    CHECK(st.missed > 0);
+    CHECK(heard == st.missed);
+    CHECK(wrong == 0);
+    CHECK(st.delivered + st.missed == 5001);
+}
+
 int main() {
     publish_subscribe_and_attributes();
     errors_carry_status_and_text();
     a_throwing_handler_is_retried_then_dead_lettered_with_the_text();
     pull_consumer_and_move_semantics();
     destroying_the_broker_first_is_safe();
+    on_lagged_hears_what_retention_trimmed();
     if (failures) {
         std::fprintf(stderr, "C++ wrapper tests: %d of %d checks failed\n", failures, checks);
         return 1;

@@ -7,6 +7,7 @@ import enum
 import itertools
 import struct
 import threading
+import warnings
 from array import array
 from ctypes import byref, c_size_t, c_uint64, c_void_p, string_at
 from dataclasses import dataclass
@@ -180,12 +181,13 @@ def _decode_all(base: int, count: int, topics: Dict[int, str]) -> List[Message]:
 
 
 class _Entry:
-    __slots__ = ("handler", "batch", "topics")
+    __slots__ = ("handler", "batch", "topics", "on_lagged")
 
-    def __init__(self, handler: Callable[..., Any], batch: bool) -> None:
+    def __init__(self, handler: Callable[..., Any], batch: bool, on_lagged: Optional[Callable[..., Any]]) -> None:
         self.handler = handler
         self.batch = batch
         self.topics: Dict[int, str] = {}
+        self.on_lagged = on_lagged
 
 
 _handlers: Dict[int, _Entry] = {}
@@ -251,6 +253,20 @@ def _on_batch(user_data: Optional[int], msgs: int, count: int, acks: int) -> int
         except BaseException:  # noqa: BLE001
             pass
         return handled + 1
+
+
+@_ffi.LAG_CALLBACK
+def _on_lagged(user_data: Optional[int], topic: bytes, partition: int, missed: int) -> None:
+    # Nothing may escape into C: an exception becomes a RuntimeWarning.
+    try:
+        entry = _handlers.get(user_data or 0)
+        if entry is not None and entry.on_lagged is not None:
+            entry.on_lagged(topic.decode("utf-8"), partition, missed)
+    except BaseException as e:  # noqa: BLE001
+        try:
+            warnings.warn(f"on_lagged raised {type(e).__name__}: {e}", RuntimeWarning, stacklevel=1)
+        except BaseException:  # noqa: BLE001 - e.g. warnings turned into errors
+            pass
 
 
 @_ffi.DESTRUCTOR
@@ -652,6 +668,7 @@ class Broker(_Handle):
         dedicated_thread: bool = False,
         batch: bool = False,
         idle_spin: Optional[float] = None,
+        on_lagged: Optional[Callable[[str, int, int], Any]] = None,
     ) -> Subscription:
         """Calls ``handler(message)`` for every message on topics matching
         ``pattern`` (``*`` one segment, ``**`` any number), one call at a time.
@@ -665,6 +682,10 @@ class Broker(_Handle):
 
         ``idle_spin`` (seconds, with ``dedicated_thread``) is how long the
         thread polls for messages before parking; longer means lower latency.
+
+        ``on_lagged(topic, partition, missed)`` is called (on the delivering
+        thread) when retention trimmed ``missed`` messages before this
+        subscription read them; ``stats().missed`` counts them either way.
 
         With ``batch=True`` the handler receives a list of consecutive
         messages of one partition (up to 64; on the shared worker pool the
@@ -716,9 +737,13 @@ class Broker(_Handle):
             if idle_spin < 0:
                 raise InvalidArgument("idle_spin must be >= 0 seconds")
             o.idle_spin_us = int(idle_spin * 1_000_000)
+        if on_lagged is not None:
+            if not callable(on_lagged):
+                raise TypeError("on_lagged must be callable")
+            o.on_lagged = _on_lagged
         o.user_data_free = _on_free
         handler_id = next(_ids)
-        _handlers[handler_id] = _Entry(handler, batch)
+        _handlers[handler_id] = _Entry(handler, batch, on_lagged)
         out = c_void_p()
         # On failure the library calls _on_free, which drops the entry.
         check(

@@ -140,6 +140,7 @@ if MESSAGE_FORMAT.size != ctypes.sizeof(rill_message) or [
 HANDLER = CFUNCTYPE(c_int32, c_void_p, c_void_p)
 BATCH_HANDLER = CFUNCTYPE(c_size_t, c_void_p, c_void_p, c_size_t, c_void_p)
 DESTRUCTOR = CFUNCTYPE(None, c_void_p)
+LAG_CALLBACK = CFUNCTYPE(None, c_void_p, c_char_p, c_uint32, c_uint64)
 
 
 class rill_subscription_options(Structure):
@@ -159,6 +160,7 @@ class rill_subscription_options(Structure):
         ("dedicated_thread", c_bool),
         ("user_data_free", DESTRUCTOR),
         ("idle_spin_us", c_uint64),
+        ("on_lagged", LAG_CALLBACK),
     ]
 
 

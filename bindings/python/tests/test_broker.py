@@ -472,3 +472,49 @@ def test_auto_create_topics():
         assert b.publish("made/on/demand", b"x") == (0, 0)
         with pytest.raises(rill.InvalidArgument):
             rill.Broker(worker_threads=0)
+
+
+def test_on_lagged_hears_what_retention_trimmed(broker):
+    broker.create_topic("firehose", retention_bytes=16 << 10)
+    entered, gate = threading.Event(), threading.Event()
+    heard = []
+
+    def held(m):
+        entered.set()
+        gate.wait()
+
+    with broker.subscribe("firehose", held, on_lagged=lambda t, p, n: heard.append((t, p, n))) as s:
+        broker.publish("firehose", b"first")
+        assert entered.wait(WAIT)
+        for _ in range(5):
+            broker.publish_batch("firehose", [b"x" * 16] * 1000)
+        gate.set()
+        assert s.wait_idle(WAIT)
+        st = s.stats()
+    assert st.missed > 0 and heard
+    assert {(t, p) for t, p, _ in heard} == {("firehose", 0)}
+    assert sum(n for _, _, n in heard) == st.missed
+    assert st.delivered + st.missed == 5001
+
+
+def test_an_on_lagged_that_raises_is_a_warning_and_delivery_goes_on(broker):
+    broker.create_topic("firehose", retention_bytes=16 << 10)
+    entered, gate = threading.Event(), threading.Event()
+
+    def held(m):
+        entered.set()
+        gate.wait()
+
+    def bad(topic, partition, missed):
+        raise ValueError("no")
+
+    with pytest.warns(RuntimeWarning, match="on_lagged raised ValueError: no"):
+        with broker.subscribe("firehose", held, on_lagged=bad) as s:
+            broker.publish("firehose", b"first")
+            assert entered.wait(WAIT)
+            broker.publish_batch("firehose", [b"x" * 16] * 5000)
+            gate.set()
+            assert s.wait_idle(WAIT)
+            assert s.stats().missed > 0
+    with pytest.raises(TypeError):
+        broker.subscribe("firehose", held, on_lagged=42)

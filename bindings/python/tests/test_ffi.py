@@ -1,5 +1,6 @@
 """The loader's declarations match include/rill.h exactly, and the library is found as documented."""
 
+import ctypes
 import os
 import re
 import subprocess
@@ -39,6 +40,41 @@ def test_every_declaration_matches_the_header():
     assert header, "no functions parsed from rill.h"
     assert header == _ffi.FUNCTIONS
 
+
+
+def header_structs():
+    """Field names, in order, of every `typedef struct { ... } name;` in rill.h."""
+    text = HEADER.read_text()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    found = {}
+    for body, name in re.findall(r"typedef struct \{(.*?)\}\s*(rill_\w+);", text, flags=re.S):
+        fields = []
+        for decl in body.split(";"):
+            decl = re.sub(r"\s+", " ", decl).strip()
+            if not decl:
+                continue
+            # A function-pointer field is "ret (*name)(...)"; others end in the name.
+            m = re.search(r"\(\*\s*(\w+)\)", decl) or re.search(r"(\w+)(\[\w*\])?$", decl)
+            fields.append(m.group(1))
+        found[name] = fields
+    return found
+
+
+@pytest.mark.skipif(not HEADER.exists(), reason="needs the workspace's include/rill.h")
+def test_every_struct_matches_the_header_field_by_field():
+    # ctypes lays a Structure out from _fields_: a field missing, extra or out
+    # of order here would shift every field after it, silently.
+    header = header_structs()
+    mirrored = {
+        name: [f[0] for f in cls._fields_]
+        for name, cls in vars(_ffi).items()
+        if isinstance(cls, type) and issubclass(cls, ctypes.Structure) and name.startswith("rill_")
+    }
+    assert mirrored, "no structures found in rill._ffi"
+    for name, fields in mirrored.items():
+        assert name in header, f"{name} is not a struct in rill.h"
+        assert fields == header[name], name
 
 def test_every_declared_type_is_mapped():
     for name, (ret, params) in _ffi.FUNCTIONS.items():

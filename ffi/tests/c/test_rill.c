@@ -1238,6 +1238,80 @@ static void test_handlers_that_free_each_other(void) {
     pthread_mutex_destroy(&fb.lock);
 }
 
+/* A subscriber that holds its first message until let go, and hears from
+ * on_lagged what retention trimmed meanwhile. */
+typedef struct {
+    pthread_mutex_t lock;
+    int entered, open;
+    unsigned long long missed_heard;
+    int wrong_topic, calls;
+} lag_state;
+
+static rill_ack held_first(void *user_data, const rill_message *m) {
+    lag_state *st = (lag_state *)user_data;
+    (void)m;
+    pthread_mutex_lock(&st->lock);
+    st->entered = 1;
+    while (!st->open) {
+        pthread_mutex_unlock(&st->lock);
+        sleep_ms(1);
+        pthread_mutex_lock(&st->lock);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return RILL_ACK_SUCCESS;
+}
+
+static void heard_lag(void *user_data, const char *topic, uint32_t partition, uint64_t missed) {
+    lag_state *st = (lag_state *)user_data;
+    pthread_mutex_lock(&st->lock);
+    st->calls++;
+    st->missed_heard += missed;
+    if (strcmp(topic, "firehose") != 0 || partition != 0) st->wrong_topic++;
+    pthread_mutex_unlock(&st->lock);
+}
+
+static void test_on_lagged_hears_what_retention_trimmed(void) {
+    rill_broker *b = new_broker();
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    to.retention_bytes = 16u << 10;
+    OK(rill_topic_create(b, "firehose", &to));
+    lag_state st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_init(&st.lock, NULL);
+    rill_subscription_options o = sub_options();
+    o.on_lagged = heard_lag;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "firehose", &o, held_first, &st, &s));
+    rill_record r = record_of("first");
+    OK(rill_publish(b, "firehose", &r, NULL));
+    for (int i = 0; i < 4000; i++) {
+        pthread_mutex_lock(&st.lock);
+        int in = st.entered;
+        pthread_mutex_unlock(&st.lock);
+        if (in) break;
+        sleep_ms(5);
+    }
+    static rill_record many[1000];
+    for (int i = 0; i < 1000; i++) many[i] = r;
+    for (int i = 0; i < 5; i++) OK(rill_publish_batch(b, "firehose", many, 1000, NULL));
+    pthread_mutex_lock(&st.lock);
+    st.open = 1;
+    pthread_mutex_unlock(&st.lock);
+    OK(rill_subscription_wait_idle(s, 20000));
+    rill_subscription_stats ss;
+    OK(rill_subscription_get_stats(s, &ss));
+    pthread_mutex_lock(&st.lock);
+    CHECK(ss.missed > 0 && st.calls >= 1);
+    CHECK(st.missed_heard == ss.missed);
+    CHECK(st.wrong_topic == 0);
+    CHECK(ss.delivered + ss.missed == 5001);
+    pthread_mutex_unlock(&st.lock);
+    rill_subscription_free(s);
+    pthread_mutex_destroy(&st.lock);
+    rill_broker_free(b);
+}
+
 int main(void) {
     test_version_status_names_and_last_error();
     test_panic_boundary();
@@ -1260,6 +1334,7 @@ int main(void) {
     test_batch_subscription();
     test_topic_pointers_are_stable();
     test_handlers_that_free_each_other();
+    test_on_lagged_hears_what_retention_trimmed();
     if (failures) {
         fprintf(stderr, "C ABI tests: %d of %d checks failed\n", failures, checks);
         return 1;
