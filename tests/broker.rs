@@ -782,3 +782,53 @@ fn wait_for_names_free(b: &Broker, names: &[&str]) {
         }
     }
 }
+
+/// Offsets delivered, per (topic, partition).
+type Offsets = HashMap<(String, u32), Vec<u64>>;
+
+#[test]
+fn a_wildcard_subscription_over_many_topics_gets_every_message_once_in_order() {
+    // Wildcard subscriptions drain only the partitions publishers flagged
+    // (the ready set): four publishers spread over 200 topics of 2 partitions
+    // each, on the pool and on a dedicated thread.
+    for dedicated in [false, true] {
+        let b = Broker::new(BrokerConfig { worker_threads: Some(2), ..Default::default() }).unwrap();
+        let topics: Vec<String> = (0..200).map(|t| format!("many/{t}")).collect();
+        for t in &topics {
+            topic(&b, t, 2);
+        }
+        let seen: Arc<Mutex<Offsets>> = Arc::default();
+        let s = seen.clone();
+        let options = SubscriptionOptions { dedicated_thread: dedicated, ..Default::default() };
+        let sub = b
+            .subscribe("many/**", options, move |m: &Message<'_>| {
+                s.lock().unwrap().entry((m.topic().to_owned(), m.partition())).or_default().push(m.offset());
+                Ack::Success
+            })
+            .unwrap();
+        let per_thread = 5_000u64;
+        std::thread::scope(|scope| {
+            for p in 0..4u64 {
+                let (b, topics) = (&b, &topics);
+                scope.spawn(move || {
+                    for i in 0..per_thread {
+                        // A cheap spread that differs per thread.
+                        let t = &topics[((i * 7919 + p * 104_729) % topics.len() as u64) as usize];
+                        b.publish(t, &Record::new(&i.to_le_bytes())).unwrap();
+                        if i % 1000 == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                });
+            }
+        });
+        assert!(sub.wait_idle(WAIT).unwrap());
+        let seen = seen.lock().unwrap();
+        let total: usize = seen.values().map(Vec::len).sum();
+        assert_eq!(total as u64, 4 * per_thread, "dedicated: {dedicated}");
+        for ((t, p), offsets) in seen.iter() {
+            let expect: Vec<u64> = (0..offsets.len() as u64).collect();
+            assert_eq!(offsets, &expect, "{t}[{p}]: every offset once, in order (dedicated: {dedicated})");
+        }
+    }
+}

@@ -734,3 +734,39 @@ fn a_lag_callback_may_close_its_own_subscription() {
     // And the broker goes on.
     b.publish("firehose", &Record::new(&1u64.to_le_bytes())).unwrap();
 }
+
+#[test]
+fn a_retried_message_comes_back_under_a_wildcard_and_order_is_kept() {
+    // A wildcard subscription drains through its ready set; a retried
+    // message must come back after its backoff although no publisher flags
+    // its partition again, ahead of the message behind it.
+    let b = broker();
+    for t in ["jobs/a", "jobs/b"] {
+        b.create_topic(t, &TopicOptions::default()).unwrap();
+    }
+    // (topic, payload, attempt) per delivery.
+    type Deliveries = Vec<(String, Vec<u8>, u32)>;
+    let seen: Arc<Mutex<Deliveries>> = Arc::default();
+    let s = seen.clone();
+    let sub = b
+        .subscribe(
+            "jobs/*",
+            SubscriptionOptions { backoff: fast_backoff(), ..Default::default() },
+            move |m: &Message<'_>| {
+                s.lock().unwrap().push((m.topic().to_owned(), m.payload().to_vec(), m.attempt()));
+                if m.payload() == b"flaky" && m.attempt() < 3 { Ack::Retry } else { Ack::Success }
+            },
+        )
+        .unwrap();
+    b.publish("jobs/a", &Record::new(b"flaky")).unwrap();
+    b.publish("jobs/a", &Record::new(b"after")).unwrap();
+    b.publish("jobs/b", &Record::new(b"other")).unwrap();
+    wait_for("the retries and the rest", || seen.lock().unwrap().len() == 5);
+    assert!(sub.wait_idle(WAIT).unwrap());
+    let seen = seen.lock().unwrap();
+    let on_a: Vec<(&[u8], u32)> =
+        seen.iter().filter(|(t, _, _)| t == "jobs/a").map(|(_, p, a)| (p.as_slice(), *a)).collect();
+    assert_eq!(on_a, vec![(&b"flaky"[..], 1), (&b"flaky"[..], 2), (&b"flaky"[..], 3), (&b"after"[..], 1)]);
+    assert!(seen.iter().any(|(t, p, _)| t == "jobs/b" && p == b"other"));
+    assert_eq!(sub.stats().retried, 2);
+}

@@ -47,3 +47,48 @@ fn no_lost_wakeup_with_the_worker_pool() {
 fn no_lost_wakeup_with_a_dedicated_thread() {
     model(|| two_publishers(true));
 }
+
+/// Two publishers on the two partitions of a wildcard subscription, which
+/// keeps a ready set: each lists its partition (or finds it listed) while
+/// the drainer may be taking the list, clearing marks or going idle.
+fn two_partitions(dedicated: bool) {
+    let h = Arc::new(Harness::wildcard(dedicated));
+    let h2 = h.clone();
+    let other = thread::spawn(move || h2.publish_to(1, 1));
+    h.publish_to(0, 2);
+    other.join().unwrap();
+    let mut seen = h.wait_for(2);
+    seen.sort_unstable();
+    assert_eq!(seen, [1, 2], "each delivered once");
+    Arc::try_unwrap(h).expect("no other handle").shutdown();
+}
+
+/// Two publishers on the same partition of a wildcard subscription: the
+/// second may find the mark the first set, and must not strand its record.
+fn one_partition_two_publishers(dedicated: bool) {
+    let h = Arc::new(Harness::wildcard(dedicated));
+    let h2 = h.clone();
+    let other = thread::spawn(move || h2.publish_to(0, 1));
+    let mine = h.publish_to(0, 2);
+    let theirs = other.join().unwrap();
+    let seen = h.wait_for(2);
+    let mut expect = vec![(mine, 2), (theirs, 1)];
+    expect.sort_unstable();
+    assert_eq!(seen, expect.into_iter().map(|(_, tag)| tag).collect::<Vec<_>>());
+    Arc::try_unwrap(h).expect("no other handle").shutdown();
+}
+
+#[test]
+fn ready_set_no_lost_wakeup_across_partitions() {
+    model(|| two_partitions(false));
+}
+
+#[test]
+fn ready_set_no_stranded_record_when_the_mark_is_already_set() {
+    model(|| one_partition_two_publishers(false));
+}
+
+#[test]
+fn ready_set_no_lost_wakeup_with_a_dedicated_thread() {
+    model(|| two_partitions(true));
+}

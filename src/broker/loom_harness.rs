@@ -1,5 +1,6 @@
-//! A bare subscription on one partition, for the loom models in
-//! `loom-tests/tests/signal.rs` and `waiters.rs`. Only built under `--cfg loom`.
+//! A bare subscription on one partition (or two, behind a wildcard), for the
+//! loom models in `loom-tests/tests/signal.rs`, `waiters.rs` and `close.rs`.
+//! Only built under `--cfg loom`.
 //!
 //! Everything it drives is the real code: `Partition::publish` (append, the
 //! publisher's fence, `try_activate`, scheduling), the worker pool or the
@@ -19,7 +20,8 @@ use crate::sync::{Arc, Condvar, Mutex};
 
 /// A partition with one subscription that records the tags it receives.
 pub struct Harness {
-    partition: Arc<Partition>,
+    /// Its partitions: one, or two (topics `t/a` and `t/b`) for `wildcard`.
+    partitions: Vec<Arc<Partition>>,
     sub: Arc<SubCore>,
     pool: Option<Arc<Pool>>,
     dedicated: Option<JoinHandle<()>>,
@@ -45,9 +47,26 @@ impl Harness {
     /// Like `new`, with the `Block` overflow policy at `lag_limit` if given:
     /// publishers then wait for the subscription to make room.
     pub fn with_block(dedicated: bool, lag_limit: Option<u64>) -> Harness {
-        let log = Log::new(&LogConfig { segment_bytes: Some(64), retention_bytes: None, ..LogConfig::default() })
-            .expect("a valid loom log config");
-        let partition = Arc::new(Partition::new(0, log));
+        Self::build(dedicated, lag_limit, false)
+    }
+
+    /// A `t/*` subscription reading two partitions (of topics `t/a` and
+    /// `t/b`): a wildcard subscription, which keeps a ready set.
+    pub fn wildcard(dedicated: bool) -> Harness {
+        Self::build(dedicated, None, true)
+    }
+
+    fn build(dedicated: bool, lag_limit: Option<u64>, wildcard: bool) -> Harness {
+        let topics: &[&str] = if wildcard { &["t/a", "t/b"] } else { &["t"] };
+        let partitions: Vec<Arc<Partition>> = topics
+            .iter()
+            .map(|_| {
+                let log =
+                    Log::new(&LogConfig { segment_bytes: Some(64), retention_bytes: None, ..LogConfig::default() })
+                        .expect("a valid loom log config");
+                Arc::new(Partition::new(0, log))
+            })
+            .collect();
         let seen: Arc<(Mutex<Vec<u64>>, Condvar)> = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
         let s = seen.clone();
         let handler: Handler = Box::new(move |m| {
@@ -74,7 +93,7 @@ impl Harness {
             }
             None => SubscriptionOptions::default(),
         };
-        let pattern = Pattern::parse("t").expect("a valid pattern");
+        let pattern = Pattern::parse(if wildcard { "t/*" } else { "t" }).expect("a valid pattern");
         let sub = Arc::new(
             SubCore::new(1, "model".into(), pattern, &options, HandlerKind::One(handler), env).expect("valid options"),
         );
@@ -84,14 +103,22 @@ impl Harness {
             sub.set_thread(handle.thread().clone());
             handle
         });
-        SubCore::attach_to(&sub, "t".into(), &partition, partition.log.cursor_from_first());
-        Harness { partition, sub, pool, dedicated, seen, wound_up }
+        for (topic, partition) in topics.iter().zip(&partitions) {
+            SubCore::attach_to(&sub, (*topic).into(), partition, partition.log.cursor_from_first());
+        }
+        Harness { partitions, sub, pool, dedicated, seen, wound_up }
     }
 
     /// Publishes a record carrying `tag`, through the real publish path,
     /// waiting without a deadline for room if the subscription blocks.
     pub fn publish(&self, tag: u64) -> u64 {
-        self.partition.publish(&Record::new(&tag.to_le_bytes()), Wait::For(None)).expect("publish")
+        self.publish_to(0, tag)
+    }
+
+    /// Publishes a record carrying `tag` to partition `p` (0 or, for a
+    /// wildcard harness, 1).
+    pub fn publish_to(&self, p: usize, tag: u64) -> u64 {
+        self.partitions[p].publish(&Record::new(&tag.to_le_bytes()), Wait::For(None)).expect("publish")
     }
 
     /// Blocks until the handler has seen `n` records; returns their tags in

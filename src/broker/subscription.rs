@@ -48,6 +48,46 @@
 //! models exactly. The loom models in `loom-tests/tests/signal.rs` run this
 //! code, and fail when either fence is weakened.
 //!
+//! ## Ready partitions (wildcard subscriptions)
+//!
+//! A subscription to a pattern may read thousands of partitions, and the
+//! protocol above makes every wake-up look at all of them (a drain round
+//! visits each reader, the re-check reads each cursor). So a subscription
+//! whose pattern has a wildcard keeps a *ready set*: each of its readers has
+//! a mark (`listed`, shared with the partition's listener entry), and the
+//! subscription a list of listed readers plus a `nonempty` flag.
+//!
+//! * a **publisher**, after its commit and `fence(SeqCst)` (F1), loads the
+//!   mark; if it is clear it swaps it on, and the one that turns it on pushes
+//!   the reader's index on the list (under its lock), sets `nonempty`, and
+//!   issues a second `fence(SeqCst)` (F2) before loading the state as above.
+//!   A listed reader costs later publishers one load.
+//! * the **drainer** starts a round by taking the list (clearing `nonempty`
+//!   under the lock), clears the marks of the readers it took, issues a
+//!   `fence(SeqCst)` (F3), then visits those readers, the reader of a pending
+//!   retry, and readers *carried* from the last round (new ones, and those it
+//!   had not finished when the round's budget ran out). Going idle, it stores
+//!   `IDLE`, fences (F4) and re-checks `nonempty` (and the carry, and new
+//!   readers) instead of every cursor.
+//!
+//! Why no commit is stranded: say publisher P commits record r to a reader's
+//! partition. (a) P turns the mark on: its list entry is ordered before F2,
+//! so either the drainer's re-check after F4 sees `nonempty` or P's state
+//! load after F2 sees `IDLE` and schedules a drain (the F2/F4 argument is the
+//! lost-wakeup one above); the drain that takes the entry acquires it
+//! through the list lock, after P's commit. (b) P finds the mark on: the mark
+//! was turned on by some Q that lists it as in (a), and the drainer's clear
+//! of it comes later in its modification order than P's read (else P would
+//! have read the clear). If the drainer's F3 preceded P's F1 in the fences'
+//! total order, P's read after F1 would see that clear or later, not the
+//! earlier on; so F1 precedes F3, and the drainer's cursor reads after F3
+//! see P's commit before F1. The visit after F3 delivers r.
+//!
+//! Subscriptions to a literal topic keep the plain protocol: their handful
+//! of partitions is cheaper to scan than to list, and their publishers pay no
+//! second fence. Loom models the ready set in `loom-tests/tests/signal.rs`
+//! (two publishers on two partitions of one wildcard subscription).
+//!
 //! ## Exclusivity and closing
 //!
 //! The drain state (cursors, the handler, the pending retry) sits behind a
@@ -380,12 +420,14 @@ pub(crate) struct Reader {
     /// The cursor's offset as of the last batch, for stats and lag checks by
     /// other threads.
     pub(crate) position: Arc<AtomicU64>,
+    /// Its ready mark, if the subscription tracks ready partitions.
+    mark: Option<Arc<Mark>>,
 }
 
 impl Reader {
     pub(crate) fn new(topic: Name, partition: Arc<Partition>, cursor: Cursor) -> Reader {
         let position = Arc::new(AtomicU64::new(cursor.offset()));
-        Reader { topic, partition, cursor, position }
+        Reader { topic, partition, cursor, position, mark: None }
     }
 
     fn publish_position(&self) {
@@ -393,6 +435,29 @@ impl Reader {
         // readers it is only a snapshot.
         self.position.store(self.cursor.offset(), Ordering::Release);
     }
+}
+
+/// A reader's entry in its subscription's ready list, shared with the
+/// listener that publishers of its partition call (see "Ready partitions"
+/// at the top of this file).
+pub(crate) struct Mark {
+    /// True from the moment a publisher claims the right to list this reader
+    /// until the drainer takes it off the list.
+    listed: AtomicBool,
+    /// The reader's index in the drainer's `readers`.
+    index: usize,
+}
+
+/// Which partitions of a wildcard subscription publishers have written to
+/// since the drainer last looked.
+struct ReadySet {
+    /// Indices of the readers whose mark is set.
+    list: Mutex<Vec<usize>>,
+    /// `list` is not empty: what the drainer's idle re-check reads.
+    nonempty: AtomicBool,
+    /// Readers attached so far (the next reader's index); written under the
+    /// `pending` lock, so indices follow the order readers are merged in.
+    attached: AtomicU64,
 }
 
 /// A partition a subscription reads and its published position: (topic,
@@ -465,6 +530,12 @@ struct DrainState {
     /// Most records per batch: `BATCH`, or fewer on the pool while handler
     /// calls are slow (see `BATCH_SLICE_NS`).
     batch_cap: usize,
+    /// With a ready set: readers that may still have messages although no
+    /// publisher listed them (new ones, and those a round ended before
+    /// finishing). Reused buffers for the round's visiting order.
+    carry: Vec<usize>,
+    visit: Vec<usize>,
+    visiting: Vec<bool>,
 }
 
 /// The lifecycle state of a subscription, as reported in stats.
@@ -556,6 +627,9 @@ pub(crate) struct SubCore {
     /// Readers for topics created after subscribing, merged by the drainer.
     pending: Mutex<Vec<Reader>>,
     has_pending: AtomicBool,
+    /// For wildcard patterns: the partitions publishers have written to, so
+    /// a wake-up costs the drainer what changed, not every partition.
+    ready: Option<ReadySet>,
     /// Positions of all readers (including pending ones), for stats.
     positions: Mutex<Vec<Tracked>>,
     counters: Counters,
@@ -595,6 +669,7 @@ impl SubCore {
         if options.overflow == Overflow::Block && options.lag_limit.is_none() {
             return Err(Error::InvalidArgument("the Block overflow policy needs a lag_limit".into()));
         }
+        let pattern_is_literal = pattern.is_literal();
         Ok(SubCore {
             id,
             durable: options.name.is_some(),
@@ -620,9 +695,17 @@ impl SubCore {
                 // On the pool the first batch is one message: its timing sizes
                 // the next, so even a very slow handler's first turn is short.
                 batch_cap: if matches!(env.exec, Exec::Pool(_)) { 1 } else { BATCH },
+                carry: Vec::new(),
+                visit: Vec::new(),
+                visiting: Vec::new(),
             }),
             pending: Mutex::new(Vec::new()),
             has_pending: AtomicBool::new(false),
+            ready: (!pattern_is_literal).then(|| ReadySet {
+                list: Mutex::new(Vec::new()),
+                nonempty: AtomicBool::new(false),
+                attached: AtomicU64::new(0),
+            }),
             positions: Mutex::new(Vec::new()),
             counters: Counters::default(),
             env,
@@ -633,13 +716,44 @@ impl SubCore {
         })
     }
 
-    /// Hands the subscription a partition to read. The caller then adds the
-    /// subscription as a listener of that partition.
-    pub(crate) fn attach(&self, reader: Reader) {
+    /// Hands the subscription a partition to read; returns the reader's
+    /// ready mark if the subscription keeps a ready set. The caller then adds
+    /// the subscription as a listener of that partition.
+    pub(crate) fn attach(&self, mut reader: Reader) -> Option<Arc<Mark>> {
         lock(&self.positions).push((reader.topic.clone(), reader.partition.clone(), reader.position.clone()));
-        lock(&self.pending).push(reader);
+        let mut pending = lock(&self.pending);
+        let mark = self.ready.as_ref().map(|ready| {
+            // Relaxed: written under the `pending` lock only.
+            let index = ready.attached.fetch_add(1, Ordering::Relaxed) as usize;
+            Arc::new(Mark { listed: AtomicBool::new(false), index })
+        });
+        reader.mark = mark.clone();
+        pending.push(reader);
+        drop(pending);
         // Release: pairs with the Acquire in `merge_pending`.
         self.has_pending.store(true, Ordering::Release);
+        mark
+    }
+
+    /// The publisher's half of the ready set, called after its commit and a
+    /// `fence(SeqCst)`: lists the reader of `mark` unless it is listed
+    /// already. Returns true if it listed it, in which case the caller must
+    /// issue another `fence(SeqCst)` before loading the state (`try_activate`).
+    #[inline]
+    pub(crate) fn mark_ready(&self, mark: &Mark) -> bool {
+        let Some(ready) = &self.ready else { return false };
+        // Relaxed load, then Relaxed swap: the fence before orders them after
+        // the commit; whoever turns the flag on lists the reader, and a reader
+        // already listed will be drained past this commit (see the essay).
+        if mark.listed.load(Ordering::Relaxed) || mark.listed.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        let mut list = lock(&ready.list);
+        list.push(mark.index);
+        // Relaxed: read after a fence by the drainer's re-check, and written
+        // back to false only under the list lock, together with taking it.
+        ready.nonempty.store(true, Ordering::Relaxed);
+        true
     }
 
     /// Starts reading `partition` of `topic` at `cursor`: hands the reader to
@@ -651,8 +765,8 @@ impl SubCore {
             (Overflow::Block, Some(limit)) => Some(Blocker { id: this.id, position: reader.position.clone(), limit }),
             _ => None,
         };
-        this.attach(reader);
-        partition.add_listener(Listener::Subscription(this.clone()), blocker);
+        let mark = this.attach(reader);
+        partition.add_listener(Listener::Subscription(this.clone(), mark), blocker);
     }
 
     /// For the dedicated executor: records the thread to unpark.
@@ -856,19 +970,34 @@ impl SubCore {
         // Acquire: pairs with the Release in `attach`.
         if self.has_pending.load(Ordering::Acquire) {
             self.has_pending.store(false, Ordering::Relaxed);
+            let from = st.readers.len();
             st.readers.append(&mut lock(&self.pending));
+            if self.ready.is_some() {
+                // New readers start with whatever their cursor has to read.
+                st.carry.extend(from..st.readers.len());
+            }
         }
     }
 
     /// True if some partition has a message (or a lag report) to process.
     fn has_work(&self, st: &mut DrainState) -> bool {
         // Acquire: pairs with the Release in `attach`.
-        self.has_pending.load(Ordering::Acquire) || st.readers.iter_mut().any(|r| r.cursor.has_next())
+        if self.has_pending.load(Ordering::Acquire) {
+            return true;
+        }
+        match &self.ready {
+            // Relaxed: the caller's fence orders this load (see the essay).
+            Some(ready) => ready.nonempty.load(Ordering::Relaxed) || !st.carry.is_empty(),
+            None => st.readers.iter_mut().any(|r| r.cursor.has_next()),
+        }
     }
 
     /// One round: up to `ROUND_BUDGET` messages over all partitions.
     /// `timed` (on the pool): also end the round after `ROUND_SLICE_NS`.
     fn deliver_round(&self, st: &mut DrainState, timed: bool) -> Round {
+        if let Some(ready) = &self.ready {
+            return self.deliver_ready_round(st, ready, timed);
+        }
         let n = st.readers.len();
         if n == 0 {
             return Round::CaughtUp;
@@ -893,6 +1022,63 @@ impl SubCore {
             }
         }
         Round::CaughtUp
+    }
+
+    /// A round of a subscription with a ready set: visits the retry's reader,
+    /// the carried-over readers and the readers publishers listed, each once,
+    /// instead of every partition.
+    fn deliver_ready_round(&self, st: &mut DrainState, ready: &ReadySet, timed: bool) -> Round {
+        let taken = {
+            let mut list = lock(&ready.list);
+            // Relaxed: see `mark_ready`.
+            ready.nonempty.store(false, Ordering::Relaxed);
+            std::mem::take(&mut *list)
+        };
+        // A listed reader may have been attached after this drain last merged.
+        self.merge_pending(st);
+        for &i in &taken {
+            // Relaxed: the fence below orders the clears before the reads of
+            // these readers' cursors.
+            st.readers[i].mark.as_ref().expect("listed readers have marks").listed.store(false, Ordering::Relaxed);
+        }
+        if !taken.is_empty() {
+            // SeqCst fence: pairs with the publishers' fence between commit and
+            // mark: a publisher that found a mark still set committed before
+            // this fence, so the reads below see its record (see the essay).
+            fence(Ordering::SeqCst);
+        }
+        let mut visit = std::mem::take(&mut st.visit);
+        let mut visiting = std::mem::take(&mut st.visiting);
+        visit.clear();
+        visiting.clear();
+        visiting.resize(st.readers.len(), false);
+        let retry = st.retry.as_ref().map(|r| r.reader);
+        for i in retry.into_iter().chain(st.carry.drain(..)).chain(taken) {
+            if !std::mem::replace(&mut visiting[i], true) {
+                visit.push(i);
+            }
+        }
+        let mut budget = ROUND_BUDGET;
+        let mut clock = timed.then(RoundClock::start);
+        let mut round = Round::CaughtUp;
+        for (k, &i) in visit.iter().enumerate() {
+            let outcome = self.deliver_partition(st, i, &mut budget, clock.as_mut());
+            st.readers[i].publish_position();
+            let stop = match outcome {
+                Step::Stop(r) => Some(r),
+                Step::Continue if budget == 0 => Some(Round::OutOfBudget),
+                Step::Continue => None,
+            };
+            if let Some(r) = stop {
+                // This reader and the ones not reached yet may have more.
+                st.carry.extend_from_slice(&visit[k..]);
+                round = r;
+                break;
+            }
+        }
+        st.visit = visit;
+        st.visiting = visiting;
+        round
     }
 
     /// Delivers from reader `i` until it is caught up or `budget` runs out.

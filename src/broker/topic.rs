@@ -7,7 +7,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::subscription::SubCore;
+use super::subscription::{Mark, SubCore};
 use super::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::log::{Log, LogConfig, Record};
@@ -67,8 +67,9 @@ pub const MAX_PARTITIONS: u32 = 4096;
 /// Something a publisher wakes after committing a record to a partition.
 #[derive(Clone)]
 pub(crate) enum Listener {
-    /// A push subscription (signal-and-drain, see `subscription.rs`).
-    Subscription(Arc<SubCore>),
+    /// A push subscription (signal-and-drain, see `subscription.rs`), with
+    /// its ready mark for this partition if it tracks ready partitions.
+    Subscription(Arc<SubCore>, Option<Arc<Mark>>),
     /// A pull consumer, possibly blocked in `poll` (see `waiters.rs`).
     Consumer { id: u64, waiters: Arc<Waiters> },
 }
@@ -79,7 +80,7 @@ impl Listener {
     #[inline]
     fn signal(&self) {
         match self {
-            Listener::Subscription(sub) => {
+            Listener::Subscription(sub, _) => {
                 if sub.try_activate() {
                     SubCore::schedule(sub);
                 }
@@ -90,7 +91,7 @@ impl Listener {
 
     fn id(&self) -> u64 {
         match self {
-            Listener::Subscription(sub) => sub.id,
+            Listener::Subscription(sub, _) => sub.id,
             Listener::Consumer { id, .. } => *id,
         }
     }
@@ -273,10 +274,23 @@ impl Partition {
             return;
         }
         // SeqCst fence: orders this publisher's commit (a Release store of the
-        // slot) before its loads of the listeners' states. It pairs with the
-        // fence a drainer issues between going idle and re-checking the log;
-        // together they rule out both sides missing each other.
+        // slot) before its loads of the listeners' ready marks and states. It
+        // pairs with the fence a drainer issues between going idle and
+        // re-checking the log (or its ready list), and with the one after it
+        // clears marks; together they rule out both sides missing each other.
         fence(Ordering::SeqCst);
+        let mut listed = false;
+        for l in listeners {
+            if let Listener::Subscription(sub, Some(mark)) = l {
+                listed |= sub.mark_ready(mark);
+            }
+        }
+        if listed {
+            // SeqCst fence: orders the ready-list entry just added before the
+            // state loads below, pairing with the drainer's fence between going
+            // idle and looking at its ready list (see `subscription.rs`).
+            fence(Ordering::SeqCst);
+        }
         for l in listeners {
             l.signal();
         }
