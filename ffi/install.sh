@@ -24,7 +24,7 @@ prefix=$(mkdir -p "$prefix" && cd "$prefix" && pwd)
 if ((build)); then
   cargo build --release -p rill-ffi
 fi
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+version=$(sed -n '/^version = "/{s/^version = "\(.*\)"/\1/p;q}' Cargo.toml)
 
 # The system libraries a Rust static library needs, as rustc reports them.
 static_libs=$(cargo rustc --release -p rill-ffi --crate-type staticlib -- --print native-static-libs 2>&1 |

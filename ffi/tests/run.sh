@@ -36,8 +36,11 @@ build test_c_asan gcc c99 ffi/tests/c/test_rill.c "${SAN[@]}"
 build test_cpp_asan g++ c++17 bindings/cpp/tests/test_rill.cpp "${SAN[@]}"
 for t in test_c_asan test_cpp_asan; do
   # Prove the sanitizer is really linked in before trusting a clean run.
-  ldd "$out/$t" | grep -q libasan || { echo "$t is not linked against libasan" >&2; exit 1; }
-  ldd "$out/$t" | grep -q libubsan || { echo "$t is not linked against libubsan" >&2; exit 1; }
+  # (ldd's output is captured first: `ldd | grep -q` under pipefail fails at
+  # random when grep exits early and ldd dies of SIGPIPE.)
+  libs=$(ldd "$out/$t")
+  grep -q libasan <<<"$libs" || { echo "$t is not linked against libasan" >&2; exit 1; }
+  grep -q libubsan <<<"$libs" || { echo "$t is not linked against libubsan" >&2; exit 1; }
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$out/$t"
 done
 
