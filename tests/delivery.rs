@@ -424,29 +424,16 @@ fn disconnect_closes_a_subscriber_that_falls_too_far_behind_and_a_durable_one_ca
 #[test]
 fn a_subscriber_overtaken_by_retention_is_told_how_many_it_missed() {
     let b = broker();
-    b.create_topic("firehose", &TopicOptions { retention_bytes: Some(16 << 10), ..TopicOptions::default() }).unwrap();
-    let (entered, gate, seen) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::default());
     let reported = Arc::new(AtomicU64::new(0));
     let rep = reported.clone();
-    let sub = b
-        .subscribe(
-            "firehose",
-            SubscriptionOptions {
-                on_lagged: Some(Arc::new(move |topic: &str, partition: u32, missed: u64| {
-                    assert_eq!((topic, partition), ("firehose", 0));
-                    rep.fetch_add(missed, Ordering::SeqCst);
-                })),
-                ..Default::default()
-            },
-            gated(&entered, &gate, &seen),
-        )
-        .unwrap();
-    b.publish("firehose", &Record::new(&0u64.to_le_bytes())).unwrap();
-    wait_for("the first delivery", || entered.load(Ordering::SeqCst));
+    let (sub, gate, seen) = overtaken(
+        &b,
+        Arc::new(move |topic: &str, partition: u32, missed: u64| {
+            assert_eq!((topic, partition), ("firehose", 0));
+            rep.fetch_add(missed, Ordering::SeqCst);
+        }),
+    );
     let n = 5_000u64;
-    for i in 1..n {
-        b.publish("firehose", &Record::new(&i.to_le_bytes())).unwrap();
-    }
     gate.store(true, Ordering::SeqCst);
     assert!(sub.wait_idle(WAIT).unwrap());
     let st = sub.stats();
@@ -670,7 +657,7 @@ fn a_panicking_batch_handler_retries_its_first_message() {
 /// A subscription to `firehose` (16 KiB retention) whose handler holds the
 /// first message until it is let go, while 5,000 more are published: it is
 /// overtaken by retention, so `on_lagged` runs once it moves on.
-fn overtaken(b: &Broker, on_lagged: rill::LagCallback) -> (Subscription, Arc<AtomicBool>) {
+fn overtaken(b: &Broker, on_lagged: rill::LagCallback) -> (Subscription, Arc<AtomicBool>, Arc<Mutex<Vec<u64>>>) {
     b.create_topic("firehose", &TopicOptions { retention_bytes: Some(16 << 10), ..TopicOptions::default() }).unwrap();
     let (entered, gate, seen) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::default());
     let options = SubscriptionOptions { on_lagged: Some(on_lagged), ..Default::default() };
@@ -680,7 +667,7 @@ fn overtaken(b: &Broker, on_lagged: rill::LagCallback) -> (Subscription, Arc<Ato
     for i in 1..5_000u64 {
         b.publish("firehose", &Record::new(&i.to_le_bytes())).unwrap();
     }
-    (sub, gate)
+    (sub, gate, seen)
 }
 
 #[test]
@@ -688,7 +675,7 @@ fn a_panicking_lag_callback_neither_kills_a_worker_nor_stops_its_subscription() 
     let b = Broker::new(BrokerConfig { worker_threads: Some(1), ..Default::default() }).unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
-    let (sub, gate) = overtaken(
+    let (sub, gate, _) = overtaken(
         &b,
         Arc::new(move |_: &str, _: u32, _: u64| {
             c.fetch_add(1, Ordering::SeqCst);
@@ -718,7 +705,7 @@ fn a_lag_callback_may_close_its_own_subscription() {
     let b = broker();
     let slot: Arc<std::sync::OnceLock<Subscription>> = Arc::default();
     let s = slot.clone();
-    let (sub, gate) = overtaken(
+    let (sub, gate, _) = overtaken(
         &b,
         Arc::new(move |_: &str, _: u32, _: u64| {
             if let Some(sub) = s.get() {

@@ -17,15 +17,8 @@
 
 use loom::sync::Arc;
 use loom::thread;
+use loom_tests::model;
 use rill::broker::loom_harness::Harness;
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(2);
-    }
-    builder.check(f);
-}
 
 fn close_during_a_drain(dedicated: bool) {
     let h = Arc::new(Harness::new(dedicated));

@@ -10,18 +10,11 @@
 
 use loom::sync::Arc;
 use loom::thread;
+use loom_tests::model;
 use rill::log::{Cursor, Log, LogConfig, Record};
 
 /// Segment size: room for exactly two records of `RECORD` bytes.
 const SEGMENT: usize = 64;
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(2);
-    }
-    builder.check(f);
-}
 
 fn log(retention_bytes: Option<u64>) -> Log {
     Log::new(&LogConfig { segment_bytes: Some(SEGMENT), retention_bytes, ..LogConfig::default() }).unwrap()

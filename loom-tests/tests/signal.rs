@@ -10,18 +10,11 @@
 
 use loom::sync::Arc;
 use loom::thread;
+use loom_tests::model;
 use rill::broker::loom_harness::Harness;
 
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(2);
-    }
-    builder.check(f);
-}
-
-fn two_publishers(dedicated: bool) {
-    let h = Arc::new(Harness::new(dedicated));
+fn two_publishers(h: Harness) {
+    let h = Arc::new(h);
     let h2 = h.clone();
     let other = thread::spawn(move || h2.publish(1));
     let mine = h.publish(2);
@@ -38,14 +31,14 @@ fn two_publishers(dedicated: bool) {
 /// and re-checking) exactly when either publisher commits.
 #[test]
 fn no_lost_wakeup_with_the_worker_pool() {
-    model(|| two_publishers(false));
+    model(|| two_publishers(Harness::new(false)));
 }
 
 /// Dedicated-thread subscription: the same race, with park/unpark as the
 /// wakeup and the drainer's idle spin in between.
 #[test]
 fn no_lost_wakeup_with_a_dedicated_thread() {
-    model(|| two_publishers(true));
+    model(|| two_publishers(Harness::new(true)));
 }
 
 /// Two publishers on the two partitions of a wildcard subscription, which
@@ -63,21 +56,6 @@ fn two_partitions(dedicated: bool) {
     Arc::try_unwrap(h).expect("no other handle").shutdown();
 }
 
-/// Two publishers on the same partition of a wildcard subscription: the
-/// second may find the mark the first set, and must not strand its record.
-fn one_partition_two_publishers(dedicated: bool) {
-    let h = Arc::new(Harness::wildcard(dedicated));
-    let h2 = h.clone();
-    let other = thread::spawn(move || h2.publish_to(0, 1));
-    let mine = h.publish_to(0, 2);
-    let theirs = other.join().unwrap();
-    let seen = h.wait_for(2);
-    let mut expect = vec![(mine, 2), (theirs, 1)];
-    expect.sort_unstable();
-    assert_eq!(seen, expect.into_iter().map(|(_, tag)| tag).collect::<Vec<_>>());
-    Arc::try_unwrap(h).expect("no other handle").shutdown();
-}
-
 #[test]
 fn ready_set_no_lost_wakeup_across_partitions() {
     model(|| two_partitions(false));
@@ -85,7 +63,9 @@ fn ready_set_no_lost_wakeup_across_partitions() {
 
 #[test]
 fn ready_set_no_stranded_record_when_the_mark_is_already_set() {
-    model(|| one_partition_two_publishers(false));
+    // The second publisher may find the mark the first set, and must not
+    // strand its record.
+    model(|| two_publishers(Harness::wildcard(false)));
 }
 
 #[test]

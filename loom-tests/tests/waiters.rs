@@ -17,10 +17,7 @@ use rill::broker::loom_harness::{Gate, Harness};
 /// makes this model deadlock (a lost wakeup).
 #[test]
 fn the_wait_notify_protocol_never_loses_a_wakeup() {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(3);
-    }
+    let builder = loom_tests::builder(3);
     builder.check(|| {
         let gate = Arc::new(Gate::new());
         let g = gate.clone();
@@ -32,10 +29,7 @@ fn the_wait_notify_protocol_never_loses_a_wakeup() {
 
 #[test]
 fn a_blocked_publisher_is_always_woken() {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(2);
-    }
+    let mut builder = loom_tests::builder(2);
     // Each publish pins an epoch and may wait; the worker spins before it
     // sleeps: more scheduling points than loom's default allows for.
     builder.max_branches = 20_000;

@@ -1451,20 +1451,12 @@ impl SubCore {
     // without the job, or without the dedicated loop's wind-up, loom finds
     // an execution where nobody winds up.
     fn wind_up_later(this: &Arc<SubCore>) {
-        match this.drain.try_lock() {
-            Ok(free) => {
-                drop(free);
-                this.finalize();
-            }
-            Err(std::sync::TryLockError::Poisoned(free)) => {
-                drop(free);
-                this.finalize();
-            }
-            Err(std::sync::TryLockError::WouldBlock) => {
-                if let Exec::Pool(pool) = &this.env.exec {
-                    pool.push(this.clone());
-                }
-            }
+        // The guard `try_lock` may return is dropped with the condition,
+        // before `finalize` takes the lock itself (poisoning is ignored).
+        if !matches!(this.drain.try_lock(), Err(std::sync::TryLockError::WouldBlock)) {
+            this.finalize();
+        } else if let Exec::Pool(pool) = &this.env.exec {
+            pool.push(this.clone());
         }
     }
 

@@ -126,11 +126,15 @@ struct Listeners {
     /// as blockers advance; it lives in this list, so when blockers come or go
     /// the new list starts from 0 and no stale bound can outlive its list.
     room_until: AtomicU64,
+    /// Some listener has a ready mark (a wildcard subscription), so a
+    /// publisher must look at marks; lists without any skip that pass.
+    marked: bool,
 }
 
 impl Listeners {
     fn new(list: Vec<Listener>, blockers: Vec<Blocker>) -> Listeners {
-        Listeners { list, blockers, room_until: AtomicU64::new(0) }
+        let marked = list.iter().any(|l| matches!(l, Listener::Subscription(_, Some(_))));
+        Listeners { list, blockers, room_until: AtomicU64::new(0), marked }
     }
 
     /// True if offsets up to `end + n` fit under every blocker's limit.
@@ -269,7 +273,8 @@ impl Partition {
     /// after its commit, a full fence, then each listener's state is read.
     #[inline]
     pub(crate) fn notify(&self, guard: &Guard) {
-        let listeners = &self.current(guard).list;
+        let current = self.current(guard);
+        let listeners = &current.list;
         if listeners.is_empty() {
             return;
         }
@@ -280,9 +285,11 @@ impl Partition {
         // clears marks; together they rule out both sides missing each other.
         fence(Ordering::SeqCst);
         let mut listed = false;
-        for l in listeners {
-            if let Listener::Subscription(sub, Some(mark)) = l {
-                listed |= sub.mark_ready(mark);
+        if current.marked {
+            for l in listeners {
+                if let Listener::Subscription(sub, Some(mark)) = l {
+                    listed |= sub.mark_ready(mark);
+                }
             }
         }
         if listed {

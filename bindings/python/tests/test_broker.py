@@ -474,15 +474,22 @@ def test_auto_create_topics():
             rill.Broker(worker_threads=0)
 
 
-def test_on_lagged_hears_what_retention_trimmed(broker):
-    broker.create_topic("firehose", retention_bytes=16 << 10)
+def _held_first():
+    """A handler that holds its first message until ``gate`` is set, with
+    the events that say it is holding (``entered``) and let it go."""
     entered, gate = threading.Event(), threading.Event()
-    heard = []
 
     def held(m):
         entered.set()
         gate.wait()
 
+    return held, entered, gate
+
+
+def test_on_lagged_hears_what_retention_trimmed(broker):
+    broker.create_topic("firehose", retention_bytes=16 << 10)
+    held, entered, gate = _held_first()
+    heard = []
     with broker.subscribe("firehose", held, on_lagged=lambda t, p, n: heard.append((t, p, n))) as s:
         broker.publish("firehose", b"first")
         assert entered.wait(WAIT)
@@ -499,11 +506,7 @@ def test_on_lagged_hears_what_retention_trimmed(broker):
 
 def test_an_on_lagged_that_raises_is_a_warning_and_delivery_goes_on(broker):
     broker.create_topic("firehose", retention_bytes=16 << 10)
-    entered, gate = threading.Event(), threading.Event()
-
-    def held(m):
-        entered.set()
-        gate.wait()
+    held, entered, gate = _held_first()
 
     def bad(topic, partition, missed):
         raise ValueError("no")
