@@ -568,6 +568,14 @@ fn at_least_once_costs_redeliveries_only_for_failures() {
 fn a_batch_handler_gets_runs_of_messages_and_partial_progress_is_redelivered() {
     let b = broker();
     b.create_topic("t", &TopicOptions::default()).unwrap();
+    let payloads: [&[u8]; 8] = [b"a", b"half", b"b", b"skip", b"retry", b"c", b"dead", b"d"];
+    let records: Vec<Record<'_>> = payloads
+        .iter()
+        .map(|p| if *p == b"skip" { Record::new(p).with_attributes(&[("skip", "1")]) } else { Record::new(p) })
+        .collect();
+    // Published before subscribing (from the start), so the first read sees
+    // the whole batch committed rather than racing the publisher.
+    b.publish_batch("t", &records).unwrap();
     // Per call: the (offset, attempt) of each message it was given.
     type Calls = Arc<Mutex<Vec<Vec<(u64, u32)>>>>;
     let calls: Calls = Arc::default();
@@ -608,12 +616,6 @@ fn a_batch_handler_gets_runs_of_messages_and_partial_progress_is_redelivered() {
             },
         )
         .unwrap();
-    let payloads: [&[u8]; 8] = [b"a", b"half", b"b", b"skip", b"retry", b"c", b"dead", b"d"];
-    let records: Vec<Record<'_>> = payloads
-        .iter()
-        .map(|p| if *p == b"skip" { Record::new(p).with_attributes(&[("skip", "1")]) } else { Record::new(p) })
-        .collect();
-    b.publish_batch("t", &records).unwrap();
     assert!(sub.wait_idle(WAIT).unwrap());
     let calls = calls.lock().unwrap();
     // Every call sees consecutive unfiltered offsets; the first sees them all.
