@@ -11,15 +11,8 @@ use rill::{
     SubscriptionState, TopicOptions,
 };
 
-const WAIT: Duration = Duration::from_secs(20);
-
-fn broker() -> Broker {
-    Broker::new(BrokerConfig::default()).unwrap()
-}
-
-fn topic(b: &Broker, name: &str, partitions: u32) {
-    b.create_topic(name, &TopicOptions::with_partitions(partitions)).unwrap();
-}
+mod common;
+use common::{WAIT, broker, earliest, publish, topic, wait_for};
 
 /// What a recording handler saw: (topic, partition, offset, payload, attempt).
 type Seen = Arc<Mutex<Vec<(String, u32, u64, Vec<u8>, u32)>>>;
@@ -40,14 +33,6 @@ fn payloads(seen: &Seen) -> Vec<Vec<u8>> {
 fn sub_with(b: &Broker, pattern: &str, options: SubscriptionOptions) -> (Subscription, Seen) {
     let (seen, h) = recorder();
     (b.subscribe(pattern, options, h).unwrap(), seen)
-}
-
-fn earliest() -> SubscriptionOptions {
-    SubscriptionOptions { start: StartPosition::Earliest, ..Default::default() }
-}
-
-fn publish(b: &Broker, topic: &str, payload: &[u8]) {
-    b.publish(topic, &Record::new(payload)).unwrap();
 }
 
 #[test]
@@ -444,11 +429,7 @@ fn a_handler_may_publish_subscribe_and_unsubscribe_itself() {
         .unwrap();
     *own.lock().unwrap() = Some(quitter);
     publish(&b, "ping", &[9]);
-    let deadline = Instant::now() + WAIT;
-    while own.lock().unwrap().is_some() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    assert!(own.lock().unwrap().is_none(), "the handler ran and closed itself");
+    wait_for("the handler to run and close itself", || own.lock().unwrap().is_none());
     publish(&b, "ping", &[10]);
     assert!(pinger.wait_idle(WAIT).unwrap());
     assert_eq!(calls.load(Ordering::SeqCst), 1, "no call after it unsubscribed");
@@ -613,11 +594,7 @@ fn a_handler_may_close_the_whole_broker() {
         })
         .unwrap();
     publish(&b, "t", b"x");
-    let deadline = Instant::now() + WAIT;
-    while !b.is_closed() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    assert!(b.is_closed());
+    wait_for("the handler to close the broker", || b.is_closed());
     assert!(s.is_closed());
 }
 

@@ -12,22 +12,11 @@ use rill::{
     StartPosition, Subscription, SubscriptionOptions, TopicOptions,
 };
 
-const WAIT: Duration = Duration::from_secs(30);
-
-fn broker() -> Broker {
-    Broker::new(BrokerConfig::default()).unwrap()
-}
+mod common;
+use common::{WAIT, broker, wait_for};
 
 fn fast_backoff() -> RetryBackoff {
     RetryBackoff { initial: Duration::from_millis(1), max: Duration::from_millis(5), multiplier: 2.0 }
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// (payload, attempt) pairs a handler saw.
@@ -234,10 +223,15 @@ fn a_message_interrupted_by_close_is_redelivered_on_resume() {
         .unwrap();
     b.publish("events", &Record::new(&7u64.to_le_bytes())).unwrap();
     wait_for("the handler to start", || entered.load(Ordering::SeqCst));
-    let closer = std::thread::spawn(move || first.close());
-    std::thread::sleep(Duration::from_millis(20));
-    release.store(true, Ordering::SeqCst);
-    closer.join().unwrap();
+    std::thread::scope(|s| {
+        let closer = s.spawn(|| first.close());
+        // `close` marks the subscription closed before it waits for the call
+        // in flight; the handler is still held, so the closer must be waiting.
+        wait_for("close to begin", || first.is_closed());
+        assert!(!closer.is_finished(), "close returned while the handler was still running");
+        release.store(true, Ordering::SeqCst);
+        closer.join().unwrap();
+    });
 
     let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
     let again = counting_sub(&b, "slowpoke", seen.clone());

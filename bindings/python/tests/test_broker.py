@@ -388,7 +388,13 @@ def test_closing_during_delivery_and_closing_the_broker():
     assert entered.wait(WAIT)
     closer = threading.Thread(target=sub.close)
     closer.start()
-    time.sleep(0.05)
+    # close() drops the handle first, then waits for the handler in flight,
+    # which is still held: once the handle is gone the closer must be waiting.
+    deadline = time.monotonic() + WAIT
+    while not sub.closed:
+        assert time.monotonic() < deadline, "close did not begin"
+        time.sleep(0.001)
+    assert closer.is_alive(), "close returned while the handler was still running"
     release.set()
     closer.join(WAIT)
     assert not closer.is_alive()
