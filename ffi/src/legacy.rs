@@ -200,48 +200,27 @@ fn as_ptr<T>(o: &Option<T>) -> *const T {
     o.as_ref().map_or(std::ptr::null(), |o| o as *const T)
 }
 
-/// rill 0.1's `rill_broker_options_init`.
-///
-/// # Safety
-///
-/// `o` is NULL or writable for the 0.1 struct.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_broker_options_init(o: *mut rill_broker_options_v0_1) {
-    // SAFETY: forwarded.
-    unsafe { init(o) }
+/// The four 0.1 `_init` exports, each writing its 0.1 layout.
+macro_rules! legacy_inits {
+    ($($name:ident($ty:ty);)*) => {$(
+        #[doc = concat!("rill 0.1's `", stringify!($name), "`.")]
+        ///
+        /// # Safety
+        ///
+        /// `o` is NULL or writable for the 0.1 struct.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(o: *mut $ty) {
+            // SAFETY: forwarded.
+            unsafe { init(o) }
+        }
+    )*};
 }
 
-/// rill 0.1's `rill_topic_options_init`.
-///
-/// # Safety
-///
-/// `o` is NULL or writable for the 0.1 struct.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_topic_options_init(o: *mut rill_topic_options_v0_1) {
-    // SAFETY: forwarded.
-    unsafe { init(o) }
-}
-
-/// rill 0.1's `rill_consumer_options_init`.
-///
-/// # Safety
-///
-/// `o` is NULL or writable for the 0.1 struct.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_consumer_options_init(o: *mut rill_consumer_options_v0_1) {
-    // SAFETY: forwarded.
-    unsafe { init(o) }
-}
-
-/// rill 0.1's `rill_subscription_options_init`.
-///
-/// # Safety
-///
-/// `o` is NULL or writable for the 0.1 struct.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_subscription_options_init(o: *mut rill_subscription_options_v0_1) {
-    // SAFETY: forwarded.
-    unsafe { init(o) }
+legacy_inits! {
+    rill_broker_options_init(rill_broker_options_v0_1);
+    rill_topic_options_init(rill_topic_options_v0_1);
+    rill_consumer_options_init(rill_consumer_options_v0_1);
+    rill_subscription_options_init(rill_subscription_options_v0_1);
 }
 
 /// rill 0.1's `rill_broker_new`.
