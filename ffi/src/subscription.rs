@@ -353,13 +353,21 @@ unsafe fn subscribe_with(
     out: *mut *mut rill_subscription,
     subscribe: impl FnOnce(&rill::Broker, &str, SubscriptionOptions, Arc<UserData>) -> Result<Subscription, FfiError>,
 ) -> rill_status {
-    // SAFETY: the caller promises `o` is NULL or options filled by `_init`.
-    // Read before anything else can fail, so `user_data_free` is known; if
-    // the options themselves are invalid their destructor cannot be trusted
-    // either, and `user_data` is left to the caller (as rill.h says).
+    // Read before anything else can fail, so `user_data_free` is known.
     // (`read` does not panic: it only compares and copies bytes.)
+    // SAFETY: the caller promises `o` is NULL or options filled by `_init`.
     let read = unsafe { options::read(o) };
-    let free = read.as_ref().ok().and_then(|o| o.as_ref()).and_then(|o| o.user_data_free);
+    let free = match &read {
+        Ok(o) => o.as_ref().and_then(|o| o.user_data_free),
+        // A bad struct_size (a struct cleared instead of filled by _init)
+        // still arrives through a _v1 symbol, which only a rill.h with
+        // struct_size calls, so the storage is at least the first sized
+        // layout, which has user_data_free: its destructor still runs, and
+        // user_data does not leak even on this failure.
+        // SAFETY: `read` returns Err only for non-NULL `o`, pointing (as just
+        // said) to at least FIRST_SIZE bytes, which cover this field.
+        Err(_) => unsafe { (&raw const (*o).user_data_free).read_unaligned() },
+    };
     // Owns user_data from here on: dropped (freeing it) if anything fails,
     // else once the handler and the lag callback are both gone.
     let user = Arc::new(UserData { ptr: user_data, free });

@@ -187,6 +187,8 @@ static void test_version_status_names_and_last_error(void) {
     rill_broker_free(b);
 }
 
+static void count_free(void *user_data) { (*(int *)user_data)++; }
+
 /* The growable option structs: see "Option structs" in rill.h. */
 static void test_option_struct_sizes(void) {
     rill_broker_options bo;
@@ -222,9 +224,12 @@ static void test_option_struct_sizes(void) {
     CHECK_STATUS(rill_consumer_new(b, "g", "t", &co, &c), RILL_ERR_INVALID_ARGUMENT);
     LAST_ERROR_HAS("rill_consumer_options_init");
     memset(&so, 0, sizeof so);
+    so.user_data_free = count_free;
+    int freed = 0;
     rill_subscription *s = NULL;
-    CHECK_STATUS(rill_subscribe(b, "t", &so, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(rill_subscribe(b, "t", &so, record_handler, &freed, &s), RILL_ERR_INVALID_ARGUMENT);
     LAST_ERROR_HAS("rill_subscription_options_init");
+    CHECK(freed == 1); /* user_data is released even though the options were refused */
     CHECK(c == NULL && s == NULL);
 
     /* A size smaller than any published layout is refused too. */
