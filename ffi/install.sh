@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Installs rill for C and C++ programs: librill.so, librill.a, rill.h,
-# rill.hpp and a pkg-config file, under a prefix (default /usr/local).
+# Installs rill for C and C++ programs under a prefix (default /usr/local):
+# lib/librill.so.0.X.Y (stripped, SONAME librill.so.0) with the links
+# librill.so.0 and librill.so, lib/librill.a (debug info stripped),
+# include/rill.h, include/rill.hpp, and two pkg-config files.
 #
 #   bash ffi/install.sh [--prefix DIR] [--no-build]
 #
-# Then:  cc app.c $(pkg-config --cflags --libs rill)
+# Then:  cc app.c $(pkg-config --cflags --libs rill)                   (shared)
+#        cc app.c $(pkg-config --cflags --libs rill-static)            (librill.a)
+#        cc -static app.c $(pkg-config --cflags --static --libs rill)  (all static)
 # (with PKG_CONFIG_PATH=DIR/lib/pkgconfig for a prefix pkg-config does not search).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +19,7 @@ while (($#)); do
     --prefix) prefix=$2; shift 2 ;;
     --prefix=*) prefix=${1#--prefix=}; shift ;;
     --no-build) build=0; shift ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -26,27 +30,55 @@ if ((build)); then
 fi
 version=$(sed -n '/^version = "/{s/^version = "\(.*\)"/\1/p;q}' Cargo.toml)
 
-# The system libraries a Rust static library needs, as rustc reports them.
+major=${version%%.*}
+
+# The system libraries a Rust static library needs, as rustc reports them,
+# less the two a C compiler driver adds itself: -lc, and -lgcc_s, which has
+# no static archive (a `cc -static` link takes the unwinder from libgcc_eh).
 static_libs=$(cargo rustc --release -p rill-ffi --crate-type staticlib -- --print native-static-libs 2>&1 |
   sed -n 's/.*native-static-libs: //p' | tail -1)
 [ -n "$static_libs" ] || static_libs="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
+private_libs=
+for l in $static_libs; do
+  case $l in -lgcc_s|-lc) ;; *) private_libs+="${private_libs:+ }$l" ;; esac
+done
 
 install -d "$prefix/include" "$prefix/lib/pkgconfig"
 install -m 644 include/rill.h "$prefix/include/rill.h"
 install -m 644 bindings/cpp/rill.hpp "$prefix/include/rill.hpp"
-install -m 755 target/release/librill.so "$prefix/lib/librill.so"
+# The shared library under its full version, with the SONAME link programs
+# load and the development link the linker finds; symbols and debug info
+# stripped (the dynamic symbol table stays).
+install -m 755 target/release/librill.so "$prefix/lib/librill.so.$version"
+strip --strip-unneeded "$prefix/lib/librill.so.$version"
+ln -sfn "librill.so.$version" "$prefix/lib/librill.so.$major"
+ln -sfn "librill.so.$major" "$prefix/lib/librill.so"
 install -m 644 target/release/librill.a "$prefix/lib/librill.a"
+strip --strip-debug "$prefix/lib/librill.a"
+
 cat > "$prefix/lib/pkgconfig/rill.pc" <<PC
 prefix=$prefix
 libdir=\${prefix}/lib
 includedir=\${prefix}/include
-static_libs=$static_libs
 
 Name: rill
 Description: Lock-free in-process publish/subscribe engine
 Version: $version
 Libs: -L\${libdir} -lrill
-Libs.private: $static_libs
+Libs.private: $private_libs
+Cflags: -I\${includedir}
+PC
+# The linker prefers librill.so to librill.a for -lrill, so a program that
+# wants the archive without linking everything statically names it.
+cat > "$prefix/lib/pkgconfig/rill-static.pc" <<PC
+prefix=$prefix
+libdir=\${prefix}/lib
+includedir=\${prefix}/include
+
+Name: rill-static
+Description: Lock-free in-process publish/subscribe engine (static library)
+Version: $version
+Libs: \${libdir}/librill.a $private_libs
 Cflags: -I\${includedir}
 PC
 echo "installed rill $version under $prefix"

@@ -25,6 +25,39 @@
  *   Handlers run on broker threads, one call at a time per subscription.
  * - rill never unwinds into C: an internal panic becomes RILL_ERR_PANIC.
  *   Handlers must not unwind (C++ exceptions, longjmp) into rill either.
+ *
+ * ABI and versions:
+ *
+ * - The shared library's SONAME is librill.so.0. Within major version 0 a
+ *   program built against an older rill.h keeps working with a newer
+ *   librill.so.0: functions and fields are only ever added, and status and
+ *   constant values never change. RILL_VERSION_* below say which header a
+ *   program was built with; rill_version() says which library it runs with.
+ *   Only rill_* symbols are exported.
+ *
+ * Option structs (rill_broker_options, rill_topic_options,
+ * rill_consumer_options, rill_subscription_options) can grow:
+ *
+ * - Each starts with uint32_t struct_size. Fill the struct with its _init
+ *   (e.g. rill_broker_options_init(&o)), then set the fields you need by
+ *   name. _init is a macro passing sizeof the struct as this header knows
+ *   it to the _init_v1 function, which writes only that many bytes: the
+ *   defaults it knows, zero past its own fields. Never set struct_size.
+ * - The library reads only the fields struct_size covers and uses the
+ *   defaults for the rest (a program older than the library). Fields past
+ *   the library's own (a program newer than the library) must still be
+ *   zero, else the call fails with RILL_ERR_INVALID_ARGUMENT rather than
+ *   ignore an option the program asked for.
+ * - struct_size 0 (a struct cleared with memset or = {0} instead of _init)
+ *   or smaller than this first sized layout is RILL_ERR_INVALID_ARGUMENT,
+ *   with rill_last_error naming the _init to call. A NULL options pointer
+ *   still means all defaults.
+ * - rill 0.1 had no struct_size. Programs built against its header call the
+ *   unsuffixed symbols (rill_broker_options_init, rill_broker_new, ...),
+ *   which the library still exports and which read the 0.1 layouts. This
+ *   header maps those names, as macros, onto the _v1 symbols, so which
+ *   layout a call carries is known from the symbol it calls, never guessed
+ *   from its bytes.
  */
 
 #ifndef RILL_H
@@ -33,6 +66,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/** The version of rill this header belongs to; compare with rill_version() at run time. */
+#define RILL_VERSION_MAJOR 0
+#define RILL_VERSION_MINOR 1
+#define RILL_VERSION_PATCH 0
+#define RILL_VERSION_STRING "0.1.0"
 
 /**
  * The result of every fallible call. `RILL_OK` is 0; every other value is
@@ -49,7 +88,8 @@ typedef enum {
     RILL_ERR_NULL_ARGUMENT = 1,
     /**
      * An argument was malformed or out of range (including strings that are
-     * not UTF-8 and option values that are not one of their constants).
+     * not UTF-8, option values that are not one of their constants, and
+     * option structs not filled by their `_init`).
      */
     RILL_ERR_INVALID_ARGUMENT = 2,
     /**
@@ -105,7 +145,26 @@ typedef enum {
      * effect that can be relied on, but the process can go on.
      */
     RILL_ERR_PANIC = 15,
+    /**
+     * The system ran out of a resource: memory, threads, address space.
+     */
+    RILL_ERR_RESOURCE_EXHAUSTED = 16,
 } rill_status;
+
+/*
+ * The option _init functions and the functions taking option structs, under
+ * the names programs use. See "Option structs" above.
+ */
+#define rill_broker_options_init(o) rill_broker_options_init_v1((o), sizeof(rill_broker_options))
+#define rill_topic_options_init(o) rill_topic_options_init_v1((o), sizeof(rill_topic_options))
+#define rill_consumer_options_init(o) rill_consumer_options_init_v1((o), sizeof(rill_consumer_options))
+#define rill_subscription_options_init(o) rill_subscription_options_init_v1((o), sizeof(rill_subscription_options))
+#define rill_broker_new rill_broker_new_v1
+#define rill_topic_create rill_topic_create_v1
+#define rill_consumer_new rill_consumer_new_v1
+#define rill_subscribe rill_subscribe_v1
+#define rill_subscribe_batch rill_subscribe_batch_v1
+
 
 /**
  * A broker. Create it with `rill_broker_new`, free it with
@@ -140,6 +199,10 @@ typedef struct rill_subscription rill_subscription;
  */
 typedef struct {
     /**
+     * Set by `rill_broker_options_init`; do not change (see "Option structs").
+     */
+    uint32_t struct_size;
+    /**
      * Threads in the pool that runs subscription handlers; 0 means one per
      * CPU core (the default).
      */
@@ -161,6 +224,10 @@ typedef struct {
  * How a topic is laid out. Fill it with `rill_topic_options_init`.
  */
 typedef struct {
+    /**
+     * Set by `rill_topic_options_init`; do not change (see "Option structs").
+     */
+    uint32_t struct_size;
     /**
      * Number of partitions, at least 1 (default 1). Order is kept per partition.
      */
@@ -268,6 +335,10 @@ typedef int32_t rill_start;
  * Where a new consumer group starts. Fill it with `rill_consumer_options_init`.
  */
 typedef struct {
+    /**
+     * Set by `rill_consumer_options_init`; do not change (see "Option structs").
+     */
+    uint32_t struct_size;
     /**
      * For partitions the group has no committed offset for:
      * `RILL_START_EARLIEST` (the default), `RILL_START_LATEST` or
@@ -394,6 +465,10 @@ typedef void (*rill_lag_callback)(void *user_data,
  * Strings are copied during `rill_subscribe`.
  */
 typedef struct {
+    /**
+     * Set by `rill_subscription_options_init`; do not change (see "Option structs").
+     */
+    uint32_t struct_size;
     /**
      * A durable name (NULL: anonymous). A durable subscription's position is
      * kept while it is away and used when it subscribes again.
@@ -650,31 +725,27 @@ const char *rill_status_name(int32_t status);
 size_t rill_last_error(char *buf, size_t buf_len);
 
 /**
- * For tests of the panic boundary only: panics inside the library, which
- * must return `RILL_ERR_PANIC` with the panic's message as the last error
- * and leave the process running.
- */
-rill_status rill_test_panic(void);
-
-/**
- * Fills `o` with the defaults. NULL is a no-op.
+ * Fills `o` with the defaults; `size` is the caller's
+ * `sizeof(rill_broker_options)`. Call it as `rill_broker_options_init(o)`,
+ * the macro that passes the size. NULL is a no-op.
  *
  * # Safety
  *
- * `o` is NULL or points to writable storage for the options.
+ * `o` is NULL or points to `size` writable bytes.
  */
-void rill_broker_options_init(rill_broker_options *o);
+void rill_broker_options_init_v1(rill_broker_options *o, size_t size);
 
 /**
  * Starts a broker (its worker pool and retry timer). `o` may be NULL for
  * the defaults. On success `*out` is the new broker; free it with
- * `rill_broker_free`.
+ * `rill_broker_free`. Called as `rill_broker_new`.
  *
  * # Safety
  *
- * `o` is NULL or points to valid options; `out` points to writable storage.
+ * `o` is NULL or points to options filled by `rill_broker_options_init`;
+ * `out` points to writable storage.
  */
-rill_status rill_broker_new(const rill_broker_options *o, rill_broker **out);
+rill_status rill_broker_new_v1(const rill_broker_options *o, rill_broker **out);
 
 /**
  * Closes the broker without freeing it: every subscription and consumer
@@ -700,24 +771,27 @@ void rill_broker_close(rill_broker *b);
 void rill_broker_free(rill_broker *b);
 
 /**
- * Fills `o` with the defaults. NULL is a no-op.
+ * Fills `o` with the defaults; `size` is the caller's
+ * `sizeof(rill_topic_options)`. Call it as `rill_topic_options_init(o)`,
+ * the macro that passes the size. NULL is a no-op.
  *
  * # Safety
  *
- * `o` is NULL or points to writable storage for the options.
+ * `o` is NULL or points to `size` writable bytes.
  */
-void rill_topic_options_init(rill_topic_options *o);
+void rill_topic_options_init_v1(rill_topic_options *o, size_t size);
 
 /**
  * Creates a topic. Names are `/`-separated non-empty segments of UTF-8, at
  * most 255 bytes, without NUL or `*`; names starting with `$` are reserved.
- * `o` may be NULL for the defaults.
+ * `o` may be NULL for the defaults. Called as `rill_topic_create`.
  *
  * # Safety
  *
- * `b` is a live broker; `name` a NUL-terminated string; `o` NULL or valid.
+ * `b` is a live broker; `name` a NUL-terminated string; `o` NULL or
+ * filled by `rill_topic_options_init`.
  */
-rill_status rill_topic_create(rill_broker *b, const char *name, const rill_topic_options *o);
+rill_status rill_topic_create_v1(rill_broker *b, const char *name, const rill_topic_options *o);
 
 /**
  * Fills `*out` with the topic's statistics.
@@ -852,29 +926,33 @@ rill_status rill_publisher_publish_packed(const rill_publisher *p,
 void rill_publisher_free(rill_publisher *p);
 
 /**
- * Fills `o` with the defaults. NULL is a no-op.
+ * Fills `o` with the defaults; `size` is the caller's
+ * `sizeof(rill_consumer_options)`. Call it as
+ * `rill_consumer_options_init(o)`, the macro that passes the size. NULL is
+ * a no-op.
  *
  * # Safety
  *
- * `o` is NULL or points to writable storage for the options.
+ * `o` is NULL or points to `size` writable bytes.
  */
-void rill_consumer_options_init(rill_consumer_options *o);
+void rill_consumer_options_init_v1(rill_consumer_options *o, size_t size);
 
 /**
  * A consumer of `topic` for `group`. The group resumes from its committed
  * offsets; other partitions start as `o` says (NULL: earliest).
  * `RILL_ERR_BUSY` if the group already has a live consumer of the topic.
+ * Called as `rill_consumer_new`.
  *
  * # Safety
  *
  * `b` is a live broker; `group` and `topic` NUL-terminated strings; `o` NULL
- * or valid; `out` writable.
+ * or filled by `rill_consumer_options_init`; `out` writable.
  */
-rill_status rill_consumer_new(rill_broker *b,
-                              const char *group,
-                              const char *topic,
-                              const rill_consumer_options *o,
-                              rill_consumer **out);
+rill_status rill_consumer_new_v1(rill_broker *b,
+                                 const char *group,
+                                 const char *topic,
+                                 const rill_consumer_options *o,
+                                 rill_consumer **out);
 
 /**
  * Reads up to `max` messages, waiting up to `timeout_ms` (negative: no
@@ -1052,18 +1130,22 @@ rill_status rill_message_attribute(const rill_message *m,
 void rill_ack_reason(const rill_message *m, const char *reason);
 
 /**
- * Fills `o` with the defaults. NULL is a no-op.
+ * Fills `o` with the defaults; `size` is the caller's
+ * `sizeof(rill_subscription_options)`. Call it as
+ * `rill_subscription_options_init(o)`, the macro that passes the size.
+ * NULL is a no-op.
  *
  * # Safety
  *
- * `o` is NULL or points to writable storage for the options.
+ * `o` is NULL or points to `size` writable bytes.
  */
-void rill_subscription_options_init(rill_subscription_options *o);
+void rill_subscription_options_init_v1(rill_subscription_options *o, size_t size);
 
 /**
  * Subscribes `handler` to every topic matching `pattern` (`*` matches one
  * segment, `**` any number; topics created later are matched too). `o` may
- * be NULL for the defaults. On success `*out` is the subscription.
+ * be NULL for the defaults. On success `*out` is the subscription. Called
+ * as `rill_subscribe`.
  *
  * `user_data` is passed to every handler call, on broker threads; it must
  * be safe to use from them. If `o->user_data_free` is set it is called
@@ -1074,12 +1156,12 @@ void rill_subscription_options_init(rill_subscription_options *o);
  * `b` is a live broker; `pattern` a NUL-terminated string; `o` NULL or valid
  * options; `handler` a function that returns normally; `out` writable.
  */
-rill_status rill_subscribe(rill_broker *b,
-                           const char *pattern,
-                           const rill_subscription_options *o,
-                           rill_handler handler,
-                           void *user_data,
-                           rill_subscription **out);
+rill_status rill_subscribe_v1(rill_broker *b,
+                              const char *pattern,
+                              const rill_subscription_options *o,
+                              rill_handler handler,
+                              void *user_data,
+                              rill_subscription **out);
 
 /**
  * Like `rill_subscribe`, with a handler that takes runs of consecutive
@@ -1087,19 +1169,19 @@ rill_status rill_subscribe(rill_broker *b,
  * messages, for bindings where a call costs more than the work (Python).
  * On the worker pool the first run is one message and later runs are sized
  * to take about 250 µs of handler time, so a slow handler does not hold a
- * worker that other subscriptions wait for.
+ * worker that other subscriptions wait for. Called as `rill_subscribe_batch`.
  *
  * # Safety
  *
  * As for `rill_subscribe`; `handler` writes at most `count` acks and
  * returns normally.
  */
-rill_status rill_subscribe_batch(rill_broker *b,
-                                 const char *pattern,
-                                 const rill_subscription_options *o,
-                                 rill_batch_handler handler,
-                                 void *user_data,
-                                 rill_subscription **out);
+rill_status rill_subscribe_batch_v1(rill_broker *b,
+                                    const char *pattern,
+                                    const rill_subscription_options *o,
+                                    rill_batch_handler handler,
+                                    void *user_data,
+                                    rill_subscription **out);
 
 /**
  * Waits until the subscription has handled everything published to its

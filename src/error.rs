@@ -77,6 +77,55 @@ pub enum Error {
     /// A lookup found nothing (an attribute, a subscription, a partition).
     #[error("not found: {0}")]
     NotFound(String),
+    /// The system ran out of a resource: memory, threads, address space.
+    #[error("resource exhausted: {0}")]
+    ResourceExhausted(String),
+}
+
+/// Which variant an [`Error`] is, without its data. Unlike `Error` it is
+/// exhaustive, so code outside this crate that maps errors (the C ABI's
+/// status codes) can match it without a wildcard, and stops compiling when
+/// a variant is added here until it has decided what the new one means.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    InvalidArgument,
+    InvalidTopic,
+    InvalidPattern,
+    InvalidFilter,
+    NoSuchTopic,
+    TopicExists,
+    MessageTooLarge,
+    Full,
+    Timeout,
+    Closed,
+    OutOfRange,
+    Busy,
+    NotFound,
+    ResourceExhausted,
+}
+
+impl Error {
+    /// The variant of this error; see [`ErrorKind`].
+    #[doc(hidden)]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::InvalidTopic { .. } => ErrorKind::InvalidTopic,
+            Error::InvalidPattern { .. } => ErrorKind::InvalidPattern,
+            Error::InvalidFilter { .. } => ErrorKind::InvalidFilter,
+            Error::NoSuchTopic(_) => ErrorKind::NoSuchTopic,
+            Error::TopicExists(_) => ErrorKind::TopicExists,
+            Error::MessageTooLarge { .. } => ErrorKind::MessageTooLarge,
+            Error::Full => ErrorKind::Full,
+            Error::Timeout => ErrorKind::Timeout,
+            Error::Closed(_) => ErrorKind::Closed,
+            Error::OutOfRange { .. } => ErrorKind::OutOfRange,
+            Error::Busy(_) => ErrorKind::Busy,
+            Error::NotFound(_) => ErrorKind::NotFound,
+            Error::ResourceExhausted(_) => ErrorKind::ResourceExhausted,
+        }
+    }
 }
 
 /// rill's `Result`.

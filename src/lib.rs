@@ -33,5 +33,5 @@ pub use broker::{
     LagCallback, Message, Overflow, Pattern, Polled, Position, Publisher, RetryBackoff, StartPosition, Subscription,
     SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
 };
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use log::Record;

@@ -545,7 +545,7 @@ fn at_least_once_costs_redeliveries_only_for_failures() {
             SubscriptionOptions { backoff: fast_backoff(), ..Default::default() },
             move |m: &Message<'_>| {
                 c.fetch_add(1, Ordering::SeqCst);
-                if m.payload()[0] % 10 == 0 && m.attempt() == 1 { Ack::Retry } else { Ack::Success }
+                if m.payload()[0].is_multiple_of(10) && m.attempt() == 1 { Ack::Retry } else { Ack::Success }
             },
         )
         .unwrap();

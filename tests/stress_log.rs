@@ -81,7 +81,7 @@ fn publishers_and_readers_agree_on_one_dense_linearizable_order() {
                     barrier.wait();
                     while expected < total {
                         // Alternate single reads and batches so both paths are exercised.
-                        if (expected / 1_000 + reader as u64) % 2 == 0 {
+                        if (expected / 1_000 + reader as u64).is_multiple_of(2) {
                             match cursor.read().expect("unbounded retention never lags") {
                                 Some(r) => {
                                     check(&r, expected, &mut next_seq);

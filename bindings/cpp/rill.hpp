@@ -16,6 +16,10 @@
 //   sub.wait_idle(std::chrono::seconds(5));
 #pragma once
 
+#if !defined(__cplusplus) || (__cplusplus < 201703L && !(defined(_MSVC_LANG) && _MSVC_LANG >= 201703L))
+#error "rill.hpp needs C++17 or newer (e.g. -std=c++17); from C or older C++, include rill.h instead"
+#endif
+
 #include <rill.h>
 
 #include <chrono>
@@ -126,6 +130,14 @@ struct Record {
     std::vector<std::pair<std::string, std::string>> attributes = {};
 };
 
+/// How a broker runs; see rill_broker_options.
+struct BrokerOptions {
+    uint32_t worker_threads = 0;  // handler pool size; 0: one per CPU core
+    bool auto_create_topics = false;
+    /// Longest a publish waits for a Block subscriber; nullopt: no limit.
+    std::optional<std::chrono::milliseconds> publish_timeout = std::chrono::milliseconds(10000);
+};
+
 /// Topic layout; see rill_topic_options.
 struct TopicOptions {
     uint32_t partitions = 1;
@@ -156,6 +168,30 @@ struct SubscriptionOptions {
 };
 
 using Handler = std::function<Ack(const Message &)>;
+
+/// Consecutive messages of one partition, given to a batch handler. Every
+/// message is acknowledged Success unless the handler says otherwise with
+/// ack(); a Retry stops the batch there (later messages come again).
+class Batch {
+  public:
+    Batch(const rill_message *messages, size_t count, rill_ack *acks) noexcept
+        : messages_(messages), count_(count), acks_(acks) {}
+    size_t size() const noexcept { return count_; }
+    Message operator[](size_t i) const noexcept { return Message(&messages_[i]); }
+    /// Sets the ack of message i (i < size()).
+    void ack(size_t i, Ack a) noexcept { acks_[i] = static_cast<rill_ack>(a); }
+    /// Handles only the first n messages; the rest are delivered again later.
+    void handled(size_t n) noexcept { handled_ = n < count_ ? n : count_; }
+    size_t handled_count() const noexcept { return handled_; }
+
+  private:
+    const rill_message *messages_;
+    size_t count_;
+    rill_ack *acks_;
+    size_t handled_ = count_;
+};
+
+using BatchHandler = std::function<void(Batch &)>;
 
 /// A live subscription; destroying it unsubscribes.
 class Subscription {
@@ -281,8 +317,12 @@ inline RecordData to_c(const Record &r) {
 // What a subscription's user_data points to.
 struct Callbacks {
     Handler handler;
+    BatchHandler batch_handler;
     std::function<void(std::string_view, uint32_t, uint64_t)> on_lagged;
 };
+
+inline void destroy(void *user_data) noexcept { delete static_cast<Callbacks *>(user_data); }
+inline void lagged(void *user_data, const char *topic, uint32_t partition, uint64_t missed) noexcept;
 
 // Calls the std::function; exceptions become a retry with their text.
 inline rill_ack trampoline(void *user_data, const rill_message *m) noexcept {
@@ -297,6 +337,44 @@ inline rill_ack trampoline(void *user_data, const rill_message *m) noexcept {
     return RILL_ACK_RETRY;
 }
 
+// Calls the batch std::function; an exception retries the first message,
+// with its text as the reason (the messages before it were not handled).
+inline size_t batch_trampoline(void *user_data, const rill_message *ms, size_t n, rill_ack *acks) noexcept {
+    auto *cb = static_cast<Callbacks *>(user_data);
+    try {
+        Batch batch(ms, n, acks);
+        cb->batch_handler(batch);
+        return batch.handled_count();
+    } catch (const std::exception &e) {
+        rill_ack_reason(&ms[0], e.what());
+    } catch (...) {
+        rill_ack_reason(&ms[0], "the handler threw a non-standard C++ exception");
+    }
+    acks[0] = RILL_ACK_RETRY;
+    return 1;
+}
+
+// Fills C subscription options from the C++ ones; the strings stay owned by `o`.
+inline void to_c(const SubscriptionOptions &o, rill_subscription_options &c) {
+    rill_subscription_options_init(&c);
+    c.name = o.name ? o.name->c_str() : nullptr;
+    c.filter = o.filter ? o.filter->c_str() : nullptr;
+    c.start = o.start;
+    c.start_offset = o.start_offset;
+    c.delivery = o.delivery;
+    c.max_attempts = o.max_attempts;
+    c.backoff_initial_ms = static_cast<uint64_t>(o.backoff_initial.count());
+    c.backoff_max_ms = static_cast<uint64_t>(o.backoff_max.count());
+    c.backoff_multiplier = o.backoff_multiplier;
+    c.dead_letter_topic = o.dead_letter_topic ? o.dead_letter_topic->c_str() : nullptr;
+    c.overflow = o.overflow;
+    c.lag_limit = o.lag_limit;
+    c.dedicated_thread = o.dedicated_thread;
+    c.idle_spin_us = static_cast<uint64_t>(o.idle_spin.count());
+    c.user_data_free = destroy;  // also runs if subscribing fails
+    if (o.on_lagged) c.on_lagged = lagged;
+}
+
 // Calls on_lagged; nothing may cross back into C.
 inline void lagged(void *user_data, const char *topic, uint32_t partition, uint64_t missed) noexcept {
     auto *cb = static_cast<Callbacks *>(user_data);
@@ -306,7 +384,6 @@ inline void lagged(void *user_data, const char *topic, uint32_t partition, uint6
     }
 }
 
-inline void destroy(void *user_data) noexcept { delete static_cast<Callbacks *>(user_data); }
 }  // namespace detail
 
 /// Publishes to one topic without a lookup per message; thread-safe.
@@ -340,7 +417,14 @@ class Publisher {
 class Broker {
   public:
     Broker() { detail::check(rill_broker_new(nullptr, &b_)); }
-    explicit Broker(const rill_broker_options &options) { detail::check(rill_broker_new(&options, &b_)); }
+    explicit Broker(const BrokerOptions &o) {
+        rill_broker_options c;
+        rill_broker_options_init(&c);
+        c.worker_threads = o.worker_threads;
+        c.auto_create_topics = o.auto_create_topics;
+        c.publish_timeout_ms = o.publish_timeout ? detail::to_ms(*o.publish_timeout) : -1;
+        detail::check(rill_broker_new(&c, &b_));
+    }
     Broker(Broker &&o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
     Broker &operator=(Broker &&o) noexcept {
         if (this != &o) {
@@ -402,26 +486,22 @@ class Broker {
 
     Subscription subscribe(const std::string &pattern, Handler handler, const SubscriptionOptions &o = {}) {
         rill_subscription_options c;
-        rill_subscription_options_init(&c);
-        c.name = o.name ? o.name->c_str() : nullptr;
-        c.filter = o.filter ? o.filter->c_str() : nullptr;
-        c.start = o.start;
-        c.start_offset = o.start_offset;
-        c.delivery = o.delivery;
-        c.max_attempts = o.max_attempts;
-        c.backoff_initial_ms = static_cast<uint64_t>(o.backoff_initial.count());
-        c.backoff_max_ms = static_cast<uint64_t>(o.backoff_max.count());
-        c.backoff_multiplier = o.backoff_multiplier;
-        c.dead_letter_topic = o.dead_letter_topic ? o.dead_letter_topic->c_str() : nullptr;
-        c.overflow = o.overflow;
-        c.lag_limit = o.lag_limit;
-        c.dedicated_thread = o.dedicated_thread;
-        c.idle_spin_us = static_cast<uint64_t>(o.idle_spin.count());
-        c.user_data_free = detail::destroy;  // also runs if subscribing fails
-        if (o.on_lagged) c.on_lagged = detail::lagged;
-        auto *user = new detail::Callbacks{std::move(handler), o.on_lagged};
+        detail::to_c(o, c);
+        auto *user = new detail::Callbacks{std::move(handler), nullptr, o.on_lagged};
         rill_subscription *s = nullptr;
         detail::check(rill_subscribe(b_, pattern.c_str(), &c, detail::trampoline, user, &s));
+        return Subscription(s);
+    }
+
+    /// Like subscribe, with a handler taking runs of consecutive messages
+    /// (see rill_subscribe_batch): one call for many messages.
+    Subscription subscribe_batch(const std::string &pattern, BatchHandler handler,
+                                 const SubscriptionOptions &o = {}) {
+        rill_subscription_options c;
+        detail::to_c(o, c);
+        auto *user = new detail::Callbacks{nullptr, std::move(handler), o.on_lagged};
+        rill_subscription *s = nullptr;
+        detail::check(rill_subscribe_batch(b_, pattern.c_str(), &c, detail::batch_trampoline, user, &s));
         return Subscription(s);
     }
 

@@ -8,6 +8,8 @@ cd "$(dirname "$0")/../.."
 n=${1:-2000000}
 pairs=${2:-5}
 cargo build --release -p rill-ffi --lib --example rust_baseline
+# The SONAME is librill.so.0: the name the linked program asks for at run time.
+ln -sf librill.so target/release/librill.so.0
 gcc -std=c99 -O2 -Wall -Wextra -Wpedantic -Werror -Iinclude ffi/bench/bench_ffi.c -o target/release/bench_ffi \
   -Ltarget/release -Wl,-rpath,"$PWD/target/release" -lrill -pthread
 results=$(mktemp)

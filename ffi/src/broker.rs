@@ -1,11 +1,13 @@
 //! `rill_broker`: creating and freeing a broker, topics, and publishing.
 
 use std::ffi::{c_char, c_void};
+use std::mem::size_of;
 use std::time::Duration;
 
 use rill::{Broker, BrokerConfig, Position, Publisher, Record, TopicOptions};
 
 use crate::error::{FfiError, boundary, rill_status};
+use crate::options::{self, OptionStruct};
 use crate::util::{bytes, cstr, out_ptr, reference, write_out};
 
 /// A broker. Create it with `rill_broker_new`, free it with
@@ -26,6 +28,8 @@ impl std::fmt::Debug for rill_broker {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct rill_broker_options {
+    /// Set by `rill_broker_options_init`; do not change (see "Option structs").
+    pub struct_size: u32,
     /// Threads in the pool that runs subscription handlers; 0 means one per
     /// CPU core (the default).
     pub worker_threads: u32,
@@ -42,6 +46,8 @@ pub struct rill_broker_options {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct rill_topic_options {
+    /// Set by `rill_topic_options_init`; do not change (see "Option structs").
+    pub struct_size: u32,
     /// Number of partitions, at least 1 (default 1). Order is kept per partition.
     pub partitions: u32,
     /// Retention per partition in bytes of log segments; 0 keeps everything
@@ -100,23 +106,33 @@ impl From<Position> for rill_position {
     }
 }
 
-/// Fills `o` with the defaults. NULL is a no-op.
-///
-/// # Safety
-///
-/// `o` is NULL or points to writable storage for the options.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_broker_options_init(o: *mut rill_broker_options) {
-    if !o.is_null() {
+// SAFETY: repr(C), leading u32 struct_size, fields any C value may fill
+// (the bool as 0 or 1, per the C contract).
+unsafe impl OptionStruct for rill_broker_options {
+    const INIT: &'static str = "rill_broker_options_init";
+    const FIRST_SIZE: usize = 24;
+    fn defaults() -> Self {
         let d = BrokerConfig::default();
-        let defaults = rill_broker_options {
+        rill_broker_options {
+            struct_size: size_of::<Self>() as u32,
             worker_threads: 0,
             auto_create_topics: d.auto_create_topics,
             publish_timeout_ms: d.publish_timeout.map_or(-1, |t| t.as_millis() as i64),
-        };
-        // SAFETY: non-NULL; the caller promises it points to writable options.
-        unsafe { o.write(defaults) };
+        }
     }
+}
+
+/// Fills `o` with the defaults; `size` is the caller's
+/// `sizeof(rill_broker_options)`. Call it as `rill_broker_options_init(o)`,
+/// the macro that passes the size. NULL is a no-op.
+///
+/// # Safety
+///
+/// `o` is NULL or points to `size` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_broker_options_init_v1(o: *mut rill_broker_options, size: usize) {
+    // SAFETY: forwarded from the caller.
+    crate::error::boundary_value((), || unsafe { options::init(o, size) })
 }
 
 fn broker_config(o: Option<&rill_broker_options>) -> BrokerConfig {
@@ -131,18 +147,19 @@ fn broker_config(o: Option<&rill_broker_options>) -> BrokerConfig {
 
 /// Starts a broker (its worker pool and retry timer). `o` may be NULL for
 /// the defaults. On success `*out` is the new broker; free it with
-/// `rill_broker_free`.
+/// `rill_broker_free`. Called as `rill_broker_new`.
 ///
 /// # Safety
 ///
-/// `o` is NULL or points to valid options; `out` points to writable storage.
+/// `o` is NULL or points to options filled by `rill_broker_options_init`;
+/// `out` points to writable storage.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_broker_new(o: *const rill_broker_options, out: *mut *mut rill_broker) -> rill_status {
+pub unsafe extern "C" fn rill_broker_new_v1(o: *const rill_broker_options, out: *mut *mut rill_broker) -> rill_status {
     boundary(|| {
         out_ptr(out, "out")?;
         // SAFETY: the caller promises `o` is NULL or valid.
-        let o = unsafe { o.as_ref() };
-        let broker = Broker::new(broker_config(o))?;
+        let o = unsafe { options::read(o) }?;
+        let broker = Broker::new(broker_config(o.as_ref()))?;
         // SAFETY: checked non-NULL above; the caller promises it is writable.
         unsafe { write_out(out, Box::into_raw(Box::new(rill_broker { broker }))) };
         Ok(())
@@ -187,24 +204,33 @@ pub unsafe extern "C" fn rill_broker_free(b: *mut rill_broker) {
     })
 }
 
-/// Fills `o` with the defaults. NULL is a no-op.
-///
-/// # Safety
-///
-/// `o` is NULL or points to writable storage for the options.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_topic_options_init(o: *mut rill_topic_options) {
-    if !o.is_null() {
+// SAFETY: repr(C), leading u32 struct_size, integer fields.
+unsafe impl OptionStruct for rill_topic_options {
+    const INIT: &'static str = "rill_topic_options_init";
+    const FIRST_SIZE: usize = 32;
+    fn defaults() -> Self {
         let d = TopicOptions::default();
-        let defaults = rill_topic_options {
+        rill_topic_options {
+            struct_size: size_of::<Self>() as u32,
             partitions: d.partitions,
             retention_bytes: d.retention_bytes.unwrap_or(0),
             retention_messages: d.retention_messages.unwrap_or(0),
             max_message_bytes: 0,
-        };
-        // SAFETY: non-NULL; the caller promises it points to writable options.
-        unsafe { o.write(defaults) };
+        }
     }
+}
+
+/// Fills `o` with the defaults; `size` is the caller's
+/// `sizeof(rill_topic_options)`. Call it as `rill_topic_options_init(o)`,
+/// the macro that passes the size. NULL is a no-op.
+///
+/// # Safety
+///
+/// `o` is NULL or points to `size` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_topic_options_init_v1(o: *mut rill_topic_options, size: usize) {
+    // SAFETY: forwarded from the caller.
+    crate::error::boundary_value((), || unsafe { options::init(o, size) })
 }
 
 pub(crate) fn topic_options(o: Option<&rill_topic_options>) -> Result<TopicOptions, FfiError> {
@@ -223,13 +249,14 @@ pub(crate) fn topic_options(o: Option<&rill_topic_options>) -> Result<TopicOptio
 
 /// Creates a topic. Names are `/`-separated non-empty segments of UTF-8, at
 /// most 255 bytes, without NUL or `*`; names starting with `$` are reserved.
-/// `o` may be NULL for the defaults.
+/// `o` may be NULL for the defaults. Called as `rill_topic_create`.
 ///
 /// # Safety
 ///
-/// `b` is a live broker; `name` a NUL-terminated string; `o` NULL or valid.
+/// `b` is a live broker; `name` a NUL-terminated string; `o` NULL or
+/// filled by `rill_topic_options_init`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_topic_create(
+pub unsafe extern "C" fn rill_topic_create_v1(
     b: *mut rill_broker,
     name: *const c_char,
     o: *const rill_topic_options,
@@ -238,7 +265,7 @@ pub unsafe extern "C" fn rill_topic_create(
         // SAFETY: the caller's promises, checked for NULL inside.
         let (b, name) = unsafe { (reference(b, "broker")?, cstr(name, "topic name")?) };
         // SAFETY: the caller promises `o` is NULL or valid.
-        let options = topic_options(unsafe { o.as_ref() })?;
+        let options = topic_options(unsafe { options::read(o) }?.as_ref())?;
         b.broker.create_topic(name, &options)?;
         Ok(())
     })

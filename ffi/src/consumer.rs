@@ -1,6 +1,7 @@
 //! `rill_consumer`: pull consumers.
 
 use std::ffi::{CString, c_char};
+use std::mem::size_of;
 use std::time::Duration;
 
 use rill::{Consumer, ConsumerOptions, ConsumerStart};
@@ -8,6 +9,7 @@ use rill::{Consumer, ConsumerOptions, ConsumerStart};
 use crate::broker::rill_broker;
 use crate::error::{FfiError, boundary, boundary_value, rill_status};
 use crate::message::{MessageContext, c_message, rill_message};
+use crate::options::{self, OptionStruct};
 use crate::subscription::{RILL_START_EARLIEST, RILL_START_LATEST, RILL_START_OFFSET, rill_start};
 use crate::util::{cstr, out_ptr, reference, reference_mut, timeout, write_out};
 
@@ -15,6 +17,8 @@ use crate::util::{cstr, out_ptr, reference, reference_mut, timeout, write_out};
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct rill_consumer_options {
+    /// Set by `rill_consumer_options_init`; do not change (see "Option structs").
+    pub struct_size: u32,
     /// For partitions the group has no committed offset for:
     /// `RILL_START_EARLIEST` (the default), `RILL_START_LATEST` or
     /// `RILL_START_OFFSET`.
@@ -41,30 +45,41 @@ impl std::fmt::Debug for rill_consumer {
     }
 }
 
-/// Fills `o` with the defaults. NULL is a no-op.
+// SAFETY: repr(C), leading u32 struct_size, integer fields (`start` is
+// checked when read).
+unsafe impl OptionStruct for rill_consumer_options {
+    const INIT: &'static str = "rill_consumer_options_init";
+    const FIRST_SIZE: usize = 16;
+    fn defaults() -> Self {
+        rill_consumer_options { struct_size: size_of::<Self>() as u32, start: RILL_START_EARLIEST, start_offset: 0 }
+    }
+}
+
+/// Fills `o` with the defaults; `size` is the caller's
+/// `sizeof(rill_consumer_options)`. Call it as
+/// `rill_consumer_options_init(o)`, the macro that passes the size. NULL is
+/// a no-op.
 ///
 /// # Safety
 ///
-/// `o` is NULL or points to writable storage for the options.
+/// `o` is NULL or points to `size` writable bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_consumer_options_init(o: *mut rill_consumer_options) {
-    if !o.is_null() {
-        let defaults = rill_consumer_options { start: RILL_START_EARLIEST, start_offset: 0 };
-        // SAFETY: non-NULL; the caller promises it points to writable options.
-        unsafe { o.write(defaults) };
-    }
+pub unsafe extern "C" fn rill_consumer_options_init_v1(o: *mut rill_consumer_options, size: usize) {
+    // SAFETY: forwarded from the caller.
+    boundary_value((), || unsafe { options::init(o, size) })
 }
 
 /// A consumer of `topic` for `group`. The group resumes from its committed
 /// offsets; other partitions start as `o` says (NULL: earliest).
 /// `RILL_ERR_BUSY` if the group already has a live consumer of the topic.
+/// Called as `rill_consumer_new`.
 ///
 /// # Safety
 ///
 /// `b` is a live broker; `group` and `topic` NUL-terminated strings; `o` NULL
-/// or valid; `out` writable.
+/// or filled by `rill_consumer_options_init`; `out` writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_consumer_new(
+pub unsafe extern "C" fn rill_consumer_new_v1(
     b: *mut rill_broker,
     group: *const c_char,
     topic: *const c_char,
@@ -76,7 +91,7 @@ pub unsafe extern "C" fn rill_consumer_new(
         // SAFETY: the caller's promises, checked for NULL inside.
         let (b, group, topic) = unsafe { (reference(b, "broker")?, cstr(group, "group")?, cstr(topic, "topic")?) };
         // SAFETY: the caller promises `o` is NULL or valid.
-        let start = match unsafe { o.as_ref() } {
+        let start = match unsafe { options::read(o) }? {
             None => ConsumerStart::Earliest,
             Some(o) => match o.start {
                 RILL_START_EARLIEST => ConsumerStart::Earliest,

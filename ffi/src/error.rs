@@ -1,100 +1,66 @@
 //! Status codes, the thread's last error text, and the panic boundary.
 
 use std::cell::RefCell;
-use std::ffi::c_char;
+use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use rill::Error;
+use rill::{Error, ErrorKind};
 
-/// The result of every fallible call. `RILL_OK` is 0; every other value is
-/// an error whose text `rill_last_error` returns on the same thread.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(non_camel_case_types)]
-pub enum rill_status {
-    /// Success.
-    RILL_OK = 0,
-    /// A required pointer argument was NULL.
-    RILL_ERR_NULL_ARGUMENT = 1,
-    /// An argument was malformed or out of range (including strings that are
-    /// not UTF-8 and option values that are not one of their constants).
-    RILL_ERR_INVALID_ARGUMENT = 2,
-    /// A topic name broke the naming rules.
-    RILL_ERR_INVALID_TOPIC = 3,
-    /// A subscription pattern broke the pattern rules.
-    RILL_ERR_INVALID_PATTERN = 4,
-    /// A filter did not parse; the error text gives the byte position.
-    RILL_ERR_INVALID_FILTER = 5,
-    /// The topic does not exist (and the broker does not auto-create topics).
-    RILL_ERR_NO_SUCH_TOPIC = 6,
-    /// The topic already exists.
-    RILL_ERR_TOPIC_EXISTS = 7,
-    /// The message is larger than the topic accepts.
-    RILL_ERR_MESSAGE_TOO_LARGE = 8,
-    /// `rill_try_publish`: a `Block` subscriber is at its lag limit.
-    RILL_ERR_FULL = 9,
-    /// A wait ran out of time.
-    RILL_ERR_TIMEOUT = 10,
-    /// The broker, subscription or consumer is closed.
-    RILL_ERR_CLOSED = 11,
-    /// An offset outside the retained range.
-    RILL_ERR_OUT_OF_RANGE = 12,
-    /// A subscription name or consumer group is already in use.
-    RILL_ERR_BUSY = 13,
-    /// A lookup found nothing (an attribute, a partition, a committed offset).
-    RILL_ERR_NOT_FOUND = 14,
-    /// rill panicked; the error text has the panic message. The call had no
-    /// effect that can be relied on, but the process can go on.
-    RILL_ERR_PANIC = 15,
+/// Expands the list in `status_list.rs`: the enum (with its docs), `ALL`,
+/// the names, and the exhaustive mapping from `rill::ErrorKind`: a kind
+/// missing from the list, or listed twice, does not compile.
+macro_rules! statuses {
+    (
+        $(#[doc = $doc:literal])*
+        enum $ty:ident {
+            $( $(#[doc = $vdoc:literal])* $name:ident = $value:literal => [$($kind:ident),*], )*
+        }
+    ) => {
+        $(#[doc = $doc])*
+        ///
+        /// The C declaration in `rill.h` is generated from the same list
+        /// (`ffi/src/status_list.rs`).
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $ty {
+            $( $(#[doc = $vdoc])* $name = $value, )*
+        }
+
+        impl $ty {
+            /// Every status, in the order of the list.
+            pub(crate) const ALL: &'static [$ty] = &[$($ty::$name),*];
+
+            /// The constant's name as a NUL-terminated static string.
+            pub(crate) fn name(self) -> &'static CStr {
+                match self {
+                    $( $ty::$name => {
+                        const NAME: &CStr = match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                            Ok(n) => n,
+                            Err(_) => panic!("a status name has an interior NUL"),
+                        };
+                        NAME
+                    } )*
+                }
+            }
+
+            /// The status a core error kind maps to.
+            fn of_kind(kind: ErrorKind) -> $ty {
+                match kind {
+                    $( $( ErrorKind::$kind => $ty::$name, )* )*
+                }
+            }
+        }
+    };
 }
+
+include!("status_list.rs");
 
 use rill_status::*;
 
 impl rill_status {
-    const ALL: [rill_status; 16] = [
-        RILL_OK,
-        RILL_ERR_NULL_ARGUMENT,
-        RILL_ERR_INVALID_ARGUMENT,
-        RILL_ERR_INVALID_TOPIC,
-        RILL_ERR_INVALID_PATTERN,
-        RILL_ERR_INVALID_FILTER,
-        RILL_ERR_NO_SUCH_TOPIC,
-        RILL_ERR_TOPIC_EXISTS,
-        RILL_ERR_MESSAGE_TOO_LARGE,
-        RILL_ERR_FULL,
-        RILL_ERR_TIMEOUT,
-        RILL_ERR_CLOSED,
-        RILL_ERR_OUT_OF_RANGE,
-        RILL_ERR_BUSY,
-        RILL_ERR_NOT_FOUND,
-        RILL_ERR_PANIC,
-    ];
-
     /// The status with this number, if there is one.
     pub(crate) fn from_i32(v: i32) -> Option<rill_status> {
         Self::ALL.iter().copied().find(|s| *s as i32 == v)
-    }
-
-    /// The constant's name as a NUL-terminated static string.
-    pub(crate) fn name(self) -> &'static [u8] {
-        match self {
-            RILL_OK => b"RILL_OK\0",
-            RILL_ERR_NULL_ARGUMENT => b"RILL_ERR_NULL_ARGUMENT\0",
-            RILL_ERR_INVALID_ARGUMENT => b"RILL_ERR_INVALID_ARGUMENT\0",
-            RILL_ERR_INVALID_TOPIC => b"RILL_ERR_INVALID_TOPIC\0",
-            RILL_ERR_INVALID_PATTERN => b"RILL_ERR_INVALID_PATTERN\0",
-            RILL_ERR_INVALID_FILTER => b"RILL_ERR_INVALID_FILTER\0",
-            RILL_ERR_NO_SUCH_TOPIC => b"RILL_ERR_NO_SUCH_TOPIC\0",
-            RILL_ERR_TOPIC_EXISTS => b"RILL_ERR_TOPIC_EXISTS\0",
-            RILL_ERR_MESSAGE_TOO_LARGE => b"RILL_ERR_MESSAGE_TOO_LARGE\0",
-            RILL_ERR_FULL => b"RILL_ERR_FULL\0",
-            RILL_ERR_TIMEOUT => b"RILL_ERR_TIMEOUT\0",
-            RILL_ERR_CLOSED => b"RILL_ERR_CLOSED\0",
-            RILL_ERR_OUT_OF_RANGE => b"RILL_ERR_OUT_OF_RANGE\0",
-            RILL_ERR_BUSY => b"RILL_ERR_BUSY\0",
-            RILL_ERR_NOT_FOUND => b"RILL_ERR_NOT_FOUND\0",
-            RILL_ERR_PANIC => b"RILL_ERR_PANIC\0",
-        }
     }
 }
 
@@ -121,22 +87,7 @@ impl FfiError {
 
 impl From<Error> for FfiError {
     fn from(e: Error) -> FfiError {
-        let status = match &e {
-            Error::InvalidArgument(_) => RILL_ERR_INVALID_ARGUMENT,
-            Error::InvalidTopic { .. } => RILL_ERR_INVALID_TOPIC,
-            Error::InvalidPattern { .. } => RILL_ERR_INVALID_PATTERN,
-            Error::InvalidFilter { .. } => RILL_ERR_INVALID_FILTER,
-            Error::NoSuchTopic(_) => RILL_ERR_NO_SUCH_TOPIC,
-            Error::TopicExists(_) => RILL_ERR_TOPIC_EXISTS,
-            Error::MessageTooLarge { .. } => RILL_ERR_MESSAGE_TOO_LARGE,
-            Error::Full => RILL_ERR_FULL,
-            Error::Timeout => RILL_ERR_TIMEOUT,
-            Error::Closed(_) => RILL_ERR_CLOSED,
-            Error::OutOfRange { .. } => RILL_ERR_OUT_OF_RANGE,
-            Error::Busy(_) => RILL_ERR_BUSY,
-            Error::NotFound(_) => RILL_ERR_NOT_FOUND,
-            _ => RILL_ERR_INVALID_ARGUMENT,
-        };
+        let status = rill_status::of_kind(e.kind());
         FfiError { status, text: e.to_string() }
     }
 }
@@ -194,4 +145,30 @@ pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_has_a_distinct_value_and_its_own_name() {
+        let mut seen = std::collections::HashSet::new();
+        for &s in rill_status::ALL {
+            assert!(seen.insert(s as i32), "{s:?} reuses a value");
+            assert_eq!(rill_status::from_i32(s as i32), Some(s));
+            assert_eq!(s.name().to_str().unwrap(), format!("{s:?}"));
+        }
+        assert_eq!(rill_status::from_i32(-1), None);
+    }
+
+    #[test]
+    fn core_errors_map_to_their_statuses() {
+        let e = FfiError::from(Error::ResourceExhausted("threads".into()));
+        assert_eq!(e.status, RILL_ERR_RESOURCE_EXHAUSTED);
+        assert_eq!(RILL_ERR_RESOURCE_EXHAUSTED as i32, 16);
+        assert!(e.text.contains("threads"));
+        assert_eq!(FfiError::from(Error::Timeout).status, RILL_ERR_TIMEOUT);
+        assert_eq!(FfiError::from(Error::NotFound("x".into())).status, RILL_ERR_NOT_FOUND);
+    }
 }

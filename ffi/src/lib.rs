@@ -17,7 +17,9 @@
 mod broker;
 mod consumer;
 mod error;
+mod legacy;
 mod message;
+mod options;
 mod subscription;
 mod util;
 
@@ -42,7 +44,7 @@ pub extern "C" fn rill_version() -> *const c_char {
 #[unsafe(no_mangle)]
 pub extern "C" fn rill_status_name(status: i32) -> *const c_char {
     match rill_status::from_i32(status) {
-        Some(s) => s.name().as_ptr().cast(),
+        Some(s) => s.name().as_ptr(),
         None => c"RILL_STATUS_UNKNOWN".as_ptr(),
     }
 }
@@ -62,7 +64,9 @@ pub unsafe extern "C" fn rill_last_error(buf: *mut c_char, buf_len: usize) -> us
 
 /// For tests of the panic boundary only: panics inside the library, which
 /// must return `RILL_ERR_PANIC` with the panic's message as the last error
-/// and leave the process running.
+/// and leave the process running. Built only with the `test-panic` cargo
+/// feature (the C tests build the library with it); not declared in rill.h.
+#[cfg(feature = "test-panic")]
 #[unsafe(no_mangle)]
 pub extern "C" fn rill_test_panic() -> rill_status {
     error::boundary(|| panic!("rill_test_panic was called"))

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_void};
+use std::mem::size_of;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use rill::{Ack, DeliveryMode, Message, Overflow, RetryBackoff, StartPosition, Su
 use crate::broker::rill_broker;
 use crate::error::{FfiError, boundary, boundary_value, rill_status};
 use crate::message::{MessageContext, c_message, rill_message};
+use crate::options::{self, OptionStruct};
 use crate::util::{cstr, opt_cstr, out_ptr, reference, timeout, write_out};
 
 /// What a handler says about a message: one of the `RILL_ACK_*` constants.
@@ -99,6 +101,8 @@ pub type rill_lag_callback =
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct rill_subscription_options {
+    /// Set by `rill_subscription_options_init`; do not change (see "Option structs").
+    pub struct_size: u32,
     /// A durable name (NULL: anonymous). A durable subscription's position is
     /// kept while it is away and used when it subscribes again.
     pub name: *const c_char,
@@ -138,37 +142,48 @@ pub struct rill_subscription_options {
     pub on_lagged: rill_lag_callback,
 }
 
-/// Fills `o` with the defaults. NULL is a no-op.
+// SAFETY: repr(C), leading u32 struct_size; pointers, integers, a double,
+// `Option<fn>` (NULL is None) and a bool (0 or 1 per the C contract); the
+// enum-like fields are checked when read.
+unsafe impl OptionStruct for rill_subscription_options {
+    const INIT: &'static str = "rill_subscription_options_init";
+    const FIRST_SIZE: usize = 128;
+    fn defaults() -> Self {
+        let backoff = RetryBackoff::default();
+        rill_subscription_options {
+            struct_size: size_of::<Self>() as u32,
+            name: std::ptr::null(),
+            filter: std::ptr::null(),
+            start: RILL_START_LATEST,
+            start_offset: 0,
+            delivery: RILL_DELIVERY_AT_LEAST_ONCE,
+            max_attempts: rill::broker::DEFAULT_MAX_ATTEMPTS,
+            backoff_initial_ms: backoff.initial.as_millis() as u64,
+            backoff_max_ms: backoff.max.as_millis() as u64,
+            backoff_multiplier: backoff.multiplier,
+            dead_letter_topic: std::ptr::null(),
+            overflow: RILL_OVERFLOW_DROP_OLDEST,
+            lag_limit: 0,
+            dedicated_thread: false,
+            user_data_free: None,
+            idle_spin_us: 0,
+            on_lagged: None,
+        }
+    }
+}
+
+/// Fills `o` with the defaults; `size` is the caller's
+/// `sizeof(rill_subscription_options)`. Call it as
+/// `rill_subscription_options_init(o)`, the macro that passes the size.
+/// NULL is a no-op.
 ///
 /// # Safety
 ///
-/// `o` is NULL or points to writable storage for the options.
+/// `o` is NULL or points to `size` writable bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_subscription_options_init(o: *mut rill_subscription_options) {
-    if o.is_null() {
-        return;
-    }
-    let backoff = RetryBackoff::default();
-    let defaults = rill_subscription_options {
-        name: std::ptr::null(),
-        filter: std::ptr::null(),
-        start: RILL_START_LATEST,
-        start_offset: 0,
-        delivery: RILL_DELIVERY_AT_LEAST_ONCE,
-        max_attempts: rill::broker::DEFAULT_MAX_ATTEMPTS,
-        backoff_initial_ms: backoff.initial.as_millis() as u64,
-        backoff_max_ms: backoff.max.as_millis() as u64,
-        backoff_multiplier: backoff.multiplier,
-        dead_letter_topic: std::ptr::null(),
-        overflow: RILL_OVERFLOW_DROP_OLDEST,
-        lag_limit: 0,
-        dedicated_thread: false,
-        user_data_free: None,
-        idle_spin_us: 0,
-        on_lagged: None,
-    };
-    // SAFETY: non-NULL; the caller promises it points to writable options.
-    unsafe { o.write(defaults) };
+pub unsafe extern "C" fn rill_subscription_options_init_v1(o: *mut rill_subscription_options, size: usize) {
+    // SAFETY: forwarded from the caller.
+    boundary_value((), || unsafe { options::init(o, size) })
 }
 
 /// # Safety
@@ -265,7 +280,8 @@ impl Drop for UserData {
 
 /// Subscribes `handler` to every topic matching `pattern` (`*` matches one
 /// segment, `**` any number; topics created later are matched too). `o` may
-/// be NULL for the defaults. On success `*out` is the subscription.
+/// be NULL for the defaults. On success `*out` is the subscription. Called
+/// as `rill_subscribe`.
 ///
 /// `user_data` is passed to every handler call, on broker threads; it must
 /// be safe to use from them. If `o->user_data_free` is set it is called
@@ -276,7 +292,7 @@ impl Drop for UserData {
 /// `b` is a live broker; `pattern` a NUL-terminated string; `o` NULL or valid
 /// options; `handler` a function that returns normally; `out` writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_subscribe(
+pub unsafe extern "C" fn rill_subscribe_v1(
     b: *mut rill_broker,
     pattern: *const c_char,
     o: *const rill_subscription_options,
@@ -298,14 +314,14 @@ pub unsafe extern "C" fn rill_subscribe(
 /// messages, for bindings where a call costs more than the work (Python).
 /// On the worker pool the first run is one message and later runs are sized
 /// to take about 250 µs of handler time, so a slow handler does not hold a
-/// worker that other subscriptions wait for.
+/// worker that other subscriptions wait for. Called as `rill_subscribe_batch`.
 ///
 /// # Safety
 ///
 /// As for `rill_subscribe`; `handler` writes at most `count` acks and
 /// returns normally.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_subscribe_batch(
+pub unsafe extern "C" fn rill_subscribe_batch_v1(
     b: *mut rill_broker,
     pattern: *const c_char,
     o: *const rill_subscription_options,
@@ -337,23 +353,35 @@ unsafe fn subscribe_with(
     out: *mut *mut rill_subscription,
     subscribe: impl FnOnce(&rill::Broker, &str, SubscriptionOptions, Arc<UserData>) -> Result<Subscription, FfiError>,
 ) -> rill_status {
-    // SAFETY: the caller promises `o` is NULL or valid.
-    let free = unsafe { o.as_ref() }.and_then(|o| o.user_data_free);
+    // Read before anything else can fail, so `user_data_free` is known.
+    // (`read` does not panic: it only compares and copies bytes.)
+    // SAFETY: the caller promises `o` is NULL or options filled by `_init`.
+    let read = unsafe { options::read(o) };
+    let free = match &read {
+        Ok(o) => o.as_ref().and_then(|o| o.user_data_free),
+        // A bad struct_size (a struct cleared instead of filled by _init)
+        // still arrives through a _v1 symbol, which only a rill.h with
+        // struct_size calls, so the storage is at least the first sized
+        // layout, which has user_data_free: its destructor still runs, and
+        // user_data does not leak even on this failure.
+        // SAFETY: `read` returns Err only for non-NULL `o`, pointing (as just
+        // said) to at least FIRST_SIZE bytes, which cover this field.
+        Err(_) => unsafe { (&raw const (*o).user_data_free).read_unaligned() },
+    };
     // Owns user_data from here on: dropped (freeing it) if anything fails,
     // else once the handler and the lag callback are both gone.
     let user = Arc::new(UserData { ptr: user_data, free });
     boundary(move || {
+        let o = read?;
         out_ptr(out, "out")?;
         // SAFETY: the caller's promises, checked for NULL inside.
         let (b, pattern) = unsafe { (reference(b, "broker")?, cstr(pattern, "pattern")?) };
-        // SAFETY: the caller promises `o` is NULL or valid options.
-        let mut options = match unsafe { o.as_ref() } {
+        let mut options = match &o {
             // SAFETY: the caller promises the option strings are valid.
             Some(o) => unsafe { subscription_options(o) }?,
             None => SubscriptionOptions::default(),
         };
-        // SAFETY: as above.
-        if let Some(cb) = unsafe { o.as_ref() }.and_then(|o| o.on_lagged) {
+        if let Some(cb) = o.as_ref().and_then(|o| o.on_lagged) {
             options.on_lagged = Some(lag_trampoline(cb, user.clone()));
         }
         let sub = subscribe(&b.broker, pattern, options, user)?;

@@ -1,13 +1,70 @@
 //! `include/rill.h` must be exactly what cbindgen (the version pinned in
-//! Cargo.lock) generates from this crate. Regenerate it with
-//! `RILL_BLESS=1 cargo test -p rill-ffi --test header`.
+//! Cargo.lock) generates from this crate, plus the two parts cbindgen cannot
+//! make: the version macros (from this crate's Cargo version) and the
+//! `rill_status` enum (from the status list in `src/status_list.rs`, which
+//! the crate expands with a macro cbindgen does not see through).
+//! Regenerate it with `RILL_BLESS=1 cargo test -p rill-ffi --test header`.
 
+use std::fmt::Write as _;
 use std::path::Path;
+
+/// Renders the status list as the C enum cbindgen would write for it.
+macro_rules! statuses {
+    (
+        $(#[doc = $doc:literal])*
+        enum $ty:ident {
+            $( $(#[doc = $vdoc:literal])* $name:ident = $value:literal => [$($kind:ident),*], )*
+        }
+    ) => {
+        fn status_enum() -> String {
+            let mut c = String::new();
+            c.push_str(&doc_comment("", &[$($doc),*]));
+            c.push_str("typedef enum {\n");
+            $(
+                c.push_str(&doc_comment("    ", &[$($vdoc),*]));
+                writeln!(c, "    {} = {},", stringify!($name), $value).unwrap();
+            )*
+            writeln!(c, "}} {};", stringify!($ty)).unwrap();
+            c
+        }
+    };
+}
+
+include!("../src/status_list.rs");
+
+/// A doxygen block from `///` lines, laid out as cbindgen lays them.
+fn doc_comment(indent: &str, lines: &[&str]) -> String {
+    let mut c = format!("{indent}/**\n");
+    for line in lines {
+        let line = line.strip_prefix(' ').unwrap_or(line);
+        if line.is_empty() {
+            writeln!(c, "{indent} *").unwrap();
+        } else {
+            writeln!(c, "{indent} * {line}").unwrap();
+        }
+    }
+    writeln!(c, "{indent} */").unwrap();
+    c
+}
+
+fn version_macros() -> String {
+    let v = env!("CARGO_PKG_VERSION");
+    format!(
+        "/** The version of rill this header belongs to; compare with rill_version() at run time. */\n\
+         #define RILL_VERSION_MAJOR {}\n#define RILL_VERSION_MINOR {}\n#define RILL_VERSION_PATCH {}\n\
+         #define RILL_VERSION_STRING \"{v}\"\n",
+        env!("CARGO_PKG_VERSION_MAJOR"),
+        env!("CARGO_PKG_VERSION_MINOR"),
+        env!("CARGO_PKG_VERSION_PATCH"),
+    )
+}
 
 #[test]
 fn committed_header_matches_cbindgen_output() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml parses");
+    let mut config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml parses");
+    let rules = config.after_includes.take().unwrap_or_default();
+    config.after_includes = Some(format!("\n{}\n{}\n{rules}", version_macros(), status_enum()));
     let bindings = cbindgen::Builder::new()
         .with_crate(crate_dir)
         .with_config(config)

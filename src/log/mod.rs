@@ -1,6 +1,6 @@
 //! The lock-free segmented append log: one per topic partition.
 //!
-//! A [`Log`] is a chain of [`segment`]s. Publishers append to the newest one
+//! A [`Log`] is a chain of segments. Publishers append to the newest one
 //! (see `segment.rs` for the reservation protocol); every reader has its own
 //! [`Cursor`] and reads at its own pace, borrowing records in place.
 //!

@@ -319,7 +319,7 @@ impl Segment {
     /// and each slot may be written once.
     #[inline]
     pub(crate) unsafe fn write(&self, index: u64, pos: u64, len: usize, record: &Record<'_>, timestamp_ns: u64) {
-        debug_assert!(pos + len as u64 <= self.capacity && pos % POS_UNIT == 0);
+        debug_assert!(pos + len as u64 <= self.capacity && pos.is_multiple_of(POS_UNIT));
         self.slots()[index as usize].bytes.with_mut(|_| {
             // SAFETY: the reservation gave this caller `pos..pos + len` alone (the
             // fetch-add hands out disjoint ranges inside the region), and no reader

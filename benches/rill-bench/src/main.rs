@@ -179,7 +179,7 @@ struct Cli {
     #[arg(long, help_heading = "Systems")]
     batch_handler: bool,
 
-    /// Payload type of the peers: Vec<u8> (cloned per subscriber), Arc<[u8]> (shared) or a
+    /// Payload type of the peers: `Vec<u8>` (cloned per subscriber), `Arc<[u8]>` (shared) or a
     /// fixed-size array by value ([u8; 64] for 64-byte payloads; up to 4096 bytes).
     #[arg(long, value_enum, default_value_t = PeerPayload::Vec, help_heading = "Systems")]
     peer_payload: PeerPayload,

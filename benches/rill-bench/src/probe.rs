@@ -90,7 +90,7 @@ pub fn ping_pong(rounds: usize, each: Duration) -> Probe {
                     }
                     v += 2;
                     trips += 1;
-                    if trips % 256 == 0 && start.elapsed() >= each {
+                    if trips.is_multiple_of(256) && start.elapsed() >= each {
                         break;
                     }
                 }

@@ -200,7 +200,75 @@ static void on_lagged_hears_what_retention_trimmed() {
     CHECK(st.delivered + st.missed == 5001);
 }
 
+static void broker_options_are_a_cpp_struct() {
+    rill::BrokerOptions o;
+    CHECK(o.worker_threads == 0 && !o.auto_create_topics && o.publish_timeout == 10000ms);
+    o.worker_threads = 2;
+    o.auto_create_topics = true;
+    o.publish_timeout = std::nullopt;
+    rill::Broker broker(o);
+    // auto_create_topics reached the library: an unknown topic is created.
+    broker.publish("made/on/publish", "x");
+    CHECK(broker.topic_stats("made/on/publish").publish_count == 1);
+
+    rill::Broker strict(rill::BrokerOptions{});
+    CHECK(status_of([&] { strict.publish("nowhere", "x"); }) == RILL_ERR_NO_SUCH_TOPIC);
+}
+
+static void batch_subscribe_acks_per_message() {
+    rill::Broker broker;
+    broker.create_topic("jobs");
+    for (int i = 0; i < 20; i++) broker.publish("jobs", std::to_string(i));
+    std::mutex lock;
+    std::vector<std::string> seen;
+    std::atomic<int> calls{0};
+    rill::SubscriptionOptions o;
+    o.start = RILL_START_EARLIEST;
+    o.max_attempts = 1;  // a dead-letter on the first failure
+    auto sub = broker.subscribe_batch(
+        "jobs",
+        [&](rill::Batch &batch) {
+            calls++;
+            std::lock_guard<std::mutex> g(lock);
+            for (size_t i = 0; i < batch.size(); i++) {
+                seen.emplace_back(batch[i].payload());
+                if (batch[i].payload() == "7") batch.ack(i, rill::Ack::DeadLetter);
+            }
+        },
+        o);
+    CHECK(sub.wait_idle(10s));
+    auto st = sub.stats();
+    std::lock_guard<std::mutex> g(lock);
+    CHECK(seen.size() == 20);
+    CHECK(!seen.empty() && seen.front() == "0" && seen.back() == "19");
+    CHECK(calls > 0 && calls < 20);  // runs, not one call per message
+    CHECK(st.acked == 19 && st.dead_lettered == 1);
+
+    // A handler that throws retries the first message of its batch, with the reason.
+    std::atomic<int> tries{0};
+    rill::SubscriptionOptions once;
+    once.start = RILL_START_EARLIEST;
+    once.max_attempts = 2;
+    once.backoff_initial = 1ms;
+    once.dead_letter_topic = "jobs-dlq";
+    auto failing = broker.subscribe_batch(
+        "jobs",
+        [&](rill::Batch &) {
+            tries++;
+            throw std::runtime_error("batch went wrong");
+        },
+        once);
+    CHECK(failing.wait_idle(10s));
+    CHECK(tries == 40);  // each message: one try, one retry, then dead-lettered
+    auto dlq = broker.consumer("g", "jobs-dlq");
+    auto msgs = dlq.poll(100, 5s);
+    CHECK(msgs.size() == 20);
+    CHECK(!msgs.empty() && msgs[0].attribute("rill.dlq.reason").value_or("") == "batch went wrong");
+}
+
 int main() {
+    broker_options_are_a_cpp_struct();
+    batch_subscribe_acks_per_message();
     publish_subscribe_and_attributes();
     errors_carry_status_and_text();
     a_throwing_handler_is_retried_then_dead_lettered_with_the_text();

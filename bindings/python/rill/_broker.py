@@ -9,7 +9,7 @@ import struct
 import threading
 import warnings
 from array import array
-from ctypes import byref, c_size_t, c_uint64, c_void_p, string_at
+from ctypes import byref, c_size_t, c_uint64, c_void_p, sizeof, string_at
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -510,7 +510,7 @@ class Broker(_Handle):
         publish_timeout: Optional[float] = 10.0,
     ) -> None:
         o = _ffi.rill_broker_options()
-        lib.rill_broker_options_init(byref(o))
+        lib.rill_broker_options_init_v1(byref(o), sizeof(o))
         o.auto_create_topics = bool(auto_create_topics)
         if worker_threads is not None:
             if worker_threads < 1:
@@ -518,7 +518,7 @@ class Broker(_Handle):
             o.worker_threads = worker_threads
         o.publish_timeout_ms = _timeout_ms(publish_timeout)
         ptr = c_void_p()
-        check(lib.rill_broker_new(byref(o), byref(ptr)))
+        check(lib.rill_broker_new_v1(byref(o), byref(ptr)))
         self._ptr = ptr.value
         self._publishers: Dict[str, int] = {}
         self._publishers_lock = threading.Lock()
@@ -541,7 +541,7 @@ class Broker(_Handle):
         """Creates a topic. ``retention_bytes=None`` keeps the default (256 MiB
         per partition); 0 keeps everything."""
         o = _ffi.rill_topic_options()
-        lib.rill_topic_options_init(byref(o))
+        lib.rill_topic_options_init_v1(byref(o), sizeof(o))
         o.partitions = partitions
         if retention_bytes is not None:
             o.retention_bytes = retention_bytes
@@ -549,7 +549,7 @@ class Broker(_Handle):
             o.retention_messages = retention_messages
         if max_message_bytes is not None:
             o.max_message_bytes = max_message_bytes
-        check(lib.rill_topic_create(self._handle(), _name(name, "topic name"), byref(o)))
+        check(lib.rill_topic_create_v1(self._handle(), _name(name, "topic name"), byref(o)))
 
     def topic_stats(self, name: str) -> TopicStats:
         s = _ffi.rill_topic_stats()
@@ -696,7 +696,7 @@ class Broker(_Handle):
         if not callable(handler):
             raise TypeError("handler must be callable")
         o = _ffi.rill_subscription_options()
-        lib.rill_subscription_options_init(byref(o))
+        lib.rill_subscription_options_init_v1(byref(o), sizeof(o))
         keep = []
         for field, value in (("name", name), ("filter", filter), ("dead_letter_topic", dead_letter_topic)):
             if value is not None:
@@ -747,7 +747,7 @@ class Broker(_Handle):
         out = c_void_p()
         # On failure the library calls _on_free, which drops the entry.
         check(
-            lib.rill_subscribe_batch(self._handle(), _name(pattern, "pattern"), byref(o), _on_batch, handler_id, byref(out))
+            lib.rill_subscribe_batch_v1(self._handle(), _name(pattern, "pattern"), byref(o), _on_batch, handler_id, byref(out))
         )
         return Subscription(out.value or 0)
 
@@ -755,7 +755,7 @@ class Broker(_Handle):
         """A pull consumer of ``topic`` for ``group``: it resumes from the
         group's committed offsets; elsewhere it starts at ``start``."""
         o = _ffi.rill_consumer_options()
-        lib.rill_consumer_options_init(byref(o))
+        lib.rill_consumer_options_init_v1(byref(o), sizeof(o))
         if isinstance(start, int) and not isinstance(start, bool):
             if start < 0:
                 raise InvalidArgument(f"start offset must be >= 0, not {start}")
@@ -765,7 +765,7 @@ class Broker(_Handle):
         else:
             raise InvalidArgument(f"start must be 'latest', 'earliest' or an offset, not {start!r}")
         out = c_void_p()
-        check(lib.rill_consumer_new(self._handle(), _name(group, "group"), _name(topic, "topic"), byref(o), byref(out)))
+        check(lib.rill_consumer_new_v1(self._handle(), _name(group, "group"), _name(topic, "topic"), byref(o), byref(out)))
         return Consumer(out.value or 0, topic)
 
 

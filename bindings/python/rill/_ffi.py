@@ -77,11 +77,12 @@ lib = _load()
 
 
 class rill_broker_options(Structure):
-    _fields_ = [("worker_threads", c_uint32), ("auto_create_topics", c_bool), ("publish_timeout_ms", c_int64)]
+    _fields_ = [("struct_size", c_uint32), ("worker_threads", c_uint32), ("auto_create_topics", c_bool), ("publish_timeout_ms", c_int64)]
 
 
 class rill_topic_options(Structure):
     _fields_ = [
+        ("struct_size", c_uint32),
         ("partitions", c_uint32),
         ("retention_bytes", c_uint64),
         ("retention_messages", c_uint64),
@@ -145,6 +146,7 @@ LAG_CALLBACK = CFUNCTYPE(None, c_void_p, c_char_p, c_uint32, c_uint64)
 
 class rill_subscription_options(Structure):
     _fields_ = [
+        ("struct_size", c_uint32),
         ("name", c_char_p),
         ("filter", c_char_p),
         ("start", c_int32),
@@ -184,7 +186,7 @@ class rill_consumer_stats(Structure):
 
 
 class rill_consumer_options(Structure):
-    _fields_ = [("start", c_int32), ("start_offset", c_uint64)]
+    _fields_ = [("struct_size", c_uint32), ("start", c_int32), ("start_offset", c_uint64)]
 
 
 # ---- constants (the #defines of rill.h) ----------------------------------------
@@ -249,13 +251,12 @@ FUNCTIONS: Dict[str, Tuple[str, List[str]]] = {
     "rill_version": ("const char*", []),
     "rill_status_name": ("const char*", ["int32_t"]),
     "rill_last_error": ("size_t", ["char*", "size_t"]),
-    "rill_test_panic": ("rill_status", []),
-    "rill_broker_options_init": ("void", ["rill_broker_options*"]),
-    "rill_broker_new": ("rill_status", ["const rill_broker_options*", "rill_broker**"]),
+    "rill_broker_options_init_v1": ("void", ["rill_broker_options*", "size_t"]),
+    "rill_broker_new_v1": ("rill_status", ["const rill_broker_options*", "rill_broker**"]),
     "rill_broker_close": ("void", ["rill_broker*"]),
     "rill_broker_free": ("void", ["rill_broker*"]),
-    "rill_topic_options_init": ("void", ["rill_topic_options*"]),
-    "rill_topic_create": ("rill_status", ["rill_broker*", "const char*", "const rill_topic_options*"]),
+    "rill_topic_options_init_v1": ("void", ["rill_topic_options*", "size_t"]),
+    "rill_topic_create_v1": ("rill_status", ["rill_broker*", "const char*", "const rill_topic_options*"]),
     "rill_topic_get_stats": ("rill_status", ["rill_broker*", "const char*", "rill_topic_stats*"]),
     "rill_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
     "rill_try_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
@@ -278,8 +279,8 @@ FUNCTIONS: Dict[str, Tuple[str, List[str]]] = {
         ["const rill_publisher*", "const void*", "const size_t*", "size_t", "rill_position*"],
     ),
     "rill_publisher_free": ("void", ["rill_publisher*"]),
-    "rill_consumer_options_init": ("void", ["rill_consumer_options*"]),
-    "rill_consumer_new": (
+    "rill_consumer_options_init_v1": ("void", ["rill_consumer_options*", "size_t"]),
+    "rill_consumer_new_v1": (
         "rill_status",
         ["rill_broker*", "const char*", "const char*", "const rill_consumer_options*", "rill_consumer**"],
     ),
@@ -302,8 +303,8 @@ FUNCTIONS: Dict[str, Tuple[str, List[str]]] = {
     ),
     "rill_message_attribute": ("rill_status", ["const rill_message*", "const char*", "const char**", "size_t*"]),
     "rill_ack_reason": ("void", ["const rill_message*", "const char*"]),
-    "rill_subscription_options_init": ("void", ["rill_subscription_options*"]),
-    "rill_subscribe": (
+    "rill_subscription_options_init_v1": ("void", ["rill_subscription_options*", "size_t"]),
+    "rill_subscribe_v1": (
         "rill_status",
         [
             "rill_broker*",
@@ -314,7 +315,7 @@ FUNCTIONS: Dict[str, Tuple[str, List[str]]] = {
             "rill_subscription**",
         ],
     ),
-    "rill_subscribe_batch": (
+    "rill_subscribe_batch_v1": (
         "rill_status",
         [
             "rill_broker*",

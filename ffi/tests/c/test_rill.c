@@ -15,6 +15,10 @@
 
 #include "rill.h"
 
+/* Exported only by a library built with the test-panic feature (run.sh
+ * builds the one these tests link that way); rill.h does not declare it. */
+rill_status rill_test_panic(void);
+
 static int failures = 0;
 static int checks = 0;
 
@@ -150,6 +154,17 @@ static rill_subscription_options sub_options(void) {
 
 static void test_version_status_names_and_last_error(void) {
     CHECK(strlen(rill_version()) > 0);
+    /* The header's version is the library's: run.sh links this test with the
+     * library built from the same tree. */
+    CHECK(strcmp(rill_version(), RILL_VERSION_STRING) == 0);
+    {
+        char want[64];
+        snprintf(want, sizeof want, "%d.%d.%d", RILL_VERSION_MAJOR, RILL_VERSION_MINOR,
+                 RILL_VERSION_PATCH);
+        CHECK(strcmp(want, RILL_VERSION_STRING) == 0);
+    }
+    CHECK(strcmp(rill_status_name(RILL_ERR_RESOURCE_EXHAUSTED), "RILL_ERR_RESOURCE_EXHAUSTED") == 0);
+    CHECK(RILL_ERR_RESOURCE_EXHAUSTED == 16);
     CHECK(strcmp(rill_status_name(RILL_OK), "RILL_OK") == 0);
     CHECK(strcmp(rill_status_name(RILL_ERR_NO_SUCH_TOPIC), "RILL_ERR_NO_SUCH_TOPIC") == 0);
     CHECK(strcmp(rill_status_name(RILL_ERR_PANIC), "RILL_ERR_PANIC") == 0);
@@ -169,6 +184,80 @@ static void test_version_status_names_and_last_error(void) {
     char big[512];
     rill_last_error(big, sizeof big);
     CHECK(strstr(big, "no/such/topic") != NULL);
+    rill_broker_free(b);
+}
+
+static void count_free(void *user_data) { (*(int *)user_data)++; }
+
+/* The growable option structs: see "Option structs" in rill.h. */
+static void test_option_struct_sizes(void) {
+    rill_broker_options bo;
+    rill_topic_options to;
+    rill_consumer_options co;
+    rill_subscription_options so;
+    rill_broker *b = NULL;
+
+    /* _init records the size this program was built with. */
+    memset(&bo, 0xAB, sizeof bo);
+    rill_broker_options_init(&bo);
+    CHECK(bo.struct_size == sizeof bo);
+    CHECK(bo.worker_threads == 0 && !bo.auto_create_topics && bo.publish_timeout_ms == 10000);
+    rill_topic_options_init(&to);
+    CHECK(to.struct_size == sizeof to && to.partitions == 1);
+    rill_consumer_options_init(&co);
+    CHECK(co.struct_size == sizeof co && co.start == RILL_START_EARLIEST);
+    rill_subscription_options_init(&so);
+    CHECK(so.struct_size == sizeof so && so.max_attempts == 5 && so.on_lagged == NULL);
+
+    /* A struct cleared instead of filled by _init is refused, by name. */
+    memset(&bo, 0, sizeof bo);
+    CHECK_STATUS(rill_broker_new(&bo, &b), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("rill_broker_options_init");
+    CHECK(b == NULL);
+    b = new_broker();
+    memset(&to, 0, sizeof to);
+    CHECK_STATUS(rill_topic_create(b, "zeroed", &to), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("rill_topic_options_init");
+    memset(&co, 0, sizeof co);
+    rill_consumer *c = NULL;
+    OK(rill_topic_create(b, "t", NULL));
+    CHECK_STATUS(rill_consumer_new(b, "g", "t", &co, &c), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("rill_consumer_options_init");
+    memset(&so, 0, sizeof so);
+    so.user_data_free = count_free;
+    int freed = 0;
+    rill_subscription *s = NULL;
+    CHECK_STATUS(rill_subscribe(b, "t", &so, record_handler, &freed, &s), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("rill_subscription_options_init");
+    CHECK(freed == 1); /* user_data is released even though the options were refused */
+    CHECK(c == NULL && s == NULL);
+
+    /* A size smaller than any published layout is refused too. */
+    rill_topic_options_init(&to);
+    to.struct_size = 8;
+    CHECK_STATUS(rill_topic_create(b, "small", &to), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("struct_size 8");
+
+    /* A program built against a newer header: the library zeroes what it does
+     * not know, accepts it while it stays zero, and refuses a set unknown field. */
+    {
+        unsigned char newer[sizeof(rill_topic_options) + 16];
+        rill_topic_options_init_v1((rill_topic_options *)(void *)newer, sizeof newer);
+        rill_topic_options head;
+        memcpy(&head, newer, sizeof head);
+        CHECK(head.struct_size == sizeof newer && head.partitions == 1);
+        for (size_t i = sizeof(rill_topic_options); i < sizeof newer; i++) CHECK(newer[i] == 0);
+        head.partitions = 3;
+        memcpy(newer, &head, sizeof head);
+        OK(rill_topic_create(b, "from-newer", (const rill_topic_options *)(void *)newer));
+        rill_topic_stats ts;
+        OK(rill_topic_get_stats(b, "from-newer", &ts));
+        CHECK(ts.partitions == 3);
+        newer[sizeof newer - 1] = 1;
+        CHECK_STATUS(rill_topic_create(b, "from-newer-2", (const rill_topic_options *)(void *)newer),
+                     RILL_ERR_INVALID_ARGUMENT);
+        LAST_ERROR_HAS("older than the rill.h");
+    }
     rill_broker_free(b);
 }
 
@@ -1314,6 +1403,7 @@ static void test_on_lagged_hears_what_retention_trimmed(void) {
 
 int main(void) {
     test_version_status_names_and_last_error();
+    test_option_struct_sizes();
     test_panic_boundary();
     test_null_arguments();
     test_invalid_names_patterns_filters_and_strings();
