@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import enum
 import itertools
 import struct
 import threading
 import warnings
+import weakref
 from array import array
 from ctypes import byref, c_size_t, c_uint64, c_void_p, string_at
 from dataclasses import dataclass
@@ -522,6 +524,7 @@ class Broker(_Handle):
         self._ptr = ptr.value
         self._publishers: Dict[str, int] = {}
         self._publishers_lock = threading.Lock()
+        _live_brokers.add(self)
 
     def _free(self, ptr: int) -> None:
         with self._publishers_lock:
@@ -767,6 +770,36 @@ class Broker(_Handle):
         out = c_void_p()
         check(lib.rill_consumer_new(self._handle(), _name(group, "group"), _name(topic, "topic"), byref(o), byref(out)))
         return Consumer(out.value or 0, topic)
+
+
+# ---- interpreter exit ---------------------------------------------------------
+#
+# While the interpreter finalizes, a thread that is not the main thread and
+# asks for the GIL is ended by CPython (3.8 to 3.13) with pthread_exit, which
+# on glibc is a *forced unwind*. On a rill thread that unwind climbs through
+# Rust frames that catch unwinds (the panic boundary around every handler
+# call, and the root of every thread std spawns); catching a forced unwind
+# makes glibc abort the process ("FATAL: exception not rethrown", SIGABRT).
+# Rust cannot let a forced unwind through a std thread's root, so the only
+# sound rule is that no rill thread calls into Python once finalization has
+# begun. atexit callbacks run before it begins (after non-daemon threads are
+# joined, while daemon threads still run), so this hook closes every broker
+# still alive: rill_broker_close stops deliveries and waits for the handler
+# calls in flight, and nothing calls back into Python afterwards. It closes
+# without freeing, because a daemon thread may still be inside a call on the
+# broker; that call, and later ones, fail with Closed.
+
+_live_brokers: "weakref.WeakSet[Broker]" = weakref.WeakSet()
+
+
+def _close_all_brokers() -> None:
+    for broker in list(_live_brokers):
+        ptr = broker._ptr
+        if ptr:
+            lib.rill_broker_close(ptr)
+
+
+atexit.register(_close_all_brokers)
 
 
 def version() -> str:
