@@ -6,6 +6,8 @@ import atexit
 import ctypes
 import enum
 import itertools
+import math
+import operator
 import struct
 import threading
 import warnings
@@ -276,12 +278,57 @@ def _on_free(user_data: Optional[int]) -> None:
     _handlers.pop(user_data or 0, None)
 
 
+# ---- range checks ------------------------------------------------------------
+#
+# ctypes stores an int into a fixed-width field by wrapping it modulo 2**bits,
+# silently (2**32 + 2 partitions would become 2). Every integer is checked
+# against its C field's range first; out of range raises InvalidArgument,
+# which is a ValueError.
+
+U32_MAX = (1 << 32) - 1
+U64_MAX = (1 << 64) - 1
+I64_MAX = (1 << 63) - 1
+SIZE_MAX = (1 << (8 * ctypes.sizeof(c_size_t))) - 1
+
+
+def _int(value: object, what: str, low: int = 0, high: int = U64_MAX) -> int:
+    """``value`` as an int in [low, high], for a C integer field."""
+    try:
+        n = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
+    if not low <= n <= high:
+        raise InvalidArgument(f"{what} must be between {low} and {high}, not {n}", 2)
+    return n
+
+
+def _seconds_ms(seconds: float, what: str, per_second: int = 1000) -> int:
+    """A non-negative, finite duration in seconds as a whole number of
+    1/per_second units (milliseconds by default) that fits a uint64_t."""
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        raise TypeError(f"{what} must be a number of seconds, not {type(seconds).__name__}")
+    if math.isnan(seconds) or seconds < 0 or math.isinf(seconds):
+        raise InvalidArgument(f"{what} must be a finite number of seconds >= 0, not {seconds}", 2)
+    unit = "milliseconds" if per_second == 1000 else f"1/{per_second} s"
+    return _int(int(seconds * per_second), f"{what} in {unit}")
+
+
 def _timeout_ms(timeout: Optional[float]) -> int:
+    """A timeout in seconds as the C ``int64_t`` milliseconds: None and
+    infinity are -1 (no limit), as is any limit too long for an int64_t."""
     if timeout is None:
         return -1
-    if timeout < 0:
-        raise InvalidArgument(f"timeout must be >= 0 or None, not {timeout}")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
+        raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
+    if math.isnan(timeout) or timeout < 0:
+        raise InvalidArgument(f"timeout must be >= 0 or None, not {timeout}", 2)
+    if math.isinf(timeout) or timeout * 1000 > I64_MAX:
+        return -1
     return int(timeout * 1000)
+
+
+def _partition(partition: int) -> int:
+    return _int(partition, "partition", 0, U32_MAX)
 
 
 # ---- handles -----------------------------------------------------------------
@@ -400,8 +447,7 @@ class Consumer(_Handle):
     def poll(self, max_messages: int = 100, timeout: Optional[float] = 1.0) -> List[Message]:
         """Up to ``max_messages`` messages, waiting up to ``timeout`` seconds
         (``None``: no limit) for the first. Payloads are copied."""
-        if max_messages < 0:
-            raise InvalidArgument("max_messages must be >= 0")
+        max_messages = _int(max_messages, "max_messages", 0, SIZE_MAX)
         msgs, count = c_void_p(), c_size_t()
         with self._lock:
             check(lib.rill_consumer_poll(self._handle(), max_messages, _timeout_ms(timeout), byref(msgs), byref(count)))
@@ -436,11 +482,11 @@ class Consumer(_Handle):
 
     def commit_offset(self, offset: int, partition: int = 0) -> None:
         """Commits ``offset`` for one partition."""
-        self._call(lib.rill_consumer_commit_offset, partition, offset)
+        self._call(lib.rill_consumer_commit_offset, _partition(partition), _int(offset, "offset"))
 
     def seek(self, offset: int, partition: int = 0) -> None:
         """Moves one partition to a retained offset (:class:`OutOfRange` otherwise)."""
-        self._call(lib.rill_consumer_seek, partition, offset)
+        self._call(lib.rill_consumer_seek, _partition(partition), _int(offset, "offset"))
 
     def seek_to_beginning(self) -> None:
         self._call(lib.rill_consumer_seek_to_beginning)
@@ -455,14 +501,14 @@ class Consumer(_Handle):
     def position(self, partition: int = 0) -> int:
         """The next offset ``poll`` returns from ``partition``."""
         out = c_uint64()
-        self._call(lib.rill_consumer_position, partition, byref(out))
+        self._call(lib.rill_consumer_position, _partition(partition), byref(out))
         return out.value
 
     def committed(self, partition: int = 0) -> Optional[int]:
         """The group's committed offset for ``partition``, or None."""
         out = c_uint64()
         try:
-            self._call(lib.rill_consumer_committed, partition, byref(out))
+            self._call(lib.rill_consumer_committed, _partition(partition), byref(out))
         except NotFound:
             with self._lock:
                 if partition >= lib.rill_consumer_partition_count(self._handle()):
@@ -515,9 +561,7 @@ class Broker(_Handle):
         lib.rill_broker_options_init(byref(o))
         o.auto_create_topics = bool(auto_create_topics)
         if worker_threads is not None:
-            if worker_threads < 1:
-                raise InvalidArgument("worker_threads must be at least 1 (or None)")
-            o.worker_threads = worker_threads
+            o.worker_threads = _int(worker_threads, "worker_threads", 1, U32_MAX)
         o.publish_timeout_ms = _timeout_ms(publish_timeout)
         ptr = c_void_p()
         check(lib.rill_broker_new(byref(o), byref(ptr)))
@@ -545,13 +589,13 @@ class Broker(_Handle):
         per partition); 0 keeps everything."""
         o = _ffi.rill_topic_options()
         lib.rill_topic_options_init(byref(o))
-        o.partitions = partitions
+        o.partitions = _int(partitions, "partitions", 0, U32_MAX)
         if retention_bytes is not None:
-            o.retention_bytes = retention_bytes
+            o.retention_bytes = _int(retention_bytes, "retention_bytes")
         if retention_messages is not None:
-            o.retention_messages = retention_messages
+            o.retention_messages = _int(retention_messages, "retention_messages")
         if max_message_bytes is not None:
-            o.max_message_bytes = max_message_bytes
+            o.max_message_bytes = _int(max_message_bytes, "max_message_bytes")
         check(lib.rill_topic_create(self._handle(), _name(name, "topic name"), byref(o)))
 
     def topic_stats(self, name: str) -> TopicStats:
@@ -709,9 +753,7 @@ class Broker(_Handle):
         if isinstance(start, bool) or not isinstance(start, (str, int)):
             raise InvalidArgument(f"start must be 'latest', 'earliest' or an offset, not {start!r}")
         if isinstance(start, int):
-            if start < 0:
-                raise InvalidArgument(f"start offset must be >= 0, not {start}")
-            o.start, o.start_offset = _ffi.RILL_START_OFFSET, start
+            o.start, o.start_offset = _ffi.RILL_START_OFFSET, _int(start, "start offset")
         elif start in _STARTS:
             o.start = _STARTS[start]
         else:
@@ -722,24 +764,18 @@ class Broker(_Handle):
         if overflow not in _OVERFLOW:
             raise InvalidArgument(f"overflow must be one of {sorted(_OVERFLOW)}, not {overflow!r}")
         o.overflow = _OVERFLOW[overflow]
-        if max_attempts < 1:
-            raise InvalidArgument("max_attempts must be at least 1")
-        o.max_attempts = max_attempts
+        o.max_attempts = _int(max_attempts, "max_attempts", 1, U32_MAX)
         if not 2 <= len(backoff) <= 3 or any(b < 0 for b in backoff):
             raise InvalidArgument(f"backoff must be (initial, max[, multiplier]) in seconds, not {backoff!r}")
-        o.backoff_initial_ms = int(backoff[0] * 1000)
-        o.backoff_max_ms = int(backoff[1] * 1000)
+        o.backoff_initial_ms = _seconds_ms(backoff[0], "backoff initial")
+        o.backoff_max_ms = _seconds_ms(backoff[1], "backoff max")
         if len(backoff) == 3:
             o.backoff_multiplier = float(backoff[2])
         if lag_limit is not None:
-            if lag_limit < 1:
-                raise InvalidArgument("lag_limit must be at least 1 (or None)")
-            o.lag_limit = lag_limit
+            o.lag_limit = _int(lag_limit, "lag_limit", 1, U64_MAX)
         o.dedicated_thread = bool(dedicated_thread)
         if idle_spin is not None:
-            if idle_spin < 0:
-                raise InvalidArgument("idle_spin must be >= 0 seconds")
-            o.idle_spin_us = int(idle_spin * 1_000_000)
+            o.idle_spin_us = _seconds_ms(idle_spin, "idle_spin", 1_000_000)
         if on_lagged is not None:
             if not callable(on_lagged):
                 raise TypeError("on_lagged must be callable")
@@ -760,9 +796,7 @@ class Broker(_Handle):
         o = _ffi.rill_consumer_options()
         lib.rill_consumer_options_init(byref(o))
         if isinstance(start, int) and not isinstance(start, bool):
-            if start < 0:
-                raise InvalidArgument(f"start offset must be >= 0, not {start}")
-            o.start, o.start_offset = _ffi.RILL_START_OFFSET, start
+            o.start, o.start_offset = _ffi.RILL_START_OFFSET, _int(start, "start offset")
         elif start in _STARTS:
             o.start = _STARTS[start]
         else:
