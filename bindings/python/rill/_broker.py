@@ -10,6 +10,7 @@ import math
 import operator
 import struct
 import threading
+import time
 import warnings
 import weakref
 from array import array
@@ -327,6 +328,37 @@ def _timeout_ms(timeout: Optional[float]) -> int:
     return int(timeout * 1000)
 
 
+# ---- waiting in slices -----------------------------------------------------------
+#
+# CPython runs signal handlers (Ctrl-C's KeyboardInterrupt) between bytecodes
+# of the main thread, never while it sits in a C call, and rill's waits retry
+# on EINTR. So a blocking call waits in slices of at most SLICE seconds and
+# returns to Python between them: Ctrl-C interrupts it within a slice, and a
+# consumer closed from another thread ends its poll within a slice.
+
+SLICE = 0.05
+
+
+class _Deadline:
+    """The time left of a timeout, handed out one slice at a time."""
+
+    __slots__ = ("end",)
+
+    def __init__(self, timeout: Optional[float]) -> None:
+        ms = _timeout_ms(timeout)
+        self.end = None if ms < 0 else time.monotonic() + ms / 1000
+
+    def next_ms(self) -> int:
+        """Milliseconds to wait next (0 once the time is up)."""
+        if self.end is None:
+            return int(SLICE * 1000)
+        left = self.end - time.monotonic()
+        return max(0, min(int(SLICE * 1000), math.ceil(left * 1000)))
+
+    def passed(self) -> bool:
+        return self.end is not None and time.monotonic() >= self.end
+
+
 def _partition(partition: int) -> int:
     return _int(partition, "partition", 0, U32_MAX)
 
@@ -394,12 +426,16 @@ class Subscription(_Handle):
     def wait_idle(self, timeout: Optional[float] = 5.0) -> bool:
         """Waits until everything published so far is handled and no handler
         call is in flight. True when idle, False on timeout. Raises
-        :class:`Closed` if the subscription was closed by the library."""
-        status = lib.rill_subscription_wait_idle(self._handle(), _timeout_ms(timeout))
-        if status == 10:  # RILL_ERR_TIMEOUT
-            return False
-        check(status)
-        return True
+        :class:`Closed` if the subscription was closed by the library.
+        ``None`` or ``math.inf`` waits without limit; Ctrl-C interrupts it."""
+        deadline = _Deadline(timeout)
+        while True:
+            status = lib.rill_subscription_wait_idle(self._handle(), deadline.next_ms())
+            if status != 10:  # RILL_ERR_TIMEOUT
+                check(status)
+                return True
+            if deadline.passed():
+                return False
 
     def stats(self) -> SubscriptionStats:
         """Counters and lag; works after the library closed it, too."""
@@ -429,13 +465,16 @@ class Consumer(_Handle):
         self._topics: Dict[int, str] = {}
         self._lock = threading.Lock()
         self._closing = False
+        # Set once a poll has waited a whole slice for traffic (for tests).
+        self._waiting = threading.Event()
 
     def _free(self, ptr: int) -> None:
         lib.rill_consumer_free(ptr)
 
     def close(self) -> None:
         """Closes the consumer and frees its group for another consumer.
-        From another thread, it waits for a poll in progress to finish."""
+        From another thread, a poll in progress raises :class:`Closed`
+        within one wait slice (SLICE seconds)."""
         self._closing = True
         with self._lock:
             super().close()
@@ -446,15 +485,23 @@ class Consumer(_Handle):
 
     def poll(self, max_messages: int = 100, timeout: Optional[float] = 1.0) -> List[Message]:
         """Up to ``max_messages`` messages, waiting up to ``timeout`` seconds
-        (``None``: no limit) for the first. Payloads are copied."""
+        (``None`` or ``math.inf``: no limit) for the first. Payloads are
+        copied. Ctrl-C interrupts the wait; :meth:`close` from another thread
+        ends it with :class:`Closed`."""
         max_messages = _int(max_messages, "max_messages", 0, SIZE_MAX)
+        deadline = _Deadline(timeout)
         msgs, count = c_void_p(), c_size_t()
         with self._lock:
-            check(lib.rill_consumer_poll(self._handle(), max_messages, _timeout_ms(timeout), byref(msgs), byref(count)))
-            n = count.value
-            if n == 0:
-                return []
-            return _decode_all(msgs.value or 0, n, self._topics)
+            while True:
+                if self._closing:
+                    raise Closed(f"this {type(self).__name__} is closed", 11)
+                check(lib.rill_consumer_poll(self._handle(), max_messages, deadline.next_ms(), byref(msgs), byref(count)))
+                n = count.value
+                if n:
+                    return _decode_all(msgs.value or 0, n, self._topics)
+                if max_messages == 0 or deadline.passed():
+                    return []
+                self._waiting.set()
 
     def __iter__(self) -> Iterator[Message]:
         """Yields messages as they arrive, blocking, until the consumer (or
