@@ -9,8 +9,9 @@
         sub.wait_idle(timeout=5.0)
 
 The library is ``librill.so``, loaded with ctypes: from ``RILL_LIBRARY`` if
-set, else a copy inside this package, else the workspace's ``target/release``
-or ``target/debug``.
+set, else the copy inside this package (``pip install`` builds it with cargo),
+else, when run from a source checkout, the workspace's ``target/release`` or
+``target/debug``.
 """
 
 from ._broker import (

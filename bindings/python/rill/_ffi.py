@@ -41,16 +41,10 @@ def _candidates() -> List[Tuple[str, Path]]:
         found.append(("RILL_LIBRARY", Path(env)))
     here = Path(__file__).resolve().parent
     found.append(("the package", here / _LIB_NAME))
-    roots: List[Path] = []
-    try:
-        from . import _workspace  # written at install time
-
-        roots.append(Path(_workspace.ROOT))
-    except ImportError:
-        pass
-    # A source checkout: bindings/python/rill -> the workspace root.
-    roots.append(here.parent.parent.parent)
-    for root in roots:
+    # Run from a source checkout (bindings/python/rill, not installed): the
+    # workspace's own build. An installed package carries its library.
+    root = here.parent.parent.parent
+    if (root / "ffi" / "Cargo.toml").is_file():
         for profile in ("release", "debug"):
             found.append((f"the workspace's target/{profile}", root / "target" / profile / _LIB_NAME))
     return found
@@ -67,7 +61,8 @@ def _load() -> ctypes.CDLL:
     raise OSError(
         "cannot find librill.so; looked in:\n"
         + "\n".join(tried)
-        + "\nbuild it with `cargo build --release -p rill-ffi`, or set RILL_LIBRARY"
+        + "\ninstall the package with `pip install ./bindings/python` (it builds the library), "
+        + "build it with `cargo build --release -p rill-ffi`, or set RILL_LIBRARY"
     )
 
 
