@@ -32,7 +32,6 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Tuple
 
 from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
@@ -93,6 +92,6 @@ class BdistWheel(bdist_wheel):
         self.distribution.has_ext_modules = lambda: True  # type: ignore[method-assign]
         super().finalize_options()
 
-    def get_tag(self) -> Tuple[str, str, str]:
+    def get_tag(self) -> tuple[str, str, str]:
         _, _, platform = super().get_tag()
         return "py3", "none", platform

@@ -16,7 +16,7 @@ import weakref
 from array import array
 from ctypes import byref, c_size_t, c_uint64, c_void_p, string_at
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence, Union
 
 from . import _ffi
 from ._errors import Closed, InvalidArgument, NotFound, check
@@ -45,7 +45,7 @@ class Message:
     """A delivered or polled message. Everything is copied out of the broker,
     so a Message stays valid after the handler returns."""
 
-    __slots__ = ("topic", "partition", "offset", "timestamp_ns", "key", "payload", "attributes", "attempt")
+    __slots__ = ("attempt", "attributes", "key", "offset", "partition", "payload", "timestamp_ns", "topic")
 
     def __init__(
         self,
@@ -53,9 +53,9 @@ class Message:
         partition: int,
         offset: int,
         timestamp_ns: int,
-        key: Optional[bytes],
+        key: bytes | None,
         payload: bytes,
-        attributes: Dict[str, str],
+        attributes: dict[str, str],
         attempt: int,
     ) -> None:
         self.topic = topic
@@ -140,10 +140,10 @@ def _name(value: str, what: str) -> bytes:
     return value.encode("utf-8", "surrogatepass")
 
 
-def _attributes(msg: int, count: int) -> Dict[str, str]:
+def _attributes(msg: int, count: int) -> dict[str, str]:
     k, v = c_void_p(), c_void_p()
     kl, vl = c_size_t(), c_size_t()
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     for i in range(count):
         check(lib.rill_message_attribute_at(msg, i, byref(k), byref(kl), byref(v), byref(vl)))
         key = string_at(k.value, kl.value).decode("utf-8") if kl.value else ""
@@ -151,7 +151,7 @@ def _attributes(msg: int, count: int) -> Dict[str, str]:
     return out
 
 
-def _decode(raw: bytes, at: int, base: int, topics: Dict[int, str]) -> Message:
+def _decode(raw: bytes, at: int, base: int, topics: dict[int, str]) -> Message:
     """The message whose C struct starts at byte ``at`` of ``raw``, a copy of
     the structs at address ``base``."""
     topic_p, partition, offset, ts, key_p, key_len, payload_p, payload_len, attempt, attr_count, _ = (
@@ -172,7 +172,7 @@ def _decode(raw: bytes, at: int, base: int, topics: Dict[int, str]) -> Message:
     )
 
 
-def _decode_all(base: int, count: int, topics: Dict[int, str]) -> List[Message]:
+def _decode_all(base: int, count: int, topics: dict[int, str]) -> list[Message]:
     raw = string_at(base, count * _MESSAGE_SIZE)
     return [_decode(raw, k * _MESSAGE_SIZE, base, topics) for k in range(count)]
 
@@ -186,16 +186,16 @@ def _decode_all(base: int, count: int, topics: Dict[int, str]) -> List[Message]:
 
 
 class _Entry:
-    __slots__ = ("handler", "batch", "topics", "on_lagged")
+    __slots__ = ("batch", "handler", "on_lagged", "topics")
 
-    def __init__(self, handler: Callable[..., Any], batch: bool, on_lagged: Optional[Callable[..., Any]]) -> None:
+    def __init__(self, handler: Callable[..., Any], batch: bool, on_lagged: Callable[..., Any] | None) -> None:
         self.handler = handler
         self.batch = batch
-        self.topics: Dict[int, str] = {}
+        self.topics: dict[int, str] = {}
         self.on_lagged = on_lagged
 
 
-_handlers: Dict[int, _Entry] = {}
+_handlers: dict[int, _Entry] = {}
 _ids = itertools.count(1)
 
 
@@ -203,7 +203,7 @@ def _reason(msg: int, text: str) -> None:
     lib.rill_ack_reason(msg, text.encode("utf-8", "replace"))
 
 
-def _ack(result: Any) -> Tuple[int, Optional[str]]:
+def _ack(result: Any) -> tuple[int, str | None]:
     """A handler's return value as (ack, reason if it was not understood)."""
     if result is None or result is True:
         return _ffi.RILL_ACK_SUCCESS, None
@@ -215,7 +215,7 @@ def _ack(result: Any) -> Tuple[int, Optional[str]]:
 
 
 @_ffi.BATCH_HANDLER
-def _on_batch(user_data: Optional[int], msgs: int, count: int, acks: int) -> int:
+def _on_batch(user_data: int | None, msgs: int, count: int, acks: int) -> int:
     # Messages arrive in runs (one C call each, which is what makes Python
     # delivery fast); a per-message handler is called once per message and
     # the run stops at its first retry. Nothing may escape into C.
@@ -261,21 +261,21 @@ def _on_batch(user_data: Optional[int], msgs: int, count: int, acks: int) -> int
 
 
 @_ffi.LAG_CALLBACK
-def _on_lagged(user_data: Optional[int], topic: bytes, partition: int, missed: int) -> None:
+def _on_lagged(user_data: int | None, topic: bytes, partition: int, missed: int) -> None:
     # Nothing may escape into C: an exception becomes a RuntimeWarning.
     try:
         entry = _handlers.get(user_data or 0)
         if entry is not None and entry.on_lagged is not None:
             entry.on_lagged(topic.decode("utf-8"), partition, missed)
     except BaseException as e:  # noqa: BLE001
-        try:
+        try:  # noqa: SIM105 - no contextlib in a C callback that may run at interpreter exit
             warnings.warn(f"on_lagged raised {type(e).__name__}: {e}", RuntimeWarning, stacklevel=1)
         except BaseException:  # noqa: BLE001 - e.g. warnings turned into errors
             pass
 
 
 @_ffi.DESTRUCTOR
-def _on_free(user_data: Optional[int]) -> None:
+def _on_free(user_data: int | None) -> None:
     _handlers.pop(user_data or 0, None)
 
 
@@ -314,7 +314,7 @@ def _seconds_ms(seconds: float, what: str, per_second: int = 1000) -> int:
     return _int(int(seconds * per_second), f"{what} in {unit}")
 
 
-def _timeout_ms(timeout: Optional[float]) -> int:
+def _timeout_ms(timeout: float | None) -> int:
     """A timeout in seconds as the C ``int64_t`` milliseconds: None and
     infinity are -1 (no limit), as is any limit too long for an int64_t."""
     if timeout is None:
@@ -344,7 +344,7 @@ class _Deadline:
 
     __slots__ = ("end",)
 
-    def __init__(self, timeout: Optional[float]) -> None:
+    def __init__(self, timeout: float | None) -> None:
         ms = _timeout_ms(timeout)
         self.end = None if ms < 0 else time.monotonic() + ms / 1000
 
@@ -369,7 +369,7 @@ def _partition(partition: int) -> int:
 class _Handle:
     """A C handle with idempotent close, context-manager support and __del__."""
 
-    _ptr: Optional[int] = None
+    _ptr: int | None = None
 
     def _free(self, ptr: int) -> None:
         raise NotImplementedError
@@ -396,7 +396,7 @@ class _Handle:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        try:  # noqa: SIM105 - at interpreter exit contextlib may be gone already
             self.close()
         except Exception:  # noqa: BLE001 - never raise from __del__ (e.g. at interpreter exit)
             pass
@@ -423,7 +423,7 @@ class Subscription(_Handle):
         ``disconnect`` limit); empty if it did not."""
         return _ffi.read_str(lib.rill_subscription_closed_reason, self._handle())
 
-    def wait_idle(self, timeout: Optional[float] = 5.0) -> bool:
+    def wait_idle(self, timeout: float | None = 5.0) -> bool:
         """Waits until everything published so far is handled and no handler
         call is in flight. True when idle, False on timeout. Raises
         :class:`Closed` if the subscription was closed by the library.
@@ -462,7 +462,7 @@ class Consumer(_Handle):
     def __init__(self, ptr: int, topic: str) -> None:
         self._ptr = ptr
         self._topic = topic
-        self._topics: Dict[int, str] = {}
+        self._topics: dict[int, str] = {}
         self._lock = threading.Lock()
         self._closing = False
         # Set once a poll has waited a whole slice for traffic (for tests).
@@ -483,7 +483,7 @@ class Consumer(_Handle):
     def partitions(self) -> int:
         return int(lib.rill_consumer_partition_count(self._handle()))
 
-    def poll(self, max_messages: int = 100, timeout: Optional[float] = 1.0) -> List[Message]:
+    def poll(self, max_messages: int = 100, timeout: float | None = 1.0) -> list[Message]:
         """Up to ``max_messages`` messages, waiting up to ``timeout`` seconds
         (``None`` or ``math.inf``: no limit) for the first. Payloads are
         copied. Ctrl-C interrupts the wait; :meth:`close` from another thread
@@ -495,7 +495,9 @@ class Consumer(_Handle):
             while True:
                 if self._closing:
                     raise Closed(f"this {type(self).__name__} is closed", 11)
-                check(lib.rill_consumer_poll(self._handle(), max_messages, deadline.next_ms(), byref(msgs), byref(count)))
+                check(
+                    lib.rill_consumer_poll(self._handle(), max_messages, deadline.next_ms(), byref(msgs), byref(count))
+                )
                 n = count.value
                 if n:
                     return _decode_all(msgs.value or 0, n, self._topics)
@@ -551,7 +553,7 @@ class Consumer(_Handle):
         self._call(lib.rill_consumer_position, _partition(partition), byref(out))
         return out.value
 
-    def committed(self, partition: int = 0) -> Optional[int]:
+    def committed(self, partition: int = 0) -> int | None:
         """The group's committed offset for ``partition``, or None."""
         out = c_uint64()
         try:
@@ -601,8 +603,8 @@ class Broker(_Handle):
     def __init__(
         self,
         auto_create_topics: bool = False,
-        worker_threads: Optional[int] = None,
-        publish_timeout: Optional[float] = 10.0,
+        worker_threads: int | None = None,
+        publish_timeout: float | None = 10.0,
     ) -> None:
         o = _ffi.rill_broker_options()
         lib.rill_broker_options_init(byref(o))
@@ -613,7 +615,7 @@ class Broker(_Handle):
         ptr = c_void_p()
         check(lib.rill_broker_new(byref(o), byref(ptr)))
         self._ptr = ptr.value
-        self._publishers: Dict[str, int] = {}
+        self._publishers: dict[str, int] = {}
         self._publishers_lock = threading.Lock()
         _live_brokers.add(self)
 
@@ -628,9 +630,9 @@ class Broker(_Handle):
         self,
         name: str,
         partitions: int = 1,
-        retention_bytes: Optional[int] = None,
-        retention_messages: Optional[int] = None,
-        max_message_bytes: Optional[int] = None,
+        retention_bytes: int | None = None,
+        retention_messages: int | None = None,
+        max_message_bytes: int | None = None,
     ) -> None:
         """Creates a topic. ``retention_bytes=None`` keeps the default (256 MiB
         per partition); 0 keeps everything."""
@@ -661,7 +663,7 @@ class Broker(_Handle):
                     p = self._publishers[topic] = out.value or 0
         return p
 
-    def _record(self, payload: Payload, key: Optional[Payload], attributes: Optional[Mapping[str, str]]):
+    def _record(self, payload: Payload, key: Payload | None, attributes: Mapping[str, str] | None):
         data = _text(payload, "payload")
         k = None if key is None else _text(key, "key")
         attrs = [(_name(a, "attribute key"), _name(v, "attribute value")) for a, v in (attributes or {}).items()]
@@ -680,8 +682,8 @@ class Broker(_Handle):
         self,
         topic: str,
         payload: Payload,
-        key: Optional[Payload] = None,
-        attributes: Optional[Mapping[str, str]] = None,
+        key: Payload | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> Position:
         """Publishes one message; ``str`` payloads are UTF-8 encoded. Waits
         for ``block`` subscribers up to the broker's ``publish_timeout``."""
@@ -703,8 +705,8 @@ class Broker(_Handle):
         self,
         topic: str,
         payload: Payload,
-        key: Optional[Payload] = None,
-        attributes: Optional[Mapping[str, str]] = None,
+        key: Payload | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> Position:
         """Like :meth:`publish`, but raises :class:`Full` at once instead of
         waiting for a ``block`` subscriber."""
@@ -715,8 +717,8 @@ class Broker(_Handle):
         fn: Callable[..., int],
         topic: str,
         payload: Payload,
-        key: Optional[Payload],
-        attributes: Optional[Mapping[str, str]],
+        key: Payload | None,
+        attributes: Mapping[str, str] | None,
     ) -> Position:
         """Publishes through a rill_record (needed for attributes)."""
         rec, _keep = self._record(payload, key, attributes)
@@ -724,7 +726,7 @@ class Broker(_Handle):
         check(fn(self._handle(), _name(topic, "topic"), byref(rec), out.ref))
         return out.get()
 
-    def publish_batch(self, topic: str, payloads: Sequence[Payload]) -> List[Position]:
+    def publish_batch(self, topic: str, payloads: Sequence[Payload]) -> list[Position]:
         """Publishes many messages in one call (much cheaper per message);
         returns their positions in order. Nothing is published on error."""
         n = len(payloads)
@@ -750,19 +752,19 @@ class Broker(_Handle):
         self,
         pattern: str,
         handler: Handler,
-        filter: Optional[str] = None,  # noqa: A002 - the contract's name
-        name: Optional[str] = None,
-        start: Union[str, int] = "latest",
+        filter: str | None = None,  # noqa: A002 - the contract's name
+        name: str | None = None,
+        start: str | int = "latest",
         delivery: str = "at_least_once",
         max_attempts: int = 5,
-        backoff: Tuple[float, ...] = (0.01, 10.0),
-        dead_letter_topic: Optional[str] = None,
+        backoff: tuple[float, ...] = (0.01, 10.0),
+        dead_letter_topic: str | None = None,
         overflow: str = "drop_oldest",
-        lag_limit: Optional[int] = None,
+        lag_limit: int | None = None,
         dedicated_thread: bool = False,
         batch: bool = False,
-        idle_spin: Optional[float] = None,
-        on_lagged: Optional[Callable[[str, int, int], Any]] = None,
+        idle_spin: float | None = None,
+        on_lagged: Callable[[str, int, int], Any] | None = None,
     ) -> Subscription:
         """Calls ``handler(message)`` for every message on topics matching
         ``pattern`` (``*`` one segment, ``**`` any number), one call at a time.
@@ -833,11 +835,13 @@ class Broker(_Handle):
         out = c_void_p()
         # On failure the library calls _on_free, which drops the entry.
         check(
-            lib.rill_subscribe_batch(self._handle(), _name(pattern, "pattern"), byref(o), _on_batch, handler_id, byref(out))
+            lib.rill_subscribe_batch(
+                self._handle(), _name(pattern, "pattern"), byref(o), _on_batch, handler_id, byref(out)
+            )
         )
         return Subscription(out.value or 0)
 
-    def consumer(self, group: str, topic: str, start: Union[str, int] = "earliest") -> Consumer:
+    def consumer(self, group: str, topic: str, start: str | int = "earliest") -> Consumer:
         """A pull consumer of ``topic`` for ``group``: it resumes from the
         group's committed offsets; elsewhere it starts at ``start``."""
         o = _ffi.rill_consumer_options()
@@ -870,7 +874,7 @@ class Broker(_Handle):
 # without freeing, because a daemon thread may still be inside a call on the
 # broker; that call, and later ones, fail with Closed.
 
-_live_brokers: "weakref.WeakSet[Broker]" = weakref.WeakSet()
+_live_brokers: weakref.WeakSet[Broker] = weakref.WeakSet()
 
 
 def _close_all_brokers() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Dict, Type
-
 from . import _ffi
 
 
@@ -77,7 +75,7 @@ class Panic(RillError):
     """The library panicked internally; the call had no reliable effect."""
 
 
-_BY_STATUS: Dict[int, Type[RillError]] = {
+_BY_STATUS: dict[int, type[RillError]] = {
     1: InvalidArgument,  # RILL_ERR_NULL_ARGUMENT: only reachable through a binding bug
     2: InvalidArgument,
     3: InvalidTopic,

@@ -26,16 +26,15 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 # ---- library lookup ---------------------------------------------------------
 
 _LIB_NAME = "librill.so"
 
 
-def _candidates() -> List[Tuple[str, Path]]:
+def _candidates() -> list[tuple[str, Path]]:
     """Where to look, in order, with a label for the error message."""
-    found: List[Tuple[str, Path]] = []
+    found: list[tuple[str, Path]] = []
     env = os.environ.get("RILL_LIBRARY")
     if env:
         found.append(("RILL_LIBRARY", Path(env)))
@@ -193,7 +192,7 @@ RILL_SUBSCRIPTION_IDLE, RILL_SUBSCRIPTION_ACTIVE, RILL_SUBSCRIPTION_BACKOFF, RIL
 # ---- functions ------------------------------------------------------------------
 
 # The C type of every parameter and return value, as rill.h spells it.
-TYPES: Dict[str, object] = {
+TYPES: dict[str, object] = {
     "void": None,
     "rill_status": c_int32,
     "int32_t": c_int32,
@@ -240,7 +239,7 @@ TYPES: Dict[str, object] = {
 }
 
 # name -> (return type, parameter types), exactly as in rill.h.
-FUNCTIONS: Dict[str, Tuple[str, List[str]]] = {
+FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_version": ("const char*", []),
     "rill_status_name": ("const char*", ["int32_t"]),
     "rill_last_error": ("size_t", ["char*", "size_t"]),
@@ -351,7 +350,7 @@ def status_name(status: int) -> str:
     return lib.rill_status_name(status).decode()
 
 
-def read_str(fn, handle: Optional[int]) -> str:
+def read_str(fn, handle: int | None) -> str:
     """Calls a size_t fn(handle, char *buf, size_t len) string getter."""
     n = fn(handle, None, 0)
     buf = ctypes.create_string_buffer(n + 1)

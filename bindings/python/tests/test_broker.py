@@ -4,15 +4,16 @@ import threading
 import time
 
 import pytest
+from conftest import WAIT
 
 import rill
-from conftest import WAIT
 
 
 def test_contract_shapes(broker):
     broker.create_topic("orders", partitions=1, retention_bytes=None)
     pos = broker.publish("orders", b"payload", key=b"k", attributes={"region": "IN"})
-    assert isinstance(pos, rill.Position) and pos == (0, 0)
+    assert isinstance(pos, rill.Position)
+    assert pos == (0, 0)
     assert broker.publish("orders", "text is utf-8 encoded") == rill.Position(0, 1)
     assert broker.publish_batch("orders", [b"a", b"b"]) == [rill.Position(0, 2), rill.Position(0, 3)]
     seen = []
@@ -28,7 +29,8 @@ def test_contract_shapes(broker):
         {"region": "IN"},
         1,
     )
-    assert seen[1].payload == "text is utf-8 encoded".encode() and seen[1].key is None
+    assert seen[1].payload == b"text is utf-8 encoded"
+    assert seen[1].key is None
     assert m.timestamp_ns > 1_600_000_000 * 10**9
     stats = sub.stats()
     assert (stats.delivered, stats.acked, stats.lag, stats.state) == (4, 4, 0, "idle")
@@ -43,9 +45,10 @@ def test_earliest_sees_the_past_and_latest_does_not(broker):
     broker.create_topic("t")
     broker.publish("t", b"old")
     early, late = [], []
-    with broker.subscribe("t", early.append, start="earliest") as e, broker.subscribe("t", late.append) as l:
+    with broker.subscribe("t", early.append, start="earliest") as e, broker.subscribe("t", late.append) as lt:
         broker.publish("t", b"new")
-        assert e.wait_idle(WAIT) and l.wait_idle(WAIT)
+        assert e.wait_idle(WAIT)
+        assert lt.wait_idle(WAIT)
     assert [m.payload for m in early] == [b"old", b"new"]
     assert [m.payload for m in late] == [b"new"]
 
@@ -78,7 +81,6 @@ def test_fast_and_slow_subscribers(broker):
         assert s.stats().lag > 0
 
 
-
 def test_a_slow_handler_does_not_hold_the_only_worker():
     # One pool worker: the slow subscription's handler sleeps 10 ms per
     # message, and the fast one still finishes while the slow one has handled
@@ -97,6 +99,7 @@ def test_a_slow_handler_does_not_hold_the_only_worker():
             assert len(fast_seen) == 300
             assert len(slow_seen) < 64
             assert s.stats().lag > 0
+
 
 def test_concurrent_publishers_keep_their_order(broker):
     broker.create_topic("t")
@@ -185,7 +188,8 @@ def test_batch_handlers(broker):
         broker.publish_batch("t", [b"x"] * 500)
         assert sub.wait_idle(WAIT)
         assert sub.stats().acked == 500
-    assert sum(sizes) == 500 and max(sizes) <= 64
+    assert sum(sizes) == 500
+    assert max(sizes) <= 64
 
 
 def test_pull_poll_commit_rollback_replay(broker):
@@ -242,7 +246,9 @@ def test_iterating_a_consumer_until_it_is_closed(broker):
 def test_unknown_topic_and_bad_inputs(broker):
     with pytest.raises(rill.NoSuchTopic) as e:
         broker.publish("missing", b"x")
-    assert e.value.status == 6 and "missing" in e.value.message and e.value.status_name == "RILL_ERR_NO_SUCH_TOPIC"
+    assert e.value.status == 6
+    assert "missing" in e.value.message
+    assert e.value.status_name == "RILL_ERR_NO_SUCH_TOPIC"
     assert isinstance(e.value, rill.RillError)
     for bad in ["", "a//b", "a/*"]:
         with pytest.raises(rill.InvalidTopic):
@@ -286,7 +292,7 @@ def test_overflow_policies(broker):
     broker.publish("t", b"0")
     assert entered.wait(WAIT)
     accepted = 1
-    with pytest.raises(rill.Full):
+    with pytest.raises(rill.Full):  # noqa: PT012 - the loop publishes until the limit refuses
         while accepted < 50:
             broker.try_publish("t", b"x")
             accepted += 1
@@ -320,9 +326,9 @@ def test_wildcards_and_filters(broker):
     for t in ["sports/cricket", "sports/cricket/live", "news"]:
         broker.create_topic(t)
     one, many, india = [], [], []
-    with broker.subscribe("sports/*", one.append) as a, broker.subscribe("sports/**", many.append) as b, broker.subscribe(
-        "**", india.append, filter='attributes.region = "IN"'
-    ) as c:
+    with broker.subscribe("sports/*", one.append) as a, broker.subscribe(
+        "sports/**", many.append
+    ) as b, broker.subscribe("**", india.append, filter='attributes.region = "IN"') as c:
         broker.create_topic("sports/tennis")  # matched later
         for t in ["sports/cricket", "sports/cricket/live", "news", "sports/tennis"]:
             broker.publish(t, t, attributes={"region": "IN" if t == "news" else "US"})
@@ -332,7 +338,6 @@ def test_wildcards_and_filters(broker):
     assert sorted(m.topic for m in one) == ["sports/cricket", "sports/tennis"]
     assert sorted(m.topic for m in many) == ["sports/cricket", "sports/cricket/live", "sports/tennis"]
     assert [m.topic for m in india] == ["news"]
-
 
 
 def test_wildcard_messages_carry_their_own_topic(broker):
@@ -353,6 +358,7 @@ def test_wildcard_messages_carry_their_own_topic(broker):
     assert [m.topic for m in seen if m.topic != m.payload.decode()] == []
     assert sorted(set(m.topic for m in seen)) == topics
 
+
 def test_re_entrant_publish_from_a_handler(broker):
     broker.create_topic("ping")
     broker.create_topic("pong")
@@ -366,7 +372,8 @@ def test_re_entrant_publish_from_a_handler(broker):
 
     with broker.subscribe("ping", ping) as p, broker.subscribe("pong", pongs.append) as q:
         broker.publish("ping", "0")
-        assert p.wait_idle(WAIT) and q.wait_idle(WAIT)
+        assert p.wait_idle(WAIT)
+        assert q.wait_idle(WAIT)
     assert [m.payload for m in pongs] == [str(i).encode() for i in range(6)]
 
 
@@ -498,7 +505,8 @@ def test_on_lagged_hears_what_retention_trimmed(broker):
         gate.set()
         assert s.wait_idle(WAIT)
         st = s.stats()
-    assert st.missed > 0 and heard
+    assert st.missed > 0
+    assert heard
     assert {(t, p) for t, p, _ in heard} == {("firehose", 0)}
     assert sum(n for _, _, n in heard) == st.missed
     assert st.delivered + st.missed == 5001
@@ -511,7 +519,7 @@ def test_an_on_lagged_that_raises_is_a_warning_and_delivery_goes_on(broker):
     def bad(topic, partition, missed):
         raise ValueError("no")
 
-    with pytest.warns(RuntimeWarning, match="on_lagged raised ValueError: no"):
+    with pytest.warns(RuntimeWarning, match="on_lagged raised ValueError: no"):  # noqa: PT031, SIM117
         with broker.subscribe("firehose", held, on_lagged=bad) as s:
             broker.publish("firehose", b"first")
             assert entered.wait(WAIT)

@@ -41,7 +41,6 @@ def test_every_declaration_matches_the_header():
     assert header == _ffi.FUNCTIONS
 
 
-
 def header_structs():
     """Field names, in order, of every `typedef struct { ... } name;` in rill.h."""
     text = HEADER.read_text()
@@ -76,6 +75,7 @@ def test_every_struct_matches_the_header_field_by_field():
         assert name in header, f"{name} is not a struct in rill.h"
         assert fields == header[name], name
 
+
 def test_every_declared_type_is_mapped():
     for name, (ret, params) in _ffi.FUNCTIONS.items():
         for ty in [ret, *params]:
@@ -87,7 +87,8 @@ def test_a_missing_library_is_a_clear_error_listing_where_it_looked(tmp_path):
     env = dict(os.environ, RILL_LIBRARY=str(tmp_path / "nope.so"))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode != 0
-    assert "RILL_LIBRARY points to" in r.stderr and "nope.so" in r.stderr
+    assert "RILL_LIBRARY points to" in r.stderr
+    assert "nope.so" in r.stderr
 
 
 def test_rill_library_wins(tmp_path):

@@ -11,7 +11,6 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import List
 
 import pytest
 
@@ -62,7 +61,11 @@ def test_ctrl_c_interrupts_a_call_waiting_without_limit(code: str) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = PACKAGE + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert p.stdout is not None
@@ -84,7 +87,7 @@ def test_ctrl_c_interrupts_a_call_waiting_without_limit(code: str) -> None:
 def test_closing_a_consumer_from_another_thread_ends_its_blocked_poll(broker: rill.Broker) -> None:
     broker.create_topic("t")
     consumer = broker.consumer("g", "t")
-    raised: List[BaseException] = []
+    raised: list[BaseException] = []
 
     def poll() -> None:
         try:

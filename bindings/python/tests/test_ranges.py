@@ -22,7 +22,7 @@ def test_partitions_beyond_uint32_are_refused(broker: rill.Broker) -> None:
 def test_topic_sizes_beyond_uint64_are_refused(broker: rill.Broker, field: str) -> None:
     with pytest.raises(rill.InvalidArgument, match=field):
         broker.create_topic("t", **{field: 2**64 + 1})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=field):
         broker.create_topic("t", **{field: -1})
 
 

@@ -21,7 +21,6 @@ import sysconfig
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import List
 
 REPO = Path(__file__).resolve().parents[3]
 EXPECTED = {
@@ -48,7 +47,7 @@ print(rill._ffi.lib._name)
 """
 
 
-def section_names(elf: bytes) -> List[str]:
+def section_names(elf: bytes) -> list[str]:
     """The section names of a 64-bit little-endian ELF file."""
     shoff = int.from_bytes(elf[0x28:0x30], "little")
     shentsize = int.from_bytes(elf[0x3A:0x3C], "little")
@@ -66,8 +65,8 @@ def section_names(elf: bytes) -> List[str]:
     return names
 
 
-def main(work: Path) -> List[str]:
-    errors: List[str] = []
+def main(work: Path) -> list[str]:
+    errors: list[str] = []
     clone, venv, wheels = work / "clone", work / "venv", work / "wheels"
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
     assert not (clone / "target").exists(), "a fresh clone has nothing built"
@@ -75,7 +74,9 @@ def main(work: Path) -> List[str]:
     py = venv / "bin" / "python"
     pip = [str(py), "-m", "pip", "--disable-pip-version-check", "-q"]
     env = {k: v for k, v in os.environ.items() if k != "RILL_LIBRARY"}
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(clone / "bindings" / "python")], check=True, env=env)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "-w", str(wheels), str(clone / "bindings" / "python")], check=True, env=env
+    )
 
     built = list(wheels.glob("*.whl"))
     if len(built) != 1:
