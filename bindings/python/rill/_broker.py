@@ -9,6 +9,7 @@ import itertools
 import math
 import operator
 import struct
+import sys
 import threading
 import time
 import warnings
@@ -16,7 +17,13 @@ import weakref
 from array import array
 from ctypes import byref, c_size_t, c_uint64, c_void_p, string_at
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Literal, Mapping, NamedTuple, Sequence, Union
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from typing import Self
+    else:
+        from typing_extensions import Self
 
 from . import _ffi
 from ._errors import Closed, InvalidArgument, NotFound, check
@@ -87,7 +94,7 @@ class SubscriptionStats:
     missed: int
     lag: int
     partitions: int
-    state: str
+    state: State
 
 
 @dataclass(frozen=True)
@@ -110,8 +117,21 @@ class TopicStats:
 
 
 Handler = Callable[[Message], Any]
+"""A per-message handler: returns None/True, False, or an :class:`Ack`."""
+BatchHandler = Callable[[List[Message]], Any]
+"""A ``batch=True`` handler: returns None/True, or a list of acks."""
 
-_STATES = {0: "idle", 1: "active", 2: "backoff", 3: "closed"}
+# The string options, as types a checker can hold a call to.
+Start = Literal["latest", "earliest"]
+"""Where a subscription or a new consumer group starts (or an offset, an int)."""
+Delivery = Literal["at_least_once", "at_most_once"]
+"""``at_least_once`` retries a failed message; ``at_most_once`` drops it."""
+Overflow = Literal["drop_oldest", "block", "disconnect"]
+"""What happens when a subscriber falls ``lag_limit`` messages behind."""
+State = Literal["idle", "active", "backoff", "closed", "unknown"]
+"""A subscription's lifecycle state in :class:`SubscriptionStats`."""
+
+_STATES: dict[int, State] = {0: "idle", 1: "active", 2: "backoff", 3: "closed"}
 _STARTS = {"latest": _ffi.RILL_START_LATEST, "earliest": _ffi.RILL_START_EARLIEST}
 _DELIVERY = {"at_least_once": _ffi.RILL_DELIVERY_AT_LEAST_ONCE, "at_most_once": _ffi.RILL_DELIVERY_AT_MOST_ONCE}
 _OVERFLOW = {
@@ -146,8 +166,8 @@ def _attributes(msg: int, count: int) -> dict[str, str]:
     out: dict[str, str] = {}
     for i in range(count):
         check(lib.rill_message_attribute_at(msg, i, byref(k), byref(kl), byref(v), byref(vl)))
-        key = string_at(k.value, kl.value).decode("utf-8") if kl.value else ""
-        out.setdefault(key, string_at(v.value, vl.value).decode("utf-8") if vl.value else "")
+        key = string_at(k.value or 0, kl.value).decode("utf-8") if kl.value else ""
+        out.setdefault(key, string_at(v.value or 0, vl.value).decode("utf-8") if vl.value else "")
     return out
 
 
@@ -209,13 +229,12 @@ def _ack(result: Any) -> tuple[int, str | None]:
         return _ffi.RILL_ACK_SUCCESS, None
     if result is False:
         return _ffi.RILL_ACK_RETRY, None
-    if isinstance(result, int) and result in (0, 1, 2):
+    if isinstance(result, int) and result in (_ffi.RILL_ACK_SUCCESS, _ffi.RILL_ACK_RETRY, _ffi.RILL_ACK_DEAD_LETTER):
         return int(result), None
     return _ffi.RILL_ACK_RETRY, f"the handler returned {result!r}, which is not an Ack; retrying"
 
 
-@_ffi.BATCH_HANDLER
-def _on_batch(user_data: int | None, msgs: int, count: int, acks: int) -> int:
+def _on_batch_py(user_data: int | None, msgs: int, count: int, acks: int) -> int:
     # Messages arrive in runs (one C call each, which is what makes Python
     # delivery fast); a per-message handler is called once per message and
     # the run stops at its first retry. Nothing may escape into C.
@@ -260,8 +279,7 @@ def _on_batch(user_data: int | None, msgs: int, count: int, acks: int) -> int:
         return handled + 1
 
 
-@_ffi.LAG_CALLBACK
-def _on_lagged(user_data: int | None, topic: bytes, partition: int, missed: int) -> None:
+def _on_lagged_py(user_data: int | None, topic: bytes, partition: int, missed: int) -> None:
     # Nothing may escape into C: an exception becomes a RuntimeWarning.
     try:
         entry = _handlers.get(user_data or 0)
@@ -274,9 +292,14 @@ def _on_lagged(user_data: int | None, topic: bytes, partition: int, missed: int)
             pass
 
 
-@_ffi.DESTRUCTOR
-def _on_free(user_data: int | None) -> None:
+def _on_free_py(user_data: int | None) -> None:
     _handlers.pop(user_data or 0, None)
+
+
+# The C function pointers, alive as long as the module.
+_on_batch = _ffi.BATCH_HANDLER(_on_batch_py)
+_on_lagged = _ffi.LAG_CALLBACK(_on_lagged_py)
+_on_free = _ffi.DESTRUCTOR(_on_free_py)
 
 
 # ---- range checks ------------------------------------------------------------
@@ -299,7 +322,7 @@ def _int(value: object, what: str, low: int = 0, high: int = U64_MAX) -> int:
     except TypeError:
         raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
     if not low <= n <= high:
-        raise InvalidArgument(f"{what} must be between {low} and {high}, not {n}", 2)
+        raise InvalidArgument(f"{what} must be between {low} and {high}, not {n}")
     return n
 
 
@@ -309,7 +332,9 @@ def _seconds_ms(seconds: float, what: str, per_second: int = 1000) -> int:
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
         raise TypeError(f"{what} must be a number of seconds, not {type(seconds).__name__}")
     if math.isnan(seconds) or seconds < 0 or math.isinf(seconds):
-        raise InvalidArgument(f"{what} must be a finite number of seconds >= 0, not {seconds}", 2)
+        raise InvalidArgument(
+            f"{what} must be a finite number of seconds >= 0, not {seconds}", _ffi.RILL_ERR_INVALID_ARGUMENT
+        )
     unit = "milliseconds" if per_second == 1000 else f"1/{per_second} s"
     return _int(int(seconds * per_second), f"{what} in {unit}")
 
@@ -322,7 +347,7 @@ def _timeout_ms(timeout: float | None) -> int:
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
         raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
     if math.isnan(timeout) or timeout < 0:
-        raise InvalidArgument(f"timeout must be >= 0 or None, not {timeout}", 2)
+        raise InvalidArgument(f"timeout must be >= 0 or None, not {timeout}")
     if math.isinf(timeout) or timeout * 1000 > I64_MAX:
         return -1
     return int(timeout * 1000)
@@ -386,10 +411,10 @@ class _Handle:
 
     def _handle(self) -> int:
         if self._ptr is None:
-            raise Closed(f"this {type(self).__name__} is closed", 11)
+            raise Closed(f"this {type(self).__name__} is closed")
         return self._ptr
 
-    def __enter__(self):  # type: ignore[no-untyped-def]
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -431,7 +456,7 @@ class Subscription(_Handle):
         deadline = _Deadline(timeout)
         while True:
             status = lib.rill_subscription_wait_idle(self._handle(), deadline.next_ms())
-            if status != 10:  # RILL_ERR_TIMEOUT
+            if status != _ffi.RILL_ERR_TIMEOUT:
                 check(status)
                 return True
             if deadline.passed():
@@ -494,7 +519,7 @@ class Consumer(_Handle):
         with self._lock:
             while True:
                 if self._closing:
-                    raise Closed(f"this {type(self).__name__} is closed", 11)
+                    raise Closed(f"this {type(self).__name__} is closed")
                 check(
                     lib.rill_consumer_poll(self._handle(), max_messages, deadline.next_ms(), byref(msgs), byref(count))
                 )
@@ -663,7 +688,9 @@ class Broker(_Handle):
                     p = self._publishers[topic] = out.value or 0
         return p
 
-    def _record(self, payload: Payload, key: Payload | None, attributes: Mapping[str, str] | None):
+    def _record(
+        self, payload: Payload, key: Payload | None, attributes: Mapping[str, str] | None
+    ) -> tuple[_ffi.rill_record, object]:
         data = _text(payload, "payload")
         k = None if key is None else _text(key, "key")
         attrs = [(_name(a, "attribute key"), _name(v, "attribute value")) for a, v in (attributes or {}).items()]
@@ -751,15 +778,15 @@ class Broker(_Handle):
     def subscribe(
         self,
         pattern: str,
-        handler: Handler,
+        handler: Handler | BatchHandler,
         filter: str | None = None,  # noqa: A002 - the contract's name
         name: str | None = None,
-        start: str | int = "latest",
-        delivery: str = "at_least_once",
+        start: Start | int = "latest",
+        delivery: Delivery = "at_least_once",
         max_attempts: int = 5,
         backoff: tuple[float, ...] = (0.01, 10.0),
         dead_letter_topic: str | None = None,
-        overflow: str = "drop_oldest",
+        overflow: Overflow = "drop_oldest",
         lag_limit: int | None = None,
         dedicated_thread: bool = False,
         batch: bool = False,
@@ -841,7 +868,7 @@ class Broker(_Handle):
         )
         return Subscription(out.value or 0)
 
-    def consumer(self, group: str, topic: str, start: str | int = "earliest") -> Consumer:
+    def consumer(self, group: str, topic: str, start: Start | int = "earliest") -> Consumer:
         """A pull consumer of ``topic`` for ``group``: it resumes from the
         group's committed offsets; elsewhere it starts at ``start``."""
         o = _ffi.rill_consumer_options()

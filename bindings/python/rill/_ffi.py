@@ -26,6 +26,7 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
+from typing import Callable
 
 # ---- library lookup ---------------------------------------------------------
 
@@ -128,7 +129,7 @@ class rill_message(Structure):
 MESSAGE_FORMAT = struct.Struct("@PIQQPNPNINP")
 if MESSAGE_FORMAT.size != ctypes.sizeof(rill_message) or [
     struct.calcsize("@" + "PIQQPNPNINP"[:i]) for i in range(1, 11)
-] != [getattr(rill_message, f).offset + getattr(rill_message, f).size for f, _ in rill_message._fields_[:10]]:
+] != [getattr(rill_message, f[0]).offset + getattr(rill_message, f[0]).size for f in rill_message._fields_[:10]]:
     raise ImportError("rill_message layout does not match the decoding format")
 
 HANDLER = CFUNCTYPE(c_int32, c_void_p, c_void_p)
@@ -180,6 +181,32 @@ class rill_consumer_stats(Structure):
 class rill_consumer_options(Structure):
     _fields_ = [("start", c_int32), ("start_offset", c_uint64)]
 
+
+# ---- statuses (the rill_status enum of rill.h) ---------------------------------
+
+STATUS: dict[str, int] = {
+    "RILL_OK": 0,
+    "RILL_ERR_NULL_ARGUMENT": 1,
+    "RILL_ERR_INVALID_ARGUMENT": 2,
+    "RILL_ERR_INVALID_TOPIC": 3,
+    "RILL_ERR_INVALID_PATTERN": 4,
+    "RILL_ERR_INVALID_FILTER": 5,
+    "RILL_ERR_NO_SUCH_TOPIC": 6,
+    "RILL_ERR_TOPIC_EXISTS": 7,
+    "RILL_ERR_MESSAGE_TOO_LARGE": 8,
+    "RILL_ERR_FULL": 9,
+    "RILL_ERR_TIMEOUT": 10,
+    "RILL_ERR_CLOSED": 11,
+    "RILL_ERR_OUT_OF_RANGE": 12,
+    "RILL_ERR_BUSY": 13,
+    "RILL_ERR_NOT_FOUND": 14,
+    "RILL_ERR_PANIC": 15,
+    # Ahead of the header: a thread or mapping the system refused to give.
+    "RILL_ERR_RESOURCE_EXHAUSTED": 16,
+}
+RILL_ERR_INVALID_ARGUMENT = STATUS["RILL_ERR_INVALID_ARGUMENT"]
+RILL_ERR_TIMEOUT = STATUS["RILL_ERR_TIMEOUT"]
+RILL_ERR_CLOSED = STATUS["RILL_ERR_CLOSED"]
 
 # ---- constants (the #defines of rill.h) ----------------------------------------
 
@@ -347,10 +374,10 @@ def last_error() -> str:
 
 
 def status_name(status: int) -> str:
-    return lib.rill_status_name(status).decode()
+    return str(lib.rill_status_name(status).decode())
 
 
-def read_str(fn, handle: int | None) -> str:
+def read_str(fn: Callable[..., int], handle: int | None) -> str:
     """Calls a size_t fn(handle, char *buf, size_t len) string getter."""
     n = fn(handle, None, 0)
     buf = ctypes.create_string_buffer(n + 1)
