@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import concurrent.futures
 import ctypes
 import enum
+import inspect
 import itertools
 import math
 import operator
@@ -431,10 +434,16 @@ class Subscription(_Handle):
     """A live push subscription; closing it (or leaving its ``with`` block)
     unsubscribes. Returned by :meth:`Broker.subscribe`."""
 
-    def __init__(self, ptr: int) -> None:
+    def __init__(self, ptr: int, loop: asyncio.AbstractEventLoop | None = None, stop: _Stop | None = None) -> None:
         self._ptr = ptr
+        # For a coroutine handler: the loop it runs on, and the flag that
+        # tells a handler waiting for that loop to give up.
+        self._loop = loop
+        self._stop = stop
 
     def _free(self, ptr: int) -> None:
+        if self._stop is not None:
+            self._stop.set()  # a handler waiting for a blocked loop lets go
         lib.rill_subscription_free(ptr)
 
     @property
@@ -452,7 +461,15 @@ class Subscription(_Handle):
         """Waits until everything published so far is handled and no handler
         call is in flight. True when idle, False on timeout. Raises
         :class:`Closed` if the subscription was closed by the library.
-        ``None`` or ``math.inf`` waits without limit; Ctrl-C interrupts it."""
+        ``None`` or ``math.inf`` waits without limit; Ctrl-C interrupts it.
+
+        With a coroutine handler, do not call it on the handler's event loop
+        (it would wait for the loop it blocks; RuntimeError): await
+        :func:`rill.aio.wait_idle` there instead."""
+        if self._loop is not None and _running_loop() is self._loop:
+            raise RuntimeError(
+                "wait_idle on the coroutine handler's own event loop would block it: use rill.aio.wait_idle"
+            )
         deadline = _Deadline(timeout)
         while True:
             status = lib.rill_subscription_wait_idle(self._handle(), deadline.next_ms())
@@ -490,7 +507,7 @@ class Consumer(_Handle):
         self._topics: dict[int, str] = {}
         self._lock = threading.Lock()
         self._closing = False
-        # Set once a poll has waited a whole slice for traffic (for tests).
+        # Set when a poll goes into the library to wait for traffic (for tests).
         self._waiting = threading.Event()
 
     def _free(self, ptr: int) -> None:
@@ -520,15 +537,15 @@ class Consumer(_Handle):
             while True:
                 if self._closing:
                     raise Closed(f"this {type(self).__name__} is closed")
-                check(
-                    lib.rill_consumer_poll(self._handle(), max_messages, deadline.next_ms(), byref(msgs), byref(count))
-                )
+                wait_ms = deadline.next_ms()
+                if wait_ms and max_messages:
+                    self._waiting.set()
+                check(lib.rill_consumer_poll(self._handle(), max_messages, wait_ms, byref(msgs), byref(count)))
                 n = count.value
                 if n:
                     return _decode_all(msgs.value or 0, n, self._topics)
                 if max_messages == 0 or deadline.passed():
                     return []
-                self._waiting.set()
 
     def __iter__(self) -> Iterator[Message]:
         """Yields messages as they arrive, blocking, until the consumer (or
@@ -642,9 +659,11 @@ class Broker(_Handle):
         self._ptr = ptr.value
         self._publishers: dict[str, int] = {}
         self._publishers_lock = threading.Lock()
+        self._stops: weakref.WeakSet[_Stop] = weakref.WeakSet()
         _live_brokers.add(self)
 
     def _free(self, ptr: int) -> None:
+        _stop_coroutine_handlers(self)
         with self._publishers_lock:
             publishers, self._publishers = self._publishers, {}
         for p in publishers.values():
@@ -818,6 +837,15 @@ class Broker(_Handle):
         messages past the end of that list are delivered again."""
         if not callable(handler):
             raise TypeError("handler must be callable")
+        loop: asyncio.AbstractEventLoop | None = None
+        stop: _Stop | None = None
+        if inspect.iscoroutinefunction(handler):
+            loop = _running_loop()
+            if loop is None:
+                raise RuntimeError("a coroutine handler is run on the caller's event loop: subscribe from inside it")
+            stop = _Stop()
+            self._stops.add(stop)
+            handler = _on_loop(handler, loop, stop)
         o = _ffi.rill_subscription_options()
         lib.rill_subscription_options_init(byref(o))
         keep = []
@@ -866,7 +894,7 @@ class Broker(_Handle):
                 self._handle(), _name(pattern, "pattern"), byref(o), _on_batch, handler_id, byref(out)
             )
         )
-        return Subscription(out.value or 0)
+        return Subscription(out.value or 0, loop, stop)
 
     def consumer(self, group: str, topic: str, start: Start | int = "earliest") -> Consumer:
         """A pull consumer of ``topic`` for ``group``: it resumes from the
@@ -882,6 +910,78 @@ class Broker(_Handle):
         out = c_void_p()
         check(lib.rill_consumer_new(self._handle(), _name(group, "group"), _name(topic, "topic"), byref(o), byref(out)))
         return Consumer(out.value or 0, topic)
+
+
+# ---- coroutine handlers ---------------------------------------------------------
+#
+# A coroutine handler runs on the event loop that subscribed. The broker
+# thread that delivers a message submits the coroutine to that loop
+# (run_coroutine_threadsafe) and waits for its result, which is the ack:
+# one message at a time per subscription, as for any handler.
+#
+# The broker thread must never wait for a loop that cannot run it, or the
+# wait is a deadlock: the loop's thread may itself be blocked in a call that
+# waits for this handler (closing the subscription or the broker waits for
+# handler calls in flight), or the loop may have stopped or closed
+# (asyncio.run returned). So it waits in slices, and between slices gives up
+# (cancelling the coroutine, and raising, which makes the message a retry
+# with the reason recorded) once the subscription or broker is closing or
+# the loop is no longer running. Closing sets the stop flag *before* it
+# calls into the library, so the handler it waits for lets go within a slice.
+
+
+class _Stop:
+    """Set when the handler must stop waiting for its loop (a threading.Event
+    that can live in a WeakSet)."""
+
+    __slots__ = ("__weakref__", "event")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def set(self) -> None:
+        self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _stop_coroutine_handlers(broker: Broker) -> None:
+    for stop in list(broker._stops):
+        stop.set()
+
+
+def _on_loop(handler: Callable[[Any], Any], loop: asyncio.AbstractEventLoop, stop: _Stop) -> Callable[[Any], Any]:
+    """A plain handler that runs coroutine ``handler`` on ``loop`` and
+    returns what it returns (see the essay above)."""
+
+    def run(arg: Any) -> Any:
+        if loop.is_closed():
+            raise RuntimeError("the coroutine handler's event loop is closed")
+        coro = handler(arg)
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
+        except RuntimeError:  # the loop closed just now
+            coro.close()
+            raise
+        while True:
+            try:
+                return future.result(SLICE)
+            except concurrent.futures.TimeoutError:
+                if stop.is_set() or loop.is_closed() or not loop.is_running():
+                    future.cancel()
+                    raise RuntimeError(
+                        "the coroutine handler was not awaited: its subscription is closing or its event loop stopped"
+                    ) from None
+
+    return run
 
 
 # ---- interpreter exit ---------------------------------------------------------
@@ -908,6 +1008,7 @@ def _close_all_brokers() -> None:
     for broker in list(_live_brokers):
         ptr = broker._ptr
         if ptr:
+            _stop_coroutine_handlers(broker)
             lib.rill_broker_close(ptr)
 
 

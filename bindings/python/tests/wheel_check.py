@@ -28,6 +28,7 @@ EXPECTED = {
     "rill/_broker.py",
     "rill/_errors.py",
     "rill/_ffi.py",
+    "rill/aio.py",
     "rill/py.typed",
     "rill/librill.so",
 }
