@@ -16,8 +16,12 @@ from pathlib import Path
 
 import pytest
 
+import rill
+
 RUNS = int(os.environ.get("RILL_EXIT_RUNS", "12"))
-PACKAGE = str(Path(__file__).resolve().parents[1])
+# The directory holding the rill this test imported (installed or source), so
+# the subprocesses run the same package and library.
+PACKAGE = str(Path(rill.__file__).resolve().parents[1])
 
 IN_FLIGHT = """
     import rill

@@ -16,7 +16,9 @@ import pytest
 
 import rill
 
-PACKAGE = str(Path(__file__).resolve().parents[1])
+# The directory holding the rill this test imported (installed or source), so
+# the subprocesses run the same package and library.
+PACKAGE = str(Path(rill.__file__).resolve().parents[1])
 PROMPT = 10.0  # seconds: generous for a loaded CI machine; a slice is 0.05 s
 
 WAIT_IDLE = """
