@@ -165,32 +165,10 @@ def test_a_batch_coroutine_handler(broker: rill.Broker) -> None:
     assert asyncio.run(main()) == [b"a", b"b", b"c"]
 
 
-def test_closing_from_the_blocked_loop_does_not_deadlock(broker: rill.Broker) -> None:
-    # The loop's thread calls the blocking close() while a coroutine handler
+@pytest.mark.parametrize("closing", ["subscription", "broker"])
+def test_closing_from_the_blocked_loop_does_not_deadlock(closing: str) -> None:
+    # The loop's thread calls a blocking close() while a coroutine handler
     # waits for that very loop: the handler must let go, not wait for ever.
-    broker.create_topic("t")
-
-    async def main() -> None:
-        started = threading.Event()
-        never = asyncio.Event()
-
-        async def handler(msg: rill.Message) -> None:
-            started.set()
-            await never.wait()
-
-        sub = broker.subscribe("t", handler)
-        broker.publish("t", b"x")
-        loop = asyncio.get_running_loop()
-        assert await loop.run_in_executor(None, started.wait, WAIT)
-        # Now the handler's coroutine is parked on this loop and the broker
-        # thread waits for it; close() on the loop thread waits for the broker thread.
-        sub.close()  # returns: the handler gave up within a slice
-        assert sub.closed
-
-    run_bounded(main)
-
-
-def test_closing_the_broker_from_the_blocked_loop_does_not_deadlock() -> None:
     async def main() -> None:
         broker = rill.Broker()
         broker.create_topic("t")
@@ -204,8 +182,15 @@ def test_closing_the_broker_from_the_blocked_loop_does_not_deadlock() -> None:
         sub = broker.subscribe("t", handler)
         broker.publish("t", b"x")
         assert await asyncio.get_running_loop().run_in_executor(None, started.wait, WAIT)
-        broker.close()  # returns: the handler gave up within a slice
-        assert sub.stats().state == "closed"
+        # Now the handler's coroutine is parked on this loop and the broker
+        # thread waits for it; close() on the loop thread waits for the broker thread.
+        if closing == "subscription":
+            sub.close()  # returns: the handler gave up within a slice
+            assert sub.closed
+        else:
+            broker.close()
+            assert sub.stats().state == "closed"
+        broker.close()
 
     run_bounded(main)
 
