@@ -35,6 +35,32 @@ IN_FLIGHT = """
     print(len(seen))
 """
 
+COROUTINE_HANDLER = """
+    import asyncio
+    import threading
+    import rill
+    b = rill.Broker()
+    b.create_topic("t")
+    seen = []
+    subscribed = threading.Event()
+    loop = asyncio.new_event_loop()
+    async def handler(m):
+        await asyncio.sleep(0)
+        seen.append(m.offset)
+    async def subscribe():
+        global sub
+        sub = b.subscribe("t", handler, start="earliest")
+        subscribed.set()
+    # The loop keeps running on a daemon thread when the script ends.
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    asyncio.run_coroutine_threadsafe(subscribe(), loop)
+    subscribed.wait()
+    b.publish_batch("t", [b"x"] * 20000)
+    while not seen:
+        pass
+    print(len(seen))
+"""
+
 DAEMON_PUBLISHER = """
     import threading
     import rill
@@ -65,9 +91,10 @@ def run(code: str) -> subprocess.CompletedProcess[str]:
         IN_FLIGHT.format(batch=False, dedicated=False),
         IN_FLIGHT.format(batch=True, dedicated=False),
         IN_FLIGHT.format(batch=False, dedicated=True),
+        COROUTINE_HANDLER,
         DAEMON_PUBLISHER,
     ],
-    ids=["in-flight", "in-flight-batch", "in-flight-dedicated", "daemon-publisher"],
+    ids=["in-flight", "in-flight-batch", "in-flight-dedicated", "coroutine-handler", "daemon-publisher"],
 )
 def test_a_script_that_ends_without_closing_exits_0_every_time(code: str) -> None:
     handled_at_exit = []
