@@ -550,7 +550,11 @@ typedef int32_t rill_ack;
  * A handler: called with each message, one at a time per subscription, on a
  * broker thread (not the subscribing thread). It may call back into the
  * library (publish, subscribe, free its own subscription). It must return:
- * exceptions and `longjmp` must not cross it.
+ * exceptions and `longjmp` must not cross it, nor may it end its thread
+ * (`pthread_exit`, cancellation): that is a forced unwind, which the root of
+ * every rill thread catches, and glibc then aborts the process. (An embedded
+ * interpreter that ends foreign threads at exit must stop deliveries first,
+ * as the Python package does with an `atexit` hook.)
  */
 typedef rill_ack (*rill_handler)(void *user_data, const rill_message *message);
 

@@ -65,7 +65,11 @@ pub const RILL_OVERFLOW_DISCONNECT: rill_overflow = rill_overflow(2);
 /// A handler: called with each message, one at a time per subscription, on a
 /// broker thread (not the subscribing thread). It may call back into the
 /// library (publish, subscribe, free its own subscription). It must return:
-/// exceptions and `longjmp` must not cross it.
+/// exceptions and `longjmp` must not cross it, nor may it end its thread
+/// (`pthread_exit`, cancellation): that is a forced unwind, which the root of
+/// every rill thread catches, and glibc then aborts the process. (An embedded
+/// interpreter that ends foreign threads at exit must stop deliveries first,
+/// as the Python package does with an `atexit` hook.)
 pub type rill_handler = Option<unsafe extern "C" fn(user_data: *mut c_void, message: *const rill_message) -> rill_ack>;
 
 /// A batch handler: called with `count` (at least 1) consecutive messages of

@@ -9,18 +9,24 @@
         sub.wait_idle(timeout=5.0)
 
 The library is ``librill.so``, loaded with ctypes: from ``RILL_LIBRARY`` if
-set, else a copy inside this package, else the workspace's ``target/release``
-or ``target/debug``.
+set, else the copy inside this package (``pip install`` builds it with cargo),
+else, when run from a source checkout, the workspace's ``target/release`` or
+``target/debug``.
 """
 
 from ._broker import (
     Ack,
+    BatchHandler,
     Broker,
     Consumer,
     ConsumerStats,
+    Delivery,
     Handler,
     Message,
+    Overflow,
     Position,
+    Start,
+    State,
     Subscription,
     SubscriptionStats,
     TopicStats,
@@ -39,6 +45,7 @@ from ._errors import (
     NotFound,
     OutOfRange,
     Panic,
+    ResourceExhausted,
     RillError,
     Timeout,
     TopicExists,
@@ -46,11 +53,13 @@ from ._errors import (
 
 __all__ = [
     "Ack",
+    "BatchHandler",
     "Broker",
     "Busy",
     "Closed",
     "Consumer",
     "ConsumerStats",
+    "Delivery",
     "Full",
     "Handler",
     "InvalidArgument",
@@ -62,9 +71,13 @@ __all__ = [
     "NoSuchTopic",
     "NotFound",
     "OutOfRange",
+    "Overflow",
     "Panic",
     "Position",
+    "ResourceExhausted",
     "RillError",
+    "Start",
+    "State",
     "Subscription",
     "SubscriptionStats",
     "Timeout",

@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import concurrent.futures
 import ctypes
 import enum
+import inspect
 import itertools
+import math
+import operator
 import struct
+import sys
 import threading
+import time
 import warnings
+import weakref
 from array import array
 from ctypes import byref, c_size_t, c_uint64, c_void_p, sizeof, string_at
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Literal, Mapping, NamedTuple, Sequence, Union
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from typing import Self
+    else:
+        from typing_extensions import Self
 
 from . import _ffi
 from ._errors import Closed, InvalidArgument, NotFound, check
@@ -40,7 +55,7 @@ class Message:
     """A delivered or polled message. Everything is copied out of the broker,
     so a Message stays valid after the handler returns."""
 
-    __slots__ = ("topic", "partition", "offset", "timestamp_ns", "key", "payload", "attributes", "attempt")
+    __slots__ = ("attempt", "attributes", "key", "offset", "partition", "payload", "timestamp_ns", "topic")
 
     def __init__(
         self,
@@ -48,9 +63,9 @@ class Message:
         partition: int,
         offset: int,
         timestamp_ns: int,
-        key: Optional[bytes],
+        key: bytes | None,
         payload: bytes,
-        attributes: Dict[str, str],
+        attributes: dict[str, str],
         attempt: int,
     ) -> None:
         self.topic = topic
@@ -82,7 +97,7 @@ class SubscriptionStats:
     missed: int
     lag: int
     partitions: int
-    state: str
+    state: State
 
 
 @dataclass(frozen=True)
@@ -105,8 +120,21 @@ class TopicStats:
 
 
 Handler = Callable[[Message], Any]
+"""A per-message handler: returns None/True, False, or an :class:`Ack`."""
+BatchHandler = Callable[[List[Message]], Any]
+"""A ``batch=True`` handler: returns None/True, or a list of acks."""
 
-_STATES = {0: "idle", 1: "active", 2: "backoff", 3: "closed"}
+# The string options, as types a checker can hold a call to.
+Start = Literal["latest", "earliest"]
+"""Where a subscription or a new consumer group starts (or an offset, an int)."""
+Delivery = Literal["at_least_once", "at_most_once"]
+"""``at_least_once`` retries a failed message; ``at_most_once`` drops it."""
+Overflow = Literal["drop_oldest", "block", "disconnect"]
+"""What happens when a subscriber falls ``lag_limit`` messages behind."""
+State = Literal["idle", "active", "backoff", "closed", "unknown"]
+"""A subscription's lifecycle state in :class:`SubscriptionStats`."""
+
+_STATES: dict[int, State] = {0: "idle", 1: "active", 2: "backoff", 3: "closed"}
 _STARTS = {"latest": _ffi.RILL_START_LATEST, "earliest": _ffi.RILL_START_EARLIEST}
 _DELIVERY = {"at_least_once": _ffi.RILL_DELIVERY_AT_LEAST_ONCE, "at_most_once": _ffi.RILL_DELIVERY_AT_MOST_ONCE}
 _OVERFLOW = {
@@ -135,18 +163,18 @@ def _name(value: str, what: str) -> bytes:
     return value.encode("utf-8", "surrogatepass")
 
 
-def _attributes(msg: int, count: int) -> Dict[str, str]:
+def _attributes(msg: int, count: int) -> dict[str, str]:
     k, v = c_void_p(), c_void_p()
     kl, vl = c_size_t(), c_size_t()
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     for i in range(count):
         check(lib.rill_message_attribute_at(msg, i, byref(k), byref(kl), byref(v), byref(vl)))
-        key = string_at(k.value, kl.value).decode("utf-8") if kl.value else ""
-        out.setdefault(key, string_at(v.value, vl.value).decode("utf-8") if vl.value else "")
+        key = string_at(k.value or 0, kl.value).decode("utf-8") if kl.value else ""
+        out.setdefault(key, string_at(v.value or 0, vl.value).decode("utf-8") if vl.value else "")
     return out
 
 
-def _decode(raw: bytes, at: int, base: int, topics: Dict[int, str]) -> Message:
+def _decode(raw: bytes, at: int, base: int, topics: dict[int, str]) -> Message:
     """The message whose C struct starts at byte ``at`` of ``raw``, a copy of
     the structs at address ``base``."""
     topic_p, partition, offset, ts, key_p, key_len, payload_p, payload_len, attempt, attr_count, _ = (
@@ -167,7 +195,7 @@ def _decode(raw: bytes, at: int, base: int, topics: Dict[int, str]) -> Message:
     )
 
 
-def _decode_all(base: int, count: int, topics: Dict[int, str]) -> List[Message]:
+def _decode_all(base: int, count: int, topics: dict[int, str]) -> list[Message]:
     raw = string_at(base, count * _MESSAGE_SIZE)
     return [_decode(raw, k * _MESSAGE_SIZE, base, topics) for k in range(count)]
 
@@ -181,16 +209,16 @@ def _decode_all(base: int, count: int, topics: Dict[int, str]) -> List[Message]:
 
 
 class _Entry:
-    __slots__ = ("handler", "batch", "topics", "on_lagged")
+    __slots__ = ("batch", "handler", "on_lagged", "topics")
 
-    def __init__(self, handler: Callable[..., Any], batch: bool, on_lagged: Optional[Callable[..., Any]]) -> None:
+    def __init__(self, handler: Callable[..., Any], batch: bool, on_lagged: Callable[..., Any] | None) -> None:
         self.handler = handler
         self.batch = batch
-        self.topics: Dict[int, str] = {}
+        self.topics: dict[int, str] = {}
         self.on_lagged = on_lagged
 
 
-_handlers: Dict[int, _Entry] = {}
+_handlers: dict[int, _Entry] = {}
 _ids = itertools.count(1)
 
 
@@ -198,19 +226,18 @@ def _reason(msg: int, text: str) -> None:
     lib.rill_ack_reason(msg, text.encode("utf-8", "replace"))
 
 
-def _ack(result: Any) -> Tuple[int, Optional[str]]:
+def _ack(result: Any) -> tuple[int, str | None]:
     """A handler's return value as (ack, reason if it was not understood)."""
     if result is None or result is True:
         return _ffi.RILL_ACK_SUCCESS, None
     if result is False:
         return _ffi.RILL_ACK_RETRY, None
-    if isinstance(result, int) and result in (0, 1, 2):
+    if isinstance(result, int) and result in (_ffi.RILL_ACK_SUCCESS, _ffi.RILL_ACK_RETRY, _ffi.RILL_ACK_DEAD_LETTER):
         return int(result), None
     return _ffi.RILL_ACK_RETRY, f"the handler returned {result!r}, which is not an Ack; retrying"
 
 
-@_ffi.BATCH_HANDLER
-def _on_batch(user_data: Optional[int], msgs: int, count: int, acks: int) -> int:
+def _on_batch_py(user_data: int | None, msgs: int, count: int, acks: int) -> int:
     # Messages arrive in runs (one C call each, which is what makes Python
     # delivery fast); a per-message handler is called once per message and
     # the run stops at its first retry. Nothing may escape into C.
@@ -255,31 +282,113 @@ def _on_batch(user_data: Optional[int], msgs: int, count: int, acks: int) -> int
         return handled + 1
 
 
-@_ffi.LAG_CALLBACK
-def _on_lagged(user_data: Optional[int], topic: bytes, partition: int, missed: int) -> None:
+def _on_lagged_py(user_data: int | None, topic: bytes, partition: int, missed: int) -> None:
     # Nothing may escape into C: an exception becomes a RuntimeWarning.
     try:
         entry = _handlers.get(user_data or 0)
         if entry is not None and entry.on_lagged is not None:
             entry.on_lagged(topic.decode("utf-8"), partition, missed)
     except BaseException as e:  # noqa: BLE001
-        try:
+        try:  # noqa: SIM105 - no contextlib in a C callback that may run at interpreter exit
             warnings.warn(f"on_lagged raised {type(e).__name__}: {e}", RuntimeWarning, stacklevel=1)
         except BaseException:  # noqa: BLE001 - e.g. warnings turned into errors
             pass
 
 
-@_ffi.DESTRUCTOR
-def _on_free(user_data: Optional[int]) -> None:
+def _on_free_py(user_data: int | None) -> None:
     _handlers.pop(user_data or 0, None)
 
 
-def _timeout_ms(timeout: Optional[float]) -> int:
+# The C function pointers, alive as long as the module.
+_on_batch = _ffi.BATCH_HANDLER(_on_batch_py)
+_on_lagged = _ffi.LAG_CALLBACK(_on_lagged_py)
+_on_free = _ffi.DESTRUCTOR(_on_free_py)
+
+
+# ---- range checks ------------------------------------------------------------
+#
+# ctypes stores an int into a fixed-width field by wrapping it modulo 2**bits,
+# silently (2**32 + 2 partitions would become 2). Every integer is checked
+# against its C field's range first; out of range raises InvalidArgument,
+# which is a ValueError.
+
+U32_MAX = (1 << 32) - 1
+U64_MAX = (1 << 64) - 1
+I64_MAX = (1 << 63) - 1
+SIZE_MAX = (1 << (8 * ctypes.sizeof(c_size_t))) - 1
+
+
+def _int(value: object, what: str, low: int = 0, high: int = U64_MAX) -> int:
+    """``value`` as an int in [low, high], for a C integer field."""
+    try:
+        n = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
+    if not low <= n <= high:
+        raise InvalidArgument(f"{what} must be between {low} and {high}, not {n}")
+    return n
+
+
+def _seconds_ms(seconds: float, what: str, per_second: int = 1000) -> int:
+    """A non-negative, finite duration in seconds as a whole number of
+    1/per_second units (milliseconds by default) that fits a uint64_t."""
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        raise TypeError(f"{what} must be a number of seconds, not {type(seconds).__name__}")
+    if math.isnan(seconds) or seconds < 0 or math.isinf(seconds):
+        raise InvalidArgument(
+            f"{what} must be a finite number of seconds >= 0, not {seconds}", _ffi.RILL_ERR_INVALID_ARGUMENT
+        )
+    unit = "milliseconds" if per_second == 1000 else f"1/{per_second} s"
+    return _int(int(seconds * per_second), f"{what} in {unit}")
+
+
+def _timeout_ms(timeout: float | None) -> int:
+    """A timeout in seconds as the C ``int64_t`` milliseconds: None and
+    infinity are -1 (no limit), as is any limit too long for an int64_t."""
     if timeout is None:
         return -1
-    if timeout < 0:
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
+        raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
+    if math.isnan(timeout) or timeout < 0:
         raise InvalidArgument(f"timeout must be >= 0 or None, not {timeout}")
+    if math.isinf(timeout) or timeout * 1000 > I64_MAX:
+        return -1
     return int(timeout * 1000)
+
+
+# ---- waiting in slices -----------------------------------------------------------
+#
+# CPython runs signal handlers (Ctrl-C's KeyboardInterrupt) between bytecodes
+# of the main thread, never while it sits in a C call, and rill's waits retry
+# on EINTR. So a blocking call waits in slices of at most SLICE seconds and
+# returns to Python between them: Ctrl-C interrupts it within a slice, and a
+# consumer closed from another thread ends its poll within a slice.
+
+SLICE = 0.05
+
+
+class _Deadline:
+    """The time left of a timeout, handed out one slice at a time."""
+
+    __slots__ = ("end",)
+
+    def __init__(self, timeout: float | None) -> None:
+        ms = _timeout_ms(timeout)
+        self.end = None if ms < 0 else time.monotonic() + ms / 1000
+
+    def next_ms(self) -> int:
+        """Milliseconds to wait next (0 once the time is up)."""
+        if self.end is None:
+            return int(SLICE * 1000)
+        left = self.end - time.monotonic()
+        return max(0, min(int(SLICE * 1000), math.ceil(left * 1000)))
+
+    def passed(self) -> bool:
+        return self.end is not None and time.monotonic() >= self.end
+
+
+def _partition(partition: int) -> int:
+    return _int(partition, "partition", 0, U32_MAX)
 
 
 # ---- handles -----------------------------------------------------------------
@@ -288,7 +397,7 @@ def _timeout_ms(timeout: Optional[float]) -> int:
 class _Handle:
     """A C handle with idempotent close, context-manager support and __del__."""
 
-    _ptr: Optional[int] = None
+    _ptr: int | None = None
 
     def _free(self, ptr: int) -> None:
         raise NotImplementedError
@@ -305,17 +414,17 @@ class _Handle:
 
     def _handle(self) -> int:
         if self._ptr is None:
-            raise Closed(f"this {type(self).__name__} is closed", 11)
+            raise Closed(f"this {type(self).__name__} is closed")
         return self._ptr
 
-    def __enter__(self):  # type: ignore[no-untyped-def]
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        try:  # noqa: SIM105 - at interpreter exit contextlib may be gone already
             self.close()
         except Exception:  # noqa: BLE001 - never raise from __del__ (e.g. at interpreter exit)
             pass
@@ -325,10 +434,16 @@ class Subscription(_Handle):
     """A live push subscription; closing it (or leaving its ``with`` block)
     unsubscribes. Returned by :meth:`Broker.subscribe`."""
 
-    def __init__(self, ptr: int) -> None:
+    def __init__(self, ptr: int, loop: asyncio.AbstractEventLoop | None = None, stop: _Stop | None = None) -> None:
         self._ptr = ptr
+        # For a coroutine handler: the loop it runs on, and the flag that
+        # tells a handler waiting for that loop to give up.
+        self._loop = loop
+        self._stop = stop
 
     def _free(self, ptr: int) -> None:
+        if self._stop is not None:
+            self._stop.set()  # a handler waiting for a blocked loop lets go
         lib.rill_subscription_free(ptr)
 
     @property
@@ -342,15 +457,27 @@ class Subscription(_Handle):
         ``disconnect`` limit); empty if it did not."""
         return _ffi.read_str(lib.rill_subscription_closed_reason, self._handle())
 
-    def wait_idle(self, timeout: Optional[float] = 5.0) -> bool:
+    def wait_idle(self, timeout: float | None = 5.0) -> bool:
         """Waits until everything published so far is handled and no handler
         call is in flight. True when idle, False on timeout. Raises
-        :class:`Closed` if the subscription was closed by the library."""
-        status = lib.rill_subscription_wait_idle(self._handle(), _timeout_ms(timeout))
-        if status == 10:  # RILL_ERR_TIMEOUT
-            return False
-        check(status)
-        return True
+        :class:`Closed` if the subscription was closed by the library.
+        ``None`` or ``math.inf`` waits without limit; Ctrl-C interrupts it.
+
+        With a coroutine handler, do not call it on the handler's event loop
+        (it would wait for the loop it blocks; RuntimeError): await
+        :func:`rill.aio.wait_idle` there instead."""
+        if self._loop is not None and _running_loop() is self._loop:
+            raise RuntimeError(
+                "wait_idle on the coroutine handler's own event loop would block it: use rill.aio.wait_idle"
+            )
+        deadline = _Deadline(timeout)
+        while True:
+            status = lib.rill_subscription_wait_idle(self._handle(), deadline.next_ms())
+            if status != _ffi.RILL_ERR_TIMEOUT:
+                check(status)
+                return True
+            if deadline.passed():
+                return False
 
     def stats(self) -> SubscriptionStats:
         """Counters and lag; works after the library closed it, too."""
@@ -377,16 +504,19 @@ class Consumer(_Handle):
     def __init__(self, ptr: int, topic: str) -> None:
         self._ptr = ptr
         self._topic = topic
-        self._topics: Dict[int, str] = {}
+        self._topics: dict[int, str] = {}
         self._lock = threading.Lock()
         self._closing = False
+        # Set when a poll goes into the library to wait for traffic (for tests).
+        self._waiting = threading.Event()
 
     def _free(self, ptr: int) -> None:
         lib.rill_consumer_free(ptr)
 
     def close(self) -> None:
         """Closes the consumer and frees its group for another consumer.
-        From another thread, it waits for a poll in progress to finish."""
+        From another thread, a poll in progress raises :class:`Closed`
+        within one wait slice (SLICE seconds)."""
         self._closing = True
         with self._lock:
             super().close()
@@ -395,18 +525,27 @@ class Consumer(_Handle):
     def partitions(self) -> int:
         return int(lib.rill_consumer_partition_count(self._handle()))
 
-    def poll(self, max_messages: int = 100, timeout: Optional[float] = 1.0) -> List[Message]:
+    def poll(self, max_messages: int = 100, timeout: float | None = 1.0) -> list[Message]:
         """Up to ``max_messages`` messages, waiting up to ``timeout`` seconds
-        (``None``: no limit) for the first. Payloads are copied."""
-        if max_messages < 0:
-            raise InvalidArgument("max_messages must be >= 0")
+        (``None`` or ``math.inf``: no limit) for the first. Payloads are
+        copied. Ctrl-C interrupts the wait; :meth:`close` from another thread
+        ends it with :class:`Closed`."""
+        max_messages = _int(max_messages, "max_messages", 0, SIZE_MAX)
+        deadline = _Deadline(timeout)
         msgs, count = c_void_p(), c_size_t()
         with self._lock:
-            check(lib.rill_consumer_poll(self._handle(), max_messages, _timeout_ms(timeout), byref(msgs), byref(count)))
-            n = count.value
-            if n == 0:
-                return []
-            return _decode_all(msgs.value or 0, n, self._topics)
+            while True:
+                if self._closing:
+                    raise Closed(f"this {type(self).__name__} is closed")
+                wait_ms = deadline.next_ms()
+                if wait_ms and max_messages:
+                    self._waiting.set()
+                check(lib.rill_consumer_poll(self._handle(), max_messages, wait_ms, byref(msgs), byref(count)))
+                n = count.value
+                if n:
+                    return _decode_all(msgs.value or 0, n, self._topics)
+                if max_messages == 0 or deadline.passed():
+                    return []
 
     def __iter__(self) -> Iterator[Message]:
         """Yields messages as they arrive, blocking, until the consumer (or
@@ -434,11 +573,11 @@ class Consumer(_Handle):
 
     def commit_offset(self, offset: int, partition: int = 0) -> None:
         """Commits ``offset`` for one partition."""
-        self._call(lib.rill_consumer_commit_offset, partition, offset)
+        self._call(lib.rill_consumer_commit_offset, _partition(partition), _int(offset, "offset"))
 
     def seek(self, offset: int, partition: int = 0) -> None:
         """Moves one partition to a retained offset (:class:`OutOfRange` otherwise)."""
-        self._call(lib.rill_consumer_seek, partition, offset)
+        self._call(lib.rill_consumer_seek, _partition(partition), _int(offset, "offset"))
 
     def seek_to_beginning(self) -> None:
         self._call(lib.rill_consumer_seek_to_beginning)
@@ -453,14 +592,14 @@ class Consumer(_Handle):
     def position(self, partition: int = 0) -> int:
         """The next offset ``poll`` returns from ``partition``."""
         out = c_uint64()
-        self._call(lib.rill_consumer_position, partition, byref(out))
+        self._call(lib.rill_consumer_position, _partition(partition), byref(out))
         return out.value
 
-    def committed(self, partition: int = 0) -> Optional[int]:
+    def committed(self, partition: int = 0) -> int | None:
         """The group's committed offset for ``partition``, or None."""
         out = c_uint64()
         try:
-            self._call(lib.rill_consumer_committed, partition, byref(out))
+            self._call(lib.rill_consumer_committed, _partition(partition), byref(out))
         except NotFound:
             with self._lock:
                 if partition >= lib.rill_consumer_partition_count(self._handle()):
@@ -506,24 +645,25 @@ class Broker(_Handle):
     def __init__(
         self,
         auto_create_topics: bool = False,
-        worker_threads: Optional[int] = None,
-        publish_timeout: Optional[float] = 10.0,
+        worker_threads: int | None = None,
+        publish_timeout: float | None = 10.0,
     ) -> None:
         o = _ffi.rill_broker_options()
         lib.rill_broker_options_init_v1(byref(o), sizeof(o))
         o.auto_create_topics = bool(auto_create_topics)
         if worker_threads is not None:
-            if worker_threads < 1:
-                raise InvalidArgument("worker_threads must be at least 1 (or None)")
-            o.worker_threads = worker_threads
+            o.worker_threads = _int(worker_threads, "worker_threads", 1, U32_MAX)
         o.publish_timeout_ms = _timeout_ms(publish_timeout)
         ptr = c_void_p()
         check(lib.rill_broker_new_v1(byref(o), byref(ptr)))
         self._ptr = ptr.value
-        self._publishers: Dict[str, int] = {}
+        self._publishers: dict[str, int] = {}
         self._publishers_lock = threading.Lock()
+        self._stops: weakref.WeakSet[_Stop] = weakref.WeakSet()
+        _live_brokers.add(self)
 
     def _free(self, ptr: int) -> None:
+        _stop_coroutine_handlers(self)
         with self._publishers_lock:
             publishers, self._publishers = self._publishers, {}
         for p in publishers.values():
@@ -534,21 +674,21 @@ class Broker(_Handle):
         self,
         name: str,
         partitions: int = 1,
-        retention_bytes: Optional[int] = None,
-        retention_messages: Optional[int] = None,
-        max_message_bytes: Optional[int] = None,
+        retention_bytes: int | None = None,
+        retention_messages: int | None = None,
+        max_message_bytes: int | None = None,
     ) -> None:
         """Creates a topic. ``retention_bytes=None`` keeps the default (256 MiB
         per partition); 0 keeps everything."""
         o = _ffi.rill_topic_options()
         lib.rill_topic_options_init_v1(byref(o), sizeof(o))
-        o.partitions = partitions
+        o.partitions = _int(partitions, "partitions", 0, U32_MAX)
         if retention_bytes is not None:
-            o.retention_bytes = retention_bytes
+            o.retention_bytes = _int(retention_bytes, "retention_bytes")
         if retention_messages is not None:
-            o.retention_messages = retention_messages
+            o.retention_messages = _int(retention_messages, "retention_messages")
         if max_message_bytes is not None:
-            o.max_message_bytes = max_message_bytes
+            o.max_message_bytes = _int(max_message_bytes, "max_message_bytes")
         check(lib.rill_topic_create_v1(self._handle(), _name(name, "topic name"), byref(o)))
 
     def topic_stats(self, name: str) -> TopicStats:
@@ -567,7 +707,9 @@ class Broker(_Handle):
                     p = self._publishers[topic] = out.value or 0
         return p
 
-    def _record(self, payload: Payload, key: Optional[Payload], attributes: Optional[Mapping[str, str]]):
+    def _record(
+        self, payload: Payload, key: Payload | None, attributes: Mapping[str, str] | None
+    ) -> tuple[_ffi.rill_record, object]:
         data = _text(payload, "payload")
         k = None if key is None else _text(key, "key")
         attrs = [(_name(a, "attribute key"), _name(v, "attribute value")) for a, v in (attributes or {}).items()]
@@ -586,8 +728,8 @@ class Broker(_Handle):
         self,
         topic: str,
         payload: Payload,
-        key: Optional[Payload] = None,
-        attributes: Optional[Mapping[str, str]] = None,
+        key: Payload | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> Position:
         """Publishes one message; ``str`` payloads are UTF-8 encoded. Waits
         for ``block`` subscribers up to the broker's ``publish_timeout``."""
@@ -609,8 +751,8 @@ class Broker(_Handle):
         self,
         topic: str,
         payload: Payload,
-        key: Optional[Payload] = None,
-        attributes: Optional[Mapping[str, str]] = None,
+        key: Payload | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> Position:
         """Like :meth:`publish`, but raises :class:`Full` at once instead of
         waiting for a ``block`` subscriber."""
@@ -621,8 +763,8 @@ class Broker(_Handle):
         fn: Callable[..., int],
         topic: str,
         payload: Payload,
-        key: Optional[Payload],
-        attributes: Optional[Mapping[str, str]],
+        key: Payload | None,
+        attributes: Mapping[str, str] | None,
     ) -> Position:
         """Publishes through a rill_record (needed for attributes)."""
         rec, _keep = self._record(payload, key, attributes)
@@ -630,7 +772,7 @@ class Broker(_Handle):
         check(fn(self._handle(), _name(topic, "topic"), byref(rec), out.ref))
         return out.get()
 
-    def publish_batch(self, topic: str, payloads: Sequence[Payload]) -> List[Position]:
+    def publish_batch(self, topic: str, payloads: Sequence[Payload]) -> list[Position]:
         """Publishes many messages in one call (much cheaper per message);
         returns their positions in order. Nothing is published on error."""
         n = len(payloads)
@@ -655,20 +797,20 @@ class Broker(_Handle):
     def subscribe(
         self,
         pattern: str,
-        handler: Handler,
-        filter: Optional[str] = None,  # noqa: A002 - the contract's name
-        name: Optional[str] = None,
-        start: Union[str, int] = "latest",
-        delivery: str = "at_least_once",
+        handler: Handler | BatchHandler,
+        filter: str | None = None,  # noqa: A002 - the contract's name
+        name: str | None = None,
+        start: Start | int = "latest",
+        delivery: Delivery = "at_least_once",
         max_attempts: int = 5,
-        backoff: Tuple[float, ...] = (0.01, 10.0),
-        dead_letter_topic: Optional[str] = None,
-        overflow: str = "drop_oldest",
-        lag_limit: Optional[int] = None,
+        backoff: tuple[float, ...] = (0.01, 10.0),
+        dead_letter_topic: str | None = None,
+        overflow: Overflow = "drop_oldest",
+        lag_limit: int | None = None,
         dedicated_thread: bool = False,
         batch: bool = False,
-        idle_spin: Optional[float] = None,
-        on_lagged: Optional[Callable[[str, int, int], Any]] = None,
+        idle_spin: float | None = None,
+        on_lagged: Callable[[str, int, int], Any] | None = None,
     ) -> Subscription:
         """Calls ``handler(message)`` for every message on topics matching
         ``pattern`` (``*`` one segment, ``**`` any number), one call at a time.
@@ -695,6 +837,15 @@ class Broker(_Handle):
         messages past the end of that list are delivered again."""
         if not callable(handler):
             raise TypeError("handler must be callable")
+        loop: asyncio.AbstractEventLoop | None = None
+        stop: _Stop | None = None
+        if inspect.iscoroutinefunction(handler):
+            loop = _running_loop()
+            if loop is None:
+                raise RuntimeError("a coroutine handler is run on the caller's event loop: subscribe from inside it")
+            stop = _Stop()
+            self._stops.add(stop)
+            handler = _on_loop(handler, loop, stop)
         o = _ffi.rill_subscription_options()
         lib.rill_subscription_options_init_v1(byref(o), sizeof(o))
         keep = []
@@ -706,9 +857,7 @@ class Broker(_Handle):
         if isinstance(start, bool) or not isinstance(start, (str, int)):
             raise InvalidArgument(f"start must be 'latest', 'earliest' or an offset, not {start!r}")
         if isinstance(start, int):
-            if start < 0:
-                raise InvalidArgument(f"start offset must be >= 0, not {start}")
-            o.start, o.start_offset = _ffi.RILL_START_OFFSET, start
+            o.start, o.start_offset = _ffi.RILL_START_OFFSET, _int(start, "start offset")
         elif start in _STARTS:
             o.start = _STARTS[start]
         else:
@@ -719,24 +868,18 @@ class Broker(_Handle):
         if overflow not in _OVERFLOW:
             raise InvalidArgument(f"overflow must be one of {sorted(_OVERFLOW)}, not {overflow!r}")
         o.overflow = _OVERFLOW[overflow]
-        if max_attempts < 1:
-            raise InvalidArgument("max_attempts must be at least 1")
-        o.max_attempts = max_attempts
+        o.max_attempts = _int(max_attempts, "max_attempts", 1, U32_MAX)
         if not 2 <= len(backoff) <= 3 or any(b < 0 for b in backoff):
             raise InvalidArgument(f"backoff must be (initial, max[, multiplier]) in seconds, not {backoff!r}")
-        o.backoff_initial_ms = int(backoff[0] * 1000)
-        o.backoff_max_ms = int(backoff[1] * 1000)
+        o.backoff_initial_ms = _seconds_ms(backoff[0], "backoff initial")
+        o.backoff_max_ms = _seconds_ms(backoff[1], "backoff max")
         if len(backoff) == 3:
             o.backoff_multiplier = float(backoff[2])
         if lag_limit is not None:
-            if lag_limit < 1:
-                raise InvalidArgument("lag_limit must be at least 1 (or None)")
-            o.lag_limit = lag_limit
+            o.lag_limit = _int(lag_limit, "lag_limit", 1, U64_MAX)
         o.dedicated_thread = bool(dedicated_thread)
         if idle_spin is not None:
-            if idle_spin < 0:
-                raise InvalidArgument("idle_spin must be >= 0 seconds")
-            o.idle_spin_us = int(idle_spin * 1_000_000)
+            o.idle_spin_us = _seconds_ms(idle_spin, "idle_spin", 1_000_000)
         if on_lagged is not None:
             if not callable(on_lagged):
                 raise TypeError("on_lagged must be callable")
@@ -747,19 +890,19 @@ class Broker(_Handle):
         out = c_void_p()
         # On failure the library calls _on_free, which drops the entry.
         check(
-            lib.rill_subscribe_batch_v1(self._handle(), _name(pattern, "pattern"), byref(o), _on_batch, handler_id, byref(out))
+            lib.rill_subscribe_batch_v1(
+                self._handle(), _name(pattern, "pattern"), byref(o), _on_batch, handler_id, byref(out)
+            )
         )
-        return Subscription(out.value or 0)
+        return Subscription(out.value or 0, loop, stop)
 
-    def consumer(self, group: str, topic: str, start: Union[str, int] = "earliest") -> Consumer:
+    def consumer(self, group: str, topic: str, start: Start | int = "earliest") -> Consumer:
         """A pull consumer of ``topic`` for ``group``: it resumes from the
         group's committed offsets; elsewhere it starts at ``start``."""
         o = _ffi.rill_consumer_options()
         lib.rill_consumer_options_init_v1(byref(o), sizeof(o))
         if isinstance(start, int) and not isinstance(start, bool):
-            if start < 0:
-                raise InvalidArgument(f"start offset must be >= 0, not {start}")
-            o.start, o.start_offset = _ffi.RILL_START_OFFSET, start
+            o.start, o.start_offset = _ffi.RILL_START_OFFSET, _int(start, "start offset")
         elif start in _STARTS:
             o.start = _STARTS[start]
         else:
@@ -767,6 +910,109 @@ class Broker(_Handle):
         out = c_void_p()
         check(lib.rill_consumer_new_v1(self._handle(), _name(group, "group"), _name(topic, "topic"), byref(o), byref(out)))
         return Consumer(out.value or 0, topic)
+
+
+# ---- coroutine handlers ---------------------------------------------------------
+#
+# A coroutine handler runs on the event loop that subscribed. The broker
+# thread that delivers a message submits the coroutine to that loop
+# (run_coroutine_threadsafe) and waits for its result, which is the ack:
+# one message at a time per subscription, as for any handler.
+#
+# The broker thread must never wait for a loop that cannot run it, or the
+# wait is a deadlock: the loop's thread may itself be blocked in a call that
+# waits for this handler (closing the subscription or the broker waits for
+# handler calls in flight), or the loop may have stopped or closed
+# (asyncio.run returned). So it waits in slices, and between slices gives up
+# (cancelling the coroutine, and raising, which makes the message a retry
+# with the reason recorded) once the subscription or broker is closing or
+# the loop is no longer running. Closing sets the stop flag *before* it
+# calls into the library, so the handler it waits for lets go within a slice.
+
+
+class _Stop:
+    """Set when the handler must stop waiting for its loop (a threading.Event
+    that can live in a WeakSet)."""
+
+    __slots__ = ("__weakref__", "event")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def set(self) -> None:
+        self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _stop_coroutine_handlers(broker: Broker) -> None:
+    for stop in list(broker._stops):
+        stop.set()
+
+
+def _on_loop(handler: Callable[[Any], Any], loop: asyncio.AbstractEventLoop, stop: _Stop) -> Callable[[Any], Any]:
+    """A plain handler that runs coroutine ``handler`` on ``loop`` and
+    returns what it returns (see the essay above)."""
+
+    def run(arg: Any) -> Any:
+        if loop.is_closed():
+            raise RuntimeError("the coroutine handler's event loop is closed")
+        coro = handler(arg)
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
+        except RuntimeError:  # the loop closed just now
+            coro.close()
+            raise
+        while True:
+            try:
+                return future.result(SLICE)
+            except concurrent.futures.TimeoutError:
+                if stop.is_set() or loop.is_closed() or not loop.is_running():
+                    future.cancel()
+                    raise RuntimeError(
+                        "the coroutine handler was not awaited: its subscription is closing or its event loop stopped"
+                    ) from None
+
+    return run
+
+
+# ---- interpreter exit ---------------------------------------------------------
+#
+# While the interpreter finalizes, a thread that is not the main thread and
+# asks for the GIL is ended by CPython (3.8 to 3.13) with pthread_exit, which
+# on glibc is a *forced unwind*. On a rill thread that unwind climbs through
+# Rust frames that catch unwinds (the panic boundary around every handler
+# call, and the root of every thread std spawns); catching a forced unwind
+# makes glibc abort the process ("FATAL: exception not rethrown", SIGABRT).
+# Rust cannot let a forced unwind through a std thread's root, so the only
+# sound rule is that no rill thread calls into Python once finalization has
+# begun. atexit callbacks run before it begins (after non-daemon threads are
+# joined, while daemon threads still run), so this hook closes every broker
+# still alive: rill_broker_close stops deliveries and waits for the handler
+# calls in flight, and nothing calls back into Python afterwards. It closes
+# without freeing, because a daemon thread may still be inside a call on the
+# broker; that call, and later ones, fail with Closed.
+
+_live_brokers: weakref.WeakSet[Broker] = weakref.WeakSet()
+
+
+def _close_all_brokers() -> None:
+    for broker in list(_live_brokers):
+        ptr = broker._ptr
+        if ptr:
+            _stop_coroutine_handlers(broker)
+            lib.rill_broker_close(ptr)
+
+
+atexit.register(_close_all_brokers)
 
 
 def version() -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Dict, Type
-
 from . import _ffi
 
 
@@ -22,7 +20,11 @@ class RillError(Exception):
 
 
 class InvalidArgument(RillError, ValueError):
-    """An argument was malformed or out of range."""
+    """An argument was malformed or out of range (the binding's own range
+    checks raise it too, before anything reaches the library)."""
+
+    def __init__(self, message: str, status: int = _ffi.STATUS["RILL_ERR_INVALID_ARGUMENT"]) -> None:
+        super().__init__(message, status)
 
 
 class InvalidTopic(InvalidArgument):
@@ -60,6 +62,9 @@ class Timeout(RillError, TimeoutError):
 class Closed(RillError):
     """The broker, subscription or consumer is closed."""
 
+    def __init__(self, message: str, status: int = _ffi.STATUS["RILL_ERR_CLOSED"]) -> None:
+        super().__init__(message, status)
+
 
 class OutOfRange(RillError, IndexError):
     """An offset outside the retained range."""
@@ -77,22 +82,29 @@ class Panic(RillError):
     """The library panicked internally; the call had no reliable effect."""
 
 
-_BY_STATUS: Dict[int, Type[RillError]] = {
-    1: InvalidArgument,  # RILL_ERR_NULL_ARGUMENT: only reachable through a binding bug
-    2: InvalidArgument,
-    3: InvalidTopic,
-    4: InvalidPattern,
-    5: InvalidFilter,
-    6: NoSuchTopic,
-    7: TopicExists,
-    8: MessageTooLarge,
-    9: Full,
-    10: Timeout,
-    11: Closed,
-    12: OutOfRange,
-    13: Busy,
-    14: NotFound,
-    15: Panic,
+class ResourceExhausted(RillError, MemoryError):
+    """The system refused a resource the call needed (a thread, a memory
+    mapping). A MemoryError too, so code that handles running out of memory
+    handles this; the call had no effect and may succeed later."""
+
+
+_BY_STATUS: dict[int, type[RillError]] = {
+    _ffi.STATUS["RILL_ERR_NULL_ARGUMENT"]: InvalidArgument,  # only reachable through a binding bug
+    _ffi.STATUS["RILL_ERR_INVALID_ARGUMENT"]: InvalidArgument,
+    _ffi.STATUS["RILL_ERR_INVALID_TOPIC"]: InvalidTopic,
+    _ffi.STATUS["RILL_ERR_INVALID_PATTERN"]: InvalidPattern,
+    _ffi.STATUS["RILL_ERR_INVALID_FILTER"]: InvalidFilter,
+    _ffi.STATUS["RILL_ERR_NO_SUCH_TOPIC"]: NoSuchTopic,
+    _ffi.STATUS["RILL_ERR_TOPIC_EXISTS"]: TopicExists,
+    _ffi.STATUS["RILL_ERR_MESSAGE_TOO_LARGE"]: MessageTooLarge,
+    _ffi.STATUS["RILL_ERR_FULL"]: Full,
+    _ffi.STATUS["RILL_ERR_TIMEOUT"]: Timeout,
+    _ffi.STATUS["RILL_ERR_CLOSED"]: Closed,
+    _ffi.STATUS["RILL_ERR_OUT_OF_RANGE"]: OutOfRange,
+    _ffi.STATUS["RILL_ERR_BUSY"]: Busy,
+    _ffi.STATUS["RILL_ERR_NOT_FOUND"]: NotFound,
+    _ffi.STATUS["RILL_ERR_PANIC"]: Panic,
+    _ffi.STATUS["RILL_ERR_RESOURCE_EXHAUSTED"]: ResourceExhausted,
 }
 
 

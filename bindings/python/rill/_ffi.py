@@ -26,31 +26,25 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable
 
 # ---- library lookup ---------------------------------------------------------
 
 _LIB_NAME = "librill.so"
 
 
-def _candidates() -> List[Tuple[str, Path]]:
+def _candidates() -> list[tuple[str, Path]]:
     """Where to look, in order, with a label for the error message."""
-    found: List[Tuple[str, Path]] = []
+    found: list[tuple[str, Path]] = []
     env = os.environ.get("RILL_LIBRARY")
     if env:
         found.append(("RILL_LIBRARY", Path(env)))
     here = Path(__file__).resolve().parent
     found.append(("the package", here / _LIB_NAME))
-    roots: List[Path] = []
-    try:
-        from . import _workspace  # written at install time
-
-        roots.append(Path(_workspace.ROOT))
-    except ImportError:
-        pass
-    # A source checkout: bindings/python/rill -> the workspace root.
-    roots.append(here.parent.parent.parent)
-    for root in roots:
+    # Run from a source checkout (bindings/python/rill, not installed): the
+    # workspace's own build. An installed package carries its library.
+    root = here.parent.parent.parent
+    if (root / "ffi" / "Cargo.toml").is_file():
         for profile in ("release", "debug"):
             found.append((f"the workspace's target/{profile}", root / "target" / profile / _LIB_NAME))
     return found
@@ -67,7 +61,8 @@ def _load() -> ctypes.CDLL:
     raise OSError(
         "cannot find librill.so; looked in:\n"
         + "\n".join(tried)
-        + "\nbuild it with `cargo build --release -p rill-ffi`, or set RILL_LIBRARY"
+        + "\ninstall the package with `pip install ./bindings/python` (it builds the library), "
+        + "build it with `cargo build --release -p rill-ffi`, or set RILL_LIBRARY"
     )
 
 
@@ -135,7 +130,7 @@ class rill_message(Structure):
 MESSAGE_FORMAT = struct.Struct("@PIQQPNPNINP")
 if MESSAGE_FORMAT.size != ctypes.sizeof(rill_message) or [
     struct.calcsize("@" + "PIQQPNPNINP"[:i]) for i in range(1, 11)
-] != [getattr(rill_message, f).offset + getattr(rill_message, f).size for f, _ in rill_message._fields_[:10]]:
+] != [getattr(rill_message, f[0]).offset + getattr(rill_message, f[0]).size for f in rill_message._fields_[:10]]:
     raise ImportError("rill_message layout does not match the decoding format")
 
 HANDLER = CFUNCTYPE(c_int32, c_void_p, c_void_p)
@@ -189,8 +184,37 @@ class rill_consumer_options(Structure):
     _fields_ = [("struct_size", c_uint32), ("start", c_int32), ("start_offset", c_uint64)]
 
 
+# ---- statuses (the rill_status enum of rill.h) ---------------------------------
+
+STATUS: dict[str, int] = {
+    "RILL_OK": 0,
+    "RILL_ERR_NULL_ARGUMENT": 1,
+    "RILL_ERR_INVALID_ARGUMENT": 2,
+    "RILL_ERR_INVALID_TOPIC": 3,
+    "RILL_ERR_INVALID_PATTERN": 4,
+    "RILL_ERR_INVALID_FILTER": 5,
+    "RILL_ERR_NO_SUCH_TOPIC": 6,
+    "RILL_ERR_TOPIC_EXISTS": 7,
+    "RILL_ERR_MESSAGE_TOO_LARGE": 8,
+    "RILL_ERR_FULL": 9,
+    "RILL_ERR_TIMEOUT": 10,
+    "RILL_ERR_CLOSED": 11,
+    "RILL_ERR_OUT_OF_RANGE": 12,
+    "RILL_ERR_BUSY": 13,
+    "RILL_ERR_NOT_FOUND": 14,
+    "RILL_ERR_PANIC": 15,
+    # Ahead of the header: a thread or mapping the system refused to give.
+    "RILL_ERR_RESOURCE_EXHAUSTED": 16,
+}
+RILL_ERR_INVALID_ARGUMENT = STATUS["RILL_ERR_INVALID_ARGUMENT"]
+RILL_ERR_TIMEOUT = STATUS["RILL_ERR_TIMEOUT"]
+RILL_ERR_CLOSED = STATUS["RILL_ERR_CLOSED"]
+
 # ---- constants (the #defines of rill.h) ----------------------------------------
 
+# The header this binding was written against; rill_version() names the library's.
+RILL_VERSION_MAJOR, RILL_VERSION_MINOR, RILL_VERSION_PATCH = 0, 1, 0
+RILL_VERSION_STRING = "0.1.0"
 RILL_ACK_SUCCESS, RILL_ACK_RETRY, RILL_ACK_DEAD_LETTER = 0, 1, 2
 RILL_START_LATEST, RILL_START_EARLIEST, RILL_START_OFFSET = 0, 1, 2
 RILL_DELIVERY_AT_LEAST_ONCE, RILL_DELIVERY_AT_MOST_ONCE = 0, 1
@@ -200,7 +224,7 @@ RILL_SUBSCRIPTION_IDLE, RILL_SUBSCRIPTION_ACTIVE, RILL_SUBSCRIPTION_BACKOFF, RIL
 # ---- functions ------------------------------------------------------------------
 
 # The C type of every parameter and return value, as rill.h spells it.
-TYPES: Dict[str, object] = {
+TYPES: dict[str, object] = {
     "void": None,
     "rill_status": c_int32,
     "int32_t": c_int32,
@@ -247,7 +271,7 @@ TYPES: Dict[str, object] = {
 }
 
 # name -> (return type, parameter types), exactly as in rill.h.
-FUNCTIONS: Dict[str, Tuple[str, List[str]]] = {
+FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_version": ("const char*", []),
     "rill_status_name": ("const char*", ["int32_t"]),
     "rill_last_error": ("size_t", ["char*", "size_t"]),
@@ -354,10 +378,10 @@ def last_error() -> str:
 
 
 def status_name(status: int) -> str:
-    return lib.rill_status_name(status).decode()
+    return str(lib.rill_status_name(status).decode())
 
 
-def read_str(fn, handle: Optional[int]) -> str:
+def read_str(fn: Callable[..., int], handle: int | None) -> str:
     """Calls a size_t fn(handle, char *buf, size_t len) string getter."""
     n = fn(handle, None, 0)
     buf = ctypes.create_string_buffer(n + 1)

@@ -2,20 +2,22 @@
 
 import threading
 import time
+from typing import Any, Callable
 
 import pytest
-
-import rill
 from conftest import WAIT
 
+import rill
 
-def test_contract_shapes(broker):
+
+def test_contract_shapes(broker: rill.Broker) -> None:
     broker.create_topic("orders", partitions=1, retention_bytes=None)
     pos = broker.publish("orders", b"payload", key=b"k", attributes={"region": "IN"})
-    assert isinstance(pos, rill.Position) and pos == (0, 0)
+    assert isinstance(pos, rill.Position)
+    assert pos == (0, 0)
     assert broker.publish("orders", "text is utf-8 encoded") == rill.Position(0, 1)
     assert broker.publish_batch("orders", [b"a", b"b"]) == [rill.Position(0, 2), rill.Position(0, 3)]
-    seen = []
+    seen: list[Any] = []
     sub = broker.subscribe("orders", seen.append, start="earliest")
     assert sub.wait_idle(timeout=5.0) is True
     m = seen[0]
@@ -28,7 +30,8 @@ def test_contract_shapes(broker):
         {"region": "IN"},
         1,
     )
-    assert seen[1].payload == "text is utf-8 encoded".encode() and seen[1].key is None
+    assert seen[1].payload == b"text is utf-8 encoded"
+    assert seen[1].key is None
     assert m.timestamp_ns > 1_600_000_000 * 10**9
     stats = sub.stats()
     assert (stats.delivered, stats.acked, stats.lag, stats.state) == (4, 4, 0, "idle")
@@ -39,21 +42,23 @@ def test_contract_shapes(broker):
     assert broker.topic_stats("orders").publish_count == 4
 
 
-def test_earliest_sees_the_past_and_latest_does_not(broker):
+def test_earliest_sees_the_past_and_latest_does_not(broker: rill.Broker) -> None:
     broker.create_topic("t")
     broker.publish("t", b"old")
-    early, late = [], []
-    with broker.subscribe("t", early.append, start="earliest") as e, broker.subscribe("t", late.append) as l:
+    early: list[Any] = []
+    late: list[Any] = []
+    with broker.subscribe("t", early.append, start="earliest") as e, broker.subscribe("t", late.append) as lt:
         broker.publish("t", b"new")
-        assert e.wait_idle(WAIT) and l.wait_idle(WAIT)
+        assert e.wait_idle(WAIT)
+        assert lt.wait_idle(WAIT)
     assert [m.payload for m in early] == [b"old", b"new"]
     assert [m.payload for m in late] == [b"new"]
 
 
-def test_start_at_an_offset_and_out_of_range(broker):
+def test_start_at_an_offset_and_out_of_range(broker: rill.Broker) -> None:
     broker.create_topic("t")
     broker.publish_batch("t", [bytes([i]) for i in range(10)])
-    got = []
+    got: list[Any] = []
     with broker.subscribe("t", got.append, start=7) as s:
         assert s.wait_idle(WAIT)
     assert [m.offset for m in got] == [7, 8, 9]
@@ -61,15 +66,15 @@ def test_start_at_an_offset_and_out_of_range(broker):
         broker.subscribe("t", got.append, start=11)
 
 
-def test_fast_and_slow_subscribers(broker):
+def test_fast_and_slow_subscribers(broker: rill.Broker) -> None:
     broker.create_topic("t")
-    slow_seen = []
+    slow_seen: list[Any] = []
 
-    def slow(m):
+    def slow(m: rill.Message) -> None:
         time.sleep(0.01)
         slow_seen.append(m.offset)
 
-    fast_seen = []
+    fast_seen: list[Any] = []
     with broker.subscribe("t", slow) as s, broker.subscribe("t", fast_seen.append) as f:
         broker.publish_batch("t", [b"x"] * 300)
         assert f.wait_idle(WAIT)
@@ -78,16 +83,16 @@ def test_fast_and_slow_subscribers(broker):
         assert s.stats().lag > 0
 
 
-
-def test_a_slow_handler_does_not_hold_the_only_worker():
+def test_a_slow_handler_does_not_hold_the_only_worker() -> None:
     # One pool worker: the slow subscription's handler sleeps 10 ms per
     # message, and the fast one still finishes while the slow one has handled
     # only a few (its turns are cut to about a millisecond).
     with rill.Broker(worker_threads=1) as broker:
         broker.create_topic("t")
-        slow_seen, fast_seen = [], []
+        slow_seen: list[Any] = []
+        fast_seen: list[Any] = []
 
-        def slow(m):
+        def slow(m: rill.Message) -> None:
             time.sleep(0.01)
             slow_seen.append(m.offset)
 
@@ -98,12 +103,13 @@ def test_a_slow_handler_does_not_hold_the_only_worker():
             assert len(slow_seen) < 64
             assert s.stats().lag > 0
 
-def test_concurrent_publishers_keep_their_order(broker):
+
+def test_concurrent_publishers_keep_their_order(broker: rill.Broker) -> None:
     broker.create_topic("t")
-    got = []
+    got: list[Any] = []
     sub = broker.subscribe("t", got.append)
 
-    def publish(p):
+    def publish(p: int) -> None:
         for i in range(500):
             broker.publish("t", f"{p}:{i}")
 
@@ -114,7 +120,7 @@ def test_concurrent_publishers_keep_their_order(broker):
         t.join()
     assert sub.wait_idle(WAIT)
     assert len(got) == 2000
-    last = {}
+    last: dict[Any, Any] = {}
     for m in got:
         p, i = m.payload.decode().split(":")
         assert int(i) == last.get(p, -1) + 1
@@ -122,11 +128,11 @@ def test_concurrent_publishers_keep_their_order(broker):
     assert [m.offset for m in got] == list(range(2000))
 
 
-def test_poison_message_goes_to_the_dead_letter_topic_after_max_attempts(broker):
+def test_poison_message_goes_to_the_dead_letter_topic_after_max_attempts(broker: rill.Broker) -> None:
     broker.create_topic("jobs")
-    attempts = []
+    attempts: list[Any] = []
 
-    def handler(m):
+    def handler(m: rill.Message) -> None:
         attempts.append((m.payload, m.attempt))
         if m.payload == b"poison":
             raise ValueError(f"cannot parse attempt {m.attempt}")
@@ -147,11 +153,11 @@ def test_poison_message_goes_to_the_dead_letter_topic_after_max_attempts(broker)
     assert dead.attributes["rill.dlq.subscription"] == "worker"
 
 
-def test_acks_returned_by_handlers(broker):
+def test_acks_returned_by_handlers(broker: rill.Broker) -> None:
     broker.create_topic("t")
-    calls = []
+    calls: list[Any] = []
 
-    def handler(m):
+    def handler(m: rill.Message) -> object:
         calls.append((m.payload, m.attempt))
         if m.payload == b"retry" and m.attempt == 1:
             return rill.Ack.RETRY
@@ -173,11 +179,11 @@ def test_acks_returned_by_handlers(broker):
         assert dead.payload == b"dead"
 
 
-def test_batch_handlers(broker):
+def test_batch_handlers(broker: rill.Broker) -> None:
     broker.create_topic("t")
-    sizes = []
+    sizes: list[Any] = []
 
-    def handler(msgs):
+    def handler(msgs: list[rill.Message]) -> object:
         sizes.append(len(msgs))
         return [rill.Ack.SUCCESS] * len(msgs)
 
@@ -185,10 +191,11 @@ def test_batch_handlers(broker):
         broker.publish_batch("t", [b"x"] * 500)
         assert sub.wait_idle(WAIT)
         assert sub.stats().acked == 500
-    assert sum(sizes) == 500 and max(sizes) <= 64
+    assert sum(sizes) == 500
+    assert max(sizes) <= 64
 
 
-def test_pull_poll_commit_rollback_replay(broker):
+def test_pull_poll_commit_rollback_replay(broker: rill.Broker) -> None:
     broker.create_topic("orders")
     broker.publish_batch("orders", [str(i) for i in range(10)])
     c = broker.consumer("billing", "orders", start="earliest")
@@ -218,12 +225,12 @@ def test_pull_poll_commit_rollback_replay(broker):
     assert (st.delivered, st.missed, st.lag, st.partitions) == (10, 0, 6, 1)
 
 
-def test_iterating_a_consumer_until_it_is_closed(broker):
+def test_iterating_a_consumer_until_it_is_closed(broker: rill.Broker) -> None:
     broker.create_topic("q")
     c = broker.consumer("g", "q")
-    got = []
+    got: list[Any] = []
 
-    def read():
+    def read() -> None:
         for m in c:
             got.append(m.payload)
 
@@ -239,10 +246,12 @@ def test_iterating_a_consumer_until_it_is_closed(broker):
     assert got == [b"a", b"b"]
 
 
-def test_unknown_topic_and_bad_inputs(broker):
+def test_unknown_topic_and_bad_inputs(broker: rill.Broker) -> None:
     with pytest.raises(rill.NoSuchTopic) as e:
         broker.publish("missing", b"x")
-    assert e.value.status == 6 and "missing" in e.value.message and e.value.status_name == "RILL_ERR_NO_SUCH_TOPIC"
+    assert e.value.status == 6
+    assert "missing" in e.value.message
+    assert e.value.status_name == "RILL_ERR_NO_SUCH_TOPIC"
     assert isinstance(e.value, rill.RillError)
     for bad in ["", "a//b", "a/*"]:
         with pytest.raises(rill.InvalidTopic):
@@ -261,24 +270,24 @@ def test_unknown_topic_and_bad_inputs(broker):
     with pytest.raises(rill.InvalidArgument):
         broker.create_topic("\ud800")  # a lone surrogate is not UTF-8
     with pytest.raises(rill.InvalidArgument):
-        broker.subscribe("t", print, delivery="exactly_once")
+        broker.subscribe("t", print, delivery="exactly_once")  # type: ignore[arg-type]
     with pytest.raises(rill.InvalidArgument):
         broker.subscribe("t", print, overflow="block")  # block needs a lag limit
     with pytest.raises(rill.InvalidArgument):
-        broker.subscribe("t", print, start="yesterday")
+        broker.subscribe("t", print, start="yesterday")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        broker.publish("t", 42)
+        broker.publish("t", 42)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        broker.subscribe("t", "not callable")
+        broker.subscribe("t", "not callable")  # type: ignore[arg-type]
     assert broker.topic_stats("t").publish_count == 0
 
 
-def test_overflow_policies(broker):
+def test_overflow_policies(broker: rill.Broker) -> None:
     broker.create_topic("t")
     gate = threading.Event()
     entered = threading.Event()
 
-    def gated(m):
+    def gated(m: rill.Message) -> None:
         entered.set()
         gate.wait()
 
@@ -286,7 +295,7 @@ def test_overflow_policies(broker):
     broker.publish("t", b"0")
     assert entered.wait(WAIT)
     accepted = 1
-    with pytest.raises(rill.Full):
+    with pytest.raises(rill.Full):  # noqa: PT012 - the loop publishes until the limit refuses
         while accepted < 50:
             broker.try_publish("t", b"x")
             accepted += 1
@@ -298,7 +307,7 @@ def test_overflow_policies(broker):
     broker.create_topic("d")
     gate2, entered2 = threading.Event(), threading.Event()
 
-    def gated2(m):
+    def gated2(m: rill.Message) -> None:
         entered2.set()
         gate2.wait()
 
@@ -316,13 +325,15 @@ def test_overflow_policies(broker):
         disc.wait_idle(0.1)
 
 
-def test_wildcards_and_filters(broker):
+def test_wildcards_and_filters(broker: rill.Broker) -> None:
     for t in ["sports/cricket", "sports/cricket/live", "news"]:
         broker.create_topic(t)
-    one, many, india = [], [], []
-    with broker.subscribe("sports/*", one.append) as a, broker.subscribe("sports/**", many.append) as b, broker.subscribe(
-        "**", india.append, filter='attributes.region = "IN"'
-    ) as c:
+    one: list[Any] = []
+    many: list[Any] = []
+    india: list[Any] = []
+    with broker.subscribe("sports/*", one.append) as a, broker.subscribe(
+        "sports/**", many.append
+    ) as b, broker.subscribe("**", india.append, filter='attributes.region = "IN"') as c:
         broker.create_topic("sports/tennis")  # matched later
         for t in ["sports/cricket", "sports/cricket/live", "news", "sports/tennis"]:
             broker.publish(t, t, attributes={"region": "IN" if t == "news" else "US"})
@@ -334,15 +345,14 @@ def test_wildcards_and_filters(broker):
     assert [m.topic for m in india] == ["news"]
 
 
-
-def test_wildcard_messages_carry_their_own_topic(broker):
+def test_wildcard_messages_carry_their_own_topic(broker: rill.Broker) -> None:
     # Several topics delivered in turn through one wildcard subscription: the
     # binding caches decoded topic names, and each message must still name the
     # topic it was published to (the payload says which).
     topics = ["r/aa", "r/bb", "r/cc", "r/dd/ee"]
     for t in topics:
         broker.create_topic(t)
-    seen = []
+    seen: list[Any] = []
     with broker.subscribe("r/**", seen.append, start="earliest") as s:
         for i in range(80):
             broker.publish(topics[i % 4], topics[i % 4])
@@ -353,12 +363,13 @@ def test_wildcard_messages_carry_their_own_topic(broker):
     assert [m.topic for m in seen if m.topic != m.payload.decode()] == []
     assert sorted(set(m.topic for m in seen)) == topics
 
-def test_re_entrant_publish_from_a_handler(broker):
+
+def test_re_entrant_publish_from_a_handler(broker: rill.Broker) -> None:
     broker.create_topic("ping")
     broker.create_topic("pong")
-    pongs = []
+    pongs: list[Any] = []
 
-    def ping(m):
+    def ping(m: rill.Message) -> None:
         n = int(m.payload)
         broker.publish("pong", m.payload)
         if n < 5:
@@ -366,18 +377,19 @@ def test_re_entrant_publish_from_a_handler(broker):
 
     with broker.subscribe("ping", ping) as p, broker.subscribe("pong", pongs.append) as q:
         broker.publish("ping", "0")
-        assert p.wait_idle(WAIT) and q.wait_idle(WAIT)
+        assert p.wait_idle(WAIT)
+        assert q.wait_idle(WAIT)
     assert [m.payload for m in pongs] == [str(i).encode() for i in range(6)]
 
 
-def test_closing_during_delivery_and_closing_the_broker():
+def test_closing_during_delivery_and_closing_the_broker() -> None:
     broker = rill.Broker()
     broker.create_topic("t")
     entered = threading.Event()
     release = threading.Event()
-    calls = []
+    calls: list[Any] = []
 
-    def handler(m):
+    def handler(m: rill.Message) -> None:
         calls.append(m.offset)
         entered.set()
         release.wait()
@@ -414,11 +426,11 @@ def test_closing_during_delivery_and_closing_the_broker():
         consumer.poll(1, 0)
 
 
-def test_handler_exceptions_become_retries_with_their_text(broker):
+def test_handler_exceptions_become_retries_with_their_text(broker: rill.Broker) -> None:
     broker.create_topic("t")
-    seen = []
+    seen: list[Any] = []
 
-    def handler(m):
+    def handler(m: rill.Message) -> None:
         seen.append(m.attempt)
         if m.attempt < 3:
             raise KeyError("missing field")
@@ -430,7 +442,7 @@ def test_handler_exceptions_become_retries_with_their_text(broker):
     assert seen == [1, 2, 3]
 
 
-def test_handles_are_released_by_garbage_collection():
+def test_handles_are_released_by_garbage_collection() -> None:
     import gc
 
     from rill import _broker
@@ -447,9 +459,9 @@ def test_handles_are_released_by_garbage_collection():
     gc.collect()
 
 
-def test_dedicated_thread_and_many_partitions(broker):
+def test_dedicated_thread_and_many_partitions(broker: rill.Broker) -> None:
     broker.create_topic("t", partitions=4)
-    got = []
+    got: list[Any] = []
     with broker.subscribe("t", got.append, dedicated_thread=True, idle_spin=0.0002) as s:
         for i in range(100):
             broker.publish("t", b"x", key=str(i % 7).encode())
@@ -458,9 +470,9 @@ def test_dedicated_thread_and_many_partitions(broker):
     assert len({m.partition for m in got}) > 1
 
 
-def test_durable_subscription_resumes(broker):
+def test_durable_subscription_resumes(broker: rill.Broker) -> None:
     broker.create_topic("events")
-    got = []
+    got: list[Any] = []
     s = broker.subscribe("events", got.append, name="audit", start="earliest")
     broker.publish("events", b"1")
     assert s.wait_idle(WAIT)
@@ -473,29 +485,29 @@ def test_durable_subscription_resumes(broker):
     assert [m.payload for m in got] == [b"1", b"2", b"3"]
 
 
-def test_auto_create_topics():
+def test_auto_create_topics() -> None:
     with rill.Broker(auto_create_topics=True, worker_threads=1) as b:
         assert b.publish("made/on/demand", b"x") == (0, 0)
         with pytest.raises(rill.InvalidArgument):
             rill.Broker(worker_threads=0)
 
 
-def _held_first():
+def _held_first() -> tuple[Callable[[rill.Message], None], threading.Event, threading.Event]:
     """A handler that holds its first message until ``gate`` is set, with
     the events that say it is holding (``entered``) and let it go."""
     entered, gate = threading.Event(), threading.Event()
 
-    def held(m):
+    def held(m: rill.Message) -> None:
         entered.set()
         gate.wait()
 
     return held, entered, gate
 
 
-def test_on_lagged_hears_what_retention_trimmed(broker):
+def test_on_lagged_hears_what_retention_trimmed(broker: rill.Broker) -> None:
     broker.create_topic("firehose", retention_bytes=16 << 10)
     held, entered, gate = _held_first()
-    heard = []
+    heard: list[Any] = []
     with broker.subscribe("firehose", held, on_lagged=lambda t, p, n: heard.append((t, p, n))) as s:
         broker.publish("firehose", b"first")
         assert entered.wait(WAIT)
@@ -504,20 +516,21 @@ def test_on_lagged_hears_what_retention_trimmed(broker):
         gate.set()
         assert s.wait_idle(WAIT)
         st = s.stats()
-    assert st.missed > 0 and heard
+    assert st.missed > 0
+    assert heard
     assert {(t, p) for t, p, _ in heard} == {("firehose", 0)}
     assert sum(n for _, _, n in heard) == st.missed
     assert st.delivered + st.missed == 5001
 
 
-def test_an_on_lagged_that_raises_is_a_warning_and_delivery_goes_on(broker):
+def test_an_on_lagged_that_raises_is_a_warning_and_delivery_goes_on(broker: rill.Broker) -> None:
     broker.create_topic("firehose", retention_bytes=16 << 10)
     held, entered, gate = _held_first()
 
-    def bad(topic, partition, missed):
+    def bad(topic: str, partition: int, missed: int) -> None:
         raise ValueError("no")
 
-    with pytest.warns(RuntimeWarning, match="on_lagged raised ValueError: no"):
+    with pytest.warns(RuntimeWarning, match="on_lagged raised ValueError: no"):  # noqa: PT031, SIM117
         with broker.subscribe("firehose", held, on_lagged=bad) as s:
             broker.publish("firehose", b"first")
             assert entered.wait(WAIT)
@@ -526,4 +539,4 @@ def test_an_on_lagged_that_raises_is_a_warning_and_delivery_goes_on(broker):
             assert s.wait_idle(WAIT)
             assert s.stats().missed > 0
     with pytest.raises(TypeError):
-        broker.subscribe("firehose", held, on_lagged=42)
+        broker.subscribe("firehose", held, on_lagged=42)  # type: ignore[arg-type]
