@@ -908,7 +908,9 @@ class Broker(_Handle):
         else:
             raise InvalidArgument(f"start must be 'latest', 'earliest' or an offset, not {start!r}")
         out = c_void_p()
-        check(lib.rill_consumer_new_v1(self._handle(), _name(group, "group"), _name(topic, "topic"), byref(o), byref(out)))
+        check(
+            lib.rill_consumer_new_v1(self._handle(), _name(group, "group"), _name(topic, "topic"), byref(o), byref(out))
+        )
         return Consumer(out.value or 0, topic)
 
 

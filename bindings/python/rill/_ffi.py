@@ -72,7 +72,12 @@ lib = _load()
 
 
 class rill_broker_options(Structure):
-    _fields_ = [("struct_size", c_uint32), ("worker_threads", c_uint32), ("auto_create_topics", c_bool), ("publish_timeout_ms", c_int64)]
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("worker_threads", c_uint32),
+        ("auto_create_topics", c_bool),
+        ("publish_timeout_ms", c_int64),
+    ]
 
 
 class rill_topic_options(Structure):
