@@ -77,6 +77,12 @@ pub enum Error {
     /// A lookup found nothing (an attribute, a subscription, a partition).
     #[error("not found: {0}")]
     NotFound(String),
+    /// The system ran out of a resource rill needed: memory (a log segment
+    /// could not be mapped), threads (a worker could not be spawned) or
+    /// address space. The text says which, with the operating system's error.
+    /// Nothing was half-done: retrying once the resource is available works.
+    #[error("resource exhausted: {0}")]
+    ResourceExhausted(String),
 }
 
 /// rill's `Result`.

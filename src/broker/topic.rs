@@ -261,9 +261,14 @@ impl Partition {
                 self.wait_for_room(n as u64, wait)?;
                 guard = epoch::pin();
             };
-            self.log.append_batch_pinned(&records[done..done + n], &mut part, &mut guard)?;
-            self.notify(&guard);
+            let appended = self.log.append_batch_pinned(&records[done..done + n], &mut part, &mut guard);
+            // A failed segment allocation may leave part of the batch appended:
+            // signal for that part too, then report the error.
+            if !part.is_empty() {
+                self.notify(&guard);
+            }
             offsets.extend_from_slice(&part);
+            appended?;
             done += n;
         }
         Ok(())
