@@ -264,8 +264,10 @@ impl Drop for UserData {
 }
 
 /// Subscribes `handler` to every topic matching `pattern` (`*` matches one
-/// segment, `**` any number; topics created later are matched too). `o` may
-/// be NULL for the defaults. On success `*out` is the subscription.
+/// segment, `**` any number; topics created later are matched too). A
+/// pattern follows the topic name rules (see `rill_topic_create`) and has at
+/// most 64 segments, at most 32 of them `**`; a wildcard is a whole segment.
+/// `o` may be NULL for the defaults. On success `*out` is the subscription.
 ///
 /// `user_data` is passed to every handler call, on broker threads; it must
 /// be safe to use from them. If `o->user_data_free` is set it is called

@@ -38,7 +38,7 @@ use consumer::ConsumerCore;
 pub use consumer::{Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, GroupPartition, Polled};
 use dispatch::{Pool, Timer};
 pub use filter::Filter;
-pub use names::{MAX_NAME_LEN, Pattern};
+pub use names::{MAX_NAME_LEN, MAX_PATTERN_ANY, MAX_PATTERN_SEGMENTS, Pattern};
 pub use subscription::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Message, Overflow, PartitionLag,
     RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats,
