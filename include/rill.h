@@ -105,6 +105,13 @@ typedef enum {
      * effect that can be relied on, but the process can go on.
      */
     RILL_ERR_PANIC = 15,
+    /**
+     * The system ran out of a resource: memory, threads, address space (a
+     * log segment could not be mapped, a thread could not be started). The
+     * error text names it, with the operating system's error. Nothing was
+     * left half-done: the same call can succeed once the resource is back.
+     */
+    RILL_ERR_RESOURCE_EXHAUSTED = 16,
 } rill_status;
 
 /**
@@ -1062,8 +1069,10 @@ void rill_subscription_options_init(rill_subscription_options *o);
 
 /**
  * Subscribes `handler` to every topic matching `pattern` (`*` matches one
- * segment, `**` any number; topics created later are matched too). `o` may
- * be NULL for the defaults. On success `*out` is the subscription.
+ * segment, `**` any number; topics created later are matched too). A
+ * pattern follows the topic name rules (see `rill_topic_create`) and has at
+ * most 64 segments, at most 32 of them `**`; a wildcard is a whole segment.
+ * `o` may be NULL for the defaults. On success `*out` is the subscription.
  *
  * `user_data` is passed to every handler call, on broker threads; it must
  * be safe to use from them. If `o->user_data_free` is set it is called

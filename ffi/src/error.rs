@@ -46,12 +46,17 @@ pub enum rill_status {
     /// rill panicked; the error text has the panic message. The call had no
     /// effect that can be relied on, but the process can go on.
     RILL_ERR_PANIC = 15,
+    /// The system ran out of a resource: memory, threads, address space (a
+    /// log segment could not be mapped, a thread could not be started). The
+    /// error text names it, with the operating system's error. Nothing was
+    /// left half-done: the same call can succeed once the resource is back.
+    RILL_ERR_RESOURCE_EXHAUSTED = 16,
 }
 
 use rill_status::*;
 
 impl rill_status {
-    const ALL: [rill_status; 16] = [
+    const ALL: [rill_status; 17] = [
         RILL_OK,
         RILL_ERR_NULL_ARGUMENT,
         RILL_ERR_INVALID_ARGUMENT,
@@ -68,6 +73,7 @@ impl rill_status {
         RILL_ERR_BUSY,
         RILL_ERR_NOT_FOUND,
         RILL_ERR_PANIC,
+        RILL_ERR_RESOURCE_EXHAUSTED,
     ];
 
     /// The status with this number, if there is one.
@@ -94,6 +100,7 @@ impl rill_status {
             RILL_ERR_BUSY => b"RILL_ERR_BUSY\0",
             RILL_ERR_NOT_FOUND => b"RILL_ERR_NOT_FOUND\0",
             RILL_ERR_PANIC => b"RILL_ERR_PANIC\0",
+            RILL_ERR_RESOURCE_EXHAUSTED => b"RILL_ERR_RESOURCE_EXHAUSTED\0",
         }
     }
 }
@@ -135,6 +142,7 @@ impl From<Error> for FfiError {
             Error::OutOfRange { .. } => RILL_ERR_OUT_OF_RANGE,
             Error::Busy(_) => RILL_ERR_BUSY,
             Error::NotFound(_) => RILL_ERR_NOT_FOUND,
+            Error::ResourceExhausted(_) => RILL_ERR_RESOURCE_EXHAUSTED,
             _ => RILL_ERR_INVALID_ARGUMENT,
         };
         FfiError { status, text: e.to_string() }

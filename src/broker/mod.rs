@@ -190,9 +190,17 @@ impl Broker {
         Topic::new("validate", &config.default_topic)?;
         crate::clock::warm_up();
         let id = crate::sync::unique_id();
-        let spawn_err = |e: std::io::Error| Error::InvalidArgument(format!("cannot start broker threads: {e}"));
-        let pool = Arc::new(Pool::start(workers).map_err(spawn_err)?);
-        let timer = Arc::new(Timer::start().map_err(spawn_err)?);
+        // A thread that cannot be started is ResourceExhausted; whatever was
+        // started before it is stopped and joined, so a failed `new` leaves
+        // nothing running.
+        let pool = Arc::new(Pool::start(workers)?);
+        let timer = match Timer::start() {
+            Ok(timer) => Arc::new(timer),
+            Err(e) => {
+                pool.stop();
+                return Err(e);
+            }
+        };
         let inner = Arc::new(BrokerInner {
             id,
             config,
@@ -659,10 +667,7 @@ impl BrokerInner {
         }
         if options.dedicated_thread {
             let s = sub.clone();
-            let handle = thread::Builder::new()
-                .name(format!("rill-sub-{}", sub.name))
-                .spawn(move || SubCore::dedicated_loop(s))
-                .map_err(|e| Error::InvalidArgument(format!("cannot start a dedicated thread: {e}")))?;
+            let handle = crate::sync::spawn_named(format!("rill-sub-{}", sub.name), move || SubCore::dedicated_loop(s))?;
             sub.set_thread(handle.thread().clone());
             control.dedicated.push(handle);
         }
@@ -761,3 +766,6 @@ pub fn wait_all_idle(subs: &[&Subscription], timeout: Duration) -> Result<bool> 
     }
     Ok(true)
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests;
