@@ -403,7 +403,12 @@ typedef void (*rill_lag_callback)(void *user_data,
 typedef struct {
     /**
      * A durable name (NULL: anonymous). A durable subscription's position is
-     * kept while it is away and used when it subscribes again.
+     * kept while it is away and used when it subscribes again. A name
+     * follows the topic name rules (`/`-separated non-empty segments of
+     * UTF-8, no NUL or `*`) and is at most 250 bytes, so that its default
+     * dead-letter topic `$dlq/<name>` is a valid topic name; otherwise
+     * `rill_subscribe` fails with `RILL_ERR_INVALID_ARGUMENT` and an error
+     * text that starts "subscription name".
      */
     const char *name;
     /**
@@ -439,7 +444,10 @@ typedef struct {
      */
     double backoff_multiplier;
     /**
-     * Dead-letter topic (NULL: `$dlq/<name>`); created if missing.
+     * Dead-letter topic (NULL: `$dlq/<name>`); created if missing. A topic
+     * name (see `rill_topic_create`; `$` names are allowed here); otherwise
+     * `RILL_ERR_INVALID_ARGUMENT` with an error text naming
+     * `dead_letter_topic`.
      */
     const char *dead_letter_topic;
     /**
@@ -869,7 +877,10 @@ void rill_consumer_options_init(rill_consumer_options *o);
 
 /**
  * A consumer of `topic` for `group`. The group resumes from its committed
- * offsets; other partitions start as `o` says (NULL: earliest).
+ * offsets; other partitions start as `o` says (NULL: earliest). A group name
+ * follows the topic name rules (`/`-separated non-empty segments of UTF-8,
+ * at most 255 bytes, no NUL or `*`); otherwise `RILL_ERR_INVALID_ARGUMENT`
+ * with an error text naming the consumer group.
  * `RILL_ERR_BUSY` if the group already has a live consumer of the topic.
  *
  * # Safety

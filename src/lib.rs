@@ -30,7 +30,7 @@ pub(crate) mod sync;
 
 pub use broker::{
     Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DeliveryMode, Filter,
-    LagCallback, Message, Overflow, Pattern, Polled, Position, Publisher, RetryBackoff, StartPosition, Subscription,
+    LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow, Pattern, Polled, Position, Publisher, RetryBackoff, StartPosition, Subscription,
     SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
 };
 pub use error::{Error, Result};

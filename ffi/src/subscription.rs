@@ -100,7 +100,12 @@ pub type rill_lag_callback =
 #[derive(Debug, Clone, Copy)]
 pub struct rill_subscription_options {
     /// A durable name (NULL: anonymous). A durable subscription's position is
-    /// kept while it is away and used when it subscribes again.
+    /// kept while it is away and used when it subscribes again. A name
+    /// follows the topic name rules (`/`-separated non-empty segments of
+    /// UTF-8, no NUL or `*`) and is at most 250 bytes, so that its default
+    /// dead-letter topic `$dlq/<name>` is a valid topic name; otherwise
+    /// `rill_subscribe` fails with `RILL_ERR_INVALID_ARGUMENT` and an error
+    /// text that starts "subscription name".
     pub name: *const c_char,
     /// An attribute filter in Pub/Sub syntax (NULL: deliver everything).
     pub filter: *const c_char,
@@ -118,7 +123,10 @@ pub struct rill_subscription_options {
     pub backoff_max_ms: u64,
     /// Growth of the wait per attempt, at least 1.0 (default 2.0).
     pub backoff_multiplier: f64,
-    /// Dead-letter topic (NULL: `$dlq/<name>`); created if missing.
+    /// Dead-letter topic (NULL: `$dlq/<name>`); created if missing. A topic
+    /// name (see `rill_topic_create`; `$` names are allowed here); otherwise
+    /// `RILL_ERR_INVALID_ARGUMENT` with an error text naming
+    /// `dead_letter_topic`.
     pub dead_letter_topic: *const c_char,
     /// `RILL_OVERFLOW_DROP_OLDEST` (default), `_BLOCK` or `_DISCONNECT`.
     pub overflow: rill_overflow,

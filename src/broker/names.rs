@@ -1,10 +1,19 @@
-//! Topic names and subscription patterns: validation, matching, and the index
-//! that finds the subscriptions a new topic must be attached to.
+//! Every name rill is given, in one place: topic names, subscription patterns,
+//! durable subscription names, consumer group names and dead-letter topics.
+//! Validation, matching, and the index that finds the subscriptions a new
+//! topic must be attached to.
 //!
 //! A topic name is `/`-separated segments: UTF-8, at most 255 bytes, no empty
 //! segment, no NUL, no `*`. Names starting with `$` belong to the broker (dead
 //! letter topics); users cannot create them, but may publish to, subscribe to
 //! and poll them once they exist.
+//!
+//! A durable subscription name and a consumer group name follow the same
+//! rules, except that a subscription name is at most
+//! [`MAX_SUBSCRIPTION_NAME_LEN`] bytes (250), so that its default dead-letter
+//! topic `$dlq/<name>` is a valid topic name too. A subscription's
+//! `dead_letter_topic` option is a topic name (and may be a `$` one). Each is
+//! checked where it is given, and its error names the argument that is wrong.
 //!
 //! A pattern is a name whose segments may also be `*` (exactly one segment) or
 //! `**` (zero or more segments, anywhere in the pattern). A pattern whose first
@@ -39,14 +48,21 @@ pub const MAX_PATTERN_SEGMENTS: usize = 64;
 pub const MAX_PATTERN_ANY: usize = 32;
 /// First character of the broker's reserved topics.
 pub(crate) const RESERVED_PREFIX: char = '$';
+/// What a subscription's default dead-letter topic name starts with.
+const DEAD_LETTER_PREFIX: &str = "$dlq/";
+/// Longest durable subscription name, in bytes: `$dlq/<name>` must fit
+/// [`MAX_NAME_LEN`].
+pub const MAX_SUBSCRIPTION_NAME_LEN: usize = MAX_NAME_LEN - DEAD_LETTER_PREFIX.len();
 
-/// Checks the shape shared by names and patterns; `what` names it in errors.
-fn check_segments(text: &str) -> Result<(), String> {
+/// Checks the shape shared by every name and pattern: non-empty, at most
+/// `max_len` bytes, no NUL, `/`-separated non-empty segments. Returns what is
+/// wrong, for the caller to say whose name it is.
+fn check_segments(text: &str, max_len: usize) -> Result<(), String> {
     if text.is_empty() {
         return Err("must not be empty".into());
     }
-    if text.len() > MAX_NAME_LEN {
-        return Err(format!("is {} bytes long; at most {MAX_NAME_LEN} are allowed", text.len()));
+    if text.len() > max_len {
+        return Err(format!("is {} bytes long; at most {max_len} are allowed", text.len()));
     }
     if text.contains('\0') {
         return Err("contains a NUL character".into());
@@ -59,12 +75,40 @@ fn check_segments(text: &str) -> Result<(), String> {
 
 /// Validates a topic name as something a publisher or subscriber may name.
 pub(crate) fn validate_topic(name: &str) -> Result<()> {
-    let invalid = |reason: String| Error::InvalidTopic { name: name.to_owned(), reason };
-    check_segments(name).map_err(invalid)?;
+    check_name(name, MAX_NAME_LEN).map_err(|reason| Error::InvalidTopic { name: name.to_owned(), reason })
+}
+
+/// The rules of a name that is not a pattern: [`check_segments`], and no `*`.
+fn check_name(name: &str, max_len: usize) -> Result<(), String> {
+    check_segments(name, max_len)?;
     if name.contains('*') {
-        return Err(invalid("contains '*', which is only allowed in subscription patterns".into()));
+        return Err("contains '*', which is only allowed in subscription patterns".into());
     }
     Ok(())
+}
+
+/// Validates a durable subscription name (the `name` option).
+pub(crate) fn validate_subscription_name(name: &str) -> Result<()> {
+    check_name(name, MAX_SUBSCRIPTION_NAME_LEN)
+        .map_err(|reason| Error::InvalidArgument(format!("subscription name {name:?} {reason}")))
+}
+
+/// Validates a consumer group name.
+pub(crate) fn validate_group(group: &str) -> Result<()> {
+    check_name(group, MAX_NAME_LEN)
+        .map_err(|reason| Error::InvalidArgument(format!("consumer group name {group:?} {reason}")))
+}
+
+/// Validates a subscription's `dead_letter_topic` option (any topic name,
+/// the broker's `$` ones included).
+pub(crate) fn validate_dead_letter_topic(topic: &str) -> Result<()> {
+    check_name(topic, MAX_NAME_LEN)
+        .map_err(|reason| Error::InvalidArgument(format!("dead_letter_topic {topic:?} {reason}")))
+}
+
+/// The dead-letter topic of subscription `name` when none is given.
+pub(crate) fn default_dead_letter_topic(name: &str) -> String {
+    format!("{DEAD_LETTER_PREFIX}{name}")
 }
 
 /// Validates a name a user wants to create a topic under.
@@ -100,7 +144,7 @@ impl Pattern {
     /// Parses and validates a pattern.
     pub fn parse(text: &str) -> Result<Pattern> {
         let invalid = |reason: String| Error::InvalidPattern { pattern: text.to_owned(), reason };
-        check_segments(text).map_err(invalid)?;
+        check_segments(text, MAX_NAME_LEN).map_err(invalid)?;
         let count = text.split('/').count();
         if count > MAX_PATTERN_SEGMENTS {
             return Err(invalid(format!("has {count} segments; at most {MAX_PATTERN_SEGMENTS} are allowed")));

@@ -314,6 +314,27 @@ static void test_invalid_names_patterns_filters_and_strings(void) {
     o = sub_options();
     o.overflow = RILL_OVERFLOW_BLOCK; /* Block needs a lag limit */
     CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    /* Names are checked where they are given, and the error says which one
+     * (a bad durable name used to be reported as a bad topic "$dlq/..."). */
+    o = sub_options();
+    o.name = "a//b";
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("subscription name \"a//b\" segment 2 is empty");
+    char long_name[300];
+    memset(long_name, 'n', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = 0;
+    o.name = long_name;
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("at most 250 are allowed");
+    o = sub_options();
+    o.dead_letter_topic = "dead//letters";
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("dead_letter_topic");
+    rill_consumer *g = NULL;
+    CHECK_STATUS(rill_consumer_new(b, "g//h", "orders", NULL, &g), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("consumer group name");
+    CHECK(g == NULL);
+
     rill_consumer_options co;
     rill_consumer_options_init(&co);
     co.start = 9;
