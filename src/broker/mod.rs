@@ -647,12 +647,7 @@ impl BrokerInner {
                     None => match options.start {
                         StartPosition::Latest => log.cursor_from_end(),
                         StartPosition::Earliest => log.cursor_from_first(),
-                        StartPosition::Offset(o) => log.cursor_at(o).map_err(|e| match e {
-                            Error::OutOfRange { offset, first, end, .. } => {
-                                Error::OutOfRange { partition: p.index, offset, first, end }
-                            }
-                            other => other,
-                        })?,
+                        StartPosition::Offset(o) => log.cursor_at(o)?,
                     },
                 };
                 readers.push((t.name.clone(), p.clone(), cursor));

@@ -389,7 +389,7 @@ impl Topic {
         }
         let config = options.log_config();
         let partitions = (0..options.partitions)
-            .map(|i| Log::new(&config).map(|log| Arc::new(Partition::new(i, log))))
+            .map(|i| Log::for_partition(&config, i).map(|log| Arc::new(Partition::new(i, log))))
             .collect::<Result<Vec<_>>>()?;
         Ok(Topic { name: name.into(), partitions: partitions.into() })
     }

@@ -217,6 +217,8 @@ impl Dir {
 /// What a log shares between its handle and its cursors.
 struct Shared {
     sizes: Sizes,
+    /// The partition this log belongs to, for errors that name it.
+    partition: u32,
     dir: epoch::Atomic<Dir>,
     pool: Arc<Pool>,
     /// Readers that retention must wait for: it never trims a segment holding
@@ -438,13 +440,24 @@ pub struct Log {
 }
 
 impl Log {
-    /// A new, empty log whose first record gets offset 0.
+    /// A new, empty log whose first record gets offset 0. It is partition 0
+    /// as far as its errors say ([`Log::for_partition`] names another).
     pub fn new(config: &LogConfig) -> Result<Log> {
         Self::starting_at(config, 0)
     }
 
+    /// A new, empty log for partition `partition` of a topic: errors about
+    /// its offsets ([`Error::OutOfRange`]) name that partition.
+    pub fn for_partition(config: &LogConfig, partition: u32) -> Result<Log> {
+        Self::build(config, partition, 0)
+    }
+
     /// A new, empty log whose first record gets offset `first_offset`.
     pub fn starting_at(config: &LogConfig, first_offset: u64) -> Result<Log> {
+        Self::build(config, 0, first_offset)
+    }
+
+    fn build(config: &LogConfig, partition: u32, first_offset: u64) -> Result<Log> {
         let sizes = config.resolve()?;
         crate::clock::warm_up();
         let pool = Arc::new(Pool::new(sizes.segment_bytes, sizes.slots, SPARE_SEGMENTS));
@@ -452,6 +465,7 @@ impl Log {
         Ok(Log {
             shared: Arc::new(Shared {
                 sizes,
+                partition,
                 dir: epoch::Atomic::new(Dir { segs: vec![first], stalled: None }),
                 pool,
                 holds: Mutex::new(Vec::new()),

@@ -473,3 +473,15 @@ fn a_batch_over_the_reservation_cap_is_cut_into_parts() {
     log.append_batch(&records, &mut offsets).unwrap();
     assert_eq!(offsets, (0..n as u64).collect::<Vec<_>>());
 }
+
+/// The log names its own partition in range errors (the broker used to patch
+/// a `partition: 0` from the log in two places).
+#[test]
+fn range_errors_name_the_logs_partition() {
+    let log = Log::for_partition(&LogConfig::default(), 3).unwrap();
+    log.append(&Record::new(b"x")).unwrap();
+    let err = log.cursor_at(5).unwrap_err();
+    assert_eq!(err, Error::OutOfRange { partition: 3, offset: 5, first: 0, end: 1 });
+    let mut c = log.cursor_from_first();
+    assert!(matches!(c.seek(9), Err(Error::OutOfRange { partition: 3, offset: 9, .. })));
+}
