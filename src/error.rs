@@ -87,3 +87,14 @@ pub enum Error {
 
 /// rill's `Result`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The message of a caught panic's payload (`panic!` with a literal or a
+/// formatted message), for reporting it: a handler's panic becomes a retry
+/// reason, and the C ABI's panic boundary puts it in `rill_last_error`.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
