@@ -117,9 +117,13 @@ fn bad_subscription_group_and_dead_letter_names_say_which_argument() {
     let b = broker();
     topic(&b, "t", 1);
     let long = "x".repeat(rill::MAX_SUBSCRIPTION_NAME_LEN + 1);
-    for (bad, says) in
-        [("a//b", "segment 2 is empty"), ("", "must not be empty"), ("a*", "'*'"), ("n\0ul", "NUL"), (&long, "at most 250")]
-    {
+    for (bad, says) in [
+        ("a//b", "segment 2 is empty"),
+        ("", "must not be empty"),
+        ("a*", "'*'"),
+        ("n\0ul", "NUL"),
+        (&long, "at most 250"),
+    ] {
         let options = SubscriptionOptions { name: Some(bad.to_string()), ..Default::default() };
         let err = b.subscribe("t", options, |_: &Message<'_>| Ack::Success).unwrap_err();
         let text = err.to_string();

@@ -194,4 +194,3 @@ pub(crate) fn boundary_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
         }
     }
 }
-

@@ -655,7 +655,8 @@ impl BrokerInner {
         }
         if options.dedicated_thread {
             let s = sub.clone();
-            let handle = crate::sync::spawn_named(format!("rill-sub-{}", sub.name), move || SubCore::dedicated_loop(s))?;
+            let handle =
+                crate::sync::spawn_named(format!("rill-sub-{}", sub.name), move || SubCore::dedicated_loop(s))?;
             sub.set_thread(handle.thread().clone());
             control.dedicated.push(handle);
         }

@@ -346,6 +346,12 @@ impl<V: Clone> PatternIndex<V> {
 
     /// Every value whose pattern matches `topic`, each once.
     pub(crate) fn matches(&self, topic: &str) -> Vec<V> {
+        self.matches_counting(topic).0
+    }
+
+    /// [`PatternIndex::matches`], and how many (node, segment) pairs the walk
+    /// visited: at most `nodes * (segments + 1)` (the fuzz target checks it).
+    pub(crate) fn matches_counting(&self, topic: &str) -> (Vec<V>, usize) {
         let mut walk = Walk {
             parts: topic.split('/').collect(),
             reserved: topic.starts_with(RESERVED_PREFIX),
@@ -353,10 +359,22 @@ impl<V: Clone> PatternIndex<V> {
             found: Vec::new(),
         };
         walk.visit(&self.root, 0);
+        let visits = walk.visited.len();
         let mut found = walk.found;
         found.sort_unstable_by_key(|(id, _)| *id);
         found.dedup_by_key(|(id, _)| *id);
-        found.into_iter().map(|(_, v)| v).collect()
+        (found.into_iter().map(|(_, v)| v).collect(), visits)
+    }
+
+    /// Nodes of the trie, the root included.
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn node_count(&self) -> usize {
+        fn count<V>(n: &Node<V>) -> usize {
+            1 + n.literal.values().map(count).sum::<usize>()
+                + n.one.as_deref().map_or(0, count)
+                + n.any.as_deref().map_or(0, count)
+        }
+        count(&self.root)
     }
 }
 
@@ -531,7 +549,11 @@ mod tests {
     }
 
     fn pattern_segment() -> impl proptest::strategy::Strategy<Value = String> {
-        proptest::prop_oneof![segment(), proptest::strategy::Just("*".to_owned()), proptest::strategy::Just("**".to_owned())]
+        proptest::prop_oneof![
+            segment(),
+            proptest::strategy::Just("*".to_owned()),
+            proptest::strategy::Just("**".to_owned())
+        ]
     }
 
     proptest::proptest! {

@@ -275,7 +275,10 @@ impl<'a> RecordView<'a> {
     #[inline]
     pub fn attributes(&self) -> Attributes<'a> {
         let start = HEADER_LEN + self.key_len();
-        Attributes { block: &self.bytes[start..start + self.attrs_len()], remaining: read_u16(self.bytes, ATTR_COUNT_AT) as usize }
+        Attributes {
+            block: &self.bytes[start..start + self.attrs_len()],
+            remaining: read_u16(self.bytes, ATTR_COUNT_AT) as usize,
+        }
     }
 
     /// The value of attribute `key`, if the record has it.

@@ -226,9 +226,9 @@ impl Pool {
         if let Some(recycled) = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop() {
             return Ok(recycled);
         }
-        self.injected_failure()
-            .and_then(|()| Buffers::map(self.capacity, self.slot_count))
-            .map_err(|e| Error::ResourceExhausted(format!("out of memory: cannot map a log segment of {} bytes: {e}", self.capacity)))
+        self.injected_failure().and_then(|()| Buffers::map(self.capacity, self.slot_count)).map_err(|e| {
+            Error::ResourceExhausted(format!("out of memory: cannot map a log segment of {} bytes: {e}", self.capacity))
+        })
     }
 
     /// Makes the next `n` fresh allocations fail (see `fail_allocations`).
