@@ -83,3 +83,38 @@ fn a_dedicated_thread_that_cannot_start_is_resource_exhausted() {
     assert_eq!(sub.stats().delivered, 1);
     broker.close();
 }
+
+/// Issue 14 #3 through the broker: a publish whose partition cannot map its
+/// next segment fails with ResourceExhausted (it used to panic and leave the
+/// partition spinning); the subscriber still gets every message that was
+/// published, and publishing works again once memory is back.
+#[test]
+fn a_partition_out_of_memory_fails_the_publish_and_recovers() {
+    let broker = Broker::new(BrokerConfig { worker_threads: Some(1), ..BrokerConfig::default() }).unwrap();
+    let options = TopicOptions { segment_bytes: Some(crate::log::MIN_SEGMENT_BYTES), ..TopicOptions::default() };
+    broker.create_topic("t", &options).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let sub = broker
+        .subscribe("t", SubscriptionOptions::default(), move |m| {
+            s.lock().unwrap().push(m.offset());
+            Ack::Success
+        })
+        .unwrap();
+    let topic = broker.inner().topics.load().get("t").cloned().unwrap();
+    topic.partitions[0].log.fail_next_segment_allocations(1);
+    let mut published = Vec::new();
+    let err = loop {
+        match broker.publish("t", &Record::new(&[7; 200])) {
+            Ok(p) => published.push(p.offset),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(&err, Error::ResourceExhausted(m) if m.contains("out of memory")), "{err}");
+    published.push(broker.publish("t", &Record::new(b"after")).unwrap().offset);
+    let batch = broker.publish_batch("t", &[Record::new(b"b1"), Record::new(b"b2")]).unwrap();
+    published.extend(batch.iter().map(|p| p.offset));
+    assert!(sub.wait_idle(Duration::from_secs(10)).unwrap());
+    assert_eq!(*seen.lock().unwrap(), published, "every published message, in order");
+    broker.close();
+}
