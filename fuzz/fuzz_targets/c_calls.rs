@@ -47,6 +47,11 @@ impl Bytes<'_> {
         Some(b)
     }
 
+    /// True about once in `n` times.
+    fn one_in(&mut self, n: u8) -> bool {
+        self.byte().unwrap_or(0).is_multiple_of(n)
+    }
+
     fn pick<T: Copy>(&mut self, from: &[T]) -> T {
         from[self.byte().unwrap_or(0) as usize % from.len()]
     }
@@ -158,7 +163,7 @@ impl World {
             let mut o = std::mem::zeroed::<rill_broker_options>();
             rill_broker_options_init(&mut o);
             o.worker_threads = 1 + b.byte().unwrap_or(0) as u32 % 2;
-            o.auto_create_topics = b.byte().unwrap_or(0) % 2 == 0;
+            o.auto_create_topics = b.one_in(2);
             o.publish_timeout_ms = 20;
             let mut out = ptr::null_mut();
             check(rill_broker_new(&o, &mut out));
@@ -194,7 +199,7 @@ impl World {
                 let mut o = std::mem::zeroed::<rill_subscription_options>();
                 rill_subscription_options_init(&mut o);
                 let name = b.name(&["d1", "d2", "x/y"]);
-                if b.byte().unwrap_or(0) % 3 == 0 {
+                if b.one_in(3) {
                     o.name = name.as_ptr();
                 }
                 o.start = b.pick(&[RILL_START_LATEST, RILL_START_EARLIEST]);
@@ -203,9 +208,9 @@ impl World {
                 o.backoff_max_ms = 1;
                 o.overflow = b.pick(&[RILL_OVERFLOW_DROP_OLDEST, RILL_OVERFLOW_BLOCK, RILL_OVERFLOW_DISCONNECT]);
                 o.lag_limit = b.byte().unwrap_or(0) as u64 % 4;
-                o.dedicated_thread = b.byte().unwrap_or(0) % 4 == 0;
+                o.dedicated_thread = b.one_in(4);
                 let filter = c"attributes:k";
-                if b.byte().unwrap_or(0) % 4 == 0 {
+                if b.one_in(4) {
                     o.filter = filter.as_ptr();
                 }
                 o.user_data_free = Some(free_ctx);
@@ -213,7 +218,7 @@ impl World {
                 let ctx = Box::into_raw(Box::new(Ctx { broker, mode })).cast::<c_void>();
                 let pattern = b.name(PATTERNS);
                 let mut out = ptr::null_mut();
-                let status = if b.byte().unwrap_or(0) % 2 == 0 {
+                let status = if b.one_in(2) {
                     rill_subscribe(broker, pattern.as_ptr(), &o, Some(handler), ctx, &mut out)
                 } else {
                     rill_subscribe_batch(broker, pattern.as_ptr(), &o, Some(batch_handler), ctx, &mut out)
@@ -291,7 +296,7 @@ impl World {
                 check(rill_topic_get_stats(broker, b.name(TOPICS).as_ptr(), &mut st));
             }
             _ => {
-                if b.byte().unwrap_or(0) % 8 == 0 {
+                if b.one_in(8) {
                     rill_broker_close(broker);
                 }
             }
