@@ -471,7 +471,12 @@ typedef struct {
     uint32_t struct_size;
     /**
      * A durable name (NULL: anonymous). A durable subscription's position is
-     * kept while it is away and used when it subscribes again.
+     * kept while it is away and used when it subscribes again. A name
+     * follows the topic name rules (`/`-separated non-empty segments of
+     * UTF-8, no NUL or `*`) and is at most 250 bytes, so that its default
+     * dead-letter topic `$dlq/<name>` is a valid topic name; otherwise
+     * `rill_subscribe` fails with `RILL_ERR_INVALID_ARGUMENT` and an error
+     * text that starts "subscription name".
      */
     const char *name;
     /**
@@ -507,7 +512,10 @@ typedef struct {
      */
     double backoff_multiplier;
     /**
-     * Dead-letter topic (NULL: `$dlq/<name>`); created if missing.
+     * Dead-letter topic (NULL: `$dlq/<name>`); created if missing. A topic
+     * name (see `rill_topic_create`; `$` names are allowed here); otherwise
+     * `RILL_ERR_INVALID_ARGUMENT` with an error text naming
+     * `dead_letter_topic`.
      */
     const char *dead_letter_topic;
     /**
@@ -943,7 +951,10 @@ void rill_consumer_options_init_v1(rill_consumer_options *o, size_t size);
 
 /**
  * A consumer of `topic` for `group`. The group resumes from its committed
- * offsets; other partitions start as `o` says (NULL: earliest).
+ * offsets; other partitions start as `o` says (NULL: earliest). A group name
+ * follows the topic name rules (`/`-separated non-empty segments of UTF-8,
+ * at most 255 bytes, no NUL or `*`); otherwise `RILL_ERR_INVALID_ARGUMENT`
+ * with an error text naming the consumer group.
  * `RILL_ERR_BUSY` if the group already has a live consumer of the topic.
  * Called as `rill_consumer_new`.
  *
@@ -1147,9 +1158,11 @@ void rill_subscription_options_init_v1(rill_subscription_options *o, size_t size
 
 /**
  * Subscribes `handler` to every topic matching `pattern` (`*` matches one
- * segment, `**` any number; topics created later are matched too). `o` may
- * be NULL for the defaults. On success `*out` is the subscription. Called
- * as `rill_subscribe`.
+ * segment, `**` any number; topics created later are matched too). A
+ * pattern follows the topic name rules (see `rill_topic_create`) and has at
+ * most 64 segments, at most 32 of them `**`; a wildcard is a whole segment.
+ * `o` may be NULL for the defaults. On success `*out` is the subscription.
+ * Called as `rill_subscribe`.
  *
  * `user_data` is passed to every handler call, on broker threads; it must
  * be safe to use from them. If `o->user_data_free` is set it is called

@@ -77,7 +77,10 @@ pub enum Error {
     /// A lookup found nothing (an attribute, a subscription, a partition).
     #[error("not found: {0}")]
     NotFound(String),
-    /// The system ran out of a resource: memory, threads, address space.
+    /// The system ran out of a resource rill needed: memory (a log segment
+    /// could not be mapped), threads (a worker could not be spawned) or
+    /// address space. The text says which, with the operating system's error.
+    /// Nothing was half-done: retrying once the resource is available works.
     #[error("resource exhausted: {0}")]
     ResourceExhausted(String),
 }
@@ -130,3 +133,14 @@ impl Error {
 
 /// rill's `Result`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The message of a caught panic's payload (`panic!` with a literal or a
+/// formatted message), for reporting it: a handler's panic becomes a retry
+/// reason, and the C ABI's panic boundary puts it in `rill_last_error`.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}

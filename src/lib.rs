@@ -25,13 +25,16 @@
 pub mod broker;
 pub mod clock;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod log;
 pub(crate) mod sync;
 
 pub use broker::{
     Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DeliveryMode, Filter,
-    LagCallback, Message, Overflow, Pattern, Polled, Position, Publisher, RetryBackoff, StartPosition, Subscription,
-    SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
+    LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow, Pattern, Polled, Position, Publisher, RetryBackoff,
+    StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
 };
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Result, panic_message};
 pub use log::Record;

@@ -46,6 +46,51 @@ pub(crate) mod thread {
     pub(crate) use std::thread_local;
 }
 
+/// Starts a thread named `name`: the one way rill spawns threads. A failure
+/// (the system is out of threads, or of memory for a stack: `EAGAIN`) is
+/// [`Error::ResourceExhausted`](crate::Error::ResourceExhausted) with the
+/// operating system's error text.
+pub(crate) fn spawn_named<F, T>(name: String, f: F) -> crate::Result<thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    #[cfg(all(test, not(loom)))]
+    let result = spawn_fault::check().and_then(|()| thread::Builder::new().name(name.clone()).spawn(f));
+    #[cfg(not(all(test, not(loom))))]
+    let result = thread::Builder::new().name(name.clone()).spawn(f);
+    result.map_err(|e| crate::Error::ResourceExhausted(format!("cannot start thread {name:?}: {e}")))
+}
+
+/// Test seam: makes a thread's spawns fail after a given number succeed, as
+/// `EAGAIN` from the system would. Per calling thread, so tests running in
+/// parallel do not see each other's faults.
+#[cfg(all(test, not(loom)))]
+pub(crate) mod spawn_fault {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        static SUCCEED_BEFORE_FAILING: Cell<Option<usize>> = const { Cell::new(None) };
+    }
+
+    /// From now on, this thread's spawns fail once `n` more have succeeded;
+    /// `None` lifts the fault.
+    pub(crate) fn fail_after(n: Option<usize>) {
+        SUCCEED_BEFORE_FAILING.with(|c| c.set(n));
+    }
+
+    pub(super) fn check() -> std::io::Result<()> {
+        SUCCEED_BEFORE_FAILING.with(|c| match c.get() {
+            Some(0) => Err(std::io::Error::from(std::io::ErrorKind::WouldBlock)),
+            Some(n) => {
+                c.set(Some(n - 1));
+                Ok(())
+            }
+            None => Ok(()),
+        })
+    }
+}
+
 /// A process-wide unique, non-zero id (for brokers and subscriptions).
 ///
 /// A plain std atomic on purpose: it hands out numbers and synchronises

@@ -94,6 +94,53 @@ fn unknown_topics_and_bad_names_are_clear_errors() {
     assert_eq!(b.topic_stats("t").unwrap().publish_count, 0);
 }
 
+/// Issue 14 #14: a bad durable name used to come back as an error about the
+/// topic `$dlq/<name>`, which the caller never named. Each name is checked
+/// where it is given, and the error says which argument is wrong.
+#[test]
+fn bad_subscription_group_and_dead_letter_names_say_which_argument() {
+    let b = broker();
+    topic(&b, "t", 1);
+    let long = "x".repeat(rill::MAX_SUBSCRIPTION_NAME_LEN + 1);
+    for (bad, says) in [
+        ("a//b", "segment 2 is empty"),
+        ("", "must not be empty"),
+        ("a*", "'*'"),
+        ("n\0ul", "NUL"),
+        (&long, "at most 250"),
+    ] {
+        let options = SubscriptionOptions { name: Some(bad.to_string()), ..Default::default() };
+        let err = b.subscribe("t", options, |_: &Message<'_>| Ack::Success).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{bad:?}: {err:?}");
+        assert!(text.contains("subscription name") && text.contains(says), "{bad:?}: {text}");
+        assert!(!text.contains("$dlq"), "{bad:?}: {text}");
+        // Also when the pattern names a topic that does not exist: the name is
+        // checked first.
+        let options = SubscriptionOptions { name: Some(bad.to_string()), ..Default::default() };
+        let err = b.subscribe("missing", options, |_: &Message<'_>| Ack::Success).unwrap_err();
+        assert!(err.to_string().contains("subscription name"), "{bad:?}: {err}");
+    }
+    // The longest name whose dead-letter topic fits is fine.
+    let ok = "y".repeat(rill::MAX_SUBSCRIPTION_NAME_LEN);
+    let sub = b
+        .subscribe("t", SubscriptionOptions { name: Some(ok.clone()), ..Default::default() }, |_: &Message<'_>| {
+            Ack::Success
+        })
+        .unwrap();
+    assert_eq!(sub.stats().dead_letter_topic, Some(format!("$dlq/{ok}")));
+    drop(sub);
+    for bad in ["a//b", "x/*", ""] {
+        let options = SubscriptionOptions { dead_letter_topic: Some(bad.into()), ..Default::default() };
+        let err = b.subscribe("t", options, |_: &Message<'_>| Ack::Success).unwrap_err();
+        assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("dead_letter_topic")), "{bad:?}: {err}");
+    }
+    for bad in ["", "g//h", "g\0"] {
+        let err = b.consumer(bad, "t", rill::ConsumerOptions::default()).unwrap_err();
+        assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("consumer group name")), "{bad:?}: {err}");
+    }
+}
+
 #[test]
 fn auto_created_topics_appear_on_first_publish() {
     let b = Broker::new(BrokerConfig { auto_create_topics: true, ..Default::default() }).unwrap();

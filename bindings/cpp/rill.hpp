@@ -59,6 +59,18 @@ inline void check(rill_status status) {
 }
 
 inline int64_t to_ms(std::chrono::milliseconds timeout) { return static_cast<int64_t>(timeout.count()); }
+
+// `s` as a C string. C strings end at the first NUL, so a string with one
+// inside would reach rill cut short ("ab\0cd" would name topic "ab"): it is
+// refused with RILL_ERR_INVALID_ARGUMENT instead, naming the argument.
+inline const char *c_str(const std::string &s, const char *what) {
+    std::string::size_type nul = s.find('\0');
+    if (nul != std::string::npos) {
+        throw Error(RILL_ERR_INVALID_ARGUMENT, std::string("RILL_ERR_INVALID_ARGUMENT: ") + what +
+                                                   " contains a NUL byte at position " + std::to_string(nul));
+    }
+    return s.c_str();
+}
 }  // namespace detail
 
 /// What a handler says about a message.
@@ -96,7 +108,7 @@ class Message {
     std::optional<std::string_view> attribute(const std::string &name) const {
         const char *value = nullptr;
         size_t len = 0;
-        rill_status st = rill_message_attribute(m_, name.c_str(), &value, &len);
+        rill_status st = rill_message_attribute(m_, detail::c_str(name, "attribute name"), &value, &len);
         if (st == RILL_ERR_NOT_FOUND) return std::nullopt;
         detail::check(st);
         return std::string_view(value, len);
@@ -115,7 +127,7 @@ class Message {
         return out;
     }
     /// Explains a Retry or DeadLetter (inside a handler).
-    void set_reason(const std::string &reason) const { rill_ack_reason(m_, reason.c_str()); }
+    void set_reason(const std::string &reason) const { rill_ack_reason(m_, detail::c_str(reason, "reason")); }
     /// The C view.
     const rill_message *raw() const noexcept { return m_; }
 
@@ -304,7 +316,7 @@ struct RecordData {
 
 inline RecordData to_c(const Record &r) {
     RecordData d;
-    for (const auto &a : r.attributes) d.attributes.push_back({a.first.c_str(), a.second.c_str()});
+    for (const auto &a : r.attributes) d.attributes.push_back({c_str(a.first, "attribute key"), c_str(a.second, "attribute value")});
     d.record.key = r.key ? r.key->data() : nullptr;
     d.record.key_len = r.key ? r.key->size() : 0;
     d.record.payload = r.payload.data();
@@ -357,8 +369,8 @@ inline size_t batch_trampoline(void *user_data, const rill_message *ms, size_t n
 // Fills C subscription options from the C++ ones; the strings stay owned by `o`.
 inline void to_c(const SubscriptionOptions &o, rill_subscription_options &c) {
     rill_subscription_options_init(&c);
-    c.name = o.name ? o.name->c_str() : nullptr;
-    c.filter = o.filter ? o.filter->c_str() : nullptr;
+    c.name = o.name ? c_str(*o.name, "subscription name") : nullptr;
+    c.filter = o.filter ? c_str(*o.filter, "filter") : nullptr;
     c.start = o.start;
     c.start_offset = o.start_offset;
     c.delivery = o.delivery;
@@ -366,7 +378,7 @@ inline void to_c(const SubscriptionOptions &o, rill_subscription_options &c) {
     c.backoff_initial_ms = static_cast<uint64_t>(o.backoff_initial.count());
     c.backoff_max_ms = static_cast<uint64_t>(o.backoff_max.count());
     c.backoff_multiplier = o.backoff_multiplier;
-    c.dead_letter_topic = o.dead_letter_topic ? o.dead_letter_topic->c_str() : nullptr;
+    c.dead_letter_topic = o.dead_letter_topic ? c_str(*o.dead_letter_topic, "dead_letter_topic") : nullptr;
     c.overflow = o.overflow;
     c.lag_limit = o.lag_limit;
     c.dedicated_thread = o.dedicated_thread;
@@ -444,13 +456,13 @@ class Broker {
         c.retention_bytes = o.retention_bytes;
         c.retention_messages = o.retention_messages;
         c.max_message_bytes = o.max_message_bytes;
-        detail::check(rill_topic_create(b_, name.c_str(), &c));
+        detail::check(rill_topic_create(b_, detail::c_str(name, "topic name"), &c));
     }
 
     Position publish(const std::string &topic, const Record &r) {
         auto d = detail::to_c(r);
         rill_position pos;
-        detail::check(rill_publish(b_, topic.c_str(), &d.record, &pos));
+        detail::check(rill_publish(b_, detail::c_str(topic, "topic name"), &d.record, &pos));
         return {pos.partition, pos.offset};
     }
     Position publish(const std::string &topic, std::string_view payload) { return publish(topic, Record{payload}); }
@@ -459,7 +471,7 @@ class Broker {
     Position try_publish(const std::string &topic, const Record &r) {
         auto d = detail::to_c(r);
         rill_position pos;
-        detail::check(rill_try_publish(b_, topic.c_str(), &d.record, &pos));
+        detail::check(rill_try_publish(b_, detail::c_str(topic, "topic name"), &d.record, &pos));
         return {pos.partition, pos.offset};
     }
 
@@ -471,7 +483,7 @@ class Broker {
         c.reserve(data.size());
         for (auto &d : data) c.push_back(d.record);
         std::vector<rill_position> pos(records.size());
-        detail::check(rill_publish_batch(b_, topic.c_str(), c.data(), c.size(), pos.data()));
+        detail::check(rill_publish_batch(b_, detail::c_str(topic, "topic name"), c.data(), c.size(), pos.data()));
         std::vector<Position> out;
         out.reserve(pos.size());
         for (const auto &p : pos) out.push_back({p.partition, p.offset});
@@ -480,16 +492,18 @@ class Broker {
 
     Publisher publisher(const std::string &topic) {
         rill_publisher *p = nullptr;
-        detail::check(rill_publisher_new(b_, topic.c_str(), &p));
+        detail::check(rill_publisher_new(b_, detail::c_str(topic, "topic name"), &p));
         return Publisher(p);
     }
 
     Subscription subscribe(const std::string &pattern, Handler handler, const SubscriptionOptions &o = {}) {
+        // Every string is checked before `user` is allocated, so a refusal leaks nothing.
+        const char *pat = detail::c_str(pattern, "pattern");
         rill_subscription_options c;
         detail::to_c(o, c);
         auto *user = new detail::Callbacks{std::move(handler), nullptr, o.on_lagged};
         rill_subscription *s = nullptr;
-        detail::check(rill_subscribe(b_, pattern.c_str(), &c, detail::trampoline, user, &s));
+        detail::check(rill_subscribe(b_, pat, &c, detail::trampoline, user, &s));
         return Subscription(s);
     }
 
@@ -497,11 +511,12 @@ class Broker {
     /// (see rill_subscribe_batch): one call for many messages.
     Subscription subscribe_batch(const std::string &pattern, BatchHandler handler,
                                  const SubscriptionOptions &o = {}) {
+        const char *pat = detail::c_str(pattern, "pattern");
         rill_subscription_options c;
         detail::to_c(o, c);
         auto *user = new detail::Callbacks{nullptr, std::move(handler), o.on_lagged};
         rill_subscription *s = nullptr;
-        detail::check(rill_subscribe_batch(b_, pattern.c_str(), &c, detail::batch_trampoline, user, &s));
+        detail::check(rill_subscribe_batch(b_, pat, &c, detail::batch_trampoline, user, &s));
         return Subscription(s);
     }
 
@@ -512,13 +527,13 @@ class Broker {
         o.start = start;
         o.start_offset = start_offset;
         rill_consumer *c = nullptr;
-        detail::check(rill_consumer_new(b_, group.c_str(), topic.c_str(), &o, &c));
+        detail::check(rill_consumer_new(b_, detail::c_str(group, "consumer group"), detail::c_str(topic, "topic name"), &o, &c));
         return Consumer(c);
     }
 
     rill_topic_stats topic_stats(const std::string &topic) const {
         rill_topic_stats out;
-        detail::check(rill_topic_get_stats(b_, topic.c_str(), &out));
+        detail::check(rill_topic_get_stats(b_, detail::c_str(topic, "topic name"), &out));
         return out;
     }
 

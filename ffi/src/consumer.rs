@@ -70,7 +70,10 @@ pub unsafe extern "C" fn rill_consumer_options_init_v1(o: *mut rill_consumer_opt
 }
 
 /// A consumer of `topic` for `group`. The group resumes from its committed
-/// offsets; other partitions start as `o` says (NULL: earliest).
+/// offsets; other partitions start as `o` says (NULL: earliest). A group name
+/// follows the topic name rules (`/`-separated non-empty segments of UTF-8,
+/// at most 255 bytes, no NUL or `*`); otherwise `RILL_ERR_INVALID_ARGUMENT`
+/// with an error text naming the consumer group.
 /// `RILL_ERR_BUSY` if the group already has a live consumer of the topic.
 /// Called as `rill_consumer_new`.
 ///

@@ -120,7 +120,7 @@ pub(crate) fn boundary(body: impl FnOnce() -> Result<(), FfiError>) -> rill_stat
             e.status
         }
         Err(panic) => {
-            set_last_error(&format!("rill panicked: {}", panic_text(&*panic)));
+            set_last_error(&format!("rill panicked: {}", rill::panic_message(&*panic)));
             RILL_ERR_PANIC
         }
     }
@@ -132,21 +132,11 @@ pub(crate) fn boundary_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(v) => v,
         Err(panic) => {
-            set_last_error(&format!("rill panicked: {}", panic_text(&*panic)));
+            set_last_error(&format!("rill panicked: {}", rill::panic_message(&*panic)));
             fallback
         }
     }
 }
-
-/// The message of a panic payload.
-pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -108,7 +108,12 @@ pub struct rill_subscription_options {
     /// Set by `rill_subscription_options_init`; do not change (see "Option structs").
     pub struct_size: u32,
     /// A durable name (NULL: anonymous). A durable subscription's position is
-    /// kept while it is away and used when it subscribes again.
+    /// kept while it is away and used when it subscribes again. A name
+    /// follows the topic name rules (`/`-separated non-empty segments of
+    /// UTF-8, no NUL or `*`) and is at most 250 bytes, so that its default
+    /// dead-letter topic `$dlq/<name>` is a valid topic name; otherwise
+    /// `rill_subscribe` fails with `RILL_ERR_INVALID_ARGUMENT` and an error
+    /// text that starts "subscription name".
     pub name: *const c_char,
     /// An attribute filter in Pub/Sub syntax (NULL: deliver everything).
     pub filter: *const c_char,
@@ -126,7 +131,10 @@ pub struct rill_subscription_options {
     pub backoff_max_ms: u64,
     /// Growth of the wait per attempt, at least 1.0 (default 2.0).
     pub backoff_multiplier: f64,
-    /// Dead-letter topic (NULL: `$dlq/<name>`); created if missing.
+    /// Dead-letter topic (NULL: `$dlq/<name>`); created if missing. A topic
+    /// name (see `rill_topic_create`; `$` names are allowed here); otherwise
+    /// `RILL_ERR_INVALID_ARGUMENT` with an error text naming
+    /// `dead_letter_topic`.
     pub dead_letter_topic: *const c_char,
     /// `RILL_OVERFLOW_DROP_OLDEST` (default), `_BLOCK` or `_DISCONNECT`.
     pub overflow: rill_overflow,
@@ -283,9 +291,11 @@ impl Drop for UserData {
 }
 
 /// Subscribes `handler` to every topic matching `pattern` (`*` matches one
-/// segment, `**` any number; topics created later are matched too). `o` may
-/// be NULL for the defaults. On success `*out` is the subscription. Called
-/// as `rill_subscribe`.
+/// segment, `**` any number; topics created later are matched too). A
+/// pattern follows the topic name rules (see `rill_topic_create`) and has at
+/// most 64 segments, at most 32 of them `**`; a wildcard is a whole segment.
+/// `o` may be NULL for the defaults. On success `*out` is the subscription.
+/// Called as `rill_subscribe`.
 ///
 /// `user_data` is passed to every handler call, on broker threads; it must
 /// be safe to use from them. If `o->user_data_free` is set it is called

@@ -142,3 +142,42 @@ fn retention_trims_while_a_reader_is_inside_the_head_segment() {
         assert_eq!(seen.len() as u64 + missed, 5, "every record read or reported missed: {seen:?} {missed}");
     });
 }
+
+/// The sealer cannot allocate the next segment (the test seam fails exactly
+/// one allocation). It gets an out-of-memory error; the other publisher either
+/// was waiting for that roll and gets the error too, or came after the failure
+/// and installs the segment itself. Either way nobody waits for ever, and a
+/// later publish succeeds with dense offsets and intact records.
+#[test]
+fn a_failed_roll_fails_its_waiters_and_a_later_publish_recovers() {
+    model(|| {
+        let log = Arc::new(log(None));
+        append(&log, 100);
+        append(&log, 101);
+        log.fail_next_segment_allocations(1);
+        let try_append = |log: &Log, tag: u64| log.append(&Record::new(&tag.to_le_bytes()));
+        let l = log.clone();
+        let t = thread::spawn(move || try_append(&l, 10));
+        let mine = try_append(&log, 20);
+        let theirs = t.join().unwrap();
+
+        let results = [(mine, 20), (theirs, 10)];
+        let failed = results.iter().filter(|(r, _)| r.is_err()).count();
+        assert!(failed >= 1, "the sealer's allocation failed");
+        for (r, _) in &results {
+            if let Err(e) = r {
+                assert!(matches!(e, rill::Error::ResourceExhausted(_)), "{e}");
+            }
+        }
+        let mut expect: Vec<(u64, u64)> = vec![(0, 100), (1, 101)];
+        expect.extend(results.iter().filter_map(|(r, t)| r.as_ref().ok().map(|o| (*o, *t))));
+        let next = append(&log, 30);
+        expect.push((next, 30));
+        expect.sort_unstable();
+        let offsets: Vec<u64> = expect.iter().map(|(o, _)| *o).collect();
+        assert_eq!(offsets, (0..offsets.len() as u64).collect::<Vec<_>>(), "dense offsets");
+        let (seen, missed) = read_until(&mut log.cursor_from_first(), offsets.len() as u64);
+        assert_eq!(missed, 0);
+        assert_eq!(seen, expect);
+    });
+}

@@ -201,7 +201,7 @@ impl Consumer {
                 (Some(offset), _) => p.log.cursor_resuming(offset),
                 (None, ConsumerStart::Earliest) => p.log.cursor_from_first(),
                 (None, ConsumerStart::Latest) => p.log.cursor_from_end(),
-                (None, ConsumerStart::Offset(o)) => p.log.cursor_at(o).map_err(|e| with_partition(e, p.index))?,
+                (None, ConsumerStart::Offset(o)) => p.log.cursor_at(o)?,
             };
             parts.push(Part { cursor, committed });
         }
@@ -314,7 +314,7 @@ impl Consumer {
     /// Moves one partition's position to `offset`, which must be retained.
     pub fn seek(&mut self, partition: u32, offset: u64) -> Result<()> {
         self.check_open()?;
-        self.part(partition)?.cursor.seek(offset).map_err(|e| with_partition(e, partition))
+        self.part(partition)?.cursor.seek(offset)
     }
 
     /// Moves every partition to its oldest retained message.
@@ -428,13 +428,6 @@ impl Drop for Consumer {
 impl fmt::Debug for Consumer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Consumer").field("group", &self.core.group).field("topic", &self.topic()).finish()
-    }
-}
-
-fn with_partition(e: Error, partition: u32) -> Error {
-    match e {
-        Error::OutOfRange { offset, first, end, .. } => Error::OutOfRange { partition, offset, first, end },
-        other => other,
     }
 }
 

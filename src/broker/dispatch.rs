@@ -38,8 +38,9 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    /// Starts `size` workers.
-    pub(crate) fn start(size: usize) -> std::io::Result<Pool> {
+    /// Starts `size` workers. If one cannot be started, stops and joins the
+    /// ones that were before returning the error.
+    pub(crate) fn start(size: usize) -> crate::Result<Pool> {
         let shared = Arc::new(PoolShared {
             queue: Mutex::new(Queue { jobs: VecDeque::new(), sleeping: 0, stopping: false }),
             work: Condvar::new(),
@@ -48,12 +49,18 @@ impl Pool {
         let pool = Pool { shared, threads: Mutex::new(Vec::new()) };
         for i in 0..size {
             let shared = pool.shared.clone();
-            let handle = thread::Builder::new().name(format!("rill-worker-{i}")).spawn(move || {
+            let started = crate::sync::spawn_named(format!("rill-worker-{i}"), move || {
                 while let Some(job) = shared.next_job() {
                     SubCore::run(job);
                 }
-            })?;
-            pool.threads.lock().unwrap_or_else(|e| e.into_inner()).push(handle);
+            });
+            match started {
+                Ok(handle) => pool.threads.lock().unwrap_or_else(|e| e.into_inner()).push(handle),
+                Err(e) => {
+                    pool.stop();
+                    return Err(e);
+                }
+            }
         }
         Ok(pool)
     }
@@ -185,11 +192,11 @@ pub(crate) struct Timer {
 }
 
 impl Timer {
-    pub(crate) fn start() -> std::io::Result<Timer> {
+    pub(crate) fn start() -> crate::Result<Timer> {
         let shared =
             Arc::new((Mutex::new(Alarms { heap: BinaryHeap::new(), next_seq: 0, stopping: false }), Condvar::new()));
         let s = shared.clone();
-        let handle = thread::Builder::new().name("rill-timer".into()).spawn(move || Self::run(&s))?;
+        let handle = crate::sync::spawn_named("rill-timer".into(), move || Self::run(&s))?;
         Ok(Timer { shared, thread: Mutex::new(Some(handle)) })
     }
 

@@ -38,7 +38,7 @@ use consumer::ConsumerCore;
 pub use consumer::{Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, GroupPartition, Polled};
 use dispatch::{Pool, Timer};
 pub use filter::Filter;
-pub use names::{MAX_NAME_LEN, Pattern};
+pub use names::{MAX_NAME_LEN, MAX_PATTERN_ANY, MAX_PATTERN_SEGMENTS, MAX_SUBSCRIPTION_NAME_LEN, Pattern};
 pub use subscription::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Message, Overflow, PartitionLag,
     RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats,
@@ -190,9 +190,17 @@ impl Broker {
         Topic::new("validate", &config.default_topic)?;
         crate::clock::warm_up();
         let id = crate::sync::unique_id();
-        let spawn_err = |e: std::io::Error| Error::InvalidArgument(format!("cannot start broker threads: {e}"));
-        let pool = Arc::new(Pool::start(workers).map_err(spawn_err)?);
-        let timer = Arc::new(Timer::start().map_err(spawn_err)?);
+        // A thread that cannot be started is ResourceExhausted; whatever was
+        // started before it is stopped and joined, so a failed `new` leaves
+        // nothing running.
+        let pool = Arc::new(Pool::start(workers)?);
+        let timer = match Timer::start() {
+            Ok(timer) => Arc::new(timer),
+            Err(e) => {
+                pool.stop();
+                return Err(e);
+            }
+        };
         let inner = Arc::new(BrokerInner {
             id,
             config,
@@ -310,11 +318,7 @@ impl Broker {
     /// A second live consumer of the same group and topic is `Busy`.
     pub fn consumer(&self, group: &str, topic: &str, options: ConsumerOptions) -> Result<Consumer> {
         let inner = self.inner();
-        if group.is_empty() || group.contains('\0') {
-            return Err(Error::InvalidArgument(format!(
-                "consumer group name {group:?} must be non-empty, without NUL"
-            )));
-        }
+        names::validate_group(group)?;
         let t = inner.topic(topic)?;
         let core = Arc::new(ConsumerCore::new(crate::sync::unique_id(), group.to_owned(), t.clone()));
         let committed = {
@@ -585,25 +589,22 @@ impl BrokerInner {
     ) -> Result<Subscription> {
         this.check_open()?;
         let pattern = Pattern::parse(pattern)?;
+        // Every name is checked before anything is looked up or created, so
+        // the error names the argument that is wrong.
+        if let Some(name) = &options.name {
+            names::validate_subscription_name(name)?;
+        }
+        if let Some(topic) = &options.dead_letter_topic {
+            names::validate_dead_letter_topic(topic)?;
+        }
         if pattern.is_literal() && this.topic(pattern.as_str()).is_err() {
             // Naming one topic that does not exist is a mistake, unless topics
             // are created on demand.
             this.topic_for_publish(pattern.as_str())?;
         }
         let id = crate::sync::unique_id();
-        let name = match &options.name {
-            Some(n) => {
-                if n.is_empty() || n.contains('*') || n.contains('\0') {
-                    return Err(Error::InvalidArgument(format!(
-                        "subscription name {n:?} must be non-empty, without '*' or NUL"
-                    )));
-                }
-                n.clone()
-            }
-            None => format!("anon-{id}"),
-        };
-        let dlq_name = options.dead_letter_topic.clone().unwrap_or_else(|| format!("$dlq/{name}"));
-        names::validate_topic(&dlq_name)?;
+        let name = options.name.clone().unwrap_or_else(|| format!("anon-{id}"));
+        let dlq_name = options.dead_letter_topic.clone().unwrap_or_else(|| names::default_dead_letter_topic(&name));
         let dlq = match this.topic(&dlq_name) {
             Ok(t) => t,
             Err(Error::NoSuchTopic(_)) => match this.create_topic(&dlq_name, &this.config.default_topic) {
@@ -646,12 +647,7 @@ impl BrokerInner {
                     None => match options.start {
                         StartPosition::Latest => log.cursor_from_end(),
                         StartPosition::Earliest => log.cursor_from_first(),
-                        StartPosition::Offset(o) => log.cursor_at(o).map_err(|e| match e {
-                            Error::OutOfRange { offset, first, end, .. } => {
-                                Error::OutOfRange { partition: p.index, offset, first, end }
-                            }
-                            other => other,
-                        })?,
+                        StartPosition::Offset(o) => log.cursor_at(o)?,
                     },
                 };
                 readers.push((t.name.clone(), p.clone(), cursor));
@@ -659,10 +655,8 @@ impl BrokerInner {
         }
         if options.dedicated_thread {
             let s = sub.clone();
-            let handle = thread::Builder::new()
-                .name(format!("rill-sub-{}", sub.name))
-                .spawn(move || SubCore::dedicated_loop(s))
-                .map_err(|e| Error::InvalidArgument(format!("cannot start a dedicated thread: {e}")))?;
+            let handle =
+                crate::sync::spawn_named(format!("rill-sub-{}", sub.name), move || SubCore::dedicated_loop(s))?;
             sub.set_thread(handle.thread().clone());
             control.dedicated.push(handle);
         }
@@ -761,3 +755,6 @@ pub fn wait_all_idle(subs: &[&Subscription], timeout: Duration) -> Result<bool> 
     }
     Ok(true)
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests;

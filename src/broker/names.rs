@@ -1,33 +1,68 @@
-//! Topic names and subscription patterns: validation, matching, and the index
-//! that finds the subscriptions a new topic must be attached to.
+//! Every name rill is given, in one place: topic names, subscription patterns,
+//! durable subscription names, consumer group names and dead-letter topics.
+//! Validation, matching, and the index that finds the subscriptions a new
+//! topic must be attached to.
 //!
 //! A topic name is `/`-separated segments: UTF-8, at most 255 bytes, no empty
 //! segment, no NUL, no `*`. Names starting with `$` belong to the broker (dead
 //! letter topics); users cannot create them, but may publish to, subscribe to
 //! and poll them once they exist.
 //!
+//! A durable subscription name and a consumer group name follow the same
+//! rules, except that a subscription name is at most
+//! [`MAX_SUBSCRIPTION_NAME_LEN`] bytes (250), so that its default dead-letter
+//! topic `$dlq/<name>` is a valid topic name too. A subscription's
+//! `dead_letter_topic` option is a topic name (and may be a `$` one). Each is
+//! checked where it is given, and its error names the argument that is wrong.
+//!
 //! A pattern is a name whose segments may also be `*` (exactly one segment) or
 //! `**` (zero or more segments, anywhere in the pattern). A pattern whose first
 //! segment is a wildcard does not match `$` topics, so `**` never picks up the
-//! broker's own topics by accident; `$dlq/*` does.
+//! broker's own topics by accident; `$dlq/*` does. A pattern has at most
+//! [`MAX_PATTERN_SEGMENTS`] segments, at most [`MAX_PATTERN_ANY`] of them
+//! `**`, and at most [`MAX_NAME_LEN`] bytes. Consecutive `**` mean the same as
+//! one and are matched as one.
+//!
+//! # The cost of matching
+//!
+//! A new topic is matched against every live pattern at once by walking the
+//! [`PatternIndex`] trie (under the broker's control lock, so it must be
+//! quick). A `**` can absorb any number of segments, so a naive walk tries
+//! every way of splitting the topic's segments among a pattern's `**`s:
+//! exponential in their number. The walk instead remembers which (trie node,
+//! topic segment index) pairs it has visited and never visits one twice, so
+//! it costs at most `nodes * (segments + 1)` visits, each of which (at a `**`)
+//! fans out over at most `segments + 1` positions: polynomial, whatever the
+//! patterns.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use crate::error::{Error, Result};
 
 /// Longest topic name or pattern, in bytes.
 pub const MAX_NAME_LEN: usize = 255;
+/// Most segments in a subscription pattern.
+pub const MAX_PATTERN_SEGMENTS: usize = 64;
+/// Most `**` segments in a subscription pattern.
+pub const MAX_PATTERN_ANY: usize = 32;
 /// First character of the broker's reserved topics.
 pub(crate) const RESERVED_PREFIX: char = '$';
+/// What a subscription's default dead-letter topic name starts with.
+const DEAD_LETTER_PREFIX: &str = "$dlq/";
+/// Longest durable subscription name, in bytes: `$dlq/<name>` must fit
+/// [`MAX_NAME_LEN`].
+pub const MAX_SUBSCRIPTION_NAME_LEN: usize = MAX_NAME_LEN - DEAD_LETTER_PREFIX.len();
 
-/// Checks the shape shared by names and patterns; `what` names it in errors.
-fn check_segments(text: &str) -> Result<(), String> {
+/// Checks the shape shared by every name and pattern: non-empty, at most
+/// `max_len` bytes, no NUL, `/`-separated non-empty segments. Returns what is
+/// wrong, for the caller to say whose name it is.
+fn check_segments(text: &str, max_len: usize) -> Result<(), String> {
     if text.is_empty() {
         return Err("must not be empty".into());
     }
-    if text.len() > MAX_NAME_LEN {
-        return Err(format!("is {} bytes long; at most {MAX_NAME_LEN} are allowed", text.len()));
+    if text.len() > max_len {
+        return Err(format!("is {} bytes long; at most {max_len} are allowed", text.len()));
     }
     if text.contains('\0') {
         return Err("contains a NUL character".into());
@@ -40,12 +75,40 @@ fn check_segments(text: &str) -> Result<(), String> {
 
 /// Validates a topic name as something a publisher or subscriber may name.
 pub(crate) fn validate_topic(name: &str) -> Result<()> {
-    let invalid = |reason: String| Error::InvalidTopic { name: name.to_owned(), reason };
-    check_segments(name).map_err(invalid)?;
+    check_name(name, MAX_NAME_LEN).map_err(|reason| Error::InvalidTopic { name: name.to_owned(), reason })
+}
+
+/// The rules of a name that is not a pattern: [`check_segments`], and no `*`.
+fn check_name(name: &str, max_len: usize) -> Result<(), String> {
+    check_segments(name, max_len)?;
     if name.contains('*') {
-        return Err(invalid("contains '*', which is only allowed in subscription patterns".into()));
+        return Err("contains '*', which is only allowed in subscription patterns".into());
     }
     Ok(())
+}
+
+/// Validates a durable subscription name (the `name` option).
+pub(crate) fn validate_subscription_name(name: &str) -> Result<()> {
+    check_name(name, MAX_SUBSCRIPTION_NAME_LEN)
+        .map_err(|reason| Error::InvalidArgument(format!("subscription name {name:?} {reason}")))
+}
+
+/// Validates a consumer group name.
+pub(crate) fn validate_group(group: &str) -> Result<()> {
+    check_name(group, MAX_NAME_LEN)
+        .map_err(|reason| Error::InvalidArgument(format!("consumer group name {group:?} {reason}")))
+}
+
+/// Validates a subscription's `dead_letter_topic` option (any topic name,
+/// the broker's `$` ones included).
+pub(crate) fn validate_dead_letter_topic(topic: &str) -> Result<()> {
+    check_name(topic, MAX_NAME_LEN)
+        .map_err(|reason| Error::InvalidArgument(format!("dead_letter_topic {topic:?} {reason}")))
+}
+
+/// The dead-letter topic of subscription `name` when none is given.
+pub(crate) fn default_dead_letter_topic(name: &str) -> String {
+    format!("{DEAD_LETTER_PREFIX}{name}")
 }
 
 /// Validates a name a user wants to create a topic under.
@@ -81,11 +144,21 @@ impl Pattern {
     /// Parses and validates a pattern.
     pub fn parse(text: &str) -> Result<Pattern> {
         let invalid = |reason: String| Error::InvalidPattern { pattern: text.to_owned(), reason };
-        check_segments(text).map_err(invalid)?;
+        check_segments(text, MAX_NAME_LEN).map_err(invalid)?;
+        let count = text.split('/').count();
+        if count > MAX_PATTERN_SEGMENTS {
+            return Err(invalid(format!("has {count} segments; at most {MAX_PATTERN_SEGMENTS} are allowed")));
+        }
+        let any = text.split('/').filter(|s| *s == "**").count();
+        if any > MAX_PATTERN_ANY {
+            return Err(invalid(format!("has {any} '**' segments; at most {MAX_PATTERN_ANY} are allowed")));
+        }
         let mut segs = Vec::new();
         for (i, s) in text.split('/').enumerate() {
             segs.push(match s {
                 "*" => Seg::One,
+                // `**/**` matches what `**` does: keep one.
+                "**" if segs.last() == Some(&Seg::Any) => continue,
                 "**" => Seg::Any,
                 _ if s.contains('*') => {
                     return Err(invalid(format!(
@@ -273,37 +346,76 @@ impl<V: Clone> PatternIndex<V> {
 
     /// Every value whose pattern matches `topic`, each once.
     pub(crate) fn matches(&self, topic: &str) -> Vec<V> {
-        let parts: Vec<&str> = topic.split('/').collect();
-        let reserved = topic.starts_with(RESERVED_PREFIX);
-        let mut found: Vec<(u64, V)> = Vec::new();
-        collect(&self.root, &parts, reserved, &mut found);
+        self.matches_counting(topic).0
+    }
+
+    /// [`PatternIndex::matches`], and how many (node, segment) pairs the walk
+    /// visited: at most `nodes * (segments + 1)` (the fuzz target checks it).
+    pub(crate) fn matches_counting(&self, topic: &str) -> (Vec<V>, usize) {
+        let mut walk = Walk {
+            parts: topic.split('/').collect(),
+            reserved: topic.starts_with(RESERVED_PREFIX),
+            visited: HashSet::new(),
+            found: Vec::new(),
+        };
+        walk.visit(&self.root, 0);
+        let visits = walk.visited.len();
+        let mut found = walk.found;
         found.sort_unstable_by_key(|(id, _)| *id);
         found.dedup_by_key(|(id, _)| *id);
-        found.into_iter().map(|(_, v)| v).collect()
+        (found.into_iter().map(|(_, v)| v).collect(), visits)
+    }
+
+    /// Nodes of the trie, the root included.
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn node_count(&self) -> usize {
+        fn count<V>(n: &Node<V>) -> usize {
+            1 + n.literal.values().map(count).sum::<usize>()
+                + n.one.as_deref().map_or(0, count)
+                + n.any.as_deref().map_or(0, count)
+        }
+        count(&self.root)
     }
 }
 
-fn collect<V: Clone>(node: &Node<V>, parts: &[&str], reserved: bool, out: &mut Vec<(u64, V)>) {
-    if let Some(any) = &node.any {
-        // `**` absorbs zero or more of the remaining segments.
-        for skip in 0..=parts.len() {
-            collect(any, &parts[skip..], reserved, out);
+/// One walk of the trie for one topic (see "The cost of matching").
+struct Walk<'t, V> {
+    parts: Vec<&'t str>,
+    reserved: bool,
+    /// (node address, index of the next topic segment) pairs already visited.
+    visited: HashSet<(*const (), usize)>,
+    found: Vec<(u64, V)>,
+}
+
+impl<V: Clone> Walk<'_, V> {
+    /// Collects the values of every pattern under `node` that matches the
+    /// topic's segments from `next` on.
+    fn visit(&mut self, node: &Node<V>, next: usize) {
+        if !self.visited.insert((std::ptr::from_ref(node).cast(), next)) {
+            return;
         }
-    }
-    let Some((first, rest)) = parts.split_first() else {
-        out.extend(
-            node.values
-                .iter()
-                .filter(|(_, _, wild_first)| !(reserved && *wild_first))
-                .map(|(id, v, _)| (*id, v.clone())),
-        );
-        return;
-    };
-    if let Some(child) = node.literal.get(*first) {
-        collect(child, rest, reserved, out);
-    }
-    if let Some(one) = &node.one {
-        collect(one, rest, reserved, out);
+        if let Some(any) = &node.any {
+            // `**` absorbs zero or more of the remaining segments.
+            for resume in next..=self.parts.len() {
+                self.visit(any, resume);
+            }
+        }
+        let Some(first) = self.parts.get(next) else {
+            let reserved = self.reserved;
+            self.found.extend(
+                node.values
+                    .iter()
+                    .filter(|(_, _, wild_first)| !(reserved && *wild_first))
+                    .map(|(id, v, _)| (*id, v.clone())),
+            );
+            return;
+        };
+        if let Some(child) = node.literal.get(*first) {
+            self.visit(child, next + 1);
+        }
+        if let Some(one) = &node.one {
+            self.visit(one, next + 1);
+        }
     }
 }
 
@@ -408,5 +520,101 @@ mod tests {
         }
         assert_eq!(index.len(), 0);
         assert!(index.root.is_empty(), "removal prunes the trie");
+    }
+
+    /// The plainest possible matcher, for checking the others: tries every
+    /// way a `**` can absorb segments (exponential; only for small inputs).
+    fn reference(pattern: &[&str], topic: &[&str]) -> bool {
+        match pattern.split_first() {
+            None => topic.is_empty(),
+            Some((&"**", rest)) => (0..=topic.len()).any(|k| reference(rest, &topic[k..])),
+            Some((&"*", rest)) => !topic.is_empty() && reference(rest, &topic[1..]),
+            Some((lit, rest)) => topic.first() == Some(lit) && reference(rest, &topic[1..]),
+        }
+    }
+
+    fn reference_matches(pattern: &str, topic: &str) -> bool {
+        if topic.starts_with(RESERVED_PREFIX) && pattern.split('/').next().is_some_and(|s| s.starts_with('*')) {
+            return false;
+        }
+        reference(&pattern.split('/').collect::<Vec<_>>(), &topic.split('/').collect::<Vec<_>>())
+    }
+
+    fn segment() -> impl proptest::strategy::Strategy<Value = String> {
+        proptest::prop_oneof![
+            proptest::strategy::Just("a".to_owned()),
+            proptest::strategy::Just("b".to_owned()),
+            proptest::strategy::Just("$c".to_owned()),
+        ]
+    }
+
+    fn pattern_segment() -> impl proptest::strategy::Strategy<Value = String> {
+        proptest::prop_oneof![
+            segment(),
+            proptest::strategy::Just("*".to_owned()),
+            proptest::strategy::Just("**".to_owned())
+        ]
+    }
+
+    proptest::proptest! {
+        /// The trie walk and `Pattern::matches` agree with the reference
+        /// matcher, for many patterns in one index at once.
+        #[test]
+        fn trie_and_glob_agree_with_the_reference(
+            patterns in proptest::collection::vec(proptest::collection::vec(pattern_segment(), 1..8), 1..12),
+            topics in proptest::collection::vec(proptest::collection::vec(segment(), 1..10), 1..8),
+        ) {
+            let patterns: Vec<String> = patterns.iter().map(|p| p.join("/")).collect();
+            let mut index = PatternIndex::new();
+            let parsed: Vec<Pattern> = patterns.iter().map(|p| Pattern::parse(p).unwrap()).collect();
+            for (id, p) in parsed.iter().enumerate() {
+                index.insert(p, id as u64, id);
+            }
+            for topic in topics.iter().map(|t| t.join("/")) {
+                let expect: Vec<usize> =
+                    (0..patterns.len()).filter(|&i| reference_matches(&patterns[i], &topic)).collect();
+                for (i, p) in parsed.iter().enumerate() {
+                    proptest::prop_assert_eq!(p.matches(&topic), expect.contains(&i), "{} vs {}", p, topic);
+                }
+                proptest::prop_assert_eq!(index.matches(&topic), expect, "{}", topic);
+            }
+        }
+    }
+
+    /// Issue 14 #2: 24 `**` and a 40-segment topic that almost matches used
+    /// to take exponential time (it did not finish); each (trie node, segment)
+    /// pair is now visited once. No timing threshold: before the fix this test
+    /// does not complete.
+    #[test]
+    fn many_double_wildcards_match_in_polynomial_time() {
+        let pattern = vec!["**/a"; 24].join("/") + "/b";
+        let p = Pattern::parse(&pattern).unwrap();
+        let mut index = PatternIndex::new();
+        index.insert(&p, 1, ());
+        // 40 segments: 39 `a` and a last one that is not `b`, so every split fails.
+        let topic = vec!["a"; 39].join("/") + "/c";
+        assert!(index.matches(&topic).is_empty());
+        assert!(!p.matches(&topic));
+        let hit = vec!["a"; 39].join("/") + "/b";
+        assert_eq!(index.matches(&hit).len(), 1, "24 `a`s among 39, then b");
+        assert!(p.matches(&hit));
+        // Consecutive `**` collapse: a long run is one wildcard.
+        let run = Pattern::parse(&(vec!["**"; 30].join("/") + "/x")).unwrap();
+        assert_eq!(run.segs.len(), 2);
+        assert!(run.matches("x") && run.matches("a/b/x") && !run.matches("a/b"));
+    }
+
+    #[test]
+    fn pattern_size_is_bounded_with_a_reason() {
+        let too_many = vec!["a"; MAX_PATTERN_SEGMENTS + 1].join("/");
+        let err = Pattern::parse(&too_many).unwrap_err().to_string();
+        assert!(err.contains("65 segments; at most 64"), "{err}");
+        Pattern::parse(&vec!["a"; MAX_PATTERN_SEGMENTS].join("/")).unwrap();
+        let wild = vec!["**"; MAX_PATTERN_ANY + 1].join("/");
+        let err = Pattern::parse(&wild).unwrap_err().to_string();
+        assert!(err.contains("33 '**' segments; at most 32"), "{err}");
+        Pattern::parse(&vec!["**/a"; MAX_PATTERN_ANY].join("/")).unwrap();
+        let err = Pattern::parse(&"a/".repeat(200)).unwrap_err().to_string();
+        assert!(err.contains("at most 255"), "{err}");
     }
 }

@@ -1600,7 +1600,7 @@ fn invoke(sub_id: u64, handler: &mut Handler, msg: &Message<'_>) -> Ack {
     match result {
         Ok(ack) => ack,
         Err(panic) => {
-            msg.set_reason(format!("handler panicked: {}", panic_message(&*panic)));
+            msg.set_reason(format!("handler panicked: {}", crate::panic_message(&*panic)));
             Ack::Retry
         }
     }
@@ -1642,19 +1642,11 @@ fn invoke_many(sub_id: u64, handler: &mut BatchHandler, msgs: &[Message<'_>], ac
         }
         Ok(n) => n.min(msgs.len()),
         Err(panic) => {
-            msgs[0].set_reason(format!("handler panicked: {}", panic_message(&*panic)));
+            msgs[0].set_reason(format!("handler panicked: {}", crate::panic_message(&*panic)));
             acks[0] = Ack::Retry;
             1
         }
     }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic payload".into())
 }
 
 /// Locks a mutex, ignoring poisoning: a panic in a handler is caught before

@@ -261,9 +261,14 @@ impl Partition {
                 self.wait_for_room(n as u64, wait)?;
                 guard = epoch::pin();
             };
-            self.log.append_batch_pinned(&records[done..done + n], &mut part, &mut guard)?;
-            self.notify(&guard);
+            let appended = self.log.append_batch_pinned(&records[done..done + n], &mut part, &mut guard);
+            // A failed segment allocation may leave part of the batch appended:
+            // signal for that part too, then report the error.
+            if !part.is_empty() {
+                self.notify(&guard);
+            }
             offsets.extend_from_slice(&part);
+            appended?;
             done += n;
         }
         Ok(())
@@ -384,7 +389,7 @@ impl Topic {
         }
         let config = options.log_config();
         let partitions = (0..options.partitions)
-            .map(|i| Log::new(&config).map(|log| Arc::new(Partition::new(i, log))))
+            .map(|i| Log::for_partition(&config, i).map(|log| Arc::new(Partition::new(i, log))))
             .collect::<Result<Vec<_>>>()?;
         Ok(Topic { name: name.into(), partitions: partitions.into() })
     }

@@ -69,7 +69,7 @@ impl Cursor {
         let dir = self.log.dir(&guard);
         let (first, end) = (dir.first_offset(), dir.end_offset());
         if offset < first || offset > end {
-            return Err(Error::OutOfRange { partition: 0, offset, first, end });
+            return Err(Error::OutOfRange { partition: self.log.partition, offset, first, end });
         }
         self.offset = offset;
         self.seg = Some(dir.find(offset).clone());

@@ -14,11 +14,29 @@
 //!
 //! * **Writers of the directory.** Only the publisher that sealed the newest
 //!   segment replaces the directory: it builds a new one (the old segments plus
-//!   the next segment, minus whatever retention trims from the head) and swaps
-//!   it in with `Release`. Sealers are serialised by construction: a segment can
-//!   only be sealed once it is the newest, and it only becomes the newest when
-//!   the previous sealer has finished its swap. So the directory has one writer
-//!   at a time without a lock.
+//!   the next segment, minus whatever retention trims from the head) and
+//!   installs it with a `Release` compare-exchange. Sealers are serialised by
+//!   construction: a segment can only be sealed once it is the newest, and it
+//!   only becomes the newest when the previous sealer has installed it. So the
+//!   directory has one writer at a time without a lock, with the one exception
+//!   below.
+//! * **A roll that fails.** The sealer may be unable to map the next segment
+//!   (out of memory or address space). It cannot hand its reservation back, so
+//!   instead it publishes a *stalled* copy of the directory: the same segments
+//!   (the newest already sealed, so its final count is known), flagged with
+//!   the error. Every publisher checks that flag where it loads the directory,
+//!   before it reserves, so:
+//!   - publishers waiting for this roll (they got `Full`) see the stalled
+//!     directory and return the error instead of waiting for ever;
+//!   - later publishers do not reserve in the dead segment (so failed
+//!     reservations stay bounded, see `segment.rs`); each one tries the roll
+//!     itself: maps the next segment and installs it with a compare-exchange
+//!     against the stalled directory. Several may try at once; one exchange
+//!     wins, the others drop what they built and retry in the new segment. A
+//!     publisher whose own mapping fails returns the error.
+//!
+//!   So a partition that ran out of memory fails the publishes that need a new
+//!   segment, with a clear error, and works again as soon as a mapping succeeds.
 //! * **Readers of the directory** (publishers finding the newest segment,
 //!   cursors moving to another segment) pin an epoch, load the directory with
 //!   `Acquire` (pairing with the swap, so the new segment's initial state is
@@ -168,6 +186,10 @@ impl LogConfig {
 /// in offsets. Never empty; all but the last are sealed.
 struct Dir {
     segs: Vec<Arc<Segment>>,
+    /// Set when the newest segment is sealed but its successor could not be
+    /// allocated: why (see "A roll that fails" above). Beside `segs`, so the
+    /// publishers' check costs no extra cache line.
+    stalled: Option<String>,
 }
 
 impl Dir {
@@ -195,6 +217,8 @@ impl Dir {
 /// What a log shares between its handle and its cursors.
 struct Shared {
     sizes: Sizes,
+    /// The partition this log belongs to, for errors that name it.
+    partition: u32,
     dir: epoch::Atomic<Dir>,
     pool: Arc<Pool>,
     /// Readers that retention must wait for: it never trims a segment holding
@@ -208,25 +232,78 @@ impl Shared {
     /// The current directory, valid while `guard` is pinned.
     #[inline]
     fn dir<'g>(&self, guard: &'g Guard) -> &'g Dir {
-        // Acquire: pairs with the Release swap in `roll`, so the segments it
-        // names are fully initialised.
-        let shared = self.dir.load(Ordering::Acquire, guard);
         // SAFETY: the directory pointer is set at construction and only ever
         // replaced by another valid one; a replaced directory is retired with
         // `defer_destroy`, so it stays alive while `guard` is pinned.
-        unsafe { shared.deref() }
+        unsafe { self.dir_ptr(guard).deref() }
+    }
+
+    /// The current directory's pointer (for a compare-exchange against it).
+    #[inline]
+    fn dir_ptr<'g>(&self, guard: &'g Guard) -> epoch::Shared<'g, Dir> {
+        // Acquire: pairs with the Release exchanges in `install_next` and
+        // `stall`, so the segments it names (and its error text) are fully
+        // initialised.
+        self.dir.load(Ordering::Acquire, guard)
+    }
+
+    /// Reserves `records` slots and `bytes` bytes in the newest segment and
+    /// hands the range to `write` (segment, first index, first byte). Rolls
+    /// over to a new segment, or waits for another publisher's roll, as
+    /// needed. Fails only if the next segment cannot be allocated.
+    #[inline]
+    fn reserve_then<R>(
+        &self,
+        records: u64,
+        bytes: u64,
+        guard: &mut Guard,
+        write: impl FnOnce(&Segment, u64, u64) -> R,
+    ) -> Result<R> {
+        let mut write = Some(write);
+        loop {
+            let current = self.dir_ptr(guard);
+            // SAFETY: as in `dir`: a valid directory, alive while `guard` is pinned.
+            let dir = unsafe { current.deref() };
+            if dir.stalled.is_some() {
+                // A roll failed; try it again ourselves (see the module docs).
+                self.install_next(current, guard)?;
+                continue;
+            }
+            let seg = dir.last();
+            match seg.reserve(records, bytes) {
+                Reservation::Granted { index, pos } => {
+                    let write = write.take().expect("a reservation is granted once");
+                    return Ok(write(seg, index, pos));
+                }
+                Reservation::Sealer { count } => self.roll(seg, count, current, guard)?,
+                Reservation::Full => self.wait_for_roll(seg.base(), guard)?,
+            }
+        }
     }
 
     /// Seals `seg` at `count` records and installs the next segment, trimming
     /// the head for retention. Called only by the one publisher whose
-    /// reservation got `Sealer`.
+    /// reservation got `Sealer`; `current` is the directory it found `seg` in.
+    /// If the next segment cannot be allocated, publishes the directory as
+    /// stalled and returns the error.
     #[cold]
-    fn roll(&self, seg: &Segment, count: u64, guard: &Guard) {
-        // Seal before the next segment becomes visible (see segment.rs).
+    fn roll(&self, seg: &Segment, count: u64, current: epoch::Shared<'_, Dir>, guard: &Guard) -> Result<()> {
+        // Seal before the next segment becomes visible (see segment.rs), and
+        // before trying to allocate it, so a failed roll leaves the final
+        // count where anyone retrying the roll can read it.
         seg.seal(count);
-        let next = Arc::new(Segment::new(seg.base() + count, self.pool.take(), self.pool.clone()));
-        let old = self.dir(guard);
-        debug_assert!(std::ptr::eq(&**old.last(), seg), "only the newest segment is sealed");
+        self.install_next(current, guard).inspect_err(|e| self.stall(current, e, guard))
+    }
+
+    /// Installs the segment after the newest (sealed) one of `current`. Does
+    /// nothing if another publisher replaced `current` first.
+    #[cold]
+    fn install_next(&self, current: epoch::Shared<'_, Dir>, guard: &Guard) -> Result<()> {
+        // SAFETY: as in `dir`: `current` was loaded under `guard`.
+        let old = unsafe { current.deref() };
+        let last = old.last();
+        let count = last.sealed_count().expect("the newest segment is sealed before its successor is installed");
+        let next = Arc::new(Segment::new(last.base() + count, self.pool.take()?, self.pool.clone()));
 
         let mut segs = Vec::with_capacity(old.segs.len() + 1);
         segs.extend(old.segs.iter().cloned());
@@ -234,10 +311,13 @@ impl Shared {
         let trim = self.trim_count(&segs);
         let trimmed: Vec<Arc<Segment>> = segs.drain(..trim).collect();
         // Release: publishes the new segment's initial state (and the seal) to
-        // every Acquire load of the directory. AcqRel rather than Release so the
-        // debug check below reads the pointer it replaced coherently.
-        let replaced = self.dir.swap(Owned::new(Dir { segs }), Ordering::AcqRel, guard);
-        debug_assert!(std::ptr::eq(replaced.as_raw(), old), "the directory has one writer at a time");
+        // every Acquire load of the directory. Relaxed on failure: we only drop
+        // what we built (another publisher's roll won, after a stall).
+        let new = Owned::new(Dir { segs, stalled: None });
+        if self.dir.compare_exchange(current, new, Ordering::Release, Ordering::Relaxed, guard).is_err() {
+            debug_assert!(old.stalled.is_some(), "only a stalled directory has several writers");
+            return Ok(());
+        }
         // Only now, with the directory that omits them published, tell cursors
         // inside the trimmed segments to move on (see `Segment::mark_trimmed`).
         for seg in &trimmed {
@@ -246,13 +326,61 @@ impl Shared {
         // Relaxed: a statistic.
         self.trimmed_segments.fetch_add(trimmed.len() as u64, Ordering::Relaxed);
         drop(trimmed);
+        self.retire(current, guard);
+        Ok(())
+    }
+
+    /// Replaces `current` (whose roll just failed with `error`) by a stalled
+    /// copy, so waiting and later publishers learn of it (see the module docs).
+    #[cold]
+    fn stall(&self, current: epoch::Shared<'_, Dir>, error: &Error, guard: &Guard) {
+        // SAFETY: as in `dir`: `current` was loaded under `guard`.
+        let old = unsafe { current.deref() };
+        if old.stalled.is_some() {
+            return;
+        }
+        let stalled = Owned::new(Dir { segs: old.segs.clone(), stalled: Some(error.to_string()) });
+        // Release: publishes the stalled directory's contents, as in
+        // `install_next`. The sealer is the directory's only writer until the
+        // stalled flag is visible, so the exchange cannot fail.
+        let swapped = self.dir.compare_exchange(current, stalled, Ordering::Release, Ordering::Relaxed, guard);
+        debug_assert!(swapped.is_ok(), "the sealer is the directory's one writer");
+        if swapped.is_ok() {
+            self.retire(current, guard);
+        }
+    }
+
+    /// Frees a directory that was just replaced, once no reader can hold it.
+    fn retire(&self, replaced: epoch::Shared<'_, Dir>, guard: &Guard) {
         // SAFETY: `replaced` is no longer reachable from `self.dir`; threads that
-        // loaded it before the swap are pinned, and the collector runs the
+        // loaded it before the exchange are pinned, and the collector runs the
         // destructor only after all of them unpin.
         unsafe { guard.defer_destroy(replaced) };
         // Push the retired directory to the global queue now, so the segments it
         // holds are released promptly rather than when this thread's bag fills.
         guard.flush();
+    }
+
+    /// Waits, briefly, until the segment at `base` is no longer the newest.
+    /// Fails if its roll failed: the publisher that got `Sealer` could not
+    /// allocate the next segment.
+    #[cold]
+    fn wait_for_roll(&self, base: u64, guard: &mut Guard) -> Result<()> {
+        let mut backoff = Backoff::new();
+        loop {
+            let dir = self.dir(guard);
+            if dir.last().base() != base {
+                return Ok(());
+            }
+            if let Some(error) = &dir.stalled {
+                return Err(Error::ResourceExhausted(format!(
+                    "the partition's next log segment could not be allocated ({error})"
+                )));
+            }
+            backoff.snooze();
+            // Re-pin each round so a slow sealer does not also hold back reclamation.
+            guard.repin();
+        }
     }
 
     /// How many head segments retention removes from `segs` (whose last
@@ -312,21 +440,33 @@ pub struct Log {
 }
 
 impl Log {
-    /// A new, empty log whose first record gets offset 0.
+    /// A new, empty log whose first record gets offset 0. It is partition 0
+    /// as far as its errors say ([`Log::for_partition`] names another).
     pub fn new(config: &LogConfig) -> Result<Log> {
         Self::starting_at(config, 0)
     }
 
+    /// A new, empty log for partition `partition` of a topic: errors about
+    /// its offsets ([`Error::OutOfRange`]) name that partition.
+    pub fn for_partition(config: &LogConfig, partition: u32) -> Result<Log> {
+        Self::build(config, partition, 0)
+    }
+
     /// A new, empty log whose first record gets offset `first_offset`.
     pub fn starting_at(config: &LogConfig, first_offset: u64) -> Result<Log> {
+        Self::build(config, 0, first_offset)
+    }
+
+    fn build(config: &LogConfig, partition: u32, first_offset: u64) -> Result<Log> {
         let sizes = config.resolve()?;
         crate::clock::warm_up();
         let pool = Arc::new(Pool::new(sizes.segment_bytes, sizes.slots, SPARE_SEGMENTS));
-        let first = Arc::new(Segment::new(first_offset, pool.take(), pool.clone()));
+        let first = Arc::new(Segment::new(first_offset, pool.take()?, pool.clone()));
         Ok(Log {
             shared: Arc::new(Shared {
                 sizes,
-                dir: epoch::Atomic::new(Dir { segs: vec![first] }),
+                partition,
+                dir: epoch::Atomic::new(Dir { segs: vec![first], stalled: None }),
                 pool,
                 holds: Mutex::new(Vec::new()),
                 trimmed_segments: AtomicU64::new(0),
@@ -367,28 +507,25 @@ impl Log {
     pub(crate) fn append_pinned(&self, record: &Record<'_>, guard: &mut Guard) -> Result<u64> {
         let len = self.check_size(record)?;
         let timestamp = now_ns();
-        loop {
-            let seg = self.shared.dir(guard).last();
-            match seg.reserve(1, len as u64) {
-                Reservation::Granted { index, pos } => {
-                    // SAFETY: `index` and `pos..pos + len` come from our own Granted
-                    // reservation, and `len` is the record's encoded length.
-                    unsafe { seg.write(index, pos, len, record, timestamp) };
-                    seg.commit(index, pos);
-                    return Ok(seg.base() + index);
-                }
-                Reservation::Sealer { count } => self.shared.roll(seg, count, guard),
-                Reservation::Full => wait_for_roll(&self.shared, seg.base(), guard),
-            }
-        }
+        self.shared.reserve_then(1, len as u64, guard, |seg, index, pos| {
+            // SAFETY: `index` and `pos..pos + len` come from our own Granted
+            // reservation, and `len` is the record's encoded length.
+            unsafe { seg.write(index, pos, len, record, timestamp) };
+            seg.commit(index, pos);
+            seg.base() + index
+        })
     }
 
     /// Appends `records` in order, writing each one's offset into `offsets`
-    /// (cleared first). A batch is split only at segment boundaries, where
-    /// other publishers' records may come between its parts; within a part its
+    /// (cleared first). A batch is reserved in parts, each at most
+    /// 4096 records that fit one segment; other
+    /// publishers' records may come between parts, and within a part the
     /// offsets are consecutive.
     ///
-    /// Every record is checked before any is appended: on error nothing is.
+    /// Every record is checked before any is appended: on such an error
+    /// nothing is. If a new segment cannot be allocated
+    /// ([`Error::ResourceExhausted`]), the parts before it stay appended:
+    /// `offsets` then lists exactly the records that were.
     pub fn append_batch(&self, records: &[Record<'_>], offsets: &mut Vec<u64>) -> Result<()> {
         self.append_batch_pinned(records, offsets, &mut epoch::pin())
     }
@@ -406,13 +543,14 @@ impl Log {
             lens.push(self.check_size(r)?);
         }
         let sizes = self.shared.sizes;
+        let most = sizes.slots.min(segment::MAX_RESERVATION_RECORDS);
         let timestamp = now_ns();
         let mut done = 0;
         while done < records.len() {
             // The largest prefix of what is left that fits an empty segment.
             let mut n = 0;
             let mut bytes = 0u64;
-            while done + n < records.len() && n < sizes.slots {
+            while done + n < records.len() && n < most {
                 let len = lens[done + n] as u64;
                 if bytes + len > sizes.segment_bytes as u64 {
                     break;
@@ -421,31 +559,33 @@ impl Log {
                 n += 1;
             }
             debug_assert!(n > 0, "every record fits an empty segment");
-            loop {
-                let seg = self.shared.dir(guard).last();
-                match seg.reserve(n as u64, bytes) {
-                    Reservation::Granted { index, mut pos } => {
-                        for (k, record) in records[done..done + n].iter().enumerate() {
-                            let len = lens[done + k];
-                            // SAFETY: slots `index..index + n` and the bytes from the
-                            // reservation's `pos` are ours; each record's range follows
-                            // the previous one's and `len` is its encoded length.
-                            unsafe { seg.write(index + k as u64, pos, len, record, timestamp) };
-                            seg.commit(index + k as u64, pos);
-                            offsets.push(seg.base() + index + k as u64);
-                            pos += len as u64;
-                        }
-                        break;
-                    }
-                    Reservation::Sealer { count } => self.shared.roll(seg, count, guard),
-                    Reservation::Full => wait_for_roll(&self.shared, seg.base(), guard),
+            let part = &records[done..done + n];
+            let part_lens = &lens[done..done + n];
+            self.shared.reserve_then(n as u64, bytes, guard, |seg, index, mut pos| {
+                for (k, (record, &len)) in part.iter().zip(part_lens).enumerate() {
+                    // SAFETY: slots `index..index + n` and the bytes from the
+                    // reservation's `pos` are ours; each record's range follows
+                    // the previous one's and `len` is its encoded length.
+                    unsafe { seg.write(index + k as u64, pos, len, record, timestamp) };
+                    seg.commit(index + k as u64, pos);
+                    offsets.push(seg.base() + index + k as u64);
+                    pos += len as u64;
                 }
-            }
+            })?;
             done += n;
             // Let the epoch advance between parts of a long batch.
             guard.repin();
         }
         Ok(())
+    }
+
+    /// Makes the next `n` fresh segment allocations of this log fail as if
+    /// the system were out of memory. A seam for tests of the failure path;
+    /// it exists only in unit tests and loom models.
+    #[cfg(any(test, loom))]
+    #[doc(hidden)]
+    pub fn fail_next_segment_allocations(&self, n: usize) {
+        self.shared.pool.fail_next_allocations(n);
     }
 
     /// A cursor positioned at `offset`, which must be retained:
@@ -549,17 +689,6 @@ pub struct LogStats {
     pub trimmed_segments: u64,
     /// Segment buffers kept for reuse.
     pub spare_segments: usize,
-}
-
-/// Waits, briefly, until the segment at `base` is no longer the newest.
-#[cold]
-fn wait_for_roll(shared: &Shared, base: u64, guard: &mut Guard) {
-    let mut backoff = Backoff::new();
-    // Re-pin each round so a slow sealer does not also hold back reclamation.
-    while shared.dir(guard).last().base() == base {
-        backoff.snooze();
-        guard.repin();
-    }
 }
 
 #[cfg(all(test, not(loom)))]

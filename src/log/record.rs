@@ -4,31 +4,53 @@
 //! A record starts on an 8-byte boundary and is laid out as:
 //!
 //! ```text
-//!  0..4   u32  record length in bytes, header included, padding excluded
-//!  4..8   u32  key length, or NO_KEY when the record has no key
-//!  8..12  u32  length of the attribute block in bytes
-//! 12..14  u16  number of attributes
-//! 14..16  u16  flags (reserved, always 0)
-//! 16..24  u64  publish timestamp, nanoseconds since the Unix epoch
-//! 24..    key bytes, then the attribute block, then the payload
+//!  0..4   u32  LEN_AT         record length in bytes, header included, padding excluded
+//!  4..8   u32  KEY_LEN_AT     key length, or NO_KEY when the record has no key
+//!  8..12  u32  ATTRS_LEN_AT   length of the attribute block in bytes
+//! 12..14  u16  ATTR_COUNT_AT  number of attributes
+//! 14..16  u16  FLAGS_AT       flags (reserved, always 0)
+//! 16..24  u64  TIMESTAMP_AT   publish timestamp, nanoseconds since the Unix epoch
+//! 24..         HEADER_LEN     key bytes, then the attribute block, then the payload
 //! ```
 //!
-//! The attribute block holds each pair as `u16 key length, u32 value length,
-//! key bytes, value bytes`. A filter walks it without allocating. All integers
+//! The code reads and writes the fields only through the named constants
+//! (compile-time checks keep them in this order). The attribute block holds
+//! each pair as `u16 key length (ATTR_KEY_LEN_AT), u32 value length
+//! (ATTR_VALUE_LEN_AT), key bytes, value bytes`. A filter walks it without allocating. All integers
 //! are little-endian. The payload length is what is left of the record length.
 
 use std::fmt;
 
 use crate::error::Error;
 
-/// Size of the fixed record header.
+/// Where each header field starts (the table above); each is followed by the next.
+/// `u32` record length, header included, padding excluded.
+const LEN_AT: usize = 0;
+/// `u32` key length, or `NO_KEY`.
+const KEY_LEN_AT: usize = 4;
+/// `u32` length of the attribute block.
+const ATTRS_LEN_AT: usize = 8;
+/// `u16` number of attributes.
+const ATTR_COUNT_AT: usize = 12;
+/// `u16` flags, reserved, always 0.
+const FLAGS_AT: usize = 14;
+/// `u64` publish timestamp in nanoseconds since the Unix epoch.
+const TIMESTAMP_AT: usize = 16;
+/// Size of the fixed record header: the key starts here.
 pub(crate) const HEADER_LEN: usize = 24;
+const _: () = assert!(KEY_LEN_AT == LEN_AT + 4 && ATTRS_LEN_AT == KEY_LEN_AT + 4 && ATTR_COUNT_AT == ATTRS_LEN_AT + 4);
+const _: () = assert!(FLAGS_AT == ATTR_COUNT_AT + 2 && TIMESTAMP_AT == FLAGS_AT + 2 && HEADER_LEN == TIMESTAMP_AT + 8);
+/// In an attribute's framing: `u16` key length.
+const ATTR_KEY_LEN_AT: usize = 0;
+/// In an attribute's framing: `u32` value length.
+const ATTR_VALUE_LEN_AT: usize = 2;
 /// Records start on multiples of this, so headers are aligned.
 pub(crate) const RECORD_ALIGN: usize = 8;
 /// Key-length value that means "no key" (distinct from an empty key).
 const NO_KEY: u32 = u32::MAX;
 /// Bytes of framing in front of each attribute: u16 key length + u32 value length.
 const ATTR_FRAME: usize = 6;
+const _: () = assert!(ATTR_VALUE_LEN_AT == ATTR_KEY_LEN_AT + 2 && ATTR_FRAME == ATTR_VALUE_LEN_AT + 4);
 
 /// Longest attribute key, in bytes.
 pub const MAX_ATTRIBUTE_KEY_LEN: usize = u16::MAX as usize;
@@ -118,20 +140,20 @@ impl<'a> Record<'a> {
         debug_assert_eq!(dst.len(), align_up(raw_len));
         let key_field = if self.key.is_some() { key_len as u32 } else { NO_KEY };
 
-        dst[0..4].copy_from_slice(&(raw_len as u32).to_le_bytes());
-        dst[4..8].copy_from_slice(&key_field.to_le_bytes());
-        dst[8..12].copy_from_slice(&(attrs_len as u32).to_le_bytes());
-        dst[12..14].copy_from_slice(&(self.attributes.len() as u16).to_le_bytes());
-        dst[14..16].copy_from_slice(&0u16.to_le_bytes());
-        dst[16..24].copy_from_slice(&timestamp_ns.to_le_bytes());
+        put(dst, LEN_AT, &(raw_len as u32).to_le_bytes());
+        put(dst, KEY_LEN_AT, &key_field.to_le_bytes());
+        put(dst, ATTRS_LEN_AT, &(attrs_len as u32).to_le_bytes());
+        put(dst, ATTR_COUNT_AT, &(self.attributes.len() as u16).to_le_bytes());
+        put(dst, FLAGS_AT, &0u16.to_le_bytes());
+        put(dst, TIMESTAMP_AT, &timestamp_ns.to_le_bytes());
         let mut at = HEADER_LEN;
         if let Some(key) = self.key {
             dst[at..at + key.len()].copy_from_slice(key);
             at += key.len();
         }
         for (k, v) in self.attributes {
-            dst[at..at + 2].copy_from_slice(&(k.len() as u16).to_le_bytes());
-            dst[at + 2..at + 6].copy_from_slice(&(v.len() as u32).to_le_bytes());
+            put(dst, at + ATTR_KEY_LEN_AT, &(k.len() as u16).to_le_bytes());
+            put(dst, at + ATTR_VALUE_LEN_AT, &(v.len() as u32).to_le_bytes());
             at += ATTR_FRAME;
             dst[at..at + k.len()].copy_from_slice(k.as_bytes());
             at += k.len();
@@ -149,6 +171,12 @@ impl<'a> Record<'a> {
 #[inline]
 pub(crate) const fn align_up(n: usize) -> usize {
     (n + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1)
+}
+
+/// Writes `bytes` into `dst` at `at`.
+#[inline]
+fn put(dst: &mut [u8], at: usize, bytes: &[u8]) {
+    dst[at..at + bytes.len()].copy_from_slice(bytes);
 }
 
 #[inline]
@@ -181,13 +209,13 @@ impl<'a> RecordView<'a> {
     /// promise panics rather than reading out of bounds.
     #[inline]
     pub(crate) fn from_bytes(offset: u64, bytes: &'a [u8]) -> Self {
-        debug_assert_eq!(read_u32(bytes, 0) as usize, bytes.len());
+        debug_assert_eq!(read_u32(bytes, LEN_AT) as usize, bytes.len());
         RecordView { offset, bytes }
     }
 
     #[cfg(test)]
     fn parse(offset: u64, bytes: &'a [u8]) -> Self {
-        let len = read_u32(bytes, 0) as usize;
+        let len = read_u32(bytes, LEN_AT) as usize;
         Self::from_bytes(offset, &bytes[..len])
     }
 
@@ -206,13 +234,13 @@ impl<'a> RecordView<'a> {
     /// When it was published, in nanoseconds since the Unix epoch.
     #[inline]
     pub fn timestamp_ns(&self) -> u64 {
-        let b = self.bytes;
-        u64::from_le_bytes([b[16], b[17], b[18], b[19], b[20], b[21], b[22], b[23]])
+        let field: [u8; 8] = self.bytes[TIMESTAMP_AT..TIMESTAMP_AT + 8].try_into().expect("an 8-byte field");
+        u64::from_le_bytes(field)
     }
 
     #[inline]
     fn key_len_field(&self) -> u32 {
-        read_u32(self.bytes, 4)
+        read_u32(self.bytes, KEY_LEN_AT)
     }
 
     #[inline]
@@ -225,7 +253,7 @@ impl<'a> RecordView<'a> {
 
     #[inline]
     fn attrs_len(&self) -> usize {
-        read_u32(self.bytes, 8) as usize
+        read_u32(self.bytes, ATTRS_LEN_AT) as usize
     }
 
     /// The key, or `None` for an unkeyed record.
@@ -247,7 +275,10 @@ impl<'a> RecordView<'a> {
     #[inline]
     pub fn attributes(&self) -> Attributes<'a> {
         let start = HEADER_LEN + self.key_len();
-        Attributes { block: &self.bytes[start..start + self.attrs_len()], remaining: read_u16(self.bytes, 12) as usize }
+        Attributes {
+            block: &self.bytes[start..start + self.attrs_len()],
+            remaining: read_u16(self.bytes, ATTR_COUNT_AT) as usize,
+        }
     }
 
     /// The value of attribute `key`, if the record has it.
@@ -299,8 +330,8 @@ impl<'a> Iterator for Attributes<'a> {
         }
         self.remaining -= 1;
         let b = self.block;
-        let klen = read_u16(b, 0) as usize;
-        let vlen = read_u32(b, 2) as usize;
+        let klen = read_u16(b, ATTR_KEY_LEN_AT) as usize;
+        let vlen = read_u32(b, ATTR_VALUE_LEN_AT) as usize;
         let key = &b[ATTR_FRAME..ATTR_FRAME + klen];
         let value = &b[ATTR_FRAME + klen..ATTR_FRAME + klen + vlen];
         self.block = &b[ATTR_FRAME + klen + vlen..];

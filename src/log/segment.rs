@@ -34,13 +34,27 @@
 //!   record count. This publisher *seals* the segment and installs the next one.
 //! * **Full**: the word was already over-full. Some other publisher is the
 //!   sealer; this one waits briefly for the next segment and retries there.
+//!   If the sealer cannot allocate the next segment, the waiters get its error
+//!   (see "A roll that fails" in `log/mod.rs`).
 //!
-//! Failed reservations still add to the word. Each thread fails at most once on
-//! a segment before it moves on, so the overshoot is at most one record per
-//! thread: the byte field (40 bits, a segment is at most 1 GiB and a record at
-//! most a segment) would need over a thousand threads failing at once on the
-//! same segment to carry into the record field, and the record field has room
-//! for millions above the largest index.
+//! Failed reservations still add to the word, so both fields must be shown
+//! never to overflow. A thread fails at most once on a segment: after `Full` it
+//! waits until the directory names a newer segment, or (if the roll failed)
+//! returns an error, and later appends see the stalled directory and do not
+//! reserve in this segment again (see `log/mod.rs`). So the overshoot is at
+//! most one reservation per thread, and a reservation is bounded in both
+//! fields:
+//!
+//! * bytes: at most a segment (a record is at most a segment, a batch part is
+//!   cut to fit one), and a segment is at most `MAX_SEGMENT_BYTES` (1 GiB). The
+//!   40-bit field holds 1 TiB, so it would take over a thousand threads
+//!   failing at once on the same segment to carry into the record field;
+//! * records: at most `MAX_RESERVATION_RECORDS` (4096; `append_batch` cuts
+//!   larger batches into parts). The 24-bit field holds 16 Mi, the largest
+//!   index is `MAX_SEGMENT_RECORDS` (4 Mi), so it would take over three
+//!   thousand threads failing at once to wrap it, which `reserved()` would
+//!   then misread. Without the cap, four failed batch reservations of 4 Mi
+//!   records each could do it.
 //!
 //! ## The states of a record slot
 //!
@@ -83,12 +97,14 @@
 //!   `log/mod.rs` for how the `Arc` is taken safely).
 
 use std::fmt;
+use std::io;
 use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
 
 use super::record::{Record, RecordView};
 use super::storage::{MappedStorage, SegmentStorage};
+use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::sync::{Arc, Mutex, UnsafeCell};
 
@@ -109,6 +125,10 @@ const POS_UNIT: u64 = super::record::RECORD_ALIGN as u64;
 pub(crate) const MAX_SEGMENT_BYTES: usize = 1 << 30;
 /// Most records one segment indexes.
 pub(crate) const MAX_SEGMENT_RECORDS: usize = 1 << 22;
+/// Most records one reservation takes, so failed reservations cannot wrap the
+/// tail word's record field (see the essay).
+pub(crate) const MAX_RESERVATION_RECORDS: usize = 1 << 12;
+const _: () = assert!(MAX_SEGMENT_RECORDS < 1 << (64 - BYTES_BITS));
 
 /// One entry of the offset index.
 struct Slot {
@@ -133,8 +153,11 @@ type Slots = super::storage::ZeroedArray<Slot>;
 type Slots = Box<[Slot]>;
 
 impl Buffers {
-    pub(crate) fn new_heap(capacity: usize, slot_count: usize) -> Self {
-        Buffers { storage: Box::new(MappedStorage::new(capacity)), slots: new_slots(slot_count) }
+    /// Maps a fresh, zeroed byte region of `capacity` bytes and an offset
+    /// index of `slot_count` slots (two anonymous mappings; see `storage.rs`).
+    /// Fails when either mapping cannot be made.
+    fn map(capacity: usize, slot_count: usize) -> io::Result<Self> {
+        Ok(Buffers { storage: Box::new(MappedStorage::new(capacity)?), slots: new_slots(slot_count)? })
     }
 
     /// Makes every slot read as not committed again.
@@ -150,7 +173,7 @@ impl Buffers {
 
 /// A zeroed offset index: its pages cost nothing until written.
 #[cfg(not(loom))]
-fn new_slots(n: usize) -> Slots {
+fn new_slots(n: usize) -> io::Result<Slots> {
     const _: () = assert!(UNCOMMITTED == 0 && std::mem::size_of::<UnsafeCell<()>>() == 0);
     // SAFETY: a Slot is an AtomicU32, for which all-zero bytes is the valid
     // value 0 (UNCOMMITTED), and a zero-sized UnsafeCell<()>; it needs no drop,
@@ -159,8 +182,8 @@ fn new_slots(n: usize) -> Slots {
 }
 
 #[cfg(loom)]
-fn new_slots(n: usize) -> Slots {
-    (0..n).map(|_| Slot { state: AtomicU32::new(UNCOMMITTED), bytes: UnsafeCell::new(()) }).collect()
+fn new_slots(n: usize) -> io::Result<Slots> {
+    Ok((0..n).map(|_| Slot { state: AtomicU32::new(UNCOMMITTED), bytes: UnsafeCell::new(()) }).collect())
 }
 
 impl fmt::Debug for Buffers {
@@ -178,17 +201,57 @@ pub(crate) struct Pool {
     max_spare: usize,
     capacity: usize,
     slot_count: usize,
+    /// Test seam: how many of the next fresh allocations fail as if the
+    /// system were out of memory. Compiled only into unit tests and loom
+    /// models, so the allocation path of a real build has no check at all.
+    #[cfg(any(test, loom))]
+    fail_allocations: crate::sync::atomic::AtomicUsize,
 }
 
 impl Pool {
     pub(crate) fn new(capacity: usize, slot_count: usize, max_spare: usize) -> Self {
-        Pool { spare: Mutex::new(Vec::new()), max_spare, capacity, slot_count }
+        Pool {
+            spare: Mutex::new(Vec::new()),
+            max_spare,
+            capacity,
+            slot_count,
+            #[cfg(any(test, loom))]
+            fail_allocations: crate::sync::atomic::AtomicUsize::new(0),
+        }
     }
 
-    /// A clean set of buffers: recycled if one is spare, else freshly allocated.
-    pub(crate) fn take(&self) -> Buffers {
-        let recycled = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        recycled.unwrap_or_else(|| Buffers::new_heap(self.capacity, self.slot_count))
+    /// A clean set of buffers: recycled if one is spare, else freshly mapped.
+    /// Fails with [`Error::ResourceExhausted`] when the mapping cannot be made.
+    pub(crate) fn take(&self) -> Result<Buffers> {
+        if let Some(recycled) = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            return Ok(recycled);
+        }
+        self.injected_failure().and_then(|()| Buffers::map(self.capacity, self.slot_count)).map_err(|e| {
+            Error::ResourceExhausted(format!("out of memory: cannot map a log segment of {} bytes: {e}", self.capacity))
+        })
+    }
+
+    /// Makes the next `n` fresh allocations fail (see `fail_allocations`).
+    #[cfg(any(test, loom))]
+    pub(crate) fn fail_next_allocations(&self, n: usize) {
+        // Relaxed: a test knob set before the appends it affects are started.
+        self.fail_allocations.store(n, crate::sync::atomic::Ordering::Relaxed);
+    }
+
+    #[cfg(any(test, loom))]
+    fn injected_failure(&self) -> io::Result<()> {
+        use crate::sync::atomic::Ordering::Relaxed;
+        // Relaxed: a counter the RMW keeps exact; it guards no other data.
+        match self.fail_allocations.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1)) {
+            Ok(_) => Err(io::Error::from(io::ErrorKind::OutOfMemory)),
+            Err(_) => Ok(()),
+        }
+    }
+
+    #[cfg(not(any(test, loom)))]
+    #[inline(always)]
+    fn injected_failure(&self) -> io::Result<()> {
+        Ok(())
     }
 
     fn give_back(&self, buffers: Buffers) {
@@ -292,7 +355,7 @@ impl Segment {
     /// lengths together). Both must be non-zero.
     #[inline]
     pub(crate) fn reserve(&self, records: u64, bytes: u64) -> Reservation {
-        debug_assert!(records > 0 && bytes > 0);
+        debug_assert!(records > 0 && bytes > 0 && records <= MAX_RESERVATION_RECORDS as u64);
         // Relaxed: the fetch-add only has to hand out disjoint ranges, which its
         // atomicity guarantees; the bytes written into a range are published by
         // the slot's Release store, and the segment's initial state reached us
@@ -410,6 +473,7 @@ impl Segment {
     }
 
     /// Records reserved so far (committed or not), capped at the final count.
+    /// The record field never wraps (see the essay), so this never reads low.
     pub(crate) fn reserved(&self) -> u64 {
         if let Some(n) = self.sealed_count() {
             return n;

@@ -5,6 +5,7 @@
 //! segment file) implements the same trait and nothing above it changes.
 
 use std::fmt;
+use std::io;
 use std::ptr::NonNull;
 
 use memmap2::MmapMut;
@@ -37,15 +38,15 @@ pub(crate) struct MappedStorage {
 }
 
 impl MappedStorage {
-    /// Maps `capacity` zeroed bytes; `capacity` must be non-zero.
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// Maps `capacity` zeroed bytes; `capacity` must be non-zero. Fails with
+    /// the operating system's error when the mapping cannot be made (out of
+    /// memory or address space): the log reports it to the publisher that
+    /// needed the segment rather than giving up on the partition.
+    pub(crate) fn new(capacity: usize) -> io::Result<Self> {
         assert!(capacity > 0, "segment storage cannot be empty");
-        let map = MmapMut::map_anon(capacity).unwrap_or_else(|e| {
-            // Like a failed heap allocation: there is no sensible way to go on.
-            panic!("cannot map {capacity} bytes for a log segment: {e}")
-        });
+        let map = MmapMut::map_anon(capacity)?;
         debug_assert_eq!(map.as_ptr() as usize % STORAGE_ALIGN, 0);
-        MappedStorage { map }
+        Ok(MappedStorage { map })
     }
 
     /// The mapping's bytes as a pointer (mutable access goes through the
@@ -93,12 +94,13 @@ impl<T> ZeroedArray<T> {
     /// All-zero bytes must be a valid `T`, `T` must need no drop, its
     /// alignment must be at most a page, and it must only be mutated through
     /// interior mutability (the array hands out shared references only).
-    pub(crate) unsafe fn new(len: usize) -> Self {
+    ///
+    /// Fails, like [`MappedStorage::new`], when the mapping cannot be made.
+    pub(crate) unsafe fn new(len: usize) -> io::Result<Self> {
         const { assert!(!std::mem::needs_drop::<T>() && std::mem::align_of::<T>() <= STORAGE_ALIGN) };
         let bytes = (len * std::mem::size_of::<T>()).max(1);
-        let map =
-            MmapMut::map_anon(bytes).unwrap_or_else(|e| panic!("cannot map {bytes} bytes for a segment index: {e}"));
-        ZeroedArray { map, len, _marker: std::marker::PhantomData }
+        let map = MmapMut::map_anon(bytes)?;
+        Ok(ZeroedArray { map, len, _marker: std::marker::PhantomData })
     }
 }
 

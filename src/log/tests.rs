@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 
-use super::segment::Reservation;
+use super::segment::{self, Reservation};
 use super::*;
 
 /// Small segments so tests cross many boundaries.
@@ -371,4 +371,117 @@ proptest! {
         c.seek(target as u64).unwrap();
         prop_assert_eq!(c.read().unwrap().unwrap().payload(), &written[target].2[..]);
     }
+}
+
+/// Issue 14 #3: the publisher that must install the next segment cannot map
+/// it. It gets a clear error (it used to panic and leave every later publish
+/// spinning for ever), and the partition works again once memory is back.
+#[test]
+fn a_failed_segment_allocation_is_an_error_and_the_partition_recovers() {
+    let log = small(MIN_SEGMENT_BYTES, None);
+    log.fail_next_segment_allocations(3);
+    let mut appended = Vec::new();
+    let err = loop {
+        match log.append(&Record::new(&payload(appended.len() as u64, 100))) {
+            Ok(offset) => appended.push(offset),
+            Err(e) => break e,
+        }
+    };
+    assert!(!appended.is_empty(), "the first segment was mapped at creation");
+    assert!(matches!(&err, Error::ResourceExhausted(m) if m.contains("out of memory")), "{err}");
+    let end = log.end_offset();
+    assert_eq!(end, appended.len() as u64, "the end is the sealed count, not the failed reservations");
+    // Two more failed attempts: each later publisher retries the roll itself,
+    // and none of them reserves in the dead segment again.
+    for _ in 0..2 {
+        let err = log.append(&Record::new(b"again")).unwrap_err();
+        assert!(matches!(err, Error::ResourceExhausted(_)), "{err}");
+        assert_eq!(log.end_offset(), end);
+    }
+    // Memory is back: the next publish installs the segment and succeeds.
+    let next = log.append(&Record::new(&payload(end, 100))).unwrap();
+    assert_eq!(next, end, "offsets stay dense across the failure");
+    appended.push(next);
+    let got = read_all(&mut log.cursor_from_first());
+    assert_eq!(got.iter().map(|(o, _)| *o).collect::<Vec<_>>(), appended);
+    for (offset, p) in got {
+        assert_eq!(p, payload(offset, 100));
+    }
+    assert_eq!(log.stats().segments, 2);
+}
+
+/// A failed allocation in the middle of a batch keeps the parts before it
+/// (listed in `offsets`) and appends nothing after it.
+#[test]
+fn a_batch_that_meets_a_failed_allocation_reports_what_it_appended() {
+    let log = small(MIN_SEGMENT_BYTES, None);
+    log.fail_next_segment_allocations(1);
+    let payloads: Vec<Vec<u8>> = (0..200).map(|i| payload(i, 100)).collect();
+    let records: Vec<Record<'_>> = payloads.iter().map(|p| Record::new(p)).collect();
+    let mut offsets = Vec::new();
+    let err = log.append_batch(&records, &mut offsets).unwrap_err();
+    assert!(matches!(err, Error::ResourceExhausted(_)), "{err}");
+    assert!(!offsets.is_empty() && offsets.len() < records.len());
+    assert_eq!(offsets, (0..offsets.len() as u64).collect::<Vec<_>>());
+    assert_eq!(log.end_offset(), offsets.len() as u64);
+    let mut rest = Vec::new();
+    log.append_batch(&records[offsets.len()..], &mut rest).unwrap();
+    assert_eq!(rest.first(), Some(&(offsets.len() as u64)));
+    let got = read_all(&mut log.cursor_from_first());
+    assert_eq!(got.len(), records.len());
+    for (offset, p) in got {
+        assert_eq!(p, payloads[offset as usize]);
+    }
+}
+
+/// Publishers waiting at a full segment for a roll that fails get the error
+/// rather than waiting for ever; afterwards the partition works.
+#[test]
+fn publishers_waiting_for_a_failed_roll_get_the_error() {
+    let log = small(MIN_SEGMENT_BYTES, None);
+    log.fail_next_segment_allocations(usize::MAX);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut ok = 0u64;
+                loop {
+                    match log.append(&Record::new(&payload(t, 100))) {
+                        Ok(_) => ok += 1,
+                        Err(Error::ResourceExhausted(_)) => return ok,
+                        Err(e) => panic!("unexpected {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let ok: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(log.end_offset(), ok);
+    log.fail_next_segment_allocations(0);
+    assert_eq!(log.append(&Record::new(b"back")).unwrap(), ok);
+}
+
+/// A batch larger than one reservation's cap is cut into parts; all of it
+/// still lands in order.
+#[test]
+fn a_batch_over_the_reservation_cap_is_cut_into_parts() {
+    let log = small(1 << 20, None);
+    let n = segment::MAX_RESERVATION_RECORDS * 2 + 5;
+    let payloads: Vec<Vec<u8>> = (0..n as u64).map(|i| payload(i, 8)).collect();
+    let records: Vec<Record<'_>> = payloads.iter().map(|p| Record::new(p)).collect();
+    let mut offsets = Vec::new();
+    log.append_batch(&records, &mut offsets).unwrap();
+    assert_eq!(offsets, (0..n as u64).collect::<Vec<_>>());
+}
+
+/// The log names its own partition in range errors (the broker used to patch
+/// a `partition: 0` from the log in two places).
+#[test]
+fn range_errors_name_the_logs_partition() {
+    let log = Log::for_partition(&LogConfig::default(), 3).unwrap();
+    log.append(&Record::new(b"x")).unwrap();
+    let err = log.cursor_at(5).unwrap_err();
+    assert_eq!(err, Error::OutOfRange { partition: 3, offset: 5, first: 0, end: 1 });
+    let mut c = log.cursor_from_first();
+    assert!(matches!(c.seek(9), Err(Error::OutOfRange { partition: 3, offset: 9, .. })));
 }

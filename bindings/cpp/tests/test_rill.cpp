@@ -266,7 +266,52 @@ static void batch_subscribe_acks_per_message() {
     CHECK(!msgs.empty() && msgs[0].attribute("rill.dlq.reason").value_or("") == "batch went wrong");
 }
 
+// Issue 14 #13: a std::string with a NUL inside used to be cut short at it
+// ("ab\0cd" created topic "ab"). Every string argument refuses it instead.
+static void strings_with_embedded_nuls_are_refused() {
+    using namespace std::string_literals;
+    rill::Broker broker;
+    broker.create_topic("t");
+    auto invalid = [](auto f) { return status_of(f) == RILL_ERR_INVALID_ARGUMENT; };
+    CHECK(invalid([&] { broker.create_topic("ab\0cd"s); }));
+    CHECK(status_of([&] { broker.publish("ab", "x"); }) == RILL_ERR_NO_SUCH_TOPIC);  // "ab" was not created
+    CHECK(invalid([&] { broker.publish("t\0x"s, "x"); }));
+    CHECK(invalid([&] { broker.try_publish("t\0x"s, rill::Record{"x"}); }));
+    CHECK(invalid([&] { broker.publish_batch("t\0x"s, {rill::Record{"x"}}); }));
+    CHECK(invalid([&] { broker.publisher("t\0x"s); }));
+    CHECK(invalid([&] { broker.topic_stats("t\0x"s); }));
+    CHECK(invalid([&] { broker.consumer("g\0h"s, "t"); }));
+    CHECK(invalid([&] { broker.consumer("g", "t\0x"s); }));
+    rill::Record with_key{"x"};
+    with_key.attributes = {{"key\0x"s, "v"}};
+    CHECK(invalid([&] { broker.publish("t", with_key); }));
+    with_key.attributes = {{"key", "v\0w"s}};
+    CHECK(invalid([&] { broker.publish("t", with_key); }));
+    auto handler = [](const rill::Message &) { return rill::Ack::Success; };
+    CHECK(invalid([&] { broker.subscribe("t\0*"s, handler); }));
+    CHECK(invalid([&] { broker.subscribe_batch("t\0*"s, [](rill::Batch &) {}); }));
+    rill::SubscriptionOptions o;
+    o.name = "dur\0able"s;
+    CHECK(invalid([&] { broker.subscribe("t", handler, o); }));
+    o = {};
+    o.filter = "attributes:a\0"s;
+    CHECK(invalid([&] { broker.subscribe("t", handler, o); }));
+    o = {};
+    o.dead_letter_topic = "dead\0letters"s;
+    CHECK(invalid([&] { broker.subscribe("t", handler, o); }));
+    // The text names the argument and where the NUL is.
+    try {
+        broker.create_topic("ab\0cd"s);
+        CHECK(false);
+    } catch (const rill::Error &e) {
+        CHECK(std::string(e.what()).find("topic name contains a NUL byte at position 2") != std::string::npos);
+    }
+    // Nothing was published by the refused calls.
+    CHECK(broker.topic_stats("t").publish_count == 0);
+}
+
 int main() {
+    strings_with_embedded_nuls_are_refused();
     broker_options_are_a_cpp_struct();
     batch_subscribe_acks_per_message();
     publish_subscribe_and_attributes();

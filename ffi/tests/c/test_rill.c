@@ -12,6 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "rill.h"
 
@@ -399,6 +403,27 @@ static void test_invalid_names_patterns_filters_and_strings(void) {
     o = sub_options();
     o.overflow = RILL_OVERFLOW_BLOCK; /* Block needs a lag limit */
     CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    /* Names are checked where they are given, and the error says which one
+     * (a bad durable name used to be reported as a bad topic "$dlq/..."). */
+    o = sub_options();
+    o.name = "a//b";
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("subscription name \"a//b\" segment 2 is empty");
+    char long_name[300];
+    memset(long_name, 'n', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = 0;
+    o.name = long_name;
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("at most 250 are allowed");
+    o = sub_options();
+    o.dead_letter_topic = "dead//letters";
+    CHECK_STATUS(rill_subscribe(b, "orders", &o, record_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("dead_letter_topic");
+    rill_consumer *g = NULL;
+    CHECK_STATUS(rill_consumer_new(b, "g//h", "orders", NULL, &g), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("consumer group name");
+    CHECK(g == NULL);
+
     rill_consumer_options co;
     rill_consumer_options_init(&co);
     co.start = 9;
@@ -1033,6 +1058,44 @@ static void test_user_data_is_released_when_subscribe_fails(void) {
     rill_broker_free(b);
 }
 
+/* Issue 14 #11: a thread the system will not start (EAGAIN, here from
+ * RLIMIT_NPROC) is RILL_ERR_RESOURCE_EXHAUSTED, not an invalid argument, and
+ * the same call works once threads are available again. Runs in a child
+ * process, which drops root first (root ignores RLIMIT_NPROC). */
+static void test_thread_exhaustion_is_resource_exhausted(void) {
+    CHECK(strcmp(rill_status_name(RILL_ERR_RESOURCE_EXHAUSTED), "RILL_ERR_RESOURCE_EXHAUSTED") == 0);
+    fflush(stderr);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int before = failures;
+        struct rlimit back;
+        CHECK(getrlimit(RLIMIT_NPROC, &back) == 0);
+        struct rlimit none = {0, back.rlim_max};
+        CHECK(setrlimit(RLIMIT_NPROC, &none) == 0);
+        if (getuid() == 0) {
+            CHECK(setgid(65534) == 0);
+            CHECK(setuid(65534) == 0);
+        }
+        rill_broker_options bo;
+        rill_broker_options_init(&bo);
+        bo.worker_threads = 2;
+        rill_broker *b = NULL;
+        CHECK_STATUS(rill_broker_new(&bo, &b), RILL_ERR_RESOURCE_EXHAUSTED);
+        CHECK(b == NULL);
+        LAST_ERROR_HAS("cannot start thread");
+        CHECK(setrlimit(RLIMIT_NPROC, &back) == 0);
+        OK(rill_broker_new(&bo, &b));
+        OK(rill_topic_create(b, "after/exhaustion", NULL));
+        rill_broker_free(b);
+        fflush(stderr);
+        _exit(failures == before ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 static void test_broker_options(void) {
     rill_broker_options bo;
     rill_broker_options_init(&bo);
@@ -1420,6 +1483,7 @@ int main(void) {
     test_freeing_the_broker_first_closes_everything();
     test_user_data_is_released_when_subscribe_fails();
     test_broker_options();
+    test_thread_exhaustion_is_resource_exhausted();
     test_at_most_once();
     test_batch_subscription();
     test_topic_pointers_are_stable();
