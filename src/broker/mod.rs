@@ -6,7 +6,7 @@
 //! * **Publishing** looks the topic up in a map read lock-free through
 //!   `arc-swap`, picks the partition (key hash, or per-thread round-robin),
 //!   appends to its log, then signals the partition's listeners (see
-//!   `subscription.rs`). A [`Publisher`] skips the lookup.
+//!   `subscription/signal.rs`). A [`Publisher`] skips the lookup.
 //! * **Routing** happens when topics and subscriptions are created, not per
 //!   message: a subscription is attached to every partition of every topic its
 //!   pattern matches, now or later (new topics are matched against an index of
@@ -34,16 +34,16 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use consumer::ConsumerCore;
 pub use consumer::{Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, GroupPartition, Polled};
-use dispatch::{Pool, Timer};
+use consumer::{ConsumerCore, GroupHost};
+use dispatch::{Timer, WorkerPool};
 pub use filter::Filter;
 pub use names::{MAX_NAME_LEN, Pattern};
 pub use subscription::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Message, Overflow, PartitionLag,
     RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats,
 };
-use subscription::{Exec, HandlerKind, SubCore, SubEnv, lock};
+use subscription::{BackoffOver, DrainJob, Exec, HandlerKind, SubCore, SubEnv};
 pub use topic::{MAX_PARTITIONS, TopicOptions, partition_for_key};
 use topic::{Topic, Wait};
 
@@ -155,8 +155,8 @@ pub(crate) struct BrokerInner {
     closed: AtomicBool,
     topics: ArcSwap<HashMap<Name, Arc<Topic>>>,
     control: Mutex<Control>,
-    pool: Arc<Pool>,
-    timer: Arc<Timer>,
+    pool: Arc<WorkerPool<DrainJob>>,
+    timer: Arc<Timer<BackoffOver>>,
 }
 
 /// Closes the broker when the last [`Broker`] handle is dropped.
@@ -184,14 +184,14 @@ impl Broker {
             Some(0) => return Err(Error::InvalidArgument("worker_threads must be at least 1".into())),
             Some(n) if n > 1024 => return Err(Error::InvalidArgument("worker_threads must be at most 1024".into())),
             Some(n) => n,
-            None => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            None => thread::available_parallelism().map_or(2, |n| n.get()),
         };
         // Validate the default topic options once, up front.
         Topic::new("validate", &config.default_topic)?;
         crate::clock::warm_up();
         let id = crate::sync::unique_id();
         let spawn_err = |e: std::io::Error| Error::InvalidArgument(format!("cannot start broker threads: {e}"));
-        let pool = Arc::new(Pool::start(workers).map_err(spawn_err)?);
+        let pool = Arc::new(WorkerPool::start(workers).map_err(spawn_err)?);
         let timer = Arc::new(Timer::start().map_err(spawn_err)?);
         let inner = Arc::new(BrokerInner {
             id,
@@ -318,7 +318,7 @@ impl Broker {
         let t = inner.topic(topic)?;
         let core = Arc::new(ConsumerCore::new(crate::sync::unique_id(), group.to_owned(), t.clone()));
         let committed = {
-            let mut control = lock(&inner.control);
+            let mut control = inner.control.lock();
             inner.check_open()?;
             let g = control.groups.entry((group.to_owned(), t.name.clone())).or_default();
             if g.live.is_some() {
@@ -330,7 +330,7 @@ impl Broker {
             control.consumers.insert(core.id, core.clone());
             committed
         };
-        Consumer::new(core.clone(), inner.clone(), committed, options.start).inspect_err(|_| {
+        Consumer::new(core.clone(), Box::new(inner.clone()), committed, options.start).inspect_err(|_| {
             inner.release_consumer(&core);
         })
     }
@@ -340,7 +340,7 @@ impl Broker {
     pub fn group_stats(&self, group: &str, topic: &str) -> Result<ConsumerStats> {
         let inner = self.inner();
         let t = inner.topic(topic)?;
-        let control = lock(&inner.control);
+        let control = inner.control.lock();
         let g = control
             .groups
             .get(&(group.to_owned(), t.name.clone()))
@@ -552,7 +552,7 @@ impl BrokerInner {
     /// for users) and attaches every subscription whose pattern matches it.
     fn create_topic(&self, name: &str, options: &TopicOptions) -> Result<Arc<Topic>> {
         names::validate_topic(name)?;
-        let control = lock(&self.control);
+        let control = self.control.lock();
         self.check_open()?;
         if self.topics.load().contains_key(name) {
             return Err(Error::TopicExists(name.to_owned()));
@@ -624,7 +624,7 @@ impl BrokerInner {
         };
         let sub = Arc::new(SubCore::new(id, name.clone(), pattern.clone(), &options, handler, env)?);
 
-        let mut control = lock(&this.control);
+        let mut control = this.control.lock();
         this.check_open()?;
         if control.live_names.contains(&name) {
             return Err(Error::Busy(format!("a subscription named {name:?} is already live")));
@@ -678,29 +678,10 @@ impl BrokerInner {
         Ok(Subscription { core: sub })
     }
 
-    /// Stores a group's committed offsets.
-    fn save_group(&self, core: &ConsumerCore, committed: Vec<Option<u64>>) {
-        let mut control = lock(&self.control);
-        if let Some(g) = control.groups.get_mut(&(core.group.clone(), core.topic.name.clone())) {
-            g.committed = committed;
-        }
-    }
-
-    /// Frees the group for another consumer.
-    fn release_consumer(&self, core: &ConsumerCore) {
-        let mut control = lock(&self.control);
-        control.consumers.remove(&core.id);
-        if let Some(g) = control.groups.get_mut(&(core.group.clone(), core.topic.name.clone()))
-            && g.live == Some(core.id)
-        {
-            g.live = None;
-        }
-    }
-
     /// The close hook of every subscription: forget it, and keep a durable
     /// one's positions for its return.
     fn on_subscription_closed(&self, sub: &SubCore) {
-        let mut control = lock(&self.control);
+        let mut control = self.control.lock();
         control.patterns.remove(&sub.pattern, sub.id);
         control.subs.remove(&sub.id);
         control.live_names.remove(&sub.name);
@@ -719,7 +700,7 @@ impl BrokerInner {
             return;
         }
         let (subs, dedicated, consumers) = {
-            let mut control = lock(&self.control);
+            let mut control = self.control.lock();
             let subs: Vec<Arc<SubCore>> = control.subs.values().cloned().collect();
             let consumers: Vec<Arc<ConsumerCore>> = control.consumers.values().cloned().collect();
             (subs, std::mem::take(&mut control.dedicated), consumers)
@@ -739,6 +720,32 @@ impl BrokerInner {
             }
         }
         self.topics.store(std::sync::Arc::new(HashMap::new()));
+    }
+}
+
+/// A consumer's hooks into the broker that made it.
+impl GroupHost for Arc<BrokerInner> {
+    fn is_closed(&self) -> bool {
+        BrokerInner::is_closed(self)
+    }
+
+    /// Stores a group's committed offsets.
+    fn save_group(&self, core: &ConsumerCore, committed: Vec<Option<u64>>) {
+        let mut control = self.control.lock();
+        if let Some(g) = control.groups.get_mut(&(core.group.clone(), core.topic.name.clone())) {
+            g.committed = committed;
+        }
+    }
+
+    /// Frees the group for another consumer.
+    fn release_consumer(&self, core: &ConsumerCore) {
+        let mut control = self.control.lock();
+        control.consumers.remove(&core.id);
+        if let Some(g) = control.groups.get_mut(&(core.group.clone(), core.topic.name.clone()))
+            && g.live == Some(core.id)
+        {
+            g.live = None;
+        }
     }
 }
 

@@ -71,7 +71,7 @@ impl Waiters {
     pub(crate) fn notify_after_fence(&self) {
         // Relaxed: ordered by the preceding fence (see the module essay).
         if self.count.load(Ordering::Relaxed) > 0 {
-            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = self.lock.lock();
             self.cond.notify_all();
         }
     }
@@ -104,7 +104,7 @@ impl Waiters {
             // SeqCst fence: orders the registration before the re-check below;
             // pairs with the fence in `notify`.
             fence(Ordering::SeqCst);
-            let guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let guard = self.lock.lock();
             if !ready() {
                 match left {
                     Some(left) => drop(self.cond.wait_timeout(guard, left.min(MAX_NAP))),
@@ -120,6 +120,8 @@ impl Waiters {
     }
 }
 
-/// Longest single sleep of a timed wait, a safety net only: the protocol
-/// does not rely on it.
+/// Longest single sleep of a timed wait. The protocol does not rely on it
+/// (a notify wakes every registered waiter); it only bounds how long a
+/// timed waiter sleeps between looks at its condition. Untimed waits
+/// (`deadline` of `None`) do not use it: they sleep until notified.
 const MAX_NAP: Duration = Duration::from_millis(100);

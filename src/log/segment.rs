@@ -187,12 +187,12 @@ impl Pool {
 
     /// A clean set of buffers: recycled if one is spare, else freshly allocated.
     pub(crate) fn take(&self) -> Buffers {
-        let recycled = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let recycled = self.spare.lock().pop();
         recycled.unwrap_or_else(|| Buffers::new_heap(self.capacity, self.slot_count))
     }
 
     fn give_back(&self, buffers: Buffers) {
-        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        let mut spare = self.spare.lock();
         if spare.len() < self.max_spare {
             buffers.reset();
             spare.push(buffers);
@@ -200,7 +200,7 @@ impl Pool {
     }
 
     pub(crate) fn spare_count(&self) -> usize {
-        self.spare.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.spare.lock().len()
     }
 }
 
