@@ -21,6 +21,8 @@
 //! ```
 
 #![warn(missing_docs)]
+// std's locks, cells and sleeps only through `sync` (see clippy.toml).
+#![warn(clippy::disallowed_types, clippy::disallowed_methods)]
 
 pub mod broker;
 pub mod clock;

@@ -8,6 +8,13 @@
 //!
 //! crossbeam-epoch is re-exported as [`epoch`]: built with its `loom` feature
 //! and `--cfg crossbeam_loom`, it uses loom's atomics itself.
+//!
+//! The rule is checked: `clippy.toml` disallows std's locks and cells in the
+//! crate (this module excepted), and `tests/structure.rs` fails if a file
+//! other than this one names `std::sync::atomic`, `std::thread` or
+//! `std::cell::UnsafeCell`.
+
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
 #[cfg(not(loom))]
 #[allow(unused_imports)]

@@ -361,6 +361,65 @@ fn src_has_no_import_loops_and_the_log_never_names_the_broker() {
     assert!(up.is_empty(), "the log names the broker: {up:?}");
 }
 
+/// What only `src/sync.rs` may name from std (clippy cannot check these: the
+/// shim re-exports std's own items, and clippy sees through re-exports).
+const SHIM_ONLY: &[&[&str]] = &[
+    &["std", "sync", "atomic"],
+    &["std", "thread"],
+    &["std", "cell", "UnsafeCell"],
+    &["std", "sync", "Mutex"],
+    &["std", "sync", "Condvar"],
+    &["std", "sync", "RwLock"],
+];
+
+/// The std paths in `code` that only the sync shim may name.
+fn shim_only_paths(code: &str) -> Vec<String> {
+    paths_in(code)
+        .into_iter()
+        .filter(|p| SHIM_ONLY.iter().any(|bad| p.len() >= bad.len() && p.iter().zip(bad.iter()).all(|(a, b)| a == b)))
+        .map(|p| p.join("::"))
+        .collect()
+}
+
+#[test]
+fn only_the_sync_shim_names_std_threads_atomics_locks_and_cells() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut stack = vec![src.clone()];
+    let mut bad = Vec::new();
+    let mut checked = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("readable src dir") {
+            let path = entry.expect("a dir entry").path();
+            let name = path.file_name().expect("a name").to_string_lossy().into_owned();
+            if path.is_dir() {
+                stack.push(path);
+            } else if name.ends_with(".rs") && path != src.join("sync.rs") && name != "tests.rs" {
+                // Unit tests (`tests.rs`, `mod tests`) may use std directly.
+                checked += 1;
+                for p in shim_only_paths(&code_of(&std::fs::read_to_string(&path).expect("readable source"))) {
+                    bad.push(format!("{}: {p}", path.strip_prefix(&src).expect("under src").display()));
+                }
+            }
+        }
+    }
+    assert!(checked > 10, "found only {checked} files under src/");
+    assert!(bad.is_empty(), "name these through crate::sync instead: {bad:#?}");
+}
+
+#[test]
+fn the_shim_check_sees_grouped_inline_and_renamed_uses() {
+    let code = code_of(
+        "use std::sync::{Arc, atomic::{AtomicU64 as A, Ordering}};\n\
+         // std::thread::spawn in a comment is fine\n\
+         fn f() { let s = \"std::thread::park\"; std::thread::yield_now(); }\n\
+         use std::sync::OnceLock;\n",
+    );
+    assert_eq!(
+        shim_only_paths(&code),
+        vec!["std::sync::atomic::AtomicU64", "std::sync::atomic::Ordering", "std::thread::yield_now"]
+    );
+}
+
 /// Writes `files` (path under `src/`, contents) to a fresh directory.
 fn tree(name: &str, files: &[(&str, &str)]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rill-structure-{name}-{}", std::process::id()));
