@@ -32,8 +32,8 @@ pub(crate) mod sync;
 
 pub use broker::{
     Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DeliveryMode, Filter,
-    LagCallback, Message, Overflow, Pattern, Polled, Position, Publisher, RetryBackoff, StartPosition, Subscription,
-    SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
+    GroupStats, LagCallback, Message, Overflow, Pattern, Polled, Position, Publisher, RetryBackoff, StartPosition,
+    Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
 };
 pub use error::{Error, Result};
 pub use log::Record;

@@ -53,34 +53,24 @@ impl Listener for ConsumerListener {
 
 /// How a new consumer group starts reading (a group with committed offsets
 /// resumes from them instead).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerOptions {
     /// Where to start in partitions without a committed offset. Default: the
     /// earliest retained message.
     pub start: ConsumerStart,
 }
 
-/// Where a consumer starts in a partition without a committed offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ConsumerStart {
-    /// The oldest retained message.
-    #[default]
-    Earliest,
-    /// Only messages published from now on.
-    Latest,
-    /// This offset in every partition (must be retained).
-    Offset(u64),
-}
-
-impl From<StartPosition> for ConsumerStart {
-    fn from(s: StartPosition) -> Self {
-        match s {
-            StartPosition::Earliest => ConsumerStart::Earliest,
-            StartPosition::Latest => ConsumerStart::Latest,
-            StartPosition::Offset(o) => ConsumerStart::Offset(o),
-        }
+impl Default for ConsumerOptions {
+    fn default() -> Self {
+        ConsumerOptions { start: StartPosition::Earliest }
     }
 }
+
+/// Where a consumer starts in a partition without a committed offset: the
+/// same choice a subscription makes, so the same type. (Its own `default()`
+/// is a subscription's, `Latest`; a consumer's default is in
+/// [`ConsumerOptions::default`], `Earliest`.)
+pub type ConsumerStart = StartPosition;
 
 /// The state a consumer shares with the broker (which closes it).
 pub(crate) struct ConsumerCore {
@@ -194,6 +184,20 @@ pub struct ConsumerStats {
     pub delivered: u64,
     /// Messages retention trimmed before they were polled.
     pub missed: u64,
+    /// Total lag over all partitions.
+    pub lag: u64,
+    /// Per partition.
+    pub partitions: Vec<GroupPartition>,
+}
+
+/// A consumer group's committed position on one topic, live consumer or not
+/// (see [`Broker::group_stats`](super::Broker::group_stats)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupStats {
+    /// The group.
+    pub group: String,
+    /// The topic.
+    pub topic: String,
     /// Total lag over all partitions.
     pub lag: u64,
     /// Per partition.

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-pub use consumer::{Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, GroupPartition, Polled};
+pub use consumer::{Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, GroupPartition, GroupStats, Polled};
 use consumer::{ConsumerCore, GroupHost};
 use dispatch::{Timer, WorkerPool};
 pub use filter::Filter;
@@ -186,8 +186,9 @@ impl Broker {
             Some(n) => n,
             None => thread::available_parallelism().map_or(2, |n| n.get()),
         };
-        // Validate the default topic options once, up front.
-        Topic::new("validate", &config.default_topic)?;
+        // Validate the default topic options once, up front (without
+        // mapping any segment).
+        config.default_topic.validate()?;
         crate::clock::warm_up();
         let id = crate::sync::unique_id();
         let spawn_err = |e: std::io::Error| Error::InvalidArgument(format!("cannot start broker threads: {e}"));
@@ -337,7 +338,7 @@ impl Broker {
 
     /// A consumer group's committed offsets and lag on `topic`, whether or
     /// not a consumer of it is live (`NotFound` if the group never consumed it).
-    pub fn group_stats(&self, group: &str, topic: &str) -> Result<ConsumerStats> {
+    pub fn group_stats(&self, group: &str, topic: &str) -> Result<GroupStats> {
         let inner = self.inner();
         let t = inner.topic(topic)?;
         let control = inner.control.lock();
@@ -355,11 +356,9 @@ impl Broker {
                 GroupPartition { partition: p.index, position, committed, end, lag: end.saturating_sub(position) }
             })
             .collect();
-        Ok(ConsumerStats {
+        Ok(GroupStats {
             group: group.to_owned(),
             topic: topic.to_owned(),
-            delivered: 0,
-            missed: 0,
             lag: partitions.iter().map(|p| p.lag).sum(),
             partitions,
         })

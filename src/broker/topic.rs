@@ -54,6 +54,17 @@ impl TopicOptions {
         TopicOptions { partitions: n, ..TopicOptions::default() }
     }
 
+    /// Checks the options as `Topic::new` would, without creating a log.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.partitions == 0 || self.partitions > MAX_PARTITIONS {
+            return Err(Error::InvalidArgument(format!(
+                "a topic has between 1 and {MAX_PARTITIONS} partitions, not {}",
+                self.partitions
+            )));
+        }
+        self.log_config().validate()
+    }
+
     fn log_config(&self) -> LogConfig {
         LogConfig {
             retention_bytes: self.retention_bytes,
@@ -320,12 +331,7 @@ pub(crate) struct Topic {
 
 impl Topic {
     pub(crate) fn new(name: &str, options: &TopicOptions) -> Result<Topic> {
-        if options.partitions == 0 || options.partitions > MAX_PARTITIONS {
-            return Err(Error::InvalidArgument(format!(
-                "a topic has between 1 and {MAX_PARTITIONS} partitions, not {}",
-                options.partitions
-            )));
-        }
+        options.validate()?;
         let config = options.log_config();
         let partitions = (0..options.partitions)
             .map(|i| Log::new(&config).map(|log| Arc::new(Partition::new(i, log))))
@@ -409,13 +415,33 @@ mod tests {
         // move keys between partitions for existing users. They were computed
         // independently of this code, with a Python transcription of the
         // documented function (FNV-1a 64, then fmix64, then modulo).
-        assert_eq!(partition_for_key(b"", 8), partition_for_key(b"", 8));
         let got: Vec<u32> = [&b"user-1"[..], b"user-2", b"order-42", b"", b"\x00\xff"]
             .iter()
             .map(|k| partition_for_key(k, 16))
             .collect();
         assert_eq!(got, vec![5, 11, 6, 6, 8]);
         assert_eq!(partition_for_key(b"anything", 1), 0);
+    }
+
+    #[test]
+    fn options_are_validated_without_creating_a_topic_and_as_creating_one_would() {
+        let bad = [
+            TopicOptions::with_partitions(0),
+            TopicOptions::with_partitions(MAX_PARTITIONS + 1),
+            TopicOptions { retention_messages: Some(0), ..TopicOptions::default() },
+            TopicOptions { segment_bytes: Some(1), ..TopicOptions::default() },
+        ];
+        for options in bad {
+            let checked = options.validate().expect_err("invalid options");
+            let built = Topic::new("t", &options).expect_err("invalid options");
+            assert!(matches!(checked, Error::InvalidArgument(_)), "{checked:?}");
+            assert_eq!(checked.to_string(), built.to_string());
+        }
+        assert!(TopicOptions::default().validate().is_ok());
+        assert!(TopicOptions::with_partitions(MAX_PARTITIONS).validate().is_ok());
+        // A broker checks its default topic options up front, the same way.
+        let config = crate::BrokerConfig { default_topic: TopicOptions::with_partitions(0), ..Default::default() };
+        assert!(matches!(crate::Broker::new(config), Err(Error::InvalidArgument(_))));
     }
 
     #[test]

@@ -118,6 +118,12 @@ struct Sizes {
 }
 
 impl LogConfig {
+    /// Checks the configuration as `Log::new` would, without mapping a
+    /// segment (the broker validates its default topic options this way).
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.resolve().map(drop)
+    }
+
     fn resolve(&self) -> Result<Sizes> {
         let invalid = |what: String| Err(Error::InvalidArgument(what));
         let retention_bytes = self.retention_bytes.unwrap_or(u64::MAX);
