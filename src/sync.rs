@@ -247,47 +247,53 @@ impl Backoff {
 
 /// A fence that the fence-removal check can weaken.
 ///
-/// `.ci/fence-check` builds the loom models with `--cfg rill_weaken="NAME"`,
-/// which turns the one fence named `NAME` (in an essay: "F1", ...) from
-/// `SeqCst` into an `AcqRel` fence, the strongest one that is not totally
-/// ordered, and requires a model to fail. In every other build this is
-/// `fence($order)`.
+/// `.ci/fence-check` builds the loom models with `--cfg rill_fence_check`
+/// and runs them with `RILL_WEAKEN=NAME`, which turns the one fence named
+/// `NAME` (in an essay: "F1", ...) from `SeqCst` into an `AcqRel` fence, the
+/// strongest one that is not totally ordered (or, with `NAME:removed`,
+/// leaves it out), and requires a model to fail.
+/// In every other build this is `fence($order)`, with no check at all.
 macro_rules! fence_or_weakened {
     ($name:literal, $order:expr) => {{
-        #[cfg(not(rill_weaken = $name))]
         let order = $order;
-        #[cfg(rill_weaken = $name)]
-        let order = $crate::sync::weakened_fence($order);
+        #[cfg(not(rill_fence_check))]
         $crate::sync::atomic::fence(order);
+        #[cfg(rill_fence_check)]
+        match $crate::sync::weakened($name) {
+            None => $crate::sync::atomic::fence(order),
+            Some(false) => $crate::sync::atomic::fence($crate::sync::atomic::Ordering::AcqRel),
+            Some(true) => {}
+        }
     }};
 }
 pub(crate) use fence_or_weakened;
 
-/// An ordering that the fence-removal check can weaken: with
-/// `--cfg rill_weaken="NAME"` the ordering named `NAME` in an essay becomes
-/// `Relaxed`; in every other build it is `$order`.
+/// An ordering that the fence-removal check can weaken: under
+/// `--cfg rill_fence_check` with `RILL_WEAKEN=NAME`, the ordering named
+/// `NAME` in an essay becomes `Relaxed`; in every other build it is `$order`.
 #[allow(unused_macros)]
 macro_rules! ordering_or_weakened {
     ($name:literal, $order:expr) => {{
-        #[cfg(not(rill_weaken = $name))]
+        #[cfg(not(rill_fence_check))]
         let order = $order;
-        #[cfg(rill_weaken = $name)]
-        let order = {
-            let _ = $order;
-            $crate::sync::atomic::Ordering::Relaxed
-        };
+        #[cfg(rill_fence_check)]
+        let order =
+            if $crate::sync::weakened($name).is_some() { $crate::sync::atomic::Ordering::Relaxed } else { $order };
         order
     }};
 }
 #[allow(unused_imports)]
 pub(crate) use ordering_or_weakened;
 
-/// What a weakened fence becomes: `SeqCst` loses its total order (and keeps
-/// acquire and release); anything weaker stays as it is.
-#[allow(dead_code)] // used only under `--cfg rill_weaken`
-pub(crate) fn weakened_fence(order: atomic::Ordering) -> atomic::Ordering {
-    match order {
-        atomic::Ordering::SeqCst => atomic::Ordering::AcqRel,
-        other => other,
+/// How the fence check asked to weaken `name` (`RILL_WEAKEN`, read once):
+/// `None`, not at all; `Some(false)`, `RILL_WEAKEN=NAME`, to the next weaker
+/// ordering; `Some(true)`, `RILL_WEAKEN=NAME:removed`, a fence left out.
+#[cfg(rill_fence_check)]
+pub(crate) fn weakened(name: &str) -> Option<bool> {
+    static WEAKEN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let asked = WEAKEN.get_or_init(|| std::env::var("RILL_WEAKEN").ok()).as_deref()?;
+    match asked.strip_suffix(":removed") {
+        Some(n) => (n == name).then_some(true),
+        None => (asked == name).then_some(false),
     }
 }

@@ -23,10 +23,25 @@
 //! on a cache line of its own. Why the moves into and out of `IDLE` cannot
 //! lose a wakeup is the subject of the signal module (`signal.rs`), which
 //! issues the fences around them.
+//!
+//! ## What the orderings are shown to do
+//!
+//! Three orderings here carry names for the fence check (`.ci/fence-check`):
+//! S1, the drainer's `Release` going idle; S2, the `AcqRel` of a publisher's
+//! `IDLE -> ACTIVE`; S3, the `AcqRel` of `close`. Weakened to `Relaxed`
+//! one at a time, no loom model fails (`bash .ci/fence-check S1 S2 S3`), so
+//! they are *not shown* necessary, and the check does not require them: what
+//! they release is also ordered by the drain mutex every drainer takes, by
+//! the log's own `Release`/`Acquire` on each slot, and by the pool's queue
+//! mutex that hands a drain to a worker. They stay as the word's stated
+//! contract (a reader of `IDLE` or `CLOSED` sees the writes before it), which
+//! `wait_idle` and `stats` rely on without a model of their own. What the
+//! models do show necessary are the fences in `signal.rs` (F1 to F4).
 
 use crossbeam_utils::CachePadded;
 
 use crate::sync::atomic::{AtomicU8, Ordering};
+use crate::sync::ordering_or_weakened;
 
 /// No drain queued or running.
 const IDLE: u8 = 0;
@@ -82,10 +97,13 @@ impl State {
         // Relaxed: the preceding SeqCst fence orders this load after the
         // commit; a busy subscription costs exactly this one shared read.
         self.0.load(Ordering::Relaxed) == IDLE
-            // AcqRel on success: acquires the last drainer's writes (it released
+            // S2, AcqRel on success: acquires the last drainer's writes (it released
             // them with its IDLE store) and releases our commit to the drain we
             // schedule. Relaxed on failure: someone else is handling it.
-            && self.0.compare_exchange(IDLE, ACTIVE, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            && self
+                .0
+                .compare_exchange(IDLE, ACTIVE, ordering_or_weakened!("S2", Ordering::AcqRel), Ordering::Relaxed)
+                .is_ok()
     }
 
     /// `ACTIVE -> IDLE` by a drainer that found nothing more to deliver.
@@ -94,10 +112,10 @@ impl State {
     /// the idle fence and re-check (`signal::go_idle`).
     #[inline]
     pub(crate) fn go_idle(&self) -> bool {
-        // Release on success: publishes positions and counters to whoever
+        // S1, Release on success: publishes positions and counters to whoever
         // acquires IDLE next. Relaxed on failure: it is CLOSED, and the
         // caller only returns.
-        self.0.compare_exchange(ACTIVE, IDLE, Ordering::Release, Ordering::Relaxed).is_ok()
+        self.0.compare_exchange(ACTIVE, IDLE, ordering_or_weakened!("S1", Ordering::Release), Ordering::Relaxed).is_ok()
     }
 
     /// `IDLE -> ACTIVE` by the drainer whose idle re-check found work. False
@@ -131,9 +149,9 @@ impl State {
     /// Any state `-> CLOSED`. True for the one call that closed it.
     #[inline]
     pub(crate) fn close(&self) -> bool {
-        // AcqRel: Release publishes what the closer did before to whoever
+        // S3, AcqRel: Release publishes what the closer did before to whoever
         // sees CLOSED (Acquire in `get`); Acquire makes the last drainer's
         // writes visible to the closer. Exactly one caller sees the old state.
-        self.0.swap(CLOSED, Ordering::AcqRel) != CLOSED
+        self.0.swap(CLOSED, ordering_or_weakened!("S3", Ordering::AcqRel)) != CLOSED
     }
 }
