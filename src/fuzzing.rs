@@ -18,6 +18,6 @@ pub fn index_matches(patterns: &[Pattern], topic: &str) -> (Vec<usize>, usize, u
 }
 
 /// Checks a topic name the way the broker does before creating a topic.
-pub fn validate_topic(name: &str) -> crate::Result<()> {
+pub fn validate_topic(name: &str) -> crate::error::Result<()> {
     crate::broker::names::validate_topic(name)
 }

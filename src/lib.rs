@@ -21,6 +21,8 @@
 //! ```
 
 #![warn(missing_docs)]
+// std's locks, cells and sleeps only through `sync` (see clippy.toml).
+#![warn(clippy::disallowed_types, clippy::disallowed_methods)]
 
 pub mod broker;
 pub mod clock;
@@ -33,8 +35,9 @@ pub(crate) mod sync;
 
 pub use broker::{
     Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DeliveryMode, Filter,
-    LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow, Pattern, Polled, Position, Publisher, RetryBackoff,
-    StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
+    GroupStats, LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow, Pattern, Polled, Position, Publisher,
+    RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions,
+    TopicStats,
 };
 pub use error::{Error, ErrorKind, Result, panic_message};
 pub use log::Record;

@@ -8,6 +8,13 @@
 //!
 //! crossbeam-epoch is re-exported as [`epoch`]: built with its `loom` feature
 //! and `--cfg crossbeam_loom`, it uses loom's atomics itself.
+//!
+//! The rule is checked: `clippy.toml` disallows std's locks and cells in the
+//! crate (this module excepted), and `tests/structure.rs` fails if a file
+//! other than this one names `std::sync::atomic`, `std::thread` or
+//! `std::cell::UnsafeCell`.
+
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
 #[cfg(not(loom))]
 #[allow(unused_imports)]
@@ -22,12 +29,103 @@ pub(crate) mod atomic {
 
 #[cfg(loom)]
 #[allow(unused_imports)]
-pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+pub(crate) use loom::sync::{Arc, MutexGuard};
 #[cfg(not(loom))]
 #[allow(unused_imports)]
-pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+pub(crate) use std::sync::{Arc, MutexGuard};
+
+#[cfg(loom)]
+use loom::sync as lock_impl;
+#[cfg(not(loom))]
+use std::sync as lock_impl;
+
+/// A mutex that ignores poisoning: `lock` returns the guard.
+///
+/// Nothing rill guards with a mutex can be left half-updated by a panic: user
+/// code (handlers, callbacks) runs inside `catch_unwind` with no lock held,
+/// and rill's own critical sections do not panic. So a poisoned lock carries
+/// no information, and every caller would only unwrap it.
+#[derive(Debug, Default)]
+pub(crate) struct Mutex<T: ?Sized>(lock_impl::Mutex<T>);
+
+impl<T> Mutex<T> {
+    pub(crate) fn new(value: T) -> Mutex<T> {
+        Mutex(lock_impl::Mutex::new(value))
+    }
+}
+
+impl<T: ?Sized> Mutex<T> {
+    /// Locks, waiting as long as it takes.
+    #[inline]
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Locks if nobody holds the lock now.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        match self.0.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+/// A condition variable for [`Mutex`], ignoring poisoning likewise.
+#[derive(Debug, Default)]
+pub(crate) struct Condvar(lock_impl::Condvar);
+
+impl Condvar {
+    pub(crate) fn new() -> Condvar {
+        Condvar(lock_impl::Condvar::new())
+    }
+
+    /// Releases `guard`, waits for a notification (or a spurious wakeup),
+    /// and locks again.
+    #[inline]
+    pub(crate) fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+        self.0.wait(guard).unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Like [`Condvar::wait`], giving up after `timeout`.
+    #[inline]
+    pub(crate) fn wait_timeout<'a, T>(&self, guard: MutexGuard<'a, T>, timeout: Duration) -> MutexGuard<'a, T> {
+        self.0.wait_timeout(guard, timeout).unwrap_or_else(std::sync::PoisonError::into_inner).0
+    }
+
+    #[inline]
+    pub(crate) fn notify_one(&self) {
+        self.0.notify_one();
+    }
+
+    #[inline]
+    pub(crate) fn notify_all(&self) {
+        self.0.notify_all();
+    }
+}
+
+/// `Arc<dyn Trait>` from a value, in the shim's `Arc`: loom's `Arc` cannot
+/// be coerced to a trait object, so under loom the value goes through a std
+/// `Arc` first (`loom::sync::Arc::from_std`). Use as `dyn_arc!(value => dyn Trait)`.
+macro_rules! dyn_arc {
+    ($value:expr => $ty:ty) => {{
+        #[cfg(not(loom))]
+        let arc: $crate::sync::Arc<$ty> = $crate::sync::Arc::new($value);
+        #[cfg(loom)]
+        let arc: $crate::sync::Arc<$ty> = {
+            #[allow(clippy::disallowed_types)]
+            let std_arc: std::sync::Arc<$ty> = std::sync::Arc::new($value);
+            $crate::sync::Arc::from_std(std_arc)
+        };
+        arc
+    }};
+}
+pub(crate) use dyn_arc;
 
 pub(crate) use crossbeam_epoch as epoch;
+
+use std::time::Duration;
 
 /// A shared immutable string (topic and subscription names). Always std's
 /// `Arc`: it guards no protocol, and loom's `Arc` does not hold unsized values.
@@ -40,6 +138,8 @@ pub(crate) mod thread {
     pub(crate) use loom::thread::{Builder, JoinHandle, Thread, current, park, spawn, yield_now};
     #[cfg(loom)]
     pub(crate) use loom::thread_local;
+    /// How many threads can run at once: a hint read once, the same under loom.
+    pub(crate) use std::thread::available_parallelism;
     #[cfg(not(loom))]
     pub(crate) use std::thread::{Builder, JoinHandle, Thread, current, park, spawn, yield_now};
     #[cfg(not(loom))]
@@ -48,9 +148,9 @@ pub(crate) mod thread {
 
 /// Starts a thread named `name`: the one way rill spawns threads. A failure
 /// (the system is out of threads, or of memory for a stack: `EAGAIN`) is
-/// [`Error::ResourceExhausted`](crate::Error::ResourceExhausted) with the
+/// [`Error::ResourceExhausted`](crate::error::Error::ResourceExhausted) with the
 /// operating system's error text.
-pub(crate) fn spawn_named<F, T>(name: String, f: F) -> crate::Result<thread::JoinHandle<T>>
+pub(crate) fn spawn_named<F, T>(name: String, f: F) -> crate::error::Result<thread::JoinHandle<T>>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -59,7 +159,7 @@ where
     let result = spawn_fault::check().and_then(|()| thread::Builder::new().name(name.clone()).spawn(f));
     #[cfg(not(all(test, not(loom))))]
     let result = thread::Builder::new().name(name.clone()).spawn(f);
-    result.map_err(|e| crate::Error::ResourceExhausted(format!("cannot start thread {name:?}: {e}")))
+    result.map_err(|e| crate::error::Error::ResourceExhausted(format!("cannot start thread {name:?}: {e}")))
 }
 
 /// Test seam: makes a thread's spawns fail after a given number succeed, as
@@ -187,5 +287,58 @@ impl Backoff {
     #[inline]
     pub(crate) fn is_completed(&self) -> bool {
         self.step > Self::YIELD_LIMIT
+    }
+}
+
+/// A fence that the fence-removal check can weaken.
+///
+/// `.ci/fence-check` builds the loom models with `--cfg rill_fence_check`
+/// and runs them with `RILL_WEAKEN=NAME`, which turns the one fence named
+/// `NAME` (in an essay: "F1", ...) from `SeqCst` into an `AcqRel` fence, the
+/// strongest one that is not totally ordered (or, with `NAME:removed`,
+/// leaves it out), and requires a model to fail.
+/// In every other build this is `fence($order)`, with no check at all.
+macro_rules! fence_or_weakened {
+    ($name:literal, $order:expr) => {{
+        let order = $order;
+        #[cfg(not(rill_fence_check))]
+        $crate::sync::atomic::fence(order);
+        #[cfg(rill_fence_check)]
+        match $crate::sync::weakened($name) {
+            None => $crate::sync::atomic::fence(order),
+            Some(false) => $crate::sync::atomic::fence($crate::sync::atomic::Ordering::AcqRel),
+            Some(true) => {}
+        }
+    }};
+}
+pub(crate) use fence_or_weakened;
+
+/// An ordering that the fence-removal check can weaken: under
+/// `--cfg rill_fence_check` with `RILL_WEAKEN=NAME`, the ordering named
+/// `NAME` in an essay becomes `Relaxed`; in every other build it is `$order`.
+#[allow(unused_macros)]
+macro_rules! ordering_or_weakened {
+    ($name:literal, $order:expr) => {{
+        #[cfg(not(rill_fence_check))]
+        let order = $order;
+        #[cfg(rill_fence_check)]
+        let order =
+            if $crate::sync::weakened($name).is_some() { $crate::sync::atomic::Ordering::Relaxed } else { $order };
+        order
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use ordering_or_weakened;
+
+/// How the fence check asked to weaken `name` (`RILL_WEAKEN`, read once):
+/// `None`, not at all; `Some(false)`, `RILL_WEAKEN=NAME`, to the next weaker
+/// ordering; `Some(true)`, `RILL_WEAKEN=NAME:removed`, a fence left out.
+#[cfg(rill_fence_check)]
+pub(crate) fn weakened(name: &str) -> Option<bool> {
+    static WEAKEN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let asked = WEAKEN.get_or_init(|| std::env::var("RILL_WEAKEN").ok()).as_deref()?;
+    match asked.strip_suffix(":removed") {
+        Some(n) => (n == name).then_some(true),
+        None => (asked == name).then_some(false),
     }
 }

@@ -1,6 +1,6 @@
 //! Loom models of closing a subscription from another subscription's
 //! handler (see `SubCore::close` and `wind_up_later` in
-//! `src/broker/subscription.rs`), on the real close, drain and pool code.
+//! `src/broker/subscription/close.rs`), on the real close, drain and pool code.
 //!
 //! Such a close must not wait for the subscription's drain (the two handlers
 //! could be closing each other), so it cannot wind the subscription up

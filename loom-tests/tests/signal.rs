@@ -1,4 +1,4 @@
-//! Loom models of signal-and-drain (see `src/broker/subscription.rs`), run on
+//! Loom models of signal-and-drain (see `src/broker/subscription/signal.rs`), run on
 //! the real publish, scheduling and drain code through `rill`'s loom harness.
 //!
 //! Each model publishes from two threads at once while the subscription's

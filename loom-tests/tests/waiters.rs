@@ -13,8 +13,8 @@ use loom::thread;
 use rill::broker::loom_harness::{Gate, Harness};
 
 /// The protocol alone: a waiter registers and re-checks while a changer
-/// raises the value and notifies. Removing either of its two SeqCst fences
-/// makes this model deadlock (a lost wakeup).
+/// raises the value and notifies. (It does not fail when either fence, W1
+/// or W2, is removed: see the essay in `src/broker/waiters.rs`.)
 #[test]
 fn the_wait_notify_protocol_never_loses_a_wakeup() {
     let builder = loom_tests::builder(3);

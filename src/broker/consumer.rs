@@ -13,45 +13,64 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::BrokerInner;
 use super::subscription::StartPosition;
-use super::topic::{Listener, Topic};
+use super::subscription::signal::Listener;
+use super::topic::Topic;
 use super::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::log::{Cursor, Lagged, RecordView};
-use crate::sync::Arc;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{Arc, dyn_arc};
+
+/// What a consumer needs from the broker that made it, as a hook (the way a
+/// subscription's close hook works), so this file does not name the broker.
+pub(crate) trait GroupHost: Send + Sync {
+    /// True once the broker is closed.
+    fn is_closed(&self) -> bool;
+    /// Stores the group's committed offsets (one per partition).
+    fn save_group(&self, core: &ConsumerCore, committed: Vec<Option<u64>>);
+    /// The consumer closed: frees its group for another consumer.
+    fn release_consumer(&self, core: &ConsumerCore);
+}
+
+/// A consumer as a partition's listener: a commit wakes a blocked `poll`.
+struct ConsumerListener {
+    id: u64,
+    waiters: Arc<Waiters>,
+}
+
+impl Listener for ConsumerListener {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    #[inline]
+    fn signal(&self) {
+        // The publisher issued its fence (F1) already.
+        self.waiters.notify_after_fence();
+    }
+}
 
 /// How a new consumer group starts reading (a group with committed offsets
 /// resumes from them instead).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerOptions {
     /// Where to start in partitions without a committed offset. Default: the
     /// earliest retained message.
     pub start: ConsumerStart,
 }
 
-/// Where a consumer starts in a partition without a committed offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ConsumerStart {
-    /// The oldest retained message.
-    #[default]
-    Earliest,
-    /// Only messages published from now on.
-    Latest,
-    /// This offset in every partition (must be retained).
-    Offset(u64),
-}
-
-impl From<StartPosition> for ConsumerStart {
-    fn from(s: StartPosition) -> Self {
-        match s {
-            StartPosition::Earliest => ConsumerStart::Earliest,
-            StartPosition::Latest => ConsumerStart::Latest,
-            StartPosition::Offset(o) => ConsumerStart::Offset(o),
-        }
+impl Default for ConsumerOptions {
+    fn default() -> Self {
+        ConsumerOptions { start: StartPosition::Earliest }
     }
 }
+
+/// Where a consumer starts in a partition without a committed offset: the
+/// same choice a subscription makes, so the same type. (Its own `default()`
+/// is a subscription's, `Latest`; a consumer's default is in
+/// [`ConsumerOptions::default`], `Earliest`.)
+pub type ConsumerStart = StartPosition;
 
 /// The state a consumer shares with the broker (which closes it).
 pub(crate) struct ConsumerCore {
@@ -171,6 +190,20 @@ pub struct ConsumerStats {
     pub partitions: Vec<GroupPartition>,
 }
 
+/// A consumer group's committed position on one topic, live consumer or not
+/// (see [`Broker::group_stats`](super::Broker::group_stats)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupStats {
+    /// The group.
+    pub group: String,
+    /// The topic.
+    pub topic: String,
+    /// Total lag over all partitions.
+    pub lag: u64,
+    /// Per partition.
+    pub partitions: Vec<GroupPartition>,
+}
+
 struct Part {
     cursor: Cursor,
     committed: Option<u64>,
@@ -180,7 +213,7 @@ struct Part {
 /// (it is `Send`); dropping it closes it.
 pub struct Consumer {
     core: Arc<ConsumerCore>,
-    broker: Arc<BrokerInner>,
+    host: Box<dyn GroupHost>,
     parts: Vec<Part>,
     /// Partition to start the next poll at, for fairness.
     next: usize,
@@ -191,7 +224,7 @@ pub struct Consumer {
 impl Consumer {
     pub(crate) fn new(
         core: Arc<ConsumerCore>,
-        broker: Arc<BrokerInner>,
+        host: Box<dyn GroupHost>,
         committed: Vec<Option<u64>>,
         start: ConsumerStart,
     ) -> Result<Consumer> {
@@ -206,13 +239,14 @@ impl Consumer {
             parts.push(Part { cursor, committed });
         }
         for p in core.topic.partitions.iter() {
-            p.add_listener(Listener::Consumer { id: core.id, waiters: core.waiters.clone() }, None);
+            let listener = dyn_arc!(ConsumerListener { id: core.id, waiters: core.waiters.clone() } => dyn Listener);
+            p.add_listener(listener, None);
         }
-        Ok(Consumer { core, broker, parts, next: 0, released: false })
+        Ok(Consumer { core, host, parts, next: 0, released: false })
     }
 
     fn check_open(&self) -> Result<()> {
-        if self.core.is_closed() || self.broker.is_closed() {
+        if self.core.is_closed() || self.host.is_closed() {
             return Err(Error::Closed(format!("consumer {:?} of {:?} is closed", self.core.group, self.topic())));
         }
         Ok(())
@@ -243,11 +277,11 @@ impl Consumer {
         }
         let deadline = Instant::now() + timeout;
         let core = self.core.clone();
-        let broker = self.broker.clone();
+        let host = &self.host;
         let parts = &mut self.parts;
         // Parks until a commit (or close) wakes it; see waiters.rs.
         core.waiters.wait_until(Some(deadline), || {
-            core.is_closed() || broker.is_closed() || parts.iter_mut().any(|p| p.cursor.has_next())
+            core.is_closed() || host.is_closed() || parts.iter_mut().any(|p| p.cursor.has_next())
         });
         self.check_open()?;
 
@@ -410,12 +444,12 @@ impl Consumer {
         for p in self.core.topic.partitions.iter() {
             p.remove_listener(self.core.id);
         }
-        self.broker.release_consumer(&self.core);
+        self.host.release_consumer(&self.core);
     }
 
     fn save(&self) {
         let committed: Vec<Option<u64>> = self.parts.iter().map(|p| p.committed).collect();
-        self.broker.save_group(&self.core, committed);
+        self.host.save_group(&self.core, committed);
     }
 }
 

@@ -1,5 +1,9 @@
-//! Who runs subscription drains: a shared worker pool, a dedicated thread per
-//! subscription, and the timer that wakes subscriptions waiting to retry.
+//! Who runs subscription drains: a shared worker pool and the timer that
+//! wakes subscriptions waiting to retry. (A subscription with a thread of its
+//! own runs its drain loop there; see `subscription/drain.rs`.)
+//!
+//! Both run [`Job`]s and know nothing else about what they run: the
+//! subscription layer above hands them a drain, or the end of a backoff.
 //!
 //! The pool's run queue is a mutex-protected deque with a condition variable.
 //! It is touched only when a subscription goes from idle to active (or yields
@@ -12,50 +16,55 @@
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::subscription::SubCore;
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Arc, Backoff, Condvar, Mutex};
 
-struct Queue {
-    jobs: VecDeque<Arc<SubCore>>,
+/// Work the pool or the timer runs.
+pub(crate) trait Job: Send + 'static {
+    /// Runs it, on a worker (or the timer's thread).
+    fn run(self);
+}
+
+struct Queue<J> {
+    jobs: VecDeque<J>,
     /// Workers blocked in `wait`.
     sleeping: usize,
     stopping: bool,
 }
 
-struct PoolShared {
-    queue: Mutex<Queue>,
+struct PoolShared<J> {
+    queue: Mutex<Queue<J>>,
     work: Condvar,
     /// Mirror of `jobs.len()` for spinning workers to poll without the lock.
     queued: AtomicUsize,
 }
 
 /// The shared worker pool that drains subscriptions.
-pub(crate) struct Pool {
-    shared: Arc<PoolShared>,
+pub(crate) struct WorkerPool<J: Job> {
+    shared: Arc<PoolShared<J>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
-impl Pool {
+impl<J: Job> WorkerPool<J> {
     /// Starts `size` workers. If one cannot be started, stops and joins the
     /// ones that were before returning the error.
-    pub(crate) fn start(size: usize) -> crate::Result<Pool> {
+    pub(crate) fn start(size: usize) -> crate::error::Result<WorkerPool<J>> {
         let shared = Arc::new(PoolShared {
             queue: Mutex::new(Queue { jobs: VecDeque::new(), sleeping: 0, stopping: false }),
             work: Condvar::new(),
             queued: AtomicUsize::new(0),
         });
-        let pool = Pool { shared, threads: Mutex::new(Vec::new()) };
+        let pool = WorkerPool { shared, threads: Mutex::new(Vec::new()) };
         for i in 0..size {
             let shared = pool.shared.clone();
             let started = crate::sync::spawn_named(format!("rill-worker-{i}"), move || {
-                while let Some(job) = shared.next_job() {
-                    SubCore::run(job);
+                while let Some(job) = PoolShared::<J>::next_job(&shared) {
+                    job.run();
                 }
             });
             match started {
-                Ok(handle) => pool.threads.lock().unwrap_or_else(|e| e.into_inner()).push(handle),
+                Ok(handle) => pool.threads.lock().push(handle),
                 Err(e) => {
                     pool.stop();
                     return Err(e);
@@ -65,14 +74,14 @@ impl Pool {
         Ok(pool)
     }
 
-    /// Queues a drain of `sub`. Dropped silently once the pool is stopping.
-    pub(crate) fn push(&self, sub: Arc<SubCore>) {
+    /// Queues `job`. Dropped silently once the pool is stopping.
+    pub(crate) fn push(&self, job: J) {
         let wake = {
-            let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = self.shared.queue.lock();
             if q.stopping {
                 return;
             }
-            q.jobs.push_back(sub);
+            q.jobs.push_back(job);
             // Relaxed: a hint for spinning workers; the job itself is handed
             // over under the lock.
             self.shared.queued.fetch_add(1, Ordering::Relaxed);
@@ -92,14 +101,14 @@ impl Pool {
     /// Stops the workers after the job each is running, and joins them (all
     /// but the calling thread, if it is one of them). Queued jobs are dropped.
     pub(crate) fn stop(&self) {
-        let dropped: Vec<Arc<SubCore>> = {
-            let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let dropped: Vec<J> = {
+            let mut q = self.shared.queue.lock();
             q.stopping = true;
             q.jobs.drain(..).collect()
         };
         self.shared.work.notify_all();
         drop(dropped);
-        let threads: Vec<JoinHandle<()>> = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let threads: Vec<JoinHandle<()>> = std::mem::take(&mut *self.threads.lock());
         let me = thread::current().id();
         for t in threads {
             if t.thread().id() != me {
@@ -111,14 +120,14 @@ impl Pool {
     }
 }
 
-impl PoolShared {
+impl<J> PoolShared<J> {
     /// The next job, or `None` when the pool stops. Spins briefly, then sleeps.
-    fn next_job(&self) -> Option<Arc<SubCore>> {
+    fn next_job(&self) -> Option<J> {
         let mut backoff = Backoff::new();
         loop {
             // Relaxed: only a hint of whether taking the lock is worth it.
             if self.queued.load(Ordering::Relaxed) > 0 {
-                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                let mut q = self.queue.lock();
                 if let Some(job) = self.take(&mut q) {
                     return Some(job);
                 }
@@ -131,7 +140,7 @@ impl PoolShared {
             }
             backoff.snooze();
         }
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.queue.lock();
         loop {
             if let Some(job) = self.take(&mut q) {
                 return Some(job);
@@ -140,12 +149,12 @@ impl PoolShared {
                 return None;
             }
             q.sleeping += 1;
-            q = self.work.wait(q).unwrap_or_else(|e| e.into_inner());
+            q = self.work.wait(q);
             q.sleeping -= 1;
         }
     }
 
-    fn take(&self, q: &mut Queue) -> Option<Arc<SubCore>> {
+    fn take(&self, q: &mut Queue<J>) -> Option<J> {
         let job = q.jobs.pop_front()?;
         // Relaxed: see `push`.
         self.queued.fetch_sub(1, Ordering::Relaxed);
@@ -153,46 +162,46 @@ impl PoolShared {
     }
 }
 
-/// One pending wakeup: at `due`, re-signal the subscription.
-struct Alarm {
+/// One pending wakeup: at `due`, run `job`.
+struct Alarm<J> {
     due: Instant,
     seq: u64,
-    sub: Arc<SubCore>,
+    job: J,
 }
 
-impl PartialEq for Alarm {
+impl<J> PartialEq for Alarm<J> {
     fn eq(&self, other: &Self) -> bool {
         (self.due, self.seq) == (other.due, other.seq)
     }
 }
-impl Eq for Alarm {}
-impl PartialOrd for Alarm {
+impl<J> Eq for Alarm<J> {}
+impl<J> PartialOrd for Alarm<J> {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
-impl Ord for Alarm {
+impl<J> Ord for Alarm<J> {
     /// Reversed, so the max-heap pops the earliest alarm.
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         (other.due, other.seq).cmp(&(self.due, self.seq))
     }
 }
 
-struct Alarms {
-    heap: BinaryHeap<Alarm>,
+struct Alarms<J> {
+    heap: BinaryHeap<Alarm<J>>,
     next_seq: u64,
     stopping: bool,
 }
 
 /// One thread per broker that wakes subscriptions when their retry backoff
 /// has passed, so no worker ever sleeps through a backoff.
-pub(crate) struct Timer {
-    shared: Arc<(Mutex<Alarms>, Condvar)>,
+pub(crate) struct Timer<J: Job> {
+    shared: Arc<(Mutex<Alarms<J>>, Condvar)>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl Timer {
-    pub(crate) fn start() -> crate::Result<Timer> {
+impl<J: Job> Timer<J> {
+    pub(crate) fn start() -> crate::error::Result<Timer<J>> {
         let shared =
             Arc::new((Mutex::new(Alarms { heap: BinaryHeap::new(), next_seq: 0, stopping: false }), Condvar::new()));
         let s = shared.clone();
@@ -200,9 +209,9 @@ impl Timer {
         Ok(Timer { shared, thread: Mutex::new(Some(handle)) })
     }
 
-    fn run(shared: &(Mutex<Alarms>, Condvar)) {
+    fn run(shared: &(Mutex<Alarms<J>>, Condvar)) {
         let (lock, cond) = shared;
-        let mut alarms = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut alarms = lock.lock();
         loop {
             if alarms.stopping {
                 return;
@@ -212,28 +221,28 @@ impl Timer {
                 Some(a) if a.due <= now => {
                     let alarm = alarms.heap.pop().expect("peeked");
                     drop(alarms);
-                    SubCore::wake_from_backoff(&alarm.sub);
-                    alarms = lock.lock().unwrap_or_else(|e| e.into_inner());
+                    alarm.job.run();
+                    alarms = lock.lock();
                 }
                 Some(a) => {
                     let wait = a.due - now;
-                    alarms = cond.wait_timeout(alarms, wait).unwrap_or_else(|e| e.into_inner()).0;
+                    alarms = cond.wait_timeout(alarms, wait);
                 }
-                None => alarms = cond.wait(alarms).unwrap_or_else(|e| e.into_inner()),
+                None => alarms = cond.wait(alarms),
             }
         }
     }
 
-    /// Wakes `sub` after `delay`.
-    pub(crate) fn schedule(&self, delay: Duration, sub: &Arc<SubCore>) {
+    /// Runs `job` after `delay`. Dropped silently once the timer is stopping.
+    pub(crate) fn schedule(&self, delay: Duration, job: J) {
         let (lock, cond) = &*self.shared;
-        let mut alarms = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut alarms = lock.lock();
         if alarms.stopping {
             return;
         }
         let seq = alarms.next_seq;
         alarms.next_seq += 1;
-        alarms.heap.push(Alarm { due: Instant::now() + delay, seq, sub: sub.clone() });
+        alarms.heap.push(Alarm { due: Instant::now() + delay, seq, job });
         drop(alarms);
         cond.notify_one();
     }
@@ -241,12 +250,13 @@ impl Timer {
     pub(crate) fn stop(&self) {
         let (lock, cond) = &*self.shared;
         {
-            let mut alarms = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let mut alarms = lock.lock();
             alarms.stopping = true;
             alarms.heap.clear();
         }
         cond.notify_all();
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take()
+        let thread = self.thread.lock().take();
+        if let Some(t) = thread
             && t.thread().id() != thread::current().id()
         {
             let _ = t.join();

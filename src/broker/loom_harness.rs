@@ -7,12 +7,13 @@
 //! dedicated thread, and `SubCore`'s drain rounds with their idle re-check.
 //! It only leaves out the broker around them (topic map, timer, dead letters).
 
-use super::dispatch::Pool;
+use super::dispatch::WorkerPool;
 use super::names::Pattern;
-use super::subscription::{Exec, Handler, HandlerKind, SubCore, SubEnv, SubscriptionOptions, lock};
+use super::subscription::{
+    Ack, CloseHook, DrainJob, Exec, Handler, HandlerKind, Overflow, SubCore, SubEnv, SubscriptionOptions,
+};
 use super::topic::{Partition, Wait};
 use super::waiters::Waiters;
-use super::{Ack, Overflow};
 use crate::log::{Log, LogConfig, Record};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::thread::{self, JoinHandle};
@@ -23,7 +24,7 @@ pub struct Harness {
     /// Its partitions: one, or two (topics `t/a` and `t/b`) for `wildcard`.
     partitions: Vec<Arc<Partition>>,
     sub: Arc<SubCore>,
-    pool: Option<Arc<Pool>>,
+    pool: Option<Arc<WorkerPool<DrainJob>>>,
     dedicated: Option<JoinHandle<()>>,
     seen: Arc<(Mutex<Vec<u64>>, Condvar)>,
     /// How many times the subscription was wound up (its close hook ran).
@@ -71,19 +72,19 @@ impl Harness {
         let s = seen.clone();
         let handler: Handler = Box::new(move |m| {
             let tag = u64::from_le_bytes(m.payload().try_into().expect("8-byte payload"));
-            lock(&s.0).push(tag);
+            s.0.lock().push(tag);
             s.1.notify_all();
             Ack::Success
         });
-        let pool = (!dedicated).then(|| Arc::new(Pool::start(1).expect("loom spawns threads")));
+        let pool = (!dedicated).then(|| Arc::new(WorkerPool::start(1).expect("loom spawns threads")));
         let exec = match &pool {
             Some(p) => Exec::Pool(p.clone()),
             None => Exec::Dedicated(Mutex::new(None)),
         };
         let wound_up: Arc<(Mutex<u32>, Condvar)> = Arc::new((Mutex::new(0), Condvar::new()));
         let w = wound_up.clone();
-        let on_close: super::subscription::CloseHook = Box::new(move |_: &SubCore| {
-            *lock(&w.0) += 1;
+        let on_close: CloseHook = Box::new(move |_: &SubCore| {
+            *w.0.lock() += 1;
             w.1.notify_all();
         });
         let env = SubEnv { exec, timer: None, dead_letters: None, on_close: Some(on_close) };
@@ -126,9 +127,9 @@ impl Harness {
     /// reports as a deadlock.
     pub fn wait_for(&self, n: usize) -> Vec<u64> {
         let (lock_, cond) = &*self.seen;
-        let mut seen = lock(lock_);
+        let mut seen = lock_.lock();
         while seen.len() < n {
-            seen = cond.wait(seen).unwrap_or_else(|e| e.into_inner());
+            seen = cond.wait(seen);
         }
         seen.clone()
     }
@@ -144,9 +145,9 @@ impl Harness {
     /// ends blocked, which loom reports as a deadlock.
     pub fn wait_wound_up(&self) -> u32 {
         let (lock_, cond) = &*self.wound_up;
-        let mut n = lock(lock_);
+        let mut n = lock_.lock();
         while *n == 0 {
-            n = cond.wait(n).unwrap_or_else(|e| e.into_inner());
+            n = cond.wait(n);
         }
         *n
     }

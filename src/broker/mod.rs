@@ -6,7 +6,7 @@
 //! * **Publishing** looks the topic up in a map read lock-free through
 //!   `arc-swap`, picks the partition (key hash, or per-thread round-robin),
 //!   appends to its log, then signals the partition's listeners (see
-//!   `subscription.rs`). A [`Publisher`] skips the lookup.
+//!   `subscription/signal.rs`). A [`Publisher`] skips the lookup.
 //! * **Routing** happens when topics and subscriptions are created, not per
 //!   message: a subscription is attached to every partition of every topic its
 //!   pattern matches, now or later (new topics are matched against an index of
@@ -18,6 +18,7 @@
 //! the publish and delivery paths never do.
 
 mod consumer;
+mod core;
 mod dispatch;
 pub(crate) mod filter;
 #[cfg(loom)]
@@ -28,57 +29,32 @@ pub(crate) mod subscription;
 pub(crate) mod topic;
 pub(crate) mod waiters;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use consumer::ConsumerCore;
-pub use consumer::{Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, GroupPartition, Polled};
-use dispatch::{Pool, Timer};
+pub use self::core::BrokerConfig;
+use self::core::{BrokerInner, Control};
+pub use consumer::{Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, GroupPartition, GroupStats, Polled};
+use consumer::{ConsumerCore, GroupHost};
+use dispatch::{Timer, WorkerPool};
 pub use filter::Filter;
 pub use names::{MAX_NAME_LEN, MAX_PATTERN_ANY, MAX_PATTERN_SEGMENTS, MAX_SUBSCRIPTION_NAME_LEN, Pattern};
+use subscription::HandlerKind;
 pub use subscription::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Message, Overflow, PartitionLag,
     RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats,
 };
-use subscription::{Exec, HandlerKind, SubCore, SubEnv, lock};
 pub use topic::{MAX_PARTITIONS, TopicOptions, partition_for_key};
 use topic::{Topic, Wait};
 
 use crate::error::{Error, Result};
 use crate::log::Record;
-use crate::sync::atomic::{AtomicBool, Ordering};
-use crate::sync::thread::{self, JoinHandle};
-use crate::sync::{Arc, Mutex, Name};
-
-/// How a broker runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BrokerConfig {
-    /// Threads in the shared pool that drains subscriptions; `None` uses one
-    /// per CPU core.
-    pub worker_threads: Option<usize>,
-    /// Create a topic (with `default_topic` options) on first publish or
-    /// literal subscribe instead of failing with `NoSuchTopic`. Off by default.
-    pub auto_create_topics: bool,
-    /// Options of auto-created topics and dead-letter topics.
-    pub default_topic: TopicOptions,
-    /// Longest a `publish` waits for a `Block` subscriber to make room
-    /// before failing with `Timeout`; `None` waits indefinitely. Default 10 s.
-    pub publish_timeout: Option<Duration>,
-}
-
-impl Default for BrokerConfig {
-    fn default() -> Self {
-        BrokerConfig {
-            worker_threads: None,
-            auto_create_topics: false,
-            default_topic: TopicOptions::default(),
-            publish_timeout: Some(Duration::from_secs(10)),
-        }
-    }
-}
+use crate::sync::atomic::AtomicBool;
+use crate::sync::thread;
+use crate::sync::{Arc, Mutex};
 
 /// Where a published message landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -117,48 +93,6 @@ pub struct TopicStats {
     pub retained_bytes: u64,
 }
 
-/// A saved position of a durable subscription.
-#[derive(Default)]
-struct Durable {
-    positions: HashMap<(Name, u32), u64>,
-}
-
-/// Control-plane state, behind one mutex.
-#[derive(Default)]
-struct Control {
-    /// Patterns of live subscriptions, to attach them to new topics.
-    patterns: names::PatternIndex<Arc<SubCore>>,
-    /// Live subscriptions by id.
-    subs: HashMap<u64, Arc<SubCore>>,
-    /// Names of live subscriptions.
-    live_names: HashSet<String>,
-    /// Positions of durable subscriptions, kept while they are away.
-    durable: HashMap<String, Durable>,
-    dedicated: Vec<JoinHandle<()>>,
-    /// Committed offsets of consumer groups, by (group, topic).
-    groups: HashMap<(String, Name), Group>,
-    /// Live consumers by id, so closing the broker can close them.
-    consumers: HashMap<u64, Arc<ConsumerCore>>,
-}
-
-/// A consumer group's state on one topic.
-#[derive(Default)]
-struct Group {
-    committed: Vec<Option<u64>>,
-    /// The id of its live consumer, if any.
-    live: Option<u64>,
-}
-
-pub(crate) struct BrokerInner {
-    id: u64,
-    config: BrokerConfig,
-    closed: AtomicBool,
-    topics: ArcSwap<HashMap<Name, Arc<Topic>>>,
-    control: Mutex<Control>,
-    pool: Arc<Pool>,
-    timer: Arc<Timer>,
-}
-
 /// Closes the broker when the last [`Broker`] handle is dropped.
 struct Handle {
     inner: Arc<BrokerInner>,
@@ -184,16 +118,17 @@ impl Broker {
             Some(0) => return Err(Error::InvalidArgument("worker_threads must be at least 1".into())),
             Some(n) if n > 1024 => return Err(Error::InvalidArgument("worker_threads must be at most 1024".into())),
             Some(n) => n,
-            None => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            None => thread::available_parallelism().map_or(2, |n| n.get()),
         };
-        // Validate the default topic options once, up front.
-        Topic::new("validate", &config.default_topic)?;
+        // Validate the default topic options once, up front (without
+        // mapping any segment).
+        config.default_topic.validate()?;
         crate::clock::warm_up();
         let id = crate::sync::unique_id();
         // A thread that cannot be started is ResourceExhausted; whatever was
         // started before it is stopped and joined, so a failed `new` leaves
         // nothing running.
-        let pool = Arc::new(Pool::start(workers)?);
+        let pool = Arc::new(WorkerPool::start(workers)?);
         let timer = match Timer::start() {
             Ok(timer) => Arc::new(timer),
             Err(e) => {
@@ -322,7 +257,7 @@ impl Broker {
         let t = inner.topic(topic)?;
         let core = Arc::new(ConsumerCore::new(crate::sync::unique_id(), group.to_owned(), t.clone()));
         let committed = {
-            let mut control = lock(&inner.control);
+            let mut control = inner.control.lock();
             inner.check_open()?;
             let g = control.groups.entry((group.to_owned(), t.name.clone())).or_default();
             if g.live.is_some() {
@@ -334,17 +269,17 @@ impl Broker {
             control.consumers.insert(core.id, core.clone());
             committed
         };
-        Consumer::new(core.clone(), inner.clone(), committed, options.start).inspect_err(|_| {
+        Consumer::new(core.clone(), Box::new(inner.clone()), committed, options.start).inspect_err(|_| {
             inner.release_consumer(&core);
         })
     }
 
     /// A consumer group's committed offsets and lag on `topic`, whether or
     /// not a consumer of it is live (`NotFound` if the group never consumed it).
-    pub fn group_stats(&self, group: &str, topic: &str) -> Result<ConsumerStats> {
+    pub fn group_stats(&self, group: &str, topic: &str) -> Result<GroupStats> {
         let inner = self.inner();
         let t = inner.topic(topic)?;
-        let control = lock(&inner.control);
+        let control = inner.control.lock();
         let g = control
             .groups
             .get(&(group.to_owned(), t.name.clone()))
@@ -359,11 +294,9 @@ impl Broker {
                 GroupPartition { partition: p.index, position, committed, end, lag: end.saturating_sub(position) }
             })
             .collect();
-        Ok(ConsumerStats {
+        Ok(GroupStats {
             group: group.to_owned(),
             topic: topic.to_owned(),
-            delivered: 0,
-            missed: 0,
             lag: partitions.iter().map(|p| p.lag).sum(),
             partitions,
         })
@@ -503,245 +436,6 @@ fn publish_batch_to(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec
         }
     }
     Ok(positions)
-}
-
-impl BrokerInner {
-    #[inline]
-    fn is_closed(&self) -> bool {
-        // Acquire: pairs with the Release swap in `close`.
-        self.closed.load(Ordering::Acquire)
-    }
-
-    /// How long a plain `publish` waits for `Block` subscribers.
-    #[inline]
-    fn default_wait(&self) -> Wait {
-        Wait::For(self.config.publish_timeout)
-    }
-
-    #[inline]
-    fn check_open(&self) -> Result<()> {
-        if self.is_closed() { Err(Error::Closed("the broker is closed".into())) } else { Ok(()) }
-    }
-
-    fn topic(&self, name: &str) -> Result<Arc<Topic>> {
-        self.check_open()?;
-        match self.topics.load().get(name) {
-            Some(t) => Ok(t.clone()),
-            None => {
-                names::validate_topic(name)?;
-                Err(Error::NoSuchTopic(name.to_owned()))
-            }
-        }
-    }
-
-    #[inline]
-    fn topic_for_publish(&self, name: &str) -> Result<Arc<Topic>> {
-        match self.topic(name) {
-            Err(Error::NoSuchTopic(_))
-                if self.config.auto_create_topics && !name.starts_with(names::RESERVED_PREFIX) =>
-            {
-                let options = self.config.default_topic.clone();
-                match self.create_topic(name, &options) {
-                    Ok(t) => Ok(t),
-                    // Another thread created it first.
-                    Err(Error::TopicExists(_)) => self.topic(name),
-                    Err(e) => Err(e),
-                }
-            }
-            other => other,
-        }
-    }
-
-    /// Creates a topic (reserved names allowed: the caller validated the name
-    /// for users) and attaches every subscription whose pattern matches it.
-    fn create_topic(&self, name: &str, options: &TopicOptions) -> Result<Arc<Topic>> {
-        names::validate_topic(name)?;
-        let control = lock(&self.control);
-        self.check_open()?;
-        if self.topics.load().contains_key(name) {
-            return Err(Error::TopicExists(name.to_owned()));
-        }
-        let topic = Arc::new(Topic::new(name, options)?);
-        let mut map = HashMap::clone(&self.topics.load());
-        map.insert(topic.name.clone(), topic.clone());
-        self.topics.store(std::sync::Arc::new(map));
-        for sub in control.patterns.matches(name) {
-            // A new topic is read from its start: nothing published to it can
-            // be missed, whatever the subscription's start position.
-            let saved = saved_positions(&control, &sub);
-            for p in topic.partitions.iter() {
-                let cursor = match saved.get(&(topic.name.clone(), p.index)) {
-                    Some(&offset) => p.log.cursor_resuming(offset),
-                    None => p.log.cursor_from_first(),
-                };
-                SubCore::attach_to(&sub, topic.name.clone(), p, cursor);
-            }
-            SubCore::poke(&sub);
-        }
-        Ok(topic)
-    }
-
-    fn subscribe(
-        this: &Arc<BrokerInner>,
-        pattern: &str,
-        options: SubscriptionOptions,
-        handler: HandlerKind,
-    ) -> Result<Subscription> {
-        this.check_open()?;
-        let pattern = Pattern::parse(pattern)?;
-        // Every name is checked before anything is looked up or created, so
-        // the error names the argument that is wrong.
-        if let Some(name) = &options.name {
-            names::validate_subscription_name(name)?;
-        }
-        if let Some(topic) = &options.dead_letter_topic {
-            names::validate_dead_letter_topic(topic)?;
-        }
-        if pattern.is_literal() && this.topic(pattern.as_str()).is_err() {
-            // Naming one topic that does not exist is a mistake, unless topics
-            // are created on demand.
-            this.topic_for_publish(pattern.as_str())?;
-        }
-        let id = crate::sync::unique_id();
-        let name = options.name.clone().unwrap_or_else(|| format!("anon-{id}"));
-        let dlq_name = options.dead_letter_topic.clone().unwrap_or_else(|| names::default_dead_letter_topic(&name));
-        let dlq = match this.topic(&dlq_name) {
-            Ok(t) => t,
-            Err(Error::NoSuchTopic(_)) => match this.create_topic(&dlq_name, &this.config.default_topic) {
-                Ok(t) => t,
-                Err(Error::TopicExists(_)) => this.topic(&dlq_name)?,
-                Err(e) => return Err(e),
-            },
-            Err(e) => return Err(e),
-        };
-        let broker = this.clone();
-        let exec =
-            if options.dedicated_thread { Exec::Dedicated(Mutex::new(None)) } else { Exec::Pool(this.pool.clone()) };
-        let env = SubEnv {
-            exec,
-            timer: Some(this.timer.clone()),
-            dead_letters: Some(dlq),
-            on_close: Some(Box::new(move |sub: &SubCore| broker.on_subscription_closed(sub))),
-        };
-        let sub = Arc::new(SubCore::new(id, name.clone(), pattern.clone(), &options, handler, env)?);
-
-        let mut control = lock(&this.control);
-        this.check_open()?;
-        if control.live_names.contains(&name) {
-            return Err(Error::Busy(format!("a subscription named {name:?} is already live")));
-        }
-        // Work out every reader first, so a bad start offset attaches nothing.
-        let saved = saved_positions(&control, &sub);
-        let topics = this.topics.load();
-        let mut readers = Vec::new();
-        let mut matched: Vec<&Arc<Topic>> = topics.values().filter(|t| pattern.matches(&t.name)).collect();
-        matched.sort_by(|a, b| a.name.cmp(&b.name));
-        for t in matched {
-            for p in t.partitions.iter() {
-                let log = &p.log;
-                let cursor = match saved.get(&(t.name.clone(), p.index)) {
-                    // A durable subscription resumes where it left off; if
-                    // retention trimmed that meanwhile, its first read reports
-                    // what it missed.
-                    Some(&offset) => log.cursor_resuming(offset),
-                    None => match options.start {
-                        StartPosition::Latest => log.cursor_from_end(),
-                        StartPosition::Earliest => log.cursor_from_first(),
-                        StartPosition::Offset(o) => log.cursor_at(o)?,
-                    },
-                };
-                readers.push((t.name.clone(), p.clone(), cursor));
-            }
-        }
-        if options.dedicated_thread {
-            let s = sub.clone();
-            let handle =
-                crate::sync::spawn_named(format!("rill-sub-{}", sub.name), move || SubCore::dedicated_loop(s))?;
-            sub.set_thread(handle.thread().clone());
-            control.dedicated.push(handle);
-        }
-        for (topic, p, cursor) in readers {
-            SubCore::attach_to(&sub, topic, &p, cursor);
-        }
-        control.patterns.insert(&pattern, id, sub.clone());
-        control.subs.insert(id, sub.clone());
-        control.live_names.insert(name);
-        drop(control);
-        // Deliver whatever is already there (earliest, or a saved position).
-        SubCore::poke(&sub);
-        Ok(Subscription { core: sub })
-    }
-
-    /// Stores a group's committed offsets.
-    fn save_group(&self, core: &ConsumerCore, committed: Vec<Option<u64>>) {
-        let mut control = lock(&self.control);
-        if let Some(g) = control.groups.get_mut(&(core.group.clone(), core.topic.name.clone())) {
-            g.committed = committed;
-        }
-    }
-
-    /// Frees the group for another consumer.
-    fn release_consumer(&self, core: &ConsumerCore) {
-        let mut control = lock(&self.control);
-        control.consumers.remove(&core.id);
-        if let Some(g) = control.groups.get_mut(&(core.group.clone(), core.topic.name.clone()))
-            && g.live == Some(core.id)
-        {
-            g.live = None;
-        }
-    }
-
-    /// The close hook of every subscription: forget it, and keep a durable
-    /// one's positions for its return.
-    fn on_subscription_closed(&self, sub: &SubCore) {
-        let mut control = lock(&self.control);
-        control.patterns.remove(&sub.pattern, sub.id);
-        control.subs.remove(&sub.id);
-        control.live_names.remove(&sub.name);
-        if sub.durable {
-            let saved = control.durable.entry(sub.name.clone()).or_default();
-            for (topic, partition, offset) in sub.positions() {
-                saved.positions.insert((topic, partition), offset);
-            }
-        }
-    }
-
-    fn close(&self) {
-        // AcqRel: the winner of the swap closes; Release pairs with the
-        // Acquire in `is_closed`, so a caller that sees closed sees why.
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let (subs, dedicated, consumers) = {
-            let mut control = lock(&self.control);
-            let subs: Vec<Arc<SubCore>> = control.subs.values().cloned().collect();
-            let consumers: Vec<Arc<ConsumerCore>> = control.consumers.values().cloned().collect();
-            (subs, std::mem::take(&mut control.dedicated), consumers)
-        };
-        for c in &consumers {
-            c.close();
-        }
-        for sub in &subs {
-            SubCore::close_with_reason(sub, "the broker was closed".into());
-        }
-        self.pool.stop();
-        self.timer.stop();
-        let me = thread::current().id();
-        for t in dedicated {
-            if t.thread().id() != me {
-                let _ = t.join();
-            }
-        }
-        self.topics.store(std::sync::Arc::new(HashMap::new()));
-    }
-}
-
-/// A durable subscription's saved positions (empty for anonymous ones).
-fn saved_positions(control: &Control, sub: &SubCore) -> HashMap<(Name, u32), u64> {
-    if !sub.durable {
-        return HashMap::new();
-    }
-    control.durable.get(&sub.name).map(|d| d.positions.clone()).unwrap_or_default()
 }
 
 /// Waits up to `timeout` for every subscription in `subs` to be idle.

@@ -97,7 +97,7 @@ fn a_partition_out_of_memory_fails_the_publish_and_recovers() {
     let s = seen.clone();
     let sub = broker
         .subscribe("t", SubscriptionOptions::default(), move |m| {
-            s.lock().unwrap().push(m.offset());
+            s.lock().push(m.offset());
             Ack::Success
         })
         .unwrap();
@@ -115,6 +115,6 @@ fn a_partition_out_of_memory_fails_the_publish_and_recovers() {
     let batch = broker.publish_batch("t", &[Record::new(b"b1"), Record::new(b"b2")]).unwrap();
     published.extend(batch.iter().map(|p| p.offset));
     assert!(sub.wait_idle(Duration::from_secs(10)).unwrap());
-    assert_eq!(*seen.lock().unwrap(), published, "every published message, in order");
+    assert_eq!(*seen.lock(), published, "every published message, in order");
     broker.close();
 }

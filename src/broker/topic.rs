@@ -2,16 +2,19 @@
 //!
 //! A topic is a name and one or more partitions; a partition is a [`Log`]
 //! plus the list of *listeners* (subscriptions and consumers reading it) that
-//! a publisher signals after each commit.
+//! a publisher signals after each commit. A partition knows its listeners
+//! only as the [`Listener`] trait of the signal module
+//! (`subscription/signal.rs`), which also holds the publisher's half of the
+//! protocol, so this file never names the types above it.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::subscription::{Mark, SubCore};
+use super::subscription::signal::{self, Listener};
 use super::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::log::{Log, LogConfig, Record};
-use crate::sync::atomic::{AtomicU64, Ordering, fence};
+use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
 use crate::sync::{Arc, Mutex, Name};
 
@@ -51,6 +54,17 @@ impl TopicOptions {
         TopicOptions { partitions: n, ..TopicOptions::default() }
     }
 
+    /// Checks the options as `Topic::new` would, without creating a log.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.partitions == 0 || self.partitions > MAX_PARTITIONS {
+            return Err(Error::InvalidArgument(format!(
+                "a topic has between 1 and {MAX_PARTITIONS} partitions, not {}",
+                self.partitions
+            )));
+        }
+        self.log_config().validate()
+    }
+
     fn log_config(&self) -> LogConfig {
         LogConfig {
             retention_bytes: self.retention_bytes,
@@ -63,39 +77,6 @@ impl TopicOptions {
 
 /// Most partitions a topic may have.
 pub const MAX_PARTITIONS: u32 = 4096;
-
-/// Something a publisher wakes after committing a record to a partition.
-#[derive(Clone)]
-pub(crate) enum Listener {
-    /// A push subscription (signal-and-drain, see `subscription.rs`), with
-    /// its ready mark for this partition if it tracks ready partitions.
-    Subscription(Arc<SubCore>, Option<Arc<Mark>>),
-    /// A pull consumer, possibly blocked in `poll` (see `waiters.rs`).
-    Consumer { id: u64, waiters: Arc<Waiters> },
-}
-
-impl Listener {
-    /// Called after a commit, behind a `fence(SeqCst)`. Cheap when the
-    /// listener is already awake: one load, no write.
-    #[inline]
-    fn signal(&self) {
-        match self {
-            Listener::Subscription(sub, _) => {
-                if sub.try_activate() {
-                    SubCore::schedule(sub);
-                }
-            }
-            Listener::Consumer { waiters, .. } => waiters.notify_after_fence(),
-        }
-    }
-
-    fn id(&self) -> u64 {
-        match self {
-            Listener::Subscription(sub, _) => sub.id,
-            Listener::Consumer { id, .. } => *id,
-        }
-    }
-}
 
 /// A subscriber with the `Block` overflow policy: publishers wait while it
 /// is `limit` messages behind.
@@ -119,7 +100,7 @@ impl Blocker {
 
 /// The listeners of one partition, replaced as a whole when one joins or leaves.
 struct Listeners {
-    list: Vec<Listener>,
+    list: Vec<Arc<dyn Listener>>,
     blockers: Vec<Blocker>,
     /// A lower bound of `min(position + limit)` over `blockers`: publishing
     /// below it needs no further look at the blockers. Raised by publishers
@@ -132,8 +113,8 @@ struct Listeners {
 }
 
 impl Listeners {
-    fn new(list: Vec<Listener>, blockers: Vec<Blocker>) -> Listeners {
-        let marked = list.iter().any(|l| matches!(l, Listener::Subscription(_, Some(_))));
+    fn new(list: Vec<Arc<dyn Listener>>, blockers: Vec<Blocker>) -> Listeners {
+        let marked = list.iter().any(|l| l.has_mark());
         Listeners { list, blockers, room_until: AtomicU64::new(0), marked }
     }
 
@@ -274,43 +255,17 @@ impl Partition {
         Ok(())
     }
 
-    /// The publisher's half of signal-and-drain (see `subscription.rs`):
-    /// after its commit, a full fence, then each listener's state is read.
+    /// Signals the listeners after a commit: the publisher's half of
+    /// signal-and-drain (`signal::notify`, with fences F1 and F2).
     #[inline]
     pub(crate) fn notify(&self, guard: &Guard) {
         let current = self.current(guard);
-        let listeners = &current.list;
-        if listeners.is_empty() {
-            return;
-        }
-        // SeqCst fence: orders this publisher's commit (a Release store of the
-        // slot) before its loads of the listeners' ready marks and states. It
-        // pairs with the fence a drainer issues between going idle and
-        // re-checking the log (or its ready list), and with the one after it
-        // clears marks; together they rule out both sides missing each other.
-        fence(Ordering::SeqCst);
-        let mut listed = false;
-        if current.marked {
-            for l in listeners {
-                if let Listener::Subscription(sub, Some(mark)) = l {
-                    listed |= sub.mark_ready(mark);
-                }
-            }
-        }
-        if listed {
-            // SeqCst fence: orders the ready-list entry just added before the
-            // state loads below, pairing with the drainer's fence between going
-            // idle and looking at its ready list (see `subscription.rs`).
-            fence(Ordering::SeqCst);
-        }
-        for l in listeners {
-            l.signal();
-        }
+        signal::notify(&current.list, current.marked);
     }
 
     /// Adds a listener (no-op if one with its id is there), and its blocker,
     /// whose position retention then waits for.
-    pub(crate) fn add_listener(&self, listener: Listener, blocker: Option<Blocker>) {
+    pub(crate) fn add_listener(&self, listener: Arc<dyn Listener>, blocker: Option<Blocker>) {
         if let Some(b) = &blocker {
             self.log.hold_retention(b.id, b.position.clone());
         }
@@ -332,8 +287,8 @@ impl Partition {
         self.space.notify();
     }
 
-    fn edit_listeners(&self, edit: impl FnOnce(&mut Vec<Listener>, &mut Vec<Blocker>)) {
-        let _serial = self.edit.lock().unwrap_or_else(|e| e.into_inner());
+    fn edit_listeners(&self, edit: impl FnOnce(&mut Vec<Arc<dyn Listener>>, &mut Vec<Blocker>)) {
+        let _serial = self.edit.lock();
         let guard = epoch::pin();
         let current = self.current(&guard);
         let (mut list, mut blockers) = (current.list.clone(), current.blockers.clone());
@@ -381,12 +336,7 @@ pub(crate) struct Topic {
 
 impl Topic {
     pub(crate) fn new(name: &str, options: &TopicOptions) -> Result<Topic> {
-        if options.partitions == 0 || options.partitions > MAX_PARTITIONS {
-            return Err(Error::InvalidArgument(format!(
-                "a topic has between 1 and {MAX_PARTITIONS} partitions, not {}",
-                options.partitions
-            )));
-        }
+        options.validate()?;
         let config = options.log_config();
         let partitions = (0..options.partitions)
             .map(|i| Log::for_partition(&config, i).map(|log| Arc::new(Partition::new(i, log))))
@@ -442,8 +392,10 @@ pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
 /// This thread's next round-robin index. Per thread, so concurrent
 /// publishers do not contend on a shared counter.
 fn next_round_robin() -> usize {
-    std::thread_local! {
-        static NEXT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+    crate::sync::thread::thread_local! {
+        // Not `const { .. }`: loom's `thread_local!` does not accept it.
+        #[allow(clippy::missing_const_for_thread_local)]
+        static NEXT: std::cell::Cell<usize> = std::cell::Cell::new(usize::MAX);
     }
     NEXT.with(|n| {
         let mut v = n.get();
@@ -451,7 +403,7 @@ fn next_round_robin() -> usize {
             // Start threads at different places so a burst of new threads
             // does not pile onto partition 0.
             use std::hash::BuildHasher;
-            v = std::hash::RandomState::new().hash_one(std::thread::current().id()) as usize >> 1;
+            v = std::hash::RandomState::new().hash_one(crate::sync::thread::current().id()) as usize >> 1;
         }
         n.set(v.wrapping_add(1));
         v
@@ -474,6 +426,27 @@ mod tests {
             .collect();
         assert_eq!(got, vec![5, 11, 6, 6, 8]);
         assert_eq!(partition_for_key(b"anything", 1), 0);
+    }
+
+    #[test]
+    fn options_are_validated_without_creating_a_topic_and_as_creating_one_would() {
+        let bad = [
+            TopicOptions::with_partitions(0),
+            TopicOptions::with_partitions(MAX_PARTITIONS + 1),
+            TopicOptions { retention_messages: Some(0), ..TopicOptions::default() },
+            TopicOptions { segment_bytes: Some(1), ..TopicOptions::default() },
+        ];
+        for options in bad {
+            let checked = options.validate().expect_err("invalid options");
+            let built = Topic::new("t", &options).expect_err("invalid options");
+            assert!(matches!(checked, Error::InvalidArgument(_)), "{checked:?}");
+            assert_eq!(checked.to_string(), built.to_string());
+        }
+        assert!(TopicOptions::default().validate().is_ok());
+        assert!(TopicOptions::with_partitions(MAX_PARTITIONS).validate().is_ok());
+        // A broker checks its default topic options up front, the same way.
+        let config = crate::BrokerConfig { default_topic: TopicOptions::with_partitions(0), ..Default::default() };
+        assert!(matches!(crate::Broker::new(config), Err(Error::InvalidArgument(_))));
     }
 
     #[test]

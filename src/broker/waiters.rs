@@ -11,10 +11,10 @@
 //! mutex and a condition variable.
 //!
 //! * waiter: check the condition; if false, **register** (`count += 1`),
-//!   `fence(SeqCst)`, take the mutex, **re-check** the condition, and only
+//!   `fence(SeqCst)` (W2), take the mutex, **re-check** the condition, and only
 //!   if it is still false wait on the condition variable (which releases the
 //!   mutex atomically). On waking or timing out, unregister and start over.
-//! * changer: make the change, `fence(SeqCst)`, load `count`; only if it is
+//! * changer: make the change, `fence(SeqCst)` (W1), load `count`; only if it is
 //!   non-zero take the mutex and `notify_all`.
 //!
 //! A changer that finds no waiter never touches the mutex, so a publisher
@@ -33,15 +33,20 @@
 //!   re-check; if the waiter takes it first, the changer's notify comes after
 //!   the wait has begun and wakes it.
 //!
-//! `loom-tests/tests/waiters.rs` models the protocol alone (removing either
-//! fence makes loom find the lost wakeup, a deadlock) and, end to end, a
-//! publisher blocked on a `Block` subscriber through the real publish and
-//! drain code (there the epoch pins on both paths fence as well, so that model
-//! would not notice a missing fence here; the isolated one does).
+//! `loom-tests/tests/waiters.rs` models the protocol alone and, end to end,
+//! a publisher blocked on a `Block` subscriber through the real publish and
+//! drain code. Neither is shown to need W1 or W2: with either fence weakened
+//! to `AcqRel`, or left out (`bash .ci/fence-check W1 W2`), the isolated
+//! model still passes. (In the end-to-end one the epoch pins on both paths
+//! fence as well, so it was never expected to notice.) In the isolated one the waiter's spin (`Backoff`, which yields under loom)
+//! lets the changer finish before the waiter registers, and loom does not
+//! find the stale reads the lost wakeup needs within its bounds. The
+//! argument above is the case for the fences; a model that fails without
+//! them is still to be written.
 
 use std::time::{Duration, Instant};
 
-use crate::sync::atomic::{AtomicUsize, Ordering, fence};
+use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::{Backoff, Condvar, Mutex};
 
 /// A place to wait for a lock-free condition; see the module documentation.
@@ -60,9 +65,9 @@ impl Waiters {
     /// Wakes every waiter. Call after the change that may satisfy them.
     #[inline]
     pub(crate) fn notify(&self) {
-        // SeqCst fence: orders the caller's change before the load of
-        // `count`; pairs with the fence in `wait_until` after registering.
-        fence(Ordering::SeqCst);
+        // W1, SeqCst fence: orders the caller's change before the load of
+        // `count`; pairs with W2 in `wait_until` after registering.
+        crate::sync::fence_or_weakened!("W1", Ordering::SeqCst);
         self.notify_after_fence();
     }
 
@@ -71,7 +76,7 @@ impl Waiters {
     pub(crate) fn notify_after_fence(&self) {
         // Relaxed: ordered by the preceding fence (see the module essay).
         if self.count.load(Ordering::Relaxed) > 0 {
-            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = self.lock.lock();
             self.cond.notify_all();
         }
     }
@@ -101,10 +106,10 @@ impl Waiters {
             };
             // Relaxed RMW: registration is ordered by the fence that follows.
             self.count.fetch_add(1, Ordering::Relaxed);
-            // SeqCst fence: orders the registration before the re-check below;
-            // pairs with the fence in `notify`.
-            fence(Ordering::SeqCst);
-            let guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            // W2, SeqCst fence: orders the registration before the re-check
+            // below; pairs with W1 in `notify`.
+            crate::sync::fence_or_weakened!("W2", Ordering::SeqCst);
+            let guard = self.lock.lock();
             if !ready() {
                 match left {
                     Some(left) => drop(self.cond.wait_timeout(guard, left.min(MAX_NAP))),
@@ -120,6 +125,8 @@ impl Waiters {
     }
 }
 
-/// Longest single sleep of a timed wait, a safety net only: the protocol
-/// does not rely on it.
+/// Longest single sleep of a timed wait. The protocol does not rely on it
+/// (a notify wakes every registered waiter); it only bounds how long a
+/// timed waiter sleeps between looks at its condition. Untimed waits
+/// (`deadline` of `None`) do not use it: they sleep until notified.
 const MAX_NAP: Duration = Duration::from_millis(100);

@@ -136,6 +136,12 @@ struct Sizes {
 }
 
 impl LogConfig {
+    /// Checks the configuration as `Log::new` would, without mapping a
+    /// segment (the broker validates its default topic options this way).
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.resolve().map(drop)
+    }
+
     fn resolve(&self) -> Result<Sizes> {
         let invalid = |what: String| Err(Error::InvalidArgument(what));
         let retention_bytes = self.retention_bytes.unwrap_or(u64::MAX);
@@ -393,7 +399,6 @@ impl Shared {
         let floor = self
             .holds
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .iter()
             // Acquire: pairs with the reader's Release store of its position.
             .map(|(_, position)| position.load(Ordering::Acquire))
@@ -651,12 +656,12 @@ impl Log {
     /// `position` (read at each rollover), until `release_retention(id)`. For
     /// readers that must not lose messages.
     pub(crate) fn hold_retention(&self, id: u64, position: Arc<AtomicU64>) {
-        self.shared.holds.lock().unwrap_or_else(|e| e.into_inner()).push((id, position));
+        self.shared.holds.lock().push((id, position));
     }
 
     /// Ends the hold `id` placed with [`Log::hold_retention`].
     pub(crate) fn release_retention(&self, id: u64) {
-        self.shared.holds.lock().unwrap_or_else(|e| e.into_inner()).retain(|(i, _)| *i != id);
+        self.shared.holds.lock().retain(|(i, _)| *i != id);
     }
 
     /// Like [`Log::end_offset`], for a caller already pinned.

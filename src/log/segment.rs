@@ -223,7 +223,7 @@ impl Pool {
     /// A clean set of buffers: recycled if one is spare, else freshly mapped.
     /// Fails with [`Error::ResourceExhausted`] when the mapping cannot be made.
     pub(crate) fn take(&self) -> Result<Buffers> {
-        if let Some(recycled) = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+        if let Some(recycled) = self.spare.lock().pop() {
             return Ok(recycled);
         }
         self.injected_failure().and_then(|()| Buffers::map(self.capacity, self.slot_count)).map_err(|e| {
@@ -255,7 +255,7 @@ impl Pool {
     }
 
     fn give_back(&self, buffers: Buffers) {
-        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        let mut spare = self.spare.lock();
         if spare.len() < self.max_spare {
             buffers.reset();
             spare.push(buffers);
@@ -263,7 +263,7 @@ impl Pool {
     }
 
     pub(crate) fn spare_count(&self) -> usize {
-        self.spare.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.spare.lock().len()
     }
 }
 

@@ -1,0 +1,169 @@
+//! Closing a subscription, and winding it up after its last handler call.
+//!
+//! # Exclusivity and closing
+//!
+//! The drain state (cursors, the handler, the pending retry) sits behind a
+//! mutex that the drainer holds for a round. The state machine already
+//! ensures there is at most one drainer, so the mutex is uncontended; it
+//! exists so that `close` can wait for an in-flight handler call by taking it.
+//! A handler that closes its own subscription does not wait (it would wait
+//! for itself): the drainer sees `CLOSED` after the handler returns. Which
+//! subscription's handler a thread is running is kept in a thread-local
+//! ([`InHandler`]), set for the length of each call of user code.
+//!
+//! # Winding up after a close that did not wait
+//!
+//! "Winding up" (`finalize`) drops the user's handler and runs the
+//! broker's close hook (which frees a durable name); it is idempotent and
+//! takes the drain lock, so it cannot run inside a round. A close from
+//! another subscription's handler must not wait for this subscription's
+//! round (that round's handler may be closing ours, or waiting on it), so
+//! after storing CLOSED it cannot simply take the drain and wind up.
+//!
+//! States: a round holds the drain (it is delivering, or between its last
+//! look at the state and releasing the lock), or nobody does. Invariant:
+//! after CLOSED is stored, some thread winds up after the last round
+//! releases the drain. If `try_lock` succeeds, no round runs and none can
+//! start usefully (a new one sees CLOSED at its top and winds up, which is
+//! harmless twice); we wind up. If it fails, a round holds the drain and
+//! may already be past every look at the state (it saw ACTIVE, went idle
+//! and is returning): it will not wind up, so we queue a pool job, which
+//! takes the drain after the round and, seeing CLOSED, winds up. A
+//! dedicated thread returns to its loop after every round and winds up
+//! when it sees CLOSED there (the close unparks it). The race between the
+//! round's exit and the close is what `loom-tests/tests/close.rs` models;
+//! without the job, or without the dedicated loop's wind-up, loom finds
+//! an execution where nobody winds up.
+
+use std::cell::Cell;
+
+use super::core::{DrainJob, Exec, HandlerKind, SubCore};
+use super::options::{Ack, Message};
+use crate::sync::Arc;
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::thread;
+
+thread::thread_local! {
+    /// The subscription whose handler this thread is running (0: none).
+    // Not `const { .. }`: loom's `thread_local!` does not accept it.
+    #[allow(clippy::missing_const_for_thread_local)]
+    static IN_HANDLER: Cell<u64> = Cell::new(0);
+}
+
+/// Marks this thread as running subscription `id`'s user code (a handler or
+/// callback) until dropped, when the previous mark comes back (a handler may
+/// run inside another's, e.g. through a nested broker call).
+#[derive(Debug)]
+pub(super) struct InHandler {
+    previous: u64,
+}
+
+impl InHandler {
+    pub(super) fn enter(id: u64) -> InHandler {
+        InHandler { previous: IN_HANDLER.with(|h| h.replace(id)) }
+    }
+
+    /// The subscription whose user code this thread runs (0: none).
+    fn current() -> u64 {
+        IN_HANDLER.with(Cell::get)
+    }
+}
+
+impl Drop for InHandler {
+    fn drop(&mut self) {
+        IN_HANDLER.with(|h| h.set(self.previous));
+    }
+}
+
+impl SubCore {
+    /// Closes the subscription. Called from no handler, returns only once no
+    /// handler call of it is in flight. Idempotent.
+    pub(crate) fn close(this: &Arc<SubCore>) {
+        match InHandler::current() {
+            0 => this.close_inner(true),
+            // From its own handler: the round that called it winds it up.
+            id if id == this.id => this.close_inner(false),
+            // From another subscription's handler: waiting for this one's
+            // round could wait forever (its handler may be closing ours, or
+            // waiting for us), so do not wait; see that it winds up anyway.
+            _ => {
+                this.close_inner(false);
+                SubCore::wind_up_later(this);
+            }
+        }
+    }
+
+    /// `close` as called from the handler of subscription `other` (loom
+    /// models: a real handler would need a second subscription around it).
+    #[cfg(loom)]
+    pub(crate) fn close_from_handler_of(this: &Arc<SubCore>, other: u64) {
+        let _inside = InHandler::enter(other);
+        SubCore::close(this);
+    }
+
+    /// Winding up after a close that did not wait: see the module docs.
+    fn wind_up_later(this: &Arc<SubCore>) {
+        // The guard `try_lock` may return is dropped with the condition,
+        // before `finalize` takes the lock itself.
+        if this.drain.try_lock().is_some() {
+            this.finalize();
+        } else if let Exec::Pool(pool) = &this.env.exec {
+            pool.push(DrainJob(this.clone()));
+        }
+    }
+
+    /// Closes; with `wait`, also waits for an in-flight round (the caller must
+    /// not be that round).
+    pub(super) fn close_inner(&self, wait: bool) {
+        if !self.state.close() {
+            return;
+        }
+        for (_, partition, _) in self.positions.lock().iter() {
+            partition.remove_listener(self.id);
+        }
+        if let Exec::Dedicated(t) = &self.env.exec
+            && let Some(t) = &*t.lock()
+        {
+            t.unpark();
+        }
+        if wait {
+            // Wait for an in-flight round to see CLOSED and release the lock;
+            // its positions are final then.
+            drop(self.drain.lock());
+            self.finalize();
+        }
+        // Otherwise the caller is (inside) the round, which finalizes when it returns.
+        self.notify_idle();
+    }
+
+    /// Runs once, after the last handler call: releases the user's handler
+    /// and callbacks (their destructors may run user code, so no lock is
+    /// held), then runs the broker's close hook.
+    pub(super) fn finalize(&self) {
+        if !win_once(&self.finalized) {
+            return;
+        }
+        let (handler, on_lagged) = {
+            let mut st = self.drain.lock();
+            let noop = HandlerKind::One(Box::new(|_: &Message<'_>| Ack::Success));
+            (std::mem::replace(&mut st.handler, noop), st.on_lagged.take())
+        };
+        drop(handler);
+        drop(on_lagged);
+        if let Some(on_close) = &self.env.on_close {
+            on_close(self);
+        }
+    }
+
+    /// Closes the subscription, recording why (reported in stats).
+    pub(crate) fn close_with_reason(this: &Arc<SubCore>, reason: String) {
+        *this.closed_reason.lock() = Some(reason);
+        SubCore::close(this);
+    }
+}
+
+/// Sets `flag`; true for the one caller that set it.
+fn win_once(flag: &AtomicBool) -> bool {
+    // AcqRel: one caller wins; it then sees everything the drainer did.
+    !flag.swap(true, Ordering::AcqRel)
+}

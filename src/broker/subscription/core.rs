@@ -1,0 +1,434 @@
+//! A subscription's data: the shared core that publishers, the drainer,
+//! the timer and the handle all hold, and the drain state only the drainer
+//! touches. How it is woken is in `signal.rs`, how it runs in `drain.rs`,
+//! how messages are settled in `settle.rs` and how it ends in `close.rs`.
+
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+
+use super::options::{
+    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Overflow, RetryBackoff,
+    SubscriptionOptions,
+};
+use super::signal::{self, Listener, Mark, ReadySet};
+use super::state::State;
+use crate::broker::dispatch::{Job, Timer, WorkerPool};
+use crate::broker::filter::Filter;
+use crate::broker::names::Pattern;
+use crate::broker::topic::{Blocker, Partition, Topic};
+use crate::broker::waiters::Waiters;
+use crate::error::{Error, Result};
+use crate::log::Cursor;
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::thread::Thread;
+use crate::sync::{Arc, Mutex, Name, dyn_arc};
+
+/// Most records read from a cursor in one batch.
+pub(super) const BATCH: usize = 64;
+
+/// The broker's hook run when a subscription closes.
+pub(crate) type CloseHook = Box<dyn Fn(&SubCore) + Send + Sync>;
+
+/// One of the two kinds of handler.
+pub(crate) enum HandlerKind {
+    One(Handler),
+    Many(BatchHandler),
+}
+
+/// A pool job: one drain of a subscription (its state is `ACTIVE`).
+pub(crate) struct DrainJob(pub(super) Arc<SubCore>);
+
+impl Job for DrainJob {
+    fn run(self) {
+        SubCore::run(self.0);
+    }
+}
+
+/// A timer job: a subscription's retry backoff is over.
+pub(crate) struct BackoffOver(pub(super) Arc<SubCore>);
+
+impl Job for BackoffOver {
+    fn run(self) {
+        SubCore::wake_from_backoff(&self.0);
+    }
+}
+
+/// Where a subscription's drains run.
+pub(crate) enum Exec {
+    Pool(Arc<WorkerPool<DrainJob>>),
+    /// The dedicated thread, known once it has been spawned.
+    Dedicated(Mutex<Option<Thread>>),
+}
+
+/// What a subscription needs from the broker around it.
+pub(crate) struct SubEnv {
+    pub(crate) exec: Exec,
+    pub(crate) timer: Option<Arc<Timer<BackoffOver>>>,
+    pub(crate) dead_letters: Option<Arc<Topic>>,
+    /// Called once when the subscription closes (after its last handler call).
+    pub(crate) on_close: Option<CloseHook>,
+}
+
+/// Counters, written by the drainer once per batch, read by `stats`.
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) delivered: AtomicU64,
+    pub(super) acked: AtomicU64,
+    pub(super) filtered: AtomicU64,
+    pub(super) retried: AtomicU64,
+    pub(super) dead_lettered: AtomicU64,
+    pub(super) dropped: AtomicU64,
+    pub(super) missed: AtomicU64,
+}
+
+/// Local tallies of one batch, added to `Counters` in one go.
+#[derive(Default)]
+pub(super) struct Tally {
+    pub(super) delivered: u64,
+    pub(super) acked: u64,
+    pub(super) filtered: u64,
+    pub(super) retried: u64,
+    pub(super) dead_lettered: u64,
+    pub(super) dropped: u64,
+    pub(super) missed: u64,
+}
+
+impl Counters {
+    pub(super) fn add(&self, t: &Tally) {
+        let add = |c: &AtomicU64, n: u64| {
+            if n > 0 {
+                // Relaxed load + store: the drainer is the only writer, so no
+                // read-modify-write is needed; readers only want a snapshot.
+                c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+            }
+        };
+        add(&self.delivered, t.delivered);
+        add(&self.acked, t.acked);
+        add(&self.filtered, t.filtered);
+        add(&self.retried, t.retried);
+        add(&self.dead_lettered, t.dead_lettered);
+        add(&self.dropped, t.dropped);
+        add(&self.missed, t.missed);
+    }
+}
+
+/// One partition a subscription reads.
+pub(crate) struct Reader {
+    pub(crate) topic: Name,
+    pub(crate) partition: Arc<Partition>,
+    pub(crate) cursor: Cursor,
+    /// The cursor's offset as of the last batch, for stats and lag checks by
+    /// other threads.
+    pub(crate) position: Arc<AtomicU64>,
+    /// Its ready mark, if the subscription tracks ready partitions.
+    pub(super) mark: Option<Arc<Mark>>,
+}
+
+impl Reader {
+    pub(crate) fn new(topic: Name, partition: Arc<Partition>, cursor: Cursor) -> Reader {
+        let position = Arc::new(AtomicU64::new(cursor.offset()));
+        Reader { topic, partition, cursor, position, mark: None }
+    }
+
+    pub(super) fn publish_position(&self) {
+        // Release: pairs with the Acquire in `Blocker::position`; for stats
+        // readers it is only a snapshot.
+        self.position.store(self.cursor.offset(), Ordering::Release);
+    }
+}
+
+/// A partition a subscription reads and its published position: (topic,
+/// partition, position).
+pub(super) type Tracked = (Name, Arc<Partition>, Arc<AtomicU64>);
+
+/// A message waiting to be delivered again.
+pub(super) struct Retry {
+    pub(super) reader: usize,
+    pub(super) offset: u64,
+    /// The attempt number of the next delivery.
+    pub(super) attempt: u32,
+    pub(super) reason: Option<String>,
+}
+
+/// Everything only the drainer touches.
+pub(super) struct DrainState {
+    /// The user's handler; replaced by a no-op when the subscription is
+    /// finalized, so user code is dropped at a known point with no lock held.
+    pub(super) handler: HandlerKind,
+    /// Reason cells and acks for batch handlers, reused between batches.
+    pub(super) reasons: Vec<RefCell<Option<String>>>,
+    pub(super) acks: Vec<Ack>,
+    pub(super) on_lagged: Option<LagCallback>,
+    pub(super) readers: Vec<Reader>,
+    /// Reader to start the next round at, for fairness between partitions.
+    pub(super) next: usize,
+    pub(super) retry: Option<Retry>,
+    pub(super) reason: RefCell<Option<String>>,
+    /// Most records per batch: `BATCH`, or fewer on the pool while handler
+    /// calls are slow (see `drain.rs`).
+    pub(super) batch_cap: usize,
+    /// With a ready set: readers that may still have messages although no
+    /// publisher listed them (new ones, and those a round ended before
+    /// finishing). Reused buffers for the round's visiting order.
+    pub(super) carry: Vec<usize>,
+    pub(super) visit: Vec<usize>,
+    pub(super) visiting: Vec<bool>,
+}
+
+/// A subscription's shared core.
+pub(crate) struct SubCore {
+    pub(crate) id: u64,
+    pub(crate) name: String,
+    pub(crate) durable: bool,
+    pub(crate) pattern: Pattern,
+    pub(super) filter: Option<Filter>,
+    pub(super) delivery: DeliveryMode,
+    pub(super) max_attempts: u32,
+    pub(super) backoff: RetryBackoff,
+    pub(crate) overflow: Overflow,
+    pub(crate) lag_limit: Option<u64>,
+    pub(super) idle_spin: Option<Duration>,
+    /// The signal-and-drain state, read by publishers: on its own cache line.
+    pub(super) state: State,
+    pub(super) drain: Mutex<DrainState>,
+    /// Readers for topics created after subscribing, merged by the drainer.
+    pub(super) pending: Mutex<Vec<Reader>>,
+    pub(super) has_pending: AtomicBool,
+    /// For wildcard patterns: the partitions publishers have written to, so
+    /// a wake-up costs the drainer what changed, not every partition.
+    pub(super) ready: Option<ReadySet>,
+    /// Positions of all readers (including pending ones), for stats.
+    pub(super) positions: Mutex<Vec<Tracked>>,
+    pub(super) counters: Counters,
+    pub(super) env: SubEnv,
+    /// Where `wait_idle` callers wait; notified when a drain goes idle.
+    pub(super) idle: Waiters,
+    pub(super) closed_reason: Mutex<Option<String>>,
+    /// The last delivery problem worth reporting (e.g. a failed dead-letter).
+    pub(super) last_error: Mutex<Option<String>>,
+    /// Set once `env.on_close` has run.
+    pub(super) finalized: AtomicBool,
+}
+
+/// A subscription as a partition's listener: what a publisher calls after
+/// its commit (see `signal.rs`).
+struct SubListener {
+    sub: Arc<SubCore>,
+    /// Its ready mark for this partition, if it keeps a ready set.
+    mark: Option<Arc<Mark>>,
+}
+
+impl Listener for SubListener {
+    fn id(&self) -> u64 {
+        self.sub.id
+    }
+
+    fn has_mark(&self) -> bool {
+        self.mark.is_some()
+    }
+
+    #[inline]
+    fn mark_ready(&self) -> bool {
+        match (&self.sub.ready, &self.mark) {
+            (Some(ready), Some(mark)) => ready.mark(mark),
+            _ => false,
+        }
+    }
+
+    #[inline]
+    fn signal(&self) {
+        if self.sub.state.activate() {
+            SubCore::schedule(&self.sub);
+        }
+    }
+}
+
+impl SubCore {
+    pub(crate) fn new(
+        id: u64,
+        name: String,
+        pattern: Pattern,
+        options: &SubscriptionOptions,
+        handler: HandlerKind,
+        env: SubEnv,
+    ) -> Result<SubCore> {
+        let filter = options.filter.as_deref().map(Filter::parse).transpose()?;
+        let max_attempts = options.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+        if max_attempts == 0 {
+            return Err(Error::InvalidArgument("max_attempts must be at least 1".into()));
+        }
+        let b = &options.backoff;
+        if !(b.multiplier.is_finite() && b.multiplier >= 1.0) || b.initial > b.max {
+            return Err(Error::InvalidArgument(format!(
+                "backoff needs initial <= max and a finite multiplier >= 1, got {b:?}"
+            )));
+        }
+        if options.lag_limit == Some(0) {
+            return Err(Error::InvalidArgument("lag_limit must be at least 1".into()));
+        }
+        if options.overflow == Overflow::Block && options.lag_limit.is_none() {
+            return Err(Error::InvalidArgument("the Block overflow policy needs a lag_limit".into()));
+        }
+        let pattern_is_literal = pattern.is_literal();
+        Ok(SubCore {
+            id,
+            durable: options.name.is_some(),
+            name,
+            pattern,
+            filter,
+            delivery: options.delivery,
+            max_attempts,
+            backoff: options.backoff,
+            overflow: options.overflow,
+            lag_limit: options.lag_limit,
+            idle_spin: options.idle_spin,
+            state: State::new(),
+            drain: Mutex::new(DrainState {
+                handler,
+                reasons: Vec::new(),
+                acks: Vec::new(),
+                on_lagged: options.on_lagged.clone(),
+                readers: Vec::new(),
+                next: 0,
+                retry: None,
+                reason: RefCell::new(None),
+                // On the pool the first batch is one message: its timing sizes
+                // the next, so even a very slow handler's first turn is short.
+                batch_cap: if matches!(env.exec, Exec::Pool(_)) { 1 } else { BATCH },
+                carry: Vec::new(),
+                visit: Vec::new(),
+                visiting: Vec::new(),
+            }),
+            pending: Mutex::new(Vec::new()),
+            has_pending: AtomicBool::new(false),
+            ready: (!pattern_is_literal).then(ReadySet::new),
+            positions: Mutex::new(Vec::new()),
+            counters: Counters::default(),
+            env,
+            idle: Waiters::new(),
+            closed_reason: Mutex::new(None),
+            last_error: Mutex::new(None),
+            finalized: AtomicBool::new(false),
+        })
+    }
+
+    /// Hands the subscription a partition to read; returns the reader's
+    /// ready mark if the subscription keeps a ready set. The caller then adds
+    /// the subscription as a listener of that partition.
+    fn attach(&self, mut reader: Reader) -> Option<Arc<Mark>> {
+        self.positions.lock().push((reader.topic.clone(), reader.partition.clone(), reader.position.clone()));
+        let mut pending = self.pending.lock();
+        let mark = self.ready.as_ref().map(ReadySet::next_mark);
+        reader.mark = mark.clone();
+        pending.push(reader);
+        drop(pending);
+        // Release: pairs with the Acquire in `merge_pending`.
+        self.has_pending.store(true, Ordering::Release);
+        mark
+    }
+
+    /// Starts reading `partition` of `topic` at `cursor`: hands the reader to
+    /// the drainer, then makes the subscription a listener of the partition
+    /// (and, with the `Block` policy, a blocker of its publishers).
+    pub(crate) fn attach_to(this: &Arc<SubCore>, topic: Name, partition: &Arc<Partition>, cursor: Cursor) {
+        let reader = Reader::new(topic, partition.clone(), cursor);
+        let blocker = match (this.overflow, this.lag_limit) {
+            (Overflow::Block, Some(limit)) => Some(Blocker { id: this.id, position: reader.position.clone(), limit }),
+            _ => None,
+        };
+        let mark = this.attach(reader);
+        let listener = dyn_arc!(SubListener { sub: this.clone(), mark } => dyn Listener);
+        partition.add_listener(listener, blocker);
+    }
+
+    /// For the dedicated executor: records the thread to unpark.
+    pub(crate) fn set_thread(&self, t: Thread) {
+        if let Exec::Dedicated(slot) = &self.env.exec {
+            *slot.lock() = Some(t);
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state.is_closed()
+    }
+
+    /// Queues a drain. Call only after winning a move to `ACTIVE`.
+    pub(super) fn schedule(this: &Arc<SubCore>) {
+        match &this.env.exec {
+            Exec::Pool(pool) => pool.push(DrainJob(this.clone())),
+            Exec::Dedicated(t) => {
+                if let Some(t) = &*t.lock() {
+                    t.unpark();
+                }
+            }
+        }
+    }
+
+    /// True if other subscriptions wait for a pool worker.
+    pub(super) fn others_waiting(&self) -> bool {
+        match &self.env.exec {
+            Exec::Pool(pool) => pool.has_waiting(),
+            Exec::Dedicated(_) => false,
+        }
+    }
+
+    /// Wakes the subscription so it looks at its partitions again (used after
+    /// attaching a partition).
+    pub(crate) fn poke(this: &Arc<SubCore>) {
+        signal::poke_fence();
+        if this.state.activate() {
+            SubCore::schedule(this);
+        }
+    }
+
+    /// The timer's transition: `BACKOFF -> ACTIVE`.
+    pub(super) fn wake_from_backoff(this: &Arc<SubCore>) {
+        if this.state.wake_from_backoff() {
+            SubCore::schedule(this);
+        }
+    }
+
+    pub(super) fn set_last_error(&self, error: String) {
+        *self.last_error.lock() = Some(error);
+    }
+
+    pub(super) fn notify_idle(&self) {
+        self.idle.notify();
+    }
+
+    /// True when nothing is in flight and every partition is read to its end.
+    fn is_caught_up(&self) -> bool {
+        if self.state.get() != super::state::Phase::Idle {
+            return false;
+        }
+        // Acquire: pairs with the Release in `attach`.
+        if self.has_pending.load(Ordering::Acquire) {
+            return false;
+        }
+        self.positions.lock().iter().all(|(_, p, pos)| {
+            // Relaxed: published by the drainer before its IDLE store, which the
+            // Acquire state load above synchronised with.
+            pos.load(Ordering::Relaxed) >= p.log.end_offset()
+        })
+    }
+
+    /// Waits until the subscription is caught up (true) or `timeout` passes (false).
+    pub(crate) fn wait_idle(&self, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        let caught_up = self.idle.wait_until(Some(deadline), || self.is_closed() || self.is_caught_up());
+        if self.is_closed() {
+            return Err(Error::Closed(format!("subscription {:?} is closed", self.name)));
+        }
+        Ok(caught_up)
+    }
+
+    /// The committed position of every partition read so far.
+    pub(crate) fn positions(&self) -> Vec<(Name, u32, u64)> {
+        self.positions
+            .lock()
+            .iter()
+            // Relaxed: see `is_caught_up`; callers take it after close.
+            .map(|(t, p, pos)| (t.clone(), p.index, pos.load(Ordering::Relaxed)))
+            .collect()
+    }
+}

@@ -1,0 +1,512 @@
+//! Running a subscription: the drain loop on a pool worker or a dedicated
+//! thread, in bounded rounds over its readers, batch by batch.
+//!
+//! A drain holds the subscription's drain lock for a round; the state
+//! machine (`state.rs`) already ensures there is at most one drainer, so the
+//! lock is uncontended (it exists for `close`, see `close.rs`). A round ends
+//! caught up (the drainer goes idle through `signal::go_idle`, which
+//! re-checks for commits it might have missed), out of budget (it queues
+//! itself again behind other work), backing off (the timer wakes it), or
+//! closed (it winds up).
+
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+
+use super::core::{BATCH, BackoffOver, DrainState, HandlerKind, SubCore, Tally};
+use super::options::{Ack, Message, Overflow};
+use super::settle::{Settled, attempt_of, invoke, invoke_lagged, invoke_many};
+use super::signal::{self, Idled, ReadySet};
+use super::state::Phase;
+use crate::log::{Lagged, RecordView};
+use crate::sync::atomic::Ordering;
+use crate::sync::thread;
+use crate::sync::{Arc, Backoff};
+
+/// Most messages one drain round delivers before it yields the worker.
+const ROUND_BUDGET: usize = 256;
+/// On the pool, a drain round also ends after this long (at the next batch
+/// boundary), so a slow handler holds a worker that others wait for for
+/// about this long, not for `ROUND_BUDGET` calls.
+const ROUND_SLICE_NS: u64 = 1_000_000;
+/// What a pool batch aims to take at most: the batch size shrinks to fit
+/// it when handlers are slow (down to one message) and grows back when fast.
+const BATCH_SLICE_NS: u64 = ROUND_SLICE_NS / 4;
+
+/// Times a pool drain round, batch by batch (one clock read per batch).
+struct RoundClock {
+    start: u64,
+    last: u64,
+}
+
+impl RoundClock {
+    fn start() -> RoundClock {
+        let now = RoundClock::now();
+        RoundClock { start: now, last: now }
+    }
+
+    /// The clock. Under loom, a constant: a model must take the same path
+    /// every time it replays a schedule, and wall time would let a round end
+    /// at different points (batches are then sized by message count alone).
+    #[inline]
+    fn now() -> u64 {
+        #[cfg(loom)]
+        return 0;
+        #[cfg(not(loom))]
+        crate::clock::now_ns()
+    }
+
+    /// After a batch of `n` messages: fits `cap` so the next batch takes
+    /// about `BATCH_SLICE_NS`, and ends the round (a zero `budget`) once it
+    /// has run `ROUND_SLICE_NS`.
+    fn after_batch(&mut self, n: usize, cap: &mut usize, budget: &mut usize) {
+        let now = RoundClock::now();
+        let took = now.saturating_sub(self.last).max(1);
+        self.last = now;
+        if n > 0 {
+            let fits = (BATCH_SLICE_NS as u128 * n as u128 / took as u128).min(BATCH as u128) as usize;
+            *cap = fits.max(1);
+        }
+        if now.saturating_sub(self.start) >= ROUND_SLICE_NS {
+            *budget = 0;
+        }
+    }
+}
+
+impl SubCore {
+    /// Runs one drain: the body of a pool job. The state is `ACTIVE`.
+    pub(super) fn run(this: Arc<SubCore>) {
+        SubCore::drain_rounds(&this, false);
+    }
+
+    /// The loop of a dedicated drain thread.
+    pub(crate) fn dedicated_loop(this: Arc<SubCore>) {
+        loop {
+            match this.state.get() {
+                // Wind up here too: a close from another subscription's
+                // handler does not wait for this thread (idempotent).
+                Phase::Closed => {
+                    this.finalize();
+                    return;
+                }
+                Phase::Active => SubCore::drain_rounds(&this, true),
+                // IDLE or BACKOFF: a publisher or the timer will unpark us.
+                _ => thread::park(),
+            }
+        }
+    }
+
+    /// Delivers until caught up, closed, backing off, or (on the pool) out of
+    /// budget.
+    fn drain_rounds(this: &Arc<SubCore>, dedicated: bool) {
+        let mut st = this.drain.lock();
+        loop {
+            if this.state.is_closed() {
+                drop(st);
+                this.finalize();
+                return;
+            }
+            this.merge_pending(&mut st);
+            match this.deliver_round(&mut st, !dedicated) {
+                Round::Closed => {
+                    drop(st);
+                    this.finalize();
+                    return;
+                }
+                Round::Backoff(delay) => {
+                    // Fails only if closed meanwhile: then no timer is armed.
+                    if this.state.backoff() {
+                        match &this.env.timer {
+                            Some(timer) => timer.schedule(delay, BackoffOver(this.clone())),
+                            // No timer (a bare subscription in tests): retry now.
+                            None => SubCore::wake_from_backoff(this),
+                        }
+                    }
+                    this.notify_idle();
+                    return;
+                }
+                Round::OutOfBudget if !dedicated && this.others_waiting() => {
+                    // Stay ACTIVE and go to the back of the queue, so the
+                    // subscriptions waiting for a worker get their turn.
+                    drop(st);
+                    SubCore::schedule(this);
+                    return;
+                }
+                // Nobody is waiting (or the thread is ours): keep going here,
+                // rather than hand the drain to another worker and its cache.
+                Round::OutOfBudget => continue,
+                Round::CaughtUp => {}
+            }
+            if dedicated && this.spin_for_work(&mut st) {
+                continue;
+            }
+            // Go idle, then re-check (F4): see the essay in `signal.rs`.
+            match signal::go_idle(&this.state, || this.has_work(&mut st)) {
+                Idled::Resumed => {}
+                Idled::Idle => {
+                    drop(st);
+                    this.notify_idle();
+                    return;
+                }
+                // Closed (the closer winds up), or a publisher got there first
+                // and scheduled a drain: let it run.
+                Idled::Closed | Idled::HandedOver => return,
+            }
+        }
+    }
+
+    /// A dedicated drainer's short wait for more work before going idle:
+    /// spin, then yield, polling the log; give up after `Backoff` completes.
+    fn spin_for_work(&self, st: &mut DrainState) -> bool {
+        if let Some(budget) = self.idle_spin {
+            // A time budget: poll the cursors, checking the clock now and then.
+            let start = Instant::now();
+            let mut polls = 0u32;
+            loop {
+                for _ in 0..64 {
+                    if self.has_work(st) {
+                        return true;
+                    }
+                    // Poll flat out at first (a message is often a few hundred
+                    // nanoseconds away), then with a pause between polls.
+                    polls = polls.saturating_add(1);
+                    if polls > 4096 {
+                        crate::sync::spin_loop();
+                    }
+                }
+                if self.state.is_closed() || start.elapsed() >= budget {
+                    return false;
+                }
+            }
+        }
+        let mut backoff = Backoff::new();
+        while !backoff.is_completed() {
+            if self.state.is_closed() {
+                return false;
+            }
+            if self.has_work(st) {
+                return true;
+            }
+            backoff.snooze();
+        }
+        false
+    }
+
+    fn merge_pending(&self, st: &mut DrainState) {
+        // Acquire: pairs with the Release in `attach`.
+        if self.has_pending.load(Ordering::Acquire) {
+            self.has_pending.store(false, Ordering::Relaxed);
+            let from = st.readers.len();
+            st.readers.append(&mut self.pending.lock());
+            if self.ready.is_some() {
+                // New readers start with whatever their cursor has to read.
+                st.carry.extend(from..st.readers.len());
+            }
+        }
+    }
+
+    /// True if some partition has a message (or a lag report) to process.
+    fn has_work(&self, st: &mut DrainState) -> bool {
+        // Acquire: pairs with the Release in `attach`.
+        if self.has_pending.load(Ordering::Acquire) {
+            return true;
+        }
+        match &self.ready {
+            // After F4 when going idle (see `ReadySet::nonempty`).
+            Some(ready) => ready.nonempty() || !st.carry.is_empty(),
+            None => st.readers.iter_mut().any(|r| r.cursor.has_next()),
+        }
+    }
+
+    /// One round: up to `ROUND_BUDGET` messages over all partitions.
+    /// `timed` (on the pool): also end the round after `ROUND_SLICE_NS`.
+    fn deliver_round(&self, st: &mut DrainState, timed: bool) -> Round {
+        if let Some(ready) = &self.ready {
+            return self.deliver_ready_round(st, ready, timed);
+        }
+        let n = st.readers.len();
+        if n == 0 {
+            return Round::CaughtUp;
+        }
+        let mut budget = ROUND_BUDGET;
+        let mut clock = timed.then(RoundClock::start);
+        let start = st.next % n;
+        // A pending retry goes first: nothing behind it may overtake it. (No
+        // allocation: a round is on every message's path when traffic is light.)
+        let first = st.retry.as_ref().map(|r| r.reader);
+        let rest = (0..n).map(|k| (start + k) % n).filter(move |&i| Some(i) != first);
+        st.next = start + 1;
+        for i in first.into_iter().chain(rest) {
+            let outcome = self.deliver_partition(st, i, &mut budget, clock.as_mut());
+            st.readers[i].publish_position();
+            match outcome {
+                Step::Continue => {}
+                Step::Stop(round) => return round,
+            }
+            if budget == 0 {
+                return Round::OutOfBudget;
+            }
+        }
+        Round::CaughtUp
+    }
+
+    /// A round of a subscription with a ready set: visits the retry's reader,
+    /// the carried-over readers and the readers publishers listed, each once,
+    /// instead of every partition.
+    fn deliver_ready_round(&self, st: &mut DrainState, ready: &ReadySet, timed: bool) -> Round {
+        let taken = ready.take();
+        // A listed reader may have been attached after this drain last merged.
+        self.merge_pending(st);
+        // Clears the taken readers' marks, then F3: the cursor reads below
+        // see what a publisher that found a mark still set committed.
+        let readers = &st.readers;
+        ready.clear(taken.iter().map(|&i| &**readers[i].mark.as_ref().expect("listed readers have marks")));
+        let mut visit = std::mem::take(&mut st.visit);
+        let mut visiting = std::mem::take(&mut st.visiting);
+        visit.clear();
+        visiting.clear();
+        visiting.resize(st.readers.len(), false);
+        let retry = st.retry.as_ref().map(|r| r.reader);
+        for i in retry.into_iter().chain(st.carry.drain(..)).chain(taken) {
+            if !std::mem::replace(&mut visiting[i], true) {
+                visit.push(i);
+            }
+        }
+        let mut budget = ROUND_BUDGET;
+        let mut clock = timed.then(RoundClock::start);
+        let mut round = Round::CaughtUp;
+        for (k, &i) in visit.iter().enumerate() {
+            let outcome = self.deliver_partition(st, i, &mut budget, clock.as_mut());
+            st.readers[i].publish_position();
+            let stop = match outcome {
+                Step::Stop(r) => Some(r),
+                Step::Continue if budget == 0 => Some(Round::OutOfBudget),
+                Step::Continue => None,
+            };
+            if let Some(r) = stop {
+                // This reader and the ones not reached yet may have more.
+                st.carry.extend_from_slice(&visit[k..]);
+                round = r;
+                break;
+            }
+        }
+        st.visit = visit;
+        st.visiting = visiting;
+        round
+    }
+
+    /// Delivers from reader `i` until it is caught up or `budget` runs out.
+    /// With `clock` (on the pool), each batch is timed: the batch size is
+    /// fitted to `BATCH_SLICE_NS` and the round ends past `ROUND_SLICE_NS`.
+    fn deliver_partition(
+        &self,
+        st: &mut DrainState,
+        i: usize,
+        budget: &mut usize,
+        mut clock: Option<&mut RoundClock>,
+    ) -> Step {
+        loop {
+            if *budget == 0 {
+                return Step::Continue;
+            }
+            // Checked before every batch, so the limit holds even while a slow
+            // handler lets a large backlog build up within one round.
+            if let Some(stop) = self.enforce_lag_limit(st, i) {
+                return stop;
+            }
+            let mut tally = Tally::default();
+            let before = *budget;
+            let outcome = self.deliver_batch(st, i, budget, &mut tally);
+            self.counters.add(&tally);
+            if let Some(clock) = clock.as_deref_mut() {
+                clock.after_batch(before - *budget, &mut st.batch_cap, budget);
+            }
+            if self.overflow == Overflow::Block {
+                // Publishers may be waiting for exactly this room: publish the
+                // position per batch, not per round, and wake them.
+                let r = &st.readers[i];
+                r.publish_position();
+                r.partition.space.notify();
+            }
+            match outcome {
+                BatchEnd::More => continue,
+                BatchEnd::Empty => return Step::Continue,
+                BatchEnd::Stop(round) => return Step::Stop(round),
+            }
+        }
+    }
+
+    /// Applies the `DropOldest` and `Disconnect` policies to reader `i`
+    /// (`Block` is enforced by publishers).
+    fn enforce_lag_limit(&self, st: &mut DrainState, i: usize) -> Option<Step> {
+        let limit = self.lag_limit?;
+        if self.overflow == Overflow::Block {
+            return None;
+        }
+        let r = &mut st.readers[i];
+        let lag = r.cursor.lag();
+        if lag <= limit {
+            return None;
+        }
+        match self.overflow {
+            Overflow::Disconnect => {
+                let reason = format!(
+                    "disconnected: lag {lag} on {}[{}] exceeded the lag limit {limit}",
+                    r.topic, r.partition.index
+                );
+                *self.closed_reason.lock() = Some(reason);
+                // The drainer holds the drain lock: close without waiting for it;
+                // the round sees CLOSED and finalizes.
+                self.close_inner(false);
+                Some(Step::Stop(Round::Closed))
+            }
+            _ => {
+                let before = r.cursor.offset();
+                if r.cursor.seek(before + (lag - limit)).is_err() {
+                    // The backlog start was trimmed meanwhile: the next read
+                    // reports that as missed; skip to the oldest retained.
+                    r.cursor.seek_to_first();
+                }
+                let skipped = r.cursor.offset().saturating_sub(before);
+                if st.retry.as_ref().is_some_and(|rt| rt.reader == i) {
+                    st.retry = None;
+                }
+                self.counters.add(&Tally { dropped: skipped, ..Tally::default() });
+                None
+            }
+        }
+    }
+
+    /// Reads one batch from reader `i` and hands its messages to the handler.
+    fn deliver_batch(&self, st: &mut DrainState, i: usize, budget: &mut usize, tally: &mut Tally) -> BatchEnd {
+        let DrainState { handler, on_lagged, readers, retry, reason, reasons, acks, batch_cap, .. } = st;
+        let reader = &mut readers[i];
+        let topic: &str = &reader.topic;
+        let partition = reader.partition.index;
+        let want = (*budget).min(*batch_cap);
+        let batch = match reader.cursor.read_batch(want) {
+            Ok(b) => b,
+            Err(Lagged { missed, .. }) => {
+                tally.missed += missed;
+                if retry.as_ref().is_some_and(|r| r.reader == i) {
+                    *retry = None;
+                }
+                if let Some(cb) = on_lagged {
+                    invoke_lagged(self.id, cb, topic, partition, missed);
+                    if self.state.is_closed() {
+                        // The callback closed the subscription.
+                        return BatchEnd::Stop(Round::Closed);
+                    }
+                }
+                return BatchEnd::More;
+            }
+        };
+        if batch.is_empty() {
+            return BatchEnd::Empty;
+        }
+        // Where to put the cursor back if messages must be delivered again.
+        let mut rewind_to: Option<u64> = None;
+        let mut stop: Option<Round> = None;
+        match handler {
+            HandlerKind::One(h) => {
+                for record in batch {
+                    *budget -= 1;
+                    if self.filter.as_ref().is_some_and(|f| !f.matches(record.attributes())) {
+                        tally.filtered += 1;
+                        continue;
+                    }
+                    let (attempt, last_reason) = attempt_of(retry, i, record.offset());
+                    *reason.borrow_mut() = last_reason;
+                    let msg = Message { topic, partition, record, attempt, reason: &*reason };
+                    let ack = invoke(self.id, h, &msg);
+                    tally.delivered += 1;
+                    if self.state.is_closed() {
+                        rewind_to = Some(self.unacked_resume(record.offset()));
+                        stop = Some(Round::Closed);
+                        break;
+                    }
+                    if let Settled::Stop { rewind, delay } = self.settle(ack, &msg, i, retry, tally) {
+                        (rewind_to, stop) = (Some(rewind), Some(Round::Backoff(delay)));
+                        break;
+                    }
+                }
+            }
+            HandlerKind::Many(h) => {
+                let records: Vec<RecordView<'_>> = batch.into_iter().collect();
+                *budget -= records.len();
+                let mut filtered: Vec<u64> = Vec::new();
+                let passing: Vec<RecordView<'_>> = records
+                    .into_iter()
+                    .filter(|r| {
+                        let keep = self.filter.as_ref().is_none_or(|f| f.matches(r.attributes()));
+                        if !keep {
+                            filtered.push(r.offset());
+                        }
+                        keep
+                    })
+                    .collect();
+                if reasons.len() < passing.len() {
+                    reasons.resize_with(passing.len(), RefCell::default);
+                }
+                let msgs: Vec<Message<'_>> = passing
+                    .iter()
+                    .zip(reasons.iter())
+                    .map(|(&record, cell)| {
+                        let (attempt, last_reason) = attempt_of(retry, i, record.offset());
+                        *cell.borrow_mut() = last_reason;
+                        Message { topic, partition, record, attempt, reason: cell }
+                    })
+                    .collect();
+                if !msgs.is_empty() {
+                    acks.clear();
+                    acks.resize(msgs.len(), Ack::Success);
+                    let handled = invoke_many(self.id, h, &msgs, acks);
+                    tally.delivered += handled as u64;
+                    if self.state.is_closed() {
+                        rewind_to = Some(self.unacked_resume(msgs[0].offset()));
+                        stop = Some(Round::Closed);
+                    } else {
+                        for (msg, &ack) in msgs[..handled].iter().zip(acks.iter()) {
+                            if let Settled::Stop { rewind, delay } = self.settle(ack, msg, i, retry, tally) {
+                                (rewind_to, stop) = (Some(rewind), Some(Round::Backoff(delay)));
+                                break;
+                            }
+                        }
+                        if stop.is_none() && handled < msgs.len() {
+                            // The handler stopped early: the rest come again next.
+                            rewind_to = Some(msgs[handled].offset());
+                        }
+                    }
+                }
+                // Filtered messages before the rewind point are done with.
+                tally.filtered += filtered.iter().filter(|&&o| rewind_to.is_none_or(|r| o < r)).count() as u64;
+            }
+        }
+        if let Some(offset) = rewind_to {
+            reader.cursor.rewind(offset);
+        }
+        match stop {
+            Some(round) => BatchEnd::Stop(round),
+            None => BatchEnd::More,
+        }
+    }
+}
+
+/// How a round ended.
+enum Round {
+    CaughtUp,
+    OutOfBudget,
+    Backoff(Duration),
+    Closed,
+}
+
+enum Step {
+    Continue,
+    Stop(Round),
+}
+
+/// How one batch of a reader ended.
+enum BatchEnd {
+    More,
+    Empty,
+    Stop(Round),
+}

@@ -1,0 +1,208 @@
+//! Push subscriptions: how a subscription is woken, drained and closed.
+//!
+//! A subscription is one mechanism in parts, each in its own file:
+//!
+//! * `state.rs`: the state word (`IDLE`, `ACTIVE`, `BACKOFF`, `CLOSED`) and
+//!   every transition of it, each with its ordering.
+//! * `signal.rs`: signal-and-drain, the protocol by which publishers wake a
+//!   subscription and a drainer goes idle without losing a commit, with the
+//!   ready set of wildcard subscriptions. Its essay is the heart of this
+//!   module; the fences it names (F1 to F4) are all in that file.
+//! * `core.rs`: the data (the shared core, the drain state, readers).
+//! * `drain.rs`: the drain loop, in rounds and batches.
+//! * `settle.rs`: acknowledgements, retries and dead letters, and calling
+//!   user code.
+//! * `close.rs`: closing, and winding up after the last handler call.
+//! * `options.rs`: the values a subscriber chooses and sees.
+//!
+//! This file holds the public face: the statistics and the
+//! [`Subscription`] handle. The parts depend on each other in one
+//! direction only (`state` <- `signal` <- `core` <- `close` <- `settle` <-
+//! `drain` <- this file); `tests/structure.rs` checks that no file imports
+//! one that imports it back.
+
+mod close;
+mod core;
+mod drain;
+mod options;
+mod settle;
+pub(crate) mod signal;
+mod state;
+
+use std::fmt;
+use std::time::Duration;
+
+#[cfg(loom)]
+pub(crate) use self::core::CloseHook;
+pub(crate) use self::core::{BackoffOver, DrainJob, Exec, HandlerKind, SubCore, SubEnv};
+pub use options::{
+    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Message, Overflow, RetryBackoff,
+    StartPosition, SubscriptionOptions,
+};
+use state::Phase;
+
+use crate::error::Result;
+use crate::sync::Arc;
+use crate::sync::atomic::{AtomicU64, Ordering};
+
+/// The lifecycle state of a subscription, as reported in stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscriptionState {
+    /// Caught up; waiting for messages.
+    Idle,
+    /// Delivering (or about to).
+    Active,
+    /// Waiting to redeliver a message that asked for a retry.
+    Backoff,
+    /// Closed.
+    Closed,
+}
+
+/// Position and lag of one partition a subscription reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionLag {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: u32,
+    /// Next offset the subscription will handle.
+    pub position: u64,
+    /// One past the newest offset published.
+    pub end: u64,
+    /// `end - position`.
+    pub lag: u64,
+}
+
+/// A snapshot of a subscription's counters and positions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionStats {
+    /// Its name (generated for anonymous subscriptions).
+    pub name: String,
+    /// The pattern it subscribed with.
+    pub pattern: String,
+    /// Its state.
+    pub state: SubscriptionState,
+    /// Handler calls, redeliveries included.
+    pub delivered: u64,
+    /// `Success` acks.
+    pub acked: u64,
+    /// Messages skipped by the filter.
+    pub filtered: u64,
+    /// Redeliveries scheduled (`Retry` acks and panics).
+    pub retried: u64,
+    /// Messages published to the dead-letter topic.
+    pub dead_lettered: u64,
+    /// Messages skipped unhandled: by `DropOldest`, or failed at-most-once.
+    pub dropped: u64,
+    /// Messages trimmed by retention before the subscription read them.
+    pub missed: u64,
+    /// Total lag over all partitions.
+    pub lag: u64,
+    /// Per partition.
+    pub partitions: Vec<PartitionLag>,
+    /// The dead-letter topic.
+    pub dead_letter_topic: Option<String>,
+    /// Why it was closed, if the broker closed it.
+    pub closed_reason: Option<String>,
+    /// The last delivery problem (such as a dead-letter that failed).
+    pub last_error: Option<String>,
+}
+
+impl SubCore {
+    /// A snapshot of its counters and positions.
+    pub(crate) fn stats(&self) -> SubscriptionStats {
+        let partitions: Vec<PartitionLag> = self
+            .positions
+            .lock()
+            .iter()
+            .map(|(topic, p, pos)| {
+                // Relaxed: a snapshot.
+                let position = pos.load(Ordering::Relaxed);
+                let end = p.log.end_offset();
+                PartitionLag {
+                    topic: topic.to_string(),
+                    partition: p.index,
+                    position,
+                    end,
+                    lag: end.saturating_sub(position),
+                }
+            })
+            .collect();
+        let c = &self.counters;
+        // Relaxed: counters are statistics.
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SubscriptionStats {
+            name: self.name.clone(),
+            pattern: self.pattern.to_string(),
+            state: match self.state.get() {
+                Phase::Idle => SubscriptionState::Idle,
+                Phase::Active => SubscriptionState::Active,
+                Phase::Backoff => SubscriptionState::Backoff,
+                Phase::Closed => SubscriptionState::Closed,
+            },
+            delivered: get(&c.delivered),
+            acked: get(&c.acked),
+            filtered: get(&c.filtered),
+            retried: get(&c.retried),
+            dead_lettered: get(&c.dead_lettered),
+            dropped: get(&c.dropped),
+            missed: get(&c.missed),
+            lag: partitions.iter().map(|p| p.lag).sum(),
+            partitions,
+            dead_letter_topic: self.env.dead_letters.as_ref().map(|t| t.name.to_string()),
+            closed_reason: self.closed_reason.lock().clone(),
+            last_error: self.last_error.lock().clone(),
+        }
+    }
+}
+
+/// A live push subscription. Dropping it unsubscribes (see [`Subscription::close`]).
+pub struct Subscription {
+    pub(crate) core: Arc<SubCore>,
+}
+
+impl Subscription {
+    /// The subscription's name (generated for anonymous ones).
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Waits until the subscription has handled everything published to its
+    /// partitions so far and no handler call is in flight (`Ok(true)`), or the
+    /// timeout passes (`Ok(false)`). `Err(Closed)` if it is closed.
+    pub fn wait_idle(&self, timeout: Duration) -> Result<bool> {
+        self.core.wait_idle(timeout)
+    }
+
+    /// A snapshot of its counters and positions.
+    pub fn stats(&self) -> SubscriptionStats {
+        self.core.stats()
+    }
+
+    /// True once closed (by `close`, by the broker closing, or by the
+    /// `Disconnect` overflow policy).
+    pub fn is_closed(&self) -> bool {
+        self.core.is_closed()
+    }
+
+    /// Unsubscribes. Returns once no handler call of this subscription is in
+    /// flight, except when called from inside a handler (its own or another
+    /// subscription's): then it returns at once, and the handler is not called
+    /// again after any call in flight, so two handlers that close each other
+    /// cannot wait for each other forever. Idempotent.
+    pub fn close(&self) {
+        SubCore::close(&self.core);
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        SubCore::close(&self.core);
+    }
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription").field("name", &self.core.name).field("pattern", &self.core.pattern).finish()
+    }
+}

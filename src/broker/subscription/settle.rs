@@ -1,0 +1,180 @@
+//! Settling messages: what each acknowledgement does (success, a retry
+//! after a backoff, a dead letter), and calling user code so that a panic
+//! becomes a retry instead of taking the drainer down.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+
+use super::close::InHandler;
+use super::core::{Retry, SubCore, Tally};
+use super::options::{Ack, BatchHandler, DeliveryMode, Handler, LagCallback, Message};
+use crate::broker::topic::Wait;
+use crate::error::{Error, Result};
+use crate::log::Record;
+
+/// What one acknowledgement means for the rest of a batch.
+pub(super) enum Settled {
+    /// Go on with the next message.
+    Next,
+    /// Stop the drain, put the cursor back at `rewind`, and back off for
+    /// `delay` before delivering it again.
+    Stop { rewind: u64, delay: Duration },
+}
+
+impl SubCore {
+    /// Where a subscription closed while its handler ran resumes: at the
+    /// unacknowledged message (at least once), or after it (at most once).
+    pub(super) fn unacked_resume(&self, offset: u64) -> u64 {
+        match self.delivery {
+            DeliveryMode::AtLeastOnce => offset,
+            DeliveryMode::AtMostOnce => offset + 1,
+        }
+    }
+
+    /// Applies one acknowledgement: counts it, schedules a redelivery or
+    /// dead-letters the message. `Stop` means the drain must stop and put
+    /// the cursor back at `rewind`.
+    pub(super) fn settle(
+        &self,
+        ack: Ack,
+        msg: &Message<'_>,
+        i: usize,
+        retry: &mut Option<Retry>,
+        tally: &mut Tally,
+    ) -> Settled {
+        let (offset, attempt) = (msg.offset(), msg.attempt());
+        let ack = match (self.delivery, ack) {
+            (DeliveryMode::AtMostOnce, Ack::Success) => {
+                tally.acked += 1;
+                return Settled::Next;
+            }
+            (DeliveryMode::AtMostOnce, Ack::Retry) => {
+                tally.dropped += 1;
+                return Settled::Next;
+            }
+            (_, ack) => ack,
+        };
+        let backoff = |retry: &mut Option<Retry>, reason: Option<String>| {
+            *retry = Some(Retry { reader: i, offset, attempt: attempt + 1, reason });
+            Settled::Stop { rewind: offset, delay: self.backoff.delay(attempt) }
+        };
+        match ack {
+            Ack::Success => {
+                tally.acked += 1;
+                *retry = None;
+                Settled::Next
+            }
+            Ack::Retry if attempt < self.max_attempts => {
+                tally.retried += 1;
+                backoff(retry, msg.reason.take())
+            }
+            Ack::Retry | Ack::DeadLetter => {
+                let why = msg.reason.take().unwrap_or_else(|| {
+                    if ack == Ack::Retry {
+                        format!("gave up after {attempt} attempts")
+                    } else {
+                        "dead-lettered by the handler".into()
+                    }
+                });
+                match self.dead_letter(msg, &why) {
+                    Ok(()) => tally.dead_lettered += 1,
+                    Err(e @ (Error::Full | Error::Timeout)) if self.delivery == DeliveryMode::AtLeastOnce => {
+                        // The dead-letter topic cannot take it now (a Block
+                        // subscriber of its own): keep the message at the head
+                        // and try again after a backoff; nothing is lost.
+                        self.set_last_error(format!("dead-lettering offset {offset} deferred: {e}"));
+                        return backoff(retry, Some(why));
+                    }
+                    Err(e) => {
+                        self.set_last_error(format!("dead-lettering offset {offset} failed: {e}"));
+                        tally.dropped += 1;
+                    }
+                }
+                *retry = None;
+                Settled::Next
+            }
+        }
+    }
+
+    /// Publishes a failed message to the dead-letter topic, with its key,
+    /// payload and attributes plus `rill.dlq.*`.
+    fn dead_letter(&self, msg: &Message<'_>, reason: &str) -> Result<()> {
+        let Some(dlq) = &self.env.dead_letters else { return Ok(()) };
+        let (partition, offset, attempts) =
+            (msg.partition().to_string(), msg.offset().to_string(), msg.attempt().to_string());
+        let mut attrs: Vec<(&str, &str)> = msg.attributes().filter(|(k, _)| !k.starts_with("rill.dlq.")).collect();
+        attrs.extend([
+            ("rill.dlq.reason", reason),
+            ("rill.dlq.topic", msg.topic()),
+            ("rill.dlq.partition", partition.as_str()),
+            ("rill.dlq.offset", offset.as_str()),
+            ("rill.dlq.attempts", attempts.as_str()),
+            ("rill.dlq.subscription", self.name.as_str()),
+        ]);
+        let mut record = Record::new(msg.payload()).with_attributes(&attrs);
+        if let Some(k) = msg.key() {
+            record = record.with_key(k);
+        }
+        // Never wait here: a drainer must not block on another topic's subscribers.
+        dlq.route(msg.key()).publish(&record, Wait::No).map(drop)
+    }
+}
+
+/// Calls the handler, turning a panic into `Retry` with the panic's message
+/// as the reason.
+pub(super) fn invoke(sub_id: u64, handler: &mut Handler, msg: &Message<'_>) -> Ack {
+    let result = {
+        let _inside = InHandler::enter(sub_id);
+        catch_unwind(AssertUnwindSafe(|| handler(msg)))
+    };
+    match result {
+        Ok(ack) => ack,
+        Err(panic) => {
+            msg.set_reason(format!("handler panicked: {}", crate::error::panic_message(&*panic)));
+            Ack::Retry
+        }
+    }
+}
+
+/// Calls a subscription's `on_lagged` callback the way handlers are called:
+/// marked as inside subscription `sub_id` (so it may close it, or another
+/// one, without waiting on the drain it runs in), and with a panic caught,
+/// so user code cannot take down the thread that drains (the panic is
+/// dropped: there is no message to retry, and the miss is counted anyway).
+pub(super) fn invoke_lagged(sub_id: u64, cb: &LagCallback, topic: &str, partition: u32, missed: u64) {
+    let _inside = InHandler::enter(sub_id);
+    let _ = catch_unwind(AssertUnwindSafe(|| cb(topic, partition, missed)));
+}
+
+/// A redelivery carries the attempt number and the reason given last time;
+/// other messages are on their first attempt.
+pub(super) fn attempt_of(retry: &mut Option<Retry>, reader: usize, offset: u64) -> (u32, Option<String>) {
+    match retry {
+        Some(r) if r.reader == reader && r.offset == offset => (r.attempt, r.reason.take()),
+        _ => (1, None),
+    }
+}
+
+/// Calls a batch handler; a panic counts as `Retry` of the first message
+/// (with the panic's message as its reason), and a handler that claims to
+/// have handled nothing is taken to retry the first message, so a drain
+/// always makes progress or backs off.
+pub(super) fn invoke_many(sub_id: u64, handler: &mut BatchHandler, msgs: &[Message<'_>], acks: &mut [Ack]) -> usize {
+    let result = {
+        let _inside = InHandler::enter(sub_id);
+        catch_unwind(AssertUnwindSafe(|| handler(msgs, acks)))
+    };
+    match result {
+        Ok(0) => {
+            msgs[0].set_reason("the batch handler handled no message");
+            acks[0] = Ack::Retry;
+            1
+        }
+        Ok(n) => n.min(msgs.len()),
+        Err(panic) => {
+            msgs[0].set_reason(format!("handler panicked: {}", crate::error::panic_message(&*panic)));
+            acks[0] = Ack::Retry;
+            1
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! Signal-and-drain: how a publisher wakes a subscription, and how a
+//! drainer goes idle without missing a commit. Both halves live here, beside
+//! the fences that pair them: the publisher's ([`notify`], fences F1 and F2)
+//! and the drainer's ([`go_idle`] with F4, [`ReadySet::take`] with F3).
+//!
+//! # Signal-and-drain
+//!
+//! Each subscription has one state word (`state.rs`), read by every
+//! publisher to a partition it listens to and written only on transitions:
+//!
+//! * a **publisher**, after committing a record and a `fence(SeqCst)` (F1),
+//!   loads the state; only if it reads `IDLE` does it try `IDLE -> ACTIVE`
+//!   with a compare-and-swap, and the one that wins schedules a drain. A busy
+//!   subscription costs a publisher one shared load, no write.
+//! * the **timer** moves `BACKOFF -> ACTIVE` with a compare-and-swap and
+//!   schedules a drain.
+//! * the **drainer** delivers in bounded rounds. When a round used its whole
+//!   budget it stays `ACTIVE` and queues itself again behind other work. When
+//!   it found nothing more to deliver it moves `ACTIVE -> IDLE`, issues a
+//!   `fence(SeqCst)` (F4), and *re-checks every partition it reads*: if a
+//!   record is now committed, it tries `IDLE -> ACTIVE` and, if that wins,
+//!   carries on draining (if it loses, whoever won has scheduled a drain).
+//!   When the head message must wait for a retry it moves `ACTIVE -> BACKOFF`
+//!   and sets a timer.
+//! * **close** swaps in `CLOSED` from any state; nothing leaves `CLOSED`.
+//!
+//! ## The race it survives: the lost wakeup
+//!
+//! A drainer checks offset `o`, finds it not committed, and is about to go
+//! idle. A publisher commits `o` and reads the state. Without fences, the
+//! publisher can read the stale `ACTIVE` (and skip signalling) while the
+//! drainer's re-check reads the stale "not committed" (and goes idle): `o` then
+//! sits undelivered until some later publish. The publisher's
+//! `commit; fence(SeqCst); load state` (F1) and the drainer's
+//! `store IDLE; fence(SeqCst); load slots` (F4) close it: SeqCst fences are
+//! totally ordered, so if the publisher's fence comes first the drainer's
+//! re-check sees the commit, and if the drainer's fence comes first the
+//! publisher's load sees `IDLE` (or a later state, in which case a drain that
+//! started after that state was written will run the same re-check and see
+//! the commit).
+//!
+//! The fences are what loom needs, too: loom models SeqCst loads and stores as
+//! acquire/release, which would let this race through; `fence(SeqCst)` it
+//! models exactly. The loom models in `loom-tests/tests/signal.rs` run this
+//! code; `.ci/fence-check` weakens each fence named here in turn and
+//! requires some model to fail.
+//!
+//! ## Ready partitions (wildcard subscriptions)
+//!
+//! A subscription to a pattern may read thousands of partitions, and the
+//! protocol above makes every wake-up look at all of them (a drain round
+//! visits each reader, the re-check reads each cursor). So a subscription
+//! whose pattern has a wildcard keeps a [`ReadySet`]: each of its readers has
+//! a [`Mark`] (`listed`, shared with the partition's listener entry), and the
+//! subscription a list of listed readers plus a `nonempty` flag.
+//!
+//! * a **publisher**, after its commit and `fence(SeqCst)` (F1), loads the
+//!   mark; if it is clear it swaps it on, and the one that turns it on pushes
+//!   the reader's index on the list (under its lock), sets `nonempty`, and
+//!   issues a second `fence(SeqCst)` (F2) before loading the state as above.
+//!   A listed reader costs later publishers one load.
+//! * the **drainer** starts a round by taking the list (clearing `nonempty`
+//!   under the lock), clears the marks of the readers it took, issues a
+//!   `fence(SeqCst)` (F3), then visits those readers, the reader of a pending
+//!   retry, and readers *carried* from the last round (new ones, and those it
+//!   had not finished when the round's budget ran out). Going idle, it stores
+//!   `IDLE`, fences (F4) and re-checks `nonempty` (and the carry, and new
+//!   readers) instead of every cursor.
+//!
+//! Why no commit is stranded: say publisher P commits record r to a reader's
+//! partition. (a) P turns the mark on: its list entry is ordered before F2,
+//! so either the drainer's re-check after F4 sees `nonempty` or P's state
+//! load after F2 sees `IDLE` and schedules a drain (the F2/F4 argument is the
+//! lost-wakeup one above); the drain that takes the entry acquires it
+//! through the list lock, after P's commit. (b) P finds the mark on: the mark
+//! was turned on by some Q that lists it as in (a), and the drainer's clear
+//! of it comes later in its modification order than P's read (else P would
+//! have read the clear). If the drainer's F3 preceded P's F1 in the fences'
+//! total order, P's read after F1 would see that clear or later, not the
+//! earlier on; so F1 precedes F3, and the drainer's cursor reads after F3
+//! see P's commit before F1. The visit after F3 delivers r.
+//!
+//! Subscriptions to a literal topic keep the plain protocol: their handful
+//! of partitions is cheaper to scan than to list, and their publishers pay no
+//! second fence. Loom models the ready set in `loom-tests/tests/signal.rs`
+//! (two publishers on two partitions of one wildcard subscription).
+//!
+//! ## Who listens
+//!
+//! A partition does not know what listens to it: it holds [`Listener`]s, a
+//! trait that subscriptions (`core.rs`) and pull consumers (`consumer.rs`)
+//! implement, so the log-and-partition layer below never names the types
+//! above it.
+
+use super::state::State;
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use crate::sync::{Arc, Mutex};
+
+/// Something a publisher wakes after committing a record to a partition.
+pub(crate) trait Listener: Send + Sync {
+    /// The listener's id (a subscription's or consumer's), unique in a
+    /// partition's list.
+    fn id(&self) -> u64;
+
+    /// True if it keeps a ready mark for this partition (a wildcard
+    /// subscription): publishers then call [`Listener::mark_ready`].
+    fn has_mark(&self) -> bool {
+        false
+    }
+
+    /// The publisher's half of the ready set, after F1: lists this
+    /// partition's reader unless it is listed already. True if this call
+    /// listed it, in which case the publisher must issue F2 before any
+    /// [`Listener::signal`].
+    fn mark_ready(&self) -> bool {
+        false
+    }
+
+    /// Called after a commit, behind a `fence(SeqCst)`. Cheap when the
+    /// listener is already awake: one load, no write.
+    fn signal(&self);
+}
+
+/// The publisher's half of signal-and-drain, after its commit: F1, the
+/// ready marks, F2 if it listed one, then each listener's state.
+#[inline]
+pub(crate) fn notify(listeners: &[Arc<dyn Listener>], marked: bool) {
+    if listeners.is_empty() {
+        return;
+    }
+    // F1, SeqCst fence: orders this publisher's commit (a Release store of the
+    // slot) before its loads of the listeners' ready marks and states. It
+    // pairs with F4, the fence a drainer issues between going idle and
+    // re-checking the log (or its ready list), and with F3, the one after it
+    // clears marks; together they rule out both sides missing each other.
+    crate::sync::fence_or_weakened!("F1", Ordering::SeqCst);
+    let mut listed = false;
+    if marked {
+        for l in listeners {
+            listed |= l.mark_ready();
+        }
+    }
+    if listed {
+        // F2, SeqCst fence: orders the ready-list entry just added before the
+        // state loads below, pairing with F4 between the drainer going idle
+        // and looking at its ready list.
+        crate::sync::fence_or_weakened!("F2", Ordering::SeqCst);
+    }
+    for l in listeners {
+        l.signal();
+    }
+}
+
+/// `poke`'s fence: the same role as F1 after a commit (what the caller just
+/// did, e.g. attach a reader, is ordered before its state load), pairing with
+/// the drainer's F4.
+#[inline]
+pub(crate) fn poke_fence() {
+    // SeqCst fence: see above.
+    fence(Ordering::SeqCst);
+}
+
+/// How going idle ended (see [`go_idle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Idled {
+    /// The subscription was closed; the drainer returns.
+    Closed,
+    /// Idle, nothing left: the drainer returns and tells `wait_idle` callers.
+    Idle,
+    /// The re-check found work and the drainer took the drain back.
+    Resumed,
+    /// The re-check found work, but a publisher moved the state first and
+    /// scheduled a drain of its own; this drainer returns.
+    HandedOver,
+}
+
+/// The drainer's half: `ACTIVE -> IDLE`, F4, then the re-check `has_work`
+/// (the cursors, or the ready set) and, if it finds work, `IDLE -> ACTIVE`.
+#[inline]
+pub(crate) fn go_idle(state: &State, has_work: impl FnOnce() -> bool) -> Idled {
+    if !state.go_idle() {
+        return Idled::Closed;
+    }
+    // F4, SeqCst fence: orders the IDLE store before the re-check's loads of
+    // the slots (or `nonempty`); pairs with the publisher's F1 (and F2).
+    crate::sync::fence_or_weakened!("F4", Ordering::SeqCst);
+    if !has_work() {
+        return Idled::Idle;
+    }
+    if state.reactivate() { Idled::Resumed } else { Idled::HandedOver }
+}
+
+/// A reader's entry in its subscription's ready list, shared with the
+/// listener that publishers of its partition call.
+#[derive(Debug)]
+pub(crate) struct Mark {
+    /// True from the moment a publisher claims the right to list this reader
+    /// until the drainer takes it off the list.
+    listed: AtomicBool,
+    /// The reader's index in the drainer's list of readers.
+    index: usize,
+}
+
+/// Which partitions of a wildcard subscription publishers have written to
+/// since the drainer last looked.
+#[derive(Debug)]
+pub(crate) struct ReadySet {
+    /// Indices of the readers whose mark is set.
+    list: Mutex<Vec<usize>>,
+    /// `list` is not empty: what the drainer's idle re-check reads.
+    nonempty: AtomicBool,
+    /// Readers attached so far (the next reader's index); written under the
+    /// subscription's `pending` lock, so indices follow the order readers are
+    /// merged in.
+    attached: AtomicU64,
+}
+
+impl ReadySet {
+    pub(crate) fn new() -> ReadySet {
+        ReadySet { list: Mutex::new(Vec::new()), nonempty: AtomicBool::new(false), attached: AtomicU64::new(0) }
+    }
+
+    /// A mark for the next reader attached. Call under the lock that orders
+    /// attached readers.
+    pub(crate) fn next_mark(&self) -> Arc<Mark> {
+        // Relaxed: written under the caller's lock only.
+        let index = self.attached.fetch_add(1, Ordering::Relaxed) as usize;
+        Arc::new(Mark { listed: AtomicBool::new(false), index })
+    }
+
+    /// The publisher's half, after F1: lists the reader of `mark` unless it
+    /// is listed already. True if it listed it (the caller must issue F2).
+    #[inline]
+    pub(crate) fn mark(&self, mark: &Mark) -> bool {
+        // Relaxed load, then Relaxed swap: F1 before orders them after the
+        // commit; whoever turns the flag on lists the reader, and a reader
+        // already listed will be drained past this commit (see the essay).
+        if mark.listed.load(Ordering::Relaxed) || mark.listed.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        let mut list = self.list.lock();
+        list.push(mark.index);
+        // Relaxed: read after F4 by the drainer's re-check, and written back
+        // to false only under the list lock, together with taking it.
+        self.nonempty.store(true, Ordering::Relaxed);
+        true
+    }
+
+    /// The drainer's half, at the start of a round: takes the listed
+    /// readers' indices.
+    pub(crate) fn take(&self) -> Vec<usize> {
+        let mut list = self.list.lock();
+        // Relaxed: see `mark`.
+        self.nonempty.store(false, Ordering::Relaxed);
+        std::mem::take(&mut *list)
+    }
+
+    /// Clears the marks of the readers just taken, then F3. The caller reads
+    /// those readers' cursors only after this returns.
+    pub(crate) fn clear<'a>(&self, marks: impl Iterator<Item = &'a Mark>) {
+        let mut any = false;
+        for mark in marks {
+            // Relaxed: F3 below orders the clears before the reads of these
+            // readers' cursors.
+            mark.listed.store(false, Ordering::Relaxed);
+            any = true;
+        }
+        if any {
+            // F3, SeqCst fence: pairs with the publishers' F1 between commit
+            // and mark: a publisher that found a mark still set committed
+            // before this fence, so the reads after it see its record.
+            crate::sync::fence_or_weakened!("F3", Ordering::SeqCst);
+        }
+    }
+
+    /// The idle re-check's look: is anything listed? Call after F4.
+    #[inline]
+    pub(crate) fn nonempty(&self) -> bool {
+        // Relaxed: the caller's F4 orders this load (see the essay).
+        self.nonempty.load(Ordering::Relaxed)
+    }
+}

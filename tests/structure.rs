@@ -1,0 +1,499 @@
+//! The shape of the source tree, checked: dependencies point down.
+//!
+//! Every `.rs` file under `src/` is a node; a file depends on another when
+//! it names a path into it (a `use`, or an inline `crate::...`, `super::...`
+//! or child-module path). The rules (see README's Layout):
+//!
+//! * no import loops: no file depends, directly or through others, on a file
+//!   that depends on it. A folder's `mod.rs` counts as a file like any
+//!   other, so a part importing from its `mod.rs` while the `mod.rs`
+//!   re-exports the part is a loop too.
+//! * layers: the log never names the broker.
+//!
+//! The checker is plain text processing (comments, strings and `mod tests`
+//! blocks left out), so it is tested itself on small made-up trees that
+//! must fail.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// A module path from the crate root: `["broker", "subscription", "core"]`.
+type ModPath = Vec<String>;
+
+/// The module path of a file relative to `src/`.
+fn module_of(rel: &Path) -> ModPath {
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let file = parts.pop().expect("a file name");
+    let stem = file.trim_end_matches(".rs");
+    if stem != "mod" && stem != "lib" {
+        parts.push(stem.to_owned());
+    }
+    parts
+}
+
+/// The file's code without comments, string literals or a trailing
+/// `mod tests { .. }` (whose `super` is the file itself).
+fn code_of(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("mod tests {") {
+            break;
+        }
+        let mut in_str = false;
+        let mut prev = ' ';
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            if in_str {
+                if c == '"' && prev != '\\' {
+                    in_str = false;
+                }
+                prev = if prev == '\\' && c == '\\' { ' ' } else { c };
+                continue;
+            }
+            if c == '/' && chars.peek() == Some(&'/') {
+                break;
+            }
+            if c == '"' {
+                in_str = true;
+                prev = ' ';
+                continue;
+            }
+            out.push(c);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Splits a `use` tree (`a::{b, c::{d, e}}`) into its full paths.
+fn expand_use(tree: &str) -> Vec<Vec<String>> {
+    // Drop renames (`X as Y`), keeping the punctuation after the new name.
+    let mut plain = String::new();
+    let mut tokens = tree.split_whitespace();
+    while let Some(t) = tokens.next() {
+        if t == "as" {
+            let renamed = tokens.next().unwrap_or("");
+            plain.extend(renamed.chars().filter(|c| !(c.is_alphanumeric() || *c == '_')));
+        } else {
+            plain.push_str(t);
+        }
+    }
+    let tree = plain;
+    let mut out = Vec::new();
+    expand_into(&tree, Vec::new(), &mut out);
+    out
+}
+
+fn expand_into(tree: &str, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+    // Split at top-level commas.
+    let mut depth = 0;
+    let mut start = 0;
+    let bytes = tree.as_bytes();
+    let mut items = Vec::new();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'{' => depth += 1,
+            b'}' => depth -= 1,
+            b',' if depth == 0 => {
+                items.push(&tree[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&tree[start..]);
+    for item in items.into_iter().filter(|i| !i.is_empty()) {
+        match item.find('{') {
+            Some(open) => {
+                let head = item[..open].trim_end_matches("::");
+                let inner = &item[open + 1..item.rfind('}').expect("balanced braces")];
+                let mut p = prefix.clone();
+                p.extend(head.split("::").filter(|s| !s.is_empty()).map(str::to_owned));
+                expand_into(inner, p, out);
+            }
+            None => {
+                let mut p = prefix.clone();
+                p.extend(item.split("::").filter(|s| !s.is_empty()).map(str::to_owned));
+                out.push(p);
+            }
+        }
+    }
+}
+
+/// Every path the code names: the paths of its `use` items and the inline
+/// `a::b::c` paths elsewhere.
+fn paths_in(code: &str) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    let mut rest = String::new();
+    // `use` items first (they may span lines and hold braces).
+    let mut s = code;
+    while let Some(pos) = find_use(s) {
+        rest.push_str(&s[..pos]);
+        let after = &s[pos..];
+        let end = after.find(';').map_or(after.len(), |e| e + 1);
+        let item = &after[after.find("use ").expect("found a use") + 4..end.saturating_sub(1)];
+        paths.extend(expand_use(item.trim_start_matches("::")));
+        s = &after[end..];
+    }
+    rest.push_str(s);
+    // Inline paths.
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let chars: Vec<char> = rest.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if is_ident(chars[i]) && (i == 0 || !(is_ident(chars[i - 1]) || chars[i - 1] == ':')) {
+            let mut segs = Vec::new();
+            let mut j = i;
+            loop {
+                let start = j;
+                while j < chars.len() && is_ident(chars[j]) {
+                    j += 1;
+                }
+                segs.push(chars[start..j].iter().collect::<String>());
+                if j + 2 < chars.len() && chars[j] == ':' && chars[j + 1] == ':' && is_ident(chars[j + 2]) {
+                    j += 2;
+                } else {
+                    break;
+                }
+            }
+            if segs.len() > 1 {
+                paths.push(segs);
+            }
+            i = j.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    paths
+}
+
+/// Where the next `use` item starts (at a statement start, with any
+/// visibility), if any.
+fn find_use(s: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(p) = s[from..].find("use ") {
+        let at = from + p;
+        let before = s[..at].trim_end();
+        let starts_item = before.is_empty()
+            || before.ends_with(';')
+            || before.ends_with('{')
+            || before.ends_with('}')
+            || before.ends_with(']')
+            || before.ends_with("pub")
+            || before.ends_with(')') && before.rsplit_once("pub(").is_some_and(|(_, v)| !v.contains(' '));
+        let word_start = at == 0 || !s[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+        if starts_item && word_start {
+            // Back up over a visibility so the caller skips it.
+            let vis = ["pub(crate) ", "pub(super) ", "pub "].iter().find(|v| s[..at].ends_with(*v));
+            return Some(at - vis.map_or(0, |v| v.len()));
+        }
+        from = at + 4;
+    }
+    None
+}
+
+/// Resolves `path`, named in module `here`, to the file that defines it.
+fn resolve(here: &ModPath, path: &[String], files: &BTreeMap<ModPath, PathBuf>) -> Option<ModPath> {
+    let mut abs: ModPath;
+    let mut rest = path;
+    match path.first().map(String::as_str) {
+        Some("crate") => {
+            abs = Vec::new();
+            rest = &path[1..];
+        }
+        Some("self") => {
+            abs = here.clone();
+            rest = &path[1..];
+        }
+        Some("super") => {
+            abs = here.clone();
+            while rest.first().map(String::as_str) == Some("super") {
+                abs.pop()?;
+                rest = &rest[1..];
+            }
+        }
+        Some(first) => {
+            let mut child = here.clone();
+            child.push(first.to_owned());
+            if !files.contains_key(&child) {
+                return None;
+            }
+            abs = here.clone();
+        }
+        None => return None,
+    }
+    // The deepest module on the path is the file the name lives in.
+    for seg in rest {
+        let mut next = abs.clone();
+        next.push(seg.clone());
+        if files.contains_key(&next) {
+            abs = next;
+        } else {
+            break;
+        }
+    }
+    files.contains_key(&abs).then_some(abs)
+}
+
+/// The file-to-file dependency graph of the tree under `src`.
+fn graph(src: &Path) -> BTreeMap<ModPath, BTreeSet<ModPath>> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("readable src dir") {
+            let path = entry.expect("a dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let rel = path.strip_prefix(src).expect("under src").to_path_buf();
+                files.insert(module_of(&rel), path);
+            }
+        }
+    }
+    let mut edges: BTreeMap<ModPath, BTreeSet<ModPath>> = BTreeMap::new();
+    for (module, path) in &files {
+        let code = code_of(&std::fs::read_to_string(path).expect("readable source"));
+        let deps = edges.entry(module.clone()).or_default();
+        for p in paths_in(&code) {
+            if let Some(target) = resolve(module, &p, &files)
+                && &target != module
+            {
+                deps.insert(target);
+            }
+        }
+    }
+    edges
+}
+
+/// A dependency loop, if there is one, as the files around it.
+fn find_loop(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Option<Vec<ModPath>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Open,
+        Done,
+    }
+    fn visit(
+        n: &ModPath,
+        edges: &BTreeMap<ModPath, BTreeSet<ModPath>>,
+        marks: &mut BTreeMap<ModPath, Mark>,
+        stack: &mut Vec<ModPath>,
+    ) -> Option<Vec<ModPath>> {
+        marks.insert(n.clone(), Mark::Open);
+        stack.push(n.clone());
+        for m in edges.get(n).into_iter().flatten() {
+            match marks.get(m).copied().unwrap_or(Mark::New) {
+                Mark::Open => {
+                    let from = stack.iter().position(|s| s == m).expect("open nodes are on the stack");
+                    let mut cycle = stack[from..].to_vec();
+                    cycle.push(m.clone());
+                    return Some(cycle);
+                }
+                Mark::New => {
+                    if let Some(c) = visit(m, edges, marks, stack) {
+                        return Some(c);
+                    }
+                }
+                Mark::Done => {}
+            }
+        }
+        stack.pop();
+        marks.insert(n.clone(), Mark::Done);
+        None
+    }
+    let mut marks = BTreeMap::new();
+    for n in edges.keys() {
+        if marks.get(n).copied().unwrap_or(Mark::New) == Mark::New {
+            let mut stack = Vec::new();
+            if let Some(c) = visit(n, edges, &mut marks, &mut stack) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+fn show(cycle: &[ModPath]) -> String {
+    cycle.iter().map(|m| format!("crate::{}", m.join("::"))).collect::<Vec<_>>().join(" -> ")
+}
+
+/// Edges from the log to the broker (the log is the layer below).
+fn upward(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (from, tos) in edges {
+        if from.first().map(String::as_str) == Some("log") {
+            for to in tos.iter().filter(|t| t.first().map(String::as_str) == Some("broker")) {
+                bad.push(format!("crate::{} -> crate::{}", from.join("::"), to.join("::")));
+            }
+        }
+    }
+    bad
+}
+
+/// Edges of a loop not yet taken apart, each with whose it is to remove.
+/// An entry that no longer matches an edge fails the test, so it is deleted
+/// when the loop goes.
+const KNOWN: &[(&str, &str, &str)] = &[(
+    "log::cursor",
+    "log",
+    "the log layer: cursor.rs takes `Dir` and `Shared` from log/mod.rs, which re-exports the cursor",
+)];
+
+#[test]
+fn src_has_no_import_loops_and_the_log_never_names_the_broker() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut edges = graph(&src);
+    let parse = |m: &str| m.split("::").map(str::to_owned).collect::<ModPath>();
+    for (from, to, why) in KNOWN {
+        let removed = edges.get_mut(&parse(from)).is_some_and(|tos| tos.remove(&parse(to)));
+        assert!(removed, "the known loop edge {from} -> {to} ({why}) is gone: delete it from KNOWN");
+    }
+    // The checker sees the files it should: a sanity check that it parsed.
+    let broker = edges.get(&vec!["broker".to_owned()]).expect("src/broker/mod.rs");
+    assert!(broker.contains(&vec!["broker".into(), "topic".into()]), "broker/mod.rs uses topic.rs: {broker:?}");
+    let topic = &edges[&vec!["broker".to_owned(), "topic".to_owned()]];
+    assert!(topic.contains(&vec!["log".into()]), "topic.rs uses the log: {topic:?}");
+    if let Some(cycle) = find_loop(&edges) {
+        panic!("an import loop in src/: {}", show(&cycle));
+    }
+    let up = upward(&edges);
+    assert!(up.is_empty(), "the log names the broker: {up:?}");
+}
+
+/// What only `src/sync.rs` may name from std (clippy cannot check these: the
+/// shim re-exports std's own items, and clippy sees through re-exports).
+const SHIM_ONLY: &[&[&str]] = &[
+    &["std", "sync", "atomic"],
+    &["std", "thread"],
+    &["std", "cell", "UnsafeCell"],
+    &["std", "sync", "Mutex"],
+    &["std", "sync", "Condvar"],
+    &["std", "sync", "RwLock"],
+];
+
+/// The std paths in `code` that only the sync shim may name.
+fn shim_only_paths(code: &str) -> Vec<String> {
+    paths_in(code)
+        .into_iter()
+        .filter(|p| SHIM_ONLY.iter().any(|bad| p.len() >= bad.len() && p.iter().zip(bad.iter()).all(|(a, b)| a == b)))
+        .map(|p| p.join("::"))
+        .collect()
+}
+
+#[test]
+fn only_the_sync_shim_names_std_threads_atomics_locks_and_cells() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut stack = vec![src.clone()];
+    let mut bad = Vec::new();
+    let mut checked = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("readable src dir") {
+            let path = entry.expect("a dir entry").path();
+            let name = path.file_name().expect("a name").to_string_lossy().into_owned();
+            if path.is_dir() {
+                stack.push(path);
+            } else if name.ends_with(".rs") && path != src.join("sync.rs") && name != "tests.rs" {
+                // Unit tests (`tests.rs`, `mod tests`) may use std directly.
+                checked += 1;
+                for p in shim_only_paths(&code_of(&std::fs::read_to_string(&path).expect("readable source"))) {
+                    bad.push(format!("{}: {p}", path.strip_prefix(&src).expect("under src").display()));
+                }
+            }
+        }
+    }
+    assert!(checked > 10, "found only {checked} files under src/");
+    assert!(bad.is_empty(), "name these through crate::sync instead: {bad:#?}");
+}
+
+#[test]
+fn the_shim_check_sees_grouped_inline_and_renamed_uses() {
+    let code = code_of(
+        "use std::sync::{Arc, atomic::{AtomicU64 as A, Ordering}};\n\
+         // std::thread::spawn in a comment is fine\n\
+         fn f() { let s = \"std::thread::park\"; std::thread::yield_now(); }\n\
+         use std::sync::OnceLock;\n",
+    );
+    assert_eq!(
+        shim_only_paths(&code),
+        vec!["std::sync::atomic::AtomicU64", "std::sync::atomic::Ordering", "std::thread::yield_now"]
+    );
+}
+
+/// Writes `files` (path under `src/`, contents) to a fresh directory.
+fn tree(name: &str, files: &[(&str, &str)]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rill-structure-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (path, text) in files {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().expect("a parent")).expect("create dirs");
+        std::fs::write(p, text).expect("write a source file");
+    }
+    dir
+}
+
+#[test]
+fn the_checker_finds_loops_of_every_kind_it_must() {
+    // Two siblings importing each other (topic.rs <-> subscription.rs, as it was).
+    let siblings = tree(
+        "siblings",
+        &[
+            ("lib.rs", "pub mod broker;\n"),
+            ("broker/mod.rs", "mod topic;\nmod subscription;\n"),
+            ("broker/topic.rs", "use super::subscription::{Mark, SubCore};\n"),
+            ("broker/subscription.rs", "use super::topic::{Partition};\n"),
+        ],
+    );
+    let cycle = find_loop(&graph(&siblings)).expect("a sibling loop is found");
+    assert!(show(&cycle).contains("crate::broker::topic"), "{}", show(&cycle));
+    // A child using its parent's item while the parent re-exports the child
+    // (consumer.rs using `super::BrokerInner`), through an inline path.
+    let parent = tree(
+        "parent",
+        &[
+            ("lib.rs", "pub mod broker;\n"),
+            ("broker/mod.rs", "mod consumer;\npub use consumer::Consumer;\npub(crate) struct BrokerInner;\n"),
+            ("broker/consumer.rs", "pub struct Consumer { broker: std::sync::Arc<super::BrokerInner> }\n"),
+        ],
+    );
+    assert!(find_loop(&graph(&parent)).is_some(), "a child-parent loop is found");
+    // A longer loop through a folder, by `crate::` paths in a grouped use.
+    let folder = tree(
+        "folder",
+        &[
+            ("lib.rs", "mod a;\n"),
+            ("a/mod.rs", "pub(crate) mod b;\npub(crate) mod c;\n"),
+            ("a/b.rs", "use crate::a::{c::{X, Y as Z}};\n"),
+            ("a/c.rs", "// use crate::a::b::W; (a comment, not a use)\nfn f() { crate::a::d::g(); }\n"),
+            ("a/d.rs", "pub(crate) use super::b::W;\n"),
+        ],
+    );
+    let edges = graph(&folder);
+    assert!(find_loop(&edges).is_some(), "a three-file loop is found: {edges:?}");
+    // The same tree without the last edge has no loop, and a comment is not a use.
+    let fixed = tree(
+        "fixed",
+        &[
+            ("lib.rs", "mod a;\n"),
+            ("a/mod.rs", "pub(crate) mod b;\npub(crate) mod c;\n"),
+            ("a/b.rs", "use crate::a::{c::{X, Y as Z}};\n"),
+            ("a/c.rs", "// use crate::a::b::W;\nfn f() { let s = \"crate::a::b\"; crate::a::d::g(); }\n"),
+            ("a/d.rs", "pub(crate) fn g() {}\n"),
+        ],
+    );
+    assert_eq!(find_loop(&graph(&fixed)), None);
+    // The log naming the broker.
+    let up = tree(
+        "upward",
+        &[
+            ("lib.rs", "mod log;\nmod broker;\n"),
+            ("log/mod.rs", "use crate::broker::Topic;\n"),
+            ("broker/mod.rs", "use crate::log::Log;\n"),
+        ],
+    );
+    let edges = graph(&up);
+    assert_eq!(upward(&edges), vec!["crate::log -> crate::broker".to_owned()]);
+    for dir in [siblings, parent, folder, fixed, up] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
