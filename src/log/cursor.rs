@@ -2,9 +2,9 @@
 
 use std::fmt;
 
+use super::dir::{Dir, Shared};
 use super::record::RecordView;
 use super::segment::Segment;
-use super::{Dir, Shared};
 use crate::error::{Error, Result};
 use crate::sync::Arc;
 use crate::sync::epoch;

@@ -35,13 +35,13 @@
 //! * **Full**: the word was already over-full. Some other publisher is the
 //!   sealer; this one waits briefly for the next segment and retries there.
 //!   If the sealer cannot allocate the next segment, the waiters get its error
-//!   (see "A roll that fails" in `log/mod.rs`).
+//!   (see "A roll that fails" in `log/dir.rs`).
 //!
 //! Failed reservations still add to the word, so both fields must be shown
 //! never to overflow. A thread fails at most once on a segment: after `Full` it
 //! waits until the directory names a newer segment, or (if the roll failed)
 //! returns an error, and later appends see the stalled directory and do not
-//! reserve in this segment again (see `log/mod.rs`). So the overshoot is at
+//! reserve in this segment again (see `log/dir.rs`). So the overshoot is at
 //! most one reservation per thread, and a reservation is bounded in both
 //! fields:
 //!
@@ -94,7 +94,7 @@
 //!   sees an over-full word, so it gets `Full`, never a slot in a closed segment.
 //! * A reader still inside a segment that retention has unlinked: it holds an
 //!   `Arc` to the segment, so the bytes stay valid until it lets go (see
-//!   `log/mod.rs` for how the `Arc` is taken safely).
+//!   `log/dir.rs` for how the `Arc` is taken safely).
 
 use std::fmt;
 use std::io;

@@ -1,0 +1,314 @@
+//! The segment directory, how publishers roll it over, and reclamation.
+//!
+//! # The segment directory and reclamation
+//!
+//! The retained segments are listed, oldest first, in an immutable *directory*
+//! (`Dir`): a vector of `Arc<Segment>` published through one
+//! `crossbeam_epoch::Atomic`. The directory is what makes seeking
+//! `O(log segments)` (a binary search on the segments' base offsets) and what
+//! retention edits.
+//!
+//! * **Writers of the directory.** Only the publisher that sealed the newest
+//!   segment replaces the directory: it builds a new one (the old segments plus
+//!   the next segment, minus whatever retention trims from the head) and
+//!   installs it with a `Release` compare-exchange. Sealers are serialised by
+//!   construction: a segment can only be sealed once it is the newest, and it
+//!   only becomes the newest when the previous sealer has installed it. So the
+//!   directory has one writer at a time without a lock, with the one exception
+//!   below.
+//! * **A roll that fails.** The sealer may be unable to map the next segment
+//!   (out of memory or address space). It cannot hand its reservation back, so
+//!   instead it publishes a *stalled* copy of the directory: the same segments
+//!   (the newest already sealed, so its final count is known), flagged with
+//!   the error. Every publisher checks that flag where it loads the directory,
+//!   before it reserves, so:
+//!   - publishers waiting for this roll (they got `Full`) see the stalled
+//!     directory and return the error instead of waiting for ever;
+//!   - later publishers do not reserve in the dead segment (so failed
+//!     reservations stay bounded, see `segment.rs`); each one tries the roll
+//!     itself: maps the next segment and installs it with a compare-exchange
+//!     against the stalled directory. Several may try at once; one exchange
+//!     wins, the others drop what they built and retry in the new segment. A
+//!     publisher whose own mapping fails returns the error.
+//!
+//!   So a partition that ran out of memory fails the publishes that need a new
+//!   segment, with a clear error, and works again as soon as a mapping succeeds.
+//! * **Readers of the directory** (publishers finding the newest segment,
+//!   cursors moving to another segment) pin an epoch, load the directory with
+//!   `Acquire` (pairing with the swap, so the new segment's initial state is
+//!   visible), and use it only while pinned.
+//! * **Reclamation.** The replaced directory is retired with
+//!   `Guard::defer_destroy` and flushed, so it is freed once no thread can still
+//!   be reading it. Freeing it drops its `Arc`s; a trimmed segment's memory is
+//!   released (to the partition's spare pool, or to the allocator) when its
+//!   last `Arc` goes.
+//! * **Slow readers.** A cursor does not stay pinned while its user works on a
+//!   record: while pinned it *clones the segment's `Arc`* and unpins. The `Arc`
+//!   keeps the segment's bytes alive for as long as the cursor is inside it,
+//!   whatever retention does meanwhile; pinning only covers the few loads
+//!   between reading the directory and incrementing the count. Publishers pin
+//!   for the length of one append, which never runs user code.
+//! * **Falling behind.** After publishing a directory without them, the sealer
+//!   marks the trimmed segments (`Release`). A cursor checks its segment's mark
+//!   (`Acquire`) before each read; once it is set, or whenever the cursor leaves
+//!   a segment, it looks up its next offset in the current directory. If
+//!   retention has trimmed past it, the cursor learns how many records it
+//!   missed ([`Lagged`]) and continues from the oldest retained one. Records
+//!   older than retention are never delivered after their trim is visible.
+//!
+//! Memory held by a partition is bounded by its retention, plus the spare pool,
+//! plus at most one trimmed segment per cursor that is still inside it.
+
+use super::config::Sizes;
+use super::segment::{Pool, Reservation, Segment};
+use crate::error::{Error, Result};
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::epoch::{self, Guard, Owned};
+use crate::sync::{Arc, Backoff, Mutex};
+
+/// The retained segments, oldest first; consecutive segments are contiguous
+/// in offsets. Never empty; all but the last are sealed.
+pub(super) struct Dir {
+    pub(super) segs: Vec<Arc<Segment>>,
+    /// Set when the newest segment is sealed but its successor could not be
+    /// allocated: why (see "A roll that fails" above). Beside `segs`, so the
+    /// publishers' check costs no extra cache line.
+    pub(super) stalled: Option<String>,
+}
+
+impl Dir {
+    pub(super) fn first_offset(&self) -> u64 {
+        self.segs[0].base()
+    }
+
+    pub(super) fn last(&self) -> &Arc<Segment> {
+        self.segs.last().expect("a directory is never empty")
+    }
+
+    /// The segment that holds (or will hold) `offset`, which is at least
+    /// `first_offset()`: the last one whose base is not above it.
+    pub(super) fn find(&self, offset: u64) -> &Arc<Segment> {
+        let after = self.segs.partition_point(|s| s.base() <= offset);
+        &self.segs[after.saturating_sub(1)]
+    }
+
+    pub(super) fn end_offset(&self) -> u64 {
+        let last = self.last();
+        last.base() + last.reserved()
+    }
+}
+
+/// What a log shares between its handle and its cursors.
+pub(super) struct Shared {
+    pub(super) sizes: Sizes,
+    /// The partition this log belongs to, for errors that name it.
+    pub(super) partition: u32,
+    pub(super) dir: epoch::Atomic<Dir>,
+    pub(super) pool: Arc<Pool>,
+    /// Readers that retention must wait for: it never trims a segment holding
+    /// an offset at or above any of their positions. Read once per rollover.
+    pub(super) holds: Mutex<Vec<(u64, Arc<AtomicU64>)>>,
+    /// Segments trimmed by retention so far.
+    pub(super) trimmed_segments: AtomicU64,
+}
+
+impl Shared {
+    /// The current directory, valid while `guard` is pinned.
+    #[inline]
+    pub(super) fn dir<'g>(&self, guard: &'g Guard) -> &'g Dir {
+        // SAFETY: the directory pointer is set at construction and only ever
+        // replaced by another valid one; a replaced directory is retired with
+        // `defer_destroy`, so it stays alive while `guard` is pinned.
+        unsafe { self.dir_ptr(guard).deref() }
+    }
+
+    /// The current directory's pointer (for a compare-exchange against it).
+    #[inline]
+    pub(super) fn dir_ptr<'g>(&self, guard: &'g Guard) -> epoch::Shared<'g, Dir> {
+        // Acquire: pairs with the Release exchanges in `install_next` and
+        // `stall`, so the segments it names (and its error text) are fully
+        // initialised.
+        self.dir.load(Ordering::Acquire, guard)
+    }
+
+    /// Reserves `records` slots and `bytes` bytes in the newest segment and
+    /// hands the range to `write` (segment, first index, first byte). Rolls
+    /// over to a new segment, or waits for another publisher's roll, as
+    /// needed. Fails only if the next segment cannot be allocated.
+    #[inline]
+    pub(super) fn reserve_then<R>(
+        &self,
+        records: u64,
+        bytes: u64,
+        guard: &mut Guard,
+        write: impl FnOnce(&Segment, u64, u64) -> R,
+    ) -> Result<R> {
+        let mut write = Some(write);
+        loop {
+            let current = self.dir_ptr(guard);
+            // SAFETY: as in `dir`: a valid directory, alive while `guard` is pinned.
+            let dir = unsafe { current.deref() };
+            if dir.stalled.is_some() {
+                // A roll failed; try it again ourselves (see the module docs).
+                self.install_next(current, guard)?;
+                continue;
+            }
+            let seg = dir.last();
+            match seg.reserve(records, bytes) {
+                Reservation::Granted { index, pos } => {
+                    let write = write.take().expect("a reservation is granted once");
+                    return Ok(write(seg, index, pos));
+                }
+                Reservation::Sealer { count } => self.roll(seg, count, current, guard)?,
+                Reservation::Full => self.wait_for_roll(seg.base(), guard)?,
+            }
+        }
+    }
+
+    /// Seals `seg` at `count` records and installs the next segment, trimming
+    /// the head for retention. Called only by the one publisher whose
+    /// reservation got `Sealer`; `current` is the directory it found `seg` in.
+    /// If the next segment cannot be allocated, publishes the directory as
+    /// stalled and returns the error.
+    #[cold]
+    pub(super) fn roll(&self, seg: &Segment, count: u64, current: epoch::Shared<'_, Dir>, guard: &Guard) -> Result<()> {
+        // Seal before the next segment becomes visible (see segment.rs), and
+        // before trying to allocate it, so a failed roll leaves the final
+        // count where anyone retrying the roll can read it.
+        seg.seal(count);
+        self.install_next(current, guard).inspect_err(|e| self.stall(current, e, guard))
+    }
+
+    /// Installs the segment after the newest (sealed) one of `current`. Does
+    /// nothing if another publisher replaced `current` first.
+    #[cold]
+    pub(super) fn install_next(&self, current: epoch::Shared<'_, Dir>, guard: &Guard) -> Result<()> {
+        // SAFETY: as in `dir`: `current` was loaded under `guard`.
+        let old = unsafe { current.deref() };
+        let last = old.last();
+        let count = last.sealed_count().expect("the newest segment is sealed before its successor is installed");
+        let next = Arc::new(Segment::new(last.base() + count, self.pool.take()?, self.pool.clone()));
+
+        let mut segs = Vec::with_capacity(old.segs.len() + 1);
+        segs.extend(old.segs.iter().cloned());
+        segs.push(next);
+        let trim = self.trim_count(&segs);
+        let trimmed: Vec<Arc<Segment>> = segs.drain(..trim).collect();
+        // Release: publishes the new segment's initial state (and the seal) to
+        // every Acquire load of the directory. Relaxed on failure: we only drop
+        // what we built (another publisher's roll won, after a stall).
+        let new = Owned::new(Dir { segs, stalled: None });
+        if self.dir.compare_exchange(current, new, Ordering::Release, Ordering::Relaxed, guard).is_err() {
+            debug_assert!(old.stalled.is_some(), "only a stalled directory has several writers");
+            return Ok(());
+        }
+        // Only now, with the directory that omits them published, tell cursors
+        // inside the trimmed segments to move on (see `Segment::mark_trimmed`).
+        for seg in &trimmed {
+            seg.mark_trimmed();
+        }
+        // Relaxed: a statistic.
+        self.trimmed_segments.fetch_add(trimmed.len() as u64, Ordering::Relaxed);
+        drop(trimmed);
+        self.retire(current, guard);
+        Ok(())
+    }
+
+    /// Replaces `current` (whose roll just failed with `error`) by a stalled
+    /// copy, so waiting and later publishers learn of it (see the module docs).
+    #[cold]
+    pub(super) fn stall(&self, current: epoch::Shared<'_, Dir>, error: &Error, guard: &Guard) {
+        // SAFETY: as in `dir`: `current` was loaded under `guard`.
+        let old = unsafe { current.deref() };
+        if old.stalled.is_some() {
+            return;
+        }
+        let stalled = Owned::new(Dir { segs: old.segs.clone(), stalled: Some(error.to_string()) });
+        // Release: publishes the stalled directory's contents, as in
+        // `install_next`. The sealer is the directory's only writer until the
+        // stalled flag is visible, so the exchange cannot fail.
+        let swapped = self.dir.compare_exchange(current, stalled, Ordering::Release, Ordering::Relaxed, guard);
+        debug_assert!(swapped.is_ok(), "the sealer is the directory's one writer");
+        if swapped.is_ok() {
+            self.retire(current, guard);
+        }
+    }
+
+    /// Frees a directory that was just replaced, once no reader can hold it.
+    pub(super) fn retire(&self, replaced: epoch::Shared<'_, Dir>, guard: &Guard) {
+        // SAFETY: `replaced` is no longer reachable from `self.dir`; threads that
+        // loaded it before the exchange are pinned, and the collector runs the
+        // destructor only after all of them unpin.
+        unsafe { guard.defer_destroy(replaced) };
+        // Push the retired directory to the global queue now, so the segments it
+        // holds are released promptly rather than when this thread's bag fills.
+        guard.flush();
+    }
+
+    /// Waits, briefly, until the segment at `base` is no longer the newest.
+    /// Fails if its roll failed: the publisher that got `Sealer` could not
+    /// allocate the next segment.
+    #[cold]
+    pub(super) fn wait_for_roll(&self, base: u64, guard: &mut Guard) -> Result<()> {
+        let mut backoff = Backoff::new();
+        loop {
+            let dir = self.dir(guard);
+            if dir.last().base() != base {
+                return Ok(());
+            }
+            if let Some(error) = &dir.stalled {
+                return Err(Error::ResourceExhausted(format!(
+                    "the partition's next log segment could not be allocated ({error})"
+                )));
+            }
+            backoff.snooze();
+            // Re-pin each round so a slow sealer does not also hold back reclamation.
+            guard.repin();
+        }
+    }
+
+    /// How many head segments retention removes from `segs` (whose last
+    /// element is the new, empty segment).
+    pub(super) fn trim_count(&self, segs: &[Arc<Segment>]) -> usize {
+        let sizes = &self.sizes;
+        // The lowest position of any reader retention must wait for. Exact at
+        // this moment: positions only grow, so a reader that moves on while we
+        // look merely keeps a little more than it needs until the next roll.
+        let floor = self
+            .holds
+            .lock()
+            .iter()
+            // Acquire: pairs with the reader's Release store of its position.
+            .map(|(_, position)| position.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(u64::MAX);
+        let mut bytes: u64 = segs.iter().map(|s| s.capacity()).sum();
+        let mut records: u64 = segs.iter().map(|s| s.reserved()).sum();
+        let mut trim = 0;
+        // Never trims the last (active) segment.
+        for head in &segs[..segs.len() - 1] {
+            let count = head.sealed_count().expect("all but the newest segment are sealed");
+            let over_bytes = bytes > sizes.retention_bytes;
+            let over_records = records - count >= sizes.retention_messages;
+            if !(over_bytes || over_records) || head.base() + count > floor {
+                break;
+            }
+            bytes -= head.capacity();
+            records -= count;
+            trim += 1;
+        }
+        trim
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self` means no handle or cursor is left, so no thread can
+        // load the directory any more; taking it unprotected is exclusive.
+        unsafe {
+            // Relaxed: `&mut self`, nothing else can touch it.
+            let dir = self.dir.load(Ordering::Relaxed, epoch::unprotected());
+            drop(dir.into_owned());
+        }
+    }
+}
