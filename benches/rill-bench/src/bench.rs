@@ -9,7 +9,7 @@ use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use crate::measure::{Outcome, Status, new_histogram};
+use crate::measure::{Outcome, Status, Work, new_histogram};
 use crate::plain::{self, Plain, VALID_SHARE};
 use crate::scenarios::{Metric, Scenario, unsupported};
 use crate::stats::{PairStats, Percentiles, latency_ratio, median, pair_stats, percentiles, throughput_ratio};
@@ -105,6 +105,7 @@ impl ScenarioResult {
 
 /// How many runs `measure` makes for a scenario (for the progress bar).
 pub fn planned_runs(sc: &Scenario, peers: &[System], pairs: usize) -> u64 {
+    let pairs = if sc.shape.work == Work::Minimal { pairs } else { pairs.min(DIAGNOSTIC_PAIRS) };
     let supported: Vec<System> = peers.iter().copied().filter(|p| unsupported(*p, &sc.shape).is_none()).collect();
     let plain = supported.iter().filter(|p| plain::available(**p, &sc.shape)).count();
     if peers.is_empty() { pairs as u64 } else { (pairs * (supported.len() * 2 + plain)) as u64 }
@@ -129,6 +130,10 @@ fn check_same_bytes(rill: &Outcome, peer: &mut Outcome, shape: &crate::measure::
     }
 }
 
+/// Pairs run with a work other than minimal (touch and the diagnostics), which
+/// explain the headline rather than make it: at most this many.
+pub const DIAGNOSTIC_PAIRS: usize = 3;
+
 /// Runs a scenario: `pairs` repetitions of rill alone without peers, else
 /// `pairs` rounds, each of which runs every peer in turn as a pair with rill
 /// (rill first in even rounds, the peer first in odd ones, so neither side is
@@ -152,6 +157,8 @@ pub fn measure(sc: &Scenario, peers: &[System], pairs: usize, env: &Env, bar: &P
             bar.inc(1);
         }
     }
+    // The diagnostic works only explain the headline: fewer pairs for them.
+    let pairs = if sc.shape.work == Work::Minimal { pairs } else { pairs.min(DIAGNOSTIC_PAIRS) };
     for round in 0..pairs {
         for &p in peers {
             if skipped.contains_key(&p) {

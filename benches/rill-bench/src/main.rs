@@ -38,7 +38,7 @@ SUITES:
   default   (no options) the scenarios above but fan-out-16/publish-2/one-to-one-dedicated, rill alone,
             5 runs of 1 s each: about a minute
   report    one-to-one (pool, dedicated), fan-out-8, fan-out-8-threads, mpsc-4, latency, each against every
-            peer in 5 interleaved pairs plus the peer's plain loop, with --work minimal and then touch; prints
+            peer in 5 interleaved pairs plus the peer's plain loop, with --work minimal, then touch (3 pairs); prints
             Markdown tables of ratios for the README (about 10 minutes)
   sweep     fan-out over --sweep subscriber counts against every peer; use with --plot
 
@@ -89,7 +89,8 @@ struct Cli {
     #[arg(long, value_enum, value_delimiter = ',')]
     peers: Vec<System>,
 
-    /// Interleaved pairs per comparison (order alternating), or rill runs when not comparing.
+    /// Interleaved pairs per comparison (order alternating; at most 3 with a work other than
+    /// minimal), or rill runs when not comparing.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pairs: usize,
 

@@ -623,13 +623,18 @@ impl Stamp {
     }
 }
 
-/// The bytes one producer publishes: `batch` buffers of `payload` bytes, each
-/// tagged with a sequence number so no two messages are alike, and stamped
-/// with the clock as `stamp` says (payloads of 16 bytes or more).
+/// The bytes one producer publishes: `batch` buffers of `payload` bytes,
+/// stamped with the clock as `stamp` says (payloads of 16 bytes or more), and,
+/// with a work that reads the payload, each tagged with a sequence number so
+/// no two messages are alike (what the payload check needs). With minimal
+/// work they are not tagged: like a user's loop, the producer sends bytes it
+/// already has (writing 8 bytes and then copying the 64 around them stalls
+/// the producer on store forwarding, a cost a user's loop does not have).
 #[derive(Debug)]
 pub struct Source {
     bufs: Vec<Vec<u8>>,
     seq: u64,
+    tag: bool,
     /// Messages until the next one stamped under `Stamp::OneIn` (a countdown,
     /// not a division per message).
     until_stamp: u64,
@@ -642,17 +647,24 @@ impl Source {
         let bufs = (0..shape.batch.max(1)).map(|_| vec![0x5A; shape.payload]).collect();
         let stamp = if shape.payload >= STAMP.end { stamp } else { Stamp::Never };
         let until_stamp = if let Stamp::OneIn(k) = stamp { k.max(1) } else { 0 };
-        Source { bufs, seq: (producer as u64) << 48, until_stamp, stamp }
+        Source { bufs, seq: (producer as u64) << 48, tag: shape.work.sums(), until_stamp, stamp }
     }
 
     /// The next `n` payloads (`n` at most the batch size).
-    #[inline]
+    #[inline(always)]
     pub fn next(&mut self, n: usize) -> &[Vec<u8>] {
         for b in &mut self.bufs[..n] {
-            let tag = self.seq.to_le_bytes();
-            let k = b.len().min(8);
-            b[..k].copy_from_slice(&tag[..k]);
-            self.seq += 1;
+            if self.tag {
+                let tag = self.seq.to_le_bytes();
+                match b.get_mut(..8) {
+                    Some(head) => head.copy_from_slice(&tag),
+                    None => {
+                        let k = b.len();
+                        b.copy_from_slice(&tag[..k]);
+                    }
+                }
+                self.seq += 1;
+            }
             let ts = match self.stamp {
                 Stamp::Never => continue,
                 Stamp::Every => now_ns(),

@@ -12,8 +12,10 @@
 //!
 //! The plain loops: the producer threads (released together) send the same
 //! payload type the harness sends ([`PeerPayload::resolve`]), one message at a
-//! time, checking the clock once per [`CLOCK_EVERY`] sends, for the run's
-//! duration (or count), then drop their senders; every receiver `black_box`es
+//! time, each made from the producer's bytes as a user makes it (a `[u8; 64]`
+//! copied out, an `Arc<[u8]>` allocated, then cloned per receiver), checking
+//! the clock once per [`CLOCK_EVERY`] sends, for the run's duration (or count),
+//! then drop their senders; every receiver `black_box`es
 //! each message and counts it in a local until the channel disconnects. The
 //! rate is messages received per receiver per second, from the producers'
 //! release to the last receiver's end. rill and bare-log have none: rill is
@@ -98,7 +100,7 @@ pub fn run(system: System, shape: &Shape, env: &Env) -> Option<Plain> {
 }
 
 fn typed<P: Payload>(system: System, shape: &Shape, env: &Env) -> Plain {
-    let msg = P::copy_from(&vec![0x5A; shape.payload]);
+    let body = vec![0x5A; shape.payload];
     let cap = shape.capacity.max(1);
     let subs = shape.subscribers.max(1);
     match system {
@@ -107,9 +109,11 @@ fn typed<P: Payload>(system: System, shape: &Shape, env: &Env) -> Plain {
             let receivers = rxs.into_iter().map(|rx| receiver(move || rx.into_iter().map(black_box).count())).collect();
             // `move`: the producers' clones are the only senders once `make` is dropped.
             timed(shape, receivers, move |_| {
-                let txs = txs.clone();
-                let msg = msg.clone();
-                move || txs.iter().all(|tx| tx.send(msg.clone()).is_ok())
+                let (txs, body) = (txs.clone(), body.clone());
+                move || {
+                    let msg = P::copy_from(&body);
+                    txs.iter().all(|tx| tx.send(msg.clone()).is_ok())
+                }
             })
         }
         System::Flume => {
@@ -117,12 +121,14 @@ fn typed<P: Payload>(system: System, shape: &Shape, env: &Env) -> Plain {
             let receivers = rxs.into_iter().map(|rx| receiver(move || rx.into_iter().map(black_box).count())).collect();
             // `move`: the producers' clones are the only senders once `make` is dropped.
             timed(shape, receivers, move |_| {
-                let txs = txs.clone();
-                let msg = msg.clone();
-                move || txs.iter().all(|tx| tx.send(msg.clone()).is_ok())
+                let (txs, body) = (txs.clone(), body.clone());
+                move || {
+                    let msg = P::copy_from(&body);
+                    txs.iter().all(|tx| tx.send(msg.clone()).is_ok())
+                }
             })
         }
-        System::Tokio | System::TokioBlocking => tokio_loop(system == System::TokioBlocking, shape, env, msg),
+        System::Tokio | System::TokioBlocking => tokio_loop::<P>(system == System::TokioBlocking, shape, env, &body),
         System::Bus => {
             let mut bus = bus::Bus::<P>::new(cap);
             let receivers = (0..subs)
@@ -134,9 +140,9 @@ fn typed<P: Payload>(system: System, shape: &Shape, env: &Env) -> Plain {
             let mut bus = Some(bus);
             timed(shape, receivers, |_| {
                 let mut bus = bus.take().expect("one producer");
-                let msg = msg.clone();
+                let body = body.clone();
                 move || {
-                    bus.broadcast(msg.clone());
+                    bus.broadcast(P::copy_from(&body));
                     true
                 }
             })
@@ -238,7 +244,7 @@ fn finish(
 
 /// tokio broadcast: receivers as tasks on a multi-thread runtime, or on
 /// threads with `blocking_recv`; a lagged receiver skips (counts nothing).
-fn tokio_loop<P: Payload>(blocking: bool, shape: &Shape, env: &Env, msg: P) -> Plain {
+fn tokio_loop<P: Payload>(blocking: bool, shape: &Shape, env: &Env, body: &[u8]) -> Plain {
     use tokio::sync::broadcast::{self, error::RecvError};
     let (tx, _) = broadcast::channel::<P>(shape.capacity.max(1));
     let rt = (!blocking).then(|| {
@@ -282,13 +288,13 @@ fn tokio_loop<P: Payload>(blocking: bool, shape: &Shape, env: &Env, msg: P) -> P
     let (start, published) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..shape.producers.max(1))
             .map(|_| {
-                let (tx, msg, barrier) = (tx.clone(), msg.clone(), &barrier);
+                let (tx, body, barrier) = (tx.clone(), body.to_vec(), &barrier);
                 s.spawn(move || {
                     barrier.wait();
                     // A send fails only with no receiver left; the message is
                     // then simply not delivered, as for a user.
                     send_for(shape, &mut || {
-                        let _ = tx.send(msg.clone());
+                        let _ = tx.send(P::copy_from(&body));
                         true
                     })
                 })
