@@ -212,7 +212,7 @@ struct Cli {
     #[arg(long, value_name = "FILE.svg", help_heading = "Output")]
     plot: Option<PathBuf>,
 
-    /// Skip the cross-core ping-pong probe.
+    /// Skip the cross-core ping-pong and hiccup probes.
     #[arg(long, help_heading = "Output")]
     no_probe: bool,
 }
@@ -380,6 +380,12 @@ fn main() {
         bar.set_message("cross-core ping-pong probe");
         Some(probe::ping_pong(7, Duration::from_millis(40)))
     };
+    let hiccups = if cli.no_probe {
+        None
+    } else {
+        bar.set_message("hiccup probe");
+        Some(probe::hiccups(Duration::from_millis(200)))
+    };
     if let Some(p) = probe.as_ref().filter(|_| !bar.is_hidden()) {
         // Early word on the machine's state while the runs go on.
         bar.suspend(|| eprintln!("{}", p.describe()));
@@ -395,6 +401,7 @@ fn main() {
         version: env!("CARGO_PKG_VERSION").into(),
         command: command_line(),
         probe: probe.clone(),
+        hiccups,
         notes: notes(&env, &peers, &list, pairs),
         env,
         elapsed_s: started.elapsed().as_secs_f64(),

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::bench::{Comparison, ScenarioResult, SystemSummary};
 use crate::measure::Work;
 use crate::plain::VALID_SHARE;
-use crate::probe::Probe;
+use crate::probe::{Hiccups, Probe};
 use crate::scenarios::Metric;
 use crate::stats::{fmt_count, fmt_ns, fmt_ratio};
 use crate::systems::{Env, System};
@@ -22,6 +22,8 @@ pub struct Report {
     pub command: String,
     /// The cross-core probe taken before the runs (absent with --no-probe).
     pub probe: Option<Probe>,
+    /// The hiccup probe taken before the runs (absent with --no-probe).
+    pub hiccups: Option<Hiccups>,
     /// Settings outside the shapes.
     pub env: Env,
     /// How the runs were set up, in words.
@@ -83,6 +85,9 @@ pub fn table(r: &Report) -> String {
     let _ = writeln!(o, "rill-bench {}   ({})", r.version, r.command);
     if let Some(p) = &r.probe {
         let _ = writeln!(o, "{}", p.describe());
+    }
+    if let Some(h) = &r.hiccups {
+        let _ = writeln!(o, "{}", h.describe());
     }
     for n in &r.notes {
         let _ = writeln!(o, "  * {n}");
@@ -205,6 +210,10 @@ pub fn markdown(r: &Report) -> String {
             "Cross-core ping-pong probe: {:.0} ns per round trip. Command: `{}`",
             p.round_trip_ns, r.command
         );
+        let _ = writeln!(o);
+    }
+    if let Some(h) = &r.hiccups {
+        let _ = writeln!(o, "Hiccup probe: {}.", h.describe().trim_start_matches("hiccup probe: "));
         let _ = writeln!(o);
     }
     let mut works: Vec<Work> = Vec::new();
@@ -367,6 +376,7 @@ pub(crate) mod tests {
             version: "0.1.0".into(),
             command: "rill-bench --scenario one-to-one --compare".into(),
             probe: Some(Probe { round_trip_ns: 180.0, min_ns: 170.0, max_ns: 200.0, pinned: true }),
+            hiccups: Some(Hiccups { spun_ms: 200.0, per_sec: 12.0, p99_ns: 40, p9999_ns: 3_000, max_ns: 60_000 }),
             env: Env {
                 workers: None,
                 retention_mib: 64,
@@ -445,6 +455,7 @@ pub(crate) mod tests {
     fn table_shows_probe_rows_self_checks_and_a_markdown_summary() {
         let t = table(&sample_report());
         assert!(t.contains("ping-pong: 180 ns"), "{t}");
+        assert!(t.contains("stalled >= 1 µs 12 times a second; gaps p99 40 ns, p99.99 3.00 µs, max 60.0 µs"), "{t}");
         assert!(t.contains("== one-to-one: one producer, one subscriber [work: minimal]"), "{t}");
         assert!(t.contains("3.00x"));
         assert!(t.contains("0.50x INVALID"), "{t}");
