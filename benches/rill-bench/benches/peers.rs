@@ -41,16 +41,11 @@ const CAPACITY: usize = 4096;
 /// Longest one sample may run before its producers stop.
 const CAP: Duration = Duration::from_secs(5);
 
-/// Every system the publish and fan-out groups compare, in order.
-const SYSTEMS: [System; 7] = [
-    System::Rill,
-    System::Crossbeam,
-    System::Flume,
-    System::Tokio,
-    System::TokioBlocking,
-    System::Bus,
-    System::Disruptor,
-];
+/// Every system the publish and fan-out groups compare, in order: rill and
+/// every peer but bare-log (the tool's own ceiling).
+fn systems() -> impl Iterator<Item = System> {
+    std::iter::once(System::Rill).chain(System::PEERS.into_iter().filter(|s| *s != System::BareLog))
+}
 
 fn env() -> Env {
     Env {
@@ -93,7 +88,7 @@ fn publish(c: &mut Criterion) {
     let mut g = c.benchmark_group("peers_publish_64B");
     g.throughput(Throughput::Elements(1));
     for producers in [1usize, 2] {
-        for system in SYSTEMS {
+        for system in systems() {
             if system == System::Bus && producers > 1 {
                 continue; // single-producer
             }
@@ -109,7 +104,7 @@ fn fan_out(c: &mut Criterion) {
     let mut g = c.benchmark_group("peers_fan_out_64B");
     g.throughput(Throughput::Elements(1));
     for subscribers in [1usize, 4, 16] {
-        for system in SYSTEMS {
+        for system in systems() {
             g.bench_function(BenchmarkId::new(system.name(), subscribers), |b| {
                 b.iter_custom(|iters| sample(system, 1, subscribers, iters))
             });

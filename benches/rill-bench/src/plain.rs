@@ -104,30 +104,18 @@ fn typed<P: Payload>(system: System, shape: &Shape, env: &Env) -> Plain {
     let cap = shape.capacity.max(1);
     let subs = shape.subscribers.max(1);
     match system {
-        System::Crossbeam => {
-            let (txs, rxs): (Vec<_>, Vec<_>) = (0..subs).map(|_| crossbeam_channel::bounded::<P>(cap)).unzip();
-            let receivers = rxs.into_iter().map(|rx| receiver(move || rx.into_iter().map(black_box).count())).collect();
-            // `move`: the producers' clones are the only senders once `make` is dropped.
-            timed(shape, receivers, move |_| {
-                let (txs, body) = (txs.clone(), body.clone());
-                move || {
-                    let msg = P::copy_from(&body);
-                    txs.iter().all(|tx| tx.send(msg.clone()).is_ok())
-                }
-            })
-        }
-        System::Flume => {
-            let (txs, rxs): (Vec<_>, Vec<_>) = (0..subs).map(|_| flume::bounded::<P>(cap)).unzip();
-            let receivers = rxs.into_iter().map(|rx| receiver(move || rx.into_iter().map(black_box).count())).collect();
-            // `move`: the producers' clones are the only senders once `make` is dropped.
-            timed(shape, receivers, move |_| {
-                let (txs, body) = (txs.clone(), body.clone());
-                move || {
-                    let msg = P::copy_from(&body);
-                    txs.iter().all(|tx| tx.send(msg.clone()).is_ok())
-                }
-            })
-        }
+        System::Crossbeam => channels(
+            shape,
+            || crossbeam_channel::bounded::<P>(cap),
+            |rx| rx.into_iter().map(black_box).count(),
+            |tx, m| tx.send(m).is_ok(),
+        ),
+        System::Flume => channels(
+            shape,
+            || flume::bounded::<P>(cap),
+            |rx| rx.into_iter().map(black_box).count(),
+            |tx, m| tx.send(m).is_ok(),
+        ),
         System::Tokio | System::TokioBlocking => tokio_loop::<P>(system == System::TokioBlocking, shape, env, &body),
         System::Bus => {
             let mut bus = bus::Bus::<P>::new(cap);
@@ -149,6 +137,31 @@ fn typed<P: Payload>(system: System, shape: &Shape, env: &Env) -> Plain {
         }
         System::Rill | System::BareLog | System::Disruptor => unreachable!("no generic plain loop"),
     }
+}
+
+/// A bounded channel per receiver (`make` builds one): each producer sends
+/// every message to every channel, the receivers count until disconnected.
+/// `count` and `send` are closure types, not fn pointers, so the send inlines
+/// into the producer's loop as in a user's.
+fn channels<P, Tx, Rx, C, S>(shape: &Shape, make: impl Fn() -> (Tx, Rx), count: C, send: S) -> Plain
+where
+    P: Payload,
+    Tx: Clone + Send + 'static,
+    Rx: Send + 'static,
+    C: Fn(Rx) -> usize + Copy + Send + 'static,
+    S: Fn(&Tx, P) -> bool + Copy + Send + 'static,
+{
+    let body = vec![0x5A; shape.payload];
+    let (txs, rxs): (Vec<Tx>, Vec<Rx>) = (0..shape.subscribers.max(1)).map(|_| make()).unzip();
+    let receivers = rxs.into_iter().map(|rx| receiver(move || count(rx))).collect();
+    // `move`: the producers' clones are the only senders once `make` is dropped.
+    timed(shape, receivers, move |_| {
+        let (txs, body) = (txs.clone(), body.clone());
+        move || {
+            let msg = P::copy_from(&body);
+            txs.iter().all(|tx| send(tx, msg.clone()))
+        }
+    })
 }
 
 /// A receiver thread running `count` (which returns when its channel
