@@ -1,5 +1,7 @@
 //! Runs scenarios: rill alone (repeated), or rill against each peer in
-//! interleaved pairs (rill, peer, rill, peer, ...), and summarises the runs.
+//! interleaved pairs whose order alternates (rill, peer, then peer, rill, ...),
+//! each pair followed by the peer's plain loop (the self-check, see
+//! [`crate::plain`]), and summarises the runs.
 
 use std::collections::HashMap;
 
@@ -7,8 +9,9 @@ use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use crate::measure::{Outcome, Status, new_histogram};
-use crate::scenarios::{Metric, Scenario, Target, unsupported};
+use crate::measure::{Outcome, Status, Work, new_histogram};
+use crate::plain::{self, Plain, VALID_SHARE};
+use crate::scenarios::{Metric, Scenario, unsupported};
 use crate::stats::{PairStats, Percentiles, latency_ratio, median, pair_stats, percentiles, throughput_ratio};
 use crate::systems::{self, Env, System};
 
@@ -35,17 +38,26 @@ pub struct SystemSummary {
     pub lost_pct: f64,
     /// Latency percentiles over every sample of every run.
     pub latency: Percentiles,
+    /// Median over runs of voluntary context switches per 1,000 delivered messages.
+    pub switches_per_1k: f64,
+    /// The payload type a peer carried ("[u8; 64]", "Arc<[u8]>", ...); empty for rill.
+    pub payload: String,
 }
 
-/// A target and whether this run met it.
+/// The peer timed in its plain loop, outside the harness.
 #[derive(Debug, Clone, Serialize)]
-pub struct TargetCheck {
-    /// The goal.
-    pub target: Target,
-    /// How it reads.
-    pub text: String,
-    /// Met (median and, if set, worst pair).
-    pub met: bool,
+pub struct SelfCheck {
+    /// Median over plain runs of messages per receiver per second.
+    pub plain_msgs_per_sec: f64,
+    /// Every plain run's msgs/s, in run order.
+    pub plain_runs: Vec<f64>,
+    /// Median voluntary context switches per 1,000 messages in the plain loop.
+    pub plain_switches_per_1k: f64,
+    /// The harnessed peer's median msgs/s over its plain loop's.
+    pub harness_share: f64,
+    /// False when `harness_share` is below [`VALID_SHARE`]: the harness, not
+    /// the peer, would set the ratio, so the comparison is not reported as one.
+    pub valid: bool,
 }
 
 /// rill against one peer in one scenario.
@@ -58,14 +70,23 @@ pub struct Comparison {
     pub pairs: Option<PairStats>,
     /// Why there are no pairs, or a note on them (timeouts, losses).
     pub note: Option<String>,
-    /// The target against this peer, if any.
-    pub target: Option<TargetCheck>,
+    /// The peer in its plain loop (absent where it has none: bare-log, paced
+    /// scenarios).
+    pub self_check: Option<SelfCheck>,
+}
+
+impl Comparison {
+    /// False if the self-check found the harness slowing the peer below
+    /// [`VALID_SHARE`] of its plain loop.
+    pub fn valid(&self) -> bool {
+        self.self_check.as_ref().is_none_or(|c| c.valid)
+    }
 }
 
 /// Everything measured in one scenario.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScenarioResult {
-    /// The scenario (name, shape, targets).
+    /// The scenario (name, shape, work).
     pub scenario: Scenario,
     /// One line describing the shape.
     pub shape_text: String,
@@ -73,8 +94,6 @@ pub struct ScenarioResult {
     pub systems: Vec<SystemSummary>,
     /// rill against each peer.
     pub comparisons: Vec<Comparison>,
-    /// rill's own latency target, if any.
-    pub latency_target: Option<TargetCheck>,
 }
 
 impl ScenarioResult {
@@ -86,8 +105,10 @@ impl ScenarioResult {
 
 /// How many runs `measure` makes for a scenario (for the progress bar).
 pub fn planned_runs(sc: &Scenario, peers: &[System], pairs: usize) -> u64 {
-    let supported = peers.iter().filter(|p| unsupported(**p, &sc.shape).is_none()).count();
-    if peers.is_empty() { pairs as u64 } else { (pairs * supported * 2) as u64 }
+    let pairs = if sc.shape.work == Work::Minimal { pairs } else { pairs.min(DIAGNOSTIC_PAIRS) };
+    let supported: Vec<System> = peers.iter().copied().filter(|p| unsupported(*p, &sc.shape).is_none()).collect();
+    let plain = supported.iter().filter(|p| plain::available(**p, &sc.shape)).count();
+    if peers.is_empty() { pairs as u64 } else { (pairs * (supported.len() * 2 + plain)) as u64 }
 }
 
 /// When both runs published a fixed count and delivered all of it, the
@@ -96,7 +117,12 @@ pub fn planned_runs(sc: &Scenario, peers: &[System], pairs: usize) -> u64 {
 /// counted, so no harness can win by not handing over the real payload.
 fn check_same_bytes(rill: &Outcome, peer: &mut Outcome, shape: &crate::measure::Shape) {
     let complete = |o: &Outcome| o.status == Status::Ok && o.missed == 0;
-    if shape.planned().is_some() && complete(rill) && complete(peer) && rill.payload_sum != peer.payload_sum {
+    if shape.work.sums()
+        && shape.planned().is_some()
+        && complete(rill)
+        && complete(peer)
+        && rill.payload_sum != peer.payload_sum
+    {
         peer.status = Status::Failed(format!(
             "its subscribers read other bytes than rill's (payload sum {:#x}, rill {:#x})",
             peer.payload_sum, rill.payload_sum
@@ -104,11 +130,18 @@ fn check_same_bytes(rill: &Outcome, peer: &mut Outcome, shape: &crate::measure::
     }
 }
 
+/// Pairs run with a work other than minimal (touch and the diagnostics), which
+/// explain the headline rather than make it: at most this many.
+pub const DIAGNOSTIC_PAIRS: usize = 3;
+
 /// Runs a scenario: `pairs` repetitions of rill alone without peers, else
-/// `pairs` rounds of (rill, peer) for every peer in turn.
+/// `pairs` rounds, each of which runs every peer in turn as a pair with rill
+/// (rill first in even rounds, the peer first in odd ones, so neither side is
+/// always the warm or the cold one), followed by the peer's plain loop.
 pub fn measure(sc: &Scenario, peers: &[System], pairs: usize, env: &Env, bar: &ProgressBar) -> ScenarioResult {
     let mut rill_runs: Vec<Outcome> = Vec::new();
     let mut peer_runs: HashMap<System, Vec<(usize, Outcome)>> = HashMap::new();
+    let mut plain_runs: HashMap<System, Vec<Plain>> = HashMap::new();
     let mut skipped: HashMap<System, String> = HashMap::new();
     for p in peers {
         if let Some(why) = unsupported(*p, &sc.shape) {
@@ -124,21 +157,38 @@ pub fn measure(sc: &Scenario, peers: &[System], pairs: usize, env: &Env, bar: &P
             bar.inc(1);
         }
     }
+    // The diagnostic works only explain the headline: fewer pairs for them.
+    let pairs = if sc.shape.work == Work::Minimal { pairs } else { pairs.min(DIAGNOSTIC_PAIRS) };
     for round in 0..pairs {
         for &p in peers {
             if skipped.contains_key(&p) {
                 continue;
             }
+            let has_plain = plain::available(p, &sc.shape);
             if collapsed.contains_key(&p) {
-                bar.inc(2);
+                bar.inc(2 + has_plain as u64);
                 continue;
             }
-            bar.set_message(label(System::Rill, round));
-            rill_runs.push(systems::run(System::Rill, &sc.shape, env));
-            bar.inc(1);
-            bar.set_message(label(p, round));
-            let mut out = systems::run(p, &sc.shape, env);
-            bar.inc(1);
+            let rill_first = round % 2 == 0;
+            let mut out = None;
+            for side in if rill_first { [System::Rill, p] } else { [p, System::Rill] } {
+                bar.set_message(label(side, round));
+                let o = systems::run(side, &sc.shape, env);
+                if side == System::Rill {
+                    rill_runs.push(o);
+                } else {
+                    out = Some(o);
+                }
+                bar.inc(1);
+            }
+            let mut out = out.expect("the peer ran");
+            if has_plain {
+                bar.set_message(format!("{}: {} plain loop ({}/{})", sc.name, p.name(), round + 1, pairs));
+                if let Some(r) = plain::run(p, &sc.shape, env) {
+                    plain_runs.entry(p).or_default().push(r);
+                }
+                bar.inc(1);
+            }
             check_same_bytes(rill_runs.last().expect("pushed above"), &mut out, &sc.shape);
             // A peer that hit the time cap would hit it again: one such run
             // is reported, the remaining pairs are skipped.
@@ -156,14 +206,14 @@ pub fn measure(sc: &Scenario, peers: &[System], pairs: usize, env: &Env, bar: &P
         }
     }
 
-    let mut systems_out = vec![summarise(System::Rill, &rill_runs.iter().collect::<Vec<_>>(), sc)];
+    let mut systems_out = vec![summarise(System::Rill, &rill_runs.iter().collect::<Vec<_>>(), sc, env)];
     let mut comparisons = Vec::new();
     for &p in peers {
         let runs = peer_runs.get(&p).map(Vec::as_slice).unwrap_or(&[]);
         if let Some(why) = skipped.get(&p) {
-            systems_out.push(SystemSummary { status: format!("unsupported: {why}"), ..summarise(p, &[], sc) });
+            systems_out.push(SystemSummary { status: format!("unsupported: {why}"), ..summarise(p, &[], sc, env) });
         } else {
-            systems_out.push(summarise(p, &runs.iter().map(|(_, o)| o).collect::<Vec<_>>(), sc));
+            systems_out.push(summarise(p, &runs.iter().map(|(_, o)| o).collect::<Vec<_>>(), sc, env));
         }
         let ratios: Vec<f64> = runs
             .iter()
@@ -172,34 +222,29 @@ pub fn measure(sc: &Scenario, peers: &[System], pairs: usize, env: &Env, bar: &P
             .collect();
         let stats = pair_stats(&ratios);
         let note = skipped.get(&p).cloned().or_else(|| collapsed.get(&p).cloned());
-        let target = sc.targets.iter().find_map(|t| match t {
-            Target::Ratio { peer, median, worst } if *peer == p => Some(TargetCheck {
-                target: t.clone(),
-                text: t.describe(),
-                met: stats.as_ref().is_some_and(|s| s.median >= *median && worst.is_none_or(|w| s.worst >= w)),
-            }),
-            _ => None,
-        });
-        comparisons.push(Comparison { peer: p, pairs: stats, note, target });
+        let harnessed = systems_out.last().map_or(0.0, |s| s.msgs_per_sec);
+        let self_check = self_check(harnessed, plain_runs.get(&p).map(Vec::as_slice).unwrap_or(&[]));
+        comparisons.push(Comparison { peer: p, pairs: stats, note, self_check });
     }
-    let latency_target = sc.targets.iter().find_map(|t| match t {
-        Target::Latency { p50_ns, p99_ns } => {
-            let l = systems_out[0].latency;
-            Some(TargetCheck {
-                target: t.clone(),
-                text: t.describe(),
-                met: l.samples > 0 && l.p50 <= *p50_ns && l.p99 <= *p99_ns,
-            })
-        }
-        Target::Ratio { .. } => None,
-    });
-    ScenarioResult {
-        shape_text: sc.shape.describe(),
-        scenario: sc.clone(),
-        systems: systems_out,
-        comparisons,
-        latency_target,
+    ScenarioResult { shape_text: sc.shape.describe(), scenario: sc.clone(), systems: systems_out, comparisons }
+}
+
+/// The self-check of a peer that made `harnessed` msgs/s (median) in the
+/// harness, from its plain runs; `None` without plain runs.
+pub fn self_check(harnessed: f64, plain: &[Plain]) -> Option<SelfCheck> {
+    let rates: Vec<f64> = plain.iter().map(Plain::msgs_per_sec).collect();
+    if rates.is_empty() {
+        return None;
     }
+    let plain_msgs_per_sec = median(&rates);
+    let harness_share = if plain_msgs_per_sec > 0.0 { harnessed / plain_msgs_per_sec } else { f64::NAN };
+    Some(SelfCheck {
+        plain_msgs_per_sec,
+        plain_runs: rates,
+        plain_switches_per_1k: median(&plain.iter().map(Plain::switches_per_1k).collect::<Vec<_>>()),
+        harness_share,
+        valid: harness_share >= VALID_SHARE,
+    })
 }
 
 fn pair_ratio(metric: Metric, rill: &Outcome, peer: &Outcome) -> f64 {
@@ -213,7 +258,7 @@ fn p50(h: &Histogram<u64>) -> u64 {
     if h.is_empty() { 0 } else { h.value_at_quantile(0.5) }
 }
 
-fn summarise(system: System, runs: &[&Outcome], sc: &Scenario) -> SystemSummary {
+fn summarise(system: System, runs: &[&Outcome], sc: &Scenario, env: &Env) -> SystemSummary {
     let measured: Vec<&&Outcome> = runs.iter().filter(|o| o.measured()).collect();
     let rates: Vec<f64> = measured.iter().map(|o| o.msgs_per_sec()).collect();
     let msgs = if rates.is_empty() { 0.0 } else { median(&rates) };
@@ -249,13 +294,24 @@ fn summarise(system: System, runs: &[&Outcome], sc: &Scenario) -> SystemSummary 
         run_msgs_per_sec: rates,
         lost_pct: if delivered + missed > 0 { missed as f64 * 100.0 / (delivered + missed) as f64 } else { 0.0 },
         latency: percentiles(&latency),
+        switches_per_1k: if measured.is_empty() {
+            0.0
+        } else {
+            median(&measured.iter().map(|o| o.switches_per_1k()).collect::<Vec<_>>())
+        },
+        payload: match system {
+            System::Rill => String::new(),
+            System::Disruptor => format!("ring slot of {} B, filled in place", sc.shape.payload),
+            System::BareLog => format!("frame of {} B, written in place", sc.shape.payload),
+            _ => env.peer_payload.type_name(&sc.shape),
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::new_histogram;
+    use crate::measure::{Shape, Work, new_histogram};
     use crate::scenarios::{Named, named};
 
     fn outcome(payload_sum: u64, missed: u64) -> Outcome {
@@ -268,13 +324,14 @@ mod tests {
             elapsed_ns: 1,
             latency: new_histogram(),
             payload_sum,
+            ctx_switches: 0,
         }
     }
 
     #[test]
     fn a_peer_that_read_other_bytes_fails_its_run() {
-        let counted = named(Named::OneToOne).shape;
-        let shape = crate::measure::Shape { amount: crate::measure::Amount::Messages(10), ..counted.clone() };
+        let counted = Shape { work: Work::Touch, ..named(Named::OneToOne).shape };
+        let shape = Shape { amount: crate::measure::Amount::Messages(10), ..counted.clone() };
         let mut same = outcome(7, 0);
         check_same_bytes(&outcome(7, 0), &mut same, &shape);
         assert_eq!(same.status, Status::Ok);
@@ -289,5 +346,28 @@ mod tests {
         let mut timed = outcome(8, 0);
         check_same_bytes(&outcome(7, 0), &mut timed, &counted);
         assert_eq!(timed.status, Status::Ok);
+        // Minimal work reads no bytes: nothing to compare.
+        let mut minimal = outcome(8, 0);
+        check_same_bytes(&outcome(7, 0), &mut minimal, &Shape { work: Work::Minimal, ..shape });
+        assert_eq!(minimal.status, Status::Ok);
+    }
+
+    fn plain(msgs: u64) -> Plain {
+        Plain { published: msgs, delivered: msgs, subscribers: 1, elapsed_ns: 1_000_000_000, ctx_switches: 0 }
+    }
+
+    #[test]
+    fn a_peer_slowed_by_the_harness_makes_the_comparison_invalid() {
+        let runs = [plain(10_000_000), plain(12_000_000), plain(11_000_000)];
+        let ok = self_check(10_000_000.0, &runs).unwrap();
+        assert_eq!(ok.plain_msgs_per_sec, 11_000_000.0);
+        assert!(ok.valid, "{ok:?}");
+        let slowed = self_check(5_000_000.0, &runs).unwrap();
+        assert!(!slowed.valid, "{slowed:?}");
+        assert!((slowed.harness_share - 5.0 / 11.0).abs() < 1e-9);
+        let c = Comparison { peer: System::Crossbeam, pairs: None, note: None, self_check: Some(slowed) };
+        assert!(!c.valid());
+        assert!(self_check(1.0, &[]).is_none());
+        assert!(Comparison { self_check: None, ..c }.valid(), "no plain loop: nothing to invalidate");
     }
 }

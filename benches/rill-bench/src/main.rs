@@ -7,15 +7,6 @@
 //! changing speed during the run hurts both sides alike. Each invocation starts
 //! with a cross-core ping-pong probe that says how fast the machine was.
 
-mod bench;
-mod measure;
-mod plot;
-mod probe;
-mod report;
-mod scenarios;
-mod stats;
-mod systems;
-
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -23,36 +14,42 @@ use std::time::{Duration, Instant};
 use clap::{CommandFactory, Parser};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use measure::{Amount, Delivery, SubMode};
-use report::{Format, Report};
-use scenarios::{Named, Scenario, Suite};
-use systems::{Env, PeerPayload, RillOverflow, System};
+use rill_bench::measure::{Amount, Delivery, SubMode, Work};
+use rill_bench::report::{self, Format, Report};
+use rill_bench::scenarios::{self, Named, Scenario, Suite};
+use rill_bench::systems::{self, Env, PeerPayload, RillOverflow, System};
+use rill_bench::{bench, plot, probe};
 
 const AFTER_HELP: &str = "\
-SCENARIOS (--scenario NAME; the issue's targets in brackets):
-  one-to-one          1 producer -> 1 push subscriber              [>= 2.5x crossbeam]
+SCENARIOS (--scenario NAME):
+  one-to-one          1 producer -> 1 push subscriber (worker pool)
+  one-to-one-dedicated
+                      1 producer -> 1 push subscriber on a dedicated thread
   batch-64            1 -> 1, published in batches of 64
   publish-2           2 producers -> 1 subscriber
   fan-out-4, fan-out-8, fan-out-16
-                      1 producer -> N subscribers on rill's pool   [fan-out-8: >= 2x bus, >= 4x tokio]
-  fan-out-8-threads   1 -> 8 subscribers, a thread each            [>= 10x tokio-blocking]
-  mpsc-4              4 producers -> 1 subscriber                  [>= 1x crossbeam, worst pair >= 0.5x]
+                      1 producer -> N subscribers on rill's pool
+  fan-out-8-threads   1 -> 8 subscribers, a thread each
+  mpsc-4              4 producers -> 1 subscriber
   pull                1 producer -> 1 pull consumer (poll batches)
-  latency             100k msgs/s, dedicated subscriber            [p50 <= 200 ns, p99 <= 1 us]
+  latency             100k msgs/s, dedicated spinning subscriber (one-way latency)
 
 SUITES:
-  default   (no options) the scenarios above but fan-out-16/publish-2, rill alone, 5 runs of 1 s each: about a minute
-  report    one-to-one, fan-out-8, fan-out-8-threads, mpsc-4, latency, each against every peer in
-            5 interleaved pairs; prints a Markdown table of ratios for the README (a few minutes)
+  default   (no options) the scenarios above but fan-out-16/publish-2/one-to-one-dedicated, rill alone,
+            5 runs of 1 s each: about a minute
+  report    one-to-one (pool, dedicated), fan-out-8, fan-out-8-threads, mpsc-4, latency, each against every
+            peer in 5 interleaved pairs plus the peer's plain loop, with --work minimal, then touch (3 pairs); prints
+            Markdown tables of ratios for the README (about 10 minutes)
   sweep     fan-out over --sweep subscriber counts against every peer; use with --plot
 
 Shape options (--producers, --subscribers, --consumers, --dedicated, --partitions, --batch, --rate,
 --delivery) define a custom scenario, or change the ones named with --scenario. Global options
-(--payload, --messages/--duration, --capacity, ...) apply to every scenario.
+(--payload, --messages/--duration, --capacity, --work, ...) apply to every scenario.
 
 EXAMPLES:
   rill-bench                                        the default suite, rill alone
-  rill-bench --suite report                         every target, against every peer
+  rill-bench --suite report                         every scenario of the README, against every peer
+  rill-bench --scenario one-to-one --peers crossbeam --work minimal,touch
   rill-bench --scenario fan-out-8 --compare --peers bus,tokio
   rill-bench -p 1 -s 8 --payload 256 --compare      a custom shape against every peer
   rill-bench -c 2 --batch 64 --poll-batch 1024      pull consumers
@@ -61,8 +58,16 @@ EXAMPLES:
 
 MEASUREMENT: throughput counts delivered messages (what a subscriber skipped earns nothing; see
 the 'lost' column) per subscriber per second, from releasing the producers to the last subscriber
-finishing. Every subscriber of every system sums every payload byte. Latency is publish-to-handler
-on rill's clock (rill::clock::now_ns), sampled every --sample-every messages, in an HDR histogram.";
+finishing. --work minimal (the default): each subscriber black_boxes the payload and counts it in a
+local, as a plain loop does; no shared write and no clock read per message; latency is sampled on 1
+in --sample-every messages, and peers' producers stamp only those. --work touch: the harness before
+(sum every payload byte, a shared store per message, a producer clock read per message). Peers carry
+what their users send: [u8; 64] by value one-to-one and many-to-one, Arc<[u8]> when fanning out
+(--peer-payload). Pairs alternate their order (rill, peer, then peer, rill). Every comparison also
+times the peer in the plain loop its user would write, outside the harness: 'harness/plain' is the
+harnessed peer's rate over it, and below 0.8x the comparison is marked INVALID. csw/1k: voluntary
+context switches per 1,000 messages (a blocking channel makes many). Latency is publish-to-handler
+on rill's clock (rill::clock::now_ns), in an HDR histogram.";
 
 /// Benchmarks rill's in-memory broker, alone or against peer channels.
 #[derive(Debug, Parser)]
@@ -84,7 +89,8 @@ struct Cli {
     #[arg(long, value_enum, value_delimiter = ',')]
     peers: Vec<System>,
 
-    /// Interleaved (rill, peer) pairs per comparison, or rill runs when not comparing.
+    /// Interleaved pairs per comparison (order alternating; at most 3 with a work other than
+    /// minimal), or rill runs when not comparing.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pairs: usize,
 
@@ -125,6 +131,12 @@ struct Cli {
     /// rill delivery mode.
     #[arg(long, value_enum, help_heading = "Shape")]
     delivery: Option<Delivery>,
+
+    /// What each subscriber does with each message; several (comma-separated) run the
+    /// scenarios once per mode, the first one being the headline [default: minimal;
+    /// minimal,touch for the report suite].
+    #[arg(long, value_enum, value_delimiter = ',', help_heading = "Workload")]
+    work: Vec<Work>,
 
     // ---- workload ----
     /// Payload size in bytes (every system carries a byte buffer of this size).
@@ -179,9 +191,10 @@ struct Cli {
     #[arg(long, help_heading = "Systems")]
     batch_handler: bool,
 
-    /// Payload type of the peers: `Vec<u8>` (cloned per subscriber), `Arc<[u8]>` (shared) or a
-    /// fixed-size array by value ([u8; 64] for 64-byte payloads; up to 4096 bytes).
-    #[arg(long, value_enum, default_value_t = PeerPayload::Vec, help_heading = "Systems")]
+    /// Payload type of the peers: auto (what a user of the peer sends: a `[u8; N]` by value with
+    /// one subscriber, an `Arc<[u8]>` shared when fanning out), vec (a `Vec<u8>`, cloned per
+    /// subscriber), arc, or array (by value; up to 4096 bytes).
+    #[arg(long, value_enum, default_value_t = PeerPayload::Auto, help_heading = "Systems")]
     peer_payload: PeerPayload,
 
     /// Time cap of one run, seconds: a run that has not finished by then stops and is reported as
@@ -199,7 +212,7 @@ struct Cli {
     #[arg(long, value_name = "FILE.svg", help_heading = "Output")]
     plot: Option<PathBuf>,
 
-    /// Skip the cross-core ping-pong probe.
+    /// Skip the cross-core ping-pong and hiccup probes.
     #[arg(long, help_heading = "Output")]
     no_probe: bool,
 }
@@ -263,23 +276,17 @@ impl Cli {
             (None, None) if s.rate.is_some() => s.amount,
             (None, None) => Amount::Seconds(default_seconds),
         };
-        // A changed shape is no longer the one the targets were set for.
-        if (self.shape_given() || self.payload != 64) && !sc.targets.is_empty() {
-            sc.targets.clear();
-            sc.name = format!("{}*", sc.name);
-            sc.title = format!("{} (modified, no targets)", sc.title);
-        }
     }
 }
 
 fn main() {
     let cli = Cli::parse();
-    if cli.peer_payload == PeerPayload::Array && cli.payload > systems::MAX_ARRAY_PAYLOAD {
+    if matches!(cli.peer_payload, PeerPayload::Array | PeerPayload::Auto) && cli.payload > systems::MAX_ARRAY_PAYLOAD {
         Cli::command()
             .error(
                 clap::error::ErrorKind::ValueValidation,
                 format!(
-                    "--peer-payload array carries at most {} bytes; --payload is {}",
+                    "--peer-payload array (and auto, with one subscriber) carries at most {} bytes; --payload is {}; use --peer-payload arc or vec",
                     systems::MAX_ARRAY_PAYLOAD,
                     cli.payload
                 ),
@@ -308,7 +315,6 @@ fn main() {
         let mut sc = scenarios::named(Named::OneToOne);
         sc.name = "custom".into();
         sc.title = "custom shape".into();
-        sc.targets.clear();
         vec![sc]
     } else {
         scenarios::suite(cli.suite, &cli.sweep)
@@ -324,6 +330,26 @@ fn main() {
             sc.shape.subscribers = n;
         }
     }
+    let mut works: Vec<Work> = cli.work.clone();
+    if works.is_empty() {
+        works = if cli.suite == Suite::Report && cli.scenario.is_empty() && !cli.shape_given() {
+            vec![Work::Minimal, Work::Touch]
+        } else {
+            vec![Work::Minimal]
+        };
+    }
+    works.dedup();
+    // Every scenario once per work mode, the first mode first.
+    let list: Vec<Scenario> = works
+        .iter()
+        .flat_map(|&w| {
+            list.iter().map(move |sc| {
+                let mut sc = sc.clone();
+                sc.shape.work = w;
+                sc
+            })
+        })
+        .collect();
 
     let env = Env {
         workers: cli.workers,
@@ -354,6 +380,12 @@ fn main() {
         bar.set_message("cross-core ping-pong probe");
         Some(probe::ping_pong(7, Duration::from_millis(40)))
     };
+    let hiccups = if cli.no_probe {
+        None
+    } else {
+        bar.set_message("hiccup probe");
+        Some(probe::hiccups(Duration::from_millis(200)))
+    };
     if let Some(p) = probe.as_ref().filter(|_| !bar.is_hidden()) {
         // Early word on the machine's state while the runs go on.
         bar.suspend(|| eprintln!("{}", p.describe()));
@@ -369,6 +401,7 @@ fn main() {
         version: env!("CARGO_PKG_VERSION").into(),
         command: command_line(),
         probe: probe.clone(),
+        hiccups,
         notes: notes(&env, &peers, &list, pairs),
         env,
         elapsed_s: started.elapsed().as_secs_f64(),
@@ -426,15 +459,28 @@ fn notes(env: &Env, peers: &[System], list: &[Scenario], pairs: usize) -> Vec<St
     if !peers.is_empty() {
         let names: Vec<&str> = peers.iter().map(|p| p.name()).collect();
         n.push(format!(
-            "peers ({}): capacity {cap} each; payload {} per message; see PEERS.md; {pairs} interleaved pairs (rill, peer) per peer",
+            "peers ({}): capacity {cap} each; payload {} per message; see PEERS.md; {pairs} interleaved pairs per peer, \
+             order alternating (rill, peer / peer, rill), each followed by the peer's plain loop (the self-check)",
             names.join(", "),
             match env.peer_payload {
+                PeerPayload::Auto => "what its users send: [u8; N] by value with one subscriber, Arc<[u8]> when fanning out",
                 PeerPayload::Vec => "a Vec<u8> (cloned per subscriber)",
                 PeerPayload::Arc => "an Arc<[u8]> (shared)",
                 PeerPayload::Array => "a fixed-size array by value (no allocation)",
             }
         ));
     }
+    let mut works: Vec<&str> = Vec::new();
+    for sc in list {
+        if !works.contains(&sc.shape.work.name()) {
+            works.push(sc.shape.work.name());
+        }
+    }
+    n.push(format!(
+        "subscriber work: {} (minimal: black_box and count in a local, latency sampled 1 in --sample-every; \
+         touch: sum the payload, a shared store per message, peers' producers stamp every message)",
+        works.join(", then ")
+    ));
     let amount = list.iter().find(|s| s.shape.rate.is_none()).map(|s| s.shape.amount);
     n.push(match amount {
         Some(Amount::Seconds(s)) => format!(
@@ -448,7 +494,9 @@ fn notes(env: &Env, peers: &[System], list: &[Scenario], pairs: usize) -> Vec<St
     });
     n.push(
         "msgs/s = delivered messages per subscriber per second (median of runs); deliv/s = msgs/s x subscribers; \
-         latency = publish to handler, HDR histogram over all runs"
+         csw/1k = voluntary context switches per 1,000 messages (median of runs); \
+         latency = publish to handler, HDR histogram over all runs; harness/plain = the harnessed peer's msgs/s \
+         over its plain loop's (below 0.8x: INVALID)"
             .into(),
     );
     n

@@ -1,7 +1,26 @@
 //! The measurement machinery every harness shares: the shape of a run, the
-//! per-subscriber tally (touch every payload byte, count, sample latency), the
-//! producer loop (count, duration, pacing, abort), and the clock that starts
-//! and stops a run.
+//! per-subscriber tally (the per-message work of `--work`: count, sample
+//! latency, and in `touch` mode sum the payload), the producer loop (count,
+//! duration, pacing, stamping, abort), and the clock that starts and stops a
+//! run.
+//!
+//! ## Minimal work, and how a run still ends exactly
+//!
+//! With [`Work::Minimal`] a subscriber does what the plain loop a user writes
+//! does: `black_box` the payload and count it in a local. It writes no shared
+//! memory per message (its count goes to its slot once per [`FLUSH_EVERY`]
+//! messages and when it is done) and reads no clock per message (latency is
+//! sampled on 1 in `sample_every` messages; peers' producers stamp only those).
+//! What it does read per message is the run's final count, a word nobody
+//! writes until the producers stop, so it stays in the subscriber's cache.
+//!
+//! That word has to be right before the last message arrives, or a subscriber
+//! that has everything would never notice. In duration mode each producer that
+//! reaches the deadline registers what it sent; the last one to register adds
+//! its final step, stores the total as the final count, and only then sends
+//! that step. Whatever a subscriber handles last, it handles no earlier than
+//! that final step, which it acquired through the system's own Release/Acquire
+//! handoff: the final count is visible to it when it handles its last message.
 //!
 //! Throughput is *delivered* messages: each subscriber counts what it
 //! handled; a run ends when every subscriber has seen (or been told it missed)
@@ -9,16 +28,81 @@
 //! run it is the publish rate, and a lossy one (tokio's `Lagged`, rill's
 //! `DropOldest`) gets no credit for what it skipped.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 use rill::clock::now_ns;
 use serde::Serialize;
 
 /// Largest latency the histograms hold (60 s); longer ones are clamped.
 pub const MAX_LATENCY_NS: u64 = 60_000_000_000;
+
+/// A subscriber in minimal mode publishes its count once per this many messages
+/// (and when it is done), so a run that hits its time cap still reports roughly
+/// what was delivered.
+pub const FLUSH_EVERY: u64 = 4096;
+
+/// Bytes of a peer payload that carry the producer's timestamp (0: not
+/// stamped), after the 8-byte sequence tag. rill and bare-log carry their own
+/// timestamp per record and never use these bytes.
+pub const STAMP: std::ops::Range<usize> = 8..16;
+
+/// What every subscriber of every system does with each message (`--work`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Work {
+    /// What a plain loop does: `black_box` the payload, count it in a local. No
+    /// shared write and no clock read per message: latency is sampled on 1 in
+    /// `--sample-every` messages and peers' producers stamp only those.
+    Minimal,
+    /// The harness before issue 10: sum the payload bytes, store the count in
+    /// the subscriber's shared slot per message, and (peers) the producer reads
+    /// the clock for every message.
+    Touch,
+    /// Diagnostic: minimal, plus a producer clock read per message (peers).
+    #[value(name = "minimal+stamp")]
+    #[serde(rename = "minimal+stamp")]
+    MinimalStamp,
+    /// Diagnostic: minimal, plus the payload sum.
+    #[value(name = "minimal+sum")]
+    #[serde(rename = "minimal+sum")]
+    MinimalSum,
+    /// Diagnostic: minimal, plus a store of the count to the shared slot per message.
+    #[value(name = "minimal+store")]
+    #[serde(rename = "minimal+store")]
+    MinimalStore,
+}
+
+impl Work {
+    /// Its name on the command line and in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Work::Minimal => "minimal",
+            Work::Touch => "touch",
+            Work::MinimalStamp => "minimal+stamp",
+            Work::MinimalSum => "minimal+sum",
+            Work::MinimalStore => "minimal+store",
+        }
+    }
+
+    /// Peers' producers read the clock for every message (else 1 in `sample_every`).
+    pub fn stamps_every_message(self) -> bool {
+        matches!(self, Work::Touch | Work::MinimalStamp)
+    }
+
+    /// Subscribers sum every payload byte.
+    pub fn sums(self) -> bool {
+        matches!(self, Work::Touch | Work::MinimalSum)
+    }
+
+    /// Subscribers store their count in their shared slot per message.
+    pub fn stores(self) -> bool {
+        matches!(self, Work::Touch | Work::MinimalStore)
+    }
+}
 
 /// How subscribers are driven.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -83,6 +167,8 @@ pub struct Shape {
     /// rill dedicated subscribers: microseconds to keep polling before
     /// parking (`idle_spin`); 0 uses rill's default short spin.
     pub idle_spin_us: u64,
+    /// What each subscriber does with each message.
+    pub work: Work,
 }
 
 impl Shape {
@@ -142,27 +228,62 @@ struct Slot {
 #[derive(Debug)]
 pub struct Run {
     /// Messages each subscriber must account for; `u64::MAX` until known.
-    expected: AtomicU64,
+    /// Read by every subscriber per message, written once: its own line.
+    expected: CachePadded<AtomicU64>,
+    /// Producers of the run.
+    producers: usize,
+    /// Producers that reached the deadline, and what they had sent by then.
+    stopped: AtomicUsize,
+    stopped_sum: AtomicU64,
     /// Set when the run's time cap passes: producers stop.
     abort: AtomicBool,
     /// `now_ns()` when producers were released.
     start_ns: AtomicU64,
+    /// The thread waiting in `execute`, woken when a subscriber finishes or a
+    /// producer ends (so it does not poll: on a 2-core machine a poller
+    /// waking every few hundred microseconds takes time from the run).
+    driver: std::sync::OnceLock<std::thread::Thread>,
     slots: Vec<Slot>,
     hists: Vec<Mutex<Histogram<u64>>>,
     sample_every: u64,
+    work: Work,
 }
 
 impl Run {
     /// State for `shape.subscribers` subscribers.
     pub fn new(shape: &Shape) -> Arc<Run> {
         Arc::new(Run {
-            expected: AtomicU64::new(shape.planned().unwrap_or(u64::MAX)),
+            expected: CachePadded::new(AtomicU64::new(shape.planned().unwrap_or(u64::MAX))),
+            producers: shape.producers.max(1),
+            stopped: AtomicUsize::new(0),
+            stopped_sum: AtomicU64::new(0),
             abort: AtomicBool::new(false),
             start_ns: AtomicU64::new(0),
+            driver: std::sync::OnceLock::new(),
             slots: (0..shape.subscribers).map(|_| Slot::default()).collect(),
             hists: (0..shape.subscribers).map(|_| Mutex::new(new_histogram())).collect(),
             sample_every: shape.sample_every.max(1),
+            work: shape.work,
         })
+    }
+
+    /// A producer reached the deadline having sent `sent`, with a final step
+    /// of `last` messages in hand. Returns true if it is the last producer to
+    /// stop: it has then fixed the final count and must send that step; the
+    /// others stop without sending it (see the module docs).
+    fn stop_producer(&self, sent: u64, last: u64) -> bool {
+        // AcqRel on both: the last producer's increment of `stopped` acquires
+        // every earlier producer's, each of which follows its add to
+        // `stopped_sum` in program order, so the load below sees every sum.
+        self.stopped_sum.fetch_add(sent, Ordering::AcqRel);
+        if self.stopped.fetch_add(1, Ordering::AcqRel) + 1 < self.producers {
+            return false;
+        }
+        let total = self.stopped_sum.load(Ordering::Acquire) + last;
+        // SeqCst (Release would do): subscribers read it after acquiring the
+        // final step, which is sent after this store.
+        self.expected.store(total, Ordering::SeqCst);
+        true
     }
 
     /// True once the time cap has passed.
@@ -173,7 +294,16 @@ impl Run {
 
     /// A tally for subscriber `idx`.
     pub fn tally(self: &Arc<Self>, idx: usize) -> Tally {
-        Tally { run: self.clone(), idx, delivered: 0, sum: 0, next_sample: self.sample_every }
+        Tally {
+            run: self.clone(),
+            idx,
+            delivered: 0,
+            sum: 0,
+            next_sample: self.sample_every,
+            next_flush: FLUSH_EVERY,
+            sums: self.work.sums(),
+            stores: self.work.stores(),
+        }
     }
 
     /// Records that subscriber `idx` was told it skipped `n` messages (called
@@ -187,7 +317,14 @@ impl Run {
     }
 
     fn finish(&self, idx: usize) {
-        let _ = self.slots[idx].finished_ns.compare_exchange(0, now_ns(), Ordering::Relaxed, Ordering::Relaxed);
+        let _ = self.slots[idx].finished_ns.compare_exchange(0, now_ns(), Ordering::SeqCst, Ordering::Relaxed);
+        self.wake_driver();
+    }
+
+    fn wake_driver(&self) {
+        if let Some(t) = self.driver.get() {
+            t.unpark();
+        }
     }
 
     fn all_finished(&self) -> bool {
@@ -206,8 +343,9 @@ impl Run {
     }
 }
 
-/// What one subscriber does with every message: sum its bytes, count it,
-/// sample its latency, and notice when it has seen everything.
+/// What one subscriber does with every message ([`Work`]): count it, sample
+/// its latency on 1 in `sample_every`, notice when it has seen everything, and
+/// in `touch` mode sum its bytes and store its count per message.
 #[derive(Debug)]
 pub struct Tally {
     run: Arc<Run>,
@@ -215,41 +353,76 @@ pub struct Tally {
     delivered: u64,
     sum: u64,
     next_sample: u64,
+    next_flush: u64,
+    sums: bool,
+    stores: bool,
 }
 
-/// Reads every byte of a payload (a sum the compiler vectorises).
+/// Reads a payload's bytes (a sum the compiler vectorises), all but the
+/// [`STAMP`] bytes, which differ from run to run.
 #[inline]
 pub fn touch(payload: &[u8]) -> u64 {
-    payload.iter().fold(0u64, |a, &b| a.wrapping_add(b as u64))
+    let sum = |b: &[u8]| b.iter().fold(0u64, |a, &x| a.wrapping_add(x as u64));
+    let head = &payload[..payload.len().min(STAMP.start)];
+    sum(head).wrapping_add(payload.get(STAMP.end..).map_or(0, sum))
+}
+
+/// The producer's timestamp in a peer payload (0 if it was not stamped).
+#[inline]
+pub fn stamp_of(payload: &[u8]) -> u64 {
+    payload.get(STAMP).map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
 }
 
 impl Tally {
-    /// Handles one message published at `ts_ns` (on the `rill::clock` clock).
+    /// Handles one message; `stamp` gives its publish time on the
+    /// `rill::clock` clock (0: not stamped) and is called only for the
+    /// messages sampled.
     #[inline]
-    pub fn on(&mut self, payload: &[u8], ts_ns: u64) {
-        self.sum = self.sum.wrapping_add(touch(payload));
+    pub fn on(&mut self, payload: &[u8], stamp: impl FnOnce() -> u64) {
+        if self.sums {
+            self.sum = self.sum.wrapping_add(touch(payload));
+        } else {
+            std::hint::black_box(payload);
+        }
         self.delivered += 1;
         if self.delivered >= self.next_sample {
             self.next_sample += self.run.sample_every;
-            self.sample(now_ns().saturating_sub(ts_ns));
+            self.sample(stamp());
         }
         let slot = &self.run.slots[self.idx];
-        slot.delivered.store(self.delivered, Ordering::Relaxed);
+        if self.stores || self.delivered >= self.next_flush {
+            self.next_flush = self.delivered + FLUSH_EVERY;
+            slot.delivered.store(self.delivered, Ordering::Relaxed);
+        }
         if self.delivered + slot.missed.load(Ordering::Relaxed) >= self.run.expected.load(Ordering::Relaxed) {
-            slot.sum.store(self.sum, Ordering::Relaxed);
-            self.run.finish(self.idx);
+            self.done_now();
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn sample(&self, latency_ns: u64) {
+    fn done_now(&self) {
+        let slot = &self.run.slots[self.idx];
+        slot.delivered.store(self.delivered, Ordering::Relaxed);
+        slot.sum.store(self.sum, Ordering::Relaxed);
+        self.run.finish(self.idx);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn sample(&self, ts_ns: u64) {
+        if ts_ns == 0 {
+            return; // not stamped (another producer's message, or no room)
+        }
+        let latency_ns = now_ns().saturating_sub(ts_ns);
         let mut h = self.run.hists[self.idx].lock().unwrap_or_else(|e| e.into_inner());
         h.saturating_record(latency_ns.clamp(1, MAX_LATENCY_NS));
     }
 
     /// The system told this subscriber it skipped `n` messages.
     pub fn missed(&mut self, n: u64) {
+        // The shared count must be current before the check in `add_missed`.
+        self.run.slots[self.idx].delivered.store(self.delivered, Ordering::Relaxed);
         self.run.add_missed(self.idx, n);
     }
 
@@ -290,10 +463,15 @@ pub struct Outcome {
     pub elapsed_ns: u64,
     /// Sampled publish-to-handler latencies, all subscribers.
     pub latency: Histogram<u64>,
-    /// Sum of every payload byte every finished subscriber read (wrapping):
-    /// equal across systems that delivered the same messages, so tests can
-    /// check that a harness hands over the real bytes.
+    /// Sum of every payload byte every finished subscriber read (wrapping;
+    /// only with a [`Work`] that sums, else 0): equal across systems that
+    /// delivered the same messages, so tests can check that a harness hands
+    /// over the real bytes.
     pub payload_sum: u64,
+    /// Voluntary context switches of the whole process during the run: how
+    /// often a thread blocked (a bounded channel in its blocking regime makes
+    /// several per 1,000 messages; a spinning one almost none).
+    pub ctx_switches: u64,
 }
 
 impl Outcome {
@@ -308,7 +486,13 @@ impl Outcome {
             elapsed_ns: 0,
             latency: new_histogram(),
             payload_sum: 0,
+            ctx_switches: 0,
         }
+    }
+
+    /// Voluntary context switches per 1,000 delivered messages.
+    pub fn switches_per_1k(&self) -> f64 {
+        if self.delivered == 0 { 0.0 } else { self.ctx_switches as f64 * 1000.0 / self.delivered as f64 }
     }
 
     /// Delivered messages per subscriber per second.
@@ -323,6 +507,20 @@ impl Outcome {
     pub fn measured(&self) -> bool {
         matches!(self.status, Status::Ok | Status::Timeout)
     }
+}
+
+/// Voluntary context switches of every thread of this process so far
+/// (including threads that have ended).
+pub fn voluntary_switches() -> u64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `usage` is a valid, writable `rusage`; getrusage only writes it.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return 0;
+    }
+    // SAFETY: zero-initialised above (a valid `rusage`) and filled by getrusage.
+    let usage = unsafe { usage.assume_init() };
+    usage.ru_nvcsw.max(0) as u64
 }
 
 /// A producer: the closure publishes its share (see [`drive`]) and returns how
@@ -346,15 +544,18 @@ pub fn execute(run: &Arc<Run>, timeout: Duration, producers: Vec<ProducerFn<'_>>
                     let sent = p(run);
                     published.fetch_add(sent, Ordering::SeqCst);
                     done.fetch_add(1, Ordering::SeqCst);
+                    run.wake_driver();
                 })
                 .expect("spawn a producer");
         }
+        let _ = run.driver.set(std::thread::current());
+        let switches = voluntary_switches();
         barrier.wait();
         let start = now_ns();
         run.start_ns.store(start, Ordering::Relaxed);
         let deadline = start + timeout.as_nanos() as u64;
         let mut settled = false;
-        loop {
+        let status = loop {
             if !settled && done.load(Ordering::SeqCst) == n {
                 run.settle(published.load(Ordering::SeqCst));
                 settled = true;
@@ -366,10 +567,14 @@ pub fn execute(run: &Arc<Run>, timeout: Duration, producers: Vec<ProducerFn<'_>>
                 run.abort.store(true, Ordering::Relaxed);
                 break Status::Timeout;
             }
-            std::thread::sleep(Duration::from_micros(500));
-        }
+            // Woken by `finish` and by producers ending; the timeout only
+            // bounds how late a missed wake-up or the time cap is noticed.
+            std::thread::park_timeout(Duration::from_millis(20));
+        };
+        (status, voluntary_switches().saturating_sub(switches))
         // The scope joins the producers (they stop on `abort`).
     });
+    let (status, ctx_switches) = status;
     let published = published.load(Ordering::SeqCst);
     let start = run.start_ns.load(Ordering::Relaxed);
     let end = match status {
@@ -393,32 +598,87 @@ pub fn execute(run: &Arc<Run>, timeout: Duration, producers: Vec<ProducerFn<'_>>
         s => s,
     };
     let elapsed_ns = end.saturating_sub(start).max(1);
-    Outcome { status, published, delivered, missed, subscribers, elapsed_ns, latency, payload_sum }
+    Outcome { status, published, delivered, missed, subscribers, elapsed_ns, latency, payload_sum, ctx_switches }
 }
 
-/// The bytes one producer publishes: `batch` buffers of `payload` bytes, each
-/// stamped with a sequence number so no two messages are alike.
+/// Which messages a producer stamps with the clock, in the [`STAMP`] bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stamp {
+    /// None: the system stamps its own records (rill, bare-log).
+    Never,
+    /// Every message (`Work::Touch`, and the latency scenario's 1 in 1).
+    Every,
+    /// The producer's every n-th message, the ones a subscriber samples.
+    OneIn(u64),
+}
+
+impl Stamp {
+    /// What a peer's producer stamps under `shape`.
+    pub fn for_peer(shape: &Shape) -> Stamp {
+        if shape.work.stamps_every_message() || shape.sample_every <= 1 {
+            Stamp::Every
+        } else {
+            Stamp::OneIn(shape.sample_every)
+        }
+    }
+}
+
+/// The bytes one producer publishes: `batch` buffers of `payload` bytes,
+/// stamped with the clock as `stamp` says (payloads of 16 bytes or more), and,
+/// with a work that reads the payload, each tagged with a sequence number so
+/// no two messages are alike (what the payload check needs). With minimal
+/// work they are not tagged: like a user's loop, the producer sends bytes it
+/// already has (writing 8 bytes and then copying the 64 around them stalls
+/// the producer on store forwarding, a cost a user's loop does not have).
 #[derive(Debug)]
 pub struct Source {
     bufs: Vec<Vec<u8>>,
     seq: u64,
+    tag: bool,
+    /// Messages until the next one stamped under `Stamp::OneIn` (a countdown,
+    /// not a division per message).
+    until_stamp: u64,
+    stamp: Stamp,
 }
 
 impl Source {
     /// Buffers for `shape`, tagged with the producer's index.
-    pub fn new(shape: &Shape, producer: usize) -> Source {
+    pub fn new(shape: &Shape, producer: usize, stamp: Stamp) -> Source {
         let bufs = (0..shape.batch.max(1)).map(|_| vec![0x5A; shape.payload]).collect();
-        Source { bufs, seq: (producer as u64) << 48 }
+        let stamp = if shape.payload >= STAMP.end { stamp } else { Stamp::Never };
+        let until_stamp = if let Stamp::OneIn(k) = stamp { k.max(1) } else { 0 };
+        Source { bufs, seq: (producer as u64) << 48, tag: shape.work.sums(), until_stamp, stamp }
     }
 
     /// The next `n` payloads (`n` at most the batch size).
-    #[inline]
+    #[inline(always)]
     pub fn next(&mut self, n: usize) -> &[Vec<u8>] {
         for b in &mut self.bufs[..n] {
-            let tag = self.seq.to_le_bytes();
-            let k = b.len().min(8);
-            b[..k].copy_from_slice(&tag[..k]);
-            self.seq += 1;
+            if self.tag {
+                let tag = self.seq.to_le_bytes();
+                match b.get_mut(..8) {
+                    Some(head) => head.copy_from_slice(&tag),
+                    None => {
+                        let k = b.len();
+                        b.copy_from_slice(&tag[..k]);
+                    }
+                }
+                self.seq += 1;
+            }
+            let ts = match self.stamp {
+                Stamp::Never => continue,
+                Stamp::Every => now_ns(),
+                Stamp::OneIn(k) => {
+                    self.until_stamp -= 1;
+                    if self.until_stamp == 0 {
+                        self.until_stamp = k.max(1);
+                        now_ns()
+                    } else {
+                        0
+                    }
+                }
+            };
+            b[STAMP].copy_from_slice(&ts.to_le_bytes());
         }
         &self.bufs[..n]
     }
@@ -426,10 +686,11 @@ impl Source {
 
 /// The producer loop every harness uses: publishes this producer's share in
 /// steps of up to `shape.batch` messages through `step` (which returns false to
-/// stop early), pacing to `shape.rate` if set, until the count or duration is
-/// reached or the run is aborted. Returns the messages published.
-pub fn drive(shape: &Shape, run: &Run, producer: usize, mut step: impl FnMut(&[Vec<u8>]) -> bool) -> u64 {
-    let mut src = Source::new(shape, producer);
+/// stop early), stamped as `stamp` says, pacing to `shape.rate` if set, until
+/// the count or duration is reached or the run is aborted. Returns the
+/// messages published.
+pub fn drive(shape: &Shape, run: &Run, producer: usize, stamp: Stamp, mut step: impl FnMut(&[Vec<u8>]) -> bool) -> u64 {
+    let mut src = Source::new(shape, producer, stamp);
     let batch = shape.batch.max(1) as u64;
     let (limit, deadline) = match shape.amount {
         Amount::Messages(n) => (n, u64::MAX),
@@ -449,17 +710,26 @@ pub fn drive(shape: &Shape, run: &Run, producer: usize, mut step: impl FnMut(&[V
                 std::hint::spin_loop();
             }
         }
+        let n = batch.min(limit - sent) as usize;
+        let mut last = false;
         if sent >= next_check {
             next_check = sent + 256;
             if deadline != u64::MAX && now_ns() >= deadline {
-                break;
+                // Only the last producer to stop sends one more step, after
+                // fixing the final count (see the module docs).
+                if !run.stop_producer(sent, n as u64) {
+                    break;
+                }
+                last = true;
             }
         }
-        let n = batch.min(limit - sent) as usize;
         if !step(src.next(n)) {
             break;
         }
         sent += n as u64;
+        if last {
+            break;
+        }
     }
     sent
 }
@@ -483,6 +753,7 @@ mod tests {
             delivery: Delivery::AtLeastOnce,
             sample_every: 2,
             idle_spin_us: 0,
+            work: Work::Touch,
         }
     }
 
@@ -498,14 +769,14 @@ mod tests {
                 let mut t = run.tally(i);
                 std::thread::spawn(move || {
                     for (ts, m) in rx {
-                        t.on(&m, ts);
+                        t.on(&m, || ts);
                     }
                 })
             })
             .collect();
         let sh = shape.clone();
         let producer: ProducerFn<'_> = Box::new(move |run| {
-            drive(&sh, run, 0, |bufs| {
+            drive(&sh, run, 0, Stamp::Never, |bufs| {
                 for b in bufs {
                     for tx in &txs {
                         tx.send((now_ns(), b.clone())).unwrap();
@@ -535,9 +806,9 @@ mod tests {
         // The "subscriber" handles each message inside the producer, so it has
         // seen everything before the count is known: settle must finish it.
         let producer: ProducerFn<'_> = Box::new(move |run| {
-            drive(&sh, run, 0, |bufs| {
+            drive(&sh, run, 0, Stamp::Never, |bufs| {
                 for b in bufs {
-                    t.on(b, now_ns());
+                    t.on(b, now_ns);
                 }
                 true
             })
@@ -551,11 +822,49 @@ mod tests {
     #[test]
     fn sources_tag_every_payload() {
         let shape = shape(1, Amount::Messages(8));
-        let mut src = Source::new(&shape, 1);
+        let mut src = Source::new(&shape, 1, Stamp::Never);
         let a = src.next(2).to_vec();
         let b = src.next(1).to_vec();
         assert_ne!(a[0], a[1]);
         assert_ne!(a[0], b[0]);
         assert_eq!(a[0].len(), 16);
+        assert_eq!(touch(&a[0]) - touch(&a[0][..8]), 0, "the stamp bytes are not summed");
+    }
+
+    #[test]
+    fn producers_stamp_one_in_n_or_every_message() {
+        let shape = shape(1, Amount::Messages(8));
+        let mut one_in_3 = Source::new(&shape, 0, Stamp::OneIn(3));
+        let stamped: Vec<bool> = (0..6).map(|_| stamp_of(&one_in_3.next(1)[0]) != 0).collect();
+        assert_eq!(stamped, [false, false, true, false, false, true]);
+        let mut every = Source::new(&shape, 0, Stamp::Every);
+        assert!((0..4).all(|_| stamp_of(&every.next(1)[0]) != 0));
+        // Too short to hold a stamp: never stamped, never misread.
+        let short = Shape { payload: 12, ..shape.clone() };
+        let mut s = Source::new(&short, 0, Stamp::Every);
+        assert_eq!(stamp_of(&s.next(1)[0]), 0);
+        // Touch stamps every message; minimal only the sampled ones.
+        let minimal = Shape { work: Work::Minimal, sample_every: 64, ..shape.clone() };
+        assert_eq!(Stamp::for_peer(&minimal), Stamp::OneIn(64));
+        assert_eq!(Stamp::for_peer(&Shape { sample_every: 1, ..minimal.clone() }), Stamp::Every);
+        assert_eq!(Stamp::for_peer(&Shape { work: Work::Touch, ..minimal }), Stamp::Every);
+    }
+
+    #[test]
+    fn minimal_tallies_write_their_count_only_now_and_then() {
+        let shape = Shape { work: Work::Minimal, ..shape(1, Amount::Seconds(1.0)) };
+        let run = Run::new(&shape);
+        let mut t = run.tally(0);
+        for _ in 0..FLUSH_EVERY - 1 {
+            t.on(&[0; 16], || 0);
+        }
+        assert_eq!(run.slots[0].delivered.load(Ordering::Relaxed), 0, "no shared write per message");
+        t.on(&[0; 16], || 0);
+        assert_eq!(run.slots[0].delivered.load(Ordering::Relaxed), FLUSH_EVERY);
+        let touch = Shape { work: Work::Touch, ..shape };
+        let run = Run::new(&touch);
+        let mut t = run.tally(0);
+        t.on(&[0; 16], || 0);
+        assert_eq!(run.slots[0].delivered.load(Ordering::Relaxed), 1, "touch stores per message");
     }
 }

@@ -113,8 +113,81 @@ pub fn ping_pong(rounds: usize, each: Duration) -> Probe {
     }
 }
 
+/// What the hiccup probe measured: how long a spinning thread went without
+/// running (the gaps between consecutive clock reads), the floor under any
+/// latency tail on this machine.
+#[derive(Debug, Clone, Serialize)]
+pub struct Hiccups {
+    /// How long the probe spun, ms.
+    pub spun_ms: f64,
+    /// Gaps of at least [`HICCUP_NS`] seen, per second of spinning.
+    pub per_sec: f64,
+    /// 99th percentile of all gaps, ns.
+    pub p99_ns: u64,
+    /// 99.99th percentile of all gaps, ns.
+    pub p9999_ns: u64,
+    /// Longest gap, ns.
+    pub max_ns: u64,
+}
+
+/// A gap between two clock reads this long counts as a hiccup.
+pub const HICCUP_NS: u64 = 1_000;
+
+impl Hiccups {
+    /// One line for the table output.
+    pub fn describe(&self) -> String {
+        format!(
+            "hiccup probe: a spinning thread stalled >= 1 µs {:.0} times a second; gaps p99 {} ns, p99.99 {}, max {} ({:.0} ms spun)",
+            self.per_sec,
+            self.p99_ns,
+            crate::stats::fmt_ns(self.p9999_ns),
+            crate::stats::fmt_ns(self.max_ns),
+            self.spun_ms
+        )
+    }
+}
+
+/// Spins on the clock for `each` and records every gap between consecutive
+/// reads: whatever stops a thread (the hypervisor, an interrupt, another
+/// process) shows as a gap, and delays any message in flight just as long.
+pub fn hiccups(each: Duration) -> Hiccups {
+    let mut h = crate::measure::new_histogram();
+    let start = Instant::now();
+    let mut last = rill::clock::now_ns();
+    let mut long = 0u64;
+    loop {
+        let now = rill::clock::now_ns();
+        let gap = now.saturating_sub(last);
+        last = now;
+        h.saturating_record(gap.clamp(1, crate::measure::MAX_LATENCY_NS));
+        if gap >= HICCUP_NS {
+            long += 1;
+            if start.elapsed() >= each {
+                break;
+            }
+        } else if h.len() % 4096 == 0 && start.elapsed() >= each {
+            break;
+        }
+    }
+    let spun = start.elapsed().as_secs_f64();
+    Hiccups {
+        spun_ms: spun * 1e3,
+        per_sec: long as f64 / spun,
+        p99_ns: h.value_at_quantile(0.99),
+        p9999_ns: h.value_at_quantile(0.9999),
+        max_ns: h.max(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_hiccup_probe_measures_gaps() {
+        let h = super::hiccups(std::time::Duration::from_millis(20));
+        assert!(h.spun_ms >= 20.0);
+        assert!(h.p99_ns <= h.p9999_ns && h.p9999_ns <= h.max_ns, "{h:?}");
+    }
+
     #[test]
     fn the_probe_measures_something() {
         let p = super::ping_pong(3, std::time::Duration::from_millis(5));

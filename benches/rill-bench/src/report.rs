@@ -5,8 +5,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::bench::{ScenarioResult, SystemSummary};
-use crate::probe::Probe;
+use crate::bench::{Comparison, ScenarioResult, SystemSummary};
+use crate::measure::Work;
+use crate::plain::VALID_SHARE;
+use crate::probe::{Hiccups, Probe};
 use crate::scenarios::Metric;
 use crate::stats::{fmt_count, fmt_ns, fmt_ratio};
 use crate::systems::{Env, System};
@@ -20,6 +22,8 @@ pub struct Report {
     pub command: String,
     /// The cross-core probe taken before the runs (absent with --no-probe).
     pub probe: Option<Probe>,
+    /// The hiccup probe taken before the runs (absent with --no-probe).
+    pub hiccups: Option<Hiccups>,
     /// Settings outside the shapes.
     pub env: Env,
     /// How the runs were set up, in words.
@@ -66,6 +70,15 @@ fn lat(s: &SystemSummary, v: u64) -> String {
     if s.latency.samples == 0 { "-".into() } else { fmt_ns(v) }
 }
 
+/// How a self-check reads in a table: "0.97x" or "0.35x INVALID".
+fn share(c: &Comparison) -> String {
+    match &c.self_check {
+        Some(sc) if sc.valid => fmt_ratio(sc.harness_share),
+        Some(sc) => format!("{} INVALID", fmt_ratio(sc.harness_share)),
+        None => "-".into(),
+    }
+}
+
 /// The human-readable report.
 pub fn table(r: &Report) -> String {
     let mut o = String::new();
@@ -73,37 +86,42 @@ pub fn table(r: &Report) -> String {
     if let Some(p) = &r.probe {
         let _ = writeln!(o, "{}", p.describe());
     }
+    if let Some(h) = &r.hiccups {
+        let _ = writeln!(o, "{}", h.describe());
+    }
     for n in &r.notes {
         let _ = writeln!(o, "  * {n}");
     }
     for sr in &r.scenarios {
         let sc = &sr.scenario;
         let _ = writeln!(o);
-        let _ = writeln!(o, "== {}: {} ==", sc.name, sc.title);
+        let _ = writeln!(o, "== {}: {} [work: {}] ==", sc.name, sc.title, sc.shape.work.name());
         let runs = sr.systems.first().map_or(0, |s| s.runs);
         let what = if runs == 1 { "run" } else { "runs" };
         let paired = if sr.comparisons.is_empty() { "" } else { ", each paired with a peer's" };
         let _ = writeln!(o, "   {}; {runs} rill {what}{paired}", sr.shape_text);
         let _ = writeln!(
             o,
-            "   {:<15} {:>9} {:>8} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}  status",
-            "system", "msgs/s", "MB/s", "deliv/s", "lost", "p50", "p90", "p99", "p99.9", "max"
+            "   {:<15} {:>9} {:>8} {:>9} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}  {:<12} status",
+            "system", "msgs/s", "MB/s", "deliv/s", "lost", "csw/1k", "p50", "p90", "p99", "p99.9", "max", "payload"
         );
         for s in &sr.systems {
             let l = &s.latency;
             let _ = writeln!(
                 o,
-                "   {:<15} {:>9} {:>8} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}  {}",
+                "   {:<15} {:>9} {:>8} {:>9} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}  {:<12} {}",
                 s.system.name(),
                 if s.runs == 0 { "-".into() } else { fmt_count(s.msgs_per_sec) },
                 if s.runs == 0 { "-".into() } else { format!("{:.0}", s.mb_per_sec) },
                 if s.runs == 0 { "-".into() } else { fmt_count(s.deliveries_per_sec) },
                 lost(s),
+                if s.runs == 0 { "-".into() } else { format!("{:.2}", s.switches_per_1k) },
                 lat(s, l.p50),
                 lat(s, l.p90),
                 lat(s, l.p99),
                 lat(s, l.p999),
                 lat(s, l.max),
+                s.payload,
                 s.status
             );
         }
@@ -114,46 +132,42 @@ pub fn table(r: &Report) -> String {
             };
             let _ = writeln!(
                 o,
-                "   {:<15} {:>8} {:>8} {:>8}  {:<28} pairs ({what})",
-                "rill vs", "median", "worst", "best", "target"
+                "   {:<15} {:>8} {:>8} {:>8}  {:>10} {:>7} {:>14}  pairs ({what})",
+                "rill vs", "median", "worst", "best", "plain loop", "csw/1k", "harness/plain"
             );
             for c in &sr.comparisons {
-                let target = c
-                    .target
-                    .as_ref()
-                    .map_or(String::new(), |t| format!("{} {}", t.text, if t.met { "MET" } else { "MISSED" }));
-                match &c.pairs {
-                    Some(p) => {
-                        let list: Vec<String> = p.ratios.iter().map(|x| fmt_ratio(*x)).collect();
-                        let _ = writeln!(
-                            o,
-                            "   {:<15} {:>8} {:>8} {:>8}  {:<28} {}{}",
-                            c.peer.name(),
-                            fmt_ratio(p.median),
-                            fmt_ratio(p.worst),
-                            fmt_ratio(p.best),
-                            target,
-                            list.join(" "),
-                            c.note.as_ref().map_or(String::new(), |n| format!("  ({n})"))
-                        );
-                    }
-                    None => {
-                        let _ = writeln!(
-                            o,
-                            "   {:<15} {:>8} {:>8} {:>8}  {:<28} {}",
-                            c.peer.name(),
-                            "-",
-                            "-",
-                            "-",
-                            target,
-                            c.note.as_deref().unwrap_or("no pair produced numbers")
-                        );
-                    }
-                }
+                let (plain, plain_csw) = c.self_check.as_ref().map_or(("-".into(), "-".into()), |sc| {
+                    (fmt_count(sc.plain_msgs_per_sec), format!("{:.2}", sc.plain_switches_per_1k))
+                });
+                let (med, worst, best, list) = match &c.pairs {
+                    Some(p) => (
+                        fmt_ratio(p.median),
+                        fmt_ratio(p.worst),
+                        fmt_ratio(p.best),
+                        p.ratios.iter().map(|x| fmt_ratio(*x)).collect::<Vec<_>>().join(" "),
+                    ),
+                    None => ("-".into(), "-".into(), "-".into(), "no pair produced numbers".into()),
+                };
+                let _ = writeln!(
+                    o,
+                    "   {:<15} {:>8} {:>8} {:>8}  {:>10} {:>7} {:>14}  {}{}",
+                    c.peer.name(),
+                    med,
+                    worst,
+                    best,
+                    plain,
+                    plain_csw,
+                    share(c),
+                    list,
+                    c.note.as_ref().map_or(String::new(), |n| format!("  ({n})"))
+                );
             }
-        }
-        if let Some(t) = &sr.latency_target {
-            let _ = writeln!(o, "   rill latency target: {} -> {}", t.text, if t.met { "MET" } else { "MISSED" });
+            if sr.comparisons.iter().any(|c| !c.valid()) {
+                let _ = writeln!(
+                    o,
+                    "   INVALID: the harness ran that peer below {VALID_SHARE}x of its plain loop; its ratio is not a result"
+                );
+            }
         }
     }
     let md = markdown(r);
@@ -182,11 +196,11 @@ fn metric_value(sr: &ScenarioResult, s: Option<&SystemSummary>) -> String {
     }
 }
 
-/// A Markdown table of every comparison (and rill's latency target); empty if
-/// nothing was compared.
+/// Markdown tables of every comparison, one per work mode in the order run
+/// (the first is the headline); empty if nothing was compared.
 pub fn markdown(r: &Report) -> String {
     let mut o = String::new();
-    let rows: usize = r.scenarios.iter().map(|s| s.comparisons.len() + s.latency_target.is_some() as usize).sum();
+    let rows: usize = r.scenarios.iter().map(|s| s.comparisons.len()).sum();
     if rows == 0 {
         return o;
     }
@@ -198,58 +212,70 @@ pub fn markdown(r: &Report) -> String {
         );
         let _ = writeln!(o);
     }
-    let _ = writeln!(o, "| scenario | peer | rill | peer | rill vs peer, median | worst pair | target | met |");
-    let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---|---|");
+    if let Some(h) = &r.hiccups {
+        let _ = writeln!(o, "Hiccup probe: {}.", h.describe().trim_start_matches("hiccup probe: "));
+        let _ = writeln!(o);
+    }
+    let mut works: Vec<Work> = Vec::new();
     for sr in &r.scenarios {
-        let rill = metric_value(sr, sr.system(System::Rill));
-        for c in &sr.comparisons {
-            let (med, worst) =
-                c.pairs.as_ref().map_or(("-".into(), "-".into()), |p| (fmt_ratio(p.median), fmt_ratio(p.worst)));
-            let (target, met) = c
-                .target
-                .as_ref()
-                .map_or((String::new(), String::new()), |t| (t.text.clone(), if t.met { "yes" } else { "no" }.into()));
-            let mut peer = metric_value(sr, sr.system(c.peer));
-            if let Some(n) = &c.note {
-                peer += &format!(" ({n})");
+        if !works.contains(&sr.scenario.shape.work) {
+            works.push(sr.scenario.shape.work);
+        }
+    }
+    for work in works {
+        let _ = writeln!(o, "Subscriber work: `{}`.", work.name());
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "| scenario | peer (payload) | rill | peer | rill vs peer, median | worst pair | peer in harness / plain loop |"
+        );
+        let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|");
+        for sr in r.scenarios.iter().filter(|sr| sr.scenario.shape.work == work) {
+            let rill = metric_value(sr, sr.system(System::Rill));
+            for c in &sr.comparisons {
+                let (mut med, worst) =
+                    c.pairs.as_ref().map_or(("-".into(), "-".into()), |p| (fmt_ratio(p.median), fmt_ratio(p.worst)));
+                if !c.valid() {
+                    med = format!("invalid ({med})");
+                }
+                let summary = sr.system(c.peer);
+                let mut peer = metric_value(sr, summary);
+                if let Some(n) = &c.note {
+                    peer += &format!(" ({n})");
+                }
+                let payload = summary.map_or(String::new(), |s| s.payload.clone());
+                let plain = c.self_check.as_ref().map_or("-".into(), |sc| {
+                    format!("{} (plain {} msgs/s)", share(c), fmt_count(sc.plain_msgs_per_sec))
+                });
+                let _ = writeln!(
+                    o,
+                    "| {} | {} ({}) | {} | {} | {} | {} | {} |",
+                    sr.scenario.name,
+                    c.peer.name(),
+                    payload.replace('|', "\\|"),
+                    rill,
+                    peer,
+                    med,
+                    worst,
+                    plain
+                );
             }
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
-                sr.scenario.name,
-                c.peer.name(),
-                rill,
-                peer,
-                med,
-                worst,
-                target,
-                met
-            );
         }
-        if let Some(t) = &sr.latency_target {
-            let _ = writeln!(
-                o,
-                "| {} | (rill alone) | {} | | | | {} | {} |",
-                sr.scenario.name,
-                rill,
-                t.text,
-                if t.met { "yes" } else { "no" }
-            );
-        }
+        let _ = writeln!(o);
     }
     o
 }
 
-const CSV_HEADER: &str = "scenario,system,producers,subscribers,mode,partitions,payload_bytes,batch,runs,status,\
-msgs_per_sec,mb_per_sec,deliveries_per_sec,lost_pct,p50_ns,p90_ns,p99_ns,p999_ns,max_ns,\
-ratio_median,ratio_worst,target,target_met";
+const CSV_HEADER: &str = "scenario,work,system,payload_type,producers,subscribers,mode,partitions,payload_bytes,batch,runs,\
+status,msgs_per_sec,mb_per_sec,deliveries_per_sec,lost_pct,switches_per_1k,p50_ns,p90_ns,p99_ns,p999_ns,max_ns,\
+ratio_median,ratio_worst,plain_msgs_per_sec,harness_share,valid";
 
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_owned() }
 }
 
-/// One row per scenario and system; ratio columns are rill against that peer
-/// (empty on rill's own row).
+/// One row per scenario and system; ratio and self-check columns are rill
+/// against that peer (empty on rill's own row).
 pub fn csv(r: &Report) -> String {
     let mut o = String::from(CSV_HEADER);
     o.push('\n');
@@ -260,16 +286,18 @@ pub fn csv(r: &Report) -> String {
             let (median, worst) = c
                 .and_then(|c| c.pairs.as_ref())
                 .map_or((String::new(), String::new()), |p| (format!("{:.4}", p.median), format!("{:.4}", p.worst)));
-            let t = c.and_then(|c| c.target.as_ref()).or(if s.system == System::Rill {
-                sr.latency_target.as_ref()
-            } else {
-                None
-            });
-            let (target, met) = t.map_or((String::new(), String::new()), |t| (t.text.clone(), t.met.to_string()));
+            let (plain, share, valid) = match c.and_then(|c| c.self_check.as_ref()) {
+                Some(sc) => {
+                    (format!("{:.0}", sc.plain_msgs_per_sec), format!("{:.4}", sc.harness_share), sc.valid.to_string())
+                }
+                None => (String::new(), String::new(), String::new()),
+            };
             let l = &s.latency;
             let fields = [
                 sr.scenario.name.clone(),
+                sh.work.name().into(),
                 s.system.name().into(),
+                s.payload.clone(),
                 sh.producers.to_string(),
                 sh.subscribers.to_string(),
                 serde_json::to_value(sh.mode).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
@@ -282,6 +310,7 @@ pub fn csv(r: &Report) -> String {
                 format!("{:.2}", s.mb_per_sec),
                 format!("{:.0}", s.deliveries_per_sec),
                 format!("{:.4}", s.lost_pct),
+                format!("{:.3}", s.switches_per_1k),
                 l.p50.to_string(),
                 l.p90.to_string(),
                 l.p99.to_string(),
@@ -289,8 +318,9 @@ pub fn csv(r: &Report) -> String {
                 l.max.to_string(),
                 median,
                 worst,
-                target,
-                met,
+                plain,
+                share,
+                valid,
             ];
             let row: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
             o += &row.join(",");
@@ -303,8 +333,9 @@ pub fn csv(r: &Report) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::bench::{Comparison, TargetCheck};
-    use crate::scenarios::{Named, Target, named};
+    use crate::bench::{Comparison, self_check};
+    use crate::plain::Plain;
+    use crate::scenarios::{Named, named};
     use crate::stats::{Percentiles, pair_stats};
     use crate::systems::{PeerPayload, RillOverflow};
 
@@ -320,39 +351,64 @@ pub(crate) mod tests {
             run_msgs_per_sec: vec![msgs; 5],
             lost_pct: 0.0,
             latency: Percentiles { samples: 10, p50: 100, p90: 200, p99: 300, p999: 400, max: 500 },
+            switches_per_1k: 0.5,
+            payload: if system == System::Rill { String::new() } else { "[u8; 64]".into() },
         }
     }
 
-    /// A report with one compared scenario, as the tool would build it.
+    fn plain(msgs_per_sec: u64) -> Plain {
+        Plain {
+            published: msgs_per_sec,
+            delivered: msgs_per_sec,
+            subscribers: 1,
+            elapsed_ns: 1_000_000_000,
+            ctx_switches: 10,
+        }
+    }
+
+    /// A report with one compared scenario, as the tool would build it: rill
+    /// against crossbeam (harnessed at 0.91x its plain loop: valid) and flume
+    /// (harnessed at 0.5x: invalid).
     pub(crate) fn sample_report() -> Report {
         let sc = named(Named::OneToOne);
-        let target = sc.targets[0].clone();
         let pairs = pair_stats(&[3.0, 2.0, 4.0, 2.6, 3.1]);
         Report {
             version: "0.1.0".into(),
             command: "rill-bench --scenario one-to-one --compare".into(),
             probe: Some(Probe { round_trip_ns: 180.0, min_ns: 170.0, max_ns: 200.0, pinned: true }),
+            hiccups: Some(Hiccups { spun_ms: 200.0, per_sec: 12.0, p99_ns: 40, p9999_ns: 3_000, max_ns: 60_000 }),
             env: Env {
                 workers: None,
                 retention_mib: 64,
                 warmup: true,
                 overflow: RillOverflow::Block,
                 batch_handler: false,
-                peer_payload: PeerPayload::Vec,
+                peer_payload: PeerPayload::Auto,
                 timeout: std::time::Duration::from_secs(10),
             },
             notes: vec!["a note".into()],
             elapsed_s: 12.0,
             scenarios: vec![ScenarioResult {
                 shape_text: sc.shape.describe(),
-                systems: vec![summary(System::Rill, 30e6), summary(System::Crossbeam, 10e6)],
-                comparisons: vec![Comparison {
-                    peer: System::Crossbeam,
-                    pairs,
-                    note: None,
-                    target: Some(TargetCheck { text: target.describe(), target, met: true }),
-                }],
-                latency_target: None,
+                systems: vec![
+                    summary(System::Rill, 30e6),
+                    summary(System::Crossbeam, 10e6),
+                    summary(System::Flume, 5e6),
+                ],
+                comparisons: vec![
+                    Comparison {
+                        peer: System::Crossbeam,
+                        pairs: pairs.clone(),
+                        note: None,
+                        self_check: self_check(10e6, &[plain(11_000_000)]),
+                    },
+                    Comparison {
+                        peer: System::Flume,
+                        pairs,
+                        note: None,
+                        self_check: self_check(5e6, &[plain(10_000_000)]),
+                    },
+                ],
                 scenario: sc,
             }],
         }
@@ -362,47 +418,57 @@ pub(crate) mod tests {
     fn csv_has_a_header_and_one_row_per_system() {
         let out = csv(&sample_report());
         let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(lines.len(), 3);
+        assert_eq!(lines.len(), 4);
         let cols = lines[0].split(',').count();
-        assert_eq!(cols, 23);
+        assert_eq!(cols, 27);
         for l in &lines[1..] {
             assert_eq!(l.split(',').count(), cols, "{l}");
         }
-        assert!(lines[1].starts_with("one-to-one,rill,1,1,pool,1,64,1,5,ok,30000000,"));
-        assert!(lines[2].contains(",3.0000,2.0000,every pair >= 2.5x,true"), "{}", lines[2]);
+        assert!(lines[1].starts_with("one-to-one,minimal,rill,,1,1,pool,1,64,1,5,ok,30000000,"), "{}", lines[1]);
+        assert!(lines[2].ends_with(",3.0000,2.0000,11000000,0.9091,true"), "{}", lines[2]);
+        assert!(lines[3].ends_with(",3.0000,2.0000,10000000,0.5000,false"), "{}", lines[3]);
+        assert!(!out.to_lowercase().contains("target"), "no targets in the tool's output");
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("say \"x\""), "\"say \"\"x\"\"\"");
     }
 
     #[test]
-    fn json_carries_probe_ratios_and_percentiles() {
-        let v: serde_json::Value = serde_json::from_str(&render(&sample_report(), Format::Json)).unwrap();
+    fn json_carries_probe_ratios_self_checks_and_percentiles() {
+        let json = render(&sample_report(), Format::Json);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(v["probe"]["round_trip_ns"], 180.0);
         let sc = &v["scenarios"][0];
         assert_eq!(sc["scenario"]["name"], "one-to-one");
+        assert_eq!(sc["scenario"]["shape"]["work"], "minimal");
         assert_eq!(sc["systems"][0]["system"], "rill");
         assert_eq!(sc["systems"][1]["latency"]["p999"], 400);
+        assert_eq!(sc["systems"][1]["payload"], "[u8; 64]");
         assert_eq!(sc["comparisons"][0]["peer"], "crossbeam");
         assert_eq!(sc["comparisons"][0]["pairs"]["median"], 3.0);
         assert_eq!(sc["comparisons"][0]["pairs"]["worst"], 2.0);
-        assert_eq!(sc["comparisons"][0]["target"]["met"], true);
-        assert_eq!(sc["scenario"]["targets"][0]["kind"], "ratio");
-        assert!(matches!(sample_report().scenarios[0].scenario.targets[0], Target::Ratio { .. }));
+        assert_eq!(sc["comparisons"][0]["self_check"]["valid"], true);
+        assert_eq!(sc["comparisons"][1]["self_check"]["valid"], false);
+        assert!(!json.to_lowercase().contains("target"), "no targets in the tool's output");
     }
 
     #[test]
-    fn table_shows_probe_rows_and_a_markdown_summary() {
+    fn table_shows_probe_rows_self_checks_and_a_markdown_summary() {
         let t = table(&sample_report());
         assert!(t.contains("ping-pong: 180 ns"), "{t}");
-        assert!(t.contains("== one-to-one"));
-        assert!(t.contains("crossbeam"));
+        assert!(t.contains("stalled >= 1 µs 12 times a second; gaps p99 40 ns, p99.99 3.00 µs, max 60.0 µs"), "{t}");
+        assert!(t.contains("== one-to-one: one producer, one subscriber [work: minimal]"), "{t}");
         assert!(t.contains("3.00x"));
-        assert!(t.contains("MET"));
+        assert!(t.contains("0.50x INVALID"), "{t}");
         assert!(
             t.contains(
-                "| one-to-one | crossbeam | 30.0 M msgs/s | 10.0 M msgs/s | 3.00x | 2.00x | every pair >= 2.5x | yes |"
+                "| one-to-one | crossbeam ([u8; 64]) | 30.0 M msgs/s | 10.0 M msgs/s | 3.00x | 2.00x | 0.91x (plain 11.0 M msgs/s) |"
             ),
             "{t}"
         );
+        assert!(
+            t.contains("| one-to-one | flume ([u8; 64]) | 30.0 M msgs/s | 5.00 M msgs/s | invalid (3.00x) | 2.00x |"),
+            "{t}"
+        );
+        assert!(!t.to_lowercase().contains("target") && !t.contains("MET") && !t.contains("MISSED"), "{t}");
     }
 }

@@ -1,9 +1,10 @@
-//! Named scenarios, the suites that group them, and the targets the issue
-//! sets for rill against its peers.
+//! Named scenarios and the suites that group them. The goals set for rill are
+//! not here: the tool reports rill and its peers, and the goals sit beside the
+//! measured figures in `docs/PERFORMANCE.md`.
 
 use serde::Serialize;
 
-use crate::measure::{Amount, Delivery, Shape, SubMode};
+use crate::measure::{Amount, Delivery, Shape, SubMode, Work};
 use crate::systems::System;
 
 /// What a scenario's comparison is about.
@@ -14,40 +15,6 @@ pub enum Metric {
     Throughput,
     /// Publish-to-handler latency at a fixed rate; ratio = peer p50 / rill p50.
     Latency,
-}
-
-/// A goal to report against (not a test).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Target {
-    /// rill / peer throughput: median at least `median`, worst pair at least `worst`.
-    Ratio {
-        /// The peer.
-        peer: System,
-        /// Least median ratio.
-        median: f64,
-        /// Least worst-pair ratio, if set.
-        worst: Option<f64>,
-    },
-    /// rill's own latency percentiles.
-    Latency {
-        /// Largest p50, ns.
-        p50_ns: u64,
-        /// Largest p99, ns.
-        p99_ns: u64,
-    },
-}
-
-impl Target {
-    /// How the target reads in a table, e.g. ">= 2.5x median".
-    pub fn describe(&self) -> String {
-        match self {
-            Target::Ratio { median, worst: None, .. } => format!(">= {median}x"),
-            Target::Ratio { median, worst: Some(w), .. } if w >= median => format!("every pair >= {median}x"),
-            Target::Ratio { median, worst: Some(w), .. } => format!(">= {median}x, worst >= {w}x"),
-            Target::Latency { p50_ns, p99_ns } => format!("p50 <= {p50_ns} ns, p99 <= {p99_ns} ns"),
-        }
-    }
 }
 
 /// A named workload.
@@ -61,8 +28,6 @@ pub struct Scenario {
     pub shape: Shape,
     /// Throughput or latency.
     pub metric: Metric,
-    /// Goals from the issue.
-    pub targets: Vec<Target>,
     /// Part of a subscriber-count sweep (plotted by `--plot`).
     pub sweep: bool,
 }
@@ -72,6 +37,9 @@ pub struct Scenario {
 pub enum Named {
     /// 1 producer -> 1 push subscriber (worker pool).
     OneToOne,
+    /// 1 producer -> 1 push subscriber on a dedicated thread.
+    #[value(name = "one-to-one-dedicated")]
+    OneToOneDedicated,
     /// 1 producer -> 1 subscriber, published in batches of 64.
     #[value(name = "batch-64")]
     Batch64,
@@ -105,7 +73,7 @@ pub enum Named {
 pub enum Suite {
     /// rill alone over a spread of shapes (about a minute); add --compare for peers.
     Default,
-    /// The issue's targets, each against every peer (with --compare implied).
+    /// The scenarios of the README's table, each against every peer (with --compare implied).
     Report,
     /// Fan-out over the --sweep subscriber counts against every peer (for --plot).
     Sweep,
@@ -127,11 +95,8 @@ pub fn base_shape() -> Shape {
         delivery: Delivery::AtLeastOnce,
         sample_every: 64,
         idle_spin_us: 0,
+        work: Work::Minimal,
     }
-}
-
-fn ratio(peer: System, median: f64) -> Target {
-    Target::Ratio { peer, median, worst: None }
 }
 
 /// A fan-out scenario with `n` push subscribers on the pool.
@@ -141,7 +106,6 @@ pub fn fan_out(n: usize, sweep: bool) -> Scenario {
         title: format!("fan-out to {n} subscriber{}", if n == 1 { "" } else { "s" }),
         shape: Shape { subscribers: n, ..base_shape() },
         metric: Metric::Throughput,
-        targets: if n == 8 && !sweep { vec![ratio(System::Bus, 2.0), ratio(System::Tokio, 4.0)] } else { vec![] },
         sweep,
     }
 }
@@ -149,24 +113,22 @@ pub fn fan_out(n: usize, sweep: bool) -> Scenario {
 /// The scenario called `name`.
 pub fn named(name: Named) -> Scenario {
     let base = base_shape();
-    let sc = |name: &str, title: &str, shape: Shape, targets: Vec<Target>| Scenario {
+    let sc = |name: &str, title: &str, shape: Shape| Scenario {
         name: name.into(),
         title: title.into(),
         shape,
         metric: Metric::Throughput,
-        targets,
         sweep: false,
     };
     match name {
-        Named::OneToOne => sc(
-            "one-to-one",
-            "one producer, one subscriber",
-            base,
-            // "2.5x crossbeam-channel in every pair, 0.8x a bare log".
-            vec![Target::Ratio { peer: System::Crossbeam, median: 2.5, worst: Some(2.5) }, ratio(System::BareLog, 0.8)],
+        Named::OneToOne => sc("one-to-one", "one producer, one subscriber", base),
+        Named::OneToOneDedicated => sc(
+            "one-to-one-dedicated",
+            "one producer, one subscriber on a dedicated thread",
+            Shape { mode: SubMode::Dedicated, ..base },
         ),
-        Named::Batch64 => sc("batch-64", "one to one, published in batches of 64", Shape { batch: 64, ..base }, vec![]),
-        Named::Publish2 => sc("publish-2", "two producers, one subscriber", Shape { producers: 2, ..base }, vec![]),
+        Named::Batch64 => sc("batch-64", "one to one, published in batches of 64", Shape { batch: 64, ..base }),
+        Named::Publish2 => sc("publish-2", "two producers, one subscriber", Shape { producers: 2, ..base }),
         Named::FanOut4 => fan_out(4, false),
         Named::FanOut8 => fan_out(8, false),
         Named::FanOut16 => fan_out(16, false),
@@ -174,16 +136,10 @@ pub fn named(name: Named) -> Scenario {
             "fan-out-8-threads",
             "fan-out to 8 subscribers, a thread each (more threads than cores)",
             Shape { subscribers: 8, mode: SubMode::Dedicated, ..base },
-            vec![ratio(System::TokioBlocking, 10.0)],
         ),
-        Named::Mpsc4 => sc(
-            "mpsc-4",
-            "four producers, one subscriber",
-            Shape { producers: 4, ..base },
-            vec![Target::Ratio { peer: System::Crossbeam, median: 1.0, worst: Some(0.5) }],
-        ),
+        Named::Mpsc4 => sc("mpsc-4", "four producers, one subscriber", Shape { producers: 4, ..base }),
         Named::Pull => {
-            sc("pull", "one producer, one pull consumer (poll batches)", Shape { mode: SubMode::Pull, ..base }, vec![])
+            sc("pull", "one producer, one pull consumer (poll batches)", Shape { mode: SubMode::Pull, ..base })
         }
         Named::Latency => Scenario {
             name: "latency".into(),
@@ -199,7 +155,6 @@ pub fn named(name: Named) -> Scenario {
                 ..base
             },
             metric: Metric::Latency,
-            targets: vec![Target::Latency { p50_ns: 200, p99_ns: 1_000 }],
             sweep: false,
         },
     }
@@ -221,10 +176,17 @@ pub fn suite(suite: Suite, sweep: &[usize]) -> Vec<Scenario> {
         .into_iter()
         .map(named)
         .collect(),
-        Suite::Report => [Named::OneToOne, Named::FanOut8, Named::FanOut8Threads, Named::Mpsc4, Named::Latency]
-            .into_iter()
-            .map(named)
-            .collect(),
+        Suite::Report => [
+            Named::OneToOne,
+            Named::OneToOneDedicated,
+            Named::FanOut8,
+            Named::FanOut8Threads,
+            Named::Mpsc4,
+            Named::Latency,
+        ]
+        .into_iter()
+        .map(named)
+        .collect(),
         Suite::Sweep => sweep.iter().map(|&n| fan_out(n, true)).collect(),
     }
 }
@@ -242,29 +204,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_report_suite_covers_every_target_of_the_issue() {
+    fn the_report_suite_covers_the_readme_table() {
         let report = suite(Suite::Report, &[]);
         let names: Vec<_> = report.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["one-to-one", "fan-out-8", "fan-out-8-threads", "mpsc-4", "latency"]);
-        let peers: Vec<System> = report
-            .iter()
-            .flat_map(|s| &s.targets)
-            .filter_map(|t| match t {
-                Target::Ratio { peer, .. } => Some(*peer),
-                Target::Latency { .. } => None,
-            })
-            .collect();
         assert_eq!(
-            peers,
-            [System::Crossbeam, System::BareLog, System::Bus, System::Tokio, System::TokioBlocking, System::Crossbeam]
+            names,
+            ["one-to-one", "one-to-one-dedicated", "fan-out-8", "fan-out-8-threads", "mpsc-4", "latency"]
         );
         assert_eq!(named(Named::Latency).shape.rate, Some(100_000));
+        assert!(report.iter().all(|s| s.shape.work == Work::Minimal), "headline tables use minimal work");
     }
 
     #[test]
     fn sweeps_follow_the_counts_given() {
         let s = suite(Suite::Sweep, &[1, 3]);
         assert_eq!(s.iter().map(|s| s.shape.subscribers).collect::<Vec<_>>(), [1, 3]);
-        assert!(s.iter().all(|s| s.sweep && s.targets.is_empty()));
+        assert!(s.iter().all(|s| s.sweep));
     }
 }

@@ -28,7 +28,7 @@ use crossbeam_utils::{Backoff, CachePadded};
 use rill::clock::now_ns;
 
 use super::Env;
-use crate::measure::{Outcome, ProducerFn, Run, Shape, Tally, drive, execute};
+use crate::measure::{Outcome, ProducerFn, Run, Shape, Stamp, Tally, drive, execute};
 
 /// Frames a subscriber reads before it publishes its position.
 const READ_RUN: u64 = 64;
@@ -140,9 +140,9 @@ impl Ring {
                 let f = self.frame(pos);
                 // SAFETY: frame `pos` is committed (header above) and the
                 // producer will not reuse it until our position passes it.
-                let (ts, payload) =
-                    unsafe { (f.add(1).read(), std::slice::from_raw_parts(f.add(2).cast::<u8>(), self.payload)) };
-                t.on(payload, ts);
+                let payload = unsafe { std::slice::from_raw_parts(f.add(2).cast::<u8>(), self.payload) };
+                // SAFETY: as above; the timestamp word is part of the same committed frame.
+                t.on(payload, || unsafe { f.add(1).read() });
                 pos += 1;
                 if pos - published >= READ_RUN {
                     // Release: see `min_reader`.
@@ -185,7 +185,8 @@ pub fn run(shape: &Shape, env: &Env) -> Outcome {
             let ring = ring.clone();
             Box::new(move |run: &Run| {
                 let mut limit = 0;
-                drive(shape, run, p, |bufs| ring.publish(bufs, &mut limit, run))
+                // Stamp::Never: like rill, the log stamps every frame itself.
+                drive(shape, run, p, Stamp::Never, |bufs| ring.publish(bufs, &mut limit, run))
             }) as ProducerFn<'_>
         })
         .collect();

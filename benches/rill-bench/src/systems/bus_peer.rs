@@ -5,10 +5,9 @@
 //! more producers are reported as unsupported rather than wrapped in a lock.
 
 use bus::Bus;
-use rill::clock::now_ns;
 
-use super::{Env, Msg, Payload};
-use crate::measure::{Outcome, ProducerFn, Run, Shape, Status, drive, execute};
+use super::{Env, Payload};
+use crate::measure::{Outcome, ProducerFn, Run, Shape, Stamp, Status, drive, execute, stamp_of};
 
 /// Runs `shape` once.
 pub fn run<P: Payload>(shape: &Shape, env: &Env) -> Outcome {
@@ -19,7 +18,7 @@ pub fn run<P: Payload>(shape: &Shape, env: &Env) -> Outcome {
         );
     }
     let run = Run::new(shape);
-    let mut bus: Bus<Msg<P>> = Bus::new(shape.capacity.max(1));
+    let mut bus: Bus<P> = Bus::new(shape.capacity.max(1));
     let subs: Vec<_> = (0..shape.subscribers)
         .map(|i| {
             let mut rx = bus.add_rx();
@@ -28,16 +27,16 @@ pub fn run<P: Payload>(shape: &Shape, env: &Env) -> Outcome {
                 .name(format!("bench-sub-{i}"))
                 .spawn(move || {
                     for m in rx.iter() {
-                        t.on(m.data.bytes(), m.ts);
+                        t.on(m.bytes(), || stamp_of(m.bytes()));
                     }
                 })
                 .expect("spawn a subscriber")
         })
         .collect();
     let producer: ProducerFn<'_> = Box::new(move |run: &Run| {
-        drive(shape, run, 0, |bufs| {
+        drive(shape, run, 0, Stamp::for_peer(shape), |bufs| {
             for b in bufs {
-                bus.broadcast(Msg { ts: now_ns(), data: P::copy_from(b) });
+                bus.broadcast(P::copy_from(b));
             }
             true
         })

@@ -2,25 +2,25 @@
 //! channel: one bounded channel per subscriber, a thread per subscriber
 //! receiving in a loop, and every producer sending each message to every
 //! channel (a clone for all but the last). With several producers each holds
-//! a clone of every `Sender` (the channels' own many-producer mode).
+//! a clone of every `Sender` (the channels' own many-producer mode). The
+//! channel carries the payload type alone (`[u8; 64]`, `Arc<[u8]>` or
+//! `Vec<u8>`); a producer's timestamp, when it stamps one, is in the payload.
 
 use std::thread::JoinHandle;
 
-use rill::clock::now_ns;
-
-use super::{Env, Msg, Payload};
-use crate::measure::{Outcome, ProducerFn, Run, Shape, Tally, drive, execute};
+use super::{Env, Payload};
+use crate::measure::{Outcome, ProducerFn, Run, Shape, Stamp, Tally, drive, execute, stamp_of};
 
 /// crossbeam-channel: `bounded(capacity)` per subscriber.
 pub fn run_crossbeam<P: Payload>(shape: &Shape, env: &Env) -> Outcome {
     run_channels(
         shape,
         env,
-        crossbeam_channel::bounded::<Msg<P>>,
+        crossbeam_channel::bounded::<P>,
         |tx, m| tx.send(m).is_ok(),
         |rx, mut t: Tally| {
             for m in rx {
-                t.on(m.data.bytes(), m.ts);
+                t.on(m.bytes(), || stamp_of(m.bytes()));
             }
         },
     )
@@ -31,27 +31,29 @@ pub fn run_flume<P: Payload>(shape: &Shape, env: &Env) -> Outcome {
     run_channels(
         shape,
         env,
-        flume::bounded::<Msg<P>>,
+        flume::bounded::<P>,
         |tx, m| tx.send(m).is_ok(),
         |rx, mut t: Tally| {
             for m in rx {
-                t.on(m.data.bytes(), m.ts);
+                t.on(m.bytes(), || stamp_of(m.bytes()));
             }
         },
     )
 }
 
-fn run_channels<P, Tx, Rx>(
+fn run_channels<P, Tx, Rx, S>(
     shape: &Shape,
     env: &Env,
     make: fn(usize) -> (Tx, Rx),
-    send: fn(&Tx, Msg<P>) -> bool,
+    send: S,
     consume: fn(Rx, Tally),
 ) -> Outcome
 where
     P: Payload,
     Tx: Clone + Send,
     Rx: Send + 'static,
+    // A closure type, not a fn pointer: the send inlines into the producer loop.
+    S: Fn(&Tx, P) -> bool + Copy + Send,
 {
     let run = Run::new(shape);
     let (txs, rxs): (Vec<Tx>, Vec<Rx>) = (0..shape.subscribers).map(|_| make(shape.capacity.max(1))).unzip();
@@ -70,10 +72,10 @@ where
         .map(|p| {
             let txs = txs.clone();
             Box::new(move |run: &Run| {
-                drive(shape, run, p, |bufs| {
+                drive(shape, run, p, Stamp::for_peer(shape), |bufs| {
                     let Some((last, rest)) = txs.split_last() else { return false };
                     for b in bufs {
-                        let m = Msg { ts: now_ns(), data: P::copy_from(b) };
+                        let m = P::copy_from(b);
                         for tx in rest {
                             if !send(tx, m.clone()) {
                                 return false;

@@ -1,6 +1,7 @@
 //! disruptor (v4 API): a ring of `capacity` (rounded up to a power of two)
-//! pre-allocated events, each holding a timestamp and a payload buffer of the
-//! run's size, filled in place by the producer (the Disruptor's own idiom: no
+//! pre-allocated events, each a payload buffer of the run's size (the
+//! producer's timestamp, when it stamps one, is in the payload), filled in
+//! place by the producer (the Disruptor's own idiom: no
 //! allocation per message). Every subscriber is an event handler closure on a
 //! processor thread the Disruptor manages, with the `BusySpin` wait strategy
 //! its documentation uses. One producer uses `build_single_producer`, several
@@ -13,20 +14,18 @@
 //! passes, so such a run ends as a timeout instead of hanging.
 
 use disruptor::{BusySpin, MissingFreeSlots, Producer, RingBufferFull, Sequence};
-use rill::clock::now_ns;
 
 use super::Env;
-use crate::measure::{Outcome, ProducerFn, Run, Shape, Tally, drive, execute};
+use crate::measure::{Outcome, ProducerFn, Run, Shape, Stamp, Tally, drive, execute, stamp_of};
 
 /// One slot of the ring.
 #[derive(Debug)]
 struct Event {
-    ts: u64,
     data: Vec<u8>,
 }
 
 fn handler(mut t: Tally) -> impl FnMut(&Event, Sequence, bool) + Send + 'static {
-    move |e: &Event, _seq: Sequence, _end_of_batch: bool| t.on(&e.data, e.ts)
+    move |e: &Event, _seq: Sequence, _end_of_batch: bool| t.on(&e.data, || stamp_of(&e.data))
 }
 
 /// Runs `shape` once.
@@ -34,7 +33,7 @@ pub fn run(shape: &Shape, env: &Env) -> Outcome {
     let run = Run::new(shape);
     let size = shape.capacity.max(2).next_power_of_two();
     let payload = shape.payload;
-    let factory = move || Event { ts: 0, data: vec![0; payload] };
+    let factory = move || Event { data: vec![0; payload] };
     let (single_producer, single_consumer) = (shape.producers == 1, shape.subscribers == 1);
     if single_producer {
         if single_consumer {
@@ -78,7 +77,7 @@ fn drive_all<P: Producer<Event> + Send>(
         .enumerate()
         .map(|(i, mut p)| {
             Box::new(move |run: &Run| {
-                drive(shape, run, i, |bufs| publish(&mut p, bufs, run))
+                drive(shape, run, i, Stamp::for_peer(shape), |bufs| publish(&mut p, bufs, run))
                 // Dropping the last producer shuts the Disruptor down: it waits
                 // for the processors to handle everything published.
             }) as ProducerFn<'_>
@@ -90,10 +89,7 @@ fn drive_all<P: Producer<Event> + Send>(
 fn publish<P: Producer<Event>>(p: &mut P, bufs: &[Vec<u8>], run: &Run) -> bool {
     if let [one] = bufs {
         loop {
-            let fill = |e: &mut Event| {
-                e.ts = now_ns();
-                e.data.copy_from_slice(one);
-            };
+            let fill = |e: &mut Event| e.data.copy_from_slice(one);
             match p.try_publish(fill) {
                 Ok(_) => return true,
                 Err(RingBufferFull) if run.aborted() => return false,
@@ -103,9 +99,7 @@ fn publish<P: Producer<Event>>(p: &mut P, bufs: &[Vec<u8>], run: &Run) -> bool {
     }
     loop {
         let published = p.try_batch_publish(bufs.len(), |events| {
-            let ts = now_ns();
             for (e, b) in events.zip(bufs) {
-                e.ts = ts;
                 e.data.copy_from_slice(b);
             }
         });

@@ -1,6 +1,10 @@
 //! The systems under test: rill and its peers, each driven the way its own
-//! documentation recommends (see `PEERS.md`), with the same payloads, the same
-//! producer loop and the same per-message work (`measure::Tally`).
+//! documentation recommends (see `PEERS.md`), carrying what a user of that
+//! peer would send ([`PeerPayload::Auto`]), with the same producer loop and the
+//! same per-message work (`measure::Tally`, chosen by `--work`).
+//!
+//! This is the one peer harness: `rill-bench` and the criterion benches
+//! (`benches/peers.rs`) both run systems through [`run`].
 
 mod bare_log;
 mod bus_peer;
@@ -70,6 +74,10 @@ impl System {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum PeerPayload {
+    /// What a user of the peer would send: a fixed-size array by value
+    /// (`[u8; 64]`) with one subscriber, an `Arc<[u8]>` shared by reference
+    /// count when fanning out to several.
+    Auto,
     /// `Vec<u8>`: a fresh buffer per message, cloned per subscriber when fanned out.
     Vec,
     /// `Arc<[u8]>`: one buffer per message, shared by reference count.
@@ -154,9 +162,44 @@ impl Payload for Arc<[u8]> {
     }
 }
 
+impl<const N: usize> Payload for [u8; N] {
+    #[inline]
+    fn copy_from(bytes: &[u8]) -> Self {
+        let mut a = [0u8; N];
+        a.copy_from_slice(bytes);
+        a
+    }
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl PeerPayload {
+    /// The payload type peers carry in `shape` (resolves `Auto`).
+    pub fn resolve(self, shape: &Shape) -> PeerPayload {
+        match self {
+            PeerPayload::Auto if shape.subscribers > 1 => PeerPayload::Arc,
+            PeerPayload::Auto => PeerPayload::Array,
+            p => p,
+        }
+    }
+
+    /// The Rust type, for tables ("[u8; 64]", "Arc<[u8]>", ...).
+    pub fn type_name(self, shape: &Shape) -> String {
+        match self.resolve(shape) {
+            PeerPayload::Vec => "Vec<u8>".into(),
+            PeerPayload::Arc => "Arc<[u8]>".into(),
+            _ if matches!(shape.payload, 64 | 256 | 1024 | 4096) => format!("[u8; {}]", shape.payload),
+            _ => "Inline<[u8; N]> (array + length)".into(),
+        }
+    }
+}
+
 /// A payload held by value in an array of `N` bytes, of which the first
-/// `len` are the payload.
-#[derive(Clone, Copy)]
+/// `len` are the payload (sizes that are not exactly 64, 256, 1024 or 4096;
+/// those travel as a bare `[u8; N]`).
+#[derive(Debug, Clone, Copy)]
 pub struct Inline<const N: usize> {
     len: usize,
     buf: [u8; N],
@@ -175,25 +218,19 @@ impl<const N: usize> Payload for Inline<N> {
     }
 }
 
-/// A message as peers carry it: the publish timestamp (on rill's clock, read
-/// by the producer just as rill reads it in `publish`) and the payload.
-#[derive(Debug, Clone)]
-pub struct Msg<P> {
-    /// `rill::clock::now_ns()` at send.
-    pub ts: u64,
-    /// The payload.
-    pub data: P,
-}
-
 /// Runs `shape` once on `system`.
 pub fn run(system: System, shape: &Shape, env: &Env) -> Outcome {
-    match (system, env.peer_payload) {
+    match (system, env.peer_payload.resolve(shape)) {
         (System::Rill, _) => rill_sys::run(shape, env),
         (System::Disruptor, _) => disruptor_peer::run(shape, env),
         (System::BareLog, _) => bare_log::run(shape, env),
         (s, PeerPayload::Vec) => run_peer::<Vec<u8>>(s, shape, env),
         (s, PeerPayload::Arc) => run_peer::<Arc<[u8]>>(s, shape, env),
-        (s, PeerPayload::Array) => match shape.payload {
+        (s, _) => match shape.payload {
+            64 => run_peer::<[u8; 64]>(s, shape, env),
+            256 => run_peer::<[u8; 256]>(s, shape, env),
+            1024 => run_peer::<[u8; 1024]>(s, shape, env),
+            MAX_ARRAY_PAYLOAD => run_peer::<[u8; MAX_ARRAY_PAYLOAD]>(s, shape, env),
             0..=64 => run_peer::<Inline<64>>(s, shape, env),
             65..=256 => run_peer::<Inline<256>>(s, shape, env),
             257..=1024 => run_peer::<Inline<1024>>(s, shape, env),
@@ -217,7 +254,38 @@ fn run_peer<P: Payload>(system: System, shape: &Shape, env: &Env) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::{Amount, Delivery, Status, SubMode};
+    use crate::measure::{Amount, Delivery, Status, SubMode, Work};
+
+    fn shape(producers: usize, subscribers: usize, payload: usize, amount: Amount, capacity: usize) -> Shape {
+        Shape {
+            producers,
+            subscribers,
+            mode: SubMode::Pool,
+            partitions: 1,
+            payload,
+            batch: 1,
+            poll_batch: 64,
+            amount,
+            rate: None,
+            capacity,
+            delivery: Delivery::AtLeastOnce,
+            sample_every: 8,
+            idle_spin_us: 0,
+            work: Work::Touch,
+        }
+    }
+
+    fn env(workers: usize, peer_payload: PeerPayload) -> Env {
+        Env {
+            workers: Some(workers),
+            retention_mib: 1,
+            warmup: false,
+            overflow: RillOverflow::Block,
+            batch_handler: false,
+            peer_payload,
+            timeout: Duration::from_secs(60),
+        }
+    }
 
     #[test]
     fn inline_payloads_keep_exactly_their_bytes() {
@@ -225,7 +293,19 @@ mod tests {
         assert_eq!(short.bytes(), &[1, 2, 3]);
         let full: Vec<u8> = (0..64).collect();
         assert_eq!(Inline::<64>::copy_from(&full).bytes(), &full[..]);
+        assert_eq!(<[u8; 64]>::copy_from(&full).bytes(), &full[..]);
         assert!(Inline::<256>::copy_from(&[]).bytes().is_empty());
+    }
+
+    #[test]
+    fn auto_payloads_are_what_a_user_of_the_peer_sends() {
+        let one = shape(1, 1, 64, Amount::Messages(1), 8);
+        let many = shape(4, 1, 64, Amount::Messages(1), 8);
+        let fan = shape(1, 8, 64, Amount::Messages(1), 8);
+        assert_eq!(PeerPayload::Auto.type_name(&one), "[u8; 64]");
+        assert_eq!(PeerPayload::Auto.type_name(&many), "[u8; 64]");
+        assert_eq!(PeerPayload::Auto.type_name(&fan), "Arc<[u8]>");
+        assert_eq!(PeerPayload::Vec.type_name(&one), "Vec<u8>");
     }
 
     #[test]
@@ -235,33 +315,10 @@ mod tests {
         // every system must account for every message, and every subscriber
         // must read exactly the bytes published (the sums would differ on a
         // torn, stale or skipped payload).
-        let shape = Shape {
-            producers: 2,
-            subscribers: 3,
-            mode: SubMode::Pool,
-            partitions: 1,
-            payload: 100,
-            batch: 4,
-            poll_batch: 64,
-            amount: Amount::Messages(3000),
-            rate: None,
-            capacity: 8,
-            delivery: Delivery::AtLeastOnce,
-            sample_every: 8,
-            idle_spin_us: 0,
-        };
-        let env = Env {
-            workers: Some(2),
-            retention_mib: 1,
-            warmup: false,
-            overflow: RillOverflow::Block,
-            batch_handler: false,
-            peer_payload: PeerPayload::Vec,
-            timeout: Duration::from_secs(60),
-        };
+        let shape = Shape { batch: 4, ..shape(2, 3, 100, Amount::Messages(3000), 8) };
         let mut sums = Vec::new();
         for system in [System::Rill, System::Crossbeam, System::Flume, System::BareLog] {
-            let out = run(system, &shape, &env);
+            let out = run(system, &shape, &env(2, PeerPayload::Auto));
             assert_eq!(out.status, Status::Ok, "{system:?}");
             assert_eq!((out.published, out.delivered, out.missed), (6000, 18000, 0), "{system:?}");
             sums.push((system, out.payload_sum));
@@ -272,40 +329,57 @@ mod tests {
 
     #[test]
     fn every_peer_payload_type_delivers_every_message() {
-        for (peer_payload, payload) in
-            [(PeerPayload::Vec, 64), (PeerPayload::Arc, 64), (PeerPayload::Array, 64), (PeerPayload::Array, 200)]
-        {
-            let shape = Shape {
-                producers: 1,
-                subscribers: 2,
-                mode: SubMode::Pool,
-                partitions: 1,
-                payload,
-                batch: 1,
-                poll_batch: 64,
-                amount: Amount::Messages(2000),
-                rate: None,
-                capacity: 64,
-                delivery: Delivery::AtLeastOnce,
-                sample_every: 8,
-                idle_spin_us: 0,
-            };
-            let env = Env {
-                workers: Some(1),
-                retention_mib: 1,
-                warmup: false,
-                overflow: RillOverflow::Block,
-                batch_handler: false,
-                peer_payload,
-                timeout: Duration::from_secs(60),
-            };
-            for system in [System::Crossbeam, System::Bus] {
-                let out = run(system, &shape, &env);
+        for (peer_payload, payload, subscribers) in [
+            (PeerPayload::Vec, 64, 2),
+            (PeerPayload::Arc, 64, 2),
+            (PeerPayload::Array, 64, 2),
+            (PeerPayload::Array, 200, 2),
+            (PeerPayload::Auto, 64, 1),
+            (PeerPayload::Auto, 64, 2),
+        ] {
+            let shape = shape(1, subscribers, payload, Amount::Messages(2000), 64);
+            for system in [System::Crossbeam, System::Bus, System::TokioBlocking] {
+                let out = run(system, &shape, &env(1, peer_payload));
                 let what = format!("{system:?} with {peer_payload:?} payloads of {payload} B");
                 assert_eq!(out.status, Status::Ok, "{what}");
                 assert_eq!(out.published, 2000, "{what}");
-                assert_eq!(out.delivered, 4000, "{what}");
-                assert_eq!(out.missed, 0, "{what}");
+                assert_eq!(out.delivered + out.missed, 2000 * subscribers as u64, "{what}");
+                if system != System::TokioBlocking {
+                    assert_eq!(out.missed, 0, "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn minimal_work_ends_timed_runs_exactly_and_samples_latency() {
+        // Duration mode with several producers: the subscribers never write
+        // their counts per message, so each must learn the final count from the
+        // last producer before its final message arrives, or the run would
+        // time out (the cap here is 60 s; a run takes 30 ms).
+        for (producers, subscribers) in [(1, 1), (3, 1), (1, 3)] {
+            let shape = Shape {
+                work: Work::Minimal,
+                sample_every: 16,
+                ..shape(producers, subscribers, 64, Amount::Seconds(0.03), 64)
+            };
+            for system in [System::Rill, System::Crossbeam, System::Bus, System::BareLog] {
+                if system == System::Bus && producers > 1 {
+                    continue;
+                }
+                let out = run(system, &shape, &env(2, PeerPayload::Auto));
+                let what = format!("{system:?}, {producers} -> {subscribers}");
+                assert_eq!(out.status, Status::Ok, "{what}");
+                assert!(out.published > 0, "{what}");
+                assert_eq!(out.delivered, out.published * subscribers as u64, "{what}");
+                assert_eq!(out.payload_sum, 0, "{what}: minimal work reads no payload");
+                assert!(!out.latency.is_empty(), "{what}: latency is sampled");
+                assert!(
+                    out.latency.len() <= out.delivered / 16 + subscribers as u64,
+                    "{what}: at most 1 in 16 sampled, got {} of {}",
+                    out.latency.len(),
+                    out.delivered
+                );
             }
         }
     }

@@ -10,7 +10,7 @@ use rill::{
 };
 
 use super::{Env, RillOverflow};
-use crate::measure::{Delivery, Outcome, ProducerFn, Run, Shape, Status, SubMode, drive, execute};
+use crate::measure::{Delivery, Outcome, ProducerFn, Run, Shape, Stamp, Status, SubMode, drive, execute};
 
 const TOPIC: &str = "bench";
 
@@ -82,13 +82,13 @@ fn try_run(shape: &Shape, env: &Env) -> rill::Result<Outcome> {
                 subs.push(if env.batch_handler {
                     broker.subscribe_batch(TOPIC, options, move |msgs: &[Message<'_>], _acks: &mut [Ack]| {
                         for m in msgs {
-                            tally.on(m.payload(), m.timestamp_ns());
+                            tally.on(m.payload(), || m.timestamp_ns());
                         }
                         msgs.len()
                     })?
                 } else {
                     broker.subscribe(TOPIC, options, move |m: &Message<'_>| {
-                        tally.on(m.payload(), m.timestamp_ns());
+                        tally.on(m.payload(), || m.timestamp_ns());
                         Ack::Success
                     })?
                 });
@@ -110,7 +110,7 @@ fn try_run(shape: &Shape, env: &Env) -> rill::Result<Outcome> {
                         let Ok(batch) = consumer.poll(max, Duration::from_millis(20)) else { break };
                         delivered += batch.len() as u64;
                         for m in batch {
-                            tally.on(m.payload(), m.timestamp_ns());
+                            tally.on(m.payload(), || m.timestamp_ns());
                         }
                         // What the cursors moved past without handing out was
                         // trimmed by retention: count it as missed.
@@ -134,7 +134,8 @@ fn try_run(shape: &Shape, env: &Env) -> rill::Result<Outcome> {
             let publisher = publisher.clone();
             let errors = &errors;
             Box::new(move |run: &Run| {
-                drive(shape, run, p, |bufs| {
+                // Stamp::Never: rill stamps every record in `publish`.
+                drive(shape, run, p, Stamp::Never, |bufs| {
                     let res = if let [one] = bufs {
                         publisher.publish(&Record::new(one)).map(|_| ())
                     } else {

@@ -11,17 +11,16 @@
 //! gets `RecvError::Lagged(n)` and skips `n` messages. Those are counted as
 //! lost and earn no throughput.
 
-use rill::clock::now_ns;
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{Env, Msg, Payload};
-use crate::measure::{Outcome, ProducerFn, Run, Shape, Status, Tally, drive, execute};
+use super::{Env, Payload};
+use crate::measure::{Outcome, ProducerFn, Run, Shape, Stamp, Status, Tally, drive, execute, stamp_of};
 
 /// Runs `shape` once; `blocking` picks OS threads over async tasks.
 pub fn run<P: Payload>(shape: &Shape, env: &Env, blocking: bool) -> Outcome {
     let run = Run::new(shape);
-    let (tx, _) = broadcast::channel::<Msg<P>>(shape.capacity.max(1));
+    let (tx, _) = broadcast::channel::<P>(shape.capacity.max(1));
     let rxs: Vec<_> = (0..shape.subscribers).map(|_| tx.subscribe()).collect();
     let mut threads = Vec::new();
     let mut tasks = Vec::new();
@@ -39,7 +38,7 @@ pub fn run<P: Payload>(shape: &Shape, env: &Env, blocking: bool) -> Outcome {
             Some(rt) => tasks.push(rt.spawn(async move {
                 loop {
                     match rx.recv().await {
-                        Ok(m) => t.on(m.data.bytes(), m.ts),
+                        Ok(m) => t.on(m.bytes(), || stamp_of(m.bytes())),
                         Err(RecvError::Lagged(n)) => t.missed(n),
                         Err(RecvError::Closed) => break,
                     }
@@ -57,8 +56,8 @@ pub fn run<P: Payload>(shape: &Shape, env: &Env, blocking: bool) -> Outcome {
         .map(|p| {
             let tx = tx.clone();
             Box::new(move |run: &Run| {
-                drive(shape, run, p, |bufs| {
-                    bufs.iter().all(|b| tx.send(Msg { ts: now_ns(), data: P::copy_from(b) }).is_ok())
+                drive(shape, run, p, Stamp::for_peer(shape), |bufs| {
+                    bufs.iter().all(|b| tx.send(P::copy_from(b)).is_ok())
                 })
             }) as ProducerFn<'_>
         })
@@ -78,10 +77,10 @@ pub fn run<P: Payload>(shape: &Shape, env: &Env, blocking: bool) -> Outcome {
     out
 }
 
-fn blocking_loop<P: Payload>(rx: &mut broadcast::Receiver<Msg<P>>, t: &mut Tally) {
+fn blocking_loop<P: Payload>(rx: &mut broadcast::Receiver<P>, t: &mut Tally) {
     loop {
         match rx.blocking_recv() {
-            Ok(m) => t.on(m.data.bytes(), m.ts),
+            Ok(m) => t.on(m.bytes(), || stamp_of(m.bytes())),
             Err(RecvError::Lagged(n)) => t.missed(n),
             Err(RecvError::Closed) => break,
         }

@@ -1,0 +1,22 @@
+//! The machinery behind `rill-bench`, as a library so that the criterion
+//! benches (`benches/peers.rs`) drive rill and its peers through the very same
+//! harnesses: one peer harness, used by both.
+//!
+//! * [`systems`]: rill and each peer, driven the way its own documentation
+//!   recommends (see `PEERS.md`);
+//! * [`plain`]: each peer in the plain loop a user would write, outside the
+//!   harness, for the self-check;
+//! * [`measure`]: the shape of a run, the subscriber's per-message work
+//!   ([`measure::Work`]), the producer loop and the run clock;
+//! * [`bench`](mod@bench), [`scenarios`], [`stats`], [`report`], [`plot`], [`probe`]:
+//!   interleaved pairs, named workloads, ratios, output and the machine probe.
+
+pub mod bench;
+pub mod measure;
+pub mod plain;
+pub mod plot;
+pub mod probe;
+pub mod report;
+pub mod scenarios;
+pub mod stats;
+pub mod systems;
