@@ -131,6 +131,14 @@ impl SubCore {
             // its positions are final then.
             drop(self.drain.lock());
             self.finalize();
+            // The drainer may have won the wind-up and still be running it
+            // (dropping the handler runs user code): wait until it is done,
+            // so the caller may reuse the name or free what the handler used.
+            // Acquire: pairs with the Release store at the end of `finalize`.
+            self.idle.wait_until(None, || self.wound_up.load(Ordering::Acquire));
+            // A dedicated thread has nothing left to do: it sees CLOSED at the
+            // top of its loop (it was unparked above) and returns.
+            self.join_thread();
         }
         // Otherwise the caller is (inside) the round, which finalizes when it returns.
         self.notify_idle();
@@ -153,6 +161,9 @@ impl SubCore {
         if let Some(on_close) = &self.env.on_close {
             on_close(self);
         }
+        // Release: an external closer that sees it sees the wind-up done.
+        self.wound_up.store(true, Ordering::Release);
+        self.notify_idle();
     }
 
     /// Closes the subscription, recording why (reported in stats).
