@@ -34,6 +34,24 @@
 //! round's exit and the close is what `loom-tests/tests/close.rs` models;
 //! without the job, or without the dedicated loop's wind-up, loom finds
 //! an execution where nobody winds up.
+//!
+//! # An external close returns after the wind-up
+//!
+//! A close from outside any handler (the user's `close`, drop or
+//! `rill_subscription_free`) may block, and its caller expects the
+//! subscription to be gone when it returns: the handler and its user data
+//! dropped, a durable name free for the next subscribe. Taking the drain
+//! is not enough: the round it waited for may have seen CLOSED first and
+//! won `finalize`, and still be dropping the handler. So the wind-up ends
+//! by storing `wound_up` (Release) and notifying `idle`, and the external
+//! closer waits there (Acquire) after its own `finalize`. The winner never
+//! waits on an external closer (it only drops user code and takes the
+//! broker's control lock, which no closer holds), so the wait ends. Only
+//! external closes wait: one from a handler could be waited on by the very
+//! wind-up it would wait for. `loom-tests/tests/close.rs` checks the hook
+//! has run when an external close returns, on the pool and on a dedicated
+//! thread. Then the closer joins a dedicated thread: unparked, it sees
+//! CLOSED at the top of its loop and returns.
 
 use std::cell::Cell;
 
