@@ -897,7 +897,9 @@ impl Drop for DroppedFlag {
     fn drop(&mut self) {
         // A destructor with some work in it widens the window in which a
         // close that did not wait for the wind-up would return.
-        std::thread::yield_now();
+        for _ in 0..50 {
+            std::thread::yield_now();
+        }
         self.0.store(true, Ordering::SeqCst);
     }
 }
@@ -910,18 +912,27 @@ fn close_returns_after_the_wind_up_so_the_name_can_be_reused_at_once() {
         for i in 0..200u32 {
             let dropped = Arc::new(AtomicBool::new(false));
             let flag = DroppedFlag(dropped.clone());
+            let (entered, in_round) = std::sync::mpsc::sync_channel::<()>(1);
             let options =
                 SubscriptionOptions { name: Some("reused".into()), dedicated_thread: dedicated, ..earliest() };
+            // The same durable name right after the last close: never Busy.
             let s = b
                 .subscribe("t", options, move |_: &Message<'_>| {
                     let _owned = &flag;
+                    let _ = entered.try_send(());
+                    // A slow handler: the close meets its round in progress,
+                    // and the drainer, seeing CLOSED after it, may win the
+                    // wind-up.
+                    for _ in 0..200 {
+                        std::thread::yield_now();
+                    }
                     Ack::Success
                 })
                 .unwrap_or_else(|e| panic!("iteration {i} (dedicated {dedicated}): {e}"));
-            // Messages in flight while it closes: the drainer may be in a round.
-            for _ in 0..20 {
+            for _ in 0..5 {
                 publish(&b, "t", b"m");
             }
+            in_round.recv_timeout(WAIT).expect("the handler runs");
             s.close();
             assert!(dropped.load(Ordering::SeqCst), "iteration {i}: close returned before the handler was dropped");
             drop(s);
