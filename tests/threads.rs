@@ -26,7 +26,7 @@ fn closing_a_dedicated_subscription_releases_its_thread_and_stack() {
     let cycle = |i: u32| {
         let options = SubscriptionOptions { dedicated_thread: true, ..Default::default() };
         let s = b.subscribe("t", options, |_: &Message<'_>| Ack::Success).unwrap();
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             publish(&b, "t", b"m");
         }
         s.close();
