@@ -512,7 +512,9 @@ typedef struct {
      */
     double backoff_multiplier;
     /**
-     * Dead-letter topic (NULL: `$dlq/<name>`); created if missing. A topic
+     * Dead-letter topic (NULL: `$dlq/<name>`); created at subscribe if
+     * missing (for an anonymous subscription's default one: when its first
+     * message is dead-lettered, and deleted with it if empty). A topic
      * name (see `rill_topic_create`; `$` names are allowed here); otherwise
      * `RILL_ERR_INVALID_ARGUMENT` with an error text naming
      * `dead_letter_topic`.

@@ -856,3 +856,86 @@ fn a_wildcard_subscription_over_many_topics_gets_every_message_once_in_order() {
         }
     }
 }
+
+#[test]
+fn anonymous_subscriptions_leave_no_dead_letter_topic_behind() {
+    let b = broker();
+    topic(&b, "t", 1);
+    let before = b.topics();
+    for i in 0..500u32 {
+        let (s, _seen) = sub_with(&b, "t", SubscriptionOptions::default());
+        if i % 50 == 0 {
+            // Some with a delivery behind them, none dead-lettered.
+            publish(&b, "t", b"m");
+            assert!(s.wait_idle(WAIT).unwrap());
+        }
+        s.close();
+    }
+    assert_eq!(b.topics(), before, "500 anonymous subscribe/close cycles left no topic behind");
+
+    // One that dead-letters still gets its topic, made on the first dead
+    // letter, and the topic stays while it holds messages.
+    let s = b.subscribe("t", SubscriptionOptions::default(), |_: &Message<'_>| Ack::DeadLetter).unwrap();
+    let dlq = s.stats().dead_letter_topic.expect("a dead-letter topic name");
+    assert!(dlq.starts_with("$dlq/anon-"), "{dlq}");
+    assert!(!b.topics().contains(&dlq), "not made at subscribe");
+    publish(&b, "t", b"poison");
+    assert!(s.wait_idle(WAIT).unwrap());
+    assert_eq!(s.stats().dead_lettered, 1);
+    s.close();
+    assert!(b.topics().contains(&dlq), "a dead-letter topic holding messages outlives its subscription");
+    let (reader, seen) = sub_with(&b, &dlq, earliest());
+    assert!(reader.wait_idle(WAIT).unwrap());
+    assert_eq!(payloads(&seen), vec![b"poison".to_vec()]);
+}
+
+/// Sets its flag when dropped (with the handler that owns it): the end of
+/// the subscription's wind-up as user code sees it.
+struct DroppedFlag(Arc<AtomicBool>);
+
+impl Drop for DroppedFlag {
+    fn drop(&mut self) {
+        // A destructor with some work in it widens the window in which a
+        // close that did not wait for the wind-up would return.
+        for _ in 0..50 {
+            std::thread::yield_now();
+        }
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn close_returns_after_the_wind_up_so_the_name_can_be_reused_at_once() {
+    let b = broker();
+    topic(&b, "t", 1);
+    for dedicated in [false, true] {
+        for i in 0..200u32 {
+            let dropped = Arc::new(AtomicBool::new(false));
+            let flag = DroppedFlag(dropped.clone());
+            let (entered, in_round) = std::sync::mpsc::sync_channel::<()>(1);
+            let options =
+                SubscriptionOptions { name: Some("reused".into()), dedicated_thread: dedicated, ..earliest() };
+            // The same durable name right after the last close: never Busy.
+            let s = b
+                .subscribe("t", options, move |_: &Message<'_>| {
+                    let _owned = &flag;
+                    let _ = entered.try_send(());
+                    // A slow handler: the close meets its round in progress,
+                    // and the drainer, seeing CLOSED after it, may win the
+                    // wind-up.
+                    for _ in 0..200 {
+                        std::thread::yield_now();
+                    }
+                    Ack::Success
+                })
+                .unwrap_or_else(|e| panic!("iteration {i} (dedicated {dedicated}): {e}"));
+            for _ in 0..5 {
+                publish(&b, "t", b"m");
+            }
+            in_round.recv_timeout(WAIT).expect("the handler runs");
+            s.close();
+            assert!(dropped.load(Ordering::SeqCst), "iteration {i}: close returned before the handler was dropped");
+            drop(s);
+        }
+    }
+}

@@ -131,7 +131,9 @@ pub struct rill_subscription_options {
     pub backoff_max_ms: u64,
     /// Growth of the wait per attempt, at least 1.0 (default 2.0).
     pub backoff_multiplier: f64,
-    /// Dead-letter topic (NULL: `$dlq/<name>`); created if missing. A topic
+    /// Dead-letter topic (NULL: `$dlq/<name>`); created at subscribe if
+    /// missing (for an anonymous subscription's default one: when its first
+    /// message is dead-lettered, and deleted with it if empty). A topic
     /// name (see `rill_topic_create`; `$` names are allowed here); otherwise
     /// `RILL_ERR_INVALID_ARGUMENT` with an error text naming
     /// `dead_letter_topic`.

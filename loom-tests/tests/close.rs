@@ -13,6 +13,11 @@
 //! harmless (it is idempotent); never winding up leaks the handler and keeps
 //! a durable name taken. Each model waits for the close hook: a missed wind-up
 //! leaves every thread blocked, which loom reports as a deadlock.
+//!
+//! A close from outside any handler waits instead: for the round in flight,
+//! then for the wind-up, whichever thread won it (the drainer may have seen
+//! CLOSED first and still be running the close hook). The last two models
+//! check that the hook has run when such a close returns.
 #![cfg(loom)]
 
 use loom::sync::Arc;
@@ -42,4 +47,25 @@ fn a_close_from_another_handler_always_winds_up_on_the_pool() {
 #[test]
 fn a_close_from_another_handler_always_winds_up_on_a_dedicated_thread() {
     model(|| close_during_a_drain(true));
+}
+
+fn external_close_during_a_drain(dedicated: bool) {
+    let h = Harness::new(dedicated);
+    // Schedules a drain that may see CLOSED and win the wind-up.
+    h.publish(1);
+    h.close();
+    assert_eq!(h.times_wound_up(), 1, "an external close returns only after the wind-up");
+    h.shutdown();
+}
+
+/// Pool-drained: the worker may be the one winding up when the close lands.
+#[test]
+fn an_external_close_returns_after_the_wind_up_on_the_pool() {
+    model(|| external_close_during_a_drain(false));
+}
+
+/// Dedicated thread: the thread may be the one winding up.
+#[test]
+fn an_external_close_returns_after_the_wind_up_on_a_dedicated_thread() {
+    model(|| external_close_during_a_drain(true));
 }

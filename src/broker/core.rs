@@ -13,12 +13,12 @@ use super::consumer::{ConsumerCore, GroupHost};
 use super::dispatch::{Timer, WorkerPool};
 use super::names::{self, Pattern};
 use super::subscription::{
-    BackoffOver, DrainJob, Exec, HandlerKind, StartPosition, SubCore, SubEnv, Subscription, SubscriptionOptions,
+    BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, StartPosition, SubCore, SubEnv, Subscription,
+    SubscriptionOptions,
 };
 use super::topic::{Topic, TopicOptions, Wait};
 use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicBool, Ordering};
-use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Arc, Mutex, Name};
 
 /// How a broker runs.
@@ -65,7 +65,6 @@ pub(super) struct Control {
     pub(super) live_names: HashSet<String>,
     /// Positions of durable subscriptions, kept while they are away.
     pub(super) durable: HashMap<String, Durable>,
-    pub(super) dedicated: Vec<JoinHandle<()>>,
     /// Committed offsets of consumer groups, by (group, topic).
     pub(super) groups: HashMap<(String, Name), Group>,
     /// Live consumers by id, so closing the broker can close them.
@@ -166,6 +165,32 @@ impl BrokerInner {
         Ok(topic)
     }
 
+    /// The topic `name`, created with the default options if absent.
+    fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>> {
+        match self.topic(name) {
+            Err(Error::NoSuchTopic(_)) => match self.create_topic(name, &self.config.default_topic) {
+                // Another thread created it first.
+                Err(Error::TopicExists(_)) => self.topic(name),
+                other => other,
+            },
+            other => other,
+        }
+    }
+
+    /// Removes `topic` from the topic map (if it is still the one under its
+    /// name). Readers that hold it (wildcard subscriptions that matched it)
+    /// keep their reference and read nothing new: nobody can publish to it
+    /// any more. Its memory goes with the last reference.
+    fn remove_topic(&self, _control: &Control, topic: &Arc<Topic>) {
+        let current = self.topics.load();
+        if !current.get(&topic.name).is_some_and(|t| Arc::ptr_eq(t, topic)) {
+            return;
+        }
+        let mut map = HashMap::clone(&current);
+        map.remove(&topic.name);
+        self.topics.store(std::sync::Arc::new(map));
+    }
+
     pub(super) fn subscribe(
         this: &Arc<BrokerInner>,
         pattern: &str,
@@ -190,14 +215,13 @@ impl BrokerInner {
         let id = crate::sync::unique_id();
         let name = options.name.clone().unwrap_or_else(|| format!("anon-{id}"));
         let dlq_name = options.dead_letter_topic.clone().unwrap_or_else(|| names::default_dead_letter_topic(&name));
-        let dlq = match this.topic(&dlq_name) {
-            Ok(t) => t,
-            Err(Error::NoSuchTopic(_)) => match this.create_topic(&dlq_name, &this.config.default_topic) {
-                Ok(t) => t,
-                Err(Error::TopicExists(_)) => this.topic(&dlq_name)?,
-                Err(e) => return Err(e),
-            },
-            Err(e) => return Err(e),
+        let dead_letters = if options.name.is_none() && options.dead_letter_topic.is_none() {
+            // An anonymous subscription's own dead-letter topic is made when
+            // its first message is dead-lettered: most never need one.
+            let (broker, name) = (this.clone(), dlq_name.clone());
+            DeadLetters::lazy(dlq_name, Box::new(move || broker.topic_or_create(&name)))
+        } else {
+            DeadLetters::Known(this.topic_or_create(&dlq_name)?)
         };
         let broker = this.clone();
         let exec =
@@ -205,7 +229,7 @@ impl BrokerInner {
         let env = SubEnv {
             exec,
             timer: Some(this.timer.clone()),
-            dead_letters: Some(dlq),
+            dead_letters: Some(dead_letters),
             on_close: Some(Box::new(move |sub: &SubCore| broker.on_subscription_closed(sub))),
         };
         let sub = Arc::new(SubCore::new(id, name.clone(), pattern.clone(), &options, handler, env)?);
@@ -242,8 +266,9 @@ impl BrokerInner {
             let s = sub.clone();
             let handle =
                 crate::sync::spawn_named(format!("rill-sub-{}", sub.name), move || SubCore::dedicated_loop(s))?;
-            sub.set_thread(handle.thread().clone());
-            control.dedicated.push(handle);
+            // Joined when the subscription is closed (or detached when its
+            // last reference goes), not kept here for the broker's lifetime.
+            sub.set_join_handle(handle);
         }
         for (topic, p, cursor) in readers {
             SubCore::attach_to(&sub, topic, &p, cursor);
@@ -264,6 +289,14 @@ impl BrokerInner {
         control.patterns.remove(&sub.pattern, sub.id);
         control.subs.remove(&sub.id);
         control.live_names.remove(&sub.name);
+        // An anonymous subscription's own dead-letter topic goes with it
+        // unless it holds dead letters (nothing can publish to it after the
+        // last handler call, which came before this hook).
+        if let Some(dlq) = sub.own_dead_letter_topic()
+            && dlq.partitions.iter().all(|p| p.log.end_offset() == 0)
+        {
+            self.remove_topic(&control, &dlq);
+        }
         if sub.durable {
             let saved = control.durable.entry(sub.name.clone()).or_default();
             for (topic, partition, offset) in sub.positions() {
@@ -278,11 +311,11 @@ impl BrokerInner {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (subs, dedicated, consumers) = {
-            let mut control = self.control.lock();
+        let (subs, consumers) = {
+            let control = self.control.lock();
             let subs: Vec<Arc<SubCore>> = control.subs.values().cloned().collect();
             let consumers: Vec<Arc<ConsumerCore>> = control.consumers.values().cloned().collect();
-            (subs, std::mem::take(&mut control.dedicated), consumers)
+            (subs, consumers)
         };
         for c in &consumers {
             c.close();
@@ -292,11 +325,10 @@ impl BrokerInner {
         }
         self.pool.stop();
         self.timer.stop();
-        let me = thread::current().id();
-        for t in dedicated {
-            if t.thread().id() != me {
-                let _ = t.join();
-            }
+        // A close from a handler did not wait: join the dedicated threads
+        // (all but the caller's own) here, as an external close does.
+        for sub in &subs {
+            sub.join_thread();
         }
         self.topics.store(std::sync::Arc::new(HashMap::new()));
     }

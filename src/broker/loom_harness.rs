@@ -152,6 +152,18 @@ impl Harness {
         *n
     }
 
+    /// Closes the subscription as a caller outside any handler does: waiting
+    /// for the drain in flight and for the wind-up.
+    pub fn close(&self) {
+        SubCore::close(&self.sub);
+    }
+
+    /// How many times the subscription has been wound up so far (its close
+    /// hook ran), without waiting.
+    pub fn times_wound_up(&self) -> u32 {
+        *self.wound_up.0.lock()
+    }
+
     /// Closes the subscription and stops its threads.
     pub fn shutdown(mut self) {
         SubCore::close(&self.sub);

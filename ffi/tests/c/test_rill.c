@@ -8,6 +8,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1464,6 +1465,127 @@ static void test_on_lagged_hears_what_retention_trimmed(void) {
     rill_broker_free(b);
 }
 
+/* ---- freeing a subscription returns after its wind-up (issue 14 #9) -------- */
+
+typedef struct {
+    int delivered; /* GCC __atomic builtins: the tests are C99 */
+    int freed;     /* set at the very end of user_data_free */
+} windup;
+
+static rill_ack windup_handler(void *user_data, const rill_message *m) {
+    (void)m;
+    __atomic_fetch_add(&((windup *)user_data)->delivered, 1, __ATOMIC_SEQ_CST);
+    /* A slow handler: the free meets its round in progress, and the drainer,
+     * seeing the close after it, may win the wind-up. */
+    for (int i = 0; i < 200; i++) {
+        sched_yield();
+    }
+    return RILL_ACK_SUCCESS;
+}
+
+static void windup_free(void *user_data) {
+    /* Some work first: a free that did not wait for the wind-up would
+     * return inside this window. */
+    for (int i = 0; i < 50; i++) {
+        sched_yield();
+    }
+    __atomic_store_n(&((windup *)user_data)->freed, 1, __ATOMIC_SEQ_CST);
+}
+
+static void test_free_returns_after_user_data_free(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "t", NULL));
+    rill_record r = record_of("m");
+    int early = 0, busy = 0;
+    for (int dedicated = 0; dedicated < 2; dedicated++) {
+        for (int i = 0; i < 200; i++) {
+            windup w;
+            w.delivered = 0;
+            w.freed = 0;
+            rill_subscription_options o = sub_options();
+            o.name = "reused";
+            o.dedicated_thread = dedicated;
+            o.start = RILL_START_EARLIEST;
+            o.user_data_free = windup_free;
+            rill_subscription *s = NULL;
+            /* The same durable name right after the last free: never BUSY. */
+            if (rill_subscribe(b, "t", &o, windup_handler, &w, &s) != RILL_OK) {
+                busy++;
+                continue;
+            }
+            for (int k = 0; k < 5; k++) { /* messages in flight */
+                OK(rill_publish(b, "t", &r, NULL));
+            }
+            /* Free once the handler has started (watchdog: 30 s). */
+            struct timespec t0, now;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            while (__atomic_load_n(&w.delivered, __ATOMIC_SEQ_CST) == 0) {
+                clock_gettime(CLOCK_MONOTONIC, &now);
+                if (now.tv_sec - t0.tv_sec > 30) {
+                    break;
+                }
+                sched_yield();
+            }
+            CHECK(__atomic_load_n(&w.delivered, __ATOMIC_SEQ_CST) > 0);
+            rill_subscription_free(s);
+            if (!__atomic_load_n(&w.freed, __ATOMIC_SEQ_CST)) {
+                early++;
+            }
+        }
+    }
+    CHECK(early == 0);
+    CHECK(busy == 0);
+    rill_broker_free(b);
+}
+
+/* ---- anonymous subscriptions and their dead letters (issue 14 #8) ---------- */
+
+static rill_ack dead_letter_all(void *user_data, const rill_message *m) {
+    (void)m;
+    __atomic_fetch_add((int *)user_data, 1, __ATOMIC_SEQ_CST);
+    return RILL_ACK_DEAD_LETTER;
+}
+
+static void test_anonymous_subscriptions_and_dead_letters(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "t", NULL));
+    rill_record r = record_of("m");
+    /* Many anonymous subscribe/free cycles, some with deliveries. */
+    for (int i = 0; i < 500; i++) {
+        recorder rec;
+        recorder_init(&rec);
+        rill_subscription *s = NULL;
+        OK(rill_subscribe(b, "t", NULL, record_handler, &rec, &s));
+        if (i % 50 == 0) {
+            OK(rill_publish(b, "t", &r, NULL));
+            OK(rill_subscription_wait_idle(s, 20000));
+        }
+        rill_subscription_free(s);
+    }
+    /* An anonymous subscription with a dead-letter topic of its own still
+     * dead-letters into it. */
+    int calls = 0;
+    rill_subscription_options o = sub_options();
+    o.dead_letter_topic = "failed";
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "t", &o, dead_letter_all, &calls, &s));
+    rill_record poison = record_of("poison");
+    OK(rill_publish(b, "t", &poison, NULL));
+    OK(rill_subscription_wait_idle(s, 20000));
+    rill_subscription_stats st;
+    OK(rill_subscription_get_stats(s, &st));
+    CHECK(st.dead_lettered == 1 && __atomic_load_n(&calls, __ATOMIC_SEQ_CST) == 1);
+    rill_subscription_free(s);
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "dlq-reader", "failed", NULL, &c));
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    OK(rill_consumer_poll(c, 10, 5000, &msgs, &count));
+    CHECK(count == 1 && msgs[0].payload_len == 6 && memcmp(msgs[0].payload, "poison", 6) == 0);
+    rill_consumer_free(c);
+    rill_broker_free(b);
+}
+
 int main(void) {
     test_version_status_names_and_last_error();
     test_option_struct_sizes();
@@ -1489,6 +1611,8 @@ int main(void) {
     test_topic_pointers_are_stable();
     test_handlers_that_free_each_other();
     test_on_lagged_hears_what_retention_trimmed();
+    test_free_returns_after_user_data_free();
+    test_anonymous_subscriptions_and_dead_letters();
     if (failures) {
         fprintf(stderr, "C ABI tests: %d of %d checks failed\n", failures, checks);
         return 1;

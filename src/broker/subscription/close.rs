@@ -34,6 +34,24 @@
 //! round's exit and the close is what `loom-tests/tests/close.rs` models;
 //! without the job, or without the dedicated loop's wind-up, loom finds
 //! an execution where nobody winds up.
+//!
+//! # An external close returns after the wind-up
+//!
+//! A close from outside any handler (the user's `close`, drop or
+//! `rill_subscription_free`) may block, and its caller expects the
+//! subscription to be gone when it returns: the handler and its user data
+//! dropped, a durable name free for the next subscribe. Taking the drain
+//! is not enough: the round it waited for may have seen CLOSED first and
+//! won `finalize`, and still be dropping the handler. So the wind-up ends
+//! by storing `wound_up` (Release) and notifying `idle`, and the external
+//! closer waits there (Acquire) after its own `finalize`. The winner never
+//! waits on an external closer (it only drops user code and takes the
+//! broker's control lock, which no closer holds), so the wait ends. Only
+//! external closes wait: one from a handler could be waited on by the very
+//! wind-up it would wait for. `loom-tests/tests/close.rs` checks the hook
+//! has run when an external close returns, on the pool and on a dedicated
+//! thread. Then the closer joins a dedicated thread: unparked, it sees
+//! CLOSED at the top of its loop and returns.
 
 use std::cell::Cell;
 
@@ -131,6 +149,14 @@ impl SubCore {
             // its positions are final then.
             drop(self.drain.lock());
             self.finalize();
+            // The drainer may have won the wind-up and still be running it
+            // (dropping the handler runs user code): wait until it is done,
+            // so the caller may reuse the name or free what the handler used.
+            // Acquire: pairs with the Release store at the end of `finalize`.
+            self.idle.wait_until(None, || self.wound_up.load(Ordering::Acquire));
+            // A dedicated thread has nothing left to do: it sees CLOSED at the
+            // top of its loop (it was unparked above) and returns.
+            self.join_thread();
         }
         // Otherwise the caller is (inside) the round, which finalizes when it returns.
         self.notify_idle();
@@ -153,6 +179,9 @@ impl SubCore {
         if let Some(on_close) = &self.env.on_close {
             on_close(self);
         }
+        // Release: an external closer that sees it sees the wind-up done.
+        self.wound_up.store(true, Ordering::Release);
+        self.notify_idle();
     }
 
     /// Closes the subscription, recording why (reported in stats).

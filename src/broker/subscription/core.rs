@@ -20,7 +20,7 @@ use crate::broker::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::log::Cursor;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use crate::sync::thread::Thread;
+use crate::sync::thread::{JoinHandle, Thread};
 use crate::sync::{Arc, Mutex, Name, dyn_arc};
 
 /// Most records read from a cursor in one batch.
@@ -60,11 +60,64 @@ pub(crate) enum Exec {
     Dedicated(Mutex<Option<Thread>>),
 }
 
+/// Makes (or finds) a subscription's dead-letter topic when first needed.
+pub(crate) type MakeTopic = Box<dyn Fn() -> Result<Arc<Topic>> + Send + Sync>;
+
+/// Where a subscription's dead letters go: a topic known at subscribe, or
+/// one made when the first message is dead-lettered (an anonymous
+/// subscription's own `$dlq/anon-N`, which the broker deletes with the
+/// subscription if it stayed empty).
+pub(crate) enum DeadLetters {
+    Known(Arc<Topic>),
+    Lazy { name: String, make: MakeTopic, made: Mutex<Option<Arc<Topic>>> },
+}
+
+impl DeadLetters {
+    /// Dead letters go to topic `name`, which `make` returns, called on
+    /// first use.
+    pub(crate) fn lazy(name: String, make: MakeTopic) -> DeadLetters {
+        DeadLetters::Lazy { name, make, made: Mutex::new(None) }
+    }
+
+    /// The topic's name.
+    pub(crate) fn name(&self) -> String {
+        match self {
+            DeadLetters::Known(t) => t.name.to_string(),
+            DeadLetters::Lazy { name, .. } => name.clone(),
+        }
+    }
+
+    /// The topic, made now if it is the first dead letter (only the drainer
+    /// calls this, so the lock is uncontended).
+    pub(super) fn topic(&self) -> Result<Arc<Topic>> {
+        match self {
+            DeadLetters::Known(t) => Ok(t.clone()),
+            DeadLetters::Lazy { make, made, .. } => {
+                let mut made = made.lock();
+                if let Some(t) = &*made {
+                    return Ok(t.clone());
+                }
+                let t = make()?;
+                *made = Some(t.clone());
+                Ok(t)
+            }
+        }
+    }
+
+    /// The topic if it was made lazily (and so belongs to the subscription).
+    pub(crate) fn made_lazily(&self) -> Option<Arc<Topic>> {
+        match self {
+            DeadLetters::Known(_) => None,
+            DeadLetters::Lazy { made, .. } => made.lock().clone(),
+        }
+    }
+}
+
 /// What a subscription needs from the broker around it.
 pub(crate) struct SubEnv {
     pub(crate) exec: Exec,
     pub(crate) timer: Option<Arc<Timer<BackoffOver>>>,
-    pub(crate) dead_letters: Option<Arc<Topic>>,
+    pub(crate) dead_letters: Option<DeadLetters>,
     /// Called once when the subscription closes (after its last handler call).
     pub(crate) on_close: Option<CloseHook>,
 }
@@ -206,8 +259,14 @@ pub(crate) struct SubCore {
     pub(super) closed_reason: Mutex<Option<String>>,
     /// The last delivery problem worth reporting (e.g. a failed dead-letter).
     pub(super) last_error: Mutex<Option<String>>,
-    /// Set once `env.on_close` has run.
+    /// Set when the wind-up (`finalize`) starts.
     pub(super) finalized: AtomicBool,
+    /// Set when the wind-up has completed (handler dropped, `env.on_close`
+    /// run); an external `close` waits for it on `idle`.
+    pub(super) wound_up: AtomicBool,
+    /// The dedicated thread's handle: joined by an external `close` after the
+    /// wind-up; otherwise detached when the core is dropped.
+    pub(super) join: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// A subscription as a partition's listener: what a publisher calls after
@@ -309,6 +368,8 @@ impl SubCore {
             closed_reason: Mutex::new(None),
             last_error: Mutex::new(None),
             finalized: AtomicBool::new(false),
+            wound_up: AtomicBool::new(false),
+            join: Mutex::new(None),
         })
     }
 
@@ -345,6 +406,29 @@ impl SubCore {
     pub(crate) fn set_thread(&self, t: Thread) {
         if let Exec::Dedicated(slot) = &self.env.exec {
             *slot.lock() = Some(t);
+        }
+    }
+
+    /// For the dedicated executor: keeps the thread's handle, to join it when
+    /// the subscription is closed (see `close.rs`).
+    pub(crate) fn set_join_handle(&self, handle: JoinHandle<()>) {
+        self.set_thread(handle.thread().clone());
+        *self.join.lock() = Some(handle);
+    }
+
+    /// Its dead-letter topic if the subscription made it (see [`DeadLetters`]).
+    pub(crate) fn own_dead_letter_topic(&self) -> Option<Arc<Topic>> {
+        self.env.dead_letters.as_ref().and_then(DeadLetters::made_lazily)
+    }
+
+    /// Joins the dedicated thread, if it has not been joined and is not the
+    /// calling thread (which is then detached: its handle is dropped).
+    pub(crate) fn join_thread(&self) {
+        let Some(handle) = self.join.lock().take() else { return };
+        if handle.thread().id() != crate::sync::thread::current().id() {
+            // The thread only returns from its loop; a panic there was
+            // already caught around user code.
+            let _ = handle.join();
         }
     }
 

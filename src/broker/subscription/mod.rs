@@ -34,7 +34,7 @@ use std::time::Duration;
 
 #[cfg(loom)]
 pub(crate) use self::core::CloseHook;
-pub(crate) use self::core::{BackoffOver, DrainJob, Exec, HandlerKind, SubCore, SubEnv};
+pub(crate) use self::core::{BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, SubCore, SubEnv};
 pub use options::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Message, Overflow, RetryBackoff,
     StartPosition, SubscriptionOptions,
@@ -149,7 +149,7 @@ impl SubCore {
             missed: get(&c.missed),
             lag: partitions.iter().map(|p| p.lag).sum(),
             partitions,
-            dead_letter_topic: self.env.dead_letters.as_ref().map(|t| t.name.to_string()),
+            dead_letter_topic: self.env.dead_letters.as_ref().map(DeadLetters::name),
             closed_reason: self.closed_reason.lock().clone(),
             last_error: self.last_error.lock().clone(),
         }

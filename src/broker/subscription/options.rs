@@ -100,7 +100,10 @@ pub struct SubscriptionOptions {
     pub max_attempts: Option<u32>,
     /// Backoff between redeliveries (default 10 ms doubling to 10 s).
     pub backoff: RetryBackoff,
-    /// Dead-letter topic (default `$dlq/<name>`).
+    /// Dead-letter topic (default `$dlq/<name>`), created at subscribe if
+    /// missing. An anonymous subscription's default one (`$dlq/anon-N`) is
+    /// created when its first message is dead-lettered instead, and deleted
+    /// with the subscription if it is empty.
     pub dead_letter_topic: Option<String>,
     /// What happens at `lag_limit`.
     pub overflow: Overflow,

@@ -99,7 +99,8 @@ impl SubCore {
     /// Publishes a failed message to the dead-letter topic, with its key,
     /// payload and attributes plus `rill.dlq.*`.
     fn dead_letter(&self, msg: &Message<'_>, reason: &str) -> Result<()> {
-        let Some(dlq) = &self.env.dead_letters else { return Ok(()) };
+        let Some(dead_letters) = &self.env.dead_letters else { return Ok(()) };
+        let dlq = dead_letters.topic()?;
         let (partition, offset, attempts) =
             (msg.partition().to_string(), msg.offset().to_string(), msg.attempt().to_string());
         let mut attrs: Vec<(&str, &str)> = msg.attributes().filter(|(k, _)| !k.starts_with("rill.dlq.")).collect();
