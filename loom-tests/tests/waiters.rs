@@ -23,14 +23,7 @@ use rill::broker::loom_harness::{Gate, Harness};
 /// waiter sleeps forever, a deadlock. `.ci/fence-check` requires that.
 #[test]
 fn the_wait_notify_protocol_never_loses_a_wakeup() {
-    let builder = loom_tests::builder(3);
-    builder.check(|| {
-        let gate = Arc::new(Gate::new());
-        let g = gate.clone();
-        let changer = thread::spawn(move || g.raise(1));
-        gate.wait_without_spinning(1);
-        changer.join().unwrap();
-    });
+    wait_for_a_raise(Gate::wait_without_spinning);
 }
 
 /// The same with the spin in front (`Waiters::wait_until`, as callers use
@@ -38,12 +31,17 @@ fn the_wait_notify_protocol_never_loses_a_wakeup() {
 /// needed; see the model above.)
 #[test]
 fn the_wait_notify_protocol_never_loses_a_wakeup_after_spinning() {
-    let builder = loom_tests::builder(3);
-    builder.check(|| {
+    wait_for_a_raise(Gate::wait);
+}
+
+/// A changer thread raises a gate to 1 while this thread waits for it with
+/// `wait`; loom reports a lost wakeup as a deadlock.
+fn wait_for_a_raise(wait: fn(&Gate, u64)) {
+    loom_tests::builder(3).check(move || {
         let gate = Arc::new(Gate::new());
         let g = gate.clone();
         let changer = thread::spawn(move || g.raise(1));
-        gate.wait(1);
+        wait(&gate, 1);
         changer.join().unwrap();
     });
 }
