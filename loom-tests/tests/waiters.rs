@@ -13,16 +13,35 @@ use loom::thread;
 use rill::broker::loom_harness::{Gate, Harness};
 
 /// The protocol alone: a waiter registers and re-checks while a changer
-/// raises the value and notifies. (It does not fail when either fence, W1
-/// or W2, is removed: see the essay in `src/broker/waiters.rs`.)
+/// raises the value (a relaxed store) and notifies, with no other
+/// synchronisation between them. The waiter goes straight to blocking
+/// (`Waiters::block_until`): the spin in front of it yields, and loom never
+/// lets a thread that has yielded read a value it saw before again, which
+/// hides the stale reads a lost wakeup is made of. Without W1 or W2 (or
+/// either weakened to `AcqRel`), loom finds the waiter re-checking a stale 0
+/// while the changer reads a stale `count` of 0 and skips the notify: the
+/// waiter sleeps forever, a deadlock. `.ci/fence-check` requires that.
 #[test]
 fn the_wait_notify_protocol_never_loses_a_wakeup() {
-    let builder = loom_tests::builder(3);
-    builder.check(|| {
+    wait_for_a_raise(Gate::wait_without_spinning);
+}
+
+/// The same with the spin in front (`Waiters::wait_until`, as callers use
+/// it): the spin must not break the protocol. (It cannot show W1 or W2
+/// needed; see the model above.)
+#[test]
+fn the_wait_notify_protocol_never_loses_a_wakeup_after_spinning() {
+    wait_for_a_raise(Gate::wait);
+}
+
+/// A changer thread raises a gate to 1 while this thread waits for it with
+/// `wait`; loom reports a lost wakeup as a deadlock.
+fn wait_for_a_raise(wait: fn(&Gate, u64)) {
+    loom_tests::builder(3).check(move || {
         let gate = Arc::new(Gate::new());
         let g = gate.clone();
         let changer = thread::spawn(move || g.raise(1));
-        gate.wait(1);
+        wait(&gate, 1);
         changer.join().unwrap();
     });
 }

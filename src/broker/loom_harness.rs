@@ -204,4 +204,14 @@ impl Gate {
         // order the value against the wait.
         self.waiters.wait_until(None, || self.value.load(Ordering::Relaxed) >= at_least);
     }
+
+    /// [`Gate::wait`] without the spin that precedes blocking: straight to
+    /// registering, W2 and the re-check. Under loom the spin yields, and a
+    /// thread that has yielded never again reads a value it saw before, so
+    /// with the spin the waiter can no longer read a stale value and the race
+    /// the fences W1 and W2 close is out of loom's reach.
+    pub fn wait_without_spinning(&self, at_least: u64) {
+        // Relaxed: as in `wait`.
+        self.waiters.block_until(None, || self.value.load(Ordering::Relaxed) >= at_least);
+    }
 }

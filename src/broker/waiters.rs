@@ -33,16 +33,24 @@
 //!   re-check; if the waiter takes it first, the changer's notify comes after
 //!   the wait has begun and wakes it.
 //!
-//! `loom-tests/tests/waiters.rs` models the protocol alone and, end to end,
-//! a publisher blocked on a `Block` subscriber through the real publish and
-//! drain code. Neither is shown to need W1 or W2: with either fence weakened
-//! to `AcqRel`, or left out (`bash .ci/fence-check W1 W2`), the isolated
-//! model still passes. (In the end-to-end one the epoch pins on both paths
-//! fence as well, so it was never expected to notice.) In the isolated one the waiter's spin (`Backoff`, which yields under loom)
-//! lets the changer finish before the waiter registers, and loom does not
-//! find the stale reads the lost wakeup needs within its bounds. The
-//! argument above is the case for the fences; a model that fails without
-//! them is still to be written.
+//! `loom-tests/tests/waiters.rs` checks this in three models.
+//! `the_wait_notify_protocol_never_loses_a_wakeup` runs the protocol alone
+//! (the blocking half, [`Waiters::block_until`]) on a relaxed value with no
+//! other synchronisation, and is the one `.ci/fence-check` runs: with W1 or
+//! W2 weakened to `AcqRel`, loom finds the first race above (the waiter
+//! re-checks a stale value, the changer reads a stale `count` of 0 and skips
+//! the notify) and reports the waiter sleeping forever as a deadlock. It
+//! skips the spin of [`Waiters::wait_until`]: under loom each yield of the
+//! spin hands the processor to the changer, which so makes its change
+//! during the spin, and a thread that has yielded never again reads a value
+//! it saw before the yield once a newer store exists. After the spin the
+//! waiter's re-check can no longer be stale, so with the spin the race is
+//! out of loom's reach (which is why the model
+//! that does spin, `..._after_spinning`, passes without the fences; it checks
+//! only that the spin does not break the protocol). The third model runs a
+//! publisher blocked on a `Block` subscriber end to end through the real
+//! publish and drain code; the epoch pins on both paths fence as well, so it
+//! would not notice a missing W1 or W2 either.
 
 use std::time::{Duration, Instant};
 
@@ -93,6 +101,15 @@ impl Waiters {
             }
             backoff.snooze();
         }
+        self.block_until(deadline, ready)
+    }
+
+    /// The blocking half of [`Waiters::wait_until`], without its spin: the
+    /// register / W2 / re-check / wait protocol of the module essay. The spin
+    /// before it only ever returns early, so this is the whole protocol; the
+    /// loom model `the_wait_notify_protocol_never_loses_a_wakeup` runs it
+    /// directly (see the essay for why the spin would hide the race from loom).
+    pub(crate) fn block_until(&self, deadline: Option<Instant>, mut ready: impl FnMut() -> bool) -> bool {
         loop {
             if ready() {
                 return true;

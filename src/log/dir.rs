@@ -36,7 +36,8 @@
 //! * **Readers of the directory** (publishers finding the newest segment,
 //!   cursors moving to another segment) pin an epoch, load the directory with
 //!   `Acquire` (pairing with the swap, so the new segment's initial state is
-//!   visible), and use it only while pinned.
+//!   visible), and use it only while pinned. (This pair is L2 to
+//!   `.ci/fence-check`, which weakens both sides to `Relaxed`.)
 //! * **Reclamation.** The replaced directory is retired with
 //!   `Guard::defer_destroy` and flushed, so it is freed once no thread can still
 //!   be reading it. Freeing it drops its `Arc`s; a trimmed segment's memory is
@@ -128,7 +129,7 @@ impl Shared {
         // Acquire: pairs with the Release exchanges in `install_next` and
         // `stall`, so the segments it names (and its error text) are fully
         // initialised.
-        self.dir.load(Ordering::Acquire, guard)
+        self.dir.load(crate::sync::ordering_or_weakened!("L2", Ordering::Acquire), guard)
     }
 
     /// Reserves `records` slots and `bytes` bytes in the newest segment and
@@ -198,7 +199,17 @@ impl Shared {
         // every Acquire load of the directory. Relaxed on failure: we only drop
         // what we built (another publisher's roll won, after a stall).
         let new = Owned::new(Dir { segs, stalled: None });
-        if self.dir.compare_exchange(current, new, Ordering::Release, Ordering::Relaxed, guard).is_err() {
+        if self
+            .dir
+            .compare_exchange(
+                current,
+                new,
+                crate::sync::ordering_or_weakened!("L2", Ordering::Release),
+                Ordering::Relaxed,
+                guard,
+            )
+            .is_err()
+        {
             debug_assert!(old.stalled.is_some(), "only a stalled directory has several writers");
             return Ok(());
         }
@@ -227,7 +238,13 @@ impl Shared {
         // Release: publishes the stalled directory's contents, as in
         // `install_next`. The sealer is the directory's only writer until the
         // stalled flag is visible, so the exchange cannot fail.
-        let swapped = self.dir.compare_exchange(current, stalled, Ordering::Release, Ordering::Relaxed, guard);
+        let swapped = self.dir.compare_exchange(
+            current,
+            stalled,
+            crate::sync::ordering_or_weakened!("L2", Ordering::Release),
+            Ordering::Relaxed,
+            guard,
+        );
         debug_assert!(swapped.is_ok(), "the sealer is the directory's one writer");
         if swapped.is_ok() {
             self.retire(current, guard);

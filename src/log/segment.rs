@@ -65,7 +65,8 @@
 //! * `pos / 8 + 1`: **committed**. The record is complete at byte `pos`.
 //!
 //! The publisher writes header, key, attributes and payload into its range, then
-//! stores the slot with `Release`. A reader loads the slot with `Acquire`; once
+//! stores the slot with `Release`. A reader loads the slot with `Acquire` (the
+//! pair is L1 to `.ci/fence-check`, which weakens both to `Relaxed`); once
 //! it sees a committed value, the synchronises-with edge makes every byte of the
 //! record visible, and nobody writes those bytes again while the segment lives.
 //! A reader that finds slot `i` not committed stops there, even if `i + 1` is
@@ -76,12 +77,24 @@
 //!
 //! The sealer stores the final record count into `sealed` with `Release`
 //! *before* it makes the next segment visible. A reader at slot `i` that is not
-//! committed loads `sealed` with `Acquire`: if the segment is sealed at a count
+//! committed loads `sealed` with `Acquire` (the pair is L3; not shown
+//! necessary, see the end of this section): if the segment is sealed at a count
 //! `<= i`, the reader is past the end of this segment and moves to the next one.
 //! Sealing first closes a race: no record of the next segment can be committed
 //! (and signalled) before the seal is visible, so a reader woken by such a
 //! record always learns that this segment has ended and never goes idle in
 //! front of a slot that will never be filled.
+//!
+//! What carries the seal to a reader of the next segment is the directory's
+//! Release/Acquire pair (L2 in `mod.rs`): the seal is sequenced before the
+//! exchange that installs the next segment, and a reader woken by a record
+//! of the next segment is woken through a chain of happens-before that
+//! starts at that exchange. L3 itself orders nothing else: the count is the
+//! whole message. `.ci/fence-check` shows L1 and L2 needed
+//! (each, weakened to `Relaxed`, makes a loom model in
+//! `loom-tests/tests/log.rs` fail); with L3 weakened the models still pass
+//! (`bash .ci/fence-check L3`), so it stays as the cheap, obvious reading of
+//! this paragraph rather than as a proven necessity.
 //!
 //! ## Races survived
 //!
@@ -399,7 +412,7 @@ impl Segment {
         let value = u32::try_from(pos / POS_UNIT + 1).expect("segment position fits the slot encoding");
         // Release: pairs with the Acquire load in `committed`, so a reader that
         // sees this value also sees every byte `write` put in the record.
-        self.slots()[index as usize].state.store(value, Ordering::Release);
+        self.slots()[index as usize].state.store(value, crate::sync::ordering_or_weakened!("L1", Ordering::Release));
     }
 
     /// The byte position of record `index` if it is committed.
@@ -407,7 +420,7 @@ impl Segment {
     pub(crate) fn committed(&self, index: u64) -> Option<u64> {
         let slot = self.slots().get(index as usize)?;
         // Acquire: pairs with the Release store in `commit`; see the essay.
-        match slot.state.load(Ordering::Acquire) {
+        match slot.state.load(crate::sync::ordering_or_weakened!("L1", Ordering::Acquire)) {
             UNCOMMITTED => None,
             v => Some((v as u64 - 1) * POS_UNIT),
         }
@@ -437,7 +450,7 @@ impl Segment {
     pub(crate) fn seal(&self, count: u64) {
         // Release: ordered before the Release store that makes the next segment
         // visible, so anyone who reaches the next segment sees the seal too.
-        let prev = self.sealed.swap(count, Ordering::Release);
+        let prev = self.sealed.swap(count, crate::sync::ordering_or_weakened!("L3", Ordering::Release));
         debug_assert_eq!(prev, NOT_SEALED, "a segment is sealed once");
     }
 
@@ -445,7 +458,7 @@ impl Segment {
     #[inline]
     pub(crate) fn sealed_count(&self) -> Option<u64> {
         // Acquire: pairs with the Release in `seal`.
-        match self.sealed.load(Ordering::Acquire) {
+        match self.sealed.load(crate::sync::ordering_or_weakened!("L3", Ordering::Acquire)) {
             NOT_SEALED => None,
             n => Some(n),
         }
