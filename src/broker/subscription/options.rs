@@ -100,7 +100,9 @@ pub struct SubscriptionOptions {
     pub max_attempts: Option<u32>,
     /// Backoff between redeliveries (default 10 ms doubling to 10 s).
     pub backoff: RetryBackoff,
-    /// Dead-letter topic (default `$dlq/<name>`).
+    /// Dead-letter topic (default `$dlq/<name>`). It must not match the
+    /// subscription's own pattern (its dead letters would come back to it
+    /// for ever): `subscribe` refuses that with `InvalidArgument`.
     pub dead_letter_topic: Option<String>,
     /// What happens at `lag_limit`.
     pub overflow: Overflow,
