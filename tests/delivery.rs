@@ -758,6 +758,16 @@ fn a_retried_message_comes_back_under_a_wildcard_and_order_is_kept() {
 /// taken to hang and the test fails instead of hanging with it.
 const WATCHDOG: Duration = Duration::from_secs(20);
 
+/// The next result from a handler, or a failed test if none comes within
+/// [`WATCHDOG`]. On failure the broker is leaked, not closed: closing would
+/// wait for the hung handler call and hang the test after all.
+fn within_watchdog<T>(rx: &std::sync::mpsc::Receiver<T>, b: &Broker, what: &str) -> T {
+    rx.recv_timeout(WATCHDOG).unwrap_or_else(|_| {
+        std::mem::forget(b.clone());
+        panic!("{what}: no answer in {WATCHDOG:?}, it hangs")
+    })
+}
+
 #[test]
 fn wait_idle_from_its_own_handler_fails_at_once_instead_of_waiting_for_itself() {
     let b = broker();
@@ -780,7 +790,7 @@ fn wait_idle_from_its_own_handler_fails_at_once_instead_of_waiting_for_itself() 
     *slot.lock().unwrap() = Some(sub);
     b.publish("selfwait", &Record::new(b"x")).unwrap();
     for _ in 0..2 {
-        let got = rx.recv_timeout(WATCHDOG).expect("wait_idle from the own handler hangs");
+        let got = within_watchdog(&rx, &b, "wait_idle from the own handler");
         match got {
             Err(Error::InvalidArgument(why)) => assert!(why.contains("own handler"), "{why}"),
             other => panic!("expected InvalidArgument, got {other:?}"),
@@ -824,7 +834,7 @@ fn a_block_subscribers_handler_publishing_into_its_own_full_topic_fails_fast_wit
         )
         .unwrap();
     b.publish("echo", &Record::new(b"seed")).unwrap();
-    let (accepted, err, batch) = rx.recv_timeout(WATCHDOG).expect("the handler waits for itself");
+    let (accepted, err, batch) = within_watchdog(&rx, &b, "publishing into the own full topic");
     assert_eq!(accepted, 1, "room for lag_limit messages counting the one in hand");
     match err {
         Error::Full(why) => assert!(why.contains("handler"), "{why}"),
@@ -858,11 +868,11 @@ fn a_handler_publishing_where_another_block_subscriber_lags_still_waits_for_it()
     b.publish("in", &Record::new(b"go")).unwrap();
     // The first fits; `slow` takes it and holds it, so the rest must wait for
     // `slow`, which is not the relay: they wait, and do not fail.
-    rx.recv_timeout(WATCHDOG).unwrap().unwrap();
+    within_watchdog(&rx, &b, "the relay's first publish").unwrap();
     wait_for("the slow subscriber to hold a message", || entered.load(Ordering::SeqCst));
     gate.store(true, Ordering::SeqCst);
     for _ in 1..5 {
-        rx.recv_timeout(WATCHDOG).expect("the relay's publish never returned").expect("waited and published");
+        within_watchdog(&rx, &b, "the relay's publish").expect("waited and published");
     }
     assert!(relay.wait_idle(WAIT).unwrap());
     assert!(slow.wait_idle(WAIT).unwrap());
