@@ -1554,7 +1554,7 @@ static void test_calls_that_would_wait_for_their_own_handler_fail_fast(void) {
     CHECK_STATUS(rill_subscribe(b, "echo", &o, noop_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
     LAST_ERROR_HAS("\"echo\"");
     o = sub_options();
-    o.name = "watcher"; /* default $dlq/watcher, which $dlq/* matches */
+    o.name = "watcher"; /* its default dead-letter topic $dlq/watcher matches the pattern */
     CHECK_STATUS(rill_subscribe(b, "$dlq/*", &o, noop_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
     LAST_ERROR_HAS("$dlq/watcher");
     LAST_ERROR_HAS("$dlq/*");

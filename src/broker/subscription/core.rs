@@ -6,11 +6,11 @@
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
+use super::in_handler::InHandler;
 use super::options::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Overflow, RetryBackoff,
     SubscriptionOptions,
 };
-use super::in_handler::InHandler;
 use super::signal::{self, Listener, Mark, ReadySet};
 use super::state::State;
 use crate::broker::dispatch::{Job, Timer, WorkerPool};
