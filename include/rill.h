@@ -520,7 +520,7 @@ typedef struct {
      * `dead_letter_topic`. It must not match the subscription's own pattern
      * (its dead letters would loop back to it): `RILL_ERR_INVALID_ARGUMENT`
      * naming the topic and the pattern. (`$` topics are matched only by
-     * patterns that spell the `$` segment, such as `$dlq/*`.)
+     * patterns that spell out the `$` segment, such as `$dlq/<name>`.)
      */
     const char *dead_letter_topic;
     /**

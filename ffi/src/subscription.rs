@@ -137,7 +137,7 @@ pub struct rill_subscription_options {
     /// `dead_letter_topic`. It must not match the subscription's own pattern
     /// (its dead letters would loop back to it): `RILL_ERR_INVALID_ARGUMENT`
     /// naming the topic and the pattern. (`$` topics are matched only by
-    /// patterns that spell the `$` segment, such as `$dlq/*`.)
+    /// patterns that spell out the `$` segment, such as `$dlq/<name>`.)
     pub dead_letter_topic: *const c_char,
     /// `RILL_OVERFLOW_DROP_OLDEST` (default), `_BLOCK` or `_DISCONNECT`.
     pub overflow: rill_overflow,
