@@ -572,6 +572,5 @@ def test_a_dead_letter_topic_the_own_pattern_matches_is_refused(broker: rill.Bro
         broker.subscribe("orders/**", print, dead_letter_topic="orders/dead")
     with pytest.raises(rill.InvalidArgument, match=r"\$dlq/watcher"):
         broker.subscribe("$dlq/*", print, name="watcher")
-    assert "orders/dead" not in broker.topics()
     broker.subscribe("$dlq/*", print, name="watcher", dead_letter_topic="dead-watchers").close()
     broker.subscribe("orders/**", print, dead_letter_topic="dead/orders").close()
