@@ -117,7 +117,9 @@ typedef enum {
      */
     RILL_ERR_MESSAGE_TOO_LARGE = 8,
     /**
-     * `rill_try_publish`: a `Block` subscriber is at its lag limit.
+     * `rill_try_publish`: a `Block` subscriber is at its lag limit; or a
+     * publish from that subscriber's own handler, which does not wait for
+     * itself (see `rill_publish`).
      */
     RILL_ERR_FULL = 9,
     /**
@@ -517,7 +519,10 @@ typedef struct {
      * message is dead-lettered, and deleted with it if empty). A topic
      * name (see `rill_topic_create`; `$` names are allowed here); otherwise
      * `RILL_ERR_INVALID_ARGUMENT` with an error text naming
-     * `dead_letter_topic`.
+     * `dead_letter_topic`. It must not match the subscription's own pattern
+     * (its dead letters would loop back to it): `RILL_ERR_INVALID_ARGUMENT`
+     * naming the topic and the pattern. (`$` topics are matched only by
+     * patterns that spell out the `$` segment, such as `$dlq/<name>`.)
      */
     const char *dead_letter_topic;
     /**
@@ -819,7 +824,11 @@ rill_status rill_topic_get_stats(rill_broker *b, const char *name, rill_topic_st
 /**
  * Publishes one message to `topic`; `*out` (if not NULL) gets its position.
  * If a `Block` subscriber is at its lag limit, waits up to the broker's
- * `publish_timeout_ms` (then `RILL_ERR_TIMEOUT`). On error nothing is
+ * `publish_timeout_ms` (then `RILL_ERR_TIMEOUT`). Called from a `Block`
+ * subscriber's own handler while that subscriber is the one at its limit,
+ * it would wait for its own handler: it fails at once with `RILL_ERR_FULL`
+ * (the error text says why) instead; waits for other subscribers are as
+ * usual. The same holds for every publish call that waits. On error nothing is
  * published. Each call checks and looks up the name; in a hot loop a
  * `rill_publisher` (see `rill_publisher_new`) skips that (~1.2x faster).
  *
@@ -1206,7 +1215,9 @@ rill_status rill_subscribe_batch_v1(rill_broker *b,
  * Waits until the subscription has handled everything published to its
  * partitions so far and no handler call is in flight: `RILL_OK`, or
  * `RILL_ERR_TIMEOUT` after `timeout_ms` (negative: no limit),
- * `RILL_ERR_CLOSED` if it is closed.
+ * `RILL_ERR_CLOSED` if it is closed. Called from the subscription's own
+ * handler it would wait for that very call: `RILL_ERR_INVALID_ARGUMENT` at
+ * once, whatever `timeout_ms`.
  *
  * # Safety
  *

@@ -50,9 +50,11 @@ pub enum Error {
         /// Largest encoded size the topic accepts.
         max: usize,
     },
-    /// `try_publish` found a blocking subscriber at its lag limit.
-    #[error("a subscriber with the Block policy is at its lag limit")]
-    Full,
+    /// A subscriber with the `Block` policy is at its lag limit and the
+    /// publish did not wait: `try_publish`, or a publish from that
+    /// subscriber's own handler (which it would wait for). The text says which.
+    #[error("full: {0}")]
+    Full(String),
     /// A wait ran out of time.
     #[error("timed out")]
     Timeout,
@@ -120,7 +122,7 @@ impl Error {
             Error::NoSuchTopic(_) => ErrorKind::NoSuchTopic,
             Error::TopicExists(_) => ErrorKind::TopicExists,
             Error::MessageTooLarge { .. } => ErrorKind::MessageTooLarge,
-            Error::Full => ErrorKind::Full,
+            Error::Full(_) => ErrorKind::Full,
             Error::Timeout => ErrorKind::Timeout,
             Error::Closed(_) => ErrorKind::Closed,
             Error::OutOfRange { .. } => ErrorKind::OutOfRange,

@@ -329,7 +329,7 @@ fn block_makes_publishers_wait_and_loses_nothing() {
         }
         assert!(accepted < 100, "try_publish never reported Full");
     };
-    assert_eq!(full, Error::Full);
+    assert!(matches!(full, Error::Full(_)), "{full:?}");
     assert!(accepted <= 4, "at most lag_limit behind: {accepted}");
     let timeout = b.publish_timeout("gated", &Record::new(b"late"), Duration::from_millis(20));
     assert_eq!(timeout, Err(Error::Timeout));
@@ -752,4 +752,171 @@ fn a_retried_message_comes_back_under_a_wildcard_and_order_is_kept() {
     assert_eq!(on_a, vec![(&b"flaky"[..], 1), (&b"flaky"[..], 2), (&b"flaky"[..], 3), (&b"after"[..], 1)]);
     assert!(seen.iter().any(|(t, p, _)| t == "jobs/b" && p == b"other"));
     assert_eq!(sub.stats().retried, 2);
+}
+
+/// How long a test waits for a call that used to hang: past it, the call is
+/// taken to hang and the test fails instead of hanging with it.
+const WATCHDOG: Duration = Duration::from_secs(20);
+
+/// The next result from a handler, or a failed test if none comes within
+/// [`WATCHDOG`]. On failure the broker is leaked, not closed: closing would
+/// wait for the hung handler call and hang the test after all.
+fn within_watchdog<T>(rx: &std::sync::mpsc::Receiver<T>, b: &Broker, what: &str) -> T {
+    rx.recv_timeout(WATCHDOG).unwrap_or_else(|_| {
+        std::mem::forget(b.clone());
+        panic!("{what}: no answer in {WATCHDOG:?}, it hangs")
+    })
+}
+
+#[test]
+fn wait_idle_from_its_own_handler_fails_at_once_instead_of_waiting_for_itself() {
+    let b = broker();
+    b.create_topic("selfwait", &TopicOptions::default()).unwrap();
+    let slot: Arc<Mutex<Option<Subscription>>> = Arc::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let s = slot.clone();
+    let sub = b
+        .subscribe("selfwait", SubscriptionOptions::default(), move |_: &Message<'_>| {
+            let guard = s.lock().unwrap();
+            let me = guard.as_ref().expect("stored before the publish");
+            // No limit (a Duration too long to add to now), then a short one:
+            // both would wait for this very call.
+            for timeout in [Duration::MAX, Duration::from_millis(50)] {
+                tx.send(me.wait_idle(timeout)).unwrap();
+            }
+            Ack::Success
+        })
+        .unwrap();
+    *slot.lock().unwrap() = Some(sub);
+    b.publish("selfwait", &Record::new(b"x")).unwrap();
+    for _ in 0..2 {
+        let got = within_watchdog(&rx, &b, "wait_idle from the own handler");
+        match got {
+            Err(Error::InvalidArgument(why)) => assert!(why.contains("own handler"), "{why}"),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+    // Outside the handler it works as before.
+    let sub = slot.lock().unwrap().take().unwrap();
+    assert!(sub.wait_idle(WAIT).unwrap());
+    assert_eq!(sub.stats().acked, 1);
+}
+
+#[test]
+fn a_block_subscribers_handler_publishing_into_its_own_full_topic_fails_fast_with_full() {
+    // No publish timeout: before the fix the handler waited for itself for ever.
+    let b = Broker::new(BrokerConfig { publish_timeout: None, ..Default::default() }).unwrap();
+    b.create_topic("echo", &TopicOptions::default()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let publisher = b.clone();
+    let sub = b
+        .subscribe(
+            "echo",
+            SubscriptionOptions { overflow: Overflow::Block, lag_limit: Some(2), ..Default::default() },
+            move |m: &Message<'_>| {
+                if m.payload() == b"seed" {
+                    // Publish into its own topic until it refuses: room for
+                    // one more beside the message in hand, then it is full.
+                    let mut accepted = 0u32;
+                    let err = loop {
+                        match publisher.publish("echo", &Record::new(b"echo")) {
+                            Ok(_) => accepted += 1,
+                            Err(e) => break e,
+                        }
+                        assert!(accepted < 100, "never refused");
+                    };
+                    // The batch path is guarded the same way.
+                    let batch = publisher.publish_batch("echo", &[Record::new(b"echo")]);
+                    tx.send((accepted, err, batch)).unwrap();
+                }
+                Ack::Success
+            },
+        )
+        .unwrap();
+    b.publish("echo", &Record::new(b"seed")).unwrap();
+    let (accepted, err, batch) = within_watchdog(&rx, &b, "publishing into the own full topic");
+    assert_eq!(accepted, 1, "room for lag_limit messages counting the one in hand");
+    match err {
+        Error::Full(why) => assert!(why.contains("handler"), "{why}"),
+        other => panic!("expected Full, got {other:?}"),
+    }
+    assert!(matches!(batch, Err(Error::Full(_))), "{batch:?}");
+    // Once the handler returned, everything accepted is delivered.
+    assert!(sub.wait_idle(WAIT).unwrap());
+    assert_eq!(sub.stats().acked, 2);
+}
+
+#[test]
+fn a_handler_publishing_where_another_block_subscriber_lags_still_waits_for_it() {
+    let b = Broker::new(BrokerConfig { publish_timeout: None, ..Default::default() }).unwrap();
+    b.create_topic("in", &TopicOptions::default()).unwrap();
+    b.create_topic("out", &TopicOptions::default()).unwrap();
+    let (entered, gate, seen) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::default());
+    let block = |limit| SubscriptionOptions { overflow: Overflow::Block, lag_limit: Some(limit), ..Default::default() };
+    let slow = b.subscribe("out", block(1), gated(&entered, &gate, &seen)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let publisher = b.clone();
+    // A Block subscriber itself (of another topic), so its handler is marked.
+    let relay = b
+        .subscribe("in", block(8), move |_: &Message<'_>| {
+            for i in 0..5u64 {
+                tx.send(publisher.publish("out", &Record::new(&i.to_le_bytes())).map(drop)).unwrap();
+            }
+            Ack::Success
+        })
+        .unwrap();
+    b.publish("in", &Record::new(b"go")).unwrap();
+    // The first fits; `slow` takes it and holds it, so the rest must wait for
+    // `slow`, which is not the relay: they wait, and do not fail.
+    within_watchdog(&rx, &b, "the relay's first publish").unwrap();
+    wait_for("the slow subscriber to hold a message", || entered.load(Ordering::SeqCst));
+    gate.store(true, Ordering::SeqCst);
+    for _ in 1..5 {
+        within_watchdog(&rx, &b, "the relay's publish").expect("waited and published");
+    }
+    assert!(relay.wait_idle(WAIT).unwrap());
+    assert!(slow.wait_idle(WAIT).unwrap());
+    assert_eq!(*seen.lock().unwrap(), (0..5).collect::<Vec<u64>>());
+}
+
+#[test]
+fn a_dead_letter_topic_the_own_pattern_matches_is_refused_at_subscribe() {
+    let b = broker();
+    b.create_topic("orders/new", &TopicOptions::default()).unwrap();
+    let looping = |pattern: &str, name: Option<&str>, dlq: Option<&str>| {
+        let options = SubscriptionOptions {
+            name: name.map(str::to_owned),
+            dead_letter_topic: dlq.map(str::to_owned),
+            ..Default::default()
+        };
+        b.subscribe(pattern, options, |_: &Message<'_>| Ack::DeadLetter)
+    };
+    for (pattern, name, dlq, shown) in [
+        ("orders/**", None, Some("orders/dead"), "orders/dead"),
+        ("orders/new", None, Some("orders/new"), "orders/new"),
+        // The default `$dlq/<name>`, seen by a pattern that spells `$dlq`.
+        ("$dlq/*", Some("watcher"), None, "$dlq/watcher"),
+        ("$dlq/**", None, None, "$dlq/anon-"),
+    ] {
+        match looping(pattern, name, dlq) {
+            Err(Error::InvalidArgument(why)) => {
+                assert!(why.contains(shown) && why.contains(pattern), "{pattern}: {why}");
+            }
+            other => panic!("{pattern} with dead letters to {dlq:?}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    assert!(!b.topics().contains(&"orders/dead".to_owned()), "a refused subscribe creates nothing");
+    assert!(!b.topics().contains(&"$dlq/watcher".to_owned()), "a refused subscribe creates nothing");
+    // Leading wildcards do not see `$` topics, so the default is fine for
+    // them; a `$dlq` watcher with its dead letters elsewhere is fine; and
+    // the refused name is free to use.
+    let all = looping("**", None, None).unwrap();
+    let watcher = looping("$dlq/*", Some("watcher"), Some("dead-watchers")).unwrap();
+    let orders = looping("orders/**", None, Some("dead/orders")).unwrap();
+    b.publish("orders/new", &Record::new(b"poison")).unwrap();
+    assert!(orders.wait_idle(WAIT).unwrap());
+    assert!(all.wait_idle(WAIT).unwrap());
+    assert_eq!(orders.stats().dead_lettered, 1);
+    assert_eq!(orders.stats().delivered, 1, "delivered once, not again through its dead letters");
+    drop((all, watcher));
 }

@@ -404,7 +404,11 @@ unsafe fn publish(
 
 /// Publishes one message to `topic`; `*out` (if not NULL) gets its position.
 /// If a `Block` subscriber is at its lag limit, waits up to the broker's
-/// `publish_timeout_ms` (then `RILL_ERR_TIMEOUT`). On error nothing is
+/// `publish_timeout_ms` (then `RILL_ERR_TIMEOUT`). Called from a `Block`
+/// subscriber's own handler while that subscriber is the one at its limit,
+/// it would wait for its own handler: it fails at once with `RILL_ERR_FULL`
+/// (the error text says why) instead; waits for other subscribers are as
+/// usual. The same holds for every publish call that waits. On error nothing is
 /// published. Each call checks and looks up the name; in a hot loop a
 /// `rill_publisher` (see `rill_publisher_new`) skips that (~1.2x faster).
 ///

@@ -29,7 +29,9 @@ statuses! {
         RILL_ERR_TOPIC_EXISTS = 7 => [TopicExists],
         /// The message is larger than the topic accepts.
         RILL_ERR_MESSAGE_TOO_LARGE = 8 => [MessageTooLarge],
-        /// `rill_try_publish`: a `Block` subscriber is at its lag limit.
+        /// `rill_try_publish`: a `Block` subscriber is at its lag limit; or a
+        /// publish from that subscriber's own handler, which does not wait for
+        /// itself (see `rill_publish`).
         RILL_ERR_FULL = 9 => [Full],
         /// A wait ran out of time.
         RILL_ERR_TIMEOUT = 10 => [Timeout],

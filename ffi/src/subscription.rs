@@ -136,7 +136,10 @@ pub struct rill_subscription_options {
     /// message is dead-lettered, and deleted with it if empty). A topic
     /// name (see `rill_topic_create`; `$` names are allowed here); otherwise
     /// `RILL_ERR_INVALID_ARGUMENT` with an error text naming
-    /// `dead_letter_topic`.
+    /// `dead_letter_topic`. It must not match the subscription's own pattern
+    /// (its dead letters would loop back to it): `RILL_ERR_INVALID_ARGUMENT`
+    /// naming the topic and the pattern. (`$` topics are matched only by
+    /// patterns that spell out the `$` segment, such as `$dlq/<name>`.)
     pub dead_letter_topic: *const c_char,
     /// `RILL_OVERFLOW_DROP_OLDEST` (default), `_BLOCK` or `_DISCONNECT`.
     pub overflow: rill_overflow,
@@ -510,7 +513,9 @@ fn trampoline(
 /// Waits until the subscription has handled everything published to its
 /// partitions so far and no handler call is in flight: `RILL_OK`, or
 /// `RILL_ERR_TIMEOUT` after `timeout_ms` (negative: no limit),
-/// `RILL_ERR_CLOSED` if it is closed.
+/// `RILL_ERR_CLOSED` if it is closed. Called from the subscription's own
+/// handler it would wait for that very call: `RILL_ERR_INVALID_ARGUMENT` at
+/// once, whatever `timeout_ms`.
 ///
 /// # Safety
 ///

@@ -215,6 +215,14 @@ impl BrokerInner {
         let id = crate::sync::unique_id();
         let name = options.name.clone().unwrap_or_else(|| format!("anon-{id}"));
         let dlq_name = options.dead_letter_topic.clone().unwrap_or_else(|| names::default_dead_letter_topic(&name));
+        if pattern.matches(&dlq_name) {
+            // Its dead letters would come back to it, fail again and loop.
+            return Err(Error::InvalidArgument(format!(
+                "the dead-letter topic {dlq_name:?} matches the subscription's own pattern {:?}: \
+                 its dead letters would be delivered to it again; choose a dead_letter_topic outside it",
+                pattern.as_str()
+            )));
+        }
         let dead_letters = if options.name.is_none() && options.dead_letter_topic.is_none() {
             // An anonymous subscription's own dead-letter topic is made when
             // its first message is dead-lettered: most never need one.

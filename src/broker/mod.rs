@@ -169,6 +169,14 @@ impl Broker {
     /// Publishes one message and returns where it landed. If a `Block`
     /// subscriber is at its lag limit, waits for room up to the broker's
     /// `publish_timeout`, then fails with `Timeout`.
+    ///
+    /// From the handler of a `Block` subscriber that is itself the one at its
+    /// limit, waiting would wait for that handler (room comes only when it
+    /// returns), so the publish fails at once with `Full`, not `Timeout` or a
+    /// wait for ever: the same error `try_publish` gives, since the topic is
+    /// full and the call did not wait. Waits for other subscribers are
+    /// unchanged. Every publish call that waits (`publish_timeout`,
+    /// `publish_batch`, [`Publisher`]) does the same.
     #[inline]
     pub fn publish(&self, topic: &str, record: &Record<'_>) -> Result<Position> {
         self.publish_with(topic, record, self.inner().default_wait())

@@ -10,6 +10,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use super::subscription::in_handler::InHandler;
 use super::subscription::signal::{self, Listener};
 use super::waiters::Waiters;
 use crate::error::{Error, Result};
@@ -135,6 +136,11 @@ impl Listeners {
         self.room_until.fetch_max(room, Ordering::Relaxed);
         end + n <= room
     }
+
+    /// True if blocker `id` leaves no room for offsets up to `end + n`.
+    fn is_blocked_by(&self, id: u64, end: u64, n: u64) -> bool {
+        self.blockers.iter().any(|b| b.id == id && b.position().saturating_add(b.limit) < end + n)
+    }
 }
 
 /// How long a publisher may wait for a `Block` subscriber. A duration, not
@@ -184,20 +190,37 @@ impl Partition {
     /// subscriber's lag limit. Concurrent publishers may each see room for
     /// themselves, so a limit can be exceeded by at most one message per
     /// concurrent publisher.
+    ///
+    /// A publish from the handler of a `Block` subscriber that is itself at
+    /// its limit here would wait for its own handler to return: its drainer
+    /// is this thread, so its position cannot move. It fails at once with
+    /// `Full` instead (looked at on every wake-up of the wait, since others
+    /// may fill the room meanwhile). Waiting for other subscribers is
+    /// unaffected.
     #[cold]
     fn wait_for_room(&self, n: u64, wait: Wait) -> Result<()> {
+        let own = InHandler::current();
+        let mut blocked_by_own = false;
+        // Never pinned while blocked: the closure pins only to look.
         let room = || {
             let guard = epoch::pin();
-            self.current(&guard).has_room(self.log.end_offset_pinned(&guard), n)
+            let (listeners, end) = (self.current(&guard), self.log.end_offset_pinned(&guard));
+            blocked_by_own = own != 0 && listeners.is_blocked_by(own, end, n);
+            blocked_by_own || listeners.has_room(end, n)
         };
-        match wait {
-            Wait::No => Err(Error::Full),
-            // Never pinned while blocked: the closure pins only to look.
-            Wait::For(limit) => {
-                let deadline = limit.map(|l| Instant::now() + l);
-                if self.space.wait_until(deadline, room) { Ok(()) } else { Err(Error::Timeout) }
-            }
+        let got_room = match wait {
+            Wait::No => return Err(Error::Full("a subscriber with the Block policy is at its lag limit".into())),
+            Wait::For(limit) => self.space.wait_until(limit.map(|l| Instant::now() + l), room),
+        };
+        if blocked_by_own {
+            return Err(Error::Full(format!(
+                "partition {} is at the lag limit of the Block subscription whose handler is publishing: \
+                 waiting would wait for that handler itself, so it does not wait (return from the \
+                 handler to make room)",
+                self.index
+            )));
         }
+        if got_room { Ok(()) } else { Err(Error::Timeout) }
     }
 
     /// Appends one record and signals the listeners; returns its offset.

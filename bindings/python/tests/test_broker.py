@@ -540,3 +540,37 @@ def test_an_on_lagged_that_raises_is_a_warning_and_delivery_goes_on(broker: rill
             assert s.stats().missed > 0
     with pytest.raises(TypeError):
         broker.subscribe("firehose", held, on_lagged=42)  # type: ignore[arg-type]
+
+
+def test_wait_idle_from_its_own_handler_raises_instead_of_waiting_for_itself(broker: rill.Broker) -> None:
+    import queue
+
+    broker.create_topic("selfwait")
+    answers: queue.Queue[object] = queue.Queue()
+    me: list[rill.Subscription] = []
+
+    def handler(m: rill.Message) -> None:
+        for timeout in (None, 0.05):
+            try:
+                answers.put(me[0].wait_idle(timeout=timeout))
+            except rill.RillError as e:
+                answers.put(e)
+
+    me.append(broker.subscribe("selfwait", handler))
+    broker.publish("selfwait", b"x")
+    for _ in range(2):
+        got = answers.get(timeout=WAIT)  # raises queue.Empty if it hangs
+        assert isinstance(got, rill.InvalidArgument), got
+        assert "own handler" in str(got)
+    assert me[0].wait_idle(timeout=WAIT) is True
+    me[0].close()
+
+
+def test_a_dead_letter_topic_the_own_pattern_matches_is_refused(broker: rill.Broker) -> None:
+    broker.create_topic("orders/new")
+    with pytest.raises(rill.InvalidArgument, match=r"orders/dead.*orders/\*\*"):
+        broker.subscribe("orders/**", print, dead_letter_topic="orders/dead")
+    with pytest.raises(rill.InvalidArgument, match=r"\$dlq/watcher"):
+        broker.subscribe("$dlq/*", print, name="watcher")
+    broker.subscribe("$dlq/*", print, name="watcher", dead_letter_topic="dead-watchers").close()
+    broker.subscribe("orders/**", print, dead_letter_topic="dead/orders").close()

@@ -1586,6 +1586,112 @@ static void test_anonymous_subscriptions_and_dead_letters(void) {
     rill_broker_free(b);
 }
 
+/* ---- calls that would wait for their own handler (issue 14 #4, #5, #6) ----- */
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    rill_broker *broker;
+    rill_subscription *self;
+    int done;
+    rill_status wait_no_limit, wait_short, publish;
+    int accepted;
+    char why_wait[512], why_publish[512];
+} self_caller;
+
+/* A Block subscriber's handler that waits for its own subscription to be idle,
+ * then publishes into its own topic until refused. */
+static rill_ack self_calling_handler(void *user_data, const rill_message *m) {
+    self_caller *c = (self_caller *)user_data;
+    if (m->payload_len != 4 || memcmp(m->payload, "seed", 4) != 0) return RILL_ACK_SUCCESS;
+    rill_status no_limit = rill_subscription_wait_idle(c->self, -1);
+    char why_wait[512];
+    rill_last_error(why_wait, sizeof why_wait);
+    rill_status short_wait = rill_subscription_wait_idle(c->self, 50);
+    rill_record echo = record_of("echo");
+    int accepted = 0;
+    rill_status st;
+    while ((st = rill_publish(c->broker, "echo", &echo, NULL)) == RILL_OK && accepted < 100) accepted++;
+    char why_publish[512];
+    rill_last_error(why_publish, sizeof why_publish);
+    pthread_mutex_lock(&c->lock);
+    c->wait_no_limit = no_limit;
+    c->wait_short = short_wait;
+    c->publish = st;
+    c->accepted = accepted;
+    memcpy(c->why_wait, why_wait, sizeof why_wait);
+    memcpy(c->why_publish, why_publish, sizeof why_publish);
+    c->done = 1;
+    pthread_cond_signal(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    return RILL_ACK_SUCCESS;
+}
+
+static void test_calls_that_would_wait_for_their_own_handler_fail_fast(void) {
+    rill_broker_options bo;
+    rill_broker_options_init(&bo);
+    bo.publish_timeout_ms = -1; /* a wait for itself used to last for ever */
+    rill_broker *b = NULL;
+    OK(rill_broker_new(&bo, &b));
+    OK(rill_topic_create(b, "echo", NULL));
+    self_caller c;
+    memset(&c, 0, sizeof c);
+    pthread_mutex_init(&c.lock, NULL);
+    pthread_cond_init(&c.cond, NULL);
+    c.broker = b;
+    rill_subscription_options o = sub_options();
+    o.overflow = RILL_OVERFLOW_BLOCK;
+    o.lag_limit = 2;
+    OK(rill_subscribe(b, "echo", &o, self_calling_handler, &c, &c.self));
+    rill_record seed = record_of("seed");
+    OK(rill_publish(b, "echo", &seed, NULL));
+    /* Watchdog: the handler answers within 20 s or the calls hang. */
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 20;
+    pthread_mutex_lock(&c.lock);
+    while (!c.done && pthread_cond_timedwait(&c.cond, &c.lock, &deadline) == 0) {
+    }
+    int done = c.done;
+    pthread_mutex_unlock(&c.lock);
+    CHECK(done);
+    if (!done) {
+        /* Freeing would wait for the hung handler: leak it all, fail. */
+        fprintf(stderr, "%s:%d: a handler call waiting for itself hangs\n", __FILE__, __LINE__);
+        return;
+    }
+    CHECK_STATUS(c.wait_no_limit, RILL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(c.wait_short, RILL_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(c.why_wait, "own handler") != NULL);
+    CHECK_STATUS(c.publish, RILL_ERR_FULL);
+    CHECK(c.accepted == 1);
+    CHECK(strstr(c.why_publish, "handler") != NULL);
+    OK(rill_subscription_wait_idle(c.self, 20000)); /* outside: works as ever */
+    rill_subscription_free(c.self);
+
+    /* A dead-letter topic that the subscription's own pattern matches. */
+    rill_subscription *s = NULL;
+    o = sub_options();
+    o.dead_letter_topic = "echo";
+    CHECK_STATUS(rill_subscribe(b, "echo", &o, noop_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("\"echo\"");
+    o = sub_options();
+    o.name = "watcher"; /* its default dead-letter topic $dlq/watcher matches the pattern */
+    CHECK_STATUS(rill_subscribe(b, "$dlq/*", &o, noop_handler, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("$dlq/watcher");
+    LAST_ERROR_HAS("$dlq/*");
+    CHECK(s == NULL);
+    o.dead_letter_topic = "dead-watchers";
+    OK(rill_subscribe(b, "$dlq/*", &o, noop_handler, NULL, &s));
+    rill_subscription_free(s);
+    s = NULL;
+    OK(rill_subscribe(b, "**", NULL, noop_handler, NULL, &s)); /* ** does not see $dlq */
+    rill_subscription_free(s);
+    pthread_cond_destroy(&c.cond);
+    pthread_mutex_destroy(&c.lock);
+    rill_broker_free(b);
+}
+
 int main(void) {
     test_version_status_names_and_last_error();
     test_option_struct_sizes();
@@ -1613,6 +1719,7 @@ int main(void) {
     test_on_lagged_hears_what_retention_trimmed();
     test_free_returns_after_user_data_free();
     test_anonymous_subscriptions_and_dead_letters();
+    test_calls_that_would_wait_for_their_own_handler_fail_fast();
     if (failures) {
         fprintf(stderr, "C ABI tests: %d of %d checks failed\n", failures, checks);
         return 1;

@@ -9,7 +9,7 @@
 //! A handler that closes its own subscription does not wait (it would wait
 //! for itself): the drainer sees `CLOSED` after the handler returns. Which
 //! subscription's handler a thread is running is kept in a thread-local
-//! ([`InHandler`]), set for the length of each call of user code.
+//! (`in_handler.rs`), set for the length of each call of user code.
 //!
 //! # Winding up after a close that did not wait
 //!
@@ -53,45 +53,11 @@
 //! thread. Then the closer joins a dedicated thread: unparked, it sees
 //! CLOSED at the top of its loop and returns.
 
-use std::cell::Cell;
-
 use super::core::{DrainJob, Exec, HandlerKind, SubCore};
+use super::in_handler::InHandler;
 use super::options::{Ack, Message};
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicBool, Ordering};
-use crate::sync::thread;
-
-thread::thread_local! {
-    /// The subscription whose handler this thread is running (0: none).
-    // Not `const { .. }`: loom's `thread_local!` does not accept it.
-    #[allow(clippy::missing_const_for_thread_local)]
-    static IN_HANDLER: Cell<u64> = Cell::new(0);
-}
-
-/// Marks this thread as running subscription `id`'s user code (a handler or
-/// callback) until dropped, when the previous mark comes back (a handler may
-/// run inside another's, e.g. through a nested broker call).
-#[derive(Debug)]
-pub(super) struct InHandler {
-    previous: u64,
-}
-
-impl InHandler {
-    pub(super) fn enter(id: u64) -> InHandler {
-        InHandler { previous: IN_HANDLER.with(|h| h.replace(id)) }
-    }
-
-    /// The subscription whose user code this thread runs (0: none).
-    fn current() -> u64 {
-        IN_HANDLER.with(Cell::get)
-    }
-}
-
-impl Drop for InHandler {
-    fn drop(&mut self) {
-        IN_HANDLER.with(|h| h.set(self.previous));
-    }
-}
 
 impl SubCore {
     /// Closes the subscription. Called from no handler, returns only once no

@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
+use super::in_handler::InHandler;
 use super::options::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Overflow, RetryBackoff,
     SubscriptionOptions,
@@ -497,9 +498,18 @@ impl SubCore {
     }
 
     /// Waits until the subscription is caught up (true) or `timeout` passes (false).
+    /// Fails at once from its own handler, which it would wait for.
     pub(crate) fn wait_idle(&self, timeout: Duration) -> Result<bool> {
-        let deadline = Instant::now() + timeout;
-        let caught_up = self.idle.wait_until(Some(deadline), || self.is_closed() || self.is_caught_up());
+        if InHandler::current() == self.id {
+            return Err(Error::InvalidArgument(format!(
+                "wait_idle on subscription {:?} from its own handler would wait for that handler call \
+                 itself: wait from another thread, or return from the handler",
+                self.name
+            )));
+        }
+        // A timeout too long to add to now (`Duration::MAX`) means no limit.
+        let deadline = Instant::now().checked_add(timeout);
+        let caught_up = self.idle.wait_until(deadline, || self.is_closed() || self.is_caught_up());
         if self.is_closed() {
             return Err(Error::Closed(format!("subscription {:?} is closed", self.name)));
         }

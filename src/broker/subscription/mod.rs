@@ -13,6 +13,8 @@
 //! * `settle.rs`: acknowledgements, retries and dead letters, and calling
 //!   user code.
 //! * `close.rs`: closing, and winding up after the last handler call.
+//! * `in_handler.rs`: the mark of which subscription's user code a thread
+//!   runs, which calls that would wait for their own handler look at.
 //! * `options.rs`: the values a subscriber chooses and sees.
 //!
 //! This file holds the public face: the statistics and the
@@ -24,6 +26,7 @@
 mod close;
 mod core;
 mod drain;
+pub(crate) mod in_handler;
 mod options;
 mod settle;
 pub(crate) mod signal;
@@ -170,6 +173,9 @@ impl Subscription {
     /// Waits until the subscription has handled everything published to its
     /// partitions so far and no handler call is in flight (`Ok(true)`), or the
     /// timeout passes (`Ok(false)`). `Err(Closed)` if it is closed.
+    /// Called from this subscription's own handler (or `on_lagged`
+    /// callback), it would wait for the call it is made from: it fails at
+    /// once with `InvalidArgument`, whatever the timeout.
     pub fn wait_idle(&self, timeout: Duration) -> Result<bool> {
         self.core.wait_idle(timeout)
     }

@@ -103,7 +103,9 @@ pub struct SubscriptionOptions {
     /// Dead-letter topic (default `$dlq/<name>`), created at subscribe if
     /// missing. An anonymous subscription's default one (`$dlq/anon-N`) is
     /// created when its first message is dead-lettered instead, and deleted
-    /// with the subscription if it is empty.
+    /// with the subscription if it is empty. It must not match the
+    /// subscription's own pattern (its dead letters would come back to it for
+    /// ever): `subscribe` refuses that with `InvalidArgument`.
     pub dead_letter_topic: Option<String>,
     /// What happens at `lag_limit`.
     pub overflow: Overflow,

@@ -5,8 +5,8 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
-use super::close::InHandler;
 use super::core::{Retry, SubCore, Tally};
+use super::in_handler::InHandler;
 use super::options::{Ack, BatchHandler, DeliveryMode, Handler, LagCallback, Message};
 use crate::broker::topic::Wait;
 use crate::error::{Error, Result};
@@ -78,7 +78,7 @@ impl SubCore {
                 });
                 match self.dead_letter(msg, &why) {
                     Ok(()) => tally.dead_lettered += 1,
-                    Err(e @ (Error::Full | Error::Timeout)) if self.delivery == DeliveryMode::AtLeastOnce => {
+                    Err(e @ (Error::Full(_) | Error::Timeout)) if self.delivery == DeliveryMode::AtLeastOnce => {
                         // The dead-letter topic cannot take it now (a Block
                         // subscriber of its own): keep the message at the head
                         // and try again after a backoff; nothing is lost.
