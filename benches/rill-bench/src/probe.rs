@@ -165,7 +165,7 @@ pub fn hiccups(each: Duration) -> Hiccups {
             if start.elapsed() >= each {
                 break;
             }
-        } else if h.len() % 4096 == 0 && start.elapsed() >= each {
+        } else if h.len().is_multiple_of(4096) && start.elapsed() >= each {
             break;
         }
     }
