@@ -941,3 +941,41 @@ fn close_returns_after_the_wind_up_so_the_name_can_be_reused_at_once() {
         }
     }
 }
+
+#[test]
+fn an_outside_close_after_the_handler_closed_its_own_subscription_still_waits_for_the_wind_up() {
+    let b = broker();
+    topic(&b, "t", 1);
+    for dedicated in [false, true] {
+        for i in 0..100u32 {
+            let dropped = Arc::new(AtomicBool::new(false));
+            let flag = DroppedFlag(dropped.clone());
+            let slot: Arc<std::sync::OnceLock<Subscription>> = Arc::default();
+            let (closed_itself, closed) = std::sync::mpsc::sync_channel::<()>(1);
+            let own = slot.clone();
+            let options = SubscriptionOptions { dedicated_thread: dedicated, ..earliest() };
+            let s = b
+                .subscribe("t", options, move |_: &Message<'_>| {
+                    let _owned = &flag;
+                    if let Some(me) = own.get() {
+                        // From its own handler: returns at once; the round
+                        // winds the subscription up after this call.
+                        me.close();
+                        let _ = closed_itself.try_send(());
+                    }
+                    Ack::Success
+                })
+                .unwrap();
+            assert!(slot.set(s).is_ok());
+            publish(&b, "t", b"m");
+            closed.recv_timeout(WAIT).expect("the handler closes its own subscription");
+            // The subscription is already closed; the user's close must still
+            // return only once the handler (and what it owns) is dropped.
+            slot.get().unwrap().close();
+            assert!(
+                dropped.load(Ordering::SeqCst),
+                "iteration {i} (dedicated {dedicated}): close returned before the wind-up"
+            );
+        }
+    }
+}

@@ -51,7 +51,11 @@
 //! wind-up it would wait for. `loom-tests/tests/close.rs` checks the hook
 //! has run when an external close returns, on the pool and on a dedicated
 //! thread. Then the closer joins a dedicated thread: unparked, it sees
-//! CLOSED at the top of its loop and returns.
+//! CLOSED at the top of its loop and returns. This holds when the
+//! subscription was already closed (by its own handler, another one's, or
+//! the lag policy) before the external close: that close still takes the
+//! drain, finalizes and waits, so it never relies on a queued wind-up job
+//! (which a pool stopped meanwhile would never run).
 
 use super::core::{DrainJob, Exec, HandlerKind, SubCore};
 use super::in_handler::InHandler;
@@ -99,17 +103,25 @@ impl SubCore {
     /// Closes; with `wait`, also waits for an in-flight round (the caller must
     /// not be that round).
     pub(super) fn close_inner(&self, wait: bool) {
-        if !self.state.close() {
+        let first = self.state.close();
+        if first {
+            for (_, partition, _) in self.positions.lock().iter() {
+                partition.remove_listener(self.id);
+            }
+            if let Exec::Dedicated(t) = &self.env.exec
+                && let Some(t) = &*t.lock()
+            {
+                t.unpark();
+            }
+        } else if !wait {
             return;
         }
-        for (_, partition, _) in self.positions.lock().iter() {
-            partition.remove_listener(self.id);
-        }
-        if let Exec::Dedicated(t) = &self.env.exec
-            && let Some(t) = &*t.lock()
-        {
-            t.unpark();
-        }
+        // An external close waits for the wind-up even when the subscription
+        // was already closed (by its own handler, another subscription's, or
+        // the lag policy): that wind-up may still be queued or running, and the
+        // caller may free what the handler uses as soon as this returns.
+        // `finalize` is idempotent, so taking the drain and finalizing here
+        // never depends on a queued pool job running.
         if wait {
             // Wait for an in-flight round to see CLOSED and release the lock;
             // its positions are final then.
