@@ -848,7 +848,11 @@ fn a_block_subscribers_handler_publishing_into_its_own_full_topic_fails_fast_wit
 
 #[test]
 fn a_handler_publishing_where_another_block_subscriber_lags_still_waits_for_it() {
-    let b = Broker::new(BrokerConfig { publish_timeout: None, ..Default::default() }).unwrap();
+    // Two workers whatever the machine: the relay's handler holds one while
+    // it waits, and `slow` needs another to make room (with one worker this
+    // is a deadlock by design: a handler that blocks holds its worker).
+    let config = BrokerConfig { publish_timeout: None, worker_threads: Some(2), ..Default::default() };
+    let b = Broker::new(config).unwrap();
     b.create_topic("in", &TopicOptions::default()).unwrap();
     b.create_topic("out", &TopicOptions::default()).unwrap();
     let (entered, gate, seen) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::default());
