@@ -151,6 +151,12 @@ typedef enum {
      * The system ran out of a resource: memory, threads, address space.
      */
     RILL_ERR_RESOURCE_EXHAUSTED = 16,
+    /**
+     * A consumer group gave the partition to another member (a rebalance,
+     * or this member's session timeout passed without a poll): its commit
+     * there was refused. Its other partitions are unaffected.
+     */
+    RILL_ERR_REASSIGNED = 19,
 } rill_status;
 
 /*
@@ -351,6 +357,13 @@ typedef struct {
      * The offset for `RILL_START_OFFSET`.
      */
     uint64_t start_offset;
+    /**
+     * A member that has not polled for this many milliseconds (and is not
+     * inside `rill_consumer_poll`) is expelled from its group; the other
+     * members take its partitions from the group's committed offsets, and
+     * its next call rejoins. 0 means the default, 10000.
+     */
+    uint32_t session_timeout_ms;
 } rill_consumer_options;
 
 /**
@@ -961,12 +974,13 @@ void rill_publisher_free(rill_publisher *p);
 void rill_consumer_options_init_v1(rill_consumer_options *o, size_t size);
 
 /**
- * A consumer of `topic` for `group`. The group resumes from its committed
- * offsets; other partitions start as `o` says (NULL: earliest). A group name
+ * A consumer of `topic`, a new member of `group`. The group divides the
+ * topic's partitions among its live members (any number; see
+ * `rill_consumer_assignment`); a partition resumes from the group's
+ * committed offset, or starts as `o` says (NULL: earliest). A group name
  * follows the topic name rules (`/`-separated non-empty segments of UTF-8,
  * at most 255 bytes, no NUL or `*`); otherwise `RILL_ERR_INVALID_ARGUMENT`
  * with an error text naming the consumer group.
- * `RILL_ERR_BUSY` if the group already has a live consumer of the topic.
  * Called as `rill_consumer_new`.
  *
  * # Safety
@@ -997,7 +1011,11 @@ rill_status rill_consumer_poll(rill_consumer *c,
                                size_t *count);
 
 /**
- * Commits the current position of every partition for the group.
+ * Commits the current position of every partition it owns for the group.
+ * `RILL_ERR_REASSIGNED` if partitions it polled were given to another
+ * member since its last commit (a rebalance, or its session timeout passed
+ * without a poll): their positions are not committed, the new owner reads
+ * those messages again; its other partitions are committed all the same.
  *
  * # Safety
  *
@@ -1006,7 +1024,8 @@ rill_status rill_consumer_poll(rill_consumer *c,
 rill_status rill_consumer_commit(rill_consumer *c);
 
 /**
- * Commits `offset` (not past the end) for one partition.
+ * Commits `offset` (not past the end) for one partition;
+ * `RILL_ERR_REASSIGNED` if the group gave it to another member.
  *
  * # Safety
  *
@@ -1061,6 +1080,23 @@ rill_status rill_consumer_rollback(rill_consumer *c);
  * `c` is a live consumer; `out` writable.
  */
 rill_status rill_consumer_position(const rill_consumer *c, uint32_t partition, uint64_t *out);
+
+/**
+ * The partitions this member of its group owns now, ascending: up to `cap`
+ * of them into `partitions`, and how many it owns into `*count` (which may
+ * exceed `cap`: call again with a larger array). `partitions` may be NULL
+ * when `cap` is 0. It reads the group's state, so it sees a rebalance at
+ * once; an expelled member owns none until its next poll rejoins.
+ *
+ * # Safety
+ *
+ * `c` is a live consumer; `partitions` writable for `cap` values; `count`
+ * writable.
+ */
+rill_status rill_consumer_assignment(const rill_consumer *c,
+                                     uint32_t *partitions,
+                                     size_t cap,
+                                     size_t *count);
 
 /**
  * The group's committed offset for `partition` (`RILL_ERR_NOT_FOUND` if

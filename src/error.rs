@@ -85,6 +85,11 @@ pub enum Error {
     /// Nothing was half-done: retrying once the resource is available works.
     #[error("resource exhausted: {0}")]
     ResourceExhausted(String),
+    /// A consumer group gave the partition to another member (after a
+    /// rebalance, or because this member stopped polling for its session
+    /// timeout): this member may no longer commit or move its position.
+    #[error("reassigned: {0}")]
+    Reassigned(String),
 }
 
 /// Which variant an [`Error`] is, without its data. Unlike `Error` it is
@@ -108,6 +113,7 @@ pub enum ErrorKind {
     Busy,
     NotFound,
     ResourceExhausted,
+    Reassigned,
 }
 
 impl Error {
@@ -129,6 +135,7 @@ impl Error {
             Error::Busy(_) => ErrorKind::Busy,
             Error::NotFound(_) => ErrorKind::NotFound,
             Error::ResourceExhausted(_) => ErrorKind::ResourceExhausted,
+            Error::Reassigned(_) => ErrorKind::Reassigned,
         }
     }
 }

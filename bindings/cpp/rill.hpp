@@ -303,6 +303,14 @@ class Consumer {
         return out;
     }
     uint32_t partition_count() const noexcept { return rill_consumer_partition_count(c_); }
+    /// The partitions this member of its group owns now, ascending.
+    std::vector<uint32_t> assignment() const {
+        std::vector<uint32_t> out(partition_count());
+        size_t count = 0;
+        detail::check(rill_consumer_assignment(c_, out.data(), out.size(), &count));
+        out.resize(count < out.size() ? count : out.size());
+        return out;
+    }
 
   private:
     rill_consumer *c_;
@@ -520,12 +528,19 @@ class Broker {
         return Subscription(s);
     }
 
+    /// A new member of `group` on `topic`; the group divides the topic's
+    /// partitions among its members. A member that has not polled for
+    /// `session_timeout` (zero: the default, 10 s) is expelled; its next call
+    /// rejoins.
     Consumer consumer(const std::string &group, const std::string &topic, rill_start start = RILL_START_EARLIEST,
-                      uint64_t start_offset = 0) {
+                      uint64_t start_offset = 0, std::chrono::milliseconds session_timeout = std::chrono::milliseconds(0)) {
         rill_consumer_options o;
         rill_consumer_options_init(&o);
         o.start = start;
         o.start_offset = start_offset;
+        if (session_timeout.count() < 0 || session_timeout.count() > UINT32_MAX)
+            throw Error(RILL_ERR_INVALID_ARGUMENT, "RILL_ERR_INVALID_ARGUMENT: session_timeout must be 0 to 2^32-1 ms");
+        o.session_timeout_ms = static_cast<uint32_t>(session_timeout.count());
         rill_consumer *c = nullptr;
         detail::check(rill_consumer_new(b_, detail::c_str(group, "consumer group"), detail::c_str(topic, "topic name"), &o, &c));
         return Consumer(c);

@@ -4,7 +4,7 @@ use std::ffi::{CString, c_char};
 use std::mem::size_of;
 use std::time::Duration;
 
-use rill::{Consumer, ConsumerOptions, ConsumerStart};
+use rill::{Consumer, ConsumerOptions, ConsumerStart, DEFAULT_SESSION_TIMEOUT};
 
 use crate::broker::rill_broker;
 use crate::error::{FfiError, boundary, boundary_value, rill_status};
@@ -25,6 +25,11 @@ pub struct rill_consumer_options {
     pub start: rill_start,
     /// The offset for `RILL_START_OFFSET`.
     pub start_offset: u64,
+    /// A member that has not polled for this many milliseconds (and is not
+    /// inside `rill_consumer_poll`) is expelled from its group; the other
+    /// members take its partitions from the group's committed offsets, and
+    /// its next call rejoins. 0 means the default, 10000.
+    pub session_timeout_ms: u32,
 }
 
 /// A pull consumer of one topic for one group. Use it from one thread at a
@@ -51,7 +56,12 @@ unsafe impl OptionStruct for rill_consumer_options {
     const INIT: &'static str = "rill_consumer_options_init";
     const FIRST_SIZE: usize = 16;
     fn defaults() -> Self {
-        rill_consumer_options { struct_size: size_of::<Self>() as u32, start: RILL_START_EARLIEST, start_offset: 0 }
+        rill_consumer_options {
+            struct_size: size_of::<Self>() as u32,
+            start: RILL_START_EARLIEST,
+            start_offset: 0,
+            session_timeout_ms: 0,
+        }
     }
 }
 
@@ -69,12 +79,13 @@ pub unsafe extern "C" fn rill_consumer_options_init_v1(o: *mut rill_consumer_opt
     boundary_value((), || unsafe { options::init(o, size) })
 }
 
-/// A consumer of `topic` for `group`. The group resumes from its committed
-/// offsets; other partitions start as `o` says (NULL: earliest). A group name
+/// A consumer of `topic`, a new member of `group`. The group divides the
+/// topic's partitions among its live members (any number; see
+/// `rill_consumer_assignment`); a partition resumes from the group's
+/// committed offset, or starts as `o` says (NULL: earliest). A group name
 /// follows the topic name rules (`/`-separated non-empty segments of UTF-8,
 /// at most 255 bytes, no NUL or `*`); otherwise `RILL_ERR_INVALID_ARGUMENT`
 /// with an error text naming the consumer group.
-/// `RILL_ERR_BUSY` if the group already has a live consumer of the topic.
 /// Called as `rill_consumer_new`.
 ///
 /// # Safety
@@ -94,18 +105,20 @@ pub unsafe extern "C" fn rill_consumer_new_v1(
         // SAFETY: the caller's promises, checked for NULL inside.
         let (b, group, topic) = unsafe { (reference(b, "broker")?, cstr(group, "group")?, cstr(topic, "topic")?) };
         // SAFETY: the caller promises `o` is NULL or valid.
-        let start = match unsafe { options::read(o) }? {
-            None => ConsumerStart::Earliest,
-            Some(o) => match o.start {
-                RILL_START_EARLIEST => ConsumerStart::Earliest,
-                RILL_START_LATEST => ConsumerStart::Latest,
-                RILL_START_OFFSET => ConsumerStart::Offset(o.start_offset),
-                rill_start(other) => {
-                    return Err(FfiError::invalid(format!("start {other} is not a RILL_START_* value")));
-                }
-            },
+        let o = unsafe { options::read(o) }?.unwrap_or_else(rill_consumer_options::defaults);
+        let session_timeout = match o.session_timeout_ms {
+            0 => DEFAULT_SESSION_TIMEOUT,
+            ms => Duration::from_millis(ms.into()),
         };
-        let consumer = b.broker.consumer(group, topic, ConsumerOptions { start })?;
+        let start = match o.start {
+            RILL_START_EARLIEST => ConsumerStart::Earliest,
+            RILL_START_LATEST => ConsumerStart::Latest,
+            RILL_START_OFFSET => ConsumerStart::Offset(o.start_offset),
+            rill_start(other) => {
+                return Err(FfiError::invalid(format!("start {other} is not a RILL_START_* value")));
+            }
+        };
+        let consumer = b.broker.consumer(group, topic, ConsumerOptions { start, session_timeout })?;
         let topic = CString::new(topic).expect("checked by cstr: no interior NUL");
         let c = rill_consumer { consumer, topic, messages: Vec::new(), contexts: Vec::new() };
         // SAFETY: checked non-NULL; the caller promises it is writable.
@@ -162,7 +175,11 @@ pub unsafe extern "C" fn rill_consumer_poll(
     })
 }
 
-/// Commits the current position of every partition for the group.
+/// Commits the current position of every partition it owns for the group.
+/// `RILL_ERR_REASSIGNED` if partitions it polled were given to another
+/// member since its last commit (a rebalance, or its session timeout passed
+/// without a poll): their positions are not committed, the new owner reads
+/// those messages again; its other partitions are committed all the same.
 ///
 /// # Safety
 ///
@@ -173,7 +190,8 @@ pub unsafe extern "C" fn rill_consumer_commit(c: *mut rill_consumer) -> rill_sta
     boundary(|| Ok(unsafe { reference_mut(c, "consumer") }?.consumer.commit()?))
 }
 
-/// Commits `offset` (not past the end) for one partition.
+/// Commits `offset` (not past the end) for one partition;
+/// `RILL_ERR_REASSIGNED` if the group gave it to another member.
 ///
 /// # Safety
 ///
@@ -262,6 +280,41 @@ pub unsafe extern "C" fn rill_consumer_position(c: *const rill_consumer, partiti
         let p = unsafe { reference(c, "consumer") }?.consumer.position(partition)?;
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, p) };
+        Ok(())
+    })
+}
+
+/// The partitions this member of its group owns now, ascending: up to `cap`
+/// of them into `partitions`, and how many it owns into `*count` (which may
+/// exceed `cap`: call again with a larger array). `partitions` may be NULL
+/// when `cap` is 0. It reads the group's state, so it sees a rebalance at
+/// once; an expelled member owns none until its next poll rejoins.
+///
+/// # Safety
+///
+/// `c` is a live consumer; `partitions` writable for `cap` values; `count`
+/// writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_assignment(
+    c: *const rill_consumer,
+    partitions: *mut u32,
+    cap: usize,
+    count: *mut usize,
+) -> rill_status {
+    boundary(|| {
+        out_ptr(count, "count")?;
+        if cap > 0 {
+            out_ptr(partitions, "partitions")?;
+        }
+        // SAFETY: the caller's promise, checked for NULL.
+        let owned = unsafe { reference(c, "consumer") }?.consumer.assignment();
+        for (i, &p) in owned.iter().take(cap).enumerate() {
+            // SAFETY: checked non-NULL; i < cap, and the caller promises `cap`
+            // writable values.
+            unsafe { partitions.add(i).write(p) };
+        }
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(count, owned.len()) };
         Ok(())
     })
 }

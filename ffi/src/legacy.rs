@@ -123,12 +123,18 @@ impl Legacy for rill_topic_options_v0_1 {
 impl Legacy for rill_consumer_options_v0_1 {
     type Current = rill_consumer_options;
     fn from_current(c: rill_consumer_options) -> Self {
-        let rill_consumer_options { struct_size: _, start, start_offset } = c;
+        // A 0.1 program has no session timeout to set.
+        let rill_consumer_options { struct_size: _, start, start_offset, session_timeout_ms: _ } = c;
         Self { start, start_offset }
     }
     fn to_current(self) -> rill_consumer_options {
         let Self { start, start_offset } = self;
-        rill_consumer_options { struct_size: size_of::<rill_consumer_options>() as u32, start, start_offset }
+        rill_consumer_options {
+            struct_size: size_of::<rill_consumer_options>() as u32,
+            start,
+            start_offset,
+            session_timeout_ms: 0,
+        }
     }
 }
 

@@ -48,5 +48,9 @@ statuses! {
         RILL_ERR_PANIC = 15 => [],
         /// The system ran out of a resource: memory, threads, address space.
         RILL_ERR_RESOURCE_EXHAUSTED = 16 => [ResourceExhausted],
+        /// A consumer group gave the partition to another member (a rebalance,
+        /// or this member's session timeout passed without a poll): its commit
+        /// there was refused. Its other partitions are unaffected.
+        RILL_ERR_REASSIGNED = 19 => [Reassigned],
     }
 }

@@ -2,8 +2,17 @@
 //!
 //! A consumer belongs to a *group*. The group's committed offsets live in the
 //! broker and outlive the consumer: a new consumer of the same group and
-//! topic resumes there, and different groups each read every message. One
-//! live consumer per group and topic at a time.
+//! topic resumes there, and different groups each read every message.
+//!
+//! Any number of consumers may be live members of one group on one topic:
+//! the group divides the topic's partitions among them (see `group.rs` for
+//! the assignment and why it is made under the control mutex) and each polls
+//! only its own. A partition that changes owner moves from the group's
+//! committed offset, so what the old owner polled but did not commit is
+//! polled again by the new one. A member that has not polled for its
+//! `session_timeout` is expelled by the others (they look at a quarter of the
+//! shortest session timeout, and whenever a member joins); its next call
+//! rejoins.
 //!
 //! `poll` returns messages borrowed from the log, valid until the next call
 //! that moves the consumer. Waiting in `poll` parks the thread (see
@@ -24,13 +33,36 @@ use crate::sync::{Arc, dyn_arc};
 
 /// What a consumer needs from the broker that made it, as a hook (the way a
 /// subscription's close hook works), so this file does not name the broker.
+/// Every call but `is_closed` takes the control mutex: none is on the path of
+/// a message.
 pub(crate) trait GroupHost: Send + Sync {
     /// True once the broker is closed.
     fn is_closed(&self) -> bool;
-    /// Stores the group's committed offsets (one per partition).
-    fn save_group(&self, core: &ConsumerCore, committed: Vec<Option<u64>>);
-    /// The consumer closed: frees its group for another consumer.
+    /// Makes `core` a member of its group (again) and rebalances; `Closed`
+    /// once the broker is closed.
+    fn join(&self, core: &Arc<ConsumerCore>) -> Result<Assignment>;
+    /// The partitions `core` owns now, or `None` if it is not a member (it
+    /// was expelled).
+    fn assignment(&self, core: &ConsumerCore) -> Option<Assignment>;
+    /// Expels the members, other than `core`, that have not polled for their
+    /// session timeout; returns how long until it is worth looking again.
+    fn expel_idle(&self, core: &ConsumerCore) -> Duration;
+    /// Commits `offsets` (partition, offset) that `core` owns; returns the
+    /// partitions it does not own, whose offsets were left alone.
+    fn commit(&self, core: &ConsumerCore, offsets: &[(u32, u64)]) -> Vec<u32>;
+    /// The group's committed offsets, one per partition.
+    fn committed(&self, core: &ConsumerCore) -> Vec<Option<u64>>;
+    /// The consumer closed: it leaves its group, whose other members take
+    /// its partitions.
     fn release_consumer(&self, core: &ConsumerCore);
+}
+
+/// What a member owns, with the group's committed offsets to start from.
+pub(crate) struct Assignment {
+    /// Its partitions, ascending.
+    pub(crate) partitions: Vec<u32>,
+    /// The group's committed offsets, one per partition of the topic.
+    pub(crate) committed: Vec<Option<u64>>,
 }
 
 /// A consumer as a partition's listener: a commit wakes a blocked `poll`.
@@ -51,18 +83,26 @@ impl Listener for ConsumerListener {
     }
 }
 
+/// Default [`ConsumerOptions::session_timeout`].
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How a new consumer group starts reading (a group with committed offsets
-/// resumes from them instead).
+/// resumes from them instead), and how long a member may go without polling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerOptions {
     /// Where to start in partitions without a committed offset. Default: the
     /// earliest retained message.
     pub start: ConsumerStart,
+    /// A member that has not called `poll` for this long (and is not inside
+    /// one) is expelled from its group, and its partitions go to the other
+    /// members from the group's committed offsets: the visibility timeout of
+    /// a pull consumer. Its next call rejoins. Must be positive. Default 10 s.
+    pub session_timeout: Duration,
 }
 
 impl Default for ConsumerOptions {
     fn default() -> Self {
-        ConsumerOptions { start: StartPosition::Earliest }
+        ConsumerOptions { start: StartPosition::Earliest, session_timeout: DEFAULT_SESSION_TIMEOUT }
     }
 }
 
@@ -78,6 +118,16 @@ pub(crate) struct ConsumerCore {
     pub(crate) group: String,
     pub(crate) topic: Arc<Topic>,
     pub(crate) waiters: Arc<Waiters>,
+    pub(crate) session_timeout: Duration,
+    /// Bumped (under the control mutex) each time its assignment changes;
+    /// see `group.rs`.
+    pub(crate) generation: AtomicU64,
+    /// When it was made: `alive_ns` counts from here.
+    born: Instant,
+    /// Nanoseconds after `born` of its last poll's start or end.
+    alive_ns: AtomicU64,
+    /// True while it is inside `poll` (alive, however long it waits).
+    polling: AtomicBool,
     closed: AtomicBool,
     /// Messages returned by `poll`.
     delivered: AtomicU64,
@@ -86,12 +136,17 @@ pub(crate) struct ConsumerCore {
 }
 
 impl ConsumerCore {
-    pub(crate) fn new(id: u64, group: String, topic: Arc<Topic>) -> ConsumerCore {
+    pub(crate) fn new(id: u64, group: String, topic: Arc<Topic>, session_timeout: Duration) -> ConsumerCore {
         ConsumerCore {
             id,
             group,
             topic,
             waiters: Arc::new(Waiters::new()),
+            session_timeout,
+            generation: AtomicU64::new(0),
+            born: Instant::now(),
+            alive_ns: AtomicU64::new(0),
+            polling: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             delivered: AtomicU64::new(0),
             missed: AtomicU64::new(0),
@@ -108,6 +163,32 @@ impl ConsumerCore {
     fn is_closed(&self) -> bool {
         // Acquire: pairs with the Release in `close`.
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Bumps its assignment generation and wakes its `poll` (called under
+    /// the control mutex after its partitions changed).
+    pub(crate) fn assignment_changed(&self) {
+        // Release: pairs with the Acquire load in `Consumer::sync`, which then
+        // takes the control mutex; the mutex orders the assignment itself.
+        self.generation.fetch_add(1, Ordering::Release);
+        self.waiters.notify();
+    }
+
+    /// Marks the start (`true`) or end of a poll: either is a sign of life.
+    fn set_polling(&self, polling: bool) {
+        let now = self.born.elapsed().as_nanos() as u64;
+        // Relaxed: a liveness hint read under the control mutex by other
+        // members; a stale value delays an expulsion by one look at most.
+        self.alive_ns.store(now, Ordering::Relaxed);
+        self.polling.store(polling, Ordering::Relaxed);
+    }
+
+    /// True if it is not polling and its last poll is older than its session
+    /// timeout.
+    pub(crate) fn session_expired(&self) -> bool {
+        // Relaxed: see `set_polling`.
+        let alive = Duration::from_nanos(self.alive_ns.load(Ordering::Relaxed));
+        !self.polling.load(Ordering::Relaxed) && self.born.elapsed().saturating_sub(alive) > self.session_timeout
     }
 }
 
@@ -162,7 +243,7 @@ pub struct GroupPartition {
     /// Partition index.
     pub partition: u32,
     /// Next offset the consumer will poll (the committed offset when no
-    /// consumer is live).
+    /// consumer is live, or when another member owns the partition).
     pub position: u64,
     /// Committed offset (`None`: nothing committed yet).
     pub committed: Option<u64>,
@@ -204,17 +285,46 @@ pub struct GroupStats {
     pub partitions: Vec<GroupPartition>,
 }
 
+/// A partition the member owns.
 struct Part {
     cursor: Cursor,
-    committed: Option<u64>,
+    /// Where this member's reading of it started or last committed: if the
+    /// cursor is past it when the partition is taken away, the member polled
+    /// messages it can no longer commit.
+    base: u64,
+    /// Trimmed by retention before it was read, not yet counted in `missed`.
+    missed: u64,
 }
 
-/// A pull consumer of one topic, for one group. Not shared between threads
-/// (it is `Send`); dropping it closes it.
+impl Part {
+    /// True if a read would return a record or report a lag. A lag found
+    /// here is kept for the next poll to count (the cursor has moved past
+    /// the gap, so a read would not report it again).
+    fn ready(&mut self) -> bool {
+        if let Some(Lagged { missed, .. }) = self.cursor.take_lag() {
+            self.missed += missed;
+            return true;
+        }
+        self.cursor.has_next()
+    }
+}
+
+/// A pull consumer of one topic, a member of one group. Not shared between
+/// threads (it is `Send`); dropping it closes it.
 pub struct Consumer {
     core: Arc<ConsumerCore>,
     host: Box<dyn GroupHost>,
-    parts: Vec<Part>,
+    /// One per partition of the topic: `Some` for those it owns.
+    parts: Vec<Option<Part>>,
+    /// The assignment generation its `parts` reflect.
+    generation: u64,
+    /// Partitions taken from it, with messages polled there but not
+    /// committed, since its last `commit`: that commit reports them.
+    lost: Vec<u32>,
+    /// Where partitions without a committed offset start.
+    start: ConsumerStart,
+    /// When to look for idle members next.
+    next_check: Instant,
     /// Partition to start the next poll at, for fairness.
     next: usize,
     /// Set once `close` has released the group.
@@ -222,27 +332,32 @@ pub struct Consumer {
 }
 
 impl Consumer {
-    pub(crate) fn new(
-        core: Arc<ConsumerCore>,
-        host: Box<dyn GroupHost>,
-        committed: Vec<Option<u64>>,
-        start: ConsumerStart,
-    ) -> Result<Consumer> {
-        let mut parts = Vec::with_capacity(core.topic.partitions.len());
-        for (p, committed) in core.topic.partitions.iter().zip(committed) {
-            let cursor = match (committed, start) {
-                (Some(offset), _) => p.log.cursor_resuming(offset),
-                (None, ConsumerStart::Earliest) => p.log.cursor_from_first(),
-                (None, ConsumerStart::Latest) => p.log.cursor_from_end(),
-                (None, ConsumerStart::Offset(o)) => p.log.cursor_at(o)?,
-            };
-            parts.push(Part { cursor, committed });
+    /// Joins the group and positions the partitions it is given.
+    pub(crate) fn new(core: Arc<ConsumerCore>, host: Box<dyn GroupHost>, start: ConsumerStart) -> Result<Consumer> {
+        if let ConsumerStart::Offset(o) = start {
+            // Checked on every partition now, so a partition this member
+            // takes later (from a group without a commit) can start there.
+            for p in core.topic.partitions.iter() {
+                p.log.cursor_at(o)?;
+            }
         }
-        for p in core.topic.partitions.iter() {
-            let listener = dyn_arc!(ConsumerListener { id: core.id, waiters: core.waiters.clone() } => dyn Listener);
-            p.add_listener(listener, None);
-        }
-        Ok(Consumer { core, host, parts, next: 0, released: false })
+        let parts = (0..core.topic.partitions.len()).map(|_| None).collect();
+        let mut c = Consumer {
+            core,
+            host,
+            parts,
+            generation: 0,
+            lost: Vec::new(),
+            start,
+            next_check: Instant::now(),
+            next: 0,
+            released: false,
+        };
+        c.core.set_polling(false);
+        let generation = c.core.generation.load(Ordering::Acquire);
+        let assignment = c.host.join(&c.core)?;
+        c.apply(generation, assignment, false);
+        Ok(c)
     }
 
     fn check_open(&self) -> Result<()> {
@@ -252,9 +367,87 @@ impl Consumer {
         Ok(())
     }
 
-    fn part(&mut self, partition: u32) -> Result<&mut Part> {
-        let err = self.no_partition(partition);
-        self.parts.get_mut(partition as usize).ok_or(err)
+    /// Brings its partitions up to date with the group's assignment, and
+    /// rejoins if it was expelled. Cheap when nothing changed.
+    fn sync(&mut self) -> Result<()> {
+        // Acquire: pairs with the Release bump in `assignment_changed`.
+        let generation = self.core.generation.load(Ordering::Acquire);
+        if generation == self.generation {
+            return Ok(());
+        }
+        match self.host.assignment(&self.core) {
+            Some(a) => self.apply(generation, a, false),
+            None => {
+                // Expelled: whatever it held is gone, even partitions the
+                // rejoin gives back (others may have read them meanwhile).
+                let a = self.host.join(&self.core)?;
+                self.apply(generation, a, true);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the partitions it lost (all of them if `expelled`) and opens
+    /// the ones it gained at the group's committed offsets.
+    fn apply(&mut self, generation: u64, a: Assignment, expelled: bool) {
+        self.generation = generation;
+        let mut owns = vec![false; self.parts.len()];
+        for &p in &a.partitions {
+            owns[p as usize] = true;
+        }
+        let core = self.core.clone();
+        for (index, slot) in self.parts.iter_mut().enumerate() {
+            let partition = &core.topic.partitions[index];
+            if slot.is_some() && (expelled || !owns[index]) {
+                let part = slot.take().expect("checked");
+                partition.remove_listener(core.id);
+                if part.cursor.offset() != part.base && !self.lost.contains(&(index as u32)) {
+                    self.lost.push(index as u32);
+                }
+            }
+            if slot.is_none() && owns[index] {
+                let log = &partition.log;
+                let cursor = match (a.committed[index], self.start) {
+                    (Some(offset), _) => log.cursor_resuming(offset),
+                    (None, ConsumerStart::Earliest) => log.cursor_from_first(),
+                    (None, ConsumerStart::Latest) => log.cursor_from_end(),
+                    // Checked retained in `new`; if trimmed since, the first
+                    // read reports what was missed.
+                    (None, ConsumerStart::Offset(o)) => log.cursor_resuming(o),
+                };
+                let base = cursor.offset();
+                *slot = Some(Part { cursor, base, missed: 0 });
+                let listener =
+                    dyn_arc!(ConsumerListener { id: core.id, waiters: core.waiters.clone() } => dyn Listener);
+                partition.add_listener(listener, None);
+            }
+        }
+    }
+
+    fn no_partition(&self, partition: u32) -> Error {
+        Error::NotFound(format!("partition {partition} of topic {:?} (it has {})", self.topic(), self.parts.len()))
+    }
+
+    fn not_owned(&self, partition: u32) -> Error {
+        Error::Reassigned(format!(
+            "partition {partition} of topic {:?} is not assigned to this member of group {:?}",
+            self.topic(),
+            self.core.group
+        ))
+    }
+
+    /// The partition's state if it exists and this member owns it.
+    fn owned(&self, partition: u32) -> Result<&Part> {
+        match self.parts.get(partition as usize) {
+            None => Err(self.no_partition(partition)),
+            Some(None) => Err(self.not_owned(partition)),
+            Some(Some(p)) => Ok(p),
+        }
+    }
+
+    fn owned_mut(&mut self, partition: u32) -> Result<&mut Part> {
+        self.owned(partition)?;
+        Ok(self.parts[partition as usize].as_mut().expect("checked by owned"))
     }
 
     /// The topic it reads.
@@ -267,24 +460,26 @@ impl Consumer {
         &self.core.group
     }
 
-    /// Up to `max` messages, waiting up to `timeout` for the first one. An
-    /// empty batch means the timeout passed with nothing to read. Messages
-    /// come in offset order within each partition; partitions take turns.
+    /// The partitions this member owns now, ascending (empty if the group
+    /// has more members than partitions, or it was expelled and has not
+    /// called since). Asks the group, so it sees a rebalance at once.
+    pub fn assignment(&self) -> Vec<u32> {
+        self.host.assignment(&self.core).map(|a| a.partitions).unwrap_or_default()
+    }
+
+    /// Up to `max` messages of the partitions it owns, waiting up to
+    /// `timeout` for the first one. An empty batch means the timeout passed
+    /// with nothing to read. Messages come in offset order within each
+    /// partition; partitions take turns. A rebalance is picked up here.
     pub fn poll(&mut self, max: usize, timeout: Duration) -> Result<Vec<Polled<'_>>> {
         self.check_open()?;
+        self.core.set_polling(true);
+        let waited = self.wait_ready(max, Instant::now() + timeout);
+        self.core.set_polling(false);
+        waited?;
         if max == 0 {
             return Ok(Vec::new());
         }
-        let deadline = Instant::now() + timeout;
-        let core = self.core.clone();
-        let host = &self.host;
-        let parts = &mut self.parts;
-        // Parks until a commit (or close) wakes it; see waiters.rs.
-        core.waiters.wait_until(Some(deadline), || {
-            core.is_closed() || host.is_closed() || parts.iter_mut().any(|p| p.cursor.has_next())
-        });
-        self.check_open()?;
-
         let n = self.parts.len();
         let start = self.next % n;
         self.next = start + 1;
@@ -294,14 +489,16 @@ impl Consumer {
         // Each partition is read at most once per poll, so the borrows of the
         // cursors (and of the messages they hand out) stay disjoint.
         let (before, from_start) = self.parts.split_at_mut(start);
-        for (part, index) in from_start.iter_mut().zip(start..).chain(before.iter_mut().zip(0..)) {
-            if out.len() >= max {
-                break;
-            }
-            let partition = index as u32;
+        for (slot, index) in from_start.iter_mut().zip(start..).chain(before.iter_mut().zip(0..)) {
+            let Some(part) = slot else { continue };
+            missed += std::mem::take(&mut part.missed);
             if let Some(Lagged { missed: m, .. }) = part.cursor.take_lag() {
                 missed += m;
             }
+            if out.len() >= max {
+                continue;
+            }
+            let partition = index as u32;
             let batch = match part.cursor.read_batch(max - out.len()) {
                 Ok(b) => b,
                 // Trimmed again since `take_lag`: count it, read it next poll.
@@ -319,20 +516,84 @@ impl Consumer {
         Ok(out)
     }
 
-    /// Commits the current position of every partition (the offset after
-    /// the last message polled) for the group.
-    pub fn commit(&mut self) -> Result<()> {
-        self.check_open()?;
-        for p in &mut self.parts {
-            p.committed = Some(p.cursor.offset());
+    /// Waits until a partition it owns has something to read (or to report
+    /// as missed) or `deadline` passes, following rebalances and expelling
+    /// idle members on the way.
+    fn wait_ready(&mut self, max: usize, deadline: Instant) -> Result<()> {
+        loop {
+            let now = Instant::now();
+            if now >= self.next_check {
+                let every = self.host.expel_idle(&self.core).max(MIN_EXPEL_CHECK);
+                self.next_check = now.checked_add(every).unwrap_or(deadline);
+            }
+            self.sync()?;
+            if max == 0 {
+                return Ok(());
+            }
+            let generation = self.generation;
+            let core = self.core.clone();
+            let host = &self.host;
+            let parts = &mut self.parts;
+            // Parks until a commit, a rebalance (or close) wakes it, or it is
+            // time to look for idle members; see waiters.rs.
+            let ready = core.waiters.wait_until(Some(deadline.min(self.next_check)), || {
+                core.is_closed()
+                    || host.is_closed()
+                    // Acquire: as in `sync`.
+                    || core.generation.load(Ordering::Acquire) != generation
+                    || parts.iter_mut().flatten().any(Part::ready)
+            });
+            self.check_open()?;
+            if core.generation.load(Ordering::Acquire) != generation {
+                continue;
+            }
+            if ready || Instant::now() >= deadline {
+                return Ok(());
+            }
         }
-        self.save();
-        Ok(())
     }
 
-    /// Commits `offset` for one partition (it must not be past the end).
+    /// Commits the current position of every partition it owns (the offset
+    /// after the last message polled) for the group. If partitions it had
+    /// polled were reassigned since its last commit, their positions are not
+    /// committed (the new owner reads them again from the group's committed
+    /// offset) and the call fails with `Reassigned` naming them, once; the
+    /// other partitions are committed all the same.
+    pub fn commit(&mut self) -> Result<()> {
+        self.check_open()?;
+        self.sync()?;
+        let offsets: Vec<(u32, u64)> = self
+            .parts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.as_ref().map(|p| (i as u32, p.cursor.offset())))
+            .collect();
+        let refused = self.host.commit(&self.core, &offsets);
+        for &(partition, offset) in &offsets {
+            if !refused.contains(&partition) {
+                self.parts[partition as usize].as_mut().expect("listed above").base = offset;
+            }
+        }
+        let mut lost = std::mem::take(&mut self.lost);
+        lost.extend(refused.into_iter().filter(|p| !lost.contains(p)).collect::<Vec<_>>());
+        if lost.is_empty() {
+            return Ok(());
+        }
+        lost.sort_unstable();
+        Err(Error::Reassigned(format!(
+            "partitions {lost:?} of topic {:?} were reassigned to other members of group {:?}; \
+             what this member polled there was not committed (the new owner reads it again); \
+             its other partitions were committed",
+            self.topic(),
+            self.core.group
+        )))
+    }
+
+    /// Commits `offset` for one partition it owns (not past the end);
+    /// `Reassigned` if the group gave the partition to another member.
     pub fn commit_offset(&mut self, partition: u32, offset: u64) -> Result<()> {
         self.check_open()?;
+        self.sync()?;
         let Some(p) = self.core.topic.partitions.get(partition as usize) else {
             return Err(self.no_partition(partition));
         };
@@ -340,86 +601,101 @@ impl Consumer {
         if offset > end {
             return Err(Error::OutOfRange { partition, offset, first, end });
         }
-        self.parts[partition as usize].committed = Some(offset);
-        self.save();
+        if !self.host.commit(&self.core, &[(partition, offset)]).is_empty() {
+            return Err(self.not_owned(partition));
+        }
+        if let Some(Some(part)) = self.parts.get_mut(partition as usize) {
+            part.base = offset;
+        }
         Ok(())
     }
 
-    /// Moves one partition's position to `offset`, which must be retained.
+    /// Moves one partition's position to `offset`, which must be retained
+    /// (`Reassigned` for a partition it does not own).
     pub fn seek(&mut self, partition: u32, offset: u64) -> Result<()> {
         self.check_open()?;
-        self.part(partition)?.cursor.seek(offset)
+        self.sync()?;
+        self.owned_mut(partition)?.cursor.seek(offset)
     }
 
-    /// Moves every partition to its oldest retained message.
+    /// Moves every partition it owns to its oldest retained message.
     pub fn seek_to_beginning(&mut self) -> Result<()> {
         self.check_open()?;
-        self.parts.iter_mut().for_each(|p| p.cursor.seek_to_first());
+        self.sync()?;
+        self.parts.iter_mut().flatten().for_each(|p| p.cursor.seek_to_first());
         Ok(())
     }
 
-    /// Moves every partition past its newest message.
+    /// Moves every partition it owns past its newest message.
     pub fn seek_to_end(&mut self) -> Result<()> {
         self.check_open()?;
-        self.parts.iter_mut().for_each(|p| p.cursor.seek_to_end());
+        self.sync()?;
+        self.parts.iter_mut().flatten().for_each(|p| p.cursor.seek_to_end());
         Ok(())
     }
 
-    /// Moves every partition back to its committed offset (or, where nothing
-    /// was committed, leaves it), so uncommitted messages are polled again.
+    /// Moves every partition it owns back to the group's committed offset
+    /// (or, where nothing was committed, leaves it), so uncommitted messages
+    /// are polled again.
     pub fn rollback(&mut self) -> Result<()> {
         self.check_open()?;
-        for (p, part) in self.core.topic.partitions.iter().zip(&mut self.parts) {
-            if let Some(offset) = part.committed {
+        self.sync()?;
+        let committed = self.host.committed(&self.core);
+        for ((p, slot), committed) in self.core.topic.partitions.iter().zip(&mut self.parts).zip(committed) {
+            if let (Some(part), Some(offset)) = (slot, committed) {
                 part.cursor = p.log.cursor_resuming(offset);
+                part.base = offset;
             }
         }
         Ok(())
     }
 
-    /// The next offset `poll` will return from `partition`.
+    /// The next offset `poll` will return from `partition` (`Reassigned` if
+    /// it does not own it, as far as its last call knew).
     pub fn position(&self, partition: u32) -> Result<u64> {
         self.check_open()?;
-        let p = self.parts.get(partition as usize).ok_or_else(|| self.no_partition(partition))?;
-        Ok(p.cursor.offset())
+        Ok(self.owned(partition)?.cursor.offset())
     }
 
     /// The group's committed offset for `partition`, or `NotFound` if nothing
     /// was committed yet.
     pub fn committed(&self, partition: u32) -> Result<u64> {
         self.check_open()?;
-        let p = self.parts.get(partition as usize).ok_or_else(|| self.no_partition(partition))?;
-        p.committed.ok_or_else(|| {
+        if partition as usize >= self.parts.len() {
+            return Err(self.no_partition(partition));
+        }
+        self.host.committed(&self.core)[partition as usize].ok_or_else(|| {
             Error::NotFound(format!("no committed offset for partition {partition} of group {:?}", self.core.group))
         })
     }
 
-    fn no_partition(&self, partition: u32) -> Error {
-        Error::NotFound(format!("partition {partition} of topic {:?} (it has {})", self.topic(), self.parts.len()))
-    }
-
-    /// Number of partitions.
+    /// Number of partitions of the topic (not only those it owns).
     pub fn partitions(&self) -> u32 {
         self.parts.len() as u32
     }
 
-    /// Counters and lag.
+    /// Counters, and the group's lag over all partitions.
     pub fn stats(&self) -> ConsumerStats {
+        let committed = self.host.committed(&self.core);
         let partitions: Vec<GroupPartition> = self
             .core
             .topic
             .partitions
             .iter()
             .zip(&self.parts)
-            .map(|(p, part)| {
+            .zip(committed)
+            .map(|((p, part), committed)| {
                 let end = p.log.end_offset();
-                let position = part.cursor.offset();
+                let position = match part {
+                    Some(part) => part.cursor.offset(),
+                    None => committed.unwrap_or_else(|| p.log.first_offset()),
+                };
                 GroupPartition {
                     partition: p.index,
                     position,
-                    committed: part.committed,
+                    committed,
                     end,
-                    lag: end.saturating_sub(part.committed.unwrap_or(position)),
+                    lag: end.saturating_sub(committed.unwrap_or(position)),
                 }
             })
             .collect();
@@ -434,24 +710,25 @@ impl Consumer {
         }
     }
 
-    /// Closes the consumer and releases the group for another consumer.
-    /// Uncommitted positions are not saved. Idempotent.
+    /// Closes the consumer: it leaves its group, whose other members take
+    /// its partitions from the group's committed offsets. Uncommitted
+    /// positions are not saved. Idempotent.
     pub fn close(&mut self) {
         if std::mem::replace(&mut self.released, true) {
             return;
         }
         self.core.close();
-        for p in self.core.topic.partitions.iter() {
-            p.remove_listener(self.core.id);
+        for (p, slot) in self.core.topic.partitions.iter().zip(&mut self.parts) {
+            if slot.take().is_some() {
+                p.remove_listener(self.core.id);
+            }
         }
         self.host.release_consumer(&self.core);
     }
-
-    fn save(&self) {
-        let committed: Vec<Option<u64>> = self.parts.iter().map(|p| p.committed).collect();
-        self.host.save_group(&self.core, committed);
-    }
 }
+
+/// The shortest pause between two looks for idle members by one member.
+const MIN_EXPEL_CHECK: Duration = Duration::from_millis(1);
 
 impl Drop for Consumer {
     fn drop(&mut self) {

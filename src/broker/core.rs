@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use super::consumer::{ConsumerCore, GroupHost};
+use super::consumer::{Assignment, ConsumerCore, GroupHost};
 use super::dispatch::{Timer, WorkerPool};
+use super::group::Group;
 use super::names::{self, Pattern};
 use super::subscription::{
     BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, StartPosition, SubCore, SubEnv, Subscription,
@@ -65,18 +66,10 @@ pub(super) struct Control {
     pub(super) live_names: HashSet<String>,
     /// Positions of durable subscriptions, kept while they are away.
     pub(super) durable: HashMap<String, Durable>,
-    /// Committed offsets of consumer groups, by (group, topic).
+    /// Consumer groups (committed offsets and live members), by (group, topic).
     pub(super) groups: HashMap<(String, Name), Group>,
     /// Live consumers by id, so closing the broker can close them.
     pub(super) consumers: HashMap<u64, Arc<ConsumerCore>>,
-}
-
-/// A consumer group's state on one topic.
-#[derive(Default)]
-pub(super) struct Group {
-    pub(super) committed: Vec<Option<u64>>,
-    /// The id of its live consumer, if any.
-    pub(super) live: Option<u64>,
 }
 
 pub(crate) struct BrokerInner {
@@ -342,30 +335,74 @@ impl BrokerInner {
     }
 }
 
-/// A consumer's hooks into the broker that made it.
+/// A consumer's hooks into the broker that made it; each takes the control
+/// mutex (see `group.rs` for why a lock is right there).
 impl GroupHost for Arc<BrokerInner> {
     fn is_closed(&self) -> bool {
         BrokerInner::is_closed(self)
     }
 
-    /// Stores a group's committed offsets.
-    fn save_group(&self, core: &ConsumerCore, committed: Vec<Option<u64>>) {
+    fn join(&self, core: &Arc<ConsumerCore>) -> Result<Assignment> {
         let mut control = self.control.lock();
-        if let Some(g) = control.groups.get_mut(&(core.group.clone(), core.topic.name.clone())) {
-            g.committed = committed;
-        }
+        // Under the mutex: `close` takes it to collect the consumers it
+        // closes, so a consumer that joins after that sees the broker closed.
+        self.check_open()?;
+        control.consumers.insert(core.id, core.clone());
+        let g = control.groups.entry((core.group.clone(), core.topic.name.clone())).or_default();
+        g.join(core.clone(), core.topic.partitions.len() as u32);
+        g.expel_idle(Some(core.id));
+        Ok(assignment_of(g, core.id).expect("it just joined"))
     }
 
-    /// Frees the group for another consumer.
+    fn assignment(&self, core: &ConsumerCore) -> Option<Assignment> {
+        let control = self.control.lock();
+        assignment_of(control.groups.get(&group_key(core))?, core.id)
+    }
+
+    fn expel_idle(&self, core: &ConsumerCore) -> Duration {
+        let mut control = self.control.lock();
+        control.groups.get_mut(&group_key(core)).map_or(Duration::MAX, |g| g.expel_idle(Some(core.id)))
+    }
+
+    fn commit(&self, core: &ConsumerCore, offsets: &[(u32, u64)]) -> Vec<u32> {
+        let mut control = self.control.lock();
+        let Some(g) = control.groups.get_mut(&group_key(core)) else {
+            return offsets.iter().map(|&(p, _)| p).collect();
+        };
+        let mut refused = Vec::new();
+        for &(partition, offset) in offsets {
+            if g.owns(core.id, partition) {
+                g.committed[partition as usize] = Some(offset);
+            } else {
+                refused.push(partition);
+            }
+        }
+        refused
+    }
+
+    fn committed(&self, core: &ConsumerCore) -> Vec<Option<u64>> {
+        let control = self.control.lock();
+        let mut committed = control.groups.get(&group_key(core)).map(|g| g.committed.clone()).unwrap_or_default();
+        committed.resize(core.topic.partitions.len(), None);
+        committed
+    }
+
+    /// Leaves the group; the others take its partitions.
     fn release_consumer(&self, core: &ConsumerCore) {
         let mut control = self.control.lock();
         control.consumers.remove(&core.id);
-        if let Some(g) = control.groups.get_mut(&(core.group.clone(), core.topic.name.clone()))
-            && g.live == Some(core.id)
-        {
-            g.live = None;
+        if let Some(g) = control.groups.get_mut(&group_key(core)) {
+            g.leave(core.id);
         }
     }
+}
+
+fn group_key(core: &ConsumerCore) -> (String, Name) {
+    (core.group.clone(), core.topic.name.clone())
+}
+
+fn assignment_of(g: &Group, id: u64) -> Option<Assignment> {
+    Some(Assignment { partitions: g.assignment(id)?.to_vec(), committed: g.committed.clone() })
 }
 
 /// A durable subscription's saved positions (empty for anonymous ones).

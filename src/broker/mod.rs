@@ -21,6 +21,7 @@ mod consumer;
 mod core;
 mod dispatch;
 pub(crate) mod filter;
+mod group;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_harness;
@@ -37,8 +38,11 @@ use arc_swap::ArcSwap;
 
 pub use self::core::BrokerConfig;
 use self::core::{BrokerInner, Control};
-pub use consumer::{Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, GroupPartition, GroupStats, Polled};
-use consumer::{ConsumerCore, GroupHost};
+use consumer::ConsumerCore;
+pub use consumer::{
+    Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT, GroupPartition, GroupStats,
+    Polled,
+};
 use dispatch::{Timer, WorkerPool};
 pub use filter::Filter;
 pub use names::{MAX_NAME_LEN, MAX_PATTERN_ANY, MAX_PATTERN_SEGMENTS, MAX_SUBSCRIPTION_NAME_LEN, Pattern};
@@ -256,30 +260,19 @@ impl Broker {
         BrokerInner::subscribe(self.inner(), pattern, options, HandlerKind::Many(Box::new(handler)))
     }
 
-    /// A pull consumer of `topic` for `group`. The group resumes from its
-    /// committed offsets; partitions without one start as `options` says.
-    /// A second live consumer of the same group and topic is `Busy`.
+    /// A pull consumer of `topic`, a new member of `group`. The group
+    /// divides the topic's partitions among its live members (any number);
+    /// a partition starts from the group's committed offset, or where
+    /// `options` says if it has none. See [`Consumer`].
     pub fn consumer(&self, group: &str, topic: &str, options: ConsumerOptions) -> Result<Consumer> {
         let inner = self.inner();
         names::validate_group(group)?;
+        if options.session_timeout.is_zero() {
+            return Err(Error::InvalidArgument("a consumer's session_timeout must be positive".into()));
+        }
         let t = inner.topic(topic)?;
-        let core = Arc::new(ConsumerCore::new(crate::sync::unique_id(), group.to_owned(), t.clone()));
-        let committed = {
-            let mut control = inner.control.lock();
-            inner.check_open()?;
-            let g = control.groups.entry((group.to_owned(), t.name.clone())).or_default();
-            if g.live.is_some() {
-                return Err(Error::Busy(format!("consumer group {group:?} already has a live consumer of {topic:?}")));
-            }
-            g.committed.resize(t.partitions.len(), None);
-            g.live = Some(core.id);
-            let committed = g.committed.clone();
-            control.consumers.insert(core.id, core.clone());
-            committed
-        };
-        Consumer::new(core.clone(), Box::new(inner.clone()), committed, options.start).inspect_err(|_| {
-            inner.release_consumer(&core);
-        })
+        let core = Arc::new(ConsumerCore::new(crate::sync::unique_id(), group.to_owned(), t, options.session_timeout));
+        Consumer::new(core, Box::new(inner.clone()), options.start)
     }
 
     /// A consumer group's committed offsets and lag on `topic`, whether or

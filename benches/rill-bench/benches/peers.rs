@@ -152,7 +152,7 @@ fn poll_batches(c: &mut Criterion) {
             let topic = TopicOptions { retention_bytes: Some(64 << 20), ..TopicOptions::default() };
             broker.create_topic("bench", &topic).unwrap();
             let publisher = broker.publisher("bench").unwrap();
-            let options = ConsumerOptions { start: ConsumerStart::Latest };
+            let options = ConsumerOptions { start: ConsumerStart::Latest, ..Default::default() };
             let mut consumer = broker.consumer("bench", "bench", options).unwrap();
             let records = vec![Record::new(&body); CAPACITY];
             let mut sum = 0u64;

@@ -137,10 +137,40 @@ static void pull_consumer_and_move_semantics() {
     CHECK(status_of([&] { c.seek(0, 99); }) == RILL_ERR_OUT_OF_RANGE);
     rill::Consumer moved = std::move(c);
     CHECK(moved.poll(10, 0ms).size() == 3);
-    CHECK(status_of([&] { broker.consumer("billing", "orders"); }) == RILL_ERR_BUSY);
     rill::Broker other = std::move(broker);
     auto p = other.publisher("orders");
     CHECK(p.publish(rill::Record{"via publisher"}).offset == 5);
+}
+
+/// Issue 12: members of one group split the partitions; a close hands them
+/// over; an expelled member's commit is RILL_ERR_REASSIGNED.
+static void consumer_group_members() {
+    rill::Broker broker;
+    rill::TopicOptions four;
+    four.partitions = 4;
+    broker.create_topic("jobs", four);
+    for (int i = 0; i < 8; i++) broker.publish("jobs", std::to_string(i));
+    rill::Consumer one = broker.consumer("workers", "jobs");
+    auto stalled = broker.consumer("workers", "jobs", RILL_START_EARLIEST, 0, 50ms);
+    auto a1 = one.assignment(), a2 = stalled.assignment();
+    CHECK(a1.size() == 2 && a2.size() == 2);
+    std::vector<int> owners(4, 0);
+    for (auto p : a1) owners[p]++;
+    for (auto p : a2) owners[p]++;
+    CHECK(owners == std::vector<int>(4, 1));
+    size_t by_stalled = stalled.poll(100, 0ms).size();
+    CHECK(by_stalled == 4); /* two per partition, round-robin */
+    size_t by_one = one.poll(100, 0ms).size();
+    CHECK(by_one == 4);
+    one.commit();
+    // `stalled` stops polling; `one` polls until it has expelled it (bounded).
+    for (int i = 0; i < 6000 && one.assignment().size() < 4; i++) by_one += one.poll(100, 5ms).size();
+    CHECK(one.assignment() == (std::vector<uint32_t>{0, 1, 2, 3}));
+    by_one += one.poll(100, 0ms).size();
+    CHECK(by_one == 8); /* the stalled member's four again */
+    one.commit();
+    CHECK(status_of([&] { stalled.commit(); }) == RILL_ERR_REASSIGNED);
+    CHECK(stalled.assignment().size() == 2); /* it rejoined */
 }
 
 static void destroying_the_broker_first_is_safe() {
@@ -318,6 +348,7 @@ int main() {
     errors_carry_status_and_text();
     a_throwing_handler_is_retried_then_dead_lettered_with_the_text();
     pull_consumer_and_move_semantics();
+    consumer_group_members();
     destroying_the_broker_first_is_safe();
     on_lagged_hears_what_retention_trimmed();
     if (failures) {

@@ -18,7 +18,7 @@ import time
 import warnings
 import weakref
 from array import array
-from ctypes import byref, c_size_t, c_uint64, c_void_p, sizeof, string_at
+from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p, sizeof, string_at
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Literal, Mapping, NamedTuple, Sequence, Union
 
@@ -568,11 +568,15 @@ class Consumer(_Handle):
             check(fn(self._handle(), *args))
 
     def commit(self) -> None:
-        """Commits the position of every partition for the group."""
+        """Commits the position of every partition it owns for the group.
+        :class:`Reassigned` if partitions it polled were given to another
+        member since its last commit (their messages go to the new owner
+        again); its other partitions are committed all the same."""
         self._call(lib.rill_consumer_commit)
 
     def commit_offset(self, offset: int, partition: int = 0) -> None:
-        """Commits ``offset`` for one partition."""
+        """Commits ``offset`` for one partition (:class:`Reassigned` if it
+        belongs to another member now)."""
         self._call(lib.rill_consumer_commit_offset, _partition(partition), _int(offset, "offset"))
 
     def seek(self, offset: int, partition: int = 0) -> None:
@@ -594,6 +598,16 @@ class Consumer(_Handle):
         out = c_uint64()
         self._call(lib.rill_consumer_position, _partition(partition), byref(out))
         return out.value
+
+    def assignment(self) -> list[int]:
+        """The partitions this member of its group owns now, ascending. The
+        group divides the topic's partitions among its live members."""
+        with self._lock:
+            handle = self._handle()
+            cap = int(lib.rill_consumer_partition_count(handle))
+            out, count = (c_uint32 * max(cap, 1))(), c_size_t()
+            check(lib.rill_consumer_assignment(handle, out, cap, byref(count)))
+            return list(out[: min(count.value, cap)])
 
     def committed(self, partition: int = 0) -> int | None:
         """The group's committed offset for ``partition``, or None."""
@@ -896,11 +910,18 @@ class Broker(_Handle):
         )
         return Subscription(out.value or 0, loop, stop)
 
-    def consumer(self, group: str, topic: str, start: Start | int = "earliest") -> Consumer:
-        """A pull consumer of ``topic`` for ``group``: it resumes from the
-        group's committed offsets; elsewhere it starts at ``start``."""
+    def consumer(
+        self, group: str, topic: str, start: Start | int = "earliest", session_timeout: float = 10.0
+    ) -> Consumer:
+        """A pull consumer of ``topic``, a new member of ``group``. The group
+        divides the topic's partitions among its live members (see
+        :meth:`Consumer.assignment`); each resumes from the group's committed
+        offset, or starts at ``start``. A member that has not polled for
+        ``session_timeout`` seconds is expelled and its partitions go to the
+        others; its next call rejoins."""
         o = _ffi.rill_consumer_options()
         lib.rill_consumer_options_init_v1(byref(o), sizeof(o))
+        o.session_timeout_ms = _int(_seconds_ms(session_timeout, "session_timeout"), "session_timeout in ms", 1, U32_MAX)
         if isinstance(start, int) and not isinstance(start, bool):
             o.start, o.start_offset = _ffi.RILL_START_OFFSET, _int(start, "start offset")
         elif start in _STARTS:

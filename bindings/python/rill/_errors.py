@@ -88,6 +88,13 @@ class ResourceExhausted(RillError, MemoryError):
     handles this; the call had no effect and may succeed later."""
 
 
+class Reassigned(RillError):
+    """A consumer group gave the partition to another member (a rebalance, or
+    this member did not poll for its session timeout): its commit there was
+    refused, and the new owner reads those messages again. Its other
+    partitions were committed."""
+
+
 _BY_STATUS: dict[int, type[RillError]] = {
     _ffi.STATUS["RILL_ERR_NULL_ARGUMENT"]: InvalidArgument,  # only reachable through a binding bug
     _ffi.STATUS["RILL_ERR_INVALID_ARGUMENT"]: InvalidArgument,
@@ -105,6 +112,7 @@ _BY_STATUS: dict[int, type[RillError]] = {
     _ffi.STATUS["RILL_ERR_NOT_FOUND"]: NotFound,
     _ffi.STATUS["RILL_ERR_PANIC"]: Panic,
     _ffi.STATUS["RILL_ERR_RESOURCE_EXHAUSTED"]: ResourceExhausted,
+    _ffi.STATUS["RILL_ERR_REASSIGNED"]: Reassigned,
 }
 
 

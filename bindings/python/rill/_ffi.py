@@ -186,7 +186,12 @@ class rill_consumer_stats(Structure):
 
 
 class rill_consumer_options(Structure):
-    _fields_ = [("struct_size", c_uint32), ("start", c_int32), ("start_offset", c_uint64)]
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("start", c_int32),
+        ("start_offset", c_uint64),
+        ("session_timeout_ms", c_uint32),
+    ]
 
 
 # ---- statuses (the rill_status enum of rill.h) ---------------------------------
@@ -210,6 +215,7 @@ STATUS: dict[str, int] = {
     "RILL_ERR_PANIC": 15,
     # Ahead of the header: a thread or mapping the system refused to give.
     "RILL_ERR_RESOURCE_EXHAUSTED": 16,
+    "RILL_ERR_REASSIGNED": 19,
 }
 RILL_ERR_INVALID_ARGUMENT = STATUS["RILL_ERR_INVALID_ARGUMENT"]
 RILL_ERR_TIMEOUT = STATUS["RILL_ERR_TIMEOUT"]
@@ -243,6 +249,7 @@ TYPES: dict[str, object] = {
     "const void*": c_void_p,
     "const size_t*": c_void_p,
     "size_t*": POINTER(c_size_t),
+    "uint32_t*": POINTER(c_uint32),
     "uint64_t*": POINTER(c_uint64),
     "const char**": POINTER(c_void_p),
     "rill_broker*": c_void_p,
@@ -324,6 +331,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_consumer_committed": ("rill_status", ["const rill_consumer*", "uint32_t", "uint64_t*"]),
     "rill_consumer_get_stats": ("rill_status", ["const rill_consumer*", "rill_consumer_stats*"]),
     "rill_consumer_partition_count": ("uint32_t", ["const rill_consumer*"]),
+    "rill_consumer_assignment": ("rill_status", ["const rill_consumer*", "uint32_t*", "size_t", "size_t*"]),
     "rill_consumer_free": ("void", ["rill_consumer*"]),
     "rill_message_attribute_count": ("size_t", ["const rill_message*"]),
     "rill_message_attribute_at": (

@@ -170,6 +170,8 @@ static void test_version_status_names_and_last_error(void) {
     }
     CHECK(strcmp(rill_status_name(RILL_ERR_RESOURCE_EXHAUSTED), "RILL_ERR_RESOURCE_EXHAUSTED") == 0);
     CHECK(RILL_ERR_RESOURCE_EXHAUSTED == 16);
+    CHECK(strcmp(rill_status_name(RILL_ERR_REASSIGNED), "RILL_ERR_REASSIGNED") == 0);
+    CHECK(RILL_ERR_REASSIGNED == 19);
     CHECK(strcmp(rill_status_name(RILL_OK), "RILL_OK") == 0);
     CHECK(strcmp(rill_status_name(RILL_ERR_NO_SUCH_TOPIC), "RILL_ERR_NO_SUCH_TOPIC") == 0);
     CHECK(strcmp(rill_status_name(RILL_ERR_PANIC), "RILL_ERR_PANIC") == 0);
@@ -210,7 +212,7 @@ static void test_option_struct_sizes(void) {
     rill_topic_options_init(&to);
     CHECK(to.struct_size == sizeof to && to.partitions == 1);
     rill_consumer_options_init(&co);
-    CHECK(co.struct_size == sizeof co && co.start == RILL_START_EARLIEST);
+    CHECK(co.struct_size == sizeof co && co.start == RILL_START_EARLIEST && co.session_timeout_ms == 0);
     rill_subscription_options_init(&so);
     CHECK(so.struct_size == sizeof so && so.max_attempts == 5 && so.on_lagged == NULL);
 
@@ -850,6 +852,138 @@ static void test_overflow_policies(void) {
     rill_broker_free(b);
 }
 
+/* Polls c without waiting until a poll is empty; marks seen[partition][offset]
+ * (counting repeats) and checks each message is from a partition c owns. */
+static size_t drain_member(rill_consumer *c, int seen[4][16]) {
+    uint32_t mine[4];
+    size_t owned = 0, total = 0, count = 0;
+    OK(rill_consumer_assignment(c, mine, 4, &owned));
+    const rill_message *msgs = NULL;
+    do {
+        OK(rill_consumer_poll(c, 8, 0, &msgs, &count));
+        for (size_t i = 0; i < count; i++) {
+            int owns = 0;
+            for (size_t k = 0; k < owned; k++) owns |= mine[k] == msgs[i].partition;
+            CHECK(owns && msgs[i].offset < 16);
+            seen[msgs[i].partition][msgs[i].offset]++;
+        }
+        total += count;
+    } while (count > 0);
+    return total;
+}
+
+/* Issue 12: two members split a 4-partition topic; a close and a session
+ * expiry hand partitions over from the committed offsets; the expelled
+ * member's commit is RILL_ERR_REASSIGNED. */
+static void test_consumer_group_members(void) {
+    rill_broker *b = new_broker();
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    to.partitions = 4;
+    OK(rill_topic_create(b, "jobs", &to));
+    /* 40 unkeyed messages, round-robin over the partitions; `ends` counts
+     * what each partition holds. */
+    uint64_t ends[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 40; i++) {
+        rill_record r = record_of("job");
+        rill_position at;
+        OK(rill_publish(b, "jobs", &r, &at));
+        CHECK(at.partition < 4 && at.offset == ends[at.partition] && at.offset < 16);
+        ends[at.partition]++;
+    }
+
+    rill_consumer *one = NULL, *two = NULL;
+    OK(rill_consumer_new(b, "workers", "jobs", NULL, &one));
+    OK(rill_consumer_new(b, "workers", "jobs", NULL, &two));
+    uint32_t a1[4] = {9, 9, 9, 9}, a2[4] = {9, 9, 9, 9};
+    size_t n1 = 0, n2 = 0;
+    OK(rill_consumer_assignment(one, a1, 4, &n1));
+    OK(rill_consumer_assignment(two, a2, 4, &n2));
+    CHECK(n1 == 2 && n2 == 2);
+    CHECK(a1[0] < a1[1] && a2[0] < a2[1]); /* ascending */
+    CHECK(a1[2] == 9 && a2[2] == 9);       /* nothing written past the count */
+    unsigned owned_mask = (1u << a1[0]) | (1u << a1[1]) | (1u << a2[0]) | (1u << a2[1]);
+    CHECK(owned_mask == 0xF); /* disjoint, together all four */
+    /* A short array: the count says how many there are. */
+    size_t n = 0;
+    uint32_t first = 0;
+    OK(rill_consumer_assignment(one, &first, 1, &n));
+    CHECK(n == 2 && first == a1[0]);
+    OK(rill_consumer_assignment(one, NULL, 0, &n));
+    CHECK(n == 2);
+    CHECK_STATUS(rill_consumer_assignment(one, NULL, 2, &n), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_assignment(one, a1, 4, NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_consumer_assignment(NULL, a1, 4, &n), RILL_ERR_NULL_ARGUMENT);
+
+    /* Together they poll every message once. */
+    int seen[4][16];
+    memset(seen, 0, sizeof seen);
+    CHECK(drain_member(one, seen) + drain_member(two, seen) == 40);
+    for (uint32_t p = 0; p < 4; p++)
+        for (uint64_t o = 0; o < 16; o++) CHECK(seen[p][o] == (o < ends[p]));
+    OK(rill_consumer_commit(one));
+    OK(rill_consumer_commit(two));
+
+    /* `two` polls one more message per partition and is freed without
+     * committing: `one` owns all four and gets exactly those again. */
+    for (int i = 0; i < 4; i++) {
+        rill_record r = record_of("more");
+        rill_position at;
+        OK(rill_publish(b, "jobs", &r, &at));
+        CHECK(at.offset == ends[at.partition]);
+        ends[at.partition]++;
+    }
+    memset(seen, 0, sizeof seen);
+    CHECK(drain_member(two, seen) == 2);
+    rill_consumer_free(two);
+    OK(rill_consumer_assignment(one, a1, 4, &n1));
+    CHECK(n1 == 4 && a1[0] == 0 && a1[3] == 3);
+    CHECK(drain_member(one, seen) == 4);
+    for (uint32_t p = 0; p < 4; p++) {
+        int in_two = p == a2[0] || p == a2[1];
+        /* two's partitions: seen twice (by two, then again by one). */
+        CHECK(seen[p][ends[p] - 1] == (in_two ? 2 : 1));
+    }
+    OK(rill_consumer_commit(one));
+
+    /* A member with a short session that stops polling is expelled by a
+     * member that polls; its commit is then refused, and it has rejoined. */
+    rill_consumer_options co;
+    rill_consumer_options_init(&co);
+    co.session_timeout_ms = 50;
+    rill_consumer *stalled = NULL;
+    OK(rill_consumer_new(b, "workers", "jobs", &co, &stalled));
+    for (int i = 0; i < 4; i++) {
+        rill_record r = record_of("last");
+        OK(rill_publish(b, "jobs", &r, NULL));
+    }
+    memset(seen, 0, sizeof seen);
+    CHECK(drain_member(stalled, seen) == 2);
+    const rill_message *msgs = NULL;
+    size_t count = 0, got = 0;
+    n1 = 0;
+    /* Bounded: 30 s of 5 ms polls; a healthy run takes about 50 ms. */
+    for (int i = 0; i < 6000 && n1 < 4; i++) {
+        OK(rill_consumer_poll(one, 8, 5, &msgs, &count));
+        got += count;
+        OK(rill_consumer_assignment(one, a1, 4, &n1));
+    }
+    CHECK(n1 == 4);
+    got += drain_member(one, seen);
+    CHECK(got == 4); /* its own two, and the stalled member's two again */
+    OK(rill_consumer_commit(one));
+    CHECK_STATUS(rill_consumer_commit(stalled), RILL_ERR_REASSIGNED);
+    LAST_ERROR_HAS("reassigned");
+    OK(rill_consumer_assignment(stalled, a2, 4, &n2));
+    CHECK(n2 == 2);
+    rill_consumer_stats cs;
+    OK(rill_consumer_get_stats(stalled, &cs));
+    CHECK(cs.lag == 0 && cs.partitions == 4);
+    rill_consumer_free(stalled);
+    rill_consumer_free(one);
+    rill_broker_free(b);
+}
+
 static void test_pull_consumer(void) {
     rill_broker *b = new_broker();
     OK(rill_topic_create(b, "orders", NULL));
@@ -862,7 +996,6 @@ static void test_pull_consumer(void) {
     rill_consumer *c = NULL, *c2 = NULL;
     OK(rill_consumer_new(b, "billing", "orders", NULL, &c));
     CHECK(rill_consumer_partition_count(c) == 1);
-    CHECK_STATUS(rill_consumer_new(b, "billing", "orders", NULL, &c2), RILL_ERR_BUSY);
     CHECK_STATUS(rill_consumer_new(b, "billing", "missing", NULL, &c2), RILL_ERR_NO_SUCH_TOPIC);
     const rill_message *msgs = NULL;
     size_t count = 0;
@@ -1707,6 +1840,7 @@ int main(void) {
     test_durable_resume();
     test_overflow_policies();
     test_pull_consumer();
+    test_consumer_group_members();
     test_reentrancy();
     test_freeing_the_broker_first_closes_everything();
     test_user_data_is_released_when_subscribe_fails();

@@ -96,8 +96,11 @@ fn try_run(shape: &Shape, env: &Env) -> rill::Result<Outcome> {
         }
         SubMode::Pull => {
             for i in 0..shape.subscribers {
-                let mut consumer =
-                    broker.consumer(&format!("bench-{i}"), TOPIC, ConsumerOptions { start: ConsumerStart::Latest })?;
+                let mut consumer = broker.consumer(
+                    &format!("bench-{i}"),
+                    TOPIC,
+                    ConsumerOptions { start: ConsumerStart::Latest, ..Default::default() },
+                )?;
                 let starts =
                     (0..consumer.partitions()).map(|p| consumer.position(p)).collect::<rill::Result<Vec<_>>>()?;
                 let mut tally = run.tally(i);

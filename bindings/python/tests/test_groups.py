@@ -1,0 +1,96 @@
+"""Consumer groups with many members (issue 12): the partitions split among
+the live members, a close or a session expiry hands them over from the
+committed offsets, and a commit for a partition that moved is Reassigned."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import WAIT
+
+import rill
+
+
+def drain(c: rill.Consumer) -> list[tuple[int, int]]:
+    """Polls without waiting until a poll is empty: (partition, offset) pairs."""
+    got: list[tuple[int, int]] = []
+    while batch := c.poll(64, 0):
+        got.extend((m.partition, m.offset) for m in batch)
+    return got
+
+
+def test_two_members_split_four_partitions_and_a_close_hands_over(broker: rill.Broker) -> None:
+    broker.create_topic("jobs", partitions=4)
+    broker.publish_batch("jobs", [str(i) for i in range(40)])
+    one = broker.consumer("workers", "jobs")
+    assert one.assignment() == [0, 1, 2, 3]
+    two = broker.consumer("workers", "jobs")
+    a1, a2 = one.assignment(), two.assignment()
+    assert len(a1) == len(a2) == 2
+    assert sorted(a1 + a2) == [0, 1, 2, 3]
+
+    got1, got2 = drain(one), drain(two)
+    assert {p for p, _ in got1} <= set(a1) and {p for p, _ in got2} <= set(a2)
+    assert len(set(got1 + got2)) == len(got1) + len(got2) == 40
+    one.commit()
+    two.commit()
+
+    # `two` polls one more message per partition and closes without
+    # committing: `one` owns everything and gets exactly those again.
+    broker.publish_batch("jobs", ["a", "b", "c", "d"])
+    polled_by_two = set(drain(two))
+    assert len(polled_by_two) == 2
+    two.close()
+    assert one.assignment() == [0, 1, 2, 3]
+    after = drain(one)
+    assert len(after) == len(set(after)) == 4
+    assert {at for at in after if at[0] in a2} == polled_by_two
+    one.commit()
+    assert one.stats().lag == 0
+
+
+def test_an_idle_member_is_expelled_and_its_commit_is_reassigned(broker: rill.Broker) -> None:
+    broker.create_topic("jobs", partitions=4)
+    live = broker.consumer("workers", "jobs")
+    stalled = broker.consumer("workers", "jobs", session_timeout=0.05)
+    mine = stalled.assignment()
+    broker.publish_batch("jobs", [str(i) for i in range(8)])
+    polled = drain(stalled)
+    assert {p for p, _ in polled} == set(mine) and len(polled) == 4
+    got = drain(live)
+    # `stalled` stops polling; `live` polls (a condition, not a sleep) until
+    # it has expelled it and owns all four partitions.
+    deadline = time.monotonic() + WAIT
+    while live.assignment() != [0, 1, 2, 3]:
+        assert time.monotonic() < deadline, "the idle member was never expelled"
+        got.extend((m.partition, m.offset) for m in live.poll(64, 0.005))
+    got.extend(drain(live))
+    assert sorted(got) == sorted(set(got)) and len(got) == 8  # its own, and the stalled member's again
+    live.commit()
+    with pytest.raises(rill.Reassigned) as err:
+        stalled.commit()
+    assert err.value.status == 19 and err.value.status_name == "RILL_ERR_REASSIGNED"
+    assert len(stalled.assignment()) == 2  # it rejoined
+    assert drain(stalled) == []  # and reads from the group's commits
+
+
+def test_commit_offset_for_a_partition_of_another_member_is_reassigned(broker: rill.Broker) -> None:
+    broker.create_topic("jobs", partitions=2)
+    one = broker.consumer("g", "jobs")
+    two = broker.consumer("g", "jobs")
+    (theirs,) = two.assignment()
+    with pytest.raises(rill.Reassigned):
+        one.commit_offset(0, partition=theirs)
+    (own,) = one.assignment()
+    one.commit_offset(0, partition=own)
+    assert one.committed(partition=own) == 0
+
+
+def test_session_timeout_is_checked(broker: rill.Broker) -> None:
+    broker.create_topic("t")
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(rill.InvalidArgument):
+            broker.consumer("g", "t", session_timeout=bad)
+    with pytest.raises(TypeError):
+        broker.consumer("g", "t", session_timeout="10")  # type: ignore[arg-type]

@@ -1,0 +1,145 @@
+//! A consumer group on one topic: its committed offsets, its live members
+//! and which partitions each one owns.
+//!
+//! # Assignment and its hand-over, under the control mutex
+//!
+//! The group's state (members, their partitions, committed offsets) lives in
+//! the broker's control plane and changes only under its mutex: when a
+//! member joins, leaves (close, free, broker close) or is expelled for not
+//! polling, and when a member commits. Nothing on the publish path takes that
+//! mutex or reads this state: a publisher only signals the listeners of its
+//! partition, and a member is a listener only of the partitions it owns.
+//! A lock is right here because a rebalance changes several members at once
+//! (one gives a partition up, another takes it) and a commit must be refused
+//! atomically with respect to that change: with a lock, "partition 2 is
+//! member B's now" and "A's commit of partition 2 is refused" are ordered by
+//! the mutex, and no interleaving lets A move B's committed offset. The cost
+//! is paid per join, leave and commit, which are rare next to messages.
+//!
+//! A member learns about a change without the lock: the rebalance bumps the
+//! member's *assignment generation* (`ConsumerCore::generation`, a Release
+//! store under the mutex) and notifies its waiters, so a member parked in
+//! `poll` wakes (the same wait/notify protocol as a publish, `waiters.rs`).
+//! Each call of the member compares the generation with the one it last
+//! took (an Acquire load) and, only when it moved, takes the mutex to read
+//! its new partitions. Between the rebalance and that call the old owner may
+//! still read a partition it lost (its cursor is its own); what it reads
+//! there it cannot commit, and the new owner starts from the group's
+//! committed offset, so the messages are delivered again (at least once),
+//! never skipped.
+//!
+//! # Sticky assignment
+//!
+//! With `n` partitions and `m` members each member's quota is `n / m`, and
+//! the `n % m` members that own the most already (ties to the older member)
+//! get one more. Members above their quota give up their highest partitions,
+//! members below take the lowest free ones; everything else stays where it
+//! is, so a rebalance moves as few partitions as the quotas allow.
+
+use std::time::Duration;
+
+use super::consumer::ConsumerCore;
+use crate::sync::Arc;
+
+/// One live member of a group.
+pub(crate) struct Member {
+    pub(crate) core: Arc<ConsumerCore>,
+    /// Partitions it owns, ascending.
+    pub(crate) partitions: Vec<u32>,
+}
+
+/// A consumer group's state on one topic.
+#[derive(Default)]
+pub(crate) struct Group {
+    pub(crate) committed: Vec<Option<u64>>,
+    /// Live members, oldest first.
+    pub(crate) members: Vec<Member>,
+}
+
+impl Group {
+    /// The partitions `id` owns, or `None` if it is not a member (it left or
+    /// was expelled).
+    pub(crate) fn assignment(&self, id: u64) -> Option<&[u32]> {
+        self.members.iter().find(|m| m.core.id == id).map(|m| m.partitions.as_slice())
+    }
+
+    /// True if member `id` owns `partition`.
+    pub(crate) fn owns(&self, id: u64, partition: u32) -> bool {
+        self.assignment(id).is_some_and(|p| p.contains(&partition))
+    }
+
+    /// Adds a member and rebalances.
+    pub(crate) fn join(&mut self, core: Arc<ConsumerCore>, partitions: u32) {
+        self.committed.resize(partitions as usize, None);
+        if self.assignment(core.id).is_none() {
+            self.members.push(Member { core, partitions: Vec::new() });
+        }
+        self.rebalance();
+    }
+
+    /// Removes member `id` (if it is one) and rebalances its partitions
+    /// over the others. Returns true if it was a member.
+    pub(crate) fn leave(&mut self, id: u64) -> bool {
+        let Some(i) = self.members.iter().position(|m| m.core.id == id) else { return false };
+        let gone = self.members.remove(i);
+        gone.core.assignment_changed();
+        self.rebalance();
+        true
+    }
+
+    /// Expels every member other than `except` that has not polled for its
+    /// session timeout; returns how long until the next member could expire
+    /// (the shortest session timeout, a quarter of it: how often to look).
+    pub(crate) fn expel_idle(&mut self, except: Option<u64>) -> Duration {
+        let before = self.members.len();
+        self.members.retain(|m| {
+            let keep = Some(m.core.id) == except || !m.core.session_expired();
+            if !keep {
+                m.core.assignment_changed();
+            }
+            keep
+        });
+        if self.members.len() != before {
+            self.rebalance();
+        }
+        self.members.iter().map(|m| m.core.session_timeout / 4).min().unwrap_or(Duration::MAX)
+    }
+
+    /// Spreads the partitions over the members; see the module docs.
+    fn rebalance(&mut self) {
+        let n = self.committed.len();
+        let m = self.members.len();
+        if m == 0 {
+            return;
+        }
+        let (base, extra) = (n / m, n % m);
+        // Who gets the extra partitions: the members owning most (stable sort,
+        // so ties go to the older member).
+        let mut order: Vec<usize> = (0..m).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(self.members[i].partitions.len()));
+        let mut quota = vec![base; m];
+        for &i in order.iter().take(extra) {
+            quota[i] += 1;
+        }
+        let before: Vec<Vec<u32>> = self.members.iter().map(|m| m.partitions.clone()).collect();
+        for (member, &q) in self.members.iter_mut().zip(&quota) {
+            member.partitions.truncate(q);
+        }
+        let mut owned = vec![false; n];
+        for p in self.members.iter().flat_map(|m| &m.partitions) {
+            owned[*p as usize] = true;
+        }
+        let mut free = (0..n as u32).filter(|&p| !owned[p as usize]);
+        for (member, &q) in self.members.iter_mut().zip(&quota) {
+            while member.partitions.len() < q {
+                member.partitions.push(free.next().expect("the quotas add up to the partitions"));
+            }
+            member.partitions.sort_unstable();
+        }
+        for (member, old) in self.members.iter().zip(before) {
+            if member.partitions != old {
+                member.core.assignment_changed();
+            }
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! Consumer groups with many members: the partitions split among the live
+//! members, rebalances on join, close and session expiry, the redelivery a
+//! rebalance causes (and no other), and commits refused after a partition
+//! moved.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rill::broker::partition_for_key;
+use rill::{Broker, Consumer, ConsumerOptions, Error, Record, TopicOptions};
+
+mod common;
+use common::{broker, wait_for};
+
+/// (partition, offset) of a message.
+type At = (u32, u64);
+
+/// A key that routes to `partition` of a topic with `partitions`.
+fn key_for(partition: u32, partitions: u32) -> Vec<u8> {
+    (0u32..).map(|i| i.to_le_bytes().to_vec()).find(|k| partition_for_key(k, partitions) == partition).unwrap()
+}
+
+/// Publishes one message to `partition` of a topic with `partitions`.
+fn publish_to(b: &Broker, topic: &str, partition: u32, partitions: u32, payload: &[u8]) {
+    let key = key_for(partition, partitions);
+    let pos = b.publish(topic, &Record::new(payload).with_key(&key)).unwrap();
+    assert_eq!(pos.partition, partition);
+}
+
+/// Publishes `per` messages to each of the `partitions` partitions (keyed,
+/// so the count per partition is exact).
+fn fill(b: &Broker, topic: &str, partitions: u32, per: u64) {
+    for p in 0..partitions {
+        for i in 0..per {
+            publish_to(b, topic, p, partitions, format!("{p}:{i}").as_bytes());
+        }
+    }
+}
+
+/// Polls without waiting until a poll comes back empty; returns what it got.
+fn drain(c: &mut Consumer) -> Vec<At> {
+    let mut got = Vec::new();
+    loop {
+        let batch: Vec<At> = c.poll(64, Duration::ZERO).unwrap().iter().map(|m| (m.partition(), m.offset())).collect();
+        if batch.is_empty() {
+            return got;
+        }
+        got.extend(batch);
+    }
+}
+
+fn all(partitions: &[u32], from: u64, to: u64) -> BTreeSet<At> {
+    partitions.iter().flat_map(|&p| (from..to).map(move |o| (p, o))).collect()
+}
+
+fn once(got: &[At]) -> BTreeSet<At> {
+    let set: BTreeSet<At> = got.iter().copied().collect();
+    assert_eq!(set.len(), got.len(), "no message twice: {got:?}");
+    set
+}
+
+#[test]
+fn two_members_split_four_partitions_and_a_close_hands_over_the_uncommitted_messages() {
+    let b = broker();
+    b.create_topic("orders", &TopicOptions::with_partitions(4)).unwrap();
+    fill(&b, "orders", 4, 10);
+    let mut one = b.consumer("billing", "orders", ConsumerOptions::default()).unwrap();
+    assert_eq!(one.assignment(), vec![0, 1, 2, 3], "alone, it owns every partition");
+    let mut two = b.consumer("billing", "orders", ConsumerOptions::default()).unwrap();
+    let (a1, a2) = (one.assignment(), two.assignment());
+    assert_eq!((a1.len(), a2.len()), (2, 2), "{a1:?} {a2:?}");
+    let union: BTreeSet<u32> = a1.iter().chain(&a2).copied().collect();
+    assert_eq!(union, (0..4).collect(), "disjoint, and together all four");
+
+    // What they poll and commit covers every message once.
+    let (got1, got2) = (drain(&mut one), drain(&mut two));
+    one.commit().unwrap();
+    two.commit().unwrap();
+    assert_eq!(once(&got1), all(&a1, 0, 10));
+    assert_eq!(once(&got2), all(&a2, 0, 10));
+
+    // `two` polls two more per partition and closes without committing them:
+    // `one` takes its partitions and gets exactly those messages again.
+    fill(&b, "orders", 4, 2);
+    let polled_by_two = once(&drain(&mut two));
+    assert_eq!(polled_by_two, all(&a2, 10, 12));
+    drop(two);
+    assert_eq!(one.assignment(), vec![0, 1, 2, 3]);
+    let after = once(&drain(&mut one));
+    let (redelivered, own): (BTreeSet<At>, BTreeSet<At>) = after.iter().partition(|(p, _)| a2.contains(p));
+    assert_eq!(redelivered, polled_by_two, "the closed member's uncommitted messages, and nothing it committed");
+    assert_eq!(own, all(&a1, 10, 12));
+    one.commit().unwrap();
+    let stats = b.group_stats("billing", "orders").unwrap();
+    assert_eq!(stats.lag, 0);
+    assert!(stats.partitions.iter().all(|p| p.committed == Some(12)));
+}
+
+#[test]
+fn a_member_that_stops_polling_is_expelled_and_its_commit_is_refused_as_reassigned() {
+    let b = broker();
+    b.create_topic("orders", &TopicOptions::with_partitions(4)).unwrap();
+    fill(&b, "orders", 4, 5);
+    let mut live = b.consumer("billing", "orders", ConsumerOptions::default()).unwrap();
+    let short = ConsumerOptions { session_timeout: Duration::from_millis(50), ..Default::default() };
+    let mut stalled = b.consumer("billing", "orders", short).unwrap();
+    let mine = stalled.assignment();
+    assert_eq!(mine.len(), 2);
+    let polled = once(&drain(&mut stalled));
+    assert_eq!(polled, all(&mine, 0, 5));
+
+    // `stalled` stops polling. `live` keeps polling and, past the session
+    // timeout, expels it and takes its partitions from the committed offsets
+    // (none: from the start), so it receives what `stalled` polled.
+    let mut got = Vec::new();
+    wait_for("the live member to own every partition", || {
+        got.extend(live.poll(64, Duration::from_millis(5)).unwrap().iter().map(|m| (m.partition(), m.offset())));
+        live.assignment().len() == 4
+    });
+    got.extend(drain(&mut live));
+    let got = once(&got);
+    assert_eq!(got, all(&[0, 1, 2, 3], 0, 5));
+    live.commit().unwrap();
+
+    // The expelled member's commit would move the live member's positions:
+    // refused, naming the partitions. The call rejoined it.
+    let err = stalled.commit().unwrap_err();
+    assert!(matches!(&err, Error::Reassigned(m) if m.contains(&format!("{mine:?}"))), "{err}");
+    assert_eq!(stalled.assignment().len(), 2, "it rejoined");
+    assert_eq!(b.group_stats("billing", "orders").unwrap().lag, 0, "the refused commit moved nothing");
+    // Once rejoined, it reads from the group's commits: nothing is left.
+    assert!(drain(&mut stalled).is_empty());
+    fill(&b, "orders", 4, 1);
+    let (a, c) = (once(&drain(&mut live)), once(&drain(&mut stalled)));
+    assert_eq!(a.len() + c.len(), 4);
+    assert!(a.is_disjoint(&c));
+    stalled.commit().unwrap();
+    live.commit().unwrap();
+}
+
+#[test]
+fn a_commit_for_a_partition_it_no_longer_owns_is_refused_and_the_others_are_kept() {
+    let b = broker();
+    b.create_topic("orders", &TopicOptions::with_partitions(2)).unwrap();
+    fill(&b, "orders", 2, 3);
+    let mut one = b.consumer("g", "orders", ConsumerOptions::default()).unwrap();
+    assert_eq!(drain(&mut one).len(), 6);
+    let two = b.consumer("g", "orders", ConsumerOptions::default()).unwrap();
+    let (kept, taken) = (one.assignment(), two.assignment());
+    assert_eq!((kept.len(), taken.len()), (1, 1));
+    assert!(matches!(one.commit_offset(taken[0], 1), Err(Error::Reassigned(_))));
+    let err = one.commit().unwrap_err();
+    assert!(matches!(&err, Error::Reassigned(m) if m.contains(&format!("{taken:?}"))), "{err}");
+    assert_eq!(one.committed(kept[0]).unwrap(), 3, "its own partition was committed");
+    assert!(matches!(one.committed(taken[0]), Err(Error::NotFound(_))));
+    // Reported once; the next commit is clean.
+    one.commit().unwrap();
+    assert!(matches!(one.position(taken[0]), Err(Error::Reassigned(_))));
+    assert!(matches!(one.seek(taken[0], 0), Err(Error::Reassigned(_))));
+    assert!(matches!(one.position(7), Err(Error::NotFound(_))));
+}
+
+#[test]
+fn rebalances_are_sticky_and_extra_members_wait_with_nothing() {
+    let b = broker();
+    b.create_topic("t", &TopicOptions::with_partitions(4)).unwrap();
+    let mut members: Vec<Consumer> = Vec::new();
+    let mut before: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for n in 1..=6usize {
+        members.push(b.consumer("g", "t", ConsumerOptions::default()).unwrap());
+        let now: Vec<Vec<u32>> = members.iter().map(Consumer::assignment).collect();
+        let owned: Vec<u32> = now.iter().flatten().copied().collect();
+        assert_eq!(owned.iter().copied().collect::<BTreeSet<u32>>(), (0..4).collect(), "{now:?}");
+        assert_eq!(owned.len(), 4, "each partition to one member: {now:?}");
+        let most = now.iter().map(Vec::len).max().unwrap();
+        let least = now.iter().map(Vec::len).min().unwrap();
+        assert!(most - least <= 1, "balanced: {now:?}");
+        // Sticky: a join moves only the partitions the newcomer takes.
+        let moved = now[..n - 1]
+            .iter()
+            .enumerate()
+            .map(|(i, a)| before.get(&(i as u64)).unwrap().iter().filter(|p| !a.contains(p)).count())
+            .sum::<usize>();
+        if n > 1 {
+            assert_eq!(moved, now[n - 1].len(), "{now:?}");
+        }
+        before = now.into_iter().enumerate().map(|(i, a)| (i as u64, a)).collect();
+    }
+    // Two of six own nothing: their polls return nothing, and a close of an
+    // owner gives its partition to one of them.
+    let idle = members.iter().position(|m| m.assignment().is_empty()).unwrap();
+    assert!(members[idle].poll(10, Duration::ZERO).unwrap().is_empty());
+    let owner = members.iter().position(|m| !m.assignment().is_empty()).unwrap();
+    let given = members[owner].assignment();
+    members.remove(owner);
+    let now: Vec<Vec<u32>> = members.iter().map(Consumer::assignment).collect();
+    assert_eq!(now.iter().flatten().count(), 4);
+    assert!(now.contains(&given), "the whole share went to one waiting member: {now:?}");
+}
+
+#[test]
+fn a_member_waiting_in_poll_wakes_for_partitions_it_is_given() {
+    let b = broker();
+    b.create_topic("t", &TopicOptions::with_partitions(2)).unwrap();
+    let mut waiting = b.consumer("g", "t", ConsumerOptions::default()).unwrap();
+    let other = b.consumer("g", "t", ConsumerOptions::default()).unwrap();
+    let theirs = other.assignment()[0];
+    publish_to(&b, "t", theirs, 2, b"for the other");
+    let closer = std::thread::spawn(move || drop(other));
+    // Blocks until the other member's close gives it that partition.
+    let got: Vec<(u32, Vec<u8>)> =
+        waiting.poll(10, common::WAIT).unwrap().iter().map(|m| (m.partition(), m.payload().to_vec())).collect();
+    closer.join().unwrap();
+    assert_eq!(got, vec![(theirs, b"for the other".to_vec())]);
+}
+
+#[test]
+fn members_on_threads_under_publishers_receive_every_message_and_only_handed_over_ones_twice() {
+    const PER: u64 = 2_000;
+    let b = broker();
+    b.create_topic("t", &TopicOptions::with_partitions(4)).unwrap();
+    let published = Arc::new(AtomicBool::new(false));
+    // Each member polls, records and commits after every batch; the first
+    // one closes after 500 messages with its last batch uncommitted.
+    let members: Vec<Consumer> = (0..3).map(|_| b.consumer("g", "t", ConsumerOptions::default()).unwrap()).collect();
+    let publisher = {
+        let (b, published) = (b.clone(), published.clone());
+        std::thread::spawn(move || {
+            fill(&b, "t", 4, PER);
+            published.store(true, Ordering::SeqCst);
+        })
+    };
+    let handles: Vec<_> = members
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut c)| {
+            let published = published.clone();
+            std::thread::spawn(move || {
+                // Committed; left uncommitted at close; refused (polled on a
+                // partition that moved before the commit).
+                let (mut committed, mut uncommitted, mut refused) = (Vec::new(), Vec::new(), Vec::new());
+                loop {
+                    let batch: Vec<At> = c
+                        .poll(16, Duration::from_millis(20))
+                        .unwrap()
+                        .iter()
+                        .map(|m| (m.partition(), m.offset()))
+                        .collect();
+                    if batch.is_empty() && published.load(Ordering::SeqCst) && c.stats().lag == 0 {
+                        break;
+                    }
+                    uncommitted.extend(batch);
+                    if i == 0 && committed.len() + uncommitted.len() >= 500 {
+                        return (committed, uncommitted, refused);
+                    }
+                    match c.commit() {
+                        Ok(()) => committed.append(&mut uncommitted),
+                        Err(Error::Reassigned(_)) => {
+                            let mine = c.assignment();
+                            let (kept, lost): (Vec<At>, Vec<At>) =
+                                uncommitted.drain(..).partition(|(p, _)| mine.contains(p));
+                            committed.extend(kept);
+                            refused.extend(lost);
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                (committed, uncommitted, refused)
+            })
+        })
+        .collect();
+    publisher.join().unwrap();
+    let results: Vec<(Vec<At>, Vec<At>, Vec<At>)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let mut seen: BTreeMap<At, usize> = BTreeMap::new();
+    let mut may_repeat: BTreeSet<At> = BTreeSet::new();
+    for (committed, uncommitted, refused) in &results {
+        for at in committed.iter().chain(uncommitted).chain(refused) {
+            *seen.entry(*at).or_default() += 1;
+        }
+        may_repeat.extend(uncommitted.iter().chain(refused));
+    }
+    assert_eq!(seen.keys().copied().collect::<BTreeSet<At>>(), all(&[0, 1, 2, 3], 0, PER), "every message");
+    // Twice exactly what a member polled and could not commit because its
+    // partition moved (the leaver's last batch, or a batch whose commit was
+    // refused); everything else once.
+    for (at, n) in &seen {
+        let expected = if may_repeat.contains(at) { 2 } else { 1 };
+        assert_eq!(*n, expected, "{at:?}");
+    }
+    assert!(!results[0].1.is_empty(), "the leaver left something uncommitted");
+    assert_eq!(b.group_stats("g", "t").unwrap().lag, 0);
+}
+
+#[test]
+fn a_consumer_behind_retention_counts_what_it_missed() {
+    let b = broker();
+    b.create_topic("firehose", &TopicOptions { retention_bytes: Some(16 << 10), ..TopicOptions::default() }).unwrap();
+    let mut c = b.consumer("slow", "firehose", ConsumerOptions::default()).unwrap();
+    let n = 5_000u64;
+    for i in 0..n {
+        b.publish("firehose", &Record::new(&i.to_le_bytes())).unwrap();
+    }
+    let mut got = Vec::new();
+    loop {
+        // Waiting polls take the path whose check used to drop the count.
+        let batch: Vec<u64> = c
+            .poll(100, Duration::from_millis(1))
+            .unwrap()
+            .iter()
+            .map(|m| u64::from_le_bytes(m.payload().try_into().unwrap()))
+            .collect();
+        if batch.is_empty() {
+            break;
+        }
+        got.extend(batch);
+    }
+    let missed = c.stats().missed;
+    let first = b.topic_stats("firehose").unwrap().partitions[0].first_offset;
+    assert!(missed > 0);
+    assert_eq!(missed, first, "what retention trimmed before it was read");
+    assert_eq!(got.len() as u64 + missed, n);
+    assert_eq!(got, (first..n).collect::<Vec<u64>>());
+}
+
+#[test]
+fn a_zero_session_timeout_is_refused() {
+    let b = broker();
+    b.create_topic("t", &TopicOptions::default()).unwrap();
+    let options = ConsumerOptions { session_timeout: Duration::ZERO, ..Default::default() };
+    assert!(matches!(b.consumer("g", "t", options), Err(Error::InvalidArgument(m)) if m.contains("session_timeout")));
+}
