@@ -364,6 +364,17 @@ typedef struct {
      * its next call rejoins. 0 means the default, 10000.
      */
     uint32_t session_timeout_ms;
+    /**
+     * After this many `rill_consumer_nack`s of one message the group gives
+     * up on it: it is published to `dead_letter_topic` and skipped. At
+     * least 1; default 5.
+     */
+    uint32_t max_attempts;
+    /**
+     * Where given-up messages go (NULL, the default: `$dlq/<group>`);
+     * created if absent. Read during `rill_consumer_new` only.
+     */
+    const char *dead_letter_topic;
 } rill_consumer_options;
 
 /**
@@ -1032,6 +1043,29 @@ rill_status rill_consumer_commit(rill_consumer *c);
  * `c` is a live consumer.
  */
 rill_status rill_consumer_commit_offset(rill_consumer *c, uint32_t partition, uint64_t offset);
+
+/**
+ * Reports that handling the message at `offset` of `partition` (one this
+ * member polled) failed. The group counts the attempt. Below
+ * `max_attempts` the partition goes back to `offset`: the next poll returns
+ * that message again, and those after it, in order; `*dead_lettered` (if
+ * not NULL) is set to false. At `max_attempts` the message is published to
+ * the dead-letter topic with the `rill.dlq.*` attributes a push
+ * subscription writes (`rill.dlq.group` naming the group) and skipped;
+ * `*dead_lettered` is set to true. `RILL_ERR_REASSIGNED` for a partition it
+ * does not own, `RILL_ERR_OUT_OF_RANGE` for an offset it has not polled or
+ * retention trimmed; `RILL_ERR_FULL`/`RILL_ERR_TIMEOUT` if the dead-letter
+ * topic could not take it (nothing skipped: nack again). Like a seek, it
+ * ends the last poll's messages.
+ *
+ * # Safety
+ *
+ * `c` is a live consumer; `dead_lettered` NULL or writable.
+ */
+rill_status rill_consumer_nack(rill_consumer *c,
+                               uint32_t partition,
+                               uint64_t offset,
+                               bool *dead_lettered);
 
 /**
  * Moves one partition to `offset`, which must be retained

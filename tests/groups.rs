@@ -331,3 +331,73 @@ fn a_zero_session_timeout_is_refused() {
     let options = ConsumerOptions { session_timeout: Duration::ZERO, ..Default::default() };
     assert!(matches!(b.consumer("g", "t", options), Err(Error::InvalidArgument(m)) if m.contains("session_timeout")));
 }
+
+/// Polls without waiting; returns (offset, payload) pairs.
+fn payloads(c: &mut Consumer) -> Vec<(u64, Vec<u8>)> {
+    c.poll(100, Duration::ZERO).unwrap().iter().map(|m| (m.offset(), m.payload().to_vec())).collect()
+}
+
+#[test]
+fn a_poison_message_is_retried_by_nack_then_dead_lettered_with_its_reason_and_skipped() {
+    let b = broker();
+    b.create_topic("jobs", &TopicOptions::default()).unwrap();
+    let attrs = [("trace", "t-1")];
+    b.publish("jobs", &Record::new(b"poison").with_key(b"k").with_attributes(&attrs)).unwrap();
+    b.publish("jobs", &Record::new(b"fine")).unwrap();
+    let options = ConsumerOptions { max_attempts: 3, ..Default::default() };
+    let mut c = b.consumer("workers", "jobs", options).unwrap();
+    let both = vec![(0, b"poison".to_vec()), (1, b"fine".to_vec())];
+    for attempt in 1..3 {
+        assert_eq!(payloads(&mut c), both, "attempt {attempt}");
+        assert!(!c.nack(0, 0).unwrap(), "attempt {attempt} is below max_attempts: delivered again");
+    }
+    assert_eq!(payloads(&mut c), both);
+    assert!(c.nack(0, 0).unwrap(), "the third nack gives up on it");
+    assert!(payloads(&mut c).is_empty(), "skipped: the position stayed after it");
+    c.commit().unwrap();
+    assert_eq!(c.committed(0).unwrap(), 2);
+
+    let mut dlq = b.consumer("reader", "$dlq/workers", ConsumerOptions::default()).unwrap();
+    let dead = dlq.poll(10, Duration::ZERO).unwrap();
+    assert_eq!(dead.len(), 1, "dead-lettered once");
+    let m = &dead[0];
+    assert_eq!((m.payload(), m.key()), (&b"poison"[..], Some(&b"k"[..])));
+    let attr = |k: &str| m.attribute(k).map(str::to_owned);
+    assert_eq!(attr("trace").as_deref(), Some("t-1"));
+    assert!(attr("rill.dlq.reason").unwrap().contains("nacked 3 times"));
+    assert_eq!(attr("rill.dlq.topic").as_deref(), Some("jobs"));
+    assert_eq!(attr("rill.dlq.partition").as_deref(), Some("0"));
+    assert_eq!(attr("rill.dlq.offset").as_deref(), Some("0"));
+    assert_eq!(attr("rill.dlq.attempts").as_deref(), Some("3"));
+    assert_eq!(attr("rill.dlq.group").as_deref(), Some("workers"));
+}
+
+#[test]
+fn nack_counts_survive_a_move_of_the_partition_and_bad_nacks_are_refused() {
+    let b = broker();
+    b.create_topic("jobs", &TopicOptions::with_partitions(2)).unwrap();
+    publish_to(&b, "jobs", 0, 2, b"poison");
+    let options =
+        ConsumerOptions { max_attempts: 2, dead_letter_topic: Some("graveyard".into()), ..Default::default() };
+    let mut first = b.consumer("g", "jobs", options.clone()).unwrap();
+    assert!(matches!(first.nack(0, 0), Err(Error::OutOfRange { .. })), "not polled yet");
+    assert_eq!(payloads(&mut first), vec![(0, b"poison".to_vec())]);
+    assert!(!first.nack(0, 0).unwrap());
+    assert!(matches!(first.nack(0, 5), Err(Error::OutOfRange { .. })));
+    drop(first);
+    // Another member takes the partition: the group remembers one attempt.
+    let mut second = b.consumer("g", "jobs", options.clone()).unwrap();
+    let other = b.consumer("g", "jobs", options).unwrap();
+    let (mine, theirs) = (second.assignment(), other.assignment());
+    assert_eq!(mine, vec![0], "{mine:?} {theirs:?}");
+    assert!(matches!(second.nack(1, 0), Err(Error::Reassigned(_))));
+    assert_eq!(payloads(&mut second), vec![(0, b"poison".to_vec())]);
+    assert!(second.nack(0, 0).unwrap(), "the second attempt overall gives up");
+    let mut reader = b.consumer("r", "graveyard", ConsumerOptions::default()).unwrap();
+    assert_eq!(payloads(&mut reader).len(), 1);
+
+    let bad = |o: ConsumerOptions| b.consumer("g", "jobs", o).unwrap_err();
+    assert!(matches!(bad(ConsumerOptions { max_attempts: 0, ..Default::default() }), Error::InvalidArgument(_)));
+    let own = ConsumerOptions { dead_letter_topic: Some("jobs".into()), ..Default::default() };
+    assert!(matches!(bad(own), Error::InvalidArgument(m) if m.contains("come back")));
+}

@@ -285,6 +285,15 @@ class Consumer {
     void commit_offset(uint32_t partition, uint64_t offset) {
         detail::check(rill_consumer_commit_offset(c_, partition, offset));
     }
+    /// Handling the message at (partition, offset) failed: below max_attempts
+    /// it comes again (with those after it); at max_attempts it is
+    /// dead-lettered and skipped, and this returns true. Ends the last
+    /// poll's messages, like seek.
+    bool nack(uint32_t partition, uint64_t offset) {
+        bool dead = false;
+        detail::check(rill_consumer_nack(c_, partition, offset, &dead));
+        return dead;
+    }
     void seek(uint32_t partition, uint64_t offset) { detail::check(rill_consumer_seek(c_, partition, offset)); }
     void seek_to_beginning() { detail::check(rill_consumer_seek_to_beginning(c_)); }
     void seek_to_end() { detail::check(rill_consumer_seek_to_end(c_)); }

@@ -30,6 +30,13 @@ pub struct rill_consumer_options {
     /// members take its partitions from the group's committed offsets, and
     /// its next call rejoins. 0 means the default, 10000.
     pub session_timeout_ms: u32,
+    /// After this many `rill_consumer_nack`s of one message the group gives
+    /// up on it: it is published to `dead_letter_topic` and skipped. At
+    /// least 1; default 5.
+    pub max_attempts: u32,
+    /// Where given-up messages go (NULL, the default: `$dlq/<group>`);
+    /// created if absent. Read during `rill_consumer_new` only.
+    pub dead_letter_topic: *const c_char,
 }
 
 /// A pull consumer of one topic for one group. Use it from one thread at a
@@ -51,7 +58,7 @@ impl std::fmt::Debug for rill_consumer {
 }
 
 // SAFETY: repr(C), leading u32 struct_size, integer fields (`start` is
-// checked when read).
+// checked when read) and a pointer (any value; checked when read).
 unsafe impl OptionStruct for rill_consumer_options {
     const INIT: &'static str = "rill_consumer_options_init";
     const FIRST_SIZE: usize = 16;
@@ -61,6 +68,8 @@ unsafe impl OptionStruct for rill_consumer_options {
             start: RILL_START_EARLIEST,
             start_offset: 0,
             session_timeout_ms: 0,
+            max_attempts: rill::broker::DEFAULT_MAX_ATTEMPTS,
+            dead_letter_topic: std::ptr::null(),
         }
     }
 }
@@ -118,7 +127,14 @@ pub unsafe extern "C" fn rill_consumer_new_v1(
                 return Err(FfiError::invalid(format!("start {other} is not a RILL_START_* value")));
             }
         };
-        let consumer = b.broker.consumer(group, topic, ConsumerOptions { start, session_timeout })?;
+        let dead_letter_topic = if o.dead_letter_topic.is_null() {
+            None
+        } else {
+            // SAFETY: the caller promises a NUL-terminated string.
+            Some(unsafe { cstr(o.dead_letter_topic, "dead_letter_topic") }?.to_owned())
+        };
+        let options = ConsumerOptions { start, session_timeout, max_attempts: o.max_attempts, dead_letter_topic };
+        let consumer = b.broker.consumer(group, topic, options)?;
         let topic = CString::new(topic).expect("checked by cstr: no interior NUL");
         let c = rill_consumer { consumer, topic, messages: Vec::new(), contexts: Vec::new() };
         // SAFETY: checked non-NULL; the caller promises it is writable.
@@ -218,6 +234,44 @@ unsafe fn moving(c: *mut rill_consumer, f: impl FnOnce(&mut Consumer) -> rill::R
         c.contexts.clear();
         Ok(f(&mut c.consumer)?)
     })
+}
+
+/// Reports that handling the message at `offset` of `partition` (one this
+/// member polled) failed. The group counts the attempt. Below
+/// `max_attempts` the partition goes back to `offset`: the next poll returns
+/// that message again, and those after it, in order; `*dead_lettered` (if
+/// not NULL) is set to false. At `max_attempts` the message is published to
+/// the dead-letter topic with the `rill.dlq.*` attributes a push
+/// subscription writes (`rill.dlq.group` naming the group) and skipped;
+/// `*dead_lettered` is set to true. `RILL_ERR_REASSIGNED` for a partition it
+/// does not own, `RILL_ERR_OUT_OF_RANGE` for an offset it has not polled or
+/// retention trimmed; `RILL_ERR_FULL`/`RILL_ERR_TIMEOUT` if the dead-letter
+/// topic could not take it (nothing skipped: nack again). Like a seek, it
+/// ends the last poll's messages.
+///
+/// # Safety
+///
+/// `c` is a live consumer; `dead_lettered` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_nack(
+    c: *mut rill_consumer,
+    partition: u32,
+    offset: u64,
+    dead_lettered: *mut bool,
+) -> rill_status {
+    let mut given_up = false;
+    // SAFETY: forwarded.
+    let status = unsafe {
+        moving(c, |c| {
+            given_up = c.nack(partition, offset)?;
+            Ok(())
+        })
+    };
+    if status == rill_status::RILL_OK && !dead_lettered.is_null() {
+        // SAFETY: non-NULL; the caller promises it is writable.
+        unsafe { write_out(dead_lettered, given_up) };
+    }
+    status
 }
 
 /// Moves one partition to `offset`, which must be retained

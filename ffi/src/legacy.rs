@@ -124,7 +124,14 @@ impl Legacy for rill_consumer_options_v0_1 {
     type Current = rill_consumer_options;
     fn from_current(c: rill_consumer_options) -> Self {
         // A 0.1 program has no session timeout to set.
-        let rill_consumer_options { struct_size: _, start, start_offset, session_timeout_ms: _ } = c;
+        let rill_consumer_options {
+            struct_size: _,
+            start,
+            start_offset,
+            session_timeout_ms: _,
+            max_attempts: _,
+            dead_letter_topic: _,
+        } = c;
         Self { start, start_offset }
     }
     fn to_current(self) -> rill_consumer_options {
@@ -133,7 +140,7 @@ impl Legacy for rill_consumer_options_v0_1 {
             struct_size: size_of::<rill_consumer_options>() as u32,
             start,
             start_offset,
-            session_timeout_ms: 0,
+            ..rill_consumer_options::defaults()
         }
     }
 }

@@ -22,9 +22,12 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::subscription::StartPosition;
+use super::dead_letter::{self, Failed};
+use super::names::default_dead_letter_topic;
 use super::subscription::signal::Listener;
+use super::subscription::{DEFAULT_MAX_ATTEMPTS, StartPosition};
 use super::topic::Topic;
+use super::topic::Wait;
 use super::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::log::{Cursor, Lagged, RecordView};
@@ -55,6 +58,12 @@ pub(crate) trait GroupHost: Send + Sync {
     /// The consumer closed: it leaves its group, whose other members take
     /// its partitions.
     fn release_consumer(&self, core: &ConsumerCore);
+    /// Counts a failed attempt at the message at (`partition`, `offset`)
+    /// for the group; returns the attempts so far, or `None` if `core` does
+    /// not own the partition. `forget` drops the count (it was dead-lettered).
+    fn nack(&self, core: &ConsumerCore, partition: u32, offset: u64, forget: bool) -> Option<u32>;
+    /// The dead-letter topic `name`, created if absent.
+    fn dead_letter_topic(&self, name: &str) -> Result<Arc<Topic>>;
 }
 
 /// What a member owns, with the group's committed offsets to start from.
@@ -87,8 +96,9 @@ impl Listener for ConsumerListener {
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a new consumer group starts reading (a group with committed offsets
-/// resumes from them instead), and how long a member may go without polling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// resumes from them instead), how long a member may go without polling,
+/// and what becomes of a message that keeps failing.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerOptions {
     /// Where to start in partitions without a committed offset. Default: the
     /// earliest retained message.
@@ -98,11 +108,23 @@ pub struct ConsumerOptions {
     /// members from the group's committed offsets: the visibility timeout of
     /// a pull consumer. Its next call rejoins. Must be positive. Default 10 s.
     pub session_timeout: Duration,
+    /// After this many [`Consumer::nack`]s of one message the group gives up
+    /// on it: it is published to `dead_letter_topic` and skipped. At least 1.
+    /// Default [`DEFAULT_MAX_ATTEMPTS`](super::DEFAULT_MAX_ATTEMPTS), 5.
+    pub max_attempts: u32,
+    /// Where given-up messages go; `None`: `$dlq/<group>`. It is created
+    /// (with the broker's default topic options) if absent.
+    pub dead_letter_topic: Option<String>,
 }
 
 impl Default for ConsumerOptions {
     fn default() -> Self {
-        ConsumerOptions { start: StartPosition::Earliest, session_timeout: DEFAULT_SESSION_TIMEOUT }
+        ConsumerOptions {
+            start: StartPosition::Earliest,
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            dead_letter_topic: None,
+        }
     }
 }
 
@@ -119,6 +141,10 @@ pub(crate) struct ConsumerCore {
     pub(crate) topic: Arc<Topic>,
     pub(crate) waiters: Arc<Waiters>,
     pub(crate) session_timeout: Duration,
+    /// Nacks of one message before it is dead-lettered.
+    max_attempts: u32,
+    /// Where dead letters go.
+    dead_letter_topic: String,
     /// Bumped (under the control mutex) each time its assignment changes;
     /// see `group.rs`.
     pub(crate) generation: AtomicU64,
@@ -136,13 +162,16 @@ pub(crate) struct ConsumerCore {
 }
 
 impl ConsumerCore {
-    pub(crate) fn new(id: u64, group: String, topic: Arc<Topic>, session_timeout: Duration) -> ConsumerCore {
+    pub(crate) fn new(id: u64, group: String, topic: Arc<Topic>, options: &ConsumerOptions) -> ConsumerCore {
+        let dead_letter_topic = options.dead_letter_topic.clone().unwrap_or_else(|| default_dead_letter_topic(&group));
         ConsumerCore {
             id,
             group,
             topic,
             waiters: Arc::new(Waiters::new()),
-            session_timeout,
+            session_timeout: options.session_timeout,
+            max_attempts: options.max_attempts,
+            dead_letter_topic,
             generation: AtomicU64::new(0),
             born: Instant::now(),
             alive_ns: AtomicU64::new(0),
@@ -163,6 +192,11 @@ impl ConsumerCore {
     fn is_closed(&self) -> bool {
         // Acquire: pairs with the Release in `close`.
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Where its dead letters go.
+    pub(crate) fn dead_letter_topic(&self) -> &str {
+        &self.dead_letter_topic
     }
 
     /// Bumps its assignment generation and wakes its `poll` (called under
@@ -610,6 +644,57 @@ impl Consumer {
         Ok(())
     }
 
+    /// Reports that handling the message at `offset` of `partition` (one it
+    /// polled) failed. The group counts the attempt (the count survives a
+    /// move of the partition to another member). Below `max_attempts` the
+    /// partition goes back to `offset`: the next poll returns that message
+    /// again, and those after it, in order; returns `false`. At
+    /// `max_attempts` the message is published to the dead-letter topic
+    /// with the `rill.dlq.*` attributes a push subscription writes
+    /// (`rill.dlq.group` naming the group) and skipped: the position stays
+    /// where it was; returns `true`. `Reassigned` if the partition is not
+    /// its own; `OutOfRange` for an offset it has not polled or retention
+    /// trimmed. If the dead-letter topic cannot take it (`Full`, `Timeout`),
+    /// the error is returned and nothing is skipped: nack it again.
+    pub fn nack(&mut self, partition: u32, offset: u64) -> Result<bool> {
+        self.check_open()?;
+        self.sync()?;
+        let (position, log) =
+            (self.owned(partition)?.cursor.offset(), &self.core.topic.partitions[partition as usize].log);
+        let first = log.first_offset();
+        if offset >= position || offset < first {
+            return Err(Error::OutOfRange { partition, offset, first, end: position });
+        }
+        let core = self.core.clone();
+        let Some(attempts) = self.host.nack(&core, partition, offset, false) else {
+            return Err(self.not_owned(partition));
+        };
+        if attempts < core.max_attempts {
+            self.owned_mut(partition)?.cursor.rewind(offset);
+            return Ok(false);
+        }
+        let dlq = self.host.dead_letter_topic(&core.dead_letter_topic)?;
+        let mut cursor = core.topic.partitions[partition as usize].log.cursor_at(offset)?;
+        let record = match cursor.read() {
+            Ok(Some(record)) => record,
+            // Trimmed (or not readable) since the check above.
+            _ => return Err(Error::OutOfRange { partition, offset, first: log.first_offset(), end: position }),
+        };
+        let reason = format!("nacked {attempts} times by consumer group {:?}", core.group);
+        let failed = Failed {
+            topic: &core.topic.name,
+            partition,
+            record,
+            attempts,
+            reason: &reason,
+            by: ("rill.dlq.group", &core.group),
+        };
+        // Waits as a publish does (a pull consumer's thread is the caller's).
+        dead_letter::publish(&dlq, &failed, Wait::For(Some(DEAD_LETTER_WAIT)))?;
+        self.host.nack(&core, partition, offset, true);
+        Ok(true)
+    }
+
     /// Moves one partition's position to `offset`, which must be retained
     /// (`Reassigned` for a partition it does not own).
     pub fn seek(&mut self, partition: u32, offset: u64) -> Result<()> {
@@ -726,6 +811,10 @@ impl Consumer {
         self.host.release_consumer(&self.core);
     }
 }
+
+/// Longest a nack waits for room in the dead-letter topic (a `Block`
+/// subscriber of its own) before failing with `Timeout`.
+const DEAD_LETTER_WAIT: Duration = Duration::from_secs(10);
 
 /// The shortest pause between two looks for idle members by one member.
 const MIN_EXPEL_CHECK: Duration = Duration::from_millis(1);

@@ -373,6 +373,8 @@ impl GroupHost for Arc<BrokerInner> {
         for &(partition, offset) in offsets {
             if g.owns(core.id, partition) {
                 g.committed[partition as usize] = Some(offset);
+                // Failed attempts at messages now behind the commit are moot.
+                g.attempts.retain(|&(p, o), _| p != partition || o >= offset);
             } else {
                 refused.push(partition);
             }
@@ -394,6 +396,24 @@ impl GroupHost for Arc<BrokerInner> {
         if let Some(g) = control.groups.get_mut(&group_key(core)) {
             g.leave(core.id);
         }
+    }
+
+    fn nack(&self, core: &ConsumerCore, partition: u32, offset: u64, forget: bool) -> Option<u32> {
+        let mut control = self.control.lock();
+        let g = control.groups.get_mut(&group_key(core))?;
+        if !g.owns(core.id, partition) {
+            return None;
+        }
+        if forget {
+            return g.attempts.remove(&(partition, offset));
+        }
+        let n = g.attempts.entry((partition, offset)).or_default();
+        *n += 1;
+        Some(*n)
+    }
+
+    fn dead_letter_topic(&self, name: &str) -> Result<Arc<Topic>> {
+        self.topic_or_create(name)
     }
 }
 

@@ -36,6 +36,7 @@
 //! members below take the lowest free ones; everything else stays where it
 //! is, so a rebalance moves as few partitions as the quotas allow.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::consumer::ConsumerCore;
@@ -54,6 +55,9 @@ pub(crate) struct Group {
     pub(crate) committed: Vec<Option<u64>>,
     /// Live members, oldest first.
     pub(crate) members: Vec<Member>,
+    /// Failed attempts (nacks) per (partition, offset), kept by the group so
+    /// a message's count survives a move of its partition.
+    pub(crate) attempts: HashMap<(u32, u64), u32>,
 }
 
 impl Group {

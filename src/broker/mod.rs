@@ -19,6 +19,7 @@
 
 mod consumer;
 mod core;
+mod dead_letter;
 mod dispatch;
 pub(crate) mod filter;
 mod group;
@@ -270,8 +271,19 @@ impl Broker {
         if options.session_timeout.is_zero() {
             return Err(Error::InvalidArgument("a consumer's session_timeout must be positive".into()));
         }
+        if options.max_attempts == 0 {
+            return Err(Error::InvalidArgument("max_attempts must be at least 1".into()));
+        }
+        if let Some(dlq) = &options.dead_letter_topic {
+            names::validate_dead_letter_topic(dlq)?;
+        }
         let t = inner.topic(topic)?;
-        let core = Arc::new(ConsumerCore::new(crate::sync::unique_id(), group.to_owned(), t, options.session_timeout));
+        let core = Arc::new(ConsumerCore::new(crate::sync::unique_id(), group.to_owned(), t, &options));
+        if core.dead_letter_topic() == topic {
+            return Err(Error::InvalidArgument(format!(
+                "the dead-letter topic {topic:?} is the topic the consumer reads: its dead letters would come back to it"
+            )));
+        }
         Consumer::new(core, Box::new(inner.clone()), options.start)
     }
 

@@ -171,6 +171,20 @@ static void consumer_group_members() {
     one.commit();
     CHECK(status_of([&] { stalled.commit(); }) == RILL_ERR_REASSIGNED);
     CHECK(stalled.assignment().size() == 2); /* it rejoined */
+    // A poison message: nacked up to max_attempts (5 by default), then
+    // dead-lettered to $dlq/workers and skipped.
+    auto poison = broker.publish("jobs", "poison");
+    auto *owner = poison.partition == stalled.assignment()[0] || poison.partition == stalled.assignment()[1] ? &stalled : &one;
+    for (int attempt = 1; attempt <= 5; attempt++) {
+        auto got = owner->poll(10, 0ms);
+        CHECK(got.size() == 1 && got[0].payload() == "poison");
+        CHECK(owner->nack(poison.partition, poison.offset) == (attempt == 5));
+    }
+    CHECK(owner->poll(10, 0ms).empty());
+    auto dlq = broker.consumer("reader", "$dlq/workers");
+    auto dead = dlq.poll(10, 0ms);
+    CHECK(dead.size() == 1 && dead[0].attribute("rill.dlq.attempts").value_or("") == "5");
+    CHECK(status_of([&] { owner->nack(poison.partition, 99); }) == RILL_ERR_OUT_OF_RANGE);
 }
 
 static void destroying_the_broker_first_is_safe() {

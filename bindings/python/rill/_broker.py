@@ -579,6 +579,18 @@ class Consumer(_Handle):
         belongs to another member now)."""
         self._call(lib.rill_consumer_commit_offset, _partition(partition), _int(offset, "offset"))
 
+    def nack(self, partition: int, offset: int) -> bool:
+        """Handling the message at ``offset`` of ``partition`` (one this member
+        polled) failed. The group counts the attempt: below ``max_attempts``
+        the message comes again in the next poll (with those after it, in
+        order) and this returns False; at ``max_attempts`` it is published to
+        the dead-letter topic with ``rill.dlq.*`` attributes and skipped, and
+        this returns True. :class:`Reassigned` for a partition of another
+        member, :class:`OutOfRange` for an offset not polled."""
+        dead = ctypes.c_bool()
+        self._call(lib.rill_consumer_nack, _partition(partition), _int(offset, "offset"), byref(dead))
+        return dead.value
+
     def seek(self, offset: int, partition: int = 0) -> None:
         """Moves one partition to a retained offset (:class:`OutOfRange` otherwise)."""
         self._call(lib.rill_consumer_seek, _partition(partition), _int(offset, "offset"))
@@ -911,17 +923,28 @@ class Broker(_Handle):
         return Subscription(out.value or 0, loop, stop)
 
     def consumer(
-        self, group: str, topic: str, start: Start | int = "earliest", session_timeout: float = 10.0
+        self,
+        group: str,
+        topic: str,
+        start: Start | int = "earliest",
+        session_timeout: float = 10.0,
+        max_attempts: int = 5,
+        dead_letter_topic: str | None = None,
     ) -> Consumer:
         """A pull consumer of ``topic``, a new member of ``group``. The group
         divides the topic's partitions among its live members (see
         :meth:`Consumer.assignment`); each resumes from the group's committed
         offset, or starts at ``start``. A member that has not polled for
         ``session_timeout`` seconds is expelled and its partitions go to the
-        others; its next call rejoins."""
+        others; its next call rejoins. A message :meth:`Consumer.nack`-ed
+        ``max_attempts`` times goes to ``dead_letter_topic`` (default
+        ``$dlq/<group>``) and is skipped."""
         o = _ffi.rill_consumer_options()
         lib.rill_consumer_options_init_v1(byref(o), sizeof(o))
         o.session_timeout_ms = _int(_seconds_ms(session_timeout, "session_timeout"), "session_timeout in ms", 1, U32_MAX)
+        o.max_attempts = _int(max_attempts, "max_attempts", 1, U32_MAX)
+        if dead_letter_topic is not None:
+            o.dead_letter_topic = _name(dead_letter_topic, "dead_letter_topic")
         if isinstance(start, int) and not isinstance(start, bool):
             o.start, o.start_offset = _ffi.RILL_START_OFFSET, _int(start, "start offset")
         elif start in _STARTS:

@@ -191,6 +191,8 @@ class rill_consumer_options(Structure):
         ("start", c_int32),
         ("start_offset", c_uint64),
         ("session_timeout_ms", c_uint32),
+        ("max_attempts", c_uint32),
+        ("dead_letter_topic", c_char_p),
     ]
 
 
@@ -250,6 +252,7 @@ TYPES: dict[str, object] = {
     "const size_t*": c_void_p,
     "size_t*": POINTER(c_size_t),
     "uint32_t*": POINTER(c_uint32),
+    "bool*": POINTER(c_bool),
     "uint64_t*": POINTER(c_uint64),
     "const char**": POINTER(c_void_p),
     "rill_broker*": c_void_p,
@@ -324,6 +327,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_consumer_commit": ("rill_status", ["rill_consumer*"]),
     "rill_consumer_commit_offset": ("rill_status", ["rill_consumer*", "uint32_t", "uint64_t"]),
     "rill_consumer_seek": ("rill_status", ["rill_consumer*", "uint32_t", "uint64_t"]),
+    "rill_consumer_nack": ("rill_status", ["rill_consumer*", "uint32_t", "uint64_t", "bool*"]),
     "rill_consumer_seek_to_beginning": ("rill_status", ["rill_consumer*"]),
     "rill_consumer_seek_to_end": ("rill_status", ["rill_consumer*"]),
     "rill_consumer_rollback": ("rill_status", ["rill_consumer*"]),

@@ -94,3 +94,38 @@ def test_session_timeout_is_checked(broker: rill.Broker) -> None:
             broker.consumer("g", "t", session_timeout=bad)
     with pytest.raises(TypeError):
         broker.consumer("g", "t", session_timeout="10")  # type: ignore[arg-type]
+
+
+def test_nack_retries_then_dead_letters_and_skips(broker: rill.Broker) -> None:
+    broker.create_topic("jobs")
+    broker.publish("jobs", b"poison", key=b"k", attributes={"trace": "t-1"})
+    broker.publish("jobs", b"fine")
+    c = broker.consumer("workers", "jobs", max_attempts=3)
+    for attempt in (1, 2, 3):
+        assert [m.payload for m in c.poll(10, 0)] == [b"poison", b"fine"]
+        assert c.nack(0, 0) is (attempt == 3)
+    assert c.poll(10, 0) == []  # skipped
+    with pytest.raises(rill.OutOfRange):
+        c.nack(0, 5)
+    with pytest.raises(rill.NotFound):
+        c.nack(3, 0)
+    (dead,) = broker.consumer("reader", "$dlq/workers").poll(10, 0)
+    assert (dead.payload, dead.key) == (b"poison", b"k")
+    assert dead.attributes["trace"] == "t-1"
+    assert dead.attributes["rill.dlq.attempts"] == "3"
+    assert dead.attributes["rill.dlq.group"] == "workers"
+    assert dead.attributes["rill.dlq.topic"] == "jobs"
+    assert "nacked 3 times" in dead.attributes["rill.dlq.reason"]
+
+
+def test_nack_to_a_chosen_dead_letter_topic_and_bad_options(broker: rill.Broker) -> None:
+    broker.create_topic("jobs")
+    broker.publish("jobs", b"poison")
+    c = broker.consumer("w", "jobs", max_attempts=1, dead_letter_topic="graveyard")
+    c.poll(10, 0)
+    assert c.nack(0, 0) is True
+    assert [m.payload for m in broker.consumer("r", "graveyard").poll(10, 0)] == [b"poison"]
+    with pytest.raises(rill.InvalidArgument):
+        broker.consumer("w", "jobs", max_attempts=0)
+    with pytest.raises(rill.InvalidArgument):
+        broker.consumer("w", "jobs", dead_letter_topic="jobs")

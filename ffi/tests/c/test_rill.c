@@ -984,6 +984,57 @@ static void test_consumer_group_members(void) {
     rill_broker_free(b);
 }
 
+/* Issue 12: nack retries a poison message, then dead-letters it with the
+ * rill.dlq.* attributes and skips it. */
+static void test_consumer_nack_dead_letters(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "jobs", NULL));
+    rill_record poison = record_of("poison"), fine = record_of("fine");
+    OK(rill_publish(b, "jobs", &poison, NULL));
+    OK(rill_publish(b, "jobs", &fine, NULL));
+    rill_consumer_options co;
+    rill_consumer_options_init(&co);
+    CHECK(co.max_attempts == 5 && co.dead_letter_topic == NULL);
+    co.max_attempts = 2;
+    co.dead_letter_topic = "graveyard";
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "workers", "jobs", &co, &c));
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    bool dead = true;
+    CHECK_STATUS(rill_consumer_nack(c, 0, 0, &dead), RILL_ERR_OUT_OF_RANGE); /* not polled yet */
+    OK(rill_consumer_poll(c, 10, 0, &msgs, &count));
+    CHECK(count == 2);
+    OK(rill_consumer_nack(c, 0, 0, &dead));
+    CHECK(!dead);
+    OK(rill_consumer_poll(c, 10, 0, &msgs, &count));
+    CHECK(count == 2 && msgs[0].offset == 0 && msgs[0].attempt == 1); /* again, in order */
+    CHECK_STATUS(rill_consumer_nack(c, 3, 0, NULL), RILL_ERR_NOT_FOUND);
+    OK(rill_consumer_nack(c, 0, 0, &dead));
+    CHECK(dead);
+    OK(rill_consumer_poll(c, 10, 0, &msgs, &count));
+    CHECK(count == 0); /* skipped */
+    rill_consumer *r = NULL;
+    OK(rill_consumer_new(b, "reader", "graveyard", NULL, &r));
+    OK(rill_consumer_poll(r, 10, 0, &msgs, &count));
+    CHECK(count == 1 && msgs[0].payload_len == 6 && memcmp(msgs[0].payload, "poison", 6) == 0);
+    const char *v = NULL;
+    size_t vlen = 0;
+    OK(rill_message_attribute(&msgs[0], "rill.dlq.attempts", &v, &vlen));
+    CHECK(vlen == 1 && v[0] == '2');
+    OK(rill_message_attribute(&msgs[0], "rill.dlq.group", &v, &vlen));
+    CHECK(vlen == 7 && memcmp(v, "workers", 7) == 0);
+    OK(rill_message_attribute(&msgs[0], "rill.dlq.reason", &v, &vlen));
+    CHECK(vlen > 0);
+    rill_consumer_free(r);
+    co.max_attempts = 0;
+    rill_consumer *bad = NULL;
+    CHECK_STATUS(rill_consumer_new(b, "workers", "jobs", &co, &bad), RILL_ERR_INVALID_ARGUMENT);
+    CHECK(bad == NULL);
+    rill_consumer_free(c);
+    rill_broker_free(b);
+}
+
 static void test_pull_consumer(void) {
     rill_broker *b = new_broker();
     OK(rill_topic_create(b, "orders", NULL));
@@ -1841,6 +1892,7 @@ int main(void) {
     test_overflow_policies();
     test_pull_consumer();
     test_consumer_group_members();
+    test_consumer_nack_dead_letters();
     test_reentrancy();
     test_freeing_the_broker_first_closes_everything();
     test_user_data_is_released_when_subscribe_fails();

@@ -8,9 +8,9 @@ use std::time::Duration;
 use super::core::{Retry, SubCore, Tally};
 use super::in_handler::InHandler;
 use super::options::{Ack, BatchHandler, DeliveryMode, Handler, LagCallback, Message};
+use crate::broker::dead_letter::{self, Failed};
 use crate::broker::topic::Wait;
 use crate::error::{Error, Result};
-use crate::log::Record;
 
 /// What one acknowledgement means for the rest of a batch.
 pub(super) enum Settled {
@@ -101,23 +101,16 @@ impl SubCore {
     fn dead_letter(&self, msg: &Message<'_>, reason: &str) -> Result<()> {
         let Some(dead_letters) = &self.env.dead_letters else { return Ok(()) };
         let dlq = dead_letters.topic()?;
-        let (partition, offset, attempts) =
-            (msg.partition().to_string(), msg.offset().to_string(), msg.attempt().to_string());
-        let mut attrs: Vec<(&str, &str)> = msg.attributes().filter(|(k, _)| !k.starts_with("rill.dlq.")).collect();
-        attrs.extend([
-            ("rill.dlq.reason", reason),
-            ("rill.dlq.topic", msg.topic()),
-            ("rill.dlq.partition", partition.as_str()),
-            ("rill.dlq.offset", offset.as_str()),
-            ("rill.dlq.attempts", attempts.as_str()),
-            ("rill.dlq.subscription", self.name.as_str()),
-        ]);
-        let mut record = Record::new(msg.payload()).with_attributes(&attrs);
-        if let Some(k) = msg.key() {
-            record = record.with_key(k);
-        }
+        let failed = Failed {
+            topic: msg.topic(),
+            partition: msg.partition(),
+            record: msg.record(),
+            attempts: msg.attempt(),
+            reason,
+            by: ("rill.dlq.subscription", self.name.as_str()),
+        };
         // Never wait here: a drainer must not block on another topic's subscribers.
-        dlq.route(msg.key()).publish(&record, Wait::No).map(drop)
+        dead_letter::publish(&dlq, &failed, Wait::No).map(drop)
     }
 }
 
