@@ -289,7 +289,7 @@ fn summarise(system: System, runs: &[&Outcome], sc: &Scenario, env: &Env) -> Sys
         status,
         msgs_per_sec: msgs,
         mb_per_sec: msgs * sc.shape.payload as f64 / 1e6,
-        deliveries_per_sec: msgs * sc.shape.subscribers as f64,
+        deliveries_per_sec: msgs * sc.shape.receivers() as f64,
         published: measured.iter().map(|o| o.published).sum(),
         run_msgs_per_sec: rates,
         lost_pct: if delivered + missed > 0 { missed as f64 * 100.0 / (delivered + missed) as f64 } else { 0.0 },

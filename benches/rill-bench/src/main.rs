@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use clap::{CommandFactory, Parser};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use rill_bench::measure::{Amount, Delivery, SubMode, Work};
+use rill_bench::measure::{Amount, Delivery, HandlerCost, SubMode, Work};
 use rill_bench::report::{self, Format, Report};
 use rill_bench::scenarios::{self, Named, Scenario, Suite};
 use rill_bench::systems::{self, Env, PeerPayload, RillOverflow, System};
@@ -33,6 +33,10 @@ SCENARIOS (--scenario NAME):
   mpsc-4              4 producers -> 1 subscriber
   pull                1 producer -> 1 pull consumer (poll batches)
   latency             100k msgs/s, dedicated spinning subscriber (one-way latency)
+  group-1, group-4    a consumer group of 1 or 4 members on 4 partitions, 20,000 messages, each
+                      handler sleeping 50 us (I/O); compare the two (rill alone)
+  group-1-cpu, group-2-cpu
+                      the same with 1 or 2 members and CPU-bound handlers (20 us spin), 40,000 messages
 
 SUITES:
   default   (no options) the scenarios above but fan-out-16/publish-2/one-to-one-dedicated, rill alone,
@@ -272,8 +276,9 @@ impl Cli {
         s.amount = match (self.messages, self.duration) {
             (Some(n), _) => Amount::Messages(n.max(1)),
             (None, Some(d)) => Amount::Seconds(d.max(0.001)),
-            // Rate-limited scenarios keep their own length.
-            (None, None) if s.rate.is_some() => s.amount,
+            // Rate-limited scenarios, and those whose handlers set the pace,
+            // keep their own length.
+            (None, None) if s.rate.is_some() || s.handler != HandlerCost::Free => s.amount,
             (None, None) => Amount::Seconds(default_seconds),
         };
     }

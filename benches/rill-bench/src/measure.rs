@@ -30,7 +30,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
@@ -114,6 +114,40 @@ pub enum SubMode {
     Dedicated,
     /// rill pull consumers, each on a thread calling `poll`.
     Pull,
+    /// rill pull consumers, all members of one consumer group (they split
+    /// the partitions, so together they see every message once), a thread
+    /// each, committing after every batch.
+    Group,
+}
+
+/// What a handler does with each message besides counting it: the cost of
+/// real work, to show how members of a group share it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HandlerCost {
+    /// Nothing (the [`Work`] mode alone).
+    Free,
+    /// Sleeps this many microseconds per message: a wait for I/O.
+    SleepUs(u64),
+    /// Spins on the CPU this many microseconds per message.
+    SpinUs(u64),
+}
+
+impl HandlerCost {
+    /// Pays the cost of one message.
+    #[inline]
+    pub fn pay(self) {
+        match self {
+            HandlerCost::Free => {}
+            HandlerCost::SleepUs(us) => std::thread::sleep(Duration::from_micros(us)),
+            HandlerCost::SpinUs(us) => {
+                let until = Instant::now() + Duration::from_micros(us);
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
 }
 
 /// rill's delivery mode, as a CLI value.
@@ -169,6 +203,8 @@ pub struct Shape {
     pub idle_spin_us: u64,
     /// What each subscriber does with each message.
     pub work: Work,
+    /// What a handler's work costs per message, on top of `work`.
+    pub handler: HandlerCost,
 }
 
 impl Shape {
@@ -180,6 +216,12 @@ impl Shape {
         }
     }
 
+    /// Receivers that each see every message: the subscribers, or one for a
+    /// consumer group (its members share the messages).
+    pub fn receivers(&self) -> usize {
+        if self.mode == SubMode::Group { 1 } else { self.subscribers }
+    }
+
     /// One line describing the shape, e.g. "1 producer -> 8 subscribers (pool), 64 B".
     pub fn describe(&self) -> String {
         let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
@@ -189,6 +231,7 @@ impl Shape {
                 plural(self.subscribers, "push subscriber", "push subscribers") + " (dedicated threads)"
             }
             SubMode::Pull => plural(self.subscribers, "pull consumer", "pull consumers"),
+            SubMode::Group => format!("a consumer group of {}", plural(self.subscribers, "member", "members")),
         };
         let mut s =
             format!("{} -> {}, {} B payloads", plural(self.producers, "producer", "producers"), subs, self.payload);
@@ -260,8 +303,8 @@ impl Run {
             abort: AtomicBool::new(false),
             start_ns: AtomicU64::new(0),
             driver: std::sync::OnceLock::new(),
-            slots: (0..shape.subscribers).map(|_| Slot::default()).collect(),
-            hists: (0..shape.subscribers).map(|_| Mutex::new(new_histogram())).collect(),
+            slots: (0..shape.receivers()).map(|_| Slot::default()).collect(),
+            hists: (0..shape.receivers()).map(|_| Mutex::new(new_histogram())).collect(),
             sample_every: shape.sample_every.max(1),
             work: shape.work,
         })
@@ -754,6 +797,7 @@ mod tests {
             sample_every: 2,
             idle_spin_us: 0,
             work: Work::Touch,
+            handler: HandlerCost::Free,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::measure::{Amount, Delivery, Shape, SubMode, Work};
+use crate::measure::{Amount, Delivery, HandlerCost, Shape, SubMode, Work};
 use crate::systems::System;
 
 /// What a scenario's comparison is about.
@@ -65,6 +65,21 @@ pub enum Named {
     Pull,
     /// one-way latency at 100k msgs/s, dedicated (spinning) subscriber.
     Latency,
+    /// A consumer group of 1 member on 4 partitions, handlers sleeping 50 us
+    /// per message (standing for I/O): the baseline of group-4.
+    #[value(name = "group-1")]
+    Group1,
+    /// A consumer group of 4 members on 4 partitions, handlers sleeping 50 us
+    /// per message: compare with group-1 (target >= 3.5x).
+    #[value(name = "group-4")]
+    Group4,
+    /// A consumer group of 1 member, CPU-bound handlers (20 us spin): the
+    /// baseline of group-2-cpu.
+    #[value(name = "group-1-cpu")]
+    Group1Cpu,
+    /// A consumer group of 2 members, CPU-bound handlers: scaling on 2 cores.
+    #[value(name = "group-2-cpu")]
+    Group2Cpu,
 }
 
 /// Sets of scenarios.
@@ -96,6 +111,7 @@ pub fn base_shape() -> Shape {
         sample_every: 64,
         idle_spin_us: 0,
         work: Work::Minimal,
+        handler: HandlerCost::Free,
     }
 }
 
@@ -107,6 +123,32 @@ pub fn fan_out(n: usize, sweep: bool) -> Scenario {
         shape: Shape { subscribers: n, ..base_shape() },
         metric: Metric::Throughput,
         sweep,
+    }
+}
+
+/// A consumer group of `members` on a 4-partition topic whose handlers pay
+/// `cost` per message; `messages` published (as fast as possible, up front),
+/// so the members' pace sets the rate. Compare group sizes with each other.
+pub fn group(members: usize, cost: HandlerCost, messages: u64) -> Scenario {
+    let what = match cost {
+        HandlerCost::SleepUs(us) => format!("sleeping {us} us per message"),
+        HandlerCost::SpinUs(us) => format!("spinning {us} us per message"),
+        HandlerCost::Free => "free handlers".into(),
+    };
+    let cpu = if matches!(cost, HandlerCost::SpinUs(_)) { "-cpu" } else { "" };
+    Scenario {
+        name: format!("group-{members}{cpu}"),
+        title: format!("a consumer group of {members} on 4 partitions, {what}"),
+        shape: Shape {
+            subscribers: members,
+            mode: SubMode::Group,
+            partitions: 4,
+            amount: Amount::Messages(messages),
+            handler: cost,
+            ..base_shape()
+        },
+        metric: Metric::Throughput,
+        sweep: false,
     }
 }
 
@@ -141,6 +183,10 @@ pub fn named(name: Named) -> Scenario {
         Named::Pull => {
             sc("pull", "one producer, one pull consumer (poll batches)", Shape { mode: SubMode::Pull, ..base })
         }
+        Named::Group1 => group(1, HandlerCost::SleepUs(50), 20_000),
+        Named::Group4 => group(4, HandlerCost::SleepUs(50), 20_000),
+        Named::Group1Cpu => group(1, HandlerCost::SpinUs(20), 40_000),
+        Named::Group2Cpu => group(2, HandlerCost::SpinUs(20), 40_000),
         Named::Latency => Scenario {
             name: "latency".into(),
             title: "one-way latency at 100k msgs/s, dedicated spinning subscriber".into(),
@@ -195,6 +241,8 @@ pub fn suite(suite: Suite, sweep: &[usize]) -> Vec<Scenario> {
 pub fn unsupported(system: System, shape: &Shape) -> Option<String> {
     match system {
         System::Bus if shape.producers > 1 => Some("bus has a single producer".into()),
+        System::Rill => None,
+        _ if shape.mode == SubMode::Group => Some("consumer groups are rill's alone".into()),
         _ => None,
     }
 }
@@ -213,6 +261,22 @@ mod tests {
         );
         assert_eq!(named(Named::Latency).shape.rate, Some(100_000));
         assert!(report.iter().all(|s| s.shape.work == Work::Minimal), "headline tables use minimal work");
+    }
+
+    #[test]
+    fn group_scenarios_compare_member_counts_on_four_partitions() {
+        for (name, members, cost) in [
+            (Named::Group1, 1, HandlerCost::SleepUs(50)),
+            (Named::Group4, 4, HandlerCost::SleepUs(50)),
+            (Named::Group1Cpu, 1, HandlerCost::SpinUs(20)),
+            (Named::Group2Cpu, 2, HandlerCost::SpinUs(20)),
+        ] {
+            let sc = named(name);
+            assert_eq!((sc.shape.mode, sc.shape.subscribers, sc.shape.partitions), (SubMode::Group, members, 4));
+            assert_eq!((sc.shape.handler, sc.shape.receivers()), (cost, 1));
+            assert!(matches!(sc.shape.amount, Amount::Messages(_)), "the handlers set the pace, not a duration");
+        }
+        assert_eq!(named(Named::Group2Cpu).name, "group-2-cpu");
     }
 
     #[test]

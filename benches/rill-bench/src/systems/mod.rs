@@ -272,6 +272,7 @@ mod tests {
             sample_every: 8,
             idle_spin_us: 0,
             work: Work::Touch,
+            handler: crate::measure::HandlerCost::Free,
         }
     }
 
@@ -360,6 +361,7 @@ mod tests {
         for (producers, subscribers) in [(1, 1), (3, 1), (1, 3)] {
             let shape = Shape {
                 work: Work::Minimal,
+                handler: crate::measure::HandlerCost::Free,
                 sample_every: 16,
                 ..shape(producers, subscribers, 64, Amount::Seconds(0.03), 64)
             };
@@ -382,5 +384,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_consumer_group_delivers_every_message_once_over_its_members() {
+        // The members split the partitions: the group is one receiver, and
+        // its count and payload sum are those of one subscriber.
+        for members in [1, 3] {
+            let shape = Shape {
+                mode: SubMode::Group,
+                partitions: 4,
+                handler: crate::measure::HandlerCost::SpinUs(1),
+                ..shape(1, members, 64, Amount::Messages(3000), 64)
+            };
+            let out = run(System::Rill, &shape, &env(2, PeerPayload::Auto));
+            assert_eq!(out.status, Status::Ok, "{members} members");
+            assert_eq!((out.published, out.delivered, out.missed), (3000, 3000, 0), "{members} members");
+            assert_eq!(out.subscribers, 1);
+            let alone = run(
+                System::Rill,
+                &Shape { mode: SubMode::Pull, subscribers: 1, ..shape.clone() },
+                &env(2, PeerPayload::Auto),
+            );
+            assert_eq!(out.payload_sum, alone.payload_sum, "the same bytes as one pull consumer");
+        }
+        assert!(
+            crate::scenarios::unsupported(
+                System::Crossbeam,
+                &crate::scenarios::named(crate::scenarios::Named::Group4).shape
+            )
+            .is_some()
+        );
     }
 }

@@ -62,7 +62,7 @@ fn try_run(shape: &Shape, env: &Env) -> rill::Result<Outcome> {
         SubMode::Pool | SubMode::Dedicated => {
             for i in 0..shape.subscribers {
                 let mut tally = run.tally(i);
-                let r = run.clone();
+                let (r, cost) = (run.clone(), shape.handler);
                 let (overflow, lag_limit) = match env.overflow {
                     RillOverflow::Block => (Overflow::Block, Some(shape.capacity.max(1) as u64)),
                     RillOverflow::Drop => (Overflow::DropOldest, None),
@@ -82,12 +82,14 @@ fn try_run(shape: &Shape, env: &Env) -> rill::Result<Outcome> {
                 subs.push(if env.batch_handler {
                     broker.subscribe_batch(TOPIC, options, move |msgs: &[Message<'_>], _acks: &mut [Ack]| {
                         for m in msgs {
+                            cost.pay();
                             tally.on(m.payload(), || m.timestamp_ns());
                         }
                         msgs.len()
                     })?
                 } else {
                     broker.subscribe(TOPIC, options, move |m: &Message<'_>| {
+                        cost.pay();
                         tally.on(m.payload(), || m.timestamp_ns());
                         Ack::Success
                     })?
@@ -104,7 +106,7 @@ fn try_run(shape: &Shape, env: &Env) -> rill::Result<Outcome> {
                 let starts =
                     (0..consumer.partitions()).map(|p| consumer.position(p)).collect::<rill::Result<Vec<_>>>()?;
                 let mut tally = run.tally(i);
-                let r = run.clone();
+                let (r, shape_cost) = (run.clone(), shape.handler);
                 let max = shape.poll_batch.max(1);
                 let thread = std::thread::Builder::new().name(format!("bench-consumer-{i}")).spawn(move || {
                     let mut delivered = 0u64;
@@ -113,6 +115,7 @@ fn try_run(shape: &Shape, env: &Env) -> rill::Result<Outcome> {
                         let Ok(batch) = consumer.poll(max, Duration::from_millis(20)) else { break };
                         delivered += batch.len() as u64;
                         for m in batch {
+                            shape_cost.pay();
                             tally.on(m.payload(), || m.timestamp_ns());
                         }
                         // What the cursors moved past without handing out was
@@ -123,6 +126,46 @@ fn try_run(shape: &Shape, env: &Env) -> rill::Result<Outcome> {
                             let n = moved - delivered - missed;
                             missed += n;
                             tally.missed(n);
+                        }
+                    }
+                });
+                consumers.push(thread.map_err(|e| rill::Error::InvalidArgument(e.to_string()))?);
+            }
+        }
+        SubMode::Group => {
+            // One receiver: the group. Its members share one tally, taken
+            // once per batch (a lock per batch, not per message).
+            let tally = Arc::new(Mutex::new(run.tally(0)));
+            for i in 0..shape.subscribers {
+                let mut consumer = broker.consumer(
+                    "bench-group",
+                    TOPIC,
+                    ConsumerOptions { start: ConsumerStart::Latest, ..Default::default() },
+                )?;
+                let (tally, r, cost) = (tally.clone(), run.clone(), shape.handler);
+                let max = shape.poll_batch.max(1);
+                let thread = std::thread::Builder::new().name(format!("bench-member-{i}")).spawn(move || {
+                    let lock = || tally.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut missed = 0u64;
+                    while !lock().done() && !r.aborted() {
+                        let Ok(batch) = consumer.poll(max, Duration::from_millis(20)) else { break };
+                        for _ in &batch {
+                            cost.pay();
+                        }
+                        let mut t = lock();
+                        for m in &batch {
+                            t.on(m.payload(), || m.timestamp_ns());
+                        }
+                        drop(batch);
+                        let now_missed = consumer.stats().missed;
+                        if now_missed > missed {
+                            t.missed(now_missed - missed);
+                            missed = now_missed;
+                        }
+                        drop(t);
+                        // No member leaves during a run, so nothing is refused.
+                        if consumer.commit().is_err() {
+                            break;
                         }
                     }
                 });
