@@ -262,10 +262,19 @@ impl World {
                     let mut msgs = ptr::null();
                     let mut count = 0;
                     check(rill_consumer_poll(c, 1 + b.byte().unwrap_or(0) as usize % 8, 0, &mut msgs, &mut count));
-                    match b.byte().unwrap_or(0) % 4 {
+                    match b.byte().unwrap_or(0) % 6 {
                         0 => check(rill_consumer_commit(c)),
                         1 => check(rill_consumer_seek(c, 0, b.byte().unwrap_or(0) as u64)),
                         2 => check(rill_consumer_rollback(c)),
+                        // Members of one group: a nack anywhere, and the share.
+                        3 => {
+                            let (p, o) = (b.byte().unwrap_or(0) as u32 % 4, b.byte().unwrap_or(0) as u64);
+                            check(rill_consumer_nack(c, p, o, ptr::null_mut()));
+                        }
+                        4 => {
+                            let (mut parts, mut n) = ([0u32; 2], 0usize);
+                            check(rill_consumer_assignment(c, parts.as_mut_ptr(), parts.len(), &mut n));
+                        }
                         _ => check(rill_consumer_seek_to_beginning(c)),
                     }
                 }
