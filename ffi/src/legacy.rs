@@ -352,7 +352,25 @@ mod tests {
     fn first_sizes_are_the_current_sizes() {
         assert_eq!(rill_broker_options::FIRST_SIZE, size_of::<rill_broker_options>());
         assert_eq!(rill_topic_options::FIRST_SIZE, size_of::<rill_topic_options>());
-        assert_eq!(rill_consumer_options::FIRST_SIZE, size_of::<rill_consumer_options>());
         assert_eq!(rill_subscription_options::FIRST_SIZE, size_of::<rill_subscription_options>());
+        // Issue 12 appended session_timeout_ms, max_attempts and
+        // dead_letter_topic; the first sized layout stays 16 bytes.
+        assert_eq!(rill_consumer_options::FIRST_SIZE, 16);
+        assert_eq!(size_of::<rill_consumer_options>(), 32);
+    }
+
+    /// A program built before the appended consumer options passes the
+    /// first layout: the fields it does not have keep their defaults, even
+    /// if the bytes after its struct hold something else.
+    #[test]
+    fn a_first_layout_consumer_options_gets_the_appended_defaults() {
+        let mut o = rill_consumer_options::defaults();
+        o.struct_size = rill_consumer_options::FIRST_SIZE as u32;
+        o.session_timeout_ms = 777;
+        o.max_attempts = 9;
+        // SAFETY: a valid struct, readable for its declared size.
+        let read = unsafe { crate::options::read(&raw const o) }.unwrap().unwrap();
+        assert_eq!((read.session_timeout_ms, read.max_attempts), (0, rill::broker::DEFAULT_MAX_ATTEMPTS));
+        assert!(read.dead_letter_topic.is_null());
     }
 }
