@@ -941,7 +941,9 @@ class Broker(_Handle):
         ``$dlq/<group>``) and is skipped."""
         o = _ffi.rill_consumer_options()
         lib.rill_consumer_options_init_v1(byref(o), sizeof(o))
-        o.session_timeout_ms = _int(_seconds_ms(session_timeout, "session_timeout"), "session_timeout in ms", 1, U32_MAX)
+        o.session_timeout_ms = _int(
+            _seconds_ms(session_timeout, "session_timeout"), "session_timeout in ms", 1, U32_MAX
+        )
         o.max_attempts = _int(max_attempts, "max_attempts", 1, U32_MAX)
         if dead_letter_topic is not None:
             o.dead_letter_topic = _name(dead_letter_topic, "dead_letter_topic")
