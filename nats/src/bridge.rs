@@ -23,6 +23,9 @@ const RUNTIME_THREADS: usize = 2;
 /// publish wait for room beyond it).
 const MAX_ACKS_IN_FLIGHT: usize = 4096;
 
+/// How often the bridge looks whether its broker was closed.
+const BROKER_WATCH: Duration = Duration::from_millis(20);
+
 /// How long `stop` gives the client to send what it has buffered (import's
 /// last acks) before the runtime is shut down.
 const FLUSH_ON_STOP: Duration = Duration::from_secs(2);
@@ -156,6 +159,26 @@ impl Bridge {
             let exporter = Exporter::new(js.clone(), runtime.handle().clone(), shared.clone(), ec, &bridge.broker_id);
             bridge.export = Some(exporter.subscribe(broker, ec)?);
         }
+        // A broker closed under the bridge stops it: the export handler (which
+        // the close waits for) must not go on retrying a publish meanwhile.
+        let watched = broker.clone();
+        let watcher = shared.clone();
+        let mut stop_watch = shared.stop_signal();
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(BROKER_WATCH);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        if watched.is_closed() {
+                            watcher.record_error("the broker was closed: the bridge stopped");
+                            watcher.stop.send_replace(true);
+                            return;
+                        }
+                    }
+                    () = stopped(&mut stop_watch) => return,
+                }
+            }
+        });
         if let Some(importer) = importer {
             let handle = runtime.handle().clone();
             let thread = std::thread::Builder::new()

@@ -98,6 +98,9 @@
 //! its own, unique per broker: then those messages are recognised as
 //! duplicates too.
 //!
+//! A bridge holds its broker open until it stops; closing the broker stops
+//! the bridge (what export had in flight stays in rill's log, as on stop).
+//!
 //! Export and import on one broker must not overlap (imported topics that
 //! export's pattern matches would be exported again, for ever): imported
 //! messages carry `nats.seq`, and export skips messages that carry it.

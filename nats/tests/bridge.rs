@@ -257,6 +257,28 @@ fn a_server_killed_mid_stream_loses_nothing_and_duplicates_nothing() {
 }
 
 #[test]
+fn closing_the_broker_while_the_server_is_away_does_not_hang() {
+    let Some(mut server) = NatsServer::start("close_while_down") else { return };
+    create_stream(&server.url(), "RILL", &["rill.>"]);
+    let a = broker();
+    let exporter = Bridge::start(&a, export_config(&server.url())).unwrap();
+    server.kill();
+    publish(&a, 0..100);
+    // The export handler is waiting for acks the server cannot send.
+    assert!(wait_until(PATIENCE, || exporter.stats().in_flight > 0), "{:?}", exporter.stats());
+    let (tx, rx) = mpsc::channel();
+    let closer = std::thread::spawn(move || {
+        a.close();
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(PATIENCE).expect("Broker::close hung behind the bridge");
+    closer.join().unwrap();
+    // Nothing was acknowledged to rill: the messages stay in its log.
+    assert_eq!(exporter.stats().exported, 0);
+    exporter.stop();
+}
+
+#[test]
 fn a_stream_that_does_not_exist_is_an_error_at_start() {
     let Some(server) = NatsServer::start("no_stream") else { return };
     let a = broker();
