@@ -65,6 +65,10 @@ pub enum Named {
     Pull,
     /// one-way latency at 100k msgs/s, dedicated (spinning) subscriber.
     Latency,
+    /// rill -> NATS JetStream -> rill through two bridges, against a plain
+    /// async-nats publisher and consumer (built with `--features nats`; runs
+    /// its own nats-server).
+    Bridge,
 }
 
 /// Sets of scenarios.
@@ -157,6 +161,9 @@ pub fn named(name: Named) -> Scenario {
             metric: Metric::Latency,
             sweep: false,
         },
+        // Run by `rill_bench::bridge`, not the in-process harness: the shape
+        // only carries --messages and --payload there.
+        Named::Bridge => sc("bridge", "rill -> JetStream -> rill vs plain async-nats", base),
     }
 }
 
