@@ -10,7 +10,7 @@
 //!   ([`measure::Work`]), the producer loop and the run clock;
 //! * [`bench`](mod@bench), [`scenarios`], [`stats`], [`report`], [`plot`], [`probe`]:
 //!   interleaved pairs, named workloads, ratios, output and the machine probe;
-//! * [`bridge`] (the `nats` feature): the `bridge` scenario, rill through
+//! * `bridge` (the `nats` feature): the `bridge` scenario, rill through
 //!   NATS JetStream against a plain async-nats pair.
 
 pub mod bench;
