@@ -188,13 +188,21 @@ fn two_brokers_in_two_processes_exchange_messages_intact_and_in_key_order() {
     let b = broker();
     let (_sub, rx) = collect(&b);
     let importer = Bridge::start(&b, import_config(&server.url())).unwrap();
-    let status = Command::new(std::env::current_exe().unwrap())
+    // Its output is kept out of ours (its harness prints a result line of
+    // its own) unless it fails.
+    let child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "export_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env("RILL_NATS_CHILD_URL", server.url())
         .env("RILL_NATS_CHILD_N", n.to_string())
-        .status()
+        .output()
         .unwrap();
-    assert!(status.success(), "the exporting process failed: {status}");
+    assert!(
+        child.status.success(),
+        "the exporting process failed: {}\n{}{}",
+        child.status,
+        String::from_utf8_lossy(&child.stdout),
+        String::from_utf8_lossy(&child.stderr)
+    );
     let mut got = Vec::new();
     receive_all(&rx, n, &mut got);
     check_intact(&got, n);
