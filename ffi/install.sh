@@ -4,7 +4,11 @@
 # librill.so.0 and librill.so, lib/librill.a (debug info stripped),
 # include/rill.h, include/rill.hpp, and two pkg-config files.
 #
-#   bash ffi/install.sh [--prefix DIR] [--no-build]
+#   bash ffi/install.sh [--prefix DIR] [--no-build] [--with-nats]
+#
+# --with-nats builds the library with the NATS JetStream bridge (the `nats`
+# feature: rill_nats_bridge_*, which brings async-nats and Tokio) and
+# installs include/rill_nats.h too; without it the library stays lean.
 #
 # Then:  cc app.c $(pkg-config --cflags --libs rill)                   (shared)
 #        cc app.c $(pkg-config --cflags --libs rill-static)            (librill.a)
@@ -14,19 +18,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix=/usr/local
 build=1
+features=()
+nats=0
 while (($#)); do
   case $1 in
     --prefix) prefix=$2; shift 2 ;;
     --prefix=*) prefix=${1#--prefix=}; shift ;;
     --no-build) build=0; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --with-nats) nats=1; features=(--features nats); shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
 prefix=$(mkdir -p "$prefix" && cd "$prefix" && pwd)
 
 if ((build)); then
-  cargo build --release -p rill-ffi
+  cargo build --release -p rill-ffi "${features[@]}"
 fi
 version=$(sed -n '/^version = "/{s/^version = "\(.*\)"/\1/p;q}' Cargo.toml)
 
@@ -35,7 +42,7 @@ major=${version%%.*}
 # The system libraries a Rust static library needs, as rustc reports them,
 # less the two a C compiler driver adds itself: -lc, and -lgcc_s, which has
 # no static archive (a `cc -static` link takes the unwinder from libgcc_eh).
-static_libs=$(cargo rustc --release -p rill-ffi --crate-type staticlib -- --print native-static-libs 2>&1 |
+static_libs=$(cargo rustc --release -p rill-ffi "${features[@]}" --crate-type staticlib -- --print native-static-libs 2>&1 |
   sed -n 's/.*native-static-libs: //p' | tail -1)
 [ -n "$static_libs" ] || static_libs="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
 private_libs=
@@ -46,6 +53,9 @@ done
 install -d "$prefix/include" "$prefix/lib/pkgconfig"
 install -m 644 include/rill.h "$prefix/include/rill.h"
 install -m 644 bindings/cpp/rill.hpp "$prefix/include/rill.hpp"
+if ((nats)); then
+  install -m 644 include/rill_nats.h "$prefix/include/rill_nats.h"
+fi
 # The shared library under its full version, with the SONAME link programs
 # load and the development link the linker finds; symbols and debug info
 # stripped (the dynamic symbol table stays).

@@ -152,6 +152,11 @@ typedef enum {
      */
     RILL_ERR_RESOURCE_EXHAUSTED = 16,
     /**
+     * An I/O operation failed; for the NATS bridge, the server could not be
+     * reached, refused the credentials, or a JetStream request failed.
+     */
+    RILL_ERR_IO = 17,
+    /**
      * A consumer group gave the partition to another member (a rebalance,
      * or this member's session timeout passed without a poll): its commit
      * there was refused. Its other partitions are unaffected.

@@ -60,6 +60,10 @@ def cargo_build() -> Path:
     env["CARGO_PROFILE_RELEASE_STRIP"] = "debuginfo"
     target_dir = WORKSPACE / "target" / "python-wheel"
     cmd = [cargo, "build", "--release", "-p", "rill-ffi", "--target-dir", str(target_dir)]
+    # RILL_CARGO_FEATURES=nats builds the library with the NATS bridge (rill.nats).
+    features = env.get("RILL_CARGO_FEATURES", "").strip()
+    if features:
+        cmd += ["--features", features]
     cmd.append("--message-format=json-render-diagnostics")
     try:
         run = subprocess.run(cmd, cwd=WORKSPACE, env=env, stdout=subprocess.PIPE, check=True, text=True)

@@ -19,6 +19,8 @@ mod consumer;
 mod error;
 mod legacy;
 mod message;
+#[cfg(feature = "nats")]
+mod nats;
 mod options;
 mod subscription;
 mod util;
@@ -29,6 +31,8 @@ pub use broker::*;
 pub use consumer::*;
 pub use error::rill_status;
 pub use message::*;
+#[cfg(feature = "nats")]
+pub use nats::*;
 pub use subscription::*;
 
 /// The library version as a NUL-terminated string, e.g. `"0.1.0"`. Static;

@@ -48,6 +48,9 @@ statuses! {
         RILL_ERR_PANIC = 15 => [],
         /// The system ran out of a resource: memory, threads, address space.
         RILL_ERR_RESOURCE_EXHAUSTED = 16 => [ResourceExhausted],
+        /// An I/O operation failed; for the NATS bridge, the server could not be
+        /// reached, refused the credentials, or a JetStream request failed.
+        RILL_ERR_IO = 17 => [],
         /// A consumer group gave the partition to another member (a rebalance,
         /// or this member's session timeout passed without a poll): its commit
         /// there was refused. Its other partitions are unaffected.

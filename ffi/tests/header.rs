@@ -4,6 +4,10 @@
 //! `rill_status` enum (from the status list in `src/status_list.rs`, which
 //! the crate expands with a macro cbindgen does not see through).
 //! Regenerate it with `RILL_BLESS=1 cargo test -p rill-ffi --test header`.
+//!
+//! `include/rill_nats.h` (the bridge of the `nats` feature) is generated the
+//! same way from `src/nats.rs` alone, so it declares only the bridge and
+//! includes `rill.h` for the rest.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -59,6 +63,35 @@ fn version_macros() -> String {
     )
 }
 
+/// Compares `generated` with the committed `include/<name>`, or writes it
+/// there under RILL_BLESS.
+fn check_fresh(name: &str, generated: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../include").join(name);
+    if std::env::var_os("RILL_BLESS").is_some() {
+        std::fs::write(&path, generated).unwrap_or_else(|e| panic!("write include/{name}: {e}"));
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "include/{name} is stale: regenerate it with `RILL_BLESS=1 cargo test -p rill-ffi --test header` and commit it"
+    );
+}
+
+#[test]
+fn committed_nats_header_matches_cbindgen_output() {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen_nats.toml")).expect("cbindgen_nats.toml parses");
+    let bindings = cbindgen::Builder::new()
+        .with_src(crate_dir.join("src/nats.rs"))
+        .with_config(config)
+        .generate()
+        .expect("cbindgen generates the nats header");
+    let mut generated = Vec::new();
+    bindings.write(&mut generated);
+    check_fresh("rill_nats.h", &String::from_utf8(generated).expect("the header is UTF-8"));
+}
+
 #[test]
 fn committed_header_matches_cbindgen_output() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -72,16 +105,5 @@ fn committed_header_matches_cbindgen_output() {
         .expect("cbindgen generates the header");
     let mut generated = Vec::new();
     bindings.write(&mut generated);
-    let generated = String::from_utf8(generated).expect("the header is UTF-8");
-
-    let path = crate_dir.join("../include/rill.h");
-    if std::env::var_os("RILL_BLESS").is_some() {
-        std::fs::write(&path, &generated).expect("write include/rill.h");
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == generated,
-        "include/rill.h is stale: regenerate it with `RILL_BLESS=1 cargo test -p rill-ffi --test header` and commit it"
-    );
+    check_fresh("rill.h", &String::from_utf8(generated).expect("the header is UTF-8"));
 }

@@ -79,6 +79,7 @@ exports=$(nm -D --defined-only "$so" | awk '{print $3}')
 others=$(grep -v '^rill_' <<<"$exports" || true)
 [ -z "$others" ] || { echo "librill.so exports non-rill symbols: $others" >&2; exit 1; }
 ! grep -qx rill_test_panic <<<"$exports" || { echo "the shipped library exports rill_test_panic" >&2; exit 1; }
+! grep -q '^rill_nats_' <<<"$exports" || { echo "the default library exports the NATS bridge" >&2; exit 1; }
 sections=$(readelf -S "$so")
 ! grep -q '\.debug_info' <<<"$sections" || { echo "the installed librill.so has debug info" >&2; exit 1; }
 ! grep -q ' \.symtab' <<<"$sections" || { echo "the installed librill.so is not stripped" >&2; exit 1; }

@@ -9,9 +9,13 @@
 //! * [`measure`]: the shape of a run, the subscriber's per-message work
 //!   ([`measure::Work`]), the producer loop and the run clock;
 //! * [`bench`](mod@bench), [`scenarios`], [`stats`], [`report`], [`plot`], [`probe`]:
-//!   interleaved pairs, named workloads, ratios, output and the machine probe.
+//!   interleaved pairs, named workloads, ratios, output and the machine probe;
+//! * `bridge` (the `nats` feature): the `bridge` scenario, rill through
+//!   NATS JetStream against a plain async-nats pair.
 
 pub mod bench;
+#[cfg(feature = "nats")]
+pub mod bridge;
 pub mod measure;
 pub mod plain;
 pub mod plot;

@@ -37,6 +37,9 @@ SCENARIOS (--scenario NAME):
                       handler sleeping 50 us (I/O); compare the two (rill alone)
   group-1-cpu, group-2-cpu
                       the same with 1 or 2 members and CPU-bound handlers (20 us spin), 40,000 messages
+  bridge              rill -> NATS JetStream -> rill through two rill_nats bridges, against a plain
+                      async-nats publisher + pull consumer, interleaved in --pairs on a nats-server it
+                      starts (build with --features nats; --messages sets the run length, default 20000)
 
 SUITES:
   default   (no options) the scenarios above but fan-out-16/publish-2/one-to-one-dedicated, rill alone,
@@ -314,8 +317,14 @@ fn main() {
     let default_seconds = if default_suite_alone { 1.0 } else { 0.5 };
     let pairs = cli.pairs.max(1);
 
+    if cli.scenario.contains(&Named::Bridge) {
+        run_bridge(&cli, pairs);
+        if cli.scenario.iter().all(|n| *n == Named::Bridge) {
+            return;
+        }
+    }
     let mut list: Vec<Scenario> = if !cli.scenario.is_empty() {
-        cli.scenario.iter().map(|n| scenarios::named(*n)).collect()
+        cli.scenario.iter().filter(|n| **n != Named::Bridge).map(|n| scenarios::named(*n)).collect()
     } else if cli.shape_given() {
         let mut sc = scenarios::named(Named::OneToOne);
         sc.name = "custom".into();
@@ -505,4 +514,33 @@ fn notes(env: &Env, peers: &[System], list: &[Scenario], pairs: usize) -> Vec<St
             .into(),
     );
     n
+}
+
+/// Messages per run of the bridge scenario unless --messages says otherwise.
+#[cfg(feature = "nats")]
+const BRIDGE_MESSAGES: usize = 20_000;
+
+/// The `bridge` scenario: its own runner, a nats-server and two processes'
+/// worth of brokers, outside the in-process harness.
+#[cfg(feature = "nats")]
+fn run_bridge(cli: &Cli, pairs: usize) {
+    let n = cli.messages.map_or(BRIDGE_MESSAGES, |m| m.max(1) as usize);
+    let rate = Some(rill_bench::bridge::LATENCY_RATE);
+    let runs = rill_bench::bridge::run(n, cli.payload, pairs, None)
+        .and_then(|t| Ok((t, rill_bench::bridge::run(n, cli.payload, pairs, rate)?)));
+    match runs {
+        Ok((throughput, latency)) => print!("{}", rill_bench::bridge::report(n, cli.payload, &throughput, &latency)),
+        Err(e) => {
+            eprintln!("bridge scenario failed: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+#[cfg(not(feature = "nats"))]
+fn run_bridge(_cli: &Cli, _pairs: usize) {
+    eprintln!(
+        "the bridge scenario needs rill-bench built with the nats feature: cargo run --release -p rill-bench --features nats -- --scenario bridge"
+    );
+    std::process::exit(2);
 }

@@ -80,6 +80,10 @@ pub enum Named {
     /// A consumer group of 2 members, CPU-bound handlers: scaling on 2 cores.
     #[value(name = "group-2-cpu")]
     Group2Cpu,
+    /// rill -> NATS JetStream -> rill through two bridges, against a plain
+    /// async-nats publisher and consumer (built with `--features nats`; runs
+    /// its own nats-server).
+    Bridge,
 }
 
 /// Sets of scenarios.
@@ -203,6 +207,9 @@ pub fn named(name: Named) -> Scenario {
             metric: Metric::Latency,
             sweep: false,
         },
+        // Run by `rill_bench::bridge`, not the in-process harness: the shape
+        // only carries --messages and --payload there.
+        Named::Bridge => sc("bridge", "rill -> JetStream -> rill vs plain async-nats", base),
     }
 }
 

@@ -88,6 +88,11 @@ class ResourceExhausted(RillError, MemoryError):
     handles this; the call had no effect and may succeed later."""
 
 
+class Io(RillError, OSError):
+    """An I/O operation failed; for the NATS bridge, the server could not be
+    reached, refused the credentials, or a JetStream request failed."""
+
+
 class Reassigned(RillError):
     """A consumer group gave the partition to another member (a rebalance, or
     this member did not poll for its session timeout): its commit there was
@@ -112,6 +117,7 @@ _BY_STATUS: dict[int, type[RillError]] = {
     _ffi.STATUS["RILL_ERR_NOT_FOUND"]: NotFound,
     _ffi.STATUS["RILL_ERR_PANIC"]: Panic,
     _ffi.STATUS["RILL_ERR_RESOURCE_EXHAUSTED"]: ResourceExhausted,
+    _ffi.STATUS["RILL_ERR_IO"]: Io,
     _ffi.STATUS["RILL_ERR_REASSIGNED"]: Reassigned,
 }
 

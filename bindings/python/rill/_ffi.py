@@ -217,6 +217,7 @@ STATUS: dict[str, int] = {
     "RILL_ERR_PANIC": 15,
     # Ahead of the header: a thread or mapping the system refused to give.
     "RILL_ERR_RESOURCE_EXHAUSTED": 16,
+    "RILL_ERR_IO": 17,
     "RILL_ERR_REASSIGNED": 19,
 }
 RILL_ERR_INVALID_ARGUMENT = STATUS["RILL_ERR_INVALID_ARGUMENT"]
@@ -375,12 +376,76 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
 }
 TYPES["void*"] = c_void_p
 
+# ---- the NATS bridge (include/rill_nats.h; only in a librill built with the nats feature) ----
+
+
+class rill_nats_options(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("url", c_char_p),
+        ("user", c_char_p),
+        ("password", c_char_p),
+        ("token", c_char_p),
+        ("broker_id", c_char_p),
+        ("connect_timeout_ms", c_uint32),
+        ("request_timeout_ms", c_uint32),
+        ("export_pattern", c_char_p),
+        ("export_stream", c_char_p),
+        ("export_subject_prefix", c_char_p),
+        ("export_subscription", c_char_p),
+        ("import_stream", c_char_p),
+        ("import_consumer", c_char_p),
+        ("import_subject_prefix", c_char_p),
+        ("import_subject_filter", c_char_p),
+        ("import_topic_prefix", c_char_p),
+        ("import_batch", c_uint32),
+        ("import_ack_wait_ms", c_uint32),
+    ]
+
+
+class rill_nats_stats(Structure):
+    _fields_ = [
+        ("exported", c_uint64),
+        ("imported", c_uint64),
+        ("in_flight", c_uint64),
+        ("reconnects", c_uint64),
+        ("rejected", c_uint64),
+        ("export_lag", c_uint64),
+        ("has_error", c_bool),
+    ]
+
+
+TYPES.update(
+    {
+        "rill_nats_bridge*": c_void_p,
+        "const rill_nats_bridge*": c_void_p,
+        "rill_nats_bridge**": POINTER(c_void_p),
+        "rill_nats_options*": POINTER(rill_nats_options),
+        "const rill_nats_options*": POINTER(rill_nats_options),
+        "rill_nats_stats*": POINTER(rill_nats_stats),
+    }
+)
+
+# As FUNCTIONS, for include/rill_nats.h.
+NATS_FUNCTIONS: dict[str, tuple[str, list[str]]] = {
+    "rill_nats_options_init_v1": ("void", ["rill_nats_options*", "size_t"]),
+    "rill_nats_bridge_new": ("rill_status", ["rill_broker*", "const rill_nats_options*", "rill_nats_bridge**"]),
+    "rill_nats_bridge_get_stats": ("rill_status", ["const rill_nats_bridge*", "rill_nats_stats*"]),
+    "rill_nats_bridge_last_error": ("size_t", ["const rill_nats_bridge*", "char*", "size_t"]),
+    "rill_nats_bridge_free": ("void", ["rill_nats_bridge*"]),
+}
+
+# Whether this librill has the bridge (built with the nats feature).
+HAS_NATS = hasattr(lib, "rill_nats_bridge_new")
+
 
 def _declare() -> None:
-    for name, (ret, params) in FUNCTIONS.items():
-        fn = getattr(lib, name)
-        fn.restype = TYPES[ret]
-        fn.argtypes = [TYPES[p] for p in params]
+    tables = [FUNCTIONS, NATS_FUNCTIONS] if HAS_NATS else [FUNCTIONS]
+    for table in tables:
+        for name, (ret, params) in table.items():
+            fn = getattr(lib, name)
+            fn.restype = TYPES[ret]
+            fn.argtypes = [TYPES[p] for p in params]
 
 
 _declare()

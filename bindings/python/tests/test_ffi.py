@@ -29,11 +29,13 @@ import rill
 from rill import _errors, _ffi
 
 HEADER = Path(__file__).resolve().parents[3] / "include" / "rill.h"
+# The NATS bridge's header: its declarations are mirrored in _ffi too (NATS_FUNCTIONS).
+NATS_HEADER = HEADER.with_name("rill_nats.h")
 needs_header = pytest.mark.skipif(not HEADER.exists(), reason="needs the workspace's include/rill.h")
 
 
 def header_text() -> str:
-    text = HEADER.read_text()
+    text = HEADER.read_text() + "\n" + NATS_HEADER.read_text()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     return re.sub(r"//[^\n]*", "", text)
 
@@ -165,12 +167,13 @@ def mirrored_structs() -> dict[str, Any]:
 def test_every_declaration_matches_the_header() -> None:
     header = header_functions()
     assert header, "no functions parsed from rill.h"
-    assert header == _ffi.FUNCTIONS
+    assert header == {**_ffi.FUNCTIONS, **_ffi.NATS_FUNCTIONS}
 
 
 @needs_header
 def test_every_declared_type_is_mirrored_faithfully() -> None:
-    for name, (ret, params) in _ffi.FUNCTIONS.items():
+    declared = {**_ffi.FUNCTIONS, **(_ffi.NATS_FUNCTIONS if _ffi.HAS_NATS else {})}
+    for name, (ret, params) in declared.items():
         fn = getattr(_ffi.lib, name)
         if ret == "void":
             assert fn.restype is None, name
@@ -213,7 +216,7 @@ def test_every_callback_typedef_matches_its_cfunctype() -> None:
 def test_struct_layouts_match_the_c_compiler(tmp_path: Path) -> None:
     # The compiler's own offsets and sizes, so padding and widths are checked
     # as C lays them out, not as this test believes they are.
-    lines = ["#include <stdio.h>", "#include <stddef.h>", f'#include "{HEADER}"', "int main(void) {"]
+    lines = ["#include <stdio.h>", "#include <stddef.h>", f'#include "{NATS_HEADER}"', "int main(void) {"]
     for name, fields in header_structs().items():
         lines.append(f'printf("{name} %zu %zu\\n", sizeof({name}), _Alignof({name}));')
         for field, _ in fields:
@@ -274,7 +277,7 @@ def test_resource_exhausted_is_a_memory_error() -> None:
 
 
 def test_every_declared_type_is_mapped() -> None:
-    for name, (ret, params) in _ffi.FUNCTIONS.items():
+    for name, (ret, params) in {**_ffi.FUNCTIONS, **_ffi.NATS_FUNCTIONS}.items():
         for ty in [ret, *params]:
             assert ty in _ffi.TYPES, f"{name}: {ty}"
 

@@ -1,0 +1,488 @@
+//! The bridge: its runtime, connection, counters, start and stop.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream;
+use tokio::sync::watch;
+
+use crate::export::Exporter;
+use crate::import::Importer;
+use crate::subject::{validate_filter, validate_prefix};
+use crate::{BridgeConfig, Error, ExportConfig, ImportConfig, Result};
+
+/// Tokio worker threads of a bridge's runtime: the client's reader and
+/// writer tasks and the ack futures; the rill sides run on threads of their
+/// own and only wait on the runtime.
+const RUNTIME_THREADS: usize = 2;
+
+/// Publishes to JetStream awaiting their acks, at most (async-nats makes a
+/// publish wait for room beyond it).
+const MAX_ACKS_IN_FLIGHT: usize = 4096;
+
+/// How often the bridge looks whether its broker was closed.
+const BROKER_WATCH: Duration = Duration::from_millis(20);
+
+/// How long `stop` gives the client to send what it has buffered (import's
+/// last acks) before the runtime is shut down.
+const FLUSH_ON_STOP: Duration = Duration::from_secs(2);
+
+/// A snapshot of a bridge's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BridgeStats {
+    /// rill messages stored in JetStream (and acknowledged to rill).
+    pub exported: u64,
+    /// JetStream messages published into rill (and acknowledged to JetStream).
+    pub imported: u64,
+    /// Publishes awaiting JetStream's ack plus imported messages awaiting
+    /// rill's publish.
+    pub in_flight: u64,
+    /// Times the connection came back after it was lost.
+    pub reconnects: u64,
+    /// Messages that can never cross (dead-lettered in rill on export,
+    /// terminated in JetStream on import).
+    pub rejected: u64,
+    /// Messages export's rill subscription has not yet had stored (they wait
+    /// in rill's log while the server is away).
+    pub export_lag: u64,
+    /// The last problem met, if any (it stays after the bridge recovered).
+    pub last_error: Option<String>,
+}
+
+/// What the bridge's parts share: counters and the stop signal.
+pub(crate) struct Shared {
+    pub(crate) exported: AtomicU64,
+    pub(crate) imported: AtomicU64,
+    pub(crate) in_flight: AtomicU64,
+    pub(crate) reconnects: AtomicU64,
+    pub(crate) rejected: AtomicU64,
+    /// Set on `Disconnected`, cleared on `Connected`: a `Connected` that
+    /// clears it is a reconnect (the first connect raises no event).
+    disconnected: AtomicBool,
+    last_error: Mutex<Option<String>>,
+    stop: watch::Sender<bool>,
+    /// Delays between attempts of a failed publish (export) or pull (import).
+    pub(crate) retry_delay: (Duration, Duration),
+}
+
+impl Shared {
+    pub(crate) fn record_error(&self, e: impl fmt::Display) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+    }
+
+    pub(crate) fn stop_signal(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    /// The wait before attempt `attempt + 1` (`attempt` >= 1).
+    pub(crate) fn retry_after(&self, attempt: u32) -> Duration {
+        backoff(self.retry_delay, attempt as usize)
+    }
+}
+
+/// `initial * 2^(attempt-1)`, at most `max`.
+fn backoff((initial, max): (Duration, Duration), attempt: usize) -> Duration {
+    let shift = attempt.saturating_sub(1).min(20) as u32;
+    initial.saturating_mul(1 << shift).min(max)
+}
+
+/// Resolves when `stop` is raised (or the bridge is gone).
+pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// A running bridge between a rill broker and a NATS server. Stops on
+/// [`Bridge::stop`] or when dropped.
+pub struct Bridge {
+    shared: Arc<Shared>,
+    broker_id: String,
+    export: Option<rill::Subscription>,
+    import: Option<JoinHandle<()>>,
+    client: async_nats::Client,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl fmt::Debug for Bridge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bridge").field("broker_id", &self.broker_id).field("stats", &self.stats()).finish()
+    }
+}
+
+impl Bridge {
+    /// Connects to the server, checks the configuration against it and starts
+    /// export and import. Every configuration problem is an error here.
+    pub fn start(broker: &rill::Broker, config: BridgeConfig) -> Result<Bridge> {
+        check_config(&config)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(RUNTIME_THREADS)
+            .thread_name("rill-nats")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Rill(rill::Error::ResourceExhausted(format!("cannot start the NATS runtime: {e}"))))?;
+        let (stop, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            exported: AtomicU64::new(0),
+            imported: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            disconnected: AtomicBool::new(false),
+            last_error: Mutex::new(None),
+            stop,
+            retry_delay: config.reconnect_delay,
+        });
+        let client = runtime.block_on(connect(&config, shared.clone()))?;
+        // The context spawns its ack-handling task on the runtime.
+        let _entered = runtime.enter();
+        let js = jetstream::ContextBuilder::new()
+            .timeout(config.request_timeout)
+            .max_ack_inflight(MAX_ACKS_IN_FLIGHT)
+            .backpressure_on_inflight(true)
+            .build(client.clone());
+        let broker_id = config.broker_id.clone().unwrap_or_else(default_broker_id);
+        let mut bridge =
+            Bridge { shared: shared.clone(), broker_id, export: None, import: None, client, runtime: None };
+        // Checked before anything starts, so a failed start leaves nothing
+        // running: the import consumer is created (an idempotent request),
+        // the export stream looked up.
+        let importer = match &config.import {
+            Some(ic) => Some(runtime.block_on(Importer::prepare(&js, ic, broker, shared.clone()))?),
+            None => None,
+        };
+        if let Some(ec) = &config.export {
+            runtime.block_on(check_export_stream(&js, ec))?;
+        }
+        if let Some(ec) = &config.export {
+            let exporter = Exporter::new(js.clone(), runtime.handle().clone(), shared.clone(), ec, &bridge.broker_id);
+            bridge.export = Some(exporter.subscribe(broker, ec)?);
+        }
+        // A broker closed under the bridge stops it: the export handler (which
+        // the close waits for) must not go on retrying a publish meanwhile.
+        let watched = broker.clone();
+        let watcher = shared.clone();
+        let mut stop_watch = shared.stop_signal();
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(BROKER_WATCH);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        if watched.is_closed() {
+                            watcher.record_error("the broker was closed: the bridge stopped");
+                            watcher.stop.send_replace(true);
+                            return;
+                        }
+                    }
+                    () = stopped(&mut stop_watch) => return,
+                }
+            }
+        });
+        if let Some(importer) = importer {
+            let handle = runtime.handle().clone();
+            let thread = std::thread::Builder::new()
+                .name("rill-nats-import".into())
+                .spawn(move || importer.run(&handle))
+                .map_err(|e| rill::Error::ResourceExhausted(format!("cannot start the import thread: {e}")));
+            match thread {
+                Ok(t) => bridge.import = Some(t),
+                Err(e) => {
+                    bridge.runtime = Some(runtime);
+                    return Err(e.into());
+                }
+            }
+        }
+        bridge.runtime = Some(runtime);
+        Ok(bridge)
+    }
+
+    /// The id in this bridge's message ids (configured or made at start).
+    pub fn broker_id(&self) -> &str {
+        &self.broker_id
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> BridgeStats {
+        let s = &self.shared;
+        // Relaxed: statistics.
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        BridgeStats {
+            exported: get(&s.exported),
+            imported: get(&s.imported),
+            in_flight: get(&s.in_flight),
+            reconnects: get(&s.reconnects),
+            rejected: get(&s.rejected),
+            export_lag: self.export.as_ref().map_or(0, |sub| sub.stats().lag),
+            last_error: s.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        }
+    }
+
+    /// Stops export and import: what is in flight is left unacknowledged on
+    /// both sides (it is published again on the next start), the client
+    /// flushes its buffered acks, and the runtime shuts down. Blocks until
+    /// done.
+    pub fn stop(self) {
+        drop(self);
+    }
+
+    fn shutdown(&mut self) {
+        self.shared.stop.send_replace(true);
+        // Wakes the export handler, then waits for its call in flight.
+        if let Some(sub) = self.export.take() {
+            sub.close();
+        }
+        if let Some(t) = self.import.take() {
+            let _ = t.join();
+        }
+        if let Some(rt) = self.runtime.take() {
+            let client = self.client.clone();
+            rt.block_on(async move {
+                let _ = tokio::time::timeout(FLUSH_ON_STOP, client.flush()).await;
+            });
+            rt.shutdown_timeout(FLUSH_ON_STOP);
+        }
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Checks every value that can be checked without the server.
+fn check_config(config: &BridgeConfig) -> Result<()> {
+    if config.url.trim().is_empty() {
+        return Err(Error::InvalidConfig("the server URL is empty".into()));
+    }
+    for url in config.url.split(',') {
+        url.trim()
+            .parse::<async_nats::ServerAddr>()
+            .map_err(|e| Error::InvalidConfig(format!("malformed server URL {url:?}: {e}")))?;
+    }
+    if config.password.is_some() && config.user.is_none() {
+        return Err(Error::InvalidConfig("a password without a user".into()));
+    }
+    if config.export.is_none() && config.import.is_none() {
+        return Err(Error::InvalidConfig("neither export nor import is configured".into()));
+    }
+    if let Some(id) = &config.broker_id
+        && (id.is_empty() || id.bytes().any(|b| !(0x21..0x7f).contains(&b)))
+    {
+        return Err(Error::InvalidConfig(format!("broker id {id:?} must be non-empty printable ASCII")));
+    }
+    if let Some(e) = &config.export {
+        check_export(e)?;
+    }
+    if let Some(i) = &config.import {
+        check_import(i)?;
+    }
+    Ok(())
+}
+
+fn check_export(e: &ExportConfig) -> Result<()> {
+    if e.stream.is_empty() {
+        return Err(Error::InvalidConfig("the export stream name is empty".into()));
+    }
+    validate_prefix(&e.subject_prefix, "export subject prefix")?;
+    rill::Pattern::parse(&e.pattern).map_err(|err| Error::InvalidConfig(format!("export pattern: {err}")))?;
+    Ok(())
+}
+
+fn check_import(i: &ImportConfig) -> Result<()> {
+    if i.stream.is_empty() || i.consumer.is_empty() {
+        return Err(Error::InvalidConfig("the import stream and consumer names must not be empty".into()));
+    }
+    if i.consumer.bytes().any(|b| b <= b' ' || b == b'.' || b == b'*' || b == b'>') {
+        return Err(Error::InvalidConfig(format!("import consumer name {:?} is not a valid durable name", i.consumer)));
+    }
+    if i.batch == 0 {
+        return Err(Error::InvalidConfig("the import batch must be at least 1".into()));
+    }
+    validate_prefix(&i.subject_prefix, "import subject prefix")?;
+    validate_filter(&i.subject_filter)?;
+    if !i.subject_prefix.is_empty() && !filter_under_prefix(&i.subject_filter, &i.subject_prefix) {
+        return Err(Error::InvalidConfig(format!(
+            "import subject filter {:?} is not under the subject prefix {:?}: its subjects would map to no topic",
+            i.subject_filter, i.subject_prefix
+        )));
+    }
+    if !i.topic_prefix.is_empty() && i.topic_prefix.split('/').any(|s| s.is_empty() || s.contains(['*', '\0'])) {
+        return Err(Error::InvalidConfig(format!("import topic prefix {:?} is not a topic name", i.topic_prefix)));
+    }
+    Ok(())
+}
+
+/// Whether every subject `filter` matches lies strictly under `prefix`.
+fn filter_under_prefix(filter: &str, prefix: &str) -> bool {
+    let p: Vec<&str> = prefix.split('.').collect();
+    let f: Vec<&str> = filter.split('.').collect();
+    f.len() > p.len() && f.iter().zip(&p).all(|(a, b)| a == b)
+}
+
+/// Whether the stream subject `s` captures every subject under `prefix`.
+pub(crate) fn covers(s: &str, prefix: &str) -> bool {
+    let p: Vec<&str> = if prefix.is_empty() { Vec::new() } else { prefix.split('.').collect() };
+    for (i, token) in s.split('.').enumerate() {
+        if token == ">" {
+            return true;
+        }
+        match p.get(i) {
+            Some(pt) if token == "*" || token == *pt => {}
+            _ => return false,
+        }
+    }
+    false
+}
+
+async fn connect(config: &BridgeConfig, shared: Arc<Shared>) -> Result<async_nats::Client> {
+    let events = shared.clone();
+    let delay = config.reconnect_delay;
+    let mut options = async_nats::ConnectOptions::new()
+        .name("rill-nats")
+        .connection_timeout(config.connect_timeout)
+        .request_timeout(Some(config.request_timeout))
+        .reconnect_delay_callback(move |attempt| backoff(delay, attempt))
+        .event_callback(move |event| {
+            let shared = events.clone();
+            async move {
+                match event {
+                    async_nats::Event::Disconnected => {
+                        shared.disconnected.store(true, Ordering::Relaxed);
+                        shared.record_error("disconnected from the NATS server");
+                    }
+                    // Relaxed: one flag, read and written by the client's
+                    // event task only.
+                    async_nats::Event::Connected if shared.disconnected.swap(false, Ordering::Relaxed) => {
+                        shared.reconnects.fetch_add(1, Ordering::Relaxed);
+                    }
+                    async_nats::Event::ServerError(e) => shared.record_error(format!("server error: {e}")),
+                    async_nats::Event::ClientError(e) => shared.record_error(format!("client error: {e}")),
+                    _ => {}
+                }
+            }
+        });
+    if let Some(token) = &config.token {
+        options = options.token(token.clone());
+    }
+    if let (Some(user), password) = (&config.user, &config.password) {
+        options = options.user_and_password(user.clone(), password.clone().unwrap_or_default());
+    }
+    let addrs: Vec<async_nats::ServerAddr> = config.url.split(',').filter_map(|u| u.trim().parse().ok()).collect();
+    // connection_timeout bounds each attempt; this bounds the whole start.
+    match tokio::time::timeout(config.connect_timeout, options.connect(addrs)).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(Error::Connect(match e.kind() {
+            async_nats::ConnectErrorKind::AuthorizationViolation | async_nats::ConnectErrorKind::Authentication => {
+                format!("{} refused the credentials: {e}", config.url)
+            }
+            _ => format!("{}: {e}", config.url),
+        })),
+        Err(_) => Err(Error::Connect(format!("{}: no answer within {:?}", config.url, config.connect_timeout))),
+    }
+}
+
+async fn check_export_stream(js: &jetstream::Context, e: &ExportConfig) -> Result<()> {
+    let mut stream = js.get_stream(&e.stream).await.map_err(|err| stream_error(&e.stream, err))?;
+    let info = stream.info().await.map_err(|err| Error::JetStream(format!("stream {:?}: {err}", e.stream)))?;
+    if !info.config.subjects.iter().any(|s| covers(s, &e.subject_prefix)) {
+        return Err(Error::InvalidConfig(format!(
+            "stream {:?} (subjects {:?}) does not capture the export subjects {:?}",
+            e.stream,
+            info.config.subjects,
+            crate::subject::all_under(&e.subject_prefix)
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn stream_error(name: &str, err: jetstream::context::GetStreamError) -> Error {
+    match err.kind() {
+        jetstream::context::GetStreamErrorKind::JetStream(j)
+            if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
+        {
+            Error::NotFound(format!("stream {name:?} does not exist"))
+        }
+        _ => Error::JetStream(format!("stream {name:?}: {err}")),
+    }
+}
+
+/// A broker id for one start: the process id, the time and a count of
+/// starts in this process, in hex; never the same twice.
+fn default_broker_id() -> String {
+    static STARTS: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    // Relaxed: only uniqueness matters.
+    let n = STARTS.fetch_add(1, Ordering::Relaxed);
+    format!("rill-{:x}-{nanos:x}-{n:x}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_subjects_cover_prefixes() {
+        assert!(covers(">", "a.b"));
+        assert!(covers("a.>", "a.b"));
+        assert!(covers("a.b.>", "a.b"));
+        assert!(covers("*.b.>", "a.b"));
+        assert!(!covers("a.b", "a.b"));
+        assert!(!covers("a.b.*", "a.b"));
+        assert!(!covers("a.c.>", "a.b"));
+        assert!(!covers("a.b.c.>", "a.b"));
+        assert!(covers(">", ""));
+        assert!(!covers("a.>", ""));
+    }
+
+    #[test]
+    fn filters_must_lie_under_the_prefix() {
+        assert!(filter_under_prefix("a.b.>", "a.b"));
+        assert!(filter_under_prefix("a.b.*.x", "a.b"));
+        assert!(!filter_under_prefix("a.b", "a.b"));
+        assert!(!filter_under_prefix("a.>", "a.b"));
+        assert!(!filter_under_prefix("c.b.>", "a.b"));
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_max() {
+        let d = (Duration::from_millis(10), Duration::from_millis(100));
+        assert_eq!(backoff(d, 0), Duration::from_millis(10));
+        assert_eq!(backoff(d, 1), Duration::from_millis(10));
+        assert_eq!(backoff(d, 2), Duration::from_millis(20));
+        assert_eq!(backoff(d, 4), Duration::from_millis(80));
+        assert_eq!(backoff(d, 5), Duration::from_millis(100));
+        assert_eq!(backoff(d, 1000), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn bad_configuration_is_refused_before_connecting() {
+        let export = Some(ExportConfig::new("a/*", "S", "p"));
+        let cases = [
+            BridgeConfig { url: "".into(), export: export.clone(), ..Default::default() },
+            BridgeConfig { url: "nats://host:notaport".into(), export: export.clone(), ..Default::default() },
+            BridgeConfig::default(),
+            BridgeConfig { export: Some(ExportConfig::new("a/*", "S", "p..q")), ..Default::default() },
+            BridgeConfig { export: Some(ExportConfig::new("a/**x", "S", "p")), ..Default::default() },
+            BridgeConfig {
+                import: Some(ImportConfig { subject_filter: "other.>".into(), ..ImportConfig::new("S", "p") }),
+                ..Default::default()
+            },
+            BridgeConfig {
+                import: Some(ImportConfig { subject_filter: "p.>.x".into(), ..ImportConfig::new("S", "p") }),
+                ..Default::default()
+            },
+            BridgeConfig {
+                import: Some(ImportConfig { topic_prefix: "a//b".into(), ..ImportConfig::new("S", "p") }),
+                ..Default::default()
+            },
+            BridgeConfig { broker_id: Some("a b".into()), export: export.clone(), ..Default::default() },
+        ];
+        for config in cases {
+            let err = check_config(&config).expect_err(&format!("{config:?}"));
+            assert!(matches!(err, Error::InvalidConfig(_)), "{config:?}: {err}");
+        }
+        check_config(&BridgeConfig { export, ..Default::default() }).unwrap();
+    }
+}
