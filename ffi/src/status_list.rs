@@ -48,5 +48,13 @@ statuses! {
         RILL_ERR_PANIC = 15 => [],
         /// The system ran out of a resource: memory, threads, address space.
         RILL_ERR_RESOURCE_EXHAUSTED = 16 => [ResourceExhausted],
+        /// A storage operation failed: disk full, permission denied, not a
+        /// directory. The error text names the path and has the OS error.
+        /// Nothing already acknowledged was lost.
+        RILL_ERR_IO = 17 => [Io],
+        /// Recovery found damage it will not silently drop (a damaged record in
+        /// a sealed segment); the error text names the file and the byte
+        /// offset. Opening with `repair` truncates the partition there instead.
+        RILL_ERR_CORRUPT = 18 => [Corrupt],
     }
 }

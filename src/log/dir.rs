@@ -61,6 +61,7 @@
 //! plus at most one trimmed segment per cursor that is still inside it.
 
 use super::config::Sizes;
+use super::durable::Durability;
 use super::segment::{Pool, Reservation, Segment};
 use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicU64, Ordering};
@@ -74,7 +75,7 @@ pub(super) struct Dir {
     /// Set when the newest segment is sealed but its successor could not be
     /// allocated: why (see "A roll that fails" above). Beside `segs`, so the
     /// publishers' check costs no extra cache line.
-    pub(super) stalled: Option<String>,
+    pub(super) stalled: Option<Box<Error>>,
 }
 
 impl Dir {
@@ -111,6 +112,10 @@ pub(super) struct Shared {
     pub(super) holds: Mutex<Vec<(u64, Arc<AtomicU64>)>>,
     /// Segments trimmed by retention so far.
     pub(super) trimmed_segments: AtomicU64,
+    /// A durable log's group-commit state (`durable.rs`); `None` in memory.
+    pub(super) durability: Option<Durability>,
+    /// `append` waits for durability (`Fsync::Always`).
+    pub(super) always: bool,
 }
 
 impl Shared {
@@ -188,7 +193,8 @@ impl Shared {
         let old = unsafe { current.deref() };
         let last = old.last();
         let count = last.sealed_count().expect("the newest segment is sealed before its successor is installed");
-        let next = Arc::new(Segment::new(last.base() + count, self.pool.take()?, self.pool.clone()));
+        let base = last.base() + count;
+        let next = Arc::new(Segment::new(base, self.pool.take(base)?, self.pool.clone()));
 
         let mut segs = Vec::with_capacity(old.segs.len() + 1);
         segs.extend(old.segs.iter().cloned());
@@ -218,6 +224,13 @@ impl Shared {
         for seg in &trimmed {
             seg.mark_trimmed();
         }
+        if self.durability.is_some() {
+            log::debug!(
+                "partition {}: rolled to a segment at offset {base}, trimmed {}",
+                self.partition,
+                trimmed.len()
+            );
+        }
         // Relaxed: a statistic.
         self.trimmed_segments.fetch_add(trimmed.len() as u64, Ordering::Relaxed);
         drop(trimmed);
@@ -234,7 +247,7 @@ impl Shared {
         if old.stalled.is_some() {
             return;
         }
-        let stalled = Owned::new(Dir { segs: old.segs.clone(), stalled: Some(error.to_string()) });
+        let stalled = Owned::new(Dir { segs: old.segs.clone(), stalled: Some(Box::new(error.clone())) });
         // Release: publishes the stalled directory's contents, as in
         // `install_next`. The sealer is the directory's only writer until the
         // stalled flag is visible, so the exchange cannot fail.
@@ -273,10 +286,16 @@ impl Shared {
             if dir.last().base() != base {
                 return Ok(());
             }
-            if let Some(error) = &dir.stalled {
-                return Err(Error::ResourceExhausted(format!(
-                    "the partition's next log segment could not be allocated ({error})"
-                )));
+            match dir.stalled.as_deref() {
+                // A segment file could not be made: the waiters get the same
+                // I/O error (naming the file), as the roller did.
+                Some(error @ Error::Io { .. }) => return Err(error.clone()),
+                Some(error) => {
+                    return Err(Error::ResourceExhausted(format!(
+                        "the partition's next log segment could not be allocated ({error})"
+                    )));
+                }
+                None => {}
             }
             backoff.snooze();
             // Re-pin each round so a slow sealer does not also hold back reclamation.
@@ -320,6 +339,13 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        if let Some(durability) = &self.durability {
+            // A clean close: everything on disk (unless `Never`) and every
+            // sealed segment marked complete, so the next open checks them.
+            if let Err(e) = durability.sync(self) {
+                log::warn!("partition {}: final sync at close failed: {e}", self.partition);
+            }
+        }
         // SAFETY: `&mut self` means no handle or cursor is left, so no thread can
         // load the directory any more; taking it unprotected is exclusive.
         unsafe {

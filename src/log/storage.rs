@@ -1,8 +1,9 @@
 //! Where a segment's bytes live: the seam between the log and its memory.
 //!
-//! The log only needs a fixed, aligned, zeroed byte region per segment. Today
-//! that is an anonymous memory mapping; a file-backed segment (a mapping of a
-//! segment file) implements the same trait and nothing above it changes.
+//! The log only needs a fixed, aligned, zeroed byte region per segment: an
+//! anonymous memory mapping for an in-memory log, a mapped segment file for a
+//! durable one (`file.rs`). Nothing above this trait tells them apart, except
+//! the durable log's frames and syncs (`durable.rs`).
 
 use std::fmt;
 use std::io;
@@ -26,6 +27,10 @@ pub(crate) unsafe trait SegmentStorage: Send + Sync + fmt::Debug + 'static {
     fn as_ptr(&self) -> NonNull<u8>;
     /// The region's size in bytes.
     fn capacity(&self) -> usize;
+    /// The segment file behind the region, for a durable segment.
+    fn as_file(&self) -> Option<&super::file::FileStorage> {
+        None
+    }
 }
 
 /// An anonymous memory mapping: zeroed pages that cost nothing until
