@@ -467,4 +467,6 @@ pub struct LogStats {
 }
 
 #[cfg(all(test, not(loom)))]
+mod durable_tests;
+#[cfg(all(test, not(loom)))]
 mod tests;
