@@ -5,6 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::file::{FRAME_LEN, HEADER_BYTES};
+use super::segment;
 use super::*;
 
 /// A directory under the system's temp dir, removed on drop.
@@ -497,4 +498,51 @@ fn durable_records_read_back_like_in_memory_ones() {
     let strip =
         |v: Vec<Published>| v.into_iter().map(|p| (p.offset, p.key, p.attributes, p.payload)).collect::<Vec<_>>();
     assert_eq!(strip(a), strip(b));
+}
+
+/// Reserves one record's room in the active segment and never writes it:
+/// a publisher killed while copying its record.
+fn reserve_hole(log: &Log, bytes: u64) {
+    let guard = epoch::pin();
+    let seg = log.shared.dir(&guard).last().clone();
+    assert!(matches!(seg.reserve(1, bytes), segment::Reservation::Granted { .. }));
+}
+
+#[test]
+fn a_record_never_written_before_a_crash_cuts_the_log_there() {
+    // The copy of the directory taken while the log is open is what a
+    // killed process leaves: everything committed is in the page cache.
+    let dir = TempDir::new("hole");
+    let (log, _) = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    let mut rng = Rng(31);
+    let before = publish(&log, 10, &mut rng);
+    reserve_hole(&log, 64);
+    let after = publish(&log, 100, &mut rng);
+    assert_eq!(after[0].offset, 11, "the hole holds offset 10");
+    let crashed = TempDir::new("hole-copy");
+    copy_dir(dir.path(), crashed.path());
+    let (reopened, report) = Log::open(&config(4096), 0, &durable(crashed.path(), Fsync::Never, false)).unwrap();
+    assert_eq!(report.end_offset, 10);
+    assert!(!report.repaired);
+    assert!(report.truncated_records > 0, "records in the later segment files are counted: {report:?}");
+    assert_eq!(read_from(&reopened, 0), before);
+}
+
+#[test]
+fn a_segment_whose_last_record_was_never_written_is_a_torn_tail_not_damage() {
+    let dir = TempDir::new("hole-last");
+    let (log, _) = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    let region = (4096 + FRAME_LEN) as u64;
+    // The first record takes the whole first segment and is never written;
+    // the next append rolls, and its segment starts at offset 1.
+    reserve_hole(&log, region);
+    let mut rng = Rng(37);
+    let after = publish(&log, 5, &mut rng);
+    assert_eq!(after[0].offset, 1);
+    let crashed = TempDir::new("hole-last-copy");
+    copy_dir(dir.path(), crashed.path());
+    let (reopened, report) = Log::open(&config(4096), 0, &durable(crashed.path(), Fsync::Never, false)).unwrap();
+    assert_eq!((report.records, report.end_offset, report.truncated_records), (0, 0, 5), "{report:?}");
+    assert!(report.truncated_at.is_some());
+    assert_eq!(reopened.append(&Record::new(b"again")).unwrap(), 0);
 }
