@@ -318,7 +318,11 @@ impl Shared {
             .map(|(_, position)| position.load(Ordering::Acquire))
             .min()
             .unwrap_or(u64::MAX);
-        let mut bytes: u64 = segs.iter().map(|s| s.capacity()).sum();
+        // A durable segment's region has room for one more frame than its
+        // configured size (see `Sizes::region_bytes`); retention counts the
+        // configured size, so a durable log retains as many segments.
+        let size = |s: &Segment| s.capacity().saturating_sub(sizes.frame);
+        let mut bytes: u64 = segs.iter().map(|s| size(s)).sum();
         let mut records: u64 = segs.iter().map(|s| s.reserved()).sum();
         let mut trim = 0;
         // Never trims the last (active) segment.
@@ -329,7 +333,7 @@ impl Shared {
             if !(over_bytes || over_records) || head.base() + count > floor {
                 break;
             }
-            bytes -= head.capacity();
+            bytes -= size(head);
             records -= count;
             trim += 1;
         }

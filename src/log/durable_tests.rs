@@ -546,3 +546,28 @@ fn a_segment_whose_last_record_was_never_written_is_a_torn_tail_not_damage() {
     assert!(report.truncated_at.is_some());
     assert_eq!(reopened.append(&Record::new(b"again")).unwrap(), 0);
 }
+
+#[test]
+fn a_repair_that_keeps_nothing_continues_after_the_offsets_handed_out() {
+    let dir = TempDir::new("repair-all");
+    let cfg = LogConfig { segment_bytes: Some(4096), retention_bytes: Some(8192), ..LogConfig::default() };
+    let (log, _) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    for i in 0..500u64 {
+        log.append(&Record::new(&i.to_le_bytes())).unwrap();
+    }
+    drop(log);
+    let files = segment_files(dir.path());
+    let first_base = files[0].0;
+    assert!(first_base > 0, "retention trimmed the head");
+    assert_eq!(files.len(), 2, "retention keeps two segments: {files:?}");
+    let mut bytes = fs::read(&files[0].1).unwrap();
+    bytes[3] ^= 0x40;
+    fs::write(&files[0].1, &bytes).unwrap();
+    let err = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap_err();
+    assert!(matches!(&err, Error::Corrupt { file, offset: 0, .. } if *file == files[0].1), "{err:?}");
+    let (log, report) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, true)).unwrap();
+    assert!(report.repaired);
+    assert_eq!((report.records, report.end_offset), (0, first_base));
+    assert_eq!(report.truncated_records, 500 - files[1].0, "{report:?}");
+    assert_eq!(log.append(&Record::new(b"next")).unwrap(), first_base);
+}

@@ -335,6 +335,22 @@ unsafe impl SegmentStorage for FileStorage {
     }
 }
 
+/// The bytes of a whole segment file: the header for `base` (with its
+/// completion fields if `complete`) and `region` as its record region. For
+/// the fuzz target, which writes arbitrary regions as segment files.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn segment_file_bytes(base: u64, region: &[u8], complete: Option<(u64, u64)>) -> Vec<u8> {
+    let mut bytes = vec![0u8; HEADER_BYTES + region.len()];
+    Header { base, capacity: region.len() as u64, complete: None }.encode_fixed(&mut bytes[..HEADER_BYTES]);
+    if let Some((count, used)) = complete {
+        bytes[COUNT_AT..COUNT_AT + 8].copy_from_slice(&count.to_le_bytes());
+        bytes[USED_AT..USED_AT + 8].copy_from_slice(&used.to_le_bytes());
+        bytes[COMPLETE_CRC_AT..HEADER_END].copy_from_slice(&complete_crc(base, count, used).to_le_bytes());
+    }
+    bytes[HEADER_BYTES..].copy_from_slice(region);
+    bytes
+}
+
 /// Reserves `len` bytes of disk for `file`, so writes through the map never
 /// find the disk full.
 fn allocate(file: &File, len: u64) -> io::Result<()> {

@@ -152,6 +152,9 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
     let mut cut = false;
     let mut deletes: Vec<PathBuf> = Vec::new();
     let n_files = files.len();
+    // If nothing is kept, appends continue at the first file's base (its
+    // name), so offsets never go back below what was handed out before.
+    let start = files.first().map_or(0, |(base, _)| *base);
     for (i, (name_base, path)) in files.into_iter().enumerate() {
         if cut {
             if is_complete_file(&path) && !report.repaired {
@@ -285,7 +288,7 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         log::info!("removing segment file {} (after the cut, empty, or blank)", path.display());
         fs::remove_file(path).map_err(|e| Error::io(path, &e))?;
     }
-    let end_offset = expected.unwrap_or(0);
+    let end_offset = expected.unwrap_or(start);
     report.end_offset = end_offset;
     if kept.is_empty() {
         report.first_offset = end_offset;
