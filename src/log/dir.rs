@@ -194,7 +194,22 @@ impl Shared {
         let last = old.last();
         let count = last.sealed_count().expect("the newest segment is sealed before its successor is installed");
         let base = last.base() + count;
-        let next = Arc::new(Segment::new(base, self.pool.take(base)?, self.pool.clone()));
+        let buffers = match self.pool.take(base) {
+            Ok(buffers) => buffers,
+            // Several publishers retrying a stalled roll of a durable log
+            // race to create the same segment file: one creates it, and will
+            // install it (nothing can fail between the two); the others wait
+            // for that and retry in the new segment.
+            Err(Error::Io { kind: std::io::ErrorKind::AlreadyExists, .. }) if old.stalled.is_some() => {
+                let mut backoff = Backoff::new();
+                while self.dir_ptr(guard) == current {
+                    backoff.snooze();
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let next = Arc::new(Segment::new(base, buffers, self.pool.clone()));
 
         let mut segs = Vec::with_capacity(old.segs.len() + 1);
         segs.extend(old.segs.iter().cloned());

@@ -571,3 +571,44 @@ fn a_repair_that_keeps_nothing_continues_after_the_offsets_handed_out() {
     assert_eq!(report.truncated_records, 500 - files[1].0, "{report:?}");
     assert_eq!(log.append(&Record::new(b"next")).unwrap(), first_base);
 }
+
+#[test]
+fn publishers_on_four_threads_ride_out_a_full_disk_and_lose_nothing_acknowledged() {
+    let dir = TempDir::new("full-threads");
+    let (log, _) =
+        Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Interval(DEFAULT_FSYNC_INTERVAL), false)).unwrap();
+    log.fail_next_segment_files(6);
+    let acked: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4u8)
+            .map(|t| {
+                let log = &log;
+                s.spawn(move || {
+                    let payload = [t; 300];
+                    let mut acked = Vec::new();
+                    for _ in 0..200 {
+                        match log.append(&Record::new(&payload)) {
+                            Ok(offset) => acked.push(offset),
+                            // The disk is full: the injected ENOSPC, to
+                            // every publisher that needed the new segment.
+                            Err(Error::Io { kind, .. }) => assert_eq!(kind, std::io::ErrorKind::StorageFull),
+                            Err(e) => panic!("unexpected {e:?}"),
+                        }
+                    }
+                    acked
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all: Vec<u64> = acked.into_iter().flatten().collect();
+    all.sort_unstable();
+    let n = all.len() as u64;
+    assert!(n < 800, "some appends failed");
+    assert_eq!(all, (0..n).collect::<Vec<_>>(), "acknowledged offsets are dense");
+    log.sync().unwrap();
+    let copy = TempDir::new("full-threads-copy");
+    copy_dir(dir.path(), copy.path());
+    let (reopened, report) = Log::open(&config(4096), 0, &durable(copy.path(), Fsync::Never, false)).unwrap();
+    assert_eq!((report.records, report.truncated_at), (n, None));
+    assert_eq!(reopened.end_offset(), n);
+}
