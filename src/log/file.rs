@@ -209,8 +209,11 @@ impl FileStorage {
     pub(crate) fn create(dir: &Path, base: u64, capacity: usize) -> Result<FileStorage> {
         let path = dir.join(segment_file_name(base));
         let total = HEADER_BYTES + capacity;
+        // `create_new`: a file of that name (another publisher's, retrying
+        // the same roll) is never opened, let alone removed below.
+        let file =
+            OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(|e| Error::io(&path, &e))?;
         let made = (|| -> io::Result<(File, MmapMut)> {
-            let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
             allocate(&file, total as u64)?;
             // SAFETY: the file is ours (just created with `create_new`) and
             // sized `total`; nothing else maps or truncates it while we live

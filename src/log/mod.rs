@@ -457,9 +457,9 @@ pub struct LogStats {
     pub trimmed_segments: u64,
     /// Segment buffers kept for reuse.
     pub spare_segments: usize,
-    /// Sync rounds run by a durable log (each at most one data sync per
-    /// segment file it touched): by [`Log::sync`], by `Always` appends and
-    /// at close.
+    /// Sync rounds of a durable log that made something durable (each one
+    /// data sync per segment file it touched): by [`Log::sync`], by `Always`
+    /// appends and at close.
     pub sync_rounds: u64,
     /// Appends that waited for durability (`Always`). With group commit,
     /// concurrent publishers make this larger than `sync_rounds`.
