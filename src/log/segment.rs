@@ -478,12 +478,14 @@ impl Segment {
     }
 
     /// Writes record `index` into its `Granted` range at `pos` (framed, for
-    /// a durable log) and commits it.
+    /// a durable log) and commits it. The in-memory case inlines to exactly
+    /// `write` and `commit`; the framed one is a call, so the in-memory
+    /// append loop does not grow by the checksum code.
     ///
     /// # Safety
     ///
     /// As [`Segment::write`] (or [`Segment::write_framed`] if `framed`).
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn write_and_commit(
         &self,
         index: u64,
@@ -493,14 +495,25 @@ impl Segment {
         timestamp_ns: u64,
         framed: bool,
     ) {
-        let at = if framed {
+        if framed {
             // SAFETY: the caller's contract.
-            unsafe { self.write_framed(index, pos, len, record, timestamp_ns) }
+            unsafe { self.write_framed_and_commit(index, pos, len, record, timestamp_ns) };
         } else {
             // SAFETY: the caller's contract.
             unsafe { self.write(index, pos, len, record, timestamp_ns) };
-            pos
-        };
+            self.commit(index, pos);
+        }
+    }
+
+    /// The framed half of [`Segment::write_and_commit`].
+    ///
+    /// # Safety
+    ///
+    /// As [`Segment::write_framed`].
+    #[inline(never)]
+    unsafe fn write_framed_and_commit(&self, index: u64, pos: u64, len: usize, record: &Record<'_>, timestamp_ns: u64) {
+        // SAFETY: the caller's contract.
+        let at = unsafe { self.write_framed(index, pos, len, record, timestamp_ns) };
         self.commit(index, at);
     }
 
