@@ -229,7 +229,7 @@ pub(crate) struct Pool {
     fail_allocations: crate::sync::atomic::AtomicUsize,
     /// For a durable log: where its segment files go. Their buffers are
     /// never recycled (a trimmed file is deleted, a new one preallocated).
-    files: Option<super::durable::Files>,
+    files: Option<super::file::Files>,
 }
 
 impl Pool {
@@ -246,12 +246,12 @@ impl Pool {
     }
 
     /// A pool that makes segment files in `files`' directory.
-    pub(crate) fn for_files(capacity: usize, slot_count: usize, files: super::durable::Files) -> Self {
+    pub(crate) fn for_files(capacity: usize, slot_count: usize, files: super::file::Files) -> Self {
         Pool { files: Some(files), ..Pool::new(capacity, slot_count, 0) }
     }
 
     /// The durable log's files, if this pool makes them.
-    pub(crate) fn files(&self) -> Option<&super::durable::Files> {
+    pub(crate) fn files(&self) -> Option<&super::file::Files> {
         self.files.as_ref()
     }
 
@@ -518,7 +518,7 @@ impl Segment {
     }
 
     /// The storage's segment file, for a durable segment.
-    pub(crate) fn file(&self) -> Option<&super::file::FileStorage> {
+    pub(crate) fn file(&self) -> Option<&dyn super::storage::SegmentFile> {
         self.buffers.as_ref().and_then(|b| b.storage.as_file())
     }
 
