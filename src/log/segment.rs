@@ -439,44 +439,6 @@ impl Segment {
         });
     }
 
-    /// Writes `record` for slot `index` into a `Granted` range of a durable
-    /// segment: the record at `pos + FRAME_LEN`, then its frame (checksum)
-    /// at `pos` with one 8-byte store, so the frame is complete before the
-    /// slot is committed. Returns where the record itself starts (what
-    /// [`Segment::commit`] takes).
-    ///
-    /// # Safety
-    ///
-    /// As [`Segment::write`], with `len` the record's encoded length and the
-    /// range `pos..pos + FRAME_LEN + len`.
-    #[inline]
-    pub(crate) unsafe fn write_framed(
-        &self,
-        index: u64,
-        pos: u64,
-        len: usize,
-        record: &Record<'_>,
-        timestamp_ns: u64,
-    ) -> u64 {
-        let at = pos + super::file::FRAME_LEN as u64;
-        // SAFETY: the caller's contract; `at..at + len` lies inside its range.
-        unsafe { self.write(index, at, len, record, timestamp_ns) };
-        self.slots()[index as usize].bytes.with_mut(|_| {
-            // SAFETY: `pos..pos + FRAME_LEN` is the start of the caller's own
-            // range (see `write`), 8-aligned (`pos` is a multiple of POS_UNIT
-            // in a page-aligned region); the record bytes read back were just
-            // written by this thread and nobody else touches them before the
-            // commit. The raw length is the record header's first field.
-            unsafe {
-                let rec = self.data.as_ptr().add(at as usize);
-                let raw = u32::from_le(rec.cast::<u32>().read()) as usize;
-                let frame = super::file::frame_for(self.base + index, std::slice::from_raw_parts(rec, raw));
-                self.data.as_ptr().add(pos as usize).cast::<u64>().write(frame.to_le());
-            }
-        });
-        at
-    }
-
     /// Writes record `index` into its `Granted` range at `pos` (framed, for
     /// a durable log) and commits it. The in-memory case inlines to exactly
     /// `write` and `commit`; the framed one is a call, so the in-memory
@@ -484,7 +446,8 @@ impl Segment {
     ///
     /// # Safety
     ///
-    /// As [`Segment::write`] (or [`Segment::write_framed`] if `framed`).
+    /// As [`Segment::write`], the range including the record's frame (of
+    /// `FRAME_LEN` bytes, before the record) if `framed`.
     #[inline(always)]
     pub(crate) unsafe fn write_and_commit(
         &self,
@@ -505,15 +468,33 @@ impl Segment {
         }
     }
 
-    /// The framed half of [`Segment::write_and_commit`].
+    /// The framed half of [`Segment::write_and_commit`], for a durable
+    /// segment: writes the record at `pos + FRAME_LEN`, then its frame
+    /// (checksum) at `pos` with one 8-byte store, so the frame is complete
+    /// before the slot is committed, then commits the record where it starts.
     ///
     /// # Safety
     ///
-    /// As [`Segment::write_framed`].
+    /// As [`Segment::write`], with `len` the record's encoded length and the
+    /// range `pos..pos + FRAME_LEN + len`.
     #[inline(never)]
     unsafe fn write_framed_and_commit(&self, index: u64, pos: u64, len: usize, record: &Record<'_>, timestamp_ns: u64) {
-        // SAFETY: the caller's contract.
-        let at = unsafe { self.write_framed(index, pos, len, record, timestamp_ns) };
+        let at = pos + super::file::FRAME_LEN as u64;
+        // SAFETY: the caller's contract; `at..at + len` lies inside its range.
+        unsafe { self.write(index, at, len, record, timestamp_ns) };
+        self.slots()[index as usize].bytes.with_mut(|_| {
+            // SAFETY: `pos..pos + FRAME_LEN` is the start of the caller's own
+            // range (see `write`), 8-aligned (`pos` is a multiple of POS_UNIT
+            // in a page-aligned region); the record bytes read back were just
+            // written by this thread and nobody else touches them before the
+            // commit. The raw length is the record header's first field.
+            unsafe {
+                let rec = self.data.as_ptr().add(at as usize);
+                let raw = u32::from_le(rec.cast::<u32>().read()) as usize;
+                let frame = super::file::frame_for(self.base + index, std::slice::from_raw_parts(rec, raw));
+                self.data.as_ptr().add(pos as usize).cast::<u64>().write(frame.to_le());
+            }
+        });
         self.commit(index, at);
     }
 
