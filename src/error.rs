@@ -85,6 +85,32 @@ pub enum Error {
     /// Nothing was half-done: retrying once the resource is available works.
     #[error("resource exhausted: {0}")]
     ResourceExhausted(String),
+    /// A storage operation failed: the disk is full, a permission is
+    /// missing, a path is not a directory. `path` is the file or directory
+    /// the operation was on, `kind` and `message` the operating system's error.
+    /// Nothing already acknowledged was lost; retrying once the cause is
+    /// fixed (space freed) works.
+    #[error("I/O error on {}: {message}", path.display())]
+    Io {
+        /// The file or directory the failed operation was on.
+        path: std::path::PathBuf,
+        /// The operating system's error, classified.
+        kind: std::io::ErrorKind,
+        /// The operating system's error text.
+        message: String,
+    },
+    /// Recovery found damage it will not silently drop: a record in a sealed
+    /// segment that fails its checksum or does not parse. Opening with
+    /// `repair` truncates the partition there instead.
+    #[error("corrupt data in {} at byte {offset}: {reason}", file.display())]
+    Corrupt {
+        /// The damaged file.
+        file: std::path::PathBuf,
+        /// Byte offset of the damage in that file.
+        offset: u64,
+        /// What is wrong there.
+        reason: String,
+    },
     /// A consumer group gave the partition to another member (after a
     /// rebalance, or because this member stopped polling for its session
     /// timeout): this member may no longer commit or move its position.
@@ -113,6 +139,8 @@ pub enum ErrorKind {
     Busy,
     NotFound,
     ResourceExhausted,
+    Io,
+    Corrupt,
     Reassigned,
 }
 
@@ -135,8 +163,15 @@ impl Error {
             Error::Busy(_) => ErrorKind::Busy,
             Error::NotFound(_) => ErrorKind::NotFound,
             Error::ResourceExhausted(_) => ErrorKind::ResourceExhausted,
+            Error::Io { .. } => ErrorKind::Io,
+            Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::Reassigned(_) => ErrorKind::Reassigned,
         }
+    }
+
+    /// An [`Error::Io`] for the operation on `path` that failed with `error`.
+    pub fn io(path: impl Into<std::path::PathBuf>, error: &std::io::Error) -> Error {
+        Error::Io { path: path.into(), kind: error.kind(), message: error.to_string() }
     }
 }
 

@@ -33,6 +33,7 @@ pub mod fuzzing;
 pub mod log;
 pub(crate) mod sync;
 
+pub use self::log::{Fsync, Record};
 pub use broker::{
     Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT,
     DeliveryMode, Filter, GroupStats, LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow, Pattern, Polled,
@@ -40,4 +41,3 @@ pub use broker::{
     SubscriptionStats, TopicOptions, TopicStats,
 };
 pub use error::{Error, ErrorKind, Result, panic_message};
-pub use log::Record;

@@ -48,9 +48,16 @@ statuses! {
         RILL_ERR_PANIC = 15 => [],
         /// The system ran out of a resource: memory, threads, address space.
         RILL_ERR_RESOURCE_EXHAUSTED = 16 => [ResourceExhausted],
-        /// An I/O operation failed; for the NATS bridge, the server could not be
-        /// reached, refused the credentials, or a JetStream request failed.
-        RILL_ERR_IO = 17 => [],
+        /// A storage operation failed: disk full, permission denied, not a
+        /// directory (the error text names the path and has the OS error;
+        /// nothing already acknowledged was lost). For the NATS bridge: the
+        /// server could not be reached, refused the credentials, or a
+        /// JetStream request failed.
+        RILL_ERR_IO = 17 => [Io],
+        /// Recovery found damage it will not silently drop (a damaged record in
+        /// a sealed segment); the error text names the file and the byte
+        /// offset. Opening with `repair` truncates the partition there instead.
+        RILL_ERR_CORRUPT = 18 => [Corrupt],
         /// A consumer group gave the partition to another member (a rebalance,
         /// or this member's session timeout passed without a poll): its commit
         /// there was refused. Its other partitions are unaffected.

@@ -57,6 +57,17 @@ pub(super) struct Sizes {
     pub(super) max_record_bytes: usize,
     pub(super) retention_bytes: u64,
     pub(super) retention_messages: u64,
+    /// Bytes in front of each record: 0, or a durable log's checksum frame.
+    pub(super) frame: u64,
+}
+
+impl Sizes {
+    /// Size of a segment's record region: the configured segment size, plus
+    /// one frame for a durable log so that every record that fits the
+    /// segment size fits an empty segment with its frame.
+    pub(super) fn region_bytes(&self) -> usize {
+        self.segment_bytes + self.frame as usize
+    }
 }
 
 impl LogConfig {
@@ -108,6 +119,6 @@ impl LogConfig {
             None => DEFAULT_MAX_RECORD_BYTES.min(segment_bytes),
         };
         let slots = (segment_bytes / BYTES_PER_SLOT).clamp(1, segment::MAX_SEGMENT_RECORDS);
-        Ok(Sizes { segment_bytes, slots, max_record_bytes, retention_bytes, retention_messages })
+        Ok(Sizes { segment_bytes, slots, max_record_bytes, retention_bytes, retention_messages, frame: 0 })
     }
 }

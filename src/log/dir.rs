@@ -61,6 +61,7 @@
 //! plus at most one trimmed segment per cursor that is still inside it.
 
 use super::config::Sizes;
+use super::durable::Durability;
 use super::segment::{Pool, Reservation, Segment};
 use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicU64, Ordering};
@@ -74,7 +75,7 @@ pub(super) struct Dir {
     /// Set when the newest segment is sealed but its successor could not be
     /// allocated: why (see "A roll that fails" above). Beside `segs`, so the
     /// publishers' check costs no extra cache line.
-    pub(super) stalled: Option<String>,
+    pub(super) stalled: Option<Box<Error>>,
 }
 
 impl Dir {
@@ -111,6 +112,10 @@ pub(super) struct Shared {
     pub(super) holds: Mutex<Vec<(u64, Arc<AtomicU64>)>>,
     /// Segments trimmed by retention so far.
     pub(super) trimmed_segments: AtomicU64,
+    /// A durable log's group-commit state (`durable.rs`); `None` in memory.
+    pub(super) durability: Option<Durability>,
+    /// `append` waits for durability (`Fsync::Always`).
+    pub(super) always: bool,
 }
 
 impl Shared {
@@ -188,7 +193,23 @@ impl Shared {
         let old = unsafe { current.deref() };
         let last = old.last();
         let count = last.sealed_count().expect("the newest segment is sealed before its successor is installed");
-        let next = Arc::new(Segment::new(last.base() + count, self.pool.take()?, self.pool.clone()));
+        let base = last.base() + count;
+        let buffers = match self.pool.take(base) {
+            Ok(buffers) => buffers,
+            // Several publishers retrying a stalled roll of a durable log
+            // race to create the same segment file: one creates it, and will
+            // install it (nothing can fail between the two); the others wait
+            // for that and retry in the new segment.
+            Err(Error::Io { kind: std::io::ErrorKind::AlreadyExists, .. }) if old.stalled.is_some() => {
+                let mut backoff = Backoff::new();
+                while self.dir_ptr(guard) == current {
+                    backoff.snooze();
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let next = Arc::new(Segment::new(base, buffers, self.pool.clone()));
 
         let mut segs = Vec::with_capacity(old.segs.len() + 1);
         segs.extend(old.segs.iter().cloned());
@@ -218,6 +239,13 @@ impl Shared {
         for seg in &trimmed {
             seg.mark_trimmed();
         }
+        if self.durability.is_some() {
+            log::debug!(
+                "partition {}: rolled to a segment at offset {base}, trimmed {}",
+                self.partition,
+                trimmed.len()
+            );
+        }
         // Relaxed: a statistic.
         self.trimmed_segments.fetch_add(trimmed.len() as u64, Ordering::Relaxed);
         drop(trimmed);
@@ -234,7 +262,7 @@ impl Shared {
         if old.stalled.is_some() {
             return;
         }
-        let stalled = Owned::new(Dir { segs: old.segs.clone(), stalled: Some(error.to_string()) });
+        let stalled = Owned::new(Dir { segs: old.segs.clone(), stalled: Some(Box::new(error.clone())) });
         // Release: publishes the stalled directory's contents, as in
         // `install_next`. The sealer is the directory's only writer until the
         // stalled flag is visible, so the exchange cannot fail.
@@ -249,6 +277,15 @@ impl Shared {
         if swapped.is_ok() {
             self.retire(current, guard);
         }
+    }
+
+    /// The retained segments from the one holding `offset` on (all of them
+    /// if it was trimmed): a snapshot for a sync round.
+    pub(super) fn segments_from(&self, offset: u64) -> Vec<Arc<Segment>> {
+        let guard = epoch::pin();
+        let dir = self.dir(&guard);
+        let start = dir.segs.partition_point(|s| s.base() <= offset).saturating_sub(1);
+        dir.segs[start..].to_vec()
     }
 
     /// Frees a directory that was just replaced, once no reader can hold it.
@@ -273,10 +310,16 @@ impl Shared {
             if dir.last().base() != base {
                 return Ok(());
             }
-            if let Some(error) = &dir.stalled {
-                return Err(Error::ResourceExhausted(format!(
-                    "the partition's next log segment could not be allocated ({error})"
-                )));
+            match dir.stalled.as_deref() {
+                // A segment file could not be made: the waiters get the same
+                // I/O error (naming the file), as the roller did.
+                Some(error @ Error::Io { .. }) => return Err(error.clone()),
+                Some(error) => {
+                    return Err(Error::ResourceExhausted(format!(
+                        "the partition's next log segment could not be allocated ({error})"
+                    )));
+                }
+                None => {}
             }
             backoff.snooze();
             // Re-pin each round so a slow sealer does not also hold back reclamation.
@@ -299,7 +342,11 @@ impl Shared {
             .map(|(_, position)| position.load(Ordering::Acquire))
             .min()
             .unwrap_or(u64::MAX);
-        let mut bytes: u64 = segs.iter().map(|s| s.capacity()).sum();
+        // A durable segment's region has room for one more frame than its
+        // configured size (see `Sizes::region_bytes`); retention counts the
+        // configured size, so a durable log retains as many segments.
+        let size = |s: &Segment| s.capacity().saturating_sub(sizes.frame);
+        let mut bytes: u64 = segs.iter().map(|s| size(s)).sum();
         let mut records: u64 = segs.iter().map(|s| s.reserved()).sum();
         let mut trim = 0;
         // Never trims the last (active) segment.
@@ -310,7 +357,7 @@ impl Shared {
             if !(over_bytes || over_records) || head.base() + count > floor {
                 break;
             }
-            bytes -= head.capacity();
+            bytes -= size(head);
             records -= count;
             trim += 1;
         }
@@ -320,6 +367,13 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        if let (Some(durability), Some(files)) = (&self.durability, self.pool.files()) {
+            // A clean close: everything on disk (unless `Never`) and every
+            // sealed segment marked complete, so the next open checks them.
+            if let Err(e) = durability.sync(files, &|from| self.segments_from(from)) {
+                log::warn!("partition {}: final sync at close failed: {e}", self.partition);
+            }
+        }
         // SAFETY: `&mut self` means no handle or cursor is left, so no thread can
         // load the directory any more; taking it unprotected is exclusive.
         unsafe {

@@ -10,11 +10,19 @@
 //! rollover and reclamation: the essay on how the log stays lock-free across
 //! segments), `cursor.rs` (readers), `record.rs` (the byte layout) and
 //! `storage.rs` (the memory behind a segment).
+//!
+//! A durable log ([`Log::open`]) keeps its segments in files: `file.rs` (the
+//! file format and its checksums), `recovery.rs` (rebuilding a partition
+//! from its files: what a crash leaves and what is kept) and `durable.rs`
+//! (the fsync policy and group commit).
 
 mod config;
 mod cursor;
 mod dir;
+mod durable;
+pub(crate) mod file;
 pub(crate) mod record;
+pub(crate) mod recovery;
 pub(crate) mod segment;
 pub(crate) mod storage;
 
@@ -26,6 +34,9 @@ pub use config::{
 };
 pub use cursor::{Batch, BatchIter, Cursor, Lagged};
 use dir::{Dir, Shared};
+use durable::Durability;
+pub use durable::{DEFAULT_FSYNC_INTERVAL, Damage, DurableLog, Fsync, RecoveryReport};
+use file::Files;
 pub use record::{Attributes, MAX_ATTRIBUTE_KEY_LEN, MAX_ATTRIBUTES, Record, RecordView};
 use segment::{Pool, Segment};
 
@@ -65,18 +76,148 @@ impl Log {
     fn build(config: &LogConfig, partition: u32, first_offset: u64) -> Result<Log> {
         let sizes = config.resolve()?;
         crate::clock::warm_up();
-        let pool = Arc::new(Pool::new(sizes.segment_bytes, sizes.slots, SPARE_SEGMENTS));
-        let first = Arc::new(Segment::new(first_offset, pool.take()?, pool.clone()));
-        Ok(Log {
+        let pool = Arc::new(Pool::new(sizes.region_bytes(), sizes.slots, SPARE_SEGMENTS));
+        let first = Arc::new(Segment::new(first_offset, pool.take(first_offset)?, pool.clone()));
+        Ok(Self::assemble(sizes, partition, vec![first], pool, None))
+    }
+
+    fn assemble(
+        sizes: config::Sizes,
+        partition: u32,
+        segs: Vec<Arc<Segment>>,
+        pool: Arc<Pool>,
+        durability: Option<(Durability, Fsync)>,
+    ) -> Log {
+        let always = matches!(durability, Some((_, Fsync::Always)));
+        Log {
             shared: Arc::new(Shared {
                 sizes,
                 partition,
-                dir: epoch::Atomic::new(Dir { segs: vec![first], stalled: None }),
+                dir: epoch::Atomic::new(Dir { segs, stalled: None }),
                 pool,
                 holds: Mutex::new(Vec::new()),
                 trimmed_segments: AtomicU64::new(0),
+                durability: durability.map(|(d, _)| d),
+                always,
             }),
-        })
+        }
+    }
+
+    /// Opens (creating if absent) the durable partition `partition` whose
+    /// segment files live in `durable.dir`, recovering what is there.
+    ///
+    /// Recovery keeps every record before the first missing or damaged one
+    /// (offsets stay dense) and reports what it dropped; damage in a sealed
+    /// segment fails with [`Error::Corrupt`] unless `durable.repair` (see
+    /// `recovery.rs`). Appends continue at [`RecoveryReport::end_offset`], in
+    /// a new segment file. Fails with [`Error::Io`] if the directory cannot
+    /// be created or read, or is not a directory.
+    ///
+    /// The caller makes sure no one else opens the same directory meanwhile
+    /// (the broker locks its data directory).
+    pub fn open(config: &LogConfig, partition: u32, durable: &DurableLog) -> Result<(Log, RecoveryReport)> {
+        let mut sizes = config.resolve()?;
+        sizes.frame = file::FRAME_LEN as u64;
+        crate::clock::warm_up();
+        durable::prepare_dir(&durable.dir)?;
+        let recovered = recovery::recover(&durable.dir, durable.repair)?;
+        let flush = durable.fsync != Fsync::Never;
+        let files = Files::new(durable.dir.clone(), flush);
+        let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, files));
+        let mut segs = Vec::with_capacity(recovered.kept.len() + 1);
+        for kept in recovered.kept {
+            // Make the cut permanent and every kept segment checkable: data,
+            // then the completion marker (see `file.rs`).
+            if !kept.was_complete {
+                let storage = &kept.storage;
+                if flush {
+                    storage.flush_region(0, kept.used)?;
+                }
+                storage.mark_complete(kept.positions.len() as u64, kept.used, flush)?;
+            }
+            let buffers = segment::Buffers::over(Box::new(kept.storage), kept.positions.len())?;
+            segs.push(Arc::new(Segment::recovered(kept.base, buffers, pool.clone(), &kept.positions, kept.used)));
+        }
+        let end = recovered.end_offset;
+        segs.push(Arc::new(Segment::new(end, pool.take(end)?, pool.clone())));
+        if flush {
+            file::sync_dir(&durable.dir)?;
+        }
+        let report = recovered.report;
+        if report.truncated_at.is_some() || report.truncated_records > 0 {
+            log::warn!(
+                "partition {partition} in {}: recovered {} records ({}..{}), truncated {} records and {} bytes{}",
+                durable.dir.display(),
+                report.records,
+                report.first_offset,
+                report.end_offset,
+                report.truncated_records,
+                report.truncated_bytes,
+                if report.repaired { " (repair)" } else { "" },
+            );
+        } else {
+            log::info!(
+                "partition {partition} in {}: recovered {} records ({}..{})",
+                durable.dir.display(),
+                report.records,
+                report.first_offset,
+                report.end_offset
+            );
+        }
+        let durability = Durability::new(end);
+        Ok((Self::assemble(sizes, partition, segs, pool, Some((durability, durable.fsync))), report))
+    }
+
+    /// Makes everything appended so far durable: flushes what the committed
+    /// prefix of the log added since the last sync (a data sync of those
+    /// ranges of the segment files) and the directory if files were created.
+    /// A broker with [`Fsync::Interval`] calls it on its timer; with
+    /// [`Fsync::Always`] appends already return only once durable. Records
+    /// still being written by a publisher (and those after them) wait for the
+    /// next call. An in-memory log has nothing to sync: `Ok`.
+    ///
+    /// With [`Fsync::Never`] it still writes the segments' completion
+    /// markers, but flushes nothing.
+    pub fn sync(&self) -> Result<()> {
+        match (&self.shared.durability, self.shared.pool.files()) {
+            (Some(d), Some(files)) => d.sync(files, &|from| self.shared.segments_from(from)),
+            _ => Ok(()),
+        }
+    }
+
+    /// True for a log opened with [`Log::open`].
+    pub fn is_durable(&self) -> bool {
+        self.shared.durability.is_some()
+    }
+
+    /// Makes the next `n` segment-file creations of this durable log fail
+    /// as if the disk were full (`ENOSPC`, reported as [`Error::Io`]). A seam
+    /// for tests of the disk-full path; the check runs only at a segment
+    /// rollover. Does nothing for an in-memory log.
+    #[doc(hidden)]
+    pub fn fail_next_segment_files(&self, n: usize) {
+        if let Some(files) = self.shared.pool.files() {
+            files.fail_next_creates(n);
+        }
+    }
+
+    /// Waits until every offset below `end` is durable, if this log's
+    /// appends must (`Fsync::Always`); unpins meanwhile.
+    #[inline]
+    fn after_append(&self, end: u64, guard: &mut Guard) -> Result<()> {
+        if !self.shared.always {
+            return Ok(());
+        }
+        self.wait_durable(end, guard)
+    }
+
+    #[cold]
+    fn wait_durable(&self, end: u64, guard: &mut Guard) -> Result<()> {
+        let durability = self.shared.durability.as_ref().expect("an Always log is durable");
+        let files = self.shared.pool.files().expect("a durable log makes files");
+        // Not pinned while waiting for the disk: a pin held through an fsync
+        // would hold back reclamation for every log in the process.
+        guard.repin_after(|| durability.wait_durable(files, &|from| self.shared.segments_from(from), end))
     }
 
     /// Largest encoded record this log accepts.
@@ -112,13 +253,15 @@ impl Log {
     pub(crate) fn append_pinned(&self, record: &Record<'_>, guard: &mut Guard) -> Result<u64> {
         let len = self.check_size(record)?;
         let timestamp = now_ns();
-        self.shared.reserve_then(1, len as u64, guard, |seg, index, pos| {
-            // SAFETY: `index` and `pos..pos + len` come from our own Granted
-            // reservation, and `len` is the record's encoded length.
-            unsafe { seg.write(index, pos, len, record, timestamp) };
-            seg.commit(index, pos);
+        let frame = self.shared.sizes.frame;
+        let offset = self.shared.reserve_then(1, len as u64 + frame, guard, |seg, index, pos| {
+            // SAFETY: `index` and `pos..pos + frame + len` come from our own
+            // Granted reservation, and `len` is the record's encoded length.
+            unsafe { seg.write_and_commit(index, pos, len, record, timestamp, frame != 0) };
             seg.base() + index
-        })
+        })?;
+        self.after_append(offset + 1, guard)?;
+        Ok(offset)
     }
 
     /// Appends `records` in order, writing each one's offset into `offsets`
@@ -148,6 +291,7 @@ impl Log {
             lens.push(self.check_size(r)?);
         }
         let sizes = self.shared.sizes;
+        let frame = sizes.frame;
         let most = sizes.slots.min(segment::MAX_RESERVATION_RECORDS);
         let timestamp = now_ns();
         let mut done = 0;
@@ -156,8 +300,8 @@ impl Log {
             let mut n = 0;
             let mut bytes = 0u64;
             while done + n < records.len() && n < most {
-                let len = lens[done + n] as u64;
-                if bytes + len > sizes.segment_bytes as u64 {
+                let len = lens[done + n] as u64 + frame;
+                if bytes + len > sizes.region_bytes() as u64 {
                     break;
                 }
                 bytes += len;
@@ -168,18 +312,22 @@ impl Log {
             let part_lens = &lens[done..done + n];
             self.shared.reserve_then(n as u64, bytes, guard, |seg, index, mut pos| {
                 for (k, (record, &len)) in part.iter().zip(part_lens).enumerate() {
+                    let i = index + k as u64;
                     // SAFETY: slots `index..index + n` and the bytes from the
-                    // reservation's `pos` are ours; each record's range follows
-                    // the previous one's and `len` is its encoded length.
-                    unsafe { seg.write(index + k as u64, pos, len, record, timestamp) };
-                    seg.commit(index + k as u64, pos);
-                    offsets.push(seg.base() + index + k as u64);
-                    pos += len as u64;
+                    // reservation's `pos` are ours; each record's range (its
+                    // frame, if any, and its encoded length `len`) follows the
+                    // previous one's.
+                    unsafe { seg.write_and_commit(i, pos, len, record, timestamp, frame != 0) };
+                    offsets.push(seg.base() + i);
+                    pos += len as u64 + frame;
                 }
             })?;
             done += n;
             // Let the epoch advance between parts of a long batch.
             guard.repin();
+        }
+        if let Some(&last) = offsets.last() {
+            self.after_append(last + 1, guard)?;
         }
         Ok(())
     }
@@ -249,6 +397,9 @@ impl Log {
             // Relaxed: statistics.
             trimmed_segments: self.shared.trimmed_segments.load(Ordering::Relaxed),
             spare_segments: self.shared.pool.spare_count(),
+            // Relaxed: statistics.
+            sync_rounds: self.shared.durability.as_ref().map_or(0, |d| d.rounds.load(Ordering::Relaxed)),
+            durable_waits: self.shared.durability.as_ref().map_or(0, |d| d.waits.load(Ordering::Relaxed)),
         }
     }
 
@@ -294,7 +445,16 @@ pub struct LogStats {
     pub trimmed_segments: u64,
     /// Segment buffers kept for reuse.
     pub spare_segments: usize,
+    /// Sync rounds of a durable log that made something durable (each one
+    /// data sync per segment file it touched): by [`Log::sync`], by `Always`
+    /// appends and at close.
+    pub sync_rounds: u64,
+    /// Appends that waited for durability (`Always`). With group commit,
+    /// concurrent publishers make this larger than `sync_rounds`.
+    pub durable_waits: u64,
 }
 
+#[cfg(all(test, not(loom)))]
+mod durable_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;

@@ -167,6 +167,54 @@ impl<'a> Record<'a> {
     }
 }
 
+/// Checks that `bytes` (a record, padding excluded) is laid out as
+/// [`Record::encode_into`] writes records, so every [`RecordView`] accessor
+/// stays inside it: recovery runs this on every record it keeps, since a
+/// checksum alone does not prove a length field sane (only that it was
+/// written so). Returns what is wrong otherwise.
+pub(crate) fn check_encoded(bytes: &[u8]) -> Result<(), &'static str> {
+    if bytes.len() < HEADER_LEN {
+        return Err("record shorter than its header");
+    }
+    if read_u32(bytes, LEN_AT) as usize != bytes.len() {
+        return Err("record length field disagrees with its extent");
+    }
+    if read_u16(bytes, FLAGS_AT) != 0 {
+        return Err("record flags set");
+    }
+    let body = bytes.len() - HEADER_LEN;
+    let key_len = match read_u32(bytes, KEY_LEN_AT) {
+        NO_KEY => 0,
+        n => n as usize,
+    };
+    let attrs_len = read_u32(bytes, ATTRS_LEN_AT) as usize;
+    if key_len.checked_add(attrs_len).is_none_or(|n| n > body) {
+        return Err("record key and attributes longer than the record");
+    }
+    let start = HEADER_LEN + key_len;
+    let mut block = &bytes[start..start + attrs_len];
+    for _ in 0..read_u16(bytes, ATTR_COUNT_AT) {
+        if block.len() < ATTR_FRAME {
+            return Err("record attribute framing cut short");
+        }
+        let klen = read_u16(block, ATTR_KEY_LEN_AT) as usize;
+        let vlen = read_u32(block, ATTR_VALUE_LEN_AT) as usize;
+        let Some(end) = (ATTR_FRAME + klen).checked_add(vlen).filter(|&e| e <= block.len()) else {
+            return Err("record attribute runs past its block");
+        };
+        let key = &block[ATTR_FRAME..ATTR_FRAME + klen];
+        let value = &block[ATTR_FRAME + klen..end];
+        if std::str::from_utf8(key).is_err() || std::str::from_utf8(value).is_err() {
+            return Err("record attribute is not UTF-8");
+        }
+        block = &block[end..];
+    }
+    if !block.is_empty() {
+        return Err("record attribute block longer than its attributes");
+    }
+    Ok(())
+}
+
 /// Rounds a record length up to the record alignment.
 #[inline]
 pub(crate) const fn align_up(n: usize) -> usize {

@@ -173,6 +173,14 @@ impl Buffers {
         Ok(Buffers { storage: Box::new(MappedStorage::new(capacity)?), slots: new_slots(slot_count)? })
     }
 
+    /// Buffers over `storage` (a segment file) with a fresh offset index.
+    pub(crate) fn over(storage: Box<dyn SegmentStorage>, slot_count: usize) -> Result<Self> {
+        let slots = new_slots(slot_count).map_err(|e| {
+            Error::ResourceExhausted(format!("out of memory: cannot map an offset index of {slot_count} slots: {e}"))
+        })?;
+        Ok(Buffers { storage, slots })
+    }
+
     /// Makes every slot read as not committed again.
     fn reset(&self) {
         for slot in self.slots.iter() {
@@ -219,6 +227,9 @@ pub(crate) struct Pool {
     /// models, so the allocation path of a real build has no check at all.
     #[cfg(any(test, loom))]
     fail_allocations: crate::sync::atomic::AtomicUsize,
+    /// For a durable log: where its segment files go. Their buffers are
+    /// never recycled (a trimmed file is deleted, a new one preallocated).
+    files: Option<super::file::Files>,
 }
 
 impl Pool {
@@ -230,12 +241,29 @@ impl Pool {
             slot_count,
             #[cfg(any(test, loom))]
             fail_allocations: crate::sync::atomic::AtomicUsize::new(0),
+            files: None,
         }
     }
 
-    /// A clean set of buffers: recycled if one is spare, else freshly mapped.
-    /// Fails with [`Error::ResourceExhausted`] when the mapping cannot be made.
-    pub(crate) fn take(&self) -> Result<Buffers> {
+    /// A pool that makes segment files in `files`' directory.
+    pub(crate) fn for_files(capacity: usize, slot_count: usize, files: super::file::Files) -> Self {
+        Pool { files: Some(files), ..Pool::new(capacity, slot_count, 0) }
+    }
+
+    /// The durable log's files, if this pool makes them.
+    pub(crate) fn files(&self) -> Option<&super::file::Files> {
+        self.files.as_ref()
+    }
+
+    /// Clean buffers for the segment whose first offset is `base`: recycled
+    /// if one is spare, else freshly mapped; for a durable log, a new
+    /// segment file. Fails with [`Error::ResourceExhausted`] when a mapping
+    /// cannot be made, and with [`Error::Io`] when a file cannot.
+    pub(crate) fn take(&self, base: u64) -> Result<Buffers> {
+        if let Some(files) = &self.files {
+            let storage = files.create(base, self.capacity)?;
+            return Buffers::over(Box::new(storage), self.slot_count);
+        }
         if let Some(recycled) = self.spare.lock().pop() {
             return Ok(recycled);
         }
@@ -268,6 +296,10 @@ impl Pool {
     }
 
     fn give_back(&self, buffers: Buffers) {
+        if buffers.storage.as_file().is_some() {
+            // A file is deleted (if trimmed) or kept (at close), never reused.
+            return;
+        }
         let mut spare = self.spare.lock();
         if spare.len() < self.max_spare {
             buffers.reset();
@@ -324,7 +356,8 @@ impl Segment {
     pub(crate) fn new(base: u64, buffers: Buffers, pool: Arc<Pool>) -> Self {
         let data = buffers.storage.as_ptr();
         let capacity = buffers.storage.capacity() as u64;
-        debug_assert!(capacity as usize <= MAX_SEGMENT_BYTES);
+        // A durable segment's region holds one frame more than the segment size.
+        debug_assert!(capacity as usize <= MAX_SEGMENT_BYTES + super::file::FRAME_LEN);
         debug_assert!(buffers.slots.len() <= MAX_SEGMENT_RECORDS);
         Segment {
             tail: CachePadded::new(AtomicU64::new(0)),
@@ -406,6 +439,95 @@ impl Segment {
         });
     }
 
+    /// Writes record `index` into its `Granted` range at `pos` (framed, for
+    /// a durable log) and commits it. The in-memory case inlines to exactly
+    /// `write` and `commit`; the framed one is a call, so the in-memory
+    /// append loop does not grow by the checksum code.
+    ///
+    /// # Safety
+    ///
+    /// As [`Segment::write`], the range including the record's frame (of
+    /// `FRAME_LEN` bytes, before the record) if `framed`.
+    #[inline(always)]
+    pub(crate) unsafe fn write_and_commit(
+        &self,
+        index: u64,
+        pos: u64,
+        len: usize,
+        record: &Record<'_>,
+        timestamp_ns: u64,
+        framed: bool,
+    ) {
+        if framed {
+            // SAFETY: the caller's contract.
+            unsafe { self.write_framed_and_commit(index, pos, len, record, timestamp_ns) };
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { self.write(index, pos, len, record, timestamp_ns) };
+            self.commit(index, pos);
+        }
+    }
+
+    /// The framed half of [`Segment::write_and_commit`], for a durable
+    /// segment: writes the record at `pos + FRAME_LEN`, then its frame
+    /// (checksum) at `pos` with one 8-byte store, so the frame is complete
+    /// before the slot is committed, then commits the record where it starts.
+    ///
+    /// # Safety
+    ///
+    /// As [`Segment::write`], with `len` the record's encoded length and the
+    /// range `pos..pos + FRAME_LEN + len`.
+    #[inline(never)]
+    unsafe fn write_framed_and_commit(&self, index: u64, pos: u64, len: usize, record: &Record<'_>, timestamp_ns: u64) {
+        let at = pos + super::file::FRAME_LEN as u64;
+        // SAFETY: the caller's contract; `at..at + len` lies inside its range.
+        unsafe { self.write(index, at, len, record, timestamp_ns) };
+        self.slots()[index as usize].bytes.with_mut(|_| {
+            // SAFETY: `pos..pos + FRAME_LEN` is the start of the caller's own
+            // range (see `write`), 8-aligned (`pos` is a multiple of POS_UNIT
+            // in a page-aligned region); the record bytes read back were just
+            // written by this thread and nobody else touches them before the
+            // commit. The raw length is the record header's first field.
+            unsafe {
+                let rec = self.data.as_ptr().add(at as usize);
+                let raw = u32::from_le(rec.cast::<u32>().read()) as usize;
+                let frame = super::file::frame_for(self.base + index, std::slice::from_raw_parts(rec, raw));
+                self.data.as_ptr().add(pos as usize).cast::<u64>().write(frame.to_le());
+            }
+        });
+        self.commit(index, at);
+    }
+
+    /// The storage's segment file, for a durable segment.
+    pub(crate) fn file(&self) -> Option<&dyn super::storage::SegmentFile> {
+        self.buffers.as_ref().and_then(|b| b.storage.as_file())
+    }
+
+    /// A segment rebuilt by recovery over `buffers` (a segment file) holding
+    /// `positions.len()` intact records: record `i` at byte `positions[i]`
+    /// (where the record starts, after its frame), the records filling
+    /// `used` bytes. The segment comes back sealed at that count: appends go
+    /// to a fresh segment after it.
+    pub(crate) fn recovered(base: u64, buffers: Buffers, pool: Arc<Pool>, positions: &[u64], used: u64) -> Self {
+        let seg = Segment::new(base, buffers, pool);
+        debug_assert!(positions.len() <= seg.slot_count() as usize);
+        for (i, &pos) in positions.iter().enumerate() {
+            seg.commit(i as u64, pos);
+        }
+        let count = positions.len() as u64;
+        // Relaxed: the segment is not shared yet; it reaches other threads
+        // through the Release store that publishes the log's directory.
+        seg.tail.store(count * ONE_RECORD + used, Ordering::Relaxed);
+        seg.seal(count);
+        seg
+    }
+
+    /// Where the committed record `index` ends (after its padding), given
+    /// where it starts: the next record's frame starts there.
+    pub(crate) fn record_end(&self, index: u64, pos: u64) -> u64 {
+        pos + self.view(index, pos).encoded_len() as u64
+    }
+
     /// Publishes the record written for slot `index` at byte `pos`.
     #[inline]
     pub(crate) fn commit(&self, index: u64, pos: u64) {
@@ -476,6 +598,10 @@ impl Segment {
         // Release: pairs with the Acquire in `is_trimmed`; a reader that sees the
         // flag then loads a directory at least as new as the one without it.
         self.trimmed.store(true, Ordering::Release);
+        // A trimmed segment file is deleted once its last reader lets go.
+        if let Some(file) = self.file() {
+            file.retire();
+        }
     }
 
     /// True once retention has trimmed this segment.

@@ -1,8 +1,9 @@
 //! Where a segment's bytes live: the seam between the log and its memory.
 //!
-//! The log only needs a fixed, aligned, zeroed byte region per segment. Today
-//! that is an anonymous memory mapping; a file-backed segment (a mapping of a
-//! segment file) implements the same trait and nothing above it changes.
+//! The log only needs a fixed, aligned, zeroed byte region per segment: an
+//! anonymous memory mapping for an in-memory log, a mapped segment file for a
+//! durable one (`file.rs`). Nothing above this trait tells them apart, except
+//! the durable log's frames and syncs (`durable.rs`).
 
 use std::fmt;
 use std::io;
@@ -19,13 +20,32 @@ pub(crate) const STORAGE_ALIGN: usize = 4096;
 ///
 /// An implementation promises that [`SegmentStorage::as_ptr`] returns the same
 /// pointer for its whole life, aligned to at least 16 bytes, valid for reads
-/// and writes of [`SegmentStorage::capacity`] bytes, initially zeroed, and that
-/// no one else reads or writes that region while the storage is alive.
+/// and writes of [`SegmentStorage::capacity`] bytes, initially zeroed (a
+/// recovered segment file is the one exception: its records are already
+/// there, and the segment built over it marks exactly those committed), and
+/// that no one else in the process reads or writes that region while the
+/// storage is alive.
 pub(crate) unsafe trait SegmentStorage: Send + Sync + fmt::Debug + 'static {
     /// The start of the region.
     fn as_ptr(&self) -> NonNull<u8>;
     /// The region's size in bytes.
     fn capacity(&self) -> usize;
+    /// The segment file behind the region, for a durable segment.
+    fn as_file(&self) -> Option<&dyn SegmentFile> {
+        None
+    }
+}
+
+/// What a durable log does with a segment's file beyond mapping it
+/// (implemented in `file.rs`).
+pub(crate) trait SegmentFile {
+    /// Flushes bytes `from..to` of the record region to stable storage.
+    fn flush_region(&self, from: u64, to: u64) -> crate::error::Result<()>;
+    /// Writes the completion marker (`count` records filling `used` bytes),
+    /// flushing it if `durable`.
+    fn mark_complete(&self, count: u64, used: u64, durable: bool) -> crate::error::Result<()>;
+    /// Deletes the file of a segment retention trimmed.
+    fn retire(&self);
 }
 
 /// An anonymous memory mapping: zeroed pages that cost nothing until

@@ -1,0 +1,350 @@
+//! Durable logs: the fsync policy, the segment files of a partition, and
+//! group commit.
+//!
+//! A durable log is the same lock-free log over different storage: its
+//! segments are mapped files (`file.rs`), each record carries a checksum
+//! frame, and recovery (`recovery.rs`) rebuilds the log from the files when
+//! it is opened. This file holds what happens between the page cache and the
+//! disk.
+//!
+//! # What is on disk when
+//!
+//! A publisher's record is in the page cache the moment it is committed (the
+//! map is shared with the file): a crash of the *process* loses nothing that
+//! was committed. What reaches the *disk* is decided by [`Fsync`]:
+//!
+//! * `Never`: the kernel writes pages back when it likes.
+//! * `Interval(d)`: the broker calls [`Log::sync`](super::Log::sync) every `d`;
+//!   a machine crash loses at most the records of the last `d`.
+//! * `Always`: `append` and `append_batch` return only once their records are
+//!   on disk, through group commit (below).
+//!
+//! A sync round makes a *prefix* of the log durable: it finds the committed
+//! prefix (every offset below it committed), flushes the byte ranges that
+//! prefix added since the last round (`msync(MS_SYNC)` of those pages, a data
+//! sync of that range of the file), and, for each sealed segment the prefix
+//! now covers entirely, writes the segment's *completion* fields into its
+//! header and flushes that page (data first, then the marker: a marker on
+//! disk means the records it counts are too). Newly created segment files are
+//! made to survive a machine crash by an fsync of the directory in the next
+//! round, before any record in them is reported durable.
+//!
+//! Durability is a prefix: a record is durable only once every record before
+//! it is. That is what keeps offsets dense after a crash (recovery keeps the
+//! records before the first missing one), and it is why an `Always` publisher
+//! may wait for a slower one that reserved an earlier offset.
+//!
+//! # Group commit
+//!
+//! Concurrent `Always` publishers share fsyncs. The state is a *durable
+//! watermark* (every offset below it is on disk), a *leader* flag and the
+//! round counter, under one `Mutex` with a `Condvar`:
+//!
+//! 1. A publisher commits its record(s) as usual (lock-free), then locks the
+//!    state. If the watermark is already past its last offset, it returns.
+//! 2. If no leader is active, it becomes the leader: sets the flag, *unlocks*,
+//!    runs a sync round from the watermark (scan, flush), locks again, raises
+//!    the watermark to the round's prefix, clears the flag, counts the round
+//!    and wakes every waiter (`notify_all`).
+//! 3. Otherwise it waits on the condvar; woken, it goes back to 1.
+//!
+//! One round covers every record committed before its scan, so the
+//! publishers that arrived during the previous round's fsync all ride on the
+//! next one: N concurrent publishers cost about two fsyncs, not N.
+//!
+//! ## Races survived
+//!
+//! * *A hole before me.* A leader's prefix stops at the first uncommitted
+//!   offset, which may belong to a publisher still copying its record. The
+//!   leader's own offset is then not covered; it returns to 1 and waits.
+//!   It is woken for sure: the owner of the hole is an `Always` publisher
+//!   too, and after its commit it comes through step 1, where it either leads
+//!   a round itself (its scan sees both records) or waits for the active one
+//!   and then leads. Every round ends with `notify_all` under the lock, and
+//!   a waiter checks the watermark and the leader flag under the same lock
+//!   before it sleeps, so no round's end can slip between its check and its
+//!   wait (the lost-wakeup race).
+//! * *A failing fsync.* The leader gets the error, clears the flag, wakes
+//!   everybody and returns the error ([`Error::Io`]) to its publisher. A
+//!   waiter whose records are not covered leads the next round and gets its
+//!   own error or success: an I/O error reaches the publishers whose records
+//!   it concerns, and the watermark never moves past an unsynced record.
+//! * *The broker's interval flusher* runs the same rounds through
+//!   [`Log::sync`](super::Log::sync), so it never flushes concurrently with
+//!   a leader.
+//!
+//! ## Why a mutex and a condvar
+//!
+//! This is off the in-memory path: only durable logs come here, and only
+//! after their records are committed. Every round costs an fsync (tens of
+//! microseconds to milliseconds), so the lock, held for a few loads and
+//! stores, is never what limits the rate; what matters is that waiters sleep
+//! rather than spin through a millisecond, and that the hand-off has the
+//! simple, checkable shape above. A lock-free watermark would need its own
+//! parking protocol for the same result.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::file::{self, Files};
+use super::segment::Segment;
+use crate::error::{Error, Result};
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Arc, Condvar, Mutex};
+
+/// The retained segments of a log from the one holding a given offset on
+/// (a snapshot, taken by the log's directory; see `dir.rs`).
+pub(crate) type SegmentsFrom<'a> = &'a dyn Fn(u64) -> Vec<Arc<Segment>>;
+
+/// When a durable log's records reach stable storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fsync {
+    /// The operating system decides: a process crash loses nothing, a machine
+    /// crash may lose whatever the kernel had not written back.
+    Never,
+    /// The owner (the broker) calls [`Log::sync`](super::Log::sync) this often:
+    /// a machine crash loses at most this much of the newest records.
+    Interval(Duration),
+    /// `append` returns once the record is on stable storage; concurrent
+    /// publishers share one fsync (group commit).
+    Always,
+}
+
+/// Default sync interval of [`Fsync::Interval`].
+pub const DEFAULT_FSYNC_INTERVAL: Duration = Duration::from_millis(100);
+
+impl Default for Fsync {
+    fn default() -> Self {
+        Fsync::Interval(DEFAULT_FSYNC_INTERVAL)
+    }
+}
+
+/// Where a durable partition lives and how it is kept: one directory per
+/// partition, holding its segment files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableLog {
+    /// The partition's directory (created if absent).
+    pub dir: PathBuf,
+    /// When records reach stable storage.
+    pub fsync: Fsync,
+    /// On damage inside a sealed segment, truncate the partition there (and
+    /// report it) instead of failing with [`Error::Corrupt`].
+    pub repair: bool,
+}
+
+impl DurableLog {
+    /// A partition in `dir` with the default policy and no repair.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        DurableLog { dir: dir.into(), fsync: Fsync::default(), repair: false }
+    }
+}
+
+/// Where recovery cut a partition, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// The file holding the first record that was not kept.
+    pub file: PathBuf,
+    /// Byte offset in that file where it starts.
+    pub offset: u64,
+    /// What was wrong there (a torn record, a checksum mismatch, ...).
+    pub reason: String,
+}
+
+/// What opening a durable partition found and did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RecoveryReport {
+    /// Segment files holding the kept records.
+    pub segments: usize,
+    /// Records kept.
+    pub records: u64,
+    /// Oldest offset kept (the next one to append if nothing was kept).
+    pub first_offset: u64,
+    /// One past the newest offset kept: where appends continue.
+    pub end_offset: u64,
+    /// Intact records dropped because they came after the cut (offsets stay
+    /// dense, so nothing after a damaged or missing record is kept).
+    pub truncated_records: u64,
+    /// Bytes dropped at and after the cut (torn or damaged data, and the
+    /// records counted in `truncated_records`).
+    pub truncated_bytes: u64,
+    /// Where the partition was cut, if it was: a torn tail of the newest
+    /// data, or (with `repaired`) damage in a sealed segment.
+    pub truncated_at: Option<Damage>,
+    /// The cut was in a sealed segment and made only because `repair` was set.
+    pub repaired: bool,
+}
+
+/// The group-commit state of a durable log (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Durability {
+    state: Mutex<SyncState>,
+    /// Signalled at the end of every round.
+    round_done: Condvar,
+    /// Sync rounds that wrote something (each one data sync per file it
+    /// touched); rounds that found nothing new to sync are not counted.
+    pub(crate) rounds: AtomicU64,
+    /// Appends that waited for durability (`Always`).
+    pub(crate) waits: AtomicU64,
+}
+
+#[derive(Debug)]
+struct SyncState {
+    /// Every offset below this is on stable storage.
+    durable: u64,
+    /// A round is running (its leader works without the lock).
+    leader: bool,
+    /// Sealed segments below this base have their completion marker
+    /// written. Touched only by the leader of a round.
+    marked_below: u64,
+}
+
+impl Durability {
+    /// The state of a log whose records below `start` are already durable
+    /// and whose sealed segments below `start` are already marked complete.
+    pub(crate) fn new(start: u64) -> Self {
+        Durability {
+            state: Mutex::new(SyncState { durable: start, leader: false, marked_below: start }),
+            round_done: Condvar::new(),
+            rounds: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
+        }
+    }
+
+    /// Returns once every offset below `end` is durable (group commit; see
+    /// the module docs).
+    pub(crate) fn wait_durable(&self, files: &Files, segments: SegmentsFrom<'_>, end: u64) -> Result<()> {
+        // Relaxed: a statistic.
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        let mut st = self.state.lock();
+        loop {
+            if st.durable >= end {
+                return Ok(());
+            }
+            if st.leader {
+                st = self.round_done.wait(st);
+                continue;
+            }
+            let before = st.durable;
+            st = self.lead(st, files, segments)?;
+            if st.durable >= end {
+                return Ok(());
+            }
+            if st.durable == before || st.leader {
+                // Our records sit behind one still being written: its
+                // publisher comes through here after its commit and leads (or
+                // wakes us from) the round that covers both.
+                st = self.round_done.wait(st);
+            }
+        }
+    }
+
+    /// Runs one round (waiting for a running one to finish first), for
+    /// [`Log::sync`](super::Log::sync).
+    pub(crate) fn sync(&self, files: &Files, segments: SegmentsFrom<'_>) -> Result<()> {
+        let mut st = self.state.lock();
+        while st.leader {
+            st = self.round_done.wait(st);
+        }
+        self.lead(st, files, segments).map(drop)
+    }
+
+    /// Leads one round: called with the lock held and no leader active;
+    /// returns with the lock held again.
+    fn lead<'a>(
+        &'a self,
+        mut st: crate::sync::MutexGuard<'a, SyncState>,
+        files: &Files,
+        segments: SegmentsFrom<'_>,
+    ) -> Result<crate::sync::MutexGuard<'a, SyncState>> {
+        debug_assert!(!st.leader);
+        st.leader = true;
+        let (from, marked_below) = (st.durable, st.marked_below);
+        drop(st);
+        let outcome = round(files, segments, from, marked_below);
+        let mut st = self.state.lock();
+        st.leader = false;
+        let result = match outcome {
+            Ok((durable, marked)) => {
+                if durable > from || marked > marked_below {
+                    // Relaxed: a statistic.
+                    self.rounds.fetch_add(1, Ordering::Relaxed);
+                }
+                st.durable = st.durable.max(durable);
+                st.marked_below = st.marked_below.max(marked);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        };
+        // Under the lock, so a waiter cannot check and then miss this wake-up.
+        self.round_done.notify_all();
+        result.map(|()| st)
+    }
+}
+
+/// One sync round from the durable watermark `from`: flushes what the
+/// committed prefix added since, marks the sealed segments it completed, and
+/// returns the new watermark and marker position.
+fn round(files: &Files, segments: SegmentsFrom<'_>, from: u64, mut marked_below: u64) -> Result<(u64, u64)> {
+    let segs = segments(from);
+    // New files first: a record is not durable while its file's name is not.
+    let flush = files.flush;
+    if flush {
+        files.sync_dir_if_dirty()?;
+    }
+    let mut end = from.max(segs.first().map_or(from, |s| s.base()));
+    for seg in &segs {
+        if end < seg.base() {
+            break;
+        }
+        let file = seg.file().expect("a durable log's segments are files");
+        let mut index = end - seg.base();
+        let start = match seg.committed(index) {
+            Some(pos) => pos - file::FRAME_LEN as u64,
+            None => 0,
+        };
+        let mut stop = start;
+        while let Some(pos) = seg.committed(index) {
+            stop = seg.record_end(index, pos);
+            index += 1;
+        }
+        if flush {
+            file.flush_region(start, stop)?;
+        }
+        end = seg.base() + index;
+        match seg.sealed_count() {
+            Some(count) if index >= count => {
+                if seg.base() >= marked_below {
+                    file.mark_complete(count, used_bytes(seg, count), flush)?;
+                    marked_below = seg.base() + 1;
+                }
+            }
+            // The prefix ends inside this segment.
+            _ => break,
+        }
+    }
+    Ok((end, marked_below))
+}
+
+/// Bytes the first `count` records of a fully committed segment fill.
+fn used_bytes(seg: &Segment, count: u64) -> u64 {
+    match count.checked_sub(1) {
+        None => 0,
+        Some(last) => {
+            let pos = seg.committed(last).expect("a complete segment's records are committed");
+            seg.record_end(last, pos)
+        }
+    }
+}
+
+/// Makes `dir` the directory of a durable partition: creates it if absent;
+/// fails with [`Error::Io`] naming it if it cannot be, or is not a directory.
+pub(crate) fn prepare_dir(dir: &Path) -> Result<()> {
+    fs::create_dir_all(dir).map_err(|e| Error::io(dir, &e))?;
+    let meta = fs::metadata(dir).map_err(|e| Error::io(dir, &e))?;
+    if !meta.is_dir() {
+        let e = std::io::Error::from(std::io::ErrorKind::NotADirectory);
+        return Err(Error::io(dir, &e));
+    }
+    Ok(())
+}

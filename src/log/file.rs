@@ -1,0 +1,451 @@
+//! The segment file: how a durable segment lies on disk.
+//!
+//! A durable partition is a directory of segment files, one per segment,
+//! each named by the offset of its first record (`00000000000000004096.seg`:
+//! twenty digits, so names sort like offsets). A file is a header page and
+//! the segment's record region, mapped shared (`MAP_SHARED`): publishers copy
+//! records straight into the page cache, exactly as they copy into anonymous
+//! memory for an in-memory log.
+//!
+//! ```text
+//! file byte 0            HEADER_BYTES (one page)              HEADER_BYTES + capacity
+//! +----------------------+------------------------------------------------+
+//! | header               | frame | record | frame | record | ... | zeros  |
+//! +----------------------+------------------------------------------------+
+//! ```
+//!
+//! The header (little-endian): `MAGIC` (8 bytes), `VERSION` (u32), the CRC32C
+//! of bytes 0..`HEADER_CRC_AT` (u32), the base offset (u64), the record
+//! region's capacity (u64); then the *completion* fields, written once every
+//! record of the sealed segment is committed (and, unless the fsync policy is
+//! `Never`, on disk): the record count (u64), the bytes they fill (u64) and a
+//! CRC32C of those two fields and the base (u32). A file whose completion
+//! fields are absent (zeros) or do not check is *incomplete*: recovery may
+//! find a torn tail in it. A complete file must hold exactly its count of
+//! intact records, or it is damaged.
+//!
+//! Every record is preceded by an 8-byte *frame*: the CRC32C of the record's
+//! offset (u64, little-endian) followed by its bytes (header and body,
+//! padding excluded), and `FRAME_MARK`. Mixing in the offset means a record
+//! found at the wrong place (a stale page, a recycled file) never checks. The
+//! publisher writes the record, then the frame with one aligned 8-byte store,
+//! then commits the slot: a frame of zeros is "nothing here", and in a
+//! process crash the frame is either all there or not at all.
+//!
+//! The file is preallocated (`posix_fallocate`) to its full size when it is
+//! created, so running out of disk is an error at segment creation (`Io` to
+//! the publisher that rolled), never a `SIGBUS` on a page fault of the map.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use memmap2::{MmapMut, MmapOptions};
+
+use super::storage::{SegmentFile, SegmentStorage};
+use crate::error::{Error, Result};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// Size of the header in front of the record region: a page, so the record
+/// region is page-aligned and flushing a range of it never touches the header.
+pub(crate) const HEADER_BYTES: usize = 4096;
+/// First bytes of every segment file.
+const MAGIC: [u8; 8] = *b"RILLSEG\0";
+/// Format version this build writes and reads.
+const VERSION: u32 = 1;
+/// `u32` format version.
+const VERSION_AT: usize = 8;
+/// `u32` CRC32C of the fixed fields (magic, version, base, capacity).
+const HEADER_CRC_AT: usize = 12;
+/// `u64` offset of the segment's first record.
+const BASE_AT: usize = 16;
+/// `u64` size of the record region.
+const CAPACITY_AT: usize = 24;
+/// `u64` records in the complete segment (completion field).
+const COUNT_AT: usize = 32;
+/// `u64` bytes those records fill, frames included (completion field).
+const USED_AT: usize = 40;
+/// `u32` CRC32C of base, count and used bytes (completion field).
+const COMPLETE_CRC_AT: usize = 48;
+/// End of the fields the header uses; the rest of the page is zeros.
+const HEADER_END: usize = 52;
+const _: () = assert!(VERSION_AT == MAGIC.len() && HEADER_CRC_AT == VERSION_AT + 4 && BASE_AT == HEADER_CRC_AT + 4);
+const _: () = assert!(CAPACITY_AT == BASE_AT + 8 && COUNT_AT == CAPACITY_AT + 8 && USED_AT == COUNT_AT + 8);
+const _: () =
+    assert!(COMPLETE_CRC_AT == USED_AT + 8 && HEADER_END == COMPLETE_CRC_AT + 4 && HEADER_END <= HEADER_BYTES);
+
+/// Bytes of the frame in front of each record of a durable segment.
+pub(crate) const FRAME_LEN: usize = 8;
+/// High half of every frame: tells a frame from stray bytes before the CRC is
+/// even computed, and keeps a valid frame non-zero whatever the CRC.
+const FRAME_MARK: u32 = 0x4C4C_4952; // "RILL" little-endian
+/// Extension of segment files.
+pub(crate) const SEGMENT_EXT: &str = "seg";
+
+/// The frame word stored in front of the record at `offset` whose bytes
+/// (padding excluded) are `record`.
+#[inline]
+pub(crate) fn frame_for(offset: u64, record: &[u8]) -> u64 {
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&offset.to_le_bytes()), record);
+    (u64::from(FRAME_MARK) << 32) | u64::from(crc)
+}
+
+/// Why a frame word does not belong to `record` at `offset`, if it does not.
+pub(crate) fn check_frame(frame: u64, offset: u64, record: &[u8]) -> std::result::Result<(), &'static str> {
+    if (frame >> 32) as u32 != FRAME_MARK {
+        return Err("record frame has no frame mark");
+    }
+    if frame != frame_for(offset, record) {
+        return Err("record checksum mismatch");
+    }
+    Ok(())
+}
+
+/// The file name of the segment whose first offset is `base`.
+pub(crate) fn segment_file_name(base: u64) -> String {
+    format!("{base:020}.{SEGMENT_EXT}")
+}
+
+/// The base offset a segment file name stands for, if it is one.
+pub(crate) fn parse_segment_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(SEGMENT_EXT)?.strip_suffix('.')?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("a 4-byte field"))
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("an 8-byte field"))
+}
+
+/// What a segment file's header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub(crate) base: u64,
+    pub(crate) capacity: u64,
+    /// `(records, used bytes)` once the file is complete.
+    pub(crate) complete: Option<(u64, u64)>,
+}
+
+/// Why a header page does not describe a segment file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HeaderError {
+    /// The page is all zeros: a file created but never written (a crash
+    /// right after its creation).
+    Blank,
+    /// Anything else: the text says what.
+    Damaged(&'static str),
+}
+
+impl Header {
+    fn encode_fixed(&self, page: &mut [u8]) {
+        page[..VERSION_AT].copy_from_slice(&MAGIC);
+        page[VERSION_AT..VERSION_AT + 4].copy_from_slice(&VERSION.to_le_bytes());
+        page[BASE_AT..BASE_AT + 8].copy_from_slice(&self.base.to_le_bytes());
+        page[CAPACITY_AT..CAPACITY_AT + 8].copy_from_slice(&self.capacity.to_le_bytes());
+        let crc = fixed_crc(page);
+        page[HEADER_CRC_AT..HEADER_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Reads a header page (at least `HEADER_END` bytes).
+    pub(crate) fn decode(page: &[u8]) -> std::result::Result<Header, HeaderError> {
+        if page.len() < HEADER_END {
+            return Err(HeaderError::Damaged("file shorter than a segment header"));
+        }
+        if page[..HEADER_END].iter().all(|&b| b == 0) {
+            return Err(HeaderError::Blank);
+        }
+        if page[..VERSION_AT] != MAGIC {
+            return Err(HeaderError::Damaged("not a rill segment file (bad magic)"));
+        }
+        if le_u32(page, VERSION_AT) != VERSION {
+            return Err(HeaderError::Damaged("unknown segment file version"));
+        }
+        if le_u32(page, HEADER_CRC_AT) != fixed_crc(page) {
+            return Err(HeaderError::Damaged("segment header checksum mismatch"));
+        }
+        let base = le_u64(page, BASE_AT);
+        let capacity = le_u64(page, CAPACITY_AT);
+        let count = le_u64(page, COUNT_AT);
+        let used = le_u64(page, USED_AT);
+        let complete = (le_u32(page, COMPLETE_CRC_AT) == complete_crc(base, count, used) && used <= capacity)
+            .then_some((count, used));
+        Ok(Header { base, capacity, complete })
+    }
+}
+
+/// CRC32C of the fixed header fields (the CRC field itself excluded).
+fn fixed_crc(page: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&page[..HEADER_CRC_AT]), &page[BASE_AT..COUNT_AT])
+}
+
+/// CRC32C of the completion fields. Never zero for a real segment: the base
+/// is mixed in, and a blank completion (all zeros) must not check.
+fn complete_crc(base: u64, count: u64, used: u64) -> u32 {
+    let mut b = [0u8; 24];
+    b[..8].copy_from_slice(&base.to_le_bytes());
+    b[8..16].copy_from_slice(&count.to_le_bytes());
+    b[16..].copy_from_slice(&used.to_le_bytes());
+    // A constant seed so an all-zero completion of base 0 does not check either.
+    crc32c::crc32c_append(0x5EA1_ED00, &b)
+}
+
+/// A segment file, mapped: the storage of one durable segment.
+pub(crate) struct FileStorage {
+    map: MmapMut,
+    path: PathBuf,
+}
+
+impl FileStorage {
+    /// Creates the file for the segment at `base` in `dir`, preallocates it
+    /// and writes its header. Fails with [`Error::Io`] (naming the file) when
+    /// the disk is full or the directory is not writable; leaves no file
+    /// behind then.
+    pub(crate) fn create(dir: &Path, base: u64, capacity: usize) -> Result<FileStorage> {
+        let path = dir.join(segment_file_name(base));
+        let total = HEADER_BYTES + capacity;
+        // `create_new`: a file of that name (another publisher's, retrying
+        // the same roll) is never opened, let alone removed below.
+        let file =
+            OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(|e| Error::io(&path, &e))?;
+        let made = (|| -> io::Result<(File, MmapMut)> {
+            allocate(&file, total as u64)?;
+            // SAFETY: the file is ours (just created with `create_new`) and
+            // sized `total`; nothing else maps or truncates it while we live
+            // (the data directory is locked by its broker). Changes by another
+            // process would be a broken lock, not something we can defend here.
+            let mut map = unsafe { MmapOptions::new().len(total).map_mut(&file)? };
+            Header { base, capacity: capacity as u64, complete: None }.encode_fixed(&mut map[..HEADER_BYTES]);
+            Ok((file, map))
+        })();
+        match made {
+            Ok((_file, map)) => Ok(FileStorage { map, path }),
+            Err(e) => {
+                // Best effort: a half-made file must not look like a segment to recovery.
+                let _ = fs::remove_file(&path);
+                Err(Error::io(path, &e))
+            }
+        }
+    }
+
+    /// Maps an existing segment file (whole), for recovery.
+    pub(crate) fn open_existing(path: &Path) -> Result<FileStorage> {
+        let io_err = |e: io::Error| Error::io(path, &e);
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err)?;
+        let len = file.metadata().map_err(io_err)?.len();
+        if len < HEADER_BYTES as u64 {
+            return Err(Error::Corrupt {
+                file: path.to_path_buf(),
+                offset: len,
+                reason: "file shorter than a segment header".into(),
+            });
+        }
+        let len = usize::try_from(len).map_err(|_| Error::Corrupt {
+            file: path.to_path_buf(),
+            offset: 0,
+            reason: "file larger than the address space".into(),
+        })?;
+        // SAFETY: as in `create`: the locked data directory's file, mapped
+        // at its current length, which nobody changes while we hold it.
+        let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(io_err)?;
+        Ok(FileStorage { map, path: path.to_path_buf() })
+    }
+
+    /// The whole file: header page, then the record region.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Flushes bytes `from..to` of the record region to stable storage
+    /// (`msync(MS_SYNC)` of the pages holding them: on Linux a data sync of
+    /// that range of the file).
+    pub(crate) fn flush_region(&self, from: u64, to: u64) -> Result<()> {
+        if to <= from {
+            return Ok(());
+        }
+        let start = HEADER_BYTES + from as usize;
+        let len = (to - from) as usize;
+        self.map.flush_range(start, len).map_err(|e| Error::io(&self.path, &e))
+    }
+
+    /// Writes the completion fields (`count` records filling `used` bytes)
+    /// and, if `durable`, flushes the header page.
+    pub(crate) fn mark_complete(&self, count: u64, used: u64, durable: bool) -> Result<()> {
+        let base = le_u64(&self.map, BASE_AT);
+        let mut fields = [0u8; HEADER_END - COUNT_AT];
+        fields[..8].copy_from_slice(&count.to_le_bytes());
+        fields[8..16].copy_from_slice(&used.to_le_bytes());
+        fields[16..].copy_from_slice(&complete_crc(base, count, used).to_le_bytes());
+        // SAFETY: the header page is written only here and in `create` (before
+        // the storage is shared), and `mark_complete` is called with the
+        // partition's sync lock held, so no two writers meet; the record
+        // region, which publishers write concurrently, starts a page later.
+        unsafe {
+            let dst = self.map.as_ptr().cast_mut().add(COUNT_AT);
+            std::ptr::copy_nonoverlapping(fields.as_ptr(), dst, fields.len());
+        }
+        if durable {
+            self.map.flush_range(0, HEADER_BYTES).map_err(|e| Error::io(&self.path, &e))?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the file of a segment retention has trimmed. Readers still
+    /// inside it keep reading: the mapping holds the file's pages until it
+    /// is unmapped, when the kernel frees them. Deleting now rather than at
+    /// the unmap keeps the directory exact (the unmap waits for the epoch
+    /// collector), and recovery never sees a trimmed segment.
+    pub(crate) fn retire(&self) {
+        match fs::remove_file(&self.path) {
+            Ok(()) => log::debug!("deleted trimmed segment file {}", self.path.display()),
+            Err(e) => log::warn!("could not delete trimmed segment file {}: {e}", self.path.display()),
+        }
+    }
+}
+
+impl std::fmt::Debug for FileStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileStorage").field("path", &self.path).field("len", &self.map.len()).finish()
+    }
+}
+
+// SAFETY: the record region starts a page into the fixed mapping (so it is
+// page-aligned), is `len - HEADER_BYTES` bytes long, and was zeroed by
+// `create` (a preallocated file reads as zeros) or holds recovered records
+// that the recovering segment marks committed. Only the segment writes it,
+// through its protocol; the header page before it is not part of the region.
+unsafe impl SegmentStorage for FileStorage {
+    fn as_ptr(&self) -> NonNull<u8> {
+        let start = self.map.as_ptr().wrapping_add(HEADER_BYTES).cast_mut();
+        NonNull::new(start).expect("a mapping is never at address 0")
+    }
+
+    fn capacity(&self) -> usize {
+        self.map.len() - HEADER_BYTES
+    }
+
+    fn as_file(&self) -> Option<&dyn SegmentFile> {
+        Some(self)
+    }
+}
+
+impl SegmentFile for FileStorage {
+    fn flush_region(&self, from: u64, to: u64) -> Result<()> {
+        FileStorage::flush_region(self, from, to)
+    }
+
+    fn mark_complete(&self, count: u64, used: u64, durable: bool) -> Result<()> {
+        FileStorage::mark_complete(self, count, used, durable)
+    }
+
+    fn retire(&self) {
+        FileStorage::retire(self)
+    }
+}
+
+/// The bytes of a whole segment file: the header for `base` (with its
+/// completion fields if `complete`) and `region` as its record region. For
+/// the fuzz target, which writes arbitrary regions as segment files.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn segment_file_bytes(base: u64, region: &[u8], complete: Option<(u64, u64)>) -> Vec<u8> {
+    let mut bytes = vec![0u8; HEADER_BYTES + region.len()];
+    Header { base, capacity: region.len() as u64, complete: None }.encode_fixed(&mut bytes[..HEADER_BYTES]);
+    if let Some((count, used)) = complete {
+        bytes[COUNT_AT..COUNT_AT + 8].copy_from_slice(&count.to_le_bytes());
+        bytes[USED_AT..USED_AT + 8].copy_from_slice(&used.to_le_bytes());
+        bytes[COMPLETE_CRC_AT..HEADER_END].copy_from_slice(&complete_crc(base, count, used).to_le_bytes());
+    }
+    bytes[HEADER_BYTES..].copy_from_slice(region);
+    bytes
+}
+
+/// Reserves `len` bytes of disk for `file`, so writes through the map never
+/// find the disk full.
+fn allocate(file: &File, len: u64) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        let len = libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: a plain syscall on a file descriptor we own, no pointers.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+        match rc {
+            0 => Ok(()),
+            // Filesystems without fallocate: fall back to sizing the file
+            // (sparse; a full disk may then show at write time).
+            libc::EOPNOTSUPP | libc::EINVAL => file.set_len(len as u64),
+            errno => Err(io::Error::from_raw_os_error(errno)),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        file.set_len(len)
+    }
+}
+
+/// Fsyncs a directory, so the files created or removed in it are there
+/// (or gone) after a machine crash.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, &e))
+}
+
+/// A durable log's segment files: where they go and what creating them owes.
+#[derive(Debug)]
+pub(crate) struct Files {
+    pub(crate) dir: PathBuf,
+    /// Sync rounds flush (every policy but `Fsync::Never`).
+    pub(crate) flush: bool,
+    /// A segment file was created since the directory was last synced.
+    dir_dirty: AtomicBool,
+    /// Test seam: how many of the next file creations fail as if the disk
+    /// were full. Checked only when a segment file is created (a rollover),
+    /// never on the append path.
+    fail_creates: AtomicUsize,
+}
+
+impl Files {
+    pub(crate) fn new(dir: PathBuf, flush: bool) -> Self {
+        Files { dir, flush, dir_dirty: AtomicBool::new(false), fail_creates: AtomicUsize::new(0) }
+    }
+
+    /// Creates the segment file for `base` (see [`FileStorage::create`]).
+    pub(crate) fn create(&self, base: u64, capacity: usize) -> Result<FileStorage> {
+        // Relaxed: a counter the RMW keeps exact; it guards no other data.
+        if self.fail_creates.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
+            let e = std::io::Error::from_raw_os_error(libc::ENOSPC);
+            return Err(Error::io(self.dir.join(segment_file_name(base)), &e));
+        }
+        let storage = FileStorage::create(&self.dir, base, capacity)?;
+        // Relaxed: read by the next sync round, which also reads the file's
+        // segment through the directory's Acquire load.
+        self.dir_dirty.store(true, Ordering::Relaxed);
+        log::debug!("created segment file {}", storage.path().display());
+        Ok(storage)
+    }
+
+    pub(crate) fn fail_next_creates(&self, n: usize) {
+        // Relaxed: a test knob set before the appends it affects.
+        self.fail_creates.store(n, Ordering::Relaxed);
+    }
+
+    /// Syncs the directory if files were created in it since the last time.
+    pub(crate) fn sync_dir_if_dirty(&self) -> Result<()> {
+        // Relaxed: see `create`.
+        if self.dir_dirty.swap(false, Ordering::Relaxed)
+            && let Err(e) = sync_dir(&self.dir)
+        {
+            self.dir_dirty.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+        Ok(())
+    }
+}
