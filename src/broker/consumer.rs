@@ -14,7 +14,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::subscription::StartPosition;
-use super::subscription::signal::Listener;
+use super::subscription::signal::{Entry, Listener};
 use super::topic::Topic;
 use super::waiters::Waiters;
 use crate::error::{Error, Result};
@@ -35,17 +35,12 @@ pub(crate) trait GroupHost: Send + Sync {
 
 /// A consumer as a partition's listener: a commit wakes a blocked `poll`.
 struct ConsumerListener {
-    id: u64,
     waiters: Arc<Waiters>,
 }
 
 impl Listener for ConsumerListener {
-    fn id(&self) -> u64 {
-        self.id
-    }
-
     #[inline]
-    fn signal(&self) {
+    fn wake(&self) {
         // The publisher issued its fence (F1) already.
         self.waiters.notify_after_fence();
     }
@@ -239,8 +234,8 @@ impl Consumer {
             parts.push(Part { cursor, committed });
         }
         for p in core.topic.partitions.iter() {
-            let listener = dyn_arc!(ConsumerListener { id: core.id, waiters: core.waiters.clone() } => dyn Listener);
-            p.add_listener(listener, None);
+            let listener = dyn_arc!(ConsumerListener { waiters: core.waiters.clone() } => dyn Listener);
+            p.add_listener(Entry::always(core.id, listener), None);
         }
         Ok(Consumer { core, host, parts, next: 0, released: false })
     }
