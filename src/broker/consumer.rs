@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::dead_letter::{self, Failed};
 use super::names::default_dead_letter_topic;
-use super::subscription::signal::Listener;
+use super::subscription::signal::{Entry, Listener};
 use super::subscription::{DEFAULT_MAX_ATTEMPTS, StartPosition};
 use super::topic::Topic;
 use super::topic::Wait;
@@ -76,17 +76,12 @@ pub(crate) struct Assignment {
 
 /// A consumer as a partition's listener: a commit wakes a blocked `poll`.
 struct ConsumerListener {
-    id: u64,
     waiters: Arc<Waiters>,
 }
 
 impl Listener for ConsumerListener {
-    fn id(&self) -> u64 {
-        self.id
-    }
-
     #[inline]
-    fn signal(&self) {
+    fn wake(&self) {
         // The publisher issued its fence (F1) already.
         self.waiters.notify_after_fence();
     }
@@ -451,9 +446,8 @@ impl Consumer {
                 };
                 let base = cursor.offset();
                 *slot = Some(Part { cursor, base, missed: 0 });
-                let listener =
-                    dyn_arc!(ConsumerListener { id: core.id, waiters: core.waiters.clone() } => dyn Listener);
-                partition.add_listener(listener, None);
+                let listener = dyn_arc!(ConsumerListener { waiters: core.waiters.clone() } => dyn Listener);
+                partition.add_listener(Entry::always(core.id, listener), None);
             }
         }
     }

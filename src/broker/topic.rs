@@ -3,15 +3,15 @@
 //! A topic is a name and one or more partitions; a partition is a [`Log`]
 //! plus the list of *listeners* (subscriptions and consumers reading it) that
 //! a publisher signals after each commit. A partition knows its listeners
-//! only as the [`Listener`] trait of the signal module
-//! (`subscription/signal.rs`), which also holds the publisher's half of the
-//! protocol, so this file never names the types above it.
+//! only as [`Entry`]s of the signal module (`subscription/signal.rs`), which
+//! also holds the publisher's half of the protocol, so this file never names
+//! the types above it.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::subscription::in_handler::InHandler;
-use super::subscription::signal::{self, Listener};
+use super::subscription::signal::{self, Entry};
 use super::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::log::{Log, LogConfig, Record};
@@ -101,7 +101,7 @@ impl Blocker {
 
 /// The listeners of one partition, replaced as a whole when one joins or leaves.
 struct Listeners {
-    list: Vec<Arc<dyn Listener>>,
+    list: Vec<Entry>,
     blockers: Vec<Blocker>,
     /// A lower bound of `min(position + limit)` over `blockers`: publishing
     /// below it needs no further look at the blockers. Raised by publishers
@@ -114,8 +114,8 @@ struct Listeners {
 }
 
 impl Listeners {
-    fn new(list: Vec<Arc<dyn Listener>>, blockers: Vec<Blocker>) -> Listeners {
-        let marked = list.iter().any(|l| l.has_mark());
+    fn new(list: Vec<Entry>, blockers: Vec<Blocker>) -> Listeners {
+        let marked = list.iter().any(Entry::has_mark);
         Listeners { list, blockers, room_until: AtomicU64::new(0), marked }
     }
 
@@ -288,7 +288,7 @@ impl Partition {
 
     /// Adds a listener (no-op if one with its id is there), and its blocker,
     /// whose position retention then waits for.
-    pub(crate) fn add_listener(&self, listener: Arc<dyn Listener>, blocker: Option<Blocker>) {
+    pub(crate) fn add_listener(&self, listener: Entry, blocker: Option<Blocker>) {
         if let Some(b) = &blocker {
             self.log.hold_retention(b.id, b.position.clone());
         }
@@ -310,7 +310,7 @@ impl Partition {
         self.space.notify();
     }
 
-    fn edit_listeners(&self, edit: impl FnOnce(&mut Vec<Arc<dyn Listener>>, &mut Vec<Blocker>)) {
+    fn edit_listeners(&self, edit: impl FnOnce(&mut Vec<Entry>, &mut Vec<Blocker>)) {
         let _serial = self.edit.lock();
         let guard = epoch::pin();
         let current = self.current(&guard);

@@ -11,7 +11,7 @@ use super::options::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Overflow, RetryBackoff,
     SubscriptionOptions,
 };
-use super::signal::{self, Listener, Mark, ReadySet};
+use super::signal::{self, Entry, Listener, Mark, ReadySet};
 use super::state::State;
 use crate::broker::dispatch::{Job, Timer, WorkerPool};
 use crate::broker::filter::Filter;
@@ -242,15 +242,16 @@ pub(crate) struct SubCore {
     pub(crate) overflow: Overflow,
     pub(crate) lag_limit: Option<u64>,
     pub(super) idle_spin: Option<Duration>,
-    /// The signal-and-drain state, read by publishers: on its own cache line.
-    pub(super) state: State,
+    /// The signal-and-drain state, read by publishers: on its own cache line,
+    /// which the partitions' listener entries point at directly.
+    pub(super) state: Arc<State>,
     pub(super) drain: Mutex<DrainState>,
     /// Readers for topics created after subscribing, merged by the drainer.
     pub(super) pending: Mutex<Vec<Reader>>,
     pub(super) has_pending: AtomicBool,
     /// For wildcard patterns: the partitions publishers have written to, so
     /// a wake-up costs the drainer what changed, not every partition.
-    pub(super) ready: Option<ReadySet>,
+    pub(super) ready: Option<Arc<ReadySet>>,
     /// Positions of all readers (including pending ones), for stats.
     pub(super) positions: Mutex<Vec<Tracked>>,
     pub(super) counters: Counters,
@@ -270,36 +271,13 @@ pub(crate) struct SubCore {
     pub(super) join: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// A subscription as a partition's listener: what a publisher calls after
-/// its commit (see `signal.rs`).
-struct SubListener {
-    sub: Arc<SubCore>,
-    /// Its ready mark for this partition, if it keeps a ready set.
-    mark: Option<Arc<Mark>>,
-}
+/// A subscription as a partition's listener: what a publisher calls when
+/// it wins `IDLE -> ACTIVE` (see `signal.rs`).
+struct SubListener(Arc<SubCore>);
 
 impl Listener for SubListener {
-    fn id(&self) -> u64 {
-        self.sub.id
-    }
-
-    fn has_mark(&self) -> bool {
-        self.mark.is_some()
-    }
-
-    #[inline]
-    fn mark_ready(&self) -> bool {
-        match (&self.sub.ready, &self.mark) {
-            (Some(ready), Some(mark)) => ready.mark(mark),
-            _ => false,
-        }
-    }
-
-    #[inline]
-    fn signal(&self) {
-        if self.sub.state.activate() {
-            SubCore::schedule(&self.sub);
-        }
+    fn wake(&self) {
+        SubCore::schedule(&self.0);
     }
 }
 
@@ -342,7 +320,7 @@ impl SubCore {
             overflow: options.overflow,
             lag_limit: options.lag_limit,
             idle_spin: options.idle_spin,
-            state: State::new(),
+            state: Arc::new(State::new()),
             drain: Mutex::new(DrainState {
                 handler,
                 reasons: Vec::new(),
@@ -361,7 +339,7 @@ impl SubCore {
             }),
             pending: Mutex::new(Vec::new()),
             has_pending: AtomicBool::new(false),
-            ready: (!pattern_is_literal).then(ReadySet::new),
+            ready: (!pattern_is_literal).then(|| Arc::new(ReadySet::new())),
             positions: Mutex::new(Vec::new()),
             counters: Counters::default(),
             env,
@@ -380,7 +358,7 @@ impl SubCore {
     fn attach(&self, mut reader: Reader) -> Option<Arc<Mark>> {
         self.positions.lock().push((reader.topic.clone(), reader.partition.clone(), reader.position.clone()));
         let mut pending = self.pending.lock();
-        let mark = self.ready.as_ref().map(ReadySet::next_mark);
+        let mark = self.ready.as_deref().map(ReadySet::next_mark);
         reader.mark = mark.clone();
         pending.push(reader);
         drop(pending);
@@ -399,8 +377,9 @@ impl SubCore {
             _ => None,
         };
         let mark = this.attach(reader);
-        let listener = dyn_arc!(SubListener { sub: this.clone(), mark } => dyn Listener);
-        partition.add_listener(listener, blocker);
+        let ready = this.ready.clone().zip(mark);
+        let listener = dyn_arc!(SubListener(this.clone()) => dyn Listener);
+        partition.add_listener(Entry::subscription(this.id, this.state.clone(), ready, listener), blocker);
     }
 
     /// For the dedicated executor: records the thread to unpark.

@@ -17,9 +17,17 @@ use std::cell::Cell;
 
 use crate::sync::thread;
 
+// The mark is set and restored around every handler call, so it is a
+// `const` thread-local where it can be: a plain TLS access, with no lazy
+// initialisation check per message.
+#[cfg(not(loom))]
 thread::thread_local! {
     /// The subscription whose handler this thread is running (0: none).
-    // Not `const { .. }`: loom's `thread_local!` does not accept it.
+    static IN_HANDLER: Cell<u64> = const { Cell::new(0) };
+}
+#[cfg(loom)]
+thread::thread_local! {
+    /// As above; loom's `thread_local!` does not accept `const { .. }`.
     #[allow(clippy::missing_const_for_thread_local)]
     static IN_HANDLER: Cell<u64> = Cell::new(0);
 }

@@ -87,45 +87,78 @@
 //!
 //! ## Who listens
 //!
-//! A partition does not know what listens to it: it holds [`Listener`]s, a
-//! trait that subscriptions (`core.rs`) and pull consumers (`consumer.rs`)
-//! implement, so the log-and-partition layer below never names the types
-//! above it.
+//! A partition does not know what listens to it. It holds a list of
+//! [`Entry`]s, a type of this module: a subscription's entry carries its
+//! state word and its ready mark (both one pointer away, so the walk above
+//! is a load per subscription, inlined, with no call), and every entry a
+//! [`Listener`], a trait that subscriptions (`core.rs`) and pull consumers
+//! (`consumer.rs`) implement. A publisher calls the trait only when there is
+//! something to do: for a subscription, when it won `IDLE -> ACTIVE` and
+//! must schedule a drain; for a listener without a state word (a consumer),
+//! after every commit. So the log-and-partition layer below never names the
+//! types above it, and a busy subscription still costs one shared load.
 
 use super::state::State;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use crate::sync::{Arc, Mutex};
 
-/// Something a publisher wakes after committing a record to a partition.
+/// What a publisher wakes after committing a record to a partition.
 pub(crate) trait Listener: Send + Sync {
+    /// For an entry with a state word (a subscription): the publisher won
+    /// `IDLE -> ACTIVE`, so a drain must be scheduled. For one without (a
+    /// consumer): a record was committed, behind a `fence(SeqCst)` (F1).
+    fn wake(&self);
+}
+
+/// A listener as a partition's list holds it: what a publisher reads after
+/// each commit, one pointer away, and the listener to wake.
+#[derive(Clone)]
+pub(crate) struct Entry {
+    /// The subscription's state word, read by every publisher; `None` for a
+    /// listener woken after every commit.
+    state: Option<Arc<State>>,
+    /// Its ready set and its reader's mark there, for a subscription that
+    /// keeps a ready set (a wildcard one).
+    ready: Option<(Arc<ReadySet>, Arc<Mark>)>,
+    listener: Arc<dyn Listener>,
     /// The listener's id (a subscription's or consumer's), unique in a
     /// partition's list.
-    fn id(&self) -> u64;
+    id: u64,
+}
 
-    /// True if it keeps a ready mark for this partition (a wildcard
-    /// subscription): publishers then call [`Listener::mark_ready`].
-    fn has_mark(&self) -> bool {
-        false
+impl Entry {
+    /// A subscription's entry: publishers move `state` from `IDLE` to
+    /// `ACTIVE` and wake `listener` when they win; with a ready set, they
+    /// list `mark` in it first.
+    pub(crate) fn subscription(
+        id: u64,
+        state: Arc<State>,
+        ready: Option<(Arc<ReadySet>, Arc<Mark>)>,
+        listener: Arc<dyn Listener>,
+    ) -> Entry {
+        Entry { state: Some(state), ready, listener, id }
     }
 
-    /// The publisher's half of the ready set, after F1: lists this
-    /// partition's reader unless it is listed already. True if this call
-    /// listed it, in which case the publisher must issue F2 before any
-    /// [`Listener::signal`].
-    fn mark_ready(&self) -> bool {
-        false
+    /// An entry whose listener is woken after every commit.
+    pub(crate) fn always(id: u64, listener: Arc<dyn Listener>) -> Entry {
+        Entry { state: None, ready: None, listener, id }
     }
 
-    /// Called after a commit, behind a `fence(SeqCst)`. Cheap when the
-    /// listener is already awake: one load, no write.
-    fn signal(&self);
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// True if publishers must look at its ready mark.
+    pub(crate) fn has_mark(&self) -> bool {
+        self.ready.is_some()
+    }
 }
 
 /// The publisher's half of signal-and-drain, after its commit: F1, the
 /// ready marks, F2 if it listed one, then each listener's state.
 #[inline]
-pub(crate) fn notify(listeners: &[Arc<dyn Listener>], marked: bool) {
-    if listeners.is_empty() {
+pub(crate) fn notify(entries: &[Entry], marked: bool) {
+    if entries.is_empty() {
         return;
     }
     // F1, SeqCst fence: orders this publisher's commit (a Release store of the
@@ -136,8 +169,10 @@ pub(crate) fn notify(listeners: &[Arc<dyn Listener>], marked: bool) {
     crate::sync::fence_or_weakened!("F1", Ordering::SeqCst);
     let mut listed = false;
     if marked {
-        for l in listeners {
-            listed |= l.mark_ready();
+        for e in entries {
+            if let Some((set, mark)) = &e.ready {
+                listed |= set.mark(mark);
+            }
         }
     }
     if listed {
@@ -146,8 +181,15 @@ pub(crate) fn notify(listeners: &[Arc<dyn Listener>], marked: bool) {
         // and looking at its ready list.
         crate::sync::fence_or_weakened!("F2", Ordering::SeqCst);
     }
-    for l in listeners {
-        l.signal();
+    for e in entries {
+        match &e.state {
+            Some(state) => {
+                if state.activate() {
+                    e.listener.wake();
+                }
+            }
+            None => e.listener.wake(),
+        }
     }
 }
 
@@ -238,12 +280,19 @@ impl ReadySet {
         if mark.listed.load(Ordering::Relaxed) || mark.listed.swap(true, Ordering::Relaxed) {
             return false;
         }
+        self.push_listed(mark);
+        true
+    }
+
+    /// Puts the reader of `mark`, whose flag this thread just turned on, on
+    /// the list (out of line: once per drain round, not per publish).
+    #[cold]
+    fn push_listed(&self, mark: &Mark) {
         let mut list = self.list.lock();
         list.push(mark.index);
         // Relaxed: read after F4 by the drainer's re-check, and written back
         // to false only under the list lock, together with taking it.
         self.nonempty.store(true, Ordering::Relaxed);
-        true
     }
 
     /// The drainer's half, at the start of a round: takes the listed
