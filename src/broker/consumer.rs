@@ -27,8 +27,10 @@ use crate::sync::{Arc, dyn_arc};
 pub(crate) trait GroupHost: Send + Sync {
     /// True once the broker is closed.
     fn is_closed(&self) -> bool;
-    /// Stores the group's committed offsets (one per partition).
-    fn save_group(&self, core: &ConsumerCore, committed: Vec<Option<u64>>);
+    /// Stores the group's committed offsets (one per partition); on a broker
+    /// with a data directory also writes them there (durably first under
+    /// `Fsync::Always`), failing with `Io` if that write fails.
+    fn save_group(&self, core: &ConsumerCore, committed: Vec<Option<u64>>) -> Result<()>;
     /// The consumer closed: frees its group for another consumer.
     fn release_consumer(&self, core: &ConsumerCore);
 }
@@ -326,8 +328,7 @@ impl Consumer {
         for p in &mut self.parts {
             p.committed = Some(p.cursor.offset());
         }
-        self.save();
-        Ok(())
+        self.save()
     }
 
     /// Commits `offset` for one partition (it must not be past the end).
@@ -341,8 +342,7 @@ impl Consumer {
             return Err(Error::OutOfRange { partition, offset, first, end });
         }
         self.parts[partition as usize].committed = Some(offset);
-        self.save();
-        Ok(())
+        self.save()
     }
 
     /// Moves one partition's position to `offset`, which must be retained.
@@ -447,9 +447,9 @@ impl Consumer {
         self.host.release_consumer(&self.core);
     }
 
-    fn save(&self) {
+    fn save(&self) -> Result<()> {
         let committed: Vec<Option<u64>> = self.parts.iter().map(|p| p.committed).collect();
-        self.host.save_group(&self.core, committed);
+        self.host.save_group(&self.core, committed)
     }
 }
 
