@@ -35,6 +35,7 @@ from ._broker import (
 from ._errors import (
     Busy,
     Closed,
+    CorruptData,
     Full,
     InvalidArgument,
     InvalidFilter,
@@ -47,6 +48,7 @@ from ._errors import (
     Panic,
     ResourceExhausted,
     RillError,
+    StorageError,
     Timeout,
     TopicExists,
 )
@@ -59,6 +61,7 @@ __all__ = [
     "Closed",
     "Consumer",
     "ConsumerStats",
+    "CorruptData",
     "Delivery",
     "Full",
     "Handler",
@@ -78,6 +81,7 @@ __all__ = [
     "RillError",
     "Start",
     "State",
+    "StorageError",
     "Subscription",
     "SubscriptionStats",
     "Timeout",

@@ -88,6 +88,19 @@ class ResourceExhausted(RillError, MemoryError):
     handles this; the call had no effect and may succeed later."""
 
 
+class StorageError(RillError, OSError):
+    """A storage operation on the broker's data directory failed (disk full,
+    permission denied, not a directory); the message names the path and has
+    the operating system's error. An OSError too, so code that handles file
+    errors handles this."""
+
+
+class CorruptData(RillError):
+    """Opening a data directory found damage that recovery will not silently
+    drop; the message names the file and the byte offset. ``repair=True``
+    truncates the partition there instead."""
+
+
 _BY_STATUS: dict[int, type[RillError]] = {
     _ffi.STATUS["RILL_ERR_NULL_ARGUMENT"]: InvalidArgument,  # only reachable through a binding bug
     _ffi.STATUS["RILL_ERR_INVALID_ARGUMENT"]: InvalidArgument,
@@ -105,6 +118,8 @@ _BY_STATUS: dict[int, type[RillError]] = {
     _ffi.STATUS["RILL_ERR_NOT_FOUND"]: NotFound,
     _ffi.STATUS["RILL_ERR_PANIC"]: Panic,
     _ffi.STATUS["RILL_ERR_RESOURCE_EXHAUSTED"]: ResourceExhausted,
+    _ffi.STATUS["RILL_ERR_IO"]: StorageError,
+    _ffi.STATUS["RILL_ERR_CORRUPT"]: CorruptData,
 }
 
 
