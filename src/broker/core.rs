@@ -404,9 +404,7 @@ impl BrokerInner {
     /// Opens the data directory in `config` (nothing without one): takes its
     /// lock, reopens its topics (recovering their logs) and loads the
     /// offsets into a fresh control plane.
-    pub(super) fn open_data_dir(
-        config: &BrokerConfig,
-    ) -> Result<Option<OpenedDir>> {
+    pub(super) fn open_data_dir(config: &BrokerConfig) -> Result<Option<OpenedDir>> {
         let Some(root) = &config.data_dir else { return Ok(None) };
         if let Fsync::Interval(d) = config.fsync
             && d.is_zero()
