@@ -169,6 +169,20 @@ pub struct Shape {
     pub idle_spin_us: u64,
     /// What each subscriber does with each message.
     pub work: Work,
+    /// rill on a data directory with this fsync policy; `None`: in memory.
+    pub persist: Option<Persist>,
+}
+
+/// The fsync policy of a rill broker on a data directory (`persist-*` scenarios).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Persist {
+    /// `Fsync::Never`.
+    Never,
+    /// `Fsync::Interval(100 ms)`, the default.
+    Interval,
+    /// `Fsync::Always`: every publish waits for its (shared) fdatasync.
+    Always,
 }
 
 impl Shape {
@@ -754,6 +768,7 @@ mod tests {
             sample_every: 2,
             idle_spin_us: 0,
             work: Work::Touch,
+            persist: None,
         }
     }
 

@@ -458,6 +458,7 @@ mod tests {
                 sample_every: 64,
                 idle_spin_us: 0,
                 work: Work::Minimal,
+                persist: None,
             };
             let env = Env {
                 workers: Some(2),

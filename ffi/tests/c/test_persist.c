@@ -186,7 +186,7 @@ static int writer(const char *dir) {
     counter audit_count = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, {0}};
     rill_subscription *audit = subscribe_audit(b, &audit_count, RILL_START_EARLIEST);
     for (int i = 0; i < MESSAGES; i++) {
-        char key[16], payload[32], n[16];
+        char key[32], payload[32], n[16];
         snprintf(key, sizeof key, "k%d", i % 5);
         snprintf(payload, sizeof payload, "order %d", i);
         snprintf(n, sizeof n, "%d", i);
@@ -311,7 +311,7 @@ static int reader(const char *dir) {
 
     /* New publishes continue the offsets. */
     for (int i = 0; i < 10; i++) {
-        char key[16];
+        char key[32];
         snprintf(key, sizeof key, "again%d", i);
         rill_record r = {key, strlen(key), "after", 5, NULL, 0};
         rill_position pos;
