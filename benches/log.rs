@@ -1,5 +1,7 @@
 //! Raw log throughput: append from 1 and 2 threads, batched append, and
-//! append with a reader following, all with 64-byte payloads.
+//! append with a reader following, all with 64-byte payloads; and append to
+//! a durable (file-backed) log beside the in-memory one, with `Never` (the
+//! copy into the page cache and the checksum) and `Always` (group commit).
 //!
 //! Run with `cargo bench --bench log`. Criterion reports time per record
 //! (as elements/s throughput).
@@ -9,7 +11,8 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use rill::log::{Log, LogConfig, Record};
+use rill::Fsync;
+use rill::log::{DurableLog, Log, LogConfig, Record};
 
 const PAYLOAD: [u8; 64] = [0xA5; 64];
 
@@ -63,6 +66,56 @@ fn append(c: &mut Criterion) {
     g.finish();
 }
 
+/// A durable log in a fresh directory under the temp dir (removed at drop).
+struct DurableBench {
+    log: Option<Log>,
+    dir: std::path::PathBuf,
+}
+
+impl DurableBench {
+    fn new(name: &str, fsync: Fsync) -> DurableBench {
+        let dir = std::env::temp_dir().join(format!("rill-bench-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let durable = DurableLog { dir: dir.clone(), fsync, repair: false };
+        let (log, _) = Log::open(&LogConfig::default(), 0, &durable).expect("a durable log in the temp dir");
+        DurableBench { log: Some(log), dir }
+    }
+
+    fn log(&self) -> &Log {
+        self.log.as_ref().expect("open until drop")
+    }
+}
+
+impl Drop for DurableBench {
+    fn drop(&mut self) {
+        drop(self.log.take());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn append_durable(c: &mut Criterion) {
+    let mut g = c.benchmark_group("log_append_64B_durable");
+    g.throughput(Throughput::Elements(1));
+    // In the same group, so the two are measured back to back.
+    g.bench_function("in_memory_1_publisher", |b| {
+        let log = new_log();
+        b.iter(|| black_box(log.append(&Record::new(black_box(&PAYLOAD))).unwrap()))
+    });
+    g.bench_function("never_1_publisher", |b| {
+        let d = DurableBench::new("never", Fsync::Never);
+        b.iter(|| black_box(d.log().append(&Record::new(black_box(&PAYLOAD))).unwrap()))
+    });
+    g.bench_function("always_1_publisher", |b| {
+        let d = DurableBench::new("always1", Fsync::Always);
+        b.iter_custom(|iters| append_parallel(d.log(), 1, iters))
+    });
+    g.bench_function("always_4_publishers", |b| {
+        let d = DurableBench::new("always4", Fsync::Always);
+        b.iter_custom(|iters| append_parallel(d.log(), 4, iters.max(4)))
+    });
+    g.finish();
+}
+
 fn append_and_read(c: &mut Criterion) {
     let mut g = c.benchmark_group("log_append_read_64B");
     g.throughput(Throughput::Elements(1));
@@ -101,6 +154,6 @@ fn append_and_read(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = append, append_and_read
+    targets = append, append_and_read, append_durable
 }
 criterion_main!(benches);

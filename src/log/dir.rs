@@ -194,7 +194,22 @@ impl Shared {
         let last = old.last();
         let count = last.sealed_count().expect("the newest segment is sealed before its successor is installed");
         let base = last.base() + count;
-        let next = Arc::new(Segment::new(base, self.pool.take(base)?, self.pool.clone()));
+        let buffers = match self.pool.take(base) {
+            Ok(buffers) => buffers,
+            // Several publishers retrying a stalled roll of a durable log
+            // race to create the same segment file: one creates it, and will
+            // install it (nothing can fail between the two); the others wait
+            // for that and retry in the new segment.
+            Err(Error::Io { kind: std::io::ErrorKind::AlreadyExists, .. }) if old.stalled.is_some() => {
+                let mut backoff = Backoff::new();
+                while self.dir_ptr(guard) == current {
+                    backoff.snooze();
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let next = Arc::new(Segment::new(base, buffers, self.pool.clone()));
 
         let mut segs = Vec::with_capacity(old.segs.len() + 1);
         segs.extend(old.segs.iter().cloned());
@@ -318,7 +333,11 @@ impl Shared {
             .map(|(_, position)| position.load(Ordering::Acquire))
             .min()
             .unwrap_or(u64::MAX);
-        let mut bytes: u64 = segs.iter().map(|s| s.capacity()).sum();
+        // A durable segment's region has room for one more frame than its
+        // configured size (see `Sizes::region_bytes`); retention counts the
+        // configured size, so a durable log retains as many segments.
+        let size = |s: &Segment| s.capacity().saturating_sub(sizes.frame);
+        let mut bytes: u64 = segs.iter().map(|s| size(s)).sum();
         let mut records: u64 = segs.iter().map(|s| s.reserved()).sum();
         let mut trim = 0;
         // Never trims the last (active) segment.
@@ -329,7 +348,7 @@ impl Shared {
             if !(over_bytes || over_records) || head.base() + count > floor {
                 break;
             }
-            bytes -= head.capacity();
+            bytes -= size(head);
             records -= count;
             trim += 1;
         }

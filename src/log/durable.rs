@@ -229,7 +229,8 @@ pub(crate) struct Durability {
     state: Mutex<SyncState>,
     /// Signalled at the end of every round.
     round_done: Condvar,
-    /// Sync rounds run (each at most one fsync per touched file).
+    /// Sync rounds that wrote something (each one data sync per file it
+    /// touched); rounds that found nothing new to sync are not counted.
     pub(crate) rounds: AtomicU64,
     /// Appends that waited for durability (`Always`).
     pub(crate) waits: AtomicU64,
@@ -310,10 +311,12 @@ impl Durability {
         let outcome = round(shared, from, marked_below);
         let mut st = self.state.lock();
         st.leader = false;
-        // Relaxed: a statistic.
-        self.rounds.fetch_add(1, Ordering::Relaxed);
         let result = match outcome {
             Ok((durable, marked)) => {
+                if durable > from || marked > marked_below {
+                    // Relaxed: a statistic.
+                    self.rounds.fetch_add(1, Ordering::Relaxed);
+                }
                 st.durable = st.durable.max(durable);
                 st.marked_below = st.marked_below.max(marked);
                 Ok(())

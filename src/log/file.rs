@@ -45,7 +45,6 @@ use memmap2::{MmapMut, MmapOptions};
 
 use super::storage::SegmentStorage;
 use crate::error::{Error, Result};
-use crate::sync::atomic::{AtomicBool, Ordering};
 
 /// Size of the header in front of the record region: a page, so the record
 /// region is page-aligned and flushing a range of it never touches the header.
@@ -200,9 +199,6 @@ fn complete_crc(base: u64, count: u64, used: u64) -> u32 {
 pub(crate) struct FileStorage {
     map: MmapMut,
     path: PathBuf,
-    /// Set once retention has trimmed the segment: the file is deleted when
-    /// the storage is dropped (when no reader is inside it any more).
-    retired: AtomicBool,
 }
 
 impl FileStorage {
@@ -213,8 +209,11 @@ impl FileStorage {
     pub(crate) fn create(dir: &Path, base: u64, capacity: usize) -> Result<FileStorage> {
         let path = dir.join(segment_file_name(base));
         let total = HEADER_BYTES + capacity;
+        // `create_new`: a file of that name (another publisher's, retrying
+        // the same roll) is never opened, let alone removed below.
+        let file =
+            OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(|e| Error::io(&path, &e))?;
         let made = (|| -> io::Result<(File, MmapMut)> {
-            let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
             allocate(&file, total as u64)?;
             // SAFETY: the file is ours (just created with `create_new`) and
             // sized `total`; nothing else maps or truncates it while we live
@@ -225,7 +224,7 @@ impl FileStorage {
             Ok((file, map))
         })();
         match made {
-            Ok((_file, map)) => Ok(FileStorage { map, path, retired: AtomicBool::new(false) }),
+            Ok((_file, map)) => Ok(FileStorage { map, path }),
             Err(e) => {
                 // Best effort: a half-made file must not look like a segment to recovery.
                 let _ = fs::remove_file(&path);
@@ -254,7 +253,7 @@ impl FileStorage {
         // SAFETY: as in `create`: the locked data directory's file, mapped
         // at its current length, which nobody changes while we hold it.
         let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(io_err)?;
-        Ok(FileStorage { map, path: path.to_path_buf(), retired: AtomicBool::new(false) })
+        Ok(FileStorage { map, path: path.to_path_buf() })
     }
 
     /// The whole file: header page, then the record region.
@@ -300,21 +299,15 @@ impl FileStorage {
         Ok(())
     }
 
-    /// Marks the file for deletion when this storage is dropped.
+    /// Deletes the file of a segment retention has trimmed. Readers still
+    /// inside it keep reading: the mapping holds the file's pages until it
+    /// is unmapped, when the kernel frees them. Deleting now rather than at
+    /// the unmap keeps the directory exact (the unmap waits for the epoch
+    /// collector), and recovery never sees a trimmed segment.
     pub(crate) fn retire(&self) {
-        // Relaxed: read in `drop`, which `&mut self` orders after this.
-        self.retired.store(true, Ordering::Relaxed);
-    }
-}
-
-impl Drop for FileStorage {
-    fn drop(&mut self) {
-        // Relaxed: see `retire`.
-        if self.retired.load(Ordering::Relaxed) {
-            match fs::remove_file(&self.path) {
-                Ok(()) => log::debug!("deleted trimmed segment file {}", self.path.display()),
-                Err(e) => log::warn!("could not delete trimmed segment file {}: {e}", self.path.display()),
-            }
+        match fs::remove_file(&self.path) {
+            Ok(()) => log::debug!("deleted trimmed segment file {}", self.path.display()),
+            Err(e) => log::warn!("could not delete trimmed segment file {}: {e}", self.path.display()),
         }
     }
 }
@@ -343,6 +336,22 @@ unsafe impl SegmentStorage for FileStorage {
     fn as_file(&self) -> Option<&FileStorage> {
         Some(self)
     }
+}
+
+/// The bytes of a whole segment file: the header for `base` (with its
+/// completion fields if `complete`) and `region` as its record region. For
+/// the fuzz target, which writes arbitrary regions as segment files.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn segment_file_bytes(base: u64, region: &[u8], complete: Option<(u64, u64)>) -> Vec<u8> {
+    let mut bytes = vec![0u8; HEADER_BYTES + region.len()];
+    Header { base, capacity: region.len() as u64, complete: None }.encode_fixed(&mut bytes[..HEADER_BYTES]);
+    if let Some((count, used)) = complete {
+        bytes[COUNT_AT..COUNT_AT + 8].copy_from_slice(&count.to_le_bytes());
+        bytes[USED_AT..USED_AT + 8].copy_from_slice(&used.to_le_bytes());
+        bytes[COMPLETE_CRC_AT..HEADER_END].copy_from_slice(&complete_crc(base, count, used).to_le_bytes());
+    }
+    bytes[HEADER_BYTES..].copy_from_slice(region);
+    bytes
 }
 
 /// Reserves `len` bytes of disk for `file`, so writes through the map never

@@ -253,16 +253,9 @@ impl Log {
         let timestamp = now_ns();
         let frame = self.shared.sizes.frame;
         let offset = self.shared.reserve_then(1, len as u64 + frame, guard, |seg, index, pos| {
-            if frame == 0 {
-                // SAFETY: `index` and `pos..pos + len` come from our own Granted
-                // reservation, and `len` is the record's encoded length.
-                unsafe { seg.write(index, pos, len, record, timestamp) };
-                seg.commit(index, pos);
-            } else {
-                // SAFETY: as above, the range being `pos..pos + frame + len`.
-                let at = unsafe { seg.write_framed(index, pos, len, record, timestamp) };
-                seg.commit(index, at);
-            }
+            // SAFETY: `index` and `pos..pos + frame + len` come from our own
+            // Granted reservation, and `len` is the record's encoded length.
+            unsafe { seg.write_and_commit(index, pos, len, record, timestamp, frame != 0) };
             seg.base() + index
         })?;
         self.after_append(offset + 1, guard)?;
@@ -318,18 +311,11 @@ impl Log {
             self.shared.reserve_then(n as u64, bytes, guard, |seg, index, mut pos| {
                 for (k, (record, &len)) in part.iter().zip(part_lens).enumerate() {
                     let i = index + k as u64;
-                    if frame == 0 {
-                        // SAFETY: slots `index..index + n` and the bytes from the
-                        // reservation's `pos` are ours; each record's range follows
-                        // the previous one's and `len` is its encoded length.
-                        unsafe { seg.write(i, pos, len, record, timestamp) };
-                        seg.commit(i, pos);
-                    } else {
-                        // SAFETY: as above, each record's range being its frame
-                        // and its encoded length.
-                        let at = unsafe { seg.write_framed(i, pos, len, record, timestamp) };
-                        seg.commit(i, at);
-                    }
+                    // SAFETY: slots `index..index + n` and the bytes from the
+                    // reservation's `pos` are ours; each record's range (its
+                    // frame, if any, and its encoded length `len`) follows the
+                    // previous one's.
+                    unsafe { seg.write_and_commit(i, pos, len, record, timestamp, frame != 0) };
                     offsets.push(seg.base() + i);
                     pos += len as u64 + frame;
                 }
@@ -457,14 +443,16 @@ pub struct LogStats {
     pub trimmed_segments: u64,
     /// Segment buffers kept for reuse.
     pub spare_segments: usize,
-    /// Sync rounds run by a durable log (each at most one data sync per
-    /// segment file it touched): by [`Log::sync`], by `Always` appends and
-    /// at close.
+    /// Sync rounds of a durable log that made something durable (each one
+    /// data sync per segment file it touched): by [`Log::sync`], by `Always`
+    /// appends and at close.
     pub sync_rounds: u64,
     /// Appends that waited for durability (`Always`). With group commit,
     /// concurrent publishers make this larger than `sync_rounds`.
     pub durable_waits: u64,
 }
 
+#[cfg(all(test, not(loom)))]
+mod durable_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;

@@ -142,12 +142,19 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
     let mut report = RecoveryReport::default();
     let mut kept: Vec<KeptSegment> = Vec::new();
     let mut expected: Option<u64> = None;
+    // Where the previous file's records end, if it is incomplete: a later
+    // file that does not start there means records lost to a crash between
+    // them (the previous file's last ones never written), a torn tail.
+    let mut prev_end_if_incomplete: Option<Damage> = None;
     // Set at the cut: every file from then on is dropped. Nothing is deleted
     // before the whole directory has been judged, so an open that fails
     // with `Corrupt` changes nothing.
     let mut cut = false;
     let mut deletes: Vec<PathBuf> = Vec::new();
     let n_files = files.len();
+    // If nothing is kept, appends continue at the first file's base (its
+    // name), so offsets never go back below what was handed out before.
+    let start = files.first().map_or(0, |(base, _)| *base);
     for (i, (name_base, path)) in files.into_iter().enumerate() {
         if cut {
             if is_complete_file(&path) && !report.repaired {
@@ -181,7 +188,15 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         let bytes = storage.bytes();
         let header = match Header::decode(&bytes[..HEADER_BYTES]) {
             Ok(h) if h.base != name_base => Err("segment header names another base offset than the file name"),
-            Ok(h) if expected.is_some_and(|e| h.base != e) => Err("segment does not start where the previous one ends"),
+            Ok(h) if expected.is_some_and(|e| h.base < e) => Err("segment overlaps the previous one"),
+            // A gap is a crash's only after an incomplete file and before
+            // another one (markers are written in offset order).
+            Ok(h)
+                if expected.is_some_and(|e| h.base > e)
+                    && (prev_end_if_incomplete.is_none() || h.complete.is_some()) =>
+            {
+                Err("segment does not start where the previous one ends")
+            }
             Ok(h) => Ok(h),
             Err(HeaderError::Blank) if is_last => {
                 // Created just before a crash: nothing in it.
@@ -193,6 +208,16 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
             Err(HeaderError::Damaged(why)) => Err(why),
         };
         let header = match header {
+            Ok(h) if expected.is_some_and(|e| h.base > e) => {
+                let mut torn = prev_end_if_incomplete.take().expect("checked just above");
+                torn.reason = "records missing before the next segment (torn by a crash)".into();
+                report.truncated_at = Some(torn);
+                cut = true;
+                drop(storage);
+                count_dropped(&path, &mut report);
+                deletes.push(path);
+                continue;
+            }
             Ok(h) => h,
             Err(why) => {
                 let damage = Damage { file: path.clone(), offset: 0, reason: why.into() };
@@ -233,6 +258,11 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
             cut = true;
         }
         expected = Some(header.base + count);
+        prev_end_if_incomplete = (!complete_ok).then(|| Damage {
+            file: path.clone(),
+            offset: HEADER_BYTES as u64 + found.stop,
+            reason: String::new(),
+        });
         if count == 0 {
             drop(storage);
             deletes.push(path);
@@ -258,7 +288,7 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         log::info!("removing segment file {} (after the cut, empty, or blank)", path.display());
         fs::remove_file(path).map_err(|e| Error::io(path, &e))?;
     }
-    let end_offset = expected.unwrap_or(0);
+    let end_offset = expected.unwrap_or(start);
     report.end_offset = end_offset;
     if kept.is_empty() {
         report.first_offset = end_offset;

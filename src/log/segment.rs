@@ -476,6 +476,33 @@ impl Segment {
         at
     }
 
+    /// Writes record `index` into its `Granted` range at `pos` (framed, for
+    /// a durable log) and commits it.
+    ///
+    /// # Safety
+    ///
+    /// As [`Segment::write`] (or [`Segment::write_framed`] if `framed`).
+    #[inline]
+    pub(crate) unsafe fn write_and_commit(
+        &self,
+        index: u64,
+        pos: u64,
+        len: usize,
+        record: &Record<'_>,
+        timestamp_ns: u64,
+        framed: bool,
+    ) {
+        let at = if framed {
+            // SAFETY: the caller's contract.
+            unsafe { self.write_framed(index, pos, len, record, timestamp_ns) }
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { self.write(index, pos, len, record, timestamp_ns) };
+            pos
+        };
+        self.commit(index, at);
+    }
+
     /// The storage's segment file, for a durable segment.
     pub(crate) fn file(&self) -> Option<&super::file::FileStorage> {
         self.buffers.as_ref().and_then(|b| b.storage.as_file())

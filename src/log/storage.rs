@@ -20,8 +20,11 @@ pub(crate) const STORAGE_ALIGN: usize = 4096;
 ///
 /// An implementation promises that [`SegmentStorage::as_ptr`] returns the same
 /// pointer for its whole life, aligned to at least 16 bytes, valid for reads
-/// and writes of [`SegmentStorage::capacity`] bytes, initially zeroed, and that
-/// no one else reads or writes that region while the storage is alive.
+/// and writes of [`SegmentStorage::capacity`] bytes, initially zeroed (a
+/// recovered segment file is the one exception: its records are already
+/// there, and the segment built over it marks exactly those committed), and
+/// that no one else in the process reads or writes that region while the
+/// storage is alive.
 pub(crate) unsafe trait SegmentStorage: Send + Sync + fmt::Debug + 'static {
     /// The start of the region.
     fn as_ptr(&self) -> NonNull<u8>;

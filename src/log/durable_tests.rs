@@ -1,0 +1,614 @@
+//! Tests of durable logs: reopening, torn and damaged files, a full disk,
+//! group commit and retention's file deletion.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::file::{FRAME_LEN, HEADER_BYTES};
+use super::segment;
+use super::*;
+
+/// A directory under the system's temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        use crate::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        // Relaxed: only uniqueness matters.
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("rill-durable-{}-{name}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A tiny PRNG (xorshift64*): reproducible damage without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn config(segment_bytes: usize) -> LogConfig {
+    LogConfig { segment_bytes: Some(segment_bytes), retention_bytes: None, ..LogConfig::default() }
+}
+
+fn durable(dir: &Path, fsync: Fsync, repair: bool) -> DurableLog {
+    DurableLog { dir: dir.to_path_buf(), fsync, repair }
+}
+
+/// What a test published: enough to check every field after recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Published {
+    offset: u64,
+    key: Option<Vec<u8>>,
+    attributes: Vec<(String, String)>,
+    payload: Vec<u8>,
+    timestamp_ns: u64,
+}
+
+/// A record's key, attributes and payload, owned.
+type Parts = (Option<Vec<u8>>, Vec<(String, String)>, Vec<u8>);
+
+fn record_parts(i: u64, rng: &mut Rng) -> Parts {
+    let key = (!i.is_multiple_of(3)).then(|| format!("key-{i}").into_bytes());
+    let attributes =
+        if i.is_multiple_of(2) { vec![("n".to_string(), i.to_string()), ("k".into(), "v".into())] } else { vec![] };
+    let len = rng.below(300) as usize;
+    let payload = (0..len).map(|k| (i as usize * 7 + k) as u8).collect();
+    (key, attributes, payload)
+}
+
+/// Appends `n` varied records (some in batches) and returns them as read back.
+fn publish(log: &Log, n: u64, rng: &mut Rng) -> Vec<Published> {
+    let start = log.end_offset();
+    let mut i = start;
+    while i < start + n {
+        let batch = (rng.below(4) + 1).min(start + n - i);
+        let parts: Vec<_> = (i..i + batch).map(|k| record_parts(k, rng)).collect();
+        let attrs: Vec<Vec<(&str, &str)>> =
+            parts.iter().map(|(_, a, _)| a.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()).collect();
+        let records: Vec<Record<'_>> = parts
+            .iter()
+            .zip(&attrs)
+            .map(|((key, _, payload), attrs)| {
+                let r = Record::new(payload).with_attributes(attrs);
+                match key {
+                    Some(k) => r.with_key(k),
+                    None => r,
+                }
+            })
+            .collect();
+        if batch == 1 {
+            assert_eq!(log.append(&records[0]).unwrap(), i);
+        } else {
+            let mut offsets = Vec::new();
+            log.append_batch(&records, &mut offsets).unwrap();
+            assert_eq!(offsets, (i..i + batch).collect::<Vec<_>>());
+        }
+        i += batch;
+    }
+    read_from(log, start)
+}
+
+fn read_from(log: &Log, from: u64) -> Vec<Published> {
+    let mut c = log.cursor_at(from).unwrap();
+    let mut out = Vec::new();
+    while let Some(r) = c.read().expect("nothing trimmed") {
+        out.push(Published {
+            offset: r.offset(),
+            key: r.key().map(<[u8]>::to_vec),
+            attributes: r.attributes().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            payload: r.payload().to_vec(),
+            timestamp_ns: r.timestamp_ns(),
+        });
+    }
+    out
+}
+
+fn segment_files(dir: &Path) -> Vec<(u64, PathBuf)> {
+    let mut files: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter_map(|p| file::parse_segment_file_name(p.file_name()?.to_str()?).map(|b| (b, p)))
+        .collect();
+    files.sort();
+    files
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// Where each record lies in its file: `(file index, frame start in the
+/// file, end of its checked bytes, end with padding)`.
+fn layout(records: &[Published], files: &[(u64, PathBuf)]) -> Vec<(usize, u64, u64, u64)> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    let mut fi = 0;
+    for r in records {
+        while fi + 1 < files.len() && files[fi + 1].0 <= r.offset {
+            fi += 1;
+            pos = 0;
+        }
+        let attrs: Vec<(&str, &str)> = r.attributes.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut rec = Record::new(&r.payload).with_attributes(&attrs);
+        if let Some(k) = &r.key {
+            rec = rec.with_key(k);
+        }
+        let padded = rec.encoded_len().unwrap() as u64;
+        let raw = 24
+            + r.key.as_ref().map_or(0, Vec::len) as u64
+            + r.payload.len() as u64
+            + r.attributes.iter().map(|(k, v)| 6 + k.len() + v.len()).sum::<usize>() as u64;
+        let start = HEADER_BYTES as u64 + pos;
+        out.push((fi, start, start + FRAME_LEN as u64 + raw, start + FRAME_LEN as u64 + padded));
+        pos += FRAME_LEN as u64 + padded;
+    }
+    out
+}
+
+#[test]
+fn reopen_after_clean_close_returns_every_record_and_continues_offsets() {
+    let dir = TempDir::new("reopen");
+    let mut rng = Rng(7);
+    let (log, report) = Log::open(&config(4096), 3, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    assert_eq!(report, RecoveryReport::default());
+    assert!(log.is_durable());
+    let first = publish(&log, 200, &mut rng);
+    assert!(log.stats().segments > 3, "the test crosses segments");
+    drop(log);
+
+    let (log, report) = Log::open(&config(4096), 3, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    assert_eq!((report.records, report.first_offset, report.end_offset), (200, 0, 200));
+    assert_eq!((report.truncated_records, report.truncated_bytes, report.truncated_at), (0, 0, None));
+    assert_eq!(read_from(&log, 0), first);
+    let second = publish(&log, 50, &mut rng);
+    assert_eq!(second[0].offset, 200);
+    drop(log);
+
+    let (log, report) = Log::open(&config(8192), 3, &durable(dir.path(), Fsync::Always, false)).unwrap();
+    assert_eq!(report.end_offset, 250);
+    let all = read_from(&log, 0);
+    assert_eq!(all[..200], first[..]);
+    assert_eq!(all[200..], second[..]);
+}
+
+#[test]
+fn an_empty_directory_opens_empty_and_a_regular_file_is_io() {
+    let dir = TempDir::new("empty");
+    let (log, report) = Log::open(&config(4096), 0, &durable(&dir.path().join("p0"), Fsync::Never, false)).unwrap();
+    assert_eq!(report.records, 0);
+    assert_eq!(log.append(&Record::new(b"x")).unwrap(), 0);
+
+    let not_dir = dir.path().join("file");
+    fs::write(&not_dir, b"x").unwrap();
+    let err = Log::open(&config(4096), 0, &durable(&not_dir, Fsync::Never, false)).unwrap_err();
+    assert!(matches!(&err, Error::Io { path, .. } if *path == not_dir), "{err:?}");
+}
+
+#[test]
+fn files_that_are_not_segments_are_left_alone() {
+    let dir = TempDir::new("foreign");
+    fs::write(dir.path().join("README"), b"not a segment").unwrap();
+    let (log, _) = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    log.append(&Record::new(b"x")).unwrap();
+    drop(log);
+    let (log, report) = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    assert_eq!(report.records, 1);
+    assert_eq!(log.end_offset(), 1);
+    assert!(dir.path().join("README").exists());
+}
+
+/// Builds a partition of several sealed segments and a partly filled active
+/// one, closed cleanly; returns what it holds.
+fn build_partition(dir: &Path, rng: &mut Rng) -> Vec<Published> {
+    let (log, _) = Log::open(&config(4096), 0, &durable(dir, Fsync::Never, false)).unwrap();
+    let n = 80 + rng.below(60);
+    let records = publish(&log, n, rng);
+    drop(log);
+    records
+}
+
+/// Opens a damaged copy and checks the outcome against `keep` (the number
+/// of records before the first damaged one) and whether the damage is in a
+/// sealed file.
+fn check_recovery(dir: &Path, records: &[Published], keep: usize, sealed: bool, damaged_file: &Path, at: u64) {
+    for repair in [false, true] {
+        let scratch = TempDir::new("scratch");
+        copy_dir(dir, scratch.path());
+        let opened = Log::open(&config(4096), 0, &durable(scratch.path(), Fsync::Never, repair));
+        if sealed && !repair {
+            let err = opened.unwrap_err();
+            match &err {
+                Error::Corrupt { file, offset, .. } => {
+                    assert_eq!(file.file_name(), damaged_file.file_name(), "{err}");
+                    assert_eq!(*offset, at, "{err}");
+                }
+                other => panic!("expected Corrupt, got {other:?}"),
+            }
+            // Nothing on disk changed: the same failure again.
+            assert!(Log::open(&config(4096), 0, &durable(scratch.path(), Fsync::Never, false)).is_err());
+            continue;
+        }
+        let (log, report) = opened.unwrap();
+        assert_eq!(report.records, keep as u64, "{report:?}");
+        assert_eq!(report.end_offset, keep as u64);
+        assert_eq!(report.repaired, sealed, "{report:?}");
+        if keep < records.len() {
+            let cut = report.truncated_at.as_ref().expect("a cut is reported");
+            assert_eq!(cut.file.file_name(), damaged_file.file_name());
+            assert_eq!(cut.offset, at);
+            assert!(report.truncated_bytes > 0);
+        }
+        assert_eq!(read_from(&log, 0), records[..keep]);
+        // The log goes on from the cut, and the cut holds on the next open.
+        assert_eq!(log.append(&Record::new(b"after")).unwrap(), keep as u64);
+        drop(log);
+        let (log, report) = Log::open(&config(4096), 0, &durable(scratch.path(), Fsync::Never, false)).unwrap();
+        assert_eq!(report.records, keep as u64 + 1);
+        assert_eq!(report.truncated_at, None);
+        assert_eq!(read_from(&log, 0)[..keep], records[..keep]);
+    }
+}
+
+#[test]
+fn a_truncated_file_keeps_exactly_the_records_before_the_cut() {
+    let mut rng = Rng(11);
+    for round in 0..12 {
+        let dir = TempDir::new("trunc");
+        let records = build_partition(dir.path(), &mut rng);
+        let files = segment_files(dir.path());
+        let lay = layout(&records, &files);
+        // The active file is the last one holding records (close leaves an
+        // empty one after it only if the last segment was just rolled).
+        let last_fi = lay.last().unwrap().0;
+        let fi = if round % 3 == 0 { rng.below(last_fi as u64) as usize } else { last_fi };
+        let path = &files[fi].1;
+        let in_file: Vec<_> = lay.iter().enumerate().filter(|(_, l)| l.0 == fi).collect();
+        let end = in_file.last().unwrap().1.3;
+        let len = HEADER_BYTES as u64 + rng.below(end - HEADER_BYTES as u64);
+        fs::OpenOptions::new().write(true).open(path).unwrap().set_len(len).unwrap();
+        let (first_lost, lost) =
+            in_file.iter().find(|(_, l)| l.3 > len).map(|(i, l)| (*i, *l)).expect("the cut loses a record");
+        check_recovery(dir.path(), &records, first_lost, fi != last_fi, path, lost.1);
+    }
+}
+
+#[test]
+fn an_overwritten_or_flipped_byte_keeps_exactly_the_records_before_it() {
+    let mut rng = Rng(23);
+    for round in 0..24 {
+        let dir = TempDir::new("flip");
+        let records = build_partition(dir.path(), &mut rng);
+        let files = segment_files(dir.path());
+        let lay = layout(&records, &files);
+        let last_fi = lay.last().unwrap().0;
+        let fi = if round % 2 == 0 { rng.below(last_fi as u64) as usize } else { last_fi };
+        let path = &files[fi].1;
+        // A byte that a record's frame or bytes cover (padding is not checked).
+        let victims: Vec<_> = lay.iter().enumerate().filter(|(_, l)| l.0 == fi).collect();
+        let (k, l) = victims[rng.below(victims.len() as u64) as usize];
+        let at = l.1 + rng.below(l.2 - l.1);
+        let mut bytes = fs::read(path).unwrap();
+        bytes[at as usize] ^= 1 << rng.below(8);
+        fs::write(path, &bytes).unwrap();
+        check_recovery(dir.path(), &records, k, fi != last_fi, path, l.1);
+    }
+}
+
+#[test]
+fn garbage_after_the_last_record_of_the_active_file_is_a_torn_tail() {
+    let mut rng = Rng(5);
+    let dir = TempDir::new("garbage");
+    let records = build_partition(dir.path(), &mut rng);
+    let files = segment_files(dir.path());
+    let lay = layout(&records, &files);
+    let last = *lay.last().unwrap();
+    let path = &files[last.0].1;
+    let mut bytes = fs::read(path).unwrap();
+    bytes[last.3 as usize + 100] = 0xEE;
+    fs::write(path, &bytes).unwrap();
+    check_recovery(dir.path(), &records, records.len(), false, path, last.3);
+}
+
+#[test]
+fn a_damaged_header_of_a_sealed_file_is_corrupt() {
+    let mut rng = Rng(9);
+    let dir = TempDir::new("header");
+    let records = build_partition(dir.path(), &mut rng);
+    let files = segment_files(dir.path());
+    let lay = layout(&records, &files);
+    let path = &files[1].1;
+    let mut bytes = fs::read(path).unwrap();
+    bytes[0] ^= 0xFF;
+    fs::write(path, &bytes).unwrap();
+    let keep = lay.iter().filter(|l| l.0 == 0).count();
+    check_recovery(dir.path(), &records, keep, true, path, 0);
+}
+
+#[test]
+fn a_missing_file_in_the_middle_is_corrupt() {
+    let mut rng = Rng(13);
+    let dir = TempDir::new("gap");
+    let records = build_partition(dir.path(), &mut rng);
+    let files = segment_files(dir.path());
+    let lay = layout(&records, &files);
+    fs::remove_file(&files[1].1).unwrap();
+    let keep = lay.iter().filter(|l| l.0 == 0).count();
+    check_recovery(dir.path(), &records, keep, true, &files[2].1, 0);
+}
+
+#[test]
+fn a_blank_file_left_by_a_crash_at_creation_is_removed() {
+    let mut rng = Rng(17);
+    let dir = TempDir::new("blank");
+    let records = build_partition(dir.path(), &mut rng);
+    let next = records.len() as u64 + 1000;
+    fs::write(dir.path().join(file::segment_file_name(next)), vec![0u8; 100]).unwrap();
+    let (log, report) = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    assert_eq!(report.records, records.len() as u64);
+    assert_eq!(read_from(&log, 0), records);
+    assert!(!dir.path().join(file::segment_file_name(next)).exists());
+}
+
+#[test]
+fn a_full_disk_at_a_roll_is_io_to_that_publisher_and_loses_nothing_acknowledged() {
+    let dir = TempDir::new("full");
+    let (log, _) = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Always, false)).unwrap();
+    let payload = [7u8; 1000];
+    let mut acked = Vec::new();
+    log.fail_next_segment_files(2);
+    let mut failures = 0;
+    for _ in 0..20 {
+        match log.append(&Record::new(&payload)) {
+            Ok(offset) => acked.push(offset),
+            Err(Error::Io { path, kind, .. }) => {
+                assert_eq!(kind, std::io::ErrorKind::StorageFull);
+                assert!(path.starts_with(dir.path()), "{path:?}");
+                failures += 1;
+            }
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    assert_eq!(failures, 2, "two rolls failed, then space was back");
+    assert_eq!(acked, (0..18).collect::<Vec<_>>(), "offsets stay dense across the failures");
+    drop(log);
+    let (log, report) = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Always, false)).unwrap();
+    assert_eq!(report.records, 18);
+    assert_eq!(read_from(&log, 0).len(), 18);
+}
+
+#[test]
+fn always_publishers_on_four_threads_are_all_durable_and_share_syncs() {
+    let dir = TempDir::new("always");
+    let (log, _) = Log::open(&config(64 << 10), 0, &durable(dir.path(), Fsync::Always, false)).unwrap();
+    const PER_THREAD: u64 = 150;
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let log = &log;
+            s.spawn(move || {
+                for i in 0..PER_THREAD {
+                    let body = format!("{t}:{i}");
+                    log.append(&Record::new(body.as_bytes())).unwrap();
+                }
+            });
+        }
+    });
+    let stats = log.stats();
+    assert_eq!(stats.durable_waits, 4 * PER_THREAD);
+    assert!(stats.sync_rounds >= 1 && stats.sync_rounds <= stats.durable_waits, "{stats:?}");
+    println!("group commit: {} appends, {} sync rounds", stats.durable_waits, stats.sync_rounds);
+    // Durable before each append returned: what the files hold (read by a
+    // second open of a copy, as after a crash) is everything.
+    let copy = TempDir::new("always-copy");
+    copy_dir(dir.path(), copy.path());
+    let (reopened, report) = Log::open(&config(64 << 10), 0, &durable(copy.path(), Fsync::Never, false)).unwrap();
+    assert_eq!(report.records, 4 * PER_THREAD);
+    let mut seen: Vec<String> =
+        read_from(&reopened, 0).into_iter().map(|p| String::from_utf8(p.payload).unwrap()).collect();
+    seen.sort();
+    let mut want: Vec<String> = (0..4).flat_map(|t| (0..PER_THREAD).map(move |i| format!("{t}:{i}"))).collect();
+    want.sort();
+    assert_eq!(seen, want);
+}
+
+#[test]
+fn sync_makes_interval_logs_durable_and_marks_sealed_segments() {
+    let dir = TempDir::new("sync");
+    let mut rng = Rng(3);
+    let (log, _) =
+        Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Interval(DEFAULT_FSYNC_INTERVAL), false)).unwrap();
+    let records = publish(&log, 100, &mut rng);
+    log.sync().unwrap();
+    assert!(log.stats().sync_rounds >= 1);
+    // Without closing: a copy of the directory now (as after a machine
+    // crash right after the sync) holds every record, and its sealed
+    // segments are complete: a flipped bit in one is Corrupt, not a tail.
+    let copy = TempDir::new("sync-copy");
+    copy_dir(dir.path(), copy.path());
+    let (reopened, report) = Log::open(&config(4096), 0, &durable(copy.path(), Fsync::Never, false)).unwrap();
+    assert_eq!(report.records, 100);
+    assert_eq!(read_from(&reopened, 0), records);
+    drop(reopened);
+    let copy2 = TempDir::new("sync-copy2");
+    copy_dir(dir.path(), copy2.path());
+    let first = &segment_files(copy2.path())[0].1;
+    let mut bytes = fs::read(first).unwrap();
+    bytes[HEADER_BYTES + FRAME_LEN + 2] ^= 0x10;
+    fs::write(first, &bytes).unwrap();
+    let err = Log::open(&config(4096), 0, &durable(copy2.path(), Fsync::Never, false)).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { offset, .. } if offset == HEADER_BYTES as u64), "{err:?}");
+}
+
+#[test]
+fn retention_deletes_trimmed_segment_files() {
+    let dir = TempDir::new("retention");
+    let cfg = LogConfig { segment_bytes: Some(4096), retention_bytes: Some(16 << 10), ..LogConfig::default() };
+    let (log, _) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    for i in 0..2000u64 {
+        log.append(&Record::new(&i.to_le_bytes())).unwrap();
+    }
+    let stats = log.stats();
+    assert!(stats.trimmed_segments > 10, "{stats:?}");
+    let files = segment_files(dir.path());
+    assert_eq!(files.len(), stats.segments, "one file per retained segment: {files:?}");
+    assert_eq!(files[0].0, log.first_offset());
+    drop(log);
+    let (log, report) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    assert_eq!(report.end_offset, 2000);
+    assert_eq!(log.first_offset(), files[0].0);
+}
+
+#[test]
+fn durable_records_read_back_like_in_memory_ones() {
+    // The frame is invisible to readers: a cursor over a durable log sees
+    // the same records, in the same order, as over an in-memory one.
+    let dir = TempDir::new("same");
+    let mut rng_a = Rng(99);
+    let mut rng_b = Rng(99);
+    let (durable_log, _) = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    let memory = Log::new(&config(4096)).unwrap();
+    let a = publish(&durable_log, 300, &mut rng_a);
+    let b = publish(&memory, 300, &mut rng_b);
+    let strip =
+        |v: Vec<Published>| v.into_iter().map(|p| (p.offset, p.key, p.attributes, p.payload)).collect::<Vec<_>>();
+    assert_eq!(strip(a), strip(b));
+}
+
+/// Reserves one record's room in the active segment and never writes it:
+/// a publisher killed while copying its record.
+fn reserve_hole(log: &Log, bytes: u64) {
+    let guard = epoch::pin();
+    let seg = log.shared.dir(&guard).last().clone();
+    assert!(matches!(seg.reserve(1, bytes), segment::Reservation::Granted { .. }));
+}
+
+#[test]
+fn a_record_never_written_before_a_crash_cuts_the_log_there() {
+    // The copy of the directory taken while the log is open is what a
+    // killed process leaves: everything committed is in the page cache.
+    let dir = TempDir::new("hole");
+    let (log, _) = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    let mut rng = Rng(31);
+    let before = publish(&log, 10, &mut rng);
+    reserve_hole(&log, 64);
+    let after = publish(&log, 100, &mut rng);
+    assert_eq!(after[0].offset, 11, "the hole holds offset 10");
+    let crashed = TempDir::new("hole-copy");
+    copy_dir(dir.path(), crashed.path());
+    let (reopened, report) = Log::open(&config(4096), 0, &durable(crashed.path(), Fsync::Never, false)).unwrap();
+    assert_eq!(report.end_offset, 10);
+    assert!(!report.repaired);
+    assert!(report.truncated_records > 0, "records in the later segment files are counted: {report:?}");
+    assert_eq!(read_from(&reopened, 0), before);
+}
+
+#[test]
+fn a_segment_whose_last_record_was_never_written_is_a_torn_tail_not_damage() {
+    let dir = TempDir::new("hole-last");
+    let (log, _) = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    let region = (4096 + FRAME_LEN) as u64;
+    // The first record takes the whole first segment and is never written;
+    // the next append rolls, and its segment starts at offset 1.
+    reserve_hole(&log, region);
+    let mut rng = Rng(37);
+    let after = publish(&log, 5, &mut rng);
+    assert_eq!(after[0].offset, 1);
+    let crashed = TempDir::new("hole-last-copy");
+    copy_dir(dir.path(), crashed.path());
+    let (reopened, report) = Log::open(&config(4096), 0, &durable(crashed.path(), Fsync::Never, false)).unwrap();
+    assert_eq!((report.records, report.end_offset, report.truncated_records), (0, 0, 5), "{report:?}");
+    assert!(report.truncated_at.is_some());
+    assert_eq!(reopened.append(&Record::new(b"again")).unwrap(), 0);
+}
+
+#[test]
+fn a_repair_that_keeps_nothing_continues_after_the_offsets_handed_out() {
+    let dir = TempDir::new("repair-all");
+    let cfg = LogConfig { segment_bytes: Some(4096), retention_bytes: Some(8192), ..LogConfig::default() };
+    let (log, _) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    for i in 0..500u64 {
+        log.append(&Record::new(&i.to_le_bytes())).unwrap();
+    }
+    drop(log);
+    let files = segment_files(dir.path());
+    let first_base = files[0].0;
+    assert!(first_base > 0, "retention trimmed the head");
+    assert_eq!(files.len(), 2, "retention keeps two segments: {files:?}");
+    let mut bytes = fs::read(&files[0].1).unwrap();
+    bytes[3] ^= 0x40;
+    fs::write(&files[0].1, &bytes).unwrap();
+    let err = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap_err();
+    assert!(matches!(&err, Error::Corrupt { file, offset: 0, .. } if *file == files[0].1), "{err:?}");
+    let (log, report) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, true)).unwrap();
+    assert!(report.repaired);
+    assert_eq!((report.records, report.end_offset), (0, first_base));
+    assert_eq!(report.truncated_records, 500 - files[1].0, "{report:?}");
+    assert_eq!(log.append(&Record::new(b"next")).unwrap(), first_base);
+}
+
+#[test]
+fn publishers_on_four_threads_ride_out_a_full_disk_and_lose_nothing_acknowledged() {
+    let dir = TempDir::new("full-threads");
+    let (log, _) =
+        Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Interval(DEFAULT_FSYNC_INTERVAL), false)).unwrap();
+    log.fail_next_segment_files(6);
+    let acked: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4u8)
+            .map(|t| {
+                let log = &log;
+                s.spawn(move || {
+                    let payload = [t; 300];
+                    let mut acked = Vec::new();
+                    for _ in 0..200 {
+                        match log.append(&Record::new(&payload)) {
+                            Ok(offset) => acked.push(offset),
+                            // The disk is full: the injected ENOSPC, to
+                            // every publisher that needed the new segment.
+                            Err(Error::Io { kind, .. }) => assert_eq!(kind, std::io::ErrorKind::StorageFull),
+                            Err(e) => panic!("unexpected {e:?}"),
+                        }
+                    }
+                    acked
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all: Vec<u64> = acked.into_iter().flatten().collect();
+    all.sort_unstable();
+    let n = all.len() as u64;
+    assert!(n < 800, "some appends failed");
+    assert_eq!(all, (0..n).collect::<Vec<_>>(), "acknowledged offsets are dense");
+    log.sync().unwrap();
+    let copy = TempDir::new("full-threads-copy");
+    copy_dir(dir.path(), copy.path());
+    let (reopened, report) = Log::open(&config(4096), 0, &durable(copy.path(), Fsync::Never, false)).unwrap();
+    assert_eq!((report.records, report.truncated_at), (n, None));
+    assert_eq!(reopened.end_offset(), n);
+}
