@@ -19,9 +19,22 @@ import rill
 # the subprocesses run the same package and library.
 PACKAGE = str(Path(rill.__file__).resolve().parents[1])
 
-WRITER = """
+# Both processes describe every message the same way: what must survive.
+SNAPSHOT = """
     import json, sys, threading
     import rill
+
+    def snapshot(b):
+        snap = b.consumer("snapshot", "orders")
+        seen = []
+        while len(seen) < 90:
+            for m in snap.poll(100, 5.0):
+                seen.append([m.partition, m.offset, m.timestamp_ns, m.key.hex(), m.payload.hex(), m.attributes])
+        snap.close()
+        return sorted(seen)
+"""
+
+WRITER = """
 
     data, expected = sys.argv[1], sys.argv[2]
     b = rill.Broker(data_dir=data, fsync="always")
@@ -48,21 +61,13 @@ WRITER = """
     billing.commit()
     committed = [billing.committed(p) for p in range(3)]
     billing.close()
-    snap = b.consumer("snapshot", "orders")
-    seen = []
-    while len(seen) < 90:
-        for m in snap.poll(100, 5.0):
-            seen.append([m.partition, m.offset, m.timestamp_ns, m.key.hex(), m.payload.hex(), m.attributes])
-    snap.close()
-    seen.sort()
+    seen = snapshot(b)
     with open(expected, "w") as f:
         json.dump({"messages": seen, "committed": committed}, f)
     b.close()
 """
 
 READER = """
-    import json, sys, threading
-    import rill
 
     data, expected = sys.argv[1], sys.argv[2]
     with open(expected) as f:
@@ -70,13 +75,7 @@ READER = """
     b = rill.Broker(data_dir=data)
     stats = b.topic_stats("orders")
     assert stats.partitions == 3 and stats.publish_count == 90, stats
-    snap = b.consumer("snapshot", "orders")
-    seen = []
-    while len(seen) < 90:
-        for m in snap.poll(100, 5.0):
-            seen.append([m.partition, m.offset, m.timestamp_ns, m.key.hex(), m.payload.hex(), m.attributes])
-    snap.close()
-    seen.sort()
+    seen = snapshot(b)
     assert seen == want["messages"]
     ends = {}
     for p, o, *_ in seen:
@@ -119,9 +118,8 @@ READER = """
 
 def run(script: str, *args: str) -> None:
     env = dict(os.environ, PYTHONPATH=PACKAGE)
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script), *args], env=env, capture_output=True, text=True, timeout=120
-    )
+    code = textwrap.dedent(SNAPSHOT) + textwrap.dedent(script)
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
 
