@@ -180,6 +180,9 @@ fn restart_writer(data: &Path) {
             for _ in 0..ACKED_BEFORE_CLOSE {
                 rx.recv_timeout(WAIT).unwrap();
             }
+            // The handler reports before it returns, the ack follows: wait
+            // for the last ack, or it would be delivered again (at-least-once).
+            assert!(audit.wait_idle(WAIT).unwrap());
             audit.close();
         }
     }

@@ -448,13 +448,14 @@ impl BrokerInner {
             Fsync::Never => (DEFAULT_POSITIONS_INTERVAL, false),
             Fsync::Always => (DEFAULT_POSITIONS_INTERVAL, true),
         };
-        let weak = Arc::downgrade(this);
+        // A strong reference: the cycle it makes (broker -> flusher -> job ->
+        // broker) ends at `close`, which every broker gets (the last handle's
+        // drop calls it) and which stops the flusher, dropping the job.
+        let inner = this.clone();
         let flusher = Flusher::start(
             interval,
             Box::new(move || {
-                if let Some(inner) = weak.upgrade()
-                    && let Some(store) = inner.store()
-                {
+                if let Some(store) = inner.store() {
                     inner.flush(&store, sync);
                 }
             }),

@@ -53,6 +53,8 @@ WRITER = """
         if i + 1 == 60:
             with cond:
                 assert cond.wait_for(lambda: len(handled) == 60, timeout=20)
+            # The last ack follows the handler's return: wait for it.
+            assert sub.wait_idle(20.0)
             sub.close()
     billing = b.consumer("billing", "orders")
     polled = 0

@@ -166,6 +166,10 @@ static int writer(const char *dir) {
         OK(rill_publish(b, TOPIC, &r, NULL));
         if (i + 1 == HANDLED_BEFORE_CLOSE) {
             CHECK(wait_count(&audit_count, HANDLED_BEFORE_CLOSE) == HANDLED_BEFORE_CLOSE);
+            /* The count moves inside the handler, the ack after it returns:
+             * wait until the last ack is settled, or closing now would leave
+             * that message to be delivered again (at-least-once). */
+            OK(rill_subscription_wait_idle(audit, WAIT_SECONDS * 1000));
             rill_subscription_free(audit);
         }
     }
