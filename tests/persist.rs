@@ -38,10 +38,11 @@ fn main() {
         return;
     }
     let filters: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
-    let tests: [(&str, fn()); 6] = [
+    let tests: [(&str, fn()); 7] = [
         ("restart_in_two_processes_keeps_everything", restart_in_two_processes_keeps_everything),
         ("a_second_broker_on_a_directory_is_busy_in_this_process_and_another", second_broker_is_busy),
         ("a_regular_file_as_data_dir_is_io_with_its_path", regular_file_is_io),
+        ("a_damaged_tail_is_dropped_and_reported_in_the_partition_stats", damaged_tail_is_reported),
         ("crash_loop_always", || crash_loop(Fsync::Always)),
         ("crash_loop_interval", || crash_loop(Fsync::default())),
         ("crash_loop_never", || crash_loop(Fsync::Never)),
@@ -307,6 +308,52 @@ fn regular_file_is_io() {
         Err(Error::Io { path, .. }) => assert_eq!(path, file),
         other => panic!("expected Io, got {other:?}"),
     }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() { out.extend(files_under(&path)) } else { out.push(path) }
+    }
+    out
+}
+
+fn damaged_tail_is_reported() {
+    let root = temp_dir("damaged");
+    let b = open(&root, Fsync::Always);
+    b.create_topic("t", &TopicOptions::default()).unwrap();
+    for i in 0..9 {
+        b.publish("t", &Record::new(format!("record {i}").as_bytes())).unwrap();
+    }
+    b.publish("t", &Record::new(b"the last record, to be damaged")).unwrap();
+    b.close();
+    drop(b);
+    // Flip a byte of the last record's payload in its segment file.
+    let needle = b"the last record, to be damaged";
+    let mut damaged = 0;
+    for file in files_under(&root.join("topics")) {
+        let mut bytes = std::fs::read(&file).unwrap();
+        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
+            bytes[at + 4] ^= 0x20;
+            std::fs::write(&file, bytes).unwrap();
+            damaged += 1;
+        }
+    }
+    assert_eq!(damaged, 1, "the record is in exactly one segment file");
+    let b = open(&root, Fsync::Always);
+    let stats = b.topic_stats("t").unwrap();
+    let p = &stats.partitions[0];
+    assert_eq!(p.next_offset, 9, "the damaged record is dropped, the nine before it kept");
+    assert_eq!(p.recovered_truncated_records, 0, "no intact record came after the damaged one");
+    assert!(p.recovered_truncated_bytes >= needle.len() as u64, "{p:?}");
+    let got = read_all(&b, "check", "t");
+    assert_eq!(got.len(), 9);
+    // Publishing continues the offsets after the kept records.
+    assert_eq!(b.publish("t", &Record::new(b"next")).unwrap().offset, 9);
+    b.close();
     std::fs::remove_dir_all(&root).unwrap();
 }
 
