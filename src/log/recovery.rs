@@ -42,6 +42,7 @@ use std::path::{Path, PathBuf};
 use super::durable::{Damage, RecoveryReport};
 use super::file::{self, FRAME_LEN, FileStorage, HEADER_BYTES, Header, HeaderError};
 use super::record;
+use super::segment::{MAX_SEGMENT_BYTES, MAX_SEGMENT_RECORDS};
 use crate::error::{Error, Result};
 
 /// One segment file recovery keeps.
@@ -232,9 +233,11 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         if expected.is_none() {
             report.first_offset = header.base;
         }
-        let region_len = (bytes.len() - HEADER_BYTES).min(header.capacity as usize);
+        // Never more than a segment can hold, whatever the header claims:
+        // the segment built over it must keep the tail word's invariants.
+        let region_len = (bytes.len() - HEADER_BYTES).min(header.capacity as usize).min(MAX_SEGMENT_BYTES + FRAME_LEN);
         let region = &bytes[HEADER_BYTES..HEADER_BYTES + region_len];
-        let limit = header.complete.map_or(u64::MAX, |(count, _)| count);
+        let limit = header.complete.map_or(u64::MAX, |(count, _)| count).min(MAX_SEGMENT_RECORDS as u64);
         let found = scan(region, header.base, limit);
         let count = found.positions.len() as u64;
         let complete_ok = header.complete.is_some_and(|(c, used)| c == count && used == found.stop);

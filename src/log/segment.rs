@@ -356,7 +356,8 @@ impl Segment {
     pub(crate) fn new(base: u64, buffers: Buffers, pool: Arc<Pool>) -> Self {
         let data = buffers.storage.as_ptr();
         let capacity = buffers.storage.capacity() as u64;
-        debug_assert!(capacity as usize <= MAX_SEGMENT_BYTES);
+        // A durable segment's region holds one frame more than the segment size.
+        debug_assert!(capacity as usize <= MAX_SEGMENT_BYTES + super::file::FRAME_LEN);
         debug_assert!(buffers.slots.len() <= MAX_SEGMENT_RECORDS);
         Segment {
             tail: CachePadded::new(AtomicU64::new(0)),
