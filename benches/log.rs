@@ -116,6 +116,54 @@ fn append_durable(c: &mut Criterion) {
     g.finish();
 }
 
+/// Recovery of a 64 MiB partition (1 KiB records) beside reading its files
+/// from the page cache: the two run back to back on the same files.
+fn recover(c: &mut Criterion) {
+    let mut g = c.benchmark_group("log_recover_64MiB");
+    let d = DurableBench::new("recover", Fsync::Never);
+    let payload = [0x5Au8; 1000];
+    let records = (64 << 20) / 1032;
+    for _ in 0..records {
+        d.log().append(&Record::new(&payload)).unwrap();
+    }
+    d.log().sync().unwrap();
+    g.throughput(Throughput::Bytes(64 << 20));
+    g.bench_function("read_files", |b| {
+        b.iter(|| {
+            let mut n = 0;
+            for e in std::fs::read_dir(&d.dir).unwrap() {
+                n += std::fs::read(e.unwrap().path()).unwrap().len();
+            }
+            black_box(n)
+        })
+    });
+    g.bench_function("open", |b| {
+        // Recovery of a copy, so each open sees the same files (an open
+        // seals the active segment and starts a new one).
+        let copy = std::env::temp_dir().join(format!("rill-bench-recover-copy-{}", std::process::id()));
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let _ = std::fs::remove_dir_all(&copy);
+                std::fs::create_dir_all(&copy).unwrap();
+                for e in std::fs::read_dir(&d.dir).unwrap() {
+                    let e = e.unwrap();
+                    std::fs::copy(e.path(), copy.join(e.file_name())).unwrap();
+                }
+                let durable = DurableLog { dir: copy.clone(), fsync: Fsync::Never, repair: false };
+                let start = Instant::now();
+                let (log, report) = Log::open(&LogConfig::default(), 0, &durable).unwrap();
+                total += start.elapsed();
+                assert_eq!(report.records, records);
+                drop(log);
+            }
+            let _ = std::fs::remove_dir_all(&copy);
+            total
+        })
+    });
+    g.finish();
+}
+
 fn append_and_read(c: &mut Criterion) {
     let mut g = c.benchmark_group("log_append_read_64B");
     g.throughput(Throughput::Elements(1));
@@ -154,6 +202,6 @@ fn append_and_read(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = append, append_and_read, append_durable
+    targets = append, append_and_read, append_durable, recover
 }
 criterion_main!(benches);

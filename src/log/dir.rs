@@ -279,6 +279,15 @@ impl Shared {
         }
     }
 
+    /// The retained segments from the one holding `offset` on (all of them
+    /// if it was trimmed): a snapshot for a sync round.
+    pub(super) fn segments_from(&self, offset: u64) -> Vec<Arc<Segment>> {
+        let guard = epoch::pin();
+        let dir = self.dir(&guard);
+        let start = dir.segs.partition_point(|s| s.base() <= offset).saturating_sub(1);
+        dir.segs[start..].to_vec()
+    }
+
     /// Frees a directory that was just replaced, once no reader can hold it.
     pub(super) fn retire(&self, replaced: epoch::Shared<'_, Dir>, guard: &Guard) {
         // SAFETY: `replaced` is no longer reachable from `self.dir`; threads that
@@ -358,10 +367,10 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        if let Some(durability) = &self.durability {
+        if let (Some(durability), Some(files)) = (&self.durability, self.pool.files()) {
             // A clean close: everything on disk (unless `Never`) and every
             // sealed segment marked complete, so the next open checks them.
-            if let Err(e) = durability.sync(self) {
+            if let Err(e) = durability.sync(files, &|from| self.segments_from(from)) {
                 log::warn!("partition {}: final sync at close failed: {e}", self.partition);
             }
         }

@@ -87,12 +87,15 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::dir::Shared;
-use super::file::{self, FileStorage};
+use super::file::{self, Files};
 use super::segment::Segment;
 use crate::error::{Error, Result};
-use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use crate::sync::{Arc, Condvar, Mutex, epoch};
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Arc, Condvar, Mutex};
+
+/// The retained segments of a log from the one holding a given offset on
+/// (a snapshot, taken by the log's directory; see `dir.rs`).
+pub(crate) type SegmentsFrom<'a> = &'a dyn Fn(u64) -> Vec<Arc<Segment>>;
 
 /// When a durable log's records reach stable storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,57 +175,6 @@ pub struct RecoveryReport {
     pub repaired: bool,
 }
 
-/// A durable log's segment files: where they go and what creating them owes.
-#[derive(Debug)]
-pub(crate) struct Files {
-    pub(crate) dir: PathBuf,
-    pub(crate) fsync: Fsync,
-    /// A segment file was created since the directory was last synced.
-    dir_dirty: AtomicBool,
-    /// Test seam: how many of the next file creations fail as if the disk
-    /// were full. Checked only when a segment file is created (a rollover),
-    /// never on the append path.
-    fail_creates: AtomicUsize,
-}
-
-impl Files {
-    pub(crate) fn new(dir: PathBuf, fsync: Fsync) -> Self {
-        Files { dir, fsync, dir_dirty: AtomicBool::new(false), fail_creates: AtomicUsize::new(0) }
-    }
-
-    /// Creates the segment file for `base` (see [`FileStorage::create`]).
-    pub(crate) fn create(&self, base: u64, capacity: usize) -> Result<FileStorage> {
-        // Relaxed: a counter the RMW keeps exact; it guards no other data.
-        if self.fail_creates.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
-            let e = std::io::Error::from_raw_os_error(libc::ENOSPC);
-            return Err(Error::io(self.dir.join(file::segment_file_name(base)), &e));
-        }
-        let storage = FileStorage::create(&self.dir, base, capacity)?;
-        // Relaxed: read by the next sync round, which also reads the file's
-        // segment through the directory's Acquire load.
-        self.dir_dirty.store(true, Ordering::Relaxed);
-        log::debug!("created segment file {}", storage.path().display());
-        Ok(storage)
-    }
-
-    pub(crate) fn fail_next_creates(&self, n: usize) {
-        // Relaxed: a test knob set before the appends it affects.
-        self.fail_creates.store(n, Ordering::Relaxed);
-    }
-
-    /// Syncs the directory if files were created in it since the last time.
-    fn sync_dir_if_dirty(&self) -> Result<()> {
-        // Relaxed: see `create`.
-        if self.dir_dirty.swap(false, Ordering::Relaxed)
-            && let Err(e) = file::sync_dir(&self.dir)
-        {
-            self.dir_dirty.store(true, Ordering::Relaxed);
-            return Err(e);
-        }
-        Ok(())
-    }
-}
-
 /// The group-commit state of a durable log (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Durability {
@@ -261,7 +213,7 @@ impl Durability {
 
     /// Returns once every offset below `end` is durable (group commit; see
     /// the module docs).
-    pub(crate) fn wait_durable(&self, shared: &Shared, end: u64) -> Result<()> {
+    pub(crate) fn wait_durable(&self, files: &Files, segments: SegmentsFrom<'_>, end: u64) -> Result<()> {
         // Relaxed: a statistic.
         self.waits.fetch_add(1, Ordering::Relaxed);
         let mut st = self.state.lock();
@@ -274,7 +226,7 @@ impl Durability {
                 continue;
             }
             let before = st.durable;
-            st = self.lead(st, shared)?;
+            st = self.lead(st, files, segments)?;
             if st.durable >= end {
                 return Ok(());
             }
@@ -289,12 +241,12 @@ impl Durability {
 
     /// Runs one round (waiting for a running one to finish first), for
     /// [`Log::sync`](super::Log::sync).
-    pub(crate) fn sync(&self, shared: &Shared) -> Result<()> {
+    pub(crate) fn sync(&self, files: &Files, segments: SegmentsFrom<'_>) -> Result<()> {
         let mut st = self.state.lock();
         while st.leader {
             st = self.round_done.wait(st);
         }
-        self.lead(st, shared).map(drop)
+        self.lead(st, files, segments).map(drop)
     }
 
     /// Leads one round: called with the lock held and no leader active;
@@ -302,13 +254,14 @@ impl Durability {
     fn lead<'a>(
         &'a self,
         mut st: crate::sync::MutexGuard<'a, SyncState>,
-        shared: &Shared,
+        files: &Files,
+        segments: SegmentsFrom<'_>,
     ) -> Result<crate::sync::MutexGuard<'a, SyncState>> {
         debug_assert!(!st.leader);
         st.leader = true;
         let (from, marked_below) = (st.durable, st.marked_below);
         drop(st);
-        let outcome = round(shared, from, marked_below);
+        let outcome = round(files, segments, from, marked_below);
         let mut st = self.state.lock();
         st.leader = false;
         let result = match outcome {
@@ -332,16 +285,10 @@ impl Durability {
 /// One sync round from the durable watermark `from`: flushes what the
 /// committed prefix added since, marks the sealed segments it completed, and
 /// returns the new watermark and marker position.
-fn round(shared: &Shared, from: u64, mut marked_below: u64) -> Result<(u64, u64)> {
-    let files = shared.pool.files().expect("only durable logs sync");
-    let segs: Vec<Arc<Segment>> = {
-        let guard = epoch::pin();
-        let dir = shared.dir(&guard);
-        let start = dir.segs.partition_point(|s| s.base() <= from).saturating_sub(1);
-        dir.segs[start..].to_vec()
-    };
+fn round(files: &Files, segments: SegmentsFrom<'_>, from: u64, mut marked_below: u64) -> Result<(u64, u64)> {
+    let segs = segments(from);
     // New files first: a record is not durable while its file's name is not.
-    let flush = files.fsync != Fsync::Never;
+    let flush = files.flush;
     if flush {
         files.sync_dir_if_dirty()?;
     }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::file::{FRAME_LEN, HEADER_BYTES};
 use super::segment;
 use super::*;
+use crate::sync::thread;
 
 /// A directory under the system's temp dir, removed on drop.
 struct TempDir(PathBuf);
@@ -408,17 +409,20 @@ fn always_publishers_on_four_threads_are_all_durable_and_share_syncs() {
     let dir = TempDir::new("always");
     let (log, _) = Log::open(&config(64 << 10), 0, &durable(dir.path(), Fsync::Always, false)).unwrap();
     const PER_THREAD: u64 = 150;
-    std::thread::scope(|s| {
-        for t in 0..4u64 {
-            let log = &log;
-            s.spawn(move || {
+    let publishers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let log = log.clone();
+            thread::spawn(move || {
                 for i in 0..PER_THREAD {
                     let body = format!("{t}:{i}");
                     log.append(&Record::new(body.as_bytes())).unwrap();
                 }
-            });
-        }
-    });
+            })
+        })
+        .collect();
+    for p in publishers {
+        p.join().unwrap();
+    }
     let stats = log.stats();
     assert_eq!(stats.durable_waits, 4 * PER_THREAD);
     assert!(stats.sync_rounds >= 1 && stats.sync_rounds <= stats.durable_waits, "{stats:?}");
@@ -578,28 +582,26 @@ fn publishers_on_four_threads_ride_out_a_full_disk_and_lose_nothing_acknowledged
     let (log, _) =
         Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Interval(DEFAULT_FSYNC_INTERVAL), false)).unwrap();
     log.fail_next_segment_files(6);
-    let acked: Vec<Vec<u64>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..4u8)
-            .map(|t| {
-                let log = &log;
-                s.spawn(move || {
-                    let payload = [t; 300];
-                    let mut acked = Vec::new();
-                    for _ in 0..200 {
-                        match log.append(&Record::new(&payload)) {
-                            Ok(offset) => acked.push(offset),
-                            // The disk is full: the injected ENOSPC, to
-                            // every publisher that needed the new segment.
-                            Err(Error::Io { kind, .. }) => assert_eq!(kind, std::io::ErrorKind::StorageFull),
-                            Err(e) => panic!("unexpected {e:?}"),
-                        }
+    let handles: Vec<_> = (0..4u8)
+        .map(|t| {
+            let log = log.clone();
+            thread::spawn(move || {
+                let payload = [t; 300];
+                let mut acked = Vec::new();
+                for _ in 0..200 {
+                    match log.append(&Record::new(&payload)) {
+                        Ok(offset) => acked.push(offset),
+                        // The disk is full: the injected ENOSPC, to every
+                        // publisher that needed the new segment.
+                        Err(Error::Io { kind, .. }) => assert_eq!(kind, std::io::ErrorKind::StorageFull),
+                        Err(e) => panic!("unexpected {e:?}"),
                     }
-                    acked
-                })
+                }
+                acked
             })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+        })
+        .collect();
+    let acked: Vec<Vec<u64>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     let mut all: Vec<u64> = acked.into_iter().flatten().collect();
     all.sort_unstable();
     let n = all.len() as u64;

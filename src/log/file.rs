@@ -43,8 +43,9 @@ use std::ptr::NonNull;
 
 use memmap2::{MmapMut, MmapOptions};
 
-use super::storage::SegmentStorage;
+use super::storage::{SegmentFile, SegmentStorage};
 use crate::error::{Error, Result};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Size of the header in front of the record region: a page, so the record
 /// region is page-aligned and flushing a range of it never touches the header.
@@ -333,8 +334,22 @@ unsafe impl SegmentStorage for FileStorage {
         self.map.len() - HEADER_BYTES
     }
 
-    fn as_file(&self) -> Option<&FileStorage> {
+    fn as_file(&self) -> Option<&dyn SegmentFile> {
         Some(self)
+    }
+}
+
+impl SegmentFile for FileStorage {
+    fn flush_region(&self, from: u64, to: u64) -> Result<()> {
+        FileStorage::flush_region(self, from, to)
+    }
+
+    fn mark_complete(&self, count: u64, used: u64, durable: bool) -> Result<()> {
+        FileStorage::mark_complete(self, count, used, durable)
+    }
+
+    fn retire(&self) {
+        FileStorage::retire(self)
     }
 }
 
@@ -381,4 +396,56 @@ fn allocate(file: &File, len: u64) -> io::Result<()> {
 /// (or gone) after a machine crash.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, &e))
+}
+
+/// A durable log's segment files: where they go and what creating them owes.
+#[derive(Debug)]
+pub(crate) struct Files {
+    pub(crate) dir: PathBuf,
+    /// Sync rounds flush (every policy but `Fsync::Never`).
+    pub(crate) flush: bool,
+    /// A segment file was created since the directory was last synced.
+    dir_dirty: AtomicBool,
+    /// Test seam: how many of the next file creations fail as if the disk
+    /// were full. Checked only when a segment file is created (a rollover),
+    /// never on the append path.
+    fail_creates: AtomicUsize,
+}
+
+impl Files {
+    pub(crate) fn new(dir: PathBuf, flush: bool) -> Self {
+        Files { dir, flush, dir_dirty: AtomicBool::new(false), fail_creates: AtomicUsize::new(0) }
+    }
+
+    /// Creates the segment file for `base` (see [`FileStorage::create`]).
+    pub(crate) fn create(&self, base: u64, capacity: usize) -> Result<FileStorage> {
+        // Relaxed: a counter the RMW keeps exact; it guards no other data.
+        if self.fail_creates.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
+            let e = std::io::Error::from_raw_os_error(libc::ENOSPC);
+            return Err(Error::io(self.dir.join(segment_file_name(base)), &e));
+        }
+        let storage = FileStorage::create(&self.dir, base, capacity)?;
+        // Relaxed: read by the next sync round, which also reads the file's
+        // segment through the directory's Acquire load.
+        self.dir_dirty.store(true, Ordering::Relaxed);
+        log::debug!("created segment file {}", storage.path().display());
+        Ok(storage)
+    }
+
+    pub(crate) fn fail_next_creates(&self, n: usize) {
+        // Relaxed: a test knob set before the appends it affects.
+        self.fail_creates.store(n, Ordering::Relaxed);
+    }
+
+    /// Syncs the directory if files were created in it since the last time.
+    pub(crate) fn sync_dir_if_dirty(&self) -> Result<()> {
+        // Relaxed: see `create`.
+        if self.dir_dirty.swap(false, Ordering::Relaxed)
+            && let Err(e) = sync_dir(&self.dir)
+        {
+            self.dir_dirty.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+        Ok(())
+    }
 }

@@ -34,8 +34,9 @@ pub use config::{
 };
 pub use cursor::{Batch, BatchIter, Cursor, Lagged};
 use dir::{Dir, Shared};
+use durable::Durability;
 pub use durable::{DEFAULT_FSYNC_INTERVAL, Damage, DurableLog, Fsync, RecoveryReport};
-use durable::{Durability, Files};
+use file::Files;
 pub use record::{Attributes, MAX_ATTRIBUTE_KEY_LEN, MAX_ATTRIBUTES, Record, RecordView};
 use segment::{Pool, Segment};
 
@@ -121,7 +122,7 @@ impl Log {
         durable::prepare_dir(&durable.dir)?;
         let recovered = recovery::recover(&durable.dir, durable.repair)?;
         let flush = durable.fsync != Fsync::Never;
-        let files = Files::new(durable.dir.clone(), durable.fsync);
+        let files = Files::new(durable.dir.clone(), flush);
         let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, files));
         let mut segs = Vec::with_capacity(recovered.kept.len() + 1);
         for kept in recovered.kept {
@@ -178,9 +179,9 @@ impl Log {
     /// With [`Fsync::Never`] it still writes the segments' completion
     /// markers, but flushes nothing.
     pub fn sync(&self) -> Result<()> {
-        match &self.shared.durability {
-            Some(d) => d.sync(&self.shared),
-            None => Ok(()),
+        match (&self.shared.durability, self.shared.pool.files()) {
+            (Some(d), Some(files)) => d.sync(files, &|from| self.shared.segments_from(from)),
+            _ => Ok(()),
         }
     }
 
@@ -213,9 +214,10 @@ impl Log {
     #[cold]
     fn wait_durable(&self, end: u64, guard: &mut Guard) -> Result<()> {
         let durability = self.shared.durability.as_ref().expect("an Always log is durable");
+        let files = self.shared.pool.files().expect("a durable log makes files");
         // Not pinned while waiting for the disk: a pin held through an fsync
         // would hold back reclamation for every log in the process.
-        guard.repin_after(|| durability.wait_durable(&self.shared, end))
+        guard.repin_after(|| durability.wait_durable(files, &|from| self.shared.segments_from(from), end))
     }
 
     /// Largest encoded record this log accepts.

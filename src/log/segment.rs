@@ -229,7 +229,7 @@ pub(crate) struct Pool {
     fail_allocations: crate::sync::atomic::AtomicUsize,
     /// For a durable log: where its segment files go. Their buffers are
     /// never recycled (a trimmed file is deleted, a new one preallocated).
-    files: Option<super::durable::Files>,
+    files: Option<super::file::Files>,
 }
 
 impl Pool {
@@ -246,12 +246,12 @@ impl Pool {
     }
 
     /// A pool that makes segment files in `files`' directory.
-    pub(crate) fn for_files(capacity: usize, slot_count: usize, files: super::durable::Files) -> Self {
+    pub(crate) fn for_files(capacity: usize, slot_count: usize, files: super::file::Files) -> Self {
         Pool { files: Some(files), ..Pool::new(capacity, slot_count, 0) }
     }
 
     /// The durable log's files, if this pool makes them.
-    pub(crate) fn files(&self) -> Option<&super::durable::Files> {
+    pub(crate) fn files(&self) -> Option<&super::file::Files> {
         self.files.as_ref()
     }
 
@@ -439,25 +439,46 @@ impl Segment {
         });
     }
 
-    /// Writes `record` for slot `index` into a `Granted` range of a durable
-    /// segment: the record at `pos + FRAME_LEN`, then its frame (checksum)
-    /// at `pos` with one 8-byte store, so the frame is complete before the
-    /// slot is committed. Returns where the record itself starts (what
-    /// [`Segment::commit`] takes).
+    /// Writes record `index` into its `Granted` range at `pos` (framed, for
+    /// a durable log) and commits it. The in-memory case inlines to exactly
+    /// `write` and `commit`; the framed one is a call, so the in-memory
+    /// append loop does not grow by the checksum code.
     ///
     /// # Safety
     ///
-    /// As [`Segment::write`], with `len` the record's encoded length and the
-    /// range `pos..pos + FRAME_LEN + len`.
-    #[inline]
-    pub(crate) unsafe fn write_framed(
+    /// As [`Segment::write`], the range including the record's frame (of
+    /// `FRAME_LEN` bytes, before the record) if `framed`.
+    #[inline(always)]
+    pub(crate) unsafe fn write_and_commit(
         &self,
         index: u64,
         pos: u64,
         len: usize,
         record: &Record<'_>,
         timestamp_ns: u64,
-    ) -> u64 {
+        framed: bool,
+    ) {
+        if framed {
+            // SAFETY: the caller's contract.
+            unsafe { self.write_framed_and_commit(index, pos, len, record, timestamp_ns) };
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { self.write(index, pos, len, record, timestamp_ns) };
+            self.commit(index, pos);
+        }
+    }
+
+    /// The framed half of [`Segment::write_and_commit`], for a durable
+    /// segment: writes the record at `pos + FRAME_LEN`, then its frame
+    /// (checksum) at `pos` with one 8-byte store, so the frame is complete
+    /// before the slot is committed, then commits the record where it starts.
+    ///
+    /// # Safety
+    ///
+    /// As [`Segment::write`], with `len` the record's encoded length and the
+    /// range `pos..pos + FRAME_LEN + len`.
+    #[inline(never)]
+    unsafe fn write_framed_and_commit(&self, index: u64, pos: u64, len: usize, record: &Record<'_>, timestamp_ns: u64) {
         let at = pos + super::file::FRAME_LEN as u64;
         // SAFETY: the caller's contract; `at..at + len` lies inside its range.
         unsafe { self.write(index, at, len, record, timestamp_ns) };
@@ -474,38 +495,11 @@ impl Segment {
                 self.data.as_ptr().add(pos as usize).cast::<u64>().write(frame.to_le());
             }
         });
-        at
-    }
-
-    /// Writes record `index` into its `Granted` range at `pos` (framed, for
-    /// a durable log) and commits it.
-    ///
-    /// # Safety
-    ///
-    /// As [`Segment::write`] (or [`Segment::write_framed`] if `framed`).
-    #[inline]
-    pub(crate) unsafe fn write_and_commit(
-        &self,
-        index: u64,
-        pos: u64,
-        len: usize,
-        record: &Record<'_>,
-        timestamp_ns: u64,
-        framed: bool,
-    ) {
-        let at = if framed {
-            // SAFETY: the caller's contract.
-            unsafe { self.write_framed(index, pos, len, record, timestamp_ns) }
-        } else {
-            // SAFETY: the caller's contract.
-            unsafe { self.write(index, pos, len, record, timestamp_ns) };
-            pos
-        };
         self.commit(index, at);
     }
 
     /// The storage's segment file, for a durable segment.
-    pub(crate) fn file(&self) -> Option<&super::file::FileStorage> {
+    pub(crate) fn file(&self) -> Option<&dyn super::storage::SegmentFile> {
         self.buffers.as_ref().and_then(|b| b.storage.as_file())
     }
 

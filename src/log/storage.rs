@@ -31,9 +31,21 @@ pub(crate) unsafe trait SegmentStorage: Send + Sync + fmt::Debug + 'static {
     /// The region's size in bytes.
     fn capacity(&self) -> usize;
     /// The segment file behind the region, for a durable segment.
-    fn as_file(&self) -> Option<&super::file::FileStorage> {
+    fn as_file(&self) -> Option<&dyn SegmentFile> {
         None
     }
+}
+
+/// What a durable log does with a segment's file beyond mapping it
+/// (implemented in `file.rs`).
+pub(crate) trait SegmentFile {
+    /// Flushes bytes `from..to` of the record region to stable storage.
+    fn flush_region(&self, from: u64, to: u64) -> crate::error::Result<()>;
+    /// Writes the completion marker (`count` records filling `used` bytes),
+    /// flushing it if `durable`.
+    fn mark_complete(&self, count: u64, used: u64, durable: bool) -> crate::error::Result<()>;
+    /// Deletes the file of a segment retention trimmed.
+    fn retire(&self);
 }
 
 /// An anonymous memory mapping: zeroed pages that cost nothing until
