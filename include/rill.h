@@ -216,8 +216,31 @@ typedef struct rill_publisher rill_publisher;
 typedef struct rill_subscription rill_subscription;
 
 /**
+ * When a broker with a `data_dir` forces writes to stable storage: one of
+ * the `RILL_FSYNC_*` constants.
+ */
+typedef int32_t rill_fsync;
+
+/**
  * How a broker runs. Fill it with `rill_broker_options_init`, then change
  * what you need.
+ *
+ * With `data_dir` set, the broker keeps its topics, messages, consumer group
+ * commits and durable subscription positions in that directory across
+ * restarts. What survives a crash depends on `fsync`:
+ *
+ * | `fsync`               | process crash               | machine crash (power loss)                 |
+ * |-----------------------|-----------------------------|--------------------------------------------|
+ * | `RILL_FSYNC_ALWAYS`   | nothing acknowledged lost   | nothing acknowledged lost: `rill_publish` and a commit return only once on stable storage |
+ * | `RILL_FSYNC_INTERVAL` | nothing acknowledged lost   | at most the last `fsync_interval_ms` of publishes and commits |
+ * | `RILL_FSYNC_NEVER`    | nothing acknowledged lost   | whatever the OS had not yet written back   |
+ *
+ * After any crash, recovery never delivers a damaged or partial record,
+ * offsets stay dense, and every record before the first damaged one in a
+ * partition is kept. Positions of *live* durable subscriptions are saved
+ * every interval (every 100 ms under `ALWAYS` and `NEVER`) and at their
+ * close, so after a crash a subscription may see again what it acked in the
+ * last interval (at-least-once).
  */
 typedef struct {
     /**
@@ -240,6 +263,28 @@ typedef struct {
      * indefinitely. Default 10000.
      */
     int64_t publish_timeout_ms;
+    /**
+     * The data directory (created if missing; NULL, the default: in memory
+     * only). Opened by one broker at a time: another, in this process or
+     * another, gets `RILL_ERR_BUSY`; a path that is not a directory is
+     * `RILL_ERR_IO`. Copied: it need not outlive `rill_broker_new`.
+     */
+    const char *data_dir;
+    /**
+     * `RILL_FSYNC_INTERVAL` (default), `_ALWAYS` or `_NEVER`; see above.
+     */
+    rill_fsync fsync;
+    /**
+     * The interval of `RILL_FSYNC_INTERVAL`, in milliseconds, at least 1.
+     * Default 100.
+     */
+    uint32_t fsync_interval_ms;
+    /**
+     * On opening `data_dir`: truncate a partition at damage inside an older
+     * segment (and report it) instead of failing with `RILL_ERR_CORRUPT`.
+     * Default false.
+     */
+    bool repair;
 } rill_broker_options;
 
 /**
@@ -675,6 +720,21 @@ typedef struct {
      */
     rill_subscription_state state;
 } rill_subscription_stats;
+
+/**
+ * Never by rill: the OS writes back when it decides.
+ */
+#define RILL_FSYNC_NEVER 0
+
+/**
+ * Every `fsync_interval_ms`, by a background thread (the default).
+ */
+#define RILL_FSYNC_INTERVAL 1
+
+/**
+ * Before each publish and commit returns (concurrent publishers share one sync).
+ */
+#define RILL_FSYNC_ALWAYS 2
 
 /**
  * Handled: move past the message.

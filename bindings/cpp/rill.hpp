@@ -142,12 +142,28 @@ struct Record {
     std::vector<std::pair<std::string, std::string>> attributes = {};
 };
 
+/// When a broker with a data directory forces writes to stable storage; see
+/// rill_broker_options for what each promises.
+enum class Fsync : int32_t {
+    Never = RILL_FSYNC_NEVER,
+    Interval = RILL_FSYNC_INTERVAL,
+    Always = RILL_FSYNC_ALWAYS,
+};
+
 /// How a broker runs; see rill_broker_options.
 struct BrokerOptions {
     uint32_t worker_threads = 0;  // handler pool size; 0: one per CPU core
     bool auto_create_topics = false;
     /// Longest a publish waits for a Block subscriber; nullopt: no limit.
     std::optional<std::chrono::milliseconds> publish_timeout = std::chrono::milliseconds(10000);
+    /// Where topics, messages, group commits and durable subscription
+    /// positions survive restarts; nullopt: in memory only.
+    std::optional<std::string> data_dir = std::nullopt;
+    Fsync fsync = Fsync::Interval;
+    /// The interval of Fsync::Interval, at least 1 ms.
+    std::chrono::milliseconds fsync_interval = std::chrono::milliseconds(100);
+    /// Truncate at damage in an older segment instead of failing with RILL_ERR_CORRUPT.
+    bool repair = false;
 };
 
 /// Topic layout; see rill_topic_options.
@@ -452,6 +468,12 @@ class Broker {
         c.worker_threads = o.worker_threads;
         c.auto_create_topics = o.auto_create_topics;
         c.publish_timeout_ms = o.publish_timeout ? detail::to_ms(*o.publish_timeout) : -1;
+        if (o.data_dir) c.data_dir = detail::c_str(*o.data_dir, "data_dir");
+        c.fsync = static_cast<rill_fsync>(o.fsync);
+        if (o.fsync_interval.count() < 1 || o.fsync_interval.count() > INT32_MAX)
+            throw Error(RILL_ERR_INVALID_ARGUMENT, "fsync_interval must be between 1 ms and 2^31 - 1 ms");
+        c.fsync_interval_ms = static_cast<uint32_t>(o.fsync_interval.count());
+        c.repair = o.repair;
         detail::check(rill_broker_new(&c, &b_));
     }
     Broker(Broker &&o) noexcept : b_(std::exchange(o.b_, nullptr)) {}

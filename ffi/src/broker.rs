@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_void};
 use std::mem::size_of;
 use std::time::Duration;
 
-use rill::{Broker, BrokerConfig, Position, Publisher, Record, TopicOptions};
+use rill::{Broker, BrokerConfig, Fsync, Position, Publisher, Record, TopicOptions};
 
 use crate::error::{FfiError, boundary, rill_status};
 use crate::options::{self, OptionStruct};
@@ -23,8 +23,38 @@ impl std::fmt::Debug for rill_broker {
     }
 }
 
+/// When a broker with a `data_dir` forces writes to stable storage: one of
+/// the `RILL_FSYNC_*` constants.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rill_fsync(pub i32);
+
+/// Never by rill: the OS writes back when it decides.
+pub const RILL_FSYNC_NEVER: rill_fsync = rill_fsync(0);
+/// Every `fsync_interval_ms`, by a background thread (the default).
+pub const RILL_FSYNC_INTERVAL: rill_fsync = rill_fsync(1);
+/// Before each publish and commit returns (concurrent publishers share one sync).
+pub const RILL_FSYNC_ALWAYS: rill_fsync = rill_fsync(2);
+
 /// How a broker runs. Fill it with `rill_broker_options_init`, then change
 /// what you need.
+///
+/// With `data_dir` set, the broker keeps its topics, messages, consumer group
+/// commits and durable subscription positions in that directory across
+/// restarts. What survives a crash depends on `fsync`:
+///
+/// | `fsync`               | process crash               | machine crash (power loss)                 |
+/// |-----------------------|-----------------------------|--------------------------------------------|
+/// | `RILL_FSYNC_ALWAYS`   | nothing acknowledged lost   | nothing acknowledged lost: `rill_publish` and a commit return only once on stable storage |
+/// | `RILL_FSYNC_INTERVAL` | nothing acknowledged lost   | at most the last `fsync_interval_ms` of publishes and commits |
+/// | `RILL_FSYNC_NEVER`    | nothing acknowledged lost   | whatever the OS had not yet written back   |
+///
+/// After any crash, recovery never delivers a damaged or partial record,
+/// offsets stay dense, and every record before the first damaged one in a
+/// partition is kept. Positions of *live* durable subscriptions are saved
+/// every interval (every 100 ms under `ALWAYS` and `NEVER`) and at their
+/// close, so after a crash a subscription may see again what it acked in the
+/// last interval (at-least-once).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct rill_broker_options {
@@ -40,6 +70,20 @@ pub struct rill_broker_options {
     /// milliseconds, before failing with `RILL_ERR_TIMEOUT`; negative waits
     /// indefinitely. Default 10000.
     pub publish_timeout_ms: i64,
+    /// The data directory (created if missing; NULL, the default: in memory
+    /// only). Opened by one broker at a time: another, in this process or
+    /// another, gets `RILL_ERR_BUSY`; a path that is not a directory is
+    /// `RILL_ERR_IO`. Copied: it need not outlive `rill_broker_new`.
+    pub data_dir: *const c_char,
+    /// `RILL_FSYNC_INTERVAL` (default), `_ALWAYS` or `_NEVER`; see above.
+    pub fsync: rill_fsync,
+    /// The interval of `RILL_FSYNC_INTERVAL`, in milliseconds, at least 1.
+    /// Default 100.
+    pub fsync_interval_ms: u32,
+    /// On opening `data_dir`: truncate a partition at damage inside an older
+    /// segment (and report it) instead of failing with `RILL_ERR_CORRUPT`.
+    /// Default false.
+    pub repair: bool,
 }
 
 /// How a topic is laid out. Fill it with `rill_topic_options_init`.
@@ -107,7 +151,7 @@ impl From<Position> for rill_position {
 }
 
 // SAFETY: repr(C), leading u32 struct_size, fields any C value may fill
-// (the bool as 0 or 1, per the C contract).
+// (the bools as 0 or 1, per the C contract; `fsync` is checked when read).
 unsafe impl OptionStruct for rill_broker_options {
     const INIT: &'static str = "rill_broker_options_init";
     const FIRST_SIZE: usize = 24;
@@ -118,9 +162,16 @@ unsafe impl OptionStruct for rill_broker_options {
             worker_threads: 0,
             auto_create_topics: d.auto_create_topics,
             publish_timeout_ms: d.publish_timeout.map_or(-1, |t| t.as_millis() as i64),
+            data_dir: std::ptr::null(),
+            fsync: RILL_FSYNC_INTERVAL,
+            fsync_interval_ms: DEFAULT_FSYNC_INTERVAL_MS,
+            repair: d.repair,
         }
     }
 }
+
+/// Default of `rill_broker_options.fsync_interval_ms`.
+const DEFAULT_FSYNC_INTERVAL_MS: u32 = 100;
 
 /// Fills `o` with the defaults; `size` is the caller's
 /// `sizeof(rill_broker_options)`. Call it as `rill_broker_options_init(o)`,
@@ -135,14 +186,36 @@ pub unsafe extern "C" fn rill_broker_options_init_v1(o: *mut rill_broker_options
     crate::error::boundary_value((), || unsafe { options::init(o, size) })
 }
 
-fn broker_config(o: Option<&rill_broker_options>) -> BrokerConfig {
+/// # Safety
+///
+/// `o.data_dir` is NULL or a NUL-terminated string.
+unsafe fn broker_config(o: Option<&rill_broker_options>) -> Result<BrokerConfig, FfiError> {
     let mut config = BrokerConfig::default();
     if let Some(o) = o {
         config.worker_threads = (o.worker_threads > 0).then_some(o.worker_threads as usize);
         config.auto_create_topics = o.auto_create_topics;
         config.publish_timeout = u64::try_from(o.publish_timeout_ms).ok().map(Duration::from_millis);
+        if !o.data_dir.is_null() {
+            use std::os::unix::ffi::OsStrExt;
+            // SAFETY: non-NULL, and the caller promises a NUL-terminated string.
+            let bytes = unsafe { std::ffi::CStr::from_ptr(o.data_dir) }.to_bytes();
+            if bytes.is_empty() {
+                return Err(FfiError::invalid("data_dir is empty: pass NULL for a broker in memory"));
+            }
+            config.data_dir = Some(std::ffi::OsStr::from_bytes(bytes).into());
+        }
+        config.fsync = match o.fsync {
+            RILL_FSYNC_NEVER => Fsync::Never,
+            RILL_FSYNC_ALWAYS => Fsync::Always,
+            RILL_FSYNC_INTERVAL if o.fsync_interval_ms == 0 => {
+                return Err(FfiError::invalid("fsync_interval_ms must be at least 1"));
+            }
+            RILL_FSYNC_INTERVAL => Fsync::Interval(Duration::from_millis(o.fsync_interval_ms.into())),
+            rill_fsync(other) => return Err(FfiError::invalid(format!("fsync {other} is not a RILL_FSYNC_* value"))),
+        };
+        config.repair = o.repair;
     }
-    config
+    Ok(config)
 }
 
 /// Starts a broker (its worker pool and retry timer). `o` may be NULL for
@@ -159,7 +232,9 @@ pub unsafe extern "C" fn rill_broker_new_v1(o: *const rill_broker_options, out: 
         out_ptr(out, "out")?;
         // SAFETY: the caller promises `o` is NULL or valid.
         let o = unsafe { options::read(o) }?;
-        let broker = Broker::new(broker_config(o.as_ref()))?;
+        // SAFETY: the caller promises options filled by `_init`, whose
+        // `data_dir` is NULL or a string.
+        let broker = Broker::new(unsafe { broker_config(o.as_ref()) }?)?;
         // SAFETY: checked non-NULL above; the caller promises it is writable.
         unsafe { write_out(out, Box::into_raw(Box::new(rill_broker { broker }))) };
         Ok(())

@@ -87,16 +87,16 @@ trait Legacy: Copy {
 impl Legacy for rill_broker_options_v0_1 {
     type Current = rill_broker_options;
     fn from_current(c: rill_broker_options) -> Self {
-        let rill_broker_options { struct_size: _, worker_threads, auto_create_topics, publish_timeout_ms } = c;
+        let rill_broker_options { struct_size: _, worker_threads, auto_create_topics, publish_timeout_ms, .. } = c;
         Self { worker_threads, auto_create_topics, publish_timeout_ms }
     }
     fn to_current(self) -> rill_broker_options {
         let Self { worker_threads, auto_create_topics, publish_timeout_ms } = self;
         rill_broker_options {
-            struct_size: size_of::<rill_broker_options>() as u32,
             worker_threads,
             auto_create_topics,
             publish_timeout_ms,
+            ..rill_broker_options::defaults()
         }
     }
 }
@@ -350,7 +350,10 @@ mod tests {
     /// later must leave it where it is.
     #[test]
     fn first_sizes_are_the_current_sizes() {
-        assert_eq!(rill_broker_options::FIRST_SIZE, size_of::<rill_broker_options>());
+        // rill_broker_options grew (data_dir, fsync, fsync_interval_ms,
+        // repair); a program built with the 24-byte layout still works.
+        assert_eq!(rill_broker_options::FIRST_SIZE, 24);
+        assert_eq!(size_of::<rill_broker_options>(), 48);
         assert_eq!(rill_topic_options::FIRST_SIZE, size_of::<rill_topic_options>());
         assert_eq!(rill_subscription_options::FIRST_SIZE, size_of::<rill_subscription_options>());
         // Issue 12 appended session_timeout_ms, max_attempts and

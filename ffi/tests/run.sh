@@ -32,6 +32,10 @@ build() { # name compiler std source [extra flags...]
 step "C tests (C99, warnings as errors)"
 build test_c gcc c99 ffi/tests/c/test_rill.c
 "$out/test_c"
+# A broker on a data directory, restarted: the program runs itself as the
+# writer and then as the reader, two processes.
+build test_persist gcc c99 ffi/tests/c/test_persist.c
+"$out/test_persist"
 
 step "C++ tests (C++17, warnings as errors)"
 build test_cpp g++ c++17 bindings/cpp/tests/test_rill.cpp
@@ -41,7 +45,8 @@ step "C and C++ tests under AddressSanitizer + UBSan"
 SAN=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
 build test_c_asan gcc c99 ffi/tests/c/test_rill.c "${SAN[@]}"
 build test_cpp_asan g++ c++17 bindings/cpp/tests/test_rill.cpp "${SAN[@]}"
-for t in test_c_asan test_cpp_asan; do
+build test_persist_asan gcc c99 ffi/tests/c/test_persist.c "${SAN[@]}"
+for t in test_c_asan test_cpp_asan test_persist_asan; do
   # Prove the sanitizer is really linked in before trusting a clean run.
   # (ldd's output is captured first: `ldd | grep -q` under pipefail fails at
   # random when grep exits early and ldd dies of SIGPIPE.)
@@ -52,9 +57,10 @@ for t in test_c_asan test_cpp_asan; do
 done
 
 step "C and C++ tests under valgrind memcheck"
-for t in test_c test_cpp; do
+for t in test_c test_cpp test_persist; do
+  # --trace-children: test_persist's writer and reader are its children.
   valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
-    "$out/$t"
+    --trace-children=yes "$out/$t"
 done
 
 step "rill.hpp refuses C++ older than 17, by name"

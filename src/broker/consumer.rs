@@ -51,8 +51,10 @@ pub(crate) trait GroupHost: Send + Sync {
     /// session timeout; returns how long until it is worth looking again.
     fn expel_idle(&self, core: &ConsumerCore) -> Duration;
     /// Commits `offsets` (partition, offset) that `core` owns; returns the
-    /// partitions it does not own, whose offsets were left alone.
-    fn commit(&self, core: &ConsumerCore, offsets: &[(u32, u64)]) -> Vec<u32>;
+    /// partitions it does not own, whose offsets were left alone. On a broker
+    /// with a data directory also writes the group's offsets there (durably
+    /// first under `Fsync::Always`), failing with `Io` if that write fails.
+    fn commit(&self, core: &ConsumerCore, offsets: &[(u32, u64)]) -> Result<Vec<u32>>;
     /// The group's committed offsets, one per partition.
     fn committed(&self, core: &ConsumerCore) -> Vec<Option<u64>>;
     /// The consumer closed: it leaves its group, whose other members take
@@ -596,7 +598,7 @@ impl Consumer {
             .enumerate()
             .filter_map(|(i, p)| p.as_ref().map(|p| (i as u32, p.cursor.offset())))
             .collect();
-        let refused = self.host.commit(&self.core, &offsets);
+        let refused = self.host.commit(&self.core, &offsets)?;
         for &(partition, offset) in &offsets {
             if !refused.contains(&partition) {
                 self.parts[partition as usize].as_mut().expect("listed above").base = offset;
@@ -629,7 +631,7 @@ impl Consumer {
         if offset > end {
             return Err(Error::OutOfRange { partition, offset, first, end });
         }
-        if !self.host.commit(&self.core, &[(partition, offset)]).is_empty() {
+        if !self.host.commit(&self.core, &[(partition, offset)])?.is_empty() {
             return Err(self.not_owned(partition));
         }
         if let Some(Some(part)) = self.parts.get_mut(partition as usize) {

@@ -3,22 +3,32 @@
 //! one mutex), the worker pool and the timer, and the operations that change
 //! them (creating topics, subscribing, closing). The public handles in
 //! `mod.rs` hold an `Arc<BrokerInner>`.
+//!
+//! With a data directory, the control plane also keeps `store.rs` up to date:
+//! a topic is listed when it is created, group commits are written when they
+//! are made (synced first under `Fsync::Always`), a durable subscription's
+//! positions when it closes, and the flusher (`flusher.rs`) syncs the logs and
+//! writes every live durable subscription's positions each interval.
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
 use super::consumer::{Assignment, ConsumerCore, GroupHost};
 use super::dispatch::{Timer, WorkerPool};
+use super::flusher::Flusher;
 use super::group::Group;
 use super::names::{self, Pattern};
+use super::store::{Offsets, Positions, Store};
 use super::subscription::{
     BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, StartPosition, SubCore, SubEnv, Subscription,
     SubscriptionOptions,
 };
 use super::topic::{Topic, TopicOptions, Wait};
 use crate::error::{Error, Result};
+use crate::log::Fsync;
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Arc, Mutex, Name};
 
@@ -36,6 +46,17 @@ pub struct BrokerConfig {
     /// Longest a `publish` waits for a `Block` subscriber to make room
     /// before failing with `Timeout`; `None` waits indefinitely. Default 10 s.
     pub publish_timeout: Option<Duration>,
+    /// Where the broker keeps its topics, messages, group commits and durable
+    /// subscription positions across restarts (created if missing; one broker
+    /// at a time, others get `Busy`). `None`, the default: in memory only.
+    pub data_dir: Option<PathBuf>,
+    /// When messages and offsets reach stable storage (with a `data_dir`).
+    /// Default: every 100 ms. See the promises table in the README.
+    pub fsync: Fsync,
+    /// On opening a `data_dir`: truncate a partition at damage found inside
+    /// an older (sealed) segment, and report it, instead of failing the open
+    /// with `Corrupt`. Off by default.
+    pub repair: bool,
 }
 
 impl Default for BrokerConfig {
@@ -45,6 +66,9 @@ impl Default for BrokerConfig {
             auto_create_topics: false,
             default_topic: TopicOptions::default(),
             publish_timeout: Some(Duration::from_secs(10)),
+            data_dir: None,
+            fsync: Fsync::default(),
+            repair: false,
         }
     }
 }
@@ -80,6 +104,10 @@ pub(crate) struct BrokerInner {
     pub(super) control: Mutex<Control>,
     pub(super) pool: Arc<WorkerPool<DrainJob>>,
     pub(super) timer: Arc<Timer<BackoffOver>>,
+    /// The data directory, while the broker is open on one.
+    pub(super) store: Mutex<Option<Arc<Store>>>,
+    /// Syncs and saves offsets every interval (with a data directory).
+    pub(super) flusher: Mutex<Option<Flusher>>,
 }
 
 impl BrokerInner {
@@ -138,7 +166,11 @@ impl BrokerInner {
         if self.topics.load().contains_key(name) {
             return Err(Error::TopicExists(name.to_owned()));
         }
-        let topic = Arc::new(Topic::new(name, options)?);
+        let topic = Arc::new(match self.store() {
+            None => Topic::new(name, options)?,
+            Some(store) => store
+                .add_topic(name, options, |dir| Topic::open(name, options, dir, store.fsync(), self.config.repair))?,
+        });
         let mut map = HashMap::clone(&self.topics.load());
         map.insert(topic.name.clone(), topic.clone());
         self.topics.store(std::sync::Arc::new(map));
@@ -182,6 +214,13 @@ impl BrokerInner {
         let mut map = HashMap::clone(&current);
         map.remove(&topic.name);
         self.topics.store(std::sync::Arc::new(map));
+        if let Some(store) = self.store()
+            && let Err(e) = store.remove_topic(&topic.name)
+        {
+            // Nothing waits on this (a subscription is closing): the topic
+            // stays listed, and comes back, empty, after a restart.
+            log::warn!("rill: could not remove the empty topic {:?} from the data directory: {e}", topic.name);
+        }
     }
 
     pub(super) fn subscribe(
@@ -303,6 +342,13 @@ impl BrokerInner {
             for (topic, partition, offset) in sub.positions() {
                 saved.positions.insert((topic, partition), offset);
             }
+            if let Some(store) = self.store()
+                && let Err(e) = store.save_offsets(&offsets_snapshot(&control), store.sync_commits())
+            {
+                // A close hook cannot fail: after a crash now, the
+                // subscription resumes from the positions saved before.
+                log::warn!("rill: could not save the positions of subscription {:?}: {e}", sub.name);
+            }
         }
     }
 
@@ -331,7 +377,103 @@ impl BrokerInner {
         for sub in &subs {
             sub.join_thread();
         }
+        if let Some(flusher) = self.flusher.lock().take() {
+            flusher.stop();
+        }
+        // A clean close flushes everything, whatever the policy, then lets go
+        // of the directory (handles still held read nothing new: publishing
+        // to a closed broker fails).
+        if let Some(store) = self.store.lock().take() {
+            self.flush(&store, true);
+        }
         self.topics.store(std::sync::Arc::new(HashMap::new()));
+    }
+
+    /// The data directory, if the broker is open on one.
+    pub(super) fn store(&self) -> Option<Arc<Store>> {
+        self.store.lock().clone()
+    }
+
+    /// Opens the data directory in `config` (nothing without one): takes its
+    /// lock, reopens its topics (recovering their logs) and loads the
+    /// offsets into a fresh control plane.
+    pub(super) fn open_data_dir(config: &BrokerConfig) -> Result<Option<OpenedDir>> {
+        let Some(root) = &config.data_dir else { return Ok(None) };
+        if let Fsync::Interval(d) = config.fsync
+            && d.is_zero()
+        {
+            return Err(Error::InvalidArgument("the fsync interval must be more than 0".into()));
+        }
+        let opened = Store::open(root, config.fsync, config.repair)?;
+        let store = Arc::new(opened.store);
+        let mut topics = HashMap::new();
+        for meta in &opened.topics {
+            let dir = |p| store.partition_dir(meta.dir, p);
+            let topic = Topic::open(&meta.name, &meta.options, &dir, config.fsync, config.repair)?;
+            topics.insert(topic.name.clone(), Arc::new(topic));
+        }
+        let mut control = Control::default();
+        for (group, topic, committed) in opened.offsets.groups {
+            // A group of a topic that is gone (an emptied dead-letter topic)
+            // is kept as it was: it still answers `group_stats` if the topic returns.
+            let topic: Name = topic.into();
+            control.groups.insert((group, topic), Group { committed, ..Group::default() });
+        }
+        for (name, positions) in opened.offsets.durable {
+            let d = control.durable.entry(name).or_default();
+            for (topic, partition, offset) in positions {
+                d.positions.insert((topic.into(), partition), offset);
+            }
+        }
+        log::info!("rill: opened data directory {:?}: {} topics", store.root(), topics.len());
+        Ok(Some((store, topics, control)))
+    }
+
+    /// Starts the flusher of a broker opened on a data directory.
+    pub(super) fn start_flusher(this: &Arc<BrokerInner>) -> Result<()> {
+        if this.store().is_none() {
+            return Ok(());
+        }
+        let (interval, sync) = match this.config.fsync {
+            Fsync::Interval(d) => (d, true),
+            // Only the positions of live durable subscriptions to save (logs
+            // and commits need nothing): as often as the default interval.
+            Fsync::Never => (DEFAULT_POSITIONS_INTERVAL, false),
+            Fsync::Always => (DEFAULT_POSITIONS_INTERVAL, true),
+        };
+        // A strong reference: the cycle it makes (broker -> flusher -> job ->
+        // broker) ends at `close`, which every broker gets (the last handle's
+        // drop calls it) and which stops the flusher, dropping the job.
+        let inner = this.clone();
+        let flusher = Flusher::start(
+            interval,
+            Box::new(move || {
+                if let Some(store) = inner.store() {
+                    inner.flush(&store, sync);
+                }
+            }),
+        )?;
+        *this.flusher.lock() = Some(flusher);
+        Ok(())
+    }
+
+    /// Syncs every partition's log (if `sync` and the policy leaves it to
+    /// the flusher or the close) and writes the offsets (synced if `sync`).
+    /// Failures are logged: the next flush tries again.
+    fn flush(&self, store: &Store, sync: bool) {
+        if sync && store.fsync() != Fsync::Always {
+            for t in self.topics.load().values() {
+                for p in t.partitions.iter() {
+                    if let Err(e) = p.log.sync() {
+                        log::error!("rill: could not sync partition {} of {:?}: {e}", p.index, t.name);
+                    }
+                }
+            }
+        }
+        let control = self.control.lock();
+        if let Err(e) = store.save_offsets(&offsets_snapshot(&control), sync) {
+            log::error!("rill: could not save offsets: {e}");
+        }
     }
 }
 
@@ -364,10 +506,10 @@ impl GroupHost for Arc<BrokerInner> {
         control.groups.get_mut(&group_key(core)).map_or(Duration::MAX, |g| g.expel_idle(Some(core.id)))
     }
 
-    fn commit(&self, core: &ConsumerCore, offsets: &[(u32, u64)]) -> Vec<u32> {
+    fn commit(&self, core: &ConsumerCore, offsets: &[(u32, u64)]) -> Result<Vec<u32>> {
         let mut control = self.control.lock();
         let Some(g) = control.groups.get_mut(&group_key(core)) else {
-            return offsets.iter().map(|&(p, _)| p).collect();
+            return Ok(offsets.iter().map(|&(p, _)| p).collect());
         };
         let mut refused = Vec::new();
         for &(partition, offset) in offsets {
@@ -379,7 +521,14 @@ impl GroupHost for Arc<BrokerInner> {
                 refused.push(partition);
             }
         }
-        refused
+        // Written under the control mutex, so two commits reach the data
+        // directory in the order they were made.
+        if refused.len() < offsets.len()
+            && let Some(store) = self.store()
+        {
+            store.save_offsets(&offsets_snapshot(&control), store.sync_commits())?;
+        }
+        Ok(refused)
     }
 
     fn committed(&self, core: &ConsumerCore) -> Vec<Option<u64>> {
@@ -423,6 +572,40 @@ fn group_key(core: &ConsumerCore) -> (String, Name) {
 
 fn assignment_of(g: &Group, id: u64) -> Option<Assignment> {
     Some(Assignment { partitions: g.assignment(id)?.to_vec(), committed: g.committed.clone() })
+}
+
+/// A data directory just opened: its store, its topics, its control plane.
+pub(super) type OpenedDir = (Arc<Store>, HashMap<Name, Arc<Topic>>, Control);
+
+/// How often a broker whose logs need no flusher (`Always`, `Never`) still
+/// saves the positions of its live durable subscriptions.
+const DEFAULT_POSITIONS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Everything the data directory keeps besides messages: group commits, and
+/// the positions of durable subscriptions, away (saved at their close) or
+/// live (read now).
+fn offsets_snapshot(control: &Control) -> Offsets {
+    let mut groups: Vec<_> =
+        control.groups.iter().map(|((g, t), group)| (g.clone(), t.to_string(), group.committed.clone())).collect();
+    groups.sort();
+    let mut durable: HashMap<&str, HashMap<(Name, u32), u64>> =
+        control.durable.iter().map(|(name, d)| (name.as_str(), d.positions.clone())).collect();
+    for sub in control.subs.values().filter(|s| s.durable) {
+        let saved = durable.entry(sub.name.as_str()).or_default();
+        for (topic, partition, offset) in sub.positions() {
+            saved.insert((topic, partition), offset);
+        }
+    }
+    let mut durable: Vec<(String, Positions)> = durable
+        .into_iter()
+        .map(|(name, positions)| {
+            let mut positions: Vec<_> = positions.into_iter().map(|((t, p), o)| (t.to_string(), p, o)).collect();
+            positions.sort();
+            (name.to_owned(), positions)
+        })
+        .collect();
+    durable.sort();
+    Offsets { groups, durable }
 }
 
 /// A durable subscription's saved positions (empty for anonymous ones).

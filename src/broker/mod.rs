@@ -22,11 +22,13 @@ mod core;
 mod dead_letter;
 mod dispatch;
 pub(crate) mod filter;
+mod flusher;
 mod group;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_harness;
 pub(crate) mod names;
+mod store;
 pub(crate) mod subscription;
 pub(crate) mod topic;
 pub(crate) mod waiters;
@@ -83,6 +85,11 @@ pub struct PartitionStats {
     pub retained_bytes: u64,
     /// Subscriptions and consumers reading it.
     pub listeners: usize,
+    /// Records that recovery dropped from the damaged or torn tail of this
+    /// partition's log when the broker opened its data directory (0 in memory).
+    pub recovered_truncated_records: u64,
+    /// Bytes recovery dropped with them.
+    pub recovered_truncated_bytes: u64,
 }
 
 /// Size and progress of a topic.
@@ -141,16 +148,35 @@ impl Broker {
                 return Err(e);
             }
         };
+        // The data directory (if any) is opened last of all that can fail
+        // cheaply, and its lock goes with `opened` if anything after fails.
+        let opened = match BrokerInner::open_data_dir(&config) {
+            Ok(opened) => opened,
+            Err(e) => {
+                pool.stop();
+                timer.stop();
+                return Err(e);
+            }
+        };
+        let (store, topics, control) = match opened {
+            Some((store, topics, control)) => (Some(store), topics, control),
+            None => (None, HashMap::new(), Control::default()),
+        };
         let inner = Arc::new(BrokerInner {
             id,
             config,
             closed: AtomicBool::new(false),
-            topics: ArcSwap::from_pointee(HashMap::new()),
-            control: Mutex::new(Control::default()),
+            topics: ArcSwap::from_pointee(topics),
+            control: Mutex::new(control),
             pool,
             timer,
+            store: Mutex::new(store),
+            flusher: Mutex::new(None),
         });
-        Ok(Broker { handle: Arc::new(Handle { inner }) })
+        let handle = Arc::new(Handle { inner });
+        // On failure the handle's drop closes the broker (and its directory).
+        BrokerInner::start_flusher(&handle.inner)?;
+        Ok(Broker { handle })
     }
 
     fn inner(&self) -> &Arc<BrokerInner> {
@@ -329,6 +355,8 @@ impl Broker {
                     next_offset: s.end_offset,
                     retained_bytes: s.retained_bytes,
                     listeners: p.listener_count(),
+                    recovered_truncated_records: p.recovery.truncated_records,
+                    recovered_truncated_bytes: p.recovery.truncated_bytes,
                 }
             })
             .collect();

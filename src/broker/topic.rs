@@ -8,13 +8,14 @@
 //! the types above it.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::subscription::in_handler::InHandler;
 use super::subscription::signal::{self, Entry};
 use super::waiters::Waiters;
 use crate::error::{Error, Result};
-use crate::log::{Log, LogConfig, Record};
+use crate::log::{DurableLog, Fsync, Log, LogConfig, Record};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
 use crate::sync::{Arc, Mutex, Name};
@@ -153,10 +154,19 @@ pub(crate) enum Wait {
     For(Option<Duration>),
 }
 
+/// What recovery dropped from a partition's log when it was reopened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Recovered {
+    pub(crate) truncated_records: u64,
+    pub(crate) truncated_bytes: u64,
+}
+
 /// One partition: a log and the listeners to signal after a commit.
 pub(crate) struct Partition {
     pub(crate) index: u32,
     pub(crate) log: Log,
+    /// What recovery dropped when the log was opened from its files.
+    pub(crate) recovery: Recovered,
     /// Read by publishers on every publish (pinned); written under `edit`.
     listeners: epoch::Atomic<Listeners>,
     /// Serialises writers of `listeners` (subscribe and unsubscribe, never the publish path).
@@ -170,6 +180,7 @@ impl Partition {
         Partition {
             index,
             log,
+            recovery: Recovered::default(),
             listeners: epoch::Atomic::new(Listeners::new(Vec::new(), Vec::new())),
             edit: Mutex::new(()),
             space: Waiters::new(),
@@ -363,6 +374,40 @@ impl Topic {
         let config = options.log_config();
         let partitions = (0..options.partitions)
             .map(|i| Log::for_partition(&config, i).map(|log| Arc::new(Partition::new(i, log))))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Topic { name: name.into(), partitions: partitions.into() })
+    }
+
+    /// Opens (or creates) a topic whose partitions keep their logs in files:
+    /// partition `i` in `dir(i)`. A torn tail found by recovery is reported
+    /// in each partition's stats and through the `log` crate.
+    pub(crate) fn open(
+        name: &str,
+        options: &TopicOptions,
+        dir: &dyn Fn(u32) -> PathBuf,
+        fsync: Fsync,
+        repair: bool,
+    ) -> Result<Topic> {
+        options.validate()?;
+        let config = options.log_config();
+        let partitions = (0..options.partitions)
+            .map(|i| {
+                let durable = DurableLog { dir: dir(i), fsync, repair };
+                let (log, report) = Log::open(&config, i, &durable)?;
+                let recovery =
+                    Recovered { truncated_records: report.truncated_records, truncated_bytes: report.truncated_bytes };
+                if recovery != Recovered::default() {
+                    log::warn!(
+                        "rill: recovery of partition {i} of topic {name:?} dropped {} damaged or partial records \
+                         ({} bytes) at the end of its log",
+                        recovery.truncated_records,
+                        recovery.truncated_bytes
+                    );
+                }
+                let mut p = Partition::new(i, log);
+                p.recovery = recovery;
+                Ok(Arc::new(p))
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Topic { name: name.into(), partitions: partitions.into() })
     }

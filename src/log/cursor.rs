@@ -246,6 +246,8 @@ impl<'a> Batch<'a> {
             index: self.first_index,
             end: self.first_index + self.len as u64,
             pos: self.first_pos,
+            // A segment file puts each record's frame (its checksum) before it.
+            frame: self.seg.map_or(0, |s| if s.file().is_some() { super::file::FRAME_LEN as u64 } else { 0 }),
         }
     }
 }
@@ -272,8 +274,11 @@ pub struct BatchIter<'a> {
     index: u64,
     end: u64,
     /// Byte position of record `index`: records are contiguous, so each one
-    /// starts where the previous one's padded length ends.
+    /// starts where the previous one's padded length (and the next one's
+    /// frame, in a segment file) ends.
     pos: u64,
+    /// Bytes of frame before each record: 0 in memory.
+    frame: u64,
 }
 
 impl<'a> Iterator for BatchIter<'a> {
@@ -287,7 +292,7 @@ impl<'a> Iterator for BatchIter<'a> {
         let seg = self.seg?;
         let view = seg.view(self.index, self.pos);
         self.index += 1;
-        self.pos += view.encoded_len() as u64;
+        self.pos += view.encoded_len() as u64 + self.frame;
         Some(view)
     }
 

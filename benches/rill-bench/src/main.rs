@@ -405,6 +405,17 @@ fn main() {
         bar.suspend(|| eprintln!("{}", p.describe()));
     }
 
+    // The disk's own limits, for the persist-* scenarios to be read against.
+    let disk = if list.iter().any(|sc| sc.shape.persist.is_some()) {
+        bar.set_message("disk probe");
+        let dir = systems::rill_sys::data_root();
+        let probed =
+            probe::disk(&dir).map_or_else(|e| format!("disk probe at {} failed: {e}", dir.display()), |d| d.describe());
+        Some(format!("persist-*: a broker on a new data directory per run (no pre-fill); {probed}"))
+    } else {
+        None
+    };
+
     let mut results = Vec::new();
     for sc in &list {
         results.push(bench::measure(sc, &peers, pairs, &env, &bar));
@@ -416,7 +427,7 @@ fn main() {
         command: command_line(),
         probe: probe.clone(),
         hiccups,
-        notes: notes(&env, &peers, &list, pairs),
+        notes: notes(&env, &peers, &list, pairs).into_iter().chain(disk).collect(),
         env,
         elapsed_s: started.elapsed().as_secs_f64(),
         scenarios: results,

@@ -205,6 +205,20 @@ pub struct Shape {
     pub work: Work,
     /// What a handler's work costs per message, on top of `work`.
     pub handler: HandlerCost,
+    /// rill on a data directory with this fsync policy; `None`: in memory.
+    pub persist: Option<Persist>,
+}
+
+/// The fsync policy of a rill broker on a data directory (`persist-*` scenarios).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Persist {
+    /// `Fsync::Never`.
+    Never,
+    /// `Fsync::Interval(100 ms)`, the default.
+    Interval,
+    /// `Fsync::Always`: every publish waits for its (shared) fdatasync.
+    Always,
 }
 
 impl Shape {
@@ -798,6 +812,7 @@ mod tests {
             idle_spin_us: 0,
             work: Work::Touch,
             handler: HandlerCost::Free,
+            persist: None,
         }
     }
 

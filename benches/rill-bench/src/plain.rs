@@ -459,6 +459,7 @@ mod tests {
                 idle_spin_us: 0,
                 work: Work::Minimal,
                 handler: crate::measure::HandlerCost::Free,
+                persist: None,
             };
             let env = Env {
                 workers: Some(2),

@@ -195,3 +195,63 @@ mod tests {
         assert!(p.min_ns <= p.round_trip_ns && p.round_trip_ns <= p.max_ns);
     }
 }
+
+/// The disk's own limits where the `persist-*` scenarios write: what a
+/// durable broker is measured against.
+#[derive(Debug, Clone, Serialize)]
+pub struct Disk {
+    /// The directory probed.
+    pub dir: String,
+    /// Sequential write bandwidth, MB/s: 64 MiB in 1 MiB writes, then one
+    /// `fdatasync` (included).
+    pub seq_write_mb_s: f64,
+    /// `fdatasync` calls per second, each after appending 4 KiB (what one
+    /// `Fsync::Always` publish costs at best).
+    pub fdatasync_per_s: f64,
+}
+
+impl Disk {
+    /// One line for the report's notes.
+    pub fn describe(&self) -> String {
+        format!(
+            "disk at {}: sequential write {:.0} MB/s (64 MiB in 1 MiB writes + one fdatasync); \
+             {:.0} fdatasync/s (4 KiB appended before each)",
+            self.dir, self.seq_write_mb_s, self.fdatasync_per_s
+        )
+    }
+}
+
+/// Measures the disk under `dir` (a scratch file, removed again).
+pub fn disk(dir: &std::path::Path) -> std::io::Result<Disk> {
+    use std::io::Write;
+    const CHUNK: usize = 1 << 20;
+    const TOTAL: usize = 64 << 20;
+    const SYNC_BYTES: usize = 4096;
+    const SYNC_FOR: Duration = Duration::from_millis(500);
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("rill-bench-disk-probe-{}", std::process::id()));
+    let result = (|| {
+        let chunk = vec![0x5au8; CHUNK];
+        let mut f = std::fs::File::create(&path)?;
+        let started = Instant::now();
+        for _ in 0..TOTAL / CHUNK {
+            f.write_all(&chunk)?;
+        }
+        f.sync_data()?;
+        let seq_write_mb_s = TOTAL as f64 / 1e6 / started.elapsed().as_secs_f64();
+        drop(f);
+        let mut f = std::fs::File::create(&path)?;
+        let small = &chunk[..SYNC_BYTES];
+        let started = Instant::now();
+        let mut syncs = 0u64;
+        while started.elapsed() < SYNC_FOR {
+            f.write_all(small)?;
+            f.sync_data()?;
+            syncs += 1;
+        }
+        let fdatasync_per_s = syncs as f64 / started.elapsed().as_secs_f64();
+        Ok(Disk { dir: dir.display().to_string(), seq_write_mb_s, fdatasync_per_s })
+    })();
+    let _ = std::fs::remove_file(&path);
+    result
+}

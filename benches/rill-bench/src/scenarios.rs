@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::measure::{Amount, Delivery, HandlerCost, Shape, SubMode, Work};
+use crate::measure::{Amount, Delivery, HandlerCost, Persist, Shape, SubMode, Work};
 use crate::systems::System;
 
 /// What a scenario's comparison is about.
@@ -84,6 +84,18 @@ pub enum Named {
     /// async-nats publisher and consumer (built with `--features nats`; runs
     /// its own nats-server).
     Bridge,
+    /// 1 producer -> 1 push subscriber, the broker on a data directory, Fsync::Never.
+    #[value(name = "persist-never")]
+    PersistNever,
+    /// As persist-never with Fsync::Interval(100 ms), the default.
+    #[value(name = "persist-interval")]
+    PersistInterval,
+    /// As persist-never with Fsync::Always: each publish waits for its fdatasync.
+    #[value(name = "persist-always")]
+    PersistAlways,
+    /// 4 producers -> 1 push subscriber with Fsync::Always: group commit against persist-always.
+    #[value(name = "persist-always-4")]
+    PersistAlways4,
 }
 
 /// Sets of scenarios.
@@ -96,6 +108,9 @@ pub enum Suite {
     Report,
     /// Fan-out over the --sweep subscriber counts against every peer (for --plot).
     Sweep,
+    /// rill on a data directory under each fsync policy, with in-memory rill
+    /// (one-to-one, mpsc-4) in the same run and the disk's own limits probed.
+    Persist,
 }
 
 /// The shape every scenario starts from.
@@ -116,6 +131,7 @@ pub fn base_shape() -> Shape {
         idle_spin_us: 0,
         work: Work::Minimal,
         handler: HandlerCost::Free,
+        persist: None,
     }
 }
 
@@ -191,6 +207,26 @@ pub fn named(name: Named) -> Scenario {
         Named::Group4 => group(4, HandlerCost::SleepUs(50), 20_000),
         Named::Group1Cpu => group(1, HandlerCost::SpinUs(20), 40_000),
         Named::Group2Cpu => group(2, HandlerCost::SpinUs(20), 40_000),
+        Named::PersistNever => sc(
+            "persist-never",
+            "one to one, on a data directory, Fsync::Never",
+            Shape { persist: Some(Persist::Never), ..base },
+        ),
+        Named::PersistInterval => sc(
+            "persist-interval",
+            "one to one, on a data directory, Fsync::Interval(100 ms)",
+            Shape { persist: Some(Persist::Interval), ..base },
+        ),
+        Named::PersistAlways => sc(
+            "persist-always",
+            "one to one, on a data directory, Fsync::Always",
+            Shape { persist: Some(Persist::Always), ..base },
+        ),
+        Named::PersistAlways4 => sc(
+            "persist-always-4",
+            "four producers, one subscriber, on a data directory, Fsync::Always (group commit)",
+            Shape { producers: 4, persist: Some(Persist::Always), ..base },
+        ),
         Named::Latency => Scenario {
             name: "latency".into(),
             title: "one-way latency at 100k msgs/s, dedicated spinning subscriber".into(),
@@ -241,14 +277,26 @@ pub fn suite(suite: Suite, sweep: &[usize]) -> Vec<Scenario> {
         .map(named)
         .collect(),
         Suite::Sweep => sweep.iter().map(|&n| fan_out(n, true)).collect(),
+        Suite::Persist => [
+            Named::OneToOne,
+            Named::PersistNever,
+            Named::PersistInterval,
+            Named::PersistAlways,
+            Named::Mpsc4,
+            Named::PersistAlways4,
+        ]
+        .into_iter()
+        .map(named)
+        .collect(),
     }
 }
 
 /// Whether `system` can run `shape` at all, and why not.
 pub fn unsupported(system: System, shape: &Shape) -> Option<String> {
     match system {
-        System::Bus if shape.producers > 1 => Some("bus has a single producer".into()),
         System::Rill => None,
+        _ if shape.persist.is_some() => Some("peers keep messages in memory only".into()),
+        System::Bus if shape.producers > 1 => Some("bus has a single producer".into()),
         _ if shape.mode == SubMode::Group => Some("consumer groups are rill's alone".into()),
         _ => None,
     }

@@ -6,11 +6,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 static int failures = 0;
 static int checks = 0;
@@ -259,6 +262,43 @@ static void broker_options_are_a_cpp_struct() {
     CHECK(status_of([&] { strict.publish("nowhere", "x"); }) == RILL_ERR_NO_SUCH_TOPIC);
 }
 
+static void a_broker_on_a_data_directory_keeps_its_topics() {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::temp_directory_path() / ("rill-cpp-persist-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    rill::BrokerOptions o;
+    CHECK(!o.data_dir && o.fsync == rill::Fsync::Interval && o.fsync_interval == 100ms && !o.repair);
+    o.data_dir = dir.string();
+    o.fsync = rill::Fsync::Always;
+    {
+        rill::Broker broker(o);
+        broker.create_topic("kept");
+        broker.publish("kept", "one");
+        broker.publish("kept", "two");
+        // One broker per directory.
+        CHECK(status_of([&] { rill::Broker second(o); }) == RILL_ERR_BUSY);
+        auto c = broker.consumer("g", "kept");
+        CHECK(c.poll(1, 1s).size() == 1);
+        c.commit();
+    }
+    {
+        rill::Broker broker(o);
+        CHECK(broker.topic_stats("kept").publish_count == 2);
+        auto c = broker.consumer("g", "kept");
+        CHECK(c.committed(0) == 1);
+        auto ms = c.poll(10, 1s);
+        CHECK(ms.size() == 1 && ms[0].payload() == "two");
+    }
+    o.fsync_interval = 0ms;
+    o.fsync = rill::Fsync::Interval;
+    CHECK(status_of([&] { rill::Broker bad(o); }) == RILL_ERR_INVALID_ARGUMENT);
+    o.fsync_interval = 100ms;
+    o.data_dir = (dir / "kept-file").string();
+    { std::FILE *f = std::fopen(o.data_dir->c_str(), "w"); if (f) std::fclose(f); }
+    CHECK(status_of([&] { rill::Broker bad(o); }) == RILL_ERR_IO);
+    fs::remove_all(dir);
+}
+
 static void batch_subscribe_acks_per_message() {
     rill::Broker broker;
     broker.create_topic("jobs");
@@ -357,6 +397,7 @@ static void strings_with_embedded_nuls_are_refused() {
 int main() {
     strings_with_embedded_nuls_are_refused();
     broker_options_are_a_cpp_struct();
+    a_broker_on_a_data_directory_keeps_its_topics();
     batch_subscribe_acks_per_message();
     publish_subscribe_and_attributes();
     errors_carry_status_and_text();

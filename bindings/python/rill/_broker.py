@@ -11,6 +11,7 @@ import inspect
 import itertools
 import math
 import operator
+import os
 import struct
 import sys
 import threading
@@ -342,6 +343,14 @@ def _seconds_ms(seconds: float, what: str, per_second: int = 1000) -> int:
     return _int(int(seconds * per_second), f"{what} in {unit}")
 
 
+# Broker(fsync=...): the policy names and their RILL_FSYNC_* values.
+_FSYNC = {
+    "never": _ffi.RILL_FSYNC_NEVER,
+    "interval": _ffi.RILL_FSYNC_INTERVAL,
+    "always": _ffi.RILL_FSYNC_ALWAYS,
+}
+
+
 def _timeout_ms(timeout: float | None) -> int:
     """A timeout in seconds as the C ``int64_t`` milliseconds: None and
     infinity are -1 (no limit), as is any limit too long for an int64_t."""
@@ -666,13 +675,27 @@ class Broker(_Handle):
 
     ``worker_threads=None`` runs one handler thread per CPU core;
     ``publish_timeout`` bounds how long ``publish`` waits for ``block``
-    subscribers (``None``: no limit)."""
+    subscribers (``None``: no limit).
+
+    ``data_dir`` keeps topics, messages, group commits and durable
+    subscription positions in that directory across restarts (``None``: in
+    memory). ``fsync`` says when they reach stable storage: ``"always"``
+    (before ``publish`` and ``commit`` return), ``"interval"`` (every
+    ``fsync_interval`` seconds) or ``"never"`` (when the OS decides); a
+    process crash loses nothing acknowledged under any of them. A directory
+    open in another broker raises :class:`Busy`, one that cannot be used
+    :class:`StorageError`, damage recovery will not drop :class:`CorruptData`
+    (``repair=True`` truncates there instead)."""
 
     def __init__(
         self,
         auto_create_topics: bool = False,
         worker_threads: int | None = None,
         publish_timeout: float | None = 10.0,
+        data_dir: str | os.PathLike[str] | None = None,
+        fsync: str = "interval",
+        fsync_interval: float = 0.1,
+        repair: bool = False,
     ) -> None:
         o = _ffi.rill_broker_options()
         lib.rill_broker_options_init_v1(byref(o), sizeof(o))
@@ -680,6 +703,19 @@ class Broker(_Handle):
         if worker_threads is not None:
             o.worker_threads = _int(worker_threads, "worker_threads", 1, U32_MAX)
         o.publish_timeout_ms = _timeout_ms(publish_timeout)
+        if fsync not in _FSYNC:
+            raise InvalidArgument(f"fsync must be one of {sorted(_FSYNC)}, not {fsync!r}")
+        o.fsync = _FSYNC[fsync]
+        interval_ms = _timeout_ms(fsync_interval)
+        if not 1 <= interval_ms <= U32_MAX:
+            raise InvalidArgument(f"fsync_interval must be at least 0.001 seconds, not {fsync_interval!r}")
+        o.fsync_interval_ms = interval_ms
+        o.repair = bool(repair)
+        # Kept referenced until rill_broker_new has copied it.
+        path = None if data_dir is None else os.fsencode(data_dir)
+        if path is not None and b"\0" in path:
+            raise InvalidArgument("data_dir contains a NUL byte")
+        o.data_dir = path
         ptr = c_void_p()
         check(lib.rill_broker_new_v1(byref(o), byref(ptr)))
         self._ptr = ptr.value

@@ -88,9 +88,19 @@ class ResourceExhausted(RillError, MemoryError):
     handles this; the call had no effect and may succeed later."""
 
 
-class Io(RillError, OSError):
-    """An I/O operation failed; for the NATS bridge, the server could not be
-    reached, refused the credentials, or a JetStream request failed."""
+class StorageError(RillError, OSError):
+    """A storage operation failed (``RILL_ERR_IO``): on the broker's data
+    directory (disk full, permission denied, not a directory; the message
+    names the path and has the operating system's error), or for the NATS
+    bridge (the server could not be reached, refused the credentials, or a
+    JetStream request failed). An OSError too, so code that handles file and
+    connection errors handles this."""
+
+
+class CorruptData(RillError):
+    """Opening a data directory found damage that recovery will not silently
+    drop; the message names the file and the byte offset. ``repair=True``
+    truncates the partition there instead."""
 
 
 class Reassigned(RillError):
@@ -117,7 +127,8 @@ _BY_STATUS: dict[int, type[RillError]] = {
     _ffi.STATUS["RILL_ERR_NOT_FOUND"]: NotFound,
     _ffi.STATUS["RILL_ERR_PANIC"]: Panic,
     _ffi.STATUS["RILL_ERR_RESOURCE_EXHAUSTED"]: ResourceExhausted,
-    _ffi.STATUS["RILL_ERR_IO"]: Io,
+    _ffi.STATUS["RILL_ERR_IO"]: StorageError,
+    _ffi.STATUS["RILL_ERR_CORRUPT"]: CorruptData,
     _ffi.STATUS["RILL_ERR_REASSIGNED"]: Reassigned,
 }
 

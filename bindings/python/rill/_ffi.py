@@ -77,6 +77,10 @@ class rill_broker_options(Structure):
         ("worker_threads", c_uint32),
         ("auto_create_topics", c_bool),
         ("publish_timeout_ms", c_int64),
+        ("data_dir", c_char_p),
+        ("fsync", c_int32),
+        ("fsync_interval_ms", c_uint32),
+        ("repair", c_bool),
     ]
 
 
@@ -218,6 +222,7 @@ STATUS: dict[str, int] = {
     # Ahead of the header: a thread or mapping the system refused to give.
     "RILL_ERR_RESOURCE_EXHAUSTED": 16,
     "RILL_ERR_IO": 17,
+    "RILL_ERR_CORRUPT": 18,
     "RILL_ERR_REASSIGNED": 19,
 }
 RILL_ERR_INVALID_ARGUMENT = STATUS["RILL_ERR_INVALID_ARGUMENT"]
@@ -234,6 +239,7 @@ RILL_START_LATEST, RILL_START_EARLIEST, RILL_START_OFFSET = 0, 1, 2
 RILL_DELIVERY_AT_LEAST_ONCE, RILL_DELIVERY_AT_MOST_ONCE = 0, 1
 RILL_OVERFLOW_DROP_OLDEST, RILL_OVERFLOW_BLOCK, RILL_OVERFLOW_DISCONNECT = 0, 1, 2
 RILL_SUBSCRIPTION_IDLE, RILL_SUBSCRIPTION_ACTIVE, RILL_SUBSCRIPTION_BACKOFF, RILL_SUBSCRIPTION_CLOSED = 0, 1, 2, 3
+RILL_FSYNC_NEVER, RILL_FSYNC_INTERVAL, RILL_FSYNC_ALWAYS = 0, 1, 2
 
 # ---- functions ------------------------------------------------------------------
 

@@ -88,7 +88,7 @@ class Bridge(_Handle):
     """A running bridge between ``broker`` and the NATS server at ``url``.
     Everything is checked at start: a malformed value raises
     :class:`rill.InvalidArgument`, a missing stream :class:`rill.NotFound`, a
-    server that cannot be reached or refuses the credentials :class:`rill.Io`.
+    server that cannot be reached or refuses the credentials :class:`rill.StorageError`.
     ``close()`` (or leaving the ``with`` block) stops it."""
 
     def __init__(

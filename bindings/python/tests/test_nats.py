@@ -101,7 +101,7 @@ def test_configuration_errors_at_start(server: NatsServer) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             dead = s.getsockname()[1]
-        with pytest.raises(rill.Io):
+        with pytest.raises(rill.StorageError):
             nats.Bridge(
                 a,
                 url=f"nats://127.0.0.1:{dead}",

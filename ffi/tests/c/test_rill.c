@@ -24,36 +24,7 @@
  * builds the one these tests link that way); rill.h does not declare it. */
 rill_status rill_test_panic(void);
 
-static int failures = 0;
-static int checks = 0;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        checks++;                                                                    \
-        if (!(cond)) {                                                               \
-            char err_[512];                                                          \
-            rill_last_error(err_, sizeof err_);                                      \
-            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__,  \
-                    __LINE__, #cond, err_);                                          \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-#define CHECK_STATUS(call, want)                                                     \
-    do {                                                                             \
-        rill_status got_ = (call);                                                   \
-        checks++;                                                                    \
-        if (got_ != (want)) {                                                        \
-            char err_[512];                                                          \
-            rill_last_error(err_, sizeof err_);                                      \
-            fprintf(stderr, "%s:%d: %s returned %s, want %s (last error: %s)\n",     \
-                    __FILE__, __LINE__, #call, rill_status_name(got_),               \
-                    rill_status_name(want), err_);                                   \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-#define OK(call) CHECK_STATUS(call, RILL_OK)
+#include "check.h"
 
 static void last_error_contains(const char *needle, int line) {
     char err[512];

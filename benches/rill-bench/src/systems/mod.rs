@@ -10,7 +10,7 @@ mod bare_log;
 mod bus_peer;
 mod channels;
 mod disruptor_peer;
-mod rill_sys;
+pub mod rill_sys;
 mod tokio_peer;
 
 use std::sync::Arc;
@@ -273,6 +273,7 @@ mod tests {
             idle_spin_us: 0,
             work: Work::Touch,
             handler: crate::measure::HandlerCost::Free,
+            persist: None,
         }
     }
 
@@ -307,6 +308,26 @@ mod tests {
         assert_eq!(PeerPayload::Auto.type_name(&many), "[u8; 64]");
         assert_eq!(PeerPayload::Auto.type_name(&fan), "Arc<[u8]>");
         assert_eq!(PeerPayload::Vec.type_name(&one), "Vec<u8>");
+    }
+
+    #[test]
+    fn rill_on_a_data_directory_delivers_every_message_under_each_policy() {
+        use crate::measure::Persist;
+        let memory = run(System::Rill, &shape(2, 2, 100, Amount::Messages(500), 8), &env(2, PeerPayload::Auto));
+        for p in [Persist::Never, Persist::Interval, Persist::Always] {
+            let shape = Shape { persist: Some(p), ..shape(2, 2, 100, Amount::Messages(500), 8) };
+            let out = run(System::Rill, &shape, &env(2, PeerPayload::Auto));
+            assert_eq!(out.status, Status::Ok, "{p:?}");
+            assert_eq!((out.published, out.delivered, out.missed), (1000, 2000, 0), "{p:?}");
+            assert_eq!(out.payload_sum, memory.payload_sum, "{p:?}");
+        }
+        assert!(
+            crate::scenarios::unsupported(
+                System::Crossbeam,
+                &Shape { persist: Some(Persist::Always), ..shape(1, 1, 8, Amount::Messages(1), 8) }
+            )
+            .is_some()
+        );
     }
 
     #[test]

@@ -1,16 +1,17 @@
-//! rill: one topic on an in-memory broker; push subscriptions (worker pool or
-//! dedicated threads) or pull consumers (a thread each, `poll` in batches).
+//! rill: one topic on an in-memory broker (or, in the `persist-*` scenarios,
+//! on a fresh data directory); push subscriptions (worker pool or dedicated
+//! threads) or pull consumers (a thread each, `poll` in batches).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rill::{
-    Ack, Broker, BrokerConfig, ConsumerOptions, ConsumerStart, DeliveryMode, Message, Overflow, Publisher, Record,
-    SubscriptionOptions, TopicOptions,
+    Ack, Broker, BrokerConfig, ConsumerOptions, ConsumerStart, DeliveryMode, Fsync, Message, Overflow, Publisher,
+    Record, SubscriptionOptions, TopicOptions,
 };
 
 use super::{Env, RillOverflow};
-use crate::measure::{Delivery, Outcome, ProducerFn, Run, Shape, Stamp, Status, SubMode, drive, execute};
+use crate::measure::{Delivery, Outcome, Persist, ProducerFn, Run, Shape, Stamp, Status, SubMode, drive, execute};
 
 const TOPIC: &str = "bench";
 
@@ -43,16 +44,52 @@ fn warm_up(publisher: &Publisher, shape: &Shape, retention: u64) -> rill::Result
     Ok(())
 }
 
+/// Where the `persist-*` scenarios put their data directories: under
+/// `RILL_BENCH_DATA_DIR`, else the system's temp directory (which must be on
+/// the disk to measure, not a tmpfs).
+pub fn data_root() -> std::path::PathBuf {
+    std::env::var_os("RILL_BENCH_DATA_DIR").map_or_else(std::env::temp_dir, Into::into)
+}
+
+/// A data directory for one run, removed when dropped.
+struct DataDir(std::path::PathBuf);
+
+impl DataDir {
+    fn new() -> DataDir {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        DataDir(data_root().join(format!("rill-bench-{}-{nanos}", std::process::id())))
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn try_run(shape: &Shape, env: &Env) -> rill::Result<Outcome> {
     rill::clock::warm_up();
-    let broker = Broker::new(BrokerConfig { worker_threads: env.workers, ..BrokerConfig::default() })?;
+    let dir = shape.persist.map(|_| DataDir::new());
+    let fsync = match shape.persist {
+        None | Some(Persist::Interval) => Fsync::default(),
+        Some(Persist::Never) => Fsync::Never,
+        Some(Persist::Always) => Fsync::Always,
+    };
+    let broker = Broker::new(BrokerConfig {
+        worker_threads: env.workers,
+        data_dir: dir.as_ref().map(|d| d.0.clone()),
+        fsync,
+        ..BrokerConfig::default()
+    })?;
     let retention = env.retention_mib << 20;
     broker.create_topic(
         TOPIC,
         &TopicOptions { partitions: shape.partitions, retention_bytes: Some(retention), ..TopicOptions::default() },
     )?;
     let publisher = broker.publisher(TOPIC)?;
-    if env.warmup {
+    // A data directory starts empty: pre-filling it would write (and, under
+    // Always, sync) a retention and a half before every run.
+    if env.warmup && shape.persist.is_none() {
         warm_up(&publisher, shape, retention)?;
     }
     let run = Run::new(shape);

@@ -1,0 +1,170 @@
+"""A broker on a data directory, restarted: a writer process and a reader
+process (each a fresh interpreter), then the directory lock, bad paths and
+bad options."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import rill
+
+# The directory holding the rill this test imported (installed or source), so
+# the subprocesses run the same package and library.
+PACKAGE = str(Path(rill.__file__).resolve().parents[1])
+
+# Both processes describe every message the same way: what must survive.
+SNAPSHOT = """
+    import json, sys, threading
+    import rill
+
+    def snapshot(b):
+        snap = b.consumer("snapshot", "orders")
+        seen = []
+        while len(seen) < 90:
+            for m in snap.poll(100, 5.0):
+                seen.append([m.partition, m.offset, m.timestamp_ns, m.key.hex(), m.payload.hex(), m.attributes])
+        snap.close()
+        return sorted(seen)
+"""
+
+WRITER = """
+
+    data, expected = sys.argv[1], sys.argv[2]
+    b = rill.Broker(data_dir=data, fsync="always")
+    b.create_topic("orders", partitions=3)
+    handled = []
+    cond = threading.Condition()
+
+    def audit(m):
+        with cond:
+            handled.append(m.offset)
+            cond.notify_all()
+
+    sub = b.subscribe("orders", audit, name="audit", start="earliest")
+    for i in range(90):
+        b.publish("orders", f"order {i}".encode(), key=f"k{i % 4}", attributes={"n": str(i)})
+        if i + 1 == 60:
+            with cond:
+                assert cond.wait_for(lambda: len(handled) == 60, timeout=20)
+            # The last ack follows the handler's return: wait for it.
+            assert sub.wait_idle(20.0)
+            sub.close()
+    billing = b.consumer("billing", "orders")
+    polled = 0
+    while polled < 40:
+        polled += len(billing.poll(40 - polled, 5.0))
+    billing.commit()
+    committed = [billing.committed(p) for p in range(3)]
+    billing.close()
+    seen = snapshot(b)
+    with open(expected, "w") as f:
+        json.dump({"messages": seen, "committed": committed}, f)
+    b.close()
+"""
+
+READER = """
+
+    data, expected = sys.argv[1], sys.argv[2]
+    with open(expected) as f:
+        want = json.load(f)
+    b = rill.Broker(data_dir=data)
+    stats = b.topic_stats("orders")
+    assert stats.partitions == 3 and stats.publish_count == 90, stats
+    seen = snapshot(b)
+    assert seen == want["messages"]
+    ends = {}
+    for p, o, *_ in seen:
+        ends[p] = max(ends.get(p, 0), o + 1)
+
+    billing = b.consumer("billing", "orders")
+    assert [billing.committed(p) for p in range(3)] == want["committed"]
+    rest = 0
+    while rest < 50:
+        got = billing.poll(100, 5.0)
+        assert got, rest
+        rest += len(got)
+    assert rest == 50
+    billing.close()
+
+    # The named subscription resumes after its last ack.
+    ns = []
+    cond = threading.Condition()
+
+    def audit(m):
+        with cond:
+            ns.append(int(m.attributes["n"]))
+            cond.notify_all()
+
+    sub = b.subscribe("orders", audit, name="audit", start="latest")
+    with cond:
+        assert cond.wait_for(lambda: len(ns) >= 30, timeout=20)
+    assert sub.wait_idle(5.0)
+    assert sorted(ns) == list(range(60, 90)), ns
+    sub.close()
+
+    # New publishes continue the offsets.
+    for i in range(6):
+        pos = b.publish("orders", b"after", key=f"again{i}")
+        assert pos.offset == ends.get(pos.partition, 0), (pos, ends)
+        ends[pos.partition] = pos.offset + 1
+    b.close()
+"""
+
+
+def run(script: str, *args: str) -> None:
+    env = dict(os.environ, PYTHONPATH=PACKAGE)
+    code = textwrap.dedent(SNAPSHOT) + textwrap.dedent(script)
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_restart_in_another_process_keeps_everything(tmp_path: Path) -> None:
+    data, expected = str(tmp_path / "data"), str(tmp_path / "expected.json")
+    run(WRITER, data, expected)
+    run(READER, data, expected)
+    assert json.loads(Path(expected).read_text())["messages"]
+
+
+def test_a_directory_is_open_in_one_broker_at_a_time(tmp_path: Path) -> None:
+    with rill.Broker(data_dir=tmp_path, fsync="never") as b:
+        b.create_topic("t")
+        with pytest.raises(rill.Busy):
+            rill.Broker(data_dir=tmp_path)
+        # Another process is refused too.
+        env = dict(os.environ, PYTHONPATH=PACKAGE)
+        script = "import sys, rill\ntry:\n    rill.Broker(data_dir=sys.argv[1])\nexcept rill.Busy:\n    sys.exit(7)"
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, timeout=60)
+        assert done.returncode == 7
+    # Closing lets go of it.
+    with rill.Broker(data_dir=tmp_path) as b:
+        assert b.topic_stats("t").partitions == 1
+
+
+def test_a_file_as_data_dir_is_a_storage_error_and_an_os_error(tmp_path: Path) -> None:
+    f = tmp_path / "a-file"
+    f.write_bytes(b"x")
+    with pytest.raises(rill.StorageError) as e:
+        rill.Broker(data_dir=f)
+    assert isinstance(e.value, OSError)
+    assert str(f) in str(e.value)
+    assert e.value.status_name == "RILL_ERR_IO"
+    assert issubclass(rill.CorruptData, rill.RillError)
+
+
+def test_bad_durability_options_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(rill.InvalidArgument):
+        rill.Broker(data_dir=tmp_path, fsync="sometimes")
+    with pytest.raises(rill.InvalidArgument):
+        rill.Broker(data_dir=tmp_path, fsync_interval=0)
+    with pytest.raises(rill.InvalidArgument):
+        rill.Broker(data_dir="bad\0dir")
+    # Nothing was left locked by the refused calls.
+    with rill.Broker(data_dir=tmp_path, fsync="interval", fsync_interval=0.05, repair=True):
+        pass

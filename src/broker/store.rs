@@ -1,0 +1,641 @@
+//! The broker's data directory: its lock, its topic list and its offsets.
+//!
+//! A broker opened with a `data_dir` keeps everything that must outlive the
+//! process there. The messages themselves are the log layer's business (one
+//! directory per partition, see `log/`); this file keeps the rest:
+//!
+//! ```text
+//! data_dir/
+//!   LOCK                 flock(LOCK_EX) held while a broker has it open
+//!   topics.list          every topic: name, options, directory number
+//!   offsets.0, offsets.1 group commits and durable subscription positions
+//!   topics/<n>/<p>/      partition p of the topic with directory number n
+//! ```
+//!
+//! Topic directories are numbered, not named after the topic: a topic name is
+//! up to 255 bytes of UTF-8 with `/` in it, which no file name can hold.
+//!
+//! # Never half-written
+//!
+//! Every metadata file is one *frame*: a magic word, a format version, the
+//! body's length, a CRC32C of the body, then the body. A frame that is short,
+//! has the wrong magic or fails its CRC is damage, never data.
+//!
+//! **`topics.list`** is replaced atomically: the new frame goes to
+//! `topics.list.tmp`, which is synced, renamed over `topics.list`, and the
+//! directory is synced. A
+//! crash before the rename leaves the old list (and a stray `.tmp`, ignored
+//! and overwritten next time); after it, the new one. Creating a topic makes
+//! its partition directories first and lists it second, so a crash in between
+//! leaves an unlisted directory, which the next creation with that number
+//! clears before using it. Topic creation is rare, so it always syncs,
+//! whatever the fsync policy.
+//!
+//! **Offsets** change with every commit, and under `Never` and `Interval` a
+//! commit does not wait for the disk. A file replaced by rename without a sync
+//! can, after a *machine* crash, be found empty or partly written even though
+//! the rename survived. So offsets alternate between two slots, `offsets.0`
+//! and `offsets.1`, each replaced atomically as above, and each frame carries
+//! a sequence number. Opening reads both and takes the valid one with the
+//! higher number. A write can only damage the slot it is replacing, so the
+//! other slot always holds the previous state: at worst a machine crash takes
+//! offsets back by the commits of the last unsynced writes, which is what
+//! `Interval` and `Never` allow (the page cache holds every write, so a
+//! *process* crash loses nothing). Under `Always` each write syncs the file and
+//! the directory before the commit returns. Both slots damaged is `Corrupt`
+//! (with `repair`: start without offsets, and say so in the log).
+//!
+//! # One broker per directory
+//!
+//! `LOCK` is created if missing and locked with `flock(LOCK_EX | LOCK_NB)`.
+//! The lock belongs to the open file description, so a second broker on the
+//! same directory fails with `Busy` whether it is in this process or another,
+//! and the kernel drops the lock when the process dies, however it dies.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind as IoKind, Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use super::topic::TopicOptions;
+use crate::error::{Error, Result};
+use crate::log::Fsync;
+use crate::sync::Mutex;
+
+/// First bytes of every metadata frame.
+const MAGIC: &[u8; 8] = b"rill-md\0";
+/// Format of the frame and its bodies; a newer one is refused, not guessed at.
+const VERSION: u32 = 1;
+/// Magic, version, body length (u64), CRC32C of the body (u32).
+const FRAME_HEADER: usize = 8 + 4 + 8 + 4;
+/// Name of the lock file.
+const LOCK_FILE: &str = "LOCK";
+/// Name of the topic list.
+const TOPICS_FILE: &str = "topics.list";
+/// Names of the two offsets slots.
+const OFFSETS_FILES: [&str; 2] = ["offsets.0", "offsets.1"];
+/// Folder of the topic directories.
+const TOPICS_DIR: &str = "topics";
+
+/// A topic as the data directory lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TopicMeta {
+    pub(crate) name: String,
+    /// Its directory is `topics/<dir>`.
+    pub(crate) dir: u64,
+    pub(crate) options: TopicOptions,
+}
+
+/// Everything committed that is not a message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Offsets {
+    /// (group, topic, committed offset per partition).
+    pub(crate) groups: Vec<(String, String, Vec<Option<u64>>)>,
+    /// (subscription name, its positions).
+    pub(crate) durable: Vec<(String, Positions)>,
+}
+
+/// A durable subscription's positions: (topic, partition, next offset).
+pub(crate) type Positions = Vec<(String, u32, u64)>;
+
+/// What `Store::open` found.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub(crate) store: Store,
+    pub(crate) topics: Vec<TopicMeta>,
+    pub(crate) offsets: Offsets,
+}
+
+/// An open data directory. Dropping it releases the lock.
+#[derive(Debug)]
+pub(crate) struct Store {
+    root: PathBuf,
+    fsync: Fsync,
+    /// Holds the flock; closed (and so unlocked) on drop.
+    _lock: File,
+    /// The listed topics, and the next directory number.
+    topics: Mutex<(Vec<TopicMeta>, u64)>,
+    /// The last offsets written: their sequence number (0: none yet), their
+    /// contents, and whether they were synced.
+    offsets_last: Mutex<(u64, Option<Offsets>, bool)>,
+}
+
+impl Store {
+    /// Opens (creating if needed) and locks `root`, then reads its metadata.
+    pub(crate) fn open(root: &Path, fsync: Fsync, repair: bool) -> Result<Opened> {
+        if let Ok(m) = fs::metadata(root)
+            && !m.is_dir()
+        {
+            return Err(Error::Io {
+                path: root.to_owned(),
+                kind: IoKind::NotADirectory,
+                message: "the data directory is not a directory".into(),
+            });
+        }
+        fs::create_dir_all(root.join(TOPICS_DIR)).map_err(|e| Error::io(root, &e))?;
+        let lock_path = root.join(LOCK_FILE);
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(|e| Error::io(&lock_path, &e))?;
+        // SAFETY: flock on a descriptor we own, with constant flags; it touches no memory.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == IoKind::WouldBlock {
+                return Err(Error::Busy(format!("the data directory {root:?} is open in another broker")));
+            }
+            return Err(Error::io(&lock_path, &e));
+        }
+        let topics = match read_frame(&root.join(TOPICS_FILE))? {
+            Some((_, body)) => decode_topics(&root.join(TOPICS_FILE), &body)?,
+            None => Vec::new(),
+        };
+        let (offsets, seq) = read_offsets(root, repair)?;
+        let next_dir = topics.iter().map(|t| t.dir + 1).max().unwrap_or(0);
+        let store = Store {
+            root: root.to_owned(),
+            fsync,
+            _lock: lock,
+            topics: Mutex::new((topics.clone(), next_dir)),
+            offsets_last: Mutex::new((seq, Some(offsets.clone()), true)),
+        };
+        Ok(Opened { store, topics, offsets })
+    }
+
+    /// The directory of partition `partition` of the topic in `topics/<dir>`.
+    pub(crate) fn partition_dir(&self, dir: u64, partition: u32) -> PathBuf {
+        self.topic_dir(dir).join(partition.to_string())
+    }
+
+    fn topic_dir(&self, dir: u64) -> PathBuf {
+        self.root.join(TOPICS_DIR).join(dir.to_string())
+    }
+
+    /// Adds a topic: gives it a fresh, empty directory, lets `open` fill it
+    /// (the partition logs), then lists it. If `open` fails nothing is listed
+    /// and the directory goes again.
+    pub(crate) fn add_topic<T>(
+        &self,
+        name: &str,
+        options: &TopicOptions,
+        open: impl FnOnce(&dyn Fn(u32) -> PathBuf) -> Result<T>,
+    ) -> Result<T> {
+        let mut topics = self.topics.lock();
+        let dir = topics.1;
+        let path = self.topic_dir(dir);
+        // A directory left by a creation that crashed before listing it.
+        match fs::remove_dir_all(&path) {
+            Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(&path, &e)),
+            _ => {}
+        }
+        fs::create_dir_all(&path).map_err(|e| Error::io(&path, &e))?;
+        let opened = open(&|p| self.partition_dir(dir, p));
+        let listed = opened.and_then(|t| {
+            let mut list = topics.0.clone();
+            list.push(TopicMeta { name: name.to_owned(), dir, options: options.clone() });
+            self.write_topics(&list)?;
+            topics.0 = list;
+            topics.1 = dir + 1;
+            Ok(t)
+        });
+        if listed.is_err() {
+            let _ = fs::remove_dir_all(&path);
+        }
+        listed
+    }
+
+    /// Unlists a topic and deletes its directory (its logs may still be
+    /// mapped by readers: the files go when they let go).
+    pub(crate) fn remove_topic(&self, name: &str) -> Result<()> {
+        let mut topics = self.topics.lock();
+        let Some(i) = topics.0.iter().position(|t| t.name == name) else { return Ok(()) };
+        let mut list = topics.0.clone();
+        let gone = list.remove(i);
+        self.write_topics(&list)?;
+        topics.0 = list;
+        let path = self.topic_dir(gone.dir);
+        fs::remove_dir_all(&path).map_err(|e| Error::io(&path, &e))
+    }
+
+    fn write_topics(&self, list: &[TopicMeta]) -> Result<()> {
+        replace(&self.root, TOPICS_FILE, &frame(&encode_topics(list)), true)
+    }
+
+    /// Writes the offsets into the older slot; `sync` forces them to stable
+    /// storage (file and directory) before returning. Offsets equal to the
+    /// last written ones are not written again (unless they now need a sync
+    /// they did not get).
+    pub(crate) fn save_offsets(&self, offsets: &Offsets, sync: bool) -> Result<()> {
+        let mut last = self.offsets_last.lock();
+        if last.1.as_ref() == Some(offsets) && (last.2 || !sync) {
+            return Ok(());
+        }
+        let next = last.0 + 1;
+        let mut body = Writer::default();
+        body.u64(next);
+        encode_offsets(&mut body, offsets);
+        replace(&self.root, OFFSETS_FILES[(next % 2) as usize], &frame(&body.0), sync)?;
+        *last = (next, Some(offsets.clone()), sync);
+        Ok(())
+    }
+
+    /// The sync policy.
+    pub(crate) fn fsync(&self) -> Fsync {
+        self.fsync
+    }
+
+    /// The data directory.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Whether a commit must reach the disk before it returns.
+    pub(crate) fn sync_commits(&self) -> bool {
+        self.fsync == Fsync::Always
+    }
+}
+
+/// Replaces `dir/name` with `bytes` atomically (see the module docs).
+fn replace(dir: &Path, name: &str, bytes: &[u8], sync: bool) -> Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let target = dir.join(name);
+    let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, &e))?;
+    f.write_all(bytes).map_err(|e| Error::io(&tmp, &e))?;
+    if sync {
+        f.sync_data().map_err(|e| Error::io(&tmp, &e))?;
+    }
+    drop(f);
+    fs::rename(&tmp, &target).map_err(|e| Error::io(&target, &e))?;
+    if sync {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Makes a directory's entries (a rename, a new file) durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, &e))
+}
+
+/// A frame around `body` (see the module docs).
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FRAME_HEADER + body.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// Reads the frame in `path`: `None` if there is no such file, the version
+/// and body if it is whole, `Corrupt` if it is not.
+fn read_frame(path: &Path) -> Result<Option<(u32, Vec<u8>)>> {
+    let mut bytes = Vec::new();
+    match File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)) {
+        Ok(_) => {}
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, &e)),
+    }
+    let corrupt = |offset: u64, reason: &str| Error::Corrupt { file: path.to_owned(), offset, reason: reason.into() };
+    if bytes.len() < FRAME_HEADER {
+        return Err(corrupt(0, "shorter than a metadata header"));
+    }
+    if &bytes[..8] != MAGIC {
+        return Err(corrupt(0, "not a rill metadata file"));
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if version != VERSION {
+        return Err(corrupt(8, &format!("metadata format {version}, this rill reads {VERSION}")));
+    }
+    let len = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes"));
+    let crc = u32::from_le_bytes(bytes[20..24].try_into().expect("4 bytes"));
+    let body = &bytes[FRAME_HEADER..];
+    if body.len() as u64 != len {
+        return Err(corrupt(FRAME_HEADER as u64, "the body is not as long as its header says"));
+    }
+    if crc32c::crc32c(body) != crc {
+        return Err(corrupt(FRAME_HEADER as u64, "the body fails its CRC"));
+    }
+    Ok(Some((version, body.to_vec())))
+}
+
+/// The newest valid offsets slot and its sequence number.
+fn read_offsets(root: &Path, repair: bool) -> Result<(Offsets, u64)> {
+    let mut best: Option<(u64, Offsets)> = None;
+    let mut damage = Vec::new();
+    for name in OFFSETS_FILES {
+        let path = root.join(name);
+        let decoded = read_frame(&path).and_then(|frame| {
+            frame
+                .map(|(_, body)| {
+                    let mut r = Reader::new(&path, &body);
+                    let seq = r.u64()?;
+                    Ok((seq, decode_offsets(&mut r)?))
+                })
+                .transpose()
+        });
+        match decoded {
+            Ok(Some((seq, offsets))) if best.as_ref().is_none_or(|(s, _)| seq > *s) => best = Some((seq, offsets)),
+            Ok(_) => {}
+            Err(e @ Error::Corrupt { .. }) => damage.push(e),
+            Err(e) => return Err(e),
+        }
+    }
+    match (best, damage.len()) {
+        (Some((seq, offsets)), n) => {
+            if n > 0 {
+                // The slot a crash interrupted; the other holds the state before it.
+                log::warn!("rill: ignoring a damaged offsets slot ({}); using the other one", damage[0]);
+            }
+            Ok((offsets, seq))
+        }
+        (None, 0) => Ok((Offsets::default(), 0)),
+        (None, _) if repair => {
+            log::warn!("rill: both offsets slots are damaged ({}); repair: starting without offsets", damage[0]);
+            Ok((Offsets::default(), 0))
+        }
+        (None, _) => Err(damage.swap_remove(0)),
+    }
+}
+
+fn encode_topics(list: &[TopicMeta]) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u32(list.len() as u32);
+    for t in list {
+        w.str(&t.name);
+        w.u64(t.dir);
+        let o = &t.options;
+        w.u32(o.partitions);
+        w.opt(o.retention_bytes);
+        w.opt(o.retention_messages);
+        w.opt(o.segment_bytes.map(|n| n as u64));
+        w.opt(o.max_message_bytes.map(|n| n as u64));
+    }
+    w.0
+}
+
+fn decode_topics(path: &Path, body: &[u8]) -> Result<Vec<TopicMeta>> {
+    let mut r = Reader::new(path, body);
+    let n = r.u32()?;
+    let mut list = Vec::new();
+    for _ in 0..n {
+        let name = r.str()?;
+        let dir = r.u64()?;
+        // Options added later (by newer formats) keep their defaults.
+        #[allow(clippy::needless_update)]
+        let options = TopicOptions {
+            partitions: r.u32()?,
+            retention_bytes: r.opt()?,
+            retention_messages: r.opt()?,
+            segment_bytes: r.opt()?.map(|n| n as usize),
+            max_message_bytes: r.opt()?.map(|n| n as usize),
+            ..TopicOptions::default()
+        };
+        list.push(TopicMeta { name, dir, options });
+    }
+    r.end()?;
+    Ok(list)
+}
+
+fn encode_offsets(w: &mut Writer, o: &Offsets) {
+    w.u32(o.groups.len() as u32);
+    for (group, topic, committed) in &o.groups {
+        w.str(group);
+        w.str(topic);
+        w.u32(committed.len() as u32);
+        for c in committed {
+            w.opt(*c);
+        }
+    }
+    w.u32(o.durable.len() as u32);
+    for (name, positions) in &o.durable {
+        w.str(name);
+        w.u32(positions.len() as u32);
+        for (topic, partition, offset) in positions {
+            w.str(topic);
+            w.u32(*partition);
+            w.u64(*offset);
+        }
+    }
+}
+
+fn decode_offsets(r: &mut Reader<'_>) -> Result<Offsets> {
+    let mut o = Offsets::default();
+    for _ in 0..r.u32()? {
+        let (group, topic) = (r.str()?, r.str()?);
+        let n = r.u32()?;
+        let committed = (0..n).map(|_| r.opt()).collect::<Result<Vec<_>>>()?;
+        o.groups.push((group, topic, committed));
+    }
+    for _ in 0..r.u32()? {
+        let name = r.str()?;
+        let n = r.u32()?;
+        let positions = (0..n).map(|_| Ok((r.str()?, r.u32()?, r.u64()?))).collect::<Result<Vec<_>>>()?;
+        o.durable.push((name, positions));
+    }
+    r.end()?;
+    Ok(o)
+}
+
+/// Little-endian fields, strings as a u32 length and their bytes.
+#[derive(Default)]
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn str(&mut self, s: &str) {
+        self.u32(s.len() as u32);
+        self.0.extend_from_slice(s.as_bytes());
+    }
+    /// A presence byte, then the value if present.
+    fn opt(&mut self, v: Option<u64>) {
+        self.0.push(v.is_some() as u8);
+        if let Some(v) = v {
+            self.u64(v);
+        }
+    }
+}
+
+/// Reads what [`Writer`] wrote; running short or a bad value is `Corrupt`
+/// (a frame that passed its CRC but does not decode was written by a bug or
+/// a different program: refused, not guessed at).
+struct Reader<'a> {
+    path: &'a Path,
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(path: &'a Path, bytes: &'a [u8]) -> Self {
+        Reader { path, bytes, at: 0 }
+    }
+    fn corrupt(&self, reason: &str) -> Error {
+        Error::Corrupt { file: self.path.to_owned(), offset: (FRAME_HEADER + self.at) as u64, reason: reason.into() }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.bytes.len() - self.at < n {
+            return Err(self.corrupt("the metadata ends inside a field"));
+        }
+        let s = &self.bytes[self.at..self.at + n];
+        self.at += n;
+        Ok(s)
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn str(&mut self) -> Result<String> {
+        let n = self.u32()? as usize;
+        let bytes = self.take(n)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| self.corrupt("a name is not UTF-8"))
+    }
+    fn opt(&mut self) -> Result<Option<u64>> {
+        match self.take(1)?[0] {
+            0 => Ok(None),
+            1 => self.u64().map(Some),
+            _ => Err(self.corrupt("a presence byte is neither 0 nor 1")),
+        }
+    }
+    fn end(&self) -> Result<()> {
+        if self.at == self.bytes.len() { Ok(()) } else { Err(self.corrupt("trailing bytes after the metadata")) }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let p =
+            std::env::temp_dir().join(format!("rill-store-{tag}-{}-{}", std::process::id(), crate::sync::unique_id()));
+        let _ = fs::remove_dir_all(&p);
+        p
+    }
+
+    fn sample_offsets(n: u64) -> Offsets {
+        Offsets {
+            groups: vec![("g".into(), "a/b".into(), vec![Some(n), None, Some(0)])],
+            durable: vec![("sub".into(), vec![("a/b".into(), 2, n + 1)])],
+        }
+    }
+
+    #[test]
+    fn topics_and_offsets_come_back_after_reopening() {
+        let root = temp_dir("roundtrip");
+        // Options added later (by newer formats) keep their defaults.
+        #[allow(clippy::needless_update)]
+        let options = TopicOptions { partitions: 3, retention_messages: Some(7), ..TopicOptions::default() };
+        {
+            let opened = Store::open(&root, Fsync::Always, false).unwrap();
+            assert!(opened.topics.is_empty());
+            assert_eq!(opened.offsets, Offsets::default());
+            let dirs = opened.store.add_topic("a/b", &options, |dir| Ok((0..3).map(dir).collect::<Vec<_>>())).unwrap();
+            assert_eq!(dirs[2], root.join("topics/0/2"));
+            opened.store.add_topic("c", &TopicOptions::default(), |_| Ok(())).unwrap();
+            opened.store.save_offsets(&sample_offsets(1), false).unwrap();
+            opened.store.save_offsets(&sample_offsets(2), true).unwrap();
+        }
+        let opened = Store::open(&root, Fsync::Always, false).unwrap();
+        let names: Vec<_> = opened.topics.iter().map(|t| (t.name.as_str(), t.dir)).collect();
+        assert_eq!(names, vec![("a/b", 0), ("c", 1)]);
+        assert_eq!(opened.topics[0].options, options);
+        assert_eq!(opened.offsets, sample_offsets(2));
+        opened.store.remove_topic("a/b").unwrap();
+        assert!(!root.join("topics/0").exists());
+        drop(opened);
+        let opened = Store::open(&root, Fsync::Always, false).unwrap();
+        assert_eq!(opened.topics.len(), 1);
+        // Numbers are not reused while a later topic holds a higher one.
+        opened.store.add_topic("d", &TopicOptions::default(), |_| Ok(())).unwrap();
+        drop(opened);
+        let opened = Store::open(&root, Fsync::Always, false).unwrap();
+        assert_eq!(opened.topics.iter().map(|t| t.dir).collect::<Vec<_>>(), vec![1, 2]);
+        drop(opened);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_torn_offsets_slot_falls_back_to_the_other_and_both_torn_is_corrupt() {
+        let root = temp_dir("torn");
+        {
+            let opened = Store::open(&root, Fsync::Never, false).unwrap();
+            opened.store.save_offsets(&sample_offsets(1), false).unwrap();
+            opened.store.save_offsets(&sample_offsets(2), false).unwrap();
+            opened.store.save_offsets(&sample_offsets(3), false).unwrap();
+        }
+        // Slot 1 holds sequence 3 (the newest); tear it.
+        let newest = root.join(OFFSETS_FILES[1]);
+        let len = fs::metadata(&newest).unwrap().len();
+        OpenOptions::new().write(true).open(&newest).unwrap().set_len(len - 3).unwrap();
+        let opened = Store::open(&root, Fsync::Never, false).unwrap();
+        assert_eq!(opened.offsets, sample_offsets(2));
+        // The next write goes over the torn slot, not the good one.
+        opened.store.save_offsets(&sample_offsets(4), false).unwrap();
+        drop(opened);
+        assert_eq!(Store::open(&root, Fsync::Never, false).unwrap().offsets, sample_offsets(4));
+        // Damage both: a flipped bit in each body.
+        for name in OFFSETS_FILES {
+            let path = root.join(name);
+            let mut bytes = fs::read(&path).unwrap();
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0x10;
+            fs::write(&path, bytes).unwrap();
+        }
+        match Store::open(&root, Fsync::Never, false).unwrap_err() {
+            Error::Corrupt { file, offset, .. } => {
+                assert!(file.starts_with(&root), "{file:?}");
+                assert_eq!(offset, FRAME_HEADER as u64);
+            }
+            e => panic!("expected Corrupt, got {e:?}"),
+        }
+        assert_eq!(Store::open(&root, Fsync::Never, true).unwrap().offsets, Offsets::default());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_second_open_is_busy_until_the_first_closes() {
+        let root = temp_dir("lock");
+        let first = Store::open(&root, Fsync::Never, false).unwrap();
+        assert!(matches!(Store::open(&root, Fsync::Never, false), Err(Error::Busy(_))));
+        drop(first);
+        Store::open(&root, Fsync::Never, false).unwrap();
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_regular_file_as_data_dir_is_an_io_error_naming_it() {
+        let root = temp_dir("file");
+        fs::write(&root, b"not a directory").unwrap();
+        match Store::open(&root, Fsync::Never, false).unwrap_err() {
+            Error::Io { path, kind, .. } => {
+                assert_eq!(path, root);
+                assert_eq!(kind, IoKind::NotADirectory);
+            }
+            e => panic!("expected Io, got {e:?}"),
+        }
+        fs::remove_file(&root).unwrap();
+    }
+
+    #[test]
+    fn a_failed_topic_open_lists_nothing_and_leaves_no_directory() {
+        let root = temp_dir("failed");
+        let opened = Store::open(&root, Fsync::Never, false).unwrap();
+        let e = opened.store.add_topic("t", &TopicOptions::default(), |_| Err::<(), _>(Error::Timeout)).unwrap_err();
+        assert_eq!(e, Error::Timeout);
+        assert!(!root.join("topics/0").exists());
+        drop(opened);
+        assert!(Store::open(&root, Fsync::Never, false).unwrap().topics.is_empty());
+        fs::remove_dir_all(&root).unwrap();
+    }
+}

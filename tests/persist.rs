@@ -1,0 +1,565 @@
+//! A broker on a data directory, as users restart and crash it: in separate
+//! processes, since a restart inside one process would not show what only
+//! the disk carried over.
+//!
+//! This file is its own test harness (`harness = false` in Cargo.toml): the
+//! test binary runs its tests, and re-runs itself with a `child-*` argument to
+//! be the other process (a writer, a reader, a lock holder, a publisher to
+//! kill).
+//!
+//! The crash loop runs `RILL_CRASH_ITERATIONS` iterations per fsync policy
+//! (default 50; the long run in `.ci/test` documents 200).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rill::{
+    Ack, Broker, BrokerConfig, ConsumerOptions, Error, Fsync, Record, StartPosition, SubscriptionOptions, TopicOptions,
+};
+
+/// How long anything that should happen may take before the test fails.
+const WAIT: Duration = Duration::from_secs(30);
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(role) = args.get(1).filter(|a| a.starts_with("child-")) {
+        let dir = PathBuf::from(&args[2]);
+        match role.as_str() {
+            "child-restart-write" => restart_writer(&dir),
+            "child-restart-read" => restart_reader(&dir),
+            "child-hold" => hold_lock(&dir),
+            "child-crash" => crash_child(&dir, policy(&args[3]), args[4].parse().unwrap(), args[5].parse().unwrap()),
+            other => panic!("unknown role {other}"),
+        }
+        return;
+    }
+    let filters: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
+    let tests: [(&str, fn()); 7] = [
+        ("restart_in_two_processes_keeps_everything", restart_in_two_processes_keeps_everything),
+        ("a_second_broker_on_a_directory_is_busy_in_this_process_and_another", second_broker_is_busy),
+        ("a_regular_file_as_data_dir_is_io_with_its_path", regular_file_is_io),
+        ("a_damaged_tail_is_dropped_and_reported_in_the_partition_stats", damaged_tail_is_reported),
+        ("crash_loop_always", || crash_loop(Fsync::Always)),
+        ("crash_loop_interval", || crash_loop(Fsync::default())),
+        ("crash_loop_never", || crash_loop(Fsync::Never)),
+    ];
+    let mut ran = 0;
+    for (name, test) in tests {
+        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        let started = Instant::now();
+        println!("test {name} ...");
+        test();
+        println!("test {name} ... ok ({:.1?})", started.elapsed());
+        ran += 1;
+    }
+    println!("test result: ok. {ran} passed");
+}
+
+fn policy(s: &str) -> Fsync {
+    match s {
+        "always" => Fsync::Always,
+        "never" => Fsync::Never,
+        "interval" => Fsync::default(),
+        other => panic!("unknown policy {other}"),
+    }
+}
+
+fn policy_name(f: Fsync) -> &'static str {
+    match f {
+        Fsync::Always => "always",
+        Fsync::Never => "never",
+        Fsync::Interval(_) => "interval",
+    }
+}
+
+/// A fresh, empty directory under the system's temp dir.
+fn temp_dir(tag: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let p = std::env::temp_dir().join(format!("rill-persist-{tag}-{}-{nanos}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+fn open(dir: &Path, fsync: Fsync) -> Broker {
+    Broker::new(BrokerConfig { data_dir: Some(dir.to_owned()), fsync, ..BrokerConfig::default() }).unwrap()
+}
+
+/// This test binary, running as `role` with `args`.
+fn child(role: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.arg(role).args(args);
+    c
+}
+
+fn run_child(role: &str, args: &[&str]) {
+    let status = child(role, args).status().unwrap();
+    assert!(status.success(), "{role} failed: {status}");
+}
+
+// ---------------------------------------------------------------- restart
+
+const ORDERS: &str = "orders/eu";
+const MESSAGES: u64 = 200;
+/// The durable subscription handles this many before it is closed.
+const ACKED_BEFORE_CLOSE: usize = 120;
+/// The group commits after polling this many.
+const COMMITTED: usize = 50;
+
+fn restart_in_two_processes_keeps_everything() {
+    let root = temp_dir("restart");
+    let data = root.join("data");
+    let d = data.to_str().unwrap();
+    run_child("child-restart-write", &[d]);
+    run_child("child-restart-read", &[d]);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// One message as a line: everything a reader can see of it.
+fn describe(partition: u32, r: &rill::log::RecordView<'_>) -> String {
+    let attrs: Vec<(String, String)> = r.attributes().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    format!(
+        "{partition}|{}|{}|{:?}|{:?}|{attrs:?}",
+        r.offset(),
+        r.timestamp_ns(),
+        r.key(),
+        String::from_utf8_lossy(r.payload())
+    )
+}
+
+/// Every message of `topic`, described, via a consumer of `group` that does
+/// not commit.
+fn read_all(b: &Broker, group: &str, topic: &str) -> Vec<String> {
+    let mut c = b
+        .consumer(group, topic, ConsumerOptions { start: StartPosition::Earliest, ..ConsumerOptions::default() })
+        .unwrap();
+    let end: u64 = b.topic_stats(topic).unwrap().publish_count;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while (out.len() as u64) < end {
+        assert!(Instant::now() < deadline, "read {} of {end}", out.len());
+        for m in c.poll(1000, Duration::from_millis(100)).unwrap() {
+            out.push(describe(m.partition(), &m.record()));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn restart_writer(data: &Path) {
+    let b = open(data, Fsync::default());
+    let options = TopicOptions {
+        partitions: 3,
+        retention_bytes: Some(1 << 20),
+        segment_bytes: Some(16 << 10),
+        ..TopicOptions::default()
+    };
+    b.create_topic(ORDERS, &options).unwrap();
+    b.create_topic("logs", &TopicOptions::default()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let audit = b
+        .subscribe(
+            "orders/*",
+            SubscriptionOptions { name: Some("audit".into()), start: StartPosition::Earliest, ..Default::default() },
+            move |m| {
+                let _ = tx.send((m.partition(), m.offset()));
+                Ack::Success
+            },
+        )
+        .unwrap();
+    for i in 0..MESSAGES {
+        let (key, n) = (format!("customer-{}", i % 7), i.to_string());
+        let attrs = [("n", n.as_str()), ("kind", "order")];
+        let payload = format!("order {i}: {}", "x".repeat((i % 50) as usize));
+        b.publish(ORDERS, &Record::new(payload.as_bytes()).with_key(key.as_bytes()).with_attributes(&attrs)).unwrap();
+        if i + 1 == ACKED_BEFORE_CLOSE as u64 {
+            // Let the durable subscription handle exactly these, then close it.
+            for _ in 0..ACKED_BEFORE_CLOSE {
+                rx.recv_timeout(WAIT).unwrap();
+            }
+            // The handler reports before it returns, the ack follows: wait
+            // for the last ack, or it would be delivered again (at-least-once).
+            assert!(audit.wait_idle(WAIT).unwrap());
+            audit.close();
+        }
+    }
+    b.publish("logs", &Record::new(b"a log line")).unwrap();
+    let mut billing = b.consumer("billing", ORDERS, ConsumerOptions::default()).unwrap();
+    let mut polled = 0;
+    while polled < COMMITTED {
+        polled += billing.poll(COMMITTED - polled, WAIT).unwrap().len();
+    }
+    billing.commit().unwrap();
+    let committed = b.group_stats("billing", ORDERS).unwrap();
+    drop(billing);
+    let mut expected = read_all(&b, "snapshot", ORDERS);
+    expected.extend(read_all(&b, "snapshot", "logs"));
+    let mut lines = expected.join("\n");
+    lines.push_str(&format!("\ncommitted {:?}", committed.partitions));
+    std::fs::write(data.with_extension("expected"), lines).unwrap();
+    b.close();
+}
+
+fn restart_reader(data: &Path) {
+    let b = open(data, Fsync::default());
+    let mut topics = b.topics();
+    topics.retain(|t| !t.starts_with('$'));
+    assert_eq!(topics, vec!["logs".to_owned(), ORDERS.to_owned()]);
+    assert_eq!(b.topic_stats(ORDERS).unwrap().partitions.len(), 3);
+    // Options came back: a message over the segment size is still refused.
+    let too_big = vec![0u8; 17 << 10];
+    assert!(matches!(b.publish(ORDERS, &Record::new(&too_big)), Err(Error::MessageTooLarge { .. })));
+
+    let expected = std::fs::read_to_string(data.with_extension("expected")).unwrap();
+    let mut got = read_all(&b, "snapshot", ORDERS);
+    got.extend(read_all(&b, "snapshot", "logs"));
+    let committed = b.group_stats("billing", ORDERS).unwrap();
+    got.push(format!("committed {:?}", committed.partitions));
+    let expected: Vec<&str> = expected.lines().collect();
+    assert_eq!(got.len(), expected.len(), "messages (and the commit line) after the restart");
+    for (g, e) in got.iter().zip(&expected) {
+        assert_eq!(g, e, "a message or the commit differs after the restart");
+    }
+    assert_eq!(committed.partitions.iter().filter_map(|p| p.committed).sum::<u64>(), COMMITTED as u64);
+
+    // The group resumes after its commit.
+    let mut billing = b.consumer("billing", ORDERS, ConsumerOptions::default()).unwrap();
+    let mut rest = 0;
+    while rest < MESSAGES as usize - COMMITTED {
+        rest += billing.poll(1000, WAIT).unwrap().len();
+    }
+    drop(billing);
+
+    // The named subscription resumes after its last ack: it gets exactly
+    // the messages published after it closed.
+    let (tx, rx) = mpsc::channel();
+    let audit = b
+        .subscribe(
+            "orders/*",
+            SubscriptionOptions { name: Some("audit".into()), start: StartPosition::Latest, ..Default::default() },
+            move |m| {
+                let _ = tx.send(m.attribute("n").map(str::to_owned));
+                Ack::Success
+            },
+        )
+        .unwrap();
+    assert!(audit.wait_idle(WAIT).unwrap());
+    audit.close();
+    let mut resumed: Vec<u64> =
+        rx.try_iter().map(|n| n.expect("only the writer's messages").parse().unwrap()).collect();
+    resumed.sort_unstable();
+    assert_eq!(resumed, (ACKED_BEFORE_CLOSE as u64..MESSAGES).collect::<Vec<_>>());
+
+    // New publishes continue the offsets.
+    let before = b.topic_stats(ORDERS).unwrap();
+    for p in &before.partitions {
+        let pos = b.publish(ORDERS, &Record::new(b"after restart").with_key(key_for(p.partition).as_bytes())).unwrap();
+        assert_eq!((pos.partition, pos.offset), (p.partition, p.next_offset));
+    }
+    b.close();
+}
+
+/// A key that lands on `partition` of the 3-partition topic.
+fn key_for(partition: u32) -> String {
+    (0..).map(|i| format!("k{i}")).find(|k| rill::broker::partition_for_key(k.as_bytes(), 3) == partition).unwrap()
+}
+
+// ---------------------------------------------------------------- lock and bad paths
+
+fn second_broker_is_busy() {
+    let root = temp_dir("busy");
+    let first = open(&root, Fsync::Never);
+    let config = || BrokerConfig { data_dir: Some(root.clone()), ..BrokerConfig::default() };
+    assert!(matches!(Broker::new(config()), Err(Error::Busy(_))));
+    first.close();
+    // Closing lets go of the directory, even with the handle still alive.
+    let second = Broker::new(config()).unwrap();
+    drop(second);
+    drop(first);
+
+    // Another process holding it.
+    let mut holder =
+        child("child-hold", &[root.to_str().unwrap()]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(holder.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "holding");
+    assert!(matches!(Broker::new(config()), Err(Error::Busy(_))));
+    // The lock goes with the process, however it ends.
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    Broker::new(config()).unwrap().close();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+fn hold_lock(dir: &Path) {
+    let _b = open(dir, Fsync::Never);
+    println!("holding");
+    // Until the parent kills it.
+    let _ = std::io::stdin().read(&mut [0u8; 1]);
+}
+
+fn regular_file_is_io() {
+    let root = temp_dir("file");
+    let file = root.join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    match Broker::new(BrokerConfig { data_dir: Some(file.clone()), ..BrokerConfig::default() }) {
+        Err(Error::Io { path, .. }) => assert_eq!(path, file),
+        other => panic!("expected Io, got {other:?}"),
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() { out.extend(files_under(&path)) } else { out.push(path) }
+    }
+    out
+}
+
+fn damaged_tail_is_reported() {
+    let root = temp_dir("damaged");
+    let b = open(&root, Fsync::Always);
+    b.create_topic("t", &TopicOptions::default()).unwrap();
+    for i in 0..9 {
+        b.publish("t", &Record::new(format!("record {i}").as_bytes())).unwrap();
+    }
+    b.publish("t", &Record::new(b"the last record, to be damaged")).unwrap();
+    b.close();
+    drop(b);
+    // Flip a byte of the last record's payload in its segment file.
+    let needle = b"the last record, to be damaged";
+    let mut damaged = 0;
+    for file in files_under(&root.join("topics")) {
+        let mut bytes = std::fs::read(&file).unwrap();
+        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
+            bytes[at + 4] ^= 0x20;
+            std::fs::write(&file, bytes).unwrap();
+            damaged += 1;
+        }
+    }
+    assert_eq!(damaged, 1, "the record is in exactly one segment file");
+    let b = open(&root, Fsync::Always);
+    let stats = b.topic_stats("t").unwrap();
+    let p = &stats.partitions[0];
+    assert_eq!(p.next_offset, 9, "the damaged record is dropped, the nine before it kept");
+    assert_eq!(p.recovered_truncated_records, 0, "no intact record came after the damaged one");
+    assert!(p.recovered_truncated_bytes >= needle.len() as u64, "{p:?}");
+    let got = read_all(&b, "check", "t");
+    assert_eq!(got.len(), 9);
+    // Publishing continues the offsets after the kept records.
+    assert_eq!(b.publish("t", &Record::new(b"next")).unwrap().offset, 9);
+    b.close();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+// ---------------------------------------------------------------- crash loop
+
+const CRASH_TOPIC: &str = "crash";
+const CRASH_PARTITIONS: u32 = 2;
+/// Most messages one child publishes before it waits to be killed.
+const CRASH_MAX_PUBLISHES: u64 = 200;
+/// The child commits its group every this many publishes.
+const COMMIT_EVERY: u64 = 16;
+
+/// The payload of message `i` of run `run`: self-describing, so a damaged
+/// or mixed-up record cannot pass for a good one, and of varying length.
+fn crash_payload(run: u64, i: u64) -> Vec<u8> {
+    let head = format!("run{run}-i{i}:");
+    let mut p = head.clone().into_bytes();
+    while p.len() < 24 + ((run * 31 + i * 17) % 300) as usize {
+        p.extend_from_slice(head.as_bytes());
+    }
+    p
+}
+
+/// Parses and checks a payload; `None` if it is not exactly one of ours.
+fn parse_crash_payload(p: &[u8]) -> Option<(u64, u64)> {
+    let s = std::str::from_utf8(p).ok()?;
+    let head = s.split(':').next()?;
+    let (run, i) = head.strip_prefix("run")?.split_once("-i")?;
+    let (run, i) = (run.parse().ok()?, i.parse().ok()?);
+    (crash_payload(run, i) == p).then_some((run, i))
+}
+
+/// The child: publishes, printing `P run i partition offset` after each
+/// publish returns and `C partition offset` after each commit returns.
+fn crash_child(dir: &Path, fsync: Fsync, run: u64, max: u64) {
+    let b = open(dir, fsync);
+    let options = TopicOptions {
+        partitions: CRASH_PARTITIONS,
+        retention_bytes: None,
+        segment_bytes: Some(16 << 10),
+        ..TopicOptions::default()
+    };
+    match b.create_topic(CRASH_TOPIC, &options) {
+        Ok(()) | Err(Error::TopicExists(_)) => {}
+        Err(e) => panic!("{e}"),
+    }
+    let mut group = b.consumer("g", CRASH_TOPIC, ConsumerOptions::default()).unwrap();
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    for i in 0..max {
+        let payload = crash_payload(run, i);
+        let key = format!("key{}", i % 5);
+        let pos = b.publish(CRASH_TOPIC, &Record::new(&payload).with_key(key.as_bytes())).unwrap();
+        writeln!(out, "P {run} {i} {} {}", pos.partition, pos.offset).unwrap();
+        out.flush().unwrap();
+        if i % COMMIT_EVERY == COMMIT_EVERY - 1 {
+            while !group.poll(1000, Duration::ZERO).unwrap().is_empty() {}
+            group.commit().unwrap();
+            for p in 0..CRASH_PARTITIONS {
+                if let Ok(c) = group.committed(p) {
+                    writeln!(out, "C {p} {c}").unwrap();
+                }
+            }
+            out.flush().unwrap();
+        }
+    }
+    writeln!(out, "DONE").unwrap();
+    out.flush().unwrap();
+    drop(out);
+    // Until the parent kills it.
+    let _ = std::io::stdin().read(&mut [0u8; 1]);
+}
+
+/// A small xorshift: the kill points, reproducible from the printed seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+fn crash_loop(fsync: Fsync) {
+    let iterations: u64 = std::env::var("RILL_CRASH_ITERATIONS").map_or(50, |v| v.parse().unwrap());
+    let seed = std::env::var("RILL_CRASH_SEED").map_or_else(
+        |_| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1,
+        |v| v.parse().unwrap(),
+    );
+    let name = policy_name(fsync);
+    println!("  crash loop {name}: {iterations} iterations, RILL_CRASH_SEED={seed}");
+    let mut rng = Rng(seed);
+    let root = temp_dir(&format!("crash-{name}"));
+    let dir = root.to_str().unwrap().to_owned();
+    // (partition, offset) -> (run, i) of every acknowledged message so far.
+    let mut acked: BTreeMap<(u32, u64), (u64, u64)> = BTreeMap::new();
+    let mut committed = vec![0u64; CRASH_PARTITIONS as usize];
+    let mut lost_unsynced = 0u64;
+    for run in 0..iterations {
+        let kill_after = rng.below(CRASH_MAX_PUBLISHES + 1);
+        let mut c: Child = child("child-crash", &[&dir, name, &run.to_string(), &CRASH_MAX_PUBLISHES.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
+        let mut seen = 0;
+        let mut reported_commits = vec![None; CRASH_PARTITIONS as usize];
+        let mut record = |line: &str, acked: &mut BTreeMap<(u32, u64), (u64, u64)>| {
+            let f: Vec<&str> = line.split(' ').collect();
+            match f[0] {
+                "P" => {
+                    let (r, i, p, o) =
+                        (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap(), f[4].parse().unwrap());
+                    assert_eq!(acked.insert((p, o), (r, i)), None, "offset {p}/{o} handed out twice");
+                }
+                "C" => reported_commits[f[1].parse::<usize>().unwrap()] = Some(f[2].parse::<u64>().unwrap()),
+                "DONE" => {}
+                other => panic!("unexpected line {other:?}"),
+            }
+        };
+        while seen < kill_after {
+            let Some(line) = lines.next() else { break };
+            let line = line.unwrap();
+            if line.starts_with('P') {
+                seen += 1;
+            }
+            let done = line == "DONE";
+            record(&line, &mut acked);
+            if done {
+                break;
+            }
+        }
+        c.kill().unwrap();
+        let status = c.wait().unwrap();
+        // What the child printed before it died was acknowledged too.
+        for line in lines {
+            record(&line.unwrap(), &mut acked);
+        }
+        drop(c.stdin.take());
+        assert!(status.code().is_none(), "the child ended by itself ({status}) in run {run}");
+
+        let b = open(&root, fsync);
+        let stats = b.topic_stats(CRASH_TOPIC).unwrap();
+        let mut present: BTreeMap<(u32, u64), (u64, u64)> = BTreeMap::new();
+        let mut reader = b.consumer("verify", CRASH_TOPIC, ConsumerOptions::default()).unwrap();
+        let total: u64 = stats.partitions.iter().map(|p| p.next_offset - p.first_offset).sum();
+        let mut next = vec![0u64; CRASH_PARTITIONS as usize];
+        let deadline = Instant::now() + WAIT;
+        while (present.len() as u64) < total {
+            assert!(Instant::now() < deadline, "run {run}: read {} of {total}", present.len());
+            for m in reader.poll(1000, Duration::from_millis(100)).unwrap() {
+                let p = m.partition();
+                assert_eq!(m.offset(), next[p as usize], "run {run}: offsets of partition {p} are not dense");
+                next[p as usize] += 1;
+                let id = parse_crash_payload(m.payload())
+                    .unwrap_or_else(|| panic!("run {run}: a damaged record was delivered at {p}/{}", m.offset()));
+                present.insert((p, m.offset()), id);
+            }
+        }
+        drop(reader);
+        for (pos, id) in &acked {
+            match present.get(pos) {
+                Some(got) => assert_eq!(got, id, "run {run}: {pos:?} holds another message"),
+                // Only a machine crash may lose acknowledged messages, and
+                // only under Interval and Never: this is a process crash.
+                None => panic!("run {run} ({name}): acknowledged message {id:?} at {pos:?} is gone"),
+            }
+        }
+        // Records past the acknowledged ones (published, not yet reported)
+        // may or may not be there; the acknowledged set is what they extend.
+        lost_unsynced += present.len() as u64 - acked.len() as u64;
+        for (pos, id) in &present {
+            acked.entry(*pos).or_insert(*id);
+        }
+        // A child killed before its first commit leaves no group behind:
+        // then nothing may have been committed before either.
+        let partitions = match b.group_stats("g", CRASH_TOPIC) {
+            Ok(group) => group.partitions,
+            Err(Error::NotFound(_)) => {
+                assert!(
+                    committed.iter().all(|&c| c == 0) && reported_commits.iter().all(Option::is_none),
+                    "run {run}: the group's commits are gone"
+                );
+                Vec::new()
+            }
+            Err(e) => panic!("run {run}: group_stats: {e}"),
+        };
+        for gp in &partitions {
+            let now = gp.committed.unwrap_or(0);
+            let p = gp.partition as usize;
+            assert!(now >= committed[p], "run {run}: committed offset of {p} went back from {} to {now}", committed[p]);
+            if let Some(reported) = reported_commits[p] {
+                assert!(now >= reported, "run {run}: commit {reported} of {p} acknowledged, {now} found");
+            }
+            assert!(now <= gp.end);
+            committed[p] = now;
+        }
+        b.close();
+    }
+    println!("  {} messages, {lost_unsynced} published but unreported at a kill", acked.len());
+    std::fs::remove_dir_all(&root).unwrap();
+}
