@@ -251,6 +251,11 @@ typedef struct {
 } rill_topic_options;
 
 /**
+ * What `rill_topic_list` calls with each topic's name (borrowed for the call).
+ */
+typedef void (*rill_topic_callback)(void *user_data, const char *name);
+
+/**
  * Statistics of one topic.
  */
 typedef struct {
@@ -433,6 +438,45 @@ typedef struct {
      */
     uint32_t partitions;
 } rill_consumer_stats;
+
+/**
+ * Position and lag of one partition a subscription or a consumer group
+ * reads, handed to a callback.
+ */
+typedef struct {
+    /**
+     * The topic's name, borrowed for the callback only.
+     */
+    const char *topic;
+    /**
+     * Partition index.
+     */
+    uint32_t partition;
+    /**
+     * Next offset to handle: a subscription's position, or a group's
+     * committed offset (the oldest retained one while it has committed none).
+     */
+    uint64_t position;
+    /**
+     * One past the newest offset published.
+     */
+    uint64_t end;
+    /**
+     * `end - position`.
+     */
+    uint64_t lag;
+} rill_partition_lag;
+
+/**
+ * What `rill_subscription_partitions` and `rill_group_partitions` call with
+ * each partition's lag (borrowed for the call, `topic` included).
+ */
+typedef void (*rill_partition_lag_callback)(void *user_data, const rill_partition_lag *lag);
+
+/**
+ * What `rill_group_list` calls with each group and topic (borrowed for the call).
+ */
+typedef void (*rill_group_callback)(void *user_data, const char *group, const char *topic);
 
 /**
  * When a message counts as handled: one of the `RILL_DELIVERY_*` constants.
@@ -636,7 +680,36 @@ typedef struct {
      * Its state.
      */
     rill_subscription_state state;
+    /**
+     * Its name (generated for anonymous subscriptions). Set by
+     * `rill_subscription_list`, borrowed for the callback only (copy it to
+     * keep it); NULL from `rill_subscription_get_stats` (use
+     * `rill_subscription_name`).
+     */
+    const char *name;
+    /**
+     * The pattern it subscribed with. Borrowed like `name`; NULL from
+     * `rill_subscription_get_stats`.
+     */
+    const char *pattern;
+    /**
+     * The last delivery problem: the handler's latest failure (retry,
+     * dead letter, or a crash of a Rust or Python handler, with the
+     * message's topic, partition, offset and the reason), or a dead letter
+     * that could not be published; NULL if there was none. Borrowed like
+     * `name`; NULL from `rill_subscription_get_stats` (use
+     * `rill_subscription_last_error`, which copies it into your buffer: the
+     * text can change at any moment, so a pointer into it could not stay
+     * valid after the call).
+     */
+    const char *last_error;
 } rill_subscription_stats;
+
+/**
+ * What `rill_subscription_list` calls with each subscription's stats
+ * (borrowed for the call, strings included).
+ */
+typedef void (*rill_subscription_callback)(void *user_data, const rill_subscription_stats *stats);
 
 /**
  * Handled: move past the message.
@@ -811,6 +884,19 @@ void rill_topic_options_init_v1(rill_topic_options *o, size_t size);
  * filled by `rill_topic_options_init`.
  */
 rill_status rill_topic_create_v1(rill_broker *b, const char *name, const rill_topic_options *o);
+
+/**
+ * Calls `each(user_data, name)` for every topic, in name order (the
+ * broker's own `$` topics, such as dead-letter topics, included); each name
+ * is borrowed for that call only. A snapshot, taken before the first call;
+ * the callback may call any rill function (creating topics included), which
+ * the snapshot does not see.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `each` a function safe to call with `user_data`.
+ */
+rill_status rill_topic_list(rill_broker *b, rill_topic_callback each, void *user_data);
 
 /**
  * Fills `*out` with the topic's statistics.
@@ -1082,6 +1168,51 @@ rill_status rill_consumer_committed(const rill_consumer *c, uint32_t partition, 
 rill_status rill_consumer_get_stats(const rill_consumer *c, rill_consumer_stats *out);
 
 /**
+ * Fills `*out` with a consumer group's committed position on `topic`,
+ * whether or not a consumer of it is live: `lag` and `partitions` (the
+ * counters of a consumer's own life, `delivered` and `missed`, are 0).
+ * `RILL_ERR_NOT_FOUND` if the group never consumed the topic,
+ * `RILL_ERR_NO_SUCH_TOPIC` if there is no such topic.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `group` and `topic` NUL-terminated strings; `out`
+ * writable.
+ */
+rill_status rill_group_get_stats(rill_broker *b,
+                                 const char *group,
+                                 const char *topic,
+                                 rill_consumer_stats *out);
+
+/**
+ * Calls `each(user_data, lag)` for every partition of `topic` with the
+ * group's committed position and lag there; the struct and its `topic`
+ * are borrowed for that call only. Errors as `rill_group_get_stats`.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `group` and `topic` NUL-terminated strings; `each`
+ * a function safe to call with `user_data`.
+ */
+rill_status rill_group_partitions(rill_broker *b,
+                                  const char *group,
+                                  const char *topic,
+                                  rill_partition_lag_callback each,
+                                  void *user_data);
+
+/**
+ * Calls `each(user_data, group, topic)` for every consumer group and topic
+ * the broker keeps committed offsets for (live consumer or not), sorted;
+ * the strings are borrowed for that call only. A snapshot; the callback
+ * may call any rill function.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `each` a function safe to call with `user_data`.
+ */
+rill_status rill_group_list(rill_broker *b, rill_group_callback each, void *user_data);
+
+/**
  * Number of partitions of the consumer's topic (0 if `c` is NULL).
  *
  * # Safety
@@ -1255,6 +1386,46 @@ size_t rill_subscription_name(const rill_subscription *s, char *buf, size_t buf_
  * `s` is a live subscription; `buf` NULL or writable for `buf_len` bytes.
  */
 size_t rill_subscription_closed_reason(const rill_subscription *s, char *buf, size_t buf_len);
+
+/**
+ * Copies the subscription's last delivery problem (see `last_error` in
+ * `rill_subscription_stats`) into `buf` (truncated, NUL-terminated);
+ * returns its full length, 0 if there was none.
+ *
+ * # Safety
+ *
+ * `s` is a live subscription; `buf` NULL or writable for `buf_len` bytes.
+ */
+size_t rill_subscription_last_error(const rill_subscription *s, char *buf, size_t buf_len);
+
+/**
+ * Calls `each(user_data, stats)` once for every live subscription of the
+ * broker, in name order, with its full stats: the strings `name`, `pattern`
+ * and `last_error` are set, borrowed for that call only. A snapshot, taken
+ * before the first call; the callback may call any rill function
+ * (subscribing or freeing included), which the snapshot does not see.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `each` a function safe to call with `user_data`.
+ */
+rill_status rill_subscription_list(rill_broker *b,
+                                   rill_subscription_callback each,
+                                   void *user_data);
+
+/**
+ * Calls `each(user_data, lag)` for every partition the subscription reads
+ * (of every topic its pattern matched), with its position and lag; the
+ * struct and its `topic` are borrowed for that call only. A snapshot; the
+ * callback may call any rill function.
+ *
+ * # Safety
+ *
+ * `s` is a live subscription; `each` a function safe to call with `user_data`.
+ */
+rill_status rill_subscription_partitions(const rill_subscription *s,
+                                         rill_partition_lag_callback each,
+                                         void *user_data);
 
 /**
  * Unsubscribes and frees the subscription. Returns once no handler call of

@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -205,6 +206,55 @@ class Batch {
 
 using BatchHandler = std::function<void(Batch &)>;
 
+/// Position and lag of one partition a subscription or consumer group reads.
+struct PartitionLag {
+    std::string topic;
+    uint32_t partition = 0;
+    /// Next offset to handle (a group's committed offset).
+    uint64_t position = 0;
+    /// One past the newest offset published.
+    uint64_t end = 0;
+    uint64_t lag = 0;
+};
+
+/// One live subscription as `Broker::subscriptions` lists it.
+struct SubscriptionInfo {
+    std::string name;
+    std::string pattern;
+    /// The handler's latest failure, or a dead letter that could not be published.
+    std::optional<std::string> last_error;
+    /// The counters (its string fields are NULL here: use the members above).
+    rill_subscription_stats counters;
+};
+
+namespace detail {
+/// Collects what a C listing callback hands over into `out`; an exception
+/// (out of memory) is kept and rethrown after the C call, never thrown
+/// through it.
+template <typename T> struct Collect {
+    std::vector<T> out;
+    std::exception_ptr error;
+    template <typename F> void add(F &&make) noexcept {
+        if (error) return;
+        try {
+            out.push_back(make());
+        } catch (...) {
+            error = std::current_exception();
+        }
+    }
+    std::vector<T> take(rill_status st) {
+        if (error) std::rethrow_exception(error);
+        check(st);
+        return std::move(out);
+    }
+};
+
+inline void collect_lag(void *user_data, const rill_partition_lag *p) noexcept {
+    static_cast<Collect<PartitionLag> *>(user_data)->add(
+        [p] { return PartitionLag{p->topic, p->partition, p->position, p->end, p->lag}; });
+}
+}  // namespace detail
+
 /// A live subscription; destroying it unsubscribes.
 class Subscription {
   public:
@@ -243,6 +293,18 @@ class Subscription {
         std::string r(rill_subscription_closed_reason(s_, nullptr, 0), '\0');
         rill_subscription_closed_reason(s_, r.data(), r.size() + 1);
         return r;
+    }
+    /// The handler's latest failure (empty if none): see `rill_subscription_last_error`.
+    std::string last_error() const {
+        std::string e(rill_subscription_last_error(s_, nullptr, 0), '\0');
+        rill_subscription_last_error(s_, e.data(), e.size() + 1);
+        return e;
+    }
+    /// Position and lag of every partition it reads.
+    std::vector<PartitionLag> partitions() const {
+        detail::Collect<PartitionLag> c;
+        rill_status st = rill_subscription_partitions(s_, detail::collect_lag, &c);
+        return c.take(st);
     }
     /// Unsubscribes now (the destructor does it otherwise).
     void close() noexcept {
@@ -535,6 +597,54 @@ class Broker {
         rill_topic_stats out;
         detail::check(rill_topic_get_stats(b_, detail::c_str(topic, "topic name"), &out));
         return out;
+    }
+
+    /// Every topic's name, sorted.
+    std::vector<std::string> topics() const {
+        detail::Collect<std::string> c;
+        rill_status st = rill_topic_list(b_, [](void *u, const char *name) noexcept {
+            static_cast<detail::Collect<std::string> *>(u)->add([name] { return std::string(name); });
+        }, &c);
+        return c.take(st);
+    }
+
+    /// Every live subscription, sorted by name.
+    std::vector<SubscriptionInfo> subscriptions() const {
+        detail::Collect<SubscriptionInfo> c;
+        rill_status st = rill_subscription_list(b_, [](void *u, const rill_subscription_stats *s) noexcept {
+            static_cast<detail::Collect<SubscriptionInfo> *>(u)->add([s] {
+                SubscriptionInfo info{s->name, s->pattern, std::nullopt, *s};
+                if (s->last_error) info.last_error = std::string(s->last_error);
+                info.counters.name = info.counters.pattern = info.counters.last_error = nullptr;
+                return info;
+            });
+        }, &c);
+        return c.take(st);
+    }
+
+    /// Every (group, topic) the broker keeps committed offsets for, sorted.
+    std::vector<std::pair<std::string, std::string>> groups() const {
+        using Pair = std::pair<std::string, std::string>;
+        detail::Collect<Pair> c;
+        rill_status st = rill_group_list(b_, [](void *u, const char *group, const char *topic) noexcept {
+            static_cast<detail::Collect<Pair> *>(u)->add([group, topic] { return Pair(group, topic); });
+        }, &c);
+        return c.take(st);
+    }
+
+    /// A group's lag on `topic` (live consumer or not).
+    rill_consumer_stats group_stats(const std::string &group, const std::string &topic) const {
+        rill_consumer_stats out;
+        detail::check(rill_group_get_stats(b_, detail::c_str(group, "consumer group"), detail::c_str(topic, "topic name"), &out));
+        return out;
+    }
+
+    /// A group's committed position and lag per partition of `topic`.
+    std::vector<PartitionLag> group_partitions(const std::string &group, const std::string &topic) const {
+        detail::Collect<PartitionLag> c;
+        rill_status st = rill_group_partitions(b_, detail::c_str(group, "consumer group"),
+                                               detail::c_str(topic, "topic name"), detail::collect_lag, &c);
+        return c.take(st);
     }
 
     /// Closes without freeing (the destructor frees).

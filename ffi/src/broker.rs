@@ -271,6 +271,37 @@ pub unsafe extern "C" fn rill_topic_create_v1(
     })
 }
 
+/// What `rill_topic_list` calls with each topic's name (borrowed for the call).
+pub type rill_topic_callback = Option<unsafe extern "C" fn(user_data: *mut c_void, name: *const c_char)>;
+
+/// Calls `each(user_data, name)` for every topic, in name order (the
+/// broker's own `$` topics, such as dead-letter topics, included); each name
+/// is borrowed for that call only. A snapshot, taken before the first call;
+/// the callback may call any rill function (creating topics included), which
+/// the snapshot does not see.
+///
+/// # Safety
+///
+/// `b` is a live broker; `each` a function safe to call with `user_data`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_topic_list(
+    b: *mut rill_broker,
+    each: rill_topic_callback,
+    user_data: *mut c_void,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promise, checked for NULL.
+        let b = unsafe { reference(b, "broker") }?;
+        let each = crate::util::callback(each, "each")?;
+        for name in b.broker.topics() {
+            let name = crate::util::c_string(&name);
+            // SAFETY: the caller's callback; `name` outlives the call.
+            unsafe { each(user_data, name.as_ptr()) };
+        }
+        Ok(())
+    })
+}
+
 /// Statistics of one topic.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]

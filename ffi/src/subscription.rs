@@ -572,6 +572,49 @@ pub struct rill_subscription_stats {
     pub partitions: u32,
     /// Its state.
     pub state: rill_subscription_state,
+    /// Its name (generated for anonymous subscriptions). Set by
+    /// `rill_subscription_list`, borrowed for the callback only (copy it to
+    /// keep it); NULL from `rill_subscription_get_stats` (use
+    /// `rill_subscription_name`).
+    pub name: *const c_char,
+    /// The pattern it subscribed with. Borrowed like `name`; NULL from
+    /// `rill_subscription_get_stats`.
+    pub pattern: *const c_char,
+    /// The last delivery problem: the handler's latest failure (retry,
+    /// dead letter, or a crash of a Rust or Python handler, with the
+    /// message's topic, partition, offset and the reason), or a dead letter
+    /// that could not be published; NULL if there was none. Borrowed like
+    /// `name`; NULL from `rill_subscription_get_stats` (use
+    /// `rill_subscription_last_error`, which copies it into your buffer: the
+    /// text can change at any moment, so a pointer into it could not stay
+    /// valid after the call).
+    pub last_error: *const c_char,
+}
+
+impl rill_subscription_stats {
+    /// The counters of `st`, with the three strings NULL.
+    fn counters(st: &rill::SubscriptionStats) -> rill_subscription_stats {
+        rill_subscription_stats {
+            delivered: st.delivered,
+            acked: st.acked,
+            retried: st.retried,
+            dead_lettered: st.dead_lettered,
+            filtered: st.filtered,
+            dropped: st.dropped,
+            missed: st.missed,
+            lag: st.lag,
+            partitions: st.partitions.len() as u32,
+            state: match st.state {
+                rill::SubscriptionState::Idle => RILL_SUBSCRIPTION_IDLE,
+                rill::SubscriptionState::Active => RILL_SUBSCRIPTION_ACTIVE,
+                rill::SubscriptionState::Backoff => RILL_SUBSCRIPTION_BACKOFF,
+                rill::SubscriptionState::Closed => RILL_SUBSCRIPTION_CLOSED,
+            },
+            name: std::ptr::null(),
+            pattern: std::ptr::null(),
+            last_error: std::ptr::null(),
+        }
+    }
 }
 
 /// Fills `*out` with the subscription's counters. Works on a closed
@@ -589,24 +632,7 @@ pub unsafe extern "C" fn rill_subscription_get_stats(
         out_ptr(out, "out")?;
         // SAFETY: the caller's promise, checked for NULL.
         let s = unsafe { reference(s, "subscription") }?;
-        let st = s.sub.stats();
-        let stats = rill_subscription_stats {
-            delivered: st.delivered,
-            acked: st.acked,
-            retried: st.retried,
-            dead_lettered: st.dead_lettered,
-            filtered: st.filtered,
-            dropped: st.dropped,
-            missed: st.missed,
-            lag: st.lag,
-            partitions: st.partitions.len() as u32,
-            state: match st.state {
-                rill::SubscriptionState::Idle => RILL_SUBSCRIPTION_IDLE,
-                rill::SubscriptionState::Active => RILL_SUBSCRIPTION_ACTIVE,
-                rill::SubscriptionState::Backoff => RILL_SUBSCRIPTION_BACKOFF,
-                rill::SubscriptionState::Closed => RILL_SUBSCRIPTION_CLOSED,
-            },
-        };
+        let stats = rill_subscription_stats::counters(&s.sub.stats());
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, stats) };
         Ok(())
@@ -649,6 +675,148 @@ pub unsafe extern "C" fn rill_subscription_closed_reason(
     boundary_value(0, || match unsafe { s.as_ref() } {
         Some(s) => crate::util::copy_str(s.sub.stats().closed_reason.as_deref().unwrap_or(""), buf, buf_len),
         None => 0,
+    })
+}
+
+/// Copies the subscription's last delivery problem (see `last_error` in
+/// `rill_subscription_stats`) into `buf` (truncated, NUL-terminated);
+/// returns its full length, 0 if there was none.
+///
+/// # Safety
+///
+/// `s` is a live subscription; `buf` NULL or writable for `buf_len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_last_error(
+    s: *const rill_subscription,
+    buf: *mut c_char,
+    buf_len: usize,
+) -> usize {
+    // SAFETY: forwarded.
+    boundary_value(0, || match unsafe { s.as_ref() } {
+        Some(s) => crate::util::copy_str(s.sub.stats().last_error.as_deref().unwrap_or(""), buf, buf_len),
+        None => 0,
+    })
+}
+
+/// What `rill_subscription_list` calls with each subscription's stats
+/// (borrowed for the call, strings included).
+pub type rill_subscription_callback =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, stats: *const rill_subscription_stats)>;
+
+/// Calls `each(user_data, stats)` once for every live subscription of the
+/// broker, in name order, with its full stats: the strings `name`, `pattern`
+/// and `last_error` are set, borrowed for that call only. A snapshot, taken
+/// before the first call; the callback may call any rill function
+/// (subscribing or freeing included), which the snapshot does not see.
+///
+/// # Safety
+///
+/// `b` is a live broker; `each` a function safe to call with `user_data`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_list(
+    b: *mut rill_broker,
+    each: rill_subscription_callback,
+    user_data: *mut c_void,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promise, checked for NULL.
+        let b = unsafe { reference(b, "broker") }?;
+        let each = crate::util::callback(each, "each")?;
+        for st in b.broker.subscriptions() {
+            let name = crate::util::c_string(&st.name);
+            let pattern = crate::util::c_string(&st.pattern);
+            let last_error = st.last_error.as_deref().map(crate::util::c_string);
+            let mut c = rill_subscription_stats::counters(&st);
+            c.name = name.as_ptr();
+            c.pattern = pattern.as_ptr();
+            c.last_error = last_error.as_ref().map_or(std::ptr::null(), |e| e.as_ptr());
+            // SAFETY: the caller's callback; every pointer in `c` outlives the call.
+            unsafe { each(user_data, &c) };
+        }
+        Ok(())
+    })
+}
+
+/// Position and lag of one partition a subscription or a consumer group
+/// reads, handed to a callback.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rill_partition_lag {
+    /// The topic's name, borrowed for the callback only.
+    pub topic: *const c_char,
+    /// Partition index.
+    pub partition: u32,
+    /// Next offset to handle: a subscription's position, or a group's
+    /// committed offset (the oldest retained one while it has committed none).
+    pub position: u64,
+    /// One past the newest offset published.
+    pub end: u64,
+    /// `end - position`.
+    pub lag: u64,
+}
+
+/// What `rill_subscription_partitions` and `rill_group_partitions` call with
+/// each partition's lag (borrowed for the call, `topic` included).
+pub type rill_partition_lag_callback =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, lag: *const rill_partition_lag)>;
+
+/// One partition's lag as the callback gets it (the topic as a Rust string).
+pub(crate) struct Lag<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) partition: u32,
+    pub(crate) position: u64,
+    pub(crate) end: u64,
+    pub(crate) lag: u64,
+}
+
+/// Calls `each(user_data, lag)` for every partition in `lags`.
+pub(crate) fn each_lag<'a>(
+    lags: impl Iterator<Item = Lag<'a>>,
+    each: unsafe extern "C" fn(*mut c_void, *const rill_partition_lag),
+    user_data: *mut c_void,
+) {
+    for l in lags {
+        let topic = crate::util::c_string(l.topic);
+        let c = rill_partition_lag {
+            topic: topic.as_ptr(),
+            partition: l.partition,
+            position: l.position,
+            end: l.end,
+            lag: l.lag,
+        };
+        // SAFETY: the exported caller's callback; `topic` outlives the call.
+        unsafe { each(user_data, &c) };
+    }
+}
+
+/// Calls `each(user_data, lag)` for every partition the subscription reads
+/// (of every topic its pattern matched), with its position and lag; the
+/// struct and its `topic` are borrowed for that call only. A snapshot; the
+/// callback may call any rill function.
+///
+/// # Safety
+///
+/// `s` is a live subscription; `each` a function safe to call with `user_data`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_partitions(
+    s: *const rill_subscription,
+    each: rill_partition_lag_callback,
+    user_data: *mut c_void,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promise, checked for NULL.
+        let s = unsafe { reference(s, "subscription") }?;
+        let each = crate::util::callback(each, "each")?;
+        let st = s.sub.stats();
+        let lags = st.partitions.iter().map(|p| Lag {
+            topic: &p.topic,
+            partition: p.partition,
+            position: p.position,
+            end: p.end,
+            lag: p.lag,
+        });
+        each_lag(lags, each, user_data);
+        Ok(())
     })
 }
 

@@ -310,6 +310,26 @@ impl Broker {
         })
     }
 
+    /// A snapshot of every live subscription (closed ones are gone), sorted
+    /// by name.
+    pub fn subscriptions(&self) -> Vec<SubscriptionStats> {
+        let subs: Vec<Arc<subscription::SubCore>> = self.inner().control.lock().subs.values().cloned().collect();
+        // Stats are taken without the control lock: they lock each
+        // subscription's own state.
+        let mut v: Vec<SubscriptionStats> = subs.iter().map(|s| s.stats()).collect();
+        v.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Every consumer group's `(group, topic)` pair the broker keeps offsets
+    /// for (live consumer or not), sorted.
+    pub fn groups(&self) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> =
+            self.inner().control.lock().groups.keys().map(|(g, t)| (g.clone(), t.to_string())).collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Size and progress of a topic.
     pub fn topic_stats(&self, topic: &str) -> Result<TopicStats> {
         let t = self.inner().topic(topic)?;

@@ -310,6 +310,48 @@ static void strings_with_embedded_nuls_are_refused() {
     CHECK(broker.topic_stats("t").publish_count == 0);
 }
 
+static void listing_topics_subscriptions_and_groups() {
+    rill::Broker broker;
+    broker.create_topic("orders/eu", {2});
+    broker.create_topic("orders/us");
+    CHECK((broker.topics() == std::vector<std::string>{"orders/eu", "orders/us"}));
+    rill::SubscriptionOptions o;
+    o.name = "billing";
+    o.start = RILL_START_EARLIEST;
+    o.max_attempts = 1;
+    auto sub = broker.subscribe(
+        "orders/*",
+        [](const rill::Message &m) -> rill::Ack {
+            if (m.payload() == "bad") throw std::runtime_error("unparseable order");
+            return rill::Ack::Success;
+        },
+        o);
+    broker.publish("orders/us", "good");
+    broker.publish("orders/us", "bad");
+    CHECK(sub.wait_idle(10s));
+    auto subs = broker.subscriptions();
+    CHECK(subs.size() == 1);
+    if (subs.size() == 1) {
+        CHECK(subs[0].name == "billing" && subs[0].pattern == "orders/*");
+        CHECK(subs[0].counters.delivered == 2 && subs[0].counters.name == nullptr);
+        CHECK(subs[0].last_error && subs[0].last_error->find("unparseable order") != std::string::npos);
+        CHECK(subs[0].last_error && *subs[0].last_error == sub.last_error());
+    }
+    auto lags = sub.partitions();
+    CHECK(lags.size() == 3);
+    for (const auto &l : lags) CHECK(l.lag == 0 && (l.topic != "orders/us" || l.position == 2));
+
+    auto c = broker.consumer("reports", "orders/us");
+    CHECK(c.poll(1, 0ms).size() == 1);
+    c.commit();
+    CHECK((broker.groups() == std::vector<std::pair<std::string, std::string>>{{"reports", "orders/us"}}));
+    CHECK(broker.group_stats("reports", "orders/us").lag == 1);
+    auto g = broker.group_partitions("reports", "orders/us");
+    CHECK(g.size() == 1 && g[0].position == 1 && g[0].end == 2 && g[0].topic == "orders/us");
+    CHECK(status_of([&] { broker.group_stats("nobody", "orders/us"); }) == RILL_ERR_NOT_FOUND);
+    CHECK(status_of([&] { broker.group_partitions("reports", "missing"); }) == RILL_ERR_NO_SUCH_TOPIC);
+}
+
 int main() {
     strings_with_embedded_nuls_are_refused();
     broker_options_are_a_cpp_struct();
@@ -320,6 +362,7 @@ int main() {
     pull_consumer_and_move_semantics();
     destroying_the_broker_first_is_safe();
     on_lagged_hears_what_retention_trimmed();
+    listing_topics_subscriptions_and_groups();
     if (failures) {
         std::fprintf(stderr, "C++ wrapper tests: %d of %d checks failed\n", failures, checks);
         return 1;

@@ -98,6 +98,74 @@ class SubscriptionStats:
     lag: int
     partitions: int
     state: State
+    name: str = ""
+    """Its name (generated for anonymous subscriptions)."""
+    pattern: str = ""
+    """The pattern it subscribed with."""
+    last_error: str | None = None
+    """The handler's latest failure (a retry, an exception or a dead letter,
+    with the message's topic, partition, offset and the reason), or a dead
+    letter that could not be published; None if there was none."""
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """Position and lag of one partition a subscription or consumer group reads."""
+
+    topic: str
+    partition: int
+    position: int
+    """The next offset to handle (a group's committed offset, or the oldest
+    retained one while it has committed none)."""
+    end: int
+    """One past the newest offset published."""
+    lag: int
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """A consumer group's committed position on a topic, live consumer or not."""
+
+    group: str
+    topic: str
+    lag: int
+    partitions: list[PartitionLag]
+
+
+def _subscription_stats(
+    s: _ffi.rill_subscription_stats, name: str, pattern: str, last_error: str | None
+) -> SubscriptionStats:
+    return SubscriptionStats(
+        s.delivered,
+        s.acked,
+        s.retried,
+        s.dead_lettered,
+        s.filtered,
+        s.dropped,
+        s.missed,
+        s.lag,
+        s.partitions,
+        _STATES.get(s.state, "unknown"),
+        name,
+        pattern,
+        last_error,
+    )
+
+
+def _text_or_none(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode("utf-8", "replace")
+
+
+def _collect_lags(fn: Callable[..., int], *args: object) -> list[PartitionLag]:
+    """Calls a ``rill_*_partitions(..., each, user_data)`` listing."""
+    out: list[PartitionLag] = []
+
+    def each(_user: int | None, p: Any) -> None:
+        lag = p.contents
+        out.append(PartitionLag(lag.topic.decode(), lag.partition, lag.position, lag.end, lag.lag))
+
+    check(fn(*args, _ffi.PARTITION_LAG_CALLBACK(each), None))
+    return out
 
 
 @dataclass(frozen=True)
@@ -440,6 +508,7 @@ class Subscription(_Handle):
         # tells a handler waiting for that loop to give up.
         self._loop = loop
         self._stop = stop
+        self._pattern = ""
 
     def _free(self, ptr: int) -> None:
         if self._stop is not None:
@@ -483,18 +552,13 @@ class Subscription(_Handle):
         """Counters and lag; works after the library closed it, too."""
         s = _ffi.rill_subscription_stats()
         check(lib.rill_subscription_get_stats(self._handle(), byref(s)))
-        return SubscriptionStats(
-            s.delivered,
-            s.acked,
-            s.retried,
-            s.dead_lettered,
-            s.filtered,
-            s.dropped,
-            s.missed,
-            s.lag,
-            s.partitions,
-            _STATES.get(s.state, "unknown"),
-        )
+        last_error = _ffi.read_str(lib.rill_subscription_last_error, self._handle())
+        return _subscription_stats(s, self.name, self._pattern, last_error or None)
+
+    def partition_lags(self) -> list[PartitionLag]:
+        """Position and lag of every partition it reads (of every topic its
+        pattern matched)."""
+        return _collect_lags(lib.rill_subscription_partitions, self._handle())
 
 
 class Consumer(_Handle):
@@ -690,6 +754,42 @@ class Broker(_Handle):
         if max_message_bytes is not None:
             o.max_message_bytes = _int(max_message_bytes, "max_message_bytes")
         check(lib.rill_topic_create_v1(self._handle(), _name(name, "topic name"), byref(o)))
+
+    def topics(self) -> list[str]:
+        """Every topic's name, sorted (the broker's own ``$`` topics included)."""
+        out: list[str] = []
+        check(
+            lib.rill_topic_list(self._handle(), _ffi.TOPIC_CALLBACK(lambda _u, name: out.append(name.decode())), None)
+        )
+        return out
+
+    def subscriptions(self) -> list[SubscriptionStats]:
+        """The stats of every live subscription, sorted by name."""
+        out: list[SubscriptionStats] = []
+
+        def each(_user: int | None, p: Any) -> None:
+            s = p.contents
+            out.append(_subscription_stats(s, s.name.decode(), s.pattern.decode(), _text_or_none(s.last_error)))
+
+        check(lib.rill_subscription_list(self._handle(), _ffi.SUBSCRIPTION_CALLBACK(each), None))
+        return out
+
+    def groups(self) -> list[tuple[str, str]]:
+        """Every ``(group, topic)`` the broker keeps committed offsets for
+        (live consumer or not), sorted."""
+        out: list[tuple[str, str]] = []
+
+        def each(_user: int | None, group: bytes, topic: bytes) -> None:
+            out.append((group.decode(), topic.decode()))
+
+        check(lib.rill_group_list(self._handle(), _ffi.GROUP_CALLBACK(each), None))
+        return out
+
+    def group_stats(self, group: str, topic: str) -> GroupStats:
+        """A consumer group's committed position and lag on ``topic``, per
+        partition. Raises :class:`NotFound` if the group never consumed it."""
+        lags = _collect_lags(lib.rill_group_partitions, self._handle(), _name(group, "group"), _name(topic, "topic"))
+        return GroupStats(group, topic, sum(p.lag for p in lags), lags)
 
     def topic_stats(self, name: str) -> TopicStats:
         s = _ffi.rill_topic_stats()
@@ -894,7 +994,9 @@ class Broker(_Handle):
                 self._handle(), _name(pattern, "pattern"), byref(o), _on_batch, handler_id, byref(out)
             )
         )
-        return Subscription(out.value or 0, loop, stop)
+        sub = Subscription(out.value or 0, loop, stop)
+        sub._pattern = pattern
+        return sub
 
     def consumer(self, group: str, topic: str, start: Start | int = "earliest") -> Consumer:
         """A pull consumer of ``topic`` for ``group``: it resumes from the

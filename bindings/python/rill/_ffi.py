@@ -178,7 +178,26 @@ class rill_subscription_stats(Structure):
         ("lag", c_uint64),
         ("partitions", c_uint32),
         ("state", c_int32),
+        ("name", c_char_p),
+        ("pattern", c_char_p),
+        ("last_error", c_char_p),
     ]
+
+
+class rill_partition_lag(Structure):
+    _fields_ = [
+        ("topic", c_char_p),
+        ("partition", c_uint32),
+        ("position", c_uint64),
+        ("end", c_uint64),
+        ("lag", c_uint64),
+    ]
+
+
+TOPIC_CALLBACK = CFUNCTYPE(None, c_void_p, c_char_p)
+SUBSCRIPTION_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_subscription_stats))
+GROUP_CALLBACK = CFUNCTYPE(None, c_void_p, c_char_p, c_char_p)
+PARTITION_LAG_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_partition_lag))
 
 
 class rill_consumer_stats(Structure):
@@ -273,6 +292,10 @@ TYPES: dict[str, object] = {
     "rill_consumer_stats*": POINTER(rill_consumer_stats),
     "rill_handler": HANDLER,
     "rill_batch_handler": BATCH_HANDLER,
+    "rill_topic_callback": TOPIC_CALLBACK,
+    "rill_subscription_callback": SUBSCRIPTION_CALLBACK,
+    "rill_group_callback": GROUP_CALLBACK,
+    "rill_partition_lag_callback": PARTITION_LAG_CALLBACK,
 }
 
 # name -> (return type, parameter types), exactly as in rill.h.
@@ -286,6 +309,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_broker_free": ("void", ["rill_broker*"]),
     "rill_topic_options_init_v1": ("void", ["rill_topic_options*", "size_t"]),
     "rill_topic_create_v1": ("rill_status", ["rill_broker*", "const char*", "const rill_topic_options*"]),
+    "rill_topic_list": ("rill_status", ["rill_broker*", "rill_topic_callback", "void*"]),
     "rill_topic_get_stats": ("rill_status", ["rill_broker*", "const char*", "rill_topic_stats*"]),
     "rill_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
     "rill_try_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
@@ -323,6 +347,12 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_consumer_position": ("rill_status", ["const rill_consumer*", "uint32_t", "uint64_t*"]),
     "rill_consumer_committed": ("rill_status", ["const rill_consumer*", "uint32_t", "uint64_t*"]),
     "rill_consumer_get_stats": ("rill_status", ["const rill_consumer*", "rill_consumer_stats*"]),
+    "rill_group_get_stats": ("rill_status", ["rill_broker*", "const char*", "const char*", "rill_consumer_stats*"]),
+    "rill_group_partitions": (
+        "rill_status",
+        ["rill_broker*", "const char*", "const char*", "rill_partition_lag_callback", "void*"],
+    ),
+    "rill_group_list": ("rill_status", ["rill_broker*", "rill_group_callback", "void*"]),
     "rill_consumer_partition_count": ("uint32_t", ["const rill_consumer*"]),
     "rill_consumer_free": ("void", ["rill_consumer*"]),
     "rill_message_attribute_count": ("size_t", ["const rill_message*"]),
@@ -359,6 +389,12 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_subscription_get_stats": ("rill_status", ["const rill_subscription*", "rill_subscription_stats*"]),
     "rill_subscription_name": ("size_t", ["const rill_subscription*", "char*", "size_t"]),
     "rill_subscription_closed_reason": ("size_t", ["const rill_subscription*", "char*", "size_t"]),
+    "rill_subscription_last_error": ("size_t", ["const rill_subscription*", "char*", "size_t"]),
+    "rill_subscription_list": ("rill_status", ["rill_broker*", "rill_subscription_callback", "void*"]),
+    "rill_subscription_partitions": (
+        "rill_status",
+        ["const rill_subscription*", "rill_partition_lag_callback", "void*"],
+    ),
     "rill_subscription_free": ("void", ["rill_subscription*"]),
 }
 TYPES["void*"] = c_void_p

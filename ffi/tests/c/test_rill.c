@@ -1692,6 +1692,149 @@ static void test_calls_that_would_wait_for_their_own_handler_fail_fast(void) {
     rill_broker_free(b);
 }
 
+/* ---- issue 13: listing and describing ---------------------------------------- */
+
+typedef struct {
+    int count;
+    char names[8][64];
+} name_list;
+
+static void collect_topic(void *user_data, const char *name) {
+    name_list *l = (name_list *)user_data;
+    if (l->count < 8) snprintf(l->names[l->count++], 64, "%s", name);
+}
+
+static void collect_group(void *user_data, const char *group, const char *topic) {
+    name_list *l = (name_list *)user_data;
+    if (l->count < 8) snprintf(l->names[l->count++], 64, "%s@%s", group, topic);
+}
+
+typedef struct {
+    int count;
+    char names[4][64];
+    char patterns[4][64];
+    char errors[4][256];
+    uint64_t delivered[4];
+    int state[4];
+} sub_list;
+
+static void collect_sub(void *user_data, const rill_subscription_stats *s) {
+    sub_list *l = (sub_list *)user_data;
+    if (l->count >= 4) return;
+    int i = l->count++;
+    snprintf(l->names[i], 64, "%s", s->name);
+    snprintf(l->patterns[i], 64, "%s", s->pattern);
+    snprintf(l->errors[i], 256, "%s", s->last_error ? s->last_error : "(none)");
+    l->delivered[i] = s->delivered;
+    l->state[i] = s->state;
+}
+
+typedef struct {
+    int count;
+    char topics[8][64];
+    uint32_t partition[8];
+    uint64_t position[8], end[8], lag[8];
+} lag_list;
+
+static void collect_lag(void *user_data, const rill_partition_lag *p) {
+    lag_list *l = (lag_list *)user_data;
+    if (l->count >= 8) return;
+    int i = l->count++;
+    snprintf(l->topics[i], 64, "%s", p->topic);
+    l->partition[i] = p->partition;
+    l->position[i] = p->position;
+    l->end[i] = p->end;
+    l->lag[i] = p->lag;
+}
+
+static rill_ack reject_bad(void *user_data, const rill_message *m) {
+    (void)user_data;
+    if (m->payload_len == 3 && memcmp(m->payload, "bad", 3) == 0) {
+        rill_ack_reason(m, "cannot parse it");
+        return RILL_ACK_DEAD_LETTER;
+    }
+    return RILL_ACK_SUCCESS;
+}
+
+static void test_listing_topics_subscriptions_and_groups(void) {
+    rill_broker *b = new_broker();
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    to.partitions = 2;
+    OK(rill_topic_create(b, "orders/eu", &to));
+    OK(rill_topic_create(b, "orders/us", NULL));
+    name_list topics = {0};
+    OK(rill_topic_list(b, collect_topic, &topics));
+    CHECK(topics.count == 2 && strcmp(topics.names[0], "orders/eu") == 0 && strcmp(topics.names[1], "orders/us") == 0);
+    CHECK_STATUS(rill_topic_list(b, NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_topic_list(NULL, collect_topic, &topics), RILL_ERR_NULL_ARGUMENT);
+
+    rill_subscription_options so;
+    rill_subscription_options_init(&so);
+    so.name = "billing";
+    so.start = RILL_START_EARLIEST;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "orders/*", &so, reject_bad, NULL, &s));
+    rill_record good = record_of("good"), bad = record_of("bad");
+    OK(rill_publish(b, "orders/us", &good, NULL));
+    OK(rill_publish(b, "orders/us", &bad, NULL));
+    OK(rill_subscription_wait_idle(s, 30000));
+
+    sub_list subs;
+    memset(&subs, 0, sizeof subs);
+    OK(rill_subscription_list(b, collect_sub, &subs));
+    CHECK(subs.count == 1 && strcmp(subs.names[0], "billing") == 0 && strcmp(subs.patterns[0], "orders/*") == 0);
+    CHECK(subs.delivered[0] == 2 && subs.state[0] == RILL_SUBSCRIPTION_IDLE);
+    CHECK(strstr(subs.errors[0], "cannot parse it") != NULL && strstr(subs.errors[0], "offset 1") != NULL);
+    CHECK_STATUS(rill_subscription_list(b, NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+    /* get_stats leaves the borrowed strings NULL; the copy function has the text. */
+    rill_subscription_stats st;
+    OK(rill_subscription_get_stats(s, &st));
+    CHECK(st.name == NULL && st.pattern == NULL && st.last_error == NULL && st.delivered == 2);
+    char err[256];
+    size_t n = rill_subscription_last_error(s, err, sizeof err);
+    CHECK(n == strlen(subs.errors[0]) && strcmp(err, subs.errors[0]) == 0);
+
+    lag_list lags;
+    memset(&lags, 0, sizeof lags);
+    OK(rill_subscription_partitions(s, collect_lag, &lags));
+    CHECK(lags.count == 3);
+    for (int i = 0; i < lags.count; i++) {
+        if (strcmp(lags.topics[i], "orders/us") == 0) CHECK(lags.position[i] == 2 && lags.end[i] == 2 && lags.lag[i] == 0);
+    }
+
+    /* Groups: listed with their committed position, live consumer or not. */
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "reports", "orders/us", NULL, &c));
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    OK(rill_consumer_poll(c, 1, 0, &msgs, &count));
+    CHECK(count == 1);
+    OK(rill_consumer_commit(c));
+    rill_consumer_free(c);
+    name_list groups = {0};
+    OK(rill_group_list(b, collect_group, &groups));
+    CHECK(groups.count == 1 && strcmp(groups.names[0], "reports@orders/us") == 0);
+    rill_consumer_stats gs;
+    OK(rill_group_get_stats(b, "reports", "orders/us", &gs));
+    CHECK(gs.lag == 1 && gs.partitions == 1 && gs.delivered == 0);
+    memset(&lags, 0, sizeof lags);
+    OK(rill_group_partitions(b, "reports", "orders/us", collect_lag, &lags));
+    CHECK(lags.count == 1 && strcmp(lags.topics[0], "orders/us") == 0 && lags.position[0] == 1 && lags.end[0] == 2 &&
+          lags.lag[0] == 1);
+    CHECK_STATUS(rill_group_get_stats(b, "nobody", "orders/us", &gs), RILL_ERR_NOT_FOUND);
+    CHECK_STATUS(rill_group_get_stats(b, "reports", "missing", &gs), RILL_ERR_NO_SUCH_TOPIC);
+    CHECK_STATUS(rill_group_get_stats(b, "reports", "orders/us", NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_group_partitions(b, "reports", "orders/us", NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_group_list(b, NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+
+    rill_subscription_free(s);
+    memset(&subs, 0, sizeof subs);
+    OK(rill_subscription_list(b, collect_sub, &subs));
+    CHECK(subs.count == 0);
+    rill_broker_free(b);
+}
+
 int main(void) {
     test_version_status_names_and_last_error();
     test_option_struct_sizes();
@@ -1720,6 +1863,7 @@ int main(void) {
     test_free_returns_after_user_data_free();
     test_anonymous_subscriptions_and_dead_letters();
     test_calls_that_would_wait_for_their_own_handler_fail_fast();
+    test_listing_topics_subscriptions_and_groups();
     if (failures) {
         fprintf(stderr, "C ABI tests: %d of %d checks failed\n", failures, checks);
         return 1;

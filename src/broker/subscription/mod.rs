@@ -107,7 +107,9 @@ pub struct SubscriptionStats {
     pub dead_letter_topic: Option<String>,
     /// Why it was closed, if the broker closed it.
     pub closed_reason: Option<String>,
-    /// The last delivery problem (such as a dead-letter that failed).
+    /// The last delivery problem: the handler's latest failure (a retry, a
+    /// panic or a dead letter, with the message's place and the reason), or a
+    /// dead-letter publish that failed, whichever came last.
     pub last_error: Option<String>,
 }
 

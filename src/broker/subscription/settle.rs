@@ -66,7 +66,9 @@ impl SubCore {
             }
             Ack::Retry if attempt < self.max_attempts => {
                 tally.retried += 1;
-                backoff(retry, msg.reason.take())
+                let reason = msg.reason.take();
+                self.note_handler_error(msg, reason.as_deref().unwrap_or("the handler asked for a retry"));
+                backoff(retry, reason)
             }
             Ack::Retry | Ack::DeadLetter => {
                 let why = msg.reason.take().unwrap_or_else(|| {
@@ -76,6 +78,7 @@ impl SubCore {
                         "dead-lettered by the handler".into()
                     }
                 });
+                self.note_handler_error(msg, &why);
                 match self.dead_letter(msg, &why) {
                     Ok(()) => tally.dead_lettered += 1,
                     Err(e @ (Error::Full(_) | Error::Timeout)) if self.delivery == DeliveryMode::AtLeastOnce => {
@@ -94,6 +97,20 @@ impl SubCore {
                 Settled::Next
             }
         }
+    }
+
+    /// Keeps the text of the handler's latest failure (a retry, a panic, a
+    /// dead letter) for `SubscriptionStats::last_error`. Only failures come
+    /// here, never a success, so the lock and the text cost nothing on the
+    /// path of messages that are handled.
+    fn note_handler_error(&self, msg: &Message<'_>, reason: &str) {
+        self.set_last_error(format!(
+            "{} partition {} offset {} (attempt {}): {reason}",
+            msg.topic(),
+            msg.partition(),
+            msg.offset(),
+            msg.attempt()
+        ));
     }
 
     /// Publishes a failed message to the dead-letter topic, with its key,
