@@ -899,6 +899,23 @@ rill_status rill_topic_create_v1(rill_broker *b, const char *name, const rill_to
 rill_status rill_topic_list(rill_broker *b, rill_topic_callback each, void *user_data);
 
 /**
+ * Deletes a topic: `RILL_ERR_NO_SUCH_TOPIC` if there is none. Subscriptions
+ * naming exactly this topic are closed (`rill_subscription_closed_reason`
+ * says "topic deleted"); wildcard subscriptions stop reading it and go on
+ * with their other topics; publishers and consumers of it still alive fail
+ * with `RILL_ERR_NO_SUCH_TOPIC` (a blocked `rill_consumer_poll` wakes to
+ * say so); consumer groups' and durable subscriptions' positions in it are
+ * forgotten. Its memory is released once the last `rill_publisher` or
+ * `rill_consumer` of it is freed. A topic created again under the name
+ * starts at offset 0.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `name` a NUL-terminated string.
+ */
+rill_status rill_topic_delete(rill_broker *b, const char *name);
+
+/**
  * Fills `*out` with the topic's statistics.
  *
  * # Safety
@@ -1201,6 +1218,17 @@ rill_status rill_group_partitions(rill_broker *b,
                                   void *user_data);
 
 /**
+ * Forgets consumer group `group`'s committed offsets on `topic`:
+ * `RILL_ERR_BUSY` while the group has a live consumer of it,
+ * `RILL_ERR_NOT_FOUND` if it has no offsets there.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `group` and `topic` NUL-terminated strings.
+ */
+rill_status rill_group_delete(rill_broker *b, const char *group, const char *topic);
+
+/**
  * Calls `each(user_data, group, topic)` for every consumer group and topic
  * the broker keeps committed offsets for (live consumer or not), sorted;
  * the strings are borrowed for that call only. A snapshot; the callback
@@ -1397,6 +1425,17 @@ size_t rill_subscription_closed_reason(const rill_subscription *s, char *buf, si
  * `s` is a live subscription; `buf` NULL or writable for `buf_len` bytes.
  */
 size_t rill_subscription_last_error(const rill_subscription *s, char *buf, size_t buf_len);
+
+/**
+ * Forgets a durable subscription's saved position, so the name starts
+ * afresh next time: `RILL_ERR_BUSY` while a subscription of that name is
+ * live, `RILL_ERR_NOT_FOUND` if none saved a position.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `name` a NUL-terminated string.
+ */
+rill_status rill_durable_delete(rill_broker *b, const char *name);
 
 /**
  * Calls `each(user_data, stats)` once for every live subscription of the

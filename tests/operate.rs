@@ -3,7 +3,10 @@
 
 mod common;
 
-use rill::{Ack, ConsumerOptions, Error, SubscriptionOptions, SubscriptionState};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use rill::{Ack, ConsumerOptions, Error, Record, SubscriptionOptions, SubscriptionState};
 
 use common::{WAIT, broker, earliest, publish, topic};
 
@@ -88,4 +91,153 @@ fn the_last_handler_error_is_kept_in_the_stats() {
     assert!(e.contains("handler panicked: the job blew up") && e.contains("offset 2"), "{e}");
     // The listing carries the same text.
     assert_eq!(b.subscriptions()[0].last_error.as_deref(), Some(e.as_str()));
+}
+
+#[test]
+fn deleting_a_topic_closes_literal_subscriptions_and_fails_its_handles() {
+    let b = broker();
+    topic(&b, "orders/eu", 2);
+    topic(&b, "orders/us", 1);
+    let seen = Arc::new(AtomicU64::new(0));
+    let counter = seen.clone();
+    let wildcard = b
+        .subscribe("orders/*", earliest(), move |_| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            Ack::Success
+        })
+        .unwrap();
+    let durable = SubscriptionOptions { name: Some("eu-audit".into()), ..earliest() };
+    let literal = b.subscribe("orders/eu", durable, |_| Ack::Success).unwrap();
+    let publisher = b.publisher("orders/eu").unwrap();
+    publisher.publish(&Record::new(b"one")).unwrap();
+    let mut consumer = b.consumer("reports", "orders/eu", ConsumerOptions::default()).unwrap();
+    assert_eq!(consumer.poll(10, WAIT).unwrap().len(), 1);
+    consumer.commit().unwrap();
+    assert!(wildcard.wait_idle(WAIT).unwrap() && literal.wait_idle(WAIT).unwrap());
+
+    b.delete_topic("orders/eu").unwrap();
+    assert_eq!(b.topics(), vec!["$dlq/eu-audit", "orders/us"]);
+    // The literal subscription is closed, and says why.
+    assert!(literal.is_closed());
+    assert_eq!(literal.stats().closed_reason.as_deref(), Some("topic deleted"));
+    // Handles still holding it get NoSuchTopic, whatever they call.
+    assert!(matches!(publisher.publish(&Record::new(b"two")), Err(Error::NoSuchTopic(t)) if t == "orders/eu"));
+    assert!(matches!(publisher.publish_batch(&[Record::new(b"x")]), Err(Error::NoSuchTopic(_))));
+    assert!(matches!(consumer.poll(10, WAIT), Err(Error::NoSuchTopic(_))));
+    assert!(matches!(consumer.commit(), Err(Error::NoSuchTopic(_))));
+    assert!(matches!(b.publish("orders/eu", &Record::new(b"x")), Err(Error::NoSuchTopic(_))));
+    assert!(matches!(b.delete_topic("orders/eu"), Err(Error::NoSuchTopic(_))));
+    assert!(matches!(b.topic_stats("orders/eu"), Err(Error::NoSuchTopic(_))));
+    // The group's offsets went with it.
+    assert!(matches!(b.group_stats("reports", "orders/eu"), Err(Error::NoSuchTopic(_))));
+    assert!(b.groups().is_empty());
+
+    // The wildcard subscription goes on with its other topics, and no
+    // longer lists the deleted one.
+    b.publish("orders/us", &Record::new(b"us")).unwrap();
+    assert!(wildcard.wait_idle(WAIT).unwrap());
+    assert_eq!(seen.load(Ordering::Relaxed), 2);
+    let parts = wildcard.stats().partitions;
+    assert!(parts.iter().all(|p| p.topic == "orders/us"), "{parts:?}");
+
+    // Created again, the topic starts at offset 0 and the wildcard
+    // subscription reads it; the old group and durable position are gone.
+    topic(&b, "orders/eu", 1);
+    assert_eq!(b.publish("orders/eu", &Record::new(b"new")).unwrap().offset, 0);
+    assert!(wildcard.wait_idle(WAIT).unwrap());
+    assert_eq!(seen.load(Ordering::Relaxed), 3);
+    let mut again = b.consumer("reports", "orders/eu", ConsumerOptions::default()).unwrap();
+    let polled: Vec<Vec<u8>> = again.poll(10, WAIT).unwrap().iter().map(|m| m.payload().to_vec()).collect();
+    assert_eq!(polled, vec![b"new".to_vec()]);
+    drop(consumer);
+    drop(again);
+    // The old consumer's close did not free or overwrite the new group.
+    assert_eq!(b.groups(), vec![("reports".to_string(), "orders/eu".to_string())]);
+}
+
+#[test]
+fn deleting_durable_positions_and_groups_refuses_live_ones_and_unknown_ones() {
+    let b = broker();
+    topic(&b, "t", 1);
+    let named = || SubscriptionOptions { name: Some("keeper".into()), ..earliest() };
+    let sub = b.subscribe("t", named(), |_| Ack::Success).unwrap();
+    publish(&b, "t", b"a");
+    assert!(sub.wait_idle(WAIT).unwrap());
+    assert!(matches!(b.delete_durable("keeper"), Err(Error::Busy(_))));
+    drop(sub);
+    assert!(matches!(b.delete_durable("nobody"), Err(Error::NotFound(_))));
+    assert!(matches!(b.delete_durable(""), Err(Error::InvalidArgument(_))));
+    // Forgotten: the name starts afresh (from `earliest` again, not after "a").
+    b.delete_durable("keeper").unwrap();
+    assert!(matches!(b.delete_durable("keeper"), Err(Error::NotFound(_))));
+    let count = Arc::new(AtomicU64::new(0));
+    let c = count.clone();
+    let sub = b
+        .subscribe("t", named(), move |_| {
+            c.fetch_add(1, Ordering::Relaxed);
+            Ack::Success
+        })
+        .unwrap();
+    assert!(sub.wait_idle(WAIT).unwrap());
+    assert_eq!(count.load(Ordering::Relaxed), 1);
+
+    let mut consumer = b.consumer("g", "t", ConsumerOptions::default()).unwrap();
+    assert_eq!(consumer.poll(10, WAIT).unwrap().len(), 1);
+    consumer.commit().unwrap();
+    assert!(matches!(b.delete_group("g", "t"), Err(Error::Busy(_))));
+    drop(consumer);
+    assert!(matches!(b.delete_group("g", "other"), Err(Error::NotFound(_))));
+    assert!(matches!(b.delete_group("nobody", "t"), Err(Error::NotFound(_))));
+    b.delete_group("g", "t").unwrap();
+    assert!(matches!(b.group_stats("g", "t"), Err(Error::NotFound(_))));
+    // The group starts afresh.
+    let mut consumer = b.consumer("g", "t", ConsumerOptions::default()).unwrap();
+    assert_eq!(consumer.poll(10, WAIT).unwrap().len(), 1);
+}
+
+#[test]
+fn deleting_a_topic_under_load_neither_crashes_nor_hangs() {
+    let b = broker();
+    topic(&b, "busy/a", 2);
+    topic(&b, "busy/b", 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let wildcard = b.subscribe("busy/*", earliest(), |_| Ack::Success).unwrap();
+    let mut threads = Vec::new();
+    for _ in 0..2 {
+        let (publisher, stop) = (b.publisher("busy/a").unwrap(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            // Publishes until the topic is gone; the error is NoSuchTopic.
+            loop {
+                match publisher.publish(&Record::new(b"m")) {
+                    Ok(_) => {}
+                    Err(Error::NoSuchTopic(_)) => return true,
+                    Err(e) => panic!("unexpected {e:?}"),
+                }
+                if stop.load(Ordering::Relaxed) {
+                    return false;
+                }
+            }
+        }));
+    }
+    let mut consumer = b.consumer("puller", "busy/a", ConsumerOptions::default()).unwrap();
+    let puller = std::thread::spawn(move || {
+        loop {
+            match consumer.poll(100, WAIT) {
+                Ok(_) => {}
+                Err(Error::NoSuchTopic(_)) => return,
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+        }
+    });
+    common::wait_for("some messages", || b.topic_stats("busy/a").unwrap().publish_count > 1000);
+    b.delete_topic("busy/a").unwrap();
+    puller.join().unwrap();
+    for t in threads {
+        assert!(t.join().unwrap(), "every publisher saw NoSuchTopic");
+    }
+    stop.store(true, Ordering::Relaxed);
+    b.publish("busy/b", &Record::new(b"after")).unwrap();
+    assert!(wildcard.wait_idle(WAIT).unwrap());
+    assert!(!wildcard.is_closed());
+    assert!(wildcard.stats().partitions.iter().all(|p| p.topic == "busy/b"));
 }

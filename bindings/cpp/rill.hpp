@@ -599,6 +599,21 @@ class Broker {
         return out;
     }
 
+    /// Deletes a topic (see `rill_topic_delete`); throws `RILL_ERR_NO_SUCH_TOPIC` if absent.
+    void delete_topic(const std::string &name) { detail::check(rill_topic_delete(b_, detail::c_str(name, "topic name"))); }
+
+    /// Forgets a durable subscription's saved position (`RILL_ERR_BUSY` while live,
+    /// `RILL_ERR_NOT_FOUND` if unknown).
+    void delete_durable(const std::string &name) {
+        detail::check(rill_durable_delete(b_, detail::c_str(name, "subscription name")));
+    }
+
+    /// Forgets a consumer group's offsets on `topic` (`RILL_ERR_BUSY` while it has
+    /// a live consumer, `RILL_ERR_NOT_FOUND` if unknown).
+    void delete_group(const std::string &group, const std::string &topic) {
+        detail::check(rill_group_delete(b_, detail::c_str(group, "consumer group"), detail::c_str(topic, "topic name")));
+    }
+
     /// Every topic's name, sorted.
     std::vector<std::string> topics() const {
         detail::Collect<std::string> c;

@@ -302,6 +302,29 @@ pub unsafe extern "C" fn rill_topic_list(
     })
 }
 
+/// Deletes a topic: `RILL_ERR_NO_SUCH_TOPIC` if there is none. Subscriptions
+/// naming exactly this topic are closed (`rill_subscription_closed_reason`
+/// says "topic deleted"); wildcard subscriptions stop reading it and go on
+/// with their other topics; publishers and consumers of it still alive fail
+/// with `RILL_ERR_NO_SUCH_TOPIC` (a blocked `rill_consumer_poll` wakes to
+/// say so); consumer groups' and durable subscriptions' positions in it are
+/// forgotten. Its memory is released once the last `rill_publisher` or
+/// `rill_consumer` of it is freed. A topic created again under the name
+/// starts at offset 0.
+///
+/// # Safety
+///
+/// `b` is a live broker; `name` a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_topic_delete(b: *mut rill_broker, name: *const c_char) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, name) = unsafe { (reference(b, "broker")?, cstr(name, "topic name")?) };
+        b.broker.delete_topic(name)?;
+        Ok(())
+    })
+}
+
 /// Statistics of one topic.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]

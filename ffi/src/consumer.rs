@@ -393,6 +393,27 @@ pub unsafe extern "C" fn rill_group_partitions(
     })
 }
 
+/// Forgets consumer group `group`'s committed offsets on `topic`:
+/// `RILL_ERR_BUSY` while the group has a live consumer of it,
+/// `RILL_ERR_NOT_FOUND` if it has no offsets there.
+///
+/// # Safety
+///
+/// `b` is a live broker; `group` and `topic` NUL-terminated strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_group_delete(
+    b: *mut rill_broker,
+    group: *const c_char,
+    topic: *const c_char,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, group, topic) = unsafe { (reference(b, "broker")?, cstr(group, "group")?, cstr(topic, "topic")?) };
+        b.broker.delete_group(group, topic)?;
+        Ok(())
+    })
+}
+
 /// What `rill_group_list` calls with each group and topic (borrowed for the call).
 pub type rill_group_callback =
     Option<unsafe extern "C" fn(user_data: *mut c_void, group: *const c_char, topic: *const c_char)>;

@@ -698,6 +698,23 @@ pub unsafe extern "C" fn rill_subscription_last_error(
     })
 }
 
+/// Forgets a durable subscription's saved position, so the name starts
+/// afresh next time: `RILL_ERR_BUSY` while a subscription of that name is
+/// live, `RILL_ERR_NOT_FOUND` if none saved a position.
+///
+/// # Safety
+///
+/// `b` is a live broker; `name` a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_durable_delete(b: *mut rill_broker, name: *const c_char) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, name) = unsafe { (reference(b, "broker")?, cstr(name, "subscription name")?) };
+        b.broker.delete_durable(name)?;
+        Ok(())
+    })
+}
+
 /// What `rill_subscription_list` calls with each subscription's stats
 /// (borrowed for the call, strings included).
 pub type rill_subscription_callback =

@@ -249,6 +249,9 @@ impl Consumer {
         if self.core.is_closed() || self.host.is_closed() {
             return Err(Error::Closed(format!("consumer {:?} of {:?} is closed", self.core.group, self.topic())));
         }
+        if self.core.topic.is_deleted() {
+            return Err(self.core.topic.deleted_error());
+        }
         Ok(())
     }
 
@@ -281,7 +284,10 @@ impl Consumer {
         let parts = &mut self.parts;
         // Parks until a commit (or close) wakes it; see waiters.rs.
         core.waiters.wait_until(Some(deadline), || {
-            core.is_closed() || host.is_closed() || parts.iter_mut().any(|p| p.cursor.has_next())
+            core.is_closed()
+                || host.is_closed()
+                || core.topic.is_deleted()
+                || parts.iter_mut().any(|p| p.cursor.has_next())
         });
         self.check_open()?;
 

@@ -16,8 +16,9 @@ use super::subscription::{
     BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, StartPosition, SubCore, SubEnv, Subscription,
     SubscriptionOptions,
 };
-use super::topic::{Topic, TopicOptions, Wait};
+use super::topic::{Partition, Topic, TopicOptions, Wait};
 use crate::error::{Error, Result};
+use crate::log::{Log, LogConfig, MIN_SEGMENT_BYTES};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Arc, Mutex, Name};
 
@@ -191,6 +192,84 @@ impl BrokerInner {
         self.topics.store(std::sync::Arc::new(map));
     }
 
+    /// Deletes topic `name` (see [`Broker::delete_topic`](super::Broker::delete_topic)).
+    pub(super) fn delete_topic(&self, name: &str) -> Result<()> {
+        names::validate_topic(name)?;
+        // What detached wildcard readers read instead: an empty partition
+        // of the smallest segment, shared by all of them. Made first, so a
+        // failure to map it deletes nothing.
+        let tiny = LogConfig { segment_bytes: Some(MIN_SEGMENT_BYTES), ..LogConfig::default() };
+        let placeholder = Arc::new(Partition::new(0, Log::new(&tiny)?));
+        let (topic, subs, consumers) = {
+            let mut control = self.control.lock();
+            self.check_open()?;
+            let Some(topic) = self.topics.load().get(name).cloned() else {
+                return Err(Error::NoSuchTopic(name.to_owned()));
+            };
+            // Under the control lock, so no subscription or consumer can
+            // attach to it after this, and a name re-created later is a new
+            // topic (from offset 0) with nothing of this one's state.
+            topic.mark_deleted();
+            self.remove_topic(&control, &topic);
+            let subs = control.patterns.matches(name);
+            let consumers: Vec<Arc<ConsumerCore>> =
+                control.consumers.values().filter(|c| Arc::ptr_eq(&c.topic, &topic)).cloned().collect();
+            // Offsets into a log that is gone mean nothing to its successor.
+            control.groups.retain(|(_, t), _| **t != *name);
+            for d in control.durable.values_mut() {
+                d.positions.retain(|(t, _), _| **t != *name);
+            }
+            (topic, subs, consumers)
+        };
+        // Outside the control lock: closing runs the close hook, which takes it.
+        for sub in &subs {
+            SubCore::detach_topic(sub, &topic, &placeholder);
+            if sub.pattern.is_literal() {
+                SubCore::close_with_reason(sub, "topic deleted".into());
+            }
+        }
+        for c in &consumers {
+            // A blocked poll wakes and reports the deletion.
+            c.waiters.notify();
+        }
+        Ok(())
+    }
+
+    /// Forgets durable subscription `name`'s saved positions.
+    pub(super) fn delete_durable(&self, name: &str) -> Result<()> {
+        names::validate_subscription_name(name)?;
+        let mut control = self.control.lock();
+        self.check_open()?;
+        if control.subs.values().any(|s| s.durable && s.name == name) {
+            return Err(Error::Busy(format!(
+                "durable subscription {name:?} is live: close it before deleting its saved position"
+            )));
+        }
+        match control.durable.remove(name) {
+            Some(_) => Ok(()),
+            None => Err(Error::NotFound(format!("no durable subscription {name:?} has a saved position"))),
+        }
+    }
+
+    /// Forgets consumer group `group`'s committed offsets on `topic`.
+    pub(super) fn delete_group(&self, group: &str, topic: &str) -> Result<()> {
+        names::validate_group(group)?;
+        names::validate_topic(topic)?;
+        let mut control = self.control.lock();
+        self.check_open()?;
+        let key = (group.to_owned(), Name::from(topic));
+        match control.groups.get(&key) {
+            None => Err(Error::NotFound(format!("consumer group {group:?} has no offsets on topic {topic:?}"))),
+            Some(g) if g.live.is_some() => Err(Error::Busy(format!(
+                "consumer group {group:?} has a live consumer of {topic:?}: close it before deleting the group"
+            ))),
+            Some(_) => {
+                control.groups.remove(&key);
+                Ok(())
+            }
+        }
+    }
+
     pub(super) fn subscribe(
         this: &Arc<BrokerInner>,
         pattern: &str,
@@ -351,6 +430,10 @@ impl GroupHost for Arc<BrokerInner> {
     /// Stores a group's committed offsets.
     fn save_group(&self, core: &ConsumerCore, committed: Vec<Option<u64>>) {
         let mut control = self.control.lock();
+        if core.topic.is_deleted() {
+            // Its group may belong to a new topic of the same name by now.
+            return;
+        }
         if let Some(g) = control.groups.get_mut(&(core.group.clone(), core.topic.name.clone())) {
             g.committed = committed;
         }

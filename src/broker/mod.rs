@@ -330,6 +330,40 @@ impl Broker {
         v
     }
 
+    /// Deletes a topic (`NoSuchTopic` if there is none; the broker's own `$`
+    /// topics, such as dead-letter topics, may be deleted too):
+    ///
+    /// * subscriptions naming exactly this topic are closed, with the reason
+    ///   "topic deleted" in their stats; wildcard subscriptions stop reading
+    ///   it (a batch their handler is on is finished) and go on with their
+    ///   other topics;
+    /// * [`Publisher`]s and [`Consumer`]s still holding it fail with
+    ///   `NoSuchTopic` (a blocked `poll` wakes to say so);
+    /// * the positions of consumer groups and durable subscriptions in it
+    ///   are forgotten;
+    /// * its memory is released once the last handle holding it (a
+    ///   `Publisher` or `Consumer` of it) is dropped; subscriptions do not
+    ///   hold it.
+    ///
+    /// A topic created again under the name is a new one, from offset 0.
+    pub fn delete_topic(&self, name: &str) -> Result<()> {
+        self.inner().delete_topic(name)
+    }
+
+    /// Forgets a durable subscription's saved position, so the name starts
+    /// afresh next time. `Busy` while a subscription of that name is live,
+    /// `NotFound` if none saved a position.
+    pub fn delete_durable(&self, name: &str) -> Result<()> {
+        self.inner().delete_durable(name)
+    }
+
+    /// Forgets a consumer group's committed offsets on `topic`. `Busy` while
+    /// the group has a live consumer of it, `NotFound` if it has no offsets
+    /// there.
+    pub fn delete_group(&self, group: &str, topic: &str) -> Result<()> {
+        self.inner().delete_group(group, topic)
+    }
+
     /// Size and progress of a topic.
     pub fn topic_stats(&self, topic: &str) -> Result<TopicStats> {
         let t = self.inner().topic(topic)?;
@@ -401,6 +435,9 @@ impl Publisher {
     fn publish_with(&self, record: &Record<'_>, wait: Wait) -> Result<Position> {
         self.broker.check_open()?;
         let p = self.topic.route(record.key);
+        if p.is_deleted() {
+            return Err(self.topic.deleted_error());
+        }
         let offset = p.publish(record, wait)?;
         Ok(Position { partition: p.index, offset })
     }
@@ -408,6 +445,9 @@ impl Publisher {
     /// Publishes many messages; see [`Broker::publish_batch`].
     pub fn publish_batch(&self, records: &[Record<'_>]) -> Result<Vec<Position>> {
         self.broker.check_open()?;
+        if self.topic.is_deleted() {
+            return Err(self.topic.deleted_error());
+        }
         publish_batch_to(&self.topic, records, self.broker.default_wait())
     }
 

@@ -15,7 +15,7 @@ use super::subscription::signal::{self, Listener};
 use super::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::log::{Log, LogConfig, Record};
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
 use crate::sync::{Arc, Mutex, Name};
 
@@ -163,6 +163,12 @@ pub(crate) struct Partition {
     edit: Mutex<()>,
     /// Where publishers wait for `Block` subscribers to make room.
     pub(crate) space: Waiters,
+    /// Set (once) when its topic is deleted: handles that still hold the
+    /// partition (a `Publisher`, a `Consumer`) fail with `NoSuchTopic`, and
+    /// subscriptions stop reading it. (A publish already waiting for a
+    /// `Block` subscriber is let through when deleting detaches that
+    /// subscriber: it was accepted before the delete.)
+    deleted: AtomicBool,
 }
 
 impl Partition {
@@ -173,7 +179,22 @@ impl Partition {
             listeners: epoch::Atomic::new(Listeners::new(Vec::new(), Vec::new())),
             edit: Mutex::new(()),
             space: Waiters::new(),
+            deleted: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the partition's topic deleted (see `Broker::delete_topic`).
+    pub(crate) fn mark_deleted(&self) {
+        // Release: pairs with the Acquire in `is_deleted`, so a handle that
+        // sees the mark also sees the topic gone from the broker's map.
+        self.deleted.store(true, Ordering::Release);
+    }
+
+    /// True once its topic has been deleted.
+    #[inline]
+    pub(crate) fn is_deleted(&self) -> bool {
+        // Acquire: pairs with the Release in `mark_deleted`.
+        self.deleted.load(Ordering::Acquire)
     }
 
     #[inline]
@@ -365,6 +386,25 @@ impl Topic {
             .map(|i| Log::for_partition(&config, i).map(|log| Arc::new(Partition::new(i, log))))
             .collect::<Result<Vec<_>>>()?;
         Ok(Topic { name: name.into(), partitions: partitions.into() })
+    }
+
+    /// Marks every partition deleted (see [`Partition::mark_deleted`]).
+    pub(crate) fn mark_deleted(&self) {
+        for p in self.partitions.iter() {
+            p.mark_deleted();
+        }
+    }
+
+    /// True once the topic has been deleted.
+    #[inline]
+    pub(crate) fn is_deleted(&self) -> bool {
+        self.partitions[0].is_deleted()
+    }
+
+    /// The error a handle to a deleted topic reports.
+    #[cold]
+    pub(crate) fn deleted_error(&self) -> Error {
+        Error::NoSuchTopic(self.name.to_string())
     }
 
     /// The partition a record goes to: `partition_for_key` for keyed records,

@@ -352,6 +352,39 @@ static void listing_topics_subscriptions_and_groups() {
     CHECK(status_of([&] { broker.group_partitions("reports", "missing"); }) == RILL_ERR_NO_SUCH_TOPIC);
 }
 
+static void deleting_topics_durables_and_groups() {
+    rill::Broker broker;
+    broker.create_topic("a");
+    broker.create_topic("b");
+    rill::SubscriptionOptions o;
+    o.name = "a-reader";
+    auto literal = broker.subscribe("a", [](const rill::Message &) { return rill::Ack::Success; }, o);
+    auto publisher = broker.publisher("a");
+    auto consumer = broker.consumer("g", "a");
+    broker.delete_topic("a");
+    CHECK(literal.closed_reason() == "topic deleted");
+    CHECK(status_of([&] { publisher.publish(rill::Record{"x"}); }) == RILL_ERR_NO_SUCH_TOPIC);
+    CHECK(status_of([&] { consumer.poll(1, 0ms); }) == RILL_ERR_NO_SUCH_TOPIC);
+    CHECK(status_of([&] { broker.delete_topic("a"); }) == RILL_ERR_NO_SUCH_TOPIC);
+    broker.create_topic("a");
+    CHECK(broker.publish("a", "again").offset == 0);
+
+    CHECK(status_of([&] { broker.delete_durable("nobody"); }) == RILL_ERR_NOT_FOUND);
+    o.name = "keeper";
+    auto keeper = broker.subscribe("b", [](const rill::Message &) { return rill::Ack::Success; }, o);
+    CHECK(status_of([&] { broker.delete_durable("keeper"); }) == RILL_ERR_BUSY);
+    keeper.close();
+    broker.delete_durable("keeper");
+
+    {
+        auto c = broker.consumer("g2", "b");
+        c.commit();
+        CHECK(status_of([&] { broker.delete_group("g2", "b"); }) == RILL_ERR_BUSY);
+    }
+    broker.delete_group("g2", "b");
+    CHECK(status_of([&] { broker.delete_group("g2", "b"); }) == RILL_ERR_NOT_FOUND);
+}
+
 int main() {
     strings_with_embedded_nuls_are_refused();
     broker_options_are_a_cpp_struct();
@@ -363,6 +396,7 @@ int main() {
     destroying_the_broker_first_is_safe();
     on_lagged_hears_what_retention_trimmed();
     listing_topics_subscriptions_and_groups();
+    deleting_topics_durables_and_groups();
     if (failures) {
         std::fprintf(stderr, "C++ wrapper tests: %d of %d checks failed\n", failures, checks);
         return 1;

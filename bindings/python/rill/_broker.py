@@ -722,6 +722,7 @@ class Broker(_Handle):
         check(lib.rill_broker_new_v1(byref(o), byref(ptr)))
         self._ptr = ptr.value
         self._publishers: dict[str, int] = {}
+        self._stale_publishers: list[int] = []
         self._publishers_lock = threading.Lock()
         self._stops: weakref.WeakSet[_Stop] = weakref.WeakSet()
         _live_brokers.add(self)
@@ -730,7 +731,8 @@ class Broker(_Handle):
         _stop_coroutine_handlers(self)
         with self._publishers_lock:
             publishers, self._publishers = self._publishers, {}
-        for p in publishers.values():
+            stale, self._stale_publishers = self._stale_publishers, []
+        for p in [*publishers.values(), *stale]:
             lib.rill_publisher_free(p)
         lib.rill_broker_free(ptr)
 
@@ -754,6 +756,35 @@ class Broker(_Handle):
         if max_message_bytes is not None:
             o.max_message_bytes = _int(max_message_bytes, "max_message_bytes")
         check(lib.rill_topic_create_v1(self._handle(), _name(name, "topic name"), byref(o)))
+
+    def delete_topic(self, name: str) -> None:
+        """Deletes a topic (:class:`NoSuchTopic` if there is none).
+        Subscriptions naming exactly this topic are closed (their
+        ``closed_reason`` is "topic deleted"); wildcard subscriptions stop
+        reading it; publishing to it and consumers of it raise
+        :class:`NoSuchTopic`; groups' and durable subscriptions' positions in
+        it are forgotten. Created again, it starts at offset 0."""
+        check(lib.rill_topic_delete(self._handle(), _name(name, "topic name")))
+        # The cached publisher of the deleted topic now only raises; a topic
+        # created again under the name gets a new one. Another thread may be
+        # publishing through the old one right now, so it is freed with the
+        # broker, not here.
+        with self._publishers_lock:
+            publisher = self._publishers.pop(name, None)
+            if publisher is not None:
+                self._stale_publishers.append(publisher)
+
+    def delete_durable(self, name: str) -> None:
+        """Forgets a durable subscription's saved position: :class:`Busy`
+        while a subscription of that name is live, :class:`NotFound` if none
+        saved a position."""
+        check(lib.rill_durable_delete(self._handle(), _name(name, "subscription name")))
+
+    def delete_group(self, group: str, topic: str) -> None:
+        """Forgets a consumer group's committed offsets on ``topic``:
+        :class:`Busy` while it has a live consumer there, :class:`NotFound`
+        if it has none."""
+        check(lib.rill_group_delete(self._handle(), _name(group, "group"), _name(topic, "topic")))
 
     def topics(self) -> list[str]:
         """Every topic's name, sorted (the broker's own ``$`` topics included)."""

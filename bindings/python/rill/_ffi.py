@@ -310,6 +310,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_topic_options_init_v1": ("void", ["rill_topic_options*", "size_t"]),
     "rill_topic_create_v1": ("rill_status", ["rill_broker*", "const char*", "const rill_topic_options*"]),
     "rill_topic_list": ("rill_status", ["rill_broker*", "rill_topic_callback", "void*"]),
+    "rill_topic_delete": ("rill_status", ["rill_broker*", "const char*"]),
     "rill_topic_get_stats": ("rill_status", ["rill_broker*", "const char*", "rill_topic_stats*"]),
     "rill_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
     "rill_try_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
@@ -353,6 +354,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
         ["rill_broker*", "const char*", "const char*", "rill_partition_lag_callback", "void*"],
     ),
     "rill_group_list": ("rill_status", ["rill_broker*", "rill_group_callback", "void*"]),
+    "rill_group_delete": ("rill_status", ["rill_broker*", "const char*", "const char*"]),
     "rill_consumer_partition_count": ("uint32_t", ["const rill_consumer*"]),
     "rill_consumer_free": ("void", ["rill_consumer*"]),
     "rill_message_attribute_count": ("size_t", ["const rill_message*"]),
@@ -391,6 +393,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_subscription_closed_reason": ("size_t", ["const rill_subscription*", "char*", "size_t"]),
     "rill_subscription_last_error": ("size_t", ["const rill_subscription*", "char*", "size_t"]),
     "rill_subscription_list": ("rill_status", ["rill_broker*", "rill_subscription_callback", "void*"]),
+    "rill_durable_delete": ("rill_status", ["rill_broker*", "const char*"]),
     "rill_subscription_partitions": (
         "rill_status",
         ["const rill_subscription*", "rill_partition_lag_callback", "void*"],

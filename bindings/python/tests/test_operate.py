@@ -3,6 +3,7 @@ consumer groups; deleting them."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -63,3 +64,76 @@ def test_a_subscription_without_failures_has_no_last_error(broker: rill.Broker) 
     assert sub.wait_idle(WAIT)
     stats = sub.stats()
     assert stats.last_error is None and stats.name == sub.name and stats.pattern == "t"
+
+
+def test_deleting_a_topic_with_live_handles(broker: rill.Broker) -> None:
+    broker.create_topic("live/a")
+    broker.create_topic("live/b")
+    seen: list[bytes] = []
+    wildcard = broker.subscribe("live/*", lambda m: seen.append(m.payload), start="earliest")
+    literal = broker.subscribe("live/a", lambda m: None, name="a-reader", start="earliest")
+    broker.publish("live/a", b"first")
+    consumer = broker.consumer("pullers", "live/a")
+    assert [m.payload for m in consumer.poll(10, timeout=WAIT)] == [b"first"]
+    consumer.commit()
+    assert wildcard.wait_idle(WAIT)
+
+    # A poll blocked in another thread wakes with the error.
+    errors: list[BaseException] = []
+
+    def poll() -> None:
+        try:
+            consumer.poll(10, timeout=WAIT)
+        except rill.RillError as e:
+            errors.append(e)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    broker.delete_topic("live/a")
+    poller.join(WAIT)
+    assert not poller.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], rill.NoSuchTopic)
+
+    assert literal.stats().state == "closed" and literal.closed_reason == "topic deleted"
+    with pytest.raises(rill.NoSuchTopic):
+        broker.publish("live/a", b"late")
+    with pytest.raises(rill.NoSuchTopic):
+        broker.delete_topic("live/a")
+    with pytest.raises(rill.NoSuchTopic):
+        consumer.commit()
+    assert broker.groups() == []
+    consumer.close()
+
+    broker.publish("live/b", b"on b")
+    assert wildcard.wait_idle(WAIT)
+    assert seen == [b"first", b"on b"]
+    assert [p.topic for p in wildcard.partition_lags()] == ["live/b"]
+
+    # Created again: a new topic from offset 0, published through a new handle.
+    broker.create_topic("live/a")
+    assert broker.publish("live/a", b"again") == rill.Position(0, 0)
+
+
+def test_deleting_durable_positions_and_groups(broker: rill.Broker) -> None:
+    broker.create_topic("t")
+    broker.publish("t", b"a")
+    sub = broker.subscribe("t", lambda m: None, name="keeper", start="earliest")
+    assert sub.wait_idle(WAIT)
+    with pytest.raises(rill.Busy):
+        broker.delete_durable("keeper")
+    sub.close()
+    broker.delete_durable("keeper")
+    with pytest.raises(rill.NotFound):
+        broker.delete_durable("keeper")
+
+    c = broker.consumer("g", "t")
+    c.poll(10, timeout=WAIT)
+    c.commit()
+    with pytest.raises(rill.Busy):
+        broker.delete_group("g", "t")
+    c.close()
+    broker.delete_group("g", "t")
+    with pytest.raises(rill.NotFound):
+        broker.delete_group("g", "t")
+    with pytest.raises(rill.NotFound):
+        broker.group_stats("g", "t")

@@ -1835,6 +1835,128 @@ static void test_listing_topics_subscriptions_and_groups(void) {
     rill_broker_free(b);
 }
 
+typedef struct {
+    rill_consumer *c;
+    rill_status status;
+} blocked_poll;
+
+static void *poll_until_error(void *arg) {
+    blocked_poll *p = (blocked_poll *)arg;
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    for (;;) {
+        rill_status st = rill_consumer_poll(p->c, 16, 30000, &msgs, &count);
+        if (st != RILL_OK) {
+            p->status = st;
+            return NULL;
+        }
+    }
+}
+
+typedef struct {
+    rill_publisher *p;
+    rill_status status;
+    long published;
+} busy_publisher;
+
+static void *publish_until_error(void *arg) {
+    busy_publisher *p = (busy_publisher *)arg;
+    rill_record r = record_of("load");
+    for (;;) {
+        rill_status st = rill_publisher_publish(p->p, &r, NULL);
+        if (st != RILL_OK) {
+            p->status = st;
+            return NULL;
+        }
+        p->published++;
+    }
+}
+
+static void test_deleting_topics_durables_and_groups(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "live/a", NULL));
+    OK(rill_topic_create(b, "live/b", NULL));
+    recorder wild, lit;
+    recorder_init(&wild);
+    recorder_init(&lit);
+    rill_subscription_options so;
+    rill_subscription_options_init(&so);
+    so.start = RILL_START_EARLIEST;
+    rill_subscription *ws = NULL, *ls = NULL;
+    OK(rill_subscribe(b, "live/*", &so, record_handler, &wild, &ws));
+    so.name = "a-reader";
+    OK(rill_subscribe(b, "live/a", &so, record_handler, &lit, &ls));
+
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "pullers", "live/a", NULL, &c));
+    busy_publisher pub = {NULL, RILL_OK, 0};
+    OK(rill_publisher_new(b, "live/a", &pub.p));
+    blocked_poll poller = {c, RILL_OK};
+    pthread_t pt, pp;
+    pthread_create(&pp, NULL, publish_until_error, &pub);
+    pthread_create(&pt, NULL, poll_until_error, &poller);
+    rill_topic_stats ts;
+    do {
+        OK(rill_topic_get_stats(b, "live/a", &ts));
+    } while (ts.publish_count < 1000);
+
+    OK(rill_topic_delete(b, "live/a"));
+    pthread_join(pp, NULL);
+    pthread_join(pt, NULL);
+    CHECK(pub.status == RILL_ERR_NO_SUCH_TOPIC && pub.published >= 1000);
+    CHECK(poller.status == RILL_ERR_NO_SUCH_TOPIC);
+    CHECK_STATUS(rill_topic_delete(b, "live/a"), RILL_ERR_NO_SUCH_TOPIC);
+    CHECK_STATUS(rill_topic_delete(b, "never"), RILL_ERR_NO_SUCH_TOPIC);
+    CHECK_STATUS(rill_topic_delete(b, "bad//name"), RILL_ERR_INVALID_TOPIC);
+    CHECK_STATUS(rill_topic_delete(NULL, "x"), RILL_ERR_NULL_ARGUMENT);
+    /* The literal subscription is closed with the reason; the wildcard one goes on. */
+    char why[64];
+    rill_subscription_closed_reason(ls, why, sizeof why);
+    CHECK(strcmp(why, "topic deleted") == 0);
+    rill_record r = record_of("on b");
+    OK(rill_publish(b, "live/b", &r, NULL));
+    OK(rill_subscription_wait_idle(ws, 30000));
+    pthread_mutex_lock(&wild.lock);
+    CHECK(strcmp(wild.payloads[wild.count - 1], "on b") == 0);
+    pthread_mutex_unlock(&wild.lock);
+    rill_subscription_stats st;
+    OK(rill_subscription_get_stats(ws, &st));
+    CHECK(st.partitions == 1 && st.state == RILL_SUBSCRIPTION_IDLE);
+    rill_publisher_free(pub.p);
+    rill_consumer_free(c);
+    rill_subscription_free(ls);
+
+    /* Created again: from offset 0. */
+    OK(rill_topic_create(b, "live/a", NULL));
+    rill_position pos;
+    OK(rill_publish(b, "live/a", &r, &pos));
+    CHECK(pos.offset == 0);
+
+    /* Durable positions: BUSY while live, NOT_FOUND when unknown. */
+    so.name = "keeper";
+    rill_subscription *keeper = NULL;
+    OK(rill_subscribe(b, "live/b", &so, noop_handler, NULL, &keeper));
+    CHECK_STATUS(rill_durable_delete(b, "keeper"), RILL_ERR_BUSY);
+    rill_subscription_free(keeper);
+    OK(rill_durable_delete(b, "keeper"));
+    CHECK_STATUS(rill_durable_delete(b, "keeper"), RILL_ERR_NOT_FOUND);
+    CHECK_STATUS(rill_durable_delete(b, NULL), RILL_ERR_NULL_ARGUMENT);
+
+    /* Group offsets: BUSY while a consumer is live, NOT_FOUND when unknown. */
+    OK(rill_consumer_new(b, "g", "live/b", NULL, &c));
+    OK(rill_consumer_commit(c));
+    CHECK_STATUS(rill_group_delete(b, "g", "live/b"), RILL_ERR_BUSY);
+    rill_consumer_free(c);
+    OK(rill_group_delete(b, "g", "live/b"));
+    CHECK_STATUS(rill_group_delete(b, "g", "live/b"), RILL_ERR_NOT_FOUND);
+    CHECK_STATUS(rill_group_delete(b, NULL, "live/b"), RILL_ERR_NULL_ARGUMENT);
+    rill_consumer_stats gs;
+    CHECK_STATUS(rill_group_get_stats(b, "g", "live/b", &gs), RILL_ERR_NOT_FOUND);
+
+    rill_subscription_free(ws);
+    rill_broker_free(b);
+}
+
 int main(void) {
     test_version_status_names_and_last_error();
     test_option_struct_sizes();
@@ -1864,6 +1986,7 @@ int main(void) {
     test_anonymous_subscriptions_and_dead_letters();
     test_calls_that_would_wait_for_their_own_handler_fail_fast();
     test_listing_topics_subscriptions_and_groups();
+    test_deleting_topics_durables_and_groups();
     if (failures) {
         fprintf(stderr, "C ABI tests: %d of %d checks failed\n", failures, checks);
         return 1;

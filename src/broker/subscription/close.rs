@@ -149,6 +149,9 @@ impl SubCore {
         }
         let (handler, on_lagged) = {
             let mut st = self.drain.lock();
+            // A topic deleted since the last round is let go of now: a
+            // closed subscription's handle may live on.
+            self.apply_detached(&mut st);
             let noop = HandlerKind::One(Box::new(|_: &Message<'_>| Ack::Success));
             (std::mem::replace(&mut st.handler, noop), st.on_lagged.take())
         };

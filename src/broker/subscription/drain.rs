@@ -201,6 +201,7 @@ impl SubCore {
                 // New readers start with whatever their cursor has to read.
                 st.carry.extend(from..st.readers.len());
             }
+            self.apply_detached(st);
         }
     }
 
