@@ -348,12 +348,13 @@ typedef struct {
     uint32_t struct_size;
     /**
      * For partitions the group has no committed offset for:
-     * `RILL_START_EARLIEST` (the default), `RILL_START_LATEST` or
-     * `RILL_START_OFFSET`.
+     * `RILL_START_EARLIEST` (the default), `RILL_START_LATEST`,
+     * `RILL_START_OFFSET` or `RILL_START_TIME`.
      */
     rill_start start;
     /**
-     * The offset for `RILL_START_OFFSET`.
+     * The offset for `RILL_START_OFFSET`; the time in nanoseconds since the
+     * Unix epoch for `RILL_START_TIME`.
      */
     uint64_t start_offset;
 } rill_consumer_options;
@@ -530,11 +531,13 @@ typedef struct {
      */
     const char *filter;
     /**
-     * `RILL_START_LATEST` (default), `RILL_START_EARLIEST` or `RILL_START_OFFSET`.
+     * `RILL_START_LATEST` (default), `RILL_START_EARLIEST`,
+     * `RILL_START_OFFSET` or `RILL_START_TIME`.
      */
     rill_start start;
     /**
-     * The offset for `RILL_START_OFFSET`.
+     * The offset for `RILL_START_OFFSET`; the time in nanoseconds since the
+     * Unix epoch for `RILL_START_TIME`.
      */
     uint64_t start_offset;
     /**
@@ -741,6 +744,13 @@ typedef void (*rill_subscription_callback)(void *user_data, const rill_subscript
  * `start_offset`, in every partition (must be retained).
  */
 #define RILL_START_OFFSET 2
+
+/**
+ * In every partition, the first message published at or after the time in
+ * `start_offset`, read as nanoseconds since the Unix epoch (see
+ * `rill_consumer_seek_time`); a time after every message is the end.
+ */
+#define RILL_START_TIME 3
 
 /**
  * Move past a message only after `RILL_ACK_SUCCESS` (or dead-lettering).
@@ -1127,6 +1137,24 @@ rill_status rill_consumer_commit_offset(rill_consumer *c, uint32_t partition, ui
  * `c` is a live consumer.
  */
 rill_status rill_consumer_seek(rill_consumer *c, uint32_t partition, uint64_t offset);
+
+/**
+ * Moves one partition to the first message published at or after
+ * `timestamp_ns` (nanoseconds since the Unix epoch; a negative time is
+ * before every message). A time before every retained message moves to the
+ * oldest one, a time after all of them to the end: never
+ * `RILL_ERR_OUT_OF_RANGE` (`RILL_ERR_NOT_FOUND` for a partition that does
+ * not exist). Two binary searches, over segments then records, not a scan.
+ * Publishers on several threads stamp messages just before they take their
+ * offsets, so neighbouring messages can be stamped out of order; the seek
+ * then lands where the stamps cross the time, within that disorder (see
+ * `Log::offset_at_time` in the Rust documentation).
+ *
+ * # Safety
+ *
+ * `c` is a live consumer.
+ */
+rill_status rill_consumer_seek_time(rill_consumer *c, uint32_t partition, int64_t timestamp_ns);
 
 /**
  * Moves every partition to its oldest retained message.

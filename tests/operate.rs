@@ -265,3 +265,77 @@ fn an_anonymous_dead_letter_topic_made_but_left_empty_goes_with_its_subscription
     s.close();
     assert_eq!(b.topics(), before, "the empty dead-letter topic went with its subscription");
 }
+
+/// Publishes `n` messages to `topic` one at a time from this thread, then
+/// returns every retained (offset, timestamp) read back by a consumer.
+fn stamped(b: &rill::Broker, topic: &str, n: usize) -> Vec<(u64, u64)> {
+    for i in 0..n {
+        b.publish(topic, &Record::new(format!("m{i}").as_bytes())).unwrap();
+    }
+    let mut c = b.consumer("stamps", topic, ConsumerOptions::default()).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let batch = c.poll(512, std::time::Duration::ZERO).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        out.extend(batch.iter().map(|m| (m.offset(), m.timestamp_ns())));
+    }
+    out
+}
+
+#[test]
+fn seek_to_time_finds_the_first_message_at_or_after_a_time() {
+    let b = broker();
+    // Small segments, so the search crosses many of them; retention trims
+    // the oldest, so the log does not start at 0.
+    let options = rill::TopicOptions {
+        segment_bytes: Some(rill::log::MIN_SEGMENT_BYTES),
+        retention_messages: Some(1500),
+        ..rill::TopicOptions::default()
+    };
+    b.create_topic("timed", &options).unwrap();
+    let records = stamped(&b, "timed", 3000);
+    let (first, end) = (records[0].0, records.last().unwrap().0 + 1);
+    assert!(first > 0, "retention trimmed the head");
+    // From one thread, stamps never go backwards.
+    assert!(records.windows(2).all(|w| w[0].1 <= w[1].1));
+    let mut c = b.consumer("seeker", "timed", ConsumerOptions::default()).unwrap();
+    let mut check = |t: u64, want: u64| {
+        c.seek_to_time(0, t).unwrap();
+        assert_eq!(c.position(0).unwrap(), want, "seek to {t}");
+    };
+    for &(offset, ts) in records.iter().step_by(97) {
+        // The first record stamped at or after `ts` (several may share it).
+        let want = records.iter().find(|r| r.1 >= ts).unwrap().0;
+        assert!(want <= offset);
+        check(ts, want);
+        let after = records.iter().find(|r| r.1 > ts).map_or(end, |r| r.0);
+        check(ts + 1, after);
+    }
+    check(0, first);
+    check(records.last().unwrap().1 + 1, end);
+    check(u64::MAX, end);
+    assert!(matches!(c.seek_to_time(7, 0), Err(Error::NotFound(_))));
+
+    // Subscriptions and consumers can start at a time.
+    let (_, t) = records[records.len() / 2];
+    let want = records.iter().find(|r| r.1 >= t).unwrap().0;
+    let mut from_time =
+        b.consumer("from-time", "timed", ConsumerOptions { start: rill::StartPosition::Time(t) }).unwrap();
+    assert_eq!(from_time.position(0).unwrap(), want);
+    let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = got.clone();
+    let options = SubscriptionOptions { start: rill::StartPosition::Time(t), ..Default::default() };
+    let sub = b
+        .subscribe("timed", options, move |m| {
+            sink.lock().unwrap().push(m.offset());
+            Ack::Success
+        })
+        .unwrap();
+    assert!(sub.wait_idle(WAIT).unwrap());
+    let got = got.lock().unwrap().clone();
+    assert_eq!(got.first(), Some(&want));
+    assert_eq!(got.len() as u64, end - want);
+    assert_eq!(from_time.poll(1, WAIT).unwrap()[0].offset(), want);
+}

@@ -348,6 +348,16 @@ class Consumer {
         detail::check(rill_consumer_commit_offset(c_, partition, offset));
     }
     void seek(uint32_t partition, uint64_t offset) { detail::check(rill_consumer_seek(c_, partition, offset)); }
+    /// Moves to the first message published at or after `timestamp_ns`
+    /// (nanoseconds since the Unix epoch); see `rill_consumer_seek_time`.
+    void seek_to_time(uint32_t partition, int64_t timestamp_ns) {
+        detail::check(rill_consumer_seek_time(c_, partition, timestamp_ns));
+    }
+    /// The same with a point in time of the system clock.
+    void seek_to_time(uint32_t partition, std::chrono::system_clock::time_point when) {
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
+        seek_to_time(partition, static_cast<int64_t>(ns));
+    }
     void seek_to_beginning() { detail::check(rill_consumer_seek_to_beginning(c_)); }
     void seek_to_end() { detail::check(rill_consumer_seek_to_end(c_)); }
     void rollback() { detail::check(rill_consumer_rollback(c_)); }

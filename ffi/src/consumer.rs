@@ -7,11 +7,11 @@ use std::time::Duration;
 use rill::{Consumer, ConsumerOptions, ConsumerStart};
 
 use crate::broker::rill_broker;
-use crate::error::{FfiError, boundary, boundary_value, rill_status};
+use crate::error::{boundary, boundary_value, rill_status};
 use crate::message::{MessageContext, c_message, rill_message};
 use crate::options::{self, OptionStruct};
 use crate::subscription::{
-    Lag, RILL_START_EARLIEST, RILL_START_LATEST, RILL_START_OFFSET, each_lag, rill_partition_lag_callback, rill_start,
+    Lag, RILL_START_EARLIEST, each_lag, rill_partition_lag_callback, rill_start, start_position,
 };
 use crate::util::{cstr, out_ptr, reference, reference_mut, timeout, write_out};
 
@@ -22,10 +22,11 @@ pub struct rill_consumer_options {
     /// Set by `rill_consumer_options_init`; do not change (see "Option structs").
     pub struct_size: u32,
     /// For partitions the group has no committed offset for:
-    /// `RILL_START_EARLIEST` (the default), `RILL_START_LATEST` or
-    /// `RILL_START_OFFSET`.
+    /// `RILL_START_EARLIEST` (the default), `RILL_START_LATEST`,
+    /// `RILL_START_OFFSET` or `RILL_START_TIME`.
     pub start: rill_start,
-    /// The offset for `RILL_START_OFFSET`.
+    /// The offset for `RILL_START_OFFSET`; the time in nanoseconds since the
+    /// Unix epoch for `RILL_START_TIME`.
     pub start_offset: u64,
 }
 
@@ -98,14 +99,7 @@ pub unsafe extern "C" fn rill_consumer_new_v1(
         // SAFETY: the caller promises `o` is NULL or valid.
         let start = match unsafe { options::read(o) }? {
             None => ConsumerStart::Earliest,
-            Some(o) => match o.start {
-                RILL_START_EARLIEST => ConsumerStart::Earliest,
-                RILL_START_LATEST => ConsumerStart::Latest,
-                RILL_START_OFFSET => ConsumerStart::Offset(o.start_offset),
-                rill_start(other) => {
-                    return Err(FfiError::invalid(format!("start {other} is not a RILL_START_* value")));
-                }
-            },
+            Some(o) => start_position(o.start, o.start_offset)?,
         };
         let consumer = b.broker.consumer(group, topic, ConsumerOptions { start })?;
         let topic = CString::new(topic).expect("checked by cstr: no interior NUL");
@@ -215,6 +209,31 @@ unsafe fn moving(c: *mut rill_consumer, f: impl FnOnce(&mut Consumer) -> rill::R
 pub unsafe extern "C" fn rill_consumer_seek(c: *mut rill_consumer, partition: u32, offset: u64) -> rill_status {
     // SAFETY: forwarded.
     unsafe { moving(c, |c| c.seek(partition, offset)) }
+}
+
+/// Moves one partition to the first message published at or after
+/// `timestamp_ns` (nanoseconds since the Unix epoch; a negative time is
+/// before every message). A time before every retained message moves to the
+/// oldest one, a time after all of them to the end: never
+/// `RILL_ERR_OUT_OF_RANGE` (`RILL_ERR_NOT_FOUND` for a partition that does
+/// not exist). Two binary searches, over segments then records, not a scan.
+/// Publishers on several threads stamp messages just before they take their
+/// offsets, so neighbouring messages can be stamped out of order; the seek
+/// then lands where the stamps cross the time, within that disorder (see
+/// `Log::offset_at_time` in the Rust documentation).
+///
+/// # Safety
+///
+/// `c` is a live consumer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_seek_time(
+    c: *mut rill_consumer,
+    partition: u32,
+    timestamp_ns: i64,
+) -> rill_status {
+    let t = u64::try_from(timestamp_ns).unwrap_or(0);
+    // SAFETY: forwarded.
+    unsafe { moving(c, |c| c.seek_to_time(partition, t)) }
 }
 
 /// Moves every partition to its oldest retained message.

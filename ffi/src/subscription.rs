@@ -39,6 +39,21 @@ pub const RILL_START_LATEST: rill_start = rill_start(0);
 pub const RILL_START_EARLIEST: rill_start = rill_start(1);
 /// `start_offset`, in every partition (must be retained).
 pub const RILL_START_OFFSET: rill_start = rill_start(2);
+/// In every partition, the first message published at or after the time in
+/// `start_offset`, read as nanoseconds since the Unix epoch (see
+/// `rill_consumer_seek_time`); a time after every message is the end.
+pub const RILL_START_TIME: rill_start = rill_start(3);
+
+/// The start a C program chose, checked.
+pub(crate) fn start_position(start: rill_start, start_offset: u64) -> Result<StartPosition, FfiError> {
+    Ok(match start {
+        RILL_START_LATEST => StartPosition::Latest,
+        RILL_START_EARLIEST => StartPosition::Earliest,
+        RILL_START_OFFSET => StartPosition::Offset(start_offset),
+        RILL_START_TIME => StartPosition::Time(start_offset),
+        rill_start(other) => return Err(FfiError::invalid(format!("start {other} is not a RILL_START_* value"))),
+    })
+}
 
 /// When a message counts as handled: one of the `RILL_DELIVERY_*` constants.
 #[repr(transparent)]
@@ -117,9 +132,11 @@ pub struct rill_subscription_options {
     pub name: *const c_char,
     /// An attribute filter in Pub/Sub syntax (NULL: deliver everything).
     pub filter: *const c_char,
-    /// `RILL_START_LATEST` (default), `RILL_START_EARLIEST` or `RILL_START_OFFSET`.
+    /// `RILL_START_LATEST` (default), `RILL_START_EARLIEST`,
+    /// `RILL_START_OFFSET` or `RILL_START_TIME`.
     pub start: rill_start,
-    /// The offset for `RILL_START_OFFSET`.
+    /// The offset for `RILL_START_OFFSET`; the time in nanoseconds since the
+    /// Unix epoch for `RILL_START_TIME`.
     pub start_offset: u64,
     /// `RILL_DELIVERY_AT_LEAST_ONCE` (default) or `RILL_DELIVERY_AT_MOST_ONCE`.
     pub delivery: rill_delivery,
@@ -211,12 +228,7 @@ unsafe fn subscription_options(o: &rill_subscription_options) -> Result<Subscrip
     let (name, filter, dlq) = unsafe {
         (opt_cstr(o.name, "name")?, opt_cstr(o.filter, "filter")?, opt_cstr(o.dead_letter_topic, "dead_letter_topic")?)
     };
-    let start = match o.start {
-        RILL_START_LATEST => StartPosition::Latest,
-        RILL_START_EARLIEST => StartPosition::Earliest,
-        RILL_START_OFFSET => StartPosition::Offset(o.start_offset),
-        rill_start(other) => return Err(FfiError::invalid(format!("start {other} is not a RILL_START_* value"))),
-    };
+    let start = start_position(o.start, o.start_offset)?;
     let delivery = match o.delivery {
         RILL_DELIVERY_AT_LEAST_ONCE => DeliveryMode::AtLeastOnce,
         RILL_DELIVERY_AT_MOST_ONCE => DeliveryMode::AtMostOnce,

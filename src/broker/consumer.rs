@@ -235,6 +235,7 @@ impl Consumer {
                 (None, ConsumerStart::Earliest) => p.log.cursor_from_first(),
                 (None, ConsumerStart::Latest) => p.log.cursor_from_end(),
                 (None, ConsumerStart::Offset(o)) => p.log.cursor_at(o)?,
+                (None, ConsumerStart::Time(t)) => p.log.cursor_resuming(p.log.offset_at_time(t)),
             };
             parts.push(Part { cursor, committed });
         }
@@ -355,6 +356,26 @@ impl Consumer {
     pub fn seek(&mut self, partition: u32, offset: u64) -> Result<()> {
         self.check_open()?;
         self.part(partition)?.cursor.seek(offset)
+    }
+
+    /// Moves one partition's position to the first message published at or
+    /// after `timestamp_ns` (nanoseconds since the Unix epoch): see
+    /// [`Log::offset_at_time`](crate::log::Log::offset_at_time) for what
+    /// "first" means when messages were stamped out of order. A time before
+    /// every retained message moves to the oldest one, a time after all of
+    /// them to the end (never `OutOfRange`). `O(log segments + log records
+    /// in one segment)`.
+    pub fn seek_to_time(&mut self, partition: u32, timestamp_ns: u64) -> Result<()> {
+        self.check_open()?;
+        let log = &self.core.topic.partitions.get(partition as usize).ok_or_else(|| self.no_partition(partition))?.log;
+        let offset = log.offset_at_time(timestamp_ns);
+        let cursor = &mut self.part(partition)?.cursor;
+        if cursor.seek(offset).is_err() {
+            // Retention trimmed it in the meantime: the oldest retained
+            // message is the first one at or after the time now.
+            cursor.seek_to_first();
+        }
+        Ok(())
     }
 
     /// Moves every partition to its oldest retained message.

@@ -344,6 +344,10 @@ impl BrokerInner {
                         StartPosition::Latest => log.cursor_from_end(),
                         StartPosition::Earliest => log.cursor_from_first(),
                         StartPosition::Offset(o) => log.cursor_at(o)?,
+                        // Resuming: retention may trim the found offset
+                        // before the cursor is made; the first read then
+                        // reports what it missed.
+                        StartPosition::Time(t) => log.cursor_resuming(log.offset_at_time(t)),
                     },
                 };
                 readers.push((t.name.clone(), p.clone(), cursor));

@@ -223,6 +223,61 @@ impl Log {
         c
     }
 
+    /// The first retained offset whose record was stamped at or after
+    /// `timestamp_ns` (nanoseconds since the Unix epoch), or the end offset
+    /// if every retained record is older; the oldest retained offset if the
+    /// time is before them all.
+    ///
+    /// It costs two binary searches, `O(log segments + log records in one
+    /// segment)`: over the segments by the timestamp of their first record,
+    /// then inside the one segment where the time falls.
+    ///
+    /// # When timestamps are out of order
+    ///
+    /// A publisher stamps a record just before it reserves its offset, so
+    /// records published at once from several threads can be stamped out of
+    /// offset order by the time between the two (publishing from one thread,
+    /// they are in order). The search treats timestamps as sorted, and what
+    /// it finds is then defined as: an offset `o` where the record before
+    /// `o` (if any is retained) was stamped before `timestamp_ns` and the
+    /// record at `o` (if any) at or after it. With ordered timestamps that is
+    /// the first such record; with a few out of order, it is one of the
+    /// places where the stamps cross the time, within the disorder around
+    /// it: a record stamped a little before the time may follow it, and one
+    /// stamped a little after it may precede it. A record still being
+    /// written (reserved, not committed) counts as at or after the time (it
+    /// is as new as anything in the log), so the search never moves past it.
+    pub fn offset_at_time(&self, timestamp_ns: u64) -> u64 {
+        let guard = epoch::pin();
+        let dir = self.shared.dir(&guard);
+        // Record `index` of `seg` counts as at or after the time.
+        let at_or_after = |seg: &Segment, index: u64| match seg.committed(index) {
+            Some(pos) => seg.view(index, pos).timestamp_ns() >= timestamp_ns,
+            None => true,
+        };
+        // Segments whose first record is older than the time form a prefix;
+        // the time falls in the last of them (or before them all).
+        let older = dir.segs.partition_point(|seg| seg.reserved() > 0 && !at_or_after(seg, 0));
+        let Some(seg) = older.checked_sub(1).map(|i| &dir.segs[i]) else {
+            return dir.first_offset();
+        };
+        // Inside it, record 0 is older; find the first of the rest that is not.
+        let count = seg.reserved();
+        let (mut lo, mut hi) = (1, count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if at_or_after(seg, mid) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        // `lo - 1` is committed, so `lo` is at most the segment's true count
+        // (a reservation that overfilled it is never committed): either a
+        // record here or the next segment's first offset (or the end).
+        seg.base() + lo
+    }
+
     /// The oldest retained offset.
     pub fn first_offset(&self) -> u64 {
         let guard = epoch::pin();

@@ -385,6 +385,25 @@ static void deleting_topics_durables_and_groups() {
     CHECK(status_of([&] { broker.delete_group("g2", "b"); }) == RILL_ERR_NOT_FOUND);
 }
 
+static void seeking_by_time() {
+    rill::Broker broker;
+    broker.create_topic("timed");
+    for (int i = 0; i < 50; i++) broker.publish("timed", std::to_string(i));
+    auto c = broker.consumer("stamps", "timed");
+    auto all = c.poll(50, 0ms);
+    CHECK(all.size() == 50);
+    uint64_t t = all.size() == 50 ? all[25].timestamp_ns() : 0;
+    uint64_t want = 0;
+    while (want < all.size() && all[want].timestamp_ns() < t) want++;
+    c.seek_to_time(0, static_cast<int64_t>(t));
+    CHECK(c.position() == want);
+    c.seek_to_time(0, std::chrono::system_clock::now() + std::chrono::hours(1));
+    CHECK(c.position() == 50);
+    c.seek_to_time(0, std::chrono::system_clock::time_point{});
+    CHECK(c.position() == 0);
+    CHECK(status_of([&] { c.seek_to_time(4, 0); }) == RILL_ERR_NOT_FOUND);
+}
+
 int main() {
     strings_with_embedded_nuls_are_refused();
     broker_options_are_a_cpp_struct();
@@ -397,6 +416,7 @@ int main() {
     on_lagged_hears_what_retention_trimmed();
     listing_topics_subscriptions_and_groups();
     deleting_topics_durables_and_groups();
+    seeking_by_time();
     if (failures) {
         std::fprintf(stderr, "C++ wrapper tests: %d of %d checks failed\n", failures, checks);
         return 1;

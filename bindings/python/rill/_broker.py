@@ -6,6 +6,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import ctypes
+import datetime
 import enum
 import inspect
 import itertools
@@ -410,6 +411,32 @@ def _seconds_ms(seconds: float, what: str, per_second: int = 1000) -> int:
     return _int(int(seconds * per_second), f"{what} in {unit}")
 
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def _time_ns(when: object, what: str) -> int:
+    """A datetime (naive: local time) or an int of nanoseconds since the epoch,
+    as nanoseconds for C's int64_t (a time before 1970 is before every message)."""
+    if isinstance(when, datetime.datetime):
+        aware = when if when.tzinfo is not None else when.astimezone()
+        ns = (aware - _EPOCH) // datetime.timedelta(microseconds=1) * 1000
+        return max(-(2**63), min(ns, 2**63 - 1))
+    if isinstance(when, int) and not isinstance(when, bool):
+        return _int(when, what, -(2**63), 2**63 - 1)
+    raise InvalidArgument(f"{what} must be a datetime or nanoseconds since the epoch, not {when!r}")
+
+
+def _start(start: object) -> tuple[int, int]:
+    """``start=`` as (RILL_START_*, start_offset)."""
+    if isinstance(start, datetime.datetime):
+        return _ffi.RILL_START_TIME, max(0, _time_ns(start, "start"))
+    if isinstance(start, int) and not isinstance(start, bool):
+        return _ffi.RILL_START_OFFSET, _int(start, "start offset")
+    if isinstance(start, str) and start in _STARTS:
+        return _STARTS[start], 0
+    raise InvalidArgument(f"start must be 'latest', 'earliest', an offset or a datetime, not {start!r}")
+
+
 def _timeout_ms(timeout: float | None) -> int:
     """A timeout in seconds as the C ``int64_t`` milliseconds: None and
     infinity are -1 (no limit), as is any limit too long for an int64_t."""
@@ -642,6 +669,16 @@ class Consumer(_Handle):
     def seek(self, offset: int, partition: int = 0) -> None:
         """Moves one partition to a retained offset (:class:`OutOfRange` otherwise)."""
         self._call(lib.rill_consumer_seek, _partition(partition), _int(offset, "offset"))
+
+    def seek_to_time(self, when: datetime.datetime | int, partition: int = 0) -> None:
+        """Moves one partition to the first message published at or after
+        ``when``: a ``datetime`` (a naive one is local time) or nanoseconds
+        since the Unix epoch. A time before every message moves to the oldest,
+        a time after all of them to the end. Messages published at once from
+        several threads may be stamped slightly out of order; the seek then
+        lands where the stamps cross the time (see the C documentation of
+        ``rill_consumer_seek_time``)."""
+        self._call(lib.rill_consumer_seek_time, _partition(partition), _time_ns(when, "when"))
 
     def seek_to_beginning(self) -> None:
         self._call(lib.rill_consumer_seek_to_beginning)
@@ -931,7 +968,7 @@ class Broker(_Handle):
         handler: Handler | BatchHandler,
         filter: str | None = None,  # noqa: A002 - the contract's name
         name: str | None = None,
-        start: Start | int = "latest",
+        start: Start | int | datetime.datetime = "latest",
         delivery: Delivery = "at_least_once",
         max_attempts: int = 5,
         backoff: tuple[float, ...] = (0.01, 10.0),
@@ -950,7 +987,8 @@ class Broker(_Handle):
         to be called again after a backoff, ``Ack.DEAD_LETTER`` to give up; an
         exception is a retry whose type and text become the reason recorded
         with the message (``rill.dlq.reason`` once dead-lettered).
-        ``start`` is "latest", "earliest" or an offset; ``backoff`` is
+        ``start`` is "latest", "earliest", an offset, or a ``datetime`` (the
+        first message published at or after it); ``backoff`` is
         (initial, max[, multiplier]) in seconds.
 
         ``idle_spin`` (seconds, with ``dedicated_thread``) is how long the
@@ -985,14 +1023,7 @@ class Broker(_Handle):
                 encoded = _name(value, field)
                 keep.append(encoded)
                 setattr(o, field, encoded)
-        if isinstance(start, bool) or not isinstance(start, (str, int)):
-            raise InvalidArgument(f"start must be 'latest', 'earliest' or an offset, not {start!r}")
-        if isinstance(start, int):
-            o.start, o.start_offset = _ffi.RILL_START_OFFSET, _int(start, "start offset")
-        elif start in _STARTS:
-            o.start = _STARTS[start]
-        else:
-            raise InvalidArgument(f"start must be 'latest', 'earliest' or an offset, not {start!r}")
+        o.start, o.start_offset = _start(start)
         if delivery not in _DELIVERY:
             raise InvalidArgument(f"delivery must be one of {sorted(_DELIVERY)}, not {delivery!r}")
         o.delivery = _DELIVERY[delivery]
@@ -1029,17 +1060,14 @@ class Broker(_Handle):
         sub._pattern = pattern
         return sub
 
-    def consumer(self, group: str, topic: str, start: Start | int = "earliest") -> Consumer:
+    def consumer(self, group: str, topic: str, start: Start | int | datetime.datetime = "earliest") -> Consumer:
         """A pull consumer of ``topic`` for ``group``: it resumes from the
-        group's committed offsets; elsewhere it starts at ``start``."""
+        group's committed offsets; elsewhere it starts at ``start``: "earliest",
+        "latest", an offset, or a ``datetime`` (the first message published at
+        or after it)."""
         o = _ffi.rill_consumer_options()
         lib.rill_consumer_options_init_v1(byref(o), sizeof(o))
-        if isinstance(start, int) and not isinstance(start, bool):
-            o.start, o.start_offset = _ffi.RILL_START_OFFSET, _int(start, "start offset")
-        elif start in _STARTS:
-            o.start = _STARTS[start]
-        else:
-            raise InvalidArgument(f"start must be 'latest', 'earliest' or an offset, not {start!r}")
+        o.start, o.start_offset = _start(start)
         out = c_void_p()
         check(
             lib.rill_consumer_new_v1(self._handle(), _name(group, "group"), _name(topic, "topic"), byref(o), byref(out))

@@ -240,7 +240,7 @@ RILL_ERR_CLOSED = STATUS["RILL_ERR_CLOSED"]
 RILL_VERSION_MAJOR, RILL_VERSION_MINOR, RILL_VERSION_PATCH = 0, 1, 0
 RILL_VERSION_STRING = "0.1.0"
 RILL_ACK_SUCCESS, RILL_ACK_RETRY, RILL_ACK_DEAD_LETTER = 0, 1, 2
-RILL_START_LATEST, RILL_START_EARLIEST, RILL_START_OFFSET = 0, 1, 2
+RILL_START_LATEST, RILL_START_EARLIEST, RILL_START_OFFSET, RILL_START_TIME = 0, 1, 2, 3
 RILL_DELIVERY_AT_LEAST_ONCE, RILL_DELIVERY_AT_MOST_ONCE = 0, 1
 RILL_OVERFLOW_DROP_OLDEST, RILL_OVERFLOW_BLOCK, RILL_OVERFLOW_DISCONNECT = 0, 1, 2
 RILL_SUBSCRIPTION_IDLE, RILL_SUBSCRIPTION_ACTIVE, RILL_SUBSCRIPTION_BACKOFF, RILL_SUBSCRIPTION_CLOSED = 0, 1, 2, 3
@@ -342,6 +342,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_consumer_commit": ("rill_status", ["rill_consumer*"]),
     "rill_consumer_commit_offset": ("rill_status", ["rill_consumer*", "uint32_t", "uint64_t"]),
     "rill_consumer_seek": ("rill_status", ["rill_consumer*", "uint32_t", "uint64_t"]),
+    "rill_consumer_seek_time": ("rill_status", ["rill_consumer*", "uint32_t", "int64_t"]),
     "rill_consumer_seek_to_beginning": ("rill_status", ["rill_consumer*"]),
     "rill_consumer_seek_to_end": ("rill_status", ["rill_consumer*"]),
     "rill_consumer_rollback": ("rill_status", ["rill_consumer*"]),

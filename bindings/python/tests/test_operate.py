@@ -3,6 +3,7 @@ consumer groups; deleting them."""
 
 from __future__ import annotations
 
+import datetime
 import threading
 from typing import Any
 
@@ -137,3 +138,41 @@ def test_deleting_durable_positions_and_groups(broker: rill.Broker) -> None:
         broker.delete_group("g", "t")
     with pytest.raises(rill.NotFound):
         broker.group_stats("g", "t")
+
+
+def test_seek_and_start_by_time(broker: rill.Broker) -> None:
+    broker.create_topic("timed")
+    for i in range(200):
+        broker.publish("timed", str(i))
+    c = broker.consumer("stamps", "timed")
+    stamps = [m.timestamp_ns for m in c.poll(200, timeout=0)]
+    assert len(stamps) == 200
+    t = stamps[100]
+    want = next(i for i, s in enumerate(stamps) if s >= t)
+    c.seek_to_time(t)
+    assert c.position() == want
+    # A datetime works too (microseconds: the first message at or after it).
+    when = datetime.datetime.fromtimestamp(t / 1e9, tz=datetime.timezone.utc)
+    micro = (when - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(microseconds=1)
+    want_dt = next(i for i, s in enumerate(stamps) if s >= micro * 1000)
+    c.seek_to_time(when)
+    assert c.position() == want_dt
+    c.seek_to_time(datetime.datetime(2000, 1, 1))  # naive: local time, before everything
+    assert c.position() == 0
+    c.seek_to_time(datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+    assert c.position() == 200
+    c.seek_to_time(-1)
+    assert c.position() == 0
+    with pytest.raises(rill.NotFound):
+        c.seek_to_time(t, partition=3)
+    with pytest.raises(rill.InvalidArgument):
+        c.seek_to_time("yesterday")  # type: ignore[arg-type]
+
+    from_time = broker.consumer("from-time", "timed", start=when)
+    assert from_time.position() == want_dt
+    seen: list[int] = []
+    sub = broker.subscribe("timed", lambda m: seen.append(m.offset), start=when)
+    assert sub.wait_idle(WAIT)
+    assert seen == list(range(want_dt, 200))
+    with pytest.raises(rill.InvalidArgument):
+        broker.subscribe("timed", lambda m: None, start="noon")  # type: ignore[arg-type]

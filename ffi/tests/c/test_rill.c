@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1957,6 +1958,67 @@ static void test_deleting_topics_durables_and_groups(void) {
     rill_broker_free(b);
 }
 
+static void test_seek_and_start_by_time(void) {
+    rill_broker *b = new_broker();
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    OK(rill_topic_create(b, "timed", &to));
+    char payload[16];
+    for (int i = 0; i < 300; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        rill_record r = record_of(payload);
+        OK(rill_publish(b, "timed", &r, NULL));
+    }
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "stamps", "timed", NULL, &c));
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    OK(rill_consumer_poll(c, 300, 0, &msgs, &count));
+    CHECK(count == 300);
+    uint64_t stamps[300];
+    for (size_t i = 0; i < count && i < 300; i++) stamps[i] = msgs[i].timestamp_ns;
+    uint64_t t = stamps[150], want = 0, pos = 0;
+    while (want < 300 && stamps[want] < t) want++;
+    OK(rill_consumer_seek_time(c, 0, (int64_t)t));
+    OK(rill_consumer_position(c, 0, &pos));
+    CHECK(pos == want);
+    OK(rill_consumer_seek_time(c, 0, -5)); /* before everything: the oldest */
+    OK(rill_consumer_position(c, 0, &pos));
+    CHECK(pos == 0);
+    OK(rill_consumer_seek_time(c, 0, INT64_MAX)); /* after everything: the end */
+    OK(rill_consumer_position(c, 0, &pos));
+    CHECK(pos == 300);
+    CHECK_STATUS(rill_consumer_seek_time(c, 3, 0), RILL_ERR_NOT_FOUND);
+    CHECK_STATUS(rill_consumer_seek_time(NULL, 0, 0), RILL_ERR_NULL_ARGUMENT);
+
+    /* A consumer and a subscription can start at a time. */
+    rill_consumer_options co;
+    rill_consumer_options_init(&co);
+    co.start = RILL_START_TIME;
+    co.start_offset = t;
+    rill_consumer *from = NULL;
+    OK(rill_consumer_new(b, "from-time", "timed", &co, &from));
+    OK(rill_consumer_position(from, 0, &pos));
+    CHECK(pos == want);
+    recorder rec;
+    recorder_init(&rec);
+    rill_subscription_options so;
+    rill_subscription_options_init(&so);
+    so.start = RILL_START_TIME;
+    so.start_offset = t;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "timed", &so, record_handler, &rec, &s));
+    OK(rill_subscription_wait_idle(s, 30000));
+    CHECK(recorder_count(&rec) == (int)(300 - want) && rec.offsets[0] == want);
+    so.start = 9;
+    rill_subscription *bad = NULL;
+    CHECK_STATUS(rill_subscribe(b, "timed", &so, record_handler, &rec, &bad), RILL_ERR_INVALID_ARGUMENT);
+    rill_subscription_free(s);
+    rill_consumer_free(from);
+    rill_consumer_free(c);
+    rill_broker_free(b);
+}
+
 int main(void) {
     test_version_status_names_and_last_error();
     test_option_struct_sizes();
@@ -1987,6 +2049,7 @@ int main(void) {
     test_calls_that_would_wait_for_their_own_handler_fail_fast();
     test_listing_topics_subscriptions_and_groups();
     test_deleting_topics_durables_and_groups();
+    test_seek_and_start_by_time();
     if (failures) {
         fprintf(stderr, "C ABI tests: %d of %d checks failed\n", failures, checks);
         return 1;

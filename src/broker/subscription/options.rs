@@ -30,6 +30,13 @@ pub enum StartPosition {
     Earliest,
     /// This offset in every partition (must be retained).
     Offset(u64),
+    /// In every partition, the first message published at or after this
+    /// time, in nanoseconds since the Unix epoch (see
+    /// [`Log::offset_at_time`](crate::log::Log::offset_at_time) for what
+    /// "first" means when publishers on several threads stamp messages out
+    /// of order). A time before every retained message is the oldest one; a
+    /// time after all of them is the end.
+    Time(u64),
 }
 
 /// When a message counts as handled.
