@@ -248,6 +248,13 @@ typedef struct {
      * picks the default (1 MiB, or less with a small retention).
      */
     uint64_t max_message_bytes;
+    /**
+     * Retention by age in milliseconds: a segment is trimmed once its newest
+     * message is older (whole segments; with the byte and count limits,
+     * whichever trims most), also while nobody publishes. 0: no age limit
+     * (default).
+     */
+    uint64_t retention_ms;
 } rill_topic_options;
 
 /**

@@ -339,3 +339,77 @@ fn seek_to_time_finds_the_first_message_at_or_after_a_time() {
     assert_eq!(got.len() as u64, end - want);
     assert_eq!(from_time.poll(1, WAIT).unwrap()[0].offset(), want);
 }
+
+#[test]
+fn retention_by_age_trims_whole_segments_also_on_a_quiet_topic() {
+    let b = broker();
+    let options = rill::TopicOptions {
+        segment_bytes: Some(rill::log::MIN_SEGMENT_BYTES),
+        retention_ms: Some(40),
+        ..rill::TopicOptions::default()
+    };
+    b.create_topic("aging", &options).unwrap();
+    b.create_topic("kept", &rill::TopicOptions::default()).unwrap();
+    for i in 0..500 {
+        b.publish("aging", &Record::new(format!("old-{i}").as_bytes())).unwrap();
+        b.publish("kept", &Record::new(b"x")).unwrap();
+    }
+    let stats = b.topic_stats("aging").unwrap();
+    assert!(stats.partitions[0].first_offset < 500, "nothing has expired yet: {stats:?}");
+    // Nobody publishes: the timer alone trims every expired segment (the
+    // active one is sealed early so that it can go too).
+    common::wait_for("the quiet topic to age out", || {
+        let p = &b.topic_stats("aging").unwrap().partitions[0];
+        p.first_offset == p.next_offset
+    });
+    // The topic still works, from where it was; a topic without an age
+    // limit keeps everything.
+    assert_eq!(b.publish("aging", &Record::new(b"new")).unwrap().offset, 500);
+    assert_eq!(b.topic_stats("kept").unwrap().partitions[0].first_offset, 0);
+    let mut c = b.consumer("late", "aging", ConsumerOptions::default()).unwrap();
+    let got: Vec<Vec<u8>> = c.poll(10, WAIT).unwrap().iter().map(|m| m.payload().to_vec()).collect();
+    assert_eq!(got, vec![b"new".to_vec()]);
+    // Zero is no limit.
+    let zero = rill::TopicOptions { retention_ms: Some(0), ..rill::TopicOptions::default() };
+    b.create_topic("forever", &zero).unwrap();
+}
+
+#[test]
+fn a_reader_that_holds_retention_also_holds_back_the_age_limit() {
+    let b = broker();
+    let options = rill::TopicOptions {
+        segment_bytes: Some(rill::log::MIN_SEGMENT_BYTES),
+        retention_ms: Some(20),
+        ..rill::TopicOptions::default()
+    };
+    b.create_topic("held", &options).unwrap();
+    // A Block subscriber that has handled nothing holds every segment.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let rx = std::sync::Mutex::new(rx);
+    let block = SubscriptionOptions { overflow: rill::Overflow::Block, lag_limit: Some(10_000), ..earliest() };
+    let sub = b
+        .subscribe("held", block, move |_| {
+            let _ = rx.lock().unwrap().recv();
+            Ack::Success
+        })
+        .unwrap();
+    for _ in 0..300 {
+        publish(&b, "held", b"m");
+    }
+    let segments_before = b.topic_stats("held").unwrap().retained_bytes;
+    // Time passing is what is tested here: ten times the age limit, about
+    // forty expiry rounds. Nothing is trimmed, and no round adds a segment.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let p = &b.topic_stats("held").unwrap().partitions[0];
+    assert_eq!(p.first_offset, 0);
+    assert_eq!(b.topic_stats("held").unwrap().retained_bytes, segments_before);
+    // Let it go: handled messages age out.
+    for _ in 0..300 {
+        tx.send(()).unwrap();
+    }
+    assert!(sub.wait_idle(WAIT).unwrap());
+    common::wait_for("handled messages to age out", || {
+        let p = &b.topic_stats("held").unwrap().partitions[0];
+        p.first_offset == p.next_offset
+    });
+}

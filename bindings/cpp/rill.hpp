@@ -157,6 +157,7 @@ struct TopicOptions {
     uint64_t retention_bytes = 256ull << 20;  // 0: keep everything
     uint64_t retention_messages = 0;          // 0: no count limit
     uint64_t max_message_bytes = 0;           // 0: the default
+    uint64_t retention_ms = 0;                // 0: no age limit
 };
 
 /// Subscription behaviour; see rill_subscription_options.
@@ -528,6 +529,7 @@ class Broker {
         c.retention_bytes = o.retention_bytes;
         c.retention_messages = o.retention_messages;
         c.max_message_bytes = o.max_message_bytes;
+        c.retention_ms = o.retention_ms;
         detail::check(rill_topic_create(b_, detail::c_str(name, "topic name"), &c));
     }
 

@@ -58,6 +58,11 @@ pub struct rill_topic_options {
     /// Largest encoded message (24-byte header, key, attributes, payload); 0
     /// picks the default (1 MiB, or less with a small retention).
     pub max_message_bytes: u64,
+    /// Retention by age in milliseconds: a segment is trimmed once its newest
+    /// message is older (whole segments; with the byte and count limits,
+    /// whichever trims most), also while nobody publishes. 0: no age limit
+    /// (default).
+    pub retention_ms: u64,
 }
 
 /// One attribute of a message to publish: NUL-terminated UTF-8 strings.
@@ -216,6 +221,7 @@ unsafe impl OptionStruct for rill_topic_options {
             retention_bytes: d.retention_bytes.unwrap_or(0),
             retention_messages: d.retention_messages.unwrap_or(0),
             max_message_bytes: 0,
+            retention_ms: 0,
         }
     }
 }
@@ -243,6 +249,7 @@ pub(crate) fn topic_options(o: Option<&rill_topic_options>) -> Result<TopicOptio
             0 => None,
             n => Some(usize::try_from(n).map_err(|_| FfiError::invalid("max_message_bytes is too large"))?),
         };
+        t.retention_ms = (o.retention_ms > 0).then_some(o.retention_ms);
     }
     Ok(t)
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use super::consumer::{ConsumerCore, GroupHost};
-use super::dispatch::{Timer, WorkerPool};
+use super::dispatch::{Job, Timer, WorkerPool};
 use super::names::{self, Pattern};
 use super::subscription::{
     BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, StartPosition, SubCore, SubEnv, Subscription,
@@ -88,6 +88,40 @@ pub(crate) struct BrokerInner {
     pub(super) control: Mutex<Control>,
     pub(super) pool: Arc<WorkerPool<DrainJob>>,
     pub(super) timer: Arc<Timer<BackoffOver>>,
+    /// The timer that applies topics' age limits, started with the first
+    /// topic that has one (most brokers never need its thread).
+    pub(super) expiry: Mutex<Option<Arc<Timer<Expire>>>>,
+}
+
+/// A timer job: applies a topic's age limit (`retention_ms`) to its
+/// partitions, then comes back after `every`, until the topic is deleted or
+/// the broker closes (which stops the timer and drops the job).
+pub(super) struct Expire {
+    topic: Arc<Topic>,
+    every: Duration,
+    timer: Arc<Timer<Expire>>,
+}
+
+impl Job for Expire {
+    fn run(self) {
+        if self.topic.is_deleted() {
+            return;
+        }
+        for p in self.topic.partitions.iter() {
+            // A segment that cannot be mapped now (out of memory) leaves the
+            // partition as it is; the next round tries again.
+            let _ = p.log.expire();
+        }
+        let (timer, every) = (self.timer.clone(), self.every);
+        timer.schedule(every, self);
+    }
+}
+
+/// How often a topic's age limit is applied: a quarter of the limit (so a
+/// message outlives it by at most a quarter more plus a segment's worth),
+/// at least every millisecond and at most every second.
+fn expiry_period(retention_ms: u64) -> Duration {
+    Duration::from_millis((retention_ms / 4).clamp(1, 1000))
 }
 
 impl BrokerInner {
@@ -147,6 +181,11 @@ impl BrokerInner {
             return Err(Error::TopicExists(name.to_owned()));
         }
         let topic = Arc::new(Topic::new(name, options)?);
+        if let Some(ms) = options.retention_ms.filter(|&ms| ms > 0) {
+            let timer = self.expiry_timer()?;
+            let every = expiry_period(ms);
+            timer.schedule(every, Expire { topic: topic.clone(), every, timer: timer.clone() });
+        }
         let mut map = HashMap::clone(&self.topics.load());
         map.insert(topic.name.clone(), topic.clone());
         self.topics.store(std::sync::Arc::new(map));
@@ -164,6 +203,17 @@ impl BrokerInner {
             SubCore::poke(&sub);
         }
         Ok(topic)
+    }
+
+    /// The age-limit timer, started now if this is the first topic with one.
+    fn expiry_timer(&self) -> Result<Arc<Timer<Expire>>> {
+        let mut slot = self.expiry.lock();
+        if let Some(t) = &*slot {
+            return Ok(t.clone());
+        }
+        let timer = Arc::new(Timer::start()?);
+        *slot = Some(timer.clone());
+        Ok(timer)
     }
 
     /// The topic `name`, created with the default options if absent.
@@ -190,6 +240,8 @@ impl BrokerInner {
         let mut map = HashMap::clone(&current);
         map.remove(&topic.name);
         self.topics.store(std::sync::Arc::new(map));
+        // Nothing publishes to it any more; this also ends its expiry job.
+        topic.mark_deleted();
     }
 
     /// Deletes topic `name` (see [`Broker::delete_topic`](super::Broker::delete_topic)).
@@ -416,6 +468,10 @@ impl BrokerInner {
         }
         self.pool.stop();
         self.timer.stop();
+        let expiry = self.expiry.lock().take();
+        if let Some(t) = expiry {
+            t.stop();
+        }
         // A close from a handler did not wait: join the dedicated threads
         // (all but the caller's own) here, as an external close does.
         for sub in &subs {

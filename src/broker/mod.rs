@@ -144,6 +144,7 @@ impl Broker {
             control: Mutex::new(Control::default()),
             pool,
             timer,
+            expiry: Mutex::new(None),
         });
         Ok(Broker { handle: Arc::new(Handle { inner }) })
     }

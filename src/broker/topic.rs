@@ -34,6 +34,11 @@ pub struct TopicOptions {
     /// Largest encoded message (24-byte header, key, attributes and payload);
     /// `None` picks 1 MiB or the segment size if smaller.
     pub max_message_bytes: Option<usize>,
+    /// Retention by age, in milliseconds: a segment is trimmed once its
+    /// newest message is older (whole segments, as for the other limits,
+    /// whichever trims most). `None` or 0: no age limit. Applied at each
+    /// segment roll and by the broker's timer, so quiet topics age out too.
+    pub retention_ms: Option<u64>,
 }
 
 impl Default for TopicOptions {
@@ -45,6 +50,7 @@ impl Default for TopicOptions {
             retention_messages: log.retention_messages,
             segment_bytes: log.segment_bytes,
             max_message_bytes: log.max_record_bytes,
+            retention_ms: log.retention_ms,
         }
     }
 }
@@ -72,6 +78,7 @@ impl TopicOptions {
             retention_messages: self.retention_messages,
             segment_bytes: self.segment_bytes,
             max_record_bytes: self.max_message_bytes,
+            retention_ms: self.retention_ms,
         }
     }
 }

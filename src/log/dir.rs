@@ -284,30 +284,72 @@ impl Shared {
         }
     }
 
-    /// How many head segments retention removes from `segs` (whose last
-    /// element is the new, empty segment).
-    pub(super) fn trim_count(&self, segs: &[Arc<Segment>]) -> usize {
-        let sizes = &self.sizes;
-        // The lowest position of any reader retention must wait for. Exact at
-        // this moment: positions only grow, so a reader that moves on while we
-        // look merely keeps a little more than it needs until the next roll.
-        let floor = self
-            .holds
+    /// With an age limit: the time before which records have expired.
+    pub(super) fn expired_before(&self) -> Option<u64> {
+        (self.sizes.retention_ns != u64::MAX).then(|| crate::clock::now_ns().saturating_sub(self.sizes.retention_ns))
+    }
+
+    /// The lowest position of a reader retention must wait for (`u64::MAX`
+    /// if none). Exact at this moment: positions only grow, so a reader
+    /// that moves on while we look merely keeps a little more than it needs
+    /// until the next roll.
+    fn hold_floor(&self) -> u64 {
+        self.holds
             .lock()
             .iter()
             // Acquire: pairs with the reader's Release store of its position.
             .map(|(_, position)| position.load(Ordering::Acquire))
             .min()
-            .unwrap_or(u64::MAX);
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Seals the newest segment early, as a publisher that overfilled it
+    /// would, so that its roll trims what has expired, if the oldest
+    /// segment has expired and no reader holds it (else a roll would trim
+    /// nothing, and a quiet partition would gain a segment at every check).
+    /// The roll is the ordinary one: its sealer is the directory's one
+    /// writer, whoever it is (see "Writers of the directory" above).
+    #[cold]
+    pub(super) fn expire(&self) -> Result<()> {
+        let Some(expired_before) = self.expired_before() else { return Ok(()) };
+        let guard = epoch::pin();
+        let current = self.dir_ptr(&guard);
+        // SAFETY: as in `dir`: a valid directory, alive while `guard` is pinned.
+        let dir = unsafe { current.deref() };
+        if dir.stalled.is_some() {
+            return Ok(());
+        }
+        let head = &dir.segs[0];
+        let count = head.reserved();
+        if count == 0 || !head.newest_before(count, expired_before) || head.base() + count > self.hold_floor() {
+            return Ok(());
+        }
+        let last = dir.last();
+        // One record of more bytes than the segment holds is never granted:
+        // the reservation is the sealer, or finds another publisher sealing.
+        match last.reserve(1, last.capacity() + 1) {
+            Reservation::Sealer { count } => self.roll(last, count, current, &guard),
+            Reservation::Full => Ok(()),
+            Reservation::Granted { .. } => unreachable!("a reservation larger than the segment is never granted"),
+        }
+    }
+
+    /// How many head segments retention removes from `segs` (whose last
+    /// element is the new, empty segment).
+    pub(super) fn trim_count(&self, segs: &[Arc<Segment>]) -> usize {
+        let sizes = &self.sizes;
+        let floor = self.hold_floor();
         let mut bytes: u64 = segs.iter().map(|s| s.capacity()).sum();
         let mut records: u64 = segs.iter().map(|s| s.reserved()).sum();
+        let expired_before = self.expired_before();
         let mut trim = 0;
         // Never trims the last (active) segment.
         for head in &segs[..segs.len() - 1] {
             let count = head.sealed_count().expect("all but the newest segment are sealed");
             let over_bytes = bytes > sizes.retention_bytes;
             let over_records = records - count >= sizes.retention_messages;
-            if !(over_bytes || over_records) || head.base() + count > floor {
+            let over_age = expired_before.is_some_and(|t| head.newest_before(count, t));
+            if !(over_bytes || over_records || over_age) || head.base() + count > floor {
                 break;
             }
             bytes -= head.capacity();

@@ -278,6 +278,17 @@ impl Log {
         seg.base() + lo
     }
 
+    /// Applies the age limit (`retention_ms`) now: if the oldest segment's
+    /// records have all expired (and no reader retention waits for holds
+    /// them), seals the newest segment early so that its roll trims them,
+    /// as a publish that filled it would. For partitions nobody publishes
+    /// to, where no roll would come; the broker calls it from a timer. Does
+    /// nothing without an age limit. Fails only if the next segment cannot
+    /// be allocated.
+    pub fn expire(&self) -> Result<()> {
+        self.shared.expire()
+    }
+
     /// The oldest retained offset.
     pub fn first_offset(&self) -> u64 {
         let guard = epoch::pin();

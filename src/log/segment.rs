@@ -485,6 +485,16 @@ impl Segment {
         self.trimmed.load(Ordering::Acquire)
     }
 
+    /// True if the newest of the first `count` records was stamped before
+    /// `time` (an empty segment, sealed early at 0 records, holds nothing to
+    /// keep). Not yet committed counts as new (it is being written now). The newest record's stamp stands for the segment's:
+    /// stamps are taken just before offsets, so an older record can carry a
+    /// slightly later stamp, which only keeps the segment a little longer.
+    pub(crate) fn newest_before(&self, count: u64, time: u64) -> bool {
+        let Some(index) = count.checked_sub(1) else { return true };
+        self.committed(index).is_some_and(|pos| self.view(index, pos).timestamp_ns() < time)
+    }
+
     /// Records reserved so far (committed or not), capped at the final count.
     /// The record field never wraps (see the essay), so this never reads low.
     pub(crate) fn reserved(&self) -> u64 {

@@ -404,6 +404,24 @@ static void seeking_by_time() {
     CHECK(status_of([&] { c.seek_to_time(4, 0); }) == RILL_ERR_NOT_FOUND);
 }
 
+static void retention_by_age() {
+    rill::Broker broker;
+    rill::TopicOptions o;
+    o.retention_bytes = 64 << 10;
+    o.retention_ms = 30;
+    broker.create_topic("aging", o);
+    for (int i = 0; i < 100; i++) broker.publish("aging", "old");
+    auto c = broker.consumer("watch", "aging");
+    uint64_t first = 0;
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (first < 100 && std::chrono::steady_clock::now() < deadline) {
+        c.seek_to_beginning();
+        first = c.position();
+        if (first < 100) std::this_thread::sleep_for(1ms);
+    }
+    CHECK(first == 100);
+}
+
 int main() {
     strings_with_embedded_nuls_are_refused();
     broker_options_are_a_cpp_struct();
@@ -417,6 +435,7 @@ int main() {
     listing_topics_subscriptions_and_groups();
     deleting_topics_durables_and_groups();
     seeking_by_time();
+    retention_by_age();
     if (failures) {
         std::fprintf(stderr, "C++ wrapper tests: %d of %d checks failed\n", failures, checks);
         return 1;

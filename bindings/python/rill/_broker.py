@@ -780,9 +780,12 @@ class Broker(_Handle):
         retention_bytes: int | None = None,
         retention_messages: int | None = None,
         max_message_bytes: int | None = None,
+        retention: float | None = None,
     ) -> None:
         """Creates a topic. ``retention_bytes=None`` keeps the default (256 MiB
-        per partition); 0 keeps everything."""
+        per partition); 0 keeps everything. ``retention`` is an age limit in
+        seconds: whole log segments are dropped once their newest message is
+        older, also while nobody publishes (``None`` or 0: no age limit)."""
         o = _ffi.rill_topic_options()
         lib.rill_topic_options_init_v1(byref(o), sizeof(o))
         o.partitions = _int(partitions, "partitions", 0, U32_MAX)
@@ -792,6 +795,8 @@ class Broker(_Handle):
             o.retention_messages = _int(retention_messages, "retention_messages")
         if max_message_bytes is not None:
             o.max_message_bytes = _int(max_message_bytes, "max_message_bytes")
+        if retention is not None:
+            o.retention_ms = _seconds_ms(retention, "retention")
         check(lib.rill_topic_create_v1(self._handle(), _name(name, "topic name"), byref(o)))
 
     def delete_topic(self, name: str) -> None:

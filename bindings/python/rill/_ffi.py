@@ -87,6 +87,7 @@ class rill_topic_options(Structure):
         ("retention_bytes", c_uint64),
         ("retention_messages", c_uint64),
         ("max_message_bytes", c_uint64),
+        ("retention_ms", c_uint64),
     ]
 
 
