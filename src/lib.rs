@@ -34,10 +34,10 @@ pub mod log;
 pub(crate) mod sync;
 
 pub use broker::{
-    Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DeliveryMode, Filter,
-    GroupStats, LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow, Pattern, Polled, Position, Publisher,
-    RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions,
-    TopicStats,
+    Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DeadLetterCallback,
+    DeliveryMode, Filter, GroupStats, LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow, Pattern, Polled,
+    Position, Publisher, RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState,
+    SubscriptionStats, TopicOptions, TopicStats,
 };
 pub use error::{Error, ErrorKind, Result, panic_message};
 pub use log::Record;

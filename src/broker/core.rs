@@ -284,6 +284,12 @@ impl BrokerInner {
             // A blocked poll wakes and reports the deletion.
             c.waiters.notify();
         }
+        ::log::info!(
+            target: "rill::broker",
+            "deleted topic {name:?} ({} subscription(s) and {} consumer(s) let go of it)",
+            subs.len(),
+            consumers.len()
+        );
         Ok(())
     }
 

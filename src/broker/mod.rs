@@ -44,8 +44,8 @@ pub use filter::Filter;
 pub use names::{MAX_NAME_LEN, MAX_PATTERN_ANY, MAX_PATTERN_SEGMENTS, MAX_SUBSCRIPTION_NAME_LEN, Pattern};
 use subscription::HandlerKind;
 pub use subscription::{
-    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Message, Overflow, PartitionLag,
-    RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats,
+    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Message, Overflow,
+    PartitionLag, RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats,
 };
 pub use topic::{MAX_PARTITIONS, TopicOptions, partition_for_key};
 use topic::{Topic, Wait};

@@ -177,7 +177,10 @@ impl Shared {
         // before trying to allocate it, so a failed roll leaves the final
         // count where anyone retrying the roll can read it.
         seg.seal(count);
-        self.install_next(current, guard).inspect_err(|e| self.stall(current, e, guard))
+        self.install_next(current, guard).inspect_err(|e| {
+            ::log::error!(target: "rill::log", "partition {}: the next log segment could not be allocated: {e}", self.partition);
+            self.stall(current, e, guard);
+        })
     }
 
     /// Installs the segment after the newest (sealed) one of `current`. Does
@@ -220,6 +223,23 @@ impl Shared {
         }
         // Relaxed: a statistic.
         self.trimmed_segments.fetch_add(trimmed.len() as u64, Ordering::Relaxed);
+        // Once per segment, never per record.
+        ::log::debug!(
+            target: "rill::log",
+            "partition {}: rolled over to a new segment at offset {}",
+            self.partition,
+            last.base() + count
+        );
+        if let (Some(first), Some(end)) = (trimmed.first(), trimmed.last()) {
+            ::log::debug!(
+                target: "rill::log",
+                "partition {}: retention trimmed {} segment(s), offsets {}..{}",
+                self.partition,
+                trimmed.len(),
+                first.base(),
+                end.base() + end.sealed_count().unwrap_or(0)
+            );
+        }
         drop(trimmed);
         self.retire(current, guard);
         Ok(())
@@ -328,7 +348,15 @@ impl Shared {
         // One record of more bytes than the segment holds is never granted:
         // the reservation is the sealer, or finds another publisher sealing.
         match last.reserve(1, last.capacity() + 1) {
-            Reservation::Sealer { count } => self.roll(last, count, current, &guard),
+            Reservation::Sealer { count } => {
+                ::log::debug!(
+                    target: "rill::log",
+                    "partition {}: the age limit expired offsets from {}; sealing the newest segment early",
+                    self.partition,
+                    head.base()
+                );
+                self.roll(last, count, current, &guard)
+            }
             Reservation::Full => Ok(()),
             Reservation::Granted { .. } => unreachable!("a reservation larger than the segment is never granted"),
         }

@@ -155,8 +155,10 @@ impl SubCore {
             let noop = HandlerKind::One(Box::new(|_: &Message<'_>| Ack::Success));
             (std::mem::replace(&mut st.handler, noop), st.on_lagged.take())
         };
+        let on_dead_letter = self.on_dead_letter.lock().take();
         drop(handler);
         drop(on_lagged);
+        drop(on_dead_letter);
         if let Some(on_close) = &self.env.on_close {
             on_close(self);
         }
@@ -167,6 +169,7 @@ impl SubCore {
 
     /// Closes the subscription, recording why (reported in stats).
     pub(crate) fn close_with_reason(this: &Arc<SubCore>, reason: String) {
+        ::log::info!(target: "rill::subscription", "closing subscription {:?}: {reason}", this.name);
         *this.closed_reason.lock() = Some(reason);
         SubCore::close(this);
     }

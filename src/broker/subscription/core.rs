@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use super::in_handler::InHandler;
 use super::options::{
-    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Overflow, RetryBackoff,
-    SubscriptionOptions,
+    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Overflow,
+    RetryBackoff, SubscriptionOptions,
 };
 use super::signal::{self, Listener, Mark, ReadySet};
 use super::state::State;
@@ -268,6 +268,9 @@ pub(crate) struct SubCore {
     pub(super) closed_reason: Mutex<Option<String>>,
     /// The last delivery problem worth reporting (e.g. a failed dead-letter).
     pub(super) last_error: Mutex<Option<String>>,
+    /// The `on_dead_letter` callback; taken (and dropped) at the wind-up
+    /// with the handler. Locked only when a message is dead-lettered.
+    pub(super) on_dead_letter: Mutex<Option<DeadLetterCallback>>,
     /// Set when the wind-up (`finalize`) starts.
     pub(super) finalized: AtomicBool,
     /// Set when the wind-up has completed (handler dropped, `env.on_close`
@@ -377,6 +380,7 @@ impl SubCore {
             idle: Waiters::new(),
             closed_reason: Mutex::new(None),
             last_error: Mutex::new(None),
+            on_dead_letter: Mutex::new(options.on_dead_letter.clone()),
             finalized: AtomicBool::new(false),
             wound_up: AtomicBool::new(false),
             join: Mutex::new(None),

@@ -39,8 +39,8 @@ use std::time::Duration;
 pub(crate) use self::core::CloseHook;
 pub(crate) use self::core::{BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, SubCore, SubEnv};
 pub use options::{
-    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Message, Overflow, RetryBackoff,
-    StartPosition, SubscriptionOptions,
+    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Message, Overflow,
+    RetryBackoff, StartPosition, SubscriptionOptions,
 };
 use state::Phase;
 
