@@ -25,6 +25,9 @@ impl log::Log for Capture {
     fn flush(&self) {}
 }
 
+/// One `on_dead_letter` call: offset, payload, reason.
+type Alert = (u64, Vec<u8>, String);
+
 fn logged(level: log::Level, needle: &str) -> bool {
     SEEN.lock().unwrap().iter().any(|(l, t, m)| *l == level && t.starts_with("rill") && m.contains(needle))
 }
@@ -37,7 +40,7 @@ fn rare_events_are_logged_and_dead_letters_raise_the_alert() {
     let options = TopicOptions { segment_bytes: Some(rill::log::MIN_SEGMENT_BYTES), ..TopicOptions::default() };
     b.create_topic("jobs", &options).unwrap();
 
-    let alerts: Arc<Mutex<Vec<(u64, Vec<u8>, String)>>> = Arc::default();
+    let alerts: Arc<Mutex<Vec<Alert>>> = Arc::default();
     let sink = alerts.clone();
     let options = SubscriptionOptions {
         name: Some("worker".into()),
