@@ -169,6 +169,39 @@ typedef enum {
 
 
 /**
+ * No records (a level for `rill_set_log_level` only).
+ */
+#define RILL_LOG_OFF 0
+
+/**
+ * Something failed that the library could not hide (a log segment that
+ * could not be allocated, a dead letter that could not be published).
+ */
+#define RILL_LOG_ERROR 1
+
+/**
+ * Something an operator should know: a dead letter, a handler that
+ * crashed, a subscription disconnected for lagging.
+ */
+#define RILL_LOG_WARN 2
+
+/**
+ * Lifecycle: a topic deleted, a subscription the library closed.
+ */
+#define RILL_LOG_INFO 3
+
+/**
+ * Rare internals: segment rollovers and retention trims, handler retries,
+ * messages dropped for the lag limit.
+ */
+#define RILL_LOG_DEBUG 4
+
+/**
+ * The most detailed level.
+ */
+#define RILL_LOG_TRACE 5
+
+/**
  * A broker. Create it with `rill_broker_new`, free it with
  * `rill_broker_free`. Every function taking a `rill_broker *` may be called
  * from any thread, concurrently.
@@ -487,6 +520,19 @@ typedef void (*rill_partition_lag_callback)(void *user_data, const rill_partitio
 typedef void (*rill_group_callback)(void *user_data, const char *group, const char *topic);
 
 /**
+ * Receives one log record: its level (a `RILL_LOG_*` value), its target
+ * (the part of rill it comes from, e.g. `"rill::subscription"`) and its
+ * text, both borrowed for the call only. It runs on the thread that logged,
+ * which may be a publisher in the middle of a rollover or a subscription's
+ * drainer: keep it quick, and do not call rill functions from it (records
+ * logged inside it are dropped; setting the callback from it is refused).
+ */
+typedef void (*rill_log_callback)(void *user_data,
+                                  int32_t level,
+                                  const char *target,
+                                  const char *message);
+
+/**
  * When a message counts as handled: one of the `RILL_DELIVERY_*` constants.
  */
 typedef int32_t rill_delivery;
@@ -513,6 +559,19 @@ typedef void (*rill_lag_callback)(void *user_data,
                                   const char *topic,
                                   uint32_t partition,
                                   uint64_t missed);
+
+/**
+ * Told that `message` was dead-lettered (published to the dead-letter
+ * topic, or dropped if even that failed; the stats' last error then says
+ * why), and why (`reason`, NUL-terminated): the alert that a message failed
+ * for good. Called once per dead letter on the draining thread, with the
+ * subscription's `user_data`; `message` (its bytes, attributes and topic)
+ * and `reason` are valid during the call only. Same re-entrancy rules as
+ * `rill_handler`.
+ */
+typedef void (*rill_dead_letter_callback)(void *user_data,
+                                          const rill_message *message,
+                                          const char *reason);
 
 /**
  * How a subscription behaves. Fill it with `rill_subscription_options_init`.
@@ -607,6 +666,11 @@ typedef struct {
      * `missed` count in the stats is kept either way).
      */
     rill_lag_callback on_lagged;
+    /**
+     * Called when a message is dead-lettered, with the message and the
+     * reason: the alert that something failed for good (NULL: none).
+     */
+    rill_dead_letter_callback on_dead_letter;
 } rill_subscription_options;
 
 /**
@@ -1293,6 +1357,32 @@ uint32_t rill_consumer_partition_count(const rill_consumer *c);
  * `c` is NULL or a consumer from `rill_consumer_new` not yet freed.
  */
 void rill_consumer_free(rill_consumer *c);
+
+/**
+ * Sends the library's log records to `callback` (called with `user_data`,
+ * from any thread, concurrently), or stops sending them (`callback` NULL).
+ * By default there is no callback and nothing is logged anywhere. Records
+ * up to the level set with `rill_set_log_level` (default `RILL_LOG_INFO`)
+ * are passed. When the call returns, a replaced callback is never called
+ * again (calls of it in flight have finished), so its `user_data` may be
+ * freed. Returns `RILL_ERR_INVALID_ARGUMENT` when called from inside the
+ * callback, and `RILL_ERR_BUSY` if the process already has a logger for
+ * Rust's `log` facade (a Rust program linking rill logs through its own).
+ *
+ * # Safety
+ *
+ * `callback` is NULL or a function safe to call with `user_data` from any
+ * thread at any time until it is replaced.
+ */
+rill_status rill_set_log_callback(rill_log_callback callback, void *user_data);
+
+/**
+ * Sets the most detailed level passed to the log callback:
+ * `RILL_LOG_OFF` (0) passes nothing, `RILL_LOG_ERROR` (1) .. `RILL_LOG_TRACE`
+ * (5); other values are `RILL_ERR_INVALID_ARGUMENT`. May be called at any
+ * time, before or after `rill_set_log_callback`.
+ */
+rill_status rill_set_log_level(int32_t level);
 
 /**
  * Number of attributes of `m` (0 if `m` is NULL).

@@ -179,6 +179,9 @@ struct SubscriptionOptions {
     /// Told (topic, partition, missed) when retention trimmed messages before
     /// the subscription read them; empty: none. Exceptions are swallowed.
     std::function<void(std::string_view, uint32_t, uint64_t)> on_lagged;
+    /// Told (message, reason) when a message is dead-lettered: the alert that
+    /// it failed for good; empty: none. Exceptions are swallowed.
+    std::function<void(const class Message &, std::string_view)> on_dead_letter;
 };
 
 using Handler = std::function<Ack(const Message &)>;
@@ -255,6 +258,47 @@ inline void collect_lag(void *user_data, const rill_partition_lag *p) noexcept {
         [p] { return PartitionLag{p->topic, p->partition, p->position, p->end, p->lag}; });
 }
 }  // namespace detail
+
+/// A log record's level, as rill.h numbers them.
+enum class LogLevel : int32_t {
+    Off = RILL_LOG_OFF,
+    Error = RILL_LOG_ERROR,
+    Warn = RILL_LOG_WARN,
+    Info = RILL_LOG_INFO,
+    Debug = RILL_LOG_DEBUG,
+    Trace = RILL_LOG_TRACE,
+};
+
+/// Receives the library's log records: (level, target, message).
+using LogCallback = std::function<void(LogLevel, std::string_view, std::string_view)>;
+
+namespace detail {
+inline void log_trampoline(void *user_data, int32_t level, const char *target, const char *message) noexcept {
+    try {
+        (*static_cast<LogCallback *>(user_data))(static_cast<LogLevel>(level), target, message);
+    } catch (...) {
+    }
+}
+}  // namespace detail
+
+/// Sends the library's log records to `callback` (empty: nowhere, the
+/// default). It runs on the thread that logged; see rill_set_log_callback.
+/// When this returns, a replaced callback is never called again (and is
+/// destroyed). Call it from one thread at a time, never from the callback.
+inline void set_log_callback(LogCallback callback) {
+    static LogCallback *current = nullptr;
+    LogCallback *next = callback ? new LogCallback(std::move(callback)) : nullptr;
+    rill_status st = rill_set_log_callback(next ? detail::log_trampoline : nullptr, next);
+    if (st != RILL_OK) {
+        delete next;
+        detail::check(st);
+    }
+    delete current;  // no call of it is in flight any more
+    current = next;
+}
+
+/// The most detailed level passed to the log callback (default Info).
+inline void set_log_level(LogLevel level) { detail::check(rill_set_log_level(static_cast<int32_t>(level))); }
 
 /// A live subscription; destroying it unsubscribes.
 class Subscription {
@@ -404,10 +448,12 @@ struct Callbacks {
     Handler handler;
     BatchHandler batch_handler;
     std::function<void(std::string_view, uint32_t, uint64_t)> on_lagged;
+    std::function<void(const Message &, std::string_view)> on_dead_letter;
 };
 
 inline void destroy(void *user_data) noexcept { delete static_cast<Callbacks *>(user_data); }
 inline void lagged(void *user_data, const char *topic, uint32_t partition, uint64_t missed) noexcept;
+inline void dead_lettered(void *user_data, const rill_message *m, const char *reason) noexcept;
 
 // Calls the std::function; exceptions become a retry with their text.
 inline rill_ack trampoline(void *user_data, const rill_message *m) noexcept {
@@ -458,6 +504,16 @@ inline void to_c(const SubscriptionOptions &o, rill_subscription_options &c) {
     c.idle_spin_us = static_cast<uint64_t>(o.idle_spin.count());
     c.user_data_free = destroy;  // also runs if subscribing fails
     if (o.on_lagged) c.on_lagged = lagged;
+    if (o.on_dead_letter) c.on_dead_letter = dead_lettered;
+}
+
+// Calls on_dead_letter; nothing may cross back into C.
+inline void dead_lettered(void *user_data, const rill_message *m, const char *reason) noexcept {
+    auto *cb = static_cast<Callbacks *>(user_data);
+    try {
+        cb->on_dead_letter(Message(m), reason);
+    } catch (...) {
+    }
 }
 
 // Calls on_lagged; nothing may cross back into C.
@@ -575,7 +631,7 @@ class Broker {
         const char *pat = detail::c_str(pattern, "pattern");
         rill_subscription_options c;
         detail::to_c(o, c);
-        auto *user = new detail::Callbacks{std::move(handler), nullptr, o.on_lagged};
+        auto *user = new detail::Callbacks{std::move(handler), nullptr, o.on_lagged, o.on_dead_letter};
         rill_subscription *s = nullptr;
         detail::check(rill_subscribe(b_, pat, &c, detail::trampoline, user, &s));
         return Subscription(s);
@@ -588,7 +644,7 @@ class Broker {
         const char *pat = detail::c_str(pattern, "pattern");
         rill_subscription_options c;
         detail::to_c(o, c);
-        auto *user = new detail::Callbacks{nullptr, std::move(handler), o.on_lagged};
+        auto *user = new detail::Callbacks{nullptr, std::move(handler), o.on_lagged, o.on_dead_letter};
         rill_subscription *s = nullptr;
         detail::check(rill_subscribe_batch(b_, pat, &c, detail::batch_trampoline, user, &s));
         return Subscription(s);

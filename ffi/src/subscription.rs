@@ -115,6 +115,16 @@ pub type rill_destructor = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
 pub type rill_lag_callback =
     Option<unsafe extern "C" fn(user_data: *mut c_void, topic: *const c_char, partition: u32, missed: u64)>;
 
+/// Told that `message` was dead-lettered (published to the dead-letter
+/// topic, or dropped if even that failed; the stats' last error then says
+/// why), and why (`reason`, NUL-terminated): the alert that a message failed
+/// for good. Called once per dead letter on the draining thread, with the
+/// subscription's `user_data`; `message` (its bytes, attributes and topic)
+/// and `reason` are valid during the call only. Same re-entrancy rules as
+/// `rill_handler`.
+pub type rill_dead_letter_callback =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, message: *const rill_message, reason: *const c_char)>;
+
 /// How a subscription behaves. Fill it with `rill_subscription_options_init`.
 /// Strings are copied during `rill_subscribe`.
 #[repr(C)]
@@ -174,6 +184,9 @@ pub struct rill_subscription_options {
     /// Called when retention overtook the subscription (NULL: none; the
     /// `missed` count in the stats is kept either way).
     pub on_lagged: rill_lag_callback,
+    /// Called when a message is dead-lettered, with the message and the
+    /// reason: the alert that something failed for good (NULL: none).
+    pub on_dead_letter: rill_dead_letter_callback,
 }
 
 // SAFETY: repr(C), leading u32 struct_size; pointers, integers, a double,
@@ -202,6 +215,7 @@ unsafe impl OptionStruct for rill_subscription_options {
             user_data_free: None,
             idle_spin_us: 0,
             on_lagged: None,
+            on_dead_letter: None,
         }
     }
 }
@@ -261,6 +275,7 @@ unsafe fn subscription_options(o: &rill_subscription_options) -> Result<Subscrip
         dedicated_thread: o.dedicated_thread,
         idle_spin: (o.idle_spin_us > 0).then(|| Duration::from_micros(o.idle_spin_us)),
         on_lagged: None,
+        on_dead_letter: None,
     })
 }
 
@@ -415,6 +430,9 @@ unsafe fn subscribe_with(
         if let Some(cb) = o.as_ref().and_then(|o| o.on_lagged) {
             options.on_lagged = Some(lag_trampoline(cb, user.clone()));
         }
+        if let Some(cb) = o.as_ref().and_then(|o| o.on_dead_letter) {
+            options.on_dead_letter = Some(dead_letter_trampoline(cb, user.clone()));
+        }
         let sub = subscribe(&b.broker, pattern, options, user)?;
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, Box::into_raw(Box::new(rill_subscription { sub }))) };
@@ -460,6 +478,25 @@ fn lag_trampoline(
         // SAFETY: the C callback, called as `rill_lag_callback`'s contract
         // allows; `name` outlives the call.
         unsafe { cb(user.get(), name.as_ptr(), partition, missed) }
+    })
+}
+
+/// The Rust dead-letter callback that calls a C one.
+fn dead_letter_trampoline(
+    cb: unsafe extern "C" fn(*mut c_void, *const rill_message, *const c_char),
+    user: Arc<UserData>,
+) -> rill::DeadLetterCallback {
+    Arc::new(move |m: &Message<'_>, reason: &str| {
+        let topic = CString::new(m.topic()).expect("topic names have no NUL");
+        let reason = crate::util::c_string(reason);
+        // SAFETY: the context lives in this frame for the duration of the
+        // call, within the borrow of the message.
+        let ctx = unsafe { MessageContext::new(m.record(), Some(m)) };
+        let msg = c_message(&topic, m.partition(), m.attempt(), &ctx);
+        // SAFETY: the C callback, called as `rill_dead_letter_callback`'s
+        // contract allows; the message, its context and both strings outlive
+        // the call.
+        unsafe { cb(user.get(), &msg, reason.as_ptr()) }
     })
 }
 

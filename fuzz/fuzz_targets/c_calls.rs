@@ -22,6 +22,8 @@ mod consumer;
 mod error;
 #[path = "../../ffi/src/legacy.rs"]
 mod legacy;
+#[path = "../../ffi/src/logging.rs"]
+mod logging;
 #[path = "../../ffi/src/message.rs"]
 mod message;
 #[path = "../../ffi/src/options.rs"]

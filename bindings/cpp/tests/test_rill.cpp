@@ -422,6 +422,36 @@ static void retention_by_age() {
     CHECK(first == 100);
 }
 
+static void logs_and_dead_letter_alerts() {
+    std::mutex lock;
+    std::vector<std::string> warnings;
+    rill::set_log_callback([&](rill::LogLevel level, std::string_view target, std::string_view message) {
+        std::lock_guard<std::mutex> g(lock);
+        if (level == rill::LogLevel::Warn && target == "rill::subscription") warnings.emplace_back(message);
+    });
+    rill::set_log_level(rill::LogLevel::Warn);
+    rill::Broker broker;
+    broker.create_topic("jobs");
+    std::vector<std::string> alerts;
+    rill::SubscriptionOptions o;
+    o.name = "cpp-alerts";
+    o.on_dead_letter = [&](const rill::Message &m, std::string_view reason) {
+        std::lock_guard<std::mutex> g(lock);
+        alerts.push_back(std::string(m.payload()) + ": " + std::string(reason));
+    };
+    auto sub = broker.subscribe("jobs", [](const rill::Message &m) {
+        m.set_reason("no good");
+        return rill::Ack::DeadLetter;
+    }, o);
+    broker.publish("jobs", "bad");
+    CHECK(sub.wait_idle(10s));
+    rill::set_log_callback(nullptr);
+    rill::set_log_level(rill::LogLevel::Info);
+    std::lock_guard<std::mutex> g(lock);
+    CHECK(alerts.size() == 1 && alerts[0] == "bad: no good");
+    CHECK(warnings.size() == 1 && warnings[0].find("dead-lettered jobs partition 0 offset 0: no good") != std::string::npos);
+}
+
 int main() {
     strings_with_embedded_nuls_are_refused();
     broker_options_are_a_cpp_struct();
@@ -436,6 +466,7 @@ int main() {
     deleting_topics_durables_and_groups();
     seeking_by_time();
     retention_by_age();
+    logs_and_dead_letter_alerts();
     if (failures) {
         std::fprintf(stderr, "C++ wrapper tests: %d of %d checks failed\n", failures, checks);
         return 1;

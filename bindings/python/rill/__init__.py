@@ -32,6 +32,7 @@ from ._broker import (
     Subscription,
     SubscriptionStats,
     TopicStats,
+    set_log_level,
     version,
 )
 from ._errors import (
@@ -87,6 +88,7 @@ __all__ = [
     "Timeout",
     "TopicExists",
     "TopicStats",
+    "set_log_level",
     "version",
 ]
 

@@ -10,6 +10,7 @@ import datetime
 import enum
 import inspect
 import itertools
+import logging
 import math
 import operator
 import struct
@@ -278,13 +279,20 @@ def _decode_all(base: int, count: int, topics: dict[int, str]) -> list[Message]:
 
 
 class _Entry:
-    __slots__ = ("batch", "handler", "on_lagged", "topics")
+    __slots__ = ("batch", "handler", "on_dead_letter", "on_lagged", "topics")
 
-    def __init__(self, handler: Callable[..., Any], batch: bool, on_lagged: Callable[..., Any] | None) -> None:
+    def __init__(
+        self,
+        handler: Callable[..., Any],
+        batch: bool,
+        on_lagged: Callable[..., Any] | None,
+        on_dead_letter: Callable[..., Any] | None = None,
+    ) -> None:
         self.handler = handler
         self.batch = batch
         self.topics: dict[int, str] = {}
         self.on_lagged = on_lagged
+        self.on_dead_letter = on_dead_letter
 
 
 _handlers: dict[int, _Entry] = {}
@@ -335,6 +343,7 @@ def _on_batch_py(user_data: int | None, msgs: int, count: int, acks: int) -> int
                 ack, why = _ack(handler(m))
             except BaseException as e:  # noqa: BLE001 - a handler's exception must become a retry
                 ack, why = _ffi.RILL_ACK_RETRY, f"{type(e).__name__}: {e}"
+                _log_handler_exception(m)
             if ack != _ffi.RILL_ACK_SUCCESS:
                 out[k] = ack
                 if why:
@@ -343,6 +352,10 @@ def _on_batch_py(user_data: int | None, msgs: int, count: int, acks: int) -> int
                     return k + 1
         return count
     except BaseException as e:  # noqa: BLE001 - never let anything reach C
+        try:  # noqa: SIM105 - no contextlib in a C callback that may run at interpreter exit
+            _log.error("a batch handler raised %s", type(e).__name__, exc_info=True)
+        except BaseException:  # noqa: BLE001 - e.g. a logging handler that raises
+            pass
         try:
             _reason(msgs + handled * _MESSAGE_SIZE, f"{type(e).__name__}: {e}")
             (ctypes.c_int32 * count).from_address(acks)[handled] = _ffi.RILL_ACK_RETRY
@@ -364,6 +377,38 @@ def _on_lagged_py(user_data: int | None, topic: bytes, partition: int, missed: i
             pass
 
 
+def _log_handler_exception(m: Message) -> None:
+    """Logs the exception being handled, with its traceback, to the "rill"
+    logger (the message becomes a retry, with the text as its reason)."""
+    try:  # noqa: SIM105 - no contextlib in a C callback that may run at interpreter exit
+        _log.error(
+            "a handler raised on %s partition %d offset %d (attempt %d)",
+            m.topic,
+            m.partition,
+            m.offset,
+            m.attempt,
+            exc_info=True,
+        )
+    except BaseException:  # noqa: BLE001 - e.g. a logging handler that raises
+        pass
+
+
+def _on_dead_letter_py(user_data: int | None, msg: int | None, reason: bytes) -> None:
+    # Nothing may escape into C: an exception is logged.
+    try:
+        entry = _handlers.get(user_data or 0)
+        if entry is not None and entry.on_dead_letter is not None and msg:
+            # A fresh topic cache: the topic string lives for this call only,
+            # so its address may name another topic next time.
+            [message] = _decode_all(msg, 1, {})
+            entry.on_dead_letter(message, reason.decode("utf-8", "replace"))
+    except BaseException:  # noqa: BLE001
+        try:  # noqa: SIM105 - no contextlib in a C callback that may run at interpreter exit
+            _log.error("on_dead_letter raised", exc_info=True)
+        except BaseException:  # noqa: BLE001
+            pass
+
+
 def _on_free_py(user_data: int | None) -> None:
     _handlers.pop(user_data or 0, None)
 
@@ -371,6 +416,7 @@ def _on_free_py(user_data: int | None) -> None:
 # The C function pointers, alive as long as the module.
 _on_batch = _ffi.BATCH_HANDLER(_on_batch_py)
 _on_lagged = _ffi.LAG_CALLBACK(_on_lagged_py)
+_on_dead_letter = _ffi.DEAD_LETTER_CALLBACK(_on_dead_letter_py)
 _on_free = _ffi.DESTRUCTOR(_on_free_py)
 
 
@@ -984,6 +1030,7 @@ class Broker(_Handle):
         batch: bool = False,
         idle_spin: float | None = None,
         on_lagged: Callable[[str, int, int], Any] | None = None,
+        on_dead_letter: Callable[[Message, str], Any] | None = None,
     ) -> Subscription:
         """Calls ``handler(message)`` for every message on topics matching
         ``pattern`` (``*`` one segment, ``**`` any number), one call at a time.
@@ -991,7 +1038,8 @@ class Broker(_Handle):
         The handler returns None or True for success, ``Ack.RETRY`` (or False)
         to be called again after a backoff, ``Ack.DEAD_LETTER`` to give up; an
         exception is a retry whose type and text become the reason recorded
-        with the message (``rill.dlq.reason`` once dead-lettered).
+        with the message (``rill.dlq.reason`` once dead-lettered); it is also
+        logged, with its traceback, to the ``logging.getLogger("rill")``.
         ``start`` is "latest", "earliest", an offset, or a ``datetime`` (the
         first message published at or after it); ``backoff`` is
         (initial, max[, multiplier]) in seconds.
@@ -1002,6 +1050,10 @@ class Broker(_Handle):
         ``on_lagged(topic, partition, missed)`` is called (on the delivering
         thread) when retention trimmed ``missed`` messages before this
         subscription read them; ``stats().missed`` counts them either way.
+
+        ``on_dead_letter(message, reason)`` is called (on the delivering
+        thread) once per message dead-lettered: the alert that it failed for
+        good.
 
         With ``batch=True`` the handler receives a list of consecutive
         messages of one partition (up to 64; on the shared worker pool the
@@ -1051,9 +1103,13 @@ class Broker(_Handle):
             if not callable(on_lagged):
                 raise TypeError("on_lagged must be callable")
             o.on_lagged = _on_lagged
+        if on_dead_letter is not None:
+            if not callable(on_dead_letter):
+                raise TypeError("on_dead_letter must be callable")
+            o.on_dead_letter = _on_dead_letter
         o.user_data_free = _on_free
         handler_id = next(_ids)
-        _handlers[handler_id] = _Entry(handler, batch, on_lagged)
+        _handlers[handler_id] = _Entry(handler, batch, on_lagged, on_dead_letter)
         out = c_void_p()
         # On failure the library calls _on_free, which drops the entry.
         check(
@@ -1180,6 +1236,66 @@ def _close_all_brokers() -> None:
             lib.rill_broker_close(ptr)
 
 
+# ---- the library's log ------------------------------------------------------------
+#
+# rill's log records go to Python's logging: the logger "rill" and its
+# children named after the part of rill that logged ("rill.subscription",
+# "rill.log", "rill.broker"). The callback is set at import and unset at
+# exit, after the brokers are closed, so C never calls into a finalizing
+# interpreter; records come from rill's threads, which take the GIL.
+
+_log = logging.getLogger("rill")
+_LEVELS = {
+    _ffi.RILL_LOG_ERROR: logging.ERROR,
+    _ffi.RILL_LOG_WARN: logging.WARNING,
+    _ffi.RILL_LOG_INFO: logging.INFO,
+    _ffi.RILL_LOG_DEBUG: logging.DEBUG,
+    _ffi.RILL_LOG_TRACE: 5,
+}
+
+
+def _on_log_py(user_data: int | None, level: int, target: bytes, message: bytes) -> None:
+    # Nothing may escape into C.
+    try:
+        name = target.decode("utf-8", "replace").replace("::", ".")
+        logger = logging.getLogger(name) if name.startswith("rill.") else _log
+        logger.log(_LEVELS.get(level, logging.ERROR), "%s", message.decode("utf-8", "replace"))
+    except BaseException:  # noqa: BLE001 - logging must never break the library's thread
+        pass
+
+
+_on_log = _ffi.LOG_CALLBACK(_on_log_py)
+
+
+def set_log_level(level: int) -> None:
+    """The most detailed of rill's own log records passed to Python's logging,
+    as a ``logging`` level (default ``logging.INFO``; ``logging.DEBUG`` adds
+    rollovers, retention trims and handler retries). Python's logging then
+    filters as configured."""
+    if level <= 5:
+        rill_level = _ffi.RILL_LOG_TRACE
+    elif level <= logging.DEBUG:
+        rill_level = _ffi.RILL_LOG_DEBUG
+    elif level <= logging.INFO:
+        rill_level = _ffi.RILL_LOG_INFO
+    elif level <= logging.WARNING:
+        rill_level = _ffi.RILL_LOG_WARN
+    elif level <= logging.ERROR:
+        rill_level = _ffi.RILL_LOG_ERROR
+    else:
+        rill_level = _ffi.RILL_LOG_OFF
+    check(lib.rill_set_log_level(rill_level))
+
+
+def _unset_log() -> None:
+    lib.rill_set_log_callback(_ffi.LOG_CALLBACK(), None)  # a NULL callback
+
+
+# BUSY means the process already has a logger for Rust's log facade (a Rust
+# program embedding this interpreter): rill logs through that one.
+lib.rill_set_log_callback(_on_log, None)
+# Runs after _close_all_brokers (atexit runs functions last-in, first-out).
+atexit.register(_unset_log)
 atexit.register(_close_all_brokers)
 
 

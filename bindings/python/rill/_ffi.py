@@ -143,6 +143,8 @@ HANDLER = CFUNCTYPE(c_int32, c_void_p, c_void_p)
 BATCH_HANDLER = CFUNCTYPE(c_size_t, c_void_p, c_void_p, c_size_t, c_void_p)
 DESTRUCTOR = CFUNCTYPE(None, c_void_p)
 LAG_CALLBACK = CFUNCTYPE(None, c_void_p, c_char_p, c_uint32, c_uint64)
+DEAD_LETTER_CALLBACK = CFUNCTYPE(None, c_void_p, c_void_p, c_char_p)
+LOG_CALLBACK = CFUNCTYPE(None, c_void_p, c_int32, c_char_p, c_char_p)
 
 
 class rill_subscription_options(Structure):
@@ -164,6 +166,7 @@ class rill_subscription_options(Structure):
         ("user_data_free", DESTRUCTOR),
         ("idle_spin_us", c_uint64),
         ("on_lagged", LAG_CALLBACK),
+        ("on_dead_letter", DEAD_LETTER_CALLBACK),
     ]
 
 
@@ -245,6 +248,7 @@ RILL_START_LATEST, RILL_START_EARLIEST, RILL_START_OFFSET, RILL_START_TIME = 0, 
 RILL_DELIVERY_AT_LEAST_ONCE, RILL_DELIVERY_AT_MOST_ONCE = 0, 1
 RILL_OVERFLOW_DROP_OLDEST, RILL_OVERFLOW_BLOCK, RILL_OVERFLOW_DISCONNECT = 0, 1, 2
 RILL_SUBSCRIPTION_IDLE, RILL_SUBSCRIPTION_ACTIVE, RILL_SUBSCRIPTION_BACKOFF, RILL_SUBSCRIPTION_CLOSED = 0, 1, 2, 3
+RILL_LOG_OFF, RILL_LOG_ERROR, RILL_LOG_WARN, RILL_LOG_INFO, RILL_LOG_DEBUG, RILL_LOG_TRACE = 0, 1, 2, 3, 4, 5
 
 # ---- functions ------------------------------------------------------------------
 
@@ -293,6 +297,7 @@ TYPES: dict[str, object] = {
     "rill_consumer_stats*": POINTER(rill_consumer_stats),
     "rill_handler": HANDLER,
     "rill_batch_handler": BATCH_HANDLER,
+    "rill_log_callback": LOG_CALLBACK,
     "rill_topic_callback": TOPIC_CALLBACK,
     "rill_subscription_callback": SUBSCRIPTION_CALLBACK,
     "rill_group_callback": GROUP_CALLBACK,
@@ -303,6 +308,8 @@ TYPES: dict[str, object] = {
 FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_version": ("const char*", []),
     "rill_status_name": ("const char*", ["int32_t"]),
+    "rill_set_log_callback": ("rill_status", ["rill_log_callback", "void*"]),
+    "rill_set_log_level": ("rill_status", ["int32_t"]),
     "rill_last_error": ("size_t", ["char*", "size_t"]),
     "rill_broker_options_init_v1": ("void", ["rill_broker_options*", "size_t"]),
     "rill_broker_new_v1": ("rill_status", ["const rill_broker_options*", "rill_broker**"]),

@@ -4,6 +4,7 @@ consumer groups; deleting them."""
 from __future__ import annotations
 
 import datetime
+import logging
 import threading
 import time
 from typing import Any
@@ -198,3 +199,48 @@ def test_retention_by_age_trims_a_quiet_topic(broker: rill.Broker) -> None:
     assert len(broker.consumer("all", "kept").poll(200, timeout=0)) == 100
     with pytest.raises(rill.InvalidArgument):
         broker.create_topic("bad", retention=-1)
+
+
+def test_logs_reach_python_logging_and_dead_letters_raise_the_alert(
+    broker: rill.Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="rill")
+    broker.create_topic("jobs")
+    alerts: list[tuple[bytes, int, str]] = []
+
+    def handler(m: rill.Message) -> Any:
+        if m.payload == b"boom":
+            raise KeyError("missing field")
+        return rill.Ack.DEAD_LETTER
+
+    sub = broker.subscribe(
+        "jobs",
+        handler,
+        name="py-alerts",
+        max_attempts=1,
+        on_dead_letter=lambda m, why: alerts.append((m.payload, m.offset, why)),
+    )
+    broker.publish("jobs", b"boom")
+    broker.publish("jobs", b"rejected")
+    assert sub.wait_idle(WAIT)
+
+    # The alert, once per dead letter, with the message and the reason.
+    assert [(p, o) for p, o, _ in alerts] == [(b"boom", 0), (b"rejected", 1)]
+    assert alerts[0][2] == "KeyError: 'missing field'"
+    # The handler's exception is logged with its traceback.
+    raised = [r for r in caplog.records if r.name == "rill" and r.exc_info]
+    assert len(raised) == 1 and "jobs partition 0 offset 0" in raised[0].getMessage()
+    assert raised[0].exc_info is not None and raised[0].exc_info[0] is KeyError
+    # rill's own records arrive under "rill.<part>".
+    warned = [r for r in caplog.records if r.name == "rill.subscription" and r.levelno == logging.WARNING]
+    assert any("dead-lettered jobs partition 0 offset 1" in r.getMessage() for r in warned), caplog.text
+
+    # A level above WARNING keeps rill's warnings in the library.
+    rill.set_log_level(logging.ERROR)
+    try:
+        caplog.clear()
+        broker.publish("jobs", b"again")
+        assert sub.wait_idle(WAIT)
+        assert not [r for r in caplog.records if r.name == "rill.subscription"]
+    finally:
+        rill.set_log_level(logging.INFO)

@@ -2050,6 +2050,178 @@ static void test_retention_by_age(void) {
     rill_broker_free(b);
 }
 
+/* ---- logs and alerts ---------------------------------------------------------- */
+
+typedef struct {
+    pthread_mutex_t lock;
+    int count;
+    int warns;
+    char last[256];
+    char target[64];
+    int try_reset;          /* call rill_set_log_callback from inside */
+    rill_status reset_status;
+} log_sink;
+
+static void log_sink_init(log_sink *l) {
+    memset(l, 0, sizeof *l);
+    pthread_mutex_init(&l->lock, NULL);
+}
+
+static int log_count(log_sink *l) {
+    pthread_mutex_lock(&l->lock);
+    int n = l->count;
+    pthread_mutex_unlock(&l->lock);
+    return n;
+}
+
+static void log_into(void *user_data, int32_t level, const char *target, const char *message) {
+    log_sink *l = (log_sink *)user_data;
+    pthread_mutex_lock(&l->lock);
+    int try_reset = l->try_reset;
+    pthread_mutex_unlock(&l->lock);
+    rill_status st = try_reset ? rill_set_log_callback(NULL, NULL) : RILL_OK;
+    pthread_mutex_lock(&l->lock);
+    if (try_reset) l->reset_status = st;
+    l->count++;
+    if (level == RILL_LOG_WARN) l->warns++;
+    snprintf(l->last, sizeof l->last, "%s", message);
+    snprintf(l->target, sizeof l->target, "%s", target);
+    pthread_mutex_unlock(&l->lock);
+}
+
+typedef struct {
+    pthread_mutex_t lock;
+    int count;
+    char payload[64];
+    char reason[128];
+    uint64_t offset;
+} alert_sink;
+
+static void on_dead_letter_alert(void *user_data, const rill_message *m, const char *reason) {
+    alert_sink *a = (alert_sink *)user_data;
+    pthread_mutex_lock(&a->lock);
+    a->count++;
+    size_t n = m->payload_len < 63 ? m->payload_len : 63;
+    memcpy(a->payload, m->payload, n);
+    a->payload[n] = 0;
+    snprintf(a->reason, sizeof a->reason, "%s", reason);
+    a->offset = m->offset;
+    pthread_mutex_unlock(&a->lock);
+}
+
+static rill_ack dead_letter_everything(void *user_data, const rill_message *m) {
+    (void)user_data;
+    rill_ack_reason(m, "rejected by the test");
+    return RILL_ACK_DEAD_LETTER;
+}
+
+typedef struct {
+    rill_broker *b;
+    pthread_mutex_t lock;
+    int stop;
+    int published;
+} poison_pump;
+
+static void *pump_poison(void *arg) {
+    poison_pump *p = (poison_pump *)arg;
+    rill_record r = record_of("poison");
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        int stop = p->stop;
+        pthread_mutex_unlock(&p->lock);
+        if (stop) return NULL;
+        if (rill_publish(p->b, "alerts", &r, NULL) == RILL_OK) p->published++;
+        sleep_ms(1);
+    }
+}
+
+static rill_status reset_status_of(log_sink *l) {
+    pthread_mutex_lock(&l->lock);
+    rill_status st = l->reset_status;
+    pthread_mutex_unlock(&l->lock);
+    return st;
+}
+
+static void test_log_callback_and_dead_letter_alerts(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "alerts", NULL));
+    alert_sink alerts;
+    memset(&alerts, 0, sizeof alerts);
+    pthread_mutex_init(&alerts.lock, NULL);
+    rill_subscription_options so;
+    rill_subscription_options_init(&so);
+    CHECK(so.on_dead_letter == NULL);
+    so.name = "alerted";
+    so.on_dead_letter = on_dead_letter_alert;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "alerts", &so, dead_letter_everything, &alerts, &s));
+
+    log_sink a, bb;
+    log_sink_init(&a);
+    log_sink_init(&bb);
+    OK(rill_set_log_callback(log_into, &a));
+    rill_record r = record_of("poison");
+    OK(rill_publish(b, "alerts", &r, NULL));
+    OK(rill_subscription_wait_idle(s, 30000));
+    /* The alert: the message and the reason. */
+    pthread_mutex_lock(&alerts.lock);
+    CHECK(alerts.count == 1 && strcmp(alerts.payload, "poison") == 0 && alerts.offset == 0);
+    CHECK(strcmp(alerts.reason, "rejected by the test") == 0);
+    pthread_mutex_unlock(&alerts.lock);
+    /* The log: a warning from the subscription part of rill. */
+    pthread_mutex_lock(&a.lock);
+    CHECK(a.warns >= 1 && strstr(a.last, "dead-lettered alerts partition 0 offset 0") != NULL);
+    CHECK(strcmp(a.target, "rill::subscription") == 0);
+    pthread_mutex_unlock(&a.lock);
+
+    /* Levels: above the maximum nothing is passed. */
+    OK(rill_set_log_level(RILL_LOG_ERROR));
+    int before = log_count(&a);
+    OK(rill_publish(b, "alerts", &r, NULL));
+    OK(rill_subscription_wait_idle(s, 30000));
+    CHECK(log_count(&a) == before);
+    CHECK_STATUS(rill_set_log_level(6), RILL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(rill_set_log_level(-1), RILL_ERR_INVALID_ARGUMENT);
+    OK(rill_set_log_level(RILL_LOG_WARN));
+
+    /* Replacing the callback while another thread logs: once the call
+     * returns, the old one is never called again. */
+    poison_pump pump;
+    memset(&pump, 0, sizeof pump);
+    pump.b = b;
+    pthread_mutex_init(&pump.lock, NULL);
+    pthread_t t;
+    pthread_create(&t, NULL, pump_poison, &pump);
+    while (log_count(&a) < before + 3) sleep_ms(1);
+    OK(rill_set_log_callback(log_into, &bb));
+    int a_after = log_count(&a);
+    while (log_count(&bb) < 3) sleep_ms(1);
+    CHECK(log_count(&a) == a_after);
+    /* Setting it from inside the callback is refused (it would wait for itself). */
+    pthread_mutex_lock(&bb.lock);
+    bb.try_reset = 1;
+    pthread_mutex_unlock(&bb.lock);
+    while (reset_status_of(&bb) == RILL_OK) sleep_ms(1);
+    CHECK(reset_status_of(&bb) == RILL_ERR_INVALID_ARGUMENT);
+    pthread_mutex_lock(&pump.lock);
+    pump.stop = 1;
+    pthread_mutex_unlock(&pump.lock);
+    pthread_join(t, NULL);
+    OK(rill_subscription_wait_idle(s, 30000));
+    /* No callback: nothing is passed. */
+    OK(rill_set_log_callback(NULL, NULL));
+    int b_after = log_count(&bb);
+    OK(rill_publish(b, "alerts", &r, NULL));
+    OK(rill_subscription_wait_idle(s, 30000));
+    CHECK(log_count(&bb) == b_after);
+    pthread_mutex_lock(&alerts.lock);
+    CHECK(alerts.count == 3 + pump.published);
+    pthread_mutex_unlock(&alerts.lock);
+    OK(rill_set_log_level(RILL_LOG_INFO));
+    rill_subscription_free(s);
+    rill_broker_free(b);
+}
+
 int main(void) {
     test_version_status_names_and_last_error();
     test_option_struct_sizes();
@@ -2082,6 +2254,7 @@ int main(void) {
     test_deleting_topics_durables_and_groups();
     test_seek_and_start_by_time();
     test_retention_by_age();
+    test_log_callback_and_dead_letter_alerts();
     if (failures) {
         fprintf(stderr, "C ABI tests: %d of %d checks failed\n", failures, checks);
         return 1;
