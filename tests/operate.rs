@@ -413,3 +413,30 @@ fn a_reader_that_holds_retention_also_holds_back_the_age_limit() {
         p.first_offset == p.next_offset
     });
 }
+
+#[test]
+fn a_roll_trims_segments_past_the_age_limit_without_any_timer() {
+    use rill::log::{Log, LogConfig, MIN_SEGMENT_BYTES};
+    // A bare log: no broker, so no timer; only rolls apply the limit.
+    let config = LogConfig { segment_bytes: Some(MIN_SEGMENT_BYTES), retention_ms: Some(30), ..LogConfig::default() };
+    let log = Log::new(&config).unwrap();
+    let payload = [1u8; 100];
+    for _ in 0..100 {
+        log.append(&Record::new(&payload)).unwrap();
+    }
+    let before = log.stats();
+    assert_eq!(before.first_offset, 0);
+    assert!(before.segments > 2);
+    // Time passing is what is tested: past the limit, then publish until
+    // the next roll.
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    let segments = log.stats().trimmed_segments;
+    while log.stats().trimmed_segments == segments {
+        log.append(&Record::new(&payload)).unwrap();
+    }
+    let after = log.stats();
+    assert!(after.first_offset >= 100 - (MIN_SEGMENT_BYTES / 128) as u64, "{after:?}");
+    // Only whole segments go, and only expired ones: what was appended after
+    // the pause is all still there.
+    assert!(after.first_offset <= 100);
+}
