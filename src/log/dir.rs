@@ -16,6 +16,13 @@
 //!   only becomes the newest when the previous sealer has installed it. So the
 //!   directory has one writer at a time without a lock, with the one exception
 //!   below.
+//! * **A roll nobody publishes for.** The age limit (`retention_ms`) must
+//!   trim a partition nobody publishes to, where no roll comes. `expire`
+//!   makes one without a second writer: it reserves one record of more bytes
+//!   than the segment holds, which is never granted, so it is either the
+//!   sealer (and rolls, trimming as any sealer does) or finds the segment
+//!   already over-full (another publisher is the sealer). Either way the
+//!   directory keeps one writer.
 //! * **A roll that fails.** The sealer may be unable to map the next segment
 //!   (out of memory or address space). It cannot hand its reservation back, so
 //!   instead it publishes a *stalled* copy of the directory: the same segments

@@ -46,7 +46,9 @@
 //! fields:
 //!
 //! * bytes: at most a segment (a record is at most a segment, a batch part is
-//!   cut to fit one), and a segment is at most `MAX_SEGMENT_BYTES` (1 GiB). The
+//!   cut to fit one; the early seal of `Log::expire` reserves one byte more
+//!   than the segment, so that it is never granted), and a segment is at
+//!   most `MAX_SEGMENT_BYTES` (1 GiB). The
 //!   40-bit field holds 1 TiB, so it would take over a thousand threads
 //!   failing at once on the same segment to carry into the record field;
 //! * records: at most `MAX_RESERVATION_RECORDS` (4096; `append_batch` cuts
