@@ -1245,6 +1245,9 @@ def _close_all_brokers() -> None:
 # interpreter; records come from rill's threads, which take the GIL.
 
 _log = logging.getLogger("rill")
+# A library's logger: nothing is printed unless the application configures
+# logging (Python's last-resort handler would print warnings to stderr).
+_log.addHandler(logging.NullHandler())
 _LEVELS = {
     _ffi.RILL_LOG_ERROR: logging.ERROR,
     _ffi.RILL_LOG_WARN: logging.WARNING,
