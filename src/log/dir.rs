@@ -22,7 +22,11 @@
 //!   than the segment holds, which is never granted, so it is either the
 //!   sealer (and rolls, trimming as any sealer does) or finds the segment
 //!   already over-full (another publisher is the sealer). Either way the
-//!   directory keeps one writer.
+//!   directory keeps one writer. Sealing an empty newest segment this way
+//!   leaves a segment of 0 records whose successor has the same base: so
+//!   publishers waiting for a roll wait for a different newest segment (not
+//!   a different base), and searches by offset take the last segment whose
+//!   base is not above it (the non-empty one).
 //! * **A roll that fails.** The sealer may be unable to map the next segment
 //!   (out of memory or address space). It cannot hand its reservation back, so
 //!   instead it publishes a *stalled* copy of the directory: the same segments
@@ -168,7 +172,14 @@ impl Shared {
                     return Ok(write(seg, index, pos));
                 }
                 Reservation::Sealer { count } => self.roll(seg, count, current, guard)?,
-                Reservation::Full => self.wait_for_roll(seg.base(), guard)?,
+                Reservation::Full => {
+                    // Held across the wait (which re-pins): the roll is seen
+                    // as a different newest segment, not a different base,
+                    // since an early seal can leave a segment of 0 records
+                    // whose successor has the same base.
+                    let seg = seg.clone();
+                    self.wait_for_roll(&seg, guard)?;
+                }
             }
         }
     }
@@ -289,15 +300,15 @@ impl Shared {
         guard.flush();
     }
 
-    /// Waits, briefly, until the segment at `base` is no longer the newest.
+    /// Waits, briefly, until `seg` is no longer the newest segment.
     /// Fails if its roll failed: the publisher that got `Sealer` could not
     /// allocate the next segment.
     #[cold]
-    pub(super) fn wait_for_roll(&self, base: u64, guard: &mut Guard) -> Result<()> {
+    pub(super) fn wait_for_roll(&self, seg: &Arc<Segment>, guard: &mut Guard) -> Result<()> {
         let mut backoff = Backoff::new();
         loop {
             let dir = self.dir(guard);
-            if dir.last().base() != base {
+            if !Arc::ptr_eq(dir.last(), seg) {
                 return Ok(());
             }
             if let Some(error) = &dir.stalled {
@@ -337,8 +348,8 @@ impl Shared {
     /// The roll is the ordinary one: its sealer is the directory's one
     /// writer, whoever it is (see "Writers of the directory" above).
     #[cold]
-    pub(super) fn expire(&self) -> Result<()> {
-        let Some(expired_before) = self.expired_before() else { return Ok(()) };
+    pub(super) fn expire(&self, expired_before: Option<u64>) -> Result<()> {
+        let Some(expired_before) = expired_before else { return Ok(()) };
         let guard = epoch::pin();
         let current = self.dir_ptr(&guard);
         // SAFETY: as in `dir`: a valid directory, alive while `guard` is pinned.

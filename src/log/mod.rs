@@ -256,9 +256,23 @@ impl Log {
             None => true,
         };
         // Segments whose first record is older than the time form a prefix;
-        // the time falls in the last of them (or before them all).
-        let older = dir.segs.partition_point(|seg| seg.reserved() > 0 && !at_or_after(seg, 0));
-        let Some(seg) = older.checked_sub(1).map(|i| &dir.segs[i]) else {
+        // the time falls in the last of them (or before them all). A segment
+        // without records (sealed early, or the newest, still empty) goes
+        // with the next one that has some, which keeps the prefix a prefix;
+        // so the last segment of the prefix has records.
+        let segs = &dir.segs;
+        let older_from = |i: usize| segs[i..].iter().find(|s| s.reserved() > 0).is_some_and(|seg| !at_or_after(seg, 0));
+        let (mut lo, mut hi) = (0, segs.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if older_from(mid) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let older = lo;
+        let Some(seg) = older.checked_sub(1).map(|i| &segs[i]) else {
             return dir.first_offset();
         };
         // Inside it, record 0 is older; find the first of the rest that is not.
@@ -286,7 +300,19 @@ impl Log {
     /// nothing without an age limit. Fails only if the next segment cannot
     /// be allocated.
     pub fn expire(&self) -> Result<()> {
-        self.shared.expire()
+        self.shared.expire(self.shared.expired_before())
+    }
+
+    /// [`Log::expire`] as if the time were `now_ns`, for models and tests that
+    /// cannot wait for a clock (a loom model races the early seal against
+    /// publishers with `u64::MAX`: everything has expired). Only the decision
+    /// to seal uses `now_ns`; the roll's trim reads the clock as usual.
+    #[cfg(any(test, loom))]
+    #[doc(hidden)]
+    pub fn expire_as_of(&self, now_ns: u64) -> Result<()> {
+        let expired_before =
+            (self.shared.sizes.retention_ns != u64::MAX).then(|| now_ns.saturating_sub(self.shared.sizes.retention_ns));
+        self.shared.expire(expired_before)
     }
 
     /// The oldest retained offset.
