@@ -189,6 +189,39 @@ typedef enum {
 
 
 /**
+ * No records (a level for `rill_set_log_level` only).
+ */
+#define RILL_LOG_OFF 0
+
+/**
+ * Something failed that the library could not hide (a log segment that
+ * could not be allocated, a dead letter that could not be published).
+ */
+#define RILL_LOG_ERROR 1
+
+/**
+ * Something an operator should know: a dead letter, a handler that
+ * crashed, a subscription disconnected for lagging.
+ */
+#define RILL_LOG_WARN 2
+
+/**
+ * Lifecycle: a topic deleted, a subscription the library closed.
+ */
+#define RILL_LOG_INFO 3
+
+/**
+ * Rare internals: segment rollovers and retention trims, handler retries,
+ * messages dropped for the lag limit.
+ */
+#define RILL_LOG_DEBUG 4
+
+/**
+ * The most detailed level.
+ */
+#define RILL_LOG_TRACE 5
+
+/**
  * A broker. Create it with `rill_broker_new`, free it with
  * `rill_broker_free`. Every function taking a `rill_broker *` may be called
  * from any thread, concurrently.
@@ -313,7 +346,19 @@ typedef struct {
      * picks the default (1 MiB, or less with a small retention).
      */
     uint64_t max_message_bytes;
+    /**
+     * Retention by age in milliseconds: a segment is trimmed once its newest
+     * message is older (whole segments; with the byte and count limits,
+     * whichever trims most), also while nobody publishes. 0: no age limit
+     * (default).
+     */
+    uint64_t retention_ms;
 } rill_topic_options;
+
+/**
+ * What `rill_topic_list` calls with each topic's name (borrowed for the call).
+ */
+typedef void (*rill_topic_callback)(void *user_data, const char *name);
 
 /**
  * Statistics of one topic.
@@ -408,12 +453,13 @@ typedef struct {
     uint32_t struct_size;
     /**
      * For partitions the group has no committed offset for:
-     * `RILL_START_EARLIEST` (the default), `RILL_START_LATEST` or
-     * `RILL_START_OFFSET`.
+     * `RILL_START_EARLIEST` (the default), `RILL_START_LATEST`,
+     * `RILL_START_OFFSET` or `RILL_START_TIME`.
      */
     rill_start start;
     /**
-     * The offset for `RILL_START_OFFSET`.
+     * The offset for `RILL_START_OFFSET`; the time in nanoseconds since the
+     * Unix epoch for `RILL_START_TIME`.
      */
     uint64_t start_offset;
     /**
@@ -518,6 +564,58 @@ typedef struct {
 } rill_consumer_stats;
 
 /**
+ * Position and lag of one partition a subscription or a consumer group
+ * reads, handed to a callback.
+ */
+typedef struct {
+    /**
+     * The topic's name, borrowed for the callback only.
+     */
+    const char *topic;
+    /**
+     * Partition index.
+     */
+    uint32_t partition;
+    /**
+     * Next offset to handle: a subscription's position, or a group's
+     * committed offset (the oldest retained one while it has committed none).
+     */
+    uint64_t position;
+    /**
+     * One past the newest offset published.
+     */
+    uint64_t end;
+    /**
+     * `end - position`.
+     */
+    uint64_t lag;
+} rill_partition_lag;
+
+/**
+ * What `rill_subscription_partitions` and `rill_group_partitions` call with
+ * each partition's lag (borrowed for the call, `topic` included).
+ */
+typedef void (*rill_partition_lag_callback)(void *user_data, const rill_partition_lag *lag);
+
+/**
+ * What `rill_group_list` calls with each group and topic (borrowed for the call).
+ */
+typedef void (*rill_group_callback)(void *user_data, const char *group, const char *topic);
+
+/**
+ * Receives one log record: its level (a `RILL_LOG_*` value), its target
+ * (the part of rill it comes from, e.g. `"rill::subscription"`) and its
+ * text, both borrowed for the call only. It runs on the thread that logged,
+ * which may be a publisher in the middle of a rollover or a subscription's
+ * drainer: keep it quick, and do not call rill functions from it (records
+ * logged inside it are dropped; setting the callback from it is refused).
+ */
+typedef void (*rill_log_callback)(void *user_data,
+                                  int32_t level,
+                                  const char *target,
+                                  const char *message);
+
+/**
  * When a message counts as handled: one of the `RILL_DELIVERY_*` constants.
  */
 typedef int32_t rill_delivery;
@@ -546,6 +644,19 @@ typedef void (*rill_lag_callback)(void *user_data,
                                   uint64_t missed);
 
 /**
+ * Told that `message` was dead-lettered (published to the dead-letter
+ * topic, or dropped if even that failed; the stats' last error then says
+ * why), and why (`reason`, NUL-terminated): the alert that a message failed
+ * for good. Called once per dead letter on the draining thread, with the
+ * subscription's `user_data`; `message` (its bytes, attributes and topic)
+ * and `reason` are valid during the call only. Same re-entrancy rules as
+ * `rill_handler`.
+ */
+typedef void (*rill_dead_letter_callback)(void *user_data,
+                                          const rill_message *message,
+                                          const char *reason);
+
+/**
  * How a subscription behaves. Fill it with `rill_subscription_options_init`.
  * Strings are copied during `rill_subscribe`.
  */
@@ -569,11 +680,13 @@ typedef struct {
      */
     const char *filter;
     /**
-     * `RILL_START_LATEST` (default), `RILL_START_EARLIEST` or `RILL_START_OFFSET`.
+     * `RILL_START_LATEST` (default), `RILL_START_EARLIEST`,
+     * `RILL_START_OFFSET` or `RILL_START_TIME`.
      */
     rill_start start;
     /**
-     * The offset for `RILL_START_OFFSET`.
+     * The offset for `RILL_START_OFFSET`; the time in nanoseconds since the
+     * Unix epoch for `RILL_START_TIME`.
      */
     uint64_t start_offset;
     /**
@@ -636,6 +749,11 @@ typedef struct {
      * `missed` count in the stats is kept either way).
      */
     rill_lag_callback on_lagged;
+    /**
+     * Called when a message is dead-lettered, with the message and the
+     * reason: the alert that something failed for good (NULL: none).
+     */
+    rill_dead_letter_callback on_dead_letter;
 } rill_subscription_options;
 
 /**
@@ -719,7 +837,36 @@ typedef struct {
      * Its state.
      */
     rill_subscription_state state;
+    /**
+     * Its name (generated for anonymous subscriptions). Set by
+     * `rill_subscription_list`, borrowed for the callback only (copy it to
+     * keep it); NULL from `rill_subscription_get_stats` (use
+     * `rill_subscription_name`).
+     */
+    const char *name;
+    /**
+     * The pattern it subscribed with. Borrowed like `name`; NULL from
+     * `rill_subscription_get_stats`.
+     */
+    const char *pattern;
+    /**
+     * The last delivery problem: the handler's latest failure (retry,
+     * dead letter, or a crash of a Rust or Python handler, with the
+     * message's topic, partition, offset and the reason), or a dead letter
+     * that could not be published; NULL if there was none. Borrowed like
+     * `name`; NULL from `rill_subscription_get_stats` (use
+     * `rill_subscription_last_error`, which copies it into your buffer: the
+     * text can change at any moment, so a pointer into it could not stay
+     * valid after the call).
+     */
+    const char *last_error;
 } rill_subscription_stats;
+
+/**
+ * What `rill_subscription_list` calls with each subscription's stats
+ * (borrowed for the call, strings included).
+ */
+typedef void (*rill_subscription_callback)(void *user_data, const rill_subscription_stats *stats);
 
 /**
  * Never by rill: the OS writes back when it decides.
@@ -766,6 +913,13 @@ typedef struct {
  * `start_offset`, in every partition (must be retained).
  */
 #define RILL_START_OFFSET 2
+
+/**
+ * In every partition, the first message published at or after the time in
+ * `start_offset`, read as nanoseconds since the Unix epoch (see
+ * `rill_consumer_seek_time`); a time after every message is the end.
+ */
+#define RILL_START_TIME 3
 
 /**
  * Move past a message only after `RILL_ACK_SUCCESS` (or dead-lettering).
@@ -909,6 +1063,36 @@ void rill_topic_options_init_v1(rill_topic_options *o, size_t size);
  * filled by `rill_topic_options_init`.
  */
 rill_status rill_topic_create_v1(rill_broker *b, const char *name, const rill_topic_options *o);
+
+/**
+ * Calls `each(user_data, name)` for every topic, in name order (the
+ * broker's own `$` topics, such as dead-letter topics, included); each name
+ * is borrowed for that call only. A snapshot, taken before the first call;
+ * the callback may call any rill function (creating topics included), which
+ * the snapshot does not see.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `each` a function safe to call with `user_data`.
+ */
+rill_status rill_topic_list(rill_broker *b, rill_topic_callback each, void *user_data);
+
+/**
+ * Deletes a topic: `RILL_ERR_NO_SUCH_TOPIC` if there is none. Subscriptions
+ * naming exactly this topic are closed (`rill_subscription_closed_reason`
+ * says "topic deleted"); wildcard subscriptions stop reading it and go on
+ * with their other topics; publishers and consumers of it still alive fail
+ * with `RILL_ERR_NO_SUCH_TOPIC` (a blocked `rill_consumer_poll` wakes to
+ * say so); consumer groups' and durable subscriptions' positions in it are
+ * forgotten. Its memory is released once the last `rill_publisher` or
+ * `rill_consumer` of it is freed. A topic created again under the name
+ * starts at offset 0.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `name` a NUL-terminated string.
+ */
+rill_status rill_topic_delete(rill_broker *b, const char *name);
 
 /**
  * Fills `*out` with the topic's statistics.
@@ -1153,6 +1337,24 @@ rill_status rill_consumer_nack(rill_consumer *c,
 rill_status rill_consumer_seek(rill_consumer *c, uint32_t partition, uint64_t offset);
 
 /**
+ * Moves one partition to the first message published at or after
+ * `timestamp_ns` (nanoseconds since the Unix epoch; a negative time is
+ * before every message). A time before every retained message moves to the
+ * oldest one, a time after all of them to the end: never
+ * `RILL_ERR_OUT_OF_RANGE` (`RILL_ERR_NOT_FOUND` for a partition that does
+ * not exist). Two binary searches, over segments then records, not a scan.
+ * Publishers on several threads stamp messages just before they take their
+ * offsets, so neighbouring messages can be stamped out of order; the seek
+ * then lands where the stamps cross the time, within that disorder (see
+ * `Log::offset_at_time` in the Rust documentation).
+ *
+ * # Safety
+ *
+ * `c` is a live consumer.
+ */
+rill_status rill_consumer_seek_time(rill_consumer *c, uint32_t partition, int64_t timestamp_ns);
+
+/**
  * Moves every partition to its oldest retained message.
  *
  * # Safety
@@ -1226,6 +1428,62 @@ rill_status rill_consumer_committed(const rill_consumer *c, uint32_t partition, 
 rill_status rill_consumer_get_stats(const rill_consumer *c, rill_consumer_stats *out);
 
 /**
+ * Fills `*out` with a consumer group's committed position on `topic`,
+ * whether or not a consumer of it is live: `lag` and `partitions` (the
+ * counters of a consumer's own life, `delivered` and `missed`, are 0).
+ * `RILL_ERR_NOT_FOUND` if the group never consumed the topic,
+ * `RILL_ERR_NO_SUCH_TOPIC` if there is no such topic.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `group` and `topic` NUL-terminated strings; `out`
+ * writable.
+ */
+rill_status rill_group_get_stats(rill_broker *b,
+                                 const char *group,
+                                 const char *topic,
+                                 rill_consumer_stats *out);
+
+/**
+ * Calls `each(user_data, lag)` for every partition of `topic` with the
+ * group's committed position and lag there; the struct and its `topic`
+ * are borrowed for that call only. Errors as `rill_group_get_stats`.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `group` and `topic` NUL-terminated strings; `each`
+ * a function safe to call with `user_data`.
+ */
+rill_status rill_group_partitions(rill_broker *b,
+                                  const char *group,
+                                  const char *topic,
+                                  rill_partition_lag_callback each,
+                                  void *user_data);
+
+/**
+ * Forgets consumer group `group`'s committed offsets on `topic`:
+ * `RILL_ERR_BUSY` while the group has a live consumer of it,
+ * `RILL_ERR_NOT_FOUND` if it has no offsets there.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `group` and `topic` NUL-terminated strings.
+ */
+rill_status rill_group_delete(rill_broker *b, const char *group, const char *topic);
+
+/**
+ * Calls `each(user_data, group, topic)` for every consumer group and topic
+ * the broker keeps committed offsets for (live consumer or not), sorted;
+ * the strings are borrowed for that call only. A snapshot; the callback
+ * may call any rill function.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `each` a function safe to call with `user_data`.
+ */
+rill_status rill_group_list(rill_broker *b, rill_group_callback each, void *user_data);
+
+/**
  * Number of partitions of the consumer's topic (0 if `c` is NULL).
  *
  * # Safety
@@ -1243,6 +1501,32 @@ uint32_t rill_consumer_partition_count(const rill_consumer *c);
  * `c` is NULL or a consumer from `rill_consumer_new` not yet freed.
  */
 void rill_consumer_free(rill_consumer *c);
+
+/**
+ * Sends the library's log records to `callback` (called with `user_data`,
+ * from any thread, concurrently), or stops sending them (`callback` NULL).
+ * By default there is no callback and nothing is logged anywhere. Records
+ * up to the level set with `rill_set_log_level` (default `RILL_LOG_INFO`)
+ * are passed. When the call returns, a replaced callback is never called
+ * again (calls of it in flight have finished), so its `user_data` may be
+ * freed. Returns `RILL_ERR_INVALID_ARGUMENT` when called from inside the
+ * callback, and `RILL_ERR_BUSY` if the process already has a logger for
+ * Rust's `log` facade (a Rust program linking rill logs through its own).
+ *
+ * # Safety
+ *
+ * `callback` is NULL or a function safe to call with `user_data` from any
+ * thread at any time until it is replaced.
+ */
+rill_status rill_set_log_callback(rill_log_callback callback, void *user_data);
+
+/**
+ * Sets the most detailed level passed to the log callback:
+ * `RILL_LOG_OFF` (0) passes nothing, `RILL_LOG_ERROR` (1) .. `RILL_LOG_TRACE`
+ * (5); other values are `RILL_ERR_INVALID_ARGUMENT`. May be called at any
+ * time, before or after `rill_set_log_callback`.
+ */
+rill_status rill_set_log_level(int32_t level);
 
 /**
  * Number of attributes of `m` (0 if `m` is NULL).
@@ -1399,6 +1683,57 @@ size_t rill_subscription_name(const rill_subscription *s, char *buf, size_t buf_
  * `s` is a live subscription; `buf` NULL or writable for `buf_len` bytes.
  */
 size_t rill_subscription_closed_reason(const rill_subscription *s, char *buf, size_t buf_len);
+
+/**
+ * Copies the subscription's last delivery problem (see `last_error` in
+ * `rill_subscription_stats`) into `buf` (truncated, NUL-terminated);
+ * returns its full length, 0 if there was none.
+ *
+ * # Safety
+ *
+ * `s` is a live subscription; `buf` NULL or writable for `buf_len` bytes.
+ */
+size_t rill_subscription_last_error(const rill_subscription *s, char *buf, size_t buf_len);
+
+/**
+ * Forgets a durable subscription's saved position, so the name starts
+ * afresh next time: `RILL_ERR_BUSY` while a subscription of that name is
+ * live, `RILL_ERR_NOT_FOUND` if none saved a position.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `name` a NUL-terminated string.
+ */
+rill_status rill_durable_delete(rill_broker *b, const char *name);
+
+/**
+ * Calls `each(user_data, stats)` once for every live subscription of the
+ * broker, in name order, with its full stats: the strings `name`, `pattern`
+ * and `last_error` are set, borrowed for that call only. A snapshot, taken
+ * before the first call; the callback may call any rill function
+ * (subscribing or freeing included), which the snapshot does not see.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `each` a function safe to call with `user_data`.
+ */
+rill_status rill_subscription_list(rill_broker *b,
+                                   rill_subscription_callback each,
+                                   void *user_data);
+
+/**
+ * Calls `each(user_data, lag)` for every partition the subscription reads
+ * (of every topic its pattern matched), with its position and lag; the
+ * struct and its `topic` are borrowed for that call only. A snapshot; the
+ * callback may call any rill function.
+ *
+ * # Safety
+ *
+ * `s` is a live subscription; `each` a function safe to call with `user_data`.
+ */
+rill_status rill_subscription_partitions(const rill_subscription *s,
+                                         rill_partition_lag_callback each,
+                                         void *user_data);
 
 /**
  * Unsubscribes and frees the subscription. Returns once no handler call of

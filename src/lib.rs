@@ -36,8 +36,8 @@ pub(crate) mod sync;
 pub use self::log::{Fsync, Record};
 pub use broker::{
     Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT,
-    DeliveryMode, Filter, GroupStats, LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow, Pattern, Polled,
-    Position, Publisher, RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState,
-    SubscriptionStats, TopicOptions, TopicStats,
+    DeadLetterCallback, DeliveryMode, Filter, GroupStats, LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow,
+    Pattern, Polled, Position, Publisher, RetryBackoff, StartPosition, Subscription, SubscriptionOptions,
+    SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
 };
 pub use error::{Error, ErrorKind, Result, panic_message};

@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -172,6 +173,7 @@ struct TopicOptions {
     uint64_t retention_bytes = 256ull << 20;  // 0: keep everything
     uint64_t retention_messages = 0;          // 0: no count limit
     uint64_t max_message_bytes = 0;           // 0: the default
+    uint64_t retention_ms = 0;                // 0: no age limit
 };
 
 /// Subscription behaviour; see rill_subscription_options.
@@ -193,6 +195,9 @@ struct SubscriptionOptions {
     /// Told (topic, partition, missed) when retention trimmed messages before
     /// the subscription read them; empty: none. Exceptions are swallowed.
     std::function<void(std::string_view, uint32_t, uint64_t)> on_lagged;
+    /// Told (message, reason) when a message is dead-lettered: the alert that
+    /// it failed for good; empty: none. Exceptions are swallowed.
+    std::function<void(const class Message &, std::string_view)> on_dead_letter;
 };
 
 using Handler = std::function<Ack(const Message &)>;
@@ -220,6 +225,96 @@ class Batch {
 };
 
 using BatchHandler = std::function<void(Batch &)>;
+
+/// Position and lag of one partition a subscription or consumer group reads.
+struct PartitionLag {
+    std::string topic;
+    uint32_t partition = 0;
+    /// Next offset to handle (a group's committed offset).
+    uint64_t position = 0;
+    /// One past the newest offset published.
+    uint64_t end = 0;
+    uint64_t lag = 0;
+};
+
+/// One live subscription as `Broker::subscriptions` lists it.
+struct SubscriptionInfo {
+    std::string name;
+    std::string pattern;
+    /// The handler's latest failure, or a dead letter that could not be published.
+    std::optional<std::string> last_error;
+    /// The counters (its string fields are NULL here: use the members above).
+    rill_subscription_stats counters;
+};
+
+namespace detail {
+/// Collects what a C listing callback hands over into `out`; an exception
+/// (out of memory) is kept and rethrown after the C call, never thrown
+/// through it.
+template <typename T> struct Collect {
+    std::vector<T> out;
+    std::exception_ptr error;
+    template <typename F> void add(F &&make) noexcept {
+        if (error) return;
+        try {
+            out.push_back(make());
+        } catch (...) {
+            error = std::current_exception();
+        }
+    }
+    std::vector<T> take(rill_status st) {
+        if (error) std::rethrow_exception(error);
+        check(st);
+        return std::move(out);
+    }
+};
+
+inline void collect_lag(void *user_data, const rill_partition_lag *p) noexcept {
+    static_cast<Collect<PartitionLag> *>(user_data)->add(
+        [p] { return PartitionLag{p->topic, p->partition, p->position, p->end, p->lag}; });
+}
+}  // namespace detail
+
+/// A log record's level, as rill.h numbers them.
+enum class LogLevel : int32_t {
+    Off = RILL_LOG_OFF,
+    Error = RILL_LOG_ERROR,
+    Warn = RILL_LOG_WARN,
+    Info = RILL_LOG_INFO,
+    Debug = RILL_LOG_DEBUG,
+    Trace = RILL_LOG_TRACE,
+};
+
+/// Receives the library's log records: (level, target, message).
+using LogCallback = std::function<void(LogLevel, std::string_view, std::string_view)>;
+
+namespace detail {
+inline void log_trampoline(void *user_data, int32_t level, const char *target, const char *message) noexcept {
+    try {
+        (*static_cast<LogCallback *>(user_data))(static_cast<LogLevel>(level), target, message);
+    } catch (...) {
+    }
+}
+}  // namespace detail
+
+/// Sends the library's log records to `callback` (empty: nowhere, the
+/// default). It runs on the thread that logged; see rill_set_log_callback.
+/// When this returns, a replaced callback is never called again (and is
+/// destroyed). Call it from one thread at a time, never from the callback.
+inline void set_log_callback(LogCallback callback) {
+    static LogCallback *current = nullptr;
+    LogCallback *next = callback ? new LogCallback(std::move(callback)) : nullptr;
+    rill_status st = rill_set_log_callback(next ? detail::log_trampoline : nullptr, next);
+    if (st != RILL_OK) {
+        delete next;
+        detail::check(st);
+    }
+    delete current;  // no call of it is in flight any more
+    current = next;
+}
+
+/// The most detailed level passed to the log callback (default Info).
+inline void set_log_level(LogLevel level) { detail::check(rill_set_log_level(static_cast<int32_t>(level))); }
 
 /// A live subscription; destroying it unsubscribes.
 class Subscription {
@@ -259,6 +354,18 @@ class Subscription {
         std::string r(rill_subscription_closed_reason(s_, nullptr, 0), '\0');
         rill_subscription_closed_reason(s_, r.data(), r.size() + 1);
         return r;
+    }
+    /// The handler's latest failure (empty if none): see `rill_subscription_last_error`.
+    std::string last_error() const {
+        std::string e(rill_subscription_last_error(s_, nullptr, 0), '\0');
+        rill_subscription_last_error(s_, e.data(), e.size() + 1);
+        return e;
+    }
+    /// Position and lag of every partition it reads.
+    std::vector<PartitionLag> partitions() const {
+        detail::Collect<PartitionLag> c;
+        rill_status st = rill_subscription_partitions(s_, detail::collect_lag, &c);
+        return c.take(st);
     }
     /// Unsubscribes now (the destructor does it otherwise).
     void close() noexcept {
@@ -311,6 +418,16 @@ class Consumer {
         return dead;
     }
     void seek(uint32_t partition, uint64_t offset) { detail::check(rill_consumer_seek(c_, partition, offset)); }
+    /// Moves to the first message published at or after `timestamp_ns`
+    /// (nanoseconds since the Unix epoch); see `rill_consumer_seek_time`.
+    void seek_to_time(uint32_t partition, int64_t timestamp_ns) {
+        detail::check(rill_consumer_seek_time(c_, partition, timestamp_ns));
+    }
+    /// The same with a point in time of the system clock.
+    void seek_to_time(uint32_t partition, std::chrono::system_clock::time_point when) {
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
+        seek_to_time(partition, static_cast<int64_t>(ns));
+    }
     void seek_to_beginning() { detail::check(rill_consumer_seek_to_beginning(c_)); }
     void seek_to_end() { detail::check(rill_consumer_seek_to_end(c_)); }
     void rollback() { detail::check(rill_consumer_rollback(c_)); }
@@ -364,10 +481,12 @@ struct Callbacks {
     Handler handler;
     BatchHandler batch_handler;
     std::function<void(std::string_view, uint32_t, uint64_t)> on_lagged;
+    std::function<void(const Message &, std::string_view)> on_dead_letter;
 };
 
 inline void destroy(void *user_data) noexcept { delete static_cast<Callbacks *>(user_data); }
 inline void lagged(void *user_data, const char *topic, uint32_t partition, uint64_t missed) noexcept;
+inline void dead_lettered(void *user_data, const rill_message *m, const char *reason) noexcept;
 
 // Calls the std::function; exceptions become a retry with their text.
 inline rill_ack trampoline(void *user_data, const rill_message *m) noexcept {
@@ -418,6 +537,16 @@ inline void to_c(const SubscriptionOptions &o, rill_subscription_options &c) {
     c.idle_spin_us = static_cast<uint64_t>(o.idle_spin.count());
     c.user_data_free = destroy;  // also runs if subscribing fails
     if (o.on_lagged) c.on_lagged = lagged;
+    if (o.on_dead_letter) c.on_dead_letter = dead_lettered;
+}
+
+// Calls on_dead_letter; nothing may cross back into C.
+inline void dead_lettered(void *user_data, const rill_message *m, const char *reason) noexcept {
+    auto *cb = static_cast<Callbacks *>(user_data);
+    try {
+        cb->on_dead_letter(Message(m), reason);
+    } catch (...) {
+    }
 }
 
 // Calls on_lagged; nothing may cross back into C.
@@ -495,6 +624,7 @@ class Broker {
         c.retention_bytes = o.retention_bytes;
         c.retention_messages = o.retention_messages;
         c.max_message_bytes = o.max_message_bytes;
+        c.retention_ms = o.retention_ms;
         detail::check(rill_topic_create(b_, detail::c_str(name, "topic name"), &c));
     }
 
@@ -540,7 +670,7 @@ class Broker {
         const char *pat = detail::c_str(pattern, "pattern");
         rill_subscription_options c;
         detail::to_c(o, c);
-        auto *user = new detail::Callbacks{std::move(handler), nullptr, o.on_lagged};
+        auto *user = new detail::Callbacks{std::move(handler), nullptr, o.on_lagged, o.on_dead_letter};
         rill_subscription *s = nullptr;
         detail::check(rill_subscribe(b_, pat, &c, detail::trampoline, user, &s));
         return Subscription(s);
@@ -553,7 +683,7 @@ class Broker {
         const char *pat = detail::c_str(pattern, "pattern");
         rill_subscription_options c;
         detail::to_c(o, c);
-        auto *user = new detail::Callbacks{nullptr, std::move(handler), o.on_lagged};
+        auto *user = new detail::Callbacks{nullptr, std::move(handler), o.on_lagged, o.on_dead_letter};
         rill_subscription *s = nullptr;
         detail::check(rill_subscribe_batch(b_, pat, &c, detail::batch_trampoline, user, &s));
         return Subscription(s);
@@ -581,6 +711,69 @@ class Broker {
         rill_topic_stats out;
         detail::check(rill_topic_get_stats(b_, detail::c_str(topic, "topic name"), &out));
         return out;
+    }
+
+    /// Deletes a topic (see `rill_topic_delete`); throws `RILL_ERR_NO_SUCH_TOPIC` if absent.
+    void delete_topic(const std::string &name) { detail::check(rill_topic_delete(b_, detail::c_str(name, "topic name"))); }
+
+    /// Forgets a durable subscription's saved position (`RILL_ERR_BUSY` while live,
+    /// `RILL_ERR_NOT_FOUND` if unknown).
+    void delete_durable(const std::string &name) {
+        detail::check(rill_durable_delete(b_, detail::c_str(name, "subscription name")));
+    }
+
+    /// Forgets a consumer group's offsets on `topic` (`RILL_ERR_BUSY` while it has
+    /// a live consumer, `RILL_ERR_NOT_FOUND` if unknown).
+    void delete_group(const std::string &group, const std::string &topic) {
+        detail::check(rill_group_delete(b_, detail::c_str(group, "consumer group"), detail::c_str(topic, "topic name")));
+    }
+
+    /// Every topic's name, sorted.
+    std::vector<std::string> topics() const {
+        detail::Collect<std::string> c;
+        rill_status st = rill_topic_list(b_, [](void *u, const char *name) noexcept {
+            static_cast<detail::Collect<std::string> *>(u)->add([name] { return std::string(name); });
+        }, &c);
+        return c.take(st);
+    }
+
+    /// Every live subscription, sorted by name.
+    std::vector<SubscriptionInfo> subscriptions() const {
+        detail::Collect<SubscriptionInfo> c;
+        rill_status st = rill_subscription_list(b_, [](void *u, const rill_subscription_stats *s) noexcept {
+            static_cast<detail::Collect<SubscriptionInfo> *>(u)->add([s] {
+                SubscriptionInfo info{s->name, s->pattern, std::nullopt, *s};
+                if (s->last_error) info.last_error = std::string(s->last_error);
+                info.counters.name = info.counters.pattern = info.counters.last_error = nullptr;
+                return info;
+            });
+        }, &c);
+        return c.take(st);
+    }
+
+    /// Every (group, topic) the broker keeps committed offsets for, sorted.
+    std::vector<std::pair<std::string, std::string>> groups() const {
+        using Pair = std::pair<std::string, std::string>;
+        detail::Collect<Pair> c;
+        rill_status st = rill_group_list(b_, [](void *u, const char *group, const char *topic) noexcept {
+            static_cast<detail::Collect<Pair> *>(u)->add([group, topic] { return Pair(group, topic); });
+        }, &c);
+        return c.take(st);
+    }
+
+    /// A group's lag on `topic` (live consumer or not).
+    rill_consumer_stats group_stats(const std::string &group, const std::string &topic) const {
+        rill_consumer_stats out;
+        detail::check(rill_group_get_stats(b_, detail::c_str(group, "consumer group"), detail::c_str(topic, "topic name"), &out));
+        return out;
+    }
+
+    /// A group's committed position and lag per partition of `topic`.
+    std::vector<PartitionLag> group_partitions(const std::string &group, const std::string &topic) const {
+        detail::Collect<PartitionLag> c;
+        rill_status st = rill_group_partitions(b_, detail::c_str(group, "consumer group"),
+                                               detail::c_str(topic, "topic name"), detail::collect_lag, &c);
+        return c.take(st);
     }
 
     /// Closes without freeing (the destructor frees).

@@ -102,6 +102,11 @@ pub struct rill_topic_options {
     /// Largest encoded message (24-byte header, key, attributes, payload); 0
     /// picks the default (1 MiB, or less with a small retention).
     pub max_message_bytes: u64,
+    /// Retention by age in milliseconds: a segment is trimmed once its newest
+    /// message is older (whole segments; with the byte and count limits,
+    /// whichever trims most), also while nobody publishes. 0: no age limit
+    /// (default).
+    pub retention_ms: u64,
 }
 
 /// One attribute of a message to publish: NUL-terminated UTF-8 strings.
@@ -291,6 +296,7 @@ unsafe impl OptionStruct for rill_topic_options {
             retention_bytes: d.retention_bytes.unwrap_or(0),
             retention_messages: d.retention_messages.unwrap_or(0),
             max_message_bytes: 0,
+            retention_ms: 0,
         }
     }
 }
@@ -318,6 +324,7 @@ pub(crate) fn topic_options(o: Option<&rill_topic_options>) -> Result<TopicOptio
             0 => None,
             n => Some(usize::try_from(n).map_err(|_| FfiError::invalid("max_message_bytes is too large"))?),
         };
+        t.retention_ms = (o.retention_ms > 0).then_some(o.retention_ms);
     }
     Ok(t)
 }
@@ -342,6 +349,60 @@ pub unsafe extern "C" fn rill_topic_create_v1(
         // SAFETY: the caller promises `o` is NULL or valid.
         let options = topic_options(unsafe { options::read(o) }?.as_ref())?;
         b.broker.create_topic(name, &options)?;
+        Ok(())
+    })
+}
+
+/// What `rill_topic_list` calls with each topic's name (borrowed for the call).
+pub type rill_topic_callback = Option<unsafe extern "C" fn(user_data: *mut c_void, name: *const c_char)>;
+
+/// Calls `each(user_data, name)` for every topic, in name order (the
+/// broker's own `$` topics, such as dead-letter topics, included); each name
+/// is borrowed for that call only. A snapshot, taken before the first call;
+/// the callback may call any rill function (creating topics included), which
+/// the snapshot does not see.
+///
+/// # Safety
+///
+/// `b` is a live broker; `each` a function safe to call with `user_data`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_topic_list(
+    b: *mut rill_broker,
+    each: rill_topic_callback,
+    user_data: *mut c_void,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promise, checked for NULL.
+        let b = unsafe { reference(b, "broker") }?;
+        let each = crate::util::callback(each, "each")?;
+        for name in b.broker.topics() {
+            let name = crate::util::c_string(&name);
+            // SAFETY: the caller's callback; `name` outlives the call.
+            unsafe { each(user_data, name.as_ptr()) };
+        }
+        Ok(())
+    })
+}
+
+/// Deletes a topic: `RILL_ERR_NO_SUCH_TOPIC` if there is none. Subscriptions
+/// naming exactly this topic are closed (`rill_subscription_closed_reason`
+/// says "topic deleted"); wildcard subscriptions stop reading it and go on
+/// with their other topics; publishers and consumers of it still alive fail
+/// with `RILL_ERR_NO_SUCH_TOPIC` (a blocked `rill_consumer_poll` wakes to
+/// say so); consumer groups' and durable subscriptions' positions in it are
+/// forgotten. Its memory is released once the last `rill_publisher` or
+/// `rill_consumer` of it is freed. A topic created again under the name
+/// starts at offset 0.
+///
+/// # Safety
+///
+/// `b` is a live broker; `name` a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_topic_delete(b: *mut rill_broker, name: *const c_char) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, name) = unsafe { (reference(b, "broker")?, cstr(name, "topic name")?) };
+        b.broker.delete_topic(name)?;
         Ok(())
     })
 }

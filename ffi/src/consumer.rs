@@ -1,16 +1,18 @@
 //! `rill_consumer`: pull consumers.
 
-use std::ffi::{CString, c_char};
+use std::ffi::{CString, c_char, c_void};
 use std::mem::size_of;
 use std::time::Duration;
 
-use rill::{Consumer, ConsumerOptions, ConsumerStart, DEFAULT_SESSION_TIMEOUT};
+use rill::{Consumer, ConsumerOptions, DEFAULT_SESSION_TIMEOUT};
 
 use crate::broker::rill_broker;
-use crate::error::{FfiError, boundary, boundary_value, rill_status};
+use crate::error::{boundary, boundary_value, rill_status};
 use crate::message::{MessageContext, c_message, rill_message};
 use crate::options::{self, OptionStruct};
-use crate::subscription::{RILL_START_EARLIEST, RILL_START_LATEST, RILL_START_OFFSET, rill_start};
+use crate::subscription::{
+    Lag, RILL_START_EARLIEST, each_lag, rill_partition_lag_callback, rill_start, start_position,
+};
 use crate::util::{cstr, out_ptr, reference, reference_mut, timeout, write_out};
 
 /// Where a new consumer group starts. Fill it with `rill_consumer_options_init`.
@@ -20,10 +22,11 @@ pub struct rill_consumer_options {
     /// Set by `rill_consumer_options_init`; do not change (see "Option structs").
     pub struct_size: u32,
     /// For partitions the group has no committed offset for:
-    /// `RILL_START_EARLIEST` (the default), `RILL_START_LATEST` or
-    /// `RILL_START_OFFSET`.
+    /// `RILL_START_EARLIEST` (the default), `RILL_START_LATEST`,
+    /// `RILL_START_OFFSET` or `RILL_START_TIME`.
     pub start: rill_start,
-    /// The offset for `RILL_START_OFFSET`.
+    /// The offset for `RILL_START_OFFSET`; the time in nanoseconds since the
+    /// Unix epoch for `RILL_START_TIME`.
     pub start_offset: u64,
     /// A member that has not polled for this many milliseconds (and is not
     /// inside `rill_consumer_poll`) is expelled from its group; the other
@@ -119,14 +122,7 @@ pub unsafe extern "C" fn rill_consumer_new_v1(
             0 => DEFAULT_SESSION_TIMEOUT,
             ms => Duration::from_millis(ms.into()),
         };
-        let start = match o.start {
-            RILL_START_EARLIEST => ConsumerStart::Earliest,
-            RILL_START_LATEST => ConsumerStart::Latest,
-            RILL_START_OFFSET => ConsumerStart::Offset(o.start_offset),
-            rill_start(other) => {
-                return Err(FfiError::invalid(format!("start {other} is not a RILL_START_* value")));
-            }
-        };
+        let start = start_position(o.start, o.start_offset)?;
         let dead_letter_topic = if o.dead_letter_topic.is_null() {
             None
         } else {
@@ -287,6 +283,31 @@ pub unsafe extern "C" fn rill_consumer_seek(c: *mut rill_consumer, partition: u3
     unsafe { moving(c, |c| c.seek(partition, offset)) }
 }
 
+/// Moves one partition to the first message published at or after
+/// `timestamp_ns` (nanoseconds since the Unix epoch; a negative time is
+/// before every message). A time before every retained message moves to the
+/// oldest one, a time after all of them to the end: never
+/// `RILL_ERR_OUT_OF_RANGE` (`RILL_ERR_NOT_FOUND` for a partition that does
+/// not exist). Two binary searches, over segments then records, not a scan.
+/// Publishers on several threads stamp messages just before they take their
+/// offsets, so neighbouring messages can be stamped out of order; the seek
+/// then lands where the stamps cross the time, within that disorder (see
+/// `Log::offset_at_time` in the Rust documentation).
+///
+/// # Safety
+///
+/// `c` is a live consumer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_seek_time(
+    c: *mut rill_consumer,
+    partition: u32,
+    timestamp_ns: i64,
+) -> rill_status {
+    let t = u64::try_from(timestamp_ns).unwrap_or(0);
+    // SAFETY: forwarded.
+    unsafe { moving(c, |c| c.seek_to_time(partition, t)) }
+}
+
 /// Moves every partition to its oldest retained message.
 ///
 /// # Safety
@@ -432,6 +453,120 @@ pub unsafe extern "C" fn rill_consumer_get_stats(
         };
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, stats) };
+        Ok(())
+    })
+}
+
+/// Fills `*out` with a consumer group's committed position on `topic`,
+/// whether or not a consumer of it is live: `lag` and `partitions` (the
+/// counters of a consumer's own life, `delivered` and `missed`, are 0).
+/// `RILL_ERR_NOT_FOUND` if the group never consumed the topic,
+/// `RILL_ERR_NO_SUCH_TOPIC` if there is no such topic.
+///
+/// # Safety
+///
+/// `b` is a live broker; `group` and `topic` NUL-terminated strings; `out`
+/// writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_group_get_stats(
+    b: *mut rill_broker,
+    group: *const c_char,
+    topic: *const c_char,
+    out: *mut rill_consumer_stats,
+) -> rill_status {
+    boundary(|| {
+        out_ptr(out, "out")?;
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, group, topic) = unsafe { (reference(b, "broker")?, cstr(group, "group")?, cstr(topic, "topic")?) };
+        let s = b.broker.group_stats(group, topic)?;
+        let stats = rill_consumer_stats { delivered: 0, missed: 0, lag: s.lag, partitions: s.partitions.len() as u32 };
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, stats) };
+        Ok(())
+    })
+}
+
+/// Calls `each(user_data, lag)` for every partition of `topic` with the
+/// group's committed position and lag there; the struct and its `topic`
+/// are borrowed for that call only. Errors as `rill_group_get_stats`.
+///
+/// # Safety
+///
+/// `b` is a live broker; `group` and `topic` NUL-terminated strings; `each`
+/// a function safe to call with `user_data`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_group_partitions(
+    b: *mut rill_broker,
+    group: *const c_char,
+    topic: *const c_char,
+    each: rill_partition_lag_callback,
+    user_data: *mut c_void,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, group, topic) = unsafe { (reference(b, "broker")?, cstr(group, "group")?, cstr(topic, "topic")?) };
+        let each = crate::util::callback(each, "each")?;
+        let s = b.broker.group_stats(group, topic)?;
+        let lags = s.partitions.iter().map(|p| Lag {
+            topic: &s.topic,
+            partition: p.partition,
+            position: p.position,
+            end: p.end,
+            lag: p.lag,
+        });
+        each_lag(lags, each, user_data);
+        Ok(())
+    })
+}
+
+/// Forgets consumer group `group`'s committed offsets on `topic`:
+/// `RILL_ERR_BUSY` while the group has a live consumer of it,
+/// `RILL_ERR_NOT_FOUND` if it has no offsets there.
+///
+/// # Safety
+///
+/// `b` is a live broker; `group` and `topic` NUL-terminated strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_group_delete(
+    b: *mut rill_broker,
+    group: *const c_char,
+    topic: *const c_char,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, group, topic) = unsafe { (reference(b, "broker")?, cstr(group, "group")?, cstr(topic, "topic")?) };
+        b.broker.delete_group(group, topic)?;
+        Ok(())
+    })
+}
+
+/// What `rill_group_list` calls with each group and topic (borrowed for the call).
+pub type rill_group_callback =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, group: *const c_char, topic: *const c_char)>;
+
+/// Calls `each(user_data, group, topic)` for every consumer group and topic
+/// the broker keeps committed offsets for (live consumer or not), sorted;
+/// the strings are borrowed for that call only. A snapshot; the callback
+/// may call any rill function.
+///
+/// # Safety
+///
+/// `b` is a live broker; `each` a function safe to call with `user_data`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_group_list(
+    b: *mut rill_broker,
+    each: rill_group_callback,
+    user_data: *mut c_void,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promise, checked for NULL.
+        let b = unsafe { reference(b, "broker") }?;
+        let each = crate::util::callback(each, "each")?;
+        for (group, topic) in b.broker.groups() {
+            let (group, topic) = (crate::util::c_string(&group), crate::util::c_string(&topic));
+            // SAFETY: the caller's callback; both strings outlive the call.
+            unsafe { each(user_data, group.as_ptr(), topic.as_ptr()) };
+        }
         Ok(())
     })
 }

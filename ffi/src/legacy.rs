@@ -104,8 +104,15 @@ impl Legacy for rill_broker_options_v0_1 {
 impl Legacy for rill_topic_options_v0_1 {
     type Current = rill_topic_options;
     fn from_current(c: rill_topic_options) -> Self {
-        let rill_topic_options { struct_size: _, partitions, retention_bytes, retention_messages, max_message_bytes } =
-            c;
+        // rill 0.1 had no age limit: a newer field is simply not seen.
+        let rill_topic_options {
+            struct_size: _,
+            partitions,
+            retention_bytes,
+            retention_messages,
+            max_message_bytes,
+            retention_ms: _,
+        } = c;
         Self { partitions, retention_bytes, retention_messages, max_message_bytes }
     }
     fn to_current(self) -> rill_topic_options {
@@ -116,6 +123,7 @@ impl Legacy for rill_topic_options_v0_1 {
             retention_bytes,
             retention_messages,
             max_message_bytes,
+            retention_ms: 0,
         }
     }
 }
@@ -180,7 +188,10 @@ impl Legacy for rill_subscription_options_v0_1 {
     fn to_current(self) -> rill_subscription_options {
         subscription_fields!(
             self,
-            rill_subscription_options { struct_size: size_of::<rill_subscription_options>() as u32 }
+            rill_subscription_options {
+                struct_size: size_of::<rill_subscription_options>() as u32,
+                on_dead_letter: None
+            }
         )
     }
 }

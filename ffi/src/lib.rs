@@ -18,6 +18,7 @@ mod broker;
 mod consumer;
 mod error;
 mod legacy;
+mod logging;
 mod message;
 #[cfg(feature = "nats")]
 mod nats;
@@ -30,6 +31,7 @@ use std::ffi::c_char;
 pub use broker::*;
 pub use consumer::*;
 pub use error::rill_status;
+pub use logging::*;
 pub use message::*;
 #[cfg(feature = "nats")]
 pub use nats::*;

@@ -39,6 +39,21 @@ pub const RILL_START_LATEST: rill_start = rill_start(0);
 pub const RILL_START_EARLIEST: rill_start = rill_start(1);
 /// `start_offset`, in every partition (must be retained).
 pub const RILL_START_OFFSET: rill_start = rill_start(2);
+/// In every partition, the first message published at or after the time in
+/// `start_offset`, read as nanoseconds since the Unix epoch (see
+/// `rill_consumer_seek_time`); a time after every message is the end.
+pub const RILL_START_TIME: rill_start = rill_start(3);
+
+/// The start a C program chose, checked.
+pub(crate) fn start_position(start: rill_start, start_offset: u64) -> Result<StartPosition, FfiError> {
+    Ok(match start {
+        RILL_START_LATEST => StartPosition::Latest,
+        RILL_START_EARLIEST => StartPosition::Earliest,
+        RILL_START_OFFSET => StartPosition::Offset(start_offset),
+        RILL_START_TIME => StartPosition::Time(start_offset),
+        rill_start(other) => return Err(FfiError::invalid(format!("start {other} is not a RILL_START_* value"))),
+    })
+}
 
 /// When a message counts as handled: one of the `RILL_DELIVERY_*` constants.
 #[repr(transparent)]
@@ -100,6 +115,16 @@ pub type rill_destructor = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
 pub type rill_lag_callback =
     Option<unsafe extern "C" fn(user_data: *mut c_void, topic: *const c_char, partition: u32, missed: u64)>;
 
+/// Told that `message` was dead-lettered (published to the dead-letter
+/// topic, or dropped if even that failed; the stats' last error then says
+/// why), and why (`reason`, NUL-terminated): the alert that a message failed
+/// for good. Called once per dead letter on the draining thread, with the
+/// subscription's `user_data`; `message` (its bytes, attributes and topic)
+/// and `reason` are valid during the call only. Same re-entrancy rules as
+/// `rill_handler`.
+pub type rill_dead_letter_callback =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, message: *const rill_message, reason: *const c_char)>;
+
 /// How a subscription behaves. Fill it with `rill_subscription_options_init`.
 /// Strings are copied during `rill_subscribe`.
 #[repr(C)]
@@ -117,9 +142,11 @@ pub struct rill_subscription_options {
     pub name: *const c_char,
     /// An attribute filter in Pub/Sub syntax (NULL: deliver everything).
     pub filter: *const c_char,
-    /// `RILL_START_LATEST` (default), `RILL_START_EARLIEST` or `RILL_START_OFFSET`.
+    /// `RILL_START_LATEST` (default), `RILL_START_EARLIEST`,
+    /// `RILL_START_OFFSET` or `RILL_START_TIME`.
     pub start: rill_start,
-    /// The offset for `RILL_START_OFFSET`.
+    /// The offset for `RILL_START_OFFSET`; the time in nanoseconds since the
+    /// Unix epoch for `RILL_START_TIME`.
     pub start_offset: u64,
     /// `RILL_DELIVERY_AT_LEAST_ONCE` (default) or `RILL_DELIVERY_AT_MOST_ONCE`.
     pub delivery: rill_delivery,
@@ -157,6 +184,9 @@ pub struct rill_subscription_options {
     /// Called when retention overtook the subscription (NULL: none; the
     /// `missed` count in the stats is kept either way).
     pub on_lagged: rill_lag_callback,
+    /// Called when a message is dead-lettered, with the message and the
+    /// reason: the alert that something failed for good (NULL: none).
+    pub on_dead_letter: rill_dead_letter_callback,
 }
 
 // SAFETY: repr(C), leading u32 struct_size; pointers, integers, a double,
@@ -185,6 +215,7 @@ unsafe impl OptionStruct for rill_subscription_options {
             user_data_free: None,
             idle_spin_us: 0,
             on_lagged: None,
+            on_dead_letter: None,
         }
     }
 }
@@ -211,12 +242,7 @@ unsafe fn subscription_options(o: &rill_subscription_options) -> Result<Subscrip
     let (name, filter, dlq) = unsafe {
         (opt_cstr(o.name, "name")?, opt_cstr(o.filter, "filter")?, opt_cstr(o.dead_letter_topic, "dead_letter_topic")?)
     };
-    let start = match o.start {
-        RILL_START_LATEST => StartPosition::Latest,
-        RILL_START_EARLIEST => StartPosition::Earliest,
-        RILL_START_OFFSET => StartPosition::Offset(o.start_offset),
-        rill_start(other) => return Err(FfiError::invalid(format!("start {other} is not a RILL_START_* value"))),
-    };
+    let start = start_position(o.start, o.start_offset)?;
     let delivery = match o.delivery {
         RILL_DELIVERY_AT_LEAST_ONCE => DeliveryMode::AtLeastOnce,
         RILL_DELIVERY_AT_MOST_ONCE => DeliveryMode::AtMostOnce,
@@ -249,6 +275,7 @@ unsafe fn subscription_options(o: &rill_subscription_options) -> Result<Subscrip
         dedicated_thread: o.dedicated_thread,
         idle_spin: (o.idle_spin_us > 0).then(|| Duration::from_micros(o.idle_spin_us)),
         on_lagged: None,
+        on_dead_letter: None,
     })
 }
 
@@ -403,6 +430,9 @@ unsafe fn subscribe_with(
         if let Some(cb) = o.as_ref().and_then(|o| o.on_lagged) {
             options.on_lagged = Some(lag_trampoline(cb, user.clone()));
         }
+        if let Some(cb) = o.as_ref().and_then(|o| o.on_dead_letter) {
+            options.on_dead_letter = Some(dead_letter_trampoline(cb, user.clone()));
+        }
         let sub = subscribe(&b.broker, pattern, options, user)?;
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, Box::into_raw(Box::new(rill_subscription { sub }))) };
@@ -448,6 +478,25 @@ fn lag_trampoline(
         // SAFETY: the C callback, called as `rill_lag_callback`'s contract
         // allows; `name` outlives the call.
         unsafe { cb(user.get(), name.as_ptr(), partition, missed) }
+    })
+}
+
+/// The Rust dead-letter callback that calls a C one.
+fn dead_letter_trampoline(
+    cb: unsafe extern "C" fn(*mut c_void, *const rill_message, *const c_char),
+    user: Arc<UserData>,
+) -> rill::DeadLetterCallback {
+    Arc::new(move |m: &Message<'_>, reason: &str| {
+        let topic = CString::new(m.topic()).expect("topic names have no NUL");
+        let reason = crate::util::c_string(reason);
+        // SAFETY: the context lives in this frame for the duration of the
+        // call, within the borrow of the message.
+        let ctx = unsafe { MessageContext::new(m.record(), Some(m)) };
+        let msg = c_message(&topic, m.partition(), m.attempt(), &ctx);
+        // SAFETY: the C callback, called as `rill_dead_letter_callback`'s
+        // contract allows; the message, its context and both strings outlive
+        // the call.
+        unsafe { cb(user.get(), &msg, reason.as_ptr()) }
     })
 }
 
@@ -572,6 +621,49 @@ pub struct rill_subscription_stats {
     pub partitions: u32,
     /// Its state.
     pub state: rill_subscription_state,
+    /// Its name (generated for anonymous subscriptions). Set by
+    /// `rill_subscription_list`, borrowed for the callback only (copy it to
+    /// keep it); NULL from `rill_subscription_get_stats` (use
+    /// `rill_subscription_name`).
+    pub name: *const c_char,
+    /// The pattern it subscribed with. Borrowed like `name`; NULL from
+    /// `rill_subscription_get_stats`.
+    pub pattern: *const c_char,
+    /// The last delivery problem: the handler's latest failure (retry,
+    /// dead letter, or a crash of a Rust or Python handler, with the
+    /// message's topic, partition, offset and the reason), or a dead letter
+    /// that could not be published; NULL if there was none. Borrowed like
+    /// `name`; NULL from `rill_subscription_get_stats` (use
+    /// `rill_subscription_last_error`, which copies it into your buffer: the
+    /// text can change at any moment, so a pointer into it could not stay
+    /// valid after the call).
+    pub last_error: *const c_char,
+}
+
+impl rill_subscription_stats {
+    /// The counters of `st`, with the three strings NULL.
+    fn counters(st: &rill::SubscriptionStats) -> rill_subscription_stats {
+        rill_subscription_stats {
+            delivered: st.delivered,
+            acked: st.acked,
+            retried: st.retried,
+            dead_lettered: st.dead_lettered,
+            filtered: st.filtered,
+            dropped: st.dropped,
+            missed: st.missed,
+            lag: st.lag,
+            partitions: st.partitions.len() as u32,
+            state: match st.state {
+                rill::SubscriptionState::Idle => RILL_SUBSCRIPTION_IDLE,
+                rill::SubscriptionState::Active => RILL_SUBSCRIPTION_ACTIVE,
+                rill::SubscriptionState::Backoff => RILL_SUBSCRIPTION_BACKOFF,
+                rill::SubscriptionState::Closed => RILL_SUBSCRIPTION_CLOSED,
+            },
+            name: std::ptr::null(),
+            pattern: std::ptr::null(),
+            last_error: std::ptr::null(),
+        }
+    }
 }
 
 /// Fills `*out` with the subscription's counters. Works on a closed
@@ -589,24 +681,7 @@ pub unsafe extern "C" fn rill_subscription_get_stats(
         out_ptr(out, "out")?;
         // SAFETY: the caller's promise, checked for NULL.
         let s = unsafe { reference(s, "subscription") }?;
-        let st = s.sub.stats();
-        let stats = rill_subscription_stats {
-            delivered: st.delivered,
-            acked: st.acked,
-            retried: st.retried,
-            dead_lettered: st.dead_lettered,
-            filtered: st.filtered,
-            dropped: st.dropped,
-            missed: st.missed,
-            lag: st.lag,
-            partitions: st.partitions.len() as u32,
-            state: match st.state {
-                rill::SubscriptionState::Idle => RILL_SUBSCRIPTION_IDLE,
-                rill::SubscriptionState::Active => RILL_SUBSCRIPTION_ACTIVE,
-                rill::SubscriptionState::Backoff => RILL_SUBSCRIPTION_BACKOFF,
-                rill::SubscriptionState::Closed => RILL_SUBSCRIPTION_CLOSED,
-            },
-        };
+        let stats = rill_subscription_stats::counters(&s.sub.stats());
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, stats) };
         Ok(())
@@ -649,6 +724,165 @@ pub unsafe extern "C" fn rill_subscription_closed_reason(
     boundary_value(0, || match unsafe { s.as_ref() } {
         Some(s) => crate::util::copy_str(s.sub.stats().closed_reason.as_deref().unwrap_or(""), buf, buf_len),
         None => 0,
+    })
+}
+
+/// Copies the subscription's last delivery problem (see `last_error` in
+/// `rill_subscription_stats`) into `buf` (truncated, NUL-terminated);
+/// returns its full length, 0 if there was none.
+///
+/// # Safety
+///
+/// `s` is a live subscription; `buf` NULL or writable for `buf_len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_last_error(
+    s: *const rill_subscription,
+    buf: *mut c_char,
+    buf_len: usize,
+) -> usize {
+    // SAFETY: forwarded.
+    boundary_value(0, || match unsafe { s.as_ref() } {
+        Some(s) => crate::util::copy_str(s.sub.stats().last_error.as_deref().unwrap_or(""), buf, buf_len),
+        None => 0,
+    })
+}
+
+/// Forgets a durable subscription's saved position, so the name starts
+/// afresh next time: `RILL_ERR_BUSY` while a subscription of that name is
+/// live, `RILL_ERR_NOT_FOUND` if none saved a position.
+///
+/// # Safety
+///
+/// `b` is a live broker; `name` a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_durable_delete(b: *mut rill_broker, name: *const c_char) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, name) = unsafe { (reference(b, "broker")?, cstr(name, "subscription name")?) };
+        b.broker.delete_durable(name)?;
+        Ok(())
+    })
+}
+
+/// What `rill_subscription_list` calls with each subscription's stats
+/// (borrowed for the call, strings included).
+pub type rill_subscription_callback =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, stats: *const rill_subscription_stats)>;
+
+/// Calls `each(user_data, stats)` once for every live subscription of the
+/// broker, in name order, with its full stats: the strings `name`, `pattern`
+/// and `last_error` are set, borrowed for that call only. A snapshot, taken
+/// before the first call; the callback may call any rill function
+/// (subscribing or freeing included), which the snapshot does not see.
+///
+/// # Safety
+///
+/// `b` is a live broker; `each` a function safe to call with `user_data`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_list(
+    b: *mut rill_broker,
+    each: rill_subscription_callback,
+    user_data: *mut c_void,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promise, checked for NULL.
+        let b = unsafe { reference(b, "broker") }?;
+        let each = crate::util::callback(each, "each")?;
+        for st in b.broker.subscriptions() {
+            let name = crate::util::c_string(&st.name);
+            let pattern = crate::util::c_string(&st.pattern);
+            let last_error = st.last_error.as_deref().map(crate::util::c_string);
+            let mut c = rill_subscription_stats::counters(&st);
+            c.name = name.as_ptr();
+            c.pattern = pattern.as_ptr();
+            c.last_error = last_error.as_ref().map_or(std::ptr::null(), |e| e.as_ptr());
+            // SAFETY: the caller's callback; every pointer in `c` outlives the call.
+            unsafe { each(user_data, &c) };
+        }
+        Ok(())
+    })
+}
+
+/// Position and lag of one partition a subscription or a consumer group
+/// reads, handed to a callback.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rill_partition_lag {
+    /// The topic's name, borrowed for the callback only.
+    pub topic: *const c_char,
+    /// Partition index.
+    pub partition: u32,
+    /// Next offset to handle: a subscription's position, or a group's
+    /// committed offset (the oldest retained one while it has committed none).
+    pub position: u64,
+    /// One past the newest offset published.
+    pub end: u64,
+    /// `end - position`.
+    pub lag: u64,
+}
+
+/// What `rill_subscription_partitions` and `rill_group_partitions` call with
+/// each partition's lag (borrowed for the call, `topic` included).
+pub type rill_partition_lag_callback =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, lag: *const rill_partition_lag)>;
+
+/// One partition's lag as the callback gets it (the topic as a Rust string).
+pub(crate) struct Lag<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) partition: u32,
+    pub(crate) position: u64,
+    pub(crate) end: u64,
+    pub(crate) lag: u64,
+}
+
+/// Calls `each(user_data, lag)` for every partition in `lags`.
+pub(crate) fn each_lag<'a>(
+    lags: impl Iterator<Item = Lag<'a>>,
+    each: unsafe extern "C" fn(*mut c_void, *const rill_partition_lag),
+    user_data: *mut c_void,
+) {
+    for l in lags {
+        let topic = crate::util::c_string(l.topic);
+        let c = rill_partition_lag {
+            topic: topic.as_ptr(),
+            partition: l.partition,
+            position: l.position,
+            end: l.end,
+            lag: l.lag,
+        };
+        // SAFETY: the exported caller's callback; `topic` outlives the call.
+        unsafe { each(user_data, &c) };
+    }
+}
+
+/// Calls `each(user_data, lag)` for every partition the subscription reads
+/// (of every topic its pattern matched), with its position and lag; the
+/// struct and its `topic` are borrowed for that call only. A snapshot; the
+/// callback may call any rill function.
+///
+/// # Safety
+///
+/// `s` is a live subscription; `each` a function safe to call with `user_data`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_partitions(
+    s: *const rill_subscription,
+    each: rill_partition_lag_callback,
+    user_data: *mut c_void,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promise, checked for NULL.
+        let s = unsafe { reference(s, "subscription") }?;
+        let each = crate::util::callback(each, "each")?;
+        let st = s.sub.stats();
+        let lags = st.partitions.iter().map(|p| Lag {
+            topic: &p.topic,
+            partition: p.partition,
+            position: p.position,
+            end: p.end,
+            lag: p.lag,
+        });
+        each_lag(lags, each, user_data);
+        Ok(())
     })
 }
 

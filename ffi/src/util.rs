@@ -1,6 +1,6 @@
 //! Checked conversions of what C hands us: pointers, strings, byte ranges.
 
-use std::ffi::{CStr, c_char, c_void};
+use std::ffi::{CStr, CString, c_char, c_void};
 
 use crate::error::FfiError;
 
@@ -111,4 +111,16 @@ pub(crate) fn copy_str(s: &str, buf: *mut c_char, buf_len: usize) -> usize {
         }
     }
     bytes.len()
+}
+
+/// `s` as a C string for a callback to borrow. Names never hold a NUL (they
+/// are validated); free text (an error reason a handler gave) might, and
+/// each NUL becomes U+FFFD rather than cutting the text short.
+pub(crate) fn c_string(s: &str) -> CString {
+    CString::new(s.replace('\0', "\u{fffd}")).expect("no NUL is left")
+}
+
+/// Checks a required callback before any work is done.
+pub(crate) fn callback<F>(f: Option<F>, what: &str) -> Result<F, FfiError> {
+    f.ok_or_else(|| FfiError::null(what))
 }

@@ -22,6 +22,8 @@ mod consumer;
 mod error;
 #[path = "../../ffi/src/legacy.rs"]
 mod legacy;
+#[path = "../../ffi/src/logging.rs"]
+mod logging;
 #[path = "../../ffi/src/message.rs"]
 mod message;
 #[path = "../../ffi/src/options.rs"]
@@ -147,6 +149,22 @@ unsafe extern "C" fn batch_handler(ctx: *mut c_void, ms: *const rill_message, n:
         *acks.add(i) = handle(ctx, ms.add(i));
     }
     n
+}
+
+unsafe extern "C" fn each_name(_: *mut c_void, name: *const c_char) {
+    assert!(!name.is_null());
+}
+
+unsafe extern "C" fn each_sub(_: *mut c_void, s: *const rill_subscription_stats) {
+    assert!(!(*s).name.is_null() && !(*s).pattern.is_null());
+}
+
+unsafe extern "C" fn each_group(_: *mut c_void, group: *const c_char, topic: *const c_char) {
+    assert!(!group.is_null() && !topic.is_null());
+}
+
+unsafe extern "C" fn each_lag(_: *mut c_void, lag: *const rill_partition_lag) {
+    assert_eq!((*lag).lag, (*lag).end.saturating_sub((*lag).position));
 }
 
 unsafe extern "C" fn free_ctx(ctx: *mut c_void) {
@@ -304,10 +322,42 @@ impl World {
                     rill_publisher_free(self.publishers.swap_remove(i));
                 }
             }
-            14 => {
-                let mut st = std::mem::zeroed::<rill_topic_stats>();
-                check(rill_topic_get_stats(broker, b.name(TOPICS).as_ptr(), &mut st));
-            }
+            14 => match b.byte().unwrap_or(0) % 6 {
+                0 => {
+                    let mut st = std::mem::zeroed::<rill_topic_stats>();
+                    check(rill_topic_get_stats(broker, b.name(TOPICS).as_ptr(), &mut st));
+                }
+                // Operating the broker while everything else goes on.
+                1 => check(rill_topic_delete(broker, b.name(TOPICS).as_ptr())),
+                2 => {
+                    check(rill_topic_list(broker, Some(each_name), ptr::null_mut()));
+                    check(rill_subscription_list(broker, Some(each_sub), ptr::null_mut()));
+                    check(rill_group_list(broker, Some(each_group), ptr::null_mut()));
+                    check(rill_group_partitions(
+                        broker,
+                        b.name(GROUPS).as_ptr(),
+                        b.name(TOPICS).as_ptr(),
+                        Some(each_lag),
+                        ptr::null_mut(),
+                    ));
+                }
+                3 => {
+                    check(rill_durable_delete(broker, b.name(&["d1", "d2", "x/y"]).as_ptr()));
+                    check(rill_group_delete(broker, b.name(GROUPS).as_ptr(), b.name(TOPICS).as_ptr()));
+                }
+                4 => {
+                    if let Some(&c) = self.consumers.get(b.byte().unwrap_or(0) as usize % self.consumers.len().max(1)) {
+                        let t = (b.byte().unwrap_or(0) as i64 - 128) << 56;
+                        check(rill_consumer_seek_time(c, b.byte().unwrap_or(0) as u32 % 2, t));
+                    }
+                }
+                _ => {
+                    let mut o = std::mem::zeroed::<rill_topic_options>();
+                    rill_topic_options_init_v1(&mut o, std::mem::size_of_val(&o));
+                    o.retention_ms = 1 + b.byte().unwrap_or(0) as u64 % 3;
+                    check(rill_topic_create_v1(broker, b.name(TOPICS).as_ptr(), &o));
+                }
+            },
             _ => {
                 if b.one_in(8) {
                     rill_broker_close(broker);

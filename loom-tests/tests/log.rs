@@ -70,6 +70,33 @@ fn concurrent_appends_across_a_rollover_are_dense_and_intact() {
     });
 }
 
+/// The early seal of the age limit (`Log::expire`, as if everything had
+/// expired) races a publisher appending across a rollover. The seal is made
+/// by a reservation that is never granted, so whichever of the two overfills
+/// the segment first seals it and rolls; the other waits for that roll.
+/// Offsets stay dense, every record reads back intact, and nothing hangs.
+#[test]
+fn an_early_seal_for_the_age_limit_races_a_publisher() {
+    model(|| {
+        // An age limit of about 31 years: by the wall clock nothing expires
+        // (a model must not depend on it: loom replays executions), while
+        // `expire_as_of(u64::MAX)` sees everything expired.
+        let config =
+            LogConfig { segment_bytes: Some(SEGMENT), retention_ms: Some(1_000_000_000_000), ..LogConfig::default() };
+        let log = Arc::new(Log::new(&config).unwrap());
+        append(&log, 10);
+        let l = log.clone();
+        let t = thread::spawn(move || (append(&l, 11), append(&l, 12)));
+        log.expire_as_of(u64::MAX).unwrap();
+        let (a, b) = t.join().unwrap();
+        assert_eq!((a, b), (1, 2), "one publisher: dense offsets after the first");
+
+        let (seen, missed) = read_until(&mut log.cursor_from_first(), 3);
+        assert_eq!(missed, 0);
+        assert_eq!(seen, vec![(0, 10), (1, 11), (2, 12)]);
+    });
+}
+
 /// A reader follows two publishers. When the later offset commits first, the
 /// reader must wait at the earlier one (never skip it), and it must never see
 /// a record's bytes before they are complete.

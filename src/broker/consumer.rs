@@ -395,6 +395,9 @@ impl Consumer {
         if self.core.is_closed() || self.host.is_closed() {
             return Err(Error::Closed(format!("consumer {:?} of {:?} is closed", self.core.group, self.topic())));
         }
+        if self.core.topic.is_deleted() {
+            return Err(self.core.topic.deleted_error());
+        }
         Ok(())
     }
 
@@ -445,6 +448,7 @@ impl Consumer {
                     // Checked retained in `new`; if trimmed since, the first
                     // read reports what was missed.
                     (None, ConsumerStart::Offset(o)) => log.cursor_resuming(o),
+                    (None, ConsumerStart::Time(t)) => log.cursor_resuming(log.offset_at_time(t)),
                 };
                 let base = cursor.offset();
                 *slot = Some(Part { cursor, base, missed: 0 });
@@ -569,6 +573,7 @@ impl Consumer {
             let ready = core.waiters.wait_until(Some(deadline.min(self.next_check)), || {
                 core.is_closed()
                     || host.is_closed()
+                    || core.topic.is_deleted()
                     // Acquire: as in `sync`.
                     || core.generation.load(Ordering::Acquire) != generation
                     || parts.iter_mut().flatten().any(Part::ready)
@@ -697,6 +702,27 @@ impl Consumer {
         self.check_open()?;
         self.sync()?;
         self.owned_mut(partition)?.cursor.seek(offset)
+    }
+
+    /// Moves one partition's position to the first message published at or
+    /// after `timestamp_ns` (nanoseconds since the Unix epoch): see
+    /// [`Log::offset_at_time`](crate::log::Log::offset_at_time) for what
+    /// "first" means when messages were stamped out of order. A time before
+    /// every retained message moves to the oldest one, a time after all of
+    /// them to the end (never `OutOfRange`). `O(log segments + log records
+    /// in one segment)`.
+    pub fn seek_to_time(&mut self, partition: u32, timestamp_ns: u64) -> Result<()> {
+        self.check_open()?;
+        self.sync()?;
+        let log = &self.core.topic.partitions.get(partition as usize).ok_or_else(|| self.no_partition(partition))?.log;
+        let offset = log.offset_at_time(timestamp_ns);
+        let cursor = &mut self.owned_mut(partition)?.cursor;
+        if cursor.seek(offset).is_err() {
+            // Retention trimmed it in the meantime: the oldest retained
+            // message is the first one at or after the time now.
+            cursor.seek_to_first();
+        }
+        Ok(())
     }
 
     /// Moves every partition it owns to its oldest retained message.

@@ -17,7 +17,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use super::consumer::{Assignment, ConsumerCore, GroupHost};
-use super::dispatch::{Timer, WorkerPool};
+use super::dispatch::{Job, Timer, WorkerPool};
 use super::flusher::Flusher;
 use super::group::Group;
 use super::names::{self, Pattern};
@@ -26,9 +26,9 @@ use super::subscription::{
     BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, StartPosition, SubCore, SubEnv, Subscription,
     SubscriptionOptions,
 };
-use super::topic::{Topic, TopicOptions, Wait};
+use super::topic::{Partition, Topic, TopicOptions, Wait};
 use crate::error::{Error, Result};
-use crate::log::Fsync;
+use crate::log::{Fsync, Log, LogConfig, MIN_SEGMENT_BYTES};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Arc, Mutex, Name};
 
@@ -108,6 +108,40 @@ pub(crate) struct BrokerInner {
     pub(super) store: Mutex<Option<Arc<Store>>>,
     /// Syncs and saves offsets every interval (with a data directory).
     pub(super) flusher: Mutex<Option<Flusher>>,
+    /// The timer that applies topics' age limits, started with the first
+    /// topic that has one (most brokers never need its thread).
+    pub(super) expiry: Mutex<Option<Arc<Timer<Expire>>>>,
+}
+
+/// A timer job: applies a topic's age limit (`retention_ms`) to its
+/// partitions, then comes back after `every`, until the topic is deleted or
+/// the broker closes (which stops the timer and drops the job).
+pub(super) struct Expire {
+    topic: Arc<Topic>,
+    every: Duration,
+    timer: Arc<Timer<Expire>>,
+}
+
+impl Job for Expire {
+    fn run(self) {
+        if self.topic.is_deleted() {
+            return;
+        }
+        for p in self.topic.partitions.iter() {
+            // A segment that cannot be mapped now (out of memory) leaves the
+            // partition as it is; the next round tries again.
+            let _ = p.log.expire();
+        }
+        let (timer, every) = (self.timer.clone(), self.every);
+        timer.schedule(every, self);
+    }
+}
+
+/// How often a topic's age limit is applied: a quarter of the limit (so a
+/// message outlives it by at most a quarter more plus a segment's worth),
+/// at least every millisecond and at most every second.
+fn expiry_period(retention_ms: u64) -> Duration {
+    Duration::from_millis((retention_ms / 4).clamp(1, 1000))
 }
 
 impl BrokerInner {
@@ -166,11 +200,19 @@ impl BrokerInner {
         if self.topics.load().contains_key(name) {
             return Err(Error::TopicExists(name.to_owned()));
         }
+        // The age limit's timer first: failing to start it creates nothing.
+        let expiry = match options.retention_ms.filter(|&ms| ms > 0) {
+            Some(ms) => Some((self.expiry_timer()?, expiry_period(ms))),
+            None => None,
+        };
         let topic = Arc::new(match self.store() {
             None => Topic::new(name, options)?,
             Some(store) => store
                 .add_topic(name, options, |dir| Topic::open(name, options, dir, store.fsync(), self.config.repair))?,
         });
+        if let Some((timer, every)) = expiry {
+            timer.schedule(every, Expire { topic: topic.clone(), every, timer: timer.clone() });
+        }
         let mut map = HashMap::clone(&self.topics.load());
         map.insert(topic.name.clone(), topic.clone());
         self.topics.store(std::sync::Arc::new(map));
@@ -188,6 +230,32 @@ impl BrokerInner {
             SubCore::poke(&sub);
         }
         Ok(topic)
+    }
+
+    /// The age-limit timer, started now if this is the first topic with one.
+    /// Starts the age-limit jobs of the topics a data directory brought
+    /// back (a topic created afterwards starts its own in `create_topic`).
+    pub(super) fn resume_expiry(&self) -> Result<()> {
+        let Some(store) = self.store() else { return Ok(()) };
+        let topics = self.topics.load();
+        for (name, options) in store.topic_options() {
+            if let (Some(ms), Some(topic)) = (options.retention_ms.filter(|&ms| ms > 0), topics.get(name.as_str())) {
+                let timer = self.expiry_timer()?;
+                let every = expiry_period(ms);
+                timer.schedule(every, Expire { topic: topic.clone(), every, timer: timer.clone() });
+            }
+        }
+        Ok(())
+    }
+
+    fn expiry_timer(&self) -> Result<Arc<Timer<Expire>>> {
+        let mut slot = self.expiry.lock();
+        if let Some(t) = &*slot {
+            return Ok(t.clone());
+        }
+        let timer = Arc::new(Timer::start()?);
+        *slot = Some(timer.clone());
+        Ok(timer)
     }
 
     /// The topic `name`, created with the default options if absent.
@@ -220,6 +288,112 @@ impl BrokerInner {
             // Nothing waits on this (a subscription is closing): the topic
             // stays listed, and comes back, empty, after a restart.
             log::warn!("rill: could not remove the empty topic {:?} from the data directory: {e}", topic.name);
+        }
+        // Nothing publishes to it any more; this also ends its expiry job.
+        topic.mark_deleted();
+    }
+
+    /// Deletes topic `name` (see [`Broker::delete_topic`](super::Broker::delete_topic)).
+    pub(super) fn delete_topic(&self, name: &str) -> Result<()> {
+        names::validate_topic(name)?;
+        // What detached wildcard readers read instead: an empty partition
+        // of the smallest segment, shared by all of them. Made first, so a
+        // failure to map it deletes nothing.
+        let tiny = LogConfig { segment_bytes: Some(MIN_SEGMENT_BYTES), ..LogConfig::default() };
+        let placeholder = Arc::new(Partition::new(0, Log::new(&tiny)?));
+        let (topic, subs, consumers) = {
+            let mut control = self.control.lock();
+            self.check_open()?;
+            let Some(topic) = self.topics.load().get(name).cloned() else {
+                return Err(Error::NoSuchTopic(name.to_owned()));
+            };
+            // On a data directory, unlisting it there is the commit point:
+            // if that fails, nothing is deleted.
+            if let Some(store) = self.store() {
+                store.remove_topic(name)?;
+            }
+            // Under the control lock, so no subscription or consumer can
+            // attach to it after this, and a name re-created later is a new
+            // topic (from offset 0) with nothing of this one's state.
+            topic.mark_deleted();
+            self.remove_topic(&control, &topic);
+            let subs = control.patterns.matches(name);
+            let consumers: Vec<Arc<ConsumerCore>> =
+                control.consumers.values().filter(|c| Arc::ptr_eq(&c.topic, &topic)).cloned().collect();
+            // Offsets into a log that is gone mean nothing to its successor.
+            control.groups.retain(|(_, t), _| **t != *name);
+            for d in control.durable.values_mut() {
+                d.positions.retain(|(t, _), _| **t != *name);
+            }
+            if let Err(e) = self.save_offsets(&control) {
+                // The topic is gone already; offsets of a topic that does not
+                // exist are inert after a restart, and the next save drops them.
+                ::log::warn!(target: "rill::broker", "deleted topic {name:?}, but saving offsets failed: {e}");
+            }
+            (topic, subs, consumers)
+        };
+        // Outside the control lock: closing runs the close hook, which takes it.
+        for sub in &subs {
+            SubCore::detach_topic(sub, &topic, &placeholder);
+            if sub.pattern.is_literal() {
+                SubCore::close_with_reason(sub, "topic deleted".into());
+            }
+        }
+        for c in &consumers {
+            // A blocked poll wakes and reports the deletion.
+            c.waiters.notify();
+        }
+        ::log::info!(
+            target: "rill::broker",
+            "deleted topic {name:?} ({} subscription(s) and {} consumer(s) let go of it)",
+            subs.len(),
+            consumers.len()
+        );
+        Ok(())
+    }
+
+    /// Forgets durable subscription `name`'s saved positions.
+    pub(super) fn delete_durable(&self, name: &str) -> Result<()> {
+        names::validate_subscription_name(name)?;
+        let mut control = self.control.lock();
+        self.check_open()?;
+        if control.subs.values().any(|s| s.durable && s.name == name) {
+            return Err(Error::Busy(format!(
+                "durable subscription {name:?} is live: close it before deleting its saved position"
+            )));
+        }
+        match control.durable.remove(name) {
+            Some(_) => self.save_offsets(&control),
+            None => Err(Error::NotFound(format!("no durable subscription {name:?} has a saved position"))),
+        }
+    }
+
+    /// Writes the group commits and durable positions to the data directory,
+    /// if there is one (synced under `Fsync::Always`).
+    fn save_offsets(&self, control: &Control) -> Result<()> {
+        match self.store() {
+            Some(store) => store.save_offsets(&offsets_snapshot(control), store.sync_commits()),
+            None => Ok(()),
+        }
+    }
+
+    /// Forgets consumer group `group`'s committed offsets on `topic`.
+    pub(super) fn delete_group(&self, group: &str, topic: &str) -> Result<()> {
+        names::validate_group(group)?;
+        names::validate_topic(topic)?;
+        let mut control = self.control.lock();
+        self.check_open()?;
+        let key = (group.to_owned(), Name::from(topic));
+        match control.groups.get(&key) {
+            None => Err(Error::NotFound(format!("consumer group {group:?} has no offsets on topic {topic:?}"))),
+            Some(g) if !g.members.is_empty() => Err(Error::Busy(format!(
+                "consumer group {group:?} has {} live member(s) on {topic:?}: close them before deleting the group",
+                g.members.len()
+            ))),
+            Some(_) => {
+                control.groups.remove(&key);
+                self.save_offsets(&control)
+            }
         }
     }
 
@@ -297,6 +471,10 @@ impl BrokerInner {
                         StartPosition::Latest => log.cursor_from_end(),
                         StartPosition::Earliest => log.cursor_from_first(),
                         StartPosition::Offset(o) => log.cursor_at(o)?,
+                        // Resuming: retention may trim the found offset
+                        // before the cursor is made; the first read then
+                        // reports what it missed.
+                        StartPosition::Time(t) => log.cursor_resuming(log.offset_at_time(t)),
                     },
                 };
                 readers.push((t.name.clone(), p.clone(), cursor));
@@ -372,6 +550,10 @@ impl BrokerInner {
         }
         self.pool.stop();
         self.timer.stop();
+        let expiry = self.expiry.lock().take();
+        if let Some(t) = expiry {
+            t.stop();
+        }
         // A close from a handler did not wait: join the dedicated threads
         // (all but the caller's own) here, as an external close does.
         for sub in &subs {
@@ -489,6 +671,10 @@ impl GroupHost for Arc<BrokerInner> {
         // Under the mutex: `close` takes it to collect the consumers it
         // closes, so a consumer that joins after that sees the broker closed.
         self.check_open()?;
+        if core.topic.is_deleted() {
+            // Its group's key may belong to a new topic of the same name by now.
+            return Err(core.topic.deleted_error());
+        }
         control.consumers.insert(core.id, core.clone());
         let g = control.groups.entry((core.group.clone(), core.topic.name.clone())).or_default();
         g.join(core.clone(), core.topic.partitions.len() as u32);
@@ -508,6 +694,10 @@ impl GroupHost for Arc<BrokerInner> {
 
     fn commit(&self, core: &ConsumerCore, offsets: &[(u32, u64)]) -> Result<Vec<u32>> {
         let mut control = self.control.lock();
+        if core.topic.is_deleted() {
+            // Its group's key may belong to a new topic of the same name by now.
+            return Err(core.topic.deleted_error());
+        }
         let Some(g) = control.groups.get_mut(&group_key(core)) else {
             return Ok(offsets.iter().map(|&(p, _)| p).collect());
         };
@@ -523,10 +713,8 @@ impl GroupHost for Arc<BrokerInner> {
         }
         // Written under the control mutex, so two commits reach the data
         // directory in the order they were made.
-        if refused.len() < offsets.len()
-            && let Some(store) = self.store()
-        {
-            store.save_offsets(&offsets_snapshot(&control), store.sync_commits())?;
+        if refused.len() < offsets.len() {
+            self.save_offsets(&control)?;
         }
         Ok(refused)
     }

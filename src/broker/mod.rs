@@ -51,8 +51,8 @@ pub use filter::Filter;
 pub use names::{MAX_NAME_LEN, MAX_PATTERN_ANY, MAX_PATTERN_SEGMENTS, MAX_SUBSCRIPTION_NAME_LEN, Pattern};
 use subscription::HandlerKind;
 pub use subscription::{
-    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Message, Overflow, PartitionLag,
-    RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats,
+    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Message, Overflow,
+    PartitionLag, RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats,
 };
 pub use topic::{MAX_PARTITIONS, TopicOptions, partition_for_key};
 use topic::{Topic, Wait};
@@ -172,10 +172,12 @@ impl Broker {
             timer,
             store: Mutex::new(store),
             flusher: Mutex::new(None),
+            expiry: Mutex::new(None),
         });
         let handle = Arc::new(Handle { inner });
         // On failure the handle's drop closes the broker (and its directory).
         BrokerInner::start_flusher(&handle.inner)?;
+        handle.inner.resume_expiry()?;
         Ok(Broker { handle })
     }
 
@@ -341,6 +343,60 @@ impl Broker {
         })
     }
 
+    /// A snapshot of every live subscription (closed ones are gone), sorted
+    /// by name.
+    pub fn subscriptions(&self) -> Vec<SubscriptionStats> {
+        let subs: Vec<Arc<subscription::SubCore>> = self.inner().control.lock().subs.values().cloned().collect();
+        // Stats are taken without the control lock: they lock each
+        // subscription's own state.
+        let mut v: Vec<SubscriptionStats> = subs.iter().map(|s| s.stats()).collect();
+        v.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Every consumer group's `(group, topic)` pair the broker keeps offsets
+    /// for (live consumer or not), sorted.
+    pub fn groups(&self) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> =
+            self.inner().control.lock().groups.keys().map(|(g, t)| (g.clone(), t.to_string())).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Deletes a topic (`NoSuchTopic` if there is none; the broker's own `$`
+    /// topics, such as dead-letter topics, may be deleted too):
+    ///
+    /// * subscriptions naming exactly this topic are closed, with the reason
+    ///   "topic deleted" in their stats; wildcard subscriptions stop reading
+    ///   it (a batch their handler is on is finished) and go on with their
+    ///   other topics;
+    /// * [`Publisher`]s and [`Consumer`]s still holding it fail with
+    ///   `NoSuchTopic` (a blocked `poll` wakes to say so);
+    /// * the positions of consumer groups and durable subscriptions in it
+    ///   are forgotten;
+    /// * its memory is released once the last handle holding it (a
+    ///   `Publisher` or `Consumer` of it) is dropped; subscriptions do not
+    ///   hold it.
+    ///
+    /// A topic created again under the name is a new one, from offset 0.
+    pub fn delete_topic(&self, name: &str) -> Result<()> {
+        self.inner().delete_topic(name)
+    }
+
+    /// Forgets a durable subscription's saved position, so the name starts
+    /// afresh next time. `Busy` while a subscription of that name is live,
+    /// `NotFound` if none saved a position.
+    pub fn delete_durable(&self, name: &str) -> Result<()> {
+        self.inner().delete_durable(name)
+    }
+
+    /// Forgets a consumer group's committed offsets on `topic`. `Busy` while
+    /// the group has a live consumer of it, `NotFound` if it has no offsets
+    /// there.
+    pub fn delete_group(&self, group: &str, topic: &str) -> Result<()> {
+        self.inner().delete_group(group, topic)
+    }
+
     /// Size and progress of a topic.
     pub fn topic_stats(&self, topic: &str) -> Result<TopicStats> {
         let t = self.inner().topic(topic)?;
@@ -414,6 +470,9 @@ impl Publisher {
     fn publish_with(&self, record: &Record<'_>, wait: Wait) -> Result<Position> {
         self.broker.check_open()?;
         let p = self.topic.route(record.key);
+        if p.is_deleted() {
+            return Err(self.topic.deleted_error());
+        }
         let offset = p.publish(record, wait)?;
         Ok(Position { partition: p.index, offset })
     }
@@ -421,6 +480,9 @@ impl Publisher {
     /// Publishes many messages; see [`Broker::publish_batch`].
     pub fn publish_batch(&self, records: &[Record<'_>]) -> Result<Vec<Position>> {
         self.broker.check_open()?;
+        if self.topic.is_deleted() {
+            return Err(self.topic.deleted_error());
+        }
         publish_batch_to(&self.topic, records, self.broker.default_wait())
     }
 

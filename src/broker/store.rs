@@ -207,6 +207,11 @@ impl Store {
         listed
     }
 
+    /// Every listed topic's name and options.
+    pub(crate) fn topic_options(&self) -> Vec<(String, TopicOptions)> {
+        self.topics.lock().0.iter().map(|t| (t.name.clone(), t.options.clone())).collect()
+    }
+
     /// Unlists a topic and deletes its directory (its logs may still be
     /// mapped by readers: the files go when they let go).
     pub(crate) fn remove_topic(&self, name: &str) -> Result<()> {
@@ -374,6 +379,7 @@ fn encode_topics(list: &[TopicMeta]) -> Vec<u8> {
         w.opt(o.retention_messages);
         w.opt(o.segment_bytes.map(|n| n as u64));
         w.opt(o.max_message_bytes.map(|n| n as u64));
+        w.opt(o.retention_ms);
     }
     w.0
 }
@@ -385,15 +391,13 @@ fn decode_topics(path: &Path, body: &[u8]) -> Result<Vec<TopicMeta>> {
     for _ in 0..n {
         let name = r.str()?;
         let dir = r.u64()?;
-        // Options added later (by newer formats) keep their defaults.
-        #[allow(clippy::needless_update)]
         let options = TopicOptions {
             partitions: r.u32()?,
             retention_bytes: r.opt()?,
             retention_messages: r.opt()?,
             segment_bytes: r.opt()?.map(|n| n as usize),
             max_message_bytes: r.opt()?.map(|n| n as usize),
-            ..TopicOptions::default()
+            retention_ms: r.opt()?,
         };
         list.push(TopicMeta { name, dir, options });
     }

@@ -16,7 +16,7 @@ use super::subscription::signal::{self, Entry};
 use super::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::log::{DurableLog, Fsync, Log, LogConfig, Record};
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
 use crate::sync::{Arc, Mutex, Name};
 
@@ -35,6 +35,11 @@ pub struct TopicOptions {
     /// Largest encoded message (24-byte header, key, attributes and payload);
     /// `None` picks 1 MiB or the segment size if smaller.
     pub max_message_bytes: Option<usize>,
+    /// Retention by age, in milliseconds: a segment is trimmed once its
+    /// newest message is older (whole segments, as for the other limits,
+    /// whichever trims most). `None` or 0: no age limit. Applied at each
+    /// segment roll and by the broker's timer, so quiet topics age out too.
+    pub retention_ms: Option<u64>,
 }
 
 impl Default for TopicOptions {
@@ -46,6 +51,7 @@ impl Default for TopicOptions {
             retention_messages: log.retention_messages,
             segment_bytes: log.segment_bytes,
             max_message_bytes: log.max_record_bytes,
+            retention_ms: log.retention_ms,
         }
     }
 }
@@ -73,6 +79,7 @@ impl TopicOptions {
             retention_messages: self.retention_messages,
             segment_bytes: self.segment_bytes,
             max_record_bytes: self.max_message_bytes,
+            retention_ms: self.retention_ms,
         }
     }
 }
@@ -173,6 +180,12 @@ pub(crate) struct Partition {
     edit: Mutex<()>,
     /// Where publishers wait for `Block` subscribers to make room.
     pub(crate) space: Waiters,
+    /// Set (once) when its topic is deleted: handles that still hold the
+    /// partition (a `Publisher`, a `Consumer`) fail with `NoSuchTopic`, and
+    /// subscriptions stop reading it. (A publish already waiting for a
+    /// `Block` subscriber is let through when deleting detaches that
+    /// subscriber: it was accepted before the delete.)
+    deleted: AtomicBool,
 }
 
 impl Partition {
@@ -184,7 +197,22 @@ impl Partition {
             listeners: epoch::Atomic::new(Listeners::new(Vec::new(), Vec::new())),
             edit: Mutex::new(()),
             space: Waiters::new(),
+            deleted: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the partition's topic deleted (see `Broker::delete_topic`).
+    pub(crate) fn mark_deleted(&self) {
+        // Release: pairs with the Acquire in `is_deleted`, so a handle that
+        // sees the mark also sees the topic gone from the broker's map.
+        self.deleted.store(true, Ordering::Release);
+    }
+
+    /// True once its topic has been deleted.
+    #[inline]
+    pub(crate) fn is_deleted(&self) -> bool {
+        // Acquire: pairs with the Release in `mark_deleted`.
+        self.deleted.load(Ordering::Acquire)
     }
 
     #[inline]
@@ -410,6 +438,25 @@ impl Topic {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Topic { name: name.into(), partitions: partitions.into() })
+    }
+
+    /// Marks every partition deleted (see [`Partition::mark_deleted`]).
+    pub(crate) fn mark_deleted(&self) {
+        for p in self.partitions.iter() {
+            p.mark_deleted();
+        }
+    }
+
+    /// True once the topic has been deleted.
+    #[inline]
+    pub(crate) fn is_deleted(&self) -> bool {
+        self.partitions[0].is_deleted()
+    }
+
+    /// The error a handle to a deleted topic reports.
+    #[cold]
+    pub(crate) fn deleted_error(&self) -> Error {
+        Error::NoSuchTopic(self.name.to_string())
     }
 
     /// The partition a record goes to: `partition_for_key` for keyed records,

@@ -36,6 +36,11 @@ pub struct LogConfig {
     /// Largest encoded record accepted. `None` picks
     /// [`DEFAULT_MAX_RECORD_BYTES`], or the segment size if smaller.
     pub max_record_bytes: Option<usize>,
+    /// Trim the oldest segment once its newest record is older than this
+    /// many milliseconds. `None` (or 0): no age limit. Checked at each
+    /// rollover and by [`Log::expire`](super::Log::expire), which the broker
+    /// calls from a timer so quiet partitions age out too.
+    pub retention_ms: Option<u64>,
 }
 
 impl Default for LogConfig {
@@ -45,6 +50,7 @@ impl Default for LogConfig {
             retention_messages: None,
             segment_bytes: None,
             max_record_bytes: None,
+            retention_ms: None,
         }
     }
 }
@@ -59,6 +65,8 @@ pub(super) struct Sizes {
     pub(super) retention_messages: u64,
     /// Bytes in front of each record: 0, or a durable log's checksum frame.
     pub(super) frame: u64,
+    /// The age limit in nanoseconds; `u64::MAX` for none.
+    pub(super) retention_ns: u64,
 }
 
 impl Sizes {
@@ -119,6 +127,18 @@ impl LogConfig {
             None => DEFAULT_MAX_RECORD_BYTES.min(segment_bytes),
         };
         let slots = (segment_bytes / BYTES_PER_SLOT).clamp(1, segment::MAX_SEGMENT_RECORDS);
-        Ok(Sizes { segment_bytes, slots, max_record_bytes, retention_bytes, retention_messages, frame: 0 })
+        let retention_ns = match self.retention_ms {
+            None | Some(0) => u64::MAX,
+            Some(ms) => ms.saturating_mul(1_000_000),
+        };
+        Ok(Sizes {
+            segment_bytes,
+            slots,
+            max_record_bytes,
+            retention_bytes,
+            retention_messages,
+            frame: 0,
+            retention_ns,
+        })
     }
 }

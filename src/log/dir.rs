@@ -16,6 +16,17 @@
 //!   only becomes the newest when the previous sealer has installed it. So the
 //!   directory has one writer at a time without a lock, with the one exception
 //!   below.
+//! * **A roll nobody publishes for.** The age limit (`retention_ms`) must
+//!   trim a partition nobody publishes to, where no roll comes. `expire`
+//!   makes one without a second writer: it reserves one record of more bytes
+//!   than the segment holds, which is never granted, so it is either the
+//!   sealer (and rolls, trimming as any sealer does) or finds the segment
+//!   already over-full (another publisher is the sealer). Either way the
+//!   directory keeps one writer. Sealing an empty newest segment this way
+//!   leaves a segment of 0 records whose successor has the same base: so
+//!   publishers waiting for a roll wait for a different newest segment (not
+//!   a different base), and searches by offset take the last segment whose
+//!   base is not above it (the non-empty one).
 //! * **A roll that fails.** The sealer may be unable to map the next segment
 //!   (out of memory or address space). It cannot hand its reservation back, so
 //!   instead it publishes a *stalled* copy of the directory: the same segments
@@ -166,7 +177,14 @@ impl Shared {
                     return Ok(write(seg, index, pos));
                 }
                 Reservation::Sealer { count } => self.roll(seg, count, current, guard)?,
-                Reservation::Full => self.wait_for_roll(seg.base(), guard)?,
+                Reservation::Full => {
+                    // Held across the wait (which re-pins): the roll is seen
+                    // as a different newest segment, not a different base,
+                    // since an early seal can leave a segment of 0 records
+                    // whose successor has the same base.
+                    let seg = seg.clone();
+                    self.wait_for_roll(&seg, guard)?;
+                }
             }
         }
     }
@@ -182,7 +200,10 @@ impl Shared {
         // before trying to allocate it, so a failed roll leaves the final
         // count where anyone retrying the roll can read it.
         seg.seal(count);
-        self.install_next(current, guard).inspect_err(|e| self.stall(current, e, guard))
+        self.install_next(current, guard).inspect_err(|e| {
+            ::log::error!(target: "rill::log", "partition {}: the next log segment could not be allocated: {e}", self.partition);
+            self.stall(current, e, guard);
+        })
     }
 
     /// Installs the segment after the newest (sealed) one of `current`. Does
@@ -248,6 +269,23 @@ impl Shared {
         }
         // Relaxed: a statistic.
         self.trimmed_segments.fetch_add(trimmed.len() as u64, Ordering::Relaxed);
+        // Once per segment, never per record.
+        ::log::debug!(
+            target: "rill::log",
+            "partition {}: rolled over to a new segment at offset {}",
+            self.partition,
+            last.base() + count
+        );
+        if let (Some(first), Some(end)) = (trimmed.first(), trimmed.last()) {
+            ::log::debug!(
+                target: "rill::log",
+                "partition {}: retention trimmed {} segment(s), offsets {}..{}",
+                self.partition,
+                trimmed.len(),
+                first.base(),
+                end.base() + end.sealed_count().unwrap_or(0)
+            );
+        }
         drop(trimmed);
         self.retire(current, guard);
         Ok(())
@@ -299,15 +337,15 @@ impl Shared {
         guard.flush();
     }
 
-    /// Waits, briefly, until the segment at `base` is no longer the newest.
+    /// Waits, briefly, until `seg` is no longer the newest segment.
     /// Fails if its roll failed: the publisher that got `Sealer` could not
     /// allocate the next segment.
     #[cold]
-    pub(super) fn wait_for_roll(&self, base: u64, guard: &mut Guard) -> Result<()> {
+    pub(super) fn wait_for_roll(&self, seg: &Arc<Segment>, guard: &mut Guard) -> Result<()> {
         let mut backoff = Backoff::new();
         loop {
             let dir = self.dir(guard);
-            if dir.last().base() != base {
+            if !Arc::ptr_eq(dir.last(), seg) {
                 return Ok(());
             }
             match dir.stalled.as_deref() {
@@ -327,34 +365,84 @@ impl Shared {
         }
     }
 
-    /// How many head segments retention removes from `segs` (whose last
-    /// element is the new, empty segment).
-    pub(super) fn trim_count(&self, segs: &[Arc<Segment>]) -> usize {
-        let sizes = &self.sizes;
-        // The lowest position of any reader retention must wait for. Exact at
-        // this moment: positions only grow, so a reader that moves on while we
-        // look merely keeps a little more than it needs until the next roll.
-        let floor = self
-            .holds
+    /// With an age limit: the time before which records have expired.
+    pub(super) fn expired_before(&self) -> Option<u64> {
+        (self.sizes.retention_ns != u64::MAX).then(|| crate::clock::now_ns().saturating_sub(self.sizes.retention_ns))
+    }
+
+    /// The lowest position of a reader retention must wait for (`u64::MAX`
+    /// if none). Exact at this moment: positions only grow, so a reader
+    /// that moves on while we look merely keeps a little more than it needs
+    /// until the next roll.
+    fn hold_floor(&self) -> u64 {
+        self.holds
             .lock()
             .iter()
             // Acquire: pairs with the reader's Release store of its position.
             .map(|(_, position)| position.load(Ordering::Acquire))
             .min()
-            .unwrap_or(u64::MAX);
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Seals the newest segment early, as a publisher that overfilled it
+    /// would, so that its roll trims what has expired, if the oldest
+    /// segment has expired and no reader holds it (else a roll would trim
+    /// nothing, and a quiet partition would gain a segment at every check).
+    /// The roll is the ordinary one: its sealer is the directory's one
+    /// writer, whoever it is (see "Writers of the directory" above).
+    #[cold]
+    pub(super) fn expire(&self, expired_before: Option<u64>) -> Result<()> {
+        let Some(expired_before) = expired_before else { return Ok(()) };
+        let guard = epoch::pin();
+        let current = self.dir_ptr(&guard);
+        // SAFETY: as in `dir`: a valid directory, alive while `guard` is pinned.
+        let dir = unsafe { current.deref() };
+        if dir.stalled.is_some() {
+            return Ok(());
+        }
+        let head = &dir.segs[0];
+        let count = head.reserved();
+        if count == 0 || !head.newest_before(count, expired_before) || head.base() + count > self.hold_floor() {
+            return Ok(());
+        }
+        let last = dir.last();
+        // One record of more bytes than the segment holds is never granted:
+        // the reservation is the sealer, or finds another publisher sealing.
+        match last.reserve(1, last.capacity() + 1) {
+            Reservation::Sealer { count } => {
+                ::log::debug!(
+                    target: "rill::log",
+                    "partition {}: the age limit expired offsets from {}; sealing the newest segment early",
+                    self.partition,
+                    head.base()
+                );
+                self.roll(last, count, current, &guard)
+            }
+            Reservation::Full => Ok(()),
+            Reservation::Granted { .. } => unreachable!("a reservation larger than the segment is never granted"),
+        }
+    }
+
+    /// How many head segments retention removes from `segs` (whose last
+    /// element is the new, empty segment).
+    pub(super) fn trim_count(&self, segs: &[Arc<Segment>]) -> usize {
+        let sizes = &self.sizes;
+        let floor = self.hold_floor();
         // A durable segment's region has room for one more frame than its
         // configured size (see `Sizes::region_bytes`); retention counts the
         // configured size, so a durable log retains as many segments.
         let size = |s: &Segment| s.capacity().saturating_sub(sizes.frame);
         let mut bytes: u64 = segs.iter().map(|s| size(s)).sum();
         let mut records: u64 = segs.iter().map(|s| s.reserved()).sum();
+        let expired_before = self.expired_before();
         let mut trim = 0;
         // Never trims the last (active) segment.
         for head in &segs[..segs.len() - 1] {
             let count = head.sealed_count().expect("all but the newest segment are sealed");
             let over_bytes = bytes > sizes.retention_bytes;
             let over_records = records - count >= sizes.retention_messages;
-            if !(over_bytes || over_records) || head.base() + count > floor {
+            let over_age = expired_before.is_some_and(|t| head.newest_before(count, t));
+            if !(over_bytes || over_records || over_age) || head.base() + count > floor {
                 break;
             }
             bytes -= size(head);

@@ -371,6 +371,98 @@ impl Log {
         c
     }
 
+    /// The first retained offset whose record was stamped at or after
+    /// `timestamp_ns` (nanoseconds since the Unix epoch), or the end offset
+    /// if every retained record is older; the oldest retained offset if the
+    /// time is before them all.
+    ///
+    /// It costs two binary searches, `O(log segments + log records in one
+    /// segment)`: over the segments by the timestamp of their first record,
+    /// then inside the one segment where the time falls.
+    ///
+    /// # When timestamps are out of order
+    ///
+    /// A publisher stamps a record just before it reserves its offset, so
+    /// records published at once from several threads can be stamped out of
+    /// offset order by the time between the two (publishing from one thread,
+    /// they are in order). The search treats timestamps as sorted, and what
+    /// it finds is then defined as: an offset `o` where the record before
+    /// `o` (if any is retained) was stamped before `timestamp_ns` and the
+    /// record at `o` (if any) at or after it. With ordered timestamps that is
+    /// the first such record; with a few out of order, it is one of the
+    /// places where the stamps cross the time, within the disorder around
+    /// it: a record stamped a little before the time may follow it, and one
+    /// stamped a little after it may precede it. A record still being
+    /// written (reserved, not committed) counts as at or after the time (it
+    /// is as new as anything in the log), so the search never moves past it.
+    pub fn offset_at_time(&self, timestamp_ns: u64) -> u64 {
+        let guard = epoch::pin();
+        let dir = self.shared.dir(&guard);
+        // Record `index` of `seg` counts as at or after the time.
+        let at_or_after = |seg: &Segment, index: u64| match seg.committed(index) {
+            Some(pos) => seg.view(index, pos).timestamp_ns() >= timestamp_ns,
+            None => true,
+        };
+        // Segments whose first record is older than the time form a prefix;
+        // the time falls in the last of them (or before them all). A segment
+        // without records (sealed early, or the newest, still empty) goes
+        // with the next one that has some, which keeps the prefix a prefix;
+        // so the last segment of the prefix has records.
+        let segs = &dir.segs;
+        let older_from = |i: usize| segs[i..].iter().find(|s| s.reserved() > 0).is_some_and(|seg| !at_or_after(seg, 0));
+        let (mut lo, mut hi) = (0, segs.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if older_from(mid) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let older = lo;
+        let Some(seg) = older.checked_sub(1).map(|i| &segs[i]) else {
+            return dir.first_offset();
+        };
+        // Inside it, record 0 is older; find the first of the rest that is not.
+        let count = seg.reserved();
+        let (mut lo, mut hi) = (1, count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if at_or_after(seg, mid) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        // `lo - 1` is committed, so `lo` is at most the segment's true count
+        // (a reservation that overfilled it is never committed): either a
+        // record here or the next segment's first offset (or the end).
+        seg.base() + lo
+    }
+
+    /// Applies the age limit (`retention_ms`) now: if the oldest segment's
+    /// records have all expired (and no reader retention waits for holds
+    /// them), seals the newest segment early so that its roll trims them,
+    /// as a publish that filled it would. For partitions nobody publishes
+    /// to, where no roll would come; the broker calls it from a timer. Does
+    /// nothing without an age limit. Fails only if the next segment cannot
+    /// be allocated.
+    pub fn expire(&self) -> Result<()> {
+        self.shared.expire(self.shared.expired_before())
+    }
+
+    /// [`Log::expire`] as if the time were `now_ns`, for models and tests that
+    /// cannot wait for a clock (a loom model races the early seal against
+    /// publishers with `u64::MAX`: everything has expired). Only the decision
+    /// to seal uses `now_ns`; the roll's trim reads the clock as usual.
+    #[cfg(any(test, loom))]
+    #[doc(hidden)]
+    pub fn expire_as_of(&self, now_ns: u64) -> Result<()> {
+        let expired_before =
+            (self.shared.sizes.retention_ns != u64::MAX).then(|| now_ns.saturating_sub(self.shared.sizes.retention_ns));
+        self.shared.expire(expired_before)
+    }
+
     /// The oldest retained offset.
     pub fn first_offset(&self) -> u64 {
         let guard = epoch::pin();

@@ -46,7 +46,9 @@
 //! fields:
 //!
 //! * bytes: at most a segment (a record is at most a segment, a batch part is
-//!   cut to fit one), and a segment is at most `MAX_SEGMENT_BYTES` (1 GiB). The
+//!   cut to fit one; the early seal of `Log::expire` reserves one byte more
+//!   than the segment, so that it is never granted), and a segment is at
+//!   most `MAX_SEGMENT_BYTES` (1 GiB). The
 //!   40-bit field holds 1 TiB, so it would take over a thousand threads
 //!   failing at once on the same segment to carry into the record field;
 //! * records: at most `MAX_RESERVATION_RECORDS` (4096; `append_batch` cuts
@@ -609,6 +611,16 @@ impl Segment {
     pub(crate) fn is_trimmed(&self) -> bool {
         // Acquire: pairs with the Release in `mark_trimmed`.
         self.trimmed.load(Ordering::Acquire)
+    }
+
+    /// True if the newest of the first `count` records was stamped before
+    /// `time` (an empty segment, sealed early at 0 records, holds nothing to
+    /// keep). Not yet committed counts as new (it is being written now). The newest record's stamp stands for the segment's:
+    /// stamps are taken just before offsets, so an older record can carry a
+    /// slightly later stamp, which only keeps the segment a little longer.
+    pub(crate) fn newest_before(&self, count: u64, time: u64) -> bool {
+        let Some(index) = count.checked_sub(1) else { return true };
+        self.committed(index).is_some_and(|pos| self.view(index, pos).timestamp_ns() < time)
     }
 
     /// Records reserved so far (committed or not), capped at the final count.

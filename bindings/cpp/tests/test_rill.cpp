@@ -394,6 +394,148 @@ static void strings_with_embedded_nuls_are_refused() {
     CHECK(broker.topic_stats("t").publish_count == 0);
 }
 
+static void listing_topics_subscriptions_and_groups() {
+    rill::Broker broker;
+    broker.create_topic("orders/eu", {2});
+    broker.create_topic("orders/us");
+    CHECK((broker.topics() == std::vector<std::string>{"orders/eu", "orders/us"}));
+    rill::SubscriptionOptions o;
+    o.name = "billing";
+    o.start = RILL_START_EARLIEST;
+    o.max_attempts = 1;
+    auto sub = broker.subscribe(
+        "orders/*",
+        [](const rill::Message &m) -> rill::Ack {
+            if (m.payload() == "bad") throw std::runtime_error("unparseable order");
+            return rill::Ack::Success;
+        },
+        o);
+    broker.publish("orders/us", "good");
+    broker.publish("orders/us", "bad");
+    CHECK(sub.wait_idle(10s));
+    auto subs = broker.subscriptions();
+    CHECK(subs.size() == 1);
+    if (subs.size() == 1) {
+        CHECK(subs[0].name == "billing" && subs[0].pattern == "orders/*");
+        CHECK(subs[0].counters.delivered == 2 && subs[0].counters.name == nullptr);
+        CHECK(subs[0].last_error && subs[0].last_error->find("unparseable order") != std::string::npos);
+        CHECK(subs[0].last_error && *subs[0].last_error == sub.last_error());
+    }
+    auto lags = sub.partitions();
+    CHECK(lags.size() == 3);
+    for (const auto &l : lags) CHECK(l.lag == 0 && (l.topic != "orders/us" || l.position == 2));
+
+    auto c = broker.consumer("reports", "orders/us");
+    CHECK(c.poll(1, 0ms).size() == 1);
+    c.commit();
+    CHECK((broker.groups() == std::vector<std::pair<std::string, std::string>>{{"reports", "orders/us"}}));
+    CHECK(broker.group_stats("reports", "orders/us").lag == 1);
+    auto g = broker.group_partitions("reports", "orders/us");
+    CHECK(g.size() == 1 && g[0].position == 1 && g[0].end == 2 && g[0].topic == "orders/us");
+    CHECK(status_of([&] { broker.group_stats("nobody", "orders/us"); }) == RILL_ERR_NOT_FOUND);
+    CHECK(status_of([&] { broker.group_partitions("reports", "missing"); }) == RILL_ERR_NO_SUCH_TOPIC);
+}
+
+static void deleting_topics_durables_and_groups() {
+    rill::Broker broker;
+    broker.create_topic("a");
+    broker.create_topic("b");
+    rill::SubscriptionOptions o;
+    o.name = "a-reader";
+    auto literal = broker.subscribe("a", [](const rill::Message &) { return rill::Ack::Success; }, o);
+    auto publisher = broker.publisher("a");
+    auto consumer = broker.consumer("g", "a");
+    broker.delete_topic("a");
+    CHECK(literal.closed_reason() == "topic deleted");
+    CHECK(status_of([&] { publisher.publish(rill::Record{"x"}); }) == RILL_ERR_NO_SUCH_TOPIC);
+    CHECK(status_of([&] { consumer.poll(1, 0ms); }) == RILL_ERR_NO_SUCH_TOPIC);
+    CHECK(status_of([&] { broker.delete_topic("a"); }) == RILL_ERR_NO_SUCH_TOPIC);
+    broker.create_topic("a");
+    CHECK(broker.publish("a", "again").offset == 0);
+
+    CHECK(status_of([&] { broker.delete_durable("nobody"); }) == RILL_ERR_NOT_FOUND);
+    o.name = "keeper";
+    auto keeper = broker.subscribe("b", [](const rill::Message &) { return rill::Ack::Success; }, o);
+    CHECK(status_of([&] { broker.delete_durable("keeper"); }) == RILL_ERR_BUSY);
+    keeper.close();
+    broker.delete_durable("keeper");
+
+    {
+        auto c = broker.consumer("g2", "b");
+        c.commit();
+        CHECK(status_of([&] { broker.delete_group("g2", "b"); }) == RILL_ERR_BUSY);
+    }
+    broker.delete_group("g2", "b");
+    CHECK(status_of([&] { broker.delete_group("g2", "b"); }) == RILL_ERR_NOT_FOUND);
+}
+
+static void seeking_by_time() {
+    rill::Broker broker;
+    broker.create_topic("timed");
+    for (int i = 0; i < 50; i++) broker.publish("timed", std::to_string(i));
+    auto c = broker.consumer("stamps", "timed");
+    auto all = c.poll(50, 0ms);
+    CHECK(all.size() == 50);
+    uint64_t t = all.size() == 50 ? all[25].timestamp_ns() : 0;
+    uint64_t want = 0;
+    while (want < all.size() && all[want].timestamp_ns() < t) want++;
+    c.seek_to_time(0, static_cast<int64_t>(t));
+    CHECK(c.position() == want);
+    c.seek_to_time(0, std::chrono::system_clock::now() + std::chrono::hours(1));
+    CHECK(c.position() == 50);
+    c.seek_to_time(0, std::chrono::system_clock::time_point{});
+    CHECK(c.position() == 0);
+    CHECK(status_of([&] { c.seek_to_time(4, 0); }) == RILL_ERR_NOT_FOUND);
+}
+
+static void retention_by_age() {
+    rill::Broker broker;
+    rill::TopicOptions o;
+    o.retention_bytes = 64 << 10;
+    o.retention_ms = 30;
+    broker.create_topic("aging", o);
+    for (int i = 0; i < 100; i++) broker.publish("aging", "old");
+    auto c = broker.consumer("watch", "aging");
+    uint64_t first = 0;
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (first < 100 && std::chrono::steady_clock::now() < deadline) {
+        c.seek_to_beginning();
+        first = c.position();
+        if (first < 100) std::this_thread::sleep_for(1ms);
+    }
+    CHECK(first == 100);
+}
+
+static void logs_and_dead_letter_alerts() {
+    std::mutex lock;
+    std::vector<std::string> warnings;
+    rill::set_log_callback([&](rill::LogLevel level, std::string_view target, std::string_view message) {
+        std::lock_guard<std::mutex> g(lock);
+        if (level == rill::LogLevel::Warn && target == "rill::subscription") warnings.emplace_back(message);
+    });
+    rill::set_log_level(rill::LogLevel::Warn);
+    rill::Broker broker;
+    broker.create_topic("jobs");
+    std::vector<std::string> alerts;
+    rill::SubscriptionOptions o;
+    o.name = "cpp-alerts";
+    o.on_dead_letter = [&](const rill::Message &m, std::string_view reason) {
+        std::lock_guard<std::mutex> g(lock);
+        alerts.push_back(std::string(m.payload()) + ": " + std::string(reason));
+    };
+    auto sub = broker.subscribe("jobs", [](const rill::Message &m) {
+        m.set_reason("no good");
+        return rill::Ack::DeadLetter;
+    }, o);
+    broker.publish("jobs", "bad");
+    CHECK(sub.wait_idle(10s));
+    rill::set_log_callback(nullptr);
+    rill::set_log_level(rill::LogLevel::Info);
+    std::lock_guard<std::mutex> g(lock);
+    CHECK(alerts.size() == 1 && alerts[0] == "bad: no good");
+    CHECK(warnings.size() == 1 && warnings[0].find("dead-lettered jobs partition 0 offset 0: no good") != std::string::npos);
+}
+
 int main() {
     strings_with_embedded_nuls_are_refused();
     broker_options_are_a_cpp_struct();
@@ -406,6 +548,11 @@ int main() {
     consumer_group_members();
     destroying_the_broker_first_is_safe();
     on_lagged_hears_what_retention_trimmed();
+    listing_topics_subscriptions_and_groups();
+    deleting_topics_durables_and_groups();
+    seeking_by_time();
+    retention_by_age();
+    logs_and_dead_letter_alerts();
     if (failures) {
         std::fprintf(stderr, "C++ wrapper tests: %d of %d checks failed\n", failures, checks);
         return 1;

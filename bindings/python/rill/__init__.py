@@ -21,15 +21,18 @@ from ._broker import (
     Consumer,
     ConsumerStats,
     Delivery,
+    GroupStats,
     Handler,
     Message,
     Overflow,
+    PartitionLag,
     Position,
     Start,
     State,
     Subscription,
     SubscriptionStats,
     TopicStats,
+    set_log_level,
     version,
 )
 from ._errors import (
@@ -65,6 +68,7 @@ __all__ = [
     "CorruptData",
     "Delivery",
     "Full",
+    "GroupStats",
     "Handler",
     "InvalidArgument",
     "InvalidFilter",
@@ -77,6 +81,7 @@ __all__ = [
     "OutOfRange",
     "Overflow",
     "Panic",
+    "PartitionLag",
     "Position",
     "Reassigned",
     "ResourceExhausted",
@@ -89,6 +94,7 @@ __all__ = [
     "Timeout",
     "TopicExists",
     "TopicStats",
+    "set_log_level",
     "version",
 ]
 

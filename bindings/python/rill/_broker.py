@@ -6,9 +6,11 @@ import asyncio
 import atexit
 import concurrent.futures
 import ctypes
+import datetime
 import enum
 import inspect
 import itertools
+import logging
 import math
 import operator
 import os
@@ -99,6 +101,74 @@ class SubscriptionStats:
     lag: int
     partitions: int
     state: State
+    name: str = ""
+    """Its name (generated for anonymous subscriptions)."""
+    pattern: str = ""
+    """The pattern it subscribed with."""
+    last_error: str | None = None
+    """The handler's latest failure (a retry, an exception or a dead letter,
+    with the message's topic, partition, offset and the reason), or a dead
+    letter that could not be published; None if there was none."""
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """Position and lag of one partition a subscription or consumer group reads."""
+
+    topic: str
+    partition: int
+    position: int
+    """The next offset to handle (a group's committed offset, or the oldest
+    retained one while it has committed none)."""
+    end: int
+    """One past the newest offset published."""
+    lag: int
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """A consumer group's committed position on a topic, live consumer or not."""
+
+    group: str
+    topic: str
+    lag: int
+    partitions: list[PartitionLag]
+
+
+def _subscription_stats(
+    s: _ffi.rill_subscription_stats, name: str, pattern: str, last_error: str | None
+) -> SubscriptionStats:
+    return SubscriptionStats(
+        s.delivered,
+        s.acked,
+        s.retried,
+        s.dead_lettered,
+        s.filtered,
+        s.dropped,
+        s.missed,
+        s.lag,
+        s.partitions,
+        _STATES.get(s.state, "unknown"),
+        name,
+        pattern,
+        last_error,
+    )
+
+
+def _text_or_none(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode("utf-8", "replace")
+
+
+def _collect_lags(fn: Callable[..., int], *args: object) -> list[PartitionLag]:
+    """Calls a ``rill_*_partitions(..., each, user_data)`` listing."""
+    out: list[PartitionLag] = []
+
+    def each(_user: int | None, p: Any) -> None:
+        lag = p.contents
+        out.append(PartitionLag(lag.topic.decode(), lag.partition, lag.position, lag.end, lag.lag))
+
+    check(fn(*args, _ffi.PARTITION_LAG_CALLBACK(each), None))
+    return out
 
 
 @dataclass(frozen=True)
@@ -210,13 +280,20 @@ def _decode_all(base: int, count: int, topics: dict[int, str]) -> list[Message]:
 
 
 class _Entry:
-    __slots__ = ("batch", "handler", "on_lagged", "topics")
+    __slots__ = ("batch", "handler", "on_dead_letter", "on_lagged", "topics")
 
-    def __init__(self, handler: Callable[..., Any], batch: bool, on_lagged: Callable[..., Any] | None) -> None:
+    def __init__(
+        self,
+        handler: Callable[..., Any],
+        batch: bool,
+        on_lagged: Callable[..., Any] | None,
+        on_dead_letter: Callable[..., Any] | None = None,
+    ) -> None:
         self.handler = handler
         self.batch = batch
         self.topics: dict[int, str] = {}
         self.on_lagged = on_lagged
+        self.on_dead_letter = on_dead_letter
 
 
 _handlers: dict[int, _Entry] = {}
@@ -267,6 +344,7 @@ def _on_batch_py(user_data: int | None, msgs: int, count: int, acks: int) -> int
                 ack, why = _ack(handler(m))
             except BaseException as e:  # noqa: BLE001 - a handler's exception must become a retry
                 ack, why = _ffi.RILL_ACK_RETRY, f"{type(e).__name__}: {e}"
+                _log_handler_exception(m)
             if ack != _ffi.RILL_ACK_SUCCESS:
                 out[k] = ack
                 if why:
@@ -275,6 +353,10 @@ def _on_batch_py(user_data: int | None, msgs: int, count: int, acks: int) -> int
                     return k + 1
         return count
     except BaseException as e:  # noqa: BLE001 - never let anything reach C
+        try:  # noqa: SIM105 - no contextlib in a C callback that may run at interpreter exit
+            _log.error("a batch handler raised %s", type(e).__name__, exc_info=True)
+        except BaseException:  # noqa: BLE001 - e.g. a logging handler that raises
+            pass
         try:
             _reason(msgs + handled * _MESSAGE_SIZE, f"{type(e).__name__}: {e}")
             (ctypes.c_int32 * count).from_address(acks)[handled] = _ffi.RILL_ACK_RETRY
@@ -296,6 +378,38 @@ def _on_lagged_py(user_data: int | None, topic: bytes, partition: int, missed: i
             pass
 
 
+def _log_handler_exception(m: Message) -> None:
+    """Logs the exception being handled, with its traceback, to the "rill"
+    logger (the message becomes a retry, with the text as its reason)."""
+    try:  # noqa: SIM105 - no contextlib in a C callback that may run at interpreter exit
+        _log.error(
+            "a handler raised on %s partition %d offset %d (attempt %d)",
+            m.topic,
+            m.partition,
+            m.offset,
+            m.attempt,
+            exc_info=True,
+        )
+    except BaseException:  # noqa: BLE001 - e.g. a logging handler that raises
+        pass
+
+
+def _on_dead_letter_py(user_data: int | None, msg: int | None, reason: bytes) -> None:
+    # Nothing may escape into C: an exception is logged.
+    try:
+        entry = _handlers.get(user_data or 0)
+        if entry is not None and entry.on_dead_letter is not None and msg:
+            # A fresh topic cache: the topic string lives for this call only,
+            # so its address may name another topic next time.
+            [message] = _decode_all(msg, 1, {})
+            entry.on_dead_letter(message, reason.decode("utf-8", "replace"))
+    except BaseException:  # noqa: BLE001
+        try:  # noqa: SIM105 - no contextlib in a C callback that may run at interpreter exit
+            _log.error("on_dead_letter raised", exc_info=True)
+        except BaseException:  # noqa: BLE001
+            pass
+
+
 def _on_free_py(user_data: int | None) -> None:
     _handlers.pop(user_data or 0, None)
 
@@ -303,6 +417,7 @@ def _on_free_py(user_data: int | None) -> None:
 # The C function pointers, alive as long as the module.
 _on_batch = _ffi.BATCH_HANDLER(_on_batch_py)
 _on_lagged = _ffi.LAG_CALLBACK(_on_lagged_py)
+_on_dead_letter = _ffi.DEAD_LETTER_CALLBACK(_on_dead_letter_py)
 _on_free = _ffi.DESTRUCTOR(_on_free_py)
 
 
@@ -349,6 +464,31 @@ _FSYNC = {
     "interval": _ffi.RILL_FSYNC_INTERVAL,
     "always": _ffi.RILL_FSYNC_ALWAYS,
 }
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def _time_ns(when: object, what: str) -> int:
+    """A datetime (naive: local time) or an int of nanoseconds since the epoch,
+    as nanoseconds for C's int64_t (a time before 1970 is before every message)."""
+    if isinstance(when, datetime.datetime):
+        aware = when if when.tzinfo is not None else when.astimezone()
+        ns = (aware - _EPOCH) // datetime.timedelta(microseconds=1) * 1000
+        return max(-(2**63), min(ns, 2**63 - 1))
+    if isinstance(when, int) and not isinstance(when, bool):
+        return _int(when, what, -(2**63), 2**63 - 1)
+    raise InvalidArgument(f"{what} must be a datetime or nanoseconds since the epoch, not {when!r}")
+
+
+def _start(start: object) -> tuple[int, int]:
+    """``start=`` as (RILL_START_*, start_offset)."""
+    if isinstance(start, datetime.datetime):
+        return _ffi.RILL_START_TIME, max(0, _time_ns(start, "start"))
+    if isinstance(start, int) and not isinstance(start, bool):
+        return _ffi.RILL_START_OFFSET, _int(start, "start offset")
+    if isinstance(start, str) and start in _STARTS:
+        return _STARTS[start], 0
+    raise InvalidArgument(f"start must be 'latest', 'earliest', an offset or a datetime, not {start!r}")
 
 
 def _timeout_ms(timeout: float | None) -> int:
@@ -449,6 +589,7 @@ class Subscription(_Handle):
         # tells a handler waiting for that loop to give up.
         self._loop = loop
         self._stop = stop
+        self._pattern = ""
 
     def _free(self, ptr: int) -> None:
         if self._stop is not None:
@@ -492,18 +633,13 @@ class Subscription(_Handle):
         """Counters and lag; works after the library closed it, too."""
         s = _ffi.rill_subscription_stats()
         check(lib.rill_subscription_get_stats(self._handle(), byref(s)))
-        return SubscriptionStats(
-            s.delivered,
-            s.acked,
-            s.retried,
-            s.dead_lettered,
-            s.filtered,
-            s.dropped,
-            s.missed,
-            s.lag,
-            s.partitions,
-            _STATES.get(s.state, "unknown"),
-        )
+        last_error = _ffi.read_str(lib.rill_subscription_last_error, self._handle())
+        return _subscription_stats(s, self.name, self._pattern, last_error or None)
+
+    def partition_lags(self) -> list[PartitionLag]:
+        """Position and lag of every partition it reads (of every topic its
+        pattern matched)."""
+        return _collect_lags(lib.rill_subscription_partitions, self._handle())
 
 
 class Consumer(_Handle):
@@ -603,6 +739,16 @@ class Consumer(_Handle):
     def seek(self, offset: int, partition: int = 0) -> None:
         """Moves one partition to a retained offset (:class:`OutOfRange` otherwise)."""
         self._call(lib.rill_consumer_seek, _partition(partition), _int(offset, "offset"))
+
+    def seek_to_time(self, when: datetime.datetime | int, partition: int = 0) -> None:
+        """Moves one partition to the first message published at or after
+        ``when``: a ``datetime`` (a naive one is local time) or nanoseconds
+        since the Unix epoch. A time before every message moves to the oldest,
+        a time after all of them to the end. Messages published at once from
+        several threads may be stamped slightly out of order; the seek then
+        lands where the stamps cross the time (see the C documentation of
+        ``rill_consumer_seek_time``)."""
+        self._call(lib.rill_consumer_seek_time, _partition(partition), _time_ns(when, "when"))
 
     def seek_to_beginning(self) -> None:
         self._call(lib.rill_consumer_seek_to_beginning)
@@ -720,6 +866,7 @@ class Broker(_Handle):
         check(lib.rill_broker_new_v1(byref(o), byref(ptr)))
         self._ptr = ptr.value
         self._publishers: dict[str, int] = {}
+        self._stale_publishers: list[int] = []
         self._publishers_lock = threading.Lock()
         self._stops: weakref.WeakSet[_Stop] = weakref.WeakSet()
         _live_brokers.add(self)
@@ -728,7 +875,8 @@ class Broker(_Handle):
         _stop_coroutine_handlers(self)
         with self._publishers_lock:
             publishers, self._publishers = self._publishers, {}
-        for p in publishers.values():
+            stale, self._stale_publishers = self._stale_publishers, []
+        for p in [*publishers.values(), *stale]:
             lib.rill_publisher_free(p)
         lib.rill_broker_free(ptr)
 
@@ -739,9 +887,12 @@ class Broker(_Handle):
         retention_bytes: int | None = None,
         retention_messages: int | None = None,
         max_message_bytes: int | None = None,
+        retention: float | None = None,
     ) -> None:
         """Creates a topic. ``retention_bytes=None`` keeps the default (256 MiB
-        per partition); 0 keeps everything."""
+        per partition); 0 keeps everything. ``retention`` is an age limit in
+        seconds: whole log segments are dropped once their newest message is
+        older, also while nobody publishes (``None`` or 0: no age limit)."""
         o = _ffi.rill_topic_options()
         lib.rill_topic_options_init_v1(byref(o), sizeof(o))
         o.partitions = _int(partitions, "partitions", 0, U32_MAX)
@@ -751,7 +902,74 @@ class Broker(_Handle):
             o.retention_messages = _int(retention_messages, "retention_messages")
         if max_message_bytes is not None:
             o.max_message_bytes = _int(max_message_bytes, "max_message_bytes")
+        if retention is not None:
+            o.retention_ms = _seconds_ms(retention, "retention")
         check(lib.rill_topic_create_v1(self._handle(), _name(name, "topic name"), byref(o)))
+
+    def delete_topic(self, name: str) -> None:
+        """Deletes a topic (:class:`NoSuchTopic` if there is none).
+        Subscriptions naming exactly this topic are closed (their
+        ``closed_reason`` is "topic deleted"); wildcard subscriptions stop
+        reading it; publishing to it and consumers of it raise
+        :class:`NoSuchTopic`; groups' and durable subscriptions' positions in
+        it are forgotten. Created again, it starts at offset 0."""
+        check(lib.rill_topic_delete(self._handle(), _name(name, "topic name")))
+        # The cached publisher of the deleted topic now only raises; a topic
+        # created again under the name gets a new one. Another thread may be
+        # publishing through the old one right now, so it is freed with the
+        # broker, not here.
+        with self._publishers_lock:
+            publisher = self._publishers.pop(name, None)
+            if publisher is not None:
+                self._stale_publishers.append(publisher)
+
+    def delete_durable(self, name: str) -> None:
+        """Forgets a durable subscription's saved position: :class:`Busy`
+        while a subscription of that name is live, :class:`NotFound` if none
+        saved a position."""
+        check(lib.rill_durable_delete(self._handle(), _name(name, "subscription name")))
+
+    def delete_group(self, group: str, topic: str) -> None:
+        """Forgets a consumer group's committed offsets on ``topic``:
+        :class:`Busy` while it has a live consumer there, :class:`NotFound`
+        if it has none."""
+        check(lib.rill_group_delete(self._handle(), _name(group, "group"), _name(topic, "topic")))
+
+    def topics(self) -> list[str]:
+        """Every topic's name, sorted (the broker's own ``$`` topics included)."""
+        out: list[str] = []
+        check(
+            lib.rill_topic_list(self._handle(), _ffi.TOPIC_CALLBACK(lambda _u, name: out.append(name.decode())), None)
+        )
+        return out
+
+    def subscriptions(self) -> list[SubscriptionStats]:
+        """The stats of every live subscription, sorted by name."""
+        out: list[SubscriptionStats] = []
+
+        def each(_user: int | None, p: Any) -> None:
+            s = p.contents
+            out.append(_subscription_stats(s, s.name.decode(), s.pattern.decode(), _text_or_none(s.last_error)))
+
+        check(lib.rill_subscription_list(self._handle(), _ffi.SUBSCRIPTION_CALLBACK(each), None))
+        return out
+
+    def groups(self) -> list[tuple[str, str]]:
+        """Every ``(group, topic)`` the broker keeps committed offsets for
+        (live consumer or not), sorted."""
+        out: list[tuple[str, str]] = []
+
+        def each(_user: int | None, group: bytes, topic: bytes) -> None:
+            out.append((group.decode(), topic.decode()))
+
+        check(lib.rill_group_list(self._handle(), _ffi.GROUP_CALLBACK(each), None))
+        return out
+
+    def group_stats(self, group: str, topic: str) -> GroupStats:
+        """A consumer group's committed position and lag on ``topic``, per
+        partition. Raises :class:`NotFound` if the group never consumed it."""
+        lags = _collect_lags(lib.rill_group_partitions, self._handle(), _name(group, "group"), _name(topic, "topic"))
+        return GroupStats(group, topic, sum(p.lag for p in lags), lags)
 
     def topic_stats(self, name: str) -> TopicStats:
         s = _ffi.rill_topic_stats()
@@ -862,7 +1080,7 @@ class Broker(_Handle):
         handler: Handler | BatchHandler,
         filter: str | None = None,  # noqa: A002 - the contract's name
         name: str | None = None,
-        start: Start | int = "latest",
+        start: Start | int | datetime.datetime = "latest",
         delivery: Delivery = "at_least_once",
         max_attempts: int = 5,
         backoff: tuple[float, ...] = (0.01, 10.0),
@@ -873,6 +1091,7 @@ class Broker(_Handle):
         batch: bool = False,
         idle_spin: float | None = None,
         on_lagged: Callable[[str, int, int], Any] | None = None,
+        on_dead_letter: Callable[[Message, str], Any] | None = None,
     ) -> Subscription:
         """Calls ``handler(message)`` for every message on topics matching
         ``pattern`` (``*`` one segment, ``**`` any number), one call at a time.
@@ -880,8 +1099,10 @@ class Broker(_Handle):
         The handler returns None or True for success, ``Ack.RETRY`` (or False)
         to be called again after a backoff, ``Ack.DEAD_LETTER`` to give up; an
         exception is a retry whose type and text become the reason recorded
-        with the message (``rill.dlq.reason`` once dead-lettered).
-        ``start`` is "latest", "earliest" or an offset; ``backoff`` is
+        with the message (``rill.dlq.reason`` once dead-lettered); it is also
+        logged, with its traceback, to the ``logging.getLogger("rill")``.
+        ``start`` is "latest", "earliest", an offset, or a ``datetime`` (the
+        first message published at or after it); ``backoff`` is
         (initial, max[, multiplier]) in seconds.
 
         ``idle_spin`` (seconds, with ``dedicated_thread``) is how long the
@@ -890,6 +1111,10 @@ class Broker(_Handle):
         ``on_lagged(topic, partition, missed)`` is called (on the delivering
         thread) when retention trimmed ``missed`` messages before this
         subscription read them; ``stats().missed`` counts them either way.
+
+        ``on_dead_letter(message, reason)`` is called (on the delivering
+        thread) once per message dead-lettered: the alert that it failed for
+        good.
 
         With ``batch=True`` the handler receives a list of consecutive
         messages of one partition (up to 64; on the shared worker pool the
@@ -916,14 +1141,7 @@ class Broker(_Handle):
                 encoded = _name(value, field)
                 keep.append(encoded)
                 setattr(o, field, encoded)
-        if isinstance(start, bool) or not isinstance(start, (str, int)):
-            raise InvalidArgument(f"start must be 'latest', 'earliest' or an offset, not {start!r}")
-        if isinstance(start, int):
-            o.start, o.start_offset = _ffi.RILL_START_OFFSET, _int(start, "start offset")
-        elif start in _STARTS:
-            o.start = _STARTS[start]
-        else:
-            raise InvalidArgument(f"start must be 'latest', 'earliest' or an offset, not {start!r}")
+        o.start, o.start_offset = _start(start)
         if delivery not in _DELIVERY:
             raise InvalidArgument(f"delivery must be one of {sorted(_DELIVERY)}, not {delivery!r}")
         o.delivery = _DELIVERY[delivery]
@@ -946,9 +1164,13 @@ class Broker(_Handle):
             if not callable(on_lagged):
                 raise TypeError("on_lagged must be callable")
             o.on_lagged = _on_lagged
+        if on_dead_letter is not None:
+            if not callable(on_dead_letter):
+                raise TypeError("on_dead_letter must be callable")
+            o.on_dead_letter = _on_dead_letter
         o.user_data_free = _on_free
         handler_id = next(_ids)
-        _handlers[handler_id] = _Entry(handler, batch, on_lagged)
+        _handlers[handler_id] = _Entry(handler, batch, on_lagged, on_dead_letter)
         out = c_void_p()
         # On failure the library calls _on_free, which drops the entry.
         check(
@@ -956,13 +1178,15 @@ class Broker(_Handle):
                 self._handle(), _name(pattern, "pattern"), byref(o), _on_batch, handler_id, byref(out)
             )
         )
-        return Subscription(out.value or 0, loop, stop)
+        sub = Subscription(out.value or 0, loop, stop)
+        sub._pattern = pattern
+        return sub
 
     def consumer(
         self,
         group: str,
         topic: str,
-        start: Start | int = "earliest",
+        start: Start | int | datetime.datetime = "earliest",
         session_timeout: float = 10.0,
         max_attempts: int = 5,
         dead_letter_topic: str | None = None,
@@ -970,11 +1194,12 @@ class Broker(_Handle):
         """A pull consumer of ``topic``, a new member of ``group``. The group
         divides the topic's partitions among its live members (see
         :meth:`Consumer.assignment`); each resumes from the group's committed
-        offset, or starts at ``start``. A member that has not polled for
-        ``session_timeout`` seconds is expelled and its partitions go to the
-        others; its next call rejoins. A message :meth:`Consumer.nack`-ed
-        ``max_attempts`` times goes to ``dead_letter_topic`` (default
-        ``$dlq/<group>``) and is skipped."""
+        offset, or starts at ``start``: "earliest", "latest", an offset, or a
+        ``datetime`` (the first message published at or after it). A member
+        that has not polled for ``session_timeout`` seconds is expelled and its
+        partitions go to the others; its next call rejoins. A message
+        :meth:`Consumer.nack`-ed ``max_attempts`` times goes to
+        ``dead_letter_topic`` (default ``$dlq/<group>``) and is skipped."""
         o = _ffi.rill_consumer_options()
         lib.rill_consumer_options_init_v1(byref(o), sizeof(o))
         o.session_timeout_ms = _int(
@@ -983,12 +1208,7 @@ class Broker(_Handle):
         o.max_attempts = _int(max_attempts, "max_attempts", 1, U32_MAX)
         if dead_letter_topic is not None:
             o.dead_letter_topic = _name(dead_letter_topic, "dead_letter_topic")
-        if isinstance(start, int) and not isinstance(start, bool):
-            o.start, o.start_offset = _ffi.RILL_START_OFFSET, _int(start, "start offset")
-        elif start in _STARTS:
-            o.start = _STARTS[start]
-        else:
-            raise InvalidArgument(f"start must be 'latest', 'earliest' or an offset, not {start!r}")
+        o.start, o.start_offset = _start(start)
         out = c_void_p()
         check(
             lib.rill_consumer_new_v1(self._handle(), _name(group, "group"), _name(topic, "topic"), byref(o), byref(out))
@@ -1096,6 +1316,69 @@ def _close_all_brokers() -> None:
             lib.rill_broker_close(ptr)
 
 
+# ---- the library's log ------------------------------------------------------------
+#
+# rill's log records go to Python's logging: the logger "rill" and its
+# children named after the part of rill that logged ("rill.subscription",
+# "rill.log", "rill.broker"). The callback is set at import and unset at
+# exit, after the brokers are closed, so C never calls into a finalizing
+# interpreter; records come from rill's threads, which take the GIL.
+
+_log = logging.getLogger("rill")
+# A library's logger: nothing is printed unless the application configures
+# logging (Python's last-resort handler would print warnings to stderr).
+_log.addHandler(logging.NullHandler())
+_LEVELS = {
+    _ffi.RILL_LOG_ERROR: logging.ERROR,
+    _ffi.RILL_LOG_WARN: logging.WARNING,
+    _ffi.RILL_LOG_INFO: logging.INFO,
+    _ffi.RILL_LOG_DEBUG: logging.DEBUG,
+    _ffi.RILL_LOG_TRACE: 5,
+}
+
+
+def _on_log_py(user_data: int | None, level: int, target: bytes, message: bytes) -> None:
+    # Nothing may escape into C.
+    try:
+        name = target.decode("utf-8", "replace").replace("::", ".")
+        logger = logging.getLogger(name) if name.startswith("rill.") else _log
+        logger.log(_LEVELS.get(level, logging.ERROR), "%s", message.decode("utf-8", "replace"))
+    except BaseException:  # noqa: BLE001 - logging must never break the library's thread
+        pass
+
+
+_on_log = _ffi.LOG_CALLBACK(_on_log_py)
+
+
+def set_log_level(level: int) -> None:
+    """The most detailed of rill's own log records passed to Python's logging,
+    as a ``logging`` level (default ``logging.INFO``; ``logging.DEBUG`` adds
+    rollovers, retention trims and handler retries). Python's logging then
+    filters as configured."""
+    if level <= 5:
+        rill_level = _ffi.RILL_LOG_TRACE
+    elif level <= logging.DEBUG:
+        rill_level = _ffi.RILL_LOG_DEBUG
+    elif level <= logging.INFO:
+        rill_level = _ffi.RILL_LOG_INFO
+    elif level <= logging.WARNING:
+        rill_level = _ffi.RILL_LOG_WARN
+    elif level <= logging.ERROR:
+        rill_level = _ffi.RILL_LOG_ERROR
+    else:
+        rill_level = _ffi.RILL_LOG_OFF
+    check(lib.rill_set_log_level(rill_level))
+
+
+def _unset_log() -> None:
+    lib.rill_set_log_callback(_ffi.LOG_CALLBACK(), None)  # a NULL callback
+
+
+# BUSY means the process already has a logger for Rust's log facade (a Rust
+# program embedding this interpreter): rill logs through that one.
+lib.rill_set_log_callback(_on_log, None)
+# Runs after _close_all_brokers (atexit runs functions last-in, first-out).
+atexit.register(_unset_log)
 atexit.register(_close_all_brokers)
 
 

@@ -91,6 +91,7 @@ class rill_topic_options(Structure):
         ("retention_bytes", c_uint64),
         ("retention_messages", c_uint64),
         ("max_message_bytes", c_uint64),
+        ("retention_ms", c_uint64),
     ]
 
 
@@ -146,6 +147,8 @@ HANDLER = CFUNCTYPE(c_int32, c_void_p, c_void_p)
 BATCH_HANDLER = CFUNCTYPE(c_size_t, c_void_p, c_void_p, c_size_t, c_void_p)
 DESTRUCTOR = CFUNCTYPE(None, c_void_p)
 LAG_CALLBACK = CFUNCTYPE(None, c_void_p, c_char_p, c_uint32, c_uint64)
+DEAD_LETTER_CALLBACK = CFUNCTYPE(None, c_void_p, c_void_p, c_char_p)
+LOG_CALLBACK = CFUNCTYPE(None, c_void_p, c_int32, c_char_p, c_char_p)
 
 
 class rill_subscription_options(Structure):
@@ -167,6 +170,7 @@ class rill_subscription_options(Structure):
         ("user_data_free", DESTRUCTOR),
         ("idle_spin_us", c_uint64),
         ("on_lagged", LAG_CALLBACK),
+        ("on_dead_letter", DEAD_LETTER_CALLBACK),
     ]
 
 
@@ -182,7 +186,26 @@ class rill_subscription_stats(Structure):
         ("lag", c_uint64),
         ("partitions", c_uint32),
         ("state", c_int32),
+        ("name", c_char_p),
+        ("pattern", c_char_p),
+        ("last_error", c_char_p),
     ]
+
+
+class rill_partition_lag(Structure):
+    _fields_ = [
+        ("topic", c_char_p),
+        ("partition", c_uint32),
+        ("position", c_uint64),
+        ("end", c_uint64),
+        ("lag", c_uint64),
+    ]
+
+
+TOPIC_CALLBACK = CFUNCTYPE(None, c_void_p, c_char_p)
+SUBSCRIPTION_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_subscription_stats))
+GROUP_CALLBACK = CFUNCTYPE(None, c_void_p, c_char_p, c_char_p)
+PARTITION_LAG_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_partition_lag))
 
 
 class rill_consumer_stats(Structure):
@@ -235,11 +258,12 @@ RILL_ERR_CLOSED = STATUS["RILL_ERR_CLOSED"]
 RILL_VERSION_MAJOR, RILL_VERSION_MINOR, RILL_VERSION_PATCH = 0, 1, 0
 RILL_VERSION_STRING = "0.1.0"
 RILL_ACK_SUCCESS, RILL_ACK_RETRY, RILL_ACK_DEAD_LETTER = 0, 1, 2
-RILL_START_LATEST, RILL_START_EARLIEST, RILL_START_OFFSET = 0, 1, 2
+RILL_START_LATEST, RILL_START_EARLIEST, RILL_START_OFFSET, RILL_START_TIME = 0, 1, 2, 3
 RILL_DELIVERY_AT_LEAST_ONCE, RILL_DELIVERY_AT_MOST_ONCE = 0, 1
 RILL_OVERFLOW_DROP_OLDEST, RILL_OVERFLOW_BLOCK, RILL_OVERFLOW_DISCONNECT = 0, 1, 2
 RILL_SUBSCRIPTION_IDLE, RILL_SUBSCRIPTION_ACTIVE, RILL_SUBSCRIPTION_BACKOFF, RILL_SUBSCRIPTION_CLOSED = 0, 1, 2, 3
 RILL_FSYNC_NEVER, RILL_FSYNC_INTERVAL, RILL_FSYNC_ALWAYS = 0, 1, 2
+RILL_LOG_OFF, RILL_LOG_ERROR, RILL_LOG_WARN, RILL_LOG_INFO, RILL_LOG_DEBUG, RILL_LOG_TRACE = 0, 1, 2, 3, 4, 5
 
 # ---- functions ------------------------------------------------------------------
 
@@ -290,12 +314,19 @@ TYPES: dict[str, object] = {
     "rill_consumer_stats*": POINTER(rill_consumer_stats),
     "rill_handler": HANDLER,
     "rill_batch_handler": BATCH_HANDLER,
+    "rill_log_callback": LOG_CALLBACK,
+    "rill_topic_callback": TOPIC_CALLBACK,
+    "rill_subscription_callback": SUBSCRIPTION_CALLBACK,
+    "rill_group_callback": GROUP_CALLBACK,
+    "rill_partition_lag_callback": PARTITION_LAG_CALLBACK,
 }
 
 # name -> (return type, parameter types), exactly as in rill.h.
 FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_version": ("const char*", []),
     "rill_status_name": ("const char*", ["int32_t"]),
+    "rill_set_log_callback": ("rill_status", ["rill_log_callback", "void*"]),
+    "rill_set_log_level": ("rill_status", ["int32_t"]),
     "rill_last_error": ("size_t", ["char*", "size_t"]),
     "rill_broker_options_init_v1": ("void", ["rill_broker_options*", "size_t"]),
     "rill_broker_new_v1": ("rill_status", ["const rill_broker_options*", "rill_broker**"]),
@@ -303,6 +334,8 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_broker_free": ("void", ["rill_broker*"]),
     "rill_topic_options_init_v1": ("void", ["rill_topic_options*", "size_t"]),
     "rill_topic_create_v1": ("rill_status", ["rill_broker*", "const char*", "const rill_topic_options*"]),
+    "rill_topic_list": ("rill_status", ["rill_broker*", "rill_topic_callback", "void*"]),
+    "rill_topic_delete": ("rill_status", ["rill_broker*", "const char*"]),
     "rill_topic_get_stats": ("rill_status", ["rill_broker*", "const char*", "rill_topic_stats*"]),
     "rill_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
     "rill_try_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
@@ -335,12 +368,20 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_consumer_commit_offset": ("rill_status", ["rill_consumer*", "uint32_t", "uint64_t"]),
     "rill_consumer_seek": ("rill_status", ["rill_consumer*", "uint32_t", "uint64_t"]),
     "rill_consumer_nack": ("rill_status", ["rill_consumer*", "uint32_t", "uint64_t", "bool*"]),
+    "rill_consumer_seek_time": ("rill_status", ["rill_consumer*", "uint32_t", "int64_t"]),
     "rill_consumer_seek_to_beginning": ("rill_status", ["rill_consumer*"]),
     "rill_consumer_seek_to_end": ("rill_status", ["rill_consumer*"]),
     "rill_consumer_rollback": ("rill_status", ["rill_consumer*"]),
     "rill_consumer_position": ("rill_status", ["const rill_consumer*", "uint32_t", "uint64_t*"]),
     "rill_consumer_committed": ("rill_status", ["const rill_consumer*", "uint32_t", "uint64_t*"]),
     "rill_consumer_get_stats": ("rill_status", ["const rill_consumer*", "rill_consumer_stats*"]),
+    "rill_group_get_stats": ("rill_status", ["rill_broker*", "const char*", "const char*", "rill_consumer_stats*"]),
+    "rill_group_partitions": (
+        "rill_status",
+        ["rill_broker*", "const char*", "const char*", "rill_partition_lag_callback", "void*"],
+    ),
+    "rill_group_list": ("rill_status", ["rill_broker*", "rill_group_callback", "void*"]),
+    "rill_group_delete": ("rill_status", ["rill_broker*", "const char*", "const char*"]),
     "rill_consumer_partition_count": ("uint32_t", ["const rill_consumer*"]),
     "rill_consumer_assignment": ("rill_status", ["const rill_consumer*", "uint32_t*", "size_t", "size_t*"]),
     "rill_consumer_free": ("void", ["rill_consumer*"]),
@@ -378,6 +419,13 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_subscription_get_stats": ("rill_status", ["const rill_subscription*", "rill_subscription_stats*"]),
     "rill_subscription_name": ("size_t", ["const rill_subscription*", "char*", "size_t"]),
     "rill_subscription_closed_reason": ("size_t", ["const rill_subscription*", "char*", "size_t"]),
+    "rill_subscription_last_error": ("size_t", ["const rill_subscription*", "char*", "size_t"]),
+    "rill_subscription_list": ("rill_status", ["rill_broker*", "rill_subscription_callback", "void*"]),
+    "rill_durable_delete": ("rill_status", ["rill_broker*", "const char*"]),
+    "rill_subscription_partitions": (
+        "rill_status",
+        ["const rill_subscription*", "rill_partition_lag_callback", "void*"],
+    ),
     "rill_subscription_free": ("void", ["rill_subscription*"]),
 }
 TYPES["void*"] = c_void_p

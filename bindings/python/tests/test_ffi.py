@@ -205,6 +205,12 @@ def test_every_callback_typedef_matches_its_cfunctype() -> None:
         "rill_batch_handler": _ffi.BATCH_HANDLER,
         "rill_destructor": _ffi.DESTRUCTOR,
         "rill_lag_callback": _ffi.LAG_CALLBACK,
+        "rill_topic_callback": _ffi.TOPIC_CALLBACK,
+        "rill_log_callback": _ffi.LOG_CALLBACK,
+        "rill_dead_letter_callback": _ffi.DEAD_LETTER_CALLBACK,
+        "rill_subscription_callback": _ffi.SUBSCRIPTION_CALLBACK,
+        "rill_group_callback": _ffi.GROUP_CALLBACK,
+        "rill_partition_lag_callback": _ffi.PARTITION_LAG_CALLBACK,
     }
     assert set(callbacks) == set(mirrors)
     for name, cfunc in mirrors.items():

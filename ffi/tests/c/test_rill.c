@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1863,6 +1864,535 @@ static void test_calls_that_would_wait_for_their_own_handler_fail_fast(void) {
     rill_broker_free(b);
 }
 
+/* ---- issue 13: listing and describing ---------------------------------------- */
+
+typedef struct {
+    int count;
+    char names[8][64];
+} name_list;
+
+static void collect_topic(void *user_data, const char *name) {
+    name_list *l = (name_list *)user_data;
+    if (l->count < 8) snprintf(l->names[l->count++], 64, "%s", name);
+}
+
+static void collect_group(void *user_data, const char *group, const char *topic) {
+    name_list *l = (name_list *)user_data;
+    if (l->count < 8) snprintf(l->names[l->count++], 64, "%s@%s", group, topic);
+}
+
+typedef struct {
+    int count;
+    char names[4][64];
+    char patterns[4][64];
+    char errors[4][256];
+    uint64_t delivered[4];
+    int state[4];
+} sub_list;
+
+static void collect_sub(void *user_data, const rill_subscription_stats *s) {
+    sub_list *l = (sub_list *)user_data;
+    if (l->count >= 4) return;
+    int i = l->count++;
+    snprintf(l->names[i], 64, "%s", s->name);
+    snprintf(l->patterns[i], 64, "%s", s->pattern);
+    snprintf(l->errors[i], 256, "%s", s->last_error ? s->last_error : "(none)");
+    l->delivered[i] = s->delivered;
+    l->state[i] = s->state;
+}
+
+typedef struct {
+    int count;
+    char topics[8][64];
+    uint32_t partition[8];
+    uint64_t position[8], end[8], lag[8];
+} lag_list;
+
+static void collect_lag(void *user_data, const rill_partition_lag *p) {
+    lag_list *l = (lag_list *)user_data;
+    if (l->count >= 8) return;
+    int i = l->count++;
+    snprintf(l->topics[i], 64, "%s", p->topic);
+    l->partition[i] = p->partition;
+    l->position[i] = p->position;
+    l->end[i] = p->end;
+    l->lag[i] = p->lag;
+}
+
+static rill_ack reject_bad(void *user_data, const rill_message *m) {
+    (void)user_data;
+    if (m->payload_len == 3 && memcmp(m->payload, "bad", 3) == 0) {
+        rill_ack_reason(m, "cannot parse it");
+        return RILL_ACK_DEAD_LETTER;
+    }
+    return RILL_ACK_SUCCESS;
+}
+
+static void test_listing_topics_subscriptions_and_groups(void) {
+    rill_broker *b = new_broker();
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    to.partitions = 2;
+    OK(rill_topic_create(b, "orders/eu", &to));
+    OK(rill_topic_create(b, "orders/us", NULL));
+    name_list topics = {0};
+    OK(rill_topic_list(b, collect_topic, &topics));
+    CHECK(topics.count == 2 && strcmp(topics.names[0], "orders/eu") == 0 && strcmp(topics.names[1], "orders/us") == 0);
+    CHECK_STATUS(rill_topic_list(b, NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_topic_list(NULL, collect_topic, &topics), RILL_ERR_NULL_ARGUMENT);
+
+    rill_subscription_options so;
+    rill_subscription_options_init(&so);
+    so.name = "billing";
+    so.start = RILL_START_EARLIEST;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "orders/*", &so, reject_bad, NULL, &s));
+    rill_record good = record_of("good"), bad = record_of("bad");
+    OK(rill_publish(b, "orders/us", &good, NULL));
+    OK(rill_publish(b, "orders/us", &bad, NULL));
+    OK(rill_subscription_wait_idle(s, 30000));
+
+    sub_list subs;
+    memset(&subs, 0, sizeof subs);
+    OK(rill_subscription_list(b, collect_sub, &subs));
+    CHECK(subs.count == 1 && strcmp(subs.names[0], "billing") == 0 && strcmp(subs.patterns[0], "orders/*") == 0);
+    CHECK(subs.delivered[0] == 2 && subs.state[0] == RILL_SUBSCRIPTION_IDLE);
+    CHECK(strstr(subs.errors[0], "cannot parse it") != NULL && strstr(subs.errors[0], "offset 1") != NULL);
+    CHECK_STATUS(rill_subscription_list(b, NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+    /* get_stats leaves the borrowed strings NULL; the copy function has the text. */
+    rill_subscription_stats st;
+    OK(rill_subscription_get_stats(s, &st));
+    CHECK(st.name == NULL && st.pattern == NULL && st.last_error == NULL && st.delivered == 2);
+    char err[256];
+    size_t n = rill_subscription_last_error(s, err, sizeof err);
+    CHECK(n == strlen(subs.errors[0]) && strcmp(err, subs.errors[0]) == 0);
+
+    lag_list lags;
+    memset(&lags, 0, sizeof lags);
+    OK(rill_subscription_partitions(s, collect_lag, &lags));
+    CHECK(lags.count == 3);
+    for (int i = 0; i < lags.count; i++) {
+        if (strcmp(lags.topics[i], "orders/us") == 0) CHECK(lags.position[i] == 2 && lags.end[i] == 2 && lags.lag[i] == 0);
+    }
+
+    /* Groups: listed with their committed position, live consumer or not. */
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "reports", "orders/us", NULL, &c));
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    OK(rill_consumer_poll(c, 1, 0, &msgs, &count));
+    CHECK(count == 1);
+    OK(rill_consumer_commit(c));
+    rill_consumer_free(c);
+    name_list groups = {0};
+    OK(rill_group_list(b, collect_group, &groups));
+    CHECK(groups.count == 1 && strcmp(groups.names[0], "reports@orders/us") == 0);
+    rill_consumer_stats gs;
+    OK(rill_group_get_stats(b, "reports", "orders/us", &gs));
+    CHECK(gs.lag == 1 && gs.partitions == 1 && gs.delivered == 0);
+    memset(&lags, 0, sizeof lags);
+    OK(rill_group_partitions(b, "reports", "orders/us", collect_lag, &lags));
+    CHECK(lags.count == 1 && strcmp(lags.topics[0], "orders/us") == 0 && lags.position[0] == 1 && lags.end[0] == 2 &&
+          lags.lag[0] == 1);
+    CHECK_STATUS(rill_group_get_stats(b, "nobody", "orders/us", &gs), RILL_ERR_NOT_FOUND);
+    CHECK_STATUS(rill_group_get_stats(b, "reports", "missing", &gs), RILL_ERR_NO_SUCH_TOPIC);
+    CHECK_STATUS(rill_group_get_stats(b, "reports", "orders/us", NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_group_partitions(b, "reports", "orders/us", NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_group_list(b, NULL, NULL), RILL_ERR_NULL_ARGUMENT);
+
+    rill_subscription_free(s);
+    memset(&subs, 0, sizeof subs);
+    OK(rill_subscription_list(b, collect_sub, &subs));
+    CHECK(subs.count == 0);
+    rill_broker_free(b);
+}
+
+typedef struct {
+    rill_consumer *c;
+    rill_status status;
+} blocked_poll;
+
+static void *poll_until_error(void *arg) {
+    blocked_poll *p = (blocked_poll *)arg;
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    for (;;) {
+        rill_status st = rill_consumer_poll(p->c, 16, 30000, &msgs, &count);
+        if (st != RILL_OK) {
+            p->status = st;
+            return NULL;
+        }
+    }
+}
+
+typedef struct {
+    rill_publisher *p;
+    rill_status status;
+    long published;
+} busy_publisher;
+
+static void *publish_until_error(void *arg) {
+    busy_publisher *p = (busy_publisher *)arg;
+    rill_record r = record_of("load");
+    for (;;) {
+        rill_status st = rill_publisher_publish(p->p, &r, NULL);
+        if (st != RILL_OK) {
+            p->status = st;
+            return NULL;
+        }
+        p->published++;
+    }
+}
+
+static void test_deleting_topics_durables_and_groups(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "live/a", NULL));
+    OK(rill_topic_create(b, "live/b", NULL));
+    recorder wild, lit;
+    recorder_init(&wild);
+    recorder_init(&lit);
+    rill_subscription_options so;
+    rill_subscription_options_init(&so);
+    so.start = RILL_START_EARLIEST;
+    rill_subscription *ws = NULL, *ls = NULL;
+    OK(rill_subscribe(b, "live/*", &so, record_handler, &wild, &ws));
+    so.name = "a-reader";
+    OK(rill_subscribe(b, "live/a", &so, record_handler, &lit, &ls));
+
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "pullers", "live/a", NULL, &c));
+    busy_publisher pub = {NULL, RILL_OK, 0};
+    OK(rill_publisher_new(b, "live/a", &pub.p));
+    blocked_poll poller = {c, RILL_OK};
+    pthread_t pt, pp;
+    pthread_create(&pp, NULL, publish_until_error, &pub);
+    pthread_create(&pt, NULL, poll_until_error, &poller);
+    rill_topic_stats ts;
+    do {
+        OK(rill_topic_get_stats(b, "live/a", &ts));
+    } while (ts.publish_count < 1000);
+
+    OK(rill_topic_delete(b, "live/a"));
+    pthread_join(pp, NULL);
+    pthread_join(pt, NULL);
+    CHECK(pub.status == RILL_ERR_NO_SUCH_TOPIC && pub.published >= 1000);
+    CHECK(poller.status == RILL_ERR_NO_SUCH_TOPIC);
+    CHECK_STATUS(rill_topic_delete(b, "live/a"), RILL_ERR_NO_SUCH_TOPIC);
+    CHECK_STATUS(rill_topic_delete(b, "never"), RILL_ERR_NO_SUCH_TOPIC);
+    CHECK_STATUS(rill_topic_delete(b, "bad//name"), RILL_ERR_INVALID_TOPIC);
+    CHECK_STATUS(rill_topic_delete(NULL, "x"), RILL_ERR_NULL_ARGUMENT);
+    /* The literal subscription is closed with the reason; the wildcard one goes on. */
+    char why[64];
+    rill_subscription_closed_reason(ls, why, sizeof why);
+    CHECK(strcmp(why, "topic deleted") == 0);
+    rill_record r = record_of("on b");
+    OK(rill_publish(b, "live/b", &r, NULL));
+    OK(rill_subscription_wait_idle(ws, 30000));
+    pthread_mutex_lock(&wild.lock);
+    CHECK(strcmp(wild.payloads[wild.count - 1], "on b") == 0);
+    pthread_mutex_unlock(&wild.lock);
+    rill_subscription_stats st;
+    OK(rill_subscription_get_stats(ws, &st));
+    CHECK(st.partitions == 1 && st.state == RILL_SUBSCRIPTION_IDLE);
+    rill_publisher_free(pub.p);
+    rill_consumer_free(c);
+    rill_subscription_free(ls);
+
+    /* Created again: from offset 0. */
+    OK(rill_topic_create(b, "live/a", NULL));
+    rill_position pos;
+    OK(rill_publish(b, "live/a", &r, &pos));
+    CHECK(pos.offset == 0);
+
+    /* Durable positions: BUSY while live, NOT_FOUND when unknown. */
+    so.name = "keeper";
+    rill_subscription *keeper = NULL;
+    OK(rill_subscribe(b, "live/b", &so, noop_handler, NULL, &keeper));
+    CHECK_STATUS(rill_durable_delete(b, "keeper"), RILL_ERR_BUSY);
+    rill_subscription_free(keeper);
+    OK(rill_durable_delete(b, "keeper"));
+    CHECK_STATUS(rill_durable_delete(b, "keeper"), RILL_ERR_NOT_FOUND);
+    CHECK_STATUS(rill_durable_delete(b, NULL), RILL_ERR_NULL_ARGUMENT);
+
+    /* Group offsets: BUSY while a consumer is live, NOT_FOUND when unknown. */
+    OK(rill_consumer_new(b, "g", "live/b", NULL, &c));
+    OK(rill_consumer_commit(c));
+    CHECK_STATUS(rill_group_delete(b, "g", "live/b"), RILL_ERR_BUSY);
+    rill_consumer_free(c);
+    OK(rill_group_delete(b, "g", "live/b"));
+    CHECK_STATUS(rill_group_delete(b, "g", "live/b"), RILL_ERR_NOT_FOUND);
+    CHECK_STATUS(rill_group_delete(b, NULL, "live/b"), RILL_ERR_NULL_ARGUMENT);
+    rill_consumer_stats gs;
+    CHECK_STATUS(rill_group_get_stats(b, "g", "live/b", &gs), RILL_ERR_NOT_FOUND);
+
+    rill_subscription_free(ws);
+    rill_broker_free(b);
+}
+
+static void test_seek_and_start_by_time(void) {
+    rill_broker *b = new_broker();
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    OK(rill_topic_create(b, "timed", &to));
+    char payload[16];
+    for (int i = 0; i < 300; i++) {
+        snprintf(payload, sizeof payload, "%d", i);
+        rill_record r = record_of(payload);
+        OK(rill_publish(b, "timed", &r, NULL));
+    }
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "stamps", "timed", NULL, &c));
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    OK(rill_consumer_poll(c, 300, 0, &msgs, &count));
+    CHECK(count == 300);
+    uint64_t stamps[300];
+    for (size_t i = 0; i < count && i < 300; i++) stamps[i] = msgs[i].timestamp_ns;
+    uint64_t t = stamps[150], want = 0, pos = 0;
+    while (want < 300 && stamps[want] < t) want++;
+    OK(rill_consumer_seek_time(c, 0, (int64_t)t));
+    OK(rill_consumer_position(c, 0, &pos));
+    CHECK(pos == want);
+    OK(rill_consumer_seek_time(c, 0, -5)); /* before everything: the oldest */
+    OK(rill_consumer_position(c, 0, &pos));
+    CHECK(pos == 0);
+    OK(rill_consumer_seek_time(c, 0, INT64_MAX)); /* after everything: the end */
+    OK(rill_consumer_position(c, 0, &pos));
+    CHECK(pos == 300);
+    CHECK_STATUS(rill_consumer_seek_time(c, 3, 0), RILL_ERR_NOT_FOUND);
+    CHECK_STATUS(rill_consumer_seek_time(NULL, 0, 0), RILL_ERR_NULL_ARGUMENT);
+
+    /* A consumer and a subscription can start at a time. */
+    rill_consumer_options co;
+    rill_consumer_options_init(&co);
+    co.start = RILL_START_TIME;
+    co.start_offset = t;
+    rill_consumer *from = NULL;
+    OK(rill_consumer_new(b, "from-time", "timed", &co, &from));
+    OK(rill_consumer_position(from, 0, &pos));
+    CHECK(pos == want);
+    recorder rec;
+    recorder_init(&rec);
+    rill_subscription_options so;
+    rill_subscription_options_init(&so);
+    so.start = RILL_START_TIME;
+    so.start_offset = t;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "timed", &so, record_handler, &rec, &s));
+    OK(rill_subscription_wait_idle(s, 30000));
+    CHECK(recorder_count(&rec) == (int)(300 - want) && rec.offsets[0] == want);
+    so.start = 9;
+    rill_subscription *bad = NULL;
+    CHECK_STATUS(rill_subscribe(b, "timed", &so, record_handler, &rec, &bad), RILL_ERR_INVALID_ARGUMENT);
+    rill_subscription_free(s);
+    rill_consumer_free(from);
+    rill_consumer_free(c);
+    rill_broker_free(b);
+}
+
+static void test_retention_by_age(void) {
+    rill_broker *b = new_broker();
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    CHECK(to.retention_ms == 0);
+    to.retention_bytes = 64 << 10; /* 16 KiB segments */
+    to.retention_ms = 30;
+    OK(rill_topic_create(b, "aging", &to));
+    for (int i = 0; i < 100; i++) {
+        rill_record r = record_of("old");
+        OK(rill_publish(b, "aging", &r, NULL));
+    }
+    /* Nobody publishes; the broker's timer trims what has expired. The
+     * oldest retained offset is where a consumer's seek_to_beginning lands. */
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "watch", "aging", NULL, &c));
+    uint64_t first = 0;
+    for (int waited = 0; waited < 30000 && first < 100; waited++) {
+        OK(rill_consumer_seek_to_beginning(c));
+        OK(rill_consumer_position(c, 0, &first));
+        if (first < 100) sleep_ms(1);
+    }
+    CHECK(first == 100);
+    rill_record r = record_of("new");
+    rill_position pos;
+    OK(rill_publish(b, "aging", &r, &pos));
+    CHECK(pos.offset == 100);
+    rill_consumer_free(c);
+    rill_broker_free(b);
+}
+
+/* ---- logs and alerts ---------------------------------------------------------- */
+
+typedef struct {
+    pthread_mutex_t lock;
+    int count;
+    int warns;
+    char last[256];
+    char target[64];
+    int try_reset;          /* call rill_set_log_callback from inside */
+    rill_status reset_status;
+} log_sink;
+
+static void log_sink_init(log_sink *l) {
+    memset(l, 0, sizeof *l);
+    pthread_mutex_init(&l->lock, NULL);
+}
+
+static int log_count(log_sink *l) {
+    pthread_mutex_lock(&l->lock);
+    int n = l->count;
+    pthread_mutex_unlock(&l->lock);
+    return n;
+}
+
+static void log_into(void *user_data, int32_t level, const char *target, const char *message) {
+    log_sink *l = (log_sink *)user_data;
+    pthread_mutex_lock(&l->lock);
+    int try_reset = l->try_reset;
+    pthread_mutex_unlock(&l->lock);
+    rill_status st = try_reset ? rill_set_log_callback(NULL, NULL) : RILL_OK;
+    pthread_mutex_lock(&l->lock);
+    if (try_reset) l->reset_status = st;
+    l->count++;
+    if (level == RILL_LOG_WARN) l->warns++;
+    snprintf(l->last, sizeof l->last, "%s", message);
+    snprintf(l->target, sizeof l->target, "%s", target);
+    pthread_mutex_unlock(&l->lock);
+}
+
+typedef struct {
+    pthread_mutex_t lock;
+    int count;
+    char payload[64];
+    char reason[128];
+    uint64_t offset;
+} alert_sink;
+
+static void on_dead_letter_alert(void *user_data, const rill_message *m, const char *reason) {
+    alert_sink *a = (alert_sink *)user_data;
+    pthread_mutex_lock(&a->lock);
+    a->count++;
+    size_t n = m->payload_len < 63 ? m->payload_len : 63;
+    memcpy(a->payload, m->payload, n);
+    a->payload[n] = 0;
+    snprintf(a->reason, sizeof a->reason, "%s", reason);
+    a->offset = m->offset;
+    pthread_mutex_unlock(&a->lock);
+}
+
+static rill_ack dead_letter_everything(void *user_data, const rill_message *m) {
+    (void)user_data;
+    rill_ack_reason(m, "rejected by the test");
+    return RILL_ACK_DEAD_LETTER;
+}
+
+typedef struct {
+    rill_broker *b;
+    pthread_mutex_t lock;
+    int stop;
+    int published;
+} poison_pump;
+
+static void *pump_poison(void *arg) {
+    poison_pump *p = (poison_pump *)arg;
+    rill_record r = record_of("poison");
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        int stop = p->stop;
+        pthread_mutex_unlock(&p->lock);
+        if (stop) return NULL;
+        if (rill_publish(p->b, "alerts", &r, NULL) == RILL_OK) p->published++;
+        sleep_ms(1);
+    }
+}
+
+static rill_status reset_status_of(log_sink *l) {
+    pthread_mutex_lock(&l->lock);
+    rill_status st = l->reset_status;
+    pthread_mutex_unlock(&l->lock);
+    return st;
+}
+
+static void test_log_callback_and_dead_letter_alerts(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "alerts", NULL));
+    alert_sink alerts;
+    memset(&alerts, 0, sizeof alerts);
+    pthread_mutex_init(&alerts.lock, NULL);
+    rill_subscription_options so;
+    rill_subscription_options_init(&so);
+    CHECK(so.on_dead_letter == NULL);
+    so.name = "alerted";
+    so.on_dead_letter = on_dead_letter_alert;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "alerts", &so, dead_letter_everything, &alerts, &s));
+
+    log_sink a, bb;
+    log_sink_init(&a);
+    log_sink_init(&bb);
+    OK(rill_set_log_callback(log_into, &a));
+    rill_record r = record_of("poison");
+    OK(rill_publish(b, "alerts", &r, NULL));
+    OK(rill_subscription_wait_idle(s, 30000));
+    /* The alert: the message and the reason. */
+    pthread_mutex_lock(&alerts.lock);
+    CHECK(alerts.count == 1 && strcmp(alerts.payload, "poison") == 0 && alerts.offset == 0);
+    CHECK(strcmp(alerts.reason, "rejected by the test") == 0);
+    pthread_mutex_unlock(&alerts.lock);
+    /* The log: a warning from the subscription part of rill. */
+    pthread_mutex_lock(&a.lock);
+    CHECK(a.warns >= 1 && strstr(a.last, "dead-lettered alerts partition 0 offset 0") != NULL);
+    CHECK(strcmp(a.target, "rill::subscription") == 0);
+    pthread_mutex_unlock(&a.lock);
+
+    /* Levels: above the maximum nothing is passed. */
+    OK(rill_set_log_level(RILL_LOG_ERROR));
+    int before = log_count(&a);
+    OK(rill_publish(b, "alerts", &r, NULL));
+    OK(rill_subscription_wait_idle(s, 30000));
+    CHECK(log_count(&a) == before);
+    CHECK_STATUS(rill_set_log_level(6), RILL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(rill_set_log_level(-1), RILL_ERR_INVALID_ARGUMENT);
+    OK(rill_set_log_level(RILL_LOG_WARN));
+
+    /* Replacing the callback while another thread logs: once the call
+     * returns, the old one is never called again. */
+    poison_pump pump;
+    memset(&pump, 0, sizeof pump);
+    pump.b = b;
+    pthread_mutex_init(&pump.lock, NULL);
+    pthread_t t;
+    pthread_create(&t, NULL, pump_poison, &pump);
+    while (log_count(&a) < before + 3) sleep_ms(1);
+    OK(rill_set_log_callback(log_into, &bb));
+    int a_after = log_count(&a);
+    while (log_count(&bb) < 3) sleep_ms(1);
+    CHECK(log_count(&a) == a_after);
+    /* Setting it from inside the callback is refused (it would wait for itself). */
+    pthread_mutex_lock(&bb.lock);
+    bb.try_reset = 1;
+    pthread_mutex_unlock(&bb.lock);
+    while (reset_status_of(&bb) == RILL_OK) sleep_ms(1);
+    CHECK(reset_status_of(&bb) == RILL_ERR_INVALID_ARGUMENT);
+    pthread_mutex_lock(&pump.lock);
+    pump.stop = 1;
+    pthread_mutex_unlock(&pump.lock);
+    pthread_join(t, NULL);
+    OK(rill_subscription_wait_idle(s, 30000));
+    /* No callback: nothing is passed. */
+    OK(rill_set_log_callback(NULL, NULL));
+    int b_after = log_count(&bb);
+    OK(rill_publish(b, "alerts", &r, NULL));
+    OK(rill_subscription_wait_idle(s, 30000));
+    CHECK(log_count(&bb) == b_after);
+    pthread_mutex_lock(&alerts.lock);
+    CHECK(alerts.count == 3 + pump.published);
+    pthread_mutex_unlock(&alerts.lock);
+    OK(rill_set_log_level(RILL_LOG_INFO));
+    rill_subscription_free(s);
+    rill_broker_free(b);
+}
+
 int main(void) {
     test_version_status_names_and_last_error();
     test_option_struct_sizes();
@@ -1893,6 +2423,11 @@ int main(void) {
     test_free_returns_after_user_data_free();
     test_anonymous_subscriptions_and_dead_letters();
     test_calls_that_would_wait_for_their_own_handler_fail_fast();
+    test_listing_topics_subscriptions_and_groups();
+    test_deleting_topics_durables_and_groups();
+    test_seek_and_start_by_time();
+    test_retention_by_age();
+    test_log_callback_and_dead_letter_alerts();
     if (failures) {
         fprintf(stderr, "C ABI tests: %d of %d checks failed\n", failures, checks);
         return 1;

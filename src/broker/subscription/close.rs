@@ -149,11 +149,16 @@ impl SubCore {
         }
         let (handler, on_lagged) = {
             let mut st = self.drain.lock();
+            // A topic deleted since the last round is let go of now: a
+            // closed subscription's handle may live on.
+            self.apply_detached(&mut st);
             let noop = HandlerKind::One(Box::new(|_: &Message<'_>| Ack::Success));
             (std::mem::replace(&mut st.handler, noop), st.on_lagged.take())
         };
+        let on_dead_letter = self.on_dead_letter.lock().take();
         drop(handler);
         drop(on_lagged);
+        drop(on_dead_letter);
         if let Some(on_close) = &self.env.on_close {
             on_close(self);
         }
@@ -164,6 +169,7 @@ impl SubCore {
 
     /// Closes the subscription, recording why (reported in stats).
     pub(crate) fn close_with_reason(this: &Arc<SubCore>, reason: String) {
+        ::log::info!(target: "rill::subscription", "closing subscription {:?}: {reason}", this.name);
         *this.closed_reason.lock() = Some(reason);
         SubCore::close(this);
     }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use super::in_handler::InHandler;
 use super::options::{
-    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Overflow, RetryBackoff,
-    SubscriptionOptions,
+    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Overflow,
+    RetryBackoff, SubscriptionOptions,
 };
 use super::signal::{self, Entry, Listener, Mark, ReadySet};
 use super::state::State;
@@ -89,13 +89,17 @@ impl DeadLetters {
     }
 
     /// The topic, made now if it is the first dead letter (only the drainer
-    /// calls this, so the lock is uncontended).
+    /// calls this, so the lock is uncontended). A known topic that was
+    /// deleted is `NoSuchTopic`; a lazily made one is made again.
     pub(super) fn topic(&self) -> Result<Arc<Topic>> {
         match self {
+            DeadLetters::Known(t) if t.is_deleted() => Err(t.deleted_error()),
             DeadLetters::Known(t) => Ok(t.clone()),
             DeadLetters::Lazy { make, made, .. } => {
                 let mut made = made.lock();
-                if let Some(t) = &*made {
+                if let Some(t) = &*made
+                    && !t.is_deleted()
+                {
                     return Ok(t.clone());
                 }
                 let t = make()?;
@@ -248,6 +252,10 @@ pub(crate) struct SubCore {
     pub(super) drain: Mutex<DrainState>,
     /// Readers for topics created after subscribing, merged by the drainer.
     pub(super) pending: Mutex<Vec<Reader>>,
+    /// Partitions of deleted topics its readers must let go of, each with
+    /// the empty partition to read instead (see `detach_topic`); taken by
+    /// the drainer, which is told through `has_pending`.
+    pub(super) detached: Mutex<Vec<(Arc<Partition>, Arc<Partition>)>>,
     pub(super) has_pending: AtomicBool,
     /// For wildcard patterns: the partitions publishers have written to, so
     /// a wake-up costs the drainer what changed, not every partition.
@@ -261,6 +269,9 @@ pub(crate) struct SubCore {
     pub(super) closed_reason: Mutex<Option<String>>,
     /// The last delivery problem worth reporting (e.g. a failed dead-letter).
     pub(super) last_error: Mutex<Option<String>>,
+    /// The `on_dead_letter` callback; taken (and dropped) at the wind-up
+    /// with the handler. Locked only when a message is dead-lettered.
+    pub(super) on_dead_letter: Mutex<Option<DeadLetterCallback>>,
     /// Set when the wind-up (`finalize`) starts.
     pub(super) finalized: AtomicBool,
     /// Set when the wind-up has completed (handler dropped, `env.on_close`
@@ -338,6 +349,7 @@ impl SubCore {
                 visiting: Vec::new(),
             }),
             pending: Mutex::new(Vec::new()),
+            detached: Mutex::new(Vec::new()),
             has_pending: AtomicBool::new(false),
             ready: (!pattern_is_literal).then(|| Arc::new(ReadySet::new())),
             positions: Mutex::new(Vec::new()),
@@ -346,6 +358,7 @@ impl SubCore {
             idle: Waiters::new(),
             closed_reason: Mutex::new(None),
             last_error: Mutex::new(None),
+            on_dead_letter: Mutex::new(options.on_dead_letter.clone()),
             finalized: AtomicBool::new(false),
             wound_up: AtomicBool::new(false),
             join: Mutex::new(None),
@@ -380,6 +393,54 @@ impl SubCore {
         let ready = this.ready.clone().zip(mark);
         let listener = dyn_arc!(SubListener(this.clone()) => dyn Listener);
         partition.add_listener(Entry::subscription(this.id, this.state.clone(), ready, listener), blocker);
+    }
+
+    /// Stops reading the partitions of `topic`, which is being deleted: they
+    /// stop signalling it (and stop holding retention or publishers back),
+    /// they leave its stats (and a durable subscription's saved positions),
+    /// and the drainer swaps each of its readers there for a reader of
+    /// `placeholder`, an empty partition nobody publishes to, at its next
+    /// round (the subscription is poked to run one) or at its wind-up. So
+    /// the deleted topic's memory is not held by the subscription, and no
+    /// reader index moves (ready marks and retries name readers by index).
+    /// Messages of a batch already being handled are still handled.
+    pub(crate) fn detach_topic(this: &Arc<SubCore>, topic: &Topic, placeholder: &Arc<Partition>) {
+        let gone = |p: &Arc<Partition>| topic.partitions.iter().any(|q| Arc::ptr_eq(p, q));
+        this.positions.lock().retain(|(_, p, _)| !gone(p));
+        for p in topic.partitions.iter() {
+            p.remove_listener(this.id);
+        }
+        this.detached.lock().extend(topic.partitions.iter().map(|p| (p.clone(), placeholder.clone())));
+        // Release: pairs with the Acquire in `merge_pending`, which then
+        // takes `detached`.
+        this.has_pending.store(true, Ordering::Release);
+        SubCore::poke(this);
+    }
+
+    /// The drainer's half of [`SubCore::detach_topic`]: swaps every reader
+    /// (merged or pending) of a detached partition for a reader at the end
+    /// of its placeholder, and drops a retry of a message there.
+    pub(super) fn apply_detached(&self, st: &mut DrainState) {
+        let gone = std::mem::take(&mut *self.detached.lock());
+        if gone.is_empty() {
+            return;
+        }
+        let swap = |r: &mut Reader| match gone.iter().find(|(p, _)| Arc::ptr_eq(p, &r.partition)) {
+            Some((_, placeholder)) => {
+                r.cursor = placeholder.log.cursor_from_end();
+                r.partition = placeholder.clone();
+                true
+            }
+            None => false,
+        };
+        for (i, r) in st.readers.iter_mut().enumerate() {
+            if swap(r) && st.retry.as_ref().is_some_and(|retry| retry.reader == i) {
+                st.retry = None;
+            }
+        }
+        for r in self.pending.lock().iter_mut() {
+            swap(r);
+        }
     }
 
     /// For the dedicated executor: records the thread to unpark.

@@ -201,6 +201,7 @@ impl SubCore {
                 // New readers start with whatever their cursor has to read.
                 st.carry.extend(from..st.readers.len());
             }
+            self.apply_detached(st);
         }
     }
 
@@ -353,6 +354,7 @@ impl SubCore {
                     "disconnected: lag {lag} on {}[{}] exceeded the lag limit {limit}",
                     r.topic, r.partition.index
                 );
+                ::log::warn!(target: "rill::subscription", "subscription {:?} {reason}", self.name);
                 *self.closed_reason.lock() = Some(reason);
                 // The drainer holds the drain lock: close without waiting for it;
                 // the round sees CLOSED and finalizes.
@@ -371,6 +373,13 @@ impl SubCore {
                     st.retry = None;
                 }
                 self.counters.add(&Tally { dropped: skipped, ..Tally::default() });
+                ::log::debug!(
+                    target: "rill::subscription",
+                    "subscription {:?} dropped {skipped} message(s) of {}[{}]: lag {lag} exceeded its limit {limit}",
+                    self.name,
+                    r.topic,
+                    r.partition.index
+                );
                 None
             }
         }

@@ -39,8 +39,8 @@ use std::time::Duration;
 pub(crate) use self::core::CloseHook;
 pub(crate) use self::core::{BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, SubCore, SubEnv};
 pub use options::{
-    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeliveryMode, Handler, LagCallback, Message, Overflow, RetryBackoff,
-    StartPosition, SubscriptionOptions,
+    Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Message, Overflow,
+    RetryBackoff, StartPosition, SubscriptionOptions,
 };
 use state::Phase;
 
@@ -107,7 +107,9 @@ pub struct SubscriptionStats {
     pub dead_letter_topic: Option<String>,
     /// Why it was closed, if the broker closed it.
     pub closed_reason: Option<String>,
-    /// The last delivery problem (such as a dead-letter that failed).
+    /// The last delivery problem: the handler's latest failure (a retry, a
+    /// panic or a dead letter, with the message's place and the reason), or a
+    /// dead-letter publish that failed, whichever came last.
     pub last_error: Option<String>,
 }
 

@@ -30,6 +30,13 @@ pub enum StartPosition {
     Earliest,
     /// This offset in every partition (must be retained).
     Offset(u64),
+    /// In every partition, the first message published at or after this
+    /// time, in nanoseconds since the Unix epoch (see
+    /// [`Log::offset_at_time`](crate::log::Log::offset_at_time) for what
+    /// "first" means when publishers on several threads stamp messages out
+    /// of order). A time before every retained message is the oldest one; a
+    /// time after all of them is the end.
+    Time(u64),
 }
 
 /// When a message counts as handled.
@@ -124,6 +131,12 @@ pub struct SubscriptionOptions {
     /// Called (on the draining thread) when retention trimmed messages this
     /// subscription had not read: topic, partition, and how many were missed.
     pub on_lagged: Option<LagCallback>,
+    /// Called (on the draining thread) when a message is dead-lettered, with
+    /// the message and the reason: the alert that something failed for
+    /// good. Called once per dead letter, after its publish to the
+    /// dead-letter topic (also if that publish failed; `last_error` in the
+    /// stats then says why).
+    pub on_dead_letter: Option<DeadLetterCallback>,
 }
 
 impl fmt::Debug for SubscriptionOptions {
@@ -141,6 +154,7 @@ impl fmt::Debug for SubscriptionOptions {
             .field("dedicated_thread", &self.dedicated_thread)
             .field("idle_spin", &self.idle_spin)
             .field("on_lagged", &self.on_lagged.is_some())
+            .field("on_dead_letter", &self.on_dead_letter.is_some())
             .finish()
     }
 }
@@ -148,6 +162,9 @@ impl fmt::Debug for SubscriptionOptions {
 /// A callback told how many messages retention trimmed before a subscription
 /// read them: `(topic, partition, missed)`.
 pub type LagCallback = Arc<dyn Fn(&str, u32, u64) + Send + Sync>;
+
+/// A callback told about each dead letter: the message and the reason.
+pub type DeadLetterCallback = Arc<dyn Fn(&Message<'_>, &str) + Send + Sync>;
 
 /// Default `max_attempts`.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;

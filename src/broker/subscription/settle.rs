@@ -66,7 +66,9 @@ impl SubCore {
             }
             Ack::Retry if attempt < self.max_attempts => {
                 tally.retried += 1;
-                backoff(retry, msg.reason.take())
+                let reason = msg.reason.take();
+                self.note_handler_error(msg, reason.as_deref().unwrap_or("the handler asked for a retry"));
+                backoff(retry, reason)
             }
             Ack::Retry | Ack::DeadLetter => {
                 let why = msg.reason.take().unwrap_or_else(|| {
@@ -76,8 +78,25 @@ impl SubCore {
                         "dead-lettered by the handler".into()
                     }
                 });
-                match self.dead_letter(msg, &why) {
-                    Ok(()) => tally.dead_lettered += 1,
+                self.note_handler_error(msg, &why);
+                let published = self.dead_letter(msg, &why);
+                if !matches!(published, Err(Error::Full(_) | Error::Timeout))
+                    || self.delivery != DeliveryMode::AtLeastOnce
+                {
+                    self.alert_dead_letter(msg, &why);
+                }
+                match published {
+                    Ok(()) => {
+                        tally.dead_lettered += 1;
+                        ::log::warn!(
+                            target: "rill::subscription",
+                            "subscription {:?} dead-lettered {} partition {} offset {}: {why}",
+                            self.name,
+                            msg.topic(),
+                            msg.partition(),
+                            offset
+                        );
+                    }
                     Err(e @ (Error::Full(_) | Error::Timeout)) if self.delivery == DeliveryMode::AtLeastOnce => {
                         // The dead-letter topic cannot take it now (a Block
                         // subscriber of its own): keep the message at the head
@@ -86,6 +105,15 @@ impl SubCore {
                         return backoff(retry, Some(why));
                     }
                     Err(e) => {
+                        ::log::error!(
+                            target: "rill::subscription",
+                            "subscription {:?} could not dead-letter {} partition {} offset {} ({why}): {e}; \
+                             the message is dropped",
+                            self.name,
+                            msg.topic(),
+                            msg.partition(),
+                            offset
+                        );
                         self.set_last_error(format!("dead-lettering offset {offset} failed: {e}"));
                         tally.dropped += 1;
                     }
@@ -94,6 +122,38 @@ impl SubCore {
                 Settled::Next
             }
         }
+    }
+
+    /// Keeps the text of the handler's latest failure (a retry, a panic, a
+    /// dead letter) for `SubscriptionStats::last_error`. Only failures come
+    /// here, never a success, so the lock and the text cost nothing on the
+    /// path of messages that are handled.
+    fn note_handler_error(&self, msg: &Message<'_>, reason: &str) {
+        ::log::debug!(
+            target: "rill::subscription",
+            "subscription {:?}: the handler failed on {} partition {} offset {} (attempt {}): {reason}",
+            self.name,
+            msg.topic(),
+            msg.partition(),
+            msg.offset(),
+            msg.attempt()
+        );
+        self.set_last_error(format!(
+            "{} partition {} offset {} (attempt {}): {reason}",
+            msg.topic(),
+            msg.partition(),
+            msg.offset(),
+            msg.attempt()
+        ));
+    }
+
+    /// Calls `on_dead_letter` (if any) the way handlers are called: marked as
+    /// inside this subscription, with a panic caught and dropped (the
+    /// message is dead-lettered either way).
+    fn alert_dead_letter(&self, msg: &Message<'_>, reason: &str) {
+        let Some(cb) = self.on_dead_letter.lock().clone() else { return };
+        let _inside = InHandler::enter(self.id);
+        let _ = catch_unwind(AssertUnwindSafe(|| cb(msg, reason)));
     }
 
     /// Publishes a failed message to the dead-letter topic, with its key,
@@ -124,7 +184,15 @@ pub(super) fn invoke(sub_id: u64, handler: &mut Handler, msg: &Message<'_>) -> A
     match result {
         Ok(ack) => ack,
         Err(panic) => {
-            msg.set_reason(format!("handler panicked: {}", crate::error::panic_message(&*panic)));
+            let text = crate::error::panic_message(&*panic);
+            ::log::warn!(
+                target: "rill::subscription",
+                "a handler panicked on {} partition {} offset {}: {text}",
+                msg.topic(),
+                msg.partition(),
+                msg.offset()
+            );
+            msg.set_reason(format!("handler panicked: {text}"));
             Ack::Retry
         }
     }
@@ -166,7 +234,15 @@ pub(super) fn invoke_many(sub_id: u64, handler: &mut BatchHandler, msgs: &[Messa
         }
         Ok(n) => n.min(msgs.len()),
         Err(panic) => {
-            msgs[0].set_reason(format!("handler panicked: {}", crate::error::panic_message(&*panic)));
+            let text = crate::error::panic_message(&*panic);
+            ::log::warn!(
+                target: "rill::subscription",
+                "a batch handler panicked on {} partition {} from offset {}: {text}",
+                msgs[0].topic(),
+                msgs[0].partition(),
+                msgs[0].offset()
+            );
+            msgs[0].set_reason(format!("handler panicked: {text}"));
             acks[0] = Ack::Retry;
             1
         }

@@ -1,0 +1,246 @@
+"""Operating a broker: listing and describing topics, subscriptions and
+consumer groups; deleting them."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+from conftest import WAIT
+
+import rill
+
+
+def test_topics_subscriptions_and_groups_are_listed(broker: rill.Broker) -> None:
+    broker.create_topic("orders/eu", partitions=2)
+    broker.create_topic("orders/us")
+    assert broker.topics() == ["orders/eu", "orders/us"]
+
+    def handler(m: rill.Message) -> Any:
+        if m.payload == b"bad":
+            raise ValueError("unparseable order")
+        return True
+
+    sub = broker.subscribe("orders/*", handler, name="billing", start="earliest", max_attempts=1)
+    broker.publish("orders/us", b"good")
+    broker.publish("orders/us", b"bad")
+    assert sub.wait_idle(WAIT)
+
+    [listed] = broker.subscriptions()
+    assert isinstance(listed, rill.SubscriptionStats)
+    assert (listed.name, listed.pattern, listed.delivered, listed.state) == ("billing", "orders/*", 2, "idle")
+    assert listed.last_error is not None and "unparseable order" in listed.last_error
+    assert "orders/us partition 0 offset 1" in listed.last_error
+    # The handle's own stats say the same.
+    assert sub.stats() == listed
+
+    lags = sub.partition_lags()
+    assert len(lags) == 3
+    us = [p for p in lags if p.topic == "orders/us"]
+    assert us == [rill.PartitionLag("orders/us", 0, 2, 2, 0)]
+
+    assert broker.groups() == []
+    c = broker.consumer("reports", "orders/us")
+    assert len(c.poll(1, timeout=0)) == 1
+    c.commit()
+    c.close()
+    assert broker.groups() == [("reports", "orders/us")]
+    g = broker.group_stats("reports", "orders/us")
+    assert g == rill.GroupStats("reports", "orders/us", 1, [rill.PartitionLag("orders/us", 0, 1, 2, 1)])
+    with pytest.raises(rill.NotFound):
+        broker.group_stats("nobody", "orders/us")
+    with pytest.raises(rill.NoSuchTopic):
+        broker.group_stats("reports", "missing")
+
+    sub.close()
+    assert broker.subscriptions() == []
+
+
+def test_a_subscription_without_failures_has_no_last_error(broker: rill.Broker) -> None:
+    broker.create_topic("t")
+    sub = broker.subscribe("t", lambda m: None, start="earliest")
+    broker.publish("t", b"x")
+    assert sub.wait_idle(WAIT)
+    stats = sub.stats()
+    assert stats.last_error is None and stats.name == sub.name and stats.pattern == "t"
+
+
+def test_deleting_a_topic_with_live_handles(broker: rill.Broker) -> None:
+    broker.create_topic("live/a")
+    broker.create_topic("live/b")
+    seen: list[bytes] = []
+    wildcard = broker.subscribe("live/*", lambda m: seen.append(m.payload), start="earliest")
+    literal = broker.subscribe("live/a", lambda m: None, name="a-reader", start="earliest")
+    broker.publish("live/a", b"first")
+    consumer = broker.consumer("pullers", "live/a")
+    assert [m.payload for m in consumer.poll(10, timeout=WAIT)] == [b"first"]
+    consumer.commit()
+    assert wildcard.wait_idle(WAIT)
+
+    # A poll blocked in another thread wakes with the error.
+    errors: list[BaseException] = []
+
+    def poll() -> None:
+        try:
+            consumer.poll(10, timeout=WAIT)
+        except rill.RillError as e:
+            errors.append(e)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    broker.delete_topic("live/a")
+    poller.join(WAIT)
+    assert not poller.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], rill.NoSuchTopic)
+
+    assert literal.stats().state == "closed" and literal.closed_reason == "topic deleted"
+    with pytest.raises(rill.NoSuchTopic):
+        broker.publish("live/a", b"late")
+    with pytest.raises(rill.NoSuchTopic):
+        broker.delete_topic("live/a")
+    with pytest.raises(rill.NoSuchTopic):
+        consumer.commit()
+    assert broker.groups() == []
+    consumer.close()
+
+    broker.publish("live/b", b"on b")
+    assert wildcard.wait_idle(WAIT)
+    assert seen == [b"first", b"on b"]
+    assert [p.topic for p in wildcard.partition_lags()] == ["live/b"]
+
+    # Created again: a new topic from offset 0, published through a new handle.
+    broker.create_topic("live/a")
+    assert broker.publish("live/a", b"again") == rill.Position(0, 0)
+
+
+def test_deleting_durable_positions_and_groups(broker: rill.Broker) -> None:
+    broker.create_topic("t")
+    broker.publish("t", b"a")
+    sub = broker.subscribe("t", lambda m: None, name="keeper", start="earliest")
+    assert sub.wait_idle(WAIT)
+    with pytest.raises(rill.Busy):
+        broker.delete_durable("keeper")
+    sub.close()
+    broker.delete_durable("keeper")
+    with pytest.raises(rill.NotFound):
+        broker.delete_durable("keeper")
+
+    c = broker.consumer("g", "t")
+    c.poll(10, timeout=WAIT)
+    c.commit()
+    with pytest.raises(rill.Busy):
+        broker.delete_group("g", "t")
+    c.close()
+    broker.delete_group("g", "t")
+    with pytest.raises(rill.NotFound):
+        broker.delete_group("g", "t")
+    with pytest.raises(rill.NotFound):
+        broker.group_stats("g", "t")
+
+
+def test_seek_and_start_by_time(broker: rill.Broker) -> None:
+    broker.create_topic("timed")
+    for i in range(200):
+        broker.publish("timed", str(i))
+    c = broker.consumer("stamps", "timed")
+    stamps = [m.timestamp_ns for m in c.poll(200, timeout=0)]
+    assert len(stamps) == 200
+    t = stamps[100]
+    want = next(i for i, s in enumerate(stamps) if s >= t)
+    c.seek_to_time(t)
+    assert c.position() == want
+    # A datetime works too (microseconds: the first message at or after it).
+    when = datetime.datetime.fromtimestamp(t / 1e9, tz=datetime.timezone.utc)
+    micro = (when - datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(microseconds=1)
+    want_dt = next(i for i, s in enumerate(stamps) if s >= micro * 1000)
+    c.seek_to_time(when)
+    assert c.position() == want_dt
+    c.seek_to_time(datetime.datetime(2000, 1, 1))  # naive: local time, before everything
+    assert c.position() == 0
+    c.seek_to_time(datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+    assert c.position() == 200
+    c.seek_to_time(-1)
+    assert c.position() == 0
+    with pytest.raises(rill.NotFound):
+        c.seek_to_time(t, partition=3)
+    with pytest.raises(rill.InvalidArgument):
+        c.seek_to_time("yesterday")  # type: ignore[arg-type]
+
+    from_time = broker.consumer("from-time", "timed", start=when)
+    assert from_time.position() == want_dt
+    seen: list[int] = []
+    sub = broker.subscribe("timed", lambda m: seen.append(m.offset), start=when)
+    assert sub.wait_idle(WAIT)
+    assert seen == list(range(want_dt, 200))
+    with pytest.raises(rill.InvalidArgument):
+        broker.subscribe("timed", lambda m: None, start="noon")  # type: ignore[arg-type]
+
+
+def test_retention_by_age_trims_a_quiet_topic(broker: rill.Broker) -> None:
+    broker.create_topic("aging", retention_bytes=64 << 10, retention=0.03)
+    broker.create_topic("kept", retention=0)
+    for _ in range(100):
+        broker.publish("aging", b"old")
+        broker.publish("kept", b"old")
+    watch = broker.consumer("watch", "aging")
+    deadline = time.monotonic() + WAIT
+    first = 0
+    while first < 100 and time.monotonic() < deadline:
+        watch.seek_to_beginning()
+        first = watch.position()
+        if first < 100:
+            time.sleep(0.001)  # nothing to wait on: the timer trims in its own time
+    assert first == 100, "the timer trimmed every expired segment"
+    assert broker.publish("aging", b"new") == rill.Position(0, 100)
+    assert len(broker.consumer("all", "kept").poll(200, timeout=0)) == 100
+    with pytest.raises(rill.InvalidArgument):
+        broker.create_topic("bad", retention=-1)
+
+
+def test_logs_reach_python_logging_and_dead_letters_raise_the_alert(
+    broker: rill.Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="rill")
+    broker.create_topic("jobs")
+    alerts: list[tuple[bytes, int, str]] = []
+
+    def handler(m: rill.Message) -> Any:
+        if m.payload == b"boom":
+            raise KeyError("missing field")
+        return rill.Ack.DEAD_LETTER
+
+    sub = broker.subscribe(
+        "jobs",
+        handler,
+        name="py-alerts",
+        max_attempts=1,
+        on_dead_letter=lambda m, why: alerts.append((m.payload, m.offset, why)),
+    )
+    broker.publish("jobs", b"boom")
+    broker.publish("jobs", b"rejected")
+    assert sub.wait_idle(WAIT)
+
+    # The alert, once per dead letter, with the message and the reason.
+    assert [(p, o) for p, o, _ in alerts] == [(b"boom", 0), (b"rejected", 1)]
+    assert alerts[0][2] == "KeyError: 'missing field'"
+    # The handler's exception is logged with its traceback.
+    raised = [r for r in caplog.records if r.name == "rill" and r.exc_info]
+    assert len(raised) == 1 and "jobs partition 0 offset 0" in raised[0].getMessage()
+    assert raised[0].exc_info is not None and raised[0].exc_info[0] is KeyError
+    # rill's own records arrive under "rill.<part>".
+    warned = [r for r in caplog.records if r.name == "rill.subscription" and r.levelno == logging.WARNING]
+    assert any("dead-lettered jobs partition 0 offset 1" in r.getMessage() for r in warned), caplog.text
+
+    # A level above WARNING keeps rill's warnings in the library.
+    rill.set_log_level(logging.ERROR)
+    try:
+        caplog.clear()
+        broker.publish("jobs", b"again")
+        assert sub.wait_idle(WAIT)
+        assert not [r for r in caplog.records if r.name == "rill.subscription"]
+    finally:
+        rill.set_log_level(logging.INFO)
