@@ -406,6 +406,17 @@ impl Shared {
             return Ok(());
         }
         let last = dir.last();
+        if self.durability.is_some() && last.reserved() == 0 {
+            // A durable segment's file is named by its base offset, and an
+            // empty newest segment's successor would have the same base: the
+            // roll could not create its file, and would stall the partition.
+            // So a quiet durable log keeps an expired segment that an earlier
+            // early seal left behind an empty one until the next publish
+            // rolls it out. (Reservations only grow: if one is granted after
+            // this check, the seal below counts it, and the successor's base
+            // differs.)
+            return Ok(());
+        }
         // One record of more bytes than the segment holds is never granted:
         // the reservation is the sealer, or finds another publisher sealing.
         match last.reserve(1, last.capacity() + 1) {

@@ -488,6 +488,39 @@ fn retention_deletes_trimmed_segment_files() {
     assert_eq!(log.first_offset(), files[0].0);
 }
 
+/// The age limit's early seal on a durable log whose newest segment is the
+/// empty one an earlier early seal installed: sealing it would need a second
+/// file of the same base offset, so the roll failed and stalled the partition
+/// (a publisher then waited for ever). Found by the broker's restart test
+/// with a 1 ms age limit; deterministic here by deciding the expiry as of
+/// the end of time while the real clock, which the roll's trim reads, sees
+/// nothing expired under an hour's limit.
+#[test]
+fn the_age_limit_never_seals_an_empty_durable_segment() {
+    let dir = TempDir::new("age");
+    let cfg = LogConfig { segment_bytes: Some(4096), retention_ms: Some(3_600_000), ..LogConfig::default() };
+    let (log, _) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    let payload = [7u8; 500];
+    for _ in 0..12 {
+        log.append(&Record::new(&payload)).unwrap();
+    }
+    let before = log.stats().segments;
+    assert!(before >= 2, "{before} segments");
+    // Everything has expired as of u64::MAX: the newest segment is sealed
+    // early and an empty one follows it (the real clock trims nothing).
+    log.expire_as_of(u64::MAX).unwrap();
+    assert_eq!(log.stats().segments, before + 1);
+    // The newest segment is empty now: nothing to seal, however often asked.
+    log.expire_as_of(u64::MAX).unwrap();
+    log.expire_as_of(u64::MAX).unwrap();
+    assert_eq!(log.stats().segments, before + 1);
+    assert_eq!(log.append(&Record::new(&payload)).unwrap(), 12);
+    drop(log);
+    let (log, report) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    assert_eq!((report.first_offset, report.end_offset, report.truncated_records), (0, 13, 0));
+    assert_eq!(log.end_offset(), 13);
+}
+
 #[test]
 fn durable_records_read_back_like_in_memory_ones() {
     // The frame is invisible to readers: a cursor over a durable log sees
