@@ -38,8 +38,9 @@ fn main() {
         return;
     }
     let filters: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
-    let tests: [(&str, fn()); 7] = [
+    let tests: [(&str, fn()); 8] = [
         ("restart_in_two_processes_keeps_everything", restart_in_two_processes_keeps_everything),
+        ("deletes_and_age_limits_on_a_data_directory_survive_a_restart", operations_survive_a_restart),
         ("a_second_broker_on_a_directory_is_busy_in_this_process_and_another", second_broker_is_busy),
         ("a_regular_file_as_data_dir_is_io_with_its_path", regular_file_is_io),
         ("a_damaged_tail_is_dropped_and_reported_in_the_partition_stats", damaged_tail_is_reported),
@@ -266,6 +267,87 @@ fn restart_reader(data: &Path) {
 }
 
 /// A key that lands on `partition` of the 3-partition topic.
+/// Polls `cond` until it holds; fails the test after `WAIT`.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::yield_now();
+    }
+}
+
+/// The operator's calls (issue 13) on a durable broker: a deleted topic, its
+/// files and its group's offsets stay gone after a restart (and the name
+/// starts again at offset 0); a deleted group's offsets stay gone; a topic's
+/// age limit is stored with its options and applied again after a restart
+/// by the broker's timer, without any publish.
+fn operations_survive_a_restart() {
+    let dir = temp_dir("operate");
+    let topic_dirs = || std::fs::read_dir(dir.join("topics")).unwrap().count();
+    {
+        let b = open(&dir, Fsync::Always);
+        b.create_topic("keep", &TopicOptions::default()).unwrap();
+        b.create_topic("gone", &TopicOptions::default()).unwrap();
+        // 4 KiB segments, an age limit of an hour: nothing expires yet.
+        let aged = TopicOptions { segment_bytes: Some(4096), retention_ms: Some(3_600_000), ..TopicOptions::default() };
+        b.create_topic("aged", &aged).unwrap();
+        for i in 0..10 {
+            let m = format!("m{i}");
+            b.publish("keep", &Record::new(m.as_bytes())).unwrap();
+            b.publish("gone", &Record::new(m.as_bytes())).unwrap();
+        }
+        let payload = vec![7u8; 500];
+        for _ in 0..100 {
+            b.publish("aged", &Record::new(&payload)).unwrap();
+        }
+        for (group, topic) in [("g", "keep"), ("h", "keep"), ("g", "gone")] {
+            let mut c = b.consumer(group, topic, ConsumerOptions::default()).unwrap();
+            assert_eq!(c.poll(100, Duration::ZERO).unwrap().len(), 10);
+            c.commit().unwrap();
+        }
+        assert_eq!(topic_dirs(), 3);
+        b.delete_topic("gone").unwrap();
+        assert_eq!(topic_dirs(), 2, "the deleted topic's directory is removed");
+        b.delete_group("h", "keep").unwrap();
+        b.close();
+    }
+    {
+        let b = open(&dir, Fsync::Always);
+        assert_eq!(b.topics(), vec!["aged".to_owned(), "keep".to_owned()]);
+        assert!(matches!(b.group_stats("h", "keep"), Err(Error::NotFound(_))), "a deleted group stays deleted");
+        assert_eq!(b.group_stats("g", "keep").unwrap().partitions[0].committed, Some(10));
+        b.create_topic("gone", &TopicOptions::default()).unwrap();
+        assert_eq!(b.publish("gone", &Record::new(b"m0")).unwrap().offset, 0, "a re-created topic starts at offset 0");
+        assert!(
+            matches!(b.group_stats("g", "gone"), Err(Error::NotFound(_))),
+            "the deleted topic's group offsets do not come back with its name"
+        );
+        assert_eq!(b.topic_stats("aged").unwrap().partitions[0].first_offset, 0);
+        b.close();
+    }
+    // A topic with a 1 ms age limit, then a restart: the restored timer
+    // must trim it although nothing publishes to it any more.
+    {
+        let b = open(&dir, Fsync::Always);
+        let short = TopicOptions { segment_bytes: Some(4096), retention_ms: Some(1), ..TopicOptions::default() };
+        b.create_topic("short", &short).unwrap();
+        let payload = vec![7u8; 500];
+        for _ in 0..100 {
+            b.publish("short", &Record::new(&payload)).unwrap();
+        }
+        b.close();
+    }
+    let b = open(&dir, Fsync::Always);
+    // Nothing publishes to "short" after the restart: only the restored
+    // age-limit job can trim it.
+    wait_until("the restored age limit to trim a quiet topic", || {
+        b.topic_stats("short").unwrap().partitions[0].first_offset > 0
+    });
+    assert_eq!(b.topic_stats("aged").unwrap().partitions[0].first_offset, 0, "an hour has not passed");
+    b.close();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn key_for(partition: u32) -> String {
     (0..).map(|i| format!("k{i}")).find(|k| rill::broker::partition_for_key(k.as_bytes(), 3) == partition).unwrap()
 }
