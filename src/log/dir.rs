@@ -165,23 +165,32 @@ impl Shared {
                     let write = write.take().expect("a reservation is granted once");
                     return Ok(write(seg, index, pos));
                 }
-                Reservation::Sealer { count } => self.roll(seg, count, current, guard)?,
+                Reservation::Sealer { count, end } => self.roll(seg, count, end, current, guard)?,
                 Reservation::Full => self.wait_for_roll(seg.base(), guard)?,
             }
         }
     }
 
-    /// Seals `seg` at `count` records and installs the next segment, trimming
+    /// Seals `seg` at `count` records ending at byte `end` and installs the next segment, trimming
     /// the head for retention. Called only by the one publisher whose
     /// reservation got `Sealer`; `current` is the directory it found `seg` in.
     /// If the next segment cannot be allocated, publishes the directory as
     /// stalled and returns the error.
     #[cold]
-    pub(super) fn roll(&self, seg: &Segment, count: u64, current: epoch::Shared<'_, Dir>, guard: &Guard) -> Result<()> {
+    pub(super) fn roll(
+        &self,
+        seg: &Segment,
+        count: u64,
+        end: u64,
+        current: epoch::Shared<'_, Dir>,
+        guard: &Guard,
+    ) -> Result<()> {
         // Seal before the next segment becomes visible (see segment.rs), and
         // before trying to allocate it, so a failed roll leaves the final
-        // count where anyone retrying the roll can read it.
+        // count where anyone retrying the roll can read it. The end mark
+        // goes before the next segment's file exists (see `file.rs`).
         seg.seal(count);
+        seg.end_records(end);
         self.install_next(current, guard).inspect_err(|e| self.stall(current, e, guard))
     }
 
