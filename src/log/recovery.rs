@@ -152,8 +152,12 @@ fn dropped_bytes(region: &[u8], from: u64, stop: u64, generation: u64) -> u64 {
     if generation == 0 { written_after(region, from) } else { stop.saturating_sub(from) }
 }
 
+/// A directory's segment files (base offset and path, by base offset) and
+/// its spare files.
+type Listing = (Vec<(u64, PathBuf)>, Vec<PathBuf>);
+
 /// The segment files in `dir`, by base offset, and its spare files.
-fn list(dir: &Path) -> Result<(Vec<(u64, PathBuf)>, Vec<PathBuf>)> {
+fn list(dir: &Path) -> Result<Listing> {
     let io = |e: std::io::Error| Error::io(dir, &e);
     let mut files = Vec::new();
     let mut spares = Vec::new();
