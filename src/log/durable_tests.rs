@@ -1,5 +1,5 @@
 //! Tests of durable logs: reopening, torn and damaged files, a full disk,
-//! group commit and retention's file deletion.
+//! group commit and retention's file recycling.
 
 use std::fs;
 use std::path::{Path, PathBuf};
