@@ -322,6 +322,12 @@ impl Pool {
             // The file of a segment the log still had at close: it stays.
             return;
         }
+        if buffers.storage.capacity() != self.capacity || buffers.slots.len() != self.slot_count {
+            // A recovered segment's file (sized by an earlier configuration,
+            // indexed for its records only): not the shape of a new segment.
+            // A spare file dropped here deletes itself, as below.
+            return;
+        }
         // A spare file dropped here (the pool is full) deletes itself.
         let mut spare = self.spare.lock();
         if spare.len() < self.max_spare {
