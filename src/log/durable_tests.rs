@@ -635,18 +635,14 @@ fn spare_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Publishes in chunks (each read back before retention can trim it) until
-/// `until(files)` holds and at least `min` records are out; returns what is
+/// at least `min` records are out and every retained file (at least three:
+/// sealed ones too, not only the newest) is a recycled one; returns what is
 /// still retained, as published.
-fn publish_retained(
-    log: &Log,
-    dir: &Path,
-    min: u64,
-    rng: &mut Rng,
-    until: impl Fn(&[(u64, PathBuf)]) -> bool,
-) -> Vec<Published> {
+fn publish_until_all_recycled(log: &Log, dir: &Path, min: u64, rng: &mut Rng) -> Vec<Published> {
+    let all_recycled = |files: &[(u64, PathBuf)]| files.len() >= 3 && files.iter().all(|(_, p)| generation(p) > 0);
     let mut all = Vec::new();
-    while log.end_offset() < min || !until(&segment_files(dir)) {
-        assert!(log.end_offset() < 100_000, "the condition never held");
+    while log.end_offset() < min || !all_recycled(&segment_files(dir)) {
+        assert!(log.end_offset() < 100_000, "the files were never all recycled");
         all.extend(publish(log, 5, rng));
     }
     let first = log.first_offset();
@@ -659,11 +655,7 @@ fn retention_recycles_trimmed_segment_files_and_a_clean_reopen_finds_every_retai
     for fsync in [Fsync::Never, Fsync::Always] {
         let dir = TempDir::new("recycle");
         let (log, _) = Log::open(&recycling_config(), 0, &durable(dir.path(), fsync, false)).unwrap();
-        let mut rng = Rng(41);
-        // Recycled files among the sealed ones too, not only the newest.
-        let retained = publish_retained(&log, dir.path(), 2000, &mut rng, |files| {
-            files.len() >= 3 && files.iter().all(|(_, p)| generation(p) > 0)
-        });
+        let retained = publish_until_all_recycled(&log, dir.path(), 2000, &mut Rng(41));
         let stats = log.stats();
         assert!(stats.trimmed_segments > 20, "{stats:?}");
         assert!(spare_files(dir.path()).len() <= SPARE_SEGMENTS, "{:?}", spare_files(dir.path()));
@@ -689,11 +681,9 @@ fn a_crash_with_recycled_segments_keeps_every_committed_record_and_never_a_stale
         let dir = TempDir::new("recycle-crash");
         let (log, _) = Log::open(&recycling_config(), 0, &durable(dir.path(), fsync, false)).unwrap();
         let mut rng = Rng(43);
-        // Every retained file recycled (with `Never` none has a completion
-        // marker: each sealed one ends at its end mark, then stale bytes).
-        let mut retained = publish_retained(&log, dir.path(), 1000, &mut rng, |files| {
-            files.len() >= 3 && files.iter().all(|(_, p)| generation(p) > 0)
-        });
+        // With `Never` no file has a completion marker: each sealed one
+        // ends at its end mark, then stale bytes.
+        let mut retained = publish_until_all_recycled(&log, dir.path(), 1000, &mut rng);
         // Roll into a recycled file and put two records in it: the rest of
         // the file is the previous use's records, intact but for old offsets.
         let rolls = log.stats().trimmed_segments;
