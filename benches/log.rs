@@ -20,6 +20,17 @@ fn new_log() -> Log {
     Log::new(&LogConfig::default()).expect("default config is valid")
 }
 
+/// The configuration of the durable group, for its in-memory and durable
+/// logs alike: 64 MiB of retention (16 segments of 4 MiB), so both reach the
+/// steady state where retention trims (and segments are reused) within the
+/// warm-up, and the durable log's files fit a small temp disk.
+fn durable_group_config() -> LogConfig {
+    LogConfig { retention_bytes: Some(DURABLE_GROUP_RETENTION), ..LogConfig::default() }
+}
+
+/// Retention of the logs of the durable group.
+const DURABLE_GROUP_RETENTION: u64 = 64 << 20;
+
 /// Appends `n` records split across `threads` publishers; returns the wall time.
 fn append_parallel(log: &Log, threads: u64, n: u64) -> Duration {
     let barrier = Barrier::new(threads as usize + 1);
@@ -73,11 +84,11 @@ struct DurableBench {
 }
 
 impl DurableBench {
-    fn new(name: &str, fsync: Fsync) -> DurableBench {
+    fn new(name: &str, fsync: Fsync, config: &LogConfig) -> DurableBench {
         let dir = std::env::temp_dir().join(format!("rill-bench-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let durable = DurableLog { dir: dir.clone(), fsync, repair: false };
-        let (log, _) = Log::open(&LogConfig::default(), 0, &durable).expect("a durable log in the temp dir");
+        let (log, _) = Log::open(config, 0, &durable).expect("a durable log in the temp dir");
         DurableBench { log: Some(log), dir }
     }
 
@@ -98,21 +109,50 @@ fn append_durable(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     // In the same group, so the two are measured back to back.
     g.bench_function("in_memory_1_publisher", |b| {
-        let log = new_log();
+        let log = Log::new(&durable_group_config()).expect("a valid config");
         b.iter(|| black_box(log.append(&Record::new(black_box(&PAYLOAD))).unwrap()))
     });
     g.bench_function("never_1_publisher", |b| {
-        let d = DurableBench::new("never", Fsync::Never);
+        let d = DurableBench::new("never", Fsync::Never, &durable_group_config());
         b.iter(|| black_box(d.log().append(&Record::new(black_box(&PAYLOAD))).unwrap()))
     });
+    // The same, with logs that live across criterion's samples: past the
+    // first 64 MiB, retention trims and segments (buffers, or files) are
+    // reused, which is the steady state of a long-running partition. The
+    // two above pay for a fresh log in every sample instead.
+    let log = Log::new(&durable_group_config()).expect("a valid config");
+    g.bench_function("in_memory_1_publisher_steady", |b| {
+        b.iter(|| black_box(log.append(&Record::new(black_box(&PAYLOAD))).unwrap()))
+    });
+    drop(log);
+    let d = DurableBench::new("never-steady", Fsync::Never, &durable_group_config());
+    g.bench_function("never_1_publisher_steady", |b| {
+        b.iter(|| black_box(d.log().append(&Record::new(black_box(&PAYLOAD))).unwrap()))
+    });
+    drop(d);
     g.bench_function("always_1_publisher", |b| {
-        let d = DurableBench::new("always1", Fsync::Always);
+        let d = DurableBench::new("always1", Fsync::Always, &durable_group_config());
         b.iter_custom(|iters| append_parallel(d.log(), 1, iters))
     });
     g.bench_function("always_4_publishers", |b| {
-        let d = DurableBench::new("always4", Fsync::Always);
+        let d = DurableBench::new("always4", Fsync::Always, &durable_group_config());
         b.iter_custom(|iters| append_parallel(d.log(), 4, iters.max(4)))
     });
+    g.finish();
+}
+
+/// 4 KiB records into a durable log with `Never`, in bytes per second, to
+/// hold against the disk's sequential write bandwidth (`dd` beside it): the
+/// log lives across samples, so this is its steady state (files reused).
+fn append_durable_4k(c: &mut Criterion) {
+    let mut g = c.benchmark_group("log_append_4KiB_durable");
+    let payload = [0xA5u8; 4096];
+    g.throughput(Throughput::Bytes(payload.len() as u64));
+    let d = DurableBench::new("never-4k", Fsync::Never, &durable_group_config());
+    g.bench_function("never_1_publisher_steady", |b| {
+        b.iter(|| black_box(d.log().append(&Record::new(black_box(&payload))).unwrap()))
+    });
+    drop(d);
     g.finish();
 }
 
@@ -120,7 +160,7 @@ fn append_durable(c: &mut Criterion) {
 /// from the page cache: the two run back to back on the same files.
 fn recover(c: &mut Criterion) {
     let mut g = c.benchmark_group("log_recover_64MiB");
-    let d = DurableBench::new("recover", Fsync::Never);
+    let d = DurableBench::new("recover", Fsync::Never, &LogConfig::default());
     let payload = [0x5Au8; 1000];
     let records = (64 << 20) / 1032;
     for _ in 0..records {
@@ -202,6 +242,6 @@ fn append_and_read(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = append, append_and_read, append_durable, recover
+    targets = append, append_and_read, append_durable, append_durable_4k, recover
 }
 criterion_main!(benches);

@@ -39,7 +39,9 @@ pub struct RecoveredSegment {
 /// the region's length fields describe, so their checksums pass and the
 /// layout checks behind them are reached; bit 1 gives the file a
 /// completion marker for those records (bit 2 miscounts it by one); bit 3
-/// opens with `repair`. The rest is the record region.
+/// opens with `repair`; bit 4 makes the file a recycled one (generation 1),
+/// whose bytes after its records may be a previous use's. The rest is the
+/// record region.
 pub fn recover_segment(scratch: &std::path::Path, input: &[u8]) -> crate::Result<RecoveredSegment> {
     use crate::log::{DurableLog, Fsync, Log, LogConfig, file, record};
     let flags = input.first().copied().unwrap_or(0);
@@ -67,7 +69,8 @@ pub fn recover_segment(scratch: &std::path::Path, input: &[u8]) -> crate::Result
         std::fs::remove_file(&path).map_err(|e| crate::Error::io(&path, &e))?;
     }
     let path = scratch.join(file::segment_file_name(0));
-    std::fs::write(&path, file::segment_file_bytes(0, &region, complete)).map_err(|e| crate::Error::io(&path, &e))?;
+    std::fs::write(&path, file::segment_file_bytes(0, &region, complete, u64::from(flags & 16 != 0)))
+        .map_err(|e| crate::Error::io(&path, &e))?;
     let config = LogConfig { segment_bytes: Some(4096), retention_bytes: None, ..LogConfig::default() };
     let durable = DurableLog { dir: scratch.to_path_buf(), fsync: Fsync::Never, repair: flags & 8 != 0 };
     let (log, report) = Log::open(&config, 0, &durable)?;

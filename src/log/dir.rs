@@ -176,7 +176,7 @@ impl Shared {
                     let write = write.take().expect("a reservation is granted once");
                     return Ok(write(seg, index, pos));
                 }
-                Reservation::Sealer { count } => self.roll(seg, count, current, guard)?,
+                Reservation::Sealer { count, end } => self.roll(seg, count, end, current, guard)?,
                 Reservation::Full => {
                     // Held across the wait (which re-pins): the roll is seen
                     // as a different newest segment, not a different base,
@@ -189,17 +189,26 @@ impl Shared {
         }
     }
 
-    /// Seals `seg` at `count` records and installs the next segment, trimming
+    /// Seals `seg` at `count` records ending at byte `end` and installs the next segment, trimming
     /// the head for retention. Called only by the one publisher whose
     /// reservation got `Sealer`; `current` is the directory it found `seg` in.
     /// If the next segment cannot be allocated, publishes the directory as
     /// stalled and returns the error.
     #[cold]
-    pub(super) fn roll(&self, seg: &Segment, count: u64, current: epoch::Shared<'_, Dir>, guard: &Guard) -> Result<()> {
+    pub(super) fn roll(
+        &self,
+        seg: &Segment,
+        count: u64,
+        end: u64,
+        current: epoch::Shared<'_, Dir>,
+        guard: &Guard,
+    ) -> Result<()> {
         // Seal before the next segment becomes visible (see segment.rs), and
         // before trying to allocate it, so a failed roll leaves the final
-        // count where anyone retrying the roll can read it.
+        // count where anyone retrying the roll can read it. The end mark
+        // goes before the next segment's file exists (see `file.rs`).
         seg.seal(count);
+        seg.end_records(end);
         self.install_next(current, guard).inspect_err(|e| {
             ::log::error!(target: "rill::log", "partition {}: the next log segment could not be allocated: {e}", self.partition);
             self.stall(current, e, guard);
@@ -420,14 +429,14 @@ impl Shared {
         // One record of more bytes than the segment holds is never granted:
         // the reservation is the sealer, or finds another publisher sealing.
         match last.reserve(1, last.capacity() + 1) {
-            Reservation::Sealer { count } => {
+            Reservation::Sealer { count, end } => {
                 ::log::debug!(
                     target: "rill::log",
                     "partition {}: the age limit expired offsets from {}; sealing the newest segment early",
                     self.partition,
                     head.base()
                 );
-                self.roll(last, count, current, &guard)
+                self.roll(last, count, end, current, &guard)
             }
             Reservation::Full => Ok(()),
             Reservation::Granted { .. } => unreachable!("a reservation larger than the segment is never granted"),

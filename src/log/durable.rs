@@ -309,7 +309,13 @@ fn round(files: &Files, segments: SegmentsFrom<'_>, from: u64, mut marked_below:
             index += 1;
         }
         if flush {
-            file.flush_region(start, stop)?;
+            // A segment the prefix now covers whole ends with its end mark
+            // (a recycled file's; see `file.rs`): flushed with its records.
+            let through = match seg.sealed_count() {
+                Some(count) if index >= count => (stop + file::FRAME_LEN as u64).min(seg.capacity()),
+                _ => stop,
+            };
+            file.flush_region(start, through)?;
         }
         end = seg.base() + index;
         match seg.sealed_count() {

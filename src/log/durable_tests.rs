@@ -1,5 +1,5 @@
 //! Tests of durable logs: reopening, torn and damaged files, a full disk,
-//! group commit and retention's file deletion.
+//! group commit and retention's file recycling.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -646,4 +646,172 @@ fn publishers_on_four_threads_ride_out_a_full_disk_and_lose_nothing_acknowledged
     let (reopened, report) = Log::open(&config(4096), 0, &durable(copy.path(), Fsync::Never, false)).unwrap();
     assert_eq!((report.records, report.truncated_at), (n, None));
     assert_eq!(reopened.end_offset(), n);
+}
+
+/// A partition of 4 KiB segments retaining 16 KiB: rolls every few dozen
+/// records, trims (and so recycles) from the fifth segment on.
+fn recycling_config() -> LogConfig {
+    LogConfig { segment_bytes: Some(4096), retention_bytes: Some(16 << 10), ..LogConfig::default() }
+}
+
+/// The generation in a segment file's header.
+fn generation(path: &Path) -> u64 {
+    file::Header::decode(&fs::read(path).unwrap()[..HEADER_BYTES]).unwrap().generation
+}
+
+fn spare_files(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(file::is_spare_file_name))
+        .collect()
+}
+
+/// Publishes in chunks (each read back before retention can trim it) until
+/// at least `min` records are out and every retained file (at least three:
+/// sealed ones too, not only the newest) is a recycled one; returns what is
+/// still retained, as published.
+fn publish_until_all_recycled(log: &Log, dir: &Path, min: u64, rng: &mut Rng) -> Vec<Published> {
+    let all_recycled = |files: &[(u64, PathBuf)]| files.len() >= 3 && files.iter().all(|(_, p)| generation(p) > 0);
+    let mut all = Vec::new();
+    while log.end_offset() < min || !all_recycled(&segment_files(dir)) {
+        assert!(log.end_offset() < 100_000, "the files were never all recycled");
+        all.extend(publish(log, 5, rng));
+    }
+    let first = log.first_offset();
+    all.retain(|r| r.offset >= first);
+    all
+}
+
+#[test]
+fn retention_recycles_trimmed_segment_files_and_a_clean_reopen_finds_every_retained_record() {
+    for fsync in [Fsync::Never, Fsync::Always] {
+        let dir = TempDir::new("recycle");
+        let (log, _) = Log::open(&recycling_config(), 0, &durable(dir.path(), fsync, false)).unwrap();
+        let retained = publish_until_all_recycled(&log, dir.path(), 2000, &mut Rng(41));
+        let stats = log.stats();
+        assert!(stats.trimmed_segments > 20, "{stats:?}");
+        assert!(spare_files(dir.path()).len() <= SPARE_SEGMENTS, "{:?}", spare_files(dir.path()));
+        assert_eq!(segment_files(dir.path()).len(), stats.segments, "one file per retained segment");
+        assert_eq!(read_from(&log, log.first_offset()), retained);
+        let end = log.end_offset();
+        drop(log);
+        let (log, report) = Log::open(&recycling_config(), 0, &durable(dir.path(), fsync, false)).unwrap();
+        // A clean close marks where the recycled active segment's records
+        // end: nothing is reported torn, nothing stale comes back.
+        assert_eq!(report.truncated_at, None, "{fsync:?}: {report:?}");
+        assert_eq!((report.truncated_records, report.truncated_bytes), (0, 0), "{report:?}");
+        assert_eq!(report.end_offset, end);
+        assert_eq!(read_from(&log, log.first_offset()), retained, "{fsync:?}");
+        assert!(spare_files(dir.path()).is_empty(), "recovery deletes spares");
+        assert_eq!(log.append(&Record::new(b"next")).unwrap(), end);
+    }
+}
+
+#[test]
+fn a_crash_with_recycled_segments_keeps_every_committed_record_and_never_a_stale_one() {
+    for fsync in [Fsync::Never, Fsync::Always] {
+        let dir = TempDir::new("recycle-crash");
+        let (log, _) = Log::open(&recycling_config(), 0, &durable(dir.path(), fsync, false)).unwrap();
+        let mut rng = Rng(43);
+        // With `Never` no file has a completion marker: each sealed one
+        // ends at its end mark, then stale bytes.
+        let mut retained = publish_until_all_recycled(&log, dir.path(), 1000, &mut rng);
+        // Roll into a recycled file and put two records in it: the rest of
+        // the file is the previous use's records, intact but for old offsets.
+        let rolls = log.stats().trimmed_segments;
+        while log.stats().trimmed_segments == rolls {
+            retained.extend(publish(&log, 1, &mut rng));
+        }
+        retained.extend(publish(&log, 2, &mut rng));
+        let files = segment_files(dir.path());
+        let active = &files.last().unwrap().1;
+        assert!(generation(active) > 0, "the active segment is a recycled file");
+        let first = log.first_offset();
+        retained.retain(|r| r.offset >= first);
+        // A killed process leaves the page cache as it is: copy it now.
+        let crashed = TempDir::new("recycle-crash-copy");
+        copy_dir(dir.path(), crashed.path());
+        let (reopened, report) =
+            Log::open(&recycling_config(), 0, &durable(crashed.path(), Fsync::Never, false)).unwrap();
+        assert_eq!(report.end_offset, log.end_offset(), "{fsync:?}: {report:?}");
+        assert_eq!(report.truncated_records, 0, "{report:?}");
+        assert_eq!(report.truncated_bytes, 0, "a previous use's bytes are not this log's: {report:?}");
+        if let Some(at) = &report.truncated_at {
+            assert_eq!(
+                at.file.file_name(),
+                active.file_name(),
+                "only the active segment's end is unmarked: {report:?}"
+            );
+        }
+        assert!(!report.repaired);
+        assert_eq!(read_from(&reopened, reopened.first_offset()), retained, "{fsync:?}");
+        assert!(spare_files(crashed.path()).is_empty());
+    }
+}
+
+/// Opens a copy of `dir` after `leave` changed it, and checks that recovery
+/// keeps exactly `expected` and deletes every spare.
+fn check_recycle_state(dir: &Path, name: &str, expected: &[Published], leave: impl FnOnce(&Path)) {
+    let copy = TempDir::new(name);
+    copy_dir(dir, copy.path());
+    leave(copy.path());
+    let (log, report) = Log::open(&recycling_config(), 0, &durable(copy.path(), Fsync::Never, false))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(report.truncated_at, None, "{name}: {report:?}");
+    assert_eq!((report.truncated_records, report.truncated_bytes), (0, 0), "{name}: {report:?}");
+    assert_eq!(report.end_offset, expected.last().unwrap().offset + 1, "{name}");
+    assert_eq!(read_from(&log, log.first_offset()), expected, "{name}");
+    assert!(spare_files(copy.path()).is_empty(), "{name}: spares deleted");
+}
+
+#[test]
+fn a_crash_at_any_step_of_a_recycling_loses_nothing_and_delivers_nothing_stale() {
+    let dir = TempDir::new("recycle-steps");
+    let cfg = LogConfig { retention_bytes: None, ..recycling_config() };
+    let (log, _) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    let mut rng = Rng(47);
+    let all = publish(&log, 200, &mut rng);
+    let end = log.end_offset();
+    drop(log);
+    let files = segment_files(dir.path());
+    assert!(files.len() >= 4, "{files:?}");
+    let oldest = &files[0];
+    let kept: Vec<Published> = all.iter().filter(|r| r.offset >= files[1].0).cloned().collect();
+    let spare = dir.path().join(file::spare_file_name(oldest.0));
+    let new_seg = dir.path().join(file::segment_file_name(end));
+
+    // Step 1, the trim: the oldest file renamed to a spare.
+    let storage = file::FileStorage::open_existing(&oldest.1).unwrap();
+    check_recycle_state(dir.path(), "recycle-before-trim", &all, |_| {});
+    storage.retire();
+    assert!(storage.is_spare() && spare.exists() && !oldest.1.exists());
+    check_recycle_state(dir.path(), "recycle-trimmed", &kept, |_| {});
+
+    // Step 3, the reuse for the segment at `end`, and the states inside it.
+    storage.reuse(end, false).unwrap();
+    assert!(!storage.is_spare() && new_seg.exists() && !spare.exists());
+    assert_eq!(generation(&new_seg), 1);
+    // Header rewritten, not linked yet: only the spare name.
+    check_recycle_state(dir.path(), "recycle-header-written", &kept, |d| {
+        fs::rename(d.join(file::segment_file_name(end)), d.join(file::spare_file_name(oldest.0))).unwrap();
+    });
+    // Linked, spare name not unlinked yet: both names, one file.
+    check_recycle_state(dir.path(), "recycle-linked", &kept, |d| {
+        fs::hard_link(d.join(file::segment_file_name(end)), d.join(file::spare_file_name(oldest.0))).unwrap();
+    });
+    // Done, nothing written in it yet: its old records are all still
+    // there, behind a zero first frame.
+    check_recycle_state(dir.path(), "recycle-done", &kept, |_| {});
+
+    // A publisher's first record in it, then a crash: kept, and nothing stale.
+    drop(storage);
+    let (log, report) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    assert_eq!((report.end_offset, report.truncated_at.clone()), (end, None), "{report:?}");
+    let one = publish(&log, 1, &mut rng);
+    let crashed = TempDir::new("recycle-first-record");
+    copy_dir(dir.path(), crashed.path());
+    let (reopened, _) = Log::open(&cfg, 0, &durable(crashed.path(), Fsync::Never, false)).unwrap();
+    assert_eq!(reopened.end_offset(), end + 1);
+    assert_eq!(read_from(&reopened, end), one);
 }

@@ -15,14 +15,16 @@
 //! ```
 //!
 //! The header (little-endian): `MAGIC` (8 bytes), `VERSION` (u32), the CRC32C
-//! of bytes 0..`HEADER_CRC_AT` (u32), the base offset (u64), the record
-//! region's capacity (u64); then the *completion* fields, written once every
-//! record of the sealed segment is committed (and, unless the fsync policy is
+//! of the fixed fields (u32), the base offset (u64), the record region's
+//! capacity (u64); then the *completion* fields, written once every record
+//! of the sealed segment is committed (and, unless the fsync policy is
 //! `Never`, on disk): the record count (u64), the bytes they fill (u64) and a
-//! CRC32C of those two fields and the base (u32). A file whose completion
-//! fields are absent (zeros) or do not check is *incomplete*: recovery may
-//! find a torn tail in it. A complete file must hold exactly its count of
-//! intact records, or it is damaged.
+//! CRC32C of those two fields and the base (u32); then the file's
+//! *generation* (u64, a fixed field): 0 for a file created for its segment,
+//! one more each time it is recycled. A file whose completion fields are
+//! absent (zeros) or do not check is *incomplete*: recovery may find a torn
+//! tail in it. A complete file must hold exactly its count of intact
+//! records, or it is damaged.
 //!
 //! Every record is preceded by an 8-byte *frame*: the CRC32C of the record's
 //! offset (u64, little-endian) followed by its bytes (header and body,
@@ -35,6 +37,56 @@
 //! The file is preallocated (`posix_fallocate`) to its full size when it is
 //! created, so running out of disk is an error at segment creation (`Io` to
 //! the publisher that rolled), never a `SIGBUS` on a page fault of the map.
+//!
+//! # Recycling
+//!
+//! Filling a fresh file costs the kernel more than the copy of the records:
+//! every page of it is allocated, zeroed, inserted in the page cache and
+//! faulted into the map, and its preallocated (unwritten) extents are
+//! converted as they are written. A durable partition therefore reuses the
+//! files retention trims, as an in-memory one reuses its segment buffers:
+//!
+//! 1. **Trim.** When retention drops a segment, its file is renamed from
+//!    `<base>.seg` to `<base>.spare` (readers still inside it keep reading
+//!    through their mapping). Recovery deletes every spare file it finds:
+//!    from this step on, the file is not part of the partition.
+//! 2. **Spare.** When the last reader lets go of the segment, its file, still
+//!    mapped, and its offset index go to the partition's pool (at most
+//!    `SPARE_SEGMENTS`; a spare beyond that is deleted).
+//! 3. **Reuse.** A roll that finds a spare rewrites its header for the new
+//!    base (next generation, no completion fields) and zeroes its first
+//!    frame (no records yet), flushes those pages if the
+//!    fsync policy flushes anything, links the file under `<new base>.seg`
+//!    (failing, like a creation, if that name exists) and unlinks the spare
+//!    name.
+//!
+//! The records of the file's previous use stay in it, behind the new ones.
+//! They are never taken for new records: a frame's checksum covers the
+//! record's offset, and every new offset is larger than every old one, so a
+//! stale record checks only by a checksum collision (one in 2^32, and only
+//! the one frame where a scan stops is ever tried). What they change is the
+//! end of a file's records, which is no longer a frame of zeros; so the
+//! records of a recycled file end with one written on purpose:
+//!
+//! * the publisher that seals a segment writes a zero frame right after its
+//!   last record (no one else can write there any more), before the next
+//!   segment's file exists, and a sync round flushes it with the records;
+//! * closing the log writes one after the active segment's records.
+//!
+//! A crash leaves the active segment without it: recovery then finds the
+//! previous use's bytes (or a torn record of ours; it cannot tell them
+//! apart) after the last intact record, and cuts there as at any torn tail
+//! (see `recovery.rs`).
+//!
+//! A crash at each step of a recycling leaves: before step 1's rename, the
+//! trimmed segment as the oldest one (retention trims it again); after it,
+//! or anywhere in steps 2 and 3 before the link, a spare file, deleted by
+//! recovery; between the link and the unlink, the new segment file (its new
+//! header written first, and on disk first if the policy flushes) and a
+//! spare name for the same file, which recovery unlinks. With `Never`, a
+//! *machine* crash may persist the link before the header page, as it may
+//! persist any metadata before any data with that policy: recovery then
+//! finds a header naming another base than the file name, and reports it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -45,6 +97,7 @@ use memmap2::{MmapMut, MmapOptions};
 
 use super::storage::{SegmentFile, SegmentStorage};
 use crate::error::{Error, Result};
+use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Size of the header in front of the record region: a page, so the record
@@ -68,12 +121,16 @@ const COUNT_AT: usize = 32;
 const USED_AT: usize = 40;
 /// `u32` CRC32C of base, count and used bytes (completion field).
 const COMPLETE_CRC_AT: usize = 48;
+/// End of the completion fields.
+const COMPLETE_END: usize = 52;
+/// `u64` times the file has been recycled (fixed field).
+const GENERATION_AT: usize = 52;
 /// End of the fields the header uses; the rest of the page is zeros.
-const HEADER_END: usize = 52;
+const HEADER_END: usize = 60;
 const _: () = assert!(VERSION_AT == MAGIC.len() && HEADER_CRC_AT == VERSION_AT + 4 && BASE_AT == HEADER_CRC_AT + 4);
 const _: () = assert!(CAPACITY_AT == BASE_AT + 8 && COUNT_AT == CAPACITY_AT + 8 && USED_AT == COUNT_AT + 8);
-const _: () =
-    assert!(COMPLETE_CRC_AT == USED_AT + 8 && HEADER_END == COMPLETE_CRC_AT + 4 && HEADER_END <= HEADER_BYTES);
+const _: () = assert!(COMPLETE_CRC_AT == USED_AT + 8 && COMPLETE_END == COMPLETE_CRC_AT + 4);
+const _: () = assert!(GENERATION_AT == COMPLETE_END && HEADER_END == GENERATION_AT + 8 && HEADER_END <= HEADER_BYTES);
 
 /// Bytes of the frame in front of each record of a durable segment.
 pub(crate) const FRAME_LEN: usize = 8;
@@ -82,6 +139,9 @@ pub(crate) const FRAME_LEN: usize = 8;
 const FRAME_MARK: u32 = 0x4C4C_4952; // "RILL" little-endian
 /// Extension of segment files.
 pub(crate) const SEGMENT_EXT: &str = "seg";
+/// Extension of spare files: trimmed segment files kept for reuse, which are
+/// no part of the partition (recovery deletes them).
+pub(crate) const SPARE_EXT: &str = "spare";
 
 /// The frame word stored in front of the record at `offset` whose bytes
 /// (padding excluded) are `record`.
@@ -107,9 +167,23 @@ pub(crate) fn segment_file_name(base: u64) -> String {
     format!("{base:020}.{SEGMENT_EXT}")
 }
 
+/// The name of the spare file a trimmed segment at `base` becomes.
+pub(crate) fn spare_file_name(base: u64) -> String {
+    format!("{base:020}.{SPARE_EXT}")
+}
+
 /// The base offset a segment file name stands for, if it is one.
 pub(crate) fn parse_segment_file_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(SEGMENT_EXT)?.strip_suffix('.')?;
+    parse_numbered(name, SEGMENT_EXT)
+}
+
+/// True if `name` is a spare file's.
+pub(crate) fn is_spare_file_name(name: &str) -> bool {
+    parse_numbered(name, SPARE_EXT).is_some()
+}
+
+fn parse_numbered(name: &str, ext: &str) -> Option<u64> {
+    let digits = name.strip_suffix(ext)?.strip_suffix('.')?;
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -131,6 +205,9 @@ pub(crate) struct Header {
     pub(crate) capacity: u64,
     /// `(records, used bytes)` once the file is complete.
     pub(crate) complete: Option<(u64, u64)>,
+    /// Times the file was recycled: 0 for a fresh one, whose bytes after
+    /// its records are zeros; more, and they may be a previous use's.
+    pub(crate) generation: u64,
 }
 
 /// Why a header page does not describe a segment file.
@@ -149,6 +226,7 @@ impl Header {
         page[VERSION_AT..VERSION_AT + 4].copy_from_slice(&VERSION.to_le_bytes());
         page[BASE_AT..BASE_AT + 8].copy_from_slice(&self.base.to_le_bytes());
         page[CAPACITY_AT..CAPACITY_AT + 8].copy_from_slice(&self.capacity.to_le_bytes());
+        page[GENERATION_AT..GENERATION_AT + 8].copy_from_slice(&self.generation.to_le_bytes());
         let crc = fixed_crc(page);
         page[HEADER_CRC_AT..HEADER_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     }
@@ -176,13 +254,14 @@ impl Header {
         let used = le_u64(page, USED_AT);
         let complete = (le_u32(page, COMPLETE_CRC_AT) == complete_crc(base, count, used) && used <= capacity)
             .then_some((count, used));
-        Ok(Header { base, capacity, complete })
+        Ok(Header { base, capacity, complete, generation: le_u64(page, GENERATION_AT) })
     }
 }
 
 /// CRC32C of the fixed header fields (the CRC field itself excluded).
 fn fixed_crc(page: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&page[..HEADER_CRC_AT]), &page[BASE_AT..COUNT_AT])
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&page[..HEADER_CRC_AT]), &page[BASE_AT..COUNT_AT]);
+    crc32c::crc32c_append(crc, &page[GENERATION_AT..HEADER_END])
 }
 
 /// CRC32C of the completion fields. Never zero for a real segment: the base
@@ -199,7 +278,20 @@ fn complete_crc(base: u64, count: u64, used: u64) -> u32 {
 /// A segment file, mapped: the storage of one durable segment.
 pub(crate) struct FileStorage {
     map: MmapMut,
+    /// Its current name. Changed (and read, but for error messages) only on
+    /// the cold paths of a roll and a trim, hence a lock.
+    name: Mutex<FileName>,
+}
+
+/// Where a segment file is, and what it is now.
+#[derive(Debug)]
+struct FileName {
     path: PathBuf,
+    /// Trimmed: the file is a spare (named by [`spare_file_name`]), deleted
+    /// when this storage is dropped unless it was reused.
+    spare: bool,
+    /// The header's generation.
+    generation: u64,
 }
 
 impl FileStorage {
@@ -221,11 +313,12 @@ impl FileStorage {
             // (the data directory is locked by its broker). Changes by another
             // process would be a broken lock, not something we can defend here.
             let mut map = unsafe { MmapOptions::new().len(total).map_mut(&file)? };
-            Header { base, capacity: capacity as u64, complete: None }.encode_fixed(&mut map[..HEADER_BYTES]);
+            Header { base, capacity: capacity as u64, complete: None, generation: 0 }
+                .encode_fixed(&mut map[..HEADER_BYTES]);
             Ok((file, map))
         })();
         match made {
-            Ok((_file, map)) => Ok(FileStorage { map, path }),
+            Ok((_file, map)) => Ok(FileStorage::named(map, path)),
             Err(e) => {
                 // Best effort: a half-made file must not look like a segment to recovery.
                 let _ = fs::remove_file(&path);
@@ -254,7 +347,12 @@ impl FileStorage {
         // SAFETY: as in `create`: the locked data directory's file, mapped
         // at its current length, which nobody changes while we hold it.
         let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(io_err)?;
-        Ok(FileStorage { map, path: path.to_path_buf() })
+        Ok(FileStorage::named(map, path.to_path_buf()))
+    }
+
+    fn named(map: MmapMut, path: PathBuf) -> FileStorage {
+        let generation = Header::decode(&map[..HEADER_BYTES]).map_or(0, |h| h.generation);
+        FileStorage { map, name: Mutex::new(FileName { path, spare: false, generation }) }
     }
 
     /// The whole file: header page, then the record region.
@@ -262,8 +360,13 @@ impl FileStorage {
         &self.map
     }
 
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
+    /// The file's current name.
+    pub(crate) fn path(&self) -> PathBuf {
+        self.name.lock().path.clone()
+    }
+
+    fn io_error(&self, e: &io::Error) -> Error {
+        Error::io(self.path(), e)
     }
 
     /// Flushes bytes `from..to` of the record region to stable storage
@@ -275,55 +378,149 @@ impl FileStorage {
         }
         let start = HEADER_BYTES + from as usize;
         let len = (to - from) as usize;
-        self.map.flush_range(start, len).map_err(|e| Error::io(&self.path, &e))
+        self.map.flush_range(start, len).map_err(|e| self.io_error(&e))
     }
 
     /// Writes the completion fields (`count` records filling `used` bytes)
     /// and, if `durable`, flushes the header page.
     pub(crate) fn mark_complete(&self, count: u64, used: u64, durable: bool) -> Result<()> {
         let base = le_u64(&self.map, BASE_AT);
-        let mut fields = [0u8; HEADER_END - COUNT_AT];
+        let mut fields = [0u8; COMPLETE_END - COUNT_AT];
         fields[..8].copy_from_slice(&count.to_le_bytes());
         fields[8..16].copy_from_slice(&used.to_le_bytes());
         fields[16..].copy_from_slice(&complete_crc(base, count, used).to_le_bytes());
-        // SAFETY: the header page is written only here and in `create` (before
-        // the storage is shared), and `mark_complete` is called with the
-        // partition's sync lock held, so no two writers meet; the record
-        // region, which publishers write concurrently, starts a page later.
+        // SAFETY: the header page is written only here, in `create` and in
+        // `reuse` (both before the storage is shared), and `mark_complete` is
+        // called with the partition's sync lock held, so no two writers meet;
+        // the record region, which publishers write concurrently, starts a
+        // page later.
         unsafe {
             let dst = self.map.as_ptr().cast_mut().add(COUNT_AT);
             std::ptr::copy_nonoverlapping(fields.as_ptr(), dst, fields.len());
         }
         if durable {
-            self.map.flush_range(0, HEADER_BYTES).map_err(|e| Error::io(&self.path, &e))?;
+            self.map.flush_range(0, HEADER_BYTES).map_err(|e| self.io_error(&e))?;
         }
         Ok(())
     }
 
-    /// Deletes the file of a segment retention has trimmed. Readers still
-    /// inside it keep reading: the mapping holds the file's pages until it
-    /// is unmapped, when the kernel frees them. Deleting now rather than at
-    /// the unmap keeps the directory exact (the unmap waits for the epoch
-    /// collector), and recovery never sees a trimmed segment.
+    /// Takes the file of a segment retention has trimmed out of the
+    /// partition: renames it to a spare (step 1 of recycling, in the module
+    /// docs), or deletes it if it cannot be renamed. Readers still inside it
+    /// keep reading through the mapping. Doing it now rather than when the
+    /// last reader lets go keeps the directory exact (that waits for the
+    /// epoch collector), and recovery never sees a trimmed segment.
     pub(crate) fn retire(&self) {
-        match fs::remove_file(&self.path) {
-            Ok(()) => log::debug!("deleted trimmed segment file {}", self.path.display()),
-            Err(e) => log::warn!("could not delete trimmed segment file {}: {e}", self.path.display()),
+        let mut name = self.name.lock();
+        let Some(base) = name.path.file_name().and_then(|n| n.to_str()).and_then(parse_segment_file_name) else {
+            return;
+        };
+        let spare = name.path.with_file_name(spare_file_name(base));
+        match fs::rename(&name.path, &spare) {
+            Ok(()) => {
+                log::debug!("trimmed segment file {} kept as {}", name.path.display(), spare.display());
+                name.path = spare;
+                name.spare = true;
+            }
+            Err(e) => {
+                log::warn!("could not rename trimmed segment file {}: {e}; deleting it", name.path.display());
+                if let Err(e) = fs::remove_file(&name.path) {
+                    log::warn!("could not delete trimmed segment file {}: {e}", name.path.display());
+                }
+            }
+        }
+    }
+
+    /// True once the file is a spare (trimmed, renamed, not yet reused).
+    pub(crate) fn is_spare(&self) -> bool {
+        self.name.lock().spare
+    }
+
+    /// Makes this spare the segment file of the segment at `base` (step 3
+    /// of recycling, in the module docs), flushing the new header first if
+    /// `flush`. Fails with [`Error::Io`] (`AlreadyExists` if the segment's
+    /// file exists) and leaves the file a spare then.
+    pub(crate) fn reuse(&self, base: u64, flush: bool) -> Result<()> {
+        let mut name = self.name.lock();
+        debug_assert!(name.spare, "only a spare is reused");
+        let old = Header::decode(&self.map[..HEADER_BYTES]).map_err(|_| Error::Corrupt {
+            file: name.path.clone(),
+            offset: 0,
+            reason: "spare segment file lost its header".into(),
+        })?;
+        let header = Header { base, capacity: old.capacity, complete: None, generation: old.generation + 1 };
+        let mut page = [0u8; HEADER_END];
+        header.encode_fixed(&mut page);
+        // SAFETY: a spare is owned by the pool alone (no segment, no reader
+        // maps it through us); we write the header page's used fields and
+        // the first frame of the region (a file holds at least a header and
+        // one frame: `FRAME_LEN` is part of every region), which nothing
+        // else reads or writes meanwhile. The zero frame says "no records
+        // yet" until the first publisher writes there.
+        unsafe {
+            let start = self.map.as_ptr().cast_mut();
+            std::ptr::copy_nonoverlapping(page.as_ptr(), start, HEADER_END);
+            start.add(HEADER_BYTES).cast::<u64>().write(0);
+        }
+        if flush {
+            self.map.flush_range(0, HEADER_BYTES + FRAME_LEN).map_err(|e| Error::io(&name.path, &e))?;
+        }
+        let path = name.path.with_file_name(segment_file_name(base));
+        fs::hard_link(&name.path, &path).map_err(|e| Error::io(&path, &e))?;
+        if let Err(e) = fs::remove_file(&name.path) {
+            // The file is the segment's now; a leftover spare name is
+            // unlinked by the next recovery.
+            log::warn!("could not unlink spare name {}: {e}", name.path.display());
+        }
+        *name = FileName { path, spare: false, generation: header.generation };
+        Ok(())
+    }
+
+    /// Writes a zero frame at byte `end` of the record region, where the
+    /// segment's records end, if the file was recycled (a fresh file is
+    /// zeros there already) and there is room.
+    ///
+    /// # Safety
+    ///
+    /// No one may write or read bytes `end..end + FRAME_LEN` of the region
+    /// concurrently: they lie past every record the segment will ever hold.
+    pub(crate) unsafe fn end_records(&self, end: u64) {
+        let Ok(end) = usize::try_from(end) else { return };
+        if self.name.lock().generation == 0 || end.saturating_add(FRAME_LEN) > self.map.len() - HEADER_BYTES {
+            return;
+        }
+        // SAFETY: in the region (checked just above), 8-aligned (records
+        // start on 8-byte boundaries of a page-aligned region), and nobody
+        // else's, by the caller's contract.
+        unsafe { self.map.as_ptr().cast_mut().add(HEADER_BYTES + end).cast::<u64>().write(0) };
+    }
+}
+
+impl Drop for FileStorage {
+    fn drop(&mut self) {
+        let name = self.name.lock();
+        if name.spare {
+            match fs::remove_file(&name.path) {
+                Ok(()) => log::debug!("deleted spare segment file {}", name.path.display()),
+                Err(e) => log::warn!("could not delete spare segment file {}: {e}", name.path.display()),
+            }
         }
     }
 }
 
 impl std::fmt::Debug for FileStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileStorage").field("path", &self.path).field("len", &self.map.len()).finish()
+        f.debug_struct("FileStorage").field("name", &self.name).field("len", &self.map.len()).finish()
     }
 }
 
 // SAFETY: the record region starts a page into the fixed mapping (so it is
-// page-aligned), is `len - HEADER_BYTES` bytes long, and was zeroed by
-// `create` (a preallocated file reads as zeros) or holds recovered records
-// that the recovering segment marks committed. Only the segment writes it,
-// through its protocol; the header page before it is not part of the region.
+// page-aligned), and is `len - HEADER_BYTES` bytes long; its bytes are zeros
+// (`create`: a preallocated file reads as zeros), recovered records that the
+// recovering segment marks committed, or a recycled file's previous records,
+// which no segment reads. Only the segment writes it, through its protocol
+// (and `end_records`, past its last record); the header page before it is
+// not part of the region.
 unsafe impl SegmentStorage for FileStorage {
     fn as_ptr(&self) -> NonNull<u8> {
         let start = self.map.as_ptr().wrapping_add(HEADER_BYTES).cast_mut();
@@ -351,19 +548,32 @@ impl SegmentFile for FileStorage {
     fn retire(&self) {
         FileStorage::retire(self)
     }
+
+    fn is_spare(&self) -> bool {
+        FileStorage::is_spare(self)
+    }
+
+    fn reuse(&self, base: u64, flush: bool) -> Result<()> {
+        FileStorage::reuse(self, base, flush)
+    }
+
+    unsafe fn end_records(&self, end: u64) {
+        // SAFETY: the caller's contract is this one's.
+        unsafe { FileStorage::end_records(self, end) }
+    }
 }
 
 /// The bytes of a whole segment file: the header for `base` (with its
 /// completion fields if `complete`) and `region` as its record region. For
 /// the fuzz target, which writes arbitrary regions as segment files.
 #[cfg(feature = "fuzzing")]
-pub(crate) fn segment_file_bytes(base: u64, region: &[u8], complete: Option<(u64, u64)>) -> Vec<u8> {
+pub(crate) fn segment_file_bytes(base: u64, region: &[u8], complete: Option<(u64, u64)>, generation: u64) -> Vec<u8> {
     let mut bytes = vec![0u8; HEADER_BYTES + region.len()];
-    Header { base, capacity: region.len() as u64, complete: None }.encode_fixed(&mut bytes[..HEADER_BYTES]);
+    Header { base, capacity: region.len() as u64, complete: None, generation }.encode_fixed(&mut bytes[..HEADER_BYTES]);
     if let Some((count, used)) = complete {
         bytes[COUNT_AT..COUNT_AT + 8].copy_from_slice(&count.to_le_bytes());
         bytes[USED_AT..USED_AT + 8].copy_from_slice(&used.to_le_bytes());
-        bytes[COMPLETE_CRC_AT..HEADER_END].copy_from_slice(&complete_crc(base, count, used).to_le_bytes());
+        bytes[COMPLETE_CRC_AT..COMPLETE_END].copy_from_slice(&complete_crc(base, count, used).to_le_bytes());
     }
     bytes[HEADER_BYTES..].copy_from_slice(region);
     bytes
@@ -417,19 +627,31 @@ impl Files {
         Files { dir, flush, dir_dirty: AtomicBool::new(false), fail_creates: AtomicUsize::new(0) }
     }
 
-    /// Creates the segment file for `base` (see [`FileStorage::create`]).
-    pub(crate) fn create(&self, base: u64, capacity: usize) -> Result<FileStorage> {
+    /// The test seam's failure for the segment file at `base`, if one is
+    /// due (see `fail_creates`): checked before a file is made or reused.
+    pub(crate) fn injected_failure(&self, base: u64) -> Result<()> {
         // Relaxed: a counter the RMW keeps exact; it guards no other data.
         if self.fail_creates.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
             let e = std::io::Error::from_raw_os_error(libc::ENOSPC);
             return Err(Error::io(self.dir.join(segment_file_name(base)), &e));
         }
+        Ok(())
+    }
+
+    /// Creates the segment file for `base` (see [`FileStorage::create`]).
+    pub(crate) fn create(&self, base: u64, capacity: usize) -> Result<FileStorage> {
         let storage = FileStorage::create(&self.dir, base, capacity)?;
+        self.created();
+        log::debug!("created segment file {}", storage.path().display());
+        Ok(storage)
+    }
+
+    /// Notes that a segment file got its name in the directory (created,
+    /// or a spare reused), for the next sync round.
+    pub(crate) fn created(&self) {
         // Relaxed: read by the next sync round, which also reads the file's
         // segment through the directory's Acquire load.
         self.dir_dirty.store(true, Ordering::Relaxed);
-        log::debug!("created segment file {}", storage.path().display());
-        Ok(storage)
     }
 
     pub(crate) fn fail_next_creates(&self, n: usize) {

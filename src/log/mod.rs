@@ -123,7 +123,7 @@ impl Log {
         let recovered = recovery::recover(&durable.dir, durable.repair)?;
         let flush = durable.fsync != Fsync::Never;
         let files = Files::new(durable.dir.clone(), flush);
-        let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, files));
+        let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, SPARE_SEGMENTS, files));
         let mut segs = Vec::with_capacity(recovered.kept.len() + 1);
         for kept in recovered.kept {
             // Make the cut permanent and every kept segment checkable: data,

@@ -25,8 +25,30 @@
 //!   there as for a torn tail, and the report says it was a repair.
 //!
 //! A file whose header page is all zeros, at the end, is one created just
-//! before a crash: it holds nothing and is deleted. Files that are not
+//! before a crash: it holds nothing and is deleted. Spare files (trimmed
+//! segment files kept for reuse, `file.rs`) are no part of the partition
+//! and are deleted, whatever a crash left in them. Other files that are not
 //! segment files (by name) are left alone.
+//!
+//! # Recycled files
+//!
+//! The records of a fresh file end at a frame of zeros, and nothing but
+//! zeros follows them unless a publisher was writing when the process
+//! stopped: written bytes after the end are a torn record. A *recycled* file
+//! (generation above 0 in its header) holds its previous use's bytes after
+//! its records, so there:
+//!
+//! * a frame of zeros is the end of the records (the mark its sealer or the
+//!   log's close wrote) and what follows is not looked at;
+//! * a frame that does not check, at the end of an incomplete file, is a
+//!   torn record of ours or a stale one of the previous use (recovery cannot
+//!   tell which, and keeps neither): cut there like a torn tail, reported,
+//!   with no bytes counted as dropped after the cut, since they are not
+//!   this log's;
+//! * a stale record is never kept: its frame's checksum covers an older
+//!   offset than any this file's records can have.
+//!
+//! The crash states of a recycling itself are in `file.rs`.
 //!
 //! Recovery never trusts a length it has not checked: a record is accepted
 //! only if its frame checks and its layout parses (`record::check_encoded`),
@@ -123,23 +145,39 @@ fn written_after(region: &[u8], from: u64) -> u64 {
     tail.iter().rposition(|&b| b != 0).map_or(0, |i| i as u64 + 1)
 }
 
-/// The segment files in `dir`, by base offset.
-fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+/// Bytes of `region` a cut at `from` drops: up to its last non-zero byte
+/// in a fresh file, only the intact records up to `stop` in a recycled one
+/// (the bytes after its records are a previous use's, not this log's).
+fn dropped_bytes(region: &[u8], from: u64, stop: u64, generation: u64) -> u64 {
+    if generation == 0 { written_after(region, from) } else { stop.saturating_sub(from) }
+}
+
+/// A directory's segment files (base offset and path, by base offset) and
+/// its spare files.
+type Listing = (Vec<(u64, PathBuf)>, Vec<PathBuf>);
+
+/// The segment files in `dir`, by base offset, and its spare files.
+fn list(dir: &Path) -> Result<Listing> {
     let io = |e: std::io::Error| Error::io(dir, &e);
     let mut files = Vec::new();
+    let mut spares = Vec::new();
     for entry in fs::read_dir(dir).map_err(io)? {
         let entry = entry.map_err(io)?;
-        if let Some(base) = entry.file_name().to_str().and_then(file::parse_segment_file_name) {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(base) = file::parse_segment_file_name(name) {
             files.push((base, entry.path()));
+        } else if file::is_spare_file_name(name) {
+            spares.push(entry.path());
         }
     }
     files.sort();
-    Ok(files)
+    Ok((files, spares))
 }
 
 /// Recovers the partition in `dir` (see the module docs).
 pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
-    let files = list(dir)?;
+    let (files, spares) = list(dir)?;
     let mut report = RecoveryReport::default();
     let mut kept: Vec<KeptSegment> = Vec::new();
     let mut expected: Option<u64> = None;
@@ -151,7 +189,7 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
     // before the whole directory has been judged, so an open that fails
     // with `Corrupt` changes nothing.
     let mut cut = false;
-    let mut deletes: Vec<PathBuf> = Vec::new();
+    let mut deletes: Vec<PathBuf> = spares;
     let n_files = files.len();
     // If nothing is kept, appends continue at the first file's base (its
     // name), so offsets never go back below what was handed out before.
@@ -241,10 +279,14 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         let found = scan(region, header.base, limit);
         let count = found.positions.len() as u64;
         let complete_ok = header.complete.is_some_and(|(c, used)| c == count && used == found.stop);
+        let recycled = header.generation > 0;
         // A scan of a complete file must find exactly its count; one of an
-        // incomplete file may end early, at zeros, if nothing follows.
+        // incomplete file may end early, at zeros, if nothing (of ours)
+        // follows.
         let trouble = if header.complete.is_some() && !complete_ok {
             Some((found.damage.unwrap_or("records missing from a complete segment"), true))
+        } else if header.complete.is_none() && recycled {
+            found.damage.map(|_| ("torn record, or a stale one of the recycled file's previous use", false))
         } else if header.complete.is_none() && (found.damage.is_some() || written_after(region, found.stop) > 0) {
             Some((found.damage.unwrap_or("torn record (no frame)"), false))
         } else {
@@ -257,7 +299,7 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
             } else {
                 report.truncated_at = Some(damage);
             }
-            report.truncated_bytes += written_after(region, found.stop);
+            report.truncated_bytes += dropped_bytes(region, found.stop, found.stop, header.generation);
             cut = true;
         }
         expected = Some(header.base + count);
@@ -288,8 +330,13 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         log::warn!("truncating the torn tail of {} at byte {}: {}", at.file.display(), at.offset, at.reason);
     }
     for path in &deletes {
-        log::info!("removing segment file {} (after the cut, empty, or blank)", path.display());
-        fs::remove_file(path).map_err(|e| Error::io(path, &e))?;
+        log::info!("removing segment file {} (a spare, after the cut, empty, or blank)", path.display());
+        match fs::remove_file(path) {
+            // A spare of this directory's previous log, deleted meanwhile by
+            // that log's last segment going away.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => other.map_err(|e| Error::io(path, &e))?,
+        }
     }
     let end_offset = expected.unwrap_or(start);
     report.end_offset = end_offset;
@@ -316,10 +363,14 @@ fn count_dropped(path: &Path, report: &mut RecoveryReport) {
     let Ok(storage) = FileStorage::open_existing(path) else { return };
     let bytes = storage.bytes();
     let region = &bytes[HEADER_BYTES..];
-    if let Ok(h) = Header::decode(&bytes[..HEADER_BYTES]) {
-        report.truncated_records += scan(region, h.base, u64::MAX).positions.len() as u64;
+    match Header::decode(&bytes[..HEADER_BYTES]) {
+        Ok(h) => {
+            let found = scan(region, h.base, h.complete.map_or(u64::MAX, |(count, _)| count));
+            report.truncated_records += found.positions.len() as u64;
+            report.truncated_bytes += dropped_bytes(region, 0, found.stop, h.generation);
+        }
+        Err(_) => report.truncated_bytes += written_after(region, 0),
     }
-    report.truncated_bytes += written_after(region, 0);
 }
 
 /// True if `path` is a segment file whose header has a valid completion marker.

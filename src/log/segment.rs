@@ -216,7 +216,9 @@ impl fmt::Debug for Buffers {
 }
 
 /// Spare segment buffers of one partition, so rolling over to a new segment
-/// reuses warm memory instead of faulting in fresh pages.
+/// reuses warm memory instead of faulting in fresh pages. For a durable
+/// partition the spares are trimmed segment files, still mapped (see
+/// "Recycling" in `file.rs`).
 #[derive(Debug)]
 pub(crate) struct Pool {
     spare: Mutex<Vec<Buffers>>,
@@ -229,8 +231,7 @@ pub(crate) struct Pool {
     /// models, so the allocation path of a real build has no check at all.
     #[cfg(any(test, loom))]
     fail_allocations: crate::sync::atomic::AtomicUsize,
-    /// For a durable log: where its segment files go. Their buffers are
-    /// never recycled (a trimmed file is deleted, a new one preallocated).
+    /// For a durable log: where its segment files go.
     files: Option<super::file::Files>,
 }
 
@@ -247,9 +248,10 @@ impl Pool {
         }
     }
 
-    /// A pool that makes segment files in `files`' directory.
-    pub(crate) fn for_files(capacity: usize, slot_count: usize, files: super::file::Files) -> Self {
-        Pool { files: Some(files), ..Pool::new(capacity, slot_count, 0) }
+    /// A pool that makes segment files in `files`' directory, keeping at
+    /// most `max_spare` trimmed ones for reuse.
+    pub(crate) fn for_files(capacity: usize, slot_count: usize, max_spare: usize, files: super::file::Files) -> Self {
+        Pool { files: Some(files), ..Pool::new(capacity, slot_count, max_spare) }
     }
 
     /// The durable log's files, if this pool makes them.
@@ -258,11 +260,31 @@ impl Pool {
     }
 
     /// Clean buffers for the segment whose first offset is `base`: recycled
-    /// if one is spare, else freshly mapped; for a durable log, a new
-    /// segment file. Fails with [`Error::ResourceExhausted`] when a mapping
-    /// cannot be made, and with [`Error::Io`] when a file cannot.
+    /// if one is spare, else freshly mapped; for a durable log, a spare
+    /// segment file reused, else a new one. Fails with
+    /// [`Error::ResourceExhausted`] when a mapping cannot be made, and with
+    /// [`Error::Io`] when a file cannot.
     pub(crate) fn take(&self, base: u64) -> Result<Buffers> {
         if let Some(files) = &self.files {
+            files.injected_failure(base)?;
+            let spare = self.spare.lock().pop();
+            if let Some(recycled) = spare {
+                let file = recycled.storage.as_file().expect("a durable pool's spares are files");
+                match file.reuse(base, files.flush) {
+                    Ok(()) => {
+                        files.created();
+                        return Ok(recycled);
+                    }
+                    Err(e @ Error::Io { kind: io::ErrorKind::AlreadyExists, .. }) => {
+                        // Another publisher retrying the same roll made the
+                        // file: ours stays a spare.
+                        self.spare.lock().push(recycled);
+                        return Err(e);
+                    }
+                    // Dropping the spare deletes it; make a fresh file.
+                    Err(e) => log::warn!("could not reuse a spare segment file: {e}"),
+                }
+            }
             let storage = files.create(base, self.capacity)?;
             return Buffers::over(Box::new(storage), self.slot_count);
         }
@@ -298,10 +320,17 @@ impl Pool {
     }
 
     fn give_back(&self, buffers: Buffers) {
-        if buffers.storage.as_file().is_some() {
-            // A file is deleted (if trimmed) or kept (at close), never reused.
+        if buffers.storage.as_file().is_some_and(|f| !f.is_spare()) {
+            // The file of a segment the log still had at close: it stays.
             return;
         }
+        if buffers.storage.capacity() != self.capacity || buffers.slots.len() != self.slot_count {
+            // A recovered segment's file (sized by an earlier configuration,
+            // indexed for its records only): not the shape of a new segment.
+            // A spare file dropped here deletes itself, as below.
+            return;
+        }
+        // A spare file dropped here (the pool is full) deletes itself.
         let mut spare = self.spare.lock();
         if spare.len() < self.max_spare {
             buffers.reset();
@@ -319,8 +348,9 @@ impl Pool {
 pub(crate) enum Reservation {
     /// Slots `index..` and bytes `pos..` are the caller's.
     Granted { index: u64, pos: u64 },
-    /// The caller's reservation closed the segment at `count` records: it must seal.
-    Sealer { count: u64 },
+    /// The caller's reservation closed the segment at `count` records, whose
+    /// bytes end at `end`: it must seal.
+    Sealer { count: u64, end: u64 },
     /// The segment was already closed by someone else.
     Full,
 }
@@ -415,7 +445,7 @@ impl Segment {
         if index + records <= slots && pos + bytes <= self.capacity {
             Reservation::Granted { index, pos }
         } else if index <= slots && pos <= self.capacity {
-            Reservation::Sealer { count: index }
+            Reservation::Sealer { count: index, end: pos }
         } else {
             Reservation::Full
         }
@@ -578,6 +608,18 @@ impl Segment {
         debug_assert_eq!(prev, NOT_SEALED, "a segment is sealed once");
     }
 
+    /// Marks where the records of this segment, sealed by the caller, end:
+    /// at `end`, as its `Sealer` reservation said. A recycled segment file
+    /// needs the mark (see "Recycling" in `file.rs`); memory does not.
+    pub(crate) fn end_records(&self, end: u64) {
+        if let Some(file) = self.file() {
+            // SAFETY: every granted reservation of this segment lies before
+            // `end` (the sealer's reservation found the byte tail there) and
+            // none is granted after it, so bytes from `end` on are no one's.
+            unsafe { file.end_records(end) };
+        }
+    }
+
     /// The final record count, if sealed.
     #[inline]
     pub(crate) fn sealed_count(&self) -> Option<u64> {
@@ -644,6 +686,11 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        if self.sealed_count().is_none() && !self.is_trimmed() {
+            // The active segment of a log being closed: nobody appends any
+            // more, and its records end at the byte tail.
+            self.end_records(self.used_bytes());
+        }
         if let Some(buffers) = self.buffers.take() {
             self.pool.give_back(buffers);
         }

@@ -20,11 +20,12 @@ pub(crate) const STORAGE_ALIGN: usize = 4096;
 ///
 /// An implementation promises that [`SegmentStorage::as_ptr`] returns the same
 /// pointer for its whole life, aligned to at least 16 bytes, valid for reads
-/// and writes of [`SegmentStorage::capacity`] bytes, initially zeroed (a
-/// recovered segment file is the one exception: its records are already
-/// there, and the segment built over it marks exactly those committed), and
-/// that no one else in the process reads or writes that region while the
-/// storage is alive.
+/// and writes of [`SegmentStorage::capacity`] bytes, and that no one else in
+/// the process reads or writes that region while the storage is alive. The
+/// bytes need not be zeros: the segment reads only the bytes of records it
+/// committed (reused buffers and recycled segment files hold a previous
+/// segment's; a recovered segment file holds the records the segment built
+/// over it marks committed).
 pub(crate) unsafe trait SegmentStorage: Send + Sync + fmt::Debug + 'static {
     /// The start of the region.
     fn as_ptr(&self) -> NonNull<u8>;
@@ -44,8 +45,21 @@ pub(crate) trait SegmentFile {
     /// Writes the completion marker (`count` records filling `used` bytes),
     /// flushing it if `durable`.
     fn mark_complete(&self, count: u64, used: u64, durable: bool) -> crate::error::Result<()>;
-    /// Deletes the file of a segment retention trimmed.
+    /// Takes the file of a segment retention trimmed out of the partition
+    /// (renames it to a spare, or deletes it).
     fn retire(&self);
+    /// True once the file is a spare: trimmed, and not yet reused.
+    fn is_spare(&self) -> bool;
+    /// Makes this spare the file of the segment at `base` (see `file.rs`).
+    fn reuse(&self, base: u64, flush: bool) -> crate::error::Result<()>;
+    /// Marks the end of the segment's records at byte `end` of the region
+    /// (a zero frame, if the file was recycled).
+    ///
+    /// # Safety
+    ///
+    /// No one may write or read bytes `end..end + 8` of the region
+    /// concurrently: they lie past every record the segment will ever hold.
+    unsafe fn end_records(&self, end: u64);
 }
 
 /// An anonymous memory mapping: zeroed pages that cost nothing until
