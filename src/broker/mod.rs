@@ -27,6 +27,7 @@ mod group;
 #[doc(hidden)]
 pub mod loom_harness;
 pub(crate) mod names;
+mod shared;
 pub(crate) mod subscription;
 pub(crate) mod topic;
 pub(crate) mod waiters;

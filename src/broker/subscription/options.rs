@@ -124,6 +124,11 @@ pub struct SubscriptionOptions {
     /// Called (on the draining thread) when retention trimmed messages this
     /// subscription had not read: topic, partition, and how many were missed.
     pub on_lagged: Option<LagCallback>,
+    /// A shared (competing) member: live subscriptions with the same `name`,
+    /// all shared and on the same one-topic pattern, form one subscription
+    /// whose partitions are divided among them (see `Broker::subscribe`).
+    /// Needs a `name` and a pattern without wildcards.
+    pub shared: bool,
 }
 
 impl fmt::Debug for SubscriptionOptions {
@@ -141,6 +146,7 @@ impl fmt::Debug for SubscriptionOptions {
             .field("dedicated_thread", &self.dedicated_thread)
             .field("idle_spin", &self.idle_spin)
             .field("on_lagged", &self.on_lagged.is_some())
+            .field("shared", &self.shared)
             .finish()
     }
 }
