@@ -591,6 +591,16 @@ typedef struct {
      * `missed` count in the stats is kept either way).
      */
     rill_lag_callback on_lagged;
+    /**
+     * A shared (competing) member (default false): live subscriptions with
+     * the same `name`, all shared and on the same topic (a pattern without
+     * wildcards), divide the topic's partitions among them; each partition
+     * is delivered by one member, in order. A member closing hands its
+     * partitions to the others from the position it reached. A shared and a
+     * non-shared subscription with one name: `RILL_ERR_BUSY`. Without a
+     * `name`, or with a wildcard pattern: `RILL_ERR_INVALID_ARGUMENT`.
+     */
+    bool shared;
 } rill_subscription_options;
 
 /**

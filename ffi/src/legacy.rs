@@ -180,7 +180,7 @@ impl Legacy for rill_subscription_options_v0_1 {
     fn to_current(self) -> rill_subscription_options {
         subscription_fields!(
             self,
-            rill_subscription_options { struct_size: size_of::<rill_subscription_options>() as u32 }
+            rill_subscription_options { struct_size: size_of::<rill_subscription_options>() as u32, shared: false }
         )
     }
 }

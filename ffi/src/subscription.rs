@@ -157,6 +157,14 @@ pub struct rill_subscription_options {
     /// Called when retention overtook the subscription (NULL: none; the
     /// `missed` count in the stats is kept either way).
     pub on_lagged: rill_lag_callback,
+    /// A shared (competing) member (default false): live subscriptions with
+    /// the same `name`, all shared and on the same topic (a pattern without
+    /// wildcards), divide the topic's partitions among them; each partition
+    /// is delivered by one member, in order. A member closing hands its
+    /// partitions to the others from the position it reached. A shared and a
+    /// non-shared subscription with one name: `RILL_ERR_BUSY`. Without a
+    /// `name`, or with a wildcard pattern: `RILL_ERR_INVALID_ARGUMENT`.
+    pub shared: bool,
 }
 
 // SAFETY: repr(C), leading u32 struct_size; pointers, integers, a double,
@@ -185,6 +193,7 @@ unsafe impl OptionStruct for rill_subscription_options {
             user_data_free: None,
             idle_spin_us: 0,
             on_lagged: None,
+            shared: false,
         }
     }
 }
@@ -249,6 +258,7 @@ unsafe fn subscription_options(o: &rill_subscription_options) -> Result<Subscrip
         dedicated_thread: o.dedicated_thread,
         idle_spin: (o.idle_spin_us > 0).then(|| Duration::from_micros(o.idle_spin_us)),
         on_lagged: None,
+        shared: o.shared,
     })
 }
 
