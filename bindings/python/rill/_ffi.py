@@ -163,6 +163,7 @@ class rill_subscription_options(Structure):
         ("user_data_free", DESTRUCTOR),
         ("idle_spin_us", c_uint64),
         ("on_lagged", LAG_CALLBACK),
+        ("shared", c_bool),
     ]
 
 
