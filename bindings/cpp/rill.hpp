@@ -177,6 +177,9 @@ struct SubscriptionOptions {
     /// Told (topic, partition, missed) when retention trimmed messages before
     /// the subscription read them; empty: none. Exceptions are swallowed.
     std::function<void(std::string_view, uint32_t, uint64_t)> on_lagged;
+    /// A competing member: live shared subscriptions with the same name (on
+    /// one topic) divide its partitions; see rill_subscription_options.shared.
+    bool shared = false;
 };
 
 using Handler = std::function<Ack(const Message &)>;
@@ -402,6 +405,7 @@ inline void to_c(const SubscriptionOptions &o, rill_subscription_options &c) {
     c.idle_spin_us = static_cast<uint64_t>(o.idle_spin.count());
     c.user_data_free = destroy;  // also runs if subscribing fails
     if (o.on_lagged) c.on_lagged = lagged;
+    c.shared = o.shared;
 }
 
 // Calls on_lagged; nothing may cross back into C.
