@@ -215,3 +215,33 @@ fn the_last_member_leaves_its_position_for_the_next_one() {
     assert_eq!(log.len(), 20, "nothing twice, nothing lost: {log:?}");
     assert_eq!(log.iter().filter(|c| c.0 == 1).count(), 10);
 }
+
+#[test]
+fn members_on_their_own_threads_share_too_and_a_broker_close_ends_them_all() {
+    let b = broker();
+    topic(&b, "jobs", 4);
+    let count = Arc::new(AtomicUsize::new(0));
+    let members: Vec<Subscription> = (0..2)
+        .map(|_| {
+            let count = count.clone();
+            let options = SubscriptionOptions { dedicated_thread: true, ..shared("w") };
+            b.subscribe("jobs", options, move |_| {
+                count.fetch_add(1, Ordering::Relaxed);
+                Ack::Success
+            })
+            .unwrap()
+        })
+        .collect();
+    assert!(members[0].wait_idle(WAIT).unwrap());
+    assert_eq!(members.iter().map(|s| owned(s).len()).collect::<Vec<_>>(), [2, 2]);
+    for i in 0..100u8 {
+        b.publish("jobs", &Record::new(&[i])).unwrap();
+    }
+    for s in &members {
+        assert!(s.wait_idle(WAIT).unwrap());
+    }
+    assert_eq!(count.load(Ordering::Relaxed), 100);
+    assert_eq!(members.iter().map(|s| s.stats().acked).sum::<u64>(), 100);
+    b.close();
+    assert!(members.iter().all(Subscription::is_closed));
+}
