@@ -28,8 +28,8 @@
 //!
 //! A closing member hands over everything it still reads the same way, from
 //! the close hook, which runs after its last handler call: its positions are
-//! final then, and a message waiting for a retry counts as unsettled (see
-//! `close.rs`). So nothing acked is delivered twice, and nothing unacked is
+//! final then, and a message waiting for a retry is not behind them (its
+//! reader's cursor was rewound to it). So nothing acked is delivered twice, and nothing unacked is
 //! lost: the only redelivery is of what a closing member had handled but
 //! not yet settled when its last handler call returned, which is none for
 //! a handler that returns its ack.

@@ -149,12 +149,6 @@ impl SubCore {
         }
         let (handler, on_lagged) = {
             let mut st = self.drain.lock();
-            // A message waiting for a retry is not settled: the saved (or
-            // handed-over) position is its offset, so it is delivered again.
-            if let Some(r) = &st.retry {
-                // Release: as in `Reader::publish_position`.
-                st.readers[r.reader].position.store(r.offset, Ordering::Release);
-            }
             let noop = HandlerKind::One(Box::new(|_: &Message<'_>| Ack::Success));
             (std::mem::replace(&mut st.handler, noop), st.on_lagged.take())
         };

@@ -214,7 +214,8 @@ impl SubCore {
     /// a round's start: everything before a reader's cursor is settled then,
     /// so the new owner resumes at that offset and nothing acked is
     /// delivered twice. A partition whose message waits for a retry is kept
-    /// until the retry is settled (it would otherwise be skipped). Shared
+    /// until the retry is settled, so the message's attempts are counted by
+    /// one member up to `max_attempts`. Shared
     /// members read one literal topic, so they have no ready set whose marks
     /// would pin readers to their indices.
     fn release_revoked(&self, st: &mut DrainState) {
