@@ -754,6 +754,16 @@ typedef struct {
      * reason: the alert that something failed for good (NULL: none).
      */
     rill_dead_letter_callback on_dead_letter;
+    /**
+     * A shared (competing) member (default false): live subscriptions with
+     * the same `name`, all shared and on the same topic (a pattern without
+     * wildcards), divide the topic's partitions among them; each partition
+     * is delivered by one member, in order. A member closing hands its
+     * partitions to the others from the position it reached. A shared and a
+     * non-shared subscription with one name: `RILL_ERR_BUSY`. Without a
+     * `name`, or with a wildcard pattern: `RILL_ERR_INVALID_ARGUMENT`.
+     */
+    bool shared;
 } rill_subscription_options;
 
 /**

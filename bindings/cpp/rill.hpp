@@ -198,6 +198,9 @@ struct SubscriptionOptions {
     /// Told (message, reason) when a message is dead-lettered: the alert that
     /// it failed for good; empty: none. Exceptions are swallowed.
     std::function<void(const class Message &, std::string_view)> on_dead_letter;
+    /// A competing member: live shared subscriptions with the same name (on
+    /// one topic) divide its partitions; see rill_subscription_options.shared.
+    bool shared = false;
 };
 
 using Handler = std::function<Ack(const Message &)>;
@@ -538,6 +541,7 @@ inline void to_c(const SubscriptionOptions &o, rill_subscription_options &c) {
     c.user_data_free = destroy;  // also runs if subscribing fails
     if (o.on_lagged) c.on_lagged = lagged;
     if (o.on_dead_letter) c.on_dead_letter = dead_lettered;
+    c.shared = o.shared;
 }
 
 // Calls on_dead_letter; nothing may cross back into C.

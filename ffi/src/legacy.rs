@@ -190,7 +190,8 @@ impl Legacy for rill_subscription_options_v0_1 {
             self,
             rill_subscription_options {
                 struct_size: size_of::<rill_subscription_options>() as u32,
-                on_dead_letter: None
+                on_dead_letter: None,
+                shared: false,
             }
         )
     }

@@ -187,6 +187,14 @@ pub struct rill_subscription_options {
     /// Called when a message is dead-lettered, with the message and the
     /// reason: the alert that something failed for good (NULL: none).
     pub on_dead_letter: rill_dead_letter_callback,
+    /// A shared (competing) member (default false): live subscriptions with
+    /// the same `name`, all shared and on the same topic (a pattern without
+    /// wildcards), divide the topic's partitions among them; each partition
+    /// is delivered by one member, in order. A member closing hands its
+    /// partitions to the others from the position it reached. A shared and a
+    /// non-shared subscription with one name: `RILL_ERR_BUSY`. Without a
+    /// `name`, or with a wildcard pattern: `RILL_ERR_INVALID_ARGUMENT`.
+    pub shared: bool,
 }
 
 // SAFETY: repr(C), leading u32 struct_size; pointers, integers, a double,
@@ -216,6 +224,7 @@ unsafe impl OptionStruct for rill_subscription_options {
             idle_spin_us: 0,
             on_lagged: None,
             on_dead_letter: None,
+            shared: false,
         }
     }
 }
@@ -276,6 +285,7 @@ unsafe fn subscription_options(o: &rill_subscription_options) -> Result<Subscrip
         idle_spin: (o.idle_spin_us > 0).then(|| Duration::from_micros(o.idle_spin_us)),
         on_lagged: None,
         on_dead_letter: None,
+        shared: o.shared,
     })
 }
 

@@ -21,6 +21,7 @@ use super::dispatch::{Job, Timer, WorkerPool};
 use super::flusher::Flusher;
 use super::group::Group;
 use super::names::{self, Pattern};
+use super::shared::SharedGroup;
 use super::store::{Offsets, Positions, Store};
 use super::subscription::{
     BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, StartPosition, SubCore, SubEnv, Subscription,
@@ -92,6 +93,8 @@ pub(super) struct Control {
     pub(super) durable: HashMap<String, Durable>,
     /// Consumer groups (committed offsets and live members), by (group, topic).
     pub(super) groups: HashMap<(String, Name), Group>,
+    /// Shared push subscriptions with live members, by name.
+    pub(super) shared: HashMap<String, SharedGroup>,
     /// Live consumers by id, so closing the broker can close them.
     pub(super) consumers: HashMap<u64, Arc<ConsumerCore>>,
 }
@@ -317,7 +320,9 @@ impl BrokerInner {
             // topic (from offset 0) with nothing of this one's state.
             topic.mark_deleted();
             self.remove_topic(&control, &topic);
-            let subs = control.patterns.matches(name);
+            let mut subs = control.patterns.matches(name);
+            // Shared members are not in the pattern index (see `shared.rs`).
+            subs.extend(control.subs.values().filter(|s| s.shared && s.pattern.as_str() == name).cloned());
             let consumers: Vec<Arc<ConsumerCore>> =
                 control.consumers.values().filter(|c| Arc::ptr_eq(&c.topic, &topic)).cloned().collect();
             // Offsets into a log that is gone mean nothing to its successor.
@@ -413,6 +418,14 @@ impl BrokerInner {
         if let Some(topic) = &options.dead_letter_topic {
             names::validate_dead_letter_topic(topic)?;
         }
+        if options.shared && (options.name.is_none() || !pattern.is_literal()) {
+            return Err(Error::InvalidArgument(format!(
+                "a shared subscription needs a name and a pattern naming one topic (no wildcards), got \
+                 name {:?} and pattern {:?}",
+                options.name,
+                pattern.as_str()
+            )));
+        }
         if pattern.is_literal() && this.topic(pattern.as_str()).is_err() {
             // Naming one topic that does not exist is a mistake, unless topics
             // are created on demand.
@@ -438,6 +451,7 @@ impl BrokerInner {
             DeadLetters::Known(this.topic_or_create(&dlq_name)?)
         };
         let broker = this.clone();
+        let releaser = this.clone();
         let exec =
             if options.dedicated_thread { Exec::Dedicated(Mutex::new(None)) } else { Exec::Pool(this.pool.clone()) };
         let env = SubEnv {
@@ -445,13 +459,24 @@ impl BrokerInner {
             timer: Some(this.timer.clone()),
             dead_letters: Some(dead_letters),
             on_close: Some(Box::new(move |sub: &SubCore| broker.on_subscription_closed(sub))),
+            on_release: options.shared.then(|| {
+                Box::new(move |sub: &SubCore, partition: u32, offset: u64| {
+                    let mut control = releaser.control.lock();
+                    releaser.hand_over(&mut control, &sub.name, sub.pattern.as_str(), partition, offset);
+                }) as _
+            }),
         };
         let sub = Arc::new(SubCore::new(id, name.clone(), pattern.clone(), &options, handler, env)?);
 
         let mut control = this.control.lock();
         this.check_open()?;
-        if control.live_names.contains(&name) {
-            return Err(Error::Busy(format!("a subscription named {name:?} is already live")));
+        if control.live_names.contains(&name)
+            && !(options.shared && control.shared.get(&name).is_some_and(|g| g.topic == pattern.as_str()))
+        {
+            return Err(Error::Busy(format!(
+                "a subscription named {name:?} is already live (only shared subscriptions on the same topic \
+                 may share a name)"
+            )));
         }
         // Work out every reader first, so a bad start offset attaches nothing.
         let saved = saved_positions(&control, &sub);
@@ -488,10 +513,27 @@ impl BrokerInner {
             // last reference goes), not kept here for the broker's lifetime.
             sub.set_join_handle(handle);
         }
+        if options.shared {
+            // A member reads only the partitions nobody held; the ones taken
+            // from other members come when they let go (see `shared.rs`).
+            let group = control
+                .shared
+                .entry(name.clone())
+                .or_insert_with(|| SharedGroup::new(pattern.as_str().to_string(), readers.len()));
+            let moves = group.join(sub.clone());
+            readers.retain(|(_, p, _)| moves.take.contains(&p.index));
+            for (member, partition) in moves.revoke {
+                SubCore::revoke(&member, partition);
+            }
+        }
         for (topic, p, cursor) in readers {
             SubCore::attach_to(&sub, topic, &p, cursor);
         }
-        control.patterns.insert(&pattern, id, sub.clone());
+        if !options.shared {
+            // Shared members take partitions by assignment only, never all
+            // of a re-created topic's.
+            control.patterns.insert(&pattern, id, sub.clone());
+        }
         control.subs.insert(id, sub.clone());
         control.live_names.insert(name);
         drop(control);
@@ -506,6 +548,10 @@ impl BrokerInner {
         let mut control = self.control.lock();
         control.patterns.remove(&sub.pattern, sub.id);
         control.subs.remove(&sub.id);
+        if sub.shared {
+            self.shared_member_closed(&mut control, sub);
+            return;
+        }
         control.live_names.remove(&sub.name);
         // An anonymous subscription's own dead-letter topic goes with it
         // unless it holds dead letters (nothing can publish to it after the
@@ -526,6 +572,53 @@ impl BrokerInner {
                 // A close hook cannot fail: after a crash now, the
                 // subscription resumes from the positions saved before.
                 log::warn!("rill: could not save the positions of subscription {:?}: {e}", sub.name);
+            }
+        }
+    }
+
+    /// A shared member's close: its partitions go to the other members, each
+    /// from the offset the member reached (see `shared.rs`).
+    fn shared_member_closed(&self, control: &mut Control, sub: &SubCore) {
+        let Some(group) = control.shared.get_mut(&sub.name) else { return };
+        let moves = group.leave(sub.id);
+        let empty = group.is_empty();
+        for (member, partition) in moves.revoke {
+            SubCore::revoke(&member, partition);
+        }
+        for (topic, partition, offset) in sub.positions() {
+            // A partition handed to it after its close removed its listeners.
+            if let Ok(t) = self.topic(&topic)
+                && let Some(p) = t.partitions.get(partition as usize)
+            {
+                p.remove_listener(sub.id);
+            }
+            self.hand_over(control, &sub.name, &topic, partition, offset);
+        }
+        if empty {
+            control.shared.remove(&sub.name);
+            control.live_names.remove(&sub.name);
+        }
+    }
+
+    /// Gives `partition` of shared subscription `name` to the member that
+    /// owns it now, reading from `offset`; with no member, keeps `offset` as
+    /// the name's saved position.
+    pub(super) fn hand_over(&self, control: &mut Control, name: &str, topic: &str, partition: u32, offset: u64) {
+        // A deleted topic has nothing left to hand over.
+        let Ok(topic) = self.topic(topic) else { return };
+        let Some(p) = topic.partitions.get(partition as usize) else { return };
+        match control.shared.get(name).and_then(|g| g.owner(partition)).cloned() {
+            Some(owner) => {
+                SubCore::attach_to(&owner, topic.name.clone(), p, p.log.cursor_resuming(offset));
+                SubCore::poke(&owner);
+            }
+            None => {
+                control
+                    .durable
+                    .entry(name.to_string())
+                    .or_default()
+                    .positions
+                    .insert((topic.name.clone(), partition), offset);
             }
         }
     }

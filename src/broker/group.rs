@@ -111,39 +111,50 @@ impl Group {
 
     /// Spreads the partitions over the members; see the module docs.
     fn rebalance(&mut self) {
-        let n = self.committed.len();
-        let m = self.members.len();
-        if m == 0 {
-            return;
-        }
-        let (base, extra) = (n / m, n % m);
-        // Who gets the extra partitions: the members owning most (stable sort,
-        // so ties go to the older member).
-        let mut order: Vec<usize> = (0..m).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(self.members[i].partitions.len()));
-        let mut quota = vec![base; m];
-        for &i in order.iter().take(extra) {
-            quota[i] += 1;
-        }
         let before: Vec<Vec<u32>> = self.members.iter().map(|m| m.partitions.clone()).collect();
-        for (member, &q) in self.members.iter_mut().zip(&quota) {
-            member.partitions.truncate(q);
-        }
-        let mut owned = vec![false; n];
-        for p in self.members.iter().flat_map(|m| &m.partitions) {
-            owned[*p as usize] = true;
-        }
-        let mut free = (0..n as u32).filter(|&p| !owned[p as usize]);
-        for (member, &q) in self.members.iter_mut().zip(&quota) {
-            while member.partitions.len() < q {
-                member.partitions.push(free.next().expect("the quotas add up to the partitions"));
-            }
-            member.partitions.sort_unstable();
+        let mut owned = before.clone();
+        spread(&mut owned, self.committed.len());
+        for (member, now) in self.members.iter_mut().zip(owned) {
+            member.partitions = now;
         }
         for (member, old) in self.members.iter().zip(before) {
             if member.partitions != old {
                 member.core.assignment_changed();
             }
         }
+    }
+}
+
+/// The sticky assignment (see the module docs): `owned[i]` is member `i`'s
+/// partitions (members oldest first), rewritten so that the `n` partitions
+/// are spread over them, moving as few as the quotas allow. Used by consumer
+/// groups and by shared push subscriptions (`shared.rs`).
+pub(crate) fn spread(owned: &mut [Vec<u32>], n: usize) {
+    let m = owned.len();
+    if m == 0 {
+        return;
+    }
+    let (base, extra) = (n / m, n % m);
+    // Who gets the extra partitions: the members owning most (stable sort,
+    // so ties go to the older member).
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(owned[i].len()));
+    let mut quota = vec![base; m];
+    for &i in order.iter().take(extra) {
+        quota[i] += 1;
+    }
+    for (parts, &q) in owned.iter_mut().zip(&quota) {
+        parts.truncate(q);
+    }
+    let mut taken = vec![false; n];
+    for p in owned.iter().flatten() {
+        taken[*p as usize] = true;
+    }
+    let mut free = (0..n as u32).filter(|&p| !taken[p as usize]);
+    for (parts, &q) in owned.iter_mut().zip(&quota) {
+        while parts.len() < q {
+            parts.push(free.next().expect("the quotas add up to the partitions"));
+        }
+        parts.sort_unstable();
     }
 }

@@ -28,6 +28,7 @@ mod group;
 #[doc(hidden)]
 pub mod loom_harness;
 pub(crate) mod names;
+mod shared;
 mod store;
 pub(crate) mod subscription;
 pub(crate) mod topic;

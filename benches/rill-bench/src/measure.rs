@@ -118,6 +118,9 @@ pub enum SubMode {
     /// the partitions, so together they see every message once), a thread
     /// each, committing after every batch.
     Group,
+    /// rill push subscriptions, all shared members of one name (they split
+    /// the partitions like a group), each on a dedicated thread.
+    Shared,
 }
 
 /// What a handler does with each message besides counting it: the cost of
@@ -233,7 +236,7 @@ impl Shape {
     /// Receivers that each see every message: the subscribers, or one for a
     /// consumer group (its members share the messages).
     pub fn receivers(&self) -> usize {
-        if self.mode == SubMode::Group { 1 } else { self.subscribers }
+        if matches!(self.mode, SubMode::Group | SubMode::Shared) { 1 } else { self.subscribers }
     }
 
     /// One line describing the shape, e.g. "1 producer -> 8 subscribers (pool), 64 B".
@@ -246,6 +249,9 @@ impl Shape {
             }
             SubMode::Pull => plural(self.subscribers, "pull consumer", "pull consumers"),
             SubMode::Group => format!("a consumer group of {}", plural(self.subscribers, "member", "members")),
+            SubMode::Shared => {
+                format!("a shared push subscription of {}", plural(self.subscribers, "member", "members"))
+            }
         };
         let mut s =
             format!("{} -> {}, {} B payloads", plural(self.producers, "producer", "producers"), subs, self.payload);

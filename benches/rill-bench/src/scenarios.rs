@@ -80,6 +80,14 @@ pub enum Named {
     /// A consumer group of 2 members, CPU-bound handlers: scaling on 2 cores.
     #[value(name = "group-2-cpu")]
     Group2Cpu,
+    /// A shared push subscription of 1 member on 4 partitions, handlers
+    /// sleeping 50 us per message: the baseline of shared-4.
+    #[value(name = "shared-1")]
+    Shared1,
+    /// A shared push subscription of 4 members (dedicated threads) on 4
+    /// partitions, handlers sleeping 50 us: compare with shared-1 (target >= 3.5x).
+    #[value(name = "shared-4")]
+    Shared4,
     /// rill -> NATS JetStream -> rill through two bridges, against a plain
     /// async-nats publisher and consumer (built with `--features nats`; runs
     /// its own nats-server).
@@ -172,6 +180,18 @@ pub fn group(members: usize, cost: HandlerCost, messages: u64) -> Scenario {
     }
 }
 
+/// A shared push subscription of `members` (each on a thread of its own, as
+/// handlers that wait on I/O want) on a 4-partition topic; like [`group`].
+pub fn shared(members: usize, cost: HandlerCost, messages: u64) -> Scenario {
+    let base = group(members, cost, messages);
+    Scenario {
+        name: format!("shared-{members}"),
+        title: base.title.replace("a consumer group", "a shared push subscription"),
+        shape: Shape { mode: SubMode::Shared, ..base.shape },
+        ..base
+    }
+}
+
 /// The scenario called `name`.
 pub fn named(name: Named) -> Scenario {
     let base = base_shape();
@@ -227,6 +247,8 @@ pub fn named(name: Named) -> Scenario {
             "four producers, one subscriber, on a data directory, Fsync::Always (group commit)",
             Shape { producers: 4, persist: Some(Persist::Always), ..base },
         ),
+        Named::Shared1 => shared(1, HandlerCost::SleepUs(50), 20_000),
+        Named::Shared4 => shared(4, HandlerCost::SleepUs(50), 20_000),
         Named::Latency => Scenario {
             name: "latency".into(),
             title: "one-way latency at 100k msgs/s, dedicated spinning subscriber".into(),
@@ -298,6 +320,7 @@ pub fn unsupported(system: System, shape: &Shape) -> Option<String> {
         _ if shape.persist.is_some() => Some("peers keep messages in memory only".into()),
         System::Bus if shape.producers > 1 => Some("bus has a single producer".into()),
         _ if shape.mode == SubMode::Group => Some("consumer groups are rill's alone".into()),
+        _ if shape.mode == SubMode::Shared => Some("shared push subscriptions are rill's alone".into()),
         _ => None,
     }
 }
@@ -332,6 +355,12 @@ mod tests {
             assert!(matches!(sc.shape.amount, Amount::Messages(_)), "the handlers set the pace, not a duration");
         }
         assert_eq!(named(Named::Group2Cpu).name, "group-2-cpu");
+        for (name, members) in [(Named::Shared1, 1), (Named::Shared4, 4)] {
+            let sc = named(name);
+            assert_eq!((sc.shape.mode, sc.shape.subscribers, sc.shape.partitions), (SubMode::Shared, members, 4));
+            assert_eq!((sc.shape.handler, sc.shape.receivers()), (HandlerCost::SleepUs(50), 1));
+            assert_eq!(sc.name, format!("shared-{members}"));
+        }
     }
 
     #[test]

@@ -190,6 +190,44 @@ static void consumer_group_members() {
     CHECK(status_of([&] { owner->nack(poison.partition, 99); }) == RILL_ERR_OUT_OF_RANGE);
 }
 
+static void shared_subscription_members() {
+    rill::Broker broker;
+    rill::TopicOptions four;
+    four.partitions = 4;
+    broker.create_topic("jobs", four);
+    std::mutex lock;
+    std::vector<std::vector<int>> calls(4, std::vector<int>(20, 0));
+    auto record = [&](const rill::Message &m) {
+        std::lock_guard<std::mutex> g(lock);
+        if (m.partition() < 4 && m.offset() < 20) calls[m.partition()][m.offset()]++;
+        return rill::Ack::Success;
+    };
+    rill::SubscriptionOptions o;
+    o.name = "workers";
+    o.shared = true;
+    o.start = RILL_START_EARLIEST;
+    auto one = broker.subscribe("jobs", record, o);
+    auto two = broker.subscribe("jobs", record, o);
+    // The first member hands two partitions over before it is idle again.
+    CHECK(one.wait_idle(10s));
+    CHECK(one.stats().partitions == 2 && two.stats().partitions == 2);
+    rill::SubscriptionOptions plain;
+    plain.name = "workers";
+    CHECK(status_of([&] { broker.subscribe("jobs", record, plain); }) == RILL_ERR_BUSY);
+    for (int i = 0; i < 40; i++) broker.publish("jobs", std::to_string(i));
+    CHECK(one.wait_idle(10s) && two.wait_idle(10s));
+    CHECK(one.stats().acked == 20 && two.stats().acked == 20);
+    one = rill::Subscription(nullptr);  // closes: the other takes over
+    for (int i = 0; i < 40; i++) broker.publish("jobs", std::to_string(i));
+    CHECK(two.wait_idle(10s));
+    CHECK(two.stats().partitions == 4 && two.stats().acked == 60);
+    std::lock_guard<std::mutex> g(lock);
+    bool once = true;
+    for (auto &p : calls)
+        for (int n : p) once = once && n == 1;
+    CHECK(once);
+}
+
 static void destroying_the_broker_first_is_safe() {
     std::atomic<int> calls{0};
     rill::Subscription sub(nullptr);
@@ -546,6 +584,7 @@ int main() {
     a_throwing_handler_is_retried_then_dead_lettered_with_the_text();
     pull_consumer_and_move_semantics();
     consumer_group_members();
+    shared_subscription_members();
     destroying_the_broker_first_is_safe();
     on_lagged_hears_what_retention_trimmed();
     listing_topics_subscriptions_and_groups();

@@ -1092,6 +1092,7 @@ class Broker(_Handle):
         idle_spin: float | None = None,
         on_lagged: Callable[[str, int, int], Any] | None = None,
         on_dead_letter: Callable[[Message, str], Any] | None = None,
+        shared: bool = False,
     ) -> Subscription:
         """Calls ``handler(message)`` for every message on topics matching
         ``pattern`` (``*`` one segment, ``**`` any number), one call at a time.
@@ -1115,6 +1116,11 @@ class Broker(_Handle):
         ``on_dead_letter(message, reason)`` is called (on the delivering
         thread) once per message dead-lettered: the alert that it failed for
         good.
+        ``shared=True`` (with a ``name``, on one topic without wildcards)
+        makes this a competing member: live shared subscriptions with the same
+        name divide the topic's partitions, each delivered by one member in
+        order, and a member closing hands its partitions to the others from
+        where it was. A non-shared subscription with the name is ``Busy``.
 
         With ``batch=True`` the handler receives a list of consecutive
         messages of one partition (up to 64; on the shared worker pool the
@@ -1158,6 +1164,7 @@ class Broker(_Handle):
         if lag_limit is not None:
             o.lag_limit = _int(lag_limit, "lag_limit", 1, U64_MAX)
         o.dedicated_thread = bool(dedicated_thread)
+        o.shared = bool(shared)
         if idle_spin is not None:
             o.idle_spin_us = _seconds_ms(idle_spin, "idle_spin", 1_000_000)
         if on_lagged is not None:

@@ -171,6 +171,7 @@ class rill_subscription_options(Structure):
         ("idle_spin_us", c_uint64),
         ("on_lagged", LAG_CALLBACK),
         ("on_dead_letter", DEAD_LETTER_CALLBACK),
+        ("shared", c_bool),
     ]
 
 

@@ -141,3 +141,43 @@ def test_a_consumer_behind_retention_counts_what_it_missed(broker: rill.Broker) 
     missed = c.stats().missed
     assert missed > 0
     assert polled == list(range(missed, 5000))  # everything after the trimmed head, in order
+
+
+def test_shared_subscription_members_split_the_partitions_and_a_close_hands_over(broker: rill.Broker) -> None:
+    broker.create_topic("jobs", partitions=4)
+    calls: list[tuple[int, int, int]] = []
+
+    def member(i: int) -> rill.Subscription:
+        return broker.subscribe(
+            "jobs",
+            lambda m: calls.append((i, m.partition, m.offset)),
+            name="workers",
+            shared=True,
+            start="earliest",
+        )
+
+    one = member(0)
+    two = member(1)
+    # The first member hands two partitions over before it is idle again.
+    assert one.wait_idle(WAIT)
+    assert one.stats().partitions == two.stats().partitions == 2
+    with pytest.raises(rill.Busy):
+        broker.subscribe("jobs", lambda m: None, name="workers")
+    with pytest.raises(rill.InvalidArgument):
+        broker.subscribe("jobs", lambda m: None, shared=True)
+
+    broker.publish_batch("jobs", [str(i) for i in range(40)])
+    assert one.wait_idle(WAIT) and two.wait_idle(WAIT)
+    assert one.stats().acked == two.stats().acked == 20
+    mine = {m: {p for who, p, _ in calls if who == m} for m in (0, 1)}
+    assert len(mine[0]) == len(mine[1]) == 2 and not mine[0] & mine[1]
+
+    # A close hands everything over from where it was: nothing twice.
+    one.close()
+    broker.publish_batch("jobs", [str(i) for i in range(40)])
+    assert two.wait_idle(WAIT)
+    assert two.stats().partitions == 4
+    at = [(p, o) for _, p, o in calls]
+    assert len(at) == len(set(at)) == 80
+    assert {(p, o) for p in range(4) for o in range(20)} == set(at)
+    two.close()

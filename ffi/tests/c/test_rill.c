@@ -2390,6 +2390,92 @@ static void test_log_callback_and_dead_letter_alerts(void) {
     pthread_mutex_unlock(&alerts.lock);
     OK(rill_set_log_level(RILL_LOG_INFO));
     rill_subscription_free(s);
+/* A shared member's handler: counts the calls per (partition, offset) and
+ * notes which member made them. */
+typedef struct {
+    pthread_mutex_t lock;
+    int calls[4][64];
+    int by[2];
+} shared_log;
+
+typedef struct {
+    shared_log *log;
+    int member;
+} shared_member;
+
+static rill_ack shared_handler(void *user_data, const rill_message *m) {
+    shared_member *me = (shared_member *)user_data;
+    pthread_mutex_lock(&me->log->lock);
+    if (m->partition < 4 && m->offset < 64) me->log->calls[m->partition][m->offset]++;
+    me->log->by[me->member]++;
+    pthread_mutex_unlock(&me->log->lock);
+    return RILL_ACK_SUCCESS;
+}
+
+static void test_shared_subscription_members(void) {
+    rill_broker *b = new_broker();
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    to.partitions = 4;
+    OK(rill_topic_create(b, "jobs", &to));
+    shared_log log;
+    memset(&log, 0, sizeof log);
+    pthread_mutex_init(&log.lock, NULL);
+    shared_member m0 = {&log, 0}, m1 = {&log, 1};
+    rill_subscription_options o = sub_options();
+    CHECK(!o.shared);
+    o.name = "workers";
+    o.shared = true;
+    o.start = RILL_START_EARLIEST;
+    rill_subscription *s0 = NULL, *s1 = NULL, *plain = NULL;
+    OK(rill_subscribe(b, "jobs", &o, shared_handler, &m0, &s0));
+    OK(rill_subscribe(b, "jobs", &o, shared_handler, &m1, &s1));
+    /* A non-shared subscription with the name is refused while they live. */
+    rill_subscription_options p = sub_options();
+    p.name = "workers";
+    CHECK_STATUS(rill_subscribe(b, "jobs", &p, shared_handler, &m0, &plain), RILL_ERR_BUSY);
+    CHECK(plain == NULL);
+    /* Shared needs a name. */
+    rill_subscription_options anon = sub_options();
+    anon.shared = true;
+    CHECK_STATUS(rill_subscribe(b, "jobs", &anon, shared_handler, &m0, &plain), RILL_ERR_INVALID_ARGUMENT);
+
+    /* The first member gives two partitions to the second before it is
+     * idle again. */
+    rill_subscription_stats st0, st1;
+    OK(rill_subscription_wait_idle(s0, 10000));
+    OK(rill_subscription_get_stats(s0, &st0));
+    OK(rill_subscription_get_stats(s1, &st1));
+    CHECK(st0.partitions == 2 && st1.partitions == 2);
+    /* 40 messages round-robin over the partitions: each handled once, 20
+     * by each member. */
+    for (int i = 0; i < 40; i++) {
+        rill_record r = record_of("job");
+        OK(rill_publish(b, "jobs", &r, NULL));
+    }
+    OK(rill_subscription_wait_idle(s0, 10000));
+    OK(rill_subscription_wait_idle(s1, 10000));
+    OK(rill_subscription_get_stats(s0, &st0));
+    OK(rill_subscription_get_stats(s1, &st1));
+    CHECK(st0.acked == 20 && st1.acked == 20);
+    /* One member closes: the other reads all four, from where it was. */
+    rill_subscription_free(s0);
+    for (int i = 0; i < 40; i++) {
+        rill_record r = record_of("job");
+        OK(rill_publish(b, "jobs", &r, NULL));
+    }
+    OK(rill_subscription_wait_idle(s1, 10000));
+    OK(rill_subscription_get_stats(s1, &st1));
+    CHECK(st1.partitions == 4);
+    pthread_mutex_lock(&log.lock);
+    int once = 1;
+    for (int part = 0; part < 4; part++)
+        for (int off = 0; off < 20; off++) once &= log.calls[part][off] == 1;
+    CHECK(once);
+    CHECK(log.by[0] + log.by[1] == 80);
+    pthread_mutex_unlock(&log.lock);
+    rill_subscription_free(s1);
+    pthread_mutex_destroy(&log.lock);
     rill_broker_free(b);
 }
 
@@ -2410,6 +2496,7 @@ int main(void) {
     test_pull_consumer();
     test_consumer_group_members();
     test_consumer_nack_dead_letters();
+    test_shared_subscription_members();
     test_reentrancy();
     test_freeing_the_broker_first_closes_everything();
     test_user_data_is_released_when_subscribe_fails();

@@ -30,6 +30,10 @@ pub(super) const BATCH: usize = 64;
 /// The broker's hook run when a subscription closes.
 pub(crate) type CloseHook = Box<dyn Fn(&SubCore) + Send + Sync>;
 
+/// The broker's hook run when a shared member has let go of a partition it
+/// was asked to give up: (member, partition, offset to resume from).
+pub(crate) type ReleaseHook = Box<dyn Fn(&SubCore, u32, u64) + Send + Sync>;
+
 /// One of the two kinds of handler.
 pub(crate) enum HandlerKind {
     One(Handler),
@@ -125,6 +129,8 @@ pub(crate) struct SubEnv {
     pub(crate) dead_letters: Option<DeadLetters>,
     /// Called once when the subscription closes (after its last handler call).
     pub(crate) on_close: Option<CloseHook>,
+    /// For shared members: hands a given-up partition to its new owner.
+    pub(crate) on_release: Option<ReleaseHook>,
 }
 
 /// Counters, written by the drainer once per batch, read by `stats`.
@@ -231,6 +237,9 @@ pub(super) struct DrainState {
     pub(super) carry: Vec<usize>,
     pub(super) visit: Vec<usize>,
     pub(super) visiting: Vec<bool>,
+    /// Partitions this shared member was asked to give up and still reads
+    /// (one waiting for a retry is given up once the retry is settled).
+    pub(super) revoking: Vec<u32>,
 }
 
 /// A subscription's shared core.
@@ -257,6 +266,11 @@ pub(crate) struct SubCore {
     /// the drainer, which is told through `has_pending`.
     pub(super) detached: Mutex<Vec<(Arc<Partition>, Arc<Partition>)>>,
     pub(super) has_pending: AtomicBool,
+    /// Partitions a rebalance took from this shared member, for the drainer
+    /// to give up at its next round (also flagged by `has_pending`).
+    pub(super) revoked: Mutex<Vec<u32>>,
+    /// A shared (competing) member (see `broker/shared.rs`).
+    pub(crate) shared: bool,
     /// For wildcard patterns: the partitions publishers have written to, so
     /// a wake-up costs the drainer what changed, not every partition.
     pub(super) ready: Option<Arc<ReadySet>>,
@@ -347,10 +361,13 @@ impl SubCore {
                 carry: Vec::new(),
                 visit: Vec::new(),
                 visiting: Vec::new(),
+                revoking: Vec::new(),
             }),
             pending: Mutex::new(Vec::new()),
             detached: Mutex::new(Vec::new()),
             has_pending: AtomicBool::new(false),
+            revoked: Mutex::new(Vec::new()),
+            shared: options.shared,
             ready: (!pattern_is_literal).then(|| Arc::new(ReadySet::new())),
             positions: Mutex::new(Vec::new()),
             counters: Counters::default(),
@@ -413,6 +430,17 @@ impl SubCore {
         this.detached.lock().extend(topic.partitions.iter().map(|p| (p.clone(), placeholder.clone())));
         // Release: pairs with the Acquire in `merge_pending`, which then
         // takes `detached`.
+        this.has_pending.store(true, Ordering::Release);
+        SubCore::poke(this);
+    }
+
+    /// Asks this shared member to give up `partition`: its drainer lets go of
+    /// it at the start of its next round (at a batch boundary, so everything
+    /// before its position is settled) and calls `env.on_release`. Called
+    /// under the broker's control mutex.
+    pub(crate) fn revoke(this: &Arc<SubCore>, partition: u32) {
+        this.revoked.lock().push(partition);
+        // Release: pairs with the Acquire in `merge_pending`.
         this.has_pending.store(true, Ordering::Release);
         SubCore::poke(this);
     }

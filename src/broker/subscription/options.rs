@@ -137,6 +137,11 @@ pub struct SubscriptionOptions {
     /// dead-letter topic (also if that publish failed; `last_error` in the
     /// stats then says why).
     pub on_dead_letter: Option<DeadLetterCallback>,
+    /// A shared (competing) member: live subscriptions with the same `name`,
+    /// all shared and on the same one-topic pattern, form one subscription
+    /// whose partitions are divided among them (see `Broker::subscribe`).
+    /// Needs a `name` and a pattern without wildcards.
+    pub shared: bool,
 }
 
 impl fmt::Debug for SubscriptionOptions {
@@ -155,6 +160,7 @@ impl fmt::Debug for SubscriptionOptions {
             .field("idle_spin", &self.idle_spin)
             .field("on_lagged", &self.on_lagged.is_some())
             .field("on_dead_letter", &self.on_dead_letter.is_some())
+            .field("shared", &self.shared)
             .finish()
     }
 }

@@ -169,6 +169,31 @@ fn try_run(shape: &Shape, env: &Env) -> rill::Result<Outcome> {
                 consumers.push(thread.map_err(|e| rill::Error::InvalidArgument(e.to_string()))?);
             }
         }
+        SubMode::Shared => {
+            // One receiver: the shared subscription. Its members share one
+            // tally (a lock per message: small next to the handlers' cost).
+            let tally = Arc::new(Mutex::new(run.tally(0)));
+            for _ in 0..shape.subscribers {
+                let (tally, cost) = (tally.clone(), shape.handler);
+                let options = SubscriptionOptions {
+                    name: Some("bench-shared".into()),
+                    shared: true,
+                    dedicated_thread: true,
+                    ..SubscriptionOptions::default()
+                };
+                subs.push(broker.subscribe(TOPIC, options, move |m: &Message<'_>| {
+                    cost.pay();
+                    tally.lock().unwrap_or_else(|e| e.into_inner()).on(m.payload(), || m.timestamp_ns());
+                    Ack::Success
+                })?);
+            }
+            // Before publishing, let each member give up what later ones
+            // took (it does so before it is idle), so the run measures
+            // members that share the partitions from the first message.
+            for s in &subs {
+                s.wait_idle(Duration::from_secs(10))?;
+            }
+        }
         SubMode::Group => {
             // One receiver: the group. Its members share one tally, taken
             // once per batch (a lock per batch, not per message).

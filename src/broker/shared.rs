@@ -1,0 +1,115 @@
+//! Shared (competing) push subscriptions: several live subscriptions with
+//! one name, whose partitions are divided among them.
+//!
+//! # Members, and a hand-over under the control mutex
+//!
+//! Each member is an ordinary subscription (`SubCore`) that reads only the
+//! partitions assigned to it, so each partition is delivered by one member,
+//! in order, with the member's own drain loop, retries and dead letters. The
+//! group (`SharedGroup`) records who owns which partition; it lives in the
+//! broker's control plane and changes only under its mutex, when a member
+//! joins or closes. The assignment is the sticky one of consumer groups
+//! (`group::spread`): a join or a close moves as few partitions as it can.
+//!
+//! A moved partition is handed over in two steps, and the owner on paper
+//! (the group's record) may run ahead of the reader that holds it:
+//!
+//! 1. The rebalance changes the record and asks the old holder to give the
+//!    partition up (`SubCore::revoke`). The holder's drainer does so at the
+//!    start of its next round, a batch boundary: every message before its
+//!    cursor is settled (acked, dead-lettered or dropped), and one waiting
+//!    for a retry keeps the partition until it is settled. It stops
+//!    listening to the partition and reports the cursor's offset
+//!    (`SharedGroup::released`).
+//! 2. Under the mutex, the partition goes to whoever owns it on paper *now*
+//!    (the record may have changed again meanwhile), whose reader starts at
+//!    that offset. With no member left, the offset is kept as the durable
+//!    name's saved position, where the next member starts.
+//!
+//! A closing member hands over everything it still reads the same way, from
+//! the close hook, which runs after its last handler call: its positions are
+//! final then, and a message waiting for a retry is not behind them (its
+//! reader's cursor was rewound to it). So nothing acked is delivered twice, and nothing unacked is
+//! lost: the only redelivery is of what a closing member had handled but
+//! not yet settled when its last handler call returned, which is none for
+//! a handler that returns its ack.
+//!
+//! A lock is right here: a hand-over changes two members at once (one stops
+//! reading a partition, another starts at the first one's offset), and a
+//! release must find the owner as of the release, not as of the revoke,
+//! which a mutex orders for free. It is taken only on join, close and
+//! hand-over, never on the publish path: publishers only signal the
+//! listeners of a partition, and a member is a listener only of what it
+//! reads.
+
+use super::subscription::SubCore;
+use crate::sync::Arc;
+
+/// A member of a shared subscription.
+struct Member {
+    core: Arc<SubCore>,
+    /// Partitions it owns on paper, ascending.
+    partitions: Vec<u32>,
+}
+
+/// A shared subscription's live members, oldest first.
+pub(crate) struct SharedGroup {
+    /// The one topic its members read.
+    pub(crate) topic: String,
+    partitions: usize,
+    members: Vec<Member>,
+}
+
+/// What a join or leave asks of the members.
+pub(crate) struct Moves {
+    /// (member, partition) pairs: the member must give the partition up.
+    pub(crate) revoke: Vec<(Arc<SubCore>, u32)>,
+    /// Partitions owned by nobody before, now the joining member's: it starts
+    /// reading them at once.
+    pub(crate) take: Vec<u32>,
+}
+
+impl SharedGroup {
+    pub(crate) fn new(topic: String, partitions: usize) -> SharedGroup {
+        SharedGroup { topic, partitions, members: Vec::new() }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Adds a member and rebalances.
+    pub(crate) fn join(&mut self, core: Arc<SubCore>) -> Moves {
+        let held: Vec<u32> = self.members.iter().flat_map(|m| m.partitions.iter().copied()).collect();
+        self.members.push(Member { core, partitions: Vec::new() });
+        let mut moves = self.rebalance();
+        let new = &self.members[self.members.len() - 1];
+        moves.take = new.partitions.iter().copied().filter(|p| !held.contains(p)).collect();
+        moves
+    }
+
+    /// Removes member `id` and rebalances what it owned over the others.
+    pub(crate) fn leave(&mut self, id: u64) -> Moves {
+        self.members.retain(|m| m.core.id != id);
+        self.rebalance()
+    }
+
+    /// Who owns `partition` on paper.
+    pub(crate) fn owner(&self, partition: u32) -> Option<&Arc<SubCore>> {
+        self.members.iter().find(|m| m.partitions.contains(&partition)).map(|m| &m.core)
+    }
+
+    /// Spreads the partitions (`group::spread`); returns the partitions a
+    /// member owned before and not now, which it must give up.
+    fn rebalance(&mut self) -> Moves {
+        let before: Vec<Vec<u32>> = self.members.iter().map(|m| m.partitions.clone()).collect();
+        let mut owned = before.clone();
+        super::group::spread(&mut owned, self.partitions);
+        let mut revoke = Vec::new();
+        for ((member, now), old) in self.members.iter_mut().zip(owned).zip(before) {
+            revoke.extend(old.iter().filter(|p| !now.contains(p)).map(|&p| (member.core.clone(), p)));
+            member.partitions = now;
+        }
+        Moves { revoke, take: Vec::new() }
+    }
+}

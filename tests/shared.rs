@@ -1,0 +1,264 @@
+//! Shared (competing) push subscriptions: members with one name divide the
+//! topic's partitions, a join or a close hands partitions over at the
+//! position reached, and the only redelivery is the documented one (the
+//! message whose handler call a close cut short).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use rill::{Ack, Broker, Error, Record, RetryBackoff, StartPosition, Subscription, SubscriptionOptions};
+
+mod common;
+use common::{WAIT, broker, topic, wait_for};
+
+/// (member, partition, offset) of one handler call, in call order.
+type Log = Arc<Mutex<Vec<(usize, u32, u64)>>>;
+
+fn shared(name: &str) -> SubscriptionOptions {
+    SubscriptionOptions { name: Some(name.into()), shared: true, start: StartPosition::Earliest, ..Default::default() }
+}
+
+/// A member that records each call in `log` and acks it.
+fn member(b: &Broker, name: &str, id: usize, log: &Log) -> Subscription {
+    let log = log.clone();
+    b.subscribe("jobs", shared(name), move |m| {
+        log.lock().unwrap().push((id, m.partition(), m.offset()));
+        Ack::Success
+    })
+    .unwrap()
+}
+
+fn owned(s: &Subscription) -> Vec<u32> {
+    s.stats().partitions.iter().map(|p| p.partition).collect()
+}
+
+#[test]
+fn members_divide_the_partitions_and_a_closed_members_go_to_the_others() {
+    let b = broker();
+    topic(&b, "jobs", 4);
+    let log: Log = Arc::default();
+    let m0 = member(&b, "w", 0, &log);
+    assert_eq!(owned(&m0), vec![0, 1, 2, 3]);
+    let m1 = member(&b, "w", 1, &log);
+    // The first member gives up two partitions at its next round.
+    wait_for("the hand-over to the second member", || owned(&m0).len() == 2 && owned(&m1).len() == 2);
+    let m2 = member(&b, "w", 2, &log);
+    wait_for("the hand-over to the third member", || {
+        let mut all: Vec<u32> = [&m0, &m1, &m2].iter().flat_map(|s| owned(s)).collect();
+        all.sort_unstable();
+        all == vec![0, 1, 2, 3] && owned(&m2).len() == 1
+    });
+    m0.close();
+    wait_for("the closed member's partitions at the others", || owned(&m1).len() + owned(&m2).len() == 4);
+    let mut all: Vec<u32> = owned(&m1).into_iter().chain(owned(&m2)).collect();
+    all.sort_unstable();
+    assert_eq!(all, vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn a_shared_name_clashes_with_a_plain_one_and_needs_a_name_and_one_topic() {
+    let b = broker();
+    topic(&b, "jobs", 2);
+    topic(&b, "other", 2);
+    let plain =
+        b.subscribe("jobs", SubscriptionOptions { name: Some("w".into()), ..Default::default() }, |_| Ack::Success);
+    let plain = plain.unwrap();
+    assert!(matches!(b.subscribe("jobs", shared("w"), |_| Ack::Success), Err(Error::Busy(_))));
+    plain.close();
+    let s = b.subscribe("jobs", shared("w"), |_| Ack::Success).unwrap();
+    let again =
+        b.subscribe("jobs", SubscriptionOptions { name: Some("w".into()), ..Default::default() }, |_| Ack::Success);
+    assert!(matches!(again, Err(Error::Busy(_))));
+    assert!(matches!(b.subscribe("other", shared("w"), |_| Ack::Success), Err(Error::Busy(_))));
+    let anon = SubscriptionOptions { shared: true, ..Default::default() };
+    assert!(matches!(b.subscribe("jobs", anon, |_| Ack::Success), Err(Error::InvalidArgument(_))));
+    assert!(matches!(b.subscribe("*", shared("x"), |_| Ack::Success), Err(Error::InvalidArgument(_))));
+    s.close();
+}
+
+#[test]
+fn three_members_under_four_publishers_handle_everything_once_but_the_message_a_close_cut_short() {
+    let b = broker();
+    topic(&b, "jobs", 4);
+    let log: Log = Arc::default();
+    let m0 = member(&b, "w", 0, &log);
+    let done = Arc::new(AtomicBool::new(false));
+    let published = Arc::new(AtomicUsize::new(0));
+    let publishers: Vec<_> = (0..4)
+        .map(|t| {
+            let (b, published, done) = (b.clone(), published.clone(), done.clone());
+            thread::spawn(move || {
+                let mut i = 0u64;
+                while !done.load(Ordering::Relaxed) {
+                    let key = format!("{t}-{i}");
+                    b.publish("jobs", &Record::new(key.as_bytes()).with_key(key.as_bytes())).unwrap();
+                    published.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    let handled_by = |m: usize| log.lock().unwrap().iter().filter(|c| c.0 == m).count();
+    let more = |n: usize| {
+        let target = published.load(Ordering::Relaxed) + n;
+        wait_for("more traffic", || published.load(Ordering::Relaxed) >= target);
+    };
+    // Joins and a close while the publishers run; each member gets work.
+    more(1000);
+    let m1 = member(&b, "w", 1, &log);
+    wait_for("the second member to handle messages", || handled_by(1) > 100);
+    let m2 = member(&b, "w", 2, &log);
+    wait_for("the third member to handle messages", || handled_by(2) > 100);
+    more(1000);
+    m1.close();
+    more(1000);
+    done.store(true, Ordering::Relaxed);
+    for p in publishers {
+        p.join().unwrap();
+    }
+    assert!(m0.wait_idle(WAIT).unwrap());
+    assert!(m2.wait_idle(WAIT).unwrap());
+    let total = published.load(Ordering::Relaxed) as u64;
+
+    let log = log.lock().unwrap().clone();
+    let mut per_partition: BTreeMap<u32, Vec<(usize, u64)>> = BTreeMap::new();
+    for &(m, p, o) in &log {
+        per_partition.entry(p).or_default().push((m, o));
+    }
+    let mut distinct = 0;
+    let mut twice = Vec::new();
+    for (p, calls) in &per_partition {
+        // In call order, each partition runs 0, 1, 2, ... with nothing
+        // skipped; an offset comes twice only back to back, first at the
+        // closed member (its last call there), then at the new owner.
+        let mut expect = 0;
+        for (k, &(m, o)) in calls.iter().enumerate() {
+            if o + 1 == expect {
+                let (prev, _) = calls[k - 1];
+                assert_eq!(prev, 1, "partition {p} offset {o}: only the closed member's message comes again");
+                assert!(
+                    !calls[k + 1..].iter().any(|&(x, _)| x == 1),
+                    "partition {p} offset {o}: the closed member's last call there"
+                );
+                assert_ne!(m, 1);
+                twice.push((*p, o));
+                continue;
+            }
+            assert_eq!(o, expect, "partition {p}: in order, none skipped ({calls:?})");
+            expect += 1;
+        }
+        distinct += expect;
+    }
+    assert_eq!(distinct, total, "every message handled");
+    // A close cuts short at most the one call in flight.
+    assert!(twice.len() <= 1, "redelivered: {twice:?}");
+    // Acks: every message once; the cut-short call's ack was discarded.
+    let stats = [m0.stats(), m1.stats(), m2.stats()];
+    assert_eq!(stats.iter().map(|s| s.acked).sum::<u64>(), total);
+    assert_eq!(stats.iter().map(|s| s.delivered).sum::<u64>(), log.len() as u64);
+    assert_eq!(log.len() as u64, total + twice.len() as u64);
+    let owners: BTreeSet<u32> = owned(&m0).into_iter().chain(owned(&m2)).collect();
+    assert_eq!(owners, (0..4).collect());
+}
+
+#[test]
+fn a_message_waiting_for_a_retry_at_close_goes_to_the_next_member_not_lost() {
+    let b = broker();
+    topic(&b, "jobs", 1);
+    let log: Log = Arc::default();
+    let retries = SubscriptionOptions {
+        backoff: RetryBackoff { initial: Duration::from_secs(60), max: Duration::from_secs(60), multiplier: 1.0 },
+        ..shared("w")
+    };
+    let first = {
+        let log = log.clone();
+        b.subscribe("jobs", retries, move |m| {
+            log.lock().unwrap().push((0, m.partition(), m.offset()));
+            if m.offset() == 1 { Ack::Retry } else { Ack::Success }
+        })
+        .unwrap()
+    };
+    for i in 0..3u8 {
+        b.publish("jobs", &Record::new(&[i])).unwrap();
+    }
+    wait_for("the retry to be scheduled", || first.stats().retried == 1);
+    // The second member joins with nothing to take (one partition, held).
+    let second = member(&b, "w", 1, &log);
+    assert!(owned(&second).is_empty());
+    first.close();
+    wait_for("the hand-over", || owned(&second) == vec![0]);
+    assert!(second.wait_idle(WAIT).unwrap());
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log, vec![(0, 0, 0), (0, 0, 1), (1, 0, 1), (1, 0, 2)]);
+}
+
+#[test]
+fn the_last_member_leaves_its_position_for_the_next_one() {
+    let b = broker();
+    topic(&b, "jobs", 2);
+    let log: Log = Arc::default();
+    let m = member(&b, "w", 0, &log);
+    for i in 0..10u8 {
+        b.publish("jobs", &Record::new(&[i])).unwrap();
+    }
+    assert!(m.wait_idle(WAIT).unwrap());
+    m.close();
+    for i in 0..10u8 {
+        b.publish("jobs", &Record::new(&[i])).unwrap();
+    }
+    let n = member(&b, "w", 1, &log);
+    assert!(n.wait_idle(WAIT).unwrap());
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log.len(), 20, "nothing twice, nothing lost: {log:?}");
+    assert_eq!(log.iter().filter(|c| c.0 == 1).count(), 10);
+}
+
+#[test]
+fn members_on_their_own_threads_share_too_and_a_broker_close_ends_them_all() {
+    let b = broker();
+    topic(&b, "jobs", 4);
+    let count = Arc::new(AtomicUsize::new(0));
+    let members: Vec<Subscription> = (0..2)
+        .map(|_| {
+            let count = count.clone();
+            let options = SubscriptionOptions { dedicated_thread: true, ..shared("w") };
+            b.subscribe("jobs", options, move |_| {
+                count.fetch_add(1, Ordering::Relaxed);
+                Ack::Success
+            })
+            .unwrap()
+        })
+        .collect();
+    assert!(members[0].wait_idle(WAIT).unwrap());
+    assert_eq!(members.iter().map(|s| owned(s).len()).collect::<Vec<_>>(), [2, 2]);
+    for i in 0..100u8 {
+        b.publish("jobs", &Record::new(&[i])).unwrap();
+    }
+    for s in &members {
+        assert!(s.wait_idle(WAIT).unwrap());
+    }
+    assert_eq!(count.load(Ordering::Relaxed), 100);
+    assert_eq!(members.iter().map(|s| s.stats().acked).sum::<u64>(), 100);
+    b.close();
+    assert!(members.iter().all(Subscription::is_closed));
+}
+
+#[test]
+fn deleting_the_topic_closes_every_shared_member_with_the_reason() {
+    let b = broker();
+    topic(&b, "jobs", 4);
+    let log: Log = Arc::default();
+    let members: Vec<Subscription> = (0..2).map(|i| member(&b, "w", i, &log)).collect();
+    b.delete_topic("jobs").unwrap();
+    for m in &members {
+        wait_for("a shared member to close", || m.stats().closed_reason.is_some());
+        assert_eq!(m.stats().closed_reason.as_deref(), Some("topic deleted"));
+    }
+    // The name is free again, for a new topic and new members.
+    topic(&b, "jobs", 4);
+    let again = member(&b, "w", 9, &log);
+    assert_eq!(owned(&again), vec![0, 1, 2, 3]);
+}
