@@ -366,8 +366,13 @@ mod tests {
         // repair); a program built with the 24-byte layout still works.
         assert_eq!(rill_broker_options::FIRST_SIZE, 24);
         assert_eq!(size_of::<rill_broker_options>(), 48);
-        assert_eq!(rill_topic_options::FIRST_SIZE, size_of::<rill_topic_options>());
-        assert_eq!(rill_subscription_options::FIRST_SIZE, size_of::<rill_subscription_options>());
+        // Issue 13 appended retention_ms to rill_topic_options, and
+        // on_dead_letter (13) and shared (12) to rill_subscription_options;
+        // their first sized layouts stay 32 and 128 bytes.
+        assert_eq!(rill_topic_options::FIRST_SIZE, 32);
+        assert_eq!(size_of::<rill_topic_options>(), 40);
+        assert_eq!(rill_subscription_options::FIRST_SIZE, 128);
+        assert_eq!(size_of::<rill_subscription_options>(), 144);
         // Issue 12 appended session_timeout_ms, max_attempts and
         // dead_letter_topic; the first sized layout stays 16 bytes.
         assert_eq!(rill_consumer_options::FIRST_SIZE, 16);
