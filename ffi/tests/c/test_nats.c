@@ -16,36 +16,7 @@
 
 #include "rill_nats.h"
 
-static int failures = 0;
-static int checks = 0;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        checks++;                                                                    \
-        if (!(cond)) {                                                               \
-            char err_[512];                                                          \
-            rill_last_error(err_, sizeof err_);                                      \
-            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__,  \
-                    __LINE__, #cond, err_);                                          \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-#define CHECK_STATUS(call, want)                                                     \
-    do {                                                                             \
-        rill_status got_ = (call);                                                   \
-        checks++;                                                                    \
-        if (got_ != (want)) {                                                        \
-            char err_[512];                                                          \
-            rill_last_error(err_, sizeof err_);                                      \
-            fprintf(stderr, "%s:%d: %s returned %s, want %s (last error: %s)\n",     \
-                    __FILE__, __LINE__, #call, rill_status_name(got_),               \
-                    rill_status_name(want), err_);                                   \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-#define OK(call) CHECK_STATUS(call, RILL_OK)
+#include "check.h"
 
 #define N 200
 #define WAIT_MS 60000
