@@ -2390,6 +2390,9 @@ static void test_log_callback_and_dead_letter_alerts(void) {
     pthread_mutex_unlock(&alerts.lock);
     OK(rill_set_log_level(RILL_LOG_INFO));
     rill_subscription_free(s);
+    rill_broker_free(b);
+}
+
 /* A shared member's handler: counts the calls per (partition, offset) and
  * notes which member made them. */
 typedef struct {
