@@ -29,6 +29,7 @@ EXPECTED = {
     "rill/_errors.py",
     "rill/_ffi.py",
     "rill/aio.py",
+    "rill/nats.py",
     "rill/py.typed",
     "rill/librill.so",
 }
