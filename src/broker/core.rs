@@ -7,8 +7,13 @@
 //! With a data directory, the control plane also keeps `store.rs` up to date:
 //! a topic is listed when it is created, group commits are written when they
 //! are made (synced first under `Fsync::Always`), a durable subscription's
-//! positions when it closes, and the flusher (`flusher.rs`) syncs the logs and
-//! writes every live durable subscription's positions each interval.
+//! positions when it closes and, under `Always`, at the end of every drain
+//! round (before it delivers more, backs off or goes idle), and the flusher
+//! (`flusher.rs`) syncs the logs and writes every live durable subscription's
+//! positions each interval under `Interval` and `Never`. Offsets are written
+//! as numbered snapshots: taken under the control mutex, written (and
+//! synced) after it is released, several commits sharing one write (see
+//! `store.rs`), so nothing waits for an fsync while holding the mutex.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -22,7 +27,7 @@ use super::flusher::Flusher;
 use super::group::Group;
 use super::names::{self, Pattern};
 use super::shared::SharedGroup;
-use super::store::{Offsets, Positions, Store};
+use super::store::{Offsets, Positions, Store, Ticket};
 use super::subscription::{
     BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, StartPosition, SubCore, SubEnv, Subscription,
     SubscriptionOptions,
@@ -304,7 +309,7 @@ impl BrokerInner {
         // failure to map it deletes nothing.
         let tiny = LogConfig { segment_bytes: Some(MIN_SEGMENT_BYTES), ..LogConfig::default() };
         let placeholder = Arc::new(Partition::new(0, Log::new(&tiny)?));
-        let (topic, subs, consumers) = {
+        let (topic, subs, consumers, snapshot) = {
             let mut control = self.control.lock();
             self.check_open()?;
             let Some(topic) = self.topics.load().get(name).cloned() else {
@@ -330,13 +335,13 @@ impl BrokerInner {
             for d in control.durable.values_mut() {
                 d.positions.retain(|(t, _), _| **t != *name);
             }
-            if let Err(e) = self.save_offsets(&control) {
-                // The topic is gone already; offsets of a topic that does not
-                // exist are inert after a restart, and the next save drops them.
-                ::log::warn!(target: "rill::broker", "deleted topic {name:?}, but saving offsets failed: {e}");
-            }
-            (topic, subs, consumers)
+            (topic, subs, consumers, self.snapshot_offsets(&control))
         };
+        if let Err(e) = wait_offsets(snapshot) {
+            // The topic is gone already; offsets of a topic that does not
+            // exist are inert after a restart, and the next save drops them.
+            ::log::warn!(target: "rill::broker", "deleted topic {name:?}, but saving offsets failed: {e}");
+        }
         // Outside the control lock: closing runs the close hook, which takes it.
         for sub in &subs {
             SubCore::detach_topic(sub, &topic, &placeholder);
@@ -368,17 +373,43 @@ impl BrokerInner {
             )));
         }
         match control.durable.remove(name) {
-            Some(_) => self.save_offsets(&control),
+            Some(_) => {
+                let snapshot = self.snapshot_offsets(&control);
+                drop(control);
+                wait_offsets(snapshot)
+            }
             None => Err(Error::NotFound(format!("no durable subscription {name:?} has a saved position"))),
         }
     }
 
-    /// Writes the group commits and durable positions to the data directory,
-    /// if there is one (synced under `Fsync::Always`).
-    fn save_offsets(&self, control: &Control) -> Result<()> {
-        match self.store() {
-            Some(store) => store.save_offsets(&offsets_snapshot(control), store.sync_commits()),
-            None => Ok(()),
+    /// Takes a snapshot of the group commits and durable positions for the
+    /// data directory, if there is one (to be synced under `Fsync::Always`).
+    /// Called under the control mutex, so snapshots are numbered in the order
+    /// of the changes they hold; wait for it with [`wait_offsets`] after
+    /// releasing the mutex.
+    fn snapshot_offsets(&self, control: &Control) -> Option<(Arc<Store>, Ticket)> {
+        let store = self.store()?;
+        let ticket = store.request(offsets_snapshot(control), store.sync_commits());
+        Some((store, ticket))
+    }
+
+    /// Under `Fsync::Always`, makes the acks of durable subscription `sub`
+    /// durable: its positions (published by its drainer before this) go into
+    /// a snapshot that is synced before this returns. The drain calls it at
+    /// the end of every round, so a round's acks share one write and fsync
+    /// (with any other commits made meanwhile). A failure is logged and kept
+    /// as the subscription's last error; the next round tries again.
+    pub(super) fn persist_acks(&self, sub: &SubCore) {
+        let Some(store) = self.store() else { return };
+        if !store.sync_commits() {
+            return;
+        }
+        let ticket = {
+            let control = self.control.lock();
+            store.request(offsets_snapshot(&control), true)
+        };
+        if let Err(e) = store.wait(ticket) {
+            log::error!("rill: could not save the positions of subscription {:?}: {e}", sub.name);
         }
     }
 
@@ -397,7 +428,9 @@ impl BrokerInner {
             ))),
             Some(_) => {
                 control.groups.remove(&key);
-                self.save_offsets(&control)
+                let snapshot = self.snapshot_offsets(&control);
+                drop(control);
+                wait_offsets(snapshot)
             }
         }
     }
@@ -452,6 +485,8 @@ impl BrokerInner {
         };
         let broker = this.clone();
         let releaser = this.clone();
+        let persister = this.clone();
+        let persist = options.name.is_some() && this.store().is_some_and(|s| s.sync_commits());
         let exec =
             if options.dedicated_thread { Exec::Dedicated(Mutex::new(None)) } else { Exec::Pool(this.pool.clone()) };
         let env = SubEnv {
@@ -465,6 +500,7 @@ impl BrokerInner {
                     releaser.hand_over(&mut control, &sub.name, sub.pattern.as_str(), partition, offset);
                 }) as _
             }),
+            on_round_end: persist.then(|| Box::new(move |sub: &SubCore| persister.persist_acks(sub)) as _),
         };
         let sub = Arc::new(SubCore::new(id, name.clone(), pattern.clone(), &options, handler, env)?);
 
@@ -566,9 +602,9 @@ impl BrokerInner {
             for (topic, partition, offset) in sub.positions() {
                 saved.positions.insert((topic, partition), offset);
             }
-            if let Some(store) = self.store()
-                && let Err(e) = store.save_offsets(&offsets_snapshot(&control), store.sync_commits())
-            {
+            let snapshot = self.snapshot_offsets(&control);
+            drop(control);
+            if let Err(e) = wait_offsets(snapshot) {
                 // A close hook cannot fail: after a crash now, the
                 // subscription resumes from the positions saved before.
                 log::warn!("rill: could not save the positions of subscription {:?}: {e}", sub.name);
@@ -714,7 +750,9 @@ impl BrokerInner {
             // Only the positions of live durable subscriptions to save (logs
             // and commits need nothing): as often as the default interval.
             Fsync::Never => (DEFAULT_POSITIONS_INTERVAL, false),
-            Fsync::Always => (DEFAULT_POSITIONS_INTERVAL, true),
+            // Nothing to do: every publish, commit and drain round of a
+            // durable subscription is synced when it happens.
+            Fsync::Always => return Ok(()),
         };
         // A strong reference: the cycle it makes (broker -> flusher -> job ->
         // broker) ends at `close`, which every broker gets (the last handle's
@@ -745,8 +783,8 @@ impl BrokerInner {
                 }
             }
         }
-        let control = self.control.lock();
-        if let Err(e) = store.save_offsets(&offsets_snapshot(&control), sync) {
+        let ticket = store.request(offsets_snapshot(&self.control.lock()), sync);
+        if let Err(e) = store.wait(ticket) {
             log::error!("rill: could not save offsets: {e}");
         }
     }
@@ -804,10 +842,13 @@ impl GroupHost for Arc<BrokerInner> {
                 refused.push(partition);
             }
         }
-        // Written under the control mutex, so two commits reach the data
-        // directory in the order they were made.
+        // The snapshot is numbered under the control mutex, so two commits
+        // reach the data directory in the order they were made; it is written
+        // (and synced) after the mutex is released, shared with other commits.
         if refused.len() < offsets.len() {
-            self.save_offsets(&control)?;
+            let snapshot = self.snapshot_offsets(&control);
+            drop(control);
+            wait_offsets(snapshot)?;
         }
         Ok(refused)
     }
@@ -861,6 +902,15 @@ pub(super) type OpenedDir = (Arc<Store>, HashMap<Name, Arc<Topic>>, Control);
 /// How often a broker whose logs need no flusher (`Always`, `Never`) still
 /// saves the positions of its live durable subscriptions.
 const DEFAULT_POSITIONS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Waits for a snapshot taken by `BrokerInner::snapshot_offsets` (nothing
+/// without a data directory).
+fn wait_offsets(snapshot: Option<(Arc<Store>, Ticket)>) -> Result<()> {
+    match snapshot {
+        Some((store, ticket)) => store.wait(ticket),
+        None => Ok(()),
+    }
+}
 
 /// Everything the data directory keeps besides messages: group commits, and
 /// the positions of durable subscriptions, away (saved at their close) or

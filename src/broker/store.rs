@@ -45,6 +45,27 @@
 //! the directory before the commit returns. Both slots damaged is `Corrupt`
 //! (with `repair`: start without offsets, and say so in the log).
 //!
+//! # Numbered snapshots, written outside the broker's lock (group commit)
+//!
+//! The offsets file holds the *whole* state, so a newer snapshot includes
+//! every change an older one holds. The broker takes a snapshot under its
+//! control mutex (so snapshots are numbered in the order of the changes they
+//! contain) and hands it to [`Store::request`], which only numbers it and
+//! keeps it as the *pending* snapshot, replacing an older pending one: the
+//! newest wins. The caller lets go of the control mutex and then
+//! [`Store::wait`]s for its number. The first waiter that finds no write in
+//! flight becomes the writer: it takes the pending snapshot, writes it (and
+//! syncs, if any request it covers asked for that) without holding any lock,
+//! then publishes "written up to n" / "synced up to n" and wakes the others.
+//! A waiter returns once a snapshot numbered at least its own is written (or
+//! synced, if it asked for that). So subscribing, closing and other commits
+//! never wait behind an fsync, and commits made while one write is in flight
+//! all share the next write and its fsync.
+//!
+//! Slots alternate per *write*, not per number (numbers of snapshots that a
+//! newer one replaced before they were written are never written), so the
+//! slot a write replaces is always the older of the two.
+//!
 //! # One broker per directory
 //!
 //! `LOCK` is created if missing and locked with `flock(LOCK_EX | LOCK_NB)`.
@@ -60,7 +81,7 @@ use std::path::{Path, PathBuf};
 use super::topic::TopicOptions;
 use crate::error::{Error, Result};
 use crate::log::Fsync;
-use crate::sync::Mutex;
+use crate::sync::{Condvar, Mutex};
 
 /// First bytes of every metadata frame.
 const MAGIC: &[u8; 8] = b"rill-md\0";
@@ -115,9 +136,54 @@ pub(crate) struct Store {
     _lock: File,
     /// The listed topics, and the next directory number.
     topics: Mutex<(Vec<TopicMeta>, u64)>,
-    /// The last offsets written: their sequence number (0: none yet), their
-    /// contents, and whether they were synced.
-    offsets_last: Mutex<(u64, Option<Offsets>, bool)>,
+    /// The offsets snapshots: numbered, pending, written (see the module docs).
+    commits: Mutex<Commits>,
+    /// Wakes the waiters of [`Store::wait`] when a write ends.
+    written: Condvar,
+    /// Tests hold offsets writes here, to see what can run meanwhile.
+    #[cfg(test)]
+    pub(crate) gate: test_gate::Gate,
+}
+
+/// The state of the offsets snapshots, behind `Store::commits`.
+#[derive(Debug)]
+struct Commits {
+    /// The highest number handed out (the numbers continue those on disk).
+    requested: u64,
+    /// The newest snapshot not yet written.
+    pending: Option<Pending>,
+    /// Every snapshot numbered up to this is written (in the page cache).
+    written: u64,
+    /// Every snapshot numbered up to this is on stable storage.
+    synced: u64,
+    /// A writer is writing a snapshot (outside the lock).
+    writing: bool,
+    /// The slot (index in `OFFSETS_FILES`) the last write went to.
+    last_slot: usize,
+    /// The contents of the last write, and whether it was synced: a snapshot
+    /// equal to it is not written again (unless it needs a sync it did not get).
+    last: Option<(Offsets, bool)>,
+    /// The last failed write: the highest number it covered, and why.
+    failed: Option<(u64, Error)>,
+    /// Writes made (for tests: how many commits shared one).
+    writes: u64,
+}
+
+/// A snapshot waiting for its write.
+#[derive(Debug)]
+struct Pending {
+    seq: u64,
+    offsets: Offsets,
+    /// Some request it covers wants it on stable storage.
+    sync: bool,
+}
+
+/// A requested snapshot: wait for it with [`Store::wait`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a snapshot is durable only once `Store::wait` returns"]
+pub(crate) struct Ticket {
+    seq: u64,
+    sync: bool,
 }
 
 impl Store {
@@ -153,14 +219,27 @@ impl Store {
             Some((_, body)) => decode_topics(&root.join(TOPICS_FILE), &body)?,
             None => Vec::new(),
         };
-        let (offsets, seq) = read_offsets(root, repair)?;
+        let (offsets, seq, slot) = read_offsets(root, repair)?;
         let next_dir = topics.iter().map(|t| t.dir + 1).max().unwrap_or(0);
         let store = Store {
             root: root.to_owned(),
             fsync,
             _lock: lock,
             topics: Mutex::new((topics.clone(), next_dir)),
-            offsets_last: Mutex::new((seq, Some(offsets.clone()), true)),
+            commits: Mutex::new(Commits {
+                requested: seq,
+                pending: None,
+                written: seq,
+                synced: seq,
+                writing: false,
+                last_slot: slot,
+                last: Some((offsets.clone(), true)),
+                failed: None,
+                writes: 0,
+            }),
+            written: Condvar::new(),
+            #[cfg(test)]
+            gate: test_gate::Gate::default(),
         };
         Ok(Opened { store, topics, offsets })
     }
@@ -229,22 +308,90 @@ impl Store {
         replace(&self.root, TOPICS_FILE, &frame(&encode_topics(list)), true)
     }
 
-    /// Writes the offsets into the older slot; `sync` forces them to stable
-    /// storage (file and directory) before returning. Offsets equal to the
-    /// last written ones are not written again (unless they now need a sync
-    /// they did not get).
+    /// Writes the offsets into the older slot and returns once they are
+    /// written (and synced, if `sync`): [`Store::request`] then [`Store::wait`].
+    #[cfg(test)]
     pub(crate) fn save_offsets(&self, offsets: &Offsets, sync: bool) -> Result<()> {
-        let mut last = self.offsets_last.lock();
-        if last.1.as_ref() == Some(offsets) && (last.2 || !sync) {
-            return Ok(());
+        self.wait(self.request(offsets.clone(), sync))
+    }
+
+    /// Numbers `offsets` (the whole state, newer than any snapshot requested
+    /// before) and keeps it as the one to write next; cheap, so the broker
+    /// calls it under its control mutex. `sync`: its waiter wants it on
+    /// stable storage, not only written.
+    pub(crate) fn request(&self, offsets: Offsets, sync: bool) -> Ticket {
+        let mut c = self.commits.lock();
+        c.requested += 1;
+        let seq = c.requested;
+        // A pending snapshot not yet written is older: this one replaces it
+        // (it holds all it holds), and inherits its need to be synced.
+        let sync_all = sync || c.pending.as_ref().is_some_and(|p| p.sync);
+        c.pending = Some(Pending { seq, offsets, sync: sync_all });
+        Ticket { seq, sync }
+    }
+
+    /// Returns once the snapshot of `ticket`, or a newer one, is written
+    /// (synced, if it asked for that), writing it itself if no other caller
+    /// is writing (see the module docs); the error of the write that covered
+    /// it if that failed.
+    pub(crate) fn wait(&self, ticket: Ticket) -> Result<()> {
+        let mut c = self.commits.lock();
+        loop {
+            let done = if ticket.sync { c.synced } else { c.written };
+            if done >= ticket.seq {
+                return Ok(());
+            }
+            if let Some((seq, e)) = &c.failed
+                && *seq >= ticket.seq
+            {
+                return Err(e.clone());
+            }
+            if c.writing {
+                c = self.written.wait(c);
+                continue;
+            }
+            // Not written, no write in flight: the pending snapshot is this
+            // ticket's or a newer one (only a write takes it away).
+            let p = c.pending.take().expect("an unwritten snapshot is pending");
+            let unchanged = c.last.as_ref().is_some_and(|(o, synced)| *o == p.offsets && (*synced || !p.sync));
+            let slot = 1 - c.last_slot;
+            c.writing = true;
+            drop(c);
+            let result = if unchanged { Ok(false) } else { self.write_offsets(slot, &p).map(|()| true) };
+            c = self.commits.lock();
+            c.writing = false;
+            match result {
+                Ok(wrote) => {
+                    c.written = c.written.max(p.seq);
+                    if p.sync || c.last.as_ref().is_some_and(|(_, synced)| *synced && unchanged) {
+                        c.synced = c.synced.max(p.seq);
+                    }
+                    if wrote {
+                        c.writes += 1;
+                        c.last_slot = slot;
+                        c.last = Some((p.offsets, p.sync));
+                    }
+                }
+                Err(e) => c.failed = Some((p.seq, e)),
+            }
+            self.written.notify_all();
         }
-        let next = last.0 + 1;
+    }
+
+    /// Writes snapshot `p` into `slot` (the one not holding the last write).
+    fn write_offsets(&self, slot: usize, p: &Pending) -> Result<()> {
+        #[cfg(test)]
+        self.gate.pass();
         let mut body = Writer::default();
-        body.u64(next);
-        encode_offsets(&mut body, offsets);
-        replace(&self.root, OFFSETS_FILES[(next % 2) as usize], &frame(&body.0), sync)?;
-        *last = (next, Some(offsets.clone()), sync);
-        Ok(())
+        body.u64(p.seq);
+        encode_offsets(&mut body, &p.offsets);
+        replace(&self.root, OFFSETS_FILES[slot], &frame(&body.0), p.sync)
+    }
+
+    /// How many offsets snapshots were written since the store was opened.
+    #[cfg(test)]
+    pub(crate) fn offsets_writes(&self) -> u64 {
+        self.commits.lock().writes
     }
 
     /// The sync policy.
@@ -328,11 +475,13 @@ fn read_frame(path: &Path) -> Result<Option<(u32, Vec<u8>)>> {
     Ok(Some((version, body.to_vec())))
 }
 
-/// The newest valid offsets slot and its sequence number.
-fn read_offsets(root: &Path, repair: bool) -> Result<(Offsets, u64)> {
-    let mut best: Option<(u64, Offsets)> = None;
+/// The newest valid offsets slot: its contents, sequence number and index
+/// (with no valid slot, index 0, so the first write goes to slot 1, as the
+/// number 1's parity said in the first format's writer).
+pub(crate) fn read_offsets(root: &Path, repair: bool) -> Result<(Offsets, u64, usize)> {
+    let mut best: Option<(u64, Offsets, usize)> = None;
     let mut damage = Vec::new();
-    for name in OFFSETS_FILES {
+    for (slot, name) in OFFSETS_FILES.into_iter().enumerate() {
         let path = root.join(name);
         let decoded = read_frame(&path).and_then(|frame| {
             frame
@@ -344,24 +493,26 @@ fn read_offsets(root: &Path, repair: bool) -> Result<(Offsets, u64)> {
                 .transpose()
         });
         match decoded {
-            Ok(Some((seq, offsets))) if best.as_ref().is_none_or(|(s, _)| seq > *s) => best = Some((seq, offsets)),
+            Ok(Some((seq, offsets))) if best.as_ref().is_none_or(|(s, ..)| seq > *s) => {
+                best = Some((seq, offsets, slot))
+            }
             Ok(_) => {}
             Err(e @ Error::Corrupt { .. }) => damage.push(e),
             Err(e) => return Err(e),
         }
     }
     match (best, damage.len()) {
-        (Some((seq, offsets)), n) => {
+        (Some((seq, offsets, slot)), n) => {
             if n > 0 {
                 // The slot a crash interrupted; the other holds the state before it.
                 log::warn!("rill: ignoring a damaged offsets slot ({}); using the other one", damage[0]);
             }
-            Ok((offsets, seq))
+            Ok((offsets, seq, slot))
         }
-        (None, 0) => Ok((Offsets::default(), 0)),
+        (None, 0) => Ok((Offsets::default(), 0, 0)),
         (None, _) if repair => {
             log::warn!("rill: both offsets slots are damaged ({}); repair: starting without offsets", damage[0]);
-            Ok((Offsets::default(), 0))
+            Ok((Offsets::default(), 0, 0))
         }
         (None, _) => Err(damage.swap_remove(0)),
     }
@@ -516,9 +667,63 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A test seam: holds offsets writes while closed, and counts the writers
+/// waiting at it, so a test can wait for "a write is in flight" on a
+/// condition rather than a sleep.
+#[cfg(test)]
+pub(crate) mod test_gate {
+    use crate::sync::{Condvar, Mutex};
+
+    #[derive(Debug, Default)]
+    pub(crate) struct Gate {
+        /// (closed, writers held).
+        state: Mutex<(bool, usize)>,
+        changed: Condvar,
+    }
+
+    impl Gate {
+        pub(crate) fn close(&self) {
+            self.state.lock().0 = true;
+        }
+
+        pub(crate) fn open(&self) {
+            self.state.lock().0 = false;
+            self.changed.notify_all();
+        }
+
+        /// Waits (at most `limit`) until `n` writers are held; true if they are.
+        pub(crate) fn wait_held(&self, n: usize, limit: std::time::Duration) -> bool {
+            let deadline = std::time::Instant::now() + limit;
+            let mut s = self.state.lock();
+            while s.1 < n {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    return false;
+                }
+                s = self.changed.wait_timeout(s, deadline - now);
+            }
+            true
+        }
+
+        pub(crate) fn pass(&self) {
+            let mut s = self.state.lock();
+            if !s.0 {
+                return;
+            }
+            s.1 += 1;
+            self.changed.notify_all();
+            while s.0 {
+                s = self.changed.wait(s);
+            }
+            s.1 -= 1;
+        }
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn temp_dir(tag: &str) -> PathBuf {
         let p =
@@ -640,6 +845,89 @@ mod tests {
         assert!(!root.join("topics/0").exists());
         drop(opened);
         assert!(Store::open(&root, Fsync::Never, false).unwrap().topics.is_empty());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// Snapshots requested while none is being written are written once, as
+    /// the newest of them; every waiter returns after that one write.
+    #[test]
+    fn snapshots_requested_together_share_one_write_and_the_newest_wins() {
+        let root = temp_dir("group");
+        let opened = Store::open(&root, Fsync::Always, false).unwrap();
+        let store = &opened.store;
+        let tickets: Vec<Ticket> = (1..=5).map(|n| store.request(sample_offsets(n), n % 2 == 0)).collect();
+        store.wait(tickets[0]).unwrap();
+        assert_eq!(store.offsets_writes(), 1, "one write covers all five");
+        for t in &tickets {
+            store.wait(*t).unwrap();
+        }
+        assert_eq!(store.offsets_writes(), 1);
+        // An unchanged snapshot is not written again.
+        store.save_offsets(&sample_offsets(5), true).unwrap();
+        assert_eq!(store.offsets_writes(), 1);
+        drop(opened);
+        assert_eq!(read_offsets(&root, false).unwrap().0, sample_offsets(5));
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// While one write is in flight, requests still go through (nothing
+    /// waits for the fsync to take a number), and every request made
+    /// meanwhile is covered by the one next write.
+    #[test]
+    fn requests_go_through_while_a_write_is_in_flight_and_share_the_next() {
+        let root = temp_dir("inflight");
+        let opened = Store::open(&root, Fsync::Always, false).unwrap();
+        let store = std::sync::Arc::new(opened.store);
+        store.gate.close();
+        let writer = {
+            let store = store.clone();
+            std::thread::spawn(move || store.save_offsets(&sample_offsets(1), true))
+        };
+        assert!(store.gate.wait_held(1, Duration::from_secs(30)), "the first write never started");
+        let later: Vec<Ticket> = (2..=4).map(|n| store.request(sample_offsets(n), true)).collect();
+        let waiters: Vec<_> = later
+            .iter()
+            .map(|&t| {
+                let store = store.clone();
+                std::thread::spawn(move || store.wait(t))
+            })
+            .collect();
+        store.gate.open();
+        writer.join().unwrap().unwrap();
+        for w in waiters {
+            w.join().unwrap().unwrap();
+        }
+        assert_eq!(store.offsets_writes(), 2, "the three later requests share the second write");
+        assert_eq!(read_offsets(&root, false).unwrap().0, sample_offsets(4));
+        // The two writes went to different slots: the older one still holds 1.
+        let slots: Vec<u64> = OFFSETS_FILES
+            .iter()
+            .map(|name| {
+                let (_, body) = read_frame(&root.join(name)).unwrap().unwrap();
+                u64::from_le_bytes(body[..8].try_into().unwrap())
+            })
+            .collect();
+        assert_eq!(slots.iter().copied().max(), Some(4));
+        assert_eq!(slots.iter().copied().min(), Some(1));
+        drop(store);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A failed write fails every waiter it covered; a later request is
+    /// written afresh once the directory works again.
+    #[test]
+    fn a_failed_write_fails_its_waiters_and_the_next_request_retries() {
+        let root = temp_dir("fail");
+        let opened = Store::open(&root, Fsync::Always, false).unwrap();
+        // A directory where the temporary file goes makes the write fail.
+        fs::create_dir(root.join("offsets.1.tmp")).unwrap();
+        let t = opened.store.request(sample_offsets(1), true);
+        assert!(matches!(opened.store.wait(t), Err(Error::Io { .. })));
+        assert!(matches!(opened.store.wait(t), Err(Error::Io { .. })), "the same answer when asked again");
+        fs::remove_dir(root.join("offsets.1.tmp")).unwrap();
+        opened.store.save_offsets(&sample_offsets(2), true).unwrap();
+        drop(opened);
+        assert_eq!(read_offsets(&root, false).unwrap().0, sample_offsets(2));
         fs::remove_dir_all(&root).unwrap();
     }
 }

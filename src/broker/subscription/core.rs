@@ -131,6 +131,10 @@ pub(crate) struct SubEnv {
     pub(crate) on_close: Option<CloseHook>,
     /// For shared members: hands a given-up partition to its new owner.
     pub(crate) on_release: Option<ReleaseHook>,
+    /// Called at the end of every drain round that did not close it, after
+    /// the round's positions are published: a durable subscription's acks
+    /// are made durable here under `Fsync::Always` (see `broker/core.rs`).
+    pub(crate) on_round_end: Option<CloseHook>,
 }
 
 /// Counters, written by the drainer once per batch, read by `stats`.
@@ -543,6 +547,13 @@ impl SubCore {
 
     pub(super) fn set_last_error(&self, error: String) {
         *self.last_error.lock() = Some(error);
+    }
+
+    /// Runs the `on_round_end` hook, if any.
+    pub(super) fn round_ended(&self) {
+        if let Some(hook) = &self.env.on_round_end {
+            hook(self);
+        }
     }
 
     pub(super) fn notify_idle(&self) {

@@ -106,7 +106,11 @@ impl SubCore {
                 return;
             }
             this.merge_pending(&mut st);
-            match this.deliver_round(&mut st, !dedicated) {
+            let round = this.deliver_round(&mut st, !dedicated);
+            if !matches!(round, Round::Closed) {
+                this.round_ended();
+            }
+            match round {
                 Round::Closed => {
                     drop(st);
                     this.finalize();
