@@ -186,6 +186,8 @@ typedef enum {
 #define rill_consumer_new rill_consumer_new_v1
 #define rill_subscribe rill_subscribe_v1
 #define rill_subscribe_batch rill_subscribe_batch_v1
+/* A stats struct that grew: the size passed says which fields the program knows. */
+#define rill_topic_get_stats(b, name, out) rill_topic_get_stats_v1((b), (name), (out), sizeof(rill_topic_stats))
 
 
 /**
@@ -264,16 +266,24 @@ typedef int32_t rill_fsync;
  *
  * | `fsync`               | process crash               | machine crash (power loss)                 |
  * |-----------------------|-----------------------------|--------------------------------------------|
- * | `RILL_FSYNC_ALWAYS`   | nothing acknowledged lost   | nothing acknowledged lost: `rill_publish` and a commit return only once on stable storage |
+ * | `RILL_FSYNC_ALWAYS`   | nothing acknowledged lost   | nothing acknowledged lost: `rill_publish` and a commit return only once on stable storage; a durable subscription's acks are before it delivers more (below) |
  * | `RILL_FSYNC_INTERVAL` | nothing acknowledged lost   | at most the last `fsync_interval_ms` of publishes and commits |
  * | `RILL_FSYNC_NEVER`    | nothing acknowledged lost   | whatever the OS had not yet written back   |
  *
  * After any crash, recovery never delivers a damaged or partial record,
  * offsets stay dense, and every record before the first damaged one in a
- * partition is kept. Positions of *live* durable subscriptions are saved
- * every interval (every 100 ms under `ALWAYS` and `NEVER`) and at their
- * close, so after a crash a subscription may see again what it acked in the
- * last interval (at-least-once).
+ * partition is kept; `rill_topic_stats.recovered_*` say what it cut.
+ *
+ * A durable subscription's "commit" under `RILL_FSYNC_ALWAYS`: the acks a
+ * handler returns in one drain round (at most 256 messages) are written and
+ * synced together at the end of that round, before the subscription
+ * delivers anything more, backs off or goes idle: once
+ * `rill_subscription_wait_idle` returns `RILL_OK`, every ack is on stable
+ * storage; a machine crash mid-round redelivers at most that round. Under
+ * `INTERVAL` and `NEVER`, positions of *live* durable subscriptions are
+ * saved every interval (every 100 ms under `NEVER`) and at their close, so
+ * after a crash a subscription may see again what it acked in the last
+ * interval (at-least-once).
  */
 typedef struct {
     /**
@@ -376,6 +386,21 @@ typedef struct {
      * Memory held by its retained log segments.
      */
     uint64_t retained_bytes;
+    /**
+     * Records that recovery dropped from the torn or damaged ends of this
+     * topic's partitions when the broker opened its data directory, summed
+     * over the partitions (0 in memory, and for a clean restart).
+     */
+    uint64_t recovered_truncated_records;
+    /**
+     * Bytes recovery dropped with them.
+     */
+    uint64_t recovered_truncated_bytes;
+    /**
+     * Partitions that recovery cut at damage inside an older (sealed)
+     * segment because the broker was opened with `repair`.
+     */
+    uint32_t recovered_repaired_partitions;
 } rill_topic_stats;
 
 /**
@@ -1105,13 +1130,22 @@ rill_status rill_topic_list(rill_broker *b, rill_topic_callback each, void *user
 rill_status rill_topic_delete(rill_broker *b, const char *name);
 
 /**
- * Fills `*out` with the topic's statistics.
+ * Fills `*out` with the topic's statistics. Call it as
+ * `rill_topic_get_stats(b, name, out)`, the macro that passes
+ * `sizeof(rill_topic_stats)` as `size`: the library writes that many bytes
+ * of its statistics (fields the program's header does not know are left
+ * out; fields the library does not know are zeroed). A `size` smaller than
+ * the first layout (24 bytes) is `RILL_ERR_INVALID_ARGUMENT`.
  *
  * # Safety
  *
- * `b` is a live broker; `name` a NUL-terminated string; `out` writable.
+ * `b` is a live broker; `name` a NUL-terminated string; `out` writable for
+ * `size` bytes.
  */
-rill_status rill_topic_get_stats(rill_broker *b, const char *name, rill_topic_stats *out);
+rill_status rill_topic_get_stats_v1(rill_broker *b,
+                                    const char *name,
+                                    rill_topic_stats *out,
+                                    size_t size);
 
 /**
  * Publishes one message to `topic`; `*out` (if not NULL) gets its position.
@@ -1655,7 +1689,9 @@ rill_status rill_subscribe_batch_v1(rill_broker *b,
  * `RILL_ERR_TIMEOUT` after `timeout_ms` (negative: no limit),
  * `RILL_ERR_CLOSED` if it is closed. Called from the subscription's own
  * handler it would wait for that very call: `RILL_ERR_INVALID_ARGUMENT` at
- * once, whatever `timeout_ms`.
+ * once, whatever `timeout_ms`. For a durable (named) subscription of a
+ * broker on a data directory with `RILL_FSYNC_ALWAYS`, `RILL_OK` also means
+ * every ack it made is on stable storage.
  *
  * # Safety
  *

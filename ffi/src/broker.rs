@@ -45,16 +45,24 @@ pub const RILL_FSYNC_ALWAYS: rill_fsync = rill_fsync(2);
 ///
 /// | `fsync`               | process crash               | machine crash (power loss)                 |
 /// |-----------------------|-----------------------------|--------------------------------------------|
-/// | `RILL_FSYNC_ALWAYS`   | nothing acknowledged lost   | nothing acknowledged lost: `rill_publish` and a commit return only once on stable storage |
+/// | `RILL_FSYNC_ALWAYS`   | nothing acknowledged lost   | nothing acknowledged lost: `rill_publish` and a commit return only once on stable storage; a durable subscription's acks are before it delivers more (below) |
 /// | `RILL_FSYNC_INTERVAL` | nothing acknowledged lost   | at most the last `fsync_interval_ms` of publishes and commits |
 /// | `RILL_FSYNC_NEVER`    | nothing acknowledged lost   | whatever the OS had not yet written back   |
 ///
 /// After any crash, recovery never delivers a damaged or partial record,
 /// offsets stay dense, and every record before the first damaged one in a
-/// partition is kept. Positions of *live* durable subscriptions are saved
-/// every interval (every 100 ms under `ALWAYS` and `NEVER`) and at their
-/// close, so after a crash a subscription may see again what it acked in the
-/// last interval (at-least-once).
+/// partition is kept; `rill_topic_stats.recovered_*` say what it cut.
+///
+/// A durable subscription's "commit" under `RILL_FSYNC_ALWAYS`: the acks a
+/// handler returns in one drain round (at most 256 messages) are written and
+/// synced together at the end of that round, before the subscription
+/// delivers anything more, backs off or goes idle: once
+/// `rill_subscription_wait_idle` returns `RILL_OK`, every ack is on stable
+/// storage; a machine crash mid-round redelivers at most that round. Under
+/// `INTERVAL` and `NEVER`, positions of *live* durable subscriptions are
+/// saved every interval (every 100 ms under `NEVER`) and at their close, so
+/// after a crash a subscription may see again what it acked in the last
+/// interval (at-least-once).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct rill_broker_options {
@@ -417,33 +425,87 @@ pub struct rill_topic_stats {
     pub publish_count: u64,
     /// Memory held by its retained log segments.
     pub retained_bytes: u64,
+    /// Records that recovery dropped from the torn or damaged ends of this
+    /// topic's partitions when the broker opened its data directory, summed
+    /// over the partitions (0 in memory, and for a clean restart).
+    pub recovered_truncated_records: u64,
+    /// Bytes recovery dropped with them.
+    pub recovered_truncated_bytes: u64,
+    /// Partitions that recovery cut at damage inside an older (sealed)
+    /// segment because the broker was opened with `repair`.
+    pub recovered_repaired_partitions: u32,
 }
 
-/// Fills `*out` with the topic's statistics.
+/// The size of `rill_topic_stats`' first layout (rill 0.1, and every header
+/// before the recovery figures were appended): `partitions`,
+/// `publish_count`, `retained_bytes`.
+pub(crate) const TOPIC_STATS_FIRST_SIZE: usize = 24;
+
+/// Fills `*out` with the topic's statistics. Call it as
+/// `rill_topic_get_stats(b, name, out)`, the macro that passes
+/// `sizeof(rill_topic_stats)` as `size`: the library writes that many bytes
+/// of its statistics (fields the program's header does not know are left
+/// out; fields the library does not know are zeroed). A `size` smaller than
+/// the first layout (24 bytes) is `RILL_ERR_INVALID_ARGUMENT`.
 ///
 /// # Safety
 ///
-/// `b` is a live broker; `name` a NUL-terminated string; `out` writable.
+/// `b` is a live broker; `name` a NUL-terminated string; `out` writable for
+/// `size` bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_topic_get_stats(
+pub unsafe extern "C" fn rill_topic_get_stats_v1(
     b: *mut rill_broker,
     name: *const c_char,
     out: *mut rill_topic_stats,
+    size: usize,
 ) -> rill_status {
     boundary(|| {
         out_ptr(out, "out")?;
+        if size < TOPIC_STATS_FIRST_SIZE {
+            return Err(FfiError::invalid(format!(
+                "rill_topic_stats of {size} bytes is smaller than its first layout ({} bytes): \
+                 call rill_topic_get_stats, the macro that passes its size",
+                TOPIC_STATS_FIRST_SIZE
+            )));
+        }
         // SAFETY: the caller's promises, checked for NULL inside.
         let (b, name) = unsafe { (reference(b, "broker")?, cstr(name, "topic name")?) };
-        let s = b.broker.topic_stats(name)?;
-        let stats = rill_topic_stats {
-            partitions: s.partitions.len() as u32,
-            publish_count: s.publish_count,
-            retained_bytes: s.retained_bytes,
-        };
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, stats) };
+        let stats = topic_stats(&b.broker.topic_stats(name)?);
+        // SAFETY: checked non-NULL; the caller promises `size` writable bytes.
+        unsafe { write_sized(out, &stats, size) };
         Ok(())
     })
+}
+
+/// The C statistics of a topic.
+pub(crate) fn topic_stats(s: &rill::TopicStats) -> rill_topic_stats {
+    rill_topic_stats {
+        partitions: s.partitions.len() as u32,
+        publish_count: s.publish_count,
+        retained_bytes: s.retained_bytes,
+        recovered_truncated_records: s.partitions.iter().map(|p| p.recovered_truncated_records).sum(),
+        recovered_truncated_bytes: s.partitions.iter().map(|p| p.recovered_truncated_bytes).sum(),
+        recovered_repaired_partitions: s.partitions.iter().filter(|p| p.recovered_repaired).count() as u32,
+    }
+}
+
+/// Writes the first `size` bytes of `value` to `out`, zero past `value`'s
+/// own size (a program whose header knows more fields than this library).
+///
+/// # Safety
+///
+/// `out` is non-NULL and writable for `size` bytes.
+pub(crate) unsafe fn write_sized<T: Copy>(out: *mut T, value: &T, size: usize) {
+    let own = std::mem::size_of::<T>();
+    let out = out.cast::<u8>();
+    // SAFETY: `value` is readable for `own` bytes; `out` writable for `size`
+    // (the caller's promise); the two do not overlap (one is ours).
+    unsafe {
+        std::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), out, own.min(size));
+        if size > own {
+            std::ptr::write_bytes(out.add(own), 0, size - own);
+        }
+    }
 }
 
 /// The attributes of one record, borrowed from C.

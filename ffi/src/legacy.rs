@@ -19,7 +19,7 @@
 use std::ffi::{c_char, c_void};
 use std::mem::size_of;
 
-use crate::broker::{rill_broker, rill_broker_options, rill_topic_options};
+use crate::broker::{rill_broker, rill_broker_options, rill_topic_get_stats_v1, rill_topic_options};
 use crate::consumer::{rill_consumer, rill_consumer_options};
 use crate::error::{boundary_value, rill_status};
 use crate::options::OptionStruct;
@@ -75,6 +75,33 @@ pub struct rill_subscription_options_v0_1 {
     user_data_free: rill_destructor,
     idle_spin_us: u64,
     on_lagged: rill_lag_callback,
+}
+
+/// `rill_topic_stats` of rill 0.1 (and of every header before the recovery
+/// figures were appended): its first layout, 24 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rill_topic_stats_v0_1 {
+    partitions: u32,
+    publish_count: u64,
+    retained_bytes: u64,
+}
+
+/// The stats getter under its unsuffixed name, which programs built against
+/// a header older than `rill_topic_get_stats_v1` call: it writes exactly the
+/// first layout, never the appended fields their storage has no room for.
+///
+/// # Safety
+///
+/// As `rill_topic_get_stats_v1`, with `out` writable for the first layout.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_topic_get_stats(
+    b: *mut rill_broker,
+    name: *const c_char,
+    out: *mut rill_topic_stats_v0_1,
+) -> rill_status {
+    // SAFETY: forwarded; the first layout's size is what `out` holds.
+    unsafe { rill_topic_get_stats_v1(b, name, out.cast(), size_of::<rill_topic_stats_v0_1>()) }
 }
 
 /// The conversions both ways between a 0.1 struct and the current one.
@@ -377,6 +404,12 @@ mod tests {
         // dead_letter_topic; the first sized layout stays 16 bytes.
         assert_eq!(rill_consumer_options::FIRST_SIZE, 16);
         assert_eq!(size_of::<rill_consumer_options>(), 32);
+        // Issue 11 appended the recovery figures to rill_topic_stats (an
+        // out-struct, sized by the getter's size argument); its first layout,
+        // the one the unsuffixed rill_topic_get_stats writes, stays 24 bytes.
+        assert_eq!(crate::broker::TOPIC_STATS_FIRST_SIZE, 24);
+        assert_eq!(size_of::<rill_topic_stats_v0_1>(), 24);
+        assert_eq!(size_of::<crate::broker::rill_topic_stats>(), 48);
     }
 
     /// A program built before the appended consumer options passes the

@@ -91,6 +91,9 @@ pub struct PartitionStats {
     pub recovered_truncated_records: u64,
     /// Bytes recovery dropped with them.
     pub recovered_truncated_bytes: u64,
+    /// True if recovery cut this partition at damage inside an older
+    /// (sealed) segment, because the broker was opened with `repair`.
+    pub recovered_repaired: bool,
 }
 
 /// Size and progress of a topic.
@@ -414,6 +417,7 @@ impl Broker {
                     listeners: p.listener_count(),
                     recovered_truncated_records: p.recovery.truncated_records,
                     recovered_truncated_bytes: p.recovery.truncated_bytes,
+                    recovered_repaired: p.recovery.repaired,
                 }
             })
             .collect();

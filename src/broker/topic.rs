@@ -166,6 +166,8 @@ pub(crate) enum Wait {
 pub(crate) struct Recovered {
     pub(crate) truncated_records: u64,
     pub(crate) truncated_bytes: u64,
+    /// The cut was damage inside a sealed segment, made because of `repair`.
+    pub(crate) repaired: bool,
 }
 
 /// One partition: a log and the listeners to signal after a commit.
@@ -422,8 +424,11 @@ impl Topic {
             .map(|i| {
                 let durable = DurableLog { dir: dir(i), fsync, repair };
                 let (log, report) = Log::open(&config, i, &durable)?;
-                let recovery =
-                    Recovered { truncated_records: report.truncated_records, truncated_bytes: report.truncated_bytes };
+                let recovery = Recovered {
+                    truncated_records: report.truncated_records,
+                    truncated_bytes: report.truncated_bytes,
+                    repaired: report.repaired,
+                };
                 if recovery != Recovered::default() {
                     log::warn!(
                         "rill: recovery of partition {i} of topic {name:?} dropped {} damaged or partial records \

@@ -188,6 +188,13 @@ class TopicStats:
     partitions: int
     publish_count: int
     retained_bytes: int
+    recovered_truncated_records: int = 0
+    """Records recovery dropped from the torn or damaged ends of its
+    partitions when the broker opened its data directory (0 in memory)."""
+    recovered_truncated_bytes: int = 0
+    """Bytes recovery dropped with them."""
+    recovered_repaired_partitions: int = 0
+    """Partitions cut at damage inside a sealed segment (``repair=True``)."""
 
 
 Handler = Callable[[Message], Any]
@@ -972,9 +979,18 @@ class Broker(_Handle):
         return GroupStats(group, topic, sum(p.lag for p in lags), lags)
 
     def topic_stats(self, name: str) -> TopicStats:
+        """A topic's size and progress, and what recovery dropped from its
+        partitions when the broker opened its data directory."""
         s = _ffi.rill_topic_stats()
-        check(lib.rill_topic_get_stats(self._handle(), _name(name, "topic name"), byref(s)))
-        return TopicStats(s.partitions, s.publish_count, s.retained_bytes)
+        check(lib.rill_topic_get_stats_v1(self._handle(), _name(name, "topic name"), byref(s), sizeof(s)))
+        return TopicStats(
+            s.partitions,
+            s.publish_count,
+            s.retained_bytes,
+            s.recovered_truncated_records,
+            s.recovered_truncated_bytes,
+            s.recovered_repaired_partitions,
+        )
 
     def _publisher(self, topic: str) -> int:
         p = self._publishers.get(topic)

@@ -115,7 +115,14 @@ class rill_position(Structure):
 
 
 class rill_topic_stats(Structure):
-    _fields_ = [("partitions", c_uint32), ("publish_count", c_uint64), ("retained_bytes", c_uint64)]
+    _fields_ = [
+        ("partitions", c_uint32),
+        ("publish_count", c_uint64),
+        ("retained_bytes", c_uint64),
+        ("recovered_truncated_records", c_uint64),
+        ("recovered_truncated_bytes", c_uint64),
+        ("recovered_repaired_partitions", c_uint32),
+    ]
 
 
 class rill_message(Structure):
@@ -337,7 +344,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_topic_create_v1": ("rill_status", ["rill_broker*", "const char*", "const rill_topic_options*"]),
     "rill_topic_list": ("rill_status", ["rill_broker*", "rill_topic_callback", "void*"]),
     "rill_topic_delete": ("rill_status", ["rill_broker*", "const char*"]),
-    "rill_topic_get_stats": ("rill_status", ["rill_broker*", "const char*", "rill_topic_stats*"]),
+    "rill_topic_get_stats_v1": ("rill_status", ["rill_broker*", "const char*", "rill_topic_stats*", "size_t"]),
     "rill_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
     "rill_try_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
     "rill_publish_batch": (

@@ -168,3 +168,62 @@ def test_bad_durability_options_are_refused(tmp_path: Path) -> None:
     # Nothing was left locked by the refused calls.
     with rill.Broker(data_dir=tmp_path, fsync="interval", fsync_interval=0.05, repair=True):
         pass
+
+
+def _flip_inside(root: Path, needle: bytes) -> None:
+    """Flips one bit of ``needle``'s bytes in the one segment file holding it."""
+    hits = []
+    for f in sorted((root / "topics").rglob("*")):
+        if f.is_file():
+            data = bytearray(f.read_bytes())
+            at = data.find(needle)
+            if at >= 0:
+                data[at + 4] ^= 0x20
+                f.write_bytes(bytes(data))
+                hits.append(f)
+    assert len(hits) == 1, hits
+
+
+def _publish_numbered(b: rill.Broker, n: int) -> None:
+    for i in range(n):
+        b.publish("t", f"record number {i:03d} ".encode().ljust(1000, b"x"))
+
+
+def test_recovery_figures_of_a_damaged_tail_are_in_the_topic_stats(tmp_path: Path) -> None:
+    with rill.Broker(data_dir=tmp_path, fsync="always") as b:
+        b.create_topic("t")
+        _publish_numbered(b, 10)
+        clean = b.topic_stats("t")
+        assert (clean.recovered_truncated_records, clean.recovered_truncated_bytes) == (0, 0)
+        assert clean.recovered_repaired_partitions == 0
+    # Damage record 6 of 10 in the active file: it and the three after it go.
+    _flip_inside(tmp_path, b"record number 006")
+    with rill.Broker(data_dir=tmp_path) as b:
+        s = b.topic_stats("t")
+        assert s.publish_count == 6, s
+        assert s.recovered_truncated_bytes >= 4 * 1000, s
+        # Intact records are counted for whole files after the cut.
+        assert s.recovered_truncated_records <= 3, s
+        assert s.recovered_repaired_partitions == 0
+        # Publishing continues the offsets after the kept records.
+        assert b.publish("t", b"next").offset == 6
+    # A clean reopen has nothing to report.
+    with rill.Broker(data_dir=tmp_path) as b:
+        s = b.topic_stats("t")
+        assert (s.publish_count, s.recovered_truncated_records, s.recovered_truncated_bytes) == (7, 0, 0)
+
+
+def test_repair_of_a_sealed_segment_is_in_the_topic_stats(tmp_path: Path) -> None:
+    # retention_bytes of 256 KiB makes 64 KiB segments: 150 records fill three.
+    with rill.Broker(data_dir=tmp_path, fsync="never") as b:
+        b.create_topic("t", retention_bytes=256 << 10)
+        _publish_numbered(b, 150)
+    _flip_inside(tmp_path, b"record number 005")
+    with pytest.raises(rill.CorruptData):
+        rill.Broker(data_dir=tmp_path)
+    with rill.Broker(data_dir=tmp_path, repair=True) as b:
+        s = b.topic_stats("t")
+        assert s.publish_count == 5, s
+        assert 0 < s.recovered_truncated_records <= 150 - 6, s
+        assert s.recovered_truncated_bytes > 0, s
+        assert s.recovered_repaired_partitions == 1, s
