@@ -27,6 +27,23 @@
 //!   publishers waiting for a roll wait for a different newest segment (not
 //!   a different base), and searches by offset take the last segment whose
 //!   base is not above it (the non-empty one).
+//! * **A trim nobody publishes for, on a durable log.** A durable segment's
+//!   file is named by its base offset, so an *empty* newest segment cannot be
+//!   sealed that way (its successor's file would have the same name). When
+//!   the newest segment is empty and older segments have expired, `expire`
+//!   instead installs a copy of the directory without them (the same newest
+//!   segment, nothing sealed), with the same `Release` compare-exchange. This
+//!   is the one second writer: a publisher may meanwhile fill that newest
+//!   segment, seal it and roll. The two exchanges are against the same
+//!   directory, so one fails. If the trim's fails, it gives up (the roll
+//!   trims as well, and the next tick tries again). If the roll's (or a
+//!   stall's) fails, the directory it finds still ends with the segment it
+//!   sealed (a trim never changes the newest segment, and nothing else can
+//!   replace a directory whose newest segment is sealed but has no
+//!   successor): it rebuilds its directory from that one and tries again. A
+//!   trim only replaces a directory whose newest segment it saw empty and
+//!   that lost segments to age, so this retry happens at most once per
+//!   segment trimmed.
 //! * **A roll that fails.** The sealer may be unable to map the next segment
 //!   (out of memory or address space). It cannot hand its reservation back, so
 //!   instead it publishes a *stalled* copy of the directory: the same segments
@@ -241,29 +258,38 @@ impl Shared {
         };
         let next = Arc::new(Segment::new(base, buffers, self.pool.clone()));
 
-        let mut segs = Vec::with_capacity(old.segs.len() + 1);
-        segs.extend(old.segs.iter().cloned());
-        segs.push(next);
-        let trim = self.trim_count(&segs);
-        let trimmed: Vec<Arc<Segment>> = segs.drain(..trim).collect();
-        // Release: publishes the new segment's initial state (and the seal) to
-        // every Acquire load of the directory. Relaxed on failure: we only drop
-        // what we built (another publisher's roll won, after a stall).
-        let new = Owned::new(Dir { segs, stalled: None });
-        if self
-            .dir
-            .compare_exchange(
+        let mut current = current;
+        let trimmed = loop {
+            // SAFETY: as in `dir`: `current` was loaded under `guard`.
+            let from = unsafe { current.deref() };
+            let mut segs = Vec::with_capacity(from.segs.len() + 1);
+            segs.extend(from.segs.iter().cloned());
+            segs.push(next.clone());
+            let trim = self.trim_count(&segs, self.expired_before());
+            let trimmed: Vec<Arc<Segment>> = segs.drain(..trim).collect();
+            // Release: publishes the new segment's initial state (and the seal) to
+            // every Acquire load of the directory. Relaxed on failure: we only drop
+            // what we built (another publisher's roll won, after a stall; or an
+            // idle trim, and we try again).
+            let new = Owned::new(Dir { segs, stalled: None });
+            match self.dir.compare_exchange(
                 current,
                 new,
                 crate::sync::ordering_or_weakened!("L2", Ordering::Release),
                 Ordering::Relaxed,
                 guard,
-            )
-            .is_err()
-        {
-            debug_assert!(old.stalled.is_some(), "only a stalled directory has several writers");
-            return Ok(());
-        }
+            ) {
+                Ok(_) => break trimmed,
+                Err(e) => match self.trimmed_under(last, e.current, guard) {
+                    // An idle trim replaced the directory: again from that one.
+                    Some(now) if old.stalled.is_none() => current = now,
+                    _ => {
+                        debug_assert!(old.stalled.is_some(), "only a stalled directory has several rollers");
+                        return Ok(());
+                    }
+                },
+            }
+        };
         // Only now, with the directory that omits them published, tell cursors
         // inside the trimmed segments to move on (see `Segment::mark_trimmed`).
         for seg in &trimmed {
@@ -300,6 +326,20 @@ impl Shared {
         Ok(())
     }
 
+    /// `now` (the directory a failed exchange found) if it is an idle trim's
+    /// copy of a directory whose newest segment was `last` (not stalled):
+    /// the roll or stall of `last` must then be made from it.
+    fn trimmed_under<'g>(
+        &self,
+        last: &Arc<Segment>,
+        now: epoch::Shared<'g, Dir>,
+        _guard: &'g Guard,
+    ) -> Option<epoch::Shared<'g, Dir>> {
+        // SAFETY: as in `dir`: `now` was loaded under `_guard` by the exchange.
+        let dir = unsafe { now.deref() };
+        (dir.stalled.is_none() && Arc::ptr_eq(dir.last(), last)).then_some(now)
+    }
+
     /// Replaces `current` (whose roll just failed with `error`) by a stalled
     /// copy, so waiting and later publishers learn of it (see the module docs).
     #[cold]
@@ -309,20 +349,34 @@ impl Shared {
         if old.stalled.is_some() {
             return;
         }
-        let stalled = Owned::new(Dir { segs: old.segs.clone(), stalled: Some(Box::new(error.clone())) });
-        // Release: publishes the stalled directory's contents, as in
-        // `install_next`. The sealer is the directory's only writer until the
-        // stalled flag is visible, so the exchange cannot fail.
-        let swapped = self.dir.compare_exchange(
-            current,
-            stalled,
-            crate::sync::ordering_or_weakened!("L2", Ordering::Release),
-            Ordering::Relaxed,
-            guard,
-        );
-        debug_assert!(swapped.is_ok(), "the sealer is the directory's one writer");
-        if swapped.is_ok() {
-            self.retire(current, guard);
+        let last = old.last().clone();
+        let mut current = current;
+        loop {
+            // SAFETY: as in `dir`: `current` was loaded under `guard`.
+            let from = unsafe { current.deref() };
+            let stalled = Owned::new(Dir { segs: from.segs.clone(), stalled: Some(Box::new(error.clone())) });
+            // Release: publishes the stalled directory's contents, as in
+            // `install_next`. Besides the sealer only an idle trim writes the
+            // directory (see the module docs): then again from its copy.
+            match self.dir.compare_exchange(
+                current,
+                stalled,
+                crate::sync::ordering_or_weakened!("L2", Ordering::Release),
+                Ordering::Relaxed,
+                guard,
+            ) {
+                Ok(_) => {
+                    self.retire(current, guard);
+                    return;
+                }
+                Err(e) => match self.trimmed_under(&last, e.current, guard) {
+                    Some(now) => current = now,
+                    None => {
+                        debug_assert!(false, "the sealer and idle trims are the directory's only writers");
+                        return;
+                    }
+                },
+            }
         }
     }
 
@@ -419,12 +473,10 @@ impl Shared {
             // A durable segment's file is named by its base offset, and an
             // empty newest segment's successor would have the same base: the
             // roll could not create its file, and would stall the partition.
-            // So a quiet durable log keeps an expired segment that an earlier
-            // early seal left behind an empty one until the next publish
-            // rolls it out. (Reservations only grow: if one is granted after
-            // this check, the seal below counts it, and the successor's base
-            // differs.)
-            return Ok(());
+            // So trim without a roll (see "A trim nobody publishes for").
+            // (Reservations only grow: if one is granted after this check,
+            // the seal below counts it, and the successor's base differs.)
+            return self.trim_idle(current, expired_before, &guard);
         }
         // One record of more bytes than the segment holds is never granted:
         // the reservation is the sealer, or finds another publisher sealing.
@@ -443,9 +495,55 @@ impl Shared {
         }
     }
 
+    /// Installs a copy of `current` (whose newest segment was empty) without
+    /// the head segments retention removes now; see "A trim nobody publishes
+    /// for" in the module docs. Gives up if the directory changed meanwhile.
+    /// `expired_before`: as in `expire` (the clock, or a test's time).
+    fn trim_idle(&self, current: epoch::Shared<'_, Dir>, expired_before: u64, guard: &Guard) -> Result<()> {
+        // SAFETY: as in `dir`: `current` was loaded under `guard`.
+        let old = unsafe { current.deref() };
+        let trim = self.trim_count(&old.segs, Some(expired_before));
+        if trim == 0 {
+            return Ok(());
+        }
+        let new = Owned::new(Dir { segs: old.segs[trim..].to_vec(), stalled: None });
+        // Release: as in `install_next` (the directory's segments are
+        // published to the Acquire loads in `dir_ptr`). Relaxed on failure:
+        // a publisher's roll won, and it trims too; we only drop our copy.
+        if self
+            .dir
+            .compare_exchange(
+                current,
+                new,
+                crate::sync::ordering_or_weakened!("L2", Ordering::Release),
+                Ordering::Relaxed,
+                guard,
+            )
+            .is_err()
+        {
+            return Ok(());
+        }
+        let trimmed = &old.segs[..trim];
+        for seg in trimmed {
+            seg.mark_trimmed();
+        }
+        // Relaxed: a statistic.
+        self.trimmed_segments.fetch_add(trim as u64, Ordering::Relaxed);
+        ::log::debug!(
+            target: "rill::log",
+            "partition {}: the age limit trimmed {trim} segment(s) of an idle log, offsets {}..{}",
+            self.partition,
+            trimmed[0].base(),
+            old.last().base()
+        );
+        self.retire(current, guard);
+        Ok(())
+    }
+
     /// How many head segments retention removes from `segs` (whose last
-    /// element is the new, empty segment).
-    pub(super) fn trim_count(&self, segs: &[Arc<Segment>]) -> usize {
+    /// element is the new, empty segment), with the age limit applied to
+    /// records older than `expired_before` (ns; `None`: no age limit).
+    pub(super) fn trim_count(&self, segs: &[Arc<Segment>], expired_before: Option<u64>) -> usize {
         let sizes = &self.sizes;
         let floor = self.hold_floor();
         // A durable segment's region has room for one more frame than its
@@ -454,7 +552,6 @@ impl Shared {
         let size = |s: &Segment| s.capacity().saturating_sub(sizes.frame);
         let mut bytes: u64 = segs.iter().map(|s| size(s)).sum();
         let mut records: u64 = segs.iter().map(|s| s.reserved()).sum();
-        let expired_before = self.expired_before();
         let mut trim = 0;
         // Never trims the last (active) segment.
         for head in &segs[..segs.len() - 1] {

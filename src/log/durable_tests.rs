@@ -492,11 +492,13 @@ fn retention_deletes_trimmed_segment_files() {
 /// empty one an earlier early seal installed: sealing it would need a second
 /// file of the same base offset, so the roll failed and stalled the partition
 /// (a publisher then waited for ever). Found by the broker's restart test
-/// with a 1 ms age limit; deterministic here by deciding the expiry as of
-/// the end of time while the real clock, which the roll's trim reads, sees
+/// with a 1 ms age limit. Then (issue 11) such a quiet log kept its expired
+/// segments behind the empty newest one until the next publish; now they
+/// are trimmed without a roll. Deterministic here by deciding the expiry as
+/// of the end of time while the real clock, which a roll's trim reads, sees
 /// nothing expired under an hour's limit.
 #[test]
-fn the_age_limit_never_seals_an_empty_durable_segment() {
+fn the_age_limit_never_seals_an_empty_durable_segment_and_trims_behind_it() {
     let dir = TempDir::new("age");
     let cfg = LogConfig { segment_bytes: Some(4096), retention_ms: Some(3_600_000), ..LogConfig::default() };
     let (log, _) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
@@ -510,14 +512,21 @@ fn the_age_limit_never_seals_an_empty_durable_segment() {
     // early and an empty one follows it (the real clock trims nothing).
     log.expire_as_of(u64::MAX).unwrap();
     assert_eq!(log.stats().segments, before + 1);
-    // The newest segment is empty now: nothing to seal, however often asked.
+    assert_eq!(log.first_offset(), 0);
+    // The newest segment is empty now: nothing is sealed, but the expired
+    // segments behind it go, without a publish.
     log.expire_as_of(u64::MAX).unwrap();
+    let stats = log.stats();
+    assert_eq!((stats.segments, stats.first_offset, stats.end_offset), (1, 12, 12));
+    assert_eq!(stats.trimmed_segments, before as u64);
     log.expire_as_of(u64::MAX).unwrap();
-    assert_eq!(log.stats().segments, before + 1);
+    assert_eq!(log.stats().segments, 1);
+    // Their files are gone; the log goes on at the same offsets.
+    assert_eq!(segment_files(dir.path()).len(), 1, "{:?}", segment_files(dir.path()));
     assert_eq!(log.append(&Record::new(&payload)).unwrap(), 12);
     drop(log);
     let (log, report) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
-    assert_eq!((report.first_offset, report.end_offset, report.truncated_records), (0, 13, 0));
+    assert_eq!((report.first_offset, report.end_offset, report.truncated_records), (12, 13, 0));
     assert_eq!(log.end_offset(), 13);
 }
 
