@@ -32,18 +32,20 @@ fn main() {
             "child-restart-write" => restart_writer(&dir),
             "child-restart-read" => restart_reader(&dir),
             "child-hold" => hold_lock(&dir),
+            "child-acks" => acks_child(&dir, args[3].parse().unwrap()),
             "child-crash" => crash_child(&dir, policy(&args[3]), args[4].parse().unwrap(), args[5].parse().unwrap()),
             other => panic!("unknown role {other}"),
         }
         return;
     }
     let filters: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
-    let tests: [(&str, fn()); 8] = [
+    let tests: [(&str, fn()); 9] = [
         ("restart_in_two_processes_keeps_everything", restart_in_two_processes_keeps_everything),
         ("deletes_and_age_limits_on_a_data_directory_survive_a_restart", operations_survive_a_restart),
         ("a_second_broker_on_a_directory_is_busy_in_this_process_and_another", second_broker_is_busy),
         ("a_regular_file_as_data_dir_is_io_with_its_path", regular_file_is_io),
         ("a_damaged_tail_is_dropped_and_reported_in_the_partition_stats", damaged_tail_is_reported),
+        ("always_durable_acks_survive_a_kill_once_the_subscription_is_idle", acks_survive_a_kill),
         ("crash_loop_always", || crash_loop(Fsync::Always)),
         ("crash_loop_interval", || crash_loop(Fsync::default())),
         ("crash_loop_never", || crash_loop(Fsync::Never)),
@@ -395,6 +397,78 @@ fn regular_file_is_io() {
         other => panic!("expected Io, got {other:?}"),
     }
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+// ------------------------------------------------- durable acks and kill -9
+
+/// Rounds of the acks test: each publishes a batch, waits for the durable
+/// subscription to be idle, and is then killed.
+const ACK_ROUNDS: u64 = 5;
+
+/// Issue 11, `Always`: a durable subscription's acks are on stable storage
+/// (so, a fortiori, in the page cache a kill -9 leaves) once it is idle. A
+/// child acks a batch, reports the subscription idle, and is killed at once:
+/// the next process's subscription of that name resumes exactly after the
+/// batch, with nothing delivered twice. Before, live positions were saved
+/// every 100 ms, so a kill right after idle redelivered the batch.
+fn acks_survive_a_kill() {
+    let root = temp_dir("acks");
+    let data = root.join("data");
+    let d = data.to_str().unwrap();
+    for round in 0..ACK_ROUNDS {
+        let mut c =
+            child("child-acks", &[d, &round.to_string()]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        // Killed the moment it says so: no clean close saves anything.
+        c.kill().unwrap();
+        c.wait().unwrap();
+        assert_eq!(line.trim(), format!("idle {round}"), "round {round}");
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Round `round` of `acks_survive_a_kill`: checks that the previous rounds'
+/// acks came back (nothing is delivered again), acks one more batch, says
+/// `idle <round>` and waits to be killed.
+fn acks_child(dir: &Path, round: u64) {
+    const BATCH: u64 = 40;
+    let b = open(dir, Fsync::Always);
+    if round == 0 {
+        b.create_topic("acks", &TopicOptions { partitions: 2, ..TopicOptions::default() }).unwrap();
+    }
+    let (tx, rx) = mpsc::channel();
+    let options = SubscriptionOptions {
+        name: Some("acker".into()),
+        start: StartPosition::Earliest,
+        ..SubscriptionOptions::default()
+    };
+    let sub = b
+        .subscribe("acks", options, move |m| {
+            let _ = tx.send(m.attribute("round").map(str::to_owned));
+            Ack::Success
+        })
+        .unwrap();
+    // Everything earlier rounds published was acked: nothing comes again.
+    assert!(sub.wait_idle(WAIT).unwrap());
+    let again: Vec<_> = rx.try_iter().collect();
+    assert!(again.is_empty(), "round {round}: delivered again after the kill: {again:?}");
+    let r = round.to_string();
+    for i in 0..BATCH {
+        let key = i.to_string();
+        b.publish("acks", &Record::new(b"m").with_key(key.as_bytes()).with_attributes(&[("round", r.as_str())]))
+            .unwrap();
+    }
+    let mut got = 0;
+    while got < BATCH {
+        assert_eq!(rx.recv_timeout(WAIT).unwrap().as_deref(), Some(r.as_str()));
+        got += 1;
+    }
+    assert!(sub.wait_idle(WAIT).unwrap());
+    println!("idle {round}");
+    // Until the parent kills it.
+    let _ = std::io::stdin().read(&mut [0u8; 1]);
 }
 
 /// Every file under `dir`, recursively.

@@ -574,7 +574,9 @@ fn trampoline(
 /// `RILL_ERR_TIMEOUT` after `timeout_ms` (negative: no limit),
 /// `RILL_ERR_CLOSED` if it is closed. Called from the subscription's own
 /// handler it would wait for that very call: `RILL_ERR_INVALID_ARGUMENT` at
-/// once, whatever `timeout_ms`.
+/// once, whatever `timeout_ms`. For a durable (named) subscription of a
+/// broker on a data directory with `RILL_FSYNC_ALWAYS`, `RILL_OK` also means
+/// every ack it made is on stable storage.
 ///
 /// # Safety
 ///

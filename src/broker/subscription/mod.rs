@@ -177,7 +177,9 @@ impl Subscription {
     /// timeout passes (`Ok(false)`). `Err(Closed)` if it is closed.
     /// Called from this subscription's own handler (or `on_lagged`
     /// callback), it would wait for the call it is made from: it fails at
-    /// once with `InvalidArgument`, whatever the timeout.
+    /// once with `InvalidArgument`, whatever the timeout. For a durable
+    /// subscription of a broker on a data directory with `Fsync::Always`,
+    /// `Ok(true)` also means every ack it made is on stable storage.
     pub fn wait_idle(&self, timeout: Duration) -> Result<bool> {
         self.core.wait_idle(timeout)
     }
