@@ -59,8 +59,10 @@ fn main() {
         let log = if scenario == "log" {
             Log::new(&LogConfig::default()).expect("log")
         } else {
+            // No retention: the cursor below reads every record back.
+            let config = LogConfig { retention_bytes: None, ..LogConfig::default() };
             let durable = DurableLog { fsync: Fsync::Never, ..DurableLog::new(&dir) };
-            Log::open(&LogConfig::default(), 0, &durable).expect("durable log").0
+            Log::open(&config, 0, &durable).expect("durable log").0
         };
         for _ in 0..n {
             black_box(log.append(&Record::new(&payload)).expect("append"));
