@@ -752,7 +752,7 @@ impl Files {
 }
 
 #[cfg(test)]
-mod frame_tests {
+mod tests {
     use super::*;
 
     /// The frame checksum is the on-disk format: the fast path must give
