@@ -12,6 +12,9 @@
 //!
 //! * `log`: a bare `Log`, one thread appends N records, then a cursor reads
 //!   them (the featureless baseline);
+//! * `log-never`: the same on a durable `Log` (segment files in a fresh
+//!   temporary directory, `Fsync::Never`): the difference to `log` is what a
+//!   record's frame and file storage cost;
 //! * `none`: publish with no subscriber;
 //! * `one`, `one-dedicated`: 1 -> 1 push subscriber on the pool / a thread;
 //! * `idle-8`: 8 subscribers on the pool, each caught up before every
@@ -26,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rill::log::{Log, LogConfig};
+use rill::log::{DurableLog, Fsync, Log, LogConfig};
 use rill::{Ack, Broker, BrokerConfig, Message, Record, Subscription, SubscriptionOptions, TopicOptions};
 
 const WAIT: Duration = Duration::from_secs(600);
@@ -51,8 +54,16 @@ fn main() {
     let payload = [7u8; 64];
     rill::clock::warm_up();
 
-    if scenario == "log" {
-        let log = Log::new(&LogConfig::default()).expect("log");
+    if scenario == "log" || scenario == "log-never" {
+        let dir = std::env::temp_dir().join(format!("rill-hotpath-{}", std::process::id()));
+        let log = if scenario == "log" {
+            Log::new(&LogConfig::default()).expect("log")
+        } else {
+            // No retention: the cursor below reads every record back.
+            let config = LogConfig { retention_bytes: None, ..LogConfig::default() };
+            let durable = DurableLog { fsync: Fsync::Never, ..DurableLog::new(&dir) };
+            Log::open(&config, 0, &durable).expect("durable log").0
+        };
         for _ in 0..n {
             black_box(log.append(&Record::new(&payload)).expect("append"));
         }
@@ -63,6 +74,10 @@ fn main() {
             got += 1;
         }
         assert_eq!(got, n);
+        drop(log);
+        if scenario == "log-never" {
+            std::fs::remove_dir_all(&dir).expect("remove the scratch directory");
+        }
         return;
     }
 

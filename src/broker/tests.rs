@@ -208,3 +208,53 @@ fn a_commit_waiting_for_its_fsync_blocks_no_other_broker_call() {
     broker.close();
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// Issue 11: a failing `fdatasync` under `Fsync::Always` is `Io` to the
+/// publisher whose record it was to make durable; everything acknowledged
+/// before it survives a reopen, and the next publish works once the disk
+/// does again.
+#[test]
+fn a_failed_fdatasync_is_io_to_an_always_publisher_and_loses_nothing_acknowledged() {
+    let dir = std::env::temp_dir().join(format!("rill-broker-syncfail-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let open = || {
+        Broker::new(BrokerConfig {
+            worker_threads: Some(1),
+            data_dir: Some(dir.clone()),
+            fsync: crate::Fsync::Always,
+            ..BrokerConfig::default()
+        })
+        .unwrap()
+    };
+    let broker = open();
+    broker.create_topic("t", &TopicOptions::default()).unwrap();
+    let mut acked = Vec::new();
+    for i in 0..5u8 {
+        acked.push((broker.publish("t", &Record::new(&[i])).unwrap().offset, vec![i]));
+    }
+    let topic = broker.inner().topics.load().get("t").cloned().unwrap();
+    topic.partitions[0].log.fail_next_syncs(1);
+    let err = broker.publish("t", &Record::new(b"unsynced")).unwrap_err();
+    assert!(matches!(&err, Error::Io { message, .. } if message.contains("os error 5")), "{err}");
+    acked.push((broker.publish("t", &Record::new(b"after")).unwrap().offset, b"after".to_vec()));
+    drop(topic);
+    broker.close();
+    drop(broker);
+
+    let broker = open();
+    let topic = broker.inner().topics.load().get("t").cloned().unwrap();
+    let mut cursor = topic.partitions[0].log.cursor_from_first();
+    let mut back = Vec::new();
+    while let Some(r) = cursor.read().unwrap() {
+        back.push((r.offset(), r.payload().to_vec()));
+    }
+    for a in &acked {
+        assert!(back.contains(a), "acknowledged {a:?} lost after reopen: {back:?}");
+    }
+    assert_eq!(back.len(), 7, "offsets stay dense: {back:?}");
+    drop(cursor);
+    drop(topic);
+    broker.close();
+    drop(broker);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -239,6 +239,12 @@ impl Durability {
         }
     }
 
+    /// The durable watermark: every offset below it is on stable storage.
+    #[cfg(test)]
+    pub(crate) fn durable_end(&self) -> u64 {
+        self.state.lock().durable
+    }
+
     /// Runs one round (waiting for a running one to finish first), for
     /// [`Log::sync`](super::Log::sync).
     pub(crate) fn sync(&self, files: &Files, segments: SegmentsFrom<'_>) -> Result<()> {
@@ -315,6 +321,7 @@ fn round(files: &Files, segments: SegmentsFrom<'_>, from: u64, mut marked_below:
                 Some(count) if index >= count => (stop + file::FRAME_LEN as u64).min(seg.capacity()),
                 _ => stop,
             };
+            files.injected_sync_failure(&files.dir.join(file::segment_file_name(seg.base())))?;
             file.flush_region(start, through)?;
         }
         end = seg.base() + index;

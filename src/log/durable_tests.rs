@@ -405,6 +405,47 @@ fn a_full_disk_at_a_roll_is_io_to_that_publisher_and_loses_nothing_acknowledged(
 }
 
 #[test]
+fn a_failed_fdatasync_is_io_to_the_always_publisher_and_loses_nothing_acknowledged() {
+    let dir = TempDir::new("syncfail");
+    let (log, _) = Log::open(&config(64 << 10), 0, &durable(dir.path(), Fsync::Always, false)).unwrap();
+    let watermark = |log: &Log| log.shared.durability.as_ref().unwrap().durable_end();
+    let mut acked = Vec::new();
+    for i in 0..10u32 {
+        acked.push(log.append(&Record::new(&i.to_le_bytes())).unwrap());
+    }
+    assert_eq!(watermark(&log), 10);
+    log.fail_next_syncs(1);
+    let err = log.append(&Record::new(b"not durable")).unwrap_err();
+    match &err {
+        Error::Io { path, message, .. } => {
+            assert!(message.contains("os error 5"), "an EIO: {err}");
+            assert_eq!(path, &dir.path().join(file::segment_file_name(0)));
+        }
+        e => panic!("unexpected {e:?}"),
+    }
+    // Not reported durable: the watermark stops before the failed record,
+    // and an explicit sync meeting the next failure does not move it either.
+    assert_eq!(watermark(&log), 10, "a failed sync never raises the watermark");
+    log.fail_next_syncs(1);
+    assert!(matches!(log.sync(), Err(Error::Io { .. })));
+    assert_eq!(watermark(&log), 10);
+    // The disk is back: the next publisher's round covers the failed record too.
+    acked.push(log.append(&Record::new(b"after")).unwrap());
+    assert_eq!(acked.last(), Some(&11), "offsets stay dense across the failure");
+    assert_eq!(watermark(&log), 12);
+    drop(log);
+    let (log, report) = Log::open(&config(64 << 10), 0, &durable(dir.path(), Fsync::Always, false)).unwrap();
+    assert_eq!(report.records, 12);
+    assert_eq!(report.truncated_records, 0);
+    let back = read_from(&log, 0);
+    for &offset in &acked {
+        assert!(back.iter().any(|p| p.offset == offset), "acknowledged record {offset} lost");
+    }
+    assert_eq!(back[10].payload, b"not durable", "a committed but unsynced record is not dropped either");
+    assert_eq!(back[11].payload, b"after");
+}
+
+#[test]
 fn always_publishers_on_four_threads_are_all_durable_and_share_syncs() {
     let dir = TempDir::new("always");
     let (log, _) = Log::open(&config(64 << 10), 0, &durable(dir.path(), Fsync::Always, false)).unwrap();

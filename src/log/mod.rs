@@ -201,6 +201,17 @@ impl Log {
         }
     }
 
+    /// Makes the next `n` data syncs of this durable log's sync rounds fail
+    /// as a failing `fdatasync` does (`EIO`, reported as [`Error::Io`]),
+    /// without syncing. A seam for tests of the failed-sync path. Does
+    /// nothing for an in-memory log.
+    #[doc(hidden)]
+    pub fn fail_next_syncs(&self, n: usize) {
+        if let Some(files) = self.shared.pool.files() {
+            files.fail_next_syncs(n);
+        }
+    }
+
     /// Waits until every offset below `end` is durable, if this log's
     /// appends must (`Fsync::Always`); unpins meanwhile.
     #[inline]

@@ -38,6 +38,9 @@ pub struct SystemSummary {
     pub lost_pct: f64,
     /// Latency percentiles over every sample of every run.
     pub latency: Percentiles,
+    /// Percentiles of the publish calls' durations over every run, where the
+    /// harness timed them (rill under `Fsync::Always`; else no samples).
+    pub publish_latency: Percentiles,
     /// Median over runs of voluntary context switches per 1,000 delivered messages.
     pub switches_per_1k: f64,
     /// The payload type a peer carried ("[u8; 64]", "Arc<[u8]>", ...); empty for rill.
@@ -263,8 +266,10 @@ fn summarise(system: System, runs: &[&Outcome], sc: &Scenario, env: &Env) -> Sys
     let rates: Vec<f64> = measured.iter().map(|o| o.msgs_per_sec()).collect();
     let msgs = if rates.is_empty() { 0.0 } else { median(&rates) };
     let mut latency = new_histogram();
+    let mut publish_latency = new_histogram();
     for o in &measured {
         latency.add(&o.latency).expect("same bounds");
+        publish_latency.add(&o.publish_latency).expect("same bounds");
     }
     let (delivered, missed): (u64, u64) = measured.iter().fold((0, 0), |(d, m), o| (d + o.delivered, m + o.missed));
     let timeouts = runs.iter().filter(|o| o.status == Status::Timeout).count();
@@ -294,6 +299,7 @@ fn summarise(system: System, runs: &[&Outcome], sc: &Scenario, env: &Env) -> Sys
         run_msgs_per_sec: rates,
         lost_pct: if delivered + missed > 0 { missed as f64 * 100.0 / (delivered + missed) as f64 } else { 0.0 },
         latency: percentiles(&latency),
+        publish_latency: percentiles(&publish_latency),
         switches_per_1k: if measured.is_empty() {
             0.0
         } else {
@@ -323,6 +329,7 @@ mod tests {
             subscribers: 1,
             elapsed_ns: 1,
             latency: new_histogram(),
+            publish_latency: new_histogram(),
             payload_sum,
             ctx_switches: 0,
         }

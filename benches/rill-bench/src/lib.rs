@@ -10,6 +10,8 @@
 //!   ([`measure::Work`]), the producer loop and the run clock;
 //! * [`bench`](mod@bench), [`scenarios`], [`stats`], [`report`], [`plot`], [`probe`]:
 //!   interleaved pairs, named workloads, ratios, output and the machine probe;
+//! * [`recovery`]: `--recovery-mib`, a durable partition's recovery time
+//!   against reading its files from the page cache;
 //! * `bridge` (the `nats` feature): the `bridge` scenario, rill through
 //!   NATS JetStream against a plain async-nats pair.
 
@@ -20,6 +22,7 @@ pub mod measure;
 pub mod plain;
 pub mod plot;
 pub mod probe;
+pub mod recovery;
 pub mod report;
 pub mod scenarios;
 pub mod stats;

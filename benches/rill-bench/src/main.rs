@@ -222,6 +222,13 @@ struct Cli {
     /// Skip the cross-core ping-pong and hiccup probes.
     #[arg(long, help_heading = "Output")]
     no_probe: bool,
+
+    /// Instead of scenarios: fill one durable partition with N MiB of records (--payload bytes
+    /// each) under RILL_BENCH_DATA_DIR (else the temp directory), then time its recovery
+    /// (`Log::open`) against reading its files from the page cache, in --pairs interleaved
+    /// pairs; the files are deleted afterwards. Needs N MiB of free disk (issue 11: N = 1024).
+    #[arg(long, value_name = "N", help_heading = "Systems")]
+    recovery_mib: Option<u64>,
 }
 
 impl Cli {
@@ -302,6 +309,20 @@ fn main() {
             .exit();
     }
     let started = Instant::now();
+    if let Some(mib) = cli.recovery_mib {
+        let root = systems::rill_sys::data_root();
+        match rill_bench::recovery::measure(&root, mib.max(1), cli.payload, cli.pairs.max(1)) {
+            Ok(r) => {
+                println!("{}", r.describe());
+                println!("({:.1} s in all)", started.elapsed().as_secs_f64());
+            }
+            Err(e) => {
+                eprintln!("recovery measurement under {} failed: {e}", root.display());
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     let comparing = cli.compare || !cli.peers.is_empty() || matches!(cli.suite, Suite::Report | Suite::Sweep);
     let peers: Vec<System> = if !comparing {
         Vec::new()

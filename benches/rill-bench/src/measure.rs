@@ -308,6 +308,9 @@ pub struct Run {
     driver: std::sync::OnceLock<std::thread::Thread>,
     slots: Vec<Slot>,
     hists: Vec<Mutex<Histogram<u64>>>,
+    /// Durations of publish calls, for harnesses that time them (rill under
+    /// `Fsync::Always`, where a publish waits for its fdatasync).
+    publish_hist: Mutex<Histogram<u64>>,
     sample_every: u64,
     work: Work,
 }
@@ -325,9 +328,15 @@ impl Run {
             driver: std::sync::OnceLock::new(),
             slots: (0..shape.receivers()).map(|_| Slot::default()).collect(),
             hists: (0..shape.receivers()).map(|_| Mutex::new(new_histogram())).collect(),
+            publish_hist: Mutex::new(new_histogram()),
             sample_every: shape.sample_every.max(1),
             work: shape.work,
         })
+    }
+
+    /// Adds a producer's publish-call durations (ns) to the run's.
+    pub fn add_publish_latency(&self, h: &Histogram<u64>) {
+        self.publish_hist.lock().unwrap_or_else(|e| e.into_inner()).add(h).expect("same bounds");
     }
 
     /// A producer reached the deadline having sent `sent`, with a final step
@@ -526,6 +535,8 @@ pub struct Outcome {
     pub elapsed_ns: u64,
     /// Sampled publish-to-handler latencies, all subscribers.
     pub latency: Histogram<u64>,
+    /// Durations of publish calls, if the harness timed them (empty otherwise).
+    pub publish_latency: Histogram<u64>,
     /// Sum of every payload byte every finished subscriber read (wrapping;
     /// only with a [`Work`] that sums, else 0): equal across systems that
     /// delivered the same messages, so tests can check that a harness hands
@@ -548,6 +559,7 @@ impl Outcome {
             subscribers,
             elapsed_ns: 0,
             latency: new_histogram(),
+            publish_latency: new_histogram(),
             payload_sum: 0,
             ctx_switches: 0,
         }
@@ -661,7 +673,19 @@ pub fn execute(run: &Arc<Run>, timeout: Duration, producers: Vec<ProducerFn<'_>>
         s => s,
     };
     let elapsed_ns = end.saturating_sub(start).max(1);
-    Outcome { status, published, delivered, missed, subscribers, elapsed_ns, latency, payload_sum, ctx_switches }
+    let publish_latency = run.publish_hist.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Outcome {
+        status,
+        published,
+        delivered,
+        missed,
+        subscribers,
+        elapsed_ns,
+        latency,
+        publish_latency,
+        payload_sum,
+        ctx_switches,
+    }
 }
 
 /// Which messages a producer stamps with the clock, in the [`STAMP`] bytes.

@@ -125,6 +125,19 @@ pub fn table(r: &Report) -> String {
                 s.status
             );
         }
+        for s in sr.systems.iter().filter(|s| s.publish_latency.samples > 0) {
+            let p = &s.publish_latency;
+            let _ = writeln!(
+                o,
+                "   {} publish calls ({} timed): p50 {}, p90 {}, p99 {}, max {}",
+                s.system.name(),
+                p.samples,
+                fmt_ns(p.p50),
+                fmt_ns(p.p90),
+                fmt_ns(p.p99),
+                fmt_ns(p.max)
+            );
+        }
         if !sr.comparisons.is_empty() {
             let what = match sc.metric {
                 Metric::Throughput => "rill/peer msgs/s",
@@ -351,6 +364,7 @@ pub(crate) mod tests {
             run_msgs_per_sec: vec![msgs; 5],
             lost_pct: 0.0,
             latency: Percentiles { samples: 10, p50: 100, p90: 200, p99: 300, p999: 400, max: 500 },
+            publish_latency: Percentiles::default(),
             switches_per_1k: 0.5,
             payload: if system == System::Rill { String::new() } else { "[u8; 64]".into() },
         }
