@@ -10,6 +10,8 @@
 //!   ([`measure::Work`]), the producer loop and the run clock;
 //! * [`bench`](mod@bench), [`scenarios`], [`stats`], [`report`], [`plot`], [`probe`]:
 //!   interleaved pairs, named workloads, ratios, output and the machine probe;
+//! * [`publish_cost`]: the publisher's own ns per call, with no subscriber
+//!   and with 8 that keep up, beside crossbeam-channel's `send`;
 //! * `bridge` (the `nats` feature): the `bridge` scenario, rill through
 //!   NATS JetStream against a plain async-nats pair.
 
@@ -20,6 +22,7 @@ pub mod measure;
 pub mod plain;
 pub mod plot;
 pub mod probe;
+pub mod publish_cost;
 pub mod report;
 pub mod scenarios;
 pub mod stats;
