@@ -142,7 +142,7 @@ impl<'a> Record<'a> {
             .and_then(|n| n.checked_add(attrs_len))
             .and_then(|n| n.checked_add(self.payload.len()))
             .filter(|&n| n <= u32::MAX as usize)
-            .ok_or_else(|| Error::MessageTooLarge { size: usize::MAX, max: u32::MAX as usize })?;
+            .ok_or(Error::MessageTooLarge { size: usize::MAX, max: u32::MAX as usize })?;
         Ok(align_up(raw))
     }
 
