@@ -190,3 +190,22 @@ pub fn table(rows: &[Row]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_rows_run_every_pair_and_deliver_everything() {
+        // The runs assert that every subscriber and every reader received
+        // every message; here, that each row has a finite time per pair.
+        let rows = run(2_000, 2);
+        assert_eq!(rows.iter().map(|r| r.subscribers).collect::<Vec<_>>(), [0, FAN_OUT]);
+        for row in &rows {
+            assert_eq!((row.rill_ns.len(), row.peer_ns.len()), (2, 2));
+            assert!(row.rill_ns.iter().chain(&row.peer_ns).all(|ns| ns.is_finite() && *ns > 0.0), "{row:?}");
+        }
+        let table = table(&rows);
+        assert_eq!(table.lines().count(), 4, "{table}");
+    }
+}
