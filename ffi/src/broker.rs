@@ -557,12 +557,46 @@ fn to_record<'a>(
 }
 
 /// Runs `f` with the `Record` view of a C record.
+#[inline]
 pub(crate) fn with_record<T>(
     r: &rill_record,
     f: impl FnOnce(&Record<'_>) -> Result<T, FfiError>,
 ) -> Result<T, FfiError> {
+    // The common record (no attributes, valid ranges) without building an
+    // attribute list or any error text; every other record, and every error,
+    // goes the general way, which checks the same things and says what is wrong.
+    if r.attribute_count == 0
+        && let Some(record) = plain_record(r)
+    {
+        return f(&record);
+    }
     let attrs = attributes(r)?;
     f(&to_record(r, &attrs, None)?)
+}
+
+/// The `Record` of a C record without attributes, or `None` if its key or
+/// payload is not a valid range (NULL with a non-zero length, or a length no
+/// slice can have): the checks of [`to_record`], without its messages.
+#[inline(always)]
+fn plain_record<'a>(r: &rill_record) -> Option<Record<'a>> {
+    /// `bytes` without its error.
+    #[inline(always)]
+    fn range<'a>(p: *const c_void, len: usize) -> Option<&'a [u8]> {
+        if len > isize::MAX as usize {
+            return None;
+        }
+        if p.is_null() {
+            return (len == 0).then_some(&[]);
+        }
+        // SAFETY: non-NULL, the length fits a slice, and the caller of the
+        // exported function promises the range is readable until it returns.
+        Some(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
+    }
+    let mut record = Record::new(range(r.payload, r.payload_len)?);
+    if !r.key.is_null() {
+        record.key = Some(range(r.key, r.key_len)?);
+    }
+    Some(record)
 }
 
 #[derive(Clone, Copy)]

@@ -12,6 +12,8 @@
 //!   interleaved pairs, named workloads, ratios, output and the machine probe;
 //! * [`recovery`]: `--recovery-mib`, a durable partition's recovery time
 //!   against reading its files from the page cache;
+//! * [`publish_cost`]: the publisher's own ns per call, with no subscriber
+//!   and with 8 that keep up, beside crossbeam-channel's `send`;
 //! * `bridge` (the `nats` feature): the `bridge` scenario, rill through
 //!   NATS JetStream against a plain async-nats pair.
 
@@ -22,6 +24,7 @@ pub mod measure;
 pub mod plain;
 pub mod plot;
 pub mod probe;
+pub mod publish_cost;
 pub mod recovery;
 pub mod report;
 pub mod scenarios;

@@ -62,6 +62,7 @@ EXAMPLES:
   rill-bench -c 2 --batch 64 --poll-batch 1024      pull consumers
   rill-bench --suite sweep --plot fanout.svg        throughput against subscriber count
   rill-bench --suite report --format json > report.json
+  rill-bench --publish-cost --pairs 5              publish ns/call (no subscriber, 8 keeping up) beside crossbeam send
 
 MEASUREMENT: throughput counts delivered messages (what a subscriber skipped earns nothing; see
 the 'lost' column) per subscriber per second, from releasing the producers to the last subscriber
@@ -219,6 +220,12 @@ struct Cli {
     #[arg(long, value_name = "FILE.svg", help_heading = "Output")]
     plot: Option<PathBuf>,
 
+    /// Instead of scenarios: the publisher's own ns per `Publisher::publish` (64 B) with no
+    /// subscriber and with 8 that keep up, beside crossbeam-channel `send` in --pairs
+    /// interleaved pairs of --messages (default 1,000,000) publishes.
+    #[arg(long, help_heading = "Output")]
+    publish_cost: bool,
+
     /// Skip the cross-core ping-pong and hiccup probes.
     #[arg(long, help_heading = "Output")]
     no_probe: bool,
@@ -307,6 +314,10 @@ fn main() {
                 ),
             )
             .exit();
+    }
+    if cli.publish_cost {
+        run_publish_cost(&cli);
+        return;
     }
     let started = Instant::now();
     if let Some(mib) = cli.recovery_mib {
@@ -575,4 +586,18 @@ fn run_bridge(_cli: &Cli, _pairs: usize) {
         "the bridge scenario needs rill-bench built with the nats feature: cargo run --release -p rill-bench --features nats -- --scenario bridge"
     );
     std::process::exit(2);
+}
+
+/// `--publish-cost`: the publisher's own cost per call beside crossbeam's send.
+fn run_publish_cost(cli: &Cli) {
+    let messages = cli.messages.unwrap_or(1_000_000);
+    if !cli.no_probe {
+        println!("{}", probe::ping_pong(7, Duration::from_millis(40)).describe());
+    }
+    let rows = rill_bench::publish_cost::run(messages, cli.pairs.max(1));
+    println!(
+        "Publisher's own time per call, {} interleaved pairs of {messages} messages (draining afterwards not timed):\n",
+        cli.pairs.max(1)
+    );
+    print!("{}", rill_bench::publish_cost::table(&rows));
 }

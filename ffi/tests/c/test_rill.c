@@ -611,6 +611,52 @@ static void test_batch_publish_and_publisher_handle(void) {
     rill_broker_free(b);
 }
 
+/* rill_publisher_publish checks a plain record (no attributes) on a path of
+ * its own: the same answers as the general path, and nothing published on
+ * an error. */
+static void test_publisher_record_checks(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "t", NULL));
+    rill_publisher *p = NULL;
+    OK(rill_publisher_new(b, "t", &p));
+    /* A NULL key is no key, whatever key_len says. */
+    rill_record r = {NULL, 7, "abc", 3, NULL, 0};
+    OK(rill_publisher_publish(p, &r, NULL));
+    /* An empty key and an empty payload given as NULL. */
+    rill_record empty = {"", 0, NULL, 0, NULL, 0};
+    rill_position pos;
+    OK(rill_publisher_publish(p, &empty, &pos));
+    CHECK(pos.offset == 1);
+    rill_record null_payload = {NULL, 0, NULL, 3, NULL, 0};
+    CHECK_STATUS(rill_publisher_publish(p, &null_payload, NULL), RILL_ERR_NULL_ARGUMENT);
+    LAST_ERROR_HAS("record payload");
+    rill_record long_payload = {NULL, 0, "abc", SIZE_MAX, NULL, 0};
+    CHECK_STATUS(rill_publisher_publish(p, &long_payload, NULL), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("record payload length");
+    rill_record long_key = {"k", SIZE_MAX, "abc", 3, NULL, 0};
+    CHECK_STATUS(rill_publisher_publish(p, &long_key, NULL), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("record key length");
+    rill_record no_attributes = {NULL, 0, "abc", 3, NULL, 2};
+    CHECK_STATUS(rill_publisher_publish(p, &no_attributes, NULL), RILL_ERR_NULL_ARGUMENT);
+    rill_topic_stats ts;
+    OK(rill_topic_get_stats(b, "t", &ts));
+    CHECK(ts.publish_count == 2);
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "check", "t", NULL, &c));
+    OK(rill_consumer_seek(c, 0, 0));
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    OK(rill_consumer_poll(c, 10, 0, &msgs, &count));
+    CHECK(count == 2);
+    if (count == 2) {
+        CHECK(msgs[0].key == NULL && msgs[0].payload_len == 3 && memcmp(msgs[0].payload, "abc", 3) == 0);
+        CHECK(msgs[1].key != NULL && msgs[1].key_len == 0 && msgs[1].payload_len == 0);
+    }
+    rill_consumer_free(c);
+    rill_publisher_free(p);
+    rill_broker_free(b);
+}
+
 static void test_retry_dead_letter_and_reason(void) {
     rill_broker *b = new_broker();
     OK(rill_topic_create(b, "jobs", NULL));
@@ -2492,6 +2538,7 @@ int main(void) {
     test_message_attribute_accessors();
     test_filters_and_partitions();
     test_batch_publish_and_publisher_handle();
+    test_publisher_record_checks();
     test_retry_dead_letter_and_reason();
     test_invalid_ack_is_a_retry();
     test_durable_resume();

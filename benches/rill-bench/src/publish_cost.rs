@@ -1,0 +1,211 @@
+//! The publisher's own cost per call (`rill-bench --publish-cost`):
+//! `Publisher::publish` of a 64-byte payload with no subscriber, and with 8
+//! push subscribers on rill's pool that are caught up when the timing starts
+//! and keep up meanwhile, beside a peer's send in the same run.
+//!
+//! The peer is what a user without rill would write for the same job:
+//! crossbeam-channel `unbounded::<[u8; 64]>()` and `send` by value (no
+//! backpressure, like rill's default subscription policy). With no
+//! subscriber, one channel whose receiver is alive and never read (the send
+//! never blocks and never wakes anyone); with 8, eight channels, each drained
+//! by its own thread that `black_box`es the payload and counts it in a local,
+//! and a publish is eight sends, one per channel.
+//!
+//! Only the publishing thread's time is counted: from before the first call to
+//! after the last, divided by the messages; draining what is left afterwards
+//! is not timed. Pairs alternate their order (rill, peer, then peer, rill), so
+//! neither side always runs warm. No thresholds: this reports, it does not judge.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rill::{Ack, Broker, BrokerConfig, Message, Record, Subscription, SubscriptionOptions, TopicOptions};
+
+use crate::stats::{median, pair_stats};
+
+/// The payload size the cost is measured at.
+pub const PAYLOAD: usize = 64;
+/// Subscribers (and peer receivers) in the fan-out row.
+pub const FAN_OUT: usize = 8;
+/// Messages published untimed before each timed run, so both sides start with
+/// their threads up and their first allocations made.
+const WARM_UP: u64 = 10_000;
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One row: publish ns per call for rill and its peer, one entry per pair.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub subscribers: usize,
+    pub rill_ns: Vec<f64>,
+    pub peer_ns: Vec<f64>,
+}
+
+impl Row {
+    /// `peer / rill` per pair, so above 1 means rill's publish is cheaper.
+    pub fn ratios(&self) -> Vec<f64> {
+        self.rill_ns.iter().zip(&self.peer_ns).map(|(r, p)| p / r).collect()
+    }
+}
+
+/// Runs `pairs` interleaved pairs of `messages` publishes for each row.
+pub fn run(messages: u64, pairs: usize) -> Vec<Row> {
+    [0, FAN_OUT]
+        .into_iter()
+        .map(|subscribers| {
+            let mut row = Row { subscribers, rill_ns: Vec::new(), peer_ns: Vec::new() };
+            for pair in 0..pairs {
+                if pair % 2 == 0 {
+                    row.rill_ns.push(rill_ns(messages, subscribers));
+                    row.peer_ns.push(peer_ns(messages, subscribers));
+                } else {
+                    row.peer_ns.push(peer_ns(messages, subscribers));
+                    row.rill_ns.push(rill_ns(messages, subscribers));
+                }
+            }
+            row
+        })
+        .collect()
+}
+
+/// rill: `Publisher::publish` ns per call with `subscribers` keeping up.
+pub fn rill_ns(messages: u64, subscribers: usize) -> f64 {
+    let broker = Broker::new(BrokerConfig::default()).expect("broker");
+    broker.create_topic("publish-cost", &TopicOptions::default()).expect("topic");
+    let counts: Vec<Arc<AtomicU64>> = (0..subscribers).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let subs: Vec<Subscription> = counts
+        .iter()
+        .map(|count| {
+            let count = count.clone();
+            broker
+                .subscribe("publish-cost", SubscriptionOptions::default(), move |m: &Message<'_>| {
+                    black_box(m.payload());
+                    // Relaxed: a private counter, read after `wait_all_idle`, which orders it.
+                    count.fetch_add(1, Ordering::Relaxed);
+                    Ack::Success
+                })
+                .expect("subscribe")
+        })
+        .collect();
+    let refs: Vec<&Subscription> = subs.iter().collect();
+    let publisher = broker.publisher("publish-cost").expect("publisher");
+    let payload = [0x5au8; PAYLOAD];
+    let record = Record::new(&payload);
+    for _ in 0..WARM_UP {
+        black_box(publisher.publish(&record).expect("publish"));
+    }
+    assert!(rill::broker::wait_all_idle(&refs, DRAIN_TIMEOUT).expect("wait"), "the subscribers did not catch up");
+    let started = Instant::now();
+    for _ in 0..messages {
+        black_box(publisher.publish(black_box(&record)).expect("publish"));
+    }
+    let elapsed = started.elapsed();
+    assert!(rill::broker::wait_all_idle(&refs, DRAIN_TIMEOUT).expect("wait"), "the subscribers did not catch up");
+    for count in &counts {
+        // Relaxed: ordered by `wait_all_idle` above.
+        assert_eq!(count.load(Ordering::Relaxed), WARM_UP + messages, "a subscriber missed messages");
+    }
+    elapsed.as_nanos() as f64 / messages as f64
+}
+
+/// The peer: crossbeam-channel `send` of a `[u8; 64]` ns per publish, to
+/// `subscribers` channels (or one nobody reads).
+pub fn peer_ns(messages: u64, subscribers: usize) -> f64 {
+    let payload = [0x5au8; PAYLOAD];
+    if subscribers == 0 {
+        let (tx, rx) = crossbeam_channel::unbounded::<[u8; PAYLOAD]>();
+        for _ in 0..WARM_UP {
+            tx.send(payload).expect("send");
+        }
+        let started = Instant::now();
+        for _ in 0..messages {
+            tx.send(black_box(payload)).expect("send");
+        }
+        let elapsed = started.elapsed();
+        assert_eq!(rx.len() as u64, WARM_UP + messages);
+        return elapsed.as_nanos() as f64 / messages as f64;
+    }
+    let mut senders = Vec::new();
+    let mut readers = Vec::new();
+    // Told by the publisher once the warm-up was received by every reader.
+    let (ready_tx, ready_rx) = crossbeam_channel::bounded::<()>(subscribers);
+    for _ in 0..subscribers {
+        let (tx, rx) = crossbeam_channel::unbounded::<[u8; PAYLOAD]>();
+        senders.push(tx);
+        let ready = ready_tx.clone();
+        readers.push(thread::spawn(move || {
+            let mut got = 0u64;
+            while let Ok(m) = rx.recv() {
+                black_box(&m);
+                got += 1;
+                if got == WARM_UP {
+                    ready.send(()).expect("ready");
+                }
+            }
+            got
+        }));
+    }
+    for _ in 0..WARM_UP {
+        for tx in &senders {
+            tx.send(payload).expect("send");
+        }
+    }
+    // Caught up: every reader received the warm-up and waits in `recv`.
+    for _ in 0..subscribers {
+        ready_rx.recv().expect("a reader quit");
+    }
+    let started = Instant::now();
+    for _ in 0..messages {
+        let m = black_box(payload);
+        for tx in &senders {
+            tx.send(m).expect("send");
+        }
+    }
+    let elapsed = started.elapsed();
+    drop(senders);
+    for r in readers {
+        assert_eq!(r.join().expect("reader"), WARM_UP + messages, "a reader missed messages");
+    }
+    elapsed.as_nanos() as f64 / messages as f64
+}
+
+/// The rows as a Markdown table.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| publish, 64 B | rill `Publisher::publish` ns/call | crossbeam `send` ns/publish | peer / rill (median, worst pair) |\n|---|---:|---:|---:|\n",
+    );
+    for row in rows {
+        let what = if row.subscribers == 0 {
+            "no subscriber (peer: 1 channel, never read)".to_string()
+        } else {
+            format!(
+                "{} subscribers keeping up (peer: {} channels, a reader thread each)",
+                row.subscribers, row.subscribers
+            )
+        };
+        let ratio = pair_stats(&row.ratios()).map_or("-".into(), |s| format!("{:.2}x ({:.2}x)", s.median, s.worst));
+        out.push_str(&format!("| {what} | {:.1} | {:.1} | {ratio} |\n", median(&row.rill_ns), median(&row.peer_ns)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_rows_run_every_pair_and_deliver_everything() {
+        // The runs assert that every subscriber and every reader received
+        // every message; here, that each row has a finite time per pair.
+        let rows = run(2_000, 2);
+        assert_eq!(rows.iter().map(|r| r.subscribers).collect::<Vec<_>>(), [0, FAN_OUT]);
+        for row in &rows {
+            assert_eq!((row.rill_ns.len(), row.peer_ns.len()), (2, 2));
+            assert!(row.rill_ns.iter().chain(&row.peer_ns).all(|ns| ns.is_finite() && *ns > 0.0), "{row:?}");
+        }
+        let table = table(&rows);
+        assert_eq!(table.lines().count(), 4, "{table}");
+    }
+}
