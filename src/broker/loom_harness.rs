@@ -87,7 +87,15 @@ impl Harness {
             *w.0.lock() += 1;
             w.1.notify_all();
         });
-        let env = SubEnv { exec, timer: None, dead_letters: None, on_close: Some(on_close), on_release: None };
+        let env = SubEnv {
+            exec,
+            timer: None,
+            dead_letters: None,
+            on_close: Some(on_close),
+            on_release: None,
+            ack_watch: None,
+            on_stall: None,
+        };
         let options = match lag_limit {
             Some(limit) => {
                 SubscriptionOptions { overflow: Overflow::Block, lag_limit: Some(limit), ..Default::default() }
