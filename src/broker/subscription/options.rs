@@ -151,8 +151,10 @@ pub struct SubscriptionOptions {
     /// With no other member to take over (a subscription that is not
     /// shared, or a shared one alone) nothing moves: the stall is only
     /// reported. Either way it counts in `ack_timeouts` of the stats and is
-    /// logged (`log::warn!`). `None` (the default): no deadline. Zero is
-    /// refused with `InvalidArgument`. See `broker/subscription/deadline.rs`.
+    /// logged (`log::warn!`). A batch handler's call is one call: the
+    /// deadline is for its whole batch, and a stall hands the whole batch
+    /// over. `None` (the default): no deadline. Zero is refused with
+    /// `InvalidArgument`. See `broker/subscription/deadline.rs`.
     pub ack_timeout: Option<Duration>,
 }
 
