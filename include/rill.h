@@ -789,6 +789,21 @@ typedef struct {
      * `name`, or with a wildcard pattern: `RILL_ERR_INVALID_ARGUMENT`.
      */
     bool shared;
+    /**
+     * The ack deadline in milliseconds (0, the default: none). A handler
+     * call that runs longer is a stall: a `shared` member then gives its
+     * partitions to the other live members, which deliver again from the
+     * last acked offset (so the stuck message comes again, once, to
+     * another member); the late call's ack is discarded, and the member
+     * holds no partitions until a later join or leave of the subscription
+     * gives it some back. With no other member to take over (not shared,
+     * or alone) nothing moves and the late ack counts. Either way the
+     * stall counts in `ack_timeouts` of the stats, is logged (warning) and
+     * becomes the last error; `rill_subscription_free` still waits for the
+     * handler call to return. A batch handler's call is one call: the
+     * deadline covers its whole batch.
+     */
+    uint32_t ack_timeout_ms;
 } rill_subscription_options;
 
 /**
@@ -895,6 +910,10 @@ typedef struct {
      * valid after the call).
      */
     const char *last_error;
+    /**
+     * Handler calls that ran past `ack_timeout_ms` (each counted once).
+     */
+    uint64_t ack_timeouts;
 } rill_subscription_stats;
 
 /**

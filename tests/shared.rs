@@ -262,3 +262,177 @@ fn deleting_the_topic_closes_every_shared_member_with_the_reason() {
     let again = member(&b, "w", 9, &log);
     assert_eq!(owned(&again), vec![0, 1, 2, 3]);
 }
+
+/// A member with a 100 ms ack deadline, recording each call in `log` and
+/// each return in `returned`; given a `gate`, its handler blocks on it when
+/// it gets payload `stuck` (standing for a handler stuck on I/O).
+fn stalling_member(
+    b: &Broker,
+    id: usize,
+    log: &Log,
+    gate: Option<std::sync::mpsc::Receiver<()>>,
+    returned: &Arc<AtomicUsize>,
+) -> Subscription {
+    let (log, returned) = (log.clone(), returned.clone());
+    let gate = Mutex::new(gate);
+    let options = SubscriptionOptions { ack_timeout: Some(Duration::from_millis(100)), ..shared("w") };
+    b.subscribe("jobs", options, move |m| {
+        log.lock().unwrap().push((id, m.partition(), m.offset()));
+        if let Some(gate) = &*gate.lock().unwrap()
+            && m.payload() == b"stuck"
+        {
+            gate.recv().unwrap();
+        }
+        returned.fetch_add(1, Ordering::SeqCst);
+        Ack::Success
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_stalled_member_past_ack_timeout_hands_its_partitions_over_from_the_last_acked_offset() {
+    let b = broker();
+    topic(&b, "jobs", 2);
+    let log: Log = Arc::default();
+    let returned = Arc::new(AtomicUsize::new(0));
+    let (release, gate) = std::sync::mpsc::channel();
+    // The stalling member joins first and owns both partitions; the second
+    // takes one, the third none (it waits for a rebalance).
+    let m0 = stalling_member(&b, 0, &log, Some(gate), &returned);
+    let m1 = stalling_member(&b, 1, &log, None, &returned);
+    wait_for("the first hand-over", || owned(&m0).len() == 1 && owned(&m1).len() == 1);
+    let m2 = stalling_member(&b, 2, &log, None, &returned);
+    assert_eq!(owned(&m2), Vec::<u32>::new(), "two partitions, three members: one waits");
+    let p0 = owned(&m0)[0];
+    // Two messages the stalling member acks, then the one it gets stuck on,
+    // then two behind it; keyed so they land on its partition.
+    let mut on_p0 = Vec::new();
+    for k in 0u32.. {
+        let key = k.to_be_bytes();
+        let payload: &[u8] = match on_p0.len() {
+            2 => b"stuck",
+            _ => b"fine",
+        };
+        let pos = b.publish("jobs", &Record::new(payload).with_key(&key)).unwrap();
+        if pos.partition == p0 {
+            on_p0.push(pos.offset);
+            if on_p0.len() == 5 {
+                break;
+            }
+        }
+    }
+    let stuck_at = on_p0[2];
+    // After the deadline the watch hands p0 to a live member, from the stuck
+    // message: it receives exactly the unacked ones.
+    wait_for("the stalled member's partition at another member", || {
+        owned(&m0).is_empty() && owned(&m1).len() + owned(&m2).len() == 2
+    });
+    let unacked: Vec<u64> = on_p0.iter().copied().filter(|&o| o >= stuck_at).collect();
+    wait_for("the unacked messages at the new owner", || {
+        let calls: Vec<u64> =
+            log.lock().unwrap().iter().filter(|&&(m, p, _)| m != 0 && p == p0).map(|&(_, _, o)| o).collect();
+        calls.len() >= unacked.len()
+    });
+    let s0 = m0.stats();
+    assert_eq!(s0.ack_timeouts, 1, "counted once");
+    assert!(s0.last_error.unwrap_or_default().contains("ack_timeout"));
+    assert_eq!(m1.stats().ack_timeouts + m2.stats().ack_timeouts, 0);
+    // The stalled member's late ack is discarded: release it, wait until it
+    // is idle, and see that nothing moved and it handled nothing more.
+    release.send(()).unwrap();
+    // Idle means the late call has returned and its round has ended.
+    assert!(m0.wait_idle(WAIT).unwrap());
+    assert!(owned(&m0).is_empty(), "a stalled member holds nothing until a rebalance");
+    let s0 = m0.stats();
+    assert_eq!((s0.acked, s0.retried, s0.dead_lettered), (2, 0, 0), "the late ack counted for nothing");
+    // One more message on p0, then everything is idle: per partition, each
+    // offset handled once, in order, except the stuck one, delivered again
+    // exactly once, by another member.
+    let end0 = (100u32..)
+        .find_map(|k| {
+            let pos = b.publish("jobs", &Record::new(b"later").with_key(&k.to_be_bytes())).unwrap();
+            (pos.partition == p0).then_some(pos.offset + 1)
+        })
+        .unwrap();
+    for s in [&m1, &m2] {
+        assert!(s.wait_idle(WAIT).unwrap());
+    }
+    let calls = log.lock().unwrap().clone();
+    let mut p0_calls: Vec<(usize, u64)> = calls.iter().filter(|c| c.1 == p0).map(|c| (c.0, c.2)).collect();
+    let first = p0_calls.iter().position(|&(m, _)| m != 0).unwrap();
+    let (before, after) = p0_calls.split_at_mut(first);
+    assert_eq!(before.iter().map(|c| c.0).collect::<Vec<_>>(), vec![0; 3], "m0: two acked, then stuck");
+    assert_eq!(before.iter().map(|c| c.1).collect::<Vec<_>>(), on_p0[..3].to_vec());
+    assert!(after.iter().all(|&(m, _)| m != 0), "m0 handled nothing after its stall: {p0_calls:?}");
+    let offsets: Vec<u64> = after.iter().map(|c| c.1).collect();
+    assert_eq!(offsets, (stuck_at..end0).collect::<Vec<_>>(), "from the stuck message on, once each, in order");
+    // The stalled member stays a member: when another one leaves, it gets
+    // partitions again.
+    m2.close();
+    m1.close();
+    wait_for("the partitions back at the recovered member", || owned(&m0).len() == 2);
+}
+
+#[test]
+fn a_stall_with_no_other_member_is_counted_and_reported_and_close_waits_for_the_handler() {
+    for shared_member in [true, false] {
+        let b = broker();
+        topic(&b, "jobs", 1);
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        let gate = Mutex::new(gate);
+        let returned = Arc::new(AtomicBool::new(false));
+        let r = returned.clone();
+        let options = SubscriptionOptions {
+            ack_timeout: Some(Duration::from_millis(50)),
+            shared: shared_member,
+            ..shared("alone")
+        };
+        let s = b
+            .subscribe("jobs", options, move |_| {
+                gate.lock().unwrap().recv().unwrap();
+                r.store(true, Ordering::SeqCst);
+                Ack::Success
+            })
+            .unwrap();
+        publish_one(&b);
+        wait_for("the stall to be counted", || s.stats().ack_timeouts == 1);
+        let st = s.stats();
+        assert_eq!(st.partitions.len(), 1, "nothing moved");
+        assert_eq!(st.partitions[0].position, 0);
+        assert!(st.last_error.unwrap().contains("nothing moved"));
+        // The late ack counts as any: the position moves past the message.
+        release.send(()).unwrap();
+        assert!(s.wait_idle(WAIT).unwrap());
+        let st = s.stats();
+        assert_eq!((st.ack_timeouts, st.acked, st.partitions[0].position), (1, 1, 1));
+        // The watch is armed again for the next call: a second stall counts.
+        returned.store(false, Ordering::SeqCst);
+        publish_one(&b);
+        wait_for("the second stall to be counted", || s.stats().ack_timeouts == 2);
+        // Close from another thread: it returns only after the handler did.
+        let s = Arc::new(s);
+        let closer = {
+            let (s, returned) = (s.clone(), returned.clone());
+            thread::spawn(move || {
+                s.close();
+                returned.load(Ordering::SeqCst)
+            })
+        };
+        release.send(()).unwrap();
+        assert!(closer.join().unwrap(), "close returned before the stalled handler");
+        assert_eq!(s.stats().ack_timeouts, 2);
+    }
+}
+
+#[test]
+fn ack_timeout_zero_is_refused() {
+    let b = broker();
+    topic(&b, "jobs", 1);
+    let options = SubscriptionOptions { ack_timeout: Some(Duration::ZERO), ..shared("w") };
+    let err = b.subscribe("jobs", options, |_| Ack::Success).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+}
+
+fn publish_one(b: &Broker) {
+    b.publish("jobs", &Record::new(b"x")).unwrap();
+}

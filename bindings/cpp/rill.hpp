@@ -201,6 +201,11 @@ struct SubscriptionOptions {
     /// A competing member: live shared subscriptions with the same name (on
     /// one topic) divide its partitions; see rill_subscription_options.shared.
     bool shared = false;
+    /// The ack deadline (0: none): a handler call running longer makes a
+    /// shared member give its partitions to the others, which deliver again
+    /// from the last acked offset, and its late ack is discarded; counted in
+    /// stats().ack_timeouts. See rill_subscription_options.ack_timeout_ms.
+    std::chrono::milliseconds ack_timeout{0};
 };
 
 using Handler = std::function<Ack(const Message &)>;
@@ -542,6 +547,9 @@ inline void to_c(const SubscriptionOptions &o, rill_subscription_options &c) {
     if (o.on_lagged) c.on_lagged = lagged;
     if (o.on_dead_letter) c.on_dead_letter = dead_lettered;
     c.shared = o.shared;
+    if (o.ack_timeout.count() < 0 || o.ack_timeout.count() > UINT32_MAX)
+        throw Error(RILL_ERR_INVALID_ARGUMENT, "RILL_ERR_INVALID_ARGUMENT: ack_timeout must be 0 to 2^32-1 ms");
+    c.ack_timeout_ms = static_cast<uint32_t>(o.ack_timeout.count());
 }
 
 // Calls on_dead_letter; nothing may cross back into C.

@@ -219,6 +219,7 @@ impl Legacy for rill_subscription_options_v0_1 {
                 struct_size: size_of::<rill_subscription_options>() as u32,
                 on_dead_letter: None,
                 shared: false,
+                ack_timeout_ms: 0,
             }
         )
     }
@@ -394,8 +395,10 @@ mod tests {
         assert_eq!(rill_broker_options::FIRST_SIZE, 24);
         assert_eq!(size_of::<rill_broker_options>(), 48);
         // Issue 13 appended retention_ms to rill_topic_options, and
-        // on_dead_letter (13) and shared (12) to rill_subscription_options;
-        // their first sized layouts stay 32 and 128 bytes.
+        // on_dead_letter (13), shared and ack_timeout_ms (12) to
+        // rill_subscription_options (ack_timeout_ms fills the tail padding
+        // after `shared`, so the size stays 144); their first sized
+        // layouts stay 32 and 128 bytes.
         assert_eq!(rill_topic_options::FIRST_SIZE, 32);
         assert_eq!(size_of::<rill_topic_options>(), 40);
         assert_eq!(rill_subscription_options::FIRST_SIZE, 128);

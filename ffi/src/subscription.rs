@@ -195,6 +195,19 @@ pub struct rill_subscription_options {
     /// non-shared subscription with one name: `RILL_ERR_BUSY`. Without a
     /// `name`, or with a wildcard pattern: `RILL_ERR_INVALID_ARGUMENT`.
     pub shared: bool,
+    /// The ack deadline in milliseconds (0, the default: none). A handler
+    /// call that runs longer is a stall: a `shared` member then gives its
+    /// partitions to the other live members, which deliver again from the
+    /// last acked offset (so the stuck message comes again, once, to
+    /// another member); the late call's ack is discarded, and the member
+    /// holds no partitions until a later join or leave of the subscription
+    /// gives it some back. With no other member to take over (not shared,
+    /// or alone) nothing moves and the late ack counts. Either way the
+    /// stall counts in `ack_timeouts` of the stats, is logged (warning) and
+    /// becomes the last error; `rill_subscription_free` still waits for the
+    /// handler call to return. A batch handler's call is one call: the
+    /// deadline covers its whole batch.
+    pub ack_timeout_ms: u32,
 }
 
 // SAFETY: repr(C), leading u32 struct_size; pointers, integers, a double,
@@ -225,6 +238,7 @@ unsafe impl OptionStruct for rill_subscription_options {
             on_lagged: None,
             on_dead_letter: None,
             shared: false,
+            ack_timeout_ms: 0,
         }
     }
 }
@@ -286,6 +300,7 @@ unsafe fn subscription_options(o: &rill_subscription_options) -> Result<Subscrip
         on_lagged: None,
         on_dead_letter: None,
         shared: o.shared,
+        ack_timeout: (o.ack_timeout_ms > 0).then(|| Duration::from_millis(o.ack_timeout_ms.into())),
     })
 }
 
@@ -650,6 +665,8 @@ pub struct rill_subscription_stats {
     /// text can change at any moment, so a pointer into it could not stay
     /// valid after the call).
     pub last_error: *const c_char,
+    /// Handler calls that ran past `ack_timeout_ms` (each counted once).
+    pub ack_timeouts: u64,
 }
 
 impl rill_subscription_stats {
@@ -674,6 +691,7 @@ impl rill_subscription_stats {
             name: std::ptr::null(),
             pattern: std::ptr::null(),
             last_error: std::ptr::null(),
+            ack_timeouts: st.ack_timeouts,
         }
     }
 }

@@ -29,7 +29,7 @@ use super::names::{self, Pattern};
 use super::shared::SharedGroup;
 use super::store::{Offsets, Positions, Store, Ticket};
 use super::subscription::{
-    BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, StartPosition, SubCore, SubEnv, Subscription,
+    AckWatch, BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, StartPosition, SubCore, SubEnv, Subscription,
     SubscriptionOptions,
 };
 use super::topic::{Partition, Topic, TopicOptions, Wait};
@@ -119,6 +119,9 @@ pub(crate) struct BrokerInner {
     /// The timer that applies topics' age limits, started with the first
     /// topic that has one (most brokers never need its thread).
     pub(super) expiry: Mutex<Option<Arc<Timer<Expire>>>>,
+    /// The timer that checks handler calls against their `ack_timeout`,
+    /// started with the first subscription that has one.
+    pub(super) ack_watch: Mutex<Option<Arc<Timer<AckWatch>>>>,
 }
 
 /// A timer job: applies a topic's age limit (`retention_ms`) to its
@@ -254,6 +257,16 @@ impl BrokerInner {
             }
         }
         Ok(())
+    }
+
+    fn ack_watch_timer(&self) -> Result<Arc<Timer<AckWatch>>> {
+        let mut slot = self.ack_watch.lock();
+        if let Some(t) = &*slot {
+            return Ok(t.clone());
+        }
+        let timer = Arc::new(Timer::start()?);
+        *slot = Some(timer.clone());
+        Ok(timer)
     }
 
     fn expiry_timer(&self) -> Result<Arc<Timer<Expire>>> {
@@ -487,6 +500,17 @@ impl BrokerInner {
         let releaser = this.clone();
         let persister = this.clone();
         let persist = options.name.is_some() && this.store().is_some_and(|s| s.sync_commits());
+        let ack_watch = match options.ack_timeout {
+            Some(_) => Some(this.ack_watch_timer()?),
+            None => None,
+        };
+        let on_stall = (options.shared && options.ack_timeout.is_some()).then(|| {
+            let broker = this.clone();
+            Box::new(move |sub: &Arc<SubCore>, call: u64| {
+                let mut control = broker.control.lock();
+                broker.shared_member_stalled(&mut control, sub, call)
+            }) as _
+        });
         let exec =
             if options.dedicated_thread { Exec::Dedicated(Mutex::new(None)) } else { Exec::Pool(this.pool.clone()) };
         let env = SubEnv {
@@ -501,6 +525,8 @@ impl BrokerInner {
                 }) as _
             }),
             on_round_end: persist.then(|| Box::new(move |sub: &SubCore| persister.persist_acks(sub)) as _),
+            ack_watch,
+            on_stall,
         };
         let sub = Arc::new(SubCore::new(id, name.clone(), pattern.clone(), &options, handler, env)?);
 
@@ -636,6 +662,29 @@ impl BrokerInner {
         }
     }
 
+    /// A shared member's handler call `call` overran its `ack_timeout`: if
+    /// another member can take over, the member is left out of the
+    /// assignment and every partition it reads goes to the new owners from
+    /// its last acked offset (see `subscription/deadline.rs`). True if so.
+    fn shared_member_stalled(&self, control: &mut Control, sub: &Arc<SubCore>, call: u64) -> bool {
+        let Some(group) = control.shared.get_mut(&sub.name) else { return false };
+        if !group.others_can_take(sub.id) {
+            return false;
+        }
+        let Some((stuck, resume)) = sub.claim_stalled_call(call) else { return false };
+        let moves = group.expel(sub.id);
+        for (member, partition) in moves.revoke {
+            // The stalled member's own partitions are handed over below.
+            if member.id != sub.id {
+                SubCore::revoke(&member, partition);
+            }
+        }
+        for (topic, partition, offset) in sub.surrender(stuck, resume) {
+            self.hand_over(control, &sub.name, &topic, partition, offset);
+        }
+        true
+    }
+
     /// Gives `partition` of shared subscription `name` to the member that
     /// owns it now, reading from `offset`; with no member, keeps `offset` as
     /// the name's saved position.
@@ -681,6 +730,10 @@ impl BrokerInner {
         self.timer.stop();
         let expiry = self.expiry.lock().take();
         if let Some(t) = expiry {
+            t.stop();
+        }
+        let ack_watch = self.ack_watch.lock().take();
+        if let Some(t) = ack_watch {
             t.stop();
         }
         // A close from a handler did not wait: join the dedicated threads

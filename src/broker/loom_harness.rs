@@ -94,6 +94,8 @@ impl Harness {
             on_close: Some(on_close),
             on_release: None,
             on_round_end: None,
+            ack_watch: None,
+            on_stall: None,
         };
         let options = match lag_limit {
             Some(limit) => {

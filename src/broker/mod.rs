@@ -177,6 +177,7 @@ impl Broker {
             store: Mutex::new(store),
             flusher: Mutex::new(None),
             expiry: Mutex::new(None),
+            ack_watch: Mutex::new(None),
         });
         let handle = Arc::new(Handle { inner });
         // On failure the handle's drop closes the broker (and its directory).

@@ -34,6 +34,15 @@
 //! not yet settled when its last handler call returned, which is none for
 //! a handler that returns its ack.
 //!
+//! A member whose handler call overruns `ack_timeout` is *stalled*: its
+//! partitions are handed over at once, from the watch (see
+//! `subscription/deadline.rs`), not by its drainer, which is stuck in the
+//! call; the stuck partition from the stuck message. A stalled member
+//! stays a member but owns nothing, and rebalances leave it out until its
+//! drainer has let go of what it read (unless every member is stalled, so
+//! no partition is left without an owner); the next join or leave after
+//! that spreads partitions over it again.
+//!
 //! A lock is right here: a hand-over changes two members at once (one stops
 //! reading a partition, another starts at the first one's offset), and a
 //! release must find the owner as of the release, not as of the revoke,
@@ -50,6 +59,8 @@ struct Member {
     core: Arc<SubCore>,
     /// Partitions it owns on paper, ascending.
     partitions: Vec<u32>,
+    /// Left out of rebalances (see the module docs).
+    stalled: bool,
 }
 
 /// A shared subscription's live members, oldest first.
@@ -81,7 +92,8 @@ impl SharedGroup {
     /// Adds a member and rebalances.
     pub(crate) fn join(&mut self, core: Arc<SubCore>) -> Moves {
         let held: Vec<u32> = self.members.iter().flat_map(|m| m.partitions.iter().copied()).collect();
-        self.members.push(Member { core, partitions: Vec::new() });
+        self.refresh();
+        self.members.push(Member { core, partitions: Vec::new(), stalled: false });
         let mut moves = self.rebalance();
         let new = &self.members[self.members.len() - 1];
         moves.take = new.partitions.iter().copied().filter(|p| !held.contains(p)).collect();
@@ -91,7 +103,32 @@ impl SharedGroup {
     /// Removes member `id` and rebalances what it owned over the others.
     pub(crate) fn leave(&mut self, id: u64) -> Moves {
         self.members.retain(|m| m.core.id != id);
+        self.refresh();
         self.rebalance()
+    }
+
+    /// True if a member other than `id` can take partitions over (it is
+    /// not stalled itself).
+    pub(crate) fn others_can_take(&mut self, id: u64) -> bool {
+        self.refresh();
+        self.members.iter().any(|m| m.core.id != id && !m.stalled)
+    }
+
+    /// Takes stalled member `id` out of the assignment and rebalances what
+    /// it owned over the others; it stays a member.
+    pub(crate) fn expel(&mut self, id: u64) -> Moves {
+        for m in self.members.iter_mut().filter(|m| m.core.id == id) {
+            m.stalled = true;
+        }
+        self.rebalance()
+    }
+
+    /// Members whose stalled call has returned (and whose drainer let go)
+    /// may own partitions again.
+    fn refresh(&mut self) {
+        for m in &mut self.members {
+            m.stalled = m.core.is_stalled();
+        }
     }
 
     /// Who owns `partition` on paper.
@@ -103,10 +140,19 @@ impl SharedGroup {
     /// member owned before and not now, which it must give up.
     fn rebalance(&mut self) -> Moves {
         let before: Vec<Vec<u32>> = self.members.iter().map(|m| m.partitions.clone()).collect();
-        let mut owned = before.clone();
-        super::group::spread(&mut owned, self.partitions);
+        // Stalled members own nothing, unless all are stalled (then the
+        // partitions wait in them rather than in nobody).
+        let all_stalled = self.members.iter().all(|m| m.stalled);
+        let eligible: Vec<bool> = self.members.iter().map(|m| all_stalled || !m.stalled).collect();
+        let mut owned: Vec<Vec<u32>> =
+            before.iter().zip(&eligible).filter(|&(_, &e)| e).map(|(parts, _)| parts.clone()).collect();
+        if !owned.is_empty() {
+            super::group::spread(&mut owned, self.partitions);
+        }
+        let mut owned = owned.into_iter();
         let mut revoke = Vec::new();
-        for ((member, now), old) in self.members.iter_mut().zip(owned).zip(before) {
+        for ((member, old), e) in self.members.iter_mut().zip(before).zip(eligible) {
+            let now = if e { owned.next().unwrap_or_default() } else { Vec::new() };
             revoke.extend(old.iter().filter(|p| !now.contains(p)).map(|&p| (member.core.clone(), p)));
             member.partitions = now;
         }

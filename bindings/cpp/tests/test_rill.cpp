@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -226,6 +227,56 @@ static void shared_subscription_members() {
     for (auto &p : calls)
         for (int n : p) once = once && n == 1;
     CHECK(once);
+}
+
+// Waits (up to 10 s, checking every millisecond) until `done()` holds.
+template <class F> static bool eventually(F done) {
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!done()) {
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        std::this_thread::sleep_for(1ms);
+    }
+    return true;
+}
+
+static void a_stalled_shared_member_hands_over_after_ack_timeout() {
+    rill::Broker broker;
+    broker.create_topic("jobs");
+    std::promise<void> release;
+    std::shared_future<void> gate = release.get_future().share();
+    std::atomic<int> stuck_calls{0}, other_calls{0};
+    rill::SubscriptionOptions o;
+    o.name = "workers";
+    o.shared = true;
+    o.ack_timeout = 100ms;
+    // The first member owns the one partition and gets stuck on its message.
+    auto stalling = broker.subscribe("jobs", [&](const rill::Message &) {
+        stuck_calls++;
+        gate.wait();
+        return rill::Ack::Success;
+    }, o);
+    // Its own deadline is long: a slow run (valgrind) must not stall it.
+    rill::SubscriptionOptions patient = o;
+    patient.ack_timeout = 60s;
+    auto other = broker.subscribe("jobs", [&](const rill::Message &m) {
+        if (m.offset() == 0) other_calls++;
+        return rill::Ack::Success;
+    }, patient);
+    CHECK(other.stats().partitions == 0);
+    broker.publish("jobs", "job");
+    // Past the deadline the other member gets the partition from offset 0.
+    CHECK(eventually([&] { return other_calls.load() == 1; }));
+    CHECK(stalling.stats().ack_timeouts == 1 && stalling.stats().partitions == 0);
+    CHECK(other.stats().partitions == 1 && other.stats().ack_timeouts == 0);
+    release.set_value();
+    // The late ack is discarded: nothing acked, nothing delivered again.
+    CHECK(stalling.wait_idle(10s) && other.wait_idle(10s));
+    CHECK(stalling.stats().acked == 0 && other.stats().acked == 1);
+    CHECK(stuck_calls == 1 && other_calls == 1);
+    rill::SubscriptionOptions bad = o;
+    bad.ack_timeout = -1ms;
+    CHECK(status_of([&] { broker.subscribe("jobs", [](const rill::Message &) { return rill::Ack::Success; }, bad); }) ==
+          RILL_ERR_INVALID_ARGUMENT);
 }
 
 static void destroying_the_broker_first_is_safe() {
@@ -585,6 +636,7 @@ int main() {
     pull_consumer_and_move_semantics();
     consumer_group_members();
     shared_subscription_members();
+    a_stalled_shared_member_hands_over_after_ack_timeout();
     destroying_the_broker_first_is_safe();
     on_lagged_hears_what_retention_trimmed();
     listing_topics_subscriptions_and_groups();

@@ -109,6 +109,8 @@ class SubscriptionStats:
     """The handler's latest failure (a retry, an exception or a dead letter,
     with the message's topic, partition, offset and the reason), or a dead
     letter that could not be published; None if there was none."""
+    ack_timeouts: int = 0
+    """Handler calls that ran past ``ack_timeout`` (each counted once)."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,7 @@ def _subscription_stats(
         name,
         pattern,
         last_error,
+        s.ack_timeouts,
     )
 
 
@@ -1109,6 +1112,7 @@ class Broker(_Handle):
         on_lagged: Callable[[str, int, int], Any] | None = None,
         on_dead_letter: Callable[[Message, str], Any] | None = None,
         shared: bool = False,
+        ack_timeout: float | None = None,
     ) -> Subscription:
         """Calls ``handler(message)`` for every message on topics matching
         ``pattern`` (``*`` one segment, ``**`` any number), one call at a time.
@@ -1137,6 +1141,19 @@ class Broker(_Handle):
         name divide the topic's partitions, each delivered by one member in
         order, and a member closing hands its partitions to the others from
         where it was. A non-shared subscription with the name is ``Busy``.
+
+        ``ack_timeout`` (seconds; None, the default: no deadline): a handler
+        call that runs longer is a stall. A shared member then gives its
+        partitions to the other live members, which deliver again from the
+        last acked offset (the stuck message comes again, once, to another
+        member); the late call's ack is discarded, and the member holds no
+        partitions until a later join or leave gives it some back. With no
+        other member to take over nothing moves. Either way
+        ``stats().ack_timeouts`` counts it and it is logged; ``close`` still
+        waits for the call to return. The deadline covers one delivery of a
+        batch (with ``batch=True``, your call; otherwise the messages the
+        library hands over at once, which on the shared pool shrink to one
+        while handlers are slow).
 
         With ``batch=True`` the handler receives a list of consecutive
         messages of one partition (up to 64; on the shared worker pool the
@@ -1181,6 +1198,11 @@ class Broker(_Handle):
             o.lag_limit = _int(lag_limit, "lag_limit", 1, U64_MAX)
         o.dedicated_thread = bool(dedicated_thread)
         o.shared = bool(shared)
+        if ack_timeout is not None:
+            ms = _seconds_ms(ack_timeout, "ack_timeout")
+            if ms == 0 and ack_timeout > 0:
+                ms = 1  # under a millisecond: the shortest deadline there is
+            o.ack_timeout_ms = _int(ms, "ack_timeout in ms", 1, U32_MAX)
         if idle_spin is not None:
             o.idle_spin_us = _seconds_ms(idle_spin, "idle_spin", 1_000_000)
         if on_lagged is not None:

@@ -179,6 +179,7 @@ class rill_subscription_options(Structure):
         ("on_lagged", LAG_CALLBACK),
         ("on_dead_letter", DEAD_LETTER_CALLBACK),
         ("shared", c_bool),
+        ("ack_timeout_ms", c_uint32),
     ]
 
 
@@ -197,6 +198,7 @@ class rill_subscription_stats(Structure):
         ("name", c_char_p),
         ("pattern", c_char_p),
         ("last_error", c_char_p),
+        ("ack_timeouts", c_uint64),
     ]
 
 

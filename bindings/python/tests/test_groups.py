@@ -4,6 +4,7 @@ committed offsets, and a commit for a partition that moved is Reassigned."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -181,3 +182,55 @@ def test_shared_subscription_members_split_the_partitions_and_a_close_hands_over
     assert len(at) == len(set(at)) == 80
     assert {(p, o) for p in range(4) for o in range(20)} == set(at)
     two.close()
+
+
+def test_a_shared_member_stalled_past_ack_timeout_hands_over_and_its_late_ack_is_discarded(
+    broker: rill.Broker,
+) -> None:
+    broker.create_topic("jobs")
+    gate = threading.Event()
+    calls: list[tuple[str, int]] = []
+
+    def stuck(m: rill.Message) -> None:
+        calls.append(("stalling", m.offset))
+        gate.wait()  # a handler stuck on I/O until the test lets it go
+
+    stalling = broker.subscribe("jobs", stuck, name="workers", shared=True, ack_timeout=0.1)
+    # A long deadline for the other: a slow run must not stall it too.
+    other = broker.subscribe(
+        "jobs", lambda m: calls.append(("other", m.offset)), name="workers", shared=True, ack_timeout=60.0
+    )
+    assert other.stats().partitions == 0 and other.stats().ack_timeouts == 0
+    broker.publish("jobs", "job")
+    deadline = time.monotonic() + WAIT
+    while ("other", 0) not in calls:
+        assert time.monotonic() < deadline, "the stuck message never reached the other member"
+        time.sleep(0.001)
+    s = stalling.stats()
+    assert (s.ack_timeouts, s.partitions) == (1, 0)
+    assert "ack_timeout" in (s.last_error or "")
+    gate.set()
+    assert stalling.wait_idle(WAIT) and other.wait_idle(WAIT)
+    # The late ack moved nothing; the message came exactly once more.
+    assert stalling.stats().acked == 0 and other.stats().acked == 1
+    assert calls == [("stalling", 0), ("other", 0)]
+    with pytest.raises(rill.InvalidArgument):
+        broker.subscribe("jobs", lambda m: None, name="w2", shared=True, ack_timeout=0)
+    with pytest.raises(rill.InvalidArgument):
+        broker.subscribe("jobs", lambda m: None, name="w2", shared=True, ack_timeout=-1.0)
+
+
+def test_a_stall_alone_is_counted_and_the_late_ack_counts(broker: rill.Broker) -> None:
+    broker.create_topic("jobs")
+    gate = threading.Event()
+    sub = broker.subscribe("jobs", lambda m: gate.wait(), ack_timeout=0.05)
+    broker.publish("jobs", "job")
+    deadline = time.monotonic() + WAIT
+    while sub.stats().ack_timeouts == 0:
+        assert time.monotonic() < deadline, "the stall was never counted"
+        time.sleep(0.001)
+    assert sub.stats().acked == 0 and sub.stats().partitions == 1
+    gate.set()
+    assert sub.wait_idle(WAIT)
+    s = sub.stats()
+    assert (s.ack_timeouts, s.acked) == (1, 1)

@@ -2528,6 +2528,88 @@ static void test_shared_subscription_members(void) {
     rill_broker_free(b);
 }
 
+/* A member stuck on I/O: its handler waits until the test opens the gate. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t opened;
+    int open;
+    int calls;
+} stall_gate;
+
+static rill_ack stalling_handler(void *user_data, const rill_message *m) {
+    (void)m;
+    stall_gate *g = (stall_gate *)user_data;
+    pthread_mutex_lock(&g->lock);
+    g->calls++;
+    while (!g->open) pthread_cond_wait(&g->opened, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+    return RILL_ACK_SUCCESS;
+}
+
+static void test_ack_timeout_hands_a_stalled_members_partitions_over(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "jobs", NULL));
+    stall_gate g;
+    memset(&g, 0, sizeof g);
+    pthread_mutex_init(&g.lock, NULL);
+    pthread_cond_init(&g.opened, NULL);
+    shared_log log;
+    memset(&log, 0, sizeof log);
+    pthread_mutex_init(&log.lock, NULL);
+    shared_member other = {&log, 1};
+    rill_subscription_options o = sub_options();
+    CHECK(o.ack_timeout_ms == 0);
+    o.name = "workers";
+    o.shared = true;
+    o.ack_timeout_ms = 100;
+    rill_subscription *stalling = NULL, *s1 = NULL;
+    /* The first member owns the one partition; the second waits. */
+    OK(rill_subscribe(b, "jobs", &o, stalling_handler, &g, &stalling));
+    /* Its own deadline is long: a slow run (valgrind) must not stall it. */
+    rill_subscription_options o1 = o;
+    o1.ack_timeout_ms = 60000;
+    OK(rill_subscribe(b, "jobs", &o1, shared_handler, &other, &s1));
+    rill_subscription_stats st0, st1;
+    OK(rill_subscription_get_stats(s1, &st1));
+    CHECK(st1.partitions == 0 && st1.ack_timeouts == 0);
+    rill_record r = record_of("job");
+    OK(rill_publish(b, "jobs", &r, NULL));
+    /* Past the deadline the other member gets the partition and the stuck
+     * message (offset 0) again; wait for that, up to 10 s. */
+    int delivered = 0;
+    for (int i = 0; i < 10000 && !delivered; i++) {
+        pthread_mutex_lock(&log.lock);
+        delivered = log.calls[0][0];
+        pthread_mutex_unlock(&log.lock);
+        if (!delivered) sleep_ms(1);
+    }
+    CHECK(delivered == 1);
+    OK(rill_subscription_get_stats(stalling, &st0));
+    OK(rill_subscription_get_stats(s1, &st1));
+    CHECK(st0.ack_timeouts == 1 && st0.partitions == 0);
+    CHECK(st1.partitions == 1 && st1.ack_timeouts == 0);
+    /* The late ack is discarded: nothing acked by the stalled member, and
+     * the message is not delivered a third time. */
+    pthread_mutex_lock(&g.lock);
+    g.open = 1;
+    pthread_cond_broadcast(&g.opened);
+    pthread_mutex_unlock(&g.lock);
+    OK(rill_subscription_wait_idle(stalling, 10000));
+    OK(rill_subscription_wait_idle(s1, 10000));
+    OK(rill_subscription_get_stats(stalling, &st0));
+    OK(rill_subscription_get_stats(s1, &st1));
+    CHECK(st0.acked == 0 && st1.acked == 1 && g.calls == 1 && log.calls[0][0] == 1);
+    char why[256];
+    rill_subscription_last_error(stalling, why, sizeof why);
+    CHECK(strstr(why, "ack_timeout") != NULL);
+    rill_subscription_free(s1);
+    rill_subscription_free(stalling);
+    pthread_mutex_destroy(&log.lock);
+    pthread_cond_destroy(&g.opened);
+    pthread_mutex_destroy(&g.lock);
+    rill_broker_free(b);
+}
+
 int main(void) {
     test_version_status_names_and_last_error();
     test_option_struct_sizes();
@@ -2547,6 +2629,7 @@ int main(void) {
     test_consumer_group_members();
     test_consumer_nack_dead_letters();
     test_shared_subscription_members();
+    test_ack_timeout_hands_a_stalled_members_partitions_over();
     test_reentrancy();
     test_freeing_the_broker_first_closes_everything();
     test_user_data_is_released_when_subscribe_fails();

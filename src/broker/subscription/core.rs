@@ -34,6 +34,22 @@ pub(crate) type CloseHook = Box<dyn Fn(&SubCore) + Send + Sync>;
 /// was asked to give up: (member, partition, offset to resume from).
 pub(crate) type ReleaseHook = Box<dyn Fn(&SubCore, u32, u64) + Send + Sync>;
 
+/// The broker's hook run when a handler call of this subscription has
+/// overrun its `ack_timeout`: (member, the call's number). It hands a
+/// shared member's partitions to the other members if there are any, and
+/// returns whether it did (see `deadline.rs`).
+pub(crate) type StallHook = Box<dyn Fn(&Arc<SubCore>, u64) -> bool + Send + Sync>;
+
+/// A timer job: look at a subscription's handler call in flight against
+/// its `ack_timeout` (see `deadline.rs`).
+pub(crate) struct AckWatch(pub(super) Arc<SubCore>);
+
+impl Job for AckWatch {
+    fn run(self) {
+        SubCore::check_ack_deadline(&self.0);
+    }
+}
+
 /// One of the two kinds of handler.
 pub(crate) enum HandlerKind {
     One(Handler),
@@ -135,6 +151,11 @@ pub(crate) struct SubEnv {
     /// the round's positions are published: a durable subscription's acks
     /// are made durable here under `Fsync::Always` (see `broker/core.rs`).
     pub(crate) on_round_end: Option<CloseHook>,
+    /// With an `ack_timeout`: the timer that checks handler calls against it.
+    pub(crate) ack_watch: Option<Arc<Timer<AckWatch>>>,
+    /// With an `ack_timeout`, for shared members: gives the partitions of a
+    /// stalled member to the others.
+    pub(crate) on_stall: Option<StallHook>,
 }
 
 /// Counters, written by the drainer once per batch, read by `stats`.
@@ -147,6 +168,8 @@ pub(super) struct Counters {
     pub(super) dead_lettered: AtomicU64,
     pub(super) dropped: AtomicU64,
     pub(super) missed: AtomicU64,
+    /// Written by the ack-deadline watch (the timer thread), not the drainer.
+    pub(super) ack_timeouts: AtomicU64,
 }
 
 /// Local tallies of one batch, added to `Counters` in one go.
@@ -218,6 +241,31 @@ pub(super) struct Retry {
     pub(super) reason: Option<String>,
 }
 
+/// The handler call in flight, for the ack deadline (see `deadline.rs`).
+/// Locked by the drainer at the start and end of each handler call (only
+/// with an `ack_timeout`), and by the watch once per check.
+#[derive(Default)]
+pub(crate) struct Call {
+    /// When the call in flight started (`clock::now_ns`); `None` between calls.
+    pub(super) since: Option<u64>,
+    /// Numbers the calls, so a late look at a call cannot act on a later one.
+    pub(super) seq: u64,
+    /// The partition the call delivers from, and the offset its reader
+    /// resumes at if the call's ack never counts (its first message, or the
+    /// one after it at most once).
+    pub(super) partition: u32,
+    pub(super) resume: u64,
+    /// The call was found overdue and reported (counted once per call).
+    pub(super) reported: bool,
+    /// The call's partitions were handed to other members: its ack is void.
+    pub(super) timed_out: bool,
+    /// From the hand-over until the drainer has let go of its readers: the
+    /// member must get no partitions (rebalances leave it out).
+    pub(super) stalled: bool,
+    /// A watch job is on the timer.
+    pub(super) armed: bool,
+}
+
 /// Everything only the drainer touches.
 pub(super) struct DrainState {
     /// The user's handler; replaced by a no-op when the subscription is
@@ -273,6 +321,11 @@ pub(crate) struct SubCore {
     /// Partitions a rebalance took from this shared member, for the drainer
     /// to give up at its next round (also flagged by `has_pending`).
     pub(super) revoked: Mutex<Vec<u32>>,
+    /// `ack_timeout` in nanoseconds (see `deadline.rs`).
+    pub(super) ack_timeout_ns: Option<u64>,
+    /// With an `ack_timeout`: the handler call in flight, shared by the
+    /// drainer and the watch (see `deadline.rs`).
+    pub(super) call: Mutex<Call>,
     /// A shared (competing) member (see `broker/shared.rs`).
     pub(crate) shared: bool,
     /// For wildcard patterns: the partitions publishers have written to, so
@@ -336,6 +389,15 @@ impl SubCore {
         if options.overflow == Overflow::Block && options.lag_limit.is_none() {
             return Err(Error::InvalidArgument("the Block overflow policy needs a lag_limit".into()));
         }
+        let ack_timeout_ns = match options.ack_timeout {
+            Some(t) if t.is_zero() => {
+                return Err(Error::InvalidArgument(
+                    "ack_timeout must be positive (None, or 0 from C, means no deadline)".into(),
+                ));
+            }
+            Some(t) => Some(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)),
+            None => None,
+        };
         let pattern_is_literal = pattern.is_literal();
         Ok(SubCore {
             id,
@@ -371,6 +433,8 @@ impl SubCore {
             detached: Mutex::new(Vec::new()),
             has_pending: AtomicBool::new(false),
             revoked: Mutex::new(Vec::new()),
+            ack_timeout_ns,
+            call: Mutex::new(Call::default()),
             shared: options.shared,
             ready: (!pattern_is_literal).then(|| Arc::new(ReadySet::new())),
             positions: Mutex::new(Vec::new()),

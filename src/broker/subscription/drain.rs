@@ -99,6 +99,9 @@ impl SubCore {
     /// budget.
     fn drain_rounds(this: &Arc<SubCore>, dedicated: bool) {
         let mut st = this.drain.lock();
+        if this.ack_timeout_ns.is_some() {
+            SubCore::arm_ack_watch(this);
+        }
         loop {
             if this.state.is_closed() {
                 drop(st);
@@ -138,6 +141,11 @@ impl SubCore {
                 // Nobody is waiting (or the thread is ours): keep going here,
                 // rather than hand the drain to another worker and its cache.
                 Round::OutOfBudget => continue,
+                // A stalled call's partitions went to other members.
+                Round::GaveUp => {
+                    this.let_go_after_stall(&mut st);
+                    continue;
+                }
                 Round::CaughtUp => {}
             }
             if dedicated && this.spin_for_work(&mut st) {
@@ -472,8 +480,18 @@ impl SubCore {
                     let (attempt, last_reason) = attempt_of(retry, i, record.offset());
                     *reason.borrow_mut() = last_reason;
                     let msg = Message { topic, partition, record, attempt, reason: &*reason };
+                    let watched = self.ack_timeout_ns.is_some();
+                    if watched {
+                        self.call_started(partition, self.unacked_resume(record.offset()));
+                    }
                     let ack = invoke(self.id, h, &msg);
                     tally.delivered += 1;
+                    if watched && self.call_ended() {
+                        // Past the deadline and handed over: the ack is void,
+                        // and the readers go (`let_go_after_stall`).
+                        stop = Some(Round::GaveUp);
+                        break;
+                    }
                     if self.state.is_closed() {
                         rewind_to = Some(self.unacked_resume(record.offset()));
                         stop = Some(Round::Closed);
@@ -514,9 +532,16 @@ impl SubCore {
                 if !msgs.is_empty() {
                     acks.clear();
                     acks.resize(msgs.len(), Ack::Success);
+                    let watched = self.ack_timeout_ns.is_some();
+                    if watched {
+                        self.call_started(partition, self.unacked_resume(msgs[0].offset()));
+                    }
                     let handled = invoke_many(self.id, h, &msgs, acks);
                     tally.delivered += handled as u64;
-                    if self.state.is_closed() {
+                    if watched && self.call_ended() {
+                        // As for one message: the acks are void.
+                        stop = Some(Round::GaveUp);
+                    } else if self.state.is_closed() {
                         rewind_to = Some(self.unacked_resume(msgs[0].offset()));
                         stop = Some(Round::Closed);
                     } else {
@@ -552,6 +577,9 @@ enum Round {
     OutOfBudget,
     Backoff(Duration),
     Closed,
+    /// A handler call overran `ack_timeout` and its member's partitions were
+    /// handed to other members (see `deadline.rs`).
+    GaveUp,
 }
 
 enum Step {

@@ -13,6 +13,8 @@
 //! * `settle.rs`: acknowledgements, retries and dead letters, and calling
 //!   user code.
 //! * `close.rs`: closing, and winding up after the last handler call.
+//! * `deadline.rs`: the ack deadline: the watch on handler calls, and what
+//!   a shared member does when its handler stalls.
 //! * `in_handler.rs`: the mark of which subscription's user code a thread
 //!   runs, which calls that would wait for their own handler look at.
 //! * `options.rs`: the values a subscriber chooses and sees.
@@ -25,6 +27,7 @@
 
 mod close;
 mod core;
+mod deadline;
 mod drain;
 pub(crate) mod in_handler;
 mod options;
@@ -37,7 +40,7 @@ use std::time::Duration;
 
 #[cfg(loom)]
 pub(crate) use self::core::CloseHook;
-pub(crate) use self::core::{BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, SubCore, SubEnv};
+pub(crate) use self::core::{AckWatch, BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, SubCore, SubEnv};
 pub use options::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Message, Overflow,
     RetryBackoff, StartPosition, SubscriptionOptions,
@@ -99,6 +102,9 @@ pub struct SubscriptionStats {
     pub dropped: u64,
     /// Messages trimmed by retention before the subscription read them.
     pub missed: u64,
+    /// Handler calls that ran past `ack_timeout` (each counted once; see
+    /// [`SubscriptionOptions::ack_timeout`]).
+    pub ack_timeouts: u64,
     /// Total lag over all partitions.
     pub lag: u64,
     /// Per partition.
@@ -152,6 +158,7 @@ impl SubCore {
             dead_lettered: get(&c.dead_lettered),
             dropped: get(&c.dropped),
             missed: get(&c.missed),
+            ack_timeouts: get(&c.ack_timeouts),
             lag: partitions.iter().map(|p| p.lag).sum(),
             partitions,
             dead_letter_topic: self.env.dead_letters.as_ref().map(DeadLetters::name),

@@ -142,6 +142,20 @@ pub struct SubscriptionOptions {
     /// whose partitions are divided among them (see `Broker::subscribe`).
     /// Needs a `name` and a pattern without wildcards.
     pub shared: bool,
+    /// The ack deadline: a handler call that runs longer than this is a
+    /// stall. A shared member whose handler stalls gives its partitions to
+    /// the other live members, which resume each from the last acked offset
+    /// (so the stuck message is delivered again, to another member); the
+    /// late call's ack is discarded, and the member holds no partitions
+    /// until a later join or leave of the subscription gives it some back.
+    /// With no other member to take over (a subscription that is not
+    /// shared, or a shared one alone) nothing moves: the stall is only
+    /// reported. Either way it counts in `ack_timeouts` of the stats and is
+    /// logged (`log::warn!`). A batch handler's call is one call: the
+    /// deadline is for its whole batch, and a stall hands the whole batch
+    /// over. `None` (the default): no deadline. Zero is refused with
+    /// `InvalidArgument`. See `broker/subscription/deadline.rs`.
+    pub ack_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for SubscriptionOptions {
@@ -161,6 +175,7 @@ impl fmt::Debug for SubscriptionOptions {
             .field("on_lagged", &self.on_lagged.is_some())
             .field("on_dead_letter", &self.on_dead_letter.is_some())
             .field("shared", &self.shared)
+            .field("ack_timeout", &self.ack_timeout)
             .finish()
     }
 }
