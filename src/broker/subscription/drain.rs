@@ -10,11 +10,13 @@
 //! closed (it winds up).
 
 use std::cell::RefCell;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::time::{Duration, Instant};
 
-use super::core::{BATCH, BackoffOver, DrainState, HandlerKind, SubCore, Tally};
+use super::core::{BATCH, BackoffOver, DrainState, HandlerKind, Retry, SubCore, Tally};
+use super::in_handler::InHandler;
 use super::options::{Ack, Message, Overflow};
-use super::settle::{Settled, attempt_of, invoke, invoke_lagged, invoke_many};
+use super::settle::{Settled, attempt_of, handler_panicked, invoke_lagged, invoke_many};
 use super::signal::{self, Idled, ReadySet};
 use super::state::Phase;
 use crate::log::{Lagged, RecordView};
@@ -459,26 +461,57 @@ impl SubCore {
         let mut stop: Option<Round> = None;
         match handler {
             HandlerKind::One(h) => {
-                for record in batch {
-                    *budget -= 1;
-                    if self.filter.as_ref().is_some_and(|f| !f.matches(record.attributes())) {
-                        tally.filtered += 1;
-                        continue;
+                // The per-message path does as little as it can: the thread is
+                // marked as inside this subscription's user code once per
+                // batch (nothing rill runs between two handler calls of a batch
+                // looks at the mark or waits), and a panic is caught once per
+                // batch too, attributed through `in_flight` to the message
+                // whose handler call it came from; the rest of the batch is
+                // then delivered by the next turn of the outer loop.
+                let filter = self.filter.as_ref();
+                let _inside = InHandler::enter(self.id);
+                let mut records = batch.into_iter();
+                // The message whose handler call is under way, if one is.
+                let mut in_flight: Option<(RecordView<'_>, u32)> = None;
+                loop {
+                    let run = catch_unwind(AssertUnwindSafe(|| {
+                        for record in records.by_ref() {
+                            *budget -= 1;
+                            if filter.is_some_and(|f| !f.matches(record.attributes())) {
+                                tally.filtered += 1;
+                                continue;
+                            }
+                            let (attempt, last_reason) = attempt_of(retry, i, record.offset());
+                            *reason.borrow_mut() = last_reason;
+                            let msg = Message { topic, partition, record, attempt, reason: &*reason };
+                            in_flight = Some((record, attempt));
+                            let ack = h(&msg);
+                            in_flight = None;
+                            if let Some(end) = self.after_handler(ack, &msg, i, retry, tally) {
+                                return Some(end);
+                            }
+                        }
+                        None
+                    }));
+                    let end = match run {
+                        Ok(end) => end,
+                        Err(panic) => {
+                            // A panic outside any handler call is rill's own:
+                            // nothing to attribute it to, so it goes on up.
+                            let Some((record, attempt)) = in_flight.take() else { resume_unwind(panic) };
+                            let msg = Message { topic, partition, record, attempt, reason: &*reason };
+                            let ack = handler_panicked(&msg, &*panic);
+                            match self.after_handler(ack, &msg, i, retry, tally) {
+                                // The rest of the batch, in a new catch.
+                                None => continue,
+                                Some(end) => Some(end),
+                            }
+                        }
+                    };
+                    if let Some((rewind, round)) = end {
+                        (rewind_to, stop) = (Some(rewind), Some(round));
                     }
-                    let (attempt, last_reason) = attempt_of(retry, i, record.offset());
-                    *reason.borrow_mut() = last_reason;
-                    let msg = Message { topic, partition, record, attempt, reason: &*reason };
-                    let ack = invoke(self.id, h, &msg);
-                    tally.delivered += 1;
-                    if self.state.is_closed() {
-                        rewind_to = Some(self.unacked_resume(record.offset()));
-                        stop = Some(Round::Closed);
-                        break;
-                    }
-                    if let Settled::Stop { rewind, delay } = self.settle(ack, &msg, i, retry, tally) {
-                        (rewind_to, stop) = (Some(rewind), Some(Round::Backoff(delay)));
-                        break;
-                    }
+                    break;
                 }
             }
             HandlerKind::Many(h) => {
@@ -538,6 +571,31 @@ impl SubCore {
         match stop {
             Some(round) => BatchEnd::Stop(round),
             None => BatchEnd::More,
+        }
+    }
+}
+
+impl SubCore {
+    /// After a handler call returned `ack` (or panicked, which counts as
+    /// `Retry`): counts the delivery, then stops the batch if the handler
+    /// closed the subscription, else settles the message. `Some` says where
+    /// to put the cursor back and how the round ends.
+    #[inline(always)]
+    fn after_handler(
+        &self,
+        ack: Ack,
+        msg: &Message<'_>,
+        i: usize,
+        retry: &mut Option<Retry>,
+        tally: &mut Tally,
+    ) -> Option<(u64, Round)> {
+        tally.delivered += 1;
+        if self.state.is_closed() {
+            return Some((self.unacked_resume(msg.offset()), Round::Closed));
+        }
+        match self.settle(ack, msg, i, retry, tally) {
+            Settled::Next => None,
+            Settled::Stop { rewind, delay } => Some((rewind, Round::Backoff(delay))),
         }
     }
 }
