@@ -34,16 +34,23 @@ const ROUND_SLICE_NS: u64 = 1_000_000;
 /// it when handlers are slow (down to one message) and grows back when fast.
 const BATCH_SLICE_NS: u64 = ROUND_SLICE_NS / 4;
 
-/// Times a pool drain round, batch by batch (one clock read per batch).
+/// Times a pool drain round, batch by batch: the clock is read after a
+/// batch once a batch's worth (`cap`) of messages went by since the last
+/// read, so a drainer on the publisher's heels, whose batches hold a message
+/// or two, does not read the clock per message, while a slow handler (whose
+/// `cap` has shrunk to a few messages) is still timed after every batch: the
+/// round runs at most `cap` handler calls past its slice either way.
 struct RoundClock {
     start: u64,
     last: u64,
+    /// Messages delivered since the clock was last read.
+    since: usize,
 }
 
 impl RoundClock {
     fn start() -> RoundClock {
         let now = RoundClock::now();
-        RoundClock { start: now, last: now }
+        RoundClock { start: now, last: now, since: 0 }
     }
 
     /// The clock. Under loom, a constant: a model must take the same path
@@ -57,10 +64,15 @@ impl RoundClock {
         crate::clock::now_ns()
     }
 
-    /// After a batch of `n` messages: fits `cap` so the next batch takes
-    /// about `BATCH_SLICE_NS`, and ends the round (a zero `budget`) once it
-    /// has run `ROUND_SLICE_NS`.
+    /// After a batch of `n` messages (counted until they reach `cap`): fits
+    /// `cap` so the next batch takes about `BATCH_SLICE_NS`, and ends the
+    /// round (a zero `budget`) once it has run `ROUND_SLICE_NS`.
     fn after_batch(&mut self, n: usize, cap: &mut usize, budget: &mut usize) {
+        self.since += n;
+        if self.since < *cap {
+            return;
+        }
+        let n = std::mem::take(&mut self.since);
         let now = RoundClock::now();
         let took = now.saturating_sub(self.last).max(1);
         self.last = now;
