@@ -408,6 +408,55 @@ fn a_panicking_handler_is_retried_with_its_attempt_number() {
 }
 
 #[test]
+fn a_panic_mid_batch_costs_only_its_message_and_the_handler_stays_marked() {
+    // Ten messages waiting before the subscription starts: its first read
+    // takes them as one batch, and the handler panics twice inside it.
+    let b = broker();
+    topic(&b, "t", 1);
+    for n in 0..10u8 {
+        publish(&b, "t", &[n]);
+    }
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let c = calls.clone();
+    let gate = Arc::new(Barrier::new(2));
+    let g = gate.clone();
+    let own: Arc<std::sync::OnceLock<Subscription>> = Arc::default();
+    let own2 = own.clone();
+    let options = SubscriptionOptions { delivery: DeliveryMode::AtMostOnce, ..earliest() };
+    let s = b
+        .subscribe("t", options, move |m: &Message<'_>| {
+            let n = m.payload()[0];
+            c.lock().unwrap().push(n);
+            if n == 0 {
+                // Until the test has stored the handle that message 8 closes.
+                g.wait();
+            }
+            if n == 3 || n == 6 {
+                panic!("fails on {n}");
+            }
+            if n == 8 {
+                // Still marked as inside its own handler after two caught
+                // panics: closing itself returns instead of waiting for the
+                // round it runs in (which would never end).
+                own2.get().expect("stored before message 0 returned").close();
+            }
+            Ack::Success
+        })
+        .unwrap();
+    assert!(own.set(s).is_ok());
+    gate.wait();
+    let s = own.get().unwrap();
+    wait_for("the handler to close its subscription", || s.is_closed());
+    // From here (no handler): waits for the round to wind up.
+    s.close();
+    assert_eq!(*calls.lock().unwrap(), (0..=8u8).collect::<Vec<_>>(), "each once, in order, none after the close");
+    let st = s.stats();
+    // The panics count as retries, which at-most-once drops; message 8 was
+    // delivered but not settled (its handler closed the subscription).
+    assert_eq!((st.delivered, st.dropped, st.acked), (9, 2, 6));
+}
+
+#[test]
 fn at_most_once_never_redelivers() {
     let b = broker();
     topic(&b, "t", 1);

@@ -236,6 +236,11 @@ struct Cli {
     /// pairs; the files are deleted afterwards. Needs N MiB of free disk (issue 11: N = 1024).
     #[arg(long, value_name = "N", help_heading = "Systems")]
     recovery_mib: Option<u64>,
+    /// Also measure idle CPU: the process CPU time (getrusage) over this many
+    /// seconds of wall time while 100 caught-up subscriptions (on the pool,
+    /// then with a thread each) have nothing to deliver. Reported as a note.
+    #[arg(long, value_name = "SECONDS", help_heading = "Output")]
+    idle_probe: Option<f64>,
 }
 
 impl Cli {
@@ -432,6 +437,11 @@ fn main() {
         bar.set_message("hiccup probe");
         Some(probe::hiccups(Duration::from_millis(200)))
     };
+    let idle = cli.idle_probe.map(|secs| {
+        bar.set_message("idle probe");
+        let each = Duration::from_secs_f64(secs.max(0.01));
+        probe::idle(100, each).map_or_else(|e| format!("idle probe failed: {e}"), |i| i.describe())
+    });
     if let Some(p) = probe.as_ref().filter(|_| !bar.is_hidden()) {
         // Early word on the machine's state while the runs go on.
         bar.suspend(|| eprintln!("{}", p.describe()));
@@ -459,7 +469,7 @@ fn main() {
         command: command_line(),
         probe: probe.clone(),
         hiccups,
-        notes: notes(&env, &peers, &list, pairs).into_iter().chain(disk).collect(),
+        notes: notes(&env, &peers, &list, pairs).into_iter().chain(disk).chain(idle).collect(),
         env,
         elapsed_s: started.elapsed().as_secs_f64(),
         scenarios: results,

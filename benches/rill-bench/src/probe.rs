@@ -189,6 +189,21 @@ mod tests {
     }
 
     #[test]
+    fn the_idle_probe_delivers_to_every_subscription_and_counts_cpu() {
+        let wall = std::time::Duration::from_millis(50);
+        let idle = super::idle(20, wall).expect("idle probe");
+        assert_eq!(idle.subscriptions, 20);
+        assert_eq!(idle.wall_ms, 50.0);
+        // CPU time cannot go backwards, nor exceed what the machine's cores
+        // could have given the process over the interval (plus the clock
+        // granularity of getrusage).
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        for cpu in [idle.pool_cpu_ms, idle.dedicated_cpu_ms] {
+            assert!(cpu.is_finite() && cpu >= 0.0 && cpu <= cores * 50.0 + 10.0, "{idle:?}");
+        }
+    }
+
+    #[test]
     fn the_probe_measures_something() {
         let p = super::ping_pong(3, std::time::Duration::from_millis(5));
         assert!(p.round_trip_ns > 0.0 && p.round_trip_ns.is_finite());
@@ -280,4 +295,99 @@ pub fn disk(dir: &std::path::Path) -> std::io::Result<Disk> {
     })();
     let _ = std::fs::remove_file(&path);
     result
+}
+
+/// What the idle probe measured: the CPU time this process used while a
+/// broker held caught-up subscriptions and nothing was published. It should
+/// be about zero: a subscription with nothing to deliver must not spin.
+#[derive(Debug, Clone, Serialize)]
+pub struct Idle {
+    /// Subscriptions of each kind held during the interval.
+    pub subscriptions: usize,
+    /// Wall time of each idle interval, ms.
+    pub wall_ms: f64,
+    /// Process CPU time (user + system, every thread) over the interval with
+    /// pool subscriptions, ms.
+    pub pool_cpu_ms: f64,
+    /// The same with a dedicated thread per subscription, ms.
+    pub dedicated_cpu_ms: f64,
+}
+
+impl Idle {
+    /// One line for the table output.
+    pub fn describe(&self) -> String {
+        format!(
+            "idle probe: {} caught-up subscriptions, nothing published for {:.0} ms: process CPU {:.1} ms on the pool \
+             ({:.2}% of a core), {:.1} ms with a thread each ({:.2}%)",
+            self.subscriptions,
+            self.wall_ms,
+            self.pool_cpu_ms,
+            100.0 * self.pool_cpu_ms / self.wall_ms,
+            self.dedicated_cpu_ms,
+            100.0 * self.dedicated_cpu_ms / self.wall_ms
+        )
+    }
+}
+
+/// User + system CPU time of every thread of this process so far, ns.
+pub fn process_cpu_ns() -> u64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `usage` is a valid, writable `rusage`; getrusage only writes it.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return 0;
+    }
+    // SAFETY: zero-initialised above (a valid `rusage`) and filled by getrusage.
+    let usage = unsafe { usage.assume_init() };
+    let ns = |t: libc::timeval| t.tv_sec.max(0) as u64 * 1_000_000_000 + t.tv_usec.max(0) as u64 * 1_000;
+    ns(usage.ru_utime) + ns(usage.ru_stime)
+}
+
+/// Subscribes `n` times (on the pool, then with a thread each), delivers one
+/// message to every subscription, waits until all are idle, and measures
+/// the process's CPU time over `each` with nothing published.
+pub fn idle(n: usize, each: Duration) -> rill::Result<Idle> {
+    let pool_cpu = idle_once(n, false, each)?;
+    let dedicated_cpu = idle_once(n, true, each)?;
+    Ok(Idle {
+        subscriptions: n,
+        wall_ms: each.as_secs_f64() * 1e3,
+        pool_cpu_ms: pool_cpu as f64 / 1e6,
+        dedicated_cpu_ms: dedicated_cpu as f64 / 1e6,
+    })
+}
+
+fn idle_once(n: usize, dedicated: bool, each: Duration) -> rill::Result<u64> {
+    use rill::{Ack, Broker, BrokerConfig, Message, Record, SubscriptionOptions, TopicOptions};
+    let broker = Broker::new(BrokerConfig::default())?;
+    broker.create_topic("idle", &TopicOptions::default())?;
+    let seen = std::sync::Arc::new(AtomicU64::new(0));
+    let subs = (0..n)
+        .map(|_| {
+            let seen = seen.clone();
+            let options = SubscriptionOptions { dedicated_thread: dedicated, ..Default::default() };
+            broker.subscribe("idle", options, move |_: &Message<'_>| {
+                // Relaxed: read after wait_all_idle, which orders it.
+                seen.fetch_add(1, Ordering::Relaxed);
+                Ack::Success
+            })
+        })
+        .collect::<rill::Result<Vec<_>>>()?;
+    broker.publish("idle", &Record::new(b"wake every subscription once"))?;
+    let refs: Vec<_> = subs.iter().collect();
+    if !rill::broker::wait_all_idle(&refs, Duration::from_secs(60))? {
+        return Err(rill::Error::Timeout);
+    }
+    let delivered = seen.load(Ordering::Relaxed);
+    if delivered != n as u64 {
+        return Err(rill::Error::InvalidArgument(format!("idle probe: {delivered} deliveries for {n} subscriptions")));
+    }
+    // The interval: this thread sleeps (it is what is being measured, not a
+    // synchronisation), so the CPU counted is the broker's.
+    let before = process_cpu_ns();
+    std::thread::sleep(each);
+    let cpu = process_cpu_ns().saturating_sub(before);
+    drop(subs);
+    broker.close();
+    Ok(cpu)
 }

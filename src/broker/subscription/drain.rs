@@ -10,11 +10,13 @@
 //! closed (it winds up).
 
 use std::cell::RefCell;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::time::{Duration, Instant};
 
-use super::core::{BATCH, BackoffOver, DrainState, HandlerKind, SubCore, Tally};
+use super::core::{BATCH, BackoffOver, DrainState, HandlerKind, Retry, SubCore, Tally};
+use super::in_handler::InHandler;
 use super::options::{Ack, Message, Overflow};
-use super::settle::{Settled, attempt_of, invoke, invoke_lagged, invoke_many};
+use super::settle::{Settled, attempt_of, handler_panicked, invoke_lagged, invoke_many};
 use super::signal::{self, Idled, ReadySet};
 use super::state::Phase;
 use crate::log::{Lagged, RecordView};
@@ -32,16 +34,23 @@ const ROUND_SLICE_NS: u64 = 1_000_000;
 /// it when handlers are slow (down to one message) and grows back when fast.
 const BATCH_SLICE_NS: u64 = ROUND_SLICE_NS / 4;
 
-/// Times a pool drain round, batch by batch (one clock read per batch).
+/// Times a pool drain round, batch by batch: the clock is read after a
+/// batch once a batch's worth (`cap`) of messages went by since the last
+/// read, so a drainer on the publisher's heels, whose batches hold a message
+/// or two, does not read the clock per message, while a slow handler (whose
+/// `cap` has shrunk to a few messages) is still timed after every batch: the
+/// round runs at most `cap` handler calls past its slice either way.
 struct RoundClock {
     start: u64,
     last: u64,
+    /// Messages delivered since the clock was last read.
+    since: usize,
 }
 
 impl RoundClock {
     fn start() -> RoundClock {
         let now = RoundClock::now();
-        RoundClock { start: now, last: now }
+        RoundClock { start: now, last: now, since: 0 }
     }
 
     /// The clock. Under loom, a constant: a model must take the same path
@@ -55,10 +64,15 @@ impl RoundClock {
         crate::clock::now_ns()
     }
 
-    /// After a batch of `n` messages: fits `cap` so the next batch takes
-    /// about `BATCH_SLICE_NS`, and ends the round (a zero `budget`) once it
-    /// has run `ROUND_SLICE_NS`.
+    /// After a batch of `n` messages (counted until they reach `cap`): fits
+    /// `cap` so the next batch takes about `BATCH_SLICE_NS`, and ends the
+    /// round (a zero `budget`) once it has run `ROUND_SLICE_NS`.
     fn after_batch(&mut self, n: usize, cap: &mut usize, budget: &mut usize) {
+        self.since += n;
+        if self.since < *cap {
+            return;
+        }
+        let n = std::mem::take(&mut self.since);
         let now = RoundClock::now();
         let took = now.saturating_sub(self.last).max(1);
         self.last = now;
@@ -471,36 +485,74 @@ impl SubCore {
         let mut stop: Option<Round> = None;
         match handler {
             HandlerKind::One(h) => {
-                for record in batch {
-                    *budget -= 1;
-                    if self.filter.as_ref().is_some_and(|f| !f.matches(record.attributes())) {
-                        tally.filtered += 1;
-                        continue;
+                // The per-message path does as little as it can: the thread is
+                // marked as inside this subscription's user code once per
+                // batch (nothing rill runs between two handler calls of a batch
+                // looks at the mark or waits), and a panic is caught once per
+                // batch too, attributed through `in_flight` to the message
+                // whose handler call it came from; the rest of the batch is
+                // then delivered by the next turn of the outer loop.
+                let filter = self.filter.as_ref();
+                let _inside = InHandler::enter(self.id);
+                let mut records = batch.into_iter();
+                // The message whose handler call is under way, if one is.
+                let mut in_flight: Option<(RecordView<'_>, u32)> = None;
+                // With an `ack_timeout`, each call is watched (`deadline.rs`).
+                let watched = self.ack_timeout_ns.is_some();
+                loop {
+                    let run = catch_unwind(AssertUnwindSafe(|| {
+                        for record in records.by_ref() {
+                            *budget -= 1;
+                            if filter.is_some_and(|f| !f.matches(record.attributes())) {
+                                tally.filtered += 1;
+                                continue;
+                            }
+                            let (attempt, last_reason) = attempt_of(retry, i, record.offset());
+                            *reason.borrow_mut() = last_reason;
+                            let msg = Message { topic, partition, record, attempt, reason: &*reason };
+                            in_flight = Some((record, attempt));
+                            if watched {
+                                self.call_started(partition, self.unacked_resume(record.offset()));
+                            }
+                            let ack = h(&msg);
+                            in_flight = None;
+                            if watched && self.call_ended() {
+                                // Past the deadline and handed over: the ack is
+                                // void, and the readers go (`let_go_after_stall`).
+                                tally.delivered += 1;
+                                return Some((None, Round::GaveUp));
+                            }
+                            if let Some((rewind, round)) = self.after_handler(ack, &msg, i, retry, tally) {
+                                return Some((Some(rewind), round));
+                            }
+                        }
+                        None
+                    }));
+                    let end = match run {
+                        Ok(end) => end,
+                        Err(panic) => {
+                            // A panic outside any handler call is rill's own:
+                            // nothing to attribute it to, so it goes on up.
+                            let Some((record, attempt)) = in_flight.take() else { resume_unwind(panic) };
+                            let msg = Message { topic, partition, record, attempt, reason: &*reason };
+                            let ack = handler_panicked(&msg, &*panic);
+                            if watched && self.call_ended() {
+                                // As for a return past the deadline: void.
+                                tally.delivered += 1;
+                                Some((None, Round::GaveUp))
+                            } else {
+                                match self.after_handler(ack, &msg, i, retry, tally) {
+                                    // The rest of the batch, in a new catch.
+                                    None => continue,
+                                    Some((rewind, round)) => Some((Some(rewind), round)),
+                                }
+                            }
+                        }
+                    };
+                    if let Some((rewind, round)) = end {
+                        (rewind_to, stop) = (rewind, Some(round));
                     }
-                    let (attempt, last_reason) = attempt_of(retry, i, record.offset());
-                    *reason.borrow_mut() = last_reason;
-                    let msg = Message { topic, partition, record, attempt, reason: &*reason };
-                    let watched = self.ack_timeout_ns.is_some();
-                    if watched {
-                        self.call_started(partition, self.unacked_resume(record.offset()));
-                    }
-                    let ack = invoke(self.id, h, &msg);
-                    tally.delivered += 1;
-                    if watched && self.call_ended() {
-                        // Past the deadline and handed over: the ack is void,
-                        // and the readers go (`let_go_after_stall`).
-                        stop = Some(Round::GaveUp);
-                        break;
-                    }
-                    if self.state.is_closed() {
-                        rewind_to = Some(self.unacked_resume(record.offset()));
-                        stop = Some(Round::Closed);
-                        break;
-                    }
-                    if let Settled::Stop { rewind, delay } = self.settle(ack, &msg, i, retry, tally) {
-                        (rewind_to, stop) = (Some(rewind), Some(Round::Backoff(delay)));
-                        break;
-                    }
+                    break;
                 }
             }
             HandlerKind::Many(h) => {
@@ -567,6 +619,31 @@ impl SubCore {
         match stop {
             Some(round) => BatchEnd::Stop(round),
             None => BatchEnd::More,
+        }
+    }
+}
+
+impl SubCore {
+    /// After a handler call returned `ack` (or panicked, which counts as
+    /// `Retry`): counts the delivery, then stops the batch if the handler
+    /// closed the subscription, else settles the message. `Some` says where
+    /// to put the cursor back and how the round ends.
+    #[inline(always)]
+    fn after_handler(
+        &self,
+        ack: Ack,
+        msg: &Message<'_>,
+        i: usize,
+        retry: &mut Option<Retry>,
+        tally: &mut Tally,
+    ) -> Option<(u64, Round)> {
+        tally.delivered += 1;
+        if self.state.is_closed() {
+            return Some((self.unacked_resume(msg.offset()), Round::Closed));
+        }
+        match self.settle(ack, msg, i, retry, tally) {
+            Settled::Next => None,
+            Settled::Stop { rewind, delay } => Some((rewind, Round::Backoff(delay))),
         }
     }
 }

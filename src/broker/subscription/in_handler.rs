@@ -4,7 +4,9 @@
 //! Some of those calls would wait for the very handler call they are made
 //! from: closing its own subscription, `wait_idle` on it, or a publish that
 //! waits for room under a `Block` subscriber that is itself. The drainer
-//! marks the thread for the length of each call of user code, and those
+//! marks the thread for the length of each call of user code (for a batch
+//! of handler calls, from before the first to after the last: nothing the
+//! drainer does between them looks at the mark or waits), and those
 //! calls look at the mark: `close` then does not wait, `wait_idle` and such
 //! a publish fail at once instead of waiting for ever.
 //!
@@ -17,7 +19,8 @@ use std::cell::Cell;
 
 use crate::sync::thread;
 
-// The mark is set and restored around every handler call, so it is a
+// The mark is set and restored around every batch of handler calls (and
+// around each other call of user code), so it is a
 // `const` thread-local where it can be: a plain TLS access, with no lazy
 // initialisation check per message.
 #[cfg(not(loom))]

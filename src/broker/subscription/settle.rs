@@ -2,12 +2,13 @@
 //! after a backoff, a dead letter), and calling user code so that a panic
 //! becomes a retry instead of taking the drainer down.
 
+use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use super::core::{Retry, SubCore, Tally};
 use super::in_handler::InHandler;
-use super::options::{Ack, BatchHandler, DeliveryMode, Handler, LagCallback, Message};
+use super::options::{Ack, BatchHandler, DeliveryMode, LagCallback, Message};
 use crate::broker::dead_letter::{self, Failed};
 use crate::broker::topic::Wait;
 use crate::error::{Error, Result};
@@ -34,7 +35,32 @@ impl SubCore {
     /// Applies one acknowledgement: counts it, schedules a redelivery or
     /// dead-letters the message. `Stop` means the drain must stop and put
     /// the cursor back at `rewind`.
+    ///
+    /// A success is settled inline (it is every message's path when handlers
+    /// succeed): counted, and a pending retry, which can only be of this
+    /// message, is done. With at-most-once there is never a pending retry.
+    #[inline(always)]
     pub(super) fn settle(
+        &self,
+        ack: Ack,
+        msg: &Message<'_>,
+        i: usize,
+        retry: &mut Option<Retry>,
+        tally: &mut Tally,
+    ) -> Settled {
+        if ack == Ack::Success {
+            tally.acked += 1;
+            if retry.is_some() {
+                *retry = None;
+            }
+            return Settled::Next;
+        }
+        self.settle_failure(ack, msg, i, retry, tally)
+    }
+
+    /// `settle` for a `Retry` or a `DeadLetter`.
+    #[inline(never)]
+    fn settle_failure(
         &self,
         ack: Ack,
         msg: &Message<'_>,
@@ -174,28 +200,20 @@ impl SubCore {
     }
 }
 
-/// Calls the handler, turning a panic into `Retry` with the panic's message
-/// as the reason.
-pub(super) fn invoke(sub_id: u64, handler: &mut Handler, msg: &Message<'_>) -> Ack {
-    let result = {
-        let _inside = InHandler::enter(sub_id);
-        catch_unwind(AssertUnwindSafe(|| handler(msg)))
-    };
-    match result {
-        Ok(ack) => ack,
-        Err(panic) => {
-            let text = crate::error::panic_message(&*panic);
-            ::log::warn!(
-                target: "rill::subscription",
-                "a handler panicked on {} partition {} offset {}: {text}",
-                msg.topic(),
-                msg.partition(),
-                msg.offset()
-            );
-            msg.set_reason(format!("handler panicked: {text}"));
-            Ack::Retry
-        }
-    }
+/// What a handler's panic (`payload`) on `msg` comes to: `Retry`, with the
+/// panic's message as the reason. (The drain loop catches the panic, once
+/// per batch, and knows which message's handler call it came from.)
+pub(super) fn handler_panicked(msg: &Message<'_>, payload: &(dyn Any + Send)) -> Ack {
+    let text = crate::error::panic_message(payload);
+    ::log::warn!(
+        target: "rill::subscription",
+        "a handler panicked on {} partition {} offset {}: {text}",
+        msg.topic(),
+        msg.partition(),
+        msg.offset()
+    );
+    msg.set_reason(format!("handler panicked: {text}"));
+    Ack::Retry
 }
 
 /// Calls a subscription's `on_lagged` callback the way handlers are called:
