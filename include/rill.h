@@ -188,6 +188,7 @@ typedef enum {
 #define rill_subscribe_batch rill_subscribe_batch_v1
 /* A stats struct that grew: the size passed says which fields the program knows. */
 #define rill_topic_get_stats(b, name, out) rill_topic_get_stats_v1((b), (name), (out), sizeof(rill_topic_stats))
+#define rill_subscription_get_stats(s, out) rill_subscription_get_stats_v1((s), (out), sizeof(rill_subscription_stats))
 
 
 /**
@@ -1720,13 +1721,20 @@ rill_status rill_subscription_wait_idle(rill_subscription *s, int64_t timeout_ms
 
 /**
  * Fills `*out` with the subscription's counters. Works on a closed
- * subscription too (that is how to see its final counts).
+ * subscription too (that is how to see its final counts). Call it as
+ * `rill_subscription_get_stats(s, out)`, the macro that passes
+ * `sizeof(rill_subscription_stats)` as `size`: the library writes that many
+ * bytes (fields the program's header does not know are left out; fields
+ * the library does not know are zeroed). A `size` smaller than the first
+ * layout (72 bytes) is `RILL_ERR_INVALID_ARGUMENT`.
  *
  * # Safety
  *
- * `s` is a live subscription; `out` writable.
+ * `s` is a live subscription; `out` writable for `size` bytes.
  */
-rill_status rill_subscription_get_stats(const rill_subscription *s, rill_subscription_stats *out);
+rill_status rill_subscription_get_stats_v1(const rill_subscription *s,
+                                           rill_subscription_stats *out,
+                                           size_t size);
 
 /**
  * Copies the subscription's name (generated for anonymous ones) into

@@ -8,7 +8,7 @@ use rill::{Broker, BrokerConfig, Fsync, Position, Publisher, Record, TopicOption
 
 use crate::error::{FfiError, boundary, rill_status};
 use crate::options::{self, OptionStruct};
-use crate::util::{bytes, cstr, out_ptr, reference, write_out};
+use crate::util::{bytes, cstr, out_ptr, reference, write_out, write_sized};
 
 /// A broker. Create it with `rill_broker_new`, free it with
 /// `rill_broker_free`. Every function taking a `rill_broker *` may be called
@@ -486,25 +486,6 @@ pub(crate) fn topic_stats(s: &rill::TopicStats) -> rill_topic_stats {
         recovered_truncated_records: s.partitions.iter().map(|p| p.recovered_truncated_records).sum(),
         recovered_truncated_bytes: s.partitions.iter().map(|p| p.recovered_truncated_bytes).sum(),
         recovered_repaired_partitions: s.partitions.iter().filter(|p| p.recovered_repaired).count() as u32,
-    }
-}
-
-/// Writes the first `size` bytes of `value` to `out`, zero past `value`'s
-/// own size (a program whose header knows more fields than this library).
-///
-/// # Safety
-///
-/// `out` is non-NULL and writable for `size` bytes.
-pub(crate) unsafe fn write_sized<T: Copy>(out: *mut T, value: &T, size: usize) {
-    let own = std::mem::size_of::<T>();
-    let out = out.cast::<u8>();
-    // SAFETY: `value` is readable for `own` bytes; `out` writable for `size`
-    // (the caller's promise); the two do not overlap (one is ours).
-    unsafe {
-        std::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), out, own.min(size));
-        if size > own {
-            std::ptr::write_bytes(out.add(own), 0, size - own);
-        }
     }
 }
 

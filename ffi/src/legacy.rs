@@ -104,6 +104,47 @@ pub unsafe extern "C" fn rill_topic_get_stats(
     unsafe { rill_topic_get_stats_v1(b, name, out.cast(), size_of::<rill_topic_stats_v0_1>()) }
 }
 
+/// `rill_subscription_stats` of rill 0.1: its first layout, 72 bytes (the
+/// eight counters, `partitions` and `state`; the three borrowed strings and
+/// `ack_timeouts` came later).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rill_subscription_stats_v0_1 {
+    delivered: u64,
+    acked: u64,
+    retried: u64,
+    dead_lettered: u64,
+    filtered: u64,
+    dropped: u64,
+    missed: u64,
+    lag: u64,
+    partitions: u32,
+    state: crate::subscription::rill_subscription_state,
+}
+
+/// The subscription stats getter under its unsuffixed name, which programs
+/// built against a header older than `rill_subscription_get_stats_v1` call:
+/// it writes exactly the first layout, never the fields appended since
+/// (their storage may have no room for them). A program built against one
+/// of the development headers between 0.1 and the sized getter gets its
+/// counters; the three string fields after them, documented NULL from this
+/// call, are left as the program set them.
+///
+/// # Safety
+///
+/// As `rill_subscription_get_stats_v1`, with `out` writable for the first
+/// layout.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_get_stats(
+    s: *const crate::subscription::rill_subscription,
+    out: *mut rill_subscription_stats_v0_1,
+) -> rill_status {
+    // SAFETY: forwarded; the first layout's size is what `out` holds.
+    unsafe {
+        crate::subscription::rill_subscription_get_stats_v1(s, out.cast(), size_of::<rill_subscription_stats_v0_1>())
+    }
+}
+
 /// The conversions both ways between a 0.1 struct and the current one.
 trait Legacy: Copy {
     type Current: OptionStruct;
@@ -413,6 +454,13 @@ mod tests {
         assert_eq!(crate::broker::TOPIC_STATS_FIRST_SIZE, 24);
         assert_eq!(size_of::<rill_topic_stats_v0_1>(), 24);
         assert_eq!(size_of::<crate::broker::rill_topic_stats>(), 48);
+        // Issue 12 appended ack_timeouts to rill_subscription_stats (an
+        // out-struct, sized by the getter's size argument since); its first
+        // layout, the one the unsuffixed rill_subscription_get_stats writes,
+        // is rill 0.1's 72 bytes.
+        assert_eq!(crate::subscription::SUBSCRIPTION_STATS_FIRST_SIZE, 72);
+        assert_eq!(size_of::<rill_subscription_stats_v0_1>(), 72);
+        assert_eq!(size_of::<crate::subscription::rill_subscription_stats>(), 104);
     }
 
     /// A program built before the appended consumer options passes the

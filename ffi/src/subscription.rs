@@ -12,7 +12,7 @@ use crate::broker::rill_broker;
 use crate::error::{FfiError, boundary, boundary_value, rill_status};
 use crate::message::{MessageContext, c_message, rill_message};
 use crate::options::{self, OptionStruct};
-use crate::util::{cstr, opt_cstr, out_ptr, reference, timeout, write_out};
+use crate::util::{cstr, opt_cstr, out_ptr, reference, timeout, write_out, write_sized};
 
 /// What a handler says about a message: one of the `RILL_ACK_*` constants.
 /// Any other value is treated as `RILL_ACK_RETRY`, with a reason saying so.
@@ -696,24 +696,41 @@ impl rill_subscription_stats {
     }
 }
 
+/// Size of `rill_subscription_stats` in its first layout (rill 0.1: the
+/// eight counters, `partitions` and `state`), the least a caller may pass.
+pub(crate) const SUBSCRIPTION_STATS_FIRST_SIZE: usize = 72;
+
 /// Fills `*out` with the subscription's counters. Works on a closed
-/// subscription too (that is how to see its final counts).
+/// subscription too (that is how to see its final counts). Call it as
+/// `rill_subscription_get_stats(s, out)`, the macro that passes
+/// `sizeof(rill_subscription_stats)` as `size`: the library writes that many
+/// bytes (fields the program's header does not know are left out; fields
+/// the library does not know are zeroed). A `size` smaller than the first
+/// layout (72 bytes) is `RILL_ERR_INVALID_ARGUMENT`.
 ///
 /// # Safety
 ///
-/// `s` is a live subscription; `out` writable.
+/// `s` is a live subscription; `out` writable for `size` bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rill_subscription_get_stats(
+pub unsafe extern "C" fn rill_subscription_get_stats_v1(
     s: *const rill_subscription,
     out: *mut rill_subscription_stats,
+    size: usize,
 ) -> rill_status {
     boundary(|| {
         out_ptr(out, "out")?;
+        if size < SUBSCRIPTION_STATS_FIRST_SIZE {
+            return Err(FfiError::invalid(format!(
+                "rill_subscription_stats of {size} bytes is smaller than its first layout ({} \
+                 bytes): call rill_subscription_get_stats, the macro that passes its size",
+                SUBSCRIPTION_STATS_FIRST_SIZE
+            )));
+        }
         // SAFETY: the caller's promise, checked for NULL.
         let s = unsafe { reference(s, "subscription") }?;
         let stats = rill_subscription_stats::counters(&s.sub.stats());
-        // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, stats) };
+        // SAFETY: checked non-NULL; the caller promises `size` writable bytes.
+        unsafe { write_sized(out, &stats, size) };
         Ok(())
     })
 }

@@ -124,3 +124,22 @@ pub(crate) fn c_string(s: &str) -> CString {
 pub(crate) fn callback<F>(f: Option<F>, what: &str) -> Result<F, FfiError> {
     f.ok_or_else(|| FfiError::null(what))
 }
+
+/// Writes the first `size` bytes of `value` to `out`, zero past `value`'s
+/// own size (a program whose header knows more fields than this library).
+///
+/// # Safety
+///
+/// `out` is non-NULL and writable for `size` bytes.
+pub(crate) unsafe fn write_sized<T: Copy>(out: *mut T, value: &T, size: usize) {
+    let own = std::mem::size_of::<T>();
+    let out = out.cast::<u8>();
+    // SAFETY: `value` is readable for `own` bytes; `out` writable for `size`
+    // (the caller's promise); the two do not overlap (one is ours).
+    unsafe {
+        std::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), out, own.min(size));
+        if size > own {
+            std::ptr::write_bytes(out.add(own), 0, size - own);
+        }
+    }
+}

@@ -642,7 +642,7 @@ class Subscription(_Handle):
     def stats(self) -> SubscriptionStats:
         """Counters and lag; works after the library closed it, too."""
         s = _ffi.rill_subscription_stats()
-        check(lib.rill_subscription_get_stats(self._handle(), byref(s)))
+        check(lib.rill_subscription_get_stats_v1(self._handle(), byref(s), sizeof(s)))
         last_error = _ffi.read_str(lib.rill_subscription_last_error, self._handle())
         return _subscription_stats(s, self.name, self._pattern, last_error or None)
 

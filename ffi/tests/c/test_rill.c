@@ -480,6 +480,15 @@ static void test_publish_subscribe_earliest_latest_and_attributes(void) {
     OK(rill_subscription_get_stats(se, &st));
     CHECK(st.delivered == 2 && st.acked == 2 && st.lag == 0 && st.partitions == 1);
     CHECK(st.state == RILL_SUBSCRIPTION_IDLE);
+    /* A program built before ack_timeouts was appended asks for rill 0.1's
+     * 72-byte layout: the library writes 72 bytes and no more; less than the
+     * first layout is refused. */
+    unsigned char old_st[sizeof(rill_subscription_stats) + 8];
+    memset(old_st, 0xAB, sizeof old_st);
+    OK(rill_subscription_get_stats_v1(se, (rill_subscription_stats *)(void *)old_st, 72));
+    CHECK(old_st[72] == 0xAB && old_st[sizeof old_st - 1] == 0xAB);
+    CHECK(memcmp(old_st, &st, 8) == 0); /* delivered, as above */
+    CHECK_STATUS(rill_subscription_get_stats_v1(se, &st, 64), RILL_ERR_INVALID_ARGUMENT);
     char name[64];
     size_t n = rill_subscription_name(se, name, sizeof name);
     CHECK(n > 0 && strncmp(name, "anon-", 5) == 0);
