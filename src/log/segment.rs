@@ -77,26 +77,31 @@
 //!
 //! ## Sealing
 //!
-//! The sealer stores the final record count into `sealed` with `Release`
-//! *before* it makes the next segment visible. A reader at slot `i` that is not
-//! committed loads `sealed` with `Acquire` (the pair is L3; not shown
-//! necessary, see the end of this section): if the segment is sealed at a count
-//! `<= i`, the reader is past the end of this segment and moves to the next one.
-//! Sealing first closes a race: no record of the next segment can be committed
-//! (and signalled) before the seal is visible, so a reader woken by such a
-//! record always learns that this segment has ended and never goes idle in
-//! front of a slot that will never be filled.
+//! The sealer stores the final record count into `sealed` *before* it makes
+//! the next segment visible. A reader at slot `i` that is not committed loads
+//! `sealed`: if the segment is sealed at a count `<= i`, the reader is past
+//! the end of this segment and moves to the next one. Sealing first closes a
+//! race: no record of the next segment can be committed (and signalled)
+//! before the seal is visible, so a reader woken by such a record always
+//! learns that this segment has ended and never goes idle in front of a slot
+//! that will never be filled.
 //!
-//! What carries the seal to a reader of the next segment is the directory's
-//! Release/Acquire pair (L2 in `mod.rs`): the seal is sequenced before the
-//! exchange that installs the next segment, and a reader woken by a record
-//! of the next segment is woken through a chain of happens-before that
-//! starts at that exchange. L3 itself orders nothing else: the count is the
-//! whole message. `.ci/fence-check` shows L1 and L2 needed
-//! (each, weakened to `Relaxed`, makes a loom model in
-//! `loom-tests/tests/log.rs` fail); with L3 weakened the models still pass
-//! (`bash .ci/fence-check L3`), so it stays as the cheap, obvious reading of
-//! this paragraph rather than as a proven necessity.
+//! Both accesses of `sealed` are `Relaxed`, because the count is the whole
+//! message: nobody reads, on the strength of having seen the seal, anything
+//! else the sealer wrote. A reader past the end goes on to load the
+//! directory with its own `Acquire` (L2 in `log/dir.rs`), retention and the
+//! roll find the count through a directory they loaded that way, the durable
+//! flusher reads the records below the count through their slots (L1), and
+//! `reserved` reports the number. What makes the seal *visible* where it
+//! must be is not an ordering on `sealed` but happens-before through L2: the
+//! seal is sequenced before the `Release` exchange that installs the next
+//! segment (or publishes a stalled roll), so anyone who reaches that
+//! directory, or is woken by a record of the next segment (a chain that
+//! starts at the exchange), sees the seal by coherence. (The pair was
+//! `Release`/`Acquire`, named L3, until `.ci/fence-check` showed no model
+//! failing without it; this is the argument that none can.) L1 and L2 are
+//! each shown needed: weakened to `Relaxed`, a loom model in
+//! `loom-tests/tests/log.rs` fails.
 //!
 //! ## Races survived
 //!
@@ -602,9 +607,10 @@ impl Segment {
 
     /// Records that the reservation returning `Sealer { count }` closed this segment.
     pub(crate) fn seal(&self, count: u64) {
-        // Release: ordered before the Release store that makes the next segment
-        // visible, so anyone who reaches the next segment sees the seal too.
-        let prev = self.sealed.swap(count, crate::sync::ordering_or_weakened!("L3", Ordering::Release));
+        // Relaxed: the count is the whole message, and the Release store that
+        // makes the next segment visible (sequenced after this) carries it to
+        // anyone who reaches that segment; see "Sealing" in the essay.
+        let prev = self.sealed.swap(count, Ordering::Relaxed);
         debug_assert_eq!(prev, NOT_SEALED, "a segment is sealed once");
     }
 
@@ -623,8 +629,8 @@ impl Segment {
     /// The final record count, if sealed.
     #[inline]
     pub(crate) fn sealed_count(&self) -> Option<u64> {
-        // Acquire: pairs with the Release in `seal`.
-        match self.sealed.load(crate::sync::ordering_or_weakened!("L3", Ordering::Acquire)) {
+        // Relaxed: nothing is read through the count; see "Sealing".
+        match self.sealed.load(Ordering::Relaxed) {
             NOT_SEALED => None,
             n => Some(n),
         }
