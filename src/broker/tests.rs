@@ -118,3 +118,28 @@ fn a_partition_out_of_memory_fails_the_publish_and_recovers() {
     assert_eq!(*seen.lock(), published, "every published message, in order");
     broker.close();
 }
+
+#[test]
+fn closing_the_broker_wakes_a_poll_that_is_blocked() {
+    let broker = Broker::new(BrokerConfig { worker_threads: Some(1), ..BrokerConfig::default() }).unwrap();
+    broker.create_topic("q", &TopicOptions::default()).unwrap();
+    let mut c = broker.consumer("g", "q", ConsumerOptions::default()).unwrap();
+    let waiters = c.waiters();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Close only once the poll below has registered to wait, i.e.
+            // has found nothing and is blocking (or about to: the
+            // register / fence / re-check protocol of waiters.rs covers that
+            // moment).
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while waiters.registered() == 0 {
+                assert!(std::time::Instant::now() < deadline, "the poll never blocked");
+                std::thread::yield_now();
+            }
+            broker.close();
+        });
+        let r = c.poll(10, Duration::from_secs(30));
+        assert!(matches!(r, Err(Error::Closed(_))), "{r:?}");
+    });
+    assert!(matches!(c.commit(), Err(Error::Closed(_))));
+}
