@@ -9,6 +9,14 @@
 //! are made (synced first under `Fsync::Always`), a durable subscription's
 //! positions when it closes, and the flusher (`flusher.rs`) syncs the logs and
 //! writes every live durable subscription's positions each interval.
+//!
+//! # Why this file is long
+//!
+//! Every change made under the control mutex is here (`mod.rs` only takes
+//! it to read snapshots), so that the lock's invariants (which topics,
+//! subscriptions, groups and durable positions exist, and what the store
+//! holds about them) are kept in one file; the consumer groups' side of it
+//! is the `GroupHost` implementation at the end.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
