@@ -517,19 +517,9 @@ fn poll_parks_until_a_message_arrives_and_returns_empty_on_timeout() {
     let got: Vec<Vec<u8>> = c.poll(10, WAIT).unwrap().iter().map(|m| m.payload().to_vec()).collect();
     assert_eq!(got, vec![b"wake".to_vec()]);
     publisher.join().unwrap();
-    // Closing the broker wakes a blocked poll with Closed.
-    let closed = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(20));
-            closed.store(true, Ordering::SeqCst);
-            b.close();
-        });
-        let r = c.poll(10, WAIT);
-        assert!(matches!(r, Err(Error::Closed(_))), "{r:?}");
-        assert!(closed.load(Ordering::SeqCst));
-    });
-    assert!(matches!(c.commit(), Err(Error::Closed(_))));
+    // Closing the broker wakes a blocked poll with Closed: a unit test
+    // (`closing_the_broker_wakes_a_poll_that_is_blocked` in
+    // src/broker/tests.rs) closes only once the poll is seen waiting.
 }
 
 #[test]

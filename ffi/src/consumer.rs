@@ -10,10 +10,8 @@ use crate::broker::rill_broker;
 use crate::error::{boundary, boundary_value, rill_status};
 use crate::message::{MessageContext, c_message, rill_message};
 use crate::options::{self, OptionStruct};
-use crate::subscription::{
-    Lag, RILL_START_EARLIEST, each_lag, rill_partition_lag_callback, rill_start, start_position,
-};
-use crate::util::{cstr, out_ptr, reference, reference_mut, timeout, write_out};
+use crate::subscription::{RILL_START_EARLIEST, rill_partition_lag_callback, rill_start, start_position};
+use crate::util::{Lag, cstr, each_lag, out_ptr, reference, reference_mut, timeout, write_out};
 
 /// Where a new consumer group starts. Fill it with `rill_consumer_options_init`.
 #[repr(C)]
@@ -507,14 +505,7 @@ pub unsafe extern "C" fn rill_group_partitions(
         let (b, group, topic) = unsafe { (reference(b, "broker")?, cstr(group, "group")?, cstr(topic, "topic")?) };
         let each = crate::util::callback(each, "each")?;
         let s = b.broker.group_stats(group, topic)?;
-        let lags = s.partitions.iter().map(|p| Lag {
-            topic: &s.topic,
-            partition: p.partition,
-            position: p.position,
-            end: p.end,
-            lag: p.lag,
-        });
-        each_lag(lags, each, user_data);
+        each_lag(s.partitions.iter().map(|p| Lag::of_group(&s.topic, p)), each, user_data);
         Ok(())
     })
 }

@@ -12,7 +12,7 @@ use crate::broker::rill_broker;
 use crate::error::{FfiError, boundary, boundary_value, rill_status};
 use crate::message::{MessageContext, c_message, rill_message};
 use crate::options::{self, OptionStruct};
-use crate::util::{cstr, opt_cstr, out_ptr, reference, timeout, write_out, write_sized};
+use crate::util::{Lag, cstr, each_lag, opt_cstr, out_ptr, reference, timeout, write_out, write_sized};
 
 /// What a handler says about a message: one of the `RILL_ACK_*` constants.
 /// Any other value is treated as `RILL_ACK_RETRY`, with a reason saying so.
@@ -754,6 +754,25 @@ pub unsafe extern "C" fn rill_subscription_name(
     })
 }
 
+/// Copies a text of the subscription's stats (`field` picks it; none is
+/// "") into `buf` as [`crate::util::copy_str`] does; 0 for a NULL `s`.
+///
+/// # Safety
+///
+/// `s` is NULL or a live subscription; `buf` NULL or writable for `buf_len` bytes.
+unsafe fn copy_stats_text(
+    s: *const rill_subscription,
+    buf: *mut c_char,
+    buf_len: usize,
+    field: impl FnOnce(rill::SubscriptionStats) -> Option<String>,
+) -> usize {
+    // SAFETY: the caller promises `s` is NULL or live.
+    boundary_value(0, || match unsafe { s.as_ref() } {
+        Some(s) => crate::util::copy_str(field(s.sub.stats()).as_deref().unwrap_or(""), buf, buf_len),
+        None => 0,
+    })
+}
+
 /// Copies why the subscription was closed by the library (the broker
 /// closed, or `RILL_OVERFLOW_DISCONNECT` with the lag it reached) into `buf`;
 /// returns its full length, 0 if it was not.
@@ -768,10 +787,7 @@ pub unsafe extern "C" fn rill_subscription_closed_reason(
     buf_len: usize,
 ) -> usize {
     // SAFETY: forwarded.
-    boundary_value(0, || match unsafe { s.as_ref() } {
-        Some(s) => crate::util::copy_str(s.sub.stats().closed_reason.as_deref().unwrap_or(""), buf, buf_len),
-        None => 0,
-    })
+    unsafe { copy_stats_text(s, buf, buf_len, |st| st.closed_reason) }
 }
 
 /// Copies the subscription's last delivery problem (see `last_error` in
@@ -788,10 +804,7 @@ pub unsafe extern "C" fn rill_subscription_last_error(
     buf_len: usize,
 ) -> usize {
     // SAFETY: forwarded.
-    boundary_value(0, || match unsafe { s.as_ref() } {
-        Some(s) => crate::util::copy_str(s.sub.stats().last_error.as_deref().unwrap_or(""), buf, buf_len),
-        None => 0,
-    })
+    unsafe { copy_stats_text(s, buf, buf_len, |st| st.last_error) }
 }
 
 /// Forgets a durable subscription's saved position, so the name starts
@@ -873,35 +886,6 @@ pub struct rill_partition_lag {
 pub type rill_partition_lag_callback =
     Option<unsafe extern "C" fn(user_data: *mut c_void, lag: *const rill_partition_lag)>;
 
-/// One partition's lag as the callback gets it (the topic as a Rust string).
-pub(crate) struct Lag<'a> {
-    pub(crate) topic: &'a str,
-    pub(crate) partition: u32,
-    pub(crate) position: u64,
-    pub(crate) end: u64,
-    pub(crate) lag: u64,
-}
-
-/// Calls `each(user_data, lag)` for every partition in `lags`.
-pub(crate) fn each_lag<'a>(
-    lags: impl Iterator<Item = Lag<'a>>,
-    each: unsafe extern "C" fn(*mut c_void, *const rill_partition_lag),
-    user_data: *mut c_void,
-) {
-    for l in lags {
-        let topic = crate::util::c_string(l.topic);
-        let c = rill_partition_lag {
-            topic: topic.as_ptr(),
-            partition: l.partition,
-            position: l.position,
-            end: l.end,
-            lag: l.lag,
-        };
-        // SAFETY: the exported caller's callback; `topic` outlives the call.
-        unsafe { each(user_data, &c) };
-    }
-}
-
 /// Calls `each(user_data, lag)` for every partition the subscription reads
 /// (of every topic its pattern matched), with its position and lag; the
 /// struct and its `topic` are borrowed for that call only. A snapshot; the
@@ -921,14 +905,7 @@ pub unsafe extern "C" fn rill_subscription_partitions(
         let s = unsafe { reference(s, "subscription") }?;
         let each = crate::util::callback(each, "each")?;
         let st = s.sub.stats();
-        let lags = st.partitions.iter().map(|p| Lag {
-            topic: &p.topic,
-            partition: p.partition,
-            position: p.position,
-            end: p.end,
-            lag: p.lag,
-        });
-        each_lag(lags, each, user_data);
+        each_lag(st.partitions.iter().map(Lag::from), each, user_data);
         Ok(())
     })
 }

@@ -143,3 +143,49 @@ pub(crate) unsafe fn write_sized<T: Copy>(out: *mut T, value: &T, size: usize) {
         }
     }
 }
+
+/// One partition's position and lag, for a `rill_partition_lag` callback:
+/// a subscription's ([`rill::broker::PartitionLag`]) or a consumer group's
+/// ([`rill::broker::GroupPartition`], whose topic is the group's).
+pub(crate) struct Lag<'a> {
+    topic: &'a str,
+    partition: u32,
+    position: u64,
+    end: u64,
+    lag: u64,
+}
+
+impl<'a> From<&'a rill::broker::PartitionLag> for Lag<'a> {
+    fn from(p: &'a rill::broker::PartitionLag) -> Lag<'a> {
+        Lag { topic: &p.topic, partition: p.partition, position: p.position, end: p.end, lag: p.lag }
+    }
+}
+
+impl<'a> Lag<'a> {
+    /// A consumer group's partition of `topic`.
+    pub(crate) fn of_group(topic: &'a str, p: &rill::broker::GroupPartition) -> Lag<'a> {
+        Lag { topic, partition: p.partition, position: p.position, end: p.end, lag: p.lag }
+    }
+}
+
+/// Calls `each(user_data, lag)` for every partition in `lags`, each built
+/// as a `rill_partition_lag` whose `topic` lives for that call only.
+pub(crate) fn each_lag<'a>(
+    lags: impl Iterator<Item = Lag<'a>>,
+    each: unsafe extern "C" fn(*mut c_void, *const crate::subscription::rill_partition_lag),
+    user_data: *mut c_void,
+) {
+    for l in lags {
+        let topic = c_string(l.topic);
+        let c = crate::subscription::rill_partition_lag {
+            topic: topic.as_ptr(),
+            partition: l.partition,
+            position: l.position,
+            end: l.end,
+            lag: l.lag,
+        };
+        // SAFETY: the exported caller's callback, safe to call with
+        // `user_data` by its promise; `topic` outlives the call.
+        unsafe { each(user_data, &c) };
+    }
+}

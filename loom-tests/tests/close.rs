@@ -69,3 +69,32 @@ fn an_external_close_returns_after_the_wind_up_on_the_pool() {
 fn an_external_close_returns_after_the_wind_up_on_a_dedicated_thread() {
     model(|| external_close_during_a_drain(true));
 }
+
+/// A thread that sees the subscription closed sees what the closer did
+/// before closing: `close`'s `Release` (S3 in `subscription/state.rs`)
+/// pairs with the `Acquire` load behind `is_closed`. (A handler that closes
+/// its own subscription after recording why, and a thread polling
+/// `is_closed` and then reading that record, rely on it.) The closer writes
+/// a relaxed flag first; without S3 the poller may see `CLOSED` and then
+/// the flag's old value.
+#[test]
+fn is_closed_sees_what_the_closer_did_before() {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    model(|| {
+        let h = Arc::new(Harness::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let (h2, d2) = (h.clone(), done.clone());
+        let closer = thread::spawn(move || {
+            // Relaxed: on purpose, so only the close orders it.
+            d2.store(true, Ordering::Relaxed);
+            h2.close();
+        });
+        while !h.is_closed() {
+            thread::yield_now();
+        }
+        // Relaxed: as above.
+        assert!(done.load(Ordering::Relaxed), "saw CLOSED but not what the closer did before");
+        closer.join().unwrap();
+        Arc::try_unwrap(h).expect("no other handle").shutdown();
+    });
+}

@@ -72,3 +72,50 @@ fn ready_set_no_stranded_record_when_the_mark_is_already_set() {
 fn ready_set_no_lost_wakeup_with_a_dedicated_thread() {
     model(|| two_partitions(true));
 }
+
+/// `wait_idle` returns once the drainer has gone idle past the record, and
+/// what the handler wrote is then visible to the waiter: the handler writes
+/// a plain cell, the waiter reads it after `wait_idle`, and loom reports a
+/// read not ordered after the write. (The drainer's `Release` going idle, S1
+/// in `subscription/state.rs`, is one thing that orders it, but loom cannot
+/// single it out here: after its look at the state the waiter reads the log's
+/// end under an epoch pin, a `fence(SeqCst)`, which loom lets synchronise
+/// with the drainer's F4. The model below shows S1.)
+#[test]
+fn wait_idle_sees_what_the_handler_wrote() {
+    model(|| {
+        let h = Harness::new(false);
+        h.publish(7);
+        assert!(h.wait_idle());
+        assert_eq!(h.last_handled(), 7);
+        h.shutdown();
+    });
+}
+
+/// A stats snapshot that says `Idle` covers every message handled before the
+/// drainer went idle: its count in `delivered`, and what the handler wrote
+/// (a plain cell here). The drainer's `Release` going idle (S1 in
+/// `subscription/state.rs`) pairs with the snapshot's `Acquire` load of the
+/// state, after which it reads the counters `Relaxed` and takes no lock the
+/// drainer released. Weakened to `Relaxed`, loom reports the cell read as a
+/// causality violation. (The only `IDLE` this thread can read after its own
+/// publish moved the state to `ACTIVE` is the one the drainer stores after
+/// delivering: nothing else pokes this subscription.)
+#[test]
+fn an_idle_snapshot_counts_what_was_handled() {
+    use rill::broker::SubscriptionState;
+    model(|| {
+        let h = Harness::new(false);
+        h.publish(7);
+        loop {
+            let st = h.stats();
+            if st.state == SubscriptionState::Idle {
+                assert_eq!(st.delivered, 1, "an idle snapshot missed a delivery");
+                assert_eq!(h.last_handled(), 7);
+                break;
+            }
+            thread::yield_now();
+        }
+        h.shutdown();
+    });
+}

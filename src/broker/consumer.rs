@@ -18,6 +18,12 @@
 //! that moves the consumer. Waiting in `poll` parks the thread (see
 //! `waiters.rs`): the consumer is a listener of each partition it reads, and a
 //! publisher's commit wakes it only if it is waiting.
+//!
+//! # Why this file is long
+//!
+//! Most of it is the public `Consumer` handle's API (poll, commit, nack,
+//! seek, rollback, stats), each method short, over one type's state; the
+//! group's assignment is in `group.rs`.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -499,6 +505,13 @@ impl Consumer {
     /// called since). Asks the group, so it sees a rebalance at once.
     pub fn assignment(&self) -> Vec<u32> {
         self.host.assignment(&self.core).map(|a| a.partitions).unwrap_or_default()
+    }
+
+    /// What this consumer's `poll` waits on, for tests that must act while
+    /// a poll is blocked.
+    #[cfg(test)]
+    pub(crate) fn waiters(&self) -> Arc<super::waiters::Waiters> {
+        self.core.waiters.clone()
     }
 
     /// Up to `max` messages of the partitions it owns, waiting up to

@@ -14,6 +14,14 @@
 //! as numbered snapshots: taken under the control mutex, written (and
 //! synced) after it is released, several commits sharing one write (see
 //! `store.rs`), so nothing waits for an fsync while holding the mutex.
+//!
+//! # Why this file is long
+//!
+//! Every change made under the control mutex is here (`mod.rs` only takes
+//! it to read snapshots), so that the lock's invariants (which topics,
+//! subscriptions, groups and durable positions exist, and what the store
+//! holds about them) are kept in one file; the consumer groups' side of it
+//! is the `GroupHost` implementation at the end.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

@@ -17,7 +17,7 @@ use super::waiters::Waiters;
 use crate::log::{Log, LogConfig, Record};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::thread::{self, JoinHandle};
-use crate::sync::{Arc, Condvar, Mutex};
+use crate::sync::{Arc, Condvar, Mutex, UnsafeCell};
 
 /// A partition with one subscription that records the tags it receives.
 pub struct Harness {
@@ -29,7 +29,21 @@ pub struct Harness {
     seen: Arc<(Mutex<Vec<u64>>, Condvar)>,
     /// How many times the subscription was wound up (its close hook ran).
     wound_up: Arc<(Mutex<u32>, Condvar)>,
+    /// The last tag the handler saw, in a plain cell: what a user's handler
+    /// writes without synchronisation of its own.
+    last: Arc<LastTag>,
 }
+
+/// A cell the handler writes with no lock or atomic around it, so that loom
+/// checks that whoever reads it afterwards is ordered after the write.
+#[derive(Debug)]
+struct LastTag(UnsafeCell<u64>);
+
+// SAFETY: the handler is its only writer (one drainer at a time, under the
+// drain lock), and `Harness::last_handled` reads it only after `wait_idle`
+// says every handler call is over; loom's checked cell reports a read that
+// is not ordered after the write, which is what the model looks for.
+unsafe impl Sync for LastTag {}
 
 impl std::fmt::Debug for Harness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -70,10 +84,17 @@ impl Harness {
             .collect();
         let seen: Arc<(Mutex<Vec<u64>>, Condvar)> = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
         let s = seen.clone();
+        let last = Arc::new(LastTag(UnsafeCell::new(0)));
+        let l = last.clone();
         let handler: Handler = Box::new(move |m| {
             let tag = u64::from_le_bytes(m.payload().try_into().expect("8-byte payload"));
             s.0.lock().push(tag);
             s.1.notify_all();
+            // Last, after the lock above: loom orders every lock and unlock
+            // with every other (its mutexes are sequentially consistent), so a
+            // write before one would reach any thread that locks anything later.
+            // SAFETY: see `LastTag`: handler calls do not overlap.
+            l.0.with_mut(|p| unsafe { *p = tag });
             Ack::Success
         });
         let pool = (!dedicated).then(|| Arc::new(WorkerPool::start(1).expect("loom spawns threads")));
@@ -116,7 +137,7 @@ impl Harness {
         for (topic, partition) in topics.iter().zip(&partitions) {
             SubCore::attach_to(&sub, (*topic).into(), partition, partition.log.cursor_from_first());
         }
-        Harness { partitions, sub, pool, dedicated, seen, wound_up }
+        Harness { partitions, sub, pool, dedicated, seen, wound_up, last }
     }
 
     /// Publishes a record carrying `tag`, through the real publish path,
@@ -141,6 +162,30 @@ impl Harness {
             seen = cond.wait(seen);
         }
         seen.clone()
+    }
+
+    /// `Subscription::wait_idle` without a deadline: true once every record
+    /// published so far is handled and no handler call is in flight.
+    pub fn wait_idle(&self) -> bool {
+        self.sub.wait_idle(std::time::Duration::MAX).expect("open, and not called from its handler")
+    }
+
+    /// The tag of the last record handled, read from the handler's plain
+    /// cell. Call only after [`Harness::wait_idle`]: loom reports a read
+    /// that is not ordered after the handler's write (a causality violation).
+    pub fn last_handled(&self) -> u64 {
+        // SAFETY: see `LastTag`; loom checks the claim.
+        self.last.0.with(|p| unsafe { *p })
+    }
+
+    /// `Subscription::stats`.
+    pub fn stats(&self) -> super::subscription::SubscriptionStats {
+        self.sub.stats()
+    }
+
+    /// True once the subscription is closed (`Subscription::is_closed`).
+    pub fn is_closed(&self) -> bool {
+        self.sub.is_closed()
     }
 
     /// Closes the subscription as if from another subscription's handler:

@@ -34,6 +34,8 @@
 //! it costs at most `nodes * (segments + 1)` visits, each of which (at a `**`)
 //! fans out over at most `segments + 1` positions: polynomial, whatever the
 //! patterns.
+//!
+//! Its unit tests, at the end, are a third of the file.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;

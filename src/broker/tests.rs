@@ -258,3 +258,28 @@ fn a_failed_fdatasync_is_io_to_an_always_publisher_and_loses_nothing_acknowledge
     drop(broker);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn closing_the_broker_wakes_a_poll_that_is_blocked() {
+    let broker = Broker::new(BrokerConfig { worker_threads: Some(1), ..BrokerConfig::default() }).unwrap();
+    broker.create_topic("q", &TopicOptions::default()).unwrap();
+    let mut c = broker.consumer("g", "q", ConsumerOptions::default()).unwrap();
+    let waiters = c.waiters();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Close only once the poll below has registered to wait, i.e.
+            // has found nothing and is blocking (or about to: the
+            // register / fence / re-check protocol of waiters.rs covers that
+            // moment).
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while waiters.registered() == 0 {
+                assert!(std::time::Instant::now() < deadline, "the poll never blocked");
+                std::thread::yield_now();
+            }
+            broker.close();
+        });
+        let r = c.poll(10, Duration::from_secs(30));
+        assert!(matches!(r, Err(Error::Closed(_))), "{r:?}");
+    });
+    assert!(matches!(c.commit(), Err(Error::Closed(_))));
+}

@@ -89,6 +89,14 @@ impl Waiters {
         }
     }
 
+    /// How many threads are registered to wait: a test's way to act only
+    /// once a waiter is past its checks and blocking (or about to block).
+    #[cfg(test)]
+    pub(crate) fn registered(&self) -> usize {
+        // Relaxed: a test polls it until it changes; nothing is read through it.
+        self.count.load(Ordering::Relaxed)
+    }
+
     /// Waits until `ready()` is true (returns true) or `deadline` passes
     /// (returns `ready()`). `None` waits without a deadline.
     pub(crate) fn wait_until(&self, deadline: Option<Instant>, mut ready: impl FnMut() -> bool) -> bool {

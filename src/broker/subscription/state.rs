@@ -24,19 +24,57 @@
 //! lose a wakeup is the subject of the signal module (`signal.rs`), which
 //! issues the fences around them.
 //!
-//! ## What the orderings are shown to do
+//! ## What each ordering is for, and which are shown
 //!
-//! Three orderings here carry names for the fence check (`.ci/fence-check`):
-//! S1, the drainer's `Release` going idle; S2, the `AcqRel` of a publisher's
-//! `IDLE -> ACTIVE`; S3, the `AcqRel` of `close`. Weakened to `Relaxed`
-//! one at a time, no loom model fails (`bash .ci/fence-check S1 S2 S3`), so
-//! they are *not shown* necessary, and the check does not require them: what
-//! they release is also ordered by the drain mutex every drainer takes, by
-//! the log's own `Release`/`Acquire` on each slot, and by the pool's queue
-//! mutex that hands a drain to a worker. They stay as the word's stated
-//! contract (a reader of `IDLE` or `CLOSED` sees the writes before it), which
-//! `wait_idle` and `stats` rely on without a model of their own. What the
-//! models do show necessary are the fences in `signal.rs` (F1 to F4).
+//! The state word hands over no data of its own: the records reach a
+//! drainer through the log's `Release`/`Acquire` on each slot (L1 in
+//! `log/segment.rs`), a scheduled drain reaches a pool worker through the
+//! pool's queue mutex (or reaches the dedicated thread, which drains only
+//! what it reads from the log and from `pending`, itself a
+//! `Release`/`Acquire` pair), and every drainer takes the drain mutex, so one
+//! drainer's cursors and handler reach the next through it. What the word's
+//! orderings are for is the threads that take *no* such lock: those that
+//! look at the word and then at what the writer of that state did.
+//!
+//! * **S1**, the drainer's `Release` going idle, pairs with the `Acquire`
+//!   in [`State::get`]: a thread that reads `IDLE` sees the handler calls,
+//!   counters and positions before it. `stats` reads the state and then the
+//!   counters (`Relaxed`) with no lock the drainer released in between, so a
+//!   snapshot that says `Idle` covers everything handled before; `wait_idle`
+//!   reads `IDLE` before the positions, which is what lets it load them
+//!   `Relaxed`. The loom model `an_idle_snapshot_counts_what_was_handled`
+//!   (`loom-tests/tests/signal.rs`) fails with S1 weakened to `Relaxed`: the
+//!   handler's plain write is not ordered before the snapshot's reader.
+//! * **S3**, `close`'s `Release`, pairs with the same `Acquire`: a thread
+//!   that sees `CLOSED` (`is_closed`, `stats`) sees what the closer did
+//!   before closing (say, what a handler wrote before closing its own
+//!   subscription, for a thread that polls `is_closed`). The loom model
+//!   `is_closed_sees_what_the_closer_did_before` (`loom-tests/tests/close.rs`)
+//!   fails with it weakened to `Relaxed`. `close` needs no `Acquire`: the
+//!   closer reads nothing a drainer wrote except under the drain mutex
+//!   (`close_inner` takes it to wait for the round in flight; a close that
+//!   does not wait only `try_lock`s it to wind up), and which caller is the
+//!   first closer is decided by the swap being one read-modify-write, which
+//!   holds at any ordering.
+//! * A publisher's `IDLE -> ACTIVE` in [`State::activate`] is `Relaxed`
+//!   (it was `AcqRel`, and named S2, until the fence check showed no model
+//!   needing it; this is the argument that it cannot matter). Its `Release`
+//!   half would publish the publisher's commit to the drain it schedules, but
+//!   that drain reads the record through the slot's own `Acquire` (L1), finds
+//!   an attached reader through `pending`'s pair, and is handed to a worker
+//!   through the pool's mutex. Its `Acquire` half would make the last
+//!   drainer's writes visible to the publisher, which reads none of them:
+//!   after winning it only schedules (a mutex, or an unpark), and the drain
+//!   it schedules takes the drain mutex that the last drainer released.
+//!   The state word's only reader that needs a drainer's writes, `get`,
+//!   reads `IDLE` (stored with S1) or `CLOSED` (S3), never a publisher's
+//!   `ACTIVE`.
+//!
+//! The orderings of `reactivate`, `backoff` and `wake_from_backoff` are
+//! not named: they are read-modify-writes by threads that then take the
+//! drain mutex or schedule through the pool, as above, and kept at the
+//! strength their comments give. The fences that the protocol's lost-wakeup
+//! argument needs are in `signal.rs` (F1 to F4), each shown by a model.
 
 use crossbeam_utils::CachePadded;
 
@@ -97,13 +135,11 @@ impl State {
         // Relaxed: the preceding SeqCst fence orders this load after the
         // commit; a busy subscription costs exactly this one shared read.
         self.0.load(Ordering::Relaxed) == IDLE
-            // S2, AcqRel on success: acquires the last drainer's writes (it released
-            // them with its IDLE store) and releases our commit to the drain we
-            // schedule. Relaxed on failure: someone else is handling it.
-            && self
-                .0
-                .compare_exchange(IDLE, ACTIVE, ordering_or_weakened!("S2", Ordering::AcqRel), Ordering::Relaxed)
-                .is_ok()
+            // Relaxed on success too: the move hands over no data (see "What
+            // each ordering is for" above); the fence before it and the
+            // schedule after it do the ordering. Relaxed on failure: someone
+            // else is handling it.
+            && self.0.compare_exchange(IDLE, ACTIVE, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
 
     /// `ACTIVE -> IDLE` by a drainer that found nothing more to deliver.
@@ -112,9 +148,9 @@ impl State {
     /// the idle fence and re-check (`signal::go_idle`).
     #[inline]
     pub(crate) fn go_idle(&self) -> bool {
-        // S1, Release on success: publishes positions and counters to whoever
-        // acquires IDLE next. Relaxed on failure: it is CLOSED, and the
-        // caller only returns.
+        // S1, Release on success: publishes the handler calls, positions and
+        // counters before it to whoever reads IDLE with `get` (`wait_idle`).
+        // Relaxed on failure: it is CLOSED, and the caller only returns.
         self.0.compare_exchange(ACTIVE, IDLE, ordering_or_weakened!("S1", Ordering::Release), Ordering::Relaxed).is_ok()
     }
 
@@ -132,9 +168,10 @@ impl State {
     #[inline]
     pub(crate) fn backoff(&self) -> bool {
         // AcqRel on success: releases the drain's positions to the timer's
-        // wake (which acquires them) and pairs with `close`'s swap; the CAS
-        // itself is what rules out leaving CLOSED. Relaxed on failure: it is
-        // CLOSED and the caller only returns.
+        // wake, which acquires them; not needed (the drain the timer
+        // schedules takes the drain mutex, see the module docs), kept on this
+        // rare path. The CAS itself is what rules out leaving CLOSED.
+        // Relaxed on failure: it is CLOSED and the caller only returns.
         self.0.compare_exchange(ACTIVE, BACKOFF, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
@@ -142,16 +179,18 @@ impl State {
     /// then schedules a drain.
     #[inline]
     pub(crate) fn wake_from_backoff(&self) -> bool {
-        // AcqRel: as in `activate`. Relaxed on failure: closed, nothing to do.
+        // AcqRel: pairs with `backoff`'s; like it, not needed and kept on
+        // this rare path. Relaxed on failure: closed, nothing to do.
         self.0.compare_exchange(BACKOFF, ACTIVE, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
     /// Any state `-> CLOSED`. True for the one call that closed it.
     #[inline]
     pub(crate) fn close(&self) -> bool {
-        // S3, AcqRel: Release publishes what the closer did before to whoever
-        // sees CLOSED (Acquire in `get`); Acquire makes the last drainer's
-        // writes visible to the closer. Exactly one caller sees the old state.
-        self.0.swap(CLOSED, ordering_or_weakened!("S3", Ordering::AcqRel)) != CLOSED
+        // S3, Release: publishes what the closer did before to whoever sees
+        // CLOSED (the Acquire in `get`). No Acquire: the closer reads the
+        // drainer's state only under the drain mutex (see the module docs).
+        // Exactly one caller sees the old state: the swap is one RMW.
+        self.0.swap(CLOSED, ordering_or_weakened!("S3", Ordering::Release)) != CLOSED
     }
 }
