@@ -220,12 +220,15 @@ impl Shared {
         current: epoch::Shared<'_, Dir>,
         guard: &Guard,
     ) -> Result<()> {
-        // Seal before the next segment becomes visible (see segment.rs), and
-        // before trying to allocate it, so a failed roll leaves the final
-        // count where anyone retrying the roll can read it. The end mark
-        // goes before the next segment's file exists (see `file.rs`).
-        seg.seal(count);
+        // The end mark first: it goes before the next segment's file exists
+        // (see `file.rs`), and before the seal, whose Release store then
+        // publishes it to a sync round that sees the seal and flushes the
+        // segment through its end mark (`durable.rs`). Then seal, before the
+        // next segment becomes visible (see segment.rs) and before trying to
+        // allocate it, so a failed roll leaves the final count where anyone
+        // retrying the roll can read it.
         seg.end_records(end);
+        seg.seal(count);
         self.install_next(current, guard).inspect_err(|e| {
             ::log::error!(target: "rill::log", "partition {}: the next log segment could not be allocated: {e}", self.partition);
             self.stall(current, e, guard);

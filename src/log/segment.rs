@@ -86,9 +86,13 @@
 //! learns that this segment has ended and never goes idle in front of a slot
 //! that will never be filled.
 //!
-//! The seal needs no ordering of its own, because the count is the whole
-//! message: nobody reads, on the strength of having seen the seal, anything
-//! else the sealer wrote. A reader past the end goes on to load the
+//! In memory the seal needs no ordering of its own, because the count is the
+//! whole message: nobody reads, on the strength of having seen the seal,
+//! anything else the sealer wrote. (A durable log's one exception: the
+//! sealer writes the file's end mark just before the seal, and a sync round
+//! that sees the seal flushes the file through that mark, so there the
+//! `Release`/`Acquire` pair below orders the mark before the flush; loom
+//! cannot model a file, so that case is argued, not modelled.) A reader past the end goes on to load the
 //! directory with its own `Acquire` (L2 in `log/dir.rs`), retention and the
 //! roll find the count through a directory they loaded that way, the durable
 //! flusher reads the records below the count through their slots (L1), and
@@ -103,7 +107,8 @@
 //! with both `Relaxed`, `retention_trims_while_a_reader_is_inside_the_head_segment`
 //! ran at least 1.3 times as long (over 790 s against 606 s, the two run
 //! side by side on a shared machine). Neither is named for `.ci/fence-check` (once
-//! L3), since the argument above, not a model, is what shows them unneeded.
+//! L3): in memory the argument above, not a model, shows them unneeded, and
+//! the durable case (the end mark) is one loom cannot run.
 //! L1 and L2 are each shown needed: weakened to `Relaxed`, a loom model in
 //! `loom-tests/tests/log.rs` fails.
 //!
@@ -618,10 +623,11 @@ impl Segment {
 
     /// Records that the reservation returning `Sealer { count }` closed this segment.
     pub(crate) fn seal(&self, count: u64) {
-        // Release: not needed (the count is the whole message, and the Release
-        // store that makes the next segment visible, sequenced after this,
-        // carries it); kept because it is free on x86 and narrows loom's
-        // search. See "Sealing" in the essay.
+        // Release: in memory not needed (the count is the whole message, and
+        // the Release store that makes the next segment visible, sequenced
+        // after this, carries it); for a durable log it publishes the end
+        // mark written just before to a sync round that flushes through it.
+        // Free on x86, and it narrows loom's search. See "Sealing".
         let prev = self.sealed.swap(count, Ordering::Release);
         debug_assert_eq!(prev, NOT_SEALED, "a segment is sealed once");
     }
@@ -641,7 +647,7 @@ impl Segment {
     /// The final record count, if sealed.
     #[inline]
     pub(crate) fn sealed_count(&self) -> Option<u64> {
-        // Acquire: pairs with `seal`; not needed, kept, see "Sealing".
+        // Acquire: pairs with `seal` (for a durable log's end mark), see "Sealing".
         match self.sealed.load(Ordering::Acquire) {
             NOT_SEALED => None,
             n => Some(n),
