@@ -52,7 +52,7 @@ impl Recovery {
         format!(
             "recovery of one partition: {} records of {} B payload, {:.0} MiB of segment files in {}\n\
              \x20  read from the page cache: median {:.0} ms ({:.2} GB/s); recovery (Log::open): median {:.0} ms\n\
-             \x20  recovery / page-cache read, {} interleaved pairs: median {:.2}x, worst {:.2}x (target: <= 2x)",
+             \x20  recovery / page-cache read, {} interleaved pairs: median {:.2}x, worst {:.2}x",
             self.records,
             self.payload,
             self.file_bytes as f64 / f64::from(1 << 20),
