@@ -390,7 +390,10 @@ typedef struct {
     /**
      * Records that recovery dropped from the torn or damaged ends of this
      * topic's partitions when the broker opened its data directory, summed
-     * over the partitions (0 in memory, and for a clean restart).
+     * over the partitions (0 in memory, and for a clean restart). Only the
+     * records it could still recognise (whole ones in files after the cut);
+     * what follows a damaged record in its own file counts in the bytes
+     * (in a file used once; a recycled one holds stale bytes there).
      */
     uint64_t recovered_truncated_records;
     /**

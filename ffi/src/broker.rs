@@ -427,7 +427,10 @@ pub struct rill_topic_stats {
     pub retained_bytes: u64,
     /// Records that recovery dropped from the torn or damaged ends of this
     /// topic's partitions when the broker opened its data directory, summed
-    /// over the partitions (0 in memory, and for a clean restart).
+    /// over the partitions (0 in memory, and for a clean restart). Only the
+    /// records it could still recognise (whole ones in files after the cut);
+    /// what follows a damaged record in its own file counts in the bytes
+    /// (in a file used once; a recycled one holds stale bytes there).
     pub recovered_truncated_records: u64,
     /// Bytes recovery dropped with them.
     pub recovered_truncated_bytes: u64,

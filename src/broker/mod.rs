@@ -88,6 +88,10 @@ pub struct PartitionStats {
     pub listeners: usize,
     /// Records that recovery dropped from the damaged or torn tail of this
     /// partition's log when the broker opened its data directory (0 in memory).
+    /// It counts the records it could still recognise: whole records in files
+    /// after the cut; the bytes after a damaged record in its own file cannot
+    /// be split into records, so they count only in the bytes figure (and
+    /// only in a file used once: a recycled one holds stale bytes there).
     pub recovered_truncated_records: u64,
     /// Bytes recovery dropped with them.
     pub recovered_truncated_bytes: u64,

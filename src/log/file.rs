@@ -38,6 +38,15 @@
 //! created, so running out of disk is an error at segment creation (`Io` to
 //! the publisher that rolled), never a `SIGBUS` on a page fault of the map.
 //!
+//! # Why this file is long
+//!
+//! About 750 lines of code, then its tests: the file format (header, frame,
+//! end mark), the mapping, the preallocation and the recycling of files, and
+//! the test seams that fail creates and syncs. They share one invariant (what
+//! bytes a file may hold at each moment of its life, listed under
+//! "Recycling" for every crash state) that recovery depends on, so they are
+//! kept in the file that states it.
+//!
 //! # Recycling
 //!
 //! Filling a fresh file costs the kernel more than the copy of the records:
