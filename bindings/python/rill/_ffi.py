@@ -426,7 +426,10 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "rill_subscription_wait_idle": ("rill_status", ["rill_subscription*", "int64_t"]),
-    "rill_subscription_get_stats_v1": ("rill_status", ["const rill_subscription*", "rill_subscription_stats*", "size_t"]),
+    "rill_subscription_get_stats_v1": (
+        "rill_status",
+        ["const rill_subscription*", "rill_subscription_stats*", "size_t"],
+    ),
     "rill_subscription_name": ("size_t", ["const rill_subscription*", "char*", "size_t"]),
     "rill_subscription_closed_reason": ("size_t", ["const rill_subscription*", "char*", "size_t"]),
     "rill_subscription_last_error": ("size_t", ["const rill_subscription*", "char*", "size_t"]),
