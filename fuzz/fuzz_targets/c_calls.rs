@@ -260,7 +260,10 @@ impl World {
                 if let Some(&s) = self.subs.get(b.byte().unwrap_or(0) as usize % self.subs.len().max(1)) {
                     check(rill_subscription_wait_idle(s, b.byte().unwrap_or(0) as i64 % 10));
                     let mut st = std::mem::zeroed::<rill_subscription_stats>();
-                    check(rill_subscription_get_stats(s, &mut st));
+                    // Sized getter: the whole struct, the first layout, or too small.
+                    let full = std::mem::size_of::<rill_subscription_stats>();
+                    let size = [full, 72, 16][b.byte().unwrap_or(0) as usize % 3];
+                    check(rill_subscription_get_stats_v1(s, &mut st, size));
                     let mut buf = [0u8; 8];
                     rill_subscription_name(s, buf.as_mut_ptr().cast(), buf.len());
                     rill_subscription_closed_reason(s, buf.as_mut_ptr().cast(), buf.len());
@@ -325,7 +328,10 @@ impl World {
             14 => match b.byte().unwrap_or(0) % 6 {
                 0 => {
                     let mut st = std::mem::zeroed::<rill_topic_stats>();
-                    check(rill_topic_get_stats(broker, b.name(TOPICS).as_ptr(), &mut st));
+                    // Sized getter: the whole struct, the first layout, or too small.
+                    let full = std::mem::size_of::<rill_topic_stats>();
+                    let size = [full, 24, 8][b.byte().unwrap_or(0) as usize % 3];
+                    check(rill_topic_get_stats_v1(broker, b.name(TOPICS).as_ptr(), &mut st, size));
                 }
                 // Operating the broker while everything else goes on.
                 1 => check(rill_topic_delete(broker, b.name(TOPICS).as_ptr())),
