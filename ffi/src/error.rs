@@ -64,16 +64,40 @@ impl rill_status {
     }
 }
 
-/// An error on its way to C: a status and the text for `rill_last_error`.
+/// An error on its way to C: a status and the text for `rill_last_error`
+/// (read through `Deref`: `e.status`, `e.text`).
+///
+/// Boxed, so a `Result<T, FfiError>` carries one pointer on its error side:
+/// the success path of a call (`Result<(), FfiError>` is a single word)
+/// moves no more than that, and the box is only made on an error.
 #[derive(Debug)]
-pub(crate) struct FfiError {
+pub(crate) struct FfiError(Box<FfiErrorParts>);
+
+/// What an [`FfiError`] holds.
+#[derive(Debug)]
+pub(crate) struct FfiErrorParts {
     pub(crate) status: rill_status,
     pub(crate) text: String,
 }
 
+impl std::ops::Deref for FfiError {
+    type Target = FfiErrorParts;
+
+    fn deref(&self) -> &FfiErrorParts {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for FfiError {
+    fn deref_mut(&mut self) -> &mut FfiErrorParts {
+        &mut self.0
+    }
+}
+
 impl FfiError {
+    #[cold]
     pub(crate) fn new(status: rill_status, text: impl Into<String>) -> FfiError {
-        FfiError { status, text: text.into() }
+        FfiError(Box::new(FfiErrorParts { status, text: text.into() }))
     }
 
     pub(crate) fn null(what: &str) -> FfiError {
@@ -86,9 +110,13 @@ impl FfiError {
 }
 
 impl From<Error> for FfiError {
+    /// Out of line and cold: a publish's `?` on the core's 64-byte error
+    /// leaves only a test and a call on its success path.
+    #[cold]
+    #[inline(never)]
     fn from(e: Error) -> FfiError {
         let status = rill_status::of_kind(e.kind());
-        FfiError { status, text: e.to_string() }
+        FfiError::new(status, e.to_string())
     }
 }
 
@@ -111,19 +139,34 @@ pub(crate) fn copy_last_error(buf: *mut c_char, buf_len: usize) -> usize {
 
 /// Runs `body` as the body of an exported function: a panic becomes
 /// `RILL_ERR_PANIC` with its message as the last error, and an error becomes
-/// its status with its text as the last error.
+/// its status with its text as the last error. Success does not touch the
+/// last error (it keeps the text of the thread's last failure).
+///
+/// Inlined, with both failures out of line: on success a call costs the
+/// body, a status in a register, and no thread-local access.
+#[inline]
 pub(crate) fn boundary(body: impl FnOnce() -> Result<(), FfiError>) -> rill_status {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => RILL_OK,
-        Ok(Err(e)) => {
-            set_last_error(&e.text);
-            e.status
-        }
-        Err(panic) => {
-            set_last_error(&format!("rill panicked: {}", rill::panic_message(&*panic)));
-            RILL_ERR_PANIC
-        }
-    }
+    let status = catch_unwind(AssertUnwindSafe(|| match body() {
+        Ok(()) => RILL_OK,
+        Err(e) => failed(e),
+    }));
+    status.unwrap_or_else(panicked)
+}
+
+/// An error's status, its text recorded as the last error.
+#[cold]
+#[inline(never)]
+fn failed(e: FfiError) -> rill_status {
+    set_last_error(&e.text);
+    e.status
+}
+
+/// `RILL_ERR_PANIC`, the panic's message recorded as the last error.
+#[cold]
+#[inline(never)]
+fn panicked(panic: Box<dyn std::any::Any + Send>) -> rill_status {
+    set_last_error(&format!("rill panicked: {}", rill::panic_message(&*panic)));
+    RILL_ERR_PANIC
 }
 
 /// Like [`boundary`] for functions without a status: a panic is recorded as
@@ -132,7 +175,7 @@ pub(crate) fn boundary_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(v) => v,
         Err(panic) => {
-            set_last_error(&format!("rill panicked: {}", rill::panic_message(&*panic)));
+            panicked(panic);
             fallback
         }
     }
