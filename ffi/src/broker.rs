@@ -541,7 +541,7 @@ fn to_record<'a>(
 }
 
 /// Runs `f` with the `Record` view of a C record.
-#[inline]
+#[inline(always)]
 pub(crate) fn with_record<T>(
     r: &rill_record,
     f: impl FnOnce(&Record<'_>) -> Result<T, FfiError>,
@@ -549,11 +549,15 @@ pub(crate) fn with_record<T>(
     // The common record (no attributes, valid ranges) without building an
     // attribute list or any error text; every other record, and every error,
     // goes the general way, which checks the same things and says what is wrong.
-    if r.attribute_count == 0
-        && let Some(record) = plain_record(r)
-    {
+    if let Some(record) = plain(r) {
         return f(&record);
     }
+    with_record_general(r, f)
+}
+
+/// [`with_record`] for any record: attributes, or a range to refuse.
+#[inline(never)]
+fn with_record_general<T>(r: &rill_record, f: impl FnOnce(&Record<'_>) -> Result<T, FfiError>) -> Result<T, FfiError> {
     let attrs = attributes(r)?;
     f(&to_record(r, &attrs, None)?)
 }
@@ -701,8 +705,50 @@ pub(crate) unsafe fn record_slice<'a>(rs: *const rill_record, n: usize) -> Resul
     Ok(unsafe { std::slice::from_raw_parts(rs, n) })
 }
 
+/// Batches up to this many records are converted on the stack.
+const STACK_BATCH: usize = 64;
+
 /// Converts C records and publishes them with `publish`.
+///
+/// Records without attributes whose ranges are valid (the common batch) are
+/// turned into `Record`s directly: on the stack for up to [`STACK_BATCH`]
+/// records, else into one `Vec`. A batch with any other record (attributes,
+/// or a range to refuse) takes the general path, which checks the same
+/// things and names the record and the part that is wrong.
+#[inline]
 pub(crate) fn publish_records(
+    records: &[rill_record],
+    publish: impl FnOnce(&[Record<'_>]) -> Result<Vec<Position>, FfiError>,
+) -> Result<Vec<Position>, FfiError> {
+    if records.len() <= STACK_BATCH {
+        let mut buf = [Record::default(); STACK_BATCH];
+        let mut n = 0;
+        for r in records {
+            match plain(r) {
+                Some(rec) => buf[n] = rec,
+                None => break,
+            }
+            n += 1;
+        }
+        if n == records.len() {
+            return publish(&buf[..n]);
+        }
+    } else if let Some(recs) = records.iter().map(plain).collect::<Option<Vec<_>>>() {
+        return publish(&recs);
+    }
+    publish_records_general(records, publish)
+}
+
+/// The `Record` of a C record without attributes and with valid ranges.
+#[inline(always)]
+fn plain<'a>(r: &rill_record) -> Option<Record<'a>> {
+    if r.attribute_count == 0 { plain_record(r) } else { None }
+}
+
+/// [`publish_records`] for any batch: every record converted through the
+/// checked path, each error naming the record by its index.
+#[inline(never)]
+fn publish_records_general(
     records: &[rill_record],
     publish: impl FnOnce(&[Record<'_>]) -> Result<Vec<Position>, FfiError>,
 ) -> Result<Vec<Position>, FfiError> {

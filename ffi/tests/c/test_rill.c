@@ -666,6 +666,75 @@ static void test_publisher_record_checks(void) {
     rill_broker_free(b);
 }
 
+/* A batch is converted on the stack up to 64 records and into one buffer
+ * beyond; a record with attributes, or one to refuse, anywhere in it sends
+ * the whole batch the general way: the same answers on both sides of 64,
+ * each error naming the record, nothing published on an error. */
+static void test_publisher_batch_record_checks(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "t", NULL));
+    rill_publisher *p = NULL;
+    OK(rill_publisher_new(b, "t", &p));
+    enum { N = 100 };
+    rill_record rs[N];
+    char payloads[N][16];
+    for (int i = 0; i < N; i++) {
+        snprintf(payloads[i], sizeof payloads[i], "m%d", i);
+        rill_record r = {NULL, 0, payloads[i], strlen(payloads[i]), NULL, 0};
+        rs[i] = r;
+    }
+    size_t sizes[] = {1, 63, 64, 65, N};
+    uint64_t published = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        size_t bad = n - 1; /* the last record: every record before it passed */
+        rill_record keep = rs[bad];
+        rs[bad].payload = NULL;
+        CHECK_STATUS(rill_publisher_publish_batch(p, rs, n, NULL), RILL_ERR_NULL_ARGUMENT);
+        char want[32];
+        snprintf(want, sizeof want, "record %zu payload", bad);
+        LAST_ERROR_HAS(want);
+        rs[bad] = keep;
+        rs[bad].payload_len = SIZE_MAX;
+        CHECK_STATUS(rill_publisher_publish_batch(p, rs, n, NULL), RILL_ERR_INVALID_ARGUMENT);
+        LAST_ERROR_HAS("length");
+        rs[bad] = keep;
+        rs[bad].attribute_count = 1; /* attributes NULL with a count */
+        CHECK_STATUS(rill_publisher_publish_batch(p, rs, n, NULL), RILL_ERR_NULL_ARGUMENT);
+        rs[bad] = keep;
+        rill_topic_stats ts;
+        OK(rill_topic_get_stats(b, "t", &ts));
+        CHECK(ts.publish_count == published);
+        /* Plain records, then the same batch with attributes on its last. */
+        rill_position pos[N];
+        OK(rill_publisher_publish_batch(p, rs, n, pos));
+        CHECK(pos[0].offset == published && pos[n - 1].offset == published + n - 1);
+        published += n;
+        rill_attribute a = {"at", "last"};
+        rs[bad].attributes = &a;
+        rs[bad].attribute_count = 1;
+        OK(rill_publisher_publish_batch(p, rs, n, pos));
+        CHECK(pos[n - 1].offset == published + n - 1);
+        published += n;
+        rs[bad] = keep;
+    }
+    /* Read back the last batch (N records, attributes on the last). */
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "check", "t", NULL, &c));
+    OK(rill_consumer_seek(c, 0, published - N));
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    OK(rill_consumer_poll(c, N, 0, &msgs, &count));
+    CHECK(count == N);
+    for (size_t i = 0; i < count; i++) {
+        CHECK(msgs[i].payload_len == strlen(payloads[i]) && memcmp(msgs[i].payload, payloads[i], msgs[i].payload_len) == 0);
+        CHECK(msgs[i].attribute_count == (i == N - 1 ? 1u : 0u));
+    }
+    rill_consumer_free(c);
+    rill_publisher_free(p);
+    rill_broker_free(b);
+}
+
 static void test_retry_dead_letter_and_reason(void) {
     rill_broker *b = new_broker();
     OK(rill_topic_create(b, "jobs", NULL));
@@ -2630,6 +2699,7 @@ int main(void) {
     test_filters_and_partitions();
     test_batch_publish_and_publisher_handle();
     test_publisher_record_checks();
+    test_publisher_batch_record_checks();
     test_retry_dead_letter_and_reason();
     test_invalid_ack_is_a_retry();
     test_durable_resume();
