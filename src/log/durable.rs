@@ -240,6 +240,8 @@ pub(crate) struct Durability {
     pub(crate) waits: AtomicU64,
     /// Rounds whose leader waited for publishers before its sync (gathering).
     pub(crate) gathers: AtomicU64,
+    /// Of those, the waits that ended at their bound, short of company.
+    pub(crate) gather_timeouts: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -288,6 +290,7 @@ impl Durability {
             rounds: AtomicU64::new(0),
             waits: AtomicU64::new(0),
             gathers: AtomicU64::new(0),
+            gather_timeouts: AtomicU64::new(0),
         }
     }
 
@@ -432,10 +435,18 @@ impl Durability {
         // publisher stopped publishing (or died) after the last round.
         while st.waiting < want {
             let now = Instant::now();
-            if now >= deadline {
+            let timed_out = if now >= deadline {
+                true
+            } else {
+                let (guard, timed_out) = self.gathered.wait_timeout_flag(st, deadline - now);
+                st = guard;
+                timed_out
+            };
+            if timed_out {
+                // Relaxed: a statistic.
+                self.gather_timeouts.fetch_add(1, Ordering::Relaxed);
                 break;
             }
-            st = self.gathered.wait_timeout(st, deadline - now);
         }
         st.gather_for = None;
         st

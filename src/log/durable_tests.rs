@@ -892,9 +892,9 @@ fn a_gathering_leader_waits_for_the_expected_publisher_and_syncs_both_in_one_rou
     let dir = TempDir::new("gather");
     let (log, _) = Log::open(&config(64 << 10), 0, &durable(dir.path(), Fsync::Always, false)).unwrap();
     // As if the last round had ended with two publishers waiting, and rounds
-    // took an hour: whichever of the two leads waits for the other (woken by
-    // its arrival; the deadline is far away), so one round covers both.
-    durability(&log).expect_company(2, Duration::from_secs(7200));
+    // took a minute: whichever of the two leads waits for the other, woken
+    // by its arrival long before the 30 s bound, so one round covers both.
+    durability(&log).expect_company(2, Duration::from_secs(60));
     let publishers: Vec<_> = (0..2u64)
         .map(|t| {
             let log = log.clone();
@@ -908,6 +908,7 @@ fn a_gathering_leader_waits_for_the_expected_publisher_and_syncs_both_in_one_rou
     assert_eq!(stats.durable_waits, 2);
     assert_eq!(stats.sync_rounds, 1, "{stats:?}");
     assert_eq!(durability(&log).durable_end(), 2);
+    assert_eq!(durability(&log).gather_timeouts.load(Ordering::Relaxed), 0, "the arrival did not wake the leader");
 }
 
 #[test]
@@ -922,6 +923,7 @@ fn a_gathering_leader_gives_up_at_its_bound_when_the_expected_publishers_stopped
         log.append(&Record::new(format!("{i}").as_bytes())).unwrap();
     }
     assert_eq!(durability(&log).gathers.load(Ordering::Relaxed), 1);
+    assert_eq!(durability(&log).gather_timeouts.load(Ordering::Relaxed), 1);
     assert_eq!(log.stats().sync_rounds, 3);
     assert_eq!(durability(&log).durable_end(), 3);
 }
