@@ -468,7 +468,14 @@ fn always_publishers_on_four_threads_are_all_durable_and_share_syncs() {
     let stats = log.stats();
     assert_eq!(stats.durable_waits, 4 * PER_THREAD);
     assert!(stats.sync_rounds >= 1 && stats.sync_rounds <= stats.durable_waits, "{stats:?}");
-    println!("group commit: {} appends, {} sync rounds", stats.durable_waits, stats.sync_rounds);
+    let durability = log.shared.durability.as_ref().expect("a durable log");
+    println!(
+        "group commit: {} appends, {} sync rounds, {} gathering waits ({} ended at their bound)",
+        stats.durable_waits,
+        stats.sync_rounds,
+        durability.gathers.load(Ordering::Relaxed),
+        durability.gather_timeouts.load(Ordering::Relaxed)
+    );
     // Durable before each append returned: what the files hold (read by a
     // second open of a copy, as after a crash) is everything.
     let copy = TempDir::new("always-copy");
