@@ -3,6 +3,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::file::{FRAME_LEN, HEADER_BYTES};
 use super::segment;
@@ -467,7 +468,14 @@ fn always_publishers_on_four_threads_are_all_durable_and_share_syncs() {
     let stats = log.stats();
     assert_eq!(stats.durable_waits, 4 * PER_THREAD);
     assert!(stats.sync_rounds >= 1 && stats.sync_rounds <= stats.durable_waits, "{stats:?}");
-    println!("group commit: {} appends, {} sync rounds", stats.durable_waits, stats.sync_rounds);
+    let durability = log.shared.durability.as_ref().expect("a durable log");
+    println!(
+        "group commit: {} appends, {} sync rounds, {} gathering waits ({} ended at their bound)",
+        stats.durable_waits,
+        stats.sync_rounds,
+        durability.gathers.load(Ordering::Relaxed),
+        durability.gather_timeouts.load(Ordering::Relaxed)
+    );
     // Durable before each append returned: what the files hold (read by a
     // second open of a copy, as after a crash) is everything.
     let copy = TempDir::new("always-copy");
@@ -864,4 +872,65 @@ fn a_crash_at_any_step_of_a_recycling_loses_nothing_and_delivers_nothing_stale()
     let (reopened, _) = Log::open(&cfg, 0, &durable(crashed.path(), Fsync::Never, false)).unwrap();
     assert_eq!(reopened.end_offset(), end + 1);
     assert_eq!(read_from(&reopened, end), one);
+}
+
+/// The group-commit state of an `Always` log, for the gathering tests.
+fn durability(log: &Log) -> &Durability {
+    log.shared.durability.as_ref().expect("a durable log")
+}
+
+#[test]
+fn a_lone_always_publisher_never_gathers() {
+    let dir = TempDir::new("lone");
+    let (log, _) = Log::open(&config(64 << 10), 0, &durable(dir.path(), Fsync::Always, false)).unwrap();
+    for i in 0..100u64 {
+        log.append(&Record::new(format!("{i}").as_bytes())).unwrap();
+    }
+    let stats = log.stats();
+    // Each append is the only one waiting at its round's end, so no leader
+    // ever expects company: one round per append, none waiting to gather.
+    assert_eq!(stats.durable_waits, 100);
+    assert_eq!(stats.sync_rounds, 100, "{stats:?}");
+    assert_eq!(durability(&log).gathers.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_gathering_leader_waits_for_the_expected_publisher_and_syncs_both_in_one_round() {
+    let dir = TempDir::new("gather");
+    let (log, _) = Log::open(&config(64 << 10), 0, &durable(dir.path(), Fsync::Always, false)).unwrap();
+    // As if the last round had ended with two publishers waiting, and rounds
+    // took a minute: whichever of the two leads waits for the other, woken
+    // by its arrival long before the 30 s bound, so one round covers both.
+    durability(&log).expect_company(2, Duration::from_secs(60));
+    let publishers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let log = log.clone();
+            thread::spawn(move || log.append(&Record::new(format!("{t}").as_bytes())).unwrap())
+        })
+        .collect();
+    for p in publishers {
+        p.join().unwrap();
+    }
+    let stats = log.stats();
+    assert_eq!(stats.durable_waits, 2);
+    assert_eq!(stats.sync_rounds, 1, "{stats:?}");
+    assert_eq!(durability(&log).durable_end(), 2);
+    assert_eq!(durability(&log).gather_timeouts.load(Ordering::Relaxed), 0, "the arrival did not wake the leader");
+}
+
+#[test]
+fn a_gathering_leader_gives_up_at_its_bound_when_the_expected_publishers_stopped() {
+    let dir = TempDir::new("gather-alone");
+    let (log, _) = Log::open(&config(64 << 10), 0, &durable(dir.path(), Fsync::Always, false)).unwrap();
+    // As if four publishers had waited at the last round's end and three
+    // then stopped: the one left gathers once, for at most half a round (a
+    // few milliseconds here), and then alone never again.
+    durability(&log).expect_company(4, Duration::from_millis(4));
+    for i in 0..3u64 {
+        log.append(&Record::new(format!("{i}").as_bytes())).unwrap();
+    }
+    assert_eq!(durability(&log).gathers.load(Ordering::Relaxed), 1);
+    assert_eq!(durability(&log).gather_timeouts.load(Ordering::Relaxed), 1);
+    assert_eq!(log.stats().sync_rounds, 3);
+    assert_eq!(durability(&log).durable_end(), 3);
 }
