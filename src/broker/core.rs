@@ -31,7 +31,7 @@ use arc_swap::ArcSwap;
 
 use super::consumer::{Assignment, ConsumerCore, GroupHost};
 use super::dispatch::{Job, Timer, WorkerPool};
-use super::flusher::Flusher;
+use super::flusher::{Flusher, Poke};
 use super::group::Group;
 use super::names::{self, Pattern};
 use super::shared::SharedGroup;
@@ -42,6 +42,7 @@ use super::subscription::{
 };
 use super::topic::{Partition, Topic, TopicOptions, Wait};
 use crate::error::{Error, Result};
+use crate::log::file::RollHook;
 use crate::log::{Fsync, Log, LogConfig, MIN_SEGMENT_BYTES};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Arc, Mutex, Name};
@@ -124,6 +125,9 @@ pub(crate) struct BrokerInner {
     pub(super) store: Mutex<Option<Arc<Store>>>,
     /// Syncs and saves offsets every interval (with a data directory).
     pub(super) flusher: Mutex<Option<Flusher>>,
+    /// Wakes the flusher's short job (see `prepare_ahead`) without the
+    /// `flusher` lock, which `close` holds while it joins the thread.
+    pub(super) flush_poke: Mutex<Option<Poke>>,
     /// The timer that applies topics' age limits, started with the first
     /// topic that has one (most brokers never need its thread).
     pub(super) expiry: Mutex<Option<Arc<Timer<Expire>>>>,
@@ -235,6 +239,11 @@ impl BrokerInner {
         let mut map = HashMap::clone(&self.topics.load());
         map.insert(topic.name.clone(), topic.clone());
         self.topics.store(std::sync::Arc::new(map));
+        if let Some(poke) = &*self.flush_poke.lock() {
+            // Its partitions' files are prepared and hooked now, not at the
+            // next interval (see `prepare_ahead`).
+            poke.poke();
+        }
         for sub in control.patterns.matches(name) {
             // A new topic is read from its start: nothing published to it can
             // be missed, whatever the subscription's start position.
@@ -819,16 +828,41 @@ impl BrokerInner {
         // broker) ends at `close`, which every broker gets (the last handle's
         // drop calls it) and which stops the flusher, dropping the job.
         let inner = this.clone();
+        let short = this.clone();
         let flusher = Flusher::start(
             interval,
-            Box::new(move || {
+            Box::new(move |poke: &Poke| {
                 if let Some(store) = inner.store() {
+                    inner.prepare_ahead(poke);
                     inner.flush(&store, sync);
                 }
             }),
+            Box::new(move |poke: &Poke| short.prepare_ahead(poke)),
         )?;
+        let poke = flusher.poker();
+        // The topics the directory brought: prepared and hooked right away.
+        poke.poke();
+        *this.flush_poke.lock() = Some(poke);
         *this.flusher.lock() = Some(flusher);
         Ok(())
+    }
+
+    /// Faults in the pages of every durable partition's active segment file
+    /// ahead of its publishers, once per segment (see `Log::prepare_ahead`),
+    /// on the flusher's thread; and has each partition's log `poke` the
+    /// flusher after its every roll (a partition gets its hook here, at the
+    /// first run after its topic was created or opened), so that each new
+    /// file is prepared as soon as it is in use, not at the next interval.
+    fn prepare_ahead(&self, poke: &Poke) {
+        for t in self.topics.load().values() {
+            for p in t.partitions.iter() {
+                p.log.set_roll_hook(|| {
+                    let poke = poke.clone();
+                    RollHook(Box::new(move || poke.poke()))
+                });
+                p.log.prepare_ahead();
+            }
+        }
     }
 
     /// Syncs every partition's log (if `sync` and the policy leaves it to

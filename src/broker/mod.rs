@@ -180,6 +180,7 @@ impl Broker {
             timer,
             store: Mutex::new(store),
             flusher: Mutex::new(None),
+            flush_poke: Mutex::new(None),
             expiry: Mutex::new(None),
             ack_watch: Mutex::new(None),
         });

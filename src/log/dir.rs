@@ -293,6 +293,11 @@ impl Shared {
                 },
             }
         };
+        if let Some(files) = self.pool.files() {
+            // The new segment is the directory's newest now: the flusher's
+            // preparation of its file (see `Log::prepare_ahead`) finds it.
+            files.rolled();
+        }
         // Only now, with the directory that omits them published, tell cursors
         // inside the trimmed segments to move on (see `Segment::mark_trimmed`).
         for seg in &trimmed {

@@ -934,3 +934,55 @@ fn a_gathering_leader_gives_up_at_its_bound_when_the_expected_publishers_stopped
     assert_eq!(log.stats().sync_rounds, 3);
     assert_eq!(durability(&log).durable_end(), 3);
 }
+
+/// The flusher's preparation of the active segment file (`Log::prepare_ahead`,
+/// an `madvise(MADV_POPULATE_WRITE)` ahead of the writer): once per use of
+/// a file, again after each roll (fresh files and recycled spares alike),
+/// announced by the roll hook; and it changes no byte: every record comes
+/// back after a reopen, with dense offsets.
+#[test]
+fn preparing_segment_files_ahead_runs_once_per_use_and_changes_no_record() {
+    use crate::sync::atomic::{AtomicUsize, Ordering};
+    let dir = TempDir::new("prepare");
+    let cfg = LogConfig { segment_bytes: Some(16 << 10), retention_bytes: Some(64 << 10), ..LogConfig::default() };
+    let policy = durable(dir.path(), Fsync::Interval(std::time::Duration::from_secs(3600)), false);
+    let (log, _) = Log::open(&cfg, 0, &policy).unwrap();
+    let rolls = Arc::new(AtomicUsize::new(0));
+    let counter = rolls.clone();
+    log.set_roll_hook(|| {
+        file::RollHook(Box::new(move || {
+            // Relaxed: a count read by the appending thread, after the roll.
+            counter.fetch_add(1, Ordering::Relaxed);
+        }))
+    });
+    assert!(log.prepare_ahead(), "a fresh log's first file is prepared");
+    assert!(!log.prepare_ahead(), "once per use of a file");
+    let mut rng = Rng(7);
+    let mut published = Vec::new();
+    let (mut prepared, mut seen_rolls) = (1, 0);
+    while log.end_offset() < 3000 {
+        published.extend(publish(&log, 5, &mut rng));
+        // Relaxed: see above.
+        let now = rolls.load(Ordering::Relaxed);
+        if now != seen_rolls {
+            seen_rolls = now;
+            assert!(log.prepare_ahead(), "the file rolled to before offset {}", log.end_offset());
+            prepared += 1;
+            assert!(!log.prepare_ahead());
+        }
+        if rng.below(8) == 0 {
+            log.sync().unwrap();
+        }
+    }
+    let stats = log.stats();
+    assert!(seen_rolls > 20 && prepared == seen_rolls + 1, "{seen_rolls} rolls, {prepared} files prepared");
+    assert!(stats.trimmed_segments > 10, "spare files were recycled: {stats:?}");
+    let first = log.first_offset();
+    let end = log.end_offset();
+    drop(log);
+    let (reopened, report) = Log::open(&cfg, 0, &policy).unwrap();
+    assert_eq!((report.end_offset, report.truncated_records), (end, 0), "{report:?}");
+    assert_eq!(reopened.first_offset(), first);
+    let kept: Vec<Published> = published.into_iter().filter(|p| p.offset >= first).collect();
+    assert_eq!(read_from(&reopened, first), kept);
+}

@@ -87,6 +87,23 @@
 //! apart) after the last intact record, and cuts there as at any torn tail
 //! (see `recovery.rs`).
 //!
+//! # Preparing the pages ahead of the writer
+//!
+//! A publisher's first write to a page of a segment file faults: the page
+//! is allocated, zeroed and inserted in the page cache (a fresh file), or,
+//! in a recycled file whose pages a sync round (or the kernel) wrote back
+//! and so write-protected, the filesystem's `page_mkwrite` runs to dirty it
+//! again. That is a fault per 4 KiB, on the publisher's path (about 40
+//! records of 64 bytes). So each file, once per use, gets its pages from
+//! the writer's position to its end faulted in writable by one
+//! `madvise(MADV_POPULATE_WRITE)` ([`FileStorage::prepare`]), on the broker's
+//! `rill-prepare` thread, which a roll wakes (see `broker/flusher.rs`).
+//! It changes no byte: a page it dirties ahead of the records holds what it
+//! held (zeros, or a previous use's records, which the checksums already
+//! keep from being read as new), is flushed by a sync round only once
+//! records fill it, and is written back at most once more by the kernel if
+//! none ever do. Crash states are those listed below, unchanged.
+//!
 //! A crash at each step of a recycling leaves: before step 1's rename, the
 //! trimmed segment as the oldest one (retention trims it again); after it,
 //! or anywhere in steps 2 and 3 before the link, a spare file, deleted by
@@ -341,6 +358,10 @@ fn complete_crc(base: u64, count: u64, used: u64) -> u32 {
 /// A segment file, mapped: the storage of one durable segment.
 pub(crate) struct FileStorage {
     map: MmapMut,
+    /// The record region's pages ahead of the writer were faulted in
+    /// writable since the file last got a new use (see [`Self::prepare`]).
+    /// Set by the flusher, cleared when the file becomes a spare.
+    prepared: AtomicBool,
     /// Its current name. Changed (and read, but for error messages) only on
     /// the cold paths of a roll and a trim, hence a lock.
     name: Mutex<FileName>,
@@ -415,7 +436,11 @@ impl FileStorage {
 
     fn named(map: MmapMut, path: PathBuf) -> FileStorage {
         let generation = Header::decode(&map[..HEADER_BYTES]).map_or(0, |h| h.generation);
-        FileStorage { map, name: Mutex::new(FileName { path, spare: false, generation }) }
+        FileStorage {
+            map,
+            prepared: AtomicBool::new(false),
+            name: Mutex::new(FileName { path, spare: false, generation }),
+        }
     }
 
     /// The whole file: header page, then the record region.
@@ -442,6 +467,69 @@ impl FileStorage {
         let start = HEADER_BYTES + from as usize;
         let len = (to - from) as usize;
         self.map.flush_range(start, len).map_err(|e| self.io_error(&e))
+    }
+
+    /// Faults the record region's pages from byte `from` (rounded up to a
+    /// page) to its end into the map, writable, once per use of the file:
+    /// one `madvise(MADV_POPULATE_WRITE)` from the flusher's thread instead
+    /// of a page fault per page taken by the publisher that first writes
+    /// there. Those faults are dear for a file mapping: a fresh page is
+    /// allocated, zeroed and put in the page cache, and a page written
+    /// back (every page of a recycled file, after a sync round or the
+    /// kernel's writeback) is write-protected, so its next write goes
+    /// through the filesystem's `page_mkwrite`. Returns whether it did
+    /// anything.
+    ///
+    /// It never changes a byte (the pages are only faulted in, not
+    /// written), so it may run while the publisher writes the same pages.
+    /// Pages at or past `from` that hold no record yet become dirty: they
+    /// are written back with the records later put in them (a sync round
+    /// flushes only the ranges records fill), or, with nothing put in them,
+    /// at most once by the kernel. `from` must lie past the page of the
+    /// last record already flushed (the caller passes the writer's byte
+    /// tail), so no flushed page is dirtied and written twice.
+    ///
+    /// Best effort: on a kernel without `MADV_POPULATE_WRITE` (before
+    /// 5.14), or on a failure (out of memory), the writer faults as before.
+    pub(crate) fn prepare(&self, from: u64) -> bool {
+        // Relaxed: a hint; at worst a region is populated twice (harmless)
+        // or its faults are left to the writer.
+        if self.prepared.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        let page = HEADER_BYTES as u64;
+        let start = HEADER_BYTES as u64 + from.div_ceil(page) * page;
+        let end = self.map.len() as u64;
+        if start >= end {
+            return false;
+        }
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: `start..end` lies inside our mapping (`start` is a
+            // page boundary, as the map's start is); MADV_POPULATE_WRITE
+            // faults pages in without changing their contents, so it races
+            // with nothing (the publishers' writes keep their bytes).
+            let rc = unsafe {
+                libc::madvise(
+                    self.map.as_ptr().add(start as usize).cast_mut().cast(),
+                    (end - start) as usize,
+                    libc::MADV_POPULATE_WRITE,
+                )
+            };
+            if rc != 0 {
+                // EINVAL from a kernel without it (one failed call per use
+                // of a file), or out of memory: the writer faults as before.
+                let e = io::Error::last_os_error();
+                log::debug!("could not prefault segment file {}: {e}", self.path().display());
+                return false;
+            }
+            true
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (start, end);
+            false
+        }
     }
 
     /// Writes the completion fields (`count` records filling `used` bytes)
@@ -484,6 +572,9 @@ impl FileStorage {
                 log::debug!("trimmed segment file {} kept as {}", name.path.display(), spare.display());
                 name.path = spare;
                 name.spare = true;
+                // Relaxed: a hint for the flusher (see `prepare`); nothing is
+                // read through it. Its next use is prepared anew.
+                self.prepared.store(false, Ordering::Relaxed);
             }
             Err(e) => {
                 log::warn!("could not rename trimmed segment file {}: {e}; deleting it", name.path.display());
@@ -624,6 +715,10 @@ impl SegmentFile for FileStorage {
         // SAFETY: the caller's contract is this one's.
         unsafe { FileStorage::end_records(self, end) }
     }
+
+    fn prepare(&self, from: u64) -> bool {
+        FileStorage::prepare(self, from)
+    }
 }
 
 /// The bytes of a whole segment file: the header for `base` (with its
@@ -687,6 +782,19 @@ pub(crate) struct Files {
     /// if `fdatasync` had returned `EIO`. Checked only by a round's leader,
     /// just before it flushes a file.
     fail_syncs: AtomicUsize,
+    /// Called after each roll to a new segment: the broker's flusher then
+    /// prepares the new file's pages (see [`FileStorage::prepare`]). A
+    /// lock, not an atomic: set once by the flusher, read once per roll.
+    roll_hook: Mutex<Option<RollHook>>,
+}
+
+/// What a durable log calls after it rolled to a new segment.
+pub(crate) struct RollHook(pub(crate) Box<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for RollHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RollHook")
+    }
 }
 
 impl Files {
@@ -697,6 +805,26 @@ impl Files {
             dir_dirty: AtomicBool::new(false),
             fail_creates: AtomicUsize::new(0),
             fail_syncs: AtomicUsize::new(0),
+            roll_hook: Mutex::new(None),
+        }
+    }
+
+    /// Sets the hook [`Files::rolled`] calls, unless one is set; whether it
+    /// was set now.
+    pub(crate) fn set_roll_hook(&self, hook: impl FnOnce() -> RollHook) -> bool {
+        let mut slot = self.roll_hook.lock();
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(hook());
+        true
+    }
+
+    /// A new segment was installed as the log's active one (on the roll's
+    /// path, once per segment): calls the roll hook, if any.
+    pub(crate) fn rolled(&self) {
+        if let Some(hook) = &*self.roll_hook.lock() {
+            (hook.0)();
         }
     }
 
@@ -784,5 +912,49 @@ mod tests {
         let mut run = 42u64.to_le_bytes().to_vec();
         run.extend_from_slice(&bytes[..100]);
         assert_eq!(frame_crc(42, &bytes[..100]), crc32c::crc32c(&run));
+    }
+
+    /// Which of the file's pages are mapped in this process (the "present"
+    /// bit of `/proc/self/pagemap`): the ones a write would not fault on
+    /// first.
+    #[cfg(target_os = "linux")]
+    fn mapped_pages(storage: &FileStorage) -> Vec<bool> {
+        use std::io::{Read, Seek, SeekFrom};
+        let page = HEADER_BYTES;
+        let first = storage.map.as_ptr() as usize / page;
+        let pages = storage.map.len().div_ceil(page);
+        let mut f = File::open("/proc/self/pagemap").unwrap();
+        f.seek(SeekFrom::Start(first as u64 * 8)).unwrap();
+        let mut raw = vec![0u8; pages * 8];
+        f.read_exact(&mut raw).unwrap();
+        raw.chunks_exact(8).map(|e| u64::from_le_bytes(e.try_into().unwrap()) >> 63 == 1).collect()
+    }
+
+    /// `prepare` maps the region's pages from the writer's position on (the
+    /// publisher then takes no fault on them),
+    /// leaves the pages before it alone, changes no byte, runs once per use
+    /// of the file, and again once the file is a spare.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn prepare_populates_the_pages_ahead_once_per_use_and_writes_nothing() {
+        let dir = std::env::temp_dir().join(format!("rill-file-prepare-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let storage = FileStorage::create(&dir, 4096, 8 * HEADER_BYTES).unwrap();
+        // The header page was written by `create`; the region is untouched.
+        assert_eq!(mapped_pages(&storage)[1..], [false; 8]);
+        // The writer is 5000 bytes in: the region's first two pages are its.
+        assert!(storage.prepare(5000));
+        assert_eq!(mapped_pages(&storage)[1..], [false, false, true, true, true, true, true, true]);
+        assert!(storage.bytes()[HEADER_BYTES..].iter().all(|&b| b == 0), "nothing written");
+        assert!(!storage.prepare(0), "once per use");
+        storage.retire();
+        assert!(storage.is_spare());
+        assert!(storage.prepare(0), "a spare's next use is prepared anew");
+        assert_eq!(mapped_pages(&storage)[1..], [true; 8]);
+        assert!(storage.bytes()[HEADER_BYTES..].iter().all(|&b| b == 0), "nothing written");
+        assert!(!storage.prepare(HEADER_BYTES as u64 * 8), "nothing left past the end");
+        drop(storage);
+        let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -185,6 +185,35 @@ impl Log {
         }
     }
 
+    /// Faults the active segment file's pages ahead of the writer into the
+    /// map, writable, once per segment (see `FileStorage::prepare`): the
+    /// broker's flusher calls it each interval, so that the publisher
+    /// finds those pages mapped instead of taking a page fault on each.
+    /// Returns whether it did anything; nothing for an in-memory log.
+    pub(crate) fn prepare_ahead(&self) -> bool {
+        if self.shared.durability.is_none() {
+            return false;
+        }
+        let last = {
+            let guard = epoch::pin();
+            self.shared.dir(&guard).last().clone()
+        };
+        match last.file() {
+            Some(file) if last.sealed_count().is_none() => file.prepare(last.used_bytes()),
+            _ => false,
+        }
+    }
+
+    /// Has `hook` called after every roll to a new segment of this durable
+    /// log, unless a hook is set already (the broker's flusher sets one, to
+    /// run [`Log::prepare_ahead`] on its own thread). Nothing for an
+    /// in-memory log.
+    pub(crate) fn set_roll_hook(&self, hook: impl FnOnce() -> file::RollHook) {
+        if let Some(files) = self.shared.pool.files() {
+            files.set_roll_hook(hook);
+        }
+    }
+
     /// True for a log opened with [`Log::open`].
     pub fn is_durable(&self) -> bool {
         self.shared.durability.is_some()

@@ -60,6 +60,10 @@ pub(crate) trait SegmentFile {
     /// No one may write or read bytes `end..end + 8` of the region
     /// concurrently: they lie past every record the segment will ever hold.
     unsafe fn end_records(&self, end: u64);
+    /// Faults the region's pages from byte `from` on in writable, once per
+    /// use of the file, off the writers' path (see `file.rs`); whether it
+    /// did anything.
+    fn prepare(&self, from: u64) -> bool;
 }
 
 /// An anonymous memory mapping: zeroed pages that cost nothing until
