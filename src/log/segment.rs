@@ -205,9 +205,11 @@ impl Buffers {
         Ok(Buffers { storage, slots })
     }
 
-    /// Makes every slot read as not committed again.
-    fn reset(&self) {
-        for slot in self.slots.iter() {
+    /// Makes every slot read as not committed again, given that only the
+    /// first `used` can have been committed. Slots past them keep their
+    /// zeroes and, never written, their pages unfaulted.
+    fn reset(&self, used: usize) {
+        for slot in &self.slots[..used.min(self.slots.len())] {
             // Relaxed: the caller owns these buffers exclusively; they reach the
             // next segment's readers through the pool's mutex and the Release
             // store that publishes the segment directory.
@@ -343,7 +345,9 @@ impl Pool {
         Ok(())
     }
 
-    fn give_back(&self, buffers: Buffers) {
+    /// Takes back the buffers of a dropped segment whose records used the
+    /// first `used` slots.
+    fn give_back(&self, buffers: Buffers, used: usize) {
         if buffers.storage.as_file().is_some_and(|f| !f.is_spare()) {
             // The file of a segment the log still had at close: it stays.
             return;
@@ -357,7 +361,7 @@ impl Pool {
         // A spare file dropped here (the pool is full) deletes itself.
         let mut spare = self.spare.lock();
         if spare.len() < self.max_spare {
-            buffers.reset();
+            buffers.reset(used);
             spare.push(buffers);
         }
     }
@@ -718,8 +722,11 @@ impl Drop for Segment {
             // more, and its records end at the byte tail.
             self.end_records(self.used_bytes());
         }
+        // Every slot ever committed lies below the reserved count: a slot is
+        // only written through a Granted reservation, which the count covers.
+        let used = self.reserved() as usize;
         if let Some(buffers) = self.buffers.take() {
-            self.pool.give_back(buffers);
+            self.pool.give_back(buffers, used);
         }
     }
 }
@@ -793,8 +800,12 @@ mod tests {
         assert!(next.committed(m).is_none());
         drop(next);
 
-        // The pool keeps at most `max_spare`: a second one is unmapped.
+        // Recycled again after the shorter records used more slots: the
+        // reset covers every slot they committed.
         let a = Segment::new(0, pool.take(0, Pages::Small).unwrap(), pool.clone());
+        assert_eq!(a.data, region);
+        assert!((0..a.slot_count()).all(|i| a.committed(i).is_none()));
+        // The pool keeps at most `max_spare`: a second one is unmapped.
         let b = Segment::new(1, pool.take(1, Pages::Small).unwrap(), pool.clone());
         drop(a);
         drop(b);
