@@ -91,6 +91,7 @@
 use super::config::Sizes;
 use super::durable::Durability;
 use super::segment::{Pool, Reservation, Segment};
+use super::storage::Pages;
 use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
@@ -244,7 +245,7 @@ impl Shared {
         let last = old.last();
         let count = last.sealed_count().expect("the newest segment is sealed before its successor is installed");
         let base = last.base() + count;
-        let buffers = match self.pool.take(base) {
+        let buffers = match self.pool.take(base, Pages::Huge) {
             Ok(buffers) => buffers,
             // Several publishers retrying a stalled roll of a durable log
             // race to create the same segment file: one creates it, and will

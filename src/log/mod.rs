@@ -39,6 +39,7 @@ pub use durable::{DEFAULT_FSYNC_INTERVAL, Damage, DurableLog, Fsync, RecoveryRep
 use file::Files;
 pub use record::{Attributes, MAX_ATTRIBUTE_KEY_LEN, MAX_ATTRIBUTES, Record, RecordView};
 use segment::{Pool, Segment};
+use storage::Pages;
 
 use crate::clock::now_ns;
 use crate::error::{Error, Result};
@@ -77,7 +78,7 @@ impl Log {
         let sizes = config.resolve()?;
         crate::clock::warm_up();
         let pool = Arc::new(Pool::new(sizes.region_bytes(), sizes.slots, SPARE_SEGMENTS));
-        let first = Arc::new(Segment::new(first_offset, pool.take(first_offset)?, pool.clone()));
+        let first = Arc::new(Segment::new(first_offset, pool.take(first_offset, Pages::Small)?, pool.clone()));
         Ok(Self::assemble(sizes, partition, vec![first], pool, None))
     }
 
@@ -135,11 +136,11 @@ impl Log {
                 }
                 storage.mark_complete(kept.positions.len() as u64, kept.used, flush)?;
             }
-            let buffers = segment::Buffers::over(Box::new(kept.storage), kept.positions.len())?;
+            let buffers = segment::Buffers::over(Box::new(kept.storage), kept.positions.len(), Pages::Small)?;
             segs.push(Arc::new(Segment::recovered(kept.base, buffers, pool.clone(), &kept.positions, kept.used)));
         }
         let end = recovered.end_offset;
-        segs.push(Arc::new(Segment::new(end, pool.take(end)?, pool.clone())));
+        segs.push(Arc::new(Segment::new(end, pool.take(end, Pages::Small)?, pool.clone())));
         if flush {
             file::sync_dir(&durable.dir)?;
         }

@@ -139,7 +139,7 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 
 use super::record::{Record, RecordView};
-use super::storage::{MappedStorage, SegmentStorage};
+use super::storage::{MappedStorage, Pages, SegmentStorage};
 use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::sync::{Arc, Mutex, UnsafeCell};
@@ -190,23 +190,26 @@ type Slots = Box<[Slot]>;
 
 impl Buffers {
     /// Maps a fresh, zeroed byte region of `capacity` bytes and an offset
-    /// index of `slot_count` slots (two anonymous mappings; see `storage.rs`).
-    /// Fails when either mapping cannot be made.
-    fn map(capacity: usize, slot_count: usize) -> io::Result<Self> {
-        Ok(Buffers { storage: Box::new(MappedStorage::new(capacity)?), slots: new_slots(slot_count)? })
+    /// index of `slot_count` slots (two anonymous mappings in `pages`; see
+    /// `storage.rs`). Fails when either mapping cannot be made.
+    fn map(capacity: usize, slot_count: usize, pages: Pages) -> io::Result<Self> {
+        Ok(Buffers { storage: Box::new(MappedStorage::new(capacity, pages)?), slots: new_slots(slot_count, pages)? })
     }
 
-    /// Buffers over `storage` (a segment file) with a fresh offset index.
-    pub(crate) fn over(storage: Box<dyn SegmentStorage>, slot_count: usize) -> Result<Self> {
-        let slots = new_slots(slot_count).map_err(|e| {
+    /// Buffers over `storage` (a segment file) with a fresh offset index,
+    /// mapped in `pages`.
+    pub(crate) fn over(storage: Box<dyn SegmentStorage>, slot_count: usize, pages: Pages) -> Result<Self> {
+        let slots = new_slots(slot_count, pages).map_err(|e| {
             Error::ResourceExhausted(format!("out of memory: cannot map an offset index of {slot_count} slots: {e}"))
         })?;
         Ok(Buffers { storage, slots })
     }
 
-    /// Makes every slot read as not committed again.
-    fn reset(&self) {
-        for slot in self.slots.iter() {
+    /// Makes every slot read as not committed again, given that only the
+    /// first `used` can have been committed. Slots past them keep their
+    /// zeroes and, never written, their pages unfaulted.
+    fn reset(&self, used: usize) {
+        for slot in &self.slots[..used.min(self.slots.len())] {
             // Relaxed: the caller owns these buffers exclusively; they reach the
             // next segment's readers through the pool's mutex and the Release
             // store that publishes the segment directory.
@@ -217,16 +220,16 @@ impl Buffers {
 
 /// A zeroed offset index: its pages cost nothing until written.
 #[cfg(not(loom))]
-fn new_slots(n: usize) -> io::Result<Slots> {
+fn new_slots(n: usize, pages: Pages) -> io::Result<Slots> {
     const _: () = assert!(UNCOMMITTED == 0 && std::mem::size_of::<UnsafeCell<()>>() == 0);
     // SAFETY: a Slot is an AtomicU32, for which all-zero bytes is the valid
     // value 0 (UNCOMMITTED), and a zero-sized UnsafeCell<()>; it needs no drop,
     // is 4-aligned, and is only mutated through its atomic and its cell.
-    unsafe { super::storage::ZeroedArray::new(n) }
+    unsafe { super::storage::ZeroedArray::new(n, pages) }
 }
 
 #[cfg(loom)]
-fn new_slots(n: usize) -> io::Result<Slots> {
+fn new_slots(n: usize, _pages: Pages) -> io::Result<Slots> {
     Ok((0..n).map(|_| Slot { state: AtomicU32::new(UNCOMMITTED), bytes: UnsafeCell::new(()) }).collect())
 }
 
@@ -284,8 +287,10 @@ impl Pool {
     /// if one is spare, else freshly mapped; for a durable log, a spare
     /// segment file reused, else a new one. Fails with
     /// [`Error::ResourceExhausted`] when a mapping cannot be made, and with
-    /// [`Error::Io`] when a file cannot.
-    pub(crate) fn take(&self, base: u64) -> Result<Buffers> {
+    /// [`Error::Io`] when a file cannot. Fresh memory is mapped in `pages`:
+    /// small for a log's first segment, huge for the segments of a roll (see
+    /// [`Pages`]).
+    pub(crate) fn take(&self, base: u64, pages: Pages) -> Result<Buffers> {
         if let Some(files) = &self.files {
             files.injected_failure(base)?;
             let spare = self.spare.lock().pop();
@@ -307,12 +312,12 @@ impl Pool {
                 }
             }
             let storage = files.create(base, self.capacity)?;
-            return Buffers::over(Box::new(storage), self.slot_count);
+            return Buffers::over(Box::new(storage), self.slot_count, pages);
         }
         if let Some(recycled) = self.spare.lock().pop() {
             return Ok(recycled);
         }
-        self.injected_failure().and_then(|()| Buffers::map(self.capacity, self.slot_count)).map_err(|e| {
+        self.injected_failure().and_then(|()| Buffers::map(self.capacity, self.slot_count, pages)).map_err(|e| {
             Error::ResourceExhausted(format!("out of memory: cannot map a log segment of {} bytes: {e}", self.capacity))
         })
     }
@@ -340,7 +345,9 @@ impl Pool {
         Ok(())
     }
 
-    fn give_back(&self, buffers: Buffers) {
+    /// Takes back the buffers of a dropped segment whose records used the
+    /// first `used` slots.
+    fn give_back(&self, buffers: Buffers, used: usize) {
         if buffers.storage.as_file().is_some_and(|f| !f.is_spare()) {
             // The file of a segment the log still had at close: it stays.
             return;
@@ -354,7 +361,7 @@ impl Pool {
         // A spare file dropped here (the pool is full) deletes itself.
         let mut spare = self.spare.lock();
         if spare.len() < self.max_spare {
-            buffers.reset();
+            buffers.reset(used);
             spare.push(buffers);
         }
     }
@@ -715,8 +722,11 @@ impl Drop for Segment {
             // more, and its records end at the byte tail.
             self.end_records(self.used_bytes());
         }
+        // Every slot ever committed lies below the reserved count: a slot is
+        // only written through a Granted reservation, which the count covers.
+        let used = self.reserved() as usize;
         if let Some(buffers) = self.buffers.take() {
-            self.pool.give_back(buffers);
+            self.pool.give_back(buffers, used);
         }
     }
 }
@@ -729,5 +739,88 @@ impl fmt::Debug for Segment {
             .field("reserved", &self.reserved())
             .field("sealed", &self.sealed_count())
             .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Fills `seg` with copies of `payload` until a reservation seals it;
+    /// returns the record count.
+    fn fill(seg: &Segment, payload: &[u8], stamp: u64) -> u64 {
+        let record = Record::new(payload);
+        let len = record.encoded_len().unwrap();
+        loop {
+            match seg.reserve(1, len as u64) {
+                Reservation::Granted { index, pos } => {
+                    // SAFETY: a Granted reservation of this segment, made here, for `len` bytes.
+                    unsafe { seg.write(index, pos, len, &record, stamp) };
+                    seg.commit(index, pos);
+                }
+                Reservation::Sealer { count, end } => {
+                    seg.seal(count);
+                    seg.end_records(end);
+                    return count;
+                }
+                Reservation::Full => unreachable!("one thread seals before it can be refused"),
+            }
+        }
+    }
+
+    #[test]
+    fn recycled_buffers_come_back_unindexed_and_usable() {
+        let (capacity, slots) = (64 << 10, 2048);
+        let pool = Arc::new(Pool::new(capacity, slots, 1));
+        let first = Segment::new(0, pool.take(0, Pages::Small).unwrap(), pool.clone());
+        let region = first.data;
+        let n = fill(&first, &[0xee; 100], 1);
+        assert!(n > 100);
+        drop(first);
+        assert_eq!(pool.spare_count(), 1, "a dropped segment's buffers are kept");
+
+        // The next segment gets the same memory back, not a fresh mapping...
+        let next = Segment::new(n, pool.take(n, Pages::Huge).unwrap(), pool.clone());
+        assert_eq!(pool.spare_count(), 0);
+        assert_eq!(next.data, region, "the spare was reused");
+        // ...with every slot of its index reading as not committed (the
+        // region's bytes are the old records', which no slot names).
+        assert_eq!(next.slot_count(), slots as u64);
+        assert!((0..next.slot_count()).all(|i| next.committed(i).is_none()));
+        assert_eq!(next.reserved(), 0);
+        // Shorter records over the stale bytes read back whole.
+        let m = fill(&next, b"abc", 2);
+        assert!(m > n, "shorter records, more of them");
+        for i in 0..m {
+            let view = next.view(i, next.committed(i).expect("committed"));
+            assert_eq!(view.payload(), b"abc");
+            assert_eq!(view.offset(), n + i);
+            assert_eq!(view.timestamp_ns(), 2);
+        }
+        assert!(next.committed(m).is_none());
+        drop(next);
+
+        // Recycled again after the shorter records used more slots: the
+        // reset covers every slot they committed.
+        let a = Segment::new(0, pool.take(0, Pages::Small).unwrap(), pool.clone());
+        assert_eq!(a.data, region);
+        assert!((0..a.slot_count()).all(|i| a.committed(i).is_none()));
+        // The pool keeps at most `max_spare`: a second one is unmapped.
+        let b = Segment::new(1, pool.take(1, Pages::Small).unwrap(), pool.clone());
+        drop(a);
+        drop(b);
+        assert_eq!(pool.spare_count(), 1);
+    }
+
+    #[test]
+    fn a_segment_in_huge_pages_holds_records_like_any_other() {
+        let (capacity, slots) = (4 << 20, 1 << 17);
+        let pool = Arc::new(Pool::new(capacity, slots, 0));
+        let seg = Segment::new(7, pool.take(7, Pages::Huge).unwrap(), pool.clone());
+        let n = fill(&seg, &[0x11; 200], 3);
+        for i in [0, n / 2, n - 1] {
+            let view = seg.view(i, seg.committed(i).unwrap());
+            assert_eq!((view.offset(), view.payload()), (7 + i, &[0x11; 200][..]));
+        }
     }
 }
