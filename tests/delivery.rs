@@ -163,6 +163,35 @@ fn dead_letter_acks_and_panics_carry_their_reason_to_a_custom_topic() {
     assert_eq!(sub.stats().dead_letter_topic.as_deref(), Some("failed/jobs"));
 }
 
+#[test]
+fn a_reason_given_with_a_success_does_not_follow_the_next_message() {
+    // The drain leaves the reason cell alone while it stays empty; one a
+    // handler filled must still be emptied before the next message.
+    let b = broker();
+    b.create_topic("jobs", &TopicOptions::default()).unwrap();
+    let sub = b
+        .subscribe(
+            "jobs",
+            SubscriptionOptions { dead_letter_topic: Some("failed/jobs".into()), ..Default::default() },
+            move |m: &Message<'_>| match m.payload() {
+                b"noted" => {
+                    m.set_reason("fine, but noted");
+                    Ack::Success
+                }
+                b"reject" => Ack::DeadLetter,
+                _ => Ack::Success,
+            },
+        )
+        .unwrap();
+    for p in [&b"noted"[..], b"reject", b"noted", b"ok"] {
+        b.publish("jobs", &Record::new(p)).unwrap();
+    }
+    assert!(sub.wait_idle(WAIT).unwrap());
+    let dead = drain_dlq(&b, "failed/jobs");
+    assert_eq!(dead.len(), 1);
+    assert_ne!(dead[0].2["rill.dlq.reason"], "fine, but noted", "the reason of the message before leaked");
+}
+
 fn counting_sub(b: &Broker, name: &str, seen: Arc<Mutex<Vec<u64>>>) -> Subscription {
     b.subscribe(
         "events",

@@ -161,9 +161,21 @@ impl Cursor {
     }
 
     /// True if a read would return a record or report a lag (without moving).
+    /// Seeing a record committed, it starts fetching the record's first cache
+    /// line: a caller polling for work reads that record next, and the line
+    /// then travels from the publisher's core while the caller gets ready.
     #[inline]
     pub fn has_next(&mut self) -> bool {
-        !matches!(self.ready(), Ok(None))
+        match self.ready() {
+            Ok(None) => false,
+            Ok(Some(pos)) => {
+                if let Some(seg) = &self.seg {
+                    seg.prefetch(pos);
+                }
+                true
+            }
+            Err(_) => true,
+        }
     }
 
     /// If retention has trimmed records this cursor had not read, moves to

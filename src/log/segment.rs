@@ -628,6 +628,31 @@ impl Segment {
         RecordView::from_bytes(self.base + index, bytes)
     }
 
+    /// Starts bringing the cache line that holds the start of the record at
+    /// byte `pos` (its header, and on a line of its own the start of its
+    /// payload) towards this core, without waiting for it. A reader that has
+    /// just seen a commit calls it before the bookkeeping that precedes its
+    /// read, so the line travels from the publisher's core while that runs
+    /// (see `docs/PERFORMANCE.md`, "The delivery side's latency"). Only the
+    /// first line: a later one may hold the start of the next record, which
+    /// a publisher is about to write, and a copy of it here would cost that
+    /// write an invalidation.
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, pos: u64) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            // `wrapping_add`: no pointer arithmetic assumption is made about
+            // `pos` (a committed record's position is inside the region anyway).
+            let p = self.data.as_ptr().wrapping_add(pos as usize);
+            // SAFETY: a prefetch is a hint; it reads nothing the program can
+            // observe and never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = pos;
+    }
+
     /// Records that the reservation returning `Sealer { count }` closed this segment.
     pub(crate) fn seal(&self, count: u64) {
         // Release: in memory not needed (the count is the whole message, and
