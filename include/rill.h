@@ -268,7 +268,7 @@ typedef int32_t rill_fsync;
  * | `fsync`               | process crash               | machine crash (power loss)                 |
  * |-----------------------|-----------------------------|--------------------------------------------|
  * | `RILL_FSYNC_ALWAYS`   | nothing acknowledged lost   | nothing acknowledged lost: `rill_publish` and a commit return only once on stable storage; a durable subscription's acks are before it delivers more (below) |
- * | `RILL_FSYNC_INTERVAL` | nothing acknowledged lost   | at most the last `fsync_interval_ms` of publishes and commits |
+ * | `RILL_FSYNC_INTERVAL` | nothing acknowledged lost   | what came after the last completed sync round began: about the last `fsync_interval_ms` plus one round's write-back, more if publishers outrun the disk |
  * | `RILL_FSYNC_NEVER`    | nothing acknowledged lost   | whatever the OS had not yet written back   |
  *
  * After any crash, recovery never delivers a damaged or partial record,

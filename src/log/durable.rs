@@ -15,7 +15,9 @@
 //!
 //! * `Never`: the kernel writes pages back when it likes.
 //! * `Interval(d)`: the broker calls [`Log::sync`](super::Log::sync) every `d`;
-//!   a machine crash loses at most the records of the last `d`.
+//!   a machine crash loses the records after the start of the last completed
+//!   round: about the last `d` plus one round's write-back, and more when
+//!   publishers write faster than the disk (a round then outlasts `d`).
 //! * `Always`: `append` and `append_batch` return only once their records are
 //!   on disk, through group commit (below).
 //!
@@ -153,7 +155,8 @@ pub enum Fsync {
     /// crash may lose whatever the kernel had not written back.
     Never,
     /// The owner (the broker) calls [`Log::sync`](super::Log::sync) this often:
-    /// a machine crash loses at most this much of the newest records.
+    /// a machine crash loses about this much of the newest records, plus
+    /// what was written during the last round (more if the disk falls behind).
     Interval(Duration),
     /// `append` returns once the record is on stable storage; concurrent
     /// publishers share one fsync (group commit).
