@@ -373,6 +373,50 @@ impl<'a> RecordView<'a> {
     pub fn attribute(&self, key: &str) -> Option<&'a str> {
         self.attributes().get(key)
     }
+
+    /// Every part at once, the header read a single time: for a caller that
+    /// hands all of them over (the C library's `rill_message`), where the
+    /// accessors above would each read and bounds-check the header again.
+    /// The same checks as theirs: a record that is not what
+    /// [`Record::encode_into`] wrote panics rather than reading out of bounds.
+    #[inline]
+    pub fn parts(&self) -> RecordParts<'a> {
+        let bytes = self.bytes;
+        // One bounds check for the whole header; the reads below are then
+        // of a fixed-size array.
+        let header: &[u8; HEADER_LEN] = bytes[..HEADER_LEN].try_into().expect("a record header");
+        let u32_at = |at: usize| u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
+        let key_field = u32_at(KEY_LEN_AT);
+        let attrs_len = u32_at(ATTRS_LEN_AT) as usize;
+        let attribute_count = u16::from_le_bytes([header[ATTR_COUNT_AT], header[ATTR_COUNT_AT + 1]]) as usize;
+        let mut timestamp = [0u8; 8];
+        timestamp.copy_from_slice(&header[TIMESTAMP_AT..TIMESTAMP_AT + 8]);
+        let key_len = if key_field == NO_KEY { 0 } else { key_field as usize };
+        let (key, rest) = bytes[HEADER_LEN..].split_at(key_len);
+        RecordParts {
+            offset: self.offset,
+            timestamp_ns: u64::from_le_bytes(timestamp),
+            key: (key_field != NO_KEY).then_some(key),
+            attribute_count,
+            payload: &rest[attrs_len..],
+        }
+    }
+}
+
+/// A record's parts, decoded together by [`RecordView::parts`]; each field is
+/// what the accessor of the same name returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordParts<'a> {
+    /// [`RecordView::offset`].
+    pub offset: u64,
+    /// [`RecordView::timestamp_ns`].
+    pub timestamp_ns: u64,
+    /// [`RecordView::key`].
+    pub key: Option<&'a [u8]>,
+    /// The number of [`RecordView::attributes`].
+    pub attribute_count: usize,
+    /// [`RecordView::payload`].
+    pub payload: &'a [u8],
 }
 
 impl fmt::Debug for RecordView<'_> {
@@ -445,6 +489,16 @@ impl fmt::Debug for Attributes<'_> {
 mod tests {
     use super::*;
 
+    /// `parts()` says what each accessor says.
+    fn assert_parts_agree(v: &RecordView<'_>) {
+        let p = v.parts();
+        assert_eq!(p.offset, v.offset());
+        assert_eq!(p.timestamp_ns, v.timestamp_ns());
+        assert_eq!(p.key, v.key());
+        assert_eq!(p.attribute_count, v.attributes().len());
+        assert_eq!(p.payload, v.payload());
+    }
+
     fn roundtrip(rec: &Record<'_>, ts: u64) -> Vec<u8> {
         let len = rec.encoded_len().unwrap();
         let mut buf = vec![0xAAu8; len];
@@ -463,12 +517,14 @@ mod tests {
         assert_eq!(v.key(), None);
         assert!(v.payload().is_empty());
         assert!(v.attributes().is_empty());
+        assert_parts_agree(&v);
     }
 
     #[test]
     fn empty_key_differs_from_no_key() {
         let buf = roundtrip(&Record::new(b"p").with_key(b""), 0);
         assert_eq!(RecordView::parse(0, &buf).key(), Some(&b""[..]));
+        assert_eq!(RecordView::parse(0, &buf).parts().key, Some(&b""[..]));
     }
 
     #[test]
@@ -484,6 +540,7 @@ mod tests {
         assert_eq!(v.attributes().collect::<Vec<_>>(), attrs.to_vec());
         assert_eq!(v.attribute("ключ"), Some("значение"));
         assert_eq!(v.attribute("missing"), None);
+        assert_parts_agree(&v);
         assert_eq!(v.encoded_len(), buf.len());
         let raw = read_u32(&buf, 0) as usize;
         assert!(buf[raw..].iter().all(|&b| b == 0));
@@ -500,6 +557,7 @@ mod tests {
                 rec.key = key;
                 let buf = roundtrip(&rec, 0x0102_0304_0506_0708);
                 let v = RecordView::parse(0, &buf);
+                assert_parts_agree(&v);
                 assert_eq!(v.payload(), &bytes[..n]);
                 assert_eq!(v.key(), key);
                 assert_eq!(v.timestamp_ns(), 0x0102_0304_0506_0708);

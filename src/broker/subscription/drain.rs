@@ -466,7 +466,7 @@ impl SubCore {
     fn deliver_batch(&self, st: &mut DrainState, i: usize, budget: &mut usize, tally: &mut Tally) -> BatchEnd {
         let DrainState { handler, on_lagged, readers, retry, reason, reasons, acks, batch_cap, .. } = st;
         let reader = &mut readers[i];
-        let topic: &str = &reader.topic;
+        let topic = &reader.topic;
         let partition = reader.partition.index;
         let want = (*budget).min(*batch_cap);
         let batch = match reader.cursor.read_batch(want) {

@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::log::RecordView;
-use crate::sync::Arc;
+use crate::sync::{Arc, Name};
 
 /// What a handler says about a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,7 +194,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 /// The record's accessors (`payload()`, `key()`, `offset()`, ...) come
 /// through `Deref` to [`RecordView`].
 pub struct Message<'a> {
-    pub(super) topic: &'a str,
+    /// The topic's name as the reader holds it (see [`Message::topic_name`]).
+    pub(super) topic: &'a Name,
     pub(super) partition: u32,
     pub(super) record: RecordView<'a>,
     pub(super) attempt: u32,
@@ -205,6 +206,16 @@ pub struct Message<'a> {
 impl<'a> Message<'a> {
     /// The topic it was published to.
     pub fn topic(&self) -> &'a str {
+        self.topic
+    }
+    /// The topic's name as the broker holds it: one allocation per topic,
+    /// shared by every message a subscription reads from it, for as long as
+    /// the topic lives (a topic deleted and created again under the same
+    /// name gets a new one). A caller that keeps a clone can recognise the
+    /// topic of the next message with [`std::sync::Arc::ptr_eq`] instead of
+    /// comparing its bytes (the clone keeps the address from being reused by
+    /// another name); the C library finds its cached C string this way.
+    pub fn topic_name(&self) -> &'a std::sync::Arc<str> {
         self.topic
     }
     /// Its partition.
