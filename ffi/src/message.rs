@@ -69,22 +69,23 @@ impl MessageContext {
     }
 }
 
-/// Builds the C view of a record whose context is `ctx`.
+/// Builds the C view of a record whose context is `ctx`. The record's header
+/// is read once for all of its fields ([`RecordView::parts`]).
+#[inline]
 pub(crate) fn c_message(topic: &CStr, partition: u32, attempt: u32, ctx: &MessageContext) -> rill_message {
-    let r = ctx.record;
-    let (key, key_len) = r.key().map_or((std::ptr::null(), 0), |k| (k.as_ptr(), k.len()));
-    let payload = r.payload();
+    let p = ctx.record.parts();
+    let (key, key_len) = p.key.map_or((std::ptr::null(), 0), |k| (k.as_ptr(), k.len()));
     rill_message {
         topic: topic.as_ptr(),
         partition,
-        offset: r.offset(),
-        timestamp_ns: r.timestamp_ns(),
+        offset: p.offset,
+        timestamp_ns: p.timestamp_ns,
         key,
         key_len,
-        payload: payload.as_ptr(),
-        payload_len: payload.len(),
+        payload: p.payload.as_ptr(),
+        payload_len: p.payload.len(),
         attempt,
-        attribute_count: r.attributes().len(),
+        attribute_count: p.attribute_count,
         internal: (ctx as *const MessageContext).cast(),
     }
 }

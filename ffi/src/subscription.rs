@@ -467,29 +467,50 @@ unsafe fn subscribe_with(
 
 /// Topic names as C strings, made once per topic and kept for the life of
 /// the subscription, so a topic's `rill_message::topic` pointer never changes
-/// (bindings use it as a cache key: the Python package does). Messages of one
-/// reader mostly come from one topic, so the last name is kept aside and
-/// recognised by comparing bytes, which is cheaper than hashing them; it
-/// shares its allocation with the map entry (an `Arc`), because a fresh copy
-/// would give the same topic a new address, and a freed one could come back
-/// as the address of another topic.
+/// (bindings use it as a cache key: the Python package does), not even when
+/// the topic is deleted and created again.
+///
+/// Messages of one reader mostly come from one topic, so the last topic is
+/// kept aside and recognised by the allocation the broker holds its name in
+/// ([`Message::topic_name`]), a pointer comparison, rather than by its bytes.
+/// That needs a clone of that name here: while it is held, its address
+/// cannot be freed and given to another topic's name, which would then pass
+/// for this one. Any other name (a second topic, or the same topic
+/// recreated, which the broker names with a new allocation) goes to the map,
+/// keyed by the name's text; the C string there shares its allocation with
+/// the one kept aside (an `Arc`), because a fresh copy would give the same
+/// topic a new address, and a freed one could come back as the address of
+/// another topic.
 #[derive(Default)]
 struct TopicNames {
     names: HashMap<String, Arc<CStr>>,
-    last: Option<Arc<CStr>>,
+    last: Option<(Arc<str>, Arc<CStr>)>,
 }
 
 impl TopicNames {
-    fn get(&mut self, topic: &str) -> &CStr {
-        let hit = matches!(&self.last, Some(c) if c.to_bytes() == topic.as_bytes());
-        if !hit {
-            let c = self
-                .names
-                .entry(topic.to_owned())
-                .or_insert_with(|| Arc::from(CString::new(topic).expect("topic names have no NUL")));
-            self.last = Some(Arc::clone(c));
+    /// The C string of `topic`'s name.
+    #[inline]
+    fn get(&mut self, topic: &Arc<str>) -> &CStr {
+        match &self.last {
+            Some((name, _)) if Arc::ptr_eq(name, topic) => {}
+            _ => self.switch_to(topic),
         }
-        self.last.as_deref().expect("set just above")
+        &self.last.as_ref().expect("set by switch_to").1
+    }
+
+    /// Makes `topic` the last topic, finding or making its C string.
+    #[cold]
+    #[inline(never)]
+    fn switch_to(&mut self, topic: &Arc<str>) {
+        let c = match self.names.get(&**topic) {
+            Some(c) => Arc::clone(c),
+            None => {
+                let c: Arc<CStr> = Arc::from(CString::new(&**topic).expect("topic names have no NUL"));
+                self.names.insert(topic.to_string(), Arc::clone(&c));
+                c
+            }
+        };
+        self.last = Some((Arc::clone(topic), c));
     }
 }
 
@@ -526,16 +547,23 @@ fn dead_letter_trampoline(
 }
 
 /// Turns a C ack into a Rust one; a value that is not a `rill_ack` is a retry.
+#[inline]
 fn ack_from_c(ack: rill_ack, m: &Message<'_>) -> Ack {
     match ack {
         RILL_ACK_SUCCESS => Ack::Success,
         RILL_ACK_RETRY => Ack::Retry,
         RILL_ACK_DEAD_LETTER => Ack::DeadLetter,
-        rill_ack(other) => {
-            m.set_reason(format!("the handler returned {other}, which is not a rill_ack; retrying"));
-            Ack::Retry
-        }
+        rill_ack(other) => not_an_ack(other, m),
     }
+}
+
+/// A handler's return value that is not a `rill_ack`: a retry, with a reason
+/// saying so (out of line: the formatting is not for every message).
+#[cold]
+#[inline(never)]
+fn not_an_ack(other: i32, m: &Message<'_>) -> Ack {
+    m.set_reason(format!("the handler returned {other}, which is not a rill_ack; retrying"));
+    Ack::Retry
 }
 
 /// The Rust batch handler that calls a C batch handler.
@@ -546,7 +574,7 @@ fn batch_trampoline(
     let mut topics = TopicNames::default();
     let mut c_acks: Vec<rill_ack> = Vec::new();
     move |msgs: &[Message<'_>], acks: &mut [Ack]| {
-        let topic = topics.get(msgs[0].topic());
+        let topic = topics.get(msgs[0].topic_name());
         // SAFETY: the contexts live in this frame for the duration of the
         // call, within the borrow of the messages.
         let contexts: Vec<MessageContext> =
@@ -573,7 +601,7 @@ fn trampoline(
 ) -> impl FnMut(&Message<'_>) -> Ack + Send + 'static {
     let mut topics = TopicNames::default();
     move |m: &Message<'_>| {
-        let topic = topics.get(m.topic());
+        let topic = topics.get(m.topic_name());
         // SAFETY: the context and the C message live on this stack frame only,
         // for the duration of the handler call, within the record's borrow.
         let ctx = unsafe { MessageContext::new(m.record(), Some(m)) };

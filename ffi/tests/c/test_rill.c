@@ -1597,6 +1597,86 @@ static void test_topic_pointers_are_stable(void) {
     rill_broker_free(b);
 }
 
+/* Each message's topic pointer and text, in the order the handler saw them. */
+typedef struct {
+    pthread_mutex_t lock;
+    const char *ptr[8];
+    char name[8][16];
+    int seen;
+    int wrong_name;
+} topic_log;
+
+static void log_topic(topic_log *t, const rill_message *m) {
+    pthread_mutex_lock(&t->lock);
+    if (strlen(m->topic) != m->payload_len || memcmp(m->topic, m->payload, m->payload_len) != 0) t->wrong_name++;
+    if (t->seen < 8) {
+        t->ptr[t->seen] = m->topic;
+        snprintf(t->name[t->seen], sizeof t->name[t->seen], "%s", m->topic);
+    }
+    t->seen++;
+    pthread_mutex_unlock(&t->lock);
+}
+
+static rill_ack topic_log_handler(void *user_data, const rill_message *m) {
+    log_topic((topic_log *)user_data, m);
+    return RILL_ACK_SUCCESS;
+}
+
+static size_t topic_log_batch_handler(void *user_data, const rill_message *msgs, size_t n, rill_ack *acks) {
+    (void)acks;
+    for (size_t i = 0; i < n; i++) log_topic((topic_log *)user_data, &msgs[i]);
+    return n;
+}
+
+/* A wildcard subscription reads a topic that is then deleted, a second topic
+ * with a name of the same length created in its place, then the first one
+ * created again, and the second again. Every message names its own topic
+ * (the library must not take one topic for another because the broker kept
+ * their names at the same address: a name freed by the delete may be reused
+ * for the next one), the two names never share an address, and a topic
+ * created again has the address its name had before. */
+static void test_topic_pointers_across_delete_and_recreate(void) {
+    rill_broker *b = new_broker();
+    topic_log one, batch;
+    memset(&one, 0, sizeof one);
+    memset(&batch, 0, sizeof batch);
+    pthread_mutex_init(&one.lock, NULL);
+    pthread_mutex_init(&batch.lock, NULL);
+    OK(rill_topic_create(b, "d/aa", NULL));
+    rill_subscription_options o = sub_options();
+    o.start = RILL_START_EARLIEST;
+    rill_subscription *s1 = NULL, *s2 = NULL;
+    OK(rill_subscribe(b, "d/*", &o, topic_log_handler, &one, &s1));
+    OK(rill_subscribe_batch(b, "d/*", &o, topic_log_batch_handler, &batch, &s2));
+    static const char *const steps[4] = {"d/aa", "d/bb", "d/aa", "d/bb"};
+    for (int i = 0; i < 4; i++) {
+        if (i > 0) {
+            OK(rill_topic_delete(b, steps[i - 1]));
+            OK(rill_topic_create(b, steps[i], NULL)); /* from i = 2 on, created again */
+        }
+        rill_record r = record_of(steps[i]);
+        OK(rill_publish(b, steps[i], &r, NULL));
+        OK(rill_subscription_wait_idle(s1, 10000));
+        OK(rill_subscription_wait_idle(s2, 10000));
+    }
+    topic_log *both[2] = {&one, &batch};
+    for (int k = 0; k < 2; k++) {
+        topic_log *t = both[k];
+        pthread_mutex_lock(&t->lock);
+        CHECK(t->seen == 4);
+        CHECK(t->wrong_name == 0);
+        for (int i = 0; i < 4 && i < t->seen; i++) CHECK(strcmp(t->name[i], steps[i]) == 0);
+        CHECK(t->ptr[0] == t->ptr[2] && t->ptr[1] == t->ptr[3]);
+        CHECK(t->ptr[0] != t->ptr[1]);
+        pthread_mutex_unlock(&t->lock);
+    }
+    rill_subscription_free(s1);
+    rill_subscription_free(s2);
+    pthread_mutex_destroy(&one.lock);
+    pthread_mutex_destroy(&batch.lock);
+    rill_broker_free(b);
+}
+
 /* Two subscriptions whose handlers, both in flight at once, free each other. */
 typedef struct {
     pthread_barrier_t *barrier;
@@ -2717,6 +2797,7 @@ int main(void) {
     test_at_most_once();
     test_batch_subscription();
     test_topic_pointers_are_stable();
+    test_topic_pointers_across_delete_and_recreate();
     test_handlers_that_free_each_other();
     test_on_lagged_hears_what_retention_trimmed();
     test_free_returns_after_user_data_free();
