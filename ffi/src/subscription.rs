@@ -566,26 +566,50 @@ fn not_an_ack(other: i32, m: &Message<'_>) -> Ack {
     Ack::Retry
 }
 
+/// A batch's C views, kept from one call of the batch trampoline to the next
+/// so that a call does not allocate them. They are filled for one handler
+/// call and emptied before the trampoline returns (and again before they
+/// are filled, should a panic ever have skipped that), so a pointer into a
+/// batch is never read after its call.
+#[derive(Default)]
+struct BatchViews {
+    contexts: Vec<MessageContext>,
+    messages: Vec<rill_message>,
+    acks: Vec<rill_ack>,
+}
+
+// SAFETY: the views hold raw pointers (to a batch's records and messages,
+// and from each `rill_message` to its context) only during a handler call,
+// on the draining thread; whatever is left in them when the closure moves to
+// another thread is stale and never dereferenced, only cleared.
+unsafe impl Send for BatchViews {}
+
 /// The Rust batch handler that calls a C batch handler.
 fn batch_trampoline(
     handler: unsafe extern "C" fn(*mut c_void, *const rill_message, usize, *mut rill_ack) -> usize,
     user: Arc<UserData>,
 ) -> impl FnMut(&[Message<'_>], &mut [Ack]) -> usize + Send + 'static {
     let mut topics = TopicNames::default();
-    let mut c_acks: Vec<rill_ack> = Vec::new();
+    let mut views = BatchViews::default();
     move |msgs: &[Message<'_>], acks: &mut [Ack]| {
         let topic = topics.get(msgs[0].topic_name());
-        // SAFETY: the contexts live in this frame for the duration of the
-        // call, within the borrow of the messages.
-        let contexts: Vec<MessageContext> =
-            msgs.iter().map(|m| unsafe { MessageContext::new(m.record(), Some(m)) }).collect();
-        let c_msgs: Vec<rill_message> =
-            msgs.iter().zip(&contexts).map(|(m, ctx)| c_message(topic, m.partition(), m.attempt(), ctx)).collect();
+        let BatchViews { contexts, messages, acks: c_acks } = &mut views;
+        contexts.clear();
+        messages.clear();
+        // SAFETY: the contexts are read only during the handler call below,
+        // within the borrow of the messages, and emptied after it.
+        contexts.extend(msgs.iter().map(|m| unsafe { MessageContext::new(m.record(), Some(m)) }));
+        // `contexts` is not changed again until after the call, so the
+        // pointers to its elements stay valid.
+        messages
+            .extend(msgs.iter().zip(contexts.iter()).map(|(m, ctx)| c_message(topic, m.partition(), m.attempt(), ctx)));
         c_acks.clear();
         c_acks.resize(msgs.len(), RILL_ACK_SUCCESS);
         // SAFETY: the C handler, called as `rill_subscribe_batch`'s contract
         // allows, with `count` messages and `count` writable acks.
-        let handled = unsafe { handler(user.get(), c_msgs.as_ptr(), c_msgs.len(), c_acks.as_mut_ptr()) };
+        let handled = unsafe { handler(user.get(), messages.as_ptr(), messages.len(), c_acks.as_mut_ptr()) };
+        messages.clear();
+        contexts.clear();
         let handled = handled.min(msgs.len());
         for k in 0..handled {
             acks[k] = ack_from_c(c_acks[k], &msgs[k]);
