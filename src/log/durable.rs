@@ -309,6 +309,17 @@ struct SyncState {
 }
 
 impl SyncState {
+    /// A round's bookkeeping of its company, once the watermark is raised.
+    fn end_round(&mut self) {
+        // Everybody waiting now is either released by this round (and comes
+        // back with its next record if it keeps publishing) or still waits:
+        // the next round's company. Those released stop counting as waiting
+        // now, not when they next run.
+        self.expected = self.waiting.len();
+        let durable = self.durable;
+        self.waiting.retain(|&e| e > durable);
+    }
+
     /// Removes the publisher whose records end at `end` from `waiting` (it
     /// leaves with an error, uncovered).
     fn leave(&mut self, end: u64) {
@@ -481,12 +492,7 @@ impl Durability {
             }
             Err(e) => Err(e),
         };
-        // Everybody waiting now is either released by this round (and comes
-        // back with its next record if it keeps publishing) or still waits:
-        // the next round's company. Those released stop counting as waiting.
-        st.expected = st.waiting.len();
-        let durable = st.durable;
-        st.waiting.retain(|&e| e > durable);
+        st.end_round();
         (st, result)
     }
 
@@ -601,4 +607,25 @@ pub(crate) fn prepare_dir(dir: &Path) -> Result<()> {
         return Err(Error::io(dir, &e));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rounds_end_counts_its_company_and_stops_counting_those_it_released() {
+        let d = Durability::new(0);
+        let mut st = d.state.lock();
+        st.waiting.extend([3, 9, 5]);
+        st.durable = 5;
+        st.end_round();
+        // All three are the next round's company; only the one whose records
+        // end past the watermark still waits (the others are released, even
+        // though they have not run yet).
+        assert_eq!(st.expected, 3);
+        assert_eq!(st.waiting, vec![9]);
+        st.leave(9);
+        assert!(st.waiting.is_empty());
+    }
 }
