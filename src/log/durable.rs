@@ -81,7 +81,9 @@
 //! must not count as present (it did, until 1 December, when `waiting` was a
 //! count each publisher lowered only when it next ran; the round's own
 //! leader, back first with its next record, then found `expected` reached
-//! by publishers that were still asleep and synced alone, one round in two).
+//! by publishers that were still asleep and started the next round without
+//! them: 189-221 rounds for 600 appends on four threads, release build,
+//! where 150-158 now).
 //! A leader that finds fewer than `expected` publishers waiting sleeps (on
 //! `round_done`, timed) until `waiting` reaches `expected` (the arrival that
 //! makes it so ends the wait) or until half the smoothed duration of a
