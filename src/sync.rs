@@ -94,19 +94,6 @@ impl Condvar {
         self.0.wait_timeout(guard, timeout).unwrap_or_else(std::sync::PoisonError::into_inner).0
     }
 
-    /// Like [`Condvar::wait_timeout`], also saying whether it returned
-    /// because `timeout` passed (rather than a notification or a spurious
-    /// wakeup).
-    #[inline]
-    pub(crate) fn wait_timeout_flag<'a, T>(
-        &self,
-        guard: MutexGuard<'a, T>,
-        timeout: Duration,
-    ) -> (MutexGuard<'a, T>, bool) {
-        let (guard, result) = self.0.wait_timeout(guard, timeout).unwrap_or_else(std::sync::PoisonError::into_inner);
-        (guard, result.timed_out())
-    }
-
     #[inline]
     pub(crate) fn notify_one(&self) {
         self.0.notify_one();

@@ -470,11 +470,13 @@ fn always_publishers_on_four_threads_are_all_durable_and_share_syncs() {
     assert!(stats.sync_rounds >= 1 && stats.sync_rounds <= stats.durable_waits, "{stats:?}");
     let durability = log.shared.durability.as_ref().expect("a durable log");
     println!(
-        "group commit: {} appends, {} sync rounds, {} gathering waits ({} ended at their bound)",
+        "group commit: {} appends, {} sync rounds, {} gathering waits ({} ended at their bound, {} with the last \
+         arrival running the round)",
         stats.durable_waits,
         stats.sync_rounds,
         durability.gathers.load(Ordering::Relaxed),
-        durability.gather_timeouts.load(Ordering::Relaxed)
+        durability.gather_timeouts.load(Ordering::Relaxed),
+        durability.handoffs.load(Ordering::Relaxed)
     );
     // Durable before each append returned: what the files hold (read by a
     // second open of a copy, as after a crash) is everything.
@@ -899,8 +901,9 @@ fn a_gathering_leader_waits_for_the_expected_publisher_and_syncs_both_in_one_rou
     let dir = TempDir::new("gather");
     let (log, _) = Log::open(&config(64 << 10), 0, &durable(dir.path(), Fsync::Always, false)).unwrap();
     // As if the last round had ended with two publishers waiting, and rounds
-    // took a minute: whichever of the two leads waits for the other, woken
-    // by its arrival long before the 30 s bound, so one round covers both.
+    // took a minute: whichever of the two leads waits for the other, whose
+    // arrival (long before the 30 s bound) runs the round in the sleeping
+    // leader's place, so one round covers both.
     durability(&log).expect_company(2, Duration::from_secs(60));
     let publishers: Vec<_> = (0..2u64)
         .map(|t| {
@@ -915,7 +918,9 @@ fn a_gathering_leader_waits_for_the_expected_publisher_and_syncs_both_in_one_rou
     assert_eq!(stats.durable_waits, 2);
     assert_eq!(stats.sync_rounds, 1, "{stats:?}");
     assert_eq!(durability(&log).durable_end(), 2);
-    assert_eq!(durability(&log).gather_timeouts.load(Ordering::Relaxed), 0, "the arrival did not wake the leader");
+    assert_eq!(durability(&log).gathers.load(Ordering::Relaxed), 1);
+    assert_eq!(durability(&log).gather_timeouts.load(Ordering::Relaxed), 0, "the leader ran out of time");
+    assert_eq!(durability(&log).handoffs.load(Ordering::Relaxed), 1, "the arrival did not run the round");
 }
 
 #[test]
@@ -931,6 +936,7 @@ fn a_gathering_leader_gives_up_at_its_bound_when_the_expected_publishers_stopped
     }
     assert_eq!(durability(&log).gathers.load(Ordering::Relaxed), 1);
     assert_eq!(durability(&log).gather_timeouts.load(Ordering::Relaxed), 1);
+    assert_eq!(durability(&log).handoffs.load(Ordering::Relaxed), 0);
     assert_eq!(log.stats().sync_rounds, 3);
     assert_eq!(durability(&log).durable_end(), 3);
 }
