@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use super::dead_letter::{self, Failed};
 use super::names::default_dead_letter_topic;
+use super::subscription::Wakes;
 use super::subscription::signal::{Entry, Listener};
 use super::subscription::{DEFAULT_MAX_ATTEMPTS, StartPosition};
 use super::topic::Topic;
@@ -89,7 +90,7 @@ struct ConsumerListener {
 
 impl Listener for ConsumerListener {
     #[inline]
-    fn wake(&self) {
+    fn wake<'a>(&'a self, _: &mut Wakes<'a>) {
         // The publisher issued its fence (F1) already.
         self.waiters.notify_after_fence();
     }

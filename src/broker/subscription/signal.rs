@@ -97,7 +97,14 @@
 //! must schedule a drain; for a listener without a state word (a consumer),
 //! after every commit. So the log-and-partition layer below never names the
 //! types above it, and a busy subscription still costs one shared load.
+//! A publisher that wins several subscriptions in one walk (they had all
+//! caught up) collects their drains and queues them on the pool together
+//! when the walk ends (`Wakes`): one lock of the pool's queue and at most a
+//! notify per sleeping worker, not one each. The state moves and the fences
+//! are those above; a drain is queued a few loads later than it was, never
+//! skipped (an unwinding walk queues what it collected).
 
+use super::core::Wakes;
 use super::state::State;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use crate::sync::{Arc, Mutex};
@@ -105,9 +112,11 @@ use crate::sync::{Arc, Mutex};
 /// What a publisher wakes after committing a record to a partition.
 pub(crate) trait Listener: Send + Sync {
     /// For an entry with a state word (a subscription): the publisher won
-    /// `IDLE -> ACTIVE`, so a drain must be scheduled. For one without (a
-    /// consumer): a record was committed, behind a `fence(SeqCst)` (F1).
-    fn wake(&self);
+    /// `IDLE -> ACTIVE`, so a drain must be scheduled; a drain for the pool
+    /// goes into `wakes`, which the publisher queues when its walk of the
+    /// list ends. For one without (a consumer): a record was committed,
+    /// behind a `fence(SeqCst)` (F1).
+    fn wake<'a>(&'a self, wakes: &mut Wakes<'a>);
 }
 
 /// A listener as a partition's list holds it: what a publisher reads after
@@ -181,16 +190,34 @@ pub(crate) fn notify(entries: &[Entry], marked: bool) {
         // and looking at its ready list.
         crate::sync::fence_or_weakened!("F2", Ordering::SeqCst);
     }
-    for e in entries {
-        match &e.state {
-            Some(state) => {
-                if state.activate() {
-                    e.listener.wake();
-                }
-            }
-            None => e.listener.wake(),
+    // Most walks find every subscription busy: one load each, nothing to
+    // wake, and nothing set up for waking.
+    for (i, e) in entries.iter().enumerate() {
+        if wins(e) {
+            return wake_from(&entries[i..]);
         }
     }
+}
+
+/// True if the publisher must wake `e`: it has no state word, or this
+/// publisher moved its state from `IDLE` to `ACTIVE`.
+#[inline]
+fn wins(e: &Entry) -> bool {
+    e.state.as_ref().is_none_or(|state| state.activate())
+}
+
+/// Wakes `entries[0]`, which the caller won, and every later entry it wins,
+/// queueing the pool's drains together (see `Wakes`).
+#[inline(never)]
+fn wake_from(entries: &[Entry]) {
+    let mut wakes = Wakes::new();
+    entries[0].listener.wake(&mut wakes);
+    for e in &entries[1..] {
+        if wins(e) {
+            e.listener.wake(&mut wakes);
+        }
+    }
+    wakes.flush();
 }
 
 /// `poke`'s fence: the same role as F1 after a commit (what the caller just
