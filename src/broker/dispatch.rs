@@ -47,7 +47,9 @@
 //! workers already asleep, each of them comes back, and the first to do so
 //! takes the job. Workers not asleep look at the queue before they sleep. No
 //! atomic ordering is involved: `queued` stays a hint. The loom models of
-//! `loom-tests/tests/signal.rs` run this pool.
+//! `loom-tests/tests/signal.rs` run this pool under the signal protocol, and
+//! `loom-tests/tests/pool.rs` checks that a worker woken once is woken again
+//! (it deadlocks if a worker that came back stays counted in `waking`).
 //!
 //! Everything here uses the sync shim, so the loom models can run it.
 
@@ -142,6 +144,12 @@ impl<J: Job> WorkerPool<J> {
         for _ in 0..wake {
             self.shared.work.notify_one();
         }
+    }
+
+    /// Workers asleep in `wait` now (for the loom model of waking them).
+    #[cfg(loom)]
+    pub(crate) fn sleeping(&self) -> usize {
+        self.shared.queue.lock().sleeping
     }
 
     /// True if jobs are queued (a hint: read without the lock).
