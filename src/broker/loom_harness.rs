@@ -296,6 +296,12 @@ impl std::fmt::Debug for PoolProbe {
     }
 }
 
+impl Default for PoolProbe {
+    fn default() -> PoolProbe {
+        PoolProbe::new()
+    }
+}
+
 impl PoolProbe {
     /// A pool of one worker, nothing queued.
     pub fn new() -> PoolProbe {
