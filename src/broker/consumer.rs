@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use super::dead_letter::{self, Failed};
 use super::names::default_dead_letter_topic;
-use super::subscription::Wakes;
 use super::subscription::signal::{Entry, Listener};
 use super::subscription::{DEFAULT_MAX_ATTEMPTS, StartPosition};
 use super::topic::Topic;
@@ -90,9 +89,13 @@ struct ConsumerListener {
 
 impl Listener for ConsumerListener {
     #[inline]
-    fn wake<'a>(&'a self, _: &mut Wakes<'a>) {
+    fn wake(&self) {
         // The publisher issued its fence (F1) already.
         self.waiters.notify_after_fence();
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

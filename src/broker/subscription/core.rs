@@ -358,61 +358,29 @@ pub(crate) struct SubCore {
 struct SubListener(Arc<SubCore>);
 
 impl Listener for SubListener {
-    fn wake<'a>(&'a self, wakes: &mut Wakes<'a>) {
-        wakes.add(&self.0);
-    }
-}
-
-/// Most drains a publisher collects before it queues them.
-const WAKES: usize = 8;
-
-/// The drains a publisher scheduled while walking one partition's
-/// listeners, queued on the pool together when the walk ends
-/// ([`Wakes::flush`], which `signal::notify` calls): one lock of the pool's
-/// queue and at most one notify per sleeping worker, instead of a lock and
-/// possibly a futex call per subscription woken. A subscription with a
-/// thread of its own is woken at once.
-pub(crate) struct Wakes<'a> {
-    /// The pool of the drains held; every subscription in `cores[..len]` is
-    /// to be drained there.
-    pool: Option<&'a WorkerPool<DrainJob>>,
-    cores: [Option<&'a Arc<SubCore>>; WAKES],
-    len: usize,
-}
-
-impl<'a> Wakes<'a> {
-    pub(crate) fn new() -> Wakes<'a> {
-        Wakes { pool: None, cores: [None; WAKES], len: 0 }
+    fn wake(&self) {
+        SubCore::schedule(&self.0);
     }
 
-    /// Schedules a drain of `core`, whose state the caller moved to `ACTIVE`.
-    fn add(&mut self, core: &'a Arc<SubCore>) {
-        let pool = match &core.env.exec {
-            Exec::Pool(pool) => &**pool,
-            Exec::Dedicated(_) => return SubCore::schedule(core),
+    fn batch_key(&self) -> Option<usize> {
+        match &self.0.env.exec {
+            Exec::Pool(pool) => Some(Arc::as_ptr(pool) as usize),
+            Exec::Dedicated(_) => None,
+        }
+    }
+
+    fn wake_batch(&self, batch: &[Option<&dyn Listener>]) {
+        let Exec::Pool(pool) = &self.0.env.exec else {
+            return self.wake();
         };
-        if self.len == WAKES || self.pool.is_some_and(|p| !std::ptr::eq(p, pool)) {
-            self.flush();
-        }
-        self.pool = Some(pool);
-        self.cores[self.len] = Some(core);
-        self.len += 1;
+        // Every listener in the batch has this one's key: a subscription
+        // on this pool.
+        let cores = batch.iter().flatten().filter_map(|l| l.as_any().downcast_ref::<SubListener>());
+        pool.push_many(cores.map(|l| DrainJob(l.0.clone())));
     }
 
-    /// Queues the drains held on their pool.
-    pub(crate) fn flush(&mut self) {
-        let n = std::mem::take(&mut self.len);
-        if let Some(pool) = self.pool.take() {
-            pool.push_many(self.cores[..n].iter().flatten().map(|&core| DrainJob(core.clone())));
-        }
-    }
-}
-
-impl Drop for Wakes<'_> {
-    /// A drain collected is queued even if the walk unwinds: its
-    /// subscription is `ACTIVE` and nothing else would run it.
-    fn drop(&mut self) {
-        self.flush();
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
