@@ -93,6 +93,10 @@ impl Listener for ConsumerListener {
         // The publisher issued its fence (F1) already.
         self.waiters.notify_after_fence();
     }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 /// Default [`ConsumerOptions::session_timeout`].

@@ -11,6 +11,46 @@
 //! path. Workers spin briefly on an atomic count of queued jobs before they
 //! sleep, so a burst of wakeups does not pay a futex call each.
 //!
+//! # Waking sleeping workers
+//!
+//! A push wakes a sleeping worker only if one is asleep that nobody has
+//! woken yet: the queue counts `sleeping` workers and, of them, `waking`, those
+//! a push has notified that have not come back from `wait` yet. Without
+//! `waking`, every push between a notify and the woken worker taking the lock
+//! again saw `sleeping > 0` and paid another futex call that woke nobody (a
+//! publisher that finds 8 subscriptions idle queued 8 drains and made up to 8
+//! calls for a pool of 2). A publisher that wakes several subscriptions at once
+//! queues them with one [`WorkerPool::push_many`]: one lock, and at most one
+//! notify per job up to the workers asleep and not yet woken.
+//!
+//! Why no job is left queued with every worker asleep. `sleeping`, `waking`
+//! and the jobs are read and written under the queue's lock; a push that
+//! counted a worker in `waking` notifies once, after releasing the lock (so
+//! the woken worker does not find it still held). Call a waiter *doomed* if
+//! it will come back from `wait` without another notify (a notify reached it,
+//! or it wakes spuriously), and *pending* a notify counted but not yet
+//! issued. The invariant is `waking <= doomed + pending`:
+//!
+//! * a push raises `waking` and `pending` together;
+//! * a notify, when issued, lowers `pending` and dooms a waiter that was not:
+//!   every worker counted in `sleeping` read the condition variable's state
+//!   under the lock before releasing it, so a notify reaches one of them
+//!   unless all are doomed already, and then `doomed = sleeping >= waking`;
+//! * a doomed waiter that comes back lowers both sides by one (`waking` only
+//!   if above zero); one that comes back spuriously lowers only `waking`, an
+//!   undercount that costs at most a notify that wakes nobody.
+//!
+//! So when a push finds `sleeping <= waking` and queues a job without a
+//! notify, the sleeping workers not doomed are at most the notifies pending.
+//! No worker goes to sleep while the job is queued (a worker takes a queued
+//! job, under the lock, before it would sleep), so those notifies reach the
+//! workers already asleep, each of them comes back, and the first to do so
+//! takes the job. Workers not asleep look at the queue before they sleep. No
+//! atomic ordering is involved: `queued` stays a hint. The loom models of
+//! `loom-tests/tests/signal.rs` run this pool under the signal protocol, and
+//! `loom-tests/tests/pool.rs` checks that a worker woken once is woken again
+//! (it deadlocks if a worker that came back stays counted in `waking`).
+//!
 //! Everything here uses the sync shim, so the loom models can run it.
 
 use std::collections::{BinaryHeap, VecDeque};
@@ -30,6 +70,9 @@ struct Queue<J> {
     jobs: VecDeque<J>,
     /// Workers blocked in `wait`.
     sleeping: usize,
+    /// Of the `sleeping`, how many a push has notified that have not come
+    /// back from `wait` yet (see the module docs).
+    waking: usize,
     stopping: bool,
 }
 
@@ -51,7 +94,7 @@ impl<J: Job> WorkerPool<J> {
     /// ones that were before returning the error.
     pub(crate) fn start(size: usize) -> crate::error::Result<WorkerPool<J>> {
         let shared = Arc::new(PoolShared {
-            queue: Mutex::new(Queue { jobs: VecDeque::new(), sleeping: 0, stopping: false }),
+            queue: Mutex::new(Queue { jobs: VecDeque::new(), sleeping: 0, waking: 0, stopping: false }),
             work: Condvar::new(),
             queued: AtomicUsize::new(0),
         });
@@ -76,20 +119,37 @@ impl<J: Job> WorkerPool<J> {
 
     /// Queues `job`. Dropped silently once the pool is stopping.
     pub(crate) fn push(&self, job: J) {
-        let wake = {
-            let mut q = self.shared.queue.lock();
-            if q.stopping {
-                return;
-            }
+        self.push_many(std::iter::once(job));
+    }
+
+    /// Queues `jobs` in order under one lock, waking at most one sleeping
+    /// worker per job, and none already woken (see the module docs). Dropped
+    /// silently once the pool is stopping.
+    pub(crate) fn push_many(&self, jobs: impl IntoIterator<Item = J>) {
+        let mut q = self.shared.queue.lock();
+        if q.stopping {
+            return;
+        }
+        let mut added = 0;
+        for job in jobs {
             q.jobs.push_back(job);
-            // Relaxed: a hint for spinning workers; the job itself is handed
-            // over under the lock.
-            self.shared.queued.fetch_add(1, Ordering::Relaxed);
-            q.sleeping > 0
-        };
-        if wake {
+            added += 1;
+        }
+        // Relaxed: a hint for spinning workers; the jobs themselves are
+        // handed over under the lock.
+        self.shared.queued.fetch_add(added, Ordering::Relaxed);
+        let wake = added.min(q.sleeping - q.waking);
+        q.waking += wake;
+        drop(q);
+        for _ in 0..wake {
             self.shared.work.notify_one();
         }
+    }
+
+    /// Workers asleep in `wait` now (for the loom model of waking them).
+    #[cfg(loom)]
+    pub(crate) fn sleeping(&self) -> usize {
+        self.shared.queue.lock().sleeping
     }
 
     /// True if jobs are queued (a hint: read without the lock).
@@ -151,6 +211,9 @@ impl<J> PoolShared<J> {
             q.sleeping += 1;
             q = self.work.wait(q);
             q.sleeping -= 1;
+            // Notified, or a spurious return (then an undercount; see the
+            // module docs). `waking <= sleeping` holds either way.
+            q.waking = q.waking.saturating_sub(1);
         }
     }
 

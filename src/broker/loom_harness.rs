@@ -269,3 +269,69 @@ impl Gate {
         self.waiters.block_until(None, || self.value.load(Ordering::Relaxed) >= at_least);
     }
 }
+
+/// A worker pool on its own, for the model of how pushes wake sleeping
+/// workers (`dispatch.rs`, "Waking sleeping workers"): each job counts
+/// itself done and raises a gate.
+pub struct PoolProbe {
+    pool: WorkerPool<CountJob>,
+    done: Arc<Gate>,
+    count: Arc<AtomicU64>,
+}
+
+struct CountJob(Arc<Gate>, Arc<AtomicU64>);
+
+impl super::dispatch::Job for CountJob {
+    fn run(self) {
+        // Relaxed: jobs run one at a time on the one worker, and the gate's
+        // raise (with its fence) is what a waiter relies on.
+        let n = self.1.fetch_add(1, Ordering::Relaxed) + 1;
+        self.0.raise(n);
+    }
+}
+
+impl std::fmt::Debug for PoolProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PoolProbe")
+    }
+}
+
+impl Default for PoolProbe {
+    fn default() -> PoolProbe {
+        PoolProbe::new()
+    }
+}
+
+impl PoolProbe {
+    /// A pool of one worker, nothing queued.
+    pub fn new() -> PoolProbe {
+        PoolProbe {
+            pool: WorkerPool::start(1).expect("loom spawns threads"),
+            done: Arc::new(Gate::new()),
+            count: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Queues `n` jobs with one `push_many`, as a publisher that won `n`
+    /// subscriptions in one walk does.
+    pub fn push_many(&self, n: usize) {
+        self.pool.push_many((0..n).map(|_| CountJob(self.done.clone(), self.count.clone())));
+    }
+
+    /// Waits until the worker is asleep in `wait` (yielding meanwhile).
+    pub fn wait_asleep(&self) {
+        while self.pool.sleeping() == 0 {
+            thread::yield_now();
+        }
+    }
+
+    /// Waits, without a deadline, until `n` jobs have run in all.
+    pub fn wait_done(&self, n: u64) {
+        self.done.wait(n);
+    }
+
+    /// Stops and joins the worker.
+    pub fn stop(self) {
+        self.pool.stop();
+    }
+}

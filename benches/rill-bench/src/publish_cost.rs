@@ -15,6 +15,16 @@
 //! after the last, divided by the messages; draining what is left afterwards
 //! is not timed. Pairs alternate their order (rill, peer, then peer, rill), so
 //! neither side always runs warm. No thresholds: this reports, it does not judge.
+//!
+//! A third row publishes to 8 *idle* subscribers: before every call each of
+//! them has caught up and gone idle, so every publish wakes all eight (rill:
+//! moves their state words and queues their drains on the pool; the peer:
+//! eight sends, each to a reader thread that has received everything before
+//! it and waits in `recv`). The wait between calls is not timed: each call is
+//! timed on its own with `rill::clock::now_ns` (the time-stamp counter), and
+//! the cost of the two clock reads, measured the same way in the same loop,
+//! is subtracted. Fewer messages are run (a hundredth, 1,000 to 20,000),
+//! since every one waits for eight wake-ups.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -39,6 +49,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 #[derive(Debug, Clone)]
 pub struct Row {
     pub subscribers: usize,
+    /// The subscribers are idle before every call (each publish wakes them).
+    pub idle: bool,
     pub rill_ns: Vec<f64>,
     pub peer_ns: Vec<f64>,
 }
@@ -52,22 +64,131 @@ impl Row {
 
 /// Runs `pairs` interleaved pairs of `messages` publishes for each row.
 pub fn run(messages: u64, pairs: usize) -> Vec<Row> {
-    [0, FAN_OUT]
+    let idle_messages = (messages / 100).clamp(1_000, 20_000);
+    [(0, false), (FAN_OUT, false), (FAN_OUT, true)]
         .into_iter()
-        .map(|subscribers| {
-            let mut row = Row { subscribers, rill_ns: Vec::new(), peer_ns: Vec::new() };
+        .map(|(subscribers, idle)| {
+            let mut row = Row { subscribers, idle, rill_ns: Vec::new(), peer_ns: Vec::new() };
+            let rill = || if idle { rill_idle_ns(idle_messages, subscribers) } else { rill_ns(messages, subscribers) };
+            let peer = || if idle { peer_idle_ns(idle_messages, subscribers) } else { peer_ns(messages, subscribers) };
             for pair in 0..pairs {
                 if pair % 2 == 0 {
-                    row.rill_ns.push(rill_ns(messages, subscribers));
-                    row.peer_ns.push(peer_ns(messages, subscribers));
+                    row.rill_ns.push(rill());
+                    row.peer_ns.push(peer());
                 } else {
-                    row.peer_ns.push(peer_ns(messages, subscribers));
-                    row.rill_ns.push(rill_ns(messages, subscribers));
+                    row.peer_ns.push(peer());
+                    row.rill_ns.push(rill());
                 }
             }
             row
         })
         .collect()
+}
+
+/// Mean ns of `call`, each call timed on its own by two reads of rill's
+/// clock, less the mean of two back-to-back reads (taken alternately with
+/// the calls, so both see the same machine); `between` runs untimed before
+/// each call.
+fn timed_alone(messages: u64, mut between: impl FnMut(), mut call: impl FnMut()) -> f64 {
+    let (mut timed, mut clock) = (0u64, 0u64);
+    for _ in 0..messages {
+        between();
+        let a = rill::clock::now_ns();
+        call();
+        let b = rill::clock::now_ns();
+        let c = rill::clock::now_ns();
+        let d = black_box(rill::clock::now_ns());
+        timed += b - a;
+        clock += d - c;
+    }
+    timed.saturating_sub(clock) as f64 / messages as f64
+}
+
+/// rill: `Publisher::publish` ns per call when `subscribers` are idle
+/// before every call, so each call wakes all of them.
+pub fn rill_idle_ns(messages: u64, subscribers: usize) -> f64 {
+    let broker = Broker::new(BrokerConfig::default()).expect("broker");
+    broker.create_topic("publish-cost", &TopicOptions::default()).expect("topic");
+    let counts: Vec<Arc<AtomicU64>> = (0..subscribers).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let subs: Vec<Subscription> = counts
+        .iter()
+        .map(|count| {
+            let count = count.clone();
+            broker
+                .subscribe("publish-cost", SubscriptionOptions::default(), move |m: &Message<'_>| {
+                    black_box(m.payload());
+                    // Relaxed: a private counter, read after `wait_all_idle`, which orders it.
+                    count.fetch_add(1, Ordering::Relaxed);
+                    Ack::Success
+                })
+                .expect("subscribe")
+        })
+        .collect();
+    let refs: Vec<&Subscription> = subs.iter().collect();
+    let publisher = broker.publisher("publish-cost").expect("publisher");
+    let payload = [0x5au8; PAYLOAD];
+    let record = Record::new(&payload);
+    let warm_up = WARM_UP / 10;
+    for _ in 0..warm_up {
+        black_box(publisher.publish(&record).expect("publish"));
+    }
+    let idle = || assert!(rill::broker::wait_all_idle(&refs, DRAIN_TIMEOUT).expect("wait"), "a subscriber is stuck");
+    let ns = timed_alone(messages, idle, || {
+        black_box(publisher.publish(black_box(&record)).expect("publish"));
+    });
+    idle();
+    for count in &counts {
+        // Relaxed: ordered by `wait_all_idle` above.
+        assert_eq!(count.load(Ordering::Relaxed), warm_up + messages, "a subscriber missed messages");
+    }
+    ns
+}
+
+/// The peer with idle receivers: before every publish each of the
+/// `subscribers` reader threads has received everything sent so far and
+/// waits in `recv`; a publish is a send to each channel.
+pub fn peer_idle_ns(messages: u64, subscribers: usize) -> f64 {
+    let payload = [0x5au8; PAYLOAD];
+    let received: Arc<Vec<AtomicU64>> = Arc::new((0..subscribers).map(|_| AtomicU64::new(0)).collect());
+    let mut senders = Vec::new();
+    let mut readers = Vec::new();
+    for i in 0..subscribers {
+        let (tx, rx) = crossbeam_channel::unbounded::<[u8; PAYLOAD]>();
+        senders.push(tx);
+        let received = received.clone();
+        readers.push(thread::spawn(move || {
+            while let Ok(m) = rx.recv() {
+                black_box(&m);
+                // Release: the publisher's Acquire load of it sees the reader
+                // done with the message before it sends the next.
+                received[i].fetch_add(1, Ordering::Release);
+            }
+        }));
+    }
+    let sent = std::cell::Cell::new(0u64);
+    let caught_up = |sent: u64| {
+        // Acquire: pairs with the readers' Release count.
+        while received.iter().any(|r| r.load(Ordering::Acquire) < sent) {
+            thread::yield_now();
+        }
+    };
+    let ns = timed_alone(
+        messages,
+        || caught_up(sent.get()),
+        || {
+            let m = black_box(payload);
+            for tx in &senders {
+                tx.send(m).expect("send");
+            }
+            sent.set(sent.get() + 1);
+        },
+    );
+    caught_up(sent.get());
+    drop(senders);
+    for r in readers {
+        r.join().expect("reader");
+    }
+    ns
 }
 
 /// rill: `Publisher::publish` ns per call with `subscribers` keeping up.
@@ -179,6 +300,11 @@ pub fn table(rows: &[Row]) -> String {
     for row in rows {
         let what = if row.subscribers == 0 {
             "no subscriber (peer: 1 channel, never read)".to_string()
+        } else if row.idle {
+            format!(
+                "{} idle subscribers, all woken by each call, each call timed alone (peer: {} channels, a reader thread each, waiting in `recv`)",
+                row.subscribers, row.subscribers
+            )
         } else {
             format!(
                 "{} subscribers keeping up (peer: {} channels, a reader thread each)",
@@ -200,12 +326,15 @@ mod tests {
         // The runs assert that every subscriber and every reader received
         // every message; here, that each row has a finite time per pair.
         let rows = run(2_000, 2);
-        assert_eq!(rows.iter().map(|r| r.subscribers).collect::<Vec<_>>(), [0, FAN_OUT]);
+        assert_eq!(
+            rows.iter().map(|r| (r.subscribers, r.idle)).collect::<Vec<_>>(),
+            [(0, false), (FAN_OUT, false), (FAN_OUT, true)]
+        );
         for row in &rows {
             assert_eq!((row.rill_ns.len(), row.peer_ns.len()), (2, 2));
             assert!(row.rill_ns.iter().chain(&row.peer_ns).all(|ns| ns.is_finite() && *ns > 0.0), "{row:?}");
         }
         let table = table(&rows);
-        assert_eq!(table.lines().count(), 4, "{table}");
+        assert_eq!(table.lines().count(), 5, "{table}");
     }
 }

@@ -361,6 +361,27 @@ impl Listener for SubListener {
     fn wake(&self) {
         SubCore::schedule(&self.0);
     }
+
+    fn batch_key(&self) -> Option<usize> {
+        match &self.0.env.exec {
+            Exec::Pool(pool) => Some(Arc::as_ptr(pool) as usize),
+            Exec::Dedicated(_) => None,
+        }
+    }
+
+    fn wake_batch(&self, batch: &[Option<&dyn Listener>]) {
+        let Exec::Pool(pool) = &self.0.env.exec else {
+            return self.wake();
+        };
+        // Every listener in the batch has this one's key: a subscription
+        // on this pool.
+        let cores = batch.iter().flatten().filter_map(|l| l.as_any().downcast_ref::<SubListener>());
+        pool.push_many(cores.map(|l| DrainJob(l.0.clone())));
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 impl SubCore {

@@ -97,17 +97,90 @@
 //! must schedule a drain; for a listener without a state word (a consumer),
 //! after every commit. So the log-and-partition layer below never names the
 //! types above it, and a busy subscription still costs one shared load.
+//! A publisher that wins several subscriptions in one walk (they had all
+//! caught up) collects their drains and queues them on the pool together
+//! when the walk ends (`Wakes`): one lock of the pool's queue and at most a
+//! notify per sleeping worker, not one each. The state moves and the fences
+//! are those above; a drain is queued a few loads later than it was, never
+//! skipped (an unwinding walk queues what it collected).
 
 use super::state::State;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use crate::sync::{Arc, Mutex};
 
 /// What a publisher wakes after committing a record to a partition.
-pub(crate) trait Listener: Send + Sync {
+pub(crate) trait Listener: Send + Sync + 'static {
     /// For an entry with a state word (a subscription): the publisher won
     /// `IDLE -> ACTIVE`, so a drain must be scheduled. For one without (a
     /// consumer): a record was committed, behind a `fence(SeqCst)` (F1).
     fn wake(&self);
+
+    /// For a listener whose drains go to a queue that takes several at once
+    /// (a subscription on the pool): that queue's address. A publisher then
+    /// collects it in its [`Wakes`] instead of calling `wake`, and queues
+    /// the listeners with the same key together with `wake_batch`.
+    fn batch_key(&self) -> Option<usize> {
+        None
+    }
+
+    /// Wakes every listener in `batch` (this one among them; all have this
+    /// one's `batch_key`) at once.
+    fn wake_batch(&self, batch: &[Option<&dyn Listener>]) {
+        for l in batch.iter().flatten() {
+            l.wake();
+        }
+    }
+
+    /// The listener itself, for `wake_batch` to find its own type.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// Most listeners a publisher collects before it wakes them.
+const WAKES: usize = 8;
+
+/// The listeners a publisher won while walking one partition's list, woken
+/// together when the walk ends ([`Wakes::flush`]): for subscriptions on the
+/// pool, one lock of the pool's queue and at most one notify per sleeping
+/// worker, instead of a lock and possibly a futex call each. Listeners
+/// without a `batch_key` are woken at once.
+struct Wakes<'a> {
+    /// The `batch_key` of every listener in `held[..len]`.
+    key: usize,
+    held: [Option<&'a dyn Listener>; WAKES],
+    len: usize,
+}
+
+impl<'a> Wakes<'a> {
+    fn new() -> Wakes<'a> {
+        Wakes { key: 0, held: [None; WAKES], len: 0 }
+    }
+
+    fn add(&mut self, listener: &'a dyn Listener) {
+        let Some(key) = listener.batch_key() else {
+            return listener.wake();
+        };
+        if self.len == WAKES || (self.len > 0 && key != self.key) {
+            self.flush();
+        }
+        self.key = key;
+        self.held[self.len] = Some(listener);
+        self.len += 1;
+    }
+
+    fn flush(&mut self) {
+        let n = std::mem::take(&mut self.len);
+        if let Some(first) = self.held[..n].first().copied().flatten() {
+            first.wake_batch(&self.held[..n]);
+        }
+    }
+}
+
+impl Drop for Wakes<'_> {
+    /// What was collected is woken even if the walk unwinds: a subscription
+    /// among it is `ACTIVE`, and nothing else would schedule its drain.
+    fn drop(&mut self) {
+        self.flush();
+    }
 }
 
 /// A listener as a partition's list holds it: what a publisher reads after
@@ -181,16 +254,34 @@ pub(crate) fn notify(entries: &[Entry], marked: bool) {
         // and looking at its ready list.
         crate::sync::fence_or_weakened!("F2", Ordering::SeqCst);
     }
-    for e in entries {
-        match &e.state {
-            Some(state) => {
-                if state.activate() {
-                    e.listener.wake();
-                }
-            }
-            None => e.listener.wake(),
+    // Most walks find every subscription busy: one load each, nothing to
+    // wake, and nothing set up for waking.
+    for (i, e) in entries.iter().enumerate() {
+        if wins(e) {
+            return wake_from(&entries[i..]);
         }
     }
+}
+
+/// True if the publisher must wake `e`: it has no state word, or this
+/// publisher moved its state from `IDLE` to `ACTIVE`.
+#[inline]
+fn wins(e: &Entry) -> bool {
+    e.state.as_ref().is_none_or(|state| state.activate())
+}
+
+/// Wakes `entries[0]`, which the caller won, and every later entry it wins,
+/// queueing the pool's drains together (see `Wakes`).
+#[inline(never)]
+fn wake_from(entries: &[Entry]) {
+    let mut wakes = Wakes::new();
+    wakes.add(&*entries[0].listener);
+    for e in &entries[1..] {
+        if wins(e) {
+            wakes.add(&*e.listener);
+        }
+    }
+    wakes.flush();
 }
 
 /// `poke`'s fence: the same role as F1 after a commit (what the caller just
