@@ -378,7 +378,7 @@ impl<'a> RecordView<'a> {
     /// hands all of them over (the C library's `rill_message`), where the
     /// accessors above would each read and bounds-check the header again.
     /// The same checks as theirs: a record that is not what
-    /// [`Record::encode_into`] wrote panics rather than reading out of bounds.
+    /// `Record::encode_into` wrote panics rather than reading out of bounds.
     #[inline]
     pub fn parts(&self) -> RecordParts<'a> {
         let bytes = self.bytes;
