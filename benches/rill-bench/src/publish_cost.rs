@@ -104,12 +104,10 @@ fn timed_alone(messages: u64, mut between: impl FnMut(), mut call: impl FnMut())
     timed.saturating_sub(clock) as f64 / messages as f64
 }
 
-/// rill: `Publisher::publish` ns per call when `subscribers` are idle
-/// before every call, so each call wakes all of them.
-pub fn rill_idle_ns(messages: u64, subscribers: usize) -> f64 {
-    let broker = Broker::new(BrokerConfig::default()).expect("broker");
-    broker.create_topic("publish-cost", &TopicOptions::default()).expect("topic");
-    let counts: Vec<Arc<AtomicU64>> = (0..subscribers).map(|_| Arc::new(AtomicU64::new(0))).collect();
+/// `n` subscriptions to the `publish-cost` topic whose handlers `black_box`
+/// the payload and count it, with their counters.
+fn counting_subscribers(broker: &Broker, n: usize) -> (Vec<Arc<AtomicU64>>, Vec<Subscription>) {
+    let counts: Vec<Arc<AtomicU64>> = (0..n).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let subs: Vec<Subscription> = counts
         .iter()
         .map(|count| {
@@ -124,6 +122,15 @@ pub fn rill_idle_ns(messages: u64, subscribers: usize) -> f64 {
                 .expect("subscribe")
         })
         .collect();
+    (counts, subs)
+}
+
+/// rill: `Publisher::publish` ns per call when `subscribers` are idle
+/// before every call, so each call wakes all of them.
+pub fn rill_idle_ns(messages: u64, subscribers: usize) -> f64 {
+    let broker = Broker::new(BrokerConfig::default()).expect("broker");
+    broker.create_topic("publish-cost", &TopicOptions::default()).expect("topic");
+    let (counts, subs) = counting_subscribers(&broker, subscribers);
     let refs: Vec<&Subscription> = subs.iter().collect();
     let publisher = broker.publisher("publish-cost").expect("publisher");
     let payload = [0x5au8; PAYLOAD];
@@ -195,21 +202,7 @@ pub fn peer_idle_ns(messages: u64, subscribers: usize) -> f64 {
 pub fn rill_ns(messages: u64, subscribers: usize) -> f64 {
     let broker = Broker::new(BrokerConfig::default()).expect("broker");
     broker.create_topic("publish-cost", &TopicOptions::default()).expect("topic");
-    let counts: Vec<Arc<AtomicU64>> = (0..subscribers).map(|_| Arc::new(AtomicU64::new(0))).collect();
-    let subs: Vec<Subscription> = counts
-        .iter()
-        .map(|count| {
-            let count = count.clone();
-            broker
-                .subscribe("publish-cost", SubscriptionOptions::default(), move |m: &Message<'_>| {
-                    black_box(m.payload());
-                    // Relaxed: a private counter, read after `wait_all_idle`, which orders it.
-                    count.fetch_add(1, Ordering::Relaxed);
-                    Ack::Success
-                })
-                .expect("subscribe")
-        })
-        .collect();
+    let (counts, subs) = counting_subscribers(&broker, subscribers);
     let refs: Vec<&Subscription> = subs.iter().collect();
     let publisher = broker.publisher("publish-cost").expect("publisher");
     let payload = [0x5au8; PAYLOAD];
