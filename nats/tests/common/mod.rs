@@ -9,6 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+/// Ports tried before giving up on starting a server.
+const START_ATTEMPTS: usize = 5;
+
 /// How long a started server may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -61,17 +64,30 @@ impl NatsServer {
         let port = free_port();
         let mut server =
             NatsServer { child: None, bin, port, store, extra: extra.iter().map(|s| s.to_string()).collect() };
-        server.launch();
-        Some(server)
+        // A port found free can be taken by another test's server before
+        // ours binds it; ours then exits, and is started on another port.
+        for _ in 0..START_ATTEMPTS {
+            if server.launch() {
+                return Some(server);
+            }
+            server.port = free_port();
+        }
+        panic!("nats-server could not bind a free port in {START_ATTEMPTS} attempts");
     }
 
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
-    fn launch(&mut self) {
+    /// Starts the server and waits until it accepts connections. False if it
+    /// exited at start (its port was taken). Ready means its own ports file
+    /// (written once its listeners are up) exists and the port answers: a
+    /// connection alone could reach another test's server on the same port.
+    fn launch(&mut self) -> bool {
         let child = Command::new(&self.bin)
             .args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
+            .arg(&self.store)
+            .arg("--ports_file_dir")
             .arg(&self.store)
             .args(&self.extra)
             .stdin(Stdio::null())
@@ -79,16 +95,22 @@ impl NatsServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("start nats-server");
+        let ports_file = format!("_{}.ports", child.id());
         self.child = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
+            let listening = std::fs::read_dir(&self.store)
+                .map(|dir| dir.flatten().any(|e| e.file_name().to_string_lossy().ends_with(&ports_file)))
+                .unwrap_or(false);
+            if listening && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return true;
             }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("nats-server exited at start: {status}");
+            if self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()).is_some() {
+                self.child = None;
+                return false;
             }
             assert!(Instant::now() < deadline, "nats-server did not accept connections on {}", self.port);
+            // Polling a child process's start-up: there is nothing to wait on.
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -104,7 +126,7 @@ impl NatsServer {
     /// Starts it again on the same port and store.
     pub fn restart(&mut self) {
         self.kill();
-        self.launch();
+        assert!(self.launch(), "nats-server exited at restart on port {}", self.port);
     }
 }
 
