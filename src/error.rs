@@ -178,6 +178,85 @@ impl Error {
 /// rill's `Result`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// How a publish failed, as the publish path passes it up: a code for the
+/// failures that carry nothing (or a partition index), and the full
+/// [`Error`], boxed, for those whose text names what only the failing layer
+/// knows (a record's size against the limit, the deleted topic's name, an
+/// invalid record, the operating system's error behind a failed segment
+/// allocation or a failed sync of a durable log).
+///
+/// Why it exists: `Error` is 72 bytes, so a `Result<u64, Error>` is returned
+/// through memory and copied out at every layer of a publish (the publisher,
+/// the partition, the log's append), and `Publisher::publish` did not inline
+/// into the C ABI's wrapper. `Result<u64, PublishFailure>` is 16 bytes,
+/// returned in two registers; the success path builds no error and moves no
+/// more than that. Its error side is two words, not one: a one-word form
+/// would have to hide the box's pointer and the codes in one integer
+/// (unsafe, with a hand-written `Drop`), for no saving here, since the
+/// `Result` is 16 bytes either way.
+///
+/// Turning it into an [`Error`] (`From`, out of line and `#[cold]`) gives
+/// the same variant and the same text the layers built directly before.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum PublishFailure {
+    /// The broker is closed.
+    Closed,
+    /// A subscriber with the `Block` policy is at its lag limit and the
+    /// publish did not wait (`try_publish`).
+    Full,
+    /// The publish comes from the handler of the `Block` subscriber at its
+    /// limit on this partition (the index), so waiting would wait for itself.
+    FullOwnHandler(u32),
+    /// The wait for room ran out of time.
+    Timeout,
+    /// Any other failure, as the layer that found it described it.
+    Other(Box<Error>),
+}
+
+/// The text of [`Error::Closed`] for a call on a closed broker.
+pub(crate) const BROKER_CLOSED: &str = "the broker is closed";
+
+impl PublishFailure {
+    /// `e`, boxed; out of line, so a layer that builds an error to return
+    /// keeps the building off its own code path.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn boxed(e: Error) -> PublishFailure {
+        PublishFailure::Other(Box::new(e))
+    }
+}
+
+impl From<Error> for PublishFailure {
+    /// For a `?` on a layer below the publish path (a segment roll, a
+    /// durable log's sync), which still returns the full [`Error`].
+    #[cold]
+    #[inline(never)]
+    fn from(e: Error) -> PublishFailure {
+        PublishFailure::Other(Box::new(e))
+    }
+}
+
+impl From<PublishFailure> for Error {
+    /// The public error for a publish failure: what the publish path
+    /// returned before it had [`PublishFailure`], variant and text.
+    #[cold]
+    #[inline(never)]
+    fn from(f: PublishFailure) -> Error {
+        match f {
+            PublishFailure::Closed => Error::Closed(BROKER_CLOSED.into()),
+            PublishFailure::Full => Error::Full("a subscriber with the Block policy is at its lag limit".into()),
+            PublishFailure::FullOwnHandler(partition) => Error::Full(format!(
+                "partition {partition} is at the lag limit of the Block subscription whose handler is publishing: \
+                 waiting would wait for that handler itself, so it does not wait (return from the \
+                 handler to make room)"
+            )),
+            PublishFailure::Timeout => Error::Timeout,
+            PublishFailure::Other(e) => *e,
+        }
+    }
+}
+
 /// The message of a caught panic's payload (`panic!` with a literal or a
 /// formatted message), for reporting it: a handler's panic becomes a retry
 /// reason, and the C ABI's panic boundary puts it in `rill_last_error`.

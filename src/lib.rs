@@ -40,4 +40,4 @@ pub use broker::{
     Pattern, Polled, Position, Publisher, RetryBackoff, StartPosition, Subscription, SubscriptionOptions,
     SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
 };
-pub use error::{Error, ErrorKind, Result, panic_message};
+pub use error::{Error, ErrorKind, PublishFailure, Result, panic_message};

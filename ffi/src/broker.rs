@@ -822,7 +822,7 @@ pub unsafe extern "C" fn rill_publisher_publish(
     boundary(|| {
         // SAFETY: the caller's promises, checked for NULL inside.
         let (p, r) = unsafe { (reference(p, "publisher")?, reference(r, "record")?) };
-        let pos = with_record(r, |rec| Ok(p.publisher.publish(rec)?))?;
+        let pos = with_record(r, |rec| Ok(p.publisher.publish_unboxed(rec)?))?;
         if !out.is_null() {
             // SAFETY: non-NULL; the caller promises it is writable.
             unsafe { write_out(out, pos.into()) };
@@ -881,7 +881,7 @@ pub unsafe extern "C" fn rill_publisher_publish_bytes(
             // SAFETY: as above.
             record = record.with_key(unsafe { bytes(key, key_len, || "key".into()) }?);
         }
-        let pos = p.publisher.publish(&record)?;
+        let pos = p.publisher.publish_unboxed(&record)?;
         if !out.is_null() {
             // SAFETY: non-NULL; the caller promises it is writable.
             unsafe { write_out(out, pos.into()) };

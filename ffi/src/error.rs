@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use rill::{Error, ErrorKind};
+use rill::{Error, ErrorKind, PublishFailure};
 
 /// Expands the list in `status_list.rs`: the enum (with its docs), `ALL`,
 /// the names, and the exhaustive mapping from `rill::ErrorKind`: a kind
@@ -117,6 +117,18 @@ impl From<Error> for FfiError {
     fn from(e: Error) -> FfiError {
         let status = rill_status::of_kind(e.kind());
         FfiError::new(status, e.to_string())
+    }
+}
+
+impl From<PublishFailure> for FfiError {
+    /// For the single-record publish, whose failure comes up from the core
+    /// as a [`PublishFailure`] (16 bytes with the offset, in registers): the
+    /// status and the text are those of the `rill::Error` the Rust API
+    /// reports for it, built here, out of line, only on a failure.
+    #[cold]
+    #[inline(never)]
+    fn from(f: PublishFailure) -> FfiError {
+        FfiError::from(Error::from(f))
     }
 }
 

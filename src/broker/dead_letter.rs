@@ -41,5 +41,5 @@ pub(crate) fn publish(dlq: &Topic, failed: &Failed<'_>, wait: Wait) -> Result<u6
     if let Some(k) = record.key() {
         out = out.with_key(k);
     }
-    dlq.route(record.key()).publish(&out, wait)
+    Ok(dlq.route(record.key()).publish(&out, wait)?)
 }

@@ -58,7 +58,7 @@ pub use subscription::{
 pub use topic::{MAX_PARTITIONS, TopicOptions, partition_for_key};
 use topic::{Topic, Wait};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, PublishFailure, Result};
 use crate::log::Record;
 use crate::sync::atomic::AtomicBool;
 use crate::sync::thread;
@@ -253,6 +253,7 @@ impl Broker {
                 return Ok(Position { partition: p.index, offset });
             }
         };
+        // The `?` turns a `PublishFailure` into its `Error` out of line.
         let offset = p.publish(record, wait)?;
         Ok(Position { partition: p.index, offset })
     }
@@ -469,23 +470,44 @@ impl Publisher {
     /// Publishes one message; see [`Broker::publish`].
     #[inline]
     pub fn publish(&self, record: &Record<'_>) -> Result<Position> {
-        self.publish_with(record, self.broker.default_wait())
+        Ok(self.publish_with(record, self.broker.default_wait())?)
     }
 
     /// Publishes one message without waiting; see [`Broker::try_publish`].
     pub fn try_publish(&self, record: &Record<'_>) -> Result<Position> {
-        self.publish_with(record, Wait::No)
+        Ok(self.publish_with(record, Wait::No)?)
+    }
+
+    /// [`Publisher::publish`] with its failure as the publish path passes
+    /// it up: a [`PublishFailure`] (16 bytes with the offset, returned in
+    /// registers between the layers), which `Error::from` turns into the
+    /// error `publish` reports, out of line. For the C ABI, whose wrapper
+    /// this lets inline the whole publish path and build its status and
+    /// error text only on a failure.
+    #[doc(hidden)]
+    #[inline]
+    pub fn publish_unboxed(&self, record: &Record<'_>) -> Result<Position, PublishFailure> {
+        self.publish_with(record, self.broker.default_wait())
     }
 
     #[inline]
-    fn publish_with(&self, record: &Record<'_>, wait: Wait) -> Result<Position> {
-        self.broker.check_open()?;
+    fn publish_with(&self, record: &Record<'_>, wait: Wait) -> Result<Position, PublishFailure> {
+        if self.broker.is_closed() {
+            return Err(PublishFailure::Closed);
+        }
         let p = self.topic.route(record.key);
         if p.is_deleted() {
-            return Err(self.topic.deleted_error());
+            return Err(self.deleted());
         }
         let offset = p.publish(record, wait)?;
         Ok(Position { partition: p.index, offset })
+    }
+
+    /// The failure of a publish to a deleted topic, built out of line.
+    #[cold]
+    #[inline(never)]
+    fn deleted(&self) -> PublishFailure {
+        PublishFailure::Other(Box::new(self.topic.deleted_error()))
     }
 
     /// Publishes many messages; see [`Broker::publish_batch`].

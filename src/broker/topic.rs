@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use super::subscription::in_handler::InHandler;
 use super::subscription::signal::{self, Entry};
 use super::waiters::Waiters;
-use crate::error::{Error, Result};
+use crate::error::{Error, PublishFailure, Result};
 use crate::log::{DurableLog, Fsync, Log, LogConfig, Record};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
@@ -239,7 +239,7 @@ impl Partition {
     /// may fill the room meanwhile). Waiting for other subscribers is
     /// unaffected.
     #[cold]
-    fn wait_for_room(&self, n: u64, wait: Wait) -> Result<()> {
+    fn wait_for_room(&self, n: u64, wait: Wait) -> Result<(), PublishFailure> {
         let own = InHandler::current();
         let mut blocked_by_own = false;
         // Never pinned while blocked: the closure pins only to look.
@@ -250,25 +250,22 @@ impl Partition {
             blocked_by_own || listeners.has_room(end, n)
         };
         let got_room = match wait {
-            Wait::No => return Err(Error::Full("a subscriber with the Block policy is at its lag limit".into())),
+            Wait::No => return Err(PublishFailure::Full),
             Wait::For(limit) => self.space.wait_until(limit.map(|l| Instant::now() + l), room),
         };
         if blocked_by_own {
-            return Err(Error::Full(format!(
-                "partition {} is at the lag limit of the Block subscription whose handler is publishing: \
-                 waiting would wait for that handler itself, so it does not wait (return from the \
-                 handler to make room)",
-                self.index
-            )));
+            return Err(PublishFailure::FullOwnHandler(self.index));
         }
-        if got_room { Ok(()) } else { Err(Error::Timeout) }
+        if got_room { Ok(()) } else { Err(PublishFailure::Timeout) }
     }
 
     /// Appends one record and signals the listeners; returns its offset.
     /// With `Block` subscribers, first makes sure the record fits under their
-    /// limits, waiting as `wait` allows.
+    /// limits, waiting as `wait` allows. Fails with a [`PublishFailure`]
+    /// (16 bytes with the offset, returned in registers), which the public
+    /// API's edge turns into the [`Error`](crate::Error) it reports.
     #[inline]
-    pub(crate) fn publish(&self, record: &Record<'_>, wait: Wait) -> Result<u64> {
+    pub(crate) fn publish(&self, record: &Record<'_>, wait: Wait) -> Result<u64, PublishFailure> {
         let mut guard = epoch::pin();
         loop {
             let current = self.current(&guard);
@@ -303,7 +300,7 @@ impl Partition {
                     break n;
                 }
                 drop(guard);
-                self.wait_for_room(n as u64, wait)?;
+                self.wait_for_room(n as u64, wait).map_err(Error::from)?;
                 guard = epoch::pin();
             };
             let appended = self.log.append_batch_pinned(&records[done..done + n], &mut part, &mut guard);

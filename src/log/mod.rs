@@ -42,7 +42,7 @@ use segment::{Pool, Segment};
 use storage::Pages;
 
 use crate::clock::now_ns;
-use crate::error::{Error, Result};
+use crate::error::{Error, PublishFailure, Result};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard};
 use crate::sync::{Arc, Mutex};
@@ -272,10 +272,17 @@ impl Log {
     }
 
     fn check_size(&self, record: &Record<'_>) -> Result<usize> {
-        let len = record.encoded_len()?;
+        self.check_size_hot(record).map_err(Error::from)
+    }
+
+    /// [`Log::check_size`] for the single-record path: the error, which
+    /// names sizes or what is wrong with the record, is built out of line.
+    #[inline]
+    fn check_size_hot(&self, record: &Record<'_>) -> Result<usize, PublishFailure> {
+        let len = record.encoded_len().map_err(PublishFailure::boxed)?;
         let max = self.shared.sizes.max_record_bytes;
         if len > max {
-            return Err(Error::MessageTooLarge { size: len, max });
+            return Err(PublishFailure::boxed(Error::MessageTooLarge { size: len, max }));
         }
         Ok(len)
     }
@@ -285,14 +292,16 @@ impl Log {
     /// Fails, appending nothing, if the record is larger than
     /// [`Log::max_record_bytes`] or cannot be encoded.
     pub fn append(&self, record: &Record<'_>) -> Result<u64> {
-        self.append_pinned(record, &mut epoch::pin())
+        Ok(self.append_pinned(record, &mut epoch::pin())?)
     }
 
     /// [`Log::append`] under the caller's pin (the broker holds one already
     /// for its listeners), so the publish path pins once and a wait for a
-    /// roll really re-pins (re-pinning a nested guard does nothing).
-    pub(crate) fn append_pinned(&self, record: &Record<'_>, guard: &mut Guard) -> Result<u64> {
-        let len = self.check_size(record)?;
+    /// roll really re-pins (re-pinning a nested guard does nothing). Its
+    /// error is the publish path's [`PublishFailure`] (see there why).
+    #[inline]
+    pub(crate) fn append_pinned(&self, record: &Record<'_>, guard: &mut Guard) -> Result<u64, PublishFailure> {
+        let len = self.check_size_hot(record)?;
         let timestamp = now_ns();
         let frame = self.shared.sizes.frame;
         let offset = self.shared.reserve_then(1, len as u64 + frame, guard, |seg, index, pos| {
