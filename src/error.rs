@@ -178,82 +178,62 @@ impl Error {
 /// rill's `Result`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// How a publish failed, as the publish path passes it up: a code for the
-/// failures that carry nothing (or a partition index), and the full
-/// [`Error`], boxed, for those whose text names what only the failing layer
-/// knows (a record's size against the limit, the deleted topic's name, an
-/// invalid record, the operating system's error behind a failed segment
-/// allocation or a failed sync of a durable log).
+/// A failed publish, as the single-record publish path passes it up: the
+/// full [`Error`], boxed, so that it is one word.
 ///
 /// Why it exists: `Error` is 72 bytes, so a `Result<u64, Error>` is returned
-/// through memory and copied out at every layer of a publish (the publisher,
-/// the partition, the log's append), and `Publisher::publish` did not inline
-/// into the C ABI's wrapper. `Result<u64, PublishFailure>` is 16 bytes,
-/// returned in two registers; the success path builds no error and moves no
-/// more than that. Its error side is two words, not one: a one-word form
-/// would have to hide the box's pointer and the codes in one integer
-/// (unsafe, with a hand-written `Drop`), for no saving here, since the
-/// `Result` is 16 bytes either way.
+/// through memory and copied at every layer of a publish (the publisher,
+/// the partition, the log's append), and it kept `Publisher::publish` from
+/// inlining into the C ABI's wrapper. `Result<u64, PublishFailure>` is
+/// returned in two registers (a tag and the offset or the pointer); the
+/// success path builds nothing and moves no more than that. The error is
+/// built where the failure is found, out of line (`#[cold]`), exactly as
+/// before, so every caller gets the same variant and text; `Error::from`
+/// unboxes it at the public API's edge, and the C ABI maps it to its
+/// status and last-error text, only on a failure.
 ///
-/// Turning it into an [`Error`] (`From`, out of line and `#[cold]`) gives
-/// the same variant and the same text the layers built directly before.
+/// Why not a code (a small enum naming the failure, the text built at the
+/// edge): a `Result<u64, E>` is returned in registers only if `E` is one
+/// scalar (a pointer, a non-zero integer); a fieldless enum, or one with a
+/// code and a box, goes through memory again (checked with rustc 1.95). A
+/// code and a box in one word would take a hand-written tagged pointer
+/// (`unsafe`, with its own `Drop`), for no saving: both edges need the full
+/// error on every failure anyway (the Rust API returns it, the C ABI sets
+/// the last-error text), and some failures (a segment allocation's or a
+/// sync's operating-system error, the sizes of a record too large) carry
+/// data only the failing layer has.
 #[doc(hidden)]
 #[derive(Debug)]
-pub enum PublishFailure {
-    /// The broker is closed.
-    Closed,
-    /// A subscriber with the `Block` policy is at its lag limit and the
-    /// publish did not wait (`try_publish`).
-    Full,
-    /// The publish comes from the handler of the `Block` subscriber at its
-    /// limit on this partition (the index), so waiting would wait for itself.
-    FullOwnHandler(u32),
-    /// The wait for room ran out of time.
-    Timeout,
-    /// Any other failure, as the layer that found it described it.
-    Other(Box<Error>),
-}
+pub struct PublishFailure(Box<Error>);
 
 /// The text of [`Error::Closed`] for a call on a closed broker.
 pub(crate) const BROKER_CLOSED: &str = "the broker is closed";
 
 impl PublishFailure {
-    /// `e`, boxed; out of line, so a layer that builds an error to return
-    /// keeps the building off its own code path.
+    /// The failure of a publish on a closed broker (out of line).
     #[cold]
     #[inline(never)]
-    pub(crate) fn boxed(e: Error) -> PublishFailure {
-        PublishFailure::Other(Box::new(e))
+    pub(crate) fn closed() -> PublishFailure {
+        PublishFailure(Box::new(Error::Closed(BROKER_CLOSED.into())))
     }
 }
 
 impl From<Error> for PublishFailure {
-    /// For a `?` on a layer below the publish path (a segment roll, a
-    /// durable log's sync), which still returns the full [`Error`].
+    /// Boxes `e`, out of line: a `?` on an `Error` leaves a test and a call
+    /// on the publish path, nothing more.
     #[cold]
     #[inline(never)]
     fn from(e: Error) -> PublishFailure {
-        PublishFailure::Other(Box::new(e))
+        PublishFailure(Box::new(e))
     }
 }
 
 impl From<PublishFailure> for Error {
-    /// The public error for a publish failure: what the publish path
-    /// returned before it had [`PublishFailure`], variant and text.
+    /// The error a publish reports for `f`: the one its layer built.
     #[cold]
     #[inline(never)]
     fn from(f: PublishFailure) -> Error {
-        match f {
-            PublishFailure::Closed => Error::Closed(BROKER_CLOSED.into()),
-            PublishFailure::Full => Error::Full("a subscriber with the Block policy is at its lag limit".into()),
-            PublishFailure::FullOwnHandler(partition) => Error::Full(format!(
-                "partition {partition} is at the lag limit of the Block subscription whose handler is publishing: \
-                 waiting would wait for that handler itself, so it does not wait (return from the \
-                 handler to make room)"
-            )),
-            PublishFailure::Timeout => Error::Timeout,
-            PublishFailure::Other(e) => *e,
-        }
+        *f.0
     }
 }
 

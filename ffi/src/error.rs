@@ -122,9 +122,9 @@ impl From<Error> for FfiError {
 
 impl From<PublishFailure> for FfiError {
     /// For the single-record publish, whose failure comes up from the core
-    /// as a [`PublishFailure`] (16 bytes with the offset, in registers): the
-    /// status and the text are those of the `rill::Error` the Rust API
-    /// reports for it, built here, out of line, only on a failure.
+    /// as a [`PublishFailure`] (one word): the status and the text of the
+    /// `rill::Error` the Rust API reports for it, made here, out of line,
+    /// only on a failure.
     #[cold]
     #[inline(never)]
     fn from(f: PublishFailure) -> FfiError {

@@ -479,21 +479,21 @@ impl Publisher {
     }
 
     /// [`Publisher::publish`] with its failure as the publish path passes
-    /// it up: a [`PublishFailure`] (16 bytes with the offset, returned in
-    /// registers between the layers), which `Error::from` turns into the
-    /// error `publish` reports, out of line. For the C ABI, whose wrapper
-    /// this lets inline the whole publish path and build its status and
-    /// error text only on a failure.
+    /// it up: a [`PublishFailure`] (one word, so the partition's result
+    /// comes back in registers), which `Error::from` turns into the error
+    /// `publish` reports, out of line. For the C ABI, whose wrapper this
+    /// lets inline the whole publish path and build its status and error
+    /// text only on a failure.
     #[doc(hidden)]
-    #[inline]
+    #[inline(always)]
     pub fn publish_unboxed(&self, record: &Record<'_>) -> Result<Position, PublishFailure> {
         self.publish_with(record, self.broker.default_wait())
     }
 
-    #[inline]
+    #[inline(always)]
     fn publish_with(&self, record: &Record<'_>, wait: Wait) -> Result<Position, PublishFailure> {
         if self.broker.is_closed() {
-            return Err(PublishFailure::Closed);
+            return Err(PublishFailure::closed());
         }
         let p = self.topic.route(record.key);
         if p.is_deleted() {
@@ -507,7 +507,7 @@ impl Publisher {
     #[cold]
     #[inline(never)]
     fn deleted(&self) -> PublishFailure {
-        PublishFailure::Other(Box::new(self.topic.deleted_error()))
+        PublishFailure::from(self.topic.deleted_error())
     }
 
     /// Publishes many messages; see [`Broker::publish_batch`].

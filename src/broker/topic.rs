@@ -239,7 +239,7 @@ impl Partition {
     /// may fill the room meanwhile). Waiting for other subscribers is
     /// unaffected.
     #[cold]
-    fn wait_for_room(&self, n: u64, wait: Wait) -> Result<(), PublishFailure> {
+    fn wait_for_room(&self, n: u64, wait: Wait) -> Result<()> {
         let own = InHandler::current();
         let mut blocked_by_own = false;
         // Never pinned while blocked: the closure pins only to look.
@@ -250,20 +250,24 @@ impl Partition {
             blocked_by_own || listeners.has_room(end, n)
         };
         let got_room = match wait {
-            Wait::No => return Err(PublishFailure::Full),
+            Wait::No => return Err(Error::Full("a subscriber with the Block policy is at its lag limit".into())),
             Wait::For(limit) => self.space.wait_until(limit.map(|l| Instant::now() + l), room),
         };
         if blocked_by_own {
-            return Err(PublishFailure::FullOwnHandler(self.index));
+            return Err(Error::Full(format!(
+                "partition {} is at the lag limit of the Block subscription whose handler is publishing: \
+                 waiting would wait for that handler itself, so it does not wait (return from the \
+                 handler to make room)",
+                self.index
+            )));
         }
-        if got_room { Ok(()) } else { Err(PublishFailure::Timeout) }
+        if got_room { Ok(()) } else { Err(Error::Timeout) }
     }
 
     /// Appends one record and signals the listeners; returns its offset.
     /// With `Block` subscribers, first makes sure the record fits under their
-    /// limits, waiting as `wait` allows. Fails with a [`PublishFailure`]
-    /// (16 bytes with the offset, returned in registers), which the public
-    /// API's edge turns into the [`Error`](crate::Error) it reports.
+    /// limits, waiting as `wait` allows. Its error is one word (see
+    /// [`PublishFailure`]), so the result comes back in two registers.
     #[inline]
     pub(crate) fn publish(&self, record: &Record<'_>, wait: Wait) -> Result<u64, PublishFailure> {
         let mut guard = epoch::pin();
@@ -300,7 +304,7 @@ impl Partition {
                     break n;
                 }
                 drop(guard);
-                self.wait_for_room(n as u64, wait).map_err(Error::from)?;
+                self.wait_for_room(n as u64, wait)?;
                 guard = epoch::pin();
             };
             let appended = self.log.append_batch_pinned(&records[done..done + n], &mut part, &mut guard);
