@@ -283,3 +283,156 @@ fn closing_the_broker_wakes_a_poll_that_is_blocked() {
     });
     assert!(matches!(c.commit(), Err(Error::Closed(_))));
 }
+
+/// Every failure of the single-record publish path, which passes its error
+/// up as a one-word `PublishFailure`, reaches callers with the variant and
+/// the text it had: through `Publisher::publish` (and `try_publish`),
+/// `Broker::publish`, and `Publisher::publish_unboxed` (what the C ABI
+/// calls; `Error::from` is what its status and last-error text are made
+/// from).
+#[test]
+fn every_publish_failure_reaches_the_caller_with_its_variant_and_text() {
+    use std::sync::mpsc;
+    /// `f`'s error and its text, for each way of publishing one record.
+    fn check(name: &str, p: &Publisher, b: Option<(&Broker, &str)>, r: &Record<'_>, want: &Error, text: &str) {
+        assert_eq!(want.to_string(), text, "{name}: the expected error's own text");
+        let e = p.publish(r).expect_err(name);
+        assert_eq!((&e, e.to_string().as_str()), (want, text), "{name}: Publisher::publish");
+        let e = Error::from(p.publish_unboxed(r).expect_err(name));
+        assert_eq!((&e, e.to_string().as_str()), (want, text), "{name}: Publisher::publish_unboxed");
+        if let Some((broker, topic)) = b {
+            let e = broker.publish(topic, r).expect_err(name);
+            assert_eq!((&e, e.to_string().as_str()), (want, text), "{name}: Broker::publish");
+        }
+    }
+
+    let broker = Broker::new(BrokerConfig {
+        worker_threads: Some(1),
+        publish_timeout: Some(Duration::from_millis(20)),
+        ..BrokerConfig::default()
+    })
+    .unwrap();
+    let small = TopicOptions { segment_bytes: Some(crate::log::MIN_SEGMENT_BYTES), ..TopicOptions::default() };
+    broker.create_topic("t", &small).unwrap();
+    let p = broker.publisher("t").unwrap();
+
+    // Too large, and a record that cannot be encoded.
+    let max = broker.inner().topics.load().get("t").unwrap().partitions[0].log.max_record_bytes();
+    let big = vec![0u8; max + 1];
+    let r = Record::new(&big);
+    let size = r.encoded_len().unwrap();
+    let text = format!("message of {size} bytes exceeds the limit of {max} bytes");
+    check("too large", &p, Some((&broker, "t")), &r, &Error::MessageTooLarge { size, max }, &text);
+    let long_key = "k".repeat(crate::log::MAX_ATTRIBUTE_KEY_LEN + 1);
+    let attrs = [(long_key.as_str(), "v")];
+    let r = Record::new(b"x").with_attributes(&attrs);
+    let why = format!("attribute key of {} bytes is longer than {}", long_key.len(), crate::log::MAX_ATTRIBUTE_KEY_LEN);
+    check(
+        "invalid",
+        &p,
+        Some((&broker, "t")),
+        &r,
+        &Error::InvalidArgument(why.clone()),
+        &format!("invalid argument: {why}"),
+    );
+
+    // Out of memory at a segment roll: the publish that rolls fails.
+    let topic = broker.inner().topics.load().get("t").cloned().unwrap();
+    topic.partitions[0].log.fail_next_segment_allocations(1);
+    let failed =
+        (0..100_000).find_map(|_| p.publish(&Record::new(&[7; 200])).err()).expect("a roll within 100,000 publishes");
+    assert!(matches!(&failed, Error::ResourceExhausted(m) if m.contains("out of memory")), "{failed}");
+    assert!(failed.to_string().starts_with("resource exhausted: "), "{failed}");
+    topic.partitions[0].log.fail_next_segment_allocations(1);
+    let e = (0..100_000)
+        .find_map(|_| p.publish_unboxed(&Record::new(&[7; 200])).err())
+        .map(Error::from)
+        .expect("a roll within 100,000 publishes");
+    assert_eq!((&e, e.to_string()), (&failed, failed.to_string()), "the same failure through publish_unboxed");
+    drop(topic);
+
+    // A Block subscriber at its limit: `try_publish` is Full, a publish that
+    // waits times out, and a publish from that subscriber's own handler is
+    // Full naming its partition.
+    broker.create_topic("block", &TopicOptions::default()).unwrap();
+    let (entered_tx, entered) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let (own_tx, own) = mpsc::channel();
+    let from_handler = broker.publisher("block").unwrap();
+    let options =
+        SubscriptionOptions { overflow: Overflow::Block, lag_limit: Some(1), ..SubscriptionOptions::default() };
+    let sub = broker
+        .subscribe("block", options, move |m| {
+            if m.offset() == 0 {
+                let errs =
+                    (from_handler.publish(&Record::new(b"own")), from_handler.publish_unboxed(&Record::new(b"own")));
+                own_tx.send((errs.0.err(), errs.1.err().map(Error::from))).unwrap();
+                entered_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+            }
+            Ack::Success
+        })
+        .unwrap();
+    let b = broker.publisher("block").unwrap();
+    b.publish(&Record::new(b"first")).unwrap();
+    entered.recv().unwrap();
+    let own_text = "full: partition 0 is at the lag limit of the Block subscription whose handler is publishing: \
+                    waiting would wait for that handler itself, so it does not wait (return from the handler to \
+                    make room)";
+    let (e1, e2) = own.recv().unwrap();
+    for e in [e1, e2] {
+        let e = e.expect("a publish from the handler at its own limit fails");
+        assert!(matches!(e, Error::Full(_)), "{e}");
+        assert_eq!(e.to_string(), own_text);
+    }
+    // The handler holds offset 0; the limit of 1 leaves no room.
+    let full = "a subscriber with the Block policy is at its lag limit";
+    let e = b.try_publish(&Record::new(b"m")).unwrap_err();
+    assert_eq!((&e, e.to_string()), (&Error::Full(full.into()), format!("full: {full}")), "Publisher::try_publish");
+    let e = broker.try_publish("block", &Record::new(b"m")).unwrap_err();
+    assert_eq!((&e, e.to_string()), (&Error::Full(full.into()), format!("full: {full}")), "Broker::try_publish");
+    check("timeout", &b, Some((&broker, "block")), &Record::new(b"m"), &Error::Timeout, "timed out");
+    release.send(()).unwrap();
+    assert!(sub.wait_idle(Duration::from_secs(10)).unwrap());
+    drop(sub);
+
+    // A deleted topic, then a closed broker.
+    broker.create_topic("gone", &TopicOptions::default()).unwrap();
+    let g = broker.publisher("gone").unwrap();
+    broker.delete_topic("gone").unwrap();
+    check("deleted", &g, None, &Record::new(b"m"), &Error::NoSuchTopic("gone".into()), "no such topic: \"gone\"");
+    broker.close();
+    let closed = Error::Closed("the broker is closed".into());
+    check("closed", &p, Some((&broker, "t")), &Record::new(b"m"), &closed, "closed: the broker is closed");
+}
+
+/// A failed sync of an `Always` log reaches a `Publisher` caller as the
+/// `Io` error the log built, path and text, through `publish` and
+/// `publish_unboxed` alike.
+#[test]
+fn a_failed_sync_reaches_a_publisher_as_its_io_error() {
+    let dir = data_dir("pubio");
+    let broker = Broker::new(BrokerConfig {
+        worker_threads: Some(1),
+        data_dir: Some(dir.clone()),
+        fsync: Fsync::Always,
+        ..BrokerConfig::default()
+    })
+    .unwrap();
+    broker.create_topic("t", &TopicOptions::default()).unwrap();
+    let p = broker.publisher("t").unwrap();
+    p.publish(&Record::new(b"synced")).unwrap();
+    let topic = broker.inner().topics.load().get("t").cloned().unwrap();
+    topic.partitions[0].log.fail_next_syncs(1);
+    let e = p.publish(&Record::new(b"unsynced")).unwrap_err();
+    assert!(matches!(&e, Error::Io { message, .. } if message.contains("os error 5")), "{e}");
+    assert!(e.to_string().starts_with("I/O error on "), "{e}");
+    topic.partitions[0].log.fail_next_syncs(1);
+    let e2 = Error::from(p.publish_unboxed(&Record::new(b"unsynced")).unwrap_err());
+    assert_eq!((&e2, e2.to_string()), (&e, e.to_string()), "the same failure through publish_unboxed");
+    p.publish(&Record::new(b"after")).unwrap();
+    drop(topic);
+    broker.close();
+    drop(broker);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

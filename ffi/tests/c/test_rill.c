@@ -2003,6 +2003,130 @@ static rill_ack self_calling_handler(void *user_data, const rill_message *m) {
     return RILL_ACK_SUCCESS;
 }
 
+/* ---- each failure of rill_publisher_publish: its status and whole text --- */
+
+static void last_error_equals(const char *want, int line) {
+    char err[1024];
+    rill_last_error(err, sizeof err);
+    checks++;
+    if (strcmp(err, want) != 0) {
+        fprintf(stderr, "%s:%d: last error \"%s\", expected \"%s\"\n", __FILE__, line, err, want);
+        failures++;
+    }
+}
+#define LAST_ERROR_IS(s) last_error_equals((s), __LINE__)
+
+/* A Block subscriber's handler that publishes into its own topic through a
+ * publisher handle (at its own lag limit: refused at once), then waits on
+ * its gate. */
+typedef struct {
+    gate g;
+    rill_publisher *p;
+    rill_status st;
+    char why[1024];
+} own_publisher;
+
+static rill_ack own_publishing_handler(void *user_data, const rill_message *m) {
+    own_publisher *o = (own_publisher *)user_data;
+    if (m->offset == 0) {
+        rill_record r = record_of("own");
+        rill_status st = rill_publisher_publish(o->p, &r, NULL);
+        pthread_mutex_lock(&o->g.lock);
+        o->st = st;
+        rill_last_error(o->why, sizeof o->why);
+        pthread_mutex_unlock(&o->g.lock);
+    }
+    return gated_handler(&o->g, m);
+}
+
+static void test_publisher_publish_errors_keep_status_and_text(void) {
+    rill_broker_options bo;
+    rill_broker_options_init(&bo);
+    bo.worker_threads = 1;
+    bo.publish_timeout_ms = 20;
+    rill_broker *b = NULL;
+    OK(rill_broker_new(&bo, &b));
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    to.max_message_bytes = 256;
+    OK(rill_topic_create(b, "t", &to));
+    rill_publisher *p = NULL;
+    OK(rill_publisher_new(b, "t", &p));
+
+    /* Too large: the sizes in the text are the encoded size and the limit. */
+    static char big[300];
+    memset(big, 'x', sizeof big);
+    rill_record r = {NULL, 0, big, sizeof big, NULL, 0};
+    CHECK_STATUS(rill_publisher_publish(p, &r, NULL), RILL_ERR_MESSAGE_TOO_LARGE);
+    char err[1024];
+    rill_last_error(err, sizeof err);
+    unsigned long size = 0, max = 0;
+    CHECK(sscanf(err, "message of %lu bytes exceeds the limit of %lu bytes", &size, &max) == 2);
+    CHECK(size > sizeof big && max == 256);
+    char want[256];
+    snprintf(want, sizeof want, "message of %lu bytes exceeds the limit of 256 bytes", size);
+    LAST_ERROR_IS(want);
+
+    /* A record the core refuses to encode (through the general path, since
+     * it has attributes). */
+    static char long_key[65537];
+    memset(long_key, 'k', 65536);
+    long_key[65536] = '\0';
+    rill_attribute attr = {long_key, "v"};
+    rill_record bad = {NULL, 0, "x", 1, &attr, 1};
+    CHECK_STATUS(rill_publisher_publish(p, &bad, NULL), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_IS("invalid argument: attribute key of 65536 bytes is longer than 65535");
+
+    /* A Block subscriber at its limit: a publish from its own handler is
+     * refused at once, naming the partition; one from elsewhere times out. */
+    OK(rill_topic_create(b, "block", NULL));
+    own_publisher o;
+    memset(&o, 0, sizeof o);
+    pthread_mutex_init(&o.g.lock, NULL);
+    OK(rill_publisher_new(b, "block", &o.p));
+    rill_subscription_options so = sub_options();
+    so.overflow = RILL_OVERFLOW_BLOCK;
+    so.lag_limit = 1;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "block", &so, own_publishing_handler, &o, &s));
+    rill_publisher *bp = NULL;
+    OK(rill_publisher_new(b, "block", &bp));
+    rill_record m = record_of("m");
+    OK(rill_publisher_publish(bp, &m, NULL));
+    while (!gate_get(&o.g, &o.g.entered)) sleep_ms(1);
+    pthread_mutex_lock(&o.g.lock);
+    CHECK_STATUS(o.st, RILL_ERR_FULL);
+    CHECK(strcmp(o.why,
+                 "full: partition 0 is at the lag limit of the Block subscription whose handler is "
+                 "publishing: waiting would wait for that handler itself, so it does not wait (return "
+                 "from the handler to make room)") == 0);
+    pthread_mutex_unlock(&o.g.lock);
+    CHECK_STATUS(rill_publisher_publish(bp, &m, NULL), RILL_ERR_TIMEOUT);
+    LAST_ERROR_IS("timed out");
+    CHECK_STATUS(rill_try_publish(b, "block", &m, NULL), RILL_ERR_FULL);
+    LAST_ERROR_IS("full: a subscriber with the Block policy is at its lag limit");
+    gate_open(&o.g);
+    OK(rill_subscription_wait_idle(s, 10000));
+    rill_subscription_free(s);
+    rill_publisher_free(bp);
+    rill_publisher_free(o.p);
+    pthread_mutex_destroy(&o.g.lock);
+
+    /* A deleted topic, then a closed broker. */
+    OK(rill_topic_create(b, "gone", NULL));
+    rill_publisher *gp = NULL;
+    OK(rill_publisher_new(b, "gone", &gp));
+    OK(rill_topic_delete(b, "gone"));
+    CHECK_STATUS(rill_publisher_publish(gp, &m, NULL), RILL_ERR_NO_SUCH_TOPIC);
+    LAST_ERROR_IS("no such topic: \"gone\"");
+    rill_broker_close(b);
+    CHECK_STATUS(rill_publisher_publish(p, &m, NULL), RILL_ERR_CLOSED);
+    LAST_ERROR_IS("closed: the broker is closed");
+    rill_publisher_free(gp);
+    rill_publisher_free(p);
+    rill_broker_free(b);
+}
+
 static void test_calls_that_would_wait_for_their_own_handler_fail_fast(void) {
     rill_broker_options bo;
     rill_broker_options_init(&bo);
@@ -2780,6 +2904,7 @@ int main(void) {
     test_batch_publish_and_publisher_handle();
     test_publisher_record_checks();
     test_publisher_batch_record_checks();
+    test_publisher_publish_errors_keep_status_and_text();
     test_retry_dead_letter_and_reason();
     test_invalid_ack_is_a_retry();
     test_durable_resume();
