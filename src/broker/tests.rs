@@ -293,7 +293,7 @@ fn closing_the_broker_wakes_a_poll_that_is_blocked() {
 #[test]
 fn every_publish_failure_reaches_the_caller_with_its_variant_and_text() {
     use std::sync::mpsc;
-    /// `f`'s error and its text, for each way of publishing one record.
+    /// Publishing `r` fails with `want`, whose text is `text`, each way it can be published.
     fn check(name: &str, p: &Publisher, b: Option<(&Broker, &str)>, r: &Record<'_>, want: &Error, text: &str) {
         assert_eq!(want.to_string(), text, "{name}: the expected error's own text");
         let e = p.publish(r).expect_err(name);
