@@ -408,16 +408,18 @@ pub(crate) mod asym {
         const PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
         /// `MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED`.
         const REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+        /// membarrier's `flags` argument: none.
+        const NO_FLAGS: libc::c_long = 0;
 
         pub(super) fn register() -> bool {
             // SAFETY: membarrier takes two integers and touches no memory of
             // ours; an unknown command or an old kernel returns -1.
-            unsafe { libc::syscall(libc::SYS_membarrier, REGISTER_PRIVATE_EXPEDITED, 0 as libc::c_long) == 0 }
+            unsafe { libc::syscall(libc::SYS_membarrier, REGISTER_PRIVATE_EXPEDITED, NO_FLAGS) == 0 }
         }
 
         pub(super) fn barrier() -> bool {
             // SAFETY: as above; registered, so this command is accepted.
-            unsafe { libc::syscall(libc::SYS_membarrier, PRIVATE_EXPEDITED, 0 as libc::c_long) == 0 }
+            unsafe { libc::syscall(libc::SYS_membarrier, PRIVATE_EXPEDITED, NO_FLAGS) == 0 }
         }
     }
 
@@ -509,7 +511,7 @@ mod tests {
         // Acquire: pairs with the partner's Release store of `round`.
         while word.load(Ordering::Acquire) != round {
             spins += 1;
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 std::thread::yield_now();
             }
             std::hint::spin_loop();
