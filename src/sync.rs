@@ -342,3 +342,224 @@ pub(crate) fn weakened(name: &str) -> Option<bool> {
         None => (asked == name).then_some(false),
     }
 }
+
+/// Asymmetric fences: a pair of `fence(SeqCst)`s whose one side runs on every
+/// publish and whose other side runs rarely (a drainer going idle) can be
+/// split into a *light* side, a compiler fence, and a *heavy* side that makes
+/// every running thread of the process issue a full barrier.
+///
+/// # Why
+///
+/// A `fence(SeqCst)` is a locked instruction on x86: it stalls until the
+/// thread's store buffer has drained. After a commit, that buffer holds the
+/// record's stores, whose cache lines the drainer on another core is reading,
+/// so F1 (`subscription/signal.rs`) made every publish wait for those lines to
+/// come back: in `perf record` of the one-to-one run it was the hottest
+/// instruction of the publisher's loop (`docs/PERFORMANCE.md`, section
+/// "onetoone"). Its partner, F4, runs only when a drainer goes idle.
+///
+/// # The pairing, and why it is the same as two SeqCst fences
+///
+/// Publisher: `store A; light(); load B`. Drainer: `store B; heavy(); load A`.
+/// `heavy` is Linux's `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: the
+/// kernel issues a full barrier on the calling thread at entry and at exit, and,
+/// before it returns, on every CPU that runs a thread of this process at that
+/// moment (a thread not running has passed through a context switch, which is a
+/// full barrier too). So there is a point T at which the publisher's thread
+/// executes a full barrier, after the drainer's `store B` is visible and before
+/// its `load A`. The compiler fence keeps `store A` before `load B` in the
+/// publisher's instruction stream; the CPU may still reorder them, but not
+/// across T. If `store A` precedes T it is visible to the drainer's `load A`;
+/// otherwise `load B` follows T and sees `store B`. Either way one side sees
+/// the other's store, which is all the lost-wakeup argument uses.
+///
+/// # When membarrier is not there
+///
+/// Registration (`MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED`, Linux 4.14+) is
+/// tried once, by the first `heavy` (or by [`asym::prepare`]). Until it has
+/// succeeded, `light` is a `fence(SeqCst)`; if it fails (another OS, an old
+/// kernel, a seccomp filter), `light` stays one, and `heavy` is one too, so the
+/// pair is the plain SeqCst pair. The state moves once, from unknown to
+/// registered or to failed, and a `light` that sees "registered" knows that
+/// every `heavy` from then on issues the membarrier (`heavy` reads the state
+/// through the `OnceLock` that set it).
+///
+/// Under loom both sides are the named `fence(SeqCst)` (loom cannot run a
+/// system call, and a SeqCst fence is what the pair stands for): the models
+/// check where the fences are, the kernel's guarantee above is what makes the
+/// light side enough, and that part no model checks.
+#[cfg(not(loom))]
+pub(crate) mod asym {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU8, Ordering, compiler_fence, fence};
+
+    const UNKNOWN: u8 = 0;
+    const REGISTERED: u8 = 1;
+    const FAILED: u8 = 2;
+
+    /// UNKNOWN, then REGISTERED or FAILED for good: what `light` reads.
+    static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+    /// Registration, done once; what `heavy` reads.
+    static REGISTER: OnceLock<bool> = OnceLock::new();
+
+    #[cfg(target_os = "linux")]
+    mod sys {
+        /// `MEMBARRIER_CMD_PRIVATE_EXPEDITED` (linux/membarrier.h).
+        const PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+        /// `MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED`.
+        const REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+        /// membarrier's `flags` argument: none.
+        const NO_FLAGS: libc::c_long = 0;
+
+        pub(super) fn register() -> bool {
+            // SAFETY: membarrier takes two integers and touches no memory of
+            // ours; an unknown command or an old kernel returns -1.
+            unsafe { libc::syscall(libc::SYS_membarrier, REGISTER_PRIVATE_EXPEDITED, NO_FLAGS) == 0 }
+        }
+
+        pub(super) fn barrier() -> bool {
+            // SAFETY: as above; registered, so this command is accepted.
+            unsafe { libc::syscall(libc::SYS_membarrier, PRIVATE_EXPEDITED, NO_FLAGS) == 0 }
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    mod sys {
+        pub(super) fn register() -> bool {
+            false
+        }
+
+        pub(super) fn barrier() -> bool {
+            false
+        }
+    }
+
+    /// Registers the process (once) and says whether `heavy` may use the
+    /// membarrier. Called when a broker is built, so that publishers take the
+    /// light path from their first publish.
+    pub(crate) fn prepare() -> bool {
+        *REGISTER.get_or_init(|| {
+            let ok = sys::register();
+            // Relaxed: `light` only chooses between a compiler fence and a full
+            // one; a stale UNKNOWN makes it take the full fence, always safe.
+            // Any `heavy` that a light side relies on reads REGISTER itself.
+            STATE.store(if ok { REGISTERED } else { FAILED }, Ordering::Relaxed);
+            ok
+        })
+    }
+
+    /// The frequent side of an asymmetric pair (see the module's essay).
+    #[inline]
+    pub(crate) fn light() {
+        // Relaxed: see `prepare`.
+        if STATE.load(Ordering::Relaxed) == REGISTERED {
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// The rare side: a full barrier on every running thread of the process.
+    pub(crate) fn heavy() {
+        // SeqCst fence: the caller's own barrier, whatever path follows (the
+        // kernel issues one too; this keeps the fallback path a plain pair).
+        fence(Ordering::SeqCst);
+        // Registered, so the kernel documents no failure of this command (a
+        // forked child inherits the registration; registering again is tried
+        // all the same). A light side may have relied on it, and nothing else
+        // can stand in for it after the fact: stop rather than lose a wake-up.
+        if prepare() && !sys::barrier() && !(sys::register() && sys::barrier()) {
+            std::process::abort();
+        }
+    }
+}
+
+/// The light side of an asymmetric fence named `$name` in an essay: under
+/// loom (and the fence check) the named `fence(SeqCst)`; otherwise
+/// [`asym::light`].
+macro_rules! light_fence {
+    ($name:literal) => {{
+        #[cfg(loom)]
+        $crate::sync::fence_or_weakened!($name, $crate::sync::atomic::Ordering::SeqCst);
+        #[cfg(not(loom))]
+        $crate::sync::asym::light();
+    }};
+}
+pub(crate) use light_fence;
+
+/// The heavy side of an asymmetric fence named `$name`: under loom the
+/// named `fence(SeqCst)`; otherwise [`asym::heavy`].
+macro_rules! heavy_fence {
+    ($name:literal) => {{
+        #[cfg(loom)]
+        $crate::sync::fence_or_weakened!($name, $crate::sync::atomic::Ordering::SeqCst);
+        #[cfg(not(loom))]
+        $crate::sync::asym::heavy();
+    }};
+}
+pub(crate) use heavy_fence;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::asym;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Waits until `word` holds `round`, yielding now and then so that a
+    /// descheduled partner on a busy machine gets the core.
+    fn wait_for(word: &AtomicU64, round: u64) {
+        let mut spins = 0u32;
+        // Acquire: pairs with the partner's Release store of `round`.
+        while word.load(Ordering::Acquire) != round {
+            spins += 1;
+            if spins.is_multiple_of(1024) {
+                std::thread::yield_now();
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// The pairing the essay of `asym` argues, run on the machine: in each
+    /// round one thread stores X, issues the light side and loads Y, the other
+    /// stores Y, issues the heavy side and loads X; at least one of them must
+    /// see the other's store. With the light side a compiler fence and the
+    /// heavy side only a local fence, x86 lets both loads pass their stores
+    /// (store buffering), which this catches; with the membarrier (or the
+    /// fallback's two SeqCst fences) it never happens. The two threads start
+    /// each round together through a spinning handshake, and rounds are
+    /// numbered so that a store of an earlier round never counts.
+    #[test]
+    fn the_light_and_heavy_sides_never_both_miss() {
+        const ROUNDS: u64 = 20_000;
+        asym::prepare();
+        let (x, y) = (AtomicU64::new(0), AtomicU64::new(0));
+        let (ready, go) = (AtomicU64::new(0), AtomicU64::new(0));
+        let both_missed = std::thread::scope(|s| {
+            let light = s.spawn(|| {
+                let mut seen = Vec::with_capacity(ROUNDS as usize);
+                for round in 1..=ROUNDS {
+                    // Release: see `wait_for`.
+                    ready.store(round, Ordering::Release);
+                    wait_for(&go, round);
+                    // Relaxed: the fences under test do the ordering.
+                    x.store(round, Ordering::Relaxed);
+                    asym::light();
+                    seen.push(y.load(Ordering::Relaxed) == round);
+                }
+                seen
+            });
+            let mut seen = Vec::with_capacity(ROUNDS as usize);
+            for round in 1..=ROUNDS {
+                wait_for(&ready, round);
+                // Release: see `wait_for`.
+                go.store(round, Ordering::Release);
+                // Relaxed: as above.
+                y.store(round, Ordering::Relaxed);
+                asym::heavy();
+                seen.push(x.load(Ordering::Relaxed) == round);
+            }
+            let other = light.join().expect("the light side's thread");
+            seen.iter().zip(&other).filter(|(a, b)| !**a && !**b).count()
+        });
+        assert_eq!(both_missed, 0, "rounds in which neither side saw the other's store");
+    }
+}
