@@ -31,7 +31,7 @@ use super::state::Phase;
 use crate::log::{Lagged, RecordView};
 use crate::sync::atomic::Ordering;
 use crate::sync::thread;
-use crate::sync::{Arc, Backoff};
+use crate::sync::{Arc, Backoff, HintCount};
 
 /// One nap of a dedicated drainer that found no work while dedicated
 /// drainers crowd the cores (`SubCore::nap_for_work`).
@@ -41,11 +41,10 @@ const NAP: Duration = Duration::from_micros(50);
 #[cfg(not(loom))]
 const NAPS: u32 = 4;
 
-/// The dedicated drainers that are awake (not parked), in the process, and
-/// whether they are as many as the cores: a hint to the idle policy, read
-/// and written `Relaxed` (no other memory is published through it; a stale
-/// count only picks the other idle policy for one wait).
-static AWAKE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// The dedicated drainers that are awake (not parked), in the process: a
+/// hint to the idle policy (a stale count only picks the other policy for
+/// one wait).
+static AWAKE: HintCount = HintCount::new();
 
 /// A dedicated drain thread's place in [`AWAKE`]: counted from `new` until
 /// dropped, except while inside `asleep`.
@@ -53,17 +52,15 @@ struct Awake;
 
 impl Awake {
     fn new() -> Awake {
-        // Relaxed: a hint (see `AWAKE`).
-        AWAKE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        AWAKE.add();
         Awake
     }
 
     /// Runs `park` uncounted.
     fn asleep(&self, park: impl FnOnce()) {
-        // Relaxed (both): a hint (see `AWAKE`).
-        AWAKE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        AWAKE.sub();
         park();
-        AWAKE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        AWAKE.add();
     }
 
     /// True if the awake dedicated drainers are at least as many as the
@@ -72,15 +69,13 @@ impl Awake {
     fn crowded() -> bool {
         static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         let cores = *CORES.get_or_init(|| thread::available_parallelism().map_or(2, |n| n.get()));
-        // Relaxed: a hint (see `AWAKE`).
-        AWAKE.load(std::sync::atomic::Ordering::Relaxed) >= cores
+        AWAKE.get() >= cores
     }
 }
 
 impl Drop for Awake {
     fn drop(&mut self) {
-        // Relaxed: a hint (see `AWAKE`).
-        AWAKE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        AWAKE.sub();
     }
 }
 
@@ -315,7 +310,7 @@ impl SubCore {
             if self.state.is_closed() {
                 return false;
             }
-            std::thread::park_timeout(NAP);
+            thread::park_timeout(NAP);
             if self.has_work(st) {
                 return true;
             }
