@@ -3,8 +3,12 @@
 //! 4096, as rill-bench's fan-out-8-threads), N messages of 64 bytes, R rounds:
 //!
 //! ```text
-//! cargo run --release --example fanthreads -- [S] [N] [R]
+//! cargo run --release --example fanthreads -- [S] [N] [R] [RATE]
 //! ```
+//!
+//! With RATE (messages a second) the producer sleeps between messages to
+//! keep that pace (a pacing, not a synchronisation): what the idle policy
+//! costs when the drainers are mostly caught up.
 //!
 //! Prints per round the wall-clock rate per subscriber and what the process
 //! spent: CPU ns per published message (user + system, all threads), and
@@ -38,6 +42,7 @@ fn main() {
     let subs: usize = args.next().map_or(8, |s| s.parse().expect("a subscriber count"));
     let n: u64 = args.next().map_or(2_000_000, |s| s.parse().expect("a message count"));
     let rounds: usize = args.next().map_or(3, |s| s.parse().expect("a round count"));
+    let gap = args.next().map(|s| Duration::from_secs(1).div_f64(s.parse::<f64>().expect("a rate")));
     rill::clock::warm_up();
     let payload = [7u8; 64];
     for _ in 0..rounds {
@@ -68,8 +73,12 @@ fn main() {
         let publisher = broker.publisher("t").expect("publisher");
         let (cpu0, v0, i0) = usage();
         let t0 = Instant::now();
-        for _ in 0..n {
+        for i in 0..n {
             black_box(publisher.publish(&Record::new(&payload)).expect("publish"));
+            if let Some(gap) = gap {
+                let due = t0 + gap.mul_f64((i + 1) as f64);
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            }
         }
         assert!(rill::broker::wait_all_idle(&refs, Duration::from_secs(600)).expect("wait"));
         let wall = t0.elapsed();

@@ -39,7 +39,7 @@ use crate::sync::{Arc, Backoff, HintCount};
 const NAP: Duration = Duration::from_micros(50);
 /// Naps in a row that found no work before such a drainer goes idle.
 #[cfg(not(loom))]
-const NAPS: u32 = 4;
+const NAPS: u32 = 2;
 
 /// The dedicated drainers that are awake (not parked), in the process: a
 /// hint to the idle policy (a stale count only picks the other policy for

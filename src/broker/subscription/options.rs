@@ -126,7 +126,7 @@ pub struct SubscriptionOptions {
     /// briefly, then yields, then parks; but while the awake dedicated
     /// threads (of all brokers in the process) are at least as many as the
     /// cores, it sleeps instead, in naps of about 50 µs, looking for messages
-    /// after each, and parks after four naps that found none. So threads
+    /// after each, and parks after two naps that found none. So threads
     /// without work give the cores back to the publishers (a message that
     /// arrives during a nap waits for its end, about 50-100 µs).
     /// For the lowest latency give it a core and a budget longer than the
