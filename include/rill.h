@@ -770,7 +770,10 @@ typedef struct {
     /**
      * With `dedicated_thread`: microseconds the thread keeps polling for
      * new messages before it parks (0, the default: spin briefly, yield,
-     * park). For the lowest latency, more than the gap between messages.
+     * park; or, while the awake dedicated threads are at least as many as
+     * the cores, sleep in naps of about 50 µs and park after two that
+     * found nothing). For the lowest latency, more than the gap between
+     * messages.
      */
     uint64_t idle_spin_us;
     /**

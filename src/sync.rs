@@ -141,9 +141,38 @@ pub(crate) mod thread {
     /// How many threads can run at once: a hint read once, the same under loom.
     pub(crate) use std::thread::available_parallelism;
     #[cfg(not(loom))]
-    pub(crate) use std::thread::{Builder, JoinHandle, Thread, current, park, spawn, yield_now};
+    pub(crate) use std::thread::{Builder, JoinHandle, Thread, current, park, park_timeout, spawn, yield_now};
     #[cfg(not(loom))]
     pub(crate) use std::thread_local;
+}
+
+/// A process-wide count that guards nothing: a hint read to choose a policy
+/// (e.g. how many dedicated drain threads are awake), never to publish or
+/// order other memory. It is `std`'s atomic even under loom, since it lives in
+/// a `static` (loom's atomics exist only inside a model), and no model has a
+/// schedule that depends on it.
+#[derive(Debug)]
+pub(crate) struct HintCount(std::sync::atomic::AtomicUsize);
+
+impl HintCount {
+    pub(crate) const fn new() -> HintCount {
+        HintCount(std::sync::atomic::AtomicUsize::new(0))
+    }
+
+    pub(crate) fn add(&self) {
+        // Relaxed: a hint; nothing is ordered by it.
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn sub(&self) {
+        // Relaxed: as in `add`.
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> usize {
+        // Relaxed: as in `add`; a stale count only picks the other policy once.
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Starts a thread named `name`: the one way rill spawns threads. A failure

@@ -646,6 +646,50 @@ fn dedicated_thread_subscriptions_deliver_too() {
 }
 
 #[test]
+fn dedicated_threads_that_outnumber_the_cores_deliver_everything_in_order_and_close() {
+    // More dedicated threads than cores: with the default idle policy they
+    // nap between batches instead of polling (drain.rs, `nap_for_work`).
+    // Every message must still arrive, in order, with publishers held back by
+    // a lag limit while the threads nap, and a close must end a nap.
+    let b = broker();
+    topic(&b, "t", 1);
+    let n = std::thread::available_parallelism().map_or(2, |n| n.get()) + 2;
+    let options = || SubscriptionOptions {
+        dedicated_thread: true,
+        overflow: rill::Overflow::Block,
+        lag_limit: Some(64),
+        ..Default::default()
+    };
+    let subs: Vec<(Subscription, Seen)> = (0..n).map(|_| sub_with(&b, "t", options())).collect();
+    let mut expected = Vec::new();
+    for burst in 0..20u32 {
+        for i in 0..500u32 {
+            let v = (burst * 500 + i).to_le_bytes().to_vec();
+            b.publish("t", &Record::new(&v)).unwrap();
+            expected.push(v);
+        }
+        if burst % 5 == 4 {
+            // Caught up: the threads nap, find nothing, and park.
+            for (s, _) in &subs {
+                assert!(s.wait_idle(WAIT).unwrap());
+            }
+        }
+    }
+    for (s, seen) in &subs {
+        assert!(s.wait_idle(WAIT).unwrap());
+        assert!(payloads(seen) == expected, "a subscriber saw every message once, in order");
+    }
+    // Close while they are busy or napping: each close joins its thread.
+    for i in 0..1_000u32 {
+        b.publish("t", &Record::new(&i.to_le_bytes())).unwrap();
+    }
+    for (s, _) in subs {
+        s.close();
+        assert!(s.is_closed());
+    }
+}
+
+#[test]
 fn closing_the_broker_stops_everything_and_later_calls_say_closed() {
     let b = broker();
     topic(&b, "t", 1);

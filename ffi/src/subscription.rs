@@ -179,7 +179,10 @@ pub struct rill_subscription_options {
     pub user_data_free: rill_destructor,
     /// With `dedicated_thread`: microseconds the thread keeps polling for
     /// new messages before it parks (0, the default: spin briefly, yield,
-    /// park). For the lowest latency, more than the gap between messages.
+    /// park; or, while the awake dedicated threads are at least as many as
+    /// the cores, sleep in naps of about 50 µs and park after two that
+    /// found nothing). For the lowest latency, more than the gap between
+    /// messages.
     pub idle_spin_us: u64,
     /// Called when retention overtook the subscription (NULL: none; the
     /// `missed` count in the stats is kept either way).

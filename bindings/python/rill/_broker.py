@@ -1128,6 +1128,9 @@ class Broker(_Handle):
 
         ``idle_spin`` (seconds, with ``dedicated_thread``) is how long the
         thread polls for messages before parking; longer means lower latency.
+        ``None`` (the default) spins briefly, yields, then parks; while the
+        awake dedicated threads are at least as many as the cores it sleeps
+        instead, in naps of about 50 µs, and parks after two empty ones.
 
         ``on_lagged(topic, partition, missed)`` is called (on the delivering
         thread) when retention trimmed ``missed`` messages before this

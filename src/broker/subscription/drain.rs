@@ -31,7 +31,53 @@ use super::state::Phase;
 use crate::log::{Lagged, RecordView};
 use crate::sync::atomic::Ordering;
 use crate::sync::thread;
-use crate::sync::{Arc, Backoff};
+use crate::sync::{Arc, Backoff, HintCount};
+
+/// One nap of a dedicated drainer that found no work while dedicated
+/// drainers crowd the cores (`SubCore::nap_for_work`).
+#[cfg(not(loom))]
+const NAP: Duration = Duration::from_micros(50);
+/// Naps in a row that found no work before such a drainer goes idle.
+#[cfg(not(loom))]
+const NAPS: u32 = 2;
+
+/// The dedicated drainers that are awake (not parked), in the process: a
+/// hint to the idle policy (a stale count only picks the other policy for
+/// one wait).
+static AWAKE: HintCount = HintCount::new();
+
+/// A dedicated drain thread's place in [`AWAKE`]: counted from `new` until
+/// dropped, except while inside `asleep`.
+struct Awake;
+
+impl Awake {
+    fn new() -> Awake {
+        AWAKE.add();
+        Awake
+    }
+
+    /// Runs `park` uncounted.
+    fn asleep(&self, park: impl FnOnce()) {
+        AWAKE.sub();
+        park();
+        AWAKE.add();
+    }
+
+    /// True if the awake dedicated drainers are at least as many as the
+    /// cores: with any publisher besides, threads outnumber cores.
+    #[cfg(not(loom))]
+    fn crowded() -> bool {
+        static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let cores = *CORES.get_or_init(|| thread::available_parallelism().map_or(2, |n| n.get()));
+        AWAKE.get() >= cores
+    }
+}
+
+impl Drop for Awake {
+    fn drop(&mut self) {
+        AWAKE.sub();
+    }
+}
 
 /// Most messages one drain round delivers before it yields the worker.
 const ROUND_BUDGET: usize = 256;
@@ -103,6 +149,8 @@ impl SubCore {
 
     /// The loop of a dedicated drain thread.
     pub(crate) fn dedicated_loop(this: Arc<SubCore>) {
+        // Counted as awake from here until it parks, and again after.
+        let awake = Awake::new();
         loop {
             match this.state.get() {
                 // Wind up here too: a close from another subscription's
@@ -113,7 +161,7 @@ impl SubCore {
                 }
                 Phase::Active => SubCore::drain_rounds(&this, true),
                 // IDLE or BACKOFF: a publisher or the timer will unpark us.
-                _ => thread::park(),
+                _ => awake.asleep(thread::park),
             }
         }
     }
@@ -191,7 +239,13 @@ impl SubCore {
 
     /// A dedicated drainer's short wait for more work before going idle:
     /// spin, then yield, polling the log; give up after `Backoff` completes.
+    /// Without an `idle_spin` budget, when the awake dedicated drainers are
+    /// at least as many as the cores, it naps instead (see [`nap_for_work`]).
     fn spin_for_work(&self, st: &mut DrainState) -> bool {
+        #[cfg(not(loom))]
+        if self.idle_spin.is_none() && Awake::crowded() {
+            return self.nap_for_work(st);
+        }
         if let Some(budget) = self.idle_spin {
             // A time budget: poll the cursors, checking the clock now and then.
             let start = Instant::now();
@@ -222,6 +276,44 @@ impl SubCore {
                 return true;
             }
             backoff.snooze();
+        }
+        false
+    }
+
+    /// The idle policy of a dedicated drainer (with no `idle_spin` budget)
+    /// when dedicated drainers crowd the cores: instead of polling, it
+    /// sleeps [`NAP`] at a time, still `ACTIVE`, and looks for work after
+    /// each nap; after [`NAPS`] naps in a row that found none it gives up
+    /// (then it goes idle and parks as usual).
+    ///
+    /// Why: with more threads than cores, a drainer that polls or yields
+    /// stays runnable, and the scheduler gives it its share of a core, taken
+    /// from the publisher that all the drainers wait for. A parked drainer
+    /// gives the core back, but then the publisher pays a wake-up (a futex
+    /// call) for it at its next publish, and a drainer that runs as soon as
+    /// it is woken finds a message or two and parks again: a wake-up per
+    /// message per drainer. A nap gives the core back *and* costs the
+    /// publisher nothing (it reads `ACTIVE` and moves on), and the drainer
+    /// wakes to a batch of what was published meanwhile.
+    ///
+    /// No protocol changes: the nap is a wait in the `ACTIVE` state, like
+    /// the polling it replaces; going idle afterwards is `signal::go_idle`
+    /// with its re-check (F4). A close unparks the thread, which ends a nap
+    /// early (`park_timeout`); a stale unpark token only shortens one nap.
+    /// A message published during a nap waits for the nap's end (about
+    /// `NAP` plus the timer's slack): the price of giving the cores back,
+    /// paid only when drainers outnumber cores and only with the default
+    /// policy (an `idle_spin` budget polls as before).
+    #[cfg(not(loom))]
+    fn nap_for_work(&self, st: &mut DrainState) -> bool {
+        for _ in 0..NAPS {
+            if self.state.is_closed() {
+                return false;
+            }
+            thread::park_timeout(NAP);
+            if self.has_work(st) {
+                return true;
+            }
         }
         false
     }
