@@ -90,10 +90,8 @@ struct ConsumerListener {
 impl Listener for ConsumerListener {
     #[inline]
     fn wake(&self) {
-        // W1 here, not the publisher's F1: without marks F1 is the light side
-        // of an asymmetric pair (`signal.rs`), which pairs only with the
-        // drainer's F4, not with a blocked poll's W2.
-        self.waiters.notify();
+        // The publisher issued its fence (F1) already.
+        self.waiters.notify_after_fence();
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

@@ -144,10 +144,6 @@ impl Broker {
         // mapping any segment).
         config.default_topic.validate()?;
         crate::clock::warm_up();
-        // So that publishers take the light side of F1 from their first
-        // publish (`sync::asym`); a no-op after the first broker.
-        #[cfg(not(loom))]
-        crate::sync::asym::prepare();
         let id = crate::sync::unique_id();
         // A thread that cannot be started is ResourceExhausted; whatever was
         // started before it is stopped and joined, so a failed `new` leaves

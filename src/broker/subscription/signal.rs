@@ -39,29 +39,9 @@
 //! started after that state was written will run the same re-check and see
 //! the commit).
 //!
-//! ## The cost of F1, and the asymmetric pair
-//!
-//! F1 runs on every publish to a partition with listeners, F4 only when a
-//! drainer goes idle. As a `fence(SeqCst)`, F1 is a locked instruction that
-//! waits for the publisher's store buffer to drain, i.e. for the record's
-//! lines, which the drainer on the other core reads, to come back: measured,
-//! it was the hottest instruction on the publisher's path. So F1 and F4 are
-//! an *asymmetric* pair (`crate::sync::asym`, whose essay gives the argument):
-//! F1 is a compiler fence and F4 a `membarrier` that makes every running
-//! thread of the process issue a full barrier, which gives the same "one of
-//! the two sides sees the other's store" as two SeqCst fences. Where the
-//! system call is missing both are SeqCst fences, as before. F1 stays a full
-//! fence when the list has marks (it pairs with F3 then, which runs every
-//! round and could not afford a system call), and a consumer's wake issues
-//! its own fence (W1, `waiters.rs`), since its waiter's W2 is a plain fence.
-//! Every other fence that pairs with F4 (F2, `poke`'s) is a full fence, which
-//! pairs with the heavy side as well as a light one does.
-//!
 //! The fences are what loom needs, too: loom models SeqCst loads and stores as
 //! acquire/release, which would let this race through; `fence(SeqCst)` it
-//! models exactly (under loom both sides of the asymmetric pair are the
-//! named SeqCst fences: loom checks where they are, the kernel's guarantee
-//! what the light side stands for). The loom models in `loom-tests/tests/signal.rs` run this
+//! models exactly. The loom models in `loom-tests/tests/signal.rs` run this
 //! code; `.ci/fence-check` weakens each fence named here in turn and
 //! requires some model to fail.
 //!
@@ -132,9 +112,7 @@ use crate::sync::{Arc, Mutex};
 pub(crate) trait Listener: Send + Sync + 'static {
     /// For an entry with a state word (a subscription): the publisher won
     /// `IDLE -> ACTIVE`, so a drain must be scheduled. For one without (a
-    /// consumer): a record was committed, behind F1, which may be only the
-    /// light side of an asymmetric fence: a listener that pairs with a
-    /// fence of its own issues a full one here (a consumer's W1).
+    /// consumer): a record was committed, behind a `fence(SeqCst)` (F1).
     fn wake(&self);
 
     /// For a listener whose drains go to a queue that takes several at once
@@ -261,14 +239,7 @@ pub(crate) fn notify(entries: &[Entry], marked: bool) {
     // pairs with F4, the fence a drainer issues between going idle and
     // re-checking the log (or its ready list), and with F3, the one after it
     // clears marks; together they rule out both sides missing each other.
-    // Without marks its only partner is F4, the heavy side of an asymmetric
-    // pair, so it is the light side (see "The cost of F1" above); with marks
-    // it also pairs with F3, which runs every round, so it stays a full fence.
-    if marked {
-        crate::sync::fence_or_weakened!("F1", Ordering::SeqCst);
-    } else {
-        crate::sync::light_fence!("F1");
-    }
+    crate::sync::fence_or_weakened!("F1", Ordering::SeqCst);
     let mut listed = false;
     if marked {
         for e in entries {
@@ -344,10 +315,8 @@ pub(crate) fn go_idle(state: &State, has_work: impl FnOnce() -> bool) -> Idled {
         return Idled::Closed;
     }
     // F4, SeqCst fence: orders the IDLE store before the re-check's loads of
-    // the slots (or `nonempty`); pairs with the publisher's F1 (and F2). The
-    // heavy side of an asymmetric pair (see "The cost of F1" above), since a
-    // publisher without marks issues only the light side of F1.
-    crate::sync::heavy_fence!("F4");
+    // the slots (or `nonempty`); pairs with the publisher's F1 (and F2).
+    crate::sync::fence_or_weakened!("F4", Ordering::SeqCst);
     if !has_work() {
         return Idled::Idle;
     }
