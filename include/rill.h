@@ -772,7 +772,7 @@ typedef struct {
      * new messages before it parks (0, the default: spin briefly, yield,
      * park; or, while the awake dedicated threads are at least as many as
      * the cores, sleep in naps of about 50 µs and park after two that
-     * found nothing). For the lowest latency, more than the gap between
+     * found nothing, or at once if the last park outlasted two naps). For the lowest latency, more than the gap between
      * messages.
      */
     uint64_t idle_spin_us;

@@ -675,6 +675,23 @@ fn dedicated_threads_that_outnumber_the_cores_deliver_everything_in_order_and_cl
             }
         }
     }
+    // Messages far apart: a pause (a pacing, not a synchronisation) longer
+    // than the naps, so each thread parks for longer than they would last
+    // and takes none before its next park; then a burst brings them back.
+    for i in 0..5u32 {
+        for (s, _) in &subs {
+            assert!(s.wait_idle(WAIT).unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let v = (10_000 + i).to_le_bytes().to_vec();
+        b.publish("t", &Record::new(&v)).unwrap();
+        expected.push(v);
+    }
+    for i in 0..2_000u32 {
+        let v = (20_000 + i).to_le_bytes().to_vec();
+        b.publish("t", &Record::new(&v)).unwrap();
+        expected.push(v);
+    }
     for (s, seen) in &subs {
         assert!(s.wait_idle(WAIT).unwrap());
         assert!(payloads(seen) == expected, "a subscriber saw every message once, in order");

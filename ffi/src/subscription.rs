@@ -181,7 +181,7 @@ pub struct rill_subscription_options {
     /// new messages before it parks (0, the default: spin briefly, yield,
     /// park; or, while the awake dedicated threads are at least as many as
     /// the cores, sleep in naps of about 50 µs and park after two that
-    /// found nothing). For the lowest latency, more than the gap between
+    /// found nothing, or at once if the last park outlasted two naps). For the lowest latency, more than the gap between
     /// messages.
     pub idle_spin_us: u64,
     /// Called when retention overtook the subscription (NULL: none; the

@@ -1130,7 +1130,8 @@ class Broker(_Handle):
         thread polls for messages before parking; longer means lower latency.
         ``None`` (the default) spins briefly, yields, then parks; while the
         awake dedicated threads are at least as many as the cores it sleeps
-        instead, in naps of about 50 µs, and parks after two empty ones.
+        instead, in naps of about 50 µs, and parks after two empty ones (at
+        once if its last park outlasted two naps).
 
         ``on_lagged(topic, partition, missed)`` is called (on the delivering
         thread) when retention trimmed ``missed`` messages before this

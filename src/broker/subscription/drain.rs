@@ -41,6 +41,27 @@ const NAP: Duration = Duration::from_micros(50);
 #[cfg(not(loom))]
 const NAPS: u32 = 2;
 
+#[cfg(not(loom))]
+thread_local! {
+    /// How many naps this dedicated drain thread takes the next time it
+    /// waits for work: [`NAPS`], or none after its last park outlasted the
+    /// naps (see [`naps_after_park`]). Per thread, so per subscription.
+    static NAPS_NEXT: std::cell::Cell<u32> = const { std::cell::Cell::new(NAPS) };
+}
+
+/// Sets the naps of this dedicated drain thread's next wait for work from
+/// how long it just stayed parked: a park that lasted longer than the naps
+/// would have (`NAPS` times `NAP`) means the messages come further apart
+/// than napping can bridge, so naps there would only cost timer wake-ups
+/// (two per message at 1,000 msgs/s); a shorter one means they would have
+/// caught the next message. One burst after a long pause thus costs one
+/// extra wake-up before the naps come back.
+#[cfg(not(loom))]
+fn naps_after_park(parked: Duration) {
+    let bridged = parked <= NAP * NAPS;
+    NAPS_NEXT.with(|n| n.set(if bridged { NAPS } else { 0 }));
+}
+
 /// The dedicated drainers that are awake (not parked), in the process: a
 /// hint to the idle policy (a stale count only picks the other policy for
 /// one wait).
@@ -161,7 +182,13 @@ impl SubCore {
                 }
                 Phase::Active => SubCore::drain_rounds(&this, true),
                 // IDLE or BACKOFF: a publisher or the timer will unpark us.
-                _ => awake.asleep(thread::park),
+                _ => {
+                    #[cfg(not(loom))]
+                    let parked = Instant::now();
+                    awake.asleep(thread::park);
+                    #[cfg(not(loom))]
+                    naps_after_park(parked.elapsed());
+                }
             }
         }
     }
@@ -284,7 +311,9 @@ impl SubCore {
     /// when dedicated drainers crowd the cores: instead of polling, it
     /// sleeps [`NAP`] at a time, still `ACTIVE`, and looks for work after
     /// each nap; after [`NAPS`] naps in a row that found none it gives up
-    /// (then it goes idle and parks as usual).
+    /// (then it goes idle and parks as usual). A drainer whose last park
+    /// lasted longer than those naps takes none (see [`naps_after_park`]):
+    /// at low rates the naps would all be wasted.
     ///
     /// Why: with more threads than cores, a drainer that polls or yields
     /// stays runnable, and the scheduler gives it its share of a core, taken
@@ -306,7 +335,7 @@ impl SubCore {
     /// policy (an `idle_spin` budget polls as before).
     #[cfg(not(loom))]
     fn nap_for_work(&self, st: &mut DrainState) -> bool {
-        for _ in 0..NAPS {
+        for _ in 0..NAPS_NEXT.with(std::cell::Cell::get) {
             if self.state.is_closed() {
                 return false;
             }
@@ -801,6 +830,23 @@ enum BatchEnd {
 #[cfg(test)]
 mod tests {
     use super::{nth_after, round_start};
+
+    #[cfg(not(loom))]
+    #[test]
+    fn a_park_longer_than_the_naps_drops_them_and_a_short_one_brings_them_back() {
+        use super::{NAP, NAPS, NAPS_NEXT, naps_after_park};
+        use std::cell::Cell;
+        use std::time::Duration;
+        let naps = || NAPS_NEXT.with(Cell::get);
+        assert_eq!(naps(), NAPS, "a new thread naps");
+        naps_after_park(NAP * NAPS + Duration::from_micros(1));
+        assert_eq!(naps(), 0, "messages further apart than the naps: none");
+        naps_after_park(NAP * NAPS);
+        assert_eq!(naps(), NAPS, "a park the naps would have bridged");
+        naps_after_park(Duration::from_secs(3));
+        naps_after_park(Duration::from_micros(5));
+        assert_eq!(naps(), NAPS);
+    }
 
     #[test]
     fn a_round_visits_every_reader_once_in_the_order_the_division_gave() {

@@ -126,9 +126,11 @@ pub struct SubscriptionOptions {
     /// briefly, then yields, then parks; but while the awake dedicated
     /// threads (of all brokers in the process) are at least as many as the
     /// cores, it sleeps instead, in naps of about 50 µs, looking for messages
-    /// after each, and parks after two naps that found none. So threads
-    /// without work give the cores back to the publishers (a message that
-    /// arrives during a nap waits for its end, about 50-100 µs).
+    /// after each, and parks after two naps that found none (or at once,
+    /// when its last park outlasted two naps: messages that far apart are
+    /// not worth napping for). So threads without work give the cores back
+    /// to the publishers (a message that arrives during a nap waits for its
+    /// end, about 50-100 µs).
     /// For the lowest latency give it a core and a budget longer than the
     /// gap between messages (e.g. 100 µs at 100 k msgs/s): a parked
     /// subscriber costs each message a wake-up of several microseconds.
