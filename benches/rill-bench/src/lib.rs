@@ -13,7 +13,9 @@
 //! * [`recovery`]: `--recovery-mib`, a durable partition's recovery time
 //!   against reading its files from the page cache;
 //! * [`publish_cost`]: the publisher's own ns per call, with no subscriber
-//!   and with 8 that keep up, beside crossbeam-channel's `send`;
+//!   and with 8 that keep up, beside crossbeam-channel's `send`, and the
+//!   machine's floors under a publish (clock read, `lock xadd`, epoch pin,
+//!   a minimal log append with and without a stamp);
 //! * `bridge` (the `nats` feature): the `bridge` scenario, rill through
 //!   NATS JetStream against a plain async-nats pair.
 

@@ -62,7 +62,7 @@ EXAMPLES:
   rill-bench -c 2 --batch 64 --poll-batch 1024      pull consumers
   rill-bench --suite sweep --plot fanout.svg        throughput against subscriber count
   rill-bench --suite report --format json > report.json
-  rill-bench --publish-cost --pairs 5              publish ns/call (no subscriber, 8 keeping up, 8 idle) beside crossbeam send
+  rill-bench --publish-cost --pairs 5              publish ns/call (no subscriber, 8 keeping up, 8 idle) beside crossbeam send, and the machine's floors (clock read, lock xadd, pin, minimal log append)
 
 MEASUREMENT: throughput counts delivered messages (what a subscriber skipped earns nothing; see
 the 'lost' column) per subscriber per second, from releasing the producers to the last subscriber
@@ -610,4 +610,10 @@ fn run_publish_cost(cli: &Cli) {
         cli.pairs.max(1)
     );
     print!("{}", rill_bench::publish_cost::table(&rows));
+    let floors = rill_bench::publish_cost::floors(messages, cli.pairs.max(1));
+    println!(
+        "\nThe floors under a publish on this machine, in the same run ({} repeats of {messages} steps each):\n",
+        cli.pairs.max(1)
+    );
+    print!("{}", rill_bench::publish_cost::floors_table(&floors));
 }

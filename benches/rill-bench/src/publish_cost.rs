@@ -285,6 +285,104 @@ pub fn peer_ns(messages: u64, subscribers: usize) -> f64 {
     elapsed.as_nanos() as f64 / messages as f64
 }
 
+/// One of the machine's floors: what a step every publish takes costs here,
+/// measured in the same run as the rows.
+#[derive(Debug, Clone)]
+pub struct Floor {
+    pub what: &'static str,
+    /// ns per step, one entry per repeat.
+    pub ns: Vec<f64>,
+}
+
+/// Bytes a floor log reserves per record: a 32-byte header (length, stamp,
+/// padding) and the 64-byte payload, as rill's in-memory records of this
+/// size take about the same.
+const FLOOR_RECORD: usize = 32 + PAYLOAD;
+/// The floor log's ring: rill's default segment size, so its stores miss
+/// the caches as rill's do.
+const FLOOR_RING: usize = 4 << 20;
+
+/// The floors under a publish on this machine, each `repeats` times, `steps`
+/// steps a time: a read of rill's clock (the stamp every record carries),
+/// an uncontended `fetch_add` (a reservation), an epoch pin and unpin
+/// (crossbeam-epoch's, as rill's publisher takes), and a minimal log append
+/// with and without the stamp: reserve `FLOOR_RECORD` bytes of a ring with
+/// one `fetch_add`, write the header and the payload, commit with a
+/// `Release` store. No pin, no routing, no checks, no subscribers: the
+/// least a log that stamps each record with this clock pays here.
+pub fn floors(steps: u64, repeats: usize) -> Vec<Floor> {
+    type Step = fn(u64) -> f64;
+    let kinds: [(&'static str, Step); 5] = [
+        ("a clock read (`rill::clock::now_ns`, the time-stamp counter)", |n| {
+            per_step(n, || {
+                black_box(rill::clock::now_ns());
+            })
+        }),
+        ("an uncontended `fetch_add` (a `lock xadd`)", |n| {
+            let word = AtomicU64::new(0);
+            per_step(n, || {
+                // Relaxed: the instruction is what is timed; a RMW on x86 is locked whatever the ordering.
+                black_box(word.fetch_add(1, Ordering::Relaxed));
+            })
+        }),
+        ("an epoch pin and unpin (`crossbeam_epoch::pin`)", |n| {
+            per_step(n, || {
+                black_box(crossbeam_epoch::pin());
+            })
+        }),
+        ("a log append: reserve, write 96 B, commit (no stamp)", |n| log_append_ns(n, false)),
+        ("the same with a clock read for the stamp", |n| log_append_ns(n, true)),
+    ];
+    let mut out: Vec<Floor> = kinds.iter().map(|(what, _)| Floor { what, ns: Vec::new() }).collect();
+    for _ in 0..repeats {
+        for (floor, (_, step)) in out.iter_mut().zip(&kinds) {
+            floor.ns.push(step(steps));
+        }
+    }
+    out
+}
+
+/// Mean ns of `step` over `n` back-to-back runs.
+fn per_step(n: u64, mut step: impl FnMut()) -> f64 {
+    let started = Instant::now();
+    for _ in 0..n {
+        step();
+    }
+    started.elapsed().as_nanos() as f64 / n as f64
+}
+
+/// The floor log's append, `n` times: see [`floors`].
+fn log_append_ns(n: u64, stamp: bool) -> f64 {
+    let mut ring = vec![0u8; FLOOR_RING];
+    let tail = AtomicU64::new(0);
+    let committed = AtomicU64::new(0);
+    let payload = [0x5au8; PAYLOAD];
+    let ns = per_step(n, || {
+        let ts = if stamp { rill::clock::now_ns() } else { 0 };
+        // Relaxed: one writer here; the locked instruction is what is timed.
+        let at = tail.fetch_add(FLOOR_RECORD as u64, Ordering::Relaxed) as usize % FLOOR_RING;
+        let at = at.min(FLOOR_RING - FLOOR_RECORD);
+        let rec = &mut ring[at..at + FLOOR_RECORD];
+        rec[..8].copy_from_slice(&(PAYLOAD as u64).to_le_bytes());
+        rec[8..16].copy_from_slice(&ts.to_le_bytes());
+        rec[32..].copy_from_slice(black_box(&payload));
+        // Release: what a log's commit is; a reader would Acquire it.
+        committed.store(at as u64, Ordering::Release);
+    });
+    black_box(&ring);
+    ns
+}
+
+/// The floors as a Markdown table.
+pub fn floors_table(floors: &[Floor]) -> String {
+    let mut out = String::from("| a step of every publish, alone | ns (median of repeats, range) |\n|---|---:|\n");
+    for f in floors {
+        let (lo, hi) = f.ns.iter().fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        out.push_str(&format!("| {} | {:.1} ({lo:.1}-{hi:.1}) |\n", f.what, median(&f.ns)));
+    }
+    out
+}
+
 /// The rows as a Markdown table.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
@@ -329,5 +427,16 @@ mod tests {
         }
         let table = table(&rows);
         assert_eq!(table.lines().count(), 5, "{table}");
+    }
+
+    #[test]
+    fn every_floor_is_measured_at_every_repeat() {
+        let floors = floors(10_000, 3);
+        assert_eq!(floors.len(), 5);
+        for f in &floors {
+            assert_eq!(f.ns.len(), 3, "{f:?}");
+            assert!(f.ns.iter().all(|ns| ns.is_finite() && *ns > 0.0), "{f:?}");
+        }
+        assert_eq!(floors_table(&floors).lines().count(), 7);
     }
 }
