@@ -206,15 +206,22 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug)]
 pub struct PublishFailure(Box<Error>);
 
-/// The text of [`Error::Closed`] for a call on a closed broker.
-pub(crate) const BROKER_CLOSED: &str = "the broker is closed";
+impl Error {
+    /// The error of a call on a closed broker, built out of line: for
+    /// `check_open` and for the publish path's [`PublishFailure::closed`].
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn broker_closed() -> Error {
+        Error::Closed("the broker is closed".into())
+    }
+}
 
 impl PublishFailure {
     /// The failure of a publish on a closed broker (out of line).
     #[cold]
     #[inline(never)]
     pub(crate) fn closed() -> PublishFailure {
-        PublishFailure(Box::new(Error::Closed(BROKER_CLOSED.into())))
+        PublishFailure(Box::new(Error::broker_closed()))
     }
 }
 

@@ -182,7 +182,7 @@ impl BrokerInner {
 
     #[inline]
     pub(super) fn check_open(&self) -> Result<()> {
-        if self.is_closed() { Err(Error::Closed(crate::error::BROKER_CLOSED.into())) } else { Ok(()) }
+        if self.is_closed() { Err(Error::broker_closed()) } else { Ok(()) }
     }
 
     pub(super) fn topic(&self, name: &str) -> Result<Arc<Topic>> {
