@@ -3,8 +3,11 @@
 //! 4096, as rill-bench's fan-out-8-threads), N messages of 64 bytes, R rounds:
 //!
 //! ```text
-//! cargo run --release --example fanthreads -- [S] [N] [R] [RATE]
+//! cargo run --release --example fanthreads -- [S] [N] [R] [RATE] [pool]
 //! ```
+//!
+//! With `pool` the subscribers share the broker's worker pool instead: what
+//! a pool drainer's linger before going idle costs at low rates.
 //!
 //! With RATE (messages a second) the producer sleeps between messages to
 //! keep that pace (a pacing, not a synchronisation): what the idle policy
@@ -42,7 +45,9 @@ fn main() {
     let subs: usize = args.next().map_or(8, |s| s.parse().expect("a subscriber count"));
     let n: u64 = args.next().map_or(2_000_000, |s| s.parse().expect("a message count"));
     let rounds: usize = args.next().map_or(3, |s| s.parse().expect("a round count"));
-    let gap = args.next().map(|s| Duration::from_secs(1).div_f64(s.parse::<f64>().expect("a rate")));
+    let gap =
+        args.next().and_then(|s| s.parse::<f64>().ok().filter(|r| *r > 0.0)).map(|r| Duration::from_secs(1).div_f64(r));
+    let dedicated = args.next().is_none_or(|m| m != "pool");
     rill::clock::warm_up();
     let payload = [7u8; 64];
     for _ in 0..rounds {
@@ -54,7 +59,7 @@ fn main() {
             .map(|seen| {
                 let seen = seen.clone();
                 let options = SubscriptionOptions {
-                    dedicated_thread: true,
+                    dedicated_thread: dedicated,
                     overflow: Overflow::Block,
                     lag_limit: Some(4096),
                     ..Default::default()
