@@ -292,6 +292,14 @@ pub(super) struct DrainState {
     /// Partitions this shared member was asked to give up and still reads
     /// (one waiting for a retry is given up once the retry is settled).
     pub(super) revoking: Vec<u32>,
+    /// On the pool: whether this drain lingers before going idle, and when
+    /// the subscription last went idle (clock ns; 0: not since the last
+    /// drain began). See `LINGER_AGAIN_NS` in `drain.rs`; the linger is
+    /// not built under loom.
+    #[cfg(not(loom))]
+    pub(super) linger: bool,
+    #[cfg(not(loom))]
+    pub(super) idle_since: u64,
 }
 
 /// A subscription's shared core.
@@ -449,6 +457,10 @@ impl SubCore {
                 visit: Vec::new(),
                 visiting: Vec::new(),
                 revoking: Vec::new(),
+                #[cfg(not(loom))]
+                linger: true,
+                #[cfg(not(loom))]
+                idle_since: 0,
             }),
             pending: Mutex::new(Vec::new()),
             detached: Mutex::new(Vec::new()),

@@ -89,6 +89,30 @@ const LINGER_NS: u64 = 2_000;
 /// The most `spin_loop` hints between two looks while lingering.
 #[cfg(not(loom))]
 const LINGER_MAX_SPINS: u32 = 64;
+/// A pool drain lingers only if its subscription's last idle spell, from
+/// going idle to this drain's start, lasted at most this long.
+///
+/// Why: where messages come further apart than a linger, each linger is
+/// spent in vain (about 1.1x the CPU per message at 1 k and 10 k msgs/s,
+/// measured with `examples/fanthreads.rs ... pool`), so a subscription
+/// woken long after it went idle drains without lingering. The spell
+/// measured includes the wake-up itself (the publisher's push, the
+/// worker's turn), so the bound is a few lingers, not one: a drain woken
+/// right behind a publisher that keeps publishing lingers again.
+#[cfg(not(loom))]
+const LINGER_AGAIN_NS: u64 = 5 * LINGER_NS;
+
+/// At the start of a pool drain (clock `now`): whether it lingers, from
+/// how long the subscription's last idle spell lasted, if it went idle
+/// (at `idle_since`, which this takes) since the last drain began (see
+/// [`LINGER_AGAIN_NS`]).
+#[cfg(not(loom))]
+fn lingers_after_wake(linger: &mut bool, idle_since: &mut u64, now: u64) {
+    if *idle_since != 0 {
+        let spell = now.saturating_sub(std::mem::take(idle_since));
+        *linger = spell <= LINGER_AGAIN_NS;
+    }
+}
 
 /// The dedicated drainers that are awake (not parked), in the process: a
 /// hint to the idle policy (a stale count only picks the other policy for
@@ -225,6 +249,11 @@ impl SubCore {
     /// budget.
     fn drain_rounds(this: &Arc<SubCore>, dedicated: bool) {
         let mut st = this.drain.lock();
+        #[cfg(not(loom))]
+        if !dedicated {
+            let st = &mut *st;
+            lingers_after_wake(&mut st.linger, &mut st.idle_since, crate::clock::now_ns());
+        }
         if this.ack_timeout_ns.is_some() {
             SubCore::arm_ack_watch(this);
         }
@@ -278,13 +307,17 @@ impl SubCore {
                 continue;
             }
             #[cfg(not(loom))]
-            if !dedicated && this.linger_for_work(&mut st) {
+            if !dedicated && st.linger && this.linger_for_work(&mut st) {
                 continue;
             }
             // Go idle, then re-check (F4): see the essay in `signal.rs`.
             match signal::go_idle(&this.state, || this.has_work(&mut st)) {
                 Idled::Resumed => {}
                 Idled::Idle => {
+                    #[cfg(not(loom))]
+                    if !dedicated {
+                        st.idle_since = crate::clock::now_ns();
+                    }
                     drop(st);
                     this.notify_idle();
                     return;
@@ -343,6 +376,8 @@ impl SubCore {
     /// again after 1, 2, 4, ... up to [`LINGER_MAX_SPINS`] pauses, for at
     /// most [`LINGER_NS`]; give up at once when the subscription closes or
     /// another subscription waits for a worker (its turn comes first).
+    /// Taken only by a drain whose subscription's last idle spell was short
+    /// ([`LINGER_AGAIN_NS`]).
     ///
     /// No protocol changes: like the dedicated thread's spin, this is a
     /// wait in the `ACTIVE` state, during which publishers read `ACTIVE` and
@@ -901,6 +936,23 @@ mod tests {
     use super::{nth_after, round_start};
 
     #[cfg(not(loom))]
+    #[test]
+    fn a_long_idle_spell_drops_the_linger_and_a_short_one_brings_it_back() {
+        use super::{LINGER_AGAIN_NS, lingers_after_wake};
+        let (mut linger, mut idle_since) = (true, 0);
+        lingers_after_wake(&mut linger, &mut idle_since, 1_000);
+        assert!(linger, "not idle since the last drain: unchanged");
+        idle_since = 1_000;
+        lingers_after_wake(&mut linger, &mut idle_since, 1_000 + LINGER_AGAIN_NS + 1);
+        assert!(!linger, "woken long after going idle: no linger");
+        assert_eq!(idle_since, 0, "the spell is taken");
+        lingers_after_wake(&mut linger, &mut idle_since, 9_000_000);
+        assert!(!linger, "no new spell: unchanged");
+        idle_since = 5_000;
+        lingers_after_wake(&mut linger, &mut idle_since, 5_000 + LINGER_AGAIN_NS);
+        assert!(linger, "woken right behind the publisher: lingers again");
+    }
+
     #[test]
     fn a_park_longer_than_the_naps_drops_them_and_a_short_one_brings_them_back() {
         use super::{NAP, NAPS, NAPS_NEXT, naps_after_park};
