@@ -94,13 +94,20 @@ const LINGER_MAX_SPINS: u32 = 64;
 ///
 /// Why: where messages come further apart than a linger, each linger is
 /// spent in vain (about 1.1x the CPU per message at 1 k and 10 k msgs/s,
-/// measured with `examples/fanthreads.rs ... pool`), so a subscription
-/// woken long after it went idle drains without lingering. The spell
-/// measured includes the wake-up itself (the publisher's push, the
-/// worker's turn), so the bound is a few lingers, not one: a drain woken
-/// right behind a publisher that keeps publishing lingers again.
+/// measured with `examples/fanthreads.rs ... pool`). Worse, with 8 idle
+/// subscriptions woken by each publish (`rill-bench --publish-cost`),
+/// lingering after every drain took a publish from 1.4-1.7 µs to 2.1-8.2
+/// µs; the likely reason (inferred, not traced) is that on cores the
+/// workers share with the publishers, a woken worker that lingers holds
+/// the core of the publisher it waits for. So a subscription woken long
+/// after it went idle drains without
+/// lingering. The spell measured includes the wake-up itself (the
+/// publisher's push, the worker's turn), so the bound is two lingers:
+/// with one, a drain woken right behind a publisher that keeps publishing
+/// seldom lingered again, and one-to-one lost most of its gain; with five,
+/// the idle-8 publish above still lingered.
 #[cfg(not(loom))]
-const LINGER_AGAIN_NS: u64 = 5 * LINGER_NS;
+const LINGER_AGAIN_NS: u64 = 2 * LINGER_NS;
 
 /// At the start of a pool drain (clock `now`): whether it lingers, from
 /// how long the subscription's last idle spell lasted, if it went idle
