@@ -1,8 +1,8 @@
-//! crossbeam-channel one-to-one in three plain loops that differ only in what
+//! crossbeam-channel one-to-one in four plain loops that differ only in what
 //! the sender does besides sending, to show how far its rate moves with that:
 //!
 //! ```text
-//! cargo run --release -p rill-bench --example crossbeam_regimes -- [ROUNDS] [MS]
+//! cargo run --release -p rill-bench --example crossbeam_regimes -- [ROUNDS] [MS] [receiver-first]
 //! ```
 //!
 //! * `send only`: the sender writes a sequence number into a `[u8; 64]` and
@@ -14,11 +14,15 @@
 //!   message has; the 8-byte stores read back by the 64-byte copy are a
 //!   store-forwarding stall each;
 //! * `in place`: the same sequence number and timestamp word, written
-//!   straight into the message (no buffer, no copy, no stall).
+//!   straight into the message (no buffer, no copy, no stall);
+//! * `copy only`: the message copied out of a heap buffer that nothing
+//!   writes (what rill-bench's plain loop does).
 //!
 //! The receiver `black_box`es and counts in a local until the channel
-//! disconnects; `bounded(4096)`, as in rill-bench. Rounds alternate between
-//! the two loops; each prints its rate and the median.
+//! disconnects; `bounded(4096)`, as in rill-bench. It starts after the
+//! sender, or (`receiver-first`) before it, waiting on the empty channel as
+//! rill-bench's plain loop's receiver does. Rounds alternate between the
+//! loops; each prints its rate and the median.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -34,10 +38,14 @@ enum Sender {
     SendOnly,
     ALittle,
     InPlace,
+    CopyOnly,
 }
 
-fn round(sender_does: Sender, run: Duration) -> f64 {
+fn round(sender_does: Sender, receiver_first: bool, run: Duration) -> f64 {
     let (tx, rx) = crossbeam_channel::bounded::<[u8; 64]>(4096);
+    let receive = move || rx.into_iter().map(black_box).count();
+    let mut receive = Some(receive);
+    let early = receiver_first.then(|| std::thread::spawn(receive.take().expect("not taken yet")));
     let start = Instant::now();
     let sender = std::thread::spawn(move || {
         let mut msg = [7u8; 64];
@@ -67,6 +75,7 @@ fn round(sender_does: Sender, run: Duration) -> f64 {
                         msg[..8].copy_from_slice(&seq.to_le_bytes());
                         msg[8..16].copy_from_slice(&stamp().to_le_bytes());
                     }
+                    Sender::CopyOnly => msg.copy_from_slice(&buf),
                 }
                 if tx.send(msg).is_err() {
                     return;
@@ -78,7 +87,10 @@ fn round(sender_does: Sender, run: Duration) -> f64 {
             }
         }
     });
-    let received = std::thread::spawn(move || rx.into_iter().map(black_box).count()).join().expect("the receiver");
+    let received = match early {
+        Some(h) => h.join().expect("the receiver"),
+        None => std::thread::spawn(receive.take().expect("not taken yet")).join().expect("the receiver"),
+    };
     let elapsed = start.elapsed();
     sender.join().expect("the sender");
     received as f64 / elapsed.as_secs_f64()
@@ -93,12 +105,18 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let rounds: usize = args.next().map_or(10, |s| s.parse().expect("a round count"));
     let ms: u64 = args.next().map_or(300, |s| s.parse().expect("milliseconds per round"));
+    let receiver_first = args.next().is_some_and(|a| a == "receiver-first");
     let run = Duration::from_millis(ms);
-    let loops = [("send only", Sender::SendOnly), ("+ a little", Sender::ALittle), ("in place", Sender::InPlace)];
+    let loops = [
+        ("send only", Sender::SendOnly),
+        ("+ a little", Sender::ALittle),
+        ("in place", Sender::InPlace),
+        ("copy only", Sender::CopyOnly),
+    ];
     let mut rates = vec![Vec::new(); loops.len()];
     for _ in 0..rounds {
         for ((_, sender_does), r) in loops.iter().zip(&mut rates) {
-            r.push(round(*sender_does, run));
+            r.push(round(*sender_does, receiver_first, run));
         }
     }
     for ((name, _), r) in loops.iter().zip(&mut rates) {
