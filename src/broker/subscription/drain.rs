@@ -7,9 +7,8 @@
 //! caught up (the drainer looks again for a moment, `LINGER_NS` on the pool
 //! and its idle policy on a dedicated thread, then goes idle through
 //! `signal::go_idle`, which re-checks for commits it might have missed),
-//! out of budget (it queues
-//! itself again behind other work), backing off (the timer wakes it), or
-//! closed (it winds up).
+//! out of budget (it queues itself again behind other work), backing off
+//! (the timer wakes it), or closed (it winds up).
 //!
 //! # Why this file is long
 //!
@@ -93,14 +92,15 @@ const LINGER_MAX_SPINS: u32 = 64;
 /// going idle to this drain's start, lasted at most this long.
 ///
 /// Why: where messages come further apart than a linger, each linger is
-/// spent in vain (about 1.1x the CPU per message at 1 k and 10 k msgs/s,
-/// measured with `examples/fanthreads.rs ... pool`). Worse, with 8 idle
-/// subscriptions woken by each publish (`rill-bench --publish-cost`),
-/// lingering after every drain took a publish from 1.4-1.7 µs to 2.1-8.2
-/// µs; the likely reason (inferred, not traced) is that on cores the
-/// workers share with the publishers, a woken worker that lingers holds
-/// the core of the publisher it waits for. So a subscription woken long
-/// after it went idle drains without
+/// spent in vain (`examples/fanthreads.rs ... pool`: at 100 k msgs/s,
+/// lingering after every drain cost 3.5-3.7 µs of process CPU per message
+/// against 3.1-3.3 µs; at 1 k and 10 k msgs/s the difference was inside the
+/// measurement's spread). Worse, with 8 idle subscriptions woken by each
+/// publish (`rill-bench --publish-cost`), lingering after every drain took
+/// a publish from 1.4-1.7 µs to 2.1-8.2 µs; the likely reason (inferred,
+/// not traced) is that on cores the workers share with the publishers, a
+/// woken worker that lingers holds the core of the publisher it waits for.
+/// So a subscription woken long after it went idle drains without
 /// lingering. The spell measured includes the wake-up itself (the
 /// publisher's push, the worker's turn), so the bound is two lingers:
 /// with one, a drain woken right behind a publisher that keeps publishing
