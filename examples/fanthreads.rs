@@ -45,8 +45,12 @@ fn main() {
     let subs: usize = args.next().map_or(8, |s| s.parse().expect("a subscriber count"));
     let n: u64 = args.next().map_or(2_000_000, |s| s.parse().expect("a message count"));
     let rounds: usize = args.next().map_or(3, |s| s.parse().expect("a round count"));
-    let gap =
-        args.next().and_then(|s| s.parse::<f64>().ok().filter(|r| *r > 0.0)).map(|r| Duration::from_secs(1).div_f64(r));
+    // A RATE of 0: unpaced (to give `pool` without a rate).
+    let gap = args
+        .next()
+        .map(|s| s.parse::<f64>().expect("a rate"))
+        .filter(|r| *r > 0.0)
+        .map(|r| Duration::from_secs(1).div_f64(r));
     let dedicated = args.next().is_none_or(|m| m != "pool");
     rill::clock::warm_up();
     let payload = [7u8; 64];

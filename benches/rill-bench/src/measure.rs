@@ -728,8 +728,6 @@ impl Stamp {
 #[derive(Debug)]
 pub struct Source {
     bufs: Vec<Vec<u8>>,
-    /// Per buffer: its stamp bytes hold a stamp, not zero.
-    stamped: Vec<bool>,
     seq: u64,
     tag: bool,
     /// Messages until the next one stamped under `Stamp::OneIn` (a countdown,
@@ -741,25 +739,16 @@ pub struct Source {
 impl Source {
     /// Buffers for `shape`, tagged with the producer's index.
     pub fn new(shape: &Shape, producer: usize, stamp: Stamp) -> Source {
+        let bufs = (0..shape.batch.max(1)).map(|_| vec![0x5A; shape.payload]).collect();
         let stamp = if shape.payload >= STAMP.end { stamp } else { Stamp::Never };
-        let buf = || {
-            let mut b = vec![0x5A; shape.payload];
-            if stamp != Stamp::Never {
-                // Zero until stamped: `next` writes these bytes only when they change.
-                b[STAMP].fill(0);
-            }
-            b
-        };
-        let bufs = (0..shape.batch.max(1)).map(|_| buf()).collect();
         let until_stamp = if let Stamp::OneIn(k) = stamp { k.max(1) } else { 0 };
-        let stamped = vec![false; shape.batch.max(1)];
-        Source { bufs, stamped, seq: (producer as u64) << 48, tag: shape.work.sums(), until_stamp, stamp }
+        Source { bufs, seq: (producer as u64) << 48, tag: shape.work.sums(), until_stamp, stamp }
     }
 
     /// The next `n` payloads (`n` at most the batch size).
     #[inline(always)]
     pub fn next(&mut self, n: usize) -> &[Vec<u8>] {
-        for (b, stamped) in self.bufs[..n].iter_mut().zip(&mut self.stamped) {
+        for b in &mut self.bufs[..n] {
             if self.tag {
                 let tag = self.seq.to_le_bytes();
                 match b.get_mut(..8) {
@@ -784,9 +773,10 @@ impl Source {
                     }
                 }
             };
-            if ts != 0 || *stamped {
+            // Only when they change (see the type's docs); the buffer's
+            // first message zeroes its filler bytes.
+            if ts != 0 || stamp_of(b) != 0 {
                 b[STAMP].copy_from_slice(&ts.to_le_bytes());
-                *stamped = ts != 0;
             }
         }
         &self.bufs[..n]

@@ -396,7 +396,9 @@ impl SubCore {
     /// (the dedicated drainer's spin is the same wait, modelled).
     #[cfg(not(loom))]
     fn linger_for_work(&self, st: &mut DrainState) -> bool {
-        let start = crate::clock::now_ns();
+        // The clock is first read after a look that found nothing: on the
+        // publisher's heels the first look usually finds work.
+        let mut start = 0;
         let mut spins = 1u32;
         loop {
             // Before every look: a drainer that finds work whenever it looks
@@ -411,7 +413,10 @@ impl SubCore {
             if self.has_work(st) {
                 return true;
             }
-            if crate::clock::now_ns().saturating_sub(start) >= LINGER_NS {
+            let now = crate::clock::now_ns();
+            if start == 0 {
+                start = now;
+            } else if now.saturating_sub(start) >= LINGER_NS {
                 return false;
             }
             spins = (spins * 2).min(LINGER_MAX_SPINS);
