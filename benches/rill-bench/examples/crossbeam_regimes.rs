@@ -16,7 +16,10 @@
 //! * `in place`: the same sequence number and timestamp word, written
 //!   straight into the message (no buffer, no copy, no stall);
 //! * `copy only`: the message copied out of a heap buffer that nothing
-//!   writes (what rill-bench's plain loop does).
+//!   writes (what rill-bench's plain loop does);
+//! * `rill-bench`: rill-bench's own plain loop for crossbeam one-to-one
+//!   (`plain::run`), the self-check's reference, which must run at the
+//!   rates of the loops above to be one.
 //!
 //! The receiver `black_box`es and counts in a local until the channel
 //! disconnects; `bounded(4096)`, as in rill-bench. It starts after the
@@ -39,9 +42,47 @@ enum Sender {
     ALittle,
     InPlace,
     CopyOnly,
+    RillBench,
+}
+
+/// One round of rill-bench's plain loop for crossbeam one-to-one.
+fn rill_bench_round(run: Duration) -> f64 {
+    use rill_bench::measure::{Amount, Delivery, HandlerCost, Shape, SubMode, Work};
+    use rill_bench::systems::{Env, PeerPayload, RillOverflow, System};
+    let shape = Shape {
+        producers: 1,
+        subscribers: 1,
+        mode: SubMode::Pool,
+        partitions: 1,
+        payload: 64,
+        batch: 1,
+        poll_batch: 64,
+        amount: Amount::Seconds(run.as_secs_f64()),
+        rate: None,
+        capacity: 4096,
+        delivery: Delivery::AtLeastOnce,
+        sample_every: 64,
+        idle_spin_us: 0,
+        work: Work::Minimal,
+        handler: HandlerCost::Free,
+        persist: None,
+    };
+    let env = Env {
+        workers: None,
+        retention_mib: 64,
+        warmup: false,
+        overflow: RillOverflow::Block,
+        batch_handler: false,
+        peer_payload: PeerPayload::Auto,
+        timeout: Duration::from_secs(60),
+    };
+    rill_bench::plain::run(System::Crossbeam, &shape, &env).expect("crossbeam has a plain loop").msgs_per_sec()
 }
 
 fn round(sender_does: Sender, receiver_first: bool, run: Duration) -> f64 {
+    if sender_does == Sender::RillBench {
+        return rill_bench_round(run);
+    }
     let (tx, rx) = crossbeam_channel::bounded::<[u8; 64]>(4096);
     let receive = move || rx.into_iter().map(black_box).count();
     let mut receive = Some(receive);
@@ -76,6 +117,7 @@ fn round(sender_does: Sender, receiver_first: bool, run: Duration) -> f64 {
                         msg[8..16].copy_from_slice(&stamp().to_le_bytes());
                     }
                     Sender::CopyOnly => msg.copy_from_slice(&buf),
+                    Sender::RillBench => unreachable!("run by rill_bench_round"),
                 }
                 if tx.send(msg).is_err() {
                     return;
@@ -112,6 +154,7 @@ fn main() {
         ("+ a little", Sender::ALittle),
         ("in place", Sender::InPlace),
         ("copy only", Sender::CopyOnly),
+        ("rill-bench", Sender::RillBench),
     ];
     let mut rates = vec![Vec::new(); loops.len()];
     for _ in 0..rounds {

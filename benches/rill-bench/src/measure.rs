@@ -45,6 +45,10 @@ pub const MAX_LATENCY_NS: u64 = 60_000_000_000;
 /// what was delivered.
 pub const FLUSH_EVERY: u64 = 4096;
 
+/// Messages an unpaced producer sends between two looks at the clock and
+/// at the run (`drive`).
+pub const CHECK_EVERY: u64 = 256;
+
 /// Bytes of a peer payload that carry the producer's timestamp (0: not
 /// stamped), after the 8-byte sequence tag. rill and bare-log carry their own
 /// timestamp per record and never use these bytes.
@@ -788,6 +792,12 @@ impl Source {
 /// stop early), stamped as `stamp` says, pacing to `shape.rate` if set, until
 /// the count or duration is reached or the run is aborted. Returns the
 /// messages published.
+///
+/// Unpaced, it looks at the clock and the run once per [`CHECK_EVERY`]
+/// messages and runs the steps between as a plain loop does (no load of the
+/// run's state and no branch on the deadline per message); paced, before
+/// every step, since pacing reads the clock anyway (a paced run used to see
+/// its deadline only every 256 messages, up to 256 intervals late).
 pub fn drive(shape: &Shape, run: &Run, producer: usize, stamp: Stamp, mut step: impl FnMut(&[Vec<u8>]) -> bool) -> u64 {
     let mut src = Source::new(shape, producer, stamp);
     let batch = shape.batch.max(1) as u64;
@@ -796,36 +806,33 @@ pub fn drive(shape: &Shape, run: &Run, producer: usize, stamp: Stamp, mut step: 
         Amount::Seconds(s) => (u64::MAX, now_ns() + (s * 1e9) as u64),
     };
     let interval = shape.rate.map(|r| 1e9 * shape.producers as f64 / r.max(1) as f64);
+    let check_every = if interval.is_some() { 1 } else { CHECK_EVERY };
     let start = now_ns();
     let mut sent = 0u64;
-    let mut next_check = 0u64;
-    while sent < limit {
-        if run.aborted() {
-            break;
-        }
-        if let Some(iv) = interval {
-            let due = start + (sent as f64 * iv) as u64;
-            while now_ns() < due {
-                std::hint::spin_loop();
-            }
-        }
-        let n = batch.min(limit - sent) as usize;
+    while sent < limit && !run.aborted() {
         let mut last = false;
-        if sent >= next_check {
-            next_check = sent + 256;
-            if deadline != u64::MAX && now_ns() >= deadline {
-                // Only the last producer to stop sends one more step, after
-                // fixing the final count (see the module docs).
-                if !run.stop_producer(sent, n as u64) {
-                    break;
-                }
-                last = true;
+        if deadline != u64::MAX && now_ns() >= deadline {
+            // Only the last producer to stop sends one more step, after
+            // fixing the final count (see the module docs).
+            if !run.stop_producer(sent, batch.min(limit - sent)) {
+                break;
             }
+            last = true;
         }
-        if !step(src.next(n)) {
-            break;
+        let until = if last { sent + 1 } else { limit.min(sent.saturating_add(check_every)) };
+        while sent < until {
+            if let Some(iv) = interval {
+                let due = start + (sent as f64 * iv) as u64;
+                while now_ns() < due {
+                    std::hint::spin_loop();
+                }
+            }
+            let n = batch.min(limit - sent) as usize;
+            if !step(src.next(n)) {
+                return sent;
+            }
+            sent += n as u64;
         }
-        sent += n as u64;
         if last {
             break;
         }

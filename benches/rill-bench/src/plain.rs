@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::measure::{Amount, Shape, voluntary_switches};
+use crate::systems::channels::send_each;
 use crate::systems::{Env, Inline, MAX_ARRAY_PAYLOAD, Payload, PeerPayload, System};
 
 /// A harnessed peer slower than this share of its plain loop makes the
@@ -157,10 +158,7 @@ where
     // `move`: the producers' clones are the only senders once `make` is dropped.
     timed(shape, receivers, move |_| {
         let (txs, body) = (txs.clone(), body.clone());
-        move || {
-            let msg = P::copy_from(&body);
-            txs.iter().all(|tx| send(tx, msg.clone()))
-        }
+        move || send_each(&txs, P::copy_from(&body), send)
     })
 }
 
@@ -206,30 +204,31 @@ fn timed<S: FnMut() -> bool + Send>(
 }
 
 /// Calls `step` for the shape's count, or until its duration has passed.
+///
+/// `step` has one call site, whichever the amount, as in the loop a user
+/// writes (two loops, one per amount, gave the compiler two copies to
+/// inline or not).
 fn send_for(shape: &Shape, step: &mut impl FnMut() -> bool) -> u64 {
+    let (limit, deadline) = match shape.amount {
+        Amount::Messages(n) => (n, None),
+        Amount::Seconds(secs) => (u64::MAX, Some(Instant::now() + Duration::from_secs_f64(secs))),
+    };
     let mut sent = 0u64;
-    match shape.amount {
-        Amount::Messages(n) => {
-            while sent < n && step() {
-                sent += 1;
-            }
+    loop {
+        let chunk = (limit - sent).min(CLOCK_EVERY);
+        if chunk == 0 {
+            return sent;
         }
-        Amount::Seconds(secs) => {
-            let deadline = Instant::now() + Duration::from_secs_f64(secs);
-            loop {
-                for _ in 0..CLOCK_EVERY {
-                    if !step() {
-                        return sent;
-                    }
-                    sent += 1;
-                }
-                if Instant::now() >= deadline {
-                    return sent;
-                }
+        for _ in 0..chunk {
+            if !step() {
+                return sent;
             }
+            sent += 1;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return sent;
         }
     }
-    sent
 }
 
 fn finish(

@@ -41,6 +41,28 @@ pub fn run_flume<P: Payload>(shape: &Shape, env: &Env) -> Outcome {
     )
 }
 
+/// Sends `m` on every channel in `txs`, a clone to all but the last; false
+/// (and nothing more sent) as soon as one send fails, or with no channel.
+///
+/// `send` has one call site, as in a user's loop, and the harness and the
+/// plain loop (`plain.rs`) share this code, so the self-check compares the
+/// same send. It does not settle which of its two states one-to-one
+/// crossbeam runs in here (the ring full and the sender waiting, 30-45 M
+/// msgs/s, or the ring empty and the receiver waiting on the sender's line,
+/// 7-13 M): that changes from build to build with the code around the loop
+/// (docs/PERFORMANCE.md).
+#[inline(always)]
+pub(crate) fn send_each<P: Clone, Tx>(txs: &[Tx], m: P, send: impl Fn(&Tx, P) -> bool) -> bool {
+    let mut m = Some(m);
+    for (i, tx) in txs.iter().enumerate() {
+        let Some(msg) = (if i + 1 == txs.len() { m.take() } else { m.clone() }) else { return false };
+        if !send(tx, msg) {
+            return false;
+        }
+    }
+    m.is_none()
+}
+
 fn run_channels<P, Tx, Rx, S>(
     shape: &Shape,
     env: &Env,
@@ -73,19 +95,7 @@ where
             let txs = txs.clone();
             Box::new(move |run: &Run| {
                 drive(shape, run, p, Stamp::for_peer(shape), |bufs| {
-                    let Some((last, rest)) = txs.split_last() else { return false };
-                    for b in bufs {
-                        let m = P::copy_from(b);
-                        for tx in rest {
-                            if !send(tx, m.clone()) {
-                                return false;
-                            }
-                        }
-                        if !send(last, m) {
-                            return false;
-                        }
-                    }
-                    true
+                    bufs.iter().all(|b| send_each(&txs, P::copy_from(b), send))
                 })
             }) as ProducerFn<'_>
         })

@@ -8,7 +8,7 @@
 
 mod bare_log;
 mod bus_peer;
-mod channels;
+pub(crate) mod channels;
 mod disruptor_peer;
 pub mod rill_sys;
 mod tokio_peer;
