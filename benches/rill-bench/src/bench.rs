@@ -58,6 +58,10 @@ pub struct SelfCheck {
     pub plain_switches_per_1k: f64,
     /// The harnessed peer's median msgs/s over its plain loop's.
     pub harness_share: f64,
+    /// rill's median msgs/s in the same scenario over the peer's plain
+    /// loop's: rill against the speed a user gets from the peer, whether or
+    /// not the harnessed pair was valid.
+    pub rill_vs_plain: f64,
     /// False when `harness_share` is below [`VALID_SHARE`]: the harness, not
     /// the peer, would set the ratio, so the comparison is not reported as one.
     pub valid: bool,
@@ -226,26 +230,30 @@ pub fn measure(sc: &Scenario, peers: &[System], pairs: usize, env: &Env, bar: &P
         let stats = pair_stats(&ratios);
         let note = skipped.get(&p).cloned().or_else(|| collapsed.get(&p).cloned());
         let harnessed = systems_out.last().map_or(0.0, |s| s.msgs_per_sec);
-        let self_check = self_check(harnessed, plain_runs.get(&p).map(Vec::as_slice).unwrap_or(&[]));
+        let rill = systems_out[0].msgs_per_sec;
+        let self_check = self_check(rill, harnessed, plain_runs.get(&p).map(Vec::as_slice).unwrap_or(&[]));
         comparisons.push(Comparison { peer: p, pairs: stats, note, self_check });
     }
     ScenarioResult { shape_text: sc.shape.describe(), scenario: sc.clone(), systems: systems_out, comparisons }
 }
 
 /// The self-check of a peer that made `harnessed` msgs/s (median) in the
-/// harness, from its plain runs; `None` without plain runs.
-pub fn self_check(harnessed: f64, plain: &[Plain]) -> Option<SelfCheck> {
+/// harness, where rill made `rill`, from its plain runs; `None` without
+/// plain runs.
+pub fn self_check(rill: f64, harnessed: f64, plain: &[Plain]) -> Option<SelfCheck> {
     let rates: Vec<f64> = plain.iter().map(Plain::msgs_per_sec).collect();
     if rates.is_empty() {
         return None;
     }
     let plain_msgs_per_sec = median(&rates);
-    let harness_share = if plain_msgs_per_sec > 0.0 { harnessed / plain_msgs_per_sec } else { f64::NAN };
+    let share = |x: f64| if plain_msgs_per_sec > 0.0 { x / plain_msgs_per_sec } else { f64::NAN };
+    let harness_share = share(harnessed);
     Some(SelfCheck {
         plain_msgs_per_sec,
         plain_runs: rates,
         plain_switches_per_1k: median(&plain.iter().map(Plain::switches_per_1k).collect::<Vec<_>>()),
         harness_share,
+        rill_vs_plain: share(rill),
         valid: harness_share >= VALID_SHARE,
     })
 }
@@ -366,15 +374,15 @@ mod tests {
     #[test]
     fn a_peer_slowed_by_the_harness_makes_the_comparison_invalid() {
         let runs = [plain(10_000_000), plain(12_000_000), plain(11_000_000)];
-        let ok = self_check(10_000_000.0, &runs).unwrap();
+        let ok = self_check(8_000_000.0, 10_000_000.0, &runs).unwrap();
         assert_eq!(ok.plain_msgs_per_sec, 11_000_000.0);
         assert!(ok.valid, "{ok:?}");
-        let slowed = self_check(5_000_000.0, &runs).unwrap();
+        let slowed = self_check(8_000_000.0, 5_000_000.0, &runs).unwrap();
         assert!(!slowed.valid, "{slowed:?}");
         assert!((slowed.harness_share - 5.0 / 11.0).abs() < 1e-9);
         let c = Comparison { peer: System::Crossbeam, pairs: None, note: None, self_check: Some(slowed) };
         assert!(!c.valid());
-        assert!(self_check(1.0, &[]).is_none());
+        assert!(self_check(1.0, 1.0, &[]).is_none());
         assert!(Comparison { self_check: None, ..c }.valid(), "no plain loop: nothing to invalidate");
     }
 }

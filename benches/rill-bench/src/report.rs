@@ -145,13 +145,18 @@ pub fn table(r: &Report) -> String {
             };
             let _ = writeln!(
                 o,
-                "   {:<15} {:>8} {:>8} {:>8}  {:>10} {:>7} {:>14}  pairs ({what})",
-                "rill vs", "median", "worst", "best", "plain loop", "csw/1k", "harness/plain"
+                "   {:<15} {:>8} {:>8} {:>8}  {:>10} {:>10} {:>7} {:>14}  pairs ({what})",
+                "rill vs", "median", "worst", "best", "plain loop", "rill/plain", "csw/1k", "harness/plain"
             );
             for c in &sr.comparisons {
-                let (plain, plain_csw) = c.self_check.as_ref().map_or(("-".into(), "-".into()), |sc| {
-                    (fmt_count(sc.plain_msgs_per_sec), format!("{:.2}", sc.plain_switches_per_1k))
-                });
+                let (plain, vs_plain, plain_csw) =
+                    c.self_check.as_ref().map_or(("-".into(), "-".into(), "-".into()), |sc| {
+                        (
+                            fmt_count(sc.plain_msgs_per_sec),
+                            fmt_ratio(sc.rill_vs_plain),
+                            format!("{:.2}", sc.plain_switches_per_1k),
+                        )
+                    });
                 let (med, worst, best, list) = match &c.pairs {
                     Some(p) => (
                         fmt_ratio(p.median),
@@ -163,12 +168,13 @@ pub fn table(r: &Report) -> String {
                 };
                 let _ = writeln!(
                     o,
-                    "   {:<15} {:>8} {:>8} {:>8}  {:>10} {:>7} {:>14}  {}{}",
+                    "   {:<15} {:>8} {:>8} {:>8}  {:>10} {:>10} {:>7} {:>14}  {}{}",
                     c.peer.name(),
                     med,
                     worst,
                     best,
                     plain,
+                    vs_plain,
                     plain_csw,
                     share(c),
                     list,
@@ -240,9 +246,9 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(o);
         let _ = writeln!(
             o,
-            "| scenario | peer (payload) | rill | peer | rill vs peer, median | worst pair | peer in harness / plain loop |"
+            "| scenario | peer (payload) | rill | peer | rill vs peer, median | worst pair | peer in harness / plain loop | rill / peer's plain loop |"
         );
-        let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|");
+        let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|---:|");
         for sr in r.scenarios.iter().filter(|sr| sr.scenario.shape.work == work) {
             let rill = metric_value(sr, sr.system(System::Rill));
             for c in &sr.comparisons {
@@ -257,12 +263,15 @@ pub fn markdown(r: &Report) -> String {
                     peer += &format!(" ({n})");
                 }
                 let payload = summary.map_or(String::new(), |s| s.payload.clone());
-                let plain = c.self_check.as_ref().map_or("-".into(), |sc| {
-                    format!("{} (plain {} msgs/s)", share(c), fmt_count(sc.plain_msgs_per_sec))
+                let (plain, vs_plain) = c.self_check.as_ref().map_or(("-".into(), "-".into()), |sc| {
+                    (
+                        format!("{} (plain {} msgs/s)", share(c), fmt_count(sc.plain_msgs_per_sec)),
+                        fmt_ratio(sc.rill_vs_plain),
+                    )
                 });
                 let _ = writeln!(
                     o,
-                    "| {} | {} ({}) | {} | {} | {} | {} | {} |",
+                    "| {} | {} ({}) | {} | {} | {} | {} | {} | {} |",
                     sr.scenario.name,
                     c.peer.name(),
                     payload.replace('|', "\\|"),
@@ -270,7 +279,8 @@ pub fn markdown(r: &Report) -> String {
                     peer,
                     med,
                     worst,
-                    plain
+                    plain,
+                    vs_plain
                 );
             }
         }
@@ -281,7 +291,7 @@ pub fn markdown(r: &Report) -> String {
 
 const CSV_HEADER: &str = "scenario,work,system,payload_type,producers,subscribers,mode,partitions,payload_bytes,batch,runs,\
 status,msgs_per_sec,mb_per_sec,deliveries_per_sec,lost_pct,switches_per_1k,p50_ns,p90_ns,p99_ns,p999_ns,max_ns,\
-ratio_median,ratio_worst,plain_msgs_per_sec,harness_share,valid";
+ratio_median,ratio_worst,plain_msgs_per_sec,harness_share,valid,rill_vs_plain";
 
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_owned() }
@@ -299,11 +309,14 @@ pub fn csv(r: &Report) -> String {
             let (median, worst) = c
                 .and_then(|c| c.pairs.as_ref())
                 .map_or((String::new(), String::new()), |p| (format!("{:.4}", p.median), format!("{:.4}", p.worst)));
-            let (plain, share, valid) = match c.and_then(|c| c.self_check.as_ref()) {
-                Some(sc) => {
-                    (format!("{:.0}", sc.plain_msgs_per_sec), format!("{:.4}", sc.harness_share), sc.valid.to_string())
-                }
-                None => (String::new(), String::new(), String::new()),
+            let (plain, share, valid, vs_plain) = match c.and_then(|c| c.self_check.as_ref()) {
+                Some(sc) => (
+                    format!("{:.0}", sc.plain_msgs_per_sec),
+                    format!("{:.4}", sc.harness_share),
+                    sc.valid.to_string(),
+                    format!("{:.4}", sc.rill_vs_plain),
+                ),
+                None => (String::new(), String::new(), String::new(), String::new()),
             };
             let l = &s.latency;
             let fields = [
@@ -334,6 +347,7 @@ pub fn csv(r: &Report) -> String {
                 plain,
                 share,
                 valid,
+                vs_plain,
             ];
             let row: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
             o += &row.join(",");
@@ -414,13 +428,13 @@ pub(crate) mod tests {
                         peer: System::Crossbeam,
                         pairs: pairs.clone(),
                         note: None,
-                        self_check: self_check(10e6, &[plain(11_000_000)]),
+                        self_check: self_check(30e6, 10e6, &[plain(11_000_000)]),
                     },
                     Comparison {
                         peer: System::Flume,
                         pairs,
                         note: None,
-                        self_check: self_check(5e6, &[plain(10_000_000)]),
+                        self_check: self_check(30e6, 5e6, &[plain(10_000_000)]),
                     },
                 ],
                 scenario: sc,
@@ -434,13 +448,13 @@ pub(crate) mod tests {
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 4);
         let cols = lines[0].split(',').count();
-        assert_eq!(cols, 27);
+        assert_eq!(cols, 28);
         for l in &lines[1..] {
             assert_eq!(l.split(',').count(), cols, "{l}");
         }
         assert!(lines[1].starts_with("one-to-one,minimal,rill,,1,1,pool,1,64,1,5,ok,30000000,"), "{}", lines[1]);
-        assert!(lines[2].ends_with(",3.0000,2.0000,11000000,0.9091,true"), "{}", lines[2]);
-        assert!(lines[3].ends_with(",3.0000,2.0000,10000000,0.5000,false"), "{}", lines[3]);
+        assert!(lines[2].ends_with(",3.0000,2.0000,11000000,0.9091,true,2.7273"), "{}", lines[2]);
+        assert!(lines[3].ends_with(",3.0000,2.0000,10000000,0.5000,false,3.0000"), "{}", lines[3]);
         assert!(!out.to_lowercase().contains("target"), "no targets in the tool's output");
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("say \"x\""), "\"say \"\"x\"\"\"");
@@ -462,6 +476,7 @@ pub(crate) mod tests {
         assert_eq!(sc["comparisons"][0]["pairs"]["worst"], 2.0);
         assert_eq!(sc["comparisons"][0]["self_check"]["valid"], true);
         assert_eq!(sc["comparisons"][1]["self_check"]["valid"], false);
+        assert_eq!(sc["comparisons"][1]["self_check"]["rill_vs_plain"], 3.0);
         assert!(!json.to_lowercase().contains("target"), "no targets in the tool's output");
     }
 
@@ -475,7 +490,7 @@ pub(crate) mod tests {
         assert!(t.contains("0.50x INVALID"), "{t}");
         assert!(
             t.contains(
-                "| one-to-one | crossbeam ([u8; 64]) | 30.0 M msgs/s | 10.0 M msgs/s | 3.00x | 2.00x | 0.91x (plain 11.0 M msgs/s) |"
+                "| one-to-one | crossbeam ([u8; 64]) | 30.0 M msgs/s | 10.0 M msgs/s | 3.00x | 2.00x | 0.91x (plain 11.0 M msgs/s) | 2.73x |"
             ),
             "{t}"
         );
