@@ -73,7 +73,8 @@ in --sample-every messages, and peers' producers stamp only those. --work touch:
 what their users send: [u8; 64] by value one-to-one and many-to-one, Arc<[u8]> when fanning out
 (--peer-payload). Pairs alternate their order (rill, peer, then peer, rill). Every comparison also
 times the peer in the plain loop its user would write, outside the harness: 'harness/plain' is the
-harnessed peer's rate over it, and below 0.8x the comparison is marked INVALID. csw/1k: voluntary
+harnessed peer's rate over it, and below 0.8x the comparison is marked INVALID; 'rill/plain' is
+rill's rate over it, valid pair or not. csw/1k: voluntary
 context switches per 1,000 messages (a blocking channel makes many). Latency is publish-to-handler
 on rill's clock (rill::clock::now_ns), in an HDR histogram.";
 
@@ -563,7 +564,7 @@ fn notes(env: &Env, peers: &[System], list: &[Scenario], pairs: usize) -> Vec<St
         "msgs/s = delivered messages per subscriber per second (median of runs); deliv/s = msgs/s x subscribers; \
          csw/1k = voluntary context switches per 1,000 messages (median of runs); \
          latency = publish to handler, HDR histogram over all runs; harness/plain = the harnessed peer's msgs/s \
-         over its plain loop's (below 0.8x: INVALID)"
+         over its plain loop's (below 0.8x: INVALID); rill/plain = rill's msgs/s over the peer's plain loop's"
             .into(),
     );
     n
