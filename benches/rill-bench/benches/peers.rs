@@ -34,7 +34,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use rill::{Broker, BrokerConfig, ConsumerOptions, ConsumerStart, Record, TopicOptions};
 use rill_bench::measure::{Amount, Status, Work, touch};
 use rill_bench::scenarios::base_shape;
-use rill_bench::systems::{self, Env, PeerPayload, RillOverflow, System};
+use rill_bench::systems::{self, Env, System};
 
 const PAYLOAD: usize = 64;
 const CAPACITY: usize = 4096;
@@ -48,15 +48,7 @@ fn systems() -> impl Iterator<Item = System> {
 }
 
 fn env() -> Env {
-    Env {
-        workers: None,
-        retention_mib: 64,
-        warmup: false,
-        overflow: RillOverflow::Block,
-        batch_handler: false,
-        peer_payload: PeerPayload::Auto,
-        timeout: CAP,
-    }
+    Env { warmup: false, timeout: CAP, ..Env::default() }
 }
 
 /// Times `iters` messages per producer through `system` in a fresh run of

@@ -47,35 +47,13 @@ enum Sender {
 
 /// One round of rill-bench's plain loop for crossbeam one-to-one.
 fn rill_bench_round(run: Duration) -> f64 {
-    use rill_bench::measure::{Amount, Delivery, HandlerCost, Shape, SubMode, Work};
-    use rill_bench::systems::{Env, PeerPayload, RillOverflow, System};
-    let shape = Shape {
-        producers: 1,
-        subscribers: 1,
-        mode: SubMode::Pool,
-        partitions: 1,
-        payload: 64,
-        batch: 1,
-        poll_batch: 64,
+    use rill_bench::measure::Amount;
+    use rill_bench::systems::{Env, System};
+    let shape = rill_bench::measure::Shape {
         amount: Amount::Seconds(run.as_secs_f64()),
-        rate: None,
-        capacity: 4096,
-        delivery: Delivery::AtLeastOnce,
-        sample_every: 64,
-        idle_spin_us: 0,
-        work: Work::Minimal,
-        handler: HandlerCost::Free,
-        persist: None,
+        ..rill_bench::scenarios::base_shape()
     };
-    let env = Env {
-        workers: None,
-        retention_mib: 64,
-        warmup: false,
-        overflow: RillOverflow::Block,
-        batch_handler: false,
-        peer_payload: PeerPayload::Auto,
-        timeout: Duration::from_secs(60),
-    };
+    let env = Env::default();
     rill_bench::plain::run(System::Crossbeam, &shape, &env).expect("crossbeam has a plain loop").msgs_per_sec()
 }
 

@@ -364,7 +364,6 @@ pub(crate) mod tests {
     use crate::plain::Plain;
     use crate::scenarios::{Named, named};
     use crate::stats::{Percentiles, pair_stats};
-    use crate::systems::{PeerPayload, RillOverflow};
 
     fn summary(system: System, msgs: f64) -> SystemSummary {
         SystemSummary {
@@ -405,15 +404,7 @@ pub(crate) mod tests {
             command: "rill-bench --scenario one-to-one --compare".into(),
             probe: Some(Probe { round_trip_ns: 180.0, min_ns: 170.0, max_ns: 200.0, pinned: true }),
             hiccups: Some(Hiccups { spun_ms: 200.0, per_sec: 12.0, p99_ns: 40, p9999_ns: 3_000, max_ns: 60_000 }),
-            env: Env {
-                workers: None,
-                retention_mib: 64,
-                warmup: true,
-                overflow: RillOverflow::Block,
-                batch_handler: false,
-                peer_payload: PeerPayload::Auto,
-                timeout: std::time::Duration::from_secs(10),
-            },
+            env: Env::default(),
             notes: vec!["a note".into()],
             elapsed_s: 12.0,
             scenarios: vec![ScenarioResult {

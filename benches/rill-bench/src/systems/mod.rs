@@ -125,6 +125,21 @@ pub struct Env {
     pub timeout: Duration,
 }
 
+impl Default for Env {
+    /// The tool's defaults, as `rill-bench` without options runs.
+    fn default() -> Env {
+        Env {
+            workers: None,
+            retention_mib: 64,
+            warmup: true,
+            overflow: RillOverflow::Block,
+            batch_handler: false,
+            peer_payload: PeerPayload::Auto,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
 impl Env {
     /// The worker count to use.
     pub fn workers(&self) -> usize {
