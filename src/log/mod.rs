@@ -296,7 +296,9 @@ impl Log {
     /// Fails, appending nothing, if the record is larger than
     /// [`Log::max_record_bytes`] or cannot be encoded.
     pub fn append(&self, record: &Record<'_>) -> Result<u64> {
-        Ok(self.append_pinned(record, &mut epoch::pin())?)
+        // Stamped before the pin, as the broker's publish does (see there).
+        let timestamp = now_ns();
+        Ok(self.append_pinned(record, timestamp, &mut epoch::pin())?)
     }
 
     /// [`Log::append`] under the caller's pin (the broker holds one already
@@ -304,9 +306,15 @@ impl Log {
     /// roll really re-pins (re-pinning a nested guard does nothing). Its
     /// error is the publish path's [`PublishFailure`] (see there why).
     #[inline]
-    pub(crate) fn append_pinned(&self, record: &Record<'_>, guard: &mut Guard) -> Result<u64, PublishFailure> {
+    /// `timestamp` is the record's stamp, read from [`now_ns`] by the
+    /// caller before it pinned.
+    pub(crate) fn append_pinned(
+        &self,
+        record: &Record<'_>,
+        timestamp: u64,
+        guard: &mut Guard,
+    ) -> Result<u64, PublishFailure> {
         let len = self.check_size(record)?;
-        let timestamp = now_ns();
         let frame = self.shared.sizes.frame;
         let offset = self.shared.reserve_then(1, len as u64 + frame, guard, |seg, index, pos| {
             // SAFETY: `index` and `pos..pos + frame + len` come from our own
