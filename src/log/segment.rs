@@ -156,6 +156,18 @@ const NOT_SEALED: u64 = u64::MAX;
 const UNCOMMITTED: u32 = 0;
 /// Committed slots store `pos / POS_UNIT + 1`; record positions are multiples of it.
 const POS_UNIT: u64 = super::record::RECORD_ALIGN as u64;
+/// How far past its own record a writer asks for the region's next line
+/// ahead of time (`Segment::prefetch_ahead`), so that a later append's stores
+/// find it in cache rather than waiting for it from memory when the locked
+/// instructions of that append drain them. Why this far: ten 96-byte records
+/// ahead, a few appends' time for the line to arrive. Measured (a pinned,
+/// stamped minimal append into a 256 MiB ring, this project's VM): no
+/// prefetch 37.7-38.8 ns, 256 B ahead 34.2-36.6, 1 KiB 32.4-34.3, 4 KiB
+/// 32.1-33.3; into a 4 MiB ring, which the caches hold, no difference.
+/// rill's `Publisher::publish` with no subscriber, past its retention's
+/// first fill, alternating builds: 40.1-47.7 ns with it, 44.9-52.7 without.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+const PREFETCH_AHEAD: u64 = 1024;
 
 /// Largest segment, so the 40-bit byte field cannot carry (see the essay).
 pub(crate) const MAX_SEGMENT_BYTES: usize = 1 << 30;
@@ -479,6 +491,26 @@ impl Segment {
         }
     }
 
+    /// Asks the CPU to bring the line [`PREFETCH_AHEAD`] bytes past `pos`
+    /// into its cache, if it is in this segment's region: a hint, not an
+    /// access (it reads nothing, writes nothing, and cannot fault).
+    #[inline(always)]
+    fn prefetch_ahead(&self, pos: u64) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        if pos + PREFETCH_AHEAD < self.capacity {
+            let line = self.data.as_ptr().wrapping_add((pos + PREFETCH_AHEAD) as usize);
+            // SAFETY: `_mm_prefetch` needs SSE, which every x86-64 CPU has
+            // (it is in the target's baseline features); a prefetch of any
+            // address is a hint that never faults, and this one lies in our
+            // own mapped region besides.
+            unsafe {
+                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(line.cast_const().cast())
+            };
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = pos;
+    }
+
     /// Writes `record` into the range a `Granted` reservation gave for slot `index`.
     ///
     /// # Safety
@@ -489,6 +521,7 @@ impl Segment {
     #[inline]
     pub(crate) unsafe fn write(&self, index: u64, pos: u64, len: usize, record: &Record<'_>, timestamp_ns: u64) {
         debug_assert!(pos + len as u64 <= self.capacity && pos.is_multiple_of(POS_UNIT));
+        self.prefetch_ahead(pos);
         self.slots()[index as usize].bytes.with_mut(|_| {
             // SAFETY: the reservation gave this caller `pos..pos + len` alone (the
             // fetch-add hands out disjoint ranges inside the region), and no reader
