@@ -15,7 +15,8 @@
 //! * [`publish_cost`]: the publisher's own ns per call, with no subscriber
 //!   and with 8 that keep up, beside crossbeam-channel's `send`, and the
 //!   machine's floors under a publish (clock read, `lock xadd`, epoch pin,
-//!   a minimal log append with and without a stamp);
+//!   a minimal log append with and without a stamp, and pinned into a
+//!   region of rill's default retention);
 //! * `bridge` (the `nats` feature): the `bridge` scenario, rill through
 //!   NATS JetStream against a plain async-nats pair.
 

@@ -312,9 +312,16 @@ pub struct Floor {
 /// padding) and the 64-byte payload, as rill's in-memory records of this
 /// size take about the same.
 const FLOOR_RECORD: usize = 32 + PAYLOAD;
-/// The floor log's ring: rill's default segment size, so its stores miss
-/// the caches as rill's do.
+/// The floor log's ring: rill's default segment size.
 const FLOOR_RING: usize = 4 << 20;
+/// The region of the composed floor: rill's default retention of a
+/// partition, so the memory its appends write is as far from the caches as
+/// rill's. Its pages are faulted in before the timing, as a partition's are
+/// once its retention has been filled and it recycles its segments; rill's
+/// own row is timed on a new topic, so it also pays for faulting its pages
+/// in (in 2 MiB pages where the kernel has them: in 4 KiB ones, this floor
+/// read 70-155 ns instead of about 45).
+const FLOOR_RETAINED: usize = rill::log::DEFAULT_RETENTION_BYTES as usize;
 
 /// The floors under a publish on this machine, each `repeats` times, `steps`
 /// steps a time: a read of rill's clock (the stamp every record carries),
@@ -323,10 +330,15 @@ const FLOOR_RING: usize = 4 << 20;
 /// with and without the stamp: reserve `FLOOR_RECORD` bytes of a ring with
 /// one `fetch_add`, write the header and the payload, commit with a
 /// `Release` store. No pin, no routing, no checks, no subscribers: the
-/// least a log that stamps each record with this clock pays here.
+/// least a log that stamps each record with this clock pays here. Last, the
+/// steps composed as rill's publish composes them: pinned (the stamp read
+/// first, as rill reads it), into a region the size of rill's default
+/// retention ([`FLOOR_RETAINED`]); the floor for rill's row with no
+/// subscriber, which adds routing, checks, the offset index, and faulting
+/// in its memory.
 pub fn floors(steps: u64, repeats: usize) -> Vec<Floor> {
     type Step = fn(u64) -> f64;
-    let kinds: [(&'static str, Step); 5] = [
+    let kinds: [(&'static str, Step); 6] = [
         ("a clock read (`rill::clock::now_ns`, the time-stamp counter)", |n| {
             per_step(n, || {
                 black_box(rill::clock::now_ns());
@@ -344,8 +356,11 @@ pub fn floors(steps: u64, repeats: usize) -> Vec<Floor> {
                 black_box(crossbeam_epoch::pin());
             })
         }),
-        ("a log append: reserve, write 96 B, commit (no stamp)", |n| log_append_ns(n, false)),
-        ("the same with a clock read for the stamp", |n| log_append_ns(n, true)),
+        ("a log append: reserve, write 96 B, commit (no stamp)", |n| log_append_ns(n, Append::Bare)),
+        ("the same with a clock read for the stamp", |n| log_append_ns(n, Append::Stamped)),
+        ("the same, pinned, into 256 MiB already mapped (rill's default retention)", |n| {
+            log_append_ns(n, Append::Composed)
+        }),
     ];
     let mut out: Vec<Floor> = kinds.iter().map(|(what, _)| Floor { what, ns: Vec::new() }).collect();
     for _ in 0..repeats {
@@ -365,23 +380,42 @@ fn per_step(n: u64, mut step: impl FnMut()) -> f64 {
     started.elapsed().as_nanos() as f64 / n as f64
 }
 
+/// The floor log's appends: see [`floors`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Append {
+    /// Reserve, write, commit, in a [`FLOOR_RING`].
+    Bare,
+    /// The same, with a stamp.
+    Stamped,
+    /// Stamped, then pinned, in a fresh [`FLOOR_RETAINED`] region.
+    Composed,
+}
+
 /// The floor log's append, `n` times: see [`floors`].
-fn log_append_ns(n: u64, stamp: bool) -> f64 {
-    let mut ring = vec![0u8; FLOOR_RING];
+fn log_append_ns(n: u64, kind: Append) -> f64 {
+    let size = if kind == Append::Composed { FLOOR_RETAINED } else { FLOOR_RING };
+    let mut ring = vec![0u8; size];
+    if kind == Append::Composed {
+        // Fault every page in before the timing (a store of 1: a store of
+        // the 0 the allocation already holds could be left out).
+        ring.iter_mut().step_by(4096).for_each(|b| *b = 1);
+    }
     let tail = AtomicU64::new(0);
     let committed = AtomicU64::new(0);
     let payload = [0x5au8; PAYLOAD];
     let ns = per_step(n, || {
-        let ts = if stamp { rill::clock::now_ns() } else { 0 };
+        let ts = if kind == Append::Bare { 0 } else { rill::clock::now_ns() };
+        let guard = (kind == Append::Composed).then(crossbeam_epoch::pin);
         // Relaxed: one writer here; the locked instruction is what is timed.
-        let at = tail.fetch_add(FLOOR_RECORD as u64, Ordering::Relaxed) as usize % FLOOR_RING;
-        let at = at.min(FLOOR_RING - FLOOR_RECORD);
+        let at = tail.fetch_add(FLOOR_RECORD as u64, Ordering::Relaxed) as usize % size;
+        let at = at.min(size - FLOOR_RECORD);
         let rec = &mut ring[at..at + FLOOR_RECORD];
         rec[..8].copy_from_slice(&(PAYLOAD as u64).to_le_bytes());
         rec[8..16].copy_from_slice(&ts.to_le_bytes());
         rec[32..].copy_from_slice(black_box(&payload));
         // Release: what a log's commit is; a reader would Acquire it.
         committed.store(at as u64, Ordering::Release);
+        drop(black_box(guard));
     });
     black_box(&ring);
     ns
@@ -446,11 +480,11 @@ mod tests {
     #[test]
     fn every_floor_is_measured_at_every_repeat() {
         let floors = floors(10_000, 3);
-        assert_eq!(floors.len(), 5);
+        assert_eq!(floors.len(), 6);
         for f in &floors {
             assert_eq!(f.ns.len(), 3, "{f:?}");
             assert!(f.ns.iter().all(|ns| ns.is_finite() && *ns > 0.0), "{f:?}");
         }
-        assert_eq!(floors_table(&floors).lines().count(), 7);
+        assert_eq!(floors_table(&floors).lines().count(), 8);
     }
 }
