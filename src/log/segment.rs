@@ -166,7 +166,6 @@ const POS_UNIT: u64 = super::record::RECORD_ALIGN as u64;
 /// 32.1-33.3; into a 4 MiB ring, which the caches hold, no difference.
 /// rill's `Publisher::publish` with no subscriber, past its retention's
 /// first fill, alternating builds: 40.1-47.7 ns with it, 44.9-52.7 without.
-#[cfg(all(target_arch = "x86_64", not(loom)))]
 const PREFETCH_AHEAD: u64 = 1024;
 
 /// Largest segment, so the 40-bit byte field cannot carry (see the essay).
@@ -492,23 +491,12 @@ impl Segment {
     }
 
     /// Asks the CPU to bring the line [`PREFETCH_AHEAD`] bytes past `pos`
-    /// into its cache, if it is in this segment's region: a hint, not an
-    /// access (it reads nothing, writes nothing, and cannot fault).
+    /// into its cache, if it is in this segment's region (see [`Segment::prefetch`]).
     #[inline(always)]
     fn prefetch_ahead(&self, pos: u64) {
-        #[cfg(all(target_arch = "x86_64", not(loom)))]
         if pos + PREFETCH_AHEAD < self.capacity {
-            let line = self.data.as_ptr().wrapping_add((pos + PREFETCH_AHEAD) as usize);
-            // SAFETY: `_mm_prefetch` needs SSE, which every x86-64 CPU has
-            // (it is in the target's baseline features); a prefetch of any
-            // address is a hint that never faults, and this one lies in our
-            // own mapped region besides.
-            unsafe {
-                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(line.cast_const().cast())
-            };
+            self.prefetch(pos + PREFETCH_AHEAD);
         }
-        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-        let _ = pos;
     }
 
     /// Writes `record` into the range a `Granted` reservation gave for slot `index`.
@@ -661,9 +649,11 @@ impl Segment {
         RecordView::from_bytes(self.base + index, bytes)
     }
 
-    /// Starts bringing the cache line that holds the start of the record at
-    /// byte `pos` (its header, and on a line of its own the start of its
-    /// payload) towards this core, without waiting for it. A reader that has
+    /// Starts bringing the cache line that holds byte `pos` towards this
+    /// core, without waiting for it: for a reader, the start of the record
+    /// at `pos` (its header, and on a line of its own the start of its
+    /// payload); for a writer, a line ahead of its own (see
+    /// `prefetch_ahead`). A reader that has
     /// just seen a commit calls it before the bookkeeping that precedes its
     /// read, so the line travels from the publisher's core while that runs
     /// (see `docs/PERFORMANCE.md`, "The delivery side's latency"). Only the
