@@ -178,6 +178,18 @@ impl Cursor {
         }
     }
 
+    /// True if the record `n - 1` past the next one (`n >= 1`) is committed
+    /// in the cursor's segment, or lies past that segment's end (the run is
+    /// there, or the segment closes before it). Looks at one slot only: a
+    /// poll for a run of records that does not touch the line a publisher
+    /// is writing at the head. `false` when the cursor has no segment yet.
+    #[inline]
+    pub fn has_run(&self, n: u64) -> bool {
+        let Some(seg) = &self.seg else { return false };
+        let index = self.offset - seg.base() + n.max(1) - 1;
+        index >= seg.slot_count() || seg.ends_before(index) || seg.committed(index).is_some()
+    }
+
     /// If retention has trimmed records this cursor had not read, moves to
     /// the oldest retained one and says how many were missed (what the next
     /// read would report as `Err(Lagged)`); otherwise does nothing.

@@ -23,6 +23,25 @@ fn read_all(cursor: &mut Cursor) -> Vec<(u64, Vec<u8>)> {
 }
 
 #[test]
+fn has_run_sees_a_run_of_committed_records_ahead_without_reading_them() {
+    let log = small(4096, None);
+    for i in 0..5u64 {
+        log.append(&Record::new(&payload(i, 10))).unwrap();
+    }
+    let mut c = log.cursor_from_first();
+    assert!(c.has_next());
+    assert!(c.has_run(1) && c.has_run(5));
+    assert!(!c.has_run(6), "the sixth record is not there");
+    log.append(&Record::new(&payload(5, 10))).unwrap();
+    assert!(c.has_run(6));
+    assert_eq!(c.offset(), 0, "nothing was read");
+    c.read().unwrap().unwrap();
+    assert!(c.has_run(5) && !c.has_run(6), "counted from the next record");
+    // A run reaching past the segment's end: the segment closes before it.
+    assert!(c.has_run(1 << 40));
+}
+
+#[test]
 fn offsets_are_dense_from_zero_and_records_read_back() {
     let log = Log::new(&LogConfig::default()).unwrap();
     for i in 0..100u64 {

@@ -300,6 +300,10 @@ pub(super) struct DrainState {
     pub(super) linger: bool,
     #[cfg(not(loom))]
     pub(super) idle_since: u64,
+    /// On the pool: whether a linger waits for a run of records (see
+    /// `run_wait.rs`).
+    #[cfg(not(loom))]
+    pub(super) run_wait: super::run_wait::RunWait,
 }
 
 /// A subscription's shared core.
@@ -461,6 +465,8 @@ impl SubCore {
                 linger: true,
                 #[cfg(not(loom))]
                 idle_since: 0,
+                #[cfg(not(loom))]
+                run_wait: Default::default(),
             }),
             pending: Mutex::new(Vec::new()),
             detached: Mutex::new(Vec::new()),

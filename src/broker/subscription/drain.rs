@@ -384,12 +384,16 @@ impl SubCore {
     /// most [`LINGER_NS`]; give up at once when the subscription closes or
     /// another subscription waits for a worker (its turn comes first).
     /// Taken only by a drain whose subscription's last idle spell was short
-    /// ([`LINGER_AGAIN_NS`]).
+    /// ([`LINGER_AGAIN_NS`]). While most lingers' first looks find work,
+    /// a look that finds some waits on, the same way and up to the same
+    /// limit, for a run of records (`run_wait.rs`), and the linger ends
+    /// with whether there is work.
     ///
     /// No protocol changes: like the dedicated thread's spin, this is a
     /// wait in the `ACTIVE` state, during which publishers read `ACTIVE` and
     /// do not schedule a drain. `has_work` here is a hint read without F4: a
-    /// stale `false` only ends the linger, and going idle afterwards is
+    /// stale `false` only ends the linger (`has_run`, a run's last slot read
+    /// the same way, only makes it wait longer), and going idle afterwards is
     /// `signal::go_idle` with its re-check; a `true` is acted on by a round
     /// that reads the log as every round does. Not built under loom: it
     /// adds polls to every schedule of the models and nothing to check
@@ -400,27 +404,42 @@ impl SubCore {
         // publisher's heels the first look usually finds work.
         let mut start = 0;
         let mut spins = 1u32;
+        let mut first = true;
         loop {
             // Before every look: a drainer that finds work whenever it looks
             // would otherwise keep the worker from queued subscriptions for
-            // good (its rounds end caught up, never out of budget).
+            // good (its rounds end caught up, never out of budget). A drain
+            // that found work and waits for more gives up the wait the same
+            // way: then `go_idle`'s re-check finds that work, and it goes on.
             if self.state.is_closed() || self.others_waiting() {
                 return false;
             }
             for _ in 0..spins {
                 crate::sync::spin_loop();
             }
-            if self.has_work(st) {
+            let work = self.has_work(st);
+            if std::mem::take(&mut first) {
+                st.run_wait.first_look(work);
+            }
+            if work && (!st.run_wait.waits() || self.has_run(st)) {
                 return true;
             }
             let now = crate::clock::now_ns();
             if start == 0 {
                 start = now;
             } else if now.saturating_sub(start) >= LINGER_NS {
-                return false;
+                return work;
             }
             spins = (spins * 2).min(LINGER_MAX_SPINS);
         }
+    }
+
+    /// Whether a run of `LINGER_RUN` records (`run_wait.rs`) waits in some partition. A
+    /// subscription with a ready set (wildcard) does not wait for runs:
+    /// its work is spread over partitions whose publishers list them.
+    #[cfg(not(loom))]
+    fn has_run(&self, st: &DrainState) -> bool {
+        self.ready.is_some() || st.readers.iter().any(|r| r.cursor.has_run(super::run_wait::LINGER_RUN))
     }
 
     /// The idle policy of a dedicated drainer (with no `idle_spin` budget)

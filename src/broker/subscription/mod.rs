@@ -31,6 +31,8 @@ mod deadline;
 mod drain;
 pub(crate) mod in_handler;
 mod options;
+#[cfg(not(loom))]
+mod run_wait;
 mod settle;
 pub(crate) mod signal;
 mod state;
