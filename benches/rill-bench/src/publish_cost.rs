@@ -333,7 +333,7 @@ const FLOOR_RETAINED: usize = rill::log::DEFAULT_RETENTION_BYTES as usize;
 /// least a log that stamps each record with this clock pays here. Last, the
 /// steps composed as rill's publish composes them: pinned (the stamp read
 /// first, as rill reads it), into a region the size of rill's default
-/// retention ([`FLOOR_RETAINED`]); the floor for rill's row with no
+/// retention (`FLOOR_RETAINED`); the floor for rill's row with no
 /// subscriber, which adds routing, checks, the offset index, and faulting
 /// in its memory.
 pub fn floors(steps: u64, repeats: usize) -> Vec<Floor> {
@@ -387,7 +387,8 @@ enum Append {
     Bare,
     /// The same, with a stamp.
     Stamped,
-    /// Stamped, then pinned, in a fresh [`FLOOR_RETAINED`] region.
+    /// Stamped, then pinned, in a [`FLOOR_RETAINED`] region whose pages are
+    /// faulted in first.
     Composed,
 }
 
