@@ -244,6 +244,44 @@ pub(crate) fn spin_loop() {
     loom::thread::yield_now();
 }
 
+/// Asks the CPU to bring the cache line holding `addr` here for writing
+/// (`prefetchw`), so that a compare-and-swap on it soon after finds it
+/// exclusive. A hint: it reads and writes nothing the program can observe
+/// and never faults. Emitted only on x86-64 CPUs that report the
+/// instruction (CPUID 0x8000_0001, ECX bit 8, checked once); elsewhere,
+/// and under loom, it does nothing.
+#[inline]
+pub(crate) fn prefetch_write(addr: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    if has_prefetchw() {
+        // SAFETY: PREFETCHW is supported (checked above); it is a hint that
+        // never faults, whatever the address, and touches no register but
+        // the one holding the address, no flag and no stack.
+        unsafe { std::arch::asm!("prefetchw [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly)) };
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = addr;
+}
+
+/// Whether the CPU has PREFETCHW (3DNowPrefetch / PRFCHW), read from
+/// CPUID once and cached. Rust's `is_x86_feature_detected!` has no stable
+/// name for it.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+fn has_prefetchw() -> bool {
+    // 0: not looked yet; 1: no; 2: yes.
+    static HAS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    // Relaxed: a cached fact about the CPU; racing threads store the same.
+    match HAS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => {
+            let max_leaf = std::arch::x86_64::__cpuid(0x8000_0000).eax;
+            let has = max_leaf >= 0x8000_0001 && std::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 8) != 0;
+            HAS.store(if has { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+            has
+        }
+        v => v == 2,
+    }
+}
+
 /// An `UnsafeCell` whose accesses loom can check for data races.
 ///
 /// In a normal build `with`/`with_mut` just hand out the raw pointer.

@@ -41,6 +41,25 @@ fn no_lost_wakeup_with_a_dedicated_thread() {
     model(|| two_publishers(Harness::new(true)));
 }
 
+/// Two subscriptions to one partition on a one-worker pool, and two
+/// publishers: each publish walks both entries (loads both state words,
+/// then swaps those that read `IDLE`, waking them together), while either
+/// drain may be going idle. Each subscription gets each record once.
+#[test]
+fn no_lost_wakeup_with_two_subscriptions() {
+    model(|| {
+        let h = Arc::new(Harness::two_subscriptions());
+        let h2 = h.clone();
+        let other = thread::spawn(move || h2.publish(1));
+        h.publish(2);
+        other.join().unwrap();
+        let mut seen = h.wait_for(4);
+        seen.sort_unstable();
+        assert_eq!(seen, [1, 2, 11, 12], "each subscription gets each record once");
+        Arc::try_unwrap(h).expect("no other handle").shutdown();
+    });
+}
+
 /// Two publishers on the two partitions of a wildcard subscription, which
 /// keeps a ready set: each lists its partition (or finds it listed) while
 /// the drainer may be taking the list, clearing marks or going idle.

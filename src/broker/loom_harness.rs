@@ -19,11 +19,15 @@ use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Arc, Condvar, Mutex, UnsafeCell};
 
-/// A partition with one subscription that records the tags it receives.
+/// A partition with one subscription that records the tags it receives
+/// (or two subscriptions, for `two_subscriptions`).
 pub struct Harness {
     /// Its partitions: one, or two (topics `t/a` and `t/b`) for `wildcard`.
     partitions: Vec<Arc<Partition>>,
     sub: Arc<SubCore>,
+    /// A second subscription to the same partition, for
+    /// `two_subscriptions`: it records `10 + tag` for each tag.
+    second: Option<Arc<SubCore>>,
     pool: Option<Arc<WorkerPool<DrainJob>>>,
     dedicated: Option<JoinHandle<()>>,
     seen: Arc<(Mutex<Vec<u64>>, Condvar)>,
@@ -62,16 +66,23 @@ impl Harness {
     /// Like `new`, with the `Block` overflow policy at `lag_limit` if given:
     /// publishers then wait for the subscription to make room.
     pub fn with_block(dedicated: bool, lag_limit: Option<u64>) -> Harness {
-        Self::build(dedicated, lag_limit, false)
+        Self::build(dedicated, lag_limit, false, false)
     }
 
     /// A `t/*` subscription reading two partitions (of topics `t/a` and
     /// `t/b`): a wildcard subscription, which keeps a ready set.
     pub fn wildcard(dedicated: bool) -> Harness {
-        Self::build(dedicated, None, true)
+        Self::build(dedicated, None, true, false)
     }
 
-    fn build(dedicated: bool, lag_limit: Option<u64>, wildcard: bool) -> Harness {
+    /// Two subscriptions to one partition, drained by a one-worker pool:
+    /// every publish walks two entries, and may find both idle and wake
+    /// both. The second records `10 + tag` for each tag it handles.
+    pub fn two_subscriptions() -> Harness {
+        Self::build(false, None, false, true)
+    }
+
+    fn build(dedicated: bool, lag_limit: Option<u64>, wildcard: bool, two: bool) -> Harness {
         let topics: &[&str] = if wildcard { &["t/a", "t/b"] } else { &["t"] };
         let partitions: Vec<Arc<Partition>> = topics
             .iter()
@@ -125,6 +136,29 @@ impl Harness {
             None => SubscriptionOptions::default(),
         };
         let pattern = Pattern::parse(if wildcard { "t/*" } else { "t" }).expect("a valid pattern");
+        let second = two.then(|| {
+            let s = seen.clone();
+            let handler: Handler = Box::new(move |m| {
+                let tag = u64::from_le_bytes(m.payload().try_into().expect("8-byte payload"));
+                s.0.lock().push(10 + tag);
+                s.1.notify_all();
+                Ack::Success
+            });
+            let env = SubEnv {
+                exec: Exec::Pool(pool.clone().expect("two subscriptions share the pool")),
+                timer: None,
+                dead_letters: None,
+                on_close: None,
+                on_release: None,
+                on_round_end: None,
+                ack_watch: None,
+                on_stall: None,
+            };
+            let pattern = Pattern::parse("t").expect("a valid pattern");
+            Arc::new(
+                SubCore::new(2, "second".into(), pattern, &options, HandlerKind::One(handler), env).expect("valid"),
+            )
+        });
         let sub = Arc::new(
             SubCore::new(1, "model".into(), pattern, &options, HandlerKind::One(handler), env).expect("valid options"),
         );
@@ -136,8 +170,11 @@ impl Harness {
         });
         for (topic, partition) in topics.iter().zip(&partitions) {
             SubCore::attach_to(&sub, (*topic).into(), partition, partition.log.cursor_from_first());
+            if let Some(second) = &second {
+                SubCore::attach_to(second, (*topic).into(), partition, partition.log.cursor_from_first());
+            }
         }
-        Harness { partitions, sub, pool, dedicated, seen, wound_up, last }
+        Harness { partitions, sub, second, pool, dedicated, seen, wound_up, last }
     }
 
     /// Publishes a record carrying `tag`, through the real publish path,
@@ -221,6 +258,9 @@ impl Harness {
     /// Closes the subscription and stops its threads.
     pub fn shutdown(mut self) {
         SubCore::close(&self.sub);
+        if let Some(second) = &self.second {
+            SubCore::close(second);
+        }
         if let Some(p) = self.pool.take() {
             p.stop();
         }

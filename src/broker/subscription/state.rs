@@ -132,14 +132,33 @@ impl State {
     /// caller must schedule a drain.
     #[inline]
     pub(crate) fn activate(&self) -> bool {
+        self.reads_idle() && self.win_idle()
+    }
+
+    /// The first half of [`State::activate`]: whether the word reads `IDLE`.
+    /// Called after a `fence(SeqCst)`, like `activate`.
+    #[inline]
+    pub(crate) fn reads_idle(&self) -> bool {
         // Relaxed: the preceding SeqCst fence orders this load after the
         // commit; a busy subscription costs exactly this one shared read.
         self.0.load(Ordering::Relaxed) == IDLE
-            // Relaxed on success too: the move hands over no data (see "What
-            // each ordering is for" above); the fence before it and the
-            // schedule after it do the ordering. Relaxed on failure: someone
-            // else is handling it.
-            && self.0.compare_exchange(IDLE, ACTIVE, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
+    /// The second half of [`State::activate`], after [`State::reads_idle`]
+    /// read `IDLE`: the compare-and-swap `IDLE -> ACTIVE`. True if it won.
+    #[inline]
+    pub(crate) fn win_idle(&self) -> bool {
+        // Relaxed on success too: the move hands over no data (see "What
+        // each ordering is for" above); the fence before it and the
+        // schedule after it do the ordering. Relaxed on failure: someone
+        // else is handling it.
+        self.0.compare_exchange(IDLE, ACTIVE, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
+    /// The word's address, for a prefetch (a hint: nothing is read through it).
+    #[inline]
+    pub(crate) fn addr(&self) -> *const u8 {
+        std::ptr::from_ref::<AtomicU8>(&self.0).cast()
     }
 
     /// `ACTIVE -> IDLE` by a drainer that found nothing more to deliver.
