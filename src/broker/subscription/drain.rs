@@ -476,12 +476,13 @@ impl SubCore {
         }
     }
 
-    /// Whether a run of `LINGER_RUN` records (`run_wait.rs`) waits in some partition. A
+    /// Whether a run of records (`run_wait.rs`) waits in some partition. A
     /// subscription with a ready set (wildcard) does not wait for runs:
     /// its work is spread over partitions whose publishers list them.
     #[cfg(not(loom))]
     fn has_run(&self, st: &DrainState) -> bool {
-        self.ready.is_some() || st.readers.iter().any(|r| r.cursor.has_run(super::run_wait::LINGER_RUN))
+        let run = super::run_wait::run_len(self.lag_limit);
+        self.ready.is_some() || st.readers.iter().any(|r| r.cursor.has_run(run))
     }
 
     /// The idle policy of a dedicated drainer (with no `idle_spin` budget)

@@ -23,6 +23,18 @@
 /// once, mpsc-4 10.4-11.1 M against 6.8-7.5 M; with the same run but the
 /// wait cut to 1 µs, 8.1 M; a run of 16, 9.5 M; 64 or 128, no better.
 pub(super) const LINGER_RUN: u64 = 32;
+
+/// The run a drain waits for: [`LINGER_RUN`], or half the subscription's
+/// lag limit if that is less. Why: a drain waiting for a run lets its lag
+/// grow by the run, and at its lag limit a subscription drops the oldest
+/// messages (`DropOldest`), is closed (`Disconnect`), or holds its
+/// publishers back (`Block`, where publishers stop a limit past the
+/// position it last published, so a run longer than that never comes and
+/// every wait would last the whole linger).
+pub(super) fn run_len(lag_limit: Option<u64>) -> u64 {
+    lag_limit.map_or(LINGER_RUN, |limit| LINGER_RUN.min(limit.div_ceil(2)))
+}
+
 /// The share of lingers whose first look finds work (in 1/1024ths, a
 /// moving average over about [`RUN_WAIT_WEIGHT`] lingers) above which a
 /// drain waits for runs ([`RunWait`]).
@@ -81,7 +93,15 @@ impl RunWait {
 
 #[cfg(test)]
 mod tests {
-    use super::RunWait;
+    use super::{LINGER_RUN, RunWait, run_len};
+
+    #[test]
+    fn a_drain_waits_for_no_more_than_half_its_lag_limit() {
+        assert_eq!(run_len(None), LINGER_RUN);
+        assert_eq!(run_len(Some(4096)), LINGER_RUN);
+        assert_eq!(run_len(Some(8)), 4);
+        assert_eq!(run_len(Some(1)), 1);
+    }
 
     #[test]
     fn runs_are_waited_for_only_while_most_first_looks_find_work() {
