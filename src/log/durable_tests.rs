@@ -731,6 +731,17 @@ fn spare_files(dir: &Path) -> Vec<PathBuf> {
 /// at least `min` records are out and every retained file (at least three:
 /// sealed ones too, not only the newest) is a recycled one; returns what is
 /// still retained, as published.
+/// Blocks until `log` has a spare segment, pushing this thread's deferred
+/// frees to the epoch collector meanwhile; fails after a minute.
+fn wait_for_a_spare(log: &Log) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while log.stats().spare_segments == 0 {
+        assert!(std::time::Instant::now() < deadline, "no trimmed segment was ever freed");
+        crate::sync::epoch::pin().flush();
+        std::thread::yield_now();
+    }
+}
+
 fn publish_until_all_recycled(log: &Log, dir: &Path, min: u64, rng: &mut Rng) -> Vec<Published> {
     let all_recycled = |files: &[(u64, PathBuf)]| files.len() >= 3 && files.iter().all(|(_, p)| generation(p) > 0);
     let mut all = Vec::new();
@@ -777,6 +788,10 @@ fn a_crash_with_recycled_segments_keeps_every_committed_record_and_never_a_stale
         // With `Never` no file has a completion marker: each sealed one
         // ends at its end mark, then stale bytes.
         let mut retained = publish_until_all_recycled(&log, dir.path(), 1000, &mut rng);
+        // A trimmed segment's file becomes a spare only once the epoch lets
+        // its last readers go, which other tests' threads, pinned on a busy
+        // machine, can hold back: wait for one, so the roll below reuses it.
+        wait_for_a_spare(&log);
         // Roll into a recycled file and put two records in it: the rest of
         // the file is the previous use's records, intact but for old offsets.
         let rolls = log.stats().trimmed_segments;
