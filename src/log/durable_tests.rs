@@ -738,7 +738,7 @@ fn wait_for_a_spare(log: &Log) {
     while log.stats().spare_segments == 0 {
         assert!(std::time::Instant::now() < deadline, "no trimmed segment was ever freed");
         crate::sync::epoch::pin().flush();
-        std::thread::yield_now();
+        thread::yield_now();
     }
 }
 
