@@ -466,7 +466,7 @@ impl SubCore {
                 #[cfg(not(loom))]
                 idle_since: 0,
                 #[cfg(not(loom))]
-                run_wait: Default::default(),
+                run_wait: super::run_wait::RunWait::new(options.lag_limit),
             }),
             pending: Mutex::new(Vec::new()),
             detached: Mutex::new(Vec::new()),

@@ -88,6 +88,44 @@ const LINGER_NS: u64 = 2_000;
 /// The most `spin_loop` hints between two looks while lingering.
 #[cfg(not(loom))]
 const LINGER_MAX_SPINS: u32 = 64;
+
+/// The waits of a drain that looks again before it goes idle or takes what
+/// it found (`linger_for_work`, `wait_for_run`): pauses of 1, 2, 4, ... up
+/// to [`LINGER_MAX_SPINS`] `spin_loop` hints between looks, for at most
+/// [`LINGER_NS`] from the first time it asks whether that has passed (the
+/// clock is read then: a wait whose first look ends it reads no clock).
+#[cfg(not(loom))]
+struct GrowingWait {
+    /// The clock at the first `expired`, or 0 before it.
+    start: u64,
+    /// The next pause, in hints.
+    spins: u32,
+}
+
+#[cfg(not(loom))]
+impl GrowingWait {
+    fn new() -> Self {
+        GrowingWait { start: 0, spins: 1 }
+    }
+
+    /// The pause before the next look; each is twice the last, to the cap.
+    fn pause(&mut self) {
+        for _ in 0..self.spins {
+            crate::sync::spin_loop();
+        }
+        self.spins = (self.spins * 2).min(LINGER_MAX_SPINS);
+    }
+
+    /// Whether [`LINGER_NS`] have passed since the first call.
+    fn expired(&mut self) -> bool {
+        let now = crate::clock::now_ns();
+        if self.start == 0 {
+            self.start = now;
+            return false;
+        }
+        now.saturating_sub(self.start) >= LINGER_NS
+    }
+}
 /// A pool drain lingers only if its subscription's last idle spell, from
 /// going idle to this drain's start, lasted at most this long.
 ///
@@ -405,19 +443,9 @@ impl SubCore {
     /// closes, as a lingering pool drain does.
     #[cfg(not(loom))]
     fn wait_for_run(&self, st: &DrainState) {
-        let mut start = 0;
-        let mut spins = 1u32;
-        while !self.has_run(st) && !self.state.is_closed() {
-            let now = crate::clock::now_ns();
-            if start == 0 {
-                start = now;
-            } else if now.saturating_sub(start) >= LINGER_NS {
-                return;
-            }
-            for _ in 0..spins {
-                crate::sync::spin_loop();
-            }
-            spins = (spins * 2).min(LINGER_MAX_SPINS);
+        let mut wait = GrowingWait::new();
+        while !self.has_run(st) && !self.state.is_closed() && !wait.expired() {
+            wait.pause();
         }
     }
 
@@ -442,10 +470,7 @@ impl SubCore {
     /// (the dedicated drainer's spin is the same wait, modelled).
     #[cfg(not(loom))]
     fn linger_for_work(&self, st: &mut DrainState) -> bool {
-        // The clock is first read after a look that found nothing: on the
-        // publisher's heels the first look usually finds work.
-        let mut start = 0;
-        let mut spins = 1u32;
+        let mut wait = GrowingWait::new();
         let mut first = true;
         loop {
             // Before every look: a drainer that finds work whenever it looks
@@ -456,9 +481,7 @@ impl SubCore {
             if self.state.is_closed() || self.others_waiting() {
                 return false;
             }
-            for _ in 0..spins {
-                crate::sync::spin_loop();
-            }
+            wait.pause();
             let work = self.has_work(st);
             if std::mem::take(&mut first) {
                 st.run_wait.first_look(work);
@@ -466,13 +489,9 @@ impl SubCore {
             if work && (!st.run_wait.waits() || self.has_run(st)) {
                 return true;
             }
-            let now = crate::clock::now_ns();
-            if start == 0 {
-                start = now;
-            } else if now.saturating_sub(start) >= LINGER_NS {
+            if wait.expired() {
                 return work;
             }
-            spins = (spins * 2).min(LINGER_MAX_SPINS);
         }
     }
 
@@ -481,7 +500,7 @@ impl SubCore {
     /// its work is spread over partitions whose publishers list them.
     #[cfg(not(loom))]
     fn has_run(&self, st: &DrainState) -> bool {
-        let run = super::run_wait::run_len(self.lag_limit);
+        let run = st.run_wait.run();
         self.ready.is_some() || st.readers.iter().any(|r| r.cursor.has_run(run))
     }
 

@@ -284,7 +284,7 @@ fn wins(e: &Entry) -> bool {
 const WAKE_CHUNK: usize = 64;
 
 /// Wakes, of `entries` (the first of which read `IDLE` or has no state
-/// word), every one this publisher wins, queueing the pool's drains
+/// word, in [`notify`]'s walk), every one this publisher wins, queueing the pool's drains
 /// together (see `Wakes`).
 ///
 /// In two passes over each [`WAKE_CHUNK`] entries: first one load of each
@@ -301,10 +301,11 @@ const WAKE_CHUNK: usize = 64;
 #[inline(never)]
 fn wake_from(entries: &[Entry]) {
     let mut wakes = Wakes::new();
-    for chunk in entries.chunks(WAKE_CHUNK) {
+    for (c, chunk) in entries.chunks(WAKE_CHUNK).enumerate() {
         let mut idle = 0u64;
         for (k, e) in chunk.iter().enumerate() {
-            if may_win(e) {
+            // The first entry read `IDLE` in `notify`'s walk: not loaded again.
+            if (c == 0 && k == 0) || may_win(e) {
                 idle |= 1 << k;
                 if let Some(state) = &e.state {
                     crate::sync::prefetch_write(state.addr());
