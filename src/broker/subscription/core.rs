@@ -304,6 +304,9 @@ pub(super) struct DrainState {
     /// `run_wait.rs`).
     #[cfg(not(loom))]
     pub(super) run_wait: super::run_wait::RunWait,
+    /// The messages of the current round's first batch (`None` before it).
+    #[cfg(not(loom))]
+    pub(super) first_batch: Option<usize>,
 }
 
 /// A subscription's shared core.
@@ -467,6 +470,8 @@ impl SubCore {
                 idle_since: 0,
                 #[cfg(not(loom))]
                 run_wait: super::run_wait::RunWait::new(options.lag_limit),
+                #[cfg(not(loom))]
+                first_batch: None,
             }),
             pending: Mutex::new(Vec::new()),
             detached: Mutex::new(Vec::new()),

@@ -625,6 +625,10 @@ impl SubCore {
         }
         let mut budget = ROUND_BUDGET;
         let mut clock = timed.then(RoundClock::start);
+        #[cfg(not(loom))]
+        {
+            st.first_batch = None;
+        }
         let start = round_start(st.next, n);
         // A pending retry goes first: nothing behind it may overtake it. (No
         // allocation: a round is on every message's path when traffic is light.)
@@ -642,6 +646,9 @@ impl SubCore {
                 return Round::OutOfBudget;
             }
         }
+        // Whether this round chased the publisher (`run_wait.rs`).
+        #[cfg(not(loom))]
+        st.run_wait.round_caught_up(ROUND_BUDGET - budget, st.first_batch);
         Round::CaughtUp
     }
 
@@ -712,6 +719,10 @@ impl SubCore {
             let mut tally = Tally::default();
             let before = *budget;
             let outcome = self.deliver_batch(st, i, budget, &mut tally);
+            #[cfg(not(loom))]
+            if st.first_batch.is_none() {
+                st.first_batch = Some(before - *budget);
+            }
             self.counters.add(&tally);
             if let Some(clock) = clock.as_deref_mut() {
                 clock.after_batch(before - *budget, &mut st.batch_cap, budget);
