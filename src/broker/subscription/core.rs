@@ -304,9 +304,10 @@ pub(super) struct DrainState {
     /// `run_wait.rs`).
     #[cfg(not(loom))]
     pub(super) run_wait: super::run_wait::RunWait,
-    /// The messages of the current round's first batch (`None` before it).
+    /// Messages the current round delivered after each partition's first
+    /// batch (see `run_wait.rs`).
     #[cfg(not(loom))]
-    pub(super) first_batch: Option<usize>,
+    pub(super) chased: usize,
 }
 
 /// A subscription's shared core.
@@ -471,7 +472,7 @@ impl SubCore {
                 #[cfg(not(loom))]
                 run_wait: super::run_wait::RunWait::new(options.lag_limit),
                 #[cfg(not(loom))]
-                first_batch: None,
+                chased: 0,
             }),
             pending: Mutex::new(Vec::new()),
             detached: Mutex::new(Vec::new()),

@@ -442,9 +442,15 @@ impl SubCore {
     /// between looks, for at most [`LINGER_NS`] or until the subscription
     /// closes, as a lingering pool drain does.
     #[cfg(not(loom))]
-    fn wait_for_run(&self, st: &DrainState) {
+    fn wait_for_run(&self, st: &mut DrainState) {
         let mut wait = GrowingWait::new();
-        while !self.has_run(st) && !self.state.is_closed() && !wait.expired() {
+        while !self.has_run(st, st.run_wait.run()) && !self.state.is_closed() {
+            if wait.expired() {
+                if self.starved(st) {
+                    st.run_wait.wait_expired();
+                }
+                return;
+            }
             wait.pause();
         }
     }
@@ -486,21 +492,43 @@ impl SubCore {
             if std::mem::take(&mut first) {
                 st.run_wait.first_look(work);
             }
-            if work && (!st.run_wait.waits() || self.has_run(st)) {
+            if work && (!st.run_wait.waits() || self.has_run(st, st.run_wait.run())) {
                 return true;
             }
             if wait.expired() {
+                if work && st.run_wait.waits() && self.starved(st) {
+                    st.run_wait.wait_expired();
+                }
                 return work;
             }
         }
     }
 
-    /// Whether a run of records (`run_wait.rs`) waits in some partition. A
-    /// subscription with a ready set (wildcard) does not wait for runs:
-    /// its work is spread over partitions whose publishers list them.
+    /// After a wait for a run that lasted the whole linger: whether fewer
+    /// than `RunWait::least` records wait in all its partitions together
+    /// (`run_wait.rs`, `STARVED_WAIT`). Looks at one slot per partition
+    /// first, as `has_run` does; only when no partition alone holds that
+    /// many does it read their end offsets (lines the publishers write),
+    /// once a linger at most.
     #[cfg(not(loom))]
-    fn has_run(&self, st: &DrainState) -> bool {
-        let run = st.run_wait.run();
+    fn starved(&self, st: &DrainState) -> bool {
+        let least = st.run_wait.least();
+        if self.has_run(st, least) {
+            return false;
+        }
+        let mut waiting = 0u64;
+        !st.readers.iter().any(|r| {
+            waiting += r.cursor.lag();
+            waiting >= least
+        })
+    }
+
+    /// Whether a run of `run` records (`run_wait.rs`) waits in some
+    /// partition. A subscription with a ready set (wildcard) does not wait
+    /// for runs: its work is spread over partitions whose publishers list
+    /// them.
+    #[cfg(not(loom))]
+    fn has_run(&self, st: &DrainState, run: u64) -> bool {
         self.ready.is_some() || st.readers.iter().any(|r| r.cursor.has_run(run))
     }
 
@@ -616,6 +644,10 @@ impl SubCore {
     /// One round: up to `ROUND_BUDGET` messages over all partitions.
     /// `timed` (on the pool): also end the round after `ROUND_SLICE_NS`.
     fn deliver_round(&self, st: &mut DrainState, timed: bool) -> Round {
+        #[cfg(not(loom))]
+        {
+            st.chased = 0;
+        }
         if let Some(ready) = &self.ready {
             return self.deliver_ready_round(st, ready, timed);
         }
@@ -625,10 +657,6 @@ impl SubCore {
         }
         let mut budget = ROUND_BUDGET;
         let mut clock = timed.then(RoundClock::start);
-        #[cfg(not(loom))]
-        {
-            st.first_batch = None;
-        }
         let start = round_start(st.next, n);
         // A pending retry goes first: nothing behind it may overtake it. (No
         // allocation: a round is on every message's path when traffic is light.)
@@ -648,7 +676,7 @@ impl SubCore {
         }
         // Whether this round chased the publisher (`run_wait.rs`).
         #[cfg(not(loom))]
-        st.run_wait.round_caught_up(ROUND_BUDGET - budget, st.first_batch);
+        st.run_wait.round_caught_up(st.chased);
         Round::CaughtUp
     }
 
@@ -707,6 +735,11 @@ impl SubCore {
         budget: &mut usize,
         mut clock: Option<&mut RoundClock>,
     ) -> Step {
+        // What this partition had when the round came is its first batch;
+        // the batches after it were committed while this drain handled the
+        // ones before (see `run_wait.rs`, `CHASED_ROUND`).
+        #[cfg(not(loom))]
+        let mut first = true;
         loop {
             if *budget == 0 {
                 return Step::Continue;
@@ -720,8 +753,8 @@ impl SubCore {
             let before = *budget;
             let outcome = self.deliver_batch(st, i, budget, &mut tally);
             #[cfg(not(loom))]
-            if st.first_batch.is_none() {
-                st.first_batch = Some(before - *budget);
+            if !std::mem::take(&mut first) {
+                st.chased += before - *budget;
             }
             self.counters.add(&tally);
             if let Some(clock) = clock.as_deref_mut() {

@@ -56,7 +56,7 @@ const RUN_WAIT_ABOVE: u32 = 1024 / 3;
 const RUN_WAIT_WEIGHT: u32 = 64;
 
 /// A round that catches up having delivered at least this many messages
-/// after its first batch was chasing the publisher: records kept being
+/// after each partition's first batch was chasing the publisher: records kept being
 /// committed while it handled the ones before, and it took them a batch of
 /// one or two at a time, reading the lines the publisher was writing. It
 /// counts toward [`RunWait`] as a first look that found work.
@@ -77,8 +77,34 @@ const RUN_WAIT_WEIGHT: u32 = 64;
 /// over the whole round, every round after a wait counted as chased, so
 /// the wait, once on, kept itself on: at 3 M msgs/s (`rill-bench -p 1 -s 1
 /// --rate 3000000`) the p50 latency went from 216 ns to 1.43 µs. Counted
-/// after the first batch, 212-224 ns.
+/// after the first batch, 212-224 ns. Each partition's first batch, not
+/// the round's: a round over several partitions finds a little waiting in
+/// each at rates it keeps up with, and none of that is chasing either.
 const CHASED_ROUND: usize = 4;
+
+/// A wait for a run that lasts the whole linger with fewer than
+/// 1/`STARVED_WAIT` of its run waiting, in all the subscription's
+/// partitions together, halves [`RunWait`]'s average: two in a row turn
+/// the wait off even when every first look found work, and then about ten
+/// first looks that find work bring it back above [`RUN_WAIT_ABOVE`]. With a run of 32 and a linger of 2 µs: records
+/// coming at under about 4 M msgs/s.
+///
+/// Why: the average measures how often the drain finds the publisher
+/// ahead, not whether a run comes within the linger, and the two part
+/// when a subscription reads several partitions. Its looks cover them all,
+/// but a run must come in one: one pool subscriber of 4 partitions at 2 M
+/// msgs/s (`rill-bench -p 1 -s 1 --partitions 4 --rate 2000000`) waited in
+/// 312,641 lingers, 312,603 of them to the end, about one record a
+/// partition each time, for a p50 latency of 1.1-2.0 µs at 2-3 M msgs/s
+/// (262-305 ns with this). Expiry alone is not the signal: flat out, 66%
+/// of waits expired too (226,409 of 344,118 in `--scenario one-to-one
+/// --pairs 3`), each with most of its run there, and halving on every
+/// expiry took one-to-one from 11.6-12.5 M msgs/s to 7.4-7.7 M and mpsc-4
+/// from 10.8-11.8 M to 8.5-8.8 M. Counted per partition (a quarter of the
+/// run in one of them), it also cost 4 partitions flat out 9% (8.6-8.9 M
+/// msgs/s to 7.9-8.1 M), where records come fast in all of them together
+/// and slowly in each.
+const STARVED_WAIT: u64 = 4;
 
 /// Whether a drain waits for a run of [`LINGER_RUN`] records before it
 /// takes what it finds, or takes it at once.
@@ -120,10 +146,10 @@ impl RunWait {
         self.run
     }
 
-    /// A round ended caught up, having delivered `delivered` messages, the
-    /// first `first_batch` of them in its first batch.
-    pub(super) fn round_caught_up(&mut self, delivered: usize, first_batch: Option<usize>) {
-        self.chased = delivered.saturating_sub(first_batch.unwrap_or(0)) >= CHASED_ROUND;
+    /// A round ended caught up, having delivered `chased` messages after
+    /// each partition's first batch.
+    pub(super) fn round_caught_up(&mut self, chased: usize) {
+        self.chased = chased >= CHASED_ROUND;
     }
 
     /// The first look of a linger found work, or found none. After a round
@@ -132,6 +158,20 @@ impl RunWait {
         let sample = if found || self.chased { 1024 } else { 0 };
         // found + (sample - found) / weight, in integers that stay in 0..=1024.
         self.found = (self.found * (RUN_WAIT_WEIGHT - 1) + sample) / RUN_WAIT_WEIGHT;
+    }
+
+    /// A wait for a run lasted the whole linger and found fewer than
+    /// [`least`](RunWait::least) records waiting: they come too slowly for
+    /// the wait, which only delayed them. Halves the moving average
+    /// ([`STARVED_WAIT`], why).
+    pub(super) fn wait_expired(&mut self) {
+        self.found /= 2;
+    }
+
+    /// The least of a run that, waiting when a wait expires, shows that
+    /// the records are coming fast enough to wait for ([`STARVED_WAIT`]).
+    pub(super) fn least(&self) -> u64 {
+        (self.run / STARVED_WAIT).max(1)
     }
 
     /// Whether a look that found work waits for a run.
@@ -159,27 +199,49 @@ mod tests {
         for _ in 0..2 * weight {
             // Rounds of 15 messages taken one or two at a time, then a
             // first look (one pause later) that finds nothing.
-            w.round_caught_up(15, Some(1));
+            w.round_caught_up(14);
             w.first_look(false);
         }
         assert!(w.waits(), "a drain that chases the publisher inside its rounds waits for runs");
         for _ in 0..4 * weight {
             // After each wait: the run in the first batch, 2 more behind it.
-            w.round_caught_up(LINGER_RUN as usize + 2, Some(LINGER_RUN as usize));
+            w.round_caught_up(2);
             w.first_look(false);
         }
-        assert!(!w.waits(), "the run a drain waited for is not chasing: the wait turns itself off");
+        assert!(!w.waits(), "a drain that keeps up after its waits turns the wait off");
         for _ in 0..4 * weight {
-            w.round_caught_up(1, Some(1));
+            w.round_caught_up(0);
             w.first_look(false);
         }
-        assert!(!w.waits(), "rounds of one message are a drain that keeps up");
-        w.round_caught_up(super::CHASED_ROUND, None);
+        assert!(!w.waits(), "rounds of one batch are a drain that keeps up");
+        w.round_caught_up(super::CHASED_ROUND);
         w.first_look(false);
-        w.round_caught_up(super::CHASED_ROUND - 1, None);
+        w.round_caught_up(super::CHASED_ROUND - 1);
         let before = w;
         w.first_look(false);
         assert!(w.found <= before.found, "below the threshold a round is not a chase");
+    }
+
+    #[test]
+    fn a_wait_that_starves_turns_the_wait_off_for_a_while() {
+        let weight = super::RUN_WAIT_WEIGHT as usize;
+        let mut w = RunWait::new(None);
+        assert_eq!(w.least(), LINGER_RUN / super::STARVED_WAIT);
+        assert_eq!(RunWait::new(Some(2)).least(), 1, "a run of one: any record is enough");
+        for _ in 0..4 * weight {
+            w.first_look(true);
+        }
+        assert!(w.waits());
+        // From an average where every first look finds work: two.
+        w.wait_expired();
+        w.wait_expired();
+        assert!(!w.waits(), "starved waits in a row stop the waiting");
+        let mut looks = 0;
+        while !w.waits() {
+            w.first_look(true);
+            looks += 1;
+        }
+        assert!((4..=weight).contains(&looks), "busy first looks bring it back, not at once: {looks}");
     }
 
     #[test]
