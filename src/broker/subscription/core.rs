@@ -304,10 +304,6 @@ pub(super) struct DrainState {
     /// `run_wait.rs`).
     #[cfg(not(loom))]
     pub(super) run_wait: super::run_wait::RunWait,
-    /// Messages the current round delivered after each partition's first
-    /// batch (see `run_wait.rs`).
-    #[cfg(not(loom))]
-    pub(super) chased: usize,
 }
 
 /// A subscription's shared core.
@@ -471,8 +467,6 @@ impl SubCore {
                 idle_since: 0,
                 #[cfg(not(loom))]
                 run_wait: super::run_wait::RunWait::new(options.lag_limit),
-                #[cfg(not(loom))]
-                chased: 0,
             }),
             pending: Mutex::new(Vec::new()),
             detached: Mutex::new(Vec::new()),

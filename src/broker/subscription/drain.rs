@@ -645,9 +645,7 @@ impl SubCore {
     /// `timed` (on the pool): also end the round after `ROUND_SLICE_NS`.
     fn deliver_round(&self, st: &mut DrainState, timed: bool) -> Round {
         #[cfg(not(loom))]
-        {
-            st.chased = 0;
-        }
+        st.run_wait.round_started();
         if let Some(ready) = &self.ready {
             return self.deliver_ready_round(st, ready, timed);
         }
@@ -674,9 +672,6 @@ impl SubCore {
                 return Round::OutOfBudget;
             }
         }
-        // Whether this round chased the publisher (`run_wait.rs`).
-        #[cfg(not(loom))]
-        st.run_wait.round_caught_up(st.chased);
         Round::CaughtUp
     }
 
@@ -754,7 +749,7 @@ impl SubCore {
             let outcome = self.deliver_batch(st, i, budget, &mut tally);
             #[cfg(not(loom))]
             if !std::mem::take(&mut first) {
-                st.chased += before - *budget;
+                st.run_wait.delivered_after_first(before - *budget);
             }
             self.counters.add(&tally);
             if let Some(clock) = clock.as_deref_mut() {

@@ -55,11 +55,11 @@ const RUN_WAIT_ABOVE: u32 = 1024 / 3;
 /// Flat out, the average settles at the same share either way.
 const RUN_WAIT_WEIGHT: u32 = 64;
 
-/// A round that catches up having delivered at least this many messages
-/// after each partition's first batch was chasing the publisher: records kept being
+/// A round that delivered at least this many messages after each
+/// partition's first batch was chasing the publisher: records kept being
 /// committed while it handled the ones before, and it took them a batch of
-/// one or two at a time, reading the lines the publisher was writing. It
-/// counts toward [`RunWait`] as a first look that found work.
+/// one or two at a time, reading the lines the publisher was writing. The
+/// first look after it counts toward [`RunWait`] as one that found work.
 ///
 /// Why: the first look alone missed it. A round goes on while records are
 /// committed, so a drain on the publisher's heels chases it inside the
@@ -86,8 +86,9 @@ const CHASED_ROUND: usize = 4;
 /// 1/`STARVED_WAIT` of its run waiting, in all the subscription's
 /// partitions together, halves [`RunWait`]'s average: two in a row turn
 /// the wait off even when every first look found work, and then about ten
-/// first looks that find work bring it back above [`RUN_WAIT_ABOVE`]. With a run of 32 and a linger of 2 µs: records
-/// coming at under about 4 M msgs/s.
+/// first looks that find work bring it back above [`RUN_WAIT_ABOVE`].
+/// With a run of 32 and a linger of 2 µs: records coming at under about
+/// 4 M msgs/s.
 ///
 /// Why: the average measures how often the drain finds the publisher
 /// ahead, not whether a run comes within the linger, and the two part
@@ -127,9 +128,10 @@ const STARVED_WAIT: u64 = 4;
 pub(super) struct RunWait {
     /// The moving average of first looks that found work, in 1/1024ths.
     found: u32,
-    /// The last round that caught up delivered at least [`CHASED_ROUND`]
-    /// messages: the next first look counts as one that found work.
-    chased: bool,
+    /// Messages the current round (once it ended, the last one) delivered
+    /// after each partition's first batch; from [`CHASED_ROUND`] on, the
+    /// next first look counts as one that found work.
+    chased: usize,
     /// The run waited for: [`run_len`] of the subscription's lag limit.
     run: u64,
 }
@@ -138,7 +140,7 @@ impl RunWait {
     /// A drain's policy, for a subscription with this lag limit: it starts
     /// taking what it finds at once.
     pub(super) fn new(lag_limit: Option<u64>) -> Self {
-        RunWait { found: 0, chased: false, run: run_len(lag_limit) }
+        RunWait { found: 0, chased: 0, run: run_len(lag_limit) }
     }
 
     /// The records a waiting look waits for (at least 1).
@@ -146,16 +148,20 @@ impl RunWait {
         self.run
     }
 
-    /// A round ended caught up, having delivered `chased` messages after
-    /// each partition's first batch.
-    pub(super) fn round_caught_up(&mut self, chased: usize) {
-        self.chased = chased >= CHASED_ROUND;
+    /// A drain round begins.
+    pub(super) fn round_started(&mut self) {
+        self.chased = 0;
+    }
+
+    /// The round delivered `n` messages in a batch after a partition's first.
+    pub(super) fn delivered_after_first(&mut self, n: usize) {
+        self.chased += n;
     }
 
     /// The first look of a linger found work, or found none. After a round
     /// that chased the publisher it counts as one that found work.
     pub(super) fn first_look(&mut self, found: bool) {
-        let sample = if found || self.chased { 1024 } else { 0 };
+        let sample = if found || self.chased >= CHASED_ROUND { 1024 } else { 0 };
         // found + (sample - found) / weight, in integers that stay in 0..=1024.
         self.found = (self.found * (RUN_WAIT_WEIGHT - 1) + sample) / RUN_WAIT_WEIGHT;
     }
@@ -196,27 +202,32 @@ mod tests {
     fn a_round_that_chased_the_publisher_counts_as_a_first_look_that_found_work() {
         let mut w = RunWait::new(None);
         let weight = super::RUN_WAIT_WEIGHT as usize;
+        // A round that delivered `chased` messages after its first batches.
+        let round = |w: &mut RunWait, chased: usize| {
+            w.round_started();
+            w.delivered_after_first(chased);
+        };
         for _ in 0..2 * weight {
             // Rounds of 15 messages taken one or two at a time, then a
             // first look (one pause later) that finds nothing.
-            w.round_caught_up(14);
+            round(&mut w, 14);
             w.first_look(false);
         }
         assert!(w.waits(), "a drain that chases the publisher inside its rounds waits for runs");
         for _ in 0..4 * weight {
             // After each wait: the run in the first batch, 2 more behind it.
-            w.round_caught_up(2);
+            round(&mut w, 2);
             w.first_look(false);
         }
         assert!(!w.waits(), "a drain that keeps up after its waits turns the wait off");
         for _ in 0..4 * weight {
-            w.round_caught_up(0);
+            round(&mut w, 0);
             w.first_look(false);
         }
         assert!(!w.waits(), "rounds of one batch are a drain that keeps up");
-        w.round_caught_up(super::CHASED_ROUND);
+        round(&mut w, super::CHASED_ROUND);
         w.first_look(false);
-        w.round_caught_up(super::CHASED_ROUND - 1);
+        round(&mut w, super::CHASED_ROUND - 1);
         let before = w;
         w.first_look(false);
         assert!(w.found <= before.found, "below the threshold a round is not a chase");
