@@ -11,6 +11,16 @@
 //! by its own thread that `black_box`es the payload and counts it in a local,
 //! and a publish is eight sends, one per channel.
 //!
+//! The no-subscriber and keeping-up rows are each run twice on rill's side:
+//! on a new topic, whose first retention of appends faults its memory in
+//! (what a publisher pays in a topic's first minutes), and *past its
+//! retention*: the topic was filled with one and a half retentions before
+//! the subscribers attached, so its segments have been trimmed and
+//! recycled and appends write memory already mapped (every later minute;
+//! rill-bench's throughput scenarios measure this state too). The peer is
+//! the same in both: its channel grows into fresh memory with nobody
+//! reading, and is drained, its blocks freed and reused, with readers.
+//!
 //! Only the publishing thread's time is counted: from before the first call to
 //! after the last, divided by the messages; draining what is left afterwards
 //! is not timed. Pairs alternate their order (rill, peer, then peer, rill), so
@@ -58,6 +68,9 @@ pub struct Row {
     pub subscribers: usize,
     /// The subscribers are idle before every call (each publish wakes them).
     pub idle: bool,
+    /// rill's topic was filled past its retention before the subscribers
+    /// attached (its segments recycled); else it is new.
+    pub steady: bool,
     pub rill_ns: Vec<f64>,
     pub peer_ns: Vec<f64>,
 }
@@ -69,14 +82,19 @@ impl Row {
     }
 }
 
+/// The rows, as (subscribers, idle, steady): see the module docs.
+const ROWS: [(usize, bool, bool); 5] =
+    [(0, false, false), (0, false, true), (FAN_OUT, false, false), (FAN_OUT, false, true), (FAN_OUT, true, false)];
+
 /// Runs `pairs` interleaved pairs of `messages` publishes for each row.
 pub fn run(messages: u64, pairs: usize) -> Vec<Row> {
     let idle_messages = (messages / 100).clamp(1_000, 20_000);
-    [(0, false), (FAN_OUT, false), (FAN_OUT, true)]
-        .into_iter()
-        .map(|(subscribers, idle)| {
-            let mut row = Row { subscribers, idle, rill_ns: Vec::new(), peer_ns: Vec::new() };
-            let rill = || if idle { rill_idle_ns(idle_messages, subscribers) } else { rill_ns(messages, subscribers) };
+    ROWS.into_iter()
+        .map(|(subscribers, idle, steady)| {
+            let mut row = Row { subscribers, idle, steady, rill_ns: Vec::new(), peer_ns: Vec::new() };
+            let rill = || {
+                if idle { rill_idle_ns(idle_messages, subscribers) } else { rill_ns(messages, subscribers, steady) }
+            };
             let peer = || if idle { peer_idle_ns(idle_messages, subscribers) } else { peer_ns(messages, subscribers) };
             for pair in 0..pairs {
                 if pair % 2 == 0 {
@@ -212,13 +230,19 @@ pub fn peer_idle_ns(messages: u64, subscribers: usize) -> f64 {
     ns
 }
 
-/// rill: `Publisher::publish` ns per call with `subscribers` keeping up.
-pub fn rill_ns(messages: u64, subscribers: usize) -> f64 {
+/// rill: `Publisher::publish` ns per call with `subscribers` keeping up, on
+/// a new topic or (`steady`) one filled past its retention first.
+pub fn rill_ns(messages: u64, subscribers: usize, steady: bool) -> f64 {
     let broker = Broker::new(BrokerConfig::default()).expect("broker");
     broker.create_topic("publish-cost", &TopicOptions::default()).expect("topic");
+    let publisher = broker.publisher("publish-cost").expect("publisher");
+    if steady {
+        // Before anyone subscribes: subscriptions start at the end.
+        crate::systems::rill_sys::fill_past_retention(&publisher, 1, PAYLOAD, rill::log::DEFAULT_RETENTION_BYTES)
+            .expect("fill past retention");
+    }
     let (counts, subs) = counting_subscribers(&broker, subscribers);
     let refs: Vec<&Subscription> = subs.iter().collect();
-    let publisher = broker.publisher("publish-cost").expect("publisher");
     let payload = [0x5au8; PAYLOAD];
     let record = Record::new(&payload);
     for _ in 0..WARM_UP {
@@ -317,10 +341,10 @@ const FLOOR_RING: usize = 4 << 20;
 /// The region of the composed floor: rill's default retention of a
 /// partition, so the memory its appends write is as far from the caches as
 /// rill's. Its pages are faulted in before the timing, as a partition's are
-/// once its retention has been filled and it recycles its segments; rill's
-/// own row is timed on a new topic, so it also pays for faulting its pages
-/// in (in 2 MiB pages where the kernel has them: in 4 KiB ones, this floor
-/// read 70-155 ns instead of about 45).
+/// once its retention has been filled and it recycles its segments: the
+/// floor of rill's rows past their retention. Its rows on a new topic also
+/// pay for faulting their pages in (in 2 MiB pages where the kernel has
+/// them: in 4 KiB ones, this floor read 70-155 ns instead of about 45).
 const FLOOR_RETAINED: usize = rill::log::DEFAULT_RETENTION_BYTES as usize;
 
 /// The floors under a publish on this machine, each `repeats` times, `steps`
@@ -334,8 +358,8 @@ const FLOOR_RETAINED: usize = rill::log::DEFAULT_RETENTION_BYTES as usize;
 /// steps composed as rill's publish composes them: pinned (the stamp read
 /// first, as rill reads it), into a region the size of rill's default
 /// retention (`FLOOR_RETAINED`); the floor for rill's row with no
-/// subscriber, which adds routing, checks, the offset index, and faulting
-/// in its memory.
+/// subscriber past its retention, which adds routing, checks and the offset
+/// index (and, on a new topic, faulting its memory in).
 pub fn floors(steps: u64, repeats: usize) -> Vec<Floor> {
     type Step = fn(u64) -> f64;
     let kinds: [(&'static str, Step); 6] = [
@@ -438,8 +462,9 @@ pub fn table(rows: &[Row]) -> String {
         "| publish, 64 B | rill `Publisher::publish` ns/call | crossbeam `send` ns/publish | peer / rill (median, worst pair) |\n|---|---:|---:|---:|\n",
     );
     for row in rows {
+        let topic = if row.steady { ", past its retention" } else { ", new topic" };
         let what = if row.subscribers == 0 {
-            "no subscriber (peer: 1 channel, never read)".to_string()
+            format!("no subscriber{topic} (peer: 1 channel, never read)")
         } else if row.idle {
             format!(
                 "{} idle subscribers, all woken by each call, each call timed alone (peer: {} channels, a reader thread each, waiting in `recv`)",
@@ -447,7 +472,7 @@ pub fn table(rows: &[Row]) -> String {
             )
         } else {
             format!(
-                "{} subscribers keeping up (peer: {} channels, a reader thread each)",
+                "{} subscribers keeping up{topic} (peer: {} channels, a reader thread each)",
                 row.subscribers, row.subscribers
             )
         };
@@ -466,16 +491,14 @@ mod tests {
         // The runs assert that every subscriber and every reader received
         // every message; here, that each row has a finite time per pair.
         let rows = run(2_000, 2);
-        assert_eq!(
-            rows.iter().map(|r| (r.subscribers, r.idle)).collect::<Vec<_>>(),
-            [(0, false), (FAN_OUT, false), (FAN_OUT, true)]
-        );
+        assert_eq!(rows.iter().map(|r| (r.subscribers, r.idle, r.steady)).collect::<Vec<_>>(), ROWS);
         for row in &rows {
             assert_eq!((row.rill_ns.len(), row.peer_ns.len()), (2, 2));
             assert!(row.rill_ns.iter().chain(&row.peer_ns).all(|ns| ns.is_finite() && *ns > 0.0), "{row:?}");
         }
         let table = table(&rows);
-        assert_eq!(table.lines().count(), 5, "{table}");
+        assert_eq!(table.lines().count(), 2 + ROWS.len(), "{table}");
+        assert_eq!(table.matches("past its retention").count(), 2, "{table}");
     }
 
     #[test]

@@ -34,9 +34,17 @@ fn record_bytes(payload: usize) -> u64 {
 /// subscribes, so segments have been trimmed and recycled: the measured run
 /// then writes into memory that is already faulted in (steady state).
 fn warm_up(publisher: &Publisher, shape: &Shape, retention: u64) -> rill::Result<()> {
-    let body = vec![0u8; shape.payload];
+    fill_past_retention(publisher, shape.partitions as u64, shape.payload, retention)
+}
+
+/// Publishes one and a half retentions' worth of `payload`-byte records into
+/// each of a topic's `partitions`, in batches: afterwards its segments have
+/// been trimmed and recycled, so further appends write memory that is
+/// already faulted in, as a topic's do once it has run for a while.
+pub fn fill_past_retention(publisher: &Publisher, partitions: u64, payload: usize, retention: u64) -> rill::Result<()> {
+    let body = vec![0u8; payload];
     let records = vec![Record::new(&body); 1024];
-    let total = shape.partitions as u64 * (retention + retention / 2) / record_bytes(shape.payload) + 1024;
+    let total = partitions * (retention + retention / 2) / record_bytes(payload) + 1024;
     let mut left = total;
     while left > 0 {
         let n = left.min(records.len() as u64) as usize;
