@@ -2,8 +2,23 @@
 //! interleaved pairs whose order alternates (rill, peer, then peer, rill, ...),
 //! each pair followed by the peer's plain loop (the self-check, see
 //! [`crate::plain`]), and summarises the runs.
+//!
+//! # Pairs that straddle a change of machine state
+//!
+//! On a shared VM the two vCPUs may sit on neighbouring cores one minute and
+//! on distant ones the next: on the VM this project is measured on, the
+//! cross-core ping-pong went from 62-65 ns to 324-356 ns and back within
+//! seconds, and every one-to-one system (rill, crossbeam, the bare log)
+//! lost two thirds of its throughput while it was high. A pair whose two
+//! runs saw different states compares the machines, not the systems. So a
+//! short ping-pong is taken before each run of a pair and after its second
+//! ([`MachineState`]), each comparison keeps the state of every pair, and
+//! the median of the pairs that saw one state (within [`STATE_SPREAD`]) is
+//! reported beside the median of all of them. Neither is hidden: the
+//! headline stays the median of all pairs.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
@@ -11,6 +26,7 @@ use serde::Serialize;
 
 use crate::measure::{Outcome, Status, Work, new_histogram};
 use crate::plain::{self, Plain, VALID_SHARE};
+use crate::probe;
 use crate::scenarios::{Metric, Scenario, unsupported};
 use crate::stats::{PairStats, Percentiles, latency_ratio, median, pair_stats, percentiles, throughput_ratio};
 use crate::systems::{self, Env, System};
@@ -67,6 +83,39 @@ pub struct SelfCheck {
     pub valid: bool,
 }
 
+/// The cross-core ping-pong round trips seen around one pair: probed before
+/// its first run, between its runs, and after its second.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MachineState {
+    /// The fastest of the probes, ns per round trip.
+    pub low_ns: f64,
+    /// The slowest.
+    pub high_ns: f64,
+}
+
+/// A pair whose probes differ by more than this factor ran in more than one
+/// machine state (the two states seen here differ by about 5x; a probe's
+/// own spread within one state is a few percent).
+pub const STATE_SPREAD: f64 = 1.5;
+/// Rounds of the ping-pong taken around each run, and each round's length:
+/// about 10 ms a probe, against runs of half a second.
+const STATE_PROBE_ROUNDS: usize = 3;
+const STATE_PROBE_EACH: Duration = Duration::from_millis(3);
+
+impl MachineState {
+    /// The state around a pair from its probes' round trips; `None` without any.
+    pub fn of(probes: &[f64]) -> Option<MachineState> {
+        let finite = probes.iter().copied().filter(|p| p.is_finite() && *p > 0.0);
+        let (low_ns, high_ns) = finite.fold((f64::INFINITY, 0f64), |(lo, hi), p| (lo.min(p), hi.max(p)));
+        (high_ns > 0.0).then_some(MachineState { low_ns, high_ns })
+    }
+
+    /// True if every probe around the pair saw one state.
+    pub fn steady(&self) -> bool {
+        self.high_ns <= self.low_ns * STATE_SPREAD
+    }
+}
+
 /// rill against one peer in one scenario.
 #[derive(Debug, Clone, Serialize)]
 pub struct Comparison {
@@ -80,6 +129,12 @@ pub struct Comparison {
     /// The peer in its plain loop (absent where it has none: bare-log, paced
     /// scenarios).
     pub self_check: Option<SelfCheck>,
+    /// The machine state around each pair, in the order of `pairs.ratios`;
+    /// empty when the pairs were not probed (`--no-probe`).
+    pub states: Vec<MachineState>,
+    /// The pairs that ran in one machine state ([`MachineState::steady`]),
+    /// summarised; `None` when not probed or no pair was steady.
+    pub steady_pairs: Option<PairStats>,
 }
 
 impl Comparison {
@@ -147,7 +202,7 @@ pub const DIAGNOSTIC_PAIRS: usize = 3;
 /// always the warm or the cold one), followed by the peer's plain loop.
 pub fn measure(sc: &Scenario, peers: &[System], pairs: usize, env: &Env, bar: &ProgressBar) -> ScenarioResult {
     let mut rill_runs: Vec<Outcome> = Vec::new();
-    let mut peer_runs: HashMap<System, Vec<(usize, Outcome)>> = HashMap::new();
+    let mut peer_runs: HashMap<System, Vec<(usize, Outcome, Option<MachineState>)>> = HashMap::new();
     let mut plain_runs: HashMap<System, Vec<Plain>> = HashMap::new();
     let mut skipped: HashMap<System, String> = HashMap::new();
     for p in peers {
@@ -178,8 +233,15 @@ pub fn measure(sc: &Scenario, peers: &[System], pairs: usize, env: &Env, bar: &P
             }
             let rill_first = round % 2 == 0;
             let mut out = None;
+            let mut probes = Vec::new();
+            let mut probe = || {
+                if env.state_probes {
+                    probes.push(probe::ping_pong(STATE_PROBE_ROUNDS, STATE_PROBE_EACH).round_trip_ns);
+                }
+            };
             for side in if rill_first { [System::Rill, p] } else { [p, System::Rill] } {
                 bar.set_message(label(side, round));
+                probe();
                 let o = systems::run(side, &sc.shape, env);
                 if side == System::Rill {
                     rill_runs.push(o);
@@ -188,6 +250,8 @@ pub fn measure(sc: &Scenario, peers: &[System], pairs: usize, env: &Env, bar: &P
                 }
                 bar.inc(1);
             }
+            probe();
+            let state = MachineState::of(&probes);
             let mut out = out.expect("the peer ran");
             if has_plain {
                 bar.set_message(format!("{}: {} plain loop ({}/{})", sc.name, p.name(), round + 1, pairs));
@@ -209,7 +273,7 @@ pub fn measure(sc: &Scenario, peers: &[System], pairs: usize, env: &Env, bar: &P
                     ),
                 );
             }
-            peer_runs.entry(p).or_default().push((rill_runs.len() - 1, out));
+            peer_runs.entry(p).or_default().push((rill_runs.len() - 1, out, state));
         }
     }
 
@@ -220,21 +284,30 @@ pub fn measure(sc: &Scenario, peers: &[System], pairs: usize, env: &Env, bar: &P
         if let Some(why) = skipped.get(&p) {
             systems_out.push(SystemSummary { status: format!("unsupported: {why}"), ..summarise(p, &[], sc, env) });
         } else {
-            systems_out.push(summarise(p, &runs.iter().map(|(_, o)| o).collect::<Vec<_>>(), sc, env));
+            systems_out.push(summarise(p, &runs.iter().map(|(_, o, _)| o).collect::<Vec<_>>(), sc, env));
         }
-        let ratios: Vec<f64> = runs
-            .iter()
-            .filter(|(i, o)| o.measured() && rill_runs[*i].measured())
-            .map(|(i, o)| pair_ratio(sc.metric, &rill_runs[*i], o))
-            .collect();
+        let measured: Vec<_> = runs.iter().filter(|(i, o, _)| o.measured() && rill_runs[*i].measured()).collect();
+        let ratios: Vec<f64> = measured.iter().map(|(i, o, _)| pair_ratio(sc.metric, &rill_runs[*i], o)).collect();
         let stats = pair_stats(&ratios);
+        let states: Vec<MachineState> = measured.iter().filter_map(|(_, _, s)| *s).collect();
+        let steady_pairs = steady_stats(&ratios, &states);
         let note = skipped.get(&p).cloned().or_else(|| collapsed.get(&p).cloned());
         let harnessed = systems_out.last().map_or(0.0, |s| s.msgs_per_sec);
         let rill = systems_out[0].msgs_per_sec;
         let self_check = self_check(rill, harnessed, plain_runs.get(&p).map(Vec::as_slice).unwrap_or(&[]));
-        comparisons.push(Comparison { peer: p, pairs: stats, note, self_check });
+        comparisons.push(Comparison { peer: p, pairs: stats, note, self_check, states, steady_pairs });
     }
     ScenarioResult { shape_text: sc.shape.describe(), scenario: sc.clone(), systems: systems_out, comparisons }
+}
+
+/// The pairs of `ratios` whose `states` (one each, in the same order) were
+/// steady, summarised; `None` unless every pair has a state and some is steady.
+pub fn steady_stats(ratios: &[f64], states: &[MachineState]) -> Option<PairStats> {
+    if states.len() != ratios.len() {
+        return None;
+    }
+    let steady: Vec<f64> = ratios.iter().zip(states).filter(|(_, s)| s.steady()).map(|(r, _)| *r).collect();
+    pair_stats(&steady)
 }
 
 /// The self-check of a peer that made `harnessed` msgs/s (median) in the
@@ -380,7 +453,14 @@ mod tests {
         let slowed = self_check(8_000_000.0, 5_000_000.0, &runs).unwrap();
         assert!(!slowed.valid, "{slowed:?}");
         assert!((slowed.harness_share - 5.0 / 11.0).abs() < 1e-9);
-        let c = Comparison { peer: System::Crossbeam, pairs: None, note: None, self_check: Some(slowed) };
+        let c = Comparison {
+            peer: System::Crossbeam,
+            pairs: None,
+            note: None,
+            self_check: Some(slowed),
+            states: Vec::new(),
+            steady_pairs: None,
+        };
         assert!(!c.valid());
         assert!(self_check(1.0, 1.0, &[]).is_none());
         assert!(Comparison { self_check: None, ..c }.valid(), "no plain loop: nothing to invalidate");

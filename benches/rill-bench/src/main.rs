@@ -227,7 +227,8 @@ struct Cli {
     #[arg(long, help_heading = "Output")]
     publish_cost: bool,
 
-    /// Skip the cross-core ping-pong and hiccup probes.
+    /// Skip the cross-core ping-pong and hiccup probes, and the short ping-pong taken around every
+    /// run of a pair (which marks the pairs during which the machine changed state).
     #[arg(long, help_heading = "Output")]
     no_probe: bool,
 
@@ -411,6 +412,7 @@ fn main() {
         batch_handler: cli.batch_handler,
         peer_payload: cli.peer_payload,
         timeout: Duration::from_secs_f64(cli.timeout.max(0.1)),
+        state_probes: !cli.no_probe,
     };
 
     let total: u64 = list.iter().map(|sc| bench::planned_runs(sc, &peers, pairs)).sum();

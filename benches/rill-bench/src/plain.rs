@@ -468,6 +468,7 @@ mod tests {
                 batch_handler: false,
                 peer_payload: PeerPayload::Auto,
                 timeout: Duration::from_secs(60),
+                state_probes: false,
             };
             for system in [System::Crossbeam, System::Flume, System::Bus, System::Disruptor, System::TokioBlocking] {
                 let what = format!("{system:?}, {producers} -> {subscribers}");

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::bench::{Comparison, ScenarioResult, SystemSummary};
+use crate::bench::{Comparison, MachineState, STATE_SPREAD, ScenarioResult, SystemSummary};
 use crate::measure::Work;
 use crate::plain::VALID_SHARE;
 use crate::probe::{Hiccups, Probe};
@@ -162,7 +162,15 @@ pub fn table(r: &Report) -> String {
                         fmt_ratio(p.median),
                         fmt_ratio(p.worst),
                         fmt_ratio(p.best),
-                        p.ratios.iter().map(|x| fmt_ratio(*x)).collect::<Vec<_>>().join(" "),
+                        p.ratios
+                            .iter()
+                            .enumerate()
+                            .map(|(i, x)| {
+                                let moved = c.states.get(i).is_some_and(|s| !s.steady());
+                                format!("{}{}", fmt_ratio(*x), if moved { "~" } else { "" })
+                            })
+                            .collect::<Vec<_>>()
+                            .join(" "),
                     ),
                     None => ("-".into(), "-".into(), "-".into(), "no pair produced numbers".into()),
                 };
@@ -187,6 +195,9 @@ pub fn table(r: &Report) -> String {
                     "   INVALID: the harness ran that peer below {VALID_SHARE}x of its plain loop; its ratio is not a result"
                 );
             }
+            if let Some(line) = machine_state_line(sr) {
+                let _ = writeln!(o, "   {line}");
+            }
         }
     }
     let md = markdown(r);
@@ -199,6 +210,39 @@ pub fn table(r: &Report) -> String {
     let _ = writeln!(o);
     let _ = writeln!(o, "total time {:.0} s", r.elapsed_s);
     o
+}
+
+/// The ping-pong range around a scenario's pairs and, if some pair saw it
+/// move by more than [`STATE_SPREAD`], the median of each peer's other
+/// pairs; `None` if the pairs were not probed.
+fn machine_state_line(sr: &ScenarioResult) -> Option<String> {
+    let states: Vec<&MachineState> = sr.comparisons.iter().flat_map(|c| &c.states).collect();
+    let low = states.iter().map(|s| s.low_ns).fold(f64::INFINITY, f64::min);
+    let high = states.iter().map(|s| s.high_ns).fold(0f64, f64::max);
+    if states.is_empty() {
+        return None;
+    }
+    let mut line = format!("machine state: ping-pong {low:.0}-{high:.0} ns around these pairs' runs");
+    if states.iter().all(|s| s.steady()) {
+        line += &format!(" (within {STATE_SPREAD}x around every pair)");
+        return Some(line);
+    }
+    line += &format!("; ~ marks a pair during which it moved by more than {STATE_SPREAD}x; the other pairs:");
+    for c in &sr.comparisons {
+        let all = c.pairs.as_ref().map_or(0, |p| p.ratios.len());
+        line += &format!(" {} {}", c.peer.name(), steady_text(c, all));
+    }
+    Some(line)
+}
+
+/// "median (n of all)" over a comparison's pairs in one machine state, or
+/// "-" when there are none or the pairs were not probed.
+fn steady_text(c: &Comparison, all: usize) -> String {
+    match (&c.steady_pairs, c.states.is_empty()) {
+        (_, true) => "-".into(),
+        (Some(s), false) => format!("{} ({} of {all})", fmt_ratio(s.median), s.ratios.len()),
+        (None, false) => format!("none of {all}"),
+    }
 }
 
 fn metric_value(sr: &ScenarioResult, s: Option<&SystemSummary>) -> String {
@@ -246,9 +290,9 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(o);
         let _ = writeln!(
             o,
-            "| scenario | peer (payload) | rill | peer | rill vs peer, median | worst pair | peer in harness / plain loop | rill / peer's plain loop |"
+            "| scenario | peer (payload) | rill | peer | rill vs peer, median | worst pair | pairs in one machine state | peer in harness / plain loop | rill / peer's plain loop |"
         );
-        let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
         for sr in r.scenarios.iter().filter(|sr| sr.scenario.shape.work == work) {
             let rill = metric_value(sr, sr.system(System::Rill));
             for c in &sr.comparisons {
@@ -269,9 +313,10 @@ pub fn markdown(r: &Report) -> String {
                         fmt_ratio(sc.rill_vs_plain),
                     )
                 });
+                let all = c.pairs.as_ref().map_or(0, |p| p.ratios.len());
                 let _ = writeln!(
                     o,
-                    "| {} | {} ({}) | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} |",
                     sr.scenario.name,
                     c.peer.name(),
                     payload.replace('|', "\\|"),
@@ -279,6 +324,7 @@ pub fn markdown(r: &Report) -> String {
                     peer,
                     med,
                     worst,
+                    steady_text(c, all),
                     plain,
                     vs_plain
                 );
@@ -291,7 +337,8 @@ pub fn markdown(r: &Report) -> String {
 
 const CSV_HEADER: &str = "scenario,work,system,payload_type,producers,subscribers,mode,partitions,payload_bytes,batch,runs,\
 status,msgs_per_sec,mb_per_sec,deliveries_per_sec,lost_pct,switches_per_1k,p50_ns,p90_ns,p99_ns,p999_ns,max_ns,\
-ratio_median,ratio_worst,plain_msgs_per_sec,harness_share,valid,rill_vs_plain";
+ratio_median,ratio_worst,plain_msgs_per_sec,harness_share,valid,rill_vs_plain,\
+steady_ratio_median,steady_pairs,pingpong_low_ns,pingpong_high_ns";
 
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_owned() }
@@ -317,6 +364,22 @@ pub fn csv(r: &Report) -> String {
                     format!("{:.4}", sc.rill_vs_plain),
                 ),
                 None => (String::new(), String::new(), String::new(), String::new()),
+            };
+            let (steady_median, steady_pairs) = match c {
+                Some(c) if !c.states.is_empty() => (
+                    c.steady_pairs.as_ref().map_or(String::new(), |p| format!("{:.4}", p.median)),
+                    c.steady_pairs.as_ref().map_or(0, |p| p.ratios.len()).to_string(),
+                ),
+                _ => (String::new(), String::new()),
+            };
+            let states = c.map_or(&[][..], |c| c.states.as_slice());
+            let (low, high) = if states.is_empty() {
+                (String::new(), String::new())
+            } else {
+                (
+                    format!("{:.0}", states.iter().map(|s| s.low_ns).fold(f64::INFINITY, f64::min)),
+                    format!("{:.0}", states.iter().map(|s| s.high_ns).fold(0f64, f64::max)),
+                )
             };
             let l = &s.latency;
             let fields = [
@@ -348,6 +411,10 @@ pub fn csv(r: &Report) -> String {
                 share,
                 valid,
                 vs_plain,
+                steady_median,
+                steady_pairs,
+                low,
+                high,
             ];
             let row: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
             o += &row.join(",");
@@ -360,7 +427,7 @@ pub fn csv(r: &Report) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::bench::{Comparison, self_check};
+    use crate::bench::{Comparison, self_check, steady_stats};
     use crate::plain::Plain;
     use crate::scenarios::{Named, named};
     use crate::stats::{Percentiles, pair_stats};
@@ -399,6 +466,10 @@ pub(crate) mod tests {
     pub(crate) fn sample_report() -> Report {
         let sc = named(Named::OneToOne);
         let pairs = pair_stats(&[3.0, 2.0, 4.0, 2.6, 3.1]);
+        // The third crossbeam pair saw the ping-pong move from 62 to 330 ns.
+        let steady = MachineState { low_ns: 62.0, high_ns: 66.0 };
+        let moved = MachineState { low_ns: 62.0, high_ns: 330.0 };
+        let states = vec![steady, steady, moved, steady, steady];
         Report {
             version: "0.1.0".into(),
             command: "rill-bench --scenario one-to-one --compare".into(),
@@ -420,12 +491,16 @@ pub(crate) mod tests {
                         pairs: pairs.clone(),
                         note: None,
                         self_check: self_check(30e6, 10e6, &[plain(11_000_000)]),
+                        steady_pairs: steady_stats(&pairs.as_ref().unwrap().ratios, &states),
+                        states,
                     },
                     Comparison {
                         peer: System::Flume,
                         pairs,
                         note: None,
                         self_check: self_check(30e6, 5e6, &[plain(10_000_000)]),
+                        states: Vec::new(),
+                        steady_pairs: None,
                     },
                 ],
                 scenario: sc,
@@ -439,13 +514,13 @@ pub(crate) mod tests {
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 4);
         let cols = lines[0].split(',').count();
-        assert_eq!(cols, 28);
+        assert_eq!(cols, 32);
         for l in &lines[1..] {
             assert_eq!(l.split(',').count(), cols, "{l}");
         }
         assert!(lines[1].starts_with("one-to-one,minimal,rill,,1,1,pool,1,64,1,5,ok,30000000,"), "{}", lines[1]);
-        assert!(lines[2].ends_with(",3.0000,2.0000,11000000,0.9091,true,2.7273"), "{}", lines[2]);
-        assert!(lines[3].ends_with(",3.0000,2.0000,10000000,0.5000,false,3.0000"), "{}", lines[3]);
+        assert!(lines[2].ends_with(",3.0000,2.0000,11000000,0.9091,true,2.7273,2.8000,4,62,330"), "{}", lines[2]);
+        assert!(lines[3].ends_with(",3.0000,2.0000,10000000,0.5000,false,3.0000,,,,"), "{}", lines[3]);
         assert!(!out.to_lowercase().contains("target"), "no targets in the tool's output");
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("say \"x\""), "\"say \"\"x\"\"\"");
@@ -481,14 +556,36 @@ pub(crate) mod tests {
         assert!(t.contains("0.50x INVALID"), "{t}");
         assert!(
             t.contains(
-                "| one-to-one | crossbeam ([u8; 64]) | 30.0 M msgs/s | 10.0 M msgs/s | 3.00x | 2.00x | 0.91x (plain 11.0 M msgs/s) | 2.73x |"
+                "| one-to-one | crossbeam ([u8; 64]) | 30.0 M msgs/s | 10.0 M msgs/s | 3.00x | 2.00x | 2.80x (4 of 5) | 0.91x (plain 11.0 M msgs/s) | 2.73x |"
             ),
             "{t}"
         );
         assert!(
-            t.contains("| one-to-one | flume ([u8; 64]) | 30.0 M msgs/s | 5.00 M msgs/s | invalid (3.00x) | 2.00x |"),
+            t.contains(
+                "| one-to-one | flume ([u8; 64]) | 30.0 M msgs/s | 5.00 M msgs/s | invalid (3.00x) | 2.00x | - |"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("3.00x 2.00x 4.00x~ 2.60x 3.10x"), "{t}");
+        assert!(
+            t.contains(
+                "machine state: ping-pong 62-330 ns around these pairs' runs; ~ marks a pair during which it moved by more than 1.5x; the other pairs: crossbeam 2.80x (4 of 5) flume -"
+            ),
             "{t}"
         );
         assert!(!t.to_lowercase().contains("target") && !t.contains("MET") && !t.contains("MISSED"), "{t}");
+    }
+
+    #[test]
+    fn a_pair_is_steady_when_its_probes_agree_within_the_spread() {
+        assert_eq!(MachineState::of(&[]), None);
+        let s = MachineState::of(&[64.0, 62.0, 66.0]).unwrap();
+        assert_eq!((s.low_ns, s.high_ns), (62.0, 66.0));
+        assert!(s.steady());
+        assert!(!MachineState::of(&[64.0, 330.0, 62.0]).unwrap().steady());
+        let (a, b) = (s, MachineState { low_ns: 62.0, high_ns: 330.0 });
+        assert_eq!(steady_stats(&[1.0, 2.0, 3.0], &[a, b, a]).unwrap().ratios, [1.0, 3.0]);
+        assert!(steady_stats(&[1.0, 2.0], &[a]).is_none(), "pairs without a state: no steady summary");
+        assert!(steady_stats(&[1.0], &[b]).is_none());
     }
 }

@@ -123,6 +123,10 @@ pub struct Env {
     pub peer_payload: PeerPayload,
     /// Time cap of one run.
     pub timeout: Duration,
+    /// Take a short cross-core ping-pong probe before and after every run of
+    /// a pair, so each pair says which machine state its two runs saw (see
+    /// `bench::MachineState`).
+    pub state_probes: bool,
 }
 
 impl Default for Env {
@@ -136,6 +140,7 @@ impl Default for Env {
             batch_handler: false,
             peer_payload: PeerPayload::Auto,
             timeout: Duration::from_secs(10),
+            state_probes: true,
         }
     }
 }
@@ -301,6 +306,7 @@ mod tests {
             batch_handler: false,
             peer_payload,
             timeout: Duration::from_secs(60),
+            state_probes: false,
         }
     }
 
