@@ -62,7 +62,7 @@ EXAMPLES:
   rill-bench -c 2 --batch 64 --poll-batch 1024      pull consumers
   rill-bench --suite sweep --plot fanout.svg        throughput against subscriber count
   rill-bench --suite report --format json > report.json
-  rill-bench --publish-cost --pairs 5              publish ns/call (no subscriber, 8 keeping up, 8 idle) beside crossbeam send, and the machine's floors (clock read, lock xadd, pin, minimal log append, the same pinned into 256 MiB)
+  rill-bench --publish-cost --pairs 5              publish ns/call (no subscriber and 8 keeping up, each on a new topic and past its retention; 8 idle) beside crossbeam send, and the machine's floors (clock read, lock xadd, pin, minimal log append, the same pinned into 256 MiB)
 
 MEASUREMENT: throughput counts delivered messages (what a subscriber skipped earns nothing; see
 the 'lost' column) per subscriber per second, from releasing the producers to the last subscriber
