@@ -110,6 +110,13 @@ impl MachineState {
         (high_ns > 0.0).then_some(MachineState { low_ns, high_ns })
     }
 
+    /// The range of several pairs' states: the fastest probe of any and the
+    /// slowest; `None` for none.
+    pub fn span<'a>(states: impl IntoIterator<Item = &'a MachineState>) -> Option<MachineState> {
+        let probes: Vec<f64> = states.into_iter().flat_map(|s| [s.low_ns, s.high_ns]).collect();
+        MachineState::of(&probes)
+    }
+
     /// True if every probe around the pair saw one state.
     pub fn steady(&self) -> bool {
         self.high_ns <= self.low_ns * STATE_SPREAD

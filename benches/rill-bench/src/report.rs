@@ -216,28 +216,25 @@ pub fn table(r: &Report) -> String {
 /// move by more than [`STATE_SPREAD`], the median of each peer's other
 /// pairs; `None` if the pairs were not probed.
 fn machine_state_line(sr: &ScenarioResult) -> Option<String> {
-    let states: Vec<&MachineState> = sr.comparisons.iter().flat_map(|c| &c.states).collect();
-    let low = states.iter().map(|s| s.low_ns).fold(f64::INFINITY, f64::min);
-    let high = states.iter().map(|s| s.high_ns).fold(0f64, f64::max);
-    if states.is_empty() {
-        return None;
-    }
-    let mut line = format!("machine state: ping-pong {low:.0}-{high:.0} ns around these pairs' runs");
-    if states.iter().all(|s| s.steady()) {
+    let states = || sr.comparisons.iter().flat_map(|c| &c.states);
+    let span = MachineState::span(states())?;
+    let mut line =
+        format!("machine state: ping-pong {:.0}-{:.0} ns around these pairs' runs", span.low_ns, span.high_ns);
+    if states().all(MachineState::steady) {
         line += &format!(" (within {STATE_SPREAD}x around every pair)");
         return Some(line);
     }
     line += &format!("; ~ marks a pair during which it moved by more than {STATE_SPREAD}x; the other pairs:");
     for c in &sr.comparisons {
-        let all = c.pairs.as_ref().map_or(0, |p| p.ratios.len());
-        line += &format!(" {} {}", c.peer.name(), steady_text(c, all));
+        line += &format!(" {} {}", c.peer.name(), steady_text(c));
     }
     Some(line)
 }
 
 /// "median (n of all)" over a comparison's pairs in one machine state, or
 /// "-" when there are none or the pairs were not probed.
-fn steady_text(c: &Comparison, all: usize) -> String {
+fn steady_text(c: &Comparison) -> String {
+    let all = c.pairs.as_ref().map_or(0, |p| p.ratios.len());
     match (&c.steady_pairs, c.states.is_empty()) {
         (_, true) => "-".into(),
         (Some(s), false) => format!("{} ({} of {all})", fmt_ratio(s.median), s.ratios.len()),
@@ -313,7 +310,6 @@ pub fn markdown(r: &Report) -> String {
                         fmt_ratio(sc.rill_vs_plain),
                     )
                 });
-                let all = c.pairs.as_ref().map_or(0, |p| p.ratios.len());
                 let _ = writeln!(
                     o,
                     "| {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} |",
@@ -324,7 +320,7 @@ pub fn markdown(r: &Report) -> String {
                     peer,
                     med,
                     worst,
-                    steady_text(c, all),
+                    steady_text(c),
                     plain,
                     vs_plain
                 );
@@ -372,15 +368,9 @@ pub fn csv(r: &Report) -> String {
                 ),
                 _ => (String::new(), String::new()),
             };
-            let states = c.map_or(&[][..], |c| c.states.as_slice());
-            let (low, high) = if states.is_empty() {
-                (String::new(), String::new())
-            } else {
-                (
-                    format!("{:.0}", states.iter().map(|s| s.low_ns).fold(f64::INFINITY, f64::min)),
-                    format!("{:.0}", states.iter().map(|s| s.high_ns).fold(0f64, f64::max)),
-                )
-            };
+            let (low, high) = c
+                .and_then(|c| MachineState::span(&c.states))
+                .map_or((String::new(), String::new()), |m| (format!("{:.0}", m.low_ns), format!("{:.0}", m.high_ns)));
             let l = &s.latency;
             let fields = [
                 sr.scenario.name.clone(),
