@@ -12,7 +12,10 @@ backend, which runs ``BuildPy`` below:
   ``CARGO_PROFILE_RELEASE_STRIP=debuginfo``: about 1 MB instead of 8) and
   with the checkout's and cargo's home paths remapped
   (``--remap-path-prefix``), so no absolute path of the build machine is
-  baked into the library; its own directory, because those flags would
+  baked into the library, plus the flags the workspace's
+  ``.cargo/config.toml`` gives this host (TLS descriptors on x86-64 Linux),
+  which cargo would drop once the remapping is passed in the environment;
+  its own directory, because those flags would
   otherwise make cargo rebuild the ordinary ``target/release`` every time;
 - it takes the library from cargo's own report of what it built, not from
   a guessed path, and copies it into the package.
@@ -31,14 +34,43 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, before it joined the standard library
+    import tomli as tomllib
+
 HERE = Path(__file__).resolve().parent
 WORKSPACE = HERE.parent.parent
 LIB_NAME = "librill.so"
+
+
+def config_rustflags(env: dict[str, str]) -> list[str]:
+    """The rustflags ``.cargo/config.toml`` sets for the host's target.
+
+    Cargo uses them only when the environment sets no RUSTFLAGS of its own;
+    this build always does (the path remapping), so it adds them itself.
+    Only ``[target.<host triple>] rustflags`` is read: the one form the
+    workspace's config uses.
+    """
+    config = WORKSPACE / ".cargo" / "config.toml"
+    if not config.is_file():
+        return []
+    rustc = env.get("RUSTC", "rustc")
+    try:
+        version = subprocess.run([rustc, "-vV"], env=env, stdout=subprocess.PIPE, check=True, text=True).stdout
+    except FileNotFoundError:
+        raise RuntimeError("building the rill wheel needs rustc (https://rustup.rs) on PATH, or RUSTC set") from None
+    host = next((line.split(":", 1)[1].strip() for line in version.splitlines() if line.startswith("host:")), "")
+    flags = tomllib.loads(config.read_text()).get("target", {}).get(host, {}).get("rustflags", [])
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise RuntimeError(f"{config}: target.{host}.rustflags is not a list of strings")
+    return flags
 
 
 def cargo_build() -> Path:
@@ -55,6 +87,9 @@ def cargo_build() -> Path:
     # The encoded form (flags separated by 0x1f) keeps paths with spaces whole.
     flags = env.pop("CARGO_ENCODED_RUSTFLAGS", "")
     given = flags.split("\x1f") if flags else env.pop("RUSTFLAGS", "").split()
+    # As cargo does: flags given in the environment replace the config's.
+    if not given:
+        given = config_rustflags(env)
     env["CARGO_ENCODED_RUSTFLAGS"] = "\x1f".join([*given, *remap])
     env["CARGO_PROFILE_RELEASE_DEBUG"] = "0"
     env["CARGO_PROFILE_RELEASE_STRIP"] = "debuginfo"

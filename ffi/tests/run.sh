@@ -89,7 +89,12 @@ others=$(grep -v '^rill_' <<<"$exports" || true)
 sections=$(readelf -S "$so")
 ! grep -q '\.debug_info' <<<"$sections" || { echo "the installed librill.so has debug info" >&2; exit 1; }
 ! grep -q ' \.symtab' <<<"$sections" || { echo "the installed librill.so is not stripped" >&2; exit 1; }
-echo "SONAME librill.so.0, $(wc -l <<<"$exports") rill_* exports, stripped ($(stat -c %s "$so") bytes)"
+# .cargo/config.toml asks for TLS descriptors on x86-64 (an epoch pin per
+# publish finds its thread's handle through one); a build that lost the flag
+# reaches thread-locals through __tls_get_addr and has none.
+tlsdesc=$(readelf -rW "$so" | grep -c R_X86_64_TLSDESC || true)
+[ "$(uname -m)" != x86_64 ] || ((tlsdesc > 0)) || { echo "librill.so uses no TLS descriptors" >&2; exit 1; }
+echo "SONAME librill.so.0, $(wc -l <<<"$exports") rill_* exports, stripped ($(stat -c %s "$so") bytes), $tlsdesc TLS descriptors"
 
 step "a program built against rill 0.1's frozen header runs on this library"
 build_old() { # name [extra flags...]

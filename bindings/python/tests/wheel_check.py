@@ -5,7 +5,8 @@
 From a fresh clone of the repository's committed HEAD, with nothing built:
 ``pip wheel ./bindings/python`` in a new venv must build librill itself and
 give a platform-tagged wheel (py3-none-<platform>) that holds the package
-and the library, the library without debug sections, and no absolute path
+and the library, the library without debug sections and (on x86-64) with
+the TLS descriptors the workspace's cargo config asks for, and no absolute path
 of the machine it was built on; installed into the venv, a script run from
 elsewhere (RILL_LIBRARY unset) must publish and receive with the library
 inside the package. Exits non-zero with the reasons otherwise.
@@ -49,8 +50,8 @@ print(rill._ffi.lib._name)
 """
 
 
-def section_names(elf: bytes) -> list[str]:
-    """The section names of a 64-bit little-endian ELF file."""
+def sections(elf: bytes) -> dict[str, bytes]:
+    """The sections of a 64-bit little-endian ELF file, by name: their bytes."""
     shoff = int.from_bytes(elf[0x28:0x30], "little")
     shentsize = int.from_bytes(elf[0x3A:0x3C], "little")
     shnum = int.from_bytes(elf[0x3C:0x3E], "little")
@@ -60,11 +61,32 @@ def section_names(elf: bytes) -> list[str]:
         return elf[shoff + i * shentsize : shoff + (i + 1) * shentsize]
 
     strtab = int.from_bytes(header(shstrndx)[0x18:0x20], "little")  # sh_offset
-    names = []
+    found = {}
     for i in range(shnum):
-        at = strtab + int.from_bytes(header(i)[0:4], "little")  # sh_name
-        names.append(elf[at : elf.index(b"\0", at)].decode())
-    return names
+        h = header(i)
+        at = strtab + int.from_bytes(h[0:4], "little")  # sh_name
+        offset, size = int.from_bytes(h[0x18:0x20], "little"), int.from_bytes(h[0x20:0x28], "little")
+        found[elf[at : elf.index(b"\0", at)].decode()] = elf[offset : offset + size]
+    return found
+
+
+# ELF's x86-64 relocation type of a TLS descriptor (R_X86_64_TLSDESC).
+R_X86_64_TLSDESC = 36
+# ELF's machine number of x86-64 (EM_X86_64).
+EM_X86_64 = 62
+
+
+def tls_descriptors(elf: bytes, found: dict[str, bytes]) -> int | None:
+    """How many dynamic relocations of an x86-64 library are TLS descriptors
+    (None for another machine). The workspace's .cargo/config.toml asks for
+    them; a build that lost its flags has none."""
+    if int.from_bytes(elf[0x12:0x14], "little") != EM_X86_64:
+        return None
+    rela = found.get(".rela.dyn", b"")
+    # Elf64_Rela: r_offset, r_info (type in its low 32 bits), r_addend.
+    return sum(
+        int.from_bytes(rela[at + 8 : at + 12], "little") == R_X86_64_TLSDESC for at in range(0, len(rela) - 23, 24)
+    )
 
 
 def main(work: Path) -> list[str]:
@@ -105,9 +127,12 @@ def main(work: Path) -> list[str]:
         if not lib.startswith(b"\x7fELF\x02\x01"):
             errors.append("librill.so in the wheel is not a 64-bit little-endian ELF library")
         else:
-            debug = [n for n in section_names(lib) if n.startswith(".debug")]
+            found = sections(lib)
+            debug = [n for n in found if n.startswith(".debug")]
             if debug:
                 errors.append(f"librill.so in the wheel still has debug sections: {debug}")
+            if tls_descriptors(lib, found) == 0:
+                errors.append("librill.so in the wheel reaches its thread-locals without TLS descriptors")
 
     subprocess.run([*pip, "install", "--no-deps", str(wheel)], check=True, env=env)
     run = subprocess.run([str(py), "-c", SCRIPT], cwd=work, env=env, capture_output=True, text=True)
