@@ -470,12 +470,12 @@ impl Publisher {
     /// Publishes one message; see [`Broker::publish`].
     #[inline]
     pub fn publish(&self, record: &Record<'_>) -> Result<Position> {
-        Ok(self.publish_with(record, self.broker.default_wait())?)
+        Ok(self.publish_with::<false>(record, self.broker.default_wait())?)
     }
 
     /// Publishes one message without waiting; see [`Broker::try_publish`].
     pub fn try_publish(&self, record: &Record<'_>) -> Result<Position> {
-        Ok(self.publish_with(record, Wait::No)?)
+        Ok(self.publish_with::<false>(record, Wait::No)?)
     }
 
     /// [`Publisher::publish`] with its failure as the publish path passes
@@ -487,11 +487,13 @@ impl Publisher {
     #[doc(hidden)]
     #[inline(always)]
     pub fn publish_unboxed(&self, record: &Record<'_>) -> Result<Position, PublishFailure> {
-        self.publish_with(record, self.broker.default_wait())
+        self.publish_with::<true>(record, self.broker.default_wait())
     }
 
+    /// One publish; `INLINED` takes the partition's publish inlined here
+    /// (see `topic::Partition::publish_inlined`), else as LLVM sees fit.
     #[inline(always)]
-    fn publish_with(&self, record: &Record<'_>, wait: Wait) -> Result<Position, PublishFailure> {
+    fn publish_with<const INLINED: bool>(&self, record: &Record<'_>, wait: Wait) -> Result<Position, PublishFailure> {
         if self.broker.is_closed() {
             return Err(PublishFailure::closed());
         }
@@ -499,7 +501,7 @@ impl Publisher {
         if p.is_deleted() {
             return Err(self.deleted());
         }
-        let offset = p.publish(record, wait)?;
+        let offset = if INLINED { p.publish_inlined(record, wait)? } else { p.publish(record, wait)? };
         Ok(Position { partition: p.index, offset })
     }
 
