@@ -16,7 +16,7 @@
 //!   subscriber has read the last one.
 //!
 //! Each part runs on the pool and on a dedicated thread, the order of the
-//! two alternating by round. The handler `black_box`es the payload and
+//! two alternating by round (`ONLY=pool` or `ONLY=dedicated` runs one). The handler `black_box`es the payload and
 //! counts in a local, like rill-bench's `--work minimal`. If the parts add
 //! up to less than the whole, the two sides slow each other down: the
 //! difference is what they cost each other (cache lines that move between
@@ -33,8 +33,10 @@
 //! same length as rill's from a ring big enough to hold it.
 //!
 //! Counts are checked, so a build that drops messages cannot pass for a
-//! fast one. The numbers depend on the machine's state; run
-//! `ffi/bench/pingpong` beside them (docs/PERFORMANCE.md).
+//! fast one. The numbers depend on the machine's state: on a shared VM, run
+//! a cross-core ping-pong (`ffi/bench/pingpong.c`, which
+//! `ffi/bench/run.sh` builds into `target/release/pingpong`) before and
+//! after, as docs/PERFORMANCE.md does.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -261,9 +263,13 @@ fn main() {
         "{:>5}  {:>10}  {:>14}  {:>11}  {:>8}  {:>22}",
         "round", "drainer", "publish alone", "drain alone", "sum", "together"
     );
+    let only = std::env::var("ONLY").ok();
     for r in 0..rounds {
         let order = if r % 2 == 0 { [false, true] } else { [true, false] };
         for dedicated in order {
+            if only.as_deref().is_some_and(|o| (o == "pool") == dedicated) {
+                continue;
+            }
             let (alone, drain, together) = round(n, dedicated);
             println!(
                 "{r:>5}  {:>10}  {alone:>14.1}  {drain:>11.1}  {:>8.1}  {together:>10.1} ({:>5.2} M/s)",
