@@ -735,6 +735,9 @@ impl SubCore {
         // ones before (see `run_wait.rs`, `CHASED_ROUND`).
         #[cfg(not(loom))]
         let mut first = true;
+        // How many messages that first batch delivered.
+        #[cfg(not(loom))]
+        let mut first_batch = 0usize;
         loop {
             if *budget == 0 {
                 return Step::Continue;
@@ -744,12 +747,23 @@ impl SubCore {
             if let Some(stop) = self.enforce_lag_limit(st, i) {
                 return stop;
             }
+            // After a first batch that held a run, while the drain waits for
+            // runs: less than a run behind it is the head the publisher is
+            // writing, left for the next round (`RunWait::stops_chase`, why).
+            // What it leaves is committed: the linger or the dedicated spin
+            // that follows finds it, and so does `go_idle`'s re-check.
+            #[cfg(not(loom))]
+            if !first && st.run_wait.stops_chase(first_batch) && !st.readers[i].cursor.has_run(st.run_wait.run()) {
+                return Step::Continue;
+            }
             let mut tally = Tally::default();
             let before = *budget;
             let outcome = self.deliver_batch(st, i, budget, &mut tally);
             #[cfg(not(loom))]
             if !std::mem::take(&mut first) {
                 st.run_wait.delivered_after_first(before - *budget);
+            } else {
+                first_batch = before - *budget;
             }
             self.counters.add(&tally);
             if let Some(clock) = clock.as_deref_mut() {
