@@ -26,9 +26,10 @@
 //! the style of rill-bench's bare-log (one `fetch_add` claims a 128-byte
 //! frame, the payload is copied in and committed with a `Release` store of
 //! its sequence number; the reader polls the next frame's header and
-//! publishes its position once per 64 frames). It stamps nothing, pins
-//! nothing and has no index, topics or wake-ups: the ceiling rill is
-//! measured against. Its ring holds 4096 frames (512 KiB, which fits this
+//! publishes its position once per 64 frames). It stamps nothing (unlike
+//! bare-log, which stamps each publish call), pins nothing and has no
+//! index, topics or wake-ups: what a log's hand-off costs with no work
+//! around it. Its ring holds 4096 frames (512 KiB, which fits this
 //! machine's L2) except for its drain alone, which reads a backlog of the
 //! same length as rill's from a ring big enough to hold it.
 //!

@@ -733,11 +733,9 @@ impl SubCore {
         // What this partition had when the round came is its first batch;
         // the batches after it were committed while this drain handled the
         // ones before (see `run_wait.rs`, `CHASED_ROUND`).
+        // How many messages the first batch delivered, once it has.
         #[cfg(not(loom))]
-        let mut first = true;
-        // How many messages that first batch delivered.
-        #[cfg(not(loom))]
-        let mut first_batch = 0usize;
+        let mut first_batch: Option<usize> = None;
         loop {
             if *budget == 0 {
                 return Step::Continue;
@@ -753,17 +751,18 @@ impl SubCore {
             // What it leaves is committed: the linger or the dedicated spin
             // that follows finds it, and so does `go_idle`'s re-check.
             #[cfg(not(loom))]
-            if !first && st.run_wait.stops_chase(first_batch) && !st.readers[i].cursor.has_run(st.run_wait.run()) {
+            if first_batch.is_some_and(|n| st.run_wait.stops_chase(n))
+                && !st.readers[i].cursor.has_run(st.run_wait.run())
+            {
                 return Step::Continue;
             }
             let mut tally = Tally::default();
             let before = *budget;
             let outcome = self.deliver_batch(st, i, budget, &mut tally);
             #[cfg(not(loom))]
-            if !std::mem::take(&mut first) {
-                st.run_wait.delivered_after_first(before - *budget);
-            } else {
-                first_batch = before - *budget;
+            match first_batch {
+                None => first_batch = Some(before - *budget),
+                Some(_) => st.run_wait.delivered_after_first(before - *budget),
             }
             self.counters.add(&tally);
             if let Some(clock) = clock.as_deref_mut() {

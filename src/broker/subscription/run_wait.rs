@@ -278,22 +278,21 @@ mod tests {
 
     #[test]
     fn a_round_leaves_the_head_only_after_a_run_while_the_drain_waits() {
-        let mut w = RunWait::new(None);
-        assert!(!w.stops_chase(LINGER_RUN as usize), "a drain that does not wait takes what it finds");
-        for _ in 0..4 * super::RUN_WAIT_WEIGHT {
-            w.first_look(true);
-        }
-        assert!(w.waits());
-        assert!(w.stops_chase(LINGER_RUN as usize), "after the run it waited for, the head is left");
-        assert!(w.stops_chase(10 * LINGER_RUN as usize), "and after a backlog");
-        assert!(!w.stops_chase(LINGER_RUN as usize - 1), "a wait that expired short of a run is chased to the end");
-        let small = {
-            let mut w = RunWait::new(Some(8));
+        // A drain for this lag limit whose first looks all found work.
+        let waiting = |lag_limit| {
+            let mut w = RunWait::new(lag_limit);
             for _ in 0..4 * super::RUN_WAIT_WEIGHT {
                 w.first_look(true);
             }
+            assert!(w.waits());
             w
         };
+        assert!(!RunWait::new(None).stops_chase(LINGER_RUN as usize), "a drain that does not wait takes what it finds");
+        let w = waiting(None);
+        assert!(w.stops_chase(LINGER_RUN as usize), "after the run it waited for, the head is left");
+        assert!(w.stops_chase(10 * LINGER_RUN as usize), "and after a backlog");
+        assert!(!w.stops_chase(LINGER_RUN as usize - 1), "a wait that expired short of a run is chased to the end");
+        let small = waiting(Some(8));
         assert!(small.stops_chase(4), "the run is the lag limit's half");
         assert!(!small.stops_chase(3));
     }
