@@ -1,9 +1,13 @@
 //! rill: a lock-free, in-process publish/subscribe engine.
 //!
 //! The heart of rill is [`log::Log`], a segmented append-only log per topic
-//! partition: publishers on any number of threads append without locks, and
+//! partition: publishers on any number of threads append to it without locks
+//! (one fetch-add reserves a record, one Release store commits it), and
 //! every reader moves through it with its own [`log::Cursor`], borrowing
-//! records in place.
+//! records in place. The broker's publish around the append may take a lock:
+//! the partition's sync lock under `Fsync::Always`, the spare pool when a
+//! segment rolls, and a ready set or the worker pool's queue when it wakes an
+//! idle subscription.
 //!
 //! ```
 //! use rill::log::{Log, LogConfig, Record};

@@ -42,9 +42,12 @@ use std::sync as lock_impl;
 /// A mutex that ignores poisoning: `lock` returns the guard.
 ///
 /// Nothing rill guards with a mutex can be left half-updated by a panic: user
-/// code (handlers, callbacks) runs inside `catch_unwind` with no lock held,
-/// and rill's own critical sections do not panic. So a poisoned lock carries
-/// no information, and every caller would only unwrap it.
+/// code (handlers, callbacks) runs inside `catch_unwind`, so a panic in it
+/// never unwinds through a critical section (a push subscription's handler
+/// runs with its `drain` lock held, and that lock's state is consistent
+/// whenever a handler is called), and rill's own critical sections do not
+/// panic. So a poisoned lock carries no information, and every caller would
+/// only unwrap it.
 #[derive(Debug, Default)]
 pub(crate) struct Mutex<T: ?Sized>(lock_impl::Mutex<T>);
 

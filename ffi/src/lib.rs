@@ -2,8 +2,11 @@
 //! `include/rill.h`.
 //!
 //! Conventions (they hold for every function):
-//! * Names are `rill_<type>_<verb>`; handles are opaque, created by `_new`
-//!   (or `rill_subscribe`) and released by `_free`; `_free(NULL)` is a no-op.
+//! * Names are `rill_<type>_<verb>`, except a few broker-level shorthands
+//!   kept from the first ABI (`rill_publish`, `rill_subscribe`,
+//!   `rill_subscribe_batch`, `rill_durable_delete`); handles are opaque,
+//!   created by `_new` (or `rill_subscribe`) and released by `_free`;
+//!   `_free(NULL)` is a no-op.
 //! * Fallible functions return a `rill_status`; on error the calling thread's
 //!   `rill_last_error` says what went wrong. Out-parameters are written only
 //!   on success.

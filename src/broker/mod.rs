@@ -14,8 +14,12 @@
 //! * **Subscriptions** are drained by a shared worker pool or a dedicated
 //!   thread; see [`Subscription`].
 //!
-//! The control plane (creating topics, subscribing, closing) takes one mutex;
-//! the publish and delivery paths never do.
+//! The control plane (creating topics, subscribing, closing) takes one mutex.
+//! A publish never takes it. Delivery takes it only off the per-message
+//! path: at the end of a drain round under `Fsync::Always` (to persist a
+//! named subscription's acknowledged position), when a shared member's
+//! partitions are released, and in `Consumer::poll` when a group expels
+//! members whose session ran out.
 
 mod consumer;
 mod core;
