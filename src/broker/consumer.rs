@@ -669,8 +669,10 @@ impl Consumer {
     /// again, and those after it, in order; returns `false`. At
     /// `max_attempts` the message is published to the dead-letter topic
     /// with the `rill.dlq.*` attributes a push subscription writes
-    /// (`rill.dlq.group` naming the group) and skipped: the position stays
-    /// where it was; returns `true`. `Reassigned` if the partition is not
+    /// (`rill.dlq.group` naming the group) and skipped: the partition goes
+    /// back to `offset + 1`, so the next poll returns the messages after it
+    /// again, in order (like any nack, it ends the polled batch, so the
+    /// rest of the batch must come again); returns `true`. `Reassigned` if the partition is not
     /// its own; `OutOfRange` for an offset it has not polled or retention
     /// trimmed. If the dead-letter topic cannot take it (`Full`, `Timeout`),
     /// the error is returned and nothing is skipped: nack it again.
@@ -710,6 +712,9 @@ impl Consumer {
         // Waits as a publish does (a pull consumer's thread is the caller's).
         dead_letter::publish(&dlq, &failed, Wait::For(Some(DEAD_LETTER_WAIT)))?;
         self.host.nack(&core, partition, offset, true);
+        // Only the dead letter is skipped: what was polled after it was not
+        // handled (the nack ended the batch) and is polled again.
+        self.owned_mut(partition)?.cursor.rewind(offset + 1);
         Ok(true)
     }
 

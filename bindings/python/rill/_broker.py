@@ -739,8 +739,9 @@ class Consumer(_Handle):
         polled) failed. The group counts the attempt: below ``max_attempts``
         the message comes again in the next poll (with those after it, in
         order) and this returns False; at ``max_attempts`` it is published to
-        the dead-letter topic with ``rill.dlq.*`` attributes and skipped, and
-        this returns True. :class:`Reassigned` for a partition of another
+        the dead-letter topic with ``rill.dlq.*`` attributes and skipped (the
+        next poll returns those after it again, in order), and this returns
+        True. :class:`Reassigned` for a partition of another
         member, :class:`OutOfRange` for an offset not polled."""
         dead = ctypes.c_bool()
         self._call(lib.rill_consumer_nack, _partition(partition), _int(offset, "offset"), byref(dead))
