@@ -273,7 +273,11 @@ typedef int32_t rill_fsync;
  *
  * After any crash, recovery never delivers a damaged or partial record,
  * offsets stay dense, and every record before the first damaged one in a
- * partition is kept; `rill_topic_stats.recovered_*` say what it cut.
+ * partition is kept; `rill_topic_stats.recovered_*` say what it cut. A
+ * group commit or durable subscription position that the cut left past
+ * the partition's end is reset to that end at the open (and counted in
+ * `recovered_offsets_reset`), so messages published afterwards are not
+ * skipped.
  *
  * A durable subscription's "commit" under `RILL_FSYNC_ALWAYS`: the acks a
  * handler returns in one drain round (at most 256 messages) are written and
@@ -405,6 +409,15 @@ typedef struct {
      * segment because the broker was opened with `repair`.
      */
     uint32_t recovered_repaired_partitions;
+    /**
+     * Consumer group commits and durable subscription positions on this
+     * topic that pointed past the end recovery left in their partition (it
+     * cut below them), reset to that end when the broker opened its data
+     * directory, so that messages published afterwards are delivered, not
+     * skipped (0 in memory, and for a clean restart). Each reset is also
+     * logged as a warning.
+     */
+    uint64_t recovered_offsets_reset;
 } rill_topic_stats;
 
 /**

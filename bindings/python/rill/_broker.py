@@ -198,6 +198,11 @@ class TopicStats:
     """Bytes recovery dropped with them."""
     recovered_repaired_partitions: int = 0
     """Partitions cut at damage inside a sealed segment (``repair=True``)."""
+    recovered_offsets_reset: int = 0
+    """Consumer group commits and durable subscription positions that
+    pointed past the end recovery left in their partition, reset to that
+    end at the open so that later messages are delivered (each also
+    logged as a warning)."""
 
 
 Handler = Callable[[Message], Any]
@@ -994,6 +999,7 @@ class Broker(_Handle):
             s.recovered_truncated_records,
             s.recovered_truncated_bytes,
             s.recovered_repaired_partitions,
+            s.recovered_offsets_reset,
         )
 
     def _publisher(self, topic: str) -> int:
