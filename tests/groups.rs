@@ -6,13 +6,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rill::broker::partition_for_key;
 use rill::{Broker, Consumer, ConsumerOptions, Error, Record, TopicOptions};
 
 mod common;
-use common::{broker, wait_for};
+use common::{WAIT, broker, wait_for};
 
 /// (partition, offset) of a message.
 type At = (u32, u64);
@@ -437,4 +437,39 @@ fn a_dead_lettering_nack_moves_to_the_next_message_and_the_rest_of_the_batch_com
     }
     assert_eq!(dead, (0..n).collect::<Vec<u64>>());
     assert_eq!(b.topic_stats("$dlq/storm").unwrap().publish_count, n);
+}
+
+/// Issue 40 item 9: a session timeout shorter than the members' poll cycle
+/// (each member expires between its own polls, so the group churns on
+/// every poll) still lets every partition make progress: the partitions of
+/// the members a poll expels go to the polling member, which reads them in
+/// that poll (every partition it owns gets a share of `max`).
+#[test]
+fn a_session_timeout_shorter_than_the_poll_cycle_starves_no_partition() {
+    const MEMBERS: usize = 8;
+    const PARTITIONS: u32 = 3;
+    const PER: u64 = 200;
+    let b = broker();
+    b.create_topic("t", &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    fill(&b, "t", PARTITIONS, PER);
+    let short = ConsumerOptions { session_timeout: Duration::from_millis(1), ..Default::default() };
+    let mut members: Vec<Consumer> = (0..MEMBERS).map(|_| b.consumer("g", "t", short.clone()).unwrap()).collect();
+    // The members poll in turn, 1 ms each, and commit what they polled (a
+    // commit may be refused as reassigned: the new owner reads it again).
+    // Round after round with no pause between them (`wait_for`'s pause
+    // would let every member expire at once, which hides the churn).
+    let deadline = Instant::now() + WAIT;
+    while b.group_stats("g", "t").unwrap().lag > 0 {
+        let committed: Vec<_> = b.group_stats("g", "t").unwrap().partitions.iter().map(|p| p.committed).collect();
+        assert!(Instant::now() < deadline, "a partition starves: committed {committed:?}");
+        for c in &mut members {
+            c.poll(10, Duration::from_millis(1)).unwrap();
+            match c.commit() {
+                Ok(()) | Err(Error::Reassigned(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    let committed: Vec<_> = b.group_stats("g", "t").unwrap().partitions.iter().map(|p| p.committed).collect();
+    assert_eq!(committed, vec![Some(PER); PARTITIONS as usize]);
 }
