@@ -430,8 +430,7 @@ fn a_dead_lettering_nack_moves_to_the_next_message_and_the_rest_of_the_batch_com
     }
     let mut storm = b.consumer("storm", "jobs", ConsumerOptions { max_attempts: 1, ..Default::default() }).unwrap();
     let mut dead = Vec::new();
-    loop {
-        let Some(&first) = offsets(&mut storm, 8).first() else { break };
+    while let Some(&first) = offsets(&mut storm, 8).first() {
         assert!(storm.nack(0, first).unwrap());
         dead.push(first);
     }

@@ -932,3 +932,23 @@ const _: fn() = || {
     fn send<T: Send>() {}
     send::<Consumer>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::fair_shares;
+
+    #[test]
+    fn fair_shares_give_every_partition_with_messages_some_and_waste_nothing() {
+        // One partition holding far more than `max` does not crowd out the others.
+        assert_eq!(fair_shares(10, &[1000, 1000, 1000]), vec![4, 3, 3]);
+        // What a partition cannot use goes to those holding more.
+        assert_eq!(fair_shares(10, &[1000, 1, 0]), vec![9, 1, 0]);
+        assert_eq!(fair_shares(10, &[2, 1000, 3]), vec![2, 5, 3]);
+        // Fewer than one each: the first ones in the order given.
+        assert_eq!(fair_shares(2, &[5, 5, 5]), vec![1, 1, 0]);
+        // Less available than `max`: all of it.
+        assert_eq!(fair_shares(usize::MAX, &[3, 0, 7]), vec![3, 0, 7]);
+        assert_eq!(fair_shares(0, &[3, 4]), vec![0, 0]);
+        assert!(fair_shares(5, &[]).is_empty());
+    }
+}
