@@ -540,13 +540,16 @@ impl Consumer {
         let order = (start..n).chain(0..start);
         // What each owned partition holds past its cursor (an estimate: the
         // newest records may still be being written), and its share of `max`.
+        // A member owning one partition gives it all of `max` unasked.
+        let shared = self.parts.iter().flatten().nth(1).is_some();
         let available: Vec<usize> = order
             .clone()
             .map(|i| match &self.parts[i] {
-                Some(part) => {
+                Some(part) if shared => {
                     let end = self.core.topic.partitions[i].log.end_offset();
                     usize::try_from(end.saturating_sub(part.cursor.offset())).unwrap_or(usize::MAX)
                 }
+                Some(_) => usize::MAX,
                 None => 0,
             })
             .collect();
