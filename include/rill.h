@@ -273,7 +273,11 @@ typedef int32_t rill_fsync;
  *
  * After any crash, recovery never delivers a damaged or partial record,
  * offsets stay dense, and every record before the first damaged one in a
- * partition is kept; `rill_topic_stats.recovered_*` say what it cut.
+ * partition is kept; `rill_topic_stats.recovered_*` say what it cut. A
+ * group commit or durable subscription position that the cut left past
+ * the partition's end is reset to that end at the open (and counted in
+ * `recovered_offsets_reset`), so messages published afterwards are not
+ * skipped.
  *
  * A durable subscription's "commit" under `RILL_FSYNC_ALWAYS`: the acks a
  * handler returns in one drain round (at most 256 messages) are written and
@@ -405,6 +409,15 @@ typedef struct {
      * segment because the broker was opened with `repair`.
      */
     uint32_t recovered_repaired_partitions;
+    /**
+     * Consumer group commits and durable subscription positions on this
+     * topic that pointed past the end recovery left in their partition (it
+     * cut below them), reset to that end when the broker opened its data
+     * directory, so that messages published afterwards are delivered, not
+     * skipped (0 in memory, and for a clean restart). Each reset is also
+     * logged as a warning.
+     */
+    uint64_t recovered_offsets_reset;
 } rill_topic_stats;
 
 /**
@@ -1379,12 +1392,14 @@ rill_status rill_consumer_commit_offset(rill_consumer *c, uint32_t partition, ui
  * that message again, and those after it, in order; `*dead_lettered` (if
  * not NULL) is set to false. At `max_attempts` the message is published to
  * the dead-letter topic with the `rill.dlq.*` attributes a push
- * subscription writes (`rill.dlq.group` naming the group) and skipped;
- * `*dead_lettered` is set to true. `RILL_ERR_REASSIGNED` for a partition it
- * does not own, `RILL_ERR_OUT_OF_RANGE` for an offset it has not polled or
- * retention trimmed; `RILL_ERR_FULL`/`RILL_ERR_TIMEOUT` if the dead-letter
- * topic could not take it (nothing skipped: nack again). Like a seek, it
- * ends the last poll's messages.
+ * subscription writes (`rill.dlq.group` naming the group) and skipped: the
+ * partition goes back to `offset + 1`, so the next poll returns those after
+ * it again, in order; `*dead_lettered` is set to true.
+ * `RILL_ERR_REASSIGNED` for a partition it does not own,
+ * `RILL_ERR_OUT_OF_RANGE` for an offset it has not polled or retention
+ * trimmed; `RILL_ERR_FULL`/`RILL_ERR_TIMEOUT` if the dead-letter topic could
+ * not take it (nothing skipped: nack again). Like a seek, it ends the last
+ * poll's messages.
  *
  * # Safety
  *

@@ -6,13 +6,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rill::broker::partition_for_key;
 use rill::{Broker, Consumer, ConsumerOptions, Error, Record, TopicOptions};
 
 mod common;
-use common::{broker, wait_for};
+use common::{WAIT, broker, wait_for};
 
 /// (partition, offset) of a message.
 type At = (u32, u64);
@@ -353,7 +353,7 @@ fn a_poison_message_is_retried_by_nack_then_dead_lettered_with_its_reason_and_sk
     }
     assert_eq!(payloads(&mut c), both);
     assert!(c.nack(0, 0).unwrap(), "the third nack gives up on it");
-    assert!(payloads(&mut c).is_empty(), "skipped: the position stayed after it");
+    assert_eq!(payloads(&mut c), vec![(1, b"fine".to_vec())], "skipped: the next poll starts after it");
     c.commit().unwrap();
     assert_eq!(c.committed(0).unwrap(), 2);
 
@@ -400,4 +400,75 @@ fn nack_counts_survive_a_move_of_the_partition_and_bad_nacks_are_refused() {
     assert!(matches!(bad(ConsumerOptions { max_attempts: 0, ..Default::default() }), Error::InvalidArgument(_)));
     let own = ConsumerOptions { dead_letter_topic: Some("jobs".into()), ..Default::default() };
     assert!(matches!(bad(own), Error::InvalidArgument(m) if m.contains("come back")));
+}
+
+/// Issue 40 item 3: a nack that dead-letters a message moves the partition
+/// to the message after it, not past the whole polled batch: the rest of the
+/// batch is polled again, as after a nack below `max_attempts`.
+#[test]
+fn a_dead_lettering_nack_moves_to_the_next_message_and_the_rest_of_the_batch_comes_again() {
+    let b = broker();
+    b.create_topic("jobs", &TopicOptions::default()).unwrap();
+    for i in 0..10u8 {
+        b.publish("jobs", &Record::new(&[i])).unwrap();
+    }
+    let options = ConsumerOptions { max_attempts: 1, ..Default::default() };
+    let mut c = b.consumer("workers", "jobs", options).unwrap();
+    let offsets = |c: &mut Consumer, max| -> Vec<u64> {
+        c.poll(max, Duration::ZERO).unwrap().iter().map(|m| m.offset()).collect()
+    };
+    assert_eq!(offsets(&mut c, 8), (0..8).collect::<Vec<u64>>());
+    assert!(c.nack(0, 0).unwrap(), "max_attempts 1: the first nack gives up on it");
+    assert_eq!(c.position(0).unwrap(), 1, "the dead letter is skipped, nothing else");
+    assert_eq!(offsets(&mut c, 100), (1..10).collect::<Vec<u64>>());
+
+    // A storm: every message nacked once as soon as it is polled (the rest
+    // of its batch then comes again): each one is dead-lettered exactly once.
+    let n = 400u64;
+    for i in 0..n - 10 {
+        b.publish("jobs", &Record::new(&i.to_le_bytes())).unwrap();
+    }
+    let mut storm = b.consumer("storm", "jobs", ConsumerOptions { max_attempts: 1, ..Default::default() }).unwrap();
+    let mut dead = Vec::new();
+    while let Some(&first) = offsets(&mut storm, 8).first() {
+        assert!(storm.nack(0, first).unwrap());
+        dead.push(first);
+    }
+    assert_eq!(dead, (0..n).collect::<Vec<u64>>());
+    assert_eq!(b.topic_stats("$dlq/storm").unwrap().publish_count, n);
+}
+
+/// Issue 40 item 9: a session timeout shorter than the members' poll cycle
+/// (each member expires between its own polls, so the group churns on
+/// every poll) still lets every partition make progress: the partitions of
+/// the members a poll expels go to the polling member, which reads them in
+/// that poll (every partition it owns gets a share of `max`).
+#[test]
+fn a_session_timeout_shorter_than_the_poll_cycle_starves_no_partition() {
+    const MEMBERS: usize = 8;
+    const PARTITIONS: u32 = 3;
+    const PER: u64 = 200;
+    let b = broker();
+    b.create_topic("t", &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    fill(&b, "t", PARTITIONS, PER);
+    let short = ConsumerOptions { session_timeout: Duration::from_millis(1), ..Default::default() };
+    let mut members: Vec<Consumer> = (0..MEMBERS).map(|_| b.consumer("g", "t", short.clone()).unwrap()).collect();
+    // The members poll in turn, 1 ms each, and commit what they polled (a
+    // commit may be refused as reassigned: the new owner reads it again).
+    // Round after round with no pause between them (`wait_for`'s pause
+    // would let every member expire at once, which hides the churn).
+    let deadline = Instant::now() + WAIT;
+    while b.group_stats("g", "t").unwrap().lag > 0 {
+        let committed: Vec<_> = b.group_stats("g", "t").unwrap().partitions.iter().map(|p| p.committed).collect();
+        assert!(Instant::now() < deadline, "a partition starves: committed {committed:?}");
+        for c in &mut members {
+            c.poll(10, Duration::from_millis(1)).unwrap();
+            match c.commit() {
+                Ok(()) | Err(Error::Reassigned(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    let committed: Vec<_> = b.group_stats("g", "t").unwrap().partitions.iter().map(|p| p.committed).collect();
+    assert_eq!(committed, vec![Some(PER); PARTITIONS as usize]);
 }

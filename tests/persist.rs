@@ -39,13 +39,14 @@ fn main() {
         return;
     }
     let filters: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
-    let tests: [(&str, fn()); 9] = [
+    let tests: [(&str, fn()); 10] = [
         ("restart_in_two_processes_keeps_everything", restart_in_two_processes_keeps_everything),
         ("deletes_and_age_limits_on_a_data_directory_survive_a_restart", operations_survive_a_restart),
         ("a_second_broker_on_a_directory_is_busy_in_this_process_and_another", second_broker_is_busy),
         ("a_regular_file_as_data_dir_is_io_with_its_path", regular_file_is_io),
         ("a_damaged_tail_is_dropped_and_reported_in_the_partition_stats", damaged_tail_is_reported),
         ("always_durable_acks_survive_a_kill_once_the_subscription_is_idle", acks_survive_a_kill),
+        ("offsets_past_a_damaged_tail_are_reset_to_the_recovered_end", offsets_past_the_end_are_reset),
         ("crash_loop_always", || crash_loop(Fsync::Always)),
         ("crash_loop_interval", || crash_loop(Fsync::default())),
         ("crash_loop_never", || crash_loop(Fsync::Never)),
@@ -513,6 +514,91 @@ fn damaged_tail_is_reported() {
     assert_eq!(got.len(), 9);
     // Publishing continues the offsets after the kept records.
     assert_eq!(b.publish("t", &Record::new(b"next")).unwrap().offset, 9);
+    b.close();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Issue 40 item 5: a group commit and a durable subscription's position at
+/// 100, a tail cut at 71 by recovery: both are reset to 71 at the open
+/// (counted in the partition's stats), so the 50 messages published after
+/// the recovery are delivered to the member that joins after them, and to
+/// the durable subscription, instead of being skipped.
+fn offsets_past_the_end_are_reset() {
+    const WRITTEN: u64 = 100;
+    const CUT_AT: u64 = 71;
+    const AFTER: u64 = 50;
+    let root = temp_dir("reset");
+    let b = open(&root, Fsync::Never);
+    b.create_topic("t", &TopicOptions::default()).unwrap();
+    for i in 0..WRITTEN {
+        b.publish("t", &Record::new(format!("record number {i:04}").as_bytes())).unwrap();
+    }
+    assert_eq!(read_all(&b, "billing", "t").len() as u64, WRITTEN, "the group polls everything");
+    let mut c = b.consumer("billing", "t", ConsumerOptions::default()).unwrap();
+    c.commit_offset(0, WRITTEN).unwrap();
+    drop(c);
+    let audit =
+        || SubscriptionOptions { name: Some("audit".into()), start: StartPosition::Earliest, ..Default::default() };
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let s = b
+        .subscribe("t", audit(), move |m: &rill::Message<'_>| {
+            log.lock().unwrap().push(m.offset());
+            Ack::Success
+        })
+        .unwrap();
+    assert!(s.wait_idle(WAIT).unwrap());
+    s.close();
+    assert_eq!(seen.lock().unwrap().len() as u64, WRITTEN);
+    b.close();
+    drop(b);
+
+    let needle = format!("record number {CUT_AT:04}");
+    let mut damaged = 0;
+    for file in files_under(&root.join("topics")) {
+        let mut bytes = std::fs::read(&file).unwrap();
+        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle.as_bytes()) {
+            bytes[at + 4] ^= 0x20;
+            std::fs::write(&file, bytes).unwrap();
+            damaged += 1;
+        }
+    }
+    assert_eq!(damaged, 1, "the record is in exactly one segment file");
+
+    let b = open(&root, Fsync::Never);
+    let p = b.topic_stats("t").unwrap().partitions[0].clone();
+    assert_eq!(p.next_offset, CUT_AT, "recovery cut the tail at the damaged record");
+    assert_eq!(p.recovered_offsets_reset, 2, "the group's commit and the durable position: {p:?}");
+    assert_eq!(b.group_stats("billing", "t").unwrap().partitions[0].committed, Some(CUT_AT));
+    for i in CUT_AT..CUT_AT + AFTER {
+        assert_eq!(b.publish("t", &Record::new(format!("after {i}").as_bytes())).unwrap().offset, i);
+    }
+    // The member joins after the 50 were published: it receives them all.
+    let mut c = b.consumer("billing", "t", ConsumerOptions::default()).unwrap();
+    let got: Vec<u64> = c.poll(1000, Duration::ZERO).unwrap().iter().map(|m| m.offset()).collect();
+    assert_eq!(got, (CUT_AT..CUT_AT + AFTER).collect::<Vec<_>>());
+    c.commit().unwrap();
+    drop(c);
+    seen.lock().unwrap().clear();
+    let log = seen.clone();
+    let s = b
+        .subscribe("t", audit(), move |m: &rill::Message<'_>| {
+            log.lock().unwrap().push(m.offset());
+            Ack::Success
+        })
+        .unwrap();
+    assert!(s.wait_idle(WAIT).unwrap());
+    s.close();
+    assert_eq!(*seen.lock().unwrap(), (CUT_AT..CUT_AT + AFTER).collect::<Vec<_>>());
+    b.close();
+    drop(b);
+
+    // A clean reopen: nothing to reset, nothing delivered again.
+    let b = open(&root, Fsync::Never);
+    assert_eq!(b.topic_stats("t").unwrap().partitions[0].recovered_offsets_reset, 0);
+    let mut c = b.consumer("billing", "t", ConsumerOptions::default()).unwrap();
+    assert!(c.poll(1000, Duration::ZERO).unwrap().is_empty());
+    drop(c);
     b.close();
     std::fs::remove_dir_all(&root).unwrap();
 }

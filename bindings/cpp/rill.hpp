@@ -418,7 +418,8 @@ class Consumer {
     }
     /// Handling the message at (partition, offset) failed: below max_attempts
     /// it comes again (with those after it); at max_attempts it is
-    /// dead-lettered and skipped, and this returns true. Ends the last
+    /// dead-lettered and skipped (those after it come again), and this
+    /// returns true. Ends the last
     /// poll's messages, like seek.
     bool nack(uint32_t partition, uint64_t offset) {
         bool dead = false;

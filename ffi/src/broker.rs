@@ -51,7 +51,11 @@ pub const RILL_FSYNC_ALWAYS: rill_fsync = rill_fsync(2);
 ///
 /// After any crash, recovery never delivers a damaged or partial record,
 /// offsets stay dense, and every record before the first damaged one in a
-/// partition is kept; `rill_topic_stats.recovered_*` say what it cut.
+/// partition is kept; `rill_topic_stats.recovered_*` say what it cut. A
+/// group commit or durable subscription position that the cut left past
+/// the partition's end is reset to that end at the open (and counted in
+/// `recovered_offsets_reset`), so messages published afterwards are not
+/// skipped.
 ///
 /// A durable subscription's "commit" under `RILL_FSYNC_ALWAYS`: the acks a
 /// handler returns in one drain round (at most 256 messages) are written and
@@ -437,6 +441,13 @@ pub struct rill_topic_stats {
     /// Partitions that recovery cut at damage inside an older (sealed)
     /// segment because the broker was opened with `repair`.
     pub recovered_repaired_partitions: u32,
+    /// Consumer group commits and durable subscription positions on this
+    /// topic that pointed past the end recovery left in their partition (it
+    /// cut below them), reset to that end when the broker opened its data
+    /// directory, so that messages published afterwards are delivered, not
+    /// skipped (0 in memory, and for a clean restart). Each reset is also
+    /// logged as a warning.
+    pub recovered_offsets_reset: u64,
 }
 
 /// The size of `rill_topic_stats`' first layout (rill 0.1, and every header
@@ -489,6 +500,7 @@ pub(crate) fn topic_stats(s: &rill::TopicStats) -> rill_topic_stats {
         recovered_truncated_records: s.partitions.iter().map(|p| p.recovered_truncated_records).sum(),
         recovered_truncated_bytes: s.partitions.iter().map(|p| p.recovered_truncated_bytes).sum(),
         recovered_repaired_partitions: s.partitions.iter().filter(|p| p.recovered_repaired).count() as u32,
+        recovered_offsets_reset: s.partitions.iter().map(|p| p.recovered_offsets_reset).sum(),
     }
 }
 

@@ -453,7 +453,10 @@ mod tests {
         // the one the unsuffixed rill_topic_get_stats writes, stays 24 bytes.
         assert_eq!(crate::broker::TOPIC_STATS_FIRST_SIZE, 24);
         assert_eq!(size_of::<rill_topic_stats_v0_1>(), 24);
-        assert_eq!(size_of::<crate::broker::rill_topic_stats>(), 48);
+        // Issue 40 appended recovered_offsets_reset after the 4 bytes of
+        // tail padding that ended issue 11's 48-byte layout: a program built
+        // against that header passes 48 and gets the fields it knows.
+        assert_eq!(size_of::<crate::broker::rill_topic_stats>(), 56);
         // Issue 12 appended ack_timeouts to rill_subscription_stats (an
         // out-struct, sized by the getter's size argument since); its first
         // layout, the one the unsuffixed rill_subscription_get_stats writes,

@@ -11,8 +11,9 @@
 //! committed offset, so what the old owner polled but did not commit is
 //! polled again by the new one. A member that has not polled for its
 //! `session_timeout` is expelled by the others (they look at a quarter of the
-//! shortest session timeout, and whenever a member joins); its next call
-//! rejoins.
+//! shortest session timeout, and whenever a member joins), and the member
+//! that expelled it takes its partitions (see "Progress whatever the session
+//! timeout" in `group.rs`); its next call rejoins.
 //!
 //! `poll` returns messages borrowed from the log, valid until the next call
 //! that moves the consumer. Waiting in `poll` parks the thread (see
@@ -111,9 +112,9 @@ pub struct ConsumerOptions {
     /// earliest retained message.
     pub start: ConsumerStart,
     /// A member that has not called `poll` for this long (and is not inside
-    /// one) is expelled from its group, and its partitions go to the other
-    /// members from the group's committed offsets: the visibility timeout of
-    /// a pull consumer. Its next call rejoins. Must be positive. Default 10 s.
+    /// one) is expelled from its group, and its partitions go to the member
+    /// that expelled it (another one, in a call of its own) from the group's
+    /// committed offsets: the visibility timeout of a pull consumer. Its next call rejoins. Must be positive. Default 10 s.
     pub session_timeout: Duration,
     /// After this many [`Consumer::nack`]s of one message the group gives up
     /// on it: it is published to `dead_letter_topic` and skipped. At least 1.
@@ -521,7 +522,9 @@ impl Consumer {
     /// Up to `max` messages of the partitions it owns, waiting up to
     /// `timeout` for the first one. An empty batch means the timeout passed
     /// with nothing to read. Messages come in offset order within each
-    /// partition; partitions take turns. A rebalance is picked up here.
+    /// partition; every partition it owns that has messages gets a share of
+    /// `max` (those with fewer leave theirs to the others), and partitions
+    /// take turns to come first. A rebalance is picked up here.
     pub fn poll(&mut self, max: usize, timeout: Duration) -> Result<Vec<Polled<'_>>> {
         self.check_open()?;
         self.core.set_polling(true);
@@ -534,30 +537,54 @@ impl Consumer {
         let n = self.parts.len();
         let start = self.next % n;
         self.next = start + 1;
+        let order = (start..n).chain(0..start);
+        // What each owned partition holds past its cursor (an estimate: the
+        // newest records may still be being written), and its share of `max`.
+        // A member owning one partition gives it all of `max` unasked.
+        let shared = self.parts.iter().flatten().nth(1).is_some();
+        let available: Vec<usize> = order
+            .clone()
+            .map(|i| match &self.parts[i] {
+                Some(part) if shared => {
+                    let end = self.core.topic.partitions[i].log.end_offset();
+                    usize::try_from(end.saturating_sub(part.cursor.offset())).unwrap_or(usize::MAX)
+                }
+                Some(_) => usize::MAX,
+                None => 0,
+            })
+            .collect();
+        let mut shares = fair_shares(max, &available).into_iter();
         let topic: &str = &self.core.topic.name;
         let mut out = Vec::with_capacity(max.min(1024));
         let mut missed = 0;
+        // What a partition's share did not use (it held fewer records than
+        // estimated) passes to the next one.
+        let mut carry = 0;
         // Each partition is read at most once per poll, so the borrows of the
         // cursors (and of the messages they hand out) stay disjoint.
         let (before, from_start) = self.parts.split_at_mut(start);
         for (slot, index) in from_start.iter_mut().zip(start..).chain(before.iter_mut().zip(0..)) {
+            let share = shares.next().unwrap_or(0);
             let Some(part) = slot else { continue };
             missed += std::mem::take(&mut part.missed);
             if let Some(Lagged { missed: m, .. }) = part.cursor.take_lag() {
                 missed += m;
             }
-            if out.len() >= max {
+            let want = (share + carry).min(max - out.len());
+            if want == 0 {
                 continue;
             }
             let partition = index as u32;
-            let batch = match part.cursor.read_batch(max - out.len()) {
+            let batch = match part.cursor.read_batch(want) {
                 Ok(b) => b,
                 // Trimmed again since `take_lag`: count it, read it next poll.
                 Err(Lagged { missed: m, .. }) => {
                     missed += m;
+                    carry = want;
                     continue;
                 }
             };
+            carry = want - batch.len();
             out.extend(batch.iter().map(|record| Polled { topic, partition, record }));
         }
         // Relaxed load + store: the consumer is the only writer.
@@ -572,12 +599,16 @@ impl Consumer {
     /// idle members on the way.
     fn wait_ready(&mut self, max: usize, deadline: Instant) -> Result<()> {
         loop {
+            // Rejoins first if it was expelled: the partitions of the members
+            // it expels then come to it, and this poll reads them (see
+            // "Progress whatever the session timeout" in `group.rs`).
+            self.sync()?;
             let now = Instant::now();
             if now >= self.next_check {
                 let every = self.host.expel_idle(&self.core).max(MIN_EXPEL_CHECK);
                 self.next_check = now.checked_add(every).unwrap_or(deadline);
+                self.sync()?;
             }
-            self.sync()?;
             if max == 0 {
                 return Ok(());
             }
@@ -669,8 +700,10 @@ impl Consumer {
     /// again, and those after it, in order; returns `false`. At
     /// `max_attempts` the message is published to the dead-letter topic
     /// with the `rill.dlq.*` attributes a push subscription writes
-    /// (`rill.dlq.group` naming the group) and skipped: the position stays
-    /// where it was; returns `true`. `Reassigned` if the partition is not
+    /// (`rill.dlq.group` naming the group) and skipped: the partition goes
+    /// back to `offset + 1`, so the next poll returns the messages after it
+    /// again, in order (like any nack, it ends the polled batch, so the
+    /// rest of the batch must come again); returns `true`. `Reassigned` if the partition is not
     /// its own; `OutOfRange` for an offset it has not polled or retention
     /// trimmed. If the dead-letter topic cannot take it (`Full`, `Timeout`),
     /// the error is returned and nothing is skipped: nack it again.
@@ -710,6 +743,9 @@ impl Consumer {
         // Waits as a publish does (a pull consumer's thread is the caller's).
         dead_letter::publish(&dlq, &failed, Wait::For(Some(DEAD_LETTER_WAIT)))?;
         self.host.nack(&core, partition, offset, true);
+        // Only the dead letter is skipped: what was polled after it was not
+        // handled (the nack ended the batch) and is polled again.
+        self.owned_mut(partition)?.cursor.rewind(offset + 1);
         Ok(true)
     }
 
@@ -851,6 +887,30 @@ impl Consumer {
     }
 }
 
+/// Divides `max` among partitions holding `available[i]` records each: every
+/// partition with records gets an equal share (the first ones in the order
+/// given get the remainder; with fewer than one each, only the first ones
+/// get one), and what a partition cannot use goes to those holding more.
+/// So a poll reads every partition it owns, however much one of them holds:
+/// one that a rebalance just gave it is read in the same poll.
+fn fair_shares(max: usize, available: &[usize]) -> Vec<usize> {
+    let mut shares = vec![0; available.len()];
+    let mut left = max;
+    loop {
+        let wanting = available.iter().zip(&shares).filter(|(a, s)| a > s).count();
+        if left == 0 || wanting == 0 {
+            return shares;
+        }
+        // At least one each round, so every round gives something away.
+        let each = (left / wanting).max(1);
+        for (share, &a) in shares.iter_mut().zip(available) {
+            let give = each.min(a - *share).min(left);
+            *share += give;
+            left -= give;
+        }
+    }
+}
+
 /// Longest a nack waits for room in the dead-letter topic (a `Block`
 /// subscriber of its own) before failing with `Timeout`.
 const DEAD_LETTER_WAIT: Duration = Duration::from_secs(10);
@@ -875,3 +935,23 @@ const _: fn() = || {
     fn send<T: Send>() {}
     send::<Consumer>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::fair_shares;
+
+    #[test]
+    fn fair_shares_give_every_partition_with_messages_some_and_waste_nothing() {
+        // One partition holding far more than `max` does not crowd out the others.
+        assert_eq!(fair_shares(10, &[1000, 1000, 1000]), vec![4, 3, 3]);
+        // What a partition cannot use goes to those holding more.
+        assert_eq!(fair_shares(10, &[1000, 1, 0]), vec![9, 1, 0]);
+        assert_eq!(fair_shares(10, &[2, 1000, 3]), vec![2, 5, 3]);
+        // Fewer than one each: the first ones in the order given.
+        assert_eq!(fair_shares(2, &[5, 5, 5]), vec![1, 1, 0]);
+        // Less available than `max`: all of it.
+        assert_eq!(fair_shares(usize::MAX, &[3, 0, 7]), vec![3, 0, 7]);
+        assert_eq!(fair_shares(0, &[3, 4]), vec![0, 0]);
+        assert!(fair_shares(5, &[]).is_empty());
+    }
+}

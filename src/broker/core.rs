@@ -15,6 +15,29 @@
 //! synced) after it is released, several commits sharing one write (see
 //! `store.rs`), so nothing waits for an fsync while holding the mutex.
 //!
+//! # Offsets past a recovered end
+//!
+//! A group commit or a durable subscription's saved position is an offset
+//! in a partition, and the offsets file and the partition's log are written
+//! separately. Opening a data directory can therefore find an offset above
+//! the end that recovery left: the log lost its tail (a torn tail after a
+//! machine crash under `Interval` or `Never`, whose offsets file had been
+//! written past it) or was cut at damage (`repair`). Left alone, such an
+//! offset is a trap: new messages are numbered from the recovered end, so a
+//! reader resuming at the old offset would skip every one of them below it
+//! (a member that joins after they are published starts past them).
+//!
+//! So `open_data_dir` resets every such offset to the recovered end, once,
+//! before the broker is handed out, that is before anything new can be
+//! published: the reader resumes with the first message published after the
+//! recovery. This is Kafka's `OffsetOutOfRange` answered with its "latest"
+//! reset, made at the only moment it is unambiguous (later, "past the end"
+//! cannot be told from "past records since published"). Each reset is
+//! logged (warning) and counted in the partition's stats
+//! (`recovered_offsets_reset`), and if any was made the offsets file is
+//! rewritten and synced before the open returns, so a crash right after the
+//! open cannot bring the old offset back against a log that has grown since.
+//!
 //! # Why this file is long
 //!
 //! Every change made under the control mutex is here (`mod.rs` only takes
@@ -806,6 +829,10 @@ impl BrokerInner {
                 d.positions.insert((topic.into(), partition), offset);
             }
         }
+        // See "Offsets past a recovered end" in the module docs.
+        if reset_offsets_past_end(&topics, &mut control) {
+            store.wait(store.request(offsets_snapshot(&control), true))?;
+        }
         log::info!("rill: opened data directory {:?}: {} topics", store.root(), topics.len());
         Ok(Some((store, topics, control)))
     }
@@ -1032,6 +1059,49 @@ fn offsets_snapshot(control: &Control) -> Offsets {
         .collect();
     durable.sort();
     Offsets { groups, durable }
+}
+
+/// Resets every group commit and durable subscription position that points
+/// past the end of its partition (as recovery left it) to that end, logging
+/// and counting each; true if it reset any. See "Offsets past a recovered
+/// end" in the module docs.
+fn reset_offsets_past_end(topics: &HashMap<Name, Arc<Topic>>, control: &mut Control) -> bool {
+    let mut any = false;
+    let mut reset = |topic: &Topic, partition: u32, offset: &mut u64, whose: &dyn Fn() -> String| {
+        let Some(p) = topic.partitions.get(partition as usize) else { return };
+        let end = p.log.end_offset();
+        if *offset <= end {
+            return;
+        }
+        log::warn!(
+            "rill: {} on partition {partition} of topic {:?} was offset {offset}, past the end of the \
+             partition as recovery left it ({end}): reset to {end}, so messages published from now on \
+             are delivered",
+            whose(),
+            topic.name
+        );
+        *offset = end;
+        // Relaxed: a statistic, written before the broker is handed out
+        // (the handle's publication orders it for every reader).
+        p.offsets_reset.fetch_add(1, Ordering::Relaxed);
+        any = true;
+    };
+    for ((group, topic), g) in &mut control.groups {
+        // A group of a topic that is gone has nothing to compare with.
+        let Some(t) = topics.get(topic) else { continue };
+        for (partition, committed) in g.committed.iter_mut().enumerate() {
+            if let Some(offset) = committed {
+                reset(t, partition as u32, offset, &|| format!("the commit of consumer group {group:?}"));
+            }
+        }
+    }
+    for (name, d) in &mut control.durable {
+        for ((topic, partition), offset) in &mut d.positions {
+            let Some(t) = topics.get(topic) else { continue };
+            reset(t, *partition, offset, &|| format!("the saved position of durable subscription {name:?}"));
+        }
+    }
+    any
 }
 
 /// A durable subscription's saved positions (empty for anonymous ones).

@@ -34,7 +34,33 @@
 //! the `n % m` members that own the most already (ties to the older member)
 //! get one more. Members above their quota give up their highest partitions,
 //! members below take the lowest free ones; everything else stays where it
-//! is, so a rebalance moves as few partitions as the quotas allow.
+//! is, so a rebalance moves as few partitions as the quotas allow. A join
+//! and a leave rebalance; an expulsion does not (below).
+//!
+//! # Progress whatever the session timeout
+//!
+//! A member is expelled when it has not polled for its session timeout, by
+//! another member's call (a poll looks every quarter of the shortest
+//! timeout, a join always). If the timeout is shorter than the time between
+//! a member's polls (members polled in turn, slow handling), members expire
+//! between their own polls and the group churns on every call. Rebalancing
+//! an expelled member's partitions over the survivors by quota then hands
+//! them, again and again, to members that are not polling and expire before
+//! they do: with 8 members on 3 partitions and a 1 ms timeout, partition 0
+//! went from one idle member to the next and was never read, while the
+//! partitions that joining members took were.
+//!
+//! So the partitions of the members a call expels go to the *caller*: the
+//! one member known to be alive, since it is inside a call. A poll rejoins
+//! first (if it was expelled itself), then expels, then reads; and a poll
+//! gives each partition it owns a share of its `max` (`fair_shares` in
+//! `consumer.rs`), so what it was just given is read in the same poll. A
+//! partition therefore only ever waits for a member that is alive: its owner
+//! either polls within its session timeout and reads it, or expires, and the
+//! next poll that looks for idle members takes it and reads it. Which member
+//! that is depends on timing; that some member reads it does not. The cost
+//! is balance: the caller may own more than its quota until the next join
+//! or leave rebalances (a member that joins takes its quota from it).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -92,19 +118,30 @@ impl Group {
     }
 
     /// Expels every member other than `except` that has not polled for its
-    /// session timeout; returns how long until the next member could expire
-    /// (the shortest session timeout, a quarter of it: how often to look).
+    /// session timeout. Their partitions go to `except` if it is a member
+    /// (the caller, alive: see "Progress whatever the session timeout" in
+    /// the module docs), else they are spread over the others. Returns how
+    /// long until the next member could expire (the shortest session
+    /// timeout, a quarter of it: how often to look).
     pub(crate) fn expel_idle(&mut self, except: Option<u64>) -> Duration {
-        let before = self.members.len();
+        let mut freed = Vec::new();
         self.members.retain(|m| {
             let keep = Some(m.core.id) == except || !m.core.session_expired();
             if !keep {
+                freed.extend_from_slice(&m.partitions);
                 m.core.assignment_changed();
             }
             keep
         });
-        if self.members.len() != before {
-            self.rebalance();
+        if !freed.is_empty() {
+            match self.members.iter_mut().find(|m| Some(m.core.id) == except) {
+                Some(caller) => {
+                    caller.partitions.extend(freed);
+                    caller.partitions.sort_unstable();
+                    caller.core.assignment_changed();
+                }
+                None => self.rebalance(),
+            }
         }
         self.members.iter().map(|m| m.core.session_timeout / 4).min().unwrap_or(Duration::MAX)
     }

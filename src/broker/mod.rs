@@ -64,7 +64,7 @@ use topic::{Topic, Wait};
 
 use crate::error::{Error, PublishFailure, Result};
 use crate::log::Record;
-use crate::sync::atomic::AtomicBool;
+use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::thread;
 use crate::sync::{Arc, Mutex};
 
@@ -102,6 +102,12 @@ pub struct PartitionStats {
     /// True if recovery cut this partition at damage inside an older
     /// (sealed) segment, because the broker was opened with `repair`.
     pub recovered_repaired: bool,
+    /// Consumer group commits and durable subscription positions that
+    /// pointed past the end recovery left in this partition (a cut below
+    /// them), reset to that end when the broker opened its data directory,
+    /// so that what is published afterwards is delivered (0 in memory, and
+    /// for a clean restart). Each reset is also logged (warning).
+    pub recovered_offsets_reset: u64,
 }
 
 /// Size and progress of a topic.
@@ -429,6 +435,9 @@ impl Broker {
                     recovered_truncated_records: p.recovery.truncated_records,
                     recovered_truncated_bytes: p.recovery.truncated_bytes,
                     recovered_repaired: p.recovery.repaired,
+                    // Relaxed: a statistic, written once before the broker
+                    // is handed out.
+                    recovered_offsets_reset: p.offsets_reset.load(Ordering::Relaxed),
                 }
             })
             .collect();

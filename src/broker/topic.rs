@@ -177,6 +177,10 @@ pub(crate) struct Partition {
     pub(crate) log: Log,
     /// What recovery dropped when the log was opened from its files.
     pub(crate) recovery: Recovered,
+    /// Group commits and durable subscription positions that pointed past
+    /// the end recovery left, reset to that end when the broker opened its
+    /// data directory (see "Offsets past a recovered end" in `core.rs`).
+    pub(crate) offsets_reset: AtomicU64,
     /// Read by publishers on every publish (pinned); written under `edit`.
     listeners: epoch::Atomic<Listeners>,
     /// Serialises writers of `listeners` (subscribe and unsubscribe, never the publish path).
@@ -197,6 +201,7 @@ impl Partition {
             index,
             log,
             recovery: Recovered::default(),
+            offsets_reset: AtomicU64::new(0),
             listeners: epoch::Atomic::new(Listeners::new(Vec::new(), Vec::new())),
             edit: Mutex::new(()),
             space: Waiters::new(),

@@ -198,6 +198,11 @@ class TopicStats:
     """Bytes recovery dropped with them."""
     recovered_repaired_partitions: int = 0
     """Partitions cut at damage inside a sealed segment (``repair=True``)."""
+    recovered_offsets_reset: int = 0
+    """Consumer group commits and durable subscription positions that
+    pointed past the end recovery left in their partition, reset to that
+    end at the open so that later messages are delivered (each also
+    logged as a warning)."""
 
 
 Handler = Callable[[Message], Any]
@@ -739,8 +744,9 @@ class Consumer(_Handle):
         polled) failed. The group counts the attempt: below ``max_attempts``
         the message comes again in the next poll (with those after it, in
         order) and this returns False; at ``max_attempts`` it is published to
-        the dead-letter topic with ``rill.dlq.*`` attributes and skipped, and
-        this returns True. :class:`Reassigned` for a partition of another
+        the dead-letter topic with ``rill.dlq.*`` attributes and skipped (the
+        next poll returns those after it again, in order), and this returns
+        True. :class:`Reassigned` for a partition of another
         member, :class:`OutOfRange` for an offset not polled."""
         dead = ctypes.c_bool()
         self._call(lib.rill_consumer_nack, _partition(partition), _int(offset, "offset"), byref(dead))
@@ -993,6 +999,7 @@ class Broker(_Handle):
             s.recovered_truncated_records,
             s.recovered_truncated_bytes,
             s.recovered_repaired_partitions,
+            s.recovered_offsets_reset,
         )
 
     def _publisher(self, topic: str) -> int:

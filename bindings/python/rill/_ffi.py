@@ -122,6 +122,7 @@ class rill_topic_stats(Structure):
         ("recovered_truncated_records", c_uint64),
         ("recovered_truncated_bytes", c_uint64),
         ("recovered_repaired_partitions", c_uint32),
+        ("recovered_offsets_reset", c_uint64),
     ]
 
 

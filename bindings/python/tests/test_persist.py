@@ -227,3 +227,36 @@ def test_repair_of_a_sealed_segment_is_in_the_topic_stats(tmp_path: Path) -> Non
         assert 0 < s.recovered_truncated_records <= 150 - 6, s
         assert s.recovered_truncated_bytes > 0, s
         assert s.recovered_repaired_partitions == 1, s
+
+
+def test_a_commit_past_a_cut_tail_is_reset_and_counted(tmp_path: Path) -> None:
+    # Issue 40 item 5: the group commits 100 and a durable subscription acks
+    # 100; recovery cuts the tail at 71. Both are reset to 71 at the open, so
+    # what is published after it is delivered.
+    with rill.Broker(data_dir=tmp_path, fsync="never") as b:
+        b.create_topic("t")
+        _publish_numbered(b, 100)
+        c = b.consumer("billing", "t")
+        assert len(c.poll(1000, 0)) == 100
+        c.commit()
+        c.close()
+        sub = b.subscribe("t", lambda m: None, name="audit", start="earliest")
+        assert sub.wait_idle(30)
+        sub.close()
+    _flip_inside(tmp_path, b"record number 071")
+    with rill.Broker(data_dir=tmp_path) as b:
+        s = b.topic_stats("t")
+        assert (s.publish_count, s.recovered_offsets_reset) == (71, 2), s
+        for i in range(50):
+            b.publish("t", f"after {i}".encode())
+        c = b.consumer("billing", "t")
+        assert [m.offset for m in c.poll(1000, 0)] == list(range(71, 121))
+        c.commit()
+        c.close()
+        seen: list[int] = []
+        sub = b.subscribe("t", lambda m: seen.append(m.offset), name="audit", start="earliest")
+        assert sub.wait_idle(30)
+        sub.close()
+        assert seen == list(range(71, 121))
+    with rill.Broker(data_dir=tmp_path) as b:
+        assert b.topic_stats("t").recovered_offsets_reset == 0

@@ -1109,7 +1109,7 @@ static void test_consumer_nack_dead_letters(void) {
     OK(rill_consumer_nack(c, 0, 0, &dead));
     CHECK(dead);
     OK(rill_consumer_poll(c, 10, 0, &msgs, &count));
-    CHECK(count == 0); /* skipped */
+    CHECK(count == 1 && msgs[0].offset == 1); /* skipped: "fine", after it, comes again */
     rill_consumer *r = NULL;
     OK(rill_consumer_new(b, "reader", "graveyard", NULL, &r));
     OK(rill_consumer_poll(r, 10, 0, &msgs, &count));
