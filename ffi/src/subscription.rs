@@ -761,7 +761,8 @@ pub(crate) const SUBSCRIPTION_STATS_FIRST_SIZE: usize = 72;
 /// `sizeof(rill_subscription_stats)` as `size`: the library writes that many
 /// bytes (fields the program's header does not know are left out; fields
 /// the library does not know are zeroed). A `size` smaller than the first
-/// layout (72 bytes) is `RILL_ERR_INVALID_ARGUMENT`.
+/// layout (72 bytes) or larger than `RILL_STRUCT_SIZE_MAX` is
+/// `RILL_ERR_INVALID_ARGUMENT`, and nothing is written.
 ///
 /// # Safety
 ///
@@ -781,6 +782,7 @@ pub unsafe extern "C" fn rill_subscription_get_stats_v1(
                 SUBSCRIPTION_STATS_FIRST_SIZE
             )));
         }
+        options::within_max(size, "rill_subscription_stats")?;
         // SAFETY: the caller's promise, checked for NULL.
         let s = unsafe { reference(s, "subscription") }?;
         let stats = rill_subscription_stats::counters(&s.sub.stats());
