@@ -557,6 +557,13 @@ class _Handle:
     """A C handle with idempotent close, context-manager support and __del__."""
 
     _ptr: int | None = None
+    # Set in a child of fork() on every handle it inherited (see _forget_inherited).
+    _inherited = False
+
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> Self:
+        handle = super().__new__(cls)
+        _live_handles.add(handle)
+        return handle
 
     def _free(self, ptr: int) -> None:
         raise NotImplementedError
@@ -573,6 +580,11 @@ class _Handle:
 
     def _handle(self) -> int:
         if self._ptr is None:
+            if self._inherited:
+                raise Closed(
+                    f"this {type(self).__name__} was inherited across fork(): only the process that "
+                    "made it can use it; make a new one in this process"
+                )
             raise Closed(f"this {type(self).__name__} is closed")
         return self._ptr
 
@@ -828,6 +840,10 @@ class Broker(_Handle):
     """An in-process broker. Closing it (or leaving its ``with`` block, or
     dropping it) closes its subscriptions and consumers: their calls then
     raise :class:`Closed`.
+
+    A child of ``os.fork()`` can only drop the brokers (and subscriptions
+    and consumers) it inherited: there they are closed, and closing them
+    does nothing (the parent still owns them; see the README's "fork").
 
     ``worker_threads=None`` runs one handler thread per CPU core;
     ``publish_timeout`` bounds how long ``publish`` waits for ``block``
@@ -1363,6 +1379,41 @@ def _close_all_brokers() -> None:
         if ptr:
             _stop_coroutine_handlers(broker)
             lib.rill_broker_close(ptr)
+
+
+# ---- fork ----------------------------------------------------------------------------
+#
+# A child of os.fork() inherits every handle's object but none of rill's
+# threads, and shares a broker's data directory (and its lock) with the
+# parent. Closing an inherited handle there would join threads that do not
+# exist and write to the parent's directory, so the child forgets them all
+# as it starts: every handle alive at the fork is marked inherited and its
+# pointer dropped, leaked by design (the parent still owns what it points
+# to). In the child they then behave as closed: close() and __del__ do
+# nothing, the atexit hook skips them, and any other call raises Closed.
+# Their Python locks are replaced too: one a parent thread held at the fork
+# would stay held in the child forever. Handles the child makes itself are
+# its own.
+
+_live_handles: weakref.WeakSet[_Handle] = weakref.WeakSet()
+
+
+def _forget_inherited() -> None:
+    for handle in list(_live_handles):
+        handle._inherited = True
+        handle._ptr = None
+        if isinstance(handle, Broker):
+            # Publishing goes through the cached publishers, not _handle().
+            handle._publishers = {}
+            handle._stale_publishers = []
+            handle._publishers_lock = threading.Lock()
+        elif isinstance(handle, Consumer):
+            handle._closing = True
+            handle._lock = threading.Lock()
+    _live_handles.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
 
 
 # ---- the library's log ------------------------------------------------------------
