@@ -239,8 +239,14 @@ def _text(value: Payload, what: str) -> bytes:
 
 
 def _name(value: str, what: str) -> bytes:
+    """A string for a C ``const char *``: topic and group names, patterns,
+    filters, attribute keys and values, option strings. C reads it up to its
+    first NUL, so one inside would silently cut it short (``"t\\0x"`` naming
+    topic ``t``): refused."""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if "\0" in value:
+        raise InvalidArgument(f"{what} contains a NUL character: {value!r}")
     return value.encode("utf-8", "surrogatepass")
 
 
@@ -311,7 +317,10 @@ _ids = itertools.count(1)
 
 
 def _reason(msg: int, text: str) -> None:
-    lib.rill_ack_reason(msg, text.encode("utf-8", "replace"))
+    # Text from a handler's exception, which cannot be refused: a NUL in it
+    # is replaced (as the library does with its own strings) rather than
+    # cutting the reason short there.
+    lib.rill_ack_reason(msg, text.replace("\0", "\ufffd").encode("utf-8", "replace"))
 
 
 def _ack(result: Any) -> tuple[int, str | None]:
