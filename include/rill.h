@@ -242,14 +242,15 @@ typedef enum {
  * `rill_broker_free`. Every function taking a `rill_broker *` may be called
  * from any thread, concurrently.
  *
- * After `fork()`, the child inherits a copy of every broker but none of its
- * threads, and shares its data directory (and the directory's lock) with
- * the parent. The only calls a child may make on an inherited broker are
- * `rill_broker_free` and `rill_broker_close`: they mark the copy closed and
- * leak it by design, quietly, without joining threads, flushing, or
- * touching the directory or its lock, which stay the parent's. Leave the
- * subscriptions, consumers and publishers made from it alone in the child
- * (do not free them either); call `exec` or open a new broker instead.
+ * After `fork()`, the child inherits a copy of every broker (and of the
+ * subscriptions, consumers and publishers made from it) but none of their
+ * threads, and shares the broker's data directory (and the directory's
+ * lock) with the parent. The only calls a child may make on what it
+ * inherited are the `_free` functions and `rill_broker_close`: they leak
+ * the copy by design (a broker is marked closed), quietly, without joining
+ * threads, flushing, or touching the directory or its lock, which stay the
+ * parent's. Any other call on an inherited handle is undefined; call `exec`,
+ * or open a new broker in the child (on another directory).
  */
 typedef struct rill_broker rill_broker;
 
@@ -1590,7 +1591,9 @@ uint32_t rill_consumer_partition_count(const rill_consumer *c);
 
 /**
  * Closes and frees the consumer, releasing its group for another consumer
- * (uncommitted positions are not kept). NULL is a no-op.
+ * (uncommitted positions are not kept). NULL is a no-op. In a child of
+ * `fork`, on an inherited consumer: leaks it, closing nothing (see
+ * `rill_broker`).
  *
  * # Safety
  *
@@ -1847,7 +1850,8 @@ rill_status rill_subscription_partitions(const rill_subscription *s,
  * another subscription's (then at once, so two handlers freeing each other
  * cannot wait for each other; the handler is not called again after a call
  * in flight, and `user_data_free` runs once that call is over). NULL is
- * a no-op.
+ * a no-op. In a child of `fork`, on an inherited subscription: leaks it,
+ * closing nothing and running no `user_data_free` (see `rill_broker`).
  *
  * # Safety
  *

@@ -14,14 +14,15 @@ use crate::util::{bytes, cstr, out_ptr, reference, write_out, write_sized};
 /// `rill_broker_free`. Every function taking a `rill_broker *` may be called
 /// from any thread, concurrently.
 ///
-/// After `fork()`, the child inherits a copy of every broker but none of its
-/// threads, and shares its data directory (and the directory's lock) with
-/// the parent. The only calls a child may make on an inherited broker are
-/// `rill_broker_free` and `rill_broker_close`: they mark the copy closed and
-/// leak it by design, quietly, without joining threads, flushing, or
-/// touching the directory or its lock, which stay the parent's. Leave the
-/// subscriptions, consumers and publishers made from it alone in the child
-/// (do not free them either); call `exec` or open a new broker instead.
+/// After `fork()`, the child inherits a copy of every broker (and of the
+/// subscriptions, consumers and publishers made from it) but none of their
+/// threads, and shares the broker's data directory (and the directory's
+/// lock) with the parent. The only calls a child may make on what it
+/// inherited are the `_free` functions and `rill_broker_close`: they leak
+/// the copy by design (a broker is marked closed), quietly, without joining
+/// threads, flushing, or touching the directory or its lock, which stay the
+/// parent's. Any other call on an inherited handle is undefined; call `exec`,
+/// or open a new broker in the child (on another directory).
 pub struct rill_broker {
     pub(crate) broker: Broker,
 }

@@ -1,12 +1,12 @@
 /*
  * Issue 40, items 11 and 12, from C.
  *
- * Fork: a child of fork() that frees the broker it inherited (a broker on a
- * data directory, with a consumer group's commit) exits 0 with nothing on
- * its stderr (no panic, no backtrace), and the parent's broker keeps
- * working: it still holds its directory's lock, publishes and polls, and
- * after it closes, a new broker on the directory finds every message and
- * the group's commit.
+ * Fork: a child of fork() that frees what it inherited (a broker on a data
+ * directory, a subscription on a dedicated thread, a consumer whose group
+ * committed, a publisher) exits 0 with nothing on its stderr (no panic, no
+ * backtrace), and the parent's broker keeps working: it still holds its
+ * directory's lock, publishes, delivers and polls, and after it closes, a
+ * new broker on the directory finds every message and the group's commit.
  *
  * struct_size: every struct the library sizes from the caller (the four
  * option structs' struct_size, the stats calls' size) is placed at the end
@@ -120,10 +120,39 @@ static int leak_checked(void) {
 /* The mode a child re-executes this program in to end (see test_fork). */
 static const char *EXIT_QUIETLY = "exit-quietly";
 
+static int delivered = 0; /* by the subscription, on its thread */
+static int user_data_freed = 0;
+
+static rill_ack count(void *user_data, const rill_message *m) {
+    (void)user_data;
+    (void)m;
+    delivered++;
+    return RILL_ACK_SUCCESS;
+}
+
+static void count_user_data_free(void *user_data) {
+    (void)user_data;
+    user_data_freed++;
+}
+
 static void test_fork(const char *self, const char *dir) {
     rill_broker *b = open_broker(dir);
     OK(rill_topic_create(b, TOPIC, NULL));
     publish(b, BEFORE_FORK);
+    rill_subscription_options so;
+    rill_subscription_options_init(&so);
+    so.start = RILL_START_EARLIEST;
+    so.dedicated_thread = true;
+    so.user_data_free = count_user_data_free;
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, TOPIC, &so, count, NULL, &s));
+    rill_publisher *p = NULL;
+    OK(rill_publisher_new(b, TOPIC, &p));
+    if (s == NULL || p == NULL) {
+        exit(2);
+    }
+    OK(rill_subscription_wait_idle(s, 10000));
+    CHECK(delivered == BEFORE_FORK);
     rill_consumer *c = NULL;
     OK(rill_consumer_new(b, GROUP, TOPIC, NULL, &c));
     if (c == NULL) {
@@ -137,10 +166,12 @@ static void test_fork(const char *self, const char *dir) {
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        /* The child: its stderr goes to the pipe, then it lets the broker go
-         * (close, then free) and exits normally, running its atexit
-         * handlers. The consumer made from the broker is left alone, as
-         * rill.h says a child must. Under a leak checker it ends with exec
+        /* The child: its stderr goes to the pipe, then it frees what it
+         * inherited (and closes the broker first, the other call rill.h
+         * allows there) and exits normally, running its atexit handlers.
+         * Nothing of it may be closed here: the subscription's thread does
+         * not exist in the child (joining it panicked), and its
+         * user_data_free must not run. Under a leak checker it ends with exec
          * instead, as a fork-then-exec child does: a checker in a forked
          * child that exits reports what the parent's threads own (their
          * closures, their thread-locals: nothing points to them in the
@@ -149,8 +180,14 @@ static void test_fork(const char *self, const char *dir) {
         dup2(err[1], STDERR_FILENO);
         close(err[0]);
         close(err[1]);
+        rill_subscription_free(s);
+        rill_consumer_free(c);
+        rill_publisher_free(p);
         rill_broker_close(b);
         rill_broker_free(b);
+        if (user_data_freed != 0) {
+            fprintf(stderr, "the child ran the inherited subscription's user_data_free\n");
+        }
         if (leak_checked()) {
             execl(self, self, EXIT_QUIETLY, (char *)NULL);
             _exit(127);
@@ -181,17 +218,25 @@ static void test_fork(const char *self, const char *dir) {
     rill_broker *second = NULL;
     CHECK_STATUS(rill_broker_new(&o, &second), RILL_ERR_BUSY);
     CHECK(second == NULL);
-    /* ...publishes, and its consumer reads on from where it was. */
+    /* ...publishes, delivers, and its consumer reads on from where it was. */
     publish(b, AFTER_FORK);
-    CHECK(poll_n(c, BEFORE_FORK + AFTER_FORK - COMMITTED) == BEFORE_FORK + AFTER_FORK - COMMITTED);
+    rill_position pos;
+    rill_record r = {0};
+    OK(rill_publisher_publish(p, &r, &pos));
+    OK(rill_subscription_wait_idle(s, 10000));
+    CHECK(delivered == BEFORE_FORK + AFTER_FORK + 1);
+    CHECK(poll_n(c, BEFORE_FORK + AFTER_FORK + 1 - COMMITTED) == BEFORE_FORK + AFTER_FORK + 1 - COMMITTED);
+    rill_subscription_free(s);
+    CHECK(user_data_freed == 1);
+    rill_publisher_free(p);
     rill_consumer_free(c);
     rill_broker_free(b);
 
     /* And the directory has it all. */
     b = open_broker(dir);
-    rill_topic_stats s;
-    OK(rill_topic_get_stats(b, TOPIC, &s));
-    CHECK(s.publish_count == BEFORE_FORK + AFTER_FORK);
+    rill_topic_stats st_topic;
+    OK(rill_topic_get_stats(b, TOPIC, &st_topic));
+    CHECK(st_topic.publish_count == BEFORE_FORK + AFTER_FORK + 1);
     OK(rill_consumer_new(b, GROUP, TOPIC, NULL, &c));
     uint64_t committed = 0;
     if (c != NULL) {
