@@ -22,6 +22,7 @@
 #define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,14 +121,25 @@ static int leak_checked(void) {
 /* The mode a child re-executes this program in to end (see test_fork). */
 static const char *EXIT_QUIETLY = "exit-quietly";
 
-static int delivered = 0; /* by the subscription, on its thread */
+/* Counted by the subscription, on its thread. */
+static pthread_mutex_t delivered_lock = PTHREAD_MUTEX_INITIALIZER;
+static int delivered_count = 0;
 static int user_data_freed = 0;
 
 static rill_ack count(void *user_data, const rill_message *m) {
     (void)user_data;
     (void)m;
-    delivered++;
+    pthread_mutex_lock(&delivered_lock);
+    delivered_count++;
+    pthread_mutex_unlock(&delivered_lock);
     return RILL_ACK_SUCCESS;
+}
+
+static int delivered(void) {
+    pthread_mutex_lock(&delivered_lock);
+    int n = delivered_count;
+    pthread_mutex_unlock(&delivered_lock);
+    return n;
 }
 
 static void count_user_data_free(void *user_data) {
@@ -152,7 +164,7 @@ static void test_fork(const char *self, const char *dir) {
         exit(2);
     }
     OK(rill_subscription_wait_idle(s, 10000));
-    CHECK(delivered == BEFORE_FORK);
+    CHECK(delivered() == BEFORE_FORK);
     rill_consumer *c = NULL;
     OK(rill_consumer_new(b, GROUP, TOPIC, NULL, &c));
     if (c == NULL) {
@@ -224,7 +236,7 @@ static void test_fork(const char *self, const char *dir) {
     rill_record r = {0};
     OK(rill_publisher_publish(p, &r, &pos));
     OK(rill_subscription_wait_idle(s, 10000));
-    CHECK(delivered == BEFORE_FORK + AFTER_FORK + 1);
+    CHECK(delivered() == BEFORE_FORK + AFTER_FORK + 1);
     CHECK(poll_n(c, BEFORE_FORK + AFTER_FORK + 1 - COMMITTED) == BEFORE_FORK + AFTER_FORK + 1 - COMMITTED);
     rill_subscription_free(s);
     CHECK(user_data_freed == 1);
