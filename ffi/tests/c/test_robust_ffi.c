@@ -182,7 +182,7 @@ static void test_fork(const char *self, const char *dir) {
          * inherited (and closes the broker first, the other call rill.h
          * allows there) and exits normally, running its atexit handlers.
          * Nothing of it may be closed here: the subscription's thread does
-         * not exist in the child (joining it panicked), and its
+         * not exist in the child (joining it used to panic), and its
          * user_data_free must not run. Under a leak checker it ends with exec
          * instead, as a fork-then-exec child does: a checker in a forked
          * child that exits reports what the parent's threads own (their
