@@ -48,9 +48,13 @@
  *   the library's own (a program newer than the library) must still be
  *   zero, else the call fails with RILL_ERR_INVALID_ARGUMENT rather than
  *   ignore an option the program asked for.
- * - struct_size 0 (a struct cleared with memset or = {0} instead of _init)
- *   or smaller than this first sized layout is RILL_ERR_INVALID_ARGUMENT,
- *   with rill_last_error naming the _init to call. A NULL options pointer
+ * - struct_size 0 (a struct cleared with memset or = {0} instead of _init),
+ *   smaller than this first sized layout, or larger than
+ *   RILL_STRUCT_SIZE_MAX (64 KiB) is RILL_ERR_INVALID_ARGUMENT, with
+ *   rill_last_error naming the _init to call; a size that large is refused
+ *   before the library reads a byte past its own fields. _init with a size
+ *   above RILL_STRUCT_SIZE_MAX writes nothing, and the stats calls taking a
+ *   size refuse one above it without writing. A NULL options pointer
  *   still means all defaults.
  * - rill 0.1 had no struct_size. Programs built against its header call the
  *   unsuffixed symbols (rill_broker_options_init, rill_broker_new, ...),
@@ -225,9 +229,28 @@ typedef enum {
 #define RILL_LOG_TRACE 5
 
 /**
+ * The largest `struct_size` (and stats `size`) the library accepts: 64 KiB.
+ * Larger ones are `RILL_ERR_INVALID_ARGUMENT` before any byte past the
+ * library's own fields is read or written, so a garbage size cannot make it
+ * run off the caller's struct. Every layout in `rill.h` is far smaller, and
+ * grows by a few fields per release.
+ */
+#define RILL_STRUCT_SIZE_MAX 65536
+
+/**
  * A broker. Create it with `rill_broker_new`, free it with
  * `rill_broker_free`. Every function taking a `rill_broker *` may be called
  * from any thread, concurrently.
+ *
+ * After `fork()`, the child inherits a copy of every broker (and of the
+ * subscriptions, consumers and publishers made from it) but none of their
+ * threads, and shares the broker's data directory (and the directory's
+ * lock) with the parent. The only calls a child may make on what it
+ * inherited are the `_free` functions and `rill_broker_close`: they leak
+ * the copy by design (a broker is marked closed), quietly, without joining
+ * threads, flushing, or touching the directory or its lock, which stay the
+ * parent's. Any other call on an inherited handle is undefined; call `exec`,
+ * or open a new broker in the child (on another directory).
  */
 typedef struct rill_broker rill_broker;
 
@@ -1096,7 +1119,8 @@ rill_status rill_broker_new_v1(const rill_broker_options *o, rill_broker **out);
  * Closes the broker without freeing it: every subscription and consumer
  * is closed, its threads stop, and later calls fail with `RILL_ERR_CLOSED`.
  * Waits for handler calls in flight (except the calling handler's own).
- * Idempotent; NULL is a no-op.
+ * Idempotent; NULL is a no-op. In a child of `fork`, on an inherited
+ * broker: only marks it closed (see `rill_broker`).
  *
  * # Safety
  *
@@ -1107,7 +1131,9 @@ void rill_broker_close(rill_broker *b);
 /**
  * Closes (as `rill_broker_close`) and frees the broker. Subscriptions and
  * consumers still alive are closed; their handles stay valid and must
- * still be freed. NULL is a no-op. May be called from a handler.
+ * still be freed. NULL is a no-op. May be called from a handler. In a child
+ * of `fork`, on an inherited broker: frees nothing and leaves the parent's
+ * data directory alone (see `rill_broker`).
  *
  * # Safety
  *
@@ -1174,7 +1200,8 @@ rill_status rill_topic_delete(rill_broker *b, const char *name);
  * `sizeof(rill_topic_stats)` as `size`: the library writes that many bytes
  * of its statistics (fields the program's header does not know are left
  * out; fields the library does not know are zeroed). A `size` smaller than
- * the first layout (24 bytes) is `RILL_ERR_INVALID_ARGUMENT`.
+ * the first layout (24 bytes) or larger than `RILL_STRUCT_SIZE_MAX` is
+ * `RILL_ERR_INVALID_ARGUMENT`, and nothing is written.
  *
  * # Safety
  *
@@ -1579,7 +1606,9 @@ uint32_t rill_consumer_partition_count(const rill_consumer *c);
 
 /**
  * Closes and frees the consumer, releasing its group for another consumer
- * (uncommitted positions are not kept). NULL is a no-op.
+ * (uncommitted positions are not kept). NULL is a no-op. In a child of
+ * `fork`, on an inherited consumer: leaks it, closing nothing (see
+ * `rill_broker`).
  *
  * # Safety
  *
@@ -1747,7 +1776,8 @@ rill_status rill_subscription_wait_idle(rill_subscription *s, int64_t timeout_ms
  * `sizeof(rill_subscription_stats)` as `size`: the library writes that many
  * bytes (fields the program's header does not know are left out; fields
  * the library does not know are zeroed). A `size` smaller than the first
- * layout (72 bytes) is `RILL_ERR_INVALID_ARGUMENT`.
+ * layout (72 bytes) or larger than `RILL_STRUCT_SIZE_MAX` is
+ * `RILL_ERR_INVALID_ARGUMENT`, and nothing is written.
  *
  * # Safety
  *
@@ -1835,7 +1865,8 @@ rill_status rill_subscription_partitions(const rill_subscription *s,
  * another subscription's (then at once, so two handlers freeing each other
  * cannot wait for each other; the handler is not called again after a call
  * in flight, and `user_data_free` runs once that call is over). NULL is
- * a no-op.
+ * a no-op. In a child of `fork`, on an inherited subscription: leaks it,
+ * closing nothing and running no `user_data_free` (see `rill_broker`).
  *
  * # Safety
  *

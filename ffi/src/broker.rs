@@ -13,6 +13,16 @@ use crate::util::{bytes, cstr, out_ptr, reference, write_out, write_sized};
 /// A broker. Create it with `rill_broker_new`, free it with
 /// `rill_broker_free`. Every function taking a `rill_broker *` may be called
 /// from any thread, concurrently.
+///
+/// After `fork()`, the child inherits a copy of every broker (and of the
+/// subscriptions, consumers and publishers made from it) but none of their
+/// threads, and shares the broker's data directory (and the directory's
+/// lock) with the parent. The only calls a child may make on what it
+/// inherited are the `_free` functions and `rill_broker_close`: they leak
+/// the copy by design (a broker is marked closed), quietly, without joining
+/// threads, flushing, or touching the directory or its lock, which stay the
+/// parent's. Any other call on an inherited handle is undefined; call `exec`,
+/// or open a new broker in the child (on another directory).
 pub struct rill_broker {
     pub(crate) broker: Broker,
 }
@@ -261,7 +271,8 @@ pub unsafe extern "C" fn rill_broker_new_v1(o: *const rill_broker_options, out: 
 /// Closes the broker without freeing it: every subscription and consumer
 /// is closed, its threads stop, and later calls fail with `RILL_ERR_CLOSED`.
 /// Waits for handler calls in flight (except the calling handler's own).
-/// Idempotent; NULL is a no-op.
+/// Idempotent; NULL is a no-op. In a child of `fork`, on an inherited
+/// broker: only marks it closed (see `rill_broker`).
 ///
 /// # Safety
 ///
@@ -278,7 +289,9 @@ pub unsafe extern "C" fn rill_broker_close(b: *mut rill_broker) {
 
 /// Closes (as `rill_broker_close`) and frees the broker. Subscriptions and
 /// consumers still alive are closed; their handles stay valid and must
-/// still be freed. NULL is a no-op. May be called from a handler.
+/// still be freed. NULL is a no-op. May be called from a handler. In a child
+/// of `fork`, on an inherited broker: frees nothing and leaves the parent's
+/// data directory alone (see `rill_broker`).
 ///
 /// # Safety
 ///
@@ -460,7 +473,8 @@ pub(crate) const TOPIC_STATS_FIRST_SIZE: usize = 24;
 /// `sizeof(rill_topic_stats)` as `size`: the library writes that many bytes
 /// of its statistics (fields the program's header does not know are left
 /// out; fields the library does not know are zeroed). A `size` smaller than
-/// the first layout (24 bytes) is `RILL_ERR_INVALID_ARGUMENT`.
+/// the first layout (24 bytes) or larger than `RILL_STRUCT_SIZE_MAX` is
+/// `RILL_ERR_INVALID_ARGUMENT`, and nothing is written.
 ///
 /// # Safety
 ///
@@ -482,6 +496,7 @@ pub unsafe extern "C" fn rill_topic_get_stats_v1(
                 TOPIC_STATS_FIRST_SIZE
             )));
         }
+        options::within_max(size, "rill_topic_stats")?;
         // SAFETY: the caller's promises, checked for NULL inside.
         let (b, name) = unsafe { (reference(b, "broker")?, cstr(name, "topic name")?) };
         let stats = topic_stats(&b.broker.topic_stats(name)?);

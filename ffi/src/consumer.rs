@@ -11,7 +11,9 @@ use crate::error::{boundary, boundary_value, rill_status};
 use crate::message::{MessageContext, c_message, rill_message};
 use crate::options::{self, OptionStruct};
 use crate::subscription::{RILL_START_EARLIEST, rill_partition_lag_callback, rill_start, start_position};
-use crate::util::{Lag, cstr, each_lag, out_ptr, reference, reference_mut, timeout, write_out};
+use crate::util::{
+    Lag, cstr, each_lag, inherited, out_ptr, reference, reference_mut, this_process, timeout, write_out,
+};
 
 /// Where a new consumer group starts. Fill it with `rill_consumer_options_init`.
 #[repr(C)]
@@ -50,6 +52,8 @@ pub struct rill_consumer {
     /// Not modified between a poll and the next clear, so the `internal`
     /// pointers in `messages` stay put.
     contexts: Vec<MessageContext>,
+    /// The process that made it (see `rill_consumer_free` after fork).
+    pid: u32,
 }
 
 impl std::fmt::Debug for rill_consumer {
@@ -130,7 +134,7 @@ pub unsafe extern "C" fn rill_consumer_new_v1(
         let options = ConsumerOptions { start, session_timeout, max_attempts: o.max_attempts, dead_letter_topic };
         let consumer = b.broker.consumer(group, topic, options)?;
         let topic = CString::new(topic).expect("checked by cstr: no interior NUL");
-        let c = rill_consumer { consumer, topic, messages: Vec::new(), contexts: Vec::new() };
+        let c = rill_consumer { consumer, topic, messages: Vec::new(), contexts: Vec::new(), pid: this_process() };
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, Box::into_raw(Box::new(c))) };
         Ok(())
@@ -576,7 +580,9 @@ pub unsafe extern "C" fn rill_consumer_partition_count(c: *const rill_consumer) 
 }
 
 /// Closes and frees the consumer, releasing its group for another consumer
-/// (uncommitted positions are not kept). NULL is a no-op.
+/// (uncommitted positions are not kept). NULL is a no-op. In a child of
+/// `fork`, on an inherited consumer: leaks it, closing nothing (see
+/// `rill_broker`).
 ///
 /// # Safety
 ///
@@ -587,6 +593,13 @@ pub unsafe extern "C" fn rill_consumer_free(c: *mut rill_consumer) {
         if !c.is_null() {
             // SAFETY: the caller hands back a pointer from `rill_consumer_new`, once.
             let mut c = unsafe { Box::from_raw(c) };
+            if inherited(c.pid) {
+                // A copy inherited across fork: leaked, not closed (closing
+                // would hand its partitions over in the parent's group state,
+                // under locks a thread that does not exist here may hold).
+                std::mem::forget(c);
+                return;
+            }
             // Drop the views before the cursors they borrow from.
             c.messages.clear();
             c.contexts.clear();

@@ -22,6 +22,14 @@
 //!   option this library does not have, and ignoring it would silently change
 //!   what the program asked for.
 //!
+//! * more than [`RILL_STRUCT_SIZE_MAX`]: `RILL_ERR_INVALID_ARGUMENT`, before
+//!   a byte past our own fields is read. No `rill.h` struct comes near that
+//!   size, so such a `struct_size` is garbage (an uninitialised struct, a
+//!   stray store), and checking that the bytes it claims are zero would read
+//!   up to 4 GiB past the caller's struct, into whatever is mapped there or
+//!   off the end of its mapping. `_init_v1` with a larger size writes
+//!   nothing, and the stats calls taking a size refuse one this large too.
+//!
 //! Layouts only ever grow by appending fields, so a size always ends on a
 //! field boundary of some published layout. Programs built against rill 0.1's
 //! header (no `struct_size`) call the unsuffixed symbols, which read the 0.1
@@ -30,6 +38,24 @@
 use std::mem::size_of;
 
 use crate::error::FfiError;
+
+/// The largest `struct_size` (and stats `size`) the library accepts: 64 KiB.
+/// Larger ones are `RILL_ERR_INVALID_ARGUMENT` before any byte past the
+/// library's own fields is read or written, so a garbage size cannot make it
+/// run off the caller's struct. Every layout in `rill.h` is far smaller, and
+/// grows by a few fields per release.
+pub const RILL_STRUCT_SIZE_MAX: u32 = 65536;
+
+/// Refuses a size above [`RILL_STRUCT_SIZE_MAX`]; `what` names the struct.
+pub(crate) fn within_max(size: usize, what: &str) -> Result<(), FfiError> {
+    if size > RILL_STRUCT_SIZE_MAX as usize {
+        return Err(FfiError::invalid(format!(
+            "{what} of {size} bytes is larger than RILL_STRUCT_SIZE_MAX ({RILL_STRUCT_SIZE_MAX} bytes): \
+             pass sizeof of the struct"
+        )));
+    }
+    Ok(())
+}
 
 /// An option struct with a leading `struct_size`.
 ///
@@ -49,14 +75,14 @@ pub(crate) unsafe trait OptionStruct: Copy {
 
 /// `_init_v1`: writes the defaults into the caller's `size` bytes. Our
 /// fields beyond `size` are left out; bytes beyond our size are zeroed.
-/// `struct_size` becomes `size`. NULL, or a size below the first layout's,
-/// writes nothing.
+/// `struct_size` becomes `size`. NULL, or a size below the first layout's
+/// or above [`RILL_STRUCT_SIZE_MAX`], writes nothing.
 ///
 /// # Safety
 ///
 /// `o` is NULL or writable for `size` bytes.
 pub(crate) unsafe fn init<T: OptionStruct>(o: *mut T, size: usize) {
-    if o.is_null() || size < T::FIRST_SIZE || u32::try_from(size).is_err() {
+    if o.is_null() || size < T::FIRST_SIZE || size > RILL_STRUCT_SIZE_MAX as usize {
         return;
     }
     let defaults = T::defaults();
@@ -70,7 +96,7 @@ pub(crate) unsafe fn init<T: OptionStruct>(o: *mut T, size: usize) {
         if size > ours {
             std::ptr::write_bytes(p.add(ours), 0, size - ours);
         }
-        p.cast::<u32>().write_unaligned(size as u32);
+        p.cast::<u32>().write_unaligned(size as u32); // at most RILL_STRUCT_SIZE_MAX
     }
 }
 
@@ -100,9 +126,19 @@ pub(crate) unsafe fn read<T: OptionStruct>(o: *const T) -> Result<Option<T>, Ffi
             T::INIT
         )));
     }
+    // Before the tail below is read: the caller's struct is trusted to be
+    // `size` bytes long only up to the bound.
+    if size > RILL_STRUCT_SIZE_MAX as usize {
+        return Err(FfiError::invalid(format!(
+            "options have struct_size {size}, larger than RILL_STRUCT_SIZE_MAX ({RILL_STRUCT_SIZE_MAX} bytes): \
+             fill them with {}",
+            T::INIT
+        )));
+    }
     let ours = size_of::<T>();
     if size > ours {
-        // SAFETY: the caller promises `size` readable bytes.
+        // SAFETY: the caller promises `size` readable bytes, and `size` is
+        // within RILL_STRUCT_SIZE_MAX (checked above).
         let tail = unsafe { std::slice::from_raw_parts(p.add(ours), size - ours) };
         if let Some(i) = tail.iter().position(|&b| b != 0) {
             return Err(FfiError::invalid(format!(
@@ -167,6 +203,29 @@ mod tests {
         // SAFETY: as above.
         let e = unsafe { read(buf.as_ptr().cast::<Opts>()) }.unwrap_err();
         assert!(e.text.contains("byte 20"), "{}", e.text);
+    }
+
+    #[test]
+    fn sizes_above_the_bound_are_refused_without_reading_or_writing_past_the_struct() {
+        for size in [u32::MAX, 1 << 20, RILL_STRUCT_SIZE_MAX + 1] {
+            let o = Opts { struct_size: size, a: 1, b: 2 };
+            // SAFETY: a whole Opts; a size above the bound is refused before
+            // any byte past it is read (before the bound, this read 4 GiB).
+            let e = unsafe { read(&o) }.unwrap_err();
+            assert!(e.text.contains("RILL_STRUCT_SIZE_MAX"), "{}", e.text);
+            let mut o = Opts { struct_size: 3, a: 0, b: 0 };
+            // SAFETY: writable for a whole Opts, and nothing is written.
+            unsafe { init(&mut o, size as usize) };
+            assert_eq!(o, Opts { struct_size: 3, a: 0, b: 0 });
+            assert!(within_max(size as usize, "stats").is_err());
+        }
+        let mut buf = vec![0xAAu8; RILL_STRUCT_SIZE_MAX as usize];
+        // SAFETY: RILL_STRUCT_SIZE_MAX writable bytes (init and read copy
+        // bytes and use unaligned loads and stores, so alignment is moot).
+        unsafe { init(buf.as_mut_ptr().cast::<Opts>(), buf.len()) };
+        // SAFETY: as above, readable.
+        let o = unsafe { read(buf.as_ptr().cast::<Opts>()) }.unwrap().unwrap();
+        assert_eq!((o.a, o.b), (7, 9));
     }
 
     #[test]

@@ -12,7 +12,9 @@ use crate::broker::rill_broker;
 use crate::error::{FfiError, boundary, boundary_value, rill_status};
 use crate::message::{MessageContext, c_message, rill_message};
 use crate::options::{self, OptionStruct};
-use crate::util::{Lag, cstr, each_lag, opt_cstr, out_ptr, reference, timeout, write_out, write_sized};
+use crate::util::{
+    Lag, cstr, each_lag, inherited, opt_cstr, out_ptr, reference, this_process, timeout, write_out, write_sized,
+};
 
 /// What a handler says about a message: one of the `RILL_ACK_*` constants.
 /// Any other value is treated as `RILL_ACK_RETRY`, with a reason saying so.
@@ -312,6 +314,8 @@ unsafe fn subscription_options(o: &rill_subscription_options) -> Result<Subscrip
 /// called from any thread.
 pub struct rill_subscription {
     sub: Subscription,
+    /// The process that subscribed (see `rill_subscription_free` after fork).
+    pid: u32,
 }
 
 impl std::fmt::Debug for rill_subscription {
@@ -463,7 +467,7 @@ unsafe fn subscribe_with(
         }
         let sub = subscribe(&b.broker, pattern, options, user)?;
         // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, Box::into_raw(Box::new(rill_subscription { sub }))) };
+        unsafe { write_out(out, Box::into_raw(Box::new(rill_subscription { sub, pid: this_process() }))) };
         Ok(())
     })
 }
@@ -761,7 +765,8 @@ pub(crate) const SUBSCRIPTION_STATS_FIRST_SIZE: usize = 72;
 /// `sizeof(rill_subscription_stats)` as `size`: the library writes that many
 /// bytes (fields the program's header does not know are left out; fields
 /// the library does not know are zeroed). A `size` smaller than the first
-/// layout (72 bytes) is `RILL_ERR_INVALID_ARGUMENT`.
+/// layout (72 bytes) or larger than `RILL_STRUCT_SIZE_MAX` is
+/// `RILL_ERR_INVALID_ARGUMENT`, and nothing is written.
 ///
 /// # Safety
 ///
@@ -781,6 +786,7 @@ pub unsafe extern "C" fn rill_subscription_get_stats_v1(
                 SUBSCRIPTION_STATS_FIRST_SIZE
             )));
         }
+        options::within_max(size, "rill_subscription_stats")?;
         // SAFETY: the caller's promise, checked for NULL.
         let s = unsafe { reference(s, "subscription") }?;
         let stats = rill_subscription_stats::counters(&s.sub.stats());
@@ -970,7 +976,8 @@ pub unsafe extern "C" fn rill_subscription_partitions(
 /// another subscription's (then at once, so two handlers freeing each other
 /// cannot wait for each other; the handler is not called again after a call
 /// in flight, and `user_data_free` runs once that call is over). NULL is
-/// a no-op.
+/// a no-op. In a child of `fork`, on an inherited subscription: leaks it,
+/// closing nothing and running no `user_data_free` (see `rill_broker`).
 ///
 /// # Safety
 ///
@@ -981,6 +988,12 @@ pub unsafe extern "C" fn rill_subscription_free(s: *mut rill_subscription) {
         if !s.is_null() {
             // SAFETY: the caller hands back a pointer from `rill_subscribe`, once.
             let s = unsafe { Box::from_raw(s) };
+            if inherited(s.pid) {
+                // A copy inherited across fork: leaked, not closed (closing
+                // would join its thread, which does not exist here).
+                std::mem::forget(s);
+                return;
+            }
             s.sub.close();
             drop(s);
         }

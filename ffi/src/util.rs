@@ -141,6 +141,19 @@ pub(crate) fn c_string(s: &str) -> CString {
     CString::new(s.replace('\0', "\u{fffd}")).expect("no NUL is left")
 }
 
+/// The process a handle was made in, to compare with [`inherited`].
+pub(crate) fn this_process() -> u32 {
+    std::process::id()
+}
+
+/// True in a child of `fork` for a handle made in process `pid` (its
+/// parent, or further up): the handle is an inherited copy, whose threads do
+/// not exist here and whose locks a thread that does not exist may hold. Its
+/// `_free` leaks it by design instead of closing it (see `rill_broker`).
+pub(crate) fn inherited(pid: u32) -> bool {
+    std::process::id() != pid
+}
+
 /// Checks a required callback before any work is done.
 pub(crate) fn callback<F>(f: Option<F>, what: &str) -> Result<F, FfiError> {
     f.ok_or_else(|| FfiError::null(what))

@@ -36,9 +36,13 @@ build test_c gcc c99 ffi/tests/c/test_rill.c
 # writer and then as the reader, two processes.
 build test_persist gcc c99 ffi/tests/c/test_persist.c
 "$out/test_persist"
-# Issue 40 items 3, 5 and 9: pull consumers and consumer groups.
-build test_robust_groups gcc c99 ffi/tests/c/test_robust_groups.c
-"$out/test_robust_groups"
+# Issue 40's regressions, a program per area (groups, the C face, ...):
+# each is built and run here, under ASan+UBSan and under valgrind below.
+robust=(test_robust_groups test_robust_ffi)
+for t in "${robust[@]}"; do
+  build "$t" gcc c99 "ffi/tests/c/$t.c"
+  "$out/$t"
+done
 
 step "C++ tests (C++17, warnings as errors)"
 build test_cpp g++ c++17 bindings/cpp/tests/test_rill.cpp
@@ -49,8 +53,8 @@ SAN=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=
 build test_c_asan gcc c99 ffi/tests/c/test_rill.c "${SAN[@]}"
 build test_cpp_asan g++ c++17 bindings/cpp/tests/test_rill.cpp "${SAN[@]}"
 build test_persist_asan gcc c99 ffi/tests/c/test_persist.c "${SAN[@]}"
-build test_robust_groups_asan gcc c99 ffi/tests/c/test_robust_groups.c "${SAN[@]}"
-for t in test_c_asan test_cpp_asan test_persist_asan test_robust_groups_asan; do
+for t in "${robust[@]}"; do build "${t}_asan" gcc c99 "ffi/tests/c/$t.c" "${SAN[@]}"; done
+for t in test_c_asan test_cpp_asan test_persist_asan "${robust[@]/%/_asan}"; do
   # Prove the sanitizer is really linked in before trusting a clean run.
   # (ldd's output is captured first: `ldd | grep -q` under pipefail fails at
   # random when grep exits early and ldd dies of SIGPIPE.)
@@ -61,8 +65,9 @@ for t in test_c_asan test_cpp_asan test_persist_asan test_robust_groups_asan; do
 done
 
 step "C and C++ tests under valgrind memcheck"
-for t in test_c test_cpp test_persist test_robust_groups; do
-  # --trace-children: test_persist's writer and reader are its children.
+for t in test_c test_cpp test_persist "${robust[@]}"; do
+  # --trace-children: test_persist's writer and reader are its children
+  # (and test_robust_ffi's forked child ends by running itself again).
   valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
     --trace-children=yes "$out/$t"
 done

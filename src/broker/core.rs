@@ -138,6 +138,9 @@ pub(super) struct Control {
 
 pub(crate) struct BrokerInner {
     pub(super) id: u64,
+    /// The process that started the broker. In any other process (a child
+    /// of `fork`) the broker is an inherited copy: see `forked`.
+    pub(super) pid: u32,
     pub(super) config: BrokerConfig,
     pub(super) closed: AtomicBool,
     pub(super) topics: ArcSwap<HashMap<Name, Arc<Topic>>>,
@@ -191,6 +194,19 @@ fn expiry_period(retention_ms: u64) -> Duration {
 }
 
 impl BrokerInner {
+    /// True in a child of `fork` that inherited this broker from the process
+    /// that started it. `fork` copies only the calling thread: the copy's
+    /// worker, timer and flusher threads do not exist here, its mutexes may
+    /// be held by threads that do not exist, and its data directory, its
+    /// mapped segments and its lock (an flock, shared by both processes'
+    /// descriptors) are the parent's, still in use there. The copy can
+    /// only be abandoned: `close` marks it closed and touches nothing else,
+    /// and the last handle's drop leaks it (see `Handle`'s drop) rather than
+    /// join threads that are not there or let go of files the parent uses.
+    pub(super) fn forked(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
     #[inline]
     pub(super) fn is_closed(&self) -> bool {
         // Acquire: pairs with the Release swap in `close`.
@@ -752,6 +768,10 @@ impl BrokerInner {
         // AcqRel: the winner of the swap closes; Release pairs with the
         // Acquire in `is_closed`, so a caller that sees closed sees why.
         if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if self.forked() {
+            // An inherited copy (see `forked`): closed, and nothing else.
             return;
         }
         let (subs, consumers) = {

@@ -131,11 +131,27 @@ struct Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         self.inner.close();
+        if self.inner.forked() {
+            // A copy inherited across `fork` is leaked by design: dropping
+            // its parts would join worker threads that do not exist in this
+            // process and close the parent's files (see `BrokerInner::forked`).
+            std::mem::forget(self.inner.clone());
+        }
     }
 }
 
 /// An in-process message broker. Cheap to clone; clones share the broker,
 /// which closes when the last clone is dropped (or on [`Broker::close`]).
+///
+/// # Fork
+///
+/// A child of `fork` inherits a copy of the broker but none of its threads,
+/// and shares its data directory with the parent. The only thing a child
+/// may do with an inherited broker is drop it or close it: that marks the
+/// copy closed and leaks it, quietly, without joining threads, flushing, or
+/// touching the directory or its lock. Leave the subscriptions, consumers
+/// and publishers made from it alone there (`std::mem::forget` them, or end
+/// the child with `exec` or `_exit`); open a new broker in the child instead.
 #[derive(Clone)]
 pub struct Broker {
     handle: Arc<Handle>,
@@ -182,6 +198,7 @@ impl Broker {
         };
         let inner = Arc::new(BrokerInner {
             id,
+            pid: std::process::id(),
             config,
             closed: AtomicBool::new(false),
             topics: ArcSwap::from_pointee(topics),

@@ -481,6 +481,51 @@ static void strings_with_embedded_nuls_are_refused() {
     }
     // Nothing was published by the refused calls.
     CHECK(broker.topic_stats("t").publish_count == 0);
+
+    // Issue 40 #4: the deleting and group calls and the broker's data_dir
+    // too, each leaving what the cut-short name names alone.
+    {
+        auto c = broker.consumer("g", "t");
+        broker.publish("t", "x");
+        CHECK(c.poll(1, 5s).size() == 1);
+        c.commit();
+    }
+    {
+        rill::SubscriptionOptions durable;
+        durable.name = "d";
+        durable.start = RILL_START_EARLIEST;
+        auto s = broker.subscribe("t", handler, durable);
+        CHECK(s.wait_idle(5s));
+    }
+    CHECK(invalid([&] { broker.delete_topic("t\0x"s); }));
+    CHECK(invalid([&] { broker.delete_durable("d\0x"s); }));
+    CHECK(invalid([&] { broker.delete_group("g\0x"s, "t"); }));
+    CHECK(invalid([&] { broker.delete_group("g", "t\0x"s); }));
+    CHECK(invalid([&] { (void)broker.group_stats("g\0x"s, "t"); }));
+    CHECK(invalid([&] { (void)broker.group_partitions("g", "t\0x"s); }));
+    CHECK(broker.topic_stats("t").publish_count == 1);  // "t" is still there, message and all
+    CHECK((broker.groups() == std::vector<std::pair<std::string, std::string>>{{"g", "t"}}));
+    broker.delete_durable("d");  // still saved, so still there to delete
+    rill::BrokerOptions with_dir;
+    with_dir.data_dir = "/tmp/rill-cpp-nul\0dir"s;
+    CHECK(invalid([&] { rill::Broker b(with_dir); }));
+
+    // Inside a handler: an attribute name and an ack reason.
+    std::atomic<int> refused{0};
+    auto in_handler = broker.subscribe(
+        "t",
+        [&](const rill::Message &m) {
+            refused += invalid([&] { (void)m.attribute("a\0b"s); });
+            refused += invalid([&] { m.set_reason("why\0not"s); });
+            return rill::Ack::Success;
+        },
+        [] {
+            rill::SubscriptionOptions o;
+            o.start = RILL_START_EARLIEST;
+            return o;
+        }());
+    CHECK(in_handler.wait_idle(5s));
+    CHECK(refused == 2);  // one message, two refused calls
 }
 
 static void listing_topics_subscriptions_and_groups() {

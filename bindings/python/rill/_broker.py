@@ -244,8 +244,14 @@ def _text(value: Payload, what: str) -> bytes:
 
 
 def _name(value: str, what: str) -> bytes:
+    """A string for a C ``const char *``: topic and group names, patterns,
+    filters, attribute keys and values, option strings. C reads it up to its
+    first NUL, so one inside would silently cut it short (``"t\\0x"`` naming
+    topic ``t``): refused."""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if "\0" in value:
+        raise InvalidArgument(f"{what} contains a NUL character: {value!r}")
     return value.encode("utf-8", "surrogatepass")
 
 
@@ -316,7 +322,10 @@ _ids = itertools.count(1)
 
 
 def _reason(msg: int, text: str) -> None:
-    lib.rill_ack_reason(msg, text.encode("utf-8", "replace"))
+    # Text from a handler's exception, which cannot be refused: a NUL in it
+    # is replaced (as the library does with its own strings) rather than
+    # cutting the reason short there.
+    lib.rill_ack_reason(msg, text.replace("\0", "\ufffd").encode("utf-8", "replace"))
 
 
 def _ack(result: Any) -> tuple[int, str | None]:
@@ -562,6 +571,13 @@ class _Handle:
     """A C handle with idempotent close, context-manager support and __del__."""
 
     _ptr: int | None = None
+    # Set in a child of fork() on every handle it inherited (see _forget_inherited).
+    _inherited = False
+
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> Self:
+        handle = super().__new__(cls)
+        _live_handles.add(handle)
+        return handle
 
     def _free(self, ptr: int) -> None:
         raise NotImplementedError
@@ -578,6 +594,11 @@ class _Handle:
 
     def _handle(self) -> int:
         if self._ptr is None:
+            if self._inherited:
+                raise Closed(
+                    f"this {type(self).__name__} was inherited across fork(): only the process that "
+                    "made it can use it; make a new one in this process"
+                )
             raise Closed(f"this {type(self).__name__} is closed")
         return self._ptr
 
@@ -834,6 +855,10 @@ class Broker(_Handle):
     """An in-process broker. Closing it (or leaving its ``with`` block, or
     dropping it) closes its subscriptions and consumers: their calls then
     raise :class:`Closed`.
+
+    A child of ``os.fork()`` can only drop the brokers (and subscriptions
+    and consumers) it inherited: there they are closed, and closing them
+    does nothing (the parent still owns them; see the README's "fork").
 
     ``worker_threads=None`` runs one handler thread per CPU core;
     ``publish_timeout`` bounds how long ``publish`` waits for ``block``
@@ -1370,6 +1395,41 @@ def _close_all_brokers() -> None:
         if ptr:
             _stop_coroutine_handlers(broker)
             lib.rill_broker_close(ptr)
+
+
+# ---- fork ----------------------------------------------------------------------------
+#
+# A child of os.fork() inherits every handle's object but none of rill's
+# threads, and shares a broker's data directory (and its lock) with the
+# parent. Closing an inherited handle there would join threads that do not
+# exist and write to the parent's directory, so the child forgets them all
+# as it starts: every handle alive at the fork is marked inherited and its
+# pointer dropped, leaked by design (the parent still owns what it points
+# to). In the child they then behave as closed: close() and __del__ do
+# nothing, the atexit hook skips them, and any other call raises Closed.
+# Their Python locks are replaced too: one a parent thread held at the fork
+# would stay held in the child forever. Handles the child makes itself are
+# its own.
+
+_live_handles: weakref.WeakSet[_Handle] = weakref.WeakSet()
+
+
+def _forget_inherited() -> None:
+    for handle in list(_live_handles):
+        handle._inherited = True
+        handle._ptr = None
+        if isinstance(handle, Broker):
+            # Publishing goes through the cached publishers, not _handle().
+            handle._publishers = {}
+            handle._stale_publishers = []
+            handle._publishers_lock = threading.Lock()
+        elif isinstance(handle, Consumer):
+            handle._closing = True
+            handle._lock = threading.Lock()
+    _live_handles.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
 
 
 # ---- the library's log ------------------------------------------------------------
