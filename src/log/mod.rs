@@ -144,7 +144,14 @@ impl Log {
                 storage.mark_complete(kept.positions.len() as u64, kept.used, flush)?;
             }
             let buffers = segment::Buffers::over(Box::new(kept.storage), kept.positions.len(), Pages::Small)?;
-            segs.push(Arc::new(Segment::recovered(kept.base, buffers, pool.clone(), &kept.positions, kept.used)));
+            segs.push(Arc::new(Segment::recovered(
+                kept.base,
+                buffers,
+                pool.clone(),
+                &kept.positions,
+                kept.used,
+                kept.skips,
+            )));
         }
         let end = recovered.end_offset;
         segs.push(Arc::new(Segment::new(end, pool.take(end, Pages::Small)?, pool.clone())));
