@@ -80,7 +80,7 @@
 //! least that much room) up to `RESYNC_WINDOW` bytes on, for a frame mark
 //! whose bytes parse as a record and whose checksum covers one of the
 //! offsets `n + 1 ..= n + k`, `k` at most `MAX_HOLE_RECORDS` and at most
-//! the bytes skipped over `MIN_FRAMED` (`file::FrameSolver` tries them all
+//! the bytes skipped over `MIN_FRAMED` (`resync::FrameSolver` tries them all
 //! at a few instructions an offset). The first one found is the next
 //! record, at offset `n + k`: the hole lost `k` offsets.
 //!
@@ -243,11 +243,15 @@ enum Holes {
     Resync { recycled: bool },
 }
 
+/// A framed record in a region: where its bytes start, where it ends
+/// (padded), and its bytes (header and body, padding excluded).
+type Framed<'a> = (usize, usize, &'a [u8]);
+
 /// The record framed at region byte `p` if its frame checks for `offset`
 /// and its layout parses: where it starts, where it ends (padded), its
 /// bytes. `Ok(None)` for a zero frame or no room for one; `Err` says why it
 /// is not a record.
-fn record_at(region: &[u8], p: usize, offset: u64) -> Result<Option<(usize, usize, &[u8])>, &'static str> {
+fn record_at(region: &[u8], p: usize, offset: u64) -> Result<Option<Framed<'_>>, &'static str> {
     let Some(frame_bytes) = region.get(p..p + FRAME_LEN) else {
         return Ok(None);
     };
@@ -263,7 +267,7 @@ fn record_at(region: &[u8], p: usize, offset: u64) -> Result<Option<(usize, usiz
 
 /// The bytes the frame at region byte `p` claims (header and body, padding
 /// excluded), where they start and where they end (padded), if they fit.
-fn framed_bytes(region: &[u8], p: usize) -> Result<(usize, usize, &[u8]), &'static str> {
+fn framed_bytes(region: &[u8], p: usize) -> Result<Framed<'_>, &'static str> {
     let at = p + FRAME_LEN;
     let Some(len_bytes) = region.get(at..at + 4) else {
         return Err("record cut short by the end of the file");
@@ -350,7 +354,7 @@ fn resync(region: &[u8], from: usize, first: u64, most: u64, recycled: bool) -> 
         return None;
     }
     let window_end = region.len().min(from.saturating_add(RESYNC_WINDOW));
-    let mut solver = file::FrameSolver::new(first + 1, most);
+    let mut solver = super::resync::FrameSolver::new(first + 1, most);
     let mut q = from + MIN_FRAMED;
     while q + FRAME_LEN <= window_end {
         let frame = u64::from_le_bytes(region[q..q + FRAME_LEN].try_into().expect("an 8-byte frame"));
