@@ -92,7 +92,7 @@
 //! many offsets at many words, so a record it finds in a recycled file must
 //! also be *confirmed*: followed by a zero frame (an end mark), by a record
 //! that checks at the next offset, or by another hole that resolves by the
-//! same rule. A stale record is then kept only if two checksums collide.
+//! same rule (at most `MAX_CONFIRM_HOLES` in a row). A stale record is then kept only if two checksums collide.
 //! The price: in a recycled file, a single complete record between a hole
 //! and the crash point, with stale bytes after it, cannot be told from a
 //! stale one, and is dropped with the torn tail.
@@ -178,6 +178,9 @@ const MAX_HOLE_RECORDS: u64 = 1 << 10;
 /// How far past a hole's start the resync looks for the next complete
 /// record: the bytes publishers still writing at the crash can have held.
 const RESYNC_WINDOW: usize = 2 << 20;
+/// Most holes in a row one confirmation in a recycled file looks through
+/// (each resync may ask for one more): bounds the work, and the stack.
+const MAX_CONFIRM_HOLES: u32 = 8;
 
 /// A hole to fill with skip records: `count` of them for the offsets from
 /// `first`, the first frame at region byte `at`, each a bare skip record but
@@ -316,7 +319,9 @@ fn scan(region: &[u8], base: u64, limit: u64, holes: Holes) -> Scan {
         };
         let Holes::Resync { recycled } = holes else { break stopped };
         let most = (limit - kept).saturating_sub(1).min(MAX_HOLE_RECORDS);
-        let Some(next) = resync(region, p, offset, most, recycled) else { break stopped };
+        let Some(next) = resync(region, p, offset, most, recycled.then_some(MAX_CONFIRM_HOLES)) else {
+            break stopped;
+        };
         let fill = Fill {
             at: p as u64,
             end: next.at as u64,
@@ -346,10 +351,11 @@ struct Resynced {
 /// for the next complete record: a frame, at an 8-aligned byte at most
 /// `RESYNC_WINDOW` on, whose checksum covers one of the `most` offsets
 /// after `first` that fit in the bytes skipped (each missing record took at
-/// least `MIN_FRAMED`). In a `recycled` file the record found must be
+/// least `MIN_FRAMED`). In a recycled file (`confirm` is how many more
+/// holes a confirmation may look through) the record found must be
 /// confirmed: followed by a zero frame, a record at the next offset, or
 /// another hole this rule resolves (see "Holes" in the module docs).
-fn resync(region: &[u8], from: usize, first: u64, most: u64, recycled: bool) -> Option<Resynced> {
+fn resync(region: &[u8], from: usize, first: u64, most: u64, confirm: Option<u32>) -> Option<Resynced> {
     if most == 0 {
         return None;
     }
@@ -363,7 +369,7 @@ fn resync(region: &[u8], from: usize, first: u64, most: u64, recycled: bool) -> 
             && let Ok((_, end, bytes)) = framed_bytes(region, q)
             && record::check_encoded(bytes).is_ok()
             && let Some(offset) = solver.solve(frame, bytes, ((q - from) / MIN_FRAMED) as u64)
-            && (!recycled || confirmed(region, end, offset + 1))
+            && confirm.is_none_or(|holes| confirmed(region, end, offset + 1, holes))
         {
             let timestamp_ns = record::RecordView::from_bytes(offset, bytes).timestamp_ns();
             return Some(Resynced { at: q, offset, timestamp_ns });
@@ -374,11 +380,12 @@ fn resync(region: &[u8], from: usize, first: u64, most: u64, recycled: bool) -> 
 }
 
 /// True if what follows a record found by a resync in a recycled file, at
-/// region byte `p`, shows it is ours (see `resync`).
-fn confirmed(region: &[u8], p: usize, offset: u64) -> bool {
+/// region byte `p`, shows it is ours (see `resync`), looking through at
+/// most `holes` more holes.
+fn confirmed(region: &[u8], p: usize, offset: u64, holes: u32) -> bool {
     match record_at(region, p, offset) {
         Ok(_) => true,
-        Err(_) => resync(region, p, offset, MAX_HOLE_RECORDS, true).is_some(),
+        Err(_) => holes > 0 && resync(region, p, offset, MAX_HOLE_RECORDS, Some(holes - 1)).is_some(),
     }
 }
 
