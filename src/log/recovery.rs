@@ -110,8 +110,10 @@
 //! of a segment while another, whose reservation closed it, has rolled to
 //! the next file and filled it. The next file's name then starts past this
 //! file's records: the gap is offsets reserved here and never written. If
-//! they fit in this file's remaining room (`MIN_FRAMED` each) and are at
-//! most `MAX_HOLE_RECORDS`, they become skip records after its last one;
+//! the next file is incomplete too (a complete one cannot follow a hole:
+//! its marker waits for every earlier commit), and the gap fits in this
+//! file's remaining room (`MIN_FRAMED` each) and is at most
+//! `MAX_HOLE_RECORDS`, it becomes skip records after this file's last one;
 //! the bytes after them, the unfinished records' remains, are not looked
 //! at again (the completion marker ends the file before them).
 //!
@@ -442,9 +444,13 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
     let mut cut = false;
     let mut deletes: Vec<PathBuf> = spares;
     let n_files = files.len();
-    // Each file's successor's base (by its name): where a hole at the end
-    // of an incomplete file must end (see "Holes").
-    let next_bases: Vec<Option<u64>> = (0..n_files).map(|i| files.get(i + 1).map(|(base, _)| *base)).collect();
+    // Each file's successor's base (by its name), if that one is incomplete
+    // too: where a hole at the end of an incomplete file must end (see
+    // "Holes"). A complete successor after a gap is damage, as before:
+    // markers are written in offset order, so none follows a hole.
+    let next_bases: Vec<Option<u64>> = (0..n_files)
+        .map(|i| files.get(i + 1).filter(|(_, path)| !is_complete_file(path)).map(|(base, _)| *base))
+        .collect();
     // If nothing is kept, appends continue at the first file's base (its
     // name), so offsets never go back below what was handed out before.
     let start = files.first().map_or(0, |(base, _)| *base);
