@@ -8,7 +8,9 @@
 //! kill).
 //!
 //! The crash loop runs `RILL_CRASH_ITERATIONS` iterations per fsync policy
-//! (default 50; the long run in `.ci/test` documents 200).
+//! (default 50; the long run in `.ci/test` documents 200), and so does its
+//! contended mode (`crash_loop_contended_*`: many publisher threads on one
+//! partition, where a kill leaves holes).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -34,12 +36,13 @@ fn main() {
             "child-hold" => hold_lock(&dir),
             "child-acks" => acks_child(&dir, args[3].parse().unwrap()),
             "child-crash" => crash_child(&dir, policy(&args[3]), args[4].parse().unwrap(), args[5].parse().unwrap()),
+            "child-contended" => contended_child(&dir, policy(&args[3]), args[4].parse().unwrap()),
             other => panic!("unknown role {other}"),
         }
         return;
     }
     let filters: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
-    let tests: [(&str, fn()); 10] = [
+    let tests: &[(&str, fn())] = &[
         ("restart_in_two_processes_keeps_everything", restart_in_two_processes_keeps_everything),
         ("deletes_and_age_limits_on_a_data_directory_survive_a_restart", operations_survive_a_restart),
         ("a_second_broker_on_a_directory_is_busy_in_this_process_and_another", second_broker_is_busy),
@@ -50,6 +53,9 @@ fn main() {
         ("crash_loop_always", || crash_loop(Fsync::Always)),
         ("crash_loop_interval", || crash_loop(Fsync::default())),
         ("crash_loop_never", || crash_loop(Fsync::Never)),
+        ("crash_loop_contended_always", || crash_loop_contended(Fsync::Always)),
+        ("crash_loop_contended_interval", || crash_loop_contended(Fsync::default())),
+        ("crash_loop_contended_never", || crash_loop_contended(Fsync::Never)),
     ];
     let mut ran = 0;
     for (name, test) in tests {
@@ -755,15 +761,17 @@ fn crash_loop(fsync: Fsync) {
         };
         let mut present: BTreeMap<(u32, u64), (u64, u64)> = BTreeMap::new();
         let mut reader = b.consumer("verify", CRASH_TOPIC, ConsumerOptions::default()).unwrap();
-        let total: u64 = stats.partitions.iter().map(|p| p.next_offset - p.first_offset).sum();
+        let ends: Vec<u64> = stats.partitions.iter().map(|p| p.next_offset).collect();
         let mut next = vec![0u64; CRASH_PARTITIONS as usize];
         let deadline = Instant::now() + WAIT;
-        while (present.len() as u64) < total {
-            assert!(Instant::now() < deadline, "run {run}: read {} of {total}", present.len());
+        // Read until every position is at its end: skip records (holes a
+        // kill left, see the contended loop) are passed over, not delivered.
+        while (0..CRASH_PARTITIONS).any(|p| reader.position(p).map_or(true, |at| at < ends[p as usize])) {
+            assert!(Instant::now() < deadline, "run {run}: read {} of {ends:?}", present.len());
             for m in reader.poll(1000, Duration::from_millis(100)).unwrap() {
                 let p = m.partition();
-                assert_eq!(m.offset(), next[p as usize], "run {run}: offsets of partition {p} are not dense");
-                next[p as usize] += 1;
+                assert!(m.offset() >= next[p as usize], "run {run}: offsets of partition {p} go back");
+                next[p as usize] = m.offset() + 1;
                 let id = parse_crash_payload(m.payload())
                     .unwrap_or_else(|| panic!("run {run}: a damaged record was delivered at {p}/{}", m.offset()));
                 present.insert((p, m.offset()), id);
@@ -810,5 +818,204 @@ fn crash_loop(fsync: Fsync) {
         b.close();
     }
     println!("  {} messages, {lost_unsynced} published but unreported at a kill", acked.len());
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+// ------------------------------------------------------ contended crash loop
+//
+// Many publisher threads on one partition: a publish returns once its own
+// record is committed, while another thread may still be copying an earlier
+// offset, so a kill leaves holes (unwritten records with acknowledged ones
+// after them). Recovery must keep every acknowledged record at its offset,
+// deliver no skip record and no damaged one, and never hand an offset out
+// again to another record.
+
+const CONTENDED_TOPIC: &str = "contended";
+/// Publisher threads in the child.
+const CONTENDED_THREADS: u64 = 8;
+/// Records each thread publishes at most before it waits to be killed.
+const CONTENDED_PER_THREAD: u64 = 40;
+/// Bytes of every record's payload.
+const CONTENDED_RECORD: usize = 4096;
+/// Segment size: small, so holes also fall at the end of segment files.
+const CONTENDED_SEGMENT: usize = 128 << 10;
+/// The directory starts afresh every this many runs, so reading it all back
+/// after each kill stays quick.
+const CONTENDED_RUNS_PER_DIR: u64 = 10;
+
+/// The payload of record `i` of thread `t` in run `run`: self-describing,
+/// `CONTENDED_RECORD` bytes.
+fn contended_payload(run: u64, t: u64, i: u64) -> Vec<u8> {
+    let head = format!("run{run}-t{t}-i{i}:");
+    head.bytes().cycle().take(CONTENDED_RECORD).collect()
+}
+
+/// Parses and checks a payload; `None` if it is not exactly one of ours.
+fn parse_contended_payload(p: &[u8]) -> Option<(u64, u64, u64)> {
+    let s = std::str::from_utf8(p.get(..40)?).ok()?;
+    let head = s.split(':').next()?;
+    let (run, rest) = head.strip_prefix("run")?.split_once("-t")?;
+    let (t, i) = rest.split_once("-i")?;
+    let id = (run.parse().ok()?, t.parse().ok()?, i.parse().ok()?);
+    (contended_payload(id.0, id.1, id.2) == p).then_some(id)
+}
+
+/// The child: `CONTENDED_THREADS` threads publish to the one partition,
+/// singly and in batches of two to four, each printing `P run t i offset`
+/// once a publish has returned.
+fn contended_child(dir: &Path, fsync: Fsync, run: u64) {
+    let b = open(dir, fsync);
+    let options = TopicOptions {
+        partitions: 1,
+        retention_bytes: None,
+        segment_bytes: Some(CONTENDED_SEGMENT),
+        ..TopicOptions::default()
+    };
+    match b.create_topic(CONTENDED_TOPIC, &options) {
+        Ok(()) | Err(Error::TopicExists(_)) => {}
+        Err(e) => panic!("{e}"),
+    }
+    let report = |t: u64, i: u64, offset: u64| {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "P {run} {t} {i} {offset}").unwrap();
+        out.flush().unwrap();
+    };
+    std::thread::scope(|s| {
+        for t in 0..CONTENDED_THREADS {
+            let b = &b;
+            s.spawn(move || {
+                let mut i = 0;
+                while i < CONTENDED_PER_THREAD {
+                    // Every third publish a batch of two to four.
+                    let n = if (i + t) % 3 == 0 { (2 + (i + t) % 3).min(CONTENDED_PER_THREAD - i) } else { 1 };
+                    let payloads: Vec<Vec<u8>> = (i..i + n).map(|k| contended_payload(run, t, k)).collect();
+                    if n == 1 {
+                        let pos = b.publish(CONTENDED_TOPIC, &Record::new(&payloads[0])).unwrap();
+                        report(t, i, pos.offset);
+                    } else {
+                        let records: Vec<Record<'_>> = payloads.iter().map(|p| Record::new(p)).collect();
+                        let positions = b.publish_batch(CONTENDED_TOPIC, &records).unwrap();
+                        for (k, pos) in positions.iter().enumerate() {
+                            report(t, i + k as u64, pos.offset);
+                        }
+                    }
+                    i += n;
+                }
+            });
+        }
+    });
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "DONE").unwrap();
+    out.flush().unwrap();
+    drop(out);
+    // Until the parent kills it.
+    let _ = std::io::stdin().read(&mut [0u8; 1]);
+}
+
+/// Every record a reader of partition 0 of `CONTENDED_TOPIC` is handed, by
+/// offset, checked as it comes: offsets rising, each payload one of ours.
+fn read_contended(b: &Broker, run: u64) -> BTreeMap<u64, (u64, u64, u64)> {
+    let end = b.topic_stats(CONTENDED_TOPIC).unwrap().partitions[0].next_offset;
+    let mut reader = b.consumer("verify", CONTENDED_TOPIC, ConsumerOptions::default()).unwrap();
+    let mut present = BTreeMap::new();
+    let mut last: Option<u64> = None;
+    let deadline = Instant::now() + WAIT;
+    // The position passes skip records too: reading is done when it is at
+    // the end, whatever the holes.
+    while reader.position(0).map_or(true, |p| p < end) {
+        assert!(Instant::now() < deadline, "run {run}: read up to {:?} of {end}", reader.position(0));
+        for m in reader.poll(256, Duration::from_millis(100)).unwrap() {
+            assert!(last.is_none_or(|l| m.offset() > l), "run {run}: offset {} delivered out of order", m.offset());
+            last = Some(m.offset());
+            let id = parse_contended_payload(m.payload())
+                .unwrap_or_else(|| panic!("run {run}: a damaged or skip record was delivered at {}", m.offset()));
+            present.insert(m.offset(), id);
+        }
+    }
+    present
+}
+
+fn crash_loop_contended(fsync: Fsync) {
+    let iterations: u64 = std::env::var("RILL_CRASH_ITERATIONS").map_or(50, |v| v.parse().unwrap());
+    let seed = std::env::var("RILL_CRASH_SEED").map_or_else(
+        |_| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1,
+        |v| v.parse().unwrap(),
+    );
+    let name = policy_name(fsync);
+    println!("  contended crash loop {name}: {iterations} iterations, RILL_CRASH_SEED={seed}");
+    let mut rng = Rng(seed);
+    let max = CONTENDED_THREADS * CONTENDED_PER_THREAD;
+    let (mut holes, mut total_acked) = (0u64, 0u64);
+    let mut root = temp_dir(&format!("contended-{name}"));
+    // offset -> (run, thread, i) of every acknowledged record in `root`.
+    let mut acked: BTreeMap<u64, (u64, u64, u64)> = BTreeMap::new();
+    for run in 0..iterations {
+        if run > 0 && run % CONTENDED_RUNS_PER_DIR == 0 {
+            std::fs::remove_dir_all(&root).unwrap();
+            root = temp_dir(&format!("contended-{name}"));
+            acked.clear();
+        }
+        let dir = root.to_str().unwrap().to_owned();
+        // Kill while the threads are all publishing: after 1 to max/2 acks.
+        let kill_after = 1 + rng.below(max / 2);
+        let mut c: Child = child("child-contended", &[&dir, name, &run.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
+        let record = |line: &str, acked: &mut BTreeMap<u64, (u64, u64, u64)>| {
+            let f: Vec<&str> = line.split(' ').collect();
+            match f[0] {
+                "P" => {
+                    let id = (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap());
+                    let offset = f[4].parse().unwrap();
+                    if let Some(before) = acked.insert(offset, id) {
+                        panic!("run {run} ({name}): offset {offset} handed out twice: {before:?}, then {id:?}");
+                    }
+                }
+                "DONE" => {}
+                other => panic!("unexpected line {other:?}"),
+            }
+        };
+        let mut seen = 0;
+        while seen < kill_after {
+            let Some(line) = lines.next() else { break };
+            let line = line.unwrap();
+            seen += u64::from(line.starts_with('P'));
+            let done = line == "DONE";
+            record(&line, &mut acked);
+            if done {
+                break;
+            }
+        }
+        c.kill().unwrap();
+        let status = c.wait().unwrap();
+        for line in lines {
+            record(&line.unwrap(), &mut acked);
+        }
+        drop(c.stdin.take());
+        assert!(status.code().is_none(), "the child ended by itself ({status}) in run {run}");
+
+        let b = open(&root, fsync);
+        let present = read_contended(&b, run);
+        for (offset, id) in &acked {
+            match present.get(offset) {
+                Some(got) => assert_eq!(got, id, "run {run} ({name}): offset {offset} holds another record"),
+                None => panic!("run {run} ({name}): acknowledged record {id:?} at offset {offset} is gone"),
+            }
+        }
+        let end = b.topic_stats(CONTENDED_TOPIC).unwrap().partitions[0].next_offset;
+        let first = present.keys().next().copied().unwrap_or(end);
+        holes += (end - first) - present.len() as u64;
+        total_acked += acked.len() as u64;
+        // Records published but not reported before the kill extend the
+        // acknowledged set: the next run must not hand their offsets out.
+        for (offset, id) in present {
+            acked.entry(offset).or_insert(id);
+        }
+        b.close();
+    }
+    println!("  {total_acked} acknowledged records checked, {holes} skipped offsets (holes) seen");
     std::fs::remove_dir_all(&root).unwrap();
 }

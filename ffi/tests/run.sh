@@ -36,9 +36,10 @@ build test_c gcc c99 ffi/tests/c/test_rill.c
 # writer and then as the reader, two processes.
 build test_persist gcc c99 ffi/tests/c/test_persist.c
 "$out/test_persist"
-# Issue 40's regressions, a program per area (groups, the C face, ...):
-# each is built and run here, under ASan+UBSan and under valgrind below.
-robust=(test_robust_groups test_robust_ffi)
+# Issue 40's regressions, a program per area (groups, the C face, holes
+# left by killed publishers, ...): each is built and run here, under
+# ASan+UBSan and under valgrind below.
+robust=(test_robust_groups test_robust_ffi test_robust_holes)
 for t in "${robust[@]}"; do
   build "$t" gcc c99 "ffi/tests/c/$t.c"
   "$out/$t"
@@ -66,8 +67,9 @@ done
 
 step "C and C++ tests under valgrind memcheck"
 for t in test_c test_cpp test_persist "${robust[@]}"; do
-  # --trace-children: test_persist's writer and reader are its children
-  # (and test_robust_ffi's forked child ends by running itself again).
+  # --trace-children: test_persist's writer and reader, and the children
+  # some robust programs fork (and test_robust_ffi's forked child ends by
+  # running itself again).
   valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
     --trace-children=yes "$out/$t"
 done

@@ -118,8 +118,11 @@ impl Cursor {
     #[inline]
     fn ready(&mut self) -> Result<Option<u64>, Lagged> {
         // At most three rounds: locate, step past a sealed end, and find the
-        // next segment not installed yet.
-        for _ in 0..3 {
+        // next segment not installed yet; passing a skip record is progress
+        // and starts them again.
+        let mut rounds = 0;
+        while rounds < 3 {
+            rounds += 1;
             let Some(seg) = &self.seg else {
                 self.locate()?;
                 continue;
@@ -132,6 +135,13 @@ impl Cursor {
             }
             let index = self.offset - seg.base();
             if let Some(pos) = seg.committed(index) {
+                // One predictable branch: only a recovered segment has skip
+                // records (`record.rs`), which no reader is handed.
+                if seg.has_skips() && seg.is_skip(index, pos) {
+                    self.offset += 1;
+                    rounds = 0;
+                    continue;
+                }
                 return Ok(Some(pos));
             }
             if !seg.ends_before(index) {
@@ -212,7 +222,8 @@ impl Cursor {
     }
 
     /// Up to `max` consecutive committed records, borrowed together. The batch
-    /// stops early at an uncommitted record or at the end of a segment, so it
+    /// stops early at an uncommitted record, at a skip record (which no read
+    /// hands out; see `recovery.rs`) or at the end of a segment, so it
     /// may be shorter than `max` even when more records follow; it is empty
     /// only when the cursor is at the end or at a record still being written.
     pub fn read_batch(&mut self, max: usize) -> Result<Batch<'_>, Lagged> {
@@ -221,9 +232,15 @@ impl Cursor {
         };
         let seg = self.seg.as_deref().expect("ready() located a segment");
         let first_index = self.offset - seg.base();
-        // The first record is committed; count the committed ones after it.
+        // The first record is committed (and not a skip record); count the
+        // committed ones after it, up to a skip record if the segment has any.
+        let skips = seg.has_skips();
         let mut len = 1;
-        while len < max && seg.committed(first_index + len as u64).is_some() {
+        while len < max
+            && seg
+                .committed(first_index + len as u64)
+                .is_some_and(|pos| !(skips && seg.is_skip(first_index + len as u64, pos)))
+        {
             len += 1;
         }
         self.offset += len as u64;

@@ -238,8 +238,14 @@ pub struct Damage {
 pub struct RecoveryReport {
     /// Segment files holding the kept records.
     pub segments: usize,
-    /// Records kept.
+    /// Records kept, the skip records among them included (every offset
+    /// from `first_offset` to `end_offset`).
     pub records: u64,
+    /// Skip records among `records`: offsets a crash left without a
+    /// complete record between complete ones (holes), which readers pass
+    /// over. Counts those recovery wrote now and those an earlier recovery
+    /// wrote.
+    pub skipped: u64,
     /// Oldest offset kept (the next one to append if nothing was kept).
     pub first_offset: u64,
     /// One past the newest offset kept: where appends continue.

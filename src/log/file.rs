@@ -72,8 +72,9 @@
 //! The records of the file's previous use stay in it, behind the new ones.
 //! They are never taken for new records: a frame's checksum covers the
 //! record's offset, and every new offset is larger than every old one, so a
-//! stale record checks only by a checksum collision (one in 2^32, and only
-//! the one frame where a scan stops is ever tried). What they change is the
+//! stale record checks only by a checksum collision (one in 2^32 a frame
+//! and offset tried; the resync past a hole tries many, and asks for a
+//! second check, see "Holes" in `recovery.rs`). What they change is the
 //! end of a file's records, which is no longer a frame of zeros; so the
 //! records of a recycled file end with one written on purpose:
 //!
@@ -229,6 +230,12 @@ unsafe fn frame_crc_sse42(offset: u64, record: &[u8]) -> u32 {
         state = _mm_crc32_u8(state, byte);
     }
     !state
+}
+
+/// True if `frame` carries the frame mark: a frame word of some record
+/// (checked or not), not zeros or stray bytes, most likely.
+pub(crate) fn has_frame_mark(frame: u64) -> bool {
+    (frame >> 32) as u32 == FRAME_MARK
 }
 
 /// Why a frame word does not belong to `record` at `offset`, if it does not.
@@ -446,6 +453,12 @@ impl FileStorage {
     /// The whole file: header page, then the record region.
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.map
+    }
+
+    /// The record region, for recovery to write skip records into before
+    /// the file is shared (`recovery.rs`).
+    pub(crate) fn region_mut(&mut self) -> &mut [u8] {
+        &mut self.map[HEADER_BYTES..]
     }
 
     /// The file's current name.

@@ -23,6 +23,7 @@ mod durable;
 pub(crate) mod file;
 pub(crate) mod record;
 pub(crate) mod recovery;
+mod resync;
 pub(crate) mod segment;
 pub(crate) mod storage;
 
@@ -64,6 +65,20 @@ fn too_large(size: usize, max: usize) -> Error {
 }
 
 impl Log {
+    /// Test seam: reserves room for one record of `bytes` (encoded, frame
+    /// included) in the active segment and never writes it, as a publisher
+    /// killed while copying its record would; the offset it took is a hole
+    /// after a crash (see "Holes" in `recovery.rs`).
+    #[cfg(test)]
+    pub(crate) fn leave_hole(&self, bytes: u64) -> u64 {
+        let guard = epoch::pin();
+        let seg = self.shared.dir(&guard).last().clone();
+        match seg.reserve(1, bytes) {
+            segment::Reservation::Granted { index, .. } => seg.base() + index,
+            other => panic!("no room for a hole of {bytes} bytes: {other:?}"),
+        }
+    }
+
     /// A new, empty log whose first record gets offset 0. It is partition 0
     /// as far as its errors say ([`Log::for_partition`] names another).
     pub fn new(config: &LogConfig) -> Result<Log> {
@@ -144,7 +159,14 @@ impl Log {
                 storage.mark_complete(kept.positions.len() as u64, kept.used, flush)?;
             }
             let buffers = segment::Buffers::over(Box::new(kept.storage), kept.positions.len(), Pages::Small)?;
-            segs.push(Arc::new(Segment::recovered(kept.base, buffers, pool.clone(), &kept.positions, kept.used)));
+            segs.push(Arc::new(Segment::recovered(
+                kept.base,
+                buffers,
+                pool.clone(),
+                &kept.positions,
+                kept.used,
+                kept.skips,
+            )));
         }
         let end = recovered.end_offset;
         segs.push(Arc::new(Segment::new(end, pool.take(end, Pages::Small)?, pool.clone())));

@@ -8,7 +8,7 @@
 //!  4..8   u32  KEY_LEN_AT     key length, or NO_KEY when the record has no key
 //!  8..12  u32  ATTRS_LEN_AT   length of the attribute block in bytes
 //! 12..14  u16  ATTR_COUNT_AT  number of attributes
-//! 14..16  u16  FLAGS_AT       flags (reserved, always 0)
+//! 14..16  u16  FLAGS_AT       flags: 0, or FLAG_SKIP for a skip record
 //! 16..24  u64  TIMESTAMP_AT   publish timestamp, nanoseconds since the Unix epoch
 //! 24..         HEADER_LEN     key bytes, then the attribute block, then the payload
 //! ```
@@ -18,6 +18,18 @@
 //! each pair as `u16 key length (ATTR_KEY_LEN_AT), u32 value length
 //! (ATTR_VALUE_LEN_AT), key bytes, value bytes`. A filter walks it without allocating. All integers
 //! are little-endian. The payload length is what is left of the record length.
+//!
+//! # Skip records
+//!
+//! A record whose flags are `FLAG_SKIP` holds an offset that no record was
+//! ever completed for: recovery writes one in place of each record a crash
+//! left unwritten between complete ones (a *hole*; see `recovery.rs`), so
+//! offsets stay dense and stay what they were handed out as. A skip record
+//! has no key and no attributes; its body, zeros, only fills the room the
+//! lost record had (most are a bare header, `SKIP_LEN` bytes). It is never
+//! delivered: every reader passes over it (`cursor.rs`). It is
+//! a record kind of the log's format, not a recovery detail: anything that
+//! must give up an offset it reserved writes one.
 
 use std::fmt;
 
@@ -32,8 +44,13 @@ const KEY_LEN_AT: usize = 4;
 const ATTRS_LEN_AT: usize = 8;
 /// `u16` number of attributes.
 const ATTR_COUNT_AT: usize = 12;
-/// `u16` flags, reserved, always 0.
+/// `u16` flags: 0 for a record, `FLAG_SKIP` for a skip record.
 const FLAGS_AT: usize = 14;
+/// Flag bit of a skip record: an offset given up, delivered to no one.
+const FLAG_SKIP: u16 = 1;
+/// Bytes a skip record takes, padding included: a bare header.
+pub(crate) const SKIP_LEN: usize = HEADER_LEN;
+const _: () = assert!(SKIP_LEN.is_multiple_of(RECORD_ALIGN));
 /// `u64` publish timestamp in nanoseconds since the Unix epoch.
 const TIMESTAMP_AT: usize = 16;
 /// Size of the fixed record header: the key starts here.
@@ -218,8 +235,14 @@ pub(crate) fn check_encoded(bytes: &[u8]) -> Result<(), &'static str> {
     if read_u32(bytes, LEN_AT) as usize != bytes.len() {
         return Err("record length field disagrees with its extent");
     }
-    if read_u16(bytes, FLAGS_AT) != 0 {
-        return Err("record flags set");
+    match read_u16(bytes, FLAGS_AT) {
+        0 => {}
+        FLAG_SKIP
+            if read_u32(bytes, KEY_LEN_AT) == NO_KEY
+                && read_u32(bytes, ATTRS_LEN_AT) == 0
+                && read_u16(bytes, ATTR_COUNT_AT) == 0 => {}
+        FLAG_SKIP => return Err("skip record with a key or attributes"),
+        _ => return Err("record flags set"),
     }
     let body = bytes.len() - HEADER_LEN;
     let key_len = match read_u32(bytes, KEY_LEN_AT) {
@@ -252,6 +275,20 @@ pub(crate) fn check_encoded(bytes: &[u8]) -> Result<(), &'static str> {
         return Err("record attribute block longer than its attributes");
     }
     Ok(())
+}
+
+/// Writes a skip record stamped `timestamp_ns` over all of `dst`: at least
+/// `SKIP_LEN` bytes, a multiple of `RECORD_ALIGN` (see "Skip records" above);
+/// its body, if any, zeros.
+pub(crate) fn encode_skip(dst: &mut [u8], timestamp_ns: u64) {
+    debug_assert!(dst.len() >= SKIP_LEN && dst.len().is_multiple_of(RECORD_ALIGN));
+    let mut header = [0u8; HEADER_LEN];
+    header[LEN_AT..LEN_AT + 4].copy_from_slice(&(dst.len() as u32).to_le_bytes());
+    header[KEY_LEN_AT..KEY_LEN_AT + 4].copy_from_slice(&NO_KEY.to_le_bytes());
+    header[FLAGS_AT..FLAGS_AT + 2].copy_from_slice(&FLAG_SKIP.to_le_bytes());
+    header[TIMESTAMP_AT..TIMESTAMP_AT + 8].copy_from_slice(&timestamp_ns.to_le_bytes());
+    dst[..HEADER_LEN].copy_from_slice(&header);
+    dst[HEADER_LEN..].fill(0);
 }
 
 /// Rounds a record length up to the record alignment.
@@ -324,6 +361,13 @@ impl<'a> RecordView<'a> {
     #[inline]
     pub fn encoded_len(&self) -> usize {
         align_up(self.bytes.len())
+    }
+
+    /// True for a skip record (an offset no record was completed for),
+    /// which readers pass over: see "Skip records" in the module docs.
+    #[inline]
+    pub(crate) fn is_skip(&self) -> bool {
+        read_u16(self.bytes, FLAGS_AT) & FLAG_SKIP != 0
     }
 
     /// When it was published, in nanoseconds since the Unix epoch.

@@ -4,19 +4,25 @@
 //!
 //! Files are read in base-offset order. Each must start where the previous
 //! one's records end (offsets are dense), and each record must carry a frame
-//! whose checksum covers its offset and bytes (`file.rs`). Recovery keeps
+//! whose checksum covers its offset and bytes (`file.rs`). In an incomplete
+//! file a missing record with complete ones after it is a *hole*, which
+//! recovery fills with skip records (see "Holes" below) and reads on; past
+//! the last complete record, or anywhere in a complete file, recovery keeps
 //! every record up to the first one that is missing, torn or damaged, and
-//! nothing after it: a later record would leave a gap in the offsets.
+//! nothing after it.
 //!
 //! Where that first bad record is decides what recovery does:
 //!
 //! * In an *incomplete* file (no completion marker: the newest segments,
 //!   whose records were still being written, or not yet synced, when the
-//!   process or machine stopped) it is a **torn tail**, the expected result
-//!   of a crash: a record whose publisher was still copying it (its frame is
-//!   still zeros), or pages the kernel had not written back. The log is cut
-//!   there; the cut, the records and the bytes dropped are reported
-//!   ([`RecoveryReport`]), and the files after it are deleted.
+//!   process or machine stopped), with no complete record of ours after it,
+//!   it is a **torn tail**, the expected result of a crash: a record whose
+//!   publisher was still copying it (its frame is still zeros), or pages
+//!   the kernel had not written back. The log is cut there; the cut, the
+//!   records and the bytes dropped are reported ([`RecoveryReport`]), and
+//!   the files after it are deleted. None of it was acknowledged under
+//!   `Always`; under the other policies a torn tail drops only records
+//!   never completed, since every complete one is kept.
 //! * In a *complete* file (its header counts its records, written only after
 //!   they were all on disk), or in a file whose header is damaged, or in a
 //!   gap between files, no crash explains it: it is **damage**. The open
@@ -50,6 +56,77 @@
 //!
 //! The crash states of a recycling itself are in `file.rs`.
 //!
+//! # Holes
+//!
+//! Publishers to one partition reserve their offsets and bytes in order
+//! but finish copying in any order, and a publish returns as soon as its
+//! own record is committed (under `Interval` and `Never`; `Always` waits
+//! for the dense durable prefix). So a kill can leave record `n` unwritten
+//! (its frame zeros, or, in a recycled file, still the previous use's
+//! bytes) while `n + 1 ..` are complete and acknowledged. Cutting at `n`
+//! would lose them, and hand their offsets to new records on the next open.
+//!
+//! **On disk at each step.** A publisher writes its record's bytes, then
+//! the frame with one aligned 8-byte store, then commits the slot; in a
+//! process crash every store made is in the page cache. A missing record
+//! is therefore a frame of zeros (or stale bytes), possibly with part of
+//! its bytes after it: never a frame that checks. A record written but
+//! torn (pages not written back before a machine crash, or a flipped bit)
+//! has a frame that does not check: it is a hole too, never delivered.
+//!
+//! **Finding the next complete record.** At a frame that is zeros or does
+//! not check, the scan of an incomplete file *resyncs*: it looks at every
+//! 8-aligned word from `MIN_FRAMED` bytes on (each missing record took at
+//! least that much room) up to `RESYNC_WINDOW` bytes on, for a frame mark
+//! whose bytes parse as a record and whose checksum covers one of the
+//! offsets `n + 1 ..= n + k`, `k` at most `MAX_HOLE_RECORDS` and at most
+//! the bytes skipped over `MIN_FRAMED` (`resync::FrameSolver` tries them all
+//! at a few instructions an offset). The first one found is the next
+//! record, at offset `n + k`: the hole lost `k` offsets.
+//!
+//! **Clean end or hole.** In a fresh file only zeros follow the last
+//! record, so a resync that finds nothing means the end (and written bytes
+//! there are a torn tail). In a recycled file stale records follow, whose
+//! checksums cover offsets below the file's base, never `n + 1 ..`; one
+//! checks only by a collision of the 32-bit checksum, and the resync tries
+//! many offsets at many words, so a record it finds in a recycled file must
+//! also be *confirmed*: followed by a zero frame (an end mark), by a record
+//! that checks at the next offset, or by another hole that resolves by the
+//! same rule (at most `MAX_CONFIRM_HOLES` in a row). A stale record is then kept only if two checksums collide.
+//! The price: in a recycled file, a single complete record between a hole
+//! and the crash point, with stale bytes after it, cannot be told from a
+//! stale one, and is dropped with the torn tail.
+//!
+//! **Filling a hole.** A hole of `k` offsets becomes `k` skip records
+//! (`record.rs`), each a bare header and frame (`MIN_FRAMED` bytes) but the
+//! last, whose zero body reaches the next record's frame: the records stay
+//! contiguous, so the next recovery reads them as ordinary records of a
+//! complete file. They are written (bytes, then frame, for each) once the
+//! whole directory is judged, then flushed with the kept records before
+//! the completion marker (`Log::open`), like any cut. A crash while they
+//! are written leaves a shorter hole, filled again next time.
+//!
+//! **A hole at the end of a file.** A publisher may hold the last records
+//! of a segment while another, whose reservation closed it, has rolled to
+//! the next file and filled it. The next file's name then starts past this
+//! file's records: the gap is offsets reserved here and never written. If
+//! the next file is incomplete too (a complete one cannot follow a hole:
+//! its marker waits for every earlier commit), and the gap fits in this
+//! file's remaining room (`MIN_FRAMED` each) and is at most
+//! `MAX_HOLE_RECORDS`, it becomes skip records after this file's last one;
+//! the bytes after them, the unfinished records' remains, are not looked
+//! at again (the completion marker ends the file before them).
+//!
+//! **Not in a complete file.** A completion marker is written only once
+//! every record of the sealed segment is committed, so a complete file has
+//! no hole: anything missing there is damage (`Corrupt`), as before.
+//!
+//! **Readers.** A skip record is committed in the rebuilt segment like any
+//! record, and `Cursor` passes over it (a segment rebuilt over a hole says
+//! so, and only there does a read look at a record's flags): no `Cursor`,
+//! subscription, consumer, nor the C and Python faces above them, is ever
+//! handed one. Offsets, the end offset and lag count it as the offset it is.
+//!
 //! Recovery never trusts a length it has not checked: a record is accepted
 //! only if its frame checks and its layout parses (`record::check_encoded`),
 //! so a reader of a recovered record can never be sent out of its bounds.
@@ -71,12 +148,17 @@ use crate::error::{Error, Result};
 pub(crate) struct KeptSegment {
     pub(crate) storage: FileStorage,
     pub(crate) base: u64,
-    /// Where each kept record starts (after its frame), in the record region.
+    /// Where each kept record starts (after its frame), in the record
+    /// region: skip records included, those still to be written too.
     pub(crate) positions: Vec<u64>,
     /// Bytes the kept records fill, frames included.
     pub(crate) used: u64,
     /// The file already had a completion marker for exactly these records.
     pub(crate) was_complete: bool,
+    /// Some of its records are skip records.
+    pub(crate) skips: bool,
+    /// Holes recovery writes skip records into before the file is used.
+    fills: Vec<Fill>,
 }
 
 /// What recovery found.
@@ -87,55 +169,226 @@ pub(crate) struct Recovered {
     pub(crate) report: RecoveryReport,
 }
 
+/// Bytes the smallest record takes with its frame: a skip record's. A hole
+/// that lost `k` offsets spans at least `k` times this, since each of its
+/// records was reserved at least this much room.
+const MIN_FRAMED: usize = FRAME_LEN + record::SKIP_LEN;
+/// Most offsets one hole may have lost: the resync tries no more (each
+/// offset tried is one more chance for a stale record to check by a
+/// checksum collision).
+const MAX_HOLE_RECORDS: u64 = 1 << 10;
+/// How far past a hole's start the resync looks for the next complete
+/// record: the bytes publishers still writing at the crash can have held.
+const RESYNC_WINDOW: usize = 2 << 20;
+/// Most holes in a row one confirmation in a recycled file looks through
+/// (each resync may ask for one more): bounds the work, and the stack.
+const MAX_CONFIRM_HOLES: u32 = 8;
+
+/// A hole to fill with skip records: `count` of them for the offsets from
+/// `first`, the first frame at region byte `at`, each a bare skip record but
+/// the last, which reaches `end` (where the next kept record's frame is).
+struct Fill {
+    at: u64,
+    end: u64,
+    first: u64,
+    count: u64,
+    /// Stamp of the skip records: the record before the hole's (or after
+    /// it, at a file's start), so timestamps stay in order around it.
+    timestamp_ns: u64,
+}
+
+impl Fill {
+    /// Where skip record `j` starts (its frame) and its length (padded).
+    fn record(&self, j: u64) -> (u64, usize) {
+        let frame_at = self.at + j * MIN_FRAMED as u64;
+        let len = if j + 1 == self.count { self.end - frame_at - FRAME_LEN as u64 } else { record::SKIP_LEN as u64 };
+        (frame_at, len as usize)
+    }
+
+    /// Writes the skip records into `region`: bytes first, then each frame
+    /// (as a publisher does), so a crash in the middle leaves a shorter hole
+    /// for the next recovery to fill.
+    fn write(&self, region: &mut [u8]) {
+        region[self.at as usize..self.end as usize].fill(0);
+        for j in 0..self.count {
+            let (frame_at, len) = self.record(j);
+            let at = frame_at as usize + FRAME_LEN;
+            record::encode_skip(&mut region[at..at + len], self.timestamp_ns);
+            let frame = file::frame_for(self.first + j, &region[at..at + len]);
+            region[frame_at as usize..at].copy_from_slice(&frame.to_le_bytes());
+        }
+    }
+}
+
 /// How the scan of one file's record region ended.
 struct Scan {
     positions: Vec<u64>,
+    /// Holes found between complete records, to fill.
+    fills: Vec<Fill>,
+    /// Skip records already in the file (an earlier recovery's).
+    skipped: u64,
     /// Where the first record not kept starts (region offset).
     stop: u64,
     /// Why the scan stopped, unless it reached zeros (a clean end) or the
     /// completion marker's count.
     damage: Option<&'static str>,
+    /// Stamp of the last record kept.
+    last_timestamp: Option<u64>,
+    /// The scan ended with a hole filled up to the next file's base.
+    tail_filled: bool,
+}
+
+/// Whether a scan looks past a missing record for complete ones.
+#[derive(Clone, Copy)]
+enum Holes {
+    /// No: a complete file has none (its marker waited for every commit).
+    Never,
+    /// Yes, in an incomplete file; `recycled` if it may hold a previous
+    /// use's records after ours.
+    Resync { recycled: bool },
+}
+
+/// A framed record in a region: where its bytes start, where it ends
+/// (padded), and its bytes (header and body, padding excluded).
+type Framed<'a> = (usize, usize, &'a [u8]);
+
+/// The record framed at region byte `p` if its frame checks for `offset`
+/// and its layout parses: where it starts, where it ends (padded), its
+/// bytes. `Ok(None)` for a zero frame or no room for one; `Err` says why it
+/// is not a record.
+fn record_at(region: &[u8], p: usize, offset: u64) -> Result<Option<Framed<'_>>, &'static str> {
+    let Some(frame_bytes) = region.get(p..p + FRAME_LEN) else {
+        return Ok(None);
+    };
+    let frame = u64::from_le_bytes(frame_bytes.try_into().expect("an 8-byte frame"));
+    if frame == 0 {
+        return Ok(None);
+    }
+    let (at, end, bytes) = framed_bytes(region, p)?;
+    file::check_frame(frame, offset, bytes)?;
+    record::check_encoded(bytes)?;
+    Ok(Some((at, end, bytes)))
+}
+
+/// The bytes the frame at region byte `p` claims (header and body, padding
+/// excluded), where they start and where they end (padded), if they fit.
+fn framed_bytes(region: &[u8], p: usize) -> Result<Framed<'_>, &'static str> {
+    let at = p + FRAME_LEN;
+    let Some(len_bytes) = region.get(at..at + 4) else {
+        return Err("record cut short by the end of the file");
+    };
+    let len = u32::from_le_bytes(len_bytes.try_into().expect("a 4-byte length")) as usize;
+    if len < record::HEADER_LEN {
+        return Err("record length shorter than a record header");
+    }
+    let Some(padded_end) = at.checked_add(record::align_up(len)).filter(|&e| e <= region.len()) else {
+        return Err("record runs past the end of the file");
+    };
+    Ok((at, padded_end, &region[at..at + len]))
 }
 
 /// Scans `region` (a segment's record region) from its start, for records
-/// with offsets from `base`, at most `limit` of them.
-fn scan(region: &[u8], base: u64, limit: u64) -> Scan {
-    let mut positions = Vec::new();
-    let mut p = 0usize;
-    let damage = loop {
-        if positions.len() as u64 >= limit {
-            break None;
-        }
-        let Some(frame_bytes) = region.get(p..p + FRAME_LEN) else {
-            break None;
-        };
-        let frame = u64::from_le_bytes(frame_bytes.try_into().expect("an 8-byte frame"));
-        if frame == 0 {
-            break None;
-        }
-        let at = p + FRAME_LEN;
-        let Some(len_bytes) = region.get(at..at + 4) else {
-            break Some("record cut short by the end of the file");
-        };
-        let len = u32::from_le_bytes(len_bytes.try_into().expect("a 4-byte length")) as usize;
-        if len < record::HEADER_LEN {
-            break Some("record length shorter than a record header");
-        }
-        let Some(padded_end) = at.checked_add(record::align_up(len)).filter(|&e| e <= region.len()) else {
-            break Some("record runs past the end of the file");
-        };
-        let bytes = &region[at..at + len];
-        let offset = base + positions.len() as u64;
-        if let Err(why) = file::check_frame(frame, offset, bytes) {
-            break Some(why);
-        }
-        if let Err(why) = record::check_encoded(bytes) {
-            break Some(why);
-        }
-        positions.push(at as u64);
-        p = padded_end;
+/// with offsets from `base`, at most `limit` of them; with `Holes::Resync`,
+/// past holes too (see "Holes" in the module docs).
+fn scan(region: &[u8], base: u64, limit: u64, holes: Holes) -> Scan {
+    let mut found = Scan {
+        positions: Vec::new(),
+        fills: Vec::new(),
+        skipped: 0,
+        stop: 0,
+        damage: None,
+        last_timestamp: None,
+        tail_filled: false,
     };
-    Scan { positions, stop: p as u64, damage }
+    let mut p = 0usize;
+    found.damage = loop {
+        let kept = found.positions.len() as u64;
+        if kept >= limit {
+            break None;
+        }
+        let offset = base + kept;
+        let stopped = match record_at(region, p, offset) {
+            Ok(Some((at, end, bytes))) => {
+                let view = record::RecordView::from_bytes(offset, bytes);
+                found.skipped += u64::from(view.is_skip());
+                found.last_timestamp = Some(view.timestamp_ns());
+                found.positions.push(at as u64);
+                p = end;
+                continue;
+            }
+            Ok(None) => None,
+            Err(why) => Some(why),
+        };
+        let Holes::Resync { recycled } = holes else { break stopped };
+        let most = (limit - kept).saturating_sub(1).min(MAX_HOLE_RECORDS);
+        let Some(next) = resync(region, p, offset, most, recycled.then_some(MAX_CONFIRM_HOLES)) else {
+            break stopped;
+        };
+        let fill = Fill {
+            at: p as u64,
+            end: next.at as u64,
+            first: offset,
+            count: next.offset - offset,
+            timestamp_ns: found.last_timestamp.unwrap_or(next.timestamp_ns),
+        };
+        for j in 0..fill.count {
+            found.positions.push(fill.record(j).0 + FRAME_LEN as u64);
+        }
+        found.fills.push(fill);
+        p = next.at;
+    };
+    found.stop = p as u64;
+    found
+}
+
+/// A complete record the resync found past a hole.
+struct Resynced {
+    /// Region byte of its frame.
+    at: usize,
+    offset: u64,
+    timestamp_ns: u64,
+}
+
+/// Looks past the missing record at region byte `from` (offset `first`)
+/// for the next complete record: a frame, at an 8-aligned byte at most
+/// `RESYNC_WINDOW` on, whose checksum covers one of the `most` offsets
+/// after `first` that fit in the bytes skipped (each missing record took at
+/// least `MIN_FRAMED`). In a recycled file (`confirm` is how many more
+/// holes a confirmation may look through) the record found must be
+/// confirmed: followed by a zero frame, a record at the next offset, or
+/// another hole this rule resolves (see "Holes" in the module docs).
+fn resync(region: &[u8], from: usize, first: u64, most: u64, confirm: Option<u32>) -> Option<Resynced> {
+    if most == 0 {
+        return None;
+    }
+    let window_end = region.len().min(from.saturating_add(RESYNC_WINDOW));
+    let mut solver = super::resync::FrameSolver::new(first + 1, most);
+    let mut q = from + MIN_FRAMED;
+    while q + FRAME_LEN <= window_end {
+        let frame = u64::from_le_bytes(region[q..q + FRAME_LEN].try_into().expect("an 8-byte frame"));
+        // Most words are not frames: one compare passes over them.
+        if file::has_frame_mark(frame)
+            && let Ok((_, end, bytes)) = framed_bytes(region, q)
+            && record::check_encoded(bytes).is_ok()
+            && let Some(offset) = solver.solve(frame, bytes, ((q - from) / MIN_FRAMED) as u64)
+            && confirm.is_none_or(|holes| confirmed(region, end, offset + 1, holes))
+        {
+            let timestamp_ns = record::RecordView::from_bytes(offset, bytes).timestamp_ns();
+            return Some(Resynced { at: q, offset, timestamp_ns });
+        }
+        q += record::RECORD_ALIGN;
+    }
+    None
+}
+
+/// True if what follows a record found by a resync in a recycled file, at
+/// region byte `p`, shows it is ours (see `resync`), looking through at
+/// most `holes` more holes.
+fn confirmed(region: &[u8], p: usize, offset: u64, holes: u32) -> bool {
+    match record_at(region, p, offset) {
+        Ok(_) => true,
+        Err(_) => holes > 0 && resync(region, p, offset, MAX_HOLE_RECORDS, Some(holes - 1)).is_some(),
+    }
 }
 
 /// Bytes of `region` from `from` up to its last non-zero byte: how much
@@ -191,6 +444,13 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
     let mut cut = false;
     let mut deletes: Vec<PathBuf> = spares;
     let n_files = files.len();
+    // Each file's successor's base (by its name), if that one is incomplete
+    // too: where a hole at the end of an incomplete file must end (see
+    // "Holes"). A complete successor after a gap is damage, as before:
+    // markers are written in offset order, so none follows a hole.
+    let next_bases: Vec<Option<u64>> = (0..n_files)
+        .map(|i| files.get(i + 1).filter(|(_, path)| !is_complete_file(path)).map(|(base, _)| *base))
+        .collect();
     // If nothing is kept, appends continue at the first file's base (its
     // name), so offsets never go back below what was handed out before.
     let start = files.first().map_or(0, |(base, _)| *base);
@@ -276,15 +536,22 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         let region_len = (bytes.len() - HEADER_BYTES).min(header.capacity as usize).min(MAX_SEGMENT_BYTES + FRAME_LEN);
         let region = &bytes[HEADER_BYTES..HEADER_BYTES + region_len];
         let limit = header.complete.map_or(u64::MAX, |(count, _)| count).min(MAX_SEGMENT_RECORDS as u64);
-        let found = scan(region, header.base, limit);
+        let recycled = header.generation > 0;
+        let holes = if header.complete.is_some() { Holes::Never } else { Holes::Resync { recycled } };
+        let mut found = scan(region, header.base, limit, holes);
+        if header.complete.is_none() {
+            fill_tail_hole(&mut found, region.len(), header.base, limit, next_bases[i]);
+        }
         let count = found.positions.len() as u64;
         let complete_ok = header.complete.is_some_and(|(c, used)| c == count && used == found.stop);
-        let recycled = header.generation > 0;
         // A scan of a complete file must find exactly its count; one of an
         // incomplete file may end early, at zeros, if nothing (of ours)
         // follows.
         let trouble = if header.complete.is_some() && !complete_ok {
             Some((found.damage.unwrap_or("records missing from a complete segment"), true))
+        } else if header.complete.is_none() && found.tail_filled {
+            // The bytes after are the unfinished records' own remains.
+            None
         } else if header.complete.is_none() && recycled {
             found.damage.map(|_| ("torn record, or a stale one of the recycled file's previous use", false))
         } else if header.complete.is_none() && (found.damage.is_some() || written_after(region, found.stop) > 0) {
@@ -315,6 +582,8 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         }
         report.segments += 1;
         report.records += count;
+        let filled: u64 = found.fills.iter().map(|f| f.count).sum();
+        report.skipped += found.skipped + filled;
         let was_complete = complete_ok;
         kept.push(KeptSegment {
             storage,
@@ -322,12 +591,27 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
             positions: found.positions,
             used: found.stop,
             was_complete,
+            skips: found.skipped + filled > 0,
+            fills: found.fills,
         });
     }
     if let Some(at) = &report.truncated_at
         && !report.repaired
     {
         log::warn!("truncating the torn tail of {} at byte {}: {}", at.file.display(), at.offset, at.reason);
+    }
+    // Judged: now the holes are filled (made durable with the rest of the
+    // kept records before their completion marker, in `Log::open`).
+    for seg in &mut kept {
+        for fill in &seg.fills {
+            log::warn!(
+                "{}: offsets {}..{} were never written (a crash left a hole): recovery writes skip records for them",
+                seg.storage.path().display(),
+                fill.first,
+                fill.first + fill.count
+            );
+            fill.write(seg.storage.region_mut());
+        }
     }
     for path in &deletes {
         log::info!("removing segment file {} (a spare, after the cut, empty, or blank)", path.display());
@@ -344,6 +628,35 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         report.first_offset = end_offset;
     }
     Ok(Recovered { kept, end_offset, report })
+}
+
+/// If the next file starts past this incomplete file's records (by
+/// `next_base`), the offsets between were reserved in this file and never
+/// written: fills them with skip records after its last one, if they fit
+/// (see "Holes" in the module docs).
+fn fill_tail_hole(found: &mut Scan, region_len: usize, base: u64, limit: u64, next_base: Option<u64>) {
+    let end = base + found.positions.len() as u64;
+    let Some(gap) = next_base.and_then(|n| n.checked_sub(end)).filter(|&g| g > 0 && g <= MAX_HOLE_RECORDS) else {
+        return;
+    };
+    let room = (region_len as u64).saturating_sub(found.stop);
+    if found.positions.len() as u64 + gap > limit || gap * MIN_FRAMED as u64 > room {
+        return;
+    }
+    let fill = Fill {
+        at: found.stop,
+        end: found.stop + gap * MIN_FRAMED as u64,
+        first: end,
+        count: gap,
+        timestamp_ns: found.last_timestamp.unwrap_or(0),
+    };
+    for j in 0..gap {
+        found.positions.push(fill.record(j).0 + FRAME_LEN as u64);
+    }
+    found.stop = fill.end;
+    found.damage = None;
+    found.tail_filled = true;
+    found.fills.push(fill);
 }
 
 /// Fails with `Corrupt` for `damage`, unless `repair`: then records the cut.
@@ -365,7 +678,7 @@ fn count_dropped(path: &Path, report: &mut RecoveryReport) {
     let region = &bytes[HEADER_BYTES..];
     match Header::decode(&bytes[..HEADER_BYTES]) {
         Ok(h) => {
-            let found = scan(region, h.base, h.complete.map_or(u64::MAX, |(count, _)| count));
+            let found = scan(region, h.base, h.complete.map_or(u64::MAX, |(count, _)| count), Holes::Never);
             report.truncated_records += found.positions.len() as u64;
             report.truncated_bytes += dropped_bytes(region, 0, found.stop, h.generation);
         }

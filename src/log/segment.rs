@@ -412,6 +412,10 @@ pub(crate) struct Segment {
     buffers: Option<Buffers>,
     /// Where the buffers go when the segment is dropped.
     pool: Arc<Pool>,
+    /// True if some of its records are skip records (`record.rs`): only a
+    /// segment recovery rebuilt over a hole. Readers look at a record's
+    /// flags only in such a segment, so a live one costs them one branch.
+    skips: bool,
 }
 
 // SAFETY: the raw `data` pointer refers to memory owned by `buffers`, which is
@@ -439,6 +443,7 @@ impl Segment {
             capacity,
             buffers: Some(buffers),
             pool,
+            skips: false,
         }
     }
 
@@ -587,10 +592,18 @@ impl Segment {
     /// A segment rebuilt by recovery over `buffers` (a segment file) holding
     /// `positions.len()` intact records: record `i` at byte `positions[i]`
     /// (where the record starts, after its frame), the records filling
-    /// `used` bytes. The segment comes back sealed at that count: appends go
-    /// to a fresh segment after it.
-    pub(crate) fn recovered(base: u64, buffers: Buffers, pool: Arc<Pool>, positions: &[u64], used: u64) -> Self {
-        let seg = Segment::new(base, buffers, pool);
+    /// `used` bytes; `skips` if some of them are skip records. The segment
+    /// comes back sealed at that count: appends go to a fresh segment after it.
+    pub(crate) fn recovered(
+        base: u64,
+        buffers: Buffers,
+        pool: Arc<Pool>,
+        positions: &[u64],
+        used: u64,
+        skips: bool,
+    ) -> Self {
+        let mut seg = Segment::new(base, buffers, pool);
+        seg.skips = skips;
         debug_assert!(positions.len() <= seg.slot_count() as usize);
         for (i, &pos) in positions.iter().enumerate() {
             seg.commit(i as u64, pos);
@@ -601,6 +614,20 @@ impl Segment {
         seg.tail.store(count * ONE_RECORD + used, Ordering::Relaxed);
         seg.seal(count);
         seg
+    }
+
+    /// True if some records of this segment are skip records.
+    #[inline]
+    pub(crate) fn has_skips(&self) -> bool {
+        self.skips
+    }
+
+    /// True if the committed record `index` at byte `pos` is a skip record,
+    /// which no reader delivers. Reads the record's header: call it only
+    /// where [`Segment::has_skips`] says there are any.
+    #[inline]
+    pub(crate) fn is_skip(&self, index: u64, pos: u64) -> bool {
+        self.view(index, pos).is_skip()
     }
 
     /// Where the committed record `index` ends (after its padding), given

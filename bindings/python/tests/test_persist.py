@@ -196,21 +196,23 @@ def test_recovery_figures_of_a_damaged_tail_are_in_the_topic_stats(tmp_path: Pat
         clean = b.topic_stats("t")
         assert (clean.recovered_truncated_records, clean.recovered_truncated_bytes) == (0, 0)
         assert clean.recovered_repaired_partitions == 0
-    # Damage record 6 of 10 in the active file: it and the three after it go.
-    _flip_inside(tmp_path, b"record number 006")
+    # Damage the last of 10 records in the active file: a torn tail, it goes.
+    # (A damaged record with intact ones after it is a hole: recovery skips
+    # it and keeps the ones after it.)
+    _flip_inside(tmp_path, b"record number 009")
     with rill.Broker(data_dir=tmp_path) as b:
         s = b.topic_stats("t")
-        assert s.publish_count == 6, s
-        assert s.recovered_truncated_bytes >= 4 * 1000, s
-        # Intact records are counted for whole files after the cut.
-        assert s.recovered_truncated_records <= 3, s
+        assert s.publish_count == 9, s
+        assert s.recovered_truncated_bytes >= 1000, s
+        # Intact records are counted for whole files after the cut: none.
+        assert s.recovered_truncated_records == 0, s
         assert s.recovered_repaired_partitions == 0
         # Publishing continues the offsets after the kept records.
-        assert b.publish("t", b"next").offset == 6
+        assert b.publish("t", b"next").offset == 9
     # A clean reopen has nothing to report.
     with rill.Broker(data_dir=tmp_path) as b:
         s = b.topic_stats("t")
-        assert (s.publish_count, s.recovered_truncated_records, s.recovered_truncated_bytes) == (7, 0, 0)
+        assert (s.publish_count, s.recovered_truncated_records, s.recovered_truncated_bytes) == (10, 0, 0)
 
 
 def test_repair_of_a_sealed_segment_is_in_the_topic_stats(tmp_path: Path) -> None:
