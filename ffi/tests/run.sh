@@ -36,6 +36,9 @@ build test_c gcc c99 ffi/tests/c/test_rill.c
 # writer and then as the reader, two processes.
 build test_persist gcc c99 ffi/tests/c/test_persist.c
 "$out/test_persist"
+# rill.h used from C89, and RILL_VERSION_NUMBER against the library's version.
+build test_robust_c89 gcc c89 ffi/tests/c/test_robust_c89.c -pedantic-errors
+"$out/test_robust_c89"
 
 step "C++ tests (C++17, warnings as errors)"
 build test_cpp g++ c++17 bindings/cpp/tests/test_rill.cpp
@@ -46,7 +49,8 @@ SAN=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=
 build test_c_asan gcc c99 ffi/tests/c/test_rill.c "${SAN[@]}"
 build test_cpp_asan g++ c++17 bindings/cpp/tests/test_rill.cpp "${SAN[@]}"
 build test_persist_asan gcc c99 ffi/tests/c/test_persist.c "${SAN[@]}"
-for t in test_c_asan test_cpp_asan test_persist_asan; do
+build test_robust_c89_asan gcc c89 ffi/tests/c/test_robust_c89.c -pedantic-errors "${SAN[@]}"
+for t in test_c_asan test_cpp_asan test_persist_asan test_robust_c89_asan; do
   # Prove the sanitizer is really linked in before trusting a clean run.
   # (ldd's output is captured first: `ldd | grep -q` under pipefail fails at
   # random when grep exits early and ldd dies of SIGPIPE.)
@@ -57,10 +61,19 @@ for t in test_c_asan test_cpp_asan test_persist_asan; do
 done
 
 step "C and C++ tests under valgrind memcheck"
-for t in test_c test_cpp test_persist; do
+for t in test_c test_cpp test_persist test_robust_c89; do
   # --trace-children: test_persist's writer and reader are its children.
   valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
     --trace-children=yes "$out/$t"
+done
+
+step "rill.h and rill_nats.h alone under C89 to C17 and C++11 to C++20, pedantic, warnings as errors"
+for std in c89 c99 c11 c17 c++11 c++14 c++17 c++20; do
+  case $std in c++*) cc=g++ lang=c++ ;; *) cc=gcc lang=c ;; esac
+  for h in rill.h rill_nats.h; do
+    "$cc" "-std=$std" -pedantic-errors -Wall -Wextra -Werror -fsyntax-only -I"$root/include" -x "$lang" "include/$h" ||
+      { echo "include/$h does not compile as $std" >&2; exit 1; }
+  done
 done
 
 step "rill.hpp refuses C++ older than 17, by name"
