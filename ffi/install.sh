@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs rill for C and C++ programs under a prefix (default /usr/local):
 # lib/librill.so.0.X.Y (stripped, SONAME librill.so.0) with the links
-# librill.so.0 and librill.so, lib/librill.a (debug info stripped),
-# include/rill.h, include/rill.hpp, and two pkg-config files.
+# librill.so.0 and librill.so, lib/librill.a (debug info stripped, only
+# rill_* global), include/rill.h, include/rill.hpp, and two pkg-config files.
 #
 #   bash ffi/install.sh [--prefix DIR] [--no-build] [--with-nats]
 #
@@ -26,7 +26,7 @@ while (($#)); do
     --prefix=*) prefix=${1#--prefix=}; shift ;;
     --no-build) build=0; shift ;;
     --with-nats) nats=1; features=(--features nats); shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -63,8 +63,21 @@ install -m 755 target/release/librill.so "$prefix/lib/librill.so.$version"
 strip --strip-unneeded "$prefix/lib/librill.so.$version"
 ln -sfn "librill.so.$version" "$prefix/lib/librill.so.$major"
 ln -sfn "librill.so.$major" "$prefix/lib/librill.so"
-install -m 644 target/release/librill.a "$prefix/lib/librill.a"
-strip --strip-debug "$prefix/lib/librill.a"
+# The archive rustc writes holds the Rust standard library and every
+# dependency as objects with their symbols global: two Rust static libraries
+# in one program would collide on them. Linking its objects into one
+# relocatable object resolves rill's references to them inside it; then every
+# defined global but rill_* is made local, and the archive holds that object.
+# The LLVM bitcode rustc embeds in each object goes too: merged by ld -r it
+# is no longer valid bitcode, and binutils' LLVM plugin aborts reading it.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+ld -r --whole-archive target/release/librill.a -o "$work/rill.o"
+objcopy --strip-debug --remove-section=.llvmbc --remove-section=.llvmcmd --remove-section=.llvm_addrsig \
+  --wildcard --keep-global-symbol='rill_*' "$work/rill.o"
+rm -f "$prefix/lib/librill.a"
+ar rcs "$prefix/lib/librill.a" "$work/rill.o"
+chmod 644 "$prefix/lib/librill.a"
 
 cat > "$prefix/lib/pkgconfig/rill.pc" <<PC
 prefix=$prefix

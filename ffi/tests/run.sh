@@ -2,8 +2,9 @@
 # Builds librill and runs the C and C++ test programs against it: plain,
 # under AddressSanitizer + UBSan, and under valgrind memcheck. Then checks
 # the shipped build (SONAME, exports, stripping), runs a program built
-# against rill 0.1's frozen header on it, installs it into a scratch prefix
-# and builds the C and C++ examples with pkg-config, shared and static.
+# against rill 0.1's frozen header on it, installs it into a scratch prefix,
+# builds the C and C++ examples with pkg-config, shared and static, and links
+# two copies of librill.a into one program.
 # Called by .ci/test; run it alone with `bash ffi/tests/run.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -145,5 +146,34 @@ for t in app_static app_all_static; do
   ! grep -q 'librill' <<<"$needed" || { echo "$t needs librill.so" >&2; exit 1; }
   "$out/$t"
 done
+
+step "librill.a: only rill_* global, so two Rust static libraries link into one program"
+# Every defined global of the archive is a rill_* symbol, the same set the
+# shared library exports: the Rust standard library and the dependencies
+# inside are local to it.
+globals=$(nm -g --defined-only "$prefix/lib/librill.a" | awk 'NF == 3 {print $3}' | sort -u)
+others=$(grep -v '^rill_' <<<"$globals" || true)
+[ -z "$others" ] || { echo "librill.a defines non-rill globals, e.g. $(head -5 <<<"$others" | tr '\n' ' ')" >&2; exit 1; }
+[ "$globals" = "$(sort -u <<<"$exports")" ] || {
+  echo "librill.a's globals differ from librill.so's exports:" >&2
+  diff <(echo "$globals") <(sort -u <<<"$exports") >&2 || true
+  exit 1
+}
+# A second Rust static library: a copy of librill.a with its rill_* renamed
+# twin_*. The test program links both and runs a broker in each.
+awk '{print $1 " twin_" substr($1, 6)}' <<<"$globals" >"$out/twin.syms"
+objcopy --redefine-syms="$out/twin.syms" "$prefix/lib/librill.a" "$out/libtwin.a"
+build_twin() { # name [extra flags...]
+  local name=$1; shift
+  # shellcheck disable=SC2046
+  gcc -std=c99 "${CWARN[@]}" -g -O1 -I"$root/ffi/tests/c" ffi/tests/c/test_robust_static.c "$out/libtwin.a" \
+    $(pkg-config --cflags --static --libs rill-static) -o "$out/$name" "$@"
+}
+build_twin test_robust_static
+"$out/test_robust_static"
+valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite \
+  --errors-for-leak-kinds=definite "$out/test_robust_static"
+build_twin test_robust_static_asan "${SAN[@]}"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$out/test_robust_static_asan"
 
 step "C ABI tests passed"
