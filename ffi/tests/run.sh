@@ -3,8 +3,8 @@
 # under AddressSanitizer + UBSan, and under valgrind memcheck. Then checks
 # the shipped build (SONAME, exports, stripping), runs a program built
 # against rill 0.1's frozen header on it, installs it into a scratch prefix,
-# builds the C and C++ examples with pkg-config, shared and static, and links
-# two copies of librill.a into one program.
+# builds the C and C++ examples with pkg-config and CMake, shared and static,
+# and links two copies of librill.a into one program.
 # Called by .ci/test; run it alone with `bash ffi/tests/run.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -175,5 +175,36 @@ valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-le
   --errors-for-leak-kinds=definite "$out/test_robust_static"
 build_twin test_robust_static_asan "${SAN[@]}"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$out/test_robust_static_asan"
+
+step "the CMake package: find_package(rill CONFIG) and the examples, shared and static"
+cmake_build=$out/cmake-examples
+rm -rf "$cmake_build"
+{ cmake -S bindings/c/examples -B "$cmake_build" -DCMAKE_PREFIX_PATH="$prefix" &&
+  cmake --build "$cmake_build"; } >"$out/cmake.log" 2>&1 || { cat "$out/cmake.log" >&2; exit 1; }
+needed=$(readelf -d "$cmake_build/app")
+grep -q 'Shared library: \[librill.so.0\]' <<<"$needed" || { echo "the CMake app does not load librill.so.0" >&2; exit 1; }
+needed=$(readelf -d "$cmake_build/app_static")
+! grep -q librill <<<"$needed" || { echo "the CMake app_static needs librill.so" >&2; exit 1; }
+"$cmake_build/app"
+"$cmake_build/app_static"
+# The version file: the installed version and older of the same major match,
+# a newer or another major does not.
+rm -rf "$out/cmake-version" && mkdir -p "$out/cmake-version/src"
+cat >"$out/cmake-version/src/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.13)
+project(rill_version_check C)
+file(WRITE "${CMAKE_BINARY_DIR}/found.txt" "")
+foreach(want IN ITEMS 0.0 ${installed} 0.999 1.0)
+  find_package(rill ${want} CONFIG QUIET PATHS "${prefix}" NO_DEFAULT_PATH)
+  file(APPEND "${CMAKE_BINARY_DIR}/found.txt" "${want} ${rill_FOUND}\n")
+  unset(rill_FOUND)
+  unset(rill_DIR CACHE)
+endforeach()
+CMAKE
+cmake -S "$out/cmake-version/src" -B "$out/cmake-version/build" -Dprefix="$prefix" -Dinstalled="$version" \
+  >"$out/cmake.log" 2>&1 || { cat "$out/cmake.log" >&2; exit 1; }
+found=$(cat "$out/cmake-version/build/found.txt")
+[ "$found" = "$(printf '0.0 1\n%s 1\n0.999 0\n1.0 0' "$version")" ] ||
+  { echo "find_package(rill VERSION) answered:" >&2; echo "$found" >&2; exit 1; }
 
 step "C ABI tests passed"
