@@ -2,9 +2,11 @@
 # Installs rill for C and C++ programs under a prefix (default /usr/local):
 # lib/librill.so.0.X.Y (stripped, SONAME librill.so.0) with the links
 # librill.so.0 and librill.so, lib/librill.a (debug info stripped, only
-# rill_* global), include/rill.h, include/rill.hpp, two pkg-config files and
-# a CMake package (lib/cmake/rill: find_package(rill CONFIG) gives the
-# imported targets rill::rill, shared, and rill::rill_static).
+# rill_* global), include/rill.h, include/rill.hpp, two pkg-config files, a
+# CMake package (lib/cmake/rill: find_package(rill CONFIG) gives the imported
+# targets rill::rill, shared, and rill::rill_static), and the API reference
+# generated from the header by ffi/reference.py (python3): the man page
+# share/man/man3/rill.3 and share/doc/rill/rill.html.
 #
 #   bash ffi/install.sh [--prefix DIR] [--no-build] [--with-nats]
 #
@@ -31,7 +33,7 @@ while (($#)); do
     --prefix=*) prefix=${1#--prefix=}; shift ;;
     --no-build) build=0; shift ;;
     --with-nats) nats=1; features=(--features nats); shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -162,4 +164,14 @@ if(CMAKE_SIZEOF_VOID_P AND NOT CMAKE_SIZEOF_VOID_P STREQUAL "$(($(getconf LONG_B
   unset(_rill_bits)
 endif()
 CMAKE
+# The API reference, from the headers just installed.
+headers=(include/rill.h)
+((nats)) && headers+=(include/rill_nats.h)
+python3 ffi/reference.py "$work/reference" "${headers[@]}" >/dev/null
+install -d "$prefix/share/man/man3" "$prefix/share/doc/rill"
+for h in "${headers[@]}"; do
+  name=$(basename "$h" .h)
+  install -m 644 "$work/reference/$name.3" "$prefix/share/man/man3/$name.3"
+  install -m 644 "$work/reference/$name.html" "$prefix/share/doc/rill/$name.html"
+done
 echo "installed rill $version under $prefix"

@@ -4,7 +4,8 @@
 # the shipped build (SONAME, exports, stripping), runs a program built
 # against rill 0.1's frozen header on it, installs it into a scratch prefix,
 # builds the C and C++ examples with pkg-config and CMake, shared and static,
-# and links two copies of librill.a into one program.
+# links two copies of librill.a into one program, and checks the generated
+# API reference.
 # Called by .ci/test; run it alone with `bash ffi/tests/run.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -206,5 +207,16 @@ cmake -S "$out/cmake-version/src" -B "$out/cmake-version/build" -Dprefix="$prefi
 found=$(cat "$out/cmake-version/build/found.txt")
 [ "$found" = "$(printf '0.0 1\n%s 1\n0.999 0\n1.0 0' "$version")" ] ||
   { echo "find_package(rill VERSION) answered:" >&2; echo "$found" >&2; exit 1; }
+
+step "the API reference generated from rill.h: every export documented, the man page clean"
+for page in "$prefix/share/man/man3/rill.3" "$prefix/share/doc/rill/rill.html"; do
+  [ -s "$page" ] || { echo "ffi/install.sh installed no $page" >&2; exit 1; }
+done
+undocumented=$(for s in $exports; do grep -q "id=\"$s\"" "$prefix/share/doc/rill/rill.html" || echo "$s"; done)
+[ -z "$undocumented" ] || { echo "rill.html has no entry for: $undocumented" >&2; exit 1; }
+undocumented=$(for s in $exports; do grep -q "^\.SS .*\b$s\b" "$prefix/share/man/man3/rill.3" || echo "$s"; done)
+[ -z "$undocumented" ] || { echo "rill.3 has no entry for: $undocumented" >&2; exit 1; }
+warnings=$(groff -man -Tutf8 -ww -z "$prefix/share/man/man3/rill.3" 2>&1)
+[ -z "$warnings" ] || { echo "groff warns about rill.3: $warnings" >&2; exit 1; }
 
 step "C ABI tests passed"
