@@ -62,6 +62,25 @@
  *   header maps those names, as macros, onto the _v1 symbols, so which
  *   layout a call carries is known from the symbol it calls, never guessed
  *   from its bytes.
+ *
+ * Symbols, for FFI generators that read symbols rather than macros (cffi in
+ * ABI mode, ctypes, other languages' dlsym bindings):
+ *
+ * - The frozen rill 0.1 layout, kept only for programs built against 0.1's
+ *   header: the unsuffixed rill_broker_options_init, rill_topic_options_init,
+ *   rill_consumer_options_init, rill_subscription_options_init,
+ *   rill_broker_new, rill_topic_create, rill_consumer_new, rill_subscribe,
+ *   rill_subscribe_batch, rill_topic_get_stats and rill_subscription_get_stats.
+ *   They are not declared here, and their structs are not the ones below.
+ * - The current layout: the same names with _v1 (rill_broker_options_init_v1,
+ *   rill_broker_new_v1, ..., rill_subscription_get_stats_v1), declared below;
+ *   the macros above name them. A binding that declares functions from this
+ *   header's structs must call the _v1 symbols, passing the struct size to
+ *   the _init_v1 and _get_stats_v1 ones itself: calling an unsuffixed symbol
+ *   with a struct laid out as below silently reads or writes the 0.1 layout.
+ * - Every other rill_* symbol has one layout and the name declared here.
+ *
+ * rill 0.1 is RILL_VERSION_NUMBER 100; this header's number is below.
  */
 
 #ifndef RILL_H
@@ -73,9 +92,14 @@
 
 /** The version of rill this header belongs to; compare with rill_version() at run time. */
 #define RILL_VERSION_MAJOR 0
-#define RILL_VERSION_MINOR 1
+#define RILL_VERSION_MINOR 2
 #define RILL_VERSION_PATCH 0
-#define RILL_VERSION_STRING "0.1.0"
+#define RILL_VERSION_STRING "0.2.0"
+/**
+ * The same as one integer, MAJOR * 10000 + MINOR * 100 + PATCH, that grows
+ * with every release: `#if RILL_VERSION_NUMBER >= 200` (0.2.0 or later).
+ */
+#define RILL_VERSION_NUMBER 200
 
 /**
  * The result of every fallible call. `RILL_OK` is 0; every other value is
@@ -174,7 +198,7 @@ typedef enum {
      * or this member's session timeout passed without a poll): its commit
      * there was refused. Its other partitions are unaffected.
      */
-    RILL_ERR_REASSIGNED = 19,
+    RILL_ERR_REASSIGNED = 19
 } rill_status;
 
 /*
@@ -193,6 +217,10 @@ typedef enum {
 /* A stats struct that grew: the size passed says which fields the program knows. */
 #define rill_topic_get_stats(b, name, out) rill_topic_get_stats_v1((b), (name), (out), sizeof(rill_topic_stats))
 #define rill_subscription_get_stats(s, out) rill_subscription_get_stats_v1((s), (out), sizeof(rill_subscription_stats))
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 
 /**
@@ -1063,12 +1091,8 @@ typedef void (*rill_subscription_callback)(void *user_data, const rill_subscript
  */
 #define RILL_SUBSCRIPTION_CLOSED 3
 
-#ifdef __cplusplus
-extern "C" {
-#endif // __cplusplus
-
 /**
- * The library version as a NUL-terminated string, e.g. `"0.1.0"`. Static;
+ * The library version as a NUL-terminated string, e.g. `"0.2.0"`. Static;
  * never free it.
  */
 const char *rill_version(void);
@@ -1875,7 +1899,7 @@ rill_status rill_subscription_partitions(const rill_subscription *s,
 void rill_subscription_free(rill_subscription *s);
 
 #ifdef __cplusplus
-}  // extern "C"
-#endif  // __cplusplus
+}  /* extern "C" */
+#endif
 
 #endif  /* RILL_H */

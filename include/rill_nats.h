@@ -43,6 +43,10 @@
  */
 #define rill_nats_options_init(o) rill_nats_options_init_v1((o), sizeof(rill_nats_options))
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 
 /**
  * A running bridge between a broker and a NATS server. Create it with
@@ -173,10 +177,6 @@ typedef struct {
     bool has_error;
 } rill_nats_stats;
 
-#ifdef __cplusplus
-extern "C" {
-#endif // __cplusplus
-
 /**
  * Fills `o` with the defaults; `size` is the caller's
  * `sizeof(rill_nats_options)`. Call it as `rill_nats_options_init(o)`, the
@@ -237,7 +237,7 @@ size_t rill_nats_bridge_last_error(const rill_nats_bridge *bridge, char *buf, si
 void rill_nats_bridge_free(rill_nats_bridge *bridge);
 
 #ifdef __cplusplus
-}  // extern "C"
-#endif  // __cplusplus
+}  /* extern "C" */
+#endif
 
 #endif  /* RILL_NATS_H */

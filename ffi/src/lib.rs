@@ -40,7 +40,7 @@ pub use message::*;
 pub use nats::*;
 pub use subscription::*;
 
-/// The library version as a NUL-terminated string, e.g. `"0.1.0"`. Static;
+/// The library version as a NUL-terminated string, e.g. `"0.2.0"`. Static;
 /// never free it.
 #[unsafe(no_mangle)]
 pub extern "C" fn rill_version() -> *const c_char {

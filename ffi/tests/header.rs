@@ -24,10 +24,13 @@ macro_rules! statuses {
             let mut c = String::new();
             c.push_str(&doc_comment("", &[$($doc),*]));
             c.push_str("typedef enum {\n");
-            $(
-                c.push_str(&doc_comment("    ", &[$($vdoc),*]));
-                writeln!(c, "    {} = {},", stringify!($name), $value).unwrap();
-            )*
+            // C89 has no comma after the last enumerator.
+            let variants = [$((doc_comment("    ", &[$($vdoc),*]), stringify!($name), $value)),*];
+            for (i, (doc, name, value)) in variants.iter().enumerate() {
+                let comma = if i + 1 < variants.len() { "," } else { "" };
+                c.push_str(doc);
+                writeln!(c, "    {name} = {value}{comma}").unwrap();
+            }
             writeln!(c, "}} {};", stringify!($ty)).unwrap();
             c
         }
@@ -51,15 +54,33 @@ fn doc_comment(indent: &str, lines: &[&str]) -> String {
     c
 }
 
+/// How many values each of minor and patch may take in `RILL_VERSION_NUMBER`
+/// (`MAJOR * 10000 + MINOR * 100 + PATCH`) before two versions' numbers could
+/// compare wrongly.
+const VERSION_PART_LIMIT: u32 = 100;
+
 fn version_macros() -> String {
     let v = env!("CARGO_PKG_VERSION");
+    let part = |s: &str| s.parse::<u32>().expect("a numeric version part");
+    let (major, minor, patch) = (
+        part(env!("CARGO_PKG_VERSION_MAJOR")),
+        part(env!("CARGO_PKG_VERSION_MINOR")),
+        part(env!("CARGO_PKG_VERSION_PATCH")),
+    );
+    assert!(
+        minor < VERSION_PART_LIMIT && patch < VERSION_PART_LIMIT,
+        "version {v}: RILL_VERSION_NUMBER has two decimal digits each for minor and patch"
+    );
+    let number = (major * VERSION_PART_LIMIT + minor) * VERSION_PART_LIMIT + patch;
     format!(
         "/** The version of rill this header belongs to; compare with rill_version() at run time. */\n\
-         #define RILL_VERSION_MAJOR {}\n#define RILL_VERSION_MINOR {}\n#define RILL_VERSION_PATCH {}\n\
-         #define RILL_VERSION_STRING \"{v}\"\n",
-        env!("CARGO_PKG_VERSION_MAJOR"),
-        env!("CARGO_PKG_VERSION_MINOR"),
-        env!("CARGO_PKG_VERSION_PATCH"),
+         #define RILL_VERSION_MAJOR {major}\n#define RILL_VERSION_MINOR {minor}\n#define RILL_VERSION_PATCH {patch}\n\
+         #define RILL_VERSION_STRING \"{v}\"\n\
+         /**\n \
+          * The same as one integer, MAJOR * 10000 + MINOR * 100 + PATCH, that grows\n \
+          * with every release: `#if RILL_VERSION_NUMBER >= 200` (0.2.0 or later).\n \
+          */\n\
+         #define RILL_VERSION_NUMBER {number}\n",
     )
 }
 

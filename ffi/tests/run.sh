@@ -2,8 +2,10 @@
 # Builds librill and runs the C and C++ test programs against it: plain,
 # under AddressSanitizer + UBSan, and under valgrind memcheck. Then checks
 # the shipped build (SONAME, exports, stripping), runs a program built
-# against rill 0.1's frozen header on it, installs it into a scratch prefix
-# and builds the C and C++ examples with pkg-config, shared and static.
+# against rill 0.1's frozen header on it, installs it into a scratch prefix,
+# builds the C and C++ examples with pkg-config and CMake, shared and static,
+# links two copies of librill.a into one program, and checks the generated
+# API reference.
 # Called by .ci/test; run it alone with `bash ffi/tests/run.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -44,6 +46,9 @@ for t in "${robust[@]}"; do
   build "$t" gcc c99 "ffi/tests/c/$t.c"
   "$out/$t"
 done
+# rill.h used from C89, and RILL_VERSION_NUMBER against the library's version.
+build test_robust_c89 gcc c89 ffi/tests/c/test_robust_c89.c -pedantic-errors
+"$out/test_robust_c89"
 
 step "C++ tests (C++17, warnings as errors)"
 build test_cpp g++ c++17 bindings/cpp/tests/test_rill.cpp
@@ -55,7 +60,8 @@ build test_c_asan gcc c99 ffi/tests/c/test_rill.c "${SAN[@]}"
 build test_cpp_asan g++ c++17 bindings/cpp/tests/test_rill.cpp "${SAN[@]}"
 build test_persist_asan gcc c99 ffi/tests/c/test_persist.c "${SAN[@]}"
 for t in "${robust[@]}"; do build "${t}_asan" gcc c99 "ffi/tests/c/$t.c" "${SAN[@]}"; done
-for t in test_c_asan test_cpp_asan test_persist_asan "${robust[@]/%/_asan}"; do
+build test_robust_c89_asan gcc c89 ffi/tests/c/test_robust_c89.c -pedantic-errors "${SAN[@]}"
+for t in test_c_asan test_cpp_asan test_persist_asan "${robust[@]/%/_asan}" test_robust_c89_asan; do
   # Prove the sanitizer is really linked in before trusting a clean run.
   # (ldd's output is captured first: `ldd | grep -q` under pipefail fails at
   # random when grep exits early and ldd dies of SIGPIPE.)
@@ -66,12 +72,21 @@ for t in test_c_asan test_cpp_asan test_persist_asan "${robust[@]/%/_asan}"; do
 done
 
 step "C and C++ tests under valgrind memcheck"
-for t in test_c test_cpp test_persist "${robust[@]}"; do
+for t in test_c test_cpp test_persist "${robust[@]}" test_robust_c89; do
   # --trace-children: test_persist's writer and reader, and the children
   # some robust programs fork (and test_robust_ffi's forked child ends by
   # running itself again).
   valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
     --trace-children=yes "$out/$t"
+done
+
+step "rill.h and rill_nats.h alone under C89 to C17 and C++11 to C++20, pedantic, warnings as errors"
+for std in c89 c99 c11 c17 c++11 c++14 c++17 c++20; do
+  case $std in c++*) cc=g++ lang=c++ ;; *) cc=gcc lang=c ;; esac
+  for h in rill.h rill_nats.h; do
+    "$cc" "-std=$std" -pedantic-errors -Wall -Wextra -Werror -fsyntax-only -I"$root/include" -x "$lang" "include/$h" ||
+      { echo "include/$h does not compile as $std" >&2; exit 1; }
+  done
 done
 
 step "rill.hpp refuses C++ older than 17, by name"
@@ -143,5 +158,76 @@ for t in app_static app_all_static; do
   ! grep -q 'librill' <<<"$needed" || { echo "$t needs librill.so" >&2; exit 1; }
   "$out/$t"
 done
+
+step "librill.a: only rill_* global, so two Rust static libraries link into one program"
+# Every defined global of the archive is a rill_* symbol, the same set the
+# shared library exports: the Rust standard library and the dependencies
+# inside are local to it.
+globals=$(nm -g --defined-only "$prefix/lib/librill.a" | awk 'NF == 3 {print $3}' | sort -u)
+others=$(grep -v '^rill_' <<<"$globals" || true)
+[ -z "$others" ] || { echo "librill.a defines non-rill globals, e.g. $(head -5 <<<"$others" | tr '\n' ' ')" >&2; exit 1; }
+[ "$globals" = "$(sort -u <<<"$exports")" ] || {
+  echo "librill.a's globals differ from librill.so's exports:" >&2
+  diff <(echo "$globals") <(sort -u <<<"$exports") >&2 || true
+  exit 1
+}
+# A second Rust static library: a copy of librill.a with its rill_* renamed
+# twin_*. The test program links both and runs a broker in each.
+awk '{print $1 " twin_" substr($1, 6)}' <<<"$globals" >"$out/twin.syms"
+objcopy --redefine-syms="$out/twin.syms" "$prefix/lib/librill.a" "$out/libtwin.a"
+build_twin() { # name [extra flags...]
+  local name=$1; shift
+  # shellcheck disable=SC2046
+  gcc -std=c99 "${CWARN[@]}" -g -O1 -I"$root/ffi/tests/c" ffi/tests/c/test_robust_static.c "$out/libtwin.a" \
+    $(pkg-config --cflags --static --libs rill-static) -o "$out/$name" "$@"
+}
+build_twin test_robust_static
+"$out/test_robust_static"
+valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite \
+  --errors-for-leak-kinds=definite "$out/test_robust_static"
+build_twin test_robust_static_asan "${SAN[@]}"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$out/test_robust_static_asan"
+
+step "the CMake package: find_package(rill CONFIG) and the examples, shared and static"
+cmake_build=$out/cmake-examples
+rm -rf "$cmake_build"
+{ cmake -S bindings/c/examples -B "$cmake_build" -DCMAKE_PREFIX_PATH="$prefix" &&
+  cmake --build "$cmake_build"; } >"$out/cmake.log" 2>&1 || { cat "$out/cmake.log" >&2; exit 1; }
+needed=$(readelf -d "$cmake_build/app")
+grep -q 'Shared library: \[librill.so.0\]' <<<"$needed" || { echo "the CMake app does not load librill.so.0" >&2; exit 1; }
+needed=$(readelf -d "$cmake_build/app_static")
+! grep -q librill <<<"$needed" || { echo "the CMake app_static needs librill.so" >&2; exit 1; }
+"$cmake_build/app"
+"$cmake_build/app_static"
+# The version file: the installed version and older of the same major match,
+# a newer or another major does not.
+rm -rf "$out/cmake-version" && mkdir -p "$out/cmake-version/src"
+cat >"$out/cmake-version/src/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.13)
+project(rill_version_check C)
+file(WRITE "${CMAKE_BINARY_DIR}/found.txt" "")
+foreach(want IN ITEMS 0.0 ${installed} 0.999 1.0)
+  find_package(rill ${want} CONFIG QUIET PATHS "${prefix}" NO_DEFAULT_PATH)
+  file(APPEND "${CMAKE_BINARY_DIR}/found.txt" "${want} ${rill_FOUND}\n")
+  unset(rill_FOUND)
+  unset(rill_DIR CACHE)
+endforeach()
+CMAKE
+cmake -S "$out/cmake-version/src" -B "$out/cmake-version/build" -Dprefix="$prefix" -Dinstalled="$version" \
+  >"$out/cmake.log" 2>&1 || { cat "$out/cmake.log" >&2; exit 1; }
+found=$(cat "$out/cmake-version/build/found.txt")
+[ "$found" = "$(printf '0.0 1\n%s 1\n0.999 0\n1.0 0' "$version")" ] ||
+  { echo "find_package(rill VERSION) answered:" >&2; echo "$found" >&2; exit 1; }
+
+step "the API reference generated from rill.h: every export documented, the man page clean"
+for page in "$prefix/share/man/man3/rill.3" "$prefix/share/doc/rill/rill.html"; do
+  [ -s "$page" ] || { echo "ffi/install.sh installed no $page" >&2; exit 1; }
+done
+undocumented=$(for s in $exports; do grep -q "id=\"$s\"" "$prefix/share/doc/rill/rill.html" || echo "$s"; done)
+[ -z "$undocumented" ] || { echo "rill.html has no entry for: $undocumented" >&2; exit 1; }
+undocumented=$(for s in $exports; do grep -q "^\.SS .*\b$s\b" "$prefix/share/man/man3/rill.3" || echo "$s"; done)
+[ -z "$undocumented" ] || { echo "rill.3 has no entry for: $undocumented" >&2; exit 1; }
+warnings=$(groff -man -Tutf8 -ww -z "$prefix/share/man/man3/rill.3" 2>&1)
+[ -z "$warnings" ] || { echo "groff warns about rill.3: $warnings" >&2; exit 1; }
 
 step "C ABI tests passed"
