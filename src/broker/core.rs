@@ -37,8 +37,8 @@ use super::names::{self, Pattern};
 use super::shared::SharedGroup;
 use super::store::{Offsets, Positions, Store, Ticket};
 use super::subscription::{
-    AckWatch, BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, StartPosition, SubCore, SubEnv, Subscription,
-    SubscriptionOptions,
+    AckWatch, BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, Stall, StartPosition, SubCore, SubEnv,
+    Subscription, SubscriptionOptions,
 };
 use super::topic::{Partition, Topic, TopicOptions, Wait};
 use crate::error::{Error, Result};
@@ -680,15 +680,22 @@ impl BrokerInner {
     }
 
     /// A shared member's handler call `call` overran its `ack_timeout`: if
-    /// another member can take over, the member is left out of the
+    /// another member can take over and the call's message has not come
+    /// again after a stall already, the member is left out of the
     /// assignment and every partition it reads goes to the new owners from
-    /// its last acked offset (see `subscription/deadline.rs`). True if so.
-    fn shared_member_stalled(&self, control: &mut Control, sub: &Arc<SubCore>, call: u64) -> bool {
-        let Some(group) = control.shared.get_mut(&sub.name) else { return false };
+    /// its last acked offset (see `subscription/deadline.rs`).
+    fn shared_member_stalled(&self, control: &mut Control, sub: &Arc<SubCore>, call: u64) -> Stall {
+        let Some(group) = control.shared.get_mut(&sub.name) else { return Stall::Alone };
         if !group.others_can_take(sub.id) {
-            return false;
+            return Stall::Alone;
         }
-        let Some((stuck, resume)) = sub.claim_stalled_call(call) else { return false };
+        let mut again = false;
+        let claimed = sub.claim_stalled_call(call, |partition, resume| {
+            again = group.came_again(partition, resume);
+            !again
+        });
+        let Some((stuck, resume)) = claimed else { return if again { Stall::CameAgain } else { Stall::Returned } };
+        group.redelivering(stuck, resume);
         let moves = group.expel(sub.id);
         for (member, partition) in moves.revoke {
             // The stalled member's own partitions are handed over below.
@@ -699,7 +706,7 @@ impl BrokerInner {
         for (topic, partition, offset) in sub.surrender(stuck, resume) {
             self.hand_over(control, &sub.name, &topic, partition, offset);
         }
-        true
+        Stall::Moved
     }
 
     /// Gives `partition` of shared subscription `name` to the member that
