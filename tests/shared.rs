@@ -436,3 +436,73 @@ fn ack_timeout_zero_is_refused() {
 fn publish_one(b: &Broker) {
     b.publish("jobs", &Record::new(b"x")).unwrap();
 }
+
+/// Members whose every handler call overruns `ack_timeout` (the work takes
+/// `work`), on a topic of `partitions`: `messages` published before they
+/// join. Returns the calls per (partition, offset), once every message is
+/// acknowledged and every member idle.
+fn every_call_stalls(
+    members: usize,
+    partitions: u32,
+    messages: usize,
+    ack_timeout: Duration,
+    work: Duration,
+) -> BTreeMap<(u32, u64), usize> {
+    let b = broker();
+    topic(&b, "jobs", partitions);
+    for k in 0..messages as u32 {
+        b.publish("jobs", &Record::new(b"slow").with_key(&k.to_be_bytes())).unwrap();
+    }
+    let calls: Arc<Mutex<BTreeMap<(u32, u64), usize>>> = Arc::default();
+    let subs: Vec<Subscription> = (0..members)
+        .map(|_| {
+            let calls = calls.clone();
+            let options = SubscriptionOptions { ack_timeout: Some(ack_timeout), ..shared("w") };
+            b.subscribe("jobs", options, move |m| {
+                *calls.lock().unwrap().entry((m.partition(), m.offset())).or_default() += 1;
+                // The work itself (not a wait for anything): longer than the
+                // deadline, so every call is a stall.
+                thread::sleep(work);
+                Ack::Success
+            })
+            .unwrap()
+        })
+        .collect();
+    wait_for("every message acknowledged", || subs.iter().map(|s| s.stats().acked).sum::<u64>() == messages as u64);
+    for s in &subs {
+        assert!(s.wait_idle(WAIT).unwrap());
+    }
+    let calls = calls.lock().unwrap().clone();
+    let acked: u64 = subs.iter().map(|s| s.stats().acked).sum();
+    assert_eq!(acked, messages as u64, "acknowledged once each: {calls:?}");
+    calls
+}
+
+#[test]
+fn a_stuck_message_comes_again_once_and_stalled_members_get_nothing_back_until_a_join_or_leave() {
+    // Before the fix a member whose stalled call had returned took
+    // partitions back at the next stall of another member: the work went
+    // back and forth, each message to every member (and on, with short
+    // deadlines, without end).
+    let long = std::env::var_os("RILL_LONG_TESTS").is_some();
+    let mut cases = vec![(2, 4, 20, 5, 20), (3, 4, 20, 5, 20), (3, 3, 60, 1, 3)];
+    if long {
+        cases.push((3, 3, 900, 1, 3));
+    }
+    for (members, partitions, messages, timeout_ms, work_ms) in cases {
+        let calls = every_call_stalls(
+            members,
+            partitions,
+            messages,
+            Duration::from_millis(timeout_ms),
+            Duration::from_millis(work_ms),
+        );
+        assert_eq!(calls.len(), messages, "{members} members: every message handled");
+        let again: Vec<_> = calls.iter().filter(|&(_, &n)| n > 2).collect();
+        assert!(again.is_empty(), "{members} members: handled more than twice (stalled, then once again): {again:?}");
+        let total: usize = calls.values().sum();
+        // Each stall moves one message once; the first member to stall
+        // leaves at most `members - 1` others to stall after it.
+        assert!(total <= messages + members, "{members} members: {total} calls for {messages} messages: {calls:?}");
+    }
+}

@@ -60,8 +60,8 @@ use super::names::{self, Pattern};
 use super::shared::SharedGroup;
 use super::store::{Offsets, Positions, Store, Ticket};
 use super::subscription::{
-    AckWatch, BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, StartPosition, SubCore, SubEnv, Subscription,
-    SubscriptionOptions,
+    AckWatch, BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, Stall, StartPosition, SubCore, SubEnv,
+    Subscription, SubscriptionOptions,
 };
 use super::topic::{Partition, Topic, TopicOptions, Wait};
 use crate::error::{Error, Result};
@@ -359,15 +359,18 @@ impl BrokerInner {
         let mut map = HashMap::clone(&current);
         map.remove(&topic.name);
         self.topics.store(std::sync::Arc::new(map));
+        // Nothing publishes to it any more; this also ends its expiry job.
+        // Before its files go, so a publish that raced this and fails on
+        // them reports the deleted topic.
+        topic.mark_deleted();
         if let Some(store) = self.store()
             && let Err(e) = store.remove_topic(&topic.name)
         {
             // Nothing waits on this (a subscription is closing): the topic
-            // stays listed, and comes back, empty, after a restart.
+            // stays listed, and comes back, empty, after a restart, or is
+            // unlisted and its leftover directory goes at the next open.
             log::warn!("rill: could not remove the empty topic {:?} from the data directory: {e}", topic.name);
         }
-        // Nothing publishes to it any more; this also ends its expiry job.
-        topic.mark_deleted();
     }
 
     /// Deletes topic `name` (see [`Broker::delete_topic`](super::Broker::delete_topic)).
@@ -378,21 +381,22 @@ impl BrokerInner {
         // failure to map it deletes nothing.
         let tiny = LogConfig { segment_bytes: Some(MIN_SEGMENT_BYTES), ..LogConfig::default() };
         let placeholder = Arc::new(Partition::new(0, Log::new(&tiny)?));
-        let (topic, subs, consumers, snapshot) = {
+        let (topic, dir, subs, consumers, snapshot) = {
             let mut control = self.control.lock();
             self.check_open()?;
             let Some(topic) = self.topics.load().get(name).cloned() else {
                 return Err(Error::NoSuchTopic(name.to_owned()));
             };
             // On a data directory, unlisting it there is the commit point:
-            // if that fails, nothing is deleted.
-            if let Some(store) = self.store() {
-                store.remove_topic(name)?;
-            }
+            // if that fails, nothing is deleted. Its directory goes below,
+            // after publishers are told (see "Deleting a topic" in `store.rs`).
+            let dir = match self.store() {
+                Some(store) => store.unlist_topic(name)?,
+                None => None,
+            };
             // Under the control lock, so no subscription or consumer can
             // attach to it after this, and a name re-created later is a new
             // topic (from offset 0) with nothing of this one's state.
-            topic.mark_deleted();
             self.remove_topic(&control, &topic);
             let mut subs = control.patterns.matches(name);
             // Shared members are not in the pattern index (see `shared.rs`).
@@ -404,8 +408,16 @@ impl BrokerInner {
             for d in control.durable.values_mut() {
                 d.positions.retain(|(t, _), _| **t != *name);
             }
-            (topic, subs, consumers, self.snapshot_offsets(&control))
+            (topic, dir, subs, consumers, self.snapshot_offsets(&control))
         };
+        // Outside the control lock: deleting many files can take a while. A
+        // re-creation of the name meanwhile gets a directory of its own.
+        if let (Some(store), Some(dir)) = (self.store(), dir)
+            && let Err(e) = store.remove_topic_dir(dir)
+        {
+            // The deletion is committed; what is left goes at the next open.
+            ::log::warn!(target: "rill::broker", "deleted topic {name:?}, but removing its files failed: {e}");
+        }
         if let Err(e) = wait_offsets(snapshot) {
             // The topic is gone already; offsets of a topic that does not
             // exist are inert after a restart, and the next save drops them.
@@ -719,15 +731,22 @@ impl BrokerInner {
     }
 
     /// A shared member's handler call `call` overran its `ack_timeout`: if
-    /// another member can take over, the member is left out of the
+    /// another member can take over and the call's message has not come
+    /// again after a stall already, the member is left out of the
     /// assignment and every partition it reads goes to the new owners from
-    /// its last acked offset (see `subscription/deadline.rs`). True if so.
-    fn shared_member_stalled(&self, control: &mut Control, sub: &Arc<SubCore>, call: u64) -> bool {
-        let Some(group) = control.shared.get_mut(&sub.name) else { return false };
+    /// its last acked offset (see `subscription/deadline.rs`).
+    fn shared_member_stalled(&self, control: &mut Control, sub: &Arc<SubCore>, call: u64) -> Stall {
+        let Some(group) = control.shared.get_mut(&sub.name) else { return Stall::Alone };
         if !group.others_can_take(sub.id) {
-            return false;
+            return Stall::Alone;
         }
-        let Some((stuck, resume)) = sub.claim_stalled_call(call) else { return false };
+        let mut again = false;
+        let claimed = sub.claim_stalled_call(call, |partition, resume| {
+            again = group.came_again(partition, resume);
+            !again
+        });
+        let Some((stuck, resume)) = claimed else { return if again { Stall::CameAgain } else { Stall::Returned } };
+        group.redelivering(stuck, resume);
         let moves = group.expel(sub.id);
         for (member, partition) in moves.revoke {
             // The stalled member's own partitions are handed over below.
@@ -738,7 +757,7 @@ impl BrokerInner {
         for (topic, partition, offset) in sub.surrender(stuck, resume) {
             self.hand_over(control, &sub.name, &topic, partition, offset);
         }
-        true
+        Stall::Moved
     }
 
     /// Gives `partition` of shared subscription `name` to the member that

@@ -270,18 +270,17 @@ impl Broker {
         // Borrow the topic from the map without touching its reference count,
         // which concurrent publishers would otherwise contend on.
         let topics = inner.topics.load();
-        let p = match topics.get(topic) {
-            Some(t) => t.route(record.key),
-            None => {
-                drop(topics);
-                let t = inner.topic_for_publish(topic)?;
-                let p = t.route(record.key);
-                let offset = p.publish(record, wait)?;
-                return Ok(Position { partition: p.index, offset });
-            }
+        let Some(t) = topics.get(topic) else {
+            drop(topics);
+            let t = inner.topic_for_publish(topic)?;
+            let p = t.route(record.key);
+            let offset = p.publish(record, wait).map_err(|f| t.publish_failed(f))?;
+            return Ok(Position { partition: p.index, offset });
         };
-        // The `?` turns a `PublishFailure` into its `Error` out of line.
-        let offset = p.publish(record, wait)?;
+        let p = t.route(record.key);
+        // The `?` turns a `PublishFailure` into its `Error` out of line; a
+        // failure that raced a delete of the topic reports the delete.
+        let offset = p.publish(record, wait).map_err(|f| t.publish_failed(f))?;
         Ok(Position { partition: p.index, offset })
     }
 
@@ -409,12 +408,15 @@ impl Broker {
     ///   it (a batch their handler is on is finished) and go on with their
     ///   other topics;
     /// * [`Publisher`]s and [`Consumer`]s still holding it fail with
-    ///   `NoSuchTopic` (a blocked `poll` wakes to say so);
+    ///   `NoSuchTopic` (a blocked `poll` wakes to say so), and so does a
+    ///   publish racing the delete that does not succeed;
     /// * the positions of consumer groups and durable subscriptions in it
     ///   are forgotten;
     /// * its memory is released once the last handle holding it (a
     ///   `Publisher` or `Consumer` of it) is dropped; subscriptions do not
-    ///   hold it.
+    ///   hold it;
+    /// * on a data directory, its files are removed; a crash during the
+    ///   delete leaves the topic either whole or gone (see `store.rs`).
     ///
     /// A topic created again under the name is a new one, from offset 0.
     pub fn delete_topic(&self, name: &str) -> Result<()> {
@@ -531,7 +533,9 @@ impl Publisher {
         if p.is_deleted() {
             return Err(self.deleted());
         }
-        let offset = if INLINED { p.publish_inlined(record, wait)? } else { p.publish(record, wait)? };
+        // A failure that raced a delete of the topic reports the delete.
+        let offset = if INLINED { p.publish_inlined(record, wait) } else { p.publish(record, wait) }
+            .map_err(|f| self.topic.publish_failed(f))?;
         Ok(Position { partition: p.index, offset })
     }
 
@@ -564,6 +568,11 @@ impl fmt::Debug for Publisher {
 }
 
 fn publish_batch_to(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Position>> {
+    // A failure that raced a delete of the topic reports the delete.
+    publish_batch_parts(t, records, wait).map_err(|e| t.batch_failed(e))
+}
+
+fn publish_batch_parts(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Position>> {
     if records.is_empty() {
         return Ok(Vec::new());
     }

@@ -38,10 +38,19 @@
 //! partitions are handed over at once, from the watch (see
 //! `subscription/deadline.rs`), not by its drainer, which is stuck in the
 //! call; the stuck partition from the stuck message. A stalled member
-//! stays a member but owns nothing, and rebalances leave it out until its
-//! drainer has let go of what it read (unless every member is stalled, so
-//! no partition is left without an owner); the next join or leave after
-//! that spreads partitions over it again.
+//! stays a member but owns nothing until the membership changes: only a
+//! join or a leave clears the mark (`refresh`), and only of a member whose
+//! drainer has let go of what it read by then; another member's stall
+//! does not (unless every member is stalled, so no partition is left
+//! without an owner). So work moves away from a stalled member once and
+//! does not come back at the next stall elsewhere: with handlers that
+//! always overrun, it used to go back and forth between the members.
+//!
+//! The stuck message comes again once: the group remembers, per
+//! partition, where the last stalled call's reader resumed
+//! (`redelivered`). A stall of a call that resumes there again is the
+//! same message stalling at its second member: nothing moves, and that
+//! call's ack counts when it comes, as for a member alone.
 //!
 //! A lock is right here: a hand-over changes two members at once (one stops
 //! reading a partition, another starts at the first one's offset), and a
@@ -59,7 +68,7 @@ struct Member {
     core: Arc<SubCore>,
     /// Partitions it owns on paper, ascending.
     partitions: Vec<u32>,
-    /// Left out of rebalances (see the module docs).
+    /// Left out of rebalances until a join or leave (see the module docs).
     stalled: bool,
 }
 
@@ -69,6 +78,9 @@ pub(crate) struct SharedGroup {
     pub(crate) topic: String,
     partitions: usize,
     members: Vec<Member>,
+    /// Per partition, the resume offset of the last stalled call handed
+    /// over from it: its message has come again once already.
+    redelivered: Vec<Option<u64>>,
 }
 
 /// What a join or leave asks of the members.
@@ -82,7 +94,7 @@ pub(crate) struct Moves {
 
 impl SharedGroup {
     pub(crate) fn new(topic: String, partitions: usize) -> SharedGroup {
-        SharedGroup { topic, partitions, members: Vec::new() }
+        SharedGroup { topic, partitions, members: Vec::new(), redelivered: vec![None; partitions] }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -108,10 +120,24 @@ impl SharedGroup {
     }
 
     /// True if a member other than `id` can take partitions over (it is
-    /// not stalled itself).
-    pub(crate) fn others_can_take(&mut self, id: u64) -> bool {
-        self.refresh();
+    /// not stalled itself). A stall elsewhere is no membership change: a
+    /// stalled member stays left out (see the module docs).
+    pub(crate) fn others_can_take(&self, id: u64) -> bool {
         self.members.iter().any(|m| m.core.id != id && !m.stalled)
+    }
+
+    /// True if a stalled call on `partition` resuming at `resume` is of a
+    /// message that already came again after a stall: it is not moved twice.
+    pub(crate) fn came_again(&self, partition: u32, resume: u64) -> bool {
+        self.redelivered.get(partition as usize).is_some_and(|&r| r == Some(resume))
+    }
+
+    /// Records that the stalled call on `partition` resuming at `resume` was
+    /// handed over: its message is about to come again.
+    pub(crate) fn redelivering(&mut self, partition: u32, resume: u64) {
+        if let Some(r) = self.redelivered.get_mut(partition as usize) {
+            *r = Some(resume);
+        }
     }
 
     /// Takes stalled member `id` out of the assignment and rebalances what
@@ -123,8 +149,8 @@ impl SharedGroup {
         self.rebalance()
     }
 
-    /// Members whose stalled call has returned (and whose drainer let go)
-    /// may own partitions again.
+    /// At a join or leave: members whose stalled call has returned (and
+    /// whose drainer let go) may own partitions again.
     fn refresh(&mut self) {
         for m in &mut self.members {
             m.stalled = m.core.is_stalled();

@@ -10,6 +10,7 @@
 //!   topics.list          every topic: name, options, directory number
 //!   offsets.0, offsets.1 group commits and durable subscription positions
 //!   topics/<n>/<p>/      partition p of the topic with directory number n
+//!   topics/<n>.deleted/  a deleted topic's directory, being removed
 //! ```
 //!
 //! Topic directories are numbered, not named after the topic: a topic name is
@@ -30,6 +31,27 @@
 //! leaves an unlisted directory, which the next creation with that number
 //! clears before using it. Topic creation is rare, so it always syncs,
 //! whatever the fsync policy.
+//!
+//! # Deleting a topic
+//!
+//! Unlisting is the commit point: `topics.list` is replaced (as above)
+//! without the topic, and only then does the broker mark the topic deleted
+//! and remove its directory, in two steps: rename `topics/<n>` to the
+//! tombstone `topics/<n>.deleted`, then delete the tombstone. Publishers
+//! that raced the delete, the background thread preparing segments ahead
+//! and retention recycling segments into spares all name their files by
+//! the old path, so after the rename they find no directory (and their
+//! publishes report the deleted topic); nothing can add a file to the tree
+//! being deleted. A crash leaves:
+//!
+//! * before the list is replaced: the old list, the directory whole: the
+//!   topic is there;
+//! * after it, before the rename: an unlisted `topics/<n>`;
+//! * after the rename: a tombstone, perhaps partly deleted.
+//!
+//! In the last two the topic is gone: opening lists only what the list
+//! names, and first removes every tombstone and every unlisted numbered
+//! directory below the next directory number (`sweep_deleted`).
 //!
 //! **Offsets** change with every commit, and under `Never` and `Interval` a
 //! commit does not wait for the disk. A file replaced by rename without a sync
@@ -106,6 +128,8 @@ const TOPICS_FILE: &str = "topics.list";
 const OFFSETS_FILES: [&str; 2] = ["offsets.0", "offsets.1"];
 /// Folder of the topic directories.
 const TOPICS_DIR: &str = "topics";
+/// Ends the name of a deleted topic's directory while it is being removed.
+const TOMBSTONE_SUFFIX: &str = ".deleted";
 
 /// A topic as the data directory lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,6 +254,7 @@ impl Store {
         };
         let (offsets, seq, slot) = read_offsets(root, repair)?;
         let next_dir = topics.iter().map(|t| t.dir + 1).max().unwrap_or(0);
+        sweep_deleted(&root.join(TOPICS_DIR), &topics, next_dir);
         let store = Store {
             root: root.to_owned(),
             fsync,
@@ -300,17 +325,45 @@ impl Store {
         self.topics.lock().0.iter().map(|t| (t.name.clone(), t.options.clone())).collect()
     }
 
-    /// Unlists a topic and deletes its directory (its logs may still be
-    /// mapped by readers: the files go when they let go).
-    pub(crate) fn remove_topic(&self, name: &str) -> Result<()> {
+    /// Unlists a topic: the commit point of its deletion (see "Deleting a
+    /// topic" in the module docs). Returns its directory number, for
+    /// [`Store::remove_topic_dir`]; `None` if it was not listed.
+    pub(crate) fn unlist_topic(&self, name: &str) -> Result<Option<u64>> {
         let mut topics = self.topics.lock();
-        let Some(i) = topics.0.iter().position(|t| t.name == name) else { return Ok(()) };
+        let Some(i) = topics.0.iter().position(|t| t.name == name) else { return Ok(None) };
         let mut list = topics.0.clone();
         let gone = list.remove(i);
         self.write_topics(&list)?;
         topics.0 = list;
-        let path = self.topic_dir(gone.dir);
-        fs::remove_dir_all(&path).map_err(|e| Error::io(&path, &e))
+        Ok(Some(gone.dir))
+    }
+
+    /// Removes the directory of an unlisted topic: renames it to its
+    /// tombstone, then deletes the tombstone. Its logs may still be mapped
+    /// by readers (the files go when they let go), and late publishers and
+    /// the log's own threads may still try to make or rename files under
+    /// the old path: after the rename they find no directory there, so
+    /// nothing lands in the tree being deleted. Whatever is left after a
+    /// failure (or a crash) is a tombstone, which the next open deletes.
+    pub(crate) fn remove_topic_dir(&self, dir: u64) -> Result<()> {
+        let path = self.topic_dir(dir);
+        let tomb = self.root.join(TOPICS_DIR).join(tombstone_name(dir));
+        match fs::rename(&path, &tomb) {
+            Ok(()) => {}
+            // A creation that crashed before listing it, or a repeat.
+            Err(e) if e.kind() == IoKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(&path, &e)),
+        }
+        fs::remove_dir_all(&tomb).map_err(|e| Error::io(&tomb, &e))
+    }
+
+    /// Unlists a topic and deletes its directory (see [`Store::unlist_topic`]
+    /// and [`Store::remove_topic_dir`]).
+    pub(crate) fn remove_topic(&self, name: &str) -> Result<()> {
+        match self.unlist_topic(name)? {
+            Some(dir) => self.remove_topic_dir(dir),
+            None => Ok(()),
+        }
     }
 
     fn write_topics(&self, list: &[TopicMeta]) -> Result<()> {
@@ -420,6 +473,38 @@ impl Store {
 }
 
 /// Replaces `dir/name` with `bytes` atomically (see the module docs).
+/// The name a deleted topic's directory `topics/<dir>` is renamed to
+/// before it is removed (see "Deleting a topic" in the module docs).
+fn tombstone_name(dir: u64) -> String {
+    format!("{dir}{TOMBSTONE_SUFFIX}")
+}
+
+/// Removes, under `topics/` (at open, before any topic is opened), what
+/// deletions left: every tombstone, and every numbered directory below
+/// `next_dir` that no listed topic has (unlisted, its removal cut short).
+/// A numbered directory at or above `next_dir` is one a creation left
+/// before listing it; the next creation clears it. Failures are logged and
+/// left for the next open: nothing reads these directories.
+fn sweep_deleted(topics_dir: &Path, listed: &[TopicMeta], next_dir: u64) {
+    let Ok(entries) = fs::read_dir(topics_dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let leftover = match name.strip_suffix(TOMBSTONE_SUFFIX) {
+            Some(n) => n.parse::<u64>().is_ok(),
+            None => name.parse::<u64>().is_ok_and(|n| n < next_dir && !listed.iter().any(|t| t.dir == n)),
+        };
+        if !leftover {
+            continue;
+        }
+        let path = entry.path();
+        match fs::remove_dir_all(&path) {
+            Ok(()) => log::info!("rill: removed {} left by a topic deletion", path.display()),
+            Err(e) => log::warn!("rill: could not remove {} left by a topic deletion: {e}", path.display()),
+        }
+    }
+}
+
 fn replace(dir: &Path, name: &str, bytes: &[u8], sync: bool) -> Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let target = dir.join(name);
@@ -746,6 +831,48 @@ mod tests {
             groups: vec![("g".into(), "a/b".into(), vec![Some(n), None, Some(0)])],
             durable: vec![("sub".into(), vec![("a/b".into(), 2, n + 1)])],
         }
+    }
+
+    /// What a crash at each step of a topic deletion leaves, and what the
+    /// next open keeps (see "Deleting a topic" in the module docs).
+    #[test]
+    fn opening_removes_what_a_deletion_cut_short_left_and_keeps_the_rest() {
+        let root = temp_dir("sweep");
+        let topics = root.join(TOPICS_DIR);
+        {
+            let opened = Store::open(&root, Fsync::Always, false).unwrap();
+            let store = &opened.store;
+            for name in ["unlisted", "tombstoned", "kept"] {
+                store
+                    .add_topic(name, &TopicOptions::default(), |dir| {
+                        fs::create_dir_all(dir(0)).unwrap();
+                        fs::write(dir(0).join("00000000000000000000.seg"), b"data").unwrap();
+                        Ok(())
+                    })
+                    .unwrap();
+            }
+            // Killed after unlisting, before the rename.
+            assert_eq!(store.unlist_topic("unlisted").unwrap(), Some(0));
+            // Killed after the rename, before (or during) the removal.
+            assert_eq!(store.unlist_topic("tombstoned").unwrap(), Some(1));
+            fs::rename(topics.join("1"), topics.join(tombstone_name(1))).unwrap();
+            // A creation killed before listing its directory.
+            fs::create_dir_all(topics.join("3/0")).unwrap();
+        }
+        let opened = Store::open(&root, Fsync::Always, false).unwrap();
+        assert_eq!(opened.topics.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["kept"]);
+        let mut left: Vec<String> =
+            fs::read_dir(&topics).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        // The listed topic, whole, and the unlisted creation, which the next
+        // creation (number 3) clears.
+        assert_eq!(left, ["2", "3"]);
+        assert!(topics.join("2/0/00000000000000000000.seg").exists());
+        // A live delete goes through the tombstone and leaves nothing.
+        opened.store.remove_topic("kept").unwrap();
+        assert!(!topics.join("2").exists() && !topics.join(tombstone_name(2)).exists());
+        drop(opened);
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

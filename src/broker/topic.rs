@@ -486,6 +486,22 @@ impl Topic {
         self.partitions[0].is_deleted()
     }
 
+    /// What a publish to this topic that failed with `f` reports: if the
+    /// topic was deleted meanwhile, the deletion (its files may have gone
+    /// under the append, see "Deleting a topic" in `store.rs`), else `f`.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn publish_failed(&self, f: PublishFailure) -> PublishFailure {
+        if self.is_deleted() { PublishFailure::from(self.deleted_error()) } else { f }
+    }
+
+    /// [`Topic::publish_failed`] for the batch paths' `Error`.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn batch_failed(&self, e: Error) -> Error {
+        if self.is_deleted() { self.deleted_error() } else { e }
+    }
+
     /// The error a handle to a deleted topic reports.
     #[cold]
     pub(crate) fn deleted_error(&self) -> Error {

@@ -589,6 +589,10 @@ impl FileStorage {
                 // read through it. Its next use is prepared anew.
                 self.prepared.store(false, Ordering::Relaxed);
             }
+            // Gone with its directory (its topic was deleted): nothing to keep.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                log::debug!("trimmed segment file {} is gone already: {e}", name.path.display());
+            }
             Err(e) => {
                 log::warn!("could not rename trimmed segment file {}: {e}; deleting it", name.path.display());
                 if let Err(e) = fs::remove_file(&name.path) {
@@ -669,6 +673,10 @@ impl Drop for FileStorage {
         if name.spare {
             match fs::remove_file(&name.path) {
                 Ok(()) => log::debug!("deleted spare segment file {}", name.path.display()),
+                // Gone with its directory (its topic was deleted).
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    log::debug!("spare segment file {} is gone already", name.path.display())
+                }
                 Err(e) => log::warn!("could not delete spare segment file {}: {e}", name.path.display()),
             }
         }

@@ -46,7 +46,10 @@
 //! stuck message is delivered again, once, by another member; nothing
 //! acked is delivered twice. With no member to take over, nothing moves:
 //! the stall is counted and logged, and the call's ack counts when it
-//! comes; `close` waits for the call as always.
+//! comes; `close` waits for the call as always. Nor does anything move
+//! when the stuck message is one that already came again after a stall
+//! (`SharedGroup::came_again`): a stuck message comes again once, not
+//! from member to member.
 //!
 //! # After the stalled call returns
 //!
@@ -55,12 +58,27 @@
 //! moves, no retry is scheduled and nothing is dead-lettered (the new owner
 //! has the message). The drainer then lets go of every reader the
 //! hand-over took (those whose position is no longer tracked) and clears
-//! `stalled`. Until then rebalances leave the member out (unless every
-//! member is stalled: then they do not, so no partition is orphaned); it
-//! stays a live member, holding no partitions, until a later join or leave
-//! of the subscription spreads partitions over it again.
+//! `stalled`. It stays a live member holding no partitions: the group
+//! keeps it out of rebalances until a later join or leave of the
+//! subscription finds `stalled` cleared and spreads partitions over it
+//! again (a join or leave before that keeps it out, unless every member is
+//! stalled: then nobody is left out, so no partition is orphaned).
 
 use std::time::Duration;
+
+/// What the broker did about a stalled call (`SubEnv::on_stall`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stall {
+    /// The member's partitions went to other members; the call's ack is void.
+    Moved,
+    /// No other member can take them over (none, or all stalled).
+    Alone,
+    /// The call's message was itself delivered again after a stall: it
+    /// comes again once, so it stays; the call's ack counts.
+    CameAgain,
+    /// The call returned before the broker could claim it.
+    Returned,
+}
 
 use super::core::{AckWatch, DrainState, SubCore};
 use super::state::Phase;
@@ -130,12 +148,18 @@ impl SubCore {
         // Relaxed: a statistic; the watch is its only writer but the timer
         // may run two watches of one subscription, so add atomically.
         this.counters.ack_timeouts.fetch_add(1, Ordering::Relaxed);
-        let moved = this.env.on_stall.as_ref().is_some_and(|hand_over| hand_over(this, seq));
-        let what = if moved {
-            "its partitions went to the other members, which deliver again from the last acked offsets; \
-             the call's ack will be discarded"
-        } else {
-            "no other member can take its partitions over, so nothing moved"
+        let stall = this.env.on_stall.as_ref().map_or(Stall::Alone, |hand_over| hand_over(this, seq));
+        let what = match stall {
+            Stall::Moved => {
+                "its partitions went to the other members, which deliver again from the last acked offsets; \
+                 the call's ack will be discarded"
+            }
+            Stall::Alone => "no other member can take its partitions over, so nothing moved",
+            Stall::CameAgain => {
+                "its message had already come again after a stall at another member, so nothing moved \
+                 (a stuck message is delivered again once)"
+            }
+            Stall::Returned => "the call returned meanwhile, so nothing moved",
         };
         ::log::warn!(
             target: "rill::subscription",
@@ -157,11 +181,12 @@ impl SubCore {
     }
 
     /// Claims call `seq` for a hand-over if it is still in flight (and not
-    /// claimed): its ack becomes void. Returns its partition and resume
-    /// offset. Called under the broker's control mutex.
-    pub(crate) fn claim_stalled_call(&self, seq: u64) -> Option<(u32, u64)> {
+    /// claimed) and `may_move(partition, resume)` agrees: its ack becomes
+    /// void. Returns its partition and resume offset. Called under the
+    /// broker's control mutex.
+    pub(crate) fn claim_stalled_call(&self, seq: u64, may_move: impl FnOnce(u32, u64) -> bool) -> Option<(u32, u64)> {
         let mut call = self.call.lock();
-        if call.seq != seq || call.since.is_none() || call.timed_out {
+        if call.seq != seq || call.since.is_none() || call.timed_out || !may_move(call.partition, call.resume) {
             return None;
         }
         call.timed_out = true;

@@ -152,12 +152,14 @@ pub struct SubscriptionOptions {
     /// The ack deadline: a handler call that runs longer than this is a
     /// stall. A shared member whose handler stalls gives its partitions to
     /// the other live members, which resume each from the last acked offset
-    /// (so the stuck message is delivered again, to another member); the
-    /// late call's ack is discarded, and the member holds no partitions
-    /// until a later join or leave of the subscription gives it some back.
-    /// With no other member to take over (a subscription that is not
-    /// shared, or a shared one alone) nothing moves: the stall is only
-    /// reported. Either way it counts in `ack_timeouts` of the stats and is
+    /// (so the stuck message is delivered again, once, to another member);
+    /// the late call's ack is discarded, and the member holds no partitions
+    /// until a later join or leave of the subscription gives it some back
+    /// (another member's stall does not). With no other member to take
+    /// over (a subscription that is not shared, a shared one alone, or all
+    /// the others stalled), or when the stuck message is one that already
+    /// came again after a stall, nothing moves: the stall is only reported
+    /// and the late ack counts. Either way it counts in `ack_timeouts` of the stats and is
     /// logged (`log::warn!`). A batch handler's call is one call: the
     /// deadline is for its whole batch, and a stall hands the whole batch
     /// over. `None` (the default): no deadline. Zero is refused with
