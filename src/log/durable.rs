@@ -90,9 +90,14 @@
 //!
 //! A round's snapshot therefore holds the segments sealed since the last
 //! round besides those from the watermark on: one more segment, as a rule.
-//! A loom model (`loom-tests/tests/log.rs`,
-//! `a_segment_sealed_after_its_round_is_marked_by_the_next`) runs it on the
-//! real code.
+//! Two loom models in `loom-tests/tests/log.rs` run it on the real code: a
+//! flusher round racing the seal and roll
+//! (`a_segment_sealed_after_its_round_is_marked_by_the_next`), and the same
+//! with an `Always` publisher
+//! (`an_always_append_into_a_later_segment_returns_with_the_earlier_ones_marked`).
+//! The rule adds no fence: a round reads the seal with `Acquire` and, for a
+//! segment it reached through the directory, after L2; the rest is under the
+//! lock and the leader flag.
 //!
 //! Durability is a prefix: a record is durable only once every record before
 //! it is. That is what keeps offsets dense after a crash (recovery keeps the
