@@ -794,8 +794,7 @@ fn sealed_damage_is_corrupt(
         .windows(2)
         .filter(|w| w[1].0 <= eligible_below)
         .map(|w| (w[0].1.clone(), records.range(w[0].0..w[1].0).collect::<Vec<_>>()))
-        .filter(|(_, in_file)| !in_file.is_empty())
-        .last();
+        .rfind(|(_, in_file)| !in_file.is_empty());
     let Some((path, in_file)) = victim else {
         std::fs::remove_dir_all(&copy).unwrap();
         return false;
