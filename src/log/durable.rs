@@ -25,11 +25,18 @@
 //! prefix (every offset below it committed), flushes the byte ranges that
 //! prefix added since the last round (`msync(MS_SYNC)` of those pages, a data
 //! sync of that range of the file), and, for each sealed segment the prefix
-//! now covers entirely, writes the segment's *completion* fields into its
-//! header and flushes that page (data first, then the marker: a marker on
-//! disk means the records it counts are too). Newly created segment files are
-//! made to survive a machine crash by an fsync of the directory in the next
-//! round, before any record in them is reported durable.
+//! now covers entirely (and each one sealed after an earlier prefix covered
+//! it: see "The completion marker"), writes the segment's *completion*
+//! fields into its header and flushes that page (data first, then the
+//! marker: a marker on disk means the records it counts are too). Newly
+//! created segment files are made to survive a machine crash by an fsync of
+//! the directory in the next round, before any record in them is reported
+//! durable.
+//!
+//! Durability is a prefix: a record is durable only once every record before
+//! it is. That is what keeps offsets dense after a crash (recovery keeps the
+//! records before the first missing one), and it is why an `Always` publisher
+//! may wait for a slower one that reserved an earlier offset.
 //!
 //! # The completion marker
 //!
@@ -83,7 +90,7 @@
 //!   (L2 in `dir.rs`), which the sealer published after its seal, so the
 //!   round sees the earlier segment sealed; and its snapshot begins at or
 //!   before that segment, which is unmarked until some round marks it.
-//! * `Interval`: the first round that begins after a seal marks the segment.
+//! * `Interval`: the first round that sees the seal marks the segment.
 //! * `Never`: the broker runs no round until the clean close, whose round
 //!   marks every sealed segment ([`Log::sync`](super::Log::sync) marks them
 //!   too, flushing nothing).
@@ -98,11 +105,6 @@
 //! The rule adds no fence: a round reads the seal with `Acquire` and, for a
 //! segment it reached through the directory, after L2; the rest is under the
 //! lock and the leader flag.
-//!
-//! Durability is a prefix: a record is durable only once every record before
-//! it is. That is what keeps offsets dense after a crash (recovery keeps the
-//! records before the first missing one), and it is why an `Always` publisher
-//! may wait for a slower one that reserved an earlier offset.
 //!
 //! # Group commit
 //!
