@@ -10,7 +10,10 @@
 //! The crash loop runs `RILL_CRASH_ITERATIONS` iterations per fsync policy
 //! (default 50; the long run in `.ci/test` documents 200), and so does its
 //! contended mode (`crash_loop_contended_*`: many publisher threads on one
-//! partition, where a kill leaves holes).
+//! partition, where a kill leaves holes). Every `RILL_CRASH_DAMAGE_EVERY`-th
+//! run of the crash loop (default 5) also flips a byte inside a sealed
+//! segment of a copy of the directory (issue 40, item 2): after the reopen,
+//! and under `Always` also as the kill left it.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -713,6 +716,9 @@ fn crash_loop(fsync: Fsync) {
     let mut acked: BTreeMap<(u32, u64), (u64, u64)> = BTreeMap::new();
     let mut committed = vec![0u64; CRASH_PARTITIONS as usize];
     let mut lost_unsynced = 0u64;
+    // Issue 40, item 2: every this many runs, damage a copy (see `sealed_damage_is_corrupt`).
+    let damage_every: u64 = std::env::var("RILL_CRASH_DAMAGE_EVERY").map_or(5, |v| v.parse().unwrap()).max(1);
+    let mut damaged_sealed = 0u64;
     for run in 0..iterations {
         let kill_after = rng.below(CRASH_MAX_PUBLISHES + 1);
         let mut c: Child = child("child-crash", &[&dir, name, &run.to_string(), &CRASH_MAX_PUBLISHES.to_string()])
@@ -756,6 +762,16 @@ fn crash_loop(fsync: Fsync) {
         }
         drop(c.stdin.take());
         assert!(status.code().is_none(), "the child ended by itself ({status}) in run {run}");
+        // Issue 40, item 2: the killed child's sealed segments are marked
+        // (under `Always`, those before its last acknowledged record's).
+        let damage_now = run % damage_every == damage_every - 1;
+        for p in (0..CRASH_PARTITIONS).filter(|_| damage_now && fsync == Fsync::Always) {
+            let known: BTreeMap<u64, (u64, u64)> =
+                acked.range((p, 0)..(p + 1, 0)).map(|(&(_, o), &id)| (o, id)).collect();
+            let last = known.keys().next_back().copied().unwrap_or(0);
+            damaged_sealed +=
+                u64::from(sealed_damage_is_corrupt(&root, fsync, &format!("{run}-kill"), p, last, &known));
+        }
 
         let b = open(&root, fsync);
         let stats = match b.topic_stats(CRASH_TOPIC) {
@@ -823,8 +839,17 @@ fn crash_loop(fsync: Fsync) {
             committed[p] = now;
         }
         b.close();
+        drop(b);
+        // Issue 40, item 2: damage in a sealed segment of the recovered directory.
+        if damage_now {
+            let p = (run / damage_every % u64::from(CRASH_PARTITIONS)) as u32;
+            let known: BTreeMap<u64, (u64, u64)> =
+                present.range((p, 0)..(p + 1, 0)).map(|(&(_, o), &id)| (o, id)).collect();
+            damaged_sealed += u64::from(sealed_damage_is_corrupt(&root, fsync, &run.to_string(), p, u64::MAX, &known));
+        }
     }
     println!("  {} messages, {lost_unsynced} published but unreported at a kill", acked.len());
+    println!("  {damaged_sealed} damaged copies with a sealed segment: Corrupt, and repaired to the records before it");
     std::fs::remove_dir_all(&root).unwrap();
 }
 
@@ -1170,4 +1195,89 @@ fn delete_child(dir: &Path) {
     b.delete_topic("jobs").unwrap();
     // Until the parent kills it.
     let _ = std::io::stdin().read(&mut [0u8; 1]);
+}
+
+// ------------------------------------------- crash loop: damage in a sealed segment
+
+/// Issue 40, item 2, in the crash loop: a byte flipped inside a sealed
+/// segment of partition `p` of a copy of `src` (the loop goes on with `src`
+/// itself) makes the reopen fail with `Corrupt` without `repair`; with it,
+/// the partition keeps exactly its records before the damaged one. Only
+/// files before the one holding offset `eligible_below` are damaged: every
+/// segment file but the newest after a clean close, and after a kill under
+/// `Always` those before the last acknowledged record's, which its append
+/// returned only once they were marked complete. `records` are the offsets
+/// of partition `p` known to hold `(run, i)`. Returns whether it found a
+/// file to damage.
+fn sealed_damage_is_corrupt(
+    src: &Path,
+    fsync: Fsync,
+    tag: &str,
+    p: u32,
+    eligible_below: u64,
+    records: &BTreeMap<u64, (u64, u64)>,
+) -> bool {
+    let copy = temp_dir(&format!("sealed-{tag}"));
+    for file in files_under(src) {
+        let to = copy.join(file.strip_prefix(src).unwrap());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&file, &to).unwrap();
+    }
+    // topics/<topic dir>/<partition>/<base>.seg
+    let mut files: Vec<(u64, PathBuf)> = files_under(&copy)
+        .into_iter()
+        .filter(|f| f.parent().and_then(Path::file_name).is_some_and(|n| n == p.to_string().as_str()))
+        .filter_map(|f| {
+            let name = f.file_name()?.to_str()?;
+            Some((name.strip_suffix(".seg")?.parse().ok()?, f))
+        })
+        .collect();
+    files.sort();
+    // The file, its records (offsets from its base to the next file's), and
+    // one in the middle of them to damage.
+    let victim = files
+        .windows(2)
+        .filter(|w| w[1].0 <= eligible_below)
+        .map(|w| (w[0].1.clone(), records.range(w[0].0..w[1].0).collect::<Vec<_>>()))
+        .rfind(|(_, in_file)| !in_file.is_empty());
+    let Some((path, in_file)) = victim else {
+        std::fs::remove_dir_all(&copy).unwrap();
+        return false;
+    };
+    let (&offset, &(run, i)) = in_file[in_file.len() / 2];
+    let payload = crash_payload(run, i);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.windows(payload.len()).position(|w| w == payload).expect("the record is in its file");
+    bytes[at + payload.len() / 2] ^= 0x04;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let config = |repair| BrokerConfig { data_dir: Some(copy.clone()), fsync, repair, ..BrokerConfig::default() };
+    match Broker::new(config(false)) {
+        Err(Error::Corrupt { file, .. }) => assert_eq!(file.file_name(), path.file_name(), "{tag}"),
+        Err(e) => panic!("{tag}: damage at {p}/{offset} in {path:?}: {e}"),
+        Ok(_) => panic!("{tag}: damage at {p}/{offset} in sealed {path:?} was not Corrupt without repair"),
+    }
+    let b = Broker::new(config(true)).unwrap();
+    let stats = b.topic_stats(CRASH_TOPIC).unwrap();
+    let ps = &stats.partitions[p as usize];
+    assert_eq!(ps.next_offset, offset, "{tag}: repair keeps exactly the records before {p}/{offset}: {ps:?}");
+    assert!(ps.recovered_repaired, "{tag}: {ps:?}");
+    let mut reader = b.consumer("sealed-check", CRASH_TOPIC, ConsumerOptions::default()).unwrap();
+    let mut got = BTreeMap::new();
+    let deadline = Instant::now() + WAIT;
+    while (got.len() as u64) < offset {
+        assert!(Instant::now() < deadline, "{tag}: read {} of {offset}", got.len());
+        for m in reader.poll(1000, Duration::from_millis(100)).unwrap() {
+            if m.partition() == p {
+                got.insert(m.offset(), parse_crash_payload(m.payload()).expect("an intact record"));
+            }
+        }
+    }
+    let want: BTreeMap<u64, (u64, u64)> = records.range(..offset).map(|(o, id)| (*o, *id)).collect();
+    assert_eq!(got, want, "{tag}");
+    drop(reader);
+    b.close();
+    drop(b);
+    std::fs::remove_dir_all(&copy).unwrap();
+    true
 }

@@ -208,3 +208,93 @@ fn a_failed_roll_fails_its_waiters_and_a_later_publish_recovers() {
         assert_eq!(seen, expect);
     });
 }
+
+/// A fresh directory for one execution of a durable model (loom runs the
+/// closure once per interleaving): in memory (`/dev/shm`) where there is
+/// one, so that the `Always` model's data syncs cost no disk wait.
+fn durable_dir() -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    // Relaxed: only uniqueness matters.
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let shm = std::path::Path::new("/dev/shm");
+    let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    let dir = base.join(format!("rill-loom-sealed-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn durable_log(dir: &std::path::Path, fsync: rill::Fsync) -> Log {
+    let config = LogConfig { segment_bytes: Some(SEGMENT), retention_bytes: None, ..LogConfig::default() };
+    Log::open(&config, 0, &rill::log::DurableLog { dir: dir.to_owned(), fsync, repair: false }).unwrap().0
+}
+
+/// The segment files of `dir` whose completion marker is missing, but for
+/// the newest one (the active segment, never sealed). The marker is the
+/// header's completion fields, bytes 32..52 of the file (`src/log/file.rs`):
+/// all zeros until a sync round writes them (their checksum mixes in a
+/// constant, so written fields are never all zeros).
+fn unmarked_sealed_files(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".seg"))
+        .collect();
+    names.sort();
+    names.pop();
+    names.retain(|n| std::fs::read(dir.join(n)).unwrap()[32..52].iter().all(|&b| b == 0));
+    names
+}
+
+/// Issue 40, item 2 (the completion marker, `src/log/durable.rs`): an
+/// `Always` publisher's two appends cross a segment roll (a durable segment
+/// of 64 bytes holds one record and its frame) while the interval flusher
+/// runs a sync round. However the rounds, the seals and the rolls
+/// interleave, once an append into a later segment has returned, every
+/// segment before it is marked complete. Before the fix no segment ever was:
+/// the round that covered a segment's last record, run before its seal,
+/// moved the watermark to the next segment, and no later round looked back.
+#[test]
+fn an_always_append_into_a_later_segment_returns_with_the_earlier_ones_marked() {
+    model(|| {
+        let dir = durable_dir();
+        let log = Arc::new(durable_log(&dir, rill::Fsync::Always));
+        // The first segment full, its one record durable, not sealed.
+        append(&log, 0);
+        let l = log.clone();
+        let flusher = thread::spawn(move || l.sync().unwrap());
+        // Seals it, rolls, commits a record in the next one and waits for it.
+        append(&log, 1);
+        assert!(log.stats().segments >= 2, "the appends cross a roll");
+        assert_eq!(unmarked_sealed_files(&dir), Vec::<String>::new());
+        flusher.join().unwrap();
+        drop(log);
+        std::fs::remove_dir_all(&dir).unwrap();
+    });
+}
+
+/// The same hand-over without `Always`: the interval flusher's round races
+/// the publisher that fills and seals a segment (with `Never`, so that no
+/// round waits for a disk: the marking is the same). The round after the
+/// seal marks the segment even if the one before it covered the segment's
+/// last record and moved the watermark past it; before the fix, a flusher
+/// round that ran between the segment's last commit and its seal left it
+/// unmarked for good.
+#[test]
+fn a_segment_sealed_after_its_round_is_marked_by_the_next() {
+    model(|| {
+        let dir = durable_dir();
+        let log = Arc::new(durable_log(&dir, rill::Fsync::Never));
+        // The first segment full (its one record committed), not sealed.
+        append(&log, 0);
+        let l = log.clone();
+        let flusher = thread::spawn(move || l.sync().unwrap());
+        // Seals it, rolls, and commits a record in the next one.
+        append(&log, 1);
+        flusher.join().unwrap();
+        assert!(log.stats().segments >= 2, "the appends cross a roll");
+        log.sync().unwrap();
+        assert_eq!(unmarked_sealed_files(&dir), Vec::<String>::new());
+        drop(log);
+        std::fs::remove_dir_all(&dir).unwrap();
+    });
+}

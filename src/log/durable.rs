@@ -25,16 +25,86 @@
 //! prefix (every offset below it committed), flushes the byte ranges that
 //! prefix added since the last round (`msync(MS_SYNC)` of those pages, a data
 //! sync of that range of the file), and, for each sealed segment the prefix
-//! now covers entirely, writes the segment's *completion* fields into its
-//! header and flushes that page (data first, then the marker: a marker on
-//! disk means the records it counts are too). Newly created segment files are
-//! made to survive a machine crash by an fsync of the directory in the next
-//! round, before any record in them is reported durable.
+//! now covers entirely (and each one sealed after an earlier prefix covered
+//! it: see "The completion marker"), writes the segment's *completion*
+//! fields into its header and flushes that page (data first, then the
+//! marker: a marker on disk means the records it counts are too). Newly
+//! created segment files are made to survive a machine crash by an fsync of
+//! the directory in the next round, before any record in them is reported
+//! durable.
 //!
 //! Durability is a prefix: a record is durable only once every record before
 //! it is. That is what keeps offsets dense after a crash (recovery keeps the
 //! records before the first missing one), and it is why an `Always` publisher
 //! may wait for a slower one that reserved an earlier offset.
+//!
+//! # The completion marker
+//!
+//! A segment file's completion fields (`file.rs`) are what make damage in it
+//! damage: recovery takes a bad record in a file without them for a torn
+//! tail and cuts the partition there, silently (`recovery.rs`). So every
+//! sealed segment must get them, under every policy. A segment goes through
+//! four states on the way:
+//!
+//! 1. *Open*: publishers reserve and commit records in it.
+//! 2. *Full*: a reservation did not fit; its publisher is the sealer
+//!    (`segment.rs`), which has not stored the final count yet.
+//! 3. *Sealed*: the sealer wrote the end mark and stored the count
+//!    (`Release`), then installed the next segment in the directory.
+//! 4. *Marked*: a sync round wrote the completion fields (and flushed them,
+//!    after the records they count, unless the policy is `Never`).
+//!
+//! Publishers move a segment from 1 to 2 and its sealer from 2 to 3; only a
+//! sync round moves it from 3 to 4: the leader of an `Always` round,
+//! [`Log::sync`](super::Log::sync) (the broker's interval flusher), or the
+//! final round of a clean close. Rounds run one at a time (the leader
+//! flag), and `marked_below`, kept under the lock, says how far they got:
+//! every segment whose base is below it is marked.
+//!
+//! **The rule: a round starts at the oldest segment that may lack its
+//! marker, not at the durable watermark.** Its snapshot of the directory
+//! begins at `min(watermark, marked_below)`. A sealed segment wholly behind
+//! the watermark whose marker is missing gets its end mark flushed and then
+//! its marker (its records went to disk in the rounds that moved the
+//! watermark past them); from the watermark on, the round flushes and marks
+//! as described above.
+//!
+//! *The race it survives.* The committed prefix may end exactly at the end
+//! of a segment in state 2: every record of it committed and covered, its
+//! count not stored yet. The round raises the watermark to that segment's
+//! end, which is the next segment's base, and cannot mark it (it has no
+//! count). A round that started at the watermark then never looked at it
+//! again, and it stayed unmarked for good. That was no rare interleaving:
+//! a lone `Always` publisher's append is covered by its own round before
+//! its next append finds the segment full and seals it, so every segment
+//! of an `Always` session ended that way (issue 40, item 2: 21 sealed
+//! files, none marked), and an `Interval` round falling in that gap did the
+//! same. Starting from `marked_below`, every later round looks at the
+//! segment again until it is sealed, and marks it.
+//!
+//! What each policy guarantees from this:
+//!
+//! * `Always`: once an append whose records lie in a later segment returns,
+//!   every segment before that one is marked. The round that covered the
+//!   append found the later segment in a directory it loaded with `Acquire`
+//!   (L2 in `dir.rs`), which the sealer published after its seal, so the
+//!   round sees the earlier segment sealed; and its snapshot begins at or
+//!   before that segment, which is unmarked until some round marks it.
+//! * `Interval`: the first round that sees the seal marks the segment.
+//! * `Never`: the broker runs no round until the clean close, whose round
+//!   marks every sealed segment ([`Log::sync`](super::Log::sync) marks them
+//!   too, flushing nothing).
+//!
+//! A round's snapshot therefore holds the segments sealed since the last
+//! round besides those from the watermark on: one more segment, as a rule.
+//! Two loom models in `loom-tests/tests/log.rs` run it on the real code: a
+//! flusher round racing the seal and roll
+//! (`a_segment_sealed_after_its_round_is_marked_by_the_next`), and the same
+//! with an `Always` publisher
+//! (`an_always_append_into_a_later_segment_returns_with_the_earlier_ones_marked`).
+//! The rule adds no fence: a round reads the seal with `Acquire` and, for a
+//! segment it reached through the directory, after L2; the rest is under the
+//! lock and the leader flag.
 //!
 //! # Group commit
 //!
@@ -292,8 +362,9 @@ struct SyncState {
     /// A round is running (its leader works without the lock), or its leader
     /// is gathering.
     leader: bool,
-    /// Sealed segments below this base have their completion marker
-    /// written. Touched only by the leader of a round.
+    /// Every segment whose base is below this has its completion marker;
+    /// a round scans from here if the watermark is further on (see "The
+    /// completion marker"). Moved only at the end of a round.
     marked_below: u64,
     /// The ends (one past the last offset) of the records of the publishers
     /// inside `wait_durable` that no round has covered yet, one entry per
@@ -544,10 +615,13 @@ impl Durability {
 }
 
 /// One sync round from the durable watermark `from`: flushes what the
-/// committed prefix added since, marks the sealed segments it completed, and
-/// returns the new watermark and marker position.
+/// committed prefix added since, marks the sealed segments it completed (and
+/// those sealed behind the watermark since the last round: see "The
+/// completion marker"), and returns the new watermark and marker position.
 fn round(files: &Files, segments: SegmentsFrom<'_>, from: u64, mut marked_below: u64) -> Result<(u64, u64)> {
-    let segs = segments(from);
+    // From the oldest segment that may still lack its marker, which may lie
+    // wholly behind the watermark.
+    let segs = segments(from.min(marked_below));
     // New files first: a record is not durable while its file's name is not.
     let flush = files.flush;
     if flush {
@@ -559,6 +633,23 @@ fn round(files: &Files, segments: SegmentsFrom<'_>, from: u64, mut marked_below:
             break;
         }
         let file = seg.file().expect("a durable log's segments are files");
+        if let Some(count) = seg.sealed_count()
+            && seg.base() + count <= from
+        {
+            // Behind the watermark: its records went to disk in the rounds
+            // that moved the watermark past them, but it was sealed only
+            // after the last of those (or its marker was not written yet for
+            // another reason): only its end mark and marker are due.
+            if seg.base() >= marked_below {
+                let used = used_bytes(seg, count);
+                if flush {
+                    file.flush_region(used, (used + file::FRAME_LEN as u64).min(seg.capacity()))?;
+                }
+                file.mark_complete(count, used, flush)?;
+                marked_below = seg.base() + 1;
+            }
+            continue;
+        }
         let mut index = end - seg.base();
         let start = match seg.committed(index) {
             Some(pos) => pos - file::FRAME_LEN as u64,
@@ -569,10 +660,14 @@ fn round(files: &Files, segments: SegmentsFrom<'_>, from: u64, mut marked_below:
             stop = seg.record_end(index, pos);
             index += 1;
         }
+        // Read once: the end mark is flushed exactly when the marker is
+        // written. A seal that comes after this read is the next round's
+        // (the segment is then behind the watermark, above).
+        let sealed = seg.sealed_count();
         if flush {
             // A segment the prefix now covers whole ends with its end mark
             // (a recycled file's; see `file.rs`): flushed with its records.
-            let through = match seg.sealed_count() {
+            let through = match sealed {
                 Some(count) if index >= count => (stop + file::FRAME_LEN as u64).min(seg.capacity()),
                 _ => stop,
             };
@@ -580,7 +675,7 @@ fn round(files: &Files, segments: SegmentsFrom<'_>, from: u64, mut marked_below:
             file.flush_region(start, through)?;
         }
         end = seg.base() + index;
-        match seg.sealed_count() {
+        match sealed {
             Some(count) if index >= count => {
                 if seg.base() >= marked_below {
                     file.mark_complete(count, used_bytes(seg, count), flush)?;

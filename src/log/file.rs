@@ -16,9 +16,11 @@
 //!
 //! The header (little-endian): `MAGIC` (8 bytes), `VERSION` (u32), the CRC32C
 //! of the fixed fields (u32), the base offset (u64), the record region's
-//! capacity (u64); then the *completion* fields, written once every record
-//! of the sealed segment is committed (and, unless the fsync policy is
-//! `Never`, on disk): the record count (u64), the bytes they fill (u64) and a
+//! capacity (u64); then the *completion* fields, written by a sync round
+//! (or by recovery, for the files it keeps) once every record of the sealed
+//! segment is committed (and, unless the fsync policy is `Never`, on disk;
+//! every sealed segment gets them, see "The completion marker" in
+//! `durable.rs`): the record count (u64), the bytes they fill (u64) and a
 //! CRC32C of those two fields and the base (u32); then the file's
 //! *generation* (u64, a fixed field): 0 for a file created for its segment,
 //! one more each time it is recycled. A file whose completion fields are
