@@ -132,6 +132,8 @@ def cargo_build() -> Path:
     env["CARGO_ENCODED_RUSTFLAGS"] = "\x1f".join([*given, *remap])
     env["CARGO_PROFILE_RELEASE_DEBUG"] = "0"
     env["CARGO_PROFILE_RELEASE_STRIP"] = "debuginfo"
+    if WORKSPACE == HERE / SDIST_WORKSPACE:
+        mark_sources_new()
     cmd = [cargo, "build", "--release", "-p", "rill-ffi", "--target-dir", str(target_dir)]
     # RILL_CARGO_FEATURES=nats builds the library with the NATS bridge (rill.nats).
     features = env.get("RILL_CARGO_FEATURES", "").strip()
@@ -157,6 +159,22 @@ def cargo_build() -> Path:
             if Path(f).name == LIB_NAME:
                 return Path(f)
     raise RuntimeError(f"cargo built rill-ffi but reported no {LIB_NAME}")
+
+
+def mark_sources_new() -> None:
+    """Sets the sdist's workspace files' modification times to now.
+
+    Cargo names the workspace's crates by their path inside the workspace
+    and calls them up to date when no source is newer than their last build.
+    A target directory shared with another source tree (CARGO_TARGET_DIR)
+    may hold a build of other sources at the same paths, newer than an
+    sdist's files (a tarball keeps their times): without this, cargo would
+    keep that library. The dependencies, named by their registry version,
+    stay shared.
+    """
+    for path in WORKSPACE.rglob("*"):
+        if path.is_file() and path.relative_to(WORKSPACE).parts[0] != "target":
+            os.utime(path)
 
 
 def notify(text: str) -> None:

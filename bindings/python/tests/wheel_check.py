@@ -214,12 +214,14 @@ def main(work: Path) -> list[str]:
 
     # The sdist, built from the clone, then a wheel from it alone.
     sdists, unpacked, sdist_wheels = work / "sdist", work / "unpacked", work / "sdist-wheels"
-    subprocess.run(
+    made = subprocess.run(
         [str(py), "-m", "build", "--sdist", "--outdir", str(sdists), str(clone / "bindings" / "python")],
-        check=True,
         env=env,
-        stdout=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
     )
+    if made.returncode != 0:
+        return [*errors, f"python -m build --sdist failed:\n{made.stdout}{made.stderr}"]
     [sdist] = sdists.glob("*.tar.gz")
     if not sdist.name.startswith(f"{NORMALIZED}-"):
         errors.append(f"{sdist.name} is not an sdist of {DISTRIBUTION}")
