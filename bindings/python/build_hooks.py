@@ -15,8 +15,9 @@ backend, which runs ``BuildPy`` below:
   unpacked sdists can share one) with the release profile minus debug
   information (``CARGO_PROFILE_RELEASE_DEBUG=0``,
   ``CARGO_PROFILE_RELEASE_STRIP=debuginfo``: about 1 MB instead of 8) and
-  with cargo's home, the checkout and the target directory remapped
-  (``--remap-path-prefix``), so no absolute path of the build machine is
+  with cargo's home and the target directory remapped
+  (``--remap-path-prefix``; cargo compiles the workspace's own crates with
+  paths relative to it), so no absolute path of the build machine is
   baked into the library, plus the flags the workspace's
   ``.cargo/config.toml`` gives this host (TLS descriptors on x86-64 Linux),
   which cargo would drop once the remapping is passed in the environment;

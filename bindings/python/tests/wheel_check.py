@@ -146,12 +146,15 @@ def check_wheel(wheel: Path, forbidden: set[str], licenses: list[Path]) -> list[
                 if path.encode() in data:
                     errors.append(f"{name} contains the absolute path {path}")
         metadata = next((n for n in z.namelist() if n.endswith(".dist-info/METADATA")), "")
-        if f"Name: {DISTRIBUTION}\n" not in (z.read(metadata).decode() if metadata else ""):
+        headers = (z.read(metadata).decode() if metadata else "").split("\n\n", 1)[0].splitlines()
+        if f"Name: {DISTRIBUTION}" not in headers:
             errors.append(f"the wheel's METADATA does not name the distribution {DISTRIBUTION}")
         for license_file in licenses:
             inside = f"{metadata.rsplit('/', 1)[0]}/licenses/{license_file.name}"
             if inside not in z.namelist() or z.read(inside) != license_file.read_bytes():
                 errors.append(f"the wheel does not carry {license_file.name} as {inside}")
+            if f"License-File: {license_file.name}" not in headers:
+                errors.append(f"the wheel's METADATA does not name {license_file.name} in a License-File header")
         lib = z.read("rill/librill.so") if "rill/librill.so" in names else b""
     if not lib.startswith(b"\x7fELF\x02\x01"):
         errors.append("librill.so in the wheel is not a 64-bit little-endian ELF library")
