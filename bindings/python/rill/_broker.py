@@ -301,7 +301,7 @@ def _decode_all(base: int, count: int, topics: dict[int, str]) -> list[Message]:
 
 
 class _Entry:
-    __slots__ = ("batch", "handler", "on_dead_letter", "on_lagged", "topics")
+    __slots__ = ("batch", "handler", "last_attempt", "on_dead_letter", "on_lagged", "topics")
 
     def __init__(
         self,
@@ -309,12 +309,16 @@ class _Entry:
         batch: bool,
         on_lagged: Callable[..., Any] | None,
         on_dead_letter: Callable[..., Any] | None = None,
+        last_attempt: int = 1,
     ) -> None:
         self.handler = handler
         self.batch = batch
         self.topics: dict[int, str] = {}
         self.on_lagged = on_lagged
         self.on_dead_letter = on_dead_letter
+        # The attempt whose retry the library no longer retries: max_attempts
+        # (it dead-letters the message), or 1 at most once (it drops it).
+        self.last_attempt = last_attempt
 
 
 _handlers: dict[int, _Entry] = {}
@@ -344,6 +348,8 @@ def _on_batch_py(user_data: int | None, msgs: int, count: int, acks: int) -> int
     # delivery fast); a per-message handler is called once per message and
     # the run stops at its first retry. Nothing may escape into C.
     handled = 0
+    entry: _Entry | None = None
+    messages: list[Message] = []
     try:
         entry = _handlers[user_data or 0]
         out = (ctypes.c_int32 * count).from_address(acks)
@@ -368,7 +374,7 @@ def _on_batch_py(user_data: int | None, msgs: int, count: int, acks: int) -> int
                 ack, why = _ack(handler(m))
             except BaseException as e:  # noqa: BLE001 - a handler's exception must become a retry
                 ack, why = _ffi.RILL_ACK_RETRY, f"{type(e).__name__}: {e}"
-                _log_handler_exception(m)
+                _log_handler_exception(entry, m, why)
             if ack != _ffi.RILL_ACK_SUCCESS:
                 out[k] = ack
                 if why:
@@ -377,12 +383,21 @@ def _on_batch_py(user_data: int | None, msgs: int, count: int, acks: int) -> int
                     return k + 1
         return count
     except BaseException as e:  # noqa: BLE001 - never let anything reach C
-        try:  # noqa: SIM105 - no contextlib in a C callback that may run at interpreter exit
-            _log.error("a batch handler raised %s", type(e).__name__, exc_info=True)
-        except BaseException:  # noqa: BLE001 - e.g. a logging handler that raises
-            pass
         try:
-            _reason(msgs + handled * _MESSAGE_SIZE, f"{type(e).__name__}: {e}")
+            why = f"{type(e).__name__}: {e}"
+        except BaseException:  # noqa: BLE001 - an exception whose str() raises
+            why = type(e).__name__
+        if entry is not None and handled < len(messages):
+            # The failure falls on the message retried (a batch handler's:
+            # the batch's first).
+            _log_handler_exception(entry, messages[handled], why)
+        else:
+            try:  # noqa: SIM105 - no contextlib in a C callback that may run at interpreter exit
+                _log.error("delivering messages to a handler raised %s", type(e).__name__, exc_info=True)
+            except BaseException:  # noqa: BLE001 - e.g. a logging handler that raises
+                pass
+        try:
+            _reason(msgs + handled * _MESSAGE_SIZE, why)
             (ctypes.c_int32 * count).from_address(acks)[handled] = _ffi.RILL_ACK_RETRY
         except BaseException:  # noqa: BLE001
             pass
@@ -402,18 +417,24 @@ def _on_lagged_py(user_data: int | None, topic: bytes, partition: int, missed: i
             pass
 
 
-def _log_handler_exception(m: Message) -> None:
-    """Logs the exception being handled, with its traceback, to the "rill"
-    logger (the message becomes a retry, with the text as its reason)."""
-    try:  # noqa: SIM105 - no contextlib in a C callback that may run at interpreter exit
-        _log.error(
-            "a handler raised on %s partition %d offset %d (attempt %d)",
-            m.topic,
-            m.partition,
-            m.offset,
-            m.attempt,
-            exc_info=True,
-        )
+def _log_handler_exception(entry: _Entry, m: Message, why: str) -> None:
+    """Logs the exception being handled to the "rill" logger (the message
+    becomes a retry, with ``why`` as its reason).
+
+    A poison message fails on every attempt, so a traceback per attempt
+    would repeat one story ``max_attempts`` times: a retry logs one line at
+    WARNING (its traceback at DEBUG), and the last attempt, after which the
+    library dead-letters (or, at most once, drops) the message, logs the
+    traceback at ERROR.
+    """
+    try:
+        where = f"{m.topic} partition {m.partition} offset {m.offset} (attempt {m.attempt} of {entry.last_attempt})"
+        if m.attempt >= entry.last_attempt:
+            _log.error("a handler raised on %s, its last attempt: %s", where, why, exc_info=True)
+        else:
+            _log.warning("a handler raised on %s: %s; retrying", where, why)
+            if _log.isEnabledFor(logging.DEBUG):
+                _log.debug("the traceback of the handler's failure on %s", where, exc_info=True)
     except BaseException:  # noqa: BLE001 - e.g. a logging handler that raises
         pass
 
@@ -1153,7 +1174,10 @@ class Broker(_Handle):
         to be called again after a backoff, ``Ack.DEAD_LETTER`` to give up; an
         exception is a retry whose type and text become the reason recorded
         with the message (``rill.dlq.reason`` once dead-lettered); it is also
-        logged, with its traceback, to the ``logging.getLogger("rill")``.
+        logged to ``logging.getLogger("rill")``: one line at WARNING while
+        the message will be retried (the traceback at DEBUG), the traceback at
+        ERROR on its last attempt (then it is dead-lettered, or at most once
+        dropped).
         ``start`` is "latest", "earliest", an offset, or a ``datetime`` (the
         first message published at or after it); ``backoff`` is
         (initial, max[, multiplier]) in seconds.
@@ -1251,7 +1275,8 @@ class Broker(_Handle):
             o.on_dead_letter = _on_dead_letter
         o.user_data_free = _on_free
         handler_id = next(_ids)
-        _handlers[handler_id] = _Entry(handler, batch, on_lagged, on_dead_letter)
+        last_attempt = 1 if delivery == "at_most_once" else o.max_attempts
+        _handlers[handler_id] = _Entry(handler, batch, on_lagged, on_dead_letter, last_attempt)
         out = c_void_p()
         # On failure the library calls _on_free, which drops the entry.
         check(

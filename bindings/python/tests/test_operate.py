@@ -244,3 +244,83 @@ def test_logs_reach_python_logging_and_dead_letters_raise_the_alert(
         assert not [r for r in caplog.records if r.name == "rill.subscription"]
     finally:
         rill.set_log_level(logging.INFO)
+
+
+def test_a_poison_message_logs_one_line_per_retry_and_its_traceback_once(
+    broker: rill.Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="rill")
+    broker.create_topic("jobs")
+    dead: list[str] = []
+
+    def handler(m: rill.Message) -> Any:
+        raise ValueError(f"unparseable order {m.payload!r}")
+
+    sub = broker.subscribe(
+        "jobs",
+        handler,
+        max_attempts=5,
+        backoff=(0.001, 0.002),
+        on_dead_letter=lambda m, why: dead.append(why),
+    )
+    broker.publish("jobs", b"poison")
+    assert sub.wait_idle(WAIT)
+    assert dead == ["ValueError: unparseable order b'poison'"]
+    assert sub.stats().dead_lettered == 1
+
+    ours = [r for r in caplog.records if r.name == "rill"]
+    # Attempts 1 to 4 are retries: one line each, no traceback.
+    retries = [r for r in ours if r.levelno < logging.ERROR]
+    assert [r.levelno for r in retries] == [logging.WARNING] * 4, caplog.text
+    assert all(r.exc_info is None and "\n" not in r.getMessage() for r in retries), caplog.text
+    assert all(f"(attempt {k} of 5)" in r.getMessage() for k, r in enumerate(retries, 1)), caplog.text
+    assert all("ValueError: unparseable order b'poison'" in r.getMessage() for r in retries), caplog.text
+    # The fifth dead-letters it: the traceback, once, at ERROR.
+    errors = [r for r in ours if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "(attempt 5 of 5)" in errors[0].getMessage(), caplog.text
+    assert errors[0].exc_info is not None and errors[0].exc_info[0] is ValueError
+    assert [r for r in ours if r.exc_info] == errors, caplog.text
+
+    # At DEBUG each retry's traceback is there too.
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="rill")
+    broker.publish("jobs", b"again")
+    assert sub.wait_idle(WAIT)
+    traced = [r for r in caplog.records if r.name == "rill" and r.exc_info]
+    assert [r.levelno for r in traced] == [logging.DEBUG] * 4 + [logging.ERROR], caplog.text
+
+
+def test_a_raising_handler_of_an_at_most_once_subscription_logs_its_traceback_once(
+    broker: rill.Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="rill")
+    broker.create_topic("jobs")
+
+    def handler(m: rill.Message) -> Any:
+        raise ValueError("unparseable")
+
+    sub = broker.subscribe("jobs", handler, delivery="at_most_once")
+    broker.publish("jobs", b"poison")
+    assert sub.wait_idle(WAIT)
+    assert sub.stats().dropped == 1
+    # No retry follows: the one failure is the last, logged with its traceback.
+    ours = [r for r in caplog.records if r.name == "rill"]
+    assert [(r.levelno, r.exc_info is not None) for r in ours] == [(logging.ERROR, True)], caplog.text
+
+
+def test_a_raising_batch_handler_logs_one_line_per_retry_and_its_traceback_once(
+    broker: rill.Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="rill")
+    broker.create_topic("jobs")
+
+    def handler(batch: list[rill.Message]) -> Any:
+        raise ValueError("unparseable batch")
+
+    sub = broker.subscribe("jobs", handler, batch=True, max_attempts=2, backoff=(0.001, 0.002))
+    broker.publish("jobs", b"poison")
+    assert sub.wait_idle(WAIT)
+    assert sub.stats().dead_lettered == 1
+    ours = [r for r in caplog.records if r.name == "rill"]
+    assert [(r.levelno, r.exc_info is not None) for r in ours] == [(logging.WARNING, False), (logging.ERROR, True)]
+    assert "jobs partition 0 offset 0 (attempt 2 of 2)" in ours[1].getMessage(), caplog.text

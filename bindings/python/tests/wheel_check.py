@@ -4,26 +4,57 @@
 
 From a fresh clone of the repository's committed HEAD, with nothing built:
 ``pip wheel ./bindings/python`` in a new venv must build librill itself and
-give a platform-tagged wheel (py3-none-<platform>) that holds the package
-and the library, the library without debug sections and (on x86-64) with
-the TLS descriptors the workspace's cargo config asks for, and no absolute path
-of the machine it was built on; installed into the venv, a script run from
-elsewhere (RILL_LIBRARY unset) must publish and receive with the library
-inside the package. Exits non-zero with the reasons otherwise.
+give a wheel of the distribution ``rill-pubsub`` tagged py3-none-<platform>,
+where on Linux the platform is ``manylinux_<X>_<Y>_<arch>`` with glibc X.Y
+the newest ``GLIBC_`` version the library references (PEP 600, what a
+package index accepts); the wheel holds the package and the library, the
+library without debug sections and (on x86-64) with the TLS descriptors the
+workspace's cargo config asks for, the licence files at the repository's
+root in its .dist-info, and no absolute path of the machine it was built on;
+installed into the venv, a script run from elsewhere (RILL_LIBRARY unset)
+must publish and receive with the library inside the package.
+
+Then the sdist: ``python -m build --sdist`` of the clone must carry the
+build hooks and the Rust workspace (under ``rust/``); unpacked into an empty
+directory, away from the clone, ``pip wheel`` of it must give a wheel that
+passes the same checks. Both builds share one cargo target directory
+(``CARGO_TARGET_DIR``), so the second compiles only rill's own crates.
+Exits non-zero with the reasons otherwise.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
+# The distribution's name on the package index (the import name is rill),
+# and as it begins the wheel's and the sdist's file names.
+DISTRIBUTION = "rill-pubsub"
+NORMALIZED = "rill_pubsub"
+# What the sdist must carry for build_hooks.py to run cargo.
+SDIST_NEEDS = {
+    "build_hooks.py",
+    "pyproject.toml",
+    "rill/__init__.py",
+    "rust/Cargo.toml",
+    "rust/Cargo.lock",
+    "rust/.cargo/config.toml",
+    "rust/src/lib.rs",
+    "rust/ffi/Cargo.toml",
+    "rust/ffi/build.rs",
+    "rust/nats/Cargo.toml",
+}
+# A glibc symbol version as the library's dynamic string table names it.
+GLIBC_VERSION = re.compile(rb"GLIBC_2\.(\d+)")
 EXPECTED = {
     "rill/__init__.py",
     "rill/_broker.py",
@@ -89,6 +120,73 @@ def tls_descriptors(elf: bytes, found: dict[str, bytes]) -> int | None:
     )
 
 
+def expected_platform(lib: bytes, found: dict[str, bytes]) -> str:
+    """The platform tag the library needs: on Linux manylinux_2_<Y>_<arch>
+    with 2.Y the newest glibc version in its dynamic string table (the names
+    of the symbol versions it needs), else this platform's own tag."""
+    platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    glibc = [int(m) for m in GLIBC_VERSION.findall(found.get(".dynstr", b""))]
+    if not platform.startswith("linux_") or not glibc:
+        return platform
+    return f"manylinux_2_{max(glibc)}_{platform[len('linux_') :]}"
+
+
+def check_wheel(wheel: Path, forbidden: set[str], licenses: list[Path]) -> list[str]:
+    """The wheel's tag, contents, licence, library and absence of paths."""
+    errors: list[str] = []
+    if not wheel.name.startswith(f"{NORMALIZED}-"):
+        errors.append(f"{wheel.name} is not a wheel of {DISTRIBUTION}")
+    with zipfile.ZipFile(wheel) as z:
+        names = {n for n in z.namelist() if not n.startswith(f"{NORMALIZED}-")}
+        if names != EXPECTED:
+            errors.append(f"wheel contents: missing {sorted(EXPECTED - names)}, unexpected {sorted(names - EXPECTED)}")
+        for name in z.namelist():
+            data = z.read(name)
+            for path in forbidden:
+                if path.encode() in data:
+                    errors.append(f"{name} contains the absolute path {path}")
+        metadata = next((n for n in z.namelist() if n.endswith(".dist-info/METADATA")), "")
+        headers = (z.read(metadata).decode() if metadata else "").split("\n\n", 1)[0].splitlines()
+        if f"Name: {DISTRIBUTION}" not in headers:
+            errors.append(f"the wheel's METADATA does not name the distribution {DISTRIBUTION}")
+        for license_file in licenses:
+            inside = f"{metadata.rsplit('/', 1)[0]}/licenses/{license_file.name}"
+            if inside not in z.namelist() or z.read(inside) != license_file.read_bytes():
+                errors.append(f"the wheel does not carry {license_file.name} as {inside}")
+            if f"License-File: {license_file.name}" not in headers:
+                errors.append(f"the wheel's METADATA does not name {license_file.name} in a License-File header")
+        lib = z.read("rill/librill.so") if "rill/librill.so" in names else b""
+    if not lib.startswith(b"\x7fELF\x02\x01"):
+        errors.append("librill.so in the wheel is not a 64-bit little-endian ELF library")
+        return errors
+    found = sections(lib)
+    debug = [n for n in found if n.startswith(".debug")]
+    if debug:
+        errors.append(f"librill.so in the wheel still has debug sections: {debug}")
+    if tls_descriptors(lib, found) == 0:
+        errors.append("librill.so in the wheel reaches its thread-locals without TLS descriptors")
+    platform = expected_platform(lib, found)
+    if not wheel.name.endswith(f"-py3-none-{platform}.whl"):
+        errors.append(f"{wheel.name} is not tagged py3-none-{platform}, the glibc its library needs")
+    return errors
+
+
+def install_and_run(py: Path, wheel: Path, work: Path, env: dict[str, str]) -> list[str]:
+    pip = [str(py), "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", "--force-reinstall", "--no-deps", str(wheel)], check=True, env=env)
+    run = subprocess.run([str(py), "-c", SCRIPT], cwd=work, env=env, capture_output=True, text=True)
+    if run.returncode != 0:
+        return [f"{wheel.name}: the installed package failed:\n{run.stderr}"]
+    if "site-packages/rill/librill.so" not in run.stdout:
+        return [f"{wheel.name}: the library was loaded from {run.stdout.strip()}, not from the package"]
+    return []
+
+
+def one_wheel(directory: Path) -> Path | None:
+    built = list(directory.glob("*.whl"))
+    return built[0] if len(built) == 1 else None
+
+
 def main(work: Path) -> list[str]:
     errors: list[str] = []
     clone, venv, wheels = work / "clone", work / "venv", work / "wheels"
@@ -97,49 +195,60 @@ def main(work: Path) -> list[str]:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     pip = [str(py), "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", "build"], check=True)
     env = {k: v for k, v in os.environ.items() if k != "RILL_LIBRARY"}
+    # One target directory for both builds: the second reuses the first's
+    # dependencies. Its path is remapped in the library like the others.
+    env["CARGO_TARGET_DIR"] = str(work / "cargo-target")
     subprocess.run(
         [*pip, "wheel", "--no-deps", "-w", str(wheels), str(clone / "bindings" / "python")], check=True, env=env
     )
 
-    built = list(wheels.glob("*.whl"))
-    if len(built) != 1:
-        return [f"expected one wheel, found {built}"]
-    wheel = built[0]
-    platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
-    if not wheel.name.endswith(f"-py3-none-{platform}.whl"):
-        errors.append(f"{wheel.name} is not tagged py3-none-{platform}")
-
+    wheel = one_wheel(wheels)
+    if wheel is None:
+        return [f"expected one wheel, found {list(wheels.glob('*'))}"]
     forbidden = {str(p) for p in (clone, REPO, work, Path.home()) if str(p) not in ("/", "")}
     cargo_home = os.environ.get("CARGO_HOME")
     if cargo_home:
         forbidden.add(cargo_home)
-    with zipfile.ZipFile(wheel) as z:
-        names = {n for n in z.namelist() if not n.startswith("rill-0")}
-        if names != EXPECTED:
-            errors.append(f"wheel contents: missing {sorted(EXPECTED - names)}, unexpected {sorted(names - EXPECTED)}")
-        for name in z.namelist():
-            data = z.read(name)
-            for path in forbidden:
-                if path.encode() in data:
-                    errors.append(f"{name} contains the absolute path {path}")
-        lib = z.read("rill/librill.so") if "rill/librill.so" in names else b""
-        if not lib.startswith(b"\x7fELF\x02\x01"):
-            errors.append("librill.so in the wheel is not a 64-bit little-endian ELF library")
-        else:
-            found = sections(lib)
-            debug = [n for n in found if n.startswith(".debug")]
-            if debug:
-                errors.append(f"librill.so in the wheel still has debug sections: {debug}")
-            if tls_descriptors(lib, found) == 0:
-                errors.append("librill.so in the wheel reaches its thread-locals without TLS descriptors")
+    licenses = sorted(p for p in clone.iterdir() if p.is_file() and p.name.upper().startswith("LICENSE"))
+    errors += check_wheel(wheel, forbidden, licenses)
+    errors += install_and_run(py, wheel, work, env)
 
-    subprocess.run([*pip, "install", "--no-deps", str(wheel)], check=True, env=env)
-    run = subprocess.run([str(py), "-c", SCRIPT], cwd=work, env=env, capture_output=True, text=True)
-    if run.returncode != 0:
-        errors.append(f"the installed package failed:\n{run.stderr}")
-    elif "site-packages/rill/librill.so" not in run.stdout:
-        errors.append(f"the library was loaded from {run.stdout.strip()}, not from the package")
+    # The sdist, built from the clone, then a wheel from it alone.
+    sdists, unpacked, sdist_wheels = work / "sdist", work / "unpacked", work / "sdist-wheels"
+    made = subprocess.run(
+        [str(py), "-m", "build", "--sdist", "--outdir", str(sdists), str(clone / "bindings" / "python")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        return [*errors, f"python -m build --sdist failed:\n{made.stdout}{made.stderr}"]
+    [sdist] = sdists.glob("*.tar.gz")
+    if not sdist.name.startswith(f"{NORMALIZED}-"):
+        errors.append(f"{sdist.name} is not an sdist of {DISTRIBUTION}")
+    with tarfile.open(sdist) as tar:
+        members = tar.getnames()
+        root = members[0].split("/", 1)[0]
+        inside = {m.split("/", 1)[1] for m in members if "/" in m}
+        missing = sorted(SDIST_NEEDS - inside)
+        if missing:
+            errors.append(f"the sdist lacks {missing}")
+        stray = sorted(m for m in inside if m.endswith(".so") or m.startswith(("rust/target/", "rust/bindings/")))
+        if stray:
+            errors.append(f"the sdist carries build output or the bindings: {stray[:5]}")
+        unpacked.mkdir()
+        tar.extractall(unpacked, filter="data")
+    source = unpacked / root
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "-w", str(sdist_wheels), str(source)], check=True, env=env, cwd=unpacked
+    )
+    wheel = one_wheel(sdist_wheels)
+    if wheel is None:
+        return [*errors, f"expected one wheel from the sdist, found {list(sdist_wheels.glob('*'))}"]
+    errors += [f"from the sdist: {e}" for e in check_wheel(wheel, forbidden | {str(unpacked)}, licenses)]
+    errors += install_and_run(py, wheel, work, env)
     return errors
 
 
@@ -154,6 +263,6 @@ if __name__ == "__main__":
     for p in problems:
         print("wheel check:", p, file=sys.stderr)
     if not problems:
-        print(f"wheel check: ok ({next((work / 'wheels').glob('*.whl')).name})")
+        print(f"wheel check: ok ({next((work / 'wheels').glob('*.whl')).name} and the sdist's)")
         shutil.rmtree(work, ignore_errors=True)
     sys.exit(1 if problems else 0)
