@@ -4,8 +4,8 @@
 
 From a fresh clone of the repository's committed HEAD, with nothing built:
 ``pip wheel ./bindings/python`` in a new venv must build librill itself and
-give a platform-tagged wheel (py3-none-<platform>) that holds the package
-and the library, the library without debug sections and (on x86-64) with
+give a platform-tagged wheel (py3-none-<platform>) that holds the package,
+the library and the licence texts, the library without debug sections and (on x86-64) with
 the TLS descriptors the workspace's cargo config asks for, and no absolute path
 of the machine it was built on; installed into the venv, a script run from
 elsewhere (RILL_LIBRARY unset) must publish and receive with the library
@@ -34,6 +34,9 @@ EXPECTED = {
     "rill/py.typed",
     "rill/librill.so",
 }
+# The licence texts, wherever in the .dist-info the wheel's metadata version
+# puts them (licenses/ from metadata 2.4 on, the top of it before).
+LICENCES = ("LICENSE-MIT", "LICENSE-APACHE")
 SCRIPT = """
 import os, rill
 assert "RILL_LIBRARY" not in os.environ
@@ -118,6 +121,13 @@ def main(work: Path) -> list[str]:
         names = {n for n in z.namelist() if not n.startswith("rill-0")}
         if names != EXPECTED:
             errors.append(f"wheel contents: missing {sorted(EXPECTED - names)}, unexpected {sorted(names - EXPECTED)}")
+        repo_texts = {name: (REPO / name).read_bytes() for name in LICENCES}
+        for name, text in repo_texts.items():
+            shipped = [n for n in z.namelist() if ".dist-info/" in n and n.endswith("/" + name)]
+            if not shipped:
+                errors.append(f"the wheel has no {name} in its .dist-info")
+            elif any(z.read(n) != text for n in shipped):
+                errors.append(f"{name} in the wheel differs from the repository's")
         for name in z.namelist():
             data = z.read(name)
             for path in forbidden:
