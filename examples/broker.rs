@@ -1,9 +1,10 @@
 //! The README's "Using the broker from Rust" snippet as a program:
-//! `cargo run --example broker`. The snippet is kept as the README has it
+//! `cargo run --example broker`. The snippet's body (the README's program
+//! without its `fn main` and `Ok(())`) is kept as the README has it
 //! (tests/readme_examples.rs checks that); the checks after it make the run
 //! fail if the snippet stops doing what the README says.
 
-fn main() -> Result<(), rill::Error> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     use rill::{Ack, Broker, BrokerConfig, Message, Record, SubscriptionOptions, TopicOptions};
     use std::time::Duration;
 

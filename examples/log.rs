@@ -1,5 +1,6 @@
 //! The README's "Using the log from Rust" snippet as a program:
-//! `cargo run --example log`. The snippet is kept as the README has it
+//! `cargo run --example log`. The snippet's body (the README's program
+//! without its `fn main` and `Ok(())`) is kept as the README has it
 //! (tests/readme_examples.rs checks that); the checks after it make the run
 //! fail if the snippet stops doing what the README says.
 
@@ -8,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let log = Log::new(&LogConfig::default())?; // 256 MiB retention by default
     let offset = log.append(&Record::new(b"hello").with_key(b"user-7").with_attributes(&[("region", "IN")]))?;
+    println!("appended at {offset}");
     let mut cursor = log.cursor_from_first();
     while let Some(record) = cursor.read()? {
         // Err(Lagged) if retention overtook us

@@ -38,6 +38,14 @@ pub mod log;
 pub(crate) mod sync;
 
 pub use self::log::{Fsync, Record};
+
+/// The README's Rust blocks, each a whole program, compiled and run as doc
+/// tests: a snippet that no longer builds or runs fails `cargo test --doc`.
+/// (`.ci/readme-snippets` checks the other faces' blocks, and that this
+/// include is here.)
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeSnippets;
 pub use broker::{
     Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT,
     DeadLetterCallback, DeliveryMode, Filter, GroupStats, LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow,

@@ -276,8 +276,16 @@ fn has_prefetchw() -> bool {
     // Relaxed: a cached fact about the CPU; racing threads store the same.
     match HAS.load(std::sync::atomic::Ordering::Relaxed) {
         0 => {
-            let max_leaf = std::arch::x86_64::__cpuid(0x8000_0000).eax;
-            let has = max_leaf >= 0x8000_0001 && std::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 8) != 0;
+            // SAFETY: CPUID exists on every x86-64 CPU and only reads
+            // identification registers; leaf 0x8000_0001 is asked for only
+            // when leaf 0x8000_0000 reports it. `__cpuid` is an unsafe function
+            // in Rust 1.88 (the declared minimum) and a safe one in later
+            // releases, so the block is needed on 1.88 and unused on later ones.
+            #[allow(unused_unsafe)]
+            let has = unsafe {
+                let max_leaf = std::arch::x86_64::__cpuid(0x8000_0000).eax;
+                max_leaf >= 0x8000_0001 && std::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 8) != 0
+            };
             HAS.store(if has { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
             has
         }

@@ -2,7 +2,7 @@
 //!
 //! Every `.rs` file under `src/` is a node; a file depends on another when
 //! it names a path into it (a `use`, or an inline `crate::...`, `super::...`
-//! or child-module path). The rules (see README's Layout):
+//! or child-module path). The rules (see CONTRIBUTING.md, "Layout"):
 //!
 //! * no import loops: no file depends, directly or through others, on a file
 //!   that depends on it. A folder's `mod.rs` counts as a file like any

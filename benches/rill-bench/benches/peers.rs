@@ -1,5 +1,5 @@
 //! rill side by side with its peers, in the same criterion groups, so one
-//! `cargo bench --bench peers` gives rill-vs-peer ratios:
+//! `cargo bench -p rill-bench --features peers --bench peers` gives rill-vs-peer ratios:
 //!
 //! * `peers_publish_64B/<system>/<producers>`: 1 and 2 producers -> 1 subscriber;
 //! * `peers_fan_out_64B/<system>/<subscribers>`: 1 producer -> 1, 4, 16 subscribers;
@@ -25,7 +25,7 @@
 //!
 //! For interleaved, paired comparisons on a noisy machine, with the self-check
 //! against each peer's plain loop, use
-//! `cargo run --release --bin rill-bench -- --suite report` instead.
+//! `cargo run --release --bin rill-bench --features peers -- --suite report` instead.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

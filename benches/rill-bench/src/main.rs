@@ -1,6 +1,9 @@
 //! `rill-bench`: throughput and latency of rill on this machine, alone or side
 //! by side with its peers (crossbeam-channel, flume, tokio broadcast, bus,
-//! disruptor) running the same workload with the same payloads.
+//! disruptor) running the same workload with the same payloads. flume,
+//! tokio, bus and disruptor are built with the `peers` feature only
+//! (`--features peers`); without it a comparison runs crossbeam and bare-log
+//! and says which peers it left out.
 //!
 //! Every comparison interleaves rill and the peer in pairs (rill, peer, rill,
 //! peer, ...) and reports the median and the worst pair's ratio, so a shared VM
@@ -53,6 +56,10 @@ Shape options (--producers, --subscribers, --consumers, --dedicated, --partition
 --delivery) define a custom scenario, or change the ones named with --scenario. Global options
 (--payload, --messages/--duration, --capacity, --work, ...) apply to every scenario.
 
+PEERS: crossbeam and bare-log are always built; flume, tokio, tokio-blocking, bus and disruptor only
+with the peers feature (cargo run --release --bin rill-bench --features peers -- ...). Without it a
+comparison runs the peers that were built and says which were not.
+
 EXAMPLES:
   rill-bench                                        the default suite, rill alone
   rill-bench --suite report                         every scenario of the README, against every peer
@@ -94,7 +101,7 @@ struct Cli {
     #[arg(long)]
     compare: bool,
 
-    /// Which peers to compare against (implies --compare) [default: all].
+    /// Which peers to compare against (implies --compare) [default: all that were built].
     #[arg(long, value_enum, value_delimiter = ',')]
     peers: Vec<System>,
 
@@ -345,12 +352,26 @@ fn main() {
     let peers: Vec<System> = if !comparing {
         Vec::new()
     } else if cli.peers.is_empty() {
-        System::PEERS.to_vec()
+        System::PEERS.into_iter().filter(|p| p.built()).collect()
     } else {
         let mut p: Vec<System> = cli.peers.iter().copied().filter(|s| *s != System::Rill).collect();
         p.dedup();
+        if let Some(missing) = p.iter().find(|s| !s.built()) {
+            Cli::command()
+                .error(clap::error::ErrorKind::ValueValidation, format!("{} {NOT_BUILT}", missing.name()))
+                .exit();
+        }
         p
     };
+    // Peers the comparison would have had in a build with them.
+    let not_built: Vec<System> = if comparing && cli.peers.is_empty() {
+        System::PEERS.into_iter().filter(|p| !p.built()).collect()
+    } else {
+        Vec::new()
+    };
+    if !not_built.is_empty() {
+        eprintln!("{}", not_built_note(&not_built));
+    }
     let default_suite_alone =
         cli.scenario.is_empty() && !cli.shape_given() && cli.suite == Suite::Default && !comparing;
     let default_seconds = if default_suite_alone { 1.0 } else { 0.5 };
@@ -472,7 +493,12 @@ fn main() {
         command: command_line(),
         probe: probe.clone(),
         hiccups,
-        notes: notes(&env, &peers, &list, pairs).into_iter().chain(disk).chain(idle).collect(),
+        notes: notes(&env, &peers, &list, pairs)
+            .into_iter()
+            .chain((!not_built.is_empty()).then(|| not_built_note(&not_built)))
+            .chain(disk)
+            .chain(idle)
+            .collect(),
         env,
         elapsed_s: started.elapsed().as_secs_f64(),
         scenarios: results,
@@ -500,6 +526,20 @@ fn main() {
 fn command_line() -> String {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.is_empty() { "rill-bench".into() } else { format!("rill-bench {}", args.join(" ")) }
+}
+
+/// Why a peer cannot run in this build.
+const NOT_BUILT: &str = "is not in this build of rill-bench: build it with the peers feature \
+                         (cargo run --release --bin rill-bench --features peers -- ...)";
+
+/// The report's line on the peers a build without the `peers` feature leaves out.
+fn not_built_note(missing: &[System]) -> String {
+    let names: Vec<&str> = missing.iter().map(|p| p.name()).collect();
+    format!(
+        "peers NOT measured, not built: {} (rill-bench was built without the peers feature; \
+             cargo run --release --bin rill-bench --features peers -- ... adds them)",
+        names.join(", ")
+    )
 }
 
 /// The setup, in words, for the report header.

@@ -22,6 +22,7 @@
 //! what is measured, and bare-log is written here (its loop is the harness).
 
 use std::hint::black_box;
+#[cfg(feature = "peers")]
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread::JoinHandle;
@@ -74,6 +75,7 @@ impl Plain {
 /// paced shape, and not bus with several producers).
 pub fn available(system: System, shape: &Shape) -> bool {
     !matches!(system, System::Rill | System::BareLog)
+        && system.built()
         && shape.rate.is_none()
         && !(system == System::Bus && shape.producers > 1)
 }
@@ -83,6 +85,7 @@ pub fn run(system: System, shape: &Shape, env: &Env) -> Option<Plain> {
     if !available(system, shape) {
         return None;
     }
+    #[cfg(feature = "peers")]
     if system == System::Disruptor {
         return Some(disruptor(shape));
     }
@@ -100,10 +103,10 @@ pub fn run(system: System, shape: &Shape, env: &Env) -> Option<Plain> {
     })
 }
 
+// `env` is the tokio loop's alone.
+#[cfg_attr(not(feature = "peers"), allow(unused_variables))]
 fn typed<P: Payload>(system: System, shape: &Shape, env: &Env) -> Plain {
-    let body = vec![0x5A; shape.payload];
     let cap = shape.capacity.max(1);
-    let subs = shape.subscribers.max(1);
     match system {
         System::Crossbeam => channels(
             shape,
@@ -111,14 +114,21 @@ fn typed<P: Payload>(system: System, shape: &Shape, env: &Env) -> Plain {
             |rx| rx.into_iter().map(black_box).count(),
             |tx, m| tx.send(m).is_ok(),
         ),
+        #[cfg(feature = "peers")]
         System::Flume => channels(
             shape,
             || flume::bounded::<P>(cap),
             |rx| rx.into_iter().map(black_box).count(),
             |tx, m| tx.send(m).is_ok(),
         ),
-        System::Tokio | System::TokioBlocking => tokio_loop::<P>(system == System::TokioBlocking, shape, env, &body),
+        #[cfg(feature = "peers")]
+        System::Tokio | System::TokioBlocking => {
+            tokio_loop::<P>(system == System::TokioBlocking, shape, env, &vec![0x5A; shape.payload])
+        }
+        #[cfg(feature = "peers")]
         System::Bus => {
+            let body = vec![0x5A; shape.payload];
+            let subs = shape.subscribers.max(1);
             let mut bus = bus::Bus::<P>::new(cap);
             let receivers = (0..subs)
                 .map(|_| {
@@ -136,7 +146,8 @@ fn typed<P: Payload>(system: System, shape: &Shape, env: &Env) -> Plain {
                 }
             })
         }
-        System::Rill | System::BareLog | System::Disruptor => unreachable!("no generic plain loop"),
+        // Rill, bare-log and disruptor have none; the others are built with `peers`.
+        _ => unreachable!("no generic plain loop for {}", system.name()),
     }
 }
 
@@ -256,6 +267,7 @@ fn finish(
 
 /// tokio broadcast: receivers as tasks on a multi-thread runtime, or on
 /// threads with `blocking_recv`; a lagged receiver skips (counts nothing).
+#[cfg(feature = "peers")]
 fn tokio_loop<P: Payload>(blocking: bool, shape: &Shape, env: &Env, body: &[u8]) -> Plain {
     use tokio::sync::broadcast::{self, error::RecvError};
     let (tx, _) = broadcast::channel::<P>(shape.capacity.max(1));
@@ -330,6 +342,7 @@ fn tokio_loop<P: Payload>(blocking: bool, shape: &Shape, env: &Env, body: &[u8])
 }
 
 /// Awaits every task, in order.
+#[cfg(feature = "peers")]
 async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<Option<T>> {
     let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {
@@ -340,12 +353,14 @@ async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<Option<T
 
 /// A processor's count, published when the Disruptor drops its handler (on
 /// shutdown, after the processor handled everything).
+#[cfg(feature = "peers")]
 struct Counter {
     n: u64,
     out: Arc<AtomicU64>,
     end: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
+#[cfg(feature = "peers")]
 impl Counter {
     #[inline]
     fn add(&mut self) {
@@ -353,6 +368,7 @@ impl Counter {
     }
 }
 
+#[cfg(feature = "peers")]
 impl Drop for Counter {
     fn drop(&mut self) {
         self.out.fetch_add(self.n, Ordering::Relaxed);
@@ -363,6 +379,7 @@ impl Drop for Counter {
 
 /// disruptor: a ring of pre-allocated payload buffers filled in place with
 /// `publish`, `BusySpin` processors whose handlers `black_box` and count.
+#[cfg(feature = "peers")]
 fn disruptor(shape: &Shape) -> Plain {
     use disruptor::{BusySpin, Sequence};
     let size = shape.capacity.max(2).next_power_of_two();
@@ -409,6 +426,7 @@ fn disruptor(shape: &Shape) -> Plain {
 
 /// Releases the producers together; each publishes for the shape's duration
 /// and then drops its handle (the last drop waits for the processors).
+#[cfg(feature = "peers")]
 fn run_disruptor<P: disruptor::Producer<Vec<u8>> + Send>(shape: &Shape, body: &[u8], ps: Vec<P>) -> (Instant, u64) {
     let barrier = Barrier::new(ps.len() + 1);
     std::thread::scope(|s| {
@@ -470,7 +488,8 @@ mod tests {
                 timeout: Duration::from_secs(60),
                 state_probes: false,
             };
-            for system in [System::Crossbeam, System::Flume, System::Bus, System::Disruptor, System::TokioBlocking] {
+            let systems = [System::Crossbeam, System::Flume, System::Bus, System::Disruptor, System::TokioBlocking];
+            for system in systems.into_iter().filter(|s| s.built()) {
                 let what = format!("{system:?}, {producers} -> {subscribers}");
                 let Some(p) = run(system, &shape, &env) else {
                     assert!(system == System::Bus && producers > 1, "{what}");

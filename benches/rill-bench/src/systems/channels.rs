@@ -27,6 +27,7 @@ pub fn run_crossbeam<P: Payload>(shape: &Shape, env: &Env) -> Outcome {
 }
 
 /// flume: `bounded(capacity)` per subscriber.
+#[cfg(feature = "peers")]
 pub fn run_flume<P: Payload>(shape: &Shape, env: &Env) -> Outcome {
     run_channels(
         shape,

@@ -7,10 +7,13 @@
 //! (`benches/peers.rs`) both run systems through [`run`].
 
 mod bare_log;
+#[cfg(feature = "peers")]
 mod bus_peer;
 pub(crate) mod channels;
+#[cfg(feature = "peers")]
 mod disruptor_peer;
 pub mod rill_sys;
+#[cfg(feature = "peers")]
 mod tokio_peer;
 
 use std::sync::Arc;
@@ -54,6 +57,12 @@ impl System {
         System::Disruptor,
         System::BareLog,
     ];
+
+    /// Whether this build can run it: flume, tokio, bus and disruptor come
+    /// with the `peers` feature; rill, crossbeam and bare-log always.
+    pub fn built(self) -> bool {
+        cfg!(feature = "peers") || matches!(self, System::Rill | System::Crossbeam | System::BareLog)
+    }
 
     /// Its name in tables and on the command line.
     pub fn name(self) -> &'static str {
@@ -242,6 +251,7 @@ impl<const N: usize> Payload for Inline<N> {
 pub fn run(system: System, shape: &Shape, env: &Env) -> Outcome {
     match (system, env.peer_payload.resolve(shape)) {
         (System::Rill, _) => rill_sys::run(shape, env),
+        #[cfg(feature = "peers")]
         (System::Disruptor, _) => disruptor_peer::run(shape, env),
         (System::BareLog, _) => bare_log::run(shape, env),
         (s, PeerPayload::Vec) => run_peer::<Vec<u8>>(s, shape, env),
@@ -263,11 +273,19 @@ pub fn run(system: System, shape: &Shape, env: &Env) -> Outcome {
 fn run_peer<P: Payload>(system: System, shape: &Shape, env: &Env) -> Outcome {
     match system {
         System::Crossbeam => channels::run_crossbeam::<P>(shape, env),
+        #[cfg(feature = "peers")]
         System::Flume => channels::run_flume::<P>(shape, env),
+        #[cfg(feature = "peers")]
         System::Tokio => tokio_peer::run::<P>(shape, env, false),
+        #[cfg(feature = "peers")]
         System::TokioBlocking => tokio_peer::run::<P>(shape, env, true),
+        #[cfg(feature = "peers")]
         System::Bus => bus_peer::run::<P>(shape, env),
+        #[cfg(feature = "peers")]
         System::Rill | System::Disruptor | System::BareLog => unreachable!("dispatched above"),
+        // main() runs only what System::built() allows.
+        #[cfg(not(feature = "peers"))]
+        other => unreachable!("{} is not in this build of rill-bench (--features peers)", other.name()),
     }
 }
 
@@ -360,7 +378,9 @@ mod tests {
         // torn, stale or skipped payload).
         let shape = Shape { batch: 4, ..shape(2, 3, 100, Amount::Messages(3000), 8) };
         let mut sums = Vec::new();
-        for system in [System::Rill, System::Crossbeam, System::Flume, System::BareLog] {
+        for system in
+            [System::Rill, System::Crossbeam, System::Flume, System::BareLog].into_iter().filter(|s| s.built())
+        {
             let out = run(system, &shape, &env(2, PeerPayload::Auto));
             assert_eq!(out.status, Status::Ok, "{system:?}");
             assert_eq!((out.published, out.delivered, out.missed), (6000, 18000, 0), "{system:?}");
@@ -381,7 +401,7 @@ mod tests {
             (PeerPayload::Auto, 64, 2),
         ] {
             let shape = shape(1, subscribers, payload, Amount::Messages(2000), 64);
-            for system in [System::Crossbeam, System::Bus, System::TokioBlocking] {
+            for system in [System::Crossbeam, System::Bus, System::TokioBlocking].into_iter().filter(|s| s.built()) {
                 let out = run(system, &shape, &env(1, peer_payload));
                 let what = format!("{system:?} with {peer_payload:?} payloads of {payload} B");
                 assert_eq!(out.status, Status::Ok, "{what}");
@@ -407,7 +427,9 @@ mod tests {
                 sample_every: 16,
                 ..shape(producers, subscribers, 64, Amount::Seconds(0.03), 64)
             };
-            for system in [System::Rill, System::Crossbeam, System::Bus, System::BareLog] {
+            for system in
+                [System::Rill, System::Crossbeam, System::Bus, System::BareLog].into_iter().filter(|s| s.built())
+            {
                 if system == System::Bus && producers > 1 {
                     continue;
                 }
