@@ -36,6 +36,9 @@ build test_c gcc c99 ffi/tests/c/test_rill.c
 # writer and then as the reader, two processes.
 build test_persist gcc c99 ffi/tests/c/test_persist.c
 "$out/test_persist"
+# Wildcard subscriptions churned from several threads (issue 40, items 7, 10).
+build test_robust_wildcards gcc c99 ffi/tests/c/test_robust_wildcards.c
+"$out/test_robust_wildcards"
 
 step "C++ tests (C++17, warnings as errors)"
 build test_cpp g++ c++17 bindings/cpp/tests/test_rill.cpp
@@ -46,7 +49,8 @@ SAN=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=
 build test_c_asan gcc c99 ffi/tests/c/test_rill.c "${SAN[@]}"
 build test_cpp_asan g++ c++17 bindings/cpp/tests/test_rill.cpp "${SAN[@]}"
 build test_persist_asan gcc c99 ffi/tests/c/test_persist.c "${SAN[@]}"
-for t in test_c_asan test_cpp_asan test_persist_asan; do
+build test_robust_wildcards_asan gcc c99 ffi/tests/c/test_robust_wildcards.c "${SAN[@]}"
+for t in test_c_asan test_cpp_asan test_persist_asan test_robust_wildcards_asan; do
   # Prove the sanitizer is really linked in before trusting a clean run.
   # (ldd's output is captured first: `ldd | grep -q` under pipefail fails at
   # random when grep exits early and ldd dies of SIGPIPE.)
@@ -57,7 +61,7 @@ for t in test_c_asan test_cpp_asan test_persist_asan; do
 done
 
 step "C and C++ tests under valgrind memcheck"
-for t in test_c test_cpp test_persist; do
+for t in test_c test_cpp test_persist test_robust_wildcards; do
   # --trace-children: test_persist's writer and reader are its children.
   valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
     --trace-children=yes "$out/$t"
