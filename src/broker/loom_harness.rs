@@ -255,6 +255,21 @@ impl Harness {
         *self.wound_up.0.lock()
     }
 
+    /// A partition of a topic created after the subscription was made, not
+    /// yet read by it (for `Harness::attach`).
+    pub fn new_partition() -> NewPartition {
+        let log = Log::new(&LogConfig { segment_bytes: Some(64), retention_bytes: None, ..LogConfig::default() })
+            .expect("a valid loom log config");
+        NewPartition(Arc::new(Partition::new(0, log)))
+    }
+
+    /// Attaches the subscription to `p` as the broker does when it creates
+    /// a topic the subscription's pattern matches (`create_topic`, which
+    /// found the subscription in its pattern index: it may be closing).
+    pub fn attach(&self, p: &NewPartition) {
+        SubCore::attach_to(&self.sub, "t/new".into(), &p.0, p.0.log.cursor_from_first());
+    }
+
     /// Closes the subscription and stops its threads.
     pub fn shutdown(mut self) {
         SubCore::close(&self.sub);
@@ -267,6 +282,17 @@ impl Harness {
         if let Some(t) = self.dedicated.take() {
             t.join().expect("the dedicated thread exits cleanly");
         }
+    }
+}
+
+/// A partition made by [`Harness::new_partition`].
+#[derive(Debug)]
+pub struct NewPartition(Arc<Partition>);
+
+impl NewPartition {
+    /// Listeners its publishers would signal.
+    pub fn listeners(&self) -> usize {
+        self.0.listener_count()
     }
 }
 

@@ -105,6 +105,8 @@ impl SubCore {
     pub(super) fn close_inner(&self, wait: bool) {
         let first = self.state.close();
         if first {
+            // Under the `positions` lock: a partition attached concurrently
+            // is either tracked here or sees CLOSED (see `attach_to`).
             for (_, partition, _) in self.positions.lock().iter() {
                 partition.remove_listener(self.id);
             }
@@ -179,4 +181,35 @@ impl SubCore {
 fn win_once(flag: &AtomicBool) -> bool {
     // AcqRel: one caller wins; it then sees everything the drainer did.
     !flag.swap(true, Ordering::AcqRel)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::broker::{Ack, Broker, BrokerConfig, SubscriptionOptions, TopicOptions};
+
+    /// Issue 40, item 10: a topic created while a wildcard subscription was
+    /// closing (`CLOSED` stored and its listeners removed, its wind-up, which
+    /// takes it out of the broker's pattern index, not yet run) got the
+    /// closed subscription as a listener, which nothing removed: the
+    /// partition and the subscription held each other for good. Here the
+    /// window is held open: a close that does not wait (as from a handler)
+    /// leaves the wind-up to a round that is not running.
+    #[test]
+    fn a_topic_created_while_a_subscription_closes_does_not_keep_it_as_a_listener() {
+        let b = Broker::new(BrokerConfig { worker_threads: Some(1), ..BrokerConfig::default() }).unwrap();
+        b.create_topic("soak/a", &TopicOptions::with_partitions(2)).unwrap();
+        let sub = b.subscribe("soak/**", SubscriptionOptions::default(), |_| Ack::Success).unwrap();
+        assert!(sub.wait_idle(std::time::Duration::from_secs(30)).unwrap());
+        sub.core.close_inner(false);
+        assert!(!sub.core.wound_up.load(crate::sync::atomic::Ordering::Acquire), "the window is open");
+        b.create_topic("soak/b", &TopicOptions::with_partitions(2)).unwrap();
+        for topic in ["soak/a", "soak/b"] {
+            for p in b.topic_stats(topic).unwrap().partitions {
+                assert_eq!(p.listeners, 0, "{topic}[{}] listens to a closed subscription", p.partition);
+            }
+        }
+        // The wind-up still happens, and still finds the new partitions.
+        drop(sub);
+        assert!(b.subscriptions().is_empty());
+    }
 }

@@ -490,10 +490,11 @@ impl SubCore {
     }
 
     /// Hands the subscription a partition to read; returns the reader's
-    /// ready mark if the subscription keeps a ready set. The caller then adds
-    /// the subscription as a listener of that partition.
-    fn attach(&self, mut reader: Reader) -> Option<Arc<Mark>> {
-        self.positions.lock().push((reader.topic.clone(), reader.partition.clone(), reader.position.clone()));
+    /// ready mark if the subscription keeps a ready set. Called with the
+    /// `positions` lock held (`tracked`), which orders attaching against
+    /// `close_inner` (see [`SubCore::attach_to`]).
+    fn attach(&self, tracked: &mut Vec<Tracked>, mut reader: Reader) -> Option<Arc<Mark>> {
+        tracked.push((reader.topic.clone(), reader.partition.clone(), reader.position.clone()));
         let mut pending = self.pending.lock();
         let mark = self.ready.as_deref().map(ReadySet::next_mark);
         reader.mark = mark.clone();
@@ -507,16 +508,40 @@ impl SubCore {
     /// Starts reading `partition` of `topic` at `cursor`: hands the reader to
     /// the drainer, then makes the subscription a listener of the partition
     /// (and, with the `Block` policy, a blocker of its publishers).
+    ///
+    /// # Attaching while the subscription closes
+    ///
+    /// The broker attaches a subscription it found under its control lock
+    /// (a topic created for its pattern, a shared partition handed over),
+    /// and the subscription may be closing meanwhile: `close_inner` stores
+    /// `CLOSED`, then removes its listener from every tracked partition,
+    /// and only its wind-up (later) takes it out of the broker's pattern
+    /// index. A listener added after that removal would never be removed:
+    /// the partition would hold the closed subscription, which holds its
+    /// readers' partitions, for good (a cycle that outlives the broker), and
+    /// each such attach leaked a subscription. So both sides hold the
+    /// `positions` lock: the closer across its removals, the attacher from
+    /// tracking the partition to adding the listener, which it adds only if
+    /// the state is not `CLOSED`. If the attacher goes first, the closer
+    /// finds the partition tracked and removes the listener; if the closer
+    /// goes first, its `CLOSED` (stored before it took the lock) is seen
+    /// and no listener is added. The partition stays tracked either way, so
+    /// a closed shared member's close still hands it over.
     pub(crate) fn attach_to(this: &Arc<SubCore>, topic: Name, partition: &Arc<Partition>, cursor: Cursor) {
         let reader = Reader::new(topic, partition.clone(), cursor);
         let blocker = match (this.overflow, this.lag_limit) {
             (Overflow::Block, Some(limit)) => Some(Blocker { id: this.id, position: reader.position.clone(), limit }),
             _ => None,
         };
-        let mark = this.attach(reader);
+        let mut tracked = this.positions.lock();
+        let mark = this.attach(&mut tracked, reader);
+        if this.state.is_closed() {
+            return;
+        }
         let ready = this.ready.clone().zip(mark);
         let listener = dyn_arc!(SubListener(this.clone()) => dyn Listener);
         partition.add_listener(Entry::subscription(this.id, this.state.clone(), ready, listener), blocker);
+        drop(tracked);
     }
 
     /// Stops reading the partitions of `topic`, which is being deleted: they

@@ -749,9 +749,19 @@ impl SubCore {
             // runs: less than a run behind it is the head the publisher is
             // writing, left for the next round (`RunWait::stops_chase`, why).
             // What it leaves is committed: the linger or the dedicated spin
-            // that follows finds it, and so does `go_idle`'s re-check.
+            // that follows finds it, and so does `go_idle`'s re-check, which
+            // for a subscription without a ready set reads the cursors.
+            //
+            // Never with a ready set (a wildcard subscription): its re-check
+            // reads only the ready list and the carry, and the publishers of
+            // what is left may have found the reader's mark still set (the
+            // essay in `signal.rs`, case (b)) and listed nothing, trusting
+            // this visit to read past their records. Left here, those records
+            // stayed unread until the partition's next publish, for good if
+            // none came (issue 40, item 7).
             #[cfg(not(loom))]
-            if first_batch.is_some_and(|n| st.run_wait.stops_chase(n))
+            if self.ready.is_none()
+                && first_batch.is_some_and(|n| st.run_wait.stops_chase(n))
                 && !st.readers[i].cursor.has_run(st.run_wait.run())
             {
                 return Step::Continue;
@@ -1126,5 +1136,48 @@ mod tests {
                 assert_eq!(order, want, "round over {n} from {start}");
             }
         }
+    }
+
+    /// Issue 40, item 7: a wildcard subscription whose drain waits for runs
+    /// stopped chasing a partition after a first batch that held a run,
+    /// leaving the tail for "the next round", but its idle re-check reads
+    /// only the ready list and the carry, and the tail's publishers had
+    /// found the reader's mark set and listed nothing: the tail stayed
+    /// unread until the partition's next publish. Made certain here (the
+    /// stress test in `tests/wildcards.rs` needed churn and luck): the
+    /// records are all there when the drain starts, with its wait for runs
+    /// on and a batch size that takes a run first.
+    #[cfg(not(loom))]
+    #[test]
+    fn a_wildcard_drain_that_waits_for_runs_reads_a_partition_to_its_end() {
+        use std::time::Duration;
+
+        use super::super::run_wait::{LINGER_RUN, RunWait};
+        use super::BATCH;
+        use crate::broker::{Broker, BrokerConfig, StartPosition, SubscriptionOptions, TopicOptions};
+        use crate::log::Record;
+
+        let b = Broker::new(BrokerConfig { worker_threads: Some(1), ..BrokerConfig::default() }).unwrap();
+        b.create_topic("w/a", &TopicOptions::default()).unwrap();
+        let options = SubscriptionOptions { start: StartPosition::Earliest, ..Default::default() };
+        let sub = b.subscribe("w/*", options, |_| crate::broker::Ack::Success).unwrap();
+        assert!(sub.wait_idle(Duration::from_secs(30)).unwrap());
+        // A first batch of BATCH records (at least a run), then a tail
+        // shorter than a run.
+        let tail = LINGER_RUN as usize - 1;
+        assert!(BATCH as u64 >= LINGER_RUN);
+        {
+            // The drain waits on this lock until everything is published.
+            let mut st = sub.core.drain.lock();
+            st.run_wait = RunWait::waiting();
+            st.batch_cap = BATCH;
+            for _ in 0..BATCH + tail {
+                b.publish("w/a", &Record::new(b"x")).unwrap();
+            }
+        }
+        let caught_up = sub.wait_idle(Duration::from_secs(30)).unwrap();
+        let stats = sub.stats();
+        assert!(caught_up, "the tail was left unread: {stats:?}");
+        assert_eq!(stats.delivered, (BATCH + tail) as u64);
     }
 }

@@ -227,6 +227,13 @@ impl RunWait {
     pub(super) fn stops_chase(&self, first_batch: usize) -> bool {
         self.waits() && first_batch as u64 >= self.run
     }
+
+    /// A wait that is on, as after many lingers whose first look found
+    /// work (for tests that need a drain to stop its chase).
+    #[cfg(test)]
+    pub(super) fn waiting() -> Self {
+        RunWait { found: 1024, chased: 0, run: LINGER_RUN }
+    }
 }
 
 #[cfg(test)]
