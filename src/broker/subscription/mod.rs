@@ -161,7 +161,9 @@ impl SubCore {
             dead_lettered: get(&c.dead_lettered),
             dropped: get(&c.dropped),
             missed: get(&c.missed),
-            ack_timeouts: get(&c.ack_timeouts),
+            // Acquire: pairs with the Release in `SubCore::report_stall`, so a
+            // stall seen counted is seen in `last_error`, read below.
+            ack_timeouts: c.ack_timeouts.load(Ordering::Acquire),
             lag: partitions.iter().map(|p| p.lag).sum(),
             partitions,
             dead_letter_topic: self.env.dead_letters.as_ref().map(DeadLetters::name),
