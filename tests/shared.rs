@@ -378,7 +378,7 @@ fn a_stall_with_no_other_member_is_counted_and_reported_and_close_waits_for_the_
     for shared_member in [true, false] {
         let b = broker();
         topic(&b, "jobs", 1);
-        let (release, gate) = std::sync::mpsc::channel::<()>();
+        let (tx, gate) = std::sync::mpsc::channel::<()>();
         let gate = Mutex::new(gate);
         let returned = Arc::new(AtomicBool::new(false));
         let r = returned.clone();
@@ -389,11 +389,16 @@ fn a_stall_with_no_other_member_is_counted_and_reported_and_close_waits_for_the_
         };
         let s = b
             .subscribe("jobs", options, move |_| {
-                gate.lock().unwrap().recv().unwrap();
+                // Err once the test let go of the sender (it failed).
+                let _ = gate.lock().unwrap().recv();
                 r.store(true, Ordering::SeqCst);
                 Ack::Success
             })
             .unwrap();
+        // Declared after `s`, so a failed assertion drops it first: the
+        // stuck handler returns, and the drop of `s` (which waits for the
+        // handler) reports the failure instead of hanging.
+        let release = tx;
         publish_one(&b);
         wait_for("the stall to be counted", || s.stats().ack_timeouts == 1);
         let st = s.stats();
@@ -421,6 +426,76 @@ fn a_stall_with_no_other_member_is_counted_and_reported_and_close_waits_for_the_
         release.send(()).unwrap();
         assert!(closer.join().unwrap(), "close returned before the stalled handler");
         assert_eq!(s.stats().ack_timeouts, 2);
+    }
+}
+
+/// A stall is reported (`last_error`) before it shows anywhere else: whoever
+/// sees it counted in `ack_timeouts`, or sees the stuck message at another
+/// member, sees why too. The watch used to count the stall first and write
+/// `last_error` only after the hand-over, so a look at the stats in between
+/// found the count without the report (and the test above, failing there
+/// with its handler still stuck, hung in the drop that waits for it). Each
+/// round looks as soon as it can, without a pause, to land in that window;
+/// `RILL_LONG_TESTS` runs more rounds.
+#[test]
+fn a_stall_is_reported_before_it_is_counted_or_handed_over() {
+    let rounds = if std::env::var_os("RILL_LONG_TESTS").is_some() { 500 } else { 25 };
+    let b = broker();
+    for round in 0..rounds {
+        // Alone (not shared, then shared), then with a member to take over.
+        for (case, shared_member, other_member) in
+            [("plain", false, false), ("alone", true, false), ("pair", true, true)]
+        {
+            let name = format!("{case}-{round}");
+            let jobs = format!("jobs-{name}");
+            topic(&b, &jobs, 1);
+            let (tx, gate) = std::sync::mpsc::channel::<()>();
+            let gate = Mutex::new(gate);
+            let options = SubscriptionOptions {
+                ack_timeout: Some(Duration::from_millis(5)),
+                shared: shared_member,
+                ..shared(&name)
+            };
+            let stalling = b
+                .subscribe(&jobs, options, move |_| {
+                    // Err once the test let go of the sender (it failed).
+                    let _ = gate.lock().unwrap().recv();
+                    Ack::Success
+                })
+                .unwrap();
+            let took_over = Arc::new(AtomicBool::new(false));
+            let other = other_member.then(|| {
+                let took_over = took_over.clone();
+                let options = SubscriptionOptions { ack_timeout: Some(WAIT), ..shared(&name) };
+                b.subscribe(&jobs, options, move |_| {
+                    took_over.store(true, Ordering::SeqCst);
+                    Ack::Success
+                })
+                .unwrap()
+            });
+            // Declared after the members, so a failure drops it first: the
+            // stuck handler returns and the members' drops do not wait forever.
+            let release = tx;
+            b.publish(&jobs, &Record::new(b"x")).unwrap();
+            let deadline = std::time::Instant::now() + WAIT;
+            let seen = || match other_member {
+                true => took_over.load(Ordering::SeqCst),
+                false => stalling.stats().ack_timeouts > 0,
+            };
+            while !seen() {
+                assert!(std::time::Instant::now() < deadline, "{name}: the stall never showed");
+                std::hint::spin_loop();
+            }
+            let st = stalling.stats();
+            assert_eq!(st.ack_timeouts, 1, "{name}");
+            let why = st.last_error.unwrap_or_else(|| panic!("{name}: the stall showed before its report"));
+            assert!(why.contains("ack_timeout"), "{name}: {why}");
+            release.send(()).unwrap();
+            assert!(stalling.wait_idle(WAIT).unwrap(), "{name}");
+            drop(other);
+            drop(stalling);
+            b.delete_topic(&jobs).unwrap();
+        }
     }
 }
 

@@ -574,9 +574,9 @@ impl BrokerInner {
         };
         let on_stall = (options.shared && options.ack_timeout.is_some()).then(|| {
             let broker = this.clone();
-            Box::new(move |sub: &Arc<SubCore>, call: u64| {
+            Box::new(move |sub: &Arc<SubCore>, call: u64, report: &dyn Fn(Stall)| {
                 let mut control = broker.control.lock();
-                broker.shared_member_stalled(&mut control, sub, call)
+                broker.shared_member_stalled(&mut control, sub, call, report)
             }) as _
         });
         let exec =
@@ -734,18 +734,34 @@ impl BrokerInner {
     /// another member can take over and the call's message has not come
     /// again after a stall already, the member is left out of the
     /// assignment and every partition it reads goes to the new owners from
-    /// its last acked offset (see `subscription/deadline.rs`).
-    fn shared_member_stalled(&self, control: &mut Control, sub: &Arc<SubCore>, call: u64) -> Stall {
-        let Some(group) = control.shared.get_mut(&sub.name) else { return Stall::Alone };
+    /// its last acked offset (see `subscription/deadline.rs`). Whatever it
+    /// decides goes to `report` before any partition moves, so whoever sees
+    /// the stuck message at its new owner sees the stall reported too.
+    fn shared_member_stalled(
+        &self,
+        control: &mut Control,
+        sub: &Arc<SubCore>,
+        call: u64,
+        report: &dyn Fn(Stall),
+    ) -> Stall {
+        let stays = |stall: Stall| {
+            report(stall);
+            stall
+        };
+        let Some(group) = control.shared.get_mut(&sub.name) else { return stays(Stall::Alone) };
         if !group.others_can_take(sub.id) {
-            return Stall::Alone;
+            return stays(Stall::Alone);
         }
         let mut again = false;
         let claimed = sub.claim_stalled_call(call, |partition, resume| {
             again = group.came_again(partition, resume);
             !again
         });
-        let Some((stuck, resume)) = claimed else { return if again { Stall::CameAgain } else { Stall::Returned } };
+        let Some((stuck, resume)) = claimed else {
+            return stays(if again { Stall::CameAgain } else { Stall::Returned });
+        };
+        // Reported before the moves below make the stall visible elsewhere.
+        report(Stall::Moved);
         group.redelivering(stuck, resume);
         let moves = group.expel(sub.id);
         for (member, partition) in moves.revoke {

@@ -748,7 +748,8 @@ impl Segment {
         // Release: pairs with the Acquire in `is_trimmed`; a reader that sees the
         // flag then loads a directory at least as new as the one without it.
         self.trimmed.store(true, Ordering::Release);
-        // A trimmed segment file is deleted once its last reader lets go.
+        // A trimmed segment's file becomes a spare now; it goes to the pool,
+        // or is deleted, once its last reader lets go ("Recycling", `file.rs`).
         if let Some(file) = self.file() {
             file.retire();
         }

@@ -4,6 +4,7 @@ committed offsets, and a commit for a partition that moved is Reassigned."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -197,20 +198,24 @@ def test_a_shared_member_stalled_past_ack_timeout_hands_over_and_its_late_ack_is
         gate.wait()  # a handler stuck on I/O until the test lets it go
 
     stalling = broker.subscribe("jobs", stuck, name="workers", shared=True, ack_timeout=0.1)
-    # A long deadline for the other: a slow run must not stall it too.
-    other = broker.subscribe(
-        "jobs", lambda m: calls.append(("other", m.offset)), name="workers", shared=True, ack_timeout=60.0
-    )
-    assert other.stats().partitions == 0 and other.stats().ack_timeouts == 0
-    broker.publish("jobs", "job")
-    deadline = time.monotonic() + WAIT
-    while ("other", 0) not in calls:
-        assert time.monotonic() < deadline, "the stuck message never reached the other member"
-        time.sleep(0.001)
-    s = stalling.stats()
-    assert (s.ack_timeouts, s.partitions) == (1, 0)
-    assert "ack_timeout" in (s.last_error or "")
-    gate.set()
+    # The gate opens whatever happens: a handler left stuck would block the
+    # fixture's broker close, and a failure would hang the suite.
+    try:
+        # A long deadline for the other: a slow run must not stall it too.
+        other = broker.subscribe(
+            "jobs", lambda m: calls.append(("other", m.offset)), name="workers", shared=True, ack_timeout=60.0
+        )
+        assert other.stats().partitions == 0 and other.stats().ack_timeouts == 0
+        broker.publish("jobs", "job")
+        deadline = time.monotonic() + WAIT
+        while ("other", 0) not in calls:
+            assert time.monotonic() < deadline, "the stuck message never reached the other member"
+            time.sleep(0.001)
+        s = stalling.stats()
+        assert (s.ack_timeouts, s.partitions) == (1, 0)
+        assert "ack_timeout" in (s.last_error or "")
+    finally:
+        gate.set()
     assert stalling.wait_idle(WAIT) and other.wait_idle(WAIT)
     # The late ack moved nothing; the message came exactly once more.
     assert stalling.stats().acked == 0 and other.stats().acked == 1
@@ -219,6 +224,32 @@ def test_a_shared_member_stalled_past_ack_timeout_hands_over_and_its_late_ack_is
         broker.subscribe("jobs", lambda m: None, name="w2", shared=True, ack_timeout=0)
     with pytest.raises(rill.InvalidArgument):
         broker.subscribe("jobs", lambda m: None, name="w2", shared=True, ack_timeout=-1.0)
+
+
+def test_a_stall_is_reported_before_the_stuck_message_comes_again(broker: rill.Broker) -> None:
+    # The library used to hand the stuck message over before it wrote the
+    # stall's `last_error`: a look at the stats as soon as the other member
+    # had it could find no reason. Each round looks at once, without a
+    # pause; RILL_STALL_ROUNDS runs more of them.
+    for round in range(int(os.environ.get("RILL_STALL_ROUNDS", "20"))):
+        name = f"workers-{round}"
+        topic = f"jobs-{round}"
+        broker.create_topic(topic)
+        gate = threading.Event()
+        took_over = threading.Event()
+        stalling = broker.subscribe(topic, lambda m: gate.wait(), name=name, shared=True, ack_timeout=0.005)
+        try:
+            other = broker.subscribe(topic, lambda m: took_over.set(), name=name, shared=True, ack_timeout=60.0)
+            broker.publish(topic, "job")
+            assert took_over.wait(WAIT), f"round {round}: the stuck message never reached the other member"
+            s = stalling.stats()
+            assert s.ack_timeouts == 1, f"round {round}"
+            assert "ack_timeout" in (s.last_error or ""), f"round {round}: handed over before it was reported"
+        finally:
+            gate.set()
+        assert stalling.wait_idle(WAIT) and other.wait_idle(WAIT)
+        stalling.close()
+        other.close()
 
 
 def test_a_stall_alone_is_counted_and_the_late_ack_counts(broker: rill.Broker) -> None:

@@ -35,10 +35,11 @@ pub(crate) type CloseHook = Box<dyn Fn(&SubCore) + Send + Sync>;
 pub(crate) type ReleaseHook = Box<dyn Fn(&SubCore, u32, u64) + Send + Sync>;
 
 /// The broker's hook run when a handler call of this subscription has
-/// overrun its `ack_timeout`: (member, the call's number). It hands a
-/// shared member's partitions to the other members if it may, and returns
-/// what it did (see `deadline.rs`).
-pub(crate) type StallHook = Box<dyn Fn(&Arc<SubCore>, u64) -> super::Stall + Send + Sync>;
+/// overrun its `ack_timeout`: (member, the call's number, `report`). It
+/// hands a shared member's partitions to the other members if it may, and
+/// returns what it did, having called `report` with that before it moved
+/// anything (see "Reported before it shows" in `deadline.rs`).
+pub(crate) type StallHook = Box<dyn Fn(&Arc<SubCore>, u64, &dyn Fn(super::Stall)) -> super::Stall + Send + Sync>;
 
 /// A timer job: look at a subscription's handler call in flight against
 /// its `ack_timeout` (see `deadline.rs`).

@@ -51,6 +51,21 @@
 //! (`SharedGroup::came_again`): a stuck message comes again once, not
 //! from member to member.
 //!
+//! # Reported before it shows
+//!
+//! A stall is visible in three places: `ack_timeouts` in the stats, the
+//! reason in `last_error`, and (when the partitions move) the stuck message
+//! at its new owner. The report comes first (`report_stall`): `last_error`
+//! is written, then the count is added with a Release that the stats'
+//! Acquire load of it pairs with; and the broker's hook calls the report
+//! once it has decided, under the control mutex, before it hands any
+//! partition over (attaching a reader to the new owner and waking it
+//! follows the report in the hook's thread). So whoever sees the count, or
+//! sees the stuck message delivered again, sees why. The race this closes:
+//! the watch used to count first, then hand over, then write `last_error`;
+//! a look at the stats between the two (a test waiting for the count, or
+//! for the new owner's call) found a stall with no report.
+//!
 //! # After the stalled call returns
 //!
 //! The drainer ends each call under the lock and learns whether it was
@@ -64,6 +79,7 @@
 //! again (a join or leave before that keeps it out, unless every member is
 //! stalled: then nobody is left out, so no partition is orphaned).
 
+use std::cell::Cell;
 use std::time::Duration;
 
 /// What the broker did about a stalled call (`SubEnv::on_stall`).
@@ -145,33 +161,41 @@ impl SubCore {
         }
         drop(call);
         let Some((seq, partition, ran)) = overdue else { return };
-        // Relaxed: a statistic; the watch is its only writer but the timer
-        // may run two watches of one subscription, so add atomically.
-        this.counters.ack_timeouts.fetch_add(1, Ordering::Relaxed);
-        let stall = this.env.on_stall.as_ref().map_or(Stall::Alone, |hand_over| hand_over(this, seq));
-        let what = match stall {
-            Stall::Moved => {
-                "its partitions went to the other members, which deliver again from the last acked offsets; \
-                 the call's ack will be discarded"
+        // The hook reports before it moves anything; a report it made is not
+        // made again here, one it did not make is (the stall is counted once).
+        let reported = Cell::new(false);
+        let report = |stall: Stall| {
+            if !reported.replace(true) {
+                this.report_stall(partition, timeout, stall);
             }
-            Stall::Alone => "no other member can take its partitions over, so nothing moved",
-            Stall::CameAgain => {
-                "its message had already come again after a stall at another member, so nothing moved \
-                 (a stuck message is delivered again once)"
-            }
-            Stall::Returned => "the call returned meanwhile, so nothing moved",
         };
+        let stall = this.env.on_stall.as_ref().map_or(Stall::Alone, |hand_over| hand_over(this, seq, &report));
+        report(stall);
+        // Logged here, outside the broker's control mutex the hook took: a
+        // logger is user code.
         ::log::warn!(
             target: "rill::subscription",
-            "subscription {:?}: a handler call on partition {partition} has run {:?}, past its ack_timeout of {:?}: {what}",
+            "subscription {:?}: a handler call on partition {partition} has run {:?}, past its ack_timeout of {:?}: {}",
             this.name,
             Duration::from_nanos(ran),
-            Duration::from_nanos(timeout)
+            Duration::from_nanos(timeout),
+            what_moved(stall)
         );
-        this.set_last_error(format!(
-            "a handler call on partition {partition} ran past the ack_timeout of {:?} ({what})",
-            Duration::from_nanos(timeout)
+    }
+
+    /// Reports a stall of a handler call on `partition`: `last_error`, then
+    /// the count (see "Reported before it shows").
+    fn report_stall(&self, partition: u32, timeout: u64, stall: Stall) {
+        self.set_last_error(format!(
+            "a handler call on partition {partition} ran past the ack_timeout of {:?} ({})",
+            Duration::from_nanos(timeout),
+            what_moved(stall)
         ));
+        // Release: pairs with the Acquire load in `stats`, so a reader that
+        // sees the count sees the `last_error` stored above. The watch is the
+        // only writer, but the timer may run two watches of one subscription,
+        // so add atomically.
+        self.counters.ack_timeouts.fetch_add(1, Ordering::Release);
     }
 
     /// True from a hand-over of this member's partitions until its drainer
@@ -240,5 +264,21 @@ impl SubCore {
         st.carry.clear();
         st.next = 0;
         self.call.lock().stalled = false;
+    }
+}
+
+/// What a stall's report says happened.
+fn what_moved(stall: Stall) -> &'static str {
+    match stall {
+        Stall::Moved => {
+            "its partitions went to the other members, which deliver again from the last acked offsets; \
+             the call's ack will be discarded"
+        }
+        Stall::Alone => "no other member can take its partitions over, so nothing moved",
+        Stall::CameAgain => {
+            "its message had already come again after a stall at another member, so nothing moved \
+             (a stuck message is delivered again once)"
+        }
+        Stall::Returned => "the call returned meanwhile, so nothing moved",
     }
 }

@@ -106,7 +106,9 @@ pub struct SubscriptionStats {
     /// Messages trimmed by retention before the subscription read them.
     pub missed: u64,
     /// Handler calls that ran past `ack_timeout` (each counted once; see
-    /// [`SubscriptionOptions::ack_timeout`]).
+    /// [`SubscriptionOptions::ack_timeout`]). A stall is reported in
+    /// `last_error` before it is counted here, so a snapshot that counts it
+    /// also holds a report of it (or of a problem that came after).
     pub ack_timeouts: u64,
     /// Total lag over all partitions.
     pub lag: u64,
@@ -117,8 +119,9 @@ pub struct SubscriptionStats {
     /// Why it was closed, if the broker closed it.
     pub closed_reason: Option<String>,
     /// The last delivery problem: the handler's latest failure (a retry, a
-    /// panic or a dead letter, with the message's place and the reason), or a
-    /// dead-letter publish that failed, whichever came last.
+    /// panic or a dead letter, with the message's place and the reason), a
+    /// dead-letter publish that failed, or a handler call past
+    /// `ack_timeout` (and what moved), whichever came last.
     pub last_error: Option<String>,
 }
 
@@ -161,7 +164,9 @@ impl SubCore {
             dead_lettered: get(&c.dead_lettered),
             dropped: get(&c.dropped),
             missed: get(&c.missed),
-            ack_timeouts: get(&c.ack_timeouts),
+            // Acquire: pairs with the Release in `SubCore::report_stall`, so a
+            // stall seen counted is seen in `last_error`, read below.
+            ack_timeouts: c.ack_timeouts.load(Ordering::Acquire),
             lag: partitions.iter().map(|p| p.lag).sum(),
             partitions,
             dead_letter_topic: self.env.dead_letters.as_ref().map(DeadLetters::name),
