@@ -39,7 +39,21 @@ pub(crate) type ReleaseHook = Box<dyn Fn(&SubCore, u32, u64) + Send + Sync>;
 /// hands a shared member's partitions to the other members if it may, and
 /// returns what it did, having called `report` with that before it moved
 /// anything (see "Reported before it shows" in `deadline.rs`).
-pub(crate) type StallHook = Box<dyn Fn(&Arc<SubCore>, u64, &dyn Fn(super::Stall)) -> super::Stall + Send + Sync>;
+pub(crate) type StallHook = Box<dyn Fn(&Arc<SubCore>, u64, &dyn Fn(Stall)) -> Stall + Send + Sync>;
+
+/// What the broker did about a stalled call (`SubEnv::on_stall`); its reasons are in `deadline.rs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stall {
+    /// The member's partitions went to other members; the call's ack is void.
+    Moved,
+    /// No other member can take them over (none, or all stalled).
+    Alone,
+    /// The call's message was itself delivered again after a stall: it
+    /// comes again once, so it stays; the call's ack counts.
+    CameAgain,
+    /// The call returned before the broker could claim it.
+    Returned,
+}
 
 /// A timer job: look at a subscription's handler call in flight against
 /// its `ack_timeout` (see `deadline.rs`).

@@ -82,21 +82,7 @@
 use std::cell::Cell;
 use std::time::Duration;
 
-/// What the broker did about a stalled call (`SubEnv::on_stall`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Stall {
-    /// The member's partitions went to other members; the call's ack is void.
-    Moved,
-    /// No other member can take them over (none, or all stalled).
-    Alone,
-    /// The call's message was itself delivered again after a stall: it
-    /// comes again once, so it stays; the call's ack counts.
-    CameAgain,
-    /// The call returned before the broker could claim it.
-    Returned,
-}
-
-use super::core::{AckWatch, DrainState, SubCore};
+use super::core::{AckWatch, DrainState, Stall, SubCore};
 use super::state::Phase;
 use crate::sync::atomic::Ordering;
 use crate::sync::{Arc, Name};

@@ -42,8 +42,8 @@ use std::time::Duration;
 
 #[cfg(loom)]
 pub(crate) use self::core::CloseHook;
+pub(crate) use self::core::Stall;
 pub(crate) use self::core::{AckWatch, BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, SubCore, SubEnv};
-pub(crate) use self::deadline::Stall;
 pub use options::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Message, Overflow,
     RetryBackoff, StartPosition, SubscriptionOptions,
