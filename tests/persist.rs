@@ -13,7 +13,9 @@
 //! partition, where a kill leaves holes). Every `RILL_CRASH_DAMAGE_EVERY`-th
 //! run of the crash loop (default 5) also flips a byte inside a sealed
 //! segment of a copy of the directory (issue 40, item 2): after the reopen,
-//! and under `Always` also as the kill left it.
+//! and also as the kill left it (under `Interval` and `Never` once the child
+//! saw the flusher mark its sealed segments; `sealed_segments_are_marked_*`
+//! do that on a fresh directory, with several segments sealed).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -38,7 +40,13 @@ fn main() {
             "child-restart-read" => restart_reader(&dir),
             "child-hold" => hold_lock(&dir),
             "child-acks" => acks_child(&dir, args[3].parse().unwrap()),
-            "child-crash" => crash_child(&dir, policy(&args[3]), args[4].parse().unwrap(), args[5].parse().unwrap()),
+            "child-crash" => crash_child(
+                &dir,
+                policy(&args[3]),
+                args[4].parse().unwrap(),
+                args[5].parse().unwrap(),
+                args[6] == "wait-marked",
+            ),
             "child-contended" => contended_child(&dir, policy(&args[3]), args[4].parse().unwrap()),
             "child-delete" => delete_child(&dir),
             other => panic!("unknown role {other}"),
@@ -56,6 +64,8 @@ fn main() {
         ("offsets_past_a_damaged_tail_are_reset_to_the_recovered_end", offsets_past_the_end_are_reset),
         ("deleting_a_durable_topic_under_publishers_succeeds_and_frees_the_name", delete_under_publishers),
         ("a_kill_during_a_topic_delete_leaves_the_topic_whole_or_gone", kill_during_delete),
+        ("sealed_segments_are_marked_before_a_kill_under_never", || marked_before_a_kill(Fsync::Never)),
+        ("sealed_segments_are_marked_before_a_kill_under_interval", || marked_before_a_kill(Fsync::default())),
         ("crash_loop_always", || crash_loop(Fsync::Always)),
         ("crash_loop_interval", || crash_loop(Fsync::default())),
         ("crash_loop_never", || crash_loop(Fsync::Never)),
@@ -650,7 +660,11 @@ fn parse_crash_payload(p: &[u8]) -> Option<(u64, u64)> {
 
 /// The child: publishes, printing `P run i partition offset` after each
 /// publish returns and `C partition offset` after each commit returns.
-fn crash_child(dir: &Path, fsync: Fsync, run: u64, max: u64) {
+/// With `wait_marked`, once it has published `max` it waits until the
+/// partitions' stats say every sealed segment is marked complete (the
+/// flusher's round, within an interval under `Interval` and `Never`; at
+/// once under `Always`) before it prints `DONE` and waits to be killed.
+fn crash_child(dir: &Path, fsync: Fsync, run: u64, max: u64, wait_marked: bool) {
     let b = open(dir, fsync);
     let options = TopicOptions {
         partitions: CRASH_PARTITIONS,
@@ -681,6 +695,11 @@ fn crash_child(dir: &Path, fsync: Fsync, run: u64, max: u64) {
             }
             out.flush().unwrap();
         }
+    }
+    if wait_marked {
+        wait_until("the flusher to mark every sealed segment", || {
+            b.topic_stats(CRASH_TOPIC).unwrap().partitions.iter().all(|p| p.unmarked_segments == 0)
+        });
     }
     writeln!(out, "DONE").unwrap();
     out.flush().unwrap();
@@ -721,7 +740,15 @@ fn crash_loop(fsync: Fsync) {
     let mut damaged_sealed = 0u64;
     for run in 0..iterations {
         let kill_after = rng.below(CRASH_MAX_PUBLISHES + 1);
-        let mut c: Child = child("child-crash", &[&dir, name, &run.to_string(), &CRASH_MAX_PUBLISHES.to_string()])
+        // Issue 40, item 2: in a damage run under `Interval` and `Never`, the
+        // child publishes up to the kill point and waits there until the
+        // flusher has marked its sealed segments (see `crash_child`); the
+        // kill comes after its `DONE`. Under `Always` the kill comes at the
+        // kill point as in any run: its appends return with them marked.
+        let damage_now = run % damage_every == damage_every - 1;
+        let wait_marked = damage_now && fsync != Fsync::Always;
+        let (max, mode) = if wait_marked { (kill_after, "wait-marked") } else { (CRASH_MAX_PUBLISHES, "-") };
+        let mut c: Child = child("child-crash", &[&dir, name, &run.to_string(), &max.to_string(), mode])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -742,13 +769,14 @@ fn crash_loop(fsync: Fsync) {
                 other => panic!("unexpected line {other:?}"),
             }
         };
-        while seen < kill_after {
+        let mut done = false;
+        while seen < kill_after || (wait_marked && !done) {
             let Some(line) = lines.next() else { break };
             let line = line.unwrap();
             if line.starts_with('P') {
                 seen += 1;
             }
-            let done = line == "DONE";
+            done = line == "DONE";
             record(&line, &mut acked);
             if done {
                 break;
@@ -762,15 +790,20 @@ fn crash_loop(fsync: Fsync) {
         }
         drop(c.stdin.take());
         assert!(status.code().is_none(), "the child ended by itself ({status}) in run {run}");
-        // Issue 40, item 2: the killed child's sealed segments are marked
-        // (under `Always`, those before its last acknowledged record's).
-        let damage_now = run % damage_every == damage_every - 1;
-        for p in (0..CRASH_PARTITIONS).filter(|_| damage_now && fsync == Fsync::Always) {
+        // Issue 40, item 2: the killed child's sealed segments are marked:
+        // under `Always`, those before its last acknowledged record's; under
+        // `Interval` and `Never`, all of them once the child saw the flusher
+        // mark them (every file but the newest, as after a clean close).
+        assert!(!wait_marked || done, "run {run}: the child did not report its segments marked");
+        for p in (0..CRASH_PARTITIONS).filter(|_| damage_now) {
             let known: BTreeMap<u64, (u64, u64)> =
                 acked.range((p, 0)..(p + 1, 0)).map(|(&(_, o), &id)| (o, id)).collect();
-            let last = known.keys().next_back().copied().unwrap_or(0);
+            let eligible_below = match fsync {
+                Fsync::Always => known.keys().next_back().copied().unwrap_or(0),
+                _ => u64::MAX,
+            };
             damaged_sealed +=
-                u64::from(sealed_damage_is_corrupt(&root, fsync, &format!("{run}-kill"), p, last, &known));
+                u64::from(sealed_damage_is_corrupt(&root, fsync, &format!("{run}-kill"), p, eligible_below, &known));
         }
 
         let b = open(&root, fsync);
@@ -850,6 +883,66 @@ fn crash_loop(fsync: Fsync) {
     }
     println!("  {} messages, {lost_unsynced} published but unreported at a kill", acked.len());
     println!("  {damaged_sealed} damaged copies with a sealed segment: Corrupt, and repaired to the records before it");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+// ------------------------------------- sealed segments marked before a kill
+
+/// Records the marking test's child publishes: several 16 KiB segments per
+/// partition.
+const MARKED_PUBLISHES: u64 = 1000;
+
+/// Issue 40, item 2, under `Interval` and `Never`: a child publishes enough
+/// to seal several segments per partition on a fresh directory and waits
+/// until the partitions' stats say the flusher marked them complete; then
+/// it is killed (no clean close, so no final round). On the directory as
+/// the kill left it, a byte flipped inside the newest sealed segment of
+/// each partition is `Corrupt` without `repair`, and `repair` keeps exactly
+/// the records before it. Before the flusher's marking round, under `Never`
+/// no segment got its marker before a clean close: the child waited in vain
+/// (and the damage, had it been killed anyway, read as a torn tail).
+fn marked_before_a_kill(fsync: Fsync) {
+    let name = policy_name(fsync);
+    let root = temp_dir(&format!("marked-{name}"));
+    let dir = root.to_str().unwrap().to_owned();
+    let mut c = child("child-crash", &[&dir, name, "0", &MARKED_PUBLISHES.to_string(), "wait-marked"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut acked: BTreeMap<(u32, u64), (u64, u64)> = BTreeMap::new();
+    let mut done = false;
+    for line in BufReader::new(c.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let f: Vec<&str> = line.split(' ').collect();
+        match f[0] {
+            "P" => {
+                let id = (f[1].parse().unwrap(), f[2].parse().unwrap());
+                acked.insert((f[3].parse().unwrap(), f[4].parse().unwrap()), id);
+            }
+            "C" => {}
+            "DONE" => {
+                done = true;
+                break;
+            }
+            other => panic!("unexpected line {other:?}"),
+        }
+    }
+    c.kill().unwrap();
+    let status = c.wait().unwrap();
+    drop(c.stdin.take());
+    assert!(done && status.code().is_none(), "{name}: the child did not see its segments marked ({status})");
+    assert_eq!(acked.len() as u64, MARKED_PUBLISHES);
+    let mut damaged = 0;
+    for p in 0..CRASH_PARTITIONS {
+        let known: BTreeMap<u64, (u64, u64)> = acked.range((p, 0)..(p + 1, 0)).map(|(&(_, o), &id)| (o, id)).collect();
+        if known.len() as u64 >= MARKED_PUBLISHES / 5 {
+            // One key's share or more: over 16 KiB, a sealed segment.
+            assert!(sealed_damage_is_corrupt(&root, fsync, &format!("marked-{name}-{p}"), p, u64::MAX, &known));
+            damaged += 1;
+        }
+    }
+    assert!(damaged >= 1, "{name}: no partition sealed a segment");
     std::fs::remove_dir_all(&root).unwrap();
 }
 
@@ -1206,7 +1299,9 @@ fn delete_child(dir: &Path) {
 /// files before the one holding offset `eligible_below` are damaged: every
 /// segment file but the newest after a clean close, and after a kill under
 /// `Always` those before the last acknowledged record's, which its append
-/// returned only once they were marked complete. `records` are the offsets
+/// returned only once they were marked complete; under `Interval` and
+/// `Never`, every file but the newest once the killed child saw the
+/// flusher mark every sealed segment. `records` are the offsets
 /// of partition `p` known to hold `(run, i)`. Returns whether it found a
 /// file to damage.
 fn sealed_damage_is_corrupt(

@@ -298,3 +298,35 @@ fn a_segment_sealed_after_its_round_is_marked_by_the_next() {
         std::fs::remove_dir_all(&dir).unwrap();
     });
 }
+
+/// Issue 40, item 2, under `Never`: the broker's flusher runs
+/// [`Log::flusher_round`] every interval, and under `Never` that is a
+/// marking round (a sync round that flushes nothing). Its round races the
+/// publisher that fills, seals and rolls a segment; the next interval's
+/// round marks the segment whichever way the race went, and the log's
+/// count of unmarked sealed segments agrees with the files at each step.
+/// Before the marking round the flusher ran no log round under `Never`
+/// (only the clean close did), so the sealed segment stayed unmarked until
+/// then, and a kill left damage in it to pass for a torn tail.
+#[test]
+fn the_never_flushers_round_marks_a_segment_sealed_after_the_last_one() {
+    model(|| {
+        let dir = durable_dir();
+        let log = Arc::new(durable_log(&dir, rill::Fsync::Never));
+        // The first segment full (its one record committed), not sealed.
+        append(&log, 0);
+        let l = log.clone();
+        let flusher = thread::spawn(move || l.flusher_round().unwrap());
+        // Seals it, rolls, and commits a record in the next one.
+        append(&log, 1);
+        flusher.join().unwrap();
+        assert!(log.stats().segments >= 2, "the appends cross a roll");
+        assert_eq!(log.stats().unmarked_segments, unmarked_sealed_files(&dir).len());
+        // The flusher's next interval.
+        log.flusher_round().unwrap();
+        assert_eq!(unmarked_sealed_files(&dir), Vec::<String>::new());
+        assert_eq!(log.stats().unmarked_segments, 0);
+        drop(log);
+        std::fs::remove_dir_all(&dir).unwrap();
+    });
+}

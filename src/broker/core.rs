@@ -9,8 +9,10 @@
 //! are made (synced first under `Fsync::Always`), a durable subscription's
 //! positions when it closes and, under `Always`, at the end of every drain
 //! round (before it delivers more, backs off or goes idle), and the flusher
-//! (`flusher.rs`) syncs the logs and writes every live durable subscription's
-//! positions each interval under `Interval` and `Never`. Offsets are written
+//! (`flusher.rs`) runs each log's round (`Log::flusher_round`: a sync round
+//! under `Interval`, a marking round that flushes nothing under `Never`) and
+//! writes every live durable subscription's positions each interval under
+//! `Interval` and `Never`. Offsets are written
 //! as numbered snapshots: taken under the control mutex, written (and
 //! synced) after it is released, several commits sharing one write (see
 //! `store.rs`), so nothing waits for an fsync while holding the mutex.
@@ -899,8 +901,9 @@ impl BrokerInner {
         }
         let (interval, sync) = match this.config.fsync {
             Fsync::Interval(d) => (d, true),
-            // Only the positions of live durable subscriptions to save (logs
-            // and commits need nothing): as often as the default interval.
+            // The logs' marking rounds (which flush nothing) and the positions
+            // of live durable subscriptions (commits need nothing): as often
+            // as the default interval.
             Fsync::Never => (DEFAULT_POSITIONS_INTERVAL, false),
             // Nothing to do: every publish, commit and drain round of a
             // durable subscription is synced when it happens.
@@ -947,14 +950,17 @@ impl BrokerInner {
         }
     }
 
-    /// Syncs every partition's log (if `sync` and the policy leaves it to
-    /// the flusher or the close) and writes the offsets (synced if `sync`).
-    /// Failures are logged: the next flush tries again.
+    /// Runs every partition's log round (`Log::flusher_round`: a sync
+    /// round under `Interval`, a marking round under `Never`, which marks
+    /// the segments sealed since the last one complete so that damage in
+    /// them is `Corrupt` after a kill; nothing under `Always`) and writes the
+    /// offsets (synced if `sync`). Failures are logged: the next flush tries
+    /// again.
     fn flush(&self, store: &Store, sync: bool) {
-        if sync && store.fsync() != Fsync::Always {
+        if store.fsync() != Fsync::Always {
             for t in self.topics.load().values() {
                 for p in t.partitions.iter() {
-                    if let Err(e) = p.log.sync() {
+                    if let Err(e) = p.log.flusher_round() {
                         log::error!("rill: could not sync partition {} of {:?}: {e}", p.index, t.name);
                     }
                 }
@@ -1076,8 +1082,10 @@ fn assignment_of(g: &Group, id: u64) -> Option<Assignment> {
 /// A data directory just opened: its store, its topics, its control plane.
 pub(super) type OpenedDir = (Arc<Store>, HashMap<Name, Arc<Topic>>, Control);
 
-/// How often a broker whose logs need no flusher (`Always`, `Never`) still
-/// saves the positions of its live durable subscriptions.
+/// How often the flusher of a broker under `Never` (whose logs flush
+/// nothing) runs the logs' marking rounds and saves the positions of its
+/// live durable subscriptions: the bound on how long a sealed segment stays
+/// without its completion marker.
 const DEFAULT_POSITIONS_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Waits for a snapshot taken by `BrokerInner::snapshot_offsets` (nothing

@@ -1,7 +1,8 @@
 //! The flusher: one named thread per broker with a data directory that runs a
-//! job every interval (sync the partitions' logs under `Fsync::Interval`, and
-//! write the offsets, including live durable subscriptions' positions), until
-//! stopped. The job is a closure, so this file does not name the broker.
+//! job every interval (each partition's log round: a sync under
+//! `Fsync::Interval`, under `Fsync::Never` a marking round that writes the
+//! completion markers of sealed segments and flushes nothing; and write the
+//! offsets, including live durable subscriptions' positions), until stopped. The job is a closure, so this file does not name the broker.
 //!
 //! A second thread (`rill-prepare`) runs a short job whenever [`Poke::poke`]
 //! asks: a durable log pokes it after each roll to a new segment, and the

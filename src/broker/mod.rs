@@ -108,6 +108,12 @@ pub struct PartitionStats {
     /// so that what is published afterwards is delivered (0 in memory, and
     /// for a clean restart). Each reset is also logged (warning).
     pub recovered_offsets_reset: u64,
+    /// Sealed segment files of this partition whose completion marker is not
+    /// written yet (0 in memory). The broker's flusher writes it within an
+    /// interval under `Interval` and `Never` (`Always` appends write it):
+    /// from then on, damage in the file is reported as `Corrupt` by the next
+    /// open, even after the process was killed. See `Log::flusher_round`.
+    pub unmarked_segments: usize,
 }
 
 /// Size and progress of a topic.
@@ -457,6 +463,7 @@ impl Broker {
                     // Relaxed: a statistic, written once before the broker
                     // is handed out.
                     recovered_offsets_reset: p.offsets_reset.load(Ordering::Relaxed),
+                    unmarked_segments: s.unmarked_segments,
                 }
             })
             .collect();

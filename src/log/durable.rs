@@ -56,8 +56,10 @@
 //!
 //! Publishers move a segment from 1 to 2 and its sealer from 2 to 3; only a
 //! sync round moves it from 3 to 4: the leader of an `Always` round,
-//! [`Log::sync`](super::Log::sync) (the broker's interval flusher), or the
-//! final round of a clean close. Rounds run one at a time (the leader
+//! [`Log::sync`](super::Log::sync) (through
+//! [`Log::flusher_round`](super::Log::flusher_round), which the broker's
+//! flusher runs every interval under `Interval` and `Never`), or the final
+//! round of a clean close. Rounds run one at a time (the leader
 //! flag), and `marked_below`, kept under the lock, says how far they got:
 //! every segment whose base is below it is marked.
 //!
@@ -90,10 +92,27 @@
 //!   (L2 in `dir.rs`), which the sealer published after its seal, so the
 //!   round sees the earlier segment sealed; and its snapshot begins at or
 //!   before that segment, which is unmarked until some round marks it.
-//! * `Interval`: the first round that sees the seal marks the segment.
-//! * `Never`: the broker runs no round until the clean close, whose round
-//!   marks every sealed segment ([`Log::sync`](super::Log::sync) marks them
-//!   too, flushing nothing).
+//! * `Interval`: the first round that sees the seal marks the segment: the
+//!   flusher's next one, at most one interval (and one round) after the seal.
+//! * `Never`: the same, through the flusher's *marking round*: a sync round
+//!   that flushes nothing (`Files::flush` is off), run every interval like
+//!   `Interval`'s. It finds the committed prefix and writes the markers of
+//!   the sealed segments that prefix covers, in the page cache only. A
+//!   *process* crash keeps the page cache, so the markers and the records
+//!   they count are both in the files recovery reads: damage in a segment
+//!   sealed an interval before the kill is `Corrupt`, as under the other
+//!   policies. A *machine* crash may have written a marker back and not all
+//!   of its records' pages (the kernel writes pages back in any order):
+//!   recovery then reports `Corrupt` for what was a crash, and `repair` is
+//!   the way on. That is the price of `Never`, which promises nothing after
+//!   a machine crash; before the marking round it was silent truncation of
+//!   real damage after a mere kill, which is worse (issue 40, item 2).
+//!
+//! The marking round adds no hand-over of its own: it is a round like
+//! `Interval`'s, run by the same flusher thread through the same leader
+//! flag and lock, reading the seal as every round does (above). The loom
+//! model `the_never_flushers_round_marks_a_segment_sealed_after_the_last_one`
+//! runs it against the seal and roll of a publisher.
 //!
 //! A round's snapshot therefore holds the segments sealed since the last
 //! round besides those from the watermark on: one more segment, as a rule.
@@ -506,6 +525,12 @@ impl Durability {
                 st = self.round_done.wait(st);
             }
         }
+    }
+
+    /// The base below which every segment is marked complete (see "The
+    /// completion marker" in the module docs).
+    pub(crate) fn marked_below(&self) -> u64 {
+        self.state.lock().marked_below
     }
 
     /// The durable watermark: every offset below it is on stable storage.

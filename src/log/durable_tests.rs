@@ -532,6 +532,35 @@ fn sync_makes_interval_logs_durable_and_marks_sealed_segments() {
     assert!(matches!(err, Error::Corrupt { offset, .. } if offset == HEADER_BYTES as u64), "{err:?}");
 }
 
+/// Issue 40, item 2: the broker flusher's round (`Log::flusher_round`)
+/// marks every sealed segment complete under `Interval` and under `Never`
+/// (where it flushes nothing), and `unmarked_segments` counts those still
+/// waiting for it; under `Always` the appends marked them already and the
+/// round does nothing.
+#[test]
+fn the_flusher_round_marks_every_sealed_segment_and_the_stats_count_the_rest() {
+    let is_marked =
+        |path: &Path| file::Header::decode(&fs::read(path).unwrap()[..HEADER_BYTES]).unwrap().complete.is_some();
+    for fsync in [Fsync::Never, Fsync::Interval(DEFAULT_FSYNC_INTERVAL), Fsync::Always] {
+        let dir = TempDir::new("flusher-round");
+        let mut rng = Rng(5);
+        let (log, _) = Log::open(&config(4096), 0, &durable(dir.path(), fsync, false)).unwrap();
+        while log.stats().segments < 4 {
+            publish(&log, 1, &mut rng);
+        }
+        let files = segment_files(dir.path());
+        let sealed = &files[..files.len() - 1];
+        let unmarked = sealed.iter().filter(|(_, p)| !is_marked(p)).count();
+        assert_eq!(log.stats().unmarked_segments, unmarked, "{fsync:?}");
+        let before = if fsync == Fsync::Always { 0 } else { sealed.len() };
+        assert_eq!(unmarked, before, "{fsync:?}: no round ran yet");
+        log.flusher_round().unwrap();
+        assert_eq!(log.stats().unmarked_segments, 0, "{fsync:?}");
+        assert!(sealed.iter().all(|(_, p)| is_marked(p)), "{fsync:?}");
+        assert!(!is_marked(&files[files.len() - 1].1), "{fsync:?}: the active segment is never marked");
+    }
+}
+
 #[test]
 fn retention_deletes_trimmed_segment_files() {
     let dir = TempDir::new("retention");

@@ -20,7 +20,10 @@
 //! (or by recovery, for the files it keeps) once every record of the sealed
 //! segment is committed (and, unless the fsync policy is `Never`, on disk;
 //! every sealed segment gets them, see "The completion marker" in
-//! `durable.rs`): the record count (u64), the bytes they fill (u64) and a
+//! `durable.rs`; under `Never` the broker's flusher writes them without a
+//! flush, so after a *machine* crash the header may be on disk before
+//! records it counts, which recovery reports as `Corrupt`, see
+//! `recovery.rs`): the record count (u64), the bytes they fill (u64) and a
 //! CRC32C of those two fields and the base (u32); then the file's
 //! *generation* (u64, a fixed field): 0 for a file created for its segment,
 //! one more each time it is recycled. A file whose completion fields are

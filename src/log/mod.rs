@@ -215,6 +215,21 @@ impl Log {
         }
     }
 
+    /// The round its owner's periodic flusher runs on this log (the broker's,
+    /// every interval): under [`Fsync::Interval`] and [`Fsync::Never`] a
+    /// sync round, which under `Never` flushes nothing but still writes the
+    /// completion markers of the segments sealed since the last round (the
+    /// *marking round*, see "The completion marker" in `durable.rs`), so
+    /// that damage in them is [`Error::Corrupt`] after a process crash too;
+    /// nothing under [`Fsync::Always`], whose appends run the rounds. An
+    /// in-memory log has nothing to do: `Ok`.
+    pub fn flusher_round(&self) -> Result<()> {
+        if self.shared.always {
+            return Ok(());
+        }
+        self.sync()
+    }
+
     /// Faults the active segment file's pages ahead of the writer into the
     /// map, writable, once per segment (see `FileStorage::prepare`): the
     /// broker's flusher calls it each interval, so that the publisher
@@ -576,6 +591,12 @@ impl Log {
             // Relaxed: statistics.
             sync_rounds: self.shared.durability.as_ref().map_or(0, |d| d.rounds.load(Ordering::Relaxed)),
             durable_waits: self.shared.durability.as_ref().map_or(0, |d| d.waits.load(Ordering::Relaxed)),
+            unmarked_segments: self.shared.durability.as_ref().map_or(0, |d| {
+                // Every segment below this base is marked; of those from it
+                // on, the sealed ones are not yet.
+                let marked_below = d.marked_below();
+                dir.segs.iter().filter(|s| s.base() >= marked_below && s.sealed_count().is_some()).count()
+            }),
         }
     }
 
@@ -628,6 +649,13 @@ pub struct LogStats {
     /// Appends that waited for durability (`Always`). With group commit,
     /// concurrent publishers make this larger than `sync_rounds`.
     pub durable_waits: u64,
+    /// Sealed segments of a durable log whose completion marker is not
+    /// written yet (0 in memory): the next sync round writes it (see
+    /// [`Log::flusher_round`]; an `Always` append into a later segment
+    /// returns only once it is written). Damage in a segment that has its
+    /// marker is [`Error::Corrupt`] at the next open; in one that has not,
+    /// it may pass for a torn tail.
+    pub unmarked_segments: usize,
 }
 
 #[cfg(all(test, not(loom)))]

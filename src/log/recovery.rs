@@ -24,11 +24,23 @@
 //!   `Always`; under the other policies a torn tail drops only records
 //!   never completed, since every complete one is kept.
 //! * In a *complete* file (its header counts its records, written only after
-//!   they were all on disk), or in a file whose header is damaged, or in a
-//!   gap between files, no crash explains it: it is **damage**. The open
-//!   fails with [`Error::Corrupt`] naming the file and the byte offset,
-//!   changing nothing on disk, unless `repair` is set; then the log is cut
-//!   there as for a torn tail, and the report says it was a repair.
+//!   they were all committed and, unless the policy is `Never`, on disk), or
+//!   in a file whose header is damaged, or in a gap between files, no crash
+//!   explains it: it is **damage**. The open fails with [`Error::Corrupt`]
+//!   naming the file and the byte offset, changing nothing on disk, unless
+//!   `repair` is set; then the log is cut there as for a torn tail, and the
+//!   report says it was a repair.
+//!
+//! Every sealed segment gets its marker within a flusher interval of its
+//! seal, under every policy ("The completion marker" in `durable.rs`), so
+//! after a process crash damage in any segment sealed that long before is
+//! `Corrupt`, never a silent cut. *Under `Never`, a machine crash may
+//! surface as `Corrupt`*: the marking round writes the marker in the page
+//! cache without flushing anything, and the kernel may write the header
+//! page back before some of the record pages it counts; recovery then finds
+//! a complete file missing records, which no crash of the process can
+//! leave, and reports it. `repair` cuts there, keeping the records before
+//! it; `Never` promises nothing about a machine crash beyond that.
 //!
 //! A file whose header page is all zeros, at the end, is one created just
 //! before a crash: it holds nothing and is deleted. Spare files (trimmed

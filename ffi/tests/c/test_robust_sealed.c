@@ -10,14 +10,28 @@
  * reopen took the damage for a torn tail: RILL_OK, the partition cut at the
  * damaged record, and publishing went on from there.
  *
+ * The same after a kill -9 (no clean close, so no final sync round), under
+ * RILL_FSYNC_INTERVAL and RILL_FSYNC_NEVER: a child process publishes the
+ * records and waits; once every sealed segment file of the directory has its
+ * completion marker (the broker's flusher writes it within an interval), the
+ * child is killed and the directory checked as it left it. (Under
+ * RILL_FSYNC_ALWAYS the appends mark them; tests/persist.rs kills that
+ * case.) Under RILL_FSYNC_NEVER the flusher wrote no marker before a clean
+ * close, so the wait for one timed out (and the damage, had the child been
+ * killed anyway, read as a torn tail).
+ *
  * Built with -std=c99 -Wall -Wextra -Wpedantic -Werror, and run plain, under
  * AddressSanitizer + UBSan and under valgrind memcheck by ffi/tests/run.sh.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "rill.h"
 
@@ -29,6 +43,12 @@ enum {
     RETENTION = 1 << 20, /* 1 MiB: 256 KiB segments */
     MAX_FILES = 64,
     PATH_LEN = 600,
+    /* A segment file's completion fields: header bytes 32..52 (src/log/file.rs),
+     * all zeros until a sync round writes them. */
+    COMPLETE_AT = 32,
+    COMPLETE_LEN = 20,
+    /* How long the kill test waits for the markers before it fails. */
+    MARK_WAIT_SECONDS = 30,
 };
 
 /* The payload of record `i`: "record NNNNN " and filler, PAYLOAD bytes. */
@@ -136,15 +156,14 @@ static void check_exactly(rill_broker *b, int count) {
     rill_consumer_free(c);
 }
 
-static void damage_a_sealed_segment(const char *root, rill_fsync fsync, const char *name) {
-    char dir[PATH_LEN], part[PATH_LEN + 16];
-    snprintf(dir, sizeof dir, "%s/%s", root, name);
-    snprintf(part, sizeof part, "%s/topics/0/0", dir);
+/* Opens a broker on `dir`, creates the topic and publishes RECORDS records;
+ * returns the broker (NULL on failure). */
+static rill_broker *publish_records(const char *dir, rill_fsync fsync) {
     rill_status status;
     rill_broker *b = open_broker(dir, fsync, false, &status);
     OK(status);
     if (b == NULL) {
-        return;
+        return NULL;
     }
     rill_topic_options to;
     rill_topic_options_init(&to);
@@ -156,8 +175,119 @@ static void damage_a_sealed_segment(const char *root, rill_fsync fsync, const ch
         rill_record r = {NULL, 0, payload, PAYLOAD, NULL, 0};
         OK(rill_publish(b, "t", &r, NULL));
     }
-    rill_broker_free(b);
+    return b;
+}
 
+/* Whether the file `path` has its completion fields (any of them non-zero:
+ * their checksum mixes in a constant, so written fields never are all zeros). */
+static bool is_marked(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        return false;
+    }
+    unsigned char fields[COMPLETE_LEN];
+    bool marked = false;
+    if (fseek(f, COMPLETE_AT, SEEK_SET) == 0 && fread(fields, 1, sizeof fields, f) == sizeof fields) {
+        for (size_t i = 0; i < sizeof fields; i++) {
+            marked = marked || fields[i] != 0;
+        }
+    }
+    fclose(f);
+    return marked;
+}
+
+/* Whether the partition directory `part` holds at least `at_least` segment
+ * files and every one but the newest (the active segment) is marked. */
+static bool sealed_files_marked(const char *part, int at_least) {
+    static char names[MAX_FILES][PATH_LEN];
+    int n = segment_files(part, names);
+    if (n < at_least) {
+        return false;
+    }
+    for (int i = 0; i + 1 < n; i++) {
+        char path[3 * PATH_LEN];
+        snprintf(path, sizeof path, "%s/%.*s", part, (int)(PATH_LEN - 1), names[i]);
+        if (!is_marked(path)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void check_damage(const char *dir, const char *part, rill_fsync fsync, const char *name);
+
+static void damage_a_sealed_segment(const char *root, rill_fsync fsync, const char *name) {
+    char dir[PATH_LEN], part[PATH_LEN + 16];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    snprintf(part, sizeof part, "%s/topics/0/0", dir);
+    rill_broker *b = publish_records(dir, fsync);
+    if (b == NULL) {
+        return;
+    }
+    rill_broker_free(b);
+    check_damage(dir, part, fsync, name);
+}
+
+/* The same on the directory a kill -9 left: a child publishes and waits to
+ * be killed; the parent kills it once every sealed file is marked (polling
+ * the files, with a deadline: the flusher's round comes within an interval). */
+static void damage_after_a_kill(const char *root, rill_fsync fsync, const char *name) {
+    char dir[PATH_LEN], part[PATH_LEN + 16], label[PATH_LEN];
+    snprintf(dir, sizeof dir, "%s/%s-kill", root, name);
+    snprintf(part, sizeof part, "%s/topics/0/0", dir);
+    snprintf(label, sizeof label, "%s after a kill", name);
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    fflush(NULL);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child < 0) {
+        return;
+    }
+    if (child == 0) {
+        close(ready[0]);
+        rill_broker *b = publish_records(dir, fsync);
+        if (b == NULL || failures != 0) {
+            _exit(3);
+        }
+        /* Published: wait to be killed (the broker's threads run on). */
+        if (write(ready[1], "p", 1) != 1) {
+            _exit(3);
+        }
+        for (;;) {
+            pause();
+        }
+    }
+    close(ready[1]);
+    char c;
+    bool published = read(ready[0], &c, 1) == 1;
+    close(ready[0]);
+    CHECK(published);
+    bool marked = false;
+    if (published) {
+        time_t deadline = time(NULL) + MARK_WAIT_SECONDS;
+        /* 3 000 records of 232 bytes fill more than two 256 KiB segments. */
+        while (!(marked = sealed_files_marked(part, 3)) && time(NULL) < deadline) {
+            struct timespec poll = {0, 1000000};
+            nanosleep(&poll, NULL);
+        }
+    }
+    CHECK(marked);
+    CHECK(kill(child, SIGKILL) == 0);
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    if (marked) {
+        check_damage(dir, part, fsync, label);
+    }
+}
+
+/* Flips a byte in the second segment file of `dir` (sealed, and marked) and
+ * checks the reopen: RILL_ERR_CORRUPT without repair, exactly the records
+ * before the damaged one with it. */
+static void check_damage(const char *dir, const char *part, rill_fsync fsync, const char *name) {
+    rill_status status;
+    rill_broker *b;
     static char files[MAX_FILES][PATH_LEN];
     int n = segment_files(part, files);
     /* 3 000 records of 232 bytes (frame, header, payload) fill more than
@@ -225,6 +355,8 @@ int main(void) {
     damage_a_sealed_segment(root, RILL_FSYNC_ALWAYS, "always");
     damage_a_sealed_segment(root, RILL_FSYNC_INTERVAL, "interval");
     damage_a_sealed_segment(root, RILL_FSYNC_NEVER, "never");
+    damage_after_a_kill(root, RILL_FSYNC_INTERVAL, "interval");
+    damage_after_a_kill(root, RILL_FSYNC_NEVER, "never");
 
     char rm[PATH_LEN + 16];
     snprintf(rm, sizeof rm, "rm -rf '%s'", root);
