@@ -3,8 +3,8 @@
 //! * **Topics** are created explicitly (or on first publish with
 //!   `auto_create_topics`), each with one or more partitions, each partition a
 //!   [`Log`](crate::log::Log).
-//! * **Publishing** looks the topic up in a map read lock-free through
-//!   `arc-swap`, picks the partition (key hash, or per-thread round-robin),
+//! * **Publishing** looks the topic up in a persistent map read lock-free
+//!   through `arc-swap` (see `core.rs`), picks the partition (key hash, or per-thread round-robin),
 //!   appends to its log, then signals the partition's listeners (see
 //!   `subscription/signal.rs`). A [`Publisher`] skips the lookup.
 //! * **Routing** happens when topics and subscriptions are created, not per
@@ -45,7 +45,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 pub use self::core::BrokerConfig;
-use self::core::{BrokerInner, Control};
+use self::core::{BrokerInner, Control, TopicMap};
 use consumer::ConsumerCore;
 pub use consumer::{
     Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT, GroupPartition, GroupStats,
@@ -207,7 +207,7 @@ impl Broker {
             pid: std::process::id(),
             config,
             closed: AtomicBool::new(false),
-            topics: ArcSwap::from_pointee(topics),
+            topics: ArcSwap::from_pointee(topics.into_iter().collect::<TopicMap>()),
             control: Mutex::new(control),
             pool,
             timer,
@@ -493,7 +493,7 @@ impl fmt::Debug for Broker {
         f.debug_struct("Broker")
             .field("id", &self.inner().id)
             .field("closed", &self.is_closed())
-            .field("topics", &self.inner().topics.load().len())
+            .field("topics", &self.inner().topics.load().size())
             .finish()
     }
 }

@@ -10,6 +10,8 @@
 //!   ([`measure::Work`]), the producer loop and the run clock;
 //! * [`bench`](mod@bench), [`scenarios`], [`stats`], [`report`], [`plot`], [`probe`]:
 //!   interleaved pairs, named workloads, ratios, output and the machine probe;
+//! * [`scale`]: `--scenario scale`, costs against the number of topics, of
+//!   subscriptions on one topic and of topics under one wildcard;
 //! * [`recovery`]: `--recovery-mib`, a durable partition's recovery time
 //!   against reading its files from the page cache;
 //! * [`publish_cost`]: the publisher's own ns per call, with no subscriber
@@ -30,6 +32,7 @@ pub mod probe;
 pub mod publish_cost;
 pub mod recovery;
 pub mod report;
+pub mod scale;
 pub mod scenarios;
 pub mod stats;
 pub mod systems;

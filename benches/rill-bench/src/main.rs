@@ -40,6 +40,9 @@ SCENARIOS (--scenario NAME):
                       handler sleeping 50 us (I/O); compare the two (rill alone)
   group-1-cpu, group-2-cpu
                       the same with 1 or 2 members and CPU-bound handlers (20 us spin), 40,000 messages
+  scale               costs as topics multiply (create, publish by name, RSS per idle topic, ** delivery;
+                      10^0..10^5 topics, 10^6 with --scale-full) and as subscriptions on one topic do
+                      (10..10^4): tables of each decade and its ratio to the first; --plot FILE.svg draws them
   bridge              rill -> NATS JetStream -> rill through two rill_nats bridges, against a plain
                       async-nats publisher + pull consumer, interleaved in --pairs on a nats-server it
                       starts (build with --features nats; --messages sets the run length, default 20000)
@@ -245,6 +248,10 @@ struct Cli {
     /// pairs; the files are deleted afterwards. Needs N MiB of free disk (issue 11: N = 1024).
     #[arg(long, value_name = "N", help_heading = "Systems")]
     recovery_mib: Option<u64>,
+    /// With --scenario scale: sweep up to 1,000,000 topics instead of 100,000.
+    #[arg(long, help_heading = "Systems")]
+    scale_full: bool,
+
     /// Also measure idle CPU: the process CPU time (getrusage) over this many
     /// seconds of wall time while 100 caught-up subscriptions (on the pool,
     /// then with a thread each) have nothing to deliver. Reported as a note.
@@ -379,12 +386,16 @@ fn main() {
 
     if cli.scenario.contains(&Named::Bridge) {
         run_bridge(&cli, pairs);
-        if cli.scenario.iter().all(|n| *n == Named::Bridge) {
-            return;
-        }
+    }
+    if cli.scenario.contains(&Named::Scale) {
+        run_scale(&cli);
+    }
+    let own_runner = |n: &Named| matches!(n, Named::Bridge | Named::Scale);
+    if !cli.scenario.is_empty() && cli.scenario.iter().all(own_runner) {
+        return;
     }
     let mut list: Vec<Scenario> = if !cli.scenario.is_empty() {
-        cli.scenario.iter().filter(|n| **n != Named::Bridge).map(|n| scenarios::named(*n)).collect()
+        cli.scenario.iter().filter(|n| !own_runner(n)).map(|n| scenarios::named(*n)).collect()
     } else if cli.shape_given() {
         let mut sc = scenarios::named(Named::OneToOne);
         sc.name = "custom".into();
@@ -639,6 +650,39 @@ fn run_bridge(_cli: &Cli, _pairs: usize) {
         "the bridge scenario needs rill-bench built with the nats feature: cargo run --release -p rill-bench --features nats -- --scenario bridge"
     );
     std::process::exit(2);
+}
+
+/// `--scenario scale`: its own runner, two sweeps by powers of ten (see
+/// `rill_bench::scale`), printed as tables (or JSON) and drawn with `--plot`.
+fn run_scale(cli: &Cli) {
+    use rill_bench::scale;
+    let max_topics = if cli.scale_full { scale::FULL_TOPICS } else { scale::QUICK_TOPICS };
+    let started = Instant::now();
+    let mut progress = |step: &str| eprintln!("{step} ({:.1} s)", started.elapsed().as_secs_f64());
+    let result = match scale::run(max_topics, scale::MAX_SUBSCRIPTIONS, cli.payload, &mut progress) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("scale scenario failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    match cli.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&result).expect("plain data")),
+        Format::Table | Format::Csv => print!("{}", result.table()),
+    }
+    if let Some(path) = &cli.plot {
+        let axes = plot::Axes {
+            x: "topics",
+            y: "ns per operation (log scale)",
+            note: "one broker grown decade by decade; medians of one run",
+        };
+        let svg = plot::svg_with("rill-bench: costs against the number of topics", "", &axes, &result.series());
+        if let Err(e) = std::fs::write(path, svg) {
+            eprintln!("could not write {}: {e}", path.display());
+            std::process::exit(1);
+        }
+        eprintln!("wrote {}", path.display());
+    }
 }
 
 /// `--publish-cost`: the publisher's own cost per call beside crossbeam's send.

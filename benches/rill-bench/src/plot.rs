@@ -64,8 +64,32 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
+/// The labels of a chart's axes, and the note under it.
+#[derive(Debug, Clone, Copy)]
+pub struct Axes<'a> {
+    /// Under the x axis.
+    pub x: &'a str,
+    /// Beside the y axis (log scale).
+    pub y: &'a str,
+    /// The small print at the bottom.
+    pub note: &'a str,
+}
+
+/// The axes of the fan-out sweep's chart.
+const SWEEP_AXES: Axes<'static> = Axes {
+    x: "subscribers",
+    y: "delivered msgs/s per subscriber (log scale)",
+    note: "only delivered messages count (a lossy system gets no credit for what it skipped); median of runs",
+};
+
 /// An SVG line chart of `series` (msgs/s on a log scale against subscribers).
 pub fn svg(title: &str, subtitle: &str, series: &[Series]) -> String {
+    svg_with(title, subtitle, &SWEEP_AXES, series)
+}
+
+/// An SVG line chart of `series` (y on a log scale against the points' x,
+/// evenly spaced in order) with the axes labelled `axes`.
+pub fn svg_with(title: &str, subtitle: &str, axes: &Axes<'_>, series: &[Series]) -> String {
     let (w, h) = (860.0, 520.0);
     let (left, right, top, bottom) = (90.0, 190.0, 70.0, 70.0);
     let (pw, ph) = (w - left - right, h - top - bottom);
@@ -141,18 +165,21 @@ pub fn svg(title: &str, subtitle: &str, series: &[Series]) -> String {
         );
         let _ = writeln!(o, r#"<text x="{px:.1}" y="{}" text-anchor="middle">{x}</text>"#, top + ph + 20.0);
     }
-    let _ = writeln!(o, r#"<text x="{}" y="{}" text-anchor="middle">subscribers</text>"#, left + pw / 2.0, h - 30.0);
+    let _ =
+        writeln!(o, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, left + pw / 2.0, h - 30.0, esc(axes.x));
     let _ = writeln!(
         o,
-        r##"<text x="{}" y="{}" fill="#555" font-size="11" text-anchor="middle">only delivered messages count (a lossy system gets no credit for what it skipped); median of runs</text>"##,
+        r##"<text x="{}" y="{}" fill="#555" font-size="11" text-anchor="middle">{}</text>"##,
         left + pw / 2.0,
-        h - 10.0
+        h - 10.0,
+        esc(axes.note)
     );
     let _ = writeln!(
         o,
-        r#"<text x="20" y="{}" text-anchor="middle" transform="rotate(-90 20 {})">delivered msgs/s per subscriber (log scale)</text>"#,
+        r#"<text x="20" y="{}" text-anchor="middle" transform="rotate(-90 20 {})">{}</text>"#,
         top + ph / 2.0,
-        top + ph / 2.0
+        top + ph / 2.0,
+        esc(axes.y)
     );
     // Lines, points and legend.
     for (i, s) in series.iter().enumerate() {

@@ -92,6 +92,10 @@ pub enum Named {
     /// async-nats publisher and consumer (built with `--features nats`; runs
     /// its own nats-server).
     Bridge,
+    /// Costs against the number of topics (create, publish by name, memory
+    /// per idle topic, `**` delivery) and of subscriptions on one topic,
+    /// by powers of ten (`rill_bench::scale`; its own runner).
+    Scale,
     /// 1 producer -> 1 push subscriber, the broker on a data directory, Fsync::Never.
     #[value(name = "persist-never")]
     PersistNever,
@@ -268,6 +272,8 @@ pub fn named(name: Named) -> Scenario {
         // Run by `rill_bench::bridge`, not the in-process harness: the shape
         // only carries --messages and --payload there.
         Named::Bridge => sc("bridge", "rill -> JetStream -> rill vs plain async-nats", base),
+        // Run by `rill_bench::scale`, not the in-process harness.
+        Named::Scale => sc("scale", "costs against topics and subscriptions, by powers of ten", base),
     }
 }
 

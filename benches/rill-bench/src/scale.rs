@@ -1,0 +1,338 @@
+//! `--scenario scale` (issue 43): how rill's costs grow with the number of
+//! topics, of subscriptions on one topic and of topics under one wildcard,
+//! swept by powers of ten and printed as two tables (and drawn with `--plot`).
+//!
+//! Topics: one broker grows decade by decade (1, 10, ..., up to 10^5, or
+//! 10^6 with `--scale-full`), single-partition topics with the default
+//! options. At each decade the sweep measures
+//!
+//! * the time per `create_topic` of the topics that decade added;
+//! * the resident memory per idle topic holding one message: the growth of
+//!   the process's resident set (`/proc/self/statm`) over creating the
+//!   decade's topics and publishing one message of `--payload` bytes to each,
+//!   over the topics added (at the small decades this is mostly noise: a
+//!   page or two of anything else lands in it);
+//! * the cost of a publish by name (`Broker::publish`, the map lookup
+//!   included) to one topic among all of them, repeated;
+//! * the time from a publish to one topic to its delivery to a `**`
+//!   subscription attached to every topic (the subscription is made, and
+//!   closed, outside the timing; its handler bumps a counter the publisher
+//!   waits on, so the times are one message in flight at a time).
+//!
+//! Subscriptions: a fresh broker, one topic, 10, 100, ..., 10 000
+//! subscriptions on it (the pool drains them); each step publishes enough
+//! messages for about two million deliveries and reports the time from the
+//! first publish to the last delivery per delivery.
+//!
+//! The figures are medians of one run on a shared machine: read the ratios
+//! between rows of one run, not the absolute figures.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rill::{Ack, Broker, BrokerConfig, Record, StartPosition, SubscriptionOptions, TopicOptions};
+use serde::Serialize;
+
+use crate::plot::Series;
+use crate::stats::median;
+
+/// Most topics without `--scale-full`.
+pub const QUICK_TOPICS: usize = 100_000;
+/// Most topics with `--scale-full`.
+pub const FULL_TOPICS: usize = 1_000_000;
+/// Most subscriptions on one topic.
+pub const MAX_SUBSCRIPTIONS: usize = 10_000;
+/// Publishes by name timed at each decade.
+const PUBLISHES: usize = 200_000;
+/// Messages timed through the `**` subscription at each decade.
+const WILDCARD_MESSAGES: usize = 2_000;
+/// Deliveries each step of the subscription sweep aims at.
+const DELIVERIES: usize = 2_000_000;
+/// Longest the sweep waits for a delivery before it gives up on a step.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// One decade of the topic sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct TopicRow {
+    /// Topics in the broker.
+    pub topics: usize,
+    /// Microseconds per `create_topic`, over the topics this decade added.
+    pub create_us: f64,
+    /// Resident bytes per topic added, each holding one message.
+    pub rss_per_topic: f64,
+    /// Nanoseconds per publish by name to one of the topics.
+    pub publish_ns: f64,
+    /// Median microseconds from a publish to its delivery to a `**`
+    /// subscription over every topic.
+    pub wildcard_us: f64,
+}
+
+/// One step of the subscription sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct SubscriptionRow {
+    /// Subscriptions on the topic.
+    pub subscriptions: usize,
+    /// Messages published.
+    pub messages: usize,
+    /// Deliveries counted (messages x subscriptions when none was lost).
+    pub delivered: u64,
+    /// Nanoseconds from the first publish to the last delivery, per delivery.
+    pub ns_per_delivery: f64,
+}
+
+/// What the scale scenario measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Scale {
+    /// Payload bytes of every message.
+    pub payload: usize,
+    /// The topic sweep, by decade.
+    pub topics: Vec<TopicRow>,
+    /// The subscription sweep, by decade.
+    pub subscriptions: Vec<SubscriptionRow>,
+}
+
+/// The name of topic `i` of the sweep.
+fn name(i: usize) -> String {
+    format!("scale/{}/{i}", i % 1000)
+}
+
+/// The process's resident set, in bytes (Linux; 0 elsewhere).
+fn resident_bytes() -> u64 {
+    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else { return 0 };
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * u64::try_from(page).unwrap_or(4096)
+}
+
+/// Waits until `counter` reaches `target`, spinning then yielding; false
+/// after [`WAIT`].
+fn wait_for(counter: &AtomicU64, target: u64) -> bool {
+    let deadline = Instant::now() + WAIT;
+    let mut spins = 0u32;
+    // Acquire: pairs with the handler's Release increment (the count is all
+    // that is read, but a delivery counted is a delivery finished).
+    while counter.load(Ordering::Acquire) < target {
+        if spins < 1 << 10 {
+            spins += 1;
+            std::hint::spin_loop();
+        } else if Instant::now() > deadline {
+            return false;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    true
+}
+
+/// Runs both sweeps: topics up to `max_topics`, subscriptions up to
+/// `max_subscriptions`. `progress` is told each step as it starts.
+pub fn run(
+    max_topics: usize,
+    max_subscriptions: usize,
+    payload: usize,
+    progress: &mut dyn FnMut(&str),
+) -> rill::Result<Scale> {
+    let topics = topic_sweep(max_topics, payload, progress)?;
+    let subscriptions = subscription_sweep(max_subscriptions, payload, progress)?;
+    Ok(Scale { payload, topics, subscriptions })
+}
+
+fn topic_sweep(max_topics: usize, payload: usize, progress: &mut dyn FnMut(&str)) -> rill::Result<Vec<TopicRow>> {
+    let broker = Broker::new(BrokerConfig::default())?;
+    let options = TopicOptions::default();
+    let body = vec![0x5a; payload];
+    let mut rows = Vec::new();
+    let mut created = 0;
+    let mut n = 1;
+    while n <= max_topics {
+        progress(&format!("scale: {n} topics"));
+        let names: Vec<String> = (created..n).map(name).collect();
+        let rss_before = resident_bytes();
+        let started = Instant::now();
+        for t in &names {
+            broker.create_topic(t, &options)?;
+        }
+        let create_us = started.elapsed().as_secs_f64() * 1e6 / names.len() as f64;
+        for t in &names {
+            broker.publish(t, &Record::new(&body))?;
+        }
+        let rss_per_topic = resident_bytes().saturating_sub(rss_before) as f64 / names.len() as f64;
+        created = n;
+
+        // Publish by name, the lookup included, to one topic of them all
+        // (after a warm-up round, so the first decade pays no first-use costs).
+        let target = name(n / 2);
+        for _ in 0..PUBLISHES / 10 {
+            broker.publish(&target, &Record::new(&body))?;
+        }
+        let started = Instant::now();
+        for _ in 0..PUBLISHES {
+            broker.publish(&target, &Record::new(&body))?;
+        }
+        let publish_ns = started.elapsed().as_secs_f64() * 1e9 / PUBLISHES as f64;
+
+        // One message at a time through a `**` subscription over them all.
+        let delivered = Arc::new(AtomicU64::new(0));
+        let counter = delivered.clone();
+        let options = SubscriptionOptions { start: StartPosition::Latest, ..Default::default() };
+        let sub = broker.subscribe("scale/**", options, move |_| {
+            // Release: pairs with the Acquire in `wait_for`.
+            counter.fetch_add(1, Ordering::Release);
+            Ack::Success
+        })?;
+        let mut times = Vec::with_capacity(WILDCARD_MESSAGES);
+        for i in 0..WILDCARD_MESSAGES {
+            // Spread over the topics, the same ones at every decade they exist.
+            let t = name((i * 7919) % n);
+            let started = Instant::now();
+            broker.publish(&t, &Record::new(&body))?;
+            if !wait_for(&delivered, i as u64 + 1) {
+                return Err(rill::Error::Timeout);
+            }
+            times.push(started.elapsed().as_secs_f64() * 1e6);
+        }
+        sub.close();
+        rows.push(TopicRow { topics: n, create_us, rss_per_topic, publish_ns, wildcard_us: median(&times) });
+        n *= 10;
+    }
+    broker.close();
+    Ok(rows)
+}
+
+fn subscription_sweep(
+    max_subscriptions: usize,
+    payload: usize,
+    progress: &mut dyn FnMut(&str),
+) -> rill::Result<Vec<SubscriptionRow>> {
+    let broker = Broker::new(BrokerConfig::default())?;
+    broker.create_topic("scale/subs", &TopicOptions::default())?;
+    let body = vec![0x5a; payload];
+    let delivered = Arc::new(AtomicU64::new(0));
+    let mut subs = Vec::new();
+    let mut rows = Vec::new();
+    let mut s = 10;
+    while s <= max_subscriptions {
+        progress(&format!("scale: {s} subscriptions on one topic"));
+        while subs.len() < s {
+            let counter = delivered.clone();
+            let options = SubscriptionOptions { start: StartPosition::Latest, ..Default::default() };
+            subs.push(broker.subscribe("scale/subs", options, move |_| {
+                // Release: pairs with the Acquire in `wait_for`.
+                counter.fetch_add(1, Ordering::Release);
+                Ack::Success
+            })?);
+        }
+        let messages = (DELIVERIES / s).max(100);
+        // Acquire: every delivery of the previous step is counted.
+        let before = delivered.load(Ordering::Acquire);
+        let target = before + (messages * s) as u64;
+        let started = Instant::now();
+        for _ in 0..messages {
+            broker.publish("scale/subs", &Record::new(&body))?;
+        }
+        wait_for(&delivered, target);
+        let elapsed = started.elapsed();
+        // Acquire: as above.
+        let count = delivered.load(Ordering::Acquire) - before;
+        rows.push(SubscriptionRow {
+            subscriptions: s,
+            messages,
+            delivered: count,
+            ns_per_delivery: elapsed.as_secs_f64() * 1e9 / count.max(1) as f64,
+        });
+        s *= 10;
+    }
+    for sub in &subs {
+        sub.close();
+    }
+    broker.close();
+    Ok(rows)
+}
+
+impl Scale {
+    /// The two tables, with each row's ratio to the first.
+    pub fn table(&self) -> String {
+        let mut o = String::new();
+        o.push_str(&format!(
+            "Topics (single-partition, default options; {} B payloads; ratios to the first row):\n\n",
+            self.payload
+        ));
+        o.push_str(&format!(
+            "{:>9}  {:>16}  {:>20}  {:>20}  {:>22}\n",
+            "topics", "create us/topic", "RSS B/idle topic", "publish by name ns", "** delivery us (p50)"
+        ));
+        let first = self.topics.first();
+        let ratio = |v: f64, base: Option<f64>| match base {
+            Some(b) if b > 0.0 => format!("{:.2}x", v / b),
+            _ => "-".into(),
+        };
+        for r in &self.topics {
+            o.push_str(&format!(
+                "{:>9}  {:>8.2} {:>7}  {:>20.0}  {:>11.1} {:>8}  {:>13.1} {:>8}\n",
+                r.topics,
+                r.create_us,
+                ratio(r.create_us, first.map(|f| f.create_us)),
+                r.rss_per_topic,
+                r.publish_ns,
+                ratio(r.publish_ns, first.map(|f| f.publish_ns)),
+                r.wildcard_us,
+                ratio(r.wildcard_us, first.map(|f| f.wildcard_us)),
+            ));
+        }
+        o.push_str(&format!("\nSubscriptions on one topic ({} B payloads):\n\n", self.payload));
+        o.push_str(&format!(
+            "{:>13}  {:>9}  {:>11}  {:>16}  {:>8}\n",
+            "subscriptions", "messages", "delivered", "ns per delivery", "ratio"
+        ));
+        let first = self.subscriptions.first().map(|f| f.ns_per_delivery);
+        for r in &self.subscriptions {
+            o.push_str(&format!(
+                "{:>13}  {:>9}  {:>11}  {:>16.1}  {:>8}\n",
+                r.subscriptions,
+                r.messages,
+                r.delivered,
+                r.ns_per_delivery,
+                ratio(r.ns_per_delivery, first)
+            ));
+        }
+        o
+    }
+
+    /// The topic sweep's curves, for `--plot`: each cost in nanoseconds
+    /// against the number of topics.
+    pub fn series(&self) -> Vec<Series> {
+        let curve = |name: &str, f: &dyn Fn(&TopicRow) -> f64| Series {
+            name: name.into(),
+            points: self.topics.iter().map(|r| (r.topics, f(r))).collect(),
+        };
+        vec![
+            curve("create_topic", &|r| r.create_us * 1e3),
+            curve("publish by name", &|r| r.publish_ns),
+            curve("** delivery (p50)", &|r| r.wildcard_us * 1e3),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_sweep_fills_every_row() {
+        let mut steps = Vec::new();
+        let scale = run(100, 100, 16, &mut |s| steps.push(s.to_owned())).unwrap();
+        assert_eq!(scale.topics.iter().map(|r| r.topics).collect::<Vec<_>>(), [1, 10, 100]);
+        assert_eq!(scale.subscriptions.iter().map(|r| r.subscriptions).collect::<Vec<_>>(), [10, 100]);
+        for r in &scale.subscriptions {
+            assert_eq!(r.delivered, (r.messages * r.subscriptions) as u64, "nothing lost: {r:?}");
+        }
+        assert!(scale.topics.iter().all(|r| r.create_us > 0.0 && r.publish_ns > 0.0 && r.wildcard_us > 0.0));
+        assert_eq!(steps.len(), 5);
+        let table = scale.table();
+        assert!(table.contains("publish by name ns"), "{table}");
+        assert_eq!(scale.series().len(), 3);
+        assert!(scale.series().iter().all(|s| s.points.len() == 3));
+    }
+}
