@@ -1,8 +1,8 @@
 /*
  * The checks the C test programs share: CHECK, CHECK_STATUS and OK count
  * every check and report a failed one with the library's last error, without
- * stopping the program. Each program includes this once and reports
- * `failures` of `checks` at its end.
+ * stopping the program. Each program includes this once and ends with
+ * `return CHECK_VERDICT(its name);`.
  */
 #ifndef RILL_TEST_CHECK_H
 #define RILL_TEST_CHECK_H
@@ -41,5 +41,13 @@ static int checks = 0;
     } while (0)
 
 #define OK(call) CHECK_STATUS(call, RILL_OK)
+
+/* The program's verdict, as main's exit status: 1 after saying how many
+ * checks failed, 0 after saying all passed. `return CHECK_VERDICT("name");` */
+#define CHECK_VERDICT(program)                                                       \
+    (failures ? (fprintf(stderr, "%s: %d of %d checks failed\n", (program), failures, \
+                         checks),                                                    \
+                 1)                                                                  \
+              : (printf("%s: all %d checks passed\n", (program), checks), 0))
 
 #endif

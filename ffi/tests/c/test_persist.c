@@ -518,10 +518,5 @@ int main(int argc, char **argv) {
     char rm[600];
     snprintf(rm, sizeof rm, "rm -rf '%s'", root);
     CHECK(system(rm) == 0);
-    if (failures) {
-        fprintf(stderr, "%d of %d checks failed\n", failures, checks);
-        return 1;
-    }
-    printf("test_persist: all %d checks passed\n", checks);
-    return 0;
+    return CHECK_VERDICT("test_persist");
 }

@@ -2933,10 +2933,5 @@ int main(void) {
     test_seek_and_start_by_time();
     test_retention_by_age();
     test_log_callback_and_dead_letter_alerts();
-    if (failures) {
-        fprintf(stderr, "C ABI tests: %d of %d checks failed\n", failures, checks);
-        return 1;
-    }
-    printf("C ABI tests: all %d checks passed\n", checks);
-    return 0;
+    return CHECK_VERDICT("C ABI tests");
 }

@@ -73,6 +73,5 @@ static void test_round_trip(void) {
 int main(void) {
     test_version_number();
     test_round_trip();
-    printf("test_robust_c89: %d of %d checks failed\n", failures, checks);
-    return failures == 0 ? 0 : 1;
+    return CHECK_VERDICT("test_robust_c89");
 }

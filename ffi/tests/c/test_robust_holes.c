@@ -298,6 +298,5 @@ int main(void) {
     if (system(cmd) != 0) {
         fprintf(stderr, "could not remove %s\n", dir);
     }
-    printf("test_robust_holes: %d checks, %d failures\n", checks, failures);
-    return failures == 0 ? 0 : 1;
+    return CHECK_VERDICT("test_robust_holes");
 }

@@ -393,10 +393,5 @@ int main(void) {
     stalling_members(2, 20, 5, 20);
     stalling_members(3, 20, 5, 20);
     stalling_members(3, long_tests() ? 300 : 60, 1, 3);
-    if (failures != 0) {
-        fprintf(stderr, "test_robust_ops: %d of %d checks failed\n", failures, checks);
-        return 1;
-    }
-    printf("test_robust_ops: all %d checks passed\n", checks);
-    return 0;
+    return CHECK_VERDICT("test_robust_ops");
 }

@@ -83,6 +83,5 @@ int main(void) {
     rill_broker *b = round_trip(&twin, "from the twin");
     twin.broker_free(b);
     rill.broker_free(a);
-    printf("test_robust_static: %d of %d checks failed\n", failures, checks);
-    return failures == 0 ? 0 : 1;
+    return CHECK_VERDICT("test_robust_static");
 }

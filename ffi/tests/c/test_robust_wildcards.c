@@ -281,10 +281,5 @@ static void test_named_wildcard_churn_keeps_memory_bounded(void) {
 int main(void) {
     test_long_lived_wildcard_catches_up();
     test_named_wildcard_churn_keeps_memory_bounded();
-    if (failures) {
-        fprintf(stderr, "%d of %d checks failed\n", failures, checks);
-        return 1;
-    }
-    printf("test_robust_wildcards: all %d checks passed\n", checks);
-    return 0;
+    return CHECK_VERDICT("test_robust_wildcards");
 }
