@@ -83,6 +83,34 @@
 //! earlier on; so F1 precedes F3, and the drainer's cursor reads after F3
 //! see P's commit before F1. The visit after F3 delivers r.
 //!
+//! ## Attaching a partition
+//!
+//! A subscription starts reading a partition (a topic created for its
+//! pattern, or one of the topics it found when it subscribed) in two steps
+//! (`SubCore::attach_to`): it hands the reader to the drainer (the
+//! `pending` list, merged at a round's start), then adds its entry to the
+//! partition's list. Publishers can reach the partition before both: the
+//! topic is in the broker's map first. A publisher P that commits r and
+//! walks the list before the entry is there signals no one, so r is the
+//! attacher's to signal. It does so with the publisher's half of the
+//! protocol, after adding the entry: `poke`'s fence in F1's role, the
+//! reader's mark as in (a) and (b), then `poke` (its fence in F2's role,
+//! then `IDLE -> ACTIVE`). Why that reaches r: P's walk read the list
+//! before the entry was added (in its modification order), so P's F1
+//! precedes the attacher's fence in the fences' total order (else P's walk
+//! would have seen the entry); r is then to the attacher what its own
+//! commit is to a publisher, and (a) and (b) carry over word for word.
+//!
+//! Without it, with a ready set, r could be stranded: a drain running
+//! meanwhile (woken by the subscription's other partitions) merges the new
+//! reader, carries it, visits it before r and reads nothing; the drain the
+//! poke runs visits only listed and carried readers, and a re-check reads
+//! only `nonempty` and the carry. Nothing looked at the reader again until
+//! the partition's next publish (issue 40). A subscription without a ready
+//! set needs only the poke: its rounds and re-checks read every cursor, and
+//! the poke's fence (after P's F1, as above) pairs with F4 as F1 does.
+//! Loom models it in `loom-tests/tests/attach.rs`.
+//!
 //! Subscriptions to a literal topic keep the plain protocol: their handful
 //! of partitions is cheaper to scan than to list, and their publishers pay no
 //! second fence. Loom models the ready set in `loom-tests/tests/signal.rs`
@@ -412,6 +440,17 @@ impl ReadySet {
         }
         self.push_listed(mark);
         true
+    }
+
+    /// The attacher's half (see "Attaching a partition" in the essay): after
+    /// the reader's entry was added to its partition's list, signals what
+    /// publishers committed there before it, which they signalled to no
+    /// one. The caller pokes the subscription afterwards (`poke`'s fence is
+    /// F2's role, its `IDLE -> ACTIVE` the publisher's).
+    pub(crate) fn relist(&self, mark: &Mark) {
+        // F1's role: orders the entry's addition before the mark's loads.
+        poke_fence();
+        self.mark(mark);
     }
 
     /// Puts the reader of `mark`, whose flag this thread just turned on, on
