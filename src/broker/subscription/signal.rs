@@ -95,11 +95,26 @@
 //! attacher's to signal. It does so with the publisher's half of the
 //! protocol, after adding the entry: `poke`'s fence in F1's role, the
 //! reader's mark as in (a) and (b), then `poke` (its fence in F2's role,
-//! then `IDLE -> ACTIVE`). Why that reaches r: P's walk read the list
-//! before the entry was added (in its modification order), so P's F1
-//! precedes the attacher's fence in the fences' total order (else P's walk
-//! would have seen the entry); r is then to the attacher what its own
-//! commit is to a publisher, and (a) and (b) carry over word for word.
+//! then `IDLE -> ACTIVE`). If r is visible to the attacher's fence, it is
+//! then to the attacher what its own commit is to a publisher, and (a)
+//! and (b) carry over word for word.
+//!
+//! What that "if" rests on, and what it does not have: P loads the list
+//! (`Partition::notify`) before its F1, and with an empty list issues no
+//! F1 at all, so nothing in the memory model orders P's commit before its
+//! load of the list. Had P loaded the list after a `fence(SeqCst)`, then
+//! its load, reading the list without the entry, would put that fence
+//! before the attacher's in the fences' total order, and the drain's reads
+//! after F3 would see r. As it is, the model lets r reach the drain after
+//! the listing was handled (a store-buffering race: P's commit and load,
+//! the attacher's list swap and fence), and the loom model in
+//! `loom-tests/tests/attach.rs` finds a run where r is never delivered, so
+//! it is `#[ignore]`d
+//! until publishers load the list after F1 (a fence on every publish to
+//! a partition nobody listens to: a cost not taken here). What the
+//! listing closes is the window that does not depend on it: a record
+//! committed before the drain's look at the new reader and never looked
+//! at again (the unit test in `core.rs` holds that window open).
 //!
 //! Without it, with a ready set, r could be stranded: a drain running
 //! meanwhile (woken by the subscription's other partitions) merges the new
@@ -108,8 +123,7 @@
 //! only `nonempty` and the carry. Nothing looked at the reader again until
 //! the partition's next publish (issue 40). A subscription without a ready
 //! set needs only the poke: its rounds and re-checks read every cursor, and
-//! the poke's fence (after P's F1, as above) pairs with F4 as F1 does.
-//! Loom models it in `loom-tests/tests/attach.rs`.
+//! the poke's fence pairs with F4 as F1 does (with the same "if").
 //!
 //! Subscriptions to a literal topic keep the plain protocol: their handful
 //! of partitions is cheaper to scan than to list, and their publishers pay no
