@@ -10,8 +10,8 @@
 
 mod common;
 
-use std::sync::{Arc, Barrier};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
 use std::thread;
 
 use rill::{Ack, Broker, BrokerConfig, Record, SubscriptionOptions};
