@@ -1,15 +1,17 @@
-//! Wildcard subscriptions under churn (issue 40, items 7 and 10): the
+//! Wildcard subscriptions under churn (issue 40, items 7 and 10, and the
+//! record published to a brand-new topic while it is attached): the
 //! reproductions as the issue gave them, sized to run in about a second.
 //! Both races are timing-dependent here; the unit tests beside the fixes
 //! hold each window open and fail every time without them
 //! (`subscription/drain.rs`, `a_wildcard_drain_that_waits_for_runs_...`;
-//! `subscription/close.rs`, `a_topic_created_while_a_subscription_closes_...`).
+//! `subscription/close.rs`, `a_topic_created_while_a_subscription_closes_...`;
+//! `subscription/core.rs`, `a_record_published_while_a_wildcard_...`).
 //! `RILL_CHURN_ROUNDS=20000` makes these a soak.
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
 use std::thread;
 
 use rill::{Ack, Broker, BrokerConfig, Record, SubscriptionOptions};
@@ -113,4 +115,60 @@ fn named_wildcard_subscriptions_churned_from_two_threads_leave_no_listener_behin
             assert_eq!(p.listeners, 0, "{topic}[{}] still has a listener after every subscription closed", p.partition);
         }
     }
+}
+
+/// A record published to a brand-new topic while the broker attaches a
+/// `**` subscription to it (the topic is in the map before the
+/// subscription listens to it) used to wait for the partition's next
+/// publish, if a drain woken by another topic had looked at the new reader
+/// first. Here three threads publish to each new topic at once (whichever
+/// comes first auto-creates it) while a fourth keeps the drain busy on
+/// another topic: every message is delivered and the subscription catches up.
+#[test]
+fn records_published_to_topics_as_they_are_auto_created_are_all_delivered() {
+    const PUBLISHERS: usize = 3;
+    let rounds = rounds();
+    let b = Arc::new(auto_broker());
+    let delivered = Arc::new(AtomicU64::new(0));
+    let d = delivered.clone();
+    let sub = b
+        .subscribe("**", earliest(), move |_| {
+            d.fetch_add(1, Ordering::Relaxed);
+            Ack::Success
+        })
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = {
+        let (b, stop) = (b.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                b.publish("busy", &Record::new(b"b")).unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let start = Arc::new(Barrier::new(PUBLISHERS));
+    let publishers: Vec<_> = (0..PUBLISHERS)
+        .map(|_| {
+            let (b, start) = (b.clone(), start.clone());
+            thread::spawn(move || {
+                for r in 0..rounds {
+                    start.wait();
+                    b.publish(&format!("fresh/{r}"), &Record::new(b"f")).unwrap();
+                }
+            })
+        })
+        .collect();
+    for p in publishers {
+        p.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let busy = busy.join().unwrap();
+    let published = busy + (rounds * PUBLISHERS) as u64;
+    let caught_up = sub.wait_idle(WAIT).unwrap();
+    let stats = sub.stats();
+    assert!(caught_up, "the ** subscription stalled: {stats:?}");
+    assert_eq!(delivered.load(Ordering::Relaxed), published, "{stats:?}");
 }

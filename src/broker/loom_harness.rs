@@ -1,5 +1,6 @@
 //! A bare subscription on one partition (or two, behind a wildcard), for the
-//! loom models in `loom-tests/tests/signal.rs`, `waiters.rs` and `close.rs`.
+//! loom models in `loom-tests/tests/signal.rs`, `waiters.rs`, `close.rs` and
+//! `attach.rs`.
 //! Only built under `--cfg loom`.
 //!
 //! Everything it drives is the real code: `Partition::publish` (append, the
@@ -270,6 +271,13 @@ impl Harness {
         SubCore::attach_to(&self.sub, "t/new".into(), &p.0, p.0.log.cursor_from_first());
     }
 
+    /// Attaches the subscription to `p` and pokes it, as `create_topic` does
+    /// for a subscription whose pattern matches a topic it creates.
+    pub fn attach_as_created(&self, p: &NewPartition) {
+        self.attach(p);
+        SubCore::poke(&self.sub);
+    }
+
     /// Closes the subscription and stops its threads.
     pub fn shutdown(mut self) {
         SubCore::close(&self.sub);
@@ -293,6 +301,12 @@ impl NewPartition {
     /// Listeners its publishers would signal.
     pub fn listeners(&self) -> usize {
         self.0.listener_count()
+    }
+
+    /// Publishes a record carrying `tag` through the real publish path, as
+    /// a thread that found the new topic in the broker's map does.
+    pub fn publish(&self, tag: u64) -> u64 {
+        self.0.publish(&Record::new(&tag.to_le_bytes()), Wait::For(None)).expect("publish")
     }
 }
 

@@ -522,7 +522,11 @@ impl SubCore {
 
     /// Starts reading `partition` of `topic` at `cursor`: hands the reader to
     /// the drainer, then makes the subscription a listener of the partition
-    /// (and, with the `Block` policy, a blocker of its publishers).
+    /// (and, with the `Block` policy, a blocker of its publishers), then
+    /// lists the reader in its ready set, if it keeps one, for what was
+    /// published before the listener was added. The caller must
+    /// [`SubCore::poke`] the subscription afterwards (once for several
+    /// attaches): see "Attaching a partition" in `signal.rs`.
     ///
     /// # Attaching while the subscription closes
     ///
@@ -543,6 +547,19 @@ impl SubCore {
     /// and no listener is added. The partition stays tracked either way, so
     /// a closed shared member's close still hands it over.
     pub(crate) fn attach_to(this: &Arc<SubCore>, topic: Name, partition: &Arc<Partition>, cursor: Cursor) {
+        SubCore::attach_to_with_gap(this, topic, partition, cursor, || {});
+    }
+
+    /// [`SubCore::attach_to`], running `gap` after the reader is handed to
+    /// the drainer and before the listener is added: a test holds the
+    /// window open there.
+    fn attach_to_with_gap(
+        this: &Arc<SubCore>,
+        topic: Name,
+        partition: &Arc<Partition>,
+        cursor: Cursor,
+        gap: impl FnOnce(),
+    ) {
         let reader = Reader::new(topic, partition.clone(), cursor);
         let blocker = match (this.overflow, this.lag_limit) {
             (Overflow::Block, Some(limit)) => Some(Blocker { id: this.id, position: reader.position.clone(), limit }),
@@ -550,13 +567,20 @@ impl SubCore {
         };
         let mut tracked = this.positions.lock();
         let mark = this.attach(&mut tracked, reader);
+        gap();
         if this.state.is_closed() {
             return;
         }
         let ready = this.ready.clone().zip(mark);
         let listener = dyn_arc!(SubListener(this.clone()) => dyn Listener);
-        partition.add_listener(Entry::subscription(this.id, this.state.clone(), ready, listener), blocker);
+        partition.add_listener(Entry::subscription(this.id, this.state.clone(), ready.clone(), listener), blocker);
         drop(tracked);
+        // What was published before the listener was added signalled no one:
+        // list the reader as a publisher would (see "Attaching a partition"
+        // in `signal.rs`); the caller's `poke` does the rest.
+        if let Some((set, mark)) = &ready {
+            set.relist(mark);
+        }
     }
 
     /// Stops reading the partitions of `topic`, which is being deleted: they
@@ -746,5 +770,72 @@ impl SubCore {
             // Relaxed: see `is_caught_up`; callers take it after close.
             .map(|(t, p, pos)| (t.clone(), p.index, pos.load(Ordering::Relaxed)))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::SubCore;
+    use crate::broker::subscription::state::Phase;
+    use crate::broker::topic::Wait;
+    use crate::broker::{Ack, Broker, BrokerConfig, SubscriptionOptions, TopicOptions};
+    use crate::log::Record;
+    use crate::sync::atomic::Ordering;
+
+    /// Polls `done` until it holds; panics after a deadline far beyond any
+    /// wait this test expects.
+    fn wait_until(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            std::thread::yield_now();
+        }
+    }
+
+    /// Issue 40: a record published to a brand-new partition after the
+    /// drainer's first look at its reader, and before the subscription
+    /// listened to it, signalled nobody; the poke after the attach ran a
+    /// round that visited only listed and carried readers, not this one.
+    /// The record stayed unread until the partition's next publish. Here the
+    /// window is held open by `attach_to_with_gap`: inside it a drain runs
+    /// (as one does when other topics are busy), merges and visits the new
+    /// reader, goes idle, and then a record is published.
+    #[test]
+    fn a_record_published_while_a_wildcard_subscription_attaches_is_delivered() {
+        published_while_attaching("new/**");
+    }
+
+    /// The same window with a literal subscription, which keeps no ready
+    /// set: its rounds read every cursor, so the poke alone finds the record.
+    #[test]
+    fn a_record_published_while_a_literal_subscription_attaches_is_delivered() {
+        published_while_attaching("new/a");
+    }
+
+    fn published_while_attaching(pattern: &str) {
+        let b = Broker::new(BrokerConfig { worker_threads: Some(1), ..BrokerConfig::default() }).unwrap();
+        // A literal pattern needs its topic.
+        b.create_topic("new/a", &TopicOptions::default()).unwrap();
+        let sub = b.subscribe(pattern, SubscriptionOptions::default(), |_| Ack::Success).unwrap();
+        // A topic outside the pattern stands for the brand-new one: the
+        // attach below is the one `create_topic` makes for a match.
+        b.create_topic("other/a", &TopicOptions::default()).unwrap();
+        let topic = b.inner().topic("other/a").unwrap();
+        let p = &topic.partitions[0];
+        let core = &sub.core;
+        SubCore::attach_to_with_gap(core, topic.name.clone(), p, p.log.cursor_from_first(), || {
+            SubCore::poke(core);
+            // Acquire: pairs with the drainer's merge having cleared it.
+            wait_until("the drainer merged the new reader and went idle", || {
+                !core.has_pending.load(Ordering::Acquire) && core.state.get() == Phase::Idle
+            });
+            p.publish(&Record::new(b"stranded?"), Wait::For(None)).unwrap();
+        });
+        // What `create_topic` does after attaching.
+        SubCore::poke(core);
+        assert!(sub.wait_idle(Duration::from_secs(10)).unwrap(), "the record was never delivered");
+        assert_eq!(sub.stats().delivered, 1);
     }
 }

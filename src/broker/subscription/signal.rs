@@ -83,6 +83,48 @@
 //! earlier on; so F1 precedes F3, and the drainer's cursor reads after F3
 //! see P's commit before F1. The visit after F3 delivers r.
 //!
+//! ## Attaching a partition
+//!
+//! A subscription starts reading a partition (a topic created for its
+//! pattern, or one of the topics it found when it subscribed) in two steps
+//! (`SubCore::attach_to`): it hands the reader to the drainer (the
+//! `pending` list, merged at a round's start), then adds its entry to the
+//! partition's list. Publishers can reach the partition before both: the
+//! topic is in the broker's map first. A publisher P that commits r and
+//! walks the list before the entry is there signals no one, so r is the
+//! attacher's to signal. It does so with the publisher's half of the
+//! protocol, after adding the entry: `poke`'s fence in F1's role, the
+//! reader's mark as in (a) and (b), then `poke` (its fence in F2's role,
+//! then `IDLE -> ACTIVE`). If r is visible to the attacher's fence, it is
+//! then to the attacher what its own commit is to a publisher, and (a)
+//! and (b) carry over word for word.
+//!
+//! What that "if" rests on, and what it does not have: P loads the list
+//! (`Partition::notify`) before its F1, and with an empty list issues no
+//! F1 at all, so nothing in the memory model orders P's commit before its
+//! load of the list. Had P loaded the list after a `fence(SeqCst)`, then
+//! its load, reading the list without the entry, would put that fence
+//! before the attacher's in the fences' total order, and the drain's reads
+//! after F3 would see r. As it is, the model lets r reach the drain after
+//! the listing was handled (a store-buffering race: P's commit and load,
+//! the attacher's list swap and fence), and the loom model in
+//! `loom-tests/tests/attach.rs` finds a run where r is never delivered, so
+//! it is `#[ignore]`d
+//! until publishers load the list after F1 (a fence on every publish to
+//! a partition nobody listens to: a cost not taken here). What the
+//! listing closes is the window that does not depend on it: a record
+//! committed before the drain's look at the new reader and never looked
+//! at again (the unit test in `core.rs` holds that window open).
+//!
+//! Without it, with a ready set, r could be stranded: a drain running
+//! meanwhile (woken by the subscription's other partitions) merges the new
+//! reader, carries it, visits it before r and reads nothing; the drain the
+//! poke runs visits only listed and carried readers, and a re-check reads
+//! only `nonempty` and the carry. Nothing looked at the reader again until
+//! the partition's next publish (issue 40). A subscription without a ready
+//! set needs only the poke: its rounds and re-checks read every cursor, and
+//! the poke's fence pairs with F4 as F1 does (with the same "if").
+//!
 //! Subscriptions to a literal topic keep the plain protocol: their handful
 //! of partitions is cheaper to scan than to list, and their publishers pay no
 //! second fence. Loom models the ready set in `loom-tests/tests/signal.rs`
@@ -412,6 +454,17 @@ impl ReadySet {
         }
         self.push_listed(mark);
         true
+    }
+
+    /// The attacher's half (see "Attaching a partition" in the essay): after
+    /// the reader's entry was added to its partition's list, signals what
+    /// publishers committed there before it, which they signalled to no
+    /// one. The caller pokes the subscription afterwards (`poke`'s fence is
+    /// F2's role, its `IDLE -> ACTIVE` the publisher's).
+    pub(crate) fn relist(&self, mark: &Mark) {
+        // F1's role: orders the entry's addition before the mark's loads.
+        poke_fence();
+        self.mark(mark);
     }
 
     /// Puts the reader of `mark`, whose flag this thread just turned on, on
