@@ -231,25 +231,30 @@ def test_a_stall_is_reported_before_the_stuck_message_comes_again(broker: rill.B
     # stall's `last_error`: a look at the stats as soon as the other member
     # had it could find no reason. Each round looks at once, without a
     # pause; RILL_STALL_ROUNDS runs more of them.
-    for round in range(int(os.environ.get("RILL_STALL_ROUNDS", "20"))):
-        name = f"workers-{round}"
-        topic = f"jobs-{round}"
-        broker.create_topic(topic)
-        gate = threading.Event()
-        took_over = threading.Event()
-        stalling = broker.subscribe(topic, lambda m: gate.wait(), name=name, shared=True, ack_timeout=0.005)
-        try:
-            other = broker.subscribe(topic, lambda m: took_over.set(), name=name, shared=True, ack_timeout=60.0)
-            broker.publish(topic, "job")
-            assert took_over.wait(WAIT), f"round {round}: the stuck message never reached the other member"
-            s = stalling.stats()
-            assert s.ack_timeouts == 1, f"round {round}"
-            assert "ack_timeout" in (s.last_error or ""), f"round {round}: handed over before it was reported"
-        finally:
-            gate.set()
-        assert stalling.wait_idle(WAIT) and other.wait_idle(WAIT)
-        stalling.close()
-        other.close()
+    for i in range(int(os.environ.get("RILL_STALL_ROUNDS", "20"))):
+        _stall_round(broker, i)
+
+
+def _stall_round(broker: rill.Broker, i: int) -> None:
+    """One round of the test above, with events of its own."""
+    name = f"workers-{i}"
+    topic = f"jobs-{i}"
+    broker.create_topic(topic)
+    gate = threading.Event()
+    took_over = threading.Event()
+    stalling = broker.subscribe(topic, lambda m: gate.wait(), name=name, shared=True, ack_timeout=0.005)
+    try:
+        other = broker.subscribe(topic, lambda m: took_over.set(), name=name, shared=True, ack_timeout=60.0)
+        broker.publish(topic, "job")
+        assert took_over.wait(WAIT), f"round {i}: the stuck message never reached the other member"
+        s = stalling.stats()
+        assert s.ack_timeouts == 1, f"round {i}"
+        assert "ack_timeout" in (s.last_error or ""), f"round {i}: handed over before it was reported"
+    finally:
+        gate.set()
+    assert stalling.wait_idle(WAIT) and other.wait_idle(WAIT)
+    stalling.close()
+    other.close()
 
 
 def test_a_stall_alone_is_counted_and_the_late_ack_counts(broker: rill.Broker) -> None:
