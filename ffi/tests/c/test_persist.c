@@ -24,6 +24,7 @@
 #include "rill.h"
 
 #include "check.h"
+#include "dirs.h"
 
 enum {
     MESSAGES = 60,          /* published by the writer */
@@ -34,19 +35,6 @@ enum {
 };
 
 static const char *TOPIC = "orders";
-
-static rill_broker *open_broker(const char *dir, rill_fsync fsync) {
-    rill_broker_options o;
-    rill_broker_options_init(&o);
-    o.data_dir = dir;
-    o.fsync = fsync;
-    rill_broker *b = NULL;
-    OK(rill_broker_new(&o, &b));
-    if (b == NULL) {
-        exit(2);
-    }
-    return b;
-}
 
 /* Counts handled messages and the highest "n" attribute seen; a waiter
  * waits for a count. */
@@ -150,7 +138,7 @@ static void expected_path(const char *dir, char *out, size_t len) {
 }
 
 static int writer(const char *dir) {
-    rill_broker *b = open_broker(dir, RILL_FSYNC_INTERVAL);
+    rill_broker *b = open_broker_or_exit(dir, RILL_FSYNC_INTERVAL);
     rill_topic_options to;
     rill_topic_options_init(&to);
     to.partitions = 2;
@@ -213,7 +201,7 @@ static int writer(const char *dir) {
 }
 
 static int reader(const char *dir) {
-    rill_broker *b = open_broker(dir, RILL_FSYNC_ALWAYS);
+    rill_broker *b = open_broker_or_exit(dir, RILL_FSYNC_ALWAYS);
     rill_topic_stats ts;
     OK(rill_topic_get_stats(b, TOPIC, &ts));
     CHECK(ts.partitions == 2);
@@ -314,7 +302,7 @@ static void run_self(const char *self, const char *mode, const char *dir) {
 
 static void test_lock_and_bad_paths(const char *root, const char *dir) {
     /* One broker per directory. */
-    rill_broker *first = open_broker(dir, RILL_FSYNC_NEVER);
+    rill_broker *first = open_broker_or_exit(dir, RILL_FSYNC_NEVER);
     rill_broker_options o;
     rill_broker_options_init(&o);
     o.data_dir = dir;
@@ -358,48 +346,6 @@ static void test_lock_and_bad_paths(const char *root, const char *dir) {
     CHECK(o.data_dir == NULL && o.fsync == RILL_FSYNC_INTERVAL && o.fsync_interval_ms == 100 && !o.repair);
 }
 
-/* Flips one bit inside `needle` in the one file of `part_dir` holding it;
- * returns how many files held it. */
-static int flip_inside(const char *part_dir, const char *needle) {
-    int hits = 0;
-    size_t nlen = strlen(needle);
-    DIR *d = opendir(part_dir);
-    CHECK(d != NULL);
-    if (d == NULL) {
-        return 0;
-    }
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') {
-            continue;
-        }
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", part_dir, e->d_name);
-        FILE *f = fopen(path, "r+b");
-        if (f == NULL) {
-            continue;
-        }
-        /* The ten records sit at the start of the (preallocated) segment. */
-        long len = 65536;
-        char *bytes = len > 0 ? malloc((size_t)len) : NULL;
-        if (bytes != NULL) {
-            len = (long)fread(bytes, 1, (size_t)len, f);
-            for (long at = 0; at + (long)nlen <= len; at++) {
-                if (memcmp(bytes + at, needle, nlen) == 0) {
-                    fseek(f, at + 4, SEEK_SET);
-                    fputc(bytes[at + 4] ^ 0x20, f);
-                    hits++;
-                    break;
-                }
-            }
-        }
-        free(bytes);
-        fclose(f);
-    }
-    closedir(d);
-    return hits;
-}
-
 /* Publishes `n` records of about 1000 bytes, "record number %03d" first. */
 static void publish_numbered(rill_broker *b, int n) {
     for (int i = 0; i < n; i++) {
@@ -430,7 +376,7 @@ static void test_recovery_figures(const char *root) {
      * test_robust_holes.c.) */
     char dir[512];
     snprintf(dir, sizeof dir, "%s/damaged-tail", root);
-    rill_broker *b = open_broker(dir, RILL_FSYNC_ALWAYS);
+    rill_broker *b = open_broker_or_exit(dir, RILL_FSYNC_ALWAYS);
     OK(rill_topic_create(b, "t", NULL));
     publish_numbered(b, 10);
     rill_topic_stats ts;
@@ -440,7 +386,7 @@ static void test_recovery_figures(const char *root) {
     char part[600];
     snprintf(part, sizeof part, "%s/topics/0/0", dir);
     CHECK(flip_inside(part, "record number 009") == 1);
-    b = open_broker(dir, RILL_FSYNC_ALWAYS);
+    b = open_broker_or_exit(dir, RILL_FSYNC_ALWAYS);
     OK(rill_topic_get_stats(b, "t", &ts));
     CHECK(ts.publish_count == 9);
     /* The damaged record's bytes are cut (the intact records counted are
@@ -461,7 +407,7 @@ static void test_recovery_figures(const char *root) {
     CHECK(pos.offset == 9);
     rill_broker_free(b);
     /* A clean reopen has nothing to report. */
-    b = open_broker(dir, RILL_FSYNC_ALWAYS);
+    b = open_broker_or_exit(dir, RILL_FSYNC_ALWAYS);
     OK(rill_topic_get_stats(b, "t", &ts));
     CHECK(ts.publish_count == 10 && ts.recovered_truncated_records == 0 && ts.recovered_truncated_bytes == 0);
     rill_broker_free(b);
@@ -471,7 +417,7 @@ static void test_recovery_figures(const char *root) {
      * the partition is reported repaired. retention_bytes of 256 KiB makes
      * 64 KiB segments: 150 records of 1000 bytes fill three files. */
     snprintf(dir, sizeof dir, "%s/damaged-sealed", root);
-    b = open_broker(dir, RILL_FSYNC_NEVER);
+    b = open_broker_or_exit(dir, RILL_FSYNC_NEVER);
     rill_topic_options to;
     rill_topic_options_init(&to);
     to.retention_bytes = 256 << 10;

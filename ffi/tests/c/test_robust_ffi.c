@@ -36,6 +36,7 @@
 #include "rill.h"
 
 #include "check.h"
+#include "dirs.h"
 
 enum {
     BEFORE_FORK = 20, /* published before the fork */
@@ -49,18 +50,6 @@ static const char *TOPIC = "orders";
 static const char *GROUP = "billing";
 
 /* ---- fork ------------------------------------------------------------------ */
-
-static rill_broker *open_broker(const char *dir) {
-    rill_broker_options o;
-    rill_broker_options_init(&o);
-    o.data_dir = dir;
-    rill_broker *b = NULL;
-    OK(rill_broker_new(&o, &b));
-    if (b == NULL) {
-        exit(2);
-    }
-    return b;
-}
 
 static void publish(rill_broker *b, int n) {
     for (int i = 0; i < n; i++) {
@@ -148,7 +137,7 @@ static void count_user_data_free(void *user_data) {
 }
 
 static void test_fork(const char *self, const char *dir) {
-    rill_broker *b = open_broker(dir);
+    rill_broker *b = open_broker_or_exit(dir, RILL_FSYNC_INTERVAL);
     OK(rill_topic_create(b, TOPIC, NULL));
     publish(b, BEFORE_FORK);
     rill_subscription_options so;
@@ -245,7 +234,7 @@ static void test_fork(const char *self, const char *dir) {
     rill_broker_free(b);
 
     /* And the directory has it all. */
-    b = open_broker(dir);
+    b = open_broker_or_exit(dir, RILL_FSYNC_INTERVAL);
     rill_topic_stats st_topic;
     OK(rill_topic_get_stats(b, TOPIC, &st_topic));
     CHECK(st_topic.publish_count == BEFORE_FORK + AFTER_FORK + 1);

@@ -26,6 +26,7 @@
 #include "rill.h"
 
 #include "check.h"
+#include "dirs.h"
 
 enum {
     /* Item 5: what the first broker publishes and commits, and where the
@@ -186,46 +187,6 @@ static uint64_t drain(rill_consumer *c, uint64_t *first) {
         }
     } while (count > 0);
     return got;
-}
-
-/* Flips one bit inside `needle` in the one file of `part_dir` holding it
- * (within its first 64 KiB); returns how many files held it. */
-static int flip_inside(const char *part_dir, const char *needle) {
-    int hits = 0;
-    size_t nlen = strlen(needle);
-    DIR *d = opendir(part_dir);
-    CHECK(d != NULL);
-    if (d == NULL) {
-        return 0;
-    }
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') {
-            continue;
-        }
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", part_dir, e->d_name);
-        FILE *f = fopen(path, "r+b");
-        if (f == NULL) {
-            continue;
-        }
-        char *bytes = malloc(65536);
-        if (bytes != NULL) {
-            long len = (long)fread(bytes, 1, 65536, f);
-            for (long at = 0; at + (long)nlen <= len; at++) {
-                if (memcmp(bytes + at, needle, nlen) == 0) {
-                    fseek(f, at + 4, SEEK_SET);
-                    fputc(bytes[at + 4] ^ 0x20, f);
-                    hits++;
-                    break;
-                }
-            }
-        }
-        free(bytes);
-        fclose(f);
-    }
-    closedir(d);
-    return hits;
 }
 
 static void publish_numbered(rill_broker *b, int from, int n) {

@@ -32,6 +32,7 @@
 #include "rill.h"
 
 #include "check.h"
+#include "dirs.h"
 
 enum {
     CYCLES = 16,           /* kills, on one data directory */
@@ -73,19 +74,6 @@ static int parse_payload(const void *p, size_t len, ident *out) {
     }
     make_payload(want, out->cycle, out->thread, out->index);
     return memcmp(want, p, PAYLOAD) == 0;
-}
-
-static rill_broker *open_broker(const char *dir) {
-    rill_broker_options o;
-    rill_broker_options_init(&o);
-    o.data_dir = dir;
-    o.fsync = RILL_FSYNC_NEVER;
-    rill_broker *b = NULL;
-    OK(rill_broker_new(&o, &b));
-    if (b == NULL) {
-        exit(2);
-    }
-    return b;
 }
 
 typedef struct {
@@ -137,7 +125,7 @@ static void *publish_thread(void *arg) {
 
 /* The child: publishes from THREADS threads, then waits to be killed. */
 static void child(const char *dir, int cycle, int fd) {
-    rill_broker *b = open_broker(dir);
+    rill_broker *b = open_broker_or_exit(dir, RILL_FSYNC_NEVER);
     rill_topic_options t;
     rill_topic_options_init(&t);
     t.partitions = 1;
@@ -211,7 +199,7 @@ static int read_acks(int fd, int want, char *buf, size_t *have) {
  * nothing else is delivered; then adds what it read to `acked` (published
  * before the kill but not reported: the next cycle must not reuse them). */
 static void verify(const char *dir, int cycle) {
-    rill_broker *b = open_broker(dir);
+    rill_broker *b = open_broker_or_exit(dir, RILL_FSYNC_NEVER);
     static ident seen[MAX_OFFSETS];
     for (int i = 0; i < MAX_OFFSETS; i++) {
         seen[i].cycle = -1;

@@ -36,6 +36,7 @@
 #include "rill.h"
 
 #include "check.h"
+#include "dirs.h"
 
 enum {
     RECORDS = 3000,     /* published per policy */
@@ -57,17 +58,6 @@ static void payload_of(int i, char out[PAYLOAD]) {
     char head[16];
     int len = snprintf(head, sizeof head, "record %05d ", i);
     memcpy(out, head, (size_t)len);
-}
-
-static rill_broker *open_broker(const char *dir, rill_fsync fsync, bool repair, rill_status *status) {
-    rill_broker_options o;
-    rill_broker_options_init(&o);
-    o.data_dir = dir;
-    o.fsync = fsync;
-    o.repair = repair;
-    rill_broker *b = NULL;
-    *status = rill_broker_new(&o, &b);
-    return b;
 }
 
 static int compare_names(const void *a, const void *b) {
@@ -160,7 +150,8 @@ static void check_exactly(rill_broker *b, int count) {
  * returns the broker (NULL on failure). */
 static rill_broker *publish_records(const char *dir, rill_fsync fsync) {
     rill_status status;
-    rill_broker *b = open_broker(dir, fsync, false, &status);
+    rill_broker *b = NULL;
+    status = open_data_broker(dir, fsync, false, &b);
     OK(status);
     if (b == NULL) {
         return NULL;
@@ -306,7 +297,7 @@ static void check_damage(const char *dir, const char *part, rill_fsync fsync, co
 
     /* Without repair: RILL_ERR_CORRUPT, no broker, nothing changed on disk
      * (the same answer again). */
-    b = open_broker(dir, fsync, false, &status);
+    status = open_data_broker(dir, fsync, false, &b);
     CHECK_STATUS(status, RILL_ERR_CORRUPT);
     CHECK(b == NULL);
     if (b != NULL) {
@@ -318,12 +309,12 @@ static void check_damage(const char *dir, const char *part, rill_fsync fsync, co
     char err[512];
     rill_last_error(err, sizeof err);
     CHECK(strstr(err, files[1]) != NULL);
-    b = open_broker(dir, fsync, false, &status);
+    status = open_data_broker(dir, fsync, false, &b);
     CHECK_STATUS(status, RILL_ERR_CORRUPT);
     CHECK(b == NULL);
 
     /* With repair: exactly the records before the damaged one. */
-    b = open_broker(dir, fsync, true, &status);
+    status = open_data_broker(dir, fsync, true, &b);
     OK(status);
     if (b == NULL) {
         return;
