@@ -18,9 +18,9 @@
 //! do that on a fresh directory, with several segments sealed).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Lines, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -708,6 +708,30 @@ fn crash_child(dir: &Path, fsync: Fsync, run: u64, max: u64, wait_marked: bool) 
     let _ = std::io::stdin().read(&mut [0u8; 1]);
 }
 
+/// How many runs a crash loop makes (`RILL_CRASH_ITERATIONS`, default 50)
+/// and the seed of its kill points (`RILL_CRASH_SEED` replays a run).
+fn crash_loop_runs() -> (u64, u64) {
+    let iterations: u64 = std::env::var("RILL_CRASH_ITERATIONS").map_or(50, |v| v.parse().unwrap());
+    let seed = std::env::var("RILL_CRASH_SEED").map_or_else(
+        |_| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1,
+        |v| v.parse().unwrap(),
+    );
+    (iterations, seed)
+}
+
+/// Kills the child of run `run` (at its kill point: the caller read its
+/// lines up to there), hands `record` every line it printed before it
+/// died (acknowledged too), and checks that the kill is what ended it.
+fn kill_and_drain(c: &mut Child, lines: Lines<BufReader<ChildStdout>>, run: u64, mut record: impl FnMut(&str)) {
+    c.kill().unwrap();
+    let status = c.wait().unwrap();
+    for line in lines {
+        record(&line.unwrap());
+    }
+    drop(c.stdin.take());
+    assert!(status.code().is_none(), "the child ended by itself ({status}) in run {run}");
+}
+
 /// A small xorshift: the kill points, reproducible from the printed seed.
 struct Rng(u64);
 
@@ -721,11 +745,7 @@ impl Rng {
 }
 
 fn crash_loop(fsync: Fsync) {
-    let iterations: u64 = std::env::var("RILL_CRASH_ITERATIONS").map_or(50, |v| v.parse().unwrap());
-    let seed = std::env::var("RILL_CRASH_SEED").map_or_else(
-        |_| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1,
-        |v| v.parse().unwrap(),
-    );
+    let (iterations, seed) = crash_loop_runs();
     let name = policy_name(fsync);
     println!("  crash loop {name}: {iterations} iterations, RILL_CRASH_SEED={seed}");
     let mut rng = Rng(seed);
@@ -782,14 +802,7 @@ fn crash_loop(fsync: Fsync) {
                 break;
             }
         }
-        c.kill().unwrap();
-        let status = c.wait().unwrap();
-        // What the child printed before it died was acknowledged too.
-        for line in lines {
-            record(&line.unwrap(), &mut acked);
-        }
-        drop(c.stdin.take());
-        assert!(status.code().is_none(), "the child ended by itself ({status}) in run {run}");
+        kill_and_drain(&mut c, lines, run, |line| record(line, &mut acked));
         // Issue 40, item 2: the killed child's sealed segments are marked:
         // under `Always`, those before its last acknowledged record's; under
         // `Interval` and `Never`, all of them once the child saw the flusher
@@ -1061,11 +1074,7 @@ fn read_contended(b: &Broker, run: u64) -> BTreeMap<u64, (u64, u64, u64)> {
 }
 
 fn crash_loop_contended(fsync: Fsync) {
-    let iterations: u64 = std::env::var("RILL_CRASH_ITERATIONS").map_or(50, |v| v.parse().unwrap());
-    let seed = std::env::var("RILL_CRASH_SEED").map_or_else(
-        |_| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1,
-        |v| v.parse().unwrap(),
-    );
+    let (iterations, seed) = crash_loop_runs();
     let name = policy_name(fsync);
     println!("  contended crash loop {name}: {iterations} iterations, RILL_CRASH_SEED={seed}");
     let mut rng = Rng(seed);
@@ -1114,13 +1123,7 @@ fn crash_loop_contended(fsync: Fsync) {
                 break;
             }
         }
-        c.kill().unwrap();
-        let status = c.wait().unwrap();
-        for line in lines {
-            record(&line.unwrap(), &mut acked);
-        }
-        drop(c.stdin.take());
-        assert!(status.code().is_none(), "the child ended by itself ({status}) in run {run}");
+        kill_and_drain(&mut c, lines, run, |line| record(line, &mut acked));
 
         let b = open(&root, fsync);
         let present = read_contended(&b, run);
