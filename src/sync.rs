@@ -19,7 +19,9 @@
 #[cfg(not(loom))]
 #[allow(unused_imports)]
 pub(crate) mod atomic {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+    pub(crate) use std::sync::atomic::{
+        AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, compiler_fence, fence,
+    };
 }
 #[cfg(loom)]
 #[allow(unused_imports)]

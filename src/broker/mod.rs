@@ -21,6 +21,7 @@
 //! partitions are released, and in `Consumer::poll` when a group expels
 //! members whose session ran out.
 
+mod barrier;
 mod consumer;
 mod core;
 mod dead_letter;
@@ -176,6 +177,9 @@ impl Broker {
         // mapping any segment).
         config.default_topic.validate()?;
         crate::clock::warm_up();
+        // Before any publisher of this broker exists: from here on a publish
+        // needs no fence of its own to meet a listener being added.
+        barrier::register();
         let id = crate::sync::unique_id();
         // A thread that cannot be started is ResourceExhausted; whatever was
         // started before it is stopped and joined, so a failed `new` leaves

@@ -11,6 +11,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use super::barrier;
 use super::subscription::in_handler::InHandler;
 use super::subscription::signal::{self, Entry};
 use super::waiters::Waiters;
@@ -351,12 +352,20 @@ impl Partition {
     /// signal-and-drain (`signal::notify`, with fences F1 and F2).
     #[inline]
     pub(crate) fn notify(&self, guard: &Guard) {
+        // The publisher's half of the asymmetric fence: the commit before the
+        // list's load, against a listener being added (`barrier.rs`).
+        barrier::light();
         let current = self.current(guard);
         signal::notify(&current.list, current.marked);
     }
 
     /// Adds a listener (no-op if one with its id is there), and its blocker,
     /// whose position retention then waits for.
+    ///
+    /// On return, every record a publisher committed without seeing the new
+    /// listener is visible to this thread's reads of the log (the listener's
+    /// half of the asymmetric fence in `barrier.rs`), so the caller's look
+    /// at the log after this finds it.
     pub(crate) fn add_listener(&self, listener: Entry, blocker: Option<Blocker>) {
         if let Some(b) = &blocker {
             self.log.hold_retention(b.id, b.position.clone());
@@ -367,6 +376,7 @@ impl Partition {
             }
             blockers.extend(blocker);
         });
+        barrier::heavy();
     }
 
     /// Removes the listener (and blocker) with `id`; wakes blocked publishers.

@@ -99,22 +99,22 @@
 //! then to the attacher what its own commit is to a publisher, and (a)
 //! and (b) carry over word for word.
 //!
-//! What that "if" rests on, and what it does not have: P loads the list
-//! (`Partition::notify`) before its F1, and with an empty list issues no
-//! F1 at all, so nothing in the memory model orders P's commit before its
-//! load of the list. Had P loaded the list after a `fence(SeqCst)`, then
-//! its load, reading the list without the entry, would put that fence
-//! before the attacher's in the fences' total order, and the drain's reads
-//! after F3 would see r. As it is, the model lets r reach the drain after
-//! the listing was handled (a store-buffering race: P's commit and load,
-//! the attacher's list swap and fence), and the loom model in
-//! `loom-tests/tests/attach.rs` finds a run where r is never delivered, so
-//! it is `#[ignore]`d
-//! until publishers load the list after F1 (a fence on every publish to
-//! a partition nobody listens to: a cost not taken here). What the
-//! listing closes is the window that does not depend on it: a record
-//! committed before the drain's look at the new reader and never looked
-//! at again (the unit test in `core.rs` holds that window open).
+//! What that "if" rests on: P's commit and its load of the list, against
+//! the attacher's swap of the list and its look at the log, is a
+//! store-buffering race, and each side needs a `SeqCst`-strength fence
+//! between its store and its load, or both can miss each other (loom finds
+//! that run). P pays nothing for it: its fence is the light half of an
+//! asymmetric pair (`F0`, in `Partition::notify` before the list's load; a
+//! compiler fence once the process registered `membarrier`), and the
+//! attacher's is the heavy half (`Partition::add_listener` ends with it),
+//! see `broker/barrier.rs`. So either P's load saw the entry (P signals, as
+//! in (a) and (b)), or r is visible to the attacher's reads after its
+//! barrier, the listing's and the poke's, and the drain those start. The
+//! loom models in `loom-tests/tests/attach.rs` run it, with and without a
+//! drain woken by another partition meanwhile; with `F0` weakened the
+//! first fails.
+//! Consumers taking a partition and literal subscriptions add their
+//! listener through the same `add_listener`, and look at the log after it.
 //!
 //! Without it, with a ready set, r could be stranded: a drain running
 //! meanwhile (woken by the subscription's other partitions) merges the new
