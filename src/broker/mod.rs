@@ -29,6 +29,7 @@ mod dispatch;
 pub(crate) mod filter;
 mod flusher;
 mod group;
+mod journal;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_harness;

@@ -7,7 +7,8 @@
 //! ```text
 //! data_dir/
 //!   LOCK                 flock(LOCK_EX) held while a broker has it open
-//!   topics.list          every topic: name, options, directory number
+//!   topics.list          the topics: name, options, directory number
+//!   topics.journal       topics created and deleted since (see journal.rs)
 //!   offsets.0, offsets.1 group commits and durable subscription positions
 //!   topics/<n>/<p>/      partition p of the topic with directory number n
 //!   topics/<n>.deleted/  a deleted topic's directory, being removed
@@ -26,16 +27,18 @@
 //! `topics.list.tmp`, which is synced, renamed over `topics.list`, and the
 //! directory is synced. A
 //! crash before the rename leaves the old list (and a stray `.tmp`, ignored
-//! and overwritten next time); after it, the new one. Creating a topic makes
+//! and overwritten next time); after it, the new one. It is a snapshot: a
+//! creation or deletion is *listed* by a synced entry appended to
+//! `topics.journal`, and only every so often by a new snapshot (how the two
+//! fit, and survive crashes, is in `journal.rs`). Creating a topic makes
 //! its partition directories first and lists it second, so a crash in between
 //! leaves an unlisted directory, which the next creation with that number
-//! clears before using it. Topic creation is rare, so it always syncs,
-//! whatever the fsync policy.
+//! clears before using it. Listing always syncs, whatever the fsync policy.
 //!
 //! # Deleting a topic
 //!
-//! Unlisting is the commit point: `topics.list` is replaced (as above)
-//! without the topic, and only then does the broker mark the topic deleted
+//! Unlisting is the commit point: the topic's removal is listed (as above),
+//! and only then does the broker mark the topic deleted
 //! and remove its directory, in two steps: rename `topics/<n>` to the
 //! tombstone `topics/<n>.deleted`, then delete the tombstone. Publishers
 //! that raced the delete, the background thread preparing segments ahead
@@ -109,6 +112,7 @@ use std::io::{ErrorKind as IoKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+use super::journal::{COMPACT_MIN_ENTRIES, Change, JOURNAL_FILE, Journal};
 use super::topic::TopicOptions;
 use crate::error::{Error, Result};
 use crate::log::Fsync;
@@ -118,6 +122,9 @@ use crate::sync::{Condvar, Mutex};
 const MAGIC: &[u8; 8] = b"rill-md\0";
 /// Format of the frame and its bodies; a newer one is refused, not guessed at.
 const VERSION: u32 = 1;
+/// The format of `topics.list`: 2 puts the list's generation before the
+/// topics (see `journal.rs`); 1, the topics alone, is still read.
+const TOPICS_VERSION: u32 = 2;
 /// Magic, version, body length (u64), CRC32C of the body (u32).
 const FRAME_HEADER: usize = 8 + 4 + 8 + 4;
 /// Name of the lock file.
@@ -167,8 +174,8 @@ pub(crate) struct Store {
     fsync: Fsync,
     /// Holds the flock; closed (and so unlocked) on drop.
     _lock: File,
-    /// The listed topics, and the next directory number.
-    topics: Mutex<(Vec<TopicMeta>, u64)>,
+    /// The listed topics, the next directory number and the journal.
+    topics: Mutex<TopicList>,
     /// The offsets snapshots: numbered, pending, written (see the module docs).
     commits: Mutex<Commits>,
     /// Wakes the waiters of [`Store::wait`] when a write ends.
@@ -176,6 +183,48 @@ pub(crate) struct Store {
     /// Tests hold offsets writes here, to see what can run meanwhile.
     #[cfg(test)]
     pub(crate) gate: test_gate::Gate,
+}
+
+/// The topic list, behind `Store::topics`.
+#[derive(Debug)]
+struct TopicList {
+    list: Vec<TopicMeta>,
+    next_dir: u64,
+    /// The generation of the snapshot in `topics.list`.
+    generation: u64,
+    /// The journal extending it; `None` if there is none to append to (the
+    /// next change compacts).
+    journal: Option<Journal>,
+    /// How many topics the snapshot holds.
+    snapshot_len: usize,
+    /// Compact once the journal holds this many entries and more than the
+    /// snapshot has topics (`COMPACT_MIN_ENTRIES`; tests lower it).
+    compact_min: usize,
+    /// Bytes written to list changes since opening (snapshots and entries).
+    #[cfg(test)]
+    bytes_listed: u64,
+}
+
+impl TopicList {
+    /// Applies a change read back from the journal or just made.
+    fn apply(&mut self, change: Change, path: &Path) -> Result<()> {
+        apply_change(&mut self.list, &mut self.next_dir, change, path)
+    }
+}
+
+/// Applies `change` to a topic list and its next directory number.
+fn apply_change(list: &mut Vec<TopicMeta>, next_dir: &mut u64, change: Change, path: &Path) -> Result<()> {
+    match change {
+        Change::Add(meta) => {
+            let mut r = Reader::new(path, &meta);
+            let t = decode_topic(&mut r)?;
+            r.end()?;
+            *next_dir = (*next_dir).max(t.dir + 1);
+            list.push(t);
+        }
+        Change::Remove(name) => list.retain(|t| t.name != name),
+    }
+    Ok(())
 }
 
 /// The state of the offsets snapshots, behind `Store::commits`.
@@ -248,18 +297,34 @@ impl Store {
             }
             return Err(Error::io(&lock_path, &e));
         }
-        let topics = match read_frame(&root.join(TOPICS_FILE))? {
-            Some((_, body)) => decode_topics(&root.join(TOPICS_FILE), &body)?,
-            None => Vec::new(),
+        let list_path = root.join(TOPICS_FILE);
+        let (generation, topics) = match read_frame(&list_path, TOPICS_VERSION)? {
+            Some((version, body)) => decode_topics(&list_path, version, &body)?,
+            None => (0, Vec::new()),
         };
+        let found = Journal::open(root, generation)?;
+        let mut list = TopicList {
+            next_dir: topics.iter().map(|t| t.dir + 1).max().unwrap_or(0),
+            snapshot_len: topics.len(),
+            list: topics,
+            generation,
+            journal: found.journal,
+            compact_min: COMPACT_MIN_ENTRIES,
+            #[cfg(test)]
+            bytes_listed: 0,
+        };
+        let journal_path = root.join(JOURNAL_FILE);
+        for change in found.changes {
+            list.apply(change, &journal_path)?;
+        }
+        let topics = list.list.clone();
         let (offsets, seq, slot) = read_offsets(root, repair)?;
-        let next_dir = topics.iter().map(|t| t.dir + 1).max().unwrap_or(0);
-        sweep_deleted(&root.join(TOPICS_DIR), &topics, next_dir);
+        sweep_deleted(&root.join(TOPICS_DIR), &topics, list.next_dir);
         let store = Store {
             root: root.to_owned(),
             fsync,
             _lock: lock,
-            topics: Mutex::new((topics.clone(), next_dir)),
+            topics: Mutex::new(list),
             commits: Mutex::new(Commits {
                 requested: seq,
                 pending: None,
@@ -297,7 +362,7 @@ impl Store {
         open: impl FnOnce(&dyn Fn(u32) -> PathBuf) -> Result<T>,
     ) -> Result<T> {
         let mut topics = self.topics.lock();
-        let dir = topics.1;
+        let dir = topics.next_dir;
         let path = self.topic_dir(dir);
         // A directory left by a creation that crashed before listing it.
         match fs::remove_dir_all(&path) {
@@ -307,11 +372,10 @@ impl Store {
         fs::create_dir_all(&path).map_err(|e| Error::io(&path, &e))?;
         let opened = open(&|p| self.partition_dir(dir, p));
         let listed = opened.and_then(|t| {
-            let mut list = topics.0.clone();
-            list.push(TopicMeta { name: name.to_owned(), dir, options: options.clone() });
-            self.write_topics(&list)?;
-            topics.0 = list;
-            topics.1 = dir + 1;
+            let meta = TopicMeta { name: name.to_owned(), dir, options: options.clone() };
+            let mut w = Writer::default();
+            encode_topic(&mut w, &meta);
+            self.list_change(&mut topics, Change::Add(w.0))?;
             Ok(t)
         });
         if listed.is_err() {
@@ -322,7 +386,7 @@ impl Store {
 
     /// Every listed topic's name and options.
     pub(crate) fn topic_options(&self) -> Vec<(String, TopicOptions)> {
-        self.topics.lock().0.iter().map(|t| (t.name.clone(), t.options.clone())).collect()
+        self.topics.lock().list.iter().map(|t| (t.name.clone(), t.options.clone())).collect()
     }
 
     /// Unlists a topic: the commit point of its deletion (see "Deleting a
@@ -330,12 +394,9 @@ impl Store {
     /// [`Store::remove_topic_dir`]; `None` if it was not listed.
     pub(crate) fn unlist_topic(&self, name: &str) -> Result<Option<u64>> {
         let mut topics = self.topics.lock();
-        let Some(i) = topics.0.iter().position(|t| t.name == name) else { return Ok(None) };
-        let mut list = topics.0.clone();
-        let gone = list.remove(i);
-        self.write_topics(&list)?;
-        topics.0 = list;
-        Ok(Some(gone.dir))
+        let Some(dir) = topics.list.iter().find(|t| t.name == name).map(|t| t.dir) else { return Ok(None) };
+        self.list_change(&mut topics, Change::Remove(name.to_owned()))?;
+        Ok(Some(dir))
     }
 
     /// Removes the directory of an unlisted topic: renames it to its
@@ -366,8 +427,61 @@ impl Store {
         }
     }
 
-    fn write_topics(&self, list: &[TopicMeta]) -> Result<()> {
-        replace(&self.root, TOPICS_FILE, &frame(&encode_topics(list)), true)
+    /// Lists `change` durably, then applies it to `topics`: appended to the
+    /// journal, or, when the journal is due for compaction (or there is
+    /// none), in a new snapshot that includes it (see `journal.rs`). On
+    /// failure nothing is listed and `topics` is unchanged.
+    fn list_change(&self, topics: &mut TopicList, change: Change) -> Result<()> {
+        let path = self.root.join(JOURNAL_FILE);
+        let due = topics.journal.as_ref().is_none_or(|j| {
+            j.generation() != topics.generation
+                || (j.entries() >= topics.compact_min && j.entries() > topics.snapshot_len)
+        });
+        if !due {
+            let journal = topics.journal.as_mut().expect("checked above");
+            #[cfg(test)]
+            let before = journal.len();
+            match journal.append(&change) {
+                Ok(()) => {
+                    #[cfg(test)]
+                    {
+                        topics.bytes_listed += journal.len() - before;
+                    }
+                    return topics.apply(change, &path);
+                }
+                Err((e, cut)) => {
+                    if !cut {
+                        // It may end in a partial entry: never append after it.
+                        topics.journal = None;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let (mut list, mut next_dir) = (topics.list.clone(), topics.next_dir);
+        apply_change(&mut list, &mut next_dir, change, &path)?;
+        let generation = topics.generation + 1;
+        let snapshot = frame_of(TOPICS_VERSION, &encode_topics(generation, &list));
+        // The commit point: the new snapshot, replaced and synced.
+        replace(&self.root, TOPICS_FILE, &snapshot, true)?;
+        #[cfg(test)]
+        {
+            topics.bytes_listed += snapshot.len() as u64;
+        }
+        topics.snapshot_len = list.len();
+        topics.list = list;
+        topics.next_dir = next_dir;
+        topics.generation = generation;
+        // A journal that cannot be started leaves the old one, of an older
+        // generation, which opening ignores; the next change compacts again.
+        topics.journal = match Journal::start(&self.root, topics.generation) {
+            Ok(j) => Some(j),
+            Err(e) => {
+                log::warn!("rill: could not start a new topic journal ({e}); the next topic change rewrites the list");
+                None
+            }
+        };
+        Ok(())
     }
 
     /// Writes the offsets into the older slot and returns once they are
@@ -505,7 +619,7 @@ fn sweep_deleted(topics_dir: &Path, listed: &[TopicMeta], next_dir: u64) {
     }
 }
 
-fn replace(dir: &Path, name: &str, bytes: &[u8], sync: bool) -> Result<()> {
+pub(super) fn replace(dir: &Path, name: &str, bytes: &[u8], sync: bool) -> Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let target = dir.join(name);
     let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, &e))?;
@@ -526,11 +640,16 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, &e))
 }
 
-/// A frame around `body` (see the module docs).
+/// A frame around `body` (see the module docs), of format `VERSION`.
 fn frame(body: &[u8]) -> Vec<u8> {
+    frame_of(VERSION, body)
+}
+
+/// A frame around `body` of format `version`.
+fn frame_of(version: u32, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(FRAME_HEADER + body.len());
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&(body.len() as u64).to_le_bytes());
     out.extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
     out.extend_from_slice(body);
@@ -538,8 +657,8 @@ fn frame(body: &[u8]) -> Vec<u8> {
 }
 
 /// Reads the frame in `path`: `None` if there is no such file, the version
-/// and body if it is whole, `Corrupt` if it is not.
-fn read_frame(path: &Path) -> Result<Option<(u32, Vec<u8>)>> {
+/// (1 to `newest`) and body if it is whole, `Corrupt` if it is not.
+fn read_frame(path: &Path, newest: u32) -> Result<Option<(u32, Vec<u8>)>> {
     let mut bytes = Vec::new();
     match File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)) {
         Ok(_) => {}
@@ -554,8 +673,8 @@ fn read_frame(path: &Path) -> Result<Option<(u32, Vec<u8>)>> {
         return Err(corrupt(0, "not a rill metadata file"));
     }
     let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if version != VERSION {
-        return Err(corrupt(8, &format!("metadata format {version}, this rill reads {VERSION}")));
+    if !(1..=newest).contains(&version) {
+        return Err(corrupt(8, &format!("metadata format {version}, this rill reads 1 to {newest}")));
     }
     let len = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes"));
     let crc = u32::from_le_bytes(bytes[20..24].try_into().expect("4 bytes"));
@@ -577,7 +696,7 @@ pub(crate) fn read_offsets(root: &Path, repair: bool) -> Result<(Offsets, u64, u
     let mut damage = Vec::new();
     for (slot, name) in OFFSETS_FILES.into_iter().enumerate() {
         let path = root.join(name);
-        let decoded = read_frame(&path).and_then(|frame| {
+        let decoded = read_frame(&path, VERSION).and_then(|frame| {
             frame
                 .map(|(_, body)| {
                     let mut r = Reader::new(&path, &body);
@@ -612,42 +731,57 @@ pub(crate) fn read_offsets(root: &Path, repair: bool) -> Result<(Offsets, u64, u
     }
 }
 
-fn encode_topics(list: &[TopicMeta]) -> Vec<u8> {
+/// A `topics.list` body of format `TOPICS_VERSION`.
+fn encode_topics(generation: u64, list: &[TopicMeta]) -> Vec<u8> {
     let mut w = Writer::default();
+    w.u64(generation);
     w.u32(list.len() as u32);
     for t in list {
-        w.str(&t.name);
-        w.u64(t.dir);
-        let o = &t.options;
-        w.u32(o.partitions);
-        w.opt(o.retention_bytes);
-        w.opt(o.retention_messages);
-        w.opt(o.segment_bytes.map(|n| n as u64));
-        w.opt(o.max_message_bytes.map(|n| n as u64));
-        w.opt(o.retention_ms);
+        encode_topic(&mut w, t);
     }
     w.0
 }
 
-fn decode_topics(path: &Path, body: &[u8]) -> Result<Vec<TopicMeta>> {
+/// One topic, as the list and the journal hold it.
+fn encode_topic(w: &mut Writer, t: &TopicMeta) {
+    w.str(&t.name);
+    w.u64(t.dir);
+    let o = &t.options;
+    w.u32(o.partitions);
+    w.opt(o.retention_bytes);
+    w.opt(o.retention_messages);
+    w.opt(o.segment_bytes.map(|n| n as u64));
+    w.opt(o.max_message_bytes.map(|n| n as u64));
+    w.opt(o.retention_ms);
+}
+
+/// A `topics.list` body of format `version`: its generation (0 for
+/// format 1, which had none) and topics.
+fn decode_topics(path: &Path, version: u32, body: &[u8]) -> Result<(u64, Vec<TopicMeta>)> {
     let mut r = Reader::new(path, body);
+    let generation = if version >= 2 { r.u64()? } else { 0 };
     let n = r.u32()?;
     let mut list = Vec::new();
     for _ in 0..n {
-        let name = r.str()?;
-        let dir = r.u64()?;
-        let options = TopicOptions {
-            partitions: r.u32()?,
-            retention_bytes: r.opt()?,
-            retention_messages: r.opt()?,
-            segment_bytes: r.opt()?.map(|n| n as usize),
-            max_message_bytes: r.opt()?.map(|n| n as usize),
-            retention_ms: r.opt()?,
-        };
-        list.push(TopicMeta { name, dir, options });
+        list.push(decode_topic(&mut r)?);
     }
     r.end()?;
-    Ok(list)
+    Ok((generation, list))
+}
+
+/// Reads what [`encode_topic`] wrote; a journal entry must hold exactly one.
+fn decode_topic(r: &mut Reader<'_>) -> Result<TopicMeta> {
+    let name = r.str()?;
+    let dir = r.u64()?;
+    let options = TopicOptions {
+        partitions: r.u32()?,
+        retention_bytes: r.opt()?,
+        retention_messages: r.opt()?,
+        segment_bytes: r.opt()?.map(|n| n as usize),
+        max_message_bytes: r.opt()?.map(|n| n as usize),
+        retention_ms: r.opt()?,
+    };
+    Ok(TopicMeta { name, dir, options })
 }
 
 fn encode_offsets(w: &mut Writer, o: &Offsets) {
@@ -875,6 +1009,181 @@ mod tests {
         fs::remove_dir_all(&root).unwrap();
     }
 
+    /// Lists `name` with no partition directories (the store's part only).
+    fn add(store: &Store, name: &str) {
+        store.add_topic(name, &TopicOptions::default(), |_| Ok(())).unwrap();
+    }
+
+    fn names(opened: &Opened) -> Vec<String> {
+        let mut n: Vec<String> = opened.topics.iter().map(|t| t.name.clone()).collect();
+        n.sort();
+        n
+    }
+
+    fn set_compact_min(store: &Store, n: usize) {
+        store.topics.lock().compact_min = n;
+    }
+
+    /// Creations and deletions through journal appends and compactions all
+    /// come back after reopening, and listing costs bytes in proportion to
+    /// the changes, not to changes times topics (before the journal, each
+    /// creation rewrote the whole list: 400 creations wrote ~200x one list).
+    #[test]
+    fn topic_changes_are_journalled_compacted_and_come_back() {
+        const N: usize = 400;
+        let root = temp_dir("journal");
+        let mut want = Vec::new();
+        {
+            let opened = Store::open(&root, Fsync::Never, false).unwrap();
+            set_compact_min(&opened.store, 16);
+            for i in 0..N {
+                let name = format!("t/{i:04}");
+                add(&opened.store, &name);
+                want.push(name);
+            }
+            for i in (0..N).step_by(3) {
+                opened.store.unlist_topic(&format!("t/{i:04}")).unwrap();
+            }
+            want.retain(|n| n[2..].parse::<usize>().unwrap() % 3 != 0);
+            let list = opened.store.topics.lock();
+            assert!(list.generation > 3, "compactions happened: generation {}", list.generation);
+            // One topic's entry, and one snapshot's worth per topic: a
+            // generous linear bound (quadratic would be ~N/2 lists).
+            let per_topic = (ENTRY_BYTES_BOUND + 64) as u64;
+            assert!(
+                list.bytes_listed <= 6 * per_topic * (N + N / 3) as u64,
+                "{} bytes written to list {} changes",
+                list.bytes_listed,
+                N + N / 3
+            );
+        }
+        let opened = Store::open(&root, Fsync::Never, false).unwrap();
+        want.sort();
+        assert_eq!(names(&opened), want);
+        // Directory numbers stay unique and the next one follows the last.
+        let mut dirs: Vec<u64> = opened.topics.iter().map(|t| t.dir).collect();
+        dirs.sort_unstable();
+        dirs.dedup();
+        assert_eq!(dirs.len(), want.len());
+        assert_eq!(opened.store.topics.lock().next_dir, N as u64);
+        drop(opened);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// The bytes an entry takes for a short topic name, at most.
+    const ENTRY_BYTES_BOUND: usize = 8 + 1 + 4 + 6 + 8 + 4 + 5 * 9;
+
+    #[test]
+    fn a_torn_last_journal_entry_is_dropped_and_the_next_append_survives() {
+        let root = temp_dir("torn-journal");
+        {
+            let opened = Store::open(&root, Fsync::Never, false).unwrap();
+            for name in ["a", "b", "c"] {
+                add(&opened.store, name);
+            }
+        }
+        let journal = root.join(JOURNAL_FILE);
+        let whole = fs::read(&journal).unwrap();
+        // An append cut short: a length, a CRC and part of the body.
+        let mut torn = whole.clone();
+        torn.extend_from_slice(&40u32.to_le_bytes());
+        torn.extend_from_slice(&7u32.to_le_bytes());
+        torn.extend_from_slice(&[1, 2, 3]);
+        fs::write(&journal, &torn).unwrap();
+        {
+            let opened = Store::open(&root, Fsync::Never, false).unwrap();
+            assert_eq!(names(&opened), ["a", "b", "c"]);
+            assert_eq!(fs::read(&journal).unwrap(), whole, "the torn entry is cut off");
+            add(&opened.store, "d");
+        }
+        // An append torn to zeros (a file extended before it was written).
+        let mut zeros = fs::read(&journal).unwrap();
+        zeros.extend_from_slice(&[0; 100]);
+        fs::write(&journal, &zeros).unwrap();
+        let opened = Store::open(&root, Fsync::Never, false).unwrap();
+        assert_eq!(names(&opened), ["a", "b", "c", "d"]);
+        drop(opened);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn damage_inside_the_journal_is_corrupt() {
+        let root = temp_dir("damaged-journal");
+        {
+            let opened = Store::open(&root, Fsync::Never, false).unwrap();
+            for name in ["a", "b", "c"] {
+                add(&opened.store, name);
+            }
+        }
+        // "a" is in the snapshot (the first change compacts), "b" and "c"
+        // in the journal: flip a byte of "b"'s entry, which is not last.
+        let journal = root.join(JOURNAL_FILE);
+        let mut bytes = fs::read(&journal).unwrap();
+        let at = bytes.windows(1).position(|w| w == b"b").unwrap();
+        bytes[at] ^= 0x20;
+        fs::write(&journal, &bytes).unwrap();
+        let e = Store::open(&root, Fsync::Never, false).unwrap_err();
+        assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A crash after a compaction's new snapshot, before its new journal,
+    /// leaves the old journal, whose entries are all in the snapshot.
+    #[test]
+    fn a_journal_left_by_a_compaction_cut_short_is_ignored() {
+        let root = temp_dir("stale-journal");
+        let journal = root.join(JOURNAL_FILE);
+        {
+            let opened = Store::open(&root, Fsync::Never, false).unwrap();
+            set_compact_min(&opened.store, 2);
+            // "a" compacts (no journal yet); "b" and "c" are appended.
+            for name in ["a", "b", "c"] {
+                add(&opened.store, name);
+            }
+            let old = fs::read(&journal).unwrap();
+            // Two entries, more than the snapshot's one topic: "d" compacts.
+            add(&opened.store, "d");
+            assert_eq!(opened.store.topics.lock().generation, 2);
+            fs::write(&journal, &old).unwrap();
+        }
+        {
+            let opened = Store::open(&root, Fsync::Never, false).unwrap();
+            assert_eq!(names(&opened), ["a", "b", "c", "d"], "nothing twice, nothing lost");
+            add(&opened.store, "e");
+        }
+        let opened = Store::open(&root, Fsync::Never, false).unwrap();
+        assert_eq!(names(&opened), ["a", "b", "c", "d", "e"]);
+        drop(opened);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A directory written before the journal (list format 1) opens, and
+    /// its list is rewritten in format 2 before any journal exists, so a
+    /// rill that knows only format 1 refuses it rather than miss entries.
+    #[test]
+    fn a_list_of_format_1_is_read_and_rewritten_before_a_journal_starts() {
+        let root = temp_dir("old-list");
+        fs::create_dir_all(&root).unwrap();
+        let old = TopicMeta { name: "old".into(), dir: 0, options: TopicOptions::default() };
+        let mut w = Writer::default();
+        w.u32(1);
+        encode_topic(&mut w, &old);
+        fs::write(root.join(TOPICS_FILE), frame_of(1, &w.0)).unwrap();
+        {
+            let opened = Store::open(&root, Fsync::Never, false).unwrap();
+            assert_eq!(names(&opened), ["old"]);
+            add(&opened.store, "new");
+        }
+        let (version, _) = read_frame(&root.join(TOPICS_FILE), TOPICS_VERSION).unwrap().unwrap();
+        assert_eq!(version, 2);
+        assert!(read_frame(&root.join(TOPICS_FILE), 1).is_err(), "a format-1 reader refuses it");
+        let opened = Store::open(&root, Fsync::Never, false).unwrap();
+        assert_eq!(names(&opened), ["new", "old"]);
+        assert_eq!(opened.topics.iter().find(|t| t.name == "new").unwrap().dir, 1);
+        drop(opened);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
     #[test]
     fn topics_and_offsets_come_back_after_reopening() {
         let root = temp_dir("roundtrip");
@@ -1039,7 +1348,7 @@ mod tests {
         let slots: Vec<u64> = OFFSETS_FILES
             .iter()
             .map(|name| {
-                let (_, body) = read_frame(&root.join(name)).unwrap().unwrap();
+                let (_, body) = read_frame(&root.join(name), VERSION).unwrap().unwrap();
                 u64::from_le_bytes(body[..8].try_into().unwrap())
             })
             .collect();
