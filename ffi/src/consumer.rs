@@ -1,13 +1,14 @@
 //! `rill_consumer`: pull consumers.
 
-use std::ffi::{CString, c_char, c_void};
+use std::ffi::{CString, c_char, c_int, c_void};
 use std::mem::size_of;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use rill::{Consumer, ConsumerOptions, DEFAULT_SESSION_TIMEOUT};
 
 use crate::broker::rill_broker;
-use crate::error::{boundary, boundary_value, rill_status};
+use crate::error::{FfiError, boundary, boundary_value, rill_status};
 use crate::message::{MessageContext, c_message, rill_message};
 use crate::options::{self, OptionStruct};
 use crate::subscription::{RILL_START_EARLIEST, rill_partition_lag_callback, rill_start, start_position};
@@ -54,6 +55,10 @@ pub struct rill_consumer {
     contexts: Vec<MessageContext>,
     /// The process that made it (see `rill_consumer_free` after fork).
     pid: u32,
+    /// Its eventfd, once `rill_consumer_notify_fd` made one. The consumer's
+    /// ready hook owns it (and closes it when `Consumer::close` drops the
+    /// hook); this is its number, to drain it before each poll.
+    notify: Option<RawFd>,
 }
 
 impl std::fmt::Debug for rill_consumer {
@@ -134,7 +139,14 @@ pub unsafe extern "C" fn rill_consumer_new_v1(
         let options = ConsumerOptions { start, session_timeout, max_attempts: o.max_attempts, dead_letter_topic };
         let consumer = b.broker.consumer(group, topic, options)?;
         let topic = CString::new(topic).expect("checked by cstr: no interior NUL");
-        let c = rill_consumer { consumer, topic, messages: Vec::new(), contexts: Vec::new(), pid: this_process() };
+        let c = rill_consumer {
+            consumer,
+            topic,
+            messages: Vec::new(),
+            contexts: Vec::new(),
+            pid: this_process(),
+            notify: None,
+        };
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, Box::into_raw(Box::new(c))) };
         Ok(())
@@ -165,6 +177,12 @@ pub unsafe extern "C" fn rill_consumer_poll(
         // The previous batch's views end here, as documented.
         c.messages.clear();
         c.contexts.clear();
+        if let Some(fd) = c.notify {
+            // Emptied before the poll arms the bell and looks: a ring this
+            // read takes answered a change the look below sees; a later one
+            // leaves the fd readable ("The bell" in the Rust waiters.rs).
+            drain_eventfd(fd);
+        }
         let wait = timeout(timeout_ms).unwrap_or(Duration::from_secs(u64::MAX / 4));
         let polled = c.consumer.poll(max, wait)?;
         let mut partitions = Vec::with_capacity(polled.len());
@@ -185,6 +203,82 @@ pub unsafe extern "C" fn rill_consumer_poll(
             write_out(messages, c.messages.as_ptr());
             write_out(count, c.messages.len());
         }
+        Ok(())
+    })
+}
+
+/// The value a ring adds to the eventfd's counter (any non-zero value makes
+/// it readable; a read returns the sum and zeroes it).
+const RING: u64 = 1;
+
+/// Empties an eventfd made non-blocking: one read takes the whole counter.
+fn drain_eventfd(fd: RawFd) {
+    let mut counter = 0u64;
+    // SAFETY: `fd` is the consumer's open eventfd (its hook owns it until
+    // `rill_consumer_free`); the read writes at most 8 bytes into `counter`.
+    // EAGAIN (nothing to take) is the usual, harmless, result.
+    unsafe { libc::read(fd, (&raw mut counter).cast::<c_void>(), size_of::<u64>()) };
+}
+
+/// A file descriptor that becomes readable when `rill_consumer_poll` has
+/// something to return, for an event loop (`poll(2)`, `epoll`, Python's
+/// `loop.add_reader`) that must not block in `rill_consumer_poll`. An
+/// eventfd made at the first call (later calls give the same one), owned
+/// by the consumer: do not read, write or close it; `rill_consumer_free`
+/// closes it (take it out of your event loop first).
+///
+/// Use: call `rill_consumer_poll` with `timeout_ms` 0 until it returns no
+/// messages; then wait until the fd is readable; repeat. Each poll empties
+/// the fd before it looks, and a poll that returns no messages (with a
+/// non-zero `max`) arms it: the fd becomes readable at the first of a
+/// publish to a partition the consumer owns, a change of its assignment, the close of
+/// its broker, the deletion of its topic. A poll that returns messages
+/// disarms it, so poll again before waiting. A wake may find nothing
+/// (poll, and wait again); none is lost: a publish after the poll that
+/// emptied the fd is either returned by that poll or makes the fd readable.
+///
+/// Waiting on the fd is not being inside a poll: poll within the session
+/// timeout (a poll with `timeout_ms` 0 will do) to stay a member of the
+/// group; such a poll also expels idle members, as any poll does.
+/// `RILL_ERR_IO` if no eventfd can be made (the text says why).
+///
+/// # Safety
+///
+/// `c` is a live consumer; `fd` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_notify_fd(c: *mut rill_consumer, fd: *mut c_int) -> rill_status {
+    boundary(|| {
+        out_ptr(fd, "fd")?;
+        // SAFETY: the caller's promise, checked for NULL.
+        let c = unsafe { reference_mut(c, "consumer") }?;
+        let raw = match c.notify {
+            Some(raw) => raw,
+            None => {
+                // SAFETY: eventfd takes no pointers; a negative result is an error.
+                let made = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+                if made < 0 {
+                    let e = std::io::Error::last_os_error();
+                    return Err(FfiError::new(
+                        rill_status::RILL_ERR_IO,
+                        format!("rill_consumer_notify_fd: eventfd failed: {e}"),
+                    ));
+                }
+                // SAFETY: a new descriptor, owned by nothing else.
+                let owned = unsafe { OwnedFd::from_raw_fd(made) };
+                c.consumer.set_ready_hook(move || {
+                    let one = RING;
+                    // SAFETY: the hook owns the descriptor, so it is open;
+                    // the write reads 8 bytes from `one`. It cannot block
+                    // (EFD_NONBLOCK) and fails only if the counter would
+                    // overflow, when the fd is readable anyway.
+                    unsafe { libc::write(owned.as_raw_fd(), (&raw const one).cast::<c_void>(), size_of::<u64>()) };
+                });
+                c.notify = Some(made);
+                made
+            }
+        };
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(fd, raw) };
         Ok(())
     })
 }
@@ -580,7 +674,8 @@ pub unsafe extern "C" fn rill_consumer_partition_count(c: *const rill_consumer) 
 }
 
 /// Closes and frees the consumer, releasing its group for another consumer
-/// (uncommitted positions are not kept). NULL is a no-op. In a child of
+/// (uncommitted positions are not kept), and closes its
+/// `rill_consumer_notify_fd` if it made one. NULL is a no-op. In a child of
 /// `fork`, on an inherited consumer: leaks it, closing nothing (see
 /// `rill_broker`).
 ///
