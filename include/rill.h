@@ -1824,6 +1824,30 @@ rill_status rill_subscribe_batch_v1(rill_broker *b,
 rill_status rill_subscription_wait_idle(rill_subscription *s, int64_t timeout_ms);
 
 /**
+ * A file descriptor that becomes readable when the subscription may have
+ * become idle, for an event loop that must not block in
+ * `rill_subscription_wait_idle`. An eventfd made at the first call (later
+ * calls give the same one), owned by the subscription: do not read, write
+ * or close it; `rill_subscription_free` closes it (take it out of your
+ * event loop first).
+ *
+ * Use: call `rill_subscription_wait_idle` with `timeout_ms` 0; on
+ * `RILL_ERR_TIMEOUT` wait until the fd is readable, and call it again.
+ * Each call empties the fd before it looks, and one that times out arms
+ * it: the fd becomes readable at the first change that may have made the
+ * subscription idle (its delivery going idle or into a backoff, its
+ * close). A call that finds it idle disarms it. A wake may find it still
+ * busy (wait again); none is lost. One waiter at a time: a second one's
+ * call may empty the fd of the first's wake. `RILL_ERR_IO` if no eventfd
+ * can be made.
+ *
+ * # Safety
+ *
+ * `s` is a live subscription; `fd` writable.
+ */
+rill_status rill_subscription_notify_fd(rill_subscription *s, int *fd);
+
+/**
  * Fills `*out` with the subscription's counters. Works on a closed
  * subscription too (that is how to see its final counts). Call it as
  * `rill_subscription_get_stats(s, out)`, the macro that passes
@@ -1918,8 +1942,9 @@ rill_status rill_subscription_partitions(const rill_subscription *s,
  * it is in flight, except when called from inside a handler, its own or
  * another subscription's (then at once, so two handlers freeing each other
  * cannot wait for each other; the handler is not called again after a call
- * in flight, and `user_data_free` runs once that call is over). NULL is
- * a no-op. In a child of `fork`, on an inherited subscription: leaks it,
+ * in flight, and `user_data_free` runs once that call is over). Closes its
+ * `rill_subscription_notify_fd` if it made one. NULL is a no-op. In a
+ * child of `fork`, on an inherited subscription: leaks it,
  * closing nothing and running no `user_data_free` (see `rill_broker`).
  *
  * # Safety

@@ -2,13 +2,13 @@
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::mem::size_of;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 use rill::{Consumer, ConsumerOptions, DEFAULT_SESSION_TIMEOUT};
 
 use crate::broker::rill_broker;
-use crate::error::{FfiError, boundary, boundary_value, rill_status};
+use crate::error::{boundary, boundary_value, rill_status};
 use crate::message::{MessageContext, c_message, rill_message};
 use crate::options::{self, OptionStruct};
 use crate::subscription::{RILL_START_EARLIEST, rill_partition_lag_callback, rill_start, start_position};
@@ -181,7 +181,7 @@ pub unsafe extern "C" fn rill_consumer_poll(
             // Emptied before the poll arms the bell and looks: a ring this
             // read takes answered a change the look below sees; a later one
             // leaves the fd readable ("The bell" in the Rust waiters.rs).
-            drain_eventfd(fd);
+            crate::notify::drain(fd);
         }
         let wait = timeout(timeout_ms).unwrap_or(Duration::from_secs(u64::MAX / 4));
         let polled = c.consumer.poll(max, wait)?;
@@ -205,19 +205,6 @@ pub unsafe extern "C" fn rill_consumer_poll(
         }
         Ok(())
     })
-}
-
-/// The value a ring adds to the eventfd's counter (any non-zero value makes
-/// it readable; a read returns the sum and zeroes it).
-const RING: u64 = 1;
-
-/// Empties an eventfd made non-blocking: one read takes the whole counter.
-fn drain_eventfd(fd: RawFd) {
-    let mut counter = 0u64;
-    // SAFETY: `fd` is the consumer's open eventfd (its hook owns it until
-    // `rill_consumer_free`); the read writes at most 8 bytes into `counter`.
-    // EAGAIN (nothing to take) is the usual, harmless, result.
-    unsafe { libc::read(fd, (&raw mut counter).cast::<c_void>(), size_of::<u64>()) };
 }
 
 /// A file descriptor that becomes readable when `rill_consumer_poll` has
@@ -254,25 +241,8 @@ pub unsafe extern "C" fn rill_consumer_notify_fd(c: *mut rill_consumer, fd: *mut
         let raw = match c.notify {
             Some(raw) => raw,
             None => {
-                // SAFETY: eventfd takes no pointers; a negative result is an error.
-                let made = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-                if made < 0 {
-                    let e = std::io::Error::last_os_error();
-                    return Err(FfiError::new(
-                        rill_status::RILL_ERR_IO,
-                        format!("rill_consumer_notify_fd: eventfd failed: {e}"),
-                    ));
-                }
-                // SAFETY: a new descriptor, owned by nothing else.
-                let owned = unsafe { OwnedFd::from_raw_fd(made) };
-                c.consumer.set_ready_hook(move || {
-                    let one = RING;
-                    // SAFETY: the hook owns the descriptor, so it is open;
-                    // the write reads 8 bytes from `one`. It cannot block
-                    // (EFD_NONBLOCK) and fails only if the counter would
-                    // overflow, when the fd is readable anyway.
-                    unsafe { libc::write(owned.as_raw_fd(), (&raw const one).cast::<c_void>(), size_of::<u64>()) };
-                });
+                let (made, ring) = crate::notify::eventfd("rill_consumer_notify_fd")?;
+                c.consumer.set_ready_hook(ring);
                 c.notify = Some(made);
                 made
             }

@@ -55,7 +55,8 @@
 //! # The bell: waiting outside the library
 //!
 //! A waiter that cannot block a thread (an event loop that waits on a file
-//! descriptor, `rill_consumer_notify_fd` in the C library) cannot take part
+//! descriptor, `rill_consumer_notify_fd` and `rill_subscription_notify_fd`
+//! in the C library) cannot take part
 //! in the protocol above: it never sits in [`Waiters::block_until`]. For it a
 //! `Waiters` carries a *bell*: one flag, `armed`, and a hook to call when the
 //! bell rings (the C library's writes its eventfd). Its two states:
@@ -65,7 +66,8 @@
 //! * **armed**: the next changer to swap `armed` back to false calls the
 //!   hook, once; later changers find it disarmed again.
 //!
-//! Who moves it: the *owner* (the one thread using the consumer) arms it
+//! Who moves it: the *owner* (the thread polling the consumer, or calling
+//! a subscription's `wait_idle`) arms it
 //! when it is about to look at the condition and might find nothing
 //! ([`Waiters::arm`]: store true, then `fence(SeqCst)` B1, then look), and
 //! disarms it when the look found something (it will look again before it
@@ -112,6 +114,8 @@ pub(crate) struct Waiters {
     cond: Condvar,
     /// The bell is armed: the next changer rings it.
     armed: AtomicBool,
+    /// A hook hangs on the bell (owners that arm only then read it).
+    hooked: AtomicBool,
     /// What ringing calls; `None` until an owner hangs one up. Locked only
     /// to ring (once per arming) and to replace it, never on a changer's
     /// path when the bell is disarmed.
@@ -171,12 +175,27 @@ impl Waiters {
     /// Hangs up the hook a rung bell calls (replacing any earlier one).
     pub(crate) fn set_bell(&self, hook: BellHook) {
         *self.hook.lock() = Some(hook);
+        // Relaxed: read by the owner that hung the hook (or one it handed
+        // the fd to, through a synchronising call); a look that does not
+        // see it arms nothing, and that owner has no fd to wait on yet.
+        self.hooked.store(true, Ordering::Relaxed);
+    }
+
+    /// [`Waiters::arm`] if a hook hangs on the bell; returns whether it armed.
+    pub(crate) fn arm_if_hooked(&self) -> bool {
+        // Relaxed: see `set_bell`.
+        let hooked = self.hooked.load(Ordering::Relaxed);
+        if hooked {
+            self.arm();
+        }
+        hooked
     }
 
     /// Takes the hook down (dropping it once a ring in progress returns);
     /// nothing rings after this.
     pub(crate) fn take_bell(&self) {
         // Relaxed: the hook's lock orders this against a ring.
+        self.hooked.store(false, Ordering::Relaxed);
         self.armed.store(false, Ordering::Relaxed);
         drop(self.hook.lock().take());
     }

@@ -686,6 +686,32 @@ class Subscription(_Handle):
             if deadline.passed():
                 return False
 
+    def notify_fd(self) -> int:
+        """A file descriptor that becomes readable when the subscription may
+        have become idle, for an event loop that must not block in
+        :meth:`wait_idle` (:func:`rill.aio.wait_idle` uses it). The
+        subscription owns it: do not read, write or close it (``os.dup`` it
+        to keep one of your own); :meth:`close` closes it.
+
+        Use: ``wait_idle(0)``; while it returns False, wait until the fd is
+        readable and call it again. Each call empties the fd first, and one
+        that returns False arms it: it becomes readable at the first change
+        that may have made the subscription idle (its delivery going idle or
+        into a backoff, its close). A wake may find it still busy (wait
+        again); none is lost. One waiter at a time."""
+        fd = ctypes.c_int(-1)
+        check(lib.rill_subscription_notify_fd(self._handle(), byref(fd)))
+        return fd.value
+
+    def _idle_now(self) -> bool:
+        """``wait_idle(0)`` without the coroutine-loop guard (a zero timeout
+        never waits for the loop): True if idle; raises :class:`Closed`."""
+        status = lib.rill_subscription_wait_idle(self._handle(), 0)
+        if status == _ffi.RILL_ERR_TIMEOUT:
+            return False
+        check(status)
+        return True
+
     def stats(self) -> SubscriptionStats:
         """Counters and lag; works after the library closed it, too."""
         s = _ffi.rill_subscription_stats()

@@ -433,6 +433,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "rill_subscription_wait_idle": ("rill_status", ["rill_subscription*", "int64_t"]),
+    "rill_subscription_notify_fd": ("rill_status", ["rill_subscription*", "int*"]),
     "rill_subscription_get_stats_v1": (
         "rill_status",
         ["const rill_subscription*", "rill_subscription_stats*", "size_t"],

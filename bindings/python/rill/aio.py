@@ -40,10 +40,10 @@ How each part waits:
 
 Coroutine handlers need nothing from this module: :meth:`rill.Broker.subscribe`
 takes a coroutine function and runs it on the event loop that subscribed,
-awaiting it for the ack. :func:`wait_idle`, and :func:`close` of a broker or
-a :class:`rill.Subscription`, run the blocking call they wrap on the loop's
-default executor (``wait_idle`` in slices of :data:`rill._broker.SLICE`, so
-cancelling it never leaves a thread blocked for long).
+awaiting it for the ack. :func:`wait_idle` waits on the subscription's
+notify fd (:meth:`rill.Subscription.notify_fd`). :func:`close` of a broker or
+a :class:`rill.Subscription` runs the close (which waits for handler calls
+in flight) on the loop's default executor, once.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ import os
 import queue
 import sys
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Mapping, Sequence
 
 from ._broker import SLICE, Ack, Broker, Message, Payload, Position, SubscriptionStats, _Stop
@@ -650,22 +651,61 @@ def _nothing() -> None:
 
 async def wait_idle(subscription: SyncSubscription | Subscription, timeout: float | None = 5.0) -> bool:
     """:meth:`rill.Subscription.wait_idle` without blocking the event loop
-    (so a coroutine handler on this loop can run while it waits). Takes a
-    :class:`rill.Subscription` or a :class:`rill.aio.Subscription`."""
+    (so a coroutine handler on this loop can run while it waits): True once
+    everything published so far is handled and no handler call is in
+    flight, False if ``timeout`` seconds (None: no limit) pass first.
+    Raises :class:`rill.Closed` if the subscription is closed. Takes a
+    :class:`rill.Subscription` or a :class:`rill.aio.Subscription`.
+
+    Native: it looks without waiting and, while the subscription is busy,
+    waits on its notify fd (:meth:`rill.Subscription.notify_fd`) with
+    ``loop.add_reader``; the library wakes it when the delivery goes idle.
+    Several tasks may wait at once: one that finds it idle wakes the others."""
     sync = subscription.sync if isinstance(subscription, Subscription) else subscription
     loop = asyncio.get_running_loop()
     end = None if timeout is None else loop.time() + max(0.0, float(timeout))
-    while True:
-        left = SLICE if end is None else max(0.0, min(SLICE, end - loop.time()))
-        if await loop.run_in_executor(None, _idle_within, sync, left):
-            return True
-        if end is not None and loop.time() >= end:
-            return False
+    waiters: set[asyncio.Future[None]] = _idle_waiters.setdefault(sync, set())
+    # Our own duplicate: the library closes its fd when the subscription
+    # is freed, which may happen while we still watch ours.
+    fd = os.dup(sync.notify_fd())
+    try:
+        while True:
+            try:
+                idle = sync._idle_now()  # empties the fd; arms it if busy
+            except Closed:
+                _wake_all(waiters)
+                raise
+            if idle:
+                # Another task's look may have emptied the fd of its wake.
+                _wake_all(waiters)
+                return True
+            left = None if end is None else end - loop.time()
+            if left is not None and left <= 0:
+                return False
+            ready: asyncio.Future[None] = loop.create_future()
+            waiters.add(ready)
+            loop.add_reader(fd, _resolve, ready)
+            try:
+                await asyncio.wait([ready], timeout=left)
+            finally:
+                loop.remove_reader(fd)
+                waiters.discard(ready)
+    finally:
+        os.close(fd)
 
 
-def _idle_within(subscription: SyncSubscription, seconds: float) -> bool:
-    # Called on an executor thread, so the loop-thread guard does not apply.
-    return subscription.wait_idle(seconds)
+# The futures of the wait_idle calls waiting on each subscription.
+_idle_waiters: weakref.WeakKeyDictionary[SyncSubscription, set[asyncio.Future[None]]] = weakref.WeakKeyDictionary()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _wake_all(futures: set[asyncio.Future[None]]) -> None:
+    for future in list(futures):
+        _resolve(future)
 
 
 async def close(handle: Broker | SyncSubscription | SyncConsumer | Subscription | Consumer) -> None:

@@ -400,3 +400,52 @@ def test_the_loop_stays_responsive_while_a_subscription_delivers_and_a_publish_w
             blocked.sub.close()
 
     asyncio.run(main())
+
+
+# ---- wait_idle on the subscription's notify fd -----------------------------------------
+
+
+def test_wait_idle_waits_on_the_fd_without_an_executor(broker: rill.Broker) -> None:
+    broker.create_topic("t")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(NoExecutor())
+        release = asyncio.Event()
+        handled: list[bytes] = []
+
+        async def handler(msg: rill.Message) -> None:
+            await release.wait()  # on this loop: wait_idle must not block it
+            handled.append(msg.payload)
+
+        sub = broker.subscribe("t", handler)
+        broker.publish("t", b"x")
+        # Busy (the handler waits for the event): a bounded wait says so.
+        assert await rill.aio.wait_idle(sub, timeout=0.05) is False
+        # Two waiters at once; the loop runs the handler while they wait.
+        waiters = [asyncio.create_task(rill.aio.wait_idle(sub, timeout=None)) for _ in range(2)]
+        await until(lambda: len(rill.aio._idle_waiters.get(sub, ())) == 2)
+        release.set()
+        assert await asyncio.wait_for(asyncio.gather(*waiters), WAIT) == [True, True]
+        assert handled == [b"x"]
+        sub.close()  # (a close from the loop's thread: the handler is done)
+        with pytest.raises(rill.Closed):
+            await rill.aio.wait_idle(sub)
+
+    asyncio.run(main())
+
+
+def test_the_subscription_notify_fd_is_readable_when_it_goes_idle(broker: rill.Broker) -> None:
+    broker.create_topic("t")
+    release = threading.Event()
+    sub = broker.subscribe("t", lambda _m: release.wait(WAIT))
+    with selectors.DefaultSelector() as sel:
+        fd = sub.notify_fd()
+        sel.register(fd, selectors.EVENT_READ)
+        broker.publish("t", b"x")
+        assert not sub._idle_now()  # busy: armed
+        release.set()
+        assert sel.select(WAIT), "going idle did not make the fd readable"
+        assert sub._idle_now()
+        sel.unregister(fd)
+    sub.close()

@@ -1,6 +1,7 @@
 /*
- * Issue 45, native asyncio, from C: rill_consumer_notify_fd, the eventfd an
- * event loop waits on instead of blocking in rill_consumer_poll.
+ * Issue 45, native asyncio, from C: rill_consumer_notify_fd and
+ * rill_subscription_notify_fd, the eventfds an event loop waits on instead
+ * of blocking in rill_consumer_poll or rill_subscription_wait_idle.
  *
  * - The fd is readable only after a poll that returned nothing, at the
  *   first publish to the consumer's partitions; each poll empties it.
@@ -11,6 +12,9 @@
  *   message arrives.
  * - Closing the broker makes it readable, and the next poll says Closed.
  * - rill_consumer_free closes it; NULL arguments are refused.
+ * - rill_subscription_notify_fd: readable after a wait_idle that timed out
+ *   (a handler holds a message), when the delivery goes idle; freeing the
+ *   subscription closes it.
  *
  * Built with -std=c99 -Wall -Wextra -Wpedantic -Werror, and run plain, under
  * AddressSanitizer + UBSan and under valgrind memcheck by ffi/tests/run.sh.
@@ -209,8 +213,62 @@ static void test_no_wake_is_lost_to_racing_publishers(void) {
     rill_broker_free(race.b);
 }
 
+/* ---- rill_subscription_notify_fd ------------------------------------------ */
+
+/* A handler that holds each message until the test releases it. */
+struct gate {
+    int entered;  /* messages the handler has started; __atomic builtins */
+    int released; /* messages the test let it finish */
+};
+
+static rill_ack held(void *user_data, const rill_message *message) {
+    struct gate *g = user_data;
+    (void)message;
+    int me = __atomic_add_fetch(&g->entered, 1, __ATOMIC_ACQ_REL);
+    long spins = 0;
+    while (__atomic_load_n(&g->released, __ATOMIC_ACQUIRE) < me && ++spins < SPIN_GUARD) {
+        sched_yield();
+    }
+    return RILL_ACK_SUCCESS;
+}
+
+static void test_subscription_fd_is_readable_when_a_busy_subscription_goes_idle(void) {
+    rill_broker *b = NULL;
+    OK(rill_broker_new(NULL, &b));
+    OK(rill_topic_create(b, "t", NULL));
+    struct gate g = {0, 0};
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "t", NULL, held, &g, &s));
+    int fd = -1, again = -1;
+    OK(rill_subscription_notify_fd(s, &fd));
+    OK(rill_subscription_notify_fd(s, &again));
+    CHECK(fd >= 0 && again == fd);
+    for (int round = 1; round <= 3; round++) {
+        publish(b, "busy");
+        long spins = 0;
+        while (__atomic_load_n(&g.entered, __ATOMIC_ACQUIRE) < round && ++spins < SPIN_GUARD) {
+            sched_yield();
+        }
+        /* Busy: the look times out and arms the fd. */
+        CHECK_STATUS(rill_subscription_wait_idle(s, 0), RILL_ERR_TIMEOUT);
+        CHECK(!readable(fd));
+        __atomic_store_n(&g.released, round, __ATOMIC_RELEASE);
+        struct pollfd p = {fd, POLLIN, 0};
+        CHECK(poll(&p, 1, WAIT_MS) == 1); /* the delivery went idle: a wake */
+        OK(rill_subscription_wait_idle(s, 0)); /* empties it, finds it idle */
+        CHECK(!readable(fd));
+    }
+    CHECK_STATUS(rill_subscription_notify_fd(NULL, &fd), RILL_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(rill_subscription_notify_fd(s, NULL), RILL_ERR_NULL_ARGUMENT);
+    rill_subscription_free(s);
+    errno = 0;
+    CHECK(fcntl(fd, F_GETFD) == -1 && errno == EBADF);
+    rill_broker_free(b);
+}
+
 int main(void) {
     test_readable_after_an_empty_poll_at_the_first_publish();
     test_no_wake_is_lost_to_racing_publishers();
+    test_subscription_fd_is_readable_when_a_busy_subscription_goes_idle();
     return CHECK_VERDICT("test_robust_notify");
 }
