@@ -378,8 +378,6 @@ pub struct Consumer {
     next: usize,
     /// Set once `close` has released the group.
     released: bool,
-    /// A ready hook hangs on its bell: polls arm it (see the module docs).
-    bell: bool,
 }
 
 impl Consumer {
@@ -403,7 +401,6 @@ impl Consumer {
             next_check: Instant::now(),
             next: 0,
             released: false,
-            bell: false,
         };
         c.core.set_polling(false);
         let generation = c.core.generation.load(Ordering::Acquire);
@@ -550,7 +547,6 @@ impl Consumer {
     /// nothing at once will do) or it is expelled, as between any two polls.
     pub fn set_ready_hook(&mut self, hook: impl Fn() + Send + Sync + 'static) {
         self.core.waiters.set_bell(Box::new(hook));
-        self.bell = true;
     }
 
     /// Up to `max` messages of the partitions it owns, waiting up to
@@ -562,12 +558,9 @@ impl Consumer {
     /// ready hook ([`Consumer::set_ready_hook`]), a poll that returns
     /// nothing leaves the bell armed.
     pub fn poll(&mut self, max: usize, timeout: Duration) -> Result<Vec<Polled<'_>>> {
-        let bell = self.bell && max > 0;
-        if bell {
-            // Before every look below (`check_open` included), so a change
-            // those looks miss rings the bell ("The bell" in `waiters.rs`).
-            self.core.waiters.arm();
-        }
+        // Before every look below (`check_open` included), so a change
+        // those looks miss rings the bell ("The bell" in `waiters.rs`).
+        let bell = max > 0 && self.core.waiters.arm_if_hooked();
         self.check_open()?;
         self.core.set_polling(true);
         let waited = self.wait_ready(max, Instant::now() + timeout);
@@ -934,7 +927,6 @@ impl Consumer {
         // and the hook (with what it owns, the C library's eventfd) is
         // dropped now, not when the last listener list naming it is freed.
         self.core.waiters.take_bell();
-        self.bell = false;
     }
 }
 
