@@ -55,11 +55,11 @@
 //! # The bell: waiting outside the library
 //!
 //! A waiter that cannot block a thread (an event loop that waits on a file
-//! descriptor, `rill_consumer_notify_fd` and `rill_subscription_notify_fd`
-//! in the C library) cannot take part
-//! in the protocol above: it never sits in [`Waiters::block_until`]. For it a
-//! `Waiters` carries a *bell*: one flag, `armed`, and a hook to call when the
-//! bell rings (the C library's writes its eventfd). Its two states:
+//! descriptor: `rill_consumer_notify_fd` and `rill_subscription_notify_fd`
+//! in the C library) cannot take part in the protocol above: it never sits
+//! in [`Waiters::block_until`]. For it a `Waiters` carries a *bell*: one
+//! flag, `armed`, and a hook to call when the bell rings (the C library's
+//! hook writes its eventfd). Its two states:
 //!
 //! * **disarmed**: changers pay one relaxed load of `armed` (ordered by
 //!   their W1 like the load of `count`) and ring nothing;
@@ -67,11 +67,11 @@
 //!   hook, once; later changers find it disarmed again.
 //!
 //! Who moves it: the *owner* (the thread polling the consumer, or calling
-//! a subscription's `wait_idle`) arms it
-//! when it is about to look at the condition and might find nothing
-//! ([`Waiters::arm`]: store true, then `fence(SeqCst)` B1, then look), and
-//! disarms it when the look found something (it will look again before it
-//! waits, so it wants no ring meanwhile). A *changer* disarms it by winning
+//! a subscription's `wait_idle`) arms it when it is about to look at the
+//! condition and might find nothing ([`Waiters::arm`]: store true, then
+//! `fence(SeqCst)` B1, then look), and disarms it when the look found
+//! something (it will look again before it waits, so it wants no ring
+//! meanwhile). A *changer* disarms it by winning
 //! the swap in [`Waiters::notify_after_fence`] and rings. Only a look that
 //! found nothing leaves it armed, and then the owner waits for the ring.
 //!
@@ -87,10 +87,13 @@
 //! spurious, and the owner's next look finds nothing and arms again. What
 //! cannot happen is a look that found nothing with no ring to follow.
 //!
-//! The arm is a Release store and the winning swap is AcqRel, so what the
-//! owner did before arming (the C library drains its eventfd there)
-//! happens before the ring: a ring that answers an arming is never
-//! swallowed by the drain that preceded it.
+//! The C library empties its eventfd just before the owner arms, and the
+//! owner waits for the fd to be readable; two facts make that safe. A ring
+//! the drain takes was written after its changer's change, and the drain
+//! reads it before the look, so the look sees that change. And a ring that
+//! answers this arming is never swallowed by the drain before it: the arm
+//! is a Release store and the winning swap is AcqRel, so the drain happens
+//! before the ring's write, which leaves the fd readable.
 //!
 //! `loom-tests/tests/waiters.rs`, `a_look_that_found_nothing_is_always_rung`,
 //! models it on a bare `Waiters` (no epoch pins to hide a missing fence);

@@ -304,7 +304,7 @@ class Subscription:
 
         def deliver(messages: list[Message]) -> list[Ack]:
             # On rill's delivering thread: offer the run, wake the loop, wait
-            # until the loop finished with it, ack that. See "Closing" below.
+            # until the loop finished with it, ack that (closing: see aclose).
             with run.cond:
                 run.messages, run.taken, run.done = messages, 0, 0
                 run.in_call = True
@@ -347,7 +347,7 @@ class Subscription:
         nothing in flight (its acks are settled) or closed the
         subscription; otherwise it calls again soon (and parks)."""
         try:
-            return self.sync.closed or self.sync.wait_idle(0)
+            return self.sync.closed or self.sync._idle_now()
         except Closed:
             return True
 
