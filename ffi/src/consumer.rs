@@ -218,9 +218,9 @@ pub unsafe extern "C" fn rill_consumer_poll(
 /// messages; then wait until the fd is readable; repeat. Each poll empties
 /// the fd before it looks, and a poll that returns no messages (with a
 /// non-zero `max`) arms it: the fd becomes readable at the first of a
-/// publish to a partition the consumer owns, a change of its assignment, the close of
-/// its broker, the deletion of its topic. A poll that returns messages
-/// disarms it, so poll again before waiting. A wake may find nothing
+/// publish to a partition the consumer owns, a change of its assignment,
+/// the close of its broker, the deletion of its topic. A poll that returns
+/// messages disarms it, so poll again before waiting. A wake may find nothing
 /// (poll, and wait again); none is lost: a publish after the poll that
 /// emptied the fd is either returned by that poll or makes the fd readable.
 ///
