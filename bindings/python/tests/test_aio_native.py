@@ -104,6 +104,32 @@ def test_a_waiting_poll_is_woken_by_the_fd_without_an_executor(broker: rill.Brok
     asyncio.run(main())
 
 
+def test_a_consumer_waits_again_under_a_new_event_loop(broker: rill.Broker) -> None:
+    # A wait cancelled by the end of its loop leaves a reader on that
+    # (closed) loop: the next loop must get a wait of its own.
+    broker.create_topic("t")
+    consumer = rill.aio.Consumer(broker.consumer("g", "t"))
+
+    async def abandoned() -> None:
+        task = asyncio.create_task(consumer.poll(timeout=None))
+        await until(lambda: consumer._ready is not None)
+        task.cancel()
+
+    async def woken() -> list[bytes]:
+        task = asyncio.create_task(consumer.poll(timeout=None))
+        await until(lambda: consumer._ready is not None and consumer._ready.get_loop() is asyncio.get_running_loop())
+        publish_from_thread(broker, "t", [b"again"])
+        return [m.payload for m in await asyncio.wait_for(task, WAIT)]
+
+    asyncio.run(abandoned())
+    assert asyncio.run(woken()) == [b"again"]
+
+    async def close() -> None:
+        await consumer.aclose()
+
+    asyncio.run(close())
+
+
 def test_async_for_batches_over_a_consumer_until_it_is_closed(broker: rill.Broker) -> None:
     broker.create_topic("t", partitions=3)
 
