@@ -1414,6 +1414,35 @@ rill_status rill_consumer_poll(rill_consumer *c,
                                size_t *count);
 
 /**
+ * A file descriptor that becomes readable when `rill_consumer_poll` has
+ * something to return, for an event loop (`poll(2)`, `epoll`, Python's
+ * `loop.add_reader`) that must not block in `rill_consumer_poll`. An
+ * eventfd made at the first call (later calls give the same one), owned
+ * by the consumer: do not read, write or close it; `rill_consumer_free`
+ * closes it (take it out of your event loop first).
+ *
+ * Use: call `rill_consumer_poll` with `timeout_ms` 0 until it returns no
+ * messages; then wait until the fd is readable; repeat. Each poll empties
+ * the fd before it looks, and a poll that returns no messages (with a
+ * non-zero `max`) arms it: the fd becomes readable at the first of a
+ * publish to a partition the consumer owns, a change of its assignment,
+ * the close of its broker, the deletion of its topic. A poll that returns
+ * messages disarms it, so poll again before waiting. A wake may find nothing
+ * (poll, and wait again); none is lost: a publish after the poll that
+ * emptied the fd is either returned by that poll or makes the fd readable.
+ *
+ * Waiting on the fd is not being inside a poll: poll within the session
+ * timeout (a poll with `timeout_ms` 0 will do) to stay a member of the
+ * group; such a poll also expels idle members, as any poll does.
+ * `RILL_ERR_IO` if no eventfd can be made (the text says why).
+ *
+ * # Safety
+ *
+ * `c` is a live consumer; `fd` writable.
+ */
+rill_status rill_consumer_notify_fd(rill_consumer *c, int *fd);
+
+/**
  * Commits the current position of every partition it owns for the group.
  * `RILL_ERR_REASSIGNED` if partitions it polled were given to another
  * member since its last commit (a rebalance, or its session timeout passed
@@ -1630,7 +1659,8 @@ uint32_t rill_consumer_partition_count(const rill_consumer *c);
 
 /**
  * Closes and frees the consumer, releasing its group for another consumer
- * (uncommitted positions are not kept). NULL is a no-op. In a child of
+ * (uncommitted positions are not kept), and closes its
+ * `rill_consumer_notify_fd` if it made one. NULL is a no-op. In a child of
  * `fork`, on an inherited consumer: leaks it, closing nothing (see
  * `rill_broker`).
  *
@@ -1794,6 +1824,30 @@ rill_status rill_subscribe_batch_v1(rill_broker *b,
 rill_status rill_subscription_wait_idle(rill_subscription *s, int64_t timeout_ms);
 
 /**
+ * A file descriptor that becomes readable when the subscription may have
+ * become idle, for an event loop that must not block in
+ * `rill_subscription_wait_idle`. An eventfd made at the first call (later
+ * calls give the same one), owned by the subscription: do not read, write
+ * or close it; `rill_subscription_free` closes it (take it out of your
+ * event loop first).
+ *
+ * Use: call `rill_subscription_wait_idle` with `timeout_ms` 0; on
+ * `RILL_ERR_TIMEOUT` wait until the fd is readable, and call it again.
+ * Each call empties the fd before it looks, and one that times out arms
+ * it: the fd becomes readable at the first change that may have made the
+ * subscription idle (its delivery going idle or into a backoff, its
+ * close). A call that finds it idle disarms it. A wake may find it still
+ * busy (wait again); none is lost. One waiter at a time: a second one's
+ * call may empty the fd of the first's wake. `RILL_ERR_IO` if no eventfd
+ * can be made.
+ *
+ * # Safety
+ *
+ * `s` is a live subscription; `fd` writable.
+ */
+rill_status rill_subscription_notify_fd(rill_subscription *s, int *fd);
+
+/**
  * Fills `*out` with the subscription's counters. Works on a closed
  * subscription too (that is how to see its final counts). Call it as
  * `rill_subscription_get_stats(s, out)`, the macro that passes
@@ -1888,8 +1942,9 @@ rill_status rill_subscription_partitions(const rill_subscription *s,
  * it is in flight, except when called from inside a handler, its own or
  * another subscription's (then at once, so two handlers freeing each other
  * cannot wait for each other; the handler is not called again after a call
- * in flight, and `user_data_free` runs once that call is over). NULL is
- * a no-op. In a child of `fork`, on an inherited subscription: leaks it,
+ * in flight, and `user_data_free` runs once that call is over). Closes its
+ * `rill_subscription_notify_fd` if it made one. NULL is a no-op. In a
+ * child of `fork`, on an inherited subscription: leaks it,
  * closing nothing and running no `user_data_free` (see `rill_broker`).
  *
  * # Safety

@@ -943,3 +943,40 @@ fn a_dead_letter_topic_the_own_pattern_matches_is_refused_at_subscribe() {
     assert_eq!(orders.stats().delivered, 1, "delivered once, not again through its dead letters");
     drop((all, watcher));
 }
+
+/// The idle hook, as an event loop uses it instead of blocking in
+/// `wait_idle`: a `wait_idle` that found the subscription busy arms it, and
+/// the delivery going idle rings it once; a `wait_idle` that finds it idle
+/// disarms it. A ring that never came would time out the wait below.
+#[test]
+fn an_idle_hook_rings_when_a_busy_subscription_goes_idle() {
+    let b = broker();
+    common::topic(&b, "t", 1);
+    let (release, gate) = std::sync::mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    let entered = Arc::new(AtomicUsize::new(0));
+    let e = entered.clone();
+    let sub = b
+        .subscribe("t", SubscriptionOptions::default(), move |_m: &Message<'_>| {
+            e.fetch_add(1, Ordering::SeqCst);
+            gate.lock().unwrap().recv_timeout(WAIT).expect("released");
+            Ack::Success
+        })
+        .unwrap();
+    let rings = Arc::new(AtomicUsize::new(0));
+    let r = rings.clone();
+    sub.set_idle_hook(move || {
+        r.fetch_add(1, Ordering::SeqCst);
+    });
+    for round in 1..=3 {
+        common::publish(&b, "t", b"m");
+        wait_for("the handler to hold the message", || entered.load(Ordering::SeqCst) == round);
+        let before = rings.load(Ordering::SeqCst);
+        assert!(!sub.wait_idle(Duration::ZERO).unwrap(), "busy: armed");
+        release.send(()).unwrap();
+        wait_for("the idle hook", || rings.load(Ordering::SeqCst) > before);
+        assert!(sub.wait_idle(Duration::ZERO).unwrap());
+    }
+    sub.close();
+    assert!(matches!(sub.wait_idle(Duration::ZERO), Err(Error::Closed(_))));
+}

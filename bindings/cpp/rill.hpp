@@ -347,6 +347,14 @@ class Subscription {
         detail::check(st);
         return true;
     }
+    /// The eventfd that becomes readable when it may have become idle, for
+    /// an event loop: see `rill_subscription_notify_fd` (owned by the
+    /// subscription; wait on it after `wait_idle(0ms)` returned false).
+    int notify_fd() const {
+        int fd = -1;
+        detail::check(rill_subscription_notify_fd(s_, &fd));
+        return fd;
+    }
     rill_subscription_stats stats() const {
         rill_subscription_stats out;
         detail::check(rill_subscription_get_stats(s_, &out));
@@ -411,6 +419,14 @@ class Consumer {
         out.reserve(count);
         for (size_t i = 0; i < count; i++) out.emplace_back(&msgs[i]);
         return out;
+    }
+    /// The eventfd that becomes readable when `poll` has something, for an
+    /// event loop: see `rill_consumer_notify_fd` (owned by the consumer;
+    /// wait on it after a `poll(max, 0ms)` that returned nothing).
+    int notify_fd() {
+        int fd = -1;
+        detail::check(rill_consumer_notify_fd(c_, &fd));
+        return fd;
     }
     void commit() { detail::check(rill_consumer_commit(c_)); }
     void commit_offset(uint32_t partition, uint64_t offset) {

@@ -1,7 +1,8 @@
 //! `rill_consumer`: pull consumers.
 
-use std::ffi::{CString, c_char, c_void};
+use std::ffi::{CString, c_char, c_int, c_void};
 use std::mem::size_of;
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 use rill::{Consumer, ConsumerOptions, DEFAULT_SESSION_TIMEOUT};
@@ -54,6 +55,10 @@ pub struct rill_consumer {
     contexts: Vec<MessageContext>,
     /// The process that made it (see `rill_consumer_free` after fork).
     pid: u32,
+    /// Its eventfd, once `rill_consumer_notify_fd` made one. The consumer's
+    /// ready hook owns it (and closes it when `Consumer::close` drops the
+    /// hook); this is its number, to drain it before each poll.
+    notify: Option<RawFd>,
 }
 
 impl std::fmt::Debug for rill_consumer {
@@ -134,7 +139,14 @@ pub unsafe extern "C" fn rill_consumer_new_v1(
         let options = ConsumerOptions { start, session_timeout, max_attempts: o.max_attempts, dead_letter_topic };
         let consumer = b.broker.consumer(group, topic, options)?;
         let topic = CString::new(topic).expect("checked by cstr: no interior NUL");
-        let c = rill_consumer { consumer, topic, messages: Vec::new(), contexts: Vec::new(), pid: this_process() };
+        let c = rill_consumer {
+            consumer,
+            topic,
+            messages: Vec::new(),
+            contexts: Vec::new(),
+            pid: this_process(),
+            notify: None,
+        };
         // SAFETY: checked non-NULL; the caller promises it is writable.
         unsafe { write_out(out, Box::into_raw(Box::new(c))) };
         Ok(())
@@ -165,6 +177,12 @@ pub unsafe extern "C" fn rill_consumer_poll(
         // The previous batch's views end here, as documented.
         c.messages.clear();
         c.contexts.clear();
+        if let Some(fd) = c.notify {
+            // Emptied before the poll arms the bell and looks: a ring this
+            // read takes answered a change the look below sees; a later one
+            // leaves the fd readable ("The bell" in the Rust waiters.rs).
+            crate::notify::drain(fd);
+        }
         let wait = timeout(timeout_ms).unwrap_or(Duration::from_secs(u64::MAX / 4));
         let polled = c.consumer.poll(max, wait)?;
         let mut partitions = Vec::with_capacity(polled.len());
@@ -185,6 +203,52 @@ pub unsafe extern "C" fn rill_consumer_poll(
             write_out(messages, c.messages.as_ptr());
             write_out(count, c.messages.len());
         }
+        Ok(())
+    })
+}
+
+/// A file descriptor that becomes readable when `rill_consumer_poll` has
+/// something to return, for an event loop (`poll(2)`, `epoll`, Python's
+/// `loop.add_reader`) that must not block in `rill_consumer_poll`. An
+/// eventfd made at the first call (later calls give the same one), owned
+/// by the consumer: do not read, write or close it; `rill_consumer_free`
+/// closes it (take it out of your event loop first).
+///
+/// Use: call `rill_consumer_poll` with `timeout_ms` 0 until it returns no
+/// messages; then wait until the fd is readable; repeat. Each poll empties
+/// the fd before it looks, and a poll that returns no messages (with a
+/// non-zero `max`) arms it: the fd becomes readable at the first of a
+/// publish to a partition the consumer owns, a change of its assignment,
+/// the close of its broker, the deletion of its topic. A poll that returns
+/// messages disarms it, so poll again before waiting. A wake may find nothing
+/// (poll, and wait again); none is lost: a publish after the poll that
+/// emptied the fd is either returned by that poll or makes the fd readable.
+///
+/// Waiting on the fd is not being inside a poll: poll within the session
+/// timeout (a poll with `timeout_ms` 0 will do) to stay a member of the
+/// group; such a poll also expels idle members, as any poll does.
+/// `RILL_ERR_IO` if no eventfd can be made (the text says why).
+///
+/// # Safety
+///
+/// `c` is a live consumer; `fd` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_consumer_notify_fd(c: *mut rill_consumer, fd: *mut c_int) -> rill_status {
+    boundary(|| {
+        out_ptr(fd, "fd")?;
+        // SAFETY: the caller's promise, checked for NULL.
+        let c = unsafe { reference_mut(c, "consumer") }?;
+        let raw = match c.notify {
+            Some(raw) => raw,
+            None => {
+                let (made, ring) = crate::notify::eventfd("rill_consumer_notify_fd")?;
+                c.consumer.set_ready_hook(ring);
+                c.notify = Some(made);
+                made
+            }
+        };
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(fd, raw) };
         Ok(())
     })
 }
@@ -580,7 +644,8 @@ pub unsafe extern "C" fn rill_consumer_partition_count(c: *const rill_consumer) 
 }
 
 /// Closes and frees the consumer, releasing its group for another consumer
-/// (uncommitted positions are not kept). NULL is a no-op. In a child of
+/// (uncommitted positions are not kept), and closes its
+/// `rill_consumer_notify_fd` if it made one. NULL is a no-op. In a child of
 /// `fork`, on an inherited consumer: leaks it, closing nothing (see
 /// `rill_broker`).
 ///

@@ -25,6 +25,7 @@ mod logging;
 mod message;
 #[cfg(feature = "nats")]
 mod nats;
+mod notify;
 mod options;
 mod subscription;
 mod util;

@@ -1,7 +1,7 @@
 //! `rill_subscription`: push subscriptions with a C handler.
 
 use std::collections::HashMap;
-use std::ffi::{CStr, CString, c_char, c_void};
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::mem::size_of;
 use std::sync::Arc;
 use std::time::Duration;
@@ -316,6 +316,10 @@ pub struct rill_subscription {
     sub: Subscription,
     /// The process that subscribed (see `rill_subscription_free` after fork).
     pid: u32,
+    /// Its eventfd, once `rill_subscription_notify_fd` made one (the idle
+    /// hook owns it and closes it when the subscription is closed); locked
+    /// because the subscription's calls may come from several threads.
+    notify: std::sync::Mutex<Option<std::os::fd::RawFd>>,
 }
 
 impl std::fmt::Debug for rill_subscription {
@@ -467,7 +471,16 @@ unsafe fn subscribe_with(
         }
         let sub = subscribe(&b.broker, pattern, options, user)?;
         // SAFETY: checked non-NULL; the caller promises it is writable.
-        unsafe { write_out(out, Box::into_raw(Box::new(rill_subscription { sub, pid: this_process() }))) };
+        unsafe {
+            write_out(
+                out,
+                Box::into_raw(Box::new(rill_subscription {
+                    sub,
+                    pid: this_process(),
+                    notify: std::sync::Mutex::new(None),
+                })),
+            )
+        };
         Ok(())
     })
 }
@@ -660,12 +673,60 @@ pub unsafe extern "C" fn rill_subscription_wait_idle(s: *mut rill_subscription, 
     boundary(|| {
         // SAFETY: the caller's promise, checked for NULL.
         let s = unsafe { reference(s, "subscription") }?;
+        let notify = *s.notify.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(fd) = notify {
+            // Emptied before `wait_idle` arms the bell and looks (see
+            // `rill_consumer_poll`, and "The bell" in the Rust waiters.rs).
+            crate::notify::drain(fd);
+        }
         let limit = timeout(timeout_ms).unwrap_or(Duration::from_secs(u64::MAX / 4));
         if s.sub.wait_idle(limit)? {
             Ok(())
         } else {
             Err(FfiError::new(rill_status::RILL_ERR_TIMEOUT, format!("not idle after {timeout_ms} ms")))
         }
+    })
+}
+
+/// A file descriptor that becomes readable when the subscription may have
+/// become idle, for an event loop that must not block in
+/// `rill_subscription_wait_idle`. An eventfd made at the first call (later
+/// calls give the same one), owned by the subscription: do not read, write
+/// or close it; `rill_subscription_free` closes it (take it out of your
+/// event loop first).
+///
+/// Use: call `rill_subscription_wait_idle` with `timeout_ms` 0; on
+/// `RILL_ERR_TIMEOUT` wait until the fd is readable, and call it again.
+/// Each call empties the fd before it looks, and one that times out arms
+/// it: the fd becomes readable at the first change that may have made the
+/// subscription idle (its delivery going idle or into a backoff, its
+/// close). A call that finds it idle disarms it. A wake may find it still
+/// busy (wait again); none is lost. One waiter at a time: a second one's
+/// call may empty the fd of the first's wake. `RILL_ERR_IO` if no eventfd
+/// can be made.
+///
+/// # Safety
+///
+/// `s` is a live subscription; `fd` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_subscription_notify_fd(s: *mut rill_subscription, fd: *mut c_int) -> rill_status {
+    boundary(|| {
+        out_ptr(fd, "fd")?;
+        // SAFETY: the caller's promise, checked for NULL.
+        let s = unsafe { reference(s, "subscription") }?;
+        let mut notify = s.notify.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let raw = match *notify {
+            Some(raw) => raw,
+            None => {
+                let (made, ring) = crate::notify::eventfd("rill_subscription_notify_fd")?;
+                s.sub.set_idle_hook(ring);
+                *notify = Some(made);
+                made
+            }
+        };
+        // SAFETY: checked non-NULL; the caller promises it is writable.
+        unsafe { write_out(fd, raw) };
+        Ok(())
     })
 }
 
@@ -975,8 +1036,9 @@ pub unsafe extern "C" fn rill_subscription_partitions(
 /// it is in flight, except when called from inside a handler, its own or
 /// another subscription's (then at once, so two handlers freeing each other
 /// cannot wait for each other; the handler is not called again after a call
-/// in flight, and `user_data_free` runs once that call is over). NULL is
-/// a no-op. In a child of `fork`, on an inherited subscription: leaks it,
+/// in flight, and `user_data_free` runs once that call is over). Closes its
+/// `rill_subscription_notify_fd` if it made one. NULL is a no-op. In a
+/// child of `fork`, on an inherited subscription: leaks it,
 /// closing nothing and running no `user_data_free` (see `rill_broker`).
 ///
 /// # Safety

@@ -9,6 +9,7 @@
 #![cfg(loom)]
 
 use loom::sync::Arc;
+use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 use rill::broker::loom_harness::{Gate, Harness};
 
@@ -43,6 +44,31 @@ fn wait_for_a_raise(wait: fn(&Gate, u64)) {
         let changer = thread::spawn(move || g.raise(1));
         wait(&gate, 1);
         changer.join().unwrap();
+    });
+}
+
+/// The bell ("The bell" in `waiters.rs`): an owner arms it and looks once
+/// while a changer raises the value and notifies. A look that found nothing
+/// must be answered by exactly one ring; a ring is allowed after a look that
+/// found the value (spurious), never two. With B1 weakened to `AcqRel` the
+/// owner's look can read a stale 0 while the changer reads `armed` stale
+/// false: nothing rings, which the assertion catches (`.ci/fence-check`).
+#[test]
+fn a_look_that_found_nothing_is_always_rung() {
+    loom_tests::builder(3).check(|| {
+        let gate = Arc::new(Gate::new());
+        let rings = Arc::new(AtomicUsize::new(0));
+        let r = rings.clone();
+        gate.hang_bell(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        let g = gate.clone();
+        let changer = thread::spawn(move || g.raise(1));
+        let found = gate.arm_and_look(1);
+        changer.join().unwrap();
+        let rung = rings.load(Ordering::SeqCst);
+        assert!(rung <= 1, "one ring per arming, not {rung}");
+        assert!(found || rung == 1, "the look found nothing and the bell never rang");
     });
 }
 

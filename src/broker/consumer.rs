@@ -20,6 +20,13 @@
 //! `waiters.rs`): the consumer is a listener of each partition it reads, and a
 //! publisher's commit wakes it only if it is waiting.
 //!
+//! A caller that must not park a thread (an event loop) waits outside
+//! instead: it hangs a hook on the consumer's bell
+//! ([`Consumer::set_ready_hook`]), polls without waiting, and when a poll
+//! returns nothing waits for the hook. Every poll arms the bell before it
+//! looks and disarms it if it found messages, so only a poll that found
+//! nothing leaves it armed ("The bell" in `waiters.rs` is the protocol).
+//!
 //! # Why this file is long
 //!
 //! Most of it is the public `Consumer` handle's API (poll, commit, nack,
@@ -519,13 +526,41 @@ impl Consumer {
         self.core.waiters.clone()
     }
 
+    /// Hangs `hook` on the consumer's bell, replacing any earlier hook: for
+    /// a caller that waits outside `poll` (an event loop, which must not
+    /// park its thread). From then on, after a `poll` that returned no
+    /// messages (with `max` > 0), `hook` is called once at the first of: a
+    /// publish to a partition it owns, a change of its assignment, its
+    /// close or its broker's, the deletion of its topic. A poll that
+    /// returns messages disarms it: poll until a poll returns nothing,
+    /// then wait for the hook. The hook may also be called when a poll
+    /// would still find nothing (the next poll then arms it again); it is
+    /// never missed.
+    ///
+    /// It runs on the thread that made the change, often a publisher's, so
+    /// it must be short and must not block or call back into this consumer
+    /// (waking a task, writing an eventfd). [`Consumer::close`] (and so
+    /// dropping it) rings an armed bell, then drops the hook.
+    ///
+    /// The wait is outside `poll`, so it does not keep the member alive in
+    /// its group: poll within its `session_timeout` (a poll that returns
+    /// nothing at once will do) or it is expelled, as between any two polls.
+    pub fn set_ready_hook(&mut self, hook: impl Fn() + Send + Sync + 'static) {
+        self.core.waiters.set_bell(Box::new(hook));
+    }
+
     /// Up to `max` messages of the partitions it owns, waiting up to
     /// `timeout` for the first one. An empty batch means the timeout passed
     /// with nothing to read. Messages come in offset order within each
     /// partition; every partition it owns that has messages gets a share of
     /// `max` (those with fewer leave theirs to the others), and partitions
-    /// take turns to come first. A rebalance is picked up here.
+    /// take turns to come first. A rebalance is picked up here. With a
+    /// ready hook ([`Consumer::set_ready_hook`]), a poll that returns
+    /// nothing leaves the bell armed.
     pub fn poll(&mut self, max: usize, timeout: Duration) -> Result<Vec<Polled<'_>>> {
+        // Before every look below (`check_open` included), so a change
+        // those looks miss rings the bell ("The bell" in `waiters.rs`).
+        let bell = max > 0 && self.core.waiters.arm_if_hooked();
         self.check_open()?;
         self.core.set_polling(true);
         let waited = self.wait_ready(max, Instant::now() + timeout);
@@ -591,6 +626,10 @@ impl Consumer {
         let add = |c: &AtomicU64, n: u64| c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
         add(&self.core.delivered, out.len() as u64);
         add(&self.core.missed, missed);
+        if bell && !out.is_empty() {
+            // It found something: the caller polls again before it waits.
+            self.core.waiters.disarm();
+        }
         Ok(out)
     }
 
@@ -884,6 +923,10 @@ impl Consumer {
             }
         }
         self.host.release_consumer(&self.core);
+        // Its close has rung (if armed); nothing rings for it after this,
+        // and the hook (with what it owns, the C library's eventfd) is
+        // dropped now, not when the last listener list naming it is freed.
+        self.core.waiters.take_bell();
     }
 }
 

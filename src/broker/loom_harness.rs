@@ -339,6 +339,24 @@ impl Gate {
         self.waiters.wait_until(None, || self.value.load(Ordering::Relaxed) >= at_least);
     }
 
+    /// Hangs `hook` on the gate's bell ("The bell" in `waiters.rs`).
+    pub fn hang_bell(&self, hook: impl Fn() + Send + Sync + 'static) {
+        self.waiters.set_bell(Box::new(hook));
+    }
+
+    /// What a consumer's poll does with a ready hook: arms the bell, then
+    /// looks (once, no waiting) for a value of at least `at_least`; true if
+    /// it found one (and disarmed), false if it left the bell armed.
+    pub fn arm_and_look(&self, at_least: u64) -> bool {
+        self.waiters.arm();
+        // Relaxed: as in `wait`, only the bell's own fences order it.
+        let found = self.value.load(Ordering::Relaxed) >= at_least;
+        if found {
+            self.waiters.disarm();
+        }
+        found
+    }
+
     /// [`Gate::wait`] without the spin that precedes blocking: straight to
     /// registering, W2 and the re-check. Under loom the spin yields, and a
     /// thread that has yielded never again reads a value it saw before, so

@@ -51,18 +51,88 @@
 //! publisher blocked on a `Block` subscriber end to end through the real
 //! publish and drain code; the epoch pins on both paths fence as well, so it
 //! would not notice a missing W1 or W2 either.
+//!
+//! # The bell: waiting outside the library
+//!
+//! A waiter that cannot block a thread (an event loop that waits on a file
+//! descriptor: `rill_consumer_notify_fd` and `rill_subscription_notify_fd`
+//! in the C library) cannot take part in the protocol above: it never sits
+//! in [`Waiters::block_until`]. For it a `Waiters` carries a *bell*: one
+//! flag, `armed`, and a hook to call when the bell rings (the C library's
+//! hook writes its eventfd). Its two states:
+//!
+//! * **disarmed**: changers pay one relaxed load of `armed` (ordered by
+//!   their W1 like the load of `count`) and ring nothing;
+//! * **armed**: the next changer to swap `armed` back to false calls the
+//!   hook, once; later changers find it disarmed again.
+//!
+//! Who moves it: the *owner* (the thread polling the consumer, or calling
+//! a subscription's `wait_idle`) arms it when it is about to look at the
+//! condition and might find nothing ([`Waiters::arm`]: store true, then
+//! `fence(SeqCst)` B1, then look), and disarms it when the look found
+//! something (it will look again before it waits, so it wants no ring
+//! meanwhile). A *changer* disarms it by winning
+//! the swap in [`Waiters::notify_after_fence`] and rings. Only a look that
+//! found nothing leaves it armed, and then the owner waits for the ring.
+//!
+//! ## The race it survives
+//!
+//! The owner arms, fences (B1) and reads the condition; a changer makes the
+//! change, fences (W1) and reads `armed`: the store-buffer pattern of the
+//! protocol above, closed the same way. By the total order of SeqCst
+//! fences either B1 comes first, and the changer's load after W1 sees
+//! `armed` (or a later value: then another changer took the ring, after
+//! the arming, and rang), or W1 comes first, and the owner's look after B1
+//! sees the change and returns it. Both may happen: the ring is then
+//! spurious, and the owner's next look finds nothing and arms again. What
+//! cannot happen is a look that found nothing with no ring to follow.
+//!
+//! The C library empties its eventfd just before the owner arms, and the
+//! owner waits for the fd to be readable; two facts make that safe. A ring
+//! the drain takes was written after its changer's change, and the drain
+//! reads it before the look, so the look sees that change. And a ring that
+//! answers this arming is never swallowed by the drain before it: the arm
+//! is a Release store and the winning swap is AcqRel, so the drain happens
+//! before the ring's write, which leaves the fd readable.
+//!
+//! `loom-tests/tests/waiters.rs`, `a_look_that_found_nothing_is_always_rung`,
+//! models it on a bare `Waiters` (no epoch pins to hide a missing fence);
+//! `.ci/fence-check` requires it to fail with B1 weakened.
 
 use std::time::{Duration, Instant};
 
-use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::{Backoff, Condvar, Mutex};
 
+/// What a rung bell calls (see "The bell" in the module documentation). It
+/// runs on the changer's thread (a publisher's, or whichever thread closes
+/// or rebalances), so it must be short and must not block.
+pub(crate) type BellHook = Box<dyn Fn() + Send + Sync>;
+
 /// A place to wait for a lock-free condition; see the module documentation.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Waiters {
     count: AtomicUsize,
     lock: Mutex<()>,
     cond: Condvar,
+    /// The bell is armed: the next changer rings it.
+    armed: AtomicBool,
+    /// A hook hangs on the bell (owners that arm only then read it).
+    hooked: AtomicBool,
+    /// What ringing calls; `None` until an owner hangs one up. Locked only
+    /// to ring (once per arming) and to replace it, never on a changer's
+    /// path when the bell is disarmed.
+    hook: Mutex<Option<BellHook>>,
+}
+
+impl std::fmt::Debug for Waiters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiters")
+            // Relaxed: a debugging snapshot.
+            .field("count", &self.count.load(Ordering::Relaxed))
+            .field("armed", &self.armed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Waiters {
@@ -87,6 +157,67 @@ impl Waiters {
             let _g = self.lock.lock();
             self.cond.notify_all();
         }
+        // Relaxed: ordered by the preceding fence like `count` ("The bell").
+        if self.armed.load(Ordering::Relaxed) {
+            self.ring();
+        }
+    }
+
+    /// Rings the bell if this changer wins the swap that disarms it.
+    #[cold]
+    fn ring(&self) {
+        // AcqRel: the winner alone rings; Acquire pairs with the Release in
+        // `arm`, so what the owner did before arming happens before the hook.
+        if self.armed.swap(false, Ordering::AcqRel)
+            && let Some(hook) = self.hook.lock().as_ref()
+        {
+            hook();
+        }
+    }
+
+    /// Hangs up the hook a rung bell calls (replacing any earlier one).
+    pub(crate) fn set_bell(&self, hook: BellHook) {
+        *self.hook.lock() = Some(hook);
+        // Relaxed: read by the owner that hung the hook (or one it handed
+        // the fd to, through a synchronising call); a look that does not
+        // see it arms nothing, and that owner has no fd to wait on yet.
+        self.hooked.store(true, Ordering::Relaxed);
+    }
+
+    /// [`Waiters::arm`] if a hook hangs on the bell; returns whether it armed.
+    pub(crate) fn arm_if_hooked(&self) -> bool {
+        // Relaxed: see `set_bell`.
+        let hooked = self.hooked.load(Ordering::Relaxed);
+        if hooked {
+            self.arm();
+        }
+        hooked
+    }
+
+    /// Takes the hook down (dropping it once a ring in progress returns);
+    /// nothing rings after this.
+    pub(crate) fn take_bell(&self) {
+        // Relaxed: the hook's lock orders this against a ring.
+        self.hooked.store(false, Ordering::Relaxed);
+        self.armed.store(false, Ordering::Relaxed);
+        drop(self.hook.lock().take());
+    }
+
+    /// Arms the bell before a look at the condition that may find nothing;
+    /// see "The bell" in the module documentation.
+    pub(crate) fn arm(&self) {
+        // Release: pairs with the AcqRel swap in `ring` (see the essay).
+        self.armed.store(true, Ordering::Release);
+        // B1, SeqCst fence: orders the arming before the owner's look at the
+        // condition; pairs with W1 (or a changer's own fence) before `ring`.
+        crate::sync::fence_or_weakened!("B1", Ordering::SeqCst);
+    }
+
+    /// Disarms the bell: the owner's look found something.
+    pub(crate) fn disarm(&self) {
+        // Relaxed: only saves changers a ring; a ring that wins anyway is
+        // spurious, which the owner tolerates.
+        self.armed.store(false, Ordering::Relaxed);
     }
 
     /// How many threads are registered to wait: a test's way to act only

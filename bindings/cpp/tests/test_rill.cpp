@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include <poll.h>
 #include <unistd.h>
 
 static int failures = 0;
@@ -670,6 +671,37 @@ static void logs_and_dead_letter_alerts() {
     CHECK(warnings.size() == 1 && warnings[0].find("dead-lettered jobs partition 0 offset 0: no good") != std::string::npos);
 }
 
+// Issue 45: the notify fds an event loop waits on (poll(2) here).
+static void notify_fds_wake_an_event_loop() {
+    auto readable = [](int fd, int wait_ms) {
+        pollfd p{fd, POLLIN, 0};
+        return ::poll(&p, 1, wait_ms) == 1 && (p.revents & POLLIN);
+    };
+    rill::Broker broker;
+    broker.create_topic("t");
+    rill::Consumer c = broker.consumer("g", "t");
+    int fd = c.notify_fd();
+    CHECK(fd >= 0 && c.notify_fd() == fd);
+    CHECK(c.poll(8, 0ms).empty());  // armed
+    CHECK(!readable(fd, 0));
+    std::thread([&] { broker.publish("t", "x"); }).join();
+    CHECK(readable(fd, 20000));
+    CHECK(c.poll(8, 0ms).size() == 1);  // empties it
+    CHECK(!readable(fd, 0));
+
+    std::atomic<bool> release{false};
+    auto sub = broker.subscribe("t", [&](const rill::Message &) {
+        while (!release.load()) std::this_thread::yield();
+        return rill::Ack::Success;
+    });
+    int idle_fd = sub.notify_fd();
+    broker.publish("t", "y");
+    CHECK(!sub.wait_idle(0ms));  // busy: armed
+    release = true;
+    CHECK(readable(idle_fd, 20000));
+    CHECK(sub.wait_idle(0ms));
+}
+
 int main() {
     strings_with_embedded_nuls_are_refused();
     broker_options_are_a_cpp_struct();
@@ -689,6 +721,7 @@ int main() {
     seeking_by_time();
     retention_by_age();
     logs_and_dead_letter_alerts();
+    notify_fds_wake_an_event_loop();
     if (failures) {
         std::fprintf(stderr, "C++ wrapper tests: %d of %d checks failed\n", failures, checks);
         return 1;

@@ -686,6 +686,32 @@ class Subscription(_Handle):
             if deadline.passed():
                 return False
 
+    def notify_fd(self) -> int:
+        """A file descriptor that becomes readable when the subscription may
+        have become idle, for an event loop that must not block in
+        :meth:`wait_idle` (:func:`rill.aio.wait_idle` uses it). The
+        subscription owns it: do not read, write or close it (``os.dup`` it
+        to keep one of your own); :meth:`close` closes it.
+
+        Use: ``wait_idle(0)``; while it returns False, wait until the fd is
+        readable and call it again. Each call empties the fd first, and one
+        that returns False arms it: it becomes readable at the first change
+        that may have made the subscription idle (its delivery going idle or
+        into a backoff, its close). A wake may find it still busy (wait
+        again); none is lost. One waiter at a time."""
+        fd = ctypes.c_int(-1)
+        check(lib.rill_subscription_notify_fd(self._handle(), byref(fd)))
+        return fd.value
+
+    def _idle_now(self) -> bool:
+        """``wait_idle(0)`` without the coroutine-loop guard (a zero timeout
+        never waits for the loop): True if idle; raises :class:`Closed`."""
+        status = lib.rill_subscription_wait_idle(self._handle(), 0)
+        if status == _ffi.RILL_ERR_TIMEOUT:
+            return False
+        check(status)
+        return True
+
     def stats(self) -> SubscriptionStats:
         """Counters and lag; works after the library closed it, too."""
         s = _ffi.rill_subscription_stats()
@@ -703,9 +729,11 @@ class Consumer(_Handle):
     """A pull consumer of one topic for one group; use it from one thread at
     a time. Returned by :meth:`Broker.consumer`."""
 
-    def __init__(self, ptr: int, topic: str) -> None:
+    def __init__(self, ptr: int, topic: str, session_timeout: float = 10.0) -> None:
         self._ptr = ptr
         self._topic = topic
+        # How long it may go without a poll before its group expels it.
+        self.session_timeout = session_timeout
         self._topics: dict[int, str] = {}
         self._lock = threading.Lock()
         self._closing = False
@@ -726,6 +754,25 @@ class Consumer(_Handle):
     @property
     def partitions(self) -> int:
         return int(lib.rill_consumer_partition_count(self._handle()))
+
+    def notify_fd(self) -> int:
+        """A file descriptor that becomes readable when :meth:`poll` has
+        something to return, for an event loop that must not block in
+        ``poll`` (``selectors``, ``loop.add_reader``; :class:`rill.aio.Consumer`
+        uses it). The consumer owns it: do not read, write or close it
+        (``os.dup`` it to keep one of your own); :meth:`close` closes it.
+
+        Use: ``poll(timeout=0)`` until it returns ``[]``, then wait until the
+        fd is readable, and repeat. Each poll empties the fd first, and a
+        poll that returns nothing arms it: it becomes readable at the first
+        publish to a partition this member owns, rebalance, close of the
+        broker or deletion of the topic. A poll that returns messages
+        disarms it, so poll again before waiting. A wake may find nothing
+        (wait again); none is lost. Waiting on it is not polling: poll within
+        ``session_timeout`` to stay in the group."""
+        fd = ctypes.c_int(-1)
+        self._call(lib.rill_consumer_notify_fd, byref(fd))
+        return fd.value
 
     def poll(self, max_messages: int = 100, timeout: float | None = 1.0) -> list[Message]:
         """Up to ``max_messages`` messages, waiting up to ``timeout`` seconds
@@ -1319,7 +1366,7 @@ class Broker(_Handle):
         check(
             lib.rill_consumer_new_v1(self._handle(), _name(group, "group"), _name(topic, "topic"), byref(o), byref(out))
         )
-        return Consumer(out.value or 0, topic)
+        return Consumer(out.value or 0, topic, session_timeout)
 
 
 # ---- coroutine handlers ---------------------------------------------------------

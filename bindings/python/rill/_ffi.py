@@ -18,6 +18,7 @@ from ctypes import (
     c_bool,
     c_char_p,
     c_double,
+    c_int,
     c_int32,
     c_int64,
     c_size_t,
@@ -299,6 +300,7 @@ TYPES: dict[str, object] = {
     "uint32_t*": POINTER(c_uint32),
     "bool*": POINTER(c_bool),
     "uint64_t*": POINTER(c_uint64),
+    "int*": POINTER(c_int),
     "const char**": POINTER(c_void_p),
     "rill_broker*": c_void_p,
     "rill_broker**": POINTER(c_void_p),
@@ -398,6 +400,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_group_delete": ("rill_status", ["rill_broker*", "const char*", "const char*"]),
     "rill_consumer_partition_count": ("uint32_t", ["const rill_consumer*"]),
     "rill_consumer_assignment": ("rill_status", ["const rill_consumer*", "uint32_t*", "size_t", "size_t*"]),
+    "rill_consumer_notify_fd": ("rill_status", ["rill_consumer*", "int*"]),
     "rill_consumer_free": ("void", ["rill_consumer*"]),
     "rill_message_attribute_count": ("size_t", ["const rill_message*"]),
     "rill_message_attribute_at": (
@@ -430,6 +433,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "rill_subscription_wait_idle": ("rill_status", ["rill_subscription*", "int64_t"]),
+    "rill_subscription_notify_fd": ("rill_status", ["rill_subscription*", "int*"]),
     "rill_subscription_get_stats_v1": (
         "rill_status",
         ["const rill_subscription*", "rill_subscription_stats*", "size_t"],

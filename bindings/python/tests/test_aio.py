@@ -23,6 +23,16 @@ async def ticking(counter: list[int], stop: asyncio.Event) -> None:
         await asyncio.sleep(0.001)
 
 
+async def until(condition: Callable[[], bool]) -> None:
+    """Lets the loop run until ``condition()`` holds; fails after WAIT
+    seconds (a hang guard, not a timing check)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + WAIT
+    while not condition():
+        assert loop.time() < end, "timed out waiting for a condition"
+        await asyncio.sleep(0.001)
+
+
 def run_bounded(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """asyncio.run(main()) on a daemon thread, failing (not hanging) if it
     does not finish: a deadlock blocks the loop, so asyncio.wait_for could
@@ -96,9 +106,8 @@ def test_a_cancelled_poll_loses_no_message(broker: rill.Broker) -> None:
     async def main() -> None:
         consumer = rill.aio.Consumer(broker.consumer("g", "t"))
         task = asyncio.create_task(consumer.poll(timeout=None))
-        loop = asyncio.get_running_loop()
-        # Checked, not assumed: the poll waits on its thread for traffic.
-        assert await loop.run_in_executor(None, consumer.sync._waiting.wait, WAIT)
+        # Checked, not assumed: the poll found nothing and waits on the fd.
+        await until(lambda: consumer._ready is not None)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

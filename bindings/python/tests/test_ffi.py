@@ -120,6 +120,7 @@ SCALARS: dict[str, Any] = {
     "uint64_t": ctypes.c_uint64,
     "size_t": ctypes.c_size_t,
     "double": ctypes.c_double,
+    "int": ctypes.c_int,
     "rill_status": ctypes.c_int,  # a C enum: an int
 }
 

@@ -753,11 +753,17 @@ impl SubCore {
                 self.name
             )));
         }
+        // Before every look below, so a change they miss rings an idle hook
+        // ("The bell" in `waiters.rs`); a look that finds it idle disarms.
+        let bell = self.idle.arm_if_hooked();
         // A timeout too long to add to now (`Duration::MAX`) means no limit.
         let deadline = Instant::now().checked_add(timeout);
         let caught_up = self.idle.wait_until(deadline, || self.is_closed() || self.is_caught_up());
         if self.is_closed() {
             return Err(Error::Closed(format!("subscription {:?} is closed", self.name)));
+        }
+        if caught_up && bell {
+            self.idle.disarm();
         }
         Ok(caught_up)
     }

@@ -217,12 +217,32 @@ impl Subscription {
     /// cannot wait for each other forever. Idempotent.
     pub fn close(&self) {
         SubCore::close(&self.core);
+        // Its close rang an armed idle hook; none rings after this, and the
+        // hook (with what it owns) is dropped now.
+        self.core.idle.take_bell();
+    }
+
+    /// Hangs `hook` on the subscription's idle bell, replacing any earlier
+    /// one: for a caller that waits for idleness outside `wait_idle` (an
+    /// event loop). After a `wait_idle` that returned `false` (a zero
+    /// timeout will do), `hook` is called once at the first change that
+    /// may have made it idle (its delivery going idle or into a backoff,
+    /// its close); call `wait_idle` with a zero timeout again to know. A
+    /// `wait_idle` that finds it idle disarms it. The hook may be called
+    /// when it is still not idle (look again, and wait again); it is never
+    /// missed. It runs on the delivering thread (or the closing one): keep
+    /// it short, non-blocking, and out of this subscription. [`close`]
+    /// (and dropping) rings an armed hook, then drops it.
+    ///
+    /// [`close`]: Subscription::close
+    pub fn set_idle_hook(&self, hook: impl Fn() + Send + Sync + 'static) {
+        self.core.idle.set_bell(Box::new(hook));
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        SubCore::close(&self.core);
+        self.close();
     }
 }
 
