@@ -365,6 +365,35 @@ fn a_damaged_header_of_a_sealed_file_is_corrupt() {
     check_recovery(dir.path(), &records, keep, true, path, 0);
 }
 
+/// A segment file of another format version (version 1 kept no tail word,
+/// seal or offset index in the file) is refused with an error that names
+/// both versions, with or without `repair`, and nothing on disk changes.
+#[test]
+fn a_segment_file_of_another_format_version_is_refused_and_left_alone() {
+    let mut rng = Rng(29);
+    let dir = TempDir::new("version");
+    build_partition(dir.path(), &mut rng);
+    let files = segment_files(dir.path());
+    let path = &files[1].1;
+    let mut bytes = fs::read(path).unwrap();
+    bytes[file::VERSION_AT..file::VERSION_AT + 4].copy_from_slice(&1u32.to_le_bytes());
+    fs::write(path, &bytes).unwrap();
+    let before: Vec<_> = files.iter().map(|(_, p)| fs::read(p).unwrap()).collect();
+    for repair in [false, true] {
+        let err = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Never, repair)).err();
+        match err.expect("a version 1 file is refused") {
+            Error::Corrupt { file: named, offset, reason } => {
+                assert_eq!((&named, offset), (path, file::VERSION_AT as u64));
+                assert!(reason.contains("version 1") && reason.contains("version 2"), "{reason}");
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        let after: Vec<_> = files.iter().map(|(_, p)| fs::read(p).unwrap()).collect();
+        assert!(before == after, "nothing on disk changed (repair: {repair})");
+        assert_eq!(segment_files(dir.path()).len(), files.len());
+    }
+}
+
 #[test]
 fn a_missing_file_in_the_middle_is_corrupt() {
     let mut rng = Rng(13);
