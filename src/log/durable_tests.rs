@@ -419,6 +419,52 @@ fn a_blank_file_left_by_a_crash_at_creation_is_removed() {
     assert!(!dir.path().join(file::segment_file_name(next)).exists());
 }
 
+/// A segment file is made under a temporary name and linked under its own
+/// once whole: a second creation of the same segment fails with
+/// `AlreadyExists` naming the segment file, leaves the first one as it was
+/// and no temporary file behind; a temporary file a crash left is deleted
+/// by recovery, and nothing else changes.
+#[test]
+fn a_segment_file_appears_whole_under_its_name_and_a_leftover_temporary_is_removed() {
+    let mut rng = Rng(31);
+    let dir = TempDir::new("temp");
+    let records = build_partition(dir.path(), &mut rng);
+    let next = records.len() as u64 + 1000;
+    let made = file::FileStorage::create(dir.path(), next, 4096, 128).unwrap();
+    let path = dir.path().join(file::segment_file_name(next));
+    let header = file::Header::decode(&fs::read(&path).unwrap()[..HEADER_BYTES]).unwrap();
+    assert_eq!((header.base, header.capacity, header.slots), (next, 4096, 128));
+    match file::FileStorage::create(dir.path(), next, 8192, 256) {
+        Err(Error::Io { path: named, kind, .. }) => {
+            assert_eq!((named.as_path(), kind), (path.as_path(), std::io::ErrorKind::AlreadyExists));
+        }
+        other => panic!("a second creation of one segment file must fail, got {other:?}"),
+    }
+    let after = file::Header::decode(&fs::read(&path).unwrap()[..HEADER_BYTES]).unwrap();
+    assert_eq!(after, header, "the first file is left as it was");
+    let names = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> =
+            fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        names
+    };
+    assert!(names(dir.path()).iter().all(|n| !n.ends_with(".tmp")), "{:?}", names(dir.path()));
+    drop(made);
+    fs::remove_file(&path).unwrap();
+
+    // A crash after the temporary file was made, before its link.
+    let listed = names(dir.path());
+    let leftover = dir.path().join(format!("{next:020}.4242-7.tmp"));
+    fs::write(&leftover, vec![0u8; 8192]).unwrap();
+    let (log, report) = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    assert_eq!(report.records, records.len() as u64);
+    assert_eq!(read_from(&log, 0), records);
+    assert!(!leftover.exists(), "the temporary file is deleted");
+    drop(log);
+    let now = names(dir.path());
+    assert!(listed.iter().all(|n| now.contains(n)), "no segment file was lost: {listed:?} then {now:?}");
+}
+
 #[test]
 fn a_full_disk_at_a_roll_is_io_to_that_publisher_and_loses_nothing_acknowledged() {
     let dir = TempDir::new("full");

@@ -56,6 +56,11 @@
 //! The file is preallocated (`posix_fallocate`) to its full size when it is
 //! created, so running out of disk is an error at segment creation (`Io` to
 //! the publisher that rolled), never a `SIGBUS` on a page fault of the map.
+//! It is made under a temporary name (`<base>.<pid>-<thread>.tmp`) and
+//! linked under its segment's name once its header is written: the link
+//! fails if that name exists, and a file found by its segment's name, by
+//! any process, is whole. A crash before the link leaves the temporary
+//! file, which recovery deletes.
 //!
 //! # Why this file is long
 //!
@@ -145,8 +150,8 @@ use memmap2::{MmapMut, MmapOptions};
 use super::storage::SharedState;
 use super::storage::{SegmentFile, SegmentStorage};
 use crate::error::{Error, Result};
-use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::{Mutex, thread};
 
 /// Size of the header in front of the record region: a page, so the record
 /// region is page-aligned and flushing a range of it never touches the header.
@@ -217,6 +222,9 @@ pub(crate) const SEGMENT_EXT: &str = "seg";
 /// Extension of spare files: trimmed segment files kept for reuse, which are
 /// no part of the partition (recovery deletes them).
 pub(crate) const SPARE_EXT: &str = "spare";
+/// Extension of a segment file being made, before it is linked under its
+/// segment's name (recovery deletes one a crash left).
+const TEMP_EXT: &str = "tmp";
 
 /// The frame word stored in front of the record at `offset` whose bytes
 /// (padding excluded) are `record`.
@@ -305,6 +313,26 @@ pub(crate) fn segment_file_name(base: u64) -> String {
 /// The name of the spare file a trimmed segment at `base` becomes.
 pub(crate) fn spare_file_name(base: u64) -> String {
     format!("{base:020}.{SPARE_EXT}")
+}
+
+/// The name under which this thread makes the segment file for `base`
+/// before it links it under its own name ([`FileStorage::create`]):
+/// `<base>.<pid>-<thread>.tmp`, so publishers racing to make the same
+/// segment (a stalled roll's retries) never share one. A thread makes one
+/// file at a time, and recovery deletes what a crash left before the next
+/// process (which may reuse the pid) makes any.
+fn temp_file_name(base: u64) -> String {
+    let thread: String = format!("{:?}", thread::current().id()).chars().filter(char::is_ascii_digit).collect();
+    format!("{base:020}.{}-{thread}.{TEMP_EXT}", std::process::id())
+}
+
+/// True if `name` is a temporary segment file's ([`temp_file_name`]): one
+/// a crash left before it was linked under its segment's name, which is no
+/// part of the partition (recovery deletes it).
+pub(crate) fn is_temp_file_name(name: &str) -> bool {
+    let Some(rest) = name.strip_suffix(TEMP_EXT).and_then(|r| r.strip_suffix('.')) else { return false };
+    let Some((digits, tag)) = rest.split_once('.') else { return false };
+    digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()) && !tag.is_empty()
 }
 
 /// The base offset a segment file name stands for, if it is one.
@@ -471,31 +499,43 @@ impl FileStorage {
     /// the index are zeros; the segment built over it sets the first two).
     /// Fails with [`Error::Io`] (naming the file) when the disk is full or
     /// the directory is not writable; leaves no file behind then.
+    ///
+    /// The file is made whole under a temporary name of its own (see
+    /// [`temp_file_name`]) and only then linked under the segment's name
+    /// (`link(2)`, which fails if that name exists), so a segment file
+    /// never exists without its header: whoever opens it by name, in any
+    /// process, finds it complete. Errors name the segment file.
     pub(crate) fn create(dir: &Path, base: u64, capacity: usize, slots: usize) -> Result<FileStorage> {
         let path = dir.join(segment_file_name(base));
+        let temp = dir.join(temp_file_name(base));
         let total = file_len(capacity as u64, slots as u64) as usize;
-        // `create_new`: a file of that name (another publisher's, retrying
-        // the same roll) is never opened, let alone removed below.
+        // `create_new`: a file of that name (a leftover of a crash, which
+        // recovery deletes) is never opened, let alone removed below.
         let file =
-            OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(|e| Error::io(&path, &e))?;
-        let made = (|| -> io::Result<(File, MmapMut)> {
+            OpenOptions::new().read(true).write(true).create_new(true).open(&temp).map_err(|e| Error::io(&path, &e))?;
+        let made = (|| -> io::Result<MmapMut> {
             allocate(&file, total as u64)?;
-            // SAFETY: the file is ours (just created with `create_new`) and
-            // sized `total`; nothing else maps or truncates it while we live
-            // (the data directory is locked by its broker). Changes by another
-            // process would be a broken lock, not something we can defend here.
+            // SAFETY: the file is ours (just created with `create_new` under
+            // a name no one else uses) and sized `total`; nothing else
+            // truncates it while we live (the data directory is locked by
+            // its broker). Changes by another process would be a broken
+            // lock, not something we can defend here.
             let mut map = unsafe { MmapOptions::new().len(total).map_mut(&file)? };
             Header { base, capacity: capacity as u64, complete: None, generation: 0, slots: slots as u64 }
                 .encode_fixed(&mut map[..HEADER_BYTES]);
-            Ok((file, map))
+            // `AlreadyExists` if the segment's file exists (another
+            // publisher retrying the same roll made it): ours is dropped.
+            fs::hard_link(&temp, &path)?;
+            Ok(map)
         })();
+        // Named as a segment now, or not at all: the temporary name goes
+        // either way (a crash before this leaves it to recovery).
+        if let Err(e) = fs::remove_file(&temp) {
+            log::warn!("could not unlink temporary segment file {}: {e}", temp.display());
+        }
         match made {
-            Ok((_file, map)) => Ok(FileStorage::named(map, path)),
-            Err(e) => {
-                // Best effort: a half-made file must not look like a segment to recovery.
-                let _ = fs::remove_file(&path);
-                Err(Error::io(path, &e))
-            }
+            Ok(map) => Ok(FileStorage::named(map, path)),
+            Err(e) => Err(Error::io(path, &e)),
         }
     }
 

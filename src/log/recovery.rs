@@ -42,11 +42,15 @@
 //! leave, and reports it. `repair` cuts there, keeping the records before
 //! it; `Never` promises nothing about a machine crash beyond that.
 //!
-//! A file whose header page is all zeros, at the end, is one created just
-//! before a crash: it holds nothing and is deleted. Spare files (trimmed
-//! segment files kept for reuse, `file.rs`) are no part of the partition
-//! and are deleted, whatever a crash left in them. Other files that are not
-//! segment files (by name) are left alone.
+//! A segment file is made under a temporary name and linked under its own
+//! only once its header is written (`FileStorage::create`); a temporary
+//! file a crash left is no part of the partition and is deleted. A file
+//! whose header page is all zeros, at the end, is one a *machine* crash
+//! left with its link on disk and not its header (with a policy that does
+//! not flush), created just before: it holds nothing and is deleted. Spare
+//! files (trimmed segment files kept for reuse, `file.rs`) are no part of
+//! the partition and are deleted, whatever a crash left in them. Other
+//! files that are not segment files (by name) are left alone.
 //!
 //! # Recycled files
 //!
@@ -432,7 +436,7 @@ fn list(dir: &Path) -> Result<Listing> {
         let Some(name) = name.to_str() else { continue };
         if let Some(base) = file::parse_segment_file_name(name) {
             files.push((base, entry.path()));
-        } else if file::is_spare_file_name(name) {
+        } else if file::is_spare_file_name(name) || file::is_temp_file_name(name) {
             spares.push(entry.path());
         }
     }
