@@ -365,6 +365,35 @@ fn a_damaged_header_of_a_sealed_file_is_corrupt() {
     check_recovery(dir.path(), &records, keep, true, path, 0);
 }
 
+/// A segment file of another format version (version 1 kept no tail word,
+/// seal or offset index in the file) is refused with an error that names
+/// both versions, with or without `repair`, and nothing on disk changes.
+#[test]
+fn a_segment_file_of_another_format_version_is_refused_and_left_alone() {
+    let mut rng = Rng(29);
+    let dir = TempDir::new("version");
+    build_partition(dir.path(), &mut rng);
+    let files = segment_files(dir.path());
+    let path = &files[1].1;
+    let mut bytes = fs::read(path).unwrap();
+    bytes[file::VERSION_AT..file::VERSION_AT + 4].copy_from_slice(&1u32.to_le_bytes());
+    fs::write(path, &bytes).unwrap();
+    let before: Vec<_> = files.iter().map(|(_, p)| fs::read(p).unwrap()).collect();
+    for repair in [false, true] {
+        let err = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Never, repair)).err();
+        match err.expect("a version 1 file is refused") {
+            Error::Corrupt { file: named, offset, reason } => {
+                assert_eq!((&named, offset), (path, file::VERSION_AT as u64));
+                assert!(reason.contains("version 1") && reason.contains("version 2"), "{reason}");
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        let after: Vec<_> = files.iter().map(|(_, p)| fs::read(p).unwrap()).collect();
+        assert!(before == after, "nothing on disk changed (repair: {repair})");
+        assert_eq!(segment_files(dir.path()).len(), files.len());
+    }
+}
+
 #[test]
 fn a_missing_file_in_the_middle_is_corrupt() {
     let mut rng = Rng(13);
@@ -388,6 +417,52 @@ fn a_blank_file_left_by_a_crash_at_creation_is_removed() {
     assert_eq!(report.records, records.len() as u64);
     assert_eq!(read_from(&log, 0), records);
     assert!(!dir.path().join(file::segment_file_name(next)).exists());
+}
+
+/// A segment file is made under a temporary name and linked under its own
+/// once whole: a second creation of the same segment fails with
+/// `AlreadyExists` naming the segment file, leaves the first one as it was
+/// and no temporary file behind; a temporary file a crash left is deleted
+/// by recovery, and nothing else changes.
+#[test]
+fn a_segment_file_appears_whole_under_its_name_and_a_leftover_temporary_is_removed() {
+    let mut rng = Rng(31);
+    let dir = TempDir::new("temp");
+    let records = build_partition(dir.path(), &mut rng);
+    let next = records.len() as u64 + 1000;
+    let made = file::FileStorage::create(dir.path(), next, 4096, 128).unwrap();
+    let path = dir.path().join(file::segment_file_name(next));
+    let header = file::Header::decode(&fs::read(&path).unwrap()[..HEADER_BYTES]).unwrap();
+    assert_eq!((header.base, header.capacity, header.slots), (next, 4096, 128));
+    match file::FileStorage::create(dir.path(), next, 8192, 256) {
+        Err(Error::Io { path: named, kind, .. }) => {
+            assert_eq!((named.as_path(), kind), (path.as_path(), std::io::ErrorKind::AlreadyExists));
+        }
+        other => panic!("a second creation of one segment file must fail, got {other:?}"),
+    }
+    let after = file::Header::decode(&fs::read(&path).unwrap()[..HEADER_BYTES]).unwrap();
+    assert_eq!(after, header, "the first file is left as it was");
+    let names = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> =
+            fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        names
+    };
+    assert!(names(dir.path()).iter().all(|n| !n.ends_with(".tmp")), "{:?}", names(dir.path()));
+    drop(made);
+    fs::remove_file(&path).unwrap();
+
+    // A crash after the temporary file was made, before its link.
+    let listed = names(dir.path());
+    let leftover = dir.path().join(format!("{next:020}.4242-7.tmp"));
+    fs::write(&leftover, vec![0u8; 8192]).unwrap();
+    let (log, report) = Log::open(&config(4096), 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    assert_eq!(report.records, records.len() as u64);
+    assert_eq!(read_from(&log, 0), records);
+    assert!(!leftover.exists(), "the temporary file is deleted");
+    drop(log);
+    let now = names(dir.path());
+    assert!(listed.iter().all(|n| now.contains(n)), "no segment file was lost: {listed:?} then {now:?}");
 }
 
 #[test]

@@ -8,11 +8,24 @@
 //! memory for an in-memory log.
 //!
 //! ```text
-//! file byte 0            HEADER_BYTES (one page)              HEADER_BYTES + capacity
-//! +----------------------+------------------------------------------------+
-//! | header               | frame | record | frame | record | ... | zeros  |
-//! +----------------------+------------------------------------------------+
+//! file byte 0      HEADER_BYTES (one page)                 index_at (a page boundary)
+//! +----------------+------------------------------------------+-----+----------------+
+//! | header |  tail | frame | record | frame | record | zeros  | pad | offset index   |
+//! | fields |  seal |                                          |     | u32 per slot   |
+//! +----------------+------------------------------------------+-----+----------------+
+//!                   <-------------- capacity --------------->        <- slots * 4 ->
 //! ```
+//!
+//! Since version 2 the file holds the segment's whole reservation state, not
+//! only its records: the *tail word* and the *seal* (`segment.rs`) live in
+//! the header page, each on a cache line of its own (`TAIL_AT`, `SEALED_AT`),
+//! and the offset index (one slot per record) in the pages after the record
+//! region. So two mappings of one file, in two processes, reserve with one
+//! fetch-add on the same tail word and commit into the same slots: the
+//! append protocol of `segment.rs` runs unchanged on them. Those three are
+//! live state in native byte order, never trusted after a crash: recovery
+//! rebuilds the index from the records' frames and rewrites the tail and the
+//! seal (`recovery.rs`).
 //!
 //! The header (little-endian): `MAGIC` (8 bytes), `VERSION` (u32), the CRC32C
 //! of the fixed fields (u32), the base offset (u64), the record region's
@@ -26,7 +39,8 @@
 //! `recovery.rs`): the record count (u64), the bytes they fill (u64) and a
 //! CRC32C of those two fields and the base (u32); then the file's
 //! *generation* (u64, a fixed field): 0 for a file created for its segment,
-//! one more each time it is recycled. A file whose completion fields are
+//! one more each time it is recycled; then the number of slots of the offset
+//! index (u64, a fixed field). A file whose completion fields are
 //! absent (zeros) or do not check is *incomplete*: recovery may find a torn
 //! tail in it. A complete file must hold exactly its count of intact
 //! records, or it is damaged.
@@ -42,11 +56,16 @@
 //! The file is preallocated (`posix_fallocate`) to its full size when it is
 //! created, so running out of disk is an error at segment creation (`Io` to
 //! the publisher that rolled), never a `SIGBUS` on a page fault of the map.
+//! It is made under a temporary name (`<base>.<pid>-<thread>.tmp`) and
+//! linked under its segment's name once its header is written: the link
+//! fails if that name exists, and a file found by its segment's name, by
+//! any process, is whole. A crash before the link leaves the temporary
+//! file, which recovery deletes.
 //!
 //! # Why this file is long
 //!
-//! About 750 lines of code, then its tests: the file format (header, frame,
-//! end mark), the mapping, the preallocation and the recycling of files, and
+//! About 850 lines of code, then its tests: the file format (header, frame,
+//! end mark, where the reservation state lies), the mapping, the preallocation and the recycling of files, and
 //! the test seams that fail creates and syncs. They share one invariant (what
 //! bytes a file may hold at each moment of its life, listed under
 //! "Recycling" for every crash state) that recovery depends on, so they are
@@ -127,20 +146,24 @@ use std::ptr::NonNull;
 
 use memmap2::{MmapMut, MmapOptions};
 
+#[cfg(not(loom))]
+use super::storage::SharedState;
 use super::storage::{SegmentFile, SegmentStorage};
 use crate::error::{Error, Result};
-use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::{Mutex, thread};
 
 /// Size of the header in front of the record region: a page, so the record
 /// region is page-aligned and flushing a range of it never touches the header.
 pub(crate) const HEADER_BYTES: usize = 4096;
 /// First bytes of every segment file.
 const MAGIC: [u8; 8] = *b"RILLSEG\0";
-/// Format version this build writes and reads.
-const VERSION: u32 = 1;
+/// Format version this build writes and reads. Version 1 had no tail word,
+/// seal or offset index in the file; a file of another version is refused
+/// with an error that says so, never read as this one (`recovery.rs`).
+pub(crate) const VERSION: u32 = 2;
 /// `u32` format version.
-const VERSION_AT: usize = 8;
+pub(crate) const VERSION_AT: usize = 8;
 /// `u32` CRC32C of the fixed fields (magic, version, base, capacity).
 const HEADER_CRC_AT: usize = 12;
 /// `u64` offset of the segment's first record.
@@ -157,12 +180,37 @@ const COMPLETE_CRC_AT: usize = 48;
 const COMPLETE_END: usize = 52;
 /// `u64` times the file has been recycled (fixed field).
 const GENERATION_AT: usize = 52;
-/// End of the fields the header uses; the rest of the page is zeros.
-const HEADER_END: usize = 60;
+/// `u64` slots of the offset index after the record region (fixed field).
+const SLOTS_AT: usize = 60;
+/// End of the fixed and completion fields; the page holds nothing else but
+/// the tail word and the seal.
+const HEADER_END: usize = 68;
+/// The segment's tail word (`u64`, native byte order), on a cache line of
+/// its own (128 bytes apart: adjacent lines are fetched in pairs), so the
+/// publishers' fetch-adds do not slow down readers of the fields above.
+pub(crate) const TAIL_AT: usize = 128;
+/// The segment's seal (`u64`, native byte order: the final record count, or
+/// all ones while open), on a line apart from the tail word's.
+pub(crate) const SEALED_AT: usize = 256;
+/// Bytes of one offset index slot in the file.
+pub(crate) const SLOT_BYTES: usize = 4;
 const _: () = assert!(VERSION_AT == MAGIC.len() && HEADER_CRC_AT == VERSION_AT + 4 && BASE_AT == HEADER_CRC_AT + 4);
 const _: () = assert!(CAPACITY_AT == BASE_AT + 8 && COUNT_AT == CAPACITY_AT + 8 && USED_AT == COUNT_AT + 8);
 const _: () = assert!(COMPLETE_CRC_AT == USED_AT + 8 && COMPLETE_END == COMPLETE_CRC_AT + 4);
-const _: () = assert!(GENERATION_AT == COMPLETE_END && HEADER_END == GENERATION_AT + 8 && HEADER_END <= HEADER_BYTES);
+const _: () = assert!(GENERATION_AT == COMPLETE_END && SLOTS_AT == GENERATION_AT + 8 && HEADER_END == SLOTS_AT + 8);
+const _: () = assert!(HEADER_END <= TAIL_AT && TAIL_AT + 128 <= SEALED_AT && SEALED_AT + 8 <= HEADER_BYTES);
+
+/// Where the offset index of a file whose record region holds `capacity`
+/// bytes starts: the first page boundary after the region.
+pub(crate) fn index_at(capacity: u64) -> u64 {
+    HEADER_BYTES as u64 + capacity.next_multiple_of(HEADER_BYTES as u64)
+}
+
+/// The whole length of a segment file with a region of `capacity` bytes and
+/// an index of `slots` slots.
+pub(crate) fn file_len(capacity: u64, slots: u64) -> u64 {
+    index_at(capacity) + slots * SLOT_BYTES as u64
+}
 
 /// Bytes of the frame in front of each record of a durable segment.
 pub(crate) const FRAME_LEN: usize = 8;
@@ -174,6 +222,9 @@ pub(crate) const SEGMENT_EXT: &str = "seg";
 /// Extension of spare files: trimmed segment files kept for reuse, which are
 /// no part of the partition (recovery deletes them).
 pub(crate) const SPARE_EXT: &str = "spare";
+/// Extension of a segment file being made, before it is linked under its
+/// segment's name (recovery deletes one a crash left).
+const TEMP_EXT: &str = "tmp";
 
 /// The frame word stored in front of the record at `offset` whose bytes
 /// (padding excluded) are `record`.
@@ -264,6 +315,26 @@ pub(crate) fn spare_file_name(base: u64) -> String {
     format!("{base:020}.{SPARE_EXT}")
 }
 
+/// The name under which this thread makes the segment file for `base`
+/// before it links it under its own name ([`FileStorage::create`]):
+/// `<base>.<pid>-<thread>.tmp`, so publishers racing to make the same
+/// segment (a stalled roll's retries) never share one. A thread makes one
+/// file at a time, and recovery deletes what a crash left before the next
+/// process (which may reuse the pid) makes any.
+fn temp_file_name(base: u64) -> String {
+    let thread: String = format!("{:?}", thread::current().id()).chars().filter(char::is_ascii_digit).collect();
+    format!("{base:020}.{}-{thread}.{TEMP_EXT}", std::process::id())
+}
+
+/// True if `name` is a temporary segment file's ([`temp_file_name`]): one
+/// a crash left before it was linked under its segment's name, which is no
+/// part of the partition (recovery deletes it).
+pub(crate) fn is_temp_file_name(name: &str) -> bool {
+    let Some(rest) = name.strip_suffix(TEMP_EXT).and_then(|r| r.strip_suffix('.')) else { return false };
+    let Some((digits, tag)) = rest.split_once('.') else { return false };
+    digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()) && !tag.is_empty()
+}
+
 /// The base offset a segment file name stands for, if it is one.
 pub(crate) fn parse_segment_file_name(name: &str) -> Option<u64> {
     parse_numbered(name, SEGMENT_EXT)
@@ -300,6 +371,8 @@ pub(crate) struct Header {
     /// Times the file was recycled: 0 for a fresh one, whose bytes after
     /// its records are zeros; more, and they may be a previous use's.
     pub(crate) generation: u64,
+    /// Slots of the offset index after the record region.
+    pub(crate) slots: u64,
 }
 
 /// Why a header page does not describe a segment file.
@@ -308,6 +381,9 @@ pub(crate) enum HeaderError {
     /// The page is all zeros: a file created but never written (a crash
     /// right after its creation).
     Blank,
+    /// A segment file of another format version than this build's
+    /// [`VERSION`] (the one it has): not damage, and never read as ours.
+    Version(u32),
     /// Anything else: the text says what.
     Damaged(&'static str),
 }
@@ -319,6 +395,7 @@ impl Header {
         page[BASE_AT..BASE_AT + 8].copy_from_slice(&self.base.to_le_bytes());
         page[CAPACITY_AT..CAPACITY_AT + 8].copy_from_slice(&self.capacity.to_le_bytes());
         page[GENERATION_AT..GENERATION_AT + 8].copy_from_slice(&self.generation.to_le_bytes());
+        page[SLOTS_AT..SLOTS_AT + 8].copy_from_slice(&self.slots.to_le_bytes());
         let crc = fixed_crc(page);
         page[HEADER_CRC_AT..HEADER_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     }
@@ -335,18 +412,36 @@ impl Header {
             return Err(HeaderError::Damaged("not a rill segment file (bad magic)"));
         }
         if le_u32(page, VERSION_AT) != VERSION {
-            return Err(HeaderError::Damaged("unknown segment file version"));
+            return Err(HeaderError::Version(le_u32(page, VERSION_AT)));
         }
         if le_u32(page, HEADER_CRC_AT) != fixed_crc(page) {
             return Err(HeaderError::Damaged("segment header checksum mismatch"));
         }
         let base = le_u64(page, BASE_AT);
         let capacity = le_u64(page, CAPACITY_AT);
+        let slots = le_u64(page, SLOTS_AT);
         let count = le_u64(page, COUNT_AT);
         let used = le_u64(page, USED_AT);
         let complete = (le_u32(page, COMPLETE_CRC_AT) == complete_crc(base, count, used) && used <= capacity)
             .then_some((count, used));
-        Ok(Header { base, capacity, complete, generation: le_u64(page, GENERATION_AT) })
+        Ok(Header { base, capacity, complete, generation: le_u64(page, GENERATION_AT), slots })
+    }
+
+    /// The version of the segment file whose first bytes are `start`, if
+    /// they carry the magic and a version other than this build's: such a
+    /// file is refused before anything else is judged (`recovery.rs`).
+    pub(crate) fn foreign_version(start: &[u8]) -> Option<u32> {
+        let version = start.get(VERSION_AT..VERSION_AT + 4)?;
+        let version = u32::from_le_bytes(version.try_into().expect("a 4-byte field"));
+        (start[..VERSION_AT] == MAGIC && version != VERSION).then_some(version)
+    }
+
+    /// The whole length of the file this header describes, unless it is
+    /// beyond what a file can be (a damaged header's sizes).
+    pub(crate) fn file_len(&self) -> Option<u64> {
+        let index_at =
+            (HEADER_BYTES as u64).checked_add(self.capacity.checked_next_multiple_of(HEADER_BYTES as u64)?)?;
+        index_at.checked_add(self.slots.checked_mul(SLOT_BYTES as u64)?)
     }
 }
 
@@ -370,6 +465,13 @@ fn complete_crc(base: u64, count: u64, used: u64) -> u32 {
 /// A segment file, mapped: the storage of one durable segment.
 pub(crate) struct FileStorage {
     map: MmapMut,
+    /// Bytes of the record region (from `HEADER_BYTES` on), as the header says.
+    capacity: usize,
+    /// Slots of the offset index the file holds after its region (at
+    /// [`index_at`]), if the header is one of ours and the file is long
+    /// enough for it; `0` if not (a damaged file, which recovery does not
+    /// keep, or one it extends and maps again first).
+    slots: usize,
     /// The record region's pages ahead of the writer were faulted in
     /// writable since the file last got a new use (see [`Self::prepare`]).
     /// Set by the flusher, cleared when the file becomes a spare.
@@ -391,35 +493,49 @@ struct FileName {
 }
 
 impl FileStorage {
-    /// Creates the file for the segment at `base` in `dir`, preallocates it
-    /// and writes its header. Fails with [`Error::Io`] (naming the file) when
-    /// the disk is full or the directory is not writable; leaves no file
-    /// behind then.
-    pub(crate) fn create(dir: &Path, base: u64, capacity: usize) -> Result<FileStorage> {
+    /// Creates the file for the segment at `base` in `dir`, with a record
+    /// region of `capacity` bytes and an offset index of `slots` slots,
+    /// preallocates it and writes its header (the tail word, the seal and
+    /// the index are zeros; the segment built over it sets the first two).
+    /// Fails with [`Error::Io`] (naming the file) when the disk is full or
+    /// the directory is not writable; leaves no file behind then.
+    ///
+    /// The file is made whole under a temporary name of its own (see
+    /// [`temp_file_name`]) and only then linked under the segment's name
+    /// (`link(2)`, which fails if that name exists), so a segment file
+    /// never exists without its header: whoever opens it by name, in any
+    /// process, finds it complete. Errors name the segment file.
+    pub(crate) fn create(dir: &Path, base: u64, capacity: usize, slots: usize) -> Result<FileStorage> {
         let path = dir.join(segment_file_name(base));
-        let total = HEADER_BYTES + capacity;
-        // `create_new`: a file of that name (another publisher's, retrying
-        // the same roll) is never opened, let alone removed below.
+        let temp = dir.join(temp_file_name(base));
+        let total = file_len(capacity as u64, slots as u64) as usize;
+        // `create_new`: a file of that name (a leftover of a crash, which
+        // recovery deletes) is never opened, let alone removed below.
         let file =
-            OpenOptions::new().read(true).write(true).create_new(true).open(&path).map_err(|e| Error::io(&path, &e))?;
-        let made = (|| -> io::Result<(File, MmapMut)> {
+            OpenOptions::new().read(true).write(true).create_new(true).open(&temp).map_err(|e| Error::io(&path, &e))?;
+        let made = (|| -> io::Result<MmapMut> {
             allocate(&file, total as u64)?;
-            // SAFETY: the file is ours (just created with `create_new`) and
-            // sized `total`; nothing else maps or truncates it while we live
-            // (the data directory is locked by its broker). Changes by another
-            // process would be a broken lock, not something we can defend here.
+            // SAFETY: the file is ours (just created with `create_new` under
+            // a name no one else uses) and sized `total`; nothing else
+            // truncates it while we live (the data directory is locked by
+            // its broker). Changes by another process would be a broken
+            // lock, not something we can defend here.
             let mut map = unsafe { MmapOptions::new().len(total).map_mut(&file)? };
-            Header { base, capacity: capacity as u64, complete: None, generation: 0 }
+            Header { base, capacity: capacity as u64, complete: None, generation: 0, slots: slots as u64 }
                 .encode_fixed(&mut map[..HEADER_BYTES]);
-            Ok((file, map))
+            // `AlreadyExists` if the segment's file exists (another
+            // publisher retrying the same roll made it): ours is dropped.
+            fs::hard_link(&temp, &path)?;
+            Ok(map)
         })();
+        // Named as a segment now, or not at all: the temporary name goes
+        // either way (a crash before this leaves it to recovery).
+        if let Err(e) = fs::remove_file(&temp) {
+            log::warn!("could not unlink temporary segment file {}: {e}", temp.display());
+        }
         match made {
-            Ok((_file, map)) => Ok(FileStorage::named(map, path)),
-            Err(e) => {
-                // Best effort: a half-made file must not look like a segment to recovery.
-                let _ = fs::remove_file(&path);
-                Err(Error::io(path, &e))
-            }
+            Ok(map) => Ok(FileStorage::named(map, path)),
+            Err(e) => Err(Error::io(path, &e)),
         }
     }
 
@@ -447,23 +563,54 @@ impl FileStorage {
     }
 
     fn named(map: MmapMut, path: PathBuf) -> FileStorage {
-        let generation = Header::decode(&map[..HEADER_BYTES]).map_or(0, |h| h.generation);
+        // The fields only, not the tail word and the seal after them, which
+        // another mapping of the file may be changing.
+        let header = Header::decode(&map[..HEADER_END]).ok();
+        let generation = header.map_or(0, |h| h.generation);
+        let (capacity, slots) = match header {
+            Some(h) if h.slots > 0 && h.file_len().is_some_and(|len| len <= map.len() as u64) => {
+                (h.capacity as usize, h.slots as usize)
+            }
+            _ => (map.len() - HEADER_BYTES, 0),
+        };
         FileStorage {
             map,
+            capacity,
+            slots,
             prepared: AtomicBool::new(false),
             name: Mutex::new(FileName { path, spare: false, generation }),
         }
     }
 
-    /// The whole file: header page, then the record region.
+    /// The whole file: header page, record region, offset index.
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.map
+    }
+
+    /// True if the file holds the offset index its header asks for (a file
+    /// cut short by damage may not; recovery then extends it).
+    pub(crate) fn has_index(&self) -> bool {
+        self.slots > 0
     }
 
     /// The record region, for recovery to write skip records into before
     /// the file is shared (`recovery.rs`).
     pub(crate) fn region_mut(&mut self) -> &mut [u8] {
-        &mut self.map[HEADER_BYTES..]
+        &mut self.map[HEADER_BYTES..HEADER_BYTES + self.capacity]
+    }
+
+    /// Gives the file at `path`, whose header says it is `header`, its
+    /// whole length again (zeros where it was cut short), so that it holds
+    /// its offset index; for recovery, which keeps the records of a file
+    /// damage shortened. The file must not be mapped meanwhile.
+    pub(crate) fn restore_length(path: &Path, header: &Header) -> Result<()> {
+        let len = header.file_len().ok_or_else(|| Error::Corrupt {
+            file: path.to_path_buf(),
+            offset: 0,
+            reason: "segment header's sizes are out of range".into(),
+        })?;
+        let file = OpenOptions::new().write(true).open(path).map_err(|e| Error::io(path, &e))?;
+        allocate(&file, len).map_err(|e| Error::io(path, &e))
     }
 
     /// The file's current name.
@@ -517,7 +664,10 @@ impl FileStorage {
         }
         let page = HEADER_BYTES as u64;
         let start = HEADER_BYTES as u64 + from.div_ceil(page) * page;
-        let end = self.map.len() as u64;
+        // The record region's pages only: the index's are written slot by
+        // slot as records are committed, and faulting them all would make
+        // every one dirty.
+        let end = (HEADER_BYTES + self.capacity) as u64;
         if start >= end {
             return false;
         }
@@ -619,12 +769,13 @@ impl FileStorage {
     pub(crate) fn reuse(&self, base: u64, flush: bool) -> Result<()> {
         let mut name = self.name.lock();
         debug_assert!(name.spare, "only a spare is reused");
-        let old = Header::decode(&self.map[..HEADER_BYTES]).map_err(|_| Error::Corrupt {
+        let old = Header::decode(&self.map[..HEADER_END]).map_err(|_| Error::Corrupt {
             file: name.path.clone(),
             offset: 0,
             reason: "spare segment file lost its header".into(),
         })?;
-        let header = Header { base, capacity: old.capacity, complete: None, generation: old.generation + 1 };
+        let header =
+            Header { base, capacity: old.capacity, complete: None, generation: old.generation + 1, slots: old.slots };
         let mut page = [0u8; HEADER_END];
         header.encode_fixed(&mut page);
         // SAFETY: a spare is owned by the pool alone (no segment, no reader
@@ -662,7 +813,7 @@ impl FileStorage {
     /// concurrently: they lie past every record the segment will ever hold.
     pub(crate) unsafe fn end_records(&self, end: u64) {
         let Ok(end) = usize::try_from(end) else { return };
-        if self.name.lock().generation == 0 || end.saturating_add(FRAME_LEN) > self.map.len() - HEADER_BYTES {
+        if self.name.lock().generation == 0 || end.saturating_add(FRAME_LEN) > self.capacity {
             return;
         }
         // SAFETY: in the region (checked just above), 8-aligned (records
@@ -695,12 +846,18 @@ impl std::fmt::Debug for FileStorage {
 }
 
 // SAFETY: the record region starts a page into the fixed mapping (so it is
-// page-aligned), and is `len - HEADER_BYTES` bytes long; its bytes are zeros
+// page-aligned), and is `capacity` bytes long (the header's, when the file
+// is long enough for it, else the rest of the mapping); its bytes are zeros
 // (`create`: a preallocated file reads as zeros), recovered records that the
 // recovering segment marks committed, or a recycled file's previous records,
 // which no segment reads. Only the segment writes it, through its protocol
-// (and `end_records`, past its last record); the header page before it is
-// not part of the region.
+// (and `end_records`, past its last record); the header page before it and
+// the offset index after it are not part of the region. `shared_state`'s
+// words are in the header page and the index, inside the mapping when
+// `slots` is non-zero (`named` checked the length), at aligned offsets of a
+// page-aligned mapping; a segment over another mapping of the same file
+// writes the same region, through the same protocol, its ranges handed out
+// by the same tail word.
 unsafe impl SegmentStorage for FileStorage {
     fn as_ptr(&self) -> NonNull<u8> {
         let start = self.map.as_ptr().wrapping_add(HEADER_BYTES).cast_mut();
@@ -708,11 +865,30 @@ unsafe impl SegmentStorage for FileStorage {
     }
 
     fn capacity(&self) -> usize {
-        self.map.len() - HEADER_BYTES
+        self.capacity
     }
 
     fn as_file(&self) -> Option<&dyn SegmentFile> {
         Some(self)
+    }
+
+    #[cfg(not(loom))]
+    fn shared_state(&self) -> Option<SharedState> {
+        if self.slots == 0 {
+            return None;
+        }
+        let start = self.map.as_ptr().cast_mut();
+        // The header page and the index lie inside the mapping (`named`
+        // checked the file's length against the header), page-aligned
+        // themselves, so the words at these offsets are aligned for their
+        // types; any bits are a valid u64 or u32.
+        let at = |offset: usize| NonNull::new(start.wrapping_add(offset)).expect("inside a mapping, so not 0");
+        Some(SharedState {
+            tail: at(TAIL_AT).cast(),
+            sealed: at(SEALED_AT).cast(),
+            slots: at(index_at(self.capacity as u64) as usize).cast(),
+            slot_count: self.slots,
+        })
     }
 }
 
@@ -731,6 +907,10 @@ impl SegmentFile for FileStorage {
 
     fn is_spare(&self) -> bool {
         FileStorage::is_spare(self)
+    }
+
+    fn is_recycled(&self) -> bool {
+        self.name.lock().generation > 0
     }
 
     fn reuse(&self, base: u64, flush: bool) -> Result<()> {
@@ -752,14 +932,18 @@ impl SegmentFile for FileStorage {
 /// the fuzz target, which writes arbitrary regions as segment files.
 #[cfg(feature = "fuzzing")]
 pub(crate) fn segment_file_bytes(base: u64, region: &[u8], complete: Option<(u64, u64)>, generation: u64) -> Vec<u8> {
-    let mut bytes = vec![0u8; HEADER_BYTES + region.len()];
-    Header { base, capacity: region.len() as u64, complete: None, generation }.encode_fixed(&mut bytes[..HEADER_BYTES]);
+    // A slot per frame's worth of bytes: the index never limits what the
+    // region's records can be.
+    let slots = (region.len() / FRAME_LEN).max(1) as u64;
+    let capacity = region.len() as u64;
+    let mut bytes = vec![0u8; file_len(capacity, slots) as usize];
+    Header { base, capacity, complete: None, generation, slots }.encode_fixed(&mut bytes[..HEADER_BYTES]);
     if let Some((count, used)) = complete {
         bytes[COUNT_AT..COUNT_AT + 8].copy_from_slice(&count.to_le_bytes());
         bytes[USED_AT..USED_AT + 8].copy_from_slice(&used.to_le_bytes());
         bytes[COMPLETE_CRC_AT..COMPLETE_END].copy_from_slice(&complete_crc(base, count, used).to_le_bytes());
     }
-    bytes[HEADER_BYTES..].copy_from_slice(region);
+    bytes[HEADER_BYTES..HEADER_BYTES + region.len()].copy_from_slice(region);
     bytes
 }
 
@@ -866,8 +1050,8 @@ impl Files {
     }
 
     /// Creates the segment file for `base` (see [`FileStorage::create`]).
-    pub(crate) fn create(&self, base: u64, capacity: usize) -> Result<FileStorage> {
-        let storage = FileStorage::create(&self.dir, base, capacity)?;
+    pub(crate) fn create(&self, base: u64, capacity: usize, slots: usize) -> Result<FileStorage> {
+        let storage = FileStorage::create(&self.dir, base, capacity, slots)?;
         self.created();
         log::debug!("created segment file {}", storage.path().display());
         Ok(storage)
@@ -966,18 +1150,22 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rill-file-prepare-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
-        let storage = FileStorage::create(&dir, 4096, 8 * HEADER_BYTES).unwrap();
+        let storage = FileStorage::create(&dir, 4096, 8 * HEADER_BYTES, 1024).unwrap();
         // The header page was written by `create`; the region is untouched.
-        assert_eq!(mapped_pages(&storage)[1..], [false; 8]);
+        assert_eq!(mapped_pages(&storage)[1..9], [false; 8]);
         // The writer is 5000 bytes in: the region's first two pages are its.
         assert!(storage.prepare(5000));
-        assert_eq!(mapped_pages(&storage)[1..], [false, false, true, true, true, true, true, true]);
+        assert_eq!(
+            mapped_pages(&storage)[1..],
+            [false, false, true, true, true, true, true, true, false],
+            "the index's page is left alone"
+        );
         assert!(storage.bytes()[HEADER_BYTES..].iter().all(|&b| b == 0), "nothing written");
         assert!(!storage.prepare(0), "once per use");
         storage.retire();
         assert!(storage.is_spare());
         assert!(storage.prepare(0), "a spare's next use is prepared anew");
-        assert_eq!(mapped_pages(&storage)[1..], [true; 8]);
+        assert_eq!(mapped_pages(&storage)[1..9], [true; 8]);
         assert!(storage.bytes()[HEADER_BYTES..].iter().all(|&b| b == 0), "nothing written");
         assert!(!storage.prepare(HEADER_BYTES as u64 * 8), "nothing left past the end");
         drop(storage);

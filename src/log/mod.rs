@@ -661,4 +661,6 @@ pub struct LogStats {
 #[cfg(all(test, not(loom)))]
 mod durable_tests;
 #[cfg(all(test, not(loom)))]
+mod procs_tests;
+#[cfg(all(test, not(loom)))]
 mod tests;

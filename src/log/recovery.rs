@@ -42,11 +42,15 @@
 //! leave, and reports it. `repair` cuts there, keeping the records before
 //! it; `Never` promises nothing about a machine crash beyond that.
 //!
-//! A file whose header page is all zeros, at the end, is one created just
-//! before a crash: it holds nothing and is deleted. Spare files (trimmed
-//! segment files kept for reuse, `file.rs`) are no part of the partition
-//! and are deleted, whatever a crash left in them. Other files that are not
-//! segment files (by name) are left alone.
+//! A segment file is made under a temporary name and linked under its own
+//! only once its header is written (`FileStorage::create`); a temporary
+//! file a crash left is no part of the partition and is deleted. A file
+//! whose header page is all zeros, at the end, is one a *machine* crash
+//! left with its link on disk and not its header (with a policy that does
+//! not flush), created just before: it holds nothing and is deleted. Spare
+//! files (trimmed segment files kept for reuse, `file.rs`) are no part of
+//! the partition and are deleted, whatever a crash left in them. Other
+//! files that are not segment files (by name) are left alone.
 //!
 //! # Recycled files
 //!
@@ -432,7 +436,7 @@ fn list(dir: &Path) -> Result<Listing> {
         let Some(name) = name.to_str() else { continue };
         if let Some(base) = file::parse_segment_file_name(name) {
             files.push((base, entry.path()));
-        } else if file::is_spare_file_name(name) {
+        } else if file::is_spare_file_name(name) || file::is_temp_file_name(name) {
             spares.push(entry.path());
         }
     }
@@ -463,6 +467,12 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
     let next_bases: Vec<Option<u64>> = (0..n_files)
         .map(|i| files.get(i + 1).filter(|(_, path)| !is_complete_file(path)).map(|(base, _)| *base))
         .collect();
+    // A file of another format version is refused before anything is
+    // judged (or, with `repair`, cut): it is not damage, and reading it as
+    // this version's would misread it.
+    for (_, path) in &files {
+        refuse_foreign_version(path)?;
+    }
     // If nothing is kept, appends continue at the first file's base (its
     // name), so offsets never go back below what was handed out before.
     let start = files.first().map_or(0, |(base, _)| *base);
@@ -499,6 +509,14 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         let bytes = storage.bytes();
         let header = match Header::decode(&bytes[..HEADER_BYTES]) {
             Ok(h) if h.base != name_base => Err("segment header names another base offset than the file name"),
+            // The segment built over the file must keep the tail word's
+            // invariants (`segment.rs`), whatever the header claims.
+            Ok(h) if h.capacity > (MAX_SEGMENT_BYTES + FRAME_LEN) as u64 => {
+                Err("segment header's capacity is out of range")
+            }
+            Ok(h) if h.slots == 0 || h.slots > MAX_SEGMENT_RECORDS as u64 => {
+                Err("segment header's offset index size is out of range")
+            }
             Ok(h) if expected.is_some_and(|e| h.base < e) => Err("segment overlaps the previous one"),
             // A gap is a crash's only after an incomplete file and before
             // another one (markers are written in offset order).
@@ -516,6 +534,8 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
                 continue;
             }
             Err(HeaderError::Blank) => Err("blank segment header"),
+            // Refused above, before the loop; the file changed since.
+            Err(HeaderError::Version(found)) => return Err(foreign_version_error(&path, found)),
             Err(HeaderError::Damaged(why)) => Err(why),
         };
         let header = match header {
@@ -547,7 +567,8 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         // the segment built over it must keep the tail word's invariants.
         let region_len = (bytes.len() - HEADER_BYTES).min(header.capacity as usize).min(MAX_SEGMENT_BYTES + FRAME_LEN);
         let region = &bytes[HEADER_BYTES..HEADER_BYTES + region_len];
-        let limit = header.complete.map_or(u64::MAX, |(count, _)| count).min(MAX_SEGMENT_RECORDS as u64);
+        // Nor more than the file's offset index holds.
+        let limit = header.complete.map_or(u64::MAX, |(count, _)| count).min(header.slots);
         let recycled = header.generation > 0;
         let holes = if header.complete.is_some() { Holes::Never } else { Holes::Resync { recycled } };
         let mut found = scan(region, header.base, limit, holes);
@@ -597,6 +618,15 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         let filled: u64 = found.fills.iter().map(|f| f.count).sum();
         report.skipped += found.skipped + filled;
         let was_complete = complete_ok;
+        let storage = if storage.has_index() {
+            storage
+        } else {
+            // Cut short (the scan above read what is there): its offset
+            // index, after the region, is to be zeros again.
+            drop(storage);
+            FileStorage::restore_length(&path, &header)?;
+            FileStorage::open_existing(&path)?
+        };
         kept.push(KeptSegment {
             storage,
             base: header.base,
@@ -687,14 +717,42 @@ fn damage_or_repair(damage: Damage, repair: bool, report: &mut RecoveryReport) -
 fn count_dropped(path: &Path, report: &mut RecoveryReport) {
     let Ok(storage) = FileStorage::open_existing(path) else { return };
     let bytes = storage.bytes();
-    let region = &bytes[HEADER_BYTES..];
-    match Header::decode(&bytes[..HEADER_BYTES]) {
+    let header = Header::decode(&bytes[..HEADER_BYTES]);
+    // The record region only, not the offset index after it.
+    let region_len = header.as_ref().map_or(usize::MAX, |h| h.capacity as usize).min(bytes.len() - HEADER_BYTES);
+    let region = &bytes[HEADER_BYTES..HEADER_BYTES + region_len];
+    match header {
         Ok(h) => {
             let found = scan(region, h.base, h.complete.map_or(u64::MAX, |(count, _)| count), Holes::Never);
             report.truncated_records += found.positions.len() as u64;
             report.truncated_bytes += dropped_bytes(region, 0, found.stop, h.generation);
         }
         Err(_) => report.truncated_bytes += written_after(region, 0),
+    }
+}
+
+/// Fails if the file at `path` is a segment file of another format version
+/// than this build's (see `file::VERSION`).
+fn refuse_foreign_version(path: &Path) -> Result<()> {
+    use std::io::Read;
+    let mut start = [0u8; 12];
+    let read = fs::File::open(path).and_then(|mut f| f.read_exact(&mut start));
+    match read.ok().and_then(|()| Header::foreign_version(&start)) {
+        Some(found) => Err(foreign_version_error(path, found)),
+        None => Ok(()),
+    }
+}
+
+/// The error for a segment file of format version `found`.
+fn foreign_version_error(path: &Path, found: u32) -> Error {
+    Error::Corrupt {
+        file: path.to_path_buf(),
+        offset: file::VERSION_AT as u64,
+        reason: format!(
+            "segment file format version {found}, but this build of rill reads only version {}: \
+             open the directory with the rill that wrote it (nothing was changed, and `repair` does not apply)",
+            file::VERSION
+        ),
     }
 }
 

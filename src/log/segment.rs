@@ -77,8 +77,9 @@
 //!
 //! ## Sealing
 //!
-//! The sealer stores the final record count into `sealed` *before* it makes
-//! the next segment visible. A reader at slot `i` that is not committed loads
+//! The sealer stores the final record count into `sealed` (plus one, so
+//! that zero means open, as a fresh segment file's zeros read) *before* it
+//! makes the next segment visible. A reader at slot `i` that is not committed loads
 //! `sealed`: if the segment is sealed at a count `<= i`, the reader is past
 //! the end of this segment and moves to the next one. Sealing first closes a
 //! race: no record of the next segment can be committed (and signalled)
@@ -124,6 +125,16 @@
 //! * A reader still inside a segment that retention has unlinked: it holds an
 //!   `Arc` to the segment, so the bytes stay valid until it lets go (see
 //!   `log/dir.rs` for how the `Arc` is taken safely).
+//! * A publisher in another process, appending to the same segment file
+//!   through a mapping of its own: the tail word, the seal and the slots are
+//!   in the file (see "Where the state lives" at [`Buffers`]), so its
+//!   fetch-add and its commits are the same atomic operations on the same
+//!   words, and every race above is the same race. Nothing new is ordered:
+//!   two mappings of one page are one memory location to the hardware's
+//!   coherence, and the Release/Acquire pairs hold between processes as
+//!   between threads. (Who creates the file, and how the other finds it
+//!   ready, is not this file's: for now only a test attaches a second
+//!   mapping, to a file whose creation it waited for.)
 //!
 //! ## Why this file is long
 //!
@@ -150,8 +161,13 @@ const BYTES_BITS: u32 = 40;
 const BYTES_MASK: u64 = (1 << BYTES_BITS) - 1;
 /// Added to the tail word once per reserved record.
 const ONE_RECORD: u64 = 1 << BYTES_BITS;
-/// `sealed` value of a segment that is still open.
-const NOT_SEALED: u64 = u64::MAX;
+/// `sealed` value of a segment that is still open; a sealed one holds its
+/// final record count plus [`SEALED_BIAS`]. Zero, so that the zeros of a
+/// fresh segment file (`file.rs`) read as an open segment.
+const NOT_SEALED: u64 = 0;
+/// Added to the final record count in `sealed`, so that a count of 0 (an
+/// early seal of an empty segment) is told from [`NOT_SEALED`].
+const SEALED_BIAS: u64 = 1;
 /// Slot value of a record that is not committed.
 const UNCOMMITTED: u32 = 0;
 /// Committed slots store `pos / POS_UNIT + 1`; record positions are multiples of it.
@@ -177,7 +193,10 @@ pub(crate) const MAX_SEGMENT_RECORDS: usize = 1 << 22;
 pub(crate) const MAX_RESERVATION_RECORDS: usize = 1 << 12;
 const _: () = assert!(MAX_SEGMENT_RECORDS < 1 << (64 - BYTES_BITS));
 
-/// One entry of the offset index.
+/// One entry of the offset index. `repr(C)` with a zero-sized second field:
+/// in a normal build a slot is exactly a `u32`, so a segment file's index
+/// (`file.rs`) is an array of them.
+#[repr(C)]
 struct Slot {
     /// `UNCOMMITTED`, or `pos / POS_UNIT + 1` once the record is complete.
     state: AtomicU32,
@@ -186,11 +205,54 @@ struct Slot {
     bytes: UnsafeCell<()>,
 }
 
-/// The reusable memory of a segment: its byte region and its offset index.
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<Slot>() == super::file::SLOT_BYTES && std::mem::align_of::<Slot>() == 4);
+
+/// The reusable memory of a segment: its byte region, its offset index and
+/// its reservation state (tail word and seal).
+///
+/// # Where the state lives
+///
+/// A segment file keeps the tail word, the seal and the index itself
+/// (`file.rs`), so every mapping of the file, in any process, reserves and
+/// commits through the same words. Anonymous memory has nowhere to keep
+/// them, so an in-memory segment keeps them in memory of its own (`own`).
+/// Either way the segment reaches them through the pointers in `state`,
+/// one code path for both: a pointer load more per reservation than a tail
+/// word inside the segment, from a line the append reads anyway. Under loom
+/// the state is always `own` (loom's atomics cannot live in a file).
 pub(crate) struct Buffers {
     storage: Box<dyn SegmentStorage>,
-    slots: Slots,
+    /// The state and the index, when the storage does not hold them.
+    own: Option<(Box<OwnState>, Slots)>,
+    /// Where the state and the index are: in `own`, or in the storage.
+    state: State,
 }
+
+/// A segment's tail word and seal, in memory of its own.
+struct OwnState {
+    /// The tail word, written by every publisher: alone on its cache line so
+    /// readers polling slots do not slow it down.
+    tail: CachePadded<AtomicU64>,
+    /// `NOT_SEALED`, or the final record count plus `SEALED_BIAS`.
+    sealed: AtomicU64,
+}
+
+/// Where a segment's reservation state is: pointers into a [`Buffers`]'
+/// `own` or its storage, valid while the buffers live (neither moves when
+/// the buffers do: both are behind pointers of their own).
+#[derive(Clone, Copy)]
+struct State {
+    tail: NonNull<AtomicU64>,
+    sealed: NonNull<AtomicU64>,
+    slots: NonNull<Slot>,
+    slot_count: usize,
+}
+
+// SAFETY: a `Buffers` owns everything its pointers point into (`own`, or
+// the storage, which is Send), like a Box; the atomics behind them are
+// shared only through a `Segment`, which follows the protocol above.
+unsafe impl Send for Buffers {}
 
 /// The offset index: zeroed mapped memory normally; built slot by slot under
 /// loom, whose atomics and cells are not valid when zeroed.
@@ -204,28 +266,70 @@ impl Buffers {
     /// index of `slot_count` slots (two anonymous mappings in `pages`; see
     /// `storage.rs`). Fails when either mapping cannot be made.
     fn map(capacity: usize, slot_count: usize, pages: Pages) -> io::Result<Self> {
-        Ok(Buffers { storage: Box::new(MappedStorage::new(capacity, pages)?), slots: new_slots(slot_count, pages)? })
+        let storage: Box<dyn SegmentStorage> = Box::new(MappedStorage::new(capacity, pages)?);
+        Ok(Self::with_own(storage, new_slots(slot_count, pages)?))
     }
 
-    /// Buffers over `storage` (a segment file) with a fresh offset index,
-    /// mapped in `pages`.
+    /// Buffers over `storage` (a segment file): its own tail word, seal and
+    /// offset index if it has them (see "Where the state lives"), else
+    /// fresh ones of `slot_count` slots, the index mapped in `pages`.
     pub(crate) fn over(storage: Box<dyn SegmentStorage>, slot_count: usize, pages: Pages) -> Result<Self> {
+        #[cfg(not(loom))]
+        if let Some(shared) = storage.shared_state() {
+            let state = State {
+                tail: shared.tail.cast(),
+                sealed: shared.sealed.cast(),
+                slots: shared.slots.cast(),
+                slot_count: shared.slot_count.min(MAX_SEGMENT_RECORDS),
+            };
+            return Ok(Buffers { storage, own: None, state });
+        }
         let slots = new_slots(slot_count, pages).map_err(|e| {
             Error::ResourceExhausted(format!("out of memory: cannot map an offset index of {slot_count} slots: {e}"))
         })?;
-        Ok(Buffers { storage, slots })
+        Ok(Self::with_own(storage, slots))
     }
 
-    /// Makes every slot read as not committed again, given that only the
-    /// first `used` can have been committed. Slots past them keep their
-    /// zeroes and, never written, their pages unfaulted.
+    /// Buffers over `storage` with the state in memory of their own and
+    /// `slots` as the index.
+    fn with_own(storage: Box<dyn SegmentStorage>, slots: Slots) -> Self {
+        let own = Box::new(OwnState { tail: CachePadded::new(AtomicU64::new(0)), sealed: AtomicU64::new(NOT_SEALED) });
+        let state = State {
+            tail: NonNull::from(&*own.tail),
+            sealed: NonNull::from(&own.sealed),
+            slots: NonNull::from(&slots[..]).cast(),
+            slot_count: slots.len(),
+        };
+        Buffers { storage, own: Some((own, slots)), state }
+    }
+
+    /// The offset index.
+    #[inline(always)]
+    fn slots(&self) -> &[Slot] {
+        // SAFETY: `state.slots` points at `slot_count` slots that live as
+        // long as `self` (in `own`, or in the storage, which promises it),
+        // valid whatever their bits and only mutated atomically.
+        unsafe { std::slice::from_raw_parts(self.state.slots.as_ptr(), self.state.slot_count) }
+    }
+
+    /// Makes the buffers those of an empty, open segment again, given that
+    /// only the first `used` slots can have been committed: every slot
+    /// reads as not committed, the tail word is zero, and the seal open.
+    /// Slots past `used` keep their zeroes and, never written, their pages
+    /// unfaulted.
     fn reset(&self, used: usize) {
-        for slot in &self.slots[..used.min(self.slots.len())] {
+        let slots = self.slots();
+        for slot in &slots[..used.min(slots.len())] {
             // Relaxed: the caller owns these buffers exclusively; they reach the
             // next segment's readers through the pool's mutex and the Release
             // store that publishes the segment directory.
             slot.state.store(UNCOMMITTED, Ordering::Relaxed);
         }
+        // SAFETY: as in `slots`: the words live as long as `self`.
+        let (tail, sealed) = unsafe { (self.state.tail.as_ref(), self.state.sealed.as_ref()) };
+        // Relaxed: as for the slots above.
+        tail.store(0, Ordering::Relaxed);
+        sealed.store(NOT_SEALED, Ordering::Relaxed);
     }
 }
 
@@ -246,7 +350,11 @@ fn new_slots(n: usize, _pages: Pages) -> io::Result<Slots> {
 
 impl fmt::Debug for Buffers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Buffers").field("storage", &self.storage).field("slots", &self.slots.len()).finish()
+        f.debug_struct("Buffers")
+            .field("storage", &self.storage)
+            .field("slots", &self.state.slot_count)
+            .field("state_in_storage", &self.own.is_none())
+            .finish()
     }
 }
 
@@ -322,7 +430,7 @@ impl Pool {
                     Err(e) => log::warn!("could not reuse a spare segment file: {e}"),
                 }
             }
-            let storage = files.create(base, self.capacity)?;
+            let storage = files.create(base, self.capacity, self.slot_count)?;
             return Buffers::over(Box::new(storage), self.slot_count, pages);
         }
         if let Some(recycled) = self.spare.lock().pop() {
@@ -363,9 +471,9 @@ impl Pool {
             // The file of a segment the log still had at close: it stays.
             return;
         }
-        if buffers.storage.capacity() != self.capacity || buffers.slots.len() != self.slot_count {
-            // A recovered segment's file (sized by an earlier configuration,
-            // indexed for its records only): not the shape of a new segment.
+        if buffers.storage.capacity() != self.capacity || buffers.state.slot_count != self.slot_count {
+            // A recovered segment's file sized by an earlier configuration:
+            // not the shape of a new segment.
             // A spare file dropped here deletes itself, as below.
             return;
         }
@@ -396,11 +504,9 @@ pub(crate) enum Reservation {
 
 /// A segment: see the module documentation for the protocol.
 pub(crate) struct Segment {
-    /// The tail word, written by every publisher: alone on its cache line so
-    /// readers polling slots do not slow it down.
-    tail: CachePadded<AtomicU64>,
-    /// `NOT_SEALED`, or the final record count.
-    sealed: AtomicU64,
+    /// The tail word, the seal and the offset index (see "Where the state
+    /// lives" at [`Buffers`]): in `buffers`, valid while they are.
+    state: State,
     /// Set once retention has removed this segment from the directory.
     trimmed: AtomicBool,
     /// Offset of the segment's first record.
@@ -416,6 +522,10 @@ pub(crate) struct Segment {
     /// segment recovery rebuilt over a hole. Readers look at a record's
     /// flags only in such a segment, so a live one costs them one branch.
     skips: bool,
+    /// Built over a segment file another segment (in this process or
+    /// another) created and appends to: dropping it leaves the file as it
+    /// is (no end mark), since that one may still be appending.
+    attached: bool,
 }
 
 // SAFETY: the raw `data` pointer refers to memory owned by `buffers`, which is
@@ -427,16 +537,17 @@ unsafe impl Send for Segment {}
 unsafe impl Sync for Segment {}
 
 impl Segment {
-    /// A new, empty segment whose first record will have offset `base`.
+    /// A new, empty segment whose first record will have offset `base`,
+    /// over `buffers` as the pool hands them out: fresh (zeros) or reset,
+    /// so their tail word is zero and their seal open.
     pub(crate) fn new(base: u64, buffers: Buffers, pool: Arc<Pool>) -> Self {
         let data = buffers.storage.as_ptr();
         let capacity = buffers.storage.capacity() as u64;
         // A durable segment's region holds one frame more than the segment size.
         debug_assert!(capacity as usize <= MAX_SEGMENT_BYTES + super::file::FRAME_LEN);
-        debug_assert!(buffers.slots.len() <= MAX_SEGMENT_RECORDS);
+        debug_assert!(buffers.state.slot_count <= MAX_SEGMENT_RECORDS);
         Segment {
-            tail: CachePadded::new(AtomicU64::new(0)),
-            sealed: AtomicU64::new(NOT_SEALED),
+            state: buffers.state,
             trimmed: AtomicBool::new(false),
             base,
             data,
@@ -444,15 +555,45 @@ impl Segment {
             buffers: Some(buffers),
             pool,
             skips: false,
+            attached: false,
         }
     }
 
-    #[inline]
+    /// A segment over `buffers` built from a segment file that another
+    /// segment created and appends to, at `base` (the file's header says
+    /// it): a second mapping of the same tail word, seal and index (see
+    /// "Where the state lives" at [`Buffers`]), which reserves, commits and
+    /// reads exactly as the first does. For now only the tests of a second
+    /// process appending to one segment file make one.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn attach(base: u64, buffers: Buffers, pool: Arc<Pool>) -> Self {
+        assert!(buffers.own.is_none(), "a segment file without its state in it cannot be shared");
+        let mut seg = Segment::new(base, buffers, pool);
+        seg.attached = true;
+        seg
+    }
+
+    /// The offset index.
+    #[inline(always)]
     fn slots(&self) -> &[Slot] {
-        match &self.buffers {
-            Some(b) => &b.slots,
-            None => &[],
-        }
+        // SAFETY: `state` was copied from `buffers`, whose index lives as
+        // long as they do; `buffers` is taken only in `drop`, after the last
+        // use of the state (see `Buffers::slots`).
+        unsafe { std::slice::from_raw_parts(self.state.slots.as_ptr(), self.state.slot_count) }
+    }
+
+    /// The tail word.
+    #[inline(always)]
+    fn tail(&self) -> &AtomicU64 {
+        // SAFETY: as in `slots`: the word lives as long as `buffers`.
+        unsafe { self.state.tail.as_ref() }
+    }
+
+    /// The seal.
+    #[inline(always)]
+    fn sealed(&self) -> &AtomicU64 {
+        // SAFETY: as in `slots`: the word lives as long as `buffers`.
+        unsafe { self.state.sealed.as_ref() }
     }
 
     /// Offset of the first record.
@@ -482,7 +623,7 @@ impl Segment {
         // atomicity guarantees; the bytes written into a range are published by
         // the slot's Release store, and the segment's initial state reached us
         // through the Acquire load of the directory that named it.
-        let prev = self.tail.fetch_add(records * ONE_RECORD + bytes, Ordering::Relaxed);
+        let prev = self.tail().fetch_add(records * ONE_RECORD + bytes, Ordering::Relaxed);
         let index = prev >> BYTES_BITS;
         let pos = prev & BYTES_MASK;
         let slots = self.slot_count();
@@ -609,10 +750,21 @@ impl Segment {
             seg.commit(i as u64, pos);
         }
         let count = positions.len() as u64;
+        // Slots past the kept records may hold what the file's index said
+        // before the crash (records recovery did not keep): not committed.
+        // Read first, so that the pages of a clean index are not dirtied.
+        for slot in &seg.slots()[positions.len()..] {
+            // Relaxed: as the tail word's store below.
+            if slot.state.load(Ordering::Relaxed) != UNCOMMITTED {
+                slot.state.store(UNCOMMITTED, Ordering::Relaxed);
+            }
+        }
         // Relaxed: the segment is not shared yet; it reaches other threads
         // through the Release store that publishes the log's directory.
-        seg.tail.store(count * ONE_RECORD + used, Ordering::Relaxed);
-        seg.seal(count);
+        seg.tail().store(count * ONE_RECORD + used, Ordering::Relaxed);
+        // Relaxed, and not `seal`: the file's seal may be anything a crash
+        // left; the segment is not shared yet, as above.
+        seg.sealed().store(count + SEALED_BIAS, Ordering::Relaxed);
         seg
     }
 
@@ -710,7 +862,7 @@ impl Segment {
         // after this, carries it); for a durable log it publishes the end
         // mark written just before to a sync round that flushes through it.
         // Free on x86, and it narrows loom's search. See "Sealing".
-        let prev = self.sealed.swap(count, Ordering::Release);
+        let prev = self.sealed().swap(count + SEALED_BIAS, Ordering::Release);
         debug_assert_eq!(prev, NOT_SEALED, "a segment is sealed once");
     }
 
@@ -730,9 +882,9 @@ impl Segment {
     #[inline]
     pub(crate) fn sealed_count(&self) -> Option<u64> {
         // Acquire: pairs with `seal` (for a durable log's end mark), see "Sealing".
-        match self.sealed.load(Ordering::Acquire) {
+        match self.sealed().load(Ordering::Acquire) {
             NOT_SEALED => None,
-            n => Some(n),
+            n => Some(n - SEALED_BIAS),
         }
     }
 
@@ -780,23 +932,32 @@ impl Segment {
         }
         // Relaxed: a snapshot for lag and end-offset reporting; nothing is read
         // through it.
-        let word = self.tail.load(Ordering::Relaxed);
+        let word = self.tail().load(Ordering::Relaxed);
         (word >> BYTES_BITS).min(self.slot_count())
     }
 
     /// Bytes of the region in use, for reporting.
     pub(crate) fn used_bytes(&self) -> u64 {
         // Relaxed: a snapshot for reporting only.
-        (self.tail.load(Ordering::Relaxed) & BYTES_MASK).min(self.capacity)
+        (self.tail().load(Ordering::Relaxed) & BYTES_MASK).min(self.capacity)
     }
 }
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        if self.sealed_count().is_none() && !self.is_trimmed() {
-            // The active segment of a log being closed: nobody appends any
-            // more, and its records end at the byte tail.
-            self.end_records(self.used_bytes());
+        if let Some(file) = self.file().filter(|f| !f.is_spare()) {
+            // A file that stays the partition's (the pool does not take it
+            // back) is looked into only for the end mark a recycled one
+            // needs: its tail word and seal are in the file, which a
+            // segment dropped late (by the epoch collector, after its log
+            // closed) must not touch without a reason.
+            if file.is_recycled() && !self.attached && !self.is_trimmed() && self.sealed_count().is_none() {
+                // The active segment of a log being closed: nobody appends
+                // any more, and its records end at the byte tail.
+                self.end_records(self.used_bytes());
+            }
+            drop(self.buffers.take());
+            return;
         }
         // Every slot ever committed lies below the reserved count: a slot is
         // only written through a Granted reservation, which the count covers.

@@ -19,7 +19,9 @@ pub(crate) const STORAGE_ALIGN: usize = 4096;
 /// An implementation promises that [`SegmentStorage::as_ptr`] returns the same
 /// pointer for its whole life, aligned to at least 16 bytes, valid for reads
 /// and writes of [`SegmentStorage::capacity`] bytes, and that no one else in
-/// the process reads or writes that region while the storage is alive. The
+/// the process reads or writes that region while the storage is alive (but
+/// a segment built over another mapping of the same file, see
+/// [`SegmentStorage::shared_state`]). The
 /// bytes need not be zeros: the segment reads only the bytes of records it
 /// committed (reused buffers and recycled segment files hold a previous
 /// segment's; a recovered segment file holds the records the segment built
@@ -33,6 +35,33 @@ pub(crate) unsafe trait SegmentStorage: Send + Sync + fmt::Debug + 'static {
     fn as_file(&self) -> Option<&dyn SegmentFile> {
         None
     }
+    /// Where the storage keeps the segment's reservation state itself (a
+    /// segment file does, `file.rs`), if it does; else the segment keeps it
+    /// in memory of its own. Every pointer it returns is valid for the
+    /// storage's whole life, aligned for its type, holds a valid value of
+    /// it whatever its bytes, and is only ever accessed atomically (by any
+    /// process that maps it). Not under loom, whose atomics cannot live in
+    /// a file: a segment then keeps its state in memory of its own.
+    #[cfg(not(loom))]
+    fn shared_state(&self) -> Option<SharedState> {
+        None
+    }
+}
+
+/// A segment's reservation state inside its storage: the tail word, the
+/// seal and the offset index, as raw words (`segment.rs` gives them their
+/// atomic types). See [`SegmentStorage::shared_state`] for what they promise.
+#[cfg(not(loom))]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SharedState {
+    /// The tail word.
+    pub(crate) tail: NonNull<u64>,
+    /// The seal.
+    pub(crate) sealed: NonNull<u64>,
+    /// The first slot of the offset index.
+    pub(crate) slots: NonNull<u32>,
+    /// Slots in the index.
+    pub(crate) slot_count: usize,
 }
 
 /// What a durable log does with a segment's file beyond mapping it
@@ -48,6 +77,9 @@ pub(crate) trait SegmentFile {
     fn retire(&self);
     /// True once the file is a spare: trimmed, and not yet reused.
     fn is_spare(&self) -> bool;
+    /// True if the file was recycled: bytes of a previous use may follow
+    /// its records, so they end with an end mark (see `file.rs`).
+    fn is_recycled(&self) -> bool;
     /// Makes this spare the file of the segment at `base` (see `file.rs`).
     fn reuse(&self, base: u64, flush: bool) -> crate::error::Result<()>;
     /// Marks the end of the segment's records at byte `end` of the region

@@ -1,0 +1,195 @@
+//! Two processes appending into one segment file at once (issue 39, its
+//! first step): the tail word, the seal and the offset index live in the
+//! file (`file.rs`), so a second mapping of it, in another process,
+//! reserves, commits and reads through the same words as the first.
+//!
+//! The second process is this test binary run again with [`CHILD_FILE`]
+//! set, and only this test selected: the test then plays the child's part.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::file::{self, FRAME_LEN, FileStorage, Files};
+use super::record::Record;
+use super::segment::{Buffers, Pool, Reservation, Segment};
+use super::storage::Pages;
+use super::{DurableLog, Fsync, Log, LogConfig};
+use crate::sync::{Arc, thread};
+
+/// Set in the child: the segment file to append to.
+const CHILD_FILE: &str = "RILL_TEST_SHARED_SEGMENT_FILE";
+/// This test's name, for the child's command line.
+const TEST_NAME: &str = "log::procs_tests::two_processes_append_into_one_segment_file";
+/// The parent's publisher number; the child's is `PARENT + 1`.
+const PARENT: u32 = 0;
+/// Records each process publishes in strict alternation with the other,
+/// each waiting for its turn on the shared tail word: offsets `2k` are the
+/// parent's, `2k + 1` the child's, whatever the scheduler does.
+const LOCKSTEP: u32 = 200;
+/// Records each process then publishes as fast as it can, both at once.
+const FREE: u32 = 5_000;
+/// Records in the segment when both are done.
+const TOTAL: u64 = 2 * (LOCKSTEP + FREE) as u64;
+/// The segment size: room for every record of the test (40 bytes each with
+/// its frame), so no reservation seals it.
+const SEGMENT_BYTES: usize = 1 << 20;
+/// How long a wait for the other process may take before the test fails.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The log configuration whose durable pool makes the test's segment file,
+/// and which reopens it at the end.
+fn config() -> LogConfig {
+    LogConfig { segment_bytes: Some(SEGMENT_BYTES), retention_bytes: None, ..LogConfig::default() }
+}
+
+/// Waits until `done` holds, polling; fails the test after [`PATIENCE`].
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        thread::yield_now();
+    }
+}
+
+/// Publishes record `seq` of publisher `who` into `seg`, framed as a
+/// durable log frames it; returns its index.
+fn append(seg: &Segment, who: u32, seq: u32) -> u64 {
+    let mut payload = [0u8; 8];
+    payload[..4].copy_from_slice(&who.to_le_bytes());
+    payload[4..].copy_from_slice(&seq.to_le_bytes());
+    let record = Record::new(&payload);
+    let len = record.encoded_len().unwrap();
+    match seg.reserve(1, (FRAME_LEN + len) as u64) {
+        Reservation::Granted { index, pos } => {
+            // SAFETY: a Granted reservation of `seg`, made just now, for the
+            // record's frame and its `len` bytes.
+            unsafe { seg.write_and_commit(index, pos, len, &record, u64::from(seq) + 1, true) };
+            index
+        }
+        other => panic!("the segment has room for every record of the test, got {other:?}"),
+    }
+}
+
+/// `(publisher, sequence number)` of a record's payload.
+fn decode(payload: &[u8]) -> (u32, u32) {
+    let word = |at: usize| u32::from_le_bytes(payload[at..at + 4].try_into().unwrap());
+    (word(0), word(4))
+}
+
+/// One process's part: its lockstep records, each at the offset its turn
+/// gives it, then its free-running ones; then, once the other process's
+/// are all committed too, a check of every record through its own mapping.
+fn publish_and_check(seg: &Segment, who: u32) {
+    let other = 1 - who;
+    for k in 0..LOCKSTEP {
+        let turn = 2 * u64::from(k) + u64::from(who);
+        wait_until("my turn", || seg.reserved() == turn);
+        assert_eq!(append(seg, who, k), turn, "a lockstep record takes the offset its turn gives it");
+    }
+    // The child's last lockstep turn comes after the parent's.
+    wait_until("the lockstep's end", || seg.reserved() >= 2 * u64::from(LOCKSTEP));
+    for k in LOCKSTEP..LOCKSTEP + FREE {
+        append(seg, who, k);
+    }
+    wait_until("every record reserved", || seg.reserved() == TOTAL);
+    wait_until("every record committed", || (0..TOTAL).all(|i| seg.committed(i).is_some()));
+    let mut next = [0u32; 2];
+    for index in 0..TOTAL {
+        let view = seg.view(index, seg.committed(index).unwrap());
+        assert_eq!(view.offset(), index, "offsets are dense from the segment's base");
+        let (from, seq) = decode(view.payload());
+        assert!(from == who || from == other, "record {index} names publisher {from}");
+        assert_eq!(seq, next[from as usize], "publisher {from}'s records in its order, none lost or doubled");
+        next[from as usize] += 1;
+        if index < 2 * u64::from(LOCKSTEP) {
+            assert_eq!((u64::from(from), u64::from(seq)), (index % 2, index / 2), "the lockstep alternates");
+        }
+    }
+    assert_eq!(next, [LOCKSTEP + FREE; 2]);
+    assert!(seg.committed(TOTAL).is_none(), "nothing past the records published");
+}
+
+/// The child's part: maps the parent's segment file a second time and
+/// appends into it as publisher `PARENT + 1`.
+fn child(path: &Path) {
+    let name = path.file_name().and_then(|n| n.to_str()).expect("a segment file name");
+    let base = file::parse_segment_file_name(name).expect("a segment file name");
+    let storage = FileStorage::open_existing(path).unwrap();
+    let buffers = Buffers::over(Box::new(storage), 0, Pages::Small).unwrap();
+    // A pool that never gets these buffers: the file stays the parent's.
+    let pool = Arc::new(Pool::new(1, 1, 0));
+    let seg = Segment::attach(base, buffers, pool);
+    assert_eq!(seg.slot_count(), (SEGMENT_BYTES / 32) as u64, "the index the parent's file was made with");
+    publish_and_check(&seg, PARENT + 1);
+}
+
+/// A fresh directory under the system's temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn two_processes_append_into_one_segment_file() {
+    if let Some(path) = std::env::var_os(CHILD_FILE) {
+        child(Path::new(&path));
+        return;
+    }
+    let dir = TempDir(std::env::temp_dir().join(format!("rill-procs-segment-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).unwrap();
+
+    // The segment file a durable log of `config()` would make for its
+    // first segment (region and index sizes), made by its pool.
+    let sizes = config().resolve().unwrap();
+    let region = sizes.segment_bytes + FRAME_LEN;
+    let pool = Arc::new(Pool::for_files(region, sizes.slots, 0, Files::new(dir.0.clone(), false)));
+    let seg = Segment::new(0, pool.take(0, Pages::Small).unwrap(), pool.clone());
+    let path = dir.0.join(file::segment_file_name(0));
+
+    let exe = std::env::current_exe().unwrap();
+    let child = Command::new(exe)
+        .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_FILE, &path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // If this process fails first, the child gives up at its deadline; the
+    // wait below collects it either way.
+    let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| publish_and_check(&seg, PARENT)));
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the child process failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if let Err(panic) = mine {
+        std::panic::resume_unwind(panic);
+    }
+    drop(seg);
+    drop(pool);
+
+    // What both wrote is a segment file recovery reads whole: every record's
+    // frame checks for its offset, and the offsets are dense.
+    let durable = DurableLog { dir: dir.0.clone(), fsync: Fsync::Never, repair: false };
+    let (log, report) = Log::open(&config(), 0, &durable).unwrap();
+    assert_eq!((report.records, report.end_offset, report.skipped), (TOTAL, TOTAL, 0), "{report:?}");
+    assert!(report.truncated_at.is_none(), "{report:?}");
+    let mut cursor = log.cursor_from_first();
+    let mut next = [0u32; 2];
+    for offset in 0..TOTAL {
+        let view = cursor.read().unwrap().expect("every record recovered");
+        assert_eq!(view.offset(), offset);
+        let (from, seq) = decode(view.payload());
+        assert_eq!(seq, next[from as usize]);
+        next[from as usize] += 1;
+    }
+    assert!(cursor.read().unwrap().is_none());
+}
