@@ -97,8 +97,7 @@
 //!
 //! # Why this file is long
 //!
-//! About 670 lines of code and 260 of unit tests. The code is two things
-//! that change together: the snapshot protocol above, and the on-disk
+//! The code is two things that change together: the snapshot protocol above, and the on-disk
 //! formats it writes (frames, `topics.list`, the offsets copies, with their
 //! readers and the checks recovery relies on); a format change without its
 //! writer's and reader's change beside it is how a store loses data. The

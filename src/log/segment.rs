@@ -127,10 +127,10 @@
 //!
 //! ## Why this file is long
 //!
-//! It is over the ~600 lines a file aims for because the essay above is a
-//! fifth of it, and the rest is one mechanism: a segment's tail word, slots
-//! and seal, and the pool that hands a rolled-over segment its buffers
-//! (whose recycling depends on when a segment is sealed and trimmed).
+//! It is longer than a file aims to be because of the essay above, and the
+//! rest is one mechanism: a segment's tail word, slots and seal, and the
+//! pool that hands a rolled-over segment its buffers (whose recycling
+//! depends on when a segment is sealed and trimmed).
 
 use std::fmt;
 use std::io;

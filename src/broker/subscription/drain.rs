@@ -12,12 +12,15 @@
 //!
 //! # Why this file is long
 //!
-//! About 670 lines: the round, the batch, the per-batch catch of handler
-//! panics, the dedicated thread's spin-then-park loop and the ack deadline's
-//! two hooks are the hot path of delivery, and each per-message step was
-//! measured against the others (`docs/PERFORMANCE.md`); keeping them in one
-//! file keeps what runs per message readable in one place. Settling
-//! (`settle.rs`), signalling (`signal.rs`) and closing (`close.rs`) are out.
+//! It holds the hot path of delivery and the idle policy that decides when
+//! it runs: the round, the batch, the per-batch catch of handler panics,
+//! the lag limit's enforcement, and the pool drain's linger and the
+//! dedicated thread's spin, nap and park. Each per-message step was
+//! measured against the others (the `one-to-one` scenarios of rill-bench,
+//! see `docs/PERFORMANCE.md`), so what runs per message is kept readable in
+//! one place. Settling (`settle.rs`), signalling (`signal.rs`), closing
+//! (`close.rs`), the ack deadline (`deadline.rs`) and the run wait
+//! (`run_wait.rs`) are out.
 
 use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
