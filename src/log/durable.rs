@@ -156,8 +156,9 @@
 //! come back with its next record finds no leader and starts the next round
 //! at once, before the others (woken from the condvar, on a machine with
 //! fewer cores than publishers) have committed theirs. They then wait for the
-//! round after: on a quiet disk (a round about 200 µs) four `Always`
-//! publishers rode about two to a round, and published 2x what one does.
+//! round after: on a quiet, fast disk four `Always` publishers rode about
+//! two to a round, and published only about twice what one does (rill-bench
+//! `--suite persist`: `persist-always-4` against `persist-always`).
 //!
 //! So a publisher's leader may first *gather*. The state keeps the
 //! publishers waiting for durability (`waiting`: in `wait_durable`, their
