@@ -116,7 +116,7 @@ impl Log {
             shared: Arc::new(Shared {
                 sizes,
                 partition,
-                dir: epoch::Atomic::new(Dir { segs, stalled: None }),
+                dir: epoch::Atomic::new(Dir::new(segs, None)),
                 pool,
                 holds: Mutex::new(Vec::new()),
                 trimmed_segments: AtomicU64::new(0),
