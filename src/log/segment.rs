@@ -683,7 +683,9 @@ impl Segment {
     /// `prefetch_ahead`). A reader that has
     /// just seen a commit calls it before the bookkeeping that precedes its
     /// read, so the line travels from the publisher's core while that runs
-    /// (see `docs/PERFORMANCE.md`, "The delivery side's latency"). Only the
+    /// (the `latency` scenario of rill-bench measures it; the dated study is
+    /// "latency: the delivery side of one-way latency" in
+    /// `docs/archive/performance-notebook-2026.md`). Only the
     /// first line: a later one may hold the start of the next record, which
     /// a publisher is about to write, and a copy of it here would cost that
     /// write an invalidation.

@@ -16,8 +16,8 @@
 //! it runs: the round, the batch, the per-batch catch of handler panics,
 //! the lag limit's enforcement, and the pool drain's linger and the
 //! dedicated thread's spin, nap and park. Each per-message step was
-//! measured against the others (the `one-to-one` scenarios of rill-bench,
-//! see `docs/PERFORMANCE.md`), so what runs per message is kept readable in
+//! measured against the others (the `one-to-one` scenarios of rill-bench
+//! and `examples/parts.rs`), so what runs per message is kept readable in
 //! one place. Settling (`settle.rs`), signalling (`signal.rs`), closing
 //! (`close.rs`), the ack deadline (`deadline.rs`) and the run wait
 //! (`run_wait.rs`) are out.
