@@ -37,7 +37,7 @@
 //! fast one. The numbers depend on the machine's state: on a shared VM, run
 //! a cross-core ping-pong (`ffi/bench/pingpong.c`, which
 //! `ffi/bench/run.sh` builds into `target/release/pingpong`) before and
-//! after, as docs/PERFORMANCE.md does.
+//! after, as rill-bench does (docs/PERFORMANCE.md, "The noise probes").
 
 use std::hint::black_box;
 use std::sync::Arc;

@@ -1246,7 +1246,7 @@ rill_status rill_topic_get_stats_v1(rill_broker *b,
  * (the error text says why) instead; waits for other subscribers are as
  * usual. The same holds for every publish call that waits. On error nothing is
  * published. Each call checks and looks up the name; in a hot loop a
- * `rill_publisher` (see `rill_publisher_new`) skips that (~1.2x faster).
+ * `rill_publisher` (see `rill_publisher_new`) skips that.
  *
  * # Safety
  *

@@ -1,9 +1,10 @@
 //! The publish-timestamp clock.
 //!
-//! Reading the wall clock costs ~37 ns per call on the VMs rill is measured on,
-//! more than the rest of an append. rill instead reads the CPU's time-stamp
-//! counter through `quanta` (~10 ns; it falls back to the OS monotonic clock
-//! where the counter is not invariant) and adds the elapsed time to a wall-clock
+//! Reading the wall clock costs more than the rest of an append on the VMs
+//! rill is measured on. rill instead reads the CPU's time-stamp counter
+//! through `quanta`, a fraction of that (it falls back to the OS monotonic
+//! clock where the counter is not invariant; the "clock read" floor of
+//! `rill-bench --publish-cost` measures it), and adds the elapsed time to a wall-clock
 //! reading taken once, when the clock is first used. Timestamps are therefore
 //! nanoseconds since the Unix epoch that never go backwards within a process;
 //! they drift from an NTP-adjusted wall clock only by the counter's frequency

@@ -413,6 +413,25 @@ macro_rules! ordering_or_weakened {
 #[allow(unused_imports)]
 pub(crate) use ordering_or_weakened;
 
+/// Whether the protocol step named `NAME` in an essay is taken: always,
+/// except under `--cfg rill_fence_check` with `RILL_WEAKEN=NAME` (or
+/// `NAME:removed`), where the fence check leaves it out and requires a loom
+/// model to fail. For protocols made of a mutex and a condition variable,
+/// which have no ordering to weaken: their essays name the steps that make
+/// them correct instead (e.g. G1 to G3 in `broker/store.rs`).
+#[allow(unused_macros)]
+macro_rules! step_kept {
+    ($name:literal) => {{
+        #[cfg(not(rill_fence_check))]
+        let kept = true;
+        #[cfg(rill_fence_check)]
+        let kept = $crate::sync::weakened($name).is_none();
+        kept
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use step_kept;
+
 /// How the fence check asked to weaken `name` (`RILL_WEAKEN`, read once):
 /// `None`, not at all; `Some(false)`, `RILL_WEAKEN=NAME`, to the next weaker
 /// ordering; `Some(true)`, `RILL_WEAKEN=NAME:removed`, a fence left out.

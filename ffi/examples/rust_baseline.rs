@@ -39,7 +39,8 @@ fn run(mode: &str, n: u64) {
     // publishing real data does not know it at compile time either. Without
     // it the compiler folds the record's constant parts (no key, 64 bytes,
     // no attributes) into the inlined publish and measures a program no one
-    // writes (about 30 instructions a publish cheaper; see docs/PERFORMANCE.md).
+    // writes (fewer instructions a publish than any real one; callgrind shows
+    // it, see "Counting instructions" in docs/PERFORMANCE.md).
     let record = Record::new(&payload);
     let topic = "bench";
     // Two rounds, the first untimed, as in bench_ffi.c: the timed one reuses

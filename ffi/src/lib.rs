@@ -2,9 +2,12 @@
 //! `include/rill.h`.
 //!
 //! Conventions (they hold for every function):
-//! * Names are `rill_<type>_<verb>`, except a few broker-level shorthands
-//!   kept from the first ABI (`rill_publish`, `rill_subscribe`,
-//!   `rill_subscribe_batch`, `rill_durable_delete`); handles are opaque,
+//! * Names are `rill_<type>_<verb>`, except the broker-level shorthands
+//!   kept from the first ABI (`rill_publish`, `rill_try_publish`,
+//!   `rill_publish_batch`, `rill_subscribe`, `rill_subscribe_batch`,
+//!   `rill_durable_delete`), the process-wide functions (`rill_version`,
+//!   `rill_last_error`, `rill_set_log_level`, `rill_set_log_callback`) and
+//!   `rill_ack_reason` (of the message being handled); handles are opaque,
 //!   created by `_new` (or `rill_subscribe`) and released by `_free`;
 //!   `_free(NULL)` is a no-op.
 //! * Fallible functions return a `rill_status`; on error the calling thread's

@@ -337,9 +337,9 @@ struct UserData {
 // SAFETY: `rill_subscribe`'s contract makes the caller promise that
 // `user_data` may be used (and freed) from the broker's threads.
 unsafe impl Send for UserData {}
-// SAFETY: shared only between a subscription's handler and its lag
-// callback, which the drainer calls one at a time; the pointer itself is
-// never written.
+// SAFETY: shared only between a subscription's handler, its lag callback
+// and its dead-letter callback, which its drainer calls one at a time (all
+// three from the drain round); the pointer itself is never written.
 unsafe impl Sync for UserData {}
 
 impl UserData {
@@ -451,7 +451,8 @@ unsafe fn subscribe_with(
         Err(_) => unsafe { (&raw const (*o).user_data_free).read_unaligned() },
     };
     // Owns user_data from here on: dropped (freeing it) if anything fails,
-    // else once the handler and the lag callback are both gone.
+    // else once the handler and the lag and dead-letter callbacks are all
+    // gone.
     let user = Arc::new(UserData { ptr: user_data, free });
     boundary(move || {
         let o = read?;

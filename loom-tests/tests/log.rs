@@ -330,3 +330,72 @@ fn the_never_flushers_round_marks_a_segment_sealed_after_the_last_one() {
         std::fs::remove_dir_all(&dir).unwrap();
     });
 }
+
+/// The durable idle trim (issue 44; "A trim nobody publishes for" in
+/// `src/log/dir.rs`) against a sealer, the directory's only second writer.
+/// A durable log whose newest segment is the empty one an early seal left,
+/// behind it an expired sealed segment: one thread applies the age limit
+/// (`expire_as_of(u64::MAX)`: everything has expired), which trims without
+/// a roll while the newest segment is empty; meanwhile a publisher fills
+/// that segment, seals it and rolls. The two exchanges are against the
+/// same directory, so one fails: a trim that loses gives up, a roll that
+/// loses rebuilds from the trim's copy. Whatever the order, nothing is
+/// lost or duplicated: the offsets stay dense, every retained record reads
+/// back, the trim is counted once or not at all, the files on disk are the
+/// retained segments, and reopening finds the same log. With T1 or T2
+/// weakened loom reports the roller reading the trim's directory unordered
+/// with its construction; `.ci/fence-check` requires that.
+#[test]
+fn a_durable_idle_trim_races_a_sealer() {
+    model(|| {
+        let dir = durable_dir();
+        // An age limit of about 31 years: by the wall clock nothing expires
+        // (the rolls' trims read it), while `expire_as_of(u64::MAX)` sees
+        // everything expired.
+        let config =
+            LogConfig { segment_bytes: Some(SEGMENT), retention_ms: Some(1_000_000_000_000), ..LogConfig::default() };
+        let durable = rill::log::DurableLog { dir: dir.clone(), fsync: rill::Fsync::Never, repair: false };
+        let log = Arc::new(Log::open(&config, 0, &durable).unwrap().0);
+        // Segment 0 holds record 0 (a durable segment of 64 bytes holds one
+        // record and its frame); the early seal seals it and rolls to an
+        // empty segment 1, trimming nothing by the wall clock.
+        append(&log, 100);
+        log.expire_as_of(u64::MAX).unwrap();
+        assert_eq!((log.stats().segments, log.first_offset(), log.end_offset()), (2, 0, 1));
+
+        let l = log.clone();
+        let trimmer = thread::spawn(move || l.expire_as_of(u64::MAX).unwrap());
+        // Fills segment 1, then seals it and rolls to segment 2.
+        let a = append(&log, 101);
+        let b = append(&log, 102);
+        trimmer.join().unwrap();
+        assert_eq!((a, b), (1, 2), "dense offsets");
+
+        let stats = log.stats();
+        let first = log.first_offset();
+        // As of the end of time every sealed segment has expired: the trim
+        // takes segment 0, or segments 0 and 1 if it came after the roll
+        // and before record 2 was reserved; a trim that lost takes nothing.
+        assert!(first <= 2, "only sealed segments go: first offset {first}");
+        assert_eq!(stats.trimmed_segments, first, "each trimmed segment counted once");
+        assert_eq!(log.end_offset(), 3);
+        let (seen, missed) = read_until(&mut log.cursor_from_first(), 3);
+        assert_eq!(missed, 0);
+        let expect: Vec<(u64, u64)> = (first..3).map(|o| (o, 100 + o)).collect();
+        assert_eq!(seen, expect, "every retained record, once, intact");
+        drop(log);
+
+        // The files are the retained segments, and an open finds the same log.
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".seg"))
+            .collect();
+        files.sort();
+        assert_eq!(files.len(), stats.segments, "{files:?}");
+        let (log, report) = Log::open(&config, 0, &durable).unwrap();
+        assert_eq!((report.first_offset, report.end_offset, report.truncated_records), (first, 3, 0));
+        drop(log);
+        std::fs::remove_dir_all(&dir).unwrap();
+    });
+}

@@ -1,6 +1,7 @@
 //! A bare subscription on one partition (or two, behind a wildcard), for the
 //! loom models in `loom-tests/tests/signal.rs`, `waiters.rs`, `close.rs` and
-//! `attach.rs`.
+//! `attach.rs`; and the data directory's offsets store ([`OffsetsStore`]),
+//! for `store.rs`.
 //! Only built under `--cfg loom`.
 //!
 //! Everything it drives is the real code: `Partition::publish` (append, the
@@ -431,5 +432,57 @@ impl PoolProbe {
     /// Stops and joins the worker.
     pub fn stop(self) {
         self.pool.stop();
+    }
+}
+
+/// The data directory's offsets store (`store.rs`) on a real directory, for
+/// the group-commit model in `loom-tests/tests/store.rs`: the real
+/// `Store::request` and `Store::wait`, with snapshots that hold one
+/// group's committed offset, the number a test chooses.
+pub struct OffsetsStore {
+    store: super::store::Store,
+    root: std::path::PathBuf,
+}
+
+/// A requested snapshot (`Store::request`'s ticket).
+#[derive(Debug, Clone, Copy)]
+pub struct StoreTicket(super::store::Ticket);
+
+impl std::fmt::Debug for OffsetsStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OffsetsStore").field("root", &self.root).finish()
+    }
+}
+
+impl OffsetsStore {
+    /// Opens (creating it) the data directory `root`, under `Fsync::Never`
+    /// (whether a snapshot is synced is each request's choice).
+    pub fn open(root: &std::path::Path) -> OffsetsStore {
+        let opened = super::store::Store::open(root, crate::log::Fsync::Never, false).expect("a fresh data directory");
+        OffsetsStore { store: opened.store, root: root.to_owned() }
+    }
+
+    /// Numbers a snapshot whose one group has committed offset `n`, as the
+    /// broker does under its control mutex; `sync`: its waiter wants it on
+    /// stable storage.
+    pub fn request(&self, n: u64, sync: bool) -> StoreTicket {
+        StoreTicket(self.store.request(Self::snapshot(n), sync))
+    }
+
+    /// Waits for the snapshot of `ticket` (or a newer one) to be written,
+    /// writing it if no one else is (`Store::wait`).
+    pub fn wait(&self, ticket: StoreTicket) -> crate::error::Result<()> {
+        self.store.wait(ticket.0)
+    }
+
+    /// The committed offset held by the newest valid snapshot on disk (what
+    /// an open would find), or `None` if there is none.
+    pub fn on_disk(&self) -> Option<u64> {
+        let (offsets, _, _) = super::store::read_offsets(&self.root, false).expect("offsets readable");
+        offsets.groups.first().and_then(|(_, _, partitions)| partitions[0])
+    }
+
+    fn snapshot(n: u64) -> super::store::Offsets {
+        super::store::Offsets { groups: vec![("g".into(), "t".into(), vec![Some(n)])], durable: Vec::new() }
     }
 }

@@ -91,6 +91,36 @@
 //! newer one replaced before they were written are never written), so the
 //! slot a write replaces is always the older of the two.
 //!
+//! ## The hand-over, and the steps it needs
+//!
+//! The state (`Commits`) is behind one mutex and changes only under it; the
+//! write itself runs outside it. So there is no memory ordering to get
+//! wrong, but there are three steps without which the hand-over from one
+//! writer to the next loses something. Each is named, left out by
+//! `.ci/fence-check` in turn, and caught by the loom model
+//! `group_commit_hands_over_without_losing_a_snapshot`
+//! (`loom-tests/tests/store.rs`), which runs this code on a real directory
+//! with two committers, one asking for a sync:
+//!
+//! * **G1, the wake.** A waiter that finds a write in flight sleeps on
+//!   `written`. The writer, back under the lock, publishes "written (and
+//!   synced) up to n" and then wakes every waiter, still under the lock, so
+//!   a waiter either saw the new marks before it slept or was asleep when
+//!   the wake came. Without it, a waiter whose snapshot the write covered
+//!   (or that must write the next one) sleeps for ever.
+//! * **G2, the gather keeps a sync.** A newer snapshot replaces the pending
+//!   one and inherits its need to be synced. Without it, a waiter that
+//!   asked for a sync finds its snapshot replaced by a newer one written
+//!   unsynced, "synced" below its number, and nothing pending to write.
+//! * **G3, one writer at a time.** A waiter that finds a write in flight
+//!   does not write. Without it, it would: either the snapshot it needs is
+//!   already in the other writer's hands and nothing is pending to take,
+//!   or it takes a newer one, and since the slot a write replaces is chosen
+//!   from the last write's slot when the snapshot is taken, both writers
+//!   choose the same slot; if the older snapshot's rename landed last, a
+//!   waiter of the newer one would have returned with the older on disk,
+//!   its commit lost.
+//!
 //! # One broker per directory
 //!
 //! `LOCK` is created if missing and locked with `flock(LOCK_EX | LOCK_NB)`.
@@ -100,8 +130,7 @@
 //!
 //! # Why this file is long
 //!
-//! About 670 lines of code and 260 of unit tests. The code is two things
-//! that change together: the snapshot protocol above, and the on-disk
+//! The code is two things that change together: the snapshot protocol above, and the on-disk
 //! formats it writes (frames, `topics.list`, the offsets copies, with their
 //! readers and the checks recovery relies on); a format change without its
 //! writer's and reader's change beside it is how a store loses data. The
@@ -501,7 +530,8 @@ impl Store {
         let seq = c.requested;
         // A pending snapshot not yet written is older: this one replaces it
         // (it holds all it holds), and inherits its need to be synced.
-        let sync_all = sync || c.pending.as_ref().is_some_and(|p| p.sync);
+        // (G2 in the module docs.)
+        let sync_all = sync || (crate::sync::step_kept!("G2") && c.pending.as_ref().is_some_and(|p| p.sync));
         c.pending = Some(Pending { seq, offsets, sync: sync_all });
         Ticket { seq, sync }
     }
@@ -522,7 +552,8 @@ impl Store {
             {
                 return Err(e.clone());
             }
-            if c.writing {
+            // One writer at a time (G3 in the module docs).
+            if c.writing && crate::sync::step_kept!("G3") {
                 c = self.written.wait(c);
                 continue;
             }
@@ -550,7 +581,10 @@ impl Store {
                 }
                 Err(e) => c.failed = Some((p.seq, e)),
             }
-            self.written.notify_all();
+            // Under the lock, after the marks (G1 in the module docs).
+            if crate::sync::step_kept!("G1") {
+                self.written.notify_all();
+            }
         }
     }
 

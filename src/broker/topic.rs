@@ -283,18 +283,17 @@ impl Partition {
     /// [`Partition::publish`], always inlined into its caller: the C ABI's
     /// one-record publish, an exported function that the C program calls,
     /// takes it so that it is one call deep, as a Rust caller's inlined
-    /// `Publisher::publish` is, instead of two (callgrind, C `publisher`
-    /// mode with no subscriber: 362.5 instructions a publish before, 353
-    /// after; docs/PERFORMANCE.md, 3 December).
+    /// `Publisher::publish` is, instead of two (fewer instructions a publish
+    /// under callgrind, the C `publisher` mode with no subscriber; see
+    /// "Counting instructions" in docs/PERFORMANCE.md).
     #[inline(always)]
     pub(crate) fn publish_inlined(&self, record: &Record<'_>, wait: Wait) -> Result<u64, PublishFailure> {
         // The stamp is read before the pin: the pin's locked instruction waits
         // for the previous publish's stores to drain, and a clock read issued
-        // after it waits too, while one issued before overlaps that drain (a
-        // pinned, stamped append into a 256 MiB ring: 40-43 ns with the clock
-        // read first, 47-50 ns with it after the pin, on this project's VM;
-        // this publish with no subscriber, past its retention's first fill:
-        // 41-46 ns, 53-57 ns before).
+        // after it waits too, while one issued before overlaps that drain
+        // (measured by the "pinned into 256 MiB" floor of `rill-bench
+        // --publish-cost` and its no-subscriber row past retention, with the
+        // read before and after the pin).
         let mut timestamp = now_ns();
         let mut guard = epoch::pin();
         loop {

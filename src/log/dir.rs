@@ -44,6 +44,23 @@
 //!   trim only replaces a directory whose newest segment it saw empty and
 //!   that lost segments to age, so this retry happens at most once per
 //!   segment trimmed.
+//!
+//!   Two orderings carry the trim's directory, which is new memory (its
+//!   vector of segments) written by the trimming thread, to whoever
+//!   dereferences it. **T1**: the trim installs it with a `Release`
+//!   exchange, like a roll, so that readers' `Acquire` loads (L2's reader
+//!   side) and a roller's failed exchange see it built. **T2**: the roll's
+//!   and the stall's exchanges fail with `Acquire`, not `Relaxed`, since on
+//!   failure they build their next directory from the one they found,
+//!   which may be the trim's; `Acquire` pairs with T1. (A failed exchange
+//!   that found another roller's directory only drops what it built.) The
+//!   segments themselves need nothing new: every one of them was published
+//!   by the roll that installed it. The loom model
+//!   `a_durable_idle_trim_races_a_sealer` (`loom-tests/tests/log.rs`) races
+//!   the trim against a publisher that fills, seals and rolls the newest
+//!   segment; `.ci/fence-check` requires it to fail with T1 or T2 weakened
+//!   to `Relaxed` (loom then reports the roller reading the trim's
+//!   directory unordered with its construction).
 //! * **A roll that fails.** The sealer may be unable to map the next segment
 //!   (out of memory or address space). It cannot hand its reservation back, so
 //!   instead it publishes a *stalled* copy of the directory: the same segments
@@ -105,9 +122,40 @@ pub(super) struct Dir {
     /// allocated: why (see "A roll that fails" above). Beside `segs`, so the
     /// publishers' check costs no extra cache line.
     pub(super) stalled: Option<Box<Error>>,
+    /// Under loom only: a cell standing for the directory's own memory (the
+    /// vector and the error, plain memory loom cannot see), created with
+    /// it and read by [`Dir::read`] wherever a thread dereferences a
+    /// directory it loaded, so that loom reports a directory read by a
+    /// thread that its installer's exchange did not synchronise with.
+    #[cfg(loom)]
+    built: crate::sync::UnsafeCell<()>,
 }
 
+// SAFETY: under loom the cell above holds `()` and is never written after
+// `Dir::new` (before the directory is shared); it is only read, through
+// loom's checked `with`. The rest of `Dir` is `Send + Sync` on its own.
+#[cfg(loom)]
+unsafe impl Sync for Dir {}
+
 impl Dir {
+    pub(super) fn new(segs: Vec<Arc<Segment>>, stalled: Option<Box<Error>>) -> Dir {
+        Dir {
+            segs,
+            stalled,
+            #[cfg(loom)]
+            built: crate::sync::UnsafeCell::new(()),
+        }
+    }
+
+    /// This directory, for a thread that has just dereferenced a pointer to
+    /// it. Under loom, records the read (see `built`); otherwise nothing.
+    #[inline]
+    pub(super) fn read(&self) -> &Dir {
+        #[cfg(loom)]
+        self.built.with(|_| ());
+        self
+    }
+
     pub(super) fn first_offset(&self) -> u64 {
         self.segs[0].base()
     }
@@ -154,7 +202,7 @@ impl Shared {
         // SAFETY: the directory pointer is set at construction and only ever
         // replaced by another valid one; a replaced directory is retired with
         // `defer_destroy`, so it stays alive while `guard` is pinned.
-        unsafe { self.dir_ptr(guard).deref() }
+        unsafe { self.dir_ptr(guard).deref() }.read()
     }
 
     /// The current directory's pointer (for a compare-exchange against it).
@@ -182,7 +230,7 @@ impl Shared {
         loop {
             let current = self.dir_ptr(guard);
             // SAFETY: as in `dir`: a valid directory, alive while `guard` is pinned.
-            let dir = unsafe { current.deref() };
+            let dir = unsafe { current.deref() }.read();
             if dir.stalled.is_some() {
                 // A roll failed; try it again ourselves (see the module docs).
                 self.install_next(current, guard)?;
@@ -241,7 +289,7 @@ impl Shared {
     #[cold]
     pub(super) fn install_next(&self, current: epoch::Shared<'_, Dir>, guard: &Guard) -> Result<()> {
         // SAFETY: as in `dir`: `current` was loaded under `guard`.
-        let old = unsafe { current.deref() };
+        let old = unsafe { current.deref() }.read();
         let last = old.last();
         let count = last.sealed_count().expect("the newest segment is sealed before its successor is installed");
         let base = last.base() + count;
@@ -264,23 +312,26 @@ impl Shared {
 
         let mut current = current;
         let trimmed = loop {
-            // SAFETY: as in `dir`: `current` was loaded under `guard`.
-            let from = unsafe { current.deref() };
+            // SAFETY: as in `dir`: `current` was loaded under `guard` (or
+            // returned, under it, by the failed exchange below).
+            let from = unsafe { current.deref() }.read();
             let mut segs = Vec::with_capacity(from.segs.len() + 1);
             segs.extend(from.segs.iter().cloned());
             segs.push(next.clone());
             let trim = self.trim_count(&segs, self.expired_before());
             let trimmed: Vec<Arc<Segment>> = segs.drain(..trim).collect();
             // Release: publishes the new segment's initial state (and the seal) to
-            // every Acquire load of the directory. Relaxed on failure: we only drop
-            // what we built (another publisher's roll won, after a stall; or an
-            // idle trim, and we try again).
-            let new = Owned::new(Dir { segs, stalled: None });
+            // every Acquire load of the directory. Acquire on failure (T2): if an
+            // idle trim replaced the directory, we build again from its copy,
+            // which must be seen built (pairs with T1 in `trim_idle`); if
+            // another publisher's roll won, after a stall, we only drop what we
+            // built.
+            let new = Owned::new(Dir::new(segs, None));
             match self.dir.compare_exchange(
                 current,
                 new,
                 crate::sync::ordering_or_weakened!("L2", Ordering::Release),
-                Ordering::Relaxed,
+                crate::sync::ordering_or_weakened!("T2", Ordering::Acquire),
                 guard,
             ) {
                 Ok(_) => break trimmed,
@@ -345,7 +396,7 @@ impl Shared {
         _guard: &'g Guard,
     ) -> Option<epoch::Shared<'g, Dir>> {
         // SAFETY: as in `dir`: `now` was loaded under `_guard` by the exchange.
-        let dir = unsafe { now.deref() };
+        let dir = unsafe { now.deref() }.read();
         (dir.stalled.is_none() && Arc::ptr_eq(dir.last(), last)).then_some(now)
     }
 
@@ -354,24 +405,26 @@ impl Shared {
     #[cold]
     pub(super) fn stall(&self, current: epoch::Shared<'_, Dir>, error: &Error, guard: &Guard) {
         // SAFETY: as in `dir`: `current` was loaded under `guard`.
-        let old = unsafe { current.deref() };
+        let old = unsafe { current.deref() }.read();
         if old.stalled.is_some() {
             return;
         }
         let last = old.last().clone();
         let mut current = current;
         loop {
-            // SAFETY: as in `dir`: `current` was loaded under `guard`.
-            let from = unsafe { current.deref() };
-            let stalled = Owned::new(Dir { segs: from.segs.clone(), stalled: Some(Box::new(error.clone())) });
+            // SAFETY: as in `dir`: `current` was loaded under `guard` (or
+            // returned, under it, by the failed exchange below).
+            let from = unsafe { current.deref() }.read();
+            let stalled = Owned::new(Dir::new(from.segs.clone(), Some(Box::new(error.clone()))));
             // Release: publishes the stalled directory's contents, as in
             // `install_next`. Besides the sealer only an idle trim writes the
-            // directory (see the module docs): then again from its copy.
+            // directory (see the module docs): then again from its copy, hence
+            // Acquire on failure (T2, as in `install_next`).
             match self.dir.compare_exchange(
                 current,
                 stalled,
                 crate::sync::ordering_or_weakened!("L2", Ordering::Release),
-                Ordering::Relaxed,
+                crate::sync::ordering_or_weakened!("T2", Ordering::Acquire),
                 guard,
             ) {
                 Ok(_) => {
@@ -468,7 +521,7 @@ impl Shared {
         let guard = epoch::pin();
         let current = self.dir_ptr(&guard);
         // SAFETY: as in `dir`: a valid directory, alive while `guard` is pinned.
-        let dir = unsafe { current.deref() };
+        let dir = unsafe { current.deref() }.read();
         if dir.stalled.is_some() {
             return Ok(());
         }
@@ -510,21 +563,22 @@ impl Shared {
     /// `expired_before`: as in `expire` (the clock, or a test's time).
     fn trim_idle(&self, current: epoch::Shared<'_, Dir>, expired_before: u64, guard: &Guard) -> Result<()> {
         // SAFETY: as in `dir`: `current` was loaded under `guard`.
-        let old = unsafe { current.deref() };
+        let old = unsafe { current.deref() }.read();
         let trim = self.trim_count(&old.segs, Some(expired_before));
         if trim == 0 {
             return Ok(());
         }
-        let new = Owned::new(Dir { segs: old.segs[trim..].to_vec(), stalled: None });
-        // Release: as in `install_next` (the directory's segments are
-        // published to the Acquire loads in `dir_ptr`). Relaxed on failure:
-        // a publisher's roll won, and it trims too; we only drop our copy.
+        let new = Owned::new(Dir::new(old.segs[trim..].to_vec(), None));
+        // Release (T1): the copy is new memory, published to the Acquire
+        // loads in `dir_ptr` and to a roller whose exchange fails against it
+        // (T2). Relaxed on failure: a publisher's roll won, and it trims
+        // too; we only drop our copy.
         if self
             .dir
             .compare_exchange(
                 current,
                 new,
-                crate::sync::ordering_or_weakened!("L2", Ordering::Release),
+                crate::sync::ordering_or_weakened!("T1", Ordering::Release),
                 Ordering::Relaxed,
                 guard,
             )

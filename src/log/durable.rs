@@ -156,8 +156,9 @@
 //! come back with its next record finds no leader and starts the next round
 //! at once, before the others (woken from the condvar, on a machine with
 //! fewer cores than publishers) have committed theirs. They then wait for the
-//! round after: on a quiet disk (a round about 200 µs) four `Always`
-//! publishers rode about two to a round, and published 2x what one does.
+//! round after: on a quiet, fast disk four `Always` publishers rode about
+//! two to a round, and published only about twice what one does (rill-bench
+//! `--suite persist`: `persist-always-4` against `persist-always`).
 //!
 //! So a publisher's leader may first *gather*. The state keeps the
 //! publishers waiting for durability (`waiting`: in `wait_durable`, their
@@ -167,12 +168,11 @@
 //! released by the round, and comes back with its next record if it keeps
 //! publishing, or still waits. The round's end then removes from `waiting`
 //! those it released, at once: a released publisher that has not run yet
-//! must not count as present (it did, until 1 December, when `waiting` was a
-//! count each publisher lowered only when it next ran; the round's own
-//! leader, back first with its next record, then found `expected` reached
-//! by publishers that were still asleep and started the next round without
-//! them: 189-221 rounds for 600 appends on four threads, release build,
-//! where 150-158 now).
+//! must not count as present (if `waiting` were a count each publisher
+//! lowered only when it next ran, the round's own leader, back first with
+//! its next record, would find `expected` reached by publishers still
+//! asleep and start the next round without them: more rounds for the same
+//! appends; `durable_tests.rs` prints the rounds its group-commit test made).
 //! A leader that finds fewer than `expected` publishers waiting sleeps (on
 //! `round_done`, timed) until `waiting` reaches `expected` (the arrival that
 //! makes it so ends the wait) or until half the smoothed duration of a

@@ -64,9 +64,10 @@
 //!
 //! # Why this file is long
 //!
-//! About 850 lines of code, then its tests: the file format (header, frame,
-//! end mark, where the reservation state lies), the mapping, the preallocation and the recycling of files, and
-//! the test seams that fail creates and syncs. They share one invariant (what
+//! It holds the file format (header, frame, end mark, where the
+//! reservation state lies), the mapping, the preallocation and the
+//! recycling of files, the test seams that fail creates and syncs, and
+//! their tests. They share one invariant (what
 //! bytes a file may hold at each moment of its life, listed under
 //! "Recycling" for every crash state) that recovery depends on, so they are
 //! kept in the file that states it.
@@ -709,10 +710,12 @@ impl FileStorage {
         fields[8..16].copy_from_slice(&used.to_le_bytes());
         fields[16..].copy_from_slice(&complete_crc(base, count, used).to_le_bytes());
         // SAFETY: the header page is written only here, in `create` and in
-        // `reuse` (both before the storage is shared), and `mark_complete` is
-        // called with the partition's sync lock held, so no two writers meet;
-        // the record region, which publishers write concurrently, starts a
-        // page later.
+        // `reuse` (both before the storage is shared), and `mark_complete` has
+        // one caller at a time: a sync round, which runs without the
+        // partition's sync lock but only while it holds the `leader` flag
+        // (one round at a time, `durable.rs`), or the open, which runs before
+        // the log is shared. So no two writers meet; the record region, which
+        // publishers write concurrently, starts a page later.
         unsafe {
             let dst = self.map.as_ptr().cast_mut().add(COUNT_AT);
             std::ptr::copy_nonoverlapping(fields.as_ptr(), dst, fields.len());

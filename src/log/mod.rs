@@ -116,7 +116,7 @@ impl Log {
             shared: Arc::new(Shared {
                 sizes,
                 partition,
-                dir: epoch::Atomic::new(Dir { segs, stalled: None }),
+                dir: epoch::Atomic::new(Dir::new(segs, None)),
                 pool,
                 holds: Mutex::new(Vec::new()),
                 trimmed_segments: AtomicU64::new(0),
@@ -317,7 +317,8 @@ impl Log {
 
     /// Inlined into the single-record append, its error made out of line
     /// (not inlined, it was a call returning its 80-byte `Result` through
-    /// memory, about 34 instructions a publish).
+    /// memory, dozens of instructions a publish; callgrind on
+    /// `examples/hotpath.rs` counts them).
     #[inline]
     fn check_size(&self, record: &Record<'_>) -> Result<usize> {
         let len = record.encoded_len()?;

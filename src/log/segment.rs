@@ -138,10 +138,10 @@
 //!
 //! ## Why this file is long
 //!
-//! It is over the ~600 lines a file aims for because the essay above is a
-//! fifth of it, and the rest is one mechanism: a segment's tail word, slots
-//! and seal, and the pool that hands a rolled-over segment its buffers
-//! (whose recycling depends on when a segment is sealed and trimmed).
+//! It is longer than a file aims to be because of the essay above, and the
+//! rest is one mechanism: a segment's tail word, slots and seal, and the
+//! pool that hands a rolled-over segment its buffers (whose recycling
+//! depends on when a segment is sealed and trimmed).
 
 use std::fmt;
 use std::io;
@@ -176,12 +176,12 @@ const POS_UNIT: u64 = super::record::RECORD_ALIGN as u64;
 /// ahead of time (`Segment::prefetch_ahead`), so that a later append's stores
 /// find it in cache rather than waiting for it from memory when the locked
 /// instructions of that append drain them. Why this far: ten 96-byte records
-/// ahead, a few appends' time for the line to arrive. Measured (a pinned,
-/// stamped minimal append into a 256 MiB ring, this project's VM): no
-/// prefetch 37.7-38.8 ns, 256 B ahead 34.2-36.6, 1 KiB 32.4-34.3, 4 KiB
-/// 32.1-33.3; into a 4 MiB ring, which the caches hold, no difference.
-/// rill's `Publisher::publish` with no subscriber, past its retention's
-/// first fill, alternating builds: 40.1-47.7 ns with it, 44.9-52.7 without.
+/// ahead, a few appends' time for the line to arrive. Nearer than this
+/// gained less, farther gained no more; into a ring the caches hold it
+/// makes no difference, since the line is there already. Measured by the
+/// "minimal log append pinned into 256 MiB" floor of `rill-bench
+/// --publish-cost` (against its 4 MiB ring) and by its no-subscriber row
+/// past retention, alternating builds with and without the prefetch.
 const PREFETCH_AHEAD: u64 = 1024;
 
 /// Largest segment, so the 40-bit byte field cannot carry (see the essay).
@@ -835,7 +835,9 @@ impl Segment {
     /// `prefetch_ahead`). A reader that has
     /// just seen a commit calls it before the bookkeeping that precedes its
     /// read, so the line travels from the publisher's core while that runs
-    /// (see `docs/PERFORMANCE.md`, "The delivery side's latency"). Only the
+    /// (the `latency` scenario of rill-bench measures it; the dated study is
+    /// "latency: the delivery side of one-way latency" in
+    /// `docs/archive/performance-notebook-2026.md`). Only the
     /// first line: a later one may hold the start of the next record, which
     /// a publisher is about to write, and a copy of it here would cost that
     /// write an invalidation.

@@ -7,9 +7,9 @@
 //!
 //! On a shared VM the two vCPUs may sit on neighbouring cores one minute and
 //! on distant ones the next: on the VM this project is measured on, the
-//! cross-core ping-pong went from 62-65 ns to 324-356 ns and back within
-//! seconds, and every one-to-one system (rill, crossbeam, the bare log)
-//! lost two thirds of its throughput while it was high. A pair whose two
+//! cross-core ping-pong moved between two levels several times apart
+//! within seconds, and every one-to-one system (rill, crossbeam, the bare
+//! log) lost most of its throughput while it was high. A pair whose two
 //! runs saw different states compares the machines, not the systems. So a
 //! short ping-pong is taken before each run of a pair and after its second
 //! ([`MachineState`]), each comparison keeps the state of every pair, and
@@ -94,8 +94,8 @@ pub struct MachineState {
 }
 
 /// A pair whose probes differ by more than this factor ran in more than one
-/// machine state (the two states seen here differ by about 5x; a probe's
-/// own spread within one state is a few percent).
+/// machine state (two states seen on a shared VM differ several times
+/// over; a probe's own spread within one state is a few percent).
 pub const STATE_SPREAD: f64 = 1.5;
 /// Rounds of the ping-pong taken around each run, and each round's length:
 /// about 10 ms a probe, against runs of half a second.

@@ -36,8 +36,8 @@
 //! peer: the readers' counts). rill's side used to sleep in `wait_all_idle`
 //! instead; a publisher woken from that came back late, after the pool's
 //! workers had gone to sleep too, and its call paid for waking them, a cost
-//! the peer, whose readers were polled for, never had (1,081 ns against
-//! crossbeam's 787 then). The wait between calls is not timed: each call is
+//! the peer, whose readers were polled for, never had (rill's row read
+//! slower than crossbeam's then). The wait between calls is not timed: each call is
 //! timed on its own with `rill::clock::now_ns` (the time-stamp counter), and
 //! the cost of the two clock reads, measured the same way in the same loop,
 //! is subtracted. Fewer messages are run (a hundredth, 1,000 to 20,000),
@@ -344,7 +344,7 @@ const FLOOR_RING: usize = 4 << 20;
 /// once its retention has been filled and it recycles its segments: the
 /// floor of rill's rows past their retention. Its rows on a new topic also
 /// pay for faulting their pages in (in 2 MiB pages where the kernel has
-/// them: in 4 KiB ones, this floor read 70-155 ns instead of about 45).
+/// them: in 4 KiB ones this floor reads far higher, and varies more).
 const FLOOR_RETAINED: usize = rill::log::DEFAULT_RETENTION_BYTES as usize;
 
 /// The floors under a publish on this machine, each `repeats` times, `steps`

@@ -1,6 +1,6 @@
 //! Named scenarios and the suites that group them. The goals set for rill are
 //! not here: the tool reports rill and its peers, and the goals sit beside the
-//! measured figures in `docs/PERFORMANCE.md`.
+//! latest report run's figures in `docs/PERFORMANCE.md`.
 
 use serde::Serialize;
 

@@ -12,12 +12,15 @@
 //!
 //! # Why this file is long
 //!
-//! About 670 lines: the round, the batch, the per-batch catch of handler
-//! panics, the dedicated thread's spin-then-park loop and the ack deadline's
-//! two hooks are the hot path of delivery, and each per-message step was
-//! measured against the others (`docs/PERFORMANCE.md`); keeping them in one
-//! file keeps what runs per message readable in one place. Settling
-//! (`settle.rs`), signalling (`signal.rs`) and closing (`close.rs`) are out.
+//! It holds the hot path of delivery and the idle policy that decides when
+//! it runs: the round, the batch, the per-batch catch of handler panics,
+//! the lag limit's enforcement, and the pool drain's linger and the
+//! dedicated thread's spin, nap and park. Each per-message step was
+//! measured against the others (the `one-to-one` scenarios of rill-bench
+//! and `examples/parts.rs`), so what runs per message is kept readable in
+//! one place. Settling (`settle.rs`), signalling (`signal.rs`), closing
+//! (`close.rs`), the ack deadline (`deadline.rs`) and the run wait
+//! (`run_wait.rs`) are out.
 
 use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -78,11 +81,11 @@ fn naps_after_park(parked: Duration) {
 /// run of records meanwhile, which the next round takes as one batch.
 ///
 /// Why this long: lingering is spin-then-block, and spinning for about what
-/// blocking costs (the futex wait and wake, the context switches: a few
-/// microseconds on the VMs rill is measured on) bounds what the spin can
-/// waste, when nothing comes, at the cost of the block it might have saved.
-/// It is bounded by time rather than by pauses, since a `pause` takes from
-/// about 9 ns to over 40 ns across x86 processors.
+/// blocking costs (the futex wait and wake, the context switches) bounds
+/// what the spin can waste, when nothing comes, at the cost of the block
+/// it might have saved. It is bounded by time rather than by pauses, since
+/// the time a `pause` takes differs several times over across x86
+/// processors.
 #[cfg(not(loom))]
 const LINGER_NS: u64 = 2_000;
 /// The most `spin_loop` hints between two looks while lingering.
@@ -130,14 +133,14 @@ impl GrowingWait {
 /// going idle to this drain's start, lasted at most this long.
 ///
 /// Why: where messages come further apart than a linger, each linger is
-/// spent in vain (`examples/fanthreads.rs ... pool`: at 100 k msgs/s,
-/// lingering after every drain cost 3.5-3.7 µs of process CPU per message
-/// against 3.1-3.3 µs; at 1 k and 10 k msgs/s the difference was inside the
-/// measurement's spread). Worse, with 8 idle subscriptions woken by each
-/// publish (`rill-bench --publish-cost`), lingering after every drain took
-/// a publish from 1.4-1.7 µs to 2.1-8.2 µs; the likely reason (inferred,
-/// not traced) is that on cores the workers share with the publishers, a
-/// woken worker that lingers holds the core of the publisher it waits for.
+/// spent in vain: it adds process CPU per message at rates where messages
+/// come further apart than a linger (`examples/fanthreads.rs ... pool`
+/// measures it). Worse, with 8 idle subscriptions woken by each publish
+/// (the "8 idle" case of `rill-bench --publish-cost`), lingering after
+/// every drain made each publish slower and far less predictable; the
+/// likely reason (inferred, not traced) is that on cores the workers share
+/// with the publishers, a woken worker that lingers holds the core of the
+/// publisher it waits for.
 /// So a subscription woken long after it went idle drains without
 /// lingering. The spell measured includes the wake-up itself (the
 /// publisher's push, the worker's turn), so the bound is two lingers:
@@ -409,8 +412,8 @@ impl SubCore {
         let mut backoff = Backoff::new();
         // Looks made: the run-wait's sample is whether one of the first two
         // found work, the second one pause after the first, as a lingering
-        // pool drain's first look is (the first one, made at once, found
-        // work in 14% of rounds with the publisher flat out).
+        // pool drain's first look is (the first one, made at once, finds
+        // work too rarely to tell a publisher ahead from one that is not).
         #[cfg(not(loom))]
         let mut looks = 0u32;
         while !backoff.is_completed() {

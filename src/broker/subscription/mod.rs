@@ -19,11 +19,21 @@
 //!   runs, which calls that would wait for their own handler look at.
 //! * `options.rs`: the values a subscriber chooses and sees.
 //!
+//! * `run_wait.rs`: the run-wait policy: how long a drain that keeps
+//!   finding the publisher ahead of it waits for a run of records before it
+//!   takes them (not built under loom).
+//!
 //! This file holds the public face: the statistics and the
-//! [`Subscription`] handle. The parts depend on each other in one
-//! direction only (`state` <- `signal` <- `core` <- `close` <- `settle` <-
-//! `drain` <- this file); `tests/structure.rs` checks that no file imports
-//! one that imports it back.
+//! [`Subscription`] handle. The parts import each other in one direction
+//! only: `state`, `options`, `in_handler` and `run_wait` import no other
+//! part; `signal` imports `state`; `core` imports those five; `close`,
+//! `settle` and `deadline` import `core` and leaves below it; `drain`
+//! imports `core`, `settle`, `signal` and leaves; this file imports
+//! `core`, `options` and `state`. `tests/structure.rs` checks that no file
+//! imports one that imports it back. Two calls still go back up without an
+//! import, because `impl SubCore` is spread over the files of its
+//! mechanisms: `core.rs`'s timer and pool jobs call `SubCore::run`
+//! (in `drain.rs`) and `SubCore::check_ack_deadline` (in `deadline.rs`).
 
 mod close;
 mod core;

@@ -17,12 +17,12 @@
 /// the pin) waits for. A drain that waits until the record this far ahead
 /// is committed looks at one slot a line or two ahead of the publisher and
 /// then reads lines it has finished with; once it has taken the run, it
-/// leaves the head to the next round ([`RunWait::stops_chase`]). Measured with
-/// `rill-bench --scenario one-to-one,mpsc-4 --pairs 3` (pool, `Block` lag
-/// 4096, alternating builds), waiting for a run to the end of the linger:
-/// one-to-one 10.9-11.4 M msgs/s against 5.8-6.0 M taking each record at
-/// once, mpsc-4 10.4-11.1 M against 6.8-7.5 M; with the same run but the
-/// wait cut to 1 µs, 8.1 M; a run of 16, 9.5 M; 64 or 128, no better.
+/// leaves the head to the next round ([`RunWait::stops_chase`]). Why 32:
+/// a shorter run, or the same run with a shorter wait, leaves the drain
+/// close enough to the head to keep reading the publisher's lines, and a
+/// longer one gains nothing more. Measured by rill-bench's `one-to-one`
+/// and `mpsc-4` scenarios (`--scenario one-to-one,mpsc-4 --pairs 3`, pool,
+/// `Block` lag 4096), alternating builds with and without the wait.
 pub(super) const LINGER_RUN: u64 = 32;
 
 /// The run a drain waits for: [`LINGER_RUN`], or half the subscription's
@@ -40,20 +40,24 @@ fn run_len(lag_limit: Option<u64>) -> u64 {
 /// moving average over about [`RUN_WAIT_WEIGHT`] lingers) above which a
 /// drain waits for runs ([`RunWait`]).
 ///
-/// Why a third: on the pool with one subscriber, the first look (one pause
-/// after a round caught up) found work in 41% of lingers with the
-/// publisher flat out and 9% at 3 M msgs/s, taking each record at once;
-/// waiting for runs, 41-43% flat out and at 6 M msgs/s, 21-23% at 3 M.
+/// Why a third: on the pool with one subscriber, the share of first looks
+/// (one pause after a round caught up) that find work is well above a
+/// third with the publisher flat out, and well below it at rates the drain
+/// keeps up with, whether it waits for runs or not; a third lies between.
+/// Measured with rill-bench's `one-to-one` scenario, flat out and with
+/// `--rate` (`-p 1 -s 1 --rate N`).
 const RUN_WAIT_ABOVE: u32 = 1024 / 3;
 /// The moving average's weight: each linger moves it by 1/64 of the way,
 /// so about 26 first looks in a row that find work turn the wait on.
 ///
-/// Why this slow: at 3 M msgs/s a drain falls behind now and then (a
-/// preemption, a burst from the publisher) and its next few rounds find
-/// work at once. With 1/16 (7 such rounds turn it on) those bursts turned
-/// the wait on: a dedicated subscriber's p90 latency went from 445-531 ns
-/// to 1.19-1.62 µs; with 1/64, 397-465 ns, and the pool's 390-392 ns.
-/// Flat out, the average settles at the same share either way.
+/// Why this slow: at a rate the drain keeps up with, it still falls behind
+/// now and then (a preemption, a burst from the publisher) and its next few
+/// rounds find work at once. A faster average (1/16: 7 such rounds turn it
+/// on) let those bursts turn the wait on, and a dedicated subscriber's
+/// tail latency rose several times over; with 1/64 it stays where it is
+/// without the wait. Flat out, the average settles at the same share
+/// either way. Measured with `rill-bench -p 1 -s 1 --rate N` (the p90 of
+/// its latency histogram), pool and `--dedicated`.
 const RUN_WAIT_WEIGHT: u32 = 64;
 
 /// A round that delivered at least this many messages after each
@@ -66,19 +70,19 @@ const RUN_WAIT_WEIGHT: u32 = 64;
 /// committed, so a drain on the publisher's heels chases it inside the
 /// round and ends caught up; one pause later, its first look usually finds
 /// nothing. One subscriber with the default options on the pool, its
-/// handler summing the 64-byte payload (`ffi/examples/rust_baseline.rs`,
-/// 2 M messages): rounds of about 15 messages, fewer than 1 linger in 100
-/// waiting for runs, 5.6-10.6 M msgs/s; with this, 11.9-14.0 M
-/// (`rill-bench --work touch` one-to-one: 5.1-5.8 M before, 10.0-12.1 M
-/// after, pool and dedicated). At 3 M msgs/s 1.4% of rounds reached 4
-/// messages, at full speed 77%.
+/// handler summing the payload, made rounds of a dozen or so messages and
+/// almost never waited for a run, at about half the rate it reaches with
+/// this (`ffi/examples/rust_baseline.rs`, and rill-bench's `one-to-one`
+/// with `--work touch`, pool and dedicated). Why 4: flat out most rounds
+/// reach it, at rates the drain keeps up with almost none do.
 ///
 /// Why after the first batch: what a round finds waiting when it starts
 /// is not chasing, and after a wait for a run it is the whole run. Counted
 /// over the whole round, every round after a wait counted as chased, so
-/// the wait, once on, kept itself on: at 3 M msgs/s (`rill-bench -p 1 -s 1
-/// --rate 3000000`) the p50 latency went from 216 ns to 1.43 µs. Counted
-/// after the first batch, 212-224 ns. Each partition's first batch, not
+/// the wait, once on, kept itself on, and at rates the drain keeps up with
+/// the median latency rose to about the linger (`rill-bench -p 1 -s 1
+/// --rate N`); counted after the first batch, it stays as it is without
+/// the wait. Each partition's first batch, not
 /// the round's: a round over several partitions finds a little waiting in
 /// each at rates it keeps up with, and none of that is chasing either.
 const CHASED_ROUND: usize = 4;
@@ -88,24 +92,22 @@ const CHASED_ROUND: usize = 4;
 /// partitions together, halves [`RunWait`]'s average: two in a row turn
 /// the wait off even when every first look found work, and then about ten
 /// first looks that find work bring it back above [`RUN_WAIT_ABOVE`].
-/// With a run of 32 and a linger of 2 µs: records coming at under about
-/// 4 M msgs/s.
+/// With a run of [`LINGER_RUN`] and the linger's length (`LINGER_NS`,
+/// `drain.rs`): records coming at under a quarter of a run per linger.
 ///
 /// Why: the average measures how often the drain finds the publisher
 /// ahead, not whether a run comes within the linger, and the two part
 /// when a subscription reads several partitions. Its looks cover them all,
-/// but a run must come in one: one pool subscriber of 4 partitions at 2 M
-/// msgs/s (`rill-bench -p 1 -s 1 --partitions 4 --rate 2000000`) waited in
-/// 312,641 lingers, 312,603 of them to the end, about one record a
-/// partition each time, for a p50 latency of 1.1-2.0 µs at 2-3 M msgs/s
-/// (262-305 ns with this). Expiry alone is not the signal: flat out, 66%
-/// of waits expired too (226,409 of 344,118 in `--scenario one-to-one
-/// --pairs 3`), each with most of its run there, and halving on every
-/// expiry took one-to-one from 11.6-12.5 M msgs/s to 7.4-7.7 M and mpsc-4
-/// from 10.8-11.8 M to 8.5-8.8 M. Counted per partition (a quarter of the
-/// run in one of them), it also cost 4 partitions flat out 9% (8.6-8.9 M
-/// msgs/s to 7.9-8.1 M), where records come fast in all of them together
-/// and slowly in each.
+/// but a run must come in one: one pool subscriber of 4 partitions at a
+/// moderate rate (`rill-bench -p 1 -s 1 --partitions 4 --rate N`) waited
+/// almost every linger to its end, about one record a partition each
+/// time, and its median latency became the linger's. Expiry alone is not
+/// the signal: flat out, most waits expire too, each with most of its run
+/// there, and halving on every expiry took back most of what the wait
+/// gains in the `one-to-one` and `mpsc-4` scenarios. Counted per partition
+/// (a quarter of the run in one of them), it also cost 4 partitions flat
+/// out, where records come fast in all of them together and slowly in
+/// each.
 const STARVED_WAIT: u64 = 4;
 
 /// Whether a drain waits for a run of [`LINGER_RUN`] records before it
@@ -116,15 +118,14 @@ const STARVED_WAIT: u64 = 4;
 /// work at their first look (the publisher was ahead again before the
 /// drain had paused once) or follow a round that chased the publisher
 /// ([`CHASED_ROUND`]). Why: waiting delays the records it waits
-/// behind, by up to the linger (2 µs): at 3 M msgs/s on the pool, waiting
-/// after every round put the p50 latency at 1.45 µs against 0.21-0.25 µs,
-/// and a rate the drain keeps up with gains nothing from it. At 6 M msgs/s,
-/// which one subscriber taking each record at once did not keep up with
-/// (5.46 M), waiting kept up (p50 1.4 µs). On the pool only drains that
+/// behind, by up to the linger: waiting after every round put the median
+/// latency at about the linger at rates the drain keeps up with, which
+/// gain nothing from it, while at a rate one subscriber taking each record
+/// at once cannot keep up with, waiting keeps up. On the pool only drains that
 /// linger wait, so a subscription woken after a long idle spell never does.
-/// A dedicated drainer (default policy) waited for runs the same way:
-/// one-to-one 13.6-14.4 M msgs/s against 5.6-6.3 M, p50 latency at 3 M
-/// msgs/s 161-175 ns against 172-184 ns.
+/// A dedicated drainer (default policy) waits for runs the same way.
+/// Measured with rill-bench's `one-to-one` and `one-to-one-dedicated`
+/// scenarios, flat out and with `--rate N` for latency.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct RunWait {
     /// The moving average of first looks that found work, in 1/1024ths.
@@ -197,33 +198,24 @@ impl RunWait {
     /// are the record at the head, whose index and data lines the publisher
     /// is still writing: the tail of every such round is the chase the
     /// wait was to end. Left for the next round, the tail becomes part of
-    /// the next run. Alternating builds on 4 December (without this, then
-    /// with it):
-    ///
-    /// * one-to-one taken apart (`examples/parts.rs`, 6 rounds each of 4 M
-    ///   messages), ns a message together: pool 70.0 (61.2-73.0) against
-    ///   56.7 (52.1-63.6), dedicated 63.6 (56.7-64.9) against 56.1
-    ///   (44.3-64.4); a publish alone is 30-50;
-    /// * `rill-bench`, 3 pairs, in the fast state: one-to-one 15.6 M against
-    ///   17.6 M msgs/s (0.48x and 0.57x bare-log), dedicated 16.6 M against
-    ///   21.8 M (0.53x, 0.63x), mpsc-4 16.1 M against 16.9 M (0.52x,
-    ///   0.62x), fan-out-8 with a thread each 6.02 M against 6.13 M.
+    /// the next run. Measured by one-to-one taken apart
+    /// (`examples/parts.rs`, the cost a message of publish and drain
+    /// together) and by rill-bench's `one-to-one`, `one-to-one-dedicated`,
+    /// `mpsc-4` and `fan-out-8-threads` scenarios, alternating builds
+    /// without and with it: it lowered the first and raised the others.
     ///
     /// What it costs: the tail waits for the next run, or for the linger's
     /// end, so at rates where the wait is on and bursts bring a whole run,
-    /// latency rises. One subscriber at 6 M msgs/s (`-p 1 -s 1 --rate
-    /// 6000000`, 5 alternating runs each): p50 1.58-1.68 µs against
-    /// 1.70-2.18 µs on the pool, 1.74-1.88 µs against 1.95-3.20 µs on a
-    /// dedicated thread. At 1 M and 3 M msgs/s, where the wait is mostly
-    /// off, the p50s stayed within each other's spread (3 M, pool: 187-887
-    /// ns against 188-230 ns).
+    /// latency may rise; `rill-bench -p 1 -s 1 --rate N` (pool, and
+    /// `--dedicated`) measures it. Where the wait is mostly off, the
+    /// median latencies stayed within each other's spread.
     ///
     /// Why only after a run: a first batch shorter than a run came from a
     /// wait that expired or from records found at once, at a rate the wait
     /// does not pay at; stopping there too would leave every round's tail
     /// to a linger's end. (A first version that stopped after any first
-    /// batch, at 3 M msgs/s on the pool in one pair of runs: p50 681 ns
-    /// against 215 ns, p90 5.3 µs against 339 ns.)
+    /// batch tripled the median latency on the pool at a rate the drain
+    /// keeps up with, `rill-bench -p 1 -s 1 --rate N`.)
     pub(super) fn stops_chase(&self, first_batch: usize) -> bool {
         self.waits() && first_batch as u64 >= self.run
     }
@@ -344,10 +336,10 @@ mod tests {
         assert!(!w.waits(), "a burst of busy looks is not a trend");
         look(&mut w, &[true], 2 * weight);
         assert!(w.waits(), "the publisher is ahead at every look");
-        // Flat out, 41-45% of first looks found work: still waiting.
+        // Flat out, well over a third of first looks find work: still waiting.
         look(&mut w, &[true, false], 4 * weight);
         assert!(w.waits(), "half the looks find work");
-        // At 3 M msgs/s, 5-9% (taking records at once) to 23% (waiting).
+        // At rates the drain keeps up with, well under a third.
         let one_in_ten = [true, false, false, false, false, false, false, false, false, false];
         look(&mut w, &one_in_ten, weight);
         assert!(!w.waits(), "one look in ten finds work");

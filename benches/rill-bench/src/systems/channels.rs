@@ -48,10 +48,11 @@ pub fn run_flume<P: Payload>(shape: &Shape, env: &Env) -> Outcome {
 /// `send` has one call site, as in a user's loop, and the harness and the
 /// plain loop (`plain.rs`) share this code, so the self-check compares the
 /// same send. It does not settle which of its two states one-to-one
-/// crossbeam runs in here (the ring full and the sender waiting, 30-45 M
-/// msgs/s, or the ring empty and the receiver waiting on the sender's line,
-/// 7-13 M): that changes from build to build with the code around the loop
-/// (docs/PERFORMANCE.md).
+/// crossbeam runs in here (the ring full and the sender waiting, the fast
+/// one, or the ring empty and the receiver waiting on the sender's line,
+/// several times slower): that changes from build to build with the code
+/// around the loop (the plain-loop self-check of each comparison shows
+/// which; see "How a comparison is made" in docs/PERFORMANCE.md).
 #[inline(always)]
 pub(crate) fn send_each<P: Clone, Tx>(txs: &[Tx], m: P, send: impl Fn(&Tx, P) -> bool) -> bool {
     let mut m = Some(m);
