@@ -592,6 +592,9 @@ class _Handle:
     """A C handle with idempotent close, context-manager support and __del__."""
 
     _ptr: int | None = None
+    # A handle whose close() closed it without freeing it (see Broker.close):
+    # freed by __del__, once no call can be running through it.
+    _closed_ptr: int | None = None
     # Set in a child of fork() on every handle it inherited (see _forget_inherited).
     _inherited = False
 
@@ -630,8 +633,11 @@ class _Handle:
         self.close()
 
     def __del__(self) -> None:
-        try:  # noqa: SIM105 - at interpreter exit contextlib may be gone already
+        try:
             self.close()
+            ptr, self._closed_ptr = self._closed_ptr, None
+            if ptr:
+                self._free(ptr)
         except Exception:  # noqa: BLE001 - never raise from __del__ (e.g. at interpreter exit)
             pass
 
@@ -979,6 +985,22 @@ class Broker(_Handle):
         self._publishers_lock = threading.Lock()
         self._stops: weakref.WeakSet[_Stop] = weakref.WeakSet()
         _live_brokers.add(self)
+
+    def close(self) -> None:
+        """Closes the broker: its subscriptions and consumers (their calls
+        then raise :class:`Closed`), its threads, and its data directory,
+        which another broker can open at once. Idempotent.
+
+        Other threads may be inside calls on it meanwhile (a publish waiting
+        for a ``block`` subscriber, :class:`rill.aio.Publisher`'s thread):
+        those calls, and any later ones, raise :class:`Closed`. So the
+        memory behind the C handles is freed only when this object goes
+        away, when no call can still be running through it."""
+        ptr, self._ptr = self._ptr, None
+        if ptr:
+            _stop_coroutine_handlers(self)
+            lib.rill_broker_close(ptr)
+            self._closed_ptr = ptr
 
     def _free(self, ptr: int) -> None:
         _stop_coroutine_handlers(self)
@@ -1490,6 +1512,7 @@ def _forget_inherited() -> None:
     for handle in list(_live_handles):
         handle._inherited = True
         handle._ptr = None
+        handle._closed_ptr = None
         if isinstance(handle, Broker):
             # Publishing goes through the cached publishers, not _handle().
             handle._publishers = {}

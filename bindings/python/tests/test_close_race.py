@@ -1,0 +1,90 @@
+"""Closing a broker while other threads are inside calls on it.
+
+Broker.close used to free the cached C publishers (and the broker) at once,
+while another thread could still be inside a publish through one of them: a
+use-after-free. Now close() closes, and the C handles are freed when the
+Broker object goes away, when no call can be running through it any more.
+"""
+
+import threading
+import time
+from collections.abc import Callable
+
+import rill
+
+ROUNDS = 20
+THREADS = 3
+LAG_LIMIT = 4
+
+
+def _wait_for(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.001)
+
+
+def _publishers(b: rill.Broker, errors: list[BaseException]) -> list[threading.Thread]:
+    def run() -> None:
+        try:
+            while True:
+                b.publish("t", b"x")
+        except rill.Closed:
+            return
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(THREADS)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_closing_a_broker_while_threads_publish_ends_their_publishes_with_closed() -> None:
+    for _ in range(ROUNDS):
+        b = rill.Broker(worker_threads=1)
+        b.create_topic("t")
+        errors: list[BaseException] = []
+        threads = _publishers(b, errors)
+        _wait_for(lambda b=b: b.topic_stats("t").publish_count >= 1000, "publishes")
+        b.close()
+        for t in threads:
+            t.join(10)
+            assert not t.is_alive()
+        assert errors == []
+        # Still closed, and still safe, after the close.
+        try:
+            b.publish("t", b"late")
+        except rill.Closed:
+            pass
+        else:
+            raise AssertionError("a publish after close succeeded")
+
+
+def test_closing_a_broker_while_a_publish_waits_for_a_block_subscriber() -> None:
+    b = rill.Broker(worker_threads=1, publish_timeout=None)
+    b.create_topic("t")
+    release = threading.Event()
+    handled = threading.Event()
+
+    def slow(_m: rill.Message) -> None:
+        handled.set()
+        release.wait(10)
+
+    sub = b.subscribe("t", slow, overflow="block", lag_limit=LAG_LIMIT)
+    b.publish("t", b"first")
+    handled.wait(10)
+    errors: list[BaseException] = []
+    threads = _publishers(b, errors)
+    # Once the subscriber's lag reaches its limit, every further publish
+    # waits for room behind the blocked handler.
+    _wait_for(lambda: b.topic_stats("t").publish_count >= LAG_LIMIT, "the lag limit")
+    closer = threading.Thread(target=b.close)
+    closer.start()
+    release.set()
+    closer.join(10)
+    for t in threads:
+        t.join(10)
+        assert not t.is_alive(), "a publish stayed blocked after the broker closed"
+    assert errors == []
+    sub.close()
