@@ -46,7 +46,7 @@ def test_closing_a_broker_while_threads_publish_ends_their_publishes_with_closed
         b.create_topic("t")
         errors: list[BaseException] = []
         threads = _publishers(b, errors)
-        _wait_for(lambda b=b: b.topic_stats("t").publish_count >= 1000, "publishes")
+        _wait_for(lambda: b.topic_stats("t").publish_count >= 1000, "publishes")  # noqa: B023 - called at once
         b.close()
         for t in threads:
             t.join(10)
