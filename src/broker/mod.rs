@@ -357,7 +357,7 @@ impl Broker {
     ///
     /// // A subscriber that may fall at most one message behind, and is stuck.
     /// let (release, stuck) = mpsc::channel::<()>();
-    /// let options = SubscriptionOptions { overflow: Overflow::Block, lag_limit: Some(1), ..SubscriptionOptions::default() };
+    /// let options = SubscriptionOptions { overflow: Overflow::Block, lag_limit: Some(1), ..Default::default() };
     /// let sub = broker.subscribe("orders", options, move |_| {
     ///     stuck.recv().ok();
     ///     Ack::Success

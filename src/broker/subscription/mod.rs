@@ -249,7 +249,8 @@ impl Subscription {
     /// # let broker = Broker::new(BrokerConfig::default())?;
     /// # broker.create_topic("orders", &TopicOptions::default())?;
     ///
-    /// let options = SubscriptionOptions { filter: Some(r#"attributes.region = "IN""#.into()), ..SubscriptionOptions::default() };
+    /// let filter = Some(r#"attributes.region = "IN""#.to_owned());
+    /// let options = SubscriptionOptions { filter, ..SubscriptionOptions::default() };
     /// let sub = broker.subscribe("orders", options, |_| Ack::Success)?;
     /// broker.publish("orders", &Record::new(b"o-1").with_attributes(&[("region", "IN")]))?;
     /// broker.publish("orders", &Record::new(b"o-2").with_attributes(&[("region", "EU")]))?;

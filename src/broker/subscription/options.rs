@@ -91,9 +91,9 @@ impl RetryBackoff {
     /// use std::time::Duration;
     /// use rill::RetryBackoff;
     ///
-    /// let backoff = RetryBackoff { initial: Duration::from_millis(10), max: Duration::from_millis(50), multiplier: 2.0 };
+    /// let ms = Duration::from_millis;
+    /// let backoff = RetryBackoff { initial: ms(10), max: ms(50), multiplier: 2.0 };
     /// let waits: Vec<Duration> = (1..=4).map(|attempt| backoff.delay(attempt)).collect();
-    /// let ms = |n| Duration::from_millis(n);
     /// assert_eq!(waits, [ms(10), ms(20), ms(40), ms(50)]);
     /// # Ok::<(), rill::Error>(())
     /// ```
