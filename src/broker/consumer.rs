@@ -106,6 +106,23 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// How a new consumer group starts reading (a group with committed offsets
 /// resumes from them instead), how long a member may go without polling,
 /// and what becomes of a message that keeps failing.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use rill::{ConsumerOptions, ConsumerStart, Record};
+/// # use rill::{Broker, BrokerConfig, TopicOptions};
+/// # let broker = Broker::new(BrokerConfig::default())?;
+/// # broker.create_topic("orders", &TopicOptions::default())?;
+///
+/// broker.publish("orders", &Record::new(b"old"))?;
+/// let options = ConsumerOptions { start: ConsumerStart::Latest, max_attempts: 3, ..ConsumerOptions::default() };
+/// let mut consumer = broker.consumer("billing", "orders", options)?;
+/// broker.publish("orders", &Record::new(b"new"))?;
+/// assert_eq!(consumer.poll(10, Duration::from_secs(5))?[0].payload(), b"new");
+/// # Ok::<(), rill::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerOptions {
     /// Where to start in partitions without a committed offset. Default: the

@@ -106,6 +106,28 @@ impl RetryBackoff {
 
 /// How a subscription behaves. `Default` gives an anonymous, at-least-once
 /// subscription from the latest message.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use rill::{Ack, DeliveryMode, Record, StartPosition, SubscriptionOptions};
+/// # use rill::{Broker, BrokerConfig, TopicOptions};
+/// # let broker = Broker::new(BrokerConfig::default())?;
+/// # broker.create_topic("orders", &TopicOptions::default())?;
+///
+/// broker.publish("orders", &Record::new(b"before"))?;
+/// let options = SubscriptionOptions {
+///     name: Some("audit".into()),
+///     start: StartPosition::Earliest,
+///     delivery: DeliveryMode::AtMostOnce,
+///     ..SubscriptionOptions::default()
+/// };
+/// let sub = broker.subscribe("orders", options, |_| Ack::Success)?;
+/// assert!(sub.wait_idle(Duration::from_secs(5))?);
+/// assert_eq!(sub.stats().delivered, 1); // it started at the oldest message
+/// # Ok::<(), rill::Error>(())
+/// ```
 #[derive(Clone, Default)]
 pub struct SubscriptionOptions {
     /// A durable name; `None` for an anonymous subscription.
