@@ -348,8 +348,8 @@ impl Broker {
     /// # Examples
     ///
     /// ```
-    /// use std::sync::mpsc;
-    /// use std::time::Duration;
+    /// # use std::sync::mpsc;
+    /// # use std::time::Duration;
     /// use rill::{Ack, Error, Overflow, Record, SubscriptionOptions};
     /// # use rill::{Broker, BrokerConfig, TopicOptions};
     /// # let broker = Broker::new(BrokerConfig::default())?;

@@ -312,13 +312,9 @@ impl Cursor {
     /// # Examples
     ///
     /// ```
-    /// use rill::log::{Log, LogConfig, MIN_SEGMENT_BYTES, Record};
+    /// use rill::log::{Log, LogConfig, Record};
     ///
-    /// let config = LogConfig {
-    ///     segment_bytes: Some(MIN_SEGMENT_BYTES),
-    ///     retention_bytes: Some(2 * MIN_SEGMENT_BYTES as u64),
-    ///     ..LogConfig::default()
-    /// };
+    /// let config = LogConfig { segment_bytes: Some(4096), retention_bytes: Some(8192), ..LogConfig::default() };
     /// let log = Log::new(&config)?;
     /// let mut cursor = log.cursor_from_first();
     /// assert_eq!(cursor.take_lag(), None);

@@ -634,14 +634,10 @@ impl Log {
     /// # Examples
     ///
     /// ```
-    /// use rill::log::{Lagged, Log, LogConfig, MIN_SEGMENT_BYTES, Record};
+    /// use rill::log::{Lagged, Log, LogConfig, Record};
     ///
     /// // Two small segments retained: older records are trimmed.
-    /// let config = LogConfig {
-    ///     segment_bytes: Some(MIN_SEGMENT_BYTES),
-    ///     retention_bytes: Some(2 * MIN_SEGMENT_BYTES as u64),
-    ///     ..LogConfig::default()
-    /// };
+    /// let config = LogConfig { segment_bytes: Some(4096), retention_bytes: Some(8192), ..LogConfig::default() };
     /// let log = Log::new(&config)?;
     /// for _ in 0..200 {
     ///     log.append(&Record::new(&[7; 100]))?;
@@ -825,13 +821,9 @@ impl Log {
     /// # Examples
     ///
     /// ```
-    /// use rill::log::{Log, LogConfig, MIN_SEGMENT_BYTES, Record};
+    /// use rill::log::{Log, LogConfig, Record};
     ///
-    /// let config = LogConfig {
-    ///     segment_bytes: Some(MIN_SEGMENT_BYTES),
-    ///     retention_messages: Some(10),
-    ///     ..LogConfig::default()
-    /// };
+    /// let config = LogConfig { segment_bytes: Some(4096), retention_messages: Some(10), ..LogConfig::default() };
     /// let log = Log::new(&config)?;
     /// assert_eq!(log.first_offset(), 0);
     /// for _ in 0..200 {
