@@ -40,6 +40,14 @@ fn clock() -> &'static Clock {
 }
 
 /// Calibrates the clock now, so the first publish does not pay for it.
+///
+/// # Examples
+///
+/// ```
+/// rill::clock::warm_up(); // at start-up, before the first publish
+/// assert!(rill::clock::now_ns() > 0);
+/// # Ok::<(), rill::Error>(())
+/// ```
 pub fn warm_up() {
     #[cfg(not(loom))]
     clock();
@@ -48,6 +56,18 @@ pub fn warm_up() {
 /// Nanoseconds since the Unix epoch, from the clock rill stamps every
 /// message with: compare a message's `timestamp_ns()` with this to measure
 /// publish-to-handler latency on the same clock.
+///
+/// # Examples
+///
+/// ```
+/// use rill::clock::now_ns;
+///
+/// let (first, second) = (now_ns(), now_ns());
+/// assert!(first <= second); // never backwards within a process
+/// // Nanoseconds since the Unix epoch, as a message's `timestamp_ns()`: after 2020.
+/// assert!(second > 1_577_836_800 * 1_000_000_000);
+/// # Ok::<(), rill::Error>(())
+/// ```
 #[inline]
 pub fn now_ns() -> u64 {
     #[cfg(not(loom))]

@@ -170,6 +170,18 @@ impl Error {
     }
 
     /// An [`Error::Io`] for the operation on `path` that failed with `error`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io;
+    /// use rill::Error;
+    ///
+    /// let error = Error::io("/data/orders", &io::Error::from(io::ErrorKind::PermissionDenied));
+    /// assert!(matches!(&error, Error::Io { kind: io::ErrorKind::PermissionDenied, .. }));
+    /// assert!(error.to_string().starts_with("I/O error on /data/orders"));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn io(path: impl Into<std::path::PathBuf>, error: &std::io::Error) -> Error {
         Error::Io { path: path.into(), kind: error.kind(), message: error.to_string() }
     }
@@ -247,6 +259,18 @@ impl From<PublishFailure> for Error {
 /// The message of a caught panic's payload (`panic!` with a literal or a
 /// formatted message), for reporting it: a handler's panic becomes a retry
 /// reason, and the C ABI's panic boundary puts it in `rill_last_error`.
+///
+/// # Examples
+///
+/// ```
+/// use rill::panic_message;
+///
+/// let literal = std::panic::catch_unwind(|| panic!("stuck")).unwrap_err();
+/// assert_eq!(panic_message(&*literal), "stuck");
+/// let formatted = std::panic::catch_unwind(|| panic!("order {} failed", 42)).unwrap_err();
+/// assert_eq!(panic_message(&*formatted), "order 42 failed");
+/// # Ok::<(), rill::Error>(())
+/// ```
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()

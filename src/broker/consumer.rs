@@ -113,6 +113,23 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// How a new consumer group starts reading (a group with committed offsets
 /// resumes from them instead), how long a member may go without polling,
 /// and what becomes of a message that keeps failing.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use rill::{ConsumerOptions, ConsumerStart, Record};
+/// # use rill::{Broker, BrokerConfig, TopicOptions};
+/// # let broker = Broker::new(BrokerConfig::default())?;
+/// # broker.create_topic("orders", &TopicOptions::default())?;
+///
+/// broker.publish("orders", &Record::new(b"old"))?;
+/// let options = ConsumerOptions { start: ConsumerStart::Latest, max_attempts: 3, ..ConsumerOptions::default() };
+/// let mut consumer = broker.consumer("billing", "orders", options)?;
+/// broker.publish("orders", &Record::new(b"new"))?;
+/// assert_eq!(consumer.poll(10, Duration::from_secs(5))?[0].payload(), b"new");
+/// # Ok::<(), rill::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerOptions {
     /// Where to start in partitions without a committed offset. Default: the
@@ -252,14 +269,64 @@ pub struct Polled<'a> {
 
 impl<'a> Polled<'a> {
     /// The topic.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish("orders", &Record::new(b"o-1"))?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// let batch = consumer.poll(10, Duration::from_secs(5))?;
+    /// assert_eq!(batch[0].topic(), "orders");
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn topic(&self) -> &'a str {
         self.topic
     }
     /// Its partition.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record, TopicOptions};
+    /// # use rill::{Broker, BrokerConfig};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    ///
+    /// broker.create_topic("orders", &TopicOptions::with_partitions(4))?;
+    /// let at = broker.publish("orders", &Record::new(b"o-1").with_key(b"customer-7"))?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// let batch = consumer.poll(10, Duration::from_secs(5))?;
+    /// assert_eq!((batch[0].partition(), batch[0].offset()), (at.partition, at.offset));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn partition(&self) -> u32 {
         self.partition
     }
     /// The underlying record view.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish("orders", &Record::new(b"o-1").with_attributes(&[("region", "IN")]))?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// let batch = consumer.poll(10, Duration::from_secs(5))?;
+    /// let record = batch[0].record();
+    /// assert_eq!((record.offset(), record.payload()), (0, &b"o-1"[..]));
+    /// assert_eq!(record.attribute("region"), Some("IN"));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn record(&self) -> RecordView<'a> {
         self.record
     }
@@ -503,11 +570,37 @@ impl Consumer {
     }
 
     /// The topic it reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::ConsumerOptions;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(consumer.topic(), "orders");
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn topic(&self) -> &str {
         &self.core.topic.name
     }
 
     /// The group it belongs to.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::ConsumerOptions;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(consumer.group(), "billing");
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn group(&self) -> &str {
         &self.core.group
     }
@@ -515,6 +608,25 @@ impl Consumer {
     /// The partitions this member owns now, ascending (empty if the group
     /// has more members than partitions, or it was expelled and has not
     /// called since). Asks the group, so it sees a rebalance at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{ConsumerOptions, TopicOptions};
+    /// # use rill::{Broker, BrokerConfig};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    ///
+    /// broker.create_topic("orders", &TopicOptions::with_partitions(4))?;
+    /// let first = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(first.assignment(), [0, 1, 2, 3]);
+    ///
+    /// // A second member of the group takes half of the partitions.
+    /// let second = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// let (a, b) = (first.assignment(), second.assignment());
+    /// assert_eq!((a.len(), b.len()), (2, 2));
+    /// assert!(a.iter().all(|p| !b.contains(p)));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn assignment(&self) -> Vec<u32> {
         self.host.assignment(&self.core).map(|a| a.partitions).unwrap_or_default()
     }
@@ -557,6 +669,27 @@ impl Consumer {
     /// take turns to come first. A rebalance is picked up here. With a
     /// ready hook ([`Consumer::set_ready_hook`]), a poll that returns
     /// nothing leaves the bell armed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2"), Record::new(b"o-3")])?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// let batch = consumer.poll(2, Duration::from_secs(5))?;
+    /// assert_eq!(batch.iter().map(|m| m.payload()).collect::<Vec<_>>(), [b"o-1", b"o-2"]);
+    /// let batch = consumer.poll(2, Duration::from_secs(5))?;
+    /// assert_eq!(batch.iter().map(|m| m.offset()).collect::<Vec<_>>(), [2]);
+    ///
+    /// // Nothing more to read: an empty batch once the timeout passes.
+    /// assert!(consumer.poll(2, Duration::from_millis(1))?.is_empty());
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn poll(&mut self, max: usize, timeout: Duration) -> Result<Vec<Polled<'_>>> {
         // Before every look below (`check_open` included), so a change
         // those looks miss rings the bell ("The bell" in `waiters.rs`).
@@ -681,6 +814,27 @@ impl Consumer {
     /// committed (the new owner reads them again from the group's committed
     /// offset) and the call fails with `Reassigned` naming them, once; the
     /// other partitions are committed all the same.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(consumer.poll(1, Duration::from_secs(5))?.len(), 1);
+    /// consumer.commit()?;
+    /// consumer.close();
+    ///
+    /// // The group's next member starts after what was committed.
+    /// let mut next = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(next.poll(10, Duration::from_secs(5))?[0].payload(), b"o-2");
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn commit(&mut self) -> Result<()> {
         self.check_open()?;
         self.sync()?;
@@ -713,6 +867,25 @@ impl Consumer {
 
     /// Commits `offset` for one partition it owns (not past the end);
     /// `Reassigned` if the group gave the partition to another member.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2"), Record::new(b"o-3")])?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(consumer.poll(10, Duration::from_secs(5))?.len(), 3);
+    /// // Only the first message was handled for good.
+    /// consumer.commit_offset(0, 1)?;
+    /// assert_eq!(consumer.committed(0)?, 1);
+    /// assert_eq!(consumer.position(0)?, 3);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn commit_offset(&mut self, partition: u32, offset: u64) -> Result<()> {
         self.check_open()?;
         self.sync()?;
@@ -746,6 +919,28 @@ impl Consumer {
     /// its own; `OutOfRange` for an offset it has not polled or retention
     /// trimmed. If the dead-letter topic cannot take it (`Full`, `Timeout`),
     /// the error is returned and nothing is skipped: nack it again.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// let options = ConsumerOptions { max_attempts: 2, ..ConsumerOptions::default() };
+    /// let mut consumer = broker.consumer("billing", "orders", options)?;
+    /// let wait = Duration::from_secs(5);
+    /// assert_eq!(consumer.poll(1, wait)?[0].offset(), 0);
+    /// assert!(!consumer.nack(0, 0)?); // the first failure: o-1 comes again
+    /// assert_eq!(consumer.poll(1, wait)?[0].offset(), 0);
+    /// assert!(consumer.nack(0, 0)?); // the second: o-1 goes to `$dlq/billing`
+    /// assert_eq!(consumer.poll(1, wait)?[0].offset(), 1);
+    /// assert_eq!(broker.topic_stats("$dlq/billing")?.publish_count, 1);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn nack(&mut self, partition: u32, offset: u64) -> Result<bool> {
         self.check_open()?;
         self.sync()?;
@@ -790,6 +985,23 @@ impl Consumer {
 
     /// Moves one partition's position to `offset`, which must be retained
     /// (`Reassigned` for a partition it does not own).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Error, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2"), Record::new(b"o-3")])?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// consumer.seek(0, 2)?;
+    /// assert_eq!(consumer.poll(10, Duration::from_secs(5))?[0].payload(), b"o-3");
+    /// assert!(matches!(consumer.seek(0, 4), Err(Error::OutOfRange { .. })));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn seek(&mut self, partition: u32, offset: u64) -> Result<()> {
         self.check_open()?;
         self.sync()?;
@@ -803,6 +1015,25 @@ impl Consumer {
     /// every retained message moves to the oldest one, a time after all of
     /// them to the end (never `OutOfRange`). `O(log segments + log records
     /// in one segment)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// let newest = consumer.poll(10, Duration::from_secs(5))?[1].timestamp_ns();
+    /// consumer.seek_to_time(0, newest + 1)?; // after every message: the end
+    /// assert_eq!(consumer.position(0)?, 2);
+    /// consumer.seek_to_time(0, 0)?; // before every message: the oldest
+    /// assert_eq!(consumer.position(0)?, 0);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn seek_to_time(&mut self, partition: u32, timestamp_ns: u64) -> Result<()> {
         self.check_open()?;
         self.sync()?;
@@ -818,6 +1049,24 @@ impl Consumer {
     }
 
     /// Moves every partition it owns to its oldest retained message.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(consumer.poll(10, Duration::from_secs(5))?.len(), 2);
+    /// consumer.seek_to_beginning()?;
+    /// assert_eq!(consumer.position(0)?, 0);
+    /// assert_eq!(consumer.poll(10, Duration::from_secs(5))?.len(), 2);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn seek_to_beginning(&mut self) -> Result<()> {
         self.check_open()?;
         self.sync()?;
@@ -826,6 +1075,23 @@ impl Consumer {
     }
 
     /// Moves every partition it owns past its newest message.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"old-1"), Record::new(b"old-2")])?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// consumer.seek_to_end()?; // skip the backlog
+    /// broker.publish("orders", &Record::new(b"new"))?;
+    /// assert_eq!(consumer.poll(10, Duration::from_secs(5))?[0].payload(), b"new");
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn seek_to_end(&mut self) -> Result<()> {
         self.check_open()?;
         self.sync()?;
@@ -836,6 +1102,27 @@ impl Consumer {
     /// Moves every partition it owns back to the group's committed offset
     /// (or, where nothing was committed, leaves it), so uncommitted messages
     /// are polled again.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(consumer.poll(1, Duration::from_secs(5))?.len(), 1);
+    /// consumer.commit()?;
+    /// assert_eq!(consumer.poll(1, Duration::from_secs(5))?[0].payload(), b"o-2");
+    /// // Handling o-2 failed: go back to what the group committed.
+    /// consumer.rollback()?;
+    /// assert_eq!(consumer.position(0)?, 1);
+    /// assert_eq!(consumer.poll(1, Duration::from_secs(5))?[0].payload(), b"o-2");
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn rollback(&mut self) -> Result<()> {
         self.check_open()?;
         self.sync()?;
@@ -851,6 +1138,23 @@ impl Consumer {
 
     /// The next offset `poll` will return from `partition` (`Reassigned` if
     /// it does not own it, as far as its last call knew).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(consumer.position(0)?, 0);
+    /// consumer.poll(10, Duration::from_secs(5))?;
+    /// assert_eq!(consumer.position(0)?, 2);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn position(&self, partition: u32) -> Result<u64> {
         self.check_open()?;
         Ok(self.owned(partition)?.cursor.offset())
@@ -858,6 +1162,24 @@ impl Consumer {
 
     /// The group's committed offset for `partition`, or `NotFound` if nothing
     /// was committed yet.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Error, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish("orders", &Record::new(b"o-1"))?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert!(matches!(consumer.committed(0), Err(Error::NotFound(_))));
+    /// consumer.poll(10, Duration::from_secs(5))?;
+    /// consumer.commit()?;
+    /// assert_eq!(consumer.committed(0)?, 1);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn committed(&self, partition: u32) -> Result<u64> {
         self.check_open()?;
         if partition as usize >= self.parts.len() {
@@ -869,11 +1191,43 @@ impl Consumer {
     }
 
     /// Number of partitions of the topic (not only those it owns).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{ConsumerOptions, TopicOptions};
+    /// # use rill::{Broker, BrokerConfig};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    ///
+    /// broker.create_topic("orders", &TopicOptions::with_partitions(3))?;
+    /// let consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(consumer.partitions(), 3);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn partitions(&self) -> u32 {
         self.parts.len() as u32
     }
 
     /// Counters, and the group's lag over all partitions.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// consumer.poll(1, Duration::from_secs(5))?;
+    /// consumer.commit()?;
+    /// let stats = consumer.stats();
+    /// assert_eq!((stats.group.as_str(), stats.delivered, stats.lag), ("billing", 1, 1));
+    /// assert_eq!(stats.partitions[0].committed, Some(1));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn stats(&self) -> ConsumerStats {
         let committed = self.host.committed(&self.core);
         let partitions: Vec<GroupPartition> = self
@@ -912,6 +1266,25 @@ impl Consumer {
     /// Closes the consumer: it leaves its group, whose other members take
     /// its partitions from the group's committed offsets. Uncommitted
     /// positions are not saved. Idempotent.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Error, TopicOptions};
+    /// # use rill::{Broker, BrokerConfig};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    ///
+    /// broker.create_topic("orders", &TopicOptions::with_partitions(2))?;
+    /// let mut first = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// let second = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(second.assignment().len(), 1);
+    /// first.close();
+    /// // The other member takes over the partitions the closed one had.
+    /// assert_eq!(second.assignment(), [0, 1]);
+    /// assert!(matches!(first.poll(10, Duration::from_millis(1)), Err(Error::Closed(_))));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn close(&mut self) {
         if std::mem::replace(&mut self.released, true) {
             return;

@@ -97,6 +97,24 @@ use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Arc, Mutex, Name};
 
 /// How a broker runs.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use rill::{Broker, BrokerConfig, Record};
+///
+/// let config = BrokerConfig {
+///     worker_threads: Some(2),
+///     auto_create_topics: true,
+///     publish_timeout: Some(Duration::from_secs(1)),
+///     ..BrokerConfig::default()
+/// };
+/// let broker = Broker::new(config)?;
+/// broker.publish("orders", &Record::new(b"o-1"))?; // created on first publish
+/// assert_eq!(broker.topics(), ["orders"]);
+/// # Ok::<(), rill::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerConfig {
     /// Threads in the shared pool that drains subscriptions; `None` uses one

@@ -62,6 +62,19 @@ pub struct Filter {
 
 impl Filter {
     /// Parses a filter; errors carry the byte position and the reason.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Error, Filter};
+    ///
+    /// let filter = Filter::parse(r#"attributes.region = "IN" AND NOT attributes:test"#)?;
+    /// assert_eq!(filter.as_str(), r#"attributes.region = "IN" AND NOT attributes:test"#);
+    /// // One level cannot mix AND and OR: the error gives the byte position.
+    /// let mixed = Filter::parse(r#"attributes:a AND attributes:b OR attributes:c"#);
+    /// assert!(matches!(mixed, Err(Error::InvalidFilter { .. })));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn parse(text: &str) -> Result<Filter> {
         let mut p = Parser { src: text, pos: 0, depth: 0 };
         p.skip_ws();
@@ -77,12 +90,38 @@ impl Filter {
     }
 
     /// True if a message with these attributes passes the filter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Filter;
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let filter = Filter::parse(r#"hasPrefix(attributes.region, "eu-")"#)?;
+    /// let log = Log::new(&LogConfig::default())?;
+    /// log.append(&Record::new(b"a").with_attributes(&[("region", "eu-west")]))?;
+    /// log.append(&Record::new(b"b").with_attributes(&[("region", "us-east")]))?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let batch = cursor.read_batch(2).expect("nothing was trimmed");
+    /// let passed: Vec<bool> = batch.iter().map(|r| filter.matches(r.attributes())).collect();
+    /// assert_eq!(passed, [true, false]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn matches(&self, attributes: Attributes<'_>) -> bool {
         self.expr.eval(&attributes)
     }
 
     /// The filter as written.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Filter;
+    ///
+    /// assert_eq!(Filter::parse("attributes:region")?.as_str(), "attributes:region");
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn as_str(&self) -> &str {
         &self.text
     }

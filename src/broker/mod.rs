@@ -167,6 +167,27 @@ pub struct Broker {
 
 impl Broker {
     /// Starts a broker: its worker pool and retry timer.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Broker, BrokerConfig, Record, TopicOptions};
+    ///
+    /// # let dir = std::env::temp_dir().join(format!("rill-doctest-broker-new-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// let config = BrokerConfig { data_dir: Some(dir.clone()), ..BrokerConfig::default() };
+    /// let broker = Broker::new(config.clone())?;
+    /// broker.create_topic("orders", &TopicOptions::default())?;
+    /// broker.publish("orders", &Record::new(b"o-1"))?;
+    /// drop(broker);
+    ///
+    /// // Opened again on the same directory, the broker has the topic and its message.
+    /// let broker = Broker::new(config)?;
+    /// assert_eq!(broker.topic_stats("orders")?.publish_count, 1);
+    /// # drop(broker);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn new(config: BrokerConfig) -> Result<Broker> {
         let workers = match config.worker_threads {
             Some(0) => return Err(Error::InvalidArgument("worker_threads must be at least 1".into())),
@@ -235,12 +256,36 @@ impl Broker {
 
     /// Creates a topic. Names are `/`-separated non-empty segments, at most
     /// 255 bytes, without NUL or `*`; names starting with `$` are reserved.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Broker, BrokerConfig, Error, TopicOptions};
+    ///
+    /// let broker = Broker::new(BrokerConfig::default())?;
+    /// broker.create_topic("shop/orders", &TopicOptions::with_partitions(4))?;
+    /// assert_eq!(broker.topic_stats("shop/orders")?.partitions.len(), 4);
+    /// assert!(matches!(broker.create_topic("shop/orders", &TopicOptions::default()), Err(Error::TopicExists(_))));
+    /// assert!(matches!(broker.create_topic("shop/*", &TopicOptions::default()), Err(Error::InvalidTopic { .. })));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn create_topic(&self, name: &str, options: &TopicOptions) -> Result<()> {
         names::validate_user_topic(name)?;
         self.inner().create_topic(name, options).map(drop)
     }
 
     /// The names of all topics, sorted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// broker.create_topic("payments", &TopicOptions::default())?;
+    /// broker.create_topic("orders", &TopicOptions::default())?;
+    /// assert_eq!(broker.topics(), ["orders", "payments"]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn topics(&self) -> Vec<String> {
         let mut v: Vec<String> = self.inner().topics.load().keys().map(|k| k.to_string()).collect();
         v.sort_unstable();
@@ -258,18 +303,72 @@ impl Broker {
     /// full and the call did not wait. Waits for other subscribers are
     /// unchanged. Every publish call that waits (`publish_timeout`,
     /// `publish_batch`, [`Publisher`]) does the same.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Position, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let first = broker.publish("orders", &Record::new(b"o-1"))?;
+    /// let second = broker.publish("orders", &Record::new(b"o-2").with_key(b"customer-7"))?;
+    /// assert_eq!(first, Position { partition: 0, offset: 0 });
+    /// assert_eq!(second, Position { partition: 0, offset: 1 });
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn publish(&self, topic: &str, record: &Record<'_>) -> Result<Position> {
         self.publish_with(topic, record, self.inner().default_wait())
     }
 
     /// Like [`Broker::publish`], waiting at most `timeout` for room.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::Record;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// // No `Block` subscriber is at its limit, so this does not wait.
+    /// let at = broker.publish_timeout("orders", &Record::new(b"o-1"), Duration::from_millis(100))?;
+    /// assert_eq!(at.offset, 0);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn publish_timeout(&self, topic: &str, record: &Record<'_>, timeout: Duration) -> Result<Position> {
         self.publish_with(topic, record, Wait::For(Some(timeout)))
     }
 
     /// Like [`Broker::publish`], but fails at once with `Full` instead of
     /// waiting for a `Block` subscriber.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::sync::mpsc;
+    /// # use std::time::Duration;
+    /// use rill::{Ack, Error, Overflow, Record, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// // A subscriber that may fall at most one message behind, and is stuck.
+    /// let (release, stuck) = mpsc::channel::<()>();
+    /// let options = SubscriptionOptions { overflow: Overflow::Block, lag_limit: Some(1), ..Default::default() };
+    /// let sub = broker.subscribe("orders", options, move |_| {
+    ///     stuck.recv().ok();
+    ///     Ack::Success
+    /// })?;
+    /// broker.try_publish("orders", &Record::new(b"o-1"))?;
+    /// assert!(matches!(broker.try_publish("orders", &Record::new(b"o-2")), Err(Error::Full(_))));
+    /// release.send(()).ok();
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn try_publish(&self, topic: &str, record: &Record<'_>) -> Result<Position> {
         self.publish_with(topic, record, Wait::No)
     }
@@ -300,12 +399,42 @@ impl Broker {
     /// each partition's share is appended with one reservation per segment,
     /// in input order. Every message is checked before any is published.
     /// Waits for `Block` subscribers like [`Broker::publish`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Record;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let records = [Record::new(b"o-1"), Record::new(b"o-2"), Record::new(b"o-3")];
+    /// let positions = broker.publish_batch("orders", &records)?;
+    /// let offsets: Vec<u64> = positions.iter().map(|p| p.offset).collect();
+    /// assert_eq!(offsets, [0, 1, 2]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn publish_batch(&self, topic: &str, records: &[Record<'_>]) -> Result<Vec<Position>> {
         let t = self.inner().topic_for_publish(topic)?;
         publish_batch_to(&t, records, self.inner().default_wait())
     }
 
     /// A handle that publishes to one topic without looking it up each time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Record;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let orders = broker.publisher("orders")?;
+    /// for i in 0..3u64 {
+    ///     assert_eq!(orders.publish(&Record::new(b"order"))?.offset, i);
+    /// }
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn publisher(&self, topic: &str) -> Result<Publisher> {
         let t = self.inner().topic_for_publish(topic)?;
         Ok(Publisher { broker: self.inner().clone(), topic: t })
@@ -313,6 +442,28 @@ impl Broker {
 
     /// Subscribes `handler` to every topic matching `pattern` (now and
     /// later). See [`SubscriptionOptions`] for what can be chosen.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use rill::{Ack, Record, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("shop/orders", &TopicOptions::default())?;
+    ///
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = seen.clone();
+    /// let sub = broker.subscribe("shop/*", SubscriptionOptions::default(), move |m| {
+    ///     sink.lock().unwrap().push((m.topic().to_owned(), m.payload().to_vec()));
+    ///     Ack::Success
+    /// })?;
+    /// broker.publish("shop/orders", &Record::new(b"o-1"))?;
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    /// assert_eq!(*seen.lock().unwrap(), [("shop/orders".to_owned(), b"o-1".to_vec())]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn subscribe<F>(&self, pattern: &str, options: SubscriptionOptions, handler: F) -> Result<Subscription>
     where
         F: FnMut(&Message<'_>) -> Ack + Send + 'static,
@@ -330,6 +481,28 @@ impl Broker {
     /// next call. Cheaper per message when a call has a fixed cost (a
     /// foreign-language callback). Redeliveries, dead letters and filters
     /// work as for [`Broker::subscribe`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use rill::{Record, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let offsets = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = offsets.clone();
+    /// let sub = broker.subscribe_batch("orders", SubscriptionOptions::default(), move |messages, _acks| {
+    ///     sink.lock().unwrap().extend(messages.iter().map(|m| m.offset()));
+    ///     messages.len() // every message handled; the acks stay `Success`
+    /// })?;
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    /// assert_eq!(*offsets.lock().unwrap(), [0, 1]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn subscribe_batch<F>(&self, pattern: &str, options: SubscriptionOptions, handler: F) -> Result<Subscription>
     where
         F: FnMut(&[Message<'_>], &mut [Ack]) -> usize + Send + 'static,
@@ -341,6 +514,24 @@ impl Broker {
     /// divides the topic's partitions among its live members (any number);
     /// a partition starts from the group's committed offset, or where
     /// `options` says if it has none. See [`Consumer`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish("orders", &Record::new(b"o-1"))?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// let batch = consumer.poll(10, Duration::from_secs(5))?;
+    /// assert_eq!(batch.len(), 1);
+    /// assert_eq!(batch[0].payload(), b"o-1");
+    /// consumer.commit()?;
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn consumer(&self, group: &str, topic: &str, options: ConsumerOptions) -> Result<Consumer> {
         let inner = self.inner();
         names::validate_group(group)?;
@@ -365,6 +556,27 @@ impl Broker {
 
     /// A consumer group's committed offsets and lag on `topic`, whether or
     /// not a consumer of it is live (`NotFound` if the group never consumed it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(consumer.poll(1, Duration::from_secs(5))?.len(), 1);
+    /// consumer.commit()?;
+    /// consumer.close();
+    ///
+    /// let stats = broker.group_stats("billing", "orders")?;
+    /// assert_eq!(stats.partitions[0].committed, Some(1));
+    /// assert_eq!(stats.lag, 1);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn group_stats(&self, group: &str, topic: &str) -> Result<GroupStats> {
         let inner = self.inner();
         let t = inner.topic(topic)?;
@@ -393,6 +605,22 @@ impl Broker {
 
     /// A snapshot of every live subscription (closed ones are gone), sorted
     /// by name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Ack, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let options = SubscriptionOptions { name: Some("audit".into()), ..SubscriptionOptions::default() };
+    /// let _audit = broker.subscribe("orders", options, |_| Ack::Success)?;
+    /// let subs = broker.subscriptions();
+    /// assert_eq!(subs.len(), 1);
+    /// assert_eq!((subs[0].name.as_str(), subs[0].pattern.as_str()), ("audit", "orders"));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn subscriptions(&self) -> Vec<SubscriptionStats> {
         let subs: Vec<Arc<subscription::SubCore>> = self.inner().control.lock().subs.values().cloned().collect();
         // Stats are taken without the control lock: they lock each
@@ -404,6 +632,19 @@ impl Broker {
 
     /// Every consumer group's `(group, topic)` pair the broker keeps offsets
     /// for (live consumer or not), sorted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::ConsumerOptions;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let _billing = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(broker.groups(), [("billing".to_owned(), "orders".to_owned())]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn groups(&self) -> Vec<(String, String)> {
         let mut v: Vec<(String, String)> =
             self.inner().control.lock().groups.keys().map(|(g, t)| (g.clone(), t.to_string())).collect();
@@ -430,6 +671,22 @@ impl Broker {
     ///   delete leaves the topic either whole or gone (see `store.rs`).
     ///
     /// A topic created again under the name is a new one, from offset 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Error, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let orders = broker.publisher("orders")?;
+    /// broker.delete_topic("orders")?;
+    /// assert!(broker.topics().is_empty());
+    /// assert!(matches!(orders.publish(&Record::new(b"late")), Err(Error::NoSuchTopic(_))));
+    /// assert!(matches!(broker.delete_topic("orders"), Err(Error::NoSuchTopic(_))));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn delete_topic(&self, name: &str) -> Result<()> {
         self.inner().delete_topic(name)
     }
@@ -437,6 +694,23 @@ impl Broker {
     /// Forgets a durable subscription's saved position, so the name starts
     /// afresh next time. `Busy` while a subscription of that name is live,
     /// `NotFound` if none saved a position.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Ack, Error, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let options = SubscriptionOptions { name: Some("audit".into()), ..SubscriptionOptions::default() };
+    /// let audit = broker.subscribe("orders", options, |_| Ack::Success)?;
+    /// assert!(matches!(broker.delete_durable("audit"), Err(Error::Busy(_))));
+    /// audit.close();
+    /// broker.delete_durable("audit")?;
+    /// assert!(matches!(broker.delete_durable("audit"), Err(Error::NotFound(_))));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn delete_durable(&self, name: &str) -> Result<()> {
         self.inner().delete_durable(name)
     }
@@ -444,11 +718,47 @@ impl Broker {
     /// Forgets a consumer group's committed offsets on `topic`. `Busy` while
     /// the group has a live consumer of it, `NotFound` if it has no offsets
     /// there.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Error, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish("orders", &Record::new(b"o-1"))?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// consumer.poll(10, Duration::from_secs(5))?;
+    /// consumer.commit()?;
+    /// assert!(matches!(broker.delete_group("billing", "orders"), Err(Error::Busy(_))));
+    /// consumer.close();
+    /// broker.delete_group("billing", "orders")?;
+    /// assert!(matches!(broker.group_stats("billing", "orders"), Err(Error::NotFound(_))));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn delete_group(&self, group: &str, topic: &str) -> Result<()> {
         self.inner().delete_group(group, topic)
     }
 
     /// Size and progress of a topic.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Record, TopicOptions};
+    /// # use rill::{Broker, BrokerConfig};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    ///
+    /// broker.create_topic("orders", &TopicOptions::with_partitions(2))?;
+    /// let at = broker.publish("orders", &Record::new(b"o-1").with_key(b"customer-7"))?;
+    /// let stats = broker.topic_stats("orders")?;
+    /// assert_eq!(stats.publish_count, 1);
+    /// assert_eq!(stats.partitions.len(), 2);
+    /// assert_eq!(stats.partitions[at.partition as usize].next_offset, 1);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn topic_stats(&self, topic: &str) -> Result<TopicStats> {
         let t = self.inner().topic(topic)?;
         let partitions: Vec<PartitionStats> = t
@@ -483,11 +793,37 @@ impl Broker {
     /// Closes the broker: every subscription is closed (waiting for handler
     /// calls in flight, except the caller's own), the worker threads stop, and
     /// any later call through any handle fails with `Closed`. Idempotent.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Error, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let handle = broker.clone();
+    /// broker.close();
+    /// assert!(matches!(handle.publish("orders", &Record::new(b"late")), Err(Error::Closed(_))));
+    /// broker.close(); // idempotent
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn close(&self) {
         self.inner().close();
     }
 
     /// True once closed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::{Broker, BrokerConfig};
+    /// let broker = Broker::new(BrokerConfig::default())?;
+    /// assert!(!broker.is_closed());
+    /// broker.close();
+    /// assert!(broker.is_closed());
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn is_closed(&self) -> bool {
         self.inner().is_closed()
     }
@@ -512,12 +848,40 @@ pub struct Publisher {
 
 impl Publisher {
     /// Publishes one message; see [`Broker::publish`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Position, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let orders = broker.publisher("orders")?;
+    /// assert_eq!(orders.publish(&Record::new(b"o-1"))?, Position { partition: 0, offset: 0 });
+    /// assert_eq!(orders.publish(&Record::new(b"o-2"))?, Position { partition: 0, offset: 1 });
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn publish(&self, record: &Record<'_>) -> Result<Position> {
         Ok(self.publish_with::<false>(record, self.broker.default_wait())?)
     }
 
     /// Publishes one message without waiting; see [`Broker::try_publish`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Record;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let orders = broker.publisher("orders")?;
+    /// // No `Block` subscriber is at its limit, so this succeeds at once.
+    /// assert_eq!(orders.try_publish(&Record::new(b"o-1"))?.offset, 0);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn try_publish(&self, record: &Record<'_>) -> Result<Position> {
         Ok(self.publish_with::<false>(record, Wait::No)?)
     }
@@ -559,6 +923,21 @@ impl Publisher {
     }
 
     /// Publishes many messages; see [`Broker::publish_batch`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Record;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let orders = broker.publisher("orders")?;
+    /// let positions = orders.publish_batch(&[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// assert_eq!(positions.iter().map(|p| p.offset).collect::<Vec<_>>(), [0, 1]);
+    /// assert!(orders.publish_batch(&[])?.is_empty());
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn publish_batch(&self, records: &[Record<'_>]) -> Result<Vec<Position>> {
         self.broker.check_open()?;
         if self.topic.is_deleted() {
@@ -568,6 +947,17 @@ impl Publisher {
     }
 
     /// The topic's name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    /// let orders = broker.publisher("orders")?;
+    /// assert_eq!(orders.topic(), "orders");
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn topic(&self) -> &str {
         &self.topic.name
     }
@@ -628,6 +1018,24 @@ fn publish_batch_parts(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<
 }
 
 /// Waits up to `timeout` for every subscription in `subs` to be idle.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use rill::broker::wait_all_idle;
+/// use rill::{Ack, Record, SubscriptionOptions};
+/// # use rill::{Broker, BrokerConfig, TopicOptions};
+/// # let broker = Broker::new(BrokerConfig::default())?;
+/// # broker.create_topic("orders", &TopicOptions::default())?;
+///
+/// let billing = broker.subscribe("orders", SubscriptionOptions::default(), |_| Ack::Success)?;
+/// let audit = broker.subscribe("orders", SubscriptionOptions::default(), |_| Ack::Success)?;
+/// broker.publish("orders", &Record::new(b"o-1"))?;
+/// assert!(wait_all_idle(&[&billing, &audit], Duration::from_secs(5))?);
+/// assert_eq!((billing.stats().acked, audit.stats().acked), (1, 1));
+/// # Ok::<(), rill::Error>(())
+/// ```
 pub fn wait_all_idle(subs: &[&Subscription], timeout: Duration) -> Result<bool> {
     let deadline = std::time::Instant::now() + timeout;
     for s in subs {

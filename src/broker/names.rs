@@ -144,6 +144,17 @@ pub struct Pattern {
 
 impl Pattern {
     /// Parses and validates a pattern.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Error, Pattern};
+    ///
+    /// let pattern = Pattern::parse("shop/*/orders")?;
+    /// assert!(pattern.matches("shop/eu/orders"));
+    /// assert!(matches!(Pattern::parse("shop/eu*"), Err(Error::InvalidPattern { .. })));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn parse(text: &str) -> Result<Pattern> {
         let invalid = |reason: String| Error::InvalidPattern { pattern: text.to_owned(), reason };
         check_segments(text, MAX_NAME_LEN).map_err(invalid)?;
@@ -175,11 +186,30 @@ impl Pattern {
     }
 
     /// The pattern as written.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Pattern;
+    ///
+    /// assert_eq!(Pattern::parse("shop/**")?.as_str(), "shop/**");
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn as_str(&self) -> &str {
         &self.text
     }
 
     /// True if the pattern has no wildcard (it names exactly one topic).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Pattern;
+    ///
+    /// assert!(Pattern::parse("shop/orders")?.is_literal());
+    /// assert!(!Pattern::parse("shop/*")?.is_literal());
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn is_literal(&self) -> bool {
         self.segs.iter().all(|s| matches!(s, Seg::Literal(_)))
     }
@@ -189,6 +219,20 @@ impl Pattern {
     }
 
     /// True if `topic` (a valid topic name) matches this pattern.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Pattern;
+    ///
+    /// let any = Pattern::parse("shop/**")?;
+    /// assert!(any.matches("shop") && any.matches("shop/eu/orders"));
+    /// assert!(!Pattern::parse("shop/*")?.matches("shop/eu/orders")); // `*` is one segment
+    /// // A pattern starting with a wildcard leaves the broker's `$` topics alone.
+    /// assert!(!Pattern::parse("**")?.matches("$dlq/billing"));
+    /// assert!(Pattern::parse("$dlq/*")?.matches("$dlq/billing"));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn matches(&self, topic: &str) -> bool {
         if topic.starts_with(RESERVED_PREFIX) && self.starts_with_wildcard() {
             return false;

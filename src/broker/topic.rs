@@ -23,6 +23,18 @@ use crate::sync::epoch::{self, Guard, Owned};
 use crate::sync::{Arc, Mutex, Name};
 
 /// How a topic is laid out and how much each partition retains.
+///
+/// # Examples
+///
+/// ```
+/// use rill::{Broker, BrokerConfig, TopicOptions};
+///
+/// let broker = Broker::new(BrokerConfig::default())?;
+/// let options = TopicOptions { partitions: 8, retention_messages: Some(100_000), ..TopicOptions::default() };
+/// broker.create_topic("orders", &options)?;
+/// assert_eq!(broker.topic_stats("orders")?.partitions.len(), 8);
+/// # Ok::<(), rill::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicOptions {
     /// Number of partitions (at least 1). Order is kept per partition.
@@ -60,6 +72,16 @@ impl Default for TopicOptions {
 
 impl TopicOptions {
     /// The default options with `n` partitions.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::TopicOptions;
+    ///
+    /// let options = TopicOptions::with_partitions(4);
+    /// assert_eq!(options, TopicOptions { partitions: 4, ..TopicOptions::default() });
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn with_partitions(n: u32) -> Self {
         TopicOptions { partitions: n, ..TopicOptions::default() }
     }
@@ -545,6 +567,23 @@ impl fmt::Debug for Topic {
 /// The function is fixed: the same key lands on the same partition in every
 /// run, on every platform and in every language binding, as long as the
 /// partition count stays the same.
+///
+/// # Examples
+///
+/// ```
+/// use rill::broker::partition_for_key;
+/// use rill::{Broker, BrokerConfig, Record, TopicOptions};
+///
+/// // Fixed values: the same in every run, on every platform and in every binding.
+/// assert_eq!(partition_for_key(b"user-1", 16), 5);
+/// assert_eq!(partition_for_key(b"order-42", 16), 6);
+///
+/// // A keyed message lands on its key's partition.
+/// let broker = Broker::new(BrokerConfig::default())?;
+/// broker.create_topic("orders", &TopicOptions::with_partitions(16))?;
+/// assert_eq!(broker.publish("orders", &Record::new(b"o-1").with_key(b"user-1"))?.partition, 5);
+/// # Ok::<(), rill::Error>(())
+/// ```
 pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
     const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;

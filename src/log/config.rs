@@ -22,6 +22,20 @@ const BYTES_PER_SLOT: usize = 32;
 pub(super) const SPARE_SEGMENTS: usize = 2;
 
 /// How a partition's log is sized and how much it retains.
+///
+/// # Examples
+///
+/// ```
+/// use rill::log::{Log, LogConfig};
+///
+/// let config = LogConfig { segment_bytes: Some(64 << 10), retention_bytes: Some(1 << 20), ..LogConfig::default() };
+/// let log = Log::new(&config)?;
+/// assert_eq!(log.segment_bytes(), 64 << 10);
+/// // A configuration that cannot work is refused.
+/// let bad = LogConfig { segment_bytes: Some(1 << 20), retention_bytes: Some(1 << 20), ..LogConfig::default() };
+/// assert!(matches!(Log::new(&bad), Err(rill::Error::InvalidArgument(_))));
+/// # Ok::<(), rill::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
     /// Trim the oldest segments once the retained segments hold more than this

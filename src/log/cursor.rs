@@ -51,11 +51,37 @@ impl Cursor {
     }
 
     /// The offset of the next record this cursor will read.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append(&Record::new(b"a"))?;
+    /// let mut cursor = log.cursor_from_first();
+    /// assert_eq!(cursor.offset(), 0);
+    /// cursor.read().expect("nothing was trimmed");
+    /// assert_eq!(cursor.offset(), 1);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn offset(&self) -> u64 {
         self.offset
     }
 
     /// Records published but not yet read (including ones still being written).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// let mut cursor = log.cursor_from_first();
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b")], &mut Vec::new())?;
+    /// assert_eq!(cursor.lag(), 2);
+    /// cursor.read().expect("nothing was trimmed");
+    /// assert_eq!(cursor.lag(), 1);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn lag(&self) -> u64 {
         let guard = epoch::pin();
         self.log.dir(&guard).end_offset().saturating_sub(self.offset)
@@ -64,6 +90,22 @@ impl Cursor {
     /// Moves to `offset`. It must be retained: between the oldest retained
     /// offset and the end offset (inclusive), else [`Error::OutOfRange`] and the
     /// cursor stays where it was.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Error;
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    ///
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b")], &mut Vec::new())?;
+    /// let mut cursor = log.cursor_from_first();
+    /// cursor.seek(1)?;
+    /// assert_eq!(cursor.read().expect("nothing was trimmed").map(|r| r.payload()), Some(&b"b"[..]));
+    /// assert!(matches!(cursor.seek(3), Err(Error::OutOfRange { .. })));
+    /// assert_eq!(cursor.offset(), 2); // unmoved
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn seek(&mut self, offset: u64) -> Result<()> {
         let guard = epoch::pin();
         let dir = self.log.dir(&guard);
@@ -77,6 +119,18 @@ impl Cursor {
     }
 
     /// Moves to the oldest retained record.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b")], &mut Vec::new())?;
+    /// let mut cursor = log.cursor_from_end();
+    /// cursor.seek_to_first();
+    /// assert_eq!(cursor.read().expect("nothing was trimmed").map(|r| r.payload()), Some(&b"a"[..]));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn seek_to_first(&mut self) {
         let guard = epoch::pin();
         let dir = self.log.dir(&guard);
@@ -85,6 +139,19 @@ impl Cursor {
     }
 
     /// Moves past every record handed out so far.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b")], &mut Vec::new())?;
+    /// let mut cursor = log.cursor_from_first();
+    /// cursor.seek_to_end();
+    /// assert_eq!(cursor.offset(), 2);
+    /// assert!(cursor.read().expect("nothing was trimmed").is_none());
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn seek_to_end(&mut self) {
         let guard = epoch::pin();
         let dir = self.log.dir(&guard);
@@ -161,6 +228,19 @@ impl Cursor {
     /// The next record, if it is committed; `Ok(None)` if the cursor is at the
     /// end or at a record still being written; `Err(Lagged)` if retention
     /// trimmed records it had not read (it has moved on; call again).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// let mut cursor = log.cursor_from_first();
+    /// assert!(cursor.read().expect("nothing was trimmed").is_none()); // nothing yet
+    /// log.append(&Record::new(b"hello"))?;
+    /// let record = cursor.read().expect("nothing was trimmed").expect("record 0 is committed");
+    /// assert_eq!((record.offset(), record.payload()), (0, &b"hello"[..]));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn read(&mut self) -> Result<Option<RecordView<'_>>, Lagged> {
         let Some(pos) = self.ready()? else { return Ok(None) };
@@ -174,6 +254,19 @@ impl Cursor {
     /// Seeing a record committed, it starts fetching the record's first cache
     /// line: a caller polling for work reads that record next, and the line
     /// then travels from the publisher's core while the caller gets ready.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// let mut cursor = log.cursor_from_first();
+    /// assert!(!cursor.has_next());
+    /// log.append(&Record::new(b"a"))?;
+    /// assert!(cursor.has_next());
+    /// assert_eq!(cursor.offset(), 0); // it did not move
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn has_next(&mut self) -> bool {
         match self.ready() {
@@ -193,6 +286,18 @@ impl Cursor {
     /// there, or the segment closes before it). Looks at one slot only: a
     /// poll for a run of records that does not touch the line a publisher
     /// is writing at the head. `false` when the cursor has no segment yet.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b"), Record::new(b"c")], &mut Vec::new())?;
+    /// let cursor = log.cursor_from_first();
+    /// assert!(cursor.has_run(3)); // records 0, 1 and 2 are there
+    /// assert!(!cursor.has_run(4));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn has_run(&self, n: u64) -> bool {
         let Some(seg) = &self.seg else { return false };
@@ -203,6 +308,24 @@ impl Cursor {
     /// If retention has trimmed records this cursor had not read, moves to
     /// the oldest retained one and says how many were missed (what the next
     /// read would report as `Err(Lagged)`); otherwise does nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let config = LogConfig { segment_bytes: Some(4096), retention_bytes: Some(8192), ..LogConfig::default() };
+    /// let log = Log::new(&config)?;
+    /// let mut cursor = log.cursor_from_first();
+    /// assert_eq!(cursor.take_lag(), None);
+    /// for _ in 0..200 {
+    ///     log.append(&Record::new(&[7; 100]))?; // retention trims what the cursor has not read
+    /// }
+    /// let lag = cursor.take_lag().expect("records were trimmed");
+    /// let first = log.first_offset();
+    /// assert_eq!((lag.missed, lag.resumed_at, cursor.offset()), (first, first, first));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn take_lag(&mut self) -> Option<Lagged> {
         self.ready().err()
     }
@@ -210,6 +333,19 @@ impl Cursor {
     /// Moves back to `offset`, an offset this cursor has already passed (to
     /// read a record again). Cheap within the current segment; otherwise a
     /// seek, and if `offset` was trimmed meanwhile the next read reports the lag.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b")], &mut Vec::new())?;
+    /// let mut cursor = log.cursor_from_first();
+    /// assert_eq!(cursor.read_batch(10).expect("nothing was trimmed").len(), 2);
+    /// cursor.rewind(1); // handling "b" failed: read it again
+    /// assert_eq!(cursor.read().expect("nothing was trimmed").map(|r| r.payload()), Some(&b"b"[..]));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn rewind(&mut self, offset: u64) {
         debug_assert!(offset <= self.offset, "rewind only goes back");
         if self.seg.as_ref().is_some_and(|s| s.base() <= offset) {
@@ -226,6 +362,20 @@ impl Cursor {
     /// hands out; see `recovery.rs`) or at the end of a segment, so it
     /// may be shorter than `max` even when more records follow; it is empty
     /// only when the cursor is at the end or at a record still being written.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b"), Record::new(b"c")], &mut Vec::new())?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let batch = cursor.read_batch(2).expect("nothing was trimmed");
+    /// assert_eq!(batch.iter().map(|r| r.payload()).collect::<Vec<_>>(), [b"a", b"b"]);
+    /// assert_eq!(cursor.read_batch(2).expect("nothing was trimmed").len(), 1);
+    /// assert!(cursor.read_batch(2).expect("nothing was trimmed").is_empty()); // at the end
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn read_batch(&mut self, max: usize) -> Result<Batch<'_>, Lagged> {
         let Some(first_pos) = (if max == 0 { None } else { self.ready()? }) else {
             return Ok(Batch { seg: None, first_index: 0, len: 0, first_pos: 0 });
@@ -266,21 +416,69 @@ pub struct Batch<'a> {
 
 impl<'a> Batch<'a> {
     /// Number of records.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b"), Record::new(b"c")], &mut Vec::new())?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let batch = cursor.read_batch(10).expect("nothing was trimmed");
+    /// assert_eq!(batch.len(), 3);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// True if there are none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// let mut cursor = log.cursor_from_first();
+    /// assert!(cursor.read_batch(10).expect("nothing was trimmed").is_empty());
+    /// log.append(&Record::new(b"a"))?;
+    /// assert!(!cursor.read_batch(10).expect("nothing was trimmed").is_empty());
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Offset of the first record (meaningless when empty).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b"), Record::new(b"c")], &mut Vec::new())?;
+    /// let mut cursor = log.cursor_at(1)?;
+    /// assert_eq!(cursor.read_batch(10).expect("nothing was trimmed").first_offset(), 1);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn first_offset(&self) -> u64 {
         self.seg.map_or(0, |s| s.base() + self.first_index)
     }
 
     /// The records, in offset order.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b")], &mut Vec::new())?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let batch = cursor.read_batch(10).expect("nothing was trimmed");
+    /// let offsets: Vec<u64> = batch.iter().map(|r| r.offset()).collect();
+    /// assert_eq!(offsets, [0, 1]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn iter(&self) -> BatchIter<'a> {
         BatchIter {
             seg: self.seg,

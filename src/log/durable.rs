@@ -306,6 +306,21 @@ pub struct DurableLog {
 
 impl DurableLog {
     /// A partition in `dir` with the default policy and no repair.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use rill::log::{DurableLog, Fsync};
+    ///
+    /// let durable = DurableLog::new("/var/lib/app/orders/0");
+    /// assert_eq!(durable.dir, Path::new("/var/lib/app/orders/0"));
+    /// assert_eq!((durable.fsync, durable.repair), (Fsync::default(), false));
+    /// // Other choices with struct update syntax:
+    /// let strict = DurableLog { fsync: Fsync::Always, ..DurableLog::new("/var/lib/app/orders/0") };
+    /// assert_eq!(strict.fsync, Fsync::Always);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         DurableLog { dir: dir.into(), fsync: Fsync::default(), repair: false }
     }

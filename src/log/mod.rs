@@ -81,17 +81,51 @@ impl Log {
 
     /// A new, empty log whose first record gets offset 0. It is partition 0
     /// as far as its errors say ([`Log::for_partition`] names another).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let log = Log::new(&LogConfig::default())?;
+    /// assert_eq!(log.append(&Record::new(b"first"))?, 0);
+    /// assert_eq!((log.first_offset(), log.end_offset()), (0, 1));
+    /// assert!(!log.is_durable());
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn new(config: &LogConfig) -> Result<Log> {
         Self::starting_at(config, 0)
     }
 
     /// A new, empty log for partition `partition` of a topic: errors about
     /// its offsets ([`Error::OutOfRange`]) name that partition.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Error;
+    /// use rill::log::{Log, LogConfig};
+    ///
+    /// let log = Log::for_partition(&LogConfig::default(), 3)?;
+    /// assert!(matches!(log.cursor_at(5), Err(Error::OutOfRange { partition: 3, offset: 5, .. })));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn for_partition(config: &LogConfig, partition: u32) -> Result<Log> {
         Self::build(config, partition, 0)
     }
 
     /// A new, empty log whose first record gets offset `first_offset`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let log = Log::starting_at(&LogConfig::default(), 1000)?;
+    /// assert_eq!(log.first_offset(), 1000);
+    /// assert_eq!(log.append(&Record::new(b"x"))?, 1000);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn starting_at(config: &LogConfig, first_offset: u64) -> Result<Log> {
         Self::build(config, 0, first_offset)
     }
@@ -138,6 +172,28 @@ impl Log {
     ///
     /// The caller makes sure no one else opens the same directory meanwhile
     /// (the broker locks its data directory).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{DurableLog, Fsync, Log, LogConfig, Record};
+    ///
+    /// # let dir = std::env::temp_dir().join(format!("rill-doctest-log-open-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// let durable = DurableLog { fsync: Fsync::Never, ..DurableLog::new(&dir) };
+    /// let (log, report) = Log::open(&LogConfig::default(), 0, &durable)?;
+    /// assert_eq!(report.records, 0);
+    /// log.append(&Record::new(b"kept"))?;
+    /// drop(log);
+    ///
+    /// // Opened again, the partition has its record and appends after it.
+    /// let (log, report) = Log::open(&LogConfig::default(), 0, &durable)?;
+    /// assert_eq!((report.records, report.end_offset, report.truncated_at), (1, 1, None));
+    /// assert_eq!(log.append(&Record::new(b"next"))?, 1);
+    /// # drop(log);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn open(config: &LogConfig, partition: u32, durable: &DurableLog) -> Result<(Log, RecoveryReport)> {
         let mut sizes = config.resolve()?;
         sizes.frame = file::FRAME_LEN as u64;
@@ -208,6 +264,24 @@ impl Log {
     ///
     /// With [`Fsync::Never`] it still writes the segments' completion
     /// markers, but flushes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::log::{DurableLog, Fsync, Log, LogConfig, Record};
+    ///
+    /// # let dir = std::env::temp_dir().join(format!("rill-doctest-log-sync-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// let durable = DurableLog { fsync: Fsync::Interval(Duration::from_secs(60)), ..DurableLog::new(&dir) };
+    /// let (log, _) = Log::open(&LogConfig::default(), 0, &durable)?;
+    /// log.append(&Record::new(b"o-1"))?;
+    /// log.sync()?; // o-1 is on stable storage now
+    /// assert_eq!(log.stats().sync_rounds, 1);
+    /// # drop(log);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn sync(&self) -> Result<()> {
         match (&self.shared.durability, self.shared.pool.files()) {
             (Some(d), Some(files)) => d.sync(files, &|from| self.shared.segments_from(from)),
@@ -223,6 +297,27 @@ impl Log {
     /// that damage in them is [`Error::Corrupt`] after a process crash too;
     /// nothing under [`Fsync::Always`], whose appends run the rounds. An
     /// in-memory log has nothing to do: `Ok`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{DurableLog, Fsync, Log, LogConfig, MIN_SEGMENT_BYTES, Record};
+    ///
+    /// # let dir = std::env::temp_dir().join(format!("rill-doctest-log-flusher-round-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// let config = LogConfig { segment_bytes: Some(MIN_SEGMENT_BYTES), ..LogConfig::default() };
+    /// let durable = DurableLog { fsync: Fsync::Never, ..DurableLog::new(&dir) };
+    /// let (log, _) = Log::open(&config, 0, &durable)?;
+    /// while log.stats().segments < 2 {
+    ///     log.append(&Record::new(&[7; 100]))?;
+    /// }
+    /// assert_eq!(log.stats().unmarked_segments, 1); // the segment just sealed
+    /// log.flusher_round()?;
+    /// assert_eq!(log.stats().unmarked_segments, 0);
+    /// # drop(log);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn flusher_round(&self) -> Result<()> {
         if self.shared.always {
             return Ok(());
@@ -260,6 +355,21 @@ impl Log {
     }
 
     /// True for a log opened with [`Log::open`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{DurableLog, Log, LogConfig};
+    ///
+    /// # let dir = std::env::temp_dir().join(format!("rill-doctest-log-is-durable-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// assert!(!Log::new(&LogConfig::default())?.is_durable());
+    /// let (log, _) = Log::open(&LogConfig::default(), 0, &DurableLog::new(&dir))?;
+    /// assert!(log.is_durable());
+    /// # drop(log);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn is_durable(&self) -> bool {
         self.shared.durability.is_some()
     }
@@ -306,11 +416,35 @@ impl Log {
     }
 
     /// Largest encoded record this log accepts.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Error;
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let log = Log::new(&LogConfig { max_record_bytes: Some(1024), ..LogConfig::default() })?;
+    /// assert_eq!(log.max_record_bytes(), 1024);
+    /// let big = vec![0u8; 2000];
+    /// assert!(matches!(log.append(&Record::new(&big)), Err(Error::MessageTooLarge { max: 1024, .. })));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn max_record_bytes(&self) -> usize {
         self.shared.sizes.max_record_bytes
     }
 
     /// The size of one segment.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{DEFAULT_SEGMENT_BYTES, Log, LogConfig};
+    ///
+    /// assert_eq!(Log::new(&LogConfig::default())?.segment_bytes(), DEFAULT_SEGMENT_BYTES);
+    /// let small = Log::new(&LogConfig { segment_bytes: Some(64 << 10), ..LogConfig::default() })?;
+    /// assert_eq!(small.segment_bytes(), 64 << 10);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn segment_bytes(&self) -> usize {
         self.shared.sizes.segment_bytes
     }
@@ -333,6 +467,22 @@ impl Log {
     ///
     /// Fails, appending nothing, if the record is larger than
     /// [`Log::max_record_bytes`] or cannot be encoded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let log = Log::new(&LogConfig::default())?;
+    /// let attrs = [("region", "IN")];
+    /// assert_eq!(log.append(&Record::new(b"o-1").with_key(b"customer-7").with_attributes(&attrs))?, 0);
+    /// assert_eq!(log.append(&Record::new(b"o-2"))?, 1);
+    ///
+    /// let mut cursor = log.cursor_from_first();
+    /// let record = cursor.read().expect("nothing was trimmed").expect("record 0 is committed");
+    /// assert_eq!((record.key(), record.attribute("region")), (Some(&b"customer-7"[..]), Some("IN")));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn append(&self, record: &Record<'_>) -> Result<u64> {
         // Stamped before the pin, as the broker's publish does (see there).
         let timestamp = now_ns();
@@ -374,6 +524,20 @@ impl Log {
     /// nothing is. If a new segment cannot be allocated
     /// ([`Error::ResourceExhausted`]), the parts before it stay appended:
     /// `offsets` then lists exactly the records that were.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let log = Log::new(&LogConfig::default())?;
+    /// let mut offsets = Vec::new();
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b"), Record::new(b"c")], &mut offsets)?;
+    /// assert_eq!(offsets, [0, 1, 2]);
+    /// log.append_batch(&[Record::new(b"d")], &mut offsets)?;
+    /// assert_eq!(offsets, [3]); // cleared first
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn append_batch(&self, records: &[Record<'_>], offsets: &mut Vec<u64>) -> Result<()> {
         self.append_batch_pinned(records, offsets, &mut epoch::pin())
     }
@@ -443,6 +607,20 @@ impl Log {
 
     /// A cursor positioned at `offset`, which must be retained:
     /// `first_offset() <= offset <= end_offset()`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Error;
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let log = Log::new(&LogConfig::default())?;
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b")], &mut Vec::new())?;
+    /// let mut cursor = log.cursor_at(1)?;
+    /// assert_eq!(cursor.read().expect("nothing was trimmed").map(|r| r.payload()), Some(&b"b"[..]));
+    /// assert!(matches!(log.cursor_at(3), Err(Error::OutOfRange { first: 0, end: 2, .. })));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn cursor_at(&self, offset: u64) -> Result<Cursor> {
         let mut c = Cursor::new(self.shared.clone(), offset);
         c.seek(offset)?;
@@ -453,11 +631,42 @@ impl Log {
     /// (for example a durable subscription's). If retention has trimmed it
     /// meanwhile, the first read reports the records missed ([`Lagged`]);
     /// an offset past the end is clamped to the end.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{Lagged, Log, LogConfig, Record};
+    ///
+    /// // Two small segments retained: older records are trimmed.
+    /// let config = LogConfig { segment_bytes: Some(4096), retention_bytes: Some(8192), ..LogConfig::default() };
+    /// let log = Log::new(&config)?;
+    /// for _ in 0..200 {
+    ///     log.append(&Record::new(&[7; 100]))?;
+    /// }
+    /// let first = log.first_offset();
+    /// let mut cursor = log.cursor_resuming(0); // a position saved before the trim
+    /// assert_eq!(cursor.read().err(), Some(Lagged { missed: first, resumed_at: first }));
+    /// assert_eq!(log.cursor_resuming(500).offset(), 200); // clamped to the end
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn cursor_resuming(&self, offset: u64) -> Cursor {
         Cursor::new(self.shared.clone(), offset.min(self.end_offset()))
     }
 
     /// A cursor at the oldest retained record.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let log = Log::starting_at(&LogConfig::default(), 10)?;
+    /// log.append(&Record::new(b"a"))?;
+    /// let mut cursor = log.cursor_from_first();
+    /// assert_eq!(cursor.offset(), 10);
+    /// assert_eq!(cursor.read().expect("nothing was trimmed").map(|r| r.payload()), Some(&b"a"[..]));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn cursor_from_first(&self) -> Cursor {
         let mut c = Cursor::new(self.shared.clone(), 0);
         c.seek_to_first();
@@ -465,6 +674,19 @@ impl Log {
     }
 
     /// A cursor at the end: it reads only records appended from now on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let log = Log::new(&LogConfig::default())?;
+    /// log.append(&Record::new(b"old"))?;
+    /// let mut cursor = log.cursor_from_end();
+    /// log.append(&Record::new(b"new"))?;
+    /// assert_eq!(cursor.read().expect("nothing was trimmed").map(|r| r.payload()), Some(&b"new"[..]));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn cursor_from_end(&self) -> Cursor {
         let mut c = Cursor::new(self.shared.clone(), 0);
         c.seek_to_end();
@@ -495,6 +717,21 @@ impl Log {
     /// stamped a little after it may precede it. A record still being
     /// written (reserved, not committed) counts as at or after the time (it
     /// is as new as anything in the log), so the search never moves past it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let log = Log::new(&LogConfig::default())?;
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b")], &mut Vec::new())?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let first = cursor.read().expect("nothing was trimmed").expect("committed").timestamp_ns();
+    /// assert_eq!(log.offset_at_time(0), 0); // before every record: the oldest
+    /// assert_eq!(log.offset_at_time(first), 0);
+    /// assert_eq!(log.offset_at_time(u64::MAX), 2); // after every record: the end
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn offset_at_time(&self, timestamp_ns: u64) -> u64 {
         let guard = epoch::pin();
         let dir = self.shared.dir(&guard);
@@ -547,6 +784,23 @@ impl Log {
     /// to, where no roll would come; the broker calls it from a timer. Does
     /// nothing without an age limit. Fails only if the next segment cannot
     /// be allocated.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let log = Log::new(&LogConfig { retention_ms: Some(1), ..LogConfig::default() })?;
+    /// log.append(&Record::new(b"short-lived"))?;
+    /// // Nobody publishes again: only `expire` trims the record, once 1 ms old.
+    /// let deadline = Instant::now() + Duration::from_secs(5);
+    /// while log.first_offset() == 0 && Instant::now() < deadline {
+    ///     log.expire()?;
+    /// }
+    /// assert_eq!((log.first_offset(), log.end_offset()), (1, 1));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn expire(&self) -> Result<()> {
         self.shared.expire(self.shared.expired_before())
     }
@@ -564,6 +818,22 @@ impl Log {
     }
 
     /// The oldest retained offset.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let config = LogConfig { segment_bytes: Some(4096), retention_messages: Some(10), ..LogConfig::default() };
+    /// let log = Log::new(&config)?;
+    /// assert_eq!(log.first_offset(), 0);
+    /// for _ in 0..200 {
+    ///     log.append(&Record::new(&[7; 100]))?;
+    /// }
+    /// // Whole segments were trimmed; at least the newest 10 records are kept.
+    /// assert!(log.first_offset() > 0 && log.first_offset() <= 190);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn first_offset(&self) -> u64 {
         let guard = epoch::pin();
         self.shared.dir(&guard).first_offset()
@@ -571,12 +841,38 @@ impl Log {
 
     /// One past the newest offset handed out (some of the newest may still be
     /// uncommitted).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let log = Log::starting_at(&LogConfig::default(), 5)?;
+    /// assert_eq!(log.end_offset(), 5);
+    /// log.append(&Record::new(b"a"))?;
+    /// assert_eq!(log.end_offset(), 6);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn end_offset(&self) -> u64 {
         let guard = epoch::pin();
         self.shared.dir(&guard).end_offset()
     }
 
     /// A snapshot of the log's size.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let log = Log::new(&LogConfig::default())?;
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b")], &mut Vec::new())?;
+    /// let stats = log.stats();
+    /// assert_eq!((stats.first_offset, stats.end_offset, stats.segments), (0, 2, 1));
+    /// assert_eq!(stats.used_bytes, 2 * Record::new(b"a").encoded_len()? as u64);
+    /// assert_eq!((stats.trimmed_segments, stats.sync_rounds), (0, 0));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn stats(&self) -> LogStats {
         let guard = epoch::pin();
         let dir = self.shared.dir(&guard);

@@ -90,17 +90,52 @@ pub struct Record<'a> {
 
 impl<'a> Record<'a> {
     /// A record with this payload, no key and no attributes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::Record;
+    ///
+    /// let record = Record::new(b"hello");
+    /// assert_eq!((record.payload, record.key, record.attributes.len()), (&b"hello"[..], None, 0));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn new(payload: &'a [u8]) -> Self {
         Record { key: None, attributes: &[], payload }
     }
 
     /// Sets the key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::Record;
+    ///
+    /// assert_eq!(Record::new(b"o-1").with_key(b"customer-7").key, Some(&b"customer-7"[..]));
+    /// // An empty key is a key: not the same record as one without.
+    /// assert_ne!(Record::new(b"o-1").with_key(b""), Record::new(b"o-1"));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn with_key(mut self, key: &'a [u8]) -> Self {
         self.key = Some(key);
         self
     }
 
     /// Sets the attributes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{Log, LogConfig, Record};
+    ///
+    /// let attrs = [("region", "IN"), ("tier", "gold")];
+    /// let log = Log::new(&LogConfig::default())?;
+    /// log.append(&Record::new(b"o-1").with_attributes(&attrs))?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let record = cursor.read().expect("nothing was trimmed").expect("record 0 is committed");
+    /// assert_eq!(record.attributes().collect::<Vec<_>>(), attrs);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn with_attributes(mut self, attributes: &'a [(&'a str, &'a str)]) -> Self {
         self.attributes = attributes;
         self
@@ -108,6 +143,17 @@ impl<'a> Record<'a> {
 
     /// The number of bytes this record occupies in a segment, padding
     /// included; or why it cannot be encoded at all.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::Record;
+    ///
+    /// // A 24-byte header, then key, attributes and payload, padded to 8 bytes.
+    /// assert_eq!(Record::new(b"hello").encoded_len()?, 32);
+    /// assert_eq!(Record::new(&[0; 100]).with_key(b"k").encoded_len()?, 128);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn encoded_len(&self) -> Result<usize, Error> {
         // The common record (no attributes, key and payload under 4 GiB) in a
@@ -352,12 +398,37 @@ impl<'a> RecordView<'a> {
     }
 
     /// The record's offset in its partition.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// let log = Log::starting_at(&LogConfig::default(), 42)?;
+    /// log.append(&Record::new(b"a"))?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let record = cursor.read().expect("nothing was trimmed").expect("committed");
+    /// assert_eq!(record.offset(), 42);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn offset(&self) -> u64 {
         self.offset
     }
 
     /// Bytes the record occupies in its segment, padding included.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// let published = Record::new(b"hello").with_key(b"k");
+    /// log.append(&published)?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let record = cursor.read().expect("nothing was trimmed").expect("committed");
+    /// assert_eq!(record.encoded_len(), published.encoded_len()?);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn encoded_len(&self) -> usize {
         align_up(self.bytes.len())
@@ -371,6 +442,22 @@ impl<'a> RecordView<'a> {
     }
 
     /// When it was published, in nanoseconds since the Unix epoch.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::clock::now_ns;
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    ///
+    /// let before = now_ns();
+    /// log.append(&Record::new(b"a"))?;
+    /// let after = now_ns();
+    /// let mut cursor = log.cursor_from_first();
+    /// let stamped = cursor.read().expect("nothing was trimmed").expect("committed").timestamp_ns();
+    /// assert!(before <= stamped && stamped <= after);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn timestamp_ns(&self) -> u64 {
         let field: [u8; 8] = self.bytes[TIMESTAMP_AT..TIMESTAMP_AT + 8].try_into().expect("an 8-byte field");
@@ -396,6 +483,18 @@ impl<'a> RecordView<'a> {
     }
 
     /// The key, or `None` for an unkeyed record.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append_batch(&[Record::new(b"a").with_key(b"customer-7"), Record::new(b"b")], &mut Vec::new())?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let batch = cursor.read_batch(2).expect("nothing was trimmed");
+    /// assert_eq!(batch.iter().map(|r| r.key()).collect::<Vec<_>>(), [Some(&b"customer-7"[..]), None]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn key(&self) -> Option<&'a [u8]> {
         match self.key_len_field() {
@@ -405,12 +504,37 @@ impl<'a> RecordView<'a> {
     }
 
     /// The payload.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append(&Record::new(b"hello").with_key(b"k").with_attributes(&[("a", "b")]))?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let record = cursor.read().expect("nothing was trimmed").expect("committed");
+    /// assert_eq!(record.payload(), b"hello");
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn payload(&self) -> &'a [u8] {
         &self.bytes[HEADER_LEN + self.key_len() + self.attrs_len()..]
     }
 
     /// The attributes, in the order they were published.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append(&Record::new(b"o-1").with_attributes(&[("region", "IN"), ("tier", "gold")]))?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let record = cursor.read().expect("nothing was trimmed").expect("committed");
+    /// let attrs: Vec<(&str, &str)> = record.attributes().collect();
+    /// assert_eq!(attrs, [("region", "IN"), ("tier", "gold")]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn attributes(&self) -> Attributes<'a> {
         let start = HEADER_LEN + self.key_len();
@@ -421,6 +545,18 @@ impl<'a> RecordView<'a> {
     }
 
     /// The value of attribute `key`, if the record has it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append(&Record::new(b"o-1").with_attributes(&[("region", "IN")]))?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let record = cursor.read().expect("nothing was trimmed").expect("committed");
+    /// assert_eq!((record.attribute("region"), record.attribute("tier")), (Some("IN"), None));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn attribute(&self, key: &str) -> Option<&'a str> {
         self.attributes().get(key)
@@ -431,6 +567,20 @@ impl<'a> RecordView<'a> {
     /// accessors above would each read and bounds-check the header again.
     /// The same checks as theirs: a record that is not what
     /// `Record::encode_into` wrote panics rather than reading out of bounds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append(&Record::new(b"hello").with_key(b"k").with_attributes(&[("region", "IN")]))?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let record = cursor.read().expect("nothing was trimmed").expect("committed");
+    /// let parts = record.parts();
+    /// assert_eq!((parts.offset, parts.timestamp_ns), (0, record.timestamp_ns()));
+    /// assert_eq!((parts.key, parts.attribute_count, parts.payload), (Some(&b"k"[..]), 1, &b"hello"[..]));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[inline]
     pub fn parts(&self) -> RecordParts<'a> {
         let bytes = self.bytes;
@@ -493,11 +643,36 @@ pub struct Attributes<'a> {
 
 impl<'a> Attributes<'a> {
     /// The value for `key`: the first pair with that key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append(&Record::new(b"o-1").with_attributes(&[("tier", "gold"), ("tier", "silver")]))?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let record = cursor.read().expect("nothing was trimmed").expect("committed");
+    /// assert_eq!(record.attributes().get("tier"), Some("gold")); // the first pair with the key
+    /// assert_eq!(record.attributes().get("region"), None);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn get(self, key: &str) -> Option<&'a str> {
         self.into_iter().find_map(|(k, v)| (k == key).then_some(v))
     }
 
     /// True if the record carries no attributes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// # let log = Log::new(&LogConfig::default())?;
+    /// log.append_batch(&[Record::new(b"a"), Record::new(b"b").with_attributes(&[("k", "v")])], &mut Vec::new())?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let batch = cursor.read_batch(2).expect("nothing was trimmed");
+    /// assert_eq!(batch.iter().map(|r| r.attributes().is_empty()).collect::<Vec<_>>(), [true, false]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.remaining == 0
     }

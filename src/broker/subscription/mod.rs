@@ -193,6 +193,25 @@ pub struct Subscription {
 
 impl Subscription {
     /// The subscription's name (generated for anonymous ones).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Ack, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let options = SubscriptionOptions { name: Some("audit".into()), ..SubscriptionOptions::default() };
+    /// let audit = broker.subscribe("orders", options, |_| Ack::Success)?;
+    /// assert_eq!(audit.name(), "audit");
+    ///
+    /// // An anonymous subscription is given a name of its own.
+    /// let anonymous = broker.subscribe("orders", SubscriptionOptions::default(), |_| Ack::Success)?;
+    /// assert!(!anonymous.name().is_empty());
+    /// assert_ne!(anonymous.name(), audit.name());
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn name(&self) -> &str {
         &self.core.name
     }
@@ -205,17 +224,75 @@ impl Subscription {
     /// once with `InvalidArgument`, whatever the timeout. For a durable
     /// subscription of a broker on a data directory with `Fsync::Always`,
     /// `Ok(true)` also means every ack it made is on stable storage.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{Ack, Error, Record, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let sub = broker.subscribe("orders", SubscriptionOptions::default(), |_| Ack::Success)?;
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// // Returns once both are handled (`Ok(false)` had 5 s passed first).
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    /// assert_eq!(sub.stats().acked, 2);
+    ///
+    /// sub.close();
+    /// assert!(matches!(sub.wait_idle(Duration::from_secs(5)), Err(Error::Closed(_))));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn wait_idle(&self, timeout: Duration) -> Result<bool> {
         self.core.wait_idle(timeout)
     }
 
     /// A snapshot of its counters and positions.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{Ack, Record, SubscriptionOptions, SubscriptionState};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let filter = Some(r#"attributes.region = "IN""#.to_owned());
+    /// let options = SubscriptionOptions { filter, ..SubscriptionOptions::default() };
+    /// let sub = broker.subscribe("orders", options, |_| Ack::Success)?;
+    /// broker.publish("orders", &Record::new(b"o-1").with_attributes(&[("region", "IN")]))?;
+    /// broker.publish("orders", &Record::new(b"o-2").with_attributes(&[("region", "EU")]))?;
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    ///
+    /// let stats = sub.stats();
+    /// assert_eq!((stats.delivered, stats.acked, stats.filtered), (1, 1, 1));
+    /// assert_eq!((stats.state, stats.lag), (SubscriptionState::Idle, 0));
+    /// assert_eq!(stats.partitions[0].position, 2);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn stats(&self) -> SubscriptionStats {
         self.core.stats()
     }
 
     /// True once closed (by `close`, by the broker closing, or by the
     /// `Disconnect` overflow policy).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Ack, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let sub = broker.subscribe("orders", SubscriptionOptions::default(), |_| Ack::Success)?;
+    /// assert!(!sub.is_closed());
+    /// broker.close(); // closing the broker closes its subscriptions
+    /// assert!(sub.is_closed());
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn is_closed(&self) -> bool {
         self.core.is_closed()
     }
@@ -225,6 +302,24 @@ impl Subscription {
     /// subscription's): then it returns at once, and the handler is not called
     /// again after any call in flight, so two handlers that close each other
     /// cannot wait for each other forever. Idempotent.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Ack, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let sub = broker.subscribe("orders", SubscriptionOptions::default(), |_| Ack::Success)?;
+    /// assert_eq!(broker.topic_stats("orders")?.partitions[0].listeners, 1);
+    /// sub.close();
+    /// assert!(sub.is_closed());
+    /// // The topic no longer has it among its listeners, nor the broker among its subscriptions.
+    /// assert_eq!(broker.topic_stats("orders")?.partitions[0].listeners, 0);
+    /// assert!(broker.subscriptions().is_empty());
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn close(&self) {
         SubCore::close(&self.core);
         // Its close rang an armed idle hook; none rings after this, and the

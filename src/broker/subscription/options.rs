@@ -84,6 +84,19 @@ impl Default for RetryBackoff {
 
 impl RetryBackoff {
     /// The wait after delivery attempt `attempt` (1-based) failed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::RetryBackoff;
+    ///
+    /// let ms = Duration::from_millis;
+    /// let backoff = RetryBackoff { initial: ms(10), max: ms(50), multiplier: 2.0 };
+    /// let waits: Vec<Duration> = (1..=4).map(|attempt| backoff.delay(attempt)).collect();
+    /// assert_eq!(waits, [ms(10), ms(20), ms(40), ms(50)]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn delay(&self, attempt: u32) -> Duration {
         let factor = self.multiplier.max(1.0).powi(attempt.saturating_sub(1).min(64) as i32);
         let secs = (self.initial.as_secs_f64() * factor).min(self.max.as_secs_f64());
@@ -93,6 +106,28 @@ impl RetryBackoff {
 
 /// How a subscription behaves. `Default` gives an anonymous, at-least-once
 /// subscription from the latest message.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use rill::{Ack, DeliveryMode, Record, StartPosition, SubscriptionOptions};
+/// # use rill::{Broker, BrokerConfig, TopicOptions};
+/// # let broker = Broker::new(BrokerConfig::default())?;
+/// # broker.create_topic("orders", &TopicOptions::default())?;
+///
+/// broker.publish("orders", &Record::new(b"before"))?;
+/// let options = SubscriptionOptions {
+///     name: Some("audit".into()),
+///     start: StartPosition::Earliest,
+///     delivery: DeliveryMode::AtMostOnce,
+///     ..SubscriptionOptions::default()
+/// };
+/// let sub = broker.subscribe("orders", options, |_| Ack::Success)?;
+/// assert!(sub.wait_idle(Duration::from_secs(5))?);
+/// assert_eq!(sub.stats().delivered, 1); // it started at the oldest message
+/// # Ok::<(), rill::Error>(())
+/// ```
 #[derive(Clone, Default)]
 pub struct SubscriptionOptions {
     /// A durable name; `None` for an anonymous subscription.
@@ -214,6 +249,29 @@ pub struct Message<'a> {
 
 impl<'a> Message<'a> {
     /// The topic it was published to.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use rill::{Ack, Record, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("shop/orders", &TopicOptions::default())?;
+    /// # broker.create_topic("shop/refunds", &TopicOptions::default())?;
+    ///
+    /// let topics = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = topics.clone();
+    /// let sub = broker.subscribe("shop/**", SubscriptionOptions::default(), move |m| {
+    ///     sink.lock().unwrap().push(m.topic().to_owned());
+    ///     Ack::Success
+    /// })?;
+    /// broker.publish("shop/refunds", &Record::new(b"r-1"))?;
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    /// assert_eq!(*topics.lock().unwrap(), ["shop/refunds"]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn topic(&self) -> &'a str {
         self.topic
     }
@@ -224,23 +282,140 @@ impl<'a> Message<'a> {
     /// topic of the next message with [`std::sync::Arc::ptr_eq`] instead of
     /// comparing its bytes (the clone keeps the address from being reused by
     /// another name); the C library finds its cached C string this way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::sync::{Arc, Mutex};
+    /// # use std::time::Duration;
+    /// use rill::{Ack, Record, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let names: Arc<Mutex<Vec<Arc<str>>>> = Arc::default();
+    /// let sink = names.clone();
+    /// let sub = broker.subscribe("orders", SubscriptionOptions::default(), move |m| {
+    ///     sink.lock().unwrap().push(m.topic_name().clone());
+    ///     Ack::Success
+    /// })?;
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    /// let names = names.lock().unwrap();
+    /// assert!(Arc::ptr_eq(&names[0], &names[1])); // one allocation for the topic's messages
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn topic_name(&self) -> &'a std::sync::Arc<str> {
         self.topic
     }
     /// Its partition.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::sync::{Arc, Mutex};
+    /// # use std::time::Duration;
+    /// use rill::{Ack, Record, SubscriptionOptions, TopicOptions};
+    /// # use rill::{Broker, BrokerConfig};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    ///
+    /// broker.create_topic("orders", &TopicOptions::with_partitions(4))?;
+    /// let partitions = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = partitions.clone();
+    /// let sub = broker.subscribe("orders", SubscriptionOptions::default(), move |m| {
+    ///     sink.lock().unwrap().push(m.partition());
+    ///     Ack::Success
+    /// })?;
+    /// let at = broker.publish("orders", &Record::new(b"o-1").with_key(b"customer-7"))?;
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    /// assert_eq!(*partitions.lock().unwrap(), [at.partition]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn partition(&self) -> u32 {
         self.partition
     }
     /// Which delivery this is: 1 the first time, 2 on the first redelivery, ...
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::sync::{Arc, Mutex};
+    /// # use std::time::Duration;
+    /// use rill::{Ack, Record, RetryBackoff, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let quick = RetryBackoff { initial: Duration::from_millis(1), max: Duration::from_millis(1), multiplier: 1.0 };
+    /// let options = SubscriptionOptions { backoff: quick, ..SubscriptionOptions::default() };
+    /// let attempts = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = attempts.clone();
+    /// let sub = broker.subscribe("orders", options, move |m| {
+    ///     sink.lock().unwrap().push(m.attempt());
+    ///     if m.attempt() == 1 { Ack::Retry } else { Ack::Success }
+    /// })?;
+    /// broker.publish("orders", &Record::new(b"o-1"))?;
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    /// assert_eq!(*attempts.lock().unwrap(), [1, 2]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
     /// Explains a `Retry` or `DeadLetter` ack; the last reason given becomes the
     /// `rill.dlq.reason` attribute if the message is dead-lettered.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::sync::{Arc, Mutex};
+    /// # use std::time::Duration;
+    /// use rill::{Ack, ConsumerOptions, Record, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let options = SubscriptionOptions { name: Some("billing".into()), ..SubscriptionOptions::default() };
+    /// let sub = broker.subscribe("orders", options, |m| {
+    ///     m.set_reason("unknown customer");
+    ///     Ack::DeadLetter
+    /// })?;
+    /// broker.publish("orders", &Record::new(b"o-1"))?;
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    ///
+    /// let mut dead = broker.consumer("ops", "$dlq/billing", ConsumerOptions::default())?;
+    /// let letters = dead.poll(10, Duration::from_secs(5))?;
+    /// assert_eq!(letters[0].payload(), b"o-1");
+    /// assert_eq!(letters[0].attribute("rill.dlq.reason"), Some("unknown customer"));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn set_reason(&self, reason: impl Into<String>) {
         *self.reason.borrow_mut() = Some(reason.into());
     }
     /// The underlying record view.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::sync::{Arc, Mutex};
+    /// # use std::time::Duration;
+    /// use rill::{Ack, Record, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = seen.clone();
+    /// let sub = broker.subscribe("orders", SubscriptionOptions::default(), move |m| {
+    ///     let record = m.record();
+    ///     sink.lock().unwrap().push((record.offset(), record.key().map(<[u8]>::to_vec), record.payload().to_vec()));
+    ///     Ack::Success
+    /// })?;
+    /// broker.publish("orders", &Record::new(b"o-1").with_key(b"customer-7"))?;
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    /// assert_eq!(*seen.lock().unwrap(), [(0, Some(b"customer-7".to_vec()), b"o-1".to_vec())]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn record(&self) -> RecordView<'a> {
         self.record
     }
