@@ -43,7 +43,7 @@ ci_duration() {
 
 # True if the step named $1 is selected by RILL_CI_ONLY (or there is none).
 ci_selected() {
-  local only=${RILL_CI_ONLY:-} name=${1,,} word
+  local only=${RILL_CI_ONLY:-} name=${1,,} word words
   [ -n "$only" ] || return 0
   IFS=',' read -ra words <<<"${only,,}"
   for word in "${words[@]}"; do
@@ -61,7 +61,7 @@ ci_step() {
   local slug log start rc took
   # The name as a file name: lower case, runs of anything else as one dash,
   # at most 60 characters.
-  slug=$(tr '[:upper:]' '[:lower:]' <<<"$name" | sed -e 's/[^a-z0-9.+]\{1,\}/-/g' -e 's/^-//' | cut -c1-60)
+  slug=$(tr '[:upper:]' '[:lower:]' <<<"$name" | sed -e 's/[^a-z0-9+]\{1,\}/-/g' -e 's/^-//' | cut -c1-60)
   slug=${slug%-}
   log=$ci_logs/$(printf '%02d' "$ci_done")-$slug.log
   start=$SECONDS

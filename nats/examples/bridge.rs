@@ -35,9 +35,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &shop,
         BridgeConfig {
             url: url.clone(),
-            // A durable subscription on `orders/*`: after a restart export
-            // resumes where it got to, and while the server is away the
-            // orders wait in rill's log.
+            // Export is a durable subscription on `orders/*`: a bridge
+            // started again on this broker resumes where the last one got
+            // to, and while the server is away the orders wait in rill's log.
             export: Some(ExportConfig::new("orders/*", "ORDERS", "shop")),
             ..BridgeConfig::default()
         },

@@ -32,9 +32,10 @@ static int fail(const char *what, rill_status st) {
 
 static rill_ack on_order(void *user_data, const rill_message *m) {
     struct seen *s = user_data;
-    /* Payloads are "<kind>-<n>", n a digit. */
-    unsigned n = (unsigned)(m->payload[m->payload_len - 1] - '0');
-    s->mask |= 1u << n;
+    /* Payloads are "<kind>-<n>", n a digit; anything else is not ours. */
+    char last = m->payload_len > 0 ? (char)m->payload[m->payload_len - 1] : '?';
+    if (last < '0' || last > '9') return RILL_ACK_DEAD_LETTER;
+    s->mask |= 1u << (unsigned)(last - '0');
     return RILL_ACK_SUCCESS;
 }
 

@@ -54,9 +54,9 @@ int main(void) {
     rill_nats_options out;
     rill_nats_options_init(&out);
     out.url = url;
-    /* Export is a durable subscription on the pattern: after a restart it
-     * resumes where it got to, and while the server is away the orders wait in
-     * rill's log. */
+    /* Export is a durable subscription on the pattern: a bridge started
+     * again on this broker resumes where the last one got to, and while the
+     * server is away the orders wait in rill's log. */
     out.export_pattern = "orders/*";
     out.export_stream = "ORDERS";
     out.export_subject_prefix = "shop";

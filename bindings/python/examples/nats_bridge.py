@@ -48,9 +48,9 @@ def main() -> int:
         for broker in (shop, warehouse):
             broker.create_topic("orders/eu")
             broker.create_topic("orders/us")
-        # Export is a durable subscription on the pattern: after a restart it
-        # resumes where it got to, and while the server is away the orders
-        # wait in rill's log. Import is a durable JetStream consumer
+        # Export is a durable subscription on the pattern: a bridge started
+        # again on this broker resumes where the last one got to, and while
+        # the server is away the orders wait in rill's log. Import is a durable JetStream consumer
         # ("rill-import"): the server remembers what the warehouse acknowledged.
         sub = warehouse.subscribe("orders/*", receive)
         exporter = Bridge(shop, url=url, export=Export("orders/*", stream="ORDERS", subject_prefix="shop"))
