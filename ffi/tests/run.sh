@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds librill and runs the C and C++ test programs against it: plain,
-# under AddressSanitizer + UBSan, and under valgrind memcheck. Then checks
+# under AddressSanitizer + UBSan, and under valgrind memcheck; and the
+# examples gallery's C and C++ programs (plain, the C ones under ASan+UBSan
+# too; the bridge's are in run_nats.sh). Then checks
 # the shipped build (SONAME, exports, stripping), runs a program built
 # against rill 0.1's frozen header on it, installs it into a scratch prefix,
 # builds the C and C++ examples with pkg-config and CMake, shared and static,
