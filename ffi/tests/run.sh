@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds librill and runs the C and C++ test programs against it: plain,
-# under AddressSanitizer + UBSan, and under valgrind memcheck. Then checks
+# under AddressSanitizer + UBSan, and under valgrind memcheck; and the
+# examples gallery's C and C++ programs (plain, the C ones under ASan+UBSan
+# too; the bridge's are in run_nats.sh). Then checks
 # the shipped build (SONAME, exports, stripping), runs a program built
 # against rill 0.1's frozen header on it, installs it into a scratch prefix,
 # builds the C and C++ examples with pkg-config and CMake, shared and static,
@@ -56,6 +58,18 @@ step "C++ tests (C++17, warnings as errors)"
 build test_cpp g++ c++17 bindings/cpp/tests/test_rill.cpp
 "$out/test_cpp"
 
+step "the examples gallery in C and C++ (each checks its own result)"
+# bindings/c/examples/ and bindings/cpp/examples/, as README.md's "Examples"
+# lists them (the C ones run under ASan+UBSan below too); the NATS bridge's
+# run in ffi/tests/run_nats.sh, beside a server.
+gallery=(work_queue fan_out replay dead_letter)
+for e in "${gallery[@]}"; do
+  build "example_$e" gcc c99 "bindings/c/examples/$e.c"
+  "$out/example_$e"
+  build "example_${e}_cpp" g++ c++17 "bindings/cpp/examples/$e.cpp"
+  "$out/example_${e}_cpp"
+done
+
 step "C and C++ tests under AddressSanitizer + UBSan"
 SAN=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
 build test_c_asan gcc c99 ffi/tests/c/test_rill.c "${SAN[@]}"
@@ -63,7 +77,10 @@ build test_cpp_asan g++ c++17 bindings/cpp/tests/test_rill.cpp "${SAN[@]}"
 build test_persist_asan gcc c99 ffi/tests/c/test_persist.c "${SAN[@]}"
 for t in "${robust[@]}"; do build "${t}_asan" gcc c99 "ffi/tests/c/$t.c" "${SAN[@]}"; done
 build test_robust_c89_asan gcc c89 ffi/tests/c/test_robust_c89.c -pedantic-errors "${SAN[@]}"
-for t in test_c_asan test_cpp_asan test_persist_asan "${robust[@]/%/_asan}" test_robust_c89_asan; do
+for e in "${gallery[@]}"; do build "example_${e}_asan" gcc c99 "bindings/c/examples/$e.c" "${SAN[@]}"; done
+gallery_asan=("${gallery[@]/#/example_}")
+for t in test_c_asan test_cpp_asan test_persist_asan "${robust[@]/%/_asan}" test_robust_c89_asan \
+  "${gallery_asan[@]/%/_asan}"; do
   # Prove the sanitizer is really linked in before trusting a clean run.
   # (ldd's output is captured first: `ldd | grep -q` under pipefail fails at
   # random when grep exits early and ldd dies of SIGPIPE.)

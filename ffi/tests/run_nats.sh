@@ -45,6 +45,23 @@ build test_nats_asan "${SAN[@]}"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   "${helper[@]}" "$out/test_nats_asan"
 
+step "the examples gallery's bridge in C (plain and under ASan+UBSan) and C++, against nats-server"
+# bindings/c/examples/nats_bridge.c and bindings/cpp/examples/nats_bridge.cpp:
+# a stream ORDERS on shop.>, as their header comments ask.
+example() { # name compiler std source [extra flags...]
+  local name=$1 cc=$2 std=$3 src=$4; shift 4
+  "$cc" "-std=$std" "${CWARN[@]}" -g -O1 -I"$root/include" -I"$root/bindings/cpp" "$src" -o "$out/$name" \
+    -L"$lib" -Wl,-rpath,"$lib" -lrill -pthread "$@"
+}
+example example_nats_bridge gcc c99 bindings/c/examples/nats_bridge.c
+example example_nats_bridge_asan gcc c99 bindings/c/examples/nats_bridge.c "${SAN[@]}"
+example example_nats_bridge_cpp g++ c++17 bindings/cpp/examples/nats_bridge.cpp
+orders=(python3 bindings/python/tests/nats_helper.py --stream 'ORDERS:shop.>' --)
+"${orders[@]}" "$out/example_nats_bridge"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  "${orders[@]}" "$out/example_nats_bridge_asan"
+"${orders[@]}" "$out/example_nats_bridge_cpp"
+
 step "rill_nats.h compiles as C++17"
 g++ -std=c++17 "${CWARN[@]}" -fsyntax-only -I"$root/include" -x c++ - <<<'#include "rill_nats.h"'
 

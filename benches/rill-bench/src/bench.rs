@@ -99,8 +99,8 @@ pub struct MachineState {
 pub const STATE_SPREAD: f64 = 1.5;
 /// Rounds of the ping-pong taken around each run, and each round's length:
 /// about 10 ms a probe, against runs of half a second.
-const STATE_PROBE_ROUNDS: usize = 3;
-const STATE_PROBE_EACH: Duration = Duration::from_millis(3);
+pub const STATE_PROBE_ROUNDS: usize = 3;
+pub const STATE_PROBE_EACH: Duration = Duration::from_millis(3);
 
 impl MachineState {
     /// The state around a pair from its probes' round trips; `None` without any.

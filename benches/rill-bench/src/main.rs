@@ -448,7 +448,8 @@ fn main() {
     };
 
     let total: u64 = list.iter().map(|sc| bench::planned_runs(sc, &peers, pairs)).sum();
-    let bar = if std::io::stderr().is_terminal() {
+    let progress = Progress::new(started);
+    let bar = if !progress.lines {
         let bar = ProgressBar::new(total);
         bar.set_style(
             ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} runs  {msg}")
@@ -460,6 +461,9 @@ fn main() {
         ProgressBar::hidden()
     };
 
+    if !cli.no_probe {
+        progress.line("probing the machine: cross-core ping-pong, then hiccups");
+    }
     let probe = if cli.no_probe {
         None
     } else {
@@ -494,16 +498,32 @@ fn main() {
     };
 
     let mut results = Vec::new();
-    for sc in &list {
+    for (i, sc) in list.iter().enumerate() {
+        let what = format!("[{}/{}] {} ({}) [work: {}]", i + 1, list.len(), sc.name, sc.title, sc.shape.work.name());
+        progress.line(&format!("{what}: started"));
+        let scenario_started = Instant::now();
         results.push(bench::measure(sc, &peers, pairs, &env, &bar));
+        progress.line(&format!("{what}: done in {:.1} s", scenario_started.elapsed().as_secs_f64()));
     }
     bar.finish_and_clear();
+    // A last probe after the runs, so that a machine that changed state
+    // during them shows in the verdict even when no pair was probed.
+    let noise = probe.as_ref().map(|opening| {
+        let closing = probe::ping_pong(bench::STATE_PROBE_ROUNDS, bench::STATE_PROBE_EACH).round_trip_ns;
+        report::noise_verdict(opening, Some(closing), &results)
+    });
+    if let Some(noise) = noise.as_ref().filter(|_| cli.format != Format::Table) {
+        // The table carries the verdict; other formats carry it as a field,
+        // so it is said here too, where a person reads.
+        eprintln!("{noise}");
+    }
 
     let report = Report {
         version: env!("CARGO_PKG_VERSION").into(),
         command: command_line(),
         probe: probe.clone(),
         hiccups,
+        noise,
         notes: notes(&env, &peers, &list, pairs)
             .into_iter()
             .chain((!not_built.is_empty()).then(|| not_built_note(&not_built)))
@@ -529,6 +549,29 @@ fn main() {
                 eprintln!("cannot write {}: {e}", path.display());
                 std::process::exit(1);
             }
+        }
+    }
+}
+
+/// Progress for a reader who cannot see the bar: when stderr is not a
+/// terminal (a pipe, a CI log, a file), the bar is hidden and each step
+/// (the probes, each scenario's start and end) is a line on stderr instead,
+/// so a piped run does not go silent for a minute.
+struct Progress {
+    /// True when stderr is not a terminal.
+    lines: bool,
+    started: Instant,
+}
+
+impl Progress {
+    fn new(started: Instant) -> Progress {
+        Progress { lines: !std::io::stderr().is_terminal(), started }
+    }
+
+    /// One line, with the time since rill-bench started.
+    fn line(&self, what: &str) {
+        if self.lines {
+            eprintln!("rill-bench {:>6.1} s  {what}", self.started.elapsed().as_secs_f64());
         }
     }
 }

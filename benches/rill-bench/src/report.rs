@@ -24,6 +24,9 @@ pub struct Report {
     pub probe: Option<Probe>,
     /// The hiccup probe taken before the runs (absent with --no-probe).
     pub hiccups: Option<Hiccups>,
+    /// The one-line verdict on machine noise from every cross-core probe of
+    /// the invocation (see [`noise_verdict`]; absent with --no-probe).
+    pub noise: Option<String>,
     /// Settings outside the shapes.
     pub env: Env,
     /// How the runs were set up, in words.
@@ -208,8 +211,47 @@ pub fn table(r: &Report) -> String {
         o += &md;
     }
     let _ = writeln!(o);
+    if let Some(noise) = &r.noise {
+        let _ = writeln!(o, "{noise}");
+    }
     let _ = writeln!(o, "total time {:.0} s", r.elapsed_s);
     o
+}
+
+/// Cross-core probes of one invocation whose slowest is more than this many
+/// times its fastest saw the machine in more than one state: the same
+/// judgement as a pair's ([`STATE_SPREAD`]: a probe's own spread in one
+/// state is a few percent, the states of a shared VM differ by about 5x),
+/// taken over every probe of the invocation.
+pub const NOISE_SPREAD: f64 = STATE_SPREAD;
+
+/// The one-line verdict on machine noise: the spread of every cross-core
+/// round trip measured (the opening probe's rounds, the probes around each
+/// pair of runs, and `closing_ns`, taken after the last run). Within
+/// [`NOISE_SPREAD`] the runs shared one machine state and their ratios
+/// compare the systems; beyond it the machine changed while they ran, and
+/// a ratio may measure that change instead.
+pub fn noise_verdict(opening: &Probe, closing_ns: Option<f64>, scenarios: &[ScenarioResult]) -> String {
+    let pairs = scenarios.iter().flat_map(|s| &s.comparisons).flat_map(|c| &c.states);
+    let probes: Vec<f64> = [opening.min_ns, opening.max_ns]
+        .into_iter()
+        .chain(closing_ns)
+        .chain(pairs.flat_map(|s| [s.low_ns, s.high_ns]))
+        .collect();
+    let Some(span) = MachineState::of(&probes) else {
+        return "machine noise: unknown (no cross-core probe gave a time)".into();
+    };
+    let spread = span.high_ns / span.low_ns;
+    let seen =
+        format!("cross-core probes {:.0}-{:.0} ns per round trip, spread {spread:.2}x", span.low_ns, span.high_ns);
+    if spread <= NOISE_SPREAD {
+        format!("machine noise: quiet ({seen}, within {NOISE_SPREAD}x): comparisons between runs are meaningful")
+    } else {
+        format!(
+            "machine noise: NOISY ({seen}, over {NOISE_SPREAD}x): the machine changed state during the runs; \
+             rerun on an idle machine before trusting ratios"
+        )
+    }
 }
 
 /// The ping-pong range around a scenario's pairs and, if some pair saw it
@@ -465,6 +507,7 @@ pub(crate) mod tests {
             command: "rill-bench --scenario one-to-one --compare".into(),
             probe: Some(Probe { round_trip_ns: 180.0, min_ns: 170.0, max_ns: 200.0, pinned: true }),
             hiccups: Some(Hiccups { spun_ms: 200.0, per_sec: 12.0, p99_ns: 40, p9999_ns: 3_000, max_ns: 60_000 }),
+            noise: Some("machine noise: a verdict".into()),
             env: Env::default(),
             notes: vec!["a note".into()],
             elapsed_s: 12.0,
@@ -577,5 +620,24 @@ pub(crate) mod tests {
         assert_eq!(steady_stats(&[1.0, 2.0, 3.0], &[a, b, a]).unwrap().ratios, [1.0, 3.0]);
         assert!(steady_stats(&[1.0, 2.0], &[a]).is_none(), "pairs without a state: no steady summary");
         assert!(steady_stats(&[1.0], &[b]).is_none());
+    }
+
+    #[test]
+    fn the_noise_verdict_is_quiet_within_the_spread_and_noisy_beyond_it() {
+        let opening = Probe { round_trip_ns: 64.0, min_ns: 62.0, max_ns: 66.0, pinned: true };
+        let quiet = noise_verdict(&opening, Some(70.0), &[]);
+        assert!(quiet.starts_with("machine noise: quiet (cross-core probes 62-70 ns"), "{quiet}");
+        assert!(quiet.contains("comparisons between runs are meaningful"), "{quiet}");
+        // The closing probe alone can show the change.
+        let late = noise_verdict(&opening, Some(330.0), &[]);
+        assert!(late.starts_with("machine noise: NOISY (cross-core probes 62-330 ns"), "{late}");
+        assert!(late.contains("rerun on an idle machine before trusting ratios"), "{late}");
+        // So can a pair's probes: the sample report's third pair moved to 330 ns.
+        let report = sample_report();
+        let paired = noise_verdict(&opening, None, &report.scenarios);
+        assert!(paired.starts_with("machine noise: NOISY"), "{paired}");
+        // And the verdict is the table's line before the total time.
+        let table = table(&report);
+        assert!(table.contains("machine noise: a verdict\ntotal time"), "{table}");
     }
 }
