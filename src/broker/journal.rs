@@ -198,7 +198,7 @@ impl Journal {
         header.extend_from_slice(&VERSION.to_le_bytes());
         header.extend_from_slice(&0u32.to_le_bytes());
         header.extend_from_slice(&generation.to_le_bytes());
-        super::store::replace(root, JOURNAL_FILE, &header, true)?;
+        super::atomic_file::replace(root, JOURNAL_FILE, &header, true)?;
         let path = root.join(JOURNAL_FILE);
         let file = OpenOptions::new().append(true).open(&path).map_err(|e| Error::io(&path, &e))?;
         Ok(Journal { file, path, generation, entries: 0, len: HEADER as u64 })

@@ -21,6 +21,7 @@
 //! partitions are released, and in `Consumer::poll` when a group expels
 //! members whose session ran out.
 
+mod atomic_file;
 mod barrier;
 mod consumer;
 mod core;

@@ -137,10 +137,11 @@
 //! format half (from `replace` down) is the cut to make if it grows.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind as IoKind, Read, Write};
+use std::io::{ErrorKind as IoKind, Read};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+use super::atomic_file::replace;
 use super::journal::{COMPACT_MIN_ENTRIES, Change, JOURNAL_FILE, Journal};
 use super::topic::TopicOptions;
 use crate::error::{Error, Result};
@@ -651,27 +652,6 @@ fn sweep_deleted(topics_dir: &Path, listed: &[TopicMeta], next_dir: u64) {
             Err(e) => log::warn!("rill: could not remove {} left by a topic deletion: {e}", path.display()),
         }
     }
-}
-
-pub(super) fn replace(dir: &Path, name: &str, bytes: &[u8], sync: bool) -> Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let target = dir.join(name);
-    let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, &e))?;
-    f.write_all(bytes).map_err(|e| Error::io(&tmp, &e))?;
-    if sync {
-        f.sync_data().map_err(|e| Error::io(&tmp, &e))?;
-    }
-    drop(f);
-    fs::rename(&tmp, &target).map_err(|e| Error::io(&target, &e))?;
-    if sync {
-        sync_dir(dir)?;
-    }
-    Ok(())
-}
-
-/// Makes a directory's entries (a rename, a new file) durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, &e))
 }
 
 /// A frame around `body` (see the module docs), of format `VERSION`.
