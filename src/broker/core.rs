@@ -208,6 +208,10 @@ pub(crate) struct BrokerInner {
     /// The timer that checks handler calls against their `ack_timeout`,
     /// started with the first subscription that has one.
     pub(super) ack_watch: Mutex<Option<Arc<Timer<AckWatch>>>>,
+    /// What detached readers of deleted topics read instead (see
+    /// `delete_topic`): one empty partition for the broker's life, made at
+    /// the first delete, so deletions do not each leave one behind.
+    pub(super) placeholder: Mutex<Option<Arc<Partition>>>,
 }
 
 /// A timer job: applies a topic's age limit (`retention_ms`) to its
@@ -427,10 +431,19 @@ impl BrokerInner {
     pub(super) fn delete_topic(&self, name: &str) -> Result<()> {
         names::validate_topic(name)?;
         // What detached wildcard readers read instead: an empty partition
-        // of the smallest segment, shared by all of them. Made first, so a
-        // failure to map it deletes nothing.
-        let tiny = LogConfig { segment_bytes: Some(MIN_SEGMENT_BYTES), ..LogConfig::default() };
-        let placeholder = Arc::new(Partition::new(0, Log::new(&tiny)?));
+        // of the smallest segment, shared by all of them and by every
+        // delete. Made at the first delete, before anything is deleted, so
+        // a failure to map it deletes nothing.
+        let placeholder = {
+            let mut slot = self.placeholder.lock();
+            match &*slot {
+                Some(p) => p.clone(),
+                None => {
+                    let tiny = LogConfig { segment_bytes: Some(MIN_SEGMENT_BYTES), ..LogConfig::default() };
+                    slot.insert(Arc::new(Partition::new(0, Log::new(&tiny)?))).clone()
+                }
+            }
+        };
         let (topic, dir, subs, consumers, snapshot) = {
             let mut control = self.control.lock();
             self.check_open()?;

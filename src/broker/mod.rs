@@ -243,6 +243,7 @@ impl Broker {
             flush_poke: Mutex::new(None),
             expiry: Mutex::new(None),
             ack_watch: Mutex::new(None),
+            placeholder: Mutex::new(None),
         });
         let handle = Arc::new(Handle { inner });
         // On failure the handle's drop closes the broker (and its directory).

@@ -228,12 +228,18 @@ pub(crate) struct Reader {
     pub(crate) position: Arc<AtomicU64>,
     /// Its ready mark, if the subscription tracks ready partitions.
     pub(super) mark: Option<Arc<Mark>>,
+    /// For a pending reader: the index of the freed slot (see "Reusing the
+    /// slots of deleted topics" at [`SubCore::apply_detached`]) it takes
+    /// when merged; `None` to go at the end.
+    pub(super) slot: Option<usize>,
+    /// It reads a placeholder: its topic was deleted.
+    pub(super) detached: bool,
 }
 
 impl Reader {
     pub(crate) fn new(topic: Name, partition: Arc<Partition>, cursor: Cursor) -> Reader {
         let position = Arc::new(AtomicU64::new(cursor.offset()));
-        Reader { topic, partition, cursor, position, mark: None }
+        Reader { topic, partition, cursor, position, mark: None, slot: None, detached: false }
     }
 
     pub(super) fn publish_position(&self) {
@@ -344,6 +350,10 @@ pub(crate) struct SubCore {
     /// the empty partition to read instead (see `detach_topic`); taken by
     /// the drainer, which is told through `has_pending`.
     pub(super) detached: Mutex<Vec<(Arc<Partition>, Arc<Partition>)>>,
+    /// Reader slots of deleted topics, with their ready marks, for the next
+    /// attaches to take (see [`SubCore::apply_detached`]); pushed by the
+    /// drainer, popped under the `pending` lock.
+    pub(super) free_slots: Mutex<Vec<(usize, Option<Arc<Mark>>)>>,
     pub(super) has_pending: AtomicBool,
     /// Partitions a rebalance took from this shared member, for the drainer
     /// to give up at its next round (also flagged by `has_pending`).
@@ -485,6 +495,7 @@ impl SubCore {
             }),
             pending: Mutex::new(Vec::new()),
             detached: Mutex::new(Vec::new()),
+            free_slots: Mutex::new(Vec::new()),
             has_pending: AtomicBool::new(false),
             revoked: Mutex::new(Vec::new()),
             ack_timeout_ns,
@@ -511,7 +522,16 @@ impl SubCore {
     fn attach(&self, tracked: &mut Vec<Tracked>, mut reader: Reader) -> Option<Arc<Mark>> {
         tracked.push((reader.topic.clone(), reader.partition.clone(), reader.position.clone()));
         let mut pending = self.pending.lock();
-        let mark = self.ready.as_deref().map(ReadySet::next_mark);
+        // A deleted topic's slot first, with its mark (whose index is the
+        // slot's); else a new slot at the end, with the next mark, taken
+        // under this lock so that marks and appended readers stay in step.
+        let mark = match self.free_slots.lock().pop() {
+            Some((slot, mark)) => {
+                reader.slot = Some(slot);
+                mark
+            }
+            None => self.ready.as_deref().map(ReadySet::next_mark),
+        };
         reader.mark = mark.clone();
         pending.push(reader);
         drop(pending);
@@ -619,6 +639,21 @@ impl SubCore {
     /// The drainer's half of [`SubCore::detach_topic`]: swaps every reader
     /// (merged or pending) of a detached partition for a reader at the end
     /// of its placeholder, and drops a retry of a message there.
+    ///
+    /// # Reusing the slots of deleted topics
+    ///
+    /// A reader's index names it to its ready mark and to a retry, so a
+    /// detached reader stays in its slot (reading the placeholder) instead
+    /// of being removed. Left there for good, every topic deleted under a
+    /// wildcard subscription would cost it a slot, and topics created and
+    /// deleted without end would grow it without end. So a merged reader
+    /// swapped here frees its slot: `free_slots` gets its index and its mark,
+    /// and the next attach takes them (`attach`), and `merge_pending` puts
+    /// the new reader in that slot. Nothing still names the slot then: the
+    /// retry there was dropped here, and a mark left set or an index left
+    /// in the carry only makes the drainer look at the new reader once more.
+    /// A shared member frees nothing: giving up a partition (`release_revoked`)
+    /// removes its reader and moves the indices after it.
     pub(super) fn apply_detached(&self, st: &mut DrainState) {
         let gone = std::mem::take(&mut *self.detached.lock());
         if gone.is_empty() {
@@ -628,17 +663,32 @@ impl SubCore {
             Some((_, placeholder)) => {
                 r.cursor = placeholder.log.cursor_from_end();
                 r.partition = placeholder.clone();
+                r.detached = true;
                 true
             }
             None => false,
         };
+        let mut freed = Vec::new();
         for (i, r) in st.readers.iter_mut().enumerate() {
-            if swap(r) && st.retry.as_ref().is_some_and(|retry| retry.reader == i) {
-                st.retry = None;
+            if swap(r) {
+                if st.retry.as_ref().is_some_and(|retry| retry.reader == i) {
+                    st.retry = None;
+                }
+                freed.push((i, r.mark.clone()));
             }
         }
+        // A pending reader swapped here is freed when it is merged.
         for r in self.pending.lock().iter_mut() {
             swap(r);
+        }
+        self.free_reader_slots(freed);
+    }
+
+    /// Gives the slots of detached readers to the next attaches (see
+    /// "Reusing the slots of deleted topics" above); not for a shared member.
+    pub(super) fn free_reader_slots(&self, freed: Vec<(usize, Option<Arc<Mark>>)>) {
+        if !self.shared && !freed.is_empty() {
+            self.free_slots.lock().extend(freed);
         }
     }
 

@@ -579,11 +579,31 @@ impl SubCore {
         // Acquire: pairs with the Release in `attach`.
         if self.has_pending.load(Ordering::Acquire) {
             self.has_pending.store(false, Ordering::Relaxed);
-            let from = st.readers.len();
-            st.readers.append(&mut self.pending.lock());
+            let mut placed = Vec::new();
+            let mut freed = Vec::new();
+            for mut r in self.pending.lock().drain(..) {
+                let i = match r.slot.take() {
+                    Some(i) => {
+                        // A deleted topic's slot (see "Reusing the slots of
+                        // deleted topics" at `apply_detached`).
+                        st.readers[i] = r;
+                        i
+                    }
+                    None => {
+                        st.readers.push(r);
+                        st.readers.len() - 1
+                    }
+                };
+                if st.readers[i].detached {
+                    // Its topic went while it was pending.
+                    freed.push((i, st.readers[i].mark.clone()));
+                }
+                placed.push(i);
+            }
+            self.free_reader_slots(freed);
             if self.ready.is_some() {
                 // New readers start with whatever their cursor has to read.
-                st.carry.extend(from..st.readers.len());
+                st.carry.extend(placed);
             }
             self.apply_detached(st);
             if self.shared {
