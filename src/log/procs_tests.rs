@@ -3,8 +3,13 @@
 //! file (`file.rs`), so a second mapping of it, in another process,
 //! reserves, commits and reads through the same words as the first.
 //!
-//! The second process is this test binary run again with [`CHILD_FILE`]
-//! set, and only this test selected: the test then plays the child's part.
+//! Then (its second step) several processes appending into one partition
+//! across many rolls, each following the others' rolls by the segment
+//! files' names (`dir.rs`, "The roll across processes").
+//!
+//! The other processes are this test binary run again with an environment
+//! variable set ([`CHILD_FILE`], [`CHILD_LOG`]) and only the one test
+//! selected: the test then plays the child's part.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,7 +19,7 @@ use super::file::{self, FRAME_LEN, FileStorage, Files};
 use super::record::Record;
 use super::segment::{Buffers, Pool, Reservation, Segment};
 use super::storage::Pages;
-use super::{DurableLog, Fsync, Log, LogConfig};
+use super::{DurableLog, Fsync, Log, LogConfig, Sharing};
 use crate::sync::{Arc, thread};
 
 /// Set in the child: the segment file to append to.
@@ -192,4 +197,166 @@ fn two_processes_append_into_one_segment_file() {
         next[from as usize] += 1;
     }
     assert!(cursor.read().unwrap().is_none());
+}
+
+/// Set in a child of the rolls test: the partition directory to join.
+const CHILD_LOG: &str = "RILL_TEST_SHARED_LOG_DIR";
+/// Set in a child of the rolls test: its publisher number.
+const CHILD_WHO: &str = "RILL_TEST_SHARED_LOG_PUBLISHER";
+/// The rolls test's name, for its children's command line.
+const ROLLS_TEST: &str = "log::procs_tests::processes_publish_into_one_partition_across_rolls";
+/// Processes publishing into the partition: the parent and its children.
+const PROCESSES: u32 = 4;
+/// Records each process publishes.
+const EACH: u32 = 4_000;
+/// A small segment (of 40-byte framed records), so the partition rolls
+/// dozens of times while all processes publish.
+const SMALL_SEGMENT: usize = 16 << 10;
+
+/// The rolls test's log configuration: small segments, everything kept.
+fn small_config() -> LogConfig {
+    LogConfig { segment_bytes: Some(SMALL_SEGMENT), ..LogConfig::default() }
+}
+
+/// Appends record `seq` of publisher `who` through the log; its offset.
+fn publish(log: &Log, who: u32, seq: u32) -> u64 {
+    let mut payload = [0u8; 8];
+    payload[..4].copy_from_slice(&who.to_le_bytes());
+    payload[4..].copy_from_slice(&seq.to_le_bytes());
+    log.append(&Record::new(&payload)).unwrap()
+}
+
+/// Reads the whole partition from its first offset until every process's
+/// records are there, through this process's view: dense offsets, each
+/// publisher's records in its order, none missing, none twice.
+fn read_everything(log: &Log) {
+    let total = u64::from(PROCESSES * EACH);
+    let mut cursor = log.cursor_from_first();
+    let mut next = vec![0u32; PROCESSES as usize];
+    let mut offset = 0;
+    wait_until("every process's records", || {
+        while let Some(view) = cursor.read().expect("nothing is trimmed") {
+            assert_eq!(view.offset(), offset, "offsets are dense");
+            let (from, seq) = decode(view.payload());
+            assert!(from < PROCESSES, "record {offset} names publisher {from}");
+            assert_eq!(seq, next[from as usize], "publisher {from}'s records in its order, none lost or doubled");
+            next[from as usize] += 1;
+            offset += 1;
+        }
+        offset == total
+    });
+    assert_eq!(next, vec![EACH; PROCESSES as usize]);
+    assert!(cursor.read().unwrap().is_none(), "nothing past the records published");
+}
+
+/// One process's part: waits for the start signal (so all publish at
+/// once), publishes its records, then reads everything back.
+fn publish_and_read(log: &Log, dir: &Path, who: u32) {
+    wait_until("the start", || dir.join("go").exists());
+    let mut last = None;
+    for seq in 0..EACH {
+        let offset = publish(log, who, seq);
+        assert!(last.is_none_or(|l| offset > l), "a publisher's offsets grow");
+        last = Some(offset);
+    }
+    read_everything(log);
+}
+
+/// Where a child of the rolls test says it has joined.
+fn joined_marker(dir: &Path, who: u32) -> PathBuf {
+    dir.join(format!("joined-{who}"))
+}
+
+/// N publishers in N processes (the parent and three children, this test
+/// binary run again) append into one durable partition with small segments,
+/// so it rolls many times while all of them publish: each roll is made by
+/// whichever process's reservation sealed the segment, and the others find
+/// its successor's file by name (`dir.rs`, "The roll across processes").
+/// Each process then reads the whole partition back through its own view;
+/// and recovery, once all are gone, finds every record in the files.
+#[test]
+fn processes_publish_into_one_partition_across_rolls() {
+    if let (Some(dir), Some(who)) = (std::env::var_os(CHILD_LOG), std::env::var_os(CHILD_WHO)) {
+        let dir = PathBuf::from(dir);
+        let who: u32 = who.to_str().unwrap().parse().unwrap();
+        let durable = DurableLog { dir: dir.clone(), fsync: Fsync::Never, repair: false };
+        let log = Log::join(&small_config(), 0, &durable).unwrap();
+        // Written after the join: the parent starts everyone once all have.
+        std::fs::write(joined_marker(&dir, who), b"").unwrap();
+        publish_and_read(&log, &dir, who);
+        return;
+    }
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-rolls-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&tmp.0);
+    let dir = tmp.0.join("partition");
+    let durable = DurableLog { dir: dir.clone(), fsync: Fsync::Never, repair: false };
+    let (log, _) = Log::open_in(&small_config(), 0, &durable, Sharing::Processes).unwrap();
+
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (1..PROCESSES)
+        .map(|who| {
+            Command::new(&exe)
+                .args([ROLLS_TEST, "--exact", "--nocapture", "--test-threads=1"])
+                .env(CHILD_LOG, &dir)
+                .env(CHILD_WHO, who.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // The parent's part runs on a thread of its own, so that a publisher
+    // stuck waiting for a roll fails the test at the deadline instead of
+    // hanging it (the thread is left behind; the children are killed).
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let parent = {
+        let (log, dir) = (log.clone(), dir.clone());
+        std::thread::spawn(move || {
+            let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                wait_until("every child joined", || (1..PROCESSES).all(|who| joined_marker(&dir, who).exists()));
+                std::fs::write(dir.join("go"), b"").unwrap();
+                publish_and_read(&log, &dir, 0);
+            }));
+            if mine.is_err() {
+                // Start the children anyway, so they reach their own deadline.
+                let _ = std::fs::write(dir.join("go"), b"");
+            }
+            let _ = done_tx.send(());
+            mine
+        })
+    };
+    let finished = done_rx.recv_timeout(PATIENCE + Duration::from_secs(5)).is_ok();
+    let deadline = Instant::now() + PATIENCE;
+    for mut child in children {
+        while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            thread::yield_now();
+        }
+        if child.try_wait().unwrap().is_none() {
+            let _ = child.kill();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "a child process failed or was stuck ({}):\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(finished, "the parent's publisher or reader was stuck");
+    if let Err(panic) = parent.join().unwrap() {
+        std::panic::resume_unwind(panic);
+    }
+    let segments = log.stats().segments;
+    drop(log);
+    let total = u64::from(PROCESSES * EACH);
+    assert!(segments > 10, "the partition rolled many times ({segments} segments)");
+
+    for who in 1..PROCESSES {
+        std::fs::remove_file(joined_marker(&dir, who)).unwrap();
+    }
+    std::fs::remove_file(dir.join("go")).unwrap();
+    let (log, report) = Log::open(&small_config(), 0, &durable).unwrap();
+    assert_eq!((report.records, report.end_offset, report.skipped), (total, total, 0), "{report:?}");
+    read_everything(&log);
 }
