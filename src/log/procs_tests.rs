@@ -360,3 +360,94 @@ fn processes_publish_into_one_partition_across_rolls() {
     assert_eq!((report.records, report.end_offset, report.skipped), (total, total, 0), "{report:?}");
     read_everything(&log);
 }
+
+/// Set in the child of the takeover test: the partition directory to join.
+const CHILD_SEALER: &str = "RILL_TEST_SHARED_LOG_SEALER";
+/// The takeover test's name, for its child's command line.
+const TAKEOVER_TEST: &str = "log::procs_tests::a_killed_sealers_roll_is_taken_over";
+/// Records the parent publishes before the child seals, and after.
+const BEFORE_SEAL: u32 = 50;
+const AFTER_SEAL: u32 = 500;
+
+/// A sealer killed between the seal and the link (`dir.rs`, "The roll
+/// across processes"): the child joins the partition, seals its newest
+/// segment as a publisher whose reservation overflowed it would (the end
+/// mark and the seal in the file), and is killed (`SIGKILL`) before it
+/// makes the successor's file. The parent's next publish finds the segment
+/// sealed and no successor; after the roll timeout it makes the file
+/// itself, and the partition goes on with dense offsets, in this process
+/// and for a process that joins afterwards.
+#[test]
+fn a_killed_sealers_roll_is_taken_over() {
+    if let Some(dir) = std::env::var_os(CHILD_SEALER) {
+        let durable = DurableLog { dir: PathBuf::from(dir), fsync: Fsync::Never, repair: false };
+        let log = Log::join(&small_config(), 0, &durable).unwrap();
+        let guard = crate::sync::epoch::pin();
+        let seg = log.shared.dir(&guard).last().clone();
+        // One record of more bytes than the segment holds: never granted,
+        // so this is the sealer (nobody else publishes now).
+        match seg.reserve(1, seg.capacity() + 1) {
+            Reservation::Sealer { count, end } => {
+                seg.end_records(end);
+                seg.seal(count);
+            }
+            other => panic!("the child alone publishes now, got {other:?}"),
+        }
+        // Killed before the link, as a crash there would leave it.
+        // SAFETY: plain system calls on this process, no pointers.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        unreachable!("SIGKILL is not caught");
+    }
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-takeover-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&tmp.0);
+    let dir = tmp.0.join("partition");
+    let durable = DurableLog { dir: dir.clone(), fsync: Fsync::Never, repair: false };
+    let (log, _) = Log::open_in(&small_config(), 0, &durable, Sharing::Processes).unwrap();
+    for seq in 0..BEFORE_SEAL {
+        assert_eq!(publish(&log, 0, seq), u64::from(seq));
+    }
+
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([TAKEOVER_TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_SEALER, &dir)
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "the child sealed and was killed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let successor = dir.join(file::segment_file_name(u64::from(BEFORE_SEAL)));
+    assert!(!successor.exists(), "the killed sealer made no successor");
+
+    // On a thread, so a publish stuck at the dead roll fails the test at
+    // the deadline instead of hanging it.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let publisher = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for seq in BEFORE_SEAL..BEFORE_SEAL + AFTER_SEAL {
+                assert_eq!(publish(&log, 0, seq), u64::from(seq), "offsets stay dense across the taken-over roll");
+            }
+            let _ = done_tx.send(());
+        })
+    };
+    assert!(done_rx.recv_timeout(PATIENCE).is_ok(), "the publisher was stuck at the killed sealer's roll");
+    publisher.join().unwrap();
+    assert!(successor.exists(), "the waiter made the successor's file");
+
+    // This process's view and a new joiner's read the same partition.
+    let joined = Log::join(&small_config(), 0, &durable).unwrap();
+    for log in [&log, &joined] {
+        let mut cursor = log.cursor_from_first();
+        for seq in 0..BEFORE_SEAL + AFTER_SEAL {
+            let view = cursor.read().unwrap().expect("every record, across the roll");
+            assert_eq!((view.offset(), decode(view.payload())), (u64::from(seq), (0, seq)));
+        }
+        assert!(cursor.read().unwrap().is_none());
+    }
+}
