@@ -173,6 +173,7 @@ use crate::sync::{Arc, Backoff, Mutex};
 /// process sealed before it makes the successor's file itself (see "The
 /// roll across processes"): long enough that a live sealer, which makes
 /// the file right after the seal, is never raced in normal operation.
+#[cfg(not(loom))]
 pub(super) const ROLL_TAKEOVER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The retained segments, oldest first; consecutive segments are contiguous

@@ -451,3 +451,49 @@ fn a_killed_sealers_roll_is_taken_over() {
         assert!(cursor.read().unwrap().is_none());
     }
 }
+
+/// A sealer that was only slow, not dead: another process's view took its
+/// roll over and linked the successor first, so the sealer's own link
+/// fails with `EEXIST` and it installs a mapping of the winner's file
+/// instead (`Shared::make_or_open`), and both views go on in one segment.
+/// Two logs over one directory in this process stand for two processes:
+/// each has its own directory of its own mappings.
+#[test]
+fn a_slow_sealer_whose_roll_was_taken_over_opens_the_takers_file() {
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-slow-sealer-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&tmp.0);
+    let durable = DurableLog { dir: tmp.0.clone(), fsync: Fsync::Never, repair: false };
+    let (slow, _) = Log::open_in(&small_config(), 0, &durable, Sharing::Processes).unwrap();
+    let taker = Log::join(&small_config(), 0, &durable).unwrap();
+    publish(&slow, 0, 0);
+
+    // The slow view seals its newest segment, and pauses before its roll.
+    let guard = crate::sync::epoch::pin();
+    let current = slow.shared.dir_ptr(&guard);
+    let seg = slow.shared.dir(&guard).last().clone();
+    let Reservation::Sealer { count, end } = seg.reserve(1, seg.capacity() + 1) else {
+        panic!("nobody else publishes now")
+    };
+    seg.end_records(end);
+    seg.seal(count);
+    assert_eq!(count, 1);
+
+    // The other view's publish waits the roll timeout and makes the file.
+    assert_eq!(publish(&taker, 1, 0), 1, "the taken-over roll continues the offsets");
+    // The slow sealer's roll now finds the name taken, and maps that file.
+    slow.shared.install_next(current, &guard).unwrap();
+    drop(guard);
+    assert_eq!(publish(&slow, 0, 1), 2, "the slow sealer appends into the taker's segment");
+    assert_eq!(publish(&taker, 1, 1), 3);
+    for log in [&slow, &taker] {
+        let mut cursor = log.cursor_from_first();
+        let read: Vec<_> =
+            std::iter::from_fn(|| cursor.read().unwrap().map(|v| (v.offset(), decode(v.payload())))).collect();
+        assert_eq!(read, [(0, (0, 0)), (1, (1, 0)), (2, (0, 1)), (3, (1, 1))]);
+    }
+    let files = std::fs::read_dir(&tmp.0).unwrap().filter(|e| {
+        let name = e.as_ref().unwrap().file_name();
+        file::parse_segment_file_name(name.to_str().unwrap()).is_some()
+    });
+    assert_eq!(files.count(), 2, "one successor file, the taker's");
+}
