@@ -159,6 +159,18 @@
 //! Only the cold paths (a `Full` reservation, a cursor past a sealed end,
 //! the roll) look at the mode; the append and the read are the same code
 //! for both.
+//!
+//! No loom model covers the cross-process steps: loom cannot put its
+//! atomics in a file mapping (under loom a segment file's state is in
+//! memory of its own, and this mode is compiled out), and what orders them
+//! is the file system (`link` before `open`), not an ordering of ours. The
+//! in-process step, several installers racing one exchange, uses the
+//! exchange of a stalled roll's retries with its orderings (`Release`;
+//! `Acquire` on failure, since the loser looks into the directory it lost
+//! to); the model `a_failed_roll_fails_its_waiters_and_a_later_publish_recovers`
+//! runs that exchange against a stalled directory, not two installers of
+//! one successor. The tests in `procs_tests.rs` run the whole roll in real
+//! processes.
 
 use super::config::Sizes;
 use super::durable::Durability;
