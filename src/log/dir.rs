@@ -154,7 +154,13 @@
 //!   process's last reader lets go (no spare files are kept in this mode, so
 //!   nothing is recycled under another process's mapping). A process still
 //!   reading a segment another process trimmed keeps its own mapping, which
-//!   stays valid.
+//!   stays valid. A process whose directory ends before a successor that
+//!   was made *and trimmed* meanwhile finds no file by that name but older
+//!   ones gone too ([`Shared::skip_trimmed`]): it replaces its directory by
+//!   the files there are now, marking its own segments trimmed, so its
+//!   cursors are told what they missed (`Lagged`) and its publishers append
+//!   after the newest record. It never takes such a roll over: that would
+//!   make a file for offsets already used.
 //!
 //! Only the cold paths (a `Full` reservation, a cursor past a sealed end,
 //! the roll) look at the mode; the append and the read are the same code
@@ -623,22 +629,79 @@ impl Shared {
         }
         let Some(count) = seg.sealed_count() else { return Ok(false) };
         let base = seg.base() + count;
-        let next = if take_over {
-            let next = self.make_or_open(base)?;
-            ::log::warn!(
-                target: "rill::log",
-                "partition {}: the segment at offset {base} was not made {ROLL_TAKEOVER:?} after its predecessor's seal; \
-                 made or opened it here",
-                self.partition
-            );
-            next
-        } else {
-            match open_shared_segment(&self.pool, base)? {
-                Some(next) => next,
-                None => return Ok(false),
+        let next = match open_shared_segment(&self.pool, base)? {
+            Some(next) => next,
+            // Not made yet, or made and trimmed since: never made again then.
+            None if self.skip_trimmed(current, base, guard)? => return Ok(true),
+            None if take_over => {
+                let next = self.make_or_open(base)?;
+                ::log::warn!(
+                    target: "rill::log",
+                    "partition {}: the segment at offset {base} was not made {ROLL_TAKEOVER:?} after its \
+                     predecessor's seal; made or opened it here",
+                    self.partition
+                );
+                next
             }
+            None => return Ok(false),
         };
         self.install(current, next, guard)?;
+        Ok(true)
+    }
+
+    /// Processes mode: if the segment files from `base` on are gone, trimmed
+    /// by another process's retention while this one's directory, `current`,
+    /// still ended before `base` (it published and read nothing meanwhile),
+    /// replaces that directory by the files the partition has now, whose
+    /// oldest lies past `base`, and returns true. Its segments are marked
+    /// trimmed, so a cursor inside one learns what it missed ([`Lagged`])
+    /// and moves on to the oldest retained record, as after a trim of ours;
+    /// and no one makes a file for `base` again (a taken-over roll would,
+    /// repeating offsets that were trimmed). False if a file at or below
+    /// `base` still exists: the roll is not made yet.
+    ///
+    /// [`Lagged`]: super::Lagged
+    #[cfg(not(loom))]
+    #[cold]
+    fn skip_trimmed(&self, current: epoch::Shared<'_, Dir>, base: u64, guard: &Guard) -> Result<bool> {
+        // Names first (cheap, once per poll of a roll not made yet); the
+        // files are mapped only once the successor is known to be gone.
+        if shared_segment_bases(&self.pool)?.first().is_none_or(|&oldest| oldest <= base) {
+            return Ok(false);
+        }
+        let segs = list_shared_segments(&self.pool)?;
+        if segs.first().is_none_or(|oldest| oldest.base() <= base) {
+            return Ok(false);
+        }
+        // SAFETY: as in `dir`: `current` was loaded under `guard`.
+        let old = unsafe { current.deref() }.read();
+        let last = old.last().clone();
+        // Release: publishes the new directory's segments, as in `install`;
+        // Acquire on failure (T2, as there): we look into what we lost to.
+        match self.dir.compare_exchange(
+            current,
+            Owned::new(Dir::new(segs, None)),
+            crate::sync::ordering_or_weakened!("L2", Ordering::Release),
+            crate::sync::ordering_or_weakened!("T2", Ordering::Acquire),
+            guard,
+        ) {
+            Ok(_) => {}
+            // Another thread of ours moved the directory on, or an idle trim
+            // copied it (then the caller polls again).
+            Err(e) => return Ok(self.trimmed_under(&last, e.current, guard).is_none()),
+        }
+        for seg in &old.segs {
+            seg.mark_trimmed();
+        }
+        // Relaxed: a statistic.
+        self.trimmed_segments.fetch_add(old.segs.len() as u64, Ordering::Relaxed);
+        ::log::info!(
+            target: "rill::log",
+            "partition {}: offsets from {} were trimmed by another process before this one reached them",
+            self.partition,
+            old.first_offset()
+        );
+        self.retire(current, guard);
         Ok(true)
     }
 
@@ -830,6 +893,45 @@ pub(super) fn open_shared_segment(pool: &Arc<Pool>, base: u64) -> Result<Option<
     }
     let buffers = Buffers::over(Box::new(storage), 0, Pages::Small)?;
     Ok(Some(Arc::new(Segment::attach(base, buffers, pool.clone()))))
+}
+
+/// Processes mode: the base offsets of the segment files in `pool`'s
+/// directory, in order.
+#[cfg(not(loom))]
+fn shared_segment_bases(pool: &Pool) -> Result<Vec<u64>> {
+    let files = pool.files().expect("a log shared by processes is durable");
+    let io = |e: std::io::Error| Error::io(&files.dir, &e);
+    let mut bases = Vec::new();
+    for entry in std::fs::read_dir(&files.dir).map_err(io)? {
+        let name = entry.map_err(io)?.file_name();
+        if let Some(base) = name.to_str().and_then(super::file::parse_segment_file_name) {
+            bases.push(base);
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Processes mode: the newest run of contiguous segments whose files are in
+/// `pool`'s directory, each over a mapping of this process's own (empty if
+/// there is none). An older file may be trimmed while we look: it is
+/// skipped, and so is everything before it.
+#[cfg(not(loom))]
+pub(super) fn list_shared_segments(pool: &Arc<Pool>) -> Result<Vec<Arc<Segment>>> {
+    let bases = shared_segment_bases(pool)?;
+    let mut segs: Vec<Arc<Segment>> = Vec::with_capacity(bases.len());
+    for base in bases {
+        // Gone since the listing: trimmed by retention in another process.
+        let Some(seg) = open_shared_segment(pool, base)? else { continue };
+        // Every segment but the newest is sealed before its successor's
+        // file exists; one that does not end where this one starts was
+        // trimmed (or its files are not one partition's): start again.
+        if segs.last().is_some_and(|prev| prev.sealed_count().map(|n| prev.base() + n) != Some(base)) {
+            segs.clear();
+        }
+        segs.push(seg);
+    }
+    Ok(segs)
 }
 
 impl Drop for Shared {

@@ -306,27 +306,7 @@ impl Log {
         crate::clock::warm_up();
         let files = Files::new(durable.dir.clone(), durable.fsync != Fsync::Never);
         let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, 0, files));
-        let io = |e: std::io::Error| Error::io(&durable.dir, &e);
-        let mut bases = Vec::new();
-        for entry in std::fs::read_dir(&durable.dir).map_err(io)? {
-            let name = entry.map_err(io)?.file_name();
-            if let Some(base) = name.to_str().and_then(file::parse_segment_file_name) {
-                bases.push(base);
-            }
-        }
-        bases.sort_unstable();
-        let mut segs: Vec<Arc<Segment>> = Vec::with_capacity(bases.len());
-        for base in bases {
-            // Gone since the listing: trimmed by retention in another process.
-            let Some(seg) = dir::open_shared_segment(&pool, base)? else { continue };
-            // Every segment but the newest is sealed before its successor's
-            // file exists; one that does not end where this one starts was
-            // trimmed (or its files are not one partition's): start again.
-            if segs.last().is_some_and(|prev| prev.sealed_count().map(|n| prev.base() + n) != Some(base)) {
-                segs.clear();
-            }
-            segs.push(seg);
-        }
+        let segs = dir::list_shared_segments(&pool)?;
         if segs.is_empty() {
             return Err(Error::InvalidArgument(format!(
                 "{}: no segment file to join (the partition's first opener makes one)",

@@ -497,3 +497,56 @@ fn a_slow_sealer_whose_roll_was_taken_over_opens_the_takers_file() {
     });
     assert_eq!(files.count(), 2, "one successor file, the taker's");
 }
+
+/// A process whose view fell behind another process's retention: the
+/// segments after its newest one were trimmed before it reached them. Its
+/// reader learns what it missed ([`super::Lagged`]) and resumes at the
+/// oldest retained record; its publisher appends after the partition's
+/// newest record, never into a segment made again for a trimmed offset
+/// (`Shared::skip_trimmed`). Two logs over one directory stand for the
+/// processes, as above.
+#[test]
+fn a_view_behind_another_processs_retention_skips_to_the_oldest_retained_record() {
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-behind-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&tmp.0);
+    let config = LogConfig { retention_bytes: Some(2 * SMALL_SEGMENT as u64), ..small_config() };
+    let durable = DurableLog { dir: tmp.0.clone(), fsync: Fsync::Never, repair: false };
+    let (ahead, _) = Log::open_in(&config, 0, &durable, Sharing::Processes).unwrap();
+    let reader = Log::join(&config, 0, &durable).unwrap();
+    let writer = Log::join(&config, 0, &durable).unwrap();
+    publish(&ahead, 0, 0);
+    let mut cursor = reader.cursor_from_first();
+    assert_eq!(cursor.read().unwrap().map(|v| v.offset()), Some(0));
+
+    // The other process publishes on, rolling and trimming well past the
+    // first segment, which the two behind views still hold.
+    let mut seq = 1;
+    while ahead.first_offset() < 2_000 {
+        publish(&ahead, 0, seq);
+        seq += 1;
+    }
+    let (first, end) = (ahead.first_offset(), ahead.end_offset());
+
+    // The reader finishes the segment it maps, then is told what it missed.
+    let mut offset = 1;
+    let lagged = loop {
+        match cursor.read() {
+            Ok(Some(view)) => {
+                assert_eq!((view.offset(), decode(view.payload())), (offset, (0, offset as u32)));
+                offset += 1;
+            }
+            Ok(None) => panic!("the reader stopped at {offset}, before the records retention kept"),
+            Err(lagged) => break lagged,
+        }
+    };
+    assert_eq!((lagged.resumed_at, lagged.missed), (first, first - offset));
+    for offset in first..end {
+        let view = cursor.read().unwrap().expect("every retained record");
+        assert_eq!((view.offset(), decode(view.payload())), (offset, (0, offset as u32)));
+    }
+    assert!(cursor.read().unwrap().is_none());
+
+    // The writer appends after the newest record, not at a trimmed offset.
+    assert_eq!(publish(&writer, 1, 0), end, "offsets stay dense and unrepeated");
+    assert_eq!(publish(&ahead, 0, seq), end + 1, "and the other process goes on after it");
+}
