@@ -207,8 +207,16 @@ const CHILD_WHO: &str = "RILL_TEST_SHARED_LOG_PUBLISHER";
 const ROLLS_TEST: &str = "log::procs_tests::processes_publish_into_one_partition_across_rolls";
 /// Processes publishing into the partition: the parent and its children.
 const PROCESSES: u32 = 4;
-/// Records each process publishes.
+/// Records each process publishes by default.
 const EACH: u32 = 4_000;
+/// Set to publish more records per process (children inherit it): the
+/// long version of the rolls test, which rolls once per about 400.
+const EACH_VAR: &str = "RILL_PROCS_RECORDS";
+
+/// Records each process publishes: [`EACH`], or [`EACH_VAR`]'s value.
+fn each() -> u32 {
+    std::env::var(EACH_VAR).ok().and_then(|v| v.parse().ok()).unwrap_or(EACH)
+}
 /// A small segment (of 40-byte framed records), so the partition rolls
 /// dozens of times while all processes publish.
 const SMALL_SEGMENT: usize = 16 << 10;
@@ -230,7 +238,7 @@ fn publish(log: &Log, who: u32, seq: u32) -> u64 {
 /// records are there, through this process's view: dense offsets, each
 /// publisher's records in its order, none missing, none twice.
 fn read_everything(log: &Log) {
-    let total = u64::from(PROCESSES * EACH);
+    let total = u64::from(PROCESSES * each());
     let mut cursor = log.cursor_from_first();
     let mut next = vec![0u32; PROCESSES as usize];
     let mut offset = 0;
@@ -245,7 +253,7 @@ fn read_everything(log: &Log) {
         }
         offset == total
     });
-    assert_eq!(next, vec![EACH; PROCESSES as usize]);
+    assert_eq!(next, vec![each(); PROCESSES as usize]);
     assert!(cursor.read().unwrap().is_none(), "nothing past the records published");
 }
 
@@ -254,7 +262,7 @@ fn read_everything(log: &Log) {
 fn publish_and_read(log: &Log, dir: &Path, who: u32) {
     wait_until("the start", || dir.join("go").exists());
     let mut last = None;
-    for seq in 0..EACH {
+    for seq in 0..each() {
         let offset = publish(log, who, seq);
         assert!(last.is_none_or(|l| offset > l), "a publisher's offsets grow");
         last = Some(offset);
@@ -349,7 +357,7 @@ fn processes_publish_into_one_partition_across_rolls() {
     }
     let segments = log.stats().segments;
     drop(log);
-    let total = u64::from(PROCESSES * EACH);
+    let total = u64::from(PROCESSES * each());
     assert!(segments > 10, "the partition rolled many times ({segments} segments)");
 
     for who in 1..PROCESSES {
