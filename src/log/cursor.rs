@@ -219,10 +219,33 @@ impl Cursor {
             let before = seg.clone();
             self.locate()?;
             if self.seg.as_ref().is_some_and(|s| Arc::ptr_eq(s, &before)) {
+                // In a log shared by processes the roll may be another
+                // process's: install its file if it is there (`dir.rs`, "The
+                // roll across processes"); then this is progress.
+                #[cfg(not(loom))]
+                if self.log.processes && self.follow(&before) {
+                    rounds = 0;
+                    continue;
+                }
                 return Ok(None);
             }
         }
         Ok(None)
+    }
+
+    /// Processes mode: installs the successor of `seg` (sealed, the newest
+    /// in this process's directory) from another process's file, if it is
+    /// there; true once the directory has it. A reader never makes the file
+    /// (publishers take a dead sealer's roll over); a failure to map it is
+    /// logged and read as "no record yet", since a cursor reports only lag.
+    #[cfg(not(loom))]
+    #[cold]
+    fn follow(&mut self, seg: &Arc<Segment>) -> bool {
+        let guard = epoch::pin();
+        self.log.follow(seg, false, &guard).unwrap_or_else(|e| {
+            ::log::warn!(target: "rill::log", "partition {}: cannot map the next segment: {e}", self.log.partition);
+            false
+        })
     }
 
     /// The next record, if it is committed; `Ok(None)` if the cursor is at the

@@ -104,6 +104,79 @@
 //!
 //! Memory held by a partition is bounded by its retention, plus the spare pool,
 //! plus at most one trimmed segment per cursor that is still inside it.
+//!
+//! # The roll across processes (issue 39)
+//!
+//! A durable log opened for several processes ([`super::Sharing::Processes`],
+//! crate-internal for now) is one set of segment files that every process
+//! maps; each process has its own directory of its own mappings. The
+//! segment's tail word and seal are in its file (`file.rs`), so the
+//! fetch-add still elects exactly one sealer per segment across all
+//! processes. What differs is how the *other* processes learn of the roll,
+//! since the sealer's exchange only changes its own process's directory:
+//!
+//! * **States of a roll**, as every process sees them on disk: (1) the
+//!   segment open; (2) sealed (the seal in the file holds its final count,
+//!   the end mark is written), the successor's name absent; (3) the
+//!   successor's file linked under `<base + count>.seg`, whole (made under a
+//!   temporary name first, see `FileStorage::create`). A process's own
+//!   directory then moves on independently: (4) the successor installed in
+//!   it, with today's `Release` exchange.
+//! * **Who moves them.** The sealer, in whatever process, moves (1) to (2)
+//!   and (2) to (3), then installs (4) in its process. Any other thread that
+//!   reaches the sealed end (a publisher told `Full`: `wait_for_roll`; a
+//!   cursor past the end: `Cursor::ready`) and finds no successor in its own
+//!   directory reads the count from the seal, opens `<base + count>.seg`
+//!   ([`Shared::follow`]) and, once it exists, installs a mapping of it in
+//!   its own directory. On `NotFound` a publisher backs off and tries again;
+//!   a cursor reports no record yet.
+//! * **Several writers of one process's directory.** In this mode the
+//!   sealer and every follower of its process may try to install the same
+//!   successor, each over its own mapping of the file: they race with the
+//!   same compare-exchange against the directory that ends with the sealed
+//!   segment; one wins, the others find a directory that no longer ends with
+//!   it and drop what they built (its mapping only: the file is the
+//!   partition's). A directory is still replaced only when its newest
+//!   segment is sealed, so the exchanges of the roll and of an idle trim
+//!   keep the rules above.
+//! * **The race it survives: a sealer that dies between the seal and the
+//!   link.** The name is the compare-and-swap: `link(2)` fails with
+//!   `EEXIST` when the name exists. A publisher that has waited
+//!   [`ROLL_TAKEOVER`] for a sealed segment's successor makes the file
+//!   itself, as the sealer would; a sealer that was only slow, or several
+//!   waiters taking over at once, lose the link and open the winner's file.
+//!   No one ever opens a half-made file: it is whole before its name exists,
+//!   and the link and the open are system calls on one directory, which
+//!   order the creator's writes before the opener's mapping.
+//! * **What a process cannot learn from another's directory**: retention.
+//!   The roll's installer (sealer or follower) trims its own directory as
+//!   any roll does; a trimmed file is renamed and deleted when this
+//!   process's last reader lets go (no spare files are kept in this mode, so
+//!   nothing is recycled under another process's mapping). A process still
+//!   reading a segment another process trimmed keeps its own mapping, which
+//!   stays valid. A process whose directory ends before a successor that
+//!   was made *and trimmed* meanwhile finds no file by that name but older
+//!   ones gone too ([`Shared::skip_trimmed`]): it replaces its directory by
+//!   the files there are now, marking its own segments trimmed, so its
+//!   cursors are told what they missed (`Lagged`) and its publishers append
+//!   after the newest record. It never takes such a roll over: that would
+//!   make a file for offsets already used.
+//!
+//! Only the cold paths (a `Full` reservation, a cursor past a sealed end,
+//! the roll) look at the mode; the append and the read are the same code
+//! for both.
+//!
+//! No loom model covers the cross-process steps: loom cannot put its
+//! atomics in a file mapping (under loom a segment file's state is in
+//! memory of its own, and this mode is compiled out), and what orders them
+//! is the file system (`link` before `open`), not an ordering of ours. The
+//! in-process step, several installers racing one exchange, uses the
+//! exchange of a stalled roll's retries with its orderings (`Release`;
+//! `Acquire` on failure, since the loser looks into the directory it lost
+//! to); the model `a_failed_roll_fails_its_waiters_and_a_later_publish_recovers`
+//! runs that exchange against a stalled directory, not two installers of
+//! one successor. The tests in `procs_tests.rs` run the whole roll in real
+//! processes.
 
 use super::config::Sizes;
 use super::durable::Durability;
@@ -113,6 +186,13 @@ use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
 use crate::sync::{Arc, Backoff, Mutex};
+
+/// How long a publisher waits for the successor of a segment another
+/// process sealed before it makes the successor's file itself (see "The
+/// roll across processes"): long enough that a live sealer, which makes
+/// the file right after the seal, is never raced in normal operation.
+#[cfg(not(loom))]
+pub(super) const ROLL_TAKEOVER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The retained segments, oldest first; consecutive segments are contiguous
 /// in offsets. Never empty; all but the last are sealed.
@@ -193,6 +273,9 @@ pub(super) struct Shared {
     pub(super) durability: Option<Durability>,
     /// `append` waits for durability (`Fsync::Always`).
     pub(super) always: bool,
+    /// The segment files are shared with other processes (see "The roll
+    /// across processes"): looked at on the cold paths only.
+    pub(super) processes: bool,
 }
 
 impl Shared {
@@ -293,6 +376,12 @@ impl Shared {
         let last = old.last();
         let count = last.sealed_count().expect("the newest segment is sealed before its successor is installed");
         let base = last.base() + count;
+        #[cfg(not(loom))]
+        if self.processes {
+            // Made by us, or by whoever linked its name first.
+            let next = self.make_or_open(base)?;
+            return self.install(current, next, guard);
+        }
         let buffers = match self.pool.take(base, Pages::Huge) {
             Ok(buffers) => buffers,
             // Several publishers retrying a stalled roll of a durable log
@@ -309,7 +398,21 @@ impl Shared {
             Err(e) => return Err(e),
         };
         let next = Arc::new(Segment::new(base, buffers, self.pool.clone()));
+        self.install(current, next, guard)
+    }
 
+    /// Installs `next`, the successor of the newest (sealed) segment of
+    /// `current`, trimming the head for retention. Does nothing if the
+    /// directory no longer ends with that segment (another roller of a
+    /// stalled roll, or in Processes mode another installer of the same
+    /// file, was first).
+    #[cold]
+    fn install(&self, current: epoch::Shared<'_, Dir>, next: Arc<Segment>, guard: &Guard) -> Result<()> {
+        // SAFETY: as in `dir`: `current` was loaded under `guard`.
+        let old = unsafe { current.deref() }.read();
+        let last = old.last();
+        let count = last.sealed_count().expect("the newest segment is sealed before its successor is installed");
+        let base = next.base();
         let mut current = current;
         let trimmed = loop {
             // SAFETY: as in `dir`: `current` was loaded under `guard` (or
@@ -339,7 +442,10 @@ impl Shared {
                     // An idle trim replaced the directory: again from that one.
                     Some(now) if old.stalled.is_none() => current = now,
                     _ => {
-                        debug_assert!(old.stalled.is_some(), "only a stalled directory has several rollers");
+                        debug_assert!(
+                            old.stalled.is_some() || self.processes,
+                            "only a stalled directory, or a shared log's, has several installers"
+                        );
                         return Ok(());
                     }
                 },
@@ -468,6 +574,11 @@ impl Shared {
     #[cold]
     pub(super) fn wait_for_roll(&self, seg: &Arc<Segment>, guard: &mut Guard) -> Result<()> {
         let mut backoff = Backoff::new();
+        // Processes mode: when this waiter may make the successor's file
+        // itself (see "The roll across processes"); counted from when it
+        // first saw the seal, not from the `Full`, which may come first.
+        #[cfg(not(loom))]
+        let mut take_over_at = None;
         loop {
             let dir = self.dir(guard);
             if !Arc::ptr_eq(dir.last(), seg) {
@@ -484,9 +595,130 @@ impl Shared {
                 }
                 None => {}
             }
+            #[cfg(not(loom))]
+            if self.processes && seg.sealed_count().is_some() {
+                // The sealer may be in another process: its exchange never
+                // changes our directory, so we follow its roll ourselves.
+                let now = std::time::Instant::now();
+                let take_over = now >= *take_over_at.get_or_insert(now + ROLL_TAKEOVER);
+                if self.follow(seg, take_over, guard)? {
+                    return Ok(());
+                }
+            }
             backoff.snooze();
             // Re-pin each round so a slow sealer does not also hold back reclamation.
             guard.repin();
+        }
+    }
+
+    /// Processes mode: installs in this process's directory the successor
+    /// of `seg`, a sealed segment, from the file another process (or
+    /// another thread of ours) linked under its name, if it is there yet;
+    /// with `take_over`, makes that file first if no one has (see "The roll
+    /// across processes"). True once the directory no longer ends with
+    /// `seg` (installed by us or by another thread); false if `seg` is not
+    /// sealed yet or its successor's file does not exist yet.
+    #[cfg(not(loom))]
+    #[cold]
+    pub(super) fn follow(&self, seg: &Arc<Segment>, take_over: bool, guard: &Guard) -> Result<bool> {
+        let current = self.dir_ptr(guard);
+        // SAFETY: as in `dir`: a valid directory, alive while `guard` is pinned.
+        let dir = unsafe { current.deref() }.read();
+        if !Arc::ptr_eq(dir.last(), seg) {
+            return Ok(true);
+        }
+        let Some(count) = seg.sealed_count() else { return Ok(false) };
+        let base = seg.base() + count;
+        let next = match open_shared_segment(&self.pool, base)? {
+            Some(next) => next,
+            // Not made yet, or made and trimmed since: never made again then.
+            None if self.skip_trimmed(current, base, guard)? => return Ok(true),
+            None if take_over => {
+                let next = self.make_or_open(base)?;
+                ::log::warn!(
+                    target: "rill::log",
+                    "partition {}: the segment at offset {base} was not made {ROLL_TAKEOVER:?} after its \
+                     predecessor's seal; made or opened it here",
+                    self.partition
+                );
+                next
+            }
+            None => return Ok(false),
+        };
+        self.install(current, next, guard)?;
+        Ok(true)
+    }
+
+    /// Processes mode: if the segment files from `base` on are gone, trimmed
+    /// by another process's retention while this one's directory, `current`,
+    /// still ended before `base` (it published and read nothing meanwhile),
+    /// replaces that directory by the files the partition has now, whose
+    /// oldest lies past `base`, and returns true. Its segments are marked
+    /// trimmed, so a cursor inside one learns what it missed ([`Lagged`])
+    /// and moves on to the oldest retained record, as after a trim of ours;
+    /// and no one makes a file for `base` again (a taken-over roll would,
+    /// repeating offsets that were trimmed). False if a file at or below
+    /// `base` still exists: the roll is not made yet.
+    ///
+    /// [`Lagged`]: super::Lagged
+    #[cfg(not(loom))]
+    #[cold]
+    fn skip_trimmed(&self, current: epoch::Shared<'_, Dir>, base: u64, guard: &Guard) -> Result<bool> {
+        // Names first (cheap, once per poll of a roll not made yet); the
+        // files are mapped only once the successor is known to be gone.
+        if shared_segment_bases(&self.pool)?.first().is_none_or(|&oldest| oldest <= base) {
+            return Ok(false);
+        }
+        let segs = list_shared_segments(&self.pool)?;
+        if segs.first().is_none_or(|oldest| oldest.base() <= base) {
+            return Ok(false);
+        }
+        // SAFETY: as in `dir`: `current` was loaded under `guard`.
+        let old = unsafe { current.deref() }.read();
+        let last = old.last().clone();
+        // Release: publishes the new directory's segments, as in `install`;
+        // Acquire on failure (T2, as there): we look into what we lost to.
+        match self.dir.compare_exchange(
+            current,
+            Owned::new(Dir::new(segs, None)),
+            crate::sync::ordering_or_weakened!("L2", Ordering::Release),
+            crate::sync::ordering_or_weakened!("T2", Ordering::Acquire),
+            guard,
+        ) {
+            Ok(_) => {}
+            // Another thread of ours moved the directory on, or an idle trim
+            // copied it (then the caller polls again).
+            Err(e) => return Ok(self.trimmed_under(&last, e.current, guard).is_none()),
+        }
+        for seg in &old.segs {
+            seg.mark_trimmed();
+        }
+        // Relaxed: a statistic.
+        self.trimmed_segments.fetch_add(old.segs.len() as u64, Ordering::Relaxed);
+        ::log::info!(
+            target: "rill::log",
+            "partition {}: offsets from {} were trimmed by another process before this one reached them",
+            self.partition,
+            old.first_offset()
+        );
+        self.retire(current, guard);
+        Ok(true)
+    }
+
+    /// Processes mode: the segment at `base`, over a segment file this
+    /// process makes and links under its name, or, if another process (or
+    /// thread) linked that name first, over a mapping of that one.
+    #[cfg(not(loom))]
+    #[cold]
+    fn make_or_open(&self, base: u64) -> Result<Arc<Segment>> {
+        match self.pool.take(base, Pages::Huge) {
+            Ok(buffers) => Ok(Arc::new(Segment::new(base, buffers, self.pool.clone()))),
+            Err(exists @ Error::Io { kind: std::io::ErrorKind::AlreadyExists, .. }) => {
+                // The link lost: someone else's file is whole under the
+                // name. Gone again only if retention already trimmed it.
+                open_shared_segment(&self.pool, base)?.ok_or(exists)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -631,6 +863,75 @@ impl Shared {
         }
         trim
     }
+}
+
+/// Processes mode: the segment at `base` over this process's own mapping
+/// of its segment file in `pool`'s directory, made and linked by another
+/// process or thread; `None` if no file has that name (not made yet, or
+/// trimmed). Fails if the file is not a whole segment file for `base` with
+/// its reservation state in it.
+#[cfg(not(loom))]
+pub(super) fn open_shared_segment(pool: &Arc<Pool>, base: u64) -> Result<Option<Arc<Segment>>> {
+    use super::file::{self, FileStorage, HEADER_END, Header};
+    use super::segment::Buffers;
+    let files = pool.files().expect("a log shared by processes is durable");
+    let path = files.dir.join(file::segment_file_name(base));
+    let storage = match FileStorage::open_existing(&path) {
+        Ok(storage) => storage,
+        Err(Error::Io { kind: std::io::ErrorKind::NotFound, .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    // The fixed fields only: they are written before the file is linked and
+    // never after (the tail word and the seal further on may be changing).
+    let header = Header::decode(&storage.bytes()[..HEADER_END]).ok();
+    if header.is_none_or(|h| h.base != base) || !storage.has_index() {
+        return Err(Error::Corrupt {
+            file: path,
+            offset: 0,
+            reason: "not a whole segment file for its name (header, base or offset index)".into(),
+        });
+    }
+    let buffers = Buffers::over(Box::new(storage), 0, Pages::Small)?;
+    Ok(Some(Arc::new(Segment::attach(base, buffers, pool.clone()))))
+}
+
+/// Processes mode: the base offsets of the segment files in `pool`'s
+/// directory, in order.
+#[cfg(not(loom))]
+fn shared_segment_bases(pool: &Pool) -> Result<Vec<u64>> {
+    let files = pool.files().expect("a log shared by processes is durable");
+    let io = |e: std::io::Error| Error::io(&files.dir, &e);
+    let mut bases = Vec::new();
+    for entry in std::fs::read_dir(&files.dir).map_err(io)? {
+        let name = entry.map_err(io)?.file_name();
+        if let Some(base) = name.to_str().and_then(super::file::parse_segment_file_name) {
+            bases.push(base);
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Processes mode: the newest run of contiguous segments whose files are in
+/// `pool`'s directory, each over a mapping of this process's own (empty if
+/// there is none). An older file may be trimmed while we look: it is
+/// skipped, and so is everything before it.
+#[cfg(not(loom))]
+pub(super) fn list_shared_segments(pool: &Arc<Pool>) -> Result<Vec<Arc<Segment>>> {
+    let bases = shared_segment_bases(pool)?;
+    let mut segs: Vec<Arc<Segment>> = Vec::with_capacity(bases.len());
+    for base in bases {
+        // Gone since the listing: trimmed by retention in another process.
+        let Some(seg) = open_shared_segment(pool, base)? else { continue };
+        // Every segment but the newest is sealed before its successor's
+        // file exists; one that does not end where this one starts was
+        // trimmed (or its files are not one partition's): start again.
+        if segs.last().is_some_and(|prev| prev.sealed_count().map(|n| prev.base() + n) != Some(base)) {
+            segs.clear();
+        }
+        segs.push(seg);
+    }
+    Ok(segs)
 }
 
 impl Drop for Shared {

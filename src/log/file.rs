@@ -185,7 +185,7 @@ const GENERATION_AT: usize = 52;
 const SLOTS_AT: usize = 60;
 /// End of the fixed and completion fields; the page holds nothing else but
 /// the tail word and the seal.
-const HEADER_END: usize = 68;
+pub(crate) const HEADER_END: usize = 68;
 /// The segment's tail word (`u64`, native byte order), on a cache line of
 /// its own (128 bytes apart: adjacent lines are fetched in pairs), so the
 /// publishers' fetch-adds do not slow down readers of the fields above.

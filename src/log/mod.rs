@@ -48,6 +48,18 @@ use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard};
 use crate::sync::{Arc, Mutex};
 
+/// Who may open a durable log's directory at once (issue 39). Crate-internal
+/// until the broker's `Sharing` option, with the directory locks that
+/// coordinate openers, is built on it (a later step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sharing {
+    /// This process alone (the caller locks the directory): today's log.
+    Exclusive,
+    /// Several processes, each mapping the same segment files (see "The
+    /// roll across processes" in `dir.rs`).
+    Processes,
+}
+
 /// A partition's append-only log. Cheap to clone: clones share the log.
 ///
 /// Appending is lock-free apart from the brief wait at a segment rollover;
@@ -135,7 +147,7 @@ impl Log {
         crate::clock::warm_up();
         let pool = Arc::new(Pool::new(sizes.region_bytes(), sizes.slots, SPARE_SEGMENTS));
         let first = Arc::new(Segment::new(first_offset, pool.take(first_offset, Pages::Small)?, pool.clone()));
-        Ok(Self::assemble(sizes, partition, vec![first], pool, None))
+        Ok(Self::assemble(sizes, partition, vec![first], pool, None, false))
     }
 
     fn assemble(
@@ -144,6 +156,7 @@ impl Log {
         segs: Vec<Arc<Segment>>,
         pool: Arc<Pool>,
         durability: Option<(Durability, Fsync)>,
+        processes: bool,
     ) -> Log {
         let always = matches!(durability, Some((_, Fsync::Always)));
         Log {
@@ -156,6 +169,7 @@ impl Log {
                 trimmed_segments: AtomicU64::new(0),
                 durability: durability.map(|(d, _)| d),
                 always,
+                processes,
             }),
         }
     }
@@ -195,6 +209,20 @@ impl Log {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn open(config: &LogConfig, partition: u32, durable: &DurableLog) -> Result<(Log, RecoveryReport)> {
+        Self::open_in(config, partition, durable, Sharing::Exclusive)
+    }
+
+    /// [`Log::open`], for a partition this process holds alone
+    /// (`Exclusive`) or the first opener of one shared by processes
+    /// (`Processes`: recovered here, then joined by others with
+    /// [`Log::join`]; see "The roll across processes" in `dir.rs`).
+    pub(crate) fn open_in(
+        config: &LogConfig,
+        partition: u32,
+        durable: &DurableLog,
+        sharing: Sharing,
+    ) -> Result<(Log, RecoveryReport)> {
+        let processes = sharing == Sharing::Processes;
         let mut sizes = config.resolve()?;
         sizes.frame = file::FRAME_LEN as u64;
         crate::clock::warm_up();
@@ -202,7 +230,10 @@ impl Log {
         let recovered = recovery::recover(&durable.dir, durable.repair)?;
         let flush = durable.fsync != Fsync::Never;
         let files = Files::new(durable.dir.clone(), flush);
-        let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, SPARE_SEGMENTS, files));
+        // No spare files when shared: a trimmed file may still be mapped by
+        // another process, so it is never reused (see `dir.rs`).
+        let spares = if processes { 0 } else { SPARE_SEGMENTS };
+        let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, spares, files));
         let mut segs = Vec::with_capacity(recovered.kept.len() + 1);
         for kept in recovered.kept {
             // Make the cut permanent and every kept segment checkable: data,
@@ -251,7 +282,39 @@ impl Log {
             );
         }
         let durability = Durability::new(end);
-        Ok((Self::assemble(sizes, partition, segs, pool, Some((durability, durable.fsync))), report))
+        Ok((Self::assemble(sizes, partition, segs, pool, Some((durability, durable.fsync)), processes), report))
+    }
+
+    /// Joins the durable partition in `durable.dir` that another process
+    /// opened with [`Sharing::Processes`] and may be appending to: maps its
+    /// segment files as they are, recovering nothing (the first opener
+    /// did), and appends and reads through the same tail words, seals and
+    /// indexes as every other process (see "The roll across processes" in
+    /// `dir.rs`). Keeps the newest run of contiguous segments it finds (an
+    /// older one may be trimmed while it looks). Fails with
+    /// [`Error::InvalidArgument`] if the directory holds no segment file,
+    /// and with [`Error::Io`] or [`Error::Corrupt`] if one cannot be mapped.
+    ///
+    /// The caller makes sure the first opener has finished opening (for now
+    /// the tests, by starting the joiners afterwards).
+    #[cfg(not(loom))]
+    // Only the tests join until the broker's `Sharing` option does (a later step).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn join(config: &LogConfig, partition: u32, durable: &DurableLog) -> Result<Log> {
+        let mut sizes = config.resolve()?;
+        sizes.frame = file::FRAME_LEN as u64;
+        crate::clock::warm_up();
+        let files = Files::new(durable.dir.clone(), durable.fsync != Fsync::Never);
+        let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, 0, files));
+        let segs = dir::list_shared_segments(&pool)?;
+        if segs.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: no segment file to join (the partition's first opener makes one)",
+                durable.dir.display()
+            )));
+        }
+        let durability = Durability::new(segs[0].base());
+        Ok(Self::assemble(sizes, partition, segs, pool, Some((durability, durable.fsync)), true))
     }
 
     /// Makes everything appended so far durable: flushes what the committed

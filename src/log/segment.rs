@@ -133,8 +133,8 @@
 //!   two mappings of one page are one memory location to the hardware's
 //!   coherence, and the Release/Acquire pairs hold between processes as
 //!   between threads. (Who creates the file, and how the other finds it
-//!   ready, is not this file's: for now only a test attaches a second
-//!   mapping, to a file whose creation it waited for.)
+//!   whole, is not this file's: see "The roll across processes" in
+//!   `log/dir.rs`.)
 //!
 //! ## Why this file is long
 //!
@@ -563,9 +563,9 @@ impl Segment {
     /// segment created and appends to, at `base` (the file's header says
     /// it): a second mapping of the same tail word, seal and index (see
     /// "Where the state lives" at [`Buffers`]), which reserves, commits and
-    /// reads exactly as the first does. For now only the tests of a second
-    /// process appending to one segment file make one.
-    #[cfg(all(test, not(loom)))]
+    /// reads exactly as the first does: a log shared by processes maps
+    /// every segment file another process made this way (`dir.rs`).
+    #[cfg(not(loom))]
     pub(crate) fn attach(base: u64, buffers: Buffers, pool: Arc<Pool>) -> Self {
         assert!(buffers.own.is_none(), "a segment file without its state in it cannot be shared");
         let mut seg = Segment::new(base, buffers, pool);
