@@ -1938,6 +1938,23 @@ rill_status rill_subscription_partitions(const rill_subscription *s,
                                          void *user_data);
 
 /**
+ * Unsubscribes without freeing: the close `rill_subscription_free` makes
+ * (it returns once no handler call of the subscription is in flight,
+ * except when called from inside a handler), with the handle left valid,
+ * so that a call another thread is making on it meanwhile
+ * (`rill_subscription_wait_idle`, its stats) returns (`RILL_ERR_CLOSED`,
+ * or the final figures) instead of touching freed memory. Free it with
+ * `rill_subscription_free` once no other thread can be using it.
+ * Idempotent. NULL is a no-op. In a child of `fork`, on an inherited
+ * subscription: does nothing (see `rill_broker`).
+ *
+ * # Safety
+ *
+ * `s` is NULL or a subscription from `rill_subscribe` not yet freed.
+ */
+void rill_subscription_close(rill_subscription *s);
+
+/**
  * Unsubscribes and frees the subscription. Returns once no handler call of
  * it is in flight, except when called from inside a handler, its own or
  * another subscription's (then at once, so two handlers freeing each other
