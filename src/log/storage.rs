@@ -149,6 +149,9 @@ const HEAP_ALIGN: usize = 64;
 const HEAP_STATE_BYTES: usize = 16;
 /// Where a [`HeapStorage`] block keeps the seal.
 const HEAP_SEALED_AT: usize = 8;
+/// Bytes of one slot of the offset index: a `u32` (`segment.rs` asserts its
+/// `Slot` is one).
+const HEAP_SLOT_BYTES: usize = std::mem::size_of::<u32>();
 
 /// A small segment in one zeroed heap block: its tail word, its seal, its
 /// offset index and its region, in that order (the index and region each
@@ -182,7 +185,7 @@ impl HeapStorage {
     pub(crate) fn new(capacity: usize, slot_count: usize) -> io::Result<Self> {
         assert!(capacity > 0, "segment storage cannot be empty");
         let too_large = || io::Error::from(io::ErrorKind::OutOfMemory);
-        let index_bytes = slot_count.checked_mul(super::file::SLOT_BYTES).ok_or_else(too_large)?;
+        let index_bytes = slot_count.checked_mul(HEAP_SLOT_BYTES).ok_or_else(too_large)?;
         let data_at = (HEAP_STATE_BYTES + index_bytes).next_multiple_of(HEAP_ALIGN);
         let size = data_at.checked_add(capacity).ok_or_else(too_large)?;
         let layout = std::alloc::Layout::from_size_align(size, HEAP_ALIGN).map_err(|_| too_large())?;
