@@ -97,9 +97,7 @@ impl Sizes {
     pub(super) fn region_bytes(&self) -> usize {
         self.segment_bytes + self.frame as usize
     }
-}
 
-impl Sizes {
     /// The region bytes and slots of an in-memory log's small first
     /// segment, if it starts with one: when its configured segments are
     /// at least [`SMALL_FIRST_FROM`] bytes (see "A small first segment" in

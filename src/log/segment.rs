@@ -285,7 +285,8 @@ impl Buffers {
         Self::over(Box::new(storage), slot_count, Pages::Small)
     }
 
-    /// Buffers over `storage` (a segment file): its own tail word, seal and
+    /// Buffers over `storage` (a segment file, or a small first segment's
+    /// heap block): its own tail word, seal and
     /// offset index if it has them (see "Where the state lives"), else
     /// fresh ones of `slot_count` slots, the index mapped in `pages`.
     pub(crate) fn over(storage: Box<dyn SegmentStorage>, slot_count: usize, pages: Pages) -> Result<Self> {
@@ -428,7 +429,8 @@ impl Pool {
     /// segment file reused, else a new one. Fails with
     /// [`Error::ResourceExhausted`] when a mapping cannot be made, and with
     /// [`Error::Io`] when a file cannot. Fresh memory is mapped in `pages`:
-    /// small for a log's first segment, huge for the segments of a roll (see
+    /// small for a log's first segment and for the roll out of a small one,
+    /// huge for the segments of a roll out of a full-size one (see
     /// [`Pages`]).
     pub(crate) fn take(&self, base: u64, pages: Pages) -> Result<Buffers> {
         if let Some(files) = &self.files {

@@ -552,6 +552,28 @@ mod tests {
     }
 
     #[test]
+    fn a_heap_block_holds_its_state_and_index_before_an_aligned_zeroed_region() {
+        for (capacity, slots) in [(1024, 32), (1000, 1), (4096, 200)] {
+            let heap = HeapStorage::new(capacity, slots).unwrap();
+            let region = heap.as_ptr().as_ptr() as usize;
+            assert_eq!((heap.capacity(), region % 16), (capacity, 0));
+            let state = heap.shared_state().expect("the block keeps the state");
+            let (tail, sealed, first) =
+                (state.tail.as_ptr() as usize, state.sealed.as_ptr() as usize, state.slots.as_ptr() as usize);
+            assert_eq!((tail % 8, sealed % 8, first % 4, state.slot_count), (0, 0, 0, slots));
+            assert!(tail + 8 <= sealed && sealed + 8 <= first, "disjoint words");
+            assert!(first + slots * HEAP_SLOT_BYTES <= region, "the index ends before the region");
+            // SAFETY: the block is this test's alone; every address read
+            // lies in it (the checks above).
+            unsafe {
+                assert_eq!((state.tail.read(), state.sealed.read()), (0, 0));
+                assert!((0..slots).all(|i| state.slots.add(i).read() == 0));
+                assert!((0..capacity).all(|i| heap.as_ptr().add(i).read() == 0));
+            }
+        }
+    }
+
+    #[test]
     fn storage_and_arrays_work_in_either_kind_of_pages() {
         for pages in [Pages::Small, Pages::Huge] {
             for capacity in [4096, 1 << 20, 4 << 20, (2 << 20) + 8] {
