@@ -18,6 +18,13 @@ pub const MIN_SEGMENT_BYTES: usize = 4 << 10;
 pub const MIN_SEGMENT_BYTES: usize = 32;
 /// Average record size the offset index is sized for: one slot per this many bytes.
 const BYTES_PER_SLOT: usize = 32;
+/// Region of an in-memory log's small first segment (see "A small first
+/// segment" in `log/dir.rs`): room for about ten 64-byte messages.
+pub(super) const FIRST_SEGMENT_BYTES: usize = 1 << 10;
+/// Smallest configured segment for which an in-memory log starts with a
+/// small first segment: below it a first segment costs a few pages at most,
+/// and a log configured that small is one whose rolls the user sized.
+pub(super) const SMALL_FIRST_FROM: usize = 64 << 10;
 /// Spare segment buffers a partition keeps for reuse.
 pub(super) const SPARE_SEGMENTS: usize = 2;
 
@@ -89,6 +96,15 @@ impl Sizes {
     /// segment size fits an empty segment with its frame.
     pub(super) fn region_bytes(&self) -> usize {
         self.segment_bytes + self.frame as usize
+    }
+
+    /// The region bytes and slots of an in-memory log's small first
+    /// segment, if it starts with one: when its configured segments are
+    /// at least [`SMALL_FIRST_FROM`] bytes (see "A small first segment" in
+    /// `log/dir.rs`).
+    pub(super) fn small_first(&self) -> Option<(usize, usize)> {
+        (self.frame == 0 && self.segment_bytes >= SMALL_FIRST_FROM)
+            .then(|| (FIRST_SEGMENT_BYTES, (FIRST_SEGMENT_BYTES / BYTES_PER_SLOT).min(self.slots)))
     }
 }
 

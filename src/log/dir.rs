@@ -78,6 +78,31 @@
 //!
 //!   So a partition that ran out of memory fails the publishes that need a new
 //!   segment, with a clear error, and works again as soon as a mapping succeeds.
+//! * **A small first segment.** Most of what an idle topic costs would be
+//!   its first segment: a mapping of the configured size (4 MiB by
+//!   default) of which one message touches a page, and an offset index in a
+//!   mapping of its own, another page. So an in-memory log whose configured
+//!   segments are large (`SMALL_FIRST_FROM`, `config.rs`) starts instead
+//!   with a first segment of `FIRST_SEGMENT_BYTES` in one heap block that
+//!   also holds its tail word, seal and index (`HeapStorage`,
+//!   `storage.rs`): about a kilobyte, sharing pages with other topics'.
+//!   Nothing in the protocol changes: the reservation that does not fit it
+//!   is its sealer, as in any segment, and its roll installs a segment of
+//!   the configured size, as every roll does (so a log has at most one
+//!   small segment, its first). A record or batch part too large for the
+//!   small segment, reserved while it is still empty, seals it at 0
+//!   records, as the early seal of `expire` can: the successor has the same
+//!   base, and publishers and searches already tell the two apart (see
+//!   above). A reservation's bytes stay at most a configured segment, so the
+//!   tail word's bounds (`segment.rs`) hold. The roll out of the small
+//!   segment maps the next one in small pages, not huge ones: only a log
+//!   that has filled a full-size segment has earned huge pages (see `Pages`
+//!   in `storage.rs`). Retention counts the small segment by its own
+//!   capacity, as it counts every segment, and the spare pool does not
+//!   keep it (it is not the shape of the segments the pool hands out): it
+//!   is freed once trimmed and let go. A durable log does not start small:
+//!   its segment files are named by their base offsets, which an empty
+//!   sealed first segment would share with its successor.
 //! * **Readers of the directory** (publishers finding the newest segment,
 //!   cursors moving to another segment) pin an epoch, load the directory with
 //!   `Acquire` (pairing with the swap, so the new segment's initial state is
@@ -382,7 +407,10 @@ impl Shared {
             let next = self.make_or_open(base)?;
             return self.install(current, next, guard);
         }
-        let buffers = match self.pool.take(base, Pages::Huge) {
+        // Huge pages once a full-size segment was filled, not after a small
+        // first segment (see `Pages` in `storage.rs`).
+        let pages = if last.capacity() < self.pool.capacity() as u64 { Pages::Small } else { Pages::Huge };
+        let buffers = match self.pool.take(base, pages) {
             Ok(buffers) => buffers,
             // Several publishers retrying a stalled roll of a durable log
             // race to create the same segment file: one creates it, and will

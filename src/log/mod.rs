@@ -146,7 +146,13 @@ impl Log {
         let sizes = config.resolve()?;
         crate::clock::warm_up();
         let pool = Arc::new(Pool::new(sizes.region_bytes(), sizes.slots, SPARE_SEGMENTS));
-        let first = Arc::new(Segment::new(first_offset, pool.take(first_offset, Pages::Small)?, pool.clone()));
+        // A small first segment where the configured one is large (see "A
+        // small first segment" in `dir.rs`).
+        let buffers = match sizes.small_first() {
+            Some((bytes, slots)) => segment::Buffers::small(bytes, slots)?,
+            None => pool.take(first_offset, Pages::Small)?,
+        };
+        let first = Arc::new(Segment::new(first_offset, buffers, pool.clone()));
         Ok(Self::assemble(sizes, partition, vec![first], pool, None, false))
     }
 

@@ -45,10 +45,12 @@
 //! most one reservation per thread, and a reservation is bounded in both
 //! fields:
 //!
-//! * bytes: at most a segment (a record is at most a segment, a batch part is
-//!   cut to fit one; the early seal of `Log::expire` reserves one byte more
-//!   than the segment, so that it is never granted), and a segment is at
-//!   most `MAX_SEGMENT_BYTES` (1 GiB). The
+//! * bytes: at most a configured segment (a record is at most a segment, a
+//!   batch part is cut to fit one; the early seal of `Log::expire` reserves
+//!   one byte more than the segment, so that it is never granted; a log's
+//!   small first segment, see `log/dir.rs`, is smaller than the configured
+//!   size, so a reservation can exceed it, but not the configured size),
+//!   and a segment is at most `MAX_SEGMENT_BYTES` (1 GiB). The
 //!   40-bit field holds 1 TiB, so it would take over a thousand threads
 //!   failing at once on the same segment to carry into the record field;
 //! * records: at most `MAX_RESERVATION_RECORDS` (4096; `append_batch` cuts
@@ -216,7 +218,9 @@ const _: () = assert!(std::mem::size_of::<Slot>() == super::file::SLOT_BYTES && 
 /// A segment file keeps the tail word, the seal and the index itself
 /// (`file.rs`), so every mapping of the file, in any process, reserves and
 /// commits through the same words. Anonymous memory has nowhere to keep
-/// them, so an in-memory segment keeps them in memory of its own (`own`).
+/// them, so an in-memory segment keeps them in memory of its own (`own`),
+/// but a log's small first segment, whose heap block holds them as a file
+/// does (`HeapStorage`, `storage.rs`).
 /// Either way the segment reaches them through the pointers in `state`,
 /// one code path for both: a pointer load more per reservation than a tail
 /// word inside the segment, from a line the append reads anyway. Under loom
@@ -270,7 +274,19 @@ impl Buffers {
         Ok(Self::with_own(storage, new_slots(slot_count, pages)?))
     }
 
-    /// Buffers over `storage` (a segment file): its own tail word, seal and
+    /// Buffers for a log's small first segment (see "A small first
+    /// segment" in `log/dir.rs`): one heap block of `capacity` bytes of
+    /// region and `slot_count` slots, which holds the tail word and the
+    /// seal too. Fails when the allocator has no memory for it.
+    pub(crate) fn small(capacity: usize, slot_count: usize) -> Result<Self> {
+        let storage = super::storage::HeapStorage::new(capacity, slot_count).map_err(|e| {
+            Error::ResourceExhausted(format!("out of memory: cannot allocate a log segment of {capacity} bytes: {e}"))
+        })?;
+        Self::over(Box::new(storage), slot_count, Pages::Small)
+    }
+
+    /// Buffers over `storage` (a segment file, or a small first segment's
+    /// heap block): its own tail word, seal and
     /// offset index if it has them (see "Where the state lives"), else
     /// fresh ones of `slot_count` slots, the index mapped in `pages`.
     pub(crate) fn over(storage: Box<dyn SegmentStorage>, slot_count: usize, pages: Pages) -> Result<Self> {
@@ -397,6 +413,12 @@ impl Pool {
         Pool { files: Some(files), ..Pool::new(capacity, slot_count, max_spare) }
     }
 
+    /// Region bytes of the segments this pool hands out (the configured
+    /// size; a log's small first segment is not one of them).
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// The durable log's files, if this pool makes them.
     pub(crate) fn files(&self) -> Option<&super::file::Files> {
         self.files.as_ref()
@@ -407,7 +429,8 @@ impl Pool {
     /// segment file reused, else a new one. Fails with
     /// [`Error::ResourceExhausted`] when a mapping cannot be made, and with
     /// [`Error::Io`] when a file cannot. Fresh memory is mapped in `pages`:
-    /// small for a log's first segment, huge for the segments of a roll (see
+    /// small for a log's first segment and for the roll out of a small one,
+    /// huge for the segments of a roll out of a full-size one (see
     /// [`Pages`]).
     pub(crate) fn take(&self, base: u64, pages: Pages) -> Result<Buffers> {
         if let Some(files) = &self.files {

@@ -1,8 +1,9 @@
 //! Where a segment's bytes live: the seam between the log and its memory.
 //!
 //! The log only needs a fixed, aligned, zeroed byte region per segment: an
-//! anonymous memory mapping for an in-memory log, a mapped segment file for a
-//! durable one (`file.rs`). Nothing above this trait tells them apart, except
+//! anonymous memory mapping for an in-memory log (or a heap block, for its
+//! small first segment), a mapped segment file for a durable one
+//! (`file.rs`). Nothing above this trait tells them apart, except
 //! the durable log's frames and syncs (`durable.rs`).
 
 use std::fmt;
@@ -140,6 +141,115 @@ unsafe impl SegmentStorage for MappedStorage {
     }
 }
 
+/// Alignment of a [`HeapStorage`] block: a cache line, so that its tail
+/// word starts one.
+const HEAP_ALIGN: usize = 64;
+/// Bytes at the start of a [`HeapStorage`] block before its offset index:
+/// the tail word, then the seal (a `u64` each).
+const HEAP_STATE_BYTES: usize = 16;
+/// Where a [`HeapStorage`] block keeps the seal.
+const HEAP_SEALED_AT: usize = 8;
+/// Bytes of one slot of the offset index: a `u32` (`segment.rs` asserts its
+/// `Slot` is one).
+const HEAP_SLOT_BYTES: usize = std::mem::size_of::<u32>();
+
+/// A small segment in one zeroed heap block: its tail word, its seal, its
+/// offset index and its region, in that order (the index and region each
+/// aligned as a record needs).
+///
+/// For a log's small first segment (see "A small first segment" in
+/// `log/dir.rs`): a topic that holds a message or two then costs one block
+/// of about a kilobyte, shared with its neighbours' pages, where a mapping
+/// of its own would touch a whole page of region and another of index. The
+/// price is the tail word's own cache line: here it shares one with the
+/// first slots, so the first segment's few reservations and commits contend
+/// for it; only the full-size segments after it keep the tail word alone.
+///
+/// The block keeps the segment's state itself ([`SegmentStorage::shared_state`]),
+/// as a segment file does, so the segment needs no memory of its own (but
+/// under loom, whose atomics cannot live in plain memory: there the segment
+/// keeps its state apart and this block's first bytes go unused).
+pub(crate) struct HeapStorage {
+    block: NonNull<u8>,
+    layout: std::alloc::Layout,
+    /// Where the region starts in the block.
+    data_at: usize,
+    capacity: usize,
+    slot_count: usize,
+}
+
+impl HeapStorage {
+    /// A zeroed block for a region of `capacity` bytes (`capacity > 0`)
+    /// and an index of `slot_count` slots. Fails when the allocator has no
+    /// memory for it.
+    pub(crate) fn new(capacity: usize, slot_count: usize) -> io::Result<Self> {
+        assert!(capacity > 0, "segment storage cannot be empty");
+        let too_large = || io::Error::from(io::ErrorKind::OutOfMemory);
+        let index_bytes = slot_count.checked_mul(HEAP_SLOT_BYTES).ok_or_else(too_large)?;
+        let data_at = (HEAP_STATE_BYTES + index_bytes).next_multiple_of(HEAP_ALIGN);
+        let size = data_at.checked_add(capacity).ok_or_else(too_large)?;
+        let layout = std::alloc::Layout::from_size_align(size, HEAP_ALIGN).map_err(|_| too_large())?;
+        // SAFETY: the layout's size is non-zero (it holds `capacity > 0`).
+        let block = unsafe { std::alloc::alloc_zeroed(layout) };
+        let block = NonNull::new(block).ok_or_else(too_large)?;
+        Ok(HeapStorage { block, layout, data_at, capacity, slot_count })
+    }
+}
+
+impl Drop for HeapStorage {
+    fn drop(&mut self) {
+        // SAFETY: `block` was allocated in `new` with `layout` and is owned
+        // by this value alone; its users are gone (the storage is dropped).
+        unsafe { std::alloc::dealloc(self.block.as_ptr(), self.layout) };
+    }
+}
+
+impl fmt::Debug for HeapStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeapStorage").field("capacity", &self.capacity).field("slots", &self.slot_count).finish()
+    }
+}
+
+// SAFETY: a HeapStorage owns its block like a Box owns its allocation: the
+// pointer is not tied to a thread, and who may access the bytes is up to
+// the segment over it, as with MappedStorage.
+unsafe impl Send for HeapStorage {}
+// SAFETY: as above; `&HeapStorage` itself gives access to nothing but the
+// pointers and sizes.
+unsafe impl Sync for HeapStorage {}
+
+// SAFETY: the block is fixed at construction and freed only on drop; the
+// region starts `data_at` bytes into a 64-aligned block, at a multiple of
+// 64, so it is 16-aligned, and the block holds `data_at + capacity` bytes.
+// Nobody else touches the region: the block is this value's alone.
+unsafe impl SegmentStorage for HeapStorage {
+    fn as_ptr(&self) -> NonNull<u8> {
+        // SAFETY: `data_at < size of the block`, so the result is inside it.
+        unsafe { self.block.add(self.data_at) }
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    #[cfg(not(loom))]
+    fn shared_state(&self) -> Option<SharedState> {
+        // The tail word at 0 (64-aligned), the seal at 8 (8-aligned), the
+        // index at 16 (4-aligned), all inside the block before `data_at`,
+        // zeroed at allocation (an open, empty segment: tail 0, seal
+        // `NOT_SEALED`, every slot `UNCOMMITTED`) and any bits a valid
+        // integer. The segment accesses them only atomically.
+        // SAFETY: each offset lies inside the block (see above).
+        let (sealed, slots) = unsafe { (self.block.add(HEAP_SEALED_AT), self.block.add(HEAP_STATE_BYTES)) };
+        Some(SharedState {
+            tail: self.block.cast(),
+            sealed: sealed.cast(),
+            slots: slots.cast(),
+            slot_count: self.slot_count,
+        })
+    }
+}
+
 /// Which pages a new anonymous mapping asks for.
 ///
 /// # Huge pages, and why not for every segment
@@ -158,10 +268,13 @@ unsafe impl SegmentStorage for MappedStorage {
 /// any byte of it is written. A partition that holds one small record would
 /// keep 2 MiB resident instead of 4 KiB, and a broker with thousands of quiet
 /// partitions would pay that thousands of times. So a log's first segment
-/// takes small pages, and only the segments a roll makes ask for huge ones:
-/// a log that rolled has written a whole segment already, so its memory is
-/// at least a segment, and huge pages add at most a part of a huge page (the
-/// unwritten rest of the one under the publisher) to it. Retention still
+/// takes small pages (or, in memory, is a small heap block, see
+/// [`HeapStorage`]), and only the segments a roll out of a full-size
+/// segment makes ask for huge ones: such a log has written a whole segment
+/// already, so its memory is at least a segment, and huge pages add at most
+/// a part of a huge page (the unwritten rest of the one under the
+/// publisher) to it. The roll out of a small first segment takes small
+/// pages: that log has written a kilobyte, not a segment. Retention still
 /// bounds what a partition holds: segments are trimmed and unmapped (or kept
 /// as one of the pool's spares) exactly as before.
 ///
@@ -435,6 +548,28 @@ mod tests {
         }
         for len in [HUGE, (3 << 20) + 100, (4 << 20) + 4096] {
             AnonMap::map_with(len, HUGE, must_be_whole).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_heap_block_holds_its_state_and_index_before_an_aligned_zeroed_region() {
+        for (capacity, slots) in [(1024, 32), (1000, 1), (4096, 200)] {
+            let heap = HeapStorage::new(capacity, slots).unwrap();
+            let region = heap.as_ptr().as_ptr() as usize;
+            assert_eq!((heap.capacity(), region % 16), (capacity, 0));
+            let state = heap.shared_state().expect("the block keeps the state");
+            let (tail, sealed, first) =
+                (state.tail.as_ptr() as usize, state.sealed.as_ptr() as usize, state.slots.as_ptr() as usize);
+            assert_eq!((tail % 8, sealed % 8, first % 4, state.slot_count), (0, 0, 0, slots));
+            assert!(tail + 8 <= sealed && sealed + 8 <= first, "disjoint words");
+            assert!(first + slots * HEAP_SLOT_BYTES <= region, "the index ends before the region");
+            // SAFETY: the block is this test's alone; every address read
+            // lies in it (the checks above).
+            unsafe {
+                assert_eq!((state.tail.read(), state.sealed.read()), (0, 0));
+                assert!((0..slots).all(|i| state.slots.add(i).read() == 0));
+                assert!((0..capacity).all(|i| heap.as_ptr().add(i).read() == 0));
+            }
         }
     }
 

@@ -504,3 +504,101 @@ fn range_errors_name_the_logs_partition() {
     let mut c = log.cursor_from_first();
     assert!(matches!(c.seek(9), Err(Error::OutOfRange { partition: 3, offset: 9, .. })));
 }
+
+/// Appends 64-byte records to `log` until it has two segments; returns how
+/// many it took.
+fn fill_first_segment(log: &Log) -> u64 {
+    let mut n = 0;
+    while log.stats().segments == 1 {
+        assert_eq!(log.append(&Record::new(&payload(n, 64))).unwrap(), n);
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn a_new_log_starts_with_a_small_segment_then_rolls_to_its_configured_size() {
+    let log = Log::new(&LogConfig::default()).unwrap();
+    let stats = log.stats();
+    assert_eq!((stats.segments, stats.retained_bytes), (1, config::FIRST_SEGMENT_BYTES as u64), "{stats:?}");
+    let n = fill_first_segment(&log);
+    assert!(n > 5, "a handful of small messages fit the first segment: {n}");
+    let stats = log.stats();
+    assert_eq!(stats.retained_bytes, (config::FIRST_SEGMENT_BYTES + DEFAULT_SEGMENT_BYTES) as u64, "{stats:?}");
+    for i in n..n + 1000 {
+        assert_eq!(log.append(&Record::new(&payload(i, 64))).unwrap(), i);
+    }
+    assert_eq!(log.stats().segments, 2, "the second segment has the configured size");
+    let mut c = log.cursor_from_first();
+    let all = read_all(&mut c);
+    assert_eq!(all.len() as u64, n + 1000);
+    assert!(all.iter().enumerate().all(|(i, (o, p))| *o == i as u64 && *p == payload(i as u64, 64)));
+
+    // Small configured segments are not preceded by a smaller one.
+    let log = small(4096, None);
+    assert_eq!(log.stats().retained_bytes, 4096);
+}
+
+#[test]
+fn a_record_larger_than_the_small_first_segment_goes_to_the_next_one() {
+    let big = payload(7, 4000);
+    for batch in [false, true] {
+        let log = Log::new(&LogConfig::default()).unwrap();
+        if batch {
+            let mut offsets = Vec::new();
+            let records: Vec<Record<'_>> = [&big[..], b"after"]
+                .into_iter()
+                .chain(std::iter::repeat_n(&b"more"[..], 50))
+                .map(Record::new)
+                .collect();
+            log.append_batch(&records, &mut offsets).unwrap();
+            assert_eq!(offsets, (0..52).collect::<Vec<u64>>());
+        } else {
+            assert_eq!(log.append(&Record::new(&big)).unwrap(), 0);
+            assert_eq!(log.append(&Record::new(b"after")).unwrap(), 1);
+        }
+        // The small segment was sealed empty; its successor has its base.
+        let stats = log.stats();
+        assert_eq!((stats.segments, stats.first_offset), (2, 0), "{stats:?}");
+        for start in [log.cursor_from_first(), log.cursor_at(0).unwrap()] {
+            let mut c = start;
+            let all = read_all(&mut c);
+            assert_eq!((all[0].0, &all[0].1), (0, &big), "batch: {batch}");
+            assert_eq!((all[1].0, &all[1].1[..]), (1, &b"after"[..]), "batch: {batch}");
+        }
+        assert_eq!(log.cursor_at(1).unwrap().read().unwrap().unwrap().payload(), b"after");
+    }
+}
+
+#[test]
+fn publishers_racing_out_of_the_small_first_segment_lose_nothing() {
+    const THREADS: u64 = 4;
+    const EACH: u64 = 300;
+    let log = Log::new(&LogConfig::default()).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let log = &log;
+            s.spawn(move || {
+                for i in 0..EACH {
+                    let mut body = payload(t * EACH + i, 64);
+                    body[0] = t as u8;
+                    body[1..9].copy_from_slice(&i.to_le_bytes());
+                    log.append(&Record::new(&body)).unwrap();
+                }
+            });
+        }
+    });
+    assert!(log.stats().segments >= 2);
+    let mut c = log.cursor_from_first();
+    let all = read_all(&mut c);
+    assert_eq!(all.len() as u64, THREADS * EACH);
+    // Every thread's records, each once and in its order.
+    let mut next = [0u64; THREADS as usize];
+    for (i, (offset, body)) in all.iter().enumerate() {
+        assert_eq!(*offset, i as u64);
+        let t = body[0] as usize;
+        assert_eq!(u64::from_le_bytes(body[1..9].try_into().unwrap()), next[t]);
+        next[t] += 1;
+    }
+    assert!(next.iter().all(|&n| n == EACH));
+}

@@ -436,8 +436,15 @@ static void batch_subscribe_acks_per_message() {
     CHECK(tries == 40);  // each message: one try, one retry, then dead-lettered
     auto dlq = broker.consumer("g", "jobs-dlq");
     auto msgs = dlq.poll(100, 5s);
-    CHECK(msgs.size() == 20);
     CHECK(!msgs.empty() && msgs[0].attribute("rill.dlq.reason").value_or("") == "batch went wrong");
+    // A poll stops at the end of a log segment (a new topic's first one is
+    // small): the rest of the 20 in the next polls.
+    size_t dead = msgs.size();
+    while (!msgs.empty() && dead < 20) {
+        msgs = dlq.poll(100, 0ms);
+        dead += msgs.size();
+    }
+    CHECK(dead == 20);
 }
 
 // Issue 14 #13: a std::string with a NUL inside used to be cut short at it
@@ -609,11 +616,17 @@ static void seeking_by_time() {
     broker.create_topic("timed");
     for (int i = 0; i < 50; i++) broker.publish("timed", std::to_string(i));
     auto c = broker.consumer("stamps", "timed");
-    auto all = c.poll(50, 0ms);
+    // A poll stops at the end of a log segment (a new topic's first one is
+    // small), so reading all 50 may take several; messages live until the
+    // next poll, so their stamps are copied.
+    std::vector<uint64_t> all;
+    for (auto batch = c.poll(50, 0ms); !batch.empty() && all.size() < 50; batch = c.poll(50 - all.size(), 0ms)) {
+        for (auto &m : batch) all.push_back(m.timestamp_ns());
+    }
     CHECK(all.size() == 50);
-    uint64_t t = all.size() == 50 ? all[25].timestamp_ns() : 0;
+    uint64_t t = all.size() == 50 ? all[25] : 0;
     uint64_t want = 0;
-    while (want < all.size() && all[want].timestamp_ns() < t) want++;
+    while (want < all.size() && all[want] < t) want++;
     c.seek_to_time(0, static_cast<int64_t>(t));
     CHECK(c.position() == want);
     c.seek_to_time(0, std::chrono::system_clock::now() + std::chrono::hours(1));
