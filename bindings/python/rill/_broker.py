@@ -654,6 +654,19 @@ class Subscription(_Handle):
         self._stop = stop
         self._pattern = ""
 
+    def close(self) -> None:
+        """Unsubscribes; returns once no handler call is in flight (at once
+        from inside a handler). Idempotent. A call another thread is making
+        on it meanwhile (``wait_idle``) raises :class:`Closed`; the C handle
+        is freed when this object goes away, when no call can still be
+        running through it."""
+        ptr, self._ptr = self._ptr, None
+        if ptr:
+            if self._stop is not None:
+                self._stop.set()  # a handler waiting for a blocked loop lets go
+            lib.rill_subscription_close(ptr)
+            self._closed_ptr = ptr
+
     def _free(self, ptr: int) -> None:
         if self._stop is not None:
             self._stop.set()  # a handler waiting for a blocked loop lets go

@@ -448,6 +448,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
         ["const rill_subscription*", "rill_partition_lag_callback", "void*"],
     ),
     "rill_subscription_free": ("void", ["rill_subscription*"]),
+    "rill_subscription_close": ("void", ["rill_subscription*"]),
 }
 TYPES["void*"] = c_void_p
 

@@ -88,3 +88,40 @@ def test_closing_a_broker_while_a_publish_waits_for_a_block_subscriber() -> None
         assert not t.is_alive(), "a publish stayed blocked after the broker closed"
     assert errors == []
     sub.close()
+
+
+def test_closing_a_subscription_while_another_thread_waits_for_it_to_be_idle() -> None:
+    b = rill.Broker(worker_threads=1)
+    b.create_topic("t")
+    release = threading.Event()
+    handled = threading.Event()
+
+    def slow(_m: rill.Message) -> None:
+        handled.set()
+        release.wait(10)
+
+    for _ in range(ROUNDS):
+        handled.clear()
+        release.clear()
+        sub = b.subscribe("t", slow)
+        b.publish("t", b"x")
+        handled.wait(10)
+        outcome: list[object] = []
+
+        def wait(sub: rill.Subscription = sub, outcome: list[object] = outcome) -> None:
+            try:
+                outcome.append(sub.wait_idle(None))
+            except rill.Closed as e:
+                outcome.append(e)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        closer = threading.Thread(target=sub.close)
+        closer.start()
+        release.set()
+        closer.join(10)
+        waiter.join(10)
+        assert not waiter.is_alive() and not closer.is_alive()
+        # Idle before the close landed, or told it was closed: never a crash.
+        assert outcome == [True] or isinstance(outcome[0], rill.Closed), outcome
+    b.close()

@@ -22,6 +22,7 @@
 #define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -447,6 +448,80 @@ static void test_struct_sizes(void) {
     rill_broker_free(b);
 }
 
+/* ---- closing while another thread waits ---------------------------------- */
+
+/* A handler that holds its first call until `gate_open` is set. */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_changed = PTHREAD_COND_INITIALIZER;
+static bool gate_open = false;
+static bool gate_entered = false;
+
+static rill_ack gated(void *user_data, const rill_message *m) {
+    (void)user_data;
+    (void)m;
+    pthread_mutex_lock(&gate_lock);
+    gate_entered = true;
+    pthread_cond_broadcast(&gate_changed);
+    while (!gate_open) {
+        pthread_cond_wait(&gate_changed, &gate_lock);
+    }
+    pthread_mutex_unlock(&gate_lock);
+    return RILL_ACK_SUCCESS;
+}
+
+static void *wait_idle_long(void *arg) {
+    rill_subscription *s = arg;
+    /* Busy in its handler until the close: returns once the close lands. */
+    static rill_status status;
+    status = rill_subscription_wait_idle(s, 30000);
+    return &status;
+}
+
+/* rill_subscription_close while another thread waits in
+ * rill_subscription_wait_idle: the waiter returns (idle once the handler
+ * ended, or CLOSED), and the handle is freed only after it did. With
+ * rill_subscription_free in place of the close, the waiter used freed
+ * memory (ASan and valgrind runs of this program would say so). */
+static void test_close_while_waiting(void) {
+    rill_broker *b = NULL;
+    OK(rill_broker_new(NULL, &b));
+    if (b == NULL) {
+        exit(2);
+    }
+    OK(rill_topic_create(b, "gated", NULL));
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "gated", NULL, gated, NULL, &s));
+    if (s == NULL) {
+        exit(2);
+    }
+    rill_record r = {0};
+    r.payload = "x";
+    r.payload_len = 1;
+    rill_position pos;
+    OK(rill_publish(b, "gated", &r, &pos));
+    pthread_mutex_lock(&gate_lock);
+    while (!gate_entered) {
+        pthread_cond_wait(&gate_changed, &gate_lock);
+    }
+    pthread_mutex_unlock(&gate_lock);
+    pthread_t waiter;
+    CHECK(pthread_create(&waiter, NULL, wait_idle_long, s) == 0);
+    pthread_mutex_lock(&gate_lock);
+    gate_open = true;
+    pthread_cond_broadcast(&gate_changed);
+    pthread_mutex_unlock(&gate_lock);
+    rill_subscription_close(s);
+    rill_subscription_close(s); /* idempotent */
+    void *out = NULL;
+    CHECK(pthread_join(waiter, &out) == 0);
+    rill_status got = *(rill_status *)out;
+    CHECK(got == RILL_OK || got == RILL_ERR_CLOSED);
+    CHECK_STATUS(rill_subscription_wait_idle(s, 0), RILL_ERR_CLOSED);
+    rill_subscription_free(s);
+    rill_subscription_close(NULL);
+    rill_broker_free(b);
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], EXIT_QUIETLY) == 0) {
         return 0;
@@ -460,6 +535,7 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/data", root);
     test_fork(argv[0], dir);
     test_struct_sizes();
+    test_close_while_waiting();
 
     char rm[600];
     snprintf(rm, sizeof rm, "rm -rf '%s'", root);
