@@ -147,7 +147,9 @@ const HEAP_ALIGN: usize = 64;
 /// Bytes at the start of a [`HeapStorage`] block before its offset index:
 /// the tail word, then the seal (a `u64` each).
 const HEAP_STATE_BYTES: usize = 16;
-/// Where a [`HeapStorage`] block keeps the seal.
+/// Where a [`HeapStorage`] block keeps the seal (under loom the segment
+/// keeps its state itself).
+#[cfg(not(loom))]
 const HEAP_SEALED_AT: usize = 8;
 /// Bytes of one slot of the offset index: a `u32` (`segment.rs` asserts its
 /// `Slot` is one).
