@@ -976,6 +976,9 @@ impl Drop for Shared {
         unsafe {
             // Relaxed: `&mut self`, nothing else can touch it.
             let dir = self.dir.load(Ordering::Relaxed, epoch::unprotected());
+            if let Some(d) = dir.as_ref() {
+                d.last().end_file_at_close();
+            }
             drop(dir.into_owned());
         }
     }

@@ -968,19 +968,33 @@ impl Segment {
     }
 }
 
+impl Segment {
+    /// Called on the newest segment of a log as it closes (`Shared`'s drop,
+    /// in `dir.rs`): gives a recycled file the end mark its records need
+    /// (nobody appends any more, and they end at the byte tail). Done there,
+    /// not when the segment is dropped: an older directory the epoch
+    /// collector frees later may hold the last handle, and by then the
+    /// file may have been rewritten or cut (a test damaging it, an
+    /// operator), so a dropped segment never looks into its file.
+    pub(crate) fn end_file_at_close(&self) {
+        if let Some(file) = self.file().filter(|f| !f.is_spare())
+            && file.is_recycled()
+            && !self.attached
+            && !self.is_trimmed()
+            && self.sealed_count().is_none()
+        {
+            self.end_records(self.used_bytes());
+        }
+    }
+}
+
 impl Drop for Segment {
     fn drop(&mut self) {
-        if let Some(file) = self.file().filter(|f| !f.is_spare()) {
+        if self.file().is_some_and(|f| !f.is_spare()) {
             // A file that stays the partition's (the pool does not take it
-            // back) is looked into only for the end mark a recycled one
-            // needs: its tail word and seal are in the file, which a
-            // segment dropped late (by the epoch collector, after its log
-            // closed) must not touch without a reason.
-            if file.is_recycled() && !self.attached && !self.is_trimmed() && self.sealed_count().is_none() {
-                // The active segment of a log being closed: nobody appends
-                // any more, and its records end at the byte tail.
-                self.end_records(self.used_bytes());
-            }
+            // back): its tail word and seal are in the file, which a segment
+            // dropped late (by the epoch collector, after its log closed)
+            // must not touch (see `end_file_at_close`).
             drop(self.buffers.take());
             return;
         }
