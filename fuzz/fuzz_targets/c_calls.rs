@@ -26,6 +26,8 @@ mod legacy;
 mod logging;
 #[path = "../../ffi/src/message.rs"]
 mod message;
+#[path = "../../ffi/src/notify.rs"]
+mod notify;
 #[path = "../../ffi/src/options.rs"]
 mod options;
 #[path = "../../ffi/src/subscription.rs"]
