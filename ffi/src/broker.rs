@@ -401,7 +401,7 @@ pub unsafe extern "C" fn rill_topic_list(
         let b = unsafe { reference(b, "broker") }?;
         let each = crate::util::callback(each, "each")?;
         for name in b.broker.topics() {
-            let name = crate::util::c_string(&name);
+            let name = crate::text::c_string(&name);
             // SAFETY: the caller's callback; `name` outlives the call.
             unsafe { each(user_data, name.as_ptr()) };
         }

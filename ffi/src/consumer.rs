@@ -9,12 +9,11 @@ use rill::{Consumer, ConsumerOptions, DEFAULT_SESSION_TIMEOUT};
 
 use crate::broker::rill_broker;
 use crate::error::{boundary, boundary_value, rill_status};
+use crate::lag::{Lag, each_lag, rill_partition_lag_callback};
 use crate::message::{MessageContext, c_message, rill_message};
 use crate::options::{self, OptionStruct};
-use crate::subscription::{RILL_START_EARLIEST, rill_partition_lag_callback, rill_start, start_position};
-use crate::util::{
-    Lag, cstr, each_lag, inherited, out_ptr, reference, reference_mut, this_process, timeout, write_out,
-};
+use crate::subscription::{RILL_START_EARLIEST, rill_start, start_position};
+use crate::util::{cstr, inherited, out_ptr, reference, reference_mut, this_process, timeout, write_out};
 
 /// Where a new consumer group starts. Fill it with `rill_consumer_options_init`.
 #[repr(C)]
@@ -624,7 +623,7 @@ pub unsafe extern "C" fn rill_group_list(
         let b = unsafe { reference(b, "broker") }?;
         let each = crate::util::callback(each, "each")?;
         for (group, topic) in b.broker.groups() {
-            let (group, topic) = (crate::util::c_string(&group), crate::util::c_string(&topic));
+            let (group, topic) = (crate::text::c_string(&group), crate::text::c_string(&topic));
             // SAFETY: the caller's callback; both strings outlive the call.
             unsafe { each(user_data, group.as_ptr(), topic.as_ptr()) };
         }

@@ -146,7 +146,7 @@ pub(crate) fn set_last_error(text: &str) {
 /// Copies this thread's last error into `buf` (truncated, NUL-terminated);
 /// returns the full length without the NUL.
 pub(crate) fn copy_last_error(buf: *mut c_char, buf_len: usize) -> usize {
-    LAST_ERROR.with(|e| crate::util::copy_str(&e.borrow(), buf, buf_len))
+    LAST_ERROR.with(|e| crate::text::copy_str(&e.borrow(), buf, buf_len))
 }
 
 /// Runs `body` as the body of an exported function: a panic becomes

@@ -23,6 +23,7 @@
 mod broker;
 mod consumer;
 mod error;
+mod lag;
 mod legacy;
 mod logging;
 mod message;
@@ -31,6 +32,7 @@ mod nats;
 mod notify;
 mod options;
 mod subscription;
+mod text;
 mod util;
 
 use std::ffi::c_char;
@@ -38,6 +40,7 @@ use std::ffi::c_char;
 pub use broker::*;
 pub use consumer::*;
 pub use error::rill_status;
+pub use lag::*;
 pub use logging::*;
 pub use message::*;
 #[cfg(feature = "nats")]

@@ -120,8 +120,8 @@ impl log::Log for CLogger {
         // A poisoned lock only means a setter panicked; the sink is intact.
         let sink = SINK.read().unwrap_or_else(|e| e.into_inner());
         let Some(s) = *sink else { return };
-        let target = crate::util::c_string(record.target());
-        let message = crate::util::c_string(&record.args().to_string());
+        let target = crate::text::c_string(record.target());
+        let message = crate::text::c_string(&record.args().to_string());
         IN_CALLBACK.with(|c| c.set(true));
         // SAFETY: the callback and pointer the caller set, called as
         // `rill_log_callback`'s contract says; both strings outlive the call.

@@ -10,7 +10,8 @@ use rill_nats::{Bridge, BridgeConfig, ExportConfig, ImportConfig};
 use crate::broker::rill_broker;
 use crate::error::{FfiError, boundary, rill_status};
 use crate::options::{self, OptionStruct};
-use crate::util::{copy_str, opt_cstr, out_ptr, reference, write_out};
+use crate::text::copy_str;
+use crate::util::{opt_cstr, out_ptr, reference, write_out};
 
 /// A running bridge between a broker and a NATS server. Create it with
 /// `rill_nats_bridge_new`, stop and free it with `rill_nats_bridge_free`.

@@ -10,11 +10,10 @@ use rill::{Ack, DeliveryMode, Message, Overflow, RetryBackoff, StartPosition, Su
 
 use crate::broker::rill_broker;
 use crate::error::{FfiError, boundary, boundary_value, rill_status};
+use crate::lag::{Lag, each_lag, rill_partition_lag_callback};
 use crate::message::{MessageContext, c_message, rill_message};
 use crate::options::{self, OptionStruct};
-use crate::util::{
-    Lag, cstr, each_lag, inherited, opt_cstr, out_ptr, reference, this_process, timeout, write_out, write_sized,
-};
+use crate::util::{cstr, inherited, opt_cstr, out_ptr, reference, this_process, timeout, write_out, write_sized};
 
 /// What a handler says about a message: one of the `RILL_ACK_*` constants.
 /// Any other value is treated as `RILL_ACK_RETRY`, with a reason saying so.
@@ -555,7 +554,7 @@ fn dead_letter_trampoline(
 ) -> rill::DeadLetterCallback {
     Arc::new(move |m: &Message<'_>, reason: &str| {
         let topic = CString::new(m.topic()).expect("topic names have no NUL");
-        let reason = crate::util::c_string(reason);
+        let reason = crate::text::c_string(reason);
         // SAFETY: the context lives in this frame for the duration of the
         // call, within the borrow of the message.
         let ctx = unsafe { MessageContext::new(m.record(), Some(m)) };
@@ -872,13 +871,13 @@ pub unsafe extern "C" fn rill_subscription_name(
 ) -> usize {
     // SAFETY: forwarded.
     boundary_value(0, || match unsafe { s.as_ref() } {
-        Some(s) => crate::util::copy_str(s.sub.name(), buf, buf_len),
+        Some(s) => crate::text::copy_str(s.sub.name(), buf, buf_len),
         None => 0,
     })
 }
 
 /// Copies a text of the subscription's stats (`field` picks it; none is
-/// "") into `buf` as [`crate::util::copy_str`] does; 0 for a NULL `s`.
+/// "") into `buf` as [`crate::text::copy_str`] does; 0 for a NULL `s`.
 ///
 /// # Safety
 ///
@@ -891,7 +890,7 @@ unsafe fn copy_stats_text(
 ) -> usize {
     // SAFETY: the caller promises `s` is NULL or live.
     boundary_value(0, || match unsafe { s.as_ref() } {
-        Some(s) => crate::util::copy_str(field(s.sub.stats()).as_deref().unwrap_or(""), buf, buf_len),
+        Some(s) => crate::text::copy_str(field(s.sub.stats()).as_deref().unwrap_or(""), buf, buf_len),
         None => 0,
     })
 }
@@ -972,9 +971,9 @@ pub unsafe extern "C" fn rill_subscription_list(
         let b = unsafe { reference(b, "broker") }?;
         let each = crate::util::callback(each, "each")?;
         for st in b.broker.subscriptions() {
-            let name = crate::util::c_string(&st.name);
-            let pattern = crate::util::c_string(&st.pattern);
-            let last_error = st.last_error.as_deref().map(crate::util::c_string);
+            let name = crate::text::c_string(&st.name);
+            let pattern = crate::text::c_string(&st.pattern);
+            let last_error = st.last_error.as_deref().map(crate::text::c_string);
             let mut c = rill_subscription_stats::counters(&st);
             c.name = name.as_ptr();
             c.pattern = pattern.as_ptr();
@@ -985,29 +984,6 @@ pub unsafe extern "C" fn rill_subscription_list(
         Ok(())
     })
 }
-
-/// Position and lag of one partition a subscription or a consumer group
-/// reads, handed to a callback.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct rill_partition_lag {
-    /// The topic's name, borrowed for the callback only.
-    pub topic: *const c_char,
-    /// Partition index.
-    pub partition: u32,
-    /// Next offset to handle: a subscription's position, or a group's
-    /// committed offset (the oldest retained one while it has committed none).
-    pub position: u64,
-    /// One past the newest offset published.
-    pub end: u64,
-    /// `end - position`.
-    pub lag: u64,
-}
-
-/// What `rill_subscription_partitions` and `rill_group_partitions` call with
-/// each partition's lag (borrowed for the call, `topic` included).
-pub type rill_partition_lag_callback =
-    Option<unsafe extern "C" fn(user_data: *mut c_void, lag: *const rill_partition_lag)>;
 
 /// Calls `each(user_data, lag)` for every partition the subscription reads
 /// (of every topic its pattern matched), with its position and lag; the

@@ -1,6 +1,6 @@
 //! Checked conversions of what C hands us: pointers, strings, byte ranges.
 
-use std::ffi::{CString, c_char, c_void};
+use std::ffi::{c_char, c_void};
 
 use crate::error::FfiError;
 
@@ -118,29 +118,6 @@ pub(crate) fn timeout(ms: i64) -> Option<std::time::Duration> {
     u64::try_from(ms).ok().map(std::time::Duration::from_millis)
 }
 
-/// Copies `s` into `buf` (truncated to `buf_len - 1` bytes, NUL-terminated)
-/// and returns its full length; NULL or 0-length `buf` only measures.
-pub(crate) fn copy_str(s: &str, buf: *mut c_char, buf_len: usize) -> usize {
-    let bytes = s.as_bytes();
-    if !buf.is_null() && buf_len > 0 {
-        let n = bytes.len().min(buf_len - 1);
-        // SAFETY: the exported caller promises `buf` is writable for
-        // `buf_len` bytes; we write `n + 1 <= buf_len`, from another allocation.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), buf, n);
-            *buf.add(n) = 0;
-        }
-    }
-    bytes.len()
-}
-
-/// `s` as a C string for a callback to borrow. Names never hold a NUL (they
-/// are validated); free text (an error reason a handler gave) might, and
-/// each NUL becomes U+FFFD rather than cutting the text short.
-pub(crate) fn c_string(s: &str) -> CString {
-    CString::new(s.replace('\0', "\u{fffd}")).expect("no NUL is left")
-}
-
 /// The process a handle was made in, to compare with [`inherited`].
 pub(crate) fn this_process() -> u32 {
     std::process::id()
@@ -175,51 +152,5 @@ pub(crate) unsafe fn write_sized<T: Copy>(out: *mut T, value: &T, size: usize) {
         if size > own {
             std::ptr::write_bytes(out.add(own), 0, size - own);
         }
-    }
-}
-
-/// One partition's position and lag, for a `rill_partition_lag` callback:
-/// a subscription's ([`rill::broker::PartitionLag`]) or a consumer group's
-/// ([`rill::broker::GroupPartition`], whose topic is the group's).
-pub(crate) struct Lag<'a> {
-    topic: &'a str,
-    partition: u32,
-    position: u64,
-    end: u64,
-    lag: u64,
-}
-
-impl<'a> From<&'a rill::broker::PartitionLag> for Lag<'a> {
-    fn from(p: &'a rill::broker::PartitionLag) -> Lag<'a> {
-        Lag { topic: &p.topic, partition: p.partition, position: p.position, end: p.end, lag: p.lag }
-    }
-}
-
-impl<'a> Lag<'a> {
-    /// A consumer group's partition of `topic`.
-    pub(crate) fn of_group(topic: &'a str, p: &rill::broker::GroupPartition) -> Lag<'a> {
-        Lag { topic, partition: p.partition, position: p.position, end: p.end, lag: p.lag }
-    }
-}
-
-/// Calls `each(user_data, lag)` for every partition in `lags`, each built
-/// as a `rill_partition_lag` whose `topic` lives for that call only.
-pub(crate) fn each_lag<'a>(
-    lags: impl Iterator<Item = Lag<'a>>,
-    each: unsafe extern "C" fn(*mut c_void, *const crate::subscription::rill_partition_lag),
-    user_data: *mut c_void,
-) {
-    for l in lags {
-        let topic = c_string(l.topic);
-        let c = crate::subscription::rill_partition_lag {
-            topic: topic.as_ptr(),
-            partition: l.partition,
-            position: l.position,
-            end: l.end,
-            lag: l.lag,
-        };
-        // SAFETY: the exported caller's callback, safe to call with
-        // `user_data` by its promise; `topic` outlives the call.
-        unsafe { each(user_data, &c) };
     }
 }

@@ -20,6 +20,8 @@ mod broker;
 mod consumer;
 #[path = "../../ffi/src/error.rs"]
 mod error;
+#[path = "../../ffi/src/lag.rs"]
+mod lag;
 #[path = "../../ffi/src/legacy.rs"]
 mod legacy;
 #[path = "../../ffi/src/logging.rs"]
@@ -32,6 +34,8 @@ mod notify;
 mod options;
 #[path = "../../ffi/src/subscription.rs"]
 mod subscription;
+#[path = "../../ffi/src/text.rs"]
+mod text;
 #[path = "../../ffi/src/util.rs"]
 mod util;
 
@@ -43,6 +47,7 @@ use consumer::*;
 use error::rill_status;
 use libfuzzer_sys::fuzz_target;
 use message::*;
+use lag::*;
 use subscription::*;
 
 /// Reads the fuzzer's bytes as a stream of small choices.

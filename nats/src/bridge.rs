@@ -9,10 +9,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_nats::jetstream;
 use tokio::sync::watch;
 
+use crate::config::{BridgeConfig, ExportConfig, ImportConfig};
+use crate::error::{Error, Result};
 use crate::export::Exporter;
 use crate::import::Importer;
+use crate::shared::{Shared, backoff, stopped, stream_error};
 use crate::subject::{validate_filter, validate_prefix};
-use crate::{BridgeConfig, Error, ExportConfig, ImportConfig, Result};
 
 /// Tokio worker threads of a bridge's runtime: the client's reader and
 /// writer tasks and the ack futures; the rill sides run on threads of their
@@ -50,48 +52,6 @@ pub struct BridgeStats {
     pub export_lag: u64,
     /// The last problem met, if any (it stays after the bridge recovered).
     pub last_error: Option<String>,
-}
-
-/// What the bridge's parts share: counters and the stop signal.
-pub(crate) struct Shared {
-    pub(crate) exported: AtomicU64,
-    pub(crate) imported: AtomicU64,
-    pub(crate) in_flight: AtomicU64,
-    pub(crate) reconnects: AtomicU64,
-    pub(crate) rejected: AtomicU64,
-    /// Set on `Disconnected`, cleared on `Connected`: a `Connected` that
-    /// clears it is a reconnect (the first connect raises no event).
-    disconnected: AtomicBool,
-    last_error: Mutex<Option<String>>,
-    stop: watch::Sender<bool>,
-    /// Delays between attempts of a failed publish (export) or pull (import).
-    pub(crate) retry_delay: (Duration, Duration),
-}
-
-impl Shared {
-    pub(crate) fn record_error(&self, e: impl fmt::Display) {
-        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-    }
-
-    pub(crate) fn stop_signal(&self) -> watch::Receiver<bool> {
-        self.stop.subscribe()
-    }
-
-    /// The wait before attempt `attempt + 1` (`attempt` >= 1).
-    pub(crate) fn retry_after(&self, attempt: u32) -> Duration {
-        backoff(self.retry_delay, attempt as usize)
-    }
-}
-
-/// `initial * 2^(attempt-1)`, at most `max`.
-fn backoff((initial, max): (Duration, Duration), attempt: usize) -> Duration {
-    let shift = attempt.saturating_sub(1).min(20) as u32;
-    initial.saturating_mul(1 << shift).min(max)
-}
-
-/// Resolves when `stop` is raised (or the bridge is gone).
-pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// A running bridge between a rill broker and a NATS server. Stops on
@@ -395,17 +355,6 @@ async fn check_export_stream(js: &jetstream::Context, e: &ExportConfig) -> Resul
         )));
     }
     Ok(())
-}
-
-pub(crate) fn stream_error(name: &str, err: jetstream::context::GetStreamError) -> Error {
-    match err.kind() {
-        jetstream::context::GetStreamErrorKind::JetStream(j)
-            if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
-        {
-            Error::NotFound(format!("stream {name:?} does not exist"))
-        }
-        _ => Error::JetStream(format!("stream {name:?}: {err}")),
-    }
 }
 
 /// A broker id for one start: the process id, the time and a count of

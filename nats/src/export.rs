@@ -18,9 +18,10 @@ use bytes::Bytes;
 use futures_util::future::join_all;
 use tokio::sync::watch;
 
-use crate::bridge::{Shared, stopped};
+use crate::config::{ATTRIBUTE_HEADER, ExportConfig, KEY_HEADER, SEQUENCE_ATTRIBUTE};
+use crate::error::Result;
+use crate::shared::{Shared, stopped};
 use crate::subject::{escape_attribute, escape_key, topic_to_subject};
-use crate::{ATTRIBUTE_HEADER, ExportConfig, KEY_HEADER, Result, SEQUENCE_ATTRIBUTE};
 
 /// How one publish ended.
 enum Outcome {

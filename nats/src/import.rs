@@ -18,9 +18,10 @@ use async_nats::jetstream::{self, AckKind, consumer::PullConsumer, consumer::pul
 use futures_util::StreamExt;
 use tokio::sync::watch;
 
-use crate::bridge::{Shared, stopped, stream_error};
+use crate::config::{ATTRIBUTE_HEADER, IMPORT_DEDUP_WINDOW, ImportConfig, KEY_HEADER, SEQUENCE_ATTRIBUTE};
+use crate::error::{Error, Result};
+use crate::shared::{Shared, stopped, stream_error};
 use crate::subject::{subject_to_topic, unescape_attribute, unescape_key};
-use crate::{ATTRIBUTE_HEADER, Error, IMPORT_DEDUP_WINDOW, ImportConfig, KEY_HEADER, Result, SEQUENCE_ATTRIBUTE};
 
 /// How long one pull request stays open on the server.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);

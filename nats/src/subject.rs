@@ -13,7 +13,7 @@
 //! ASCII, plus `=` in attribute names, so a value never holds a line break
 //! and a pair splits at its first `=`.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// The escape byte.
 const ESCAPE: u8 = b'%';

@@ -27,7 +27,7 @@ use std::time::Duration;
 use crossbeam_utils::{Backoff, CachePadded};
 use rill::clock::now_ns;
 
-use super::Env;
+use super::env::Env;
 use crate::measure::{Outcome, ProducerFn, Run, Shape, Stamp, Tally, drive, execute};
 
 /// Frames a subscriber reads before it publishes its position.

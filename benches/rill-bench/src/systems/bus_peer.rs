@@ -6,7 +6,8 @@
 
 use bus::Bus;
 
-use super::{Env, Payload};
+use super::env::Env;
+use super::payload::Payload;
 use crate::measure::{Outcome, ProducerFn, Run, Shape, Stamp, Status, drive, execute, stamp_of};
 
 /// Runs `shape` once.

@@ -8,7 +8,8 @@
 
 use std::thread::JoinHandle;
 
-use super::{Env, Payload};
+use super::env::Env;
+use super::payload::Payload;
 use crate::measure::{Outcome, ProducerFn, Run, Shape, Stamp, Tally, drive, execute, stamp_of};
 
 /// crossbeam-channel: `bounded(capacity)` per subscriber.

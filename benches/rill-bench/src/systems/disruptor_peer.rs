@@ -15,7 +15,7 @@
 
 use disruptor::{BusySpin, MissingFreeSlots, Producer, RingBufferFull, Sequence};
 
-use super::Env;
+use super::env::Env;
 use crate::measure::{Outcome, ProducerFn, Run, Shape, Stamp, Tally, drive, execute, stamp_of};
 
 /// One slot of the ring.

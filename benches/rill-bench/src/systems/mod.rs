@@ -12,16 +12,20 @@ mod bus_peer;
 pub(crate) mod channels;
 #[cfg(feature = "peers")]
 mod disruptor_peer;
+mod env;
+mod payload;
 pub mod rill_sys;
 #[cfg(feature = "peers")]
 mod tokio_peer;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::measure::{Outcome, Shape};
+
+pub use env::{Env, RillOverflow};
+pub use payload::{Inline, MAX_ARRAY_PAYLOAD, Payload, PeerPayload};
 
 /// A system the tool can drive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
@@ -79,174 +83,6 @@ impl System {
     }
 }
 
-/// How peers carry a payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum PeerPayload {
-    /// What a user of the peer would send: a fixed-size array by value
-    /// (`[u8; 64]`) with one subscriber, an `Arc<[u8]>` shared by reference
-    /// count when fanning out to several.
-    Auto,
-    /// `Vec<u8>`: a fresh buffer per message, cloned per subscriber when fanned out.
-    Vec,
-    /// `Arc<[u8]>`: one buffer per message, shared by reference count.
-    Arc,
-    /// A fixed-size array by value (`[u8; 64]` for 64-byte payloads; the
-    /// payload size rounded up to 64, 256, 1024 or 4096 bytes, with a length):
-    /// no allocation at all, the cheapest way to send small messages.
-    Array,
-}
-
-/// The largest payload `PeerPayload::Array` carries.
-pub const MAX_ARRAY_PAYLOAD: usize = 4096;
-
-/// rill's behaviour when a subscriber falls `capacity` messages behind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum RillOverflow {
-    /// `Overflow::Block` with `lag_limit = capacity`: publishers wait, like a
-    /// bounded channel; nothing is lost.
-    Block,
-    /// rill's default: no lag limit, only retention bounds the lag; a
-    /// subscriber that falls behind retention skips (counted as lost).
-    Drop,
-}
-
-/// Settings that are not part of the workload's shape.
-#[derive(Debug, Clone, Serialize)]
-pub struct Env {
-    /// rill worker pool size (`None`: one per core, rill's default); also the
-    /// tokio runtime's worker count.
-    pub workers: Option<usize>,
-    /// rill retention per partition, MiB.
-    pub retention_mib: u64,
-    /// Fill rill's log past retention before each run, so segment memory is
-    /// recycled (steady state) instead of faulted in during the measurement.
-    pub warmup: bool,
-    /// rill overflow policy.
-    pub overflow: RillOverflow,
-    /// rill push subscriptions use `subscribe_batch` (runs of up to 64
-    /// messages per handler call) instead of `subscribe`.
-    pub batch_handler: bool,
-    /// Payload type of the peers.
-    pub peer_payload: PeerPayload,
-    /// Time cap of one run.
-    pub timeout: Duration,
-    /// Take a short cross-core ping-pong probe before and after every run of
-    /// a pair, so each pair says which machine state its two runs saw (see
-    /// `bench::MachineState`).
-    pub state_probes: bool,
-}
-
-impl Default for Env {
-    /// The tool's defaults, as `rill-bench` without options runs.
-    fn default() -> Env {
-        Env {
-            workers: None,
-            retention_mib: 64,
-            warmup: true,
-            overflow: RillOverflow::Block,
-            batch_handler: false,
-            peer_payload: PeerPayload::Auto,
-            timeout: Duration::from_secs(10),
-            state_probes: true,
-        }
-    }
-}
-
-impl Env {
-    /// The worker count to use.
-    pub fn workers(&self) -> usize {
-        self.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
-    }
-}
-
-/// A payload as peers carry it: a byte buffer, cloned per subscriber.
-pub trait Payload: Clone + Send + Sync + 'static {
-    /// A new payload with these bytes.
-    fn copy_from(bytes: &[u8]) -> Self;
-    /// Its bytes.
-    fn bytes(&self) -> &[u8];
-}
-
-impl Payload for Vec<u8> {
-    #[inline]
-    fn copy_from(bytes: &[u8]) -> Self {
-        bytes.to_vec()
-    }
-    #[inline]
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-}
-
-impl Payload for Arc<[u8]> {
-    #[inline]
-    fn copy_from(bytes: &[u8]) -> Self {
-        Arc::from(bytes)
-    }
-    #[inline]
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-}
-
-impl<const N: usize> Payload for [u8; N] {
-    #[inline]
-    fn copy_from(bytes: &[u8]) -> Self {
-        let mut a = [0u8; N];
-        a.copy_from_slice(bytes);
-        a
-    }
-    #[inline]
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-}
-
-impl PeerPayload {
-    /// The payload type peers carry in `shape` (resolves `Auto`).
-    pub fn resolve(self, shape: &Shape) -> PeerPayload {
-        match self {
-            PeerPayload::Auto if shape.subscribers > 1 => PeerPayload::Arc,
-            PeerPayload::Auto => PeerPayload::Array,
-            p => p,
-        }
-    }
-
-    /// The Rust type, for tables ("[u8; 64]", "Arc<[u8]>", ...).
-    pub fn type_name(self, shape: &Shape) -> String {
-        match self.resolve(shape) {
-            PeerPayload::Vec => "Vec<u8>".into(),
-            PeerPayload::Arc => "Arc<[u8]>".into(),
-            _ if matches!(shape.payload, 64 | 256 | 1024 | 4096) => format!("[u8; {}]", shape.payload),
-            _ => "Inline<[u8; N]> (array + length)".into(),
-        }
-    }
-}
-
-/// A payload held by value in an array of `N` bytes, of which the first
-/// `len` are the payload (sizes that are not exactly 64, 256, 1024 or 4096;
-/// those travel as a bare `[u8; N]`).
-#[derive(Debug, Clone, Copy)]
-pub struct Inline<const N: usize> {
-    len: usize,
-    buf: [u8; N],
-}
-
-impl<const N: usize> Payload for Inline<N> {
-    #[inline]
-    fn copy_from(bytes: &[u8]) -> Self {
-        let mut buf = [0u8; N];
-        buf[..bytes.len()].copy_from_slice(bytes);
-        Inline { len: bytes.len(), buf }
-    }
-    #[inline]
-    fn bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
 /// Runs `shape` once on `system`.
 pub fn run(system: System, shape: &Shape, env: &Env) -> Outcome {
     match (system, env.peer_payload.resolve(shape)) {
@@ -291,6 +127,8 @@ fn run_peer<P: Payload>(system: System, shape: &Shape, env: &Env) -> Outcome {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::measure::{Amount, Delivery, Status, SubMode, Work};
 

@@ -10,7 +10,7 @@ use rill::{
     Record, SubscriptionOptions, TopicOptions,
 };
 
-use super::{Env, RillOverflow};
+use super::env::{Env, RillOverflow};
 use crate::measure::{
     Delivery, Outcome, Persist, ProducerFn, Run, Shape, Stamp, Status, SubMode, drive, execute, new_histogram,
 };

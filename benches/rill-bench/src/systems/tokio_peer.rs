@@ -14,7 +14,8 @@
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{Env, Payload};
+use super::env::Env;
+use super::payload::Payload;
 use crate::measure::{Outcome, ProducerFn, Run, Shape, Stamp, Status, Tally, drive, execute, stamp_of};
 
 /// Runs `shape` once; `blocking` picks OS threads over async tasks.
