@@ -34,6 +34,26 @@ def required() -> bool:
     return os.environ.get("RILL_REQUIRE_NATS", "") not in ("", "0")
 
 
+def binary_or_skip() -> str:
+    """For a pytest test that needs the bridge and a server: the nats-server
+    to run; skips the test (or fails it, under RILL_REQUIRE_NATS) when the
+    loaded librill has no bridge or nats-server is not installed."""
+    import pytest
+
+    from rill import nats
+
+    if not nats.AVAILABLE:
+        if required():
+            pytest.fail("RILL_REQUIRE_NATS is set but the loaded librill has no NATS bridge")
+        pytest.skip("the loaded librill was built without the nats feature (ffi/install.sh --with-nats)")
+    binary = server_binary()
+    if binary is None:
+        if required():
+            pytest.fail("RILL_REQUIRE_NATS is set but nats-server is not on PATH")
+        pytest.skip("nats-server is not installed (apt-get install nats-server)")
+    return binary
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -14,23 +14,14 @@ import concurrent.futures
 import contextlib
 import selectors
 import threading
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+from aio_helper import run_bounded, until
 from conftest import WAIT
 
 import rill
 import rill.aio
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Lets the loop run until ``condition()`` holds; fails after WAIT
-    seconds (a hang guard, not a timing check)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + WAIT
-    while not condition():
-        assert loop.time() < end, "timed out waiting for a condition"
-        await asyncio.sleep(0.001)
 
 
 class Ticker:
@@ -245,26 +236,6 @@ def test_a_cancelled_anext_loses_no_message(broker: rill.Broker) -> None:
             assert msg.payload == b"after"
 
     asyncio.run(main())
-
-
-def run_bounded(main: Callable[[], Any]) -> None:
-    """asyncio.run(main()) on a daemon thread, failing (not hanging) if it
-    does not finish: a deadlock blocks the loop, so asyncio.wait_for could
-    not fire."""
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            asyncio.run(main())
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(WAIT)
-    assert not t.is_alive(), "deadlock: the event loop never came back"
-    if errors:
-        raise errors[0]
 
 
 def test_closing_the_broker_on_the_loop_ends_an_async_for() -> None:

@@ -18,9 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from nats_helper import NatsServer, required, server_binary
-
-from rill import nats
+from nats_helper import NatsServer, binary_or_skip
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 # Generous: each takes well under a second on an idle machine; the bound
@@ -46,15 +44,7 @@ def test_example(name: str) -> None:
 
 
 def test_nats_bridge_example() -> None:
-    if not nats.AVAILABLE:
-        if required():
-            pytest.fail("RILL_REQUIRE_NATS is set but the loaded librill has no NATS bridge")
-        pytest.skip("the loaded librill was built without the nats feature (ffi/install.sh --with-nats)")
-    binary = server_binary()
-    if binary is None:
-        if required():
-            pytest.fail("RILL_REQUIRE_NATS is set but nats-server is not on PATH")
-        pytest.skip("nats-server is not installed (apt-get install nats-server)")
+    binary = binary_or_skip()
     server = NatsServer(binary)
     try:
         server.create_stream("ORDERS", ["shop.>"])

@@ -14,7 +14,7 @@ import threading
 from typing import Iterator
 
 import pytest
-from nats_helper import NatsServer, required, server_binary
+from nats_helper import NatsServer, binary_or_skip
 
 import rill
 from rill import nats
@@ -25,15 +25,7 @@ N = 300
 
 @pytest.fixture
 def server() -> Iterator[NatsServer]:
-    if not nats.AVAILABLE:
-        if required():
-            pytest.fail("RILL_REQUIRE_NATS is set but the loaded librill has no NATS bridge")
-        pytest.skip("the loaded librill was built without the nats feature (ffi/install.sh --with-nats)")
-    binary = server_binary()
-    if binary is None:
-        if required():
-            pytest.fail("RILL_REQUIRE_NATS is set but nats-server is not on PATH")
-        pytest.skip("nats-server is not installed (apt-get install nats-server)")
+    binary = binary_or_skip()
     s = NatsServer(binary)
     try:
         s.create_stream("RILL", ["rill.>"])
