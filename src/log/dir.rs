@@ -425,6 +425,12 @@ impl Shared {
             }
             Err(e) => return Err(e),
         };
+        // A growing memory log that filled a full-size segment streams:
+        // have its next segment faulted in ahead (see `prefault.rs`).
+        #[cfg(not(loom))]
+        if pages == Pages::Huge {
+            super::prefault::ahead(&self.pool);
+        }
         let next = Arc::new(Segment::new(base, buffers, self.pool.clone()));
         self.install(current, next, guard)
     }

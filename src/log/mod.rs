@@ -21,6 +21,8 @@ mod cursor;
 mod dir;
 mod durable;
 pub(crate) mod file;
+#[cfg(not(loom))]
+mod prefault;
 pub(crate) mod record;
 pub(crate) mod recovery;
 mod resync;

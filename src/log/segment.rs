@@ -274,6 +274,16 @@ impl Buffers {
         Ok(Self::with_own(storage, new_slots(slot_count, pages)?))
     }
 
+    /// Faults the region and the offset index in, writable, now (see
+    /// `prefault.rs`); best effort.
+    #[cfg(not(loom))]
+    fn populate(&self) {
+        super::storage::populate(self.storage.as_ptr(), self.storage.capacity());
+        if let Some((_, slots)) = &self.own {
+            slots.populate();
+        }
+    }
+
     /// Buffers for a log's small first segment (see "A small first
     /// segment" in `log/dir.rs`): one heap block of `capacity` bytes of
     /// region and `slot_count` slots, which holds the tail word and the
@@ -392,6 +402,14 @@ pub(crate) struct Pool {
     fail_allocations: crate::sync::atomic::AtomicUsize,
     /// For a durable log: where its segment files go.
     files: Option<super::file::Files>,
+    /// A memory pool has taken back a trimmed segment: its log has filled
+    /// its retention and rolls into recycled segments from now on, so it
+    /// no longer asks for spares made ahead (`prefault.rs`).
+    #[cfg(not(loom))]
+    recycling: crate::sync::atomic::AtomicBool,
+    /// A spare made ahead is asked for and not yet made (`prefault.rs`).
+    #[cfg(not(loom))]
+    spare_requested: crate::sync::atomic::AtomicBool,
 }
 
 impl Pool {
@@ -404,6 +422,10 @@ impl Pool {
             #[cfg(any(test, loom))]
             fail_allocations: crate::sync::atomic::AtomicUsize::new(0),
             files: None,
+            #[cfg(not(loom))]
+            recycling: crate::sync::atomic::AtomicBool::new(false),
+            #[cfg(not(loom))]
+            spare_requested: crate::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -487,6 +509,56 @@ impl Pool {
         Ok(())
     }
 
+    /// A memory pool whose log still grows toward its retention (it has
+    /// recycled nothing yet) and that has no spare: the next roll would
+    /// fault a fresh segment in on the publisher's path (see `prefault.rs`).
+    #[cfg(not(loom))]
+    pub(crate) fn wants_spare_ahead(&self) -> bool {
+        use crate::sync::atomic::Ordering::Relaxed;
+        // Relaxed: a hint; a stale answer costs one spare made in vain (the
+        // pool's bound still holds) or one segment faulted by its writer.
+        self.files.is_none() && !self.recycling.load(Relaxed) && self.spare.lock().is_empty()
+    }
+
+    /// Records that a spare made ahead is asked for; false if one already is.
+    #[cfg(not(loom))]
+    pub(crate) fn mark_spare_requested(&self) -> bool {
+        // Relaxed: only the flag itself is decided here (one request at a
+        // time); the spare reaches the log through the pool's mutex.
+        !self.spare_requested.swap(true, crate::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether a spare made ahead was asked for and not yet made.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn spare_requested(&self) -> bool {
+        self.spare_requested.load(crate::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Clears the request flag (the request was dropped or served).
+    #[cfg(not(loom))]
+    pub(crate) fn spare_request_done(&self) {
+        // Relaxed: as in `mark_spare_requested`.
+        self.spare_requested.store(false, crate::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// On the prefault thread: maps a spare segment in huge pages (it is for
+    /// a roll out of a full-size segment), faults all of it in, and keeps
+    /// it, if the pool still wants one. Best effort: a failed mapping is
+    /// left to the roll, which reports it.
+    #[cfg(not(loom))]
+    pub(crate) fn make_spare_ahead(&self) {
+        self.spare_request_done();
+        if !self.wants_spare_ahead() {
+            return;
+        }
+        let Ok(buffers) = Buffers::map(self.capacity, self.slot_count, Pages::Huge) else { return };
+        buffers.populate();
+        let mut spare = self.spare.lock();
+        if spare.len() < self.max_spare {
+            spare.push(buffers);
+        }
+    }
+
     /// Takes back the buffers of a dropped segment whose records used the
     /// first `used` slots.
     fn give_back(&self, buffers: Buffers, used: usize) {
@@ -500,6 +572,9 @@ impl Pool {
             // A spare file dropped here deletes itself, as below.
             return;
         }
+        // Relaxed: a hint for `wants_spare_ahead`.
+        #[cfg(not(loom))]
+        self.recycling.store(true, crate::sync::atomic::Ordering::Relaxed);
         // A spare file dropped here (the pool is full) deletes itself.
         let mut spare = self.spare.lock();
         if spare.len() < self.max_spare {

@@ -333,6 +333,32 @@ fn advise_huge_pages(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// Faults the `len` bytes from `ptr` (a page boundary of a private
+/// anonymous mapping this process owns) in, writable, with one
+/// `madvise(MADV_POPULATE_WRITE)`, so that their first writer takes no page
+/// fault (see `prefault.rs`). Returns whether it did. Best effort: on a
+/// kernel without it (before 5.14) or out of memory, the writer faults as
+/// it would have.
+#[cfg(not(loom))]
+pub(crate) fn populate(ptr: NonNull<u8>, len: usize) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: the caller passes a range of its own anonymous mapping,
+        // from a page boundary; MADV_POPULATE_WRITE faults pages in without
+        // changing their contents, so it races with no reader or writer.
+        let rc = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_POPULATE_WRITE) };
+        if rc != 0 {
+            log::debug!("could not prefault a log segment: {}", io::Error::last_os_error());
+        }
+        rc == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (ptr, len);
+        false
+    }
+}
+
 /// A private anonymous mapping of `len` zeroed bytes, page-aligned, and
 /// aligned to a huge page when it asks for huge pages and is large enough
 /// to hold one; unmapped on drop.
@@ -471,6 +497,14 @@ impl<T> ZeroedArray<T> {
         let bytes = (len * std::mem::size_of::<T>()).max(1);
         let map = AnonMap::new(bytes, pages)?;
         Ok(ZeroedArray { map, len, _marker: std::marker::PhantomData })
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> ZeroedArray<T> {
+    /// Faults the whole array in, writable (see [`populate`]).
+    pub(crate) fn populate(&self) -> bool {
+        populate(self.map.ptr, self.map.len)
     }
 }
 

@@ -285,6 +285,56 @@ fn a_slow_reader_inside_a_trimmed_segment_stays_safe() {
     assert_eq!(cursor.read().unwrap().unwrap().offset(), first);
 }
 
+/// Appends 80-byte records until the log has `segments` segments.
+fn fill_to_segments(log: &Log, segments: usize) {
+    let mut i = 0;
+    while log.stats().segments < segments {
+        log.append(&Record::new(&payload(i, 80))).unwrap();
+        i += 1;
+    }
+}
+
+/// Waits (up to a minute: a hang guard) until `done` holds.
+fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_growing_memory_log_gets_its_next_segment_faulted_in_ahead_and_stops_asking_once_it_recycles() {
+    let seg = config::SMALL_FIRST_FROM;
+    let log = small(seg, Some(6 * seg as u64));
+    // Out of the small first segment: a log that wrote a kilobyte does not
+    // stream, and asks for nothing (idle memory stays as it was).
+    fill_to_segments(&log, 2);
+    assert!(!log.shared.pool.spare_requested());
+    assert_eq!(log.stats().spare_segments, 0);
+    // Out of a full-size segment into fresh memory: one spare is made ahead.
+    fill_to_segments(&log, 3);
+    eventually("the spare is made", || log.stats().spare_segments == 1);
+    // The next roll takes it, and asks for the one after.
+    fill_to_segments(&log, 4);
+    eventually("the next spare is made", || log.stats().spare_segments == 1);
+    // Past retention, trimmed segments come back to the pool (once the
+    // epoch lets them go) and are recycled: from then on no roll asks.
+    for i in 0..20_000u64 {
+        log.append(&Record::new(&payload(i, 80))).unwrap();
+    }
+    eventually("the last request is served", || !log.shared.pool.spare_requested());
+    let first = log.first_offset();
+    let mut i = 0;
+    while log.first_offset() < first + 4 * (seg as u64 / 100) {
+        log.append(&Record::new(&payload(i, 80))).unwrap();
+        assert!(!log.shared.pool.spare_requested(), "a recycling log asked for a spare");
+        i += 1;
+    }
+    assert!(log.stats().segments <= 6);
+    assert!(log.stats().spare_segments <= SPARE_SEGMENTS);
+}
+
 #[test]
 fn memory_stays_bounded_and_buffers_are_recycled() {
     let seg = MIN_SEGMENT_BYTES;
