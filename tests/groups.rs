@@ -557,3 +557,23 @@ fn a_ready_hook_never_misses_a_publish_racing_the_empty_poll() {
     }
     assert_eq!(once(&got), all(&[0, 1], 0, PER_THREAD));
 }
+
+/// A poll for `max` messages gets `max` when that many wait, also where a
+/// segment ends: on a new topic the first segment is a small one (a
+/// kilobyte), which used to cut the first poll short.
+#[test]
+fn a_poll_gets_a_full_batch_across_a_segment_boundary() {
+    let b = broker();
+    b.create_topic("t", &TopicOptions::default()).unwrap();
+    for i in 0..200u32 {
+        b.publish("t", &Record::new(&[i as u8; 100])).unwrap();
+    }
+    let mut c = b.consumer("g", "t", ConsumerOptions::default()).unwrap();
+    let mut offsets = Vec::new();
+    for _ in 0..4 {
+        let batch = c.poll(50, WAIT).unwrap();
+        assert_eq!(batch.len(), 50, "a full batch");
+        offsets.extend(batch.iter().map(|m| m.offset()));
+    }
+    assert_eq!(offsets, (0..200).collect::<Vec<u64>>(), "each once, in order");
+}

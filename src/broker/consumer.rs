@@ -743,8 +743,10 @@ impl Consumer {
                 continue;
             }
             let partition = index as u32;
-            let batch = match part.cursor.read_batch(want) {
-                Ok(b) => b,
+            // Across one segment boundary, so a poll is not cut short where
+            // a segment ends (a new topic's small first segment included).
+            let (a, b) = match part.cursor.read_batches(want) {
+                Ok(batches) => batches,
                 // Trimmed again since `take_lag`: count it, read it next poll.
                 Err(Lagged { missed: m, .. }) => {
                     missed += m;
@@ -752,8 +754,8 @@ impl Consumer {
                     continue;
                 }
             };
-            carry = want - batch.len();
-            out.extend(batch.iter().map(|record| Polled { topic, partition, record }));
+            carry = want - a.len() - b.len();
+            out.extend(a.iter().chain(b.iter()).map(|record| Polled { topic, partition, record }));
         }
         // Relaxed load + store: the consumer is the only writer.
         let add = |c: &AtomicU64, n: u64| c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);

@@ -41,13 +41,16 @@ pub struct Cursor {
     log: Arc<Shared>,
     /// The segment holding (or about to hold) `offset`, once located.
     seg: Option<Arc<Segment>>,
+    /// The segment the first batch of the last `read_batches` came from,
+    /// when its second batch came from the next one.
+    held: Option<Arc<Segment>>,
     /// The next offset to read.
     offset: u64,
 }
 
 impl Cursor {
     pub(super) fn new(log: Arc<Shared>, offset: u64) -> Self {
-        Cursor { log, seg: None, offset }
+        Cursor { log, seg: None, held: None, offset }
     }
 
     /// The offset of the next record this cursor will read.
@@ -400,8 +403,71 @@ impl Cursor {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn read_batch(&mut self, max: usize) -> Result<Batch<'_>, Lagged> {
+        let run = self.next_run(max)?;
+        Ok(self.batch_of(run, self.seg.as_deref()))
+    }
+
+    /// Up to `max` records as at most two batches: the first as
+    /// [`Cursor::read_batch`] reads it, and, when that one stopped short of
+    /// `max` at the end of its segment (or at a skip record), a second from
+    /// the next record on. A reader that takes `max` records at a time (a
+    /// pull consumer's poll) then gets a full batch across a segment
+    /// boundary, as it does inside a segment; the second batch is empty
+    /// when nothing more is committed. The segment the first batch was read
+    /// from is kept alive by the cursor until its next read of this kind.
+    ///
+    /// If retention trimmed the records after the first batch, the second
+    /// is empty and the cursor stays where the first one left it: its next
+    /// read reports the lag.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use rill::log::{Log, LogConfig, Record};
+    /// let config = LogConfig { segment_bytes: Some(4096), ..LogConfig::default() };
+    /// let log = Log::new(&config)?;
+    /// for _ in 0..100 {
+    ///     log.append(&Record::new(&[7; 100]))?; // several segments
+    /// }
+    /// let mut cursor = log.cursor_from_first();
+    /// let (a, b) = cursor.read_batches(50).expect("nothing was trimmed");
+    /// assert!(a.len() < 50, "the first segment holds fewer"); // read_batch would stop here
+    /// assert_eq!(a.len() + b.len(), 50);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn read_batches(&mut self, max: usize) -> Result<(Batch<'_>, Batch<'_>), Lagged> {
+        // What the last call lent out is no longer borrowed (`&mut self`).
+        self.held = None;
+        let first = self.next_run(max)?;
+        let mut second = None;
+        if let Some(run) = first.filter(|r| r.len < max) {
+            // The first batch's segment, kept for its borrow while the
+            // cursor moves on to the next one.
+            let seg = self.seg.clone();
+            let after = self.offset;
+            match self.next_run(max - run.len) {
+                Ok(next) => {
+                    self.held = seg;
+                    second = next;
+                }
+                // Trimmed past the first batch: back to where it ended, so
+                // that the next read finds (and reports) the same lag.
+                Err(_) => {
+                    self.offset = after;
+                    self.seg = seg;
+                }
+            }
+        }
+        let first_seg = if second.is_some() { self.held.as_deref() } else { self.seg.as_deref() };
+        Ok((self.batch_of(first, first_seg), self.batch_of(second, self.seg.as_deref())))
+    }
+
+    /// Reads the run of up to `max` consecutive committed records at the
+    /// cursor, in the segment it is left on, and moves past them.
+    #[inline]
+    fn next_run(&mut self, max: usize) -> Result<Option<Run>, Lagged> {
         let Some(first_pos) = (if max == 0 { None } else { self.ready()? }) else {
-            return Ok(Batch { seg: None, first_index: 0, len: 0, first_pos: 0 });
+            return Ok(None);
         };
         let seg = self.seg.as_deref().expect("ready() located a segment");
         let first_index = self.offset - seg.base();
@@ -417,8 +483,25 @@ impl Cursor {
             len += 1;
         }
         self.offset += len as u64;
-        Ok(Batch { seg: Some(seg), first_index, len, first_pos })
+        Ok(Some(Run { first_index, len, first_pos }))
     }
+
+    /// The batch of `run` (none: an empty one) in `seg`.
+    #[inline]
+    fn batch_of<'a>(&self, run: Option<Run>, seg: Option<&'a Segment>) -> Batch<'a> {
+        match run {
+            Some(Run { first_index, len, first_pos }) => Batch { seg, first_index, len, first_pos },
+            None => Batch { seg: None, first_index: 0, len: 0, first_pos: 0 },
+        }
+    }
+}
+
+/// Consecutive committed records of the segment a cursor is on.
+#[derive(Clone, Copy)]
+struct Run {
+    first_index: u64,
+    len: usize,
+    first_pos: u64,
 }
 
 impl fmt::Debug for Cursor {

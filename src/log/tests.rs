@@ -652,3 +652,27 @@ fn publishers_racing_out_of_the_small_first_segment_lose_nothing() {
     }
     assert!(next.iter().all(|&n| n == EACH));
 }
+
+#[test]
+fn read_batches_crosses_one_segment_end() {
+    let log = small(MIN_SEGMENT_BYTES, None);
+    for i in 0..2_000u64 {
+        log.append(&Record::new(&payload(i, 80))).unwrap();
+    }
+    assert!(log.stats().segments > 2);
+    // Fewer than a segment holds, so no batch pair spans more than one end;
+    // every read but the last is full, and some cross an end.
+    let per_read = 30;
+    let (mut c, mut plain) = (log.cursor_from_first(), log.cursor_from_first());
+    let (mut next, mut crossed, mut short_plain) = (0, 0, 0);
+    while next < 2_000 {
+        let (a, b) = c.read_batches(per_read).unwrap();
+        crossed += usize::from(!b.is_empty());
+        let got: Vec<u64> = a.iter().chain(b.iter()).map(|r| r.offset()).collect();
+        assert_eq!(got, (next..(next + per_read as u64).min(2_000)).collect::<Vec<_>>());
+        next += got.len() as u64;
+        short_plain += usize::from(plain.read_batch(per_read).unwrap().len() < per_read);
+    }
+    assert!(crossed > 0, "some reads crossed a segment end");
+    assert!(short_plain > 1, "read_batch stops at segment ends (what read_batches is for)");
+}
