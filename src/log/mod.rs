@@ -69,6 +69,23 @@ pub struct Log {
     shared: Arc<Shared>,
 }
 
+/// The error of an append whose reservation was claimed as abandoned
+/// before it committed (a log shared by processes; see "An abandoned
+/// reservation" in `segment.rs`): [`Error::Timeout`], since the publisher
+/// took longer than the abandon bound between its reservation and its
+/// commit. The record is not in the log (its offset is a skipped one), and
+/// it was never acknowledged, so nothing acknowledged is lost.
+#[cold]
+#[inline(never)]
+fn abandoned(offset: u64) -> Error {
+    ::log::warn!(
+        target: "rill::log",
+        "an append reserved offset {offset} and did not commit it within the abandon bound: \
+         another process gave the offset up, and the append fails"
+    );
+    Error::Timeout
+}
+
 /// The error for a record of `size` bytes in a log that takes at most `max`.
 #[cold]
 #[inline(never)]
@@ -176,6 +193,7 @@ impl Log {
                 durability: durability.map(|(d, _)| d),
                 always,
                 processes,
+                abandon_after_ns: AtomicU64::new(dir::ABANDON_AFTER.as_nanos() as u64),
             }),
         }
     }
@@ -239,7 +257,8 @@ impl Log {
         // No spare files when shared: a trimmed file may still be mapped by
         // another process, so it is never reused (see `dir.rs`).
         let spares = if processes { 0 } else { SPARE_SEGMENTS };
-        let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, spares, files));
+        let pool = Pool::for_files(sizes.region_bytes(), sizes.slots, spares, files);
+        let pool = Arc::new(if processes { pool.shared_by_processes() } else { pool });
         let mut segs = Vec::with_capacity(recovered.kept.len() + 1);
         for kept in recovered.kept {
             // Make the cut permanent and every kept segment checkable: data,
@@ -311,7 +330,7 @@ impl Log {
         sizes.frame = file::FRAME_LEN as u64;
         crate::clock::warm_up();
         let files = Files::new(durable.dir.clone(), durable.fsync != Fsync::Never);
-        let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, 0, files));
+        let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, 0, files).shared_by_processes());
         let segs = dir::list_shared_segments(&pool)?;
         if segs.is_empty() {
             return Err(Error::InvalidArgument(format!(
@@ -573,12 +592,18 @@ impl Log {
     ) -> Result<u64, PublishFailure> {
         let len = self.check_size(record)?;
         let frame = self.shared.sizes.frame;
-        let offset = self.shared.reserve_then(1, len as u64 + frame, guard, |seg, index, pos| {
-            // SAFETY: `index` and `pos..pos + frame + len` come from our own
-            // Granted reservation, and `len` is the record's encoded length.
-            unsafe { seg.write_and_commit(index, pos, len, record, timestamp, frame != 0) };
-            seg.base() + index
-        })?;
+        let offset = self
+            .shared
+            .reserve_then(1, len as u64 + frame, guard, |seg, index, pos| {
+                // SAFETY: `index` and `pos..pos + frame + len` come from our own
+                // Granted reservation, and `len` is the record's encoded length.
+                if unsafe { seg.write_and_commit(index, pos, len, record, timestamp, frame != 0) } {
+                    Ok(seg.base() + index)
+                } else {
+                    Err(seg.base() + index)
+                }
+            })?
+            .map_err(abandoned)?;
         self.after_append(offset + 1, guard)?;
         Ok(offset)
     }
@@ -643,18 +668,27 @@ impl Log {
             debug_assert!(n > 0, "every record fits an empty segment");
             let part = &records[done..done + n];
             let part_lens = &lens[done..done + n];
-            self.shared.reserve_then(n as u64, bytes, guard, |seg, index, mut pos| {
-                for (k, (record, &len)) in part.iter().zip(part_lens).enumerate() {
-                    let i = index + k as u64;
-                    // SAFETY: slots `index..index + n` and the bytes from the
-                    // reservation's `pos` are ours; each record's range (its
-                    // frame, if any, and its encoded length `len`) follows the
-                    // previous one's.
-                    unsafe { seg.write_and_commit(i, pos, len, record, timestamp, frame != 0) };
-                    offsets.push(seg.base() + i);
-                    pos += len as u64 + frame;
-                }
-            })?;
+            self.shared
+                .reserve_then(n as u64, bytes, guard, |seg, index, mut pos| {
+                    for (k, (record, &len)) in part.iter().zip(part_lens).enumerate() {
+                        let i = index + k as u64;
+                        // SAFETY: slots `index..index + n` and the bytes from the
+                        // reservation's `pos` are ours; each record's range (its
+                        // frame, if any, and its encoded length `len`) follows the
+                        // previous one's.
+                        if !unsafe { seg.write_and_commit(i, pos, len, record, timestamp, frame != 0) } {
+                            // Claimed as abandoned (shared logs only): give up
+                            // the rest of the part too, so no reader waits the
+                            // bound again for slots nobody will commit.
+                            seg.claim_abandoned(i + 1, index + n as u64);
+                            return Err(seg.base() + i);
+                        }
+                        offsets.push(seg.base() + i);
+                        pos += len as u64 + frame;
+                    }
+                    Ok(())
+                })?
+                .map_err(abandoned)?;
             done += n;
             // Let the epoch advance between parts of a long batch.
             guard.repin();
@@ -663,6 +697,17 @@ impl Log {
             self.after_append(last + 1, guard)?;
         }
         Ok(())
+    }
+
+    /// Sets how long this process waits on an uncommitted reservation, or
+    /// an elected sealer that has not sealed, before giving it up, in a log
+    /// shared by processes (the crate-internal part of its configuration;
+    /// [`dir::ABANDON_AFTER`] by default; see "An abandoned reservation" in
+    /// `segment.rs`). Tests shorten it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn set_abandon_after(&self, bound: std::time::Duration) {
+        // Relaxed: a setting read on the cold paths; nothing is published with it.
+        self.shared.abandon_after_ns.store(bound.as_nanos().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
     }
 
     /// Makes the next `n` fresh segment allocations of this log fail as if
