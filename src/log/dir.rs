@@ -230,30 +230,30 @@ pub(crate) const ABANDON_AFTER: std::time::Duration = std::time::Duration::from_
 
 /// Test seam: what a process does right after its fetch-add on a tail
 /// word (see [`die_after_reserving`]): [`LIVE`], or one of the two deaths.
-#[cfg(test)]
-pub(super) static DIE_AFTER: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(LIVE);
+#[cfg(all(test, not(loom)))]
+pub(super) static DIE_AFTER: crate::sync::atomic::AtomicU8 = crate::sync::atomic::AtomicU8::new(LIVE);
 /// [`DIE_AFTER`]: go on as usual.
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 pub(super) const LIVE: u8 = 0;
 /// [`DIE_AFTER`]: exit at once after a granted reservation, before writing
 /// or committing it (a publisher killed between reserve and commit).
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 pub(super) const DIE_GRANTED: u8 = 1;
 /// [`DIE_AFTER`]: exit at once after the reservation that elected this
 /// publisher its segment's sealer, before the seal.
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 pub(super) const DIE_SEALER: u8 = 2;
 /// The exit status of a process the seam ended.
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 pub(super) const DIED_AT_SEAM: i32 = 86;
 
 /// Test seam: exits the process with `_exit` (no unwinding, no
 /// destructors, nothing flushed: as a kill leaves it) if [`DIE_AFTER`] asks
 /// for it after `reservation`. Compiled into unit tests only.
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 fn die_after_reserving(reservation: Reservation) {
     // Relaxed: set by the test before it appends.
-    let die = match DIE_AFTER.load(std::sync::atomic::Ordering::Relaxed) {
+    let die = match DIE_AFTER.load(Ordering::Relaxed) {
         DIE_GRANTED => matches!(reservation, Reservation::Granted { .. }),
         DIE_SEALER => matches!(reservation, Reservation::Sealer { .. }),
         _ => false,
@@ -358,6 +358,7 @@ impl Shared {
     /// Processes mode: how long a waiter waits before it gives an
     /// uncommitted reservation or an unmade seal up ([`ABANDON_AFTER`] by
     /// default).
+    #[cfg(not(loom))]
     pub(super) fn abandon_after(&self) -> std::time::Duration {
         // Relaxed: see `Log::set_abandon_after`.
         std::time::Duration::from_nanos(self.abandon_after_ns.load(Ordering::Relaxed))
@@ -405,7 +406,7 @@ impl Shared {
             }
             let seg = dir.last();
             let reservation = seg.reserve(records, bytes);
-            #[cfg(test)]
+            #[cfg(all(test, not(loom)))]
             die_after_reserving(reservation);
             match reservation {
                 Reservation::Granted { index, pos } => {

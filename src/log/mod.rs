@@ -86,6 +86,51 @@ fn abandoned(offset: u64) -> Error {
     Error::Timeout
 }
 
+/// Loom models only: a reservation made by [`Log::reserve_for_loom`].
+#[cfg(loom)]
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct LoomReservation {
+    seg: Arc<Segment>,
+    index: u64,
+    pos: u64,
+    len: usize,
+}
+
+#[cfg(loom)]
+impl LoomReservation {
+    /// Writes `record` (the one reserved for) and commits it; false if its
+    /// slot was given up first.
+    pub fn write_and_commit(self, record: &Record<'_>) -> bool {
+        assert_eq!(record.encoded_len().unwrap(), self.len);
+        // SAFETY: a Granted reservation of `seg` for `len` bytes, made by
+        // `reserve_for_loom` and written once, here.
+        unsafe { self.seg.write_and_commit(self.index, self.pos, self.len, record, 0, false) }
+    }
+}
+
+/// Loom models only: an election made by [`Log::elect_sealer_for_loom`].
+#[cfg(loom)]
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct LoomSealer {
+    log: Log,
+    seg: Arc<Segment>,
+    count: u64,
+    end: u64,
+}
+
+#[cfg(loom)]
+impl LoomSealer {
+    /// Seals the segment (or adopts the seal a taker made first) and
+    /// installs its successor, as `Shared::roll` does for a sealer.
+    pub fn seal_and_roll(self) {
+        let guard = epoch::pin();
+        let current = self.log.shared.dir_ptr(&guard);
+        self.log.shared.roll(&self.seg, self.count, self.end, current, &guard).unwrap();
+    }
+}
+
 /// The error for a record of `size` bytes in a log that takes at most `max`.
 #[cold]
 #[inline(never)]
@@ -157,6 +202,48 @@ impl Log {
     /// ```
     pub fn starting_at(config: &LogConfig, first_offset: u64) -> Result<Log> {
         Self::build(config, 0, first_offset)
+    }
+
+    /// Loom models only: an in-memory log whose segments commit, claim
+    /// and seal as those of a log shared by processes do (see "An abandoned
+    /// reservation" in `segment.rs`); its cursors give up what stays
+    /// reserved and not committed at their second look (loom has no clock).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn shared_for_loom(config: &LogConfig) -> Result<Log> {
+        let sizes = config.resolve()?;
+        let pool = Arc::new(Pool::new(sizes.region_bytes(), sizes.slots, 0).shared_by_processes());
+        let first = Arc::new(Segment::new(0, pool.take(0, Pages::Small)?, pool.clone()));
+        Ok(Self::assemble(sizes, 0, vec![first], pool, None, true))
+    }
+
+    /// Loom models only: reserves room for `record` in the newest segment
+    /// (which must have it) and leaves writing and committing it to the
+    /// handle, as a publisher between its fetch-add and its commit.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn reserve_for_loom(&self, record: &Record<'_>) -> LoomReservation {
+        let len = record.encoded_len().unwrap();
+        let guard = epoch::pin();
+        let seg = self.shared.dir(&guard).last().clone();
+        match seg.reserve(1, len as u64) {
+            segment::Reservation::Granted { index, pos } => LoomReservation { seg, index, pos, len },
+            other => panic!("the model's segment has room: {other:?}"),
+        }
+    }
+
+    /// Loom models only: reserves more than the newest segment holds, so
+    /// that this caller is its elected sealer, and leaves the seal and the
+    /// roll to the handle, as a sealer between its election and its seal.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn elect_sealer_for_loom(&self) -> LoomSealer {
+        let guard = epoch::pin();
+        let seg = self.shared.dir(&guard).last().clone();
+        match seg.reserve(1, seg.capacity() + 1) {
+            segment::Reservation::Sealer { count, end } => LoomSealer { log: self.clone(), seg, count, end },
+            other => panic!("the model's segment is open: {other:?}"),
+        }
     }
 
     fn build(config: &LogConfig, partition: u32, first_offset: u64) -> Result<Log> {
