@@ -890,3 +890,49 @@ fn publishers_killed_at_random_moments_lose_nothing_acknowledged() {
         assert_eq!(read_to(&log, end), read, "iteration {iteration}: recovery reads what the processes read");
     }
 }
+
+/// A writer that is only late, not dead (`segment.rs`, "An abandoned
+/// reservation"): another view's reader gives its slot up after the
+/// abandon bound and reads on; the writer then writes its record whole,
+/// frame included, and its commit fails, so the append it stands for
+/// fails and its record is never read. Recovery finds the record's frame
+/// checking, but its slot given up in the file's index, and writes a skip
+/// record in its place: the record stays unread after a restart too. Two
+/// logs over one directory stand for the processes.
+#[test]
+fn a_late_writer_loses_its_slot_and_recovery_keeps_it_skipped() {
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-late-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&tmp.0);
+    let durable = DurableLog { dir: tmp.0.clone(), fsync: Fsync::Never, repair: false };
+    let writer = open_shared(&tmp.0);
+    let reader = Log::join(&small_config(), 0, &durable).unwrap();
+    reader.set_abandon_after(TEST_ABANDON);
+    publish(&writer, 0, 0);
+
+    // The late writer's reservation, then records after it.
+    let mut payload = [0u8; 8];
+    payload[..4].copy_from_slice(&9u32.to_le_bytes());
+    let record = Record::new(&payload);
+    let len = record.encoded_len().unwrap();
+    let guard = crate::sync::epoch::pin();
+    let seg = writer.shared.dir(&guard).last().clone();
+    let Reservation::Granted { index, pos } = seg.reserve(1, (FRAME_LEN + len) as u64) else {
+        panic!("room for one record")
+    };
+    assert_eq!(index, 1);
+    publish(&writer, 0, 1);
+    publish(&writer, 0, 2);
+
+    let read = read_n(&reader, 3);
+    assert_eq!(read, [(0, (0, 0)), (2, (0, 1)), (3, (0, 2))], "offset 1 given up, the rest read");
+    // SAFETY: the Granted reservation above, for the record's frame and bytes.
+    let committed = unsafe { seg.write_and_commit(index, pos, len, &record, 1, true) };
+    assert!(!committed, "the late commit finds its slot given up");
+    assert_eq!(read_n(&writer, 3), read, "the writer's own view never reads it either");
+    drop((guard, seg, writer, reader));
+
+    let (log, report) = Log::open(&small_config(), 0, &durable).unwrap();
+    assert_eq!((report.records, report.skipped, report.end_offset), (4, 1, 4), "{report:?}");
+    assert!(report.truncated_at.is_none(), "{report:?}");
+    assert_eq!(read_n(&log, 3), read, "a whole record in a given-up slot stays unread after recovery");
+}
