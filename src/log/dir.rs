@@ -173,6 +173,14 @@
 //!   No one ever opens a half-made file: it is whole before its name exists,
 //!   and the link and the open are system calls on one directory, which
 //!   order the creator's writes before the opener's mapping.
+//! * **A sealer that dies before it seals**, right after the fetch-add
+//!   that elected it: no seal, so no one learns the count, and publishers
+//!   told `Full` (and readers at the segment's end) would wait for ever. A
+//!   waiter that has seen the segment over-full and unsealed for the
+//!   abandon bound ([`ABANDON_AFTER`]) seals it itself, by a
+//!   compare-and-swap on the seal word that a late sealer loses too (see
+//!   "A sealer that dies before it seals" in `segment.rs`), and then takes
+//!   the roll over at once, as above: the sealer is dead or late.
 //! * **What a process cannot learn from another's directory**: retention.
 //!   The roll's installer (sealer or follower) trims its own directory as
 //!   any roll does; a trimmed file is renamed and deleted when this

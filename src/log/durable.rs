@@ -63,6 +63,15 @@
 //! flag), and `marked_below`, kept under the lock, says how far they got:
 //! every segment whose base is below it is marked.
 //!
+//! *Given-up offsets.* In a log shared by processes a slot can be given up
+//! (`ABANDONED`, see "An abandoned reservation" in `segment.rs`): a round's
+//! walk passes over it as over a committed record with nothing to flush,
+//! once it knows the slot lies before the segment's end
+//! (`Segment::passable`), and notes it on the segment. Such a segment is
+//! counted as marked (`marked_below` moves past it) but gets no completion
+//! fields: a complete file must hold every record it counts, and this one
+//! has a hole, which recovery fills when it scans it as incomplete.
+//!
 //! **The rule: a round starts at the oldest segment that may lack its
 //! marker, not at the durable watermark.** Its snapshot of the directory
 //! begins at `min(watermark, marked_below)`. A sealed segment wholly behind

@@ -204,6 +204,16 @@
 //!   then looks again), `ABANDONED` (passes over it, reading nothing), or
 //!   the commit (reads the record through A1); never anything in between.
 //!
+//! The loom models in `loom-tests/tests/log_abandon.rs` run these races
+//! on the real code, on a log in memory whose segments are shared ones
+//! (loom's atomics cannot live in a file): the late commit against the
+//! claim, two claimers, and the taken-over seal below against the late
+//! sealer. A1 is in `.ci/fence-check`: weakened to `Relaxed`, the first
+//! model fails (the reader reads the record's bytes unordered with their
+//! write). What the models cannot show is the file: that a process mapping
+//! it later, or recovery, sees the claim; the tests in `procs_tests.rs`
+//! do, with real processes.
+//!
 //! ## A sealer that dies before it seals
 //!
 //! The fetch-add that overflows a segment elects its sealer; if that
