@@ -568,6 +568,8 @@ const CHILD_CRASH_DIR: &str = "RILL_TEST_SHARED_LOG_CRASH_DIR";
 /// Set in the child of the crash tests: where it dies (`dir::DIE_GRANTED`
 /// or `dir::DIE_SEALER`), or `0` to publish until it is killed.
 const CHILD_CRASH_AT: &str = "RILL_TEST_SHARED_LOG_CRASH_AT";
+/// Set in the reader child of the hole test: how many records to read.
+const CHILD_READ: &str = "RILL_TEST_SHARED_LOG_READ";
 /// Records the child of the seam tests publishes before it dies.
 const CHILD_RECORDS: u32 = 10;
 /// Records the parent publishes before and after the child dies.
@@ -635,11 +637,16 @@ fn check_read(read: &[(u64, (u32, u32))], counts: [u32; 2], holes: u64) {
 /// failing the test if they take longer than [`PATIENCE`] (a publisher
 /// stuck at a dead process's reservation or roll).
 fn publish_around(log: &Log, from: u32) {
+    publish_some(log, from, AROUND);
+}
+
+/// Publishes `n` records of publisher 0 from `from` on, as [`publish_around`].
+fn publish_some(log: &Log, from: u32, n: u32) {
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let publisher = {
         let log = log.clone();
         std::thread::spawn(move || {
-            for seq in from..from + AROUND {
+            for seq in from..from + n {
                 publish(&log, 0, seq);
             }
             let _ = done_tx.send(());
@@ -674,13 +681,23 @@ const HOLE_TEST: &str = "log::procs_tests::a_publisher_killed_between_reserve_an
 
 /// A publisher process killed between its reservation (the fetch-add) and
 /// its commit (`segment.rs`, "An abandoned reservation"): the parent keeps
-/// publishing around the hole, and its reader, after the abandon bound,
-/// gives the offset up and reads on: every committed record exactly once,
+/// publishing around the hole while a reader process (with the default
+/// bound) reads, and the parent's reader too, after the (short) abandon
+/// bound, gives the offset up and reads on; each reads: every committed record exactly once,
 /// offsets dense but for the one given up. A process joining afterwards
 /// reads the same from the files' own words, and so does recovery, which
 /// finds the offset's slot given up and writes a skip record for it.
 #[test]
 fn a_publisher_killed_between_reserve_and_commit_blocks_no_one() {
+    if let (Some(dir), Some(total)) = (std::env::var_os(CHILD_CRASH_DIR), std::env::var_os(CHILD_READ)) {
+        // The reader child: joins while the parent publishes around the
+        // hole, and reads everything with the default abandon bound.
+        let durable = DurableLog { dir: PathBuf::from(dir), fsync: Fsync::Never, repair: false };
+        let log = Log::join(&small_config(), 0, &durable).unwrap();
+        let total: usize = total.to_str().unwrap().parse().unwrap();
+        check_read(&read_n(&log, total), [2 * AROUND, CHILD_RECORDS], 1);
+        return;
+    }
     if let (Some(dir), Some(at)) = (std::env::var_os(CHILD_CRASH_DIR), std::env::var_os(CHILD_CRASH_AT)) {
         child_dies_at_the_seam(Path::new(&dir), at.to_str().unwrap().parse().unwrap());
     }
@@ -695,12 +712,30 @@ fn a_publisher_killed_between_reserve_and_commit_blocks_no_one() {
     let hole = u64::from(AROUND + CHILD_RECORDS);
     assert_eq!(log.end_offset(), hole + 1, "the dead child's reservation took offset {hole}");
 
-    publish_around(&log, AROUND);
+    // Another process reads while this one publishes around the hole.
     let counts = [2 * AROUND, CHILD_RECORDS];
     let total = (2 * AROUND + CHILD_RECORDS) as usize;
+    let mut reader = crash_child(HOLE_TEST, &dir, 0);
+    let reader = reader
+        .env_remove(CHILD_CRASH_AT)
+        .env(CHILD_READ, total.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    publish_around(&log, AROUND);
     let read = read_n(&log, total);
     check_read(&read, counts, 1);
     assert!(read.iter().all(|&(offset, _)| offset != hole), "the given-up offset is never read");
+    // The reader child gives up at its own deadline if it is stuck.
+    let out = reader.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the reader process failed or was stuck ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // A process that joins later finds the slot given up in the file.
     let durable = DurableLog { dir: dir.clone(), fsync: Fsync::Never, repair: false };
@@ -772,8 +807,14 @@ const KILL_ITERATIONS: u32 = 50;
 /// Set to run more iterations of the kill test: its long version.
 const KILL_ITERATIONS_VAR: &str = "RILL_CRASH_ITERATIONS";
 /// Most acknowledged records the kill test's child publishes before it
-/// is killed (a random number of them, up to this).
+/// is killed (a random number of them, up to this: a few rolls' worth).
 const MOST_BEFORE_KILL: u64 = 1_500;
+/// Records the kill test's parent publishes after each kill.
+const AFTER_KILL: u32 = 20;
+/// The kill test's child tells its acknowledged records in runs of this
+/// many (and at its death, any it told but had not flushed are lost, which
+/// only makes the check weaker, never wrong).
+const ACKS_PER_FLUSH: u32 = 16;
 
 /// The kill test's child: joins the partition and publishes as publisher
 /// 1 until it is killed, telling the parent each acknowledged record (an
@@ -786,7 +827,9 @@ fn publish_until_killed(dir: &Path) -> ! {
     for seq in 0.. {
         publish(&log, 1, seq);
         writeln!(out, "ack {seq}").unwrap();
-        out.flush().unwrap();
+        if seq % ACKS_PER_FLUSH == 0 {
+            out.flush().unwrap();
+        }
     }
     unreachable!("killed first");
 }
@@ -865,11 +908,11 @@ fn publishers_killed_at_random_moments_lose_nothing_acknowledged() {
         }
 
         // Publishing goes on; reading passes whatever the child left.
-        publish_around(&log, 1);
+        publish_some(&log, 1, AFTER_KILL);
         let end = log.end_offset();
         let read = read_to(&log, end);
         let mine: Vec<u32> = read.iter().filter(|r| r.0 == 0).map(|r| r.1).collect();
-        assert_eq!(mine, (0..=AROUND).collect::<Vec<_>>(), "iteration {iteration}: the parent's records");
+        assert_eq!(mine, (0..=AFTER_KILL).collect::<Vec<_>>(), "iteration {iteration}: the parent's records");
         let theirs: Vec<u32> = read.iter().filter(|r| r.0 == 1).map(|r| r.1).collect();
         assert!(
             theirs.iter().enumerate().all(|(i, &seq)| seq == i as u32),
