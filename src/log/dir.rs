@@ -360,6 +360,11 @@ pub(super) struct Shared {
     /// [`ABANDON_AFTER`] unless the crate sets another
     /// ([`super::Log::set_abandon_after`], the crate-internal knob).
     pub(super) abandon_after_ns: AtomicU64,
+    /// Test seam: the next granted reservation's first slot is given up
+    /// before its writer commits (as a claimer would after the bound), so
+    /// its append fails as a late writer's does.
+    #[cfg(all(test, not(loom)))]
+    pub(super) claim_next: crate::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -418,6 +423,11 @@ impl Shared {
             die_after_reserving(reservation);
             match reservation {
                 Reservation::Granted { index, pos } => {
+                    // Relaxed: a test knob set before the append.
+                    #[cfg(all(test, not(loom)))]
+                    if self.claim_next.swap(false, Ordering::Relaxed) {
+                        seg.claim_abandoned(index, index + 1);
+                    }
                     let write = write.take().expect("a reservation is granted once");
                     return Ok(write(seg, index, pos));
                 }

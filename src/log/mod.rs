@@ -281,6 +281,8 @@ impl Log {
                 always,
                 processes,
                 abandon_after_ns: AtomicU64::new(dir::ABANDON_AFTER.as_nanos() as u64),
+                #[cfg(all(test, not(loom)))]
+                claim_next: crate::sync::atomic::AtomicBool::new(false),
             }),
         }
     }

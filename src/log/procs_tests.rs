@@ -979,3 +979,29 @@ fn a_late_writer_loses_its_slot_and_recovery_keeps_it_skipped() {
     assert!(report.truncated_at.is_none(), "{report:?}");
     assert_eq!(read_n(&log, 3), read, "a whole record in a given-up slot stays unread after recovery");
 }
+
+/// What a late writer's caller sees (`segment.rs`, "An abandoned
+/// reservation"): an append whose slot was given up before its commit
+/// fails with `Timeout`, and a batch whose first slot was gives up the
+/// rest of its part at once, so no reader waits the bound again for them
+/// (the reader here has a bound far longer than the test's patience). The
+/// offsets given up are never read; the appends after them are.
+#[test]
+fn an_append_whose_slot_was_given_up_fails_with_timeout() {
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-timeout-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&tmp.0);
+    let log = open_shared(&tmp.0);
+    log.set_abandon_after(Duration::from_secs(3600));
+    publish(&log, 0, 0);
+    log.shared.claim_next.store(true, std::sync::atomic::Ordering::Relaxed);
+    let err = log.append(&Record::new(b"late")).unwrap_err();
+    assert!(matches!(err, crate::Error::Timeout), "{err:?}");
+    log.shared.claim_next.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut offsets = vec![7];
+    let records = [Record::new(b"a"), Record::new(b"b"), Record::new(b"c")];
+    let err = log.append_batch(&records, &mut offsets).unwrap_err();
+    assert!(matches!(err, crate::Error::Timeout), "{err:?}");
+    assert!(offsets.is_empty(), "no record of the batch was appended: {offsets:?}");
+    assert_eq!(publish(&log, 0, 1), 5, "offsets 1 to 4 were given up");
+    assert_eq!(read_n(&log, 2), [(0, (0, 0)), (5, (0, 1))]);
+}
