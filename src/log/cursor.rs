@@ -46,11 +46,32 @@ pub struct Cursor {
     held: Option<Arc<Segment>>,
     /// The next offset to read.
     offset: u64,
+    /// Processes mode: the reservation this cursor has been waiting on, if
+    /// it waits on one (see "An abandoned reservation" in `segment.rs`).
+    stuck: Option<Stuck>,
+}
+
+/// Where, and since when, a cursor of a log shared by processes has waited
+/// on slots reserved and not committed, or on a seal not made.
+#[derive(Debug, Clone, Copy)]
+struct Stuck {
+    /// The segment's base.
+    base: u64,
+    /// The first slot waited on.
+    from: u64,
+    /// Slots reserved (all granted) when the wait began: every slot of
+    /// `from..upto` was reserved at least as long ago as `since`. Zero when
+    /// the cursor waits on the seal of an over-full segment instead.
+    upto: u64,
+    /// When the wait began. Under loom, which has no clock, the bound is
+    /// over at the cursor's next look.
+    #[cfg(not(loom))]
+    since: std::time::Instant,
 }
 
 impl Cursor {
     pub(super) fn new(log: Arc<Shared>, offset: u64) -> Self {
-        Cursor { log, seg: None, held: None, offset }
+        Cursor { log, seg: None, held: None, offset, stuck: None }
     }
 
     /// The offset of the next record this cursor will read.
@@ -215,6 +236,13 @@ impl Cursor {
                 return Ok(Some(pos));
             }
             if !seg.ends_before(index) {
+                if self.log.processes {
+                    let seg = seg.clone();
+                    if self.unblock(&seg, index) {
+                        rounds = 0;
+                        continue;
+                    }
+                }
                 return Ok(None);
             }
             // Past the end of a sealed segment: move to the next one, unless it
@@ -234,6 +262,71 @@ impl Cursor {
             }
         }
         Ok(None)
+    }
+
+    /// Processes mode, at slot `index` of `seg`, not committed: passes
+    /// over it if it was given up, and gives up what has been reserved and
+    /// not committed (or elected a sealer and not sealed) for the abandon
+    /// bound since this cursor first waited on it (see "An abandoned
+    /// reservation" and "A sealer that dies before it seals" in
+    /// `segment.rs`). True if the cursor moved or the slot or seal may have
+    /// changed (look again); false if it still waits.
+    #[cold]
+    fn unblock(&mut self, seg: &Arc<Segment>, index: u64) -> bool {
+        if seg.passable(index) {
+            self.offset += 1;
+            return true;
+        }
+        let over_full = seg.awaits_seal();
+        // Relaxed loads inside: slots reserved so far, all of them granted
+        // unless the segment is over-full.
+        let reserved = if over_full { 0 } else { seg.reserved() };
+        if !over_full && (index >= reserved || seg.is_abandoned(index)) {
+            // Nobody reserved this slot yet (the cursor is at the end), or it
+            // is given up but its segment's end is not known yet: nothing to
+            // give up.
+            return false;
+        }
+        let waiting = self.stuck.filter(|w| {
+            w.base == seg.base() && if over_full { w.upto == 0 } else { (w.from..w.upto).contains(&index) }
+        });
+        let Some(wait) = waiting else {
+            self.stuck = Some(Stuck {
+                base: seg.base(),
+                from: index,
+                upto: reserved,
+                #[cfg(not(loom))]
+                since: std::time::Instant::now(),
+            });
+            return false;
+        };
+        #[cfg(not(loom))]
+        if wait.since.elapsed() < self.log.abandon_after() {
+            return false;
+        }
+        self.stuck = None;
+        if over_full {
+            let count = seg.take_over_seal();
+            ::log::warn!(
+                target: "rill::log",
+                "partition {}: the segment at offset {} was not sealed within the abandon bound of its \
+                 sealer's election; sealed it here at {count} records",
+                self.log.partition,
+                seg.base()
+            );
+        } else {
+            let claimed = seg.claim_abandoned(index, wait.upto);
+            if claimed > 0 {
+                ::log::warn!(
+                    target: "rill::log",
+                    "partition {}: {claimed} offset(s) from {} were reserved and not committed within the \
+                     abandon bound; given up (skipped by every reader)",
+                    self.log.partition,
+                    seg.base() + index
+                );
+            }
+        }
+        true
     }
 
     /// Processes mode: installs the successor of `seg` (sealed, the newest

@@ -173,6 +173,14 @@
 //!   No one ever opens a half-made file: it is whole before its name exists,
 //!   and the link and the open are system calls on one directory, which
 //!   order the creator's writes before the opener's mapping.
+//! * **A sealer that dies before it seals**, right after the fetch-add
+//!   that elected it: no seal, so no one learns the count, and publishers
+//!   told `Full` (and readers at the segment's end) would wait for ever. A
+//!   waiter that has seen the segment over-full and unsealed for the
+//!   abandon bound ([`ABANDON_AFTER`]) seals it itself, by a
+//!   compare-and-swap on the seal word that a late sealer loses too (see
+//!   "A sealer that dies before it seals" in `segment.rs`), and then takes
+//!   the roll over at once, as above: the sealer is dead or late.
 //! * **What a process cannot learn from another's directory**: retention.
 //!   The roll's installer (sealer or follower) trims its own directory as
 //!   any roll does; a trimmed file is renamed and deleted when this
@@ -218,6 +226,51 @@ use crate::sync::{Arc, Backoff, Mutex};
 /// the file right after the seal, is never raced in normal operation.
 #[cfg(not(loom))]
 pub(super) const ROLL_TAKEOVER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long, by default, a reservation in a log shared by processes may
+/// stay uncommitted, and an elected sealer may leave its segment unsealed,
+/// before a process waiting on it gives it up (see "An abandoned
+/// reservation" and "A sealer that dies before it seals" in `segment.rs`):
+/// far longer than a live publisher takes between its fetch-add and its
+/// commit (a copy of at most a segment), short enough that a dead one
+/// blocks readers and publishers for a moment only.
+pub(crate) const ABANDON_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Test seam: what a process does right after its fetch-add on a tail
+/// word (see [`die_after_reserving`]): [`LIVE`], or one of the two deaths.
+#[cfg(all(test, not(loom)))]
+pub(super) static DIE_AFTER: crate::sync::atomic::AtomicU8 = crate::sync::atomic::AtomicU8::new(LIVE);
+/// [`DIE_AFTER`]: go on as usual.
+#[cfg(all(test, not(loom)))]
+pub(super) const LIVE: u8 = 0;
+/// [`DIE_AFTER`]: exit at once after a granted reservation, before writing
+/// or committing it (a publisher killed between reserve and commit).
+#[cfg(all(test, not(loom)))]
+pub(super) const DIE_GRANTED: u8 = 1;
+/// [`DIE_AFTER`]: exit at once after the reservation that elected this
+/// publisher its segment's sealer, before the seal.
+#[cfg(all(test, not(loom)))]
+pub(super) const DIE_SEALER: u8 = 2;
+/// The exit status of a process the seam ended.
+#[cfg(all(test, not(loom)))]
+pub(super) const DIED_AT_SEAM: i32 = 86;
+
+/// Test seam: exits the process with `_exit` (no unwinding, no
+/// destructors, nothing flushed: as a kill leaves it) if [`DIE_AFTER`] asks
+/// for it after `reservation`. Compiled into unit tests only.
+#[cfg(all(test, not(loom)))]
+fn die_after_reserving(reservation: Reservation) {
+    // Relaxed: set by the test before it appends.
+    let die = match DIE_AFTER.load(Ordering::Relaxed) {
+        DIE_GRANTED => matches!(reservation, Reservation::Granted { .. }),
+        DIE_SEALER => matches!(reservation, Reservation::Sealer { .. }),
+        _ => false,
+    };
+    if die {
+        // SAFETY: `_exit` ends the process; it takes no pointers.
+        unsafe { libc::_exit(DIED_AT_SEAM) };
+    }
+}
 
 /// The retained segments, oldest first; consecutive segments are contiguous
 /// in offsets. Never empty; all but the last are sealed.
@@ -301,9 +354,29 @@ pub(super) struct Shared {
     /// The segment files are shared with other processes (see "The roll
     /// across processes"): looked at on the cold paths only.
     pub(super) processes: bool,
+    /// Processes mode: how long a reservation may stay uncommitted, or an
+    /// elected sealer not seal, before a waiter gives it up (see "An
+    /// abandoned reservation" in `segment.rs`), in nanoseconds:
+    /// [`ABANDON_AFTER`] unless the crate sets another
+    /// ([`super::Log::set_abandon_after`], the crate-internal knob).
+    pub(super) abandon_after_ns: AtomicU64,
+    /// Test seam: the next granted reservation's first slot is given up
+    /// before its writer commits (as a claimer would after the bound), so
+    /// its append fails as a late writer's does.
+    #[cfg(all(test, not(loom)))]
+    pub(super) claim_next: crate::sync::atomic::AtomicBool,
 }
 
 impl Shared {
+    /// Processes mode: how long a waiter waits before it gives an
+    /// uncommitted reservation or an unmade seal up ([`ABANDON_AFTER`] by
+    /// default).
+    #[cfg(not(loom))]
+    pub(super) fn abandon_after(&self) -> std::time::Duration {
+        // Relaxed: see `Log::set_abandon_after`.
+        std::time::Duration::from_nanos(self.abandon_after_ns.load(Ordering::Relaxed))
+    }
+
     /// The current directory, valid while `guard` is pinned.
     #[inline]
     pub(super) fn dir<'g>(&self, guard: &'g Guard) -> &'g Dir {
@@ -345,8 +418,16 @@ impl Shared {
                 continue;
             }
             let seg = dir.last();
-            match seg.reserve(records, bytes) {
+            let reservation = seg.reserve(records, bytes);
+            #[cfg(all(test, not(loom)))]
+            die_after_reserving(reservation);
+            match reservation {
                 Reservation::Granted { index, pos } => {
+                    // Relaxed: a test knob set before the append.
+                    #[cfg(all(test, not(loom)))]
+                    if self.claim_next.swap(false, Ordering::Relaxed) {
+                        seg.claim_abandoned(index, index + 1);
+                    }
                     let write = write.take().expect("a reservation is granted once");
                     return Ok(write(seg, index, pos));
                 }
@@ -613,6 +694,10 @@ impl Shared {
         // first saw the seal, not from the `Full`, which may come first.
         #[cfg(not(loom))]
         let mut take_over_at = None;
+        // Processes mode: when this waiter may seal the segment itself, if
+        // its elected sealer has not (counted from the first look).
+        #[cfg(not(loom))]
+        let mut seal_at = None;
         loop {
             let dir = self.dir(guard);
             if !Arc::ptr_eq(dir.last(), seg) {
@@ -628,6 +713,25 @@ impl Shared {
                     )));
                 }
                 None => {}
+            }
+            #[cfg(not(loom))]
+            if self.processes && seg.sealed_count().is_none() && seg.awaits_seal() {
+                // The elected sealer, maybe in another process, has not
+                // sealed: after the abandon bound, seal in its place (see
+                // "A sealer that dies before it seals" in `segment.rs`),
+                // and take its roll over at once, since it is dead or late.
+                let now = std::time::Instant::now();
+                if now >= *seal_at.get_or_insert(now + self.abandon_after()) {
+                    let count = seg.take_over_seal();
+                    ::log::warn!(
+                        target: "rill::log",
+                        "partition {}: the segment at offset {} was not sealed within the abandon bound of \
+                         its sealer's election; sealed it here at {count} records",
+                        self.partition,
+                        seg.base()
+                    );
+                    take_over_at = Some(now);
+                }
             }
             #[cfg(not(loom))]
             if self.processes && seg.sealed_count().is_some() {

@@ -63,6 +63,15 @@
 //! flag), and `marked_below`, kept under the lock, says how far they got:
 //! every segment whose base is below it is marked.
 //!
+//! *Given-up offsets.* In a log shared by processes a slot can be given up
+//! (`ABANDONED`, see "An abandoned reservation" in `segment.rs`): a round's
+//! walk passes over it as over a committed record with nothing to flush,
+//! once it knows the slot lies before the segment's end
+//! (`Segment::passable`), and notes it on the segment. Such a segment is
+//! counted as marked (`marked_below` moves past it) but gets no completion
+//! fields: a complete file must hold every record it counts, and this one
+//! has a hole, which recovery fills when it scans it as incomplete.
+//!
 //! **The rule: a round starts at the oldest segment that may lack its
 //! marker, not at the durable watermark.** Its snapshot of the directory
 //! begins at `min(watermark, marked_below)`. A sealed segment wholly behind
@@ -680,7 +689,10 @@ fn round(files: &Files, segments: SegmentsFrom<'_>, from: u64, mut marked_below:
             // that moved the watermark past them, but it was sealed only
             // after the last of those (or its marker was not written yet for
             // another reason): only its end mark and marker are due.
-            if seg.base() >= marked_below {
+            if seg.base() >= marked_below && seg.has_holes() {
+                // Abandoned slots: no marker (see `Segment::has_holes`).
+                marked_below = seg.base() + 1;
+            } else if seg.base() >= marked_below {
                 let used = used_bytes(seg, count);
                 if flush {
                     file.flush_region(used, (used + file::FRAME_LEN as u64).min(seg.capacity()))?;
@@ -696,8 +708,17 @@ fn round(files: &Files, segments: SegmentsFrom<'_>, from: u64, mut marked_below:
             None => 0,
         };
         let mut stop = start;
-        while let Some(pos) = seg.committed(index) {
-            stop = seg.record_end(index, pos);
+        loop {
+            if let Some(pos) = seg.committed(index) {
+                stop = seg.record_end(index, pos);
+            } else if seg.passable(index) {
+                // Given up (a log shared by processes; see "An abandoned
+                // reservation" in `segment.rs`): no record to flush, and
+                // the prefix goes on past it.
+                seg.note_hole();
+            } else {
+                break;
+            }
             index += 1;
         }
         // Read once: the end mark is flushed exactly when the marker is
@@ -718,7 +739,9 @@ fn round(files: &Files, segments: SegmentsFrom<'_>, from: u64, mut marked_below:
         match sealed {
             Some(count) if index >= count => {
                 if seg.base() >= marked_below {
-                    file.mark_complete(count, used_bytes(seg, count), flush)?;
+                    if !seg.has_holes() {
+                        file.mark_complete(count, used_bytes(seg, count), flush)?;
+                    }
                     marked_below = seg.base() + 1;
                 }
             }

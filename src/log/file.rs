@@ -25,7 +25,9 @@
 //! append protocol of `segment.rs` runs unchanged on them. Those three are
 //! live state in native byte order, never trusted after a crash: recovery
 //! rebuilds the index from the records' frames and rewrites the tail and the
-//! seal (`recovery.rs`).
+//! seal (`recovery.rs`), with one exception: a slot holding `ABANDONED`, an
+//! offset a live process gave up (see "An abandoned reservation" in
+//! `segment.rs`), which recovery keeps as a skip record whatever its bytes.
 //!
 //! The header (little-endian): `MAGIC` (8 bytes), `VERSION` (u32), the CRC32C
 //! of the fixed fields (u32), the base offset (u64), the record region's

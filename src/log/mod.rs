@@ -71,6 +71,68 @@ pub struct Log {
     shared: Arc<Shared>,
 }
 
+/// The error of an append whose reservation was claimed as abandoned
+/// before it committed (a log shared by processes; see "An abandoned
+/// reservation" in `segment.rs`): [`Error::Timeout`], since the publisher
+/// took longer than the abandon bound between its reservation and its
+/// commit. The record is not in the log (its offset is a skipped one), and
+/// it was never acknowledged, so nothing acknowledged is lost.
+#[cold]
+#[inline(never)]
+fn abandoned(offset: u64) -> Error {
+    ::log::warn!(
+        target: "rill::log",
+        "an append reserved offset {offset} and did not commit it within the abandon bound: \
+         another process gave the offset up, and the append fails"
+    );
+    Error::Timeout
+}
+
+/// Loom models only: a reservation made by [`Log::reserve_for_loom`].
+#[cfg(loom)]
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct LoomReservation {
+    seg: Arc<Segment>,
+    index: u64,
+    pos: u64,
+    len: usize,
+}
+
+#[cfg(loom)]
+impl LoomReservation {
+    /// Writes `record` (the one reserved for) and commits it; false if its
+    /// slot was given up first.
+    pub fn write_and_commit(self, record: &Record<'_>) -> bool {
+        assert_eq!(record.encoded_len().unwrap(), self.len);
+        // SAFETY: a Granted reservation of `seg` for `len` bytes, made by
+        // `reserve_for_loom` and written once, here.
+        unsafe { self.seg.write_and_commit(self.index, self.pos, self.len, record, 0, false) }
+    }
+}
+
+/// Loom models only: an election made by [`Log::elect_sealer_for_loom`].
+#[cfg(loom)]
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct LoomSealer {
+    log: Log,
+    seg: Arc<Segment>,
+    count: u64,
+    end: u64,
+}
+
+#[cfg(loom)]
+impl LoomSealer {
+    /// Seals the segment (or adopts the seal a taker made first) and
+    /// installs its successor, as `Shared::roll` does for a sealer.
+    pub fn seal_and_roll(self) {
+        let guard = epoch::pin();
+        let current = self.log.shared.dir_ptr(&guard);
+        self.log.shared.roll(&self.seg, self.count, self.end, current, &guard).unwrap();
+    }
+}
+
 /// The error for a record of `size` bytes in a log that takes at most `max`.
 #[cold]
 #[inline(never)]
@@ -144,6 +206,48 @@ impl Log {
         Self::build(config, 0, first_offset)
     }
 
+    /// Loom models only: an in-memory log whose segments commit, claim
+    /// and seal as those of a log shared by processes do (see "An abandoned
+    /// reservation" in `segment.rs`); its cursors give up what stays
+    /// reserved and not committed at their second look (loom has no clock).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn shared_for_loom(config: &LogConfig) -> Result<Log> {
+        let sizes = config.resolve()?;
+        let pool = Arc::new(Pool::new(sizes.region_bytes(), sizes.slots, 0).shared_by_processes());
+        let first = Arc::new(Segment::new(0, pool.take(0, Pages::Small)?, pool.clone()));
+        Ok(Self::assemble(sizes, 0, vec![first], pool, None, true))
+    }
+
+    /// Loom models only: reserves room for `record` in the newest segment
+    /// (which must have it) and leaves writing and committing it to the
+    /// handle, as a publisher between its fetch-add and its commit.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn reserve_for_loom(&self, record: &Record<'_>) -> LoomReservation {
+        let len = record.encoded_len().unwrap();
+        let guard = epoch::pin();
+        let seg = self.shared.dir(&guard).last().clone();
+        match seg.reserve(1, len as u64) {
+            segment::Reservation::Granted { index, pos } => LoomReservation { seg, index, pos, len },
+            other => panic!("the model's segment has room: {other:?}"),
+        }
+    }
+
+    /// Loom models only: reserves more than the newest segment holds, so
+    /// that this caller is its elected sealer, and leaves the seal and the
+    /// roll to the handle, as a sealer between its election and its seal.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn elect_sealer_for_loom(&self) -> LoomSealer {
+        let guard = epoch::pin();
+        let seg = self.shared.dir(&guard).last().clone();
+        match seg.reserve(1, seg.capacity() + 1) {
+            segment::Reservation::Sealer { count, end } => LoomSealer { log: self.clone(), seg, count, end },
+            other => panic!("the model's segment is open: {other:?}"),
+        }
+    }
+
     fn build(config: &LogConfig, partition: u32, first_offset: u64) -> Result<Log> {
         let sizes = config.resolve()?;
         crate::clock::warm_up();
@@ -178,6 +282,9 @@ impl Log {
                 durability: durability.map(|(d, _)| d),
                 always,
                 processes,
+                abandon_after_ns: AtomicU64::new(dir::ABANDON_AFTER.as_nanos() as u64),
+                #[cfg(all(test, not(loom)))]
+                claim_next: crate::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -241,7 +348,8 @@ impl Log {
         // No spare files when shared: a trimmed file may still be mapped by
         // another process, so it is never reused (see `dir.rs`).
         let spares = if processes { 0 } else { SPARE_SEGMENTS };
-        let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, spares, files));
+        let pool = Pool::for_files(sizes.region_bytes(), sizes.slots, spares, files);
+        let pool = Arc::new(if processes { pool.shared_by_processes() } else { pool });
         let mut segs = Vec::with_capacity(recovered.kept.len() + 1);
         for kept in recovered.kept {
             // Make the cut permanent and every kept segment checkable: data,
@@ -313,7 +421,7 @@ impl Log {
         sizes.frame = file::FRAME_LEN as u64;
         crate::clock::warm_up();
         let files = Files::new(durable.dir.clone(), durable.fsync != Fsync::Never);
-        let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, 0, files));
+        let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, 0, files).shared_by_processes());
         let segs = dir::list_shared_segments(&pool)?;
         if segs.is_empty() {
             return Err(Error::InvalidArgument(format!(
@@ -575,12 +683,18 @@ impl Log {
     ) -> Result<u64, PublishFailure> {
         let len = self.check_size(record)?;
         let frame = self.shared.sizes.frame;
-        let offset = self.shared.reserve_then(1, len as u64 + frame, guard, |seg, index, pos| {
-            // SAFETY: `index` and `pos..pos + frame + len` come from our own
-            // Granted reservation, and `len` is the record's encoded length.
-            unsafe { seg.write_and_commit(index, pos, len, record, timestamp, frame != 0) };
-            seg.base() + index
-        })?;
+        let offset = self
+            .shared
+            .reserve_then(1, len as u64 + frame, guard, |seg, index, pos| {
+                // SAFETY: `index` and `pos..pos + frame + len` come from our own
+                // Granted reservation, and `len` is the record's encoded length.
+                if unsafe { seg.write_and_commit(index, pos, len, record, timestamp, frame != 0) } {
+                    Ok(seg.base() + index)
+                } else {
+                    Err(seg.base() + index)
+                }
+            })?
+            .map_err(abandoned)?;
         self.after_append(offset + 1, guard)?;
         Ok(offset)
     }
@@ -645,18 +759,27 @@ impl Log {
             debug_assert!(n > 0, "every record fits an empty segment");
             let part = &records[done..done + n];
             let part_lens = &lens[done..done + n];
-            self.shared.reserve_then(n as u64, bytes, guard, |seg, index, mut pos| {
-                for (k, (record, &len)) in part.iter().zip(part_lens).enumerate() {
-                    let i = index + k as u64;
-                    // SAFETY: slots `index..index + n` and the bytes from the
-                    // reservation's `pos` are ours; each record's range (its
-                    // frame, if any, and its encoded length `len`) follows the
-                    // previous one's.
-                    unsafe { seg.write_and_commit(i, pos, len, record, timestamp, frame != 0) };
-                    offsets.push(seg.base() + i);
-                    pos += len as u64 + frame;
-                }
-            })?;
+            self.shared
+                .reserve_then(n as u64, bytes, guard, |seg, index, mut pos| {
+                    for (k, (record, &len)) in part.iter().zip(part_lens).enumerate() {
+                        let i = index + k as u64;
+                        // SAFETY: slots `index..index + n` and the bytes from the
+                        // reservation's `pos` are ours; each record's range (its
+                        // frame, if any, and its encoded length `len`) follows the
+                        // previous one's.
+                        if !unsafe { seg.write_and_commit(i, pos, len, record, timestamp, frame != 0) } {
+                            // Claimed as abandoned (shared logs only): give up
+                            // the rest of the part too, so no reader waits the
+                            // bound again for slots nobody will commit.
+                            seg.claim_abandoned(i + 1, index + n as u64);
+                            return Err(seg.base() + i);
+                        }
+                        offsets.push(seg.base() + i);
+                        pos += len as u64 + frame;
+                    }
+                    Ok(())
+                })?
+                .map_err(abandoned)?;
             done += n;
             // Let the epoch advance between parts of a long batch.
             guard.repin();
@@ -665,6 +788,17 @@ impl Log {
             self.after_append(last + 1, guard)?;
         }
         Ok(())
+    }
+
+    /// Sets how long this process waits on an uncommitted reservation, or
+    /// an elected sealer that has not sealed, before giving it up, in a log
+    /// shared by processes (the crate-internal part of its configuration;
+    /// [`dir::ABANDON_AFTER`] by default; see "An abandoned reservation" in
+    /// `segment.rs`). Tests shorten it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn set_abandon_after(&self, bound: std::time::Duration) {
+        // Relaxed: a setting read on the cold paths; nothing is published with it.
+        self.shared.abandon_after_ns.store(bound.as_nanos().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
     }
 
     /// Makes the next `n` fresh segment allocations of this log fail as if

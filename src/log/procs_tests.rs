@@ -558,3 +558,450 @@ fn a_view_behind_another_processs_retention_skips_to_the_oldest_retained_record(
     assert_eq!(publish(&writer, 1, 0), end, "offsets stay dense and unrepeated");
     assert_eq!(publish(&ahead, 0, seq), end + 1, "and the other process goes on after it");
 }
+
+/// The abandon bound of the crash tests' logs: short, so a test waits on
+/// a dead publisher's hole briefly; the tests wait on conditions with
+/// [`PATIENCE`], never on this.
+const TEST_ABANDON: Duration = Duration::from_millis(100);
+/// Set in the child of the crash tests: the partition directory to join.
+const CHILD_CRASH_DIR: &str = "RILL_TEST_SHARED_LOG_CRASH_DIR";
+/// Set in the child of the crash tests: where it dies (`dir::DIE_GRANTED`
+/// or `dir::DIE_SEALER`), or `0` to publish until it is killed.
+const CHILD_CRASH_AT: &str = "RILL_TEST_SHARED_LOG_CRASH_AT";
+/// Set in the reader child of the hole test: how many records to read.
+const CHILD_READ: &str = "RILL_TEST_SHARED_LOG_READ";
+/// Records the child of the seam tests publishes before it dies.
+const CHILD_RECORDS: u32 = 10;
+/// Records the parent publishes before and after the child dies.
+const AROUND: u32 = 300;
+
+/// Runs this test binary again as a child playing `test`'s part, in `dir`,
+/// with `at` for [`CHILD_CRASH_AT`].
+fn crash_child(test: &str, dir: &Path, at: u8) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_CRASH_DIR, dir)
+        .env(CHILD_CRASH_AT, at.to_string());
+    cmd
+}
+
+/// The child's part in the seam tests: joins, publishes [`CHILD_RECORDS`]
+/// records as publisher 1, then dies where `at` says (right after the
+/// fetch-add of its next append, or of the append that elects it sealer).
+fn child_dies_at_the_seam(dir: &Path, at: u8) -> ! {
+    let durable = DurableLog { dir: dir.to_path_buf(), fsync: Fsync::Never, repair: false };
+    let log = Log::join(&small_config(), 0, &durable).unwrap();
+    for seq in 0..CHILD_RECORDS {
+        publish(&log, 1, seq);
+    }
+    super::dir::DIE_AFTER.store(at, std::sync::atomic::Ordering::Relaxed);
+    for seq in CHILD_RECORDS.. {
+        publish(&log, 1, seq);
+    }
+    unreachable!("the seam ends the process");
+}
+
+/// Reads `log` from its first offset until `want` records were read (skip
+/// records and given-up offsets are passed over, never handed out);
+/// returns `(offset, (publisher, seq))` of each. Fails the test after
+/// [`PATIENCE`].
+fn read_n(log: &Log, want: usize) -> Vec<(u64, (u32, u32))> {
+    let mut cursor = log.cursor_from_first();
+    let mut read = Vec::new();
+    wait_until("the records", || {
+        while let Some(view) = cursor.read().expect("nothing is trimmed") {
+            read.push((view.offset(), decode(view.payload())));
+        }
+        read.len() >= want
+    });
+    assert_eq!(read.len(), want, "no record past those published: {read:?}");
+    read
+}
+
+/// Checks what a seam test read: each publisher's records in its order,
+/// none missing or twice; offsets increasing, dense but for `holes` of
+/// them, which are the offsets given up.
+fn check_read(read: &[(u64, (u32, u32))], counts: [u32; 2], holes: u64) {
+    let mut next = [0u32; 2];
+    for &(_, (who, seq)) in read {
+        assert_eq!(seq, next[who as usize], "publisher {who}'s records in order, none lost or doubled: {read:?}");
+        next[who as usize] += 1;
+    }
+    assert_eq!(next, counts, "every committed record, once");
+    assert!(read.windows(2).all(|w| w[0].0 < w[1].0), "offsets grow");
+    let span = read.last().unwrap().0 + 1 - read[0].0;
+    assert_eq!(span, read.len() as u64 + holes, "offsets dense but for {holes} given up: {read:?}");
+}
+
+/// Publishes [`AROUND`] records of publisher 0 from `from` on, on a thread,
+/// failing the test if they take longer than [`PATIENCE`] (a publisher
+/// stuck at a dead process's reservation or roll).
+fn publish_around(log: &Log, from: u32) {
+    publish_some(log, from, AROUND);
+}
+
+/// Publishes `n` records of publisher 0 from `from` on, as [`publish_around`].
+fn publish_some(log: &Log, from: u32, n: u32) {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let publisher = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for seq in from..from + n {
+                publish(&log, 0, seq);
+            }
+            let _ = done_tx.send(());
+        })
+    };
+    assert!(done_rx.recv_timeout(PATIENCE).is_ok(), "the publisher was stuck at the dead process's reservation");
+    publisher.join().unwrap();
+}
+
+/// Opens the test's partition for processes, with the short abandon bound.
+fn open_shared(dir: &Path) -> Log {
+    let durable = DurableLog { dir: dir.to_path_buf(), fsync: Fsync::Never, repair: false };
+    let (log, _) = Log::open_in(&small_config(), 0, &durable, Sharing::Processes).unwrap();
+    log.set_abandon_after(TEST_ABANDON);
+    log
+}
+
+/// Runs `child` to its end and checks that the seam ended it.
+fn died_at_the_seam(mut child: Command) {
+    let out = child.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(super::dir::DIED_AT_SEAM),
+        "the child died at the seam ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+const HOLE_TEST: &str = "log::procs_tests::a_publisher_killed_between_reserve_and_commit_blocks_no_one";
+
+/// A publisher process killed between its reservation (the fetch-add) and
+/// its commit (`segment.rs`, "An abandoned reservation"): the parent keeps
+/// publishing around the hole while a reader process (with the default
+/// bound) reads, and the parent's reader too, after the (short) abandon
+/// bound, gives the offset up and reads on; each reads: every committed record exactly once,
+/// offsets dense but for the one given up. A process joining afterwards
+/// reads the same from the files' own words, and so does recovery, which
+/// finds the offset's slot given up and writes a skip record for it.
+#[test]
+fn a_publisher_killed_between_reserve_and_commit_blocks_no_one() {
+    if let (Some(dir), Some(total)) = (std::env::var_os(CHILD_CRASH_DIR), std::env::var_os(CHILD_READ)) {
+        // The reader child: joins while the parent publishes around the
+        // hole, and reads everything with the default abandon bound.
+        let durable = DurableLog { dir: PathBuf::from(dir), fsync: Fsync::Never, repair: false };
+        let log = Log::join(&small_config(), 0, &durable).unwrap();
+        let total: usize = total.to_str().unwrap().parse().unwrap();
+        check_read(&read_n(&log, total), [2 * AROUND, CHILD_RECORDS], 1);
+        return;
+    }
+    if let (Some(dir), Some(at)) = (std::env::var_os(CHILD_CRASH_DIR), std::env::var_os(CHILD_CRASH_AT)) {
+        child_dies_at_the_seam(Path::new(&dir), at.to_str().unwrap().parse().unwrap());
+    }
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-hole-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&tmp.0);
+    let dir = tmp.0.join("partition");
+    let log = open_shared(&dir);
+    for seq in 0..AROUND {
+        publish(&log, 0, seq);
+    }
+    died_at_the_seam(crash_child(HOLE_TEST, &dir, super::dir::DIE_GRANTED));
+    let hole = u64::from(AROUND + CHILD_RECORDS);
+    assert_eq!(log.end_offset(), hole + 1, "the dead child's reservation took offset {hole}");
+
+    // Another process reads while this one publishes around the hole.
+    let counts = [2 * AROUND, CHILD_RECORDS];
+    let total = (2 * AROUND + CHILD_RECORDS) as usize;
+    let mut reader = crash_child(HOLE_TEST, &dir, 0);
+    let reader = reader
+        .env_remove(CHILD_CRASH_AT)
+        .env(CHILD_READ, total.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    publish_around(&log, AROUND);
+    let read = read_n(&log, total);
+    check_read(&read, counts, 1);
+    assert!(read.iter().all(|&(offset, _)| offset != hole), "the given-up offset is never read");
+    // The reader child gives up at its own deadline if it is stuck.
+    let out = reader.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the reader process failed or was stuck ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A process that joins later finds the slot given up in the file.
+    let durable = DurableLog { dir: dir.clone(), fsync: Fsync::Never, repair: false };
+    let joined = Log::join(&small_config(), 0, &durable).unwrap();
+    assert_eq!(read_n(&joined, total), read);
+    drop(joined);
+    drop(log);
+
+    // So does recovery: a skip record in its place, nothing else changed.
+    let (log, report) = Log::open(&small_config(), 0, &durable).unwrap();
+    assert_eq!((report.records, report.skipped), (total as u64 + 1, 1), "{report:?}");
+    assert!(report.truncated_at.is_none(), "{report:?}");
+    assert_eq!(read_n(&log, total), read);
+}
+
+const SEALER_TEST: &str = "log::procs_tests::a_sealer_killed_before_it_seals_blocks_no_one";
+
+/// A publisher process killed right after the fetch-add that elected it
+/// its segment's sealer, before the seal (`segment.rs`, "A sealer that
+/// dies before it seals"): the parent's next publish finds the segment
+/// over-full and unsealed, seals it in the dead sealer's place after the
+/// abandon bound, takes its roll over, and goes on: dense offsets, every
+/// record read once, in this process, in one that joins later, and after
+/// recovery.
+#[test]
+fn a_sealer_killed_before_it_seals_blocks_no_one() {
+    if let (Some(dir), Some(at)) = (std::env::var_os(CHILD_CRASH_DIR), std::env::var_os(CHILD_CRASH_AT)) {
+        child_dies_at_the_seam(Path::new(&dir), at.to_str().unwrap().parse().unwrap());
+    }
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-sealer-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&tmp.0);
+    let dir = tmp.0.join("partition");
+    let log = open_shared(&dir);
+    for seq in 0..AROUND {
+        publish(&log, 0, seq);
+    }
+    died_at_the_seam(crash_child(SEALER_TEST, &dir, super::dir::DIE_SEALER));
+    // The child published on until its reservation overflowed a segment.
+    let child_records = {
+        let guard = crate::sync::epoch::pin();
+        let seg = log.shared.dir(&guard).last().clone();
+        assert!(seg.awaits_seal(), "the dead child was elected sealer and did not seal");
+        let granted = (0..seg.slot_count()).take_while(|&i| seg.committed(i).is_some()).count() as u64;
+        u32::try_from(seg.base() + granted - u64::from(AROUND)).unwrap()
+    };
+    assert!(child_records > CHILD_RECORDS);
+
+    publish_around(&log, AROUND);
+    assert_eq!(log.end_offset(), u64::from(2 * AROUND + child_records), "no offset lost at the taken-over seal");
+    let counts = [2 * AROUND, child_records];
+    let total = (2 * AROUND + child_records) as usize;
+    let read = read_n(&log, total);
+    check_read(&read, counts, 0);
+
+    let durable = DurableLog { dir: dir.clone(), fsync: Fsync::Never, repair: false };
+    let joined = Log::join(&small_config(), 0, &durable).unwrap();
+    assert_eq!(read_n(&joined, total), read);
+    drop(joined);
+    drop(log);
+    let (log, report) = Log::open(&small_config(), 0, &durable).unwrap();
+    assert_eq!((report.records, report.skipped), (total as u64, 0), "{report:?}");
+    assert!(report.truncated_at.is_none(), "{report:?}");
+    assert_eq!(read_n(&log, total), read);
+}
+
+const KILL_TEST: &str = "log::procs_tests::publishers_killed_at_random_moments_lose_nothing_acknowledged";
+/// Kill iterations of the kill test by default (a few seconds in all).
+const KILL_ITERATIONS: u32 = 50;
+/// Set to run more iterations of the kill test: its long version.
+const KILL_ITERATIONS_VAR: &str = "RILL_CRASH_ITERATIONS";
+/// Most acknowledged records the kill test's child publishes before it
+/// is killed (a random number of them, up to this: a few rolls' worth).
+const MOST_BEFORE_KILL: u64 = 1_500;
+/// Records the kill test's parent publishes after each kill.
+const AFTER_KILL: u32 = 20;
+/// The kill test's child tells its acknowledged records in runs of this
+/// many (and at its death, any it told but had not flushed are lost, which
+/// only makes the check weaker, never wrong).
+const ACKS_PER_FLUSH: u32 = 16;
+
+/// The kill test's child: joins the partition and publishes as publisher
+/// 1 until it is killed, telling the parent each acknowledged record (an
+/// append that returned) on its standard output.
+fn publish_until_killed(dir: &Path) -> ! {
+    use std::io::Write;
+    let durable = DurableLog { dir: dir.to_path_buf(), fsync: Fsync::Never, repair: false };
+    let log = Log::join(&small_config(), 0, &durable).unwrap();
+    let mut out = std::io::stdout().lock();
+    for seq in 0.. {
+        publish(&log, 1, seq);
+        writeln!(out, "ack {seq}").unwrap();
+        if seq % ACKS_PER_FLUSH == 0 {
+            out.flush().unwrap();
+        }
+    }
+    unreachable!("killed first");
+}
+
+/// Every record of `log` from its first offset up to `end` (given-up
+/// offsets and skip records are passed over): `(publisher, seq)` of each.
+/// Fails the test after [`PATIENCE`].
+fn read_to(log: &Log, end: u64) -> Vec<(u32, u32)> {
+    let mut cursor = log.cursor_from_first();
+    let mut read = Vec::new();
+    wait_until("the records", || {
+        while let Some(view) = cursor.read().expect("nothing is trimmed") {
+            assert_eq!(view.payload().len(), 8, "a whole record, never a torn one");
+            read.push(decode(view.payload()));
+        }
+        cursor.offset() >= end
+    });
+    read
+}
+
+/// A kill -9 loop: a publisher process is killed (`SIGKILL`) at a random
+/// moment while it publishes, anywhere in an append (between its
+/// reservation and its commit included, or between a sealing reservation
+/// and its seal). The parent, which has the partition open, then publishes
+/// and reads: it moves on within the abandon bound (or a roll takeover),
+/// reads no torn record, and finds every record the child was told was
+/// appended, in order, once each. Recovery of the files then finds the
+/// same records. [`KILL_ITERATIONS`] by default; more with
+/// [`KILL_ITERATIONS_VAR`].
+#[test]
+fn publishers_killed_at_random_moments_lose_nothing_acknowledged() {
+    if let Some(dir) = std::env::var_os(CHILD_CRASH_DIR) {
+        publish_until_killed(Path::new(&dir));
+    }
+    use std::io::BufRead;
+    let iterations = std::env::var(KILL_ITERATIONS_VAR).ok().and_then(|v| v.parse().ok()).unwrap_or(KILL_ITERATIONS);
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-kill-{}", std::process::id())));
+    // A xorshift generator, seeded from the clock: each run kills at other moments.
+    let mut state = crate::clock::now_ns() | 1;
+    let mut random = move |below: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % below
+    };
+    for iteration in 0..iterations {
+        let _ = std::fs::remove_dir_all(&tmp.0);
+        let dir = tmp.0.join("partition");
+        let log = open_shared(&dir);
+        publish(&log, 0, 0);
+        let mut child = crash_child(KILL_TEST, &dir, 0)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let kill_after = random(MOST_BEFORE_KILL);
+        let mut acked = None;
+        while acked.map_or(0, |a: u32| u64::from(a) + 1) < kill_after {
+            let line = lines.next().expect("the child publishes until killed").unwrap();
+            if let Some(seq) = line.strip_prefix("ack ") {
+                acked = Some(seq.parse().unwrap());
+            }
+        }
+        // Spin a random moment more, so the kill lands anywhere in an append.
+        for _ in 0..random(20_000) {
+            std::hint::spin_loop();
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Acknowledged too: what the child printed before it died.
+        for line in lines {
+            if let Some(seq) = line.unwrap().strip_prefix("ack ") {
+                acked = Some(seq.parse().unwrap());
+            }
+        }
+
+        // Publishing goes on; reading passes whatever the child left.
+        publish_some(&log, 1, AFTER_KILL);
+        let end = log.end_offset();
+        let read = read_to(&log, end);
+        let mine: Vec<u32> = read.iter().filter(|r| r.0 == 0).map(|r| r.1).collect();
+        assert_eq!(mine, (0..=AFTER_KILL).collect::<Vec<_>>(), "iteration {iteration}: the parent's records");
+        let theirs: Vec<u32> = read.iter().filter(|r| r.0 == 1).map(|r| r.1).collect();
+        assert!(
+            theirs.iter().enumerate().all(|(i, &seq)| seq == i as u32),
+            "iteration {iteration}: the child's records in order, none twice: {theirs:?}"
+        );
+        let acked_count = acked.map_or(0, |a| a as usize + 1);
+        assert!(
+            theirs.len() >= acked_count,
+            "iteration {iteration}: {} of the child's records, {acked_count} acknowledged",
+            theirs.len()
+        );
+        drop(log);
+
+        // Recovery finds the same records, none torn.
+        let durable = DurableLog { dir: dir.clone(), fsync: Fsync::Never, repair: false };
+        let (log, report) = Log::open(&small_config(), 0, &durable).unwrap();
+        assert_eq!(report.end_offset, end, "iteration {iteration}: {report:?}");
+        assert_eq!(read_to(&log, end), read, "iteration {iteration}: recovery reads what the processes read");
+    }
+}
+
+/// A writer that is only late, not dead (`segment.rs`, "An abandoned
+/// reservation"): another view's reader gives its slot up after the
+/// abandon bound and reads on; the writer then writes its record whole,
+/// frame included, and its commit fails, so the append it stands for
+/// fails and its record is never read. Recovery finds the record's frame
+/// checking, but its slot given up in the file's index, and writes a skip
+/// record in its place: the record stays unread after a restart too. Two
+/// logs over one directory stand for the processes.
+#[test]
+fn a_late_writer_loses_its_slot_and_recovery_keeps_it_skipped() {
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-late-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&tmp.0);
+    let durable = DurableLog { dir: tmp.0.clone(), fsync: Fsync::Never, repair: false };
+    let writer = open_shared(&tmp.0);
+    let reader = Log::join(&small_config(), 0, &durable).unwrap();
+    reader.set_abandon_after(TEST_ABANDON);
+    publish(&writer, 0, 0);
+
+    // The late writer's reservation, then records after it.
+    let mut payload = [0u8; 8];
+    payload[..4].copy_from_slice(&9u32.to_le_bytes());
+    let record = Record::new(&payload);
+    let len = record.encoded_len().unwrap();
+    let guard = crate::sync::epoch::pin();
+    let seg = writer.shared.dir(&guard).last().clone();
+    let Reservation::Granted { index, pos } = seg.reserve(1, (FRAME_LEN + len) as u64) else {
+        panic!("room for one record")
+    };
+    assert_eq!(index, 1);
+    publish(&writer, 0, 1);
+    publish(&writer, 0, 2);
+
+    let read = read_n(&reader, 3);
+    assert_eq!(read, [(0, (0, 0)), (2, (0, 1)), (3, (0, 2))], "offset 1 given up, the rest read");
+    // SAFETY: the Granted reservation above, for the record's frame and bytes.
+    let committed = unsafe { seg.write_and_commit(index, pos, len, &record, 1, true) };
+    assert!(!committed, "the late commit finds its slot given up");
+    assert_eq!(read_n(&writer, 3), read, "the writer's own view never reads it either");
+    drop((guard, seg, writer, reader));
+
+    let (log, report) = Log::open(&small_config(), 0, &durable).unwrap();
+    assert_eq!((report.records, report.skipped, report.end_offset), (4, 1, 4), "{report:?}");
+    assert!(report.truncated_at.is_none(), "{report:?}");
+    assert_eq!(read_n(&log, 3), read, "a whole record in a given-up slot stays unread after recovery");
+}
+
+/// What a late writer's caller sees (`segment.rs`, "An abandoned
+/// reservation"): an append whose slot was given up before its commit
+/// fails with `Timeout`, and a batch whose first slot was gives up the
+/// rest of its part at once, so no reader waits the bound again for them
+/// (the reader here has a bound far longer than the test's patience). The
+/// offsets given up are never read; the appends after them are.
+#[test]
+fn an_append_whose_slot_was_given_up_fails_with_timeout() {
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-timeout-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&tmp.0);
+    let log = open_shared(&tmp.0);
+    log.set_abandon_after(Duration::from_secs(3600));
+    publish(&log, 0, 0);
+    log.shared.claim_next.store(true, std::sync::atomic::Ordering::Relaxed);
+    let err = log.append(&Record::new(b"late")).unwrap_err();
+    assert!(matches!(err, crate::Error::Timeout), "{err:?}");
+    log.shared.claim_next.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut offsets = vec![7];
+    let records = [Record::new(b"a"), Record::new(b"b"), Record::new(b"c")];
+    let err = log.append_batch(&records, &mut offsets).unwrap_err();
+    assert!(matches!(err, crate::Error::Timeout), "{err:?}");
+    assert!(offsets.is_empty(), "no record of the batch was appended: {offsets:?}");
+    assert_eq!(publish(&log, 0, 1), 5, "offsets 1 to 4 were given up");
+    assert_eq!(read_n(&log, 2), [(0, (0, 0)), (5, (0, 1))]);
+}

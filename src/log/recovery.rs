@@ -137,6 +137,23 @@
 //! every record of the sealed segment is committed, so a complete file has
 //! no hole: anything missing there is damage (`Corrupt`), as before.
 //!
+//! **Abandoned reservations.** In a log shared by processes a reservation
+//! not committed within the abandon bound is given up by a live process,
+//! which stores `ABANDONED` in its offset index slot (see "An abandoned
+//! reservation" in `segment.rs`); the record's bytes are left as they
+//! are, since its writer may still be writing them. That slot value is the
+//! one thing recovery reads from the index: a record found at such an
+//! offset, even one whose frame checks (its writer died between its frame
+//! and its commit, or lost the race to the claim), becomes a skip record of
+//! the same length, so a record readers passed over is never delivered
+//! after a restart; a missing one is a hole, filled as above. The sync
+//! rounds give such a segment no completion marker (`durable.rs`), so it is
+//! always scanned as an incomplete file. After a process crash the index
+//! is exact (the page cache is shared); after a machine crash under a
+//! policy that did not write the index page back, a claim may be lost, and
+//! a record whose writer had framed it whole may come back: one never
+//! acknowledged, since its commit failed or never came.
+//!
 //! **Readers.** A skip record is committed in the rebuilt segment like any
 //! record, and `Cursor` passes over it (a segment rebuilt over a hole says
 //! so, and only there does a read look at a record's flags): no `Cursor`,
@@ -306,7 +323,7 @@ fn framed_bytes(region: &[u8], p: usize) -> Result<Framed<'_>, &'static str> {
 /// Scans `region` (a segment's record region) from its start, for records
 /// with offsets from `base`, at most `limit` of them; with `Holes::Resync`,
 /// past holes too (see "Holes" in the module docs).
-fn scan(region: &[u8], base: u64, limit: u64, holes: Holes) -> Scan {
+fn scan(region: &[u8], base: u64, limit: u64, holes: Holes, abandoned: &dyn Fn(u64) -> bool) -> Scan {
     let mut found = Scan {
         positions: Vec::new(),
         fills: Vec::new(),
@@ -324,6 +341,17 @@ fn scan(region: &[u8], base: u64, limit: u64, holes: Holes) -> Scan {
         }
         let offset = base + kept;
         let stopped = match record_at(region, p, offset) {
+            // A record whose slot a live process gave up (see "Abandoned
+            // reservations" above): a skip record of the same length.
+            Ok(Some((_, end, bytes))) if abandoned(kept) => {
+                let timestamp_ns =
+                    found.last_timestamp.unwrap_or(record::RecordView::from_bytes(offset, bytes).timestamp_ns());
+                let fill = Fill { at: p as u64, end: end as u64, first: offset, count: 1, timestamp_ns };
+                found.positions.push(fill.record(0).0 + FRAME_LEN as u64);
+                found.fills.push(fill);
+                p = end;
+                continue;
+            }
             Ok(Some((at, end, bytes))) => {
                 let view = record::RecordView::from_bytes(offset, bytes);
                 found.skipped += u64::from(view.is_skip());
@@ -571,7 +599,17 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         let limit = header.complete.map_or(u64::MAX, |(count, _)| count).min(header.slots);
         let recycled = header.generation > 0;
         let holes = if header.complete.is_some() { Holes::Never } else { Holes::Resync { recycled } };
-        let mut found = scan(region, header.base, limit, holes);
+        // The one thing recovery reads from the offset index: a slot given
+        // up as abandoned (see "Abandoned reservations" above).
+        let index_at = file::index_at(header.capacity) as usize;
+        let abandoned = |i: u64| {
+            let at = index_at + i as usize * file::SLOT_BYTES;
+            i < header.slots
+                && bytes.get(at..at + file::SLOT_BYTES).is_some_and(|b| {
+                    u32::from_ne_bytes(b.try_into().expect("a slot's bytes")) == super::segment::ABANDONED
+                })
+        };
+        let mut found = scan(region, header.base, limit, holes, &abandoned);
         if header.complete.is_none() {
             fill_tail_hole(&mut found, region.len(), header.base, limit, next_bases[i]);
         }
@@ -723,7 +761,7 @@ fn count_dropped(path: &Path, report: &mut RecoveryReport) {
     let region = &bytes[HEADER_BYTES..HEADER_BYTES + region_len];
     match header {
         Ok(h) => {
-            let found = scan(region, h.base, h.complete.map_or(u64::MAX, |(count, _)| count), Holes::Never);
+            let found = scan(region, h.base, h.complete.map_or(u64::MAX, |(count, _)| count), Holes::Never, &|_| false);
             report.truncated_records += found.positions.len() as u64;
             report.truncated_bytes += dropped_bytes(region, 0, found.stop, h.generation);
         }

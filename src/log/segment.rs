@@ -138,6 +138,109 @@
 //!   whole, is not this file's: see "The roll across processes" in
 //!   `log/dir.rs`.)
 //!
+//! ## An abandoned reservation (a log shared by processes)
+//!
+//! A publisher in another process can die between its fetch-add and its
+//! commit. Its slot then stays not committed for ever, and every reader
+//! would wait at it. So in a segment shared by processes (`shared`, fixed
+//! when the segment is built; a log opened for one process keeps the plain
+//! store above, unchanged) a slot has a third state, and the commit is a
+//! compare-and-swap:
+//!
+//! * `ABANDONED` (`u32::MAX`, never a committed value): **given up**. The
+//!   offset holds no record; every reader passes over it, counting it as
+//!   nothing (it is not in `missed`, which counts records retention
+//!   trimmed: no record is missed, none was ever there), and the sync
+//!   rounds of a durable log pass over it too.
+//!
+//! Who moves the slot, and when:
+//!
+//! * **The writer** commits with `compare_exchange(UNCOMMITTED, pos / 8 +
+//!   1)`, `Release` on success (A1, the same pairing as L1 with the
+//!   readers' `Acquire`). If it fails, the slot was given up first: the
+//!   append returns [`Error::Timeout`](crate::Error::Timeout) (the record is
+//!   not in the log; its publisher took longer than the bound, and was
+//!   never told the record was appended, so nothing acknowledged is lost),
+//!   and a batch gives up the rest of its own reservation at once.
+//! * **A claimer**, a reader waiting at a slot it has seen reserved and not
+//!   committed for the abandon bound (`ABANDON_AFTER` in `dir.rs`, 1 s by
+//!   default, set per log by the crate), gives up every slot still not
+//!   committed among those reserved when its wait began (all of them
+//!   reserved at least the bound ago): one `compare_exchange(UNCOMMITTED,
+//!   ABANDONED)` each, `Relaxed`, since a claim publishes nothing: no byte
+//!   of the record is written or read by the claimer or by anyone who sees
+//!   the claim.
+//!
+//! What a reader needs to step over the hole is the slot alone. Readers
+//! never walk the region by length: each finds its record's bytes through
+//! its own slot, so the dead writer's length, position and bytes (which
+//! it may never have written) are not needed, and the claimer leaves the
+//! bytes as they are (a writer that is only late may still be copying into
+//! them; no one else ever reads them). The given-up state is in the file's
+//! index, so a process that maps the file later sees it, and recovery reads
+//! it (the one value it takes from the index: a record it finds at such an
+//! offset becomes a skip record, see "Abandoned reservations" in
+//! `recovery.rs`). A durable segment with such a slot gets no completion
+//! marker (`durable.rs`), so recovery scans it as an incomplete file, whose
+//! holes it fills.
+//!
+//! One rule keeps the offsets agreed: a reader (or a sync round) passes
+//! over a given-up slot only once it knows the slot lies before the
+//! segment's end: the segment is sealed past it, or a slot after it is
+//! committed (`Segment::passable`). A slot past every committed one may lie
+//! past the count a taken-over seal ends the segment at (below).
+//!
+//! Races survived:
+//!
+//! * **The writer's late commit against the claim**: both are a
+//!   compare-and-swap from `UNCOMMITTED` on the same word; exactly one
+//!   wins. If the writer wins, the record is committed as ever (readers
+//!   see it through A1); if the claim wins, the writer's fails, and no
+//!   reader ever sees the record.
+//! * **Two claimers** (readers in two processes, or two cursors of one):
+//!   the second one's swap fails, or its load sees the slot final first;
+//!   both then pass over the same slot.
+//! * **A claim against a reader**: a reader sees `UNCOMMITTED` (and waits,
+//!   then looks again), `ABANDONED` (passes over it, reading nothing), or
+//!   the commit (reads the record through A1); never anything in between.
+//!
+//! The loom models in `loom-tests/tests/log_abandon.rs` run these races
+//! on the real code, on a log in memory whose segments are shared ones
+//! (loom's atomics cannot live in a file): the late commit against the
+//! claim, two claimers, and the taken-over seal below against the late
+//! sealer. A1 is in `.ci/fence-check`: weakened to `Relaxed`, the first
+//! model fails (the reader reads the record's bytes unordered with their
+//! write). What the models cannot show is the file: that a process mapping
+//! it later, or recovery, sees the claim; the tests in `procs_tests.rs`
+//! do, with real processes.
+//!
+//! ## A sealer that dies before it seals
+//!
+//! The fetch-add that overflows a segment elects its sealer; if that
+//! publisher's process dies before the seal, everyone else waits for the
+//! seal for ever: publishers told `Full`, and readers at the end of the
+//! segment. In a shared segment a waiter that has seen the segment
+//! over-full (`Segment::awaits_seal`) and unsealed for the abandon bound
+//! seals it itself (`Segment::take_over_seal`): it gives up every slot
+//! reserved and not committed (every granted reservation was made before
+//! the election, so at least the bound ago), after which every slot below
+//! the tail word's count is final; it seals at one past the last committed
+//! slot; the slots after it, given up, are past the end. The seal is a
+//! compare-and-swap from "open" (`Release`, as the seal's store; `Acquire`
+//! on failure, as `sealed_count` loads the winner's), for the elected
+//! sealer too, which adopts the count that won if it was only late. The
+//! roll then goes on as "The roll across processes" (`dir.rs`) says, its
+//! file made by whoever links its name first (a publisher that took the
+//! seal over takes the roll over at once).
+//!
+//! Races survived: **two takers** compute the same count (the slots are
+//! final once either has claimed them), and the seal's compare-and-swap
+//! keeps one anyway; **a taker against the late elected sealer**: one
+//! compare-and-swap wins, the other adopts its count; a granted writer of
+//! a slot past the taken-over count finds it given up and fails. A reader
+//! never passed over a slot past the last committed one (the rule above),
+//! so no reader is past the count the seal takes.
+//!
 //! ## Why this file is long
 //!
 //! It is longer than a file aims to be because of the essay above, and the
@@ -172,6 +275,12 @@ const NOT_SEALED: u64 = 0;
 const SEALED_BIAS: u64 = 1;
 /// Slot value of a record that is not committed.
 const UNCOMMITTED: u32 = 0;
+/// Slot value of an offset given up (see "An abandoned reservation"): no
+/// committed value is this large (a position is at most a segment, 1 GiB
+/// and a frame, over [`POS_UNIT`]).
+pub(crate) const ABANDONED: u32 = u32::MAX;
+const _: () = assert!(((MAX_SEGMENT_BYTES + super::file::FRAME_LEN) as u64 / POS_UNIT + 1) < ABANDONED as u64);
+const _: () = assert!(UNCOMMITTED == 0 && ABANDONED.wrapping_add(1) == 0);
 /// Committed slots store `pos / POS_UNIT + 1`; record positions are multiples of it.
 const POS_UNIT: u64 = super::record::RECORD_ALIGN as u64;
 /// How far past its own record a writer asks for the region's next line
@@ -410,6 +519,10 @@ pub(crate) struct Pool {
     /// A spare made ahead is asked for and not yet made (`prefault.rs`).
     #[cfg(not(loom))]
     spare_requested: crate::sync::atomic::AtomicBool,
+    /// The segments of this pool are shared by processes
+    /// ([`super::Sharing::Processes`]): they commit and seal by
+    /// compare-and-swap (see "An abandoned reservation"). Fixed at open.
+    shared: bool,
 }
 
 impl Pool {
@@ -426,7 +539,15 @@ impl Pool {
             recycling: crate::sync::atomic::AtomicBool::new(false),
             #[cfg(not(loom))]
             spare_requested: crate::sync::atomic::AtomicBool::new(false),
+            shared: false,
         }
+    }
+
+    /// This pool, for a log shared by processes: the segments built over
+    /// its buffers commit and seal by compare-and-swap (see "An abandoned
+    /// reservation" in `segment.rs`). Loom models use it on memory.
+    pub(crate) fn shared_by_processes(self) -> Self {
+        Pool { shared: true, ..self }
     }
 
     /// A pool that makes segment files in `files`' directory, keeping at
@@ -624,6 +745,13 @@ pub(crate) struct Segment {
     /// another) created and appends to: dropping it leaves the file as it
     /// is (no end mark), since that one may still be appending.
     attached: bool,
+    /// Shared by processes: commits and seals are compare-and-swaps, and
+    /// an abandoned reservation can be claimed (see "An abandoned
+    /// reservation"). Fixed when the segment is built, from its pool.
+    shared: bool,
+    /// This process's sync rounds passed over an abandoned slot here: the
+    /// segment is left without its completion marker (see `durable.rs`).
+    holes: AtomicBool,
 }
 
 // SAFETY: the raw `data` pointer refers to memory owned by `buffers`, which is
@@ -651,9 +779,11 @@ impl Segment {
             data,
             capacity,
             buffers: Some(buffers),
+            shared: pool.shared,
             pool,
             skips: false,
             attached: false,
+            holes: AtomicBool::new(false),
         }
     }
 
@@ -782,14 +912,14 @@ impl Segment {
         record: &Record<'_>,
         timestamp_ns: u64,
         framed: bool,
-    ) {
+    ) -> bool {
         if framed {
             // SAFETY: the caller's contract.
-            unsafe { self.write_framed_and_commit(index, pos, len, record, timestamp_ns) };
+            unsafe { self.write_framed_and_commit(index, pos, len, record, timestamp_ns) }
         } else {
             // SAFETY: the caller's contract.
             unsafe { self.write(index, pos, len, record, timestamp_ns) };
-            self.commit(index, pos);
+            self.commit(index, pos)
         }
     }
 
@@ -803,7 +933,14 @@ impl Segment {
     /// As [`Segment::write`], with `len` the record's encoded length and the
     /// range `pos..pos + FRAME_LEN + len`.
     #[inline(never)]
-    unsafe fn write_framed_and_commit(&self, index: u64, pos: u64, len: usize, record: &Record<'_>, timestamp_ns: u64) {
+    unsafe fn write_framed_and_commit(
+        &self,
+        index: u64,
+        pos: u64,
+        len: usize,
+        record: &Record<'_>,
+        timestamp_ns: u64,
+    ) -> bool {
         let at = pos + super::file::FRAME_LEN as u64;
         // SAFETY: the caller's contract; `at..at + len` lies inside its range.
         unsafe { self.write(index, at, len, record, timestamp_ns) };
@@ -820,7 +957,7 @@ impl Segment {
                 self.data.as_ptr().add(pos as usize).cast::<u64>().write(frame.to_le());
             }
         });
-        self.commit(index, at);
+        self.commit(index, at)
     }
 
     /// The storage's segment file, for a durable segment.
@@ -845,7 +982,12 @@ impl Segment {
         seg.skips = skips;
         debug_assert!(positions.len() <= seg.slot_count() as usize);
         for (i, &pos) in positions.iter().enumerate() {
-            seg.commit(i as u64, pos);
+            let value = u32::try_from(pos / POS_UNIT + 1).expect("segment position fits the slot encoding");
+            // Relaxed: the segment is not shared yet (see the tail word's
+            // store below); a plain store, since the file's index may hold
+            // anything a crash left, which a shared segment's commit (a
+            // compare-and-swap from not committed) would refuse.
+            seg.slots()[i].state.store(value, Ordering::Relaxed);
         }
         let count = positions.len() as u64;
         // Slots past the kept records may hold what the file's index said
@@ -886,13 +1028,123 @@ impl Segment {
         pos + self.view(index, pos).encoded_len() as u64
     }
 
-    /// Publishes the record written for slot `index` at byte `pos`.
+    /// Publishes the record written for slot `index` at byte `pos`. True
+    /// if it is in the log; false only in a shared segment whose slot was
+    /// claimed as abandoned first (see "An abandoned reservation"): the
+    /// record is then not in the log, and its offset is a skipped one.
     #[inline]
-    pub(crate) fn commit(&self, index: u64, pos: u64) {
+    #[must_use]
+    pub(crate) fn commit(&self, index: u64, pos: u64) -> bool {
         let value = u32::try_from(pos / POS_UNIT + 1).expect("segment position fits the slot encoding");
+        let slot = &self.slots()[index as usize].state;
+        if self.shared {
+            // Release (A1): as L1 below, for the compare-and-swap that
+            // commits in a shared segment. Relaxed on failure: the writer
+            // learns only that its slot was claimed, and reads nothing.
+            return slot
+                .compare_exchange(
+                    UNCOMMITTED,
+                    value,
+                    crate::sync::ordering_or_weakened!("A1", Ordering::Release),
+                    Ordering::Relaxed,
+                )
+                .is_ok();
+        }
         // Release: pairs with the Acquire load in `committed`, so a reader that
         // sees this value also sees every byte `write` put in the record.
-        self.slots()[index as usize].state.store(value, crate::sync::ordering_or_weakened!("L1", Ordering::Release));
+        slot.store(value, crate::sync::ordering_or_weakened!("L1", Ordering::Release));
+        true
+    }
+
+    /// True if slot `index` was given up as abandoned (shared segments
+    /// only; see "An abandoned reservation").
+    pub(crate) fn is_abandoned(&self, index: u64) -> bool {
+        // Relaxed: nothing is read on the strength of it; whoever sees it
+        // passes over the offset without reading a byte of it.
+        self.slots().get(index as usize).is_some_and(|s| s.state.load(Ordering::Relaxed) == ABANDONED)
+    }
+
+    /// True if a reader (or a sync round) at slot `index` may pass over it:
+    /// it is abandoned, and it lies before the segment's end, known by the
+    /// seal or by a committed slot after it (see "An abandoned
+    /// reservation": a slot past every committed one of a segment awaiting
+    /// its seal may lie past the count a takeover seals at).
+    pub(crate) fn passable(&self, index: u64) -> bool {
+        if !self.is_abandoned(index) {
+            return false;
+        }
+        if let Some(count) = self.sealed_count() {
+            return index < count;
+        }
+        // Relaxed: a bound for the scan below; the slots are loaded on their own.
+        let reserved = (self.tail().load(Ordering::Relaxed) >> BYTES_BITS).min(self.slot_count());
+        (index + 1..reserved).any(|i| self.committed(i).is_some())
+    }
+
+    /// Claims every slot of `from..to` that is still not committed as
+    /// abandoned (shared segments only; see "An abandoned reservation"):
+    /// the caller has seen them reserved, and not committed, for the
+    /// abandon bound. Returns how many this call claimed.
+    #[cold]
+    pub(crate) fn claim_abandoned(&self, from: u64, to: u64) -> u64 {
+        debug_assert!(self.shared, "only a shared segment's slots are claimed");
+        let to = to.min(self.slot_count());
+        let mut claimed = 0;
+        for slot in self.slots().get(from as usize..to as usize).unwrap_or(&[]) {
+            // Relaxed, both ways: the claim publishes nothing (no byte of the
+            // slot is written or read, by the claimer or by anyone who sees
+            // it), and a claimer that loses learns only that the slot is
+            // final; the one word decides between the writer and claimers.
+            if slot.state.load(Ordering::Relaxed) == UNCOMMITTED
+                && slot.state.compare_exchange(UNCOMMITTED, ABANDONED, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            {
+                claimed += 1;
+            }
+        }
+        claimed
+    }
+
+    /// True if a reservation overflowed this segment (its sealer was
+    /// elected) and it is not sealed yet.
+    pub(crate) fn awaits_seal(&self) -> bool {
+        if self.sealed_count().is_some() {
+            return false;
+        }
+        // Relaxed: whether the sealer's fetch-add happened; the seal itself
+        // is loaded on its own.
+        let word = self.tail().load(Ordering::Relaxed);
+        (word >> BYTES_BITS) > self.slot_count() || (word & BYTES_MASK) > self.capacity
+    }
+
+    /// Seals a segment whose elected sealer has not, for the abandon
+    /// bound (see "A sealer that dies before it seals"): claims every slot
+    /// reserved and not committed, then seals at one past the last
+    /// committed slot, unless another sealer's seal won. Returns the count
+    /// the segment is sealed at, whoever sealed it.
+    #[cold]
+    pub(crate) fn take_over_seal(&self) -> u64 {
+        // Relaxed: as in `awaits_seal`. Every granted slot lies below it.
+        let limit = (self.tail().load(Ordering::Relaxed) >> BYTES_BITS).min(self.slot_count());
+        self.claim_abandoned(0, limit);
+        // Every slot below `limit` is final now: committed or abandoned.
+        let count = (0..limit).rev().find(|&i| self.committed(i).is_some()).map_or(0, |i| i + 1);
+        self.seal(count)
+    }
+
+    /// Notes that a sync round passed over an abandoned slot of this
+    /// segment (see `has_holes`).
+    pub(crate) fn note_hole(&self) {
+        // Relaxed: read by a later sync round of this process, which the
+        // durability state's mutex orders after this one.
+        self.holes.store(true, Ordering::Relaxed);
+    }
+
+    /// True if this process's sync rounds passed over an abandoned slot
+    /// here: the segment gets no completion marker (a complete file has no
+    /// hole, `recovery.rs`), so recovery reads it as an incomplete one.
+    pub(crate) fn has_holes(&self) -> bool {
+        // Relaxed: see `note_hole`.
+        self.holes.load(Ordering::Relaxed)
     }
 
     /// The byte position of record `index` if it is committed.
@@ -901,7 +1153,9 @@ impl Segment {
         let slot = self.slots().get(index as usize)?;
         // Acquire: pairs with the Release store in `commit`; see the essay.
         match slot.state.load(crate::sync::ordering_or_weakened!("L1", Ordering::Acquire)) {
-            UNCOMMITTED => None,
+            // UNCOMMITTED or ABANDONED, in one comparison: the two values
+            // whose successor (wrapping) is at most 1.
+            v if v.wrapping_add(1) <= UNCOMMITTED + 1 => None,
             v => Some((v as u64 - 1) * POS_UNIT),
         }
     }
@@ -955,15 +1209,33 @@ impl Segment {
         let _ = pos;
     }
 
-    /// Records that the reservation returning `Sealer { count }` closed this segment.
-    pub(crate) fn seal(&self, count: u64) {
+    /// Records that the reservation returning `Sealer { count }` closed
+    /// this segment; returns the count it is sealed at: `count`, but in a
+    /// shared segment whose seal a waiter took over first (see "A sealer
+    /// that dies before it seals"), the taker's.
+    pub(crate) fn seal(&self, count: u64) -> u64 {
         // Release: in memory not needed (the count is the whole message, and
         // the Release store that makes the next segment visible, sequenced
         // after this, carries it); for a durable log it publishes the end
         // mark written just before to a sync round that flushes through it.
         // Free on x86, and it narrows loom's search. See "Sealing".
+        if self.shared {
+            // The same Release, on the compare-and-swap two sealers (the
+            // elected one and a taker, or two takers) race on; Acquire on
+            // failure, as `sealed_count` loads the winner's.
+            return match self.sealed().compare_exchange(
+                NOT_SEALED,
+                count + SEALED_BIAS,
+                Ordering::Release,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => count,
+                Err(won) => won - SEALED_BIAS,
+            };
+        }
         let prev = self.sealed().swap(count + SEALED_BIAS, Ordering::Release);
         debug_assert_eq!(prev, NOT_SEALED, "a segment is sealed once");
+        count
     }
 
     /// Marks where the records of this segment, sealed by the caller, end:
@@ -1107,7 +1379,7 @@ mod tests {
                 Reservation::Granted { index, pos } => {
                     // SAFETY: a Granted reservation of this segment, made here, for `len` bytes.
                     unsafe { seg.write(index, pos, len, &record, stamp) };
-                    seg.commit(index, pos);
+                    assert!(seg.commit(index, pos));
                 }
                 Reservation::Sealer { count, end } => {
                     seg.seal(count);

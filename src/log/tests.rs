@@ -78,7 +78,7 @@ fn reader_waits_at_an_uncommitted_record_and_never_skips_it() {
     let Reservation::Granted { index: i1, pos: p1 } = seg.reserve(1, len as u64) else { panic!() };
     // SAFETY: both ranges come from the Granted reservations just above.
     unsafe { seg.write(i1, p1, len, &Record::new(b"fast"), 1) };
-    seg.commit(i1, p1);
+    assert!(seg.commit(i1, p1));
 
     let mut cursor = log.cursor_from_first();
     assert!(cursor.read().unwrap().is_none(), "offset 0 is reserved but not committed");
@@ -87,7 +87,7 @@ fn reader_waits_at_an_uncommitted_record_and_never_skips_it() {
 
     // SAFETY: as above.
     unsafe { seg.write(i0, p0, len, &rec, 0) };
-    seg.commit(i0, p0);
+    assert!(seg.commit(i0, p0));
     let got: Vec<_> = cursor.read_batch(10).unwrap().iter().map(|r| r.payload().to_vec()).collect();
     assert_eq!(got, vec![b"slow".to_vec(), b"fast".to_vec()]);
 }
