@@ -534,24 +534,22 @@ impl Cursor {
         let first = self.next_run(max)?;
         let mut second = None;
         if let Some(run) = first.filter(|r| r.len < max) {
-            // The first batch's segment, kept for its borrow while the
-            // cursor moves on to the next one.
-            let seg = self.seg.clone();
+            // The first batch's segment, kept for its borrow: the look for
+            // a second batch may move the cursor to the next segment even
+            // when it finds nothing there yet.
+            self.held = self.seg.clone();
             let after = self.offset;
             match self.next_run(max - run.len) {
-                Ok(next) => {
-                    self.held = seg;
-                    second = next;
-                }
+                Ok(next) => second = next,
                 // Trimmed past the first batch: back to where it ended, so
                 // that the next read finds (and reports) the same lag.
                 Err(_) => {
                     self.offset = after;
-                    self.seg = seg;
+                    self.seg = self.held.clone();
                 }
             }
         }
-        let first_seg = if second.is_some() { self.held.as_deref() } else { self.seg.as_deref() };
+        let first_seg = if self.held.is_some() { self.held.as_deref() } else { self.seg.as_deref() };
         Ok((self.batch_of(first, first_seg), self.batch_of(second, self.seg.as_deref())))
     }
 

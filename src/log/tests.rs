@@ -676,3 +676,31 @@ fn read_batches_crosses_one_segment_end() {
     assert!(crossed > 0, "some reads crossed a segment end");
     assert!(short_plain > 1, "read_batch stops at segment ends (what read_batches is for)");
 }
+
+/// A first batch that ends its segment, with nothing committed yet in the
+/// next one (its first record still being written): the look for a second
+/// batch moves the cursor onto the next segment, and the first batch must
+/// still be read from its own.
+#[test]
+fn read_batches_reads_the_first_batch_from_its_segment_when_the_next_has_nothing_yet() {
+    let log = small(MIN_SEGMENT_BYTES, None);
+    for i in 0..5u64 {
+        log.append(&Record::new(&payload(i, 80))).unwrap();
+    }
+    {
+        let guard = epoch::pin();
+        let seg = log.shared.dir(&guard).last().clone();
+        let segment::Reservation::Sealer { count, end } = seg.reserve(1, seg.capacity() + 1) else { panic!() };
+        let current = log.shared.dir_ptr(&guard);
+        log.shared.roll(&seg, count, end, current, &guard).unwrap();
+    }
+    assert_eq!(log.stats().segments, 2);
+    let hole = log.leave_hole(100);
+    assert_eq!(hole, 5, "the next segment's first offset is being written");
+    let mut c = log.cursor_from_first();
+    let (a, b) = c.read_batches(64).unwrap();
+    let got: Vec<Vec<u8>> = a.iter().map(|r| r.payload().to_vec()).collect();
+    assert_eq!(got, (0..5).map(|i| payload(i, 80)).collect::<Vec<_>>());
+    assert!(b.is_empty());
+    assert_eq!(c.offset(), 5);
+}
