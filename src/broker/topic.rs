@@ -12,12 +12,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::barrier;
+use super::doorbell::{Bell, Cross, Watch};
 use super::subscription::in_handler::InHandler;
 use super::subscription::signal::{self, Entry};
 use super::waiters::Waiters;
 use crate::clock::now_ns;
 use crate::error::{Error, PublishFailure, Result};
-use crate::log::{DurableLog, Fsync, Log, LogConfig, Record};
+use crate::log::{DurableLog, Fsync, Log, LogConfig, Record, Sharing};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
 use crate::sync::{Arc, Mutex, Name};
@@ -216,6 +217,9 @@ pub(crate) struct Partition {
     /// `Block` subscriber is let through when deleting detaches that
     /// subscriber: it was accepted before the delete.)
     deleted: AtomicBool,
+    /// Its part in the cross-process wake, in `Sharing::Processes` mode
+    /// (see `doorbell.rs`); `None`, the flag every publish tests, otherwise.
+    cross: Option<Cross>,
 }
 
 impl Partition {
@@ -229,7 +233,16 @@ impl Partition {
             edit: Mutex::new(()),
             space: Waiters::new(),
             deleted: AtomicBool::new(false),
+            cross: None,
         }
+    }
+
+    /// A partition whose log other processes share, woken by their
+    /// publishes through `cross` (see `doorbell.rs`).
+    pub(crate) fn shared(index: u32, log: Log, cross: Cross) -> Self {
+        let mut p = Partition::new(index, log);
+        p.cross = Some(cross);
+        p
     }
 
     /// Marks the partition's topic deleted (see `Broker::delete_topic`).
@@ -378,6 +391,10 @@ impl Partition {
         barrier::light();
         let current = self.current(guard);
         signal::notify(&current.list, current.marked);
+        if let Some(cross) = &self.cross {
+            // Brokers in other processes (see `doorbell.rs`).
+            cross.after_commit();
+        }
     }
 
     /// Adds a listener (no-op if one with its id is there), and its blocker,
@@ -397,6 +414,9 @@ impl Partition {
             }
             blockers.extend(blocker);
         });
+        // The raise of this broker's interest (in `edit_listeners`) is
+        // ordered before the caller's look at the log by the fence that
+        // opens `heavy` (see "The race it survives" in `doorbell.rs`).
         barrier::heavy();
     }
 
@@ -416,6 +436,10 @@ impl Partition {
         let current = self.current(&guard);
         let (mut list, mut blockers) = (current.list.clone(), current.blockers.clone());
         edit(&mut list, &mut blockers);
+        if let Some(cross) = &self.cross {
+            // Under `edit`: this broker's raises and lowers alternate.
+            cross.set_listening(!list.is_empty());
+        }
         // Release: publishes the new list (see `current`).
         let old = self.listeners.swap(Owned::new(Listeners::new(list, blockers)), Ordering::AcqRel, &guard);
         // SAFETY: `old` is unreachable now; publishers that loaded it are pinned
@@ -427,6 +451,27 @@ impl Partition {
     pub(crate) fn listener_count(&self) -> usize {
         let guard = epoch::pin();
         self.current(&guard).list.len()
+    }
+}
+
+impl Watch for Partition {
+    /// The doorbell thread's look (see `doorbell.rs`): if the log moved
+    /// since the last look (in any process, following their rolls), signals
+    /// the listeners as a local publisher would.
+    fn look(&self) -> bool {
+        let Some(cross) = &self.cross else { return false };
+        let guard = epoch::pin();
+        let current = self.current(&guard);
+        if current.list.is_empty() {
+            return false;
+        }
+        let end = self.log.end_offset_followed();
+        // Relaxed: the doorbell thread's own note.
+        if cross.seen.swap(end, Ordering::Relaxed) == end {
+            return false;
+        }
+        signal::notify(&current.list, current.marked);
+        true
     }
 }
 
@@ -451,6 +496,17 @@ impl fmt::Debug for Partition {
     }
 }
 
+/// How [`Topic::open`] opens its partitions' logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opening {
+    /// Recovers them, for this process alone (`Sharing::Exclusive`).
+    Alone,
+    /// Recovers them, shared: the first opener in `Sharing::Processes`.
+    First,
+    /// Joins them as another process left them (`Sharing::Processes`).
+    Join,
+}
+
 /// A topic: a name and its partitions.
 pub(crate) struct Topic {
     pub(crate) name: Name,
@@ -469,20 +525,28 @@ impl Topic {
 
     /// Opens (or creates) a topic whose partitions keep their logs in files:
     /// partition `i` in `dir(i)`. A torn tail found by recovery is reported
-    /// in each partition's stats and through the `log` crate.
+    /// in each partition's stats and through the `log` crate. With
+    /// `Opening::Join`, joins logs other processes have open instead of
+    /// recovering them (see "Several processes" in `store.rs`).
     pub(crate) fn open(
         name: &str,
         options: &TopicOptions,
         dir: &dyn Fn(u32) -> PathBuf,
         fsync: Fsync,
         repair: bool,
+        opening: Opening,
+        bell: Option<&Arc<Bell>>,
     ) -> Result<Topic> {
         options.validate()?;
         let config = options.log_config();
         let partitions = (0..options.partitions)
             .map(|i| {
                 let durable = DurableLog { dir: dir(i), fsync, repair };
-                let (log, report) = Log::open(&config, i, &durable)?;
+                let (log, report) = match opening {
+                    Opening::Alone => Log::open(&config, i, &durable)?,
+                    Opening::First => Log::open_in(&config, i, &durable, Sharing::Processes)?,
+                    Opening::Join => (Log::join(&config, i, &durable)?, Default::default()),
+                };
                 let recovery = Recovered {
                     truncated_records: report.truncated_records,
                     truncated_bytes: report.truncated_bytes,
@@ -496,7 +560,13 @@ impl Topic {
                         recovery.truncated_bytes
                     );
                 }
-                let mut p = Partition::new(i, log);
+                let mut p = match (opening, bell) {
+                    (Opening::Alone, _) | (_, None) => Partition::new(i, log),
+                    (_, Some(bell)) => {
+                        let cross = Cross::open(&dir(i), opening == Opening::First, bell.clone())?;
+                        Partition::shared(i, log, cross)
+                    }
+                };
                 p.recovery = recovery;
                 Ok(Arc::new(p))
             })
