@@ -80,7 +80,7 @@ use arc_swap::ArcSwap;
 
 use super::consumer::{Assignment, ConsumerCore, GroupHost};
 use super::dispatch::{Job, Timer, WorkerPool};
-use super::doorbell::{Bell, Doorbell, Watch};
+use super::doorbell::{Bell, Doorbell};
 use super::flusher::{Flusher, Poke};
 use super::group::Group;
 use super::names::{self, Pattern};
@@ -975,8 +975,7 @@ impl BrokerInner {
     /// Has `doorbell` watch every partition of `topic`.
     pub(super) fn watch(doorbell: &Doorbell, topic: &Topic) {
         for p in topic.partitions.iter() {
-            let p: Arc<dyn Watch> = p.clone();
-            doorbell.watch(Arc::downgrade(&p));
+            doorbell.watch(p);
         }
     }
 
@@ -1001,6 +1000,11 @@ impl BrokerInner {
             && d.is_zero()
         {
             return Err(Error::InvalidArgument("the fsync interval must be more than 0".into()));
+        }
+        // Loom has no file mapping to share (see `doorbell.rs`).
+        #[cfg(loom)]
+        if config.sharing == Sharing::Processes {
+            return Err(Error::InvalidArgument("Sharing::Processes is not modelled under loom".into()));
         }
         let opened = Store::open_shared(root, config.fsync, config.repair, config.sharing)?;
         let store = Arc::new(opened.store);

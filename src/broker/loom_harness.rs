@@ -486,3 +486,66 @@ impl OffsetsStore {
         super::store::Offsets { groups: vec![("g".into(), "t".into(), vec![Some(n)])], durable: Vec::new() }
     }
 }
+
+/// The cross-process wake of `doorbell.rs` on one partition, for
+/// `loom-tests/tests/doorbell.rs`: a real log, the partition's interest
+/// (raised: another broker listens) and the directory's bell, in memory
+/// (loom has no file mapping; the futex is a mutex and a condition
+/// variable, see `Bell`). The publisher's half is [`Cross::after_commit`],
+/// as `Partition::notify` calls it; the doorbell's is [`Bell::round`], as
+/// its thread runs it.
+///
+/// [`Cross::after_commit`]: super::doorbell::Cross
+/// [`Bell::round`]: super::doorbell::Bell
+pub struct WakeAcross {
+    log: Log,
+    cross: super::doorbell::Cross,
+    bell: Arc<super::doorbell::Bell>,
+}
+
+impl std::fmt::Debug for WakeAcross {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WakeAcross")
+    }
+}
+
+impl WakeAcross {
+    /// An empty partition another process listens to.
+    pub fn new() -> WakeAcross {
+        let bell = Arc::new(super::doorbell::Bell::in_memory());
+        let cross = super::doorbell::Cross::in_memory(bell.clone());
+        cross.set_listening(true);
+        let config = LogConfig { segment_bytes: Some(crate::log::MIN_SEGMENT_BYTES), ..LogConfig::default() };
+        WakeAcross { log: Log::new(&config).expect("a log"), cross, bell }
+    }
+
+    /// A publisher in some process: appends a record, then its half of
+    /// the wake.
+    pub fn publish(&self) {
+        self.log.append(&Record::new(b"x")).expect("room for one record");
+        self.cross.after_commit();
+    }
+
+    /// The doorbell thread of the listening process: rounds until a look
+    /// finds a record (sleeping between them as the real thread does).
+    ///
+    /// Each round pins before it arms: a pin is a full fence in crossbeam's
+    /// epoch (a `SeqCst` read-modify-write), which, taken inside the look,
+    /// would stand in for X2 and hide it from the model. The doorbell
+    /// thread's look pins inside (`Partition::look`), so X2 is what the
+    /// protocol names, not what it happens to get from the pin.
+    pub fn doorbell_until_a_record(&self) {
+        loop {
+            let guard = crate::sync::epoch::pin();
+            if self.bell.round(|| self.log.end_offset_pinned(&guard) > 0) {
+                return;
+            }
+        }
+    }
+}
+
+impl Default for WakeAcross {
+    fn default() -> Self {
+        WakeAcross::new()
+    }
+}

@@ -349,7 +349,7 @@ pub(crate) struct Ticket {
 
 impl Store {
     /// Opens (creating if needed) and locks `root`, then reads its metadata.
-    #[cfg(test)]
+    #[cfg(any(test, loom))]
     pub(crate) fn open(root: &Path, fsync: Fsync, repair: bool) -> Result<Opened> {
         Self::open_shared(root, fsync, repair, Sharing::Exclusive)
     }

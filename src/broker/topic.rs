@@ -545,7 +545,12 @@ impl Topic {
                 let (log, report) = match opening {
                     Opening::Alone => Log::open(&config, i, &durable)?,
                     Opening::First => Log::open_in(&config, i, &durable, Sharing::Processes)?,
+                    #[cfg(not(loom))]
                     Opening::Join => (Log::join(&config, i, &durable)?, Default::default()),
+                    // Never reached: a Processes broker does not open under
+                    // loom (see `BrokerInner::open_data_dir`).
+                    #[cfg(loom)]
+                    Opening::Join => return Err(Error::InvalidArgument("no shared logs under loom".into())),
                 };
                 let recovery = Recovered {
                     truncated_records: report.truncated_records,
