@@ -206,8 +206,11 @@ fn what_processes_do_not_share_yet_is_refused() {
     refused(broker.delete_topic(TOPIC), "deleting a topic");
     refused(broker.delete_group("billing", TOPIC), "deleting a group");
     refused(broker.delete_durable("audit"), "deleting a durable subscription");
-    // What is shared works: an anonymous subscription, publishing.
-    let (_sub, seen) = subscribe(&broker);
+    // What is shared works: an anonymous subscription, publishing. Its name
+    // (and so its dead-letter topic's, in the shared directory) holds the
+    // pid: subscription ids are per process.
+    let (sub, seen) = subscribe(&broker);
+    assert!(sub.name().starts_with(&format!("anon-{}-", std::process::id())), "{}", sub.name());
     broker.publish(TOPIC, &Record::new(&payload(0, 0))).unwrap();
     wait_for("the message", || seen.lock().unwrap().len() == 1);
 }

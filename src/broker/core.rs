@@ -660,7 +660,13 @@ impl BrokerInner {
             this.topic_for_publish(pattern.as_str())?;
         }
         let id = crate::sync::unique_id();
-        let name = options.name.clone().unwrap_or_else(|| format!("anon-{id}"));
+        let name = options.name.clone().unwrap_or_else(|| match this.config.sharing {
+            Sharing::Exclusive => format!("anon-{id}"),
+            // Ids are per process: the pid keeps two processes' anonymous
+            // subscriptions (and their dead-letter topics, which live in the
+            // shared directory) apart.
+            Sharing::Processes => format!("anon-{}-{id}", std::process::id()),
+        });
         let dlq_name = options.dead_letter_topic.clone().unwrap_or_else(|| names::default_dead_letter_topic(&name));
         if pattern.matches(&dlq_name) {
             // Its dead letters would come back to it, fail again and loop.
