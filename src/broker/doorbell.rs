@@ -10,9 +10,12 @@
 //! word in a file every process maps (`MAP_SHARED`, `FUTEX_WAIT` without
 //! `FUTEX_PRIVATE_FLAG`, so the kernel keys the wait by the file's page,
 //! not by this process's address space). Woken, it looks at the partitions
-//! this process listens to, and for each whose log moved since its last
-//! look it does what a local publisher would: signals that partition's
-//! listeners. Two shared words carry the protocol:
+//! this process listens to, and for each with a record committed since its
+//! last look (a cursor of its own, which follows other processes' rolls)
+//! it does what a local publisher would: signals that partition's
+//! listeners. It looks for commits, not at the tail: a record reserved but
+//! not committed at a look would otherwise count as seen, and the look
+//! after its publisher's ring would find nothing new. Two shared words carry the protocol:
 //!
 //! * the **interest** word of each partition (in `partition.state`, in the
 //!   partition's directory): how many brokers have at least one listener on
@@ -30,7 +33,7 @@
 //!
 //! * A **doorbell thread** moves quiet -> armed ([`Bell::arm`]: `fetch_or`)
 //!   at the start of every round, then issues X2 (`fence(SeqCst)`), then
-//!   looks at its partitions; only if none moved does it sleep, in
+//!   looks at its partitions; only if none has a new commit does it sleep, in
 //!   `FUTEX_WAIT` on the exact value it armed (the kernel compares the word
 //!   with it under its own lock, and does not sleep if they differ).
 //! * A **publisher** in `Processes` mode, after its commit and the local
@@ -48,13 +51,12 @@
 //! # The race it survives
 //!
 //! The publisher stores (its commit), then loads (interest, bell); the
-//! doorbell stores (`ARMED`), then loads (the partitions' tails). That is
+//! doorbell stores (`ARMED`), then loads (the slots its cursors are at). That is
 //! the store-buffering shape, and it needs a full fence on *both* sides:
 //! X1 and X2 are `SeqCst` fences, so one comes first in their total order.
 //!
 //! * X1 first: the commit precedes X1, so the doorbell's look after X2
-//!   finds the partition moved. It signals the listeners and does not
-//!   sleep.
+//!   finds it committed. It signals the listeners and does not sleep.
 //! * X2 first: `ARMED` precedes X2, so the publisher's load after X1 finds
 //!   the bell armed (or armed again later, with a newer sequence) and
 //!   rings. The doorbell either has not slept yet (the word no longer
@@ -420,9 +422,6 @@ pub(crate) struct Cross {
     /// Whether this broker counts in `interest` now; changed under
     /// `edit`, so raises and lowers of one broker alternate.
     raised: Mutex<bool>,
-    /// The log's end at the doorbell's last look (its thread's alone).
-    #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) seen: crate::sync::atomic::AtomicU64,
 }
 
 impl Cross {
@@ -440,7 +439,7 @@ impl Cross {
     }
 
     fn over(interest: Page, bell: crate::sync::Arc<Bell>) -> Cross {
-        Cross { interest, bell, raised: Mutex::new(false), seen: crate::sync::atomic::AtomicU64::new(0) }
+        Cross { interest, bell, raised: Mutex::new(false) }
     }
 
     /// A publisher's half, after its commit (see the module docs): X1, the

@@ -18,7 +18,7 @@ use super::subscription::signal::{self, Entry};
 use super::waiters::Waiters;
 use crate::clock::now_ns;
 use crate::error::{Error, PublishFailure, Result};
-use crate::log::{DurableLog, Fsync, Log, LogConfig, Record, Sharing};
+use crate::log::{Cursor, DurableLog, Fsync, Log, LogConfig, Record, Sharing};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
 use crate::sync::{Arc, Mutex, Name};
@@ -220,6 +220,9 @@ pub(crate) struct Partition {
     /// Its part in the cross-process wake, in `Sharing::Processes` mode
     /// (see `doorbell.rs`); `None`, the flag every publish tests, otherwise.
     cross: Option<Cross>,
+    /// Processes mode: the doorbell thread's cursor, just past the last
+    /// record its looks saw committed (see `Watch::look` below).
+    watched: Option<Mutex<Cursor>>,
 }
 
 impl Partition {
@@ -234,14 +237,20 @@ impl Partition {
             space: Waiters::new(),
             deleted: AtomicBool::new(false),
             cross: None,
+            watched: None,
         }
     }
 
     /// A partition whose log other processes share, woken by their
     /// publishes through `cross` (see `doorbell.rs`).
     pub(crate) fn shared(index: u32, log: Log, cross: Cross) -> Self {
+        // From the oldest record: one committed after a listener's first
+        // look at the log, but reserved before this cursor was made, must
+        // still be seen (the first look walks what is retained, once).
+        let watched = Some(Mutex::new(log.cursor_from_first()));
         let mut p = Partition::new(index, log);
         p.cross = Some(cross);
+        p.watched = watched;
         p
     }
 
@@ -455,20 +464,28 @@ impl Partition {
 }
 
 impl Watch for Partition {
-    /// The doorbell thread's look (see `doorbell.rs`): if the log moved
-    /// since the last look (in any process, following their rolls), signals
-    /// the listeners as a local publisher would.
+    /// The doorbell thread's look (see `doorbell.rs`): if a record was
+    /// committed (in any process, following their rolls) since the last
+    /// look, signals the listeners as a local publisher would. It looks for
+    /// commits, not for the tail: a record reserved but not yet committed
+    /// at a look is one whose publisher will find the bell armed after it
+    /// commits, and the look after that ring must still find it new.
     fn look(&self) -> bool {
-        let Some(cross) = &self.cross else { return false };
+        let Some(watched) = &self.watched else { return false };
         let guard = epoch::pin();
         let current = self.current(&guard);
         if current.list.is_empty() {
             return false;
         }
-        let end = self.log.end_offset_followed();
-        // Relaxed: the doorbell thread's own note.
-        if cross.seen.swap(end, Ordering::Relaxed) == end {
+        let mut cursor = watched.lock();
+        if !cursor.has_next() {
             return false;
+        }
+        // Past every record committed now: the next look reports newer ones.
+        while cursor.has_next() {
+            // A record, or a lag report (retention went past the cursor,
+            // which moved on): either way a step forward.
+            let _ = cursor.read();
         }
         signal::notify(&current.list, current.marked);
         true
@@ -700,6 +717,53 @@ fn next_round_robin() -> usize {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// Counts its wakes: a listener woken after every commit.
+    struct Wakes(crate::sync::atomic::AtomicU64);
+
+    impl super::signal::Listener for Wakes {
+        fn wake(&self) {
+            // Relaxed: the test reads it on this thread.
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    #[test]
+    fn the_doorbell_look_counts_commits_not_reservations() {
+        let dir = std::env::temp_dir().join(format!("rill-topic-look-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let bell = Arc::new(Bell::open(&dir, true).unwrap());
+        let cross = Cross::open(&dir, true, bell).unwrap();
+        let log = Log::new(&LogConfig::default()).unwrap();
+        let p = Partition::shared(0, log.clone(), cross);
+        let wakes = Arc::new(Wakes(AtomicU64::new(0)));
+        let listener: Arc<dyn super::signal::Listener> = wakes.clone();
+        p.add_listener(Entry::always(1, listener), None);
+        assert!(!p.look(), "nothing published");
+        // Reserved and never committed (a publisher still copying): the
+        // tail moved, but a look that took it for seen would find nothing
+        // new after the publisher's commit and ring.
+        log.leave_hole(64);
+        assert!(!p.look(), "a reservation is not a commit");
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 0);
+
+        let log = Log::new(&LogConfig::default()).unwrap();
+        let cross = Cross::open(&dir, true, Arc::new(Bell::open(&dir, true).unwrap())).unwrap();
+        let p = Partition::shared(0, log.clone(), cross);
+        let listener: Arc<dyn super::signal::Listener> = wakes.clone();
+        p.add_listener(Entry::always(1, listener), None);
+        log.append(&Record::new(b"x")).unwrap();
+        assert!(p.look(), "a commit since the last look");
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 1);
+        assert!(!p.look(), "nothing newer");
+        drop(p);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn key_partitioning_is_pinned_to_known_values() {

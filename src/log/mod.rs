@@ -995,26 +995,6 @@ impl Log {
         self.shared.holds.lock().retain(|(i, _)| *i != id);
     }
 
-    /// Processes mode: one past the newest offset handed out in any
-    /// process, following into this process's directory every roll another
-    /// process made since (as a cursor past a sealed end does, see "The
-    /// roll across processes" in `dir.rs`). Otherwise [`Log::end_offset`].
-    pub(crate) fn end_offset_followed(&self) -> u64 {
-        let guard = epoch::pin();
-        #[cfg(not(loom))]
-        if self.shared.processes {
-            loop {
-                let last = self.shared.dir(&guard).last().clone();
-                // Not there yet (its file is being made) or an I/O error:
-                // the end as this process knows it, which a later look redoes.
-                if last.sealed_count().is_none() || !matches!(self.shared.follow(&last, false, &guard), Ok(true)) {
-                    break;
-                }
-            }
-        }
-        self.shared.dir(&guard).end_offset()
-    }
-
     /// Like [`Log::end_offset`], for a caller already pinned.
     #[inline]
     pub(crate) fn end_offset_pinned(&self, guard: &Guard) -> u64 {
