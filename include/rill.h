@@ -309,6 +309,13 @@ typedef struct rill_subscription rill_subscription;
 typedef int32_t rill_fsync;
 
 /**
+ * Who else may open a broker's `data_dir` meanwhile: one of the
+ * `RILL_SHARING_*` constants. Eight bytes wide so that appending it grew
+ * `rill_broker_options` past its old tail padding (see "Option structs").
+ */
+typedef uint64_t rill_sharing;
+
+/**
  * How a broker runs. Fill it with `rill_broker_options_init`, then change
  * what you need.
  *
@@ -364,9 +371,10 @@ typedef struct {
     int64_t publish_timeout_ms;
     /**
      * The data directory (created if missing; NULL, the default: in memory
-     * only). Opened by one broker at a time: another, in this process or
-     * another, gets `RILL_ERR_BUSY`; a path that is not a directory is
-     * `RILL_ERR_IO`. Copied: it need not outlive `rill_broker_new`.
+     * only). Opened by one broker at a time unless `sharing` is
+     * `RILL_SHARING_PROCESSES`: another, in this process or another, gets
+     * `RILL_ERR_BUSY`; a path that is not a directory is `RILL_ERR_IO`.
+     * Copied: it need not outlive `rill_broker_new`.
      */
     const char *data_dir;
     /**
@@ -384,6 +392,12 @@ typedef struct {
      * Default false.
      */
     bool repair;
+    /**
+     * `RILL_SHARING_EXCLUSIVE` (default) or `RILL_SHARING_PROCESSES`, which
+     * needs a `data_dir` (else `RILL_ERR_INVALID_ARGUMENT`). A directory
+     * open one way refuses an opener of the other with `RILL_ERR_BUSY`.
+     */
+    rill_sharing sharing;
 } rill_broker_options;
 
 /**
@@ -1007,6 +1021,22 @@ typedef void (*rill_subscription_callback)(void *user_data, const rill_subscript
  * Before each publish and commit returns (concurrent publishers share one sync).
  */
 #define RILL_FSYNC_ALWAYS 2
+
+/**
+ * No one: this broker alone holds the directory; any other opener, in this
+ * process or another, gets `RILL_ERR_BUSY` (the default).
+ */
+#define RILL_SHARING_EXCLUSIVE 0
+
+/**
+ * Any number of brokers opened with it, in this process and others, share
+ * the directory's topics: a message published by one is delivered to
+ * push subscriptions of all. Needs a `data_dir`. Named (durable) and shared
+ * subscriptions, consumers and deleting topics are not yet supported
+ * this way (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the
+ * README.
+ */
+#define RILL_SHARING_PROCESSES 1
 
 /**
  * Handled: move past the message.

@@ -37,7 +37,7 @@ pub mod fuzzing;
 pub mod log;
 pub(crate) mod sync;
 
-pub use self::log::{Fsync, Record};
+pub use self::log::{Fsync, Record, Sharing};
 
 /// The README's Rust blocks, each a whole program, compiled and run as doc
 /// tests: a snippet that no longer builds or runs fails `cargo test --doc`.

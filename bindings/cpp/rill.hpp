@@ -151,6 +151,13 @@ enum class Fsync : int32_t {
     Always = RILL_FSYNC_ALWAYS,
 };
 
+/// Who else may open a broker's data directory meanwhile; see
+/// rill_broker_options.sharing.
+enum class Sharing : uint64_t {
+    Exclusive = RILL_SHARING_EXCLUSIVE,
+    Processes = RILL_SHARING_PROCESSES,
+};
+
 /// How a broker runs; see rill_broker_options.
 struct BrokerOptions {
     uint32_t worker_threads = 0;  // handler pool size; 0: one per CPU core
@@ -165,6 +172,9 @@ struct BrokerOptions {
     std::chrono::milliseconds fsync_interval = std::chrono::milliseconds(100);
     /// Truncate at damage in an older segment instead of failing with RILL_ERR_CORRUPT.
     bool repair = false;
+    /// Sharing::Processes: any number of brokers, in this process and others,
+    /// share data_dir (which it needs); see "Several processes" in the README.
+    Sharing sharing = Sharing::Exclusive;
 };
 
 /// Topic layout; see rill_topic_options.
@@ -632,6 +642,7 @@ class Broker {
             throw Error(RILL_ERR_INVALID_ARGUMENT, "fsync_interval must be between 1 ms and 2^31 - 1 ms");
         c.fsync_interval_ms = static_cast<uint32_t>(o.fsync_interval.count());
         c.repair = o.repair;
+        c.sharing = static_cast<rill_sharing>(o.sharing);
         detail::check(rill_broker_new(&c, &b_));
     }
     Broker(Broker &&o) noexcept : b_(std::exchange(o.b_, nullptr)) {}

@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_void};
 use std::mem::size_of;
 use std::time::Duration;
 
-use rill::{Broker, BrokerConfig, Fsync, Position, Publisher, Record, TopicOptions};
+use rill::{Broker, BrokerConfig, Fsync, Position, Publisher, Record, Sharing, TopicOptions};
 
 use crate::error::{FfiError, boundary, rill_status};
 use crate::options::{self, OptionStruct};
@@ -45,6 +45,24 @@ pub const RILL_FSYNC_NEVER: rill_fsync = rill_fsync(0);
 pub const RILL_FSYNC_INTERVAL: rill_fsync = rill_fsync(1);
 /// Before each publish and commit returns (concurrent publishers share one sync).
 pub const RILL_FSYNC_ALWAYS: rill_fsync = rill_fsync(2);
+
+/// Who else may open a broker's `data_dir` meanwhile: one of the
+/// `RILL_SHARING_*` constants. Eight bytes wide so that appending it grew
+/// `rill_broker_options` past its old tail padding (see "Option structs").
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rill_sharing(pub u64);
+
+/// No one: this broker alone holds the directory; any other opener, in this
+/// process or another, gets `RILL_ERR_BUSY` (the default).
+pub const RILL_SHARING_EXCLUSIVE: rill_sharing = rill_sharing(0);
+/// Any number of brokers opened with it, in this process and others, share
+/// the directory's topics: a message published by one is delivered to
+/// push subscriptions of all. Needs a `data_dir`. Named (durable) and shared
+/// subscriptions, consumers and deleting topics are not yet supported
+/// this way (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the
+/// README.
+pub const RILL_SHARING_PROCESSES: rill_sharing = rill_sharing(1);
 
 /// How a broker runs. Fill it with `rill_broker_options_init`, then change
 /// what you need.
@@ -93,9 +111,10 @@ pub struct rill_broker_options {
     /// indefinitely. Default 10000.
     pub publish_timeout_ms: i64,
     /// The data directory (created if missing; NULL, the default: in memory
-    /// only). Opened by one broker at a time: another, in this process or
-    /// another, gets `RILL_ERR_BUSY`; a path that is not a directory is
-    /// `RILL_ERR_IO`. Copied: it need not outlive `rill_broker_new`.
+    /// only). Opened by one broker at a time unless `sharing` is
+    /// `RILL_SHARING_PROCESSES`: another, in this process or another, gets
+    /// `RILL_ERR_BUSY`; a path that is not a directory is `RILL_ERR_IO`.
+    /// Copied: it need not outlive `rill_broker_new`.
     pub data_dir: *const c_char,
     /// `RILL_FSYNC_INTERVAL` (default), `_ALWAYS` or `_NEVER`; see above.
     pub fsync: rill_fsync,
@@ -106,6 +125,10 @@ pub struct rill_broker_options {
     /// segment (and report it) instead of failing with `RILL_ERR_CORRUPT`.
     /// Default false.
     pub repair: bool,
+    /// `RILL_SHARING_EXCLUSIVE` (default) or `RILL_SHARING_PROCESSES`, which
+    /// needs a `data_dir` (else `RILL_ERR_INVALID_ARGUMENT`). A directory
+    /// open one way refuses an opener of the other with `RILL_ERR_BUSY`.
+    pub sharing: rill_sharing,
 }
 
 /// How a topic is laid out. Fill it with `rill_topic_options_init`.
@@ -193,6 +216,7 @@ unsafe impl OptionStruct for rill_broker_options {
             fsync: RILL_FSYNC_INTERVAL,
             fsync_interval_ms: DEFAULT_FSYNC_INTERVAL_MS,
             repair: d.repair,
+            sharing: RILL_SHARING_EXCLUSIVE,
         }
     }
 }
@@ -241,6 +265,13 @@ unsafe fn broker_config(o: Option<&rill_broker_options>) -> Result<BrokerConfig,
             rill_fsync(other) => return Err(FfiError::invalid(format!("fsync {other} is not a RILL_FSYNC_* value"))),
         };
         config.repair = o.repair;
+        config.sharing = match o.sharing {
+            RILL_SHARING_EXCLUSIVE => Sharing::Exclusive,
+            RILL_SHARING_PROCESSES => Sharing::Processes,
+            rill_sharing(other) => {
+                return Err(FfiError::invalid(format!("sharing {other} is not a RILL_SHARING_* value")));
+            }
+        };
     }
     Ok(config)
 }

@@ -432,9 +432,12 @@ mod tests {
     #[test]
     fn first_sizes_are_the_current_sizes() {
         // rill_broker_options grew (data_dir, fsync, fsync_interval_ms,
-        // repair); a program built with the 24-byte layout still works.
+        // repair; issue 39's 8-byte sharing after the tail padding of the
+        // 48-byte layout, so a program built with that one passes 48 and
+        // its padding is never read as `sharing`); a program built with the
+        // 24-byte layout still works.
         assert_eq!(rill_broker_options::FIRST_SIZE, 24);
-        assert_eq!(size_of::<rill_broker_options>(), 48);
+        assert_eq!(size_of::<rill_broker_options>(), 56);
         // Issue 13 appended retention_ms to rill_topic_options, and
         // on_dead_letter (13), shared and ack_timeout_ms (12) to
         // rill_subscription_options (ack_timeout_ms fills the tail padding

@@ -80,6 +80,7 @@ use arc_swap::ArcSwap;
 
 use super::consumer::{Assignment, ConsumerCore, GroupHost};
 use super::dispatch::{Job, Timer, WorkerPool};
+use super::doorbell::{Bell, Doorbell};
 use super::flusher::{Flusher, Poke};
 use super::group::Group;
 use super::names::{self, Pattern};
@@ -89,10 +90,10 @@ use super::subscription::{
     AckWatch, BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, Stall, StartPosition, SubCore, SubEnv,
     Subscription, SubscriptionOptions,
 };
-use super::topic::{Partition, Topic, TopicOptions, Wait};
+use super::topic::{Opening, Partition, Topic, TopicOptions, Wait};
 use crate::error::{Error, Result};
 use crate::log::file::RollHook;
-use crate::log::{Fsync, Log, LogConfig, MIN_SEGMENT_BYTES};
+use crate::log::{Fsync, Log, LogConfig, MIN_SEGMENT_BYTES, Sharing};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Arc, Mutex, Name};
 
@@ -130,8 +131,14 @@ pub struct BrokerConfig {
     pub publish_timeout: Option<Duration>,
     /// Where the broker keeps its topics, messages, group commits and durable
     /// subscription positions across restarts (created if missing; one broker
-    /// at a time, others get `Busy`). `None`, the default: in memory only.
+    /// at a time, others get `Busy`, unless `sharing` says otherwise). `None`,
+    /// the default: in memory only.
     pub data_dir: Option<PathBuf>,
+    /// Who else may open `data_dir` meanwhile: no one (`Exclusive`, the
+    /// default), or any number of brokers in this and other processes
+    /// opened with `Processes` (which needs a `data_dir`; see "Several
+    /// processes" in the README for what they share so far).
+    pub sharing: Sharing,
     /// When messages and offsets reach stable storage (with a `data_dir`).
     /// Default: every 100 ms. See the promises table in the README.
     pub fsync: Fsync,
@@ -149,6 +156,7 @@ impl Default for BrokerConfig {
             default_topic: TopicOptions::default(),
             publish_timeout: Some(Duration::from_secs(10)),
             data_dir: None,
+            sharing: Sharing::Exclusive,
             fsync: Fsync::default(),
             repair: false,
         }
@@ -212,6 +220,8 @@ pub(crate) struct BrokerInner {
     /// `delete_topic`): one empty partition for the broker's life, made at
     /// the first delete, so deletions do not each leave one behind.
     pub(super) placeholder: Mutex<Option<Arc<Partition>>>,
+    /// `Sharing::Processes`: the doorbell thread (see `doorbell.rs`).
+    pub(super) doorbell: Option<Arc<Doorbell>>,
 }
 
 /// A timer job: applies a topic's age limit (`retention_ms`) to its
@@ -319,11 +329,31 @@ impl BrokerInner {
             Some(ms) => Some((self.expiry_timer()?, expiry_period(ms))),
             None => None,
         };
+        let (fsync, repair) = (self.config.fsync, self.config.repair);
         let topic = Arc::new(match self.store() {
             None => Topic::new(name, options)?,
+            Some(store) if store.sharing() == Sharing::Processes => {
+                let bell = self.doorbell.as_ref().map(|d| d.bell());
+                store.with_topic_list(|list| {
+                    match list.iter().find(|t| t.name == name) {
+                        // Listed by another process: joined, with the options
+                        // it was made with (see "Several processes").
+                        Some(meta) => {
+                            let dir = |p| store.partition_dir(meta.dir, p);
+                            Topic::open(name, &meta.options, &dir, fsync, repair, Opening::Join, bell)
+                        }
+                        None => store.add_topic(name, options, |dir| {
+                            Topic::open(name, options, dir, fsync, repair, Opening::First, bell)
+                        }),
+                    }
+                })?
+            }
             Some(store) => store
-                .add_topic(name, options, |dir| Topic::open(name, options, dir, store.fsync(), self.config.repair))?,
+                .add_topic(name, options, |dir| Topic::open(name, options, dir, fsync, repair, Opening::Alone, None))?,
         });
+        if let Some(doorbell) = &self.doorbell {
+            Self::watch(doorbell, &topic);
+        }
         if let Some((timer, every)) = expiry {
             timer.schedule(every, Expire { topic: topic.clone(), every, timer: timer.clone() });
         }
@@ -427,9 +457,23 @@ impl BrokerInner {
         }
     }
 
+    /// Fails with `InvalidArgument` in `Sharing::Processes` mode: `what` is
+    /// not shared between processes yet (see "Several processes" in the
+    /// module docs).
+    pub(super) fn refuse_when_shared(&self, what: &str) -> Result<()> {
+        if self.config.sharing == Sharing::Processes {
+            return Err(Error::InvalidArgument(format!(
+                "{what} is not yet supported with Sharing::Processes (issue 39: its state would be \
+                 written by several processes at once)"
+            )));
+        }
+        Ok(())
+    }
+
     /// Deletes topic `name` (see [`Broker::delete_topic`](super::Broker::delete_topic)).
     pub(super) fn delete_topic(&self, name: &str) -> Result<()> {
         names::validate_topic(name)?;
+        self.refuse_when_shared("deleting a topic")?;
         // What detached wildcard readers read instead: an empty partition
         // of the smallest segment, shared by all of them and by every
         // delete. Made at the first delete, before anything is deleted, so
@@ -509,6 +553,7 @@ impl BrokerInner {
     /// Forgets durable subscription `name`'s saved positions.
     pub(super) fn delete_durable(&self, name: &str) -> Result<()> {
         names::validate_subscription_name(name)?;
+        self.refuse_when_shared("a named (durable) subscription")?;
         let mut control = self.control.lock();
         self.check_open()?;
         if control.subs.values().any(|s| s.durable && s.name == name) {
@@ -561,6 +606,7 @@ impl BrokerInner {
     pub(super) fn delete_group(&self, group: &str, topic: &str) -> Result<()> {
         names::validate_group(group)?;
         names::validate_topic(topic)?;
+        self.refuse_when_shared("a consumer group")?;
         let mut control = self.control.lock();
         self.check_open()?;
         let key = (group.to_owned(), Name::from(topic));
@@ -603,13 +649,24 @@ impl BrokerInner {
                 pattern.as_str()
             )));
         }
+        if options.shared {
+            this.refuse_when_shared("a shared subscription")?;
+        } else if options.name.is_some() {
+            this.refuse_when_shared("a named (durable) subscription")?;
+        }
         if pattern.is_literal() && this.topic(pattern.as_str()).is_err() {
             // Naming one topic that does not exist is a mistake, unless topics
             // are created on demand.
             this.topic_for_publish(pattern.as_str())?;
         }
         let id = crate::sync::unique_id();
-        let name = options.name.clone().unwrap_or_else(|| format!("anon-{id}"));
+        let name = options.name.clone().unwrap_or_else(|| match this.config.sharing {
+            Sharing::Exclusive => format!("anon-{id}"),
+            // Ids are per process: the pid keeps two processes' anonymous
+            // subscriptions (and their dead-letter topics, which live in the
+            // shared directory) apart.
+            Sharing::Processes => format!("anon-{}-{id}", std::process::id()),
+        });
         let dlq_name = options.dead_letter_topic.clone().unwrap_or_else(|| names::default_dead_letter_topic(&name));
         if pattern.matches(&dlq_name) {
             // Its dead letters would come back to it, fail again and loop.
@@ -756,6 +813,7 @@ impl BrokerInner {
         // unless it holds dead letters (nothing can publish to it after the
         // last handler call, which came before this hook).
         if let Some(dlq) = sub.own_dead_letter_topic()
+            && self.config.sharing == Sharing::Exclusive
             && dlq.partitions.iter().all(|p| p.log.end_offset() == 0)
         {
             self.remove_topic(&control, &dlq);
@@ -908,6 +966,9 @@ impl BrokerInner {
         if let Some(flusher) = self.flusher.lock().take() {
             flusher.stop();
         }
+        if let Some(doorbell) = &self.doorbell {
+            doorbell.stop();
+        }
         // A clean close flushes everything, whatever the policy, then lets go
         // of the directory (handles still held read nothing new: publishing
         // to a closed broker fails).
@@ -915,6 +976,13 @@ impl BrokerInner {
             self.flush(&store, true);
         }
         self.topics.store(std::sync::Arc::new(TopicMap::new_sync()));
+    }
+
+    /// Has `doorbell` watch every partition of `topic`.
+    pub(super) fn watch(doorbell: &Doorbell, topic: &Topic) {
+        for p in topic.partitions.iter() {
+            doorbell.watch(p);
+        }
     }
 
     /// The data directory, if the broker is open on one.
@@ -926,18 +994,41 @@ impl BrokerInner {
     /// lock, reopens its topics (recovering their logs) and loads the
     /// offsets into a fresh control plane.
     pub(super) fn open_data_dir(config: &BrokerConfig) -> Result<Option<OpenedDir>> {
-        let Some(root) = &config.data_dir else { return Ok(None) };
+        let Some(root) = &config.data_dir else {
+            if config.sharing == Sharing::Processes {
+                return Err(Error::InvalidArgument(
+                    "sharing a broker between processes (Sharing::Processes) needs a data_dir".into(),
+                ));
+            }
+            return Ok(None);
+        };
         if let Fsync::Interval(d) = config.fsync
             && d.is_zero()
         {
             return Err(Error::InvalidArgument("the fsync interval must be more than 0".into()));
         }
-        let opened = Store::open(root, config.fsync, config.repair)?;
+        // Loom has no file mapping to share (see `doorbell.rs`).
+        #[cfg(loom)]
+        if config.sharing == Sharing::Processes {
+            return Err(Error::InvalidArgument("Sharing::Processes is not modelled under loom".into()));
+        }
+        let opened = Store::open_shared(root, config.fsync, config.repair, config.sharing)?;
         let store = Arc::new(opened.store);
+        let opening = match (config.sharing, opened.first) {
+            (Sharing::Exclusive, _) => Opening::Alone,
+            (Sharing::Processes, true) => Opening::First,
+            (Sharing::Processes, false) => Opening::Join,
+        };
+        // Processes mode: the directory's doorbell word (see `doorbell.rs`).
+        let bell = match opening {
+            Opening::Alone => None,
+            _ => Some(Arc::new(Bell::open(root, opening == Opening::First)?)),
+        };
         let mut topics = HashMap::new();
         for meta in &opened.topics {
             let dir = |p| store.partition_dir(meta.dir, p);
-            let topic = Topic::open(&meta.name, &meta.options, &dir, config.fsync, config.repair)?;
+            let topic =
+                Topic::open(&meta.name, &meta.options, &dir, config.fsync, config.repair, opening, bell.as_ref())?;
             topics.insert(topic.name.clone(), Arc::new(topic));
         }
         let mut control = Control::default();
@@ -953,12 +1044,14 @@ impl BrokerInner {
                 d.positions.insert((topic.into(), partition), offset);
             }
         }
-        // See "Offsets past a recovered end" in the module docs.
-        if reset_offsets_past_end(&topics, &mut control) {
+        // See "Offsets past a recovered end" in the module docs; a joiner
+        // recovered nothing, and its first opener made the resets.
+        if opening != Opening::Join && reset_offsets_past_end(&topics, &mut control) {
             store.wait(store.request(offsets_snapshot(&control), true))?;
         }
+        store.opened()?;
         log::info!("rill: opened data directory {:?}: {} topics", store.root(), topics.len());
-        Ok(Some((store, topics, control)))
+        Ok(Some((store, topics, control, bell)))
     }
 
     /// Starts the flusher of a broker opened on a data directory.
@@ -1147,7 +1240,7 @@ fn assignment_of(g: &Group, id: u64) -> Option<Assignment> {
 }
 
 /// A data directory just opened: its store, its topics, its control plane.
-pub(super) type OpenedDir = (Arc<Store>, HashMap<Name, Arc<Topic>>, Control);
+pub(super) type OpenedDir = (Arc<Store>, HashMap<Name, Arc<Topic>>, Control, Option<Arc<Bell>>);
 
 /// How often the flusher of a broker under `Never` (whose logs flush
 /// nothing) runs the logs' marking rounds and saves the positions of its

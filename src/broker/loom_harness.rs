@@ -486,3 +486,66 @@ impl OffsetsStore {
         super::store::Offsets { groups: vec![("g".into(), "t".into(), vec![Some(n)])], durable: Vec::new() }
     }
 }
+
+/// The cross-process wake of `doorbell.rs` on one partition, for
+/// `loom-tests/tests/doorbell.rs`: a real log, the partition's interest
+/// (raised: another broker listens) and the directory's bell, in memory
+/// (loom has no file mapping; the futex is a mutex and a condition
+/// variable, see `Bell`). The publisher's half is [`Cross::after_commit`],
+/// as `Partition::notify` calls it; the doorbell's is [`Bell::round`], as
+/// its thread runs it.
+///
+/// [`Cross::after_commit`]: super::doorbell::Cross
+/// [`Bell::round`]: super::doorbell::Bell
+pub struct WakeAcross {
+    log: Log,
+    cross: super::doorbell::Cross,
+    bell: Arc<super::doorbell::Bell>,
+    /// The doorbell's cursor, as `Partition::look` keeps one.
+    cursor: Mutex<crate::log::Cursor>,
+}
+
+impl std::fmt::Debug for WakeAcross {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WakeAcross")
+    }
+}
+
+impl WakeAcross {
+    /// An empty partition another process listens to.
+    pub fn new() -> WakeAcross {
+        let bell = Arc::new(super::doorbell::Bell::in_memory());
+        let cross = super::doorbell::Cross::in_memory(bell.clone());
+        cross.set_listening(true);
+        let config = LogConfig { segment_bytes: Some(crate::log::MIN_SEGMENT_BYTES), ..LogConfig::default() };
+        let log = Log::new(&config).expect("a log");
+        let mut cursor = log.cursor_from_first();
+        // Located now, before the model starts: a cursor locating its
+        // segment pins, and a pin is a full fence in crossbeam's epoch (a
+        // `SeqCst` read-modify-write), which inside the look would stand in
+        // for X2 and hide it from the model. Once located, `has_next` reads
+        // the slot alone, as the doorbell's looks after its first do.
+        assert!(!cursor.has_next());
+        WakeAcross { log, cross, bell, cursor: Mutex::new(cursor) }
+    }
+
+    /// A publisher in some process: appends a record, then its half of
+    /// the wake.
+    pub fn publish(&self) {
+        self.log.append(&Record::new(b"x")).expect("room for one record");
+        self.cross.after_commit();
+    }
+
+    /// The doorbell thread of the listening process: rounds until a look
+    /// finds a record committed (sleeping between them as the real thread
+    /// does).
+    pub fn doorbell_until_a_record(&self) {
+        while !self.bell.round(|| self.cursor.lock().has_next()) {}
+    }
+}
+
+impl Default for WakeAcross {
+    fn default() -> Self {
+        WakeAcross::new()
+    }
+}

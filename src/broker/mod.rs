@@ -27,6 +27,7 @@ mod consumer;
 mod core;
 mod dead_letter;
 mod dispatch;
+mod doorbell;
 pub(crate) mod filter;
 mod flusher;
 mod group;
@@ -55,6 +56,7 @@ pub use consumer::{
     Polled,
 };
 use dispatch::{Timer, WorkerPool};
+use doorbell::Doorbell;
 pub use filter::Filter;
 pub use names::{MAX_NAME_LEN, MAX_PATTERN_ANY, MAX_PATTERN_SEGMENTS, MAX_SUBSCRIPTION_NAME_LEN, Pattern};
 use subscription::HandlerKind;
@@ -225,9 +227,27 @@ impl Broker {
                 return Err(e);
             }
         };
-        let (store, topics, control) = match opened {
-            Some((store, topics, control)) => (Some(store), topics, control),
-            None => (None, HashMap::new(), Control::default()),
+        let (store, topics, control, bell) = match opened {
+            Some((store, topics, control, bell)) => (Some(store), topics, control, bell),
+            None => (None, HashMap::new(), Control::default(), None),
+        };
+        // Processes mode: the thread that wakes this broker's listeners for
+        // other processes' publishes, watching every partition it has.
+        let doorbell = match bell {
+            Some(bell) => match Doorbell::start(bell) {
+                Ok(d) => {
+                    for t in topics.values() {
+                        BrokerInner::watch(&d, t);
+                    }
+                    Some(d)
+                }
+                Err(e) => {
+                    pool.stop();
+                    timer.stop();
+                    return Err(e);
+                }
+            },
+            None => None,
         };
         let inner = Arc::new(BrokerInner {
             id,
@@ -244,6 +264,7 @@ impl Broker {
             expiry: Mutex::new(None),
             ack_watch: Mutex::new(None),
             placeholder: Mutex::new(None),
+            doorbell,
         });
         let handle = Arc::new(Handle { inner });
         // On failure the handle's drop closes the broker (and its directory).
@@ -537,6 +558,7 @@ impl Broker {
     pub fn consumer(&self, group: &str, topic: &str, options: ConsumerOptions) -> Result<Consumer> {
         let inner = self.inner();
         names::validate_group(group)?;
+        inner.refuse_when_shared("a consumer group (every pull consumer is a member of one)")?;
         if options.session_timeout.is_zero() {
             return Err(Error::InvalidArgument("a consumer's session_timeout must be positive".into()));
         }

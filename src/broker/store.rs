@@ -6,7 +6,12 @@
 //!
 //! ```text
 //! data_dir/
-//!   LOCK                 flock(LOCK_EX) held while a broker has it open
+//!   LOCK                 flock held while a broker has it open: LOCK_EX
+//!                        (Exclusive), LOCK_SH (Processes)
+//!   INIT                 flock(LOCK_EX) held while a Processes broker opens
+//!   topics.lock          flock(LOCK_EX) held by a Processes broker while it
+//!                        reads or changes the topic list
+//!   SHARED               the doorbell word of Processes brokers (doorbell.rs)
 //!   topics.list          the topics: name, options, directory number
 //!   topics.journal       topics created and deleted since (see journal.rs)
 //!   offsets.0, offsets.1 group commits and durable subscription positions
@@ -128,6 +133,39 @@
 //! same directory fails with `Busy` whether it is in this process or another,
 //! and the kernel drops the lock when the process dies, however it dies.
 //!
+//! # Several processes (issue 39)
+//!
+//! A broker opened with [`Sharing::Processes`] holds `LOCK` shared
+//! (`LOCK_SH | LOCK_NB`), so any number of them hold it at once, and an
+//! `Exclusive` opener (or one of them, while an `Exclusive` broker holds it)
+//! gets `Busy`. The kernel drops every one of these locks when its process
+//! dies, so a crashed process never keeps the directory from anyone.
+//!
+//! One of them must recover the partitions (cut torn tails, mark segments
+//! complete) and the others must only map what it left: recovering under a
+//! live publisher would cut its records. So openers take `INIT` exclusively
+//! (blocking: an opener waits for the one before it to finish), and under it
+//! try `LOCK` exclusively without blocking. Winning means no broker holds
+//! the directory in any mode: this one is the *first opener*, recovers as an
+//! `Exclusive` broker would (the topic list's journal, the logs, the offsets
+//! reset) with `LOCK` still exclusive, and only when it has finished
+//! ([`Store::opened`]) turns `LOCK` shared and lets go of `INIT`. Losing, it
+//! takes `LOCK` shared (`Busy` if that fails too: an `Exclusive` broker has
+//! it) and is a *joiner*: it reads the topic list and joins each partition's
+//! files ([`Log::join`](crate::log::Log)) without recovering anything. An
+//! `Exclusive` opener takes `INIT` too, without blocking (`Busy` if held), so
+//! no one can take `LOCK` in the gap of the first opener's turn from
+//! exclusive to shared (`flock` converts by unlocking first).
+//!
+//! The topic list is then written by several processes. Every reader or
+//! writer of it in this mode holds `topics.lock` exclusively and reads the
+//! list afresh under it ([`Store::with_topic_list`]): a creation lists its
+//! topic (made whole first, as above) while holding it, so a reader sees the
+//! topic listed with its files complete, or not at all, and never a journal
+//! entry half appended (which it would take for a torn one and cut). What
+//! is not shared yet, and so refused in this mode rather than written by two
+//! processes at once, is in `core.rs` ("Several processes").
+
 //! # Why this file is long
 //!
 //! The code is two things that change together: the snapshot protocol above, and the on-disk
@@ -145,7 +183,7 @@ use super::atomic_file::replace;
 use super::journal::{COMPACT_MIN_ENTRIES, Change, JOURNAL_FILE, Journal};
 use super::topic::TopicOptions;
 use crate::error::{Error, Result};
-use crate::log::Fsync;
+use crate::log::{Fsync, Sharing};
 use crate::sync::{Condvar, Mutex};
 
 /// First bytes of every metadata frame.
@@ -159,6 +197,11 @@ const TOPICS_VERSION: u32 = 2;
 const FRAME_HEADER: usize = 8 + 4 + 8 + 4;
 /// Name of the lock file.
 const LOCK_FILE: &str = "LOCK";
+/// Name of the file whose lock makes Processes openers take turns (see
+/// "Several processes").
+const INIT_FILE: &str = "INIT";
+/// Name of the file whose lock guards the topic list in Processes mode.
+const TOPICS_LOCK_FILE: &str = "topics.lock";
 /// Name of the topic list.
 const TOPICS_FILE: &str = "topics.list";
 /// Names of the two offsets slots.
@@ -195,6 +238,9 @@ pub(crate) struct Opened {
     pub(crate) store: Store,
     pub(crate) topics: Vec<TopicMeta>,
     pub(crate) offsets: Offsets,
+    /// False for a joiner of a directory other Processes brokers hold:
+    /// it must join its partitions' logs, not recover them.
+    pub(crate) first: bool,
 }
 
 /// An open data directory. Dropping it releases the lock.
@@ -203,7 +249,10 @@ pub(crate) struct Store {
     root: PathBuf,
     fsync: Fsync,
     /// Holds the flock; closed (and so unlocked) on drop.
-    _lock: File,
+    lock: File,
+    sharing: Sharing,
+    /// Processes mode: `INIT`, held from the open until [`Store::opened`].
+    init: Mutex<Option<File>>,
     /// The listed topics, the next directory number and the journal.
     topics: Mutex<TopicList>,
     /// The offsets snapshots: numbered, pending, written (see the module docs).
@@ -300,7 +349,13 @@ pub(crate) struct Ticket {
 
 impl Store {
     /// Opens (creating if needed) and locks `root`, then reads its metadata.
+    #[cfg(any(test, loom))]
     pub(crate) fn open(root: &Path, fsync: Fsync, repair: bool) -> Result<Opened> {
+        Self::open_shared(root, fsync, repair, Sharing::Exclusive)
+    }
+
+    /// [`Store::open`] in `sharing` mode (see "Several processes").
+    pub(crate) fn open_shared(root: &Path, fsync: Fsync, repair: bool, sharing: Sharing) -> Result<Opened> {
         if let Ok(m) = fs::metadata(root)
             && !m.is_dir()
         {
@@ -311,49 +366,26 @@ impl Store {
             });
         }
         fs::create_dir_all(root.join(TOPICS_DIR)).map_err(|e| Error::io(root, &e))?;
-        let lock_path = root.join(LOCK_FILE);
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(|e| Error::io(&lock_path, &e))?;
-        // SAFETY: flock on a descriptor we own, with constant flags; it touches no memory.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == IoKind::WouldBlock {
-                return Err(Error::Busy(format!("the data directory {root:?} is open in another broker")));
+        let (lock, init, first) = lock_dir(root, sharing)?;
+        let list = match sharing {
+            Sharing::Exclusive => read_topic_list(root)?,
+            Sharing::Processes => {
+                let _guard = lock_topic_list(root)?;
+                read_topic_list(root)?
             }
-            return Err(Error::io(&lock_path, &e));
-        }
-        let list_path = root.join(TOPICS_FILE);
-        let (generation, topics) = match read_frame(&list_path, TOPICS_VERSION)? {
-            Some((version, body)) => decode_topics(&list_path, version, &body)?,
-            None => (0, Vec::new()),
         };
-        let found = Journal::open(root, generation)?;
-        let mut list = TopicList {
-            next_dir: topics.iter().map(|t| t.dir + 1).max().unwrap_or(0),
-            snapshot_len: topics.len(),
-            list: topics,
-            generation,
-            journal: found.journal,
-            compact_min: COMPACT_MIN_ENTRIES,
-            #[cfg(test)]
-            bytes_listed: 0,
-        };
-        let journal_path = root.join(JOURNAL_FILE);
-        for change in found.changes {
-            list.apply(change, &journal_path)?;
-        }
         let topics = list.list.clone();
         let (offsets, seq, slot) = read_offsets(root, repair)?;
-        sweep_deleted(&root.join(TOPICS_DIR), &topics, list.next_dir);
+        if first {
+            // A joiner leaves them: another process may be creating one.
+            sweep_deleted(&root.join(TOPICS_DIR), &topics, list.next_dir);
+        }
         let store = Store {
             root: root.to_owned(),
             fsync,
-            _lock: lock,
+            lock,
+            sharing,
+            init: Mutex::new(init),
             topics: Mutex::new(list),
             commits: Mutex::new(Commits {
                 requested: seq,
@@ -370,7 +402,49 @@ impl Store {
             #[cfg(test)]
             gate: test_gate::Gate::default(),
         };
-        Ok(Opened { store, topics, offsets })
+        Ok(Opened { store, topics, offsets, first })
+    }
+
+    /// Ends a Processes broker's open (see "Several processes"): the first
+    /// opener, done recovering, turns `LOCK` from exclusive to shared; then
+    /// `INIT` goes, letting the next opener in. Nothing in `Exclusive` mode.
+    pub(crate) fn opened(&self) -> Result<()> {
+        let Some(init) = self.init.lock().take() else { return Ok(()) };
+        // Converting a lock this descriptor holds: with INIT held no other
+        // opener can take LOCK meanwhile, so this does not fail for that.
+        // SAFETY: flock on a descriptor we own, with constant flags; it touches no memory.
+        let converted = unsafe { libc::flock(self.lock.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+        let e = std::io::Error::last_os_error();
+        drop(init);
+        if !converted {
+            return Err(Error::io(self.root.join(LOCK_FILE), &e));
+        }
+        Ok(())
+    }
+
+    /// How this directory is shared.
+    pub(crate) fn sharing(&self) -> Sharing {
+        self.sharing
+    }
+
+    /// Processes mode: runs `f` holding `topics.lock`, with the topic list
+    /// read afresh from the directory (other processes may have changed it
+    /// since; see "Several processes"). `f` may list a topic with
+    /// [`Store::add_topic`], whose lock of the list it already has.
+    pub(crate) fn with_topic_list<T>(&self, f: impl FnOnce(&[TopicMeta]) -> Result<T>) -> Result<T> {
+        let _guard = lock_topic_list(&self.root)?;
+        let list = {
+            let mut topics = self.topics.lock();
+            let fresh = read_topic_list(&self.root)?;
+            topics.list = fresh.list;
+            topics.next_dir = fresh.next_dir;
+            topics.generation = fresh.generation;
+            topics.journal = fresh.journal;
+            topics.snapshot_len = fresh.snapshot_len;
+            topics.list.clone()
+        };
+        // The flock goes with `_guard` when `f` returns.
+        f(&list)
     }
 
     /// The directory of partition `partition` of the topic in `topics/<dir>`.
@@ -626,6 +700,94 @@ impl Store {
 /// before it is removed (see "Deleting a topic" in the module docs).
 fn tombstone_name(dir: u64) -> String {
     format!("{dir}{TOMBSTONE_SUFFIX}")
+}
+
+/// The topic list as the directory holds it: the snapshot in `topics.list`
+/// and the journal's changes since.
+fn read_topic_list(root: &Path) -> Result<TopicList> {
+    let list_path = root.join(TOPICS_FILE);
+    let (generation, topics) = match read_frame(&list_path, TOPICS_VERSION)? {
+        Some((version, body)) => decode_topics(&list_path, version, &body)?,
+        None => (0, Vec::new()),
+    };
+    let found = Journal::open(root, generation)?;
+    let mut list = TopicList {
+        next_dir: topics.iter().map(|t| t.dir + 1).max().unwrap_or(0),
+        snapshot_len: topics.len(),
+        list: topics,
+        generation,
+        journal: found.journal,
+        compact_min: COMPACT_MIN_ENTRIES,
+        #[cfg(test)]
+        bytes_listed: 0,
+    };
+    let journal_path = root.join(JOURNAL_FILE);
+    for change in found.changes {
+        list.apply(change, &journal_path)?;
+    }
+    Ok(list)
+}
+
+/// Opens (creating if missing) a lock file.
+fn open_lock_file(path: &Path) -> Result<File> {
+    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(|e| Error::io(path, &e))
+}
+
+/// `flock(fd, op)`: `Ok(false)` if `LOCK_NB` was asked for and the lock is
+/// held elsewhere.
+fn flock(file: &File, path: &Path, op: libc::c_int) -> Result<bool> {
+    // SAFETY: flock on a descriptor we own, with constant flags; it touches no memory.
+    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == IoKind::WouldBlock {
+        return Ok(false);
+    }
+    Err(Error::io(path, &e))
+}
+
+/// Takes the directory's locks for an opener in `sharing` mode (see "One
+/// broker per directory" and "Several processes"): the locked `LOCK`, the
+/// held `INIT` of a Processes opener (let go in [`Store::opened`]), and
+/// whether this opener is the first.
+fn lock_dir(root: &Path, sharing: Sharing) -> Result<(File, Option<File>, bool)> {
+    let busy = || Error::Busy(format!("the data directory {root:?} is open in another broker"));
+    let (lock_path, init_path) = (root.join(LOCK_FILE), root.join(INIT_FILE));
+    let init = open_lock_file(&init_path)?;
+    let lock = open_lock_file(&lock_path)?;
+    match sharing {
+        Sharing::Exclusive => {
+            // INIT too, so no one takes LOCK in a first opener's turn from
+            // exclusive to shared; let go at once (`init` drops).
+            if !flock(&init, &init_path, libc::LOCK_EX | libc::LOCK_NB)? {
+                return Err(busy());
+            }
+            if !flock(&lock, &lock_path, libc::LOCK_EX | libc::LOCK_NB)? {
+                return Err(busy());
+            }
+            Ok((lock, None, true))
+        }
+        Sharing::Processes => {
+            // Blocking: the opener before this one is recovering or joining.
+            flock(&init, &init_path, libc::LOCK_EX)?;
+            if flock(&lock, &lock_path, libc::LOCK_EX | libc::LOCK_NB)? {
+                return Ok((lock, Some(init), true));
+            }
+            if !flock(&lock, &lock_path, libc::LOCK_SH | libc::LOCK_NB)? {
+                return Err(busy());
+            }
+            Ok((lock, Some(init), false))
+        }
+    }
+}
+
+/// Holds `topics.lock` exclusively while alive (Processes mode).
+fn lock_topic_list(root: &Path) -> Result<File> {
+    let path = root.join(TOPICS_LOCK_FILE);
+    let file = open_lock_file(&path)?;
+    flock(&file, &path, libc::LOCK_EX)?;
+    Ok(file)
 }
 
 /// Removes, under `topics/` (at open, before any topic is opened), what

@@ -12,12 +12,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::barrier;
+use super::doorbell::{Bell, Cross, Watch};
 use super::subscription::in_handler::InHandler;
 use super::subscription::signal::{self, Entry};
 use super::waiters::Waiters;
 use crate::clock::now_ns;
 use crate::error::{Error, PublishFailure, Result};
-use crate::log::{DurableLog, Fsync, Log, LogConfig, Record};
+use crate::log::{Cursor, DurableLog, Fsync, Log, LogConfig, Record, Sharing};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
 use crate::sync::{Arc, Mutex, Name};
@@ -216,6 +217,12 @@ pub(crate) struct Partition {
     /// `Block` subscriber is let through when deleting detaches that
     /// subscriber: it was accepted before the delete.)
     deleted: AtomicBool,
+    /// Its part in the cross-process wake, in `Sharing::Processes` mode
+    /// (see `doorbell.rs`); `None`, the flag every publish tests, otherwise.
+    cross: Option<Cross>,
+    /// Processes mode: the doorbell thread's cursor, just past the last
+    /// record its looks saw committed (see `Watch::look` below).
+    watched: Option<Mutex<Cursor>>,
 }
 
 impl Partition {
@@ -229,7 +236,22 @@ impl Partition {
             edit: Mutex::new(()),
             space: Waiters::new(),
             deleted: AtomicBool::new(false),
+            cross: None,
+            watched: None,
         }
+    }
+
+    /// A partition whose log other processes share, woken by their
+    /// publishes through `cross` (see `doorbell.rs`).
+    pub(crate) fn shared(index: u32, log: Log, cross: Cross) -> Self {
+        // From the oldest record: one committed after a listener's first
+        // look at the log, but reserved before this cursor was made, must
+        // still be seen (the first look walks what is retained, once).
+        let watched = Some(Mutex::new(log.cursor_from_first()));
+        let mut p = Partition::new(index, log);
+        p.cross = Some(cross);
+        p.watched = watched;
+        p
     }
 
     /// Marks the partition's topic deleted (see `Broker::delete_topic`).
@@ -378,6 +400,10 @@ impl Partition {
         barrier::light();
         let current = self.current(guard);
         signal::notify(&current.list, current.marked);
+        if let Some(cross) = &self.cross {
+            // Brokers in other processes (see `doorbell.rs`).
+            cross.after_commit();
+        }
     }
 
     /// Adds a listener (no-op if one with its id is there), and its blocker,
@@ -397,6 +423,9 @@ impl Partition {
             }
             blockers.extend(blocker);
         });
+        // The raise of this broker's interest (in `edit_listeners`) is
+        // ordered before the caller's look at the log by the fence that
+        // opens `heavy` (see "The race it survives" in `doorbell.rs`).
         barrier::heavy();
     }
 
@@ -416,6 +445,10 @@ impl Partition {
         let current = self.current(&guard);
         let (mut list, mut blockers) = (current.list.clone(), current.blockers.clone());
         edit(&mut list, &mut blockers);
+        if let Some(cross) = &self.cross {
+            // Under `edit`: this broker's raises and lowers alternate.
+            cross.set_listening(!list.is_empty());
+        }
         // Release: publishes the new list (see `current`).
         let old = self.listeners.swap(Owned::new(Listeners::new(list, blockers)), Ordering::AcqRel, &guard);
         // SAFETY: `old` is unreachable now; publishers that loaded it are pinned
@@ -427,6 +460,35 @@ impl Partition {
     pub(crate) fn listener_count(&self) -> usize {
         let guard = epoch::pin();
         self.current(&guard).list.len()
+    }
+}
+
+impl Watch for Partition {
+    /// The doorbell thread's look (see `doorbell.rs`): if a record was
+    /// committed (in any process, following their rolls) since the last
+    /// look, signals the listeners as a local publisher would. It looks for
+    /// commits, not for the tail: a record reserved but not yet committed
+    /// at a look is one whose publisher will find the bell armed after it
+    /// commits, and the look after that ring must still find it new.
+    fn look(&self) -> bool {
+        let Some(watched) = &self.watched else { return false };
+        let guard = epoch::pin();
+        let current = self.current(&guard);
+        if current.list.is_empty() {
+            return false;
+        }
+        let mut cursor = watched.lock();
+        if !cursor.has_next() {
+            return false;
+        }
+        // Past every record committed now: the next look reports newer ones.
+        while cursor.has_next() {
+            // A record, or a lag report (retention went past the cursor,
+            // which moved on): either way a step forward.
+            let _ = cursor.read();
+        }
+        signal::notify(&current.list, current.marked);
+        true
     }
 }
 
@@ -451,6 +513,17 @@ impl fmt::Debug for Partition {
     }
 }
 
+/// How [`Topic::open`] opens its partitions' logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opening {
+    /// Recovers them, for this process alone (`Sharing::Exclusive`).
+    Alone,
+    /// Recovers them, shared: the first opener in `Sharing::Processes`.
+    First,
+    /// Joins them as another process left them (`Sharing::Processes`).
+    Join,
+}
+
 /// A topic: a name and its partitions.
 pub(crate) struct Topic {
     pub(crate) name: Name,
@@ -469,20 +542,33 @@ impl Topic {
 
     /// Opens (or creates) a topic whose partitions keep their logs in files:
     /// partition `i` in `dir(i)`. A torn tail found by recovery is reported
-    /// in each partition's stats and through the `log` crate.
+    /// in each partition's stats and through the `log` crate. With
+    /// `Opening::Join`, joins logs other processes have open instead of
+    /// recovering them (see "Several processes" in `store.rs`).
     pub(crate) fn open(
         name: &str,
         options: &TopicOptions,
         dir: &dyn Fn(u32) -> PathBuf,
         fsync: Fsync,
         repair: bool,
+        opening: Opening,
+        bell: Option<&Arc<Bell>>,
     ) -> Result<Topic> {
         options.validate()?;
         let config = options.log_config();
         let partitions = (0..options.partitions)
             .map(|i| {
                 let durable = DurableLog { dir: dir(i), fsync, repair };
-                let (log, report) = Log::open(&config, i, &durable)?;
+                let (log, report) = match opening {
+                    Opening::Alone => Log::open(&config, i, &durable)?,
+                    Opening::First => Log::open_in(&config, i, &durable, Sharing::Processes)?,
+                    #[cfg(not(loom))]
+                    Opening::Join => (Log::join(&config, i, &durable)?, Default::default()),
+                    // Never reached: a Processes broker does not open under
+                    // loom (see `BrokerInner::open_data_dir`).
+                    #[cfg(loom)]
+                    Opening::Join => return Err(Error::InvalidArgument("no shared logs under loom".into())),
+                };
                 let recovery = Recovered {
                     truncated_records: report.truncated_records,
                     truncated_bytes: report.truncated_bytes,
@@ -496,7 +582,13 @@ impl Topic {
                         recovery.truncated_bytes
                     );
                 }
-                let mut p = Partition::new(i, log);
+                let mut p = match (opening, bell) {
+                    (Opening::Alone, _) | (_, None) => Partition::new(i, log),
+                    (_, Some(bell)) => {
+                        let cross = Cross::open(&dir(i), opening == Opening::First, bell.clone())?;
+                        Partition::shared(i, log, cross)
+                    }
+                };
                 p.recovery = recovery;
                 Ok(Arc::new(p))
             })
@@ -625,6 +717,53 @@ fn next_round_robin() -> usize {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// Counts its wakes: a listener woken after every commit.
+    struct Wakes(crate::sync::atomic::AtomicU64);
+
+    impl super::signal::Listener for Wakes {
+        fn wake(&self) {
+            // Relaxed: the test reads it on this thread.
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    #[test]
+    fn the_doorbell_look_counts_commits_not_reservations() {
+        let dir = std::env::temp_dir().join(format!("rill-topic-look-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let bell = Arc::new(Bell::open(&dir, true).unwrap());
+        let cross = Cross::open(&dir, true, bell).unwrap();
+        let log = Log::new(&LogConfig::default()).unwrap();
+        let p = Partition::shared(0, log.clone(), cross);
+        let wakes = Arc::new(Wakes(AtomicU64::new(0)));
+        let listener: Arc<dyn super::signal::Listener> = wakes.clone();
+        p.add_listener(Entry::always(1, listener), None);
+        assert!(!p.look(), "nothing published");
+        // Reserved and never committed (a publisher still copying): the
+        // tail moved, but a look that took it for seen would find nothing
+        // new after the publisher's commit and ring.
+        log.leave_hole(64);
+        assert!(!p.look(), "a reservation is not a commit");
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 0);
+
+        let log = Log::new(&LogConfig::default()).unwrap();
+        let cross = Cross::open(&dir, true, Arc::new(Bell::open(&dir, true).unwrap())).unwrap();
+        let p = Partition::shared(0, log.clone(), cross);
+        let listener: Arc<dyn super::signal::Listener> = wakes.clone();
+        p.add_listener(Entry::always(1, listener), None);
+        log.append(&Record::new(b"x")).unwrap();
+        assert!(p.look(), "a commit since the last look");
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 1);
+        assert!(!p.look(), "nothing newer");
+        drop(p);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn key_partitioning_is_pinned_to_known_values() {

@@ -50,15 +50,33 @@ use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard};
 use crate::sync::{Arc, Mutex};
 
-/// Who may open a durable log's directory at once (issue 39). Crate-internal
-/// until the broker's `Sharing` option, with the directory locks that
-/// coordinate openers, is built on it (a later step).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Sharing {
-    /// This process alone (the caller locks the directory): today's log.
+/// Who may open a data directory at once (issue 39): the broker's
+/// [`BrokerConfig::sharing`](crate::BrokerConfig::sharing), and how a
+/// durable log maps its segment files.
+///
+/// # Examples
+///
+/// ```
+/// use rill::{Broker, BrokerConfig, Error, Sharing};
+///
+/// assert_eq!(BrokerConfig::default().sharing, Sharing::Exclusive);
+/// // Several processes share a directory, so `Processes` needs one.
+/// let config = BrokerConfig { sharing: Sharing::Processes, ..BrokerConfig::default() };
+/// assert!(matches!(Broker::new(config), Err(Error::InvalidArgument(_))));
+/// # Ok::<(), rill::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Sharing {
+    /// One broker in one process holds the data directory; any other
+    /// opener gets [`Error::Busy`]. The default, and an in-memory broker's.
+    #[default]
     Exclusive,
-    /// Several processes, each mapping the same segment files (see "The
-    /// roll across processes" in `dir.rs`).
+    /// Any number of brokers, in this process or others, open the same
+    /// data directory at once and share its topics' logs through the
+    /// segment files each maps (see "The roll across processes" in
+    /// `log/dir.rs` and "Several processes" in the README). A directory
+    /// held `Exclusive` refuses them with [`Error::Busy`], and the other
+    /// way round.
     Processes,
 }
 
@@ -411,11 +429,10 @@ impl Log {
     /// [`Error::InvalidArgument`] if the directory holds no segment file,
     /// and with [`Error::Io`] or [`Error::Corrupt`] if one cannot be mapped.
     ///
-    /// The caller makes sure the first opener has finished opening (for now
-    /// the tests, by starting the joiners afterwards).
+    /// The caller makes sure the first opener has finished opening (the
+    /// broker: under its data directory's `INIT` and `topics.lock` locks,
+    /// see "Several processes" in `broker/store.rs`).
     #[cfg(not(loom))]
-    // Only the tests join until the broker's `Sharing` option does (a later step).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn join(config: &LogConfig, partition: u32, durable: &DurableLog) -> Result<Log> {
         let mut sizes = config.resolve()?;
         sizes.frame = file::FRAME_LEN as u64;

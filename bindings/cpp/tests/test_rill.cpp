@@ -389,6 +389,63 @@ static void a_broker_on_a_data_directory_keeps_its_topics() {
     fs::remove_all(dir);
 }
 
+// Issue 39: brokers sharing a data directory (two in this process here; the
+// C test test_robust_procs.c runs them in forked processes).
+static void brokers_share_a_data_directory_with_sharing_processes() {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::temp_directory_path() / ("rill-cpp-sharing-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    rill::BrokerOptions o;
+    CHECK(o.sharing == rill::Sharing::Exclusive);
+    o.sharing = rill::Sharing::Processes;
+    CHECK(status_of([&] { rill::Broker no_dir(o); }) == RILL_ERR_INVALID_ARGUMENT);
+    o.data_dir = dir.string();
+    o.fsync = rill::Fsync::Never;
+    {
+        rill::BrokerOptions exclusive = o;
+        exclusive.sharing = rill::Sharing::Exclusive;
+        rill::Broker alone(exclusive);
+        CHECK(status_of([&] { rill::Broker shared(o); }) == RILL_ERR_BUSY);
+    }
+    rill::Broker a(o);
+    a.create_topic("orders");
+    rill::Broker b(o);
+    {
+        rill::BrokerOptions exclusive = o;
+        exclusive.sharing = rill::Sharing::Exclusive;
+        CHECK(status_of([&] { rill::Broker alone(exclusive); }) == RILL_ERR_BUSY);
+    }
+    std::mutex lock;
+    std::vector<std::string> seen;
+    rill::SubscriptionOptions so;
+    so.start = RILL_START_EARLIEST;
+    auto sub = b.subscribe("orders", [&](const rill::Message &m) {
+        std::lock_guard<std::mutex> g(lock);
+        seen.emplace_back(m.payload());
+        return rill::Ack::Success;
+    }, so);
+    CHECK(sub.wait_idle(20000ms));
+    a.publish("orders", "from a");  // b's subscriber is woken across brokers
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    for (;;) {
+        {
+            std::lock_guard<std::mutex> g(lock);
+            if (!seen.empty() || std::chrono::steady_clock::now() > deadline) break;
+        }
+        std::this_thread::sleep_for(1ms);
+    }
+    {
+        std::lock_guard<std::mutex> g(lock);
+        CHECK(seen.size() == 1 && seen[0] == "from a");
+    }
+    rill::SubscriptionOptions named;
+    named.name = "audit";
+    CHECK(status_of([&] { b.subscribe("orders", [](const rill::Message &) { return rill::Ack::Success; }, named); }) ==
+          RILL_ERR_INVALID_ARGUMENT);
+    CHECK(status_of([&] { b.consumer("billing", "orders"); }) == RILL_ERR_INVALID_ARGUMENT);
+    fs::remove_all(dir);
+}
+
 static void batch_subscribe_acks_per_message() {
     rill::Broker broker;
     broker.create_topic("jobs");
@@ -719,6 +776,7 @@ int main() {
     strings_with_embedded_nuls_are_refused();
     broker_options_are_a_cpp_struct();
     a_broker_on_a_data_directory_keeps_its_topics();
+    brokers_share_a_data_directory_with_sharing_processes();
     batch_subscribe_acks_per_message();
     publish_subscribe_and_attributes();
     errors_carry_status_and_text();

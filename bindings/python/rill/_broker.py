@@ -510,6 +510,13 @@ _FSYNC = {
     "always": _ffi.RILL_FSYNC_ALWAYS,
 }
 
+# Broker(sharing=...): who else may open the data directory, and the
+# RILL_SHARING_* values.
+_SHARING = {
+    "exclusive": _ffi.RILL_SHARING_EXCLUSIVE,
+    "processes": _ffi.RILL_SHARING_PROCESSES,
+}
+
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
@@ -959,7 +966,17 @@ class Broker(_Handle):
     process crash loses nothing acknowledged under any of them. A directory
     open in another broker raises :class:`Busy`, one that cannot be used
     :class:`StorageError`, damage recovery will not drop :class:`CorruptData`
-    (``repair=True`` truncates there instead)."""
+    (``repair=True`` truncates there instead).
+
+    ``sharing="processes"`` lets any number of brokers, in this process and
+    others (``multiprocessing`` workers, say), open the same ``data_dir`` at
+    once: a message published by any of them reaches the subscriptions of
+    all, and an idle one is woken without polling. It needs a ``data_dir``
+    (else :class:`InvalidArgument`); a directory open one way refuses the
+    other with :class:`Busy`. Named and shared subscriptions, consumers and
+    deleting topics are not yet supported this way (:class:`InvalidArgument`);
+    see the README's "Several processes". The default, ``"exclusive"``: one
+    broker at a time."""
 
     def __init__(
         self,
@@ -970,6 +987,7 @@ class Broker(_Handle):
         fsync: str = "interval",
         fsync_interval: float = 0.1,
         repair: bool = False,
+        sharing: Literal["exclusive", "processes"] = "exclusive",
     ) -> None:
         o = _ffi.rill_broker_options()
         lib.rill_broker_options_init_v1(byref(o), sizeof(o))
@@ -985,6 +1003,9 @@ class Broker(_Handle):
             raise InvalidArgument(f"fsync_interval must be at least 0.001 seconds, not {fsync_interval!r}")
         o.fsync_interval_ms = interval_ms
         o.repair = bool(repair)
+        if sharing not in _SHARING:
+            raise InvalidArgument(f"sharing must be one of {sorted(_SHARING)}, not {sharing!r}")
+        o.sharing = _SHARING[sharing]
         # Kept referenced until rill_broker_new has copied it.
         path = None if data_dir is None else os.fsencode(data_dir)
         if path is not None and b"\0" in path:

@@ -1,0 +1,597 @@
+//! The cross-process wake (issue 39): a subscriber idle in one process is
+//! woken by a publish in another, without polling and without CPU while
+//! it sleeps, and a publish that finds nobody asleep pays no lock and no
+//! system call.
+//!
+//! Inside one process a publisher wakes a partition's listeners itself
+//! (`Partition::notify`, `subscription/signal.rs`). A publisher in another
+//! process cannot: it does not have them. So each broker opened with
+//! `Sharing::Processes` runs one *doorbell thread*, which sleeps on a futex
+//! word in a file every process maps (`MAP_SHARED`, `FUTEX_WAIT` without
+//! `FUTEX_PRIVATE_FLAG`, so the kernel keys the wait by the file's page,
+//! not by this process's address space). Woken, it looks at the partitions
+//! this process listens to, and for each with a record committed since its
+//! last look (a cursor of its own, which follows other processes' rolls)
+//! it does what a local publisher would: signals that partition's
+//! listeners. It looks for commits, not at the tail: a record reserved but
+//! not committed at a look would otherwise count as seen, and the look
+//! after its publisher's ring would find nothing new. Two shared words carry the protocol:
+//!
+//! * the **interest** word of each partition (in `partition.state`, in the
+//!   partition's directory): how many brokers have at least one listener on
+//!   the partition. A broker raises it when its partition's listener list
+//!   stops being empty and lowers it when it empties (under the
+//!   partition's list lock, so per broker it moves 0 -> 1 -> 0 in order);
+//! * the **bell** word of the directory (in `SHARED`): bit 0, [`ARMED`],
+//!   says some doorbell thread may be about to sleep; the other bits are a
+//!   sequence number that every ring advances, so a doorbell that armed
+//!   before a ring never sleeps on the value it armed.
+//!
+//! # States, and who moves them
+//!
+//! The bell is *quiet* (`ARMED` clear) or *armed*.
+//!
+//! * A **doorbell thread** moves quiet -> armed ([`Bell::arm`]: `fetch_or`)
+//!   at the start of every round, then issues X2 (`fence(SeqCst)`), then
+//!   looks at its partitions; only if none has a new commit does it sleep, in
+//!   `FUTEX_WAIT` on the exact value it armed (the kernel compares the word
+//!   with it under its own lock, and does not sleep if they differ).
+//! * A **publisher** in `Processes` mode, after its commit and the local
+//!   signal, issues X1 (`fence(SeqCst)`) and loads the partition's
+//!   interest. Zero: done (one fence and one load, no system call). Not
+//!   zero: it loads the bell; quiet: done. Armed: it moves armed -> quiet
+//!   with the sequence advanced (one compare-exchange; a loser finds the
+//!   bell changed and is done, someone else rang) and wakes every sleeper
+//!   of the word (`FUTEX_WAKE`).
+//!
+//! Every doorbell of every process sleeps on the one word, so a ring wakes
+//! them all; each looks at its own partitions and sleeps again if none of
+//! them moved.
+//!
+//! # The race it survives
+//!
+//! The publisher stores (its commit), then loads (interest, bell); the
+//! doorbell stores (`ARMED`), then loads (the slots its cursors are at). That is
+//! the store-buffering shape, and it needs a full fence on *both* sides:
+//! X1 and X2 are `SeqCst` fences, so one comes first in their total order.
+//!
+//! * X1 first: the commit precedes X1, so the doorbell's look after X2
+//!   finds it committed. It signals the listeners and does not sleep.
+//! * X2 first: `ARMED` precedes X2, so the publisher's load after X1 finds
+//!   the bell armed (or armed again later, with a newer sequence) and
+//!   rings. The doorbell either has not slept yet (the word no longer
+//!   holds the value it armed: `FUTEX_WAIT` returns at once) or sleeps and
+//!   is woken.
+//!
+//! The asymmetric fence of `barrier.rs` does not do here: `membarrier`'s
+//! private command orders against this process's threads only, and the
+//! other side of this race is another process. So X1 is a real fence on
+//! every publish to a shared partition, behind the partition's flag
+//! (`Partition::cross`), and `Exclusive` publishes keep their path.
+//!
+//! The same shape, with interest in place of `ARMED`, is the attach: a
+//! listener raises interest and then reads the log (its read follows the
+//! `fence(SeqCst)` that opens `barrier::heavy`), and a publisher commits,
+//! fences (X1) and loads interest, so a record the publisher did not ring
+//! for is one the new listener reads itself.
+//!
+//! `loom-tests/tests/doorbell.rs` runs [`Bell`] and [`Cross::after_commit`]
+//! against a real log, with the futex modelled by a mutex and a condition
+//! variable (what the kernel does under its hash-bucket lock); with X1 or
+//! X2 weakened, `.ci/fence-check` requires it to find the doorbell asleep
+//! for ever (a deadlock).
+//!
+//! # What it costs, and what it does not do yet
+//!
+//! A process whose own subscriber listens to a partition raises its
+//! interest too, so its own publishes ring its own doorbell when it is
+//! armed: a wasted wake per doorbell round, not per publish (the ring
+//! quiets the bell until the doorbell re-arms). Interest is a count, not a
+//! set of processes: a broker killed with listeners leaves its count
+//! raised until the directory's next first opener resets it (a publisher
+//! then loads the bell, and rings only for armed doorbells). Both go with
+//! the per-process interest bits and doorbells of the design's process
+//! registry (a later step of issue 39).
+
+#[cfg(not(loom))]
+use std::fs::OpenOptions;
+#[cfg(not(loom))]
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+#[cfg(not(loom))]
+use crate::error::Error;
+use crate::error::Result;
+#[cfg(loom)]
+use crate::sync::Condvar;
+use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicU32, Ordering};
+
+/// Bit 0 of the bell word: a doorbell thread may be about to sleep.
+pub(crate) const ARMED: u32 = 1;
+/// What one ring adds to the bell word: the sequence lives above `ARMED`.
+const RING_STEP: u32 = 2;
+
+/// Size of a shared state file: one page.
+#[cfg(not(loom))]
+const PAGE: usize = 4096;
+/// First bytes of a shared state file.
+#[cfg(not(loom))]
+const MAGIC: u64 = u64::from_le_bytes(*b"rillwake");
+/// Layout of the shared state files; a process whose rill has another
+/// refuses the directory.
+#[cfg(not(loom))]
+const LAYOUT: u32 = 1;
+/// Byte offset of the magic word in a shared state file.
+#[cfg(not(loom))]
+const MAGIC_AT: usize = 0;
+/// Byte offset of the layout version.
+#[cfg(not(loom))]
+const LAYOUT_AT: usize = 8;
+/// Byte offset of the word a file exists for (the bell in `SHARED`, the
+/// interest in `partition.state`), on a cache line of its own.
+#[cfg(not(loom))]
+const WORD_AT: usize = 64;
+
+/// Name of the directory's bell file (next to `LOCK`).
+pub(crate) const BELL_FILE: &str = "SHARED";
+/// Name of a partition's state file (in its log's directory).
+pub(crate) const PARTITION_STATE_FILE: &str = "partition.state";
+
+/// One page of a file, mapped `MAP_SHARED`: what every process maps of it
+/// is the same memory. Under loom, memory of its own (loom has no mapping).
+struct Page {
+    #[cfg(not(loom))]
+    ptr: std::ptr::NonNull<u8>,
+    #[cfg(loom)]
+    word: AtomicU32,
+}
+
+// SAFETY: the page is only ever accessed through atomics (`word`), which
+// any thread may use; the mapping itself is owned and unmapped once.
+unsafe impl Send for Page {}
+// SAFETY: as above.
+unsafe impl Sync for Page {}
+
+impl Page {
+    /// Maps `path`. `init` (a first opener, or the creator of a partition:
+    /// no other process has it open) makes it afresh, its word 0; otherwise
+    /// it must exist with this rill's layout.
+    #[cfg(not(loom))]
+    fn open(path: &Path, init: bool) -> Result<Page> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(init)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| Error::io(path, &e))?;
+        if init {
+            file.set_len(0).and_then(|()| file.set_len(PAGE as u64)).map_err(|e| Error::io(path, &e))?;
+        } else {
+            let len = file.metadata().map_err(|e| Error::io(path, &e))?.len();
+            if len < PAGE as u64 {
+                return Err(Error::Corrupt { file: path.to_owned(), offset: len, reason: "a short state file".into() });
+            }
+        }
+        // SAFETY: a fresh shared mapping of one page of a file we opened read-write
+        // and that is at least that long; the kernel picks the address.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::io(path, &std::io::Error::last_os_error()));
+        }
+        let page = Page { ptr: std::ptr::NonNull::new(ptr.cast()).expect("mmap returned a null mapping") };
+        if init {
+            // Relaxed: nobody else has the file yet (see `init`); the
+            // processes that map it later do so after system calls that
+            // order these stores before their loads.
+            page.u64_at(MAGIC_AT).store(MAGIC, Ordering::Relaxed);
+            page.u32_at(LAYOUT_AT).store(LAYOUT, Ordering::Relaxed);
+        } else {
+            // Relaxed: written once by the file's maker, before its name or
+            // its directory's lock let anyone else in.
+            let (magic, layout) =
+                (page.u64_at(MAGIC_AT).load(Ordering::Relaxed), page.u32_at(LAYOUT_AT).load(Ordering::Relaxed));
+            if magic != MAGIC || layout != LAYOUT {
+                return Err(Error::Corrupt {
+                    file: path.to_owned(),
+                    offset: 0,
+                    reason: format!(
+                        "a shared state file of another layout (magic {magic:#x}, layout {layout}; this rill \
+                         reads layout {LAYOUT}): every process sharing a data directory must run the same rill"
+                    ),
+                });
+            }
+        }
+        Ok(page)
+    }
+
+    #[cfg(loom)]
+    fn open(_path: &Path, _init: bool) -> Result<Page> {
+        Ok(Page::in_memory())
+    }
+
+    /// A page no file backs (loom, and tests of the protocol).
+    #[cfg(loom)]
+    fn in_memory() -> Page {
+        Page { word: AtomicU32::new(0) }
+    }
+
+    /// The page's word: the bell or the interest.
+    #[inline]
+    fn word(&self) -> &AtomicU32 {
+        #[cfg(not(loom))]
+        {
+            self.u32_at(WORD_AT)
+        }
+        #[cfg(loom)]
+        {
+            &self.word
+        }
+    }
+
+    #[cfg(not(loom))]
+    #[inline]
+    fn u32_at(&self, at: usize) -> &AtomicU32 {
+        // SAFETY: `at` is a 4-aligned offset inside the page, which stays
+        // mapped while `self` lives; the memory is only used as atomics.
+        unsafe { &*self.ptr.as_ptr().add(at).cast::<AtomicU32>() }
+    }
+
+    #[cfg(not(loom))]
+    fn u64_at(&self, at: usize) -> &crate::sync::atomic::AtomicU64 {
+        // SAFETY: as in `u32_at`, 8-aligned.
+        unsafe { &*self.ptr.as_ptr().add(at).cast::<crate::sync::atomic::AtomicU64>() }
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for Page {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `open`, unmapped once; nothing borrows
+        // it past `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), PAGE) };
+    }
+}
+
+/// The directory's bell: the word doorbell threads sleep on (see the
+/// module docs).
+pub(crate) struct Bell {
+    page: Page,
+    /// Loom's stand-in for the kernel's futex queue: a wait checks the word
+    /// and sleeps under this lock, a wake takes it and notifies.
+    #[cfg(loom)]
+    queue: (Mutex<()>, Condvar),
+}
+
+impl Bell {
+    /// Maps the bell of the data directory `root` (`init`: made afresh by
+    /// its first opener).
+    pub(crate) fn open(root: &Path, init: bool) -> Result<Bell> {
+        Ok(Bell::over(Page::open(&root.join(BELL_FILE), init)?))
+    }
+
+    /// A bell no file backs, for the loom models.
+    #[cfg(loom)]
+    pub(crate) fn in_memory() -> Bell {
+        Bell::over(Page::in_memory())
+    }
+
+    fn over(page: Page) -> Bell {
+        Bell {
+            page,
+            #[cfg(loom)]
+            queue: (Mutex::new(()), Condvar::new()),
+        }
+    }
+
+    /// Quiet -> armed: returns the armed value to sleep on.
+    #[inline]
+    fn arm(&self) -> u32 {
+        // Relaxed: X2, right after, orders it before the doorbell's look.
+        self.page.word().fetch_or(ARMED, Ordering::Relaxed) | ARMED
+    }
+
+    /// A publisher's half, after X1: rings if a doorbell is armed.
+    #[inline]
+    fn ring_if_armed(&self) {
+        // Relaxed: X1, before it, is what orders this load after the commit.
+        let seen = self.page.word().load(Ordering::Relaxed);
+        if seen & ARMED != 0 {
+            self.ring(seen);
+        }
+    }
+
+    /// Armed -> quiet with the sequence advanced, then wakes every sleeper.
+    #[cold]
+    fn ring(&self, seen: u32) {
+        let next = (seen & !ARMED).wrapping_add(RING_STEP);
+        // Relaxed: the word orders nothing but itself; the wake below is a
+        // system call, after it. A failed exchange means the word moved:
+        // another ring (which woke the sleepers) or a re-arm after one (a
+        // doorbell that re-armed looks at its partitions after X2 itself).
+        if self.page.word().compare_exchange(seen, next, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            self.wake_all();
+        }
+    }
+
+    /// Rings whatever the word holds: wakes every doorbell of the
+    /// directory (a closing broker's own, so that it sees its stop flag).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn ring_always(&self) {
+        // Release: a doorbell whose arm reads this (or a later value) and
+        // then fences (X2) sees what the ringer did before, such as
+        // `Doorbell::stop`'s flag.
+        self.page.word().fetch_add(RING_STEP, Ordering::Release);
+        self.wake_all();
+    }
+
+    /// One doorbell round: arms, fences (X2), and looks (`look` returns
+    /// whether anything moved, having signalled whom it concerns); sleeps
+    /// only if nothing did, until a ring. Returns whether `look` found
+    /// something (false: it slept, and woke for a ring or spuriously).
+    pub(crate) fn round(&self, look: impl FnOnce() -> bool) -> bool {
+        let armed = self.arm();
+        // X2, SeqCst fence: orders `ARMED` before the look's loads of the
+        // partitions' tails. Pairs with X1 in `Cross::after_commit` (see
+        // "The race it survives").
+        crate::sync::fence_or_weakened!("X2", Ordering::SeqCst);
+        if look() {
+            return true;
+        }
+        self.sleep(armed);
+        false
+    }
+
+    /// `FUTEX_WAIT` on the bell while it holds `armed`.
+    fn sleep(&self, armed: u32) {
+        #[cfg(not(loom))]
+        {
+            let word = self.page.word();
+            // SAFETY: FUTEX_WAIT (shared: no PRIVATE flag, the word is in a
+            // MAP_SHARED file) on an aligned u32 that stays mapped during
+            // the call, with no timeout; it reads the word and writes nothing.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    word.as_ptr(),
+                    libc::FUTEX_WAIT,
+                    armed,
+                    std::ptr::null::<libc::timespec>(),
+                    std::ptr::null::<u32>(),
+                    0u32,
+                )
+            };
+            // Woken, interrupted, or the word had moved (EAGAIN): the
+            // caller's next round looks again in every case.
+        }
+        #[cfg(loom)]
+        {
+            let (lock, cv) = &self.queue;
+            let queued = lock.lock();
+            // Relaxed: the kernel compares the word under its queue's lock;
+            // the mutex is this model's queue lock.
+            if self.page.word().load(Ordering::Relaxed) == armed {
+                drop(cv.wait(queued));
+            }
+        }
+    }
+
+    fn wake_all(&self) {
+        #[cfg(not(loom))]
+        {
+            let word = self.page.word();
+            // SAFETY: FUTEX_WAKE (shared) of every waiter on an aligned u32
+            // that stays mapped during the call; it touches no memory.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    word.as_ptr(),
+                    libc::FUTEX_WAKE,
+                    i32::MAX,
+                    std::ptr::null::<libc::timespec>(),
+                    std::ptr::null::<u32>(),
+                    0u32,
+                )
+            };
+        }
+        #[cfg(loom)]
+        {
+            let (lock, cv) = &self.queue;
+            let _queued = lock.lock();
+            cv.notify_all();
+        }
+    }
+}
+
+/// A partition's part in the cross-process wake: its interest word and
+/// its directory's bell. A partition of a `Processes` broker has one
+/// (`Partition::cross`); an `Exclusive` one has none.
+pub(crate) struct Cross {
+    interest: Page,
+    bell: crate::sync::Arc<Bell>,
+    /// Whether this broker counts in `interest` now; changed under
+    /// `edit`, so raises and lowers of one broker alternate.
+    raised: Mutex<bool>,
+}
+
+impl Cross {
+    /// The cross-process state of the partition whose log is in `dir`:
+    /// `init` for its first opener or its creator (no other process has
+    /// it: its interest starts at 0).
+    pub(crate) fn open(dir: &Path, init: bool, bell: crate::sync::Arc<Bell>) -> Result<Cross> {
+        Ok(Cross::over(Page::open(&dir.join(PARTITION_STATE_FILE), init)?, bell))
+    }
+
+    /// A partition's state no file backs, for the loom models.
+    #[cfg(loom)]
+    pub(crate) fn in_memory(bell: crate::sync::Arc<Bell>) -> Cross {
+        Cross::over(Page::in_memory(), bell)
+    }
+
+    fn over(interest: Page, bell: crate::sync::Arc<Bell>) -> Cross {
+        Cross { interest, bell, raised: Mutex::new(false) }
+    }
+
+    /// A publisher's half, after its commit (see the module docs): X1, the
+    /// interest, and a ring if some doorbell is armed.
+    #[inline]
+    pub(crate) fn after_commit(&self) {
+        // X1, SeqCst fence: orders the commit before the loads of the
+        // interest and the bell. Pairs with X2 in `Bell::round`, and with
+        // the fence that opens `barrier::heavy` after a raise (see "The race
+        // it survives"); membarrier does not reach other processes.
+        crate::sync::fence_or_weakened!("X1", Ordering::SeqCst);
+        // Relaxed: ordered by X1; a count, read only to skip the bell.
+        if self.interest.word().load(Ordering::Relaxed) != 0 {
+            self.bell.ring_if_armed();
+        }
+    }
+
+    /// This broker listens to the partition (`true`) or no longer does:
+    /// raises or lowers the interest once per change. A raise is followed
+    /// by the caller's `fence(SeqCst)` before it reads the log.
+    pub(crate) fn set_listening(&self, listening: bool) {
+        let mut raised = self.raised.lock();
+        if *raised == listening {
+            return;
+        }
+        *raised = listening;
+        // Relaxed: the caller's fence orders a raise before its read of the
+        // log (see "The race it survives"); a lower only saves publishers
+        // the bell's load.
+        if listening {
+            self.interest.word().fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.interest.word().fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Cross {
+    fn drop(&mut self) {
+        // A partition that goes while listened to (its broker closing)
+        // takes its count with it.
+        if *self.raised.lock() {
+            // Relaxed: see `set_listening`.
+            self.interest.word().fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What a doorbell thread looks at: a partition this broker may listen to.
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) trait Watch: Send + Sync {
+    /// Looks whether the partition moved since the last look, and if it did
+    /// signals its local listeners; returns whether it did.
+    fn look(&self) -> bool;
+}
+
+/// A broker's doorbell thread and the partitions it watches (see the
+/// module docs). Stopped by [`Doorbell::stop`] when the broker closes.
+/// Under loom there is none: a `Processes` broker does not open there
+/// (`BrokerInner::open_data_dir`); its models run [`Bell::round`] itself.
+#[cfg(not(loom))]
+pub(crate) struct Doorbell {
+    bell: crate::sync::Arc<Bell>,
+    /// The partitions of this broker's shared topics; one that has gone is
+    /// dropped at the next look.
+    watched: Mutex<Vec<std::sync::Weak<dyn Watch>>>,
+    stop: crate::sync::atomic::AtomicBool,
+    thread: Mutex<Option<crate::sync::thread::JoinHandle<()>>>,
+}
+
+#[cfg(not(loom))]
+impl Doorbell {
+    /// Starts the doorbell thread of a broker on the directory whose bell
+    /// is `bell`.
+    pub(crate) fn start(bell: crate::sync::Arc<Bell>) -> Result<crate::sync::Arc<Doorbell>> {
+        let doorbell = crate::sync::Arc::new(Doorbell {
+            bell,
+            watched: Mutex::new(Vec::new()),
+            stop: crate::sync::atomic::AtomicBool::new(false),
+            thread: Mutex::new(None),
+        });
+        let runner = doorbell.clone();
+        let handle = crate::sync::spawn_named("rill-doorbell".into(), move || runner.run())?;
+        *doorbell.thread.lock() = Some(handle);
+        Ok(doorbell)
+    }
+
+    /// The bell it sleeps on.
+    pub(crate) fn bell(&self) -> &crate::sync::Arc<Bell> {
+        &self.bell
+    }
+
+    /// Watches `partition` from now on (until it goes).
+    pub(crate) fn watch<W: Watch + 'static>(&self, partition: &crate::sync::Arc<W>) {
+        let weak: std::sync::Weak<W> = crate::sync::Arc::downgrade(partition);
+        let weak: std::sync::Weak<dyn Watch> = weak;
+        self.watched.lock().push(weak);
+    }
+
+    fn run(&self) {
+        // Acquire: pairs with the Release store in `stop`.
+        while !self.stop.load(Ordering::Acquire) {
+            self.bell.round(|| self.look());
+        }
+    }
+
+    /// Looks at every watched partition (each signals its own listeners).
+    fn look(&self) -> bool {
+        let watched: Vec<_> = {
+            let mut list = self.watched.lock();
+            list.retain(|w| w.strong_count() > 0);
+            list.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        // Acquire: as in `run`; a stopping broker's doorbell does not sleep.
+        let mut moved = self.stop.load(Ordering::Acquire);
+        for p in watched {
+            moved |= p.look();
+        }
+        moved
+    }
+
+    /// Stops the thread and waits for it.
+    pub(crate) fn stop(&self) {
+        // Release: pairs with the Acquire loads in `run` and `look`.
+        self.stop.store(true, Ordering::Release);
+        self.bell.ring_always();
+        if let Some(handle) = self.thread.lock().take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Under loom: never started (see [`Doorbell`]'s docs outside loom), so
+/// none of these run; they keep the broker's calls compiling.
+#[cfg(loom)]
+pub(crate) struct Doorbell(std::convert::Infallible);
+
+#[cfg(loom)]
+impl Doorbell {
+    pub(crate) fn start(_bell: crate::sync::Arc<Bell>) -> Result<crate::sync::Arc<Doorbell>> {
+        Err(crate::error::Error::InvalidArgument("no doorbell thread under loom".into()))
+    }
+
+    pub(crate) fn bell(&self) -> &crate::sync::Arc<Bell> {
+        match self.0 {}
+    }
+
+    pub(crate) fn watch<W: Watch + 'static>(&self, _partition: &crate::sync::Arc<W>) {
+        match self.0 {}
+    }
+
+    pub(crate) fn stop(&self) {
+        match self.0 {}
+    }
+}

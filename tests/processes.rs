@@ -1,0 +1,331 @@
+//! Several processes, one data directory (issue 39, its third step): the
+//! `Sharing` option, its directory locks, and push subscriptions in one
+//! process delivered what other processes publish, woken without polling.
+//!
+//! The other processes are this test binary run again with
+//! [`CHILD_ROLE`] set and only the one test selected: the test then plays
+//! the child's part (a publisher or a subscriber) and exits.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use common::{WAIT, wait_for};
+use rill::{
+    Ack, Broker, BrokerConfig, ConsumerOptions, Error, Fsync, Record, Sharing, StartPosition, SubscriptionOptions,
+    TopicOptions,
+};
+
+/// Set in a child: `publish:<who>`, `subscribe:<who>` or `one`.
+const CHILD_ROLE: &str = "RILL_TEST_PROCESSES_ROLE";
+/// Set in a child: the data directory.
+const CHILD_DIR: &str = "RILL_TEST_PROCESSES_DIR";
+/// The file the parent makes when the children may close.
+const DONE: &str = "done";
+/// The topic every process shares.
+const TOPIC: &str = "orders";
+/// Publisher processes in the N -> M test.
+const PUBLISHERS: u32 = 3;
+/// Subscriber processes in the N -> M test.
+const SUBSCRIBERS: u32 = 2;
+/// Messages each publisher process publishes, unless
+/// `RILL_PROCESSES_MESSAGES` says more (the long version).
+const MESSAGES: u32 = 2_000;
+
+fn messages() -> u32 {
+    std::env::var("RILL_PROCESSES_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(MESSAGES)
+}
+
+/// A fresh directory under the system's temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("rill-processes-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn config(dir: &Path, sharing: Sharing) -> BrokerConfig {
+    BrokerConfig {
+        data_dir: Some(dir.to_owned()),
+        sharing,
+        fsync: Fsync::Never,
+        worker_threads: Some(1),
+        ..BrokerConfig::default()
+    }
+}
+
+/// Small segments, so the processes roll them while the test runs.
+fn topic_options() -> TopicOptions {
+    TopicOptions { segment_bytes: Some(16 << 10), retention_bytes: None, ..TopicOptions::default() }
+}
+
+/// `(publisher, sequence number)` in a payload.
+fn payload(who: u32, seq: u32) -> [u8; 8] {
+    let mut p = [0u8; 8];
+    p[..4].copy_from_slice(&who.to_le_bytes());
+    p[4..].copy_from_slice(&seq.to_le_bytes());
+    p
+}
+
+fn decode(p: &[u8]) -> (u32, u32) {
+    (u32::from_le_bytes(p[..4].try_into().unwrap()), u32::from_le_bytes(p[4..8].try_into().unwrap()))
+}
+
+/// Runs this test binary again as a child playing `role` in `dir`.
+fn spawn(test: &str, role: &str, dir: &Path) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ROLE, role)
+        .env(CHILD_DIR, dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a child and fails the test with its output if it failed.
+fn expect_success(child: Child, what: &str) {
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The child's role and directory, if this process is a child.
+fn child_role() -> Option<(String, PathBuf)> {
+    let role = std::env::var(CHILD_ROLE).ok()?;
+    Some((role, PathBuf::from(std::env::var_os(CHILD_DIR).unwrap())))
+}
+
+/// What a subscriber saw: `(offset, publisher, sequence)` in delivery order.
+type Seen = Arc<Mutex<Vec<(u64, u32, u32)>>>;
+
+/// Subscribes to [`TOPIC`] from its start, recording what it gets.
+fn subscribe(broker: &Broker) -> (rill::Subscription, Seen) {
+    let seen: Seen = Arc::default();
+    let sink = seen.clone();
+    let options = SubscriptionOptions { start: StartPosition::Earliest, ..SubscriptionOptions::default() };
+    let sub = broker
+        .subscribe(TOPIC, options, move |m| {
+            let (who, seq) = decode(m.record().payload());
+            sink.lock().unwrap().push((m.record().offset(), who, seq));
+            Ack::Success
+        })
+        .unwrap();
+    (sub, seen)
+}
+
+/// Creates [`TOPIC`], or joins it where another process made it: a
+/// topic on disk when a broker opens is already its own (`TopicExists`),
+/// one made since is joined by `create_topic`.
+fn ensure_topic(broker: &Broker, options: &TopicOptions) {
+    match broker.create_topic(TOPIC, options) {
+        Ok(()) | Err(Error::TopicExists(_)) => {}
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Every message of every publisher exactly once, each publisher's in its
+/// order, at dense offsets from 0.
+fn check_all(seen: &[(u64, u32, u32)], publishers: u32, each: u32) {
+    assert_eq!(seen.len() as u64, u64::from(publishers * each), "every message, once");
+    let mut next: HashMap<u32, u32> = HashMap::new();
+    let mut offsets: Vec<u64> = Vec::with_capacity(seen.len());
+    for &(offset, who, seq) in seen {
+        let n = next.entry(who).or_insert(0);
+        assert_eq!(seq, *n, "publisher {who}'s messages in its order, none lost or doubled");
+        *n += 1;
+        offsets.push(offset);
+    }
+    assert!(next.keys().all(|&w| w < publishers) && next.values().all(|&n| n == each), "{next:?}");
+    offsets.sort_unstable();
+    assert!(offsets.iter().enumerate().all(|(i, &o)| o == i as u64), "offsets dense from 0");
+}
+
+#[test]
+fn processes_mode_needs_a_data_dir() {
+    let config = BrokerConfig { sharing: Sharing::Processes, ..BrokerConfig::default() };
+    match Broker::new(config) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("data_dir"), "{m}"),
+        other => panic!("expected InvalidArgument, got {:?}", other.map(drop)),
+    }
+    assert_eq!(BrokerConfig::default().sharing, Sharing::Exclusive);
+}
+
+#[test]
+fn a_directory_open_one_way_refuses_the_other_and_shares_with_its_own() {
+    let dir = TempDir::new("modes");
+    let exclusive = Broker::new(config(&dir.0, Sharing::Exclusive)).unwrap();
+    assert!(matches!(Broker::new(config(&dir.0, Sharing::Processes)), Err(Error::Busy(_))));
+    assert!(matches!(Broker::new(config(&dir.0, Sharing::Exclusive)), Err(Error::Busy(_))));
+    drop(exclusive);
+
+    let first = Broker::new(config(&dir.0, Sharing::Processes)).unwrap();
+    let second = Broker::new(config(&dir.0, Sharing::Processes)).unwrap();
+    let third = Broker::new(config(&dir.0, Sharing::Processes)).unwrap();
+    assert!(matches!(Broker::new(config(&dir.0, Sharing::Exclusive)), Err(Error::Busy(_))));
+    drop((first, second));
+    assert!(matches!(Broker::new(config(&dir.0, Sharing::Exclusive)), Err(Error::Busy(_))), "one is still open");
+    drop(third);
+    Broker::new(config(&dir.0, Sharing::Exclusive)).unwrap();
+}
+
+#[test]
+fn what_processes_do_not_share_yet_is_refused() {
+    let dir = TempDir::new("refused");
+    let broker = Broker::new(config(&dir.0, Sharing::Processes)).unwrap();
+    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    let refused = |r: Result<(), Error>, what: &str| match r {
+        Err(Error::InvalidArgument(m)) => {
+            assert!(m.contains("not yet supported with Sharing::Processes"), "{what}: {m}")
+        }
+        other => panic!("{what}: expected InvalidArgument, got {other:?}"),
+    };
+    let named = SubscriptionOptions { name: Some("audit".into()), ..SubscriptionOptions::default() };
+    refused(broker.subscribe(TOPIC, named, |_| Ack::Success).map(drop), "a named subscription");
+    let shared = SubscriptionOptions { name: Some("workers".into()), shared: true, ..SubscriptionOptions::default() };
+    refused(broker.subscribe(TOPIC, shared, |_| Ack::Success).map(drop), "a shared subscription");
+    refused(broker.consumer("billing", TOPIC, ConsumerOptions::default()).map(drop), "a consumer");
+    refused(broker.delete_topic(TOPIC), "deleting a topic");
+    refused(broker.delete_group("billing", TOPIC), "deleting a group");
+    refused(broker.delete_durable("audit"), "deleting a durable subscription");
+    // What is shared works: an anonymous subscription, publishing. Its name
+    // (and so its dead-letter topic's, in the shared directory) holds the
+    // pid: subscription ids are per process.
+    let (sub, seen) = subscribe(&broker);
+    assert!(sub.name().starts_with(&format!("anon-{}-", std::process::id())), "{}", sub.name());
+    broker.publish(TOPIC, &Record::new(&payload(0, 0))).unwrap();
+    wait_for("the message", || seen.lock().unwrap().len() == 1);
+}
+
+#[test]
+fn two_brokers_of_one_process_share_a_topic_both_ways() {
+    let dir = TempDir::new("two-brokers");
+    let a = Broker::new(config(&dir.0, Sharing::Processes)).unwrap();
+    a.create_topic(TOPIC, &topic_options()).unwrap();
+    let b = Broker::new(config(&dir.0, Sharing::Processes)).unwrap();
+    assert_eq!(b.topics(), [TOPIC], "a topic on disk when the broker opens is there");
+    let (sub_a, seen_a) = subscribe(&a);
+    let (sub_b, seen_b) = subscribe(&b);
+    for seq in 0..500 {
+        a.publish(TOPIC, &Record::new(&payload(0, seq))).unwrap();
+        b.publish(TOPIC, &Record::new(&payload(1, seq))).unwrap();
+    }
+    wait_for("every message at both", || seen_a.lock().unwrap().len() == 1000 && seen_b.lock().unwrap().len() == 1000);
+    check_all(&seen_a.lock().unwrap(), 2, 500);
+    check_all(&seen_b.lock().unwrap(), 2, 500);
+    drop((sub_a, sub_b));
+}
+
+/// A child's part in [`publishers_and_subscribers_in_separate_processes`].
+fn n_to_m_child(role: &str, dir: &Path) {
+    let broker = Broker::new(config(dir, Sharing::Processes)).unwrap();
+    // The topic the parent made was on disk when this broker opened.
+    ensure_topic(&broker, &topic_options());
+    let each = messages();
+    match role.split_once(':') {
+        Some(("publish", who)) => {
+            let who: u32 = who.parse().unwrap();
+            for seq in 0..each {
+                broker.publish(TOPIC, &Record::new(&payload(who, seq))).unwrap();
+            }
+            // Open until every subscriber is done: a broker's close wakes the
+            // directory's doorbells, so closing sooner could deliver for a
+            // missing wake.
+            wait_for("the parent's go-ahead", || dir.join(DONE).exists());
+        }
+        Some(("subscribe", who)) => {
+            let (sub, seen) = subscribe(&broker);
+            std::fs::write(dir.join(format!("ready-{who}")), b"").unwrap();
+            let total = (PUBLISHERS * each) as usize;
+            wait_for("every message", || seen.lock().unwrap().len() >= total);
+            drop(sub);
+            check_all(&seen.lock().unwrap(), PUBLISHERS, each);
+        }
+        _ => panic!("unknown role {role}"),
+    }
+}
+
+#[test]
+fn publishers_and_subscribers_in_separate_processes() {
+    const TEST: &str = "publishers_and_subscribers_in_separate_processes";
+    if let Some((role, dir)) = child_role() {
+        n_to_m_child(&role, &dir);
+        return;
+    }
+    let dir = TempDir::new("n-to-m");
+    let broker = Broker::new(config(&dir.0, Sharing::Processes)).unwrap();
+    broker.create_topic(TOPIC, &topic_options()).unwrap();
+    let (sub, seen) = subscribe(&broker);
+    let subscribers: Vec<Child> = (0..SUBSCRIBERS).map(|i| spawn(TEST, &format!("subscribe:{i}"), &dir.0)).collect();
+    // Subscribed (and so idle, waiting) before anything is published.
+    wait_for("the subscribers", || (0..SUBSCRIBERS).all(|i| dir.0.join(format!("ready-{i}")).exists()));
+    let publishers: Vec<Child> = (0..PUBLISHERS).map(|i| spawn(TEST, &format!("publish:{i}"), &dir.0)).collect();
+    // The subscribers finish while every publisher is still open (see the
+    // publisher's part), so only the wakes of their publishes deliver.
+    let subscribed = std::panic::catch_unwind(|| {
+        for (i, s) in subscribers.into_iter().enumerate() {
+            expect_success(s, &format!("subscriber {i}"));
+        }
+    });
+    std::fs::write(dir.0.join(DONE), b"").unwrap();
+    for (i, p) in publishers.into_iter().enumerate() {
+        expect_success(p, &format!("publisher {i}"));
+    }
+    if let Err(panic) = subscribed {
+        std::panic::resume_unwind(panic);
+    }
+    // The parent listened too, from before the first publish.
+    let total = (PUBLISHERS * messages()) as usize;
+    wait_for("every message in the parent", || seen.lock().unwrap().len() >= total);
+    drop(sub);
+    check_all(&seen.lock().unwrap(), PUBLISHERS, messages());
+}
+
+#[test]
+fn an_idle_subscriber_is_woken_by_one_publish_in_another_process() {
+    const TEST: &str = "an_idle_subscriber_is_woken_by_one_publish_in_another_process";
+    if let Some((_, dir)) = child_role() {
+        let broker = Broker::new(config(&dir, Sharing::Processes)).unwrap();
+        ensure_topic(&broker, &TopicOptions::default());
+        broker.publish(TOPIC, &Record::new(&payload(7, 0))).unwrap();
+        // Open until the parent has the message: a broker's close wakes the
+        // directory's doorbells, which would deliver it without the
+        // publish's own wake.
+        wait_for("the parent's go-ahead", || dir.join(DONE).exists());
+        return;
+    }
+    let dir = TempDir::new("one");
+    let broker = Broker::new(config(&dir.0, Sharing::Processes)).unwrap();
+    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    let (sub, seen) = subscribe(&broker);
+    assert!(sub.wait_idle(WAIT).unwrap(), "idle before the publish");
+    let child = spawn(TEST, "one", &dir.0);
+    // Nothing is published after the child's one message, and the child
+    // stays open meanwhile: only the publish's wake can deliver it.
+    let woken =
+        std::panic::catch_unwind(|| wait_for("the idle subscriber to be woken", || !seen.lock().unwrap().is_empty()));
+    std::fs::write(dir.0.join(DONE), b"").unwrap();
+    expect_success(child, "the publisher");
+    if let Err(panic) = woken {
+        std::panic::resume_unwind(panic);
+    }
+    assert_eq!(*seen.lock().unwrap(), [(0, 7, 0)]);
+}
