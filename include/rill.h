@@ -1361,6 +1361,22 @@ rill_status rill_publish_outcome(rill_broker *b,
                                  uint32_t *flags);
 
 /**
+ * Like `rill_publish_outcome`, but fails at once with `RILL_ERR_FULL`
+ * instead of waiting for a `Block` subscriber (as `rill_try_publish`). A
+ * publisher of the same id appending at that moment is still waited for:
+ * its append decides whether this one is a duplicate.
+ *
+ * # Safety
+ *
+ * As for `rill_publish_outcome`.
+ */
+rill_status rill_try_publish_outcome(rill_broker *b,
+                                     const char *topic,
+                                     const rill_record *r,
+                                     rill_position *out,
+                                     uint32_t *flags);
+
+/**
  * Publishes `n` messages in order, as `rill_publish_batch`, and says what
  * each publish did: `flags` is NULL or has room for `n` words, written in
  * input order as `rill_publish_outcome` writes one (a message whose id

@@ -806,6 +806,32 @@ pub unsafe extern "C" fn rill_publish_outcome(
     })
 }
 
+/// Like `rill_publish_outcome`, but fails at once with `RILL_ERR_FULL`
+/// instead of waiting for a `Block` subscriber (as `rill_try_publish`). A
+/// publisher of the same id appending at that moment is still waited for:
+/// its append decides whether this one is a duplicate.
+///
+/// # Safety
+///
+/// As for `rill_publish_outcome`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_try_publish_outcome(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    r: *const rill_record,
+    out: *mut rill_position,
+    flags: *mut u32,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, topic, r) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?, reference(r, "record")?) };
+        let done = with_record(r, |rec| Ok(b.broker.try_publish_outcome(topic, rec)?))?;
+        // SAFETY: the caller promises each is NULL or writable.
+        unsafe { write_outcome(done, out, flags) };
+        Ok(())
+    })
+}
+
 /// Publishes `n` messages in order, as `rill_publish_batch`, and says what
 /// each publish did: `flags` is NULL or has room for `n` words, written in
 /// input order as `rill_publish_outcome` writes one (a message whose id

@@ -464,10 +464,35 @@ impl Broker {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn publish_outcome(&self, topic: &str, record: &Record<'_>) -> Result<Published> {
+        self.publish_outcome_with(topic, record, self.inner().default_wait())
+    }
+
+    /// Like [`Broker::publish_outcome`], but fails at once with `Full`
+    /// instead of waiting for a `Block` subscriber (as [`Broker::try_publish`]).
+    /// A publisher of the same id appending at that moment is still waited
+    /// for: its append decides whether this one is a duplicate.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Record;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// assert!(!broker.try_publish_outcome("orders", &Record::new(b"o-1").with_id("order-1"))?.duplicate);
+    /// assert!(broker.try_publish_outcome("orders", &Record::new(b"o-1").with_id("order-1"))?.duplicate);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn try_publish_outcome(&self, topic: &str, record: &Record<'_>) -> Result<Published> {
+        self.publish_outcome_with(topic, record, Wait::No)
+    }
+
+    fn publish_outcome_with(&self, topic: &str, record: &Record<'_>, wait: Wait) -> Result<Published> {
         let inner = self.inner();
         inner.check_open()?;
         let t = inner.topic_for_publish(topic)?;
-        Ok(Published::of(t.publish_identified(record, inner.default_wait())?))
+        Ok(Published::of(t.publish_identified(record, wait)?))
     }
 
     /// Publishes many messages; returns their positions in input order.

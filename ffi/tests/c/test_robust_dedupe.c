@@ -71,6 +71,9 @@ static void duplicates_return_the_first_position(void) {
     OK(rill_publish(b, "orders", &r, &again));
     CHECK(again.partition == first.partition && again.offset == first.offset);
     OK(rill_publish_outcome(b, "orders", &r, NULL, NULL));
+    flags = 0;
+    OK(rill_try_publish_outcome(b, "orders", &r, &again, &flags));
+    CHECK(flags == RILL_PUBLISHED_DUPLICATE && again.offset == first.offset);
 
     rill_publisher *p = NULL;
     OK(rill_publisher_new(b, "orders", &p));
@@ -101,7 +104,7 @@ static void duplicates_return_the_first_position(void) {
     /* order-1, order-2 and two messages without an id. */
     CHECK(s.publish_count == 4);
     CHECK(s.dedupe_ids == 2);
-    CHECK(s.dedupe_duplicates == 9);
+    CHECK(s.dedupe_duplicates == 10);
     CHECK(s.dedupe_evicted == 0);
     rill_broker_free(b);
 }
