@@ -34,7 +34,9 @@
 //!   this one waits on the shard's condition variable until it is not.
 //! * **appended** (the owner, under the lock again, after the append
 //!   returned): `Pending` becomes `Done` with the position, the id joins the
-//!   shard's age queue, and every waiter is woken.
+//!   shard's age queue, and every waiter is woken (waiters count
+//!   themselves in the shard under its lock, so an owner that sees none
+//!   skips the wake-up, a system call, without missing anyone).
 //! * **abandoned** (the owner, when its append failed, or unwound): the id
 //!   is removed and waiters are woken; the first to lock claims it and
 //!   appends its own record, so a failed publish never hides a later one.
@@ -117,6 +119,10 @@ struct Ids {
     /// claimed. An entry whose id was since claimed again (after it expired)
     /// is stale: its time no longer matches the slot's, and it is skipped.
     order: VecDeque<(u64, Box<str>)>,
+    /// Publishers waiting on `settled` for a `Pending` id of this shard: an
+    /// owner settling its id wakes them only if there are any (a wake-up is
+    /// a system call even with nobody to wake).
+    waiting: usize,
 }
 
 impl Ids {
@@ -186,23 +192,40 @@ impl Ticket<'_> {
     pub(crate) fn appended(mut self, landed: Landed) {
         let id = self.id.take().expect("a ticket is settled once");
         let mut ids = self.shard.ids.lock();
-        ids.slots.insert(id.clone(), Slot::Done { landed, at_ns: self.at_ns });
+        // Its `Pending` slot is still there: only its owner (this ticket)
+        // removes or replaces it. Updated in place, so the map's copy of
+        // the id is kept and the ticket's moves to the age queue.
+        let done = Slot::Done { landed, at_ns: self.at_ns };
+        match ids.slots.get_mut(&id) {
+            Some(slot) => *slot = done,
+            None => {
+                ids.slots.insert(id.clone(), done);
+            }
+        }
         ids.order.push_back((self.at_ns, id));
         let evicted = ids.prune(self.at_ns, self.window.window_ns);
+        let wake = ids.waiting > 0;
         drop(ids);
         if evicted > 0 {
             // Relaxed: a statistic.
             self.window.evicted.fetch_add(evicted, Ordering::Relaxed);
         }
-        self.shard.settled.notify_all();
+        if wake {
+            self.shard.settled.notify_all();
+        }
     }
 }
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.id.take() {
-            self.shard.ids.lock().slots.remove(&id);
-            self.shard.settled.notify_all();
+            let mut ids = self.shard.ids.lock();
+            ids.slots.remove(&id);
+            let wake = ids.waiting > 0;
+            drop(ids);
+            if wake {
+                self.shard.settled.notify_all();
+            }
         }
     }
 }
@@ -238,7 +261,12 @@ impl Window {
                         // racer is here).
                         self.waits.fetch_add(1, Ordering::Relaxed);
                     }
+                    // Counted under the lock the owner settles under, so an
+                    // owner that sees 0 has no waiter to miss: a waiter
+                    // counts itself before `wait` releases the lock.
+                    ids.waiting += 1;
                     ids = shard.settled.wait(ids);
+                    ids.waiting -= 1;
                 }
                 Some(Slot::Done { landed, at_ns }) if now.saturating_sub(*at_ns) < self.window_ns => {
                     // Relaxed: a statistic.
