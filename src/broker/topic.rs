@@ -491,9 +491,9 @@ impl Topic {
     }
 
     /// Publishes a record that may carry an id (`Record::may_have_id`): the
-    /// publish paths send such records here, out of line, so a record
-    /// without one pays a single branch. Without an id, or on a topic
-    /// without a window, it is published as any record.
+    /// publish paths send such records here, out of line, so a record with
+    /// neither an id nor attributes pays only that test. Without an id, or
+    /// on a topic without a window, it is published as any record.
     #[cold]
     #[inline(never)]
     pub(crate) fn publish_identified(&self, record: &Record<'_>, wait: Wait) -> Result<Outcome> {
