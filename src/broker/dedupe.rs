@@ -66,8 +66,9 @@
 //! (`Topic::open`). Every function here takes `now` as an argument, so the
 //! unit tests below drive the clock themselves.
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
 
 use crossbeam_utils::CachePadded;
 
@@ -84,6 +85,8 @@ const SHARDS: usize = 16;
 const _: () = assert!(SHARDS.is_power_of_two() && MAX_DEDUPE_IDS.is_multiple_of(SHARDS));
 /// Most ids one shard holds.
 const SHARD_CAPACITY: usize = MAX_DEDUPE_IDS / SHARDS;
+/// An id's shard is its hash's bits from here (see [`Key`]).
+const SHARD_SHIFT: u32 = 32;
 
 /// Where a record with an id landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +105,102 @@ pub(crate) struct WindowStats {
     pub(crate) waits: u64,
 }
 
+/// An id with its hash: the window's keyed SipHash, computed once per
+/// publish. Its bits 32..36 pick the shard (the map's own index uses the low
+/// bits and its tags the top ones, so within a shard those stay spread), and
+/// the shard's map takes it as the hash, so the id is not hashed again for
+/// the lookup, the insert and the settle.
+#[derive(Debug)]
+struct Key {
+    hash: u64,
+    id: Box<str>,
+}
+
+/// What a shard's map looks ids up by: an owned [`Key`], or a [`Probe`]
+/// borrowing a publisher's id (the std map needs one borrowed form of both).
+trait KeyLike {
+    fn hash(&self) -> u64;
+    fn id(&self) -> &str;
+}
+
+impl KeyLike for Key {
+    fn hash(&self) -> u64 {
+        self.hash
+    }
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// A borrowed id and its hash, to look up without copying the id.
+struct Probe<'a> {
+    hash: u64,
+    id: &'a str,
+}
+
+impl KeyLike for Probe<'_> {
+    fn hash(&self) -> u64 {
+        self.hash
+    }
+    fn id(&self) -> &str {
+        self.id
+    }
+}
+
+impl<'a> Borrow<dyn KeyLike + 'a> for Key {
+    fn borrow(&self) -> &(dyn KeyLike + 'a) {
+        self
+    }
+}
+
+impl Hash for dyn KeyLike + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(KeyLike::hash(self));
+    }
+}
+
+impl PartialEq for dyn KeyLike + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        KeyLike::hash(self) == KeyLike::hash(other) && self.id() == other.id()
+    }
+}
+
+impl Eq for dyn KeyLike + '_ {}
+
+// As `dyn KeyLike`'s, so the owned and the borrowed form agree.
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.id == other.id
+    }
+}
+
+impl Eq for Key {}
+
+/// The shard maps' hasher: a key's hash is already computed ([`Key`]).
+#[derive(Debug, Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+    // Keys write one u64 (above); any other bytes are folded in all the same.
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// The state of one id (see the module docs).
 #[derive(Debug, Clone, Copy)]
 enum Slot {
@@ -114,11 +213,11 @@ enum Slot {
 /// One shard's ids.
 #[derive(Debug, Default)]
 struct Ids {
-    slots: HashMap<Box<str>, Slot>,
+    slots: HashMap<Key, Slot, BuildHasherDefault<Prehashed>>,
     /// `Done` ids in the order they were stored, with the time each was
     /// claimed. An entry whose id was since claimed again (after it expired)
     /// is stale: its time no longer matches the slot's, and it is skipped.
-    order: VecDeque<(u64, Box<str>)>,
+    order: VecDeque<(u64, Key)>,
     /// Publishers waiting on `settled` for a `Pending` id of this shard: an
     /// owner settling its id wakes them only if there are any (a wake-up is
     /// a system call even with nobody to wake).
@@ -183,7 +282,7 @@ pub(crate) enum Claim<'w> {
 pub(crate) struct Ticket<'w> {
     shard: &'w Shard,
     window: &'w Window,
-    id: Option<Box<str>>,
+    id: Option<Key>,
     at_ns: u64,
 }
 
@@ -199,7 +298,7 @@ impl Ticket<'_> {
         match ids.slots.get_mut(&id) {
             Some(slot) => *slot = done,
             None => {
-                ids.slots.insert(id.clone(), done);
+                ids.slots.insert(Key { hash: id.hash, id: id.id.clone() }, done);
             }
         }
         ids.order.push_back((self.at_ns, id));
@@ -243,17 +342,19 @@ impl Window {
         }
     }
 
-    fn shard(&self, id: &str) -> &Shard {
-        &self.shards[self.hasher.hash_one(id) as usize & (SHARDS - 1)]
+    /// `id` with its hash, and the shard that holds it.
+    fn probe<'a>(&self, id: &'a str) -> (Probe<'a>, &Shard) {
+        let hash = self.hasher.hash_one(id);
+        (Probe { hash, id }, &self.shards[(hash >> SHARD_SHIFT) as usize & (SHARDS - 1)])
     }
 
     /// Claims `id` at time `now`, waiting while another publisher appends it.
     pub(crate) fn claim(&self, id: &str, now: u64) -> Claim<'_> {
-        let shard = self.shard(id);
+        let (probe, shard) = self.probe(id);
         let mut ids = shard.ids.lock();
         let mut waited = false;
         loop {
-            match ids.slots.get(id) {
+            match ids.slots.get(&probe as &dyn KeyLike) {
                 Some(Slot::Pending) => {
                     if !waited {
                         waited = true;
@@ -273,15 +374,14 @@ impl Window {
                     self.duplicates.fetch_add(1, Ordering::Relaxed);
                     return Claim::Duplicate(*landed);
                 }
-                _ => return Claim::Claimed(self.pending(shard, ids, id, now)),
+                _ => return Claim::Claimed(self.pending(shard, ids, &probe, now)),
             }
         }
     }
 
-    fn pending<'w>(&'w self, shard: &'w Shard, mut ids: MutexGuard<'_, Ids>, id: &str, now: u64) -> Ticket<'w> {
-        let id: Box<str> = id.into();
-        ids.slots.insert(id.clone(), Slot::Pending);
-        Ticket { shard, window: self, id: Some(id), at_ns: now }
+    fn pending<'w>(&'w self, shard: &'w Shard, mut ids: MutexGuard<'_, Ids>, id: &Probe<'_>, now: u64) -> Ticket<'w> {
+        ids.slots.insert(Key { hash: id.hash, id: id.id.into() }, Slot::Pending);
+        Ticket { shard, window: self, id: Some(Key { hash: id.hash, id: id.id.into() }), at_ns: now }
     }
 
     /// Remembers an id found in the log when the topic was opened, appended
@@ -291,12 +391,13 @@ impl Window {
         if now.saturating_sub(at_ns) >= self.window_ns {
             return;
         }
-        let mut ids = self.shard(id).ids.lock();
-        if ids.slots.contains_key(id) {
+        let (probe, shard) = self.probe(id);
+        let mut ids = shard.ids.lock();
+        if ids.slots.contains_key(&probe as &dyn KeyLike) {
             return;
         }
-        ids.slots.insert(id.into(), Slot::Done { landed, at_ns });
-        ids.order.push_back((at_ns, id.into()));
+        ids.slots.insert(Key { hash: probe.hash, id: id.into() }, Slot::Done { landed, at_ns });
+        ids.order.push_back((at_ns, Key { hash: probe.hash, id: id.into() }));
         let evicted = ids.prune(now, self.window_ns);
         // Relaxed: a statistic.
         self.evicted.fetch_add(evicted, Ordering::Relaxed);
@@ -377,7 +478,7 @@ mod tests {
     fn a_full_shard_evicts_its_oldest_id_and_counts_it() {
         let w = Window::new(u64::MAX / MS);
         // Ids that all land on one shard, one more than it holds.
-        let shard = |id: &str| std::ptr::from_ref(w.shard(id));
+        let shard = |id: &str| std::ptr::from_ref(w.probe(id).1);
         let target = shard("x0");
         let ids: Vec<String> =
             (0..).map(|i| format!("x{i}")).filter(|id| shard(id) == target).take(SHARD_CAPACITY + 1).collect();
