@@ -218,10 +218,32 @@ typedef enum {
 #define rill_topic_get_stats(b, name, out) rill_topic_get_stats_v1((b), (name), (out), sizeof(rill_topic_stats))
 #define rill_subscription_get_stats(s, out) rill_subscription_get_stats_v1((s), (out), sizeof(rill_subscription_stats))
 
+/*
+ * The attribute holding a message's id: a topic with a dedupe window (see
+ * rill_topic_options.dedupe_window_ms) appends a message whose id it saw
+ * within the window only once. 1 to RILL_ID_MAX_LEN bytes, else
+ * RILL_ERR_INVALID_ARGUMENT; at most one per message. (ffi/src/broker.rs's
+ * RILL_ATTR_ID; cbindgen writes no string constants, so it is spelled here,
+ * and a unit test there checks the two agree.)
+ */
+#define RILL_ATTR_ID "rill.id"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+
+/**
+ * The longest message id (`RILL_ATTR_ID`), in bytes.
+ */
+#define RILL_ID_MAX_LEN 128
+
+/**
+ * Set in the flags of an `_outcome` publish: the message's id was
+ * published to the topic within its dedupe window, so nothing was
+ * appended, and the position given is the first message's.
+ */
+#define RILL_PUBLISHED_DUPLICATE 1
 
 /**
  * No records (a level for `rill_set_log_level` only).
@@ -433,6 +455,17 @@ typedef struct {
      * (default).
      */
     uint64_t retention_ms;
+    /**
+     * How long, in milliseconds, the topic remembers the id of a message
+     * published with one (the attribute `RILL_ATTR_ID`): a second message
+     * with the same id within this time is not appended, and its publish
+     * returns the first one's position (`rill_publish_outcome` and the
+     * other `_outcome` calls also set `RILL_PUBLISHED_DUPLICATE`). Per
+     * topic, across its partitions; kept with a topic on a data directory
+     * and rebuilt from its log on open. Default 120000 (two minutes); 0
+     * turns the check off. Messages without an id are never checked.
+     */
+    uint64_t dedupe_window_ms;
 } rill_topic_options;
 
 /**
@@ -483,6 +516,26 @@ typedef struct {
      * logged as a warning.
      */
     uint64_t recovered_offsets_reset;
+    /**
+     * Publishes answered as duplicates by the dedupe window (nothing
+     * appended; see `rill_topic_options.dedupe_window_ms`).
+     */
+    uint64_t dedupe_duplicates;
+    /**
+     * Ids in the dedupe window now. A window holds at most 2097152 ids; when
+     * full, the oldest leaves first (counted in `dedupe_evicted`).
+     */
+    uint64_t dedupe_ids;
+    /**
+     * Ids dropped from a full dedupe window before their window ended: a
+     * retry of one of them is appended again.
+     */
+    uint64_t dedupe_evicted;
+    /**
+     * Publishes that found their id being appended by another publisher at
+     * that moment and waited for that append.
+     */
+    uint64_t dedupe_waits;
 } rill_topic_stats;
 
 /**
@@ -1318,6 +1371,60 @@ rill_status rill_publish_batch(rill_broker *b,
                                rill_position *out);
 
 /**
+ * Publishes one message to `topic`, as `rill_publish`, and says what the
+ * publish did: `*flags` (if not NULL) gets `RILL_PUBLISHED_DUPLICATE` when
+ * the message carried an id (`RILL_ATTR_ID`) that the topic had appended
+ * within its dedupe window, so nothing was appended and `*out` (if not
+ * NULL) is the first message's position; else 0. Other flags may be added
+ * later: test the bit. Publishers racing with one id append it once (the
+ * others wait for that append and get its position). Both outputs are
+ * written only on `RILL_OK`.
+ *
+ * # Safety
+ *
+ * As for `rill_publish`; `flags` NULL or writable.
+ */
+rill_status rill_publish_outcome(rill_broker *b,
+                                 const char *topic,
+                                 const rill_record *r,
+                                 rill_position *out,
+                                 uint32_t *flags);
+
+/**
+ * Like `rill_publish_outcome`, but fails at once with `RILL_ERR_FULL`
+ * instead of waiting for a `Block` subscriber (as `rill_try_publish`). A
+ * publisher of the same id appending at that moment is still waited for:
+ * its append decides whether this one is a duplicate.
+ *
+ * # Safety
+ *
+ * As for `rill_publish_outcome`.
+ */
+rill_status rill_try_publish_outcome(rill_broker *b,
+                                     const char *topic,
+                                     const rill_record *r,
+                                     rill_position *out,
+                                     uint32_t *flags);
+
+/**
+ * Publishes `n` messages in order, as `rill_publish_batch`, and says what
+ * each publish did: `flags` is NULL or has room for `n` words, written in
+ * input order as `rill_publish_outcome` writes one (a message whose id
+ * came earlier in the same batch is a duplicate too). Every record is
+ * checked before any is published: on error none is.
+ *
+ * # Safety
+ *
+ * As for `rill_publish_batch`; `flags` NULL or writable for `n` words.
+ */
+rill_status rill_publish_batch_outcome(rill_broker *b,
+                                       const char *topic,
+                                       const rill_record *rs,
+                                       size_t n,
+                                       rill_position *out,
+                                       uint32_t *flags);
+
+/**
  * A publisher for `topic` (which must exist, unless the broker
  * auto-creates topics).
  *
@@ -1350,6 +1457,35 @@ rill_status rill_publisher_publish_batch(const rill_publisher *p,
                                          const rill_record *rs,
                                          size_t n,
                                          rill_position *out);
+
+/**
+ * Publishes one message (as `rill_publish_outcome`): `*flags` (if not
+ * NULL) gets `RILL_PUBLISHED_DUPLICATE` if the message's id was a
+ * duplicate, else 0.
+ *
+ * # Safety
+ *
+ * `p` is a live publisher; `r` a valid record; `out` and `flags` each NULL
+ * or writable.
+ */
+rill_status rill_publisher_publish_outcome(const rill_publisher *p,
+                                           const rill_record *r,
+                                           rill_position *out,
+                                           uint32_t *flags);
+
+/**
+ * Publishes `n` messages (as `rill_publish_batch_outcome`).
+ *
+ * # Safety
+ *
+ * `p` is a live publisher; `rs` points to `n` valid records; `out` NULL or
+ * writable for `n` positions; `flags` NULL or writable for `n` words.
+ */
+rill_status rill_publisher_publish_batch_outcome(const rill_publisher *p,
+                                                 const rill_record *rs,
+                                                 size_t n,
+                                                 rill_position *out,
+                                                 uint32_t *flags);
 
 /**
  * Publishes one message given as plain arguments, without building a

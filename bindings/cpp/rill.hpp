@@ -81,10 +81,19 @@ enum class Ack : int32_t {
     DeadLetter = RILL_ACK_DEAD_LETTER,
 };
 
-/// Where a published message landed.
+/// Where a published message landed. `duplicate`: the message carried an id
+/// (Record::id) that the topic published within its dedupe window, so
+/// nothing was appended and this is the first message's position (see
+/// rill_publish_outcome). Equality compares where, not how.
 struct Position {
     uint32_t partition;
     uint64_t offset;
+    bool duplicate = false;
+
+    friend bool operator==(const Position &a, const Position &b) noexcept {
+        return a.partition == b.partition && a.offset == b.offset;
+    }
+    friend bool operator!=(const Position &a, const Position &b) noexcept { return !(a == b); }
 };
 
 /// A message, borrowed from the broker: valid during the handler call, or
@@ -136,11 +145,14 @@ class Message {
     const rill_message *m_;
 };
 
-/// A message to publish.
+/// A message to publish. `id` (1 to RILL_ID_MAX_LEN bytes) is sent as the
+/// attribute RILL_ATTR_ID: a topic appends a message whose id it published
+/// within its dedupe window (TopicOptions::dedupe_window_ms) only once.
 struct Record {
     std::string_view payload;
     std::optional<std::string_view> key = std::nullopt;
     std::vector<std::pair<std::string, std::string>> attributes = {};
+    std::optional<std::string> id = std::nullopt;
 };
 
 /// When a broker with a data directory forces writes to stable storage; see
@@ -184,6 +196,7 @@ struct TopicOptions {
     uint64_t retention_messages = 0;          // 0: no count limit
     uint64_t max_message_bytes = 0;           // 0: the default
     uint64_t retention_ms = 0;                // 0: no age limit
+    uint64_t dedupe_window_ms = 120000;       // how long ids are remembered; 0: no dedupe
 };
 
 /// Subscription behaviour; see rill_subscription_options.
@@ -499,8 +512,13 @@ struct RecordData {
     rill_record record;
 };
 
+inline Position position(const rill_position &p, uint32_t flags) noexcept {
+    return {p.partition, p.offset, (flags & RILL_PUBLISHED_DUPLICATE) != 0};
+}
+
 inline RecordData to_c(const Record &r) {
     RecordData d;
+    if (r.id) d.attributes.push_back({RILL_ATTR_ID, c_str(*r.id, "id")});
     for (const auto &a : r.attributes) d.attributes.push_back({c_str(a.first, "attribute key"), c_str(a.second, "attribute value")});
     d.record.key = r.key ? r.key->data() : nullptr;
     d.record.key_len = r.key ? r.key->size() : 0;
@@ -615,11 +633,13 @@ class Publisher {
     Publisher &operator=(const Publisher &) = delete;
     ~Publisher() { rill_publisher_free(p_); }
 
+    /// `duplicate` is set in the result if the record's id was a duplicate.
     Position publish(const Record &r) const {
         auto d = detail::to_c(r);
         rill_position pos;
-        detail::check(rill_publisher_publish(p_, &d.record, &pos));
-        return {pos.partition, pos.offset};
+        uint32_t flags = 0;
+        detail::check(rill_publisher_publish_outcome(p_, &d.record, &pos, &flags));
+        return detail::position(pos, flags);
     }
 
   private:
@@ -665,14 +685,17 @@ class Broker {
         c.retention_messages = o.retention_messages;
         c.max_message_bytes = o.max_message_bytes;
         c.retention_ms = o.retention_ms;
+        c.dedupe_window_ms = o.dedupe_window_ms;
         detail::check(rill_topic_create(b_, detail::c_str(name, "topic name"), &c));
     }
 
+    /// `duplicate` is set in the result if the record's id was a duplicate.
     Position publish(const std::string &topic, const Record &r) {
         auto d = detail::to_c(r);
         rill_position pos;
-        detail::check(rill_publish(b_, detail::c_str(topic, "topic name"), &d.record, &pos));
-        return {pos.partition, pos.offset};
+        uint32_t flags = 0;
+        detail::check(rill_publish_outcome(b_, detail::c_str(topic, "topic name"), &d.record, &pos, &flags));
+        return detail::position(pos, flags);
     }
     Position publish(const std::string &topic, std::string_view payload) { return publish(topic, Record{payload}); }
 
@@ -680,8 +703,9 @@ class Broker {
     Position try_publish(const std::string &topic, const Record &r) {
         auto d = detail::to_c(r);
         rill_position pos;
-        detail::check(rill_try_publish(b_, detail::c_str(topic, "topic name"), &d.record, &pos));
-        return {pos.partition, pos.offset};
+        uint32_t flags = 0;
+        detail::check(rill_try_publish_outcome(b_, detail::c_str(topic, "topic name"), &d.record, &pos, &flags));
+        return detail::position(pos, flags);
     }
 
     std::vector<Position> publish_batch(const std::string &topic, const std::vector<Record> &records) {
@@ -692,10 +716,12 @@ class Broker {
         c.reserve(data.size());
         for (auto &d : data) c.push_back(d.record);
         std::vector<rill_position> pos(records.size());
-        detail::check(rill_publish_batch(b_, detail::c_str(topic, "topic name"), c.data(), c.size(), pos.data()));
+        std::vector<uint32_t> flags(records.size());
+        detail::check(rill_publish_batch_outcome(b_, detail::c_str(topic, "topic name"), c.data(), c.size(),
+                                                 pos.data(), flags.data()));
         std::vector<Position> out;
         out.reserve(pos.size());
-        for (const auto &p : pos) out.push_back({p.partition, p.offset});
+        for (size_t i = 0; i < pos.size(); i++) out.push_back(detail::position(pos[i], flags[i]));
         return out;
     }
 

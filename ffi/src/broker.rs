@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_void};
 use std::mem::size_of;
 use std::time::Duration;
 
-use rill::{Broker, BrokerConfig, Fsync, Position, Publisher, Record, Sharing, TopicOptions};
+use rill::{Broker, BrokerConfig, Fsync, Position, Published, Publisher, Record, Sharing, TopicOptions};
 
 use crate::error::{FfiError, boundary, rill_status};
 use crate::options::{self, OptionStruct};
@@ -152,7 +152,47 @@ pub struct rill_topic_options {
     /// whichever trims most), also while nobody publishes. 0: no age limit
     /// (default).
     pub retention_ms: u64,
+    /// How long, in milliseconds, the topic remembers the id of a message
+    /// published with one (the attribute `RILL_ATTR_ID`): a second message
+    /// with the same id within this time is not appended, and its publish
+    /// returns the first one's position (`rill_publish_outcome` and the
+    /// other `_outcome` calls also set `RILL_PUBLISHED_DUPLICATE`). Per
+    /// topic, across its partitions; kept with a topic on a data directory
+    /// and rebuilt from its log on open. Default 120000 (two minutes); 0
+    /// turns the check off. Messages without an id are never checked.
+    pub dedupe_window_ms: u64,
 }
+
+/// The attribute holding a message's id (see
+/// `rill_topic_options.dedupe_window_ms`): 1 to `RILL_ID_MAX_LEN` bytes,
+/// else `RILL_ERR_INVALID_ARGUMENT`; at most one per message.
+pub const RILL_ATTR_ID: &str = "rill.id";
+const _: () = assert!(const_str_eq(RILL_ATTR_ID, rill::log::ID_ATTRIBUTE));
+
+/// The longest message id (`RILL_ATTR_ID`), in bytes.
+pub const RILL_ID_MAX_LEN: u32 = 128;
+const _: () = assert!(RILL_ID_MAX_LEN as usize == rill::log::MAX_ID_LEN);
+
+/// True if `a` and `b` are the same string (in a const context, where `==` is not).
+const fn const_str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Set in the flags of an `_outcome` publish: the message's id was
+/// published to the topic within its dedupe window, so nothing was
+/// appended, and the position given is the first message's.
+pub const RILL_PUBLISHED_DUPLICATE: u32 = 1;
 
 /// One attribute of a message to publish: NUL-terminated UTF-8 strings.
 #[repr(C)]
@@ -353,6 +393,7 @@ unsafe impl OptionStruct for rill_topic_options {
             retention_messages: d.retention_messages.unwrap_or(0),
             max_message_bytes: 0,
             retention_ms: 0,
+            dedupe_window_ms: d.dedupe_window_ms,
         }
     }
 }
@@ -381,6 +422,7 @@ pub(crate) fn topic_options(o: Option<&rill_topic_options>) -> Result<TopicOptio
             n => Some(usize::try_from(n).map_err(|_| FfiError::invalid("max_message_bytes is too large"))?),
         };
         t.retention_ms = (o.retention_ms > 0).then_some(o.retention_ms);
+        t.dedupe_window_ms = o.dedupe_window_ms;
     }
     Ok(t)
 }
@@ -492,6 +534,18 @@ pub struct rill_topic_stats {
     /// skipped (0 in memory, and for a clean restart). Each reset is also
     /// logged as a warning.
     pub recovered_offsets_reset: u64,
+    /// Publishes answered as duplicates by the dedupe window (nothing
+    /// appended; see `rill_topic_options.dedupe_window_ms`).
+    pub dedupe_duplicates: u64,
+    /// Ids in the dedupe window now. A window holds at most 2097152 ids; when
+    /// full, the oldest leaves first (counted in `dedupe_evicted`).
+    pub dedupe_ids: u64,
+    /// Ids dropped from a full dedupe window before their window ended: a
+    /// retry of one of them is appended again.
+    pub dedupe_evicted: u64,
+    /// Publishes that found their id being appended by another publisher at
+    /// that moment and waited for that append.
+    pub dedupe_waits: u64,
 }
 
 /// The size of `rill_topic_stats`' first layout (rill 0.1, and every header
@@ -547,6 +601,10 @@ pub(crate) fn topic_stats(s: &rill::TopicStats) -> rill_topic_stats {
         recovered_truncated_bytes: s.partitions.iter().map(|p| p.recovered_truncated_bytes).sum(),
         recovered_repaired_partitions: s.partitions.iter().filter(|p| p.recovered_repaired).count() as u32,
         recovered_offsets_reset: s.partitions.iter().map(|p| p.recovered_offsets_reset).sum(),
+        dedupe_duplicates: s.dedupe_duplicates,
+        dedupe_ids: s.dedupe_ids,
+        dedupe_evicted: s.dedupe_evicted,
+        dedupe_waits: s.dedupe_waits,
     }
 }
 
@@ -749,6 +807,124 @@ pub unsafe extern "C" fn rill_publish_batch(
     })
 }
 
+/// Publishes one message to `topic`, as `rill_publish`, and says what the
+/// publish did: `*flags` (if not NULL) gets `RILL_PUBLISHED_DUPLICATE` when
+/// the message carried an id (`RILL_ATTR_ID`) that the topic had appended
+/// within its dedupe window, so nothing was appended and `*out` (if not
+/// NULL) is the first message's position; else 0. Other flags may be added
+/// later: test the bit. Publishers racing with one id append it once (the
+/// others wait for that append and get its position). Both outputs are
+/// written only on `RILL_OK`.
+///
+/// # Safety
+///
+/// As for `rill_publish`; `flags` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publish_outcome(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    r: *const rill_record,
+    out: *mut rill_position,
+    flags: *mut u32,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, topic, r) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?, reference(r, "record")?) };
+        let done = with_record(r, |rec| Ok(b.broker.publish_outcome(topic, rec)?))?;
+        // SAFETY: the caller promises each is NULL or writable.
+        unsafe { write_outcome(done, out, flags) };
+        Ok(())
+    })
+}
+
+/// Like `rill_publish_outcome`, but fails at once with `RILL_ERR_FULL`
+/// instead of waiting for a `Block` subscriber (as `rill_try_publish`). A
+/// publisher of the same id appending at that moment is still waited for:
+/// its append decides whether this one is a duplicate.
+///
+/// # Safety
+///
+/// As for `rill_publish_outcome`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_try_publish_outcome(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    r: *const rill_record,
+    out: *mut rill_position,
+    flags: *mut u32,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, topic, r) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?, reference(r, "record")?) };
+        let done = with_record(r, |rec| Ok(b.broker.try_publish_outcome(topic, rec)?))?;
+        // SAFETY: the caller promises each is NULL or writable.
+        unsafe { write_outcome(done, out, flags) };
+        Ok(())
+    })
+}
+
+/// Publishes `n` messages in order, as `rill_publish_batch`, and says what
+/// each publish did: `flags` is NULL or has room for `n` words, written in
+/// input order as `rill_publish_outcome` writes one (a message whose id
+/// came earlier in the same batch is a duplicate too). Every record is
+/// checked before any is published: on error none is.
+///
+/// # Safety
+///
+/// As for `rill_publish_batch`; `flags` NULL or writable for `n` words.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publish_batch_outcome(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    rs: *const rill_record,
+    n: usize,
+    out: *mut rill_position,
+    flags: *mut u32,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, topic) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?) };
+        // SAFETY: as above.
+        let records = unsafe { record_slice(rs, n) }?;
+        let done = publish_records(records, |recs| Ok(b.broker.publish_batch_outcome(topic, recs)?))?;
+        write_outcomes(out, flags, &done);
+        Ok(())
+    })
+}
+
+/// The flags word of a publish outcome.
+fn outcome_flags(p: &Published) -> u32 {
+    if p.duplicate { RILL_PUBLISHED_DUPLICATE } else { 0 }
+}
+
+/// Writes one outcome into the outputs that are not NULL.
+///
+/// # Safety
+///
+/// `out` and `flags` are each NULL or writable.
+unsafe fn write_outcome(p: Published, out: *mut rill_position, flags: *mut u32) {
+    if !out.is_null() {
+        // SAFETY: non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, p.position.into()) };
+    }
+    if !flags.is_null() {
+        // SAFETY: as above.
+        unsafe { write_out(flags, outcome_flags(&p)) };
+    }
+}
+
+/// Writes a batch's outcomes into the arrays that are not NULL.
+pub(crate) fn write_outcomes(out: *mut rill_position, flags: *mut u32, done: &[Published]) {
+    let positions: Vec<Position> = done.iter().map(|p| p.position).collect();
+    write_positions(out, &positions);
+    if !flags.is_null() {
+        for (i, p) in done.iter().enumerate() {
+            // SAFETY: the caller promises `flags` has room for one word per record.
+            unsafe { flags.add(i).write(outcome_flags(p)) };
+        }
+    }
+}
+
 /// # Safety
 ///
 /// `rs` is NULL (with `n == 0`) or points to `n` readable records.
@@ -774,10 +950,10 @@ const STACK_BATCH: usize = 64;
 /// or a range to refuse) takes the general path, which checks the same
 /// things and names the record and the part that is wrong.
 #[inline]
-pub(crate) fn publish_records(
+pub(crate) fn publish_records<T>(
     records: &[rill_record],
-    publish: impl FnOnce(&[Record<'_>]) -> Result<Vec<Position>, FfiError>,
-) -> Result<Vec<Position>, FfiError> {
+    publish: impl FnOnce(&[Record<'_>]) -> Result<Vec<T>, FfiError>,
+) -> Result<Vec<T>, FfiError> {
     if records.len() <= STACK_BATCH {
         let mut buf = [Record::default(); STACK_BATCH];
         let mut n = 0;
@@ -806,10 +982,10 @@ fn plain<'a>(r: &rill_record) -> Option<Record<'a>> {
 /// [`publish_records`] for any batch: every record converted through the
 /// checked path, each error naming the record by its index.
 #[inline(never)]
-fn publish_records_general(
+fn publish_records_general<T>(
     records: &[rill_record],
-    publish: impl FnOnce(&[Record<'_>]) -> Result<Vec<Position>, FfiError>,
-) -> Result<Vec<Position>, FfiError> {
+    publish: impl FnOnce(&[Record<'_>]) -> Result<Vec<T>, FfiError>,
+) -> Result<Vec<T>, FfiError> {
     let attrs: Vec<Vec<(&str, &str)>> = records.iter().map(attributes).collect::<Result<_, _>>()?;
     let recs = records
         .iter()
@@ -919,6 +1095,56 @@ pub unsafe extern "C" fn rill_publisher_publish_batch(
     })
 }
 
+/// Publishes one message (as `rill_publish_outcome`): `*flags` (if not
+/// NULL) gets `RILL_PUBLISHED_DUPLICATE` if the message's id was a
+/// duplicate, else 0.
+///
+/// # Safety
+///
+/// `p` is a live publisher; `r` a valid record; `out` and `flags` each NULL
+/// or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publisher_publish_outcome(
+    p: *const rill_publisher,
+    r: *const rill_record,
+    out: *mut rill_position,
+    flags: *mut u32,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (p, r) = unsafe { (reference(p, "publisher")?, reference(r, "record")?) };
+        let done = with_record(r, |rec| Ok(p.publisher.publish_outcome(rec)?))?;
+        // SAFETY: the caller promises each is NULL or writable.
+        unsafe { write_outcome(done, out, flags) };
+        Ok(())
+    })
+}
+
+/// Publishes `n` messages (as `rill_publish_batch_outcome`).
+///
+/// # Safety
+///
+/// `p` is a live publisher; `rs` points to `n` valid records; `out` NULL or
+/// writable for `n` positions; `flags` NULL or writable for `n` words.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publisher_publish_batch_outcome(
+    p: *const rill_publisher,
+    rs: *const rill_record,
+    n: usize,
+    out: *mut rill_position,
+    flags: *mut u32,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let p = unsafe { reference(p, "publisher")? };
+        // SAFETY: as above.
+        let records = unsafe { record_slice(rs, n) }?;
+        let done = publish_records(records, |recs| Ok(p.publisher.publish_batch_outcome(recs)?))?;
+        write_outcomes(out, flags, &done);
+        Ok(())
+    })
+}
+
 /// Publishes one message given as plain arguments, without building a
 /// `rill_record`: for bindings where a struct per message is costly.
 /// `key` NULL means unkeyed; no attributes. `out` may be NULL.
@@ -1013,4 +1239,17 @@ pub unsafe extern "C" fn rill_publisher_free(p: *mut rill_publisher) {
             drop(unsafe { Box::from_raw(p) });
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    /// `RILL_ATTR_ID`, which cbindgen does not write (a string constant), is
+    /// spelled in `cbindgen.toml`: the header must say what the library does.
+    #[test]
+    fn the_id_attribute_macro_in_the_header_is_the_librarys() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../include/rill.h");
+        let header = std::fs::read_to_string(path).unwrap();
+        let define = format!("#define RILL_ATTR_ID \"{}\"\n", super::RILL_ATTR_ID);
+        assert!(header.contains(&define), "include/rill.h lacks {define:?}");
+    }
 }

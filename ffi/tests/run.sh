@@ -47,6 +47,8 @@ build test_persist gcc c99 ffi/tests/c/test_persist.c
 # run here, under ASan+UBSan and under valgrind below.
 robust=(test_robust_groups test_robust_ffi test_robust_holes test_robust_ops test_robust_sealed
   test_robust_wildcards test_robust_notify test_robust_procs)
+# Issue 41's dedupe window (ids, duplicates, racing threads, a restart).
+robust+=(test_robust_dedupe)
 for t in "${robust[@]}"; do
   build "$t" gcc c99 "ffi/tests/c/$t.c"
   "$out/$t"

@@ -83,8 +83,15 @@ impl Exporter {
         for (name, value) in m.attributes() {
             headers.append(ATTRIBUTE_HEADER, escape_attribute(name, value).as_str());
         }
-        // The subject already escapes the topic into printable tokens.
-        let id = format!("{}:{}:{}:{}", self.broker_id, subject, m.partition(), m.offset());
+        // The subject already escapes the topic into printable tokens. A
+        // message with a rill id (issue 41) is the same message wherever and
+        // however often it is published, so its id, scoped by the subject
+        // (JetStream's duplicate window is per stream, rill's per topic), is
+        // the one JetStream sees; others are named by where they are.
+        let id = match m.attribute(rill::log::ID_ATTRIBUTE) {
+            Some(rill_id) => format!("{subject}:{rill_id}"),
+            None => format!("{}:{}:{}:{}", self.broker_id, subject, m.partition(), m.offset()),
+        };
         let publish = Publish::build().payload(Bytes::copy_from_slice(m.payload())).headers(headers).message_id(id);
         (subject, publish)
     }

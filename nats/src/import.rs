@@ -7,7 +7,9 @@
 //! after a backoff; messages whose ack was lost come back from the
 //! consumer's ack floor after its ack wait, and those this bridge already
 //! published (their sequence is in the window of recent ones) are only
-//! acknowledged again.
+//! acknowledged again. Beside that window, each message is published with
+//! an id (`rill.id`: its own, or its `Nats-Msg-Id`), so the topic's dedupe
+//! window drops one that reaches rill twice under two sequences.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -242,6 +244,17 @@ impl Importer {
         let mut pairs: Vec<(&str, &str)> =
             attributes.iter().filter(|(n, _)| n != SEQUENCE_ATTRIBUTE).map(|(n, v)| (n.as_str(), v.as_str())).collect();
         pairs.push((SEQUENCE_ATTRIBUTE, &seq_text));
+        // The message's id for rill's dedupe window (issue 41): its own
+        // `rill.id` attribute if it carries one (it came from rill), else its
+        // `Nats-Msg-Id` if that fits a rill id. A message that crosses from
+        // JetStream twice (stored twice, or redelivered after this bridge
+        // restarted and forgot its recent sequences) then lands once.
+        let msg_id = msg.headers.as_ref().and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID));
+        if !pairs.iter().any(|(n, _)| *n == rill::log::ID_ATTRIBUTE)
+            && let Some(id) = msg_id.map(|v| v.as_str()).filter(|id| (1..=rill::log::MAX_ID_LEN).contains(&id.len()))
+        {
+            pairs.push((rill::log::ID_ATTRIBUTE, id));
+        }
         let mut record = rill::Record::new(&msg.payload).with_attributes(&pairs);
         if let Some(k) = &key {
             record = record.with_key(k);

@@ -39,14 +39,19 @@
 //! attribute in a `Rill-Attr` header, escaped so any bytes survive. Every
 //! publish carries `Nats-Msg-Id` = `broker id:subject:partition:offset`, so a
 //! message published again (after a lost ack) is dropped by the stream's
-//! duplicate window.
+//! duplicate window; a message with a rill id (the `rill.id` attribute)
+//! carries `subject:id` instead, the same from every broker and process
+//! that publishes it.
 //!
 //! **Import** is a JetStream durable pull consumer (explicit acks) on a
 //! stream and subject filter, read by a thread of its own. Each message is
 //! published into the rill topic its subject maps to (see
 //! [`subject_to_topic`]), with its key and attributes restored and the
 //! stream sequence as the `nats.seq` attribute; it is acknowledged to
-//! JetStream only after rill's publish returned.
+//! JetStream only after rill's publish returned. Its `rill.id` attribute
+//! (set by a rill that published it) or else its `Nats-Msg-Id` (if 1 to 128
+//! bytes) is its rill id, so the topic's dedupe window (issue 41) drops a
+//! message that crosses twice.
 //!
 //! # Faults, and what they cost
 //!

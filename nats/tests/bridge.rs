@@ -88,6 +88,8 @@ fn collect(b: &Broker) -> (rill::Subscription, mpsc::Receiver<(Sent, u64)>) {
                 m.attributes().map(|(n, v)| (n.to_owned(), v.to_owned())).collect();
             let seq = attributes.iter().position(|(n, _)| n == SEQUENCE_ATTRIBUTE).expect("sequence attribute");
             let seq = attributes.remove(seq).1.parse().expect("numeric sequence");
+            // Import names each message by its Nats-Msg-Id (issue 41).
+            attributes.retain(|(n, _)| n != rill::log::ID_ATTRIBUTE);
             let sent = Sent {
                 topic: m.topic().to_owned(),
                 key: m.key().expect("a key").to_vec(),
@@ -213,6 +215,56 @@ fn two_brokers_in_two_processes_exchange_messages_intact_and_in_key_order() {
     check_intact(&got, n);
     check_key_order(&got);
     assert_eq!(importer.stats().imported, n as u64);
+}
+
+/// A message with a rill id crosses rill -> JetStream -> rill twice (stored
+/// twice in the stream, as a replay or a second exporter without the id
+/// would store it) and lands once; so does a NATS publisher's message whose
+/// `Nats-Msg-Id` import took as its id. Export names a message with a rill
+/// id by that id.
+#[test]
+fn a_message_crossing_twice_lands_once() {
+    let Some(server) = NatsServer::start("dedupe") else { return };
+    create_stream(&server.url(), "RILL", &["rill.>"]);
+    let (a, b) = (broker(), broker());
+    let importer = Bridge::start(&b, import_config(&server.url())).unwrap();
+    let exporter = Bridge::start(&a, export_config(&server.url())).unwrap();
+    let topic = TOPICS[0];
+    a.publish(topic, &Record::new(b"order").with_key(b"k").with_id("order-1")).unwrap();
+    assert!(wait_until(PATIENCE, || stream_state(&server.url()).0 == 1), "{:?}", exporter.stats());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (subject, msg_id) = rt.block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap());
+        let stream = js.get_stream("RILL").await.unwrap();
+        let first = stream.get_raw_message(1).await.unwrap();
+        let msg_id = first.headers.get(async_nats::header::NATS_MESSAGE_ID).unwrap().as_str().to_owned();
+        // The same message again, without JetStream's id: stored a second time.
+        let mut again = async_nats::HeaderMap::new();
+        for (name, values) in first.headers.iter() {
+            if *name != async_nats::header::NATS_MESSAGE_ID {
+                for v in values {
+                    again.append(name.clone(), v.clone());
+                }
+            }
+        }
+        js.publish_with_headers(first.subject.clone(), again, first.payload.clone()).await.unwrap().await.unwrap();
+        // A plain NATS publisher's message with an id of its own, then the
+        // same message carrying that id only as a rill.id attribute.
+        let mut own = async_nats::HeaderMap::new();
+        own.insert(async_nats::header::NATS_MESSAGE_ID, "ext-1");
+        own.insert(rill_nats::KEY_HEADER, "k");
+        js.publish_with_headers(first.subject.clone(), own, "ext".into()).await.unwrap().await.unwrap();
+        let mut attr = async_nats::HeaderMap::new();
+        attr.insert(rill_nats::ATTRIBUTE_HEADER, "rill.id=ext-1");
+        attr.insert(rill_nats::KEY_HEADER, "k");
+        js.publish_with_headers(first.subject.clone(), attr, "ext".into()).await.unwrap().await.unwrap();
+        (first.subject.to_string(), msg_id)
+    });
+    assert_eq!(msg_id, format!("{subject}:order-1"), "export names the message by its rill id");
+    assert!(wait_until(PATIENCE, || importer.stats().imported == 4), "{:?}", importer.stats());
+    let stats = b.topic_stats(topic).unwrap();
+    assert_eq!((stats.publish_count, stats.dedupe_duplicates), (2, 2), "{stats:?}");
+    assert_eq!(stream_state(&server.url()), (4, 0, 0));
 }
 
 /// The stream's message count and the consumer's outstanding work.

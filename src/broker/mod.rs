@@ -26,6 +26,7 @@ mod barrier;
 mod consumer;
 mod core;
 mod dead_letter;
+mod dedupe;
 mod dispatch;
 mod doorbell;
 pub(crate) mod filter;
@@ -55,6 +56,7 @@ pub use consumer::{
     Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT, GroupPartition, GroupStats,
     Polled,
 };
+pub use dedupe::MAX_DEDUPE_IDS;
 use dispatch::{Timer, WorkerPool};
 use doorbell::Doorbell;
 pub use filter::Filter;
@@ -64,7 +66,7 @@ pub use subscription::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Message, Overflow,
     PartitionLag, RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats,
 };
-pub use topic::{MAX_PARTITIONS, TopicOptions, partition_for_key};
+pub use topic::{DEFAULT_DEDUPE_WINDOW_MS, MAX_PARTITIONS, TopicOptions, partition_for_key};
 use topic::{Topic, Wait};
 
 use crate::error::{Error, PublishFailure, Result};
@@ -80,6 +82,31 @@ pub struct Position {
     pub partition: u32,
     /// Offset in that partition.
     pub offset: u64,
+}
+
+/// What a publish did: where the message is, and how it got there. Returned
+/// by the `publish_outcome` calls ([`Broker::publish_outcome`],
+/// [`Publisher::publish_outcome`] and the batch ones); the plain publish
+/// calls return its `position` alone. More outcomes may be added, so it
+/// cannot be built outside rill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Published {
+    /// Where the message is. For a duplicate, the first record's position.
+    pub position: Position,
+    /// The record carried an id (`Record::with_id`) that the topic had
+    /// appended within its `dedupe_window_ms`: nothing was appended.
+    pub duplicate: bool,
+}
+
+impl Published {
+    fn of((partition, offset, duplicate): topic::Outcome) -> Published {
+        Published { position: Position { partition, offset }, duplicate }
+    }
+
+    fn appended(position: Position) -> Published {
+        Published { position, duplicate: false }
+    }
 }
 
 /// Size and progress of one partition.
@@ -132,6 +159,18 @@ pub struct TopicStats {
     pub publish_count: u64,
     /// Sum of the partitions' retained bytes.
     pub retained_bytes: u64,
+    /// Publishes answered as duplicates by the dedupe window (nothing
+    /// appended; see `TopicOptions::dedupe_window_ms`).
+    pub dedupe_duplicates: u64,
+    /// Ids in the dedupe window now (at most [`MAX_DEDUPE_IDS`]).
+    pub dedupe_ids: u64,
+    /// Ids dropped from a full dedupe window before their window ended, the
+    /// oldest first: a retry of one of them is appended again.
+    pub dedupe_evicted: u64,
+    /// Publishes that found their id being appended by another publisher
+    /// at that moment, and waited for that append (then returned its
+    /// position as a duplicate, or appended their own if it failed).
+    pub dedupe_waits: u64,
 }
 
 /// Closes the broker when the last [`Broker`] handle is dropped.
@@ -406,15 +445,75 @@ impl Broker {
         let Some(t) = topics.get(topic) else {
             drop(topics);
             let t = inner.topic_for_publish(topic)?;
+            if record.may_have_id() {
+                return Ok(Published::of(t.publish_identified(record, wait)?).position);
+            }
             let p = t.route(record.key);
             let offset = p.publish(record, wait).map_err(|f| t.publish_failed(f))?;
             return Ok(Position { partition: p.index, offset });
         };
+        // The one branch a record without an id pays for the dedupe window.
+        if record.may_have_id() {
+            return Ok(Published::of(t.publish_identified(record, wait)?).position);
+        }
         let p = t.route(record.key);
         // The `?` turns a `PublishFailure` into its `Error` out of line; a
         // failure that raced a delete of the topic reports the delete.
         let offset = p.publish(record, wait).map_err(|f| t.publish_failed(f))?;
         Ok(Position { partition: p.index, offset })
+    }
+
+    /// Like [`Broker::publish`], also saying whether the record was a
+    /// duplicate: it carried an id (`Record::with_id`) that the topic
+    /// appended within its `dedupe_window_ms`, so nothing was appended and
+    /// the position is the first record's. Publishers racing with one id
+    /// append it once: the others wait for that append and get its position.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Record;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let first = broker.publish_outcome("orders", &Record::new(b"o-1").with_id("order-1"))?;
+    /// let retry = broker.publish_outcome("orders", &Record::new(b"o-1").with_id("order-1"))?;
+    /// assert!(!first.duplicate && retry.duplicate);
+    /// assert_eq!(retry.position, first.position);
+    /// assert_eq!(broker.topic_stats("orders")?.publish_count, 1);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn publish_outcome(&self, topic: &str, record: &Record<'_>) -> Result<Published> {
+        self.publish_outcome_with(topic, record, self.inner().default_wait())
+    }
+
+    /// Like [`Broker::publish_outcome`], but fails at once with `Full`
+    /// instead of waiting for a `Block` subscriber (as [`Broker::try_publish`]).
+    /// A publisher of the same id appending at that moment is still waited
+    /// for: its append decides whether this one is a duplicate.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Record;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// assert!(!broker.try_publish_outcome("orders", &Record::new(b"o-1").with_id("order-1"))?.duplicate);
+    /// assert!(broker.try_publish_outcome("orders", &Record::new(b"o-1").with_id("order-1"))?.duplicate);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn try_publish_outcome(&self, topic: &str, record: &Record<'_>) -> Result<Published> {
+        self.publish_outcome_with(topic, record, Wait::No)
+    }
+
+    fn publish_outcome_with(&self, topic: &str, record: &Record<'_>, wait: Wait) -> Result<Published> {
+        let inner = self.inner();
+        inner.check_open()?;
+        let t = inner.topic_for_publish(topic)?;
+        Ok(Published::of(t.publish_identified(record, wait)?))
     }
 
     /// Publishes many messages; returns their positions in input order.
@@ -440,6 +539,29 @@ impl Broker {
     pub fn publish_batch(&self, topic: &str, records: &[Record<'_>]) -> Result<Vec<Position>> {
         let t = self.inner().topic_for_publish(topic)?;
         publish_batch_to(&t, records, self.inner().default_wait())
+    }
+
+    /// [`Broker::publish_batch`] with each message's [`Published`]: records
+    /// with an id the topic appended within its dedupe window (or earlier in
+    /// the same batch) are not appended again.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Record;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let records = [Record::new(b"a").with_id("1"), Record::new(b"b").with_id("2"), Record::new(b"a").with_id("1")];
+    /// let done = broker.publish_batch_outcome("orders", &records)?;
+    /// assert_eq!(done.iter().map(|p| p.duplicate).collect::<Vec<_>>(), [false, false, true]);
+    /// assert_eq!(done[2].position, done[0].position);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn publish_batch_outcome(&self, topic: &str, records: &[Record<'_>]) -> Result<Vec<Published>> {
+        let t = self.inner().topic_for_publish(topic)?;
+        publish_batch_outcome_to(&t, records, self.inner().default_wait())
     }
 
     /// A handle that publishes to one topic without looking it up each time.
@@ -806,7 +928,12 @@ impl Broker {
                 }
             })
             .collect();
+        let window = t.dedupe.as_ref().map(|w| w.stats(crate::clock::now_ns())).unwrap_or_default();
         Ok(TopicStats {
+            dedupe_duplicates: window.duplicates,
+            dedupe_ids: window.ids,
+            dedupe_evicted: window.evicted,
+            dedupe_waits: window.waits,
             name: topic.to_owned(),
             publish_count: partitions.iter().map(|p| p.next_offset).sum(),
             retained_bytes: partitions.iter().map(|p| p.retained_bytes).sum(),
@@ -929,6 +1056,10 @@ impl Publisher {
         if self.broker.is_closed() {
             return Err(PublishFailure::closed());
         }
+        // The one branch a record without an id pays for the dedupe window.
+        if record.may_have_id() {
+            return self.publish_identified(record, wait).map(|p| p.position);
+        }
         let p = self.topic.route(record.key);
         if p.is_deleted() {
             return Err(self.deleted());
@@ -937,6 +1068,63 @@ impl Publisher {
         let offset = if INLINED { p.publish_inlined(record, wait) } else { p.publish(record, wait) }
             .map_err(|f| self.topic.publish_failed(f))?;
         Ok(Position { partition: p.index, offset })
+    }
+
+    /// [`Publisher::publish_with`] for a record that may carry an id.
+    #[cold]
+    #[inline(never)]
+    fn publish_identified(&self, record: &Record<'_>, wait: Wait) -> Result<Published, PublishFailure> {
+        if self.topic.is_deleted() {
+            return Err(self.deleted());
+        }
+        Ok(Published::of(self.topic.publish_identified(record, wait)?))
+    }
+
+    /// Publishes one message and says whether it was a duplicate; see
+    /// [`Broker::publish_outcome`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Record;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let orders = broker.publisher("orders")?;
+    /// assert!(!orders.publish_outcome(&Record::new(b"o-1").with_id("order-1"))?.duplicate);
+    /// assert!(orders.publish_outcome(&Record::new(b"o-1").with_id("order-1"))?.duplicate);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn publish_outcome(&self, record: &Record<'_>) -> Result<Published> {
+        if self.broker.is_closed() {
+            return Err(PublishFailure::closed().into());
+        }
+        Ok(self.publish_identified(record, self.broker.default_wait())?)
+    }
+
+    /// Publishes many messages, saying which were duplicates; see
+    /// [`Broker::publish_batch_outcome`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Record;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let orders = broker.publisher("orders")?;
+    /// let done = orders.publish_batch_outcome(&[Record::new(b"a").with_id("1"), Record::new(b"a").with_id("1")])?;
+    /// assert_eq!(done.iter().map(|p| p.duplicate).collect::<Vec<_>>(), [false, true]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn publish_batch_outcome(&self, records: &[Record<'_>]) -> Result<Vec<Published>> {
+        self.broker.check_open()?;
+        if self.topic.is_deleted() {
+            return Err(self.topic.deleted_error());
+        }
+        publish_batch_outcome_to(&self.topic, records, self.broker.default_wait())
     }
 
     /// The failure of a publish to a deleted topic, built out of line.
@@ -998,17 +1186,42 @@ fn publish_batch_to(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec
     publish_batch_parts(t, records, wait).map_err(|e| t.batch_failed(e))
 }
 
-fn publish_batch_parts(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Position>> {
-    if records.is_empty() {
-        return Ok(Vec::new());
+fn publish_batch_outcome_to(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Published>> {
+    // A failure that raced a delete of the topic reports the delete.
+    check_batch(t, records).map_err(|e| t.batch_failed(e))?;
+    if t.dedupe.is_some() && records.iter().any(Record::may_have_id) {
+        return publish_identified_batch(t, records, wait).map_err(|e| t.batch_failed(e));
     }
-    // Check every record first, so an error publishes nothing.
+    Ok(publish_batch_to(t, records, wait)?.into_iter().map(Published::appended).collect())
+}
+
+/// Checks every record of a batch, so an error publishes nothing.
+fn check_batch(t: &Topic, records: &[Record<'_>]) -> Result<()> {
     let max = t.partitions[0].log.max_record_bytes();
     for r in records {
         let size = r.encoded_len()?;
         if size > max {
             return Err(Error::MessageTooLarge { size, max });
         }
+    }
+    Ok(())
+}
+
+/// A checked batch on a topic with a dedupe window, some of whose records
+/// carry ids: one record at a time, in input order, each through the window
+/// (so an id repeated within the batch is appended once).
+#[cold]
+fn publish_identified_batch(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Published>> {
+    records.iter().map(|r| t.publish_identified(r, wait).map(Published::of)).collect()
+}
+
+fn publish_batch_parts(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Position>> {
+    if records.is_empty() {
+        return Ok(Vec::new());
+    }
+    check_batch(t, records)?;
+    if t.dedupe.is_some() && records.iter().any(Record::may_have_id) {
+        return Ok(publish_identified_batch(t, records, wait)?.into_iter().map(|p| p.position).collect());
     }
     let mut offsets = Vec::with_capacity(records.len());
     if t.partitions.len() == 1 {

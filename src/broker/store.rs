@@ -191,8 +191,11 @@ const MAGIC: &[u8; 8] = b"rill-md\0";
 /// Format of the frame and its bodies; a newer one is refused, not guessed at.
 const VERSION: u32 = 1;
 /// The format of `topics.list`: 2 puts the list's generation before the
-/// topics (see `journal.rs`); 1, the topics alone, is still read.
-const TOPICS_VERSION: u32 = 2;
+/// topics (see `journal.rs`); 1, the topics alone, is still read. 3 appends
+/// the options newer than format 2 to each topic (see [`encode_topic`]).
+const TOPICS_VERSION: u32 = 3;
+/// The first `topics.list` format whose topics hold the appended options.
+const TOPICS_APPENDED_OPTIONS: u32 = 3;
 /// Magic, version, body length (u64), CRC32C of the body (u32).
 const FRAME_HEADER: usize = 8 + 4 + 8 + 4;
 /// Name of the lock file.
@@ -296,7 +299,7 @@ fn apply_change(list: &mut Vec<TopicMeta>, next_dir: &mut u64, change: Change, p
     match change {
         Change::Add(meta) => {
             let mut r = Reader::new(path, &meta);
-            let t = decode_topic(&mut r)?;
+            let t = decode_topic(&mut r, Appended::IfAny)?;
             r.end()?;
             *next_dir = (*next_dir).max(t.dir + 1);
             list.push(t);
@@ -929,6 +932,10 @@ fn encode_topic(w: &mut Writer, t: &TopicMeta) {
     w.opt(o.segment_bytes.map(|n| n as u64));
     w.opt(o.max_message_bytes.map(|n| n as u64));
     w.opt(o.retention_ms);
+    // Appended options: read from `topics.list` of format
+    // TOPICS_APPENDED_OPTIONS and later, and from journal entries that go on
+    // past the fields above; missing, they take their defaults.
+    w.u64(o.dedupe_window_ms);
 }
 
 /// A `topics.list` body of format `version`: its generation (0 for
@@ -939,24 +946,52 @@ fn decode_topics(path: &Path, version: u32, body: &[u8]) -> Result<(u64, Vec<Top
     let n = r.u32()?;
     let mut list = Vec::new();
     for _ in 0..n {
-        list.push(decode_topic(&mut r)?);
+        list.push(decode_topic(&mut r, version >= TOPICS_APPENDED_OPTIONS)?);
     }
     r.end()?;
     Ok((generation, list))
 }
 
+/// Whether a topic's encoding holds the options [`encode_topic`] appends.
+#[derive(Debug, Clone, Copy)]
+enum Appended {
+    /// It does not (`topics.list` before format `TOPICS_APPENDED_OPTIONS`).
+    No,
+    /// It does (`topics.list` of that format or later).
+    Yes,
+    /// It does if bytes follow the older fields (a journal entry, one topic
+    /// alone, written by a rill with or without them).
+    IfAny,
+}
+
+impl From<bool> for Appended {
+    fn from(yes: bool) -> Appended {
+        if yes { Appended::Yes } else { Appended::No }
+    }
+}
+
 /// Reads what [`encode_topic`] wrote; a journal entry must hold exactly one.
-fn decode_topic(r: &mut Reader<'_>) -> Result<TopicMeta> {
+/// Options missing from an older encoding take their defaults.
+fn decode_topic(r: &mut Reader<'_>, appended: impl Into<Appended>) -> Result<TopicMeta> {
     let name = r.str()?;
     let dir = r.u64()?;
-    let options = TopicOptions {
+    let mut options = TopicOptions {
         partitions: r.u32()?,
         retention_bytes: r.opt()?,
         retention_messages: r.opt()?,
         segment_bytes: r.opt()?.map(|n| n as usize),
         max_message_bytes: r.opt()?.map(|n| n as usize),
         retention_ms: r.opt()?,
+        ..TopicOptions::default()
     };
+    let appended = match appended.into() {
+        Appended::IfAny => r.at < r.bytes.len(),
+        Appended::Yes => true,
+        Appended::No => false,
+    };
+    if appended {
+        options.dedupe_window_ms = r.u64()?;
+    }
     Ok(TopicMeta { name, dir, options })
 }
 
@@ -1343,7 +1378,7 @@ mod tests {
         let old = TopicMeta { name: "old".into(), dir: 0, options: TopicOptions::default() };
         let mut w = Writer::default();
         w.u32(1);
-        encode_topic(&mut w, &old);
+        encode_topic_before_appended(&mut w, &old);
         fs::write(root.join(TOPICS_FILE), frame_of(1, &w.0)).unwrap();
         {
             let opened = Store::open(&root, Fsync::Never, false).unwrap();
@@ -1351,7 +1386,7 @@ mod tests {
             add(&opened.store, "new");
         }
         let (version, _) = read_frame(&root.join(TOPICS_FILE), TOPICS_VERSION).unwrap().unwrap();
-        assert_eq!(version, 2);
+        assert_eq!(version, TOPICS_VERSION);
         assert!(read_frame(&root.join(TOPICS_FILE), 1).is_err(), "a format-1 reader refuses it");
         let opened = Store::open(&root, Fsync::Never, false).unwrap();
         assert_eq!(names(&opened), ["new", "old"]);
@@ -1360,12 +1395,55 @@ mod tests {
         fs::remove_dir_all(&root).unwrap();
     }
 
+    /// A topic as encoded before the appended options (`topics.list` of
+    /// format 1 and 2, and the journal entries of those rills).
+    fn encode_topic_before_appended(w: &mut Writer, t: &TopicMeta) {
+        let mut whole = Writer::default();
+        encode_topic(&mut whole, t);
+        // The appended options: dedupe_window_ms (u64).
+        whole.0.truncate(whole.0.len() - 8);
+        w.0.extend_from_slice(&whole.0);
+    }
+
+    /// A topic listed or journaled by a rill without `dedupe_window_ms`
+    /// reads with its default; one journaled with it keeps it.
+    #[test]
+    fn options_an_older_encoding_lacks_take_their_defaults() {
+        let path = Path::new("topics.list");
+        let set = TopicOptions { dedupe_window_ms: 5, ..TopicOptions::default() };
+        let meta = TopicMeta { name: "t".into(), dir: 4, options: set.clone() };
+        let mut old = Writer::default();
+        old.u64(9);
+        old.u32(1);
+        encode_topic_before_appended(&mut old, &meta);
+        let (_, list) = decode_topics(path, 2, &old.0).unwrap();
+        assert_eq!(list[0].options.dedupe_window_ms, crate::broker::DEFAULT_DEDUPE_WINDOW_MS);
+        let (_, list) = decode_topics(path, TOPICS_VERSION, &encode_topics(9, std::slice::from_ref(&meta))).unwrap();
+        assert_eq!(list[0].options, set);
+        for (entry, want) in [(&old.0[12..], TopicOptions::default().dedupe_window_ms), (&encode_meta(&meta)[..], 5)] {
+            let (mut list, mut next_dir) = (Vec::new(), 0);
+            apply_change(&mut list, &mut next_dir, Change::Add(entry.to_vec()), path).unwrap();
+            assert_eq!((list[0].options.dedupe_window_ms, next_dir), (want, 5));
+        }
+    }
+
+    fn encode_meta(meta: &TopicMeta) -> Vec<u8> {
+        let mut w = Writer::default();
+        encode_topic(&mut w, meta);
+        w.0
+    }
+
     #[test]
     fn topics_and_offsets_come_back_after_reopening() {
         let root = temp_dir("roundtrip");
         // Options added later (by newer formats) keep their defaults.
         #[allow(clippy::needless_update)]
-        let options = TopicOptions { partitions: 3, retention_messages: Some(7), ..TopicOptions::default() };
+        let options = TopicOptions {
+            partitions: 3,
+            retention_messages: Some(7),
+            dedupe_window_ms: 5_000,
+            ..TopicOptions::default()
+        };
         {
             let opened = Store::open(&root, Fsync::Always, false).unwrap();
             assert!(opened.topics.is_empty());

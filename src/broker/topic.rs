@@ -12,13 +12,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::barrier;
+use super::dedupe::{Claim, Landed, Window};
 use super::doorbell::{Bell, Cross, Watch};
 use super::subscription::in_handler::InHandler;
 use super::subscription::signal::{self, Entry};
 use super::waiters::Waiters;
 use crate::clock::now_ns;
 use crate::error::{Error, PublishFailure, Result};
-use crate::log::{Cursor, DurableLog, Fsync, Log, LogConfig, Record, Sharing};
+use crate::log::{Cursor, DurableLog, Fsync, ID_ATTRIBUTE, Log, LogConfig, Record, Sharing};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
 use crate::sync::{Arc, Mutex, Name};
@@ -55,7 +56,22 @@ pub struct TopicOptions {
     /// whichever trims most). `None` or 0: no age limit. Applied at each
     /// segment roll and by the broker's timer, so quiet topics age out too.
     pub retention_ms: Option<u64>,
+    /// How long, in milliseconds, the topic remembers the id of a record
+    /// published with one (`Record::with_id`): a second record with the
+    /// same id within this time is not appended, and its publish returns
+    /// the first one's position, flagged as a duplicate
+    /// ([`Broker::publish_outcome`](crate::Broker::publish_outcome)).
+    /// Default 120 000 (two minutes); 0 turns the check off. The window is
+    /// per topic, across its partitions (records are routed as usual: an
+    /// id does not pick the partition); it holds at most
+    /// [`MAX_DEDUPE_IDS`](crate::broker::MAX_DEDUPE_IDS) ids, the oldest
+    /// leaving first when full. On a data directory it is rebuilt from the
+    /// log when the broker opens. Records without an id cost nothing extra.
+    pub dedupe_window_ms: u64,
 }
+
+/// The default [`TopicOptions::dedupe_window_ms`]: two minutes, as JetStream's.
+pub const DEFAULT_DEDUPE_WINDOW_MS: u64 = 120_000;
 
 impl Default for TopicOptions {
     fn default() -> Self {
@@ -67,6 +83,7 @@ impl Default for TopicOptions {
             segment_bytes: log.segment_bytes,
             max_message_bytes: log.max_record_bytes,
             retention_ms: log.retention_ms,
+            dedupe_window_ms: DEFAULT_DEDUPE_WINDOW_MS,
         }
     }
 }
@@ -528,7 +545,13 @@ pub(crate) enum Opening {
 pub(crate) struct Topic {
     pub(crate) name: Name,
     pub(crate) partitions: Box<[Arc<Partition>]>,
+    /// The ids it appended recently; `None` when `dedupe_window_ms` is 0.
+    pub(crate) dedupe: Option<Window>,
 }
+
+/// Where a publish through [`Topic::publish_identified`] landed:
+/// (partition, offset, duplicate).
+pub(crate) type Outcome = (u32, u64, bool);
 
 impl Topic {
     pub(crate) fn new(name: &str, options: &TopicOptions) -> Result<Topic> {
@@ -537,7 +560,56 @@ impl Topic {
         let partitions = (0..options.partitions)
             .map(|i| Log::for_partition(&config, i).map(|log| Arc::new(Partition::new(i, log))))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Topic { name: name.into(), partitions: partitions.into() })
+        Ok(Topic { name: name.into(), partitions: partitions.into(), dedupe: window(options) })
+    }
+
+    /// Publishes a record that may carry an id (`Record::may_have_id`): the
+    /// publish paths send such records here, out of line, so a record with
+    /// neither an id nor attributes pays only that test. Without an id, or
+    /// on a topic without a window, it is published as any record.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn publish_identified(&self, record: &Record<'_>, wait: Wait) -> Result<Outcome> {
+        let id = record.id()?;
+        let (Some(id), Some(window)) = (id, &self.dedupe) else {
+            let p = self.route(record.key);
+            let offset = p.publish(record, wait).map_err(|f| self.publish_failed(f))?;
+            return Ok((p.index, offset, false));
+        };
+        match window.claim(id, now_ns()) {
+            Claim::Duplicate(landed) => Ok((landed.partition, landed.offset, true)),
+            Claim::Claimed(ticket) => {
+                let p = self.route(record.key);
+                // On failure the ticket is dropped, which abandons the id.
+                let offset = p.publish(record, wait).map_err(|f| self.publish_failed(f))?;
+                ticket.appended(Landed { partition: p.index, offset });
+                Ok((p.index, offset, false))
+            }
+        }
+    }
+
+    /// Fills the dedupe window from the records of the last window in the
+    /// logs (on opening a data directory), oldest first, so a publisher that
+    /// crashed after publishing and retries after the restart is answered
+    /// with the record it had published.
+    fn rebuild_window(&self) {
+        let Some(window) = &self.dedupe else { return };
+        let now = now_ns();
+        let since = now.saturating_sub(window.window_ns());
+        let mut found: Vec<(u64, String, Landed)> = Vec::new();
+        for p in self.partitions.iter() {
+            let Ok(mut cursor) = p.log.cursor_at(p.log.offset_at_time(since)) else { continue };
+            while let Ok(Some(record)) = cursor.read() {
+                if let Some(id) = record.attribute(ID_ATTRIBUTE) {
+                    let landed = Landed { partition: p.index, offset: record.offset() };
+                    found.push((record.timestamp_ns(), id.to_owned(), landed));
+                }
+            }
+        }
+        found.sort_by_key(|(at, _, landed)| (*at, landed.partition, landed.offset));
+        for (at, id, landed) in found {
+            window.remember(&id, landed, at, now);
+        }
     }
 
     /// Opens (or creates) a topic whose partitions keep their logs in files:
@@ -593,7 +665,9 @@ impl Topic {
                 Ok(Arc::new(p))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Topic { name: name.into(), partitions: partitions.into() })
+        let topic = Topic { name: name.into(), partitions: partitions.into(), dedupe: window(options) };
+        topic.rebuild_window();
+        Ok(topic)
     }
 
     /// Marks every partition deleted (see [`Partition::mark_deleted`]).
@@ -651,6 +725,11 @@ impl fmt::Debug for Topic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Topic").field("name", &self.name).field("partitions", &self.partitions.len()).finish()
     }
+}
+
+/// The dedupe window `options` ask for.
+fn window(options: &TopicOptions) -> Option<Window> {
+    (options.dedupe_window_ms > 0).then(|| Window::new(options.dedupe_window_ms))
 }
 
 /// The partition of a keyed message: FNV-1a (64-bit) over the key bytes,

@@ -40,7 +40,9 @@ use dir::{Dir, Shared};
 use durable::Durability;
 pub use durable::{DEFAULT_FSYNC_INTERVAL, Damage, DurableLog, Fsync, RecoveryReport};
 use file::Files;
-pub use record::{Attributes, MAX_ATTRIBUTE_KEY_LEN, MAX_ATTRIBUTES, Record, RecordParts, RecordView};
+pub use record::{
+    Attributes, ID_ATTRIBUTE, MAX_ATTRIBUTE_KEY_LEN, MAX_ATTRIBUTES, MAX_ID_LEN, Record, RecordParts, RecordView,
+};
 use segment::{Pool, Segment};
 use storage::Pages;
 

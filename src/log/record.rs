@@ -73,6 +73,14 @@ const _: () = assert!(ATTR_VALUE_LEN_AT == ATTR_KEY_LEN_AT + 2 && ATTR_FRAME == 
 pub const MAX_ATTRIBUTE_KEY_LEN: usize = u16::MAX as usize;
 /// Most attributes one record may carry.
 pub const MAX_ATTRIBUTES: usize = u16::MAX as usize;
+/// The reserved attribute holding a record's id ([`Record::with_id`]): a
+/// topic with a dedupe window appends a record whose id it has seen within
+/// the window only once. Set either with `with_id` or as an attribute of
+/// this name (the C and Python faces do the latter); a record holds at most
+/// one.
+pub const ID_ATTRIBUTE: &str = "rill.id";
+/// Longest record id, in bytes (an id is 1 to this many bytes of UTF-8).
+pub const MAX_ID_LEN: usize = 128;
 
 /// A record to append: what a publisher hands to the log.
 ///
@@ -86,6 +94,9 @@ pub struct Record<'a> {
     pub attributes: &'a [(&'a str, &'a str)],
     /// The message body.
     pub payload: &'a [u8],
+    /// The record's id ([`Record::with_id`]), stored as the attribute
+    /// [`ID_ATTRIBUTE`] in front of `attributes`.
+    pub id: Option<&'a str>,
 }
 
 impl<'a> Record<'a> {
@@ -101,7 +112,86 @@ impl<'a> Record<'a> {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn new(payload: &'a [u8]) -> Self {
-        Record { key: None, attributes: &[], payload }
+        Record { key: None, attributes: &[], payload, id: None }
+    }
+
+    /// Sets the record's id: on a topic with a dedupe window
+    /// (`TopicOptions::dedupe_window_ms`), a second record with the same id
+    /// within the window is not appended, and its publish returns the first
+    /// one's position. Stored as the attribute [`ID_ATTRIBUTE`]; 1 to
+    /// [`MAX_ID_LEN`] bytes, else publishing fails with `InvalidArgument`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{ID_ATTRIBUTE, Log, LogConfig, Record};
+    ///
+    /// let log = Log::new(&LogConfig::default())?;
+    /// log.append(&Record::new(b"o-1").with_id("order-1"))?;
+    /// let mut cursor = log.cursor_from_first();
+    /// let record = cursor.read().expect("nothing was trimmed").expect("record 0 is committed");
+    /// assert_eq!(record.attribute(ID_ATTRIBUTE), Some("order-1"));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn with_id(mut self, id: &'a str) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// The record's id: [`Record::id`] or its [`ID_ATTRIBUTE`] attribute;
+    /// `InvalidArgument` if it has two, or one that is empty or longer than
+    /// [`MAX_ID_LEN`] bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::Record;
+    ///
+    /// assert_eq!(Record::new(b"a").with_id("x").id()?, Some("x"));
+    /// assert_eq!(Record::new(b"a").with_attributes(&[("rill.id", "y")]).id()?, Some("y"));
+    /// assert_eq!(Record::new(b"a").id()?, None);
+    /// assert!(Record::new(b"a").with_id(&"z".repeat(129)).id().is_err());
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    #[inline]
+    pub fn id(&self) -> Result<Option<&'a str>, Error> {
+        if self.id.is_none() && self.attributes.is_empty() {
+            return Ok(None);
+        }
+        self.id_checked()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn id_checked(&self) -> Result<Option<&'a str>, Error> {
+        let mut found = self.id;
+        for (k, v) in self.attributes {
+            if *k == ID_ATTRIBUTE {
+                if found.is_some() {
+                    return Err(Error::InvalidArgument(format!("a record carries at most one id ({ID_ATTRIBUTE})")));
+                }
+                found = Some(v);
+            }
+        }
+        match found {
+            Some(id) if id.is_empty() || id.len() > MAX_ID_LEN => Err(Error::InvalidArgument(format!(
+                "a record id ({ID_ATTRIBUTE}) is 1 to {MAX_ID_LEN} bytes, not {}",
+                id.len()
+            ))),
+            found => Ok(found),
+        }
+    }
+
+    /// True if the record may carry an id: one branch for the common record
+    /// (no id, no attributes), before any look at the attributes.
+    #[inline(always)]
+    pub(crate) fn may_have_id(&self) -> bool {
+        self.id.is_some() || !self.attributes.is_empty()
+    }
+
+    /// The number of attributes encoded: the id counts as one.
+    fn attribute_count(&self) -> usize {
+        self.attributes.len() + self.id.is_some() as usize
     }
 
     /// Sets the key.
@@ -159,7 +249,7 @@ impl<'a> Record<'a> {
         // The common record (no attributes, key and payload under 4 GiB) in a
         // few instructions; everything else, errors included, out of line.
         let key_len = self.key.map_or(0, <[u8]>::len);
-        if self.attributes.is_empty() && key_len < NO_KEY as usize && self.payload.len() <= u32::MAX as usize {
+        if !self.may_have_id() && key_len < NO_KEY as usize && self.payload.len() <= u32::MAX as usize {
             // Both terms are below 2^32, so the sum cannot overflow a u64.
             let raw = HEADER_LEN as u64 + key_len as u64 + self.payload.len() as u64;
             if raw <= u32::MAX as u64 {
@@ -178,13 +268,14 @@ impl<'a> Record<'a> {
         if key_len >= NO_KEY as usize {
             return Err(Error::InvalidArgument(format!("key of {key_len} bytes is too long")));
         }
-        if self.attributes.len() > MAX_ATTRIBUTES {
+        if self.attribute_count() > MAX_ATTRIBUTES {
             return Err(Error::InvalidArgument(format!(
-                "{} attributes given; at most {MAX_ATTRIBUTES} are allowed",
-                self.attributes.len()
+                "{} attributes given (an id counts as one); at most {MAX_ATTRIBUTES} are allowed",
+                self.attribute_count()
             )));
         }
-        let mut attrs_len = 0usize;
+        self.id()?;
+        let mut attrs_len = self.id.map_or(0, |id| ATTR_FRAME + ID_ATTRIBUTE.len() + id.len());
         for (k, v) in self.attributes {
             if k.len() > MAX_ATTRIBUTE_KEY_LEN {
                 return Err(Error::InvalidArgument(format!(
@@ -211,7 +302,8 @@ impl<'a> Record<'a> {
 
     /// Length of the attribute block, assuming `encoded_len` accepted the record.
     fn attrs_len(&self) -> usize {
-        self.attributes.iter().map(|(k, v)| ATTR_FRAME + k.len() + v.len()).sum()
+        let id = self.id.map_or(0, |id| ATTR_FRAME + ID_ATTRIBUTE.len() + id.len());
+        id + self.attributes.iter().map(|(k, v)| ATTR_FRAME + k.len() + v.len()).sum::<usize>()
     }
 
     /// Writes the record into `dst`, which must be exactly `encoded_len()` bytes.
@@ -223,7 +315,7 @@ impl<'a> Record<'a> {
     #[inline]
     pub(crate) fn encode_into(&self, dst: &mut [u8], timestamp_ns: u64) {
         let key_len = self.key.map_or(0, <[u8]>::len);
-        let attrs_len = if self.attributes.is_empty() { 0 } else { self.attrs_len() };
+        let attrs_len = if self.may_have_id() { self.attrs_len() } else { 0 };
         let raw_len = HEADER_LEN + key_len + attrs_len + self.payload.len();
         debug_assert_eq!(dst.len(), align_up(raw_len));
         let key_field = if self.key.is_some() { key_len as u32 } else { NO_KEY };
@@ -238,7 +330,7 @@ impl<'a> Record<'a> {
         header[LEN_AT..LEN_AT + 4].copy_from_slice(&(raw_len as u32).to_le_bytes());
         header[KEY_LEN_AT..KEY_LEN_AT + 4].copy_from_slice(&key_field.to_le_bytes());
         header[ATTRS_LEN_AT..ATTRS_LEN_AT + 4].copy_from_slice(&(attrs_len as u32).to_le_bytes());
-        header[ATTR_COUNT_AT..ATTR_COUNT_AT + 2].copy_from_slice(&(self.attributes.len() as u16).to_le_bytes());
+        header[ATTR_COUNT_AT..ATTR_COUNT_AT + 2].copy_from_slice(&(self.attribute_count() as u16).to_le_bytes());
         header[FLAGS_AT..FLAGS_AT + 2].copy_from_slice(&0u16.to_le_bytes());
         header[TIMESTAMP_AT..TIMESTAMP_AT + 8].copy_from_slice(&timestamp_ns.to_le_bytes());
         dst[..HEADER_LEN].copy_from_slice(&header);
@@ -247,7 +339,7 @@ impl<'a> Record<'a> {
             dst[at..at + key.len()].copy_from_slice(key);
             at += key.len();
         }
-        if !self.attributes.is_empty() {
+        if self.may_have_id() {
             at = self.encode_attributes(dst, at);
         }
         dst[at..at + self.payload.len()].copy_from_slice(self.payload);
@@ -256,7 +348,8 @@ impl<'a> Record<'a> {
     /// Writes the attribute block into `dst` at `at`; returns where it ends.
     #[inline(never)]
     fn encode_attributes(&self, dst: &mut [u8], mut at: usize) -> usize {
-        for (k, v) in self.attributes {
+        let id = self.id.map(|id| (ID_ATTRIBUTE, id));
+        for (k, v) in id.iter().chain(self.attributes) {
             put(dst, at + ATTR_KEY_LEN_AT, &(k.len() as u16).to_le_bytes());
             put(dst, at + ATTR_VALUE_LEN_AT, &(v.len() as u32).to_le_bytes());
             at += ATTR_FRAME;
@@ -802,7 +895,7 @@ mod tests {
         for n in [0, 1, 7, 8, 9, 40] {
             for key in [None, Some(&b""[..]), Some(&b"key"[..])] {
                 for attributes in [&[][..], &attrs[..]] {
-                    let rec = Record { key, attributes, payload: &payload[..n] };
+                    let rec = Record { key, attributes, payload: &payload[..n], id: None };
                     assert_eq!(rec.encoded_len().unwrap(), rec.encoded_len_checked().unwrap(), "{rec:?}");
                 }
             }

@@ -25,6 +25,7 @@
 pub mod bench;
 #[cfg(feature = "nats")]
 pub mod bridge;
+pub mod dedupe;
 pub mod measure;
 pub mod plain;
 pub mod plot;

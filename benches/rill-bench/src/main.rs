@@ -43,6 +43,8 @@ SCENARIOS (--scenario NAME):
   scale               costs as topics multiply (create, publish by name, RSS per idle topic, ** delivery;
                       10^0..10^5 topics, 10^6 with --scale-full) and as subscriptions on one topic do
                       (10..10^4): tables of each decade and its ratio to the first; --plot FILE.svg draws them
+  dedupe              a publish with an id into a topic whose dedupe window holds 1,000,000 ids, against
+                      one without an id, interleaved in --pairs (--messages per run, default 200000)
   bridge              rill -> NATS JetStream -> rill through two rill_nats bridges, against a plain
                       async-nats publisher + pull consumer, interleaved in --pairs on a nats-server it
                       starts (build with --features nats; --messages sets the run length, default 20000)
@@ -390,7 +392,10 @@ fn main() {
     if cli.scenario.contains(&Named::Scale) {
         run_scale(&cli);
     }
-    let own_runner = |n: &Named| matches!(n, Named::Bridge | Named::Scale);
+    if cli.scenario.contains(&Named::Dedupe) {
+        run_dedupe(&cli, pairs);
+    }
+    let own_runner = |n: &Named| matches!(n, Named::Bridge | Named::Scale | Named::Dedupe);
     if !cli.scenario.is_empty() && cli.scenario.iter().all(own_runner) {
         return;
     }
@@ -697,6 +702,18 @@ fn run_bridge(_cli: &Cli, _pairs: usize) {
 
 /// `--scenario scale`: its own runner, two sweeps by powers of ten (see
 /// `rill_bench::scale`), printed as tables (or JSON) and drawn with `--plot`.
+fn run_dedupe(cli: &Cli, pairs: usize) {
+    use rill_bench::dedupe;
+    let messages = cli.messages.unwrap_or(dedupe::DEFAULT_MESSAGES);
+    match dedupe::run(messages, cli.payload, pairs) {
+        Ok(result) => print!("{}", dedupe::table(&result)),
+        Err(e) => {
+            eprintln!("dedupe scenario failed: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
 fn run_scale(cli: &Cli) {
     use rill_bench::scale;
     let max_topics = if cli.scale_full { scale::FULL_TOPICS } else { scale::QUICK_TOPICS };

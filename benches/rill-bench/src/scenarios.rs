@@ -96,6 +96,9 @@ pub enum Named {
     /// per idle topic, `**` delivery) and of subscriptions on one topic,
     /// by powers of ten (`rill_bench::scale`; its own runner).
     Scale,
+    /// A publish with an id, 1,000,000 ids in the topic's dedupe window,
+    /// against one without (`rill_bench::dedupe`; its own runner).
+    Dedupe,
     /// 1 producer -> 1 push subscriber, the broker on a data directory, Fsync::Never.
     #[value(name = "persist-never")]
     PersistNever,
@@ -274,6 +277,8 @@ pub fn named(name: Named) -> Scenario {
         Named::Bridge => sc("bridge", "rill -> JetStream -> rill vs plain async-nats", base),
         // Run by `rill_bench::scale`, not the in-process harness.
         Named::Scale => sc("scale", "costs against topics and subscriptions, by powers of ten", base),
+        // Run by `rill_bench::dedupe`, not the in-process harness.
+        Named::Dedupe => sc("dedupe", "a publish with an id (1M ids in the window) vs without", base),
     }
 }
 

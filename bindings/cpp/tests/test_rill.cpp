@@ -446,6 +446,43 @@ static void brokers_share_a_data_directory_with_sharing_processes() {
     fs::remove_all(dir);
 }
 
+// Issue 41: a record's id and a topic's dedupe window.
+static void publishing_without_duplicates() {
+    rill::Broker broker;
+    rill::TopicOptions o;
+    CHECK(o.dedupe_window_ms == 120000);
+    o.partitions = 4;
+    broker.create_topic("orders", o);
+    rill::Record r{"o-1"};
+    r.id = "order-1";
+    auto first = broker.publish("orders", r);
+    CHECK(!first.duplicate);
+    auto again = broker.publish("orders", r);
+    CHECK(again.duplicate && again == first);
+    CHECK(broker.try_publish("orders", r).duplicate);
+    auto publisher = broker.publisher("orders");
+    CHECK(publisher.publish(r).duplicate);
+    // The id as the attribute is the same id.
+    CHECK(broker.publish("orders", rill::Record{"x", std::nullopt, {{RILL_ATTR_ID, "order-1"}}}).duplicate);
+    rill::Record other{"o-2"};
+    other.id = "order-2";
+    auto batch = broker.publish_batch("orders", {other, r, rill::Record{"no id"}, other});
+    CHECK(!batch[0].duplicate && batch[1].duplicate && !batch[2].duplicate && batch[3].duplicate);
+    CHECK(batch[1] == first && batch[3] == batch[0]);
+    auto stats = broker.topic_stats("orders");
+    CHECK(stats.publish_count == 3 && stats.dedupe_ids == 2 && stats.dedupe_duplicates == 6);
+    // Too long: refused, nothing published.
+    r.id = std::string(RILL_ID_MAX_LEN + 1, 'i');
+    CHECK(status_of([&] { broker.publish("orders", r); }) == RILL_ERR_INVALID_ARGUMENT);
+    CHECK(broker.topic_stats("orders").publish_count == 3);
+    // A window of 0: no dedupe.
+    o.dedupe_window_ms = 0;
+    broker.create_topic("off", o);
+    r.id = "a";
+    CHECK(!broker.publish("off", r).duplicate && !broker.publish("off", r).duplicate);
+    CHECK(broker.topic_stats("off").publish_count == 2);
+}
+
 static void batch_subscribe_acks_per_message() {
     rill::Broker broker;
     broker.create_topic("jobs");
@@ -778,6 +815,7 @@ int main() {
     a_broker_on_a_data_directory_keeps_its_topics();
     brokers_share_a_data_directory_with_sharing_processes();
     batch_subscribe_acks_per_message();
+    publishing_without_duplicates();
     publish_subscribe_and_attributes();
     errors_carry_status_and_text();
     a_throwing_handler_is_retried_then_dead_lettered_with_the_text();

@@ -47,11 +47,33 @@ class Ack(enum.IntEnum):
     DEAD_LETTER = _ffi.RILL_ACK_DEAD_LETTER
 
 
-class Position(NamedTuple):
-    """Where a published message landed."""
-
+class _Position(NamedTuple):
     partition: int
     offset: int
+
+
+class Position(_Position):
+    """Where a published message landed: ``(partition, offset)``, a tuple
+    (``partition, offset = pos`` and ``pos == (0, 5)`` work as ever).
+
+    ``duplicate`` is True when the message carried an id (``msg_id=``)
+    that the topic had published within its ``dedupe_window_ms``: nothing
+    was appended, and the position is the first message's. It is not part
+    of the tuple, so equality and unpacking ignore it."""
+
+    duplicate: bool = False
+
+    def __repr__(self) -> str:
+        if self.duplicate:
+            return f"Position(partition={self.partition}, offset={self.offset}, duplicate=True)"
+        return f"Position(partition={self.partition}, offset={self.offset})"
+
+
+def _position(partition: int, offset: int, flags: int) -> Position:
+    pos: Position = tuple.__new__(Position, (partition, offset))
+    if flags & _ffi.RILL_PUBLISHED_DUPLICATE:
+        pos.duplicate = True
+    return pos
 
 
 class Message:
@@ -203,6 +225,16 @@ class TopicStats:
     pointed past the end recovery left in their partition, reset to that
     end at the open so that later messages are delivered (each also
     logged as a warning)."""
+    dedupe_duplicates: int = 0
+    """Publishes answered as duplicates by the dedupe window (nothing
+    appended)."""
+    dedupe_ids: int = 0
+    """Message ids in the dedupe window now."""
+    dedupe_evicted: int = 0
+    """Ids dropped from a full dedupe window before their window ended."""
+    dedupe_waits: int = 0
+    """Publishes that found their id being published by another publisher
+    at that moment and waited for that publish."""
 
 
 Handler = Callable[[Message], Any]
@@ -1053,11 +1085,16 @@ class Broker(_Handle):
         retention_messages: int | None = None,
         max_message_bytes: int | None = None,
         retention: float | None = None,
+        dedupe_window_ms: int | None = None,
     ) -> None:
         """Creates a topic. ``retention_bytes=None`` keeps the default (256 MiB
         per partition); 0 keeps everything. ``retention`` is an age limit in
         seconds: whole log segments are dropped once their newest message is
-        older, also while nobody publishes (``None`` or 0: no age limit)."""
+        older, also while nobody publishes (``None`` or 0: no age limit).
+        ``dedupe_window_ms`` is how long the topic remembers the ids of
+        messages published with ``msg_id=``: a second message with the same
+        id within it is not appended (``None``: the default, 120000; 0 turns
+        the check off)."""
         o = _ffi.rill_topic_options()
         lib.rill_topic_options_init_v1(byref(o), sizeof(o))
         o.partitions = _int(partitions, "partitions", 0, U32_MAX)
@@ -1069,6 +1106,8 @@ class Broker(_Handle):
             o.max_message_bytes = _int(max_message_bytes, "max_message_bytes")
         if retention is not None:
             o.retention_ms = _seconds_ms(retention, "retention")
+        if dedupe_window_ms is not None:
+            o.dedupe_window_ms = _int(dedupe_window_ms, "dedupe_window_ms")
         check(lib.rill_topic_create_v1(self._handle(), _name(name, "topic name"), byref(o)))
 
     def delete_topic(self, name: str) -> None:
@@ -1149,6 +1188,10 @@ class Broker(_Handle):
             s.recovered_truncated_bytes,
             s.recovered_repaired_partitions,
             s.recovered_offsets_reset,
+            s.dedupe_duplicates,
+            s.dedupe_ids,
+            s.dedupe_evicted,
+            s.dedupe_waits,
         )
 
     def _publisher(self, topic: str) -> int:
@@ -1163,11 +1206,17 @@ class Broker(_Handle):
         return p
 
     def _record(
-        self, payload: Payload, key: Payload | None, attributes: Mapping[str, str] | None
+        self,
+        payload: Payload,
+        key: Payload | None,
+        attributes: Mapping[str, str] | None,
+        msg_id: str | None = None,
     ) -> tuple[_ffi.rill_record, object]:
         data = _text(payload, "payload")
         k = None if key is None else _text(key, "key")
         attrs = [(_name(a, "attribute key"), _name(v, "attribute value")) for a, v in (attributes or {}).items()]
+        if msg_id is not None:
+            attrs.insert(0, (_ffi.RILL_ATTR_ID.encode(), _name(msg_id, "msg_id")))
         arr = (_ffi.rill_attribute * len(attrs))(*[_ffi.rill_attribute(a, v) for a, v in attrs])
         rec = _ffi.rill_record(
             ctypes.cast(ctypes.c_char_p(k), c_void_p) if k is not None else None,
@@ -1185,11 +1234,19 @@ class Broker(_Handle):
         payload: Payload,
         key: Payload | None = None,
         attributes: Mapping[str, str] | None = None,
+        msg_id: str | None = None,
     ) -> Position:
         """Publishes one message; ``str`` payloads are UTF-8 encoded. Waits
-        for ``block`` subscribers up to the broker's ``publish_timeout``."""
-        if attributes:
-            return self._publish_record(lib.rill_publish, topic, payload, key, attributes)
+        for ``block`` subscribers up to the broker's ``publish_timeout``.
+
+        ``msg_id`` (1 to 128 bytes) is the message's id: if the topic
+        published a message with this id within its ``dedupe_window_ms``,
+        nothing is appended and the first message's position comes back with
+        ``duplicate`` set; publishers racing with one id publish it once. A
+        retried publish (after a timeout, a crash) with the same id is
+        therefore safe."""
+        if attributes or msg_id is not None:
+            return self._publish_record(lib.rill_publish_outcome, topic, payload, key, attributes, msg_id)
         # The hot path: one call, no record struct, a per-thread out buffer.
         if type(payload) is not bytes:
             payload = _text(payload, "payload")
@@ -1208,10 +1265,11 @@ class Broker(_Handle):
         payload: Payload,
         key: Payload | None = None,
         attributes: Mapping[str, str] | None = None,
+        msg_id: str | None = None,
     ) -> Position:
         """Like :meth:`publish`, but raises :class:`Full` at once instead of
         waiting for a ``block`` subscriber."""
-        return self._publish_record(lib.rill_try_publish, topic, payload, key, attributes)
+        return self._publish_record(lib.rill_try_publish_outcome, topic, payload, key, attributes, msg_id)
 
     def _publish_record(
         self,
@@ -1220,19 +1278,34 @@ class Broker(_Handle):
         payload: Payload,
         key: Payload | None,
         attributes: Mapping[str, str] | None,
+        msg_id: str | None = None,
     ) -> Position:
-        """Publishes through a rill_record (needed for attributes)."""
-        rec, _keep = self._record(payload, key, attributes)
+        """Publishes through a rill_record (needed for attributes and ids)
+        with an _outcome call, which says whether it was a duplicate."""
+        rec, _keep = self._record(payload, key, attributes, msg_id)
         out = _out_position()
-        check(fn(self._handle(), _name(topic, "topic"), byref(rec), out.ref))
-        return out.get()
+        flags = c_uint32()
+        check(fn(self._handle(), _name(topic, "topic"), byref(rec), out.ref, byref(flags)))
+        pos = out.pos
+        return _position(pos.partition, pos.offset, flags.value)
 
-    def publish_batch(self, topic: str, payloads: Sequence[Payload]) -> list[Position]:
+    def publish_batch(
+        self, topic: str, payloads: Sequence[Payload], msg_ids: Sequence[str | None] | None = None
+    ) -> list[Position]:
         """Publishes many messages in one call (much cheaper per message);
-        returns their positions in order. Nothing is published on error."""
+        returns their positions in order. Nothing is published on error.
+
+        ``msg_ids``, one per payload (``None`` for a message without one),
+        are the messages' ids as :meth:`publish`'s ``msg_id``: a message
+        whose id the topic published within its window (or earlier in the
+        batch) is not appended, and its position has ``duplicate`` set."""
         n = len(payloads)
         if n == 0:
+            if msg_ids:
+                raise InvalidArgument(f"{len(msg_ids)} msg_ids given for 0 payloads")
             return []
+        if msg_ids is not None:
+            return self._publish_batch_with_ids(topic, payloads, msg_ids)
         try:
             # Succeeds only if every item is bytes-like; then len() is its size.
             data = b"".join(payloads)  # type: ignore[arg-type]
@@ -1248,6 +1321,21 @@ class Broker(_Handle):
             check(status)
         new = tuple.__new__
         return [new(Position, t) for t in _POSITIONS.iter_unpack(out.raw)]
+
+    def _publish_batch_with_ids(
+        self, topic: str, payloads: Sequence[Payload], msg_ids: Sequence[str | None]
+    ) -> list[Position]:
+        """:meth:`publish_batch` with ids: rill_records, and a flags word each."""
+        n = len(payloads)
+        if len(msg_ids) != n:
+            raise InvalidArgument(f"{len(msg_ids)} msg_ids given for {n} payloads: give one per payload (or None)")
+        built = [self._record(p, None, None, i) for p, i in zip(payloads, msg_ids)]
+        records = (_ffi.rill_record * n)(*[rec for rec, _ in built])
+        out = ctypes.create_string_buffer(n * _POSITIONS.size)
+        flags = (c_uint32 * n)()
+        publisher = self._publishers.get(topic) or self._publisher(topic)
+        check(lib.rill_publisher_publish_batch_outcome(publisher, records, n, out, flags))
+        return [_position(p, o, f) for (p, o), f in zip(_POSITIONS.iter_unpack(out.raw), flags)]
 
     def subscribe(
         self,

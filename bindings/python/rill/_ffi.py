@@ -94,6 +94,7 @@ class rill_topic_options(Structure):
         ("retention_messages", c_uint64),
         ("max_message_bytes", c_uint64),
         ("retention_ms", c_uint64),
+        ("dedupe_window_ms", c_uint64),
     ]
 
 
@@ -125,6 +126,10 @@ class rill_topic_stats(Structure):
         ("recovered_truncated_bytes", c_uint64),
         ("recovered_repaired_partitions", c_uint32),
         ("recovered_offsets_reset", c_uint64),
+        ("dedupe_duplicates", c_uint64),
+        ("dedupe_ids", c_uint64),
+        ("dedupe_evicted", c_uint64),
+        ("dedupe_waits", c_uint64),
     ]
 
 
@@ -281,6 +286,11 @@ RILL_SHARING_EXCLUSIVE, RILL_SHARING_PROCESSES = 0, 1
 RILL_LOG_OFF, RILL_LOG_ERROR, RILL_LOG_WARN, RILL_LOG_INFO, RILL_LOG_DEBUG, RILL_LOG_TRACE = 0, 1, 2, 3, 4, 5
 # The largest struct_size (and stats size) the library accepts.
 RILL_STRUCT_SIZE_MAX = 65536
+# A message's id (the dedupe window's key), its longest length, and the flag
+# the _outcome publish calls set for a duplicate.
+RILL_ATTR_ID = "rill.id"
+RILL_ID_MAX_LEN = 128
+RILL_PUBLISHED_DUPLICATE = 1
 
 # ---- functions ------------------------------------------------------------------
 
@@ -357,6 +367,26 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_topic_get_stats_v1": ("rill_status", ["rill_broker*", "const char*", "rill_topic_stats*", "size_t"]),
     "rill_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
     "rill_try_publish": ("rill_status", ["rill_broker*", "const char*", "const rill_record*", "rill_position*"]),
+    "rill_publish_outcome": (
+        "rill_status",
+        ["rill_broker*", "const char*", "const rill_record*", "rill_position*", "uint32_t*"],
+    ),
+    "rill_try_publish_outcome": (
+        "rill_status",
+        ["rill_broker*", "const char*", "const rill_record*", "rill_position*", "uint32_t*"],
+    ),
+    "rill_publish_batch_outcome": (
+        "rill_status",
+        ["rill_broker*", "const char*", "const rill_record*", "size_t", "rill_position*", "uint32_t*"],
+    ),
+    "rill_publisher_publish_outcome": (
+        "rill_status",
+        ["const rill_publisher*", "const rill_record*", "rill_position*", "uint32_t*"],
+    ),
+    "rill_publisher_publish_batch_outcome": (
+        "rill_status",
+        ["const rill_publisher*", "const rill_record*", "size_t", "rill_position*", "uint32_t*"],
+    ),
     "rill_publish_batch": (
         "rill_status",
         ["rill_broker*", "const char*", "const rill_record*", "size_t", "rill_position*"],

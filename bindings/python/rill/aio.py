@@ -556,24 +556,30 @@ class Publisher:
         payload: Payload,
         key: Payload | None = None,
         attributes: Mapping[str, str] | None = None,
+        msg_id: str | None = None,
     ) -> Position:
-        """Publishes one message (see :meth:`rill.Broker.publish`) and
-        returns where it landed, waiting for ``block`` subscribers off the
-        loop."""
+        """Publishes one message (see :meth:`rill.Broker.publish`, and its
+        ``msg_id``) and returns where it landed (``duplicate`` set if the id
+        was a duplicate), waiting for ``block`` subscribers off the loop.
+        (A publish with an id waits on the loop, briefly, only for another
+        publisher's publish of the same id in progress at that moment.)"""
         if self._closed:
             raise Closed("this rill.aio.Publisher is closed")
         if self._pending == 0:
             try:
-                return self.broker.try_publish(topic, payload, key, attributes)
+                return self.broker.try_publish(topic, payload, key, attributes, msg_id)
             except Full:
                 pass  # a full block subscriber: wait for it off the loop
-        return await self._hand_over(self.broker.publish, topic, payload, key, attributes)  # type: ignore[no-any-return]
+        return await self._hand_over(self.broker.publish, topic, payload, key, attributes, msg_id)  # type: ignore[no-any-return]
 
-    async def publish_batch(self, topic: str, payloads: Sequence[Payload]) -> list[Position]:
-        """:meth:`rill.Broker.publish_batch` off the loop (all or nothing)."""
+    async def publish_batch(
+        self, topic: str, payloads: Sequence[Payload], msg_ids: Sequence[str | None] | None = None
+    ) -> list[Position]:
+        """:meth:`rill.Broker.publish_batch` off the loop (all or nothing),
+        with its ``msg_ids``."""
         if self._closed:
             raise Closed("this rill.aio.Publisher is closed")
-        return await self._hand_over(self.broker.publish_batch, topic, payloads)  # type: ignore[no-any-return]
+        return await self._hand_over(self.broker.publish_batch, topic, payloads, msg_ids)  # type: ignore[no-any-return]
 
     async def flush(self) -> None:
         """Waits until every publish handed over so far has finished."""
