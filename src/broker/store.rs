@@ -794,6 +794,8 @@ fn decode_topic(r: &mut Reader<'_>) -> Result<TopicMeta> {
         segment_bytes: r.opt()?.map(|n| n as usize),
         max_message_bytes: r.opt()?.map(|n| n as usize),
         retention_ms: r.opt()?,
+        // A data directory's topics are not compacted (see `Cleanup`).
+        ..TopicOptions::default()
     };
     Ok(TopicMeta { name, dir, options })
 }

@@ -16,6 +16,7 @@
 //! from its files: what a crash leaves and what is kept) and `durable.rs`
 //! (the fsync policy and group commit).
 
+mod compact;
 mod config;
 mod cursor;
 mod dir;
@@ -29,6 +30,7 @@ pub(crate) mod storage;
 
 use std::fmt;
 
+pub use compact::CompactionPolicy;
 use config::SPARE_SEGMENTS;
 pub use config::{
     DEFAULT_MAX_RECORD_BYTES, DEFAULT_RETENTION_BYTES, DEFAULT_SEGMENT_BYTES, LogConfig, MIN_SEGMENT_BYTES,
@@ -173,6 +175,7 @@ impl Log {
                 pool,
                 holds: Mutex::new(Vec::new()),
                 trimmed_segments: AtomicU64::new(0),
+                compaction: compact::Compaction::default(),
                 durability: durability.map(|(d, _)| d),
                 always,
                 processes,
@@ -943,6 +946,7 @@ impl Log {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn stats(&self) -> LogStats {
+        let (compacted_records, compacted_bytes, compaction_passes, compaction_keys) = self.compaction_stats();
         let guard = epoch::pin();
         let dir = self.shared.dir(&guard);
         LogStats {
@@ -963,6 +967,10 @@ impl Log {
                 let marked_below = d.marked_below();
                 dir.segs.iter().filter(|s| s.base() >= marked_below && s.sealed_count().is_some()).count()
             }),
+            compacted_records,
+            compacted_bytes,
+            compaction_passes,
+            compaction_keys,
         }
     }
 
@@ -1022,6 +1030,15 @@ pub struct LogStats {
     /// marker is [`Error::Corrupt`] at the next open; in one that has not,
     /// it may pass for a torn tail.
     pub unmarked_segments: usize,
+    /// Records compaction removed ([`Log::compact`]).
+    pub compacted_records: u64,
+    /// Their bytes, as they took in their segments.
+    pub compacted_bytes: u64,
+    /// Compaction passes run.
+    pub compaction_passes: u64,
+    /// Distinct keys with a record kept after the last compaction pass (a
+    /// tombstone not yet expired counts).
+    pub compaction_keys: u64,
 }
 
 #[cfg(all(test, not(loom)))]

@@ -791,6 +791,42 @@ impl Segment {
         seg
     }
 
+    /// The sealed segment of `count` offsets from `base` that replaces one a
+    /// compaction rewrote (see `log/compact.rs`): `kept` lists the records
+    /// it keeps, `(index, bytes)` in index order, each record's bytes as
+    /// [`RecordView::raw_bytes`] gives them. One heap block holds them all,
+    /// after a compacted-away record stamped `stamp` at byte 0 that every
+    /// other slot names (see "Compacted-away records" in `record.rs`); kept
+    /// records with consecutive indexes lie back to back, as a batch reads
+    /// them. Fails when the allocator has no memory for it.
+    pub(crate) fn compacted(
+        base: u64,
+        count: u64,
+        kept: &[(u64, &[u8])],
+        stamp: u64,
+        pool: Arc<Pool>,
+    ) -> Result<Segment> {
+        use super::record::{COMPACTED_LEN, align_up, encode_compacted};
+        let capacity = COMPACTED_LEN + kept.iter().map(|(_, b)| align_up(b.len())).sum::<usize>();
+        let buffers = Buffers::small(capacity, count as usize)?;
+        let data = buffers.storage.as_ptr();
+        // SAFETY: the block is ours alone (not shared until the segment is
+        // installed, through the directory's Release exchange), and
+        // `capacity` bytes long from `data`.
+        let region = unsafe { std::slice::from_raw_parts_mut(data.as_ptr(), capacity) };
+        encode_compacted(&mut region[..COMPACTED_LEN], stamp);
+        let mut positions = vec![0u64; count as usize];
+        let mut at = COMPACTED_LEN;
+        for &(index, bytes) in kept {
+            region[at..at + bytes.len()].copy_from_slice(bytes);
+            // The padding after the record: zeros, as `encode_into` leaves it.
+            region[at + bytes.len()..at + align_up(bytes.len())].fill(0);
+            positions[index as usize] = at as u64;
+            at += align_up(bytes.len());
+        }
+        Ok(Segment::recovered(base, buffers, pool, &positions, at as u64, true))
+    }
+
     /// True if some records of this segment are skip records.
     #[inline]
     pub(crate) fn has_skips(&self) -> bool {
