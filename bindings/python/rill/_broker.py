@@ -203,6 +203,15 @@ class TopicStats:
     pointed past the end recovery left in their partition, reset to that
     end at the open so that later messages are delivered (each also
     logged as a warning)."""
+    compacted_messages: int = 0
+    """Messages compaction removed (0 unless the topic is compacted)."""
+    compacted_bytes: int = 0
+    """Their bytes, as they took in the log."""
+    compaction_passes: int = 0
+    """Compaction passes run over its partitions."""
+    compaction_keys: int = 0
+    """Distinct keys with a message kept after the last pass (a tombstone
+    not yet expired counts)."""
 
 
 Handler = Callable[[Message], Any]
@@ -217,10 +226,19 @@ Delivery = Literal["at_least_once", "at_most_once"]
 """``at_least_once`` retries a failed message; ``at_most_once`` drops it."""
 Overflow = Literal["drop_oldest", "block", "disconnect"]
 """What happens when a subscriber falls ``lag_limit`` messages behind."""
+Cleanup = Literal["delete", "compact", "compact_delete"]
+"""What keeps a topic from growing without end: the size and age limits
+(``delete``), log compaction (``compact``: the newest message of every
+key), or both (``compact_delete``)."""
 State = Literal["idle", "active", "backoff", "closed", "unknown"]
 """A subscription's lifecycle state in :class:`SubscriptionStats`."""
 
 _STATES: dict[int, State] = {0: "idle", 1: "active", 2: "backoff", 3: "closed"}
+_CLEANUP = {
+    "delete": _ffi.RILL_CLEANUP_DELETE,
+    "compact": _ffi.RILL_CLEANUP_COMPACT,
+    "compact_delete": _ffi.RILL_CLEANUP_COMPACT_DELETE,
+}
 _STARTS = {"latest": _ffi.RILL_START_LATEST, "earliest": _ffi.RILL_START_EARLIEST}
 _DELIVERY = {"at_least_once": _ffi.RILL_DELIVERY_AT_LEAST_ONCE, "at_most_once": _ffi.RILL_DELIVERY_AT_MOST_ONCE}
 _OVERFLOW = {
@@ -1032,11 +1050,28 @@ class Broker(_Handle):
         retention_messages: int | None = None,
         max_message_bytes: int | None = None,
         retention: float | None = None,
+        cleanup: Cleanup = "delete",
+        delete_retention_ms: int | None = None,
+        min_compaction_lag_ms: int | None = None,
     ) -> None:
         """Creates a topic. ``retention_bytes=None`` keeps the default (256 MiB
         per partition); 0 keeps everything. ``retention`` is an age limit in
         seconds: whole log segments are dropped once their newest message is
-        older, also while nobody publishes (``None`` or 0: no age limit)."""
+        older, also while nobody publishes (``None`` or 0: no age limit).
+
+        ``cleanup="compact"`` makes a compacted topic, which keeps the newest
+        message of every key: publishing without a key raises
+        :class:`InvalidArgument`; a keyed message with an empty payload is a
+        tombstone that deletes its key and is removed itself once older than
+        ``delete_retention_ms`` (default 24 h). A background thread compacts
+        sealed segments (never the one being written, nor messages younger
+        than ``min_compaction_lag_ms``, default 0); offsets never change, so
+        a reader from the beginning sees the newest message of each key in
+        offset order, with gaps. Under ``"compact"`` the size and age limits
+        are not applied, so memory grows with the number of distinct keys;
+        ``"compact_delete"`` applies them too. In memory only for now: on a
+        broker with a ``data_dir`` a compacted topic raises
+        :class:`InvalidArgument`."""
         o = _ffi.rill_topic_options()
         lib.rill_topic_options_init_v1(byref(o), sizeof(o))
         o.partitions = _int(partitions, "partitions", 0, U32_MAX)
@@ -1048,6 +1083,13 @@ class Broker(_Handle):
             o.max_message_bytes = _int(max_message_bytes, "max_message_bytes")
         if retention is not None:
             o.retention_ms = _seconds_ms(retention, "retention")
+        if cleanup not in _CLEANUP:
+            raise InvalidArgument(f"cleanup must be one of {sorted(_CLEANUP)}, not {cleanup!r}")
+        o.cleanup = _CLEANUP[cleanup]
+        if delete_retention_ms is not None:
+            o.delete_retention_ms = _int(delete_retention_ms, "delete_retention_ms")
+        if min_compaction_lag_ms is not None:
+            o.min_compaction_lag_ms = _int(min_compaction_lag_ms, "min_compaction_lag_ms")
         check(lib.rill_topic_create_v1(self._handle(), _name(name, "topic name"), byref(o)))
 
     def delete_topic(self, name: str) -> None:
@@ -1128,6 +1170,10 @@ class Broker(_Handle):
             s.recovered_truncated_bytes,
             s.recovered_repaired_partitions,
             s.recovered_offsets_reset,
+            s.compacted_messages,
+            s.compacted_bytes,
+            s.compaction_passes,
+            s.compaction_keys,
         )
 
     def _publisher(self, topic: str) -> int:
