@@ -1036,8 +1036,9 @@ pub struct LogStats {
     pub compacted_bytes: u64,
     /// Compaction passes run.
     pub compaction_passes: u64,
-    /// Distinct keys with a record kept after the last compaction pass (a
-    /// tombstone not yet expired counts).
+    /// Distinct keys of the sealed segments with a record kept after the
+    /// last compaction pass (a tombstone not yet expired counts; keys only
+    /// in the segment being written do not).
     pub compaction_keys: u64,
 }
 

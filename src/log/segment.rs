@@ -808,23 +808,38 @@ impl Segment {
     ) -> Result<Segment> {
         use super::record::{COMPACTED_LEN, align_up, encode_compacted};
         let capacity = COMPACTED_LEN + kept.iter().map(|(_, b)| align_up(b.len())).sum::<usize>();
-        let buffers = Buffers::small(capacity, count as usize)?;
-        let data = buffers.storage.as_ptr();
-        // SAFETY: the block is ours alone (not shared until the segment is
-        // installed, through the directory's Release exchange), and
-        // `capacity` bytes long from `data`.
-        let region = unsafe { std::slice::from_raw_parts_mut(data.as_ptr(), capacity) };
+        let mut seg = Segment::new(base, Buffers::small(capacity, count as usize)?, pool);
+        seg.skips = true;
+        // SAFETY: the block is ours alone (the segment is shared only once
+        // installed, through the directory's Release exchange), `capacity`
+        // bytes long; the compacted-away record is written before any slot
+        // names it.
+        let region = unsafe { std::slice::from_raw_parts_mut(seg.data.as_ptr(), capacity) };
         encode_compacted(&mut region[..COMPACTED_LEN], stamp);
-        let mut positions = vec![0u64; count as usize];
-        let mut at = COMPACTED_LEN;
-        for &(index, bytes) in kept {
-            region[at..at + bytes.len()].copy_from_slice(bytes);
-            // The padding after the record: zeros, as `encode_into` leaves it.
-            region[at + bytes.len()..at + align_up(bytes.len())].fill(0);
-            positions[index as usize] = at as u64;
-            at += align_up(bytes.len());
+        let mut kept = kept.iter().peekable();
+        let mut at = COMPACTED_LEN as u64;
+        for index in 0..count {
+            let Some(&(_, bytes)) = kept.next_if(|(i, _)| *i == index) else {
+                seg.commit(index, 0);
+                continue;
+            };
+            let len = bytes.len();
+            seg.slots()[index as usize].bytes.with_mut(|_| {
+                // SAFETY: as above: `at..at + align_up(len)` lies inside the
+                // block (its size counts every kept record), no slot names
+                // it yet, and nothing else writes it.
+                let dst = unsafe { std::slice::from_raw_parts_mut(seg.data.as_ptr().add(at as usize), align_up(len)) };
+                dst[..len].copy_from_slice(bytes);
+                // The padding: zeros, as `encode_into` leaves it.
+                dst[len..].fill(0);
+            });
+            seg.commit(index, at);
+            at += align_up(len) as u64;
         }
-        Ok(Segment::recovered(base, buffers, pool, &positions, at as u64, true))
+        // Relaxed, both: as in `recovered`, the segment is not shared yet.
+        seg.tail().store(count * ONE_RECORD + at, Ordering::Relaxed);
+        seg.sealed().store(count + SEALED_BIAS, Ordering::Relaxed);
+        Ok(seg)
     }
 
     /// True if some records of this segment are skip records.
