@@ -91,13 +91,13 @@
 
 use std::collections::HashMap;
 
-use super::Log;
-use super::dir::Dir;
+use super::dir::{Dir, Shared};
+use super::record::align_up;
 use super::segment::Segment;
-use crate::error::{Error, Result};
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::error::Result;
+use crate::sync::Arc;
+use crate::sync::atomic::Ordering;
 use crate::sync::epoch::{self, Owned};
-use crate::sync::{Arc, Mutex};
 
 /// When a compaction pass may remove records (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,33 +111,6 @@ pub struct CompactionPolicy {
     pub tombstone_ns: u64,
 }
 
-/// What compaction has done to one log, and when it next has work.
-#[derive(Debug, Default)]
-pub(super) struct Compaction {
-    /// Records removed so far.
-    pub(super) records: AtomicU64,
-    /// Their bytes (encoded, as they took in their segments).
-    pub(super) bytes: AtomicU64,
-    /// Passes run.
-    pub(super) passes: AtomicU64,
-    /// Distinct keys of the sealed segments with a record kept, after the
-    /// last pass.
-    pub(super) keys: AtomicU64,
-    /// Serialises passes, and says whether the next one has anything to do.
-    progress: Mutex<Progress>,
-}
-
-#[derive(Debug, Default)]
-struct Progress {
-    /// The end offset of the sealed segments the last complete pass read:
-    /// a pass has work once more are sealed.
-    through: u64,
-    /// The earliest time (ns) at which a record the last pass kept becomes
-    /// removable (a superseded record leaving the lag, a tombstone
-    /// expiring); `u64::MAX` if none.
-    due_ns: u64,
-}
-
 /// One record a pass looked at.
 struct Seen<'a> {
     key: Option<&'a [u8]>,
@@ -145,206 +118,165 @@ struct Seen<'a> {
     tombstone: bool,
 }
 
-impl Log {
-    /// Runs one compaction pass over this log's sealed segments if it has
-    /// work: segments were sealed since the last pass, or a kept record has
-    /// become removable by `now_ns` (see the module docs of `compact.rs`).
-    /// Returns whether a pass ran. Publishers never wait for it; readers
-    /// see either the old or the rebuilt segment, whole.
-    ///
-    /// Fails with [`Error::InvalidArgument`] for a durable log (compaction
-    /// of segment files is not implemented), and with
-    /// [`Error::ResourceExhausted`] if a rebuilt segment cannot be
-    /// allocated (nothing is replaced then).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use rill::log::{CompactionPolicy, Log, LogConfig, Record};
-    ///
-    /// let log = Log::new(&LogConfig { segment_bytes: Some(4096), ..LogConfig::default() })?;
-    /// for i in 0..200u32 {
-    ///     log.append(&Record::new(&i.to_le_bytes()).with_key(if i % 2 == 0 { b"even" } else { b"odd" }))?;
-    /// }
-    /// let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
-    /// assert!(log.compact(&policy, rill::clock::now_ns())?);
-    /// let stats = log.stats();
-    /// assert!(stats.compacted_records > 0 && stats.compaction_keys == 2);
-    /// // Offsets are unchanged; the removed ones are gaps a reader passes over.
-    /// let mut cursor = log.cursor_from_first();
-    /// let mut read = 0;
-    /// while let Some(record) = cursor.read().expect("nothing was trimmed") {
-    ///     assert_eq!(record.payload(), (record.offset() as u32).to_le_bytes());
-    ///     read += 1;
-    /// }
-    /// assert_eq!(read + stats.compacted_records, 200);
-    /// # Ok::<(), rill::Error>(())
-    /// ```
-    pub fn compact(&self, policy: &CompactionPolicy, now_ns: u64) -> Result<bool> {
-        if self.is_durable() {
-            return Err(Error::InvalidArgument(
-                "compaction of a durable log (segment files) is not implemented".into(),
-            ));
+/// One compaction pass over `shared`'s sealed segments, if it has work:
+/// [`Log::compact`](super::Log::compact) for an in-memory log.
+pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Result<bool> {
+    let mut progress = shared.compaction.progress.lock();
+    let (segs, through): (Vec<Arc<Segment>>, u64) = {
+        let guard = epoch::pin();
+        let dir = shared.dir(&guard);
+        if dir.stalled.is_some() {
+            return Ok(false);
         }
-        let shared = &self.shared;
-        let mut progress = shared.compaction.progress.lock();
-        let (segs, through): (Vec<Arc<Segment>>, u64) = {
-            let guard = epoch::pin();
-            let dir = shared.dir(&guard);
-            if dir.stalled.is_some() {
-                return Ok(false);
-            }
-            let sealed = &dir.segs[..dir.segs.len() - 1];
-            // Where the sealed segments end: the newest segment's base.
-            let through = sealed.last().map_or(0, |_| dir.last().base());
-            // Nothing new: decided before a segment is cloned, as the
-            // compactor asks often.
-            if through == progress.through && now_ns < progress.due_ns {
-                return Ok(false);
-            }
-            (sealed.to_vec(), through)
+        let sealed = &dir.segs[..dir.segs.len() - 1];
+        // Where the sealed segments end: the newest segment's base.
+        let through = sealed.last().map_or(0, |_| dir.last().base());
+        // Nothing new: decided before a segment is cloned, as the
+        // compactor asks often.
+        if through == progress.through && now_ns < progress.due_ns {
+            return Ok(false);
+        }
+        (sealed.to_vec(), through)
+    };
+    let pass = Pass::read(&segs);
+    let mut due_ns = u64::MAX;
+    let mut complete = true;
+    let mut rebuilt: Vec<(usize, Arc<Segment>, u64, u64)> = Vec::new();
+    for (i, seg) in segs.iter().enumerate() {
+        let Some(records) = pass.segments[i].as_ref() else {
+            // A record still being written: the next pass reads it.
+            complete = false;
+            continue;
         };
-        let pass = Pass::read(&segs);
-        let mut due_ns = u64::MAX;
-        let mut complete = true;
-        let mut rebuilt: Vec<(usize, Arc<Segment>, u64, u64)> = Vec::new();
-        for (i, seg) in segs.iter().enumerate() {
-            let Some(records) = pass.segments[i].as_ref() else {
-                // A record still being written: the next pass reads it.
-                complete = false;
+        let mut kept: Vec<(u64, &[u8])> = Vec::with_capacity(records.len());
+        let (mut removed, mut removed_bytes, mut stamp) = (0u64, 0u64, 0u64);
+        for (index, seen) in records.iter().enumerate() {
+            let index = index as u64;
+            let Some(seen) = seen else { continue };
+            stamp = stamp.max(seen.timestamp);
+            let Some(key) = seen.key else {
+                kept.push((index, pass.bytes(seg, index)));
                 continue;
             };
-            let mut kept: Vec<(u64, &[u8])> = Vec::with_capacity(records.len());
-            let (mut removed, mut removed_bytes, mut stamp) = (0u64, 0u64, 0u64);
-            for (index, seen) in records.iter().enumerate() {
-                let index = index as u64;
-                let Some(seen) = seen else { continue };
-                stamp = stamp.max(seen.timestamp);
-                let Some(key) = seen.key else {
+            let newest = pass.newest[key] == seg.base() + index;
+            let past_lag = seen.timestamp.saturating_add(policy.min_lag_ns);
+            let removable_at = if !newest {
+                Some(past_lag)
+            } else if seen.tombstone {
+                Some(past_lag.max(seen.timestamp.saturating_add(policy.tombstone_ns)))
+            } else {
+                None
+            };
+            match removable_at {
+                Some(at) if at <= now_ns => {
+                    removed += 1;
+                    removed_bytes += align_up(pass.bytes(seg, index).len()) as u64;
+                }
+                other => {
+                    if let Some(at) = other {
+                        due_ns = due_ns.min(at);
+                    }
                     kept.push((index, pass.bytes(seg, index)));
-                    continue;
-                };
-                let newest = pass.newest[key] == seg.base() + index;
-                let past_lag = seen.timestamp.saturating_add(policy.min_lag_ns);
-                let removable_at = if !newest {
-                    Some(past_lag)
-                } else if seen.tombstone {
-                    Some(past_lag.max(seen.timestamp.saturating_add(policy.tombstone_ns)))
-                } else {
-                    None
-                };
-                match removable_at {
-                    Some(at) if at <= now_ns => {
-                        removed += 1;
-                        removed_bytes += pass.bytes(seg, index).len().next_multiple_of(8) as u64;
-                    }
-                    other => {
-                        if let Some(at) = other {
-                            due_ns = due_ns.min(at);
-                        }
-                        kept.push((index, pass.bytes(seg, index)));
-                    }
                 }
             }
-            if removed == 0 {
-                continue;
-            }
-            let count = seg.sealed_count().expect("every segment but the newest is sealed");
-            // The compacted-away record carries the newest stamp the segment
-            // had, so the age limit (`CompactAndDelete`) sees the same age.
-            let stamp = pass.newest_stamp(seg, count).max(stamp);
-            let new = Segment::compacted(seg.base(), count, &kept, stamp, shared.pool.clone())?;
-            rebuilt.push((i, Arc::new(new), removed, removed_bytes));
         }
-        let keys = pass.kept_keys(policy, now_ns);
-        drop(pass);
-        let installed = self.install_compacted(&segs, &rebuilt);
-        // A rebuilt segment not installed (the directory stalled, or
-        // retention trimmed the old one): the next call passes again.
-        complete &= installed.len() == rebuilt.len();
-        for &(_, _, removed, bytes) in installed {
-            // Relaxed: statistics.
-            shared.compaction.records.fetch_add(removed, Ordering::Relaxed);
-            shared.compaction.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if removed == 0 {
+            continue;
         }
-        // Relaxed: statistics.
-        shared.compaction.keys.store(keys, Ordering::Relaxed);
-        shared.compaction.passes.fetch_add(1, Ordering::Relaxed);
-        // An incomplete pass (a record still being written, a directory that
-        // stalled) is repeated at the next call.
-        progress.through = if complete { through } else { 0 };
-        progress.due_ns = due_ns;
-        Ok(true)
+        let count = seg.sealed_count().expect("every segment but the newest is sealed");
+        // The compacted-away record carries the newest stamp the segment
+        // had, so the age limit (`CompactAndDelete`) sees the same age.
+        let stamp = pass.newest_stamp(seg, count).max(stamp);
+        let new = Segment::compacted(seg.base(), count, &kept, stamp, shared.pool.clone())?;
+        rebuilt.push((i, Arc::new(new), removed, removed_bytes));
     }
+    let keys = pass.kept_keys(policy, now_ns);
+    drop(pass);
+    let installed = install(shared, &segs, &rebuilt);
+    // A rebuilt segment not installed (the directory stalled, or
+    // retention trimmed the old one): the next call passes again.
+    complete &= installed.len() == rebuilt.len();
+    for &(_, _, removed, bytes) in installed {
+        // Relaxed: statistics.
+        shared.compaction.records.fetch_add(removed, Ordering::Relaxed);
+        shared.compaction.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    // Relaxed: statistics.
+    shared.compaction.keys.store(keys, Ordering::Relaxed);
+    shared.compaction.passes.fetch_add(1, Ordering::Relaxed);
+    // An incomplete pass (a record still being written, a directory that
+    // stalled) is repeated at the next call.
+    progress.through = if complete { through } else { 0 };
+    progress.due_ns = due_ns;
+    Ok(true)
+}
 
-    /// Replaces `segs[i]` by each rebuilt segment in the current directory
-    /// (see "The swap" in the module docs); returns the ones installed
-    /// (those whose old segment retention trimmed meanwhile are not).
-    fn install_compacted<'r>(
-        &self,
-        segs: &[Arc<Segment>],
-        rebuilt: &'r [(usize, Arc<Segment>, u64, u64)],
-    ) -> Vec<&'r (usize, Arc<Segment>, u64, u64)> {
-        if rebuilt.is_empty() {
+/// Replaces `segs[i]` by each rebuilt segment in the current directory
+/// (see "The swap" in the module docs); returns the ones installed
+/// (those whose old segment retention trimmed meanwhile are not).
+fn install<'r>(
+    shared: &Shared,
+    segs: &[Arc<Segment>],
+    rebuilt: &'r [(usize, Arc<Segment>, u64, u64)],
+) -> Vec<&'r (usize, Arc<Segment>, u64, u64)> {
+    if rebuilt.is_empty() {
+        return Vec::new();
+    }
+    let guard = epoch::pin();
+    let mut current = shared.dir_ptr(&guard);
+    loop {
+        // SAFETY: as in `Shared::dir`: `current` was loaded under `guard`
+        // (or returned, under it, by the failed exchange below).
+        let dir = unsafe { current.deref() }.read();
+        if dir.stalled.is_some() {
+            // Never hide a stall from publishers: the next pass retries.
             return Vec::new();
         }
-        let shared = &self.shared;
-        let guard = epoch::pin();
-        let mut current = shared.dir_ptr(&guard);
-        loop {
-            // SAFETY: as in `Shared::dir`: `current` was loaded under `guard`
-            // (or returned, under it, by the failed exchange below).
-            let dir = unsafe { current.deref() }.read();
-            if dir.stalled.is_some() {
-                // Never hide a stall from publishers: the next pass retries.
-                return Vec::new();
-            }
-            let mut installed = Vec::new();
-            let new_segs: Vec<Arc<Segment>> = dir
-                .segs
-                .iter()
-                .map(|s| match rebuilt.iter().find(|r| Arc::ptr_eq(&segs[r.0], s)) {
-                    Some(r) => {
-                        installed.push(r);
-                        r.1.clone()
-                    }
-                    None => s.clone(),
-                })
-                .collect();
-            if installed.is_empty() {
+        let mut installed = Vec::new();
+        let new_segs: Vec<Arc<Segment>> = dir
+            .segs
+            .iter()
+            .map(|s| match rebuilt.iter().find(|r| Arc::ptr_eq(&segs[r.0], s)) {
+                Some(r) => {
+                    installed.push(r);
+                    r.1.clone()
+                }
+                None => s.clone(),
+            })
+            .collect();
+        if installed.is_empty() {
+            return installed;
+        }
+        // Release (C1): publishes the rebuilt segments, written by this
+        // thread, to the Acquire loads of the directory (L2) and to a
+        // roller whose exchange fails against this one (T2). Acquire on
+        // failure: we build again from the directory we lost to.
+        match shared.dir.compare_exchange(
+            current,
+            Owned::new(Dir::new(new_segs, None)),
+            crate::sync::ordering_or_weakened!("C1", Ordering::Release),
+            Ordering::Acquire,
+            &guard,
+        ) {
+            Ok(_) => {
+                shared.retire(current, &guard);
                 return installed;
             }
-            // Release (C1): publishes the rebuilt segments, written by this
-            // thread, to the Acquire loads of the directory (L2) and to a
-            // roller whose exchange fails against this one (T2). Acquire on
-            // failure: we build again from the directory we lost to.
-            match shared.dir.compare_exchange(
-                current,
-                Owned::new(Dir::new(new_segs, None)),
-                crate::sync::ordering_or_weakened!("C1", Ordering::Release),
-                Ordering::Acquire,
-                &guard,
-            ) {
-                Ok(_) => {
-                    shared.retire(current, &guard);
-                    return installed;
-                }
-                Err(e) => current = e.current,
-            }
+            Err(e) => current = e.current,
         }
     }
+}
 
-    /// Compaction's figures: records and bytes removed, passes, keys kept.
-    pub(super) fn compaction_stats(&self) -> (u64, u64, u64, u64) {
-        let c = &self.shared.compaction;
-        // Relaxed: statistics.
-        (
-            c.records.load(Ordering::Relaxed),
-            c.bytes.load(Ordering::Relaxed),
-            c.passes.load(Ordering::Relaxed),
-            c.keys.load(Ordering::Relaxed),
-        )
-    }
+/// Compaction's figures: records and bytes removed, passes, keys kept.
+pub(super) fn stats(shared: &Shared) -> (u64, u64, u64, u64) {
+    let c = &shared.compaction;
+    // Relaxed: statistics.
+    (
+        c.records.load(Ordering::Relaxed),
+        c.bytes.load(Ordering::Relaxed),
+        c.passes.load(Ordering::Relaxed),
+        c.keys.load(Ordering::Relaxed),
+    )
 }
 
 /// What one pass read from the sealed segments.

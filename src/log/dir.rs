@@ -305,7 +305,7 @@ pub(super) struct Shared {
     /// Segments trimmed by retention so far.
     pub(super) trimmed_segments: AtomicU64,
     /// Compaction's figures and progress (`compact.rs`).
-    pub(super) compaction: super::compact::Compaction,
+    pub(super) compaction: super::compact_state::Compaction,
     /// A durable log's group-commit state (`durable.rs`); `None` in memory.
     pub(super) durability: Option<Durability>,
     /// `append` waits for durability (`Fsync::Always`).
