@@ -423,6 +423,12 @@ typedef struct {
 } rill_broker_options;
 
 /**
+ * What keeps a topic's partitions from growing without end
+ * (`rill_topic_options.cleanup`): one of the `RILL_CLEANUP_*` constants.
+ */
+typedef int32_t rill_cleanup;
+
+/**
  * How a topic is laid out. Fill it with `rill_topic_options_init`.
  */
 typedef struct {
@@ -466,6 +472,35 @@ typedef struct {
      * turns the check off. Messages without an id are never checked.
      */
     uint64_t dedupe_window_ms;
+    /**
+     * `RILL_CLEANUP_DELETE` (default: the limits above), `_COMPACT` or
+     * `_COMPACT_DELETE`. A compacted topic keeps the newest message of
+     * every key, as Kafka's `cleanup.policy=compact`: a message published
+     * to it without a key is `RILL_ERR_INVALID_ARGUMENT`; a keyed message
+     * with an empty payload is a tombstone that deletes its key and is
+     * removed itself after `delete_retention_ms`. Compaction runs on a
+     * background thread over sealed segments (never the one being
+     * written); offsets never change, so a reader from the beginning sees
+     * the newest message of each key in offset order, with gaps, and a seek
+     * to a removed offset starts at the next kept one. Under `_COMPACT`
+     * the size and age limits are not applied, so memory grows with the
+     * number of distinct keys; `_COMPACT_DELETE` applies them too. In
+     * memory only for now: on a broker with a `data_dir`, creating a
+     * compacted topic is `RILL_ERR_INVALID_ARGUMENT`.
+     */
+    rill_cleanup cleanup;
+    /**
+     * Under compaction: how long a tombstone stays once it is the newest
+     * message of its key, in milliseconds by its timestamp. Default
+     * 86400000 (24 h).
+     */
+    uint64_t delete_retention_ms;
+    /**
+     * Under compaction: how long a message stays uncompacted, in
+     * milliseconds by its timestamp, even when a newer one of its key
+     * exists. Default 0.
+     */
+    uint64_t min_compaction_lag_ms;
 } rill_topic_options;
 
 /**
@@ -536,6 +571,24 @@ typedef struct {
      * that moment and waited for that append.
      */
     uint64_t dedupe_waits;
+    /**
+     * Messages compaction removed, summed over the partitions (0 unless
+     * the topic's `cleanup` compacts).
+     */
+    uint64_t compacted_messages;
+    /**
+     * Their bytes, as they took in the log.
+     */
+    uint64_t compacted_bytes;
+    /**
+     * Compaction passes run, summed over the partitions.
+     */
+    uint64_t compaction_passes;
+    /**
+     * Distinct keys with a message kept after the last pass, summed over
+     * the partitions (a tombstone not yet expired counts).
+     */
+    uint64_t compaction_keys;
 } rill_topic_stats;
 
 /**
@@ -1090,6 +1143,21 @@ typedef void (*rill_subscription_callback)(void *user_data, const rill_subscript
  * README.
  */
 #define RILL_SHARING_PROCESSES 1
+
+/**
+ * The size and age limits trim whole segments (the default).
+ */
+#define RILL_CLEANUP_DELETE 0
+
+/**
+ * Log compaction keeps the newest message of every key; no size or age limit.
+ */
+#define RILL_CLEANUP_COMPACT 1
+
+/**
+ * Log compaction, and the size and age limits too.
+ */
+#define RILL_CLEANUP_COMPACT_DELETE 2
 
 /**
  * Handled: move past the message.

@@ -47,9 +47,10 @@ pub use self::log::{Fsync, Record, Sharing};
 #[doc = include_str!("../README.md")]
 pub struct ReadmeSnippets;
 pub use broker::{
-    Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT,
-    DeadLetterCallback, DeliveryMode, Filter, GroupStats, LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow,
-    Pattern, Polled, Position, Published, Publisher, RetryBackoff, StartPosition, Subscription, SubscriptionOptions,
-    SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
+    Ack, Broker, BrokerConfig, Cleanup, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats,
+    DEFAULT_DELETE_RETENTION_MS, DEFAULT_SESSION_TIMEOUT, DeadLetterCallback, DeliveryMode, Filter, GroupStats,
+    LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow, Pattern, Polled, Position, Published, Publisher,
+    RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions,
+    TopicStats,
 };
 pub use error::{Error, ErrorKind, PublishFailure, Result, panic_message};

@@ -189,6 +189,13 @@ struct BrokerOptions {
     Sharing sharing = Sharing::Exclusive;
 };
 
+/// What keeps a topic from growing without end; see rill_topic_options.cleanup.
+enum class Cleanup : int32_t {
+    Delete = RILL_CLEANUP_DELETE,                ///< the size and age limits (the default)
+    Compact = RILL_CLEANUP_COMPACT,              ///< the newest message of every key; no limits
+    CompactAndDelete = RILL_CLEANUP_COMPACT_DELETE,  ///< compaction and the limits
+};
+
 /// Topic layout; see rill_topic_options.
 struct TopicOptions {
     uint32_t partitions = 1;
@@ -197,6 +204,9 @@ struct TopicOptions {
     uint64_t max_message_bytes = 0;           // 0: the default
     uint64_t retention_ms = 0;                // 0: no age limit
     uint64_t dedupe_window_ms = 120000;       // how long ids are remembered; 0: no dedupe
+    Cleanup cleanup = Cleanup::Delete;        // Compact: keyless publishes throw RILL_ERR_INVALID_ARGUMENT
+    uint64_t delete_retention_ms = 86400000;  // under compaction: how long a tombstone stays (24 h)
+    uint64_t min_compaction_lag_ms = 0;       // under compaction: how long a message stays uncompacted
 };
 
 /// Subscription behaviour; see rill_subscription_options.
@@ -686,6 +696,9 @@ class Broker {
         c.max_message_bytes = o.max_message_bytes;
         c.retention_ms = o.retention_ms;
         c.dedupe_window_ms = o.dedupe_window_ms;
+        c.cleanup = static_cast<rill_cleanup>(o.cleanup);
+        c.delete_retention_ms = o.delete_retention_ms;
+        c.min_compaction_lag_ms = o.min_compaction_lag_ms;
         detail::check(rill_topic_create(b_, detail::c_str(name, "topic name"), &c));
     }
 

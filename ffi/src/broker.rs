@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_void};
 use std::mem::size_of;
 use std::time::Duration;
 
-use rill::{Broker, BrokerConfig, Fsync, Position, Published, Publisher, Record, Sharing, TopicOptions};
+use rill::{Broker, BrokerConfig, Cleanup, Fsync, Position, Published, Publisher, Record, Sharing, TopicOptions};
 
 use crate::error::{FfiError, boundary, rill_status};
 use crate::options::{self, OptionStruct};
@@ -63,6 +63,18 @@ pub const RILL_SHARING_EXCLUSIVE: rill_sharing = rill_sharing(0);
 /// this way (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the
 /// README.
 pub const RILL_SHARING_PROCESSES: rill_sharing = rill_sharing(1);
+/// What keeps a topic's partitions from growing without end
+/// (`rill_topic_options.cleanup`): one of the `RILL_CLEANUP_*` constants.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct rill_cleanup(pub i32);
+
+/// The size and age limits trim whole segments (the default).
+pub const RILL_CLEANUP_DELETE: rill_cleanup = rill_cleanup(0);
+/// Log compaction keeps the newest message of every key; no size or age limit.
+pub const RILL_CLEANUP_COMPACT: rill_cleanup = rill_cleanup(1);
+/// Log compaction, and the size and age limits too.
+pub const RILL_CLEANUP_COMPACT_DELETE: rill_cleanup = rill_cleanup(2);
 
 /// How a broker runs. Fill it with `rill_broker_options_init`, then change
 /// what you need.
@@ -161,6 +173,29 @@ pub struct rill_topic_options {
     /// and rebuilt from its log on open. Default 120000 (two minutes); 0
     /// turns the check off. Messages without an id are never checked.
     pub dedupe_window_ms: u64,
+    /// `RILL_CLEANUP_DELETE` (default: the limits above), `_COMPACT` or
+    /// `_COMPACT_DELETE`. A compacted topic keeps the newest message of
+    /// every key, as Kafka's `cleanup.policy=compact`: a message published
+    /// to it without a key is `RILL_ERR_INVALID_ARGUMENT`; a keyed message
+    /// with an empty payload is a tombstone that deletes its key and is
+    /// removed itself after `delete_retention_ms`. Compaction runs on a
+    /// background thread over sealed segments (never the one being
+    /// written); offsets never change, so a reader from the beginning sees
+    /// the newest message of each key in offset order, with gaps, and a seek
+    /// to a removed offset starts at the next kept one. Under `_COMPACT`
+    /// the size and age limits are not applied, so memory grows with the
+    /// number of distinct keys; `_COMPACT_DELETE` applies them too. In
+    /// memory only for now: on a broker with a `data_dir`, creating a
+    /// compacted topic is `RILL_ERR_INVALID_ARGUMENT`.
+    pub cleanup: rill_cleanup,
+    /// Under compaction: how long a tombstone stays once it is the newest
+    /// message of its key, in milliseconds by its timestamp. Default
+    /// 86400000 (24 h).
+    pub delete_retention_ms: u64,
+    /// Under compaction: how long a message stays uncompacted, in
+    /// milliseconds by its timestamp, even when a newer one of its key
+    /// exists. Default 0.
+    pub min_compaction_lag_ms: u64,
 }
 
 /// The attribute holding a message's id (see
@@ -394,6 +429,9 @@ unsafe impl OptionStruct for rill_topic_options {
             max_message_bytes: 0,
             retention_ms: 0,
             dedupe_window_ms: d.dedupe_window_ms,
+            cleanup: RILL_CLEANUP_DELETE,
+            delete_retention_ms: d.delete_retention_ms,
+            min_compaction_lag_ms: d.min_compaction_lag_ms,
         }
     }
 }
@@ -423,6 +461,16 @@ pub(crate) fn topic_options(o: Option<&rill_topic_options>) -> Result<TopicOptio
         };
         t.retention_ms = (o.retention_ms > 0).then_some(o.retention_ms);
         t.dedupe_window_ms = o.dedupe_window_ms;
+        t.cleanup = match o.cleanup {
+            RILL_CLEANUP_DELETE => Cleanup::Delete,
+            RILL_CLEANUP_COMPACT => Cleanup::Compact,
+            RILL_CLEANUP_COMPACT_DELETE => Cleanup::CompactAndDelete,
+            rill_cleanup(other) => {
+                return Err(FfiError::invalid(format!("cleanup {other} is not a RILL_CLEANUP_* value")));
+            }
+        };
+        t.delete_retention_ms = o.delete_retention_ms;
+        t.min_compaction_lag_ms = o.min_compaction_lag_ms;
     }
     Ok(t)
 }
@@ -546,6 +594,16 @@ pub struct rill_topic_stats {
     /// Publishes that found their id being appended by another publisher at
     /// that moment and waited for that append.
     pub dedupe_waits: u64,
+    /// Messages compaction removed, summed over the partitions (0 unless
+    /// the topic's `cleanup` compacts).
+    pub compacted_messages: u64,
+    /// Their bytes, as they took in the log.
+    pub compacted_bytes: u64,
+    /// Compaction passes run, summed over the partitions.
+    pub compaction_passes: u64,
+    /// Distinct keys with a message kept after the last pass, summed over
+    /// the partitions (a tombstone not yet expired counts).
+    pub compaction_keys: u64,
 }
 
 /// The size of `rill_topic_stats`' first layout (rill 0.1, and every header
@@ -605,6 +663,10 @@ pub(crate) fn topic_stats(s: &rill::TopicStats) -> rill_topic_stats {
         dedupe_ids: s.dedupe_ids,
         dedupe_evicted: s.dedupe_evicted,
         dedupe_waits: s.dedupe_waits,
+        compacted_messages: s.compacted_messages,
+        compacted_bytes: s.compacted_bytes,
+        compaction_passes: s.compaction_passes,
+        compaction_keys: s.compaction_keys,
     }
 }
 

@@ -181,6 +181,9 @@ impl Legacy for rill_topic_options_v0_1 {
             max_message_bytes,
             retention_ms: _,
             dedupe_window_ms: _,
+            cleanup: _,
+            delete_retention_ms: _,
+            min_compaction_lag_ms: _,
         } = c;
         Self { partitions, retention_bytes, retention_messages, max_message_bytes }
     }
@@ -192,8 +195,7 @@ impl Legacy for rill_topic_options_v0_1 {
             retention_bytes,
             retention_messages,
             max_message_bytes,
-            retention_ms: 0,
-            dedupe_window_ms: rill::broker::DEFAULT_DEDUPE_WINDOW_MS,
+            ..rill_topic_options::defaults()
         }
     }
 }
@@ -446,8 +448,9 @@ mod tests {
         // after `shared`, so the size stays 144); their first sized
         // layouts stay 32 and 128 bytes.
         assert_eq!(rill_topic_options::FIRST_SIZE, 32);
-        // Issue 41 appended dedupe_window_ms.
-        assert_eq!(size_of::<rill_topic_options>(), 48);
+        // Issue 41 appended dedupe_window_ms, then cleanup (4 bytes, then 4
+        // of padding), delete_retention_ms and min_compaction_lag_ms.
+        assert_eq!(size_of::<rill_topic_options>(), 72);
         assert_eq!(rill_subscription_options::FIRST_SIZE, 128);
         assert_eq!(size_of::<rill_subscription_options>(), 144);
         // Issue 12 appended session_timeout_ms, max_attempts and
@@ -462,7 +465,11 @@ mod tests {
         // Issue 40 appended recovered_offsets_reset after the 4 bytes of
         // tail padding that ended issue 11's 48-byte layout: a program built
         // against that header passes 48 and gets the fields it knows.
-        assert_eq!(size_of::<crate::broker::rill_topic_stats>(), 56 + 4 * 8);
+        assert_eq!(
+            size_of::<crate::broker::rill_topic_stats>(),
+            56 + 8 * 8,
+            "issue 41's four dedupe and four compaction figures"
+        );
         // Issue 12 appended ack_timeouts to rill_subscription_stats (an
         // out-struct, sized by the getter's size argument since); its first
         // layout, the one the unsuffixed rill_subscription_get_stats writes,

@@ -40,6 +40,10 @@ build test_c gcc c99 ffi/tests/c/test_rill.c
 # writer and then as the reader, two processes.
 build test_persist gcc c99 ffi/tests/c/test_persist.c
 "$out/test_persist"
+# Issue 41's compacted topics: the background compactor, keyless publishes
+# refused, seeks and commits across the gaps compaction leaves.
+build test_robust_compact gcc c99 ffi/tests/c/test_robust_compact.c
+"$out/test_robust_compact"
 # Issue 40's regressions, a program per area (groups, the C face, holes
 # left by killed publishers, deletes and ack timeouts, damage in sealed
 # segments, wildcard churn), issue 45's consumer notify fd, and issue 39's
@@ -78,11 +82,12 @@ SAN=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=
 build test_c_asan gcc c99 ffi/tests/c/test_rill.c "${SAN[@]}"
 build test_cpp_asan g++ c++17 bindings/cpp/tests/test_rill.cpp "${SAN[@]}"
 build test_persist_asan gcc c99 ffi/tests/c/test_persist.c "${SAN[@]}"
+build test_robust_compact_asan gcc c99 ffi/tests/c/test_robust_compact.c "${SAN[@]}"
 for t in "${robust[@]}"; do build "${t}_asan" gcc c99 "ffi/tests/c/$t.c" "${SAN[@]}"; done
 build test_robust_c89_asan gcc c89 ffi/tests/c/test_robust_c89.c -pedantic-errors "${SAN[@]}"
 for e in "${gallery[@]}"; do build "example_${e}_asan" gcc c99 "bindings/c/examples/$e.c" "${SAN[@]}"; done
 gallery_asan=("${gallery[@]/#/example_}")
-for t in test_c_asan test_cpp_asan test_persist_asan "${robust[@]/%/_asan}" test_robust_c89_asan \
+for t in test_c_asan test_cpp_asan test_persist_asan test_robust_compact_asan "${robust[@]/%/_asan}" test_robust_c89_asan \
   "${gallery_asan[@]/%/_asan}"; do
   # Prove the sanitizer is really linked in before trusting a clean run.
   # (ldd's output is captured first: `ldd | grep -q` under pipefail fails at
@@ -94,7 +99,7 @@ for t in test_c_asan test_cpp_asan test_persist_asan "${robust[@]/%/_asan}" test
 done
 
 step "C and C++ tests under valgrind memcheck"
-for t in test_c test_cpp test_persist "${robust[@]}" test_robust_c89; do
+for t in test_c test_cpp test_persist test_robust_compact "${robust[@]}" test_robust_c89; do
   # --trace-children: test_persist's writer and reader, and the children
   # some robust programs fork (and test_robust_ffi's forked child ends by
   # running itself again).

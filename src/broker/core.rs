@@ -213,6 +213,9 @@ pub(crate) struct BrokerInner {
     /// The timer that applies topics' age limits, started with the first
     /// topic that has one (most brokers never need its thread).
     pub(super) expiry: Mutex<Option<Arc<Timer<Expire>>>>,
+    /// The compactor: a thread that runs compaction passes over compacted
+    /// topics, started with the first one (see `Compact`).
+    pub(super) compactor: Mutex<Option<Arc<Timer<Compact>>>>,
     /// The timer that checks handler calls against their `ack_timeout`,
     /// started with the first subscription that has one.
     pub(super) ack_watch: Mutex<Option<Arc<Timer<AckWatch>>>>,
@@ -245,6 +248,39 @@ impl Job for Expire {
         }
         let (timer, every) = (self.timer.clone(), self.every);
         timer.schedule(every, self);
+    }
+}
+
+/// A compactor job: looks at a compacted topic's partitions and runs a
+/// compaction pass on each that has work (`Log::compact`: segments sealed
+/// since its last pass, or a kept record that has become removable), then
+/// comes back after `COMPACTION_CHECK`, until the topic is deleted or the
+/// broker closes. All compacted topics share the compactor's one thread, so
+/// publishers never run a pass and never wait for one.
+pub(super) struct Compact {
+    topic: Arc<Topic>,
+    timer: Arc<Timer<Compact>>,
+}
+
+/// How often the compactor looks at a compacted topic. A look with nothing
+/// to do loads each partition's directory and compares two numbers.
+const COMPACTION_CHECK: Duration = Duration::from_millis(20);
+
+impl Job for Compact {
+    fn run(self) {
+        if self.topic.is_deleted() {
+            return;
+        }
+        let policy = self.topic.compaction.expect("only compacted topics get a compactor job");
+        for p in self.topic.partitions.iter() {
+            if let Err(e) = p.log.compact(&policy, crate::clock::now_ns()) {
+                // Out of memory for a rebuilt segment: nothing was replaced;
+                // the next look tries again.
+                log::warn!("rill: compaction of topic {:?} partition {} failed: {e}", &*self.topic.name, p.index);
+            }
+        }
+        let timer = self.timer.clone();
+        timer.schedule(COMPACTION_CHECK, self);
     }
 }
 
@@ -324,12 +360,21 @@ impl BrokerInner {
         if self.topics.load().contains_key(name) {
             return Err(Error::TopicExists(name.to_owned()));
         }
+        if options.cleanup.compacts() && self.store().is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "topic {name:?}: compaction ({:?}) is for in-memory topics; compacting a topic on a data directory \
+                 is not implemented yet",
+                options.cleanup
+            )));
+        }
         // The age limit's timer first: failing to start it creates nothing.
-        let expiry = match options.retention_ms.filter(|&ms| ms > 0) {
+        let expiry = match options.effective_retention_ms() {
             Some(ms) => Some((self.expiry_timer()?, expiry_period(ms))),
             None => None,
         };
         let (fsync, repair) = (self.config.fsync, self.config.repair);
+        // So is the compactor's.
+        let compactor = if options.cleanup.compacts() { Some(self.compactor()?) } else { None };
         let topic = Arc::new(match self.store() {
             None => Topic::new(name, options)?,
             Some(store) if store.sharing() == Sharing::Processes => {
@@ -356,6 +401,9 @@ impl BrokerInner {
         }
         if let Some((timer, every)) = expiry {
             timer.schedule(every, Expire { topic: topic.clone(), every, timer: timer.clone() });
+        }
+        if let Some(timer) = compactor {
+            timer.schedule(COMPACTION_CHECK, Compact { topic: topic.clone(), timer: timer.clone() });
         }
         // Shares all but O(log n) nodes with the current map (see "The
         // topic map" in the module docs).
@@ -405,6 +453,17 @@ impl BrokerInner {
             return Ok(t.clone());
         }
         let timer = Arc::new(Timer::start()?);
+        *slot = Some(timer.clone());
+        Ok(timer)
+    }
+
+    /// The compactor's thread, started now if this is the first compacted topic.
+    fn compactor(&self) -> Result<Arc<Timer<Compact>>> {
+        let mut slot = self.compactor.lock();
+        if let Some(t) = &*slot {
+            return Ok(t.clone());
+        }
+        let timer = Arc::new(Timer::start_named("rill-compactor")?);
         *slot = Some(timer.clone());
         Ok(timer)
     }
@@ -956,6 +1015,10 @@ impl BrokerInner {
         }
         let ack_watch = self.ack_watch.lock().take();
         if let Some(t) = ack_watch {
+            t.stop();
+        }
+        let compactor = self.compactor.lock().take();
+        if let Some(t) = compactor {
             t.stop();
         }
         // A close from a handler did not wait: join the dedicated threads

@@ -265,10 +265,15 @@ pub(crate) struct Timer<J: Job> {
 
 impl<J: Job> Timer<J> {
     pub(crate) fn start() -> crate::error::Result<Timer<J>> {
+        Self::start_named("rill-timer")
+    }
+
+    /// [`Timer::start`], its thread named `name`.
+    pub(crate) fn start_named(name: &str) -> crate::error::Result<Timer<J>> {
         let shared =
             Arc::new((Mutex::new(Alarms { heap: BinaryHeap::new(), next_seq: 0, stopping: false }), Condvar::new()));
         let s = shared.clone();
-        let handle = crate::sync::spawn_named("rill-timer".into(), move || Self::run(&s))?;
+        let handle = crate::sync::spawn_named(name.into(), move || Self::run(&s))?;
         Ok(Timer { shared, thread: Mutex::new(Some(handle)) })
     }
 

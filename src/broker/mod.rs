@@ -66,7 +66,9 @@ pub use subscription::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Message, Overflow,
     PartitionLag, RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats,
 };
-pub use topic::{DEFAULT_DEDUPE_WINDOW_MS, MAX_PARTITIONS, TopicOptions, partition_for_key};
+pub use topic::{
+    Cleanup, DEFAULT_DEDUPE_WINDOW_MS, DEFAULT_DELETE_RETENTION_MS, MAX_PARTITIONS, TopicOptions, partition_for_key,
+};
 use topic::{Topic, Wait};
 
 use crate::error::{Error, PublishFailure, Result};
@@ -146,6 +148,16 @@ pub struct PartitionStats {
     /// from then on, damage in the file is reported as `Corrupt` by the next
     /// open, even after the process was killed. See `Log::flusher_round`.
     pub unmarked_segments: usize,
+    /// Messages compaction removed from this partition (0 unless the topic
+    /// is compacted; see [`Cleanup`]).
+    pub compacted_messages: u64,
+    /// Their bytes, as they took in the log.
+    pub compacted_bytes: u64,
+    /// Compaction passes run over this partition.
+    pub compaction_passes: u64,
+    /// Distinct keys with a message kept after the last pass (a tombstone
+    /// not yet expired counts).
+    pub compaction_keys: u64,
 }
 
 /// Size and progress of a topic.
@@ -171,6 +183,15 @@ pub struct TopicStats {
     /// at that moment, and waited for that append (then returned its
     /// position as a duplicate, or appended their own if it failed).
     pub dedupe_waits: u64,
+    /// Messages compaction removed, summed over the partitions.
+    pub compacted_messages: u64,
+    /// Their bytes.
+    pub compacted_bytes: u64,
+    /// Compaction passes, summed over the partitions.
+    pub compaction_passes: u64,
+    /// Distinct keys kept, summed over the partitions (a key lives in one
+    /// partition).
+    pub compaction_keys: u64,
 }
 
 /// Closes the broker when the last [`Broker`] handle is dropped.
@@ -301,6 +322,7 @@ impl Broker {
             flusher: Mutex::new(None),
             flush_poke: Mutex::new(None),
             expiry: Mutex::new(None),
+            compactor: Mutex::new(None),
             ack_watch: Mutex::new(None),
             placeholder: Mutex::new(None),
             doorbell,
@@ -925,6 +947,10 @@ impl Broker {
                     // is handed out.
                     recovered_offsets_reset: p.offsets_reset.load(Ordering::Relaxed),
                     unmarked_segments: s.unmarked_segments,
+                    compacted_messages: s.compacted_records,
+                    compacted_bytes: s.compacted_bytes,
+                    compaction_passes: s.compaction_passes,
+                    compaction_keys: s.compaction_keys,
                 }
             })
             .collect();
@@ -937,6 +963,10 @@ impl Broker {
             name: topic.to_owned(),
             publish_count: partitions.iter().map(|p| p.next_offset).sum(),
             retained_bytes: partitions.iter().map(|p| p.retained_bytes).sum(),
+            compacted_messages: partitions.iter().map(|p| p.compacted_messages).sum(),
+            compacted_bytes: partitions.iter().map(|p| p.compacted_bytes).sum(),
+            compaction_passes: partitions.iter().map(|p| p.compaction_passes).sum(),
+            compaction_keys: partitions.iter().map(|p| p.compaction_keys).sum(),
             partitions,
         })
     }

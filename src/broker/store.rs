@@ -982,6 +982,7 @@ fn decode_topic(r: &mut Reader<'_>, appended: impl Into<Appended>) -> Result<Top
         segment_bytes: r.opt()?.map(|n| n as usize),
         max_message_bytes: r.opt()?.map(|n| n as usize),
         retention_ms: r.opt()?,
+        // A data directory's topics are not compacted (see `Cleanup`).
         ..TopicOptions::default()
     };
     let appended = match appended.into() {

@@ -19,7 +19,7 @@ use super::subscription::signal::{self, Entry};
 use super::waiters::Waiters;
 use crate::clock::now_ns;
 use crate::error::{Error, PublishFailure, Result};
-use crate::log::{Cursor, DurableLog, Fsync, ID_ATTRIBUTE, Log, LogConfig, Record, Sharing};
+use crate::log::{CompactionPolicy, Cursor, DurableLog, Fsync, ID_ATTRIBUTE, Log, LogConfig, Record, Sharing};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
 use crate::sync::{Arc, Mutex, Name};
@@ -68,7 +68,76 @@ pub struct TopicOptions {
     /// leaving first when full. On a data directory it is rebuilt from the
     /// log when the broker opens. Records without an id cost nothing extra.
     pub dedupe_window_ms: u64,
+    /// What keeps the partitions' size in check: the size and age limits
+    /// above (`Delete`, the default), log compaction (`Compact`: the newest
+    /// record of every key), or both. See [`Cleanup`].
+    pub cleanup: Cleanup,
+    /// Under compaction, how long a tombstone (a keyed message with an
+    /// empty payload) stays once it is the newest of its key, in
+    /// milliseconds by its timestamp, so that readers see the delete.
+    /// Default 86 400 000 (24 h).
+    pub delete_retention_ms: u64,
+    /// Under compaction, how long a message stays uncompacted, in
+    /// milliseconds by its timestamp, even when a newer one of its key
+    /// exists. Default 0.
+    pub min_compaction_lag_ms: u64,
 }
+
+/// How a topic's partitions are kept from growing without end
+/// ([`TopicOptions::cleanup`]).
+///
+/// # Compaction
+///
+/// A compacted topic keeps the newest message of every key, as Kafka's
+/// `cleanup.policy=compact`: publishing a message without a key to it is
+/// [`Error::InvalidArgument`]; a message with a key and an empty payload is
+/// a *tombstone*, which deletes its key and is itself removed once older
+/// than [`TopicOptions::delete_retention_ms`]. Compaction runs in the
+/// background (a thread per broker; publishers never wait for it) over
+/// sealed segments only: the segment being written, and messages younger
+/// than [`TopicOptions::min_compaction_lag_ms`], are never compacted.
+/// Offsets never change: a reader from the beginning sees the newest message
+/// of each key in offset order, with gaps where removed messages were; a
+/// seek to a removed offset starts at the next kept one.
+///
+/// Under `Compact` nothing is trimmed by size or age, so a partition's
+/// memory grows with the number of distinct keys (and, by four bytes per
+/// offset, with the offsets its segments cover); `CompactAndDelete` also
+/// applies the size and age limits. Compaction is for in-memory topics: on a
+/// broker with a data directory, creating a compacted topic is
+/// [`Error::InvalidArgument`] (not implemented yet).
+///
+/// # Examples
+///
+/// ```
+/// use rill::{Broker, BrokerConfig, Cleanup, Error, Record, TopicOptions};
+///
+/// let broker = Broker::new(BrokerConfig::default())?;
+/// broker.create_topic("prices", &TopicOptions { cleanup: Cleanup::Compact, ..TopicOptions::default() })?;
+/// broker.publish("prices", &Record::new(b"101").with_key(b"ACME"))?;
+/// assert!(matches!(broker.publish("prices", &Record::new(b"no key")), Err(Error::InvalidArgument(_))));
+/// # Ok::<(), rill::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Cleanup {
+    /// The size and age limits trim whole segments (the default).
+    #[default]
+    Delete,
+    /// Compaction keeps the newest message of every key; no size or age limit.
+    Compact,
+    /// Compaction, and the size and age limits too.
+    CompactAndDelete,
+}
+
+impl Cleanup {
+    /// True if the topic is compacted.
+    pub fn compacts(self) -> bool {
+        self != Cleanup::Delete
+    }
+}
+
+/// Default [`TopicOptions::delete_retention_ms`]: 24 hours.
+pub const DEFAULT_DELETE_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// The default [`TopicOptions::dedupe_window_ms`]: two minutes, as JetStream's.
 pub const DEFAULT_DEDUPE_WINDOW_MS: u64 = 120_000;
@@ -84,6 +153,9 @@ impl Default for TopicOptions {
             max_message_bytes: log.max_record_bytes,
             retention_ms: log.retention_ms,
             dedupe_window_ms: DEFAULT_DEDUPE_WINDOW_MS,
+            cleanup: Cleanup::Delete,
+            delete_retention_ms: DEFAULT_DELETE_RETENTION_MS,
+            min_compaction_lag_ms: 0,
         }
     }
 }
@@ -116,13 +188,29 @@ impl TopicOptions {
     }
 
     fn log_config(&self) -> LogConfig {
+        // Plain compaction deletes nothing by size or age.
+        let limits = self.cleanup != Cleanup::Compact;
         LogConfig {
-            retention_bytes: self.retention_bytes,
-            retention_messages: self.retention_messages,
+            retention_bytes: self.retention_bytes.filter(|_| limits),
+            retention_messages: self.retention_messages.filter(|_| limits),
             segment_bytes: self.segment_bytes,
             max_record_bytes: self.max_message_bytes,
-            retention_ms: self.retention_ms,
+            retention_ms: self.retention_ms.filter(|_| limits),
         }
+    }
+
+    /// The age limit that applies (none under plain `Compact`).
+    pub(crate) fn effective_retention_ms(&self) -> Option<u64> {
+        self.retention_ms.filter(|&ms| ms > 0 && self.cleanup != Cleanup::Compact)
+    }
+
+    /// When a compaction pass may remove records, if the topic is compacted.
+    pub(crate) fn compaction_policy(&self) -> Option<CompactionPolicy> {
+        const NS_PER_MS: u64 = 1_000_000;
+        self.cleanup.compacts().then(|| CompactionPolicy {
+            min_lag_ns: self.min_compaction_lag_ms.saturating_mul(NS_PER_MS),
+            tombstone_ns: self.delete_retention_ms.saturating_mul(NS_PER_MS),
+        })
     }
 }
 
@@ -240,6 +328,18 @@ pub(crate) struct Partition {
     /// Processes mode: the doorbell thread's cursor, just past the last
     /// record its looks saw committed (see `Watch::look` below).
     watched: Option<Mutex<Cursor>>,
+    /// The topic is compacted: a message without a key is refused.
+    keyed_only: bool,
+}
+
+/// The error for a message without a key published to a compacted topic.
+#[cold]
+#[inline(never)]
+fn keyless(partition: u32) -> Error {
+    Error::InvalidArgument(format!(
+        "a message published to a compacted topic needs a key (partition {partition}): compaction keeps the \
+         newest message of every key"
+    ))
 }
 
 impl Partition {
@@ -255,6 +355,7 @@ impl Partition {
             deleted: AtomicBool::new(false),
             cross: None,
             watched: None,
+            keyed_only: false,
         }
     }
 
@@ -349,6 +450,9 @@ impl Partition {
     /// "Counting instructions" in docs/PERFORMANCE.md).
     #[inline(always)]
     pub(crate) fn publish_inlined(&self, record: &Record<'_>, wait: Wait) -> Result<u64, PublishFailure> {
+        if self.keyed_only && record.key.is_none() {
+            return Err(PublishFailure::from(keyless(self.index)));
+        }
         // The stamp is read before the pin: the pin's locked instruction waits
         // for the previous publish's stores to drain, and a clock read issued
         // after it waits too, while one issued before overlaps that drain
@@ -378,6 +482,10 @@ impl Partition {
     /// subscribers, a batch larger than the room they leave goes in parts.
     pub(crate) fn publish_batch(&self, records: &[Record<'_>], offsets: &mut Vec<u64>, wait: Wait) -> Result<()> {
         offsets.clear();
+        // Checked before any is appended, as the log checks sizes.
+        if self.keyed_only && records.iter().any(|r| r.key.is_none()) {
+            return Err(keyless(self.index));
+        }
         let mut part = Vec::new();
         let mut done = 0;
         while done < records.len() {
@@ -547,6 +655,8 @@ pub(crate) struct Topic {
     pub(crate) partitions: Box<[Arc<Partition>]>,
     /// The ids it appended recently; `None` when `dedupe_window_ms` is 0.
     pub(crate) dedupe: Option<Window>,
+    /// When the compactor may remove records, if the topic is compacted.
+    pub(crate) compaction: Option<CompactionPolicy>,
 }
 
 /// Where a publish through [`Topic::publish_identified`] landed:
@@ -558,9 +668,20 @@ impl Topic {
         options.validate()?;
         let config = options.log_config();
         let partitions = (0..options.partitions)
-            .map(|i| Log::for_partition(&config, i).map(|log| Arc::new(Partition::new(i, log))))
+            .map(|i| {
+                Log::for_partition(&config, i).map(|log| {
+                    let mut p = Partition::new(i, log);
+                    p.keyed_only = options.cleanup.compacts();
+                    Arc::new(p)
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Topic { name: name.into(), partitions: partitions.into(), dedupe: window(options) })
+        Ok(Topic {
+            name: name.into(),
+            partitions: partitions.into(),
+            dedupe: window(options),
+            compaction: options.compaction_policy(),
+        })
     }
 
     /// Publishes a record that may carry an id (`Record::may_have_id`): the
@@ -627,6 +748,13 @@ impl Topic {
         bell: Option<&Arc<Bell>>,
     ) -> Result<Topic> {
         options.validate()?;
+        if options.cleanup.compacts() {
+            return Err(Error::InvalidArgument(format!(
+                "topic {name:?}: compaction ({:?}) is for in-memory topics; compacting a topic on a data directory \
+                 is not implemented yet",
+                options.cleanup
+            )));
+        }
         let config = options.log_config();
         let partitions = (0..options.partitions)
             .map(|i| {
@@ -665,7 +793,8 @@ impl Topic {
                 Ok(Arc::new(p))
             })
             .collect::<Result<Vec<_>>>()?;
-        let topic = Topic { name: name.into(), partitions: partitions.into(), dedupe: window(options) };
+        let topic =
+            Topic { name: name.into(), partitions: partitions.into(), dedupe: window(options), compaction: None };
         topic.rebuild_window();
         Ok(topic)
     }

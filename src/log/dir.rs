@@ -61,6 +61,16 @@
 //!   segment; `.ci/fence-check` requires it to fail with T1 or T2 weakened
 //!   to `Relaxed` (loom then reports the roller reading the trim's
 //!   directory unordered with its construction).
+//! * **A compaction pass** (`compact.rs`, compacted topics only) is a
+//!   writer of the same kind as the idle trim: it installs a copy of the
+//!   directory in which rebuilt segments stand in for sealed ones, with the
+//!   same newest segment and nothing stalled, by a `Release` exchange (C1,
+//!   which plays T1's part). A roller or staller whose exchange fails
+//!   against it finds its sealed segment still the newest (T2's `Acquire`
+//!   makes the copy seen built) and builds again from it, as after an idle
+//!   trim; an idle trim that loses to it gives up until the next tick; a
+//!   pass that loses reloads and tries again, and never replaces a stalled
+//!   directory. See "The swap" in `compact.rs`.
 //! * **A roll that fails.** The sealer may be unable to map the next segment
 //!   (out of memory or address space). It cannot hand its reservation back, so
 //!   instead it publishes a *stalled* copy of the directory: the same segments
@@ -347,6 +357,8 @@ pub(super) struct Shared {
     pub(super) holds: Mutex<Vec<(u64, Arc<AtomicU64>)>>,
     /// Segments trimmed by retention so far.
     pub(super) trimmed_segments: AtomicU64,
+    /// Compaction's figures and progress (`compact.rs`).
+    pub(super) compaction: super::compact_state::Compaction,
     /// A durable log's group-commit state (`durable.rs`); `None` in memory.
     pub(super) durability: Option<Durability>,
     /// `append` waits for durability (`Fsync::Always`).
@@ -608,8 +620,9 @@ impl Shared {
     }
 
     /// `now` (the directory a failed exchange found) if it is an idle trim's
-    /// copy of a directory whose newest segment was `last` (not stalled):
-    /// the roll or stall of `last` must then be made from it.
+    /// or a compaction pass's copy of a directory whose newest segment was
+    /// `last` (not stalled): the roll or stall of `last` must then be made
+    /// from it.
     fn trimmed_under<'g>(
         &self,
         last: &Arc<Segment>,
@@ -655,7 +668,7 @@ impl Shared {
                 Err(e) => match self.trimmed_under(&last, e.current, guard) {
                     Some(now) => current = now,
                     None => {
-                        debug_assert!(false, "the sealer and idle trims are the directory's only writers");
+                        debug_assert!(false, "the sealer, idle trims and compaction are the directory's only writers");
                         return;
                     }
                 },

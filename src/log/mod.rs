@@ -16,6 +16,8 @@
 //! from its files: what a crash leaves and what is kept) and `durable.rs`
 //! (the fsync policy and group commit).
 
+mod compact;
+mod compact_state;
 mod config;
 mod cursor;
 mod dir;
@@ -31,6 +33,7 @@ pub(crate) mod storage;
 
 use std::fmt;
 
+pub use compact::CompactionPolicy;
 use config::SPARE_SEGMENTS;
 pub use config::{
     DEFAULT_MAX_RECORD_BYTES, DEFAULT_RETENTION_BYTES, DEFAULT_SEGMENT_BYTES, LogConfig, MIN_SEGMENT_BYTES,
@@ -299,6 +302,7 @@ impl Log {
                 pool,
                 holds: Mutex::new(Vec::new()),
                 trimmed_segments: AtomicU64::new(0),
+                compaction: compact_state::Compaction::default(),
                 durability: durability.map(|(d, _)| d),
                 always,
                 processes,
@@ -1098,6 +1102,7 @@ impl Log {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn stats(&self) -> LogStats {
+        let (compacted_records, compacted_bytes, compaction_passes, compaction_keys) = compact::stats(&self.shared);
         let guard = epoch::pin();
         let dir = self.shared.dir(&guard);
         LogStats {
@@ -1118,7 +1123,54 @@ impl Log {
                 let marked_below = d.marked_below();
                 dir.segs.iter().filter(|s| s.base() >= marked_below && s.sealed_count().is_some()).count()
             }),
+            compacted_records,
+            compacted_bytes,
+            compaction_passes,
+            compaction_keys,
         }
+    }
+
+    /// Runs one compaction pass over this log's sealed segments if it has
+    /// work: segments were sealed since the last pass, or a kept record has
+    /// become removable by `now_ns` (see "What a pass does" in `compact.rs`).
+    /// Returns whether a pass ran. Publishers never wait for it; readers
+    /// see either the old or the rebuilt segment, whole.
+    ///
+    /// Fails with [`Error::InvalidArgument`] for a durable log (compaction
+    /// of segment files is not implemented), and with
+    /// [`Error::ResourceExhausted`] if a rebuilt segment cannot be
+    /// allocated (nothing is replaced then).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::log::{CompactionPolicy, Log, LogConfig, Record};
+    ///
+    /// let log = Log::new(&LogConfig { segment_bytes: Some(4096), ..LogConfig::default() })?;
+    /// for i in 0..200u32 {
+    ///     log.append(&Record::new(&i.to_le_bytes()).with_key(if i % 2 == 0 { b"even" } else { b"odd" }))?;
+    /// }
+    /// let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+    /// assert!(log.compact(&policy, rill::clock::now_ns())?);
+    /// let stats = log.stats();
+    /// assert!(stats.compacted_records > 0 && stats.compaction_keys == 2);
+    /// // Offsets are unchanged; the removed ones are gaps a reader passes over.
+    /// let mut cursor = log.cursor_from_first();
+    /// let mut read = 0;
+    /// while let Some(record) = cursor.read().expect("nothing was trimmed") {
+    ///     assert_eq!(record.payload(), (record.offset() as u32).to_le_bytes());
+    ///     read += 1;
+    /// }
+    /// assert_eq!(read + stats.compacted_records, 200);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn compact(&self, policy: &CompactionPolicy, now_ns: u64) -> Result<bool> {
+        if self.is_durable() {
+            return Err(Error::InvalidArgument(
+                "compaction of a durable log (segment files) is not implemented".into(),
+            ));
+        }
+        compact::run(&self.shared, policy, now_ns)
     }
 
     /// Keeps retention from trimming any segment holding an offset at or above
@@ -1177,6 +1229,16 @@ pub struct LogStats {
     /// marker is [`Error::Corrupt`] at the next open; in one that has not,
     /// it may pass for a torn tail.
     pub unmarked_segments: usize,
+    /// Records compaction removed ([`Log::compact`]).
+    pub compacted_records: u64,
+    /// Their bytes, as they took in their segments.
+    pub compacted_bytes: u64,
+    /// Compaction passes run.
+    pub compaction_passes: u64,
+    /// Distinct keys of the sealed segments with a record kept after the
+    /// last compaction pass (a tombstone not yet expired counts; keys only
+    /// in the segment being written do not).
+    pub compaction_keys: u64,
 }
 
 #[cfg(all(test, not(loom)))]

@@ -8,7 +8,7 @@
 //!  4..8   u32  KEY_LEN_AT     key length, or NO_KEY when the record has no key
 //!  8..12  u32  ATTRS_LEN_AT   length of the attribute block in bytes
 //! 12..14  u16  ATTR_COUNT_AT  number of attributes
-//! 14..16  u16  FLAGS_AT       flags: 0, or FLAG_SKIP for a skip record
+//! 14..16  u16  FLAGS_AT       flags: 0, FLAG_SKIP (a skip record) or FLAG_COMPACTED
 //! 16..24  u64  TIMESTAMP_AT   publish timestamp, nanoseconds since the Unix epoch
 //! 24..         HEADER_LEN     key bytes, then the attribute block, then the payload
 //! ```
@@ -30,6 +30,17 @@
 //! delivered: every reader passes over it (`cursor.rs`). It is
 //! a record kind of the log's format, not a recovery detail: anything that
 //! must give up an offset it reserved writes one.
+//!
+//! # Compacted-away records
+//!
+//! A record whose flags are `FLAG_COMPACTED` stands for offsets log
+//! compaction removed (`log/compact.rs`): a bare header (`COMPACTED_LEN`
+//! bytes), no key, no attributes, no payload. A compacted segment holds one,
+//! at the start of its region, and the index slot of every offset it removed
+//! names it; readers pass over it exactly as over a skip record
+//! ([`RecordView::is_skip`] is true for both). It is a kind of its own, not
+//! a skip record, because it means something else: the offset held a record
+//! that a newer one of the same key replaced, not an offset nobody completed.
 
 use std::fmt;
 
@@ -48,6 +59,13 @@ const ATTR_COUNT_AT: usize = 12;
 const FLAGS_AT: usize = 14;
 /// Flag bit of a skip record: an offset given up, delivered to no one.
 const FLAG_SKIP: u16 = 1;
+/// Flag bit of a compacted-away record: offsets whose records compaction
+/// removed (see "Compacted-away records" above), delivered to no one.
+const FLAG_COMPACTED: u16 = 2;
+/// Flags of the records no reader is handed.
+const FLAGS_PASSED_OVER: u16 = FLAG_SKIP | FLAG_COMPACTED;
+/// Bytes a compacted-away record takes: a bare header.
+pub(crate) const COMPACTED_LEN: usize = HEADER_LEN;
 /// Bytes a skip record takes, padding included: a bare header.
 pub(crate) const SKIP_LEN: usize = HEADER_LEN;
 const _: () = assert!(SKIP_LEN.is_multiple_of(RECORD_ALIGN));
@@ -376,11 +394,11 @@ pub(crate) fn check_encoded(bytes: &[u8]) -> Result<(), &'static str> {
     }
     match read_u16(bytes, FLAGS_AT) {
         0 => {}
-        FLAG_SKIP
+        FLAG_SKIP | FLAG_COMPACTED
             if read_u32(bytes, KEY_LEN_AT) == NO_KEY
                 && read_u32(bytes, ATTRS_LEN_AT) == 0
                 && read_u16(bytes, ATTR_COUNT_AT) == 0 => {}
-        FLAG_SKIP => return Err("skip record with a key or attributes"),
+        FLAG_SKIP | FLAG_COMPACTED => return Err("skip or compacted-away record with a key or attributes"),
         _ => return Err("record flags set"),
     }
     let body = bytes.len() - HEADER_LEN;
@@ -428,6 +446,14 @@ pub(crate) fn encode_skip(dst: &mut [u8], timestamp_ns: u64) {
     header[TIMESTAMP_AT..TIMESTAMP_AT + 8].copy_from_slice(&timestamp_ns.to_le_bytes());
     dst[..HEADER_LEN].copy_from_slice(&header);
     dst[HEADER_LEN..].fill(0);
+}
+
+/// Writes a compacted-away record stamped `timestamp_ns` over all of `dst`,
+/// `COMPACTED_LEN` bytes (see "Compacted-away records" above).
+pub(crate) fn encode_compacted(dst: &mut [u8], timestamp_ns: u64) {
+    debug_assert_eq!(dst.len(), COMPACTED_LEN);
+    encode_skip(dst, timestamp_ns);
+    dst[FLAGS_AT..FLAGS_AT + 2].copy_from_slice(&FLAG_COMPACTED.to_le_bytes());
 }
 
 /// Rounds a record length up to the record alignment.
@@ -527,11 +553,19 @@ impl<'a> RecordView<'a> {
         align_up(self.bytes.len())
     }
 
-    /// True for a skip record (an offset no record was completed for),
-    /// which readers pass over: see "Skip records" in the module docs.
+    /// True for a record readers pass over: a skip record (an offset no
+    /// record was completed for) or a compacted-away one; see "Skip
+    /// records" and "Compacted-away records" in the module docs.
     #[inline]
     pub(crate) fn is_skip(&self) -> bool {
-        read_u16(self.bytes, FLAGS_AT) & FLAG_SKIP != 0
+        read_u16(self.bytes, FLAGS_AT) & FLAGS_PASSED_OVER != 0
+    }
+
+    /// The record's bytes, header included, padding excluded: what a
+    /// compaction copies into the segment that replaces this one.
+    #[inline]
+    pub(crate) fn raw_bytes(&self) -> &'a [u8] {
+        self.bytes
     }
 
     /// When it was published, in nanoseconds since the Unix epoch.

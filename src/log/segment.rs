@@ -1008,6 +1008,60 @@ impl Segment {
         seg
     }
 
+    /// The sealed segment of `count` offsets from `base` that replaces one a
+    /// compaction rewrote (see `log/compact.rs`): `kept` lists the records
+    /// it keeps, `(index, bytes)` in index order, each record's bytes as
+    /// [`RecordView::raw_bytes`] gives them. One heap block holds them all,
+    /// after a compacted-away record stamped `stamp` at byte 0 that every
+    /// other slot names (see "Compacted-away records" in `record.rs`); kept
+    /// records with consecutive indexes lie back to back, as a batch reads
+    /// them. Fails when the allocator has no memory for it.
+    pub(crate) fn compacted(
+        base: u64,
+        count: u64,
+        kept: &[(u64, &[u8])],
+        stamp: u64,
+        pool: Arc<Pool>,
+    ) -> Result<Segment> {
+        use super::record::{COMPACTED_LEN, align_up, encode_compacted};
+        let capacity = COMPACTED_LEN + kept.iter().map(|(_, b)| align_up(b.len())).sum::<usize>();
+        let mut seg = Segment::new(base, Buffers::small(capacity, count as usize)?, pool);
+        seg.skips = true;
+        // SAFETY: the block is ours alone (the segment is shared only once
+        // installed, through the directory's Release exchange), `capacity`
+        // bytes long; the compacted-away record is written before any slot
+        // names it.
+        let region = unsafe { std::slice::from_raw_parts_mut(seg.data.as_ptr(), capacity) };
+        encode_compacted(&mut region[..COMPACTED_LEN], stamp);
+        let mut kept = kept.iter().peekable();
+        let mut at = COMPACTED_LEN as u64;
+        for index in 0..count {
+            let Some(&(_, bytes)) = kept.next_if(|(i, _)| *i == index) else {
+                // A segment no one else sees yet: the commit cannot lose.
+                let committed = seg.commit(index, 0);
+                debug_assert!(committed);
+                continue;
+            };
+            let len = bytes.len();
+            seg.slots()[index as usize].bytes.with_mut(|_| {
+                // SAFETY: as above: `at..at + align_up(len)` lies inside the
+                // block (its size counts every kept record), no slot names
+                // it yet, and nothing else writes it.
+                let dst = unsafe { std::slice::from_raw_parts_mut(seg.data.as_ptr().add(at as usize), align_up(len)) };
+                dst[..len].copy_from_slice(bytes);
+                // The padding: zeros, as `encode_into` leaves it.
+                dst[len..].fill(0);
+            });
+            let committed = seg.commit(index, at);
+            debug_assert!(committed);
+            at += align_up(len) as u64;
+        }
+        // Relaxed, both: as in `recovered`, the segment is not shared yet.
+        seg.tail().store(count * ONE_RECORD + at, Ordering::Relaxed);
+        seg.sealed().store(count + SEALED_BIAS, Ordering::Relaxed);
+        Ok(seg)
+    }
+
     /// True if some records of this segment are skip records.
     #[inline]
     pub(crate) fn has_skips(&self) -> bool {

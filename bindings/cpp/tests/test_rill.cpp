@@ -809,6 +809,53 @@ static void notify_fds_wake_an_event_loop() {
     CHECK(sub.wait_idle(0ms));
 }
 
+/// Issue 41: a compacted topic keeps the newest message of every key,
+/// refuses keyless publishes, and keeps offsets across the gaps it leaves.
+static void a_compacted_topic_keeps_the_newest_value_of_every_key() {
+    rill::Broker broker;
+    rill::TopicOptions o;
+    o.cleanup = rill::Cleanup::Compact;
+    broker.create_topic("prices", o);
+    CHECK(status_of([&] { broker.publish("prices", "no key"); }) == RILL_ERR_INVALID_ARGUMENT);
+    // More than a 4 MiB segment of data over ten keys, then as much filler
+    // again, so that every data message is in a sealed segment.
+    const int keys = 10, data = 1200, filler = 1100;
+    std::string payload(4000, '.');
+    for (int i = 0; i < data; i++) {
+        std::string key = "k" + std::to_string(i % keys);
+        std::string value = "v" + std::to_string(i) + payload;
+        CHECK(broker.publish("prices", rill::Record{value, key}).offset == uint64_t(i));
+    }
+    for (int i = 0; i < filler; i++) broker.publish("prices", rill::Record{payload, std::string_view("~")});
+    // The compactor is a background thread: a deadline around the condition.
+    auto newest_only = [&](int round) {
+        rill::Consumer c = broker.consumer("probe-" + std::to_string(round), "prices");
+        std::vector<uint64_t> offsets;
+        for (;;) {
+            auto batch = c.poll(1000, 20ms);
+            if (batch.empty()) break;
+            for (auto &m : batch)
+                if (m.key() && m.key()->substr(0, 1) == "k") offsets.push_back(m.offset());
+        }
+        std::vector<uint64_t> want;
+        for (int k = 0; k < keys; k++) want.push_back(uint64_t(data - keys + k));
+        return offsets == want;
+    };
+    auto deadline = std::chrono::steady_clock::now() + 60s;
+    bool done = false;
+    for (int round = 0; !done && std::chrono::steady_clock::now() < deadline; round++) done = newest_only(round);
+    CHECK(done);
+    auto stats = broker.topic_stats("prices");
+    CHECK(stats.compaction_passes >= 1 && stats.compacted_messages >= uint64_t(data - keys));
+    CHECK(stats.compaction_keys >= uint64_t(keys));
+    rill::Consumer c = broker.consumer("readers", "prices");
+    c.seek(0, 5);  // a removed offset: starts at the next kept one
+    auto first = c.poll(1, 5000ms);
+    CHECK(first.size() == 1 && first[0].offset() == uint64_t(data - keys));
+    c.commit();
+    CHECK(c.committed() == uint64_t(data - keys + 1));
+}
+
 int main() {
     strings_with_embedded_nuls_are_refused();
     broker_options_are_a_cpp_struct();
@@ -831,6 +878,7 @@ int main() {
     retention_by_age();
     logs_and_dead_letter_alerts();
     notify_fds_wake_an_event_loop();
+    a_compacted_topic_keeps_the_newest_value_of_every_key();
     if (failures) {
         std::fprintf(stderr, "C++ wrapper tests: %d of %d checks failed\n", failures, checks);
         return 1;

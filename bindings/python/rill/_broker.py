@@ -235,6 +235,15 @@ class TopicStats:
     dedupe_waits: int = 0
     """Publishes that found their id being published by another publisher
     at that moment and waited for that publish."""
+    compacted_messages: int = 0
+    """Messages compaction removed (0 unless the topic is compacted)."""
+    compacted_bytes: int = 0
+    """Their bytes, as they took in the log."""
+    compaction_passes: int = 0
+    """Compaction passes run over its partitions."""
+    compaction_keys: int = 0
+    """Distinct keys with a message kept after the last pass (a tombstone
+    not yet expired counts)."""
 
 
 Handler = Callable[[Message], Any]
@@ -249,10 +258,19 @@ Delivery = Literal["at_least_once", "at_most_once"]
 """``at_least_once`` retries a failed message; ``at_most_once`` drops it."""
 Overflow = Literal["drop_oldest", "block", "disconnect"]
 """What happens when a subscriber falls ``lag_limit`` messages behind."""
+Cleanup = Literal["delete", "compact", "compact_delete"]
+"""What keeps a topic from growing without end: the size and age limits
+(``delete``), log compaction (``compact``: the newest message of every
+key), or both (``compact_delete``)."""
 State = Literal["idle", "active", "backoff", "closed", "unknown"]
 """A subscription's lifecycle state in :class:`SubscriptionStats`."""
 
 _STATES: dict[int, State] = {0: "idle", 1: "active", 2: "backoff", 3: "closed"}
+_CLEANUP = {
+    "delete": _ffi.RILL_CLEANUP_DELETE,
+    "compact": _ffi.RILL_CLEANUP_COMPACT,
+    "compact_delete": _ffi.RILL_CLEANUP_COMPACT_DELETE,
+}
 _STARTS = {"latest": _ffi.RILL_START_LATEST, "earliest": _ffi.RILL_START_EARLIEST}
 _DELIVERY = {"at_least_once": _ffi.RILL_DELIVERY_AT_LEAST_ONCE, "at_most_once": _ffi.RILL_DELIVERY_AT_MOST_ONCE}
 _OVERFLOW = {
@@ -1086,6 +1104,9 @@ class Broker(_Handle):
         max_message_bytes: int | None = None,
         retention: float | None = None,
         dedupe_window_ms: int | None = None,
+        cleanup: Cleanup = "delete",
+        delete_retention_ms: int | None = None,
+        min_compaction_lag_ms: int | None = None,
     ) -> None:
         """Creates a topic. ``retention_bytes=None`` keeps the default (256 MiB
         per partition); 0 keeps everything. ``retention`` is an age limit in
@@ -1094,7 +1115,21 @@ class Broker(_Handle):
         ``dedupe_window_ms`` is how long the topic remembers the ids of
         messages published with ``msg_id=``: a second message with the same
         id within it is not appended (``None``: the default, 120000; 0 turns
-        the check off)."""
+        the check off).
+
+        ``cleanup="compact"`` makes a compacted topic, which keeps the newest
+        message of every key: publishing without a key raises
+        :class:`InvalidArgument`; a keyed message with an empty payload is a
+        tombstone that deletes its key and is removed itself once older than
+        ``delete_retention_ms`` (default 24 h). A background thread compacts
+        sealed segments (never the one being written, nor messages younger
+        than ``min_compaction_lag_ms``, default 0); offsets never change, so
+        a reader from the beginning sees the newest message of each key in
+        offset order, with gaps. Under ``"compact"`` the size and age limits
+        are not applied, so memory grows with the number of distinct keys;
+        ``"compact_delete"`` applies them too. In memory only for now: on a
+        broker with a ``data_dir`` a compacted topic raises
+        :class:`InvalidArgument`."""
         o = _ffi.rill_topic_options()
         lib.rill_topic_options_init_v1(byref(o), sizeof(o))
         o.partitions = _int(partitions, "partitions", 0, U32_MAX)
@@ -1108,6 +1143,13 @@ class Broker(_Handle):
             o.retention_ms = _seconds_ms(retention, "retention")
         if dedupe_window_ms is not None:
             o.dedupe_window_ms = _int(dedupe_window_ms, "dedupe_window_ms")
+        if cleanup not in _CLEANUP:
+            raise InvalidArgument(f"cleanup must be one of {sorted(_CLEANUP)}, not {cleanup!r}")
+        o.cleanup = _CLEANUP[cleanup]
+        if delete_retention_ms is not None:
+            o.delete_retention_ms = _int(delete_retention_ms, "delete_retention_ms")
+        if min_compaction_lag_ms is not None:
+            o.min_compaction_lag_ms = _int(min_compaction_lag_ms, "min_compaction_lag_ms")
         check(lib.rill_topic_create_v1(self._handle(), _name(name, "topic name"), byref(o)))
 
     def delete_topic(self, name: str) -> None:
@@ -1192,6 +1234,10 @@ class Broker(_Handle):
             s.dedupe_ids,
             s.dedupe_evicted,
             s.dedupe_waits,
+            s.compacted_messages,
+            s.compacted_bytes,
+            s.compaction_passes,
+            s.compaction_keys,
         )
 
     def _publisher(self, topic: str) -> int:

@@ -95,6 +95,9 @@ class rill_topic_options(Structure):
         ("max_message_bytes", c_uint64),
         ("retention_ms", c_uint64),
         ("dedupe_window_ms", c_uint64),
+        ("cleanup", c_int32),
+        ("delete_retention_ms", c_uint64),
+        ("min_compaction_lag_ms", c_uint64),
     ]
 
 
@@ -130,6 +133,10 @@ class rill_topic_stats(Structure):
         ("dedupe_ids", c_uint64),
         ("dedupe_evicted", c_uint64),
         ("dedupe_waits", c_uint64),
+        ("compacted_messages", c_uint64),
+        ("compacted_bytes", c_uint64),
+        ("compaction_passes", c_uint64),
+        ("compaction_keys", c_uint64),
     ]
 
 
@@ -283,6 +290,7 @@ RILL_OVERFLOW_DROP_OLDEST, RILL_OVERFLOW_BLOCK, RILL_OVERFLOW_DISCONNECT = 0, 1,
 RILL_SUBSCRIPTION_IDLE, RILL_SUBSCRIPTION_ACTIVE, RILL_SUBSCRIPTION_BACKOFF, RILL_SUBSCRIPTION_CLOSED = 0, 1, 2, 3
 RILL_FSYNC_NEVER, RILL_FSYNC_INTERVAL, RILL_FSYNC_ALWAYS = 0, 1, 2
 RILL_SHARING_EXCLUSIVE, RILL_SHARING_PROCESSES = 0, 1
+RILL_CLEANUP_DELETE, RILL_CLEANUP_COMPACT, RILL_CLEANUP_COMPACT_DELETE = 0, 1, 2
 RILL_LOG_OFF, RILL_LOG_ERROR, RILL_LOG_WARN, RILL_LOG_INFO, RILL_LOG_DEBUG, RILL_LOG_TRACE = 0, 1, 2, 3, 4, 5
 # The largest struct_size (and stats size) the library accepts.
 RILL_STRUCT_SIZE_MAX = 65536

@@ -5,6 +5,7 @@ ValueError. Timeouts of None or infinity mean no limit."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -20,10 +21,12 @@ def test_partitions_beyond_uint32_are_refused(broker: rill.Broker) -> None:
 
 @pytest.mark.parametrize("field", ["retention_bytes", "retention_messages", "max_message_bytes"])
 def test_topic_sizes_beyond_uint64_are_refused(broker: rill.Broker, field: str) -> None:
+    too_large: dict[str, Any] = {field: 2**64 + 1}
+    negative: dict[str, Any] = {field: -1}
     with pytest.raises(rill.InvalidArgument, match=field):
-        broker.create_topic("t", **{field: 2**64 + 1})
+        broker.create_topic("t", **too_large)
     with pytest.raises(ValueError, match=field):
-        broker.create_topic("t", **{field: -1})
+        broker.create_topic("t", **negative)
 
 
 def test_a_start_offset_beyond_uint64_is_refused(broker: rill.Broker) -> None:

@@ -1,0 +1,32 @@
+//! What compaction has done to one log, and where it stands: the data a
+//! log's shared state holds for `compact.rs`, which runs the passes.
+
+use crate::sync::Mutex;
+use crate::sync::atomic::AtomicU64;
+
+/// What compaction has done to one log, and when it next has work.
+#[derive(Debug, Default)]
+pub(super) struct Compaction {
+    /// Records removed so far.
+    pub(super) records: AtomicU64,
+    /// Their bytes (encoded, as they took in their segments).
+    pub(super) bytes: AtomicU64,
+    /// Passes run.
+    pub(super) passes: AtomicU64,
+    /// Distinct keys of the sealed segments with a record kept, after the
+    /// last pass.
+    pub(super) keys: AtomicU64,
+    /// Serialises passes, and says whether the next one has anything to do.
+    pub(super) progress: Mutex<Progress>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    /// The end offset of the sealed segments the last complete pass read:
+    /// a pass has work once more are sealed.
+    pub(super) through: u64,
+    /// The earliest time (ns) at which a record the last pass kept becomes
+    /// removable (a superseded record leaving the lag, a tombstone
+    /// expiring); `u64::MAX` if none.
+    pub(super) due_ns: u64,
+}
