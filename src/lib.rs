@@ -47,9 +47,10 @@ pub use self::log::{Fsync, Record};
 #[doc = include_str!("../README.md")]
 pub struct ReadmeSnippets;
 pub use broker::{
-    Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT,
-    DeadLetterCallback, DeliveryMode, Filter, GroupStats, LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow,
-    Pattern, Polled, Position, Publisher, RetryBackoff, StartPosition, Subscription, SubscriptionOptions,
-    SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
+    Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_PRIORITY,
+    DEFAULT_SESSION_TIMEOUT, DeadLetterCallback, DeliveryMode, Filter, GroupStats, LagCallback, MAX_PRIORITY,
+    MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow, PRIORITY_AGING_TAKES, Pattern, Polled, Position, Publisher,
+    RetryBackoff, StartPosition, Subscription, SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions,
+    TopicStats,
 };
 pub use error::{Error, ErrorKind, PublishFailure, Result, panic_message};

@@ -54,6 +54,7 @@ pub use consumer::{
     Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT, GroupPartition, GroupStats,
     Polled,
 };
+pub use dispatch::{DEFAULT_PRIORITY, MAX_PRIORITY, PRIORITY_AGING_TAKES};
 use dispatch::{Timer, WorkerPool};
 pub use filter::Filter;
 pub use names::{MAX_NAME_LEN, MAX_PATTERN_ANY, MAX_PATTERN_SEGMENTS, MAX_SUBSCRIPTION_NAME_LEN, Pattern};

@@ -153,8 +153,11 @@ const MAGIC: &[u8; 8] = b"rill-md\0";
 /// Format of the frame and its bodies; a newer one is refused, not guessed at.
 const VERSION: u32 = 1;
 /// The format of `topics.list`: 2 puts the list's generation before the
-/// topics (see `journal.rs`); 1, the topics alone, is still read.
-const TOPICS_VERSION: u32 = 2;
+/// topics (see `journal.rs`); 3 adds each topic's `priority`. 1 and 2 are
+/// still read (their topics have no priority).
+const TOPICS_VERSION: u32 = 3;
+/// The first list format whose topics hold a `priority`.
+const TOPICS_WITH_PRIORITY: u32 = 3;
 /// Magic, version, body length (u64), CRC32C of the body (u32).
 const FRAME_HEADER: usize = 8 + 4 + 8 + 4;
 /// Name of the lock file.
@@ -247,7 +250,7 @@ fn apply_change(list: &mut Vec<TopicMeta>, next_dir: &mut u64, change: Change, p
     match change {
         Change::Add(meta) => {
             let mut r = Reader::new(path, &meta);
-            let t = decode_topic(&mut r)?;
+            let t = decode_topic(&mut r, None)?;
             r.end()?;
             *next_dir = (*next_dir).max(t.dir + 1);
             list.push(t);
@@ -767,6 +770,7 @@ fn encode_topic(w: &mut Writer, t: &TopicMeta) {
     w.opt(o.segment_bytes.map(|n| n as u64));
     w.opt(o.max_message_bytes.map(|n| n as u64));
     w.opt(o.retention_ms);
+    w.opt(o.priority.map(u64::from));
 }
 
 /// A `topics.list` body of format `version`: its generation (0 for
@@ -777,14 +781,17 @@ fn decode_topics(path: &Path, version: u32, body: &[u8]) -> Result<(u64, Vec<Top
     let n = r.u32()?;
     let mut list = Vec::new();
     for _ in 0..n {
-        list.push(decode_topic(&mut r)?);
+        list.push(decode_topic(&mut r, Some(version))?);
     }
     r.end()?;
     Ok((generation, list))
 }
 
 /// Reads what [`encode_topic`] wrote; a journal entry must hold exactly one.
-fn decode_topic(r: &mut Reader<'_>) -> Result<TopicMeta> {
+/// `list_version`: the format of the list it is in, or `None` for a journal
+/// entry, which holds a priority if bytes are left after the older fields
+/// (entries of journal format 1 end before it).
+fn decode_topic(r: &mut Reader<'_>, list_version: Option<u32>) -> Result<TopicMeta> {
     let name = r.str()?;
     let dir = r.u64()?;
     let options = TopicOptions {
@@ -794,7 +801,20 @@ fn decode_topic(r: &mut Reader<'_>) -> Result<TopicMeta> {
         segment_bytes: r.opt()?.map(|n| n as usize),
         max_message_bytes: r.opt()?.map(|n| n as usize),
         retention_ms: r.opt()?,
+        priority: None,
     };
+    let mut options = options;
+    let has_priority = match list_version {
+        Some(version) => version >= TOPICS_WITH_PRIORITY,
+        None => !r.at_end(),
+    };
+    if has_priority {
+        options.priority = match r.opt()? {
+            None => None,
+            Some(p) if p < u64::from(crate::broker::dispatch::PRIORITIES) => Some(p as u8),
+            Some(_) => return Err(r.corrupt("a topic priority out of range")),
+        };
+    }
     Ok(TopicMeta { name, dir, options })
 }
 
@@ -903,6 +923,9 @@ impl<'a> Reader<'a> {
             1 => self.u64().map(Some),
             _ => Err(self.corrupt("a presence byte is neither 0 nor 1")),
         }
+    }
+    fn at_end(&self) -> bool {
+        self.at == self.bytes.len()
     }
     fn end(&self) -> Result<()> {
         if self.at == self.bytes.len() { Ok(()) } else { Err(self.corrupt("trailing bytes after the metadata")) }
@@ -1182,6 +1205,8 @@ mod tests {
         let mut w = Writer::default();
         w.u32(1);
         encode_topic(&mut w, &old);
+        // Format 1 has no priority: drop its absence byte, the last one.
+        assert_eq!(w.0.pop(), Some(0));
         fs::write(root.join(TOPICS_FILE), frame_of(1, &w.0)).unwrap();
         {
             let opened = Store::open(&root, Fsync::Never, false).unwrap();
@@ -1189,7 +1214,7 @@ mod tests {
             add(&opened.store, "new");
         }
         let (version, _) = read_frame(&root.join(TOPICS_FILE), TOPICS_VERSION).unwrap().unwrap();
-        assert_eq!(version, 2);
+        assert_eq!(version, TOPICS_VERSION);
         assert!(read_frame(&root.join(TOPICS_FILE), 1).is_err(), "a format-1 reader refuses it");
         let opened = Store::open(&root, Fsync::Never, false).unwrap();
         assert_eq!(names(&opened), ["new", "old"]);

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::barrier;
+use super::dispatch::PRIORITIES;
 use super::subscription::in_handler::InHandler;
 use super::subscription::signal::{self, Entry};
 use super::waiters::Waiters;
@@ -54,6 +55,11 @@ pub struct TopicOptions {
     /// whichever trims most). `None` or 0: no age limit. Applied at each
     /// segment roll and by the broker's timer, so quiet topics age out too.
     pub retention_ms: Option<u64>,
+    /// The priority (0 to 7, higher runs first) of the topic's push
+    /// subscriptions that set none themselves and name this one topic (a
+    /// wildcard subscription takes no topic's default). `None`: the
+    /// subscription default, 4. Kept with a durable topic's options.
+    pub priority: Option<u8>,
 }
 
 impl Default for TopicOptions {
@@ -66,6 +72,7 @@ impl Default for TopicOptions {
             segment_bytes: log.segment_bytes,
             max_message_bytes: log.max_record_bytes,
             retention_ms: log.retention_ms,
+            priority: None,
         }
     }
 }
@@ -92,6 +99,12 @@ impl TopicOptions {
             return Err(Error::InvalidArgument(format!(
                 "a topic has between 1 and {MAX_PARTITIONS} partitions, not {}",
                 self.partitions
+            )));
+        }
+        if let Some(p) = self.priority.filter(|&p| p >= PRIORITIES) {
+            return Err(Error::InvalidArgument(format!(
+                "a topic's priority is 0 to {} (higher runs first), not {p}",
+                PRIORITIES - 1
             )));
         }
         self.log_config().validate()
@@ -455,6 +468,8 @@ impl fmt::Debug for Partition {
 pub(crate) struct Topic {
     pub(crate) name: Name,
     pub(crate) partitions: Box<[Arc<Partition>]>,
+    /// `TopicOptions::priority`: the default of its subscriptions.
+    pub(crate) priority: Option<u8>,
 }
 
 impl Topic {
@@ -464,7 +479,7 @@ impl Topic {
         let partitions = (0..options.partitions)
             .map(|i| Log::for_partition(&config, i).map(|log| Arc::new(Partition::new(i, log))))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Topic { name: name.into(), partitions: partitions.into() })
+        Ok(Topic { name: name.into(), partitions: partitions.into(), priority: options.priority })
     }
 
     /// Opens (or creates) a topic whose partitions keep their logs in files:
@@ -501,7 +516,7 @@ impl Topic {
                 Ok(Arc::new(p))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Topic { name: name.into(), partitions: partitions.into() })
+        Ok(Topic { name: name.into(), partitions: partitions.into(), priority: options.priority })
     }
 
     /// Marks every partition deleted (see [`Partition::mark_deleted`]).

@@ -18,6 +18,8 @@
 //! * `in_handler.rs`: the mark of which subscription's user code a thread
 //!   runs, which calls that would wait for their own handler look at.
 //! * `options.rs`: the values a subscriber chooses and sees.
+//! * `queue_wait.rs`: the histogram of how long the subscription waited in
+//!   the worker pool's queue, for the stats.
 //!
 //! * `run_wait.rs`: the run-wait policy: how long a drain that keeps
 //!   finding the publisher ahead of it waits for a run of records before it
@@ -25,8 +27,8 @@
 //!
 //! This file holds the public face: the statistics and the
 //! [`Subscription`] handle. The parts import each other in one direction
-//! only: `state`, `options`, `in_handler` and `run_wait` import no other
-//! part; `signal` imports `state`; `core` imports those five; `close`,
+//! only: `state`, `options`, `in_handler`, `queue_wait` and `run_wait`
+//! import no other part; `signal` imports `state`; `core` imports those six; `close`,
 //! `settle` and `deadline` import `core` and leaves below it; `drain`
 //! imports `core`, `settle`, `signal` and leaves; this file imports
 //! `core`, `options` and `state`. `tests/structure.rs` checks that no file
@@ -41,6 +43,7 @@ mod deadline;
 mod drain;
 pub(crate) mod in_handler;
 mod options;
+mod queue_wait;
 #[cfg(not(loom))]
 mod run_wait;
 mod settle;
@@ -133,6 +136,25 @@ pub struct SubscriptionStats {
     /// dead-letter publish that failed, or a handler call past
     /// `ack_timeout` (and what moved), whichever came last.
     pub last_error: Option<String>,
+    /// Its priority in the worker pool (its own, or its topic's default).
+    pub priority: u8,
+    /// How many times it waited ready in the worker pool's queue since the
+    /// last read of its stats (each read starts the count and the waits
+    /// below afresh). Zero on a dedicated thread.
+    pub queue_waits: u64,
+    /// The median of those waits, from the drain being queued to a worker
+    /// taking it; read from a histogram of power-of-two buckets, so it is
+    /// the upper edge of the wait's bucket (at most twice the wait). Zero
+    /// with no waits.
+    pub queue_wait_p50: Duration,
+    /// Their 99th percentile, likewise.
+    pub queue_wait_p99: Duration,
+    /// The longest of those waits counted in takes: drains of other
+    /// subscriptions the pool's workers took meanwhile. It stays within
+    /// [`PRIORITY_AGING_TAKES`](crate::PRIORITY_AGING_TAKES) plus the
+    /// subscriptions that were queued before it (see
+    /// [`SubscriptionOptions::priority`]).
+    pub queue_wait_max_takes: u64,
 }
 
 impl SubCore {
@@ -155,6 +177,7 @@ impl SubCore {
                 }
             })
             .collect();
+        let waits = self.queue_waits.take();
         let c = &self.counters;
         // Relaxed: counters are statistics.
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -182,6 +205,11 @@ impl SubCore {
             dead_letter_topic: self.env.dead_letters.as_ref().map(DeadLetters::name),
             closed_reason: self.closed_reason.lock().clone(),
             last_error: self.last_error.lock().clone(),
+            priority: self.priority,
+            queue_waits: waits.count,
+            queue_wait_p50: waits.p50,
+            queue_wait_p99: waits.p99,
+            queue_wait_max_takes: waits.max_takes,
         }
     }
 }
