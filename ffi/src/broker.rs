@@ -129,6 +129,11 @@ pub struct rill_topic_options {
     /// whichever trims most), also while nobody publishes. 0: no age limit
     /// (default).
     pub retention_ms: u64,
+    /// The default priority of the topic's subscriptions that set none and
+    /// name this one topic: 0 to 7, or `RILL_PRIORITY_UNSET` (-1, what
+    /// `rill_topic_options_init` writes: they get `RILL_PRIORITY_DEFAULT`).
+    /// Kept with a durable topic. Any other value: `RILL_ERR_INVALID_ARGUMENT`.
+    pub priority: i32,
 }
 
 /// One attribute of a message to publish: NUL-terminated UTF-8 strings.
@@ -322,6 +327,7 @@ unsafe impl OptionStruct for rill_topic_options {
             retention_messages: d.retention_messages.unwrap_or(0),
             max_message_bytes: 0,
             retention_ms: 0,
+            priority: crate::subscription::RILL_PRIORITY_UNSET,
         }
     }
 }
@@ -350,6 +356,7 @@ pub(crate) fn topic_options(o: Option<&rill_topic_options>) -> Result<TopicOptio
             n => Some(usize::try_from(n).map_err(|_| FfiError::invalid("max_message_bytes is too large"))?),
         };
         t.retention_ms = (o.retention_ms > 0).then_some(o.retention_ms);
+        t.priority = crate::subscription::priority_from_c(o.priority, "a topic's priority")?;
     }
     Ok(t)
 }

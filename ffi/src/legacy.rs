@@ -172,7 +172,7 @@ impl Legacy for rill_broker_options_v0_1 {
 impl Legacy for rill_topic_options_v0_1 {
     type Current = rill_topic_options;
     fn from_current(c: rill_topic_options) -> Self {
-        // rill 0.1 had no age limit: a newer field is simply not seen.
+        // rill 0.1 had no age limit or priority: a newer field is simply not seen.
         let rill_topic_options {
             struct_size: _,
             partitions,
@@ -180,6 +180,7 @@ impl Legacy for rill_topic_options_v0_1 {
             retention_messages,
             max_message_bytes,
             retention_ms: _,
+            priority: _,
         } = c;
         Self { partitions, retention_bytes, retention_messages, max_message_bytes }
     }
@@ -192,6 +193,7 @@ impl Legacy for rill_topic_options_v0_1 {
             retention_messages,
             max_message_bytes,
             retention_ms: 0,
+            priority: crate::subscription::RILL_PRIORITY_UNSET,
         }
     }
 }
@@ -261,6 +263,7 @@ impl Legacy for rill_subscription_options_v0_1 {
                 on_dead_letter: None,
                 shared: false,
                 ack_timeout_ms: 0,
+                priority: crate::subscription::RILL_PRIORITY_UNSET,
             }
         )
     }
@@ -440,10 +443,11 @@ mod tests {
         // rill_subscription_options (ack_timeout_ms fills the tail padding
         // after `shared`, so the size stays 144); their first sized
         // layouts stay 32 and 128 bytes.
+        // Issue 42 appended priority to both (8 bytes each with padding).
         assert_eq!(rill_topic_options::FIRST_SIZE, 32);
-        assert_eq!(size_of::<rill_topic_options>(), 40);
+        assert_eq!(size_of::<rill_topic_options>(), 48);
         assert_eq!(rill_subscription_options::FIRST_SIZE, 128);
-        assert_eq!(size_of::<rill_subscription_options>(), 144);
+        assert_eq!(size_of::<rill_subscription_options>(), 152);
         // Issue 12 appended session_timeout_ms, max_attempts and
         // dead_letter_topic; the first sized layout stays 16 bytes.
         assert_eq!(rill_consumer_options::FIRST_SIZE, 16);
@@ -463,7 +467,8 @@ mod tests {
         // is rill 0.1's 72 bytes.
         assert_eq!(crate::subscription::SUBSCRIPTION_STATS_FIRST_SIZE, 72);
         assert_eq!(size_of::<rill_subscription_stats_v0_1>(), 72);
-        assert_eq!(size_of::<crate::subscription::rill_subscription_stats>(), 104);
+        // Issue 42 appended the queue-wait figures and the priority.
+        assert_eq!(size_of::<crate::subscription::rill_subscription_stats>(), 144);
     }
 
     /// A program built before the appended consumer options passes the

@@ -213,6 +213,51 @@ pub struct rill_subscription_options {
     /// handler call to return. A batch handler's call is one call: the
     /// deadline covers its whole batch.
     pub ack_timeout_ms: u32,
+    /// Its priority in the shared worker pool: `RILL_PRIORITY_MIN` (0) to
+    /// `RILL_PRIORITY_MAX` (7), higher runs first. `RILL_PRIORITY_UNSET`
+    /// (-1, what `rill_subscription_options_init` writes): the topic's
+    /// `priority` if the pattern names one topic that has one, else
+    /// `RILL_PRIORITY_DEFAULT` (4). Any other value:
+    /// `RILL_ERR_INVALID_ARGUMENT`. When more subscriptions are ready than
+    /// the pool has workers, higher ones are drained first, with aging: a
+    /// ready subscription waits at most `RILL_PRIORITY_AGING_TAKES` (32)
+    /// turns of other subscriptions more than it would with no priorities.
+    /// A `dedicated_thread` subscription and consumers have threads of
+    /// their own and ignore it.
+    pub priority: i32,
+}
+
+/// `priority` not set: the topic's, else `RILL_PRIORITY_DEFAULT`.
+pub const RILL_PRIORITY_UNSET: i32 = -1;
+/// The lowest priority.
+pub const RILL_PRIORITY_MIN: i32 = 0;
+/// The highest priority.
+pub const RILL_PRIORITY_MAX: i32 = 7;
+/// The priority of a subscription that sets none, on a topic that sets none.
+pub const RILL_PRIORITY_DEFAULT: i32 = 4;
+/// The aging bound: a ready subscription waits at most this many turns of
+/// other subscriptions more than a plain first-come-first-served queue
+/// would make it wait.
+pub const RILL_PRIORITY_AGING_TAKES: u32 = 32;
+
+// The header's figures are literals (cbindgen evaluates no paths): the
+// build fails if they leave the library's.
+const _: () = assert!(
+    RILL_PRIORITY_MAX == rill::MAX_PRIORITY as i32
+        && RILL_PRIORITY_DEFAULT == rill::DEFAULT_PRIORITY as i32
+        && RILL_PRIORITY_AGING_TAKES as u64 == rill::PRIORITY_AGING_TAKES
+);
+
+/// A `priority` field from C: `RILL_PRIORITY_UNSET` is `None`; `what` names
+/// the field for the error.
+pub(crate) fn priority_from_c(p: i32, what: &str) -> Result<Option<u8>, FfiError> {
+    match p {
+        RILL_PRIORITY_UNSET => Ok(None),
+        RILL_PRIORITY_MIN..=RILL_PRIORITY_MAX => Ok(Some(p as u8)),
+        _ => Err(FfiError::invalid(format!(
+            "{what} must be {RILL_PRIORITY_MIN} to {RILL_PRIORITY_MAX} (higher runs first), or              RILL_PRIORITY_UNSET ({RILL_PRIORITY_UNSET}), not {p}"
+        ))),
+    }
 }
 
 // SAFETY: repr(C), leading u32 struct_size; pointers, integers, a double,
@@ -244,6 +289,7 @@ unsafe impl OptionStruct for rill_subscription_options {
             on_dead_letter: None,
             shared: false,
             ack_timeout_ms: 0,
+            priority: RILL_PRIORITY_UNSET,
         }
     }
 }
@@ -306,6 +352,7 @@ unsafe fn subscription_options(o: &rill_subscription_options) -> Result<Subscrip
         on_dead_letter: None,
         shared: o.shared,
         ack_timeout: (o.ack_timeout_ms > 0).then(|| Duration::from_millis(o.ack_timeout_ms.into())),
+        priority: priority_from_c(o.priority, "priority")?,
     })
 }
 
@@ -788,6 +835,22 @@ pub struct rill_subscription_stats {
     pub last_error: *const c_char,
     /// Handler calls that ran past `ack_timeout_ms` (each counted once).
     pub ack_timeouts: u64,
+    /// Times it waited ready in the worker pool's queue since the last read
+    /// of its stats (by `rill_subscription_get_stats` or
+    /// `rill_subscription_list`; each read starts these queue figures
+    /// afresh). 0 on a dedicated thread.
+    pub queue_waits: u64,
+    /// The median of those waits (queued to taken by a worker), in
+    /// nanoseconds: the upper edge of a power-of-two bucket, so at most
+    /// twice the wait. 0 with no waits.
+    pub queue_wait_p50_ns: u64,
+    /// Their 99th percentile, likewise.
+    pub queue_wait_p99_ns: u64,
+    /// The longest of those waits in turns of other subscriptions (at most
+    /// `RILL_PRIORITY_AGING_TAKES` plus the subscriptions queued before it).
+    pub queue_wait_max_takes: u64,
+    /// Its priority (its own or its topic's default), 0 to 7.
+    pub priority: u32,
 }
 
 impl rill_subscription_stats {
@@ -813,6 +876,11 @@ impl rill_subscription_stats {
             pattern: std::ptr::null(),
             last_error: std::ptr::null(),
             ack_timeouts: st.ack_timeouts,
+            queue_waits: st.queue_waits,
+            queue_wait_p50_ns: u64::try_from(st.queue_wait_p50.as_nanos()).unwrap_or(u64::MAX),
+            queue_wait_p99_ns: u64::try_from(st.queue_wait_p99.as_nanos()).unwrap_or(u64::MAX),
+            queue_wait_max_takes: st.queue_wait_max_takes,
+            priority: st.priority.into(),
         }
     }
 }

@@ -42,10 +42,11 @@ build test_persist gcc c99 ffi/tests/c/test_persist.c
 "$out/test_persist"
 # Issue 40's regressions, a program per area (groups, the C face, holes
 # left by killed publishers, deletes and ack timeouts, damage in sealed
-# segments, wildcard churn), and issue 45's consumer notify fd: each is
-# built and run here, under ASan+UBSan and under valgrind below.
+# segments, wildcard churn), issue 45's consumer notify fd and issue 42's
+# subscription priorities: each is built and run here, under ASan+UBSan
+# and under valgrind below.
 robust=(test_robust_groups test_robust_ffi test_robust_holes test_robust_ops test_robust_sealed
-  test_robust_wildcards test_robust_notify)
+  test_robust_wildcards test_robust_notify test_robust_priority)
 for t in "${robust[@]}"; do
   build "$t" gcc c99 "ffi/tests/c/$t.c"
   "$out/$t"
