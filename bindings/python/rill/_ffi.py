@@ -93,6 +93,7 @@ class rill_topic_options(Structure):
         ("retention_messages", c_uint64),
         ("max_message_bytes", c_uint64),
         ("retention_ms", c_uint64),
+        ("priority", c_int32),
     ]
 
 
@@ -182,6 +183,7 @@ class rill_subscription_options(Structure):
         ("on_dead_letter", DEAD_LETTER_CALLBACK),
         ("shared", c_bool),
         ("ack_timeout_ms", c_uint32),
+        ("priority", c_int32),
     ]
 
 
@@ -201,6 +203,11 @@ class rill_subscription_stats(Structure):
         ("pattern", c_char_p),
         ("last_error", c_char_p),
         ("ack_timeouts", c_uint64),
+        ("queue_waits", c_uint64),
+        ("queue_wait_p50_ns", c_uint64),
+        ("queue_wait_p99_ns", c_uint64),
+        ("queue_wait_max_takes", c_uint64),
+        ("priority", c_uint32),
     ]
 
 
@@ -279,6 +286,8 @@ RILL_FSYNC_NEVER, RILL_FSYNC_INTERVAL, RILL_FSYNC_ALWAYS = 0, 1, 2
 RILL_LOG_OFF, RILL_LOG_ERROR, RILL_LOG_WARN, RILL_LOG_INFO, RILL_LOG_DEBUG, RILL_LOG_TRACE = 0, 1, 2, 3, 4, 5
 # The largest struct_size (and stats size) the library accepts.
 RILL_STRUCT_SIZE_MAX = 65536
+RILL_PRIORITY_UNSET, RILL_PRIORITY_MIN, RILL_PRIORITY_MAX, RILL_PRIORITY_DEFAULT = -1, 0, 7, 4
+RILL_PRIORITY_AGING_TAKES = 32
 
 # ---- functions ------------------------------------------------------------------
 
