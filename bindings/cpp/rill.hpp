@@ -174,6 +174,9 @@ struct TopicOptions {
     uint64_t retention_messages = 0;          // 0: no count limit
     uint64_t max_message_bytes = 0;           // 0: the default
     uint64_t retention_ms = 0;                // 0: no age limit
+    /// Default priority (0-7) of the topic's subscriptions that set none;
+    /// nullopt: theirs is RILL_PRIORITY_DEFAULT. See rill_topic_options.priority.
+    std::optional<int> priority = std::nullopt;
 };
 
 /// Subscription behaviour; see rill_subscription_options.
@@ -206,6 +209,11 @@ struct SubscriptionOptions {
     /// from the last acked offset, and its late ack is discarded; counted in
     /// stats().ack_timeouts. See rill_subscription_options.ack_timeout_ms.
     std::chrono::milliseconds ack_timeout{0};
+    /// Priority in the shared worker pool, 0-7, higher runs first, with aging
+    /// (nothing starves); nullopt: the topic's, else RILL_PRIORITY_DEFAULT (4).
+    /// Out of range: RILL_ERR_INVALID_ARGUMENT. stats() shows the queue waits.
+    /// See rill_subscription_options.priority.
+    std::optional<int> priority = std::nullopt;
 };
 
 using Handler = std::function<Ack(const Message &)>;
@@ -543,6 +551,16 @@ inline size_t batch_trampoline(void *user_data, const rill_message *ms, size_t n
     return 1;
 }
 
+// A C++ priority as the C field: nullopt is RILL_PRIORITY_UNSET; any set
+// value outside 0-7 (RILL_PRIORITY_UNSET included) is refused by the library.
+inline int32_t to_c_priority(const std::optional<int> &p) {
+    if (!p) return RILL_PRIORITY_UNSET;
+    // A value that is not a priority, and that the library would read as unset.
+    if (*p == RILL_PRIORITY_UNSET)
+        throw Error(RILL_ERR_INVALID_ARGUMENT, "RILL_ERR_INVALID_ARGUMENT: priority must be 0 to 7, not -1");
+    return static_cast<int32_t>(*p);
+}
+
 // Fills C subscription options from the C++ ones; the strings stay owned by `o`.
 inline void to_c(const SubscriptionOptions &o, rill_subscription_options &c) {
     rill_subscription_options_init(&c);
@@ -567,6 +585,7 @@ inline void to_c(const SubscriptionOptions &o, rill_subscription_options &c) {
     if (o.ack_timeout.count() < 0 || o.ack_timeout.count() > UINT32_MAX)
         throw Error(RILL_ERR_INVALID_ARGUMENT, "RILL_ERR_INVALID_ARGUMENT: ack_timeout must be 0 to 2^32-1 ms");
     c.ack_timeout_ms = static_cast<uint32_t>(o.ack_timeout.count());
+    c.priority = to_c_priority(o.priority);
 }
 
 // Calls on_dead_letter; nothing may cross back into C.
@@ -654,6 +673,7 @@ class Broker {
         c.retention_messages = o.retention_messages;
         c.max_message_bytes = o.max_message_bytes;
         c.retention_ms = o.retention_ms;
+        c.priority = detail::to_c_priority(o.priority);
         detail::check(rill_topic_create(b_, detail::c_str(name, "topic name"), &c));
     }
 
