@@ -40,6 +40,12 @@
 //! other lane (the scan below the top lane runs only when a lower lane is
 //! occupied), so the order is the old FIFO's.
 //!
+//! A drain already running is not interrupted, but it ends its turn early:
+//! after each batch it reads `occupied`'s mirror (a hint, without the lock)
+//! and stops if a higher lane holds a job ([`WorkerPool::outranked`]), then
+//! queues itself again. So a high-priority job waits for the batch in hand
+//! (about a quarter of a turn, or one call of a slow handler), not a turn.
+//!
 //! The pool measures each job's wait (time and takes, from push to take) and
 //! hands it to the job ([`Job::waited`]) before running it: a subscription
 //! keeps it for its stats.
@@ -94,7 +100,7 @@
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::{Arc, Backoff, Condvar, Mutex};
 
@@ -171,6 +177,9 @@ struct PoolShared<J> {
     /// Mirror of the jobs in all lanes for spinning workers to poll without
     /// the lock.
     queued: AtomicUsize,
+    /// Mirror of `Queue::occupied`, for a running drain to see without the
+    /// lock that a job of higher priority waits (see `outranked`).
+    occupied: AtomicU8,
 }
 
 /// The shared worker pool that drains subscriptions.
@@ -195,6 +204,7 @@ impl<J: Job> WorkerPool<J> {
             }),
             work: Condvar::new(),
             queued: AtomicUsize::new(0),
+            occupied: AtomicU8::new(0),
         });
         let pool = WorkerPool { shared, threads: Mutex::new(Vec::new()) };
         for i in 0..size {
@@ -244,6 +254,8 @@ impl<J: Job> WorkerPool<J> {
         // Relaxed: a hint for spinning workers; the jobs themselves are
         // handed over under the lock.
         self.shared.queued.fetch_add(added, Ordering::Relaxed);
+        // Relaxed: a hint for running drains (see `outranked`).
+        self.shared.occupied.store(q.occupied, Ordering::Relaxed);
         let wake = added.min(q.sleeping - q.waking);
         q.waking += wake;
         drop(q);
@@ -256,6 +268,16 @@ impl<J: Job> WorkerPool<J> {
     #[cfg(loom)]
     pub(crate) fn sleeping(&self) -> usize {
         self.shared.queue.lock().sleeping
+    }
+
+    /// True if a job of priority above `priority` is queued (a hint: read
+    /// without the lock). A drain on a worker looks after each batch and
+    /// ends its turn early if so, so a higher job waits for a batch, not a
+    /// whole turn.
+    pub(crate) fn outranked(&self, priority: u8) -> bool {
+        // Relaxed: a hint; a stale value ends a turn one batch early or late.
+        let occupied = self.shared.occupied.load(Ordering::Relaxed);
+        u32::from(occupied) >> (u32::from(priority) + 1) != 0
     }
 
     /// True if jobs are queued (a hint: read without the lock).
@@ -345,6 +367,8 @@ impl<J> PoolShared<J> {
         q.takes += 1;
         // Relaxed: see `push_many`.
         self.queued.fetch_sub(1, Ordering::Relaxed);
+        // Relaxed: see `push_many`.
+        self.occupied.store(q.occupied, Ordering::Relaxed);
         Some((entry, takes))
     }
 }
@@ -513,6 +537,35 @@ mod tests {
         let waited = q.takes - entry.take_stamp;
         q.takes += 1;
         Some((entry.job, waited))
+    }
+
+    struct Nothing(u8);
+    impl Job for Nothing {
+        fn run(self) {}
+        fn priority(&self) -> u8 {
+            self.0
+        }
+    }
+
+    /// A running drain of priority `p` is outranked while a job of a higher
+    /// priority is queued, and only then.
+    #[test]
+    fn a_queued_higher_job_outranks_a_running_one() {
+        // No workers: what is pushed stays queued.
+        let pool = WorkerPool::<Nothing>::start(0).unwrap();
+        assert!(!pool.outranked(0));
+        pool.push_many([Nothing(DEFAULT_PRIORITY), Nothing(0)]);
+        assert!(!pool.outranked(DEFAULT_PRIORITY) && !pool.outranked(MAX_PRIORITY));
+        assert!(pool.outranked(0) && pool.outranked(DEFAULT_PRIORITY - 1));
+        pool.push(Nothing(MAX_PRIORITY));
+        assert!(pool.outranked(MAX_PRIORITY - 1) && !pool.outranked(MAX_PRIORITY));
+        // Taken: no longer waiting.
+        let mut q = pool.shared.queue.lock();
+        let (entry, _) = pool.shared.take(&mut q).unwrap();
+        drop(q);
+        assert_eq!(entry.job.0, MAX_PRIORITY);
+        assert!(!pool.outranked(DEFAULT_PRIORITY));
+        pool.stop();
     }
 
     #[test]

@@ -761,6 +761,14 @@ impl SubCore {
         }
     }
 
+    /// True if a subscription of higher priority waits for a pool worker.
+    pub(super) fn outranked(&self) -> bool {
+        match &self.env.exec {
+            Exec::Pool(pool) => pool.outranked(self.priority),
+            Exec::Dedicated(_) => false,
+        }
+    }
+
     /// True if other subscriptions wait for a pool worker.
     pub(super) fn others_waiting(&self) -> bool {
         match &self.env.exec {
