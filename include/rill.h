@@ -918,8 +918,9 @@ typedef struct {
      * `RILL_ERR_INVALID_ARGUMENT`. When more subscriptions are ready than
      * the pool has workers, higher ones are drained first, with aging: a
      * ready subscription waits at most `RILL_PRIORITY_AGING_TAKES` (32)
-     * turns of other subscriptions more than it would with no priorities.
-     * A `dedicated_thread` subscription and consumers have threads of
+     * turns of other subscriptions more than it would with no priorities;
+     * a lower one running ends its turn at its next batch while a higher
+     * one waits. A `dedicated_thread` subscription and consumers have threads of
      * their own and ignore it.
      */
     int32_t priority;

@@ -211,6 +211,8 @@ pub struct SubscriptionOptions {
     /// [`PRIORITY_AGING_TAKES`](crate::PRIORITY_AGING_TAKES) (32) turns of
     /// other subscriptions more than it would with no priorities (where it
     /// waits for those ready before it). Priority reorders, it never starves.
+    /// A running drain is not interrupted mid-batch, but one of lower
+    /// priority ends its turn at its next batch while a higher one waits.
     /// A subscription with a `dedicated_thread`, and pull consumers, have
     /// threads of their own and ignore it. The wait shows in the stats
     /// (`queue_wait_p50`, `queue_wait_p99`).
