@@ -1035,10 +1035,10 @@ typedef struct {
      */
     uint64_t ack_timeouts;
     /**
-     * Times it waited ready in the worker pool's queue since the last read
-     * of its stats (by `rill_subscription_get_stats` or
-     * `rill_subscription_list`; each read starts these queue figures
-     * afresh). 0 on a dedicated thread.
+     * Times it waited ready in the worker pool's queue since the last
+     * `rill_subscription_get_stats` (each of which starts these queue
+     * figures afresh; `rill_subscription_list` leaves them). 0 on a
+     * dedicated thread.
      */
     uint64_t queue_waits;
     /**

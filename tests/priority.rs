@@ -183,3 +183,22 @@ fn a_durable_topic_keeps_its_priority() {
     }
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// A subscription's own `stats` starts its queue-wait figures afresh; a
+/// listing of every subscription and `peek_stats` leave them for it.
+#[test]
+fn only_the_subscriptions_own_stats_start_the_queue_waits_afresh() {
+    let broker = common::broker();
+    common::topic(&broker, "t", 1);
+    let sub = broker.subscribe("t", SubscriptionOptions::default(), |_| Ack::Success).unwrap();
+    common::publish(&broker, "t", b"x");
+    assert!(sub.wait_idle(common::WAIT).unwrap());
+    let listed = broker.subscriptions()[0].queue_waits;
+    assert!(listed >= 1, "a drain on the pool waited in its queue");
+    assert_eq!(sub.peek_stats().queue_waits, listed);
+    let own = sub.stats();
+    assert_eq!(own.queue_waits, listed);
+    assert!(own.queue_wait_p99 >= own.queue_wait_p50);
+    let after = sub.stats();
+    assert_eq!((after.queue_waits, after.queue_wait_p50, after.queue_wait_p99), (0, Duration::ZERO, Duration::ZERO));
+}

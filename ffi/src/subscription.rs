@@ -836,10 +836,10 @@ pub struct rill_subscription_stats {
     pub last_error: *const c_char,
     /// Handler calls that ran past `ack_timeout_ms` (each counted once).
     pub ack_timeouts: u64,
-    /// Times it waited ready in the worker pool's queue since the last read
-    /// of its stats (by `rill_subscription_get_stats` or
-    /// `rill_subscription_list`; each read starts these queue figures
-    /// afresh). 0 on a dedicated thread.
+    /// Times it waited ready in the worker pool's queue since the last
+    /// `rill_subscription_get_stats` (each of which starts these queue
+    /// figures afresh; `rill_subscription_list` leaves them). 0 on a
+    /// dedicated thread.
     pub queue_waits: u64,
     /// The median of those waits (queued to taken by a worker), in
     /// nanoseconds: the upper edge of a power-of-two bucket, so at most
@@ -960,7 +960,7 @@ unsafe fn copy_stats_text(
 ) -> usize {
     // SAFETY: the caller promises `s` is NULL or live.
     boundary_value(0, || match unsafe { s.as_ref() } {
-        Some(s) => crate::util::copy_str(field(s.sub.stats()).as_deref().unwrap_or(""), buf, buf_len),
+        Some(s) => crate::util::copy_str(field(s.sub.peek_stats()).as_deref().unwrap_or(""), buf, buf_len),
         None => 0,
     })
 }
@@ -1096,7 +1096,7 @@ pub unsafe extern "C" fn rill_subscription_partitions(
         // SAFETY: the caller's promise, checked for NULL.
         let s = unsafe { reference(s, "subscription") }?;
         let each = crate::util::callback(each, "each")?;
-        let st = s.sub.stats();
+        let st = s.sub.peek_stats();
         each_lag(st.partitions.iter().map(Lag::from), each, user_data);
         Ok(())
     })

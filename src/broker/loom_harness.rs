@@ -219,7 +219,7 @@ impl Harness {
 
     /// `Subscription::stats`.
     pub fn stats(&self) -> super::subscription::SubscriptionStats {
-        self.sub.stats()
+        self.sub.stats(true)
     }
 
     /// True once the subscription is closed (`Subscription::is_closed`).

@@ -131,9 +131,10 @@ class SubscriptionStats:
     priority: int = DEFAULT_PRIORITY
     """Its priority in the worker pool (its own, or its topic's default)."""
     queue_waits: int = 0
-    """Times it waited ready in the worker pool's queue since the last read
-    of its stats (each read starts the queue figures afresh; 0 on a
-    dedicated thread)."""
+    """Times it waited ready in the worker pool's queue since the last
+    :meth:`Subscription.stats` (each of which starts the queue figures
+    afresh; :meth:`Broker.subscriptions` leaves them; 0 on a dedicated
+    thread)."""
     queue_wait_p50: float = 0.0
     """The median of those waits, in seconds (the upper edge of a
     power-of-two bucket of nanoseconds, so at most twice the wait)."""

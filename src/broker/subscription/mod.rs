@@ -139,8 +139,10 @@ pub struct SubscriptionStats {
     /// Its priority in the worker pool (its own, or its topic's default).
     pub priority: u8,
     /// How many times it waited ready in the worker pool's queue since the
-    /// last read of its stats (each read starts the count and the waits
-    /// below afresh). Zero on a dedicated thread.
+    /// last [`Subscription::stats`] (each of which starts the count and the
+    /// waits below afresh; [`Subscription::peek_stats`] and
+    /// [`Broker::subscriptions`](crate::Broker::subscriptions) leave them).
+    /// Zero on a dedicated thread.
     pub queue_waits: u64,
     /// The median of those waits, from the drain being queued to a worker
     /// taking it; read from a histogram of power-of-two buckets, so it is
@@ -158,8 +160,9 @@ pub struct SubscriptionStats {
 }
 
 impl SubCore {
-    /// A snapshot of its counters and positions.
-    pub(crate) fn stats(&self) -> SubscriptionStats {
+    /// A snapshot of its counters and positions; `fresh`: the queue-wait
+    /// figures start afresh (the subscription's own read), else they stay.
+    pub(crate) fn stats(&self, fresh: bool) -> SubscriptionStats {
         let partitions: Vec<PartitionLag> = self
             .positions
             .lock()
@@ -177,7 +180,7 @@ impl SubCore {
                 }
             })
             .collect();
-        let waits = self.queue_waits.take();
+        let waits = if fresh { self.queue_waits.take() } else { self.queue_waits.peek() };
         let c = &self.counters;
         // Relaxed: counters are statistics.
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -301,7 +304,14 @@ impl Subscription {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn stats(&self) -> SubscriptionStats {
-        self.core.stats()
+        self.core.stats(true)
+    }
+
+    /// [`stats`](Subscription::stats) without starting the queue-wait
+    /// figures afresh: they stay for the next `stats` (as they do when
+    /// [`Broker::subscriptions`](crate::Broker::subscriptions) lists it).
+    pub fn peek_stats(&self) -> SubscriptionStats {
+        self.core.stats(false)
     }
 
     /// True once closed (by `close`, by the broker closing, or by the

@@ -1,6 +1,7 @@
 //! How long a subscription waited ready in the worker pool's queue: a small
 //! fixed-size histogram, filled by the worker that takes its drain and
-//! emptied by each read of the stats.
+//! emptied by each read of the subscription's own stats (a peek, as by a
+//! listing of every subscription, leaves it).
 //!
 //! Bucket `i` counts waits of fewer than `2^i` nanoseconds and at least
 //! `2^(i-1)` (bucket 0: zero), so a percentile read from it is the upper
@@ -56,17 +57,28 @@ impl QueueWaits {
         self.max_takes.fetch_max(takes, Ordering::Relaxed);
     }
 
-    /// The waits since the last call, and starts counting afresh (under
+    /// The waits since the last `take`, and starts counting afresh (under
     /// loom, none: see `record`).
     pub(super) fn take(&self) -> WaitSummary {
+        self.read(true)
+    }
+
+    /// The waits since the last `take`, left as they are.
+    pub(super) fn peek(&self) -> WaitSummary {
+        self.read(false)
+    }
+
+    fn read(&self, reset: bool) -> WaitSummary {
         if cfg!(loom) {
             return WaitSummary::default();
         }
         // Relaxed: statistics; see the module docs for what a race blurs.
-        let counts: [u64; BUCKETS] = std::array::from_fn(|i| u64::from(self.buckets[i].swap(0, Ordering::Relaxed)));
+        let get = |a: &AtomicU32| if reset { a.swap(0, Ordering::Relaxed) } else { a.load(Ordering::Relaxed) };
+        let counts: [u64; BUCKETS] = std::array::from_fn(|i| u64::from(get(&self.buckets[i])));
         let count: u64 = counts.iter().sum();
         // Relaxed: as above.
-        let max_takes = self.max_takes.swap(0, Ordering::Relaxed);
+        let max_takes =
+            if reset { self.max_takes.swap(0, Ordering::Relaxed) } else { self.max_takes.load(Ordering::Relaxed) };
         if count == 0 {
             return WaitSummary { max_takes, ..WaitSummary::default() };
         }
@@ -98,6 +110,7 @@ mod tests {
             w.record(Duration::from_nanos(1000), 1);
         }
         w.record(Duration::from_nanos(1_000_000), 9);
+        assert_eq!(w.peek().count, 100, "a peek leaves them");
         let s = w.take();
         assert_eq!(s.count, 100);
         // 1000 ns is in [512, 1024): read as 1024.
