@@ -288,6 +288,33 @@ extern "C" {
 #define RILL_STRUCT_SIZE_MAX 65536
 
 /**
+ * `priority` not set: the topic's, else `RILL_PRIORITY_DEFAULT`.
+ */
+#define RILL_PRIORITY_UNSET -1
+
+/**
+ * The lowest priority.
+ */
+#define RILL_PRIORITY_MIN 0
+
+/**
+ * The highest priority.
+ */
+#define RILL_PRIORITY_MAX 7
+
+/**
+ * The priority of a subscription that sets none, on a topic that sets none.
+ */
+#define RILL_PRIORITY_DEFAULT 4
+
+/**
+ * The aging bound: a ready subscription waits at most this many turns of
+ * other subscriptions more than a plain first-come-first-served queue
+ * would make it wait.
+ */
+#define RILL_PRIORITY_AGING_TAKES 32
+
+/**
  * A broker. Create it with `rill_broker_new`, free it with
  * `rill_broker_free`. Every function taking a `rill_broker *` may be called
  * from any thread, concurrently.
@@ -501,6 +528,13 @@ typedef struct {
      * exists. Default 0.
      */
     uint64_t min_compaction_lag_ms;
+    /**
+     * The default priority of the topic's subscriptions that set none and
+     * name this one topic: 0 to 7, or `RILL_PRIORITY_UNSET` (-1, what
+     * `rill_topic_options_init` writes: they get `RILL_PRIORITY_DEFAULT`).
+     * Kept with a durable topic. Any other value: `RILL_ERR_INVALID_ARGUMENT`.
+     */
+    int32_t priority;
 } rill_topic_options;
 
 /**
@@ -995,6 +1029,21 @@ typedef struct {
      * deadline covers its whole batch.
      */
     uint32_t ack_timeout_ms;
+    /**
+     * Its priority in the shared worker pool: `RILL_PRIORITY_MIN` (0) to
+     * `RILL_PRIORITY_MAX` (7), higher runs first. `RILL_PRIORITY_UNSET`
+     * (-1, what `rill_subscription_options_init` writes): the topic's
+     * `priority` if the pattern names one topic that has one, else
+     * `RILL_PRIORITY_DEFAULT` (4). Any other value:
+     * `RILL_ERR_INVALID_ARGUMENT`. When more subscriptions are ready than
+     * the pool has workers, higher ones are drained first, with aging: a
+     * ready subscription waits at most `RILL_PRIORITY_AGING_TAKES` (32)
+     * turns of other subscriptions more than it would with no priorities;
+     * a lower one running ends its turn at its next batch while a higher
+     * one waits. A `dedicated_thread` subscription and consumers have threads of
+     * their own and ignore it.
+     */
+    int32_t priority;
 } rill_subscription_options;
 
 /**
@@ -1105,6 +1154,32 @@ typedef struct {
      * Handler calls that ran past `ack_timeout_ms` (each counted once).
      */
     uint64_t ack_timeouts;
+    /**
+     * Times it waited ready in the worker pool's queue since the last
+     * `rill_subscription_get_stats` (each of which starts these queue
+     * figures afresh; `rill_subscription_list` leaves them). 0 on a
+     * dedicated thread.
+     */
+    uint64_t queue_waits;
+    /**
+     * The median of those waits (queued to taken by a worker), in
+     * nanoseconds: the upper edge of a power-of-two bucket, so at most
+     * twice the wait. 0 with no waits.
+     */
+    uint64_t queue_wait_p50_ns;
+    /**
+     * Their 99th percentile, likewise.
+     */
+    uint64_t queue_wait_p99_ns;
+    /**
+     * The longest of those waits in turns of other subscriptions (at most
+     * `RILL_PRIORITY_AGING_TAKES` plus the subscriptions queued before it).
+     */
+    uint64_t queue_wait_max_takes;
+    /**
+     * Its priority (its own or its topic's default), 0 to 7.
+     */
+    uint32_t priority;
 } rill_subscription_stats;
 
 /**

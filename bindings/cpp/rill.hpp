@@ -207,6 +207,9 @@ struct TopicOptions {
     Cleanup cleanup = Cleanup::Delete;        // Compact: keyless publishes throw RILL_ERR_INVALID_ARGUMENT
     uint64_t delete_retention_ms = 86400000;  // under compaction: how long a tombstone stays (24 h)
     uint64_t min_compaction_lag_ms = 0;       // under compaction: how long a message stays uncompacted
+    /// Default priority (0-7) of the topic's subscriptions that set none;
+    /// nullopt: theirs is RILL_PRIORITY_DEFAULT. See rill_topic_options.priority.
+    std::optional<int> priority = std::nullopt;
 };
 
 /// Subscription behaviour; see rill_subscription_options.
@@ -239,6 +242,11 @@ struct SubscriptionOptions {
     /// from the last acked offset, and its late ack is discarded; counted in
     /// stats().ack_timeouts. See rill_subscription_options.ack_timeout_ms.
     std::chrono::milliseconds ack_timeout{0};
+    /// Priority in the shared worker pool, 0-7, higher runs first, with aging
+    /// (nothing starves); nullopt: the topic's, else RILL_PRIORITY_DEFAULT (4).
+    /// Out of range: RILL_ERR_INVALID_ARGUMENT. stats() shows the queue waits.
+    /// See rill_subscription_options.priority.
+    std::optional<int> priority = std::nullopt;
 };
 
 using Handler = std::function<Ack(const Message &)>;
@@ -581,6 +589,16 @@ inline size_t batch_trampoline(void *user_data, const rill_message *ms, size_t n
     return 1;
 }
 
+// A C++ priority as the C field: nullopt is RILL_PRIORITY_UNSET; any set
+// value outside 0-7 (RILL_PRIORITY_UNSET included) is refused by the library.
+inline int32_t to_c_priority(const std::optional<int> &p) {
+    if (!p) return RILL_PRIORITY_UNSET;
+    // A value that is not a priority, and that the library would read as unset.
+    if (*p == RILL_PRIORITY_UNSET)
+        throw Error(RILL_ERR_INVALID_ARGUMENT, "RILL_ERR_INVALID_ARGUMENT: priority must be 0 to 7, not -1");
+    return static_cast<int32_t>(*p);
+}
+
 // Fills C subscription options from the C++ ones; the strings stay owned by `o`.
 inline void to_c(const SubscriptionOptions &o, rill_subscription_options &c) {
     rill_subscription_options_init(&c);
@@ -605,6 +623,7 @@ inline void to_c(const SubscriptionOptions &o, rill_subscription_options &c) {
     if (o.ack_timeout.count() < 0 || o.ack_timeout.count() > UINT32_MAX)
         throw Error(RILL_ERR_INVALID_ARGUMENT, "RILL_ERR_INVALID_ARGUMENT: ack_timeout must be 0 to 2^32-1 ms");
     c.ack_timeout_ms = static_cast<uint32_t>(o.ack_timeout.count());
+    c.priority = to_c_priority(o.priority);
 }
 
 // Calls on_dead_letter; nothing may cross back into C.
@@ -699,6 +718,7 @@ class Broker {
         c.cleanup = static_cast<rill_cleanup>(o.cleanup);
         c.delete_retention_ms = o.delete_retention_ms;
         c.min_compaction_lag_ms = o.min_compaction_lag_ms;
+        c.priority = detail::to_c_priority(o.priority);
         detail::check(rill_topic_create(b_, detail::c_str(name, "topic name"), &c));
     }
 

@@ -196,6 +196,11 @@ pub struct rill_topic_options {
     /// milliseconds by its timestamp, even when a newer one of its key
     /// exists. Default 0.
     pub min_compaction_lag_ms: u64,
+    /// The default priority of the topic's subscriptions that set none and
+    /// name this one topic: 0 to 7, or `RILL_PRIORITY_UNSET` (-1, what
+    /// `rill_topic_options_init` writes: they get `RILL_PRIORITY_DEFAULT`).
+    /// Kept with a durable topic. Any other value: `RILL_ERR_INVALID_ARGUMENT`.
+    pub priority: i32,
 }
 
 /// The attribute holding a message's id (see
@@ -432,6 +437,7 @@ unsafe impl OptionStruct for rill_topic_options {
             cleanup: RILL_CLEANUP_DELETE,
             delete_retention_ms: d.delete_retention_ms,
             min_compaction_lag_ms: d.min_compaction_lag_ms,
+            priority: crate::priority::RILL_PRIORITY_UNSET,
         }
     }
 }
@@ -471,6 +477,7 @@ pub(crate) fn topic_options(o: Option<&rill_topic_options>) -> Result<TopicOptio
         };
         t.delete_retention_ms = o.delete_retention_ms;
         t.min_compaction_lag_ms = o.min_compaction_lag_ms;
+        t.priority = crate::priority::priority_from_c(o.priority, "a topic's priority")?;
     }
     Ok(t)
 }

@@ -172,7 +172,7 @@ impl Legacy for rill_broker_options_v0_1 {
 impl Legacy for rill_topic_options_v0_1 {
     type Current = rill_topic_options;
     fn from_current(c: rill_topic_options) -> Self {
-        // rill 0.1 had no age limit: a newer field is simply not seen.
+        // rill 0.1 had no age limit or priority: a newer field is simply not seen.
         let rill_topic_options {
             struct_size: _,
             partitions,
@@ -184,6 +184,7 @@ impl Legacy for rill_topic_options_v0_1 {
             cleanup: _,
             delete_retention_ms: _,
             min_compaction_lag_ms: _,
+            priority: _,
         } = c;
         Self { partitions, retention_bytes, retention_messages, max_message_bytes }
     }
@@ -265,6 +266,7 @@ impl Legacy for rill_subscription_options_v0_1 {
                 on_dead_letter: None,
                 shared: false,
                 ack_timeout_ms: 0,
+                priority: crate::priority::RILL_PRIORITY_UNSET,
             }
         )
     }
@@ -447,12 +449,14 @@ mod tests {
         // rill_subscription_options (ack_timeout_ms fills the tail padding
         // after `shared`, so the size stays 144); their first sized
         // layouts stay 32 and 128 bytes.
+        // Issue 42 appended priority to both (8 bytes each with padding).
         assert_eq!(rill_topic_options::FIRST_SIZE, 32);
         // Issue 41 appended dedupe_window_ms, then cleanup (4 bytes, then 4
-        // of padding), delete_retention_ms and min_compaction_lag_ms.
-        assert_eq!(size_of::<rill_topic_options>(), 72);
+        // of padding), delete_retention_ms and min_compaction_lag_ms; issue 42
+        // priority (4 bytes, then 4 of padding).
+        assert_eq!(size_of::<rill_topic_options>(), 80);
         assert_eq!(rill_subscription_options::FIRST_SIZE, 128);
-        assert_eq!(size_of::<rill_subscription_options>(), 144);
+        assert_eq!(size_of::<rill_subscription_options>(), 152);
         // Issue 12 appended session_timeout_ms, max_attempts and
         // dead_letter_topic; the first sized layout stays 16 bytes.
         assert_eq!(rill_consumer_options::FIRST_SIZE, 16);
@@ -476,7 +480,8 @@ mod tests {
         // is rill 0.1's 72 bytes.
         assert_eq!(crate::subscription::SUBSCRIPTION_STATS_FIRST_SIZE, 72);
         assert_eq!(size_of::<rill_subscription_stats_v0_1>(), 72);
-        assert_eq!(size_of::<crate::subscription::rill_subscription_stats>(), 104);
+        // Issue 42 appended the queue-wait figures and the priority.
+        assert_eq!(size_of::<crate::subscription::rill_subscription_stats>(), 144);
     }
 
     /// A program built before the appended consumer options passes the

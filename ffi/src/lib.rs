@@ -31,6 +31,7 @@ mod message;
 mod nats;
 mod notify;
 mod options;
+mod priority;
 mod subscription;
 mod text;
 mod util;
@@ -45,6 +46,7 @@ pub use logging::*;
 pub use message::*;
 #[cfg(feature = "nats")]
 pub use nats::*;
+pub use priority::*;
 pub use subscription::*;
 
 /// The library version as a NUL-terminated string, e.g. `"0.2.0"`. Static;

@@ -13,6 +13,7 @@ use crate::error::{FfiError, boundary, boundary_value, rill_status};
 use crate::lag::{Lag, each_lag, rill_partition_lag_callback};
 use crate::message::{MessageContext, c_message, rill_message};
 use crate::options::{self, OptionStruct};
+use crate::priority::{RILL_PRIORITY_UNSET, priority_from_c};
 use crate::util::{cstr, inherited, opt_cstr, out_ptr, reference, this_process, timeout, write_out, write_sized};
 
 /// What a handler says about a message: one of the `RILL_ACK_*` constants.
@@ -212,6 +213,19 @@ pub struct rill_subscription_options {
     /// handler call to return. A batch handler's call is one call: the
     /// deadline covers its whole batch.
     pub ack_timeout_ms: u32,
+    /// Its priority in the shared worker pool: `RILL_PRIORITY_MIN` (0) to
+    /// `RILL_PRIORITY_MAX` (7), higher runs first. `RILL_PRIORITY_UNSET`
+    /// (-1, what `rill_subscription_options_init` writes): the topic's
+    /// `priority` if the pattern names one topic that has one, else
+    /// `RILL_PRIORITY_DEFAULT` (4). Any other value:
+    /// `RILL_ERR_INVALID_ARGUMENT`. When more subscriptions are ready than
+    /// the pool has workers, higher ones are drained first, with aging: a
+    /// ready subscription waits at most `RILL_PRIORITY_AGING_TAKES` (32)
+    /// turns of other subscriptions more than it would with no priorities;
+    /// a lower one running ends its turn at its next batch while a higher
+    /// one waits. A `dedicated_thread` subscription and consumers have threads of
+    /// their own and ignore it.
+    pub priority: i32,
 }
 
 // SAFETY: repr(C), leading u32 struct_size; pointers, integers, a double,
@@ -243,6 +257,7 @@ unsafe impl OptionStruct for rill_subscription_options {
             on_dead_letter: None,
             shared: false,
             ack_timeout_ms: 0,
+            priority: RILL_PRIORITY_UNSET,
         }
     }
 }
@@ -305,6 +320,7 @@ unsafe fn subscription_options(o: &rill_subscription_options) -> Result<Subscrip
         on_dead_letter: None,
         shared: o.shared,
         ack_timeout: (o.ack_timeout_ms > 0).then(|| Duration::from_millis(o.ack_timeout_ms.into())),
+        priority: priority_from_c(o.priority, "priority")?,
     })
 }
 
@@ -787,6 +803,22 @@ pub struct rill_subscription_stats {
     pub last_error: *const c_char,
     /// Handler calls that ran past `ack_timeout_ms` (each counted once).
     pub ack_timeouts: u64,
+    /// Times it waited ready in the worker pool's queue since the last
+    /// `rill_subscription_get_stats` (each of which starts these queue
+    /// figures afresh; `rill_subscription_list` leaves them). 0 on a
+    /// dedicated thread.
+    pub queue_waits: u64,
+    /// The median of those waits (queued to taken by a worker), in
+    /// nanoseconds: the upper edge of a power-of-two bucket, so at most
+    /// twice the wait. 0 with no waits.
+    pub queue_wait_p50_ns: u64,
+    /// Their 99th percentile, likewise.
+    pub queue_wait_p99_ns: u64,
+    /// The longest of those waits in turns of other subscriptions (at most
+    /// `RILL_PRIORITY_AGING_TAKES` plus the subscriptions queued before it).
+    pub queue_wait_max_takes: u64,
+    /// Its priority (its own or its topic's default), 0 to 7.
+    pub priority: u32,
 }
 
 impl rill_subscription_stats {
@@ -812,6 +844,11 @@ impl rill_subscription_stats {
             pattern: std::ptr::null(),
             last_error: std::ptr::null(),
             ack_timeouts: st.ack_timeouts,
+            queue_waits: st.queue_waits,
+            queue_wait_p50_ns: u64::try_from(st.queue_wait_p50.as_nanos()).unwrap_or(u64::MAX),
+            queue_wait_p99_ns: u64::try_from(st.queue_wait_p99.as_nanos()).unwrap_or(u64::MAX),
+            queue_wait_max_takes: st.queue_wait_max_takes,
+            priority: st.priority.into(),
         }
     }
 }
@@ -890,7 +927,7 @@ unsafe fn copy_stats_text(
 ) -> usize {
     // SAFETY: the caller promises `s` is NULL or live.
     boundary_value(0, || match unsafe { s.as_ref() } {
-        Some(s) => crate::text::copy_str(field(s.sub.stats()).as_deref().unwrap_or(""), buf, buf_len),
+        Some(s) => crate::text::copy_str(field(s.sub.peek_stats()).as_deref().unwrap_or(""), buf, buf_len),
         None => 0,
     })
 }
@@ -1003,7 +1040,7 @@ pub unsafe extern "C" fn rill_subscription_partitions(
         // SAFETY: the caller's promise, checked for NULL.
         let s = unsafe { reference(s, "subscription") }?;
         let each = crate::util::callback(each, "each")?;
-        let st = s.sub.stats();
+        let st = s.sub.peek_stats();
         each_lag(st.partitions.iter().map(Lag::from), each, user_data);
         Ok(())
     })

@@ -46,11 +46,12 @@ build test_robust_compact gcc c99 ffi/tests/c/test_robust_compact.c
 "$out/test_robust_compact"
 # Issue 40's regressions, a program per area (groups, the C face, holes
 # left by killed publishers, deletes and ack timeouts, damage in sealed
-# segments, wildcard churn), issue 45's consumer notify fd, and issue 39's
-# brokers in forked processes sharing a data directory: each is built and
-# run here, under ASan+UBSan and under valgrind below.
+# segments, wildcard churn), issue 45's consumer notify fd, issue 39's
+# brokers in forked processes sharing a data directory and issue 42's
+# subscription priorities: each is built and run here, under ASan+UBSan
+# and under valgrind below.
 robust=(test_robust_groups test_robust_ffi test_robust_holes test_robust_ops test_robust_sealed
-  test_robust_wildcards test_robust_notify test_robust_procs)
+  test_robust_wildcards test_robust_notify test_robust_procs test_robust_priority)
 # Issue 41's dedupe window (ids, duplicates, racing threads, a restart).
 robust+=(test_robust_dedupe)
 for t in "${robust[@]}"; do

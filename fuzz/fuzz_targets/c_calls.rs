@@ -32,6 +32,8 @@ mod message;
 mod notify;
 #[path = "../../ffi/src/options.rs"]
 mod options;
+#[path = "../../ffi/src/priority.rs"]
+mod priority;
 #[path = "../../ffi/src/subscription.rs"]
 mod subscription;
 #[path = "../../ffi/src/text.rs"]

@@ -31,3 +31,28 @@ fn a_worker_woken_once_is_woken_again() {
         probe.stop();
     });
 }
+
+/// Jobs of three priorities queued while the worker sleeps, in two pushes
+/// (the second may race the worker's wake-up and first take): all run, and
+/// the two of the first push run highest first. A push to a lane that took
+/// the job out of sight of `take`, or a wake-up lost because the job sat in
+/// another lane than the one the worker looked at, leaves `wait_done`
+/// waiting for ever: loom reports a deadlock. (Checked by making `take`
+/// look only at the default lane: the model deadlocks.)
+#[test]
+fn jobs_of_every_lane_are_taken_highest_first() {
+    let mut builder = loom_tests::builder(2);
+    builder.max_branches = 20_000;
+    builder.check(|| {
+        let probe = PoolProbe::new();
+        probe.wait_asleep();
+        probe.push_priorities(&[0, 7]);
+        probe.push_priorities(&[4]);
+        probe.wait_done(3);
+        let ran = probe.ran();
+        assert_eq!(ran.len(), 3);
+        let first_push: Vec<u8> = ran.iter().copied().filter(|&p| p != 4).collect();
+        assert_eq!(first_push, [7, 0], "ran {ran:?}");
+        probe.stop();
+    });
+}

@@ -687,7 +687,7 @@ impl BrokerInner {
     pub(super) fn subscribe(
         this: &Arc<BrokerInner>,
         pattern: &str,
-        options: SubscriptionOptions,
+        mut options: SubscriptionOptions,
         handler: HandlerKind,
     ) -> Result<Subscription> {
         this.check_open()?;
@@ -717,6 +717,10 @@ impl BrokerInner {
             // Naming one topic that does not exist is a mistake, unless topics
             // are created on demand.
             this.topic_for_publish(pattern.as_str())?;
+        }
+        if options.priority.is_none() && pattern.is_literal() {
+            // The one topic it names gives its default priority.
+            options.priority = this.topic(pattern.as_str()).ok().and_then(|t| t.priority);
         }
         let id = crate::sync::unique_id();
         let name = options.name.clone().unwrap_or_else(|| match this.config.sharing {

@@ -56,7 +56,11 @@ use crate::error::{Error, Result};
 /// The journal's file name in the data directory.
 pub(super) const JOURNAL_FILE: &str = "topics.journal";
 const MAGIC: &[u8; 8] = b"rill-tj\0";
-const VERSION: u32 = 1;
+/// 2: an added topic's entry may end with its priority (see `store.rs`).
+/// A journal of format 1 is still read, and replaced by the next change (a
+/// rill that reads only format 1 then refuses the directory rather than
+/// misread an entry).
+const VERSION: u32 = 2;
 const HEADER: usize = 8 + 4 + 4 + 8;
 /// An entry's length and CRC.
 const ENTRY_HEADER: usize = 4 + 4;
@@ -124,8 +128,8 @@ impl Journal {
             return Err(corrupt(0, "not a rill topic journal"));
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-        if version != VERSION {
-            return Err(corrupt(8, &format!("topic journal format {version}, this rill reads {VERSION}")));
+        if !(1..=VERSION).contains(&version) {
+            return Err(corrupt(8, &format!("topic journal format {version}, this rill reads 1 to {VERSION}")));
         }
         let of = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
         if of < generation {
@@ -187,7 +191,9 @@ impl Journal {
             file.set_len(at as u64).and_then(|()| file.sync_data()).map_err(|e| Error::io(&path, &e))?;
         }
         let entries = changes.len();
-        Ok(Found { journal: Some(Journal { file, path, generation, entries, len: at as u64 }), changes })
+        // An older format is read, never appended to: the next change compacts.
+        let journal = (version == VERSION).then_some(Journal { file, path, generation, entries, len: at as u64 });
+        Ok(Found { journal, changes })
     }
 
     /// Replaces the journal with an empty one extending the snapshot of

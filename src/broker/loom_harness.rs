@@ -219,7 +219,7 @@ impl Harness {
 
     /// `Subscription::stats`.
     pub fn stats(&self) -> super::subscription::SubscriptionStats {
-        self.sub.stats()
+        self.sub.stats(true)
     }
 
     /// True once the subscription is closed (`Subscription::is_closed`).
@@ -376,16 +376,23 @@ pub struct PoolProbe {
     pool: WorkerPool<CountJob>,
     done: Arc<Gate>,
     count: Arc<AtomicU64>,
+    /// The priorities of the jobs run, in the order they ran.
+    ran: Arc<Mutex<Vec<u8>>>,
 }
 
-struct CountJob(Arc<Gate>, Arc<AtomicU64>);
+struct CountJob(Arc<Gate>, Arc<AtomicU64>, u8, Arc<Mutex<Vec<u8>>>);
 
 impl super::dispatch::Job for CountJob {
     fn run(self) {
+        self.3.lock().push(self.2);
         // Relaxed: jobs run one at a time on the one worker, and the gate's
         // raise (with its fence) is what a waiter relies on.
         let n = self.1.fetch_add(1, Ordering::Relaxed) + 1;
         self.0.raise(n);
+    }
+
+    fn priority(&self) -> u8 {
+        self.2
     }
 }
 
@@ -408,13 +415,26 @@ impl PoolProbe {
             pool: WorkerPool::start(1).expect("loom spawns threads"),
             done: Arc::new(Gate::new()),
             count: Arc::new(AtomicU64::new(0)),
+            ran: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
-    /// Queues `n` jobs with one `push_many`, as a publisher that won `n`
-    /// subscriptions in one walk does.
+    /// Queues `n` jobs of the default priority with one `push_many`, as a
+    /// publisher that won `n` subscriptions in one walk does.
     pub fn push_many(&self, n: usize) {
-        self.pool.push_many((0..n).map(|_| CountJob(self.done.clone(), self.count.clone())));
+        self.push_priorities(&vec![super::dispatch::DEFAULT_PRIORITY; n]);
+    }
+
+    /// Queues one job per entry of `priorities`, of that priority, with one
+    /// `push_many`.
+    pub fn push_priorities(&self, priorities: &[u8]) {
+        let job = |&p: &u8| CountJob(self.done.clone(), self.count.clone(), p, self.ran.clone());
+        self.pool.push_many(priorities.iter().map(job));
+    }
+
+    /// The priorities of the jobs run so far, in the order they ran.
+    pub fn ran(&self) -> Vec<u8> {
+        self.ran.lock().clone()
     }
 
     /// Waits until the worker is asleep in `wait` (yielding meanwhile).

@@ -57,6 +57,7 @@ pub use consumer::{
     Polled,
 };
 pub use dedupe::MAX_DEDUPE_IDS;
+pub use dispatch::{DEFAULT_PRIORITY, MAX_PRIORITY, PRIORITY_AGING_TAKES};
 use dispatch::{Timer, WorkerPool};
 use doorbell::Doorbell;
 pub use filter::Filter;
@@ -793,7 +794,8 @@ impl Broker {
         let subs: Vec<Arc<subscription::SubCore>> = self.inner().control.lock().subs.values().cloned().collect();
         // Stats are taken without the control lock: they lock each
         // subscription's own state.
-        let mut v: Vec<SubscriptionStats> = subs.iter().map(|s| s.stats()).collect();
+        // A listing leaves each one's queue-wait figures for its own `stats`.
+        let mut v: Vec<SubscriptionStats> = subs.iter().map(|s| s.stats(false)).collect();
         v.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         v
     }

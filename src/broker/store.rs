@@ -192,7 +192,8 @@ const MAGIC: &[u8; 8] = b"rill-md\0";
 const VERSION: u32 = 1;
 /// The format of `topics.list`: 2 puts the list's generation before the
 /// topics (see `journal.rs`); 1, the topics alone, is still read. 3 appends
-/// the options newer than format 2 to each topic (see [`encode_topic`]).
+/// the options newer than format 2 to each topic (`dedupe_window_ms`,
+/// `priority`; see [`encode_topic`]).
 const TOPICS_VERSION: u32 = 3;
 /// The first `topics.list` format whose topics hold the appended options.
 const TOPICS_APPENDED_OPTIONS: u32 = 3;
@@ -923,6 +924,18 @@ fn encode_topics(generation: u64, list: &[TopicMeta]) -> Vec<u8> {
 
 /// One topic, as the list and the journal hold it.
 fn encode_topic(w: &mut Writer, t: &TopicMeta) {
+    encode_topic_before_appended(w, t);
+    let o = &t.options;
+    // Appended options: read from `topics.list` of format
+    // TOPICS_APPENDED_OPTIONS and later, and from journal entries that go on
+    // past the fields above; missing, they take their defaults.
+    w.u64(o.dedupe_window_ms);
+    w.opt(o.priority.map(u64::from));
+}
+
+/// One topic's fields of list format 2 (and of journal entries without
+/// the appended options).
+fn encode_topic_before_appended(w: &mut Writer, t: &TopicMeta) {
     w.str(&t.name);
     w.u64(t.dir);
     let o = &t.options;
@@ -932,10 +945,6 @@ fn encode_topic(w: &mut Writer, t: &TopicMeta) {
     w.opt(o.segment_bytes.map(|n| n as u64));
     w.opt(o.max_message_bytes.map(|n| n as u64));
     w.opt(o.retention_ms);
-    // Appended options: read from `topics.list` of format
-    // TOPICS_APPENDED_OPTIONS and later, and from journal entries that go on
-    // past the fields above; missing, they take their defaults.
-    w.u64(o.dedupe_window_ms);
 }
 
 /// A `topics.list` body of format `version`: its generation (0 for
@@ -992,6 +1001,11 @@ fn decode_topic(r: &mut Reader<'_>, appended: impl Into<Appended>) -> Result<Top
     };
     if appended {
         options.dedupe_window_ms = r.u64()?;
+        options.priority = match r.opt()? {
+            None => None,
+            Some(p) if p < u64::from(crate::broker::dispatch::PRIORITIES) => Some(p as u8),
+            Some(_) => return Err(r.corrupt("a topic priority out of range")),
+        };
     }
     Ok(TopicMeta { name, dir, options })
 }
@@ -1398,14 +1412,6 @@ mod tests {
 
     /// A topic as encoded before the appended options (`topics.list` of
     /// format 1 and 2, and the journal entries of those rills).
-    fn encode_topic_before_appended(w: &mut Writer, t: &TopicMeta) {
-        let mut whole = Writer::default();
-        encode_topic(&mut whole, t);
-        // The appended options: dedupe_window_ms (u64).
-        whole.0.truncate(whole.0.len() - 8);
-        w.0.extend_from_slice(&whole.0);
-    }
-
     /// A topic listed or journaled by a rill without `dedupe_window_ms`
     /// reads with its default; one journaled with it keeps it.
     #[test]

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::barrier;
 use super::dedupe::{Claim, Landed, Window};
+use super::dispatch::PRIORITIES;
 use super::doorbell::{Bell, Cross, Watch};
 use super::subscription::in_handler::InHandler;
 use super::subscription::signal::{self, Entry};
@@ -81,6 +82,11 @@ pub struct TopicOptions {
     /// milliseconds by its timestamp, even when a newer one of its key
     /// exists. Default 0.
     pub min_compaction_lag_ms: u64,
+    /// The priority (0 to 7, higher runs first) of the topic's push
+    /// subscriptions that set none themselves and name this one topic (a
+    /// wildcard subscription takes no topic's default). `None`: the
+    /// subscription default, 4. Kept with a durable topic's options.
+    pub priority: Option<u8>,
 }
 
 /// How a topic's partitions are kept from growing without end
@@ -156,6 +162,7 @@ impl Default for TopicOptions {
             cleanup: Cleanup::Delete,
             delete_retention_ms: DEFAULT_DELETE_RETENTION_MS,
             min_compaction_lag_ms: 0,
+            priority: None,
         }
     }
 }
@@ -182,6 +189,12 @@ impl TopicOptions {
             return Err(Error::InvalidArgument(format!(
                 "a topic has between 1 and {MAX_PARTITIONS} partitions, not {}",
                 self.partitions
+            )));
+        }
+        if let Some(p) = self.priority.filter(|&p| p >= PRIORITIES) {
+            return Err(Error::InvalidArgument(format!(
+                "a topic's priority is 0 to {} (higher runs first), not {p}",
+                PRIORITIES - 1
             )));
         }
         self.log_config().validate()
@@ -657,6 +670,8 @@ pub(crate) struct Topic {
     pub(crate) dedupe: Option<Window>,
     /// When the compactor may remove records, if the topic is compacted.
     pub(crate) compaction: Option<CompactionPolicy>,
+    /// `TopicOptions::priority`: the default of its subscriptions.
+    pub(crate) priority: Option<u8>,
 }
 
 /// Where a publish through [`Topic::publish_identified`] landed:
@@ -681,6 +696,7 @@ impl Topic {
             partitions: partitions.into(),
             dedupe: window(options),
             compaction: options.compaction_policy(),
+            priority: options.priority,
         })
     }
 
@@ -793,8 +809,13 @@ impl Topic {
                 Ok(Arc::new(p))
             })
             .collect::<Result<Vec<_>>>()?;
-        let topic =
-            Topic { name: name.into(), partitions: partitions.into(), dedupe: window(options), compaction: None };
+        let topic = Topic {
+            name: name.into(),
+            partitions: partitions.into(),
+            dedupe: window(options),
+            compaction: None,
+            priority: options.priority,
+        };
         topic.rebuild_window();
         Ok(topic)
     }

@@ -14,6 +14,8 @@
 //!   subscriptions on one topic and of topics under one wildcard;
 //! * [`recovery`]: `--recovery-mib`, a durable partition's recovery time
 //!   against reading its files from the page cache;
+//! * [`priority`]: `--priority`, a priority-7 subscription's delivery
+//!   latency on an overloaded pool against the pool idle (issue 42);
 //! * [`publish_cost`]: the publisher's own ns per call, with no subscriber
 //!   and with 8 that keep up, beside crossbeam-channel's `send`, and the
 //!   machine's floors under a publish (clock read, `lock xadd`, epoch pin,
@@ -29,6 +31,7 @@ pub mod dedupe;
 pub mod measure;
 pub mod plain;
 pub mod plot;
+pub mod priority;
 pub mod probe;
 pub mod publish_cost;
 pub mod recovery;

@@ -250,6 +250,12 @@ struct Cli {
     /// pairs; the files are deleted afterwards. Needs N MiB of free disk (issue 11: N = 1024).
     #[arg(long, value_name = "N", help_heading = "Systems")]
     recovery_mib: Option<u64>,
+    /// Instead of scenarios: the delivery latency (p50, p99) of a priority-7 subscription on a
+    /// pool of 2 workers with the pool idle, beside 8 busy priority-0 subscriptions, and beside
+    /// the same 8 with every priority the default, in --pairs interleaved rounds of
+    /// --messages probes (default 2,000, one every 200 µs).
+    #[arg(long, help_heading = "Systems")]
+    priority: bool,
     /// With --scenario scale: sweep up to 1,000,000 topics instead of 100,000.
     #[arg(long, help_heading = "Systems")]
     scale_full: bool,
@@ -343,6 +349,20 @@ fn main() {
         return;
     }
     let started = Instant::now();
+    if cli.priority {
+        let messages = cli.messages.unwrap_or(2_000).max(1);
+        match rill_bench::priority::measure(cli.pairs.max(1), messages) {
+            Ok(r) => {
+                println!("{}", r.describe());
+                println!("({:.1} s in all)", started.elapsed().as_secs_f64());
+            }
+            Err(e) => {
+                eprintln!("priority measurement failed: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     if let Some(mib) = cli.recovery_mib {
         let root = systems::rill_sys::data_root();
         match rill_bench::recovery::measure(&root, mib.max(1), cli.payload, cli.pairs.max(1)) {

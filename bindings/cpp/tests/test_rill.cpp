@@ -280,6 +280,75 @@ static void a_stalled_shared_member_hands_over_after_ack_timeout() {
           RILL_ERR_INVALID_ARGUMENT);
 }
 
+static rill::Ack spin_work(const rill::Message &) {
+    volatile unsigned long x = 0;
+    for (unsigned long i = 0; i < 20000; i++) x = x * 31 + i;
+    return rill::Ack::Success;
+}
+
+static void priorities_reorder_the_pool_and_starve_nobody() {
+    rill::Broker broker;
+    rill::TopicOptions urgent;
+    urgent.priority = 6;
+    broker.create_topic("urgent", urgent);
+    broker.create_topic("plain");
+    auto none = [](const rill::Message &) { return rill::Ack::Success; };
+    rill::SubscriptionOptions o;
+    CHECK(broker.subscribe("urgent", none, o).stats().priority == 6);
+    CHECK(broker.subscribe("plain", none, o).stats().priority == RILL_PRIORITY_DEFAULT);
+    o.priority = 1;
+    CHECK(broker.subscribe("urgent", none, o).stats().priority == 1);
+    for (int bad : {-1, 8, 1000}) {
+        o.priority = bad;
+        CHECK(status_of([&] { broker.subscribe("plain", none, o); }) == RILL_ERR_INVALID_ARGUMENT);
+        rill::TopicOptions t;
+        t.priority = bad;
+        CHECK(status_of([&] { broker.create_topic("bad", t); }) == RILL_ERR_INVALID_ARGUMENT);
+    }
+
+    // Overload: two workers, two priority-7 and four priority-0
+    // subscriptions, all with more work than the run lasts. Each low one
+    // gets turns within the aging bound, and the high one's median wait is
+    // far below every low median (waits of one run compared).
+    rill::BrokerOptions bo;
+    bo.worker_threads = 2;
+    rill::Broker busy(bo);
+    std::vector<rill::Subscription> subs;
+    std::vector<rill::Record> work(5000, rill::Record{"w"});
+    for (int i = 0; i < 6; i++) {
+        std::string topic = "busy/" + std::to_string(i);
+        busy.create_topic(topic);
+        for (int n = 0; n < (i < 2 ? 4 : 1); n++) busy.publish_batch(topic, work);
+        rill::SubscriptionOptions so;
+        so.start = RILL_START_EARLIEST;
+        so.priority = i < 2 ? RILL_PRIORITY_MAX : RILL_PRIORITY_MIN;
+        subs.push_back(busy.subscribe(topic, spin_work, so));
+    }
+    uint64_t waits[6] = {0}, max_takes[6] = {0}, fastest_low = UINT64_MAX;
+    // Polled up to a deadline long enough for valgrind.
+    auto deadline = std::chrono::steady_clock::now() + 120s;
+    auto low_turns = [&] {
+        bool done = true;
+        for (int i = 2; i < 6; i++) {
+            rill_subscription_stats st = subs[i].stats();
+            waits[i] += st.queue_waits;
+            max_takes[i] = std::max(max_takes[i], st.queue_wait_max_takes);
+            if (st.queue_waits > 0) fastest_low = std::min(fastest_low, st.queue_wait_p50_ns);
+            done = done && waits[i] >= 3;
+        }
+        return done;
+    };
+    bool done = false;
+    while (!(done = low_turns()) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    CHECK(done);
+    for (int i = 0; i < 2; i++) {
+        rill_subscription_stats st = subs[i].stats();
+        CHECK(st.priority == RILL_PRIORITY_MAX && st.queue_waits > 0 && st.lag > 0);
+        CHECK(st.queue_wait_p50_ns * 8 < fastest_low);
+    }
+    for (int i = 2; i < 6; i++) CHECK(max_takes[i] <= RILL_PRIORITY_AGING_TAKES + 5);
+}
+
 static void destroying_the_broker_first_is_safe() {
     std::atomic<int> calls{0};
     rill::Subscription sub(nullptr);
@@ -871,6 +940,7 @@ int main() {
     shared_subscription_members();
     a_stalled_shared_member_hands_over_after_ack_timeout();
     destroying_the_broker_first_is_safe();
+    priorities_reorder_the_pool_and_starve_nobody();
     on_lagged_hears_what_retention_trimmed();
     listing_topics_subscriptions_and_groups();
     deleting_topics_durables_and_groups();

@@ -15,6 +15,9 @@ else, when run from a source checkout, the workspace's ``target/release`` or
 """
 
 from ._broker import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    PRIORITY_AGING_TAKES,
     Ack,
     BatchHandler,
     Broker,
@@ -59,6 +62,9 @@ from ._errors import (
 )
 
 __all__ = [
+    "DEFAULT_PRIORITY",
+    "MAX_PRIORITY",
+    "PRIORITY_AGING_TAKES",
     "Ack",
     "BatchHandler",
     "Broker",

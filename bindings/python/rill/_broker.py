@@ -109,6 +109,23 @@ class Message:
         )
 
 
+DEFAULT_PRIORITY = _ffi.RILL_PRIORITY_DEFAULT
+"""The priority of a subscription that sets none, on a topic that sets none."""
+MAX_PRIORITY = _ffi.RILL_PRIORITY_MAX
+"""The highest priority (0 is the lowest)."""
+PRIORITY_AGING_TAKES = _ffi.RILL_PRIORITY_AGING_TAKES
+"""The aging bound: a ready subscription waits at most this many turns of
+other subscriptions more than a first-come-first-served pool would make it
+wait."""
+
+
+def _priority(priority: int | None, what: str) -> int:
+    """A ``priority`` argument as the C field: None is RILL_PRIORITY_UNSET."""
+    if priority is None:
+        return _ffi.RILL_PRIORITY_UNSET
+    return _int(priority, what, _ffi.RILL_PRIORITY_MIN, _ffi.RILL_PRIORITY_MAX)
+
+
 @dataclass(frozen=True)
 class SubscriptionStats:
     """A snapshot of a subscription's counters."""
@@ -133,6 +150,21 @@ class SubscriptionStats:
     letter that could not be published; None if there was none."""
     ack_timeouts: int = 0
     """Handler calls that ran past ``ack_timeout`` (each counted once)."""
+    priority: int = DEFAULT_PRIORITY
+    """Its priority in the worker pool (its own, or its topic's default)."""
+    queue_waits: int = 0
+    """Times it waited ready in the worker pool's queue since the last
+    :meth:`Subscription.stats` (each of which starts the queue figures
+    afresh; :meth:`Broker.subscriptions` leaves them; 0 on a dedicated
+    thread)."""
+    queue_wait_p50: float = 0.0
+    """The median of those waits, in seconds (the upper edge of a
+    power-of-two bucket of nanoseconds, so at most twice the wait)."""
+    queue_wait_p99: float = 0.0
+    """Their 99th percentile, likewise."""
+    queue_wait_max_takes: int = 0
+    """The longest of those waits in turns of other subscriptions: at most
+    :data:`PRIORITY_AGING_TAKES` plus the subscriptions queued before it."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +209,11 @@ def _subscription_stats(
         pattern,
         last_error,
         s.ack_timeouts,
+        s.priority,
+        s.queue_waits,
+        s.queue_wait_p50_ns / 1e9,
+        s.queue_wait_p99_ns / 1e9,
+        s.queue_wait_max_takes,
     )
 
 
@@ -1107,6 +1144,7 @@ class Broker(_Handle):
         cleanup: Cleanup = "delete",
         delete_retention_ms: int | None = None,
         min_compaction_lag_ms: int | None = None,
+        priority: int | None = None,
     ) -> None:
         """Creates a topic. ``retention_bytes=None`` keeps the default (256 MiB
         per partition); 0 keeps everything. ``retention`` is an age limit in
@@ -1129,7 +1167,11 @@ class Broker(_Handle):
         are not applied, so memory grows with the number of distinct keys;
         ``"compact_delete"`` applies them too. In memory only for now: on a
         broker with a ``data_dir`` a compacted topic raises
-        :class:`InvalidArgument`."""
+        :class:`InvalidArgument`.
+
+        ``priority`` (0 to 7) is the default priority of subscriptions to this
+        one topic that set none (``None``: theirs is 4); a durable topic keeps
+        it."""
         o = _ffi.rill_topic_options()
         lib.rill_topic_options_init_v1(byref(o), sizeof(o))
         o.partitions = _int(partitions, "partitions", 0, U32_MAX)
@@ -1150,6 +1192,7 @@ class Broker(_Handle):
             o.delete_retention_ms = _int(delete_retention_ms, "delete_retention_ms")
         if min_compaction_lag_ms is not None:
             o.min_compaction_lag_ms = _int(min_compaction_lag_ms, "min_compaction_lag_ms")
+        o.priority = _priority(priority, "priority")
         check(lib.rill_topic_create_v1(self._handle(), _name(name, "topic name"), byref(o)))
 
     def delete_topic(self, name: str) -> None:
@@ -1403,6 +1446,7 @@ class Broker(_Handle):
         on_dead_letter: Callable[[Message, str], Any] | None = None,
         shared: bool = False,
         ack_timeout: float | None = None,
+        priority: int | None = None,
     ) -> Subscription:
         """Calls ``handler(message)`` for every message on topics matching
         ``pattern`` (``*`` one segment, ``**`` any number), one call at a time.
@@ -1452,6 +1496,16 @@ class Broker(_Handle):
         library hands over at once, which on the shared pool shrink to one
         while handlers are slow).
 
+        ``priority`` (0 to 7, higher runs first; ``None``, the default: the
+        topic's priority if ``pattern`` names one topic that has one, else
+        4): when more subscriptions are ready than the shared worker pool
+        has threads, higher ones are delivered first, with aging, so a ready
+        subscription waits at most :data:`PRIORITY_AGING_TAKES` turns of
+        other subscriptions more than it would with no priorities: priority
+        reorders, it never starves. ``dedicated_thread`` subscriptions and
+        consumers have threads of their own and ignore it. Out of range is
+        :class:`InvalidArgument`. ``stats()`` shows the queue waits.
+
         With ``batch=True`` the handler receives a list of consecutive
         messages of one partition (up to 64; on the shared worker pool the
         first call gets one and later ones are sized to about 250 µs of your
@@ -1495,6 +1549,7 @@ class Broker(_Handle):
             o.lag_limit = _int(lag_limit, "lag_limit", 1, U64_MAX)
         o.dedicated_thread = bool(dedicated_thread)
         o.shared = bool(shared)
+        o.priority = _priority(priority, "priority")
         if ack_timeout is not None:
             ms = _seconds_ms(ack_timeout, "ack_timeout")
             if ms == 0 and ack_timeout > 0:

@@ -98,6 +98,7 @@ class rill_topic_options(Structure):
         ("cleanup", c_int32),
         ("delete_retention_ms", c_uint64),
         ("min_compaction_lag_ms", c_uint64),
+        ("priority", c_int32),
     ]
 
 
@@ -195,6 +196,7 @@ class rill_subscription_options(Structure):
         ("on_dead_letter", DEAD_LETTER_CALLBACK),
         ("shared", c_bool),
         ("ack_timeout_ms", c_uint32),
+        ("priority", c_int32),
     ]
 
 
@@ -214,6 +216,11 @@ class rill_subscription_stats(Structure):
         ("pattern", c_char_p),
         ("last_error", c_char_p),
         ("ack_timeouts", c_uint64),
+        ("queue_waits", c_uint64),
+        ("queue_wait_p50_ns", c_uint64),
+        ("queue_wait_p99_ns", c_uint64),
+        ("queue_wait_max_takes", c_uint64),
+        ("priority", c_uint32),
     ]
 
 
@@ -299,6 +306,8 @@ RILL_STRUCT_SIZE_MAX = 65536
 RILL_ATTR_ID = "rill.id"
 RILL_ID_MAX_LEN = 128
 RILL_PUBLISHED_DUPLICATE = 1
+RILL_PRIORITY_UNSET, RILL_PRIORITY_MIN, RILL_PRIORITY_MAX, RILL_PRIORITY_DEFAULT = -1, 0, 7, 4
+RILL_PRIORITY_AGING_TAKES = 32
 
 # ---- functions ------------------------------------------------------------------
 

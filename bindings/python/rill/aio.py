@@ -458,7 +458,7 @@ def subscribe(broker: Broker, pattern: str, **options: Any) -> Subscription:
     running event loop. ``options`` are :meth:`rill.Broker.subscribe`'s
     (``filter``, ``name``, ``start``, ``delivery``, ``max_attempts``,
     ``backoff``, ``dead_letter_topic``, ``overflow``, ``lag_limit``,
-    ``dedicated_thread``, ``shared``, ``ack_timeout``, ...) except the
+    ``dedicated_thread``, ``shared``, ``ack_timeout``, ``priority``, ...) except the
     handler and ``batch``. See :class:`Subscription` for when messages are
     acked."""
     for refused in ("handler", "batch"):

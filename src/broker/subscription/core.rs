@@ -11,9 +11,10 @@ use super::options::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Overflow,
     RetryBackoff, SubscriptionOptions,
 };
+use super::queue_wait::QueueWaits;
 use super::signal::{self, Entry, Listener, Mark, ReadySet};
 use super::state::State;
-use crate::broker::dispatch::{Job, Timer, WorkerPool};
+use crate::broker::dispatch::{DEFAULT_PRIORITY, Job, PRIORITIES, Timer, Waited, WorkerPool};
 use crate::broker::filter::Filter;
 use crate::broker::names::Pattern;
 use crate::broker::topic::{Blocker, Partition, Topic};
@@ -77,6 +78,14 @@ pub(crate) struct DrainJob(pub(super) Arc<SubCore>);
 impl Job for DrainJob {
     fn run(self) {
         SubCore::run(self.0);
+    }
+
+    fn priority(&self) -> u8 {
+        self.0.priority
+    }
+
+    fn waited(&self, waited: Waited) {
+        self.0.queue_waits.record(waited.time, waited.takes);
     }
 }
 
@@ -388,6 +397,11 @@ pub(crate) struct SubCore {
     /// The dedicated thread's handle: joined by an external `close` after the
     /// wind-up; otherwise detached when the core is dropped.
     pub(super) join: Mutex<Option<JoinHandle<()>>>,
+    /// Its lane in the worker pool's queue (`dispatch.rs`): the option, or
+    /// the topic's default, or `DEFAULT_PRIORITY`. Unused on a dedicated thread.
+    pub(crate) priority: u8,
+    /// How long its drains waited in the pool's queue, since the last stats.
+    pub(super) queue_waits: QueueWaits,
 }
 
 /// A subscription as a partition's listener: what a publisher calls when
@@ -456,6 +470,13 @@ impl SubCore {
             Some(t) => Some(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)),
             None => None,
         };
+        let priority = options.priority.unwrap_or(DEFAULT_PRIORITY);
+        if priority >= PRIORITIES {
+            return Err(Error::InvalidArgument(format!(
+                "priority must be 0 to {} (higher runs first), got {priority}",
+                PRIORITIES - 1
+            )));
+        }
         let pattern_is_literal = pattern.is_literal();
         Ok(SubCore {
             id,
@@ -512,6 +533,8 @@ impl SubCore {
             finalized: AtomicBool::new(false),
             wound_up: AtomicBool::new(false),
             join: Mutex::new(None),
+            priority,
+            queue_waits: QueueWaits::new(),
         })
     }
 
@@ -735,6 +758,14 @@ impl SubCore {
                     t.unpark();
                 }
             }
+        }
+    }
+
+    /// True if a subscription of higher priority waits for a pool worker.
+    pub(super) fn outranked(&self) -> bool {
+        match &self.env.exec {
+            Exec::Pool(pool) => pool.outranked(self.priority),
+            Exec::Dedicated(_) => false,
         }
     }
 

@@ -800,6 +800,11 @@ impl SubCore {
             self.counters.add(&tally);
             if let Some(clock) = clock.as_deref_mut() {
                 clock.after_batch(before - *budget, &mut st.batch_cap, budget);
+                // A higher-priority subscription waits for a worker: end the
+                // turn at this batch (see "Priorities" in `dispatch.rs`).
+                if self.outranked() {
+                    *budget = 0;
+                }
             }
             if self.overflow == Overflow::Block {
                 // Publishers may be waiting for exactly this room: publish the

@@ -18,6 +18,8 @@
 //! * `in_handler.rs`: the mark of which subscription's user code a thread
 //!   runs, which calls that would wait for their own handler look at.
 //! * `options.rs`: the values a subscriber chooses and sees.
+//! * `queue_wait.rs`: the histogram of how long the subscription waited in
+//!   the worker pool's queue, for the stats.
 //!
 //! * `run_wait.rs`: the run-wait policy: how long a drain that keeps
 //!   finding the publisher ahead of it waits for a run of records before it
@@ -25,8 +27,8 @@
 //!
 //! This file holds the public face: the statistics and the
 //! [`Subscription`] handle. The parts import each other in one direction
-//! only: `state`, `options`, `in_handler` and `run_wait` import no other
-//! part; `signal` imports `state`; `core` imports those five; `close`,
+//! only: `state`, `options`, `in_handler`, `queue_wait` and `run_wait`
+//! import no other part; `signal` imports `state`; `core` imports those six; `close`,
 //! `settle` and `deadline` import `core` and leaves below it; `drain`
 //! imports `core`, `settle`, `signal` and leaves; this file imports
 //! `core`, `options` and `state`. `tests/structure.rs` checks that no file
@@ -41,6 +43,7 @@ mod deadline;
 mod drain;
 pub(crate) mod in_handler;
 mod options;
+mod queue_wait;
 #[cfg(not(loom))]
 mod run_wait;
 mod settle;
@@ -133,11 +136,33 @@ pub struct SubscriptionStats {
     /// dead-letter publish that failed, or a handler call past
     /// `ack_timeout` (and what moved), whichever came last.
     pub last_error: Option<String>,
+    /// Its priority in the worker pool (its own, or its topic's default).
+    pub priority: u8,
+    /// How many times it waited ready in the worker pool's queue since the
+    /// last [`Subscription::stats`] (each of which starts the count and the
+    /// waits below afresh; [`Subscription::peek_stats`] and
+    /// [`Broker::subscriptions`](crate::Broker::subscriptions) leave them).
+    /// Zero on a dedicated thread.
+    pub queue_waits: u64,
+    /// The median of those waits, from the drain being queued to a worker
+    /// taking it; read from a histogram of power-of-two buckets, so it is
+    /// the upper edge of the wait's bucket (at most twice the wait). Zero
+    /// with no waits.
+    pub queue_wait_p50: Duration,
+    /// Their 99th percentile, likewise.
+    pub queue_wait_p99: Duration,
+    /// The longest of those waits counted in takes: drains of other
+    /// subscriptions the pool's workers took meanwhile. It stays within
+    /// [`PRIORITY_AGING_TAKES`](crate::PRIORITY_AGING_TAKES) plus the
+    /// subscriptions that were queued before it (see
+    /// [`SubscriptionOptions::priority`]).
+    pub queue_wait_max_takes: u64,
 }
 
 impl SubCore {
-    /// A snapshot of its counters and positions.
-    pub(crate) fn stats(&self) -> SubscriptionStats {
+    /// A snapshot of its counters and positions; `fresh`: the queue-wait
+    /// figures start afresh (the subscription's own read), else they stay.
+    pub(crate) fn stats(&self, fresh: bool) -> SubscriptionStats {
         let partitions: Vec<PartitionLag> = self
             .positions
             .lock()
@@ -155,6 +180,7 @@ impl SubCore {
                 }
             })
             .collect();
+        let waits = if fresh { self.queue_waits.take() } else { self.queue_waits.peek() };
         let c = &self.counters;
         // Relaxed: counters are statistics.
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -182,6 +208,11 @@ impl SubCore {
             dead_letter_topic: self.env.dead_letters.as_ref().map(DeadLetters::name),
             closed_reason: self.closed_reason.lock().clone(),
             last_error: self.last_error.lock().clone(),
+            priority: self.priority,
+            queue_waits: waits.count,
+            queue_wait_p50: waits.p50,
+            queue_wait_p99: waits.p99,
+            queue_wait_max_takes: waits.max_takes,
         }
     }
 }
@@ -273,7 +304,14 @@ impl Subscription {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn stats(&self) -> SubscriptionStats {
-        self.core.stats()
+        self.core.stats(true)
+    }
+
+    /// [`stats`](Subscription::stats) without starting the queue-wait
+    /// figures afresh: they stay for the next `stats` (as they do when
+    /// [`Broker::subscriptions`](crate::Broker::subscriptions) lists it).
+    pub fn peek_stats(&self) -> SubscriptionStats {
+        self.core.stats(false)
     }
 
     /// True once closed (by `close`, by the broker closing, or by the

@@ -200,6 +200,23 @@ pub struct SubscriptionOptions {
     /// over. `None` (the default): no deadline. Zero is refused with
     /// `InvalidArgument`. See `broker/subscription/deadline.rs`.
     pub ack_timeout: Option<Duration>,
+    /// Its priority in the shared worker pool, 0 to 7, higher runs first;
+    /// out of range is refused with `InvalidArgument`. `None` (the default):
+    /// the topic's `priority` if the pattern names one topic that has one,
+    /// else [`DEFAULT_PRIORITY`](crate::DEFAULT_PRIORITY) (4).
+    ///
+    /// When more subscriptions are ready than the pool has workers, the
+    /// workers take ready subscriptions of higher priority first, with
+    /// aging: a ready subscription waits at most
+    /// [`PRIORITY_AGING_TAKES`](crate::PRIORITY_AGING_TAKES) (32) turns of
+    /// other subscriptions more than it would with no priorities (where it
+    /// waits for those ready before it). Priority reorders, it never starves.
+    /// A running drain is not interrupted mid-batch, but one of lower
+    /// priority ends its turn at its next batch while a higher one waits.
+    /// A subscription with a `dedicated_thread`, and pull consumers, have
+    /// threads of their own and ignore it. The wait shows in the stats
+    /// (`queue_wait_p50`, `queue_wait_p99`).
+    pub priority: Option<u8>,
 }
 
 impl fmt::Debug for SubscriptionOptions {
@@ -220,6 +237,7 @@ impl fmt::Debug for SubscriptionOptions {
             .field("on_dead_letter", &self.on_dead_letter.is_some())
             .field("shared", &self.shared)
             .field("ack_timeout", &self.ack_timeout)
+            .field("priority", &self.priority)
             .finish()
     }
 }
