@@ -48,8 +48,8 @@ pub use self::log::{Fsync, Record};
 pub struct ReadmeSnippets;
 pub use broker::{
     Ack, Broker, BrokerConfig, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT,
-    DeadLetterCallback, DeliveryMode, Filter, GroupStats, LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, Overflow,
-    Pattern, Polled, Position, Published, Publisher, RetryBackoff, StartPosition, Subscription, SubscriptionOptions,
-    SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
+    DeadLetterCallback, DeliveryMode, Filter, GroupStats, LagCallback, MAX_SUBSCRIPTION_NAME_LEN, Message, OnInvalid,
+    Overflow, Pattern, Polled, Position, Published, Publisher, RetryBackoff, Schema, StartPosition, Subscription,
+    SubscriptionOptions, SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,
 };
 pub use error::{Error, ErrorKind, PublishFailure, Result, panic_message};

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::barrier;
 use super::dedupe::{Claim, Landed, Window};
+use super::schema::Slot;
 use super::subscription::in_handler::InHandler;
 use super::subscription::signal::{self, Entry};
 use super::waiters::Waiters;
@@ -474,6 +475,8 @@ pub(crate) struct Topic {
     pub(crate) partitions: Box<[Arc<Partition>]>,
     /// The ids it appended recently; `None` when `dedupe_window_ms` is 0.
     pub(crate) dedupe: Option<Window>,
+    /// Its schema, if any (see `schema.rs`).
+    pub(crate) schema: Slot,
 }
 
 /// Where a publish through [`Topic::publish_identified`] landed:
@@ -487,7 +490,7 @@ impl Topic {
         let partitions = (0..options.partitions)
             .map(|i| Log::for_partition(&config, i).map(|log| Arc::new(Partition::new(i, log))))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Topic { name: name.into(), partitions: partitions.into(), dedupe: window(options) })
+        Ok(Topic { name: name.into(), partitions: partitions.into(), dedupe: window(options), schema: Slot::default() })
     }
 
     /// Publishes a record that may carry an id (`Record::may_have_id`): the
@@ -573,7 +576,12 @@ impl Topic {
                 Ok(Arc::new(p))
             })
             .collect::<Result<Vec<_>>>()?;
-        let topic = Topic { name: name.into(), partitions: partitions.into(), dedupe: window(options) };
+        let topic = Topic {
+            name: name.into(),
+            partitions: partitions.into(),
+            dedupe: window(options),
+            schema: Slot::default(),
+        };
         topic.rebuild_window();
         Ok(topic)
     }
