@@ -30,6 +30,7 @@ mod message;
 mod nats;
 mod notify;
 mod options;
+mod schema;
 mod subscription;
 mod util;
 
@@ -42,6 +43,7 @@ pub use logging::*;
 pub use message::*;
 #[cfg(feature = "nats")]
 pub use nats::*;
+pub use schema::*;
 pub use subscription::*;
 
 /// The library version as a NUL-terminated string, e.g. `"0.2.0"`. Static;
