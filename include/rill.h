@@ -802,9 +802,8 @@ typedef void (*rill_log_callback)(void *user_data,
  * NUL included, to `reason` (which starts as an empty string); a reason
  * that fills the buffer without a NUL is cut at its end. It may be called
  * on any publishing thread, at once on several, until the schema is
- * replaced or removed or the broker is freed (and while a publish that
- * loaded it finishes); it must not unwind into rill (C++ exceptions,
- * longjmp).
+ * replaced or removed or the broker is freed; it must not unwind into
+ * rill (C++ exceptions, longjmp), nor change its own topic's schema.
  */
 typedef int (*rill_validator_fn)(void *user,
                                  const uint8_t *payload,
@@ -1963,8 +1962,10 @@ rill_status rill_topic_set_schema_json(rill_broker *b,
  * payload; `on_invalid` as for `rill_topic_set_schema_json`. The schema
  * takes the topic's next version. rill frees nothing of the caller's:
  * `user` must stay valid until the schema is replaced or removed, or the
- * broker is freed. A validator lives with this broker only: a durable
- * topic has no schema after a restart.
+ * broker is freed. The call that replaces or removes it returns only once
+ * no publish is still calling it (it waits for validator calls in flight),
+ * so `user` may be freed right after. A validator lives with this broker
+ * only: a durable topic has no schema after a restart.
  *
  * # Safety
  *

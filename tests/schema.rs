@@ -380,3 +380,46 @@ fn a_durable_topics_json_schema_survives_a_restart() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_replacement_returns_only_after_the_old_validator_is_done() {
+    // A validator that blocks until released; once set_schema has swapped in
+    // the new schema (its version shows), the old one is still running: the
+    // call must not return until it has finished, since C frees the old
+    // validator's user data then.
+    use std::sync::mpsc;
+    let b = broker();
+    let (entered_tx, entered) = mpsc::channel::<()>();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let entered_tx = Mutex::new(entered_tx);
+    let finished = Arc::new(AtomicBool::new(false));
+    let done = finished.clone();
+    let old: rill::broker::ValidatorFn = Arc::new(move |_: &[u8]| {
+        entered_tx.lock().unwrap().send(()).unwrap();
+        release_rx.lock().unwrap().recv().unwrap();
+        done.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    b.set_schema("orders", Schema::Validator(old), OnInvalid::Reject).unwrap();
+    let publisher = {
+        let b = b.clone();
+        thread::spawn(move || b.publish("orders", &Record::new(b"x")).unwrap())
+    };
+    entered.recv_timeout(WAIT).unwrap();
+    let setter = {
+        let (b, finished) = (b.clone(), finished.clone());
+        thread::spawn(move || {
+            b.set_schema("orders", json("true"), OnInvalid::Reject).unwrap();
+            finished.load(Ordering::SeqCst)
+        })
+    };
+    let deadline = Instant::now() + WAIT;
+    while b.schema_version("orders").unwrap() != 2 {
+        assert!(Instant::now() < deadline, "the new schema never took effect");
+        thread::yield_now();
+    }
+    release.send(()).unwrap();
+    assert!(setter.join().unwrap(), "set_schema returned while the old validator ran");
+    publisher.join().unwrap();
+}

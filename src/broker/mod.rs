@@ -1243,7 +1243,7 @@ impl fmt::Debug for Publisher {
 
 fn publish_batch_to(inner: &BrokerInner, t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Position>> {
     if let Some(s) = t.schema.load() {
-        let done = publish_batch_checked(inner, t, &s, records, wait).map_err(|e| t.batch_failed(e))?;
+        let done = publish_batch_checked(inner, t, s, records, wait).map_err(|e| t.batch_failed(e))?;
         return Ok(done.into_iter().map(|p| p.position).collect());
     }
     if records.iter().any(claims_a_version) {
@@ -1279,7 +1279,7 @@ fn publish_batch_outcome_to(
     wait: Wait,
 ) -> Result<Vec<Published>> {
     if let Some(s) = t.schema.load() {
-        return publish_batch_checked(inner, t, &s, records, wait).map_err(|e| t.batch_failed(e));
+        return publish_batch_checked(inner, t, s, records, wait).map_err(|e| t.batch_failed(e));
     }
     if records.iter().any(claims_a_version) {
         let attributes = unclaimed(records);
@@ -1312,13 +1312,18 @@ fn publish_slow(inner: &BrokerInner, t: &Topic, record: &Record<'_>, wait: Wait)
         }
         return Ok(Published::of(t.publish_identified(record, wait)?));
     };
-    match s.check(record.payload) {
+    // The schema is let go before the append, which may wait for room:
+    // a replacement waits for the publishes using the old one (see
+    // `schema.rs`), and must not wait for subscribers too.
+    let (verdict, version, on_invalid) = (s.check(record.payload), s.version_text.clone(), s.on_invalid);
+    drop(s);
+    match verdict {
         Ok(()) => {
-            let attributes = stamped(record, &s);
+            let attributes = stamped(record, &version);
             let stamped = Record { attributes: &attributes, ..*record };
             Ok(Published::of(t.publish_identified(&stamped, wait)?))
         }
-        Err(reason) => match s.on_invalid {
+        Err(reason) => match on_invalid {
             OnInvalid::Reject => Err(Error::Schema(reason)),
             OnInvalid::DeadLetter => dead_letter_invalid(inner, t, record, &reason, wait),
         },
@@ -1327,10 +1332,10 @@ fn publish_slow(inner: &BrokerInner, t: &Topic, record: &Record<'_>, wait: Wait)
 
 /// A record's attributes with the schema's version as [`SCHEMA_ATTRIBUTE`]
 /// (any the publisher set is dropped: a record cannot claim a version).
-fn stamped<'a>(record: &Record<'a>, s: &'a schema::Current) -> Vec<(&'a str, &'a str)> {
+fn stamped<'a>(record: &Record<'a>, version: &'a str) -> Vec<(&'a str, &'a str)> {
     let mut out: Vec<(&str, &str)> =
         record.attributes.iter().filter(|(k, _)| *k != SCHEMA_ATTRIBUTE).copied().collect();
-    out.push((SCHEMA_ATTRIBUTE, s.version_text.as_str()));
+    out.push((SCHEMA_ATTRIBUTE, version));
     out
 }
 
@@ -1360,17 +1365,20 @@ fn dead_letter_invalid(
 fn publish_batch_checked(
     inner: &BrokerInner,
     t: &Topic,
-    s: &schema::Current,
+    s: std::sync::Arc<schema::Current>,
     records: &[Record<'_>],
     wait: Wait,
 ) -> Result<Vec<Published>> {
     let verdicts: Vec<std::result::Result<(), String>> = records.iter().map(|r| s.check(r.payload)).collect();
-    if s.on_invalid == OnInvalid::Reject
+    // Let go of the schema before appending, as `publish_slow` does.
+    let (version, on_invalid) = (s.version_text.clone(), s.on_invalid);
+    drop(s);
+    if on_invalid == OnInvalid::Reject
         && let Some((i, Err(reason))) = verdicts.iter().enumerate().find(|(_, v)| v.is_err())
     {
         return Err(Error::Schema(format!("record {i} of the batch: {reason}")));
     }
-    let attributes: Vec<Vec<(&str, &str)>> = records.iter().map(|r| stamped(r, s)).collect();
+    let attributes: Vec<Vec<(&str, &str)>> = records.iter().map(|r| stamped(r, &version)).collect();
     let stamped = with_attributes(records, &attributes);
     let valid: Vec<Record<'_>> = stamped.iter().zip(&verdicts).filter(|(_, v)| v.is_ok()).map(|(r, _)| *r).collect();
     check_batch(t, &valid)?;

@@ -20,6 +20,14 @@
 //! replaces one with the other in a single store). A batch is checked
 //! whole by one schema.
 //!
+//! A publish holds the schema it loaded (an `Arc`) only while it checks:
+//! it copies the version and `OnInvalid` out and lets go before appending.
+//! A change waits, after its swap, until no publish holds the old schema
+//! (`wait_unused`), so when `set_schema` or `remove_schema` returns the old
+//! validator is never called again: a C validator's user data may then be
+//! freed. A validator that changes its own topic's schema would wait for
+//! itself: it must not.
+//!
 //! # What a record carries
 //!
 //! A record appended to a topic with a schema carries the reserved
@@ -43,7 +51,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwapOption;
 
 use crate::error::{Error, Result, panic_message};
-use crate::sync::Mutex;
+use crate::sync::{Backoff, Mutex};
 
 /// The reserved attribute holding the version of the schema a record was
 /// checked against (decimal); absent on records appended without a schema.
@@ -203,7 +211,8 @@ impl Slot {
         let current = compile(schema, on_invalid, *last + 1)?;
         save(&current)?;
         *last += 1;
-        self.current.store(Some(Arc::new(current)));
+        let old = self.current.swap(Some(Arc::new(current)));
+        wait_unused(old);
         Ok(*last)
     }
 
@@ -216,7 +225,8 @@ impl Slot {
         }
         save()?;
         *last += 1;
-        self.current.store(None);
+        let old = self.current.swap(None);
+        wait_unused(old);
         Ok(())
     }
 
@@ -240,6 +250,22 @@ impl Slot {
         *last = version;
         self.current.store(Some(Arc::new(current)));
         Ok(())
+    }
+}
+
+/// Waits until no publish uses `old`, a schema just swapped out: then its
+/// validator is never called again (a C validator's `user` pointer may be
+/// freed once `rill_topic_set_validator` or `rill_topic_remove_schema`
+/// returns). A publish holds the schema only while it checks payloads
+/// (it lets go before appending, which may wait for subscribers), so this
+/// waits for validator calls in flight, no longer. The swap pays the
+/// readers' `ArcSwap` debts, so the strong count includes every publish
+/// that loaded `old`.
+fn wait_unused(old: Option<Arc<Current>>) {
+    let Some(old) = old else { return };
+    let mut backoff = Backoff::new();
+    while Arc::strong_count(&old) > 1 {
+        backoff.snooze();
     }
 }
 
