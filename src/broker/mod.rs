@@ -438,7 +438,7 @@ impl Broker {
             return Ok(Position { partition: p.index, offset });
         };
         // The branches a record without an id pays for the dedupe window
-        // and the schema: a field test and a pointer load.
+        // and the schema: a field test and an `ArcSwap` load (no count).
         if record.may_have_id() || t.schema.is_set() {
             return Ok(publish_slow(inner, t, record, wait)?.position);
         }
@@ -1115,7 +1115,7 @@ impl Publisher {
             return Err(PublishFailure::closed());
         }
         // The branches a record without an id pays for the dedupe window
-        // and the schema: a field test and a pointer load.
+        // and the schema: a field test and an `ArcSwap` load (no count).
         if record.may_have_id() || self.topic.schema.is_set() {
             return self.publish_identified(record, wait).map(|p| p.position);
         }

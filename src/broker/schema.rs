@@ -9,10 +9,11 @@
 //!
 //! # Replacing a schema while publishers run
 //!
-//! A publish loads the slot once (one pointer load and a branch when the
-//! topic has no schema) and uses what it loaded for the whole call: the
-//! check, the version it stamps on the record, and what to do with an
-//! invalid one. A replacement that lands in between is seen by the next
+//! A publish to a topic without a schema pays an `ArcSwap` load (no
+//! reference count is touched) and a branch. One that finds a schema takes
+//! it out of line: it loads the slot again, holding a reference, and uses
+//! that one load for the check, the version it stamps on the record, and
+//! what to do with an invalid one. A replacement that lands in between is seen by the next
 //! publish. So every record is checked by the schema in force when its
 //! publish started (the old one or the new one) and carries that schema's
 //! version; no record is appended unchecked while a schema is set, since
@@ -178,12 +179,11 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    /// The schema in force, if any: one pointer load.
+    /// The schema in force, if any: an `ArcSwap` load and, when there is
+    /// one, a reference (counted, so a change can wait for it to go; see
+    /// `wait_unused`).
     #[inline(always)]
     pub(crate) fn load(&self) -> Option<Arc<Current>> {
-        // The common case (no schema) is a load and a branch; a guard would
-        // be cheaper still, but the schema must outlive a publish that may
-        // wait for room.
         let g = self.current.load();
         if g.is_none() { None } else { g.clone() }
     }
