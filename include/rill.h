@@ -198,7 +198,15 @@ typedef enum {
      * or this member's session timeout passed without a poll): its commit
      * there was refused. Its other partitions are unaffected.
      */
-    RILL_ERR_REASSIGNED = 19
+    RILL_ERR_REASSIGNED = 19,
+    /**
+     * A payload does not fit its topic's schema and the topic refuses
+     * invalid records (`RILL_ON_INVALID_REJECT`): nothing was appended.
+     * The error text has the validator's reason (for a JSON schema, the
+     * failing instance path and keyword; in a batch, the failing
+     * record's index first).
+     */
+    RILL_ERR_SCHEMA = 20
 } rill_status;
 
 /*
@@ -244,6 +252,13 @@ extern "C" {
  * appended, and the position given is the first message's.
  */
 #define RILL_PUBLISHED_DUPLICATE 1
+
+/**
+ * Set in the flags of an `_outcome` publish: the payload did not fit the
+ * topic's schema, whose `on_invalid` is `RILL_ON_INVALID_DEAD_LETTER`, so
+ * the message went to `$dlq/<topic>` and the position given is there.
+ */
+#define RILL_PUBLISHED_DEAD_LETTERED 2
 
 /**
  * No records (a level for `rill_set_log_level` only).
@@ -313,6 +328,25 @@ extern "C" {
  * would make it wait.
  */
 #define RILL_PRIORITY_AGING_TAKES 32
+
+/**
+ * `on_invalid`: a publish of an invalid payload fails with
+ * `RILL_ERR_SCHEMA` (the reason in `rill_last_error`); nothing is appended.
+ */
+#define RILL_ON_INVALID_REJECT 0
+
+/**
+ * `on_invalid`: the record goes to the dead-letter topic `$dlq/<topic>`
+ * with the reason in its `rill.dlq.reason` attribute; the publish returns
+ * its position there (`RILL_PUBLISHED_DEAD_LETTERED` in the `_outcome`
+ * flags).
+ */
+#define RILL_ON_INVALID_DEAD_LETTER 1
+
+/**
+ * Size of the reason buffer a validator is handed, NUL included.
+ */
+#define RILL_SCHEMA_REASON_MAX 512
 
 /**
  * A broker. Create it with `rill_broker_new`, free it with
@@ -861,6 +895,22 @@ typedef void (*rill_log_callback)(void *user_data,
                                   int32_t level,
                                   const char *target,
                                   const char *message);
+
+/**
+ * A validator: returns 0 if `payload` (`len` bytes; a valid pointer even
+ * when `len` is 0) is valid, anything else if not. For an invalid one it
+ * may write a NUL-terminated reason (UTF-8) of at most `reason_len` bytes,
+ * NUL included, to `reason` (which starts as an empty string); a reason
+ * that fills the buffer without a NUL is cut at its end. It may be called
+ * on any publishing thread, at once on several, until the schema is
+ * replaced or removed or the broker is freed; it must not unwind into
+ * rill (C++ exceptions, longjmp), nor change its own topic's schema.
+ */
+typedef int (*rill_validator_fn)(void *user,
+                                 const uint8_t *payload,
+                                 size_t len,
+                                 char *reason,
+                                 size_t reason_len);
 
 /**
  * When a message counts as handled: one of the `RILL_DELIVERY_*` constants.
@@ -1518,8 +1568,10 @@ rill_status rill_publish_batch(rill_broker *b,
  * publish did: `*flags` (if not NULL) gets `RILL_PUBLISHED_DUPLICATE` when
  * the message carried an id (`RILL_ATTR_ID`) that the topic had appended
  * within its dedupe window, so nothing was appended and `*out` (if not
- * NULL) is the first message's position; else 0. Other flags may be added
- * later: test the bit. Publishers racing with one id append it once (the
+ * NULL) is the first message's position; `RILL_PUBLISHED_DEAD_LETTERED`
+ * when the payload did not fit the topic's schema and went to
+ * `$dlq/<topic>` (`*out` is its position there); else 0. Other flags may
+ * be added later: test the bit. Publishers racing with one id append it once (the
  * others wait for that append and get its position). Both outputs are
  * written only on `RILL_OK`.
  *
@@ -2006,6 +2058,18 @@ rill_status rill_set_log_callback(rill_log_callback callback, void *user_data);
 rill_status rill_set_log_level(int32_t level);
 
 /**
+ * The version of the topic's schema that `m`'s payload was checked
+ * against when it was published (`rill_topic_set_schema_json`,
+ * `rill_topic_set_validator`); 0 if the topic had no schema then, or if
+ * `m` is NULL.
+ *
+ * # Safety
+ *
+ * `m` is NULL or a message inside its validity window.
+ */
+uint64_t rill_message_schema_version(const rill_message *m);
+
+/**
  * Number of attributes of `m` (0 if `m` is NULL).
  *
  * # Safety
@@ -2059,6 +2123,68 @@ rill_status rill_message_attribute(const rill_message *m,
  * or a NUL-terminated string.
  */
 void rill_ack_reason(const rill_message *m, const char *reason);
+
+/**
+ * Sets (or replaces) `topic`'s schema to the JSON Schema (draft 2020-12)
+ * document `json`: each later publish checks its payload (which must be
+ * JSON the schema accepts), and `on_invalid` (`RILL_ON_INVALID_*`) says
+ * what an invalid one does. The schema's version (1 for the topic's
+ * first, then one more for each change: `rill_topic_schema_version`) is
+ * carried by each appended record (`rill_message_schema_version`). On
+ * a durable topic the schema is stored and comes back after a restart.
+ * A document that is not JSON or does not compile is
+ * `RILL_ERR_INVALID_ARGUMENT` with the compiler's message;
+ * `RILL_ERR_NO_SUCH_TOPIC` if the topic does not exist.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `topic` and `json` NUL-terminated strings.
+ */
+rill_status rill_topic_set_schema_json(rill_broker *b,
+                                       const char *topic,
+                                       const char *json,
+                                       uint32_t on_invalid_);
+
+/**
+ * Sets (or replaces) `topic`'s schema to the function `validator` (see
+ * `rill_validator_fn`), called with `user` for each later publish's
+ * payload; `on_invalid` as for `rill_topic_set_schema_json`. The schema
+ * takes the topic's next version. rill frees nothing of the caller's:
+ * `user` must stay valid until the schema is replaced or removed, or the
+ * broker is freed. The call that replaces or removes it returns only once
+ * no publish is still calling it (it waits for validator calls in flight),
+ * so `user` may be freed right after. A validator lives with this broker
+ * only: a durable topic has no schema after a restart.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `topic` a NUL-terminated string; `validator` one
+ * as documented, which with `user` may be called from any thread.
+ */
+rill_status rill_topic_set_validator(rill_broker *b,
+                                     const char *topic,
+                                     rill_validator_fn validator,
+                                     void *user,
+                                     uint32_t on_invalid_);
+
+/**
+ * Removes `topic`'s schema (from the disk too, for a durable topic):
+ * later publishes are not checked. Nothing happens if it has none.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `topic` a NUL-terminated string.
+ */
+rill_status rill_topic_remove_schema(rill_broker *b, const char *topic);
+
+/**
+ * The version of `topic`'s schema in force into `*out`: 0 if it has none.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `topic` a NUL-terminated string; `out` writable.
+ */
+rill_status rill_topic_schema_version(rill_broker *b, const char *topic, uint64_t *out);
 
 /**
  * Fills `o` with the defaults; `size` is the caller's

@@ -116,6 +116,12 @@ pub enum Error {
     /// timeout): this member may no longer commit or move its position.
     #[error("reassigned: {0}")]
     Reassigned(String),
+    /// A payload does not fit its topic's schema (`OnInvalid::Reject`):
+    /// the validator's message (for a JSON schema, the failing instance
+    /// path and keyword; in a batch, the failing record's index first).
+    /// Nothing was appended.
+    #[error("schema: {0}")]
+    Schema(String),
 }
 
 /// Which variant an [`Error`] is, without its data. Unlike `Error` it is
@@ -142,6 +148,7 @@ pub enum ErrorKind {
     Io,
     Corrupt,
     Reassigned,
+    Schema,
 }
 
 impl Error {
@@ -166,6 +173,7 @@ impl Error {
             Error::Io { .. } => ErrorKind::Io,
             Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::Reassigned(_) => ErrorKind::Reassigned,
+            Error::Schema(_) => ErrorKind::Schema,
         }
     }
 

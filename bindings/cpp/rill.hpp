@@ -24,8 +24,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -48,6 +51,14 @@ class Error : public std::runtime_error {
     rill_status status_;
 };
 
+/// A payload did not fit its topic's schema (RILL_ERR_SCHEMA), whose
+/// on_invalid is OnInvalid::Reject: nothing was published. what() has the
+/// validator's reason.
+class SchemaError : public Error {
+  public:
+    using Error::Error;
+};
+
 namespace detail {
 inline std::string last_error() {
     std::string text(rill_last_error(nullptr, 0), '\0');
@@ -56,7 +67,10 @@ inline std::string last_error() {
 }
 
 inline void check(rill_status status) {
-    if (status != RILL_OK) throw Error(status, std::string(rill_status_name(status)) + ": " + last_error());
+    if (status == RILL_OK) return;
+    std::string text = std::string(rill_status_name(status)) + ": " + last_error();
+    if (status == RILL_ERR_SCHEMA) throw SchemaError(status, text);
+    throw Error(status, text);
 }
 
 inline int64_t to_ms(std::chrono::milliseconds timeout) { return static_cast<int64_t>(timeout.count()); }
@@ -84,17 +98,35 @@ enum class Ack : int32_t {
 /// Where a published message landed. `duplicate`: the message carried an id
 /// (Record::id) that the topic published within its dedupe window, so
 /// nothing was appended and this is the first message's position (see
-/// rill_publish_outcome). Equality compares where, not how.
+/// rill_publish_outcome). `dead_lettered`: the payload did not fit the
+/// topic's schema (OnInvalid::DeadLetter), so the message went to
+/// `$dlq/<topic>` and this is its position there. Equality compares where,
+/// not how.
 struct Position {
     uint32_t partition;
     uint64_t offset;
     bool duplicate = false;
+    bool dead_lettered = false;
 
     friend bool operator==(const Position &a, const Position &b) noexcept {
         return a.partition == b.partition && a.offset == b.offset;
     }
     friend bool operator!=(const Position &a, const Position &b) noexcept { return !(a == b); }
 };
+
+/// What a publish of a payload that does not fit its topic's schema does.
+enum class OnInvalid : uint32_t {
+    /// Throws SchemaError; nothing is published.
+    Reject = RILL_ON_INVALID_REJECT,
+    /// Publishes it to `$dlq/<topic>` with the reason in `rill.dlq.reason`.
+    DeadLetter = RILL_ON_INVALID_DEAD_LETTER,
+};
+
+/// A validator (Broker::set_validator): std::nullopt for a valid payload,
+/// the reason for an invalid one. An exception it throws makes the payload
+/// invalid with its what(). Called on any publishing thread, at once on
+/// several.
+using Validator = std::function<std::optional<std::string>(std::string_view payload)>;
 
 /// A message, borrowed from the broker: valid during the handler call, or
 /// until the next poll/seek/rollback of the consumer that returned it.
@@ -106,6 +138,9 @@ class Message {
     uint64_t offset() const noexcept { return m_->offset; }
     uint64_t timestamp_ns() const noexcept { return m_->timestamp_ns; }
     uint32_t attempt() const noexcept { return m_->attempt; }
+    /// The version of the topic's schema it was checked against when
+    /// published; 0 if the topic had none then.
+    uint64_t schema_version() const noexcept { return rill_message_schema_version(m_); }
     std::string_view payload() const {
         return {reinterpret_cast<const char *>(m_->payload), m_->payload_len};
     }
@@ -531,7 +566,32 @@ struct RecordData {
 };
 
 inline Position position(const rill_position &p, uint32_t flags) noexcept {
-    return {p.partition, p.offset, (flags & RILL_PUBLISHED_DUPLICATE) != 0};
+    return {p.partition, p.offset, (flags & RILL_PUBLISHED_DUPLICATE) != 0,
+            (flags & RILL_PUBLISHED_DEAD_LETTERED) != 0};
+}
+
+/// The C trampoline of a Broker::set_validator validator: nothing is
+/// thrown through C.
+inline int call_validator(void *user, const uint8_t *payload, size_t len, char *reason, size_t reason_len) noexcept {
+    std::optional<std::string> why;
+    try {
+        why = (*static_cast<const Validator *>(user))(std::string_view(reinterpret_cast<const char *>(payload), len));
+        if (!why) return 0;
+    } catch (const std::exception &e) {
+        why.reset();
+        try {
+            why = std::string("validator threw: ") + e.what();
+        } catch (...) {
+        }
+    } catch (...) {
+        why.reset();
+    }
+    if (why && reason_len > 0) {
+        size_t n = why->size() < reason_len - 1 ? why->size() : reason_len - 1;
+        std::memcpy(reason, why->data(), n);
+        reason[n] = '\0';
+    }
+    return 1;
 }
 
 inline RecordData to_c(const Record &r) {
@@ -663,6 +723,8 @@ class Publisher {
     ~Publisher() { rill_publisher_free(p_); }
 
     /// `duplicate` is set in the result if the record's id was a duplicate.
+    /// `dead_lettered` is set in the result if the topic's schema sent the
+    /// message to `$dlq/<topic>`.
     Position publish(const Record &r) const {
         auto d = detail::to_c(r);
         rill_position pos;
@@ -694,11 +756,12 @@ class Broker {
         c.sharing = static_cast<rill_sharing>(o.sharing);
         detail::check(rill_broker_new(&c, &b_));
     }
-    Broker(Broker &&o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
+    Broker(Broker &&o) noexcept : b_(std::exchange(o.b_, nullptr)), validators_(std::move(o.validators_)) {}
     Broker &operator=(Broker &&o) noexcept {
         if (this != &o) {
             rill_broker_free(b_);
             b_ = std::exchange(o.b_, nullptr);
+            validators_ = std::move(o.validators_);
         }
         return *this;
     }
@@ -723,6 +786,8 @@ class Broker {
     }
 
     /// `duplicate` is set in the result if the record's id was a duplicate.
+    /// `dead_lettered` is set in the result if the topic's schema sent the
+    /// message to `$dlq/<topic>`.
     Position publish(const std::string &topic, const Record &r) {
         auto d = detail::to_c(r);
         rill_position pos;
@@ -756,6 +821,40 @@ class Broker {
         out.reserve(pos.size());
         for (size_t i = 0; i < pos.size(); i++) out.push_back(detail::position(pos[i], flags[i]));
         return out;
+    }
+
+    /// Sets (or replaces) `topic`'s schema to a JSON Schema (draft 2020-12)
+    /// document; see rill_topic_set_schema_json. Returns its version.
+    uint64_t set_schema_json(const std::string &topic, const std::string &json, OnInvalid on_invalid = OnInvalid::Reject) {
+        const char *t = detail::c_str(topic, "topic name");
+        detail::check(rill_topic_set_schema_json(b_, t, detail::c_str(json, "json"), static_cast<uint32_t>(on_invalid)));
+        validators_.erase(topic);
+        return schema_version(topic);
+    }
+
+    /// Sets (or replaces) `topic`'s schema to a validator; see
+    /// rill_topic_set_validator. It lives with this Broker (not on disk).
+    /// Returns the schema's version.
+    uint64_t set_validator(const std::string &topic, Validator validator, OnInvalid on_invalid = OnInvalid::Reject) {
+        const char *t = detail::c_str(topic, "topic name");
+        auto owned = std::make_unique<Validator>(std::move(validator));
+        detail::check(rill_topic_set_validator(b_, t, detail::call_validator, owned.get(), static_cast<uint32_t>(on_invalid)));
+        // The old validator is no longer called once the C call returns.
+        validators_[topic] = std::move(owned);
+        return schema_version(topic);
+    }
+
+    /// Removes `topic`'s schema; see rill_topic_remove_schema.
+    void remove_schema(const std::string &topic) {
+        detail::check(rill_topic_remove_schema(b_, detail::c_str(topic, "topic name")));
+        validators_.erase(topic);
+    }
+
+    /// The version of `topic`'s schema in force; 0 if it has none.
+    uint64_t schema_version(const std::string &topic) const {
+        uint64_t v = 0;
+        detail::check(rill_topic_schema_version(b_, detail::c_str(topic, "topic name"), &v));
+        return v;
     }
 
     Publisher publisher(const std::string &topic) {
@@ -881,6 +980,9 @@ class Broker {
 
   private:
     rill_broker *b_ = nullptr;
+    /// The validators C holds, by topic; freed after the broker (members go
+    /// after the destructor's body).
+    std::map<std::string, std::unique_ptr<Validator>> validators_;
 };
 
 }  // namespace rill

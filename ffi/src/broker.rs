@@ -233,6 +233,10 @@ const fn const_str_eq(a: &str, b: &str) -> bool {
 /// published to the topic within its dedupe window, so nothing was
 /// appended, and the position given is the first message's.
 pub const RILL_PUBLISHED_DUPLICATE: u32 = 1;
+/// Set in the flags of an `_outcome` publish: the payload did not fit the
+/// topic's schema, whose `on_invalid` is `RILL_ON_INVALID_DEAD_LETTER`, so
+/// the message went to `$dlq/<topic>` and the position given is there.
+pub const RILL_PUBLISHED_DEAD_LETTERED: u32 = 2;
 
 /// One attribute of a message to publish: NUL-terminated UTF-8 strings.
 #[repr(C)]
@@ -880,8 +884,10 @@ pub unsafe extern "C" fn rill_publish_batch(
 /// publish did: `*flags` (if not NULL) gets `RILL_PUBLISHED_DUPLICATE` when
 /// the message carried an id (`RILL_ATTR_ID`) that the topic had appended
 /// within its dedupe window, so nothing was appended and `*out` (if not
-/// NULL) is the first message's position; else 0. Other flags may be added
-/// later: test the bit. Publishers racing with one id append it once (the
+/// NULL) is the first message's position; `RILL_PUBLISHED_DEAD_LETTERED`
+/// when the payload did not fit the topic's schema and went to
+/// `$dlq/<topic>` (`*out` is its position there); else 0. Other flags may
+/// be added later: test the bit. Publishers racing with one id append it once (the
 /// others wait for that append and get its position). Both outputs are
 /// written only on `RILL_OK`.
 ///
@@ -963,7 +969,8 @@ pub unsafe extern "C" fn rill_publish_batch_outcome(
 
 /// The flags word of a publish outcome.
 fn outcome_flags(p: &Published) -> u32 {
-    if p.duplicate { RILL_PUBLISHED_DUPLICATE } else { 0 }
+    let duplicate = if p.duplicate { RILL_PUBLISHED_DUPLICATE } else { 0 };
+    duplicate | if p.dead_lettered { RILL_PUBLISHED_DEAD_LETTERED } else { 0 }
 }
 
 /// Writes one outcome into the outputs that are not NULL.

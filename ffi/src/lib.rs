@@ -32,6 +32,7 @@ mod nats;
 mod notify;
 mod options;
 mod priority;
+mod schema;
 mod subscription;
 mod text;
 mod util;
@@ -47,6 +48,7 @@ pub use message::*;
 #[cfg(feature = "nats")]
 pub use nats::*;
 pub use priority::*;
+pub use schema::*;
 pub use subscription::*;
 
 /// The library version as a NUL-terminated string, e.g. `"0.2.0"`. Static;

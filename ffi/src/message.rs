@@ -104,6 +104,26 @@ unsafe fn context<'a>(m: *const rill_message) -> Result<&'a MessageContext, FfiE
     Ok(unsafe { &*m.internal.cast::<MessageContext>() })
 }
 
+/// The version of the topic's schema that `m`'s payload was checked
+/// against when it was published (`rill_topic_set_schema_json`,
+/// `rill_topic_set_validator`); 0 if the topic had no schema then, or if
+/// `m` is NULL.
+///
+/// # Safety
+///
+/// `m` is NULL or a message inside its validity window.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_message_schema_version(m: *const rill_message) -> u64 {
+    boundary_value(0, || {
+        // SAFETY: forwarded from the caller.
+        unsafe { context(m) }
+            .ok()
+            .and_then(|c| c.record.attribute(rill::broker::SCHEMA_ATTRIBUTE))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    })
+}
+
 /// Number of attributes of `m` (0 if `m` is NULL).
 ///
 /// # Safety

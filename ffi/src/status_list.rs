@@ -62,5 +62,11 @@ statuses! {
         /// or this member's session timeout passed without a poll): its commit
         /// there was refused. Its other partitions are unaffected.
         RILL_ERR_REASSIGNED = 19 => [Reassigned],
+        /// A payload does not fit its topic's schema and the topic refuses
+        /// invalid records (`RILL_ON_INVALID_REJECT`): nothing was appended.
+        /// The error text has the validator's reason (for a JSON schema, the
+        /// failing instance path and keyword; in a batch, the failing
+        /// record's index first).
+        RILL_ERR_SCHEMA = 20 => [Schema],
     }
 }

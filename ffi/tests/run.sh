@@ -54,6 +54,8 @@ robust=(test_robust_groups test_robust_ffi test_robust_holes test_robust_ops tes
   test_robust_wildcards test_robust_notify test_robust_procs test_robust_priority)
 # Issue 41's dedupe window (ids, duplicates, racing threads, a restart).
 robust+=(test_robust_dedupe)
+# Issue 42's schemas (JSON Schema, validators, reject and dead-letter, a restart).
+robust+=(test_robust_schema)
 for t in "${robust[@]}"; do
   build "$t" gcc c99 "ffi/tests/c/$t.c"
   "$out/$t"

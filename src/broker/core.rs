@@ -479,7 +479,7 @@ impl BrokerInner {
     }
 
     /// The topic `name`, created with the default options if absent.
-    fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>> {
+    pub(super) fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>> {
         match self.topic(name) {
             Err(Error::NoSuchTopic(_)) => match self.create_topic(name, &self.config.default_topic) {
                 // Another thread created it first.
@@ -1096,6 +1096,9 @@ impl BrokerInner {
             let dir = |p| store.partition_dir(meta.dir, p);
             let topic =
                 Topic::open(&meta.name, &meta.options, &dir, config.fsync, config.repair, opening, bell.as_ref())?;
+            if let Some(bytes) = store.read_topic_file(meta.dir, super::schema::SCHEMA_FILE)? {
+                topic.schema.restore(&bytes)?;
+            }
             topics.insert(topic.name.clone(), Arc::new(topic));
         }
         let mut control = Control::default();

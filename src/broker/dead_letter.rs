@@ -2,11 +2,15 @@
 //! dead-letter topic with its key, payload and attributes plus `rill.dlq.*`
 //! attributes saying where it came from and why. Push subscriptions
 //! (`subscription/settle.rs`) and pull consumers (`consumer.rs`) write the
-//! same attributes; only the last one names the subscriber.
+//! same attributes; only the last one names the subscriber. A record whose
+//! payload does not fit its topic's schema (`OnInvalid::DeadLetter`) is
+//! written here by its publish ([`publish_invalid`]), with the reason and
+//! the topic only, since it was never appended.
 
+use super::schema::SCHEMA_ATTRIBUTE;
 use super::topic::{Topic, Wait};
 use crate::error::Result;
-use crate::log::{Record, RecordView};
+use crate::log::{ID_ATTRIBUTE, Record, RecordView};
 
 /// A message given up on.
 pub(crate) struct Failed<'a> {
@@ -42,4 +46,29 @@ pub(crate) fn publish(dlq: &Topic, failed: &Failed<'_>, wait: Wait) -> Result<u6
         out = out.with_key(k);
     }
     Ok(dlq.route(record.key()).publish(&out, wait)?)
+}
+
+/// Publishes `record`, refused by `topic`'s schema for `reason`, to `dlq`;
+/// returns its partition and offset there. Any `rill.dlq.*` attribute and
+/// the schema version the publisher set are dropped.
+pub(crate) fn publish_invalid(
+    dlq: &Topic,
+    topic: &str,
+    record: &Record<'_>,
+    reason: &str,
+    wait: Wait,
+) -> Result<(u32, u64)> {
+    let mut attrs: Vec<(&str, &str)> = record
+        .attributes
+        .iter()
+        .filter(|(k, _)| !k.starts_with("rill.dlq.") && *k != SCHEMA_ATTRIBUTE)
+        .copied()
+        .collect();
+    if let Some(id) = record.id {
+        attrs.push((ID_ATTRIBUTE, id));
+    }
+    attrs.extend([("rill.dlq.reason", reason), ("rill.dlq.topic", topic)]);
+    let out = Record { key: record.key, attributes: &attrs, payload: record.payload, id: None };
+    let p = dlq.route(record.key);
+    Ok((p.index, p.publish(&out, wait)?))
 }

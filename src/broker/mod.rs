@@ -37,6 +37,7 @@ mod journal;
 #[doc(hidden)]
 pub mod loom_harness;
 pub(crate) mod names;
+pub(crate) mod schema;
 mod shared;
 mod store;
 pub(crate) mod subscription;
@@ -62,6 +63,7 @@ use dispatch::{Timer, WorkerPool};
 use doorbell::Doorbell;
 pub use filter::Filter;
 pub use names::{MAX_NAME_LEN, MAX_PATTERN_ANY, MAX_PATTERN_SEGMENTS, MAX_SUBSCRIPTION_NAME_LEN, Pattern};
+pub use schema::{OnInvalid, SCHEMA_ATTRIBUTE, Schema, ValidatorFn};
 use subscription::HandlerKind;
 pub use subscription::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Message, Overflow,
@@ -100,15 +102,19 @@ pub struct Published {
     /// The record carried an id (`Record::with_id`) that the topic had
     /// appended within its `dedupe_window_ms`: nothing was appended.
     pub duplicate: bool,
+    /// The payload did not fit the topic's schema, whose `OnInvalid` is
+    /// `DeadLetter`: the record went to `$dlq/<topic>` (with the reason in
+    /// `rill.dlq.reason`), and `position` is its position there.
+    pub dead_lettered: bool,
 }
 
 impl Published {
     fn of((partition, offset, duplicate): topic::Outcome) -> Published {
-        Published { position: Position { partition, offset }, duplicate }
+        Published { position: Position { partition, offset }, duplicate, dead_lettered: false }
     }
 
     fn appended(position: Position) -> Published {
-        Published { position, duplicate: false }
+        Published { position, duplicate: false, dead_lettered: false }
     }
 }
 
@@ -468,16 +474,17 @@ impl Broker {
         let Some(t) = topics.get(topic) else {
             drop(topics);
             let t = inner.topic_for_publish(topic)?;
-            if record.may_have_id() {
-                return Ok(Published::of(t.publish_identified(record, wait)?).position);
+            if record.may_have_id() || t.schema.is_set() {
+                return Ok(publish_slow(inner, &t, record, wait)?.position);
             }
             let p = t.route(record.key);
             let offset = p.publish(record, wait).map_err(|f| t.publish_failed(f))?;
             return Ok(Position { partition: p.index, offset });
         };
-        // The one branch a record without an id pays for the dedupe window.
-        if record.may_have_id() {
-            return Ok(Published::of(t.publish_identified(record, wait)?).position);
+        // The branches a record without an id pays for the dedupe window
+        // and the schema: a field test and an `ArcSwap` load (no count).
+        if record.may_have_id() || t.schema.is_set() {
+            return Ok(publish_slow(inner, t, record, wait)?.position);
         }
         let p = t.route(record.key);
         // The `?` turns a `PublishFailure` into its `Error` out of line; a
@@ -536,7 +543,7 @@ impl Broker {
         let inner = self.inner();
         inner.check_open()?;
         let t = inner.topic_for_publish(topic)?;
-        Ok(Published::of(t.publish_identified(record, wait)?))
+        publish_slow(inner, &t, record, wait)
     }
 
     /// Publishes many messages; returns their positions in input order.
@@ -561,7 +568,7 @@ impl Broker {
     /// ```
     pub fn publish_batch(&self, topic: &str, records: &[Record<'_>]) -> Result<Vec<Position>> {
         let t = self.inner().topic_for_publish(topic)?;
-        publish_batch_to(&t, records, self.inner().default_wait())
+        publish_batch_to(self.inner(), &t, records, self.inner().default_wait())
     }
 
     /// [`Broker::publish_batch`] with each message's [`Published`]: records
@@ -584,7 +591,7 @@ impl Broker {
     /// ```
     pub fn publish_batch_outcome(&self, topic: &str, records: &[Record<'_>]) -> Result<Vec<Published>> {
         let t = self.inner().topic_for_publish(topic)?;
-        publish_batch_outcome_to(&t, records, self.inner().default_wait())
+        publish_batch_outcome_to(self.inner(), &t, records, self.inner().default_wait())
     }
 
     /// A handle that publishes to one topic without looking it up each time.
@@ -861,6 +868,104 @@ impl Broker {
         self.inner().delete_topic(name)
     }
 
+    /// Sets (or replaces) `topic`'s schema: each later publish checks its
+    /// payload, and one that does not fit is refused with
+    /// [`Error::Schema`] (`OnInvalid::Reject`, nothing appended) or sent to
+    /// `$dlq/<topic>` with the reason in `rill.dlq.reason`
+    /// (`OnInvalid::DeadLetter`, the publish returns its position there,
+    /// [`Published::dead_lettered`]). Returns the schema's version: each
+    /// change of the topic's schema (set, replace, remove) takes the next
+    /// number, from 1; each appended record carries the version it was
+    /// checked against ([`Message::schema_version`]). Records appended
+    /// before are not checked again. A replacement while publishers run
+    /// checks each record by the old schema or the new one, never by none.
+    ///
+    /// A JSON schema (draft 2020-12) that does not compile is
+    /// `InvalidArgument` with the compiler's message; on a durable topic it
+    /// is stored with the topic and comes back after a restart. A
+    /// [`Schema::Validator`] lives with this broker only (and replaces a
+    /// stored JSON schema, which is then removed from the disk).
+    /// `NoSuchTopic` if the topic does not exist.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Error, OnInvalid, Record, Schema};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let schema = r#"{"type":"object","required":["id"],"properties":{"id":{"type":"integer"}}}"#;
+    /// assert_eq!(broker.set_schema("orders", Schema::Json(schema.into()), OnInvalid::Reject)?, 1);
+    /// broker.publish("orders", &Record::new(br#"{"id":7}"#))?;
+    /// let refused = broker.publish("orders", &Record::new(br#"{"id":"seven"}"#));
+    /// assert!(matches!(refused, Err(Error::Schema(m)) if m.contains("/id")));
+    /// assert_eq!(broker.topic_stats("orders")?.publish_count, 1);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn set_schema(&self, topic: &str, schema: Schema, on_invalid: OnInvalid) -> Result<u64> {
+        let inner = self.inner();
+        inner.check_open()?;
+        let t = inner.topic(topic)?;
+        let store = inner.store();
+        t.schema.set(schema, on_invalid, |current| match &store {
+            Some(store) => store.save_topic_file(&t.name, schema::SCHEMA_FILE, current.file_bytes().as_deref()),
+            None => Ok(()),
+        })
+    }
+
+    /// Removes `topic`'s schema (from the disk too, for a durable topic):
+    /// later publishes are not checked. The version still advances, so a
+    /// later schema gets a new number. Nothing happens if it has none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{OnInvalid, Record, Schema};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.set_schema("orders", Schema::Json(r#"{"type":"object"}"#.into()), OnInvalid::Reject)?;
+    /// assert!(broker.publish("orders", &Record::new(b"not json")).is_err());
+    /// broker.remove_schema("orders")?;
+    /// assert_eq!(broker.schema_version("orders")?, 0);
+    /// broker.publish("orders", &Record::new(b"not json"))?;
+    /// assert_eq!(broker.set_schema("orders", Schema::Json("true".into()), OnInvalid::Reject)?, 3);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn remove_schema(&self, topic: &str) -> Result<()> {
+        let inner = self.inner();
+        inner.check_open()?;
+        let t = inner.topic(topic)?;
+        let store = inner.store();
+        t.schema.remove(|| match &store {
+            Some(store) => store.save_topic_file(&t.name, schema::SCHEMA_FILE, None),
+            None => Ok(()),
+        })
+    }
+
+    /// The version of `topic`'s schema in force; 0 if it has none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{OnInvalid, Schema};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// assert_eq!(broker.schema_version("orders")?, 0);
+    /// broker.set_schema("orders", Schema::Validator(std::sync::Arc::new(|p| {
+    ///     if p.len() <= 16 { Ok(()) } else { Err(format!("{} bytes; at most 16", p.len())) }
+    /// })), OnInvalid::Reject)?;
+    /// assert_eq!(broker.schema_version("orders")?, 1);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn schema_version(&self, topic: &str) -> Result<u64> {
+        Ok(self.inner().topic(topic)?.schema.version())
+    }
+
     /// Forgets a durable subscription's saved position, so the name starts
     /// afresh next time. `Busy` while a subscription of that name is live,
     /// `NotFound` if none saved a position.
@@ -1088,8 +1193,9 @@ impl Publisher {
         if self.broker.is_closed() {
             return Err(PublishFailure::closed());
         }
-        // The one branch a record without an id pays for the dedupe window.
-        if record.may_have_id() {
+        // The branches a record without an id pays for the dedupe window
+        // and the schema: a field test and an `ArcSwap` load (no count).
+        if record.may_have_id() || self.topic.schema.is_set() {
             return self.publish_identified(record, wait).map(|p| p.position);
         }
         let p = self.topic.route(record.key);
@@ -1102,14 +1208,15 @@ impl Publisher {
         Ok(Position { partition: p.index, offset })
     }
 
-    /// [`Publisher::publish_with`] for a record that may carry an id.
+    /// [`Publisher::publish_with`] for a record that may carry an id, or
+    /// to a topic that may have a schema.
     #[cold]
     #[inline(never)]
     fn publish_identified(&self, record: &Record<'_>, wait: Wait) -> Result<Published, PublishFailure> {
         if self.topic.is_deleted() {
             return Err(self.deleted());
         }
-        Ok(Published::of(self.topic.publish_identified(record, wait)?))
+        Ok(publish_slow(&self.broker, &self.topic, record, wait)?)
     }
 
     /// Publishes one message and says whether it was a duplicate; see
@@ -1156,7 +1263,7 @@ impl Publisher {
         if self.topic.is_deleted() {
             return Err(self.topic.deleted_error());
         }
-        publish_batch_outcome_to(&self.topic, records, self.broker.default_wait())
+        publish_batch_outcome_to(&self.broker, &self.topic, records, self.broker.default_wait())
     }
 
     /// The failure of a publish to a deleted topic, built out of line.
@@ -1187,7 +1294,7 @@ impl Publisher {
         if self.topic.is_deleted() {
             return Err(self.topic.deleted_error());
         }
-        publish_batch_to(&self.topic, records, self.broker.default_wait())
+        publish_batch_to(&self.broker, &self.topic, records, self.broker.default_wait())
     }
 
     /// The topic's name.
@@ -1213,18 +1320,157 @@ impl fmt::Debug for Publisher {
     }
 }
 
-fn publish_batch_to(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Position>> {
+fn publish_batch_to(inner: &BrokerInner, t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Position>> {
+    if let Some(s) = t.schema.load() {
+        let done = publish_batch_checked(inner, t, s, records, wait).map_err(|e| t.batch_failed(e))?;
+        return Ok(done.into_iter().map(|p| p.position).collect());
+    }
+    if records.iter().any(claims_a_version) {
+        let attributes = unclaimed(records);
+        return publish_batch_parts(t, &with_attributes(records, &attributes), wait).map_err(|e| t.batch_failed(e));
+    }
     // A failure that raced a delete of the topic reports the delete.
     publish_batch_parts(t, records, wait).map_err(|e| t.batch_failed(e))
 }
 
-fn publish_batch_outcome_to(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Published>> {
+/// Whether a record sets [`SCHEMA_ATTRIBUTE`] itself, which only the
+/// broker may (a record without attributes pays one branch).
+#[inline]
+fn claims_a_version(r: &Record<'_>) -> bool {
+    !r.attributes.is_empty() && r.attributes.iter().any(|(k, _)| *k == SCHEMA_ATTRIBUTE)
+}
+
+/// Each record's attributes without [`SCHEMA_ATTRIBUTE`].
+#[cold]
+fn unclaimed<'a>(records: &[Record<'a>]) -> Vec<Vec<(&'a str, &'a str)>> {
+    records.iter().map(|r| r.attributes.iter().filter(|(k, _)| *k != SCHEMA_ATTRIBUTE).copied().collect()).collect()
+}
+
+/// `records` with their attributes replaced by `attributes`.
+fn with_attributes<'a>(records: &[Record<'a>], attributes: &'a [Vec<(&'a str, &'a str)>]) -> Vec<Record<'a>> {
+    records.iter().zip(attributes).map(|(r, a)| Record { attributes: a, ..*r }).collect()
+}
+
+fn publish_batch_outcome_to(
+    inner: &BrokerInner,
+    t: &Topic,
+    records: &[Record<'_>],
+    wait: Wait,
+) -> Result<Vec<Published>> {
+    if let Some(s) = t.schema.load() {
+        return publish_batch_checked(inner, t, s, records, wait).map_err(|e| t.batch_failed(e));
+    }
+    if records.iter().any(claims_a_version) {
+        let attributes = unclaimed(records);
+        return publish_batch_outcome_unchecked(t, &with_attributes(records, &attributes), wait);
+    }
+    publish_batch_outcome_unchecked(t, records, wait)
+}
+
+fn publish_batch_outcome_unchecked(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Published>> {
     // A failure that raced a delete of the topic reports the delete.
     check_batch(t, records).map_err(|e| t.batch_failed(e))?;
     if t.dedupe.is_some() && records.iter().any(Record::may_have_id) {
         return publish_identified_batch(t, records, wait).map_err(|e| t.batch_failed(e));
     }
-    Ok(publish_batch_to(t, records, wait)?.into_iter().map(Published::appended).collect())
+    let positions = publish_batch_parts(t, records, wait).map_err(|e| t.batch_failed(e))?;
+    Ok(positions.into_iter().map(Published::appended).collect())
+}
+
+/// One record that may carry an id, or to a topic that may have a schema:
+/// out of line, so the common publish pays two branches for both. The
+/// schema is loaded once and used for the check, the version the record
+/// carries and what an invalid one does (see `schema.rs`).
+#[cold]
+#[inline(never)]
+fn publish_slow(inner: &BrokerInner, t: &Topic, record: &Record<'_>, wait: Wait) -> Result<Published> {
+    let Some(s) = t.schema.load() else {
+        if claims_a_version(record) {
+            let attributes = unclaimed(std::slice::from_ref(record));
+            return Ok(Published::of(t.publish_identified(&Record { attributes: &attributes[0], ..*record }, wait)?));
+        }
+        return Ok(Published::of(t.publish_identified(record, wait)?));
+    };
+    // The schema is let go before the append, which may wait for room:
+    // a replacement waits for the publishes using the old one (see
+    // `schema.rs`), and must not wait for subscribers too.
+    let (verdict, version, on_invalid) = (s.check(record.payload), s.version_text.clone(), s.on_invalid);
+    drop(s);
+    match verdict {
+        Ok(()) => {
+            let attributes = stamped(record, &version);
+            let stamped = Record { attributes: &attributes, ..*record };
+            Ok(Published::of(t.publish_identified(&stamped, wait)?))
+        }
+        Err(reason) => match on_invalid {
+            OnInvalid::Reject => Err(Error::Schema(reason)),
+            OnInvalid::DeadLetter => dead_letter_invalid(inner, t, record, &reason, wait),
+        },
+    }
+}
+
+/// A record's attributes with the schema's version as [`SCHEMA_ATTRIBUTE`]
+/// (any the publisher set is dropped: a record cannot claim a version).
+fn stamped<'a>(record: &Record<'a>, version: &'a str) -> Vec<(&'a str, &'a str)> {
+    let mut out: Vec<(&str, &str)> =
+        record.attributes.iter().filter(|(k, _)| *k != SCHEMA_ATTRIBUTE).copied().collect();
+    out.push((SCHEMA_ATTRIBUTE, version));
+    out
+}
+
+/// Sends an invalid record to `$dlq/<topic>` (created if absent, as the
+/// subscriptions' dead letters are).
+fn dead_letter_invalid(
+    inner: &BrokerInner,
+    t: &Topic,
+    record: &Record<'_>,
+    reason: &str,
+    wait: Wait,
+) -> Result<Published> {
+    let dlq = inner.topic_or_create(&names::default_dead_letter_topic(&t.name))?;
+    let (partition, offset) = dead_letter::publish_invalid(&dlq, &t.name, record, reason, wait)?;
+    Ok(Published { position: Position { partition, offset }, duplicate: false, dead_lettered: true })
+}
+
+/// A batch to a topic with a schema, checked whole by one schema `s`
+/// before anything is appended. Under `Reject` one invalid record refuses
+/// the batch (the error names its index). Under `DeadLetter` the invalid
+/// records go to `$dlq/<topic>` first, in input order, then the valid ones
+/// are appended as one batch, in input order; the results are in input
+/// order. A failure appending the valid ones leaves the dead letters
+/// written.
+#[cold]
+#[inline(never)]
+fn publish_batch_checked(
+    inner: &BrokerInner,
+    t: &Topic,
+    s: std::sync::Arc<schema::Current>,
+    records: &[Record<'_>],
+    wait: Wait,
+) -> Result<Vec<Published>> {
+    let verdicts: Vec<std::result::Result<(), String>> = records.iter().map(|r| s.check(r.payload)).collect();
+    // Let go of the schema before appending, as `publish_slow` does.
+    let (version, on_invalid) = (s.version_text.clone(), s.on_invalid);
+    drop(s);
+    if on_invalid == OnInvalid::Reject
+        && let Some((i, Err(reason))) = verdicts.iter().enumerate().find(|(_, v)| v.is_err())
+    {
+        return Err(Error::Schema(format!("record {i} of the batch: {reason}")));
+    }
+    let attributes: Vec<Vec<(&str, &str)>> = records.iter().map(|r| stamped(r, &version)).collect();
+    let stamped = with_attributes(records, &attributes);
+    let valid: Vec<Record<'_>> = stamped.iter().zip(&verdicts).filter(|(_, v)| v.is_ok()).map(|(r, _)| *r).collect();
+    check_batch(t, &valid)?;
+    let mut out = Vec::with_capacity(records.len());
+    for (r, v) in records.iter().zip(&verdicts) {
+        if let Err(reason) = v {
+            out.push(Some(dead_letter_invalid(inner, t, r, reason, wait)?));
+        } else {
+            out.push(None);
+        }
+    }
+    let mut appended = publish_batch_outcome_unchecked(t, &valid, wait)?.into_iter();
+    Ok(out.into_iter().map(|p| p.or_else(|| appended.next()).expect("one result per valid record")).collect())
 }
 
 /// Checks every record of a batch, so an error publishes nothing.

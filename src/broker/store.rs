@@ -179,7 +179,7 @@ use std::io::{ErrorKind as IoKind, Read};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use super::atomic_file::replace;
+use super::atomic_file::{replace, sync_dir};
 use super::journal::{COMPACT_MIN_ENTRIES, Change, JOURNAL_FILE, Journal};
 use super::topic::TopicOptions;
 use crate::error::{Error, Result};
@@ -490,6 +490,38 @@ impl Store {
             let _ = fs::remove_dir_all(&path);
         }
         listed
+    }
+
+    /// Replaces (or, with `None`, removes) the small file `file` in the
+    /// directory of the listed topic `name` (a topic's schema, see
+    /// `schema.rs`), whole: a crash leaves the old file or the new one. A
+    /// directory written by a rill without such files reads as having none.
+    /// Nothing happens for a topic that is not listed.
+    pub(crate) fn save_topic_file(&self, name: &str, file: &str, bytes: Option<&[u8]>) -> Result<()> {
+        // Under the list's lock, so a delete of the topic cannot move its
+        // directory away meanwhile.
+        let topics = self.topics.lock();
+        let Some(dir) = topics.list.iter().find(|t| t.name == name).map(|t| t.dir) else { return Ok(()) };
+        let path = self.topic_dir(dir);
+        let sync = !matches!(self.fsync, Fsync::Never);
+        match bytes {
+            Some(bytes) => replace(&path, file, bytes, sync),
+            None => match fs::remove_file(path.join(file)) {
+                Ok(()) if sync => sync_dir(&path),
+                Err(e) if e.kind() != IoKind::NotFound => Err(Error::io(path.join(file), &e)),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// The file `file` of the topic in `topics/<dir>`, if there is one.
+    pub(crate) fn read_topic_file(&self, dir: u64, file: &str) -> Result<Option<Vec<u8>>> {
+        let path = self.topic_dir(dir).join(file);
+        match fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == IoKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(&path, &e)),
+        }
     }
 
     /// Every listed topic's name and options.

@@ -15,6 +15,7 @@ use super::barrier;
 use super::dedupe::{Claim, Landed, Window};
 use super::dispatch::PRIORITIES;
 use super::doorbell::{Bell, Cross, Watch};
+use super::schema::Slot;
 use super::subscription::in_handler::InHandler;
 use super::subscription::signal::{self, Entry};
 use super::waiters::Waiters;
@@ -672,6 +673,8 @@ pub(crate) struct Topic {
     pub(crate) compaction: Option<CompactionPolicy>,
     /// `TopicOptions::priority`: the default of its subscriptions.
     pub(crate) priority: Option<u8>,
+    /// Its schema, if any (see `schema.rs`).
+    pub(crate) schema: Slot,
 }
 
 /// Where a publish through [`Topic::publish_identified`] landed:
@@ -697,6 +700,7 @@ impl Topic {
             dedupe: window(options),
             compaction: options.compaction_policy(),
             priority: options.priority,
+            schema: Slot::default(),
         })
     }
 
@@ -815,6 +819,7 @@ impl Topic {
             dedupe: window(options),
             compaction: None,
             priority: options.priority,
+            schema: Slot::default(),
         };
         topic.rebuild_window();
         Ok(topic)

@@ -38,5 +38,6 @@ pub mod recovery;
 pub mod report;
 pub mod scale;
 pub mod scenarios;
+pub mod schema_cost;
 pub mod stats;
 pub mod systems;

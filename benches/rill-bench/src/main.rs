@@ -74,6 +74,7 @@ EXAMPLES:
   rill-bench -c 2 --batch 64 --poll-batch 1024      pull consumers
   rill-bench --suite sweep --plot fanout.svg        throughput against subscriber count
   rill-bench --suite report --format json > report.json
+  rill-bench --schema-cost --pairs 5               publishes/s to a topic with a JSON Schema (200 B, 5 fields) beside jsonschema's own rate
   rill-bench --publish-cost --pairs 5              publish ns/call (no subscriber and 8 keeping up, each on a new topic and past its retention; 8 idle) beside crossbeam send, and the machine's floors (clock read, lock xadd, pin, minimal log append, the same pinned into 256 MiB)
 
 MEASUREMENT: throughput counts delivered messages (what a subscriber skipped earns nothing; see
@@ -239,6 +240,12 @@ struct Cli {
     #[arg(long, help_heading = "Output")]
     publish_cost: bool,
 
+    /// Instead of scenarios: publishes per second to a topic with a JSON Schema (a 200-byte
+    /// document with 5 fields) beside jsonschema's own parse-and-validate rate in a plain loop,
+    /// in --pairs interleaved pairs of --messages (default 200,000).
+    #[arg(long, help_heading = "Output")]
+    schema_cost: bool,
+
     /// Skip the cross-core ping-pong and hiccup probes, and the short ping-pong taken around every
     /// run of a pair (which marks the pairs during which the machine changed state).
     #[arg(long, help_heading = "Output")]
@@ -343,6 +350,11 @@ fn main() {
                 ),
             )
             .exit();
+    }
+    if cli.schema_cost {
+        let messages = cli.messages.unwrap_or(200_000);
+        print!("{}", rill_bench::schema_cost::table(&rill_bench::schema_cost::run(messages, cli.pairs.max(1))));
+        return;
     }
     if cli.publish_cost {
         run_publish_cost(&cli);

@@ -925,6 +925,128 @@ static void a_compacted_topic_keeps_the_newest_value_of_every_key() {
     CHECK(c.committed() == uint64_t(data - keys + 1));
 }
 
+/// Issue 42: topic schemas. A JSON schema rejects (SchemaError, nothing
+/// published) or dead-letters (Position::dead_lettered, the reason in
+/// rill.dlq.reason); a std::function validator, one that throws; versions
+/// on messages; replacement while threads publish; a durable schema after a
+/// restart.
+static void topic_schemas() {
+    rill::Broker broker;
+    broker.create_topic("orders");
+    broker.publish("orders", "before");
+    const std::string order = R"({"type":"object","required":["id"],"properties":{"id":{"type":"integer"}}})";
+    CHECK(broker.set_schema_json("orders", order) == 1);
+    CHECK(broker.publish("orders", R"({"id":1})").offset == 1);
+    bool thrown = false;
+    try {
+        broker.publish("orders", R"({"id":"x"})");
+    } catch (const rill::SchemaError &e) {
+        thrown = e.status() == RILL_ERR_SCHEMA && std::string(e.what()).find("/id") != std::string::npos;
+    }
+    CHECK(thrown);
+    CHECK(status_of([&] { broker.publish_batch("orders", {rill::Record{"{}"}, rill::Record{"[]"}}); }) ==
+          RILL_ERR_SCHEMA);
+    CHECK(status_of([&] { broker.set_schema_json("orders", R"({"type":5})"); }) == RILL_ERR_INVALID_ARGUMENT);
+
+    CHECK(broker.set_schema_json("orders", order, rill::OnInvalid::DeadLetter) == 2);
+    auto dead = broker.publish("orders", R"({"id":"x"})");
+    CHECK(dead.dead_lettered && dead.offset == 0);
+    auto batch = broker.publish_batch("orders", {rill::Record{R"({"id":2})"}, rill::Record{"[]"}});
+    CHECK(!batch[0].dead_lettered && batch[1].dead_lettered && batch[1].offset == 1);
+    CHECK(broker.publisher("orders").publish(rill::Record{"{}"}).dead_lettered);
+    {
+        rill::Consumer c = broker.consumer("reader", "$dlq/orders");
+        auto msgs = c.poll(10, 1000ms);
+        CHECK(msgs.size() == 3);
+        CHECK(msgs.size() == 3 && msgs[0].attribute("rill.dlq.reason").value_or("").find("/id") != std::string_view::npos);
+    }
+
+    CHECK(broker.set_validator("orders", [](std::string_view p) -> std::optional<std::string> {
+        if (p == "throw") throw std::runtime_error("cannot parse");
+        if (p.size() > 8) return std::to_string(p.size()) + " bytes; at most 8";
+        return std::nullopt;
+    }) == 3);
+    broker.publish("orders", "short");
+    std::string why;
+    try {
+        broker.publish("orders", "much too long");
+    } catch (const rill::SchemaError &e) {
+        why = e.what();
+    }
+    CHECK(why.find("13 bytes; at most 8") != std::string::npos);
+    why.clear();
+    try {
+        broker.publish("orders", "throw");
+    } catch (const rill::SchemaError &e) {
+        why = e.what();
+    }
+    CHECK(why.find("validator threw: cannot parse") != std::string::npos);
+    {
+        rill::Consumer c = broker.consumer("versions", "orders");
+        std::vector<uint64_t> versions;
+        for (const auto &m : c.poll(10, 1000ms)) versions.push_back(m.schema_version());
+        CHECK((versions == std::vector<uint64_t>{0, 1, 2, 3}));
+    }
+    broker.remove_schema("orders");
+    CHECK(broker.schema_version("orders") == 0);
+    broker.publish("orders", "anything at all");
+
+    // Replacement while threads publish: odd versions take only "a", even
+    // ones only "b"; each appended message fits the version it carries.
+    broker.create_topic("race");
+    auto only = [](char want) {
+        return [want](std::string_view p) -> std::optional<std::string> {
+            if (p.size() == 1 && p[0] == want) return std::nullopt;
+            return std::string("wrong letter");
+        };
+    };
+    CHECK(broker.set_validator("race", only('a')) == 1);
+    std::vector<std::thread> threads;
+    std::atomic<int> wrong{0};
+    for (int t = 0; t < 4; t++) {
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < 300; i++) {
+                try {
+                    broker.publish("race", (i + t) % 2 ? "a" : "b");
+                } catch (const rill::SchemaError &) {
+                } catch (...) {
+                    wrong++;
+                }
+            }
+        });
+    }
+    for (uint64_t v = 2; v <= 20; v++) CHECK(broker.set_validator("race", only(v % 2 ? 'a' : 'b')) == v);
+    for (auto &t : threads) t.join();
+    CHECK(wrong == 0);
+    rill::Consumer c = broker.consumer("check", "race");
+    size_t seen = 0;
+    for (auto msgs = c.poll(1024, 1000ms); !msgs.empty(); msgs = c.poll(1024, 200ms)) {
+        for (const auto &m : msgs) {
+            uint64_t v = m.schema_version();
+            wrong += v == 0 || m.payload() != (v % 2 ? "a" : "b");
+            seen++;
+        }
+    }
+    CHECK(seen > 0 && wrong == 0);
+
+    namespace fs = std::filesystem;
+    fs::path dir = fs::temp_directory_path() / ("rill-cpp-schema-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    rill::BrokerOptions o;
+    o.data_dir = dir.string();
+    {
+        rill::Broker durable(o);
+        durable.create_topic("orders");
+        durable.set_schema_json("orders", order, rill::OnInvalid::DeadLetter);
+    }
+    {
+        rill::Broker durable(o);
+        CHECK(durable.schema_version("orders") == 1);
+        CHECK(durable.publish("orders", "{}").dead_lettered);
+    }
+    fs::remove_all(dir);
+}
+
 int main() {
     strings_with_embedded_nuls_are_refused();
     broker_options_are_a_cpp_struct();
@@ -949,6 +1071,9 @@ int main() {
     logs_and_dead_letter_alerts();
     notify_fds_wake_an_event_loop();
     a_compacted_topic_keeps_the_newest_value_of_every_key();
+}
+
+    topic_schemas();
     if (failures) {
         std::fprintf(stderr, "C++ wrapper tests: %d of %d checks failed\n", failures, checks);
         return 1;

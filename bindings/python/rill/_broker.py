@@ -10,6 +10,7 @@ import datetime
 import enum
 import inspect
 import itertools
+import json
 import logging
 import math
 import operator
@@ -58,14 +59,21 @@ class Position(_Position):
 
     ``duplicate`` is True when the message carried an id (``msg_id=``)
     that the topic had published within its ``dedupe_window_ms``: nothing
-    was appended, and the position is the first message's. It is not part
-    of the tuple, so equality and unpacking ignore it."""
+    was appended, and the position is the first message's.
+    ``dead_lettered`` is True when the payload did not fit the topic's
+    schema, whose ``on_invalid`` is ``"dead_letter"``: the message went to
+    ``$dlq/<topic>`` and the position is there. Neither is part of the
+    tuple, so equality and unpacking ignore them."""
 
     duplicate: bool = False
+    dead_lettered: bool = False
 
     def __repr__(self) -> str:
-        if self.duplicate:
-            return f"Position(partition={self.partition}, offset={self.offset}, duplicate=True)"
+        if self.duplicate or self.dead_lettered:
+            return (
+                f"Position(partition={self.partition}, offset={self.offset}, "
+                f"duplicate={self.duplicate}, dead_lettered={self.dead_lettered})"
+            )
         return f"Position(partition={self.partition}, offset={self.offset})"
 
 
@@ -73,6 +81,8 @@ def _position(partition: int, offset: int, flags: int) -> Position:
     pos: Position = tuple.__new__(Position, (partition, offset))
     if flags & _ffi.RILL_PUBLISHED_DUPLICATE:
         pos.duplicate = True
+    if flags & _ffi.RILL_PUBLISHED_DEAD_LETTERED:
+        pos.dead_lettered = True
     return pos
 
 
@@ -101,6 +111,14 @@ class Message:
         self.payload = payload
         self.attributes = attributes
         self.attempt = attempt
+
+    @property
+    def schema_version(self) -> int:
+        """The version of the topic's schema this message was checked against
+        when it was published (:meth:`Broker.set_schema`); 0 if the topic had
+        no schema then."""
+        v = self.attributes.get(_ffi.SCHEMA_ATTRIBUTE)
+        return int(v) if v is not None and v.isdigit() else 0
 
     def __repr__(self) -> str:
         return (
@@ -410,6 +428,41 @@ class _Entry:
 
 _handlers: dict[int, _Entry] = {}
 _ids = itertools.count(1)
+
+# Validators (Broker.set_schema): C holds only an integer naming an entry
+# here, and the one CFUNCTYPE object below lives as long as the module.
+# An entry goes when its schema is replaced or removed through its broker.
+_validators: dict[int, Callable[[bytes], Any]] = {}
+
+
+def _write_reason(reason: int, reason_len: int, text: str) -> None:
+    data = text.replace("\0", "\ufffd").encode("utf-8", "replace")[: max(reason_len - 1, 0)]
+    if reason_len > 0:
+        ctypes.memmove(reason, data + b"\0", len(data) + 1)
+
+
+def _validate_py(user: int | None, payload: int | None, length: int, reason: int | None, reason_len: int) -> int:
+    # Runs on a publishing thread; nothing may escape into C.
+    try:
+        validator = _validators.get(user or 0)
+        if validator is None:
+            text: str | None = "the validator was replaced while this publish ran"
+        else:
+            result = validator(string_at(payload or 0, length) if length else b"")
+            if result is None or result is True:
+                return 0
+            text = result if isinstance(result, str) else f"the validator returned {result!r}"
+    except BaseException as e:  # noqa: BLE001 - a raising validator means "invalid"
+        text = f"validator raised {type(e).__name__}: {e}"
+    try:
+        if reason:
+            _write_reason(reason, reason_len, text or "invalid")
+    except BaseException:  # noqa: BLE001 - the verdict stands without its reason
+        pass
+    return 1
+
+
+_VALIDATOR_FN = _ffi.VALIDATOR(_validate_py)
 
 
 def _reason(msg: int, text: str) -> None:
@@ -1102,6 +1155,11 @@ class Broker(_Handle):
         check(lib.rill_broker_new_v1(byref(o), byref(ptr)))
         self._ptr = ptr.value
         self._publishers: dict[str, int] = {}
+        # Topics with a schema when this handle last looked (their publishes
+        # take the _outcome calls, which say "dead-lettered"), and the
+        # validators this handle set, by topic, kept alive while C holds them.
+        self._schema_topics: set[str] = set()
+        self._validators: dict[str, int] = {}
         self._stale_publishers: list[int] = []
         self._publishers_lock = threading.Lock()
         self._stops: weakref.WeakSet[_Stop] = weakref.WeakSet()
@@ -1291,8 +1349,82 @@ class Broker(_Handle):
                 if p is None:
                     out = c_void_p()
                     check(lib.rill_publisher_new(self._handle(), _name(topic, "topic"), byref(out)))
+                    if self._has_schema(topic):
+                        self._schema_topics.add(topic)
                     p = self._publishers[topic] = out.value or 0
         return p
+
+    def _has_schema(self, topic: str) -> bool:
+        v = c_uint64()
+        check(lib.rill_topic_schema_version(self._handle(), _name(topic, "topic"), byref(v)))
+        return v.value != 0
+
+    def set_schema(
+        self,
+        topic: str,
+        json_schema: str | Mapping[str, Any] | bool | None = None,
+        validator: Callable[[bytes], Any] | None = None,
+        on_invalid: Literal["reject", "dead_letter"] = "reject",
+    ) -> int:
+        """Sets (or replaces) ``topic``'s schema; returns its version (1 for
+        the topic's first, then one more per change). Give one of:
+
+        - ``json_schema``: a JSON Schema (draft 2020-12), as text or as a
+          dict; payloads must be JSON it accepts. Stored with a durable
+          topic, so it survives a restart. One that does not compile raises
+          :class:`InvalidArgument` with the compiler's message.
+        - ``validator``: a callable taking the payload (``bytes``) and
+          returning ``None``/``True`` if it is valid, ``False`` or a reason
+          (``str``) if not; an exception it raises makes the payload invalid
+          with the exception's text. It may be called on any publishing
+          thread. It lives with this broker only, not on disk.
+
+        ``on_invalid="reject"`` makes publishing an invalid payload raise
+        :class:`SchemaError` (nothing published); ``"dead_letter"`` sends it
+        to ``$dlq/<topic>`` with the reason in ``rill.dlq.reason``, and the
+        position returned is there, with ``dead_lettered`` set."""
+        if (json_schema is None) == (validator is None):
+            raise InvalidArgument("give one of json_schema= and validator=")
+        mode = {"reject": _ffi.RILL_ON_INVALID_REJECT, "dead_letter": _ffi.RILL_ON_INVALID_DEAD_LETTER}.get(on_invalid)
+        if mode is None:
+            raise InvalidArgument(f"on_invalid is {on_invalid!r}: use 'reject' or 'dead_letter'")
+        name = _name(topic, "topic")
+        with self._publishers_lock:
+            if validator is not None:
+                if not callable(validator):
+                    raise InvalidArgument("validator must be callable")
+                key = next(_ids)
+                _validators[key] = validator
+                status = lib.rill_topic_set_validator(self._handle(), name, _VALIDATOR_FN, key, mode)
+                if status:
+                    _validators.pop(key, None)
+                    check(status)
+                old = self._validators.pop(topic, None)
+                self._validators[topic] = key
+            else:
+                doc = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
+                check(lib.rill_topic_set_schema_json(self._handle(), name, _name(doc, "json_schema"), mode))
+                old = self._validators.pop(topic, None)
+            if old is not None:
+                _validators.pop(old, None)
+            self._schema_topics.add(topic)
+        return self.schema_version(topic)
+
+    def remove_schema(self, topic: str) -> None:
+        """Removes ``topic``'s schema (from the disk too, for a durable
+        topic): later publishes are not checked."""
+        with self._publishers_lock:
+            check(lib.rill_topic_remove_schema(self._handle(), _name(topic, "topic")))
+            self._schema_topics.discard(topic)
+            old = self._validators.pop(topic, None)
+            if old is not None:
+                _validators.pop(old, None)
+
+    def schema_version(self, topic: str) -> int:
+        """The version of ``topic``'s schema in force; 0 if it has none."""
+        v = c_uint64()
+        check(lib.rill_topic_schema_version(self._handle(), _name(topic, "topic"), byref(v)))
+        return v.value
 
     def _record(
         self,
@@ -1343,6 +1475,9 @@ class Broker(_Handle):
             key = _text(key, "key")
         publisher = self._publishers.get(topic) or self._publisher(topic)
         out = _out_position()
+        if topic in self._schema_topics:
+            # The topic's schema was found when its publisher was made.
+            return self._publish_record(lib.rill_publish_outcome, topic, payload, key, attributes)
         status = _publish_bytes(publisher, payload, len(payload), key, 0 if key is None else len(key), out.ref)
         if status:
             check(status)
@@ -1370,7 +1505,8 @@ class Broker(_Handle):
         msg_id: str | None = None,
     ) -> Position:
         """Publishes through a rill_record (needed for attributes and ids)
-        with an _outcome call, which says whether it was a duplicate."""
+        with an _outcome call, which says whether it was a duplicate or
+        dead-lettered."""
         rec, _keep = self._record(payload, key, attributes, msg_id)
         out = _out_position()
         flags = c_uint32()
@@ -1405,6 +1541,8 @@ class Broker(_Handle):
         lengths = array(_SIZE_T_CODE, map(len, items))
         out = ctypes.create_string_buffer(n * _POSITIONS.size)
         publisher = self._publishers.get(topic) or self._publisher(topic)
+        if topic in self._schema_topics:
+            return self._publish_batch_outcome(topic, items)
         status = lib.rill_publisher_publish_packed(publisher, data, lengths.buffer_info()[0], n, out)
         if status:
             check(status)
@@ -1424,6 +1562,17 @@ class Broker(_Handle):
         flags = (c_uint32 * n)()
         publisher = self._publishers.get(topic) or self._publisher(topic)
         check(lib.rill_publisher_publish_batch_outcome(publisher, records, n, out, flags))
+        return [_position(p, o, f) for (p, o), f in zip(_POSITIONS.iter_unpack(out.raw), flags)]
+
+    def _publish_batch_outcome(self, topic: str, payloads: Sequence[Payload]) -> list[Position]:
+        """:meth:`publish_batch` to a topic with a schema: rill_records and a
+        flags word each, which says which were dead-lettered."""
+        n = len(payloads)
+        built = [self._record(p, None, None) for p in payloads]
+        records = (_ffi.rill_record * n)(*[rec for rec, _ in built])
+        out = ctypes.create_string_buffer(n * _POSITIONS.size)
+        flags = (c_uint32 * n)()
+        check(lib.rill_publish_batch_outcome(self._handle(), _name(topic, "topic"), records, n, out, flags))
         return [_position(p, o, f) for (p, o), f in zip(_POSITIONS.iter_unpack(out.raw), flags)]
 
     def subscribe(

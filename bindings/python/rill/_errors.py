@@ -110,6 +110,13 @@ class Reassigned(RillError):
     partitions were committed."""
 
 
+class SchemaError(RillError):
+    """A payload did not fit its topic's schema, whose ``on_invalid`` is
+    ``"reject"``: nothing was published. The message is the validator's (for
+    a JSON schema, the failing path and keyword; for a batch, the failing
+    message's index first)."""
+
+
 _BY_STATUS: dict[int, type[RillError]] = {
     _ffi.STATUS["RILL_ERR_NULL_ARGUMENT"]: InvalidArgument,  # only reachable through a binding bug
     _ffi.STATUS["RILL_ERR_INVALID_ARGUMENT"]: InvalidArgument,
@@ -130,6 +137,7 @@ _BY_STATUS: dict[int, type[RillError]] = {
     _ffi.STATUS["RILL_ERR_IO"]: StorageError,
     _ffi.STATUS["RILL_ERR_CORRUPT"]: CorruptData,
     _ffi.STATUS["RILL_ERR_REASSIGNED"]: Reassigned,
+    _ffi.STATUS["RILL_ERR_SCHEMA"]: SchemaError,
 }
 
 

@@ -172,6 +172,8 @@ DESTRUCTOR = CFUNCTYPE(None, c_void_p)
 LAG_CALLBACK = CFUNCTYPE(None, c_void_p, c_char_p, c_uint32, c_uint64)
 DEAD_LETTER_CALLBACK = CFUNCTYPE(None, c_void_p, c_void_p, c_char_p)
 LOG_CALLBACK = CFUNCTYPE(None, c_void_p, c_int32, c_char_p, c_char_p)
+# rill_validator_fn: (user, payload, len, reason, reason_len) -> 0 if valid.
+VALIDATOR = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_void_p, c_size_t)
 
 
 class rill_subscription_options(Structure):
@@ -279,6 +281,7 @@ STATUS: dict[str, int] = {
     "RILL_ERR_IO": 17,
     "RILL_ERR_CORRUPT": 18,
     "RILL_ERR_REASSIGNED": 19,
+    "RILL_ERR_SCHEMA": 20,
 }
 RILL_ERR_INVALID_ARGUMENT = STATUS["RILL_ERR_INVALID_ARGUMENT"]
 RILL_ERR_TIMEOUT = STATUS["RILL_ERR_TIMEOUT"]
@@ -308,6 +311,13 @@ RILL_ID_MAX_LEN = 128
 RILL_PUBLISHED_DUPLICATE = 1
 RILL_PRIORITY_UNSET, RILL_PRIORITY_MIN, RILL_PRIORITY_MAX, RILL_PRIORITY_DEFAULT = -1, 0, 7, 4
 RILL_PRIORITY_AGING_TAKES = 32
+# Topic schemas: what an invalid payload does, the flag the _outcome publish
+# calls set for a dead-lettered one, and the attribute holding a record's
+# schema version.
+RILL_ON_INVALID_REJECT, RILL_ON_INVALID_DEAD_LETTER = 0, 1
+RILL_PUBLISHED_DEAD_LETTERED = 2
+RILL_SCHEMA_REASON_MAX = 512
+SCHEMA_ATTRIBUTE = "rill.schema"
 
 # ---- functions ------------------------------------------------------------------
 
@@ -332,6 +342,7 @@ TYPES: dict[str, object] = {
     "int*": POINTER(c_int),
     "const char**": POINTER(c_void_p),
     "rill_broker*": c_void_p,
+    "rill_validator_fn": VALIDATOR,
     "rill_broker**": POINTER(c_void_p),
     "const rill_broker_options*": POINTER(rill_broker_options),
     "rill_broker_options*": POINTER(rill_broker_options),
@@ -408,6 +419,13 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
         "rill_status",
         ["rill_broker*", "const char*", "const rill_record*", "size_t", "rill_position*"],
     ),
+    "rill_topic_set_schema_json": ("rill_status", ["rill_broker*", "const char*", "const char*", "uint32_t"]),
+    "rill_topic_set_validator": (
+        "rill_status",
+        ["rill_broker*", "const char*", "rill_validator_fn", "void*", "uint32_t"],
+    ),
+    "rill_topic_remove_schema": ("rill_status", ["rill_broker*", "const char*"]),
+    "rill_topic_schema_version": ("rill_status", ["rill_broker*", "const char*", "uint64_t*"]),
     "rill_publisher_new": ("rill_status", ["rill_broker*", "const char*", "rill_publisher**"]),
     "rill_publisher_publish": ("rill_status", ["const rill_publisher*", "const rill_record*", "rill_position*"]),
     "rill_publisher_publish_batch": (
@@ -452,6 +470,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_consumer_notify_fd": ("rill_status", ["rill_consumer*", "int*"]),
     "rill_consumer_free": ("void", ["rill_consumer*"]),
     "rill_message_attribute_count": ("size_t", ["const rill_message*"]),
+    "rill_message_schema_version": ("uint64_t", ["const rill_message*"]),
     "rill_message_attribute_at": (
         "rill_status",
         ["const rill_message*", "size_t", "const char**", "size_t*", "const char**", "size_t*"],

@@ -212,6 +212,7 @@ def test_every_callback_typedef_matches_its_cfunctype() -> None:
         "rill_subscription_callback": _ffi.SUBSCRIPTION_CALLBACK,
         "rill_group_callback": _ffi.GROUP_CALLBACK,
         "rill_partition_lag_callback": _ffi.PARTITION_LAG_CALLBACK,
+        "rill_validator_fn": _ffi.VALIDATOR,
     }
     assert set(callbacks) == set(mirrors)
     for name, cfunc in mirrors.items():
@@ -264,6 +265,8 @@ def test_every_define_has_its_value() -> None:
 NAMED_OTHERWISE = {
     "RILL_ERR_NULL_ARGUMENT": "InvalidArgument",
     "RILL_ERR_IO": "StorageError",
+    # Issue 42 names it.
+    "RILL_ERR_SCHEMA": "SchemaError",
     "RILL_ERR_CORRUPT": "CorruptData",
 }
 

@@ -266,6 +266,37 @@ pub struct Message<'a> {
 }
 
 impl<'a> Message<'a> {
+    /// The version of the topic's schema the record was checked against
+    /// when it was published (see `Broker::set_schema`); 0 if the topic had
+    /// no schema then (the reserved attribute `rill.schema` is absent or
+    /// not a number).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use rill::{Ack, OnInvalid, Record, Schema, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let versions = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = versions.clone();
+    /// let sub = broker.subscribe("orders", SubscriptionOptions::default(), move |m| {
+    ///     sink.lock().unwrap().push(m.schema_version());
+    ///     Ack::Success
+    /// })?;
+    /// broker.publish("orders", &Record::new(b"before"))?;
+    /// broker.set_schema("orders", Schema::Json(r#"{"type":"object"}"#.into()), OnInvalid::Reject)?;
+    /// broker.publish("orders", &Record::new(br#"{"id":1}"#))?;
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    /// assert_eq!(*versions.lock().unwrap(), [0, 1]);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn schema_version(&self) -> u64 {
+        self.record.attribute(crate::broker::schema::SCHEMA_ATTRIBUTE).and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
     /// The topic it was published to.
     ///
     /// # Examples

@@ -1,0 +1,99 @@
+//! `--schema-cost`: publishes per second to a topic with a JSON Schema
+//! (issue 42's speed line: a 200-byte document with 5 fields), beside the
+//! `jsonschema` crate's own validation rate in a plain loop (parse and
+//! validate each payload, as the broker does), in interleaved pairs.
+
+use std::time::Instant;
+
+use rill::{Broker, BrokerConfig, OnInvalid, Record, Schema, TopicOptions};
+
+/// The schema: five typed fields, all required.
+pub const SCHEMA: &str = r#"{
+    "type": "object",
+    "required": ["id", "customer", "status", "amount", "note"],
+    "properties": {
+        "id": {"type": "integer", "minimum": 0},
+        "customer": {"type": "string", "maxLength": 64},
+        "status": {"enum": ["new", "paid", "shipped"]},
+        "amount": {"type": "number"},
+        "note": {"type": "string"}
+    }
+}"#;
+
+/// Size of the document published.
+pub const DOCUMENT_BYTES: usize = 200;
+
+/// A valid document of exactly [`DOCUMENT_BYTES`] bytes (the note pads it).
+pub fn document() -> Vec<u8> {
+    let head = r#"{"id":1234567,"customer":"customer-000042","status":"paid","amount":1234.5,"note":""#;
+    let pad = DOCUMENT_BYTES - head.len() - 2;
+    format!("{head}{}\"}}", "n".repeat(pad)).into_bytes()
+}
+
+/// One pair: (rill publishes per second, plain validations per second).
+#[derive(Debug, Clone, Copy)]
+pub struct Pair {
+    pub rill_per_s: f64,
+    pub plain_per_s: f64,
+}
+
+/// `pairs` interleaved pairs of `messages` publishes and validations.
+pub fn run(messages: u64, pairs: usize) -> Vec<Pair> {
+    let doc = document();
+    assert_eq!(doc.len(), DOCUMENT_BYTES);
+    let value: serde_json::Value = serde_json::from_str(SCHEMA).expect("the schema is JSON");
+    let validator = jsonschema::draft202012::new(&value).expect("the schema compiles");
+    (0..pairs)
+        .map(|_| {
+            let broker = Broker::new(BrokerConfig::default()).expect("a broker");
+            let options = TopicOptions { retention_bytes: Some(64 << 20), ..TopicOptions::default() };
+            broker.create_topic("orders", &options).expect("a topic");
+            broker.set_schema("orders", Schema::Json(SCHEMA.into()), OnInvalid::Reject).expect("the schema");
+            let publisher = broker.publisher("orders").expect("a publisher");
+            let record = Record::new(&doc);
+            let start = Instant::now();
+            for _ in 0..messages {
+                publisher.publish(&record).expect("a valid document");
+            }
+            let rill_per_s = messages as f64 / start.elapsed().as_secs_f64();
+            let start = Instant::now();
+            for _ in 0..messages {
+                let v: serde_json::Value = serde_json::from_slice(std::hint::black_box(&doc)).expect("JSON");
+                assert!(validator.validate(&v).is_ok());
+            }
+            let plain_per_s = messages as f64 / start.elapsed().as_secs_f64();
+            Pair { rill_per_s, plain_per_s }
+        })
+        .collect()
+}
+
+/// The pairs as a table, with the median ratio.
+pub fn table(pairs: &[Pair]) -> String {
+    let mut out = format!(
+        "JSON Schema on a {DOCUMENT_BYTES}-byte document with 5 fields\n{:>6} {:>16} {:>20} {:>7}\n",
+        "pair", "rill publish/s", "jsonschema alone/s", "ratio"
+    );
+    let mut ratios = Vec::new();
+    for (i, p) in pairs.iter().enumerate() {
+        let ratio = p.rill_per_s / p.plain_per_s;
+        ratios.push(ratio);
+        out += &format!("{:>6} {:>16.0} {:>20.0} {:>7.2}\n", i + 1, p.rill_per_s, p.plain_per_s, ratio);
+    }
+    ratios.sort_by(f64::total_cmp);
+    if let Some(m) = ratios.get(ratios.len() / 2) {
+        out += &format!("median ratio (rill / jsonschema alone): {m:.2}\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_is_valid_and_200_bytes() {
+        let rows = run(10, 1);
+        assert_eq!(rows.len(), 1);
+        assert!(rows[0].rill_per_s > 0.0 && rows[0].plain_per_s > 0.0);
+    }
+}
