@@ -260,7 +260,9 @@ struct Shard {
 pub(crate) struct Window {
     window_ns: u64,
     hasher: RandomState,
-    shards: Box<[CachePadded<Shard>]>,
+    /// Made at the first id: a topic whose publishers never give one (most
+    /// topics) pays no memory for its shards (see `tests/idle_memory.rs`).
+    shards: std::sync::OnceLock<Box<[CachePadded<Shard>]>>,
     /// Publishes answered as duplicates.
     duplicates: AtomicU64,
     /// Ids dropped for room before their window ended.
@@ -335,7 +337,7 @@ impl Window {
         Window {
             window_ns: window_ms.saturating_mul(1_000_000),
             hasher: RandomState::new(),
-            shards: (0..SHARDS).map(|_| CachePadded::new(Shard::default())).collect(),
+            shards: std::sync::OnceLock::new(),
             duplicates: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             waits: AtomicU64::new(0),
@@ -345,7 +347,8 @@ impl Window {
     /// `id` with its hash, and the shard that holds it.
     fn probe<'a>(&self, id: &'a str) -> (Probe<'a>, &Shard) {
         let hash = self.hasher.hash_one(id);
-        (Probe { hash, id }, &self.shards[(hash >> SHARD_SHIFT) as usize & (SHARDS - 1)])
+        let shards = self.shards.get_or_init(|| (0..SHARDS).map(|_| CachePadded::new(Shard::default())).collect());
+        (Probe { hash, id }, &shards[(hash >> SHARD_SHIFT) as usize & (SHARDS - 1)])
     }
 
     /// Claims `id` at time `now`, waiting while another publisher appends it.
@@ -412,7 +415,7 @@ impl Window {
     pub(crate) fn stats(&self, now: u64) -> WindowStats {
         let mut held = 0;
         let mut evicted = 0;
-        for shard in self.shards.iter() {
+        for shard in self.shards.get().into_iter().flat_map(|s| s.iter()) {
             let mut ids = shard.ids.lock();
             evicted += ids.prune(now, self.window_ns);
             held += ids.slots.len() as u64;
