@@ -153,6 +153,16 @@ pub enum ErrorKind {
 
 impl Error {
     /// The variant of this error; see [`ErrorKind`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Error, ErrorKind};
+    ///
+    /// assert_eq!(Error::Timeout.kind(), ErrorKind::Timeout);
+    /// assert_eq!(Error::NoSuchTopic("orders".into()).kind(), ErrorKind::NoSuchTopic);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[doc(hidden)]
     pub fn kind(&self) -> ErrorKind {
         match self {

@@ -657,6 +657,30 @@ impl Consumer {
     /// The wait is outside `poll`, so it does not keep the member alive in
     /// its group: poll within its `session_timeout` (a poll that returns
     /// nothing at once will do) or it is expelled, as between any two polls.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let rung = Arc::new(AtomicUsize::new(0));
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// let bell = Arc::clone(&rung);
+    /// consumer.set_ready_hook(move || {
+    ///     bell.fetch_add(1, Ordering::SeqCst); // an event loop would write an eventfd here
+    /// });
+    /// assert!(consumer.poll(10, Duration::ZERO)?.is_empty()); // nothing yet: the bell is armed
+    /// broker.publish("orders", &Record::new(b"o-1"))?; // rings it, on this thread
+    /// assert!(rung.load(Ordering::SeqCst) >= 1);
+    /// assert_eq!(consumer.poll(10, Duration::ZERO)?.len(), 1);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn set_ready_hook(&mut self, hook: impl Fn() + Send + Sync + 'static) {
         self.core.waiters.set_bell(Box::new(hook));
     }

@@ -1180,6 +1180,22 @@ impl Publisher {
     /// `publish` reports, out of line. For the C ABI, whose wrapper this
     /// lets inline the whole publish path and build its status and error
     /// text only on a failure.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Error, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let orders = broker.publisher("orders")?;
+    /// assert_eq!(orders.publish_unboxed(&Record::new(b"o-1")).map_err(Error::from)?.offset, 0);
+    /// broker.close();
+    /// let failure = orders.publish_unboxed(&Record::new(b"o-2")).unwrap_err();
+    /// assert!(matches!(Error::from(failure), Error::Closed(_)));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     #[doc(hidden)]
     #[inline(always)]
     pub fn publish_unboxed(&self, record: &Record<'_>) -> Result<Position, PublishFailure> {

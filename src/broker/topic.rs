@@ -138,6 +138,17 @@ pub enum Cleanup {
 
 impl Cleanup {
     /// True if the topic is compacted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::Cleanup;
+    ///
+    /// assert!(!Cleanup::Delete.compacts());
+    /// assert!(Cleanup::Compact.compacts());
+    /// assert!(Cleanup::CompactAndDelete.compacts());
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn compacts(self) -> bool {
         self != Cleanup::Delete
     }

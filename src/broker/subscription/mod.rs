@@ -310,6 +310,26 @@ impl Subscription {
     /// [`stats`](Subscription::stats) without starting the queue-wait
     /// figures afresh: they stay for the next `stats` (as they do when
     /// [`Broker::subscriptions`](crate::Broker::subscriptions) lists it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{Ack, Record, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let sub = broker.subscribe("orders", SubscriptionOptions::default(), |_| Ack::Success)?;
+    /// broker.publish("orders", &Record::new(b"o-1"))?;
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    /// let peeked = sub.peek_stats();
+    /// assert_eq!(peeked.acked, 1);
+    /// // `stats` then sees the same queue waits, and starts them afresh.
+    /// assert_eq!(sub.stats().queue_waits, peeked.queue_waits);
+    /// assert_eq!(sub.peek_stats().queue_waits, 0);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn peek_stats(&self) -> SubscriptionStats {
         self.core.stats(false)
     }
@@ -378,6 +398,33 @@ impl Subscription {
     /// (and dropping) rings an armed hook, then drops it.
     ///
     /// [`close`]: Subscription::close
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    /// use rill::{Ack, Record, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let (release, held) = mpsc::channel::<()>();
+    /// let sub = broker.subscribe("orders", SubscriptionOptions::default(), move |_| {
+    ///     held.recv().expect("released"); // the handler holds delivery until released
+    ///     Ack::Success
+    /// })?;
+    /// let (ring, rung) = mpsc::channel();
+    /// sub.set_idle_hook(move || {
+    ///     let _ = ring.send(()); // an event loop would write an eventfd here
+    /// });
+    /// broker.publish("orders", &Record::new(b"o-1"))?;
+    /// assert!(!sub.wait_idle(Duration::ZERO)?); // not idle: the bell is armed
+    /// release.send(()).expect("the handler waits");
+    /// rung.recv_timeout(Duration::from_secs(5)).expect("the hook rang");
+    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
     pub fn set_idle_hook(&self, hook: impl Fn() + Send + Sync + 'static) {
         self.core.idle.set_bell(Box::new(hook));
     }
