@@ -10,9 +10,16 @@
 //!   re-exports the part is a loop too.
 //! * layers: the log never names the broker.
 //!
-//! The checker is plain text processing (comments, strings and `mod tests`
-//! blocks left out), so it is tested itself on small made-up trees that
-//! must fail.
+//! Two more rules keep the tree readable (CONTRIBUTING.md, "Layout"):
+//!
+//! * the Layout table names every source file of `src/`, `ffi/src/` and
+//!   `nats/src/` in the row of its folder ([`layout_problems`]);
+//! * no source file has over [`MAX_CODE_LINES`] lines of code unless it
+//!   says why ([`size_problems`]; [`PENDING_CUTS`] lists those being cut).
+//!
+//! The checkers are plain text processing (comments, strings and `mod tests`
+//! blocks left out), so they are tested themselves on small made-up trees
+//! and tables that must fail.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -40,30 +47,36 @@ fn code_of(text: &str) -> String {
         if trimmed.starts_with("mod tests {") {
             break;
         }
-        let mut in_str = false;
-        let mut prev = ' ';
-        let mut chars = line.chars().peekable();
-        while let Some(c) = chars.next() {
-            if in_str {
-                if c == '"' && prev != '\\' {
-                    in_str = false;
-                }
-                prev = if prev == '\\' && c == '\\' { ' ' } else { c };
-                continue;
-            }
-            if c == '/' && chars.peek() == Some(&'/') {
-                break;
-            }
-            if c == '"' {
-                in_str = true;
-                prev = ' ';
-                continue;
-            }
-            out.push(c);
-        }
+        push_code(line, &mut out);
         out.push('\n');
     }
     out
+}
+
+/// Pushes `line`'s code onto `out`: the line without a `//` comment and
+/// without the insides of string literals (a string on one line).
+fn push_code(line: &str, out: &mut String) {
+    let mut in_str = false;
+    let mut prev = ' ';
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_str {
+            if c == '"' && prev != '\\' {
+                in_str = false;
+            }
+            prev = if prev == '\\' && c == '\\' { ' ' } else { c };
+            continue;
+        }
+        if c == '/' && chars.peek() == Some(&'/') {
+            break;
+        }
+        if c == '"' {
+            in_str = true;
+            prev = ' ';
+            continue;
+        }
+        out.push(c);
+    }
 }
 
 /// Splits a `use` tree (`a::{b, c::{d, e}}`) into its full paths.
@@ -586,4 +599,330 @@ fn the_checker_finds_loops_of_every_kind_it_must() {
     for dir in [siblings, parent, folder, fixed, up, folders] {
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// Every `.rs` file under `root`'s folders `roots`, as paths from `root`
+/// with `/` between folders, sorted.
+fn source_files(root: &Path, roots: &[&str]) -> Vec<String> {
+    let mut files = Vec::new();
+    for dir in roots {
+        let mut stack = vec![root.join(dir)];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).expect("readable source dir") {
+                let path = entry.expect("a dir entry").path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let rel = path.strip_prefix(root).expect("under the root");
+                    files.push(rel.iter().map(|p| p.to_string_lossy()).collect::<Vec<_>>().join("/"));
+                }
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+// The Layout table.
+
+/// The folders whose files CONTRIBUTING.md's Layout table names, each in the
+/// row of its folder: the library and the two crates shipped beside it.
+/// rill-bench's `src/` is a measuring tool, left out: its `main.rs` and
+/// `lib.rs` say what each of its modules measures.
+const LAYOUT_ROOTS: &[&str] = &["src", "ffi/src", "nats/src"];
+
+/// A row of the Layout table: the folders its first cell names (backticked
+/// paths ending in `/`) and every backticked word in the row.
+struct LayoutRow {
+    folders: Vec<String>,
+    words: BTreeSet<String>,
+}
+
+/// The rows of the first table after `## Layout`, without its header.
+fn layout_rows(contributing: &str) -> Vec<LayoutRow> {
+    let ticked = |s: &str| s.split('`').skip(1).step_by(2).map(str::to_owned).collect::<Vec<_>>();
+    let section = contributing.split_once("\n## Layout\n").map_or("", |(_, rest)| rest);
+    section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|line| {
+            let first = line.trim_start_matches('|').split('|').next().unwrap_or("");
+            LayoutRow {
+                folders: ticked(first).into_iter().filter(|t| t.ends_with('/')).collect(),
+                words: ticked(line).into_iter().collect(),
+            }
+        })
+        .collect()
+}
+
+/// What the Layout table (`contributing`, CONTRIBUTING.md's text) gets
+/// wrong about `files` (paths from the repository root, every `.rs` file
+/// of [`LAYOUT_ROOTS`]). A file's row is the row of the deepest folder
+/// holding it that has one, and the row names it by its path from that
+/// folder, in backticks (`store.rs`, or `control/mod.rs` in a sub-folder
+/// without a row of its own). Each problem says which file and which row
+/// to edit: a file not named, a file no row covers, and a `.rs` name in a
+/// row of those folders that is no file there (moved or deleted).
+fn layout_problems(contributing: &str, files: &[String]) -> Vec<String> {
+    let rows = layout_rows(contributing);
+    let mut problems = Vec::new();
+    for file in files {
+        let row = rows
+            .iter()
+            .flat_map(|r| r.folders.iter().map(move |f| (r, f)))
+            .filter(|(_, folder)| file.starts_with(folder.as_str()))
+            .max_by_key(|(_, folder)| folder.len());
+        match row {
+            Some((row, folder)) => {
+                let name = &file[folder.len()..];
+                if !row.words.contains(name) {
+                    let or_row = match name.rsplit_once('/') {
+                        Some((sub, _)) => format!(", or give `{folder}{sub}/` a row of its own"),
+                        None => String::new(),
+                    };
+                    problems.push(format!(
+                        "{file}: name `{name}` in the Layout table's row for `{folder}` (CONTRIBUTING.md), with what \
+                         it holds{or_row}"
+                    ));
+                }
+            }
+            None => {
+                let folder = file.rsplit_once('/').map_or("", |(f, _)| f);
+                problems.push(format!(
+                    "{file}: no row of the Layout table (CONTRIBUTING.md) covers it: add one for `{folder}/`"
+                ));
+            }
+        }
+    }
+    let covered = |folder: &str| LAYOUT_ROOTS.iter().any(|r| folder.starts_with(&format!("{r}/")));
+    for row in &rows {
+        let folders: Vec<&String> = row.folders.iter().filter(|f| covered(f)).collect();
+        if folders.is_empty() {
+            continue;
+        }
+        // A `.rs` word names a file of the row's folder when it is a bare
+        // name or a path through a sub-folder there; other paths
+        // (`tests/structure.rs`) are from the repository's root.
+        let in_row = |f: &str, word: &str| {
+            word.split_once('/').is_none_or(|(sub, _)| files.iter().any(|p| p.starts_with(&format!("{f}{sub}/"))))
+        };
+        for word in row.words.iter().filter(|w| w.ends_with(".rs")) {
+            let here: Vec<&&String> = folders.iter().filter(|f| in_row(f, word)).collect();
+            if !here.is_empty() && !here.iter().any(|f| files.contains(&format!("{f}{word}"))) {
+                problems.push(format!(
+                    "the Layout table's row for `{}` (CONTRIBUTING.md) names `{word}`, which is no file there: \
+                     remove it or name where it went",
+                    folders[0]
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn the_layout_table_names_every_source_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let contributing = std::fs::read_to_string(root.join("CONTRIBUTING.md")).expect("CONTRIBUTING.md");
+    let files = source_files(root, LAYOUT_ROOTS);
+    assert!(files.len() > 50, "found only {} source files", files.len());
+    let problems = layout_problems(&contributing, &files);
+    assert!(problems.is_empty(), "CONTRIBUTING.md's Layout table is out of date: {problems:#?}");
+}
+
+// The size rule.
+
+/// The most lines of code a source file holds without a reason written in
+/// it. A line of code is a line that is neither blank nor a comment (one
+/// whose first characters are `//`: doc comments and their examples
+/// included), outside an item marked `#[cfg(test)]` or `#[cfg(all(test,
+/// ..))]` (a `mod tests { .. }`, a test-only helper; it runs from the
+/// attribute to the brace that closes the item, or to its `;`). Unit-test
+/// files (`tests.rs`, `*_tests.rs`) are not counted at all.
+const MAX_CODE_LINES: usize = 700;
+
+/// The folders the size rule covers.
+const SIZE_ROOTS: &[&str] = &["src", "ffi/src", "nats/src", "benches/rill-bench/src"];
+
+/// The reason a file gives for being over [`MAX_CODE_LINES`]: a line of its
+/// opening `//!` comment that starts so and goes on with the reason, ending
+/// in a full stop.
+const OVER_LIMIT: &str = "//! Over 700 lines: ";
+
+/// Files over the limit that issue 44's restructure is cutting now, each
+/// with who cuts it. An entry whose file no longer fails (cut, or given a
+/// reason), or is gone, fails the test: delete it then, so the list
+/// shrinks to empty as the cuts land.
+const PENDING_CUTS: &[(&str, &str)] = &[
+    ("src/broker/core.rs", "being cut by issue 44's restructure: the control plane into broker/control/ (s6-control)"),
+    ("src/broker/store.rs", "being cut by issue 44's restructure: the data directory into broker/store/ (s6-control)"),
+    ("src/broker/subscription/drain.rs", "being cut by issue 44's restructure: subscriptions (s6-sub)"),
+    ("ffi/src/broker.rs", "being cut by issue 44's restructure: one file per C type (s6-ffi)"),
+];
+
+/// Whether `line` is a test-only `cfg` attribute.
+fn is_test_cfg(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with("#[cfg(test)]") || t.starts_with("#[cfg(all(test,") || t.starts_with("#[cfg(all(test ,")
+}
+
+/// The lines of code in `text`, counted as [`MAX_CODE_LINES`] says.
+fn code_lines(text: &str) -> usize {
+    let mut count = 0;
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if is_test_cfg(line) {
+            // Skip the item, from its attribute to its closing brace or `;`.
+            let (mut depth, mut opened) = (0i64, false);
+            let mut item = Some(line);
+            while let Some(l) = item {
+                let mut code = String::new();
+                push_code(l, &mut code);
+                depth += code.matches('{').count() as i64 - code.matches('}').count() as i64;
+                opened |= code.contains('{');
+                if (opened && depth <= 0) || (!opened && code.trim_end().ends_with(';')) {
+                    break;
+                }
+                item = lines.next();
+            }
+            continue;
+        }
+        let t = line.trim_start();
+        if !t.is_empty() && !t.starts_with("//") {
+            count += 1;
+        }
+    }
+    count
+}
+
+/// Whether the file's opening `//!` comment gives a reason for its size.
+fn size_reason(text: &str) -> bool {
+    text.lines()
+        .take_while(|l| l.starts_with("//!"))
+        .any(|l| l.strip_prefix(OVER_LIMIT).is_some_and(|why| why.trim().len() > 1 && why.trim_end().ends_with('.')))
+}
+
+/// What breaks the size rule among the files of `roots` under `root`, with
+/// `pending` the files being cut (see [`PENDING_CUTS`]).
+fn size_problems(root: &Path, roots: &[&str], pending: &[(&str, &str)]) -> Vec<String> {
+    let files = source_files(root, roots);
+    let mut problems = Vec::new();
+    for (file, why) in pending {
+        if !files.iter().any(|f| f == file) {
+            problems.push(format!("PENDING_CUTS names {file} ({why}), which is gone: delete its entry"));
+        }
+    }
+    for file in &files {
+        let name = file.rsplit('/').next().expect("a file name");
+        if name == "tests.rs" || name.ends_with("_tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(root.join(file)).expect("readable source");
+        let (lines, reason) = (code_lines(&text), size_reason(&text));
+        let over = lines > MAX_CODE_LINES;
+        match pending.iter().find(|(f, _)| f == file) {
+            Some((_, why)) if !over || reason => problems.push(format!(
+                "{file} is in PENDING_CUTS ({why}) but passes now ({lines} lines of code{}): delete its entry",
+                if reason { ", and a reason" } else { "" }
+            )),
+            Some(_) => {}
+            None if over && !reason => problems.push(format!(
+                "{file}: {lines} lines of code, over {MAX_CODE_LINES} (see MAX_CODE_LINES in tests/structure.rs): \
+                 cut it into parts, or start it with `{OVER_LIMIT}<why it is one file>.`"
+            )),
+            None if !over && reason => problems
+                .push(format!("{file}: {lines} lines of code, within {MAX_CODE_LINES}: drop its `{OVER_LIMIT}` line")),
+            None => {}
+        }
+    }
+    problems
+}
+
+#[test]
+fn no_source_file_is_over_700_lines_of_code_without_a_reason() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert!(source_files(root, SIZE_ROOTS).len() > 80, "found too few source files");
+    let problems = size_problems(root, SIZE_ROOTS, PENDING_CUTS);
+    assert!(problems.is_empty(), "the size rule: {problems:#?}");
+}
+
+#[test]
+fn the_layout_and_size_checks_fail_where_they_must() {
+    // The Layout table: a new file, a file in a folder without a row, a
+    // name left behind by a move, and a file of a sub-folder named by its
+    // path from the folder's row.
+    let table = "# C\n\n## Layout\n\n| path | what |\n| --- | --- |\n\
+                 | `src/` | the root: `lib.rs`, `sync.rs` (checked by `tests/structure.rs`) |\n\
+                 | `src/log/` | the log: `mod.rs`, `gone.rs`, `part/a.rs`, `part/gone.rs` |\n\
+                 | `tests/` | `structure.rs` (not a source folder) |\n\n## Next\n\n| `src/b/` | `x.rs` |\n";
+    let files = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    let fine = files(&[
+        "src/lib.rs",
+        "src/sync.rs",
+        "src/log/mod.rs",
+        "src/log/gone.rs",
+        "src/log/part/a.rs",
+        "src/log/part/gone.rs",
+    ]);
+    assert_eq!(layout_problems(table, &fine), Vec::<String>::new());
+    let moved =
+        files(&["src/lib.rs", "src/sync.rs", "src/log/mod.rs", "src/log/new.rs", "src/log/part/a.rs", "src/b/x.rs"]);
+    let problems = layout_problems(table, &moved);
+    assert_eq!(problems.len(), 4, "{problems:#?}");
+    assert!(problems[0].starts_with("src/log/new.rs: name `new.rs` in the Layout table's row for `src/log/`"));
+    // A table after the Layout one does not count: `src/b/` has no row.
+    assert!(problems[1].starts_with("src/b/x.rs: name `b/x.rs` in the Layout table's row for `src/`"));
+    assert!(problems[1].ends_with("or give `src/b/` a row of its own"), "{}", problems[1]);
+    assert!(problems[2].contains("row for `src/log/` (CONTRIBUTING.md) names `gone.rs`, which is no file there"));
+    assert!(problems[3].contains("names `part/gone.rs`, which is no file there"));
+    // A file outside every row's folder.
+    let outside = layout_problems(table, &files(&["ffi/src/lib.rs"]));
+    assert!(outside[0].starts_with("ffi/src/lib.rs: no row"), "{outside:#?}");
+
+    // Counting lines of code.
+    let body = "fn f() {\n    let s = \"{ not a brace\";\n}\n";
+    assert_eq!(code_lines(body), 3);
+    let commented =
+        format!("//! Module docs.\n\n/// An item.\n/// ```\n/// let x = 1;\n/// ```\n{body}  // trailing\n\n");
+    assert_eq!(code_lines(&commented), 3, "comments, doc examples and blank lines are not code");
+    let tested = format!(
+        "{body}#[cfg(test)]\nmod tests;\n#[cfg(all(test, not(loom)))]\nmod tests {{\n    fn g() {{\n        let s = \"}}\";\n    }}\n}}\n\
+         #[cfg(any(test, loom))]\nfn h() {{}}\n#[cfg(test)]\n#[derive(Debug)]\nstruct T {{\n    a: u8,\n}}\n{body}"
+    );
+    assert_eq!(code_lines(&tested), 3 + 2 + 3, "test-only items are left out, `any(test, ..)` ones are not");
+
+    // The size rule on a made-up tree.
+    let over = "fn f() {}\n".repeat(MAX_CODE_LINES + 1);
+    let at_limit = format!("//! A part.\n{}{}", "fn f() {}\n".repeat(MAX_CODE_LINES), "// a comment\n".repeat(50));
+    let reason =
+        format!("//! A part.\n//!\n{OVER_LIMIT}one state machine, cut it and the transitions scatter.\n{over}");
+    let unreasoned = format!("//! A part.\n{OVER_LIMIT}\n{over}");
+    let dir = tree(
+        "size",
+        &[
+            ("src/lib.rs", "mod a;\n"),
+            ("src/over.rs", &over),
+            ("src/at_limit.rs", &at_limit),
+            ("src/reason.rs", &reason),
+            ("src/unreasoned.rs", &unreasoned),
+            ("src/stale_reason.rs", &format!("{OVER_LIMIT}it was long.\nfn f() {{}}\n")),
+            ("src/a/tests.rs", &over),
+            ("src/a/big_tests.rs", &over),
+            ("src/a/cut.rs", &over),
+            ("src/a/was_cut.rs", "fn f() {}\n"),
+            ("tools/big.rs", &over),
+        ],
+    );
+    let pending = [("src/a/cut.rs", "being cut"), ("src/a/was_cut.rs", "being cut"), ("src/a/moved.rs", "being cut")];
+    let problems = size_problems(&dir, &["src"], &pending);
+    let flagged: Vec<&str> = problems.iter().map(|p| p.split([':', ' ']).next().unwrap_or("")).collect();
+    assert_eq!(
+        flagged,
+        ["PENDING_CUTS", "src/a/was_cut.rs", "src/over.rs", "src/stale_reason.rs", "src/unreasoned.rs"],
+        "{problems:#?}"
+    );
+    assert!(problems[0].contains("src/a/moved.rs"), "{}", problems[0]);
+    let _ = std::fs::remove_dir_all(dir);
 }
