@@ -6,8 +6,9 @@
 //! every reader moves through it with its own [`log::Cursor`], borrowing
 //! records in place. The broker's publish around the append may take a lock:
 //! the partition's sync lock under `Fsync::Always`, the spare pool when a
-//! segment rolls, and a ready set or the worker pool's queue when it wakes an
-//! idle subscription.
+//! segment rolls, a ready set or the worker pool's queue when it wakes an
+//! idle subscription, a shard of the topic's dedupe window for a record with
+//! an id, and the waiters' lock when a `Block` subscriber makes it wait.
 //!
 //! ```
 //! use rill::log::{Log, LogConfig, Record};
