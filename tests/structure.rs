@@ -765,7 +765,7 @@ const PENDING_CUTS: &[(&str, &str)] = &[
 /// Whether `line` is a test-only `cfg` attribute.
 fn is_test_cfg(line: &str) -> bool {
     let t = line.trim_start();
-    t.starts_with("#[cfg(test)]") || t.starts_with("#[cfg(all(test,") || t.starts_with("#[cfg(all(test ,")
+    t.starts_with("#[cfg(test)]") || t.starts_with("#[cfg(all(test,")
 }
 
 /// The lines of code in `text`, counted as [`MAX_CODE_LINES`] says.
