@@ -1071,8 +1071,6 @@ int main() {
     logs_and_dead_letter_alerts();
     notify_fds_wake_an_event_loop();
     a_compacted_topic_keeps_the_newest_value_of_every_key();
-}
-
     topic_schemas();
     if (failures) {
         std::fprintf(stderr, "C++ wrapper tests: %d of %d checks failed\n", failures, checks);
