@@ -20,7 +20,16 @@
 //!   becomes `RILL_ERR_PANIC` and never unwinds into C.
 #![allow(non_camel_case_types)]
 
+// cbindgen reads these modules in the order they are declared here, and
+// rill.h declares their types and functions in that order: the broker, its
+// topics and publishing first, then the rest (alphabetical but for a
+// subscription's options, which come before it).
 mod broker;
+mod topic;
+
+mod publish;
+mod publisher;
+
 mod consumer;
 mod error;
 mod lag;
@@ -33,7 +42,10 @@ mod notify;
 mod options;
 mod priority;
 mod schema;
+mod subscription_options;
+
 mod subscription;
+mod subscription_stats;
 mod text;
 mod util;
 
@@ -48,8 +60,13 @@ pub use message::*;
 #[cfg(feature = "nats")]
 pub use nats::*;
 pub use priority::*;
+pub use publish::*;
+pub use publisher::*;
 pub use schema::*;
 pub use subscription::*;
+pub use subscription_options::*;
+pub use subscription_stats::*;
+pub use topic::*;
 
 /// The library version as a NUL-terminated string, e.g. `"0.2.0"`. Static;
 /// never free it.
