@@ -63,3 +63,19 @@ pub(crate) fn stream_error(name: &str, err: jetstream::context::GetStreamError) 
         _ => Error::JetStream(format!("stream {name:?}: {err}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_max() {
+        let d = (Duration::from_millis(10), Duration::from_millis(100));
+        assert_eq!(backoff(d, 0), Duration::from_millis(10));
+        assert_eq!(backoff(d, 1), Duration::from_millis(10));
+        assert_eq!(backoff(d, 2), Duration::from_millis(20));
+        assert_eq!(backoff(d, 4), Duration::from_millis(80));
+        assert_eq!(backoff(d, 5), Duration::from_millis(100));
+        assert_eq!(backoff(d, 1000), Duration::from_millis(100));
+    }
+}
