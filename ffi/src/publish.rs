@@ -7,7 +7,7 @@
 
 use std::ffi::{c_char, c_void};
 
-use rill::{Position, Published, Record};
+use rill::{Broker, Position, Published, Record};
 
 use crate::broker::rill_broker;
 use crate::error::{FfiError, boundary, rill_status};
@@ -192,37 +192,49 @@ fn plain_record<'a>(r: &rill_record) -> Option<Record<'a>> {
     Some(record)
 }
 
-#[derive(Clone, Copy)]
-enum Mode {
-    Wait,
-    Try,
-}
-
-/// Shared body of `rill_publish` and `rill_try_publish`.
+/// The body of the one-message publish calls: checks the arguments, makes
+/// the record's `Record` view, publishes it with `publish` (one of the
+/// broker's publish methods) and, on success only, hands the result to
+/// `write`, which fills the call's out-parameters.
 ///
 /// # Safety
 ///
 /// As for `rill_publish`.
-unsafe fn publish(
+unsafe fn publish_one<T>(
     b: *mut rill_broker,
     topic: *const c_char,
     r: *const rill_record,
-    out: *mut rill_position,
-    mode: Mode,
+    publish: impl FnOnce(&Broker, &str, &Record<'_>) -> Result<T, rill::Error>,
+    write: impl FnOnce(T),
 ) -> rill_status {
     boundary(|| {
         // SAFETY: the caller's promises, checked for NULL inside.
         let (b, topic, r) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?, reference(r, "record")?) };
-        let pos = with_record(r, |rec| {
-            Ok(match mode {
-                Mode::Wait => b.broker.publish(topic, rec)?,
-                Mode::Try => b.broker.try_publish(topic, rec)?,
-            })
-        })?;
-        if !out.is_null() {
-            // SAFETY: non-NULL; the caller promises it is writable.
-            unsafe { write_out(out, pos.into()) };
-        }
+        write(with_record(r, |rec| Ok(publish(&b.broker, topic, rec)?))?);
+        Ok(())
+    })
+}
+
+/// The body of the batch publish calls, as [`publish_one`] for `n` records:
+/// every record is checked before `publish` sees any.
+///
+/// # Safety
+///
+/// As for `rill_publish_batch`.
+unsafe fn publish_many<T>(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    rs: *const rill_record,
+    n: usize,
+    publish: impl FnOnce(&Broker, &str, &[Record<'_>]) -> Result<Vec<T>, rill::Error>,
+    write: impl FnOnce(&[T]),
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, topic) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?) };
+        // SAFETY: as above.
+        let records = unsafe { record_slice(rs, n) }?;
+        write(&publish_records(records, |recs| Ok(publish(&b.broker, topic, recs)?))?);
         Ok(())
     })
 }
@@ -248,8 +260,8 @@ pub unsafe extern "C" fn rill_publish(
     r: *const rill_record,
     out: *mut rill_position,
 ) -> rill_status {
-    // SAFETY: forwarded.
-    unsafe { publish(b, topic, r, out, Mode::Wait) }
+    // SAFETY: forwarded; the caller promises `out` is NULL or writable.
+    unsafe { publish_one(b, topic, r, Broker::publish, |pos| write_position(out, pos)) }
 }
 
 /// Like `rill_publish`, but fails at once with `RILL_ERR_FULL` instead of
@@ -265,8 +277,8 @@ pub unsafe extern "C" fn rill_try_publish(
     r: *const rill_record,
     out: *mut rill_position,
 ) -> rill_status {
-    // SAFETY: forwarded.
-    unsafe { publish(b, topic, r, out, Mode::Try) }
+    // SAFETY: forwarded; the caller promises `out` is NULL or writable.
+    unsafe { publish_one(b, topic, r, Broker::try_publish, |pos| write_position(out, pos)) }
 }
 
 /// Publishes `n` messages in order (cheaper per message than `rill_publish`).
@@ -285,15 +297,8 @@ pub unsafe extern "C" fn rill_publish_batch(
     n: usize,
     out: *mut rill_position,
 ) -> rill_status {
-    boundary(|| {
-        // SAFETY: the caller's promises, checked for NULL inside.
-        let (b, topic) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?) };
-        // SAFETY: as above.
-        let records = unsafe { record_slice(rs, n) }?;
-        let positions = publish_records(records, |recs| Ok(b.broker.publish_batch(topic, recs)?))?;
-        write_positions(out, &positions);
-        Ok(())
-    })
+    // SAFETY: forwarded.
+    unsafe { publish_many(b, topic, rs, n, Broker::publish_batch, |positions| write_positions(out, positions)) }
 }
 
 /// Publishes one message to `topic`, as `rill_publish`, and says what the
@@ -318,14 +323,9 @@ pub unsafe extern "C" fn rill_publish_outcome(
     out: *mut rill_position,
     flags: *mut u32,
 ) -> rill_status {
-    boundary(|| {
-        // SAFETY: the caller's promises, checked for NULL inside.
-        let (b, topic, r) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?, reference(r, "record")?) };
-        let done = with_record(r, |rec| Ok(b.broker.publish_outcome(topic, rec)?))?;
-        // SAFETY: the caller promises each is NULL or writable.
-        unsafe { write_outcome(done, out, flags) };
-        Ok(())
-    })
+    // SAFETY: forwarded; the caller promises `out` and `flags` are each
+    // NULL or writable.
+    unsafe { publish_one(b, topic, r, Broker::publish_outcome, |done| write_outcome(done, out, flags)) }
 }
 
 /// Like `rill_publish_outcome`, but fails at once with `RILL_ERR_FULL`
@@ -344,14 +344,9 @@ pub unsafe extern "C" fn rill_try_publish_outcome(
     out: *mut rill_position,
     flags: *mut u32,
 ) -> rill_status {
-    boundary(|| {
-        // SAFETY: the caller's promises, checked for NULL inside.
-        let (b, topic, r) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?, reference(r, "record")?) };
-        let done = with_record(r, |rec| Ok(b.broker.try_publish_outcome(topic, rec)?))?;
-        // SAFETY: the caller promises each is NULL or writable.
-        unsafe { write_outcome(done, out, flags) };
-        Ok(())
-    })
+    // SAFETY: forwarded; the caller promises `out` and `flags` are each
+    // NULL or writable.
+    unsafe { publish_one(b, topic, r, Broker::try_publish_outcome, |done| write_outcome(done, out, flags)) }
 }
 
 /// Publishes `n` messages in order, as `rill_publish_batch`, and says what
@@ -372,15 +367,8 @@ pub unsafe extern "C" fn rill_publish_batch_outcome(
     out: *mut rill_position,
     flags: *mut u32,
 ) -> rill_status {
-    boundary(|| {
-        // SAFETY: the caller's promises, checked for NULL inside.
-        let (b, topic) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?) };
-        // SAFETY: as above.
-        let records = unsafe { record_slice(rs, n) }?;
-        let done = publish_records(records, |recs| Ok(b.broker.publish_batch_outcome(topic, recs)?))?;
-        write_outcomes(out, flags, &done);
-        Ok(())
-    })
+    // SAFETY: forwarded.
+    unsafe { publish_many(b, topic, rs, n, Broker::publish_batch_outcome, |done| write_outcomes(out, flags, done)) }
 }
 
 /// The flags word of a publish outcome.
@@ -488,6 +476,15 @@ fn publish_records_general<T>(
     publish(&recs)
 }
 
+/// Writes a position into `out` unless it is NULL.
+pub(crate) fn write_position(out: *mut rill_position, p: Position) {
+    if !out.is_null() {
+        // SAFETY: non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, p.into()) };
+    }
+}
+
+/// Writes a batch's positions into `out` unless it is NULL.
 pub(crate) fn write_positions(out: *mut rill_position, positions: &[Position]) {
     if out.is_null() {
         return;

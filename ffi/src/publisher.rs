@@ -9,7 +9,7 @@ use crate::broker::rill_broker;
 use crate::error::{FfiError, boundary, rill_status};
 use crate::publish::{
     plain, publish_records, record_slice, rill_position, rill_record, with_record, with_record_general, write_outcome,
-    write_outcomes, write_positions,
+    write_outcomes, write_position, write_positions,
 };
 use crate::util::{bytes, cstr, out_ptr, reference, write_out};
 
@@ -70,10 +70,7 @@ pub unsafe extern "C" fn rill_publisher_publish(
             Some(record) => p.publisher.publish_unboxed(&record)?,
             None => with_record_general(r, |rec| Ok(p.publisher.publish_unboxed(rec)?))?,
         };
-        if !out.is_null() {
-            // SAFETY: non-NULL; the caller promises it is writable.
-            unsafe { write_out(out, pos.into()) };
-        }
+        write_position(out, pos);
         Ok(())
     })
 }
@@ -91,15 +88,8 @@ pub unsafe extern "C" fn rill_publisher_publish_batch(
     n: usize,
     out: *mut rill_position,
 ) -> rill_status {
-    boundary(|| {
-        // SAFETY: the caller's promises, checked for NULL inside.
-        let p = unsafe { reference(p, "publisher")? };
-        // SAFETY: as above.
-        let records = unsafe { record_slice(rs, n) }?;
-        let positions = publish_records(records, |recs| Ok(p.publisher.publish_batch(recs)?))?;
-        write_positions(out, &positions);
-        Ok(())
-    })
+    // SAFETY: forwarded.
+    unsafe { publish_many(p, rs, n, Publisher::publish_batch, |positions| write_positions(out, positions)) }
 }
 
 /// Publishes one message (as `rill_publish_outcome`): `*flags` (if not
@@ -141,15 +131,8 @@ pub unsafe extern "C" fn rill_publisher_publish_batch_outcome(
     out: *mut rill_position,
     flags: *mut u32,
 ) -> rill_status {
-    boundary(|| {
-        // SAFETY: the caller's promises, checked for NULL inside.
-        let p = unsafe { reference(p, "publisher")? };
-        // SAFETY: as above.
-        let records = unsafe { record_slice(rs, n) }?;
-        let done = publish_records(records, |recs| Ok(p.publisher.publish_batch_outcome(recs)?))?;
-        write_outcomes(out, flags, &done);
-        Ok(())
-    })
+    // SAFETY: forwarded.
+    unsafe { publish_many(p, rs, n, Publisher::publish_batch_outcome, |done| write_outcomes(out, flags, done)) }
 }
 
 /// Publishes one message given as plain arguments, without building a
@@ -179,10 +162,7 @@ pub unsafe extern "C" fn rill_publisher_publish_bytes(
             record = record.with_key(unsafe { bytes(key, key_len, || "key".into()) }?);
         }
         let pos = p.publisher.publish_unboxed(&record)?;
-        if !out.is_null() {
-            // SAFETY: non-NULL; the caller promises it is writable.
-            unsafe { write_out(out, pos.into()) };
-        }
+        write_position(out, pos);
         Ok(())
     })
 }
@@ -229,6 +209,31 @@ pub unsafe extern "C" fn rill_publisher_publish_packed(
         }
         let positions = p.publisher.publish_batch(&records)?;
         write_positions(out, &positions);
+        Ok(())
+    })
+}
+
+/// The body of the publisher's batch calls: checks the arguments and every
+/// record, publishes them with `publish` (one of the publisher's batch
+/// methods) and, on success only, hands the results to `write`, which fills
+/// the call's out-parameters.
+///
+/// # Safety
+///
+/// As for `rill_publisher_publish_batch`.
+unsafe fn publish_many<T>(
+    p: *const rill_publisher,
+    rs: *const rill_record,
+    n: usize,
+    publish: impl FnOnce(&Publisher, &[Record<'_>]) -> Result<Vec<T>, rill::Error>,
+    write: impl FnOnce(&[T]),
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let p = unsafe { reference(p, "publisher")? };
+        // SAFETY: as above.
+        let records = unsafe { record_slice(rs, n) }?;
+        write(&publish_records(records, |recs| Ok(publish(&p.publisher, recs)?))?);
         Ok(())
     })
 }
