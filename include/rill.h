@@ -1034,7 +1034,8 @@ typedef int32_t rill_overflow;
 
 /**
  * Releases a subscription's `user_data`: called once, when the
- * subscription has ended and its handler will not be called again.
+ * subscription has ended and none of the functions given `user_data` (its
+ * handler, `on_lagged`, `on_dead_letter`) will be called again.
  */
 typedef void (*rill_destructor)(void *user_data);
 
@@ -2232,8 +2233,9 @@ void rill_subscription_options_init_v1(rill_subscription_options *o, size_t size
  * `o` may be NULL for the defaults. On success `*out` is the subscription.
  * Called as `rill_subscribe`.
  *
- * `user_data` is passed to every handler call, on broker threads; it must
- * be safe to use from them. If `o->user_data_free` is set it is called
+ * `user_data` is passed to every handler call and to the `on_lagged` and
+ * `on_dead_letter` callbacks, on broker threads; it must be safe to use
+ * from them. If `o->user_data_free` is set it is called
  * with `user_data` once the subscription ends, and also if this call fails.
  *
  * # Safety

@@ -76,6 +76,8 @@ impl std::fmt::Debug for rill_subscription {
 }
 
 /// The user's `user_data`, released with its destructor when dropped.
+/// Shared (an `Arc`) by the handler's trampoline and, when set, the lag and
+/// dead-letter callbacks' trampolines: the last of them to go drops it.
 struct UserData {
     ptr: *mut c_void,
     free: rill_destructor,
@@ -112,8 +114,9 @@ impl Drop for UserData {
 /// `o` may be NULL for the defaults. On success `*out` is the subscription.
 /// Called as `rill_subscribe`.
 ///
-/// `user_data` is passed to every handler call, on broker threads; it must
-/// be safe to use from them. If `o->user_data_free` is set it is called
+/// `user_data` is passed to every handler call and to the `on_lagged` and
+/// `on_dead_letter` callbacks, on broker threads; it must be safe to use
+/// from them. If `o->user_data_free` is set it is called
 /// with `user_data` once the subscription ends, and also if this call fails.
 ///
 /// # Safety

@@ -64,7 +64,8 @@ pub const RILL_OVERFLOW_BLOCK: rill_overflow = rill_overflow(1);
 pub const RILL_OVERFLOW_DISCONNECT: rill_overflow = rill_overflow(2);
 
 /// Releases a subscription's `user_data`: called once, when the
-/// subscription has ended and its handler will not be called again.
+/// subscription has ended and none of the functions given `user_data` (its
+/// handler, `on_lagged`, `on_dead_letter`) will be called again.
 pub type rill_destructor = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
 
 /// Told that retention trimmed `missed` messages of `topic` (NUL-terminated,
