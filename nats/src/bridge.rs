@@ -30,12 +30,18 @@ const BROKER_WATCH: Duration = Duration::from_millis(20);
 /// last acks) before the runtime is shut down.
 const FLUSH_ON_STOP: Duration = Duration::from_secs(2);
 
+// The C ABI's `rill_nats_stats` (ffi/src/nats.rs) repeats these field docs
+// word for word, as ffi/tests/nats_stats.rs checks.
 /// A snapshot of a bridge's counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BridgeStats {
-    /// rill messages stored in JetStream (and acknowledged to rill).
+    /// rill messages JetStream acknowledged as stored (one the bridge stopped
+    /// before acknowledging to rill is exported again at the next start, and
+    /// counted again).
     pub exported: u64,
-    /// JetStream messages published into rill (and acknowledged to JetStream).
+    /// JetStream messages published into rill, each then acknowledged to
+    /// JetStream (a redelivery the bridge recognises is acknowledged without
+    /// being published again or counted).
     pub imported: u64,
     /// Publishes awaiting JetStream's ack plus imported messages awaiting
     /// rill's publish.
@@ -45,8 +51,9 @@ pub struct BridgeStats {
     /// Messages that can never cross (dead-lettered in rill on export,
     /// terminated in JetStream on import).
     pub rejected: u64,
-    /// Messages export's rill subscription has not yet had stored (they wait
-    /// in rill's log while the server is away).
+    /// The export subscription's lag: messages in rill's log it has not yet
+    /// handled (had stored in JetStream, or passed over as imported); they
+    /// wait there while the server is away. 0 without export.
     pub export_lag: u64,
     /// The last problem met, if any (it stays after the bridge recovered).
     pub last_error: Option<String>,
