@@ -230,7 +230,7 @@ typedef enum {
  * The attribute holding a message's id: a topic with a dedupe window (see
  * rill_topic_options.dedupe_window_ms) appends a message whose id it saw
  * within the window only once. 1 to RILL_ID_MAX_LEN bytes, else
- * RILL_ERR_INVALID_ARGUMENT; at most one per message. (ffi/src/broker.rs's
+ * RILL_ERR_INVALID_ARGUMENT; at most one per message. (ffi/src/publish.rs's
  * RILL_ATTR_ID; cbindgen writes no string constants, so it is spelled here,
  * and a unit test there checks the two agree.)
  */

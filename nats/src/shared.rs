@@ -1,5 +1,5 @@
-//! What the bridge's parts (its start and stop, export, import) share: the
-//! counters, the stop signal and the retry delays.
+//! What the bridge's parts (its start and stop, its connection, export and
+//! import) share: the counters, the stop signal and the retry delays.
 
 use std::fmt;
 use std::sync::Mutex;
