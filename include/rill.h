@@ -230,7 +230,7 @@ typedef enum {
  * The attribute holding a message's id: a topic with a dedupe window (see
  * rill_topic_options.dedupe_window_ms) appends a message whose id it saw
  * within the window only once. 1 to RILL_ID_MAX_LEN bytes, else
- * RILL_ERR_INVALID_ARGUMENT; at most one per message. (ffi/src/broker.rs's
+ * RILL_ERR_INVALID_ARGUMENT; at most one per message. (ffi/src/publish.rs's
  * RILL_ATTR_ID; cbindgen writes no string constants, so it is spelled here,
  * and a unit test there checks the two agree.)
  */
@@ -482,6 +482,116 @@ typedef struct {
      */
     rill_sharing sharing;
 } rill_broker_options;
+
+/**
+ * A subscription's lifecycle state: one of the `RILL_SUBSCRIPTION_*` constants.
+ */
+typedef int32_t rill_subscription_state;
+
+/**
+ * A snapshot of a subscription's counters.
+ */
+typedef struct {
+    /**
+     * Handler calls, redeliveries included.
+     */
+    uint64_t delivered;
+    /**
+     * `RILL_ACK_SUCCESS` acks.
+     */
+    uint64_t acked;
+    /**
+     * Redeliveries scheduled (retry acks).
+     */
+    uint64_t retried;
+    /**
+     * Messages published to the dead-letter topic.
+     */
+    uint64_t dead_lettered;
+    /**
+     * Messages skipped by the filter.
+     */
+    uint64_t filtered;
+    /**
+     * Messages skipped unhandled (`RILL_OVERFLOW_DROP_OLDEST`, or failed at most once).
+     */
+    uint64_t dropped;
+    /**
+     * Messages trimmed by retention before the subscription read them.
+     */
+    uint64_t missed;
+    /**
+     * Messages published but not yet handled, over all partitions.
+     */
+    uint64_t lag;
+    /**
+     * Partitions it reads.
+     */
+    uint32_t partitions;
+    /**
+     * Its state.
+     */
+    rill_subscription_state state;
+    /**
+     * Its name (generated for anonymous subscriptions). Set by
+     * `rill_subscription_list`, borrowed for the callback only (copy it to
+     * keep it); NULL from `rill_subscription_get_stats` (use
+     * `rill_subscription_name`).
+     */
+    const char *name;
+    /**
+     * The pattern it subscribed with. Borrowed like `name`; NULL from
+     * `rill_subscription_get_stats`.
+     */
+    const char *pattern;
+    /**
+     * The last delivery problem: the handler's latest failure (retry,
+     * dead letter, or a crash of a Rust or Python handler, with the
+     * message's topic, partition, offset and the reason), or a dead letter
+     * that could not be published; NULL if there was none. Borrowed like
+     * `name`; NULL from `rill_subscription_get_stats` (use
+     * `rill_subscription_last_error`, which copies it into your buffer: the
+     * text can change at any moment, so a pointer into it could not stay
+     * valid after the call).
+     */
+    const char *last_error;
+    /**
+     * Handler calls that ran past `ack_timeout_ms` (each counted once).
+     */
+    uint64_t ack_timeouts;
+    /**
+     * Times it waited ready in the worker pool's queue since the last
+     * `rill_subscription_get_stats` (each of which starts these queue
+     * figures afresh; `rill_subscription_list` leaves them). 0 on a
+     * dedicated thread.
+     */
+    uint64_t queue_waits;
+    /**
+     * The median of those waits (queued to taken by a worker), in
+     * nanoseconds: the upper edge of a power-of-two bucket, so at most
+     * twice the wait. 0 with no waits.
+     */
+    uint64_t queue_wait_p50_ns;
+    /**
+     * Their 99th percentile, likewise.
+     */
+    uint64_t queue_wait_p99_ns;
+    /**
+     * The longest of those waits in turns of other subscriptions (at most
+     * `RILL_PRIORITY_AGING_TAKES` plus the subscriptions queued before it).
+     */
+    uint64_t queue_wait_max_takes;
+    /**
+     * Its priority (its own or its topic's default), 0 to 7.
+     */
+    uint32_t priority;
+} rill_subscription_stats;
+
+/**
+ * What `rill_subscription_list` calls with each subscription's stats
+ * (borrowed for the call, strings included).
+ */
+typedef void (*rill_subscription_callback)(void *user_data, const rill_subscription_stats *stats);
 
 /**
  * What keeps a topic's partitions from growing without end
@@ -924,7 +1034,8 @@ typedef int32_t rill_overflow;
 
 /**
  * Releases a subscription's `user_data`: called once, when the
- * subscription has ended and its handler will not be called again.
+ * subscription has ended and none of the functions given `user_data` (its
+ * handler, `on_lagged`, `on_dead_letter`) will be called again.
  */
 typedef void (*rill_destructor)(void *user_data);
 
@@ -1129,116 +1240,6 @@ typedef size_t (*rill_batch_handler)(void *user_data,
                                      rill_ack *acks);
 
 /**
- * A subscription's lifecycle state: one of the `RILL_SUBSCRIPTION_*` constants.
- */
-typedef int32_t rill_subscription_state;
-
-/**
- * A snapshot of a subscription's counters.
- */
-typedef struct {
-    /**
-     * Handler calls, redeliveries included.
-     */
-    uint64_t delivered;
-    /**
-     * `RILL_ACK_SUCCESS` acks.
-     */
-    uint64_t acked;
-    /**
-     * Redeliveries scheduled (retry acks).
-     */
-    uint64_t retried;
-    /**
-     * Messages published to the dead-letter topic.
-     */
-    uint64_t dead_lettered;
-    /**
-     * Messages skipped by the filter.
-     */
-    uint64_t filtered;
-    /**
-     * Messages skipped unhandled (`RILL_OVERFLOW_DROP_OLDEST`, or failed at most once).
-     */
-    uint64_t dropped;
-    /**
-     * Messages trimmed by retention before the subscription read them.
-     */
-    uint64_t missed;
-    /**
-     * Messages published but not yet handled, over all partitions.
-     */
-    uint64_t lag;
-    /**
-     * Partitions it reads.
-     */
-    uint32_t partitions;
-    /**
-     * Its state.
-     */
-    rill_subscription_state state;
-    /**
-     * Its name (generated for anonymous subscriptions). Set by
-     * `rill_subscription_list`, borrowed for the callback only (copy it to
-     * keep it); NULL from `rill_subscription_get_stats` (use
-     * `rill_subscription_name`).
-     */
-    const char *name;
-    /**
-     * The pattern it subscribed with. Borrowed like `name`; NULL from
-     * `rill_subscription_get_stats`.
-     */
-    const char *pattern;
-    /**
-     * The last delivery problem: the handler's latest failure (retry,
-     * dead letter, or a crash of a Rust or Python handler, with the
-     * message's topic, partition, offset and the reason), or a dead letter
-     * that could not be published; NULL if there was none. Borrowed like
-     * `name`; NULL from `rill_subscription_get_stats` (use
-     * `rill_subscription_last_error`, which copies it into your buffer: the
-     * text can change at any moment, so a pointer into it could not stay
-     * valid after the call).
-     */
-    const char *last_error;
-    /**
-     * Handler calls that ran past `ack_timeout_ms` (each counted once).
-     */
-    uint64_t ack_timeouts;
-    /**
-     * Times it waited ready in the worker pool's queue since the last
-     * `rill_subscription_get_stats` (each of which starts these queue
-     * figures afresh; `rill_subscription_list` leaves them). 0 on a
-     * dedicated thread.
-     */
-    uint64_t queue_waits;
-    /**
-     * The median of those waits (queued to taken by a worker), in
-     * nanoseconds: the upper edge of a power-of-two bucket, so at most
-     * twice the wait. 0 with no waits.
-     */
-    uint64_t queue_wait_p50_ns;
-    /**
-     * Their 99th percentile, likewise.
-     */
-    uint64_t queue_wait_p99_ns;
-    /**
-     * The longest of those waits in turns of other subscriptions (at most
-     * `RILL_PRIORITY_AGING_TAKES` plus the subscriptions queued before it).
-     */
-    uint64_t queue_wait_max_takes;
-    /**
-     * Its priority (its own or its topic's default), 0 to 7.
-     */
-    uint32_t priority;
-} rill_subscription_stats;
-
-/**
- * What `rill_subscription_list` calls with each subscription's stats
- * (borrowed for the call, strings included).
- */
-typedef void (*rill_subscription_callback)(void *user_data, const rill_subscription_stats *stats);
-
-/**
  * Never by rill: the OS writes back when it decides.
  */
 #define RILL_FSYNC_NEVER 0
@@ -1283,22 +1284,6 @@ typedef void (*rill_subscription_callback)(void *user_data, const rill_subscript
  * Log compaction, and the size and age limits too.
  */
 #define RILL_CLEANUP_COMPACT_DELETE 2
-
-/**
- * Handled: move past the message.
- */
-#define RILL_ACK_SUCCESS 0
-
-/**
- * Failed: deliver it again after a backoff (or dead-letter it once the
- * attempts run out).
- */
-#define RILL_ACK_RETRY 1
-
-/**
- * Failed for good: publish it to the dead-letter topic and move on.
- */
-#define RILL_ACK_DEAD_LETTER 2
 
 /**
  * Only messages published after subscribing (the default).
@@ -1346,6 +1331,22 @@ typedef void (*rill_subscription_callback)(void *user_data, const rill_subscript
  * Close the subscription, recording why.
  */
 #define RILL_OVERFLOW_DISCONNECT 2
+
+/**
+ * Handled: move past the message.
+ */
+#define RILL_ACK_SUCCESS 0
+
+/**
+ * Failed: deliver it again after a backoff (or dead-letter it once the
+ * attempts run out).
+ */
+#define RILL_ACK_RETRY 1
+
+/**
+ * Failed for good: publish it to the dead-letter topic and move on.
+ */
+#define RILL_ACK_DEAD_LETTER 2
 
 /**
  * Caught up, waiting for messages.
@@ -1440,6 +1441,32 @@ void rill_broker_close(rill_broker *b);
  * `b` is NULL or a broker from `rill_broker_new` not yet freed.
  */
 void rill_broker_free(rill_broker *b);
+
+/**
+ * Forgets a durable subscription's saved position, so the name starts
+ * afresh next time: `RILL_ERR_BUSY` while a subscription of that name is
+ * live, `RILL_ERR_NOT_FOUND` if none saved a position.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `name` a NUL-terminated string.
+ */
+rill_status rill_durable_delete(rill_broker *b, const char *name);
+
+/**
+ * Calls `each(user_data, stats)` once for every live subscription of the
+ * broker, in name order, with its full stats: the strings `name`, `pattern`
+ * and `last_error` are set, borrowed for that call only. A snapshot, taken
+ * before the first call; the callback may call any rill function
+ * (subscribing or freeing included), which the snapshot does not see.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `each` a function safe to call with `user_data`.
+ */
+rill_status rill_subscription_list(rill_broker *b,
+                                   rill_subscription_callback each,
+                                   void *user_data);
 
 /**
  * Fills `o` with the defaults; `size` is the caller's
@@ -2206,8 +2233,9 @@ void rill_subscription_options_init_v1(rill_subscription_options *o, size_t size
  * `o` may be NULL for the defaults. On success `*out` is the subscription.
  * Called as `rill_subscribe`.
  *
- * `user_data` is passed to every handler call, on broker threads; it must
- * be safe to use from them. If `o->user_data_free` is set it is called
+ * `user_data` is passed to every handler call and to the `on_lagged` and
+ * `on_dead_letter` callbacks, on broker threads; it must be safe to use
+ * from them. If `o->user_data_free` is set it is called
  * with `user_data` once the subscription ends, and also if this call fails.
  *
  * # Safety
@@ -2331,32 +2359,6 @@ size_t rill_subscription_closed_reason(const rill_subscription *s, char *buf, si
  * `s` is a live subscription; `buf` NULL or writable for `buf_len` bytes.
  */
 size_t rill_subscription_last_error(const rill_subscription *s, char *buf, size_t buf_len);
-
-/**
- * Forgets a durable subscription's saved position, so the name starts
- * afresh next time: `RILL_ERR_BUSY` while a subscription of that name is
- * live, `RILL_ERR_NOT_FOUND` if none saved a position.
- *
- * # Safety
- *
- * `b` is a live broker; `name` a NUL-terminated string.
- */
-rill_status rill_durable_delete(rill_broker *b, const char *name);
-
-/**
- * Calls `each(user_data, stats)` once for every live subscription of the
- * broker, in name order, with its full stats: the strings `name`, `pattern`
- * and `last_error` are set, borrowed for that call only. A snapshot, taken
- * before the first call; the callback may call any rill function
- * (subscribing or freeing included), which the snapshot does not see.
- *
- * # Safety
- *
- * `b` is a live broker; `each` a function safe to call with `user_data`.
- */
-rill_status rill_subscription_list(rill_broker *b,
-                                   rill_subscription_callback each,
-                                   void *user_data);
 
 /**
  * Calls `each(user_data, lag)` for every partition the subscription reads

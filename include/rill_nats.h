@@ -148,15 +148,20 @@ typedef struct {
  */
 typedef struct {
     /**
-     * rill messages stored in JetStream (and acknowledged to rill).
+     * rill messages JetStream acknowledged as stored (one the bridge stopped
+     * before acknowledging to rill is exported again at the next start, and
+     * counted again).
      */
     uint64_t exported;
     /**
-     * JetStream messages published into rill (and acknowledged to JetStream).
+     * JetStream messages published into rill, each then acknowledged to
+     * JetStream (a redelivery the bridge recognises is acknowledged without
+     * being published again or counted).
      */
     uint64_t imported;
     /**
-     * Publishes awaiting JetStream's ack plus imports awaiting rill's publish.
+     * Publishes awaiting JetStream's ack plus imported messages awaiting
+     * rill's publish.
      */
     uint64_t in_flight;
     /**
@@ -164,15 +169,19 @@ typedef struct {
      */
     uint64_t reconnects;
     /**
-     * Messages that can never cross (dead-lettered on export, terminated on import).
+     * Messages that can never cross (dead-lettered in rill on export,
+     * terminated in JetStream on import).
      */
     uint64_t rejected;
     /**
-     * Messages export has not yet had stored (waiting in rill's log).
+     * The export subscription's lag: messages in rill's log it has not yet
+     * handled (had stored in JetStream, or passed over as imported); they
+     * wait there while the server is away. 0 without export.
      */
     uint64_t export_lag;
     /**
-     * Whether there is a last error (`rill_nats_bridge_last_error`).
+     * Whether the bridge met a problem; `rill_nats_bridge_last_error`
+     * copies the last one (it stays after the bridge recovered).
      */
     bool has_error;
 } rill_nats_stats;

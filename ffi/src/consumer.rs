@@ -12,7 +12,7 @@ use crate::error::{boundary, boundary_value, rill_status};
 use crate::lag::{Lag, each_lag, rill_partition_lag_callback};
 use crate::message::{MessageContext, c_message, rill_message};
 use crate::options::{self, OptionStruct};
-use crate::subscription::{RILL_START_EARLIEST, rill_start, start_position};
+use crate::subscription_options::{RILL_START_EARLIEST, rill_start, start_position};
 use crate::util::{cstr, inherited, out_ptr, reference, reference_mut, this_process, timeout, write_out};
 
 /// Where a new consumer group starts. Fill it with `rill_consumer_options_init`.

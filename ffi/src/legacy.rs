@@ -19,14 +19,15 @@
 use std::ffi::{c_char, c_void};
 use std::mem::size_of;
 
-use crate::broker::{rill_broker, rill_broker_options, rill_topic_get_stats_v1, rill_topic_options};
+use crate::broker::{rill_broker, rill_broker_options};
 use crate::consumer::{rill_consumer, rill_consumer_options};
 use crate::error::{boundary_value, rill_status};
 use crate::options::OptionStruct;
-use crate::subscription::{
-    rill_batch_handler, rill_delivery, rill_destructor, rill_handler, rill_lag_callback, rill_overflow, rill_start,
-    rill_subscription, rill_subscription_options,
+use crate::subscription::{rill_batch_handler, rill_handler, rill_subscription};
+use crate::subscription_options::{
+    rill_delivery, rill_destructor, rill_lag_callback, rill_overflow, rill_start, rill_subscription_options,
 };
+use crate::topic::{rill_topic_get_stats_v1, rill_topic_options};
 
 /// `rill_broker_options` of rill 0.1.
 #[repr(C)]
@@ -119,7 +120,7 @@ pub struct rill_subscription_stats_v0_1 {
     missed: u64,
     lag: u64,
     partitions: u32,
-    state: crate::subscription::rill_subscription_state,
+    state: crate::subscription_stats::rill_subscription_state,
 }
 
 /// The subscription stats getter under its unsuffixed name, which programs
@@ -354,7 +355,7 @@ pub unsafe extern "C" fn rill_topic_create(
     // SAFETY: forwarded; the converted options live across the call.
     unsafe {
         let o = current(o);
-        crate::broker::rill_topic_create_v1(b, name, as_ptr(&o))
+        crate::topic::rill_topic_create_v1(b, name, as_ptr(&o))
     }
 }
 
@@ -464,13 +465,13 @@ mod tests {
         // Issue 11 appended the recovery figures to rill_topic_stats (an
         // out-struct, sized by the getter's size argument); its first layout,
         // the one the unsuffixed rill_topic_get_stats writes, stays 24 bytes.
-        assert_eq!(crate::broker::TOPIC_STATS_FIRST_SIZE, 24);
+        assert_eq!(crate::topic::TOPIC_STATS_FIRST_SIZE, 24);
         assert_eq!(size_of::<rill_topic_stats_v0_1>(), 24);
         // Issue 40 appended recovered_offsets_reset after the 4 bytes of
         // tail padding that ended issue 11's 48-byte layout: a program built
         // against that header passes 48 and gets the fields it knows.
         assert_eq!(
-            size_of::<crate::broker::rill_topic_stats>(),
+            size_of::<crate::topic::rill_topic_stats>(),
             56 + 8 * 8,
             "issue 41's four dedupe and four compaction figures"
         );
@@ -478,10 +479,10 @@ mod tests {
         // out-struct, sized by the getter's size argument since); its first
         // layout, the one the unsuffixed rill_subscription_get_stats writes,
         // is rill 0.1's 72 bytes.
-        assert_eq!(crate::subscription::SUBSCRIPTION_STATS_FIRST_SIZE, 72);
+        assert_eq!(crate::subscription_stats::SUBSCRIPTION_STATS_FIRST_SIZE, 72);
         assert_eq!(size_of::<rill_subscription_stats_v0_1>(), 72);
         // Issue 42 appended the queue-wait figures and the priority.
-        assert_eq!(size_of::<crate::subscription::rill_subscription_stats>(), 144);
+        assert_eq!(size_of::<crate::subscription_stats::rill_subscription_stats>(), 144);
     }
 
     /// A program built before the appended consumer options passes the

@@ -2,14 +2,24 @@
 //! `include/rill.h`.
 //!
 //! Conventions (they hold for every function):
-//! * Names are `rill_<type>_<verb>`, except the broker-level shorthands
-//!   kept from the first ABI (`rill_publish`, `rill_try_publish`,
-//!   `rill_publish_batch`, `rill_subscribe`, `rill_subscribe_batch`,
-//!   `rill_durable_delete`), the process-wide functions (`rill_version`,
-//!   `rill_last_error`, `rill_set_log_level`, `rill_set_log_callback`) and
-//!   `rill_ack_reason` (of the message being handled); handles are opaque,
-//!   created by `_new` (or `rill_subscribe`) and released by `_free`;
-//!   `_free(NULL)` is a no-op.
+//! * Names are `rill_<type>_<verb>`: `<type>` is the handle or struct the
+//!   call acts on (`rill_consumer_poll`, `rill_topic_create`) or, for
+//!   `rill_group_*`, the consumer group, which has no C type of its own. The
+//!   exceptions are contracts and stay as they are: the calls named for
+//!   their verb alone, which act on a broker, `rill_publish`,
+//!   `rill_try_publish` and `rill_publish_batch` (publish by topic name),
+//!   `rill_subscribe` and `rill_subscribe_batch` (make a
+//!   `rill_subscription`), all five from the first ABI, and the later
+//!   `rill_publish_outcome`, `rill_try_publish_outcome` and
+//!   `rill_publish_batch_outcome`, named after them; `rill_durable_delete`
+//!   (forgets a durable subscription's saved position, which no handle
+//!   stands for); the process-wide `rill_version`, `rill_last_error`,
+//!   `rill_set_log_level` and `rill_set_log_callback`; and `rill_ack_reason`
+//!   (of the message being handled). A `_v1` suffix marks a call that
+//!   takes a struct's size, which rill.h's macro of the unsuffixed name
+//!   passes (an unsuffixed symbol, where one exists, is the 0.1 call:
+//!   legacy.rs). Handles are opaque, created by `_new` (or
+//!   `rill_subscribe`) and released by `_free`; `_free(NULL)` is a no-op.
 //! * Fallible functions return a `rill_status`; on error the calling thread's
 //!   `rill_last_error` says what went wrong. Out-parameters are written only
 //!   on success.
@@ -18,9 +28,49 @@
 //!   values coming from C are plain integers and are checked.
 //! * Every function body runs inside a panic boundary: a panic in rill
 //!   becomes `RILL_ERR_PANIC` and never unwinds into C.
+//!
+//! Files: one per C type, named after it, holding the type, the calls named
+//! after it, and what only it takes: its options and stats structs, its
+//! enum-like values and callback types (broker.rs, publisher.rs,
+//! subscription.rs, consumer.rs, message.rs; nats.rs for
+//! `rill_nats_bridge`, built with the `nats` feature). A struct gets a file
+//! of its own when it is not one handle's, or when its handle's file would
+//! otherwise pass ~700 lines:
+//! * topic.rs: `rill_topic_options` and `rill_topic_stats` with the
+//!   `rill_topic_*` calls (a topic is a name, not a handle);
+//! * publish.rs: `rill_record`, `rill_attribute` and `rill_position`, which
+//!   every publish takes or gives back, with the broker's publish calls by
+//!   topic name;
+//! * subscription_options.rs: `rill_subscription_options` (its `rill_start`
+//!   values serve `rill_consumer_options` too);
+//! * subscription_stats.rs: `rill_subscription_stats`, filled by the
+//!   subscription's own call and by the broker's `rill_subscription_list`;
+//! * lag.rs: `rill_partition_lag`, handed out by subscriptions and consumers.
+//!
+//! A call taking a `rill_broker` lives in the file of what it acts on
+//! (`rill_topic_*` in topic.rs, but for the schema calls in schema.rs;
+//! `rill_subscribe` in subscription.rs). The calls on what the broker keeps
+//! of subscriptions without a handle, `rill_durable_delete` and
+//! `rill_subscription_list`, are broker.rs's; the `rill_group_*` calls are
+//! consumer.rs's (a group is what consumers share; `rill_group_get_stats`
+//! fills `rill_consumer_stats`). The rest are
+//! areas, not types: schema.rs (a topic's schema), logging.rs, error.rs
+//! (statuses and the panic boundary), legacy.rs (the 0.1 symbols),
+//! options.rs (the rule by which option structs grow), notify.rs (eventfds),
+//! priority.rs, text.rs and util.rs. No file imports one that imports it,
+//! directly or through others (`tests/structure.rs` checks it).
 #![allow(non_camel_case_types)]
 
+// cbindgen reads these modules in the order they are declared here, and
+// rill.h declares their types and functions in that order: the broker, its
+// topics and publishing first, then the rest (alphabetical but for a
+// subscription's options, which come before it).
 mod broker;
+mod topic;
+
+mod publish;
+mod publisher;
+
 mod consumer;
 mod error;
 mod lag;
@@ -33,7 +83,10 @@ mod notify;
 mod options;
 mod priority;
 mod schema;
+mod subscription_options;
+
 mod subscription;
+mod subscription_stats;
 mod text;
 mod util;
 
@@ -48,8 +101,13 @@ pub use message::*;
 #[cfg(feature = "nats")]
 pub use nats::*;
 pub use priority::*;
+pub use publish::*;
+pub use publisher::*;
 pub use schema::*;
 pub use subscription::*;
+pub use subscription_options::*;
+pub use subscription_stats::*;
+pub use topic::*;
 
 /// The library version as a NUL-terminated string, e.g. `"0.2.0"`. Static;
 /// never free it.

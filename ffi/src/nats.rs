@@ -76,23 +76,35 @@ pub struct rill_nats_options {
     pub import_ack_wait_ms: u32,
 }
 
+// Field for field the Rust `rill_nats::BridgeStats`, whose field docs these
+// are, word for word (`has_error` stands for its `last_error`), as
+// ffi/tests/nats_stats.rs checks.
 /// A snapshot of a bridge's counters.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct rill_nats_stats {
-    /// rill messages stored in JetStream (and acknowledged to rill).
+    /// rill messages JetStream acknowledged as stored (one the bridge stopped
+    /// before acknowledging to rill is exported again at the next start, and
+    /// counted again).
     pub exported: u64,
-    /// JetStream messages published into rill (and acknowledged to JetStream).
+    /// JetStream messages published into rill, each then acknowledged to
+    /// JetStream (a redelivery the bridge recognises is acknowledged without
+    /// being published again or counted).
     pub imported: u64,
-    /// Publishes awaiting JetStream's ack plus imports awaiting rill's publish.
+    /// Publishes awaiting JetStream's ack plus imported messages awaiting
+    /// rill's publish.
     pub in_flight: u64,
     /// Times the connection came back after it was lost.
     pub reconnects: u64,
-    /// Messages that can never cross (dead-lettered on export, terminated on import).
+    /// Messages that can never cross (dead-lettered in rill on export,
+    /// terminated in JetStream on import).
     pub rejected: u64,
-    /// Messages export has not yet had stored (waiting in rill's log).
+    /// The export subscription's lag: messages in rill's log it has not yet
+    /// handled (had stored in JetStream, or passed over as imported); they
+    /// wait there while the server is away. 0 without export.
     pub export_lag: u64,
-    /// Whether there is a last error (`rill_nats_bridge_last_error`).
+    /// Whether the bridge met a problem; `rill_nats_bridge_last_error`
+    /// copies the last one (it stays after the bridge recovered).
     pub has_error: bool,
 }
 

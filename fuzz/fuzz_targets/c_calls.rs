@@ -34,10 +34,20 @@ mod notify;
 mod options;
 #[path = "../../ffi/src/priority.rs"]
 mod priority;
+#[path = "../../ffi/src/publish.rs"]
+mod publish;
+#[path = "../../ffi/src/publisher.rs"]
+mod publisher;
 #[path = "../../ffi/src/subscription.rs"]
 mod subscription;
+#[path = "../../ffi/src/subscription_options.rs"]
+mod subscription_options;
+#[path = "../../ffi/src/subscription_stats.rs"]
+mod subscription_stats;
 #[path = "../../ffi/src/text.rs"]
 mod text;
+#[path = "../../ffi/src/topic.rs"]
+mod topic;
 #[path = "../../ffi/src/util.rs"]
 mod util;
 
@@ -50,7 +60,12 @@ use error::rill_status;
 use libfuzzer_sys::fuzz_target;
 use message::*;
 use lag::*;
+use publish::*;
+use publisher::*;
 use subscription::*;
+use subscription_options::*;
+use subscription_stats::*;
+use topic::*;
 
 /// Reads the fuzzer's bytes as a stream of small choices.
 struct Bytes<'a>(&'a [u8]);

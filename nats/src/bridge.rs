@@ -1,4 +1,5 @@
-//! The bridge: its runtime, connection, counters, start and stop.
+//! The bridge: its runtime, counters, configuration checks, start and
+//! stop. The connection to the server is conn.rs's.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,20 +11,17 @@ use async_nats::jetstream;
 use tokio::sync::watch;
 
 use crate::config::{BridgeConfig, ExportConfig, ImportConfig};
+use crate::conn;
 use crate::error::{Error, Result};
 use crate::export::Exporter;
 use crate::import::Importer;
-use crate::shared::{Shared, backoff, stopped, stream_error};
+use crate::shared::{Shared, stopped, stream_error};
 use crate::subject::{validate_filter, validate_prefix};
 
 /// Tokio worker threads of a bridge's runtime: the client's reader and
 /// writer tasks and the ack futures; the rill sides run on threads of their
 /// own and only wait on the runtime.
 const RUNTIME_THREADS: usize = 2;
-
-/// Publishes to JetStream awaiting their acks, at most (async-nats makes a
-/// publish wait for room beyond it).
-const MAX_ACKS_IN_FLIGHT: usize = 4096;
 
 /// How often the bridge looks whether its broker was closed.
 const BROKER_WATCH: Duration = Duration::from_millis(20);
@@ -32,12 +30,18 @@ const BROKER_WATCH: Duration = Duration::from_millis(20);
 /// last acks) before the runtime is shut down.
 const FLUSH_ON_STOP: Duration = Duration::from_secs(2);
 
+// The C ABI's `rill_nats_stats` (ffi/src/nats.rs) repeats these field docs
+// word for word, as ffi/tests/nats_stats.rs checks.
 /// A snapshot of a bridge's counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BridgeStats {
-    /// rill messages stored in JetStream (and acknowledged to rill).
+    /// rill messages JetStream acknowledged as stored (one the bridge stopped
+    /// before acknowledging to rill is exported again at the next start, and
+    /// counted again).
     pub exported: u64,
-    /// JetStream messages published into rill (and acknowledged to JetStream).
+    /// JetStream messages published into rill, each then acknowledged to
+    /// JetStream (a redelivery the bridge recognises is acknowledged without
+    /// being published again or counted).
     pub imported: u64,
     /// Publishes awaiting JetStream's ack plus imported messages awaiting
     /// rill's publish.
@@ -47,8 +51,9 @@ pub struct BridgeStats {
     /// Messages that can never cross (dead-lettered in rill on export,
     /// terminated in JetStream on import).
     pub rejected: u64,
-    /// Messages export's rill subscription has not yet had stored (they wait
-    /// in rill's log while the server is away).
+    /// The export subscription's lag: messages in rill's log it has not yet
+    /// handled (had stored in JetStream, or passed over as imported); they
+    /// wait there while the server is away. 0 without export.
     pub export_lag: u64,
     /// The last problem met, if any (it stays after the bridge recovered).
     pub last_error: Option<String>,
@@ -94,14 +99,10 @@ impl Bridge {
             stop,
             retry_delay: config.reconnect_delay,
         });
-        let client = runtime.block_on(connect(&config, shared.clone()))?;
+        let client = runtime.block_on(conn::connect(&config, shared.clone()))?;
         // The context spawns its ack-handling task on the runtime.
         let _entered = runtime.enter();
-        let js = jetstream::ContextBuilder::new()
-            .timeout(config.request_timeout)
-            .max_ack_inflight(MAX_ACKS_IN_FLIGHT)
-            .backpressure_on_inflight(true)
-            .build(client.clone());
+        let js = conn::jetstream(&client, &config);
         let broker_id = config.broker_id.clone().unwrap_or_else(default_broker_id);
         let mut bridge =
             Bridge { shared: shared.clone(), broker_id, export: None, import: None, client, runtime: None };
@@ -296,53 +297,6 @@ pub(crate) fn covers(s: &str, prefix: &str) -> bool {
     false
 }
 
-async fn connect(config: &BridgeConfig, shared: Arc<Shared>) -> Result<async_nats::Client> {
-    let events = shared.clone();
-    let delay = config.reconnect_delay;
-    let mut options = async_nats::ConnectOptions::new()
-        .name("rill-nats")
-        .connection_timeout(config.connect_timeout)
-        .request_timeout(Some(config.request_timeout))
-        .reconnect_delay_callback(move |attempt| backoff(delay, attempt))
-        .event_callback(move |event| {
-            let shared = events.clone();
-            async move {
-                match event {
-                    async_nats::Event::Disconnected => {
-                        shared.disconnected.store(true, Ordering::Relaxed);
-                        shared.record_error("disconnected from the NATS server");
-                    }
-                    // Relaxed: one flag, read and written by the client's
-                    // event task only.
-                    async_nats::Event::Connected if shared.disconnected.swap(false, Ordering::Relaxed) => {
-                        shared.reconnects.fetch_add(1, Ordering::Relaxed);
-                    }
-                    async_nats::Event::ServerError(e) => shared.record_error(format!("server error: {e}")),
-                    async_nats::Event::ClientError(e) => shared.record_error(format!("client error: {e}")),
-                    _ => {}
-                }
-            }
-        });
-    if let Some(token) = &config.token {
-        options = options.token(token.clone());
-    }
-    if let (Some(user), password) = (&config.user, &config.password) {
-        options = options.user_and_password(user.clone(), password.clone().unwrap_or_default());
-    }
-    let addrs: Vec<async_nats::ServerAddr> = config.url.split(',').filter_map(|u| u.trim().parse().ok()).collect();
-    // connection_timeout bounds each attempt; this bounds the whole start.
-    match tokio::time::timeout(config.connect_timeout, options.connect(addrs)).await {
-        Ok(Ok(client)) => Ok(client),
-        Ok(Err(e)) => Err(Error::Connect(match e.kind() {
-            async_nats::ConnectErrorKind::AuthorizationViolation | async_nats::ConnectErrorKind::Authentication => {
-                format!("{} refused the credentials: {e}", config.url)
-            }
-            _ => format!("{}: {e}", config.url),
-        })),
-        Err(_) => Err(Error::Connect(format!("{}: no answer within {:?}", config.url, config.connect_timeout))),
-    }
-}
-
 async fn check_export_stream(js: &jetstream::Context, e: &ExportConfig) -> Result<()> {
     let mut stream = js.get_stream(&e.stream).await.map_err(|err| stream_error(&e.stream, err))?;
     let info = stream.info().await.map_err(|err| Error::JetStream(format!("stream {:?}: {err}", e.stream)))?;
@@ -392,17 +346,6 @@ mod tests {
         assert!(!filter_under_prefix("a.b", "a.b"));
         assert!(!filter_under_prefix("a.>", "a.b"));
         assert!(!filter_under_prefix("c.b.>", "a.b"));
-    }
-
-    #[test]
-    fn backoff_doubles_up_to_the_max() {
-        let d = (Duration::from_millis(10), Duration::from_millis(100));
-        assert_eq!(backoff(d, 0), Duration::from_millis(10));
-        assert_eq!(backoff(d, 1), Duration::from_millis(10));
-        assert_eq!(backoff(d, 2), Duration::from_millis(20));
-        assert_eq!(backoff(d, 4), Duration::from_millis(80));
-        assert_eq!(backoff(d, 5), Duration::from_millis(100));
-        assert_eq!(backoff(d, 1000), Duration::from_millis(100));
     }
 
     #[test]

@@ -112,6 +112,7 @@
 
 mod bridge;
 mod config;
+mod conn;
 mod error;
 mod export;
 mod import;

@@ -1,5 +1,5 @@
-//! What the bridge's parts (its start and stop, export, import) share: the
-//! counters, the stop signal and the retry delays.
+//! What the bridge's parts (its start and stop, its connection, export and
+//! import) share: the counters, the stop signal and the retry delays.
 
 use std::fmt;
 use std::sync::Mutex;
@@ -61,5 +61,21 @@ pub(crate) fn stream_error(name: &str, err: jetstream::context::GetStreamError) 
             Error::NotFound(format!("stream {name:?} does not exist"))
         }
         _ => Error::JetStream(format!("stream {name:?}: {err}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_max() {
+        let d = (Duration::from_millis(10), Duration::from_millis(100));
+        assert_eq!(backoff(d, 0), Duration::from_millis(10));
+        assert_eq!(backoff(d, 1), Duration::from_millis(10));
+        assert_eq!(backoff(d, 2), Duration::from_millis(20));
+        assert_eq!(backoff(d, 4), Duration::from_millis(80));
+        assert_eq!(backoff(d, 5), Duration::from_millis(100));
+        assert_eq!(backoff(d, 1000), Duration::from_millis(100));
     }
 }

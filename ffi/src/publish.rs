@@ -1,0 +1,509 @@
+//! Publishing: what a publish takes and gives back (`rill_record` with its
+//! `rill_attribute`s, `rill_position`, the message id attribute and the
+//! `RILL_PUBLISHED_*` outcome flags), their conversion to and from the Rust
+//! API, which `rill_publisher` (publisher.rs) shares, and the calls that
+//! publish through the broker by topic name (`rill_publish` and its kin,
+//! named for the verb).
+
+use std::ffi::{c_char, c_void};
+
+use rill::{Broker, Position, Published, Record};
+
+use crate::broker::rill_broker;
+use crate::error::{FfiError, boundary, rill_status};
+use crate::util::{bytes, cstr, reference, write_out};
+
+/// The attribute holding a message's id (see
+/// `rill_topic_options.dedupe_window_ms`): 1 to `RILL_ID_MAX_LEN` bytes,
+/// else `RILL_ERR_INVALID_ARGUMENT`; at most one per message.
+pub const RILL_ATTR_ID: &str = "rill.id";
+const _: () = assert!(const_str_eq(RILL_ATTR_ID, rill::log::ID_ATTRIBUTE));
+
+/// The longest message id (`RILL_ATTR_ID`), in bytes.
+pub const RILL_ID_MAX_LEN: u32 = 128;
+const _: () = assert!(RILL_ID_MAX_LEN as usize == rill::log::MAX_ID_LEN);
+
+/// True if `a` and `b` are the same string (in a const context, where `==` is not).
+const fn const_str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Set in the flags of an `_outcome` publish: the message's id was
+/// published to the topic within its dedupe window, so nothing was
+/// appended, and the position given is the first message's.
+pub const RILL_PUBLISHED_DUPLICATE: u32 = 1;
+/// Set in the flags of an `_outcome` publish: the payload did not fit the
+/// topic's schema, whose `on_invalid` is `RILL_ON_INVALID_DEAD_LETTER`, so
+/// the message went to `$dlq/<topic>` and the position given is there.
+pub const RILL_PUBLISHED_DEAD_LETTERED: u32 = 2;
+
+/// One attribute of a message to publish: NUL-terminated UTF-8 strings.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rill_attribute {
+    /// The attribute's name.
+    pub key: *const c_char,
+    /// Its value.
+    pub value: *const c_char,
+}
+
+/// A message to publish. The library copies everything it points to before
+/// the publishing call returns.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rill_record {
+    /// The key, or NULL for an unkeyed message (keyed messages always go to
+    /// the same partition; unkeyed ones are spread round-robin).
+    pub key: *const c_void,
+    /// Length of the key (a non-NULL key of length 0 is an empty key).
+    pub key_len: usize,
+    /// The payload (may be NULL when `payload_len` is 0).
+    pub payload: *const c_void,
+    /// Length of the payload.
+    pub payload_len: usize,
+    /// The attributes (may be NULL when `attribute_count` is 0).
+    pub attributes: *const rill_attribute,
+    /// Number of attributes.
+    pub attribute_count: usize,
+}
+
+/// Where a published message landed.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct rill_position {
+    /// Partition index.
+    pub partition: u32,
+    /// Offset within the partition.
+    pub offset: u64,
+}
+
+impl From<Position> for rill_position {
+    fn from(p: Position) -> Self {
+        rill_position { partition: p.partition, offset: p.offset }
+    }
+}
+
+/// The attributes of one record, borrowed from C.
+pub(crate) fn attributes<'a>(r: &rill_record) -> Result<Vec<(&'a str, &'a str)>, FfiError> {
+    if r.attribute_count == 0 {
+        return Ok(Vec::new());
+    }
+    if r.attributes.is_null() {
+        return Err(FfiError::null("record attributes (with a non-zero attribute_count)"));
+    }
+    // SAFETY: non-NULL; the caller promises `attribute_count` readable entries.
+    let attrs = unsafe { std::slice::from_raw_parts(r.attributes, r.attribute_count) };
+    attrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let at = |mut e: FfiError| {
+                e.text = format!("{} (attribute {i})", e.text);
+                e
+            };
+            // SAFETY: the caller promises NUL-terminated strings (NULL is checked).
+            let k = unsafe { cstr(a.key, "attribute key") }.map_err(at)?;
+            // SAFETY: as above.
+            let v = unsafe { cstr(a.value, "attribute value") }.map_err(at)?;
+            Ok((k, v))
+        })
+        .collect()
+}
+
+/// The `Record` view of a C record whose attributes are `attrs`; `index`
+/// (its place in a batch) names it in errors.
+fn to_record<'a>(
+    r: &rill_record,
+    attrs: &'a [(&'a str, &'a str)],
+    index: Option<usize>,
+) -> Result<Record<'a>, FfiError> {
+    let name = |part: &str| match index {
+        Some(i) => format!("record {i} {part}"),
+        None => format!("record {part}"),
+    };
+    // SAFETY: the caller of the exported function promises the ranges are readable.
+    let payload = unsafe { bytes(r.payload, r.payload_len, || name("payload")) }?;
+    let mut record = Record::new(payload).with_attributes(attrs);
+    if !r.key.is_null() {
+        // SAFETY: as above.
+        record = record.with_key(unsafe { bytes(r.key, r.key_len, || name("key")) }?);
+    }
+    Ok(record)
+}
+
+/// Runs `f` with the `Record` view of a C record.
+#[inline(always)]
+pub(crate) fn with_record<T>(
+    r: &rill_record,
+    f: impl FnOnce(&Record<'_>) -> Result<T, FfiError>,
+) -> Result<T, FfiError> {
+    // The common record (no attributes, valid ranges) without building an
+    // attribute list or any error text; every other record, and every error,
+    // goes the general way, which checks the same things and says what is wrong.
+    if let Some(record) = plain(r) {
+        return f(&record);
+    }
+    with_record_general(r, f)
+}
+
+/// [`with_record`] for any record: attributes, or a range to refuse.
+#[inline(never)]
+pub(crate) fn with_record_general<T>(
+    r: &rill_record,
+    f: impl FnOnce(&Record<'_>) -> Result<T, FfiError>,
+) -> Result<T, FfiError> {
+    let attrs = attributes(r)?;
+    f(&to_record(r, &attrs, None)?)
+}
+
+/// The `Record` of a C record without attributes, or `None` if its key or
+/// payload is not a valid range (NULL with a non-zero length, or a length no
+/// slice can have): the checks of [`to_record`], without its messages.
+#[inline(always)]
+fn plain_record<'a>(r: &rill_record) -> Option<Record<'a>> {
+    /// `bytes` without its error.
+    #[inline(always)]
+    fn range<'a>(p: *const c_void, len: usize) -> Option<&'a [u8]> {
+        if len > isize::MAX as usize {
+            return None;
+        }
+        if p.is_null() {
+            return (len == 0).then_some(&[]);
+        }
+        // SAFETY: non-NULL, the length fits a slice, and the caller of the
+        // exported function promises the range is readable until it returns.
+        Some(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
+    }
+    let mut record = Record::new(range(r.payload, r.payload_len)?);
+    if !r.key.is_null() {
+        record.key = Some(range(r.key, r.key_len)?);
+    }
+    Some(record)
+}
+
+/// The body of the one-message publish calls: checks the arguments, makes
+/// the record's `Record` view, publishes it with `publish` (one of the
+/// broker's publish methods) and, on success only, hands the result to
+/// `write`, which fills the call's out-parameters.
+///
+/// # Safety
+///
+/// As for `rill_publish`.
+unsafe fn publish_one<T>(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    r: *const rill_record,
+    publish: impl FnOnce(&Broker, &str, &Record<'_>) -> Result<T, rill::Error>,
+    write: impl FnOnce(T),
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, topic, r) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?, reference(r, "record")?) };
+        write(with_record(r, |rec| Ok(publish(&b.broker, topic, rec)?))?);
+        Ok(())
+    })
+}
+
+/// The body of the batch publish calls, as [`publish_one`] for `n` records:
+/// every record is checked before `publish` sees any.
+///
+/// # Safety
+///
+/// As for `rill_publish_batch`.
+unsafe fn publish_many<T>(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    rs: *const rill_record,
+    n: usize,
+    publish: impl FnOnce(&Broker, &str, &[Record<'_>]) -> Result<Vec<T>, rill::Error>,
+    write: impl FnOnce(&[T]),
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let (b, topic) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?) };
+        // SAFETY: as above.
+        let records = unsafe { record_slice(rs, n) }?;
+        write(&publish_records(records, |recs| Ok(publish(&b.broker, topic, recs)?))?);
+        Ok(())
+    })
+}
+
+/// Publishes one message to `topic`; `*out` (if not NULL) gets its position.
+/// If a `Block` subscriber is at its lag limit, waits up to the broker's
+/// `publish_timeout_ms` (then `RILL_ERR_TIMEOUT`). Called from a `Block`
+/// subscriber's own handler while that subscriber is the one at its limit,
+/// it would wait for its own handler: it fails at once with `RILL_ERR_FULL`
+/// (the error text says why) instead; waits for other subscribers are as
+/// usual. The same holds for every publish call that waits. On error nothing is
+/// published. Each call checks and looks up the name; in a hot loop a
+/// `rill_publisher` (see `rill_publisher_new`) skips that.
+///
+/// # Safety
+///
+/// `b` is a live broker; `topic` a NUL-terminated string; `r` a valid record
+/// whose pointers are readable for their lengths; `out` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publish(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    r: *const rill_record,
+    out: *mut rill_position,
+) -> rill_status {
+    // SAFETY: forwarded; the caller promises `out` is NULL or writable.
+    unsafe { publish_one(b, topic, r, Broker::publish, |pos| write_position(out, pos)) }
+}
+
+/// Like `rill_publish`, but fails at once with `RILL_ERR_FULL` instead of
+/// waiting for a `Block` subscriber.
+///
+/// # Safety
+///
+/// As for `rill_publish`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_try_publish(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    r: *const rill_record,
+    out: *mut rill_position,
+) -> rill_status {
+    // SAFETY: forwarded; the caller promises `out` is NULL or writable.
+    unsafe { publish_one(b, topic, r, Broker::try_publish, |pos| write_position(out, pos)) }
+}
+
+/// Publishes `n` messages in order (cheaper per message than `rill_publish`).
+/// `out` is NULL or has room for `n` positions, written in input order. Every
+/// record is checked before any is published: on error none is.
+///
+/// # Safety
+///
+/// `b` is a live broker; `topic` a NUL-terminated string; `rs` points to `n`
+/// valid records (may be NULL if `n` is 0); `out` NULL or writable for `n`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publish_batch(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    rs: *const rill_record,
+    n: usize,
+    out: *mut rill_position,
+) -> rill_status {
+    // SAFETY: forwarded.
+    unsafe { publish_many(b, topic, rs, n, Broker::publish_batch, |positions| write_positions(out, positions)) }
+}
+
+/// Publishes one message to `topic`, as `rill_publish`, and says what the
+/// publish did: `*flags` (if not NULL) gets `RILL_PUBLISHED_DUPLICATE` when
+/// the message carried an id (`RILL_ATTR_ID`) that the topic had appended
+/// within its dedupe window, so nothing was appended and `*out` (if not
+/// NULL) is the first message's position; `RILL_PUBLISHED_DEAD_LETTERED`
+/// when the payload did not fit the topic's schema and went to
+/// `$dlq/<topic>` (`*out` is its position there); else 0. Other flags may
+/// be added later: test the bit. Publishers racing with one id append it once (the
+/// others wait for that append and get its position). Both outputs are
+/// written only on `RILL_OK`.
+///
+/// # Safety
+///
+/// As for `rill_publish`; `flags` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publish_outcome(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    r: *const rill_record,
+    out: *mut rill_position,
+    flags: *mut u32,
+) -> rill_status {
+    // SAFETY: forwarded; the caller promises `out` and `flags` are each
+    // NULL or writable.
+    unsafe { publish_one(b, topic, r, Broker::publish_outcome, |done| write_outcome(done, out, flags)) }
+}
+
+/// Like `rill_publish_outcome`, but fails at once with `RILL_ERR_FULL`
+/// instead of waiting for a `Block` subscriber (as `rill_try_publish`). A
+/// publisher of the same id appending at that moment is still waited for:
+/// its append decides whether this one is a duplicate.
+///
+/// # Safety
+///
+/// As for `rill_publish_outcome`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_try_publish_outcome(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    r: *const rill_record,
+    out: *mut rill_position,
+    flags: *mut u32,
+) -> rill_status {
+    // SAFETY: forwarded; the caller promises `out` and `flags` are each
+    // NULL or writable.
+    unsafe { publish_one(b, topic, r, Broker::try_publish_outcome, |done| write_outcome(done, out, flags)) }
+}
+
+/// Publishes `n` messages in order, as `rill_publish_batch`, and says what
+/// each publish did: `flags` is NULL or has room for `n` words, written in
+/// input order as `rill_publish_outcome` writes one (a message whose id
+/// came earlier in the same batch is a duplicate too). Every record is
+/// checked before any is published: on error none is.
+///
+/// # Safety
+///
+/// As for `rill_publish_batch`; `flags` NULL or writable for `n` words.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publish_batch_outcome(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    rs: *const rill_record,
+    n: usize,
+    out: *mut rill_position,
+    flags: *mut u32,
+) -> rill_status {
+    // SAFETY: forwarded.
+    unsafe { publish_many(b, topic, rs, n, Broker::publish_batch_outcome, |done| write_outcomes(out, flags, done)) }
+}
+
+/// The flags word of a publish outcome.
+fn outcome_flags(p: &Published) -> u32 {
+    let duplicate = if p.duplicate { RILL_PUBLISHED_DUPLICATE } else { 0 };
+    duplicate | if p.dead_lettered { RILL_PUBLISHED_DEAD_LETTERED } else { 0 }
+}
+
+/// Writes one outcome into the outputs that are not NULL.
+///
+/// # Safety
+///
+/// `out` and `flags` are each NULL or writable.
+pub(crate) unsafe fn write_outcome(p: Published, out: *mut rill_position, flags: *mut u32) {
+    if !out.is_null() {
+        // SAFETY: non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, p.position.into()) };
+    }
+    if !flags.is_null() {
+        // SAFETY: as above.
+        unsafe { write_out(flags, outcome_flags(&p)) };
+    }
+}
+
+/// Writes a batch's outcomes into the arrays that are not NULL.
+pub(crate) fn write_outcomes(out: *mut rill_position, flags: *mut u32, done: &[Published]) {
+    let positions: Vec<Position> = done.iter().map(|p| p.position).collect();
+    write_positions(out, &positions);
+    if !flags.is_null() {
+        for (i, p) in done.iter().enumerate() {
+            // SAFETY: the caller promises `flags` has room for one word per record.
+            unsafe { flags.add(i).write(outcome_flags(p)) };
+        }
+    }
+}
+
+/// # Safety
+///
+/// `rs` is NULL (with `n == 0`) or points to `n` readable records.
+pub(crate) unsafe fn record_slice<'a>(rs: *const rill_record, n: usize) -> Result<&'a [rill_record], FfiError> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if rs.is_null() {
+        return Err(FfiError::null("records"));
+    }
+    // SAFETY: non-NULL; the caller promises `n` readable records.
+    Ok(unsafe { std::slice::from_raw_parts(rs, n) })
+}
+
+/// Batches up to this many records are converted on the stack.
+const STACK_BATCH: usize = 64;
+
+/// Converts C records and publishes them with `publish`.
+///
+/// Records without attributes whose ranges are valid (the common batch) are
+/// turned into `Record`s directly: on the stack for up to [`STACK_BATCH`]
+/// records, else into one `Vec`. A batch with any other record (attributes,
+/// or a range to refuse) takes the general path, which checks the same
+/// things and names the record and the part that is wrong.
+#[inline]
+pub(crate) fn publish_records<T>(
+    records: &[rill_record],
+    publish: impl FnOnce(&[Record<'_>]) -> Result<Vec<T>, FfiError>,
+) -> Result<Vec<T>, FfiError> {
+    if records.len() <= STACK_BATCH {
+        let mut buf = [Record::default(); STACK_BATCH];
+        let mut n = 0;
+        for r in records {
+            match plain(r) {
+                Some(rec) => buf[n] = rec,
+                None => break,
+            }
+            n += 1;
+        }
+        if n == records.len() {
+            return publish(&buf[..n]);
+        }
+    } else if let Some(recs) = records.iter().map(plain).collect::<Option<Vec<_>>>() {
+        return publish(&recs);
+    }
+    publish_records_general(records, publish)
+}
+
+/// The `Record` of a C record without attributes and with valid ranges.
+#[inline(always)]
+pub(crate) fn plain<'a>(r: &rill_record) -> Option<Record<'a>> {
+    if r.attribute_count == 0 { plain_record(r) } else { None }
+}
+
+/// [`publish_records`] for any batch: every record converted through the
+/// checked path, each error naming the record by its index.
+#[inline(never)]
+fn publish_records_general<T>(
+    records: &[rill_record],
+    publish: impl FnOnce(&[Record<'_>]) -> Result<Vec<T>, FfiError>,
+) -> Result<Vec<T>, FfiError> {
+    let attrs: Vec<Vec<(&str, &str)>> = records.iter().map(attributes).collect::<Result<_, _>>()?;
+    let recs = records
+        .iter()
+        .zip(&attrs)
+        .enumerate()
+        .map(|(i, (r, a))| to_record(r, a, Some(i)))
+        .collect::<Result<Vec<_>, _>>()?;
+    publish(&recs)
+}
+
+/// Writes a position into `out` unless it is NULL.
+pub(crate) fn write_position(out: *mut rill_position, p: Position) {
+    if !out.is_null() {
+        // SAFETY: non-NULL; the caller promises it is writable.
+        unsafe { write_out(out, p.into()) };
+    }
+}
+
+/// Writes a batch's positions into `out` unless it is NULL.
+pub(crate) fn write_positions(out: *mut rill_position, positions: &[Position]) {
+    if out.is_null() {
+        return;
+    }
+    for (i, p) in positions.iter().enumerate() {
+        // SAFETY: the caller promises `out` has room for one position per record.
+        unsafe { out.add(i).write((*p).into()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `RILL_ATTR_ID`, which cbindgen does not write (a string constant), is
+    /// spelled in `cbindgen.toml`: the header must say what the library does.
+    #[test]
+    fn the_id_attribute_macro_in_the_header_is_the_librarys() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../include/rill.h");
+        let header = std::fs::read_to_string(path).unwrap();
+        let define = format!("#define RILL_ATTR_ID \"{}\"\n", super::RILL_ATTR_ID);
+        assert!(header.contains(&define), "include/rill.h lacks {define:?}");
+    }
+}
