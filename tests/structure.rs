@@ -759,7 +759,6 @@ const PENDING_CUTS: &[(&str, &str)] = &[
     ("src/broker/core.rs", "being cut by issue 44's restructure: the control plane into broker/control/ (s6-control)"),
     ("src/broker/store.rs", "being cut by issue 44's restructure: the data directory into broker/store/ (s6-control)"),
     ("src/broker/subscription/drain.rs", "being cut by issue 44's restructure: subscriptions (s6-sub)"),
-    ("ffi/src/broker.rs", "being cut by issue 44's restructure: one file per C type (s6-ffi)"),
 ];
 
 /// Whether `line` is a test-only `cfg` attribute.
