@@ -57,9 +57,12 @@ fn seal(b: &Broker, topic: &str, partitions: u32) {
     }
 }
 
+/// One partition's messages: (offset, key, payload), in the order read.
+type Partition = Vec<(u64, Vec<u8>, Vec<u8>)>;
+
 /// Every model-keyed message a new consumer reads from the beginning, per
-/// partition: (offset, key, payload), in the order read.
-fn read_model_keys(b: &Broker, topic: &str, partitions: u32) -> Vec<Vec<(u64, Vec<u8>, Vec<u8>)>> {
+/// partition.
+fn read_model_keys(b: &Broker, topic: &str, partitions: u32) -> Vec<Partition> {
     let mut consumer = b.consumer("model-reader", topic, ConsumerOptions::default()).unwrap();
     let mut out = vec![Vec::new(); partitions as usize];
     loop {
@@ -114,7 +117,7 @@ proptest! {
                 want[*partition as usize].insert(*offset, (k.clone(), value.clone()));
             }
         }
-        let want: Vec<Vec<(u64, Vec<u8>, Vec<u8>)>> =
+        let want: Vec<Partition> =
             want.into_iter().map(|p| p.into_iter().map(|(o, (k, v))| (o, k, v)).collect()).collect();
         // Every model record is removed but the ones `want` keeps; filler
         // records all have keys of their own, so the topic's count of
