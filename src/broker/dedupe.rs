@@ -17,9 +17,9 @@
 //!
 //! # States of an id
 //!
-//! Each id is in one of three states, in the map of the shard its hash picks
-//! (16 shards, each a mutex over a map and an age queue, so publishers of
-//! different ids seldom meet on one lock):
+//! Each id is in one of three states, in the table of the shard its hash
+//! picks (16 shards, each a mutex over a hash table and an age queue, so
+//! publishers of different ids seldom meet on one lock):
 //!
 //! ```text
 //!   absent --claim--> Pending --appended--> Done { partition, offset, at }
@@ -58,6 +58,28 @@
 //! only publishers of the same id. The protocol is a mutex and a condition
 //! variable; it has no lock-free part to model.
 //!
+//! # Cost
+//!
+//! Over the same record published to a topic without a window, a publish
+//! with an id pays: one keyed hash of the id (SipHash, as the std maps: a
+//! publisher choosing ids cannot make one shard's chains long); two
+//! uncontended locks of its shard (the claim, and the settle); a probe of
+//! the shard's table for the claim and the write of the new entry, and one
+//! probe for the settle, which finds the same entry in cache; and a push on
+//! the age queue with a look at its front. An id of up to [`INLINE_ID`]
+//! bytes is copied into its entry, so nothing is allocated for it; the age
+//! queue holds only (time, hash), and expiry finds the entry by them.
+//!
+//! On a window far larger than the caches (a million ids), a fresh id's
+//! claim is dominated by memory latency, not by instructions: the probe's
+//! first read of the table is a random access (a cache and, with 4 KiB
+//! pages, a TLB miss), and the entry's write must reach its line before the
+//! unlock's locked instruction completes. A table whose probe and entry
+//! share one line, with the ids in an arrival-ordered arena, would halve
+//! those misses; this one is a plain hash table. `rill-bench --scenario
+//! dedupe` measures a publish with an id against the same record on a
+//! topic without a window.
+//!
 //! # Time
 //!
 //! An id's age is measured from the broker clock's reading when it was
@@ -66,11 +88,11 @@
 //! (`Topic::open`). Every function here takes `now` as an argument, so the
 //! unit tests below drive the clock themselves.
 
-use std::borrow::Borrow;
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, RandomState};
 
 use crossbeam_utils::CachePadded;
+use hashbrown::HashTable;
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Condvar, Mutex, MutexGuard};
@@ -85,8 +107,17 @@ const SHARDS: usize = 16;
 const _: () = assert!(SHARDS.is_power_of_two() && MAX_DEDUPE_IDS.is_multiple_of(SHARDS));
 /// Most ids one shard holds.
 const SHARD_CAPACITY: usize = MAX_DEDUPE_IDS / SHARDS;
-/// An id's shard is its hash's bits from here (see [`Key`]).
+/// An id's shard is its hash's bits from here: the table's own index uses
+/// the low bits and its tags the top ones, so within a shard those stay
+/// spread.
 const SHARD_SHIFT: u32 = 32;
+/// Longest id held inside its entry; a longer one (up to `MAX_ID_LEN`) is
+/// put on the heap. 38 keeps a UUID's 36 characters inline in a 72-byte
+/// entry.
+const INLINE_ID: usize = 38;
+/// `Entry::partition` of an id being appended (`Pending`): no partition
+/// has this index (`MAX_PARTITIONS` is far below it).
+const PENDING: u32 = u32::MAX;
 
 /// Where a record with an id landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,119 +136,75 @@ pub(crate) struct WindowStats {
     pub(crate) waits: u64,
 }
 
-/// An id with its hash: the window's keyed SipHash, computed once per
-/// publish. Its bits 32..36 pick the shard (the map's own index uses the low
-/// bits and its tags the top ones, so within a shard those stay spread), and
-/// the shard's map takes it as the hash, so the id is not hashed again for
-/// the lookup, the insert and the settle.
+/// An id's bytes as its entry holds them: inline when short (so claiming
+/// the common id allocates nothing), else boxed.
 #[derive(Debug)]
-struct Key {
-    hash: u64,
-    id: Box<str>,
+enum IdBytes {
+    Inline(u8, [u8; INLINE_ID]),
+    Boxed(Box<str>),
 }
 
-/// What a shard's map looks ids up by: an owned [`Key`], or a [`Probe`]
-/// borrowing a publisher's id (the std map needs one borrowed form of both).
-trait KeyLike {
-    fn hash(&self) -> u64;
-    fn id(&self) -> &str;
-}
-
-impl KeyLike for Key {
-    fn hash(&self) -> u64 {
-        self.hash
-    }
-    fn id(&self) -> &str {
-        &self.id
-    }
-}
-
-/// A borrowed id and its hash, to look up without copying the id.
-struct Probe<'a> {
-    hash: u64,
-    id: &'a str,
-}
-
-impl KeyLike for Probe<'_> {
-    fn hash(&self) -> u64 {
-        self.hash
-    }
-    fn id(&self) -> &str {
-        self.id
-    }
-}
-
-impl<'a> Borrow<dyn KeyLike + 'a> for Key {
-    fn borrow(&self) -> &(dyn KeyLike + 'a) {
-        self
-    }
-}
-
-impl Hash for dyn KeyLike + '_ {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(KeyLike::hash(self));
-    }
-}
-
-impl PartialEq for dyn KeyLike + '_ {
-    fn eq(&self, other: &Self) -> bool {
-        KeyLike::hash(self) == KeyLike::hash(other) && self.id() == other.id()
-    }
-}
-
-impl Eq for dyn KeyLike + '_ {}
-
-// As `dyn KeyLike`'s, so the owned and the borrowed form agree.
-impl Hash for Key {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(self.hash);
-    }
-}
-
-impl PartialEq for Key {
-    fn eq(&self, other: &Self) -> bool {
-        self.hash == other.hash && self.id == other.id
-    }
-}
-
-impl Eq for Key {}
-
-/// The shard maps' hasher: a key's hash is already computed ([`Key`]).
-#[derive(Debug, Default)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-    // Keys write one u64 (above); any other bytes are folded in all the same.
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+impl IdBytes {
+    fn new(id: &str) -> IdBytes {
+        match u8::try_from(id.len()) {
+            Ok(len) if id.len() <= INLINE_ID => {
+                let mut bytes = [0; INLINE_ID];
+                bytes[..id.len()].copy_from_slice(id.as_bytes());
+                IdBytes::Inline(len, bytes)
+            }
+            _ => IdBytes::Boxed(id.into()),
         }
     }
-    fn finish(&self) -> u64 {
-        self.0
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            IdBytes::Inline(len, bytes) => &bytes[..*len as usize],
+            IdBytes::Boxed(id) => id.as_bytes(),
+        }
     }
 }
 
-/// The state of one id (see the module docs).
-#[derive(Debug, Clone, Copy)]
-enum Slot {
-    /// A publisher is appending it.
-    Pending,
-    /// Appended at `landed`, claimed at `at_ns`.
-    Done { landed: Landed, at_ns: u64 },
+/// One id in a shard's table, in one of the states of the module docs:
+/// `Pending` while `partition` is [`PENDING`], else `Done` at (`partition`,
+/// `offset`).
+#[derive(Debug)]
+struct Entry {
+    /// The id's hash, the window's keyed SipHash: computed once per publish,
+    /// it picks the shard and the table slot, and re-slots the entry when
+    /// the table grows, so the id is never hashed again.
+    hash: u64,
+    /// When the id was claimed (or, rebuilt on open, its record's stamp).
+    at_ns: u64,
+    offset: u64,
+    partition: u32,
+    id: IdBytes,
+}
+
+impl Entry {
+    fn is(&self, hash: u64, id: &str) -> bool {
+        self.hash == hash && self.id.as_bytes() == id.as_bytes()
+    }
+
+    fn pending(&self) -> bool {
+        self.partition == PENDING
+    }
+
+    fn landed(&self) -> Landed {
+        Landed { partition: self.partition, offset: self.offset }
+    }
 }
 
 /// One shard's ids.
 #[derive(Debug, Default)]
 struct Ids {
-    slots: HashMap<Key, Slot, BuildHasherDefault<Prehashed>>,
-    /// `Done` ids in the order they were stored, with the time each was
-    /// claimed. An entry whose id was since claimed again (after it expired)
-    /// is stale: its time no longer matches the slot's, and it is skipped.
-    order: VecDeque<(u64, Key)>,
+    table: HashTable<Entry>,
+    /// `Done` ids in the order they were stored, as (the time each was
+    /// claimed, its hash): the entry is the `Done` one with that hash and
+    /// that time. An entry whose id was since claimed again (after it
+    /// expired) is stale: no `Done` entry matches it any more, and it is
+    /// skipped. Two ids with one hash and one time would match either
+    /// entry, but they are equally old, so either may leave first.
+    order: VecDeque<(u64, u64)>,
     /// Publishers waiting on `settled` for a `Pending` id of this shard: an
     /// owner settling its id wakes them only if there are any (a wake-up is
     /// a system call even with nobody to wake).
@@ -225,21 +212,28 @@ struct Ids {
 }
 
 impl Ids {
+    /// The entry of `id`, whose hash is `hash`.
+    fn find(&mut self, hash: u64, id: &str) -> Option<&mut Entry> {
+        self.table.find_mut(hash, |e| e.is(hash, id))
+    }
+
+    fn insert(&mut self, entry: Entry) {
+        self.table.insert_unique(entry.hash, entry, |e| e.hash);
+    }
+
     /// Drops ids older than the window from the front of the age queue, and
     /// the oldest beyond the shard's capacity; returns how many were evicted
     /// for room (not for age).
     fn prune(&mut self, now: u64, window_ns: u64) -> u64 {
         let mut evicted = 0;
-        while let Some((at, id)) = self.order.front() {
-            let (at, expired) = (*at, now.saturating_sub(*at) >= window_ns);
-            let full = self.slots.len() > SHARD_CAPACITY;
+        while let Some(&(at, hash)) = self.order.front() {
+            let expired = now.saturating_sub(at) >= window_ns;
+            let full = self.table.len() > SHARD_CAPACITY;
             if !expired && !full {
                 break;
             }
-            if let Some(Slot::Done { at_ns, .. }) = self.slots.get(id)
-                && *at_ns == at
-            {
-                self.slots.remove(id);
+            if let Ok(entry) = self.table.find_entry(hash, |e| e.hash == hash && !e.pending() && e.at_ns == at) {
+                entry.remove();
                 evicted += (!expired) as u64;
             }
             self.order.pop_front();
@@ -284,26 +278,23 @@ pub(crate) enum Claim<'w> {
 pub(crate) struct Ticket<'w> {
     shard: &'w Shard,
     window: &'w Window,
-    id: Option<Key>,
+    /// The id (borrowed from the publisher's record) and its hash; `None`
+    /// once settled.
+    id: Option<(u64, &'w str)>,
     at_ns: u64,
 }
 
 impl Ticket<'_> {
     /// The record was appended at `landed`: the id becomes `Done`.
     pub(crate) fn appended(mut self, landed: Landed) {
-        let id = self.id.take().expect("a ticket is settled once");
+        let (hash, id) = self.id.take().expect("a ticket is settled once");
         let mut ids = self.shard.ids.lock();
-        // Its `Pending` slot is still there: only its owner (this ticket)
-        // removes or replaces it. Updated in place, so the map's copy of
-        // the id is kept and the ticket's moves to the age queue.
-        let done = Slot::Done { landed, at_ns: self.at_ns };
-        match ids.slots.get_mut(&id) {
-            Some(slot) => *slot = done,
-            None => {
-                ids.slots.insert(Key { hash: id.hash, id: id.id.clone() }, done);
-            }
-        }
-        ids.order.push_back((self.at_ns, id));
+        // Its `Pending` entry is still there: only its owner (this ticket)
+        // removes or settles it; expiry and eviction take `Done` ones only.
+        let entry = ids.find(hash, id).expect("a pending id stays until its owner settles it");
+        debug_assert!(entry.pending() && entry.at_ns == self.at_ns);
+        (entry.partition, entry.offset) = (landed.partition, landed.offset);
+        ids.order.push_back((self.at_ns, hash));
         let evicted = ids.prune(self.at_ns, self.window.window_ns);
         let wake = ids.waiting > 0;
         drop(ids);
@@ -319,9 +310,11 @@ impl Ticket<'_> {
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
+        if let Some((hash, id)) = self.id.take() {
             let mut ids = self.shard.ids.lock();
-            ids.slots.remove(&id);
+            if let Ok(entry) = ids.table.find_entry(hash, |e| e.is(hash, id)) {
+                entry.remove();
+            }
             let wake = ids.waiting > 0;
             drop(ids);
             if wake {
@@ -344,21 +337,21 @@ impl Window {
         }
     }
 
-    /// `id` with its hash, and the shard that holds it.
-    fn probe<'a>(&self, id: &'a str) -> (Probe<'a>, &Shard) {
+    /// `id`'s hash, and the shard that holds it.
+    fn shard(&self, id: &str) -> (u64, &Shard) {
         let hash = self.hasher.hash_one(id);
         let shards = self.shards.get_or_init(|| (0..SHARDS).map(|_| CachePadded::new(Shard::default())).collect());
-        (Probe { hash, id }, &shards[(hash >> SHARD_SHIFT) as usize & (SHARDS - 1)])
+        (hash, &shards[(hash >> SHARD_SHIFT) as usize & (SHARDS - 1)])
     }
 
     /// Claims `id` at time `now`, waiting while another publisher appends it.
-    pub(crate) fn claim(&self, id: &str, now: u64) -> Claim<'_> {
-        let (probe, shard) = self.probe(id);
+    pub(crate) fn claim<'w>(&'w self, id: &'w str, now: u64) -> Claim<'w> {
+        let (hash, shard) = self.shard(id);
         let mut ids = shard.ids.lock();
         let mut waited = false;
         loop {
-            match ids.slots.get(&probe as &dyn KeyLike) {
-                Some(Slot::Pending) => {
+            match ids.find(hash, id) {
+                Some(entry) if entry.pending() => {
                     if !waited {
                         waited = true;
                         // Relaxed: a statistic (tests wait on it to know a
@@ -372,19 +365,37 @@ impl Window {
                     ids = shard.settled.wait(ids);
                     ids.waiting -= 1;
                 }
-                Some(Slot::Done { landed, at_ns }) if now.saturating_sub(*at_ns) < self.window_ns => {
+                Some(entry) if now.saturating_sub(entry.at_ns) < self.window_ns => {
+                    let landed = entry.landed();
                     // Relaxed: a statistic.
                     self.duplicates.fetch_add(1, Ordering::Relaxed);
-                    return Claim::Duplicate(*landed);
+                    return Claim::Duplicate(landed);
                 }
-                _ => return Claim::Claimed(self.pending(shard, ids, &probe, now)),
+                Some(expired) => {
+                    // Claimed again in place; its old age-queue entry is
+                    // now stale (see `Ids::order`).
+                    (expired.partition, expired.at_ns) = (PENDING, now);
+                    return Claim::Claimed(self.ticket(shard, ids, hash, id, now));
+                }
+                None => {
+                    ids.insert(Entry { hash, at_ns: now, offset: 0, partition: PENDING, id: IdBytes::new(id) });
+                    return Claim::Claimed(self.ticket(shard, ids, hash, id, now));
+                }
             }
         }
     }
 
-    fn pending<'w>(&'w self, shard: &'w Shard, mut ids: MutexGuard<'_, Ids>, id: &Probe<'_>, now: u64) -> Ticket<'w> {
-        ids.slots.insert(Key { hash: id.hash, id: id.id.into() }, Slot::Pending);
-        Ticket { shard, window: self, id: Some(Key { hash: id.hash, id: id.id.into() }), at_ns: now }
+    /// The ticket of `id`, made `Pending` under `ids` (released here).
+    fn ticket<'w>(
+        &'w self,
+        shard: &'w Shard,
+        ids: MutexGuard<'_, Ids>,
+        hash: u64,
+        id: &'w str,
+        now: u64,
+    ) -> Ticket<'w> {
+        drop(ids);
+        Ticket { shard, window: self, id: Some((hash, id)), at_ns: now }
     }
 
     /// Remembers an id found in the log when the topic was opened, appended
@@ -394,13 +405,14 @@ impl Window {
         if now.saturating_sub(at_ns) >= self.window_ns {
             return;
         }
-        let (probe, shard) = self.probe(id);
+        let (hash, shard) = self.shard(id);
         let mut ids = shard.ids.lock();
-        if ids.slots.contains_key(&probe as &dyn KeyLike) {
+        if ids.find(hash, id).is_some() {
             return;
         }
-        ids.slots.insert(Key { hash: probe.hash, id: id.into() }, Slot::Done { landed, at_ns });
-        ids.order.push_back((at_ns, Key { hash: probe.hash, id: id.into() }));
+        let Landed { partition, offset } = landed;
+        ids.insert(Entry { hash, at_ns, offset, partition, id: IdBytes::new(id) });
+        ids.order.push_back((at_ns, hash));
         let evicted = ids.prune(now, self.window_ns);
         // Relaxed: a statistic.
         self.evicted.fetch_add(evicted, Ordering::Relaxed);
@@ -418,7 +430,7 @@ impl Window {
         for shard in self.shards.get().into_iter().flat_map(|s| s.iter()) {
             let mut ids = shard.ids.lock();
             evicted += ids.prune(now, self.window_ns);
-            held += ids.slots.len() as u64;
+            held += ids.table.len() as u64;
         }
         // Relaxed: statistics.
         let evicted = self.evicted.fetch_add(evicted, Ordering::Relaxed) + evicted;
@@ -481,7 +493,7 @@ mod tests {
     fn a_full_shard_evicts_its_oldest_id_and_counts_it() {
         let w = Window::new(u64::MAX / MS);
         // Ids that all land on one shard, one more than it holds.
-        let shard = |id: &str| std::ptr::from_ref(w.probe(id).1);
+        let shard = |id: &str| std::ptr::from_ref(w.shard(id).1);
         let target = shard("x0");
         let ids: Vec<String> =
             (0..).map(|i| format!("x{i}")).filter(|id| shard(id) == target).take(SHARD_CAPACITY + 1).collect();

@@ -16,6 +16,9 @@
 //!   against reading its files from the page cache;
 //! * [`priority`]: `--priority`, a priority-7 subscription's delivery
 //!   latency on an overloaded pool against the pool idle (issue 42);
+//! * [`compaction`]: `--compaction`, publishing into a compacted topic
+//!   against a plain one, a compaction pass against a copy of as many
+//!   bytes, and a publisher's rate beside a pass (issue 41);
 //! * [`publish_cost`]: the publisher's own ns per call, with no subscriber
 //!   and with 8 that keep up, beside crossbeam-channel's `send`, and the
 //!   machine's floors under a publish (clock read, `lock xadd`, epoch pin,
@@ -27,6 +30,7 @@
 pub mod bench;
 #[cfg(feature = "nats")]
 pub mod bridge;
+pub mod compaction;
 pub mod dedupe;
 pub mod measure;
 pub mod plain;

@@ -44,7 +44,8 @@ SCENARIOS (--scenario NAME):
                       10^0..10^5 topics, 10^6 with --scale-full) and as subscriptions on one topic do
                       (10..10^4): tables of each decade and its ratio to the first; --plot FILE.svg draws them
   dedupe              a publish with an id into a topic whose dedupe window holds 1,000,000 ids, against
-                      one without an id, interleaved in --pairs (--messages per run, default 200000)
+                      the same record into a topic without a window and one without an id, interleaved in
+                      --pairs (--messages per run, default 200000)
   bridge              rill -> NATS JetStream -> rill through two rill_nats bridges, against a plain
                       async-nats publisher + pull consumer, interleaved in --pairs on a nats-server it
                       starts (build with --features nats; --messages sets the run length, default 20000)
@@ -75,6 +76,7 @@ EXAMPLES:
   rill-bench --suite sweep --plot fanout.svg        throughput against subscriber count
   rill-bench --suite report --format json > report.json
   rill-bench --schema-cost --pairs 5               publishes/s to a topic with a JSON Schema (200 B, 5 fields) beside jsonschema's own rate
+  rill-bench --compaction --compaction-mib 1024   1 -> 1 into a compacted topic beside a plain one, a pass over 1 GiB beside a copy, a publisher beside a pass
   rill-bench --publish-cost --pairs 5              publish ns/call (no subscriber and 8 keeping up, each on a new topic and past its retention; 8 idle) beside crossbeam send, and the machine's floors (clock read, lock xadd, pin, minimal log append, the same pinned into 256 MiB)
 
 MEASUREMENT: throughput counts delivered messages (what a subscriber skipped earns nothing; see
@@ -246,6 +248,17 @@ struct Cli {
     #[arg(long, help_heading = "Output")]
     schema_cost: bool,
 
+    /// Instead of scenarios: 1 -> 1 publishing (64 B payloads, 8 B keys) into a compacted topic
+    /// against a plain one (--messages, default 1,000,000), one compaction pass over a log of
+    /// --compaction-mib MiB with 1,000,000 distinct keys against copying as many bytes, and a
+    /// publisher's append rate beside that pass against alone, in --pairs interleaved rounds.
+    #[arg(long, help_heading = "Output")]
+    compaction: bool,
+
+    /// The size of --compaction's compacted log, in MiB (issue 41's figure: 1024).
+    #[arg(long, value_name = "N", default_value_t = rill_bench::compaction::DEFAULT_MIB, help_heading = "Output")]
+    compaction_mib: u64,
+
     /// Skip the cross-core ping-pong and hiccup probes, and the short ping-pong taken around every
     /// run of a pair (which marks the pairs during which the machine changed state).
     #[arg(long, help_heading = "Output")]
@@ -358,6 +371,18 @@ fn main() {
     }
     if cli.publish_cost {
         run_publish_cost(&cli);
+        return;
+    }
+    if cli.compaction {
+        use rill_bench::compaction;
+        let messages = cli.messages.unwrap_or(compaction::DEFAULT_MESSAGES);
+        match compaction::run(messages, cli.compaction_mib, cli.pairs.max(1)) {
+            Ok(rounds) => print!("{}", compaction::table(&rounds, messages, cli.compaction_mib)),
+            Err(e) => {
+                eprintln!("compaction measurement failed: {e}");
+                std::process::exit(1);
+            }
+        }
         return;
     }
     let started = Instant::now();
@@ -732,8 +757,8 @@ fn run_bridge(_cli: &Cli, _pairs: usize) {
     std::process::exit(2);
 }
 
-/// `--scenario scale`: its own runner, two sweeps by powers of ten (see
-/// `rill_bench::scale`), printed as tables (or JSON) and drawn with `--plot`.
+/// `--scenario dedupe`: its own runner, rounds of three runs (see
+/// `rill_bench::dedupe`), printed as a table.
 fn run_dedupe(cli: &Cli, pairs: usize) {
     use rill_bench::dedupe;
     let messages = cli.messages.unwrap_or(dedupe::DEFAULT_MESSAGES);
@@ -746,6 +771,8 @@ fn run_dedupe(cli: &Cli, pairs: usize) {
     }
 }
 
+/// `--scenario scale`: its own runner, two sweeps by powers of ten (see
+/// `rill_bench::scale`), printed as tables (or JSON) and drawn with `--plot`.
 fn run_scale(cli: &Cli) {
     use rill_bench::scale;
     let max_topics = if cli.scale_full { scale::FULL_TOPICS } else { scale::QUICK_TOPICS };
