@@ -6,18 +6,19 @@
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use super::in_handler::InHandler;
 use super::options::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Overflow,
     RetryBackoff, SubscriptionOptions,
 };
 use super::queue_wait::QueueWaits;
-use super::signal::{self, Entry, Listener, Mark, ReadySet};
-use super::state::State;
 use crate::broker::dispatch::{DEFAULT_PRIORITY, Job, PRIORITIES, Timer, Waited, WorkerPool};
 use crate::broker::filter::Filter;
 use crate::broker::names::Pattern;
-use crate::broker::topic::{Blocker, Partition, Topic};
+use crate::broker::partition::in_handler::InHandler;
+use crate::broker::partition::signal::{self, Entry, Listener, Mark, ReadySet};
+use crate::broker::partition::state::State;
+use crate::broker::partition::{Blocker, Partition};
+use crate::broker::topic::Topic;
 use crate::broker::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::log::Cursor;
@@ -810,7 +811,7 @@ impl SubCore {
 
     /// True when nothing is in flight and every partition is read to its end.
     fn is_caught_up(&self) -> bool {
-        if self.state.get() != super::state::Phase::Idle {
+        if self.state.get() != crate::broker::partition::state::Phase::Idle {
             return false;
         }
         // Acquire: pairs with the Release in `attach`.
@@ -865,7 +866,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::SubCore;
-    use crate::broker::subscription::state::Phase;
+    use crate::broker::partition::state::Phase;
     use crate::broker::topic::Wait;
     use crate::broker::{Ack, Broker, BrokerConfig, SubscriptionOptions, TopicOptions};
     use crate::log::Record;

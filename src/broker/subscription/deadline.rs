@@ -83,7 +83,7 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use super::core::{AckWatch, DrainState, Stall, SubCore};
-use super::state::Phase;
+use crate::broker::partition::state::Phase;
 use crate::sync::atomic::Ordering;
 use crate::sync::{Arc, Name};
 

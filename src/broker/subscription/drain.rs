@@ -27,11 +27,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::time::{Duration, Instant};
 
 use super::core::{BATCH, BackoffOver, DrainState, HandlerKind, Retry, SubCore, Tally};
-use super::in_handler::InHandler;
 use super::options::{Ack, Message, Overflow};
 use super::settle::{Settled, attempt_of, handler_panicked, invoke_lagged, invoke_many};
-use super::signal::{self, Idled, ReadySet};
-use super::state::Phase;
+use crate::broker::partition::in_handler::InHandler;
+use crate::broker::partition::signal::{self, Idled, ReadySet};
+use crate::broker::partition::state::Phase;
 use crate::log::{Lagged, RecordView};
 use crate::sync::atomic::Ordering;
 use crate::sync::thread;

@@ -41,14 +41,11 @@ mod close;
 mod core;
 mod deadline;
 mod drain;
-pub(crate) mod in_handler;
 mod options;
 mod queue_wait;
 #[cfg(not(loom))]
 mod run_wait;
 mod settle;
-pub(crate) mod signal;
-mod state;
 
 use std::fmt;
 use std::time::Duration;
@@ -61,8 +58,8 @@ pub use options::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Message, Overflow,
     RetryBackoff, StartPosition, SubscriptionOptions,
 };
-use state::Phase;
 
+use crate::broker::partition::state::Phase;
 use crate::error::Result;
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
