@@ -37,10 +37,12 @@
 //! mechanisms: `core.rs`'s timer and pool jobs call `SubCore::run`
 //! (in `drain.rs`) and `SubCore::check_ack_deadline` (in `deadline.rs`).
 
+mod attach;
 mod close;
 mod core;
 mod deadline;
 mod drain;
+mod idle;
 mod options;
 mod queue_wait;
 #[cfg(not(loom))]
