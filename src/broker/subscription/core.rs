@@ -11,7 +11,7 @@ use super::options::{
     RetryBackoff, SubscriptionOptions,
 };
 use super::queue_wait::QueueWaits;
-use crate::broker::dispatch::{DEFAULT_PRIORITY, Job, PRIORITIES, Timer, Waited, WorkerPool};
+use crate::broker::dispatch::{DEFAULT_PRIORITY, PRIORITIES, Timer, WorkerPool};
 use crate::broker::filter::Filter;
 use crate::broker::names::Pattern;
 use crate::broker::partition::Partition;
@@ -58,14 +58,9 @@ pub(crate) enum Stall {
 }
 
 /// A timer job: look at a subscription's handler call in flight against
-/// its `ack_timeout` (see `deadline.rs`).
+/// its `ack_timeout`. Its run is in `deadline.rs`, with what it checks;
+/// the type is here because `SubEnv` names the timer that holds it.
 pub(crate) struct AckWatch(pub(super) Arc<SubCore>);
-
-impl Job for AckWatch {
-    fn run(self) {
-        SubCore::check_ack_deadline(&self.0);
-    }
-}
 
 /// One of the two kinds of handler.
 pub(crate) enum HandlerKind {
@@ -73,31 +68,14 @@ pub(crate) enum HandlerKind {
     Many(BatchHandler),
 }
 
-/// A pool job: one drain of a subscription (its state is `ACTIVE`).
+/// A pool job: one drain of a subscription (its state is `ACTIVE`). Its
+/// run is in `drain.rs`, with the drain it runs; the type is here because
+/// `Exec` names the pool that holds it.
 pub(crate) struct DrainJob(pub(super) Arc<SubCore>);
 
-impl Job for DrainJob {
-    fn run(self) {
-        SubCore::run(self.0);
-    }
-
-    fn priority(&self) -> u8 {
-        self.0.priority
-    }
-
-    fn waited(&self, waited: Waited) {
-        self.0.queue_waits.record(waited.time, waited.takes);
-    }
-}
-
-/// A timer job: a subscription's retry backoff is over.
+/// A timer job: a subscription's retry backoff is over (its run, in
+/// `drain.rs` beside the drain that armed it, moves `BACKOFF -> ACTIVE`).
 pub(crate) struct BackoffOver(pub(super) Arc<SubCore>);
-
-impl Job for BackoffOver {
-    fn run(self) {
-        SubCore::wake_from_backoff(&self.0);
-    }
-}
 
 /// Where a subscription's drains run.
 pub(crate) enum Exec {

@@ -22,10 +22,11 @@ use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::time::{Duration, Instant};
 
-use super::core::{BATCH, BackoffOver, DrainState, HandlerKind, Retry, SubCore, Tally};
+use super::core::{BATCH, BackoffOver, DrainJob, DrainState, HandlerKind, Retry, SubCore, Tally};
 use super::idle;
 use super::options::{Ack, Message, Overflow};
 use super::settle::{Settled, attempt_of, handler_panicked, invoke_lagged, invoke_many};
+use crate::broker::dispatch::{Job, Waited};
 use crate::broker::partition::in_handler::InHandler;
 use crate::broker::partition::signal::{self, Idled, ReadySet};
 use crate::broker::partition::state::Phase;
@@ -96,12 +97,28 @@ impl RoundClock {
     }
 }
 
-impl SubCore {
-    /// Runs one drain: the body of a pool job. The state is `ACTIVE`.
-    pub(super) fn run(this: Arc<SubCore>) {
-        SubCore::drain_rounds(&this, false);
+impl Job for DrainJob {
+    /// One drain on a pool worker. The state is `ACTIVE`.
+    fn run(self) {
+        SubCore::drain_rounds(&self.0, false);
     }
 
+    fn priority(&self) -> u8 {
+        self.0.priority
+    }
+
+    fn waited(&self, waited: Waited) {
+        self.0.queue_waits.record(waited.time, waited.takes);
+    }
+}
+
+impl Job for BackoffOver {
+    fn run(self) {
+        SubCore::wake_from_backoff(&self.0);
+    }
+}
+
+impl SubCore {
     /// The loop of a dedicated drain thread.
     pub(crate) fn dedicated_loop(this: Arc<SubCore>) {
         // Counted as awake from here until it parks, and again after.
