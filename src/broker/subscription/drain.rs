@@ -32,7 +32,6 @@ use crate::broker::partition::signal::{self, Idled, ReadySet};
 use crate::broker::partition::state::Phase;
 use crate::log::{Lagged, RecordView};
 use crate::sync::Arc;
-use crate::sync::atomic::Ordering;
 use crate::sync::thread;
 
 /// Most messages one drain round delivers before it yields the worker.
@@ -226,82 +225,6 @@ impl SubCore {
                 Idled::Closed | Idled::HandedOver => return,
             }
         }
-    }
-
-    fn merge_pending(&self, st: &mut DrainState) {
-        // Acquire: pairs with the Release in `attach`.
-        if self.has_pending.load(Ordering::Acquire) {
-            self.has_pending.store(false, Ordering::Relaxed);
-            let mut placed = Vec::new();
-            let mut freed = Vec::new();
-            for mut r in self.pending.lock().drain(..) {
-                let i = match r.slot.take() {
-                    Some(i) => {
-                        // A deleted topic's slot (see "Reusing the slots of
-                        // deleted topics" at `apply_detached`).
-                        st.readers[i] = r;
-                        i
-                    }
-                    None => {
-                        st.readers.push(r);
-                        st.readers.len() - 1
-                    }
-                };
-                if st.readers[i].detached {
-                    // Its topic went while it was pending.
-                    freed.push((i, st.readers[i].mark.clone()));
-                }
-                placed.push(i);
-            }
-            self.free_reader_slots(freed);
-            if self.ready.is_some() {
-                // New readers start with whatever their cursor has to read.
-                st.carry.extend(placed);
-            }
-            self.apply_detached(st);
-            if self.shared {
-                st.revoking.append(&mut self.revoked.lock());
-            }
-        }
-        if !st.revoking.is_empty() {
-            self.release_revoked(st);
-        }
-    }
-
-    /// A shared member gives up the partitions a rebalance took from it, at
-    /// a round's start: everything before a reader's cursor is settled then,
-    /// so the new owner resumes at that offset and nothing acked is
-    /// delivered twice. A partition whose message waits for a retry is kept
-    /// until the retry is settled, so the message's attempts are counted by
-    /// one member up to `max_attempts`. Shared
-    /// members read one literal topic, so they have no ready set whose marks
-    /// would pin readers to their indices.
-    fn release_revoked(&self, st: &mut DrainState) {
-        let Some(on_release) = &self.env.on_release else {
-            st.revoking.clear();
-            return;
-        };
-        let retrying = st.retry.as_ref().map(|r| st.readers[r.reader].partition.index);
-        let mut kept = Vec::new();
-        for p in std::mem::take(&mut st.revoking) {
-            if Some(p) == retrying {
-                kept.push(p);
-                continue;
-            }
-            // Not read here (yet): it was still on its way from another member,
-            // whose release hands it to whoever owns it then.
-            let Some(i) = st.readers.iter().position(|r| r.partition.index == p) else { continue };
-            let reader = st.readers.remove(i);
-            if let Some(r) = &mut st.retry
-                && r.reader > i
-            {
-                r.reader -= 1;
-            }
-            reader.partition.remove_listener(self.id);
-            self.positions.lock().retain(|(_, q, _)| !Arc::ptr_eq(q, &reader.partition));
-            on_release(self, p, reader.cursor.offset());
-        }
-        st.revoking = kept;
     }
 
     /// One round: up to `ROUND_BUDGET` messages over all partitions.

@@ -8,7 +8,9 @@
 //!   without a mechanism of its own: scheduling a drain, `poke`,
 //!   `wait_idle`, whether there is work.
 //! * `attach.rs`: starting and stopping to read a partition: the reader
-//!   handed to the drainer, the listener added to the partition.
+//!   handed to the drainer, the listener added to the partition, and the
+//!   drainer's half (merging new readers at a round's start, letting
+//!   revoked ones go).
 //! * `drain.rs`: the drain loop, in rounds and batches (the pool's drain
 //!   job and the backoff timer's job run here).
 //! * `idle.rs`: the idle policy: what a drain that caught up does before
@@ -42,8 +44,9 @@
 //! back. The imports do not show every call: `SubCore`'s methods are
 //! defined in the file of their mechanism (`impl SubCore` in `attach.rs`,
 //! `close.rs`, `deadline.rs`, `drain.rs` and `settle.rs`), so a part calls
-//! a sibling's method without an import (the drain loop calls `finalize`
-//! in `close.rs` and `arm_ack_watch` in `deadline.rs`). `core.rs` calls
+//! a sibling's method without an import (the drain loop calls `merge_pending`
+//! in `attach.rs`, `finalize` in `close.rs` and `arm_ack_watch` in
+//! `deadline.rs`). `core.rs` calls
 //! none of them: its job types' runs (`impl Job`) are in `drain.rs` and
 //! `deadline.rs`.
 
