@@ -12,10 +12,10 @@ use std::path::PathBuf;
 use super::dedupe::{Claim, Landed, Window};
 use super::dispatch::PRIORITIES;
 use super::doorbell::{Bell, Cross};
+use super::partition::Recovered;
 use super::schema::Slot;
 // Re-exported: the broker reaches a topic's partitions, and says how long
 // a publish may wait, through its topics.
-use super::partition::Recovered;
 pub(crate) use super::partition::{Partition, Wait};
 use crate::clock::now_ns;
 use crate::error::{Error, PublishFailure, Result};

@@ -15,7 +15,7 @@ use crate::sync::atomic::Ordering;
 use crate::sync::{Arc, Name, dyn_arc};
 
 /// A subscription as a partition's listener: what a publisher calls when
-/// it wins `IDLE -> ACTIVE` (see `signal.rs`).
+/// it wins `IDLE -> ACTIVE` (see `partition/signal.rs`).
 struct SubListener(Arc<SubCore>);
 
 impl Listener for SubListener {
@@ -77,7 +77,7 @@ impl SubCore {
     /// lists the reader in its ready set, if it keeps one, for what was
     /// published before the listener was added. The caller must
     /// [`SubCore::poke`] the subscription afterwards (once for several
-    /// attaches): see "Attaching a partition" in `signal.rs`.
+    /// attaches): see "Attaching a partition" in `partition/signal.rs`.
     ///
     /// # Attaching while the subscription closes
     ///
@@ -128,7 +128,7 @@ impl SubCore {
         drop(tracked);
         // What was published before the listener was added signalled no one:
         // list the reader as a publisher would (see "Attaching a partition"
-        // in `signal.rs`); the caller's `poke` does the rest.
+        // in `partition/signal.rs`); the caller's `poke` does the rest.
         if let Some((set, mark)) = &ready {
             set.relist(mark);
         }

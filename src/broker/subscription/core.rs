@@ -303,7 +303,7 @@ pub(super) struct DrainState {
     pub(super) revoking: Vec<u32>,
     /// On the pool: whether this drain lingers before going idle, and when
     /// the subscription last went idle (clock ns; 0: not since the last
-    /// drain began). See `LINGER_AGAIN_NS` in `drain.rs`; the linger is
+    /// drain began). See `LINGER_AGAIN_NS` in `idle.rs`; the linger is
     /// not built under loom.
     #[cfg(not(loom))]
     pub(super) linger: bool,

@@ -208,7 +208,7 @@ impl SubCore {
             if !dedicated && st.linger && idle::linger_for_work(this, &mut st) {
                 continue;
             }
-            // Go idle, then re-check (F4): see the essay in `signal.rs`.
+            // Go idle, then re-check (F4): see the essay in `partition/signal.rs`.
             match signal::go_idle(&this.state, || this.has_work(&mut st)) {
                 Idled::Resumed => {}
                 Idled::Idle => {
@@ -341,7 +341,7 @@ impl SubCore {
             // Never with a ready set (a wildcard subscription): its re-check
             // reads only the ready list and the carry, and the publishers of
             // what is left may have found the reader's mark still set (the
-            // essay in `signal.rs`, case (b)) and listed nothing, trusting
+            // essay in `partition/signal.rs`, case (b)) and listed nothing, trusting
             // this visit to read past their records. Left here, those records
             // stayed unread until the partition's next publish, for good if
             // none came (issue 40, item 7).
