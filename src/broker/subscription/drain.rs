@@ -20,7 +20,9 @@
 
 use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(not(loom))]
+use std::time::Instant;
 
 use super::core::{BATCH, BackoffOver, DrainJob, DrainState, HandlerKind, Retry, SubCore, Tally};
 use super::idle;
