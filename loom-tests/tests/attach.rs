@@ -19,7 +19,7 @@
 //! and the model's assertion fails.
 //!
 //! Second, while a publisher writes to the new partition (see "Attaching a
-//! partition" in `src/broker/subscription/signal.rs`). The topic is in the
+//! partition" in `src/broker/partition/signal.rs`). The topic is in the
 //! broker's map before the subscription listens to it, so a publisher can
 //! commit there and signal no one; meanwhile a drain woken by another
 //! partition can merge the new reader, visit it before that commit and go

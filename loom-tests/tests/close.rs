@@ -71,7 +71,7 @@ fn an_external_close_returns_after_the_wind_up_on_a_dedicated_thread() {
 }
 
 /// A thread that sees the subscription closed sees what the closer did
-/// before closing: `close`'s `Release` (S3 in `subscription/state.rs`)
+/// before closing: `close`'s `Release` (S3 in `broker/partition/state.rs`)
 /// pairs with the `Acquire` load behind `is_closed`. (A handler that closes
 /// its own subscription after recording why, and a thread polling
 /// `is_closed` and then reading that record, rely on it.) The closer writes

@@ -1,4 +1,4 @@
-//! Loom models of signal-and-drain (see `src/broker/subscription/signal.rs`), run on
+//! Loom models of signal-and-drain (see `src/broker/partition/signal.rs`), run on
 //! the real publish, scheduling and drain code through `rill`'s loom harness.
 //!
 //! Each model publishes from two threads at once while the subscription's
@@ -96,7 +96,7 @@ fn ready_set_no_lost_wakeup_with_a_dedicated_thread() {
 /// what the handler wrote is then visible to the waiter: the handler writes
 /// a plain cell, the waiter reads it after `wait_idle`, and loom reports a
 /// read not ordered after the write. (The drainer's `Release` going idle, S1
-/// in `subscription/state.rs`, is one thing that orders it, but loom cannot
+/// in `broker/partition/state.rs`, is one thing that orders it, but loom cannot
 /// single it out here: after its look at the state the waiter reads the log's
 /// end under an epoch pin, a `fence(SeqCst)`, which loom lets synchronise
 /// with the drainer's F4. The model below shows S1.)
@@ -114,7 +114,7 @@ fn wait_idle_sees_what_the_handler_wrote() {
 /// A stats snapshot that says `Idle` covers every message handled before the
 /// drainer went idle: its count in `delivered`, and what the handler wrote
 /// (a plain cell here). The drainer's `Release` going idle (S1 in
-/// `subscription/state.rs`) pairs with the snapshot's `Acquire` load of the
+/// `broker/partition/state.rs`) pairs with the snapshot's `Acquire` load of the
 /// state, after which it reads the counters `Relaxed` and takes no lock the
 /// drainer released. Weakened to `Relaxed`, loom reports the cell read as a
 /// causality violation. (The only `IDLE` this thread can read after its own

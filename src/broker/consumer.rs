@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use super::dead_letter::{self, Failed};
 use super::names::default_dead_letter_topic;
-use super::subscription::signal::{Entry, Listener};
+use super::partition::signal::{Entry, Listener};
 use super::subscription::{DEFAULT_MAX_ATTEMPTS, StartPosition};
 use super::topic::Topic;
 use super::topic::Wait;

@@ -4,7 +4,7 @@
 //! system call.
 //!
 //! Inside one process a publisher wakes a partition's listeners itself
-//! (`Partition::notify`, `subscription/signal.rs`). A publisher in another
+//! (`Partition::notify`, `partition/signal.rs`). A publisher in another
 //! process cannot: it does not have them. So each broker opened with
 //! `Sharing::Processes` runs one *doorbell thread*, which sleeps on a futex
 //! word in a file every process maps (`MAP_SHARED`, `FUTEX_WAIT` without

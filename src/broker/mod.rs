@@ -6,7 +6,7 @@
 //! * **Publishing** looks the topic up in a persistent map read lock-free
 //!   through `arc-swap` (see `core.rs`), picks the partition (key hash, or per-thread round-robin),
 //!   appends to its log, then signals the partition's listeners (see
-//!   `subscription/signal.rs`). A [`Publisher`] skips the lookup.
+//!   `partition/signal.rs`). A [`Publisher`] skips the lookup.
 //! * **Routing** happens when topics and subscriptions are created, not per
 //!   message: a subscription is attached to every partition of every topic its
 //!   pattern matches, now or later (new topics are matched against an index of
@@ -37,6 +37,7 @@ mod journal;
 #[doc(hidden)]
 pub mod loom_harness;
 pub(crate) mod names;
+mod partition;
 pub(crate) mod schema;
 mod shared;
 mod store;

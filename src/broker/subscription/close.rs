@@ -58,8 +58,8 @@
 //! (which a pool stopped meanwhile would never run).
 
 use super::core::{DrainJob, Exec, HandlerKind, SubCore};
-use super::in_handler::InHandler;
 use super::options::{Ack, Message};
+use crate::broker::partition::in_handler::InHandler;
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicBool, Ordering};
 

@@ -1,29 +1,30 @@
 //! A subscription's data: the shared core that publishers, the drainer,
 //! the timer and the handle all hold, and the drain state only the drainer
-//! touches. How it is woken is in `signal.rs`, how it runs in `drain.rs`,
+//! touches. How it is woken is in `partition/signal.rs`, how it runs in `drain.rs`,
 //! how messages are settled in `settle.rs` and how it ends in `close.rs`.
 
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use super::in_handler::InHandler;
 use super::options::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Overflow,
     RetryBackoff, SubscriptionOptions,
 };
 use super::queue_wait::QueueWaits;
-use super::signal::{self, Entry, Listener, Mark, ReadySet};
-use super::state::State;
-use crate::broker::dispatch::{DEFAULT_PRIORITY, Job, PRIORITIES, Timer, Waited, WorkerPool};
+use crate::broker::dispatch::{DEFAULT_PRIORITY, PRIORITIES, Timer, WorkerPool};
 use crate::broker::filter::Filter;
 use crate::broker::names::Pattern;
-use crate::broker::topic::{Blocker, Partition, Topic};
+use crate::broker::partition::Partition;
+use crate::broker::partition::in_handler::InHandler;
+use crate::broker::partition::signal::{self, Mark, ReadySet};
+use crate::broker::partition::state::State;
+use crate::broker::topic::Topic;
 use crate::broker::waiters::Waiters;
 use crate::error::{Error, Result};
 use crate::log::Cursor;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::thread::{JoinHandle, Thread};
-use crate::sync::{Arc, Mutex, Name, dyn_arc};
+use crate::sync::{Arc, Mutex, Name};
 
 /// Most records read from a cursor in one batch.
 pub(super) const BATCH: usize = 64;
@@ -57,14 +58,9 @@ pub(crate) enum Stall {
 }
 
 /// A timer job: look at a subscription's handler call in flight against
-/// its `ack_timeout` (see `deadline.rs`).
+/// its `ack_timeout`. Its run is in `deadline.rs`, with what it checks;
+/// the type is here because `SubEnv` names the timer that holds it.
 pub(crate) struct AckWatch(pub(super) Arc<SubCore>);
-
-impl Job for AckWatch {
-    fn run(self) {
-        SubCore::check_ack_deadline(&self.0);
-    }
-}
 
 /// One of the two kinds of handler.
 pub(crate) enum HandlerKind {
@@ -72,31 +68,14 @@ pub(crate) enum HandlerKind {
     Many(BatchHandler),
 }
 
-/// A pool job: one drain of a subscription (its state is `ACTIVE`).
+/// A pool job: one drain of a subscription (its state is `ACTIVE`). Its
+/// run is in `drain.rs`, with the drain it runs; the type is here because
+/// `Exec` names the pool that holds it.
 pub(crate) struct DrainJob(pub(super) Arc<SubCore>);
 
-impl Job for DrainJob {
-    fn run(self) {
-        SubCore::run(self.0);
-    }
-
-    fn priority(&self) -> u8 {
-        self.0.priority
-    }
-
-    fn waited(&self, waited: Waited) {
-        self.0.queue_waits.record(waited.time, waited.takes);
-    }
-}
-
-/// A timer job: a subscription's retry backoff is over.
+/// A timer job: a subscription's retry backoff is over (its run, in
+/// `drain.rs` beside the drain that armed it, moves `BACKOFF -> ACTIVE`).
 pub(crate) struct BackoffOver(pub(super) Arc<SubCore>);
-
-impl Job for BackoffOver {
-    fn run(self) {
-        SubCore::wake_from_backoff(&self.0);
-    }
-}
 
 /// Where a subscription's drains run.
 pub(crate) enum Exec {
@@ -324,7 +303,7 @@ pub(super) struct DrainState {
     pub(super) revoking: Vec<u32>,
     /// On the pool: whether this drain lingers before going idle, and when
     /// the subscription last went idle (clock ns; 0: not since the last
-    /// drain began). See `LINGER_AGAIN_NS` in `drain.rs`; the linger is
+    /// drain began). See `LINGER_AGAIN_NS` in `idle.rs`; the linger is
     /// not built under loom.
     #[cfg(not(loom))]
     pub(super) linger: bool,
@@ -402,37 +381,6 @@ pub(crate) struct SubCore {
     pub(crate) priority: u8,
     /// How long its drains waited in the pool's queue, since the last stats.
     pub(super) queue_waits: QueueWaits,
-}
-
-/// A subscription as a partition's listener: what a publisher calls when
-/// it wins `IDLE -> ACTIVE` (see `signal.rs`).
-struct SubListener(Arc<SubCore>);
-
-impl Listener for SubListener {
-    fn wake(&self) {
-        SubCore::schedule(&self.0);
-    }
-
-    fn batch_key(&self) -> Option<usize> {
-        match &self.0.env.exec {
-            Exec::Pool(pool) => Some(Arc::as_ptr(pool) as usize),
-            Exec::Dedicated(_) => None,
-        }
-    }
-
-    fn wake_batch(&self, batch: &[Option<&dyn Listener>]) {
-        let Exec::Pool(pool) = &self.0.env.exec else {
-            return self.wake();
-        };
-        // Every listener in the batch has this one's key: a subscription
-        // on this pool.
-        let cores = batch.iter().flatten().filter_map(|l| l.as_any().downcast_ref::<SubListener>());
-        pool.push_many(cores.map(|l| DrainJob(l.0.clone())));
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
 }
 
 impl SubCore {
@@ -538,183 +486,6 @@ impl SubCore {
         })
     }
 
-    /// Hands the subscription a partition to read; returns the reader's
-    /// ready mark if the subscription keeps a ready set. Called with the
-    /// `positions` lock held (`tracked`), which orders attaching against
-    /// `close_inner` (see [`SubCore::attach_to`]).
-    fn attach(&self, tracked: &mut Vec<Tracked>, mut reader: Reader) -> Option<Arc<Mark>> {
-        tracked.push((reader.topic.clone(), reader.partition.clone(), reader.position.clone()));
-        let mut pending = self.pending.lock();
-        // A deleted topic's slot first, with its mark (whose index is the
-        // slot's); else a new slot at the end, with the next mark, taken
-        // under this lock so that marks and appended readers stay in step.
-        let mark = match self.free_slots.lock().pop() {
-            Some((slot, mark)) => {
-                reader.slot = Some(slot);
-                mark
-            }
-            None => self.ready.as_deref().map(ReadySet::next_mark),
-        };
-        reader.mark = mark.clone();
-        pending.push(reader);
-        drop(pending);
-        // Release: pairs with the Acquire in `merge_pending`.
-        self.has_pending.store(true, Ordering::Release);
-        mark
-    }
-
-    /// Starts reading `partition` of `topic` at `cursor`: hands the reader to
-    /// the drainer, then makes the subscription a listener of the partition
-    /// (and, with the `Block` policy, a blocker of its publishers), then
-    /// lists the reader in its ready set, if it keeps one, for what was
-    /// published before the listener was added. The caller must
-    /// [`SubCore::poke`] the subscription afterwards (once for several
-    /// attaches): see "Attaching a partition" in `signal.rs`.
-    ///
-    /// # Attaching while the subscription closes
-    ///
-    /// The broker attaches a subscription it found under its control lock
-    /// (a topic created for its pattern, a shared partition handed over),
-    /// and the subscription may be closing meanwhile: `close_inner` stores
-    /// `CLOSED`, then removes its listener from every tracked partition,
-    /// and only its wind-up (later) takes it out of the broker's pattern
-    /// index. A listener added after that removal would never be removed:
-    /// the partition would hold the closed subscription, which holds its
-    /// readers' partitions, for good (a cycle that outlives the broker), and
-    /// each such attach leaked a subscription. So both sides hold the
-    /// `positions` lock: the closer across its removals, the attacher from
-    /// tracking the partition to adding the listener, which it adds only if
-    /// the state is not `CLOSED`. If the attacher goes first, the closer
-    /// finds the partition tracked and removes the listener; if the closer
-    /// goes first, its `CLOSED` (stored before it took the lock) is seen
-    /// and no listener is added. The partition stays tracked either way, so
-    /// a closed shared member's close still hands it over.
-    pub(crate) fn attach_to(this: &Arc<SubCore>, topic: Name, partition: &Arc<Partition>, cursor: Cursor) {
-        SubCore::attach_to_with_gap(this, topic, partition, cursor, || {});
-    }
-
-    /// [`SubCore::attach_to`], running `gap` after the reader is handed to
-    /// the drainer and before the listener is added: a test holds the
-    /// window open there.
-    fn attach_to_with_gap(
-        this: &Arc<SubCore>,
-        topic: Name,
-        partition: &Arc<Partition>,
-        cursor: Cursor,
-        gap: impl FnOnce(),
-    ) {
-        let reader = Reader::new(topic, partition.clone(), cursor);
-        let blocker = match (this.overflow, this.lag_limit) {
-            (Overflow::Block, Some(limit)) => Some(Blocker { id: this.id, position: reader.position.clone(), limit }),
-            _ => None,
-        };
-        let mut tracked = this.positions.lock();
-        let mark = this.attach(&mut tracked, reader);
-        gap();
-        if this.state.is_closed() {
-            return;
-        }
-        let ready = this.ready.clone().zip(mark);
-        let listener = dyn_arc!(SubListener(this.clone()) => dyn Listener);
-        partition.add_listener(Entry::subscription(this.id, this.state.clone(), ready.clone(), listener), blocker);
-        drop(tracked);
-        // What was published before the listener was added signalled no one:
-        // list the reader as a publisher would (see "Attaching a partition"
-        // in `signal.rs`); the caller's `poke` does the rest.
-        if let Some((set, mark)) = &ready {
-            set.relist(mark);
-        }
-    }
-
-    /// Stops reading the partitions of `topic`, which is being deleted: they
-    /// stop signalling it (and stop holding retention or publishers back),
-    /// they leave its stats (and a durable subscription's saved positions),
-    /// and the drainer swaps each of its readers there for a reader of
-    /// `placeholder`, an empty partition nobody publishes to, at its next
-    /// round (the subscription is poked to run one) or at its wind-up. So
-    /// the deleted topic's memory is not held by the subscription, and no
-    /// reader index moves (ready marks and retries name readers by index).
-    /// Messages of a batch already being handled are still handled.
-    pub(crate) fn detach_topic(this: &Arc<SubCore>, topic: &Topic, placeholder: &Arc<Partition>) {
-        let gone = |p: &Arc<Partition>| topic.partitions.iter().any(|q| Arc::ptr_eq(p, q));
-        this.positions.lock().retain(|(_, p, _)| !gone(p));
-        for p in topic.partitions.iter() {
-            p.remove_listener(this.id);
-        }
-        this.detached.lock().extend(topic.partitions.iter().map(|p| (p.clone(), placeholder.clone())));
-        // Release: pairs with the Acquire in `merge_pending`, which then
-        // takes `detached`.
-        this.has_pending.store(true, Ordering::Release);
-        SubCore::poke(this);
-    }
-
-    /// Asks this shared member to give up `partition`: its drainer lets go of
-    /// it at the start of its next round (at a batch boundary, so everything
-    /// before its position is settled) and calls `env.on_release`. Called
-    /// under the broker's control mutex.
-    pub(crate) fn revoke(this: &Arc<SubCore>, partition: u32) {
-        this.revoked.lock().push(partition);
-        // Release: pairs with the Acquire in `merge_pending`.
-        this.has_pending.store(true, Ordering::Release);
-        SubCore::poke(this);
-    }
-
-    /// The drainer's half of [`SubCore::detach_topic`]: swaps every reader
-    /// (merged or pending) of a detached partition for a reader at the end
-    /// of its placeholder, and drops a retry of a message there.
-    ///
-    /// # Reusing the slots of deleted topics
-    ///
-    /// A reader's index names it to its ready mark and to a retry, so a
-    /// detached reader stays in its slot (reading the placeholder) instead
-    /// of being removed. Left there for good, every topic deleted under a
-    /// wildcard subscription would cost it a slot, and topics created and
-    /// deleted without end would grow it without end. So a merged reader
-    /// swapped here frees its slot: `free_slots` gets its index and its mark,
-    /// and the next attach takes them (`attach`), and `merge_pending` puts
-    /// the new reader in that slot. Nothing still names the slot then: the
-    /// retry there was dropped here, and a mark left set or an index left
-    /// in the carry only makes the drainer look at the new reader once more.
-    /// A shared member frees nothing: giving up a partition (`release_revoked`)
-    /// removes its reader and moves the indices after it.
-    pub(super) fn apply_detached(&self, st: &mut DrainState) {
-        let gone = std::mem::take(&mut *self.detached.lock());
-        if gone.is_empty() {
-            return;
-        }
-        let swap = |r: &mut Reader| match gone.iter().find(|(p, _)| Arc::ptr_eq(p, &r.partition)) {
-            Some((_, placeholder)) => {
-                r.cursor = placeholder.log.cursor_from_end();
-                r.partition = placeholder.clone();
-                r.detached = true;
-                true
-            }
-            None => false,
-        };
-        let mut freed = Vec::new();
-        for (i, r) in st.readers.iter_mut().enumerate() {
-            if swap(r) {
-                if st.retry.as_ref().is_some_and(|retry| retry.reader == i) {
-                    st.retry = None;
-                }
-                freed.push((i, r.mark.clone()));
-            }
-        }
-        // A pending reader swapped here is freed when it is merged.
-        for r in self.pending.lock().iter_mut() {
-            swap(r);
-        }
-        self.free_reader_slots(freed);
-    }
-
-    /// Gives the slots of detached readers to the next attaches (see
-    /// "Reusing the slots of deleted topics" above); not for a shared member.
-    pub(super) fn free_reader_slots(&self, freed: Vec<(usize, Option<Arc<Mark>>)>) {
-        if !self.shared && !freed.is_empty() {
-            self.free_slots.lock().extend(freed);
-        }
-    }
-
     /// For the dedicated executor: records the thread to unpark.
     pub(crate) fn set_thread(&self, t: Thread) {
         if let Exec::Dedicated(slot) = &self.env.exec {
@@ -810,7 +581,7 @@ impl SubCore {
 
     /// True when nothing is in flight and every partition is read to its end.
     fn is_caught_up(&self) -> bool {
-        if self.state.get() != super::state::Phase::Idle {
+        if self.state.get() != crate::broker::partition::state::Phase::Idle {
             return false;
         }
         // Acquire: pairs with the Release in `attach`.
@@ -849,6 +620,19 @@ impl SubCore {
         Ok(caught_up)
     }
 
+    /// True if some partition has a message (or a lag report) to process.
+    pub(super) fn has_work(&self, st: &mut DrainState) -> bool {
+        // Acquire: pairs with the Release in `attach`.
+        if self.has_pending.load(Ordering::Acquire) {
+            return true;
+        }
+        match &self.ready {
+            // After F4 when going idle (see `ReadySet::nonempty`).
+            Some(ready) => ready.nonempty() || !st.carry.is_empty(),
+            None => st.readers.iter_mut().any(|r| r.cursor.has_next()),
+        }
+    }
+
     /// The committed position of every partition read so far.
     pub(crate) fn positions(&self) -> Vec<(Name, u32, u64)> {
         self.positions
@@ -857,72 +641,5 @@ impl SubCore {
             // Relaxed: see `is_caught_up`; callers take it after close.
             .map(|(t, p, pos)| (t.clone(), p.index, pos.load(Ordering::Relaxed)))
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::{Duration, Instant};
-
-    use super::SubCore;
-    use crate::broker::subscription::state::Phase;
-    use crate::broker::topic::Wait;
-    use crate::broker::{Ack, Broker, BrokerConfig, SubscriptionOptions, TopicOptions};
-    use crate::log::Record;
-    use crate::sync::atomic::Ordering;
-
-    /// Polls `done` until it holds; panics after a deadline far beyond any
-    /// wait this test expects.
-    fn wait_until(what: &str, done: impl Fn() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !done() {
-            assert!(Instant::now() < deadline, "timed out waiting until {what}");
-            std::thread::yield_now();
-        }
-    }
-
-    /// Issue 40: a record published to a brand-new partition after the
-    /// drainer's first look at its reader, and before the subscription
-    /// listened to it, signalled nobody; the poke after the attach ran a
-    /// round that visited only listed and carried readers, not this one.
-    /// The record stayed unread until the partition's next publish. Here the
-    /// window is held open by `attach_to_with_gap`: inside it a drain runs
-    /// (as one does when other topics are busy), merges and visits the new
-    /// reader, goes idle, and then a record is published.
-    #[test]
-    fn a_record_published_while_a_wildcard_subscription_attaches_is_delivered() {
-        published_while_attaching("new/**");
-    }
-
-    /// The same window with a literal subscription, which keeps no ready
-    /// set: its rounds read every cursor, so the poke alone finds the record.
-    #[test]
-    fn a_record_published_while_a_literal_subscription_attaches_is_delivered() {
-        published_while_attaching("new/a");
-    }
-
-    fn published_while_attaching(pattern: &str) {
-        let b = Broker::new(BrokerConfig { worker_threads: Some(1), ..BrokerConfig::default() }).unwrap();
-        // A literal pattern needs its topic.
-        b.create_topic("new/a", &TopicOptions::default()).unwrap();
-        let sub = b.subscribe(pattern, SubscriptionOptions::default(), |_| Ack::Success).unwrap();
-        // A topic outside the pattern stands for the brand-new one: the
-        // attach below is the one `create_topic` makes for a match.
-        b.create_topic("other/a", &TopicOptions::default()).unwrap();
-        let topic = b.inner().topic("other/a").unwrap();
-        let p = &topic.partitions[0];
-        let core = &sub.core;
-        SubCore::attach_to_with_gap(core, topic.name.clone(), p, p.log.cursor_from_first(), || {
-            SubCore::poke(core);
-            // Acquire: pairs with the drainer's merge having cleared it.
-            wait_until("the drainer merged the new reader and went idle", || {
-                !core.has_pending.load(Ordering::Acquire) && core.state.get() == Phase::Idle
-            });
-            p.publish(&Record::new(b"stranded?"), Wait::For(None)).unwrap();
-        });
-        // What `create_topic` does after attaching.
-        SubCore::poke(core);
-        assert!(sub.wait_idle(Duration::from_secs(10)).unwrap(), "the record was never delivered");
-        assert_eq!(sub.stats().delivered, 1);
     }
 }

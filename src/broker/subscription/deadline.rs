@@ -83,9 +83,16 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use super::core::{AckWatch, DrainState, Stall, SubCore};
-use super::state::Phase;
+use crate::broker::dispatch::Job;
+use crate::broker::partition::state::Phase;
 use crate::sync::atomic::Ordering;
 use crate::sync::{Arc, Name};
+
+impl Job for AckWatch {
+    fn run(self) {
+        SubCore::check_ack_deadline(&self.0);
+    }
+}
 
 impl SubCore {
     /// Puts the watch on the timer if it is not there: a drain is starting.
@@ -121,7 +128,7 @@ impl SubCore {
     }
 
     /// The timer's look at the call in flight (see the module docs).
-    pub(crate) fn check_ack_deadline(this: &Arc<SubCore>) {
+    fn check_ack_deadline(this: &Arc<SubCore>) {
         let (Some(timeout), Some(timer)) = (this.ack_timeout_ns, &this.env.ack_watch) else { return };
         let now = crate::clock::now_ns();
         let mut call = this.call.lock();

@@ -2,203 +2,39 @@
 //! thread, in bounded rounds over its readers, batch by batch.
 //!
 //! A drain holds the subscription's drain lock for a round; the state
-//! machine (`state.rs`) already ensures there is at most one drainer, so the
-//! lock is uncontended (it exists for `close`, see `close.rs`). A round ends
-//! caught up (the drainer looks again for a moment, `LINGER_NS` on the pool
-//! and its idle policy on a dedicated thread, then goes idle through
+//! machine (`partition/state.rs`) already ensures there is at most one
+//! drainer, so the lock is uncontended (it exists for `close`, see
+//! `close.rs`). A round ends caught up (the drainer looks again for a
+//! moment, as its idle policy in `idle.rs` says, then goes idle through
 //! `signal::go_idle`, which re-checks for commits it might have missed),
 //! out of budget (it queues itself again behind other work), backing off
 //! (the timer wakes it), or closed (it winds up).
 //!
-//! # Why this file is long
-//!
-//! It holds the hot path of delivery and the idle policy that decides when
-//! it runs: the round, the batch, the per-batch catch of handler panics,
-//! the lag limit's enforcement, and the pool drain's linger and the
-//! dedicated thread's spin, nap and park. Each per-message step was
-//! measured against the others (the `one-to-one` scenarios of rill-bench
-//! and `examples/parts.rs`), so what runs per message is kept readable in
-//! one place. Settling (`settle.rs`), signalling (`signal.rs`), closing
-//! (`close.rs`), the ack deadline (`deadline.rs`) and the run wait
+//! This file is what runs per message: the round, the batch, the per-batch
+//! catch of handler panics and the lag limit's enforcement, kept together
+//! so the path can be read in one place (the `one-to-one` scenarios of
+//! rill-bench and `examples/parts.rs` measure it). Settling (`settle.rs`),
+//! signalling (`partition/signal.rs`), closing (`close.rs`), the ack
+//! deadline (`deadline.rs`), the idle policy (`idle.rs`) and the run wait
 //! (`run_wait.rs`) are out.
 
 use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(not(loom))]
+use std::time::Instant;
 
-use super::core::{BATCH, BackoffOver, DrainState, HandlerKind, Retry, SubCore, Tally};
-use super::in_handler::InHandler;
+use super::core::{BATCH, BackoffOver, DrainJob, DrainState, HandlerKind, Retry, SubCore, Tally};
+use super::idle;
 use super::options::{Ack, Message, Overflow};
 use super::settle::{Settled, attempt_of, handler_panicked, invoke_lagged, invoke_many};
-use super::signal::{self, Idled, ReadySet};
-use super::state::Phase;
+use crate::broker::dispatch::{Job, Waited};
+use crate::broker::partition::in_handler::InHandler;
+use crate::broker::partition::signal::{self, Idled, ReadySet};
+use crate::broker::partition::state::Phase;
 use crate::log::{Lagged, RecordView};
-use crate::sync::atomic::Ordering;
+use crate::sync::Arc;
 use crate::sync::thread;
-use crate::sync::{Arc, Backoff, HintCount};
-
-/// One nap of a dedicated drainer that found no work while dedicated
-/// drainers crowd the cores (`SubCore::nap_for_work`).
-#[cfg(not(loom))]
-const NAP: Duration = Duration::from_micros(50);
-/// Naps in a row that found no work before such a drainer goes idle.
-#[cfg(not(loom))]
-const NAPS: u32 = 2;
-
-#[cfg(not(loom))]
-thread_local! {
-    /// How many naps this dedicated drain thread takes the next time it
-    /// waits for work: [`NAPS`], or none after its last park outlasted the
-    /// naps (see [`naps_after_park`]). Per thread, so per subscription.
-    static NAPS_NEXT: std::cell::Cell<u32> = const { std::cell::Cell::new(NAPS) };
-}
-
-/// Sets the naps of this dedicated drain thread's next wait for work from
-/// how long it just stayed parked: a park that lasted longer than the naps
-/// would have (`NAPS` times `NAP`) means the messages come further apart
-/// than napping can bridge, so naps there would only cost timer wake-ups
-/// (two per message at 1,000 msgs/s); a shorter one means they would have
-/// caught the next message. One burst after a long pause thus costs one
-/// extra wake-up before the naps come back.
-#[cfg(not(loom))]
-fn naps_after_park(parked: Duration) {
-    let bridged = parked <= NAP * NAPS;
-    NAPS_NEXT.with(|n| n.set(if bridged { NAPS } else { 0 }));
-}
-
-/// How long a pool drainer that caught up keeps looking for more before it
-/// goes idle ([`SubCore::linger_for_work`]), if no other subscription is
-/// waiting for a worker.
-///
-/// Why: one subscriber on the publisher's heels finds a message or two per
-/// round. Going idle at once costs both sides: the drainer's `go_idle`
-/// (a CAS and F4) and, when the publisher is slower than the drain, a
-/// wake-up per message (the publisher's CAS of the state word, a pool
-/// push, often a futex call; the worker's park). And a drainer that
-/// re-polls the head at once reads the index line the publisher is about to
-/// write, so every commit moves that line between the cores. Waiting a
-/// little, with growing pauses between looks, lets the publisher write a
-/// run of records meanwhile, which the next round takes as one batch.
-///
-/// Why this long: lingering is spin-then-block, and spinning for about what
-/// blocking costs (the futex wait and wake, the context switches) bounds
-/// what the spin can waste, when nothing comes, at the cost of the block
-/// it might have saved. It is bounded by time rather than by pauses, since
-/// the time a `pause` takes differs several times over across x86
-/// processors.
-#[cfg(not(loom))]
-const LINGER_NS: u64 = 2_000;
-/// The most `spin_loop` hints between two looks while lingering.
-#[cfg(not(loom))]
-const LINGER_MAX_SPINS: u32 = 64;
-
-/// The waits of a drain that looks again before it goes idle or takes what
-/// it found (`linger_for_work`, `wait_for_run`): pauses of 1, 2, 4, ... up
-/// to [`LINGER_MAX_SPINS`] `spin_loop` hints between looks, for at most
-/// [`LINGER_NS`] from the first time it asks whether that has passed (the
-/// clock is read then: a wait whose first look ends it reads no clock).
-#[cfg(not(loom))]
-struct GrowingWait {
-    /// The clock at the first `expired`, or 0 before it.
-    start: u64,
-    /// The next pause, in hints.
-    spins: u32,
-}
-
-#[cfg(not(loom))]
-impl GrowingWait {
-    fn new() -> Self {
-        GrowingWait { start: 0, spins: 1 }
-    }
-
-    /// The pause before the next look; each is twice the last, to the cap.
-    fn pause(&mut self) {
-        for _ in 0..self.spins {
-            crate::sync::spin_loop();
-        }
-        self.spins = (self.spins * 2).min(LINGER_MAX_SPINS);
-    }
-
-    /// Whether [`LINGER_NS`] have passed since the first call.
-    fn expired(&mut self) -> bool {
-        let now = crate::clock::now_ns();
-        if self.start == 0 {
-            self.start = now;
-            return false;
-        }
-        now.saturating_sub(self.start) >= LINGER_NS
-    }
-}
-/// A pool drain lingers only if its subscription's last idle spell, from
-/// going idle to this drain's start, lasted at most this long.
-///
-/// Why: where messages come further apart than a linger, each linger is
-/// spent in vain: it adds process CPU per message at rates where messages
-/// come further apart than a linger (`examples/fanthreads.rs ... pool`
-/// measures it). Worse, with 8 idle subscriptions woken by each publish
-/// (the "8 idle" case of `rill-bench --publish-cost`), lingering after
-/// every drain made each publish slower and far less predictable; the
-/// likely reason (inferred, not traced) is that on cores the workers share
-/// with the publishers, a woken worker that lingers holds the core of the
-/// publisher it waits for.
-/// So a subscription woken long after it went idle drains without
-/// lingering. The spell measured includes the wake-up itself (the
-/// publisher's push, the worker's turn), so the bound is two lingers:
-/// with one, a drain woken right behind a publisher that keeps publishing
-/// seldom lingered again, and one-to-one lost most of its gain; with five,
-/// the idle-8 publish above still lingered.
-#[cfg(not(loom))]
-const LINGER_AGAIN_NS: u64 = 2 * LINGER_NS;
-
-/// At the start of a pool drain (clock `now`): whether it lingers, from
-/// how long the subscription's last idle spell lasted, if it went idle
-/// (at `idle_since`, which this takes) since the last drain began (see
-/// [`LINGER_AGAIN_NS`]).
-#[cfg(not(loom))]
-fn lingers_after_wake(linger: &mut bool, idle_since: &mut u64, now: u64) {
-    if *idle_since != 0 {
-        let spell = now.saturating_sub(std::mem::take(idle_since));
-        *linger = spell <= LINGER_AGAIN_NS;
-    }
-}
-
-/// The dedicated drainers that are awake (not parked), in the process: a
-/// hint to the idle policy (a stale count only picks the other policy for
-/// one wait).
-static AWAKE: HintCount = HintCount::new();
-
-/// A dedicated drain thread's place in [`AWAKE`]: counted from `new` until
-/// dropped, except while inside `asleep`.
-struct Awake;
-
-impl Awake {
-    fn new() -> Awake {
-        AWAKE.add();
-        Awake
-    }
-
-    /// Runs `park` uncounted.
-    fn asleep(&self, park: impl FnOnce()) {
-        AWAKE.sub();
-        park();
-        AWAKE.add();
-    }
-
-    /// True if the awake dedicated drainers are at least as many as the
-    /// cores: with any publisher besides, threads outnumber cores.
-    #[cfg(not(loom))]
-    fn crowded() -> bool {
-        static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let cores = *CORES.get_or_init(|| thread::available_parallelism().map_or(2, |n| n.get()));
-        AWAKE.get() >= cores
-    }
-}
-
-impl Drop for Awake {
-    fn drop(&mut self) {
-        AWAKE.sub();
-    }
-}
 
 /// Most messages one drain round delivers before it yields the worker.
 const ROUND_BUDGET: usize = 256;
@@ -262,16 +98,32 @@ impl RoundClock {
     }
 }
 
-impl SubCore {
-    /// Runs one drain: the body of a pool job. The state is `ACTIVE`.
-    pub(super) fn run(this: Arc<SubCore>) {
-        SubCore::drain_rounds(&this, false);
+impl Job for DrainJob {
+    /// One drain on a pool worker. The state is `ACTIVE`.
+    fn run(self) {
+        SubCore::drain_rounds(&self.0, false);
     }
 
+    fn priority(&self) -> u8 {
+        self.0.priority
+    }
+
+    fn waited(&self, waited: Waited) {
+        self.0.queue_waits.record(waited.time, waited.takes);
+    }
+}
+
+impl Job for BackoffOver {
+    fn run(self) {
+        SubCore::wake_from_backoff(&self.0);
+    }
+}
+
+impl SubCore {
     /// The loop of a dedicated drain thread.
     pub(crate) fn dedicated_loop(this: Arc<SubCore>) {
         // Counted as awake from here until it parks, and again after.
-        let awake = Awake::new();
+        let awake = idle::Awake::new();
         loop {
             match this.state.get() {
                 // Wind up here too: a close from another subscription's
@@ -287,7 +139,7 @@ impl SubCore {
                     let parked = Instant::now();
                     awake.asleep(thread::park);
                     #[cfg(not(loom))]
-                    naps_after_park(parked.elapsed());
+                    idle::naps_after_park(parked.elapsed());
                 }
             }
         }
@@ -300,7 +152,7 @@ impl SubCore {
         #[cfg(not(loom))]
         if !dedicated {
             let st = &mut *st;
-            lingers_after_wake(&mut st.linger, &mut st.idle_since, crate::clock::now_ns());
+            idle::lingers_after_wake(&mut st.linger, &mut st.idle_since, crate::clock::now_ns());
         }
         if this.ack_timeout_ns.is_some() {
             SubCore::arm_ack_watch(this);
@@ -351,14 +203,14 @@ impl SubCore {
                 }
                 Round::CaughtUp => {}
             }
-            if dedicated && this.spin_for_work(&mut st) {
+            if dedicated && idle::spin_for_work(this, &mut st) {
                 continue;
             }
             #[cfg(not(loom))]
-            if !dedicated && st.linger && this.linger_for_work(&mut st) {
+            if !dedicated && st.linger && idle::linger_for_work(this, &mut st) {
                 continue;
             }
-            // Go idle, then re-check (F4): see the essay in `signal.rs`.
+            // Go idle, then re-check (F4): see the essay in `partition/signal.rs`.
             match signal::go_idle(&this.state, || this.has_work(&mut st)) {
                 Idled::Resumed => {}
                 Idled::Idle => {
@@ -374,293 +226,6 @@ impl SubCore {
                 // and scheduled a drain: let it run.
                 Idled::Closed | Idled::HandedOver => return,
             }
-        }
-    }
-
-    /// A dedicated drainer's short wait for more work before going idle:
-    /// spin, then yield, polling the log; give up after `Backoff` completes.
-    /// Without an `idle_spin` budget, when the awake dedicated drainers are
-    /// at least as many as the cores, it naps instead (see [`nap_for_work`]).
-    /// Without a budget, while most of its first looks find work, it waits
-    /// for a run of records once it found some (`run_wait.rs`).
-    fn spin_for_work(&self, st: &mut DrainState) -> bool {
-        #[cfg(not(loom))]
-        if self.idle_spin.is_none() && Awake::crowded() {
-            return self.nap_for_work(st);
-        }
-        if let Some(budget) = self.idle_spin {
-            // A time budget: poll the cursors, checking the clock now and then.
-            let start = Instant::now();
-            let mut polls = 0u32;
-            loop {
-                for _ in 0..64 {
-                    if self.has_work(st) {
-                        return true;
-                    }
-                    // Poll flat out at first (a message is often a few hundred
-                    // nanoseconds away), then with a pause between polls.
-                    polls = polls.saturating_add(1);
-                    if polls > 4096 {
-                        crate::sync::spin_loop();
-                    }
-                }
-                if self.state.is_closed() || start.elapsed() >= budget {
-                    return false;
-                }
-            }
-        }
-        let mut backoff = Backoff::new();
-        // Looks made: the run-wait's sample is whether one of the first two
-        // found work, the second one pause after the first, as a lingering
-        // pool drain's first look is (the first one, made at once, finds
-        // work too rarely to tell a publisher ahead from one that is not).
-        #[cfg(not(loom))]
-        let mut looks = 0u32;
-        while !backoff.is_completed() {
-            if self.state.is_closed() {
-                return false;
-            }
-            let work = self.has_work(st);
-            #[cfg(not(loom))]
-            {
-                if looks < 2 && (work || looks == 1) {
-                    st.run_wait.first_look(work);
-                }
-                looks += 1;
-            }
-            if work {
-                #[cfg(not(loom))]
-                if st.run_wait.waits() {
-                    self.wait_for_run(st);
-                }
-                return true;
-            }
-            backoff.snooze();
-        }
-        false
-    }
-
-    /// A dedicated drainer that found work, while most of its first looks
-    /// do: waits for a run of records (`run_wait.rs`) with growing pauses
-    /// between looks, for at most [`LINGER_NS`] or until the subscription
-    /// closes, as a lingering pool drain does.
-    #[cfg(not(loom))]
-    fn wait_for_run(&self, st: &mut DrainState) {
-        let mut wait = GrowingWait::new();
-        while !self.has_run(st, st.run_wait.run()) && !self.state.is_closed() {
-            if wait.expired() {
-                if self.starved(st) {
-                    st.run_wait.wait_expired();
-                }
-                return;
-            }
-            wait.pause();
-        }
-    }
-
-    /// A pool drainer's short wait for more work before it goes idle: look
-    /// again after 1, 2, 4, ... up to [`LINGER_MAX_SPINS`] pauses, for at
-    /// most [`LINGER_NS`]; give up at once when the subscription closes or
-    /// another subscription waits for a worker (its turn comes first).
-    /// Taken only by a drain whose subscription's last idle spell was short
-    /// ([`LINGER_AGAIN_NS`]). While most lingers' first looks find work,
-    /// a look that finds some waits on, the same way and up to the same
-    /// limit, for a run of records (`run_wait.rs`), and the linger ends
-    /// with whether there is work.
-    ///
-    /// No protocol changes: like the dedicated thread's spin, this is a
-    /// wait in the `ACTIVE` state, during which publishers read `ACTIVE` and
-    /// do not schedule a drain. `has_work` here is a hint read without F4: a
-    /// stale `false` only ends the linger (`has_run`, a run's last slot read
-    /// the same way, only makes it wait longer), and going idle afterwards is
-    /// `signal::go_idle` with its re-check; a `true` is acted on by a round
-    /// that reads the log as every round does. Not built under loom: it
-    /// adds polls to every schedule of the models and nothing to check
-    /// (the dedicated drainer's spin is the same wait, modelled).
-    #[cfg(not(loom))]
-    fn linger_for_work(&self, st: &mut DrainState) -> bool {
-        let mut wait = GrowingWait::new();
-        let mut first = true;
-        loop {
-            // Before every look: a drainer that finds work whenever it looks
-            // would otherwise keep the worker from queued subscriptions for
-            // good (its rounds end caught up, never out of budget). A drain
-            // that found work and waits for more gives up the wait the same
-            // way: then `go_idle`'s re-check finds that work, and it goes on.
-            if self.state.is_closed() || self.others_waiting() {
-                return false;
-            }
-            wait.pause();
-            let work = self.has_work(st);
-            if std::mem::take(&mut first) {
-                st.run_wait.first_look(work);
-            }
-            if work && (!st.run_wait.waits() || self.has_run(st, st.run_wait.run())) {
-                return true;
-            }
-            if wait.expired() {
-                if work && st.run_wait.waits() && self.starved(st) {
-                    st.run_wait.wait_expired();
-                }
-                return work;
-            }
-        }
-    }
-
-    /// After a wait for a run that lasted the whole linger: whether fewer
-    /// than `RunWait::least` records wait in all its partitions together
-    /// (`run_wait.rs`, `STARVED_WAIT`). Looks at one slot per partition
-    /// first, as `has_run` does; only when no partition alone holds that
-    /// many does it read their end offsets (lines the publishers write),
-    /// once a linger at most.
-    #[cfg(not(loom))]
-    fn starved(&self, st: &DrainState) -> bool {
-        let least = st.run_wait.least();
-        if self.has_run(st, least) {
-            return false;
-        }
-        let mut waiting = 0u64;
-        !st.readers.iter().any(|r| {
-            waiting += r.cursor.lag();
-            waiting >= least
-        })
-    }
-
-    /// Whether a run of `run` records (`run_wait.rs`) waits in some
-    /// partition. A subscription with a ready set (wildcard) does not wait
-    /// for runs: its work is spread over partitions whose publishers list
-    /// them.
-    #[cfg(not(loom))]
-    fn has_run(&self, st: &DrainState, run: u64) -> bool {
-        self.ready.is_some() || st.readers.iter().any(|r| r.cursor.has_run(run))
-    }
-
-    /// The idle policy of a dedicated drainer (with no `idle_spin` budget)
-    /// when dedicated drainers crowd the cores: instead of polling, it
-    /// sleeps [`NAP`] at a time, still `ACTIVE`, and looks for work after
-    /// each nap; after [`NAPS`] naps in a row that found none it gives up
-    /// (then it goes idle and parks as usual). A drainer whose last park
-    /// lasted longer than those naps takes none (see [`naps_after_park`]):
-    /// at low rates the naps would all be wasted.
-    ///
-    /// Why: with more threads than cores, a drainer that polls or yields
-    /// stays runnable, and the scheduler gives it its share of a core, taken
-    /// from the publisher that all the drainers wait for. A parked drainer
-    /// gives the core back, but then the publisher pays a wake-up (a futex
-    /// call) for it at its next publish, and a drainer that runs as soon as
-    /// it is woken finds a message or two and parks again: a wake-up per
-    /// message per drainer. A nap gives the core back *and* costs the
-    /// publisher nothing (it reads `ACTIVE` and moves on), and the drainer
-    /// wakes to a batch of what was published meanwhile.
-    ///
-    /// No protocol changes: the nap is a wait in the `ACTIVE` state, like
-    /// the polling it replaces; going idle afterwards is `signal::go_idle`
-    /// with its re-check (F4). A close unparks the thread, which ends a nap
-    /// early (`park_timeout`); a stale unpark token only shortens one nap.
-    /// A message published during a nap waits for the nap's end (about
-    /// `NAP` plus the timer's slack): the price of giving the cores back,
-    /// paid only when drainers outnumber cores and only with the default
-    /// policy (an `idle_spin` budget polls as before).
-    #[cfg(not(loom))]
-    fn nap_for_work(&self, st: &mut DrainState) -> bool {
-        for _ in 0..NAPS_NEXT.with(std::cell::Cell::get) {
-            if self.state.is_closed() {
-                return false;
-            }
-            thread::park_timeout(NAP);
-            if self.has_work(st) {
-                return true;
-            }
-        }
-        false
-    }
-
-    fn merge_pending(&self, st: &mut DrainState) {
-        // Acquire: pairs with the Release in `attach`.
-        if self.has_pending.load(Ordering::Acquire) {
-            self.has_pending.store(false, Ordering::Relaxed);
-            let mut placed = Vec::new();
-            let mut freed = Vec::new();
-            for mut r in self.pending.lock().drain(..) {
-                let i = match r.slot.take() {
-                    Some(i) => {
-                        // A deleted topic's slot (see "Reusing the slots of
-                        // deleted topics" at `apply_detached`).
-                        st.readers[i] = r;
-                        i
-                    }
-                    None => {
-                        st.readers.push(r);
-                        st.readers.len() - 1
-                    }
-                };
-                if st.readers[i].detached {
-                    // Its topic went while it was pending.
-                    freed.push((i, st.readers[i].mark.clone()));
-                }
-                placed.push(i);
-            }
-            self.free_reader_slots(freed);
-            if self.ready.is_some() {
-                // New readers start with whatever their cursor has to read.
-                st.carry.extend(placed);
-            }
-            self.apply_detached(st);
-            if self.shared {
-                st.revoking.append(&mut self.revoked.lock());
-            }
-        }
-        if !st.revoking.is_empty() {
-            self.release_revoked(st);
-        }
-    }
-
-    /// A shared member gives up the partitions a rebalance took from it, at
-    /// a round's start: everything before a reader's cursor is settled then,
-    /// so the new owner resumes at that offset and nothing acked is
-    /// delivered twice. A partition whose message waits for a retry is kept
-    /// until the retry is settled, so the message's attempts are counted by
-    /// one member up to `max_attempts`. Shared
-    /// members read one literal topic, so they have no ready set whose marks
-    /// would pin readers to their indices.
-    fn release_revoked(&self, st: &mut DrainState) {
-        let Some(on_release) = &self.env.on_release else {
-            st.revoking.clear();
-            return;
-        };
-        let retrying = st.retry.as_ref().map(|r| st.readers[r.reader].partition.index);
-        let mut kept = Vec::new();
-        for p in std::mem::take(&mut st.revoking) {
-            if Some(p) == retrying {
-                kept.push(p);
-                continue;
-            }
-            // Not read here (yet): it was still on its way from another member,
-            // whose release hands it to whoever owns it then.
-            let Some(i) = st.readers.iter().position(|r| r.partition.index == p) else { continue };
-            let reader = st.readers.remove(i);
-            if let Some(r) = &mut st.retry
-                && r.reader > i
-            {
-                r.reader -= 1;
-            }
-            reader.partition.remove_listener(self.id);
-            self.positions.lock().retain(|(_, q, _)| !Arc::ptr_eq(q, &reader.partition));
-            on_release(self, p, reader.cursor.offset());
-        }
-        st.revoking = kept;
-    }
-
-    /// True if some partition has a message (or a lag report) to process.
-    fn has_work(&self, st: &mut DrainState) -> bool {
-        // Acquire: pairs with the Release in `attach`.
-        if self.has_pending.load(Ordering::Acquire) {
-            return true;
-        }
-        match &self.ready {
-            // After F4 when going idle (see `ReadySet::nonempty`).
-            Some(ready) => ready.nonempty() || !st.carry.is_empty(),
-            None => st.readers.iter_mut().any(|r| r.cursor.has_next()),
         }
     }
 
@@ -778,7 +343,7 @@ impl SubCore {
             // Never with a ready set (a wildcard subscription): its re-check
             // reads only the ready list and the carry, and the publishers of
             // what is left may have found the reader's mark still set (the
-            // essay in `signal.rs`, case (b)) and listed nothing, trusting
+            // essay in `partition/signal.rs`, case (b)) and listed nothing, trusting
             // this visit to read past their records. Left here, those records
             // stayed unread until the partition's next publish, for good if
             // none came (issue 40, item 7).
@@ -1117,40 +682,6 @@ enum BatchEnd {
 #[cfg(test)]
 mod tests {
     use super::{nth_after, round_start};
-
-    #[cfg(not(loom))]
-    #[test]
-    fn a_long_idle_spell_drops_the_linger_and_a_short_one_brings_it_back() {
-        use super::{LINGER_AGAIN_NS, lingers_after_wake};
-        let (mut linger, mut idle_since) = (true, 0);
-        lingers_after_wake(&mut linger, &mut idle_since, 1_000);
-        assert!(linger, "not idle since the last drain: unchanged");
-        idle_since = 1_000;
-        lingers_after_wake(&mut linger, &mut idle_since, 1_000 + LINGER_AGAIN_NS + 1);
-        assert!(!linger, "woken long after going idle: no linger");
-        assert_eq!(idle_since, 0, "the spell is taken");
-        lingers_after_wake(&mut linger, &mut idle_since, 9_000_000);
-        assert!(!linger, "no new spell: unchanged");
-        idle_since = 5_000;
-        lingers_after_wake(&mut linger, &mut idle_since, 5_000 + LINGER_AGAIN_NS);
-        assert!(linger, "woken right behind the publisher: lingers again");
-    }
-
-    #[test]
-    fn a_park_longer_than_the_naps_drops_them_and_a_short_one_brings_them_back() {
-        use super::{NAP, NAPS, NAPS_NEXT, naps_after_park};
-        use std::cell::Cell;
-        use std::time::Duration;
-        let naps = || NAPS_NEXT.with(Cell::get);
-        assert_eq!(naps(), NAPS, "a new thread naps");
-        naps_after_park(NAP * NAPS + Duration::from_micros(1));
-        assert_eq!(naps(), 0, "messages further apart than the naps: none");
-        naps_after_park(NAP * NAPS);
-        assert_eq!(naps(), NAPS, "a park the naps would have bridged");
-        naps_after_park(Duration::from_secs(3));
-        naps_after_park(Duration::from_micros(5));
-        assert_eq!(naps(), NAPS);
-    }
 
     #[test]
     fn a_round_visits_every_reader_once_in_the_order_the_division_gave() {

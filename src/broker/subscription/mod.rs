@@ -1,54 +1,66 @@
-//! Push subscriptions: how a subscription is woken, drained and closed.
+//! Push subscriptions: how a subscription is attached, drained, settled
+//! and closed.
 //!
 //! A subscription is one mechanism in parts, each in its own file:
 //!
-//! * `state.rs`: the state word (`IDLE`, `ACTIVE`, `BACKOFF`, `CLOSED`) and
-//!   every transition of it, each with its ordering.
-//! * `signal.rs`: signal-and-drain, the protocol by which publishers wake a
-//!   subscription and a drainer goes idle without losing a commit, with the
-//!   ready set of wildcard subscriptions. Its essay is the heart of this
-//!   module; the fences it names (F1 to F4) are all in that file.
-//! * `core.rs`: the data (the shared core, the drain state, readers).
-//! * `drain.rs`: the drain loop, in rounds and batches.
+//! * `core.rs`: the data (the shared core, the drain state, readers,
+//!   counters, the types of its pool and timer jobs) and what reads it
+//!   without a mechanism of its own: scheduling a drain, `poke`,
+//!   `wait_idle`, whether there is work.
+//! * `attach.rs`: starting and stopping to read a partition: the reader
+//!   handed to the drainer, the listener added to the partition, and the
+//!   drainer's half (merging new readers at a round's start, letting
+//!   revoked ones go).
+//! * `drain.rs`: the drain loop, in rounds and batches (the pool's drain
+//!   job and the backoff timer's job run here).
+//! * `idle.rs`: the idle policy: what a drain that caught up does before
+//!   it goes idle (the pool's linger, a dedicated thread's spin and naps).
+//! * `run_wait.rs`: the run-wait policy: how long a drain that keeps
+//!   finding the publisher ahead of it waits for a run of records before it
+//!   takes them (not built under loom).
 //! * `settle.rs`: acknowledgements, retries and dead letters, and calling
 //!   user code.
 //! * `close.rs`: closing, and winding up after the last handler call.
-//! * `deadline.rs`: the ack deadline: the watch on handler calls, and what
-//!   a shared member does when its handler stalls.
-//! * `in_handler.rs`: the mark of which subscription's user code a thread
-//!   runs, which calls that would wait for their own handler look at.
+//! * `deadline.rs`: the ack deadline: the watch on handler calls (its
+//!   timer job runs here), and what a shared member does when its handler
+//!   stalls.
 //! * `options.rs`: the values a subscriber chooses and sees.
 //! * `queue_wait.rs`: the histogram of how long the subscription waited in
 //!   the worker pool's queue, for the stats.
 //!
-//! * `run_wait.rs`: the run-wait policy: how long a drain that keeps
-//!   finding the publisher ahead of it waits for a run of records before it
-//!   takes them (not built under loom).
+//! What a publisher runs is below this folder, in `partition/`: the state
+//! word (`state.rs`), signal-and-drain with its essay and fences F1 to F4
+//! (`signal.rs`, whose drainer's half `drain.rs` calls), and the mark of a
+//! thread running user code (`in_handler.rs`). This folder imports it and
+//! `topic.rs`; neither imports this folder.
 //!
 //! This file holds the public face: the statistics and the
 //! [`Subscription`] handle. The parts import each other in one direction
-//! only: `state`, `options`, `in_handler`, `queue_wait` and `run_wait`
-//! import no other part; `signal` imports `state`; `core` imports those six; `close`,
-//! `settle` and `deadline` import `core` and leaves below it; `drain`
-//! imports `core`, `settle`, `signal` and leaves; this file imports
-//! `core`, `options` and `state`. `tests/structure.rs` checks that no file
-//! imports one that imports it back. Two calls still go back up without an
-//! import, because `impl SubCore` is spread over the files of its
-//! mechanisms: `core.rs`'s timer and pool jobs call `SubCore::run`
-//! (in `drain.rs`) and `SubCore::check_ack_deadline` (in `deadline.rs`).
+//! only: `options`, `queue_wait` and `run_wait` import no other part;
+//! `core` imports those three; `attach`, `close`, `settle`, `deadline` and
+//! `idle` import `core` (and `options`); `drain` imports `core`, `idle`,
+//! `settle` and `options`; this file imports `core` and `options`.
+//! `tests/structure.rs` checks that no file imports one that imports it
+//! back. The imports do not show every call: `SubCore`'s methods are
+//! defined in the file of their mechanism (`impl SubCore` in `attach.rs`,
+//! `close.rs`, `deadline.rs`, `drain.rs` and `settle.rs`), so a part calls
+//! a sibling's method without an import (the drain loop calls `merge_pending`
+//! in `attach.rs`, `finalize` in `close.rs` and `arm_ack_watch` in
+//! `deadline.rs`). `core.rs` calls
+//! none of them: its job types' runs (`impl Job`) are in `drain.rs` and
+//! `deadline.rs`.
 
+mod attach;
 mod close;
 mod core;
 mod deadline;
 mod drain;
-pub(crate) mod in_handler;
+mod idle;
 mod options;
 mod queue_wait;
 #[cfg(not(loom))]
 mod run_wait;
 mod settle;
-pub(crate) mod signal;
-mod state;
 
 use std::fmt;
 use std::time::Duration;
@@ -61,8 +73,8 @@ pub use options::{
     Ack, BatchHandler, DEFAULT_MAX_ATTEMPTS, DeadLetterCallback, DeliveryMode, Handler, LagCallback, Message, Overflow,
     RetryBackoff, StartPosition, SubscriptionOptions,
 };
-use state::Phase;
 
+use crate::broker::partition::state::Phase;
 use crate::error::Result;
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};

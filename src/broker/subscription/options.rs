@@ -165,10 +165,10 @@ pub struct SubscriptionOptions {
     /// when its last park outlasted two naps: messages that far apart are
     /// not worth napping for). So threads without work give the cores back
     /// to the publishers (a message that arrives during a nap waits for its
-    /// end, about 50-100 µs).
+    /// end: the nap and the timer's slack).
     /// For the lowest latency give it a core and a budget longer than the
-    /// gap between messages (e.g. 100 µs at 100 k msgs/s): a parked
-    /// subscriber costs each message a wake-up of several microseconds.
+    /// gap between messages: a parked subscriber costs each message a
+    /// wake-up (rill-bench's `one-to-one-dedicated` scenario measures it).
     pub idle_spin: Option<Duration>,
     /// Called (on the draining thread) when retention trimmed messages this
     /// subscription had not read: topic, partition, and how many were missed.

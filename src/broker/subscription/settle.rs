@@ -7,9 +7,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use super::core::{Retry, SubCore, Tally};
-use super::in_handler::InHandler;
 use super::options::{Ack, BatchHandler, DeliveryMode, LagCallback, Message};
 use crate::broker::dead_letter::{self, Failed};
+use crate::broker::partition::in_handler::InHandler;
 use crate::broker::topic::Wait;
 use crate::error::{Error, Result};
 

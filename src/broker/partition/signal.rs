@@ -136,8 +136,8 @@
 //! [`Entry`]s, a type of this module: a subscription's entry carries its
 //! state word and its ready mark (both one pointer away, so the walk above
 //! is a load per subscription, inlined, with no call), and every entry a
-//! [`Listener`], a trait that subscriptions (`core.rs`) and pull consumers
-//! (`consumer.rs`) implement. A publisher calls the trait only when there is
+//! [`Listener`], a trait that subscriptions (`subscription/core.rs`) and
+//! pull consumers (`consumer.rs`) implement. A publisher calls the trait only when there is
 //! something to do: for a subscription, when it won `IDLE -> ACTIVE` and
 //! must schedule a drain; for a listener without a state word (a consumer),
 //! after every commit. So the log-and-partition layer below never names the

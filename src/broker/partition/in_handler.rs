@@ -12,8 +12,8 @@
 //!
 //! The mark is a thread-local, not state of the subscription: what matters
 //! is whether *this thread* is inside the call, and only the drainer that
-//! runs it can be. This file names nothing above it, so the topic layer can
-//! read the mark without depending on subscriptions.
+//! runs it can be. This file names nothing above it, so a partition's
+//! publish can read the mark without depending on subscriptions.
 
 use std::cell::Cell;
 

@@ -22,7 +22,9 @@
 //! every publisher to a partition the subscription listens to, so it sits
 //! on a cache line of its own. Why the moves into and out of `IDLE` cannot
 //! lose a wakeup is the subject of the signal module (`signal.rs`), which
-//! issues the fences around them.
+//! issues the fences around them. It lives beside that module, below
+//! `subscription/`, because publishers read it through their partition's
+//! list of [`Entry`](super::signal::Entry)s.
 //!
 //! ## What each ordering is for, and which are shown
 //!
