@@ -108,8 +108,7 @@
 //! nothing on x86, and it prunes loom's search (a reader that sees the seal
 //! then sees less stale data), which keeps the log models inside CI's time:
 //! with both `Relaxed`, `retention_trims_while_a_reader_is_inside_the_head_segment`
-//! ran at least 1.3 times as long (over 790 s against 606 s, the two run
-//! side by side on a shared machine). Neither is named for `.ci/fence-check` (once
+//! explores more executions and runs longer. Neither is named for `.ci/fence-check` (once
 //! L3): in memory the argument above, not a model, shows them unneeded, and
 //! the durable case (the end mark) is one loom cannot run.
 //! L1 and L2 are each shown needed: weakened to `Relaxed`, a loom model in
