@@ -2,7 +2,7 @@
 //! group commit.
 //!
 //! A durable log is the same lock-free log over different storage: its
-//! segments are mapped files (`file.rs`), each record carries a checksum
+//! segments are mapped files (`file/`), each record carries a checksum
 //! frame, and recovery (`recovery.rs`) rebuilds the log from the files when
 //! it is opened. This file holds what happens between the page cache and the
 //! disk.
@@ -40,7 +40,7 @@
 //!
 //! # The completion marker
 //!
-//! A segment file's completion fields (`file.rs`) are what make damage in it
+//! A segment file's completion fields (`file/format.rs`) are what make damage in it
 //! damage: recovery takes a bad record in a file without them for a torn
 //! tail and cuts the partition there, silently (`recovery.rs`). So every
 //! sealed segment must get them, under every policy. A segment goes through
@@ -728,7 +728,7 @@ fn round(files: &Files, segments: SegmentsFrom<'_>, from: u64, mut marked_below:
         let sealed = seg.sealed_count();
         if flush {
             // A segment the prefix now covers whole ends with its end mark
-            // (a recycled file's; see `file.rs`): flushed with its records.
+            // (a recycled file's; see "Recycling" in `file/mod.rs`): flushed with its records.
             let through = match sealed {
                 Some(count) if index >= count => (stop + file::FRAME_LEN as u64).min(seg.capacity()),
                 _ => stop,

@@ -11,8 +11,8 @@
 //! segments), `cursor.rs` (readers), `record.rs` (the byte layout) and
 //! `storage.rs` (the memory behind a segment).
 //!
-//! A durable log ([`Log::open`]) keeps its segments in files: `file.rs` (the
-//! file format and its checksums), `recovery.rs` (rebuilding a partition
+//! A durable log ([`Log::open`]) keeps its segments in files: `file/` (the
+//! file format and its checksums, and the files' life), `recovery.rs` (rebuilding a partition
 //! from its files: what a crash leaves and what is kept) and `durable.rs`
 //! (the fsync policy and group commit).
 
@@ -377,7 +377,7 @@ impl Log {
         let mut segs = Vec::with_capacity(recovered.kept.len() + 1);
         for kept in recovered.kept {
             // Make the cut permanent and every kept segment checkable: data,
-            // then the completion marker (see `file.rs`).
+            // then the completion marker (see `file/format.rs`).
             if !kept.was_complete {
                 let storage = &kept.storage;
                 if flush {

@@ -1,6 +1,6 @@
 //! Two processes appending into one segment file at once (issue 39, its
 //! first step): the tail word, the seal and the offset index live in the
-//! file (`file.rs`), so a second mapping of it, in another process,
+//! file (`file/format.rs`), so a second mapping of it, in another process,
 //! reserves, commits and reads through the same words as the first.
 //!
 //! Then (its second step) several processes appending into one partition

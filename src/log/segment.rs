@@ -267,7 +267,7 @@ const BYTES_MASK: u64 = (1 << BYTES_BITS) - 1;
 const ONE_RECORD: u64 = 1 << BYTES_BITS;
 /// `sealed` value of a segment that is still open; a sealed one holds its
 /// final record count plus [`SEALED_BIAS`]. Zero, so that the zeros of a
-/// fresh segment file (`file.rs`) read as an open segment.
+/// fresh segment file (`file/format.rs`) read as an open segment.
 const NOT_SEALED: u64 = 0;
 /// Added to the final record count in `sealed`, so that a count of 0 (an
 /// early seal of an empty segment) is told from [`NOT_SEALED`].
@@ -305,7 +305,7 @@ const _: () = assert!(MAX_SEGMENT_RECORDS < 1 << (64 - BYTES_BITS));
 
 /// One entry of the offset index. `repr(C)` with a zero-sized second field:
 /// in a normal build a slot is exactly a `u32`, so a segment file's index
-/// (`file.rs`) is an array of them.
+/// (`file/format.rs`) is an array of them.
 #[repr(C)]
 struct Slot {
     /// `UNCOMMITTED`, or `pos / POS_UNIT + 1` once the record is complete.
@@ -324,7 +324,7 @@ const _: () = assert!(std::mem::size_of::<Slot>() == super::file::SLOT_BYTES && 
 /// # Where the state lives
 ///
 /// A segment file keeps the tail word, the seal and the index itself
-/// (`file.rs`), so every mapping of the file, in any process, reserves and
+/// (`file/format.rs`), so every mapping of the file, in any process, reserves and
 /// commits through the same words. Anonymous memory has nowhere to keep
 /// them, so an in-memory segment keeps them in memory of its own (`own`),
 /// but a log's small first segment, whose heap block holds them as a file
@@ -495,7 +495,7 @@ impl fmt::Debug for Buffers {
 /// Spare segment buffers of one partition, so rolling over to a new segment
 /// reuses warm memory instead of faulting in fresh pages. For a durable
 /// partition the spares are trimmed segment files, still mapped (see
-/// "Recycling" in `file.rs`).
+/// "Recycling" in `file/mod.rs`).
 #[derive(Debug)]
 pub(crate) struct Pool {
     spare: Mutex<Vec<Buffers>>,
@@ -1293,7 +1293,7 @@ impl Segment {
 
     /// Marks where the records of this segment, sealed by the caller, end:
     /// at `end`, as its `Sealer` reservation said. A recycled segment file
-    /// needs the mark (see "Recycling" in `file.rs`); memory does not.
+    /// needs the mark (see "Recycling" in `file/mod.rs`); memory does not.
     pub(crate) fn end_records(&self, end: u64) {
         if let Some(file) = self.file() {
             // SAFETY: every granted reservation of this segment lies before
@@ -1326,7 +1326,7 @@ impl Segment {
         // flag then loads a directory at least as new as the one without it.
         self.trimmed.store(true, Ordering::Release);
         // A trimmed segment's file becomes a spare now; it goes to the pool,
-        // or is deleted, once its last reader lets go ("Recycling", `file.rs`).
+        // or is deleted, once its last reader lets go ("Recycling", `file/mod.rs`).
         if let Some(file) = self.file() {
             file.retire();
         }
