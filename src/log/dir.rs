@@ -223,7 +223,8 @@
 
 use super::config::Sizes;
 use super::durable::Durability;
-use super::segment::{Pool, Reservation, Segment};
+use super::pool::Pool;
+use super::segment::{Reservation, Segment};
 use super::storage::Pages;
 use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicU64, Ordering};

@@ -23,6 +23,7 @@ mod cursor;
 mod dir;
 mod durable;
 pub(crate) mod file;
+mod pool;
 #[cfg(not(loom))]
 mod prefault;
 pub(crate) mod record;
@@ -43,10 +44,11 @@ use dir::{Dir, Shared};
 use durable::Durability;
 pub use durable::{DEFAULT_FSYNC_INTERVAL, Damage, DurableLog, Fsync, RecoveryReport};
 use file::Files;
+use pool::Pool;
 pub use record::{
     Attributes, ID_ATTRIBUTE, MAX_ATTRIBUTE_KEY_LEN, MAX_ATTRIBUTES, MAX_ID_LEN, Record, RecordParts, RecordView,
 };
-use segment::{Pool, Segment};
+use segment::Segment;
 use storage::Pages;
 
 use crate::clock::now_ns;

@@ -16,8 +16,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::file::{self, FRAME_LEN, FileStorage, Files};
+use super::pool::Pool;
 use super::record::Record;
-use super::segment::{Buffers, Pool, Reservation, Segment};
+use super::segment::{Buffers, Reservation, Segment};
 use super::storage::Pages;
 use super::{DurableLog, Fsync, Log, LogConfig, Sharing};
 use crate::sync::{Arc, thread};

@@ -39,9 +39,11 @@ use std::ptr::NonNull;
 use memmap2::{MmapMut, MmapOptions};
 
 use super::format::{
-    BASE_AT, COMPLETE_END, COUNT_AT, FRAME_LEN, HEADER_BYTES, HEADER_END, Header, SEALED_AT, TAIL_AT, complete_crc,
-    file_len, index_at, le_u64, parse_segment_file_name, segment_file_name, spare_file_name, temp_file_name,
+    BASE_AT, COMPLETE_END, COUNT_AT, FRAME_LEN, HEADER_BYTES, HEADER_END, Header, complete_crc, file_len, le_u64,
+    parse_segment_file_name, segment_file_name, spare_file_name, temp_file_name,
 };
+#[cfg(not(loom))]
+use super::format::{SEALED_AT, TAIL_AT, index_at};
 use crate::error::{Error, Result};
 #[cfg(not(loom))]
 use crate::log::storage::SharedState;

@@ -74,11 +74,13 @@ mod format;
 
 pub(crate) use file_storage::FileStorage;
 pub(crate) use files::{Files, RollHook, sync_dir};
+#[cfg(not(loom))]
+pub(crate) use format::HEADER_END;
 #[cfg(feature = "fuzzing")]
 pub(crate) use format::segment_file_bytes;
 #[cfg(test)]
 pub(crate) use format::spare_file_name;
 pub(crate) use format::{
-    FRAME_LEN, HEADER_BYTES, HEADER_END, Header, HeaderError, SLOT_BYTES, VERSION, VERSION_AT, check_frame, frame_for,
+    FRAME_LEN, HEADER_BYTES, Header, HeaderError, SLOT_BYTES, VERSION, VERSION_AT, check_frame, frame_for,
     has_frame_mark, index_at, is_spare_file_name, is_temp_file_name, parse_segment_file_name, segment_file_name,
 };
