@@ -5,6 +5,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::config::SPARE_SEGMENTS;
+use super::durable::Durability;
 use super::file::{FRAME_LEN, HEADER_BYTES};
 use super::segment;
 use super::*;
