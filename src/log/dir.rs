@@ -1,5 +1,10 @@
 //! The segment directory, how publishers roll it over, and reclamation.
 //!
+//! Why it is long: the essay below is a fifth of it, and the rest is one
+//! protocol on one pointer: the roll, the trims (by retention, and the
+//! idle trim) and the roll across processes all exchange the directory
+//! (L2, T1, T2), and reclamation frees what the exchanges unlinked.
+//!
 //! # The segment directory and reclamation
 //!
 //! The retained segments are listed, oldest first, in an immutable *directory*

@@ -1,6 +1,10 @@
 //! Durable logs: the fsync policy, the segment files of a partition, and
 //! group commit.
 //!
+//! Why it is long: a third of it is the essay below, and the rest is one
+//! mechanism, the sync rounds (group commit, gathering, the completion
+//! marker) under one lock and one leader flag.
+//!
 //! A durable log is the same lock-free log over different storage: its
 //! segments are mapped files (`file/`), each record carries a checksum
 //! frame, and recovery (`recovery.rs`) rebuilds the log from the files when

@@ -1,5 +1,9 @@
 //! Recovery: rebuilding a durable partition from its segment files.
 //!
+//! Why it is long: the essay below is a fifth of it, and the rest is one
+//! pass over a partition's files (list them, check every record, cut or
+//! refuse) whose every step is a rule the essay states.
+//!
 //! # What a crash can leave, and what recovery keeps
 //!
 //! Files are read in base-offset order. Each must start where the previous

@@ -1,6 +1,10 @@
 //! One segment of a partition's log: a contiguous byte region and an offset
 //! index, appended to by many publishers at once without locks.
 //!
+//! Why it is long: the essay below is a fifth of it, and the rest is one
+//! mechanism, a segment's tail word, slots and seal and the buffers that
+//! hold them (the pool that hands the buffers out is `pool.rs`).
+//!
 //! # The append protocol
 //!
 //! ## The tail word
@@ -239,13 +243,6 @@
 //! a slot past the taken-over count finds it given up and fails. A reader
 //! never passed over a slot past the last committed one (the rule above),
 //! so no reader is past the count the seal takes.
-//!
-//! ## Why this file is long
-//!
-//! It is longer than a file aims to be because of the essay above, and the
-//! rest is one mechanism: a segment's tail word, slots and seal, and the
-//! buffers that hold them (the pool that hands them out and takes them
-//! back is `pool.rs`).
 
 use std::fmt;
 use std::io;
