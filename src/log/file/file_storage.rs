@@ -27,9 +27,8 @@
 //! held (zeros, or a previous use's records, which the checksums already
 //! keep from being read as new), is flushed by a sync round only once
 //! records fill it, and is written back at most once more by the kernel if
-//! none ever do. Crash states are those listed below, unchanged.
-//! Crash states are those listed under "Recycling" in `file/mod.rs`,
-//! unchanged.
+//! none ever do. Crash states are those listed under "Recycling" in
+//! `file/mod.rs`, unchanged.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;

@@ -55,7 +55,6 @@
 //! then commits the slot: a frame of zeros is "nothing here", and in a
 //! process crash the frame is either all there or not at all.
 //!
-//!
 //! This file holds the format alone: the layout's constants, the header's
 //! encoding and checks, the frame's checksum and the files' names. Mapping
 //! a file is `file_storage.rs`'s; a partition's files are `files.rs`'s.
