@@ -230,7 +230,7 @@ fn durable_log(dir: &std::path::Path, fsync: rill::Fsync) -> Log {
 
 /// The segment files of `dir` whose completion marker is missing, but for
 /// the newest one (the active segment, never sealed). The marker is the
-/// header's completion fields, bytes 32..52 of the file (`src/log/file.rs`):
+/// header's completion fields, bytes 32..52 of the file (`src/log/file/format.rs`):
 /// all zeros until a sync round writes them (their checksum mixes in a
 /// constant, so written fields are never all zeros).
 fn unmarked_sealed_files(dir: &std::path::Path) -> Vec<String> {

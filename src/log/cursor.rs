@@ -1,4 +1,8 @@
 //! A reader's position in a log, and the batches it reads.
+//!
+//! Why it is long: over two fifths of it is the docs and examples of the
+//! public methods of `Cursor` and `Batch`; the code is one reader's walk
+//! along the segments.
 
 use std::fmt;
 

@@ -1,5 +1,10 @@
 //! The segment directory, how publishers roll it over, and reclamation.
 //!
+//! Why it is long: the essay below is a fifth of it, and the rest is one
+//! protocol on one pointer: the roll, the trims (by retention, and the
+//! idle trim) and the roll across processes all exchange the directory
+//! (L2, T1, T2), and reclamation frees what the exchanges unlinked.
+//!
 //! # The segment directory and reclamation
 //!
 //! The retained segments are listed, oldest first, in an immutable *directory*
@@ -145,7 +150,7 @@
 //! A durable log opened for several processes ([`super::Sharing::Processes`],
 //! crate-internal for now) is one set of segment files that every process
 //! maps; each process has its own directory of its own mappings. The
-//! segment's tail word and seal are in its file (`file.rs`), so the
+//! segment's tail word and seal are in its file (`file/format.rs`), so the
 //! fetch-add still elects exactly one sealer per segment across all
 //! processes. What differs is how the *other* processes learn of the roll,
 //! since the sealer's exchange only changes its own process's directory:
@@ -223,7 +228,8 @@
 
 use super::config::Sizes;
 use super::durable::Durability;
-use super::segment::{Pool, Reservation, Segment};
+use super::pool::Pool;
+use super::segment::{Reservation, Segment};
 use super::storage::Pages;
 use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicU64, Ordering};
@@ -471,7 +477,7 @@ impl Shared {
         guard: &Guard,
     ) -> Result<()> {
         // The end mark first: it goes before the next segment's file exists
-        // (see `file.rs`), and before the seal, whose Release store then
+        // (see "Recycling" in `file/mod.rs`), and before the seal, whose Release store then
         // publishes it to a sync round that sees the seal and flushes the
         // segment through its end mark (`durable.rs`). Then seal, before the
         // next segment becomes visible (see segment.rs) and before trying to

@@ -5,6 +5,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::config::SPARE_SEGMENTS;
+use super::durable::Durability;
 use super::file::{FRAME_LEN, HEADER_BYTES};
 use super::segment;
 use super::*;
@@ -931,7 +933,7 @@ fn wait_for_a_spare(log: &Log) {
 /// are at most `SPARE_SEGMENTS`; fails after a minute.
 ///
 /// A trimmed segment's file is renamed to a spare at once (step 1 of
-/// recycling in `file.rs`) but reaches the pool, or is deleted if the pool
+/// recycling in `file/mod.rs`) but reaches the pool, or is deleted if the pool
 /// is full, only when its last reader lets go, through the epoch collector,
 /// which other tests' threads, pinned on a busy machine, can hold back. So
 /// the directory may hold more spare files than the pool keeps for a

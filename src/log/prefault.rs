@@ -40,7 +40,7 @@
 
 use std::sync::{OnceLock, Weak};
 
-use super::segment::Pool;
+use super::pool::Pool;
 use crate::sync::{Arc, Condvar, Mutex};
 
 /// The process's prefault thread and its queue of requests.

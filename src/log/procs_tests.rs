@@ -1,6 +1,6 @@
 //! Two processes appending into one segment file at once (issue 39, its
 //! first step): the tail word, the seal and the offset index live in the
-//! file (`file.rs`), so a second mapping of it, in another process,
+//! file (`file/format.rs`), so a second mapping of it, in another process,
 //! reserves, commits and reads through the same words as the first.
 //!
 //! Then (its second step) several processes appending into one partition
@@ -16,8 +16,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::file::{self, FRAME_LEN, FileStorage, Files};
+use super::pool::Pool;
 use super::record::Record;
-use super::segment::{Buffers, Pool, Reservation, Segment};
+use super::segment::{Buffers, Reservation, Segment};
 use super::storage::Pages;
 use super::{DurableLog, Fsync, Log, LogConfig, Sharing};
 use crate::sync::{Arc, thread};

@@ -1,6 +1,10 @@
 //! The byte layout of one record inside a segment, and the borrowed views
 //! readers get of it.
 //!
+//! Why it is long: over a third of it is the public types' docs and their
+//! examples; the code is one byte layout, written by `Record` and read by
+//! `RecordView`, which must agree on every byte.
+//!
 //! A record starts on an 8-byte boundary and is laid out as:
 //!
 //! ```text

@@ -1,10 +1,14 @@
 //! Recovery: rebuilding a durable partition from its segment files.
 //!
+//! Why it is long: the essay below is a fifth of it, and the rest is one
+//! pass over a partition's files (list them, check every record, cut or
+//! refuse) whose every step is a rule the essay states.
+//!
 //! # What a crash can leave, and what recovery keeps
 //!
 //! Files are read in base-offset order. Each must start where the previous
 //! one's records end (offsets are dense), and each record must carry a frame
-//! whose checksum covers its offset and bytes (`file.rs`). In an incomplete
+//! whose checksum covers its offset and bytes (`file/format.rs`). In an incomplete
 //! file a missing record with complete ones after it is a *hole*, which
 //! recovery fills with skip records (see "Holes" below) and reads on; past
 //! the last complete record, or anywhere in a complete file, recovery keeps
@@ -48,7 +52,7 @@
 //! whose header page is all zeros, at the end, is one a *machine* crash
 //! left with its link on disk and not its header (with a policy that does
 //! not flush), created just before: it holds nothing and is deleted. Spare
-//! files (trimmed segment files kept for reuse, `file.rs`) are no part of
+//! files (trimmed segment files kept for reuse, `file/mod.rs`) are no part of
 //! the partition and are deleted, whatever a crash left in them. Other
 //! files that are not segment files (by name) are left alone.
 //!
@@ -70,7 +74,7 @@
 //! * a stale record is never kept: its frame's checksum covers an older
 //!   offset than any this file's records can have.
 //!
-//! The crash states of a recycling itself are in `file.rs`.
+//! The crash states of a recycling itself are in `file/mod.rs`.
 //!
 //! # Holes
 //!

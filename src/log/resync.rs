@@ -2,7 +2,7 @@
 //! recovery's resync past a hole (see "Holes" in `recovery.rs`).
 //!
 //! A frame's checksum is the CRC32C of the record's offset followed by its
-//! bytes (`file.rs`). CRC32C is affine over GF(2): appending `n` bytes maps
+//! bytes (`file/format.rs`). CRC32C is affine over GF(2): appending `n` bytes maps
 //! the CRC of what came before through a fixed linear map (`n` zero bytes'
 //! worth of shifts), then adds the CRC of the `n` bytes. So the checksum at
 //! any offset is the offset's own CRC, mapped, plus the record's CRC: one

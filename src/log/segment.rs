@@ -1,6 +1,10 @@
 //! One segment of a partition's log: a contiguous byte region and an offset
 //! index, appended to by many publishers at once without locks.
 //!
+//! Why it is long: the essay below is a fifth of it, and the rest is one
+//! mechanism, a segment's tail word, slots and seal and the buffers that
+//! hold them (the pool that hands the buffers out is `pool.rs`).
+//!
 //! # The append protocol
 //!
 //! ## The tail word
@@ -108,8 +112,7 @@
 //! nothing on x86, and it prunes loom's search (a reader that sees the seal
 //! then sees less stale data), which keeps the log models inside CI's time:
 //! with both `Relaxed`, `retention_trims_while_a_reader_is_inside_the_head_segment`
-//! ran at least 1.3 times as long (over 790 s against 606 s, the two run
-//! side by side on a shared machine). Neither is named for `.ci/fence-check` (once
+//! explores more executions and runs longer. Neither is named for `.ci/fence-check` (once
 //! L3): in memory the argument above, not a model, shows them unneeded, and
 //! the durable case (the end mark) is one loom cannot run.
 //! L1 and L2 are each shown needed: weakened to `Relaxed`, a loom model in
@@ -240,13 +243,6 @@
 //! a slot past the taken-over count finds it given up and fails. A reader
 //! never passed over a slot past the last committed one (the rule above),
 //! so no reader is past the count the seal takes.
-//!
-//! ## Why this file is long
-//!
-//! It is longer than a file aims to be because of the essay above, and the
-//! rest is one mechanism: a segment's tail word, slots and seal, and the
-//! pool that hands a rolled-over segment its buffers (whose recycling
-//! depends on when a segment is sealed and trimmed).
 
 use std::fmt;
 use std::io;
@@ -257,8 +253,8 @@ use crossbeam_utils::CachePadded;
 use super::record::{Record, RecordView};
 use super::storage::{MappedStorage, Pages, SegmentStorage};
 use crate::error::{Error, Result};
+use crate::sync::UnsafeCell;
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use crate::sync::{Arc, Mutex, UnsafeCell};
 
 /// Low bits of the tail word: bytes reserved so far.
 const BYTES_BITS: u32 = 40;
@@ -268,7 +264,7 @@ const BYTES_MASK: u64 = (1 << BYTES_BITS) - 1;
 const ONE_RECORD: u64 = 1 << BYTES_BITS;
 /// `sealed` value of a segment that is still open; a sealed one holds its
 /// final record count plus [`SEALED_BIAS`]. Zero, so that the zeros of a
-/// fresh segment file (`file.rs`) read as an open segment.
+/// fresh segment file (`file/format.rs`) read as an open segment.
 const NOT_SEALED: u64 = 0;
 /// Added to the final record count in `sealed`, so that a count of 0 (an
 /// early seal of an empty segment) is told from [`NOT_SEALED`].
@@ -306,7 +302,7 @@ const _: () = assert!(MAX_SEGMENT_RECORDS < 1 << (64 - BYTES_BITS));
 
 /// One entry of the offset index. `repr(C)` with a zero-sized second field:
 /// in a normal build a slot is exactly a `u32`, so a segment file's index
-/// (`file.rs`) is an array of them.
+/// (`file/format.rs`) is an array of them.
 #[repr(C)]
 struct Slot {
     /// `UNCOMMITTED`, or `pos / POS_UNIT + 1` once the record is complete.
@@ -325,7 +321,7 @@ const _: () = assert!(std::mem::size_of::<Slot>() == super::file::SLOT_BYTES && 
 /// # Where the state lives
 ///
 /// A segment file keeps the tail word, the seal and the index itself
-/// (`file.rs`), so every mapping of the file, in any process, reserves and
+/// (`file/format.rs`), so every mapping of the file, in any process, reserves and
 /// commits through the same words. Anonymous memory has nowhere to keep
 /// them, so an in-memory segment keeps them in memory of its own (`own`),
 /// but a log's small first segment, whose heap block holds them as a file
@@ -378,7 +374,7 @@ impl Buffers {
     /// Maps a fresh, zeroed byte region of `capacity` bytes and an offset
     /// index of `slot_count` slots (two anonymous mappings in `pages`; see
     /// `storage.rs`). Fails when either mapping cannot be made.
-    fn map(capacity: usize, slot_count: usize, pages: Pages) -> io::Result<Self> {
+    pub(super) fn map(capacity: usize, slot_count: usize, pages: Pages) -> io::Result<Self> {
         let storage: Box<dyn SegmentStorage> = Box::new(MappedStorage::new(capacity, pages)?);
         Ok(Self::with_own(storage, new_slots(slot_count, pages)?))
     }
@@ -386,7 +382,7 @@ impl Buffers {
     /// Faults the region and the offset index in, writable, now (see
     /// `prefault.rs`); best effort.
     #[cfg(not(loom))]
-    fn populate(&self) {
+    pub(super) fn populate(&self) {
         super::storage::populate(self.storage.as_ptr(), self.storage.capacity());
         if let Some((_, slots)) = &self.own {
             slots.populate();
@@ -438,6 +434,16 @@ impl Buffers {
         Buffers { storage, own: Some((own, slots)), state }
     }
 
+    /// The byte region's storage.
+    pub(super) fn storage(&self) -> &dyn SegmentStorage {
+        &*self.storage
+    }
+
+    /// Slots of the offset index.
+    pub(super) fn slot_count(&self) -> usize {
+        self.state.slot_count
+    }
+
     /// The offset index.
     #[inline(always)]
     fn slots(&self) -> &[Slot] {
@@ -452,7 +458,7 @@ impl Buffers {
     /// reads as not committed, the tail word is zero, and the seal open.
     /// Slots past `used` keep their zeroes and, never written, their pages
     /// unfaulted.
-    fn reset(&self, used: usize) {
+    pub(super) fn reset(&self, used: usize) {
         let slots = self.slots();
         for slot in &slots[..used.min(slots.len())] {
             // Relaxed: the caller owns these buffers exclusively; they reach the
@@ -493,220 +499,17 @@ impl fmt::Debug for Buffers {
     }
 }
 
-/// Spare segment buffers of one partition, so rolling over to a new segment
-/// reuses warm memory instead of faulting in fresh pages. For a durable
-/// partition the spares are trimmed segment files, still mapped (see
-/// "Recycling" in `file.rs`).
-#[derive(Debug)]
-pub(crate) struct Pool {
-    spare: Mutex<Vec<Buffers>>,
-    /// Most spare buffers kept; beyond this they are freed.
-    max_spare: usize,
-    capacity: usize,
-    slot_count: usize,
-    /// Test seam: how many of the next fresh allocations fail as if the
-    /// system were out of memory. Compiled only into unit tests and loom
-    /// models, so the allocation path of a real build has no check at all.
-    #[cfg(any(test, loom))]
-    fail_allocations: crate::sync::atomic::AtomicUsize,
-    /// For a durable log: where its segment files go.
-    files: Option<super::file::Files>,
-    /// A memory pool has taken back a trimmed segment: its log has filled
-    /// its retention and rolls into recycled segments from now on, so it
-    /// no longer asks for spares made ahead (`prefault.rs`).
-    #[cfg(not(loom))]
-    recycling: crate::sync::atomic::AtomicBool,
-    /// A spare made ahead is asked for and not yet made (`prefault.rs`).
-    #[cfg(not(loom))]
-    spare_requested: crate::sync::atomic::AtomicBool,
-    /// The segments of this pool are shared by processes
+/// Where a dropped segment's buffers go: the pool of the segment's
+/// partition (`pool.rs`). The pool hands out [`Buffers`], so it sits above
+/// the segment; the segment holds it through this hook, not by its type.
+pub(crate) trait Recycler: Send + Sync + 'static {
+    /// The segments built over these buffers are shared by processes
     /// ([`super::Sharing::Processes`]): they commit and seal by
     /// compare-and-swap (see "An abandoned reservation"). Fixed at open.
-    shared: bool,
-}
-
-impl Pool {
-    pub(crate) fn new(capacity: usize, slot_count: usize, max_spare: usize) -> Self {
-        Pool {
-            spare: Mutex::new(Vec::new()),
-            max_spare,
-            capacity,
-            slot_count,
-            #[cfg(any(test, loom))]
-            fail_allocations: crate::sync::atomic::AtomicUsize::new(0),
-            files: None,
-            #[cfg(not(loom))]
-            recycling: crate::sync::atomic::AtomicBool::new(false),
-            #[cfg(not(loom))]
-            spare_requested: crate::sync::atomic::AtomicBool::new(false),
-            shared: false,
-        }
-    }
-
-    /// This pool, for a log shared by processes: the segments built over
-    /// its buffers commit and seal by compare-and-swap (see "An abandoned
-    /// reservation" in `segment.rs`). Loom models use it on memory.
-    pub(crate) fn shared_by_processes(self) -> Self {
-        Pool { shared: true, ..self }
-    }
-
-    /// A pool that makes segment files in `files`' directory, keeping at
-    /// most `max_spare` trimmed ones for reuse.
-    pub(crate) fn for_files(capacity: usize, slot_count: usize, max_spare: usize, files: super::file::Files) -> Self {
-        Pool { files: Some(files), ..Pool::new(capacity, slot_count, max_spare) }
-    }
-
-    /// Region bytes of the segments this pool hands out (the configured
-    /// size; a log's small first segment is not one of them).
-    pub(crate) fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// The durable log's files, if this pool makes them.
-    pub(crate) fn files(&self) -> Option<&super::file::Files> {
-        self.files.as_ref()
-    }
-
-    /// Clean buffers for the segment whose first offset is `base`: recycled
-    /// if one is spare, else freshly mapped; for a durable log, a spare
-    /// segment file reused, else a new one. Fails with
-    /// [`Error::ResourceExhausted`] when a mapping cannot be made, and with
-    /// [`Error::Io`] when a file cannot. Fresh memory is mapped in `pages`:
-    /// small for a log's first segment and for the roll out of a small one,
-    /// huge for the segments of a roll out of a full-size one (see
-    /// [`Pages`]).
-    pub(crate) fn take(&self, base: u64, pages: Pages) -> Result<Buffers> {
-        if let Some(files) = &self.files {
-            files.injected_failure(base)?;
-            let spare = self.spare.lock().pop();
-            if let Some(recycled) = spare {
-                let file = recycled.storage.as_file().expect("a durable pool's spares are files");
-                match file.reuse(base, files.flush) {
-                    Ok(()) => {
-                        files.created();
-                        return Ok(recycled);
-                    }
-                    Err(e @ Error::Io { kind: io::ErrorKind::AlreadyExists, .. }) => {
-                        // Another publisher retrying the same roll made the
-                        // file: ours stays a spare.
-                        self.spare.lock().push(recycled);
-                        return Err(e);
-                    }
-                    // Dropping the spare deletes it; make a fresh file.
-                    Err(e) => log::warn!("could not reuse a spare segment file: {e}"),
-                }
-            }
-            let storage = files.create(base, self.capacity, self.slot_count)?;
-            return Buffers::over(Box::new(storage), self.slot_count, pages);
-        }
-        if let Some(recycled) = self.spare.lock().pop() {
-            return Ok(recycled);
-        }
-        self.injected_failure().and_then(|()| Buffers::map(self.capacity, self.slot_count, pages)).map_err(|e| {
-            Error::ResourceExhausted(format!("out of memory: cannot map a log segment of {} bytes: {e}", self.capacity))
-        })
-    }
-
-    /// Makes the next `n` fresh allocations fail (see `fail_allocations`).
-    #[cfg(any(test, loom))]
-    pub(crate) fn fail_next_allocations(&self, n: usize) {
-        // Relaxed: a test knob set before the appends it affects are started.
-        self.fail_allocations.store(n, crate::sync::atomic::Ordering::Relaxed);
-    }
-
-    #[cfg(any(test, loom))]
-    fn injected_failure(&self) -> io::Result<()> {
-        use crate::sync::atomic::Ordering::Relaxed;
-        // Relaxed: a counter the RMW keeps exact; it guards no other data.
-        match self.fail_allocations.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1)) {
-            Ok(_) => Err(io::Error::from(io::ErrorKind::OutOfMemory)),
-            Err(_) => Ok(()),
-        }
-    }
-
-    #[cfg(not(any(test, loom)))]
-    #[inline(always)]
-    fn injected_failure(&self) -> io::Result<()> {
-        Ok(())
-    }
-
-    /// A memory pool whose log still grows toward its retention (it has
-    /// recycled nothing yet) and that has no spare: the next roll would
-    /// fault a fresh segment in on the publisher's path (see `prefault.rs`).
-    #[cfg(not(loom))]
-    pub(crate) fn wants_spare_ahead(&self) -> bool {
-        use crate::sync::atomic::Ordering::Relaxed;
-        // Relaxed: a hint; a stale answer costs one spare made in vain (the
-        // pool's bound still holds) or one segment faulted by its writer.
-        self.files.is_none() && !self.recycling.load(Relaxed) && self.spare.lock().is_empty()
-    }
-
-    /// Records that a spare made ahead is asked for; false if one already is.
-    #[cfg(not(loom))]
-    pub(crate) fn mark_spare_requested(&self) -> bool {
-        // Relaxed: only the flag itself is decided here (one request at a
-        // time); the spare reaches the log through the pool's mutex.
-        !self.spare_requested.swap(true, crate::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Whether a spare made ahead was asked for and not yet made.
-    #[cfg(all(test, not(loom)))]
-    pub(crate) fn spare_requested(&self) -> bool {
-        self.spare_requested.load(crate::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Clears the request flag (the request was dropped or served).
-    #[cfg(not(loom))]
-    pub(crate) fn spare_request_done(&self) {
-        // Relaxed: as in `mark_spare_requested`.
-        self.spare_requested.store(false, crate::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// On the prefault thread: maps a spare segment in huge pages (it is for
-    /// a roll out of a full-size segment), faults all of it in, and keeps
-    /// it, if the pool still wants one. Best effort: a failed mapping is
-    /// left to the roll, which reports it.
-    #[cfg(not(loom))]
-    pub(crate) fn make_spare_ahead(&self) {
-        self.spare_request_done();
-        if !self.wants_spare_ahead() {
-            return;
-        }
-        let Ok(buffers) = Buffers::map(self.capacity, self.slot_count, Pages::Huge) else { return };
-        buffers.populate();
-        let mut spare = self.spare.lock();
-        if spare.len() < self.max_spare {
-            spare.push(buffers);
-        }
-    }
-
+    fn shared_by_processes(&self) -> bool;
     /// Takes back the buffers of a dropped segment whose records used the
     /// first `used` slots.
-    fn give_back(&self, buffers: Buffers, used: usize) {
-        if buffers.storage.as_file().is_some_and(|f| !f.is_spare()) {
-            // The file of a segment the log still had at close: it stays.
-            return;
-        }
-        if buffers.storage.capacity() != self.capacity || buffers.state.slot_count != self.slot_count {
-            // A recovered segment's file sized by an earlier configuration:
-            // not the shape of a new segment.
-            // A spare file dropped here deletes itself, as below.
-            return;
-        }
-        // Relaxed: a hint for `wants_spare_ahead`.
-        #[cfg(not(loom))]
-        self.recycling.store(true, crate::sync::atomic::Ordering::Relaxed);
-        // A spare file dropped here (the pool is full) deletes itself.
-        let mut spare = self.spare.lock();
-        if spare.len() < self.max_spare {
-            buffers.reset(used);
-            spare.push(buffers);
-        }
-    }
-
-    pub(crate) fn spare_count(&self) -> usize {
-        self.spare.lock().len()
-    }
+    fn give_back(&self, buffers: Buffers, used: usize);
 }
 
 /// What a reservation got; see the essay at the top of this file.
@@ -735,8 +538,8 @@ pub(crate) struct Segment {
     capacity: u64,
     /// `None` only while being dropped.
     buffers: Option<Buffers>,
-    /// Where the buffers go when the segment is dropped.
-    pool: Arc<Pool>,
+    /// Where the buffers go when the segment is dropped: its pool.
+    pool: Box<dyn Recycler>,
     /// True if some of its records are skip records (`record.rs`): only a
     /// segment recovery rebuilt over a hole. Readers look at a record's
     /// flags only in such a segment, so a live one costs them one branch.
@@ -766,7 +569,7 @@ impl Segment {
     /// A new, empty segment whose first record will have offset `base`,
     /// over `buffers` as the pool hands them out: fresh (zeros) or reset,
     /// so their tail word is zero and their seal open.
-    pub(crate) fn new(base: u64, buffers: Buffers, pool: Arc<Pool>) -> Self {
+    pub(crate) fn new(base: u64, buffers: Buffers, pool: impl Recycler) -> Self {
         let data = buffers.storage.as_ptr();
         let capacity = buffers.storage.capacity() as u64;
         // A durable segment's region holds one frame more than the segment size.
@@ -779,8 +582,8 @@ impl Segment {
             data,
             capacity,
             buffers: Some(buffers),
-            shared: pool.shared,
-            pool,
+            shared: pool.shared_by_processes(),
+            pool: Box::new(pool),
             skips: false,
             attached: false,
             holes: AtomicBool::new(false),
@@ -794,7 +597,7 @@ impl Segment {
     /// reads exactly as the first does: a log shared by processes maps
     /// every segment file another process made this way (`dir.rs`).
     #[cfg(not(loom))]
-    pub(crate) fn attach(base: u64, buffers: Buffers, pool: Arc<Pool>) -> Self {
+    pub(crate) fn attach(base: u64, buffers: Buffers, pool: impl Recycler) -> Self {
         assert!(buffers.own.is_none(), "a segment file without its state in it cannot be shared");
         let mut seg = Segment::new(base, buffers, pool);
         seg.attached = true;
@@ -973,7 +776,7 @@ impl Segment {
     pub(crate) fn recovered(
         base: u64,
         buffers: Buffers,
-        pool: Arc<Pool>,
+        pool: impl Recycler,
         positions: &[u64],
         used: u64,
         skips: bool,
@@ -1021,7 +824,7 @@ impl Segment {
         count: u64,
         kept: &[(u64, &[u8])],
         stamp: u64,
-        pool: Arc<Pool>,
+        pool: impl Recycler,
     ) -> Result<Segment> {
         use super::record::{COMPACTED_LEN, align_up, encode_compacted};
         let capacity = COMPACTED_LEN + kept.iter().map(|(_, b)| align_up(b.len())).sum::<usize>();
@@ -1294,7 +1097,7 @@ impl Segment {
 
     /// Marks where the records of this segment, sealed by the caller, end:
     /// at `end`, as its `Sealer` reservation said. A recycled segment file
-    /// needs the mark (see "Recycling" in `file.rs`); memory does not.
+    /// needs the mark (see "Recycling" in `file/mod.rs`); memory does not.
     pub(crate) fn end_records(&self, end: u64) {
         if let Some(file) = self.file() {
             // SAFETY: every granted reservation of this segment lies before
@@ -1327,7 +1130,7 @@ impl Segment {
         // flag then loads a directory at least as new as the one without it.
         self.trimmed.store(true, Ordering::Release);
         // A trimmed segment's file becomes a spare now; it goes to the pool,
-        // or is deleted, once its last reader lets go ("Recycling", `file.rs`).
+        // or is deleted, once its last reader lets go ("Recycling", `file/mod.rs`).
         if let Some(file) = self.file() {
             file.retire();
         }
@@ -1422,6 +1225,8 @@ impl fmt::Debug for Segment {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::log::pool::Pool;
+    use crate::sync::Arc;
 
     /// Fills `seg` with copies of `payload` until a reservation seals it;
     /// returns the record count.

@@ -3,7 +3,7 @@
 //! The log only needs a fixed, aligned, zeroed byte region per segment: an
 //! anonymous memory mapping for an in-memory log (or a heap block, for its
 //! small first segment), a mapped segment file for a durable one
-//! (`file.rs`). Nothing above this trait tells them apart, except
+//! (`file/`). Nothing above this trait tells them apart, except
 //! the durable log's frames and syncs (`durable.rs`).
 
 use std::fmt;
@@ -37,7 +37,7 @@ pub(crate) unsafe trait SegmentStorage: Send + Sync + fmt::Debug + 'static {
         None
     }
     /// Where the storage keeps the segment's reservation state itself (a
-    /// segment file does, `file.rs`), if it does; else the segment keeps it
+    /// segment file does, `file/format.rs`), if it does; else the segment keeps it
     /// in memory of its own. Every pointer it returns is valid for the
     /// storage's whole life, aligned for its type, holds a valid value of
     /// it whatever its bytes, and is only ever accessed atomically (by any
@@ -66,7 +66,7 @@ pub(crate) struct SharedState {
 }
 
 /// What a durable log does with a segment's file beyond mapping it
-/// (implemented in `file.rs`).
+/// (implemented in `file/file_storage.rs`).
 pub(crate) trait SegmentFile {
     /// Flushes bytes `from..to` of the record region to stable storage.
     fn flush_region(&self, from: u64, to: u64) -> crate::error::Result<()>;
@@ -79,9 +79,11 @@ pub(crate) trait SegmentFile {
     /// True once the file is a spare: trimmed, and not yet reused.
     fn is_spare(&self) -> bool;
     /// True if the file was recycled: bytes of a previous use may follow
-    /// its records, so they end with an end mark (see `file.rs`).
+    /// its records, so they end with an end mark (see "Recycling" in
+    /// `file/mod.rs`).
     fn is_recycled(&self) -> bool;
-    /// Makes this spare the file of the segment at `base` (see `file.rs`).
+    /// Makes this spare the file of the segment at `base` (see "Recycling"
+    /// in `file/mod.rs`).
     fn reuse(&self, base: u64, flush: bool) -> crate::error::Result<()>;
     /// Marks the end of the segment's records at byte `end` of the region
     /// (a zero frame, if the file was recycled).
@@ -92,8 +94,8 @@ pub(crate) trait SegmentFile {
     /// concurrently: they lie past every record the segment will ever hold.
     unsafe fn end_records(&self, end: u64);
     /// Faults the region's pages from byte `from` on in writable, once per
-    /// use of the file, off the writers' path (see `file.rs`); whether it
-    /// did anything.
+    /// use of the file, off the writers' path (see `file/file_storage.rs`);
+    /// whether it did anything.
     fn prepare(&self, from: u64) -> bool;
 }
 

@@ -2,6 +2,7 @@
 
 use proptest::prelude::*;
 
+use super::config::SPARE_SEGMENTS;
 use super::segment::{self, Reservation};
 use super::*;
 

@@ -1,0 +1,594 @@
+//! One segment file, mapped: [`FileStorage`], the storage of a durable
+//! segment (the file-backed `SegmentStorage`; the trait and the in-memory
+//! storages are `log/storage.rs`). It makes, maps, completes, retires and
+//! reuses the file whose format `format.rs` defines.
+//!
+//! The file is preallocated (`posix_fallocate`) to its full size when it is
+//! created, so running out of disk is an error at segment creation (`Io` to
+//! the publisher that rolled), never a `SIGBUS` on a page fault of the map.
+//! It is made under a temporary name (`<base>.<pid>-<thread>.tmp`) and
+//! linked under its segment's name once its header is written: the link
+//! fails if that name exists, and a file found by its segment's name, by
+//! any process, is whole. A crash before the link leaves the temporary
+//! file, which recovery deletes.
+//!
+//! # Preparing the pages ahead of the writer
+//!
+//! A publisher's first write to a page of a segment file faults: the page
+//! is allocated, zeroed and inserted in the page cache (a fresh file), or,
+//! in a recycled file whose pages a sync round (or the kernel) wrote back
+//! and so write-protected, the filesystem's `page_mkwrite` runs to dirty it
+//! again. That is a fault per 4 KiB, on the publisher's path (about 40
+//! records of 64 bytes). So each file, once per use, gets its pages from
+//! the writer's position to its end faulted in writable by one
+//! `madvise(MADV_POPULATE_WRITE)` ([`FileStorage::prepare`]), on the broker's
+//! `rill-prepare` thread, which a roll wakes (see `broker/flusher.rs`).
+//! It changes no byte: a page it dirties ahead of the records holds what it
+//! held (zeros, or a previous use's records, which the checksums already
+//! keep from being read as new), is flushed by a sync round only once
+//! records fill it, and is written back at most once more by the kernel if
+//! none ever do. Crash states are those listed under "Recycling" in
+//! `file/mod.rs`, unchanged.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use memmap2::{MmapMut, MmapOptions};
+
+use super::format::{
+    BASE_AT, COMPLETE_END, COUNT_AT, FRAME_LEN, HEADER_BYTES, HEADER_END, Header, complete_crc, file_len, le_u64,
+    parse_segment_file_name, segment_file_name, spare_file_name, temp_file_name,
+};
+#[cfg(not(loom))]
+use super::format::{SEALED_AT, TAIL_AT, index_at};
+use crate::error::{Error, Result};
+#[cfg(not(loom))]
+use crate::log::storage::SharedState;
+use crate::log::storage::{SegmentFile, SegmentStorage};
+use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicBool, Ordering};
+
+/// A segment file, mapped: the storage of one durable segment.
+pub(crate) struct FileStorage {
+    map: MmapMut,
+    /// Bytes of the record region (from `HEADER_BYTES` on), as the header says.
+    capacity: usize,
+    /// Slots of the offset index the file holds after its region (at
+    /// [`index_at`]), if the header is one of ours and the file is long
+    /// enough for it; `0` if not (a damaged file, which recovery does not
+    /// keep, or one it extends and maps again first).
+    slots: usize,
+    /// The record region's pages ahead of the writer were faulted in
+    /// writable since the file last got a new use (see [`Self::prepare`]).
+    /// Set by the flusher, cleared when the file becomes a spare.
+    prepared: AtomicBool,
+    /// Its current name. Changed (and read, but for error messages) only on
+    /// the cold paths of a roll and a trim, hence a lock.
+    name: Mutex<FileName>,
+}
+
+/// Where a segment file is, and what it is now.
+#[derive(Debug)]
+struct FileName {
+    path: PathBuf,
+    /// Trimmed: the file is a spare (named by [`spare_file_name`]), deleted
+    /// when this storage is dropped unless it was reused.
+    spare: bool,
+    /// The header's generation.
+    generation: u64,
+}
+
+impl FileStorage {
+    /// Creates the file for the segment at `base` in `dir`, with a record
+    /// region of `capacity` bytes and an offset index of `slots` slots,
+    /// preallocates it and writes its header (the tail word, the seal and
+    /// the index are zeros; the segment built over it sets the first two).
+    /// Fails with [`Error::Io`] (naming the file) when the disk is full or
+    /// the directory is not writable; leaves no file behind then.
+    ///
+    /// The file is made whole under a temporary name of its own (see
+    /// [`temp_file_name`]) and only then linked under the segment's name
+    /// (`link(2)`, which fails if that name exists), so a segment file
+    /// never exists without its header: whoever opens it by name, in any
+    /// process, finds it complete. Errors name the segment file.
+    pub(crate) fn create(dir: &Path, base: u64, capacity: usize, slots: usize) -> Result<FileStorage> {
+        let path = dir.join(segment_file_name(base));
+        let temp = dir.join(temp_file_name(base));
+        let total = file_len(capacity as u64, slots as u64) as usize;
+        // `create_new`: a file of that name (a leftover of a crash, which
+        // recovery deletes) is never opened, let alone removed below.
+        let file =
+            OpenOptions::new().read(true).write(true).create_new(true).open(&temp).map_err(|e| Error::io(&path, &e))?;
+        let made = (|| -> io::Result<MmapMut> {
+            allocate(&file, total as u64)?;
+            // SAFETY: the file is ours (just created with `create_new` under
+            // a name no one else uses) and sized `total`; nothing else
+            // truncates it while we live (the data directory is locked by
+            // its broker). Changes by another process would be a broken
+            // lock, not something we can defend here.
+            let mut map = unsafe { MmapOptions::new().len(total).map_mut(&file)? };
+            Header { base, capacity: capacity as u64, complete: None, generation: 0, slots: slots as u64 }
+                .encode_fixed(&mut map[..HEADER_BYTES]);
+            // `AlreadyExists` if the segment's file exists (another
+            // publisher retrying the same roll made it): ours is dropped.
+            fs::hard_link(&temp, &path)?;
+            Ok(map)
+        })();
+        // Named as a segment now, or not at all: the temporary name goes
+        // either way (a crash before this leaves it to recovery).
+        if let Err(e) = fs::remove_file(&temp) {
+            log::warn!("could not unlink temporary segment file {}: {e}", temp.display());
+        }
+        match made {
+            Ok(map) => Ok(FileStorage::named(map, path)),
+            Err(e) => Err(Error::io(path, &e)),
+        }
+    }
+
+    /// Maps an existing segment file (whole), for recovery.
+    pub(crate) fn open_existing(path: &Path) -> Result<FileStorage> {
+        let io_err = |e: io::Error| Error::io(path, &e);
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err)?;
+        let len = file.metadata().map_err(io_err)?.len();
+        if len < HEADER_BYTES as u64 {
+            return Err(Error::Corrupt {
+                file: path.to_path_buf(),
+                offset: len,
+                reason: "file shorter than a segment header".into(),
+            });
+        }
+        let len = usize::try_from(len).map_err(|_| Error::Corrupt {
+            file: path.to_path_buf(),
+            offset: 0,
+            reason: "file larger than the address space".into(),
+        })?;
+        // SAFETY: as in `create`: the locked data directory's file, mapped
+        // at its current length, which nobody changes while we hold it.
+        let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(io_err)?;
+        Ok(FileStorage::named(map, path.to_path_buf()))
+    }
+
+    fn named(map: MmapMut, path: PathBuf) -> FileStorage {
+        // The fields only, not the tail word and the seal after them, which
+        // another mapping of the file may be changing.
+        let header = Header::decode(&map[..HEADER_END]).ok();
+        let generation = header.map_or(0, |h| h.generation);
+        let (capacity, slots) = match header {
+            Some(h) if h.slots > 0 && h.file_len().is_some_and(|len| len <= map.len() as u64) => {
+                (h.capacity as usize, h.slots as usize)
+            }
+            _ => (map.len() - HEADER_BYTES, 0),
+        };
+        FileStorage {
+            map,
+            capacity,
+            slots,
+            prepared: AtomicBool::new(false),
+            name: Mutex::new(FileName { path, spare: false, generation }),
+        }
+    }
+
+    /// The whole file: header page, record region, offset index.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// True if the file holds the offset index its header asks for (a file
+    /// cut short by damage may not; recovery then extends it).
+    pub(crate) fn has_index(&self) -> bool {
+        self.slots > 0
+    }
+
+    /// The record region, for recovery to write skip records into before
+    /// the file is shared (`recovery.rs`).
+    pub(crate) fn region_mut(&mut self) -> &mut [u8] {
+        &mut self.map[HEADER_BYTES..HEADER_BYTES + self.capacity]
+    }
+
+    /// Gives the file at `path`, whose header says it is `header`, its
+    /// whole length again (zeros where it was cut short), so that it holds
+    /// its offset index; for recovery, which keeps the records of a file
+    /// damage shortened. The file must not be mapped meanwhile.
+    pub(crate) fn restore_length(path: &Path, header: &Header) -> Result<()> {
+        let len = header.file_len().ok_or_else(|| Error::Corrupt {
+            file: path.to_path_buf(),
+            offset: 0,
+            reason: "segment header's sizes are out of range".into(),
+        })?;
+        let file = OpenOptions::new().write(true).open(path).map_err(|e| Error::io(path, &e))?;
+        allocate(&file, len).map_err(|e| Error::io(path, &e))
+    }
+
+    /// The file's current name.
+    pub(crate) fn path(&self) -> PathBuf {
+        self.name.lock().path.clone()
+    }
+
+    fn io_error(&self, e: &io::Error) -> Error {
+        Error::io(self.path(), e)
+    }
+
+    /// Flushes bytes `from..to` of the record region to stable storage
+    /// (`msync(MS_SYNC)` of the pages holding them: on Linux a data sync of
+    /// that range of the file).
+    pub(crate) fn flush_region(&self, from: u64, to: u64) -> Result<()> {
+        if to <= from {
+            return Ok(());
+        }
+        let start = HEADER_BYTES + from as usize;
+        let len = (to - from) as usize;
+        self.map.flush_range(start, len).map_err(|e| self.io_error(&e))
+    }
+
+    /// Faults the record region's pages from byte `from` (rounded up to a
+    /// page) to its end into the map, writable, once per use of the file:
+    /// one `madvise(MADV_POPULATE_WRITE)` from the flusher's thread instead
+    /// of a page fault per page taken by the publisher that first writes
+    /// there. Those faults are dear for a file mapping: a fresh page is
+    /// allocated, zeroed and put in the page cache, and a page written
+    /// back (every page of a recycled file, after a sync round or the
+    /// kernel's writeback) is write-protected, so its next write goes
+    /// through the filesystem's `page_mkwrite`. Returns whether it did
+    /// anything.
+    ///
+    /// It never changes a byte (the pages are only faulted in, not
+    /// written), so it may run while the publisher writes the same pages.
+    /// Pages at or past `from` that hold no record yet become dirty: they
+    /// are written back with the records later put in them (a sync round
+    /// flushes only the ranges records fill), or, with nothing put in them,
+    /// at most once by the kernel. `from` must lie past the page of the
+    /// last record already flushed (the caller passes the writer's byte
+    /// tail), so no flushed page is dirtied and written twice.
+    ///
+    /// Best effort: on a kernel without `MADV_POPULATE_WRITE` (before
+    /// 5.14), or on a failure (out of memory), the writer faults as before.
+    pub(crate) fn prepare(&self, from: u64) -> bool {
+        // Relaxed: a hint; at worst a region is populated twice (harmless)
+        // or its faults are left to the writer.
+        if self.prepared.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        let page = HEADER_BYTES as u64;
+        let start = HEADER_BYTES as u64 + from.div_ceil(page) * page;
+        // The record region's pages only: the index's are written slot by
+        // slot as records are committed, and faulting them all would make
+        // every one dirty.
+        let end = (HEADER_BYTES + self.capacity) as u64;
+        if start >= end {
+            return false;
+        }
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: `start..end` lies inside our mapping (`start` is a
+            // page boundary, as the map's start is); MADV_POPULATE_WRITE
+            // faults pages in without changing their contents, so it races
+            // with nothing (the publishers' writes keep their bytes).
+            let rc = unsafe {
+                libc::madvise(
+                    self.map.as_ptr().add(start as usize).cast_mut().cast(),
+                    (end - start) as usize,
+                    libc::MADV_POPULATE_WRITE,
+                )
+            };
+            if rc != 0 {
+                // EINVAL from a kernel without it (one failed call per use
+                // of a file), or out of memory: the writer faults as before.
+                let e = io::Error::last_os_error();
+                log::debug!("could not prefault segment file {}: {e}", self.path().display());
+                return false;
+            }
+            true
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (start, end);
+            false
+        }
+    }
+
+    /// Writes the completion fields (`count` records filling `used` bytes)
+    /// and, if `durable`, flushes the header page.
+    pub(crate) fn mark_complete(&self, count: u64, used: u64, durable: bool) -> Result<()> {
+        let base = le_u64(&self.map, BASE_AT);
+        let mut fields = [0u8; COMPLETE_END - COUNT_AT];
+        fields[..8].copy_from_slice(&count.to_le_bytes());
+        fields[8..16].copy_from_slice(&used.to_le_bytes());
+        fields[16..].copy_from_slice(&complete_crc(base, count, used).to_le_bytes());
+        // SAFETY: the header page is written only here, in `create` and in
+        // `reuse` (both before the storage is shared), and `mark_complete` has
+        // one caller at a time: a sync round, which runs without the
+        // partition's sync lock but only while it holds the `leader` flag
+        // (one round at a time, `durable.rs`), or the open, which runs before
+        // the log is shared. So no two writers meet; the record region, which
+        // publishers write concurrently, starts a page later.
+        unsafe {
+            let dst = self.map.as_ptr().cast_mut().add(COUNT_AT);
+            std::ptr::copy_nonoverlapping(fields.as_ptr(), dst, fields.len());
+        }
+        if durable {
+            self.map.flush_range(0, HEADER_BYTES).map_err(|e| self.io_error(&e))?;
+        }
+        Ok(())
+    }
+
+    /// Takes the file of a segment retention has trimmed out of the
+    /// partition: renames it to a spare (step 1 of recycling, in the module
+    /// docs), or deletes it if it cannot be renamed. Readers still inside it
+    /// keep reading through the mapping. Doing it now rather than when the
+    /// last reader lets go keeps the directory exact (that waits for the
+    /// epoch collector), and recovery never sees a trimmed segment.
+    pub(crate) fn retire(&self) {
+        let mut name = self.name.lock();
+        let Some(base) = name.path.file_name().and_then(|n| n.to_str()).and_then(parse_segment_file_name) else {
+            return;
+        };
+        let spare = name.path.with_file_name(spare_file_name(base));
+        match fs::rename(&name.path, &spare) {
+            Ok(()) => {
+                log::debug!("trimmed segment file {} kept as {}", name.path.display(), spare.display());
+                name.path = spare;
+                name.spare = true;
+                // Relaxed: a hint for the flusher (see `prepare`); nothing is
+                // read through it. Its next use is prepared anew.
+                self.prepared.store(false, Ordering::Relaxed);
+            }
+            // Gone with its directory (its topic was deleted): nothing to keep.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                log::debug!("trimmed segment file {} is gone already: {e}", name.path.display());
+            }
+            Err(e) => {
+                log::warn!("could not rename trimmed segment file {}: {e}; deleting it", name.path.display());
+                if let Err(e) = fs::remove_file(&name.path) {
+                    log::warn!("could not delete trimmed segment file {}: {e}", name.path.display());
+                }
+            }
+        }
+    }
+
+    /// True once the file is a spare (trimmed, renamed, not yet reused).
+    pub(crate) fn is_spare(&self) -> bool {
+        self.name.lock().spare
+    }
+
+    /// Makes this spare the segment file of the segment at `base` (step 3
+    /// of recycling, in the module docs), flushing the new header first if
+    /// `flush`. Fails with [`Error::Io`] (`AlreadyExists` if the segment's
+    /// file exists) and leaves the file a spare then.
+    pub(crate) fn reuse(&self, base: u64, flush: bool) -> Result<()> {
+        let mut name = self.name.lock();
+        debug_assert!(name.spare, "only a spare is reused");
+        let old = Header::decode(&self.map[..HEADER_END]).map_err(|_| Error::Corrupt {
+            file: name.path.clone(),
+            offset: 0,
+            reason: "spare segment file lost its header".into(),
+        })?;
+        let header =
+            Header { base, capacity: old.capacity, complete: None, generation: old.generation + 1, slots: old.slots };
+        let mut page = [0u8; HEADER_END];
+        header.encode_fixed(&mut page);
+        // SAFETY: a spare is owned by the pool alone (no segment, no reader
+        // maps it through us); we write the header page's used fields and
+        // the first frame of the region (a file holds at least a header and
+        // one frame: `FRAME_LEN` is part of every region), which nothing
+        // else reads or writes meanwhile. The zero frame says "no records
+        // yet" until the first publisher writes there.
+        unsafe {
+            let start = self.map.as_ptr().cast_mut();
+            std::ptr::copy_nonoverlapping(page.as_ptr(), start, HEADER_END);
+            start.add(HEADER_BYTES).cast::<u64>().write(0);
+        }
+        if flush {
+            self.map.flush_range(0, HEADER_BYTES + FRAME_LEN).map_err(|e| Error::io(&name.path, &e))?;
+        }
+        let path = name.path.with_file_name(segment_file_name(base));
+        fs::hard_link(&name.path, &path).map_err(|e| Error::io(&path, &e))?;
+        if let Err(e) = fs::remove_file(&name.path) {
+            // The file is the segment's now; a leftover spare name is
+            // unlinked by the next recovery.
+            log::warn!("could not unlink spare name {}: {e}", name.path.display());
+        }
+        *name = FileName { path, spare: false, generation: header.generation };
+        Ok(())
+    }
+
+    /// Writes a zero frame at byte `end` of the record region, where the
+    /// segment's records end, if the file was recycled (a fresh file is
+    /// zeros there already) and there is room.
+    ///
+    /// # Safety
+    ///
+    /// No one may write or read bytes `end..end + FRAME_LEN` of the region
+    /// concurrently: they lie past every record the segment will ever hold.
+    pub(crate) unsafe fn end_records(&self, end: u64) {
+        let Ok(end) = usize::try_from(end) else { return };
+        if self.name.lock().generation == 0 || end.saturating_add(FRAME_LEN) > self.capacity {
+            return;
+        }
+        // SAFETY: in the region (checked just above), 8-aligned (records
+        // start on 8-byte boundaries of a page-aligned region), and nobody
+        // else's, by the caller's contract.
+        unsafe { self.map.as_ptr().cast_mut().add(HEADER_BYTES + end).cast::<u64>().write(0) };
+    }
+}
+
+impl Drop for FileStorage {
+    fn drop(&mut self) {
+        let name = self.name.lock();
+        if name.spare {
+            match fs::remove_file(&name.path) {
+                Ok(()) => log::debug!("deleted spare segment file {}", name.path.display()),
+                // Gone with its directory (its topic was deleted).
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    log::debug!("spare segment file {} is gone already", name.path.display())
+                }
+                Err(e) => log::warn!("could not delete spare segment file {}: {e}", name.path.display()),
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for FileStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileStorage").field("name", &self.name).field("len", &self.map.len()).finish()
+    }
+}
+
+// SAFETY: the record region starts a page into the fixed mapping (so it is
+// page-aligned), and is `capacity` bytes long (the header's, when the file
+// is long enough for it, else the rest of the mapping); its bytes are zeros
+// (`create`: a preallocated file reads as zeros), recovered records that the
+// recovering segment marks committed, or a recycled file's previous records,
+// which no segment reads. Only the segment writes it, through its protocol
+// (and `end_records`, past its last record); the header page before it and
+// the offset index after it are not part of the region. `shared_state`'s
+// words are in the header page and the index, inside the mapping when
+// `slots` is non-zero (`named` checked the length), at aligned offsets of a
+// page-aligned mapping; a segment over another mapping of the same file
+// writes the same region, through the same protocol, its ranges handed out
+// by the same tail word.
+unsafe impl SegmentStorage for FileStorage {
+    fn as_ptr(&self) -> NonNull<u8> {
+        let start = self.map.as_ptr().wrapping_add(HEADER_BYTES).cast_mut();
+        NonNull::new(start).expect("a mapping is never at address 0")
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn as_file(&self) -> Option<&dyn SegmentFile> {
+        Some(self)
+    }
+
+    #[cfg(not(loom))]
+    fn shared_state(&self) -> Option<SharedState> {
+        if self.slots == 0 {
+            return None;
+        }
+        let start = self.map.as_ptr().cast_mut();
+        // The header page and the index lie inside the mapping (`named`
+        // checked the file's length against the header), page-aligned
+        // themselves, so the words at these offsets are aligned for their
+        // types; any bits are a valid u64 or u32.
+        let at = |offset: usize| NonNull::new(start.wrapping_add(offset)).expect("inside a mapping, so not 0");
+        Some(SharedState {
+            tail: at(TAIL_AT).cast(),
+            sealed: at(SEALED_AT).cast(),
+            slots: at(index_at(self.capacity as u64) as usize).cast(),
+            slot_count: self.slots,
+        })
+    }
+}
+
+impl SegmentFile for FileStorage {
+    fn flush_region(&self, from: u64, to: u64) -> Result<()> {
+        FileStorage::flush_region(self, from, to)
+    }
+
+    fn mark_complete(&self, count: u64, used: u64, durable: bool) -> Result<()> {
+        FileStorage::mark_complete(self, count, used, durable)
+    }
+
+    fn retire(&self) {
+        FileStorage::retire(self)
+    }
+
+    fn is_spare(&self) -> bool {
+        FileStorage::is_spare(self)
+    }
+
+    fn is_recycled(&self) -> bool {
+        self.name.lock().generation > 0
+    }
+
+    fn reuse(&self, base: u64, flush: bool) -> Result<()> {
+        FileStorage::reuse(self, base, flush)
+    }
+
+    unsafe fn end_records(&self, end: u64) {
+        // SAFETY: the caller's contract is this one's.
+        unsafe { FileStorage::end_records(self, end) }
+    }
+
+    fn prepare(&self, from: u64) -> bool {
+        FileStorage::prepare(self, from)
+    }
+}
+
+/// Reserves `len` bytes of disk for `file`, so writes through the map never
+/// find the disk full.
+fn allocate(file: &File, len: u64) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        let len = libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: a plain syscall on a file descriptor we own, no pointers.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+        match rc {
+            0 => Ok(()),
+            // Filesystems without fallocate: fall back to sizing the file
+            // (sparse; a full disk may then show at write time).
+            libc::EOPNOTSUPP | libc::EINVAL => file.set_len(len as u64),
+            errno => Err(io::Error::from_raw_os_error(errno)),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        file.set_len(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Which of the file's pages are mapped in this process (the "present"
+    /// bit of `/proc/self/pagemap`): the ones a write would not fault on
+    /// first.
+    #[cfg(target_os = "linux")]
+    fn mapped_pages(storage: &FileStorage) -> Vec<bool> {
+        use std::io::{Read, Seek, SeekFrom};
+        let page = HEADER_BYTES;
+        let first = storage.map.as_ptr() as usize / page;
+        let pages = storage.map.len().div_ceil(page);
+        let mut f = File::open("/proc/self/pagemap").unwrap();
+        f.seek(SeekFrom::Start(first as u64 * 8)).unwrap();
+        let mut raw = vec![0u8; pages * 8];
+        f.read_exact(&mut raw).unwrap();
+        raw.chunks_exact(8).map(|e| u64::from_le_bytes(e.try_into().unwrap()) >> 63 == 1).collect()
+    }
+
+    /// `prepare` maps the region's pages from the writer's position on (the
+    /// publisher then takes no fault on them),
+    /// leaves the pages before it alone, changes no byte, runs once per use
+    /// of the file, and again once the file is a spare.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn prepare_populates_the_pages_ahead_once_per_use_and_writes_nothing() {
+        let dir = std::env::temp_dir().join(format!("rill-file-prepare-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let storage = FileStorage::create(&dir, 4096, 8 * HEADER_BYTES, 1024).unwrap();
+        // The header page was written by `create`; the region is untouched.
+        assert_eq!(mapped_pages(&storage)[1..9], [false; 8]);
+        // The writer is 5000 bytes in: the region's first two pages are its.
+        assert!(storage.prepare(5000));
+        assert_eq!(
+            mapped_pages(&storage)[1..],
+            [false, false, true, true, true, true, true, true, false],
+            "the index's page is left alone"
+        );
+        assert!(storage.bytes()[HEADER_BYTES..].iter().all(|&b| b == 0), "nothing written");
+        assert!(!storage.prepare(0), "once per use");
+        storage.retire();
+        assert!(storage.is_spare());
+        assert!(storage.prepare(0), "a spare's next use is prepared anew");
+        assert_eq!(mapped_pages(&storage)[1..9], [true; 8]);
+        assert!(storage.bytes()[HEADER_BYTES..].iter().all(|&b| b == 0), "nothing written");
+        assert!(!storage.prepare(HEADER_BYTES as u64 * 8), "nothing left past the end");
+        drop(storage);
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,86 @@
+//! The segment file: how a durable segment lies on disk, and how its file
+//! lives (made, mapped, completed, trimmed, recycled).
+//!
+//! A durable partition is a directory of segment files, one per segment,
+//! each named by the offset of its first record. A file is a header page and
+//! the segment's record region, mapped shared (`MAP_SHARED`): publishers copy
+//! records straight into the page cache, exactly as they copy into anonymous
+//! memory for an in-memory log.
+//!
+//! The parts: `format.rs` (the format: the header, the frames, where the
+//! reservation state lies, the files' names), `file_storage.rs`
+//! ([`FileStorage`]: one file, mapped, made and recycled; not to be taken
+//! for `log/storage.rs`, the trait every segment's storage implements and
+//! the in-memory storages) and `files.rs` ([`Files`]: a partition's files
+//! as a whole, and the test seams that fail their creation and syncs).
+//! They share one invariant, what bytes a file may hold at each moment of
+//! its life, listed under "Recycling" below for every crash state, which
+//! recovery (`recovery.rs`) depends on.
+//!
+//! # Recycling
+//!
+//! Filling a fresh file costs the kernel more than the copy of the records:
+//! every page of it is allocated, zeroed, inserted in the page cache and
+//! faulted into the map, and its preallocated (unwritten) extents are
+//! converted as they are written. A durable partition therefore reuses the
+//! files retention trims, as an in-memory one reuses its segment buffers:
+//!
+//! 1. **Trim.** When retention drops a segment, its file is renamed from
+//!    `<base>.seg` to `<base>.spare` (readers still inside it keep reading
+//!    through their mapping). Recovery deletes every spare file it finds:
+//!    from this step on, the file is not part of the partition.
+//! 2. **Spare.** When the last reader lets go of the segment, its file, still
+//!    mapped, and its offset index go to the partition's pool (at most
+//!    `SPARE_SEGMENTS`; a spare beyond that is deleted).
+//! 3. **Reuse.** A roll that finds a spare rewrites its header for the new
+//!    base (next generation, no completion fields) and zeroes its first
+//!    frame (no records yet), flushes those pages if the
+//!    fsync policy flushes anything, links the file under `<new base>.seg`
+//!    (failing, like a creation, if that name exists) and unlinks the spare
+//!    name.
+//!
+//! The records of the file's previous use stay in it, behind the new ones.
+//! They are never taken for new records: a frame's checksum covers the
+//! record's offset, and every new offset is larger than every old one, so a
+//! stale record checks only by a checksum collision (one in 2^32 a frame
+//! and offset tried; the resync past a hole tries many, and asks for a
+//! second check, see "Holes" in `recovery.rs`). What they change is the
+//! end of a file's records, which is no longer a frame of zeros; so the
+//! records of a recycled file end with one written on purpose:
+//!
+//! * the publisher that seals a segment writes a zero frame right after its
+//!   last record (no one else can write there any more), before the next
+//!   segment's file exists, and a sync round flushes it with the records;
+//! * closing the log writes one after the active segment's records.
+//!
+//! A crash leaves the active segment without it: recovery then finds the
+//! previous use's bytes (or a torn record of ours; it cannot tell them
+//! apart) after the last intact record, and cuts there as at any torn tail
+//! (see `recovery.rs`).
+//!
+//! A crash at each step of a recycling leaves: before step 1's rename, the
+//! trimmed segment as the oldest one (retention trims it again); after it,
+//! or anywhere in steps 2 and 3 before the link, a spare file, deleted by
+//! recovery; between the link and the unlink, the new segment file (its new
+//! header written first, and on disk first if the policy flushes) and a
+//! spare name for the same file, which recovery unlinks. With `Never`, a
+//! *machine* crash may persist the link before the header page, as it may
+//! persist any metadata before any data with that policy: recovery then
+//! finds a header naming another base than the file name, and reports it.
+
+mod file_storage;
+mod files;
+mod format;
+
+pub(crate) use file_storage::FileStorage;
+pub(crate) use files::{Files, RollHook, sync_dir};
+#[cfg(not(loom))]
+pub(crate) use format::HEADER_END;
+#[cfg(feature = "fuzzing")]
+pub(crate) use format::segment_file_bytes;
+#[cfg(test)]
+pub(crate) use format::spare_file_name;
+pub(crate) use format::{
+    FRAME_LEN, HEADER_BYTES, Header, HeaderError, SLOT_BYTES, VERSION, VERSION_AT, check_frame, frame_for,
+    has_frame_mark, index_at, is_spare_file_name, is_temp_file_name, parse_segment_file_name, segment_file_name,
+};

@@ -1,0 +1,241 @@
+//! The buffer pool: the spare segment buffers of one partition, so that
+//! rolling over to a new segment reuses warm memory (or, for a durable
+//! partition, a trimmed segment file: "Recycling" in `file/mod.rs`) instead
+//! of faulting in fresh pages. Not part of the reservation protocol
+//! (`segment.rs`): a segment takes its buffers from here when it is built
+//! and gives them back, through [`Recycler`], when it is dropped.
+
+use std::io;
+
+use super::file::Files;
+use super::segment::{Buffers, Recycler};
+use super::storage::Pages;
+use crate::error::{Error, Result};
+use crate::sync::{Arc, Mutex};
+
+/// Spare segment buffers of one partition, so rolling over to a new segment
+/// reuses warm memory instead of faulting in fresh pages. For a durable
+/// partition the spares are trimmed segment files, still mapped (see
+/// "Recycling" in `file/mod.rs`).
+#[derive(Debug)]
+pub(crate) struct Pool {
+    spare: Mutex<Vec<Buffers>>,
+    /// Most spare buffers kept; beyond this they are freed.
+    max_spare: usize,
+    capacity: usize,
+    slot_count: usize,
+    /// Test seam: how many of the next fresh allocations fail as if the
+    /// system were out of memory. Compiled only into unit tests and loom
+    /// models, so the allocation path of a real build has no check at all.
+    #[cfg(any(test, loom))]
+    fail_allocations: crate::sync::atomic::AtomicUsize,
+    /// For a durable log: where its segment files go.
+    files: Option<Files>,
+    /// A memory pool has taken back a trimmed segment: its log has filled
+    /// its retention and rolls into recycled segments from now on, so it
+    /// no longer asks for spares made ahead (`prefault.rs`).
+    #[cfg(not(loom))]
+    recycling: crate::sync::atomic::AtomicBool,
+    /// A spare made ahead is asked for and not yet made (`prefault.rs`).
+    #[cfg(not(loom))]
+    spare_requested: crate::sync::atomic::AtomicBool,
+    /// The segments of this pool are shared by processes
+    /// ([`super::Sharing::Processes`]): they commit and seal by
+    /// compare-and-swap (see "An abandoned reservation" in `segment.rs`).
+    /// Fixed at open.
+    shared: bool,
+}
+
+impl Pool {
+    pub(crate) fn new(capacity: usize, slot_count: usize, max_spare: usize) -> Self {
+        Pool {
+            spare: Mutex::new(Vec::new()),
+            max_spare,
+            capacity,
+            slot_count,
+            #[cfg(any(test, loom))]
+            fail_allocations: crate::sync::atomic::AtomicUsize::new(0),
+            files: None,
+            #[cfg(not(loom))]
+            recycling: crate::sync::atomic::AtomicBool::new(false),
+            #[cfg(not(loom))]
+            spare_requested: crate::sync::atomic::AtomicBool::new(false),
+            shared: false,
+        }
+    }
+
+    /// This pool, for a log shared by processes: the segments built over
+    /// its buffers commit and seal by compare-and-swap (see "An abandoned
+    /// reservation" in `segment.rs`). Loom models use it on memory.
+    pub(crate) fn shared_by_processes(self) -> Self {
+        Pool { shared: true, ..self }
+    }
+
+    /// A pool that makes segment files in `files`' directory, keeping at
+    /// most `max_spare` trimmed ones for reuse.
+    pub(crate) fn for_files(capacity: usize, slot_count: usize, max_spare: usize, files: Files) -> Self {
+        Pool { files: Some(files), ..Pool::new(capacity, slot_count, max_spare) }
+    }
+
+    /// Region bytes of the segments this pool hands out (the configured
+    /// size; a log's small first segment is not one of them).
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The durable log's files, if this pool makes them.
+    pub(crate) fn files(&self) -> Option<&Files> {
+        self.files.as_ref()
+    }
+
+    /// Clean buffers for the segment whose first offset is `base`: recycled
+    /// if one is spare, else freshly mapped; for a durable log, a spare
+    /// segment file reused, else a new one. Fails with
+    /// [`Error::ResourceExhausted`] when a mapping cannot be made, and with
+    /// [`Error::Io`] when a file cannot. Fresh memory is mapped in `pages`:
+    /// small for a log's first segment and for the roll out of a small one,
+    /// huge for the segments of a roll out of a full-size one (see
+    /// [`Pages`]).
+    pub(crate) fn take(&self, base: u64, pages: Pages) -> Result<Buffers> {
+        if let Some(files) = &self.files {
+            files.injected_failure(base)?;
+            let spare = self.spare.lock().pop();
+            if let Some(recycled) = spare {
+                let file = recycled.storage().as_file().expect("a durable pool's spares are files");
+                match file.reuse(base, files.flush) {
+                    Ok(()) => {
+                        files.created();
+                        return Ok(recycled);
+                    }
+                    Err(e @ Error::Io { kind: io::ErrorKind::AlreadyExists, .. }) => {
+                        // Another publisher retrying the same roll made the
+                        // file: ours stays a spare.
+                        self.spare.lock().push(recycled);
+                        return Err(e);
+                    }
+                    // Dropping the spare deletes it; make a fresh file.
+                    Err(e) => log::warn!("could not reuse a spare segment file: {e}"),
+                }
+            }
+            let storage = files.create(base, self.capacity, self.slot_count)?;
+            return Buffers::over(Box::new(storage), self.slot_count, pages);
+        }
+        if let Some(recycled) = self.spare.lock().pop() {
+            return Ok(recycled);
+        }
+        self.injected_failure().and_then(|()| Buffers::map(self.capacity, self.slot_count, pages)).map_err(|e| {
+            Error::ResourceExhausted(format!("out of memory: cannot map a log segment of {} bytes: {e}", self.capacity))
+        })
+    }
+
+    /// Makes the next `n` fresh allocations fail (see `fail_allocations`).
+    #[cfg(any(test, loom))]
+    pub(crate) fn fail_next_allocations(&self, n: usize) {
+        // Relaxed: a test knob set before the appends it affects are started.
+        self.fail_allocations.store(n, crate::sync::atomic::Ordering::Relaxed);
+    }
+
+    #[cfg(any(test, loom))]
+    fn injected_failure(&self) -> io::Result<()> {
+        use crate::sync::atomic::Ordering::Relaxed;
+        // Relaxed: a counter the RMW keeps exact; it guards no other data.
+        match self.fail_allocations.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1)) {
+            Ok(_) => Err(io::Error::from(io::ErrorKind::OutOfMemory)),
+            Err(_) => Ok(()),
+        }
+    }
+
+    #[cfg(not(any(test, loom)))]
+    #[inline(always)]
+    fn injected_failure(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// A memory pool whose log still grows toward its retention (it has
+    /// recycled nothing yet) and that has no spare: the next roll would
+    /// fault a fresh segment in on the publisher's path (see `prefault.rs`).
+    #[cfg(not(loom))]
+    pub(crate) fn wants_spare_ahead(&self) -> bool {
+        use crate::sync::atomic::Ordering::Relaxed;
+        // Relaxed: a hint; a stale answer costs one spare made in vain (the
+        // pool's bound still holds) or one segment faulted by its writer.
+        self.files.is_none() && !self.recycling.load(Relaxed) && self.spare.lock().is_empty()
+    }
+
+    /// Records that a spare made ahead is asked for; false if one already is.
+    #[cfg(not(loom))]
+    pub(crate) fn mark_spare_requested(&self) -> bool {
+        // Relaxed: only the flag itself is decided here (one request at a
+        // time); the spare reaches the log through the pool's mutex.
+        !self.spare_requested.swap(true, crate::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether a spare made ahead was asked for and not yet made.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn spare_requested(&self) -> bool {
+        self.spare_requested.load(crate::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Clears the request flag (the request was dropped or served).
+    #[cfg(not(loom))]
+    pub(crate) fn spare_request_done(&self) {
+        // Relaxed: as in `mark_spare_requested`.
+        self.spare_requested.store(false, crate::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// On the prefault thread: maps a spare segment in huge pages (it is for
+    /// a roll out of a full-size segment), faults all of it in, and keeps
+    /// it, if the pool still wants one. Best effort: a failed mapping is
+    /// left to the roll, which reports it.
+    #[cfg(not(loom))]
+    pub(crate) fn make_spare_ahead(&self) {
+        self.spare_request_done();
+        if !self.wants_spare_ahead() {
+            return;
+        }
+        let Ok(buffers) = Buffers::map(self.capacity, self.slot_count, Pages::Huge) else { return };
+        buffers.populate();
+        let mut spare = self.spare.lock();
+        if spare.len() < self.max_spare {
+            spare.push(buffers);
+        }
+    }
+
+    /// Takes back the buffers of a dropped segment whose records used the
+    /// first `used` slots.
+    fn give_back(&self, buffers: Buffers, used: usize) {
+        if buffers.storage().as_file().is_some_and(|f| !f.is_spare()) {
+            // The file of a segment the log still had at close: it stays.
+            return;
+        }
+        if buffers.storage().capacity() != self.capacity || buffers.slot_count() != self.slot_count {
+            // A recovered segment's file sized by an earlier configuration:
+            // not the shape of a new segment.
+            // A spare file dropped here deletes itself, as below.
+            return;
+        }
+        // Relaxed: a hint for `wants_spare_ahead`.
+        #[cfg(not(loom))]
+        self.recycling.store(true, crate::sync::atomic::Ordering::Relaxed);
+        // A spare file dropped here (the pool is full) deletes itself.
+        let mut spare = self.spare.lock();
+        if spare.len() < self.max_spare {
+            buffers.reset(used);
+            spare.push(buffers);
+        }
+    }
+
+    pub(crate) fn spare_count(&self) -> usize {
+        self.spare.lock().len()
+    }
+}
+
+impl Recycler for Arc<Pool> {
+    fn shared_by_processes(&self) -> bool {
+        self.shared
+    }
+
+    fn give_back(&self, buffers: Buffers, used: usize) {
+        Pool::give_back(self, buffers, used);
+    }
+}
