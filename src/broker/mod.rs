@@ -21,7 +21,6 @@
 //! partitions are released, and in `Consumer::poll` when a group expels
 //! members whose session ran out.
 
-mod atomic_file;
 mod barrier;
 mod consumer;
 mod core;
@@ -32,7 +31,6 @@ mod doorbell;
 pub(crate) mod filter;
 mod flusher;
 mod group;
-mod journal;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_harness;
