@@ -23,7 +23,7 @@
 
 mod barrier;
 mod consumer;
-mod core;
+mod control;
 mod dead_letter;
 mod dedupe;
 mod dispatch;
@@ -48,8 +48,8 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-pub use self::core::BrokerConfig;
-use self::core::{BrokerInner, Control, TopicMap};
+pub use self::control::BrokerConfig;
+use self::control::{BrokerInner, Control, TopicMap};
 use consumer::ConsumerCore;
 pub use consumer::{
     Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT, GroupPartition, GroupStats,
