@@ -23,10 +23,11 @@ pub struct Position {
 }
 
 /// What a publish did: where the message is, and how it got there. Returned
-/// by the `publish_outcome` calls ([`Broker::publish_outcome`],
-/// [`Publisher::publish_outcome`] and the batch ones); the plain publish
-/// calls return its `position` alone. More outcomes may be added, so it
-/// cannot be built outside rill.
+/// by the `publish_outcome` calls
+/// ([`Broker::publish_outcome`](super::Broker::publish_outcome),
+/// [`Publisher::publish_outcome`](super::Publisher::publish_outcome) and the
+/// batch ones); the plain publish calls return its `position` alone. More
+/// outcomes may be added, so it cannot be built outside rill.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct Published {

@@ -188,7 +188,7 @@ impl BrokerInner {
         }
     }
 
-    /// Deletes topic `name` (see [`Broker::delete_topic`](super::Broker::delete_topic)).
+    /// Deletes topic `name` (see [`Broker::delete_topic`](crate::Broker::delete_topic)).
     pub(crate) fn delete_topic(&self, name: &str) -> Result<()> {
         names::validate_topic(name)?;
         self.refuse_when_shared("deleting a topic")?;
