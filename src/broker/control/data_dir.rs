@@ -24,6 +24,7 @@
 //! logged (warning) and counted in the partition's stats
 //! (`recovered_offsets_reset`), and if any was made the offsets file is
 //! rewritten and synced before the open returns, so a crash right after the
+//! open cannot bring the old offset back against a log that has grown since.
 
 use std::collections::HashMap;
 use std::time::Duration;

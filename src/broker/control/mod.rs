@@ -17,7 +17,6 @@
 //! synced) after it is released, several commits sharing one write (see
 //! `store/offsets.rs`), so nothing waits for an fsync while holding the mutex.
 //!
-//!
 //! # The topic map
 //!
 //! Every publish by name looks its topic up, so the map is read without a
@@ -39,6 +38,8 @@
 //! (`papaya`, `scc`, `dashmap`) would also make creation cheap, but
 //! `dashmap`'s reads take a shard lock, and the lock-free ones free a
 //! deleted topic only when their deferred reclamation gets round to it
+//! (with its mapped segments, whose files a deleted topic on a data
+//! directory still holds) and iterate without a snapshot.
 //!
 //! # The parts
 //!

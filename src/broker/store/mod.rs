@@ -119,7 +119,8 @@
 //! topic listed with its files complete, or not at all, and never a journal
 //! entry half appended (which it would take for a torn one and cut). What
 //! is not shared yet, and so refused in this mode rather than written by two
-//! processes at once, is in `core.rs` ("Several processes").
+//! processes at once, is what `refuse_when_shared` (in `control/mod.rs`)
+//! names at its callers.
 //!
 //! # The parts
 //!
