@@ -418,7 +418,7 @@ pub(crate) use ordering_or_weakened;
 /// `NAME:removed`), where the fence check leaves it out and requires a loom
 /// model to fail. For protocols made of a mutex and a condition variable,
 /// which have no ordering to weaken: their essays name the steps that make
-/// them correct instead (e.g. G1 to G3 in `broker/store.rs`).
+/// them correct instead (e.g. G1 to G3 in `broker/store/offsets.rs`).
 #[allow(unused_macros)]
 macro_rules! step_kept {
     ($name:literal) => {{

@@ -751,10 +751,7 @@ const OVER_LIMIT: &str = "//! Over 700 lines: ";
 /// with who cuts it. An entry whose file no longer fails (cut, or given a
 /// reason), or is gone, fails the test: delete it then, so the list
 /// shrinks to empty as the cuts land.
-const PENDING_CUTS: &[(&str, &str)] = &[
-    ("src/broker/core.rs", "being cut by issue 44's restructure: the control plane into broker/control/ (s6-control)"),
-    ("src/broker/store.rs", "being cut by issue 44's restructure: the data directory into broker/store/ (s6-control)"),
-];
+const PENDING_CUTS: &[(&str, &str)] = &[];
 
 /// Whether `line` is a test-only `cfg` attribute.
 fn is_test_cfg(line: &str) -> bool {

@@ -1,7 +1,7 @@
 //! Loom model of the data directory's group commit of offsets (the essay
-//! "Numbered snapshots, written outside the broker's lock" and its
-//! "hand-over" in `src/broker/store.rs`), run on the real `Store::request`
-//! and `Store::wait` through `rill`'s loom harness, on a real directory.
+//! "Numbered snapshots" and its "hand-over" in `src/broker/store/offsets.rs`),
+//! run on the real `Store::request` and `Store::wait` through `rill`'s loom
+//! harness, on a real directory.
 //!
 //! The protocol is a mutex and a condition variable, so loom checks its
 //! interleavings, not memory orderings: which committer writes, which waits,

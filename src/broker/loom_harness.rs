@@ -1,7 +1,7 @@
 //! A bare subscription on one partition (or two, behind a wildcard), for the
 //! loom models in `loom-tests/tests/signal.rs`, `waiters.rs`, `close.rs` and
 //! `attach.rs`; and the data directory's offsets store ([`OffsetsStore`]),
-//! for `store.rs`.
+//! for `store/offsets.rs`.
 //! Only built under `--cfg loom`.
 //!
 //! Everything it drives is the real code: `Partition::publish` (append, the
@@ -455,7 +455,7 @@ impl PoolProbe {
     }
 }
 
-/// The data directory's offsets store (`store.rs`) on a real directory, for
+/// The data directory's offsets store (`store/offsets.rs`) on a real directory, for
 /// the group-commit model in `loom-tests/tests/store.rs`: the real
 /// `Store::request` and `Store::wait`, with snapshots that hold one
 /// group's committed offset, the number a test chooses.

@@ -4,7 +4,8 @@
 //!   `auto_create_topics`), each with one or more partitions, each partition a
 //!   [`Log`](crate::log::Log).
 //! * **Publishing** looks the topic up in a persistent map read lock-free
-//!   through `arc-swap` (see `core.rs`), picks the partition (key hash, or per-thread round-robin),
+//!   through `arc-swap` (see "The topic map" in `control/mod.rs`), picks the
+//!   partition (key hash, or per-thread round-robin),
 //!   appends to its log, then signals the partition's listeners (see
 //!   `partition/signal.rs`). A [`Publisher`] skips the lookup.
 //! * **Routing** happens when topics and subscriptions are created, not per
@@ -14,17 +15,23 @@
 //! * **Subscriptions** are drained by a shared worker pool or a dedicated
 //!   thread; see [`Subscription`].
 //!
-//! The control plane (creating topics, subscribing, closing) takes one mutex.
-//! A publish never takes it. Delivery takes it only off the per-message
-//! path: at the end of a drain round under `Fsync::Always` (to persist a
-//! named subscription's acknowledged position), when a shared member's
-//! partitions are released, and in `Consumer::poll` when a group expels
-//! members whose session ran out.
+//! The control plane (`control/`: creating and deleting topics, subscribing,
+//! closing, consumer groups) takes one mutex. A publish takes it only when it
+//! creates a topic: its own under `auto_create_topics`, or `$dlq/<topic>`
+//! the first time a schema dead-letters a record. Delivery takes it only
+//! off the per-message path: at the end of each drain round of a named
+//! subscription under `Fsync::Always` (`persist_acks`, to snapshot its
+//! acknowledged positions), when a shared member lets go of a partition or
+//! its handler overruns `ack_timeout`, when an anonymous subscription's
+//! first dead letter creates its dead-letter topic, and in a `Consumer`:
+//! in `poll`, at each check for members whose session ran out
+//! (`expel_idle`, due when the earliest session could run out) and after a
+//! rebalance, and on every commit and nack. Publishing itself (the paths
+//! off the common one: schemas, ids, batches) is in `publish.rs`.
 
-mod atomic_file;
 mod barrier;
 mod consumer;
-mod core;
+mod control;
 mod dead_letter;
 mod dedupe;
 mod dispatch;
@@ -32,12 +39,12 @@ mod doorbell;
 pub(crate) mod filter;
 mod flusher;
 mod group;
-mod journal;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_harness;
 pub(crate) mod names;
 mod partition;
+mod publish;
 pub(crate) mod schema;
 mod shared;
 mod store;
@@ -51,8 +58,8 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-pub use self::core::BrokerConfig;
-use self::core::{BrokerInner, Control, TopicMap};
+pub use self::control::BrokerConfig;
+use self::control::{BrokerInner, Control, TopicMap};
 use consumer::ConsumerCore;
 pub use consumer::{
     Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT, GroupPartition, GroupStats,
@@ -64,6 +71,8 @@ use dispatch::{Timer, WorkerPool};
 use doorbell::Doorbell;
 pub use filter::Filter;
 pub use names::{MAX_NAME_LEN, MAX_PATTERN_ANY, MAX_PATTERN_SEGMENTS, MAX_SUBSCRIPTION_NAME_LEN, Pattern};
+pub use publish::{Position, Published};
+use publish::{publish_batch_outcome_to, publish_batch_to, publish_slow};
 pub use schema::{OnInvalid, SCHEMA_ATTRIBUTE, Schema, ValidatorFn};
 use subscription::HandlerKind;
 pub use subscription::{
@@ -80,44 +89,6 @@ use crate::log::Record;
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::thread;
 use crate::sync::{Arc, Mutex};
-
-/// Where a published message landed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Position {
-    /// Partition index.
-    pub partition: u32,
-    /// Offset in that partition.
-    pub offset: u64,
-}
-
-/// What a publish did: where the message is, and how it got there. Returned
-/// by the `publish_outcome` calls ([`Broker::publish_outcome`],
-/// [`Publisher::publish_outcome`] and the batch ones); the plain publish
-/// calls return its `position` alone. More outcomes may be added, so it
-/// cannot be built outside rill.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct Published {
-    /// Where the message is. For a duplicate, the first record's position.
-    pub position: Position,
-    /// The record carried an id (`Record::with_id`) that the topic had
-    /// appended within its `dedupe_window_ms`: nothing was appended.
-    pub duplicate: bool,
-    /// The payload did not fit the topic's schema, whose `OnInvalid` is
-    /// `DeadLetter`: the record went to `$dlq/<topic>` (with the reason in
-    /// `rill.dlq.reason`), and `position` is its position there.
-    pub dead_lettered: bool,
-}
-
-impl Published {
-    fn of((partition, offset, duplicate): topic::Outcome) -> Published {
-        Published { position: Position { partition, offset }, duplicate, dead_lettered: false }
-    }
-
-    fn appended(position: Position) -> Published {
-        Published { position, duplicate: false, dead_lettered: false }
-    }
-}
 
 /// Size and progress of one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -846,7 +817,7 @@ impl Broker {
     ///   `Publisher` or `Consumer` of it) is dropped; subscriptions do not
     ///   hold it;
     /// * on a data directory, its files are removed; a crash during the
-    ///   delete leaves the topic either whole or gone (see `store.rs`).
+    ///   delete leaves the topic either whole or gone (see "Deleting a topic" in `store/mod.rs`).
     ///
     /// A topic created again under the name is a new one, from offset 0.
     ///
@@ -1335,218 +1306,6 @@ impl fmt::Debug for Publisher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Publisher").field("topic", &self.topic.name).finish()
     }
-}
-
-fn publish_batch_to(inner: &BrokerInner, t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Position>> {
-    if let Some(s) = t.schema.load() {
-        let done = publish_batch_checked(inner, t, s, records, wait).map_err(|e| t.batch_failed(e))?;
-        return Ok(done.into_iter().map(|p| p.position).collect());
-    }
-    if records.iter().any(claims_a_version) {
-        let attributes = unclaimed(records);
-        return publish_batch_parts(t, &with_attributes(records, &attributes), wait).map_err(|e| t.batch_failed(e));
-    }
-    // A failure that raced a delete of the topic reports the delete.
-    publish_batch_parts(t, records, wait).map_err(|e| t.batch_failed(e))
-}
-
-/// Whether a record sets [`SCHEMA_ATTRIBUTE`] itself, which only the
-/// broker may (a record without attributes pays one branch).
-#[inline]
-fn claims_a_version(r: &Record<'_>) -> bool {
-    !r.attributes.is_empty() && r.attributes.iter().any(|(k, _)| *k == SCHEMA_ATTRIBUTE)
-}
-
-/// Each record's attributes without [`SCHEMA_ATTRIBUTE`].
-#[cold]
-fn unclaimed<'a>(records: &[Record<'a>]) -> Vec<Vec<(&'a str, &'a str)>> {
-    records.iter().map(|r| r.attributes.iter().filter(|(k, _)| *k != SCHEMA_ATTRIBUTE).copied().collect()).collect()
-}
-
-/// `records` with their attributes replaced by `attributes`.
-fn with_attributes<'a>(records: &[Record<'a>], attributes: &'a [Vec<(&'a str, &'a str)>]) -> Vec<Record<'a>> {
-    records.iter().zip(attributes).map(|(r, a)| Record { attributes: a, ..*r }).collect()
-}
-
-fn publish_batch_outcome_to(
-    inner: &BrokerInner,
-    t: &Topic,
-    records: &[Record<'_>],
-    wait: Wait,
-) -> Result<Vec<Published>> {
-    if let Some(s) = t.schema.load() {
-        return publish_batch_checked(inner, t, s, records, wait).map_err(|e| t.batch_failed(e));
-    }
-    if records.iter().any(claims_a_version) {
-        let attributes = unclaimed(records);
-        return publish_batch_outcome_unchecked(t, &with_attributes(records, &attributes), wait);
-    }
-    publish_batch_outcome_unchecked(t, records, wait)
-}
-
-fn publish_batch_outcome_unchecked(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Published>> {
-    // A failure that raced a delete of the topic reports the delete.
-    check_batch(t, records).map_err(|e| t.batch_failed(e))?;
-    if t.dedupe.is_some() && records.iter().any(Record::may_have_id) {
-        return publish_identified_batch(t, records, wait).map_err(|e| t.batch_failed(e));
-    }
-    let positions = publish_batch_parts(t, records, wait).map_err(|e| t.batch_failed(e))?;
-    Ok(positions.into_iter().map(Published::appended).collect())
-}
-
-/// One record that may carry an id, or to a topic that may have a schema:
-/// out of line, so the common publish pays two branches for both. The
-/// schema is loaded once and used for the check, the version the record
-/// carries and what an invalid one does (see `schema.rs`).
-#[cold]
-#[inline(never)]
-fn publish_slow(inner: &BrokerInner, t: &Topic, record: &Record<'_>, wait: Wait) -> Result<Published> {
-    let Some(s) = t.schema.load() else {
-        if claims_a_version(record) {
-            let attributes = unclaimed(std::slice::from_ref(record));
-            return Ok(Published::of(t.publish_identified(&Record { attributes: &attributes[0], ..*record }, wait)?));
-        }
-        return Ok(Published::of(t.publish_identified(record, wait)?));
-    };
-    // The schema is let go before the append, which may wait for room:
-    // a replacement waits for the publishes using the old one (see
-    // `schema.rs`), and must not wait for subscribers too.
-    let (verdict, version, on_invalid) = (s.check(record.payload), s.version_text.clone(), s.on_invalid);
-    drop(s);
-    match verdict {
-        Ok(()) => {
-            let attributes = stamped(record, &version);
-            let stamped = Record { attributes: &attributes, ..*record };
-            Ok(Published::of(t.publish_identified(&stamped, wait)?))
-        }
-        Err(reason) => match on_invalid {
-            OnInvalid::Reject => Err(Error::Schema(reason)),
-            OnInvalid::DeadLetter => dead_letter_invalid(inner, t, record, &reason, wait),
-        },
-    }
-}
-
-/// A record's attributes with the schema's version as [`SCHEMA_ATTRIBUTE`]
-/// (any the publisher set is dropped: a record cannot claim a version).
-fn stamped<'a>(record: &Record<'a>, version: &'a str) -> Vec<(&'a str, &'a str)> {
-    let mut out: Vec<(&str, &str)> =
-        record.attributes.iter().filter(|(k, _)| *k != SCHEMA_ATTRIBUTE).copied().collect();
-    out.push((SCHEMA_ATTRIBUTE, version));
-    out
-}
-
-/// Sends an invalid record to `$dlq/<topic>` (created if absent, as the
-/// subscriptions' dead letters are).
-fn dead_letter_invalid(
-    inner: &BrokerInner,
-    t: &Topic,
-    record: &Record<'_>,
-    reason: &str,
-    wait: Wait,
-) -> Result<Published> {
-    let dlq = inner.topic_or_create(&names::default_dead_letter_topic(&t.name))?;
-    let (partition, offset) = dead_letter::publish_invalid(&dlq, &t.name, record, reason, wait)?;
-    Ok(Published { position: Position { partition, offset }, duplicate: false, dead_lettered: true })
-}
-
-/// A batch to a topic with a schema, checked whole by one schema `s`
-/// before anything is appended. Under `Reject` one invalid record refuses
-/// the batch (the error names its index). Under `DeadLetter` the invalid
-/// records go to `$dlq/<topic>` first, in input order, then the valid ones
-/// are appended as one batch, in input order; the results are in input
-/// order. A failure appending the valid ones leaves the dead letters
-/// written.
-#[cold]
-#[inline(never)]
-fn publish_batch_checked(
-    inner: &BrokerInner,
-    t: &Topic,
-    s: std::sync::Arc<schema::Current>,
-    records: &[Record<'_>],
-    wait: Wait,
-) -> Result<Vec<Published>> {
-    let verdicts: Vec<std::result::Result<(), String>> = records.iter().map(|r| s.check(r.payload)).collect();
-    // Let go of the schema before appending, as `publish_slow` does.
-    let (version, on_invalid) = (s.version_text.clone(), s.on_invalid);
-    drop(s);
-    if on_invalid == OnInvalid::Reject
-        && let Some((i, Err(reason))) = verdicts.iter().enumerate().find(|(_, v)| v.is_err())
-    {
-        return Err(Error::Schema(format!("record {i} of the batch: {reason}")));
-    }
-    let attributes: Vec<Vec<(&str, &str)>> = records.iter().map(|r| stamped(r, &version)).collect();
-    let stamped = with_attributes(records, &attributes);
-    let valid: Vec<Record<'_>> = stamped.iter().zip(&verdicts).filter(|(_, v)| v.is_ok()).map(|(r, _)| *r).collect();
-    check_batch(t, &valid)?;
-    let mut out = Vec::with_capacity(records.len());
-    for (r, v) in records.iter().zip(&verdicts) {
-        if let Err(reason) = v {
-            out.push(Some(dead_letter_invalid(inner, t, r, reason, wait)?));
-        } else {
-            out.push(None);
-        }
-    }
-    let mut appended = publish_batch_outcome_unchecked(t, &valid, wait)?.into_iter();
-    Ok(out.into_iter().map(|p| p.or_else(|| appended.next()).expect("one result per valid record")).collect())
-}
-
-/// Checks every record of a batch, so an error publishes nothing.
-fn check_batch(t: &Topic, records: &[Record<'_>]) -> Result<()> {
-    let max = t.partitions[0].log.max_record_bytes();
-    for r in records {
-        let size = r.encoded_len()?;
-        if size > max {
-            return Err(Error::MessageTooLarge { size, max });
-        }
-    }
-    Ok(())
-}
-
-/// A checked batch on a topic with a dedupe window, some of whose records
-/// carry ids: one record at a time, in input order, each through the window
-/// (so an id repeated within the batch is appended once).
-#[cold]
-fn publish_identified_batch(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Published>> {
-    records.iter().map(|r| t.publish_identified(r, wait).map(Published::of)).collect()
-}
-
-fn publish_batch_parts(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Position>> {
-    if records.is_empty() {
-        return Ok(Vec::new());
-    }
-    check_batch(t, records)?;
-    if t.dedupe.is_some() && records.iter().any(Record::may_have_id) {
-        return Ok(publish_identified_batch(t, records, wait)?.into_iter().map(|p| p.position).collect());
-    }
-    let mut offsets = Vec::with_capacity(records.len());
-    if t.partitions.len() == 1 {
-        let p = &t.partitions[0];
-        p.publish_batch(records, &mut offsets, wait)?;
-        return Ok(offsets.into_iter().map(|offset| Position { partition: 0, offset }).collect());
-    }
-    // Group by partition, keeping input order within each group.
-    let targets: Vec<u32> = records.iter().map(|r| t.route(r.key).index).collect();
-    let mut positions = vec![Position { partition: 0, offset: 0 }; records.len()];
-    let mut group: Vec<Record<'_>> = Vec::new();
-    let mut indexes: Vec<usize> = Vec::new();
-    for p in t.partitions.iter() {
-        group.clear();
-        indexes.clear();
-        for (i, r) in records.iter().enumerate() {
-            if targets[i] == p.index {
-                group.push(*r);
-                indexes.push(i);
-            }
-        }
-        if group.is_empty() {
-            continue;
-        }
-        p.publish_batch(&group, &mut offsets, wait)?;
-        for (&i, &offset) in indexes.iter().zip(&offsets) {
-            positions[i] = Position { partition: p.index, offset };
-        }
-    }
-    Ok(positions)
 }
 
 /// Waits up to `timeout` for every subscription in `subs` to be idle.

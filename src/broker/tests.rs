@@ -176,13 +176,13 @@ fn a_commit_waiting_for_its_fsync_blocks_no_other_broker_call() {
     let store = broker.inner().store().unwrap();
     let mut c1 = broker.consumer("g", "t", ConsumerOptions::default()).unwrap();
     let mut c2 = broker.consumer("g2", "t", ConsumerOptions::default()).unwrap();
-    store.gate.close();
+    store.offsets.gate.close();
     let first = crate::sync::spawn_named("commit".into(), move || {
         let r = c1.commit_offset(0, 0);
         (c1, r)
     })
     .unwrap();
-    assert!(store.gate.wait_held(1, Duration::from_secs(30)), "the commit never reached its write");
+    assert!(store.offsets.gate.wait_held(1, Duration::from_secs(30)), "the commit never reached its write");
     // Everything below takes the control mutex; run it on a thread so a
     // regression fails the test (after a bound) instead of hanging it.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -197,7 +197,7 @@ fn a_commit_waiting_for_its_fsync_blocks_no_other_broker_call() {
     })
     .unwrap();
     let done = rx.recv_timeout(Duration::from_secs(30));
-    store.gate.open();
+    store.offsets.gate.open();
     assert!(done.is_ok(), "subscribe/close/stats waited behind a commit's write");
     let (_c1, r) = first.join().unwrap();
     r.unwrap();

@@ -343,7 +343,7 @@ impl Topic {
     /// partition `i` in `dir(i)`. A torn tail found by recovery is reported
     /// in each partition's stats and through the `log` crate. With
     /// `Opening::Join`, joins logs other processes have open instead of
-    /// recovering them (see "Several processes" in `store.rs`).
+    /// recovering them (see "Several processes" in `store/mod.rs`).
     pub(crate) fn open(
         name: &str,
         options: &TopicOptions,
@@ -426,7 +426,7 @@ impl Topic {
 
     /// What a publish to this topic that failed with `f` reports: if the
     /// topic was deleted meanwhile, the deletion (its files may have gone
-    /// under the append, see "Deleting a topic" in `store.rs`), else `f`.
+    /// under the append, see "Deleting a topic" in `store/mod.rs`), else `f`.
     #[cold]
     #[inline(never)]
     pub(crate) fn publish_failed(&self, f: PublishFailure) -> PublishFailure {

@@ -249,7 +249,7 @@ impl Log {
     ///
     /// The caller makes sure the first opener has finished opening (the
     /// broker: under its data directory's `INIT` and `topics.lock` locks,
-    /// see "Several processes" in `broker/store.rs`).
+    /// see "Several processes" in `broker/store/mod.rs`).
     #[cfg(not(loom))]
     pub(crate) fn join(config: &LogConfig, partition: u32, durable: &DurableLog) -> Result<Log> {
         let mut sizes = config.resolve()?;

@@ -127,7 +127,7 @@ pub(crate) struct Partition {
     pub(crate) recovery: Recovered,
     /// Group commits and durable subscription positions that pointed past
     /// the end recovery left, reset to that end when the broker opened its
-    /// data directory (see "Offsets past a recovered end" in `broker/core.rs`).
+    /// data directory (see "Offsets past a recovered end" in `broker/control/data_dir.rs`).
     pub(crate) offsets_reset: AtomicU64,
     /// Read by publishers on every publish (pinned); written under `edit`.
     listeners: epoch::Atomic<Listeners>,

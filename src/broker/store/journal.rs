@@ -2,7 +2,7 @@
 //! that listing a topic costs the same with a million topics as with ten.
 //!
 //! The data directory's topic list is a snapshot (`topics.list`, see
-//! `store.rs`) plus this journal (`topics.journal`) of what changed since.
+//! `format.rs` and `topics.rs`) plus this journal (`topics.journal`) of what changed since.
 //! Rewriting the whole list on every creation made creating n topics cost
 //! O(n²) bytes written (and as many synced). Now a creation or deletion
 //! appends one entry and syncs it; when the journal holds more entries than
@@ -56,7 +56,7 @@ use crate::error::{Error, Result};
 /// The journal's file name in the data directory.
 pub(super) const JOURNAL_FILE: &str = "topics.journal";
 const MAGIC: &[u8; 8] = b"rill-tj\0";
-/// 2: an added topic's entry may end with its priority (see `store.rs`).
+/// 2: an added topic's entry may end with its priority (see `format.rs`).
 /// A journal of format 1 is still read, and replaced by the next change (a
 /// rill that reads only format 1 then refuses the directory rather than
 /// misread an entry).

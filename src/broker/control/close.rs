@@ -1,0 +1,67 @@
+//! Closing the broker: every subscription and consumer closed, every
+//! thread stopped and joined, and, with a data directory, a last flush
+//! before its lock goes.
+
+use super::{BrokerInner, TopicMap};
+use crate::broker::consumer::ConsumerCore;
+use crate::broker::subscription::SubCore;
+use crate::sync::Arc;
+use crate::sync::atomic::Ordering;
+
+impl BrokerInner {
+    pub(crate) fn close(&self) {
+        // AcqRel: the winner of the swap closes; Release pairs with the
+        // Acquire in `is_closed`, so a caller that sees closed sees why.
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if self.forked() {
+            // An inherited copy (see `forked`): closed, and nothing else.
+            return;
+        }
+        let (subs, consumers) = {
+            let control = self.control.lock();
+            let subs: Vec<Arc<SubCore>> = control.subs.values().cloned().collect();
+            let consumers: Vec<Arc<ConsumerCore>> = control.consumers.values().cloned().collect();
+            (subs, consumers)
+        };
+        for c in &consumers {
+            c.close();
+        }
+        for sub in &subs {
+            SubCore::close_with_reason(sub, "the broker was closed".into());
+        }
+        self.pool.stop();
+        self.timer.stop();
+        let expiry = self.expiry.lock().take();
+        if let Some(t) = expiry {
+            t.stop();
+        }
+        let ack_watch = self.ack_watch.lock().take();
+        if let Some(t) = ack_watch {
+            t.stop();
+        }
+        let compactor = self.compactor.lock().take();
+        if let Some(t) = compactor {
+            t.stop();
+        }
+        // A close from a handler did not wait: join the dedicated threads
+        // (all but the caller's own) here, as an external close does.
+        for sub in &subs {
+            sub.join_thread();
+        }
+        if let Some(flusher) = self.flusher.lock().take() {
+            flusher.stop();
+        }
+        if let Some(doorbell) = &self.doorbell {
+            doorbell.stop();
+        }
+        // A clean close flushes everything, whatever the policy, then lets go
+        // of the directory (handles still held read nothing new: publishing
+        // to a closed broker fails).
+        if let Some(store) = self.store.lock().take() {
+            self.flush(&store, true);
+        }
+        self.topics.store(std::sync::Arc::new(TopicMap::new_sync()));
+    }
+}

@@ -1,0 +1,262 @@
+//! Subscribing (checking the options, making the subscription's core with
+//! its hooks into the broker, attaching it to every partition its pattern
+//! matches), the close hook every subscription runs, and forgetting a
+//! durable subscription's saved positions.
+
+use super::data_dir::wait_offsets;
+use super::{BrokerInner, saved_positions};
+use crate::broker::dispatch::Timer;
+use crate::broker::names::{self, Pattern};
+use crate::broker::shared::SharedGroup;
+use crate::broker::subscription::{
+    AckWatch, DeadLetters, Exec, HandlerKind, Stall, StartPosition, SubCore, SubEnv, Subscription, SubscriptionOptions,
+};
+use crate::broker::topic::Topic;
+use crate::error::{Error, Result};
+use crate::log::Sharing;
+use crate::sync::{Arc, Mutex};
+
+impl BrokerInner {
+    pub(crate) fn subscribe(
+        this: &Arc<BrokerInner>,
+        pattern: &str,
+        mut options: SubscriptionOptions,
+        handler: HandlerKind,
+    ) -> Result<Subscription> {
+        this.check_open()?;
+        let pattern = Pattern::parse(pattern)?;
+        // Every name is checked before anything is looked up or created, so
+        // the error names the argument that is wrong.
+        if let Some(name) = &options.name {
+            names::validate_subscription_name(name)?;
+        }
+        if let Some(topic) = &options.dead_letter_topic {
+            names::validate_dead_letter_topic(topic)?;
+        }
+        if options.shared && (options.name.is_none() || !pattern.is_literal()) {
+            return Err(Error::InvalidArgument(format!(
+                "a shared subscription needs a name and a pattern naming one topic (no wildcards), got \
+                 name {:?} and pattern {:?}",
+                options.name,
+                pattern.as_str()
+            )));
+        }
+        if options.shared {
+            this.refuse_when_shared("a shared subscription")?;
+        } else if options.name.is_some() {
+            this.refuse_when_shared("a named (durable) subscription")?;
+        }
+        if pattern.is_literal() && this.topic(pattern.as_str()).is_err() {
+            // Naming one topic that does not exist is a mistake, unless topics
+            // are created on demand.
+            this.topic_for_publish(pattern.as_str())?;
+        }
+        if options.priority.is_none() && pattern.is_literal() {
+            // The one topic it names gives its default priority.
+            options.priority = this.topic(pattern.as_str()).ok().and_then(|t| t.priority);
+        }
+        let id = crate::sync::unique_id();
+        let name = options.name.clone().unwrap_or_else(|| match this.config.sharing {
+            Sharing::Exclusive => format!("anon-{id}"),
+            // Ids are per process: the pid keeps two processes' anonymous
+            // subscriptions (and their dead-letter topics, which live in the
+            // shared directory) apart.
+            Sharing::Processes => format!("anon-{}-{id}", std::process::id()),
+        });
+        let dlq_name = options.dead_letter_topic.clone().unwrap_or_else(|| names::default_dead_letter_topic(&name));
+        if pattern.matches(&dlq_name) {
+            // Its dead letters would come back to it, fail again and loop.
+            return Err(Error::InvalidArgument(format!(
+                "the dead-letter topic {dlq_name:?} matches the subscription's own pattern {:?}: \
+                 its dead letters would be delivered to it again; choose a dead_letter_topic outside it",
+                pattern.as_str()
+            )));
+        }
+        let dead_letters = if options.name.is_none() && options.dead_letter_topic.is_none() {
+            // An anonymous subscription's own dead-letter topic is made when
+            // its first message is dead-lettered: most never need one.
+            let (broker, name) = (this.clone(), dlq_name.clone());
+            DeadLetters::lazy(dlq_name, Box::new(move || broker.topic_or_create(&name)))
+        } else {
+            DeadLetters::Known(this.topic_or_create(&dlq_name)?)
+        };
+        let broker = this.clone();
+        let releaser = this.clone();
+        let persister = this.clone();
+        let persist = options.name.is_some() && this.store().is_some_and(|s| s.sync_commits());
+        let ack_watch = match options.ack_timeout {
+            Some(_) => Some(this.ack_watch_timer()?),
+            None => None,
+        };
+        let on_stall = (options.shared && options.ack_timeout.is_some()).then(|| {
+            let broker = this.clone();
+            Box::new(move |sub: &Arc<SubCore>, call: u64, report: &dyn Fn(Stall)| {
+                let mut control = broker.control.lock();
+                broker.shared_member_stalled(&mut control, sub, call, report)
+            }) as _
+        });
+        let exec =
+            if options.dedicated_thread { Exec::Dedicated(Mutex::new(None)) } else { Exec::Pool(this.pool.clone()) };
+        let env = SubEnv {
+            exec,
+            timer: Some(this.timer.clone()),
+            dead_letters: Some(dead_letters),
+            on_close: Some(Box::new(move |sub: &SubCore| broker.on_subscription_closed(sub))),
+            on_release: options.shared.then(|| {
+                Box::new(move |sub: &SubCore, partition: u32, offset: u64| {
+                    let mut control = releaser.control.lock();
+                    releaser.hand_over(&mut control, &sub.name, sub.pattern.as_str(), partition, offset);
+                }) as _
+            }),
+            on_round_end: persist.then(|| Box::new(move |sub: &SubCore| persister.persist_acks(sub)) as _),
+            ack_watch,
+            on_stall,
+        };
+        let sub = Arc::new(SubCore::new(id, name.clone(), pattern.clone(), &options, handler, env)?);
+
+        let mut control = this.control.lock();
+        this.check_open()?;
+        if control.live_names.contains(&name)
+            && !(options.shared && control.shared.get(&name).is_some_and(|g| g.topic == pattern.as_str()))
+        {
+            return Err(Error::Busy(format!(
+                "a subscription named {name:?} is already live (only shared subscriptions on the same topic \
+                 may share a name)"
+            )));
+        }
+        // Work out every reader first, so a bad start offset attaches nothing.
+        let saved = saved_positions(&control, &sub);
+        let topics = this.topics.load();
+        let mut readers = Vec::new();
+        // A literal pattern names its one topic: looked up, not matched
+        // against every topic.
+        let mut matched: Vec<&Arc<Topic>> = if pattern.is_literal() {
+            topics.get(pattern.as_str()).into_iter().collect()
+        } else {
+            topics.values().filter(|t| pattern.matches(&t.name)).collect()
+        };
+        matched.sort_by(|a, b| a.name.cmp(&b.name));
+        for t in matched {
+            for p in t.partitions.iter() {
+                let log = &p.log;
+                let cursor = match saved.get(&(t.name.clone(), p.index)) {
+                    // A durable subscription resumes where it left off; if
+                    // retention trimmed that meanwhile, its first read reports
+                    // what it missed.
+                    Some(&offset) => log.cursor_resuming(offset),
+                    None => match options.start {
+                        StartPosition::Latest => log.cursor_from_end(),
+                        StartPosition::Earliest => log.cursor_from_first(),
+                        StartPosition::Offset(o) => log.cursor_at(o)?,
+                        // Resuming: retention may trim the found offset
+                        // before the cursor is made; the first read then
+                        // reports what it missed.
+                        StartPosition::Time(t) => log.cursor_resuming(log.offset_at_time(t)),
+                    },
+                };
+                readers.push((t.name.clone(), p.clone(), cursor));
+            }
+        }
+        if options.dedicated_thread {
+            let s = sub.clone();
+            let handle =
+                crate::sync::spawn_named(format!("rill-sub-{}", sub.name), move || SubCore::dedicated_loop(s))?;
+            // Joined when the subscription is closed (or detached when its
+            // last reference goes), not kept here for the broker's lifetime.
+            sub.set_join_handle(handle);
+        }
+        if options.shared {
+            // A member reads only the partitions nobody held; the ones taken
+            // from other members come when they let go (see `shared.rs`).
+            let group = control
+                .shared
+                .entry(name.clone())
+                .or_insert_with(|| SharedGroup::new(pattern.as_str().to_string(), readers.len()));
+            let moves = group.join(sub.clone());
+            readers.retain(|(_, p, _)| moves.take.contains(&p.index));
+            for (member, partition) in moves.revoke {
+                SubCore::revoke(&member, partition);
+            }
+        }
+        for (topic, p, cursor) in readers {
+            SubCore::attach_to(&sub, topic, &p, cursor);
+        }
+        if !options.shared {
+            // Shared members take partitions by assignment only, never all
+            // of a re-created topic's.
+            control.patterns.insert(&pattern, id, sub.clone());
+        }
+        control.subs.insert(id, sub.clone());
+        control.live_names.insert(name);
+        drop(control);
+        // Deliver whatever is already there (earliest, or a saved position).
+        SubCore::poke(&sub);
+        Ok(Subscription { core: sub })
+    }
+
+    /// The close hook of every subscription: forget it, and keep a durable
+    /// one's positions for its return.
+    pub(crate) fn on_subscription_closed(&self, sub: &SubCore) {
+        let mut control = self.control.lock();
+        control.patterns.remove(&sub.pattern, sub.id);
+        control.subs.remove(&sub.id);
+        if sub.shared {
+            self.shared_member_closed(&mut control, sub);
+            return;
+        }
+        control.live_names.remove(&sub.name);
+        // An anonymous subscription's own dead-letter topic goes with it
+        // unless it holds dead letters (nothing can publish to it after the
+        // last handler call, which came before this hook).
+        if let Some(dlq) = sub.own_dead_letter_topic()
+            && self.config.sharing == Sharing::Exclusive
+            && dlq.partitions.iter().all(|p| p.log.end_offset() == 0)
+        {
+            self.remove_topic(&control, &dlq);
+        }
+        if sub.durable {
+            let saved = control.durable.entry(sub.name.clone()).or_default();
+            for (topic, partition, offset) in sub.positions() {
+                saved.positions.insert((topic, partition), offset);
+            }
+            let snapshot = self.snapshot_offsets(&control);
+            drop(control);
+            if let Err(e) = wait_offsets(snapshot) {
+                // A close hook cannot fail: after a crash now, the
+                // subscription resumes from the positions saved before.
+                log::warn!("rill: could not save the positions of subscription {:?}: {e}", sub.name);
+            }
+        }
+    }
+
+    pub(super) fn ack_watch_timer(&self) -> Result<Arc<Timer<AckWatch>>> {
+        let mut slot = self.ack_watch.lock();
+        if let Some(t) = &*slot {
+            return Ok(t.clone());
+        }
+        let timer = Arc::new(Timer::start()?);
+        *slot = Some(timer.clone());
+        Ok(timer)
+    }
+
+    /// Forgets durable subscription `name`'s saved positions.
+    pub(crate) fn delete_durable(&self, name: &str) -> Result<()> {
+        names::validate_subscription_name(name)?;
+        self.refuse_when_shared("a named (durable) subscription")?;
+        let mut control = self.control.lock();
+        self.check_open()?;
+        if control.subs.values().any(|s| s.durable && s.name == name) {
+            return Err(Error::Busy(format!(
+                "durable subscription {name:?} is live: close it before deleting its saved position"
+            )));
+        }
+        match control.durable.remove(name) {
+            Some(_) => {
+                let snapshot = self.snapshot_offsets(&control);
+                drop(control);
+                wait_offsets(snapshot)
+            }
+            None => Err(Error::NotFound(format!("no durable subscription {name:?} has a saved position"))),
+        }
+    }
+}

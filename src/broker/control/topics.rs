@@ -1,0 +1,270 @@
+//! Creating and deleting topics: the topic map's changes (see "The topic
+//! map" in `mod.rs`), their listing in the data directory, and attaching
+//! (or letting go of) the subscriptions and consumers their names match.
+
+use super::data_dir::wait_offsets;
+use super::timers::{COMPACTION_CHECK, Compact, Expire, expiry_period};
+use super::{BrokerInner, Control, TopicMap, saved_positions};
+use crate::broker::consumer::ConsumerCore;
+use crate::broker::dispatch::Timer;
+use crate::broker::names;
+use crate::broker::subscription::SubCore;
+use crate::broker::topic::{Opening, Partition, Topic, TopicOptions};
+use crate::error::{Error, Result};
+use crate::log::{Log, LogConfig, MIN_SEGMENT_BYTES, Sharing};
+use crate::sync::Arc;
+
+impl BrokerInner {
+    #[inline]
+    pub(crate) fn topic_for_publish(&self, name: &str) -> Result<Arc<Topic>> {
+        match self.topic(name) {
+            Err(Error::NoSuchTopic(_))
+                if self.config.auto_create_topics && !name.starts_with(names::RESERVED_PREFIX) =>
+            {
+                let options = self.config.default_topic.clone();
+                match self.create_topic(name, &options) {
+                    Ok(t) => Ok(t),
+                    // Another thread created it first.
+                    Err(Error::TopicExists(_)) => self.topic(name),
+                    Err(e) => Err(e),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Creates a topic (reserved names allowed: the caller validated the name
+    /// for users) and attaches every subscription whose pattern matches it.
+    pub(crate) fn create_topic(&self, name: &str, options: &TopicOptions) -> Result<Arc<Topic>> {
+        names::validate_topic(name)?;
+        let control = self.control.lock();
+        self.check_open()?;
+        if self.topics.load().contains_key(name) {
+            return Err(Error::TopicExists(name.to_owned()));
+        }
+        if options.cleanup.compacts() && self.store().is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "topic {name:?}: compaction ({:?}) is for in-memory topics; compacting a topic on a data directory \
+                 is not implemented yet",
+                options.cleanup
+            )));
+        }
+        // The age limit's timer first: failing to start it creates nothing.
+        let expiry = match options.effective_retention_ms() {
+            Some(ms) => Some((self.expiry_timer()?, expiry_period(ms))),
+            None => None,
+        };
+        let (fsync, repair) = (self.config.fsync, self.config.repair);
+        // So is the compactor's.
+        let compactor = if options.cleanup.compacts() { Some(self.compactor()?) } else { None };
+        let topic = Arc::new(match self.store() {
+            None => Topic::new(name, options)?,
+            Some(store) if store.sharing() == Sharing::Processes => {
+                let bell = self.doorbell.as_ref().map(|d| d.bell());
+                store.with_topic_list(|list| {
+                    match list.iter().find(|t| t.name == name) {
+                        // Listed by another process: joined, with the options
+                        // it was made with (see "Several processes").
+                        Some(meta) => {
+                            let dir = |p| store.partition_dir(meta.dir, p);
+                            Topic::open(name, &meta.options, &dir, fsync, repair, Opening::Join, bell)
+                        }
+                        None => store.add_topic(name, options, |dir| {
+                            Topic::open(name, options, dir, fsync, repair, Opening::First, bell)
+                        }),
+                    }
+                })?
+            }
+            Some(store) => store
+                .add_topic(name, options, |dir| Topic::open(name, options, dir, fsync, repair, Opening::Alone, None))?,
+        });
+        if let Some(doorbell) = &self.doorbell {
+            Self::watch(doorbell, &topic);
+        }
+        if let Some((timer, every)) = expiry {
+            timer.schedule(every, Expire { topic: topic.clone(), every, timer: timer.clone() });
+        }
+        if let Some(timer) = compactor {
+            timer.schedule(COMPACTION_CHECK, Compact { topic: topic.clone(), timer: timer.clone() });
+        }
+        // Shares all but O(log n) nodes with the current map (see "The
+        // topic map" in `mod.rs`).
+        let mut map = TopicMap::clone(&self.topics.load());
+        map.insert_mut(topic.name.clone(), topic.clone());
+        self.topics.store(std::sync::Arc::new(map));
+        if let Some(poke) = &*self.flush_poke.lock() {
+            // Its partitions' files are prepared and hooked now, not at the
+            // next interval (see `prepare_ahead`).
+            poke.poke();
+        }
+        for sub in control.patterns.matches(name) {
+            // A new topic is read from its start: nothing published to it can
+            // be missed, whatever the subscription's start position.
+            let saved = saved_positions(&control, &sub);
+            for p in topic.partitions.iter() {
+                let cursor = match saved.get(&(topic.name.clone(), p.index)) {
+                    Some(&offset) => p.log.cursor_resuming(offset),
+                    None => p.log.cursor_from_first(),
+                };
+                SubCore::attach_to(&sub, topic.name.clone(), p, cursor);
+            }
+            SubCore::poke(&sub);
+        }
+        Ok(topic)
+    }
+
+    /// The age-limit timer, started now if this is the first topic with one.
+    /// Starts the age-limit jobs of the topics a data directory brought
+    /// back (a topic created afterwards starts its own in `create_topic`).
+    pub(crate) fn resume_expiry(&self) -> Result<()> {
+        let Some(store) = self.store() else { return Ok(()) };
+        let topics = self.topics.load();
+        for (name, options) in store.topic_options() {
+            if let (Some(ms), Some(topic)) = (options.retention_ms.filter(|&ms| ms > 0), topics.get(name.as_str())) {
+                let timer = self.expiry_timer()?;
+                let every = expiry_period(ms);
+                timer.schedule(every, Expire { topic: topic.clone(), every, timer: timer.clone() });
+            }
+        }
+        Ok(())
+    }
+
+    /// The compactor's thread, started now if this is the first compacted topic.
+    pub(super) fn compactor(&self) -> Result<Arc<Timer<Compact>>> {
+        let mut slot = self.compactor.lock();
+        if let Some(t) = &*slot {
+            return Ok(t.clone());
+        }
+        let timer = Arc::new(Timer::start_named("rill-compactor")?);
+        *slot = Some(timer.clone());
+        Ok(timer)
+    }
+
+    pub(super) fn expiry_timer(&self) -> Result<Arc<Timer<Expire>>> {
+        let mut slot = self.expiry.lock();
+        if let Some(t) = &*slot {
+            return Ok(t.clone());
+        }
+        let timer = Arc::new(Timer::start()?);
+        *slot = Some(timer.clone());
+        Ok(timer)
+    }
+
+    /// The topic `name`, created with the default options if absent.
+    pub(crate) fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>> {
+        match self.topic(name) {
+            Err(Error::NoSuchTopic(_)) => match self.create_topic(name, &self.config.default_topic) {
+                // Another thread created it first.
+                Err(Error::TopicExists(_)) => self.topic(name),
+                other => other,
+            },
+            other => other,
+        }
+    }
+
+    /// Removes `topic` from the topic map (if it is still the one under its
+    /// name). Readers that hold it (wildcard subscriptions that matched it)
+    /// keep their reference and read nothing new: nobody can publish to it
+    /// any more. Its memory goes with the last reference.
+    pub(super) fn remove_topic(&self, _control: &Control, topic: &Arc<Topic>) {
+        let current = self.topics.load();
+        if !current.get(&topic.name).is_some_and(|t| Arc::ptr_eq(t, topic)) {
+            return;
+        }
+        let mut map = TopicMap::clone(&current);
+        map.remove_mut(&topic.name);
+        self.topics.store(std::sync::Arc::new(map));
+        // Nothing publishes to it any more; this also ends its expiry job.
+        // Before its files go, so a publish that raced this and fails on
+        // them reports the deleted topic.
+        topic.mark_deleted();
+        if let Some(store) = self.store()
+            && let Err(e) = store.remove_topic(&topic.name)
+        {
+            // Nothing waits on this (a subscription is closing): the topic
+            // stays listed, and comes back, empty, after a restart, or is
+            // unlisted and its leftover directory goes at the next open.
+            log::warn!("rill: could not remove the empty topic {:?} from the data directory: {e}", topic.name);
+        }
+    }
+
+    /// Deletes topic `name` (see [`Broker::delete_topic`](crate::Broker::delete_topic)).
+    pub(crate) fn delete_topic(&self, name: &str) -> Result<()> {
+        names::validate_topic(name)?;
+        self.refuse_when_shared("deleting a topic")?;
+        // What detached wildcard readers read instead: an empty partition
+        // of the smallest segment, shared by all of them and by every
+        // delete. Made at the first delete, before anything is deleted, so
+        // a failure to map it deletes nothing.
+        let placeholder = {
+            let mut slot = self.placeholder.lock();
+            match &*slot {
+                Some(p) => p.clone(),
+                None => {
+                    let tiny = LogConfig { segment_bytes: Some(MIN_SEGMENT_BYTES), ..LogConfig::default() };
+                    slot.insert(Arc::new(Partition::new(0, Log::new(&tiny)?))).clone()
+                }
+            }
+        };
+        let (topic, dir, subs, consumers, snapshot) = {
+            let mut control = self.control.lock();
+            self.check_open()?;
+            let Some(topic) = self.topics.load().get(name).cloned() else {
+                return Err(Error::NoSuchTopic(name.to_owned()));
+            };
+            // On a data directory, unlisting it there is the commit point:
+            // if that fails, nothing is deleted. Its directory goes below,
+            // after publishers are told (see "Deleting a topic" in `store/mod.rs`).
+            let dir = match self.store() {
+                Some(store) => store.unlist_topic(name)?,
+                None => None,
+            };
+            // Under the control lock, so no subscription or consumer can
+            // attach to it after this, and a name re-created later is a new
+            // topic (from offset 0) with nothing of this one's state.
+            self.remove_topic(&control, &topic);
+            let mut subs = control.patterns.matches(name);
+            // Shared members are not in the pattern index (see `shared.rs`).
+            subs.extend(control.subs.values().filter(|s| s.shared && s.pattern.as_str() == name).cloned());
+            let consumers: Vec<Arc<ConsumerCore>> =
+                control.consumers.values().filter(|c| Arc::ptr_eq(&c.topic, &topic)).cloned().collect();
+            // Offsets into a log that is gone mean nothing to its successor.
+            control.groups.retain(|(_, t), _| **t != *name);
+            for d in control.durable.values_mut() {
+                d.positions.retain(|(t, _), _| **t != *name);
+            }
+            (topic, dir, subs, consumers, self.snapshot_offsets(&control))
+        };
+        // Outside the control lock: deleting many files can take a while. A
+        // re-creation of the name meanwhile gets a directory of its own.
+        if let (Some(store), Some(dir)) = (self.store(), dir)
+            && let Err(e) = store.remove_topic_dir(dir)
+        {
+            // The deletion is committed; what is left goes at the next open.
+            ::log::warn!(target: "rill::broker", "deleted topic {name:?}, but removing its files failed: {e}");
+        }
+        if let Err(e) = wait_offsets(snapshot) {
+            // The topic is gone already; offsets of a topic that does not
+            // exist are inert after a restart, and the next save drops them.
+            ::log::warn!(target: "rill::broker", "deleted topic {name:?}, but saving offsets failed: {e}");
+        }
+        // Outside the control lock: closing runs the close hook, which takes it.
+        for sub in &subs {
+            SubCore::detach_topic(sub, &topic, &placeholder);
+            if sub.pattern.is_literal() {
+                SubCore::close_with_reason(sub, "topic deleted".into());
+            }
+        }
+        for c in &consumers {
+            // A blocked poll wakes and reports the deletion.
+            c.waiters.notify();
+        }
+        ::log::info!(
+            target: "rill::broker",
+            "deleted topic {name:?} ({} subscription(s) and {} consumer(s) let go of it)",
+            subs.len(),
+            consumers.len()
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,83 @@
+//! The data directory's `flock`s: `LOCK` (one broker per directory, or
+//! any number of `Processes` brokers), `INIT` (`Processes` openers taking
+//! turns) and `topics.lock` (the topic list in `Processes` mode). Why each
+//! is there is in `mod.rs`, "One broker per directory" and "Several
+//! processes".
+
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind as IoKind;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::log::Sharing;
+
+/// Name of the lock file.
+pub(super) const LOCK_FILE: &str = "LOCK";
+/// Name of the file whose lock makes Processes openers take turns (see
+/// "Several processes").
+const INIT_FILE: &str = "INIT";
+/// Name of the file whose lock guards the topic list in Processes mode.
+const TOPICS_LOCK_FILE: &str = "topics.lock";
+
+/// Opens (creating if missing) a lock file.
+fn open_lock_file(path: &Path) -> Result<File> {
+    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(|e| Error::io(path, &e))
+}
+
+/// `flock(fd, op)`: `Ok(false)` if `LOCK_NB` was asked for and the lock is
+/// held elsewhere.
+fn flock(file: &File, path: &Path, op: libc::c_int) -> Result<bool> {
+    // SAFETY: flock on a descriptor we own, with constant flags; it touches no memory.
+    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == IoKind::WouldBlock {
+        return Ok(false);
+    }
+    Err(Error::io(path, &e))
+}
+
+/// Takes the directory's locks for an opener in `sharing` mode (see "One
+/// broker per directory" and "Several processes"): the locked `LOCK`, the
+/// held `INIT` of a Processes opener (let go in `Store::opened`), and
+/// whether this opener is the first.
+pub(super) fn lock_dir(root: &Path, sharing: Sharing) -> Result<(File, Option<File>, bool)> {
+    let busy = || Error::Busy(format!("the data directory {root:?} is open in another broker"));
+    let (lock_path, init_path) = (root.join(LOCK_FILE), root.join(INIT_FILE));
+    let init = open_lock_file(&init_path)?;
+    let lock = open_lock_file(&lock_path)?;
+    match sharing {
+        Sharing::Exclusive => {
+            // INIT too, so no one takes LOCK in a first opener's turn from
+            // exclusive to shared; let go at once (`init` drops).
+            if !flock(&init, &init_path, libc::LOCK_EX | libc::LOCK_NB)? {
+                return Err(busy());
+            }
+            if !flock(&lock, &lock_path, libc::LOCK_EX | libc::LOCK_NB)? {
+                return Err(busy());
+            }
+            Ok((lock, None, true))
+        }
+        Sharing::Processes => {
+            // Blocking: the opener before this one is recovering or joining.
+            flock(&init, &init_path, libc::LOCK_EX)?;
+            if flock(&lock, &lock_path, libc::LOCK_EX | libc::LOCK_NB)? {
+                return Ok((lock, Some(init), true));
+            }
+            if !flock(&lock, &lock_path, libc::LOCK_SH | libc::LOCK_NB)? {
+                return Err(busy());
+            }
+            Ok((lock, Some(init), false))
+        }
+    }
+}
+
+/// Holds `topics.lock` exclusively while alive (Processes mode).
+pub(super) fn lock_topic_list(root: &Path) -> Result<File> {
+    let path = root.join(TOPICS_LOCK_FILE);
+    let file = open_lock_file(&path)?;
+    flock(&file, &path, libc::LOCK_EX)?;
+    Ok(file)
+}
