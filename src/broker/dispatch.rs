@@ -19,21 +19,34 @@
 //! A job has a priority, `0..PRIORITIES` ([`Job::priority`]), and waits in
 //! that priority's lane; `occupied` has bit `p` set while lane `p` holds a
 //! job. A worker takes the head of the highest occupied lane, unless a head
-//! is *overdue*: it was pushed [`PRIORITY_AGING_TAKES`] or more takes ago (the queue
-//! counts its takes, and stamps each job with the count and a push sequence
-//! number when it is pushed). Then the oldest overdue head (lowest sequence)
-//! goes first, whatever its lane.
+//! is *overdue*: [`PRIORITY_AGING_TAKES`] or more *bypasses* happened since
+//! it was pushed. A bypass is a take that passes over an older job: it takes
+//! a job while one pushed before it stays queued (in a lower lane). The
+//! queue counts its takes and its bypasses, and stamps each job with both
+//! counts and a push sequence number when it is pushed. Then the oldest
+//! overdue head (lowest sequence) goes first, whatever its lane.
+//!
+//! Why bypasses and not takes: a take of the oldest job is what the plain
+//! FIFO would have done, so it is no priority-induced wait. Counting it
+//! made a low lane's heads overdue from the low drains' own turns (eight
+//! busy subscriptions of one priority on two workers wait some takes each
+//! for one another), and each overdue low head then went ahead of a
+//! high-priority job that had just been queued, which waited for a whole
+//! low batch more (`rill-bench --priority` shows the probe's queue wait).
 //!
 //! The bound this gives. Say job `J` is pushed with `Q` jobs queued before it
-//! (any lane). After `PRIORITY_AGING_TAKES` takes its lane's head, which is `J` or
-//! older, is overdue; from then on every take serves the oldest overdue head,
-//! which is `J` or a job pushed before `J`, and at most `Q` of those are left.
-//! So `J` waits at most `PRIORITY_AGING_TAKES + Q` takes, under any load and any mix
-//! of priorities: priority reorders the queue but costs a job at most
-//! `PRIORITY_AGING_TAKES` takes more than the plain FIFO would. The pool holds at most
-//! one drain per subscription, so `Q` is below the number of subscriptions
-//! on the pool. In time that is `PRIORITY_AGING_TAKES + Q` turns of the other
-//! subscriptions' handlers (each a bounded batch) spread over the workers.
+//! (any lane). Each take while `J` waits is a bypass or takes the oldest job
+//! queued, which is `J` or one of the `Q` pushed before it. After
+//! `PRIORITY_AGING_TAKES` bypasses its lane's head, which is `J` or older,
+//! is overdue; from then on every take serves the oldest overdue head, which
+//! is `J` or a job pushed before `J`. At most `Q` jobs pushed before `J` are
+//! taken in all, so `J` waits at most `PRIORITY_AGING_TAKES + Q` takes, under
+//! any load and any mix of priorities: priority reorders the queue but costs
+//! a job at most `PRIORITY_AGING_TAKES` takes more than the plain FIFO
+//! would. The pool holds at most one drain per subscription, so `Q` is below
+//! the number of subscriptions on the pool. In time that is
+//! `PRIORITY_AGING_TAKES + Q` turns of the other subscriptions' handlers
+//! (each a bounded batch) spread over the workers.
 //!
 //! With every job at one priority only that lane is used: no head is ever
 //! overdue before the FIFO would have served it, and a take looks at no
@@ -114,9 +127,10 @@ pub const MAX_PRIORITY: u8 = PRIORITIES - 1;
 /// The priority of a job (a subscription) that chose none.
 pub const DEFAULT_PRIORITY: u8 = 4;
 
-/// Takes after which a queued job's lane head is overdue and is served
-/// before higher lanes: a job waits at most this many takes more than a
-/// plain FIFO would make it wait (see the module docs).
+/// Bypasses (takes of a job while an older one stays queued) after which a
+/// queued job's lane head is overdue and is served before higher lanes: a
+/// job waits at most this many takes more than a plain FIFO would make it
+/// wait (see the module docs).
 pub const PRIORITY_AGING_TAKES: u64 = 32;
 
 /// How long a job waited in the pool's queue, from its push to its take.
@@ -151,6 +165,8 @@ struct Entry<J> {
     seq: u64,
     /// The queue's take count when it was pushed.
     take_stamp: u64,
+    /// The queue's bypass count when it was pushed.
+    bypass_stamp: u64,
     pushed_at: Instant,
 }
 
@@ -163,6 +179,8 @@ struct Queue<J> {
     pushes: u64,
     /// Jobs taken so far.
     takes: u64,
+    /// Of the `takes`, those that passed over an older queued job.
+    bypasses: u64,
     /// Workers blocked in `wait`.
     sleeping: usize,
     /// Of the `sleeping`, how many a push has notified that have not come
@@ -198,6 +216,7 @@ impl<J: Job> WorkerPool<J> {
                 occupied: 0,
                 pushes: 0,
                 takes: 0,
+                bypasses: 0,
                 sleeping: 0,
                 waking: 0,
                 stopping: false,
@@ -245,9 +264,9 @@ impl<J: Job> WorkerPool<J> {
         let mut added = 0;
         for job in jobs {
             let lane = job.priority().min(PRIORITIES - 1);
-            let (seq, take_stamp) = (q.pushes, q.takes);
+            let (seq, take_stamp, bypass_stamp) = (q.pushes, q.takes, q.bypasses);
             q.pushes += 1;
-            q.lanes[lane as usize].push_back(Entry { job, seq, take_stamp, pushed_at });
+            q.lanes[lane as usize].push_back(Entry { job, seq, take_stamp, bypass_stamp, pushed_at });
             q.occupied |= 1 << lane;
             added += 1;
         }
@@ -358,13 +377,7 @@ impl<J> PoolShared<J> {
     /// Takes the head of the highest occupied lane, or the oldest overdue
     /// head (see "Priorities" in the module docs), with the takes it waited.
     fn take(&self, q: &mut Queue<J>) -> Option<(Entry<J>, u64)> {
-        let lane = q.next_lane()?;
-        let entry = q.lanes[lane].pop_front().expect("an occupied lane holds a job");
-        if q.lanes[lane].is_empty() {
-            q.occupied &= !(1 << lane);
-        }
-        let takes = q.takes - entry.take_stamp;
-        q.takes += 1;
+        let (entry, takes) = q.take_entry()?;
         // Relaxed: see `push_many`.
         self.queued.fetch_sub(1, Ordering::Relaxed);
         // Relaxed: see `push_many`.
@@ -374,8 +387,23 @@ impl<J> PoolShared<J> {
 }
 
 impl<J> Queue<J> {
-    /// The lane `take` serves next, `None` if every lane is empty.
-    fn next_lane(&self) -> Option<usize> {
+    /// Takes the entry `next_lane` names and counts the take (and the
+    /// bypass, if it is one), with the takes it waited.
+    fn take_entry(&mut self) -> Option<(Entry<J>, u64)> {
+        let (lane, bypass) = self.next_lane()?;
+        let entry = self.lanes[lane].pop_front().expect("an occupied lane holds a job");
+        if self.lanes[lane].is_empty() {
+            self.occupied &= !(1 << lane);
+        }
+        let takes = self.takes - entry.take_stamp;
+        self.takes += 1;
+        self.bypasses += u64::from(bypass);
+        Some((entry, takes))
+    }
+
+    /// The lane `take` serves next and whether that take is a bypass (an
+    /// older job stays queued), `None` if every lane is empty.
+    fn next_lane(&self) -> Option<(usize, bool)> {
         if self.occupied == 0 {
             return None;
         }
@@ -383,7 +411,7 @@ impl<J> Queue<J> {
         if self.occupied & !(1 << top) == 0 {
             // One lane in use (every job at one priority): its head is the
             // oldest job, the FIFO's choice.
-            return Some(top);
+            return Some((top, false));
         }
         // The oldest head of all; ties cannot happen (sequence numbers are
         // unique).
@@ -398,7 +426,11 @@ impl<J> Queue<J> {
         }
         let head = self.lanes[oldest_lane].front().expect("an occupied lane holds a job");
         // The oldest head is the first to be overdue: if it is not, none is.
-        Some(if self.takes - head.take_stamp >= PRIORITY_AGING_TAKES { oldest_lane } else { top })
+        if self.bypasses - head.bypass_stamp >= PRIORITY_AGING_TAKES || oldest_lane == top {
+            Some((oldest_lane, false))
+        } else {
+            Some((top, true))
+        }
     }
 }
 
@@ -519,6 +551,7 @@ mod tests {
             occupied: 0,
             pushes: 0,
             takes: 0,
+            bypasses: 0,
             sleeping: 0,
             waking: 0,
             stopping: false,
@@ -526,22 +559,15 @@ mod tests {
     }
 
     fn push(q: &mut Queue<u32>, job: u32, lane: u8) {
-        let (seq, take_stamp) = (q.pushes, q.takes);
+        let (seq, take_stamp, bypass_stamp) = (q.pushes, q.takes, q.bypasses);
         q.pushes += 1;
-        q.lanes[lane as usize].push_back(Entry { job, seq, take_stamp, pushed_at: Instant::now() });
+        q.lanes[lane as usize].push_back(Entry { job, seq, take_stamp, bypass_stamp, pushed_at: Instant::now() });
         q.occupied |= 1 << lane;
     }
 
     /// `PoolShared::take` without the pool: (job, takes waited).
     fn take(q: &mut Queue<u32>) -> Option<(u32, u64)> {
-        let lane = q.next_lane()?;
-        let entry = q.lanes[lane].pop_front().unwrap();
-        if q.lanes[lane].is_empty() {
-            q.occupied &= !(1 << lane);
-        }
-        let waited = q.takes - entry.take_stamp;
-        q.takes += 1;
-        Some((entry.job, waited))
+        q.take_entry().map(|(entry, waited)| (entry.job, waited))
     }
 
     struct Nothing(u8);
@@ -594,6 +620,42 @@ mod tests {
         assert_eq!(take(&mut q), Some((2, 1)));
         assert_eq!(take(&mut q), Some((0, 2)));
         assert_eq!(take(&mut q), None);
+    }
+
+    /// Busy subscriptions of one low priority taking turns (each pushed
+    /// again once taken, more of them than the aging bound) never make
+    /// their lane's head overdue by those turns alone: a job pushed at a
+    /// higher priority is taken next, whenever it comes. Aging counts the
+    /// takes that passed over an older job, not the FIFO's own.
+    #[test]
+    fn a_low_lanes_own_turns_do_not_hold_back_a_higher_job() {
+        let mut q = queue();
+        let low = PRIORITY_AGING_TAKES as u32 + 8;
+        for job in 0..low {
+            push(&mut q, job, 0);
+        }
+        for round in 0..4 {
+            // Many turns of the low ones, in FIFO order.
+            for _ in 0..3 * PRIORITY_AGING_TAKES {
+                let (job, _) = take(&mut q).unwrap();
+                push(&mut q, job, 0);
+            }
+            push(&mut q, 1000 + round, MAX_PRIORITY);
+            assert_eq!(take(&mut q).unwrap().0, 1000 + round, "round {round}");
+        }
+        // The high jobs were bypasses: within as many more as the bound, the
+        // low lane's head is overdue and goes before a high job.
+        let mut highs = 0;
+        loop {
+            push(&mut q, 2000 + highs, MAX_PRIORITY);
+            let (job, _) = take(&mut q).unwrap();
+            if job < low {
+                break;
+            }
+            assert_eq!(job, 2000 + highs);
+            highs += 1;
+            assert!(highs <= PRIORITY_AGING_TAKES as u32, "the low lane waited {highs} bypasses");
+        }
     }
 
     /// A job pushed at priority 0 behind a priority-7 job that is pushed

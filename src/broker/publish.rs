@@ -133,12 +133,21 @@ pub(super) fn publish_slow(inner: &BrokerInner, t: &Topic, record: &Record<'_>, 
     // The schema is let go before the append, which may wait for room:
     // a replacement waits for the publishes using the old one (see
     // `schema.rs`), and must not wait for subscribers too.
-    let (verdict, version, on_invalid) = (s.check(record.payload), s.version_text.clone(), s.on_invalid);
+    let (verdict, version, on_invalid) = (s.check(record.payload), s.version_text, s.on_invalid);
     drop(s);
     match verdict {
         Ok(()) => {
-            let attributes = stamped(record, &version);
-            let stamped = Record { attributes: &attributes, ..*record };
+            // A record without attributes of its own, the common case,
+            // carries the version from the stack, not from a `Vec`.
+            let (one, many);
+            let attributes: &[(&str, &str)] = if record.attributes.is_empty() {
+                one = [(SCHEMA_ATTRIBUTE, version.as_str())];
+                &one
+            } else {
+                many = stamped(record, version.as_str());
+                &many
+            };
+            let stamped = Record { attributes, ..*record };
             Ok(Published::of(t.publish_identified(&stamped, wait)?))
         }
         Err(reason) => match on_invalid {
@@ -189,14 +198,14 @@ fn publish_batch_checked(
 ) -> Result<Vec<Published>> {
     let verdicts: Vec<std::result::Result<(), String>> = records.iter().map(|r| s.check(r.payload)).collect();
     // Let go of the schema before appending, as `publish_slow` does.
-    let (version, on_invalid) = (s.version_text.clone(), s.on_invalid);
+    let (version, on_invalid) = (s.version_text, s.on_invalid);
     drop(s);
     if on_invalid == OnInvalid::Reject
         && let Some((i, Err(reason))) = verdicts.iter().enumerate().find(|(_, v)| v.is_err())
     {
         return Err(Error::Schema(format!("record {i} of the batch: {reason}")));
     }
-    let attributes: Vec<Vec<(&str, &str)>> = records.iter().map(|r| stamped(r, &version)).collect();
+    let attributes: Vec<Vec<(&str, &str)>> = records.iter().map(|r| stamped(r, version.as_str())).collect();
     let stamped = with_attributes(records, &attributes);
     let valid: Vec<Record<'_>> = stamped.iter().zip(&verdicts).filter(|(_, v)| v.is_ok()).map(|(r, _)| *r).collect();
     check_batch(t, &valid)?;

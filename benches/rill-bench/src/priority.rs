@@ -7,6 +7,12 @@
 //! pool did before priorities). The probe publishes one 8-byte message (its
 //! publish time) every `PROBE_GAP`, sleeping between them, and its handler
 //! records `now - publish time` in a histogram.
+//!
+//! Beside the latency, each round reports the probe's own queue-wait p99
+//! (`SubscriptionStats::queue_wait_p99`: from its drain being queued to a
+//! worker taking it) and the most takes it waited: the pool's share of the
+//! latency, apart from the thread wakeups and the scheduling of a busy
+//! machine, which weigh on the idle pool too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -51,6 +57,18 @@ pub struct PriorityBench {
     pub flat: Percentiles,
     /// The p99 of each round, per condition: (idle, prioritized, flat).
     pub round_p99: Vec<(u64, u64, u64)>,
+    /// The probe's queue wait in each round, per condition: (idle,
+    /// prioritized, flat).
+    pub round_queue: Vec<(QueueWait, QueueWait, QueueWait)>,
+}
+
+/// The probe's waits in the pool's queue over one run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct QueueWait {
+    /// Their p99 in nanoseconds (the upper edge of a power-of-two bucket).
+    pub p99_ns: u64,
+    /// The most takes of other drains one of them waited.
+    pub max_takes: u64,
 }
 
 fn spin(d: Duration) {
@@ -64,8 +82,8 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
 }
 
-/// One run of `condition`: the probe's latencies.
-fn run(condition: Condition, messages: u64) -> rill::Result<Histogram<u64>> {
+/// One run of `condition`: the probe's latencies and queue waits.
+fn run(condition: Condition, messages: u64) -> rill::Result<(Histogram<u64>, QueueWait)> {
     let broker = Broker::new(BrokerConfig { worker_threads: Some(WORKERS), ..Default::default() })?;
     let base = Instant::now();
     let mut busy_subs = Vec::new();
@@ -111,23 +129,26 @@ fn run(condition: Condition, messages: u64) -> rill::Result<Histogram<u64>> {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+    let stats = probe.stats();
+    let queue = QueueWait { p99_ns: stats.queue_wait_p99.as_nanos() as u64, max_takes: stats.queue_wait_max_takes };
     probe.close();
     for s in busy_subs {
         s.close();
     }
     broker.close();
     let h = latencies.lock().expect("not poisoned").clone();
-    Ok(h)
+    Ok((h, queue))
 }
 
 /// Runs the three conditions `rounds` times, interleaved.
 pub fn measure(rounds: usize, messages: u64) -> rill::Result<PriorityBench> {
     let (mut idle, mut prioritized, mut flat) = (histogram(), histogram(), histogram());
-    let mut round_p99 = Vec::new();
+    let (mut round_p99, mut round_queue) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
-        let i = run(Condition::Idle, messages)?;
-        let p = run(Condition::Prioritized, messages)?;
-        let f = run(Condition::Flat, messages)?;
+        let (i, iq) = run(Condition::Idle, messages)?;
+        let (p, pq) = run(Condition::Prioritized, messages)?;
+        let (f, fq) = run(Condition::Flat, messages)?;
+        round_queue.push((iq, pq, fq));
         round_p99.push((i.value_at_quantile(0.99), p.value_at_quantile(0.99), f.value_at_quantile(0.99)));
         idle.add(&i).expect("same bounds");
         prioritized.add(&p).expect("same bounds");
@@ -140,6 +161,7 @@ pub fn measure(rounds: usize, messages: u64) -> rill::Result<PriorityBench> {
         prioritized: percentiles(&prioritized),
         flat: percentiles(&flat),
         round_p99,
+        round_queue,
     })
 }
 
@@ -169,6 +191,18 @@ impl PriorityBench {
         out += "  p99 per round (idle / prioritized / flat):";
         for (i, p, f) in &self.round_p99 {
             out += &format!(" {}/{}/{}", fmt_ns(*i), fmt_ns(*p), fmt_ns(*f));
+        }
+        out += "\n  probe queue-wait p99 (most takes) per round (idle / prioritized / flat):";
+        for (i, p, f) in &self.round_queue {
+            out += &format!(
+                " {} ({})/{} ({})/{} ({})",
+                fmt_ns(i.p99_ns),
+                i.max_takes,
+                fmt_ns(p.p99_ns),
+                p.max_takes,
+                fmt_ns(f.p99_ns),
+                f.max_takes
+            );
         }
         out
     }

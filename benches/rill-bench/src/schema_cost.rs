@@ -1,7 +1,17 @@
 //! `--schema-cost`: publishes per second to a topic with a JSON Schema
 //! (issue 42's speed line: a 200-byte document with 5 fields), beside the
-//! `jsonschema` crate's own validation rate in a plain loop (parse and
-//! validate each payload, as the broker does), in interleaved pairs.
+//! `jsonschema` crate's own validation rate in a plain loop, in interleaved
+//! pairs.
+//!
+//! The plain loop is what a user of `jsonschema` writes to accept or refuse
+//! payloads: parse each one into a `serde_json::Value` and ask
+//! `Validator::is_valid` (the crate's yes-or-no call, which its docs name
+//! the fast one; `validate` builds the first error). The broker does the
+//! same for a valid payload and looks for the error only for an invalid
+//! one, so the two loops validate alike and the ratio is the cost of the
+//! publish around the check. Neither loop does work the other does not
+//! need: the broker, topic and publisher are made before rill's clock
+//! starts, and each loop reads the same document.
 
 use std::time::Instant;
 
@@ -59,7 +69,7 @@ pub fn run(messages: u64, pairs: usize) -> Vec<Pair> {
             let start = Instant::now();
             for _ in 0..messages {
                 let v: serde_json::Value = serde_json::from_slice(std::hint::black_box(&doc)).expect("JSON");
-                assert!(validator.validate(&v).is_ok());
+                assert!(validator.is_valid(&v));
             }
             let plain_per_s = messages as f64 / start.elapsed().as_secs_f64();
             Pair { rill_per_s, plain_per_s }
