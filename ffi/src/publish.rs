@@ -394,10 +394,17 @@ pub(crate) unsafe fn write_outcome(p: Published, out: *mut rill_position, flags:
     }
 }
 
-/// Writes a batch's outcomes into the arrays that are not NULL.
+/// Writes a batch's outcomes into the arrays that are not NULL (straight
+/// from `done`: no positions `Vec` in between, which cost an allocation a
+/// batch even when `out` is NULL; the Python binding's `publish_batch`
+/// comes this way).
 pub(crate) fn write_outcomes(out: *mut rill_position, flags: *mut u32, done: &[Published]) {
-    let positions: Vec<Position> = done.iter().map(|p| p.position).collect();
-    write_positions(out, &positions);
+    if !out.is_null() {
+        for (i, p) in done.iter().enumerate() {
+            // SAFETY: the caller promises `out` has room for one position per record.
+            unsafe { out.add(i).write(p.position.into()) };
+        }
+    }
     if !flags.is_null() {
         for (i, p) in done.iter().enumerate() {
             // SAFETY: the caller promises `flags` has room for one word per record.
