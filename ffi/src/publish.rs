@@ -444,11 +444,12 @@ const STACK_BATCH: usize = 64;
 /// things and names the record and the part that is wrong.
 ///
 /// The stack buffer is left uninitialised and only the batch's own slots
-/// are written: filling all 64 with `Record::default()` first cost a
-/// quarter of the conversion's instructions (callgrind on `bench_ffi`,
-/// mode `batch64/nosub`; `bash ffi/bench/run.sh`, modes `batch64` and
-/// `batch64/nosub`, times this path against the Rust API's
-/// `publish_batch`).
+/// are written: filling all 64 with `Record::default()` first wrote 4 KiB
+/// a call whatever the batch's size, work the Rust API's caller never does
+/// (`bash ffi/bench/run.sh`, modes `batch64` and `batch64/nosub`, measures
+/// this path against the Rust API's `publish_batch`; callgrind on
+/// `bench_ffi` counts its instructions, see "Counting instructions" in
+/// docs/PERFORMANCE.md).
 #[inline]
 pub(crate) fn publish_records<T>(
     records: &[rill_record],
