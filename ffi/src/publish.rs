@@ -6,6 +6,7 @@
 //! named for the verb).
 
 use std::ffi::{c_char, c_void};
+use std::mem::MaybeUninit;
 
 use rill::{Broker, Position, Published, Record};
 
@@ -393,10 +394,17 @@ pub(crate) unsafe fn write_outcome(p: Published, out: *mut rill_position, flags:
     }
 }
 
-/// Writes a batch's outcomes into the arrays that are not NULL.
+/// Writes a batch's outcomes into the arrays that are not NULL (straight
+/// from `done`: no positions `Vec` in between, which cost an allocation a
+/// batch even when `out` is NULL; the Python binding's `publish_batch`
+/// comes this way).
 pub(crate) fn write_outcomes(out: *mut rill_position, flags: *mut u32, done: &[Published]) {
-    let positions: Vec<Position> = done.iter().map(|p| p.position).collect();
-    write_positions(out, &positions);
+    if !out.is_null() {
+        for (i, p) in done.iter().enumerate() {
+            // SAFETY: the caller promises `out` has room for one position per record.
+            unsafe { out.add(i).write(p.position.into()) };
+        }
+    }
     if !flags.is_null() {
         for (i, p) in done.iter().enumerate() {
             // SAFETY: the caller promises `flags` has room for one word per record.
@@ -419,7 +427,12 @@ pub(crate) unsafe fn record_slice<'a>(rs: *const rill_record, n: usize) -> Resul
     Ok(unsafe { std::slice::from_raw_parts(rs, n) })
 }
 
-/// Batches up to this many records are converted on the stack.
+/// Batches up to this many records are converted on the stack: 64 `Record`s
+/// are 4 KiB, little beside a C thread's stack (128 KiB by default on musl,
+/// 8 MiB on glibc). A larger batch converts into one `Vec`: one allocation
+/// for more than 64 messages, beside the result `Vec`s the broker allocates
+/// for every batch anyway, so a thread-local buffer would not make the path
+/// allocation-free.
 const STACK_BATCH: usize = 64;
 
 /// Converts C records and publishes them with `publish`.
@@ -429,23 +442,34 @@ const STACK_BATCH: usize = 64;
 /// records, else into one `Vec`. A batch with any other record (attributes,
 /// or a range to refuse) takes the general path, which checks the same
 /// things and names the record and the part that is wrong.
+///
+/// The stack buffer is left uninitialised and only the batch's own slots
+/// are written: filling all 64 with `Record::default()` first wrote 4 KiB
+/// a call whatever the batch's size, work the Rust API's caller never does
+/// (`bash ffi/bench/run.sh`, modes `batch64` and `batch64/nosub`, measures
+/// this path against the Rust API's `publish_batch`; callgrind on
+/// `bench_ffi` counts its instructions, see "Counting instructions" in
+/// docs/PERFORMANCE.md).
 #[inline]
 pub(crate) fn publish_records<T>(
     records: &[rill_record],
     publish: impl FnOnce(&[Record<'_>]) -> Result<Vec<T>, FfiError>,
 ) -> Result<Vec<T>, FfiError> {
     if records.len() <= STACK_BATCH {
-        let mut buf = [Record::default(); STACK_BATCH];
+        let mut buf = [const { MaybeUninit::<Record<'_>>::uninit() }; STACK_BATCH];
         let mut n = 0;
         for r in records {
             match plain(r) {
-                Some(rec) => buf[n] = rec,
+                Some(record) => buf[n].write(record),
                 None => break,
-            }
+            };
             n += 1;
         }
         if n == records.len() {
-            return publish(&buf[..n]);
+            // SAFETY: the loop wrote the first `n` slots;
+            // `MaybeUninit<Record>` has `Record`'s layout.
+            let recs = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<Record<'_>>(), n) };
+            return publish(recs);
         }
     } else if let Some(recs) = records.iter().map(plain).collect::<Option<Vec<_>>>() {
         return publish(&recs);
