@@ -149,6 +149,8 @@ impl<'a> Delivered<'a> {
     ///
     /// # Examples
     ///
+    /// Pushed to a handler:
+    ///
     /// ```
     /// # use std::sync::{Arc, Mutex};
     /// # use std::time::Duration;
@@ -167,6 +169,23 @@ impl<'a> Delivered<'a> {
     /// assert!(sub.wait_idle(Duration::from_secs(5))?);
     /// let names = names.lock().unwrap();
     /// assert!(Arc::ptr_eq(&names[0], &names[1])); // one allocation for the topic's messages
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    ///
+    /// Polled:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// let batch = consumer.poll(10, Duration::from_secs(5))?;
+    /// assert!(Arc::ptr_eq(batch[0].topic_name(), batch[1].topic_name()));
     /// # Ok::<(), rill::Error>(())
     /// ```
     #[inline]
