@@ -243,7 +243,8 @@ unsafe fn subscribe_with(
 ///
 /// Messages of one reader mostly come from one topic, so the last topic is
 /// kept aside and recognised by the allocation the broker holds its name in
-/// ([`Message::topic_name`]), a pointer comparison, rather than by its bytes.
+/// ([`Delivered::topic_name`](rill::Delivered::topic_name), reached through
+/// `Message`), a pointer comparison, rather than by its bytes.
 /// That needs a clone of that name here: while it is held, its address
 /// cannot be freed and given to another topic's name, which would then pass
 /// for this one. Any other name (a second topic, or the same topic

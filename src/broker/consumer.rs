@@ -37,6 +37,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::dead_letter::{self, Failed};
+use super::delivered::Delivered;
 use super::names::default_dead_letter_topic;
 use super::partition::signal::{Entry, Listener};
 use super::subscription::{DEFAULT_MAX_ATTEMPTS, StartPosition};
@@ -44,7 +45,7 @@ use super::topic::Topic;
 use super::topic::Wait;
 use super::waiters::Waiters;
 use crate::error::{Error, Result};
-use crate::log::{Cursor, Lagged, RecordView};
+use crate::log::{Cursor, Lagged};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{Arc, dyn_arc};
 
@@ -258,100 +259,10 @@ impl ConsumerCore {
     }
 }
 
-/// A message returned by [`Consumer::poll`], borrowed from the log. The
-/// record's accessors come through `Deref` to [`RecordView`].
-#[derive(Clone, Copy)]
-pub struct Polled<'a> {
-    topic: &'a str,
-    partition: u32,
-    record: RecordView<'a>,
-}
-
-impl<'a> Polled<'a> {
-    /// The topic.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use rill::{ConsumerOptions, Record};
-    /// # use rill::{Broker, BrokerConfig, TopicOptions};
-    /// # let broker = Broker::new(BrokerConfig::default())?;
-    /// # broker.create_topic("orders", &TopicOptions::default())?;
-    ///
-    /// broker.publish("orders", &Record::new(b"o-1"))?;
-    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
-    /// let batch = consumer.poll(10, Duration::from_secs(5))?;
-    /// assert_eq!(batch[0].topic(), "orders");
-    /// # Ok::<(), rill::Error>(())
-    /// ```
-    pub fn topic(&self) -> &'a str {
-        self.topic
-    }
-    /// Its partition.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use rill::{ConsumerOptions, Record, TopicOptions};
-    /// # use rill::{Broker, BrokerConfig};
-    /// # let broker = Broker::new(BrokerConfig::default())?;
-    ///
-    /// broker.create_topic("orders", &TopicOptions::with_partitions(4))?;
-    /// let at = broker.publish("orders", &Record::new(b"o-1").with_key(b"customer-7"))?;
-    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
-    /// let batch = consumer.poll(10, Duration::from_secs(5))?;
-    /// assert_eq!((batch[0].partition(), batch[0].offset()), (at.partition, at.offset));
-    /// # Ok::<(), rill::Error>(())
-    /// ```
-    pub fn partition(&self) -> u32 {
-        self.partition
-    }
-    /// The underlying record view.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use rill::{ConsumerOptions, Record};
-    /// # use rill::{Broker, BrokerConfig, TopicOptions};
-    /// # let broker = Broker::new(BrokerConfig::default())?;
-    /// # broker.create_topic("orders", &TopicOptions::default())?;
-    ///
-    /// broker.publish("orders", &Record::new(b"o-1").with_attributes(&[("region", "IN")]))?;
-    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
-    /// let batch = consumer.poll(10, Duration::from_secs(5))?;
-    /// let record = batch[0].record();
-    /// assert_eq!((record.offset(), record.payload()), (0, &b"o-1"[..]));
-    /// assert_eq!(record.attribute("region"), Some("IN"));
-    /// # Ok::<(), rill::Error>(())
-    /// ```
-    pub fn record(&self) -> RecordView<'a> {
-        self.record
-    }
-}
-
-/// The record's own accessors: `offset()`, `timestamp_ns()`, `key()`,
-/// `payload()`, `attributes()`, `attribute(key)`.
-impl<'a> std::ops::Deref for Polled<'a> {
-    type Target = RecordView<'a>;
-
-    fn deref(&self) -> &RecordView<'a> {
-        &self.record
-    }
-}
-
-impl fmt::Debug for Polled<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Polled")
-            .field("topic", &self.topic)
-            .field("partition", &self.partition)
-            .field("offset", &self.offset())
-            .field("payload_len", &self.payload().len())
-            .finish()
-    }
-}
+/// A message returned by [`Consumer::poll`], borrowed from the log: a
+/// [`Delivered`] message, the type a push handler's [`Message`](crate::Message)
+/// wraps, under the name it had before the two were made one.
+pub type Polled<'a> = Delivered<'a>;
 
 /// Position of a consumer group in one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -714,7 +625,7 @@ impl Consumer {
     /// assert!(consumer.poll(2, Duration::from_millis(1))?.is_empty());
     /// # Ok::<(), rill::Error>(())
     /// ```
-    pub fn poll(&mut self, max: usize, timeout: Duration) -> Result<Vec<Polled<'_>>> {
+    pub fn poll(&mut self, max: usize, timeout: Duration) -> Result<Vec<Delivered<'_>>> {
         // Before every look below (`check_open` included), so a change
         // those looks miss rings the bell ("The bell" in `waiters.rs`).
         let bell = max > 0 && self.core.waiters.arm_if_hooked();
@@ -746,7 +657,7 @@ impl Consumer {
             })
             .collect();
         let mut shares = fair_shares(max, &available).into_iter();
-        let topic: &str = &self.core.topic.name;
+        let topic = &self.core.topic.name;
         let mut out = Vec::with_capacity(max.min(1024));
         let mut missed = 0;
         // What a partition's share did not use (it held fewer records than
@@ -779,7 +690,7 @@ impl Consumer {
                 }
             };
             carry = want - a.len() - b.len();
-            out.extend(a.iter().chain(b.iter()).map(|record| Polled { topic, partition, record }));
+            out.extend(a.iter().chain(b.iter()).map(|record| Delivered::new(topic, partition, record)));
         }
         // Relaxed load + store: the consumer is the only writer.
         let add = |c: &AtomicU64, n: u64| c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);

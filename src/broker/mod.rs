@@ -34,6 +34,7 @@ mod consumer;
 mod control;
 mod dead_letter;
 mod dedupe;
+mod delivered;
 mod dispatch;
 mod doorbell;
 pub(crate) mod filter;
@@ -66,6 +67,7 @@ pub use consumer::{
     Polled,
 };
 pub use dedupe::MAX_DEDUPE_IDS;
+pub use delivered::Delivered;
 pub use dispatch::{DEFAULT_PRIORITY, MAX_PRIORITY, PRIORITY_AGING_TAKES};
 use dispatch::{Timer, WorkerPool};
 use doorbell::Doorbell;
@@ -848,7 +850,7 @@ impl Broker {
     /// [`Published::dead_lettered`]). Returns the schema's version: each
     /// change of the topic's schema (set, replace, remove) takes the next
     /// number, from 1; each appended record carries the version it was
-    /// checked against ([`Message::schema_version`]). Records appended
+    /// checked against ([`Delivered::schema_version`]). Records appended
     /// before are not checked again. A replacement while publishers run
     /// checks each record by the old schema or the new one, never by none.
     ///

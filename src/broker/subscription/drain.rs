@@ -28,6 +28,7 @@ use super::core::{BATCH, BackoffOver, DrainJob, DrainState, HandlerKind, Retry, 
 use super::idle;
 use super::options::{Ack, Message, Overflow};
 use super::settle::{Settled, attempt_of, handler_panicked, invoke_lagged, invoke_many};
+use crate::broker::delivered::Delivered;
 use crate::broker::dispatch::{Job, Waited};
 use crate::broker::partition::in_handler::InHandler;
 use crate::broker::partition::signal::{self, Idled, ReadySet};
@@ -495,7 +496,11 @@ impl SubCore {
                             if last_reason.is_some() || reason.get_mut().is_some() {
                                 *reason.get_mut() = last_reason;
                             }
-                            let msg = Message { topic, partition, record, attempt, reason: &*reason };
+                            let msg = Message {
+                                delivered: Delivered::new(topic, partition, record),
+                                attempt,
+                                reason: &*reason,
+                            };
                             in_flight = Some((record, attempt));
                             if watched {
                                 self.call_started(partition, self.unacked_resume(record.offset()));
@@ -520,7 +525,11 @@ impl SubCore {
                             // A panic outside any handler call is rill's own:
                             // nothing to attribute it to, so it goes on up.
                             let Some((record, attempt)) = in_flight.take() else { resume_unwind(panic) };
-                            let msg = Message { topic, partition, record, attempt, reason: &*reason };
+                            let msg = Message {
+                                delivered: Delivered::new(topic, partition, record),
+                                attempt,
+                                reason: &*reason,
+                            };
                             let ack = handler_panicked(&msg, &*panic);
                             if watched && self.call_ended() {
                                 // As for a return past the deadline: void.
@@ -564,7 +573,7 @@ impl SubCore {
                     .map(|(&record, cell)| {
                         let (attempt, last_reason) = attempt_of(retry, i, record.offset());
                         *cell.borrow_mut() = last_reason;
-                        Message { topic, partition, record, attempt, reason: cell }
+                        Message { delivered: Delivered::new(topic, partition, record), attempt, reason: cell }
                     })
                     .collect();
                 if !msgs.is_empty() {

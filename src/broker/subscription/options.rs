@@ -5,8 +5,8 @@ use std::cell::RefCell;
 use std::fmt;
 use std::time::Duration;
 
-use crate::log::RecordView;
-use crate::sync::{Arc, Name};
+use crate::broker::delivered::Delivered;
+use crate::sync::Arc;
 
 /// What a handler says about a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,137 +252,21 @@ pub type DeadLetterCallback = Arc<dyn Fn(&Message<'_>, &str) + Send + Sync>;
 /// Default `max_attempts`.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 
-/// A message as a handler sees it: borrowed from the log, valid for the call.
-/// The record's accessors (`payload()`, `key()`, `offset()`, ...) come
-/// through `Deref` to [`RecordView`].
+/// A message as a handler sees it: a [`Delivered`] message (borrowed from the
+/// log, valid for the call) with what only a push delivery has, which
+/// attempt this is and a reason the handler can give for its ack.
+/// `Delivered`'s accessors (`topic()`, `partition()`, `schema_version()`,
+/// ...) and the record's (`payload()`, `key()`, `offset()`, ...) come
+/// through `Deref`.
 pub struct Message<'a> {
-    /// The topic's name as the reader holds it (see [`Message::topic_name`]).
-    pub(super) topic: &'a Name,
-    pub(super) partition: u32,
-    pub(super) record: RecordView<'a>,
+    /// What was delivered: where it was read, and the record.
+    pub(super) delivered: Delivered<'a>,
     pub(super) attempt: u32,
     /// The reason the handler gives (`set_reason`), or the one given last time.
     pub(super) reason: &'a RefCell<Option<String>>,
 }
 
 impl<'a> Message<'a> {
-    /// The version of the topic's schema the record was checked against
-    /// when it was published (see `Broker::set_schema`); 0 if the topic had
-    /// no schema then (the reserved attribute `rill.schema` is absent or
-    /// not a number).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::{Arc, Mutex};
-    /// use std::time::Duration;
-    /// use rill::{Ack, OnInvalid, Record, Schema, SubscriptionOptions};
-    /// # use rill::{Broker, BrokerConfig, TopicOptions};
-    /// # let broker = Broker::new(BrokerConfig::default())?;
-    /// # broker.create_topic("orders", &TopicOptions::default())?;
-    ///
-    /// let versions = Arc::new(Mutex::new(Vec::new()));
-    /// let sink = versions.clone();
-    /// let sub = broker.subscribe("orders", SubscriptionOptions::default(), move |m| {
-    ///     sink.lock().unwrap().push(m.schema_version());
-    ///     Ack::Success
-    /// })?;
-    /// broker.publish("orders", &Record::new(b"before"))?;
-    /// broker.set_schema("orders", Schema::Json(r#"{"type":"object"}"#.into()), OnInvalid::Reject)?;
-    /// broker.publish("orders", &Record::new(br#"{"id":1}"#))?;
-    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
-    /// assert_eq!(*versions.lock().unwrap(), [0, 1]);
-    /// # Ok::<(), rill::Error>(())
-    /// ```
-    pub fn schema_version(&self) -> u64 {
-        self.record.attribute(crate::broker::schema::SCHEMA_ATTRIBUTE).and_then(|v| v.parse().ok()).unwrap_or(0)
-    }
-    /// The topic it was published to.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::{Arc, Mutex};
-    /// use std::time::Duration;
-    /// use rill::{Ack, Record, SubscriptionOptions};
-    /// # use rill::{Broker, BrokerConfig, TopicOptions};
-    /// # let broker = Broker::new(BrokerConfig::default())?;
-    /// # broker.create_topic("shop/orders", &TopicOptions::default())?;
-    /// # broker.create_topic("shop/refunds", &TopicOptions::default())?;
-    ///
-    /// let topics = Arc::new(Mutex::new(Vec::new()));
-    /// let sink = topics.clone();
-    /// let sub = broker.subscribe("shop/**", SubscriptionOptions::default(), move |m| {
-    ///     sink.lock().unwrap().push(m.topic().to_owned());
-    ///     Ack::Success
-    /// })?;
-    /// broker.publish("shop/refunds", &Record::new(b"r-1"))?;
-    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
-    /// assert_eq!(*topics.lock().unwrap(), ["shop/refunds"]);
-    /// # Ok::<(), rill::Error>(())
-    /// ```
-    pub fn topic(&self) -> &'a str {
-        self.topic
-    }
-    /// The topic's name as the broker holds it: one allocation per topic,
-    /// shared by every message a subscription reads from it, for as long as
-    /// the topic lives (a topic deleted and created again under the same
-    /// name gets a new one). A caller that keeps a clone can recognise the
-    /// topic of the next message with [`std::sync::Arc::ptr_eq`] instead of
-    /// comparing its bytes (the clone keeps the address from being reused by
-    /// another name); the C library finds its cached C string this way.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use std::sync::{Arc, Mutex};
-    /// # use std::time::Duration;
-    /// use rill::{Ack, Record, SubscriptionOptions};
-    /// # use rill::{Broker, BrokerConfig, TopicOptions};
-    /// # let broker = Broker::new(BrokerConfig::default())?;
-    /// # broker.create_topic("orders", &TopicOptions::default())?;
-    ///
-    /// let names: Arc<Mutex<Vec<Arc<str>>>> = Arc::default();
-    /// let sink = names.clone();
-    /// let sub = broker.subscribe("orders", SubscriptionOptions::default(), move |m| {
-    ///     sink.lock().unwrap().push(m.topic_name().clone());
-    ///     Ack::Success
-    /// })?;
-    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
-    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
-    /// let names = names.lock().unwrap();
-    /// assert!(Arc::ptr_eq(&names[0], &names[1])); // one allocation for the topic's messages
-    /// # Ok::<(), rill::Error>(())
-    /// ```
-    pub fn topic_name(&self) -> &'a std::sync::Arc<str> {
-        self.topic
-    }
-    /// Its partition.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use std::sync::{Arc, Mutex};
-    /// # use std::time::Duration;
-    /// use rill::{Ack, Record, SubscriptionOptions, TopicOptions};
-    /// # use rill::{Broker, BrokerConfig};
-    /// # let broker = Broker::new(BrokerConfig::default())?;
-    ///
-    /// broker.create_topic("orders", &TopicOptions::with_partitions(4))?;
-    /// let partitions = Arc::new(Mutex::new(Vec::new()));
-    /// let sink = partitions.clone();
-    /// let sub = broker.subscribe("orders", SubscriptionOptions::default(), move |m| {
-    ///     sink.lock().unwrap().push(m.partition());
-    ///     Ack::Success
-    /// })?;
-    /// let at = broker.publish("orders", &Record::new(b"o-1").with_key(b"customer-7"))?;
-    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
-    /// assert_eq!(*partitions.lock().unwrap(), [at.partition]);
-    /// # Ok::<(), rill::Error>(())
-    /// ```
-    pub fn partition(&self) -> u32 {
-        self.partition
-    }
     /// Which delivery this is: 1 the first time, 2 on the first redelivery, ...
     ///
     /// # Examples
@@ -441,50 +325,23 @@ impl<'a> Message<'a> {
     pub fn set_reason(&self, reason: impl Into<String>) {
         *self.reason.borrow_mut() = Some(reason.into());
     }
-    /// The underlying record view.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use std::sync::{Arc, Mutex};
-    /// # use std::time::Duration;
-    /// use rill::{Ack, Record, SubscriptionOptions};
-    /// # use rill::{Broker, BrokerConfig, TopicOptions};
-    /// # let broker = Broker::new(BrokerConfig::default())?;
-    /// # broker.create_topic("orders", &TopicOptions::default())?;
-    ///
-    /// let seen = Arc::new(Mutex::new(Vec::new()));
-    /// let sink = seen.clone();
-    /// let sub = broker.subscribe("orders", SubscriptionOptions::default(), move |m| {
-    ///     let record = m.record();
-    ///     sink.lock().unwrap().push((record.offset(), record.key().map(<[u8]>::to_vec), record.payload().to_vec()));
-    ///     Ack::Success
-    /// })?;
-    /// broker.publish("orders", &Record::new(b"o-1").with_key(b"customer-7"))?;
-    /// assert!(sub.wait_idle(Duration::from_secs(5))?);
-    /// assert_eq!(*seen.lock().unwrap(), [(0, Some(b"customer-7".to_vec()), b"o-1".to_vec())]);
-    /// # Ok::<(), rill::Error>(())
-    /// ```
-    pub fn record(&self) -> RecordView<'a> {
-        self.record
-    }
 }
 
-/// The record's own accessors: `offset()`, `timestamp_ns()`, `key()`,
-/// `payload()`, `attributes()`, `attribute(key)`.
+/// The delivered message's accessors, and through it the record's.
 impl<'a> std::ops::Deref for Message<'a> {
-    type Target = RecordView<'a>;
+    type Target = Delivered<'a>;
 
-    fn deref(&self) -> &RecordView<'a> {
-        &self.record
+    #[inline]
+    fn deref(&self) -> &Delivered<'a> {
+        &self.delivered
     }
 }
 
 impl fmt::Debug for Message<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Message")
-            .field("topic", &self.topic)
-            .field("partition", &self.partition)
+            .field("topic", &self.topic())
+            .field("partition", &self.partition())
             .field("offset", &self.offset())
             .field("attempt", &self.attempt)
             .field("key", &self.key())
