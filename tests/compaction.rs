@@ -193,6 +193,43 @@ fn a_record_younger_than_the_lag_is_not_compacted() {
 }
 
 #[test]
+fn a_pass_waits_until_the_dirty_part_is_half_of_the_sealed_log() {
+    // Records of one size with keys of their own, so a pass removes
+    // nothing and the sealed segments stay alike; but "x" is written once
+    // first and once more later, to show what a skipped pass leaves.
+    let log = small_log();
+    let mut n = 0u32;
+    let mut append_until = |log: &Log, segments: usize| {
+        while log.stats().segments < segments {
+            log.append(&Record::new(&[1; 24]).with_key(format!("d{n:06}").as_bytes())).unwrap();
+            n += 1;
+        }
+    };
+    log.append(&Record::new(&[0; 24]).with_key(b"x")).unwrap();
+    append_until(&log, 5);
+    let now = rill::clock::now_ns();
+    assert!(log.compact(&KEEP_TOMBSTONES, now).unwrap(), "the first pass: everything is dirty");
+    assert_eq!((log.stats().compaction_passes, log.stats().compacted_records), (1, 0));
+    // Four sealed segments clean; one more sealed, holding x's second record.
+    log.append(&Record::new(&[2; 24]).with_key(b"x")).unwrap();
+    append_until(&log, 6);
+    assert!(!log.compact(&KEEP_TOMBSTONES, now).unwrap(), "a fifth of the sealed log is dirty: no pass");
+    assert_eq!(log.stats().compaction_passes, 1);
+    let xs = |log: &Log| read_all(log).into_iter().filter(|(_, k, _)| k == b"x").count();
+    assert_eq!(xs(&log), 2, "x's old record stays until a pass runs");
+    // Three dirty of seven: still below half.
+    append_until(&log, 8);
+    assert!(!log.compact(&KEEP_TOMBSTONES, now).unwrap());
+    assert_eq!(log.stats().compaction_passes, 1);
+    // Five dirty of nine: past half, a pass runs and removes x's old record.
+    append_until(&log, 10);
+    assert!(log.compact(&KEEP_TOMBSTONES, now).unwrap());
+    assert_eq!((log.stats().compaction_passes, log.stats().compacted_records), (2, 1));
+    assert_eq!(xs(&log), 1);
+    assert_eq!(read_all(&log)[0].0, 1, "offset 0, x's old record, is gone");
+}
+
+#[test]
 fn seek_poll_and_commit_across_gaps() {
     // In the log: a cursor at a removed offset starts at the next kept one.
     let log = small_log();
