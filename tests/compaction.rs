@@ -413,3 +413,43 @@ proptest! {
         prop_assert_eq!(stats.compacted_records as usize + read.len(), published.len());
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Passes at random points (most skipped by the dirty share, some
+    /// incremental over a clean prefix) never remove the newest record of
+    /// a key, never move one, and count every record removed.
+    #[test]
+    fn passes_between_writes_remove_only_superseded_records(
+        ops in proptest::collection::vec((op(), 0u8..40), 1..1500),
+        big in 0usize..200,
+    ) {
+        let log = small_log();
+        let mut published: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut newest: HashMap<Vec<u8>, u64> = HashMap::new();
+        for (o, dice) in &ops {
+            let (key, value) = match *o {
+                Op::Put(k, v) => (vec![k], format!("{v:0width$}", width = big % 64).into_bytes()),
+                Op::Delete(k) => (vec![k], Vec::new()),
+            };
+            let offset = log.append(&Record::new(&value).with_key(&key)).unwrap();
+            newest.insert(key.clone(), offset);
+            published.push((key, value));
+            if *dice == 0 {
+                log.compact(&KEEP_TOMBSTONES, rill::clock::now_ns()).unwrap();
+            }
+        }
+        log.compact(&KEEP_TOMBSTONES, rill::clock::now_ns()).unwrap();
+        let read = read_all(&log);
+        for (i, (offset, key, value)) in read.iter().enumerate() {
+            prop_assert!(i == 0 || *offset > read[i - 1].0);
+            prop_assert_eq!(&published[*offset as usize], &(key.clone(), value.clone()));
+        }
+        let read_offsets: std::collections::HashSet<u64> = read.iter().map(|r| r.0).collect();
+        for (key, offset) in &newest {
+            prop_assert!(read_offsets.contains(offset), "the newest record of {:?} (offset {}) was removed", key, offset);
+        }
+        prop_assert_eq!(log.stats().compacted_records as usize + read.len(), published.len());
+    }
+}
