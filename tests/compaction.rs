@@ -193,6 +193,43 @@ fn a_record_younger_than_the_lag_is_not_compacted() {
 }
 
 #[test]
+fn a_pass_waits_until_the_dirty_part_is_half_of_the_sealed_log() {
+    // Records of one size with keys of their own, so a pass removes
+    // nothing and the sealed segments stay alike; but "x" is written once
+    // first and once more later, to show what a skipped pass leaves.
+    let log = small_log();
+    let mut n = 0u32;
+    let mut append_until = |log: &Log, segments: usize| {
+        while log.stats().segments < segments {
+            log.append(&Record::new(&[1; 24]).with_key(format!("d{n:06}").as_bytes())).unwrap();
+            n += 1;
+        }
+    };
+    log.append(&Record::new(&[0; 24]).with_key(b"x")).unwrap();
+    append_until(&log, 5);
+    let now = rill::clock::now_ns();
+    assert!(log.compact(&KEEP_TOMBSTONES, now).unwrap(), "the first pass: everything is dirty");
+    assert_eq!((log.stats().compaction_passes, log.stats().compacted_records), (1, 0));
+    // Four sealed segments clean; one more sealed, holding x's second record.
+    log.append(&Record::new(&[2; 24]).with_key(b"x")).unwrap();
+    append_until(&log, 6);
+    assert!(!log.compact(&KEEP_TOMBSTONES, now).unwrap(), "a fifth of the sealed log is dirty: no pass");
+    assert_eq!(log.stats().compaction_passes, 1);
+    let xs = |log: &Log| read_all(log).into_iter().filter(|(_, k, _)| k == b"x").count();
+    assert_eq!(xs(&log), 2, "x's old record stays until a pass runs");
+    // Three dirty of seven: still below half.
+    append_until(&log, 8);
+    assert!(!log.compact(&KEEP_TOMBSTONES, now).unwrap());
+    assert_eq!(log.stats().compaction_passes, 1);
+    // Five dirty of nine: past half, a pass runs and removes x's old record.
+    append_until(&log, 10);
+    assert!(log.compact(&KEEP_TOMBSTONES, now).unwrap());
+    assert_eq!((log.stats().compaction_passes, log.stats().compacted_records), (2, 1));
+    assert_eq!(xs(&log), 1);
+    assert_eq!(read_all(&log)[0].0, 1, "offset 0, x's old record, is gone");
+}
+
+#[test]
 fn seek_poll_and_commit_across_gaps() {
     // In the log: a cursor at a removed offset starts at the next kept one.
     let log = small_log();
@@ -374,5 +411,45 @@ proptest! {
         prop_assert!(split, "no segment base splits {:?}", read_offsets);
         let stats = log.stats();
         prop_assert_eq!(stats.compacted_records as usize + read.len(), published.len());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Passes at random points (most skipped by the dirty share, some
+    /// incremental over a clean prefix) never remove the newest record of
+    /// a key, never move one, and count every record removed.
+    #[test]
+    fn passes_between_writes_remove_only_superseded_records(
+        ops in proptest::collection::vec((op(), 0u8..40), 1..1500),
+        big in 0usize..200,
+    ) {
+        let log = small_log();
+        let mut published: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut newest: HashMap<Vec<u8>, u64> = HashMap::new();
+        for (o, dice) in &ops {
+            let (key, value) = match *o {
+                Op::Put(k, v) => (vec![k], format!("{v:0width$}", width = big % 64).into_bytes()),
+                Op::Delete(k) => (vec![k], Vec::new()),
+            };
+            let offset = log.append(&Record::new(&value).with_key(&key)).unwrap();
+            newest.insert(key.clone(), offset);
+            published.push((key, value));
+            if *dice == 0 {
+                log.compact(&KEEP_TOMBSTONES, rill::clock::now_ns()).unwrap();
+            }
+        }
+        log.compact(&KEEP_TOMBSTONES, rill::clock::now_ns()).unwrap();
+        let read = read_all(&log);
+        for (i, (offset, key, value)) in read.iter().enumerate() {
+            prop_assert!(i == 0 || *offset > read[i - 1].0);
+            prop_assert_eq!(&published[*offset as usize], &(key.clone(), value.clone()));
+        }
+        let read_offsets: std::collections::HashSet<u64> = read.iter().map(|r| r.0).collect();
+        for (key, offset) in &newest {
+            prop_assert!(read_offsets.contains(offset), "the newest record of {:?} (offset {}) was removed", key, offset);
+        }
+        prop_assert_eq!(log.stats().compacted_records as usize + read.len(), published.len());
     }
 }

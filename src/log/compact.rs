@@ -4,8 +4,9 @@
 //!
 //! A compacted topic's log is the ordinary log; a background *pass*
 //! ([`Log::compact`], run by the broker's compactor) rewrites its sealed
-//! segments. It first reads every sealed segment, oldest first, and notes
-//! for each key the offset of its newest record. Then, segment by segment,
+//! segments. It first reads the sealed segments of the *dirty* part (see
+//! "Incremental passes"), oldest first, and notes for each key the offset
+//! of its newest record. Then, over every sealed segment, segment by segment,
 //! a record is *removed* if a newer record of its key exists (and it is
 //! older than the lag, `min_lag_ns`), or if it is a *tombstone* (a key and
 //! an empty payload) older than the tombstone retention and the newest of
@@ -22,6 +23,32 @@
 //! offset order, with gaps where removed records were. A cursor at a removed
 //! offset (after a seek, or a resumed position) passes over it to the next
 //! kept one, as over a skip record.
+//!
+//! # Incremental passes
+//!
+//! A pass that read every sealed segment each time one seals would do work
+//! that grows with the square of the log's length. As Kafka's cleaner does,
+//! a log remembers (`Progress::clean` in `compact_state.rs`) where its
+//! *clean* prefix ends: a segment base below which the sealed segments hold
+//! at most one record of each key. A pass maps only the *dirty* part, the
+//! sealed segments from there on (one table, key -> newest offset), and
+//! rewrites clean and dirty segments alike: a record whose key is in the
+//! map is the newest of its key only at the mapped offset; a record of the
+//! clean prefix whose key is not in the map is the only one of its key, so
+//! the newest. What a pass keeps is therefore what a pass over everything
+//! would keep. Afterwards the clean prefix ends where the pass stopped,
+//! unless it kept a superseded record (younger than the lag): the prefix
+//! then ends at that record's segment, which the next pass maps again.
+//!
+//! Newly sealed segments start a pass only once the dirty part holds
+//! [`MIN_DIRTY_PERCENT`] of the sealed segments' region bytes, so each
+//! pass reads at most about twice what is new since the last one. A pass
+//! also runs, whatever the dirty share, once a record the last one kept
+//! becomes removable (`due_ns`: the lag passed, a tombstone expired), and
+//! after a pass that left work (a record still being written, a directory
+//! that stalled). Until then superseded records of the dirty part stay,
+//! as they stay in the segment being written: readers see them in offset
+//! order, before the newest record of their key.
 //!
 //! # The swap
 //!
@@ -86,10 +113,14 @@
 //! nothing is trimmed by size or age, so a partition's memory grows with
 //! the number of distinct keys (and the offsets' index); under
 //! `CompactAndDelete` the size and age limits trim whole segments as usual.
-//! The pass itself holds a map of the keys of every sealed segment while it
-//! runs.
+//! The pass itself holds, while it runs, a map of the dirty part's keys and
+//! eight bytes (a key's hash) per dirty record.
 
-use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 
 use super::dir::{Dir, Shared};
 use super::record::align_up;
@@ -98,6 +129,13 @@ use crate::error::Result;
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use crate::sync::epoch::{self, Owned};
+
+/// The dirty share (percent of the sealed segments' region bytes) from
+/// which newly sealed segments start a pass (see "Incremental passes" in
+/// the module docs): Kafka's `min.cleanable.dirty.ratio` default. Lower
+/// passes more often over the same clean prefix; higher lets superseded
+/// records stay longer. `rill-bench --compaction` measures its effect.
+pub(super) const MIN_DIRTY_PERCENT: u64 = 50;
 
 /// When a compaction pass may remove records (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,13 +147,6 @@ pub struct CompactionPolicy {
     /// of its key is removed once older than this (nanoseconds, by its
     /// timestamp).
     pub tombstone_ns: u64,
-}
-
-/// One record a pass looked at.
-struct Seen<'a> {
-    key: Option<&'a [u8]>,
-    timestamp: u64,
-    tombstone: bool,
 }
 
 /// One compaction pass over `shared`'s sealed segments, if it has work:
@@ -131,71 +162,111 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
         let sealed = &dir.segs[..dir.segs.len() - 1];
         // Where the sealed segments end: the newest segment's base.
         let through = sealed.last().map_or(0, |_| dir.last().base());
-        // Nothing new: decided before a segment is cloned, as the
-        // compactor asks often.
-        if through == progress.through && now_ns < progress.due_ns {
-            return Ok(false);
+        // Decided before a segment is cloned, as the compactor asks often.
+        if !progress.retry && now_ns < progress.due_ns {
+            if through == progress.through {
+                // Nothing newly sealed.
+                return Ok(false);
+            }
+            // Noted, so that the share is summed again only once more is
+            // sealed (it changes with nothing else that matters here: a
+            // trim only shrinks the clean prefix, and the next seal counts).
+            progress.through = through;
+            if !dirty_enough(sealed, progress.clean) {
+                return Ok(false);
+            }
         }
         (sealed.to_vec(), through)
     };
-    let pass = Pass::read(&segs);
+    let clean = progress.clean;
+    let map = KeyMap::read(&segs, clean);
+    // The segments this pass rewrites: up to the first with a record still
+    // being written (the next pass reads it).
+    let stop = map.stop;
     let mut due_ns = u64::MAX;
-    let mut complete = true;
+    // Where the next pass's dirty part starts: `stop`'s base, or the first
+    // segment that keeps a superseded record (younger than the lag), which
+    // the next pass must map again to remove it.
+    let mut next_clean = segs.get(stop).map_or(through, |s| s.base());
+    let mut keys = 0u64;
     let mut rebuilt: Vec<(usize, Arc<Segment>, u64, u64)> = Vec::new();
-    for (i, seg) in segs.iter().enumerate() {
-        let Some(records) = pass.segments[i].as_ref() else {
-            // A record still being written: the next pass reads it.
-            complete = false;
-            continue;
-        };
-        let mut kept: Vec<(u64, &[u8])> = Vec::with_capacity(records.len());
-        let (mut removed, mut removed_bytes, mut stamp) = (0u64, 0u64, 0u64);
-        for (index, seen) in records.iter().enumerate() {
-            let index = index as u64;
-            let Some(seen) = seen else { continue };
-            stamp = stamp.max(seen.timestamp);
-            let Some(key) = seen.key else {
-                kept.push((index, pass.bytes(seg, index)));
+    let mut kept: Vec<(u64, &[u8])> = Vec::new();
+    'segs: for (i, seg) in segs[..stop].iter().enumerate() {
+        let count = seg.sealed_count().expect("every segment but the newest is sealed");
+        let hashes = map.hashes.get(i.wrapping_sub(map.first_dirty));
+        kept.clear();
+        let (mut removed, mut removed_bytes, mut stamp, mut seg_keys) = (0u64, 0u64, 0u64, 0u64);
+        let mut holds_superseded = false;
+        for index in 0..count {
+            let Some(pos) = seg.committed(index) else {
+                // Only a dirty segment can have one, and `KeyMap::read`
+                // stopped before it; a clean one was read whole before.
+                // Left for the next pass, as a dirty segment.
+                next_clean = next_clean.min(seg.base());
+                continue 'segs;
+            };
+            let view = seg.view(index, pos);
+            if view.is_skip() {
+                continue;
+            }
+            let timestamp = view.timestamp_ns();
+            stamp = stamp.max(timestamp);
+            let Some(key) = view.key() else {
+                kept.push((index, view.raw_bytes()));
                 continue;
             };
-            let newest = pass.newest[key] == seg.base() + index;
-            let past_lag = seen.timestamp.saturating_add(policy.min_lag_ns);
+            let offset = seg.base() + index;
+            let hash = match hashes {
+                Some(h) => h[index as usize],
+                None => map.hasher.hash_one(key),
+            };
+            // A key the dirty part does not hold: this record, in the clean
+            // prefix, is the only one of its key, so the newest.
+            let newest = map.newest(hash, key).is_none_or(|o| o == offset);
+            let tombstone = view.payload().is_empty();
+            let past_lag = timestamp.saturating_add(policy.min_lag_ns);
             let removable_at = if !newest {
                 Some(past_lag)
-            } else if seen.tombstone {
-                Some(past_lag.max(seen.timestamp.saturating_add(policy.tombstone_ns)))
+            } else if tombstone {
+                Some(past_lag.max(timestamp.saturating_add(policy.tombstone_ns)))
             } else {
                 None
             };
             match removable_at {
                 Some(at) if at <= now_ns => {
                     removed += 1;
-                    removed_bytes += align_up(pass.bytes(seg, index).len()) as u64;
+                    removed_bytes += align_up(view.raw_bytes().len()) as u64;
                 }
                 other => {
                     if let Some(at) = other {
                         due_ns = due_ns.min(at);
                     }
-                    kept.push((index, pass.bytes(seg, index)));
+                    holds_superseded |= !newest;
+                    seg_keys += u64::from(newest);
+                    kept.push((index, view.raw_bytes()));
                 }
             }
+        }
+        keys += seg_keys;
+        if holds_superseded {
+            next_clean = next_clean.min(seg.base());
         }
         if removed == 0 {
             continue;
         }
-        let count = seg.sealed_count().expect("every segment but the newest is sealed");
         // The compacted-away record carries the newest stamp the segment
         // had, so the age limit (`CompactAndDelete`) sees the same age.
-        let stamp = pass.newest_stamp(seg, count).max(stamp);
+        let stamp = newest_stamp(seg, count).max(stamp);
         let new = Segment::compacted(seg.base(), count, &kept, stamp, shared.pool.clone())?;
         rebuilt.push((i, Arc::new(new), removed, removed_bytes));
     }
-    let keys = pass.kept_keys(policy, now_ns);
-    drop(pass);
+    drop(kept);
+    drop(map);
     let installed = install(shared, &segs, &rebuilt);
     // A rebuilt segment not installed (the directory stalled, or
-    // retention trimmed the old one): the next call passes again.
-    complete &= installed.len() == rebuilt.len();
+    // retention trimmed the old one): the next call passes again, from
+    // the clean prefix as it was (removing records never breaks it).
+    let all_installed = installed.len() == rebuilt.len();
     for &(_, _, removed, bytes) in installed {
         // Relaxed: statistics.
         shared.compaction.records.fetch_add(removed, Ordering::Relaxed);
@@ -204,11 +275,30 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
     // Relaxed: statistics.
     shared.compaction.keys.store(keys, Ordering::Relaxed);
     shared.compaction.passes.fetch_add(1, Ordering::Relaxed);
-    // An incomplete pass (a record still being written, a directory that
-    // stalled) is repeated at the next call.
-    progress.through = if complete { through } else { 0 };
+    progress.through = through;
+    progress.clean = if all_installed { next_clean } else { clean };
+    progress.retry = !all_installed || stop < segs.len();
     progress.due_ns = due_ns;
     Ok(true)
+}
+
+/// True if the sealed segments from offset `clean` on (the dirty part)
+/// hold at least [`MIN_DIRTY_PERCENT`] of the sealed region bytes.
+fn dirty_enough(sealed: &[Arc<Segment>], clean: u64) -> bool {
+    let (mut dirty, mut all) = (0u64, 0u64);
+    for seg in sealed {
+        let bytes = seg.used_bytes();
+        all += bytes;
+        if seg.base() >= clean {
+            dirty += bytes;
+        }
+    }
+    dirty > 0 && dirty * 100 >= all * MIN_DIRTY_PERCENT
+}
+
+/// The stamp of `seg`'s last record (of `count`), kept or not.
+fn newest_stamp(seg: &Segment, count: u64) -> u64 {
+    count.checked_sub(1).and_then(|i| seg.committed(i).map(|pos| seg.view(i, pos).timestamp_ns())).unwrap_or(0)
 }
 
 /// Replaces `segs[i]` by each rebuilt segment in the current directory
@@ -279,67 +369,67 @@ pub(super) fn stats(shared: &Shared) -> (u64, u64, u64, u64) {
     )
 }
 
-/// What one pass read from the sealed segments.
-struct Pass<'a> {
-    /// Per segment, per index: the record, `None` for one readers pass
-    /// over; the whole segment `None` if a record is still being written.
-    segments: Vec<Option<Vec<Option<Seen<'a>>>>>,
-    /// The offset of each key's newest record.
-    newest: HashMap<&'a [u8], u64>,
-    /// The newest record's tombstone state and stamp, per key.
-    newest_seen: HashMap<&'a [u8], (bool, u64)>,
+/// One pass's map of the dirty part's keys: each key's newest offset.
+///
+/// One table, one hash per record: the dirty part's hashes are kept per
+/// record for the rewrite, and each entry keeps its key's hash, so the
+/// table grows without hashing again. The hasher is the standard library's
+/// keyed SipHash: keys come from publishers, and a flood of colliding keys
+/// must not turn a pass quadratic.
+struct KeyMap<'a> {
+    hasher: RandomState,
+    /// (hash, key, offset of its newest record).
+    table: HashTable<(u64, &'a [u8], u64)>,
+    /// Index (in the pass's segments) of the first dirty segment.
+    first_dirty: usize,
+    /// Per dirty segment (from `first_dirty`), per index: the key's hash
+    /// (0 for a record without one).
+    hashes: Vec<Vec<u64>>,
+    /// Index of the first segment with a record still being written, or
+    /// the number of segments: the pass rewrites only those before it.
+    stop: usize,
 }
 
-impl<'a> Pass<'a> {
-    fn read(segs: &'a [Arc<Segment>]) -> Pass<'a> {
-        let mut newest = HashMap::new();
-        let mut newest_seen = HashMap::new();
-        let segments = segs
-            .iter()
-            .map(|seg| {
-                let count = seg.sealed_count().expect("every segment but the newest is sealed");
-                let mut records = Vec::with_capacity(count as usize);
-                for index in 0..count {
-                    let pos = seg.committed(index)?;
-                    let view = seg.view(index, pos);
-                    if view.is_skip() {
-                        records.push(None);
-                        continue;
-                    }
-                    let key = view.key();
-                    let tombstone = key.is_some() && view.payload().is_empty();
-                    if let Some(k) = key {
-                        newest.insert(k, seg.base() + index);
-                        newest_seen.insert(k, (tombstone, view.timestamp_ns()));
-                    }
-                    records.push(Some(Seen { key, timestamp: view.timestamp_ns(), tombstone }));
+impl<'a> KeyMap<'a> {
+    /// Maps the keys of `segs` from offset `clean` on.
+    fn read(segs: &'a [Arc<Segment>], clean: u64) -> KeyMap<'a> {
+        let hasher = RandomState::new();
+        let mut table: HashTable<(u64, &'a [u8], u64)> = HashTable::new();
+        let first_dirty = segs.iter().position(|s| s.base() >= clean).unwrap_or(segs.len());
+        let mut hashes = Vec::with_capacity(segs.len() - first_dirty);
+        let mut stop = segs.len();
+        'segs: for (i, seg) in segs.iter().enumerate().skip(first_dirty) {
+            let count = seg.sealed_count().expect("every segment but the newest is sealed");
+            let mut seg_hashes = vec![0u64; count as usize];
+            for index in 0..count {
+                let Some(pos) = seg.committed(index) else {
+                    // Keys mapped from this segment point into it, and the
+                    // pass keeps what they supersede: only removing less.
+                    stop = i;
+                    break 'segs;
+                };
+                let view = seg.view(index, pos);
+                if view.is_skip() {
+                    continue;
                 }
-                Some(records)
-            })
-            .collect();
-        Pass { segments, newest, newest_seen }
+                let Some(key) = view.key() else { continue };
+                let offset = seg.base() + index;
+                let hash = hasher.hash_one(key);
+                seg_hashes[index as usize] = hash;
+                match table.entry(hash, |e| e.1 == key, |e| e.0) {
+                    Entry::Occupied(mut e) => e.get_mut().2 = offset,
+                    Entry::Vacant(e) => {
+                        e.insert((hash, key, offset));
+                    }
+                }
+            }
+            hashes.push(seg_hashes);
+        }
+        KeyMap { hasher, table, first_dirty, hashes, stop }
     }
 
-    /// The bytes of committed record `index` of `seg`.
-    fn bytes(&self, seg: &'a Segment, index: u64) -> &'a [u8] {
-        let pos = seg.committed(index).expect("the pass read it committed");
-        seg.view(index, pos).raw_bytes()
-    }
-
-    /// The stamp of `seg`'s last record (of `count`), kept or not.
-    fn newest_stamp(&self, seg: &Segment, count: u64) -> u64 {
-        count.checked_sub(1).and_then(|i| seg.committed(i).map(|pos| seg.view(i, pos).timestamp_ns())).unwrap_or(0)
-    }
-
-    /// Distinct keys whose newest record stays after this pass (a tombstone
-    /// not yet expired counts: its key is still in the log).
-    fn kept_keys(&self, policy: &CompactionPolicy, now_ns: u64) -> u64 {
-        self.newest_seen
-            .values()
-            .filter(|&&(tombstone, stamp)| {
-                !tombstone
-                    || stamp.saturating_add(policy.min_lag_ns).max(stamp.saturating_add(policy.tombstone_ns)) > now_ns
-            })
-            .count() as u64
+    /// The offset of `key`'s newest record in the dirty part, if any.
+    fn newest(&self, hash: u64, key: &[u8]) -> Option<u64> {
+        self.table.find(hash, |e| e.1 == key).map(|e| e.2)
     }
 }

@@ -20,13 +20,23 @@ pub(super) struct Compaction {
     pub(super) progress: Mutex<Progress>,
 }
 
+/// Where the passes stand (see "Incremental passes" in `compact.rs`).
 #[derive(Debug, Default)]
 pub(super) struct Progress {
-    /// The end offset of the sealed segments the last complete pass read:
-    /// a pass has work once more are sealed.
+    /// The end offset of the sealed segments when a pass last looked: a
+    /// pass may have work once more are sealed.
     pub(super) through: u64,
+    /// The *clean* prefix's end, a segment base: below it the sealed
+    /// segments hold at most one record of each key (the newest of its key
+    /// when the last pass ran). A pass maps the keys of the *dirty* part,
+    /// from here to `through`, only.
+    pub(super) clean: u64,
     /// The earliest time (ns) at which a record the last pass kept becomes
     /// removable (a superseded record leaving the lag, a tombstone
     /// expiring); `u64::MAX` if none.
     pub(super) due_ns: u64,
+    /// The last pass left work it could not do yet (a record still being
+    /// written, a directory that stalled, a rebuilt segment not installed):
+    /// the next call runs a pass whatever the dirty share.
+    pub(super) retry: bool,
 }

@@ -558,8 +558,8 @@ impl Log {
     }
 
     /// Runs one compaction pass over this log's sealed segments if it has
-    /// work: segments were sealed since the last pass, or a kept record has
-    /// become removable by `now_ns` (see "What a pass does" in `compact.rs`).
+    /// work: the segments sealed since the last pass are half the sealed log,
+    /// or a kept record has become removable by `now_ns` (see `compact.rs`).
     /// Returns whether a pass ran. Publishers never wait for it; readers
     /// see either the old or the rebuilt segment, whole.
     ///
