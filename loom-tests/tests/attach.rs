@@ -2,8 +2,8 @@
 //! partition, on the real attach, publish, drain, close and pool code.
 //!
 //! First, while the subscription closes (see "Attaching while the
-//! subscription closes" at `SubCore::attach_to` in
-//! `src/broker/subscription/core.rs`).
+//! subscription closes" at `attach_to` in
+//! `src/broker/subscription/attach.rs`).
 //!
 //! The broker attaches the subscriptions it finds in its pattern index
 //! when it creates a topic, and a closing subscription stays there until

@@ -1,5 +1,5 @@
 //! Loom models of closing a subscription from another subscription's
-//! handler (see `SubCore::close` and `wind_up_later` in
+//! handler (see `close` and `wind_up_later` in
 //! `src/broker/subscription/close.rs`), on the real close, drain and pool code.
 //!
 //! Such a close must not wait for the subscription's drain (the two handlers

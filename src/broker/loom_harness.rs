@@ -12,7 +12,8 @@
 use super::dispatch::WorkerPool;
 use super::names::Pattern;
 use super::subscription::{
-    Ack, CloseHook, DrainJob, Exec, Handler, HandlerKind, Overflow, SubCore, SubEnv, SubscriptionOptions,
+    Ack, CloseHook, DrainJob, Exec, Handler, HandlerKind, Overflow, SubCore, SubEnv, SubscriptionOptions, attach,
+    close, drain,
 };
 use super::topic::{Partition, Wait};
 use super::waiters::Waiters;
@@ -166,14 +167,14 @@ impl Harness {
         );
         let dedicated = dedicated.then(|| {
             let s = sub.clone();
-            let handle = thread::spawn(move || SubCore::dedicated_loop(s));
+            let handle = thread::spawn(move || drain::dedicated_loop(s));
             sub.set_thread(handle.thread().clone());
             handle
         });
         for (topic, partition) in topics.iter().zip(&partitions) {
-            SubCore::attach_to(&sub, (*topic).into(), partition, partition.log.cursor_from_first());
+            attach::attach_to(&sub, (*topic).into(), partition, partition.log.cursor_from_first());
             if let Some(second) = &second {
-                SubCore::attach_to(second, (*topic).into(), partition, partition.log.cursor_from_first());
+                attach::attach_to(second, (*topic).into(), partition, partition.log.cursor_from_first());
             }
         }
         Harness { partitions, sub, second, pool, dedicated, seen, wound_up, last }
@@ -219,7 +220,7 @@ impl Harness {
 
     /// `Subscription::stats`.
     pub fn stats(&self) -> super::subscription::SubscriptionStats {
-        self.sub.stats(true)
+        super::subscription::stats(&self.sub, true)
     }
 
     /// True once the subscription is closed (`Subscription::is_closed`).
@@ -230,7 +231,7 @@ impl Harness {
     /// Closes the subscription as if from another subscription's handler:
     /// without waiting for a drain in flight.
     pub fn close_from_another_handler(&self) {
-        SubCore::close_from_handler_of(&self.sub, 2);
+        close::close_from_handler_of(&self.sub, 2);
     }
 
     /// Blocks until the subscription has been wound up (its close hook ran);
@@ -248,7 +249,7 @@ impl Harness {
     /// Closes the subscription as a caller outside any handler does: waiting
     /// for the drain in flight and for the wind-up.
     pub fn close(&self) {
-        SubCore::close(&self.sub);
+        close::close(&self.sub);
     }
 
     /// How many times the subscription has been wound up so far (its close
@@ -269,7 +270,7 @@ impl Harness {
     /// a topic the subscription's pattern matches (`create_topic`, which
     /// found the subscription in its pattern index: it may be closing).
     pub fn attach(&self, p: &NewPartition) {
-        SubCore::attach_to(&self.sub, "t/new".into(), &p.0, p.0.log.cursor_from_first());
+        attach::attach_to(&self.sub, "t/new".into(), &p.0, p.0.log.cursor_from_first());
     }
 
     /// Attaches the subscription to `p` and pokes it, as `create_topic` does
@@ -281,9 +282,9 @@ impl Harness {
 
     /// Closes the subscription and stops its threads.
     pub fn shutdown(mut self) {
-        SubCore::close(&self.sub);
+        close::close(&self.sub);
         if let Some(second) = &self.second {
-            SubCore::close(second);
+            close::close(second);
         }
         if let Some(p) = self.pool.take() {
             p.stop();

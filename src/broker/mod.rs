@@ -776,7 +776,7 @@ impl Broker {
         // Stats are taken without the control lock: they lock each
         // subscription's own state.
         // A listing leaves each one's queue-wait figures for its own `stats`.
-        let mut v: Vec<SubscriptionStats> = subs.iter().map(|s| s.stats(false)).collect();
+        let mut v: Vec<SubscriptionStats> = subs.iter().map(|s| subscription::stats(s, false)).collect();
         v.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         v
     }

@@ -15,7 +15,7 @@
 //! (the group's record) may run ahead of the reader that holds it:
 //!
 //! 1. The rebalance changes the record and asks the old holder to give the
-//!    partition up (`SubCore::revoke`). The holder's drainer does so at the
+//!    partition up (`subscription::attach::revoke`). The holder's drainer does so at the
 //!    start of its next round, a batch boundary: every message before its
 //!    cursor is settled (acked, dead-lettered or dropped), and one waiting
 //!    for a retry keeps the partition until it is settled. It stops
@@ -60,7 +60,7 @@
 //! listeners of a partition, and a member is a listener only of what it
 //! reads.
 
-use super::subscription::SubCore;
+use super::subscription::{SubCore, deadline};
 use crate::sync::Arc;
 
 /// A member of a shared subscription.
@@ -153,7 +153,7 @@ impl SharedGroup {
     /// whose drainer let go) may own partitions again.
     fn refresh(&mut self) {
         for m in &mut self.members {
-            m.stalled = m.core.is_stalled();
+            m.stalled = deadline::is_stalled(&m.core);
         }
     }
 

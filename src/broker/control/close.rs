@@ -4,7 +4,7 @@
 
 use super::{BrokerInner, TopicMap};
 use crate::broker::consumer::ConsumerCore;
-use crate::broker::subscription::SubCore;
+use crate::broker::subscription::{SubCore, close};
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 
@@ -29,7 +29,7 @@ impl BrokerInner {
             c.close();
         }
         for sub in &subs {
-            SubCore::close_with_reason(sub, "the broker was closed".into());
+            close::close_with_reason(sub, "the broker was closed".into());
         }
         self.pool.stop();
         self.timer.stop();

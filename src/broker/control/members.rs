@@ -6,7 +6,7 @@
 //! control mutex.
 
 use super::{BrokerInner, Control};
-use crate::broker::subscription::{Stall, SubCore};
+use crate::broker::subscription::{Stall, SubCore, attach, deadline};
 use crate::sync::Arc;
 
 impl BrokerInner {
@@ -17,7 +17,7 @@ impl BrokerInner {
         let moves = group.leave(sub.id);
         let empty = group.is_empty();
         for (member, partition) in moves.revoke {
-            SubCore::revoke(&member, partition);
+            attach::revoke(&member, partition);
         }
         for (topic, partition, offset) in sub.positions() {
             // A partition handed to it after its close removed its listeners.
@@ -57,7 +57,7 @@ impl BrokerInner {
             return stays(Stall::Alone);
         }
         let mut again = false;
-        let claimed = sub.claim_stalled_call(call, |partition, resume| {
+        let claimed = deadline::claim_stalled_call(sub, call, |partition, resume| {
             again = group.came_again(partition, resume);
             !again
         });
@@ -71,10 +71,10 @@ impl BrokerInner {
         for (member, partition) in moves.revoke {
             // The stalled member's own partitions are handed over below.
             if member.id != sub.id {
-                SubCore::revoke(&member, partition);
+                attach::revoke(&member, partition);
             }
         }
-        for (topic, partition, offset) in sub.surrender(stuck, resume) {
+        for (topic, partition, offset) in deadline::surrender(sub, stuck, resume) {
             self.hand_over(control, &sub.name, &topic, partition, offset);
         }
         Stall::Moved
@@ -89,7 +89,7 @@ impl BrokerInner {
         let Some(p) = topic.partitions.get(partition as usize) else { return };
         match control.shared.get(name).and_then(|g| g.owner(partition)).cloned() {
             Some(owner) => {
-                SubCore::attach_to(&owner, topic.name.clone(), p, p.log.cursor_resuming(offset));
+                attach::attach_to(&owner, topic.name.clone(), p, p.log.cursor_resuming(offset));
                 SubCore::poke(&owner);
             }
             None => {

@@ -10,6 +10,7 @@ use crate::broker::names::{self, Pattern};
 use crate::broker::shared::SharedGroup;
 use crate::broker::subscription::{
     AckWatch, DeadLetters, Exec, HandlerKind, Stall, StartPosition, SubCore, SubEnv, Subscription, SubscriptionOptions,
+    attach, drain,
 };
 use crate::broker::topic::Topic;
 use crate::error::{Error, Result};
@@ -159,8 +160,7 @@ impl BrokerInner {
         }
         if options.dedicated_thread {
             let s = sub.clone();
-            let handle =
-                crate::sync::spawn_named(format!("rill-sub-{}", sub.name), move || SubCore::dedicated_loop(s))?;
+            let handle = crate::sync::spawn_named(format!("rill-sub-{}", sub.name), move || drain::dedicated_loop(s))?;
             // Joined when the subscription is closed (or detached when its
             // last reference goes), not kept here for the broker's lifetime.
             sub.set_join_handle(handle);
@@ -175,11 +175,11 @@ impl BrokerInner {
             let moves = group.join(sub.clone());
             readers.retain(|(_, p, _)| moves.take.contains(&p.index));
             for (member, partition) in moves.revoke {
-                SubCore::revoke(&member, partition);
+                attach::revoke(&member, partition);
             }
         }
         for (topic, p, cursor) in readers {
-            SubCore::attach_to(&sub, topic, &p, cursor);
+            attach::attach_to(&sub, topic, &p, cursor);
         }
         if !options.shared {
             // Shared members take partitions by assignment only, never all

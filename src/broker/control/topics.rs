@@ -8,7 +8,7 @@ use super::{BrokerInner, Control, TopicMap, saved_positions};
 use crate::broker::consumer::ConsumerCore;
 use crate::broker::dispatch::Timer;
 use crate::broker::names;
-use crate::broker::subscription::SubCore;
+use crate::broker::subscription::{SubCore, attach, close};
 use crate::broker::topic::{Opening, Partition, Topic, TopicOptions};
 use crate::error::{Error, Result};
 use crate::log::{Log, LogConfig, MIN_SEGMENT_BYTES, Sharing};
@@ -106,7 +106,7 @@ impl BrokerInner {
                     Some(&offset) => p.log.cursor_resuming(offset),
                     None => p.log.cursor_from_first(),
                 };
-                SubCore::attach_to(&sub, topic.name.clone(), p, cursor);
+                attach::attach_to(&sub, topic.name.clone(), p, cursor);
             }
             SubCore::poke(&sub);
         }
@@ -250,9 +250,9 @@ impl BrokerInner {
         }
         // Outside the control lock: closing runs the close hook, which takes it.
         for sub in &subs {
-            SubCore::detach_topic(sub, &topic, &placeholder);
+            attach::detach_topic(sub, &topic, &placeholder);
             if sub.pattern.is_literal() {
-                SubCore::close_with_reason(sub, "topic deleted".into());
+                close::close_with_reason(sub, "topic deleted".into());
             }
         }
         for c in &consumers {

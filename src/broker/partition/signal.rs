@@ -87,7 +87,7 @@
 //!
 //! A subscription starts reading a partition (a topic created for its
 //! pattern, or one of the topics it found when it subscribed) in two steps
-//! (`SubCore::attach_to`): it hands the reader to the drainer (the
+//! (`subscription::attach::attach_to`): it hands the reader to the drainer (the
 //! `pending` list, merged at a round's start), then adds its entry to the
 //! partition's list. Publishers can reach the partition before both: the
 //! topic is in the broker's map first. A publisher P that commits r and

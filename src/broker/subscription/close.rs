@@ -57,124 +57,123 @@
 //! drain, finalizes and waits, so it never relies on a queued wind-up job
 //! (which a pool stopped meanwhile would never run).
 
+use super::attach;
 use super::core::{DrainJob, Exec, HandlerKind, SubCore};
 use super::options::{Ack, Message};
 use crate::broker::partition::in_handler::InHandler;
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicBool, Ordering};
 
-impl SubCore {
-    /// Closes the subscription. Called from no handler, returns only once no
-    /// handler call of it is in flight. Idempotent.
-    pub(crate) fn close(this: &Arc<SubCore>) {
-        match InHandler::current() {
-            0 => this.close_inner(true),
-            // From its own handler: the round that called it winds it up.
-            id if id == this.id => this.close_inner(false),
-            // From another subscription's handler: waiting for this one's
-            // round could wait forever (its handler may be closing ours, or
-            // waiting for us), so do not wait; see that it winds up anyway.
-            _ => {
-                this.close_inner(false);
-                SubCore::wind_up_later(this);
-            }
+/// Closes the subscription. Called from no handler, returns only once no
+/// handler call of it is in flight. Idempotent.
+pub(crate) fn close(this: &Arc<SubCore>) {
+    match InHandler::current() {
+        0 => close_inner(this, true),
+        // From its own handler: the round that called it winds it up.
+        id if id == this.id => close_inner(this, false),
+        // From another subscription's handler: waiting for this one's
+        // round could wait forever (its handler may be closing ours, or
+        // waiting for us), so do not wait; see that it winds up anyway.
+        _ => {
+            close_inner(this, false);
+            wind_up_later(this);
         }
     }
+}
 
-    /// `close` as called from the handler of subscription `other` (loom
-    /// models: a real handler would need a second subscription around it).
-    #[cfg(loom)]
-    pub(crate) fn close_from_handler_of(this: &Arc<SubCore>, other: u64) {
-        let _inside = InHandler::enter(other);
-        SubCore::close(this);
-    }
+/// `close` as called from the handler of subscription `other` (loom
+/// models: a real handler would need a second subscription around it).
+#[cfg(loom)]
+pub(crate) fn close_from_handler_of(this: &Arc<SubCore>, other: u64) {
+    let _inside = InHandler::enter(other);
+    close(this);
+}
 
-    /// Winding up after a close that did not wait: see the module docs.
-    fn wind_up_later(this: &Arc<SubCore>) {
-        // The guard `try_lock` may return is dropped with the condition,
-        // before `finalize` takes the lock itself.
-        if this.drain.try_lock().is_some() {
-            this.finalize();
-        } else if let Exec::Pool(pool) = &this.env.exec {
-            pool.push(DrainJob(this.clone()));
-        }
+/// Winding up after a close that did not wait: see the module docs.
+fn wind_up_later(this: &Arc<SubCore>) {
+    // The guard `try_lock` may return is dropped with the condition,
+    // before `finalize` takes the lock itself.
+    if this.drain.try_lock().is_some() {
+        finalize(this);
+    } else if let Exec::Pool(pool) = &this.env.exec {
+        pool.push(DrainJob(this.clone()));
     }
+}
 
-    /// Closes; with `wait`, also waits for an in-flight round (the caller must
-    /// not be that round).
-    pub(super) fn close_inner(&self, wait: bool) {
-        let first = self.state.close();
-        if first {
-            // Under the `positions` lock: a partition attached concurrently
-            // is either tracked here or sees CLOSED (see `attach_to`).
-            for (_, partition, _) in self.positions.lock().iter() {
-                partition.remove_listener(self.id);
-            }
-            if let Exec::Dedicated(t) = &self.env.exec
-                && let Some(t) = &*t.lock()
-            {
-                t.unpark();
-            }
-        } else if !wait {
-            return;
+/// Closes; with `wait`, also waits for an in-flight round (the caller must
+/// not be that round).
+pub(super) fn close_inner(core: &SubCore, wait: bool) {
+    let first = core.state.close();
+    if first {
+        // Under the `positions` lock: a partition attached concurrently
+        // is either tracked here or sees CLOSED (see `attach_to`).
+        for (_, partition, _) in core.positions.lock().iter() {
+            partition.remove_listener(core.id);
         }
-        // An external close waits for the wind-up even when the subscription
-        // was already closed (by its own handler, another subscription's, or
-        // the lag policy): that wind-up may still be queued or running, and the
-        // caller may free what the handler uses as soon as this returns.
-        // `finalize` is idempotent, so taking the drain and finalizing here
-        // never depends on a queued pool job running.
-        if wait {
-            // Wait for an in-flight round to see CLOSED and release the lock;
-            // its positions are final then.
-            drop(self.drain.lock());
-            self.finalize();
-            // The drainer may have won the wind-up and still be running it
-            // (dropping the handler runs user code): wait until it is done,
-            // so the caller may reuse the name or free what the handler used.
-            // Acquire: pairs with the Release store at the end of `finalize`.
-            self.idle.wait_until(None, || self.wound_up.load(Ordering::Acquire));
-            // A dedicated thread has nothing left to do: it sees CLOSED at the
-            // top of its loop (it was unparked above) and returns.
-            self.join_thread();
+        if let Exec::Dedicated(t) = &core.env.exec
+            && let Some(t) = &*t.lock()
+        {
+            t.unpark();
         }
-        // Otherwise the caller is (inside) the round, which finalizes when it returns.
-        self.notify_idle();
+    } else if !wait {
+        return;
     }
+    // An external close waits for the wind-up even when the subscription
+    // was already closed (by its own handler, another subscription's, or
+    // the lag policy): that wind-up may still be queued or running, and the
+    // caller may free what the handler uses as soon as this returns.
+    // `finalize` is idempotent, so taking the drain and finalizing here
+    // never depends on a queued pool job running.
+    if wait {
+        // Wait for an in-flight round to see CLOSED and release the lock;
+        // its positions are final then.
+        drop(core.drain.lock());
+        finalize(core);
+        // The drainer may have won the wind-up and still be running it
+        // (dropping the handler runs user code): wait until it is done,
+        // so the caller may reuse the name or free what the handler used.
+        // Acquire: pairs with the Release store at the end of `finalize`.
+        core.idle.wait_until(None, || core.wound_up.load(Ordering::Acquire));
+        // A dedicated thread has nothing left to do: it sees CLOSED at the
+        // top of its loop (it was unparked above) and returns.
+        core.join_thread();
+    }
+    // Otherwise the caller is (inside) the round, which finalizes when it returns.
+    core.notify_idle();
+}
 
-    /// Runs once, after the last handler call: releases the user's handler
-    /// and callbacks (their destructors may run user code, so no lock is
-    /// held), then runs the broker's close hook.
-    pub(super) fn finalize(&self) {
-        if !win_once(&self.finalized) {
-            return;
-        }
-        let (handler, on_lagged) = {
-            let mut st = self.drain.lock();
-            // A topic deleted since the last round is let go of now: a
-            // closed subscription's handle may live on.
-            self.apply_detached(&mut st);
-            let noop = HandlerKind::One(Box::new(|_: &Message<'_>| Ack::Success));
-            (std::mem::replace(&mut st.handler, noop), st.on_lagged.take())
-        };
-        let on_dead_letter = self.on_dead_letter.lock().take();
-        drop(handler);
-        drop(on_lagged);
-        drop(on_dead_letter);
-        if let Some(on_close) = &self.env.on_close {
-            on_close(self);
-        }
-        // Release: an external closer that sees it sees the wind-up done.
-        self.wound_up.store(true, Ordering::Release);
-        self.notify_idle();
+/// Runs once, after the last handler call: releases the user's handler
+/// and callbacks (their destructors may run user code, so no lock is
+/// held), then runs the broker's close hook.
+pub(super) fn finalize(core: &SubCore) {
+    if !win_once(&core.finalized) {
+        return;
     }
+    let (handler, on_lagged) = {
+        let mut st = core.drain.lock();
+        // A topic deleted since the last round is let go of now: a
+        // closed subscription's handle may live on.
+        attach::apply_detached(core, &mut st);
+        let noop = HandlerKind::One(Box::new(|_: &Message<'_>| Ack::Success));
+        (std::mem::replace(&mut st.handler, noop), st.on_lagged.take())
+    };
+    let on_dead_letter = core.on_dead_letter.lock().take();
+    drop(handler);
+    drop(on_lagged);
+    drop(on_dead_letter);
+    if let Some(on_close) = &core.env.on_close {
+        on_close(core);
+    }
+    // Release: an external closer that sees it sees the wind-up done.
+    core.wound_up.store(true, Ordering::Release);
+    core.notify_idle();
+}
 
-    /// Closes the subscription, recording why (reported in stats).
-    pub(crate) fn close_with_reason(this: &Arc<SubCore>, reason: String) {
-        ::log::info!(target: "rill::subscription", "closing subscription {:?}: {reason}", this.name);
-        *this.closed_reason.lock() = Some(reason);
-        SubCore::close(this);
-    }
+/// Closes the subscription, recording why (reported in stats).
+pub(crate) fn close_with_reason(this: &Arc<SubCore>, reason: String) {
+    ::log::info!(target: "rill::subscription", "closing subscription {:?}: {reason}", this.name);
+    *this.closed_reason.lock() = Some(reason);
+    close(this);
 }
 
 /// Sets `flag`; true for the one caller that set it.
@@ -185,6 +184,7 @@ fn win_once(flag: &AtomicBool) -> bool {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::close_inner;
     use crate::broker::{Ack, Broker, BrokerConfig, SubscriptionOptions, TopicOptions};
 
     /// Issue 40, item 10: a topic created while a wildcard subscription was
@@ -200,7 +200,7 @@ mod tests {
         b.create_topic("soak/a", &TopicOptions::with_partitions(2)).unwrap();
         let sub = b.subscribe("soak/**", SubscriptionOptions::default(), |_| Ack::Success).unwrap();
         assert!(sub.wait_idle(std::time::Duration::from_secs(30)).unwrap());
-        sub.core.close_inner(false);
+        close_inner(&sub.core, false);
         assert!(!sub.core.wound_up.load(crate::sync::atomic::Ordering::Acquire), "the window is open");
         b.create_topic("soak/b", &TopicOptions::with_partitions(2)).unwrap();
         for topic in ["soak/a", "soak/b"] {

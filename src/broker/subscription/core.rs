@@ -217,8 +217,8 @@ pub(crate) struct Reader {
     /// Its ready mark, if the subscription tracks ready partitions.
     pub(super) mark: Option<Arc<Mark>>,
     /// For a pending reader: the index of the freed slot (see "Reusing the
-    /// slots of deleted topics" at [`SubCore::apply_detached`]) it takes
-    /// when merged; `None` to go at the end.
+    /// slots of deleted topics" at `apply_detached` in `attach.rs`) it
+    /// takes when merged; `None` to go at the end.
     pub(super) slot: Option<usize>,
     /// It reads a placeholder: its topic was deleted.
     pub(super) detached: bool,
@@ -339,8 +339,8 @@ pub(crate) struct SubCore {
     /// the drainer, which is told through `has_pending`.
     pub(super) detached: Mutex<Vec<(Arc<Partition>, Arc<Partition>)>>,
     /// Reader slots of deleted topics, with their ready marks, for the next
-    /// attaches to take (see [`SubCore::apply_detached`]); pushed by the
-    /// drainer, popped under the `pending` lock.
+    /// attaches to take (see `apply_detached` in `attach.rs`); pushed by
+    /// the drainer, popped under the `pending` lock.
     pub(super) free_slots: Mutex<Vec<(usize, Option<Arc<Mark>>)>>,
     pub(super) has_pending: AtomicBool,
     /// Partitions a rebalance took from this shared member, for the drainer

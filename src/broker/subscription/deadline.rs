@@ -90,174 +90,175 @@ use crate::sync::{Arc, Name};
 
 impl Job for AckWatch {
     fn run(self) {
-        SubCore::check_ack_deadline(&self.0);
+        check_ack_deadline(&self.0);
     }
 }
 
-impl SubCore {
-    /// Puts the watch on the timer if it is not there: a drain is starting.
-    pub(super) fn arm_ack_watch(this: &Arc<SubCore>) {
-        let (Some(timeout), Some(timer)) = (this.ack_timeout_ns, &this.env.ack_watch) else { return };
-        let mut call = this.call.lock();
-        if !call.armed {
-            call.armed = true;
-            timer.schedule(Duration::from_nanos(timeout), AckWatch(this.clone()));
+/// Puts the watch on the timer if it is not there: a drain is starting.
+pub(super) fn arm_ack_watch(this: &Arc<SubCore>) {
+    let (Some(timeout), Some(timer)) = (this.ack_timeout_ns, &this.env.ack_watch) else { return };
+    let mut call = this.call.lock();
+    if !call.armed {
+        call.armed = true;
+        timer.schedule(Duration::from_nanos(timeout), AckWatch(this.clone()));
+    }
+}
+
+/// Records the start of a handler call on `partition`; `resume` is
+/// where its reader goes on if the call's ack is void.
+#[inline]
+pub(super) fn call_started(core: &SubCore, partition: u32, resume: u64) {
+    let now = crate::clock::now_ns();
+    let mut call = core.call.lock();
+    call.since = Some(now);
+    call.seq = call.seq.wrapping_add(1);
+    call.partition = partition;
+    call.resume = resume;
+    call.reported = false;
+}
+
+/// Records the end of the handler call; true if the call was claimed by
+/// a hand-over, so its ack must be discarded.
+#[inline]
+pub(super) fn call_ended(core: &SubCore) -> bool {
+    let mut call = core.call.lock();
+    call.since = None;
+    std::mem::take(&mut call.timed_out)
+}
+
+/// The timer's look at the call in flight (see the module docs).
+fn check_ack_deadline(this: &Arc<SubCore>) {
+    let (Some(timeout), Some(timer)) = (this.ack_timeout_ns, &this.env.ack_watch) else { return };
+    let now = crate::clock::now_ns();
+    let mut call = this.call.lock();
+    let overdue = match call.since {
+        Some(since) if !call.reported && now.saturating_sub(since) >= timeout => {
+            call.reported = true;
+            Some((call.seq, call.partition, now.saturating_sub(since)))
         }
+        _ => None,
+    };
+    let next = match call.since {
+        // Look again at this call's deadline.
+        Some(since) if !call.reported => Some((since.saturating_add(timeout)).saturating_sub(now).max(1)),
+        // Reported, or between calls of a running drain: the next call
+        // cannot be overdue before one more timeout.
+        Some(_) => Some(timeout),
+        None if this.state.get() == Phase::Active => Some(timeout),
+        None => None,
+    };
+    match next {
+        Some(ns) => timer.schedule(Duration::from_nanos(ns), AckWatch(this.clone())),
+        None => call.armed = false,
     }
+    drop(call);
+    let Some((seq, partition, ran)) = overdue else { return };
+    // The hook reports before it moves anything; a report it made is not
+    // made again here, one it did not make is (the stall is counted once).
+    let reported = Cell::new(false);
+    let report = |stall: Stall| {
+        if !reported.replace(true) {
+            report_stall(this, partition, timeout, stall);
+        }
+    };
+    let stall = this.env.on_stall.as_ref().map_or(Stall::Alone, |hand_over| hand_over(this, seq, &report));
+    report(stall);
+    // Logged here, outside the broker's control mutex the hook took: a
+    // logger is user code.
+    ::log::warn!(
+        target: "rill::subscription",
+        "subscription {:?}: a handler call on partition {partition} has run {:?}, past its ack_timeout of {:?}: {}",
+        this.name,
+        Duration::from_nanos(ran),
+        Duration::from_nanos(timeout),
+        what_moved(stall)
+    );
+}
 
-    /// Records the start of a handler call on `partition`; `resume` is
-    /// where its reader goes on if the call's ack is void.
-    #[inline]
-    pub(super) fn call_started(&self, partition: u32, resume: u64) {
-        let now = crate::clock::now_ns();
-        let mut call = self.call.lock();
-        call.since = Some(now);
-        call.seq = call.seq.wrapping_add(1);
-        call.partition = partition;
-        call.resume = resume;
-        call.reported = false;
+/// Reports a stall of a handler call on `partition`: `last_error`, then
+/// the count (see "Reported before it shows").
+fn report_stall(core: &SubCore, partition: u32, timeout: u64, stall: Stall) {
+    core.set_last_error(format!(
+        "a handler call on partition {partition} ran past the ack_timeout of {:?} ({})",
+        Duration::from_nanos(timeout),
+        what_moved(stall)
+    ));
+    // Release: pairs with the Acquire load in `stats`, so a reader that
+    // sees the count sees the `last_error` stored above. The watch is the
+    // only writer, but the timer may run two watches of one subscription,
+    // so add atomically.
+    core.counters.ack_timeouts.fetch_add(1, Ordering::Release);
+}
+
+/// True from a hand-over of this member's partitions until its drainer
+/// has let go of them: rebalances leave it out.
+pub(crate) fn is_stalled(core: &SubCore) -> bool {
+    core.call.lock().stalled
+}
+
+/// Claims call `seq` for a hand-over if it is still in flight (and not
+/// claimed) and `may_move(partition, resume)` agrees: its ack becomes
+/// void. Returns its partition and resume offset. Called under the
+/// broker's control mutex.
+pub(crate) fn claim_stalled_call(
+    core: &SubCore,
+    seq: u64,
+    may_move: impl FnOnce(u32, u64) -> bool,
+) -> Option<(u32, u64)> {
+    let mut call = core.call.lock();
+    if call.seq != seq || call.since.is_none() || call.timed_out || !may_move(call.partition, call.resume) {
+        return None;
     }
+    call.timed_out = true;
+    call.stalled = true;
+    Some((call.partition, call.resume))
+}
 
-    /// Records the end of the handler call; true if the call was claimed by
-    /// a hand-over, so its ack must be discarded.
-    #[inline]
-    pub(super) fn call_ended(&self) -> bool {
-        let mut call = self.call.lock();
-        call.since = None;
-        std::mem::take(&mut call.timed_out)
-    }
+/// Stops reading every partition (merged or pending) for a hand-over:
+/// no longer a listener, no longer tracked. Returns (topic, partition,
+/// offset to resume at): `stuck` resumes at `resume`, the others at
+/// their positions. Called under the broker's control mutex, with the
+/// member's stalled call claimed.
+pub(crate) fn surrender(core: &SubCore, stuck: u32, resume: u64) -> Vec<(Name, u32, u64)> {
+    let tracked = std::mem::take(&mut *core.positions.lock());
+    tracked
+        .into_iter()
+        .map(|(topic, p, position)| {
+            p.remove_listener(core.id);
+            // Relaxed: stored by the drainer before the stalled call
+            // began, which the `call` lock orders before this read.
+            let offset = if p.index == stuck { resume } else { position.load(Ordering::Relaxed) };
+            (topic, p.index, offset)
+        })
+        .collect()
+}
 
-    /// The timer's look at the call in flight (see the module docs).
-    fn check_ack_deadline(this: &Arc<SubCore>) {
-        let (Some(timeout), Some(timer)) = (this.ack_timeout_ns, &this.env.ack_watch) else { return };
-        let now = crate::clock::now_ns();
-        let mut call = this.call.lock();
-        let overdue = match call.since {
-            Some(since) if !call.reported && now.saturating_sub(since) >= timeout => {
-                call.reported = true;
-                Some((call.seq, call.partition, now.saturating_sub(since)))
+/// The drainer's half, after a claimed call returned: drops the readers
+/// the hand-over took (their positions are no longer tracked), keeps
+/// any given to the member since, and makes it eligible for partitions
+/// again.
+pub(super) fn let_go_after_stall(core: &SubCore, st: &mut DrainState) {
+    let tracked = core.positions.lock();
+    let kept =
+        |position: &Arc<crate::sync::atomic::AtomicU64>| tracked.iter().any(|(_, _, q)| Arc::ptr_eq(q, position));
+    let retry_position = st.retry.as_ref().map(|r| st.readers[r.reader].position.clone());
+    st.readers.retain(|r| kept(&r.position));
+    core.pending.lock().retain(|r| kept(&r.position));
+    drop(tracked);
+    // A dropped reader's retry goes with it (its message is the new
+    // owner's now); a kept reader's retry follows its reader's index.
+    let retry_reader = retry_position.and_then(|pos| st.readers.iter().position(|r| Arc::ptr_eq(&r.position, &pos)));
+    match retry_reader {
+        Some(i) => {
+            if let Some(r) = &mut st.retry {
+                r.reader = i;
             }
-            _ => None,
-        };
-        let next = match call.since {
-            // Look again at this call's deadline.
-            Some(since) if !call.reported => Some((since.saturating_add(timeout)).saturating_sub(now).max(1)),
-            // Reported, or between calls of a running drain: the next call
-            // cannot be overdue before one more timeout.
-            Some(_) => Some(timeout),
-            None if this.state.get() == Phase::Active => Some(timeout),
-            None => None,
-        };
-        match next {
-            Some(ns) => timer.schedule(Duration::from_nanos(ns), AckWatch(this.clone())),
-            None => call.armed = false,
         }
-        drop(call);
-        let Some((seq, partition, ran)) = overdue else { return };
-        // The hook reports before it moves anything; a report it made is not
-        // made again here, one it did not make is (the stall is counted once).
-        let reported = Cell::new(false);
-        let report = |stall: Stall| {
-            if !reported.replace(true) {
-                this.report_stall(partition, timeout, stall);
-            }
-        };
-        let stall = this.env.on_stall.as_ref().map_or(Stall::Alone, |hand_over| hand_over(this, seq, &report));
-        report(stall);
-        // Logged here, outside the broker's control mutex the hook took: a
-        // logger is user code.
-        ::log::warn!(
-            target: "rill::subscription",
-            "subscription {:?}: a handler call on partition {partition} has run {:?}, past its ack_timeout of {:?}: {}",
-            this.name,
-            Duration::from_nanos(ran),
-            Duration::from_nanos(timeout),
-            what_moved(stall)
-        );
+        None => st.retry = None,
     }
-
-    /// Reports a stall of a handler call on `partition`: `last_error`, then
-    /// the count (see "Reported before it shows").
-    fn report_stall(&self, partition: u32, timeout: u64, stall: Stall) {
-        self.set_last_error(format!(
-            "a handler call on partition {partition} ran past the ack_timeout of {:?} ({})",
-            Duration::from_nanos(timeout),
-            what_moved(stall)
-        ));
-        // Release: pairs with the Acquire load in `stats`, so a reader that
-        // sees the count sees the `last_error` stored above. The watch is the
-        // only writer, but the timer may run two watches of one subscription,
-        // so add atomically.
-        self.counters.ack_timeouts.fetch_add(1, Ordering::Release);
-    }
-
-    /// True from a hand-over of this member's partitions until its drainer
-    /// has let go of them: rebalances leave it out.
-    pub(crate) fn is_stalled(&self) -> bool {
-        self.call.lock().stalled
-    }
-
-    /// Claims call `seq` for a hand-over if it is still in flight (and not
-    /// claimed) and `may_move(partition, resume)` agrees: its ack becomes
-    /// void. Returns its partition and resume offset. Called under the
-    /// broker's control mutex.
-    pub(crate) fn claim_stalled_call(&self, seq: u64, may_move: impl FnOnce(u32, u64) -> bool) -> Option<(u32, u64)> {
-        let mut call = self.call.lock();
-        if call.seq != seq || call.since.is_none() || call.timed_out || !may_move(call.partition, call.resume) {
-            return None;
-        }
-        call.timed_out = true;
-        call.stalled = true;
-        Some((call.partition, call.resume))
-    }
-
-    /// Stops reading every partition (merged or pending) for a hand-over:
-    /// no longer a listener, no longer tracked. Returns (topic, partition,
-    /// offset to resume at): `stuck` resumes at `resume`, the others at
-    /// their positions. Called under the broker's control mutex, with the
-    /// member's stalled call claimed.
-    pub(crate) fn surrender(&self, stuck: u32, resume: u64) -> Vec<(Name, u32, u64)> {
-        let tracked = std::mem::take(&mut *self.positions.lock());
-        tracked
-            .into_iter()
-            .map(|(topic, p, position)| {
-                p.remove_listener(self.id);
-                // Relaxed: stored by the drainer before the stalled call
-                // began, which the `call` lock orders before this read.
-                let offset = if p.index == stuck { resume } else { position.load(Ordering::Relaxed) };
-                (topic, p.index, offset)
-            })
-            .collect()
-    }
-
-    /// The drainer's half, after a claimed call returned: drops the readers
-    /// the hand-over took (their positions are no longer tracked), keeps
-    /// any given to the member since, and makes it eligible for partitions
-    /// again.
-    pub(super) fn let_go_after_stall(&self, st: &mut DrainState) {
-        let tracked = self.positions.lock();
-        let kept =
-            |position: &Arc<crate::sync::atomic::AtomicU64>| tracked.iter().any(|(_, _, q)| Arc::ptr_eq(q, position));
-        let retry_position = st.retry.as_ref().map(|r| st.readers[r.reader].position.clone());
-        st.readers.retain(|r| kept(&r.position));
-        self.pending.lock().retain(|r| kept(&r.position));
-        drop(tracked);
-        // A dropped reader's retry goes with it (its message is the new
-        // owner's now); a kept reader's retry follows its reader's index.
-        let retry_reader =
-            retry_position.and_then(|pos| st.readers.iter().position(|r| Arc::ptr_eq(&r.position, &pos)));
-        match retry_reader {
-            Some(i) => {
-                if let Some(r) = &mut st.retry {
-                    r.reader = i;
-                }
-            }
-            None => st.retry = None,
-        }
-        st.carry.clear();
-        st.next = 0;
-        self.call.lock().stalled = false;
-    }
+    st.carry.clear();
+    st.next = 0;
+    core.call.lock().stalled = false;
 }
 
 /// What a stall's report says happened.

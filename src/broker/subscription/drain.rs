@@ -27,7 +27,8 @@ use std::time::Instant;
 use super::core::{BATCH, BackoffOver, DrainJob, DrainState, HandlerKind, Retry, SubCore, Tally};
 use super::idle;
 use super::options::{Ack, Message, Overflow};
-use super::settle::{Settled, attempt_of, handler_panicked, invoke_lagged, invoke_many};
+use super::settle::{self, Settled, attempt_of, handler_panicked, invoke_lagged, invoke_many};
+use super::{attach, close, deadline};
 use crate::broker::delivered::Delivered;
 use crate::broker::dispatch::{Job, Waited};
 use crate::broker::partition::in_handler::InHandler;
@@ -102,7 +103,7 @@ impl RoundClock {
 impl Job for DrainJob {
     /// One drain on a pool worker. The state is `ACTIVE`.
     fn run(self) {
-        SubCore::drain_rounds(&self.0, false);
+        drain_rounds(&self.0, false);
     }
 
     fn priority(&self) -> u8 {
@@ -120,526 +121,514 @@ impl Job for BackoffOver {
     }
 }
 
-impl SubCore {
-    /// The loop of a dedicated drain thread.
-    pub(crate) fn dedicated_loop(this: Arc<SubCore>) {
-        // Counted as awake from here until it parks, and again after.
-        let awake = idle::Awake::new();
-        loop {
-            match this.state.get() {
-                // Wind up here too: a close from another subscription's
-                // handler does not wait for this thread (idempotent).
-                Phase::Closed => {
-                    this.finalize();
-                    return;
-                }
-                Phase::Active => SubCore::drain_rounds(&this, true),
-                // IDLE or BACKOFF: a publisher or the timer will unpark us.
-                _ => {
-                    #[cfg(not(loom))]
-                    let parked = Instant::now();
-                    awake.asleep(thread::park);
-                    #[cfg(not(loom))]
-                    idle::naps_after_park(parked.elapsed());
-                }
-            }
-        }
-    }
-
-    /// Delivers until caught up, closed, backing off, or (on the pool) out of
-    /// budget.
-    fn drain_rounds(this: &Arc<SubCore>, dedicated: bool) {
-        let mut st = this.drain.lock();
-        #[cfg(not(loom))]
-        if !dedicated {
-            let st = &mut *st;
-            idle::lingers_after_wake(&mut st.linger, &mut st.idle_since, crate::clock::now_ns());
-        }
-        if this.ack_timeout_ns.is_some() {
-            SubCore::arm_ack_watch(this);
-        }
-        loop {
-            if this.state.is_closed() {
-                drop(st);
-                this.finalize();
+/// The loop of a dedicated drain thread.
+pub(crate) fn dedicated_loop(this: Arc<SubCore>) {
+    // Counted as awake from here until it parks, and again after.
+    let awake = idle::Awake::new();
+    loop {
+        match this.state.get() {
+            // Wind up here too: a close from another subscription's
+            // handler does not wait for this thread (idempotent).
+            Phase::Closed => {
+                close::finalize(&this);
                 return;
             }
-            this.merge_pending(&mut st);
-            let round = this.deliver_round(&mut st, !dedicated);
-            if !matches!(round, Round::Closed) {
-                this.round_ended();
-            }
-            match round {
-                Round::Closed => {
-                    drop(st);
-                    this.finalize();
-                    return;
-                }
-                Round::Backoff(delay) => {
-                    // Fails only if closed meanwhile: then no timer is armed.
-                    if this.state.backoff() {
-                        match &this.env.timer {
-                            Some(timer) => timer.schedule(delay, BackoffOver(this.clone())),
-                            // No timer (a bare subscription in tests): retry now.
-                            None => SubCore::wake_from_backoff(this),
-                        }
-                    }
-                    this.notify_idle();
-                    return;
-                }
-                Round::OutOfBudget if !dedicated && this.others_waiting() => {
-                    // Stay ACTIVE and go to the back of the queue, so the
-                    // subscriptions waiting for a worker get their turn.
-                    drop(st);
-                    SubCore::schedule(this);
-                    return;
-                }
-                // Nobody is waiting (or the thread is ours): keep going here,
-                // rather than hand the drain to another worker and its cache.
-                Round::OutOfBudget => continue,
-                // A stalled call's partitions went to other members.
-                Round::GaveUp => {
-                    this.let_go_after_stall(&mut st);
-                    continue;
-                }
-                Round::CaughtUp => {}
-            }
-            if dedicated && idle::spin_for_work(this, &mut st) {
-                continue;
-            }
-            #[cfg(not(loom))]
-            if !dedicated && st.linger && idle::linger_for_work(this, &mut st) {
-                continue;
-            }
-            // Go idle, then re-check (F4): see the essay in `partition/signal.rs`.
-            match signal::go_idle(&this.state, || this.has_work(&mut st)) {
-                Idled::Resumed => {}
-                Idled::Idle => {
-                    #[cfg(not(loom))]
-                    if !dedicated {
-                        st.idle_since = crate::clock::now_ns();
-                    }
-                    drop(st);
-                    this.notify_idle();
-                    return;
-                }
-                // Closed (the closer winds up), or a publisher got there first
-                // and scheduled a drain: let it run.
-                Idled::Closed | Idled::HandedOver => return,
-            }
-        }
-    }
-
-    /// One round: up to `ROUND_BUDGET` messages over all partitions.
-    /// `timed` (on the pool): also end the round after `ROUND_SLICE_NS`.
-    fn deliver_round(&self, st: &mut DrainState, timed: bool) -> Round {
-        #[cfg(not(loom))]
-        st.run_wait.round_started();
-        if let Some(ready) = &self.ready {
-            return self.deliver_ready_round(st, ready, timed);
-        }
-        let n = st.readers.len();
-        if n == 0 {
-            return Round::CaughtUp;
-        }
-        let mut budget = ROUND_BUDGET;
-        let mut clock = timed.then(RoundClock::start);
-        let start = round_start(st.next, n);
-        // A pending retry goes first: nothing behind it may overtake it. (No
-        // allocation: a round is on every message's path when traffic is light.)
-        let first = st.retry.as_ref().map(|r| r.reader);
-        let rest = (0..n).map(move |k| nth_after(start, k, n)).filter(move |&i| Some(i) != first);
-        st.next = start + 1;
-        for i in first.into_iter().chain(rest) {
-            let outcome = self.deliver_partition(st, i, &mut budget, clock.as_mut());
-            st.readers[i].publish_position();
-            match outcome {
-                Step::Continue => {}
-                Step::Stop(round) => return round,
-            }
-            if budget == 0 {
-                return Round::OutOfBudget;
-            }
-        }
-        Round::CaughtUp
-    }
-
-    /// A round of a subscription with a ready set: visits the retry's reader,
-    /// the carried-over readers and the readers publishers listed, each once,
-    /// instead of every partition.
-    fn deliver_ready_round(&self, st: &mut DrainState, ready: &ReadySet, timed: bool) -> Round {
-        let taken = ready.take();
-        // A listed reader may have been attached after this drain last merged.
-        self.merge_pending(st);
-        // Clears the taken readers' marks, then F3: the cursor reads below
-        // see what a publisher that found a mark still set committed.
-        let readers = &st.readers;
-        ready.clear(taken.iter().map(|&i| &**readers[i].mark.as_ref().expect("listed readers have marks")));
-        let mut visit = std::mem::take(&mut st.visit);
-        let mut visiting = std::mem::take(&mut st.visiting);
-        visit.clear();
-        visiting.clear();
-        visiting.resize(st.readers.len(), false);
-        let retry = st.retry.as_ref().map(|r| r.reader);
-        for i in retry.into_iter().chain(st.carry.drain(..)).chain(taken) {
-            if !std::mem::replace(&mut visiting[i], true) {
-                visit.push(i);
-            }
-        }
-        let mut budget = ROUND_BUDGET;
-        let mut clock = timed.then(RoundClock::start);
-        let mut round = Round::CaughtUp;
-        for (k, &i) in visit.iter().enumerate() {
-            let outcome = self.deliver_partition(st, i, &mut budget, clock.as_mut());
-            st.readers[i].publish_position();
-            let stop = match outcome {
-                Step::Stop(r) => Some(r),
-                Step::Continue if budget == 0 => Some(Round::OutOfBudget),
-                Step::Continue => None,
-            };
-            if let Some(r) = stop {
-                // This reader and the ones not reached yet may have more.
-                st.carry.extend_from_slice(&visit[k..]);
-                round = r;
-                break;
-            }
-        }
-        st.visit = visit;
-        st.visiting = visiting;
-        round
-    }
-
-    /// Delivers from reader `i` until it is caught up or `budget` runs out.
-    /// With `clock` (on the pool), each batch is timed: the batch size is
-    /// fitted to `BATCH_SLICE_NS` and the round ends past `ROUND_SLICE_NS`.
-    fn deliver_partition(
-        &self,
-        st: &mut DrainState,
-        i: usize,
-        budget: &mut usize,
-        mut clock: Option<&mut RoundClock>,
-    ) -> Step {
-        // What this partition had when the round came is its first batch;
-        // the batches after it were committed while this drain handled the
-        // ones before (see `run_wait.rs`, `CHASED_ROUND`).
-        // How many messages the first batch delivered, once it has.
-        #[cfg(not(loom))]
-        let mut first_batch: Option<usize> = None;
-        loop {
-            if *budget == 0 {
-                return Step::Continue;
-            }
-            // Checked before every batch, so the limit holds even while a slow
-            // handler lets a large backlog build up within one round.
-            if let Some(stop) = self.enforce_lag_limit(st, i) {
-                return stop;
-            }
-            // After a first batch that held a run, while the drain waits for
-            // runs: less than a run behind it is the head the publisher is
-            // writing, left for the next round (`RunWait::stops_chase`, why).
-            // What it leaves is committed: the linger or the dedicated spin
-            // that follows finds it, and so does `go_idle`'s re-check, which
-            // for a subscription without a ready set reads the cursors.
-            //
-            // Never with a ready set (a wildcard subscription): its re-check
-            // reads only the ready list and the carry, and the publishers of
-            // what is left may have found the reader's mark still set (the
-            // essay in `partition/signal.rs`, case (b)) and listed nothing, trusting
-            // this visit to read past their records. Left here, those records
-            // stayed unread until the partition's next publish, for good if
-            // none came (issue 40, item 7).
-            #[cfg(not(loom))]
-            if self.ready.is_none()
-                && first_batch.is_some_and(|n| st.run_wait.stops_chase(n))
-                && !st.readers[i].cursor.has_run(st.run_wait.run())
-            {
-                return Step::Continue;
-            }
-            let mut tally = Tally::default();
-            let before = *budget;
-            let outcome = self.deliver_batch(st, i, budget, &mut tally);
-            #[cfg(not(loom))]
-            match first_batch {
-                None => first_batch = Some(before - *budget),
-                Some(_) => st.run_wait.delivered_after_first(before - *budget),
-            }
-            self.counters.add(&tally);
-            if let Some(clock) = clock.as_deref_mut() {
-                clock.after_batch(before - *budget, &mut st.batch_cap, budget);
-                // A higher-priority subscription waits for a worker: end the
-                // turn at this batch (see "Priorities" in `dispatch.rs`).
-                if self.outranked() {
-                    *budget = 0;
-                }
-            }
-            if self.overflow == Overflow::Block {
-                // Publishers may be waiting for exactly this room: publish the
-                // position per batch, not per round, and wake them.
-                let r = &st.readers[i];
-                r.publish_position();
-                r.partition.space.notify();
-            }
-            match outcome {
-                BatchEnd::More => continue,
-                BatchEnd::Empty => return Step::Continue,
-                BatchEnd::Stop(round) => return Step::Stop(round),
-            }
-        }
-    }
-
-    /// Applies the `DropOldest` and `Disconnect` policies to reader `i`
-    /// (`Block` is enforced by publishers).
-    fn enforce_lag_limit(&self, st: &mut DrainState, i: usize) -> Option<Step> {
-        let limit = self.lag_limit?;
-        if self.overflow == Overflow::Block {
-            return None;
-        }
-        let r = &mut st.readers[i];
-        let lag = r.cursor.lag();
-        if lag <= limit {
-            return None;
-        }
-        match self.overflow {
-            Overflow::Disconnect => {
-                let reason = format!(
-                    "disconnected: lag {lag} on {}[{}] exceeded the lag limit {limit}",
-                    r.topic, r.partition.index
-                );
-                ::log::warn!(target: "rill::subscription", "subscription {:?} {reason}", self.name);
-                *self.closed_reason.lock() = Some(reason);
-                // The drainer holds the drain lock: close without waiting for it;
-                // the round sees CLOSED and finalizes.
-                self.close_inner(false);
-                Some(Step::Stop(Round::Closed))
-            }
+            Phase::Active => drain_rounds(&this, true),
+            // IDLE or BACKOFF: a publisher or the timer will unpark us.
             _ => {
-                let before = r.cursor.offset();
-                if r.cursor.seek(before + (lag - limit)).is_err() {
-                    // The backlog start was trimmed meanwhile: the next read
-                    // reports that as missed; skip to the oldest retained.
-                    r.cursor.seek_to_first();
-                }
-                let skipped = r.cursor.offset().saturating_sub(before);
-                if st.retry.as_ref().is_some_and(|rt| rt.reader == i) {
-                    st.retry = None;
-                }
-                self.counters.add(&Tally { dropped: skipped, ..Tally::default() });
-                ::log::debug!(
-                    target: "rill::subscription",
-                    "subscription {:?} dropped {skipped} message(s) of {}[{}]: lag {lag} exceeded its limit {limit}",
-                    self.name,
-                    r.topic,
-                    r.partition.index
-                );
-                None
+                #[cfg(not(loom))]
+                let parked = Instant::now();
+                awake.asleep(thread::park);
+                #[cfg(not(loom))]
+                idle::naps_after_park(parked.elapsed());
             }
-        }
-    }
-
-    /// Reads one batch from reader `i` and hands its messages to the handler.
-    fn deliver_batch(&self, st: &mut DrainState, i: usize, budget: &mut usize, tally: &mut Tally) -> BatchEnd {
-        let DrainState { handler, on_lagged, readers, retry, reason, reasons, acks, batch_cap, .. } = st;
-        let reader = &mut readers[i];
-        let topic = &reader.topic;
-        let partition = reader.partition.index;
-        let want = (*budget).min(*batch_cap);
-        let batch = match reader.cursor.read_batch(want) {
-            Ok(b) => b,
-            Err(Lagged { missed, .. }) => {
-                tally.missed += missed;
-                if retry.as_ref().is_some_and(|r| r.reader == i) {
-                    *retry = None;
-                }
-                if let Some(cb) = on_lagged {
-                    invoke_lagged(self.id, cb, topic, partition, missed);
-                    if self.state.is_closed() {
-                        // The callback closed the subscription.
-                        return BatchEnd::Stop(Round::Closed);
-                    }
-                }
-                return BatchEnd::More;
-            }
-        };
-        if batch.is_empty() {
-            return BatchEnd::Empty;
-        }
-        // Where to put the cursor back if messages must be delivered again.
-        let mut rewind_to: Option<u64> = None;
-        let mut stop: Option<Round> = None;
-        match handler {
-            HandlerKind::One(h) => {
-                // The per-message path does as little as it can: the thread is
-                // marked as inside this subscription's user code once per
-                // batch (nothing rill runs between two handler calls of a batch
-                // looks at the mark or waits), and a panic is caught once per
-                // batch too, attributed through `in_flight` to the message
-                // whose handler call it came from; the rest of the batch is
-                // then delivered by the next turn of the outer loop.
-                let filter = self.filter.as_ref();
-                let _inside = InHandler::enter(self.id);
-                let mut records = batch.into_iter();
-                // The message whose handler call is under way, if one is.
-                let mut in_flight: Option<(RecordView<'_>, u32)> = None;
-                // With an `ack_timeout`, each call is watched (`deadline.rs`).
-                let watched = self.ack_timeout_ns.is_some();
-                loop {
-                    let run = catch_unwind(AssertUnwindSafe(|| {
-                        for record in records.by_ref() {
-                            *budget -= 1;
-                            if filter.is_some_and(|f| !f.matches(record.attributes())) {
-                                tally.filtered += 1;
-                                continue;
-                            }
-                            let (attempt, last_reason) = attempt_of(retry, i, record.offset());
-                            // The cell is almost always empty and stays so: then
-                            // no store, and no drop of the old value.
-                            if last_reason.is_some() || reason.get_mut().is_some() {
-                                *reason.get_mut() = last_reason;
-                            }
-                            let msg = Message {
-                                delivered: Delivered::new(topic, partition, record),
-                                attempt,
-                                reason: &*reason,
-                            };
-                            in_flight = Some((record, attempt));
-                            if watched {
-                                self.call_started(partition, self.unacked_resume(record.offset()));
-                            }
-                            let ack = h(&msg);
-                            in_flight = None;
-                            if watched && self.call_ended() {
-                                // Past the deadline and handed over: the ack is
-                                // void, and the readers go (`let_go_after_stall`).
-                                tally.delivered += 1;
-                                return Some((None, Round::GaveUp));
-                            }
-                            if let Some((rewind, round)) = self.after_handler(ack, &msg, i, retry, tally) {
-                                return Some((Some(rewind), round));
-                            }
-                        }
-                        None
-                    }));
-                    let end = match run {
-                        Ok(end) => end,
-                        Err(panic) => {
-                            // A panic outside any handler call is rill's own:
-                            // nothing to attribute it to, so it goes on up.
-                            let Some((record, attempt)) = in_flight.take() else { resume_unwind(panic) };
-                            let msg = Message {
-                                delivered: Delivered::new(topic, partition, record),
-                                attempt,
-                                reason: &*reason,
-                            };
-                            let ack = handler_panicked(&msg, &*panic);
-                            if watched && self.call_ended() {
-                                // As for a return past the deadline: void.
-                                tally.delivered += 1;
-                                Some((None, Round::GaveUp))
-                            } else {
-                                match self.after_handler(ack, &msg, i, retry, tally) {
-                                    // The rest of the batch, in a new catch.
-                                    None => continue,
-                                    Some((rewind, round)) => Some((Some(rewind), round)),
-                                }
-                            }
-                        }
-                    };
-                    if let Some((rewind, round)) = end {
-                        (rewind_to, stop) = (rewind, Some(round));
-                    }
-                    break;
-                }
-            }
-            HandlerKind::Many(h) => {
-                let records: Vec<RecordView<'_>> = batch.into_iter().collect();
-                *budget -= records.len();
-                let mut filtered: Vec<u64> = Vec::new();
-                let passing: Vec<RecordView<'_>> = records
-                    .into_iter()
-                    .filter(|r| {
-                        let keep = self.filter.as_ref().is_none_or(|f| f.matches(r.attributes()));
-                        if !keep {
-                            filtered.push(r.offset());
-                        }
-                        keep
-                    })
-                    .collect();
-                if reasons.len() < passing.len() {
-                    reasons.resize_with(passing.len(), RefCell::default);
-                }
-                let msgs: Vec<Message<'_>> = passing
-                    .iter()
-                    .zip(reasons.iter())
-                    .map(|(&record, cell)| {
-                        let (attempt, last_reason) = attempt_of(retry, i, record.offset());
-                        *cell.borrow_mut() = last_reason;
-                        Message { delivered: Delivered::new(topic, partition, record), attempt, reason: cell }
-                    })
-                    .collect();
-                if !msgs.is_empty() {
-                    acks.clear();
-                    acks.resize(msgs.len(), Ack::Success);
-                    let watched = self.ack_timeout_ns.is_some();
-                    if watched {
-                        self.call_started(partition, self.unacked_resume(msgs[0].offset()));
-                    }
-                    let handled = invoke_many(self.id, h, &msgs, acks);
-                    tally.delivered += handled as u64;
-                    if watched && self.call_ended() {
-                        // As for one message: the acks are void.
-                        stop = Some(Round::GaveUp);
-                    } else if self.state.is_closed() {
-                        rewind_to = Some(self.unacked_resume(msgs[0].offset()));
-                        stop = Some(Round::Closed);
-                    } else {
-                        for (msg, &ack) in msgs[..handled].iter().zip(acks.iter()) {
-                            if let Settled::Stop { rewind, delay } = self.settle(ack, msg, i, retry, tally) {
-                                (rewind_to, stop) = (Some(rewind), Some(Round::Backoff(delay)));
-                                break;
-                            }
-                        }
-                        if stop.is_none() && handled < msgs.len() {
-                            // The handler stopped early: the rest come again next.
-                            rewind_to = Some(msgs[handled].offset());
-                        }
-                    }
-                }
-                // Filtered messages before the rewind point are done with.
-                tally.filtered += filtered.iter().filter(|&&o| rewind_to.is_none_or(|r| o < r)).count() as u64;
-            }
-        }
-        if let Some(offset) = rewind_to {
-            reader.cursor.rewind(offset);
-        }
-        match stop {
-            Some(round) => BatchEnd::Stop(round),
-            None => BatchEnd::More,
         }
     }
 }
 
-impl SubCore {
-    /// After a handler call returned `ack` (or panicked, which counts as
-    /// `Retry`): counts the delivery, then stops the batch if the handler
-    /// closed the subscription, else settles the message. `Some` says where
-    /// to put the cursor back and how the round ends.
-    #[inline(always)]
-    fn after_handler(
-        &self,
-        ack: Ack,
-        msg: &Message<'_>,
-        i: usize,
-        retry: &mut Option<Retry>,
-        tally: &mut Tally,
-    ) -> Option<(u64, Round)> {
-        tally.delivered += 1;
-        if self.state.is_closed() {
-            return Some((self.unacked_resume(msg.offset()), Round::Closed));
+/// Delivers until caught up, closed, backing off, or (on the pool) out of
+/// budget.
+fn drain_rounds(this: &Arc<SubCore>, dedicated: bool) {
+    let mut st = this.drain.lock();
+    #[cfg(not(loom))]
+    if !dedicated {
+        let st = &mut *st;
+        idle::lingers_after_wake(&mut st.linger, &mut st.idle_since, crate::clock::now_ns());
+    }
+    if this.ack_timeout_ns.is_some() {
+        deadline::arm_ack_watch(this);
+    }
+    loop {
+        if this.state.is_closed() {
+            drop(st);
+            close::finalize(this);
+            return;
         }
-        match self.settle(ack, msg, i, retry, tally) {
-            Settled::Next => None,
-            Settled::Stop { rewind, delay } => Some((rewind, Round::Backoff(delay))),
+        attach::merge_pending(this, &mut st);
+        let round = deliver_round(this, &mut st, !dedicated);
+        if !matches!(round, Round::Closed) {
+            this.round_ended();
         }
+        match round {
+            Round::Closed => {
+                drop(st);
+                close::finalize(this);
+                return;
+            }
+            Round::Backoff(delay) => {
+                // Fails only if closed meanwhile: then no timer is armed.
+                if this.state.backoff() {
+                    match &this.env.timer {
+                        Some(timer) => timer.schedule(delay, BackoffOver(this.clone())),
+                        // No timer (a bare subscription in tests): retry now.
+                        None => SubCore::wake_from_backoff(this),
+                    }
+                }
+                this.notify_idle();
+                return;
+            }
+            Round::OutOfBudget if !dedicated && this.others_waiting() => {
+                // Stay ACTIVE and go to the back of the queue, so the
+                // subscriptions waiting for a worker get their turn.
+                drop(st);
+                SubCore::schedule(this);
+                return;
+            }
+            // Nobody is waiting (or the thread is ours): keep going here,
+            // rather than hand the drain to another worker and its cache.
+            Round::OutOfBudget => continue,
+            // A stalled call's partitions went to other members.
+            Round::GaveUp => {
+                deadline::let_go_after_stall(this, &mut st);
+                continue;
+            }
+            Round::CaughtUp => {}
+        }
+        if dedicated && idle::spin_for_work(this, &mut st) {
+            continue;
+        }
+        #[cfg(not(loom))]
+        if !dedicated && st.linger && idle::linger_for_work(this, &mut st) {
+            continue;
+        }
+        // Go idle, then re-check (F4): see the essay in `partition/signal.rs`.
+        match signal::go_idle(&this.state, || this.has_work(&mut st)) {
+            Idled::Resumed => {}
+            Idled::Idle => {
+                #[cfg(not(loom))]
+                if !dedicated {
+                    st.idle_since = crate::clock::now_ns();
+                }
+                drop(st);
+                this.notify_idle();
+                return;
+            }
+            // Closed (the closer winds up), or a publisher got there first
+            // and scheduled a drain: let it run.
+            Idled::Closed | Idled::HandedOver => return,
+        }
+    }
+}
+
+/// One round: up to `ROUND_BUDGET` messages over all partitions.
+/// `timed` (on the pool): also end the round after `ROUND_SLICE_NS`.
+fn deliver_round(core: &SubCore, st: &mut DrainState, timed: bool) -> Round {
+    #[cfg(not(loom))]
+    st.run_wait.round_started();
+    if let Some(ready) = &core.ready {
+        return deliver_ready_round(core, st, ready, timed);
+    }
+    let n = st.readers.len();
+    if n == 0 {
+        return Round::CaughtUp;
+    }
+    let mut budget = ROUND_BUDGET;
+    let mut clock = timed.then(RoundClock::start);
+    let start = round_start(st.next, n);
+    // A pending retry goes first: nothing behind it may overtake it. (No
+    // allocation: a round is on every message's path when traffic is light.)
+    let first = st.retry.as_ref().map(|r| r.reader);
+    let rest = (0..n).map(move |k| nth_after(start, k, n)).filter(move |&i| Some(i) != first);
+    st.next = start + 1;
+    for i in first.into_iter().chain(rest) {
+        let outcome = deliver_partition(core, st, i, &mut budget, clock.as_mut());
+        st.readers[i].publish_position();
+        match outcome {
+            Step::Continue => {}
+            Step::Stop(round) => return round,
+        }
+        if budget == 0 {
+            return Round::OutOfBudget;
+        }
+    }
+    Round::CaughtUp
+}
+
+/// A round of a subscription with a ready set: visits the retry's reader,
+/// the carried-over readers and the readers publishers listed, each once,
+/// instead of every partition.
+fn deliver_ready_round(core: &SubCore, st: &mut DrainState, ready: &ReadySet, timed: bool) -> Round {
+    let taken = ready.take();
+    // A listed reader may have been attached after this drain last merged.
+    attach::merge_pending(core, st);
+    // Clears the taken readers' marks, then F3: the cursor reads below
+    // see what a publisher that found a mark still set committed.
+    let readers = &st.readers;
+    ready.clear(taken.iter().map(|&i| &**readers[i].mark.as_ref().expect("listed readers have marks")));
+    let mut visit = std::mem::take(&mut st.visit);
+    let mut visiting = std::mem::take(&mut st.visiting);
+    visit.clear();
+    visiting.clear();
+    visiting.resize(st.readers.len(), false);
+    let retry = st.retry.as_ref().map(|r| r.reader);
+    for i in retry.into_iter().chain(st.carry.drain(..)).chain(taken) {
+        if !std::mem::replace(&mut visiting[i], true) {
+            visit.push(i);
+        }
+    }
+    let mut budget = ROUND_BUDGET;
+    let mut clock = timed.then(RoundClock::start);
+    let mut round = Round::CaughtUp;
+    for (k, &i) in visit.iter().enumerate() {
+        let outcome = deliver_partition(core, st, i, &mut budget, clock.as_mut());
+        st.readers[i].publish_position();
+        let stop = match outcome {
+            Step::Stop(r) => Some(r),
+            Step::Continue if budget == 0 => Some(Round::OutOfBudget),
+            Step::Continue => None,
+        };
+        if let Some(r) = stop {
+            // This reader and the ones not reached yet may have more.
+            st.carry.extend_from_slice(&visit[k..]);
+            round = r;
+            break;
+        }
+    }
+    st.visit = visit;
+    st.visiting = visiting;
+    round
+}
+
+/// Delivers from reader `i` until it is caught up or `budget` runs out.
+/// With `clock` (on the pool), each batch is timed: the batch size is
+/// fitted to `BATCH_SLICE_NS` and the round ends past `ROUND_SLICE_NS`.
+fn deliver_partition(
+    core: &SubCore,
+    st: &mut DrainState,
+    i: usize,
+    budget: &mut usize,
+    mut clock: Option<&mut RoundClock>,
+) -> Step {
+    // What this partition had when the round came is its first batch;
+    // the batches after it were committed while this drain handled the
+    // ones before (see `run_wait.rs`, `CHASED_ROUND`).
+    // How many messages the first batch delivered, once it has.
+    #[cfg(not(loom))]
+    let mut first_batch: Option<usize> = None;
+    loop {
+        if *budget == 0 {
+            return Step::Continue;
+        }
+        // Checked before every batch, so the limit holds even while a slow
+        // handler lets a large backlog build up within one round.
+        if let Some(stop) = enforce_lag_limit(core, st, i) {
+            return stop;
+        }
+        // After a first batch that held a run, while the drain waits for
+        // runs: less than a run behind it is the head the publisher is
+        // writing, left for the next round (`RunWait::stops_chase`, why).
+        // What it leaves is committed: the linger or the dedicated spin
+        // that follows finds it, and so does `go_idle`'s re-check, which
+        // for a subscription without a ready set reads the cursors.
+        //
+        // Never with a ready set (a wildcard subscription): its re-check
+        // reads only the ready list and the carry, and the publishers of
+        // what is left may have found the reader's mark still set (the
+        // essay in `partition/signal.rs`, case (b)) and listed nothing, trusting
+        // this visit to read past their records. Left here, those records
+        // stayed unread until the partition's next publish, for good if
+        // none came (issue 40, item 7).
+        #[cfg(not(loom))]
+        if core.ready.is_none()
+            && first_batch.is_some_and(|n| st.run_wait.stops_chase(n))
+            && !st.readers[i].cursor.has_run(st.run_wait.run())
+        {
+            return Step::Continue;
+        }
+        let mut tally = Tally::default();
+        let before = *budget;
+        let outcome = deliver_batch(core, st, i, budget, &mut tally);
+        #[cfg(not(loom))]
+        match first_batch {
+            None => first_batch = Some(before - *budget),
+            Some(_) => st.run_wait.delivered_after_first(before - *budget),
+        }
+        core.counters.add(&tally);
+        if let Some(clock) = clock.as_deref_mut() {
+            clock.after_batch(before - *budget, &mut st.batch_cap, budget);
+            // A higher-priority subscription waits for a worker: end the
+            // turn at this batch (see "Priorities" in `dispatch.rs`).
+            if core.outranked() {
+                *budget = 0;
+            }
+        }
+        if core.overflow == Overflow::Block {
+            // Publishers may be waiting for exactly this room: publish the
+            // position per batch, not per round, and wake them.
+            let r = &st.readers[i];
+            r.publish_position();
+            r.partition.space.notify();
+        }
+        match outcome {
+            BatchEnd::More => continue,
+            BatchEnd::Empty => return Step::Continue,
+            BatchEnd::Stop(round) => return Step::Stop(round),
+        }
+    }
+}
+
+/// Applies the `DropOldest` and `Disconnect` policies to reader `i`
+/// (`Block` is enforced by publishers).
+fn enforce_lag_limit(core: &SubCore, st: &mut DrainState, i: usize) -> Option<Step> {
+    let limit = core.lag_limit?;
+    if core.overflow == Overflow::Block {
+        return None;
+    }
+    let r = &mut st.readers[i];
+    let lag = r.cursor.lag();
+    if lag <= limit {
+        return None;
+    }
+    match core.overflow {
+        Overflow::Disconnect => {
+            let reason =
+                format!("disconnected: lag {lag} on {}[{}] exceeded the lag limit {limit}", r.topic, r.partition.index);
+            ::log::warn!(target: "rill::subscription", "subscription {:?} {reason}", core.name);
+            *core.closed_reason.lock() = Some(reason);
+            // The drainer holds the drain lock: close without waiting for it;
+            // the round sees CLOSED and finalizes.
+            close::close_inner(core, false);
+            Some(Step::Stop(Round::Closed))
+        }
+        _ => {
+            let before = r.cursor.offset();
+            if r.cursor.seek(before + (lag - limit)).is_err() {
+                // The backlog start was trimmed meanwhile: the next read
+                // reports that as missed; skip to the oldest retained.
+                r.cursor.seek_to_first();
+            }
+            let skipped = r.cursor.offset().saturating_sub(before);
+            if st.retry.as_ref().is_some_and(|rt| rt.reader == i) {
+                st.retry = None;
+            }
+            core.counters.add(&Tally { dropped: skipped, ..Tally::default() });
+            ::log::debug!(
+                target: "rill::subscription",
+                "subscription {:?} dropped {skipped} message(s) of {}[{}]: lag {lag} exceeded its limit {limit}",
+                core.name,
+                r.topic,
+                r.partition.index
+            );
+            None
+        }
+    }
+}
+
+/// Reads one batch from reader `i` and hands its messages to the handler.
+fn deliver_batch(core: &SubCore, st: &mut DrainState, i: usize, budget: &mut usize, tally: &mut Tally) -> BatchEnd {
+    let DrainState { handler, on_lagged, readers, retry, reason, reasons, acks, batch_cap, .. } = st;
+    let reader = &mut readers[i];
+    let topic = &reader.topic;
+    let partition = reader.partition.index;
+    let want = (*budget).min(*batch_cap);
+    let batch = match reader.cursor.read_batch(want) {
+        Ok(b) => b,
+        Err(Lagged { missed, .. }) => {
+            tally.missed += missed;
+            if retry.as_ref().is_some_and(|r| r.reader == i) {
+                *retry = None;
+            }
+            if let Some(cb) = on_lagged {
+                invoke_lagged(core.id, cb, topic, partition, missed);
+                if core.state.is_closed() {
+                    // The callback closed the subscription.
+                    return BatchEnd::Stop(Round::Closed);
+                }
+            }
+            return BatchEnd::More;
+        }
+    };
+    if batch.is_empty() {
+        return BatchEnd::Empty;
+    }
+    // Where to put the cursor back if messages must be delivered again.
+    let mut rewind_to: Option<u64> = None;
+    let mut stop: Option<Round> = None;
+    match handler {
+        HandlerKind::One(h) => {
+            // The per-message path does as little as it can: the thread is
+            // marked as inside this subscription's user code once per
+            // batch (nothing rill runs between two handler calls of a batch
+            // looks at the mark or waits), and a panic is caught once per
+            // batch too, attributed through `in_flight` to the message
+            // whose handler call it came from; the rest of the batch is
+            // then delivered by the next turn of the outer loop.
+            let filter = core.filter.as_ref();
+            let _inside = InHandler::enter(core.id);
+            let mut records = batch.into_iter();
+            // The message whose handler call is under way, if one is.
+            let mut in_flight: Option<(RecordView<'_>, u32)> = None;
+            // With an `ack_timeout`, each call is watched (`deadline.rs`).
+            let watched = core.ack_timeout_ns.is_some();
+            loop {
+                let run = catch_unwind(AssertUnwindSafe(|| {
+                    for record in records.by_ref() {
+                        *budget -= 1;
+                        if filter.is_some_and(|f| !f.matches(record.attributes())) {
+                            tally.filtered += 1;
+                            continue;
+                        }
+                        let (attempt, last_reason) = attempt_of(retry, i, record.offset());
+                        // The cell is almost always empty and stays so: then
+                        // no store, and no drop of the old value.
+                        if last_reason.is_some() || reason.get_mut().is_some() {
+                            *reason.get_mut() = last_reason;
+                        }
+                        let msg =
+                            Message { delivered: Delivered::new(topic, partition, record), attempt, reason: &*reason };
+                        in_flight = Some((record, attempt));
+                        if watched {
+                            deadline::call_started(core, partition, settle::unacked_resume(core, record.offset()));
+                        }
+                        let ack = h(&msg);
+                        in_flight = None;
+                        if watched && deadline::call_ended(core) {
+                            // Past the deadline and handed over: the ack is
+                            // void, and the readers go (`let_go_after_stall`).
+                            tally.delivered += 1;
+                            return Some((None, Round::GaveUp));
+                        }
+                        if let Some((rewind, round)) = after_handler(core, ack, &msg, i, retry, tally) {
+                            return Some((Some(rewind), round));
+                        }
+                    }
+                    None
+                }));
+                let end = match run {
+                    Ok(end) => end,
+                    Err(panic) => {
+                        // A panic outside any handler call is rill's own:
+                        // nothing to attribute it to, so it goes on up.
+                        let Some((record, attempt)) = in_flight.take() else { resume_unwind(panic) };
+                        let msg =
+                            Message { delivered: Delivered::new(topic, partition, record), attempt, reason: &*reason };
+                        let ack = handler_panicked(&msg, &*panic);
+                        if watched && deadline::call_ended(core) {
+                            // As for a return past the deadline: void.
+                            tally.delivered += 1;
+                            Some((None, Round::GaveUp))
+                        } else {
+                            match after_handler(core, ack, &msg, i, retry, tally) {
+                                // The rest of the batch, in a new catch.
+                                None => continue,
+                                Some((rewind, round)) => Some((Some(rewind), round)),
+                            }
+                        }
+                    }
+                };
+                if let Some((rewind, round)) = end {
+                    (rewind_to, stop) = (rewind, Some(round));
+                }
+                break;
+            }
+        }
+        HandlerKind::Many(h) => {
+            let records: Vec<RecordView<'_>> = batch.into_iter().collect();
+            *budget -= records.len();
+            let mut filtered: Vec<u64> = Vec::new();
+            let passing: Vec<RecordView<'_>> = records
+                .into_iter()
+                .filter(|r| {
+                    let keep = core.filter.as_ref().is_none_or(|f| f.matches(r.attributes()));
+                    if !keep {
+                        filtered.push(r.offset());
+                    }
+                    keep
+                })
+                .collect();
+            if reasons.len() < passing.len() {
+                reasons.resize_with(passing.len(), RefCell::default);
+            }
+            let msgs: Vec<Message<'_>> = passing
+                .iter()
+                .zip(reasons.iter())
+                .map(|(&record, cell)| {
+                    let (attempt, last_reason) = attempt_of(retry, i, record.offset());
+                    *cell.borrow_mut() = last_reason;
+                    Message { delivered: Delivered::new(topic, partition, record), attempt, reason: cell }
+                })
+                .collect();
+            if !msgs.is_empty() {
+                acks.clear();
+                acks.resize(msgs.len(), Ack::Success);
+                let watched = core.ack_timeout_ns.is_some();
+                if watched {
+                    deadline::call_started(core, partition, settle::unacked_resume(core, msgs[0].offset()));
+                }
+                let handled = invoke_many(core.id, h, &msgs, acks);
+                tally.delivered += handled as u64;
+                if watched && deadline::call_ended(core) {
+                    // As for one message: the acks are void.
+                    stop = Some(Round::GaveUp);
+                } else if core.state.is_closed() {
+                    rewind_to = Some(settle::unacked_resume(core, msgs[0].offset()));
+                    stop = Some(Round::Closed);
+                } else {
+                    for (msg, &ack) in msgs[..handled].iter().zip(acks.iter()) {
+                        if let Settled::Stop { rewind, delay } = settle::settle(core, ack, msg, i, retry, tally) {
+                            (rewind_to, stop) = (Some(rewind), Some(Round::Backoff(delay)));
+                            break;
+                        }
+                    }
+                    if stop.is_none() && handled < msgs.len() {
+                        // The handler stopped early: the rest come again next.
+                        rewind_to = Some(msgs[handled].offset());
+                    }
+                }
+            }
+            // Filtered messages before the rewind point are done with.
+            tally.filtered += filtered.iter().filter(|&&o| rewind_to.is_none_or(|r| o < r)).count() as u64;
+        }
+    }
+    if let Some(offset) = rewind_to {
+        reader.cursor.rewind(offset);
+    }
+    match stop {
+        Some(round) => BatchEnd::Stop(round),
+        None => BatchEnd::More,
+    }
+}
+
+/// After a handler call returned `ack` (or panicked, which counts as
+/// `Retry`): counts the delivery, then stops the batch if the handler
+/// closed the subscription, else settles the message. `Some` says where
+/// to put the cursor back and how the round ends.
+#[inline(always)]
+fn after_handler(
+    core: &SubCore,
+    ack: Ack,
+    msg: &Message<'_>,
+    i: usize,
+    retry: &mut Option<Retry>,
+    tally: &mut Tally,
+) -> Option<(u64, Round)> {
+    tally.delivered += 1;
+    if core.state.is_closed() {
+        return Some((settle::unacked_resume(core, msg.offset()), Round::Closed));
+    }
+    match settle::settle(core, ack, msg, i, retry, tally) {
+        Settled::Next => None,
+        Settled::Stop { rewind, delay } => Some((rewind, Round::Backoff(delay))),
     }
 }
 

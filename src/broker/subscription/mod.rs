@@ -34,27 +34,36 @@
 //! thread running user code (`in_handler.rs`). This folder imports it and
 //! `topic.rs`; neither imports this folder.
 //!
-//! This file holds the public face: the statistics and the
-//! [`Subscription`] handle. The parts import each other in one direction
-//! only: `options`, `queue_wait` and `run_wait` import no other part;
-//! `core` imports those three; `attach`, `close`, `settle`, `deadline` and
-//! `idle` import `core` (and `options`); `drain` imports `core`, `idle`,
-//! `settle` and `options`; this file imports `core` and `options`.
-//! `tests/structure.rs` checks that no file imports one that imports it
-//! back. The imports do not show every call: `SubCore`'s methods are
-//! defined in the file of their mechanism (`impl SubCore` in `attach.rs`,
-//! `close.rs`, `deadline.rs`, `drain.rs` and `settle.rs`), so a part calls
-//! a sibling's method without an import (the drain loop calls `merge_pending`
-//! in `attach.rs`, `finalize` in `close.rs` and `arm_ack_watch` in
-//! `deadline.rs`). `core.rs` calls
-//! none of them: its job types' runs (`impl Job`) are in `drain.rs` and
-//! `deadline.rs`.
+//! This file holds the public face: the statistics (`stats` reads a
+//! [`SubscriptionStats`] off a `SubCore`) and the [`Subscription`] handle.
+//!
+//! `SubCore` keeps its data, its constructor and its plain accessors in
+//! `core.rs`, the only `impl SubCore`; each mechanism is free functions in
+//! its own file that take the core as their first argument
+//! (`close::close(&core)`, `settle::settle(core, ..)`,
+//! `deadline::arm_ack_watch(this)`), so every call from one part into
+//! another names the part, and the imports show every dependency. The
+//! parts import each other in one direction only: `options`, `queue_wait`
+//! and `run_wait` import no other part; `core` imports those three;
+//! `idle` and `deadline` import `core`; `attach` and `settle` import
+//! `core` and `options`; `close` imports `core`, `options` and `attach`
+//! (a closed subscription lets go of deleted topics' readers); `drain`
+//! imports `core`, `options`, `idle`, `settle`, `attach` (merging new
+//! readers at a round's start), `close` (winding up, the lag policy's
+//! close) and `deadline` (the watch on handler calls); this file imports
+//! `core`, `options` and `close`. `tests/structure.rs` checks that no file
+//! imports one that imports it back. `core.rs` calls none of the
+//! mechanisms: its job types' runs (`impl Job`) are in `drain.rs` and
+//! `deadline.rs`. Outside this folder, the control plane, the shared
+//! groups and the loom harness call the mechanisms by the same paths
+//! (`attach::attach_to`, `attach::revoke`, `close::close_with_reason`,
+//! `deadline::surrender`, `drain::dedicated_loop`).
 
-mod attach;
-mod close;
+pub(crate) mod attach;
+pub(crate) mod close;
 mod core;
-mod deadline;
-mod drain;
+pub(crate) mod deadline;
+pub(crate) mod drain;
 mod idle;
 mod options;
 mod queue_wait;
@@ -171,61 +180,59 @@ pub struct SubscriptionStats {
     pub queue_wait_max_takes: u64,
 }
 
-impl SubCore {
-    /// A snapshot of its counters and positions; `fresh`: the queue-wait
-    /// figures start afresh (the subscription's own read), else they stay.
-    pub(crate) fn stats(&self, fresh: bool) -> SubscriptionStats {
-        let partitions: Vec<PartitionLag> = self
-            .positions
-            .lock()
-            .iter()
-            .map(|(topic, p, pos)| {
-                // Relaxed: a snapshot.
-                let position = pos.load(Ordering::Relaxed);
-                let end = p.log.end_offset();
-                PartitionLag {
-                    topic: topic.to_string(),
-                    partition: p.index,
-                    position,
-                    end,
-                    lag: end.saturating_sub(position),
-                }
-            })
-            .collect();
-        let waits = if fresh { self.queue_waits.take() } else { self.queue_waits.peek() };
-        let c = &self.counters;
-        // Relaxed: counters are statistics.
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        SubscriptionStats {
-            name: self.name.clone(),
-            pattern: self.pattern.to_string(),
-            state: match self.state.get() {
-                Phase::Idle => SubscriptionState::Idle,
-                Phase::Active => SubscriptionState::Active,
-                Phase::Backoff => SubscriptionState::Backoff,
-                Phase::Closed => SubscriptionState::Closed,
-            },
-            delivered: get(&c.delivered),
-            acked: get(&c.acked),
-            filtered: get(&c.filtered),
-            retried: get(&c.retried),
-            dead_lettered: get(&c.dead_lettered),
-            dropped: get(&c.dropped),
-            missed: get(&c.missed),
-            // Acquire: pairs with the Release in `SubCore::report_stall`, so a
-            // stall seen counted is seen in `last_error`, read below.
-            ack_timeouts: c.ack_timeouts.load(Ordering::Acquire),
-            lag: partitions.iter().map(|p| p.lag).sum(),
-            partitions,
-            dead_letter_topic: self.env.dead_letters.as_ref().map(DeadLetters::name),
-            closed_reason: self.closed_reason.lock().clone(),
-            last_error: self.last_error.lock().clone(),
-            priority: self.priority,
-            queue_waits: waits.count,
-            queue_wait_p50: waits.p50,
-            queue_wait_p99: waits.p99,
-            queue_wait_max_takes: waits.max_takes,
-        }
+/// A snapshot of `core`'s counters and positions; `fresh`: the queue-wait
+/// figures start afresh (the subscription's own read), else they stay.
+pub(crate) fn stats(core: &SubCore, fresh: bool) -> SubscriptionStats {
+    let partitions: Vec<PartitionLag> = core
+        .positions
+        .lock()
+        .iter()
+        .map(|(topic, p, pos)| {
+            // Relaxed: a snapshot.
+            let position = pos.load(Ordering::Relaxed);
+            let end = p.log.end_offset();
+            PartitionLag {
+                topic: topic.to_string(),
+                partition: p.index,
+                position,
+                end,
+                lag: end.saturating_sub(position),
+            }
+        })
+        .collect();
+    let waits = if fresh { core.queue_waits.take() } else { core.queue_waits.peek() };
+    let c = &core.counters;
+    // Relaxed: counters are statistics.
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    SubscriptionStats {
+        name: core.name.clone(),
+        pattern: core.pattern.to_string(),
+        state: match core.state.get() {
+            Phase::Idle => SubscriptionState::Idle,
+            Phase::Active => SubscriptionState::Active,
+            Phase::Backoff => SubscriptionState::Backoff,
+            Phase::Closed => SubscriptionState::Closed,
+        },
+        delivered: get(&c.delivered),
+        acked: get(&c.acked),
+        filtered: get(&c.filtered),
+        retried: get(&c.retried),
+        dead_lettered: get(&c.dead_lettered),
+        dropped: get(&c.dropped),
+        missed: get(&c.missed),
+        // Acquire: pairs with the Release in `deadline::report_stall`, so a
+        // stall seen counted is seen in `last_error`, read below.
+        ack_timeouts: c.ack_timeouts.load(Ordering::Acquire),
+        lag: partitions.iter().map(|p| p.lag).sum(),
+        partitions,
+        dead_letter_topic: core.env.dead_letters.as_ref().map(DeadLetters::name),
+        closed_reason: core.closed_reason.lock().clone(),
+        last_error: core.last_error.lock().clone(),
+        priority: core.priority,
+        queue_waits: waits.count,
+        queue_wait_p50: waits.p50,
+        queue_wait_p99: waits.p99,
+        queue_wait_max_takes: waits.max_takes,
     }
 }
 
@@ -316,7 +323,7 @@ impl Subscription {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn stats(&self) -> SubscriptionStats {
-        self.core.stats(true)
+        stats(&self.core, true)
     }
 
     /// [`stats`](Subscription::stats) without starting the queue-wait
@@ -343,7 +350,7 @@ impl Subscription {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn peek_stats(&self) -> SubscriptionStats {
-        self.core.stats(false)
+        stats(&self.core, false)
     }
 
     /// True once closed (by `close`, by the broker closing, or by the
@@ -391,7 +398,7 @@ impl Subscription {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn close(&self) {
-        SubCore::close(&self.core);
+        close::close(&self.core);
         // Its close rang an armed idle hook; none rings after this, and the
         // hook (with what it owns) is dropped now.
         self.core.idle.take_bell();

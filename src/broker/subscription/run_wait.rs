@@ -1,7 +1,7 @@
 //! When a drain that found work waits for more before it takes it: the
-//! run-wait policy of a lingering pool drain (`SubCore::linger_for_work`,
-//! `drain.rs`) and of a dedicated drainer spinning for work with the
-//! default policy (`SubCore::spin_for_work`; one with an `idle_spin`
+//! run-wait policy of a lingering pool drain (`idle::linger_for_work`,
+//! `idle.rs`) and of a dedicated drainer spinning for work with the
+//! default policy (`idle::spin_for_work`; one with an `idle_spin`
 //! budget asked for latency, and takes what it finds at once). Not
 //! built under loom, like the linger: it changes when a drain looks at the
 //! log, never what it may conclude from a look, so it adds nothing to check.

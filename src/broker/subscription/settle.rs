@@ -22,182 +22,179 @@ pub(super) enum Settled {
     Stop { rewind: u64, delay: Duration },
 }
 
-impl SubCore {
-    /// Where a subscription closed while its handler ran resumes: at the
-    /// unacknowledged message (at least once), or after it (at most once).
-    pub(super) fn unacked_resume(&self, offset: u64) -> u64 {
-        match self.delivery {
-            DeliveryMode::AtLeastOnce => offset,
-            DeliveryMode::AtMostOnce => offset + 1,
-        }
+/// Where a subscription closed while its handler ran resumes: at the
+/// unacknowledged message (at least once), or after it (at most once).
+pub(super) fn unacked_resume(core: &SubCore, offset: u64) -> u64 {
+    match core.delivery {
+        DeliveryMode::AtLeastOnce => offset,
+        DeliveryMode::AtMostOnce => offset + 1,
     }
+}
 
-    /// Applies one acknowledgement: counts it, schedules a redelivery or
-    /// dead-letters the message. `Stop` means the drain must stop and put
-    /// the cursor back at `rewind`.
-    ///
-    /// A success is settled inline (it is every message's path when handlers
-    /// succeed): counted, and a pending retry, which can only be of this
-    /// message, is done. With at-most-once there is never a pending retry.
-    #[inline(always)]
-    pub(super) fn settle(
-        &self,
-        ack: Ack,
-        msg: &Message<'_>,
-        i: usize,
-        retry: &mut Option<Retry>,
-        tally: &mut Tally,
-    ) -> Settled {
-        if ack == Ack::Success {
+/// Applies one acknowledgement: counts it, schedules a redelivery or
+/// dead-letters the message. `Stop` means the drain must stop and put
+/// the cursor back at `rewind`.
+///
+/// A success is settled inline (it is every message's path when handlers
+/// succeed): counted, and a pending retry, which can only be of this
+/// message, is done. With at-most-once there is never a pending retry.
+#[inline(always)]
+pub(super) fn settle(
+    core: &SubCore,
+    ack: Ack,
+    msg: &Message<'_>,
+    i: usize,
+    retry: &mut Option<Retry>,
+    tally: &mut Tally,
+) -> Settled {
+    if ack == Ack::Success {
+        tally.acked += 1;
+        if retry.is_some() {
+            *retry = None;
+        }
+        return Settled::Next;
+    }
+    settle_failure(core, ack, msg, i, retry, tally)
+}
+
+/// `settle` for a `Retry` or a `DeadLetter`.
+#[inline(never)]
+fn settle_failure(
+    core: &SubCore,
+    ack: Ack,
+    msg: &Message<'_>,
+    i: usize,
+    retry: &mut Option<Retry>,
+    tally: &mut Tally,
+) -> Settled {
+    let (offset, attempt) = (msg.offset(), msg.attempt());
+    let ack = match (core.delivery, ack) {
+        (DeliveryMode::AtMostOnce, Ack::Success) => {
             tally.acked += 1;
-            if retry.is_some() {
-                *retry = None;
-            }
             return Settled::Next;
         }
-        self.settle_failure(ack, msg, i, retry, tally)
-    }
-
-    /// `settle` for a `Retry` or a `DeadLetter`.
-    #[inline(never)]
-    fn settle_failure(
-        &self,
-        ack: Ack,
-        msg: &Message<'_>,
-        i: usize,
-        retry: &mut Option<Retry>,
-        tally: &mut Tally,
-    ) -> Settled {
-        let (offset, attempt) = (msg.offset(), msg.attempt());
-        let ack = match (self.delivery, ack) {
-            (DeliveryMode::AtMostOnce, Ack::Success) => {
-                tally.acked += 1;
-                return Settled::Next;
-            }
-            (DeliveryMode::AtMostOnce, Ack::Retry) => {
-                tally.dropped += 1;
-                return Settled::Next;
-            }
-            (_, ack) => ack,
-        };
-        let backoff = |retry: &mut Option<Retry>, reason: Option<String>| {
-            *retry = Some(Retry { reader: i, offset, attempt: attempt + 1, reason });
-            Settled::Stop { rewind: offset, delay: self.backoff.delay(attempt) }
-        };
-        match ack {
-            Ack::Success => {
-                tally.acked += 1;
-                *retry = None;
-                Settled::Next
-            }
-            Ack::Retry if attempt < self.max_attempts => {
-                tally.retried += 1;
-                let reason = msg.reason.take();
-                self.note_handler_error(msg, reason.as_deref().unwrap_or("the handler asked for a retry"));
-                backoff(retry, reason)
-            }
-            Ack::Retry | Ack::DeadLetter => {
-                let why = msg.reason.take().unwrap_or_else(|| {
-                    if ack == Ack::Retry {
-                        format!("gave up after {attempt} attempts")
-                    } else {
-                        "dead-lettered by the handler".into()
-                    }
-                });
-                self.note_handler_error(msg, &why);
-                let published = self.dead_letter(msg, &why);
-                if !matches!(published, Err(Error::Full(_) | Error::Timeout))
-                    || self.delivery != DeliveryMode::AtLeastOnce
-                {
-                    self.alert_dead_letter(msg, &why);
+        (DeliveryMode::AtMostOnce, Ack::Retry) => {
+            tally.dropped += 1;
+            return Settled::Next;
+        }
+        (_, ack) => ack,
+    };
+    let backoff = |retry: &mut Option<Retry>, reason: Option<String>| {
+        *retry = Some(Retry { reader: i, offset, attempt: attempt + 1, reason });
+        Settled::Stop { rewind: offset, delay: core.backoff.delay(attempt) }
+    };
+    match ack {
+        Ack::Success => {
+            tally.acked += 1;
+            *retry = None;
+            Settled::Next
+        }
+        Ack::Retry if attempt < core.max_attempts => {
+            tally.retried += 1;
+            let reason = msg.reason.take();
+            note_handler_error(core, msg, reason.as_deref().unwrap_or("the handler asked for a retry"));
+            backoff(retry, reason)
+        }
+        Ack::Retry | Ack::DeadLetter => {
+            let why = msg.reason.take().unwrap_or_else(|| {
+                if ack == Ack::Retry {
+                    format!("gave up after {attempt} attempts")
+                } else {
+                    "dead-lettered by the handler".into()
                 }
-                match published {
-                    Ok(()) => {
-                        tally.dead_lettered += 1;
-                        ::log::warn!(
-                            target: "rill::subscription",
-                            "subscription {:?} dead-lettered {} partition {} offset {}: {why}",
-                            self.name,
-                            msg.topic(),
-                            msg.partition(),
-                            offset
-                        );
-                    }
-                    Err(e @ (Error::Full(_) | Error::Timeout)) if self.delivery == DeliveryMode::AtLeastOnce => {
-                        // The dead-letter topic cannot take it now (a Block
-                        // subscriber of its own): keep the message at the head
-                        // and try again after a backoff; nothing is lost.
-                        self.set_last_error(format!("dead-lettering offset {offset} deferred: {e}"));
-                        return backoff(retry, Some(why));
-                    }
-                    Err(e) => {
-                        ::log::error!(
-                            target: "rill::subscription",
-                            "subscription {:?} could not dead-letter {} partition {} offset {} ({why}): {e}; \
-                             the message is dropped",
-                            self.name,
-                            msg.topic(),
-                            msg.partition(),
-                            offset
-                        );
-                        self.set_last_error(format!("dead-lettering offset {offset} failed: {e}"));
-                        tally.dropped += 1;
-                    }
-                }
-                *retry = None;
-                Settled::Next
+            });
+            note_handler_error(core, msg, &why);
+            let published = dead_letter(core, msg, &why);
+            if !matches!(published, Err(Error::Full(_) | Error::Timeout)) || core.delivery != DeliveryMode::AtLeastOnce
+            {
+                alert_dead_letter(core, msg, &why);
             }
+            match published {
+                Ok(()) => {
+                    tally.dead_lettered += 1;
+                    ::log::warn!(
+                        target: "rill::subscription",
+                        "subscription {:?} dead-lettered {} partition {} offset {}: {why}",
+                        core.name,
+                        msg.topic(),
+                        msg.partition(),
+                        offset
+                    );
+                }
+                Err(e @ (Error::Full(_) | Error::Timeout)) if core.delivery == DeliveryMode::AtLeastOnce => {
+                    // The dead-letter topic cannot take it now (a Block
+                    // subscriber of its own): keep the message at the head
+                    // and try again after a backoff; nothing is lost.
+                    core.set_last_error(format!("dead-lettering offset {offset} deferred: {e}"));
+                    return backoff(retry, Some(why));
+                }
+                Err(e) => {
+                    ::log::error!(
+                        target: "rill::subscription",
+                        "subscription {:?} could not dead-letter {} partition {} offset {} ({why}): {e}; \
+                         the message is dropped",
+                        core.name,
+                        msg.topic(),
+                        msg.partition(),
+                        offset
+                    );
+                    core.set_last_error(format!("dead-lettering offset {offset} failed: {e}"));
+                    tally.dropped += 1;
+                }
+            }
+            *retry = None;
+            Settled::Next
         }
     }
+}
 
-    /// Keeps the text of the handler's latest failure (a retry, a panic, a
-    /// dead letter) for `SubscriptionStats::last_error`. Only failures come
-    /// here, never a success, so the lock and the text cost nothing on the
-    /// path of messages that are handled.
-    fn note_handler_error(&self, msg: &Message<'_>, reason: &str) {
-        ::log::debug!(
-            target: "rill::subscription",
-            "subscription {:?}: the handler failed on {} partition {} offset {} (attempt {}): {reason}",
-            self.name,
-            msg.topic(),
-            msg.partition(),
-            msg.offset(),
-            msg.attempt()
-        );
-        self.set_last_error(format!(
-            "{} partition {} offset {} (attempt {}): {reason}",
-            msg.topic(),
-            msg.partition(),
-            msg.offset(),
-            msg.attempt()
-        ));
-    }
+/// Keeps the text of the handler's latest failure (a retry, a panic, a
+/// dead letter) for `SubscriptionStats::last_error`. Only failures come
+/// here, never a success, so the lock and the text cost nothing on the
+/// path of messages that are handled.
+fn note_handler_error(core: &SubCore, msg: &Message<'_>, reason: &str) {
+    ::log::debug!(
+        target: "rill::subscription",
+        "subscription {:?}: the handler failed on {} partition {} offset {} (attempt {}): {reason}",
+        core.name,
+        msg.topic(),
+        msg.partition(),
+        msg.offset(),
+        msg.attempt()
+    );
+    core.set_last_error(format!(
+        "{} partition {} offset {} (attempt {}): {reason}",
+        msg.topic(),
+        msg.partition(),
+        msg.offset(),
+        msg.attempt()
+    ));
+}
 
-    /// Calls `on_dead_letter` (if any) the way handlers are called: marked as
-    /// inside this subscription, with a panic caught and dropped (the
-    /// message is dead-lettered either way).
-    fn alert_dead_letter(&self, msg: &Message<'_>, reason: &str) {
-        let Some(cb) = self.on_dead_letter.lock().clone() else { return };
-        let _inside = InHandler::enter(self.id);
-        let _ = catch_unwind(AssertUnwindSafe(|| cb(msg, reason)));
-    }
+/// Calls `on_dead_letter` (if any) the way handlers are called: marked as
+/// inside this subscription, with a panic caught and dropped (the
+/// message is dead-lettered either way).
+fn alert_dead_letter(core: &SubCore, msg: &Message<'_>, reason: &str) {
+    let Some(cb) = core.on_dead_letter.lock().clone() else { return };
+    let _inside = InHandler::enter(core.id);
+    let _ = catch_unwind(AssertUnwindSafe(|| cb(msg, reason)));
+}
 
-    /// Publishes a failed message to the dead-letter topic, with its key,
-    /// payload and attributes plus `rill.dlq.*`.
-    fn dead_letter(&self, msg: &Message<'_>, reason: &str) -> Result<()> {
-        let Some(dead_letters) = &self.env.dead_letters else { return Ok(()) };
-        let dlq = dead_letters.topic()?;
-        let failed = Failed {
-            topic: msg.topic(),
-            partition: msg.partition(),
-            record: msg.record(),
-            attempts: msg.attempt(),
-            reason,
-            by: ("rill.dlq.subscription", self.name.as_str()),
-        };
-        // Never wait here: a drainer must not block on another topic's subscribers.
-        dead_letter::publish(&dlq, &failed, Wait::No).map(drop)
-    }
+/// Publishes a failed message to the dead-letter topic, with its key,
+/// payload and attributes plus `rill.dlq.*`.
+fn dead_letter(core: &SubCore, msg: &Message<'_>, reason: &str) -> Result<()> {
+    let Some(dead_letters) = &core.env.dead_letters else { return Ok(()) };
+    let dlq = dead_letters.topic()?;
+    let failed = Failed {
+        topic: msg.topic(),
+        partition: msg.partition(),
+        record: msg.record(),
+        attempts: msg.attempt(),
+        reason,
+        by: ("rill.dlq.subscription", core.name.as_str()),
+    };
+    // Never wait here: a drainer must not block on another topic's subscribers.
+    dead_letter::publish(&dlq, &failed, Wait::No).map(drop)
 }
 
 /// What a handler's panic (`payload`) on `msg` comes to: `Retry`, with the
