@@ -56,8 +56,13 @@
 //! A drain already running is not interrupted, but it ends its turn early:
 //! after each batch it reads `occupied`'s mirror (a hint, without the lock)
 //! and stops if a higher lane holds a job ([`WorkerPool::outranked`]), then
-//! queues itself again. So a high-priority job waits for the batch in hand
-//! (about a quarter of a turn, or one call of a slow handler), not a turn.
+//! queues itself again. So a high-priority job waits for the batch in hand,
+//! not a turn. Batches are fitted to a time slice (`drain.rs`): a quarter of
+//! a turn while the pool has only ever seen lanes at or below the drain's
+//! own, and a much shorter slice once a higher lane has been used
+//! ([`WorkerPool::may_be_outranked`], a sticky mirror of the lanes used), so
+//! the wait is about one short batch, or one call of a handler slower than
+//! it. A pool with one priority in use batches as it did before priorities.
 //!
 //! The pool measures each job's wait (time and takes, from push to take) and
 //! hands it to the job ([`Job::waited`]) before running it: a subscription
@@ -198,6 +203,10 @@ struct PoolShared<J> {
     /// Mirror of `Queue::occupied`, for a running drain to see without the
     /// lock that a job of higher priority waits (see `outranked`).
     occupied: AtomicU8,
+    /// The lanes that have ever held a job, one bit each (only ever set):
+    /// a drain below the highest of them may be outranked, and fits its
+    /// batches to a shorter slice (see `may_be_outranked`).
+    used: AtomicU8,
 }
 
 /// The shared worker pool that drains subscriptions.
@@ -224,6 +233,7 @@ impl<J: Job> WorkerPool<J> {
             work: Condvar::new(),
             queued: AtomicUsize::new(0),
             occupied: AtomicU8::new(0),
+            used: AtomicU8::new(0),
         });
         let pool = WorkerPool { shared, threads: Mutex::new(Vec::new()) };
         for i in 0..size {
@@ -275,6 +285,12 @@ impl<J: Job> WorkerPool<J> {
         self.shared.queued.fetch_add(added, Ordering::Relaxed);
         // Relaxed: a hint for running drains (see `outranked`).
         self.shared.occupied.store(q.occupied, Ordering::Relaxed);
+        // Relaxed: a hint for running drains (see `may_be_outranked`); the
+        // load first, so that once every lane in use has been seen the
+        // push writes nothing (no line bounced between workers).
+        if self.shared.used.load(Ordering::Relaxed) & q.occupied != q.occupied {
+            self.shared.used.fetch_or(q.occupied, Ordering::Relaxed);
+        }
         let wake = added.min(q.sleeping - q.waking);
         q.waking += wake;
         drop(q);
@@ -297,6 +313,17 @@ impl<J: Job> WorkerPool<J> {
         // Relaxed: a hint; a stale value ends a turn one batch early or late.
         let occupied = self.shared.occupied.load(Ordering::Relaxed);
         u32::from(occupied) >> (u32::from(priority) + 1) != 0
+    }
+
+    /// True if a job of priority above `priority` has ever been queued on
+    /// this pool (a hint: read without the lock). A drain that may be
+    /// outranked fits its batches to a shorter slice, so that the higher
+    /// job waits at most about one short batch for a worker; a pool whose
+    /// subscriptions all share one priority keeps the longer batches.
+    pub(crate) fn may_be_outranked(&self, priority: u8) -> bool {
+        // Relaxed: a hint; a stale value sizes a batch or two the old way.
+        let used = self.shared.used.load(Ordering::Relaxed);
+        u32::from(used) >> (u32::from(priority) + 1) != 0
     }
 
     /// True if jobs are queued (a hint: read without the lock).
@@ -596,6 +623,24 @@ mod tests {
         drop(q);
         assert_eq!(entry.job.0, MAX_PRIORITY);
         assert!(!pool.outranked(DEFAULT_PRIORITY));
+        pool.stop();
+    }
+
+    /// A drain may be outranked (and takes the short batch slice) once a
+    /// job above its priority has been queued, even after that job ran;
+    /// on a pool with one priority in use, never.
+    #[test]
+    fn a_higher_lane_once_used_keeps_lower_drains_on_short_batches() {
+        let pool = WorkerPool::<Nothing>::start(0).unwrap();
+        pool.push_many([Nothing(DEFAULT_PRIORITY), Nothing(DEFAULT_PRIORITY)]);
+        assert!(!pool.may_be_outranked(DEFAULT_PRIORITY) && !pool.may_be_outranked(MAX_PRIORITY));
+        pool.push(Nothing(MAX_PRIORITY));
+        let mut q = pool.shared.queue.lock();
+        while pool.shared.take(&mut q).is_some() {}
+        drop(q);
+        assert!(!pool.outranked(DEFAULT_PRIORITY), "nothing is queued now");
+        assert!(pool.may_be_outranked(DEFAULT_PRIORITY) && pool.may_be_outranked(0));
+        assert!(!pool.may_be_outranked(MAX_PRIORITY));
         pool.stop();
     }
 

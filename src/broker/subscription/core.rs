@@ -540,6 +540,15 @@ impl SubCore {
         }
     }
 
+    /// True if a subscription of higher priority has ever waited for this
+    /// pool's workers (see `WorkerPool::may_be_outranked`).
+    pub(super) fn may_be_outranked(&self) -> bool {
+        match &self.env.exec {
+            Exec::Pool(pool) => pool.may_be_outranked(self.priority),
+            Exec::Dedicated(_) => false,
+        }
+    }
+
     /// True if other subscriptions wait for a pool worker.
     pub(super) fn others_waiting(&self) -> bool {
         match &self.env.exec {

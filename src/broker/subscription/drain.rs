@@ -47,6 +47,13 @@ const ROUND_SLICE_NS: u64 = 1_000_000;
 /// What a pool batch aims to take at most: the batch size shrinks to fit
 /// it when handlers are slow (down to one message) and grows back when fast.
 const BATCH_SLICE_NS: u64 = ROUND_SLICE_NS / 4;
+/// The batch slice of a pool drain that a higher-priority subscription may
+/// outrank: the drain looks for a higher job after each batch (see
+/// "Priorities" in `dispatch.rs`), so the higher one waits for a worker
+/// about this long at most, the order of a thread's wakeup; a pool with
+/// one priority in use keeps `BATCH_SLICE_NS`. `rill-bench --priority`
+/// measures the higher subscription's latency against an idle pool's.
+const OUTRANKABLE_BATCH_SLICE_NS: u64 = 20_000;
 
 /// Times a pool drain round, batch by batch: the clock is read after a
 /// batch once a batch's worth (`cap`) of messages went by since the last
@@ -56,15 +63,19 @@ const BATCH_SLICE_NS: u64 = ROUND_SLICE_NS / 4;
 /// round runs at most `cap` handler calls past its slice either way.
 struct RoundClock {
     start: u64,
+    /// What a batch aims to take: `BATCH_SLICE_NS`, or
+    /// `OUTRANKABLE_BATCH_SLICE_NS`.
+    slice: u64,
     last: u64,
     /// Messages delivered since the clock was last read.
     since: usize,
 }
 
 impl RoundClock {
-    fn start() -> RoundClock {
+    fn start(core: &SubCore) -> RoundClock {
         let now = RoundClock::now();
-        RoundClock { start: now, last: now, since: 0 }
+        let slice = if core.may_be_outranked() { OUTRANKABLE_BATCH_SLICE_NS } else { BATCH_SLICE_NS };
+        RoundClock { start: now, slice, last: now, since: 0 }
     }
 
     /// The clock. Under loom, a constant: a model must take the same path
@@ -79,7 +90,7 @@ impl RoundClock {
     }
 
     /// After a batch of `n` messages (counted until they reach `cap`): fits
-    /// `cap` so the next batch takes about `BATCH_SLICE_NS`, and ends the
+    /// `cap` so the next batch takes about `slice`, and ends the
     /// round (a zero `budget`) once it has run `ROUND_SLICE_NS`.
     fn after_batch(&mut self, n: usize, cap: &mut usize, budget: &mut usize) {
         self.since += n;
@@ -91,7 +102,7 @@ impl RoundClock {
         let took = now.saturating_sub(self.last).max(1);
         self.last = now;
         if n > 0 {
-            let fits = (BATCH_SLICE_NS as u128 * n as u128 / took as u128).min(BATCH as u128) as usize;
+            let fits = (self.slice as u128 * n as u128 / took as u128).min(BATCH as u128) as usize;
             *cap = fits.max(1);
         }
         if now.saturating_sub(self.start) >= ROUND_SLICE_NS {
@@ -243,7 +254,7 @@ fn deliver_round(core: &SubCore, st: &mut DrainState, timed: bool) -> Round {
         return Round::CaughtUp;
     }
     let mut budget = ROUND_BUDGET;
-    let mut clock = timed.then(RoundClock::start);
+    let mut clock = timed.then(|| RoundClock::start(core));
     let start = round_start(st.next, n);
     // A pending retry goes first: nothing behind it may overtake it. (No
     // allocation: a round is on every message's path when traffic is light.)
@@ -287,7 +298,7 @@ fn deliver_ready_round(core: &SubCore, st: &mut DrainState, ready: &ReadySet, ti
         }
     }
     let mut budget = ROUND_BUDGET;
-    let mut clock = timed.then(RoundClock::start);
+    let mut clock = timed.then(|| RoundClock::start(core));
     let mut round = Round::CaughtUp;
     for (k, &i) in visit.iter().enumerate() {
         let outcome = deliver_partition(core, st, i, &mut budget, clock.as_mut());
