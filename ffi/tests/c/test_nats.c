@@ -49,10 +49,14 @@ static rill_ack on_message(void *user_data, const rill_message *m) {
     char want[32];
     expected_payload(i, want, sizeof want);
     unsigned char key[2] = {'k', (unsigned char)(i % 4)};
+    /* Four attributes: the two published, the JetStream sequence, and the
+     * message's id (RILL_ATTR_ID), which the importer takes from the
+     * Nats-Msg-Id the exporter gave it, for the topic's dedupe window. */
     int ok = i >= 0 && m->payload_len == strlen(want) && memcmp(m->payload, want, m->payload_len) == 0 &&
-             m->key_len == 2 && memcmp(m->key, key, 2) == 0 && m->attribute_count == 3 &&
+             m->key_len == 2 && memcmp(m->key, key, 2) == 0 && m->attribute_count == 4 &&
              rill_message_attribute(m, "region", &v, &vlen) == RILL_OK && vlen == 7 &&
-             memcmp(v, "eu west", 7) == 0 && rill_message_attribute(m, "nats.seq", &v, &vlen) == RILL_OK;
+             memcmp(v, "eu west", 7) == 0 && rill_message_attribute(m, "nats.seq", &v, &vlen) == RILL_OK &&
+             rill_message_attribute(m, RILL_ATTR_ID, &v, &vlen) == RILL_OK && vlen > 0;
     pthread_mutex_lock(&s->lock);
     s->count++;
     s->intact += ok;
