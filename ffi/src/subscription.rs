@@ -145,7 +145,8 @@ pub unsafe extern "C" fn rill_subscribe_v1(
 /// messages (at most 64 at a time) and acknowledges each: one call for many
 /// messages, for bindings where a call costs more than the work (Python).
 /// On the worker pool the first run is one message and later runs are sized
-/// to take about 250 µs of handler time, so a slow handler does not hold a
+/// to take about 250 µs of handler time (20 µs once a subscription of
+/// higher priority has used the pool), so a slow handler does not hold a
 /// worker that other subscriptions wait for. Called as `rill_subscribe_batch`.
 ///
 /// # Safety
