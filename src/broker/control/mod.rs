@@ -34,12 +34,22 @@
 //! whole map (a `HashMap` copied on every create made creating n topics
 //! cost O(n^2)). A lookup hashes the name once and descends about
 //! log64(n) levels of 64-way nodes, each step one bitmap test and a
-//! popcount: one level more per 64-fold growth, four for a million topics. A concurrent hash map
-//! (`papaya`, `scc`, `dashmap`) would also make creation cheap, but
-//! `dashmap`'s reads take a shard lock, and the lock-free ones free a
-//! deleted topic only when their deferred reclamation gets round to it
-//! (with its mapped segments, whose files a deleted topic on a data
-//! directory still holds) and iterate without a snapshot.
+//! popcount: one level more per 64-fold growth, four for a million topics.
+//! What a change costs is more than its node count says: copying a node
+//! bumps the reference count of each of its (up to 64) children, and
+//! dropping the replaced one gives them back, so a create touches up to 64
+//! other nodes per level, which once the map outgrows the caches are each a
+//! miss. That, not the number of levels, is why creating the n-th topic
+//! still costs more as n grows past a few hundred thousand (`rill-bench
+//! --scenario scale --scale-full`, the `create us/topic` column); a map
+//! changed in place under the control mutex, with slots readers load
+//! lock-free, would not pay it, at the price of the snapshots above.
+//!
+//! A concurrent hash map (`papaya`, `scc`, `dashmap`) would also make
+//! creation cheap, but `dashmap`'s reads take a shard lock, and the
+//! lock-free ones free a deleted topic only when their deferred reclamation
+//! gets round to it (with its mapped segments, whose files a deleted topic
+//! on a data directory still holds) and iterate without a snapshot.
 //!
 //! # The parts
 //!

@@ -297,6 +297,8 @@ pub(super) struct DrainState {
     /// finishing). Reused buffers for the round's visiting order.
     pub(super) carry: Vec<usize>,
     pub(super) visit: Vec<usize>,
+    /// Which readers this round visits already; all false between rounds
+    /// (a round clears what it set), so a round costs what it visits.
     pub(super) visiting: Vec<bool>,
     /// Partitions this shared member was asked to give up and still reads
     /// (one waiting for a retry is given up once the retry is settled).

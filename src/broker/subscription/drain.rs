@@ -289,13 +289,21 @@ fn deliver_ready_round(core: &SubCore, st: &mut DrainState, ready: &ReadySet, ti
     let mut visit = std::mem::take(&mut st.visit);
     let mut visiting = std::mem::take(&mut st.visiting);
     visit.clear();
-    visiting.clear();
-    visiting.resize(st.readers.len(), false);
+    // `visiting` is all false between rounds, so it only grows here and
+    // the entries this round sets are cleared below: a round costs what it
+    // visits, not the number of readers (a `**` over many topics; the
+    // `scale` scenario of rill-bench measures its delivery time).
+    if visiting.len() < st.readers.len() {
+        visiting.resize(st.readers.len(), false);
+    }
     let retry = st.retry.as_ref().map(|r| r.reader);
     for i in retry.into_iter().chain(st.carry.drain(..)).chain(taken) {
         if !std::mem::replace(&mut visiting[i], true) {
             visit.push(i);
         }
+    }
+    for &i in &visit {
+        visiting[i] = false;
     }
     let mut budget = ROUND_BUDGET;
     let mut clock = timed.then(|| RoundClock::start(core));
@@ -747,5 +755,49 @@ mod tests {
         let stats = sub.stats();
         assert!(caught_up, "the tail was left unread: {stats:?}");
         assert_eq!(stats.delivered, (BATCH + tail) as u64);
+    }
+
+    /// Issue 43 (scale): a round of a wildcard subscription leaves its
+    /// visiting marks all cleared, so the next round clears only what it
+    /// sets instead of every reader's mark (a `**` over many topics paid a
+    /// pass over all its readers for every message; rill-bench's `scale`
+    /// scenario measures the delivery). Rounds that visit some readers, and
+    /// a round that finds a reader both carried over and listed, each
+    /// deliver every message once.
+    #[cfg(not(loom))]
+    #[test]
+    fn a_wildcard_round_clears_only_the_readers_it_visited() {
+        use std::time::Duration;
+
+        use crate::broker::{Broker, BrokerConfig, StartPosition, SubscriptionOptions, TopicOptions};
+        use crate::log::Record;
+
+        const TOPICS: usize = 64;
+        let b = Broker::new(BrokerConfig { worker_threads: Some(1), ..BrokerConfig::default() }).unwrap();
+        for t in 0..TOPICS {
+            b.create_topic(&format!("v/{t}"), &TopicOptions::default()).unwrap();
+        }
+        let options = SubscriptionOptions { start: StartPosition::Earliest, ..Default::default() };
+        let sub = b.subscribe("v/*", options, |_| crate::broker::Ack::Success).unwrap();
+        assert!(sub.wait_idle(Duration::from_secs(30)).unwrap());
+        let mut published = 0u64;
+        for round in 0..4 {
+            {
+                // The drain waits on this lock: every publish below lists
+                // its reader before the next round takes the list.
+                let mut st = sub.core.drain.lock();
+                // Carried over and listed as well: visited once.
+                st.carry.push(round);
+                for t in (round..TOPICS).step_by(7) {
+                    b.publish(&format!("v/{t}"), &Record::new(b"x")).unwrap();
+                    published += 1;
+                }
+            }
+            assert!(sub.wait_idle(Duration::from_secs(30)).unwrap());
+            let st = sub.core.drain.lock();
+            assert_eq!(st.visiting.len(), TOPICS, "grown to the readers once");
+            assert!(st.visiting.iter().all(|v| !v), "round {round} left visiting marks set");
+        }
+        assert_eq!(sub.stats().delivered, published);
     }
 }
