@@ -192,7 +192,7 @@ pub(crate) struct KeptSegment {
     pub(crate) used: u64,
     /// The file already had a completion marker for exactly these records.
     pub(crate) was_complete: bool,
-    /// Some of its records are skip records.
+    /// Some of its records are skip records or compacted-away ones.
     pub(crate) skips: bool,
     /// Holes recovery writes skip records into before the file is used.
     fills: Vec<Fill>,
@@ -264,6 +264,9 @@ struct Scan {
     fills: Vec<Fill>,
     /// Skip records already in the file (an earlier recovery's).
     skipped: u64,
+    /// The file holds compacted-away records (it is a compaction's rebuilt
+    /// segment, `file/rebuild.rs`).
+    compacted: bool,
     /// Where the first record not kept starts (region offset).
     stop: u64,
     /// Why the scan stopped, unless it reached zeros (a clean end) or the
@@ -332,6 +335,7 @@ fn scan(region: &[u8], base: u64, limit: u64, holes: Holes, abandoned: &dyn Fn(u
         positions: Vec::new(),
         fills: Vec::new(),
         skipped: 0,
+        compacted: false,
         stop: 0,
         damage: None,
         last_timestamp: None,
@@ -356,6 +360,19 @@ fn scan(region: &[u8], base: u64, limit: u64, holes: Holes, abandoned: &dyn Fn(u
                 p = end;
                 continue;
             }
+            // A compacted-away record of a rebuilt file, standing for a run
+            // of offsets (see "Compacted-away records" in `record.rs`).
+            Ok(Some((at, end, bytes))) if record::compacted_run(bytes) != Ok(None) => match record::compacted_run(bytes) {
+                Ok(Some(run)) if run <= limit - kept => {
+                    found.compacted = true;
+                    found.last_timestamp = Some(record::RecordView::from_bytes(offset, bytes).timestamp_ns());
+                    found.positions.extend(std::iter::repeat_n(at as u64, run as usize));
+                    p = end;
+                    continue;
+                }
+                Ok(_) => Some("compacted-away record standing for offsets past the segment's count"),
+                Err(why) => Some(why),
+            },
             Ok(Some((at, end, bytes))) => {
                 let view = record::RecordView::from_bytes(offset, bytes);
                 found.skipped += u64::from(view.is_skip());
@@ -675,7 +692,7 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
             positions: found.positions,
             used: found.stop,
             was_complete,
-            skips: found.skipped + filled > 0,
+            skips: found.skipped + filled > 0 || found.compacted,
             fills: found.fills,
         });
     }

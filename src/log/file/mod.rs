@@ -11,8 +11,10 @@
 //! reservation state lies, the files' names), `file_storage.rs`
 //! ([`FileStorage`]: one file, mapped, made and recycled; not to be taken
 //! for `log/storage.rs`, the trait every segment's storage implements and
-//! the in-memory storages) and `files.rs` ([`Files`]: a partition's files
-//! as a whole, and the test seams that fail their creation and syncs).
+//! the in-memory storages), `files.rs` ([`Files`]: a partition's files
+//! as a whole, and the test seams that fail their creation and syncs) and
+//! `rebuild.rs` (a compaction's rebuilt segment file, and how it replaces
+//! the old one's, crash by crash).
 //! They share one invariant, what bytes a file may hold at each moment of
 //! its life, listed under "Recycling" below for every crash state, which
 //! recovery (`recovery.rs`) depends on.
@@ -71,9 +73,11 @@
 mod file_storage;
 mod files;
 mod format;
+mod rebuild;
 
 pub(crate) use file_storage::FileStorage;
 pub(crate) use files::{Files, RollHook, sync_dir};
+pub(crate) use rebuild::{Rebuilt, write as write_rebuilt};
 #[cfg(not(loom))]
 pub(crate) use format::HEADER_END;
 #[cfg(feature = "fuzzing")]
