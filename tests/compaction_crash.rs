@@ -39,13 +39,13 @@ const KEYS: u64 = 23;
 /// Every this many records is a tombstone.
 const TOMBSTONE_EVERY: u64 = 7;
 /// Most records a child publishes before it waits to be killed.
-const MAX_PUBLISHES: u64 = 2500;
+const MAX_PUBLISHES: u64 = 1500;
 /// Tombstones are kept (the newest record of a key, tombstone or not, is
 /// what compaction must keep); superseded records go at once.
 const POLICY: CompactionPolicy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
 
 fn config() -> LogConfig {
-    LogConfig { segment_bytes: Some(MIN_SEGMENT_BYTES), retention_bytes: None, ..LogConfig::default() }
+    LogConfig { segment_bytes: Some(4 * MIN_SEGMENT_BYTES), retention_bytes: None, ..LogConfig::default() }
 }
 
 fn key_for(i: u64) -> Vec<u8> {
