@@ -141,8 +141,11 @@ fn publishing_without_a_key_to_a_compacted_topic_is_refused_and_appends_nothing(
 fn compaction_of_a_topic_on_a_directory_shared_by_processes_is_refused_clearly() {
     let dir = std::env::temp_dir().join(format!("rill-compaction-shared-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let config =
-        rill::BrokerConfig { data_dir: Some(dir.clone()), sharing: rill::Sharing::Processes, ..rill::BrokerConfig::default() };
+    let config = rill::BrokerConfig {
+        data_dir: Some(dir.clone()),
+        sharing: rill::Sharing::Processes,
+        ..rill::BrokerConfig::default()
+    };
     let b = Broker::new(config).unwrap();
     let e = b.create_topic("t", &compacted(Cleanup::Compact)).unwrap_err();
     assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("shared by processes")), "{e}");

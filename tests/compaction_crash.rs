@@ -172,8 +172,7 @@ fn compaction_kill_9_loop() {
             }
             None
         };
-        loop {
-            let Some(line) = lines.next() else { break };
+        for line in lines.by_ref() {
             let line = line.unwrap();
             let what = record(&line, &mut acked, &mut in_pass);
             if line.starts_with(['P', 'T']) {

@@ -106,6 +106,23 @@
 //! copy; `readers_during_compaction_never_see_a_torn_record`
 //! (`tests/compaction.rs`) runs passes against a publisher that rolls.
 //!
+//! # On a data directory
+//!
+//! A durable log's rebuilt segment is a segment file, not a heap block: it
+//! is written whole under a temporary name, synced, and renamed over the
+//! old segment's file before the exchange above installs it; each step, and
+//! what a crash at it leaves, is in `file/rebuild.rs` ("The durable swap").
+//! The exchange is the same C1; the rename is ordered against a trim of
+//! the same segment by the file name's lock, not by an atomic, so the
+//! durable swap adds no fence. A log shared by processes is not compacted
+//! ([`Log::compact`](super::Log::compact) refuses it).
+//!
+//! What a pass has learned lives in memory only: after an open the clean
+//! prefix starts at 0 (the whole log is dirty), so the first pass maps
+//! every sealed segment once, and keeps what a pass over everything keeps;
+//! the figures (records and bytes removed, passes) count from the open,
+//! and the keys kept are the last pass's.
+//!
 //! # Memory
 //!
 //! A rebuilt segment costs its kept records, one compacted-away record and

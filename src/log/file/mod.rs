@@ -77,7 +77,6 @@ mod rebuild;
 
 pub(crate) use file_storage::FileStorage;
 pub(crate) use files::{Files, RollHook, sync_dir};
-pub(crate) use rebuild::{Rebuilt, write as write_rebuilt};
 #[cfg(not(loom))]
 pub(crate) use format::HEADER_END;
 #[cfg(feature = "fuzzing")]
@@ -88,3 +87,4 @@ pub(crate) use format::{
     FRAME_LEN, HEADER_BYTES, Header, HeaderError, SLOT_BYTES, VERSION, VERSION_AT, check_frame, frame_for,
     has_frame_mark, index_at, is_spare_file_name, is_temp_file_name, parse_segment_file_name, segment_file_name,
 };
+pub(crate) use rebuild::{Rebuilt, write as write_rebuilt};

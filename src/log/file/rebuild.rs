@@ -154,7 +154,8 @@ pub(crate) fn write(files: &Files, base: u64, count: u64, kept: &[(u64, &[u8])],
     let mut page = vec![0u8; HEADER_BYTES];
     Header { base, capacity, complete: None, generation: 0, slots: count }.encode_complete(&mut page, count, used);
     let temp = files.dir.join(temp_file_name(base));
-    let file = OpenOptions::new().read(true).write(true).create_new(true).open(&temp).map_err(|e| Error::io(&temp, &e))?;
+    let file =
+        OpenOptions::new().read(true).write(true).create_new(true).open(&temp).map_err(|e| Error::io(&temp, &e))?;
     let written = (|| {
         // Preallocated, as every segment file: the index and the tail word
         // are written through the map later, and must find the disk's room.
