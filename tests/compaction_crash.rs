@@ -7,7 +7,8 @@
 //! back to back, reporting each acknowledged record (`P`/`T offset i`) and
 //! the start and end of each pass (`S`, `E`) on its stdout. The parent kills
 //! it with SIGKILL after a random number of acknowledgements, or (one run in
-//! three) right as it reports the start of a random pass, so that kills land
+//! three) right as it reports the start of a random pass once it has
+//! published a few segments' worth, so that kills land
 //! in every step of "The durable swap" (`src/log/file/rebuild.rs`): writing
 //! or syncing the temporary file, the rename, the directory sync, the
 //! install. Then the parent opens the directory itself (recovery, which
@@ -93,9 +94,13 @@ fn compaction_crash_child() {
             let mut pass = 0u64;
             while !done.load(Ordering::Acquire) {
                 say(format!("S {pass}\n"));
-                log.compact(&POLICY, rill::clock::now_ns()).unwrap();
+                let ran = log.compact(&POLICY, rill::clock::now_ns()).unwrap();
                 say(format!("E {pass}\n"));
                 pass += 1;
+                if !ran {
+                    // Nothing newly sealed: let the publisher seal more.
+                    std::thread::yield_now();
+                }
             }
         });
         for i in 0..MAX_PUBLISHES {
@@ -142,7 +147,7 @@ fn compaction_kill_9_loop() {
     let (mut mid_pass, mut passes_seen, mut removed_seen) = (0u64, 0u64, 0u64);
     for run in 0..iterations {
         let always = run % 5 == 4;
-        let at_pass = (run % 3 == 2).then(|| rng.below(12));
+        let at_pass = (run % 3 == 2).then(|| rng.below(40));
         let kill_after = rng.below(if always { 60 } else { MAX_PUBLISHES });
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["compaction_crash_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
@@ -181,7 +186,8 @@ fn compaction_kill_9_loop() {
                     break;
                 }
             }
-            if line.starts_with('S') && at_pass.is_some_and(|k| what.is_some_and(|pass| pass >= k)) {
+            // A pass started once the child has sealed segments to rewrite.
+            if line.starts_with('S') && acks >= 300 && at_pass.is_some_and(|k| what.is_some_and(|pass| pass >= k)) {
                 break;
             }
             if line == "DONE" {
