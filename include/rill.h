@@ -655,9 +655,12 @@ typedef struct {
      * the newest message of each key in offset order, with gaps, and a seek
      * to a removed offset starts at the next kept one. Under `_COMPACT`
      * the size and age limits are not applied, so memory grows with the
-     * number of distinct keys; `_COMPACT_DELETE` applies them too. In
-     * memory only for now: on a broker with a `data_dir`, creating a
-     * compacted topic is `RILL_ERR_INVALID_ARGUMENT`.
+     * number of distinct keys; `_COMPACT_DELETE` applies them too. On a
+     * broker with a `data_dir` compaction rewrites segment files so that a
+     * crash at any moment loses no message it keeps; with
+     * `RILL_SHARING_PROCESSES`, creating a compacted topic is
+     * `RILL_ERR_INVALID_ARGUMENT` (two processes could compact the same
+     * files at once).
      */
     rill_cleanup cleanup;
     /**

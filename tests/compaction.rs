@@ -135,13 +135,20 @@ fn publishing_without_a_key_to_a_compacted_topic_is_refused_and_appends_nothing(
     b.publish("plain", &Record::new(b"no key")).unwrap();
 }
 
+/// Compaction on a data directory works (`tests/compaction_durable.rs`)
+/// but for one shared by processes, where it is refused clearly.
 #[test]
-fn compaction_of_a_topic_on_a_data_directory_is_refused_clearly() {
-    let dir = std::env::temp_dir().join(format!("rill-compaction-durable-{}", std::process::id()));
+fn compaction_of_a_topic_on_a_directory_shared_by_processes_is_refused_clearly() {
+    let dir = std::env::temp_dir().join(format!("rill-compaction-shared-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let b = Broker::new(rill::BrokerConfig { data_dir: Some(dir.clone()), ..rill::BrokerConfig::default() }).unwrap();
+    let config = rill::BrokerConfig {
+        data_dir: Some(dir.clone()),
+        sharing: rill::Sharing::Processes,
+        ..rill::BrokerConfig::default()
+    };
+    let b = Broker::new(config).unwrap();
     let e = b.create_topic("t", &compacted(Cleanup::Compact)).unwrap_err();
-    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("data directory")), "{e}");
+    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("shared by processes")), "{e}");
     assert!(b.topic_stats("t").is_err(), "nothing created");
     b.close();
     std::fs::remove_dir_all(&dir).ok();

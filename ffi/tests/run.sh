@@ -56,6 +56,8 @@ robust=(test_robust_groups test_robust_ffi test_robust_holes test_robust_ops tes
 robust+=(test_robust_dedupe)
 # Issue 42's schemas (JSON Schema, validators, reject and dead-letter, a restart).
 robust+=(test_robust_schema)
+# Issue 41's compaction on a data directory (rebuilt segment files, a restart).
+robust+=(test_durable_compact)
 for t in "${robust[@]}"; do
   build "$t" gcc c99 "ffi/tests/c/$t.c"
   "$out/$t"

@@ -106,9 +106,12 @@ pub struct TopicOptions {
 /// Under `Compact` nothing is trimmed by size or age, so a partition's
 /// memory grows with the number of distinct keys (and, by four bytes per
 /// offset, with the offsets its segments cover); `CompactAndDelete` also
-/// applies the size and age limits. Compaction is for in-memory topics: on a
-/// broker with a data directory, creating a compacted topic is
-/// [`Error::InvalidArgument`] (not implemented yet).
+/// applies the size and age limits. On a data directory compaction rewrites
+/// segment files so that a crash at any moment loses no message it keeps;
+/// a broker whose data directory is shared by processes
+/// ([`Sharing::Processes`](crate::Sharing)) refuses to create a compacted
+/// topic ([`Error::InvalidArgument`]): two processes could compact the
+/// same files at once.
 ///
 /// # Examples
 ///
@@ -354,12 +357,11 @@ impl Topic {
         bell: Option<&Arc<Bell>>,
     ) -> Result<Topic> {
         options.validate()?;
-        if options.cleanup.compacts() {
-            return Err(Error::InvalidArgument(format!(
-                "topic {name:?}: compaction ({:?}) is for in-memory topics; compacting a topic on a data directory \
-                 is not implemented yet",
-                options.cleanup
-            )));
+        if options.cleanup.compacts() && opening != Opening::Alone {
+            log::warn!(
+                "rill: topic {name:?} is compacted, but its data directory is shared by processes: it is not \
+                 compacted while shared (publishes still need a key)"
+            );
         }
         let config = options.log_config();
         let partitions = (0..options.partitions)
@@ -396,6 +398,7 @@ impl Topic {
                     }
                 };
                 p.recovery = recovery;
+                p.keyed_only = options.cleanup.compacts();
                 Ok(Arc::new(p))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -403,7 +406,8 @@ impl Topic {
             name: name.into(),
             partitions: partitions.into(),
             dedupe: window(options),
-            compaction: None,
+            // Never for a log shared by processes (`Log::compact` refuses it).
+            compaction: options.compaction_policy().filter(|_| opening == Opening::Alone),
             priority: options.priority,
             schema: Slot::default(),
         };

@@ -106,6 +106,23 @@
 //! copy; `readers_during_compaction_never_see_a_torn_record`
 //! (`tests/compaction.rs`) runs passes against a publisher that rolls.
 //!
+//! # On a data directory
+//!
+//! A durable log's rebuilt segment is a segment file, not a heap block: it
+//! is written whole under a temporary name, synced, and renamed over the
+//! old segment's file before the exchange above installs it; each step, and
+//! what a crash at it leaves, is in `file/rebuild.rs` ("The durable swap").
+//! The exchange is the same C1; the rename is ordered against a trim of
+//! the same segment by the file name's lock, not by an atomic, so the
+//! durable swap adds no fence. A log shared by processes is not compacted
+//! ([`Log::compact`](super::Log::compact) refuses it).
+//!
+//! What a pass has learned lives in memory only: after an open the clean
+//! prefix starts at 0 (the whole log is dirty), so the first pass maps
+//! every sealed segment once, and keeps what a pass over everything keeps;
+//! the figures (records and bytes removed, passes) count from the open,
+//! and the keys kept are the last pass's.
+//!
 //! # Memory
 //!
 //! A rebuilt segment costs its kept records, one compacted-away record and
@@ -123,8 +140,10 @@ use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
 use super::dir::{Dir, Shared};
+use super::file;
 use super::record::align_up;
-use super::segment::Segment;
+use super::segment::{Buffers, Segment};
+use super::storage::Pages;
 use crate::error::Result;
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
@@ -191,6 +210,9 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
     let mut keys = 0u64;
     let mut rebuilt: Vec<(usize, Arc<Segment>, u64, u64)> = Vec::new();
     let mut kept: Vec<(u64, &[u8])> = Vec::new();
+    // A durable rebuild that failed (a full disk): the pass installs what
+    // it rebuilt before, and reports it.
+    let mut failed = None;
     'segs: for (i, seg) in segs[..stop].iter().enumerate() {
         let count = seg.sealed_count().expect("every segment but the newest is sealed");
         let hashes = map.hashes.get(i.wrapping_sub(map.first_dirty));
@@ -257,11 +279,31 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
         // The compacted-away record carries the newest stamp the segment
         // had, so the age limit (`CompactAndDelete`) sees the same age.
         let stamp = newest_stamp(seg, count).max(stamp);
-        let new = Segment::compacted(seg.base(), count, &kept, stamp, shared.pool.clone())?;
+        let new = match shared.pool.files() {
+            None => Segment::compacted(seg.base(), count, &kept, stamp, shared.pool.clone())?,
+            Some(files) => match rebuild_file(shared, files, seg, count, &kept, stamp) {
+                Ok(Some(new)) => new,
+                // Trimmed first: nothing to replace.
+                Ok(None) => continue,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            },
+        };
         rebuilt.push((i, Arc::new(new), removed, removed_bytes));
     }
     drop(kept);
     drop(map);
+    if let Some(files) = shared.pool.files()
+        && files.flush
+        && !rebuilt.is_empty()
+        && let Err(e) = file::sync_dir(&files.dir)
+    {
+        // Step 4 of "The durable swap" (`file/rebuild.rs`): a machine crash
+        // may bring the old files back, which are whole too.
+        log::warn!("compaction: could not sync the directory {}: {e}", files.dir.display());
+    }
     let installed = install(shared, &segs, &rebuilt);
     // A rebuilt segment not installed (the directory stalled, or
     // retention trimmed the old one): the next call passes again, from
@@ -276,10 +318,45 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
     shared.compaction.keys.store(keys, Ordering::Relaxed);
     shared.compaction.passes.fetch_add(1, Ordering::Relaxed);
     progress.through = through;
-    progress.clean = if all_installed { next_clean } else { clean };
-    progress.retry = !all_installed || stop < segs.len();
+    let all_done = all_installed && failed.is_none();
+    progress.clean = if all_done { next_clean } else { clean };
+    progress.retry = !all_done || stop < segs.len();
     progress.due_ns = due_ns;
-    Ok(true)
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(true),
+    }
+}
+
+/// The rebuilt segment of a durable log: its file written, synced and
+/// renamed over `seg`'s (steps 1 to 3 of "The durable swap" in
+/// `file/rebuild.rs`), mapped as a sealed segment; `None` if retention
+/// trimmed `seg` first.
+fn rebuild_file(
+    shared: &Shared,
+    files: &file::Files,
+    seg: &Segment,
+    count: u64,
+    kept: &[(u64, &[u8])],
+    stamp: u64,
+) -> Result<Option<Segment>> {
+    let rebuilt = file::write_rebuilt(files, seg.base(), count, kept, stamp)?;
+    let old = seg.file().expect("a durable log's segments are files");
+    let name = match old.replace_with(&rebuilt.temp) {
+        Ok(Some(name)) => name,
+        Ok(None) => {
+            rebuilt.discard();
+            return Ok(None);
+        }
+        Err(e) => {
+            rebuilt.discard();
+            return Err(e);
+        }
+    };
+    let file::Rebuilt { storage, positions, used, .. } = rebuilt;
+    storage.rename_to(name);
+    let buffers = Buffers::over(Box::new(storage), positions.len(), Pages::Small)?;
+    Ok(Some(Segment::recovered(seg.base(), buffers, shared.pool.clone(), &positions, used, true)))
 }
 
 /// True if the sealed segments from offset `clean` on (the dirty part)

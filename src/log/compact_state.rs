@@ -20,7 +20,10 @@ pub(super) struct Compaction {
     pub(super) progress: Mutex<Progress>,
 }
 
-/// Where the passes stand (see "Incremental passes" in `compact.rs`).
+/// Where the passes stand (see "Incremental passes" in `compact.rs`). In
+/// memory only, for durable logs too: an open starts from the default (no
+/// clean prefix), and the first pass recomputes it (see "On a data
+/// directory" in `compact.rs`).
 #[derive(Debug, Default)]
 pub(super) struct Progress {
     /// The end offset of the sealed segments when a pass last looked: a

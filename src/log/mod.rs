@@ -563,10 +563,15 @@ impl Log {
     /// Returns whether a pass ran. Publishers never wait for it; readers
     /// see either the old or the rebuilt segment, whole.
     ///
-    /// Fails with [`Error::InvalidArgument`] for a durable log (compaction
-    /// of segment files is not implemented), and with
+    /// On a durable log each rebuilt segment is a new segment file that
+    /// replaces the old one by a rename, so a crash at any moment leaves
+    /// one of the two whole (see `file/rebuild.rs`). Fails with
+    /// [`Error::InvalidArgument`] for a durable log shared by processes
+    /// (two could rebuild the same files at once), with
     /// [`Error::ResourceExhausted`] if a rebuilt segment cannot be
-    /// allocated (nothing is replaced then).
+    /// allocated, and with [`Error::Io`] if its file cannot be written
+    /// (the segments rebuilt before are installed, the others are left as
+    /// they were).
     ///
     /// # Examples
     ///
@@ -592,9 +597,11 @@ impl Log {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn compact(&self, policy: &CompactionPolicy, now_ns: u64) -> Result<bool> {
-        if self.is_durable() {
+        if self.shared.processes {
             return Err(Error::InvalidArgument(
-                "compaction of a durable log (segment files) is not implemented".into(),
+                "compaction of a durable log shared by processes is not supported: two processes could rebuild \
+                 the same segment files at once"
+                    .into(),
             ));
         }
         compact::run(&self.shared, policy, now_ns)

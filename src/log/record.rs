@@ -45,6 +45,13 @@
 //! ([`RecordView::is_skip`] is true for both). It is a kind of its own, not
 //! a skip record, because it means something else: the offset held a record
 //! that a newer one of the same key replaced, not an offset nobody completed.
+//!
+//! In a durable segment (a segment file) each run of removed offsets has a
+//! compacted-away record of its own, in offset order among the kept ones,
+//! whose 8-byte body is the run's length (`COMPACTED_RUN_LEN` bytes in
+//! all): recovery, which reads a file's records in order and gives each
+//! the next offset, thus knows how many offsets it stands for (see
+//! `log/file/rebuild.rs`).
 
 use std::fmt;
 
@@ -458,6 +465,43 @@ pub(crate) fn encode_compacted(dst: &mut [u8], timestamp_ns: u64) {
     debug_assert_eq!(dst.len(), COMPACTED_LEN);
     encode_skip(dst, timestamp_ns);
     dst[FLAGS_AT..FLAGS_AT + 2].copy_from_slice(&FLAG_COMPACTED.to_le_bytes());
+}
+
+/// Bytes a compacted-away record of a durable segment takes: a bare header
+/// and its run length (see "Compacted-away records" above).
+pub(crate) const COMPACTED_RUN_LEN: usize = HEADER_LEN + 8;
+
+/// Writes a compacted-away record of a durable segment over all of `dst`
+/// (`COMPACTED_RUN_LEN` bytes): stamped `timestamp_ns`, standing for the
+/// `run` offsets from its own, which recovery reads back with
+/// [`compacted_run`] (see "Compacted-away records" above).
+pub(crate) fn encode_compacted_run(dst: &mut [u8], timestamp_ns: u64, run: u64) {
+    debug_assert!(dst.len() == COMPACTED_RUN_LEN && run > 0);
+    let mut header = [0u8; HEADER_LEN];
+    header[LEN_AT..LEN_AT + 4].copy_from_slice(&(COMPACTED_RUN_LEN as u32).to_le_bytes());
+    header[KEY_LEN_AT..KEY_LEN_AT + 4].copy_from_slice(&NO_KEY.to_le_bytes());
+    header[FLAGS_AT..FLAGS_AT + 2].copy_from_slice(&FLAG_COMPACTED.to_le_bytes());
+    header[TIMESTAMP_AT..TIMESTAMP_AT + 8].copy_from_slice(&timestamp_ns.to_le_bytes());
+    dst[..HEADER_LEN].copy_from_slice(&header);
+    dst[HEADER_LEN..].copy_from_slice(&run.to_le_bytes());
+}
+
+/// How many offsets the record `bytes` (checked by [`check_encoded`])
+/// stands for: `Ok(None)` for any record but a compacted-away one (one
+/// offset), the run of a compacted-away one (one if it has no body, as in
+/// an in-memory segment), or why its body is no run.
+pub(crate) fn compacted_run(bytes: &[u8]) -> Result<Option<u64>, &'static str> {
+    if read_u16(bytes, FLAGS_AT) != FLAG_COMPACTED {
+        return Ok(None);
+    }
+    match &bytes[HEADER_LEN..] {
+        [] => Ok(Some(1)),
+        body if body.len() == 8 => match u64::from_le_bytes(body.try_into().expect("an 8-byte body")) {
+            0 => Err("compacted-away record standing for no offset"),
+            run => Ok(Some(run)),
+        },
+        _ => Err("compacted-away record whose body is not a run length"),
+    }
 }
 
 /// Rounds a record length up to the record alignment.

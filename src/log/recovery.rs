@@ -164,6 +164,21 @@
 //! subscription, consumer, nor the C and Python faces above them, is ever
 //! handed one. Offsets, the end offset and lag count it as the offset it is.
 //!
+//! # Compacted segments
+//!
+//! A compaction pass on a data directory replaces a sealed segment's file
+//! by a rebuilt one (`file/rebuild.rs`): complete from its birth, its
+//! records in offset order with gaps, each run of removed offsets one
+//! compacted-away record whose body is the run's length (`record.rs`).
+//! The scan gives such a record as many offsets as its run (their index
+//! slots all name it, and readers pass over it), so the file's count and
+//! used bytes check as any complete file's, and a run that reaches past
+//! the count is damage. A crash during a pass leaves the old file or the
+//! whole new one under the segment's name, and perhaps the new one under
+//! a temporary name, which is deleted like any temporary file. Nothing of
+//! a pass's progress is read back: the next pass after an open maps the
+//! whole log as dirty (see "Incremental passes" in `compact.rs`).
+//!
 //! Recovery never trusts a length it has not checked: a record is accepted
 //! only if its frame checks and its layout parses (`record::check_encoded`),
 //! so a reader of a recovered record can never be sent out of its bounds.
@@ -192,7 +207,7 @@ pub(crate) struct KeptSegment {
     pub(crate) used: u64,
     /// The file already had a completion marker for exactly these records.
     pub(crate) was_complete: bool,
-    /// Some of its records are skip records.
+    /// Some of its records are skip records or compacted-away ones.
     pub(crate) skips: bool,
     /// Holes recovery writes skip records into before the file is used.
     fills: Vec<Fill>,
@@ -264,6 +279,9 @@ struct Scan {
     fills: Vec<Fill>,
     /// Skip records already in the file (an earlier recovery's).
     skipped: u64,
+    /// The file holds compacted-away records (it is a compaction's rebuilt
+    /// segment, `file/rebuild.rs`).
+    compacted: bool,
     /// Where the first record not kept starts (region offset).
     stop: u64,
     /// Why the scan stopped, unless it reached zeros (a clean end) or the
@@ -332,6 +350,7 @@ fn scan(region: &[u8], base: u64, limit: u64, holes: Holes, abandoned: &dyn Fn(u
         positions: Vec::new(),
         fills: Vec::new(),
         skipped: 0,
+        compacted: false,
         stop: 0,
         damage: None,
         last_timestamp: None,
@@ -355,6 +374,21 @@ fn scan(region: &[u8], base: u64, limit: u64, holes: Holes, abandoned: &dyn Fn(u
                 found.fills.push(fill);
                 p = end;
                 continue;
+            }
+            // A compacted-away record of a rebuilt file, standing for a run
+            // of offsets (see "Compacted-away records" in `record.rs`).
+            Ok(Some((at, end, bytes))) if record::compacted_run(bytes) != Ok(None) => {
+                match record::compacted_run(bytes) {
+                    Ok(Some(run)) if run <= limit - kept => {
+                        found.compacted = true;
+                        found.last_timestamp = Some(record::RecordView::from_bytes(offset, bytes).timestamp_ns());
+                        found.positions.extend(std::iter::repeat_n(at as u64, run as usize));
+                        p = end;
+                        continue;
+                    }
+                    Ok(_) => Some("compacted-away record standing for offsets past the segment's count"),
+                    Err(why) => Some(why),
+                }
             }
             Ok(Some((at, end, bytes))) => {
                 let view = record::RecordView::from_bytes(offset, bytes);
@@ -675,7 +709,7 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
             positions: found.positions,
             used: found.stop,
             was_complete,
-            skips: found.skipped + filled > 0,
+            skips: found.skipped + filled > 0 || found.compacted,
             fills: found.fills,
         });
     }

@@ -85,6 +85,10 @@ pub(crate) trait SegmentFile {
     /// Makes this spare the file of the segment at `base` (see "Recycling"
     /// in `file/mod.rs`).
     fn reuse(&self, base: u64, flush: bool) -> crate::error::Result<()>;
+    /// Renames a compaction's rebuilt file over this one's name, unless
+    /// this one was trimmed first; the name, if it did (see
+    /// `file/rebuild.rs`).
+    fn replace_with(&self, rebuilt: &std::path::Path) -> crate::error::Result<Option<std::path::PathBuf>>;
     /// Marks the end of the segment's records at byte `end` of the region
     /// (a zero frame, if the file was recycled).
     ///

@@ -925,6 +925,57 @@ static void a_compacted_topic_keeps_the_newest_value_of_every_key() {
     CHECK(c.committed() == uint64_t(data - keys + 1));
 }
 
+/// Issue 41: a compacted topic on a data directory. The compactor rewrites
+/// the sealed segment files; a broker opened again on the directory reads
+/// the newest value of each key, under its offset, and refuses keyless
+/// publishes still.
+static void a_durable_compacted_topic_keeps_the_newest_value_of_every_key_across_a_restart() {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::temp_directory_path() / ("rill-cpp-compact-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    rill::BrokerOptions bo;
+    bo.data_dir = dir.string();
+    bo.fsync = rill::Fsync::Never;
+    const int keys = 10, data = 1200, filler = 1100;
+    {
+        rill::Broker broker(bo);
+        rill::TopicOptions o;
+        o.cleanup = rill::Cleanup::Compact;
+        broker.create_topic("prices", o);
+        std::string payload(4000, '.');
+        for (int i = 0; i < data; i++) {
+            std::string key = "k" + std::to_string(i % keys);
+            std::string value = "v" + std::to_string(i) + payload;
+            CHECK(broker.publish("prices", rill::Record{value, key}).offset == uint64_t(i));
+        }
+        for (int i = 0; i < filler; i++) broker.publish("prices", rill::Record{payload, std::string_view("~")});
+        // The compactor is a background thread: a deadline around the condition.
+        auto deadline = std::chrono::steady_clock::now() + 120s;
+        while (broker.topic_stats("prices").compacted_messages < uint64_t(data - keys) &&
+               std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(10ms);
+        CHECK(broker.topic_stats("prices").compacted_messages >= uint64_t(data - keys));
+    }
+    {
+        rill::Broker broker(bo);
+        CHECK(status_of([&] { broker.publish("prices", "no key"); }) == RILL_ERR_INVALID_ARGUMENT);
+        rill::Consumer c = broker.consumer("after-restart", "prices");
+        std::vector<std::pair<uint64_t, std::string>> read;
+        for (;;) {
+            auto batch = c.poll(1000, 20ms);
+            if (batch.empty()) break;
+            for (auto &m : batch)
+                if (m.key() && m.key()->substr(0, 1) == "k")
+                    read.emplace_back(m.offset(), std::string(m.payload().substr(0, 5)));
+        }
+        std::vector<std::pair<uint64_t, std::string>> want;
+        for (int k = 0; k < keys; k++)
+            want.emplace_back(uint64_t(data - keys + k), ("v" + std::to_string(data - keys + k) + ".").substr(0, 5));
+        CHECK(read == want);
+    }
+    fs::remove_all(dir);
+}
+
 /// Issue 42: topic schemas. A JSON schema rejects (SchemaError, nothing
 /// published) or dead-letters (Position::dead_lettered, the reason in
 /// rill.dlq.reason); a std::function validator, one that throws; versions
@@ -1071,6 +1122,7 @@ int main() {
     logs_and_dead_letter_alerts();
     notify_fds_wake_an_event_loop();
     a_compacted_topic_keeps_the_newest_value_of_every_key();
+    a_durable_compacted_topic_keeps_the_newest_value_of_every_key_across_a_restart();
     topic_schemas();
     if (failures) {
         std::fprintf(stderr, "C++ wrapper tests: %d of %d checks failed\n", failures, checks);

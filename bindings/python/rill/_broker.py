@@ -1223,9 +1223,11 @@ class Broker(_Handle):
         a reader from the beginning sees the newest message of each key in
         offset order, with gaps. Under ``"compact"`` the size and age limits
         are not applied, so memory grows with the number of distinct keys;
-        ``"compact_delete"`` applies them too. In memory only for now: on a
-        broker with a ``data_dir`` a compacted topic raises
-        :class:`InvalidArgument`.
+        ``"compact_delete"`` applies them too. On a broker with a
+        ``data_dir`` compaction rewrites segment files so that a crash at any
+        moment loses no message it keeps; with ``sharing="processes"`` a
+        compacted topic raises :class:`InvalidArgument` (two processes could
+        compact the same files at once).
 
         ``priority`` (0 to 7) is the default priority of subscriptions to this
         one topic that set none (``None``: theirs is 4); a durable topic keeps

@@ -42,10 +42,10 @@ impl BrokerInner {
         if self.topics.load().contains_key(name) {
             return Err(Error::TopicExists(name.to_owned()));
         }
-        if options.cleanup.compacts() && self.store().is_some() {
+        if options.cleanup.compacts() && self.store().is_some_and(|s| s.sharing() == Sharing::Processes) {
             return Err(Error::InvalidArgument(format!(
-                "topic {name:?}: compaction ({:?}) is for in-memory topics; compacting a topic on a data directory \
-                 is not implemented yet",
+                "topic {name:?}: compaction ({:?}) is not supported on a data directory shared by processes \
+                 (two processes could compact the same segment files at once)",
                 options.cleanup
             )));
         }
@@ -114,8 +114,9 @@ impl BrokerInner {
     }
 
     /// The age-limit timer, started now if this is the first topic with one.
-    /// Starts the age-limit jobs of the topics a data directory brought
-    /// back (a topic created afterwards starts its own in `create_topic`).
+    /// Starts the age-limit and compaction jobs of the topics a data
+    /// directory brought back (a topic created afterwards starts its own in
+    /// `create_topic`).
     pub(crate) fn resume_expiry(&self) -> Result<()> {
         let Some(store) = self.store() else { return Ok(()) };
         let topics = self.topics.load();
@@ -124,6 +125,12 @@ impl BrokerInner {
                 let timer = self.expiry_timer()?;
                 let every = expiry_period(ms);
                 timer.schedule(every, Expire { topic: topic.clone(), every, timer: timer.clone() });
+            }
+            // And the compactor's job of a compacted topic (`Topic::open`
+            // gives one a policy only when the directory is not shared).
+            if let Some(topic) = topics.get(name.as_str()).filter(|t| t.compaction.is_some()) {
+                let timer = self.compactor()?;
+                timer.schedule(COMPACTION_CHECK, Compact { topic: topic.clone(), timer: timer.clone() });
             }
         }
         Ok(())

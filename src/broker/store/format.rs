@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::{ErrorKind as IoKind, Read};
 use std::path::Path;
 
-use crate::broker::topic::TopicOptions;
+use crate::broker::topic::{Cleanup, TopicOptions};
 use crate::error::{Error, Result};
 
 /// First bytes of every metadata frame.
@@ -21,10 +21,13 @@ pub(super) const VERSION: u32 = 1;
 /// The format of `topics.list`: 2 puts the list's generation before the
 /// topics (see `journal.rs`); 1, the topics alone, is still read. 3 appends
 /// the options newer than format 2 to each topic (`dedupe_window_ms`,
-/// `priority`; see [`encode_topic`]).
-pub(super) const TOPICS_VERSION: u32 = 3;
+/// `priority`; see [`encode_topic`]); 4 appends compaction's after them
+/// (`cleanup`, `delete_retention_ms`, `min_compaction_lag_ms`).
+pub(super) const TOPICS_VERSION: u32 = 4;
 /// The first `topics.list` format whose topics hold the appended options.
 const TOPICS_APPENDED_OPTIONS: u32 = 3;
+/// The first `topics.list` format whose topics hold compaction's options.
+const TOPICS_COMPACTION_OPTIONS: u32 = 4;
 /// Magic, version, body length (u64), CRC32C of the body (u32).
 pub(super) const FRAME_HEADER: usize = 8 + 4 + 8 + 4;
 
@@ -117,6 +120,14 @@ pub(super) fn encode_topic(w: &mut Writer, t: &TopicMeta) {
     // past the fields above; missing, they take their defaults.
     w.u64(o.dedupe_window_ms);
     w.opt(o.priority.map(u64::from));
+    // Compaction's (format 4), read the same way after those.
+    w.u32(match o.cleanup {
+        Cleanup::Delete => 0,
+        Cleanup::Compact => 1,
+        Cleanup::CompactAndDelete => 2,
+    });
+    w.u64(o.delete_retention_ms);
+    w.u64(o.min_compaction_lag_ms);
 }
 
 /// One topic's fields of list format 2 (and of journal entries without
@@ -141,7 +152,14 @@ pub(super) fn decode_topics(path: &Path, version: u32, body: &[u8]) -> Result<(u
     let n = r.u32()?;
     let mut list = Vec::new();
     for _ in 0..n {
-        list.push(decode_topic(&mut r, version >= TOPICS_APPENDED_OPTIONS)?);
+        let appended = if version >= TOPICS_COMPACTION_OPTIONS {
+            Appended::Yes
+        } else if version >= TOPICS_APPENDED_OPTIONS {
+            Appended::BeforeCompaction
+        } else {
+            Appended::No
+        };
+        list.push(decode_topic(&mut r, appended)?);
     }
     r.end()?;
     Ok((generation, list))
@@ -152,8 +170,11 @@ pub(super) fn decode_topics(path: &Path, version: u32, body: &[u8]) -> Result<(u
 pub(super) enum Appended {
     /// It does not (`topics.list` before format `TOPICS_APPENDED_OPTIONS`).
     No,
-    /// It does (`topics.list` of that format or later).
+    /// It does, all of them (`topics.list` of `TOPICS_COMPACTION_OPTIONS`
+    /// or later).
     Yes,
+    /// It does, but for compaction's (`topics.list` of format 3).
+    BeforeCompaction,
     /// It does if bytes follow the older fields (a journal entry, one topic
     /// alone, written by a rill with or without them).
     IfAny,
@@ -177,21 +198,34 @@ pub(super) fn decode_topic(r: &mut Reader<'_>, appended: impl Into<Appended>) ->
         segment_bytes: r.opt()?.map(|n| n as usize),
         max_message_bytes: r.opt()?.map(|n| n as usize),
         retention_ms: r.opt()?,
-        // A data directory's topics are not compacted (see `Cleanup`).
+        // Before format 4 a data directory's topics were never compacted.
         ..TopicOptions::default()
     };
-    let appended = match appended.into() {
-        Appended::IfAny => r.at < r.bytes.len(),
-        Appended::Yes => true,
-        Appended::No => false,
+    let appended = appended.into();
+    let (first, compaction) = match appended {
+        Appended::IfAny => (r.at < r.bytes.len(), false),
+        Appended::Yes => (true, true),
+        Appended::BeforeCompaction => (true, false),
+        Appended::No => (false, false),
     };
-    if appended {
+    if first {
         options.dedupe_window_ms = r.u64()?;
         options.priority = match r.opt()? {
             None => None,
             Some(p) if p < u64::from(crate::broker::dispatch::PRIORITIES) => Some(p as u8),
             Some(_) => return Err(r.corrupt("a topic priority out of range")),
         };
+    }
+    // A journal entry holds compaction's options if bytes follow those.
+    if compaction || (matches!(appended, Appended::IfAny) && first && r.at < r.bytes.len()) {
+        options.cleanup = match r.u32()? {
+            0 => Cleanup::Delete,
+            1 => Cleanup::Compact,
+            2 => Cleanup::CompactAndDelete,
+            _ => return Err(r.corrupt("a topic cleanup policy out of range")),
+        };
+        options.delete_retention_ms = r.u64()?;
+        options.min_compaction_lag_ms = r.u64()?;
     }
     Ok(TopicMeta { name, dir, options })
 }

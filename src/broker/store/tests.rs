@@ -266,6 +266,41 @@ fn options_an_older_encoding_lacks_take_their_defaults() {
     }
 }
 
+/// Compaction's options (list format 4) come back from the list and from
+/// a journal entry; a list of format 3, or a journal entry that stops after
+/// the priority, reads them as their defaults (no compaction).
+#[test]
+fn compaction_options_come_back_and_older_encodings_read_as_not_compacted() {
+    use crate::broker::topic::Cleanup;
+    let path = Path::new("topics.list");
+    let set = TopicOptions {
+        cleanup: Cleanup::CompactAndDelete,
+        delete_retention_ms: 7,
+        min_compaction_lag_ms: 9,
+        dedupe_window_ms: 5,
+        ..TopicOptions::default()
+    };
+    let meta = TopicMeta { name: "t".into(), dir: 4, options: set.clone() };
+    let (_, list) = decode_topics(path, TOPICS_VERSION, &encode_topics(9, std::slice::from_ref(&meta))).unwrap();
+    assert_eq!(list[0].options, set);
+    let (mut list, mut next_dir) = (Vec::new(), 0);
+    apply_change(&mut list, &mut next_dir, Change::Add(encode_meta(&meta)), path).unwrap();
+    assert_eq!(list[0].options, set);
+    // The same topic as a format-3 rill wrote it: compaction's 20 bytes cut.
+    let entry = encode_meta(&meta);
+    let format3 = &entry[..entry.len() - 20];
+    let want = TopicOptions { dedupe_window_ms: 5, ..TopicOptions::default() };
+    let (mut list, mut next_dir) = (Vec::new(), 0);
+    apply_change(&mut list, &mut next_dir, Change::Add(format3.to_vec()), path).unwrap();
+    assert_eq!(list[0].options, want);
+    let mut w = Writer::default();
+    w.u64(9);
+    w.u32(1);
+    w.0.extend_from_slice(format3);
+    let (_, list) = decode_topics(path, 3, &w.0).unwrap();
+    assert_eq!(list[0].options, want);
+}
+
 fn encode_meta(meta: &TopicMeta) -> Vec<u8> {
     let mut w = Writer::default();
     encode_topic(&mut w, meta);

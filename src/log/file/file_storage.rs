@@ -78,6 +78,10 @@ struct FileName {
     spare: bool,
     /// The header's generation.
     generation: u64,
+    /// A compaction renamed a rebuilt file over this one's name
+    /// ([`FileStorage::replace_with`]): `path` names that file now, not
+    /// this one (which is unlinked, and still mapped by its readers).
+    replaced: bool,
 }
 
 impl FileStorage {
@@ -166,7 +170,7 @@ impl FileStorage {
             capacity,
             slots,
             prepared: AtomicBool::new(false),
-            name: Mutex::new(FileName { path, spare: false, generation }),
+            name: Mutex::new(FileName { path, spare: false, generation, replaced: false }),
         }
     }
 
@@ -321,6 +325,19 @@ impl FileStorage {
     /// epoch collector), and recovery never sees a trimmed segment.
     pub(crate) fn retire(&self) {
         let mut name = self.name.lock();
+        if name.replaced {
+            // Its name is a rebuilt file's that a compaction made to replace
+            // it and could not install (this segment was trimmed first):
+            // that file goes, as this one would have (see "Trimmed
+            // meanwhile" in `rebuild.rs`). Never a spare: this file is
+            // unlinked, so it cannot be linked under a new name again.
+            match fs::remove_file(&name.path) {
+                Ok(()) => log::debug!("trimmed segment {}: deleted its rebuilt file", name.path.display()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => log::warn!("could not delete trimmed segment file {}: {e}", name.path.display()),
+            }
+            return;
+        }
         let Some(base) = name.path.file_name().and_then(|n| n.to_str()).and_then(parse_segment_file_name) else {
             return;
         };
@@ -345,6 +362,31 @@ impl FileStorage {
                 }
             }
         }
+    }
+
+    /// Renames the rebuilt file at `rebuilt` over this file's name, unless
+    /// this file was trimmed first (it is a spare then: `Ok(None)`, and
+    /// `rebuilt` is left as it is); returns the name, which the rebuilt
+    /// file's storage takes ([`FileStorage::rename_to`]). Under the name's
+    /// lock, so that a trim's [`FileStorage::retire`] comes wholly before
+    /// (and this gives up) or wholly after (and deletes the rebuilt file,
+    /// which is never installed then). See "The durable swap" in
+    /// `rebuild.rs`.
+    pub(crate) fn replace_with(&self, rebuilt: &Path) -> Result<Option<PathBuf>> {
+        let mut name = self.name.lock();
+        if name.spare {
+            return Ok(None);
+        }
+        fs::rename(rebuilt, &name.path).map_err(|e| Error::io(&name.path, &e))?;
+        name.replaced = true;
+        Ok(Some(name.path.clone()))
+    }
+
+    /// Notes that the file was renamed to `path` (by
+    /// [`FileStorage::replace_with`] on the storage it replaced), before
+    /// the storage is shared.
+    pub(crate) fn rename_to(&self, path: PathBuf) {
+        self.name.lock().path = path;
     }
 
     /// True once the file is a spare (trimmed, renamed, not yet reused).
@@ -389,7 +431,7 @@ impl FileStorage {
             // unlinked by the next recovery.
             log::warn!("could not unlink spare name {}: {e}", name.path.display());
         }
-        *name = FileName { path, spare: false, generation: header.generation };
+        *name = FileName { path, spare: false, generation: header.generation, replaced: false };
         Ok(())
     }
 
@@ -507,6 +549,10 @@ impl SegmentFile for FileStorage {
         FileStorage::reuse(self, base, flush)
     }
 
+    fn replace_with(&self, rebuilt: &Path) -> Result<Option<PathBuf>> {
+        FileStorage::replace_with(self, rebuilt)
+    }
+
     unsafe fn end_records(&self, end: u64) {
         // SAFETY: the caller's contract is this one's.
         unsafe { FileStorage::end_records(self, end) }
@@ -519,7 +565,7 @@ impl SegmentFile for FileStorage {
 
 /// Reserves `len` bytes of disk for `file`, so writes through the map never
 /// find the disk full.
-fn allocate(file: &File, len: u64) -> io::Result<()> {
+pub(super) fn allocate(file: &File, len: u64) -> io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::fd::AsRawFd;

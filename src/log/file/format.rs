@@ -308,6 +308,17 @@ impl Header {
         page[HEADER_CRC_AT..HEADER_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     }
 
+    /// Writes the header page of a file made whole at once (a compaction's
+    /// rebuilt segment, `rebuild.rs`): the fixed fields and, since the
+    /// file holds all its records from the start, the completion fields
+    /// (`count` records filling `used` bytes).
+    pub(super) fn encode_complete(&self, page: &mut [u8], count: u64, used: u64) {
+        self.encode_fixed(page);
+        page[COUNT_AT..COUNT_AT + 8].copy_from_slice(&count.to_le_bytes());
+        page[USED_AT..USED_AT + 8].copy_from_slice(&used.to_le_bytes());
+        page[COMPLETE_CRC_AT..COMPLETE_END].copy_from_slice(&complete_crc(self.base, count, used).to_le_bytes());
+    }
+
     /// Reads a header page (at least `HEADER_END` bytes).
     pub(crate) fn decode(page: &[u8]) -> std::result::Result<Header, HeaderError> {
         if page.len() < HEADER_END {

@@ -11,8 +11,10 @@
 //! reservation state lies, the files' names), `file_storage.rs`
 //! ([`FileStorage`]: one file, mapped, made and recycled; not to be taken
 //! for `log/storage.rs`, the trait every segment's storage implements and
-//! the in-memory storages) and `files.rs` ([`Files`]: a partition's files
-//! as a whole, and the test seams that fail their creation and syncs).
+//! the in-memory storages), `files.rs` ([`Files`]: a partition's files
+//! as a whole, and the test seams that fail their creation and syncs) and
+//! `rebuild.rs` (a compaction's rebuilt segment file, and how it replaces
+//! the old one's, crash by crash).
 //! They share one invariant, what bytes a file may hold at each moment of
 //! its life, listed under "Recycling" below for every crash state, which
 //! recovery (`recovery.rs`) depends on.
@@ -71,6 +73,7 @@
 mod file_storage;
 mod files;
 mod format;
+mod rebuild;
 
 pub(crate) use file_storage::FileStorage;
 pub(crate) use files::{Files, RollHook, sync_dir};
@@ -84,3 +87,4 @@ pub(crate) use format::{
     FRAME_LEN, HEADER_BYTES, Header, HeaderError, SLOT_BYTES, VERSION, VERSION_AT, check_frame, frame_for,
     has_frame_mark, index_at, is_spare_file_name, is_temp_file_name, parse_segment_file_name, segment_file_name,
 };
+pub(crate) use rebuild::{Rebuilt, write as write_rebuilt};
