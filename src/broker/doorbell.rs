@@ -119,9 +119,11 @@ const PAGE: usize = 4096;
 #[cfg(not(loom))]
 const MAGIC: u64 = u64::from_le_bytes(*b"rillwake");
 /// Layout of the shared state files; a process whose rill has another
-/// refuses the directory.
+/// refuses the directory. 2: the bell file's page holds the topic list's
+/// change counter too (see "Topics other processes create or delete"); a
+/// rill of layout 1 would not bump it, and its topics would stay unseen.
 #[cfg(not(loom))]
-const LAYOUT: u32 = 1;
+const LAYOUT: u32 = 2;
 /// Byte offset of the magic word in a shared state file.
 #[cfg(not(loom))]
 const MAGIC_AT: usize = 0;
@@ -132,6 +134,10 @@ const LAYOUT_AT: usize = 8;
 /// interest in `partition.state`), on a cache line of its own.
 #[cfg(not(loom))]
 const WORD_AT: usize = 64;
+/// Byte offset, in the bell file, of the topic list's change counter, on a
+/// cache line of its own (a ring does not move it, a topic change does).
+#[cfg(not(loom))]
+const CHANGES_AT: usize = 128;
 
 /// Name of the directory's bell file (next to `LOCK`).
 pub(crate) const BELL_FILE: &str = "SHARED";
@@ -145,6 +151,8 @@ struct Page {
     ptr: std::ptr::NonNull<u8>,
     #[cfg(loom)]
     word: AtomicU32,
+    #[cfg(loom)]
+    changes: AtomicU32,
 }
 
 // SAFETY: the page is only ever accessed through atomics (`word`), which
@@ -223,7 +231,7 @@ impl Page {
     /// A page no file backs (loom, and tests of the protocol).
     #[cfg(loom)]
     fn in_memory() -> Page {
-        Page { word: AtomicU32::new(0) }
+        Page { word: AtomicU32::new(0), changes: AtomicU32::new(0) }
     }
 
     /// The page's word: the bell or the interest.
@@ -236,6 +244,18 @@ impl Page {
         #[cfg(loom)]
         {
             &self.word
+        }
+    }
+
+    /// The bell file's second word: the topic list's change counter.
+    fn changes(&self) -> &AtomicU32 {
+        #[cfg(not(loom))]
+        {
+            self.u32_at(CHANGES_AT)
+        }
+        #[cfg(loom)]
+        {
+            &self.changes
         }
     }
 
@@ -325,14 +345,34 @@ impl Bell {
     }
 
     /// Rings whatever the word holds: wakes every doorbell of the
-    /// directory (a closing broker's own, so that it sees its stop flag).
-    #[cfg_attr(loom, allow(dead_code))]
+    /// directory (a closing broker's own, so that it sees its stop flag;
+    /// every broker's, after a topic change).
     pub(crate) fn ring_always(&self) {
-        // Release: a doorbell whose arm reads this (or a later value) and
-        // then fences (X2) sees what the ringer did before, such as
-        // `Doorbell::stop`'s flag.
-        self.page.word().fetch_add(RING_STEP, Ordering::Release);
+        // X3, Release: a doorbell whose arm reads this (or a later value)
+        // and then fences (X2) sees what the ringer did before, such as
+        // `Doorbell::stop`'s flag or a bump of the topic list's change
+        // counter (see "Topics other processes create or delete").
+        self.page.word().fetch_add(RING_STEP, crate::sync::ordering_or_weakened!("X3", Ordering::Release));
         self.wake_all();
+    }
+
+    /// A topic was created or deleted in the directory's list (the caller
+    /// holds `topics.lock`): bumps the change counter, then rings every
+    /// doorbell of the directory, so that each rereads the list.
+    pub(crate) fn topics_changed(&self) {
+        // Relaxed: X3, in the ring after it, publishes it to every doorbell
+        // that arms after the ring (see "Topics other processes create or
+        // delete").
+        self.page.changes().fetch_add(1, Ordering::Relaxed);
+        self.ring_always();
+    }
+
+    /// The topic list's change counter, for a doorbell's look (after its
+    /// arm and X2).
+    pub(crate) fn topic_changes(&self) -> u32 {
+        // Relaxed: X2, before this look, is ordered after the arm that read
+        // the ring's X3 (see "Topics other processes create or delete").
+        self.page.changes().load(Ordering::Relaxed)
     }
 
     /// One doorbell round: arms, fences (X2), and looks (`look` returns
@@ -496,6 +536,17 @@ pub(crate) trait Watch: Send + Sync {
     fn look(&self) -> bool;
 }
 
+/// What a doorbell thread tells when the directory's topic list changed:
+/// its broker, which rereads the list (see "Topics other processes create
+/// or delete").
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) trait TopicsWatch: Send + Sync {
+    /// Brings the broker's topics in line with the directory's list;
+    /// false if that failed (the list could not be read), to try again at
+    /// the next change.
+    fn sync_topics(&self) -> bool;
+}
+
 /// A broker's doorbell thread and the partitions it watches (see the
 /// module docs). Stopped by [`Doorbell::stop`] when the broker closes.
 /// Under loom there is none: a `Processes` broker does not open there
@@ -506,6 +557,12 @@ pub(crate) struct Doorbell {
     /// The partitions of this broker's shared topics; one that has gone is
     /// dropped at the next look.
     watched: Mutex<Vec<std::sync::Weak<dyn Watch>>>,
+    /// The broker, told of topic list changes; weak, as the broker holds
+    /// the doorbell.
+    topics: Mutex<Option<std::sync::Weak<dyn TopicsWatch>>>,
+    /// The change counter's value at the last reread of the list that
+    /// succeeded; only the doorbell thread uses it.
+    seen_changes: crate::sync::atomic::AtomicU32,
     stop: crate::sync::atomic::AtomicBool,
     thread: Mutex<Option<crate::sync::thread::JoinHandle<()>>>,
 }
@@ -515,9 +572,13 @@ impl Doorbell {
     /// Starts the doorbell thread of a broker on the directory whose bell
     /// is `bell`.
     pub(crate) fn start(bell: crate::sync::Arc<Bell>) -> Result<crate::sync::Arc<Doorbell>> {
+        // Unequal to the counter: the first look after `watch_topics` rereads.
+        let seen = bell.topic_changes().wrapping_sub(1);
         let doorbell = crate::sync::Arc::new(Doorbell {
             bell,
             watched: Mutex::new(Vec::new()),
+            topics: Mutex::new(None),
+            seen_changes: crate::sync::atomic::AtomicU32::new(seen),
             stop: crate::sync::atomic::AtomicBool::new(false),
             thread: Mutex::new(None),
         });
@@ -539,6 +600,16 @@ impl Doorbell {
         self.watched.lock().push(weak);
     }
 
+    /// Tells `broker` of every change of the topic list from now on, and
+    /// of any since its open read the list.
+    pub(crate) fn watch_topics(&self, broker: std::sync::Weak<dyn TopicsWatch>) {
+        *self.topics.lock() = Some(broker);
+        // The thread's first look rereads the list (`seen_changes` starts
+        // unequal to the counter): a change made between the broker's read
+        // of the list at its open and now is not lost.
+        self.bell.ring_always();
+    }
+
     fn run(&self) {
         // Acquire: pairs with the Release store in `stop`.
         while !self.stop.load(Ordering::Acquire) {
@@ -548,17 +619,40 @@ impl Doorbell {
 
     /// Looks at every watched partition (each signals its own listeners).
     fn look(&self) -> bool {
+        // Acquire: as in `run`; a stopping broker's doorbell does not sleep.
+        let mut moved = self.stop.load(Ordering::Acquire);
+        // First, so the partitions of topics it joins are looked at below.
+        if !moved {
+            moved |= self.look_at_topics();
+        }
         let watched: Vec<_> = {
             let mut list = self.watched.lock();
             list.retain(|w| w.strong_count() > 0);
             list.iter().filter_map(std::sync::Weak::upgrade).collect()
         };
-        // Acquire: as in `run`; a stopping broker's doorbell does not sleep.
-        let mut moved = self.stop.load(Ordering::Acquire);
         for p in watched {
             moved |= p.look();
         }
         moved
+    }
+
+    /// If the topic list's change counter moved since the last reread,
+    /// has the broker reread the list; true if it did. The counter is
+    /// loaded before the reread, so a change made during it moves the
+    /// counter past what is kept here and the next round rereads again.
+    /// A reread that failed is not retried until the next change (its
+    /// error is logged): retrying at once would spin.
+    fn look_at_topics(&self) -> bool {
+        let now = self.bell.topic_changes();
+        // Relaxed: only this thread reads or writes it.
+        if now == self.seen_changes.load(Ordering::Relaxed) {
+            return false;
+        }
+        // Not told yet (the broker is still opening): `watch_topics` rings.
+        let Some(broker) = self.topics.lock().as_ref().and_then(std::sync::Weak::upgrade) else { return false };
+        // Relaxed: as above.
+        self.seen_changes.store(now, Ordering::Relaxed);
+        broker.sync_topics()
     }
 
     /// Stops the thread and waits for it.
@@ -588,6 +682,10 @@ impl Doorbell {
     }
 
     pub(crate) fn watch<W: Watch + 'static>(&self, _partition: &crate::sync::Arc<W>) {
+        match self.0 {}
+    }
+
+    pub(crate) fn watch_topics(&self, _broker: std::sync::Weak<dyn TopicsWatch>) {
         match self.0 {}
     }
 

@@ -309,6 +309,12 @@ impl Broker {
             doorbell,
         });
         let handle = Arc::new(Handle { inner });
+        // Processes mode: topics other processes create or delete from now
+        // on (and since the open read the list) reach this broker.
+        if let Some(doorbell) = &handle.inner.doorbell {
+            let weak: std::sync::Weak<BrokerInner> = Arc::downgrade(&handle.inner);
+            doorbell.watch_topics(weak);
+        }
         // On failure the handle's drop closes the broker (and its directory).
         BrokerInner::start_flusher(&handle.inner)?;
         handle.inner.resume_expiry()?;
@@ -695,7 +701,7 @@ impl Broker {
         if let Some(dlq) = &options.dead_letter_topic {
             names::validate_dead_letter_topic(dlq)?;
         }
-        let t = inner.topic(topic)?;
+        let t = inner.topic_or_listed(topic)?;
         let core = Arc::new(ConsumerCore::new(crate::sync::unique_id(), group.to_owned(), t, &options));
         if core.dead_letter_topic() == topic {
             return Err(Error::InvalidArgument(format!(
@@ -730,7 +736,7 @@ impl Broker {
     /// ```
     pub fn group_stats(&self, group: &str, topic: &str) -> Result<GroupStats> {
         let inner = self.inner();
-        let t = inner.topic(topic)?;
+        let t = inner.topic_or_listed(topic)?;
         let control = inner.control.lock();
         let g = control
             .groups
@@ -881,7 +887,7 @@ impl Broker {
     pub fn set_schema(&self, topic: &str, schema: Schema, on_invalid: OnInvalid) -> Result<u64> {
         let inner = self.inner();
         inner.check_open()?;
-        let t = inner.topic(topic)?;
+        let t = inner.topic_or_listed(topic)?;
         let store = inner.store();
         t.schema.set(schema, on_invalid, |current| match &store {
             Some(store) => store.save_topic_file(&t.name, schema::SCHEMA_FILE, current.file_bytes().as_deref()),
@@ -912,7 +918,7 @@ impl Broker {
     pub fn remove_schema(&self, topic: &str) -> Result<()> {
         let inner = self.inner();
         inner.check_open()?;
-        let t = inner.topic(topic)?;
+        let t = inner.topic_or_listed(topic)?;
         let store = inner.store();
         t.schema.remove(|| match &store {
             Some(store) => store.save_topic_file(&t.name, schema::SCHEMA_FILE, None),

@@ -182,6 +182,12 @@ pub(crate) struct Store {
     init: Mutex<Option<File>>,
     /// The listed topics, the next directory number and the journal.
     topics: Mutex<TopicList>,
+    /// Processes mode: the directory number of each topic this broker
+    /// opened, created or joined, by name. The list, read afresh, is
+    /// compared with it to tell a topic another process deleted (and
+    /// perhaps created again, in another directory) from one this broker
+    /// has (see "Several processes").
+    opened_dirs: Mutex<std::collections::HashMap<String, u64>>,
     /// The offsets slots and their group commit (see `offsets.rs`).
     pub(crate) offsets: GroupCommit,
 }
@@ -225,6 +231,7 @@ impl Store {
             lock,
             sharing,
             init: Mutex::new(init),
+            opened_dirs: Mutex::new(topics.iter().map(|t| (t.name.clone(), t.dir)).collect()),
             topics: Mutex::new(list),
             offsets: GroupCommit::new(root, seq, slot, &offsets),
         };
@@ -273,6 +280,23 @@ impl Store {
         f(&list)
     }
 
+    /// The directory number of the topic `name` as this broker opened it
+    /// (see `opened_dirs`).
+    pub(crate) fn opened_dir(&self, name: &str) -> Option<u64> {
+        self.opened_dirs.lock().get(name).copied()
+    }
+
+    /// Records that this broker opened (joined) the topic `name` listed
+    /// in `topics/<dir>`.
+    pub(crate) fn note_opened(&self, name: &str, dir: u64) {
+        self.opened_dirs.lock().insert(name.to_owned(), dir);
+    }
+
+    /// Forgets the topic `name`, deleted (here or by another process).
+    pub(crate) fn forget_opened(&self, name: &str) {
+        self.opened_dirs.lock().remove(name);
+    }
+
     /// The directory of partition `partition` of the topic in `topics/<dir>`.
     pub(crate) fn partition_dir(&self, dir: u64, partition: u32) -> PathBuf {
         self.topic_dir(dir).join(partition.to_string())
@@ -306,6 +330,7 @@ impl Store {
             let mut w = Writer::default();
             encode_topic(&mut w, &meta);
             topics.list_change(&self.root, Change::Add(w.0))?;
+            self.note_opened(name, dir);
             Ok(t)
         });
         if listed.is_err() {
@@ -358,6 +383,8 @@ impl Store {
         let mut topics = self.topics.lock();
         let Some(dir) = topics.list.iter().find(|t| t.name == name).map(|t| t.dir) else { return Ok(None) };
         topics.list_change(&self.root, Change::Remove(name.to_owned()))?;
+        drop(topics);
+        self.forget_opened(name);
         Ok(Some(dir))
     }
 
