@@ -81,6 +81,66 @@
 //! X2 weakened, `.ci/fence-check` requires it to find the doorbell asleep
 //! for ever (a deadlock).
 //!
+//! # Topics other processes create or delete
+//!
+//! The directory's topic list (`store/`) is read and written by every
+//! process under `topics.lock`. A broker learns that another process
+//! changed it through a third shared word, the **change counter**, in the
+//! bell's page on a cache line of its own: a creation or deletion bumps it
+//! while it still holds `topics.lock` (the change listed), then rings the
+//! bell unconditionally ([`Bell::topics_changed`]: `fetch_add` of the
+//! counter, then [`Bell::ring_always`], whose `fetch_add` of the bell is
+//! X3, a Release, and `FUTEX_WAKE`). Every doorbell thread's look first
+//! loads the counter ([`Bell::topic_changes`]); if it moved since the last
+//! reread, the doorbell has its broker reread the list (`sync_topics` in
+//! `control/topics.rs`), which, under the broker's control lock and
+//! `topics.lock`:
+//!
+//! * joins every listed topic it does not have, as `create_topic` joins one
+//!   (its partitions mapped, watched by this doorbell, and every
+//!   subscription whose pattern matches it attached, reading it from its
+//!   first message: nothing published to it before the join is missed);
+//! * lets go of every topic it has that the list no longer names, or names
+//!   in another directory (deleted, then created again), as a local delete
+//!   does (taken out of the topic map and marked deleted, so its publishers
+//!   here get `NoSuchTopic`; subscriptions detached, those that named it
+//!   closed; consumers woken), but leaves its files to the deleter.
+//!
+//! The counter is loaded before the list is read, so a change made during
+//! a reread moves it past the value kept and the next round rereads again;
+//! a reread that fails (the list could not be read) is logged and waits for
+//! the next change rather than spin. A publish by name that misses the
+//! topic map rereads the list itself before it reports `NoSuchTopic` (or
+//! auto-creates), so a topic another process created is there for it even
+//! before this process's doorbell has caught up. Nothing of this touches
+//! the publish path of a topic in the map.
+//!
+//! Why the ring is enough, with no timed fallback: the ring and a
+//! doorbell's arm are read-modify-writes of the one bell word, so one of
+//! them reads the other. If the arm reads the ring (or a later value), X3
+//! and the arm's X2 order the bump before the look, which finds it. If the
+//! ring reads the arm, the bell no longer holds the armed value, so the
+//! doorbell's `FUTEX_WAIT` returns at once, or the `FUTEX_WAKE` after the
+//! ring wakes it, and its next round looks. The counter itself is
+//! Relaxed: it orders nothing else (the list is read under `topics.lock`,
+//! whose system calls order the files). `loom-tests/tests/doorbell.rs`
+//! (`a_topic_change_in_another_process_wakes_the_doorbell`) runs
+//! [`Bell::topics_changed`] against [`Bell::round`]; with X3 weakened
+//! `.ci/fence-check` requires it to find the doorbell asleep for ever.
+//!
+//! A deleted topic's files: the deleter renames its directory to a
+//! tombstone and removes it (see "Deleting a topic" in `store/mod.rs`)
+//! without waiting for the other processes. A process still reading it
+//! keeps its segments mapped, and an unlinked file's pages stay valid
+//! until the last mapping goes, so its readers finish what they hold and
+//! read nothing new; its own threads that make or rename files under the
+//! old path (a roll, preparing a segment ahead) find no directory there
+//! and fail, as they do against a local delete. One difference from a
+//! local delete: until that process's doorbell has reread the list, a
+//! publish there to the deleted topic still lands in the mapped segment
+//! (read by nobody) or, at a roll, fails with an I/O error rather than
+//! `NoSuchTopic`.
+//!
 //! # What it costs, and what it does not do yet
 //!
 //! A process whose own subscriber listens to a partition raises its
@@ -682,10 +742,6 @@ impl Doorbell {
     }
 
     pub(crate) fn watch<W: Watch + 'static>(&self, _partition: &crate::sync::Arc<W>) {
-        match self.0 {}
-    }
-
-    pub(crate) fn watch_topics(&self, _broker: std::sync::Weak<dyn TopicsWatch>) {
         match self.0 {}
     }
 

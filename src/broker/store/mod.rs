@@ -11,7 +11,8 @@
 //!   INIT                 flock(LOCK_EX) held while a Processes broker opens
 //!   topics.lock          flock(LOCK_EX) held by a Processes broker while it
 //!                        reads or changes the topic list
-//!   SHARED               the doorbell word of Processes brokers (doorbell.rs)
+//!   SHARED               the doorbell word of Processes brokers, and the
+//!                        topic list's change counter (doorbell.rs)
 //!   topics.list          the topics: name, options, directory number
 //!   topics.journal       topics created and deleted since (see journal.rs)
 //!   offsets.0, offsets.1 group commits and durable subscription positions
@@ -117,10 +118,22 @@
 //! list afresh under it ([`Store::with_topic_list`]): a creation lists its
 //! topic (made whole first, as above) while holding it, so a reader sees the
 //! topic listed with its files complete, or not at all, and never a journal
-//! entry half appended (which it would take for a torn one and cut). What
-//! is not shared yet, and so refused in this mode rather than written by two
-//! processes at once, is what `refuse_when_shared` (in `control/mod.rs`)
-//! names at its callers.
+//! entry half appended (which it would take for a torn one and cut). A
+//! deletion unlists its topic the same way, under `topics.lock` with the
+//! list read afresh, and only then removes its directory.
+//!
+//! Each change of the list (a creation or a deletion) bumps a change
+//! counter in the directory's shared page (`SHARED`) before `topics.lock`
+//! is let go, and rings every broker's doorbell thread; each rereads the
+//! list and joins the topics it lacks and lets go of those that are gone
+//! (the protocol, and what a process still reading a deleted topic's files
+//! sees, are in "Topics other processes create or delete" in
+//! `doorbell.rs`). To tell a topic deleted and created again (same name,
+//! new directory number) from the one it has, a broker keeps the directory
+//! number of every topic it opened (`opened_dirs`). What is not shared
+//! yet, and so refused in this mode rather than written by two processes
+//! at once, is what `refuse_when_shared` (in `control/mod.rs`) names at its
+//! callers.
 //!
 //! # The parts
 //!
