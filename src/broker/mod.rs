@@ -828,7 +828,12 @@ impl Broker {
     ///   `Publisher` or `Consumer` of it) is dropped; subscriptions do not
     ///   hold it;
     /// * on a data directory, its files are removed; a crash during the
-    ///   delete leaves the topic either whole or gone (see "Deleting a topic" in `store/mod.rs`).
+    ///   delete leaves the topic either whole or gone (see "Deleting a topic" in `store/mod.rs`);
+    /// * with [`Sharing::Processes`](crate::Sharing::Processes), the topic goes for every broker on the
+    ///   directory: each lets go of it as above when its doorbell thread is
+    ///   rung for the change, and a process still reading its files keeps
+    ///   them mapped until it lets go (see "Topics other processes create or
+    ///   delete" in `broker/doorbell.rs`).
     ///
     /// A topic created again under the name is a new one, from offset 0.
     ///

@@ -108,7 +108,8 @@ static rill_status publish(rill_broker *b, uint32_t n) {
 }
 
 /* The child's part: waits for each command on `cmd`, answers the same byte
- * on `done` when it is carried out. Exits with its failures. */
+ * on `done` when it is carried out (all but CMD_DONE). Exits with its
+ * failures. */
 static void child(const char *dir, int cmd, int done) {
     rill_broker *b = NULL;
     char c;
@@ -233,8 +234,7 @@ int main(void) {
     OK(rill_topic_list(b, count_topic, &listed));
     CHECK(listed == 0);
 
-    send_cmd(cmd[1], CMD_DONE);
-    expect_done(done[0], CMD_DONE);
+    send_cmd(cmd[1], CMD_DONE); /* not answered: the child exits */
     close(cmd[1]);
     close(done[0]);
     int status = 0;
