@@ -203,7 +203,6 @@ fn what_processes_do_not_share_yet_is_refused() {
     let shared = SubscriptionOptions { name: Some("workers".into()), shared: true, ..SubscriptionOptions::default() };
     refused(broker.subscribe(TOPIC, shared, |_| Ack::Success).map(drop), "a shared subscription");
     refused(broker.consumer("billing", TOPIC, ConsumerOptions::default()).map(drop), "a consumer");
-    refused(broker.delete_topic(TOPIC), "deleting a topic");
     refused(broker.delete_group("billing", TOPIC), "deleting a group");
     refused(broker.delete_durable("audit"), "deleting a durable subscription");
     // What is shared works: an anonymous subscription, publishing. Its name

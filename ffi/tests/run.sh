@@ -52,6 +52,8 @@ build test_robust_compact gcc c99 ffi/tests/c/test_robust_compact.c
 # and under valgrind below.
 robust=(test_robust_groups test_robust_ffi test_robust_holes test_robust_ops test_robust_sealed
   test_robust_wildcards test_robust_notify test_robust_procs test_robust_priority)
+# Issue 39's topics across processes (created, joined by a wildcard, deleted).
+robust+=(test_robust_procs_topics)
 # Issue 41's dedupe window (ids, duplicates, racing threads, a restart).
 robust+=(test_robust_dedupe)
 # Issue 42's schemas (JSON Schema, validators, reject and dead-letter, a restart).

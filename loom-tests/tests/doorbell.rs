@@ -13,7 +13,7 @@
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::model;
-use rill::broker::loom_harness::WakeAcross;
+use rill::broker::loom_harness::{TopicChanges, WakeAcross};
 
 #[test]
 fn a_publish_in_another_process_wakes_the_doorbell() {
@@ -25,5 +25,26 @@ fn a_publish_in_another_process_wakes_the_doorbell() {
         };
         wake.doorbell_until_a_record();
         publisher.join().unwrap();
+    });
+}
+
+/// The topic list's change counter (`src/broker/doorbell.rs`, "Topics
+/// other processes create or delete"): a process bumps it and then rings
+/// (X3, the ring's Release); another's doorbell arms and then, after X2,
+/// loads it before it sleeps. The ring and the arm are read-modify-writes
+/// of one word, so one reads the other: if the arm reads the ring, X3 and
+/// X2 make the bump visible to the look; without X3 the look can miss the
+/// bump while the arm hides the ring, and the doorbell sleeps for ever,
+/// which `.ci/fence-check` requires loom to find with X3 weakened.
+#[test]
+fn a_topic_change_in_another_process_wakes_the_doorbell() {
+    model(|| {
+        let changes = Arc::new(TopicChanges::new());
+        let changer = {
+            let changes = changes.clone();
+            thread::spawn(move || changes.change())
+        };
+        changes.doorbell_until_a_change();
+        changer.join().unwrap();
     });
 }

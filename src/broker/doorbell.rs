@@ -81,6 +81,66 @@
 //! X2 weakened, `.ci/fence-check` requires it to find the doorbell asleep
 //! for ever (a deadlock).
 //!
+//! # Topics other processes create or delete
+//!
+//! The directory's topic list (`store/`) is read and written by every
+//! process under `topics.lock`. A broker learns that another process
+//! changed it through a third shared word, the **change counter**, in the
+//! bell's page on a cache line of its own: a creation or deletion bumps it
+//! while it still holds `topics.lock` (the change listed), then rings the
+//! bell unconditionally ([`Bell::topics_changed`]: `fetch_add` of the
+//! counter, then [`Bell::ring_always`], whose `fetch_add` of the bell is
+//! X3, a Release, and `FUTEX_WAKE`). Every doorbell thread's look first
+//! loads the counter ([`Bell::topic_changes`]); if it moved since the last
+//! reread, the doorbell has its broker reread the list (`sync_topics` in
+//! `control/topics.rs`), which, under the broker's control lock and
+//! `topics.lock`:
+//!
+//! * joins every listed topic it does not have, as `create_topic` joins one
+//!   (its partitions mapped, watched by this doorbell, and every
+//!   subscription whose pattern matches it attached, reading it from its
+//!   first message: nothing published to it before the join is missed);
+//! * lets go of every topic it has that the list no longer names, or names
+//!   in another directory (deleted, then created again), as a local delete
+//!   does (taken out of the topic map and marked deleted, so its publishers
+//!   here get `NoSuchTopic`; subscriptions detached, those that named it
+//!   closed; consumers woken), but leaves its files to the deleter.
+//!
+//! The counter is loaded before the list is read, so a change made during
+//! a reread moves it past the value kept and the next round rereads again;
+//! a reread that fails (the list could not be read) is logged and waits for
+//! the next change rather than spin. A publish by name that misses the
+//! topic map rereads the list itself before it reports `NoSuchTopic` (or
+//! auto-creates), so a topic another process created is there for it even
+//! before this process's doorbell has caught up. Nothing of this touches
+//! the publish path of a topic in the map.
+//!
+//! Why the ring is enough, with no timed fallback: the ring and a
+//! doorbell's arm are read-modify-writes of the one bell word, so one of
+//! them reads the other. If the arm reads the ring (or a later value), X3
+//! and the arm's X2 order the bump before the look, which finds it. If the
+//! ring reads the arm, the bell no longer holds the armed value, so the
+//! doorbell's `FUTEX_WAIT` returns at once, or the `FUTEX_WAKE` after the
+//! ring wakes it, and its next round looks. The counter itself is
+//! Relaxed: it orders nothing else (the list is read under `topics.lock`,
+//! whose system calls order the files). `loom-tests/tests/doorbell.rs`
+//! (`a_topic_change_in_another_process_wakes_the_doorbell`) runs
+//! [`Bell::topics_changed`] against [`Bell::round`]; with X3 weakened
+//! `.ci/fence-check` requires it to find the doorbell asleep for ever.
+//!
+//! A deleted topic's files: the deleter renames its directory to a
+//! tombstone and removes it (see "Deleting a topic" in `store/mod.rs`)
+//! without waiting for the other processes. A process still reading it
+//! keeps its segments mapped, and an unlinked file's pages stay valid
+//! until the last mapping goes, so its readers finish what they hold and
+//! read nothing new; its own threads that make or rename files under the
+//! old path (a roll, preparing a segment ahead) find no directory there
+//! and fail, as they do against a local delete. One difference from a
+//! local delete: until that process's doorbell has reread the list, a
+//! publish there to the deleted topic still lands in the mapped segment
+//! (read by nobody) or, at a roll, fails with an I/O error rather than
+//! `NoSuchTopic`.
+//!
 //! # What it costs, and what it does not do yet
 //!
 //! A process whose own subscriber listens to a partition raises its
@@ -119,9 +179,11 @@ const PAGE: usize = 4096;
 #[cfg(not(loom))]
 const MAGIC: u64 = u64::from_le_bytes(*b"rillwake");
 /// Layout of the shared state files; a process whose rill has another
-/// refuses the directory.
+/// refuses the directory. 2: the bell file's page holds the topic list's
+/// change counter too (see "Topics other processes create or delete"); a
+/// rill of layout 1 would not bump it, and its topics would stay unseen.
 #[cfg(not(loom))]
-const LAYOUT: u32 = 1;
+const LAYOUT: u32 = 2;
 /// Byte offset of the magic word in a shared state file.
 #[cfg(not(loom))]
 const MAGIC_AT: usize = 0;
@@ -132,6 +194,10 @@ const LAYOUT_AT: usize = 8;
 /// interest in `partition.state`), on a cache line of its own.
 #[cfg(not(loom))]
 const WORD_AT: usize = 64;
+/// Byte offset, in the bell file, of the topic list's change counter, on a
+/// cache line of its own (a ring does not move it, a topic change does).
+#[cfg(not(loom))]
+const CHANGES_AT: usize = 128;
 
 /// Name of the directory's bell file (next to `LOCK`).
 pub(crate) const BELL_FILE: &str = "SHARED";
@@ -145,6 +211,8 @@ struct Page {
     ptr: std::ptr::NonNull<u8>,
     #[cfg(loom)]
     word: AtomicU32,
+    #[cfg(loom)]
+    changes: AtomicU32,
 }
 
 // SAFETY: the page is only ever accessed through atomics (`word`), which
@@ -223,7 +291,7 @@ impl Page {
     /// A page no file backs (loom, and tests of the protocol).
     #[cfg(loom)]
     fn in_memory() -> Page {
-        Page { word: AtomicU32::new(0) }
+        Page { word: AtomicU32::new(0), changes: AtomicU32::new(0) }
     }
 
     /// The page's word: the bell or the interest.
@@ -236,6 +304,18 @@ impl Page {
         #[cfg(loom)]
         {
             &self.word
+        }
+    }
+
+    /// The bell file's second word: the topic list's change counter.
+    fn changes(&self) -> &AtomicU32 {
+        #[cfg(not(loom))]
+        {
+            self.u32_at(CHANGES_AT)
+        }
+        #[cfg(loom)]
+        {
+            &self.changes
         }
     }
 
@@ -325,14 +405,34 @@ impl Bell {
     }
 
     /// Rings whatever the word holds: wakes every doorbell of the
-    /// directory (a closing broker's own, so that it sees its stop flag).
-    #[cfg_attr(loom, allow(dead_code))]
+    /// directory (a closing broker's own, so that it sees its stop flag;
+    /// every broker's, after a topic change).
     pub(crate) fn ring_always(&self) {
-        // Release: a doorbell whose arm reads this (or a later value) and
-        // then fences (X2) sees what the ringer did before, such as
-        // `Doorbell::stop`'s flag.
-        self.page.word().fetch_add(RING_STEP, Ordering::Release);
+        // X3, Release: a doorbell whose arm reads this (or a later value)
+        // and then fences (X2) sees what the ringer did before, such as
+        // `Doorbell::stop`'s flag or a bump of the topic list's change
+        // counter (see "Topics other processes create or delete").
+        self.page.word().fetch_add(RING_STEP, crate::sync::ordering_or_weakened!("X3", Ordering::Release));
         self.wake_all();
+    }
+
+    /// A topic was created or deleted in the directory's list (the caller
+    /// holds `topics.lock`): bumps the change counter, then rings every
+    /// doorbell of the directory, so that each rereads the list.
+    pub(crate) fn topics_changed(&self) {
+        // Relaxed: X3, in the ring after it, publishes it to every doorbell
+        // that arms after the ring (see "Topics other processes create or
+        // delete").
+        self.page.changes().fetch_add(1, Ordering::Relaxed);
+        self.ring_always();
+    }
+
+    /// The topic list's change counter, for a doorbell's look (after its
+    /// arm and X2).
+    pub(crate) fn topic_changes(&self) -> u32 {
+        // Relaxed: X2, before this look, is ordered after the arm that read
+        // the ring's X3 (see "Topics other processes create or delete").
+        self.page.changes().load(Ordering::Relaxed)
     }
 
     /// One doorbell round: arms, fences (X2), and looks (`look` returns
@@ -496,6 +596,17 @@ pub(crate) trait Watch: Send + Sync {
     fn look(&self) -> bool;
 }
 
+/// What a doorbell thread tells when the directory's topic list changed:
+/// its broker, which rereads the list (see "Topics other processes create
+/// or delete").
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) trait TopicsWatch: Send + Sync {
+    /// Brings the broker's topics in line with the directory's list;
+    /// false if that failed (the list could not be read), to try again at
+    /// the next change.
+    fn sync_topics(&self) -> bool;
+}
+
 /// A broker's doorbell thread and the partitions it watches (see the
 /// module docs). Stopped by [`Doorbell::stop`] when the broker closes.
 /// Under loom there is none: a `Processes` broker does not open there
@@ -506,6 +617,12 @@ pub(crate) struct Doorbell {
     /// The partitions of this broker's shared topics; one that has gone is
     /// dropped at the next look.
     watched: Mutex<Vec<std::sync::Weak<dyn Watch>>>,
+    /// The broker, told of topic list changes; weak, as the broker holds
+    /// the doorbell.
+    topics: Mutex<Option<std::sync::Weak<dyn TopicsWatch>>>,
+    /// The change counter's value at the last reread of the list that
+    /// succeeded; only the doorbell thread uses it.
+    seen_changes: crate::sync::atomic::AtomicU32,
     stop: crate::sync::atomic::AtomicBool,
     thread: Mutex<Option<crate::sync::thread::JoinHandle<()>>>,
 }
@@ -515,9 +632,13 @@ impl Doorbell {
     /// Starts the doorbell thread of a broker on the directory whose bell
     /// is `bell`.
     pub(crate) fn start(bell: crate::sync::Arc<Bell>) -> Result<crate::sync::Arc<Doorbell>> {
+        // Unequal to the counter: the first look after `watch_topics` rereads.
+        let seen = bell.topic_changes().wrapping_sub(1);
         let doorbell = crate::sync::Arc::new(Doorbell {
             bell,
             watched: Mutex::new(Vec::new()),
+            topics: Mutex::new(None),
+            seen_changes: crate::sync::atomic::AtomicU32::new(seen),
             stop: crate::sync::atomic::AtomicBool::new(false),
             thread: Mutex::new(None),
         });
@@ -539,6 +660,16 @@ impl Doorbell {
         self.watched.lock().push(weak);
     }
 
+    /// Tells `broker` of every change of the topic list from now on, and
+    /// of any since its open read the list.
+    pub(crate) fn watch_topics(&self, broker: std::sync::Weak<dyn TopicsWatch>) {
+        *self.topics.lock() = Some(broker);
+        // The thread's first look rereads the list (`seen_changes` starts
+        // unequal to the counter): a change made between the broker's read
+        // of the list at its open and now is not lost.
+        self.bell.ring_always();
+    }
+
     fn run(&self) {
         // Acquire: pairs with the Release store in `stop`.
         while !self.stop.load(Ordering::Acquire) {
@@ -548,17 +679,40 @@ impl Doorbell {
 
     /// Looks at every watched partition (each signals its own listeners).
     fn look(&self) -> bool {
+        // Acquire: as in `run`; a stopping broker's doorbell does not sleep.
+        let mut moved = self.stop.load(Ordering::Acquire);
+        // First, so the partitions of topics it joins are looked at below.
+        if !moved {
+            moved |= self.look_at_topics();
+        }
         let watched: Vec<_> = {
             let mut list = self.watched.lock();
             list.retain(|w| w.strong_count() > 0);
             list.iter().filter_map(std::sync::Weak::upgrade).collect()
         };
-        // Acquire: as in `run`; a stopping broker's doorbell does not sleep.
-        let mut moved = self.stop.load(Ordering::Acquire);
         for p in watched {
             moved |= p.look();
         }
         moved
+    }
+
+    /// If the topic list's change counter moved since the last reread,
+    /// has the broker reread the list; true if it did. The counter is
+    /// loaded before the reread, so a change made during it moves the
+    /// counter past what is kept here and the next round rereads again.
+    /// A reread that failed is not retried until the next change (its
+    /// error is logged): retrying at once would spin.
+    fn look_at_topics(&self) -> bool {
+        let now = self.bell.topic_changes();
+        // Relaxed: only this thread reads or writes it.
+        if now == self.seen_changes.load(Ordering::Relaxed) {
+            return false;
+        }
+        // Not told yet (the broker is still opening): `watch_topics` rings.
+        let Some(broker) = self.topics.lock().as_ref().and_then(std::sync::Weak::upgrade) else { return false };
+        // Relaxed: as above.
+        self.seen_changes.store(now, Ordering::Relaxed);
+        broker.sync_topics()
     }
 
     /// Stops the thread and waits for it.

@@ -570,3 +570,46 @@ impl Default for WakeAcross {
         WakeAcross::new()
     }
 }
+
+/// The topic list's change counter of `doorbell.rs` ("Topics other
+/// processes create or delete"), for `loom-tests/tests/doorbell.rs`: the
+/// directory's bell, in memory. A process that created or deleted a topic
+/// bumps the counter and rings ([`Bell::topics_changed`]); a doorbell
+/// rounds ([`Bell::round`]) until a look finds the counter moved.
+///
+/// [`Bell::topics_changed`]: super::doorbell::Bell
+/// [`Bell::round`]: super::doorbell::Bell
+pub struct TopicChanges {
+    bell: super::doorbell::Bell,
+}
+
+impl std::fmt::Debug for TopicChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TopicChanges")
+    }
+}
+
+impl TopicChanges {
+    /// A directory whose topic list has not changed yet.
+    pub fn new() -> TopicChanges {
+        TopicChanges { bell: super::doorbell::Bell::in_memory() }
+    }
+
+    /// A process changes the topic list: its half.
+    pub fn change(&self) {
+        self.bell.topics_changed();
+    }
+
+    /// Another process's doorbell thread: rounds (sleeping between them
+    /// as the real thread does) until a look finds the counter moved from
+    /// what it was when the model started.
+    pub fn doorbell_until_a_change(&self) {
+        while !self.bell.round(|| self.bell.topic_changes() != 0) {}
+    }
+}
+
+impl Default for TopicChanges {
+    fn default() -> Self {
+        TopicChanges::new()
+    }
+}

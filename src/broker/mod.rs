@@ -309,6 +309,14 @@ impl Broker {
             doorbell,
         });
         let handle = Arc::new(Handle { inner });
+        // Processes mode: topics other processes create or delete from now
+        // on (and since the open read the list) reach this broker. (Under
+        // loom there is no doorbell: see `Doorbell`.)
+        #[cfg(not(loom))]
+        if let Some(doorbell) = &handle.inner.doorbell {
+            let weak: std::sync::Weak<BrokerInner> = Arc::downgrade(&handle.inner);
+            doorbell.watch_topics(weak);
+        }
         // On failure the handle's drop closes the broker (and its directory).
         BrokerInner::start_flusher(&handle.inner)?;
         handle.inner.resume_expiry()?;
@@ -695,7 +703,7 @@ impl Broker {
         if let Some(dlq) = &options.dead_letter_topic {
             names::validate_dead_letter_topic(dlq)?;
         }
-        let t = inner.topic(topic)?;
+        let t = inner.topic_or_listed(topic)?;
         let core = Arc::new(ConsumerCore::new(crate::sync::unique_id(), group.to_owned(), t, &options));
         if core.dead_letter_topic() == topic {
             return Err(Error::InvalidArgument(format!(
@@ -730,7 +738,7 @@ impl Broker {
     /// ```
     pub fn group_stats(&self, group: &str, topic: &str) -> Result<GroupStats> {
         let inner = self.inner();
-        let t = inner.topic(topic)?;
+        let t = inner.topic_or_listed(topic)?;
         let control = inner.control.lock();
         let g = control
             .groups
@@ -820,7 +828,12 @@ impl Broker {
     ///   `Publisher` or `Consumer` of it) is dropped; subscriptions do not
     ///   hold it;
     /// * on a data directory, its files are removed; a crash during the
-    ///   delete leaves the topic either whole or gone (see "Deleting a topic" in `store/mod.rs`).
+    ///   delete leaves the topic either whole or gone (see "Deleting a topic" in `store/mod.rs`);
+    /// * with [`Sharing::Processes`](crate::Sharing::Processes), the topic goes for every broker on the
+    ///   directory: each lets go of it as above when its doorbell thread is
+    ///   rung for the change, and a process still reading its files keeps
+    ///   them mapped until it lets go (see "Topics other processes create or
+    ///   delete" in `broker/doorbell.rs`).
     ///
     /// A topic created again under the name is a new one, from offset 0.
     ///
@@ -881,7 +894,7 @@ impl Broker {
     pub fn set_schema(&self, topic: &str, schema: Schema, on_invalid: OnInvalid) -> Result<u64> {
         let inner = self.inner();
         inner.check_open()?;
-        let t = inner.topic(topic)?;
+        let t = inner.topic_or_listed(topic)?;
         let store = inner.store();
         t.schema.set(schema, on_invalid, |current| match &store {
             Some(store) => store.save_topic_file(&t.name, schema::SCHEMA_FILE, current.file_bytes().as_deref()),
@@ -912,7 +925,7 @@ impl Broker {
     pub fn remove_schema(&self, topic: &str) -> Result<()> {
         let inner = self.inner();
         inner.check_open()?;
-        let t = inner.topic(topic)?;
+        let t = inner.topic_or_listed(topic)?;
         let store = inner.store();
         t.schema.remove(|| match &store {
             Some(store) => store.save_topic_file(&t.name, schema::SCHEMA_FILE, None),

@@ -156,5 +156,3 @@ def test_what_processes_do_not_share_yet_is_refused(tmp_path: Path) -> None:
             b.subscribe(TOPIC, lambda m: None, name="audit")
         with pytest.raises(rill.InvalidArgument, match=refused):
             b.consumer("billing", TOPIC)
-        with pytest.raises(rill.InvalidArgument, match=refused):
-            b.delete_topic(TOPIC)

@@ -7,7 +7,9 @@ use super::timers::{COMPACTION_CHECK, Compact, Expire, expiry_period};
 use super::{BrokerInner, Control, TopicMap, saved_positions};
 use crate::broker::consumer::ConsumerCore;
 use crate::broker::dispatch::Timer;
+use crate::broker::doorbell::TopicsWatch;
 use crate::broker::names;
+use crate::broker::store::TopicMeta;
 use crate::broker::subscription::{SubCore, attach, close};
 use crate::broker::topic::{Opening, Partition, Topic, TopicOptions};
 use crate::error::{Error, Result};
@@ -17,7 +19,7 @@ use crate::sync::Arc;
 impl BrokerInner {
     #[inline]
     pub(crate) fn topic_for_publish(&self, name: &str) -> Result<Arc<Topic>> {
-        match self.topic(name) {
+        match self.topic_or_listed(name) {
             Err(Error::NoSuchTopic(_))
                 if self.config.auto_create_topics && !name.starts_with(names::RESERVED_PREFIX) =>
             {
@@ -33,12 +35,98 @@ impl BrokerInner {
         }
     }
 
+    /// The topic `name`; on a miss in `Sharing::Processes` mode, the
+    /// directory's list is read first, and a topic another process listed
+    /// is joined (its doorbell may not have caught up with the change yet;
+    /// see "Topics other processes create or delete" in `doorbell.rs`).
+    /// A hit costs what [`BrokerInner::topic`] does.
+    #[inline]
+    pub(crate) fn topic_or_listed(&self, name: &str) -> Result<Arc<Topic>> {
+        match self.topic(name) {
+            Err(Error::NoSuchTopic(_)) if self.doorbell.is_some() => self.join_listed(name),
+            other => other,
+        }
+    }
+
+    #[cold]
+    fn join_listed(&self, name: &str) -> Result<Arc<Topic>> {
+        self.sync_topics_now()?;
+        self.topic(name)
+    }
+
+    /// Brings this broker's topics in line with the directory's list
+    /// (`Sharing::Processes`; nothing otherwise): joins every topic listed
+    /// that it does not have, attaching the subscriptions whose patterns
+    /// match it as a creation here does. Called by the doorbell thread when
+    /// the list's change counter moved, and on a miss by name.
+    pub(crate) fn sync_topics_now(&self) -> Result<()> {
+        let Some(store) = self.store().filter(|s| s.sharing() == Sharing::Processes) else { return Ok(()) };
+        // The control lock first, then the list's (the order of
+        // `create_topic` and `delete_topic`): a topic this process creates
+        // or deletes meanwhile is in the map and the list, or in neither.
+        let mut control = self.control.lock();
+        self.check_open()?;
+        let (gone, dropped) = store.with_topic_list(|list| {
+            // Gone: a topic this broker has that the list no longer names,
+            // or names in another directory (deleted, then created again).
+            let gone: Vec<Arc<Topic>> = self
+                .topics
+                .load()
+                .values()
+                .filter(|t| {
+                    let opened = store.opened_dir(&t.name);
+                    !list.iter().any(|m| *m.name == *t.name && Some(m.dir) == opened)
+                })
+                .cloned()
+                .collect();
+            let mut dropped = Vec::with_capacity(gone.len());
+            for topic in &gone {
+                store.forget_opened(&topic.name);
+                self.unmap_topic(topic);
+                dropped.push(self.let_go_locked(&mut control, topic));
+            }
+            let map = self.topics.load();
+            for meta in list.iter().filter(|m| !map.contains_key(m.name.as_str())) {
+                if let Err(e) = self.create_locked(&control, &meta.name, &meta.options, Some(meta)) {
+                    // Its files may have gone with a deletion in another
+                    // process; the next change rereads.
+                    ::log::warn!(target: "rill::broker", "could not join topic {:?}, listed by another process: {e}", meta.name);
+                }
+            }
+            Ok((gone, dropped))
+        })?;
+        drop(control);
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let placeholder = self.placeholder()?;
+        for (topic, dropped) in gone.iter().zip(dropped) {
+            // Its files are the deleter's to remove (see "Topics other
+            // processes create or delete" in `doorbell.rs`).
+            self.let_go(&topic.name, topic, dropped, &placeholder);
+        }
+        Ok(())
+    }
+
     /// Creates a topic (reserved names allowed: the caller validated the name
     /// for users) and attaches every subscription whose pattern matches it.
     pub(crate) fn create_topic(&self, name: &str, options: &TopicOptions) -> Result<Arc<Topic>> {
         names::validate_topic(name)?;
         let control = self.control.lock();
         self.check_open()?;
+        self.create_locked(&control, name, options, None)
+    }
+
+    /// [`BrokerInner::create_topic`] under the control lock. `listed`: the
+    /// directory's entry of a topic another process listed, joined without
+    /// rereading the list (the caller holds its lock; `Sharing::Processes`).
+    fn create_locked(
+        &self,
+        control: &Control,
+        name: &str,
+        options: &TopicOptions,
+        listed: Option<&TopicMeta>,
+    ) -> Result<Arc<Topic>> {
         if self.topics.load().contains_key(name) {
             return Err(Error::TopicExists(name.to_owned()));
         }
@@ -61,19 +149,31 @@ impl BrokerInner {
             None => Topic::new(name, options)?,
             Some(store) if store.sharing() == Sharing::Processes => {
                 let bell = self.doorbell.as_ref().map(|d| d.bell());
-                store.with_topic_list(|list| {
-                    match list.iter().find(|t| t.name == name) {
-                        // Listed by another process: joined, with the options
-                        // it was made with (see "Several processes").
-                        Some(meta) => {
-                            let dir = |p| store.partition_dir(meta.dir, p);
-                            Topic::open(name, &meta.options, &dir, fsync, repair, Opening::Join, bell)
+                // Listed by another process: joined, with the options it was
+                // made with (see "Several processes").
+                let join = |meta: &TopicMeta| {
+                    let dir = |p| store.partition_dir(meta.dir, p);
+                    let topic = Topic::open(name, &meta.options, &dir, fsync, repair, Opening::Join, bell)?;
+                    store.note_opened(name, meta.dir);
+                    Ok(topic)
+                };
+                match listed {
+                    Some(meta) => join(meta)?,
+                    None => store.with_topic_list(|list| match list.iter().find(|t| t.name == name) {
+                        Some(meta) => join(meta),
+                        None => {
+                            let topic = store.add_topic(name, options, |dir| {
+                                Topic::open(name, options, dir, fsync, repair, Opening::First, bell)
+                            })?;
+                            // Under the list's lock, listed: every other
+                            // broker on the directory rereads the list.
+                            if let Some(bell) = bell {
+                                bell.topics_changed();
+                            }
+                            Ok(topic)
                         }
-                        None => store.add_topic(name, options, |dir| {
-                            Topic::open(name, options, dir, fsync, repair, Opening::First, bell)
-                        }),
-                    }
-                })?
+                    })?,
+                }
             }
             Some(store) => store
                 .add_topic(name, options, |dir| Topic::open(name, options, dir, fsync, repair, Opening::Alone, None))?,
@@ -98,9 +198,9 @@ impl BrokerInner {
             poke.poke();
         }
         for sub in control.patterns.matches(name) {
-            // A new topic is read from its start: nothing published to it can
+            // A new topic (here, or joined from another process's list) is read from its start: nothing published to it can
             // be missed, whatever the subscription's start position.
-            let saved = saved_positions(&control, &sub);
+            let saved = saved_positions(control, &sub);
             for p in topic.partitions.iter() {
                 let cursor = match saved.get(&(topic.name.clone(), p.index)) {
                     Some(&offset) => p.log.cursor_resuming(offset),
@@ -159,7 +259,7 @@ impl BrokerInner {
 
     /// The topic `name`, created with the default options if absent.
     pub(crate) fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>> {
-        match self.topic(name) {
+        match self.topic_or_listed(name) {
             Err(Error::NoSuchTopic(_)) => match self.create_topic(name, &self.config.default_topic) {
                 // Another thread created it first.
                 Err(Error::TopicExists(_)) => self.topic(name),
@@ -170,13 +270,43 @@ impl BrokerInner {
     }
 
     /// Removes `topic` from the topic map (if it is still the one under its
-    /// name). Readers that hold it (wildcard subscriptions that matched it)
-    /// keep their reference and read nothing new: nobody can publish to it
-    /// any more. Its memory goes with the last reference.
+    /// name), and from the data directory if there is one. Readers that
+    /// hold it (wildcard subscriptions that matched it) keep their
+    /// reference and read nothing new: nobody can publish to it any more.
+    /// Its memory goes with the last reference.
     pub(super) fn remove_topic(&self, _control: &Control, topic: &Arc<Topic>) {
+        if !self.unmap_topic(topic) {
+            return;
+        }
+        let Some(store) = self.store() else { return };
+        let removed = match self.doorbell.as_ref().map(|d| d.bell()) {
+            // Processes mode: unlisted under the list's lock, read afresh,
+            // and every other broker told.
+            Some(bell) => store
+                .with_topic_list(|_| {
+                    let dir = store.unlist_topic(&topic.name)?;
+                    if dir.is_some() {
+                        bell.topics_changed();
+                    }
+                    Ok(dir)
+                })
+                .and_then(|dir| dir.map_or(Ok(()), |d| store.remove_topic_dir(d))),
+            None => store.remove_topic(&topic.name),
+        };
+        if let Err(e) = removed {
+            // Nothing waits on this (a subscription is closing): the topic
+            // stays listed, and comes back, empty, after a restart, or is
+            // unlisted and its leftover directory goes at the next open.
+            log::warn!("rill: could not remove the empty topic {:?} from the data directory: {e}", topic.name);
+        }
+    }
+
+    /// Removes `topic` from the topic map, if it is still the one under its
+    /// name, and marks it deleted; false if it was not there.
+    fn unmap_topic(&self, topic: &Arc<Topic>) -> bool {
         let current = self.topics.load();
         if !current.get(&topic.name).is_some_and(|t| Arc::ptr_eq(t, topic)) {
-            return;
+            return false;
         }
         let mut map = TopicMap::clone(&current);
         map.remove_mut(&topic.name);
@@ -185,35 +315,29 @@ impl BrokerInner {
         // Before its files go, so a publish that raced this and fails on
         // them reports the deleted topic.
         topic.mark_deleted();
-        if let Some(store) = self.store()
-            && let Err(e) = store.remove_topic(&topic.name)
-        {
-            // Nothing waits on this (a subscription is closing): the topic
-            // stays listed, and comes back, empty, after a restart, or is
-            // unlisted and its leftover directory goes at the next open.
-            log::warn!("rill: could not remove the empty topic {:?} from the data directory: {e}", topic.name);
-        }
+        true
+    }
+
+    /// What detached wildcard readers of deleted topics read instead: an
+    /// empty partition of the smallest segment, shared by all of them and
+    /// by every delete. Made at the first delete, before anything is
+    /// deleted, so a failure to map it deletes nothing.
+    fn placeholder(&self) -> Result<Arc<Partition>> {
+        let mut slot = self.placeholder.lock();
+        Ok(match &*slot {
+            Some(p) => p.clone(),
+            None => {
+                let tiny = LogConfig { segment_bytes: Some(MIN_SEGMENT_BYTES), ..LogConfig::default() };
+                slot.insert(Arc::new(Partition::new(0, Log::new(&tiny)?))).clone()
+            }
+        })
     }
 
     /// Deletes topic `name` (see [`Broker::delete_topic`](crate::Broker::delete_topic)).
     pub(crate) fn delete_topic(&self, name: &str) -> Result<()> {
         names::validate_topic(name)?;
-        self.refuse_when_shared("deleting a topic")?;
-        // What detached wildcard readers read instead: an empty partition
-        // of the smallest segment, shared by all of them and by every
-        // delete. Made at the first delete, before anything is deleted, so
-        // a failure to map it deletes nothing.
-        let placeholder = {
-            let mut slot = self.placeholder.lock();
-            match &*slot {
-                Some(p) => p.clone(),
-                None => {
-                    let tiny = LogConfig { segment_bytes: Some(MIN_SEGMENT_BYTES), ..LogConfig::default() };
-                    slot.insert(Arc::new(Partition::new(0, Log::new(&tiny)?))).clone()
-                }
-            }
-        };
-        let (topic, dir, subs, consumers, snapshot) = {
+        let placeholder = self.placeholder()?;
+        let (topic, dir, dropped) = {
             let mut control = self.control.lock();
             self.check_open()?;
             let Some(topic) = self.topics.load().get(name).cloned() else {
@@ -222,25 +346,27 @@ impl BrokerInner {
             // On a data directory, unlisting it there is the commit point:
             // if that fails, nothing is deleted. Its directory goes below,
             // after publishers are told (see "Deleting a topic" in `store/mod.rs`).
-            let dir = match self.store() {
-                Some(store) => store.unlist_topic(name)?,
-                None => None,
+            let dir = match (self.store(), self.doorbell.as_ref().map(|d| d.bell())) {
+                (None, _) => None,
+                // Processes mode: under the list's lock, read afresh; every
+                // other broker on the directory is told, and lets go of it
+                // as below (see "Topics other processes create or delete"
+                // in `doorbell.rs`).
+                (Some(store), Some(bell)) => store.with_topic_list(|_| {
+                    let dir = store.unlist_topic(name)?;
+                    if dir.is_some() {
+                        bell.topics_changed();
+                    }
+                    Ok(dir)
+                })?,
+                (Some(store), None) => store.unlist_topic(name)?,
             };
             // Under the control lock, so no subscription or consumer can
             // attach to it after this, and a name re-created later is a new
             // topic (from offset 0) with nothing of this one's state.
-            self.remove_topic(&control, &topic);
-            let mut subs = control.patterns.matches(name);
-            // Shared members are not in the pattern index (see `shared.rs`).
-            subs.extend(control.subs.values().filter(|s| s.shared && s.pattern.as_str() == name).cloned());
-            let consumers: Vec<Arc<ConsumerCore>> =
-                control.consumers.values().filter(|c| Arc::ptr_eq(&c.topic, &topic)).cloned().collect();
-            // Offsets into a log that is gone mean nothing to its successor.
-            control.groups.retain(|(_, t), _| **t != *name);
-            for d in control.durable.values_mut() {
-                d.positions.retain(|(t, _), _| **t != *name);
-            }
-            (topic, dir, subs, consumers, self.snapshot_offsets(&control))
+            self.unmap_topic(&topic);
+            let dropped = self.let_go_locked(&mut control, &topic);
+            (topic, dir, dropped)
         };
         // Outside the control lock: deleting many files can take a while. A
         // re-creation of the name meanwhile gets a directory of its own.
@@ -250,6 +376,34 @@ impl BrokerInner {
             // The deletion is committed; what is left goes at the next open.
             ::log::warn!(target: "rill::broker", "deleted topic {name:?}, but removing its files failed: {e}");
         }
+        self.let_go(name, &topic, dropped, &placeholder);
+        Ok(())
+    }
+
+    /// Under the control lock, for a topic just taken out of the map
+    /// (deleted here, or by another process): the subscriptions and
+    /// consumers that read it, and a snapshot of the offsets without its
+    /// group commits and durable positions.
+    fn let_go_locked(&self, control: &mut Control, topic: &Arc<Topic>) -> LetGo {
+        let name = &topic.name;
+        let mut subs = control.patterns.matches(name);
+        // Shared members are not in the pattern index (see `shared.rs`).
+        subs.extend(control.subs.values().filter(|s| s.shared && s.pattern.as_str() == &**name).cloned());
+        let consumers: Vec<Arc<ConsumerCore>> =
+            control.consumers.values().filter(|c| Arc::ptr_eq(&c.topic, topic)).cloned().collect();
+        // Offsets into a log that is gone mean nothing to its successor.
+        control.groups.retain(|(_, t), _| *t != *name);
+        for d in control.durable.values_mut() {
+            d.positions.retain(|(t, _), _| *t != *name);
+        }
+        LetGo { subs, consumers, snapshot: self.snapshot_offsets(control) }
+    }
+
+    /// Outside the control lock, after [`BrokerInner::let_go_locked`]:
+    /// saves the offsets, detaches the subscriptions (closing those that
+    /// named the topic) and wakes the consumers.
+    fn let_go(&self, name: &str, topic: &Arc<Topic>, dropped: LetGo, placeholder: &Arc<Partition>) {
+        let LetGo { subs, consumers, snapshot } = dropped;
         if let Err(e) = wait_offsets(snapshot) {
             // The topic is gone already; offsets of a topic that does not
             // exist are inert after a restart, and the next save drops them.
@@ -257,7 +411,7 @@ impl BrokerInner {
         }
         // Outside the control lock: closing runs the close hook, which takes it.
         for sub in &subs {
-            attach::detach_topic(sub, &topic, &placeholder);
+            attach::detach_topic(sub, topic, placeholder);
             if sub.pattern.is_literal() {
                 close::close_with_reason(sub, "topic deleted".into());
             }
@@ -272,6 +426,26 @@ impl BrokerInner {
             subs.len(),
             consumers.len()
         );
-        Ok(())
+    }
+}
+
+/// What a deleted topic's readers are, for [`BrokerInner::let_go`].
+struct LetGo {
+    subs: Vec<Arc<SubCore>>,
+    consumers: Vec<Arc<ConsumerCore>>,
+    snapshot: Option<(Arc<crate::broker::store::Store>, crate::broker::store::Ticket)>,
+}
+
+impl TopicsWatch for BrokerInner {
+    fn sync_topics(&self) -> bool {
+        match self.sync_topics_now() {
+            Ok(()) => true,
+            // Closing: nothing to join any more.
+            Err(_) if self.is_closed() => false,
+            Err(e) => {
+                ::log::warn!(target: "rill::broker", "could not reread the data directory's topic list: {e}");
+                false
+            }
+        }
     }
 }

@@ -11,7 +11,8 @@
 //!   INIT                 flock(LOCK_EX) held while a Processes broker opens
 //!   topics.lock          flock(LOCK_EX) held by a Processes broker while it
 //!                        reads or changes the topic list
-//!   SHARED               the doorbell word of Processes brokers (doorbell.rs)
+//!   SHARED               the doorbell word of Processes brokers, and the
+//!                        topic list's change counter (doorbell.rs)
 //!   topics.list          the topics: name, options, directory number
 //!   topics.journal       topics created and deleted since (see journal.rs)
 //!   offsets.0, offsets.1 group commits and durable subscription positions
@@ -117,10 +118,22 @@
 //! list afresh under it ([`Store::with_topic_list`]): a creation lists its
 //! topic (made whole first, as above) while holding it, so a reader sees the
 //! topic listed with its files complete, or not at all, and never a journal
-//! entry half appended (which it would take for a torn one and cut). What
-//! is not shared yet, and so refused in this mode rather than written by two
-//! processes at once, is what `refuse_when_shared` (in `control/mod.rs`)
-//! names at its callers.
+//! entry half appended (which it would take for a torn one and cut). A
+//! deletion unlists its topic the same way, under `topics.lock` with the
+//! list read afresh, and only then removes its directory.
+//!
+//! Each change of the list (a creation or a deletion) bumps a change
+//! counter in the directory's shared page (`SHARED`) before `topics.lock`
+//! is let go, and rings every broker's doorbell thread; each rereads the
+//! list and joins the topics it lacks and lets go of those that are gone
+//! (the protocol, and what a process still reading a deleted topic's files
+//! sees, are in "Topics other processes create or delete" in
+//! `doorbell.rs`). To tell a topic deleted and created again (same name,
+//! new directory number) from the one it has, a broker keeps the directory
+//! number of every topic it opened (`opened_dirs`). What is not shared
+//! yet, and so refused in this mode rather than written by two processes
+//! at once, is what `refuse_when_shared` (in `control/mod.rs`) names at its
+//! callers.
 //!
 //! # The parts
 //!
@@ -182,6 +195,12 @@ pub(crate) struct Store {
     init: Mutex<Option<File>>,
     /// The listed topics, the next directory number and the journal.
     topics: Mutex<TopicList>,
+    /// Processes mode: the directory number of each topic this broker
+    /// opened, created or joined, by name. The list, read afresh, is
+    /// compared with it to tell a topic another process deleted (and
+    /// perhaps created again, in another directory) from one this broker
+    /// has (see "Several processes").
+    opened_dirs: Mutex<std::collections::HashMap<String, u64>>,
     /// The offsets slots and their group commit (see `offsets.rs`).
     pub(crate) offsets: GroupCommit,
 }
@@ -225,6 +244,7 @@ impl Store {
             lock,
             sharing,
             init: Mutex::new(init),
+            opened_dirs: Mutex::new(topics.iter().map(|t| (t.name.clone(), t.dir)).collect()),
             topics: Mutex::new(list),
             offsets: GroupCommit::new(root, seq, slot, &offsets),
         };
@@ -273,6 +293,23 @@ impl Store {
         f(&list)
     }
 
+    /// The directory number of the topic `name` as this broker opened it
+    /// (see `opened_dirs`).
+    pub(crate) fn opened_dir(&self, name: &str) -> Option<u64> {
+        self.opened_dirs.lock().get(name).copied()
+    }
+
+    /// Records that this broker opened (joined) the topic `name` listed
+    /// in `topics/<dir>`.
+    pub(crate) fn note_opened(&self, name: &str, dir: u64) {
+        self.opened_dirs.lock().insert(name.to_owned(), dir);
+    }
+
+    /// Forgets the topic `name`, deleted (here or by another process).
+    pub(crate) fn forget_opened(&self, name: &str) {
+        self.opened_dirs.lock().remove(name);
+    }
+
     /// The directory of partition `partition` of the topic in `topics/<dir>`.
     pub(crate) fn partition_dir(&self, dir: u64, partition: u32) -> PathBuf {
         self.topic_dir(dir).join(partition.to_string())
@@ -306,6 +343,7 @@ impl Store {
             let mut w = Writer::default();
             encode_topic(&mut w, &meta);
             topics.list_change(&self.root, Change::Add(w.0))?;
+            self.note_opened(name, dir);
             Ok(t)
         });
         if listed.is_err() {
@@ -358,6 +396,8 @@ impl Store {
         let mut topics = self.topics.lock();
         let Some(dir) = topics.list.iter().find(|t| t.name == name).map(|t| t.dir) else { return Ok(None) };
         topics.list_change(&self.root, Change::Remove(name.to_owned()))?;
+        drop(topics);
+        self.forget_opened(name);
         Ok(Some(dir))
     }
 

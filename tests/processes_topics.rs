@@ -1,0 +1,242 @@
+//! Several processes, one data directory (issue 39, its fifth step):
+//! topics that one process creates or deletes exist or vanish for every
+//! process; a wildcard subscription in one process picks up a topic another
+//! process created and gets every message published to it.
+//!
+//! The other processes are this test binary run again with [`CHILD_ROLE`]
+//! set and only the one test selected, as in `tests/processes.rs`. Parent
+//! and child hand over through files in the data directory, waited for
+//! with a deadline ([`wait_for`]).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use common::wait_for;
+use rill::{
+    Ack, Broker, BrokerConfig, Error, Fsync, Record, Sharing, StartPosition, SubscriptionOptions, TopicOptions,
+};
+
+/// Set in a child: its part.
+const CHILD_ROLE: &str = "RILL_TEST_PROCESSES_TOPICS_ROLE";
+/// Set in a child: the data directory.
+const CHILD_DIR: &str = "RILL_TEST_PROCESSES_TOPICS_DIR";
+/// Messages the creating process publishes, unless
+/// `RILL_PROCESSES_MESSAGES` says more (the long version).
+const MESSAGES: u32 = 2_000;
+
+fn messages() -> u32 {
+    std::env::var("RILL_PROCESSES_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(MESSAGES)
+}
+
+/// A fresh directory under the system's temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("rill-processes-topics-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn config(dir: &Path) -> BrokerConfig {
+    BrokerConfig {
+        data_dir: Some(dir.to_owned()),
+        sharing: Sharing::Processes,
+        fsync: Fsync::Never,
+        worker_threads: Some(1),
+        ..BrokerConfig::default()
+    }
+}
+
+/// Runs this test binary again as a child playing `role` in `dir`.
+fn spawn(test: &str, role: &str, dir: &Path) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ROLE, role)
+        .env(CHILD_DIR, dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a child and fails the test with its output if it failed.
+fn expect_success(child: Child, what: &str) {
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The child's role and directory, if this process is a child.
+fn child_role() -> Option<(String, PathBuf)> {
+    let role = std::env::var(CHILD_ROLE).ok()?;
+    Some((role, PathBuf::from(std::env::var_os(CHILD_DIR).unwrap())))
+}
+
+/// Makes the marker file `name` in `dir` (a step done, for the other process).
+fn mark(dir: &Path, name: &str) {
+    std::fs::write(dir.join(name), b"").unwrap();
+}
+
+/// Waits until the other process made the marker file `name`.
+fn wait_mark(dir: &Path, name: &str) {
+    wait_for(name, || dir.join(name).exists());
+}
+
+/// Waits until `child` made the marker file `name`, or exited (a failed
+/// child's output is then reported by [`expect_success`]).
+fn wait_child_mark(dir: &Path, name: &str, child: &mut Child) -> bool {
+    let mut exited = false;
+    wait_for(name, || {
+        exited = child.try_wait().unwrap().is_some();
+        exited || dir.join(name).exists()
+    });
+    dir.join(name).exists()
+}
+
+/// What a subscription saw: `(topic, offset, payload)` in delivery order.
+type Seen = Arc<Mutex<Vec<(String, u64, u32)>>>;
+
+fn subscribe(broker: &Broker, pattern: &str) -> (rill::Subscription, Seen) {
+    let seen: Seen = Arc::default();
+    let sink = seen.clone();
+    let options = SubscriptionOptions { start: StartPosition::Latest, ..SubscriptionOptions::default() };
+    let sub = broker
+        .subscribe(pattern, options, move |m| {
+            let n = u32::from_le_bytes(m.record().payload()[..4].try_into().unwrap());
+            sink.lock().unwrap().push((m.topic().to_owned(), m.record().offset(), n));
+            Ack::Success
+        })
+        .unwrap();
+    (sub, seen)
+}
+
+#[test]
+fn a_wildcard_in_one_process_gets_every_message_of_a_topic_another_creates() {
+    if let Some((role, dir)) = child_role() {
+        assert_eq!(role, "create");
+        let broker = Broker::new(config(&dir)).unwrap();
+        broker.create_topic("orders/eu", &TopicOptions::default()).unwrap();
+        // Published at once: the other process has not joined the topic
+        // yet, and must still get every one of these.
+        for n in 0..messages() {
+            broker.publish("orders/eu", &Record::new(&n.to_le_bytes())).unwrap();
+        }
+        return;
+    }
+    let dir = TempDir::new("wildcard");
+    let broker = Broker::new(config(&dir.0)).unwrap();
+    // Started at the latest message: a topic it picks up is read from its start anyway.
+    let (sub, seen) = subscribe(&broker, "orders/*");
+    let child = spawn("a_wildcard_in_one_process_gets_every_message_of_a_topic_another_creates", "create", &dir.0);
+    let n = messages();
+    wait_for("every message of the new topic", || seen.lock().unwrap().len() >= n as usize);
+    expect_success(child, "the creating process");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), n as usize, "every message, once");
+    for (i, (topic, offset, payload)) in seen.iter().enumerate() {
+        assert_eq!((topic.as_str(), *offset, *payload), ("orders/eu", i as u64, i as u32), "in order, none missed");
+    }
+    assert_eq!(broker.topics(), ["orders/eu"], "the topic exists here too");
+    drop(sub);
+}
+
+#[test]
+fn publishing_by_name_to_a_topic_another_process_created_needs_no_create() {
+    if let Some((role, dir)) = child_role() {
+        assert_eq!(role, "create");
+        let broker = Broker::new(config(&dir)).unwrap();
+        broker.create_topic("prices", &TopicOptions::with_partitions(3)).unwrap();
+        broker.publish("prices", &Record::new(&7u32.to_le_bytes())).unwrap();
+        return;
+    }
+    let dir = TempDir::new("by-name");
+    // Opened before the topic exists, with no auto-creation: a publish
+    // by name can only work by joining what the other process listed.
+    let broker = Broker::new(config(&dir.0)).unwrap();
+    assert!(!BrokerConfig::default().auto_create_topics);
+    assert!(matches!(broker.publish("prices", &Record::new(&0u32.to_le_bytes())), Err(Error::NoSuchTopic(_))));
+    let child = spawn("publishing_by_name_to_a_topic_another_process_created_needs_no_create", "create", &dir.0);
+    expect_success(child, "the creating process");
+    broker.publish("prices", &Record::new(&8u32.to_le_bytes())).unwrap();
+    let stats = broker.topic_stats("prices").unwrap();
+    assert_eq!(stats.partitions.len(), 3, "joined with the options it was created with");
+    let options = SubscriptionOptions { start: StartPosition::Earliest, ..SubscriptionOptions::default() };
+    let seen: Seen = Arc::default();
+    let sink = seen.clone();
+    let _sub = broker
+        .subscribe("prices", options, move |m| {
+            let n = u32::from_le_bytes(m.record().payload()[..4].try_into().unwrap());
+            sink.lock().unwrap().push((m.topic().to_owned(), m.record().offset(), n));
+            Ack::Success
+        })
+        .unwrap();
+    wait_for("both messages", || seen.lock().unwrap().len() == 2);
+    let mut payloads: Vec<u32> = seen.lock().unwrap().iter().map(|s| s.2).collect();
+    payloads.sort_unstable();
+    assert_eq!(payloads, [7, 8]);
+}
+
+#[test]
+fn a_topic_deleted_in_one_process_vanishes_in_another() {
+    if let Some((role, dir)) = child_role() {
+        assert_eq!(role, "watch");
+        let broker = Broker::new(config(&dir)).unwrap();
+        assert_eq!(broker.topics(), ["old"], "on disk when this broker opened");
+        let (literal, _) = subscribe(&broker, "old");
+        let (wildcard, _) = subscribe(&broker, "*");
+        mark(&dir, "subscribed");
+        // The other process deletes it: the literal subscription is closed
+        // as by a local delete, the wildcard one stays, and the topic is gone.
+        wait_for("the literal subscription closed", || literal.is_closed());
+        assert!(!wildcard.is_closed());
+        assert!(broker.topics().is_empty());
+        assert!(matches!(broker.publish("old", &Record::new(&0u32.to_le_bytes())), Err(Error::NoSuchTopic(_))));
+        // Created again there: a new topic, from offset 0, which the
+        // wildcard picks up.
+        mark(&dir, "deleted-seen");
+        wait_mark(&dir, "recreated");
+        wait_for("the topic made again", || broker.topics() == ["old"]);
+        let offset = broker.publish("old", &Record::new(&1u32.to_le_bytes())).unwrap();
+        assert_eq!(offset.offset, 0, "a new topic, with none of the old one's messages");
+        return;
+    }
+    let dir = TempDir::new("delete");
+    let broker = Broker::new(config(&dir.0)).unwrap();
+    broker.create_topic("old", &TopicOptions::default()).unwrap();
+    for n in 0..10u32 {
+        broker.publish("old", &Record::new(&n.to_le_bytes())).unwrap();
+    }
+    let mut child = spawn("a_topic_deleted_in_one_process_vanishes_in_another", "watch", &dir.0);
+    if !wait_child_mark(&dir.0, "subscribed", &mut child) {
+        expect_success(child, "the watching process");
+        panic!("the watching process exited before it subscribed");
+    }
+    broker.delete_topic("old").unwrap();
+    assert!(broker.topics().is_empty());
+    if !wait_child_mark(&dir.0, "deleted-seen", &mut child) {
+        expect_success(child, "the watching process");
+        panic!("the watching process exited before it saw the deletion");
+    }
+    broker.create_topic("old", &TopicOptions::default()).unwrap();
+    mark(&dir.0, "recreated");
+    expect_success(child, "the watching process");
+    let names: Vec<_> = std::fs::read_dir(dir.0.join("topics")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 1, "the deleted topic's files are gone, the new one's are there: {names:?}");
+}
