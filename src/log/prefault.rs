@@ -84,7 +84,7 @@ use std::sync::{OnceLock, Weak};
 
 use super::pool::Pool;
 use super::segment::Segment;
-use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::{Arc, Condvar, Mutex};
 
 /// A publisher whose reservation crosses a multiple of this many bytes of
@@ -109,23 +109,6 @@ enum Job {
     Spare(Weak<Pool>),
     /// Fault this segment in as far as its `Ahead` asks.
     Ahead(Weak<Segment>),
-}
-
-/// How far a segment over buffers not faulted in is asked to be, and has
-/// been, faulted in (see "Ahead of the tail"). Every field is a hint: a
-/// stale value costs a range faulted twice (harmless) or left to its
-/// writer, never a wrong byte, so every access is `Relaxed`.
-#[derive(Debug, Default)]
-pub(crate) struct Ahead {
-    /// Region bytes, from the segment's start, asked for.
-    asked: AtomicU64,
-    /// Index slots, from the first, asked for.
-    asked_slots: AtomicU64,
-    /// Region bytes and slots faulted in so far (the prefault thread's).
-    done: AtomicU64,
-    done_slots: AtomicU64,
-    /// A job for this segment is in the queue.
-    queued: AtomicBool,
 }
 
 static PREFAULTER: OnceLock<Option<Arc<Prefaulter>>> = OnceLock::new();

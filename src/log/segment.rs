@@ -588,7 +588,25 @@ pub(crate) struct Segment {
     /// tail" in `prefault.rs`). `None` for recycled or prefaulted buffers
     /// and a small first segment's heap block.
     #[cfg(not(loom))]
-    ahead: Option<Box<super::prefault::Ahead>>,
+    ahead: Option<Box<Ahead>>,
+}
+
+#[cfg(not(loom))]
+/// How far a segment over buffers not faulted in is asked to be, and has
+/// been, faulted in (see "Ahead of the tail" in `prefault.rs`). Every field is a hint: a
+/// stale value costs a range faulted twice (harmless) or left to its
+/// writer, never a wrong byte, so every access is `Relaxed`.
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    /// Region bytes, from the segment's start, asked for.
+    pub(super) asked: AtomicU64,
+    /// Index slots, from the first, asked for.
+    pub(super) asked_slots: AtomicU64,
+    /// Region bytes and slots faulted in so far (the prefault thread's).
+    pub(super) done: AtomicU64,
+    pub(super) done_slots: AtomicU64,
+    /// A job for this segment is in the queue.
+    pub(super) queued: AtomicBool,
 }
 
 // SAFETY: the raw `data` pointer refers to memory owned by `buffers`, which is
@@ -632,7 +650,7 @@ impl Segment {
     /// faulted in; `None` if they need not be (see `ahead`).
     #[cfg(not(loom))]
     #[inline]
-    pub(crate) fn ahead(&self) -> Option<&super::prefault::Ahead> {
+    pub(crate) fn ahead(&self) -> Option<&Ahead> {
         self.ahead.as_deref()
     }
 
