@@ -446,6 +446,14 @@ impl Shared {
                     if self.claim_next.swap(false, Ordering::Relaxed) {
                         seg.claim_abandoned(index, index + 1);
                     }
+                    // One comparison per append: a reservation that crosses
+                    // a multiple of `STEP` keeps a segment not yet faulted
+                    // in faulted ahead of it ("Ahead of the tail" in
+                    // `prefault.rs`).
+                    #[cfg(not(loom))]
+                    if (pos ^ (pos + bytes)) >= super::prefault::STEP {
+                        super::prefault::crossed(&self.pool, seg, pos + bytes, index + records);
+                    }
                     let write = write.take().expect("a reservation is granted once");
                     return Ok(write(seg, index, pos));
                 }
@@ -525,12 +533,17 @@ impl Shared {
             Err(e) => return Err(e),
         };
         // A growing memory log that filled a full-size segment streams:
-        // have its next segment faulted in ahead (see `prefault.rs`).
+        // have its next segment made ahead ("A spare made ahead" in
+        // `prefault.rs`).
         #[cfg(not(loom))]
         if pages == Pages::Huge {
             super::prefault::ahead(&self.pool);
         }
         let next = Arc::new(Segment::new(base, buffers, self.pool.clone()));
+        // A segment over fresh memory (or a new file): its first pages are
+        // faulted in ahead of its publishers ("Ahead of the tail").
+        #[cfg(not(loom))]
+        super::prefault::installed(&next, count, last.used_bytes());
         self.install(current, next, guard)
     }
 

@@ -8,7 +8,8 @@
 //! and its reservation protocol), `pool.rs` (the spare buffers segments are
 //! built over), `dir.rs` (the directory of segments, its rollover and
 //! reclamation: the essay on how the log stays lock-free across segments),
-//! `prefault.rs` (a growing memory log's next segment faulted in ahead),
+//! `prefault.rs` (a fresh segment faulted in ahead of its publishers, and a
+//! streaming memory log's next segment made ahead),
 //! `cursor.rs` (readers), `record.rs` (the byte layout), `storage.rs` (the
 //! memory behind a segment) and `compact.rs` with `compact_state.rs`
 //! (compaction). The `Log` handle is this file (appends, retention, stats)

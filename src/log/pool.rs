@@ -118,7 +118,9 @@ impl Pool {
                 }
             }
             let storage = files.create(base, self.capacity, self.slot_count)?;
-            return Buffers::over(Box::new(storage), self.slot_count, pages);
+            // A new file: its pages are faulted in ahead of the tail
+            // ("Ahead of the tail" in `prefault.rs`).
+            return Buffers::over(Box::new(storage), self.slot_count, pages).map(Buffers::unfaulted);
         }
         if let Some(recycled) = self.spare.lock().pop() {
             return Ok(recycled);
@@ -153,7 +155,7 @@ impl Pool {
 
     /// A memory pool whose log still grows toward its retention (it has
     /// recycled nothing yet) and that has no spare: the next roll would
-    /// fault a fresh segment in on the publisher's path (see `prefault.rs`).
+    /// be into fresh memory (see "A spare made ahead" in `prefault.rs`).
     #[cfg(not(loom))]
     pub(crate) fn wants_spare_ahead(&self) -> bool {
         use crate::sync::atomic::Ordering::Relaxed;
@@ -193,7 +195,7 @@ impl Pool {
         if !self.wants_spare_ahead() {
             return;
         }
-        let Ok(buffers) = Buffers::map(self.capacity, self.slot_count, Pages::Huge) else { return };
+        let Ok(mut buffers) = Buffers::map(self.capacity, self.slot_count, Pages::Huge) else { return };
         buffers.populate();
         let mut spare = self.spare.lock();
         if spare.len() < self.max_spare {

@@ -1,54 +1,114 @@
-//! Faulting a streaming in-memory log's next segment in ahead of its
-//! publisher.
+//! Faulting a log's fresh segments in ahead of its publishers.
 //!
 //! A segment of fresh anonymous memory costs its first writer a page fault
 //! per page (or per huge page): a trap, a page zeroed by the kernel and a
-//! page table entry, all on the publisher's thread. Once a log has filled
-//! its retention, rolls reuse the segments retention trims (the pool's
-//! spares, `segment.rs`) and fault nothing; until then, every roll of a new
-//! topic pays for a whole segment of faults. Aeron pre-touches its term
-//! buffers and Chronicle Queue runs a pretoucher for the same reason.
+//! page table entry, all on the publisher's thread; a new segment file
+//! costs the same per page of the page cache, its offset index included.
+//! Once a log has filled its retention, rolls reuse the segments retention
+//! trims (the pool's spares, `pool.rs`; a durable log's spare files,
+//! "Recycling" in `file/mod.rs`) and fault nothing; until then, a new
+//! topic's publishers would pay for every page of their first fill. Aeron
+//! pre-touches its term buffers and Chronicle Queue runs a pretoucher for
+//! the same reason. Two mechanisms move that work to this module's
+//! thread, each bounded:
 //!
-//! So a memory log that rolls out of a full-size segment while it still
-//! grows (it has not yet recycled a trimmed segment, and its pool has no
-//! spare) asks for one spare to be made ahead: a segment mapped and faulted
-//! in with `madvise(MADV_POPULATE_WRITE)` on this module's thread, put in the
-//! pool, where the next roll finds it. What it costs and bounds:
+//! # Ahead of the tail
+//!
+//! A segment built over buffers not faulted in (fresh memory from
+//! `Buffers::map`, or a new segment file from the pool; not a recycled
+//! spare, not one made ahead, not a small first segment's heap block)
+//! carries an [`Ahead`]. When it is installed, the roller asks for its
+//! first [`AHEAD`] bytes; after that, a publisher whose reservation crosses
+//! a multiple of [`STEP`] bytes asks for the pages up to `AHEAD` past its
+//! end, and for the index slots records of the segment's average size
+//! would fill that far. The check is one comparison per append (`dir.rs`,
+//! `reserve_then`); the ask, once per `STEP`, is a load on a segment that
+//! needs nothing. The thread faults the asked range in with one
+//! `madvise(MADV_POPULATE_WRITE)` for the region and one for the index.
+//!
+//! * Bounded: a segment is faulted at most `AHEAD` bytes (rounded to
+//!   whole pages, or the huge page it falls in) past the furthest a
+//!   reservation reached, and its index as far as those bytes would take.
+//!   A topic that stops publishing keeps at most that beyond what it wrote.
+//! * Nothing for an idle topic: one holding a few messages is still in its
+//!   small first segment (a heap block, never faulted ahead). A durable
+//!   topic's first file is faulted only once a reservation crosses `STEP`.
+//! * No protocol: every field of `Ahead` is a hint, so all are `Relaxed`.
+//!   Faulting a page in changes no byte of it, and races with no reader or
+//!   writer; a stale or lost ask leaves a range to be faulted by its
+//!   writer, as before, and the next crossing asks again.
+//! * A publisher that outruns the thread (the thread is not scheduled in
+//!   time, on a machine with fewer cores than busy threads) faults what it
+//!   reaches first, as it did without this.
+//!
+//! # A spare made ahead
+//!
+//! A memory log that streams asks for its next segment to be made ahead:
+//! mapped in huge pages and faulted in whole, put in the pool, where the
+//! next roll finds it (and, faulted already, it carries no `Ahead`). It
+//! asks when it rolls out of a full-size segment into fresh memory, and
+//! when a reservation in its first full-size segment comes within `AHEAD`
+//! of that segment's end (a log that has written that far streams), so its
+//! second full-size segment comes faulted in too.
 //!
 //! * A log holds at most one segment more than it would anyway, and only
 //!   while it grows toward its retention: the first trim marks the pool as
 //!   recycling, and a recycling pool never asks again. The spare is one of
-//!   the pool's `max_spare`.
-//! * An idle topic, or one that never fills a full-size segment, never asks
-//!   (its first segment is small, and the roll out of it is not counted):
-//!   idle memory is unchanged.
-//! * The first full-size segment and the one after it still fault on the
-//!   publisher's path (the log cannot know it streams until it has filled
-//!   one); every later one until retention is reached comes faulted in.
+//!   the pool's `max_spare`. A durable log's pool makes no spares ahead
+//!   (its next file is faulted ahead of the tail once installed; the
+//!   broker's `rill-prepare` thread also prepares each new file,
+//!   `Log::prepare_ahead`).
+//! * An idle topic, or one that never fills most of a full-size segment,
+//!   never asks: idle memory is unchanged.
+//!
+//! # The thread
+//!
 //! * One thread per process, started at the first request and never
 //!   stopped (it sleeps on a condition variable with nothing to do). It
-//!   holds pools only weakly: a log dropped meanwhile is skipped.
+//!   holds pools and segments only weakly: a log or segment dropped
+//!   meanwhile is skipped. It serves the segments being written before
+//!   the spares, which are for a later roll.
 //! * A forked child does not have the thread (fork copies only the calling
 //!   thread), and may have inherited the queue's lock held: requests made in
 //!   a process other than the one that started the thread are dropped, so a
 //!   child's logs fault as they did before, and never wait for a thread
 //!   that is not there.
 //!
-//! Measured by `rill-bench --publish-cost` ("new topic" against "past its
-//! retention") and by `--scenario one-to-one` with and without
-//! `--no-warmup` (see "Known performance cliffs" in docs/PERFORMANCE.md).
+//! Measured by `rill-bench --scenario fresh` (a new topic's first fill
+//! against a warm topic, in memory and durable, with the publishers' page
+//! faults), `--publish-cost` ("new topic" against "past its retention")
+//! and `--schema-cost` (whose topic is new in every pair); see "Known
+//! performance cliffs" in docs/PERFORMANCE.md.
 
 use std::sync::{OnceLock, Weak};
 
 use super::pool::Pool;
+use super::segment::Segment;
+use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::{Arc, Condvar, Mutex};
+
+/// A publisher whose reservation crosses a multiple of this many bytes of
+/// a segment not faulted in asks for more ahead (see "Ahead of the tail").
+pub(super) const STEP: u64 = 32 << 10;
+
+/// How far ahead of the tail, in region bytes, a segment not faulted in is
+/// asked to be faulted in (see "Ahead of the tail").
+pub(super) const AHEAD: u64 = 1 << 20;
 
 /// The process's prefault thread and its queue of requests.
 struct Prefaulter {
     /// The process that started the thread (see "A forked child").
     pid: u32,
-    queue: Mutex<Vec<Weak<Pool>>>,
+    queue: Mutex<Vec<Job>>,
     wake: Condvar,
+}
+
+/// A request to the prefault thread.
+enum Job {
+    /// Make a spare segment of this pool, faulted in.
+    Spare(Weak<Pool>),
+    /// Fault this segment in as far as its `Ahead` asks.
+    Ahead(Weak<Segment>),
 }
 
 static PREFAULTER: OnceLock<Option<Arc<Prefaulter>>> = OnceLock::new();
@@ -64,8 +124,77 @@ pub(super) fn ahead(pool: &Arc<Pool>) {
         pool.spare_request_done();
         return;
     };
-    p.queue.lock().push(Arc::downgrade(pool));
+    p.queue.lock().push(Job::Spare(Arc::downgrade(pool)));
     p.wake.notify_one();
+}
+
+/// A publisher's reservation in `seg`, a segment of `pool`, ended at
+/// region byte `end` and slot `slots` (the caller checks that it crossed a
+/// multiple of [`STEP`]): if the segment is over buffers not faulted in,
+/// asks for its pages up to [`AHEAD`] bytes past `end` (and as many index
+/// slots as records that long would take, at the segment's average so
+/// far); and if that reaches the end of a full-size segment, asks for the
+/// next segment to be made ahead as a spare. Cheap when the segment needs
+/// nothing: a load.
+#[cold]
+pub(super) fn crossed(pool: &Arc<Pool>, seg: &Arc<Segment>, end: u64, slots: u64) {
+    if seg.ahead().is_none() {
+        return;
+    }
+    ask(seg, end + AHEAD, slots, end);
+    if end + AHEAD >= seg.capacity() && seg.capacity() == pool.capacity() as u64 {
+        ahead(pool);
+    }
+}
+
+/// A segment just installed after `last` (sealed at `count` records
+/// ending at byte `end`): if it is over buffers not faulted in, asks for
+/// its first [`AHEAD`] bytes, and index slots at `last`'s average record
+/// size.
+pub(super) fn installed(seg: &Arc<Segment>, count: u64, end: u64) {
+    if seg.ahead().is_some() {
+        ask(seg, AHEAD, count, end);
+    }
+}
+
+/// Asks for `seg`'s region up to byte `to` (clamped to the segment) and
+/// its index up to the slot records of `per_bytes / per_slots` bytes each
+/// would reach there, unless that much was asked already.
+fn ask(seg: &Arc<Segment>, to: u64, per_slots: u64, per_bytes: u64) {
+    let Some(a) = seg.ahead() else { return };
+    let to = to.min(seg.capacity());
+    // Relaxed: see `Ahead`.
+    if a.asked.fetch_max(to, Relaxed) >= to {
+        return;
+    }
+    let slots = match per_bytes {
+        0 => 0,
+        _ => (u128::from(per_slots) * u128::from(to)).div_ceil(u128::from(per_bytes)) as u64,
+    };
+    a.asked_slots.fetch_max(slots.min(seg.slot_count()), Relaxed);
+    if a.queued.swap(true, Relaxed) {
+        return;
+    }
+    let Some(p) = prefaulter() else {
+        a.queued.store(false, Relaxed);
+        return;
+    };
+    p.queue.lock().push(Job::Ahead(Arc::downgrade(seg)));
+    p.wake.notify_one();
+}
+
+/// On the prefault thread: faults `seg` in from where it was last faulted
+/// to where it is asked now.
+fn fault_ahead(seg: &Segment) {
+    let Some(a) = seg.ahead() else { return };
+    // Relaxed, all: see `Ahead`. Cleared before the loads, so an ask that
+    // raises them after finds no job queued and queues one.
+    a.queued.store(false, Relaxed);
+    let (to, to_slots) = (a.asked.load(Relaxed), a.asked_slots.load(Relaxed));
+    let (from, from_slots) = (a.done.swap(to, Relaxed), a.done_slots.swap(to_slots, Relaxed));
+    if to > from || to_slots > from_slots {
+        seg.fault_in(from..to, from_slots..to_slots);
+    }
 }
 
 /// The thread of this process, started if there is none yet; `None` if it
@@ -95,8 +224,142 @@ fn run(p: &Prefaulter) {
             }
             std::mem::take(&mut *queue)
         };
-        for pool in jobs.iter().filter_map(Weak::upgrade) {
-            pool.make_spare_ahead();
+        // The segments being written first: a spare is for a later roll.
+        let (now, later): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| matches!(j, Job::Ahead(_)));
+        for job in now.into_iter().chain(later) {
+            match job {
+                Job::Spare(pool) => {
+                    if let Some(pool) = pool.upgrade() {
+                        pool.make_spare_ahead();
+                    }
+                }
+                Job::Ahead(seg) => {
+                    if let Some(seg) = seg.upgrade() {
+                        fault_ahead(&seg);
+                    }
+                }
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::{DurableLog, Log, LogConfig, Record};
+    use crate::sync::atomic::Ordering::Relaxed;
+
+    /// Minor page faults of the calling thread so far.
+    fn thread_faults() -> u64 {
+        // SAFETY: getrusage writes the `rusage` we pass and reads nothing.
+        unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            assert_eq!(libc::getrusage(libc::RUSAGE_THREAD, &mut usage), 0);
+            usage.ru_minflt as u64
+        }
+    }
+
+    /// The newest segment of `log`.
+    fn newest(log: &Log) -> Arc<Segment> {
+        let guard = crate::sync::epoch::pin();
+        log.shared.dir(&guard).last().clone()
+    }
+
+    /// Waits (up to a minute: a hang guard, not a timing) until the prefault
+    /// thread has done what `seg` asks.
+    fn served(seg: &Segment) {
+        let a = seg.ahead().expect("a segment over fresh buffers");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while a.done.load(Relaxed) < a.asked.load(Relaxed) || a.done_slots.load(Relaxed) < a.asked_slots.load(Relaxed) {
+            assert!(std::time::Instant::now() < deadline, "the prefault thread did not serve the segment");
+            std::thread::yield_now();
+        }
+    }
+
+    const RECORD: usize = 64;
+
+    fn config() -> LogConfig {
+        LogConfig { segment_bytes: Some(4 << 20), retention_bytes: Some(16 << 20), ..LogConfig::default() }
+    }
+
+    #[test]
+    fn a_fresh_segment_is_faulted_in_a_bounded_distance_ahead_of_its_publisher() {
+        let log = Log::new(&config()).unwrap();
+        let body = [7u8; RECORD];
+        let record = Record::new(&body);
+        // One message: the small first segment, a heap block that nothing
+        // faults ahead (an idle topic's memory is what it was).
+        log.append(&record).unwrap();
+        assert!(newest(&log).ahead().is_none());
+        // Into the first full-size segment, fresh memory: faulted ahead,
+        // never more than AHEAD past its tail.
+        while log.stats().segments < 2 || newest(&log).used_bytes() < 4 * STEP {
+            log.append(&record).unwrap();
+        }
+        let seg = newest(&log);
+        let a = seg.ahead().expect("fresh memory is faulted ahead");
+        let used = seg.used_bytes();
+        let asked = a.asked.load(Relaxed);
+        assert!(asked <= used + AHEAD, "asked {asked} bytes with the tail at {used}");
+        assert!(asked + STEP + RECORD as u64 * 2 > used + AHEAD, "asked {asked} bytes with the tail at {used}");
+        let slots = a.asked_slots.load(Relaxed);
+        assert!(slots > seg.reserved() && slots < seg.slot_count(), "{slots} slots asked");
+        served(&seg);
+        // Writing what was faulted in takes no fault of the publisher's
+        // (the appends before it would have taken one per 4 KiB page, and
+        // one per 1,024 slots of the index).
+        let before = thread_faults();
+        while seg.used_bytes() < used + AHEAD / 2 {
+            log.append(&record).unwrap();
+        }
+        let faults = thread_faults() - before;
+        assert!(faults <= 2, "{faults} faults writing {} KiB faulted in ahead", AHEAD / 2 / 1024);
+    }
+
+    #[test]
+    fn the_first_full_size_segment_asks_for_the_next_one_made_ahead() {
+        let log = Log::new(&config()).unwrap();
+        let body = [7u8; RECORD];
+        let record = Record::new(&body);
+        while log.stats().segments < 2 {
+            log.append(&record).unwrap();
+        }
+        // Small pages, fresh: until its end is within AHEAD, no spare.
+        let seg = newest(&log);
+        while seg.used_bytes() + AHEAD + STEP < seg.capacity() {
+            log.append(&record).unwrap();
+            assert_eq!(log.stats().spare_segments, 0);
+        }
+        while seg.used_bytes() + AHEAD < seg.capacity() {
+            log.append(&record).unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while log.stats().spare_segments == 0 {
+            assert!(std::time::Instant::now() < deadline, "no spare was made ahead");
+            std::thread::yield_now();
+        }
+        // The roll takes it: the second full-size segment comes faulted in.
+        while log.stats().segments < 3 {
+            log.append(&record).unwrap();
+        }
+        assert!(newest(&log).ahead().is_none(), "the spare made ahead was not used");
+    }
+
+    #[test]
+    fn a_new_segment_file_is_faulted_in_ahead_of_its_publisher() {
+        let dir = std::env::temp_dir().join(format!("rill-prefault-file-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (log, _) = Log::open(&config(), 0, &DurableLog::new(&dir)).unwrap();
+        let body = [7u8; RECORD];
+        let record = Record::new(&body);
+        while newest(&log).used_bytes() < 2 * STEP {
+            log.append(&record).unwrap();
+        }
+        let seg = newest(&log);
+        let asked = seg.ahead().expect("a new file is faulted ahead").asked.load(Relaxed);
+        assert!(asked > seg.used_bytes() && asked <= seg.used_bytes() + AHEAD);
+        served(&seg);
+        drop((seg, log));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

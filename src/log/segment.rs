@@ -336,6 +336,12 @@ pub(crate) struct Buffers {
     own: Option<(Box<OwnState>, Slots)>,
     /// Where the state and the index are: in `own`, or in the storage.
     state: State,
+    /// Freshly mapped memory, or a new segment file, not faulted in: the
+    /// segment built over it has its pages faulted in a bounded distance
+    /// ahead of its tail (see "Ahead of the tail" in `prefault.rs`).
+    /// Taken by that segment, so buffers it gives back are not fresh.
+    #[cfg(not(loom))]
+    unfaulted: bool,
 }
 
 /// A segment's tail word and seal, in memory of its own.
@@ -376,17 +382,27 @@ impl Buffers {
     /// `storage.rs`). Fails when either mapping cannot be made.
     pub(super) fn map(capacity: usize, slot_count: usize, pages: Pages) -> io::Result<Self> {
         let storage: Box<dyn SegmentStorage> = Box::new(MappedStorage::new(capacity, pages)?);
-        Ok(Self::with_own(storage, new_slots(slot_count, pages)?))
+        Ok(Self::with_own(storage, new_slots(slot_count, pages)?).unfaulted())
+    }
+
+    /// These buffers, marked as not faulted in yet (fresh memory or a new
+    /// segment file; see `unfaulted`).
+    pub(super) fn unfaulted(self) -> Self {
+        #[cfg(not(loom))]
+        return Buffers { unfaulted: true, ..self };
+        #[cfg(loom)]
+        self
     }
 
     /// Faults the region and the offset index in, writable, now (see
     /// `prefault.rs`); best effort.
     #[cfg(not(loom))]
-    pub(super) fn populate(&self) {
+    pub(super) fn populate(&mut self) {
         super::storage::populate(self.storage.as_ptr(), self.storage.capacity());
         if let Some((_, slots)) = &self.own {
             slots.populate();
         }
+        self.unfaulted = false;
     }
 
     /// Buffers for a log's small first segment (see "A small first
@@ -413,7 +429,13 @@ impl Buffers {
                 slots: shared.slots.cast(),
                 slot_count: shared.slot_count.min(MAX_SEGMENT_RECORDS),
             };
-            return Ok(Buffers { storage, own: None, state });
+            return Ok(Buffers {
+                storage,
+                own: None,
+                state,
+                #[cfg(not(loom))]
+                unfaulted: false,
+            });
         }
         let slots = new_slots(slot_count, pages).map_err(|e| {
             Error::ResourceExhausted(format!("out of memory: cannot map an offset index of {slot_count} slots: {e}"))
@@ -431,7 +453,13 @@ impl Buffers {
             slots: NonNull::from(&slots[..]).cast(),
             slot_count: slots.len(),
         };
-        Buffers { storage, own: Some((own, slots)), state }
+        Buffers {
+            storage,
+            own: Some((own, slots)),
+            state,
+            #[cfg(not(loom))]
+            unfaulted: false,
+        }
     }
 
     /// The byte region's storage.
@@ -555,6 +583,30 @@ pub(crate) struct Segment {
     /// This process's sync rounds passed over an abandoned slot here: the
     /// segment is left without its completion marker (see `durable.rs`).
     holes: AtomicBool,
+    /// Over buffers not faulted in yet: how far ahead of the tail the
+    /// prefault thread has been asked to fault them in ("Ahead of the
+    /// tail" in `prefault.rs`). `None` for recycled or prefaulted buffers
+    /// and a small first segment's heap block.
+    #[cfg(not(loom))]
+    ahead: Option<Box<Ahead>>,
+}
+
+#[cfg(not(loom))]
+/// How far a segment over buffers not faulted in is asked to be, and has
+/// been, faulted in (see "Ahead of the tail" in `prefault.rs`). Every field is a hint: a
+/// stale value costs a range faulted twice (harmless) or left to its
+/// writer, never a wrong byte, so every access is `Relaxed`.
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    /// Region bytes, from the segment's start, asked for.
+    pub(super) asked: AtomicU64,
+    /// Index slots, from the first, asked for.
+    pub(super) asked_slots: AtomicU64,
+    /// Region bytes and slots faulted in so far (the prefault thread's).
+    pub(super) done: AtomicU64,
+    pub(super) done_slots: AtomicU64,
+    /// A job for this segment is in the queue.
+    pub(super) queued: AtomicBool,
 }
 
 // SAFETY: the raw `data` pointer refers to memory owned by `buffers`, which is
@@ -570,6 +622,8 @@ impl Segment {
     /// over `buffers` as the pool hands them out: fresh (zeros) or reset,
     /// so their tail word is zero and their seal open.
     pub(crate) fn new(base: u64, buffers: Buffers, pool: impl Recycler) -> Self {
+        #[cfg(not(loom))]
+        let (ahead, buffers) = (buffers.unfaulted.then(Box::default), Buffers { unfaulted: false, ..buffers });
         let data = buffers.storage.as_ptr();
         let capacity = buffers.storage.capacity() as u64;
         // A durable segment's region holds one frame more than the segment size.
@@ -587,7 +641,33 @@ impl Segment {
             skips: false,
             attached: false,
             holes: AtomicBool::new(false),
+            #[cfg(not(loom))]
+            ahead,
         }
+    }
+
+    /// How far ahead of the tail this segment's pages are asked to be
+    /// faulted in; `None` if they need not be (see `ahead`).
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn ahead(&self) -> Option<&Ahead> {
+        self.ahead.as_deref()
+    }
+
+    /// Faults in, writable, the region bytes `bytes` and the index slots
+    /// `slots` of this segment (clamped to its size; whole pages around
+    /// them), on the caller's thread: the prefault thread's half of "Ahead
+    /// of the tail" (`prefault.rs`). Best effort, like `storage::populate`.
+    #[cfg(not(loom))]
+    pub(crate) fn fault_in(&self, bytes: std::ops::Range<u64>, slots: std::ops::Range<u64>) {
+        super::storage::populate_range(self.data, self.capacity as usize, bytes.start as usize, bytes.end as usize);
+        let slot = std::mem::size_of::<Slot>();
+        super::storage::populate_range(
+            self.state.slots.cast(),
+            self.state.slot_count * slot,
+            slots.start as usize * slot,
+            slots.end as usize * slot,
+        );
     }
 
     /// A segment over `buffers` built from a segment file that another

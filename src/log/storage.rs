@@ -339,8 +339,8 @@ fn advise_huge_pages(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
-/// Faults the `len` bytes from `ptr` (a page boundary of a private
-/// anonymous mapping this process owns) in, writable, with one
+/// Faults the `len` bytes from `ptr` (a page boundary of a mapping this
+/// process owns: private anonymous, or a segment file's) in, writable, with one
 /// `madvise(MADV_POPULATE_WRITE)`, so that their first writer takes no page
 /// fault (see `prefault.rs`). Returns whether it did. Best effort: on a
 /// kernel without it (before 5.14) or out of memory, the writer faults as
@@ -349,9 +349,11 @@ fn advise_huge_pages(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
 pub(crate) fn populate(ptr: NonNull<u8>, len: usize) -> bool {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: the caller passes a range of its own anonymous mapping,
-        // from a page boundary; MADV_POPULATE_WRITE faults pages in without
-        // changing their contents, so it races with no reader or writer.
+        // SAFETY: the caller passes a range of a mapping of its own
+        // (anonymous, or a segment file's, whose pages are allocated on
+        // disk), from a page boundary; MADV_POPULATE_WRITE faults pages in
+        // without changing their contents, so it races with no reader or
+        // writer.
         let rc = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_POPULATE_WRITE) };
         if rc != 0 {
             log::debug!("could not prefault a log segment: {}", io::Error::last_os_error());
@@ -363,6 +365,27 @@ pub(crate) fn populate(ptr: NonNull<u8>, len: usize) -> bool {
         let _ = (ptr, len);
         false
     }
+}
+
+/// Faults in, writable, the bytes `from..to` of the `len` bytes at `ptr`
+/// (clamped to `len`), which lie in a mapping this process owns that
+/// starts at a page boundary: the pages around them, from the one that
+/// holds `from` to the one that holds `to - 1`. What `populate` does, for
+/// a part of a segment (see "Ahead of the tail" in `prefault.rs`).
+#[cfg(not(loom))]
+pub(crate) fn populate_range(ptr: NonNull<u8>, len: usize, from: usize, to: usize) -> bool {
+    let to = to.min(len);
+    if from >= to {
+        return false;
+    }
+    let page = page_bytes();
+    let start = (ptr.as_ptr() as usize + from) & !(page - 1);
+    let end = (ptr.as_ptr() as usize + to).next_multiple_of(page);
+    // The start is a page boundary inside the mapping that holds `ptr`
+    // (it starts at one), and the end is the end of the page that holds
+    // the last byte asked for, so inside the same mapping too.
+    let Some(start) = NonNull::new(start as *mut u8) else { return false };
+    populate(start, end - start.as_ptr() as usize)
 }
 
 /// A private anonymous mapping of `len` zeroed bytes, page-aligned, and

@@ -14,6 +14,8 @@
 //!   subscriptions on one topic and of topics under one wildcard;
 //! * [`recovery`]: `--recovery-mib`, a durable partition's recovery time
 //!   against reading its files from the page cache;
+//! * [`fresh`]: `--scenario fresh`, the first fill of a new topic against
+//!   a warm one, in memory and durable, with the publishers' page faults;
 //! * [`priority`]: `--priority`, a priority-7 subscription's delivery
 //!   latency on an overloaded pool against the pool idle (issue 42);
 //! * [`compaction`]: `--compaction`, publishing into a compacted topic
@@ -32,6 +34,7 @@ pub mod bench;
 pub mod bridge;
 pub mod compaction;
 pub mod dedupe;
+pub mod fresh;
 pub mod measure;
 pub mod plain;
 pub mod plot;

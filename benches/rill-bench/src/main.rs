@@ -43,6 +43,10 @@ SCENARIOS (--scenario NAME):
   scale               costs as topics multiply (create, publish by name, RSS per idle topic, ** delivery;
                       10^0..10^5 topics, 10^6 with --scale-full) and as subscriptions on one topic do
                       (10..10^4): tables of each decade and its ratio to the first; --plot FILE.svg draws them
+  fresh               the first fill of a topic created just before the run against the same run on a
+                      warm topic (filled past retention first), in interleaved --pairs, in memory and
+                      durable (Fsync::Never), 1 -> 1 and 4 -> 1, with the publishers' minor page faults
+                      (--messages per run, default 2000000; --retention-mib)
   dedupe              a publish with an id into a topic whose dedupe window holds 1,000,000 ids, against
                       the same record into a topic without a window and one without an id, interleaved in
                       --pairs (--messages per run, default 200000)
@@ -452,7 +456,10 @@ fn main() {
     if cli.scenario.contains(&Named::Dedupe) {
         run_dedupe(&cli, pairs);
     }
-    let own_runner = |n: &Named| matches!(n, Named::Bridge | Named::Scale | Named::Dedupe);
+    if cli.scenario.contains(&Named::Fresh) {
+        run_fresh(&cli, pairs);
+    }
+    let own_runner = |n: &Named| matches!(n, Named::Bridge | Named::Scale | Named::Dedupe | Named::Fresh);
     if !cli.scenario.is_empty() && cli.scenario.iter().all(own_runner) {
         return;
     }
@@ -766,6 +773,20 @@ fn run_dedupe(cli: &Cli, pairs: usize) {
         Ok(result) => print!("{}", dedupe::table(&result)),
         Err(e) => {
             eprintln!("dedupe scenario failed: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// `--scenario fresh`: its own runner, interleaved rounds of a fresh and
+/// a warm topic (see `rill_bench::fresh`), printed as tables.
+fn run_fresh(cli: &Cli, pairs: usize) {
+    use rill_bench::fresh;
+    let messages = cli.messages.unwrap_or(fresh::DEFAULT_MESSAGES);
+    match fresh::run(messages, cli.payload, cli.retention_mib, pairs) {
+        Ok(cases) => print!("{}", fresh::table(&cases, messages, cli.payload, cli.retention_mib)),
+        Err(e) => {
+            eprintln!("fresh scenario failed: {e}");
             std::process::exit(1);
         }
     }

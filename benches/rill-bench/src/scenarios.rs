@@ -99,6 +99,10 @@ pub enum Named {
     /// A publish with an id, 1,000,000 ids in the topic's dedupe window,
     /// against one without (`rill_bench::dedupe`; its own runner).
     Dedupe,
+    /// The first fill of a topic created just before the run against the
+    /// same run on a warm topic, in memory and durable, 1 -> 1 and 4 -> 1,
+    /// with the publishers' page faults (`rill_bench::fresh`; its own runner).
+    Fresh,
     /// 1 producer -> 1 push subscriber, the broker on a data directory, Fsync::Never.
     #[value(name = "persist-never")]
     PersistNever,
@@ -279,6 +283,7 @@ pub fn named(name: Named) -> Scenario {
         Named::Scale => sc("scale", "costs against topics and subscriptions, by powers of ten", base),
         // Run by `rill_bench::dedupe`, not the in-process harness.
         Named::Dedupe => sc("dedupe", "a publish with an id (1M ids in the window) vs without", base),
+        Named::Fresh => sc("fresh", "the first fill of a new topic vs a warm topic", base),
     }
 }
 
