@@ -138,6 +138,7 @@ mod atomic_file;
 mod format;
 mod journal;
 mod lock;
+mod named;
 mod offsets;
 mod topics;
 
@@ -151,6 +152,7 @@ pub(crate) use self::format::{Offsets, Positions, TopicMeta};
 use self::format::{Writer, encode_topic};
 use self::journal::Change;
 use self::lock::{LOCK_FILE, lock_dir, lock_topic_list};
+pub(crate) use self::named::NameHold;
 use self::offsets::GroupCommit;
 pub(crate) use self::offsets::{Ticket, read_offsets};
 use self::topics::{TOPICS_DIR, TopicList, read_topic_list, sweep_deleted, tombstone_name};
@@ -175,6 +177,9 @@ pub(crate) struct Opened {
 pub(crate) struct Store {
     root: PathBuf,
     fsync: Fsync,
+    /// Damaged metadata is started without rather than refused (a named
+    /// subscription's slots are read when it is taken, after the open).
+    repair: bool,
     /// Holds the flock; closed (and so unlocked) on drop.
     lock: File,
     sharing: Sharing,
@@ -214,7 +219,15 @@ impl Store {
             }
         };
         let topics = list.list.clone();
-        let (offsets, seq, slot) = read_offsets(root, repair)?;
+        let (read, seq, slot) = read_offsets(root, repair)?;
+        // Durable positions move to where this mode keeps them (see
+        // "Changing modes" in `named.rs`); a joiner finds them moved.
+        let mut offsets = read.clone();
+        let moved = match (sharing, first) {
+            (Sharing::Exclusive, _) => named::fold_in(root, &mut offsets, repair)?,
+            (Sharing::Processes, true) => named::move_out(root, &mut offsets, repair)?,
+            (Sharing::Processes, false) => false,
+        };
         if first {
             // A joiner leaves them: another process may be creating one.
             sweep_deleted(&root.join(TOPICS_DIR), &topics, list.next_dir);
@@ -222,12 +235,19 @@ impl Store {
         let store = Store {
             root: root.to_owned(),
             fsync,
+            repair,
             lock,
             sharing,
             init: Mutex::new(init),
             topics: Mutex::new(list),
-            offsets: GroupCommit::new(root, seq, slot, &offsets),
+            offsets: GroupCommit::new(root, seq, slot, &read),
         };
+        if moved {
+            store.wait(store.request(offsets.clone(), true))?;
+            if sharing == Sharing::Exclusive {
+                named::remove_named(root)?;
+            }
+        }
         Ok(Opened { store, topics, offsets, first })
     }
 
