@@ -15,6 +15,10 @@
 //!   topics.list          the topics: name, options, directory number
 //!   topics.journal       topics created and deleted since (see journal.rs)
 //!   offsets.0, offsets.1 group commits and durable subscription positions
+//!                        (Exclusive)
+//!   named/<key>.lock     flock(LOCK_EX) held by the one process whose
+//!                        durable subscription has that name (Processes)
+//!   named/<key>.0, .1    that name's positions (Processes; see named.rs)
 //!   topics/<n>/<p>/      partition p of the topic with directory number n
 //!   topics/<n>.deleted/  a deleted topic's directory, being removed
 //! ```
@@ -117,10 +121,16 @@
 //! list afresh under it ([`Store::with_topic_list`]): a creation lists its
 //! topic (made whole first, as above) while holding it, so a reader sees the
 //! topic listed with its files complete, or not at all, and never a journal
-//! entry half appended (which it would take for a torn one and cut). What
-//! is not shared yet, and so refused in this mode rather than written by two
-//! processes at once, is what `refuse_when_shared` (in `control/mod.rs`)
-//! names at its callers.
+//! entry half appended (which it would take for a torn one and cut).
+//!
+//! A durable subscription's positions are not in the offsets slots in this
+//! mode, which every process would rewrite with its own view: each name has
+//! a lock and two slots of its own under `named/`, taken by one process at
+//! a time (`Busy` for the others) and written only by it; the essay is in
+//! `named.rs`, with how the positions move when a directory changes mode.
+//! What is not shared yet, and so refused in this mode rather than written
+//! by two processes at once, is what `refuse_when_shared` (in
+//! `control/mod.rs`) names at its callers.
 //!
 //! # The parts
 //!
@@ -131,6 +141,8 @@
 //! * `topics.rs`: the topic list's I/O (reading it back, listing a change,
 //!   sweeping what deletions left); `journal.rs`: its journal;
 //! * `offsets.rs`: the offsets slots and their group commit;
+//! * `named.rs`: a durable subscription's name and positions across
+//!   processes;
 //! * `lock.rs`: the directory's `flock`s;
 //! * `atomic_file.rs`: replacing a metadata file whole.
 
