@@ -138,7 +138,7 @@ def test_a_killed_holders_name_is_taken_by_another_process_which_resumes(tmp_pat
                     assert idle.wait(WAIT), f"holder {i} never got idle (seed {seed})"
                 else:
                     r = rng.randrange(PER_ROUND + 1)
-                    _wait_for("the holder's progress", lambda: len(_recorded(records)) >= r)
+                    _wait_for("the holder's progress", lambda at=records, n=r: len(_recorded(at)) >= n)
             finally:
                 if last:
                     close.set()
