@@ -341,8 +341,13 @@ fn positions_move_with_the_directory_between_modes() {
     assert!(!dir.0.join("named").exists(), "an Exclusive open folds the names' slots into the offsets");
     take(&broker, 2, 8..10);
     drop(broker);
-    let broker = processes(&dir.0);
+    // Moved out by an open in which no one took the name, and back.
+    drop(processes(&dir.0));
+    let broker = exclusive();
     take(&broker, 1, 10..11);
+    drop(broker);
+    let broker = processes(&dir.0);
+    take(&broker, 1, 11..12);
     broker.delete_durable(NAME).unwrap();
     drop(broker);
     // Deleted in Processes mode: gone in Exclusive mode too.

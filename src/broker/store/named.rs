@@ -259,16 +259,20 @@ pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool) -> Resul
         Err(e) if e.kind() == IoKind::NotFound => return Ok(false),
         Err(e) => return Err(Error::io(&dir, &e)),
     };
+    // By their slots, not their locks: a name `move_out` moved has slots
+    // and no lock until a process takes it.
     let mut keys = Vec::new();
+    let mut any = false;
     for entry in entries {
         let entry = entry.map_err(|e| Error::io(&dir, &e))?;
+        any = true;
         let file = entry.file_name();
-        if let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(".lock")) {
+        if let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(".0").or_else(|| f.strip_suffix(".1"))) {
             keys.push(stem.to_owned());
         }
     }
     keys.sort();
-    let mut any = !keys.is_empty();
+    keys.dedup();
     for key in keys {
         let files = slot_files(&key);
         let (own, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
