@@ -5,40 +5,13 @@
 //! and forgetting its positions. Why the name is a lock and its positions
 //! files of their own is the essay in `store/named.rs`.
 
-use std::collections::HashMap;
-
+use super::held::Held;
 use super::{BrokerInner, Control};
-use crate::broker::store::{NameHold, Positions, Ticket};
+use crate::broker::store::{NameHold, Ticket};
 use crate::broker::subscription::SubCore;
 use crate::error::{Error, Result};
 use crate::log::Fsync;
-use crate::sync::{Arc, Name};
-
-/// A durable subscription's name, held by this process while the
-/// subscription is live (in [`Control::held`]).
-pub(crate) struct Held {
-    /// The id of the subscription holding it.
-    pub(crate) id: u64,
-    pub(crate) hold: Arc<NameHold>,
-    /// The positions its slots held when it was taken: kept for the
-    /// partitions the subscription does not read now (a topic its pattern
-    /// matched before, absent meanwhile), as `Control::durable` keeps them
-    /// in `Exclusive` mode.
-    pub(crate) base: HashMap<(Name, u32), u64>,
-}
-
-impl Held {
-    /// `base` with `sub`'s positions over it, as the slots hold them.
-    fn positions(&self, sub: &SubCore) -> Positions {
-        let mut all = self.base.clone();
-        for (topic, partition, offset) in sub.positions() {
-            all.insert((topic, partition), offset);
-        }
-        let mut v: Positions = all.into_iter().map(|((t, p), o)| (t.to_string(), p, o)).collect();
-        v.sort();
-        v
-    }
-}
+use crate::sync::Arc;
 
 impl BrokerInner {
     /// Takes durable subscription `name` for a subscriber in this process:

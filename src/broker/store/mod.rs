@@ -280,6 +280,21 @@ impl Store {
         Ok(())
     }
 
+    /// Processes mode: takes durable subscription `name`: `Busy` if a
+    /// subscription in another broker or process holds it. Returns the
+    /// hold and the positions its slots hold (`None` if it has none). See
+    /// "Taking the name" in `named.rs`.
+    pub(crate) fn hold_name(&self, name: &str) -> Result<(NameHold, Option<Positions>)> {
+        named::hold_name(&self.root, self.fsync, self.repair, name)
+    }
+
+    /// Processes mode: forgets durable subscription `name`'s positions:
+    /// `Busy` while anyone holds the name, `NotFound` if it has none (see
+    /// "Deleting" in `named.rs`).
+    pub(crate) fn forget_name(&self, name: &str) -> Result<()> {
+        named::forget_name(&self.root, self.fsync, self.repair, name)
+    }
+
     /// How this directory is shared.
     pub(crate) fn sharing(&self) -> Sharing {
         self.sharing

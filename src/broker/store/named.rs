@@ -17,7 +17,7 @@
 //!                          offsets slots are (numbered, atomic, CRC'd)
 //! ```
 //!
-//! **Taking the name** ([`Store::hold_name`]) locks `<key>.lock` without
+//! **Taking the name** ([`hold_name`]) locks `<key>.lock` without
 //! blocking: held elsewhere (another process, or another descriptor in this
 //! one) is `Busy`. The lock belongs to the open file description, so the
 //! kernel drops it when the holder's process dies, however it dies, and the
@@ -40,7 +40,7 @@
 //! written, which are at or before what was acked (at-least-once: what was
 //! acked after the last write is delivered again, nothing is skipped).
 //!
-//! **Deleting** a name's positions ([`Store::forget_name`]) takes the lock
+//! **Deleting** a name's positions ([`forget_name`]) takes the lock
 //! the same way (`Busy` while anyone holds it) and removes the slots while
 //! holding it. The lock files are never removed: a process may be about
 //! to lock the one it opened, and a lock on a removed file guards nothing.
@@ -67,7 +67,6 @@ use std::io::ErrorKind as IoKind;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use super::Store;
 use super::atomic_file::sync_dir;
 use super::format::{Offsets, Positions};
 use super::lock::{flock, open_lock_file};
@@ -162,68 +161,64 @@ fn try_lock(dir: &Path, key: &str) -> Result<Option<File>> {
     Ok(flock(&file, &path, libc::LOCK_EX | libc::LOCK_NB)?.then_some(file))
 }
 
-impl Store {
-    /// The folder of the names' own files, made if missing (and, unless
-    /// the policy is `Never`, made durable in the directory).
-    fn named_dir(&self) -> Result<PathBuf> {
-        let dir = self.root.join(NAMED_DIR);
-        match fs::create_dir(&dir) {
-            Ok(()) if self.fsync != Fsync::Never => sync_dir(&self.root)?,
-            Err(e) if e.kind() != IoKind::AlreadyExists => return Err(Error::io(&dir, &e)),
+/// The folder of the names' own files in `root`, made if missing (and,
+/// unless `fsync` is `Never`, made durable in the directory).
+fn named_dir(root: &Path, fsync: Fsync) -> Result<PathBuf> {
+    let dir = root.join(NAMED_DIR);
+    match fs::create_dir(&dir) {
+        Ok(()) if fsync != Fsync::Never => sync_dir(root)?,
+        Err(e) if e.kind() != IoKind::AlreadyExists => return Err(Error::io(&dir, &e)),
+        _ => {}
+    }
+    Ok(dir)
+}
+
+/// Takes durable subscription `name` in the directory `root` (see "Taking
+/// the name"): `Busy` if a subscription in another broker or process holds
+/// it. Returns the hold and the positions its slots hold (`None` if it has
+/// none). `Store::hold_name` calls it.
+pub(super) fn hold_name(root: &Path, fsync: Fsync, repair: bool, name: &str) -> Result<(NameHold, Option<Positions>)> {
+    let dir = named_dir(root, fsync)?;
+    let key = key(name);
+    let Some(lock) = try_lock(&dir, &key)? else {
+        return Err(Error::Busy(format!(
+            "durable subscription {name:?} is held by another process (or another broker on {root:?})"
+        )));
+    };
+    let files = slot_files(&key);
+    let (offsets, seq, slot) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+    let positions = positions_of(name, &dir, offsets.clone())?;
+    let commit = GroupCommit::with_files(&dir, files, seq, slot, &offsets);
+    Ok((NameHold { name: name.to_owned(), lock, commit }, positions))
+}
+
+/// Forgets durable subscription `name`'s positions in the directory `root`
+/// (see "Deleting"): `Busy` while anyone holds the name, `NotFound` if it
+/// has none. `Store::forget_name` calls it.
+pub(super) fn forget_name(root: &Path, fsync: Fsync, repair: bool, name: &str) -> Result<()> {
+    let dir = named_dir(root, fsync)?;
+    let key = key(name);
+    let Some(_lock) = try_lock(&dir, &key)? else {
+        return Err(Error::Busy(format!(
+            "durable subscription {name:?} is live in another process: close it before deleting its saved position"
+        )));
+    };
+    let files = slot_files(&key);
+    let (offsets, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+    if positions_of(name, &dir, offsets)?.is_none() {
+        return Err(Error::NotFound(format!("no durable subscription {name:?} has a saved position")));
+    }
+    for f in &files {
+        match fs::remove_file(dir.join(f)) {
+            Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(dir.join(f), &e)),
             _ => {}
         }
-        Ok(dir)
     }
-
-    /// Processes mode: takes durable subscription `name` (see "Taking the
-    /// name" in `named.rs`): `Busy` if a subscription in another broker or
-    /// process holds it. Returns the hold and the positions its slots hold
-    /// (`None` if it has none).
-    pub(crate) fn hold_name(&self, name: &str) -> Result<(NameHold, Option<Positions>)> {
-        let dir = self.named_dir()?;
-        let key = key(name);
-        let Some(lock) = try_lock(&dir, &key)? else {
-            return Err(Error::Busy(format!(
-                "durable subscription {name:?} is held by another process (or another broker on {:?})",
-                self.root
-            )));
-        };
-        let files = slot_files(&key);
-        let (offsets, seq, slot) = read_slots(&dir, &files.each_ref().map(String::as_str), self.repair)?;
-        let positions = positions_of(name, &dir, offsets.clone())?;
-        let commit = GroupCommit::with_files(&dir, files, seq, slot, &offsets);
-        Ok((NameHold { name: name.to_owned(), lock, commit }, positions))
+    if fsync != Fsync::Never {
+        sync_dir(&dir)?;
     }
-
-    /// Processes mode: forgets durable subscription `name`'s positions (see
-    /// "Deleting" in `named.rs`): `Busy` while anyone holds the name,
-    /// `NotFound` if it has none.
-    pub(crate) fn forget_name(&self, name: &str) -> Result<()> {
-        let dir = self.named_dir()?;
-        let key = key(name);
-        let Some(_lock) = try_lock(&dir, &key)? else {
-            return Err(Error::Busy(format!(
-                "durable subscription {name:?} is live in another process: close it before deleting its saved \
-                 position"
-            )));
-        };
-        let files = slot_files(&key);
-        let (offsets, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), self.repair)?;
-        if positions_of(name, &dir, offsets)?.is_none() {
-            return Err(Error::NotFound(format!("no durable subscription {name:?} has a saved position")));
-        }
-        for f in &files {
-            match fs::remove_file(dir.join(f)) {
-                Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(dir.join(f), &e)),
-                _ => {}
-            }
-        }
-        if self.fsync != Fsync::Never {
-            sync_dir(&dir)?;
-        }
-        // The lock goes with `_lock`, after the slots.
-        Ok(())
-    }
+    // The lock goes with `_lock`, after the slots.
+    Ok(())
 }
 
 /// The first `Processes` opener's move (see "Changing modes"): writes each
