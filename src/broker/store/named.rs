@@ -42,8 +42,19 @@
 //!
 //! **Deleting** a name's positions ([`forget_name`]) takes the lock
 //! the same way (`Busy` while anyone holds it) and removes the slots while
-//! holding it. The lock files are never removed: a process may be about
-//! to lock the one it opened, and a lock on a removed file guards nothing.
+//! holding it. A `Processes` broker never removes a lock file: a process
+//! may be about to lock the one it opened, and a lock on a removed file
+//! guards nothing (only an `Exclusive` opener removes `named/`, below,
+//! when no other broker has the directory).
+//!
+//! Unlike the positions in the offsets slots, a name's own are not reset
+//! when they point past the end recovery left ("Offsets past a recovered
+//! end" in `control/data_dir.rs`): the first opener moves them before it
+//! recovers the logs, and later a process's view of a partition's end may
+//! lag another's, so "past the end" cannot be told. After a machine crash
+//! that cut a log's tail under `Interval` or `Never`, the next holder may
+//! resume past the new end (the reset an `Exclusive` open makes is the
+//! remedy).
 //!
 //! # Changing modes
 //!
