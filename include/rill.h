@@ -1266,10 +1266,11 @@ typedef size_t (*rill_batch_handler)(void *user_data,
 /**
  * Any number of brokers opened with it, in this process and others, share
  * the directory's topics: a message published by one is delivered to
- * push subscriptions of all. Needs a `data_dir`. Named (durable) and shared
- * subscriptions, consumers and deleting topics are not yet supported
- * this way (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the
- * README.
+ * push subscriptions of all. Needs a `data_dir`. A named (durable)
+ * subscription's name is held by one process at a time (`RILL_ERR_BUSY`
+ * elsewhere until it closes or its process dies). Shared subscriptions,
+ * consumers and deleting topics are not yet supported this way
+ * (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the README.
  */
 #define RILL_SHARING_PROCESSES 1
 

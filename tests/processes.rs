@@ -198,13 +198,10 @@ fn what_processes_do_not_share_yet_is_refused() {
         }
         other => panic!("{what}: expected InvalidArgument, got {other:?}"),
     };
-    let named = SubscriptionOptions { name: Some("audit".into()), ..SubscriptionOptions::default() };
-    refused(broker.subscribe(TOPIC, named, |_| Ack::Success).map(drop), "a named subscription");
     let shared = SubscriptionOptions { name: Some("workers".into()), shared: true, ..SubscriptionOptions::default() };
     refused(broker.subscribe(TOPIC, shared, |_| Ack::Success).map(drop), "a shared subscription");
     refused(broker.consumer("billing", TOPIC, ConsumerOptions::default()).map(drop), "a consumer");
     refused(broker.delete_group("billing", TOPIC), "deleting a group");
-    refused(broker.delete_durable("audit"), "deleting a durable subscription");
     // What is shared works: an anonymous subscription, publishing. Its name
     // (and so its dead-letter topic's, in the shared directory) holds the
     // pid: subscription ids are per process.

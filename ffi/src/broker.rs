@@ -61,10 +61,11 @@ pub struct rill_sharing(pub u64);
 pub const RILL_SHARING_EXCLUSIVE: rill_sharing = rill_sharing(0);
 /// Any number of brokers opened with it, in this process and others, share
 /// the directory's topics: a message published by one is delivered to
-/// push subscriptions of all. Needs a `data_dir`. Named (durable) and shared
-/// subscriptions, consumers and deleting topics are not yet supported
-/// this way (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the
-/// README.
+/// push subscriptions of all. Needs a `data_dir`. A named (durable)
+/// subscription's name is held by one process at a time (`RILL_ERR_BUSY`
+/// elsewhere until it closes or its process dies). Shared subscriptions,
+/// consumers and deleting topics are not yet supported this way
+/// (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the README.
 pub const RILL_SHARING_PROCESSES: rill_sharing = rill_sharing(1);
 
 /// How a broker runs. Fill it with `rill_broker_options_init`, then change

@@ -60,6 +60,8 @@ robust+=(test_robust_dedupe)
 robust+=(test_robust_schema)
 # Issue 41's compaction on a data directory (rebuilt segment files, a restart).
 robust+=(test_durable_compact)
+# Issue 39's named subscriptions across processes (Busy while held, a kill -9 loop).
+robust+=(test_robust_named)
 for t in "${robust[@]}"; do
   build "$t" gcc c99 "ffi/tests/c/$t.c"
   "$out/$t"
@@ -109,8 +111,9 @@ step "C and C++ tests under valgrind memcheck"
 for t in test_c test_cpp test_persist test_robust_compact "${robust[@]}" test_robust_c89; do
   # --trace-children: test_persist's writer and reader, and the children
   # some robust programs fork (and test_robust_ffi's forked child ends by
-  # running itself again).
-  valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+  # running itself again). test_robust_named's kill loop runs its 50 kills
+  # plain and under ASan above; here, each child traced, 5.
+  RILL_NAMED_KILLS=5 valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
     --trace-children=yes "$out/$t"
 done
 

@@ -1113,10 +1113,12 @@ class Broker(_Handle):
     once: a message published by any of them reaches the subscriptions of
     all, and an idle one is woken without polling. It needs a ``data_dir``
     (else :class:`InvalidArgument`); a directory open one way refuses the
-    other with :class:`Busy`. Named and shared subscriptions, consumers and
-    deleting topics are not yet supported this way (:class:`InvalidArgument`);
-    see the README's "Several processes". The default, ``"exclusive"``: one
-    broker at a time."""
+    other with :class:`Busy`. A named subscription's name is held by one
+    process at a time (:class:`Busy` elsewhere until it closes or its
+    process dies; the next holder resumes after its acks). Shared
+    subscriptions, consumers and deleting topics are not yet supported this
+    way (:class:`InvalidArgument`); see the README's "Several processes".
+    The default, ``"exclusive"``: one broker at a time."""
 
     def __init__(
         self,

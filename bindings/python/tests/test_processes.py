@@ -153,6 +153,6 @@ def test_what_processes_do_not_share_yet_is_refused(tmp_path: Path) -> None:
         b.create_topic(TOPIC)
         refused = "not yet supported with Sharing::Processes"
         with pytest.raises(rill.InvalidArgument, match=refused):
-            b.subscribe(TOPIC, lambda m: None, name="audit")
+            b.subscribe(TOPIC, lambda m: None, name="workers", shared=True)
         with pytest.raises(rill.InvalidArgument, match=refused):
             b.consumer("billing", TOPIC)

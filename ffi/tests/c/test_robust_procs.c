@@ -7,7 +7,8 @@
  * deliver it). Also: RILL_ERR_BUSY for mismatched modes,
  * RILL_ERR_INVALID_ARGUMENT without a data_dir, for a sharing value that
  * is not a RILL_SHARING_* constant, and for what processes do not share
- * yet (named subscriptions, consumers), with rill_last_error saying so.
+ * yet (shared subscriptions, consumers), with rill_last_error saying so.
+ * Named subscriptions across processes are test_robust_named.c's.
  *
  * The children are forked before the parent starts a broker (so no child
  * inherits a broker's threads) and wait on a pipe for each step.
@@ -174,6 +175,7 @@ static void options_and_refusals(const char *dir) {
     rill_subscription_options so;
     rill_subscription_options_init(&so);
     so.name = "audit";
+    so.shared = true;
     rill_subscription *s = NULL;
     CHECK_STATUS(rill_subscribe(b, "refused", &so, record, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
     CHECK(s == NULL && last_error_says("not yet supported with Sharing::Processes"));

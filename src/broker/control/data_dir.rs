@@ -186,6 +186,8 @@ impl BrokerInner {
         if let Err(e) = store.wait(ticket) {
             log::error!("rill: could not save offsets: {e}");
         }
+        // Processes mode: each held name's positions, in its own slots.
+        self.flush_named(sync);
     }
 
     /// Takes a snapshot of the group commits and durable positions for the
@@ -247,7 +249,8 @@ pub(super) fn offsets_snapshot(control: &Control) -> Offsets {
     groups.sort();
     let mut durable: HashMap<&str, HashMap<(Name, u32), u64>> =
         control.durable.iter().map(|(name, d)| (name.as_str(), d.positions.clone())).collect();
-    for sub in control.subs.values().filter(|s| s.durable) {
+    // A name held in Processes mode keeps its positions in its own slots.
+    for sub in control.subs.values().filter(|s| s.durable && !control.held.contains_key(&s.name)) {
         let saved = durable.entry(sub.name.as_str()).or_default();
         for (topic, partition, offset) in sub.positions() {
             saved.insert((topic, partition), offset);

@@ -69,6 +69,8 @@
 //!   durable subscription;
 //! * `members.rs`: the hooks of shared subscriptions' members (leaving,
 //!   stalling, handing a partition over);
+//! * `named.rs`: durable subscriptions' names and positions in
+//!   `Sharing::Processes` mode (`held.rs`: a name as the state keeps it);
 //! * `groups.rs`: the consumer groups' side (`GroupHost`, deleting a group);
 //! * `data_dir.rs`: opening a data directory, the flusher's work, and the
 //!   snapshots of offsets taken for the store;
@@ -78,7 +80,9 @@ mod close;
 mod config;
 mod data_dir;
 mod groups;
+mod held;
 mod members;
+mod named;
 mod subscribe;
 mod timers;
 mod topics;
@@ -125,6 +129,9 @@ pub(crate) struct Control {
     pub(crate) live_names: HashSet<String>,
     /// Positions of durable subscriptions, kept while they are away.
     pub(crate) durable: HashMap<String, Durable>,
+    /// `Sharing::Processes`: the names of this process's live durable
+    /// subscriptions, held with the positions they write (see `named.rs`).
+    pub(crate) held: HashMap<String, held::Held>,
     /// Consumer groups (committed offsets and live members), by (group, topic).
     pub(crate) groups: HashMap<(String, Name), Group>,
     /// Shared push subscriptions with live members, by name.

@@ -4,6 +4,7 @@
 //! durable subscription's saved positions.
 
 use super::data_dir::wait_offsets;
+use super::named::take_held;
 use super::{BrokerInner, saved_positions};
 use crate::broker::dispatch::Timer;
 use crate::broker::names::{self, Pattern};
@@ -44,9 +45,10 @@ impl BrokerInner {
         }
         if options.shared {
             this.refuse_when_shared("a shared subscription")?;
-        } else if options.name.is_some() {
-            this.refuse_when_shared("a named (durable) subscription")?;
         }
+        // A named one in Processes mode holds its name across processes
+        // (see `named.rs`).
+        let holds_name = options.name.is_some() && this.config.sharing == Sharing::Processes;
         if pattern.is_literal() && this.topic(pattern.as_str()).is_err() {
             // Naming one topic that does not exist is a mistake, unless topics
             // are created on demand.
@@ -109,7 +111,12 @@ impl BrokerInner {
                     releaser.hand_over(&mut control, &sub.name, sub.pattern.as_str(), partition, offset);
                 }) as _
             }),
-            on_round_end: persist.then(|| Box::new(move |sub: &SubCore| persister.persist_acks(sub)) as _),
+            on_round_end: persist.then(|| {
+                Box::new(move |sub: &SubCore| match holds_name {
+                    true => persister.persist_named(sub),
+                    false => persister.persist_acks(sub),
+                }) as _
+            }),
             ack_watch,
             on_stall,
         };
@@ -125,8 +132,13 @@ impl BrokerInner {
                  may share a name)"
             )));
         }
+        // Taken last of the checks: an error below drops it, letting go.
+        let held = if holds_name { Some(this.take_name(&name, id)?) } else { None };
         // Work out every reader first, so a bad start offset attaches nothing.
-        let saved = saved_positions(&control, &sub);
+        let saved = match &held {
+            Some(h) => h.base.clone(),
+            None => saved_positions(&control, &sub),
+        };
         let topics = this.topics.load();
         let mut readers = Vec::new();
         // A literal pattern names its one topic: looked up, not matched
@@ -187,6 +199,9 @@ impl BrokerInner {
             control.patterns.insert(&pattern, id, sub.clone());
         }
         control.subs.insert(id, sub.clone());
+        if let Some(held) = held {
+            control.held.insert(name.clone(), held);
+        }
         control.live_names.insert(name);
         drop(control);
         // Deliver whatever is already there (earliest, or a saved position).
@@ -202,6 +217,14 @@ impl BrokerInner {
         control.subs.remove(&sub.id);
         if sub.shared {
             self.shared_member_closed(&mut control, sub);
+            return;
+        }
+        if let Some(held) = take_held(&mut control, sub) {
+            // Written and let go of without the control mutex; the name
+            // stays live in this process until then.
+            drop(control);
+            self.release_held(held, sub);
+            self.control.lock().live_names.remove(&sub.name);
             return;
         }
         control.live_names.remove(&sub.name);
@@ -242,13 +265,17 @@ impl BrokerInner {
     /// Forgets durable subscription `name`'s saved positions.
     pub(crate) fn delete_durable(&self, name: &str) -> Result<()> {
         names::validate_subscription_name(name)?;
-        self.refuse_when_shared("a named (durable) subscription")?;
         let mut control = self.control.lock();
         self.check_open()?;
-        if control.subs.values().any(|s| s.durable && s.name == name) {
+        if control.subs.values().any(|s| s.durable && s.name == name) || control.held.contains_key(name) {
             return Err(Error::Busy(format!(
                 "durable subscription {name:?} is live: close it before deleting its saved position"
             )));
+        }
+        if self.config.sharing == Sharing::Processes {
+            // The name's lock keeps out every other taker meanwhile.
+            drop(control);
+            return self.forget_name(name);
         }
         match control.durable.remove(name) {
             Some(_) => {

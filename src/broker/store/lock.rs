@@ -2,7 +2,8 @@
 //! any number of `Processes` brokers), `INIT` (`Processes` openers taking
 //! turns) and `topics.lock` (the topic list in `Processes` mode). Why each
 //! is there is in `mod.rs`, "One broker per directory" and "Several
-//! processes".
+//! processes". A durable subscription's name has a lock of its own in
+//! `Processes` mode, taken with the helpers here (see `named.rs`).
 
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind as IoKind;
@@ -21,13 +22,13 @@ const INIT_FILE: &str = "INIT";
 const TOPICS_LOCK_FILE: &str = "topics.lock";
 
 /// Opens (creating if missing) a lock file.
-fn open_lock_file(path: &Path) -> Result<File> {
+pub(super) fn open_lock_file(path: &Path) -> Result<File> {
     OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(|e| Error::io(path, &e))
 }
 
 /// `flock(fd, op)`: `Ok(false)` if `LOCK_NB` was asked for and the lock is
 /// held elsewhere.
-fn flock(file: &File, path: &Path, op: libc::c_int) -> Result<bool> {
+pub(super) fn flock(file: &File, path: &Path, op: libc::c_int) -> Result<bool> {
     // SAFETY: flock on a descriptor we own, with constant flags; it touches no memory.
     if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
         return Ok(true);

@@ -16,6 +16,10 @@
 //!   topics.list          the topics: name, options, directory number
 //!   topics.journal       topics created and deleted since (see journal.rs)
 //!   offsets.0, offsets.1 group commits and durable subscription positions
+//!                        (Exclusive)
+//!   named/<key>.lock     flock(LOCK_EX) held by the one process whose
+//!                        durable subscription has that name (Processes)
+//!   named/<key>.0, .1    that name's positions (Processes; see named.rs)
 //!   topics/<n>/<p>/      partition p of the topic with directory number n
 //!   topics/<n>.deleted/  a deleted topic's directory, being removed
 //! ```
@@ -130,10 +134,16 @@
 //! sees, are in "Topics other processes create or delete" in
 //! `doorbell.rs`). To tell a topic deleted and created again (same name,
 //! new directory number) from the one it has, a broker keeps the directory
-//! number of every topic it opened (`opened_dirs`). What is not shared
-//! yet, and so refused in this mode rather than written by two processes
-//! at once, is what `refuse_when_shared` (in `control/mod.rs`) names at its
-//! callers.
+//! number of every topic it opened (`opened_dirs`).
+//!
+//! A durable subscription's positions are not in the offsets slots in this
+//! mode, which every process would rewrite with its own view: each name has
+//! a lock and two slots of its own under `named/`, taken by one process at
+//! a time (`Busy` for the others) and written only by it; the essay is in
+//! `named.rs`, with how the positions move when a directory changes mode.
+//! What is not shared yet, and so refused in this mode rather than written
+//! by two processes at once, is what `refuse_when_shared` (in
+//! `control/mod.rs`) names at its callers.
 //!
 //! # The parts
 //!
@@ -144,6 +154,8 @@
 //! * `topics.rs`: the topic list's I/O (reading it back, listing a change,
 //!   sweeping what deletions left); `journal.rs`: its journal;
 //! * `offsets.rs`: the offsets slots and their group commit;
+//! * `named.rs`: a durable subscription's name and positions across
+//!   processes;
 //! * `lock.rs`: the directory's `flock`s;
 //! * `atomic_file.rs`: replacing a metadata file whole.
 
@@ -151,6 +163,7 @@ mod atomic_file;
 mod format;
 mod journal;
 mod lock;
+mod named;
 mod offsets;
 mod topics;
 
@@ -164,6 +177,7 @@ pub(crate) use self::format::{Offsets, Positions, TopicMeta};
 use self::format::{Writer, encode_topic};
 use self::journal::Change;
 use self::lock::{LOCK_FILE, lock_dir, lock_topic_list};
+pub(crate) use self::named::NameHold;
 use self::offsets::GroupCommit;
 pub(crate) use self::offsets::{Ticket, read_offsets};
 use self::topics::{TOPICS_DIR, TopicList, read_topic_list, sweep_deleted, tombstone_name};
@@ -188,6 +202,9 @@ pub(crate) struct Opened {
 pub(crate) struct Store {
     root: PathBuf,
     fsync: Fsync,
+    /// Damaged metadata is started without rather than refused (a named
+    /// subscription's slots are read when it is taken, after the open).
+    repair: bool,
     /// Holds the flock; closed (and so unlocked) on drop.
     lock: File,
     sharing: Sharing,
@@ -233,7 +250,15 @@ impl Store {
             }
         };
         let topics = list.list.clone();
-        let (offsets, seq, slot) = read_offsets(root, repair)?;
+        let (read, seq, slot) = read_offsets(root, repair)?;
+        // Durable positions move to where this mode keeps them (see
+        // "Changing modes" in `named.rs`); a joiner finds them moved.
+        let mut offsets = read.clone();
+        let moved = match (sharing, first) {
+            (Sharing::Exclusive, _) => named::fold_in(root, &mut offsets, repair)?,
+            (Sharing::Processes, true) => named::move_out(root, &mut offsets, repair)?,
+            (Sharing::Processes, false) => false,
+        };
         if first {
             // A joiner leaves them: another process may be creating one.
             sweep_deleted(&root.join(TOPICS_DIR), &topics, list.next_dir);
@@ -241,13 +266,20 @@ impl Store {
         let store = Store {
             root: root.to_owned(),
             fsync,
+            repair,
             lock,
             sharing,
             init: Mutex::new(init),
             opened_dirs: Mutex::new(topics.iter().map(|t| (t.name.clone(), t.dir)).collect()),
             topics: Mutex::new(list),
-            offsets: GroupCommit::new(root, seq, slot, &offsets),
+            offsets: GroupCommit::new(root, seq, slot, &read),
         };
+        if moved {
+            store.wait(store.request(offsets.clone(), true))?;
+            if sharing == Sharing::Exclusive {
+                named::remove_named(root)?;
+            }
+        }
         Ok(Opened { store, topics, offsets, first })
     }
 
@@ -266,6 +298,21 @@ impl Store {
             return Err(Error::io(self.root.join(LOCK_FILE), &e));
         }
         Ok(())
+    }
+
+    /// Processes mode: takes durable subscription `name`: `Busy` if a
+    /// subscription in another broker or process holds it. Returns the
+    /// hold and the positions its slots hold (`None` if it has none). See
+    /// "Taking the name" in `named.rs`.
+    pub(crate) fn hold_name(&self, name: &str) -> Result<(NameHold, Option<Positions>)> {
+        named::hold_name(&self.root, self.fsync, self.repair, name)
+    }
+
+    /// Processes mode: forgets durable subscription `name`'s positions:
+    /// `Busy` while anyone holds the name, `NotFound` if it has none (see
+    /// "Deleting" in `named.rs`).
+    pub(crate) fn forget_name(&self, name: &str) -> Result<()> {
+        named::forget_name(&self.root, self.fsync, self.repair, name)
     }
 
     /// How this directory is shared.

@@ -68,6 +68,9 @@ pub(super) const OFFSETS_FILES: [&str; 2] = ["offsets.0", "offsets.1"];
 #[derive(Debug)]
 pub(crate) struct GroupCommit {
     root: PathBuf,
+    /// The names of its two slots in `root`: [`OFFSETS_FILES`], or a named
+    /// subscription's own (`named.rs`).
+    files: [String; 2],
     /// The offsets snapshots: numbered, pending, written (see the module docs).
     commits: Mutex<Commits>,
     /// Wakes the waiters of [`GroupCommit::wait`] when a write ends.
@@ -122,8 +125,15 @@ impl GroupCommit {
     /// The group commit of the slots in `root`, whose newest valid slot
     /// (`read_offsets`) is `slot`, holding `offsets` numbered `seq`.
     pub(super) fn new(root: &Path, seq: u64, slot: usize, offsets: &Offsets) -> GroupCommit {
+        Self::with_files(root, OFFSETS_FILES.map(String::from), seq, slot, offsets)
+    }
+
+    /// The group commit of the two slots `files` in `root` (a named
+    /// subscription's, see `named.rs`), as [`GroupCommit::new`].
+    pub(super) fn with_files(root: &Path, files: [String; 2], seq: u64, slot: usize, offsets: &Offsets) -> GroupCommit {
         GroupCommit {
             root: root.to_owned(),
+            files,
             commits: Mutex::new(Commits {
                 requested: seq,
                 pending: None,
@@ -216,7 +226,7 @@ impl GroupCommit {
         let mut body = Writer::default();
         body.u64(p.seq);
         encode_offsets(&mut body, &p.offsets);
-        replace(&self.root, OFFSETS_FILES[slot], &frame(&body.0), p.sync)
+        replace(&self.root, &self.files[slot], &frame(&body.0), p.sync)
     }
 
     /// How many offsets snapshots were written since the store was opened.
@@ -230,9 +240,15 @@ impl GroupCommit {
 /// (with no valid slot, index 0, so the first write goes to slot 1, as the
 /// number 1's parity said in the first format's writer).
 pub(crate) fn read_offsets(root: &Path, repair: bool) -> Result<(Offsets, u64, usize)> {
+    read_slots(root, &OFFSETS_FILES, repair)
+}
+
+/// [`read_offsets`] of the two slots `files` in `root` (a named
+/// subscription's own, see `named.rs`).
+pub(super) fn read_slots(root: &Path, files: &[&str; 2], repair: bool) -> Result<(Offsets, u64, usize)> {
     let mut best: Option<(u64, Offsets, usize)> = None;
     let mut damage = Vec::new();
-    for (slot, name) in OFFSETS_FILES.into_iter().enumerate() {
+    for (slot, name) in files.iter().enumerate() {
         let path = root.join(name);
         let decoded = read_frame(&path, VERSION).and_then(|frame| {
             frame

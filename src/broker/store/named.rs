@@ -1,0 +1,302 @@
+//! Named (durable) subscriptions held across processes (issue 39): a
+//! name's `flock`, and the two slots of its own that hold its positions.
+//!
+//! # One holder, one writer
+//!
+//! In `Exclusive` mode a durable subscription's positions are part of the
+//! directory's offsets slots (`offsets.rs`), written by the one broker. In
+//! `Processes` mode those slots would be written by every process at once,
+//! each with its own view, and the last rename would win. So each name has
+//! files of its own under `named/`, whose stem `<key>` is the name encoded
+//! to fit a file name ([`key`]):
+//!
+//! ```text
+//! named/<key>.lock         flock(LOCK_EX | LOCK_NB) held by the process
+//!                          whose subscription has the name, while it is live
+//! named/<key>.0, <key>.1   its positions: two slots, written as the
+//!                          offsets slots are (numbered, atomic, CRC'd)
+//! ```
+//!
+//! **Taking the name** ([`hold_name`]) locks `<key>.lock` without
+//! blocking: held elsewhere (another process, or another descriptor in this
+//! one) is `Busy`. The lock belongs to the open file description, so the
+//! kernel drops it when the holder's process dies, however it dies, and the
+//! next opener gets the name. Holding the lock, the taker reads the slots
+//! (the newest valid one; a slot torn by a crash is passed over for the
+//! other, as in `offsets.rs`) and resumes from them.
+//!
+//! **Only the holder writes the slots**, through a [`GroupCommit`] of its
+//! own over them: positions at the end of each drain round under
+//! `Fsync::Always`, each flusher interval under `Interval` and `Never`, and
+//! at the close, with the same sync policy as the directory's offsets. No
+//! two processes ever write them at once, because no two hold the lock.
+//!
+//! **Letting go** ([`NameHold::release`]) comes after the holder's last
+//! write has returned: the close hook requests the final positions, waits
+//! for that write (the group commit writes one snapshot at a time, in
+//! number order, so nothing older can land after it), and only then
+//! unlocks. A process that dies holding the name leaves the slots as its
+//! last write left them: the next holder resumes from the last positions
+//! written, which are at or before what was acked (at-least-once: what was
+//! acked after the last write is delivered again, nothing is skipped).
+//!
+//! **Deleting** a name's positions ([`forget_name`]) takes the lock
+//! the same way (`Busy` while anyone holds it) and removes the slots while
+//! holding it. A `Processes` broker never removes a lock file: a process
+//! may be about to lock the one it opened, and a lock on a removed file
+//! guards nothing (only an `Exclusive` opener removes `named/`, below,
+//! when no other broker has the directory).
+//!
+//! Unlike the positions in the offsets slots, a name's own are not reset
+//! when they point past the end recovery left ("Offsets past a recovered
+//! end" in `control/data_dir.rs`): the first opener moves them before it
+//! recovers the logs, and later a process's view of a partition's end may
+//! lag another's, so "past the end" cannot be told. After a machine crash
+//! that cut a log's tail under `Interval` or `Never`, the next holder may
+//! resume past the new end (the reset an `Exclusive` open makes is the
+//! remedy).
+//!
+//! # Changing modes
+//!
+//! A directory can be opened in one mode, then the other. The positions
+//! move with it, each move made by an opener that has `LOCK` exclusively
+//! (an `Exclusive` broker, or the first `Processes` opener while it
+//! recovers), so no holder is writing:
+//!
+//! * the first `Processes` opener moves every durable entry of the offsets
+//!   slots into its name's own slots (synced), then rewrites the offsets
+//!   slots without them (synced);
+//! * an `Exclusive` opener folds every name's own slots into the offsets
+//!   (they are newer: a `Processes` broker wrote them after any `Exclusive`
+//!   one), writes the offsets (synced), then removes `named/`.
+//!
+//! A crash between the two writes of either move leaves both copies, equal,
+//! and the next opener makes the move again.
+
+use std::fs::{self, File};
+use std::io::ErrorKind as IoKind;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use super::atomic_file::sync_dir;
+use super::format::{Offsets, Positions};
+use super::lock::{flock, open_lock_file};
+use super::offsets::{GroupCommit, Ticket, read_slots};
+use crate::error::{Error, Result};
+use crate::log::Fsync;
+
+/// The folder of the names' own files.
+pub(super) const NAMED_DIR: &str = "named";
+
+/// Names up to this many bytes are their key in hex; longer ones are cut
+/// and given a hash (see [`key`]).
+const PLAIN_KEY_BYTES: usize = 100;
+
+/// The stem of a name's files: its bytes in hex (a name may hold any
+/// character but NUL, and file names cannot), or, for a name too long for
+/// that to fit a file name, the hex of its first [`PLAIN_KEY_BYTES`] bytes,
+/// `-` and two 64-bit FNV-1a hashes of all of it. The slots hold the name
+/// itself, checked when read, so a collision is an error, never a mix-up.
+pub(super) fn key(name: &str) -> String {
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let bytes = name.as_bytes();
+    if bytes.len() <= PLAIN_KEY_BYTES {
+        return hex(bytes);
+    }
+    let fnv = |basis: u64| bytes.iter().fold(basis, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
+    format!("{}-{:016x}{:016x}", hex(&bytes[..PLAIN_KEY_BYTES]), fnv(0xcbf2_9ce4_8422_2325), fnv(0x6c62_272e_07bb_0142))
+}
+
+/// The slot file names of the key `key`.
+fn slot_files(key: &str) -> [String; 2] {
+    [format!("{key}.0"), format!("{key}.1")]
+}
+
+/// A name taken by this process (see the module docs): its lock, and the
+/// group commit of its slots. Dropping it lets go of the lock too.
+#[derive(Debug)]
+pub(crate) struct NameHold {
+    name: String,
+    /// Holds the flock while open.
+    lock: File,
+    commit: GroupCommit,
+}
+
+impl NameHold {
+    /// Numbers `positions` as the name's next snapshot (cheap: call it
+    /// under the control mutex, so snapshots are numbered in the order
+    /// they were read) and returns its ticket for [`NameHold::wait`].
+    pub(crate) fn request(&self, positions: Positions, sync: bool) -> Ticket {
+        self.commit.request(snapshot(&self.name, positions), sync)
+    }
+
+    /// Returns once the snapshot of `ticket`, or a newer one, is written
+    /// (synced, if it asked for that); see `offsets.rs`.
+    pub(crate) fn wait(&self, ticket: Ticket) -> Result<()> {
+        self.commit.wait(ticket)
+    }
+
+    /// Lets go of the name: call it only once the last write has returned
+    /// (see "Letting go" in the module docs).
+    pub(crate) fn release(&self) {
+        // SAFETY: flock on a descriptor we own, with constant flags; it touches no memory.
+        unsafe { libc::flock(self.lock.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// A name's positions as its slots hold them: the offsets encoding with one
+/// durable entry, so the slots share the offsets slots' reader and writer.
+fn snapshot(name: &str, positions: Positions) -> Offsets {
+    Offsets { groups: Vec::new(), durable: vec![(name.to_owned(), positions)] }
+}
+
+/// The positions in `offsets` read from a name's slots in `dir`, checking
+/// they are the name's (see [`key`]).
+fn positions_of(name: &str, dir: &Path, offsets: Offsets) -> Result<Option<Positions>> {
+    match offsets.durable.into_iter().next() {
+        None => Ok(None),
+        Some((n, positions)) if n == name => Ok(Some(positions)),
+        Some((n, _)) => Err(Error::Corrupt {
+            file: dir.join(key(name)),
+            offset: 0,
+            reason: format!("the slots of subscription {name:?} hold those of {n:?}"),
+        }),
+    }
+}
+
+/// Opens and locks (without blocking) the lock file of `key` in `dir`:
+/// `None` if it is held elsewhere.
+fn try_lock(dir: &Path, key: &str) -> Result<Option<File>> {
+    let path = dir.join(format!("{key}.lock"));
+    let file = open_lock_file(&path)?;
+    Ok(flock(&file, &path, libc::LOCK_EX | libc::LOCK_NB)?.then_some(file))
+}
+
+/// The folder of the names' own files in `root`, made if missing (and,
+/// unless `fsync` is `Never`, made durable in the directory).
+fn named_dir(root: &Path, fsync: Fsync) -> Result<PathBuf> {
+    let dir = root.join(NAMED_DIR);
+    match fs::create_dir(&dir) {
+        Ok(()) if fsync != Fsync::Never => sync_dir(root)?,
+        Err(e) if e.kind() != IoKind::AlreadyExists => return Err(Error::io(&dir, &e)),
+        _ => {}
+    }
+    Ok(dir)
+}
+
+/// Takes durable subscription `name` in the directory `root` (see "Taking
+/// the name"): `Busy` if a subscription in another broker or process holds
+/// it. Returns the hold and the positions its slots hold (`None` if it has
+/// none). `Store::hold_name` calls it.
+pub(super) fn hold_name(root: &Path, fsync: Fsync, repair: bool, name: &str) -> Result<(NameHold, Option<Positions>)> {
+    let dir = named_dir(root, fsync)?;
+    let key = key(name);
+    let Some(lock) = try_lock(&dir, &key)? else {
+        return Err(Error::Busy(format!(
+            "durable subscription {name:?} is held by another process (or another broker on {root:?})"
+        )));
+    };
+    let files = slot_files(&key);
+    let (offsets, seq, slot) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+    let positions = positions_of(name, &dir, offsets.clone())?;
+    let commit = GroupCommit::with_files(&dir, files, seq, slot, &offsets);
+    Ok((NameHold { name: name.to_owned(), lock, commit }, positions))
+}
+
+/// Forgets durable subscription `name`'s positions in the directory `root`
+/// (see "Deleting"): `Busy` while anyone holds the name, `NotFound` if it
+/// has none. `Store::forget_name` calls it.
+pub(super) fn forget_name(root: &Path, fsync: Fsync, repair: bool, name: &str) -> Result<()> {
+    let dir = named_dir(root, fsync)?;
+    let key = key(name);
+    let Some(_lock) = try_lock(&dir, &key)? else {
+        return Err(Error::Busy(format!(
+            "durable subscription {name:?} is live in another process: close it before deleting its saved position"
+        )));
+    };
+    let files = slot_files(&key);
+    let (offsets, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+    if positions_of(name, &dir, offsets)?.is_none() {
+        return Err(Error::NotFound(format!("no durable subscription {name:?} has a saved position")));
+    }
+    for f in &files {
+        match fs::remove_file(dir.join(f)) {
+            Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(dir.join(f), &e)),
+            _ => {}
+        }
+    }
+    if fsync != Fsync::Never {
+        sync_dir(&dir)?;
+    }
+    // The lock goes with `_lock`, after the slots.
+    Ok(())
+}
+
+/// The first `Processes` opener's move (see "Changing modes"): writes each
+/// durable entry of `offsets` into its name's own slots, synced, and takes
+/// them out of `offsets`. True if there were any (the caller rewrites the
+/// offsets slots without them).
+pub(super) fn move_out(root: &Path, offsets: &mut Offsets, repair: bool) -> Result<bool> {
+    if offsets.durable.is_empty() {
+        return Ok(false);
+    }
+    let dir = root.join(NAMED_DIR);
+    match fs::create_dir(&dir) {
+        Ok(()) => sync_dir(root)?,
+        Err(e) if e.kind() != IoKind::AlreadyExists => return Err(Error::io(&dir, &e)),
+        _ => {}
+    }
+    for (name, positions) in std::mem::take(&mut offsets.durable) {
+        let files = slot_files(&key(&name));
+        let (old, seq, slot) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+        let commit = GroupCommit::with_files(&dir, files, seq, slot, &old);
+        commit.wait(commit.request(snapshot(&name, positions), true))?;
+    }
+    Ok(true)
+}
+
+/// An `Exclusive` opener's move (see "Changing modes"): folds every name's
+/// own slots into `offsets` (theirs win). True if there were any: the
+/// caller writes the offsets, synced, then calls [`remove_named`].
+pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool) -> Result<bool> {
+    let dir = root.join(NAMED_DIR);
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io(&dir, &e)),
+    };
+    // By their slots, not their locks: a name `move_out` moved has slots
+    // and no lock until a process takes it.
+    let mut keys = Vec::new();
+    let mut any = false;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(&dir, &e))?;
+        any = true;
+        let file = entry.file_name();
+        if let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(".0").or_else(|| f.strip_suffix(".1"))) {
+            keys.push(stem.to_owned());
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    for key in keys {
+        let files = slot_files(&key);
+        let (own, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+        for (name, positions) in own.durable {
+            offsets.durable.retain(|(n, _)| *n != name);
+            offsets.durable.push((name, positions));
+            any = true;
+        }
+    }
+    offsets.durable.sort();
+    Ok(any)
+}
+
+/// Removes `named/` once [`fold_in`]'s result is written.
+pub(super) fn remove_named(root: &Path) -> Result<()> {
+    let dir = root.join(NAMED_DIR);
+    match fs::remove_dir_all(&dir) {
+        Err(e) if e.kind() != IoKind::NotFound => Err(Error::io(&dir, &e)),
+        _ => sync_dir(root),
+    }
+}

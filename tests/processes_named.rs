@@ -1,0 +1,359 @@
+//! Named (durable) subscriptions across processes (issue 39, its sixth
+//! step): a name is held by one process at a time, `Busy` for every other
+//! until the holder closes or dies, and the next holder resumes after the
+//! last positions written. Positions move with the directory between
+//! `Exclusive` and `Processes` mode.
+//!
+//! The other processes are this test binary run again with
+//! [`CHILD_ROLE`] set and only the one test selected (as in
+//! `processes.rs`).
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use common::wait_for;
+use rill::{
+    Ack, Broker, BrokerConfig, Error, Fsync, Record, Sharing, StartPosition, SubscriptionOptions, TopicOptions,
+};
+
+/// Set in a child: its role.
+const CHILD_ROLE: &str = "RILL_TEST_NAMED_ROLE";
+/// Set in a child: the data directory.
+const CHILD_DIR: &str = "RILL_TEST_NAMED_DIR";
+/// The topic every process shares.
+const TOPIC: &str = "orders";
+/// The durable subscription's name.
+const NAME: &str = "audit";
+/// Kill -9 iterations, unless `RILL_NAMED_KILLS` says more (the long
+/// version).
+const KILLS: u32 = 50;
+/// Messages published before each holder of the kill loop starts.
+const PER_ROUND: u64 = 20;
+
+/// A fresh directory under the system's temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("rill-named-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn config(dir: &Path, sharing: Sharing, fsync: Fsync) -> BrokerConfig {
+    BrokerConfig { data_dir: Some(dir.to_owned()), sharing, fsync, worker_threads: Some(1), ..BrokerConfig::default() }
+}
+
+fn processes(dir: &Path) -> Broker {
+    Broker::new(config(dir, Sharing::Processes, Fsync::Never)).unwrap()
+}
+
+/// Runs this test binary again as a child playing `role` in `dir`.
+fn spawn(test: &str, role: &str, dir: &Path) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ROLE, role)
+        .env(CHILD_DIR, dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a child and fails the test with its output if it failed.
+fn expect_success(child: Child, what: &str) {
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The child's role and directory, if this process is a child.
+fn child_role() -> Option<(String, PathBuf)> {
+    let role = std::env::var(CHILD_ROLE).ok()?;
+    Some((role, PathBuf::from(std::env::var_os(CHILD_DIR).unwrap())))
+}
+
+/// The offsets delivered to a subscription, in delivery order.
+type Seen = Arc<Mutex<Vec<u64>>>;
+
+/// Subscribes as [`NAME`] to [`TOPIC`] (from its start the first time),
+/// recording each offset before acking it.
+fn subscribe_named(broker: &Broker) -> Result<(rill::Subscription, Seen), Error> {
+    let seen: Seen = Arc::default();
+    let sink = seen.clone();
+    let options = SubscriptionOptions {
+        name: Some(NAME.into()),
+        start: StartPosition::Earliest,
+        ..SubscriptionOptions::default()
+    };
+    let sub = broker.subscribe(TOPIC, options, move |m| {
+        sink.lock().unwrap().push(m.record().offset());
+        Ack::Success
+    })?;
+    Ok((sub, seen))
+}
+
+fn publish(broker: &Broker, n: u64) {
+    for _ in 0..n {
+        broker.publish(TOPIC, &Record::new(b"m")).unwrap();
+    }
+}
+
+fn busy<T>(r: Result<T, Error>, what: &str) {
+    match r {
+        Err(Error::Busy(_)) => {}
+        Err(e) => panic!("{what}: expected Busy, got {e}"),
+        Ok(_) => panic!("{what}: expected Busy, got Ok"),
+    }
+}
+
+/// The child of [`a_name_held_in_another_process_is_busy_until_it_lets_go`]:
+/// takes the name, gets the ten messages, says so, and closes when told.
+fn holder_child(dir: &Path) {
+    let broker = processes(dir);
+    let (sub, seen) = subscribe_named(&broker).unwrap();
+    wait_for("the ten messages", || seen.lock().unwrap().len() == 10);
+    assert_eq!(*seen.lock().unwrap(), (0..10).collect::<Vec<u64>>());
+    std::fs::write(dir.join("holding"), b"").unwrap();
+    wait_for("the parent's go-ahead", || dir.join("release").exists());
+    sub.close();
+    std::fs::write(dir.join("released"), b"").unwrap();
+    // Open until the parent is done with the topic (see `processes.rs`:
+    // a broker's close rings the directory's doorbells).
+    wait_for("the parent's done", || dir.join("done").exists());
+}
+
+#[test]
+fn a_name_held_in_another_process_is_busy_until_it_lets_go() {
+    const TEST: &str = "a_name_held_in_another_process_is_busy_until_it_lets_go";
+    if let Some((_, dir)) = child_role() {
+        holder_child(&dir);
+        return;
+    }
+    let dir = TempDir::new("busy");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    publish(&broker, 10);
+    let child = spawn(TEST, "hold", &dir.0);
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for("the child to hold the name", || dir.0.join("holding").exists());
+        busy(subscribe_named(&broker), "subscribing while another process holds the name");
+        busy(broker.delete_durable(NAME), "deleting while another process holds the name");
+        std::fs::write(dir.0.join("release"), b"").unwrap();
+        wait_for("the child to let go", || dir.0.join("released").exists());
+        // Resumes after the ten the child acked.
+        let (sub, seen) = subscribe_named(&broker).unwrap();
+        // Inside one process a second subscriber of a held name is Busy too.
+        busy(subscribe_named(&broker), "a second subscribe in the holder's broker");
+        let other = processes(&dir.0);
+        busy(subscribe_named(&other), "a subscribe in another broker of the holder's process");
+        publish(&broker, 3);
+        wait_for("the three new messages", || seen.lock().unwrap().len() == 3);
+        assert!(sub.wait_idle(common::WAIT).unwrap());
+        assert_eq!(*seen.lock().unwrap(), [10, 11, 12], "nothing acked before is delivered again");
+        busy(other.delete_durable(NAME), "deleting while another broker holds the name");
+        sub.close();
+        other.delete_durable(NAME).unwrap();
+        match other.delete_durable(NAME) {
+            Err(Error::NotFound(_)) => {}
+            r => panic!("a second delete: expected NotFound, got {r:?}"),
+        }
+        // Forgotten: the next holder starts from its start option again.
+        let (sub, seen) = subscribe_named(&broker).unwrap();
+        wait_for("every message again", || seen.lock().unwrap().len() == 13);
+        sub.close();
+    }));
+    std::fs::write(dir.0.join("done"), b"").unwrap();
+    expect_success(child, "the holder");
+    if let Err(panic) = checked {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The child of the kill loop, role `<i>:<fsync>:<published>`: takes the
+/// name and records every offset it is given in `records-<i>`, one line
+/// each, written before the handler acks it. Once it has the last of the
+/// `published` messages and its subscription is idle (its last round
+/// ended, and under `Always` its positions are synced), it makes `idle-<i>`.
+/// Then it waits to be killed, unless it is the last (`end` exists), which
+/// closes.
+fn consumer_child(dir: &Path, role: &str) {
+    let parts: Vec<&str> = role.split(':').collect();
+    let (i, published): (&str, u64) = (parts[0], parts[2].parse().unwrap());
+    let fsync = if parts[1] == "always" { Fsync::Always } else { Fsync::Never };
+    let broker = Broker::new(config(dir, Sharing::Processes, fsync)).unwrap();
+    let mut file =
+        std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("records-{i}"))).unwrap();
+    let options = SubscriptionOptions {
+        name: Some(NAME.into()),
+        start: StartPosition::Earliest,
+        ..SubscriptionOptions::default()
+    };
+    let last = Arc::new(Mutex::new(None));
+    let seen = last.clone();
+    let sub = broker
+        .subscribe(TOPIC, options, move |m| {
+            // One write of a whole line: a kill leaves it whole or absent.
+            file.write_all(format!("{}\n", m.record().offset()).as_bytes()).unwrap();
+            *seen.lock().unwrap() = Some(m.record().offset());
+            Ack::Success
+        })
+        .unwrap();
+    wait_for("every message", || *last.lock().unwrap() == Some(published - 1));
+    assert!(sub.wait_idle(common::WAIT).unwrap());
+    std::fs::write(dir.join(format!("idle-{i}")), b"").unwrap();
+    wait_for("the kill, or the parent's note that this is the last", || dir.join("end").exists());
+    sub.close();
+}
+
+/// The offsets child `i` recorded (a line cut by the kill, if any, left out).
+fn records(dir: &Path, i: u32) -> Vec<u64> {
+    let text = std::fs::read_to_string(dir.join(format!("records-{i}"))).unwrap_or_default();
+    let whole = text.rfind('\n').map_or("", |n| &text[..n]);
+    whole.lines().map(|l| l.parse().unwrap()).collect()
+}
+
+/// A small xorshift: the moments of the kills, from a seed the test prints.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn a_killed_holders_name_is_taken_by_another_process_which_resumes() {
+    const TEST: &str = "a_killed_holders_name_is_taken_by_another_process_which_resumes";
+    if let Some((role, dir)) = child_role() {
+        consumer_child(&dir, &role);
+        return;
+    }
+    let kills: u32 = std::env::var("RILL_NAMED_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(KILLS);
+    let seed = std::env::var("RILL_NAMED_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
+    });
+    println!("kill loop: {kills} kills, RILL_NAMED_SEED={seed}");
+    let mut rng = Rng(seed);
+    let dir = TempDir::new("kills");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    // The highest offset any holder was given, and where the last holder
+    // that was given anything started.
+    let (mut highest, mut floor): (Option<u64>, u64) = (None, 0);
+    // `exact`: the holder before was killed with its last acks written,
+    // so the next one given anything must start right after them.
+    let mut exact = false;
+    let mut check = |i: u32, got: &[u64], exact: bool| {
+        assert!(got.windows(2).all(|w| w[1] == w[0] + 1), "holder {i}: in order, none skipped or doubled: {got:?}");
+        if let Some(&first) = got.first() {
+            let next = highest.map_or(0, |h| h + 1);
+            assert!(first <= next, "holder {i} started at {first}, past {next}: messages lost (seed {seed})");
+            assert!(!exact || first == next, "holder {i} started at {first}, not {next}: acks lost (seed {seed})");
+            assert!(first >= floor, "holder {i} started at {first}, before {floor}: positions went back (seed {seed})");
+            floor = first;
+            highest = highest.max(got.last().copied());
+        }
+    };
+    for i in 0..kills {
+        publish(&broker, PER_ROUND);
+        let published = u64::from(i + 1) * PER_ROUND;
+        let always = i % 2 == 1;
+        let fsync = if always { "always" } else { "never" };
+        let mut child = spawn(TEST, &format!("{i}:{fsync}:{published}"), &dir.0);
+        // A random moment: after it recorded `r` messages (0: at once,
+        // perhaps before it has the name; every holder has at least
+        // PER_ROUND new ones to read), or, one time in four, once it is
+        // idle with every message acked.
+        let idle = rng.below(4) == 0;
+        if idle {
+            wait_for("the holder to be idle", || dir.0.join(format!("idle-{i}")).exists());
+        } else {
+            let r = rng.below(PER_ROUND + 1) as usize;
+            wait_for("the holder's progress", || records(&dir.0, i).len() >= r);
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        check(i, &records(&dir.0, i), exact);
+        // Under `Always` an idle holder's acks were synced before it went
+        // idle: the next holder resumes exactly after them.
+        exact = exact && records(&dir.0, i).is_empty() || (idle && always);
+    }
+    // The last holder reads to the end (new messages included, so it has
+    // some whatever its predecessors read) and closes: nothing was lost.
+    publish(&broker, PER_ROUND);
+    let end = u64::from(kills + 1) * PER_ROUND;
+    std::fs::write(dir.0.join("end"), b"").unwrap();
+    expect_success(spawn(TEST, &format!("{kills}:never:{end}"), &dir.0), "the last holder");
+    check(kills, &records(&dir.0, kills), exact);
+    assert_eq!(highest, Some(end - 1), "every message was delivered to some holder");
+    // It closed after the last: the next holder gets only what is new.
+    let (sub, seen) = subscribe_named(&broker).unwrap();
+    publish(&broker, 1);
+    wait_for("the new message", || !seen.lock().unwrap().is_empty());
+    assert!(sub.wait_idle(common::WAIT).unwrap());
+    assert_eq!(*seen.lock().unwrap(), [end]);
+}
+
+#[test]
+fn positions_move_with_the_directory_between_modes() {
+    let dir = TempDir::new("modes");
+    let exclusive = || Broker::new(config(&dir.0, Sharing::Exclusive, Fsync::Never)).unwrap();
+    let take = |broker: &Broker, publish_n: u64, want: std::ops::Range<u64>| {
+        let (sub, seen) = subscribe_named(broker).unwrap();
+        publish(broker, publish_n);
+        wait_for("the messages", || seen.lock().unwrap().len() >= want.clone().count());
+        assert!(sub.wait_idle(common::WAIT).unwrap());
+        assert_eq!(*seen.lock().unwrap(), want.collect::<Vec<u64>>());
+        sub.close();
+    };
+    let broker = exclusive();
+    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    take(&broker, 5, 0..5);
+    drop(broker);
+    // Processes: the position saved in Exclusive mode, moved to the name's slots.
+    let broker = processes(&dir.0);
+    take(&broker, 3, 5..8);
+    drop(broker);
+    assert!(dir.0.join("named").is_dir());
+    // Exclusive again: the position written in Processes mode, moved back.
+    let broker = exclusive();
+    assert!(!dir.0.join("named").exists(), "an Exclusive open folds the names' slots into the offsets");
+    take(&broker, 2, 8..10);
+    drop(broker);
+    // Moved out by an open in which no one took the name, and back.
+    drop(processes(&dir.0));
+    let broker = exclusive();
+    take(&broker, 1, 10..11);
+    drop(broker);
+    let broker = processes(&dir.0);
+    take(&broker, 1, 11..12);
+    broker.delete_durable(NAME).unwrap();
+    drop(broker);
+    // Deleted in Processes mode: gone in Exclusive mode too.
+    let broker = exclusive();
+    match broker.delete_durable(NAME) {
+        Err(Error::NotFound(_)) => {}
+        r => panic!("expected NotFound, got {r:?}"),
+    }
+}
