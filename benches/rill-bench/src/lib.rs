@@ -14,6 +14,9 @@
 //!   subscriptions on one topic and of topics under one wildcard;
 //! * [`recovery`]: `--recovery-mib`, a durable partition's recovery time
 //!   against reading its files from the page cache;
+//! * [`ipc`]: `--scenario ipc`, rill across processes on one data
+//!   directory (`Sharing::Processes`) against rill in one process, a Unix
+//!   socket stream and a shared-memory ping-pong (issue 39);
 //! * [`priority`]: `--priority`, a priority-7 subscription's delivery
 //!   latency on an overloaded pool against the pool idle (issue 42);
 //! * [`compaction`]: `--compaction`, publishing into a compacted topic
@@ -32,6 +35,7 @@ pub mod bench;
 pub mod bridge;
 pub mod compaction;
 pub mod dedupe;
+pub mod ipc;
 pub mod measure;
 pub mod plain;
 pub mod plot;

@@ -99,6 +99,11 @@ pub enum Named {
     /// A publish with an id, 1,000,000 ids in the topic's dedupe window,
     /// against one without (`rill_bench::dedupe`; its own runner).
     Dedupe,
+    /// rill across processes on one data directory (`Sharing::Processes`,
+    /// on /dev/shm): 1 -> 1 and 4 -> 1 against one process and a Unix
+    /// socket, latency against a ping-pong, idle CPU (`rill_bench::ipc`;
+    /// its own runner, child processes).
+    Ipc,
     /// 1 producer -> 1 push subscriber, the broker on a data directory, Fsync::Never.
     #[value(name = "persist-never")]
     PersistNever,
@@ -279,6 +284,7 @@ pub fn named(name: Named) -> Scenario {
         Named::Scale => sc("scale", "costs against topics and subscriptions, by powers of ten", base),
         // Run by `rill_bench::dedupe`, not the in-process harness.
         Named::Dedupe => sc("dedupe", "a publish with an id (1M ids in the window) vs without", base),
+        Named::Ipc => sc("ipc", "rill across processes vs one process, a Unix socket and a ping-pong", base),
     }
 }
 
