@@ -4,7 +4,8 @@
 //! [`ROLE_ENV`] set to a JSON `ChildConf` (see [`child_main`]); the parent
 //! only starts the children, tells them when to go through their stdin and
 //! reads one line of results from each stdout. Nothing waits by sleeping:
-//! each step is a line a child writes once it has done it.
+//! each step is a line a child writes once it has done it (the one sleep is
+//! the idle window, which is what it measures).
 //!
 //! The data directories are on `/dev/shm` (tmpfs: the segment files live in
 //! memory, shared by every process) unless `--ipc-disk` puts them under
@@ -21,17 +22,20 @@
 //!   process (a publisher thread and a push subscriber in one process, its
 //!   broker `Sharing::Exclusive` on the same kind of directory: what a user
 //!   with one process runs) and against a Unix-domain socket stream between
-//!   two processes in the plain loop its user writes: `write_all` of each
-//!   message into a `BufWriter<UnixStream>` (flushed at the end), and
-//!   `read_exact` of each message from a `BufReader<UnixStream>`.
+//!   two processes in the plain loops its user writes: `write_all` of each
+//!   message into a `BufWriter<UnixStream>` (flushed at the end) or straight
+//!   into the `UnixStream` (a `write` per message), and `read_exact` of each
+//!   message from a `BufReader<UnixStream>`; with the `iceoryx2` feature,
+//!   against iceoryx2's publish-subscribe too (`ice.rs`).
 //! * **4 -> 1**: four publisher processes and one subscriber process,
 //!   against four publisher threads and a subscriber in one process.
 //! * **One-way latency at 100 k msgs/s**: a publisher process stamps each
 //!   message with `CLOCK_MONOTONIC` (one clock for every process on the
 //!   host) and a dedicated, spinning subscriber in another process records
 //!   its arrival; against the round trip of a ping-pong between two
-//!   processes spinning on a shared-memory mapping (a file on `/dev/shm`),
-//!   measured in the same rounds: the floor of any cross-process handoff.
+//!   processes spinning on a shared mapping of a file in the run's
+//!   directory, paced at the same rate and measured in the same rounds: the
+//!   floor of any cross-process handoff.
 //! * **Idle**: 100 caught-up subscriptions across 4 processes (25 each);
 //!   each process reads its own CPU time (`getrusage(RUSAGE_SELF)`, every
 //!   thread) before and after a window of `--ipc-idle-secs` (2 s); then the
