@@ -5,6 +5,8 @@
 //! iceoryx2's own throughput benchmarks do). Nothing is lost: no safe
 //! overflow, and a publisher that finds the subscriber's buffer (`BUFFER`
 //! samples, the other peers' capacity) full retries until it has room.
+//! A publisher's samples live in its own data segment, so the publisher
+//! process stays until the parent says the subscriber has them all.
 //! Built with the `iceoryx2` feature only; without it a child asked to
 //! play it fails, and the parent does not ask.
 
@@ -17,13 +19,16 @@ pub(super) const BUFFER: usize = 4096;
 /// Plays `IcePub` or `IceSub`.
 #[cfg(feature = "iceoryx2")]
 pub(super) fn child(conf: &ChildConf) -> Result<ChildOut, String> {
-    use iceoryx2::prelude::{BackpressureStrategy, NodeBuilder, ServiceName, ipc};
+    use iceoryx2::prelude::{BackpressureStrategy, LogLevel, NodeBuilder, ServiceName, ipc, set_log_level};
 
     use super::proto::{CHILD_CAP, Checker, Role, hear, mono_ns, publish, say};
 
     fn e<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> String {
         move |x| format!("iceoryx2 {what}: {x:?}")
     }
+    // Its warning that no config file was found (the defaults are what
+    // this peer means to use) would fill the report's stderr.
+    set_log_level(LogLevel::Error);
     // The run's directory names the service: one service per run.
     let name = format!("rill-bench/ipc/{}", conf.dir.file_name().unwrap_or_default().to_string_lossy());
     let name: ServiceName = name.as_str().try_into().map_err(e("service name"))?;
@@ -49,6 +54,10 @@ pub(super) fn child(conf: &ChildConf) -> Result<ChildOut, String> {
             let sample = publisher.loan_slice_uninit(p.len()).map_err(e("loan"))?;
             sample.write_from_slice(p).send().map(drop).map_err(e("send"))
         })?;
+        // A publisher's samples go with it: it stays until the subscriber
+        // has taken them all.
+        say("sent")?;
+        hear("exit")?;
         return Ok(ChildOut { t0, ..ChildOut::default() });
     }
     let subscriber = service.subscriber_builder().buffer_size(BUFFER).create().map_err(e("subscriber"))?;

@@ -298,8 +298,11 @@ fn iceoryx2(exe: &Path, cfg: &Config) -> Result<Option<f64>, String> {
     let mut publisher = Kid::spawn(exe, &conf(Role::IcePub, &dir.0, 0, 1, cfg.messages, payload))?;
     publisher.expect("ready")?;
     publisher.tell("go")?;
-    let t0 = publisher.finish()?.t0;
+    publisher.expect("sent")?;
     let out = sub.finish()?;
+    // Its samples live in its memory: it leaves once they are taken.
+    publisher.tell("exit")?;
+    let t0 = publisher.finish()?.t0;
     check(&out, cfg.messages, "iceoryx2")?;
     Ok(Some(rate(&out, t0, cfg.messages)))
 }
