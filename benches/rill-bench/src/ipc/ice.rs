@@ -19,7 +19,9 @@ pub(super) const BUFFER: usize = 4096;
 /// Plays `IcePub` or `IceSub`.
 #[cfg(feature = "iceoryx2")]
 pub(super) fn child(conf: &ChildConf) -> Result<ChildOut, String> {
-    use iceoryx2::prelude::{BackpressureStrategy, LogLevel, NodeBuilder, ServiceName, ipc, set_log_level};
+    use iceoryx2::prelude::{
+        BackpressureStrategy, LogLevel, NodeBuilder, PortFactory, ServiceName, ipc, set_log_level,
+    };
 
     use super::proto::{CHILD_CAP, Checker, Role, hear, mono_ns, publish, say};
 
@@ -47,12 +49,29 @@ pub(super) fn child(conf: &ChildConf) -> Result<ChildOut, String> {
             .backpressure_strategy(BackpressureStrategy::RetryUntilDelivered)
             .create()
             .map_err(e("publisher"))?;
+        // Publishing before the subscriber is known reaches nobody.
+        let deadline = std::time::Instant::now() + CHILD_CAP;
+        while service.dynamic_config().number_of_subscribers() == 0 {
+            if std::time::Instant::now() > deadline {
+                return Err("iceoryx2: no subscriber appeared".into());
+            }
+            std::thread::yield_now();
+        }
         say("ready")?;
         hear("go")?;
         let t0 = mono_ns();
         publish(conf, |p| {
-            let sample = publisher.loan_slice_uninit(p.len()).map_err(e("loan"))?;
-            sample.write_from_slice(p).send().map(drop).map_err(e("send"))
+            // `send` says how many subscribers got the sample: none means
+            // it was not delivered, so it is sent again.
+            loop {
+                let sample = publisher.loan_slice_uninit(p.len()).map_err(e("loan"))?;
+                if sample.write_from_slice(p).send().map_err(e("send"))? > 0 {
+                    return Ok(());
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err("iceoryx2: the subscriber stopped taking samples".into());
+                }
+            }
         })?;
         // A publisher's samples go with it: it stays until the subscriber
         // has taken them all.

@@ -402,7 +402,12 @@ pub fn run(exe: &Path, cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<I
                 1 => o.solo = solo(exe, cfg, 1)?,
                 2 => o.socket_buffered = socket(exe, cfg, true)?,
                 3 => o.socket_each = socket(exe, cfg, false)?,
-                _ => o.iceoryx2 = iceoryx2(exe, cfg)?,
+                // A peer that fails its checks is reported as failed; it
+                // does not stop rill's runs.
+                _ => match iceoryx2(exe, cfg) {
+                    Ok(r) => o.iceoryx2 = r,
+                    Err(e) => o.iceoryx2_failed = Some(e),
+                },
             }
         }
         bench.one_to_one.push(o);

@@ -9,7 +9,7 @@ use super::proto::{IDLE_PROCESSES, IDLE_SUBSCRIPTIONS, LATENCY_RATE, MANY};
 use crate::stats::{PairStats, fmt_count, fmt_ns, fmt_ratio, median, pair_stats};
 
 /// One round of 1 -> 1, msgs/s.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct OneToOne {
     /// rill, publisher and subscriber in two processes.
     pub across: f64,
@@ -21,6 +21,8 @@ pub struct OneToOne {
     pub socket_each: f64,
     /// iceoryx2's publish-subscribe (with the `iceoryx2` feature).
     pub iceoryx2: Option<f64>,
+    /// Why iceoryx2's run failed, if it did.
+    pub iceoryx2_failed: Option<String>,
 }
 
 /// Everything `--scenario ipc` measured.
@@ -105,6 +107,8 @@ impl IpcBench {
                 each.join(", "),
                 describe(ratios(|i| o[i].across / ice[i], n))
             );
+        } else if let Some(e) = o.iter().find_map(|r| r.iceoryx2_failed.as_ref()) {
+            out += &format!("iceoryx2: FAILED ({e})\n");
         } else {
             out += "iceoryx2: not in this build (rill-bench --features iceoryx2 adds it)\n";
         }
