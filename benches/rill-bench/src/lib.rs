@@ -16,6 +16,9 @@
 //!   against reading its files from the page cache;
 //! * [`fresh`]: `--scenario fresh`, the first fill of a new topic against
 //!   a warm one, in memory and durable, with the publishers' page faults;
+//! * [`ipc`]: `--scenario ipc`, rill across processes on one data
+//!   directory (`Sharing::Processes`) against rill in one process, a Unix
+//!   socket stream and a shared-memory ping-pong (issue 39);
 //! * [`priority`]: `--priority`, a priority-7 subscription's delivery
 //!   latency on an overloaded pool against the pool idle (issue 42);
 //! * [`compaction`]: `--compaction`, publishing into a compacted topic
@@ -35,6 +38,7 @@ pub mod bridge;
 pub mod compaction;
 pub mod dedupe;
 pub mod fresh;
+pub mod ipc;
 pub mod measure;
 pub mod plain;
 pub mod plot;

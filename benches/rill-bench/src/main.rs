@@ -50,6 +50,11 @@ SCENARIOS (--scenario NAME):
   dedupe              a publish with an id into a topic whose dedupe window holds 1,000,000 ids, against
                       the same record into a topic without a window and one without an id, interleaved in
                       --pairs (--messages per run, default 200000)
+  ipc                 rill across processes on one data directory (Sharing::Processes, on /dev/shm; --ipc-disk:
+                      under RILL_BENCH_DATA_DIR or the temp dir): 1 -> 1 against rill in one process and a Unix
+                      socket, 4 -> 1 against one process, one-way latency at 100k msgs/s against a shared-memory
+                      ping-pong, idle CPU of 100 subscriptions in 4 processes; in --pairs rounds (--messages per
+                      run, default 1000000)
   bridge              rill -> NATS JetStream -> rill through two rill_nats bridges, against a plain
                       async-nats publisher + pull consumer, interleaved in --pairs on a nats-server it
                       starts (build with --features nats; --messages sets the run length, default 20000)
@@ -284,6 +289,15 @@ struct Cli {
     #[arg(long, help_heading = "Systems")]
     scale_full: bool,
 
+    /// With --scenario ipc: the data directories under RILL_BENCH_DATA_DIR (else the temp
+    /// directory) instead of /dev/shm.
+    #[arg(long, help_heading = "Systems")]
+    ipc_disk: bool,
+
+    /// With --scenario ipc: the idle window, seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0, help_heading = "Systems")]
+    ipc_idle_secs: f64,
+
     /// Also measure idle CPU: the process CPU time (getrusage) over this many
     /// seconds of wall time while 100 caught-up subscriptions (on the pool,
     /// then with a thread each) have nothing to deliver. Reported as a note.
@@ -355,6 +369,10 @@ impl Cli {
 }
 
 fn main() {
+    // `--scenario ipc` runs this binary again as its other processes.
+    if let Some(code) = rill_bench::ipc::child_main() {
+        std::process::exit(code);
+    }
     let cli = Cli::parse();
     if matches!(cli.peer_payload, PeerPayload::Array | PeerPayload::Auto) && cli.payload > systems::MAX_ARRAY_PAYLOAD {
         Cli::command()
@@ -459,7 +477,10 @@ fn main() {
     if cli.scenario.contains(&Named::Fresh) {
         run_fresh(&cli, pairs);
     }
-    let own_runner = |n: &Named| matches!(n, Named::Bridge | Named::Scale | Named::Dedupe | Named::Fresh);
+    if cli.scenario.contains(&Named::Ipc) {
+        run_ipc(&cli, pairs);
+    }
+    let own_runner = |n: &Named| matches!(n, Named::Bridge | Named::Scale | Named::Dedupe | Named::Fresh | Named::Ipc);
     if !cli.scenario.is_empty() && cli.scenario.iter().all(own_runner) {
         return;
     }
@@ -787,6 +808,40 @@ fn run_fresh(cli: &Cli, pairs: usize) {
         Ok(cases) => print!("{}", fresh::table(&cases, messages, cli.payload, cli.retention_mib)),
         Err(e) => {
             eprintln!("fresh scenario failed: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Messages per throughput run of the ipc scenario unless --messages says otherwise.
+const IPC_MESSAGES: u64 = 1_000_000;
+
+/// `--scenario ipc`: its own runner, child processes (see `rill_bench::ipc`).
+fn run_ipc(cli: &Cli, pairs: usize) {
+    use rill_bench::ipc;
+    let config = ipc::Config {
+        messages: cli.messages.unwrap_or(IPC_MESSAGES).max(1),
+        payload: cli.payload,
+        rounds: pairs,
+        root: ipc::Config::root(cli.ipc_disk),
+        idle: Duration::from_secs_f64(cli.ipc_idle_secs.max(0.01)),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("ipc scenario: cannot find rill-bench's own executable: {e}");
+            std::process::exit(1);
+        }
+    };
+    let started = Instant::now();
+    let mut progress = |step: &str| eprintln!("{step} ({:.1} s)", started.elapsed().as_secs_f64());
+    match ipc::run(&exe, &config, &mut progress) {
+        Ok(result) => match cli.format {
+            Format::Json => println!("{}", serde_json::to_string_pretty(&result).expect("plain data")),
+            Format::Table | Format::Csv => print!("{}", result.table()),
+        },
+        Err(e) => {
+            eprintln!("ipc scenario failed: {e}");
             std::process::exit(1);
         }
     }

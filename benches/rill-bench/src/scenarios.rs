@@ -103,6 +103,11 @@ pub enum Named {
     /// same run on a warm topic, in memory and durable, 1 -> 1 and 4 -> 1,
     /// with the publishers' page faults (`rill_bench::fresh`; its own runner).
     Fresh,
+    /// rill across processes on one data directory (`Sharing::Processes`,
+    /// on /dev/shm): 1 -> 1 and 4 -> 1 against one process and a Unix
+    /// socket, latency against a ping-pong, idle CPU (`rill_bench::ipc`;
+    /// its own runner, child processes).
+    Ipc,
     /// 1 producer -> 1 push subscriber, the broker on a data directory, Fsync::Never.
     #[value(name = "persist-never")]
     PersistNever,
@@ -284,6 +289,7 @@ pub fn named(name: Named) -> Scenario {
         // Run by `rill_bench::dedupe`, not the in-process harness.
         Named::Dedupe => sc("dedupe", "a publish with an id (1M ids in the window) vs without", base),
         Named::Fresh => sc("fresh", "the first fill of a new topic vs a warm topic", base),
+        Named::Ipc => sc("ipc", "rill across processes vs one process, a Unix socket and a ping-pong", base),
     }
 }
 
