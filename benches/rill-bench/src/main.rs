@@ -400,10 +400,7 @@ fn main() {
         let messages = cli.messages.unwrap_or(compaction::DEFAULT_MESSAGES);
         match compaction::run(messages, cli.compaction_mib, cli.pairs.max(1)) {
             Ok(rounds) => print!("{}", compaction::table(&rounds, messages, cli.compaction_mib)),
-            Err(e) => {
-                eprintln!("compaction measurement failed: {e}");
-                std::process::exit(1);
-            }
+            Err(e) => fail(&format!("compaction measurement failed: {e}")),
         }
         return;
     }
@@ -415,10 +412,7 @@ fn main() {
                 println!("{}", r.describe());
                 println!("({:.1} s in all)", started.elapsed().as_secs_f64());
             }
-            Err(e) => {
-                eprintln!("priority measurement failed: {e}");
-                std::process::exit(1);
-            }
+            Err(e) => fail(&format!("priority measurement failed: {e}")),
         }
         return;
     }
@@ -770,10 +764,7 @@ fn run_bridge(cli: &Cli, pairs: usize) {
         .and_then(|t| Ok((t, rill_bench::bridge::run(n, cli.payload, pairs, rate)?)));
     match runs {
         Ok((throughput, latency)) => print!("{}", rill_bench::bridge::report(n, cli.payload, &throughput, &latency)),
-        Err(e) => {
-            eprintln!("bridge scenario failed: {e}");
-            std::process::exit(1);
-        }
+        Err(e) => fail(&format!("bridge scenario failed: {e}")),
     }
 }
 
@@ -792,11 +783,14 @@ fn run_dedupe(cli: &Cli, pairs: usize) {
     let messages = cli.messages.unwrap_or(dedupe::DEFAULT_MESSAGES);
     match dedupe::run(messages, cli.payload, pairs) {
         Ok(result) => print!("{}", dedupe::table(&result)),
-        Err(e) => {
-            eprintln!("dedupe scenario failed: {e}");
-            std::process::exit(1);
-        }
+        Err(e) => fail(&format!("dedupe scenario failed: {e}")),
     }
+}
+
+/// Says why a measurement failed, and exits with status 1.
+fn fail(why: &str) -> ! {
+    eprintln!("{why}");
+    std::process::exit(1);
 }
 
 /// `--scenario fresh`: its own runner, interleaved rounds of a fresh and
@@ -806,10 +800,7 @@ fn run_fresh(cli: &Cli, pairs: usize) {
     let messages = cli.messages.unwrap_or(fresh::DEFAULT_MESSAGES);
     match fresh::run(messages, cli.payload, cli.retention_mib, pairs) {
         Ok(cases) => print!("{}", fresh::table(&cases, messages, cli.payload, cli.retention_mib)),
-        Err(e) => {
-            eprintln!("fresh scenario failed: {e}");
-            std::process::exit(1);
-        }
+        Err(e) => fail(&format!("fresh scenario failed: {e}")),
     }
 }
 
@@ -826,24 +817,14 @@ fn run_ipc(cli: &Cli, pairs: usize) {
         root: ipc::Config::root(cli.ipc_disk),
         idle: Duration::from_secs_f64(cli.ipc_idle_secs.max(0.01)),
     };
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(e) => {
-            eprintln!("ipc scenario: cannot find rill-bench's own executable: {e}");
-            std::process::exit(1);
-        }
-    };
     let started = Instant::now();
     let mut progress = |step: &str| eprintln!("{step} ({:.1} s)", started.elapsed().as_secs_f64());
-    match ipc::run(&exe, &config, &mut progress) {
+    match ipc::run_self(&config, &mut progress) {
         Ok(result) => match cli.format {
             Format::Json => println!("{}", serde_json::to_string_pretty(&result).expect("plain data")),
             Format::Table | Format::Csv => print!("{}", result.table()),
         },
-        Err(e) => {
-            eprintln!("ipc scenario failed: {e}");
-            std::process::exit(1);
-        }
+        Err(e) => fail(&format!("ipc scenario failed: {e}")),
     }
 }
 
@@ -856,10 +837,7 @@ fn run_scale(cli: &Cli) {
     let mut progress = |step: &str| eprintln!("{step} ({:.1} s)", started.elapsed().as_secs_f64());
     let result = match scale::run(max_topics, scale::MAX_SUBSCRIPTIONS, cli.payload, &mut progress) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("scale scenario failed: {e}");
-            std::process::exit(1);
-        }
+        Err(e) => fail(&format!("scale scenario failed: {e}")),
     };
     match cli.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&result).expect("plain data")),

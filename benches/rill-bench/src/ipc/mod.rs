@@ -378,6 +378,13 @@ fn idle(exe: &Path, cfg: &Config) -> Result<(Vec<u64>, u64), String> {
     Ok((cpu, woken))
 }
 
+/// [`run`] with this process's own executable as the children's program
+/// (rill-bench runs the ipc scenario this way).
+pub fn run_self(cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<IpcBench, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find rill-bench's own executable: {e}"))?;
+    run(&exe, cfg, progress)
+}
+
 /// Runs the whole scenario; `exe` is `rill-bench` itself (its children).
 pub fn run(exe: &Path, cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<IpcBench, String> {
     let rounds = cfg.rounds.max(1);
