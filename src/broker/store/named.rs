@@ -265,20 +265,8 @@ pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool) -> Resul
         Err(e) if e.kind() == IoKind::NotFound => return Ok(false),
         Err(e) => return Err(Error::io(&dir, &e)),
     };
-    // By their slots, not their locks: a name `move_out` moved has slots
-    // and no lock until a process takes it.
-    let mut keys = Vec::new();
-    let mut any = false;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(&dir, &e))?;
-        any = true;
-        let file = entry.file_name();
-        if let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(".0").or_else(|| f.strip_suffix(".1"))) {
-            keys.push(stem.to_owned());
-        }
-    }
-    keys.sort();
-    keys.dedup();
+    let (keys, any_file) = slot_keys(&dir, entries)?;
+    let mut any = any_file;
     for key in keys {
         let files = slot_files(&key);
         let (own, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
@@ -290,6 +278,56 @@ pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool) -> Resul
     }
     offsets.durable.sort();
     Ok(any)
+}
+
+/// The keys of the names that have slots in `dir` (by their slots, not
+/// their locks: a name `move_out` moved has slots and no lock until a
+/// process takes it), sorted, and whether `dir` holds any file at all.
+fn slot_keys(dir: &Path, entries: fs::ReadDir) -> Result<(Vec<String>, bool)> {
+    let mut keys = Vec::new();
+    let mut any = false;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, &e))?;
+        any = true;
+        let file = entry.file_name();
+        if let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(".0").or_else(|| f.strip_suffix(".1"))) {
+            keys.push(stem.to_owned());
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    Ok((keys, any))
+}
+
+/// The deleter's part of "Deleting a topic" (see the module docs): drops
+/// `topic`'s positions from the slots of every name nobody holds, each
+/// under its lock, taken without blocking; a name held (by another
+/// process, or another descriptor in this one) is skipped: its holder
+/// drops them. Called holding `topics.lock`, once the topic is unlisted.
+/// `Store::drop_topic_from_names` calls it.
+pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -> Result<()> {
+    let dir = root.join(NAMED_DIR);
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(&dir, &e)),
+    };
+    for key in slot_keys(&dir, entries)?.0 {
+        let Some(_lock) = try_lock(&dir, &key)? else { continue };
+        let files = slot_files(&key);
+        let (offsets, seq, slot) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+        let mut dropped = offsets.clone();
+        for (_, positions) in &mut dropped.durable {
+            positions.retain(|(t, ..)| t != topic);
+        }
+        if dropped == offsets {
+            continue;
+        }
+        let commit = GroupCommit::with_files(&dir, files, seq, slot, &offsets);
+        commit.wait(commit.request(dropped, fsync != Fsync::Never))?;
+        // The lock goes with `_lock`, after the write.
+    }
+    Ok(())
 }
 
 /// Removes `named/` once [`fold_in`]'s result is written.
