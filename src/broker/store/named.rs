@@ -47,6 +47,38 @@
 //! guards nothing (only an `Exclusive` opener removes `named/`, below,
 //! when no other broker has the directory).
 //!
+//! **Deleting a topic** must take its positions out of every name, as an
+//! `Exclusive` delete takes them out of the offsets slots: a topic created
+//! again under the same name is a new log, read from its first message,
+//! and a name resuming it at the old topic's offset would skip what was
+//! published to it first. Two parties do it:
+//!
+//! * the deleter, holding `topics.lock` once the topic is unlisted (so no
+//!   process lists the name again meanwhile), goes through every name with
+//!   slots ([`drop_topic`]): it takes the name's lock without blocking,
+//!   rewrites the slots without the topic (synced unless `Fsync::Never`)
+//!   and lets go; a name held (by another process, or by another
+//!   descriptor in this one, its own subscriptions' included) is skipped;
+//! * every process holding a name, the deleter included, drops the topic
+//!   when it lets go of it (`let_go_locked` in `control/topics.rs`: for
+//!   another process's delete, when its doorbell thread rereads the list):
+//!   from the positions it kept since taking the name and from its
+//!   readers', under the control mutex, then writes the slots without it.
+//!   A re-created topic of that name is joined and attached only after,
+//!   under the same lock, from its first message.
+//!
+//! What this leaves open: the slots store positions by topic *name*, not
+//! by the topic's directory number, so a position can still outlive its
+//! topic when the name's holder does not drop it in time. A holder that
+//! dies (or closes the subscription) after the deleter skipped its name
+//! but before its own doorbell reread saw the delete leaves the old
+//! topic's positions in the slots (its last periodic write, or its close,
+//! wrote them); the next process to take the name resumes a re-created
+//! topic of that name at them. A slot write the machine lost (under
+//! `Fsync::Never`) can bring them back the same way. Closing that needs
+//! the directory number stored with each position (a new slot format) and
+//! checked against the topic list when the name is taken.
+//!
 //! Unlike the positions in the offsets slots, a name's own are not reset
 //! when they point past the end recovery left ("Offsets past a recovered
 //! end" in `control/data_dir.rs`): the first opener moves them before it
