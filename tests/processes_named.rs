@@ -357,3 +357,89 @@ fn positions_move_with_the_directory_between_modes() {
         r => panic!("expected NotFound, got {r:?}"),
     }
 }
+
+/// The child of [`a_held_name_drops_a_topic_another_process_deletes`]:
+/// takes the name, which resumes the topic after the ten messages the
+/// parent acked, says so, and waits until the parent's deletion closes the
+/// subscription (it named the topic); then it closes its broker and ends.
+fn deleted_under_holder_child(dir: &Path) {
+    let broker = processes(dir);
+    let (sub, seen) = subscribe_named(&broker).unwrap();
+    std::fs::write(dir.join("holding"), b"").unwrap();
+    wait_for("the deletion to close the subscription", || sub.is_closed());
+    assert!(seen.lock().unwrap().is_empty(), "resumed after the ten acked: nothing more to deliver");
+    drop(sub);
+    drop(broker);
+}
+
+/// A topic deleted while another process holds a name whose positions
+/// point into it, then created again: the name's next holder reads the new
+/// topic from its first message, not from the old topic's position.
+#[test]
+fn a_held_name_drops_a_topic_another_process_deletes() {
+    const TEST: &str = "a_held_name_drops_a_topic_another_process_deletes";
+    if let Some((_, dir)) = child_role() {
+        deleted_under_holder_child(&dir);
+        return;
+    }
+    let dir = TempDir::new("held-deleted");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    publish(&broker, 10);
+    let (sub, seen) = subscribe_named(&broker).unwrap();
+    wait_for("the ten messages", || seen.lock().unwrap().len() == 10);
+    assert!(sub.wait_idle(common::WAIT).unwrap());
+    sub.close();
+    // The child takes the name, its slots at the tenth message.
+    let child = spawn(TEST, "hold", &dir.0);
+    wait_for("the child to hold the name", || dir.0.join("holding").exists());
+    // Held: the deleter leaves the name's slots to the holder.
+    broker.delete_topic(TOPIC).unwrap();
+    expect_success(child, "the holder");
+    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    publish(&broker, 5);
+    let (sub, seen) = subscribe_named(&broker).unwrap();
+    wait_for("the five new messages", || seen.lock().unwrap().len() >= 5);
+    assert!(sub.wait_idle(common::WAIT).unwrap());
+    assert_eq!(*seen.lock().unwrap(), (0..5).collect::<Vec<u64>>(), "the new topic, from its first message");
+    sub.close();
+}
+
+/// The child of [`a_name_nobody_holds_drops_a_deleted_topic`]: takes the
+/// name, acks the ten messages and closes, leaving its position in the
+/// name's slots.
+fn acked_ten_child(dir: &Path) {
+    let broker = processes(dir);
+    let (sub, seen) = subscribe_named(&broker).unwrap();
+    wait_for("the ten messages", || seen.lock().unwrap().len() == 10);
+    assert!(sub.wait_idle(common::WAIT).unwrap());
+    assert_eq!(*seen.lock().unwrap(), (0..10).collect::<Vec<u64>>());
+    sub.close();
+    drop(broker);
+}
+
+/// A name nobody holds, whose positions point into a topic that is deleted
+/// and created again: when it is taken again it reads the new topic from
+/// its first message.
+#[test]
+fn a_name_nobody_holds_drops_a_deleted_topic() {
+    const TEST: &str = "a_name_nobody_holds_drops_a_deleted_topic";
+    if let Some((_, dir)) = child_role() {
+        acked_ten_child(&dir);
+        return;
+    }
+    let dir = TempDir::new("unheld-deleted");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    publish(&broker, 10);
+    expect_success(spawn(TEST, "ack", &dir.0), "the first holder");
+    // Nobody holds the name: the deleter drops the topic from its slots.
+    broker.delete_topic(TOPIC).unwrap();
+    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    publish(&broker, 5);
+    let (sub, seen) = subscribe_named(&broker).unwrap();
+    wait_for("the five new messages", || seen.lock().unwrap().len() >= 5);
+    assert!(sub.wait_idle(common::WAIT).unwrap());
+    assert_eq!(*seen.lock().unwrap(), (0..5).collect::<Vec<u64>>(), "the new topic, from its first message");
+    sub.close();
+}

@@ -97,7 +97,7 @@ pub(super) fn take_held(control: &mut Control, sub: &SubCore) -> Option<Held> {
 
 /// Waits for each write; failures are logged (the next round or interval
 /// tries again).
-fn wait_all(pending: Vec<(Arc<NameHold>, Ticket)>) {
+pub(super) fn wait_all(pending: Vec<(Arc<NameHold>, Ticket)>) {
     for (hold, ticket) in pending {
         if let Err(e) = hold.wait(ticket) {
             log::error!("rill: could not save the positions of a durable subscription: {e}");

@@ -3,17 +3,18 @@
 //! (or letting go of) the subscriptions and consumers their names match.
 
 use super::data_dir::wait_offsets;
+use super::named::wait_all;
 use super::timers::{COMPACTION_CHECK, Compact, Expire, expiry_period};
 use super::{BrokerInner, Control, TopicMap, saved_positions};
 use crate::broker::consumer::ConsumerCore;
 use crate::broker::dispatch::Timer;
 use crate::broker::doorbell::TopicsWatch;
 use crate::broker::names;
-use crate::broker::store::TopicMeta;
+use crate::broker::store::{NameHold, Ticket, TopicMeta};
 use crate::broker::subscription::{SubCore, attach, close};
 use crate::broker::topic::{Opening, Partition, Topic, TopicOptions};
 use crate::error::{Error, Result};
-use crate::log::{Log, LogConfig, MIN_SEGMENT_BYTES, Sharing};
+use crate::log::{Fsync, Log, LogConfig, MIN_SEGMENT_BYTES, Sharing};
 use crate::sync::Arc;
 
 impl BrokerInner {
@@ -356,6 +357,18 @@ impl BrokerInner {
                     let dir = store.unlist_topic(name)?;
                     if dir.is_some() {
                         bell.topics_changed();
+                        // Still under `topics.lock`, so no process lists the
+                        // name again meanwhile: no name nobody holds resumes
+                        // this topic's positions in a re-created one (the
+                        // names held, here too, drop them in `let_go_locked`;
+                        // see "Deleting a topic" in `store/named.rs`).
+                        if let Err(e) = store.drop_topic_from_names(name) {
+                            ::log::warn!(
+                                target: "rill::broker",
+                                "deleted topic {name:?}, but dropping it from the named subscriptions' positions \
+                                 failed: {e}"
+                            );
+                        }
                     }
                     Ok(dir)
                 })?,
@@ -396,19 +409,39 @@ impl BrokerInner {
         for d in control.durable.values_mut() {
             d.positions.retain(|(t, _), _| *t != *name);
         }
-        LetGo { subs, consumers, snapshot: self.snapshot_offsets(control) }
+        // Nor do the readers' own: out of the snapshots from now on (the
+        // rest of the detaching is `let_go`'s, outside this lock).
+        for sub in &subs {
+            attach::forget_positions(sub, topic);
+        }
+        // Processes mode: a name held here drops them from what it keeps
+        // and from its slots, before a topic re-created under the name can
+        // be attached (see "Deleting a topic" in `store/named.rs`).
+        let sync = self.config.fsync != Fsync::Never;
+        let mut named = Vec::new();
+        for held in control.held.values_mut() {
+            let kept = held.base.len();
+            held.base.retain(|(t, _), _| *t != *name);
+            let read = subs.iter().any(|s| s.id == held.id);
+            if let Some(sub) = control.subs.get(&held.id).filter(|_| read || held.base.len() != kept) {
+                named.push((held.hold.clone(), held.hold.request(held.positions(sub), sync)));
+            }
+        }
+        LetGo { subs, consumers, snapshot: self.snapshot_offsets(control), named }
     }
 
     /// Outside the control lock, after [`BrokerInner::let_go_locked`]:
     /// saves the offsets, detaches the subscriptions (closing those that
     /// named the topic) and wakes the consumers.
     fn let_go(&self, name: &str, topic: &Arc<Topic>, dropped: LetGo, placeholder: &Arc<Partition>) {
-        let LetGo { subs, consumers, snapshot } = dropped;
+        let LetGo { subs, consumers, snapshot, named } = dropped;
         if let Err(e) = wait_offsets(snapshot) {
             // The topic is gone already; offsets of a topic that does not
             // exist are inert after a restart, and the next save drops them.
             ::log::warn!(target: "rill::broker", "deleted topic {name:?}, but saving offsets failed: {e}");
         }
+        // Failures are logged; the next round or interval writes them again.
+        wait_all(named);
         // Outside the control lock: closing runs the close hook, which takes it.
         for sub in &subs {
             attach::detach_topic(sub, topic, placeholder);
@@ -433,7 +466,9 @@ impl BrokerInner {
 struct LetGo {
     subs: Vec<Arc<SubCore>>,
     consumers: Vec<Arc<ConsumerCore>>,
-    snapshot: Option<(Arc<crate::broker::store::Store>, crate::broker::store::Ticket)>,
+    snapshot: Option<(Arc<crate::broker::store::Store>, Ticket)>,
+    /// Processes mode: the writes of the names held here without it.
+    named: Vec<(Arc<NameHold>, Ticket)>,
 }
 
 impl TopicsWatch for BrokerInner {

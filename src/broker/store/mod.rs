@@ -315,6 +315,13 @@ impl Store {
         named::forget_name(&self.root, self.fsync, self.repair, name)
     }
 
+    /// Processes mode, holding `topics.lock` with topic `topic` just
+    /// unlisted: drops its positions from the slots of every name nobody
+    /// holds (see "Deleting a topic" in `named.rs`).
+    pub(crate) fn drop_topic_from_names(&self, topic: &str) -> Result<()> {
+        named::drop_topic(&self.root, self.fsync, self.repair, topic)
+    }
+
     /// How this directory is shared.
     pub(crate) fn sharing(&self) -> Sharing {
         self.sharing

@@ -47,6 +47,38 @@
 //! guards nothing (only an `Exclusive` opener removes `named/`, below,
 //! when no other broker has the directory).
 //!
+//! **Deleting a topic** must take its positions out of every name, as an
+//! `Exclusive` delete takes them out of the offsets slots: a topic created
+//! again under the same name is a new log, read from its first message,
+//! and a name resuming it at the old topic's offset would skip what was
+//! published to it first. Two parties do it:
+//!
+//! * the deleter, holding `topics.lock` once the topic is unlisted (so no
+//!   process lists the name again meanwhile), goes through every name with
+//!   slots ([`drop_topic`]): it takes the name's lock without blocking,
+//!   rewrites the slots without the topic (synced unless `Fsync::Never`)
+//!   and lets go; a name held (by another process, or by another
+//!   descriptor in this one, its own subscriptions' included) is skipped;
+//! * every process holding a name, the deleter included, drops the topic
+//!   when it lets go of it (`let_go_locked` in `control/topics.rs`: for
+//!   another process's delete, when its doorbell thread rereads the list):
+//!   from the positions it kept since taking the name and from its
+//!   readers', under the control mutex, then writes the slots without it.
+//!   A re-created topic of that name is joined and attached only after,
+//!   under the same lock, from its first message.
+//!
+//! What this leaves open: the slots store positions by topic *name*, not
+//! by the topic's directory number, so a position can still outlive its
+//! topic when the name's holder does not drop it in time. A holder that
+//! dies (or closes the subscription) after the deleter skipped its name
+//! but before its own doorbell reread saw the delete leaves the old
+//! topic's positions in the slots (its last periodic write, or its close,
+//! wrote them); the next process to take the name resumes a re-created
+//! topic of that name at them. A slot write the machine lost (under
+//! `Fsync::Never`) can bring them back the same way. Closing that needs
+//! the directory number stored with each position (a new slot format) and
+//! checked against the topic list when the name is taken.
+//!
 //! Unlike the positions in the offsets slots, a name's own are not reset
 //! when they point past the end recovery left ("Offsets past a recovered
 //! end" in `control/data_dir.rs`): the first opener moves them before it
@@ -265,20 +297,8 @@ pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool) -> Resul
         Err(e) if e.kind() == IoKind::NotFound => return Ok(false),
         Err(e) => return Err(Error::io(&dir, &e)),
     };
-    // By their slots, not their locks: a name `move_out` moved has slots
-    // and no lock until a process takes it.
-    let mut keys = Vec::new();
-    let mut any = false;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(&dir, &e))?;
-        any = true;
-        let file = entry.file_name();
-        if let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(".0").or_else(|| f.strip_suffix(".1"))) {
-            keys.push(stem.to_owned());
-        }
-    }
-    keys.sort();
-    keys.dedup();
+    let (keys, any_file) = slot_keys(&dir, entries)?;
+    let mut any = any_file;
     for key in keys {
         let files = slot_files(&key);
         let (own, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
@@ -290,6 +310,56 @@ pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool) -> Resul
     }
     offsets.durable.sort();
     Ok(any)
+}
+
+/// The keys of the names that have slots in `dir` (by their slots, not
+/// their locks: a name `move_out` moved has slots and no lock until a
+/// process takes it), sorted, and whether `dir` holds any file at all.
+fn slot_keys(dir: &Path, entries: fs::ReadDir) -> Result<(Vec<String>, bool)> {
+    let mut keys = Vec::new();
+    let mut any = false;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, &e))?;
+        any = true;
+        let file = entry.file_name();
+        if let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(".0").or_else(|| f.strip_suffix(".1"))) {
+            keys.push(stem.to_owned());
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    Ok((keys, any))
+}
+
+/// The deleter's part of "Deleting a topic" (see the module docs): drops
+/// `topic`'s positions from the slots of every name nobody holds, each
+/// under its lock, taken without blocking; a name held (by another
+/// process, or another descriptor in this one) is skipped: its holder
+/// drops them. Called holding `topics.lock`, once the topic is unlisted.
+/// `Store::drop_topic_from_names` calls it.
+pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -> Result<()> {
+    let dir = root.join(NAMED_DIR);
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(&dir, &e)),
+    };
+    for key in slot_keys(&dir, entries)?.0 {
+        let Some(_lock) = try_lock(&dir, &key)? else { continue };
+        let files = slot_files(&key);
+        let (offsets, seq, slot) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+        let mut dropped = offsets.clone();
+        for (_, positions) in &mut dropped.durable {
+            positions.retain(|(t, ..)| t != topic);
+        }
+        if dropped == offsets {
+            continue;
+        }
+        let commit = GroupCommit::with_files(&dir, files, seq, slot, &offsets);
+        commit.wait(commit.request(dropped, fsync != Fsync::Never))?;
+        // The lock goes with `_lock`, after the write.
+    }
+    Ok(())
 }
 
 /// Removes `named/` once [`fold_in`]'s result is written.

@@ -143,8 +143,7 @@ fn attach_to_with_gap(
 /// reader index moves (ready marks and retries name readers by index).
 /// Messages of a batch already being handled are still handled.
 pub(crate) fn detach_topic(this: &Arc<SubCore>, topic: &Topic, placeholder: &Arc<Partition>) {
-    let gone = |p: &Arc<Partition>| topic.partitions.iter().any(|q| Arc::ptr_eq(p, q));
-    this.positions.lock().retain(|(_, p, _)| !gone(p));
+    forget_positions(this, topic);
     for p in topic.partitions.iter() {
         p.remove_listener(this.id);
     }
@@ -153,6 +152,14 @@ pub(crate) fn detach_topic(this: &Arc<SubCore>, topic: &Topic, placeholder: &Arc
     // takes `detached`.
     this.has_pending.store(true, Ordering::Release);
     SubCore::poke(this);
+}
+
+/// The first step of [`detach_topic`], which the broker takes early,
+/// under its control mutex, so no snapshot of positions taken after that
+/// holds `topic`'s: drops the subscription's positions in its partitions.
+pub(crate) fn forget_positions(this: &SubCore, topic: &Topic) {
+    let gone = |p: &Arc<Partition>| topic.partitions.iter().any(|q| Arc::ptr_eq(p, q));
+    this.positions.lock().retain(|(_, p, _)| !gone(p));
 }
 
 /// Asks this shared member to give up `partition`: its drainer lets go of
