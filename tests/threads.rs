@@ -18,6 +18,9 @@ fn mappings() -> usize {
     std::fs::read_to_string("/proc/self/maps").unwrap().lines().count()
 }
 
+/// Messages that fill a partition's small first segment and roll it.
+const PAST_THE_FIRST_SEGMENT: usize = 1_000;
+
 #[cfg(target_os = "linux")]
 #[test]
 fn closing_a_dedicated_subscription_releases_its_thread_and_stack() {
@@ -31,9 +34,15 @@ fn closing_a_dedicated_subscription_releases_its_thread_and_stack() {
         }
         s.close();
     };
-    // Warm up whatever the allocator and the pool map once.
+    // Warm up whatever the allocator and the pool map once, and the
+    // process's one prefault thread, started at a partition's first roll
+    // into a full-size segment (`src/log/prefault.rs`), which enough
+    // messages to fill the small first segment bring about.
     for i in 0..10 {
         cycle(i);
+    }
+    for _ in 0..PAST_THE_FIRST_SEGMENT {
+        publish(&b, "t", b"m");
     }
     let (threads_before, maps_before) = (threads(), mappings());
     for i in 0..200 {
