@@ -113,7 +113,7 @@ for t in test_c test_cpp test_persist test_robust_compact "${robust[@]}" test_ro
   # some robust programs fork (and test_robust_ffi's forked child ends by
   # running itself again). test_robust_named's kill loop runs its 50 kills
   # plain and under ASan above; here, each child traced, 5.
-  RILL_NAMED_KILLS=5 valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+  RILL_NAMED_KILLS=5 valgrind --quiet --error-exitcode=1 --fair-sched=yes --suppressions="$root/ffi/tests/valgrind.supp" --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
     --trace-children=yes "$out/$t"
 done
 
@@ -167,7 +167,7 @@ build_old() { # name [extra flags...]
 }
 build_old v0_1_program
 "$out/v0_1_program"
-valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite \
+valgrind --quiet --error-exitcode=1 --fair-sched=yes --suppressions="$root/ffi/tests/valgrind.supp" --leak-check=full --show-leak-kinds=definite \
   --errors-for-leak-kinds=definite "$out/v0_1_program"
 build_old v0_1_program_asan "${SAN[@]}"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$out/v0_1_program_asan"
@@ -220,7 +220,7 @@ build_twin() { # name [extra flags...]
 }
 build_twin test_robust_static
 "$out/test_robust_static"
-valgrind --quiet --error-exitcode=1 --fair-sched=yes --leak-check=full --show-leak-kinds=definite \
+valgrind --quiet --error-exitcode=1 --fair-sched=yes --suppressions="$root/ffi/tests/valgrind.supp" --leak-check=full --show-leak-kinds=definite \
   --errors-for-leak-kinds=definite "$out/test_robust_static"
 build_twin test_robust_static_asan "${SAN[@]}"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$out/test_robust_static_asan"
