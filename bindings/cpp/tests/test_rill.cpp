@@ -476,44 +476,48 @@ static void brokers_share_a_data_directory_with_sharing_processes() {
         rill::Broker alone(exclusive);
         CHECK(status_of([&] { rill::Broker shared(o); }) == RILL_ERR_BUSY);
     }
-    rill::Broker a(o);
-    a.create_topic("orders");
-    rill::Broker b(o);
     {
-        rill::BrokerOptions exclusive = o;
-        exclusive.sharing = rill::Sharing::Exclusive;
-        CHECK(status_of([&] { rill::Broker alone(exclusive); }) == RILL_ERR_BUSY);
-    }
-    std::mutex lock;
-    std::vector<std::string> seen;
-    rill::SubscriptionOptions so;
-    so.start = RILL_START_EARLIEST;
-    auto sub = b.subscribe("orders", [&](const rill::Message &m) {
-        std::lock_guard<std::mutex> g(lock);
-        seen.emplace_back(m.payload());
-        return rill::Ack::Success;
-    }, so);
-    CHECK(sub.wait_idle(20000ms));
-    a.publish("orders", "from a");  // b's subscriber is woken across brokers
-    auto deadline = std::chrono::steady_clock::now() + 20s;
-    for (;;) {
+        // The brokers, subscriptions and their threads are gone at the end of
+        // this block, before the directory is removed under them.
+        rill::Broker a(o);
+        a.create_topic("orders");
+        rill::Broker b(o);
+        {
+            rill::BrokerOptions exclusive = o;
+            exclusive.sharing = rill::Sharing::Exclusive;
+            CHECK(status_of([&] { rill::Broker alone(exclusive); }) == RILL_ERR_BUSY);
+        }
+        std::mutex lock;
+        std::vector<std::string> seen;
+        rill::SubscriptionOptions so;
+        so.start = RILL_START_EARLIEST;
+        auto sub = b.subscribe("orders", [&](const rill::Message &m) {
+            std::lock_guard<std::mutex> g(lock);
+            seen.emplace_back(m.payload());
+            return rill::Ack::Success;
+        }, so);
+        CHECK(sub.wait_idle(20000ms));
+        a.publish("orders", "from a");  // b's subscriber is woken across brokers
+        auto deadline = std::chrono::steady_clock::now() + 20s;
+        for (;;) {
+            {
+                std::lock_guard<std::mutex> g(lock);
+                if (!seen.empty() || std::chrono::steady_clock::now() > deadline) break;
+            }
+            std::this_thread::sleep_for(1ms);
+        }
         {
             std::lock_guard<std::mutex> g(lock);
-            if (!seen.empty() || std::chrono::steady_clock::now() > deadline) break;
+            CHECK(seen.size() == 1 && seen[0] == "from a");
         }
-        std::this_thread::sleep_for(1ms);
+        rill::SubscriptionOptions named;
+        named.name = "audit";
+        // A named subscription's name is held by one broker (and process) at a time.
+        auto held = b.subscribe("orders", [](const rill::Message &) { return rill::Ack::Success; }, named);
+        CHECK(status_of([&] { a.subscribe("orders", [](const rill::Message &) { return rill::Ack::Success; }, named); }) ==
+              RILL_ERR_BUSY);
+        CHECK(status_of([&] { b.consumer("billing", "orders"); }) == RILL_ERR_INVALID_ARGUMENT);
     }
-    {
-        std::lock_guard<std::mutex> g(lock);
-        CHECK(seen.size() == 1 && seen[0] == "from a");
-    }
-    rill::SubscriptionOptions named;
-    named.name = "audit";
-    // A named subscription's name is held by one broker (and process) at a time.
-    auto held = b.subscribe("orders", [](const rill::Message &) { return rill::Ack::Success; }, named);
-    CHECK(status_of([&] { a.subscribe("orders", [](const rill::Message &) { return rill::Ack::Success; }, named); }) ==
-          RILL_ERR_BUSY);
-    CHECK(status_of([&] { b.consumer("billing", "orders"); }) == RILL_ERR_INVALID_ARGUMENT);
     fs::remove_all(dir);
 }
 
