@@ -58,9 +58,7 @@ def test_a_durable_compacted_topic_keeps_the_newest_value_of_each_key_across_a_r
         offsets = [m.offset for m in messages]
         assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
         data = [(m.offset, m.key, m.payload) for m in messages if m.key is not None and m.key.startswith(b"k")]
-        want = [
-            (i, f"k{i % KEYS}".encode(), b"" if i == tombstone else value(i)) for i in range(DATA - KEYS, DATA)
-        ]
+        want = [(i, f"k{i % KEYS}".encode(), b"" if i == tombstone else value(i)) for i in range(DATA - KEYS, DATA)]
         assert data == want
         # Offsets continue after the last one.
         assert b.publish("prices", b"next", key="k0").offset == DATA + FILLER
