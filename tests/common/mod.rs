@@ -1,9 +1,12 @@
 //! Helpers every integration test file shares: one timeout, one way to wait
-//! for a condition, and the few one-line set-ups the tests repeat.
+//! for a condition, and the few one-line set-ups the tests repeat; and, in
+//! [`procs`], the scaffolding of the tests that run several processes.
 //!
 //! Each test file is its own crate and uses a different subset, so unused
 //! helpers are expected here.
 #![allow(dead_code)]
+
+pub mod procs;
 
 use std::time::{Duration, Instant};
 
