@@ -32,10 +32,15 @@ fn config(dir: &Path) -> BrokerConfig {
 /// What a subscription saw: `(topic, offset, payload)` in delivery order.
 type Seen = Arc<Mutex<Vec<(String, u64, u32)>>>;
 
+/// Subscribes to `pattern` (from its latest message), recording what it gets.
 fn subscribe(broker: &Broker, pattern: &str) -> (rill::Subscription, Seen) {
+    subscribe_from(broker, pattern, StartPosition::Latest)
+}
+
+fn subscribe_from(broker: &Broker, pattern: &str, start: StartPosition) -> (rill::Subscription, Seen) {
     let seen: Seen = Arc::default();
     let sink = seen.clone();
-    let options = SubscriptionOptions { start: StartPosition::Latest, ..SubscriptionOptions::default() };
+    let options = SubscriptionOptions { start, ..SubscriptionOptions::default() };
     let sub = broker
         .subscribe(pattern, options, move |m| {
             let n = u32::from_le_bytes(m.record().payload()[..4].try_into().unwrap());
@@ -96,16 +101,7 @@ fn publishing_by_name_to_a_topic_another_process_created_needs_no_create() {
     broker.publish("prices", &Record::new(&8u32.to_le_bytes())).unwrap();
     let stats = broker.topic_stats("prices").unwrap();
     assert_eq!(stats.partitions.len(), 3, "joined with the options it was created with");
-    let options = SubscriptionOptions { start: StartPosition::Earliest, ..SubscriptionOptions::default() };
-    let seen: Seen = Arc::default();
-    let sink = seen.clone();
-    let _sub = broker
-        .subscribe("prices", options, move |m| {
-            let n = u32::from_le_bytes(m.record().payload()[..4].try_into().unwrap());
-            sink.lock().unwrap().push((m.topic().to_owned(), m.record().offset(), n));
-            Ack::Success
-        })
-        .unwrap();
+    let (_sub, seen) = subscribe_from(&broker, "prices", StartPosition::Earliest);
     wait_for("both messages", || seen.lock().unwrap().len() == 2);
     let mut payloads: Vec<u32> = seen.lock().unwrap().iter().map(|s| s.2).collect();
     payloads.sort_unstable();
