@@ -16,6 +16,7 @@ use rill::log::{CompactionPolicy, DurableLog, Fsync, Log, LogConfig, MIN_SEGMENT
 use rill::{Broker, BrokerConfig, Cleanup, ConsumerOptions, Error, Sharing, TopicOptions};
 
 mod common;
+use common::compact_model::{self, Op, op};
 use common::wait_for;
 
 /// Removes every superseded record, keeps tombstones.
@@ -58,16 +59,6 @@ fn leftovers(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-#[derive(Debug, Clone)]
-enum Op {
-    Put(u8, u16),
-    Delete(u8),
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![4 => (0u8..12, any::<u16>()).prop_map(|(k, v)| Op::Put(k, v)), 1 => (0u8..12).prop_map(Op::Delete)]
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 64, ..ProptestConfig::default() })]
 
@@ -78,7 +69,7 @@ proptest! {
     /// (recovery reading the rebuilt files) reads exactly the same.
     #[test]
     fn a_compacted_durable_log_reads_as_the_model_and_the_same_once_reopened(
-        ops in proptest::collection::vec((op(), 0u8..60), 1..1200),
+        ops in proptest::collection::vec((op(12, 4), 0u8..60), 1..1200),
         big in 0usize..200,
         never in any::<bool>(),
     ) {
@@ -312,28 +303,6 @@ fn a_directory_shared_by_processes_refuses_a_compacted_topic() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// One partition's model-keyed messages: (offset, key, payload).
-type Partition = Vec<(u64, Vec<u8>, Vec<u8>)>;
-
-/// Every model-keyed message (keys starting with `k`) a new consumer of
-/// `topic` reads from the beginning, per partition.
-fn read_model_keys(b: &Broker, group: &str, topic: &str, partitions: u32) -> Vec<Partition> {
-    let mut consumer = b.consumer(group, topic, ConsumerOptions::default()).unwrap();
-    let mut out = vec![Vec::new(); partitions as usize];
-    loop {
-        let batch = consumer.poll(1000, Duration::from_millis(20)).unwrap();
-        if batch.is_empty() {
-            return out;
-        }
-        for m in batch.iter() {
-            let key = m.key().expect("a compacted topic holds keyed messages only");
-            if key.first() == Some(&b'k') {
-                out[m.partition() as usize].push((m.offset(), key.to_vec(), m.payload().to_vec()));
-            }
-        }
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 8, max_shrink_iters: 32, ..ProptestConfig::default() })]
 
@@ -343,7 +312,7 @@ proptest! {
     /// order; and a broker opened again on the directory reads the same.
     #[test]
     fn a_durable_compacted_topic_reads_as_the_model_before_and_after_a_restart(
-        ops in proptest::collection::vec(op(), 1..300),
+        ops in proptest::collection::vec(op(12, 4), 1..300),
         partitions in 1u32..=2,
     ) {
         let dir = fresh_dir("broker-model");
@@ -356,39 +325,16 @@ proptest! {
         };
         let b = durable_broker(&dir, Sharing::Exclusive);
         b.create_topic("t", &options).unwrap();
-        let mut last: BTreeMap<Vec<u8>, (u32, u64, Vec<u8>)> = BTreeMap::new();
-        for o in &ops {
-            let (k, value) = match *o {
-                Op::Put(k, v) => (vec![b'k', k], format!("{v}").into_bytes()),
-                Op::Delete(k) => (vec![b'k', k], Vec::new()),
-            };
-            let pos = b.publish("t", &Record::new(&value).with_key(&k)).unwrap();
-            last.insert(k, (pos.partition, pos.offset, value));
-        }
-        let mut want = vec![BTreeMap::new(); partitions as usize];
-        for (k, (partition, offset, value)) in &last {
-            want[*partition as usize].insert(*offset, (k.clone(), value.clone()));
-        }
-        let want: Vec<Partition> =
-            want.into_iter().map(|p| p.into_iter().map(|(o, (k, v))| (o, k, v)).collect()).collect();
-        let removed = (ops.len() - last.len()) as u64;
-        // Filler, each message a key of its own, until every partition got
-        // more than a segment after the model's writes: all of those sealed.
-        let mut received = vec![0usize; partitions as usize];
-        let mut n = 0u64;
-        while received.iter().any(|&r| r < MIN_SEGMENT_BYTES / 32 + 1) {
-            let pos = b.publish("t", &Record::new(&[0xf1; 16]).with_key(format!("~{n}").as_bytes())).unwrap();
-            received[pos.partition as usize] += 1;
-            n += 1;
-        }
+        let want = compact_model::publish(&b, "t", &ops, partitions, 0, true);
+        compact_model::seal(&b, "t", partitions);
         wait_for("the compactor to pass over every sealed segment", || {
-            b.topic_stats("t").unwrap().compacted_messages >= removed
+            b.topic_stats("t").unwrap().compacted_messages >= want.removed
         });
-        prop_assert_eq!(b.topic_stats("t").unwrap().compacted_messages, removed);
-        prop_assert_eq!(&read_model_keys(&b, "before", "t", partitions), &want);
+        prop_assert_eq!(b.topic_stats("t").unwrap().compacted_messages, want.removed);
+        prop_assert_eq!(&compact_model::read_model_keys(&b, "before", "t", partitions), &want.partitions);
         b.close();
         let b = durable_broker(&dir, Sharing::Exclusive);
-        prop_assert_eq!(&read_model_keys(&b, "after", "t", partitions), &want);
+        prop_assert_eq!(&compact_model::read_model_keys(&b, "after", "t", partitions), &want.partitions);
         b.close();
         drop(b);
         std::fs::remove_dir_all(&dir).ok();

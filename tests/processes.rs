@@ -3,26 +3,25 @@
 //! process delivered what other processes publish, woken without polling.
 //!
 //! The other processes are this test binary run again with
-//! [`CHILD_ROLE`] set and only the one test selected: the test then plays
-//! the child's part (a publisher or a subscriber) and exits.
+//! [`procs::ROLE`] set and only the one test selected (see
+//! `tests/common/procs.rs`): the test then plays the child's part (a
+//! publisher or a subscriber) and exits.
 
 mod common;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 
+use common::procs::{self, TempDir, child_role, config, expect_success, spawn};
 use common::{WAIT, wait_for};
 use rill::{
-    Ack, Broker, BrokerConfig, ConsumerOptions, Error, Fsync, Record, Sharing, StartPosition, SubscriptionOptions,
+    Ack, Broker, BrokerConfig, ConsumerOptions, Error, Record, Sharing, StartPosition, SubscriptionOptions,
     TopicOptions,
 };
 
-/// Set in a child: `publish:<who>`, `subscribe:<who>` or `one`.
-const CHILD_ROLE: &str = "RILL_TEST_PROCESSES_ROLE";
-/// Set in a child: the data directory.
-const CHILD_DIR: &str = "RILL_TEST_PROCESSES_DIR";
+// A child's role ([`procs::ROLE`]): `publish:<who>`, `subscribe:<who>` or `one`.
 /// The file the parent makes when the children may close.
 const DONE: &str = "done";
 /// The topic every process shares.
@@ -36,35 +35,7 @@ const SUBSCRIBERS: u32 = 2;
 const MESSAGES: u32 = 2_000;
 
 fn messages() -> u32 {
-    std::env::var("RILL_PROCESSES_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(MESSAGES)
-}
-
-/// A fresh directory under the system's temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("rill-processes-{what}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn config(dir: &Path, sharing: Sharing) -> BrokerConfig {
-    BrokerConfig {
-        data_dir: Some(dir.to_owned()),
-        sharing,
-        fsync: Fsync::Never,
-        worker_threads: Some(1),
-        ..BrokerConfig::default()
-    }
+    procs::env_or("RILL_PROCESSES_MESSAGES", MESSAGES)
 }
 
 /// Small segments, so the processes roll them while the test runs.
@@ -82,36 +53,6 @@ fn payload(who: u32, seq: u32) -> [u8; 8] {
 
 fn decode(p: &[u8]) -> (u32, u32) {
     (u32::from_le_bytes(p[..4].try_into().unwrap()), u32::from_le_bytes(p[4..8].try_into().unwrap()))
-}
-
-/// Runs this test binary again as a child playing `role` in `dir`.
-fn spawn(test: &str, role: &str, dir: &Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ROLE, role)
-        .env(CHILD_DIR, dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Waits for a child and fails the test with its output if it failed.
-fn expect_success(child: Child, what: &str) {
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The child's role and directory, if this process is a child.
-fn child_role() -> Option<(String, PathBuf)> {
-    let role = std::env::var(CHILD_ROLE).ok()?;
-    Some((role, PathBuf::from(std::env::var_os(CHILD_DIR).unwrap())))
 }
 
 /// What a subscriber saw: `(offset, publisher, sequence)` in delivery order.
@@ -249,7 +190,7 @@ fn n_to_m_child(role: &str, dir: &Path) {
         }
         Some(("subscribe", who)) => {
             let (sub, seen) = subscribe(&broker);
-            std::fs::write(dir.join(format!("ready-{who}")), b"").unwrap();
+            procs::mark(dir, &format!("ready-{who}"));
             let total = (PUBLISHERS * each) as usize;
             wait_for("every message", || seen.lock().unwrap().len() >= total);
             drop(sub);
@@ -276,18 +217,19 @@ fn publishers_and_subscribers_in_separate_processes() {
     let publishers: Vec<Child> = (0..PUBLISHERS).map(|i| spawn(TEST, &format!("publish:{i}"), &dir.0)).collect();
     // The subscribers finish while every publisher is still open (see the
     // publisher's part), so only the wakes of their publishes deliver.
-    let subscribed = std::panic::catch_unwind(|| {
-        for (i, s) in subscribers.into_iter().enumerate() {
-            expect_success(s, &format!("subscriber {i}"));
-        }
-    });
-    std::fs::write(dir.0.join(DONE), b"").unwrap();
-    for (i, p) in publishers.into_iter().enumerate() {
-        expect_success(p, &format!("publisher {i}"));
-    }
-    if let Err(panic) = subscribed {
-        std::panic::resume_unwind(panic);
-    }
+    procs::check_then_release(
+        || {
+            for (i, s) in subscribers.into_iter().enumerate() {
+                expect_success(s, &format!("subscriber {i}"));
+            }
+        },
+        || {
+            procs::mark(&dir.0, DONE);
+            for (i, p) in publishers.into_iter().enumerate() {
+                expect_success(p, &format!("publisher {i}"));
+            }
+        },
+    );
     // The parent listened too, from before the first publish.
     let total = (PUBLISHERS * messages()) as usize;
     wait_for("every message in the parent", || seen.lock().unwrap().len() >= total);
@@ -316,12 +258,12 @@ fn an_idle_subscriber_is_woken_by_one_publish_in_another_process() {
     let child = spawn(TEST, "one", &dir.0);
     // Nothing is published after the child's one message, and the child
     // stays open meanwhile: only the publish's wake can deliver it.
-    let woken =
-        std::panic::catch_unwind(|| wait_for("the idle subscriber to be woken", || !seen.lock().unwrap().is_empty()));
-    std::fs::write(dir.0.join(DONE), b"").unwrap();
-    expect_success(child, "the publisher");
-    if let Err(panic) = woken {
-        std::panic::resume_unwind(panic);
-    }
+    procs::check_then_release(
+        || wait_for("the idle subscriber to be woken", || !seen.lock().unwrap().is_empty()),
+        || {
+            procs::mark(&dir.0, DONE);
+            expect_success(child, "the publisher");
+        },
+    );
     assert_eq!(*seen.lock().unwrap(), [(0, 7, 0)]);
 }

@@ -5,25 +5,21 @@
 //! `Exclusive` and `Processes` mode.
 //!
 //! The other processes are this test binary run again with
-//! [`CHILD_ROLE`] set and only the one test selected (as in
-//! `processes.rs`).
+//! [`procs::ROLE`] set and only the one test selected (as in
+//! `processes.rs`; see `tests/common/procs.rs`).
 
 mod common;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use common::procs::{self, TempDir, child_role, expect_success, mark, spawn};
 use common::wait_for;
 use rill::{
     Ack, Broker, BrokerConfig, Error, Fsync, Record, Sharing, StartPosition, SubscriptionOptions, TopicOptions,
 };
 
-/// Set in a child: its role.
-const CHILD_ROLE: &str = "RILL_TEST_NAMED_ROLE";
-/// Set in a child: the data directory.
-const CHILD_DIR: &str = "RILL_TEST_NAMED_DIR";
 /// The topic every process shares.
 const TOPIC: &str = "orders";
 /// The durable subscription's name.
@@ -34,60 +30,12 @@ const KILLS: u32 = 50;
 /// Messages published before each holder of the kill loop starts.
 const PER_ROUND: u64 = 20;
 
-/// A fresh directory under the system's temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("rill-named-{what}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn config(dir: &Path, sharing: Sharing, fsync: Fsync) -> BrokerConfig {
-    BrokerConfig { data_dir: Some(dir.to_owned()), sharing, fsync, worker_threads: Some(1), ..BrokerConfig::default() }
+    BrokerConfig { fsync, ..procs::config(dir, sharing) }
 }
 
 fn processes(dir: &Path) -> Broker {
     Broker::new(config(dir, Sharing::Processes, Fsync::Never)).unwrap()
-}
-
-/// Runs this test binary again as a child playing `role` in `dir`.
-fn spawn(test: &str, role: &str, dir: &Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ROLE, role)
-        .env(CHILD_DIR, dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Waits for a child and fails the test with its output if it failed.
-fn expect_success(child: Child, what: &str) {
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The child's role and directory, if this process is a child.
-fn child_role() -> Option<(String, PathBuf)> {
-    let role = std::env::var(CHILD_ROLE).ok()?;
-    Some((role, PathBuf::from(std::env::var_os(CHILD_DIR).unwrap())))
 }
 
 /// The offsets delivered to a subscription, in delivery order.
@@ -131,10 +79,10 @@ fn holder_child(dir: &Path) {
     let (sub, seen) = subscribe_named(&broker).unwrap();
     wait_for("the ten messages", || seen.lock().unwrap().len() == 10);
     assert_eq!(*seen.lock().unwrap(), (0..10).collect::<Vec<u64>>());
-    std::fs::write(dir.join("holding"), b"").unwrap();
+    mark(dir, "holding");
     wait_for("the parent's go-ahead", || dir.join("release").exists());
     sub.close();
-    std::fs::write(dir.join("released"), b"").unwrap();
+    mark(dir, "released");
     // Open until the parent is done with the topic (see `processes.rs`:
     // a broker's close rings the directory's doorbells).
     wait_for("the parent's done", || dir.join("done").exists());
@@ -152,39 +100,40 @@ fn a_name_held_in_another_process_is_busy_until_it_lets_go() {
     broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
     publish(&broker, 10);
     let child = spawn(TEST, "hold", &dir.0);
-    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        wait_for("the child to hold the name", || dir.0.join("holding").exists());
-        busy(subscribe_named(&broker), "subscribing while another process holds the name");
-        busy(broker.delete_durable(NAME), "deleting while another process holds the name");
-        std::fs::write(dir.0.join("release"), b"").unwrap();
-        wait_for("the child to let go", || dir.0.join("released").exists());
-        // Resumes after the ten the child acked.
-        let (sub, seen) = subscribe_named(&broker).unwrap();
-        // Inside one process a second subscriber of a held name is Busy too.
-        busy(subscribe_named(&broker), "a second subscribe in the holder's broker");
-        let other = processes(&dir.0);
-        busy(subscribe_named(&other), "a subscribe in another broker of the holder's process");
-        publish(&broker, 3);
-        wait_for("the three new messages", || seen.lock().unwrap().len() == 3);
-        assert!(sub.wait_idle(common::WAIT).unwrap());
-        assert_eq!(*seen.lock().unwrap(), [10, 11, 12], "nothing acked before is delivered again");
-        busy(other.delete_durable(NAME), "deleting while another broker holds the name");
-        sub.close();
-        other.delete_durable(NAME).unwrap();
-        match other.delete_durable(NAME) {
-            Err(Error::NotFound(_)) => {}
-            r => panic!("a second delete: expected NotFound, got {r:?}"),
-        }
-        // Forgotten: the next holder starts from its start option again.
-        let (sub, seen) = subscribe_named(&broker).unwrap();
-        wait_for("every message again", || seen.lock().unwrap().len() == 13);
-        sub.close();
-    }));
-    std::fs::write(dir.0.join("done"), b"").unwrap();
-    expect_success(child, "the holder");
-    if let Err(panic) = checked {
-        std::panic::resume_unwind(panic);
-    }
+    procs::check_then_release(
+        || {
+            wait_for("the child to hold the name", || dir.0.join("holding").exists());
+            busy(subscribe_named(&broker), "subscribing while another process holds the name");
+            busy(broker.delete_durable(NAME), "deleting while another process holds the name");
+            mark(&dir.0, "release");
+            wait_for("the child to let go", || dir.0.join("released").exists());
+            // Resumes after the ten the child acked.
+            let (sub, seen) = subscribe_named(&broker).unwrap();
+            // Inside one process a second subscriber of a held name is Busy too.
+            busy(subscribe_named(&broker), "a second subscribe in the holder's broker");
+            let other = processes(&dir.0);
+            busy(subscribe_named(&other), "a subscribe in another broker of the holder's process");
+            publish(&broker, 3);
+            wait_for("the three new messages", || seen.lock().unwrap().len() == 3);
+            assert!(sub.wait_idle(common::WAIT).unwrap());
+            assert_eq!(*seen.lock().unwrap(), [10, 11, 12], "nothing acked before is delivered again");
+            busy(other.delete_durable(NAME), "deleting while another broker holds the name");
+            sub.close();
+            other.delete_durable(NAME).unwrap();
+            match other.delete_durable(NAME) {
+                Err(Error::NotFound(_)) => {}
+                r => panic!("a second delete: expected NotFound, got {r:?}"),
+            }
+            // Forgotten: the next holder starts from its start option again.
+            let (sub, seen) = subscribe_named(&broker).unwrap();
+            wait_for("every message again", || seen.lock().unwrap().len() == 13);
+            sub.close();
+        },
+        || {
+            mark(&dir.0, "done");
+            expect_success(child, "the holder");
+        },
+    );
 }
 
 /// The child of the kill loop, role `<i>:<fsync>:<published>`: takes the
@@ -218,7 +167,7 @@ fn consumer_child(dir: &Path, role: &str) {
         .unwrap();
     wait_for("every message", || *last.lock().unwrap() == Some(published - 1));
     assert!(sub.wait_idle(common::WAIT).unwrap());
-    std::fs::write(dir.join(format!("idle-{i}")), b"").unwrap();
+    mark(dir, &format!("idle-{i}"));
     wait_for("the kill, or the parent's note that this is the last", || dir.join("end").exists());
     sub.close();
 }
@@ -249,7 +198,7 @@ fn a_killed_holders_name_is_taken_by_another_process_which_resumes() {
         consumer_child(&dir, &role);
         return;
     }
-    let kills: u32 = std::env::var("RILL_NAMED_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(KILLS);
+    let kills = procs::env_or("RILL_NAMED_KILLS", KILLS);
     let seed = std::env::var("RILL_NAMED_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
     });
@@ -303,7 +252,7 @@ fn a_killed_holders_name_is_taken_by_another_process_which_resumes() {
     // some whatever its predecessors read) and closes: nothing was lost.
     publish(&broker, PER_ROUND);
     let end = u64::from(kills + 1) * PER_ROUND;
-    std::fs::write(dir.0.join("end"), b"").unwrap();
+    mark(&dir.0, "end");
     expect_success(spawn(TEST, &format!("{kills}:never:{end}"), &dir.0), "the last holder");
     check(kills, &records(&dir.0, kills), exact);
     assert_eq!(highest, Some(end - 1), "every message was delivered to some holder");
@@ -358,6 +307,18 @@ fn positions_move_with_the_directory_between_modes() {
     }
 }
 
+/// Creates [`TOPIC`] again, publishes five messages and checks that the
+/// name's next holder reads the new topic from its first message.
+fn recreated_is_read_from_its_start(broker: &Broker) {
+    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    publish(broker, 5);
+    let (sub, seen) = subscribe_named(broker).unwrap();
+    wait_for("the five new messages", || seen.lock().unwrap().len() >= 5);
+    assert!(sub.wait_idle(common::WAIT).unwrap());
+    assert_eq!(*seen.lock().unwrap(), (0..5).collect::<Vec<u64>>(), "the new topic, from its first message");
+    sub.close();
+}
+
 /// The child of [`a_held_name_drops_a_topic_another_process_deletes`]:
 /// takes the name, which resumes the topic after the ten messages the
 /// parent acked, says so, and waits until the parent's deletion closes the
@@ -365,7 +326,7 @@ fn positions_move_with_the_directory_between_modes() {
 fn deleted_under_holder_child(dir: &Path) {
     let broker = processes(dir);
     let (sub, seen) = subscribe_named(&broker).unwrap();
-    std::fs::write(dir.join("holding"), b"").unwrap();
+    mark(dir, "holding");
     wait_for("the deletion to close the subscription", || sub.is_closed());
     assert!(seen.lock().unwrap().is_empty(), "resumed after the ten acked: nothing more to deliver");
     drop(sub);
@@ -396,13 +357,7 @@ fn a_held_name_drops_a_topic_another_process_deletes() {
     // Held: the deleter leaves the name's slots to the holder.
     broker.delete_topic(TOPIC).unwrap();
     expect_success(child, "the holder");
-    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
-    publish(&broker, 5);
-    let (sub, seen) = subscribe_named(&broker).unwrap();
-    wait_for("the five new messages", || seen.lock().unwrap().len() >= 5);
-    assert!(sub.wait_idle(common::WAIT).unwrap());
-    assert_eq!(*seen.lock().unwrap(), (0..5).collect::<Vec<u64>>(), "the new topic, from its first message");
-    sub.close();
+    recreated_is_read_from_its_start(&broker);
 }
 
 /// The child of [`a_name_nobody_holds_drops_a_deleted_topic`]: takes the
@@ -435,11 +390,5 @@ fn a_name_nobody_holds_drops_a_deleted_topic() {
     expect_success(spawn(TEST, "ack", &dir.0), "the first holder");
     // Nobody holds the name: the deleter drops the topic from its slots.
     broker.delete_topic(TOPIC).unwrap();
-    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
-    publish(&broker, 5);
-    let (sub, seen) = subscribe_named(&broker).unwrap();
-    wait_for("the five new messages", || seen.lock().unwrap().len() >= 5);
-    assert!(sub.wait_idle(common::WAIT).unwrap());
-    assert_eq!(*seen.lock().unwrap(), (0..5).collect::<Vec<u64>>(), "the new topic, from its first message");
-    sub.close();
+    recreated_is_read_from_its_start(&broker);
 }

@@ -3,120 +3,44 @@
 //! process; a wildcard subscription in one process picks up a topic another
 //! process created and gets every message published to it.
 //!
-//! The other processes are this test binary run again with [`CHILD_ROLE`]
-//! set and only the one test selected, as in `tests/processes.rs`. Parent
-//! and child hand over through files in the data directory, waited for
-//! with a deadline ([`wait_for`]).
+//! The other processes are this test binary run again with [`procs::ROLE`]
+//! set and only the one test selected, as in `tests/processes.rs` (see
+//! `tests/common/procs.rs`). Parent and child hand over through files in
+//! the data directory, waited for with a deadline.
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use common::procs::{self, TempDir, child_role, expect_success, mark, spawn, wait_child_mark, wait_mark};
 use common::wait_for;
-use rill::{
-    Ack, Broker, BrokerConfig, Error, Fsync, Record, Sharing, StartPosition, SubscriptionOptions, TopicOptions,
-};
+use rill::{Ack, Broker, BrokerConfig, Error, Record, Sharing, StartPosition, SubscriptionOptions, TopicOptions};
 
-/// Set in a child: its part.
-const CHILD_ROLE: &str = "RILL_TEST_PROCESSES_TOPICS_ROLE";
-/// Set in a child: the data directory.
-const CHILD_DIR: &str = "RILL_TEST_PROCESSES_TOPICS_DIR";
 /// Messages the creating process publishes, unless
 /// `RILL_PROCESSES_MESSAGES` says more (the long version).
 const MESSAGES: u32 = 2_000;
 
 fn messages() -> u32 {
-    std::env::var("RILL_PROCESSES_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(MESSAGES)
-}
-
-/// A fresh directory under the system's temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("rill-processes-topics-{what}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    procs::env_or("RILL_PROCESSES_MESSAGES", MESSAGES)
 }
 
 fn config(dir: &Path) -> BrokerConfig {
-    BrokerConfig {
-        data_dir: Some(dir.to_owned()),
-        sharing: Sharing::Processes,
-        fsync: Fsync::Never,
-        worker_threads: Some(1),
-        ..BrokerConfig::default()
-    }
-}
-
-/// Runs this test binary again as a child playing `role` in `dir`.
-fn spawn(test: &str, role: &str, dir: &Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ROLE, role)
-        .env(CHILD_DIR, dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Waits for a child and fails the test with its output if it failed.
-fn expect_success(child: Child, what: &str) {
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The child's role and directory, if this process is a child.
-fn child_role() -> Option<(String, PathBuf)> {
-    let role = std::env::var(CHILD_ROLE).ok()?;
-    Some((role, PathBuf::from(std::env::var_os(CHILD_DIR).unwrap())))
-}
-
-/// Makes the marker file `name` in `dir` (a step done, for the other process).
-fn mark(dir: &Path, name: &str) {
-    std::fs::write(dir.join(name), b"").unwrap();
-}
-
-/// Waits until the other process made the marker file `name`.
-fn wait_mark(dir: &Path, name: &str) {
-    wait_for(name, || dir.join(name).exists());
-}
-
-/// Waits until `child` made the marker file `name`, or exited (a failed
-/// child's output is then reported by [`expect_success`]).
-fn wait_child_mark(dir: &Path, name: &str, child: &mut Child) -> bool {
-    let mut exited = false;
-    wait_for(name, || {
-        exited = child.try_wait().unwrap().is_some();
-        exited || dir.join(name).exists()
-    });
-    dir.join(name).exists()
+    procs::config(dir, Sharing::Processes)
 }
 
 /// What a subscription saw: `(topic, offset, payload)` in delivery order.
 type Seen = Arc<Mutex<Vec<(String, u64, u32)>>>;
 
+/// Subscribes to `pattern` (from its latest message), recording what it gets.
 fn subscribe(broker: &Broker, pattern: &str) -> (rill::Subscription, Seen) {
+    subscribe_from(broker, pattern, StartPosition::Latest)
+}
+
+fn subscribe_from(broker: &Broker, pattern: &str, start: StartPosition) -> (rill::Subscription, Seen) {
     let seen: Seen = Arc::default();
     let sink = seen.clone();
-    let options = SubscriptionOptions { start: StartPosition::Latest, ..SubscriptionOptions::default() };
+    let options = SubscriptionOptions { start, ..SubscriptionOptions::default() };
     let sub = broker
         .subscribe(pattern, options, move |m| {
             let n = u32::from_le_bytes(m.record().payload()[..4].try_into().unwrap());
@@ -177,16 +101,7 @@ fn publishing_by_name_to_a_topic_another_process_created_needs_no_create() {
     broker.publish("prices", &Record::new(&8u32.to_le_bytes())).unwrap();
     let stats = broker.topic_stats("prices").unwrap();
     assert_eq!(stats.partitions.len(), 3, "joined with the options it was created with");
-    let options = SubscriptionOptions { start: StartPosition::Earliest, ..SubscriptionOptions::default() };
-    let seen: Seen = Arc::default();
-    let sink = seen.clone();
-    let _sub = broker
-        .subscribe("prices", options, move |m| {
-            let n = u32::from_le_bytes(m.record().payload()[..4].try_into().unwrap());
-            sink.lock().unwrap().push((m.topic().to_owned(), m.record().offset(), n));
-            Ack::Success
-        })
-        .unwrap();
+    let (_sub, seen) = subscribe_from(&broker, "prices", StartPosition::Earliest);
     wait_for("both messages", || seen.lock().unwrap().len() == 2);
     let mut payloads: Vec<u32> = seen.lock().unwrap().iter().map(|s| s.2).collect();
     payloads.sort_unstable();

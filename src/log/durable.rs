@@ -215,8 +215,9 @@
 //!   sees it committed, gathered or not.
 //! * *Why half a round.* With rounds of time S carrying k of n publishers,
 //!   the rate is k/S; waiting w to carry all n gives n/(S + w), a gain while
-//!   w < S (n/k - 1): while w < S for the k of about n/2 measured without
-//!   gathering, and up to the bound S/2 while k < 2n/3. The wait usually ends
+//!   w < S (n/k - 1): while w < S for the k that rounds carry without
+//!   gathering (`rill-bench` scenario persist-always-4 measures it), and up
+//!   to the bound S/2 while k < 2n/3. The wait usually ends
 //!   well before the bound, when the last expected publisher arrives; the
 //!   bound is what a missing one costs. It also bounds latency: a gathered
 //!   publisher is acknowledged at most w + S <= 1.5 S after its leader began

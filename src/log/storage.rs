@@ -264,8 +264,8 @@ unsafe impl SegmentStorage for HeapStorage {
 ///
 /// Writing a fresh segment faults in its pages one by one: 1,024 faults for
 /// a 4 MiB segment in 4 KiB pages, each a trap, a zeroed page and a page
-/// table entry, on the publisher's thread: more than half of a publish's
-/// time on a new topic, when it was measured (`rill-bench --publish-cost`,
+/// table entry, on the publisher's thread: most of a publish's time on a
+/// new topic, when it was measured (`rill-bench --publish-cost`,
 /// "new topic" against "past its retention"; the dated study is "recycle"
 /// in `docs/archive/performance-notebook-2026.md`). With transparent huge
 /// pages the same segment is two faults of 2 MiB each (the kernel zeroes

@@ -1,9 +1,15 @@
 //! Helpers every integration test file shares: one timeout, one way to wait
-//! for a condition, and the few one-line set-ups the tests repeat.
+//! for a condition, and the few one-line set-ups the tests repeat; and, in
+//! [`procs`], the scaffolding of the tests that run several processes;
+//! in [`compact_model`], the model the compaction tests check a broker's
+//! compacted topics against.
 //!
 //! Each test file is its own crate and uses a different subset, so unused
 //! helpers are expected here.
 #![allow(dead_code)]
+
+pub mod compact_model;
+pub mod procs;
 
 use std::time::{Duration, Instant};
 

@@ -95,7 +95,7 @@ pub struct MachineState {
 
 /// A pair whose probes differ by more than this factor ran in more than one
 /// machine state (two states seen on a shared VM differ several times
-/// over; a probe's own spread within one state is a few percent).
+/// over; a probe's own spread within one state is far smaller).
 pub const STATE_SPREAD: f64 = 1.5;
 /// Rounds of the ping-pong taken around each run, and each round's length:
 /// about 10 ms a probe, against runs of half a second.

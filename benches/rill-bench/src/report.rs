@@ -221,7 +221,7 @@ pub fn table(r: &Report) -> String {
 /// Cross-core probes of one invocation whose slowest is more than this many
 /// times its fastest saw the machine in more than one state: the same
 /// judgement as a pair's ([`STATE_SPREAD`]: a probe's own spread in one
-/// state is a few percent, the states of a shared VM differ by about 5x),
+/// state is small, the states of a shared VM differ several times over),
 /// taken over every probe of the invocation.
 pub const NOISE_SPREAD: f64 = STATE_SPREAD;
 

@@ -1,7 +1,8 @@
 /*
  * What the C test programs that work on data directories share: opening a
- * broker on one, and damaging a record in a partition's segment files on
- * purpose. Include after check.h.
+ * broker on one (alone or shared by processes), removing one, and damaging
+ * a record in a partition's segment files on purpose. Include after
+ * check.h.
  */
 #ifndef RILL_TEST_DIRS_H
 #define RILL_TEST_DIRS_H
@@ -29,6 +30,26 @@ static inline rill_status open_data_broker(const char *dir, rill_fsync fsync, bo
     o.repair = repair;
     *out = NULL;
     return rill_broker_new(&o, out);
+}
+
+/* Opens a broker on `dir` with `sharing` (RILL_SHARING_PROCESSES: shared
+ * with other processes' brokers); the status is the caller's to check. */
+static inline rill_status open_shared_broker(const char *dir, rill_sharing sharing, rill_fsync fsync,
+                                             rill_broker **out) {
+    rill_broker_options o;
+    rill_broker_options_init(&o);
+    o.data_dir = dir;
+    o.fsync = fsync;
+    o.sharing = sharing;
+    *out = NULL;
+    return rill_broker_new(&o, out);
+}
+
+/* Removes the directory `dir` (made by mkdtemp) and all in it. */
+static inline void remove_dir(const char *dir) {
+    char rm[1100];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    CHECK(system(rm) == 0);
 }
 
 /* Opens a broker on `dir`, or counts the failure and ends the program

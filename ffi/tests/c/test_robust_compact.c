@@ -29,82 +29,19 @@
 
 #include "check.h"
 #include "dirs.h"
+#include "compact.h"
 
 enum {
-    KEYS = 10,          /* distinct keys of the data */
-    DATA = 1200,        /* data messages: more than a 4 MiB segment holds */
-    FILLER = 1100,      /* filler messages: more than a 4 MiB segment holds */
-    PAYLOAD = 4000,     /* bytes of every message */
-    LINE = 64,
-    DEADLINE_S = 60,    /* longest wait for the compactor */
+    DEADLINE_S = 60, /* longest wait for the compactor */
 };
-
-static const char *TOPIC = "prices";
-
-/* Message `i`'s key ("k<i % KEYS>") and payload ("v<i>", padded with '.'). */
-static void make(int i, char *key, char *payload) {
-    snprintf(key, LINE, "k%d", i % KEYS);
-    memset(payload, '.', PAYLOAD);
-    snprintf(payload, LINE, "v%d", i);
-}
-
-static rill_status publish(rill_broker *b, const char *key, const char *payload, size_t len, rill_position *at) {
-    rill_record r;
-    memset(&r, 0, sizeof r);
-    r.key = key;
-    r.key_len = key ? strlen(key) : 0;
-    r.payload = payload;
-    r.payload_len = len;
-    return rill_publish(b, TOPIC, &r, at);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* Reads the topic from the beginning with a new group; true if the data
  * keys' messages are exactly the newest of each, in offset order. */
 static bool reads_newest_only(rill_broker *b, int round) {
     char group[LINE];
     snprintf(group, sizeof group, "probe-%d", round);
-    rill_consumer *c = NULL;
-    OK(rill_consumer_new(b, group, TOPIC, NULL, &c));
-    if (!c) {
-        return false;
-    }
-    int seen = 0;
-    bool newest = true, any = false;
-    uint64_t last = 0;
-    for (;;) {
-        const rill_message *ms = NULL;
-        size_t n = 0;
-        OK(rill_consumer_poll(c, 1000, 20, &ms, &n));
-        if (n == 0) {
-            break;
-        }
-        for (size_t i = 0; i < n; i++) {
-            const rill_message *m = &ms[i];
-            CHECK(!any || m->offset > last);
-            any = true;
-            last = m->offset;
-            if (m->key_len == 0 || m->key[0] != 'k') {
-                continue; /* the filler */
-            }
-            /* The newest message of key k is the last i < DATA with i % KEYS == k. */
-            int k = atoi((const char *)m->key + 1);
-            int want = DATA - KEYS + k;
-            char expect[LINE];
-            snprintf(expect, sizeof expect, "v%d", want);
-            if (m->offset != (uint64_t)want || memcmp(m->payload, expect, strlen(expect)) != 0) {
-                newest = false;
-            }
-            seen++;
-        }
-    }
-    rill_consumer_free(c);
-    return newest && seen == KEYS;
+    newest_t read = read_newest(b, group, NO_TOMBSTONE);
+    return read.other == 0 && read.newest == KEYS;
 }
 
 int main(void) {
@@ -127,20 +64,8 @@ int main(void) {
     rill_position at = {0, 0};
     CHECK_STATUS(publish(b, NULL, "x", 1, &at), RILL_ERR_INVALID_ARGUMENT);
 
-    char *payload = malloc(PAYLOAD);
-    char key[LINE];
-    for (int i = 0; i < DATA; i++) {
-        make(i, key, payload);
-        OK(publish(b, key, payload, PAYLOAD, &at));
-        CHECK(at.offset == (uint64_t)i); /* the refused publish took no offset */
-    }
-    /* Filler of its own key, more than a segment (4 MiB by default), so
-     * that every data message is in a sealed segment (the compactor never
-     * touches the one being written). */
-    memset(payload, '-', PAYLOAD);
-    for (int i = 0; i < FILLER; i++) {
-        OK(publish(b, "~", payload, PAYLOAD, &at));
-    }
+    /* The refused publish took no offset: the data's start at 0. */
+    publish_data(b, NO_TOMBSTONE);
     rill_topic_stats now;
 
     double deadline = now_s() + DEADLINE_S;
@@ -178,19 +103,13 @@ int main(void) {
     /* Offsets never change: the next message continues after the last. */
     OK(publish(b, "k0", "next", 4, &at));
     CHECK(at.offset == now.publish_count);
-    free(payload);
     rill_broker_free(b);
 
     /* On a data directory shared by processes: refused, clearly. */
     char dir[] = "/tmp/rill-compact-XXXXXX";
     if (mkdtemp(dir)) {
         rill_broker *d = NULL;
-        rill_broker_options bo;
-        rill_broker_options_init(&bo);
-        bo.data_dir = dir;
-        bo.fsync = RILL_FSYNC_NEVER;
-        bo.sharing = RILL_SHARING_PROCESSES;
-        OK(rill_broker_new(&bo, &d));
+        OK(open_shared_broker(dir, RILL_SHARING_PROCESSES, RILL_FSYNC_NEVER, &d));
         if (d) {
             CHECK_STATUS(rill_topic_create(d, TOPIC, &o), RILL_ERR_INVALID_ARGUMENT);
             char err[512];
@@ -198,9 +117,7 @@ int main(void) {
             CHECK(strstr(err, "shared by processes") != NULL);
             rill_broker_free(d);
         }
-        char cmd[LINE * 2];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        CHECK(system(cmd) == 0);
+        remove_dir(dir);
     }
     return CHECK_VERDICT("test_robust_compact");
 }

@@ -36,6 +36,8 @@
 #include "rill.h"
 
 #include "check.h"
+#include "dirs.h"
+#include "procs.h"
 
 enum {
     PER_ROUND = 20,    /* messages published before each holder starts */
@@ -58,13 +60,7 @@ enum {
 };
 
 static rill_status open_shared(const char *dir, rill_fsync fsync, rill_broker **out) {
-    rill_broker_options o;
-    rill_broker_options_init(&o);
-    o.data_dir = dir;
-    o.fsync = fsync;
-    o.sharing = RILL_SHARING_PROCESSES;
-    *out = NULL;
-    return rill_broker_new(&o, out);
+    return open_shared_broker(dir, RILL_SHARING_PROCESSES, fsync, out);
 }
 
 /* ---- the child ---- */
@@ -180,7 +176,7 @@ static bool next_report(kid_t *k, uint64_t *v) {
 }
 
 static void send_cmd(kid_t *k, char c) {
-    CHECK(write(k->cmd, &c, 1) == 1);
+    send_byte(k->cmd, c);
 }
 
 /* Tells a child to exit and checks that it did, cleanly. */
@@ -188,9 +184,7 @@ static void finish(kid_t *k) {
     send_cmd(k, CMD_EXIT);
     close(k->cmd);
     close(k->rep);
-    int status = 0;
-    CHECK(waitpid(k->pid, &status, 0) == k->pid);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    reap_child(k->pid);
 }
 
 static void publish(rill_broker *b, int n) {
@@ -343,8 +337,6 @@ int main(int argc, char **argv) {
     kill_loop(argv[0], dir, b);
     rill_broker_free(b);
 
-    char rm[sizeof dir + 16];
-    snprintf(rm, sizeof rm, "rm -rf %s", dir);
-    CHECK(system(rm) == 0);
+    remove_dir(dir);
     return CHECK_VERDICT("test_robust_named");
 }

@@ -33,12 +33,13 @@
 #include "rill.h"
 
 #include "check.h"
+#include "dirs.h"
+#include "procs.h"
 
 enum {
     PUBLISHERS = 2,    /* child processes that publish */
     EACH = 300,        /* messages each publishes in the first step */
     TOTAL = PUBLISHERS * EACH + 1, /* and child 0's one more */
-    WAIT_SECONDS = 30,
 };
 
 /* The parent's commands to a child, one byte each on its pipe. */
@@ -81,28 +82,11 @@ static rill_ack record(void *user_data, const rill_message *m) {
 
 /* Waits (with a deadline) until `want` messages were seen; returns the count. */
 static int wait_seen(seen_t *s, int want) {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += WAIT_SECONDS;
-    pthread_mutex_lock(&s->lock);
-    while (s->count < want) {
-        if (pthread_cond_timedwait(&s->changed, &s->lock, &deadline) != 0) {
-            break;
-        }
-    }
-    int got = s->count;
-    pthread_mutex_unlock(&s->lock);
-    return got;
+    return wait_count(&s->lock, &s->changed, &s->count, want);
 }
 
 static rill_status open_shared(const char *dir, rill_sharing sharing, rill_broker **out) {
-    rill_broker_options o;
-    rill_broker_options_init(&o);
-    o.data_dir = dir;
-    o.fsync = RILL_FSYNC_NEVER;
-    o.sharing = sharing;
-    *out = NULL;
-    return rill_broker_new(&o, out);
+    return open_shared_broker(dir, sharing, RILL_FSYNC_NEVER, out);
 }
 
 static void publish(rill_broker *b, uint32_t who, uint32_t seq) {
@@ -142,10 +126,6 @@ static void child(const char *dir, uint32_t who, int cmd) {
     rill_broker_free(b);
     close(cmd);
     _exit(failures ? 1 : 0);
-}
-
-static void send_cmd(int fd, char c) {
-    CHECK(write(fd, &c, 1) == 1);
 }
 
 static bool last_error_says(const char *what) {
@@ -226,14 +206,14 @@ int main(void) {
     OK(rill_subscribe(b, TOPIC, &so, record, &seen, &s));
 
     for (int i = 0; i < PUBLISHERS; i++) {
-        send_cmd(cmd[i], CMD_GO);
+        send_byte(cmd[i], CMD_GO);
     }
     CHECK(wait_seen(&seen, PUBLISHERS * EACH) == PUBLISHERS * EACH);
-    OK(rill_subscription_wait_idle(s, WAIT_SECONDS * 1000));
+    OK(rill_subscription_wait_idle(s, PROCS_WAIT_SECONDS * 1000));
     /* Idle now; the children are open and publish nothing more until told. */
-    send_cmd(cmd[0], CMD_ONE);
+    send_byte(cmd[0], CMD_ONE);
     CHECK(wait_seen(&seen, TOTAL) == TOTAL);
-    OK(rill_subscription_wait_idle(s, WAIT_SECONDS * 1000));
+    OK(rill_subscription_wait_idle(s, PROCS_WAIT_SECONDS * 1000));
 
     pthread_mutex_lock(&seen.lock);
     CHECK(seen.count == TOTAL);
@@ -255,17 +235,13 @@ int main(void) {
     pthread_mutex_unlock(&seen.lock);
 
     for (int i = 0; i < PUBLISHERS; i++) {
-        send_cmd(cmd[i], CMD_DONE);
+        send_byte(cmd[i], CMD_DONE);
         close(cmd[i]);
-        int status = 0;
-        CHECK(waitpid(pid[i], &status, 0) == pid[i]);
-        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        reap_child(pid[i]);
     }
     rill_subscription_free(s);
     rill_broker_free(b);
 
-    char rm[sizeof dir + 16];
-    snprintf(rm, sizeof rm, "rm -rf %s", dir);
-    CHECK(system(rm) == 0);
+    remove_dir(dir);
     return CHECK_VERDICT("test_robust_procs");
 }

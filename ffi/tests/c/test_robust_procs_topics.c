@@ -30,10 +30,11 @@
 #include "rill.h"
 
 #include "check.h"
+#include "dirs.h"
+#include "procs.h"
 
 enum {
     MESSAGES = 500, /* the child publishes these to its new topic */
-    WAIT_SECONDS = 30,
 };
 
 /* The parent's commands to the child, one byte each on its pipe. */
@@ -78,28 +79,11 @@ static rill_ack record(void *user_data, const rill_message *m) {
 
 /* Waits (with a deadline) until `want` messages were seen; returns the count. */
 static int wait_seen(seen_t *s, int want) {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += WAIT_SECONDS;
-    pthread_mutex_lock(&s->lock);
-    while (s->count < want) {
-        if (pthread_cond_timedwait(&s->changed, &s->lock, &deadline) != 0) {
-            break;
-        }
-    }
-    int got = s->count;
-    pthread_mutex_unlock(&s->lock);
-    return got;
+    return wait_count(&s->lock, &s->changed, &s->count, want);
 }
 
 static rill_status open_shared(const char *dir, rill_broker **out) {
-    rill_broker_options o;
-    rill_broker_options_init(&o);
-    o.data_dir = dir;
-    o.fsync = RILL_FSYNC_NEVER;
-    o.sharing = RILL_SHARING_PROCESSES;
-    *out = NULL;
-    return rill_broker_new(&o, out);
+    return open_shared_broker(dir, RILL_SHARING_PROCESSES, RILL_FSYNC_NEVER, out);
 }
 
 static rill_status publish(rill_broker *b, uint32_t n) {
@@ -141,19 +125,6 @@ static void child(const char *dir, int cmd, int done) {
     _exit(failures ? 1 : 0);
 }
 
-static void send_cmd(int fd, char c) {
-    CHECK(write(fd, &c, 1) == 1);
-}
-
-/* Reads the child's answer to `c`. */
-static void expect_done(int fd, char c) {
-    char got = 0;
-    ssize_t n;
-    while ((n = read(fd, &got, 1)) < 0 && errno == EINTR) {
-    }
-    CHECK(n == 1 && got == c);
-}
-
 static void count_topic(void *user_data, const char *name) {
     (void)name;
     (*(int *)user_data)++;
@@ -165,7 +136,7 @@ static void count_topic(void *user_data, const char *name) {
 static bool vanishes(rill_broker *b) {
     struct timespec deadline, now;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += WAIT_SECONDS;
+    deadline.tv_sec += PROCS_WAIT_SECONDS;
     for (;;) {
         if (publish(b, UINT32_MAX) == RILL_ERR_NO_SUCH_TOPIC) {
             return true;
@@ -208,8 +179,8 @@ int main(void) {
     OK(rill_subscribe(b, PATTERN, &so, record, &seen, &s));
     CHECK_STATUS(publish(b, 0), RILL_ERR_NO_SUCH_TOPIC);
 
-    send_cmd(cmd[1], CMD_CREATE);
-    expect_done(done[0], CMD_CREATE);
+    send_byte(cmd[1], CMD_CREATE);
+    expect_byte(done[0], CMD_CREATE);
     CHECK(wait_seen(&seen, MESSAGES) == MESSAGES);
 
     /* By name, not created here. */
@@ -218,7 +189,7 @@ int main(void) {
     OK(rill_publish(b, TOPIC, &r, &at));
     CHECK(at.offset == MESSAGES);
     CHECK(wait_seen(&seen, MESSAGES + 1) == MESSAGES + 1);
-    OK(rill_subscription_wait_idle(s, WAIT_SECONDS * 1000));
+    OK(rill_subscription_wait_idle(s, PROCS_WAIT_SECONDS * 1000));
 
     pthread_mutex_lock(&seen.lock);
     CHECK(seen.count == MESSAGES + 1 && !seen.other_topic);
@@ -227,24 +198,20 @@ int main(void) {
     }
     pthread_mutex_unlock(&seen.lock);
 
-    send_cmd(cmd[1], CMD_DELETE);
-    expect_done(done[0], CMD_DELETE);
+    send_byte(cmd[1], CMD_DELETE);
+    expect_byte(done[0], CMD_DELETE);
     CHECK(vanishes(b));
     int listed = 0;
     OK(rill_topic_list(b, count_topic, &listed));
     CHECK(listed == 0);
 
-    send_cmd(cmd[1], CMD_DONE); /* not answered: the child exits */
+    send_byte(cmd[1], CMD_DONE); /* not answered: the child exits */
     close(cmd[1]);
     close(done[0]);
-    int status = 0;
-    CHECK(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    reap_child(pid);
     rill_subscription_free(s);
     rill_broker_free(b);
 
-    char rm[sizeof dir + 16];
-    snprintf(rm, sizeof rm, "rm -rf %s", dir);
-    CHECK(system(rm) == 0);
+    remove_dir(dir);
     return CHECK_VERDICT("test_robust_procs_topics");
 }

@@ -257,7 +257,7 @@ mod tests {
         // Duration mode with several producers: the subscribers never write
         // their counts per message, so each must learn the final count from the
         // last producer before its final message arrives, or the run would
-        // time out (the cap here is 60 s; a run takes 30 ms).
+        // time out (the cap here is 60 s, far beyond what a healthy run takes).
         for (producers, subscribers) in [(1, 1), (3, 1), (1, 3)] {
             let shape = Shape {
                 work: Work::Minimal,
