@@ -62,6 +62,11 @@ pub(crate) trait GroupHost: Send + Sync {
     /// The partitions `core` owns now, or `None` if it is not a member (it
     /// was expelled).
     fn assignment(&self, core: &ConsumerCore) -> Option<Assignment>;
+    /// The partitions `core` owns now, changing nothing (`assignment` may
+    /// follow the group first, where the group spans processes).
+    fn owned(&self, core: &ConsumerCore) -> Vec<u32> {
+        self.assignment(core).map(|a| a.partitions).unwrap_or_default()
+    }
     /// Expels the members, other than `core`, that have not polled for their
     /// session timeout; returns how long until it is worth looking again.
     fn expel_idle(&self, core: &ConsumerCore) -> Duration;
@@ -539,7 +544,7 @@ impl Consumer {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn assignment(&self) -> Vec<u32> {
-        self.host.assignment(&self.core).map(|a| a.partitions).unwrap_or_default()
+        self.host.owned(&self.core)
     }
 
     /// What this consumer's `poll` waits on, for tests that must act while

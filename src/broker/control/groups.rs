@@ -249,6 +249,10 @@ impl GroupHost for ProcessMember {
         shared_assignment(m, core.topic.partitions.len() as u32).ok()
     }
 
+    fn owned(&self, _core: &ConsumerCore) -> Vec<u32> {
+        self.state.lock().membership.as_ref().map(Membership::owned).unwrap_or_default()
+    }
+
     /// Looks at the members (removing dead ones' files): if this member
     /// owns other partitions than it should, its assignment changes, and
     /// its next `sync` gives up and takes partitions.

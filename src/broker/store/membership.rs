@@ -54,7 +54,9 @@
 //! (the lock is on the file, so it survives the rename). A member whose
 //! process died is found by trying its file's lock without blocking: a
 //! lock that is granted means nobody holds it, so the member is dead and
-//! the finder removes its file (still holding the lock). A member name
+//! the finder removes its file (still holding the lock); a temporary file
+//! left by a join that died before its rename stays (it is never listed).
+//! A member name
 //! holds its pid, a clock reading and an id unique in its process, so a
 //! reused pid never brings a dead member's name back.
 //!
@@ -221,15 +223,17 @@ impl Membership {
         })
     }
 
-    /// The live members, sorted by name; removes the files of dead ones
-    /// (and of joins that died before their rename).
+    /// The live members, sorted by name; removes the files of dead ones.
     fn live_members(&self) -> Result<Vec<String>> {
         let entries = fs::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, &e))?;
         let mut live = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| Error::io(&self.dir, &e))?;
             let Some(file) = entry.file_name().to_str().map(str::to_owned) else { continue };
-            if !(file.ends_with(MEMBER_SUFFIX) || file.ends_with(".tmp")) {
+            // A `.tmp` file is a join in progress (or one that died before
+            // its rename, left as it is: removing it could race a live
+            // joiner between its create and its lock).
+            if !file.ends_with(MEMBER_SUFFIX) {
                 continue;
             }
             if file == self.name {
@@ -249,8 +253,7 @@ impl Membership {
                     Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(&path, &e)),
                     _ => {}
                 },
-                None if file.ends_with(MEMBER_SUFFIX) => live.push(file),
-                None => {}
+                None => live.push(file),
             }
         }
         live.sort();
