@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use common::{WAIT, wait_for};
 use rill::{
-    Ack, Broker, BrokerConfig, ConsumerOptions, Error, Fsync, Record, Sharing, StartPosition, SubscriptionOptions,
+    Ack, Broker, BrokerConfig, Error, Fsync, Record, Sharing, StartPosition, SubscriptionOptions,
     TopicOptions,
 };
 
@@ -200,8 +200,7 @@ fn what_processes_do_not_share_yet_is_refused() {
     };
     let shared = SubscriptionOptions { name: Some("workers".into()), shared: true, ..SubscriptionOptions::default() };
     refused(broker.subscribe(TOPIC, shared, |_| Ack::Success).map(drop), "a shared subscription");
-    refused(broker.consumer("billing", TOPIC, ConsumerOptions::default()).map(drop), "a consumer");
-    refused(broker.delete_group("billing", TOPIC), "deleting a group");
+    // Consumer groups are shared: processes_groups.rs.
     // What is shared works: an anonymous subscription, publishing. Its name
     // (and so its dead-letter topic's, in the shared directory) holds the
     // pid: subscription ids are per process.
