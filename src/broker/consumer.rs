@@ -15,6 +15,14 @@
 //! that expelled it takes its partitions (see "Progress whatever the session
 //! timeout" in `group.rs`); its next call rejoins.
 //!
+//! With `Sharing::Processes` a group spans the processes on the data
+//! directory: the consumer's hooks are then `control::groups::ProcessMember`,
+//! and which member owns a partition is a lock in the directory, not the
+//! control plane's state (see `store/membership.rs`). The look every
+//! quarter of the session timeout is then when a member follows the
+//! group: it gives up and takes partitions as the live members' split
+//! says, and a member whose process died is found then.
+//!
 //! `poll` returns messages borrowed from the log, valid until the next call
 //! that moves the consumer. Waiting in `poll` parks the thread (see
 //! `waiters.rs`): the consumer is a listener of each partition it reads, and a

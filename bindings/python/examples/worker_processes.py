@@ -16,6 +16,7 @@ lost, handled twice, or a partition is handled by two workers.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import queue
 import sys
@@ -44,12 +45,11 @@ def worker(data_dir: str, worker_id: int, reports: Any, stop: Any) -> None:
             for job in jobs:
                 reports.put(("job", worker_id, job.partition, job.payload.decode()))
             if jobs:
-                try:
-                    # Done with what it polled: the group moves past it.
+                # Done with what it polled: the group moves past it
+                # (Reassigned: partitions it gave up while the workers
+                # settled, whose new owner polls them again).
+                with contextlib.suppress(rill.Reassigned):
                     consumer.commit()
-                except rill.Reassigned:
-                    # Partitions it gave up while the workers settled.
-                    pass
             now = consumer.assignment()
             if now != owned:
                 reports.put(("owns", worker_id, now))
@@ -61,57 +61,57 @@ def main() -> int:
     # "spawn": fresh interpreters, as a program with the GIL in the way
     # starts its workers (and no broker's threads are inherited).
     ctx = multiprocessing.get_context("spawn")
-    with tempfile.TemporaryDirectory() as data_dir:
-        with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never") as producer:
-            producer.create_topic("jobs/resize", partitions=PARTITIONS)
-            reports = ctx.Queue()
-            stop = ctx.Event()
-            workers = [ctx.Process(target=worker, args=(data_dir, i, reports, stop)) for i in range(WORKERS)]
-            for w in workers:
-                w.start()
-            give_up = time.monotonic() + DEADLINE
-            owns: dict[int, list[int]] = {}
-            handled: dict[str, list[int]] = {}
-            readers: dict[int, set[int]] = {}
+    tmp = tempfile.TemporaryDirectory()
+    with tmp as data_dir, rill.Broker(data_dir=data_dir, sharing="processes", fsync="never") as producer:
+        producer.create_topic("jobs/resize", partitions=PARTITIONS)
+        reports = ctx.Queue()
+        stop = ctx.Event()
+        workers = [ctx.Process(target=worker, args=(data_dir, i, reports, stop)) for i in range(WORKERS)]
+        for w in workers:
+            w.start()
+        give_up = time.monotonic() + DEADLINE
+        owns: dict[int, list[int]] = {}
+        handled: dict[str, list[int]] = {}
+        readers: dict[int, set[int]] = {}
 
-            def take(timeout: float) -> None:
-                try:
-                    report = reports.get(timeout=timeout)
-                except queue.Empty:
-                    return
-                if report[0] == "owns":
-                    owns[report[1]] = report[2]
-                else:
-                    _, worker_id, partition, job = report
-                    handled.setdefault(job, []).append(worker_id)
-                    readers.setdefault(partition, set()).add(worker_id)
+        def take(timeout: float) -> None:
+            try:
+                report = reports.get(timeout=timeout)
+            except queue.Empty:
+                return
+            if report[0] == "owns":
+                owns[report[1]] = report[2]
+            else:
+                _, worker_id, partition, job = report
+                handled.setdefault(job, []).append(worker_id)
+                readers.setdefault(partition, set()).add(worker_id)
 
-            # Wait until the workers have split the partitions, one each,
-            # so they are shared out once before the jobs arrive.
-            while sorted(p for ps in owns.values() for p in ps) != list(range(PARTITIONS)) or any(
-                len(ps) != 1 for ps in owns.values()
-            ):
-                if time.monotonic() > give_up:
-                    print(f"the workers did not settle: {owns}", file=sys.stderr)
-                    stop.set()
-                    return 1
-                take(0.1)
-            print(f"settled: {dict(sorted(owns.items()))}")
-            for n in range(JOBS):
-                producer.publish("jobs/resize", f"job-{n}")
-            while len(handled) < JOBS and time.monotonic() < give_up:
-                take(0.1)
-            stop.set()
-            for w in workers:
-                w.join(timeout=DEADLINE)
-            # Anything reported after the last job arrived (a second copy).
-            while True:
-                try:
-                    report = reports.get_nowait()
-                except queue.Empty:
-                    break
-                if report[0] == "job":
-                    handled.setdefault(report[3], []).append(report[1])
+        # Wait until the workers have split the partitions, one each,
+        # so they are shared out once before the jobs arrive.
+        while sorted(p for ps in owns.values() for p in ps) != list(range(PARTITIONS)) or any(
+            len(ps) != 1 for ps in owns.values()
+        ):
+            if time.monotonic() > give_up:
+                print(f"the workers did not settle: {owns}", file=sys.stderr)
+                stop.set()
+                return 1
+            take(0.1)
+        print(f"settled: {dict(sorted(owns.items()))}")
+        for n in range(JOBS):
+            producer.publish("jobs/resize", f"job-{n}")
+        while len(handled) < JOBS and time.monotonic() < give_up:
+            take(0.1)
+        stop.set()
+        for w in workers:
+            w.join(timeout=DEADLINE)
+        # Anything reported after the last job arrived (a second copy).
+        while True:
+            try:
+                report = reports.get_nowait()
+            except queue.Empty:
+                break
+            if report[0] == "job":
+                handled.setdefault(report[3], []).append(report[1])
 
     lost = [f"job-{n}" for n in range(JOBS) if f"job-{n}" not in handled]
     twice = {job: ws for job, ws in handled.items() if len(ws) != 1}
@@ -119,8 +119,10 @@ def main() -> int:
     failed = [w.exitcode for w in workers if w.exitcode != 0]
     print(f"{len(handled)} jobs handled by {WORKERS} worker processes, one partition each")
     if lost or twice or shared or failed:
-        print(f"lost: {lost}; twice: {twice}; partitions with several workers: {shared}; "
-              f"workers failed: {failed}", file=sys.stderr)
+        print(
+            f"lost: {lost}; twice: {twice}; partitions with several workers: {shared}; workers failed: {failed}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

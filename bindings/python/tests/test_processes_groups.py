@@ -60,8 +60,8 @@ def test_a_member_in_another_process_takes_half_and_commits_for_all(tmp_path: Pa
                     theirs = report[2]
             for n in range(20):
                 b.publish(TOPIC, f"m-{n}")
-            mine = []
-            got_there = []
+            mine: list[tuple[int, int]] = []
+            got_there: list[tuple[int, int]] = []
             want = 20
             while len(mine) + len(got_there) < want:
                 for m in here.poll(max_messages=16, timeout=0.01):
@@ -87,7 +87,5 @@ def test_a_member_in_another_process_takes_half_and_commits_for_all(tmp_path: Pa
 
 
 def test_worker_processes_example() -> None:
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=120, check=False
-    )
+    result = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, f"worker_processes.py exited {result.returncode}\n{result.stdout}\n{result.stderr}"
