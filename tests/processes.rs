@@ -15,8 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use common::{WAIT, wait_for};
 use rill::{
-    Ack, Broker, BrokerConfig, Error, Fsync, Record, Sharing, StartPosition, SubscriptionOptions,
-    TopicOptions,
+    Ack, Broker, BrokerConfig, Error, Fsync, Record, Sharing, StartPosition, SubscriptionOptions, TopicOptions,
 };
 
 /// Set in a child: `publish:<who>`, `subscribe:<who>` or `one`.

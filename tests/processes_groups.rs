@@ -364,6 +364,44 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_committed_is_lost(
         Err(Error::Busy(_)) => {}
         r => panic!("deleting a group with a live member: expected Busy, got {r:?}"),
     }
+    assert_eq!(broker.groups(), [(GROUP.to_owned(), TOPIC.to_owned())]);
     next.close();
     broker.delete_group(GROUP, TOPIC).unwrap();
+    assert!(broker.groups().is_empty());
+    assert!(matches!(broker.group_stats(GROUP, TOPIC), Err(Error::NotFound(_))));
+}
+
+#[test]
+fn commits_move_with_the_directory_between_modes() {
+    let dir = TempDir::new("modes");
+    let open = |sharing| {
+        let config = BrokerConfig { data_dir: Some(dir.0.clone()), sharing, ..BrokerConfig::default() };
+        Broker::new(config).unwrap()
+    };
+    // Reads what is left, one partition's worth, and commits it.
+    let read = |broker: &Broker, want: std::ops::Range<u64>| {
+        let mut c = broker.consumer(GROUP, TOPIC, options()).unwrap();
+        let got: Vec<u64> =
+            c.poll(100, Duration::from_millis(10)).unwrap().iter().map(|m| m.record().offset()).collect();
+        assert_eq!(got, want.collect::<Vec<_>>());
+        c.commit().unwrap();
+        c.close();
+    };
+    let broker = open(Sharing::Exclusive);
+    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    publish(&broker, 3);
+    read(&broker, 0..3);
+    drop(broker);
+    // The group's commit, made in Exclusive mode, is found across processes.
+    let broker = open(Sharing::Processes);
+    assert_eq!(broker.group_stats(GROUP, TOPIC).unwrap().partitions[0].committed, Some(3));
+    publish(&broker, 2);
+    read(&broker, 3..5);
+    drop(broker);
+    // And back.
+    let broker = open(Sharing::Exclusive);
+    assert_eq!(broker.group_stats(GROUP, TOPIC).unwrap().partitions[0].committed, Some(5));
+    assert!(!dir.0.join("groups").exists(), "folded back into the offsets");
+    publish(&broker, 1);
+    read(&broker, 5..6);
 }

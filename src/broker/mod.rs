@@ -816,9 +816,13 @@ impl Broker {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn groups(&self) -> Vec<(String, String)> {
+        let inner = self.inner();
         let mut v: Vec<(String, String)> =
-            self.inner().control.lock().groups.keys().map(|(g, t)| (g.clone(), t.to_string())).collect();
+            inner.control.lock().groups.keys().map(|(g, t)| (g.clone(), t.to_string())).collect();
+        // Across processes, those with commits in the data directory.
+        v.extend(inner.shared_group_list());
         v.sort_unstable();
+        v.dedup();
         v
     }
 

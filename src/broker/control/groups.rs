@@ -45,6 +45,17 @@ impl BrokerInner {
         }
     }
 
+    /// Processes mode: every (group, topic) with commits in the data
+    /// directory (a read failure is logged and lists none); empty in
+    /// `Exclusive` mode.
+    pub(crate) fn shared_group_list(&self) -> Vec<(String, String)> {
+        let Some(store) = self.shared_store() else { return Vec::new() };
+        store.group_list().unwrap_or_else(|e| {
+            log::warn!("rill: could not list the consumer groups of the data directory: {e}");
+            Vec::new()
+        })
+    }
+
     /// Forgets consumer group `group`'s committed offsets on `topic`.
     pub(crate) fn delete_group(&self, group: &str, topic: &str) -> Result<()> {
         names::validate_group(group)?;

@@ -60,6 +60,20 @@
 //! holds its pid, a clock reading and an id unique in its process, so a
 //! reused pid never brings a dead member's name back.
 //!
+//! # Deleting a topic
+//!
+//! The deleter of a topic, holding `topics.lock` once it is unlisted (so no
+//! process lists the name again meanwhile), forgets the commits of every
+//! group on it with no live member ([`drop_topic`]), so a topic created
+//! again under that name is read from its first message, as in one
+//! process. A group with a live member is skipped: its members are closed
+//! when their process sees the delete, and its commits, kept by topic
+//! *name*, stay, so a re-created topic is resumed at them by that group
+//! (closing that needs the topic's directory number in the slots, the gap
+//! `named.rs` names for durable names too).
+//!
+//! # Deleting a group
+//!
 //! Deleting a group's offsets (`delete_group`) takes every partition lock
 //! without blocking (`Busy` if any is held) and removes the slots. Lock
 //! files are never removed by a `Processes` broker (a process may be about
@@ -341,7 +355,7 @@ fn read_committed(dir: &Path, group: &str, topic: &str, p: u32, repair: bool) ->
 
 /// The committed offsets of group `group` on `topic` (`partitions` of
 /// them) in `root`, as the slots hold them; `None` if the group has no
-/// folder there.
+/// commits there.
 pub(super) fn group_committed(
     root: &Path,
     repair: bool,
@@ -349,7 +363,7 @@ pub(super) fn group_committed(
     partitions: u32,
 ) -> Result<Option<Vec<Option<u64>>>> {
     let dir = root.join(GROUPS_DIR).join(group_key(group, topic));
-    if !dir.is_dir() {
+    if !dir.is_dir() || slot_partitions(&dir)?.is_empty() {
         return Ok(None);
     }
     (0..partitions).map(|p| read_committed(&dir, group, topic, p, repair)).collect::<Result<Vec<_>>>().map(Some)
@@ -407,6 +421,74 @@ pub(super) fn forget_group(root: &Path, fsync: Fsync, (group, topic): (&str, &st
     Ok(())
 }
 
+/// The partitions with slot files in the group folder `dir`, ascending.
+fn slot_partitions(dir: &Path) -> Result<Vec<u32>> {
+    let files = fs::read_dir(dir).map_err(|e| Error::io(dir, &e))?;
+    let mut parts = Vec::new();
+    for f in files {
+        let f = f.map_err(|e| Error::io(dir, &e))?.file_name().to_string_lossy().into_owned();
+        if let Some(p) = f.strip_prefix('p').and_then(|s| s.strip_suffix(".0").or_else(|| s.strip_suffix(".1")))
+            && let Ok(p) = p.parse::<u32>()
+        {
+            parts.push(p);
+        }
+    }
+    parts.sort_unstable();
+    parts.dedup();
+    Ok(parts)
+}
+
+/// The deleter's part of deleting topic `topic` (see "Deleting a topic"):
+/// forgets the commits of every group on it that has no live member, so a
+/// topic created again under that name is read from its first message. A
+/// group with a live member is skipped: its members are closed when their
+/// process sees the delete, and its commits stay (the gap named there).
+pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -> Result<()> {
+    let top = root.join(GROUPS_DIR);
+    let entries = match fs::read_dir(&top) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(&top, &e)),
+    };
+    for entry in entries {
+        let dir = entry.map_err(|e| Error::io(&top, &e))?.path();
+        let parts = slot_partitions(&dir)?;
+        let Some(&last) = parts.last() else { continue };
+        let files = slot_files(last);
+        let (offsets, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+        let Some((group, t, _)) = offsets.groups.into_iter().next() else { continue };
+        if t != topic {
+            continue;
+        }
+        match forget_group(root, fsync, (&group, topic), last + 1) {
+            Ok(()) | Err(Error::Busy(_) | Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Every (group, topic) with commits under `groups/` in `root`, sorted.
+pub(super) fn group_list(root: &Path, repair: bool) -> Result<Vec<(String, String)>> {
+    let top = root.join(GROUPS_DIR);
+    let entries = match fs::read_dir(&top) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(&top, &e)),
+    };
+    let mut list = Vec::new();
+    for entry in entries {
+        let dir = entry.map_err(|e| Error::io(&top, &e))?.path();
+        let Some(&last) = slot_partitions(&dir)?.last() else { continue };
+        let files = slot_files(last);
+        let (offsets, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+        list.extend(offsets.groups.into_iter().map(|(g, t, _)| (g, t)));
+    }
+    list.sort();
+    list.dedup();
+    Ok(list)
+}
+
 /// The first `Processes` opener's move (see "Changing modes"): writes each
 /// group of `offsets` into its own slots, synced, and takes them out of
 /// `offsets`. True if there were any.
@@ -443,19 +525,7 @@ pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool) -> Resul
         let entry = entry.map_err(|e| Error::io(&top, &e))?;
         any = true;
         let dir = entry.path();
-        let files = fs::read_dir(&dir).map_err(|e| Error::io(&dir, &e))?;
-        let mut parts = Vec::new();
-        for f in files {
-            let f = f.map_err(|e| Error::io(&dir, &e))?.file_name().to_string_lossy().into_owned();
-            if let Some(p) = f.strip_prefix('p').and_then(|s| s.strip_suffix(".0").or_else(|| s.strip_suffix(".1")))
-                && let Ok(p) = p.parse::<u32>()
-            {
-                parts.push(p);
-            }
-        }
-        parts.sort_unstable();
-        parts.dedup();
-        for p in parts {
+        for p in slot_partitions(&dir)? {
             let files = slot_files(p);
             let (own, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
             let Some((group, topic, committed)) = own.groups.into_iter().next() else { continue };
@@ -540,7 +610,7 @@ mod tests {
         assert!(matches!(forget_group(r, f, ("g", "t"), 4), Err(Error::Busy(_))));
         drop(b);
         forget_group(r, f, ("g", "t"), 4).unwrap();
-        assert_eq!(group_committed(r, false, ("g", "t"), 4).unwrap(), Some(vec![None; 4]));
+        assert_eq!(group_committed(r, false, ("g", "t"), 4).unwrap(), None);
     }
 
     #[test]
@@ -551,7 +621,27 @@ mod tests {
         // A member whose process died: its file is there, nobody locks it.
         fs::write(a.dir.join(format!("0000000001-dead{MEMBER_SUFFIX}")), b"pid 1\n").unwrap();
         assert_eq!(a.target().unwrap(), [0, 1]);
-        assert_eq!(a.live_members().unwrap(), [a.name.clone()]);
+        assert_eq!(a.live_members().unwrap(), std::slice::from_ref(&a.name));
+    }
+
+    #[test]
+    fn a_deleted_topics_groups_are_forgotten_unless_a_member_is_live() {
+        let root = temp_dir("drop");
+        let (r, f) = (root.as_path(), Fsync::Never);
+        for (group, topic) in [("g", "t"), ("h", "t"), ("g", "u")] {
+            let mut m = Membership::join(r, f, false, (group, topic), 2, 1).unwrap();
+            m.rebalance(&m.target().unwrap()).unwrap();
+            assert!(m.commit(1, 5, false).unwrap());
+        }
+        let live = Membership::join(r, f, false, ("h", "t"), 2, 2).unwrap();
+        let all = |v: &[(&str, &str)]| v.iter().map(|(g, t)| (g.to_string(), t.to_string())).collect::<Vec<_>>();
+        assert_eq!(group_list(r, false).unwrap(), all(&[("g", "t"), ("g", "u"), ("h", "t")]));
+        drop_topic(r, f, false, "t").unwrap();
+        assert_eq!(group_list(r, false).unwrap(), all(&[("g", "u"), ("h", "t")]));
+        assert_eq!(group_committed(r, false, ("g", "t"), 2).unwrap(), None);
+        assert_eq!(group_committed(r, false, ("h", "t"), 2).unwrap(), Some(vec![None, Some(5)]), "a live member's");
+        assert_eq!(group_committed(r, false, ("g", "u"), 2).unwrap(), Some(vec![None, Some(5)]), "another topic's");
+        drop(live);
     }
 
     #[test]

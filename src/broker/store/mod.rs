@@ -349,6 +349,11 @@ impl Store {
         membership::group_committed(&self.root, self.repair, (group, topic), partitions)
     }
 
+    /// Processes mode: every (group, topic) with commits here, sorted.
+    pub(crate) fn group_list(&self) -> Result<Vec<(String, String)>> {
+        membership::group_list(&self.root, self.repair)
+    }
+
     /// Processes mode: forgets group `group`'s committed offsets on
     /// `topic`: `Busy` while it has a live member, `NotFound` if it has none.
     pub(crate) fn forget_group(&self, group: &str, topic: &str, partitions: u32) -> Result<()> {
@@ -357,9 +362,13 @@ impl Store {
 
     /// Processes mode, holding `topics.lock` with topic `topic` just
     /// unlisted: drops its positions from the slots of every name nobody
-    /// holds (see "Deleting a topic" in `named.rs`).
+    /// holds (see "Deleting a topic" in `named.rs`), and the commits of
+    /// every group on it with no live member (`membership.rs`).
     pub(crate) fn drop_topic_from_names(&self, topic: &str) -> Result<()> {
-        named::drop_topic(&self.root, self.fsync, self.repair, topic)
+        named::drop_topic(&self.root, self.fsync, self.repair, topic)?;
+        // And from the consumer groups' commits ("Deleting a topic" in
+        // `membership.rs`).
+        membership::drop_topic(&self.root, self.fsync, self.repair, topic)
     }
 
     /// How this directory is shared.
