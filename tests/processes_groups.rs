@@ -201,9 +201,11 @@ fn members_in_processes_split_the_partitions_and_see_each_others_commits() {
             end.insert(*p, o + 1);
         }
         // The members' commits, seen from this process.
-        wait_for("every message committed", || {
-            let stats = broker.group_stats(GROUP, TOPIC).unwrap();
-            stats.partitions.iter().all(|p| p.committed == end.get(&p.partition).copied())
+        wait_for("every message committed", || match broker.group_stats(GROUP, TOPIC) {
+            Ok(stats) => stats.partitions.iter().all(|p| p.committed == end.get(&p.partition).copied()),
+            // Nothing committed yet.
+            Err(Error::NotFound(_)) => false,
+            Err(e) => panic!("group_stats: {e}"),
         });
         std::fs::write(dir.0.join("end"), b"").unwrap();
         // A member here starts after what the others committed.
@@ -290,9 +292,11 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_committed_is_lost(
     let mut survivor = broker.consumer(GROUP, TOPIC, options()).unwrap();
     let mut mine: Vec<(u32, u64)> = Vec::new();
     let mut end: BTreeMap<u32, u64> = BTreeMap::new();
-    let committed_all = |end: &BTreeMap<u32, u64>| {
-        let stats = broker.group_stats(GROUP, TOPIC).unwrap();
-        end.iter().all(|(&p, &e)| stats.partitions[p as usize].committed == Some(e))
+    let committed_all = |end: &BTreeMap<u32, u64>| match broker.group_stats(GROUP, TOPIC) {
+        Ok(stats) => end.iter().all(|(&p, &e)| stats.partitions[p as usize].committed == Some(e)),
+        // Nothing committed yet.
+        Err(Error::NotFound(_)) => false,
+        Err(e) => panic!("group_stats: {e}"),
     };
     for i in 0..kills {
         for (p, o) in publish(&broker, PER_ROUND) {
