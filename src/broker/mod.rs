@@ -843,7 +843,7 @@ impl Broker {
     ///   hold it;
     /// * on a data directory, its files are removed; a crash during the
     ///   delete leaves the topic either whole or gone (see "Deleting a topic" in `store/mod.rs`);
-    /// * with [`Sharing::Processes`](crate::Sharing::Processes), the topic goes for every broker on the
+    /// * with [`Sharing::Processes`], the topic goes for every broker on the
     ///   directory: each lets go of it as above when its doorbell thread is
     ///   rung for the change, and a process still reading its files keeps
     ///   them mapped until it lets go (see "Topics other processes create or
