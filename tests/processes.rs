@@ -17,8 +17,7 @@ use std::sync::{Arc, Mutex};
 use common::procs::{self, TempDir, child_role, config, expect_success, spawn};
 use common::{WAIT, wait_for};
 use rill::{
-    Ack, Broker, BrokerConfig, ConsumerOptions, Error, Record, Sharing, StartPosition, SubscriptionOptions,
-    TopicOptions,
+    Ack, Broker, BrokerConfig, Error, Record, Sharing, StartPosition, SubscriptionOptions, TopicOptions,
 };
 
 // A child's role ([`procs::ROLE`]): `publish:<who>`, `subscribe:<who>` or `one`.
@@ -141,8 +140,7 @@ fn what_processes_do_not_share_yet_is_refused() {
     };
     let shared = SubscriptionOptions { name: Some("workers".into()), shared: true, ..SubscriptionOptions::default() };
     refused(broker.subscribe(TOPIC, shared, |_| Ack::Success).map(drop), "a shared subscription");
-    refused(broker.consumer("billing", TOPIC, ConsumerOptions::default()).map(drop), "a consumer");
-    refused(broker.delete_group("billing", TOPIC), "deleting a group");
+    // Consumer groups are shared: processes_groups.rs.
     // What is shared works: an anonymous subscription, publishing. Its name
     // (and so its dead-letter topic's, in the shared directory) holds the
     // pid: subscription ids are per process.

@@ -62,6 +62,8 @@ robust+=(test_robust_schema)
 robust+=(test_durable_compact)
 # Issue 39's named subscriptions across processes (Busy while held, a kill -9 loop).
 robust+=(test_robust_named)
+# Issue 39's consumer groups across processes (four worker processes split the partitions).
+robust+=(test_robust_procs_groups)
 for t in "${robust[@]}"; do
   build "$t" gcc c99 "ffi/tests/c/$t.c"
   "$out/$t"

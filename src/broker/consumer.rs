@@ -15,6 +15,14 @@
 //! that expelled it takes its partitions (see "Progress whatever the session
 //! timeout" in `group.rs`); its next call rejoins.
 //!
+//! With `Sharing::Processes` a group spans the processes on the data
+//! directory: the consumer's hooks are then `control::groups::ProcessMember`,
+//! and which member owns a partition is a lock in the directory, not the
+//! control plane's state (see `store/membership.rs`). The look every
+//! quarter of the session timeout is then when a member follows the
+//! group: it gives up and takes partitions as the live members' split
+//! says, and a member whose process died is found then.
+//!
 //! `poll` returns messages borrowed from the log, valid until the next call
 //! that moves the consumer. Waiting in `poll` parks the thread (see
 //! `waiters.rs`): the consumer is a listener of each partition it reads, and a
@@ -62,6 +70,11 @@ pub(crate) trait GroupHost: Send + Sync {
     /// The partitions `core` owns now, or `None` if it is not a member (it
     /// was expelled).
     fn assignment(&self, core: &ConsumerCore) -> Option<Assignment>;
+    /// The partitions `core` owns now, changing nothing (`assignment` may
+    /// follow the group first, where the group spans processes).
+    fn owned(&self, core: &ConsumerCore) -> Vec<u32> {
+        self.assignment(core).map(|a| a.partitions).unwrap_or_default()
+    }
     /// Expels the members, other than `core`, that have not polled for their
     /// session timeout; returns how long until it is worth looking again.
     fn expel_idle(&self, core: &ConsumerCore) -> Duration;
@@ -539,7 +552,7 @@ impl Consumer {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn assignment(&self) -> Vec<u32> {
-        self.host.assignment(&self.core).map(|a| a.partitions).unwrap_or_default()
+        self.host.owned(&self.core)
     }
 
     /// What this consumer's `poll` waits on, for tests that must act while

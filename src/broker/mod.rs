@@ -87,7 +87,7 @@ pub use topic::{
 use topic::{Topic, Wait};
 
 use crate::error::{Error, PublishFailure, Result};
-use crate::log::Record;
+use crate::log::{Record, Sharing};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::thread;
 use crate::sync::{Arc, Mutex};
@@ -693,7 +693,6 @@ impl Broker {
     pub fn consumer(&self, group: &str, topic: &str, options: ConsumerOptions) -> Result<Consumer> {
         let inner = self.inner();
         names::validate_group(group)?;
-        inner.refuse_when_shared("a consumer group (every pull consumer is a member of one)")?;
         if options.session_timeout.is_zero() {
             return Err(Error::InvalidArgument("a consumer's session_timeout must be positive".into()));
         }
@@ -710,7 +709,12 @@ impl Broker {
                 "the dead-letter topic {topic:?} is the topic the consumer reads: its dead letters would come back to it"
             )));
         }
-        Consumer::new(core, Box::new(inner.clone()), options.start)
+        let host: Box<dyn consumer::GroupHost> = match inner.config.sharing {
+            Sharing::Exclusive => Box::new(inner.clone()),
+            // A group spanning processes (see `store/membership.rs`).
+            Sharing::Processes => Box::new(control::groups::ProcessMember::new(inner.clone())),
+        };
+        Consumer::new(core, host, options.start)
     }
 
     /// A consumer group's committed offsets and lag on `topic`, whether or
@@ -739,16 +743,22 @@ impl Broker {
     pub fn group_stats(&self, group: &str, topic: &str) -> Result<GroupStats> {
         let inner = self.inner();
         let t = inner.topic_or_listed(topic)?;
+        let not_found = || Error::NotFound(format!("consumer group {group:?} on topic {topic:?}"));
+        // Across processes, the group's commits are in the data directory.
+        let shared = inner.shared_group_committed(group, topic, t.partitions.len() as u32)?;
         let control = inner.control.lock();
-        let g = control
-            .groups
-            .get(&(group.to_owned(), t.name.clone()))
-            .ok_or_else(|| Error::NotFound(format!("consumer group {group:?} on topic {topic:?}")))?;
+        let committed = match (shared, inner.config.sharing) {
+            (Some(c), _) => c,
+            (None, Sharing::Processes) => return Err(not_found()),
+            (None, Sharing::Exclusive) => {
+                control.groups.get(&(group.to_owned(), t.name.clone())).ok_or_else(not_found)?.committed.clone()
+            }
+        };
         let partitions: Vec<GroupPartition> = t
             .partitions
             .iter()
             .map(|p| {
-                let committed = g.committed.get(p.index as usize).copied().flatten();
+                let committed = committed.get(p.index as usize).copied().flatten();
                 let end = p.log.end_offset();
                 let position = committed.unwrap_or_else(|| p.log.first_offset());
                 GroupPartition { partition: p.index, position, committed, end, lag: end.saturating_sub(position) }
@@ -806,9 +816,13 @@ impl Broker {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn groups(&self) -> Vec<(String, String)> {
+        let inner = self.inner();
         let mut v: Vec<(String, String)> =
-            self.inner().control.lock().groups.keys().map(|(g, t)| (g.clone(), t.to_string())).collect();
+            inner.control.lock().groups.keys().map(|(g, t)| (g.clone(), t.to_string())).collect();
+        // Across processes, those with commits in the data directory.
+        v.extend(inner.shared_group_list());
         v.sort_unstable();
+        v.dedup();
         v
     }
 
@@ -829,7 +843,7 @@ impl Broker {
     ///   hold it;
     /// * on a data directory, its files are removed; a crash during the
     ///   delete leaves the topic either whole or gone (see "Deleting a topic" in `store/mod.rs`);
-    /// * with [`Sharing::Processes`](crate::Sharing::Processes), the topic goes for every broker on the
+    /// * with [`Sharing::Processes`], the topic goes for every broker on the
     ///   directory: each lets go of it as above when its doorbell thread is
     ///   rung for the change, and a process still reading its files keeps
     ///   them mapped until it lets go (see "Topics other processes create or

@@ -54,6 +54,7 @@ def test_nats_bridge_example() -> None:
 
 
 def test_every_example_is_run_here() -> None:
-    # A new example must be added above (orders.py is run by .ci/test).
-    run = {"work_queue", "fan_out", "replay", "dead_letter", "nats_bridge", "orders"}
+    # A new example must be added above (orders.py is run by .ci/test,
+    # worker_processes.py by test_processes_groups.py).
+    run = {"work_queue", "fan_out", "replay", "dead_letter", "nats_bridge", "orders", "worker_processes"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == run

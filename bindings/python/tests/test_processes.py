@@ -154,5 +154,3 @@ def test_what_processes_do_not_share_yet_is_refused(tmp_path: Path) -> None:
         refused = "not yet supported with Sharing::Processes"
         with pytest.raises(rill.InvalidArgument, match=refused):
             b.subscribe(TOPIC, lambda m: None, name="workers", shared=True)
-        with pytest.raises(rill.InvalidArgument, match=refused):
-            b.consumer("billing", TOPIC)

@@ -7,8 +7,9 @@
  * deliver it). Also: RILL_ERR_BUSY for mismatched modes,
  * RILL_ERR_INVALID_ARGUMENT without a data_dir, for a sharing value that
  * is not a RILL_SHARING_* constant, and for what processes do not share
- * yet (shared subscriptions, consumers), with rill_last_error saying so.
- * Named subscriptions across processes are test_robust_named.c's.
+ * yet (shared subscriptions), with rill_last_error saying so. Named
+ * subscriptions across processes are test_robust_named.c's, consumer
+ * groups test_robust_procs_groups.c's.
  *
  * The children are forked before the parent starts a broker (so no child
  * inherits a broker's threads) and wait on a pipe for each step.
@@ -159,9 +160,6 @@ static void options_and_refusals(const char *dir) {
     rill_subscription *s = NULL;
     CHECK_STATUS(rill_subscribe(b, "refused", &so, record, NULL, &s), RILL_ERR_INVALID_ARGUMENT);
     CHECK(s == NULL && last_error_says("not yet supported with Sharing::Processes"));
-    rill_consumer *c = NULL;
-    CHECK_STATUS(rill_consumer_new(b, "billing", "refused", NULL, &c), RILL_ERR_INVALID_ARGUMENT);
-    CHECK(c == NULL && last_error_says("not yet supported with Sharing::Processes"));
     rill_broker_free(other);
     rill_broker_free(b);
 }

@@ -1,8 +1,12 @@
 //! The consumer groups' side of the control plane: the hooks a pull
 //! consumer calls into the broker that made it (`GroupHost`: joining,
 //! committing, leaving, expelling idle members; see `group.rs` for why a
-//! lock is right there), and deleting a group's committed offsets.
+//! lock is right there), and deleting a group's committed offsets. In
+//! `Sharing::Processes` mode a consumer's hooks are a [`ProcessMember`]
+//! instead: its group spans processes, and its state is in the data
+//! directory (see `store/membership.rs`).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::BrokerInner;
@@ -10,16 +14,56 @@ use super::data_dir::wait_offsets;
 use crate::broker::consumer::{Assignment, ConsumerCore, GroupHost};
 use crate::broker::group::Group;
 use crate::broker::names;
+use crate::broker::store::{Membership, Store};
 use crate::broker::topic::Topic;
 use crate::error::{Error, Result};
-use crate::sync::{Arc, Name};
+use crate::log::Sharing;
+use crate::sync::{Arc, Mutex, Name};
 
 impl BrokerInner {
+    /// The data directory of a `Processes` broker, which groups span.
+    fn shared_store(&self) -> Option<Arc<Store>> {
+        if self.config.sharing != Sharing::Processes {
+            return None;
+        }
+        self.store()
+    }
+
+    /// Processes mode: group `group`'s committed offsets on `topic` (of
+    /// `partitions` partitions), as every process sees them; `None` if the
+    /// group never had a member. `None` in `Exclusive` mode too (the
+    /// control plane has them).
+    pub(crate) fn shared_group_committed(
+        &self,
+        group: &str,
+        topic: &str,
+        partitions: u32,
+    ) -> Result<Option<Vec<Option<u64>>>> {
+        match self.shared_store() {
+            Some(store) => store.group_committed(group, topic, partitions),
+            None => Ok(None),
+        }
+    }
+
+    /// Processes mode: every (group, topic) with commits in the data
+    /// directory (a read failure is logged and lists none); empty in
+    /// `Exclusive` mode.
+    pub(crate) fn shared_group_list(&self) -> Vec<(String, String)> {
+        let Some(store) = self.shared_store() else { return Vec::new() };
+        store.group_list().unwrap_or_else(|e| {
+            log::warn!("rill: could not list the consumer groups of the data directory: {e}");
+            Vec::new()
+        })
+    }
+
     /// Forgets consumer group `group`'s committed offsets on `topic`.
     pub(crate) fn delete_group(&self, group: &str, topic: &str) -> Result<()> {
         names::validate_group(group)?;
         names::validate_topic(topic)?;
-        self.refuse_when_shared("a consumer group")?;
+        if let Some(store) = self.shared_store() {
+            let t = self.topic_or_listed(topic)?;
+            return store.forget_group(group, topic, t.partitions.len() as u32);
+        }
         let mut control = self.control.lock();
         self.check_open()?;
         let key = (group.to_owned(), Name::from(topic));
@@ -143,4 +187,157 @@ fn group_key(core: &ConsumerCore) -> (String, Name) {
 
 fn assignment_of(g: &Group, id: u64) -> Option<Assignment> {
     Some(Assignment { partitions: g.assignment(id)?.to_vec(), committed: g.committed.clone() })
+}
+
+/// A pull consumer's hooks in `Processes` mode: its membership of a group
+/// that spans processes (see `store/membership.rs` for the protocol: a
+/// member file per member, a lock per partition, slots per partition
+/// written only by the lock's holder). Each consumer has its own, so two
+/// consumers of one group in one process are two members, as in two
+/// processes.
+pub(crate) struct ProcessMember {
+    inner: Arc<BrokerInner>,
+    state: Mutex<MemberState>,
+}
+
+#[derive(Default)]
+struct MemberState {
+    /// `None` before the join and after the release.
+    membership: Option<Membership>,
+    /// Failed attempts (nacks) per (partition, offset) this member counted.
+    attempts: HashMap<(u32, u64), u32>,
+}
+
+impl ProcessMember {
+    pub(crate) fn new(inner: Arc<BrokerInner>) -> ProcessMember {
+        ProcessMember { inner, state: Mutex::new(MemberState::default()) }
+    }
+}
+
+/// What member `m` owns now, with the committed offsets to start its new
+/// partitions from.
+fn shared_assignment(m: &Membership, partitions: u32) -> Result<Assignment> {
+    let committed = (0..partitions).map(|p| m.committed(p)).collect::<Result<Vec<_>>>()?;
+    Ok(Assignment { partitions: m.owned(), committed })
+}
+
+impl GroupHost for ProcessMember {
+    fn is_closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    fn join(&self, core: &Arc<ConsumerCore>) -> Result<Assignment> {
+        self.inner.check_open()?;
+        if core.topic.is_deleted() {
+            return Err(core.topic.deleted_error());
+        }
+        let store =
+            self.inner.store().ok_or_else(|| Error::InvalidArgument("Sharing::Processes needs a data_dir".into()))?;
+        let partitions = core.topic.partitions.len() as u32;
+        let mut state = self.state.lock();
+        if state.membership.is_none() {
+            state.membership = Some(store.join_group(&core.group, &core.topic.name, partitions, core.id)?);
+        }
+        let m = state.membership.as_mut().expect("set above");
+        let target = m.target()?;
+        m.rebalance(&target)?;
+        let assignment = shared_assignment(m, partitions)?;
+        let mut control = self.inner.control.lock();
+        // Under the mutex: `close` takes it to collect the consumers it
+        // closes, so a consumer that joins after that sees the broker closed.
+        self.inner.check_open()?;
+        control.consumers.insert(core.id, core.clone());
+        Ok(assignment)
+    }
+
+    fn assignment(&self, core: &ConsumerCore) -> Option<Assignment> {
+        let mut state = self.state.lock();
+        let m = state.membership.as_mut()?;
+        let rebalanced = m.target().and_then(|target| m.rebalance(&target));
+        if let Err(e) = rebalanced {
+            log::warn!("rill: consumer group {:?}: could not follow its members: {e}", core.group);
+        }
+        shared_assignment(m, core.topic.partitions.len() as u32).ok()
+    }
+
+    fn owned(&self, _core: &ConsumerCore) -> Vec<u32> {
+        self.state.lock().membership.as_ref().map(Membership::owned).unwrap_or_default()
+    }
+
+    /// Looks at the members (removing dead ones' files): if this member
+    /// owns other partitions than it should, its assignment changes, and
+    /// its next `sync` gives up and takes partitions.
+    fn expel_idle(&self, core: &ConsumerCore) -> Duration {
+        let state = self.state.lock();
+        if let Some(m) = &state.membership
+            && m.target().is_ok_and(|target| target != m.owned())
+        {
+            core.assignment_changed();
+        }
+        core.session_timeout / 4
+    }
+
+    fn commit(&self, core: &ConsumerCore, offsets: &[(u32, u64)]) -> Result<Vec<u32>> {
+        if core.topic.is_deleted() {
+            return Err(core.topic.deleted_error());
+        }
+        let sync = self.inner.store().is_some_and(|s| s.sync_commits());
+        let mut state = self.state.lock();
+        let MemberState { membership, attempts } = &mut *state;
+        let Some(m) = membership else { return Ok(offsets.iter().map(|&(p, _)| p).collect()) };
+        let mut refused = Vec::new();
+        for &(partition, offset) in offsets {
+            if m.commit(partition, offset, sync)? {
+                // Failed attempts at messages now behind the commit are moot.
+                attempts.retain(|&(p, o), _| p != partition || o >= offset);
+            } else {
+                refused.push(partition);
+            }
+        }
+        Ok(refused)
+    }
+
+    fn committed(&self, core: &ConsumerCore) -> Vec<Option<u64>> {
+        let partitions = core.topic.partitions.len() as u32;
+        let state = self.state.lock();
+        let read = match &state.membership {
+            Some(m) => (0..partitions).map(|p| m.committed(p)).collect::<Result<Vec<_>>>(),
+            None => self
+                .inner
+                .shared_group_committed(&core.group, &core.topic.name, partitions)
+                .map(|c| c.unwrap_or_else(|| vec![None; partitions as usize])),
+        };
+        read.unwrap_or_else(|e| {
+            log::warn!("rill: consumer group {:?}: could not read its commits: {e}", core.group);
+            vec![None; partitions as usize]
+        })
+    }
+
+    /// Leaves the group: its member file goes, then its partition locks
+    /// (no commit is in flight: each returns before the next call).
+    fn release_consumer(&self, core: &ConsumerCore) {
+        self.inner.control.lock().consumers.remove(&core.id);
+        let mut state = self.state.lock();
+        if let Some(m) = &mut state.membership {
+            m.let_go();
+        }
+        state.membership = None;
+    }
+
+    fn nack(&self, _core: &ConsumerCore, partition: u32, offset: u64, forget: bool) -> Option<u32> {
+        let mut state = self.state.lock();
+        if !state.membership.as_ref()?.owns(partition) {
+            return None;
+        }
+        if forget {
+            return state.attempts.remove(&(partition, offset));
+        }
+        let n = state.attempts.entry((partition, offset)).or_default();
+        *n += 1;
+        Some(*n)
+    }
+
+    fn dead_letter_topic(&self, name: &str) -> Result<Arc<Topic>> {
+        self.inner.topic_or_create(name)
+    }
 }

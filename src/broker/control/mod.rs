@@ -79,7 +79,7 @@
 mod close;
 mod config;
 mod data_dir;
-mod groups;
+pub(crate) mod groups;
 mod held;
 mod members;
 mod named;

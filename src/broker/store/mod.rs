@@ -20,6 +20,8 @@
 //!   named/<key>.lock     flock(LOCK_EX) held by the one process whose
 //!                        durable subscription has that name (Processes)
 //!   named/<key>.0, .1    that name's positions (Processes; see named.rs)
+//!   groups/<key>/        a consumer group's members, partition locks and
+//!                        committed offsets (Processes; see membership.rs)
 //!   topics/<n>/<p>/      partition p of the topic with directory number n
 //!   topics/<n>.deleted/  a deleted topic's directory, being removed
 //! ```
@@ -141,6 +143,10 @@
 //! a lock and two slots of its own under `named/`, taken by one process at
 //! a time (`Busy` for the others) and written only by it; the essay is in
 //! `named.rs`, with how the positions move when a directory changes mode.
+//! A consumer group's committed offsets are not in them either: each
+//! partition's is in slots of the group's own, written only by the member
+//! holding the partition's lock (`membership.rs`), which is also how the
+//! members in several processes split the partitions.
 //! What is not shared yet, and so refused in this mode rather than written
 //! by two processes at once, is what `refuse_when_shared` (in
 //! `control/mod.rs`) names at its callers.
@@ -156,6 +162,8 @@
 //! * `offsets.rs`: the offsets slots and their group commit;
 //! * `named.rs`: a durable subscription's name and positions across
 //!   processes;
+//! * `membership.rs`: a consumer group's members, partitions and commits
+//!   across processes;
 //! * `lock.rs`: the directory's `flock`s;
 //! * `atomic_file.rs`: replacing a metadata file whole.
 
@@ -163,6 +171,7 @@ mod atomic_file;
 mod format;
 mod journal;
 mod lock;
+mod membership;
 mod named;
 mod offsets;
 mod topics;
@@ -177,6 +186,7 @@ pub(crate) use self::format::{Offsets, Positions, TopicMeta};
 use self::format::{Writer, encode_topic};
 use self::journal::Change;
 use self::lock::{LOCK_FILE, lock_dir, lock_topic_list};
+pub(crate) use self::membership::Membership;
 pub(crate) use self::named::NameHold;
 use self::offsets::GroupCommit;
 pub(crate) use self::offsets::{Ticket, read_offsets};
@@ -255,8 +265,13 @@ impl Store {
         // "Changing modes" in `named.rs`); a joiner finds them moved.
         let mut offsets = read.clone();
         let moved = match (sharing, first) {
-            (Sharing::Exclusive, _) => named::fold_in(root, &mut offsets, repair)?,
-            (Sharing::Processes, true) => named::move_out(root, &mut offsets, repair)?,
+            (Sharing::Exclusive, _) => {
+                // `|`, not `||`: both moves are made.
+                named::fold_in(root, &mut offsets, repair)? | membership::fold_in(root, &mut offsets, repair)?
+            }
+            (Sharing::Processes, true) => {
+                named::move_out(root, &mut offsets, repair)? | membership::move_out(root, &mut offsets, repair)?
+            }
             (Sharing::Processes, false) => false,
         };
         if first {
@@ -278,6 +293,7 @@ impl Store {
             store.wait(store.request(offsets.clone(), true))?;
             if sharing == Sharing::Exclusive {
                 named::remove_named(root)?;
+                membership::remove_groups(root)?;
             }
         }
         Ok(Opened { store, topics, offsets, first })
@@ -315,11 +331,44 @@ impl Store {
         named::forget_name(&self.root, self.fsync, self.repair, name)
     }
 
+    /// Processes mode: joins consumer group `group` on `topic` (of
+    /// `partitions` partitions) as member `id` of this process (see
+    /// `membership.rs`).
+    pub(crate) fn join_group(&self, group: &str, topic: &str, partitions: u32, id: u64) -> Result<Membership> {
+        Membership::join(&self.root, self.fsync, self.repair, (group, topic), partitions, id)
+    }
+
+    /// Processes mode: group `group`'s committed offsets on `topic` as
+    /// its slots hold them; `None` if it never had a member here.
+    pub(crate) fn group_committed(
+        &self,
+        group: &str,
+        topic: &str,
+        partitions: u32,
+    ) -> Result<Option<Vec<Option<u64>>>> {
+        membership::group_committed(&self.root, self.repair, (group, topic), partitions)
+    }
+
+    /// Processes mode: every (group, topic) with commits here, sorted.
+    pub(crate) fn group_list(&self) -> Result<Vec<(String, String)>> {
+        membership::group_list(&self.root, self.repair)
+    }
+
+    /// Processes mode: forgets group `group`'s committed offsets on
+    /// `topic`: `Busy` while it has a live member, `NotFound` if it has none.
+    pub(crate) fn forget_group(&self, group: &str, topic: &str, partitions: u32) -> Result<()> {
+        membership::forget_group(&self.root, self.fsync, (group, topic), partitions)
+    }
+
     /// Processes mode, holding `topics.lock` with topic `topic` just
     /// unlisted: drops its positions from the slots of every name nobody
-    /// holds (see "Deleting a topic" in `named.rs`).
+    /// holds (see "Deleting a topic" in `named.rs`), and the commits of
+    /// every group on it with no live member (`membership.rs`).
     pub(crate) fn drop_topic_from_names(&self, topic: &str) -> Result<()> {
-        named::drop_topic(&self.root, self.fsync, self.repair, topic)
+        named::drop_topic(&self.root, self.fsync, self.repair, topic)?;
+        // And from the consumer groups' commits ("Deleting a topic" in
+        // `membership.rs`).
+        membership::drop_topic(&self.root, self.fsync, self.repair, topic)
     }
 
     /// How this directory is shared.

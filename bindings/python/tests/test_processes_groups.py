@@ -1,0 +1,91 @@
+"""Consumer groups across processes (issue 39): members in processes started
+with ``multiprocessing``'s spawn method split a topic's partitions, each
+partition handled by exactly one of them, and their commits are seen by a
+member in another process; the worker_processes example (a producer and four
+worker processes in one group) runs here too."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from conftest import WAIT
+
+import rill
+
+TOPIC = "jobs"
+GROUP = "workers"
+PARTITIONS = 2
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "worker_processes.py"
+
+
+def _member(data_dir: str, out: Any, stop: Any) -> None:
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never", worker_threads=1) as b:
+        c = b.consumer(GROUP, TOPIC, session_timeout=0.2)
+        owned: list[int] | None = None
+        while not stop.is_set():
+            got = c.poll(max_messages=16, timeout=0.02)
+            for m in got:
+                out.put(("got", m.partition, m.offset))
+            if got:
+                c.commit()
+            now = c.assignment()
+            if now != owned:
+                out.put(("owns", os.getpid(), now))
+                owned = now
+        c.close()
+
+
+def test_a_member_in_another_process_takes_half_and_commits_for_all(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    data_dir = str(tmp_path / "data")
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never") as b:
+        b.create_topic(TOPIC, partitions=PARTITIONS)
+        here = b.consumer(GROUP, TOPIC, session_timeout=0.2)
+        out = ctx.Queue()
+        stop = ctx.Event()
+        child = ctx.Process(target=_member, args=(data_dir, out, stop))
+        child.start()
+        try:
+            theirs: list[int] = []
+            while len(theirs) != 1 or here.assignment() != [p for p in range(PARTITIONS) if p not in theirs]:
+                here.poll(max_messages=0, timeout=0)
+                report = out.get(timeout=WAIT)
+                if report[0] == "owns":
+                    theirs = report[2]
+            for n in range(20):
+                b.publish(TOPIC, f"m-{n}")
+            mine: list[tuple[int, int]] = []
+            got_there: list[tuple[int, int]] = []
+            want = 20
+            while len(mine) + len(got_there) < want:
+                for m in here.poll(max_messages=16, timeout=0.01):
+                    mine.append((m.partition, m.offset))
+                here.commit()
+                try:
+                    report = out.get(timeout=0.01)
+                except queue.Empty:
+                    continue
+                if report[0] == "got":
+                    got_there.append((report[1], report[2]))
+            assert {p for p, _ in mine}.isdisjoint({p for p, _ in got_there}), "each partition read by one member"
+            assert len(set(mine) | set(got_there)) == want, "every message, once"
+        finally:
+            stop.set()
+            child.join(WAIT)
+        assert child.exitcode == 0
+        here.close()
+        # The other process's commits, seen here: nothing left to read.
+        late = b.consumer(GROUP, TOPIC)
+        assert late.poll(max_messages=100, timeout=0.01) == []
+        assert b.group_stats(GROUP, TOPIC).lag == 0
+
+
+def test_worker_processes_example() -> None:
+    result = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, f"worker_processes.py exited {result.returncode}\n{result.stdout}\n{result.stderr}"

@@ -1,0 +1,265 @@
+/*
+ * A consumer group across processes, from C (issue 39): four forked worker
+ * processes, each a RILL_SHARING_PROCESSES broker with one consumer of the
+ * group "workers", split the four partitions of "jobs", one each. Once they
+ * have settled, the parent publishes; every message reaches exactly one
+ * worker, each partition's messages all the same one, and the workers'
+ * commits are seen by a consumer the parent opens after they exit (it has
+ * nothing left to read).
+ *
+ * The children are forked before the parent starts its broker (so no child
+ * inherits a broker's threads). Each reports to the parent over its own
+ * pipe, 16 bytes per write (whole or not at all): a message's (partition,
+ * offset), or (OWNS, mask) when its assignment changes. They stop when the
+ * parent makes the file "end" in the data directory.
+ *
+ * Built with -std=c99 -Wall -Wextra -Wpedantic -Werror, and run plain,
+ * under AddressSanitizer + UBSan and under valgrind memcheck (children
+ * traced) by ffi/tests/run.sh.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rill.h"
+
+#include "check.h"
+
+enum {
+    WORKERS = 4,
+    PARTITIONS = 4,
+    MESSAGES = 400,
+    WAIT_MS = 30000, /* every wait's deadline */
+};
+
+static const char *TOPIC = "jobs";
+static const char *GROUP = "workers";
+/* A report's first word for an assignment (its second is the mask). */
+static const uint64_t OWNS = UINT64_MAX;
+
+static rill_status open_shared(const char *dir, rill_broker **out) {
+    rill_broker_options o;
+    rill_broker_options_init(&o);
+    o.data_dir = dir;
+    o.fsync = RILL_FSYNC_NEVER;
+    o.sharing = RILL_SHARING_PROCESSES;
+    *out = NULL;
+    return rill_broker_new(&o, out);
+}
+
+static void report(int fd, uint64_t a, uint64_t b) {
+    uint64_t r[2] = {a, b};
+    CHECK(write(fd, r, sizeof r) == (ssize_t)sizeof r);
+}
+
+static bool exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* A worker: polls, reports, commits, until `end` exists. */
+static int worker(const char *dir, const char *end, int rep) {
+    rill_broker *b = NULL;
+    OK(open_shared(dir, &b));
+    rill_consumer_options o;
+    rill_consumer_options_init(&o);
+    o.session_timeout_ms = 200; /* members look at the group every 50 ms */
+    rill_consumer *c = NULL;
+    if (b != NULL) {
+        OK(rill_consumer_new(b, GROUP, TOPIC, &o, &c));
+    }
+    uint64_t owned = 0;
+    while (c != NULL && !exists(end)) {
+        const rill_message *m = NULL;
+        size_t n = 0;
+        OK(rill_consumer_poll(c, 16, 20, &m, &n));
+        for (size_t i = 0; i < n; i++) {
+            report(rep, m[i].partition, m[i].offset);
+        }
+        if (n > 0) {
+            rill_status s = rill_consumer_commit(c);
+            /* REASSIGNED: partitions it gave up while the workers settled. */
+            CHECK(s == RILL_OK || s == RILL_ERR_REASSIGNED);
+        }
+        uint32_t parts[PARTITIONS];
+        size_t count = 0;
+        OK(rill_consumer_assignment(c, parts, PARTITIONS, &count));
+        uint64_t mask = 0;
+        for (size_t i = 0; i < count; i++) {
+            mask |= 1u << parts[i];
+        }
+        if (mask != owned) {
+            report(rep, OWNS, mask);
+            owned = mask;
+        }
+    }
+    rill_consumer_free(c);
+    rill_broker_free(b);
+    close(rep);
+    return failures ? 1 : 0;
+}
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* What the parent learned from the workers. */
+static uint64_t owns[WORKERS];
+static int seen[PARTITIONS][MESSAGES];
+static int reader[PARTITIONS];
+static size_t received;
+
+/* Reads the reports ready within `ms`, one from each worker at most. */
+static void drain(int *fds, int ms) {
+    struct pollfd p[WORKERS];
+    for (int i = 0; i < WORKERS; i++) {
+        p[i].fd = fds[i];
+        p[i].events = POLLIN;
+    }
+    if (poll(p, WORKERS, ms) <= 0) {
+        return;
+    }
+    for (int i = 0; i < WORKERS; i++) {
+        if (!(p[i].revents & POLLIN)) {
+            continue;
+        }
+        uint64_t r[2];
+        ssize_t n = read(fds[i], r, sizeof r);
+        if (n != (ssize_t)sizeof r) {
+            continue;
+        }
+        if (r[0] == OWNS) {
+            owns[i] = r[1];
+            continue;
+        }
+        CHECK(r[0] < PARTITIONS && r[1] < MESSAGES);
+        if (r[0] >= PARTITIONS || r[1] >= MESSAGES) {
+            continue;
+        }
+        seen[r[0]][r[1]]++;
+        received++;
+        if (reader[r[0]] < 0) {
+            reader[r[0]] = i;
+        }
+        CHECK(reader[r[0]] == i); /* one worker per partition */
+    }
+}
+
+static bool settled(void) {
+    uint64_t all = 0;
+    for (int i = 0; i < WORKERS; i++) {
+        /* One partition each (a power of two), none shared. */
+        if (owns[i] == 0 || (owns[i] & (owns[i] - 1)) != 0 || (all & owns[i])) {
+            return false;
+        }
+        all |= owns[i];
+    }
+    return all == (1u << PARTITIONS) - 1;
+}
+
+int main(void) {
+    char dir[] = "/tmp/rill-c-procs-groups-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char end[sizeof dir + 8];
+    snprintf(end, sizeof end, "%s/end", dir);
+
+    /* The topic first, then the broker goes before the fork. */
+    rill_broker *b = NULL;
+    OK(open_shared(dir, &b));
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    to.partitions = PARTITIONS;
+    OK(rill_topic_create(b, TOPIC, &to));
+    rill_broker_free(b);
+
+    int fds[WORKERS];
+    pid_t pid[WORKERS];
+    for (int i = 0; i < WORKERS; i++) {
+        int p[2];
+        CHECK(pipe(p) == 0);
+        fflush(NULL);
+        pid[i] = fork();
+        CHECK(pid[i] >= 0);
+        if (pid[i] == 0) {
+            close(p[0]);
+            for (int j = 0; j < i; j++) {
+                close(fds[j]);
+            }
+            _exit(worker(dir, end, p[1]));
+        }
+        close(p[1]);
+        fds[i] = p[0];
+    }
+    for (int p = 0; p < PARTITIONS; p++) {
+        reader[p] = -1;
+    }
+
+    OK(open_shared(dir, &b));
+    int64_t deadline = now_ms() + WAIT_MS;
+    while (!settled() && now_ms() < deadline) {
+        drain(fds, 10);
+    }
+    CHECK(settled());
+    uint64_t ends[PARTITIONS] = {0};
+    for (int i = 0; i < MESSAGES && b != NULL; i++) {
+        rill_record r = {NULL, 0, "job", 3, NULL, 0};
+        rill_position at = {0, 0};
+        OK(rill_publish(b, TOPIC, &r, &at));
+        if (at.partition < PARTITIONS && at.offset + 1 > ends[at.partition]) {
+            ends[at.partition] = at.offset + 1;
+        }
+    }
+    deadline = now_ms() + WAIT_MS;
+    while (received < MESSAGES && now_ms() < deadline) {
+        drain(fds, 10);
+    }
+    CHECK(received == MESSAGES);
+    for (int p = 0; p < PARTITIONS; p++) {
+        for (uint64_t o = 0; o < ends[p]; o++) {
+            CHECK(seen[p][o] == 1); /* exactly once */
+        }
+    }
+    int fd = open(end, O_CREAT | O_WRONLY, 0644);
+    CHECK(fd >= 0);
+    close(fd);
+    for (int i = 0; i < WORKERS; i++) {
+        int status = 0;
+        CHECK(waitpid(pid[i], &status, 0) == pid[i]);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        close(fds[i]);
+    }
+
+    /* The workers' commits, seen from here: nothing left to read. */
+    rill_consumer *late = NULL;
+    OK(rill_consumer_new(b, GROUP, TOPIC, NULL, &late));
+    const rill_message *m = NULL;
+    size_t n = 1;
+    OK(rill_consumer_poll(late, 100, 10, &m, &n));
+    CHECK(n == 0);
+    for (uint32_t p = 0; p < PARTITIONS; p++) {
+        uint64_t committed = 0;
+        if (ends[p] > 0) {
+            OK(rill_consumer_committed(late, p, &committed));
+            CHECK(committed == ends[p]);
+        }
+    }
+    rill_consumer_free(late);
+    rill_broker_free(b);
+    char cmd[sizeof dir + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    return CHECK_VERDICT("test_robust_procs_groups");
+}

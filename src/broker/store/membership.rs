@@ -1,0 +1,660 @@
+//! Consumer groups across processes (issue 39): who is a member, who owns
+//! which partition, and where each partition's committed offset lives.
+//!
+//! # Files
+//!
+//! In `Exclusive` mode a group's committed offsets are part of the
+//! directory's offsets slots (`offsets.rs`), written by the one broker, and
+//! its assignment is made under the broker's control mutex (`group.rs`). In
+//! `Processes` mode members live in several processes, so a group on a topic
+//! has a folder of its own, whose stem `<key>` is the group and topic
+//! encoded to fit a file name (as a durable name's, `named.rs`):
+//!
+//! ```text
+//! groups/<key>/<member>.member   one per live member, flock(LOCK_EX) held
+//!                                by its process; holds its pid and id
+//! groups/<key>/p<N>.lock         flock(LOCK_EX | LOCK_NB) held by the one
+//!                                member that owns partition N
+//! groups/<key>/p<N>.0, p<N>.1    partition N's committed offset: two slots,
+//!                                written as the offsets slots are, only by
+//!                                the holder of p<N>.lock
+//! ```
+//!
+//! # Ownership is a lock
+//!
+//! A member owns partition N while it holds `p<N>.lock`. No two members
+//! (in one process or several: a lock belongs to the open file description)
+//! hold it at once, so no two ever read a partition for the group or commit
+//! it at once. A member that takes the lock reads the slots under it and
+//! starts there; it writes the slots on each commit (synced under
+//! `Fsync::Always`), and lets go of the lock only after its last write has
+//! returned ([`Membership::let_go`] is called with no write in flight: a
+//! commit writes and waits under the consumer's own `&mut`). The kernel
+//! drops the lock when its process dies, however it dies, so a dead
+//! member's partitions are free at once; what it committed is in the slots,
+//! and what it polled after its last commit is polled again by the next
+//! owner (at least once, nothing committed lost).
+//!
+//! # Who should own what
+//!
+//! Nobody sends assignments. Every member lists the live members (the
+//! `.member` files, sorted by name) and computes the same target: member
+//! `i` of `m` owns the range of partitions `[i*n/m, (i+1)*n/m)`
+//! ([`target`]). A member gives up the partitions it holds outside its
+//! target and then takes, without blocking, the free partitions in it; one
+//! still held by its previous owner (which has not looked yet) is tried
+//! again at the next look. A member looks when it joins and then every
+//! quarter of its `session_timeout` (the same timer that expels idle
+//! members in `Exclusive` mode, see `consumer.rs`), so a join or a leave is
+//! followed within that time, and partitions never have two owners in
+//! between (at worst none, for one look).
+//!
+//! A member file is made whole before it is seen: it is created under a
+//! temporary name, locked and written, then renamed to `<member>.member`
+//! (the lock is on the file, so it survives the rename). A member whose
+//! process died is found by trying its file's lock without blocking: a
+//! lock that is granted means nobody holds it, so the member is dead and
+//! the finder removes its file (still holding the lock); a temporary file
+//! left by a join that died before its rename stays (it is never listed).
+//! A member name
+//! holds its pid, a clock reading and an id unique in its process, so a
+//! reused pid never brings a dead member's name back.
+//!
+//! # Deleting a topic
+//!
+//! The deleter of a topic, holding `topics.lock` once it is unlisted (so no
+//! process lists the name again meanwhile), forgets the commits of every
+//! group on it with no live member ([`drop_topic`]), so a topic created
+//! again under that name is read from its first message, as in one
+//! process. A group with a live member is skipped: its members are closed
+//! when their process sees the delete, and its commits, kept by topic
+//! *name*, stay, so a re-created topic is resumed at them by that group
+//! (closing that needs the topic's directory number in the slots, the gap
+//! `named.rs` names for durable names too).
+//!
+//! # Deleting a group
+//!
+//! Deleting a group's offsets (`delete_group`) takes every partition lock
+//! without blocking (`Busy` if any is held) and removes the slots. Lock
+//! files are never removed by a `Processes` broker (a process may be about
+//! to lock the one it opened).
+//!
+//! # Changing modes
+//!
+//! As for durable names ("Changing modes" in `named.rs`): the first
+//! `Processes` opener moves each group of the offsets slots into its own
+//! slots ([`move_out`]), and an `Exclusive` opener folds them back
+//! ([`fold_in`]) and removes `groups/`. Each move is made with `LOCK` held
+//! exclusively, so no member is live.
+//!
+//! # What is not shared
+//!
+//! A failed attempt's count (`nack`) is kept by the member that counted it,
+//! so it does not survive a move of its partition to another process. A
+//! member that is alive but stops polling keeps its partitions (its lock is
+//! held): only a member that closes, or whose process dies, gives them up.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{ErrorKind as IoKind, Write};
+use std::path::{Path, PathBuf};
+
+use super::atomic_file::sync_dir;
+use super::format::Offsets;
+use super::lock::{flock, open_lock_file};
+use super::named::key;
+use super::offsets::{GroupCommit, read_slots};
+use crate::error::{Error, Result};
+use crate::log::Fsync;
+
+/// The folder of the groups' own files.
+pub(super) const GROUPS_DIR: &str = "groups";
+
+/// The suffix of a member file.
+const MEMBER_SUFFIX: &str = ".member";
+
+/// The key of group `group` on topic `topic` (see [`key`]; a NUL, which
+/// neither name may hold, keeps the two apart).
+fn group_key(group: &str, topic: &str) -> String {
+    key(&format!("{group}\u{0}{topic}"))
+}
+
+/// The slot file names of partition `p`.
+fn slot_files(p: u32) -> [String; 2] {
+    [format!("p{p}.0"), format!("p{p}.1")]
+}
+
+/// The partitions member `index` of `members` owns among `n` (see "Who
+/// should own what").
+pub(crate) fn target(index: usize, members: usize, n: u32) -> Vec<u32> {
+    if members == 0 {
+        return Vec::new();
+    }
+    let (n64, m, i) = (u64::from(n), members as u64, index as u64);
+    let (from, to) = (i * n64 / m, (i + 1) * n64 / m);
+    (from as u32..to as u32).collect()
+}
+
+/// A partition this member owns: its lock and its slots' group commit.
+#[derive(Debug)]
+struct Owned {
+    /// Holds the flock while open.
+    _lock: File,
+    commit: GroupCommit,
+    committed: Option<u64>,
+}
+
+/// One member of a group across processes (see the module docs): its
+/// member file, held locked, and the partitions it owns. Dropping it
+/// removes its member file and lets go of everything.
+#[derive(Debug)]
+pub(crate) struct Membership {
+    dir: PathBuf,
+    group: String,
+    topic: String,
+    partitions: u32,
+    repair: bool,
+    /// This member's file name in `dir`.
+    name: String,
+    /// Holds the member file's flock while open.
+    _member: File,
+    owned: BTreeMap<u32, Owned>,
+}
+
+/// The folder of group `group` on topic `topic` in `root`, made if missing.
+fn group_dir(root: &Path, fsync: Fsync, group: &str, topic: &str) -> Result<PathBuf> {
+    let top = root.join(GROUPS_DIR);
+    for (dir, parent) in [(&top, root), (&top.join(group_key(group, topic)), &top)] {
+        match fs::create_dir(dir) {
+            Ok(()) if fsync != Fsync::Never => sync_dir(parent)?,
+            Err(e) if e.kind() != IoKind::AlreadyExists => return Err(Error::io(dir, &e)),
+            _ => {}
+        }
+    }
+    Ok(top.join(group_key(group, topic)))
+}
+
+/// The committed offset of partition `p` in the slots `offsets` read from
+/// `dir`, checking they are the group's (see [`key`]).
+fn committed_of(offsets: &Offsets, dir: &Path, group: &str, topic: &str, p: u32) -> Result<Option<u64>> {
+    match offsets.groups.first() {
+        None => Ok(None),
+        Some((g, t, committed)) if g == group && t == topic => Ok(committed.get(p as usize).copied().flatten()),
+        Some((g, t, _)) => Err(Error::Corrupt {
+            file: dir.join(format!("p{p}.0")),
+            offset: 0,
+            reason: format!("the slots of group {group:?} on {topic:?} hold those of {g:?} on {t:?}"),
+        }),
+    }
+}
+
+/// The slots' encoding of partition `p`'s committed offset: the offsets
+/// encoding with one group whose only entry is `p`'s.
+fn snapshot(group: &str, topic: &str, p: u32, offset: Option<u64>) -> Offsets {
+    let mut committed = vec![None; p as usize + 1];
+    committed[p as usize] = offset;
+    Offsets { groups: vec![(group.to_owned(), topic.to_owned(), committed)], durable: Vec::new() }
+}
+
+/// Tries the lock of `path` without blocking: `None` if it is held.
+fn try_lock(path: &Path) -> Result<Option<File>> {
+    let file = open_lock_file(path)?;
+    Ok(flock(&file, path, libc::LOCK_EX | libc::LOCK_NB)?.then_some(file))
+}
+
+impl Membership {
+    /// Joins group `group` on topic `topic` (of `partitions` partitions) in
+    /// the directory `root`, as member `id` of this process: writes and
+    /// locks its member file (see "Who should own what"). It owns nothing
+    /// until [`Membership::rebalance`].
+    pub(super) fn join(
+        root: &Path,
+        fsync: Fsync,
+        repair: bool,
+        (group, topic): (&str, &str),
+        partitions: u32,
+        id: u64,
+    ) -> Result<Membership> {
+        let dir = group_dir(root, fsync, group, topic)?;
+        let pid = std::process::id();
+        let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let stem = format!("{pid:010}-{clock:032x}-{id:016x}");
+        let tmp = dir.join(format!("{stem}.tmp"));
+        let mut file = open_lock_file(&tmp)?;
+        flock(&file, &tmp, libc::LOCK_EX)?;
+        file.write_all(format!("pid {pid}\nid {id}\n").as_bytes()).map_err(|e| Error::io(&tmp, &e))?;
+        let name = format!("{stem}{MEMBER_SUFFIX}");
+        fs::rename(&tmp, dir.join(&name)).map_err(|e| Error::io(&tmp, &e))?;
+        Ok(Membership {
+            dir,
+            group: group.to_owned(),
+            topic: topic.to_owned(),
+            partitions,
+            repair,
+            name,
+            _member: file,
+            owned: BTreeMap::new(),
+        })
+    }
+
+    /// The live members, sorted by name; removes the files of dead ones.
+    fn live_members(&self) -> Result<Vec<String>> {
+        let entries = fs::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, &e))?;
+        let mut live = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(&self.dir, &e))?;
+            let Some(file) = entry.file_name().to_str().map(str::to_owned) else { continue };
+            // A `.tmp` file is a join in progress (or one that died before
+            // its rename, left as it is: removing it could race a live
+            // joiner between its create and its lock).
+            if !file.ends_with(MEMBER_SUFFIX) {
+                continue;
+            }
+            if file == self.name {
+                live.push(file);
+                continue;
+            }
+            let path = self.dir.join(&file);
+            let probe = match try_lock(&path) {
+                Ok(probe) => probe,
+                // Removed meanwhile by another prober.
+                Err(Error::Io { kind: IoKind::NotFound, .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            match probe {
+                // Granted: nobody holds it, its member is dead.
+                Some(_lock) => match fs::remove_file(&path) {
+                    Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(&path, &e)),
+                    _ => {}
+                },
+                None => live.push(file),
+            }
+        }
+        live.sort();
+        Ok(live)
+    }
+
+    /// The partitions this member should own now (see "Who should own what").
+    pub(crate) fn target(&self) -> Result<Vec<u32>> {
+        let live = self.live_members()?;
+        let index = live.iter().position(|m| *m == self.name).expect("its own file is listed");
+        Ok(target(index, live.len(), self.partitions))
+    }
+
+    /// The partitions it owns, ascending.
+    pub(crate) fn owned(&self) -> Vec<u32> {
+        self.owned.keys().copied().collect()
+    }
+
+    /// True if it owns `p`.
+    pub(crate) fn owns(&self, p: u32) -> bool {
+        self.owned.contains_key(&p)
+    }
+
+    /// The committed offset of `p`: from its own state if it owns `p`,
+    /// else read from the slots (written by whoever owns it).
+    pub(crate) fn committed(&self, p: u32) -> Result<Option<u64>> {
+        match self.owned.get(&p) {
+            Some(o) => Ok(o.committed),
+            None => read_committed(&self.dir, &self.group, &self.topic, p, self.repair),
+        }
+    }
+
+    /// Gives up the partitions outside `target` and takes the free ones in
+    /// it. True if it now owns exactly `target`.
+    pub(crate) fn rebalance(&mut self, target: &[u32]) -> Result<bool> {
+        self.owned.retain(|p, _| target.contains(p));
+        for &p in target {
+            if self.owned.contains_key(&p) {
+                continue;
+            }
+            let Some(lock) = try_lock(&self.dir.join(format!("p{p}.lock")))? else { continue };
+            let files = slot_files(p);
+            let (offsets, seq, slot) = read_slots(&self.dir, &files.each_ref().map(String::as_str), self.repair)?;
+            let committed = committed_of(&offsets, &self.dir, &self.group, &self.topic, p)?;
+            let commit = GroupCommit::with_files(&self.dir, files, seq, slot, &offsets);
+            self.owned.insert(p, Owned { _lock: lock, commit, committed });
+        }
+        Ok(self.owned.len() == target.len())
+    }
+
+    /// Commits `offset` for partition `p`, which it owns (false, and
+    /// nothing written, if it does not): returns once it is written (and
+    /// synced, if `sync`).
+    pub(crate) fn commit(&mut self, p: u32, offset: u64, sync: bool) -> Result<bool> {
+        let Some(o) = self.owned.get_mut(&p) else { return Ok(false) };
+        if o.committed == Some(offset) {
+            // Written (and synced, if that was asked) already.
+            return Ok(true);
+        }
+        o.commit.wait(o.commit.request(snapshot(&self.group, &self.topic, p, Some(offset)), sync))?;
+        o.committed = Some(offset);
+        Ok(true)
+    }
+
+    /// Lets go of every partition (their slots stay as last written).
+    pub(crate) fn let_go(&mut self) {
+        self.owned.clear();
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        // The file goes first, while it is still locked, so no prober takes
+        // a live member for a dead one; the locks go with the fields.
+        let _ = fs::remove_file(self.dir.join(&self.name));
+    }
+}
+
+/// Partition `p`'s committed offset as its slots in `dir` hold it.
+fn read_committed(dir: &Path, group: &str, topic: &str, p: u32, repair: bool) -> Result<Option<u64>> {
+    let files = slot_files(p);
+    let (offsets, ..) = read_slots(dir, &files.each_ref().map(String::as_str), repair)?;
+    committed_of(&offsets, dir, group, topic, p)
+}
+
+/// The committed offsets of group `group` on `topic` (`partitions` of
+/// them) in `root`, as the slots hold them; `None` if the group has no
+/// commits there.
+pub(super) fn group_committed(
+    root: &Path,
+    repair: bool,
+    (group, topic): (&str, &str),
+    partitions: u32,
+) -> Result<Option<Vec<Option<u64>>>> {
+    let dir = root.join(GROUPS_DIR).join(group_key(group, topic));
+    if !dir.is_dir() || slot_partitions(&dir)?.is_empty() {
+        return Ok(None);
+    }
+    (0..partitions).map(|p| read_committed(&dir, group, topic, p, repair)).collect::<Result<Vec<_>>>().map(Some)
+}
+
+/// Forgets group `group`'s committed offsets on `topic` in `root` (see the
+/// module docs): `NotFound` if it has none, `Busy` while a member holds
+/// any partition (or any member is live).
+pub(super) fn forget_group(root: &Path, fsync: Fsync, (group, topic): (&str, &str), partitions: u32) -> Result<()> {
+    let dir = root.join(GROUPS_DIR).join(group_key(group, topic));
+    let none = || Error::NotFound(format!("consumer group {group:?} has no offsets on topic {topic:?}"));
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == IoKind::NotFound => return Err(none()),
+        Err(e) => return Err(Error::io(&dir, &e)),
+    };
+    let busy = || {
+        Error::Busy(format!(
+            "consumer group {group:?} has live member(s) on {topic:?}: close them before deleting the group"
+        ))
+    };
+    let mut slots = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(&dir, &e))?;
+        let file = entry.file_name().to_string_lossy().into_owned();
+        if file.ends_with(MEMBER_SUFFIX) {
+            match try_lock(&dir.join(&file)) {
+                Ok(Some(_)) | Err(Error::Io { kind: IoKind::NotFound, .. }) => {}
+                Ok(None) => return Err(busy()),
+                Err(e) => return Err(e),
+            }
+        } else if file.ends_with(".0") || file.ends_with(".1") {
+            slots.push(file);
+        }
+    }
+    if slots.is_empty() {
+        return Err(none());
+    }
+    let mut locks = Vec::new();
+    for p in 0..partitions {
+        match try_lock(&dir.join(format!("p{p}.lock")))? {
+            Some(lock) => locks.push(lock),
+            None => return Err(busy()),
+        }
+    }
+    for f in &slots {
+        match fs::remove_file(dir.join(f)) {
+            Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(dir.join(f), &e)),
+            _ => {}
+        }
+    }
+    if fsync != Fsync::Never {
+        sync_dir(&dir)?;
+    }
+    Ok(())
+}
+
+/// The partitions with slot files in the group folder `dir`, ascending.
+fn slot_partitions(dir: &Path) -> Result<Vec<u32>> {
+    let files = fs::read_dir(dir).map_err(|e| Error::io(dir, &e))?;
+    let mut parts = Vec::new();
+    for f in files {
+        let f = f.map_err(|e| Error::io(dir, &e))?.file_name().to_string_lossy().into_owned();
+        if let Some(p) = f.strip_prefix('p').and_then(|s| s.strip_suffix(".0").or_else(|| s.strip_suffix(".1")))
+            && let Ok(p) = p.parse::<u32>()
+        {
+            parts.push(p);
+        }
+    }
+    parts.sort_unstable();
+    parts.dedup();
+    Ok(parts)
+}
+
+/// The deleter's part of deleting topic `topic` (see "Deleting a topic"):
+/// forgets the commits of every group on it that has no live member, so a
+/// topic created again under that name is read from its first message. A
+/// group with a live member is skipped: its members are closed when their
+/// process sees the delete, and its commits stay (the gap named there).
+pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -> Result<()> {
+    let top = root.join(GROUPS_DIR);
+    let entries = match fs::read_dir(&top) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(&top, &e)),
+    };
+    for entry in entries {
+        let dir = entry.map_err(|e| Error::io(&top, &e))?.path();
+        let parts = slot_partitions(&dir)?;
+        let Some(&last) = parts.last() else { continue };
+        let files = slot_files(last);
+        let (offsets, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+        let Some((group, t, _)) = offsets.groups.into_iter().next() else { continue };
+        if t != topic {
+            continue;
+        }
+        match forget_group(root, fsync, (&group, topic), last + 1) {
+            Ok(()) | Err(Error::Busy(_) | Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Every (group, topic) with commits under `groups/` in `root`, sorted.
+pub(super) fn group_list(root: &Path, repair: bool) -> Result<Vec<(String, String)>> {
+    let top = root.join(GROUPS_DIR);
+    let entries = match fs::read_dir(&top) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(&top, &e)),
+    };
+    let mut list = Vec::new();
+    for entry in entries {
+        let dir = entry.map_err(|e| Error::io(&top, &e))?.path();
+        let Some(&last) = slot_partitions(&dir)?.last() else { continue };
+        let files = slot_files(last);
+        let (offsets, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+        list.extend(offsets.groups.into_iter().map(|(g, t, _)| (g, t)));
+    }
+    list.sort();
+    list.dedup();
+    Ok(list)
+}
+
+/// The first `Processes` opener's move (see "Changing modes"): writes each
+/// group of `offsets` into its own slots, synced, and takes them out of
+/// `offsets`. True if there were any.
+pub(super) fn move_out(root: &Path, offsets: &mut Offsets, repair: bool) -> Result<bool> {
+    if offsets.groups.is_empty() {
+        return Ok(false);
+    }
+    for (group, topic, committed) in std::mem::take(&mut offsets.groups) {
+        let dir = group_dir(root, Fsync::Always, &group, &topic)?;
+        for (p, offset) in committed.iter().enumerate() {
+            let p = p as u32;
+            let files = slot_files(p);
+            let (old, seq, slot) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+            let commit = GroupCommit::with_files(&dir, files, seq, slot, &old);
+            commit.wait(commit.request(snapshot(&group, &topic, p, *offset), true))?;
+        }
+    }
+    Ok(true)
+}
+
+/// An `Exclusive` opener's move (see "Changing modes"): folds every
+/// group's own slots into `offsets` (theirs win, partition by partition).
+/// True if there were any: the caller writes the offsets, synced, then
+/// calls [`remove_groups`].
+pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool) -> Result<bool> {
+    let top = root.join(GROUPS_DIR);
+    let entries = match fs::read_dir(&top) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io(&top, &e)),
+    };
+    let mut any = false;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(&top, &e))?;
+        any = true;
+        let dir = entry.path();
+        for p in slot_partitions(&dir)? {
+            let files = slot_files(p);
+            let (own, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+            let Some((group, topic, committed)) = own.groups.into_iter().next() else { continue };
+            let Some(offset) = committed.get(p as usize).copied().flatten() else { continue };
+            let i = match offsets.groups.iter().position(|(g, t, _)| *g == group && *t == topic) {
+                Some(i) => i,
+                None => {
+                    offsets.groups.push((group, topic, Vec::new()));
+                    offsets.groups.len() - 1
+                }
+            };
+            let c = &mut offsets.groups[i].2;
+            if c.len() <= p as usize {
+                c.resize(p as usize + 1, None);
+            }
+            c[p as usize] = Some(offset);
+        }
+    }
+    offsets.groups.sort();
+    Ok(any)
+}
+
+/// Removes `groups/` once [`fold_in`]'s result is written.
+pub(super) fn remove_groups(root: &Path) -> Result<()> {
+    let dir = root.join(GROUPS_DIR);
+    match fs::remove_dir_all(&dir) {
+        Err(e) if e.kind() != IoKind::NotFound => Err(Error::io(&dir, &e)),
+        _ => sync_dir(root),
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let p =
+            std::env::temp_dir().join(format!("rill-groups-{tag}-{}-{}", std::process::id(), crate::sync::unique_id()));
+        fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    #[test]
+    fn the_targets_split_every_partition_once() {
+        for n in 0..9u32 {
+            for m in 1..7usize {
+                let mut all: Vec<u32> = (0..m).flat_map(|i| target(i, m, n)).collect();
+                all.sort_unstable();
+                assert_eq!(all, (0..n).collect::<Vec<_>>(), "n={n} m={m}");
+                let sizes: Vec<usize> = (0..m).map(|i| target(i, m, n).len()).collect();
+                assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1, "n={n} m={m}");
+            }
+        }
+    }
+
+    #[test]
+    fn two_members_split_a_group_and_a_dead_ones_partitions_go_to_the_survivor() {
+        let root = temp_dir("split");
+        let (r, f) = (root.as_path(), Fsync::Never);
+        let mut a = Membership::join(r, f, false, ("g", "t"), 4, 1).unwrap();
+        assert!(a.rebalance(&a.target().unwrap()).unwrap());
+        assert_eq!(a.owned(), [0, 1, 2, 3]);
+        assert!(a.commit(3, 7, false).unwrap());
+        let mut b = Membership::join(r, f, false, ("g", "t"), 4, 2).unwrap();
+        let tb = b.target().unwrap();
+        assert_eq!(tb.len(), 2);
+        // Its partitions are still a's: nothing taken until a lets go.
+        assert!(!b.rebalance(&tb).unwrap());
+        assert!(b.owned().is_empty());
+        let ta = a.target().unwrap();
+        a.rebalance(&ta).unwrap();
+        assert!(b.rebalance(&tb).unwrap());
+        let mut both: Vec<u32> = a.owned().into_iter().chain(b.owned()).collect();
+        both.sort_unstable();
+        assert_eq!(both, [0, 1, 2, 3]);
+        // What a committed is seen by b, whoever owns it.
+        assert_eq!(b.committed(3).unwrap(), Some(7));
+        drop(a);
+        assert!(b.rebalance(&b.target().unwrap()).unwrap());
+        assert_eq!(b.owned(), [0, 1, 2, 3]);
+        assert_eq!(b.committed(3).unwrap(), Some(7));
+        assert!(matches!(forget_group(r, f, ("g", "t"), 4), Err(Error::Busy(_))));
+        drop(b);
+        forget_group(r, f, ("g", "t"), 4).unwrap();
+        assert_eq!(group_committed(r, false, ("g", "t"), 4).unwrap(), None);
+    }
+
+    #[test]
+    fn a_member_file_left_unlocked_is_a_dead_member() {
+        let root = temp_dir("dead");
+        let (r, f) = (root.as_path(), Fsync::Never);
+        let a = Membership::join(r, f, false, ("g", "t"), 2, 1).unwrap();
+        // A member whose process died: its file is there, nobody locks it.
+        fs::write(a.dir.join(format!("0000000001-dead{MEMBER_SUFFIX}")), b"pid 1\n").unwrap();
+        assert_eq!(a.target().unwrap(), [0, 1]);
+        assert_eq!(a.live_members().unwrap(), std::slice::from_ref(&a.name));
+    }
+
+    #[test]
+    fn a_deleted_topics_groups_are_forgotten_unless_a_member_is_live() {
+        let root = temp_dir("drop");
+        let (r, f) = (root.as_path(), Fsync::Never);
+        for (group, topic) in [("g", "t"), ("h", "t"), ("g", "u")] {
+            let mut m = Membership::join(r, f, false, (group, topic), 2, 1).unwrap();
+            m.rebalance(&m.target().unwrap()).unwrap();
+            assert!(m.commit(1, 5, false).unwrap());
+        }
+        let live = Membership::join(r, f, false, ("h", "t"), 2, 2).unwrap();
+        let all = |v: &[(&str, &str)]| v.iter().map(|(g, t)| (g.to_string(), t.to_string())).collect::<Vec<_>>();
+        assert_eq!(group_list(r, false).unwrap(), all(&[("g", "t"), ("g", "u"), ("h", "t")]));
+        drop_topic(r, f, false, "t").unwrap();
+        assert_eq!(group_list(r, false).unwrap(), all(&[("g", "u"), ("h", "t")]));
+        assert_eq!(group_committed(r, false, ("g", "t"), 2).unwrap(), None);
+        assert_eq!(group_committed(r, false, ("h", "t"), 2).unwrap(), Some(vec![None, Some(5)]), "a live member's");
+        assert_eq!(group_committed(r, false, ("g", "u"), 2).unwrap(), Some(vec![None, Some(5)]), "another topic's");
+        drop(live);
+    }
+
+    #[test]
+    fn group_offsets_move_out_and_fold_back_in() {
+        let root = temp_dir("move");
+        let r = root.as_path();
+        let mut offsets = Offsets { groups: vec![("g".into(), "t".into(), vec![Some(3), None])], durable: Vec::new() };
+        assert!(move_out(r, &mut offsets, false).unwrap());
+        assert!(offsets.groups.is_empty());
+        assert_eq!(group_committed(r, false, ("g", "t"), 2).unwrap(), Some(vec![Some(3), None]));
+        assert!(fold_in(r, &mut offsets, false).unwrap());
+        assert_eq!(offsets.groups, vec![("g".into(), "t".into(), vec![Some(3)])]);
+        remove_groups(r).unwrap();
+        assert!(!r.join(GROUPS_DIR).exists());
+    }
+}

@@ -1,0 +1,411 @@
+//! Consumer groups across processes (issue 39, its seventh step): members
+//! in different processes split a topic's partitions, each partition read
+//! by exactly one live member; commits made in one process are seen in the
+//! others; a member killed with -9 at a random moment gives its partitions
+//! to the survivors, which resume from its last commit (nothing committed
+//! is lost, only what it polled and had not committed comes again).
+//!
+//! The other processes are this test binary run again with [`CHILD_ROLE`]
+//! set and only the one test selected (as in `processes_named.rs`).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::wait_for;
+use rill::{Broker, BrokerConfig, ConsumerOptions, Error, Fsync, Record, Sharing, TopicOptions};
+
+/// Set in a child: its role.
+const CHILD_ROLE: &str = "RILL_TEST_GROUPS_ROLE";
+/// Set in a child: the data directory.
+const CHILD_DIR: &str = "RILL_TEST_GROUPS_DIR";
+/// The topic every process shares.
+const TOPIC: &str = "orders";
+/// The consumer group.
+const GROUP: &str = "billing";
+/// The topic's partitions.
+const PARTITIONS: u32 = 4;
+/// A short session timeout, so members look at the group often (every
+/// quarter of it) and the tests stay short.
+const SESSION: Duration = Duration::from_millis(200);
+/// Kill -9 iterations, unless `RILL_CRASH_ITERATIONS` says more.
+const KILLS: u32 = 50;
+/// Messages published in each iteration of the kill loop.
+const PER_ROUND: u64 = 12;
+
+/// A fresh directory under the system's temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("rill-groups-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn processes(dir: &Path) -> Broker {
+    let config = BrokerConfig {
+        data_dir: Some(dir.to_owned()),
+        sharing: Sharing::Processes,
+        fsync: Fsync::Never,
+        worker_threads: Some(1),
+        ..BrokerConfig::default()
+    };
+    Broker::new(config).unwrap()
+}
+
+fn options() -> ConsumerOptions {
+    ConsumerOptions { session_timeout: SESSION, ..ConsumerOptions::default() }
+}
+
+/// Runs this test binary again as a child playing `role` in `dir`.
+fn spawn(test: &str, role: &str, dir: &Path) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ROLE, role)
+        .env(CHILD_DIR, dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a child and fails the test with its output if it failed.
+fn expect_success(child: Child, what: &str) {
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The child's role and directory, if this process is a child.
+fn child_role() -> Option<(String, PathBuf)> {
+    let role = std::env::var(CHILD_ROLE).ok()?;
+    Some((role, PathBuf::from(std::env::var_os(CHILD_DIR).unwrap())))
+}
+
+/// Appends one whole line to `file` (a kill leaves it whole or absent).
+fn append(dir: &Path, file: &str, line: &str) {
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(file)).unwrap();
+    f.write_all(format!("{line}\n").as_bytes()).unwrap();
+}
+
+/// The (partition, offset) pairs a child recorded in `file` (a line cut by
+/// a kill, if any, left out).
+fn records(dir: &Path, file: &str) -> Vec<(u32, u64)> {
+    let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+    let whole = text.rfind('\n').map_or("", |n| &text[..n]);
+    whole
+        .lines()
+        .map(|l| {
+            let (p, o) = l.split_once(' ').unwrap();
+            (p.parse().unwrap(), o.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Publishes `n` unkeyed messages; returns where they went.
+fn publish(broker: &Broker, n: u64) -> Vec<(u32, u64)> {
+    (0..n)
+        .map(|_| {
+            let at = broker.publish(TOPIC, &Record::new(b"m")).unwrap();
+            (at.partition, at.offset)
+        })
+        .collect()
+}
+
+/// The child of [`members_in_processes_split_the_partitions_and_see_each_others_commits`],
+/// member `i`: writes its assignment to `owns-<i>` whenever it changes, and
+/// each message it polls to `records-<i>`, committing after each batch,
+/// until the parent makes `end`.
+fn splitting_member(dir: &Path, i: &str) {
+    let broker = processes(dir);
+    let mut consumer = broker.consumer(GROUP, TOPIC, options()).unwrap();
+    let mut owns = None;
+    while !dir.join("end").exists() {
+        let polled: Vec<(u32, u64)> = consumer
+            .poll(16, Duration::from_millis(20))
+            .unwrap()
+            .iter()
+            .map(|m| (m.partition(), m.record().offset()))
+            .collect();
+        for (p, o) in &polled {
+            append(dir, &format!("records-{i}"), &format!("{p} {o}"));
+        }
+        if !polled.is_empty() {
+            match consumer.commit() {
+                // Partitions it gave up while the members settled.
+                Ok(()) | Err(Error::Reassigned(_)) => {}
+                Err(e) => panic!("commit: {e}"),
+            }
+        }
+        let now = consumer.assignment();
+        if owns.as_ref() != Some(&now) {
+            let line: Vec<String> = now.iter().map(u32::to_string).collect();
+            std::fs::write(dir.join(format!("owns-{i}.tmp")), line.join(" ")).unwrap();
+            std::fs::rename(dir.join(format!("owns-{i}.tmp")), dir.join(format!("owns-{i}"))).unwrap();
+            owns = Some(now);
+        }
+    }
+    consumer.close();
+}
+
+/// Member `i`'s assignment as it last wrote it.
+fn owns(dir: &Path, i: u32) -> Option<Vec<u32>> {
+    let text = std::fs::read_to_string(dir.join(format!("owns-{i}"))).ok()?;
+    Some(text.split_whitespace().map(|p| p.parse().unwrap()).collect())
+}
+
+#[test]
+fn members_in_processes_split_the_partitions_and_see_each_others_commits() {
+    const TEST: &str = "members_in_processes_split_the_partitions_and_see_each_others_commits";
+    const MEMBERS: u32 = 3;
+    if let Some((role, dir)) = child_role() {
+        splitting_member(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("split");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let children: Vec<Child> = (0..MEMBERS).map(|i| spawn(TEST, &i.to_string(), &dir.0)).collect();
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // Each member owning its share of three (ranges over the members
+        // sorted by name: one each, and two for the last): the members
+        // have all seen each other and settled.
+        wait_for("the members to split the partitions", || {
+            let all: Option<Vec<Vec<u32>>> = (0..MEMBERS).map(|i| owns(&dir.0, i)).collect();
+            all.is_some_and(|mut all| {
+                all.sort();
+                all == [vec![0], vec![1], vec![2, 3]]
+            })
+        });
+        let published = publish(&broker, 200);
+        let mut end = BTreeMap::new();
+        for (p, o) in &published {
+            end.insert(*p, o + 1);
+        }
+        // The members' commits, seen from this process.
+        wait_for("every message committed", || match broker.group_stats(GROUP, TOPIC) {
+            Ok(stats) => stats.partitions.iter().all(|p| p.committed == end.get(&p.partition).copied()),
+            // Nothing committed yet.
+            Err(Error::NotFound(_)) => false,
+            Err(e) => panic!("group_stats: {e}"),
+        });
+        std::fs::write(dir.0.join("end"), b"").unwrap();
+        // A member here starts after what the others committed.
+        let mut late = broker.consumer(GROUP, TOPIC, options()).unwrap();
+        assert!(late.poll(100, Duration::from_millis(10)).unwrap().is_empty());
+        for (p, e) in &end {
+            assert_eq!(late.committed(*p).unwrap(), *e);
+        }
+        late.close();
+        end
+    }));
+    std::fs::write(dir.0.join("end"), b"").unwrap();
+    for (i, child) in children.into_iter().enumerate() {
+        expect_success(child, &format!("member {i}"));
+    }
+    let end = match checked {
+        Ok(end) => end,
+        Err(panic) => std::panic::resume_unwind(panic),
+    };
+    // Every message exactly once (nothing failed, and the members had
+    // settled before the first was published), each partition read by one
+    // member.
+    let mut seen = BTreeSet::new();
+    let mut reader: BTreeMap<u32, u32> = BTreeMap::new();
+    for i in 0..MEMBERS {
+        for (p, o) in records(&dir.0, &format!("records-{i}")) {
+            assert!(seen.insert((p, o)), "({p}, {o}) was delivered twice");
+            assert_eq!(*reader.entry(p).or_insert(i), i, "partition {p} was read by two members");
+        }
+    }
+    let want: BTreeSet<(u32, u64)> = end.iter().flat_map(|(&p, &e)| (0..e).map(move |o| (p, o))).collect();
+    assert_eq!(seen, want, "every message delivered");
+}
+
+/// The child of the kill loop, member `i`: polls one message at a time,
+/// records it in `records-<i>` and then commits it, until it is killed.
+fn killed_member(dir: &Path, i: &str) {
+    let broker = processes(dir);
+    let mut consumer = broker.consumer(GROUP, TOPIC, options()).unwrap();
+    loop {
+        let polled: Vec<(u32, u64)> = consumer
+            .poll(1, Duration::from_millis(20))
+            .unwrap()
+            .iter()
+            .map(|m| (m.partition(), m.record().offset()))
+            .collect();
+        for (p, o) in polled {
+            append(dir, &format!("records-{i}"), &format!("{p} {o}"));
+            consumer.commit_offset(p, o + 1).unwrap();
+        }
+    }
+}
+
+/// A small xorshift: the moments of the kills, from a seed the test prints.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn a_killed_members_partitions_go_to_the_survivor_and_nothing_committed_is_lost() {
+    const TEST: &str = "a_killed_members_partitions_go_to_the_survivor_and_nothing_committed_is_lost";
+    if let Some((role, dir)) = child_role() {
+        killed_member(&dir, &role);
+        return;
+    }
+    let kills: u32 = std::env::var("RILL_CRASH_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(KILLS);
+    let seed = std::env::var("RILL_GROUPS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
+    });
+    println!("kill loop: {kills} kills, RILL_GROUPS_SEED={seed}");
+    let mut rng = Rng(seed);
+    let dir = TempDir::new("kills");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    // The survivor: a member in this process, polled one message at a
+    // time and committing each, as the children do.
+    let mut survivor = broker.consumer(GROUP, TOPIC, options()).unwrap();
+    let mut mine: Vec<(u32, u64)> = Vec::new();
+    let mut end: BTreeMap<u32, u64> = BTreeMap::new();
+    let committed_all = |end: &BTreeMap<u32, u64>| match broker.group_stats(GROUP, TOPIC) {
+        Ok(stats) => end.iter().all(|(&p, &e)| stats.partitions[p as usize].committed == Some(e)),
+        // Nothing committed yet.
+        Err(Error::NotFound(_)) => false,
+        Err(e) => panic!("group_stats: {e}"),
+    };
+    for i in 0..kills {
+        for (p, o) in publish(&broker, PER_ROUND) {
+            end.insert(p, o + 1);
+        }
+        let mut child = spawn(TEST, &i.to_string(), &dir.0);
+        // A random moment: after it recorded `r` messages (0: at once,
+        // perhaps before it joined). The survivor only follows the group
+        // meanwhile (a poll of nothing gives up what the child should own).
+        let r = rng.below(4) as usize;
+        let file = format!("records-{i}");
+        wait_for("the member's progress", || {
+            survivor.poll(0, Duration::ZERO).unwrap();
+            records(&dir.0, &file).len() >= r
+        });
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The survivor takes the dead member's partitions (within its
+        // session timeout) and reads everything left from its commits.
+        wait_for("the survivor to read everything", || {
+            let polled: Vec<(u32, u64)> = survivor
+                .poll(1, Duration::from_millis(10))
+                .unwrap()
+                .iter()
+                .map(|m| (m.partition(), m.record().offset()))
+                .collect();
+            for (p, o) in polled {
+                mine.push((p, o));
+                survivor.commit_offset(p, o + 1).unwrap();
+            }
+            committed_all(&end)
+        });
+        // Then it owns every partition again (the dead member's may have
+        // had nothing left to read).
+        wait_for("the survivor to own every partition", || {
+            survivor.poll(0, Duration::ZERO).unwrap();
+            survivor.assignment() == (0..PARTITIONS).collect::<Vec<_>>()
+        });
+    }
+    // Everything delivered; a message delivered twice is one a killed
+    // member recorded and had not committed (its last, one per kill).
+    let mut count: BTreeMap<(u32, u64), u32> = BTreeMap::new();
+    let mut last_of_killed = BTreeSet::new();
+    for i in 0..kills {
+        let got = records(&dir.0, &format!("records-{i}"));
+        if let Some(&last) = got.last() {
+            last_of_killed.insert(last);
+        }
+        for at in got {
+            *count.entry(at).or_default() += 1;
+        }
+    }
+    for at in mine {
+        *count.entry(at).or_default() += 1;
+    }
+    let want: BTreeSet<(u32, u64)> = end.iter().flat_map(|(&p, &e)| (0..e).map(move |o| (p, o))).collect();
+    assert_eq!(count.keys().copied().collect::<BTreeSet<_>>(), want, "every message delivered (seed {seed})");
+    for (at, n) in &count {
+        assert!(
+            *n == 1 || (*n == 2 && last_of_killed.contains(at)),
+            "{at:?} delivered {n} times, and not as a killed member's uncommitted last (seed {seed})"
+        );
+    }
+    // Nothing left for a new member.
+    survivor.close();
+    let mut next = broker.consumer(GROUP, TOPIC, options()).unwrap();
+    assert!(next.poll(100, Duration::from_millis(10)).unwrap().is_empty());
+    match broker.delete_group(GROUP, TOPIC) {
+        Err(Error::Busy(_)) => {}
+        r => panic!("deleting a group with a live member: expected Busy, got {r:?}"),
+    }
+    assert_eq!(broker.groups(), [(GROUP.to_owned(), TOPIC.to_owned())]);
+    next.close();
+    broker.delete_group(GROUP, TOPIC).unwrap();
+    assert!(broker.groups().is_empty());
+    assert!(matches!(broker.group_stats(GROUP, TOPIC), Err(Error::NotFound(_))));
+}
+
+#[test]
+fn commits_move_with_the_directory_between_modes() {
+    let dir = TempDir::new("modes");
+    let open = |sharing| {
+        let config = BrokerConfig { data_dir: Some(dir.0.clone()), sharing, ..BrokerConfig::default() };
+        Broker::new(config).unwrap()
+    };
+    // Reads what is left, one partition's worth, and commits it.
+    let read = |broker: &Broker, want: std::ops::Range<u64>| {
+        let mut c = broker.consumer(GROUP, TOPIC, options()).unwrap();
+        let got: Vec<u64> =
+            c.poll(100, Duration::from_millis(10)).unwrap().iter().map(|m| m.record().offset()).collect();
+        assert_eq!(got, want.collect::<Vec<_>>());
+        c.commit().unwrap();
+        c.close();
+    };
+    let broker = open(Sharing::Exclusive);
+    broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    publish(&broker, 3);
+    read(&broker, 0..3);
+    drop(broker);
+    // The group's commit, made in Exclusive mode, is found across processes.
+    let broker = open(Sharing::Processes);
+    assert_eq!(broker.group_stats(GROUP, TOPIC).unwrap().partitions[0].committed, Some(3));
+    publish(&broker, 2);
+    read(&broker, 3..5);
+    drop(broker);
+    // And back.
+    let broker = open(Sharing::Exclusive);
+    assert_eq!(broker.group_stats(GROUP, TOPIC).unwrap().partitions[0].committed, Some(5));
+    assert!(!dir.0.join("groups").exists(), "folded back into the offsets");
+    publish(&broker, 1);
+    read(&broker, 5..6);
+}
