@@ -16,9 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use common::procs::{self, TempDir, child_role, config, expect_success, spawn};
 use common::{WAIT, wait_for};
-use rill::{
-    Ack, Broker, BrokerConfig, Error, Record, Sharing, StartPosition, SubscriptionOptions, TopicOptions,
-};
+use rill::{Ack, Broker, BrokerConfig, Error, Record, Sharing, StartPosition, SubscriptionOptions, TopicOptions};
 
 // A child's role ([`procs::ROLE`]): `publish:<who>`, `subscribe:<who>` or `one`.
 /// The file the parent makes when the children may close.
