@@ -130,8 +130,8 @@
 //! nothing is trimmed by size or age, so a partition's memory grows with
 //! the number of distinct keys (and the offsets' index); under
 //! `CompactAndDelete` the size and age limits trim whole segments as usual.
-//! The pass itself holds, while it runs, a map of the dirty part's keys and
-//! eight bytes (a key's hash) per dirty record.
+//! The pass itself holds, while it runs, a map of the dirty part's keys
+//! (40 bytes an entry) and one bit per dirty record.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -198,7 +198,8 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
         (sealed.to_vec(), through)
     };
     let clean = progress.clean;
-    let map = KeyMap::read(&segs, clean);
+    // Relaxed: the last pass's figure, written under `progress`, held here.
+    let map = KeyMap::read(&segs, clean, shared.compaction.keys.load(Ordering::Relaxed));
     // The segments this pass rewrites: up to the first with a record still
     // being written (the next pass reads it).
     let stop = map.stop;
@@ -215,7 +216,9 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
     let mut failed = None;
     'segs: for (i, seg) in segs[..stop].iter().enumerate() {
         let count = seg.sealed_count().expect("every segment but the newest is sealed");
-        let hashes = map.hashes.get(i.wrapping_sub(map.first_dirty));
+        // A dirty segment's records were judged while mapped; a clean one's
+        // are looked up (see `KeyMap`).
+        let superseded = map.superseded_in(i);
         kept.clear();
         let (mut removed, mut removed_bytes, mut stamp, mut seg_keys) = (0u64, 0u64, 0u64, 0u64);
         let mut holds_superseded = false;
@@ -237,14 +240,12 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
                 kept.push((index, view.raw_bytes()));
                 continue;
             };
-            let offset = seg.base() + index;
-            let hash = match hashes {
-                Some(h) => h[index as usize],
-                None => map.hasher.hash_one(key),
+            let newest = match superseded {
+                Some(at) => !map.is_superseded(at + index),
+                // A key the dirty part does not hold: this record, in the
+                // clean prefix, is the only one of its key, so the newest.
+                None => !map.holds(key),
             };
-            // A key the dirty part does not hold: this record, in the clean
-            // prefix, is the only one of its key, so the newest.
-            let newest = map.newest(hash, key).is_none_or(|o| o == offset);
             let tombstone = view.payload().is_empty();
             let past_lag = timestamp.saturating_add(policy.min_lag_ns);
             let removable_at = if !newest {
@@ -446,43 +447,60 @@ pub(super) fn stats(shared: &Shared) -> (u64, u64, u64, u64) {
     )
 }
 
-/// One pass's map of the dirty part's keys: each key's newest offset.
+/// One pass's map of the dirty part's keys, and which of its records a
+/// newer record of their key supersedes.
 ///
-/// One table, one hash per record: the dirty part's hashes are kept per
-/// record for the rewrite, and each entry keeps its key's hash, so the
-/// table grows without hashing again. The hasher is the standard library's
-/// keyed SipHash: keys come from publishers, and a flood of colliding keys
-/// must not turn a pass quadratic.
+/// One table, one hash and one probe per dirty record: as the dirty part
+/// is read oldest first, a record whose key the table already holds
+/// supersedes the one the entry names, whose bit is set; so the rewrite
+/// reads a dirty record's fate from its bit and probes the table only for
+/// the clean prefix's records (whose keys are not hashed otherwise). Each
+/// entry keeps its key's hash, so the table grows without hashing again,
+/// and its key's first eight bytes, so that a probe compares a key of at
+/// most eight bytes without reading the record that holds it (a cache miss
+/// per probe, in a log larger than the cache).
+/// The hasher is the standard library's keyed SipHash: keys come from
+/// publishers, and a flood of colliding keys must not turn a pass
+/// quadratic.
 struct KeyMap<'a> {
     hasher: RandomState,
-    /// (hash, key, offset of its newest record).
-    table: HashTable<(u64, &'a [u8], u64)>,
+    table: HashTable<Key<'a>>,
     /// Index (in the pass's segments) of the first dirty segment.
     first_dirty: usize,
-    /// Per dirty segment (from `first_dirty`), per index: the key's hash
-    /// (0 for a record without one).
-    hashes: Vec<Vec<u64>>,
+    /// Per dirty segment (from `first_dirty`): the position of its first
+    /// record.
+    starts: Vec<u64>,
+    /// One bit per position: set if a newer record of its key was mapped.
+    superseded: Vec<u64>,
     /// Index of the first segment with a record still being written, or
     /// the number of segments: the pass rewrites only those before it.
     stop: usize,
 }
 
 impl<'a> KeyMap<'a> {
-    /// Maps the keys of `segs` from offset `clean` on.
-    fn read(segs: &'a [Arc<Segment>], clean: u64) -> KeyMap<'a> {
+    /// Maps the keys of `segs` from offset `clean` on; `keys` is how many
+    /// the table is sized for at first (the last pass's count: most keys
+    /// of a compacted log stay).
+    fn read(segs: &'a [Arc<Segment>], clean: u64, keys: u64) -> KeyMap<'a> {
         let hasher = RandomState::new();
-        let mut table: HashTable<(u64, &'a [u8], u64)> = HashTable::new();
         let first_dirty = segs.iter().position(|s| s.base() >= clean).unwrap_or(segs.len());
-        let mut hashes = Vec::with_capacity(segs.len() - first_dirty);
+        let counts: Vec<u64> = segs[first_dirty..]
+            .iter()
+            .map(|s| s.sealed_count().expect("every segment but the newest is sealed"))
+            .collect();
+        let records: u64 = counts.iter().sum();
+        let mut table: HashTable<Key<'a>> = HashTable::with_capacity(keys.min(records) as usize);
+        let mut superseded = vec![0u64; records.div_ceil(64) as usize];
+        let mut starts = Vec::with_capacity(counts.len());
         let mut stop = segs.len();
-        'segs: for (i, seg) in segs.iter().enumerate().skip(first_dirty) {
-            let count = seg.sealed_count().expect("every segment but the newest is sealed");
-            let mut seg_hashes = vec![0u64; count as usize];
+        let mut start = 0u64;
+        'segs: for (i, (seg, &count)) in segs[first_dirty..].iter().zip(&counts).enumerate() {
+            starts.push(start);
             for index in 0..count {
                 let Some(pos) = seg.committed(index) else {
                     // Keys mapped from this segment point into it, and the
                     // pass keeps what they supersede: only removing less.
-                    stop = i;
+                    stop = first_dirty + i;
                     break 'segs;
                 };
                 let view = seg.view(index, pos);
@@ -490,23 +508,65 @@ impl<'a> KeyMap<'a> {
                     continue;
                 }
                 let Some(key) = view.key() else { continue };
-                let offset = seg.base() + index;
+                let at = start + index;
                 let hash = hasher.hash_one(key);
-                seg_hashes[index as usize] = hash;
-                match table.entry(hash, |e| e.1 == key, |e| e.0) {
-                    Entry::Occupied(mut e) => e.get_mut().2 = offset,
+                let head = head(key);
+                match table.entry(hash, |e| e.is(head, key), |e| e.hash) {
+                    Entry::Occupied(mut e) => {
+                        let older = std::mem::replace(&mut e.get_mut().newest, at);
+                        superseded[(older / 64) as usize] |= 1 << (older % 64);
+                    }
                     Entry::Vacant(e) => {
-                        e.insert((hash, key, offset));
+                        e.insert(Key { hash, head, key, newest: at });
                     }
                 }
             }
-            hashes.push(seg_hashes);
+            start += count;
         }
-        KeyMap { hasher, table, first_dirty, hashes, stop }
+        KeyMap { hasher, table, first_dirty, starts, superseded, stop }
     }
 
-    /// The offset of `key`'s newest record in the dirty part, if any.
-    fn newest(&self, hash: u64, key: &[u8]) -> Option<u64> {
-        self.table.find(hash, |e| e.1 == key).map(|e| e.2)
+    /// The position of segment `i`'s (of the pass's segments) first record
+    /// if it is dirty (mapped), `None` if it is in the clean prefix.
+    fn superseded_in(&self, i: usize) -> Option<u64> {
+        i.checked_sub(self.first_dirty).and_then(|d| self.starts.get(d).copied())
     }
+
+    /// True if a newer record of its key superseded the record at `at`.
+    fn is_superseded(&self, at: u64) -> bool {
+        self.superseded[(at / 64) as usize] & (1 << (at % 64)) != 0
+    }
+
+    /// True if the dirty part holds a record of `key`.
+    fn holds(&self, key: &[u8]) -> bool {
+        let head = head(key);
+        self.table.find(self.hasher.hash_one(key), |e| e.is(head, key)).is_some()
+    }
+}
+
+/// One key of a pass's [`KeyMap`].
+struct Key<'a> {
+    hash: u64,
+    /// `key`'s first eight bytes (see [`head`]).
+    head: u64,
+    key: &'a [u8],
+    /// The position of its newest record: a position numbers the dirty
+    /// part's records, segment after segment, from 0.
+    newest: u64,
+}
+
+impl Key<'_> {
+    /// True if this is `key`, whose head is `head`: a key of at most eight
+    /// bytes is compared by its head and length alone.
+    fn is(&self, head: u64, key: &[u8]) -> bool {
+        self.head == head && self.key.len() == key.len() && (key.len() <= 8 || self.key == key)
+    }
+}
+
+/// A key's first eight bytes (zeros after a shorter key's end), as one word.
+fn head(key: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    let n = key.len().min(8);
+    word[..n].copy_from_slice(&key[..n]);
+    u64::from_le_bytes(word)
 }

@@ -365,6 +365,12 @@ pub struct RecoveryReport {
     /// over. Counts those recovery wrote now and those an earlier recovery
     /// wrote.
     pub skipped: u64,
+    /// Compacted-away offsets among `records`: offsets a compaction pass
+    /// removed, which a rebuilt segment file says it covers with one
+    /// compacted-away record per run (see "Compacted segments" in
+    /// `recovery.rs`), and readers pass over. Records readers are handed:
+    /// `records - skipped - compacted`.
+    pub compacted: u64,
     /// Oldest offset kept (the next one to append if nothing was kept).
     pub first_offset: u64,
     /// One past the newest offset kept: where appends continue.

@@ -173,7 +173,8 @@
 //! The scan gives such a record as many offsets as its run (their index
 //! slots all name it, and readers pass over it), so the file's count and
 //! used bytes check as any complete file's, and a run that reaches past
-//! the count is damage. A crash during a pass leaves the old file or the
+//! the count is damage. The report counts a run's offsets among the
+//! records kept, and apart in `RecoveryReport::compacted`. A crash during a pass leaves the old file or the
 //! whole new one under the segment's name, and perhaps the new one under
 //! a temporary name, which is deleted like any temporary file. Nothing of
 //! a pass's progress is read back: the next pass after an open maps the
@@ -279,9 +280,9 @@ struct Scan {
     fills: Vec<Fill>,
     /// Skip records already in the file (an earlier recovery's).
     skipped: u64,
-    /// The file holds compacted-away records (it is a compaction's rebuilt
-    /// segment, `file/rebuild.rs`).
-    compacted: bool,
+    /// Offsets the file's compacted-away records stand for (it is a
+    /// compaction's rebuilt segment, `file/rebuild.rs`, if any).
+    compacted: u64,
     /// Where the first record not kept starts (region offset).
     stop: u64,
     /// Why the scan stopped, unless it reached zeros (a clean end) or the
@@ -350,7 +351,7 @@ fn scan(region: &[u8], base: u64, limit: u64, holes: Holes, abandoned: &dyn Fn(u
         positions: Vec::new(),
         fills: Vec::new(),
         skipped: 0,
-        compacted: false,
+        compacted: 0,
         stop: 0,
         damage: None,
         last_timestamp: None,
@@ -380,7 +381,7 @@ fn scan(region: &[u8], base: u64, limit: u64, holes: Holes, abandoned: &dyn Fn(u
             Ok(Some((at, end, bytes))) if record::compacted_run(bytes) != Ok(None) => {
                 match record::compacted_run(bytes) {
                     Ok(Some(run)) if run <= limit - kept => {
-                        found.compacted = true;
+                        found.compacted += run;
                         found.last_timestamp = Some(record::RecordView::from_bytes(offset, bytes).timestamp_ns());
                         found.positions.extend(std::iter::repeat_n(at as u64, run as usize));
                         p = end;
@@ -693,6 +694,7 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         report.records += count;
         let filled: u64 = found.fills.iter().map(|f| f.count).sum();
         report.skipped += found.skipped + filled;
+        report.compacted += found.compacted;
         let was_complete = complete_ok;
         let storage = if storage.has_index() {
             storage
@@ -709,7 +711,7 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
             positions: found.positions,
             used: found.stop,
             was_complete,
-            skips: found.skipped + filled > 0 || found.compacted,
+            skips: found.skipped + filled + found.compacted > 0,
             fills: found.fills,
         });
     }
