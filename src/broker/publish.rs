@@ -59,10 +59,12 @@ pub(super) fn publish_batch_to(
     records: &[Record<'_>],
     wait: Wait,
 ) -> Result<Vec<Position>> {
-    if let Some(s) = t.schema.load() {
-        let done = publish_batch_checked(inner, t, s, records, wait).map_err(|e| t.batch_failed(e))?;
+    let held = t.schema.load();
+    if held.is_some() {
+        let done = publish_batch_checked(inner, t, held, records, wait).map_err(|e| t.batch_failed(e))?;
         return Ok(done.into_iter().map(|p| p.position).collect());
     }
+    drop(held);
     if records.iter().any(claims_a_version) {
         let attributes = unclaimed(records);
         return publish_batch_parts(t, &with_attributes(records, &attributes), wait).map_err(|e| t.batch_failed(e));
@@ -96,9 +98,11 @@ pub(super) fn publish_batch_outcome_to(
     records: &[Record<'_>],
     wait: Wait,
 ) -> Result<Vec<Published>> {
-    if let Some(s) = t.schema.load() {
-        return publish_batch_checked(inner, t, s, records, wait).map_err(|e| t.batch_failed(e));
+    let held = t.schema.load();
+    if held.is_some() {
+        return publish_batch_checked(inner, t, held, records, wait).map_err(|e| t.batch_failed(e));
     }
+    drop(held);
     if records.iter().any(claims_a_version) {
         let attributes = unclaimed(records);
         return publish_batch_outcome_unchecked(t, &with_attributes(records, &attributes), wait);
@@ -123,7 +127,9 @@ fn publish_batch_outcome_unchecked(t: &Topic, records: &[Record<'_>], wait: Wait
 #[cold]
 #[inline(never)]
 pub(super) fn publish_slow(inner: &BrokerInner, t: &Topic, record: &Record<'_>, wait: Wait) -> Result<Published> {
-    let Some(s) = t.schema.load() else {
+    let held = t.schema.load();
+    let Some(s) = held.as_deref() else {
+        drop(held);
         if claims_a_version(record) {
             let attributes = unclaimed(std::slice::from_ref(record));
             return Ok(Published::of(t.publish_identified(&Record { attributes: &attributes[0], ..*record }, wait)?));
@@ -134,7 +140,7 @@ pub(super) fn publish_slow(inner: &BrokerInner, t: &Topic, record: &Record<'_>, 
     // a replacement waits for the publishes using the old one (see
     // `schema.rs`), and must not wait for subscribers too.
     let (verdict, version, on_invalid) = (s.check(record.payload), s.version_text, s.on_invalid);
-    drop(s);
+    drop(held);
     match verdict {
         Ok(()) => {
             // A record without attributes of its own, the common case,
@@ -180,7 +186,7 @@ fn dead_letter_invalid(
     Ok(Published { position: Position { partition, offset }, duplicate: false, dead_lettered: true })
 }
 
-/// A batch to a topic with a schema, checked whole by one schema `s`
+/// A batch to a topic with a schema, checked whole by the one `held`
 /// before anything is appended. Under `Reject` one invalid record refuses
 /// the batch (the error names its index). Under `DeadLetter` the invalid
 /// records go to `$dlq/<topic>` first, in input order, then the valid ones
@@ -192,14 +198,15 @@ fn dead_letter_invalid(
 fn publish_batch_checked(
     inner: &BrokerInner,
     t: &Topic,
-    s: std::sync::Arc<schema::Current>,
+    held: schema::Held,
     records: &[Record<'_>],
     wait: Wait,
 ) -> Result<Vec<Published>> {
+    let s = held.as_deref().expect("called with a schema");
     let verdicts: Vec<std::result::Result<(), String>> = records.iter().map(|r| s.check(r.payload)).collect();
     // Let go of the schema before appending, as `publish_slow` does.
     let (version, on_invalid) = (s.version_text, s.on_invalid);
-    drop(s);
+    drop(held);
     if on_invalid == OnInvalid::Reject
         && let Some((i, Err(reason))) = verdicts.iter().enumerate().find(|(_, v)| v.is_err())
     {

@@ -11,7 +11,8 @@
 //!
 //! A publish to a topic without a schema pays an `ArcSwap` load (no
 //! reference count is touched) and a branch. One that finds a schema takes
-//! it out of line: it loads the slot again, holding a reference, and uses
+//! it out of line: it loads the slot again, holding the `ArcSwap` guard
+//! (again no count: a debt that a swap pays, see `wait_unused`), and uses
 //! that one load for the check, the version it stamps on the record, and
 //! what to do with an invalid one. A replacement that lands in between is seen by the next
 //! publish. So every record is checked by the schema in force when its
@@ -21,7 +22,7 @@
 //! replaces one with the other in a single store). A batch is checked
 //! whole by one schema.
 //!
-//! A publish holds the schema it loaded (an `Arc`) only while it checks:
+//! A publish holds the schema it loaded (a guard) only while it checks:
 //! it copies the version and `OnInvalid` out and lets go before appending.
 //! A change waits, after its swap, until no publish holds the old schema
 //! (`wait_unused`), so when `set_schema` or `remove_schema` returns the old
@@ -204,6 +205,9 @@ impl VersionText {
     }
 }
 
+/// A publish's hold on the schema in force (or on none); see [`Slot::load`].
+pub(crate) type Held = arc_swap::Guard<Option<Arc<Current>>>;
+
 /// A topic's schema: the one in force and the last version given out.
 #[derive(Default)]
 pub(crate) struct Slot {
@@ -213,13 +217,15 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    /// The schema in force, if any: an `ArcSwap` load and, when there is
-    /// one, a reference (counted, so a change can wait for it to go; see
-    /// `wait_unused`).
+    /// The schema in force, if any, held until the guard is dropped: an
+    /// `ArcSwap` load, which counts no reference (a publish per check would
+    /// otherwise pay two atomic read-modify-writes on the schema's count,
+    /// shared by every publisher of the topic), yet a change still waits
+    /// for it to go: its swap turns the guards of the old schema into
+    /// counted references (see `wait_unused`).
     #[inline(always)]
-    pub(crate) fn load(&self) -> Option<Arc<Current>> {
-        let g = self.current.load();
-        if g.is_none() { None } else { g.clone() }
+    pub(crate) fn load(&self) -> Held {
+        self.current.load()
     }
 
     /// Whether a schema is set: the branch a publish pays without one.
@@ -293,8 +299,9 @@ impl Slot {
 /// returns). A publish holds the schema only while it checks payloads
 /// (it lets go before appending, which may wait for subscribers), so this
 /// waits for validator calls in flight, no longer. The swap pays the
-/// readers' `ArcSwap` debts, so the strong count includes every publish
-/// that loaded `old`.
+/// readers' `ArcSwap` debts (`arc_swap`'s `wait_for_readers` turns each
+/// guard of `old` into a counted reference before the swap returns), so
+/// the strong count includes every publish that loaded `old`.
 fn wait_unused(old: Option<Arc<Current>>) {
     let Some(old) = old else { return };
     let mut backoff = Backoff::new();
@@ -318,10 +325,11 @@ mod tests {
         let slot = Slot::default();
         let doc = r#"{"type":"object","required":["id"]}"#;
         slot.set(Schema::Json(doc.into()), OnInvalid::DeadLetter, |_| Ok(())).unwrap();
-        let bytes = slot.load().unwrap().file_bytes().unwrap();
+        let bytes = slot.load().as_deref().unwrap().file_bytes().unwrap();
         let back = Slot::default();
         back.restore(&bytes).unwrap();
-        let c = back.load().unwrap();
+        let held = back.load();
+        let c = held.as_deref().unwrap();
         assert_eq!((c.version, c.on_invalid, c.document.as_deref()), (1, OnInvalid::DeadLetter, Some(doc)));
         assert!(c.check(br#"{"id":1}"#).is_ok());
         assert!(c.check(b"{}").unwrap_err().contains("required"));
