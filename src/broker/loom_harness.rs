@@ -613,3 +613,66 @@ impl Default for TopicChanges {
         TopicChanges::new()
     }
 }
+
+/// The flusher's due word of `flusher.rs` ("Due: waking the flusher only
+/// for work"), for `loom-tests/tests/flusher.rs`: a real log and a
+/// flusher's state, due (as at its start). A publisher appends and marks
+/// the flusher due ([`Due::mark`]); the flusher begins rounds
+/// ([`Shared::begin`]), each of which looks at the log, and between them
+/// sleeps unless marked ([`Shared::sleep_unless_due`]), as its thread does.
+///
+/// [`Due::mark`]: super::flusher::Due
+/// [`Shared::begin`]: super::flusher::Shared
+/// [`Shared::sleep_unless_due`]: super::flusher::Shared
+pub struct FlushDue {
+    log: Log,
+    shared: Arc<super::flusher::Shared>,
+    due: super::flusher::Due,
+    /// The round's look at the log: what a sync round finds to sync.
+    cursor: Mutex<crate::log::Cursor>,
+}
+
+impl std::fmt::Debug for FlushDue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FlushDue")
+    }
+}
+
+impl FlushDue {
+    /// An empty log and a flusher that is due.
+    pub fn new() -> FlushDue {
+        let shared = Arc::new(super::flusher::Shared::new());
+        let due = super::flusher::Due::of(&shared);
+        let config = LogConfig { segment_bytes: Some(crate::log::MIN_SEGMENT_BYTES), ..LogConfig::default() };
+        let log = Log::new(&config).expect("a log");
+        let mut cursor = log.cursor_from_first();
+        // Located now, before the model starts (see `WakeAcross::new`: a
+        // pin inside the look would stand in for D2).
+        assert!(!cursor.has_next());
+        FlushDue { log, shared, due, cursor: Mutex::new(cursor) }
+    }
+
+    /// A publisher: appends a record, then marks the flusher due.
+    pub fn publish(&self) {
+        self.log.append(&Record::new(b"x")).expect("room for one record");
+        self.due.mark();
+    }
+
+    /// The flusher thread: rounds until one finds the record (sleeping
+    /// between them, unless marked, as the real thread does).
+    pub fn flusher_until_a_record(&self) {
+        loop {
+            self.shared.begin();
+            if self.cursor.lock().has_next() {
+                return;
+            }
+            self.shared.sleep_unless_due();
+        }
+    }
+}
+
+impl Default for FlushDue {
+    fn default() -> Self {
+        FlushDue::new()
+    }
+}

@@ -302,6 +302,7 @@ impl Broker {
             store: Mutex::new(store),
             flusher: Mutex::new(None),
             flush_poke: Mutex::new(None),
+            flush_due: std::sync::OnceLock::new(),
             expiry: Mutex::new(None),
             compactor: Mutex::new(None),
             ack_watch: Mutex::new(None),

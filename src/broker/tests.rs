@@ -513,3 +513,75 @@ fn a_hole_left_by_a_crash_reaches_no_subscription_and_no_consumer() {
     broker.close();
     std::fs::remove_dir_all(&crashed).unwrap();
 }
+
+/// Issue 39, idle CPU: the flusher of a broker with a data directory runs
+/// only when something made work for it. After the rounds the last write
+/// asked for, it sleeps with no timeout: no round in an idle stretch of
+/// many intervals (a flusher that woke every interval would run one each;
+/// one that sleeps runs none, however long the stretch). Then a
+/// publish (under `Interval`: its record waits for a sync), a roll to a new
+/// segment (under `Never`: the sealed one waits for its completion marker)
+/// and a durable subscription's round (its positions wait to be written)
+/// each bring a round, which leaves nothing behind, and it sleeps again.
+#[test]
+fn an_idle_broker_does_not_wake_its_flusher() {
+    let interval = Duration::from_millis(1);
+    let wait = Duration::from_secs(60);
+    for fsync in [Fsync::Interval(interval), Fsync::Never] {
+        let root = data_dir("idle-flusher");
+        let config = BrokerConfig { data_dir: Some(root.clone()), fsync, ..BrokerConfig::default() };
+        let broker = Broker::new(config).unwrap();
+        let small = TopicOptions { segment_bytes: Some(crate::log::MIN_SEGMENT_BYTES), ..TopicOptions::default() };
+        broker.create_topic("t", &small).unwrap();
+        broker.publish("t", &Record::new(b"first")).unwrap();
+        let inner = broker.inner().clone();
+        let log = inner.topics.load().get("t").unwrap().partitions[0].log.clone();
+        let guard = inner.flusher.lock();
+        let flusher = guard.as_ref().unwrap();
+        // Under `Never` a publish asks for no round (nothing to sync).
+        let synced = matches!(fsync, Fsync::Interval(_));
+        // The stretch: a hundred intervals, or under `Never` twenty of its
+        // rounds' 100 ms pace.
+        let stretch = match fsync {
+            Fsync::Interval(d) => d * 100,
+            _ => Duration::from_secs(2),
+        };
+        let rounds = flusher.wait_asleep();
+        assert!(rounds >= 1, "{fsync:?}: the topic's creation asks for a round");
+        assert!(!(synced && log.behind_durable()), "{fsync:?}: asleep with a record not synced");
+        assert_eq!(flusher.wait_rounds_past(rounds, stretch), rounds, "{fsync:?}: a round in an idle stretch");
+
+        // What makes work for it: a publish under `Interval`, a roll under
+        // `Never` (a publish alone asks for nothing there).
+        let segments = log.stats().segments;
+        while log.stats().segments == segments {
+            broker.publish("t", &Record::new(&[7; 100])).unwrap();
+            if synced {
+                break;
+            }
+        }
+        let after = flusher.wait_rounds_past(rounds, wait);
+        assert!(after > rounds, "{fsync:?}: no round after a write");
+        let rounds = flusher.wait_asleep();
+        assert!(!(synced && log.behind_durable()), "{fsync:?}: asleep with a record not synced");
+        assert_eq!(log.stats().unmarked_segments, 0, "{fsync:?}: asleep with a sealed segment unmarked");
+
+        // A durable subscription's rounds: its positions are written.
+        let options = SubscriptionOptions {
+            name: Some("d".into()),
+            start: StartPosition::Earliest,
+            ..SubscriptionOptions::default()
+        };
+        let sub = broker.subscribe("t", options, |_| Ack::Success).unwrap();
+        assert!(sub.wait_idle(wait).unwrap());
+        assert!(flusher.wait_rounds_past(rounds, wait) > rounds, "{fsync:?}: no round after a drain round");
+        let end = log.end_offset();
+        let rounds = flusher.wait_asleep();
+        assert_eq!(on_disk(&root).durable, vec![("d".to_string(), vec![("t".to_string(), 0, end)])], "{fsync:?}");
+        assert_eq!(flusher.wait_rounds_past(rounds, stretch), rounds, "{fsync:?}: a round in an idle stretch");
+        drop(sub);
+        drop(guard);
+        broker.close();
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

@@ -569,8 +569,8 @@ impl Durability {
         self.state.lock().marked_below
     }
 
-    /// The durable watermark: every offset below it is on stable storage.
-    #[cfg(test)]
+    /// The durable watermark: every offset below it is on stable storage
+    /// (under `Never`: every offset below it was covered by a round).
     pub(crate) fn durable_end(&self) -> u64 {
         self.state.lock().durable
     }

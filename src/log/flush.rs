@@ -89,6 +89,17 @@ impl Log {
         self.sync()
     }
 
+    /// Whether offsets were handed out past what the sync rounds made
+    /// durable (a record appended since the last round, or reserved and not
+    /// committed when it looked): the broker's flusher then looks again an
+    /// interval later, rather than sleep. False for an in-memory log.
+    pub(crate) fn behind_durable(&self) -> bool {
+        match &self.shared.durability {
+            Some(d) => d.durable_end() < self.end_offset(),
+            None => false,
+        }
+    }
+
     /// Faults the active segment file's pages ahead of the writer into the
     /// map, writable, once per segment (see `FileStorage::prepare`): the
     /// broker's flusher calls it each interval, so that the publisher

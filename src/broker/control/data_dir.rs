@@ -132,20 +132,58 @@ impl BrokerInner {
         let short = this.clone();
         let flusher = Flusher::start(
             interval,
-            Box::new(move |poke: &Poke| {
-                if let Some(store) = inner.store() {
+            Box::new(move |poke: &Poke| match inner.store() {
+                Some(store) => {
                     inner.prepare_ahead(poke);
-                    inner.flush(&store, sync);
+                    inner.flush(&store, sync)
                 }
+                None => false,
             }),
             Box::new(move |poke: &Poke| short.prepare_ahead(poke)),
         )?;
         let poke = flusher.poker();
+        {
+            // Under the control lock, as `create_topic` gives a new topic's
+            // partitions the handle (before the topic map has them): every
+            // topic is given it, here or there (see "Due" in `flusher.rs`).
+            let _control = this.control.lock();
+            let due = this.flush_due.get_or_init(|| flusher.due());
+            if this.config.fsync != Fsync::Never {
+                for t in this.topics.load().values() {
+                    for p in t.partitions.iter() {
+                        p.set_flush_due(due);
+                    }
+                }
+            }
+        }
         // The topics the directory brought: prepared and hooked right away.
         poke.poke();
         *this.flush_poke.lock() = Some(poke);
         *this.flusher.lock() = Some(flusher);
         Ok(())
+    }
+
+    /// Under `Fsync::Interval`, the handle a new partition's publishes mark
+    /// the flusher due with (see "Due" in `flusher.rs`); called under the
+    /// control lock, before the partition's topic enters the topic map.
+    pub(crate) fn give_flush_due(&self, topic: &Topic) {
+        if self.config.fsync == Fsync::Never {
+            return;
+        }
+        if let Some(due) = self.flush_due.get() {
+            for p in topic.partitions.iter() {
+                p.set_flush_due(due);
+            }
+        }
+    }
+
+    /// Marks the flusher due (see "Due" in `flusher.rs`), if there is one:
+    /// something it writes out changed (a durable subscription's positions,
+    /// an offsets snapshot written unsynced).
+    pub(crate) fn mark_flush_due(&self) {
+        if let Some(due) = self.flush_due.get() {
+            due.mark();
+        }
     }
 
     /// Faults in the pages of every durable partition's active segment file
@@ -171,23 +209,31 @@ impl BrokerInner {
     /// the segments sealed since the last one complete so that damage in
     /// them is `Corrupt` after a kill; nothing under `Always`) and writes the
     /// offsets (synced if `sync`). Failures are logged: the next flush tries
-    /// again.
-    pub(super) fn flush(&self, store: &Store, sync: bool) {
+    /// again. Returns whether it left work behind (a failure, or a log with
+    /// offsets handed out past what its round made durable): the flusher
+    /// then runs again an interval later, marked or not (see "Due" in
+    /// `flusher.rs`).
+    pub(super) fn flush(&self, store: &Store, sync: bool) -> bool {
+        let mut behind = false;
         if store.fsync() != Fsync::Always {
             for t in self.topics.load().values() {
                 for p in t.partitions.iter() {
                     if let Err(e) = p.log.flusher_round() {
                         log::error!("rill: could not sync partition {} of {:?}: {e}", p.index, t.name);
+                        behind = true;
                     }
+                    behind |= p.log.behind_durable();
                 }
             }
         }
         let ticket = store.request(offsets_snapshot(&self.control.lock()), sync);
         if let Err(e) = store.wait(ticket) {
             log::error!("rill: could not save offsets: {e}");
+            behind = true;
         }
         // Processes mode: each held name's positions, in its own slots.
         self.flush_named(sync);
+        behind
     }
 
     /// Takes a snapshot of the group commits and durable positions for the
@@ -198,6 +244,11 @@ impl BrokerInner {
     pub(super) fn snapshot_offsets(&self, control: &Control) -> Option<(Arc<Store>, Ticket)> {
         let store = self.store()?;
         let ticket = store.request(offsets_snapshot(control), store.sync_commits());
+        if !store.sync_commits() {
+            // Written unsynced: under `Interval`, the flusher's next round
+            // syncs it (and it writes whatever moved since).
+            self.mark_flush_due();
+        }
         Some((store, ticket))
     }
 

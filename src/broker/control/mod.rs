@@ -96,7 +96,7 @@ use self::timers::{Compact, Expire};
 use super::consumer::ConsumerCore;
 use super::dispatch::{Timer, WorkerPool};
 use super::doorbell::Doorbell;
-use super::flusher::{Flusher, Poke};
+use super::flusher::{Due, Flusher, Poke};
 use super::group::Group;
 use super::names;
 use super::shared::SharedGroup;
@@ -158,6 +158,10 @@ pub(crate) struct BrokerInner {
     /// Wakes the flusher's short job (see `prepare_ahead`) without the
     /// `flusher` lock, which `close` holds while it joins the thread.
     pub(crate) flush_poke: Mutex<Option<Poke>>,
+    /// Marks the flusher due (see "Due" in `flusher.rs`): set once, when it
+    /// starts; read without a lock at the end of a durable subscription's
+    /// drain rounds.
+    pub(crate) flush_due: std::sync::OnceLock<Due>,
     /// The timer that applies topics' age limits, started with the first
     /// topic that has one (most brokers never need its thread).
     pub(crate) expiry: Mutex<Option<Arc<Timer<Expire>>>>,

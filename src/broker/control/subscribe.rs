@@ -86,7 +86,12 @@ impl BrokerInner {
         let broker = this.clone();
         let releaser = this.clone();
         let persister = this.clone();
-        let persist = options.name.is_some() && this.store().is_some_and(|s| s.sync_commits());
+        // A durable subscription's rounds move positions the data directory
+        // keeps: written at each round's end under `Always`, by the flusher
+        // (marked due) otherwise.
+        let store = this.store();
+        let persist = options.name.is_some() && store.is_some();
+        let always = store.is_some_and(|s| s.sync_commits());
         let ack_watch = match options.ack_timeout {
             Some(_) => Some(this.ack_watch_timer()?),
             None => None,
@@ -112,9 +117,11 @@ impl BrokerInner {
                 }) as _
             }),
             on_round_end: persist.then(|| {
-                Box::new(move |sub: &SubCore| match holds_name {
-                    true => persister.persist_named(sub),
-                    false => persister.persist_acks(sub),
+                Box::new(move |sub: &SubCore| match (always, holds_name) {
+                    // The flusher writes them (see "Due" in `flusher.rs`).
+                    (false, _) => persister.mark_flush_due(),
+                    (true, true) => persister.persist_named(sub),
+                    (true, false) => persister.persist_acks(sub),
                 }) as _
             }),
             ack_watch,

@@ -188,6 +188,8 @@ impl BrokerInner {
         if let Some(timer) = compactor {
             timer.schedule(COMPACTION_CHECK, Compact { topic: topic.clone(), timer: timer.clone() });
         }
+        // Before any publisher can find it (see "Due" in `flusher.rs`).
+        self.give_flush_due(&topic);
         // Shares all but O(log n) nodes with the current map (see "The
         // topic map" in `mod.rs`).
         let mut map = TopicMap::clone(&self.topics.load());

@@ -28,6 +28,7 @@ use self::in_handler::InHandler;
 use self::signal::Entry;
 use super::barrier;
 use super::doorbell::{Cross, Watch};
+use super::flusher::Due;
 use super::waiters::Waiters;
 use crate::clock::now_ns;
 use crate::error::{Error, PublishFailure, Result};
@@ -150,6 +151,10 @@ pub(crate) struct Partition {
     /// The topic is compacted: a message without a key is refused (set by
     /// `Topic::new`).
     pub(crate) keyed_only: bool,
+    /// Under `Fsync::Interval`, marks the broker's flusher due after each
+    /// publish (see "Due" in `flusher.rs`); given before the topic enters
+    /// the broker's topic map.
+    flush_due: std::sync::OnceLock<Due>,
 }
 
 /// The error for a message without a key published to a compacted topic.
@@ -176,6 +181,7 @@ impl Partition {
             cross: None,
             watched: None,
             keyed_only: false,
+            flush_due: std::sync::OnceLock::new(),
         }
     }
 
@@ -349,6 +355,15 @@ impl Partition {
             // Brokers in other processes (see `doorbell.rs`).
             cross.after_commit();
         }
+        if let Some(due) = self.flush_due.get() {
+            // The commit waits for a sync round; `light` above is D1.
+            due.mark_after_light();
+        }
+    }
+
+    /// Has publishes mark `due` from now on (once; later calls do nothing).
+    pub(crate) fn set_flush_due(&self, due: &Due) {
+        let _ = self.flush_due.set(due.clone());
     }
 
     /// Adds a listener (no-op if one with its id is there), and its blocker,
