@@ -21,6 +21,37 @@ const INIT_FILE: &str = "INIT";
 /// Name of the file whose lock guards the topic list in Processes mode.
 const TOPICS_LOCK_FILE: &str = "topics.lock";
 
+/// A file whose `flock` this broker holds, let go explicitly when dropped.
+///
+/// A `flock` belongs to the open file description, not the descriptor: a
+/// child that another thread of this process forks holds a copy of the
+/// descriptor until it execs (or for good, if it never does), and closing
+/// ours alone leaves the lock held until the child's copy goes. A program
+/// that closes a broker and opens the directory again while it spawns
+/// processes would find its own directory `Busy`. `LOCK_UN` lets go of the
+/// lock for every copy at once, so this unlocks before the close.
+#[derive(Debug)]
+pub(crate) struct Locked(File);
+
+impl Locked {
+    /// `file`, whose lock the caller has just taken.
+    pub(super) fn new(file: File) -> Self {
+        Self(file)
+    }
+
+    pub(super) fn file(&self) -> &File {
+        &self.0
+    }
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        // SAFETY: flock on a descriptor we own, with constant flags; it touches no memory.
+        // A failure leaves the lock to the close that follows, as before.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
 /// Opens (creating if missing) a lock file.
 pub(super) fn open_lock_file(path: &Path) -> Result<File> {
     OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(|e| Error::io(path, &e))
@@ -44,7 +75,7 @@ pub(super) fn flock(file: &File, path: &Path, op: libc::c_int) -> Result<bool> {
 /// broker per directory" and "Several processes"): the locked `LOCK`, the
 /// held `INIT` of a Processes opener (let go in `Store::opened`), and
 /// whether this opener is the first.
-pub(super) fn lock_dir(root: &Path, sharing: Sharing) -> Result<(File, Option<File>, bool)> {
+pub(super) fn lock_dir(root: &Path, sharing: Sharing) -> Result<(Locked, Option<Locked>, bool)> {
     let busy = || Error::Busy(format!("the data directory {root:?} is open in another broker"));
     let (lock_path, init_path) = (root.join(LOCK_FILE), root.join(INIT_FILE));
     let init = open_lock_file(&init_path)?;
@@ -56,29 +87,31 @@ pub(super) fn lock_dir(root: &Path, sharing: Sharing) -> Result<(File, Option<Fi
             if !flock(&init, &init_path, libc::LOCK_EX | libc::LOCK_NB)? {
                 return Err(busy());
             }
+            let _init = Locked::new(init);
             if !flock(&lock, &lock_path, libc::LOCK_EX | libc::LOCK_NB)? {
                 return Err(busy());
             }
-            Ok((lock, None, true))
+            Ok((Locked::new(lock), None, true))
         }
         Sharing::Processes => {
             // Blocking: the opener before this one is recovering or joining.
             flock(&init, &init_path, libc::LOCK_EX)?;
+            let init = Locked::new(init);
             if flock(&lock, &lock_path, libc::LOCK_EX | libc::LOCK_NB)? {
-                return Ok((lock, Some(init), true));
+                return Ok((Locked::new(lock), Some(init), true));
             }
             if !flock(&lock, &lock_path, libc::LOCK_SH | libc::LOCK_NB)? {
                 return Err(busy());
             }
-            Ok((lock, Some(init), false))
+            Ok((Locked::new(lock), Some(init), false))
         }
     }
 }
 
 /// Holds `topics.lock` exclusively while alive (Processes mode).
-pub(super) fn lock_topic_list(root: &Path) -> Result<File> {
+pub(super) fn lock_topic_list(root: &Path) -> Result<Locked> {
     let path = root.join(TOPICS_LOCK_FILE);
     let file = open_lock_file(&path)?;
     flock(&file, &path, libc::LOCK_EX)?;
-    Ok(file)
+    Ok(Locked::new(file))
 }

@@ -95,13 +95,13 @@
 //! held): only a member that closes, or whose process dies, gives them up.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
+use std::fs;
 use std::io::{ErrorKind as IoKind, Write};
 use std::path::{Path, PathBuf};
 
 use super::atomic_file::sync_dir;
 use super::format::Offsets;
-use super::lock::{flock, open_lock_file};
+use super::lock::{Locked, flock, open_lock_file};
 use super::named::key;
 use super::offsets::{GroupCommit, read_slots};
 use crate::error::{Error, Result};
@@ -139,7 +139,7 @@ pub(crate) fn target(index: usize, members: usize, n: u32) -> Vec<u32> {
 #[derive(Debug)]
 struct Owned {
     /// Holds the flock while open.
-    _lock: File,
+    _lock: Locked,
     commit: GroupCommit,
     committed: Option<u64>,
 }
@@ -157,7 +157,7 @@ pub(crate) struct Membership {
     /// This member's file name in `dir`.
     name: String,
     /// Holds the member file's flock while open.
-    _member: File,
+    _member: Locked,
     owned: BTreeMap<u32, Owned>,
 }
 
@@ -197,9 +197,9 @@ fn snapshot(group: &str, topic: &str, p: u32, offset: Option<u64>) -> Offsets {
 }
 
 /// Tries the lock of `path` without blocking: `None` if it is held.
-fn try_lock(path: &Path) -> Result<Option<File>> {
+fn try_lock(path: &Path) -> Result<Option<Locked>> {
     let file = open_lock_file(path)?;
-    Ok(flock(&file, path, libc::LOCK_EX | libc::LOCK_NB)?.then_some(file))
+    Ok(flock(&file, path, libc::LOCK_EX | libc::LOCK_NB)?.then(|| Locked::new(file)))
 }
 
 impl Membership {
@@ -232,7 +232,7 @@ impl Membership {
             partitions,
             repair,
             name,
-            _member: file,
+            _member: Locked::new(file),
             owned: BTreeMap::new(),
         })
     }

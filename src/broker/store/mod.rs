@@ -176,7 +176,7 @@ mod named;
 mod offsets;
 mod topics;
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::ErrorKind as IoKind;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -185,7 +185,7 @@ use self::atomic_file::{replace, sync_dir};
 pub(crate) use self::format::{Offsets, Positions, TopicMeta};
 use self::format::{Writer, encode_topic};
 use self::journal::Change;
-use self::lock::{LOCK_FILE, lock_dir, lock_topic_list};
+use self::lock::{LOCK_FILE, Locked, lock_dir, lock_topic_list};
 pub(crate) use self::membership::Membership;
 pub(crate) use self::named::NameHold;
 use self::offsets::GroupCommit;
@@ -215,11 +215,11 @@ pub(crate) struct Store {
     /// Damaged metadata is started without rather than refused (a named
     /// subscription's slots are read when it is taken, after the open).
     repair: bool,
-    /// Holds the flock; closed (and so unlocked) on drop.
-    lock: File,
+    /// Holds the flock; unlocked on drop.
+    lock: Locked,
     sharing: Sharing,
     /// Processes mode: `INIT`, held from the open until [`Store::opened`].
-    init: Mutex<Option<File>>,
+    init: Mutex<Option<Locked>>,
     /// The listed topics, the next directory number and the journal.
     topics: Mutex<TopicList>,
     /// Processes mode: the directory number of each topic this broker
@@ -307,7 +307,7 @@ impl Store {
         // Converting a lock this descriptor holds: with INIT held no other
         // opener can take LOCK meanwhile, so this does not fail for that.
         // SAFETY: flock on a descriptor we own, with constant flags; it touches no memory.
-        let converted = unsafe { libc::flock(self.lock.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+        let converted = unsafe { libc::flock(self.lock.file().as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
         let e = std::io::Error::last_os_error();
         drop(init);
         if !converted {

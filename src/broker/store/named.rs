@@ -105,14 +105,14 @@
 //! A crash between the two writes of either move leaves both copies, equal,
 //! and the next opener makes the move again.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::ErrorKind as IoKind;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use super::atomic_file::sync_dir;
 use super::format::{Offsets, Positions};
-use super::lock::{flock, open_lock_file};
+use super::lock::{Locked, flock, open_lock_file};
 use super::offsets::{GroupCommit, Ticket, read_slots};
 use crate::error::{Error, Result};
 use crate::log::Fsync;
@@ -150,7 +150,7 @@ fn slot_files(key: &str) -> [String; 2] {
 pub(crate) struct NameHold {
     name: String,
     /// Holds the flock while open.
-    lock: File,
+    lock: Locked,
     commit: GroupCommit,
 }
 
@@ -172,7 +172,7 @@ impl NameHold {
     /// (see "Letting go" in the module docs).
     pub(crate) fn release(&self) {
         // SAFETY: flock on a descriptor we own, with constant flags; it touches no memory.
-        unsafe { libc::flock(self.lock.as_raw_fd(), libc::LOCK_UN) };
+        unsafe { libc::flock(self.lock.file().as_raw_fd(), libc::LOCK_UN) };
     }
 }
 
@@ -198,10 +198,10 @@ fn positions_of(name: &str, dir: &Path, offsets: Offsets) -> Result<Option<Posit
 
 /// Opens and locks (without blocking) the lock file of `key` in `dir`:
 /// `None` if it is held elsewhere.
-fn try_lock(dir: &Path, key: &str) -> Result<Option<File>> {
+fn try_lock(dir: &Path, key: &str) -> Result<Option<Locked>> {
     let path = dir.join(format!("{key}.lock"));
     let file = open_lock_file(&path)?;
-    Ok(flock(&file, &path, libc::LOCK_EX | libc::LOCK_NB)?.then_some(file))
+    Ok(flock(&file, &path, libc::LOCK_EX | libc::LOCK_NB)?.then(|| Locked::new(file)))
 }
 
 /// The folder of the names' own files in `root`, made if missing (and,

@@ -499,3 +499,21 @@ fn a_failed_write_fails_its_waiters_and_the_next_request_retries() {
     assert_eq!(read_offsets(&root, false).unwrap().0, sample_offsets(2));
     fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn a_closed_directory_opens_again_while_a_forked_copy_of_its_lock_lives() {
+    use std::os::fd::AsRawFd;
+    let root = temp_dir("lock-copy");
+    let opened = Store::open(&root, Fsync::Never, false).unwrap();
+    // What a child forked by another thread holds until it execs: a copy
+    // of the descriptor, on the same open file description as ours.
+    // SAFETY: dup of a descriptor the store owns; the copy is closed below.
+    let copy = unsafe { libc::dup(opened.store.lock.file().as_raw_fd()) };
+    assert!(copy >= 0, "dup: {}", std::io::Error::last_os_error());
+    drop(opened);
+    let again = Store::open(&root, Fsync::Never, false);
+    // SAFETY: closes the copy made above, which nothing else uses.
+    unsafe { libc::close(copy) };
+    again.expect("a closed broker's lock is let go even while a copy of its descriptor lives");
+    let _ = fs::remove_dir_all(&root);
+}
