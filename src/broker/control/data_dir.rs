@@ -155,7 +155,9 @@ impl BrokerInner {
     /// first run after its topic was created or opened), so that each new
     /// file is prepared as soon as it is in use, not at the next interval.
     pub(super) fn prepare_ahead(&self, poke: &Poke) {
-        for t in self.topics.load().values() {
+        // Collected first: preparing faults pages in, which no epoch pin
+        // should span.
+        for t in self.topics.values() {
             for p in t.partitions.iter() {
                 p.log.set_roll_hook(|| {
                     let poke = poke.clone();
@@ -174,7 +176,8 @@ impl BrokerInner {
     /// again.
     pub(super) fn flush(&self, store: &Store, sync: bool) {
         if store.fsync() != Fsync::Always {
-            for t in self.topics.load().values() {
+            // Collected first, as in `prepare_ahead`: a round syncs.
+            for t in self.topics.values() {
                 for p in t.partitions.iter() {
                     if let Err(e) = p.log.flusher_round() {
                         log::error!("rill: could not sync partition {} of {:?}: {e}", p.index, t.name);
