@@ -384,6 +384,14 @@ impl<V, S: BuildHasher> TopicMap<V, S> {
         let guard = epoch::pin();
         // Relaxed: as in `insert`.
         let current = self.table.load(Ordering::Relaxed, &guard);
+        // SAFETY: as in `insert`.
+        let table = unsafe { current.deref() };
+        // The values go now, not with the retired table: closing lets go of
+        // every topic at once (a lookup meanwhile finds nothing, which is
+        // what it finds once the empty table is in).
+        for slot in table.slots.iter() {
+            slot.value.store(None);
+        }
         self.swap_in(Table::new(self.min_slots), current, &guard);
         *counts = Counts::default();
         // Relaxed: as in `len`.
