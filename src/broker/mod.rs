@@ -3,8 +3,8 @@
 //! * **Topics** are created explicitly (or on first publish with
 //!   `auto_create_topics`), each with one or more partitions, each partition a
 //!   [`Log`](crate::log::Log).
-//! * **Publishing** looks the topic up in a persistent map read lock-free
-//!   through `arc-swap` (see "The topic map" in `control/mod.rs`), picks the
+//! * **Publishing** looks the topic up in a map read lock-free (see "The
+//!   topic map" in `control/mod.rs` and `topic_map.rs`), picks the
 //!   partition (key hash, or per-thread round-robin),
 //!   appends to its log, then signals the partition's listeners (see
 //!   `partition/signal.rs`). A [`Publisher`] skips the lookup.
@@ -351,7 +351,9 @@ impl Broker {
         self.inner().create_topic(name, options).map(drop)
     }
 
-    /// The names of all topics, sorted.
+    /// The names of all topics, sorted. Taken without a lock while topics
+    /// may be created or deleted: every topic that exists for the whole
+    /// call is listed, one created or deleted during it may or may not be.
     ///
     /// # Examples
     ///
