@@ -6,8 +6,8 @@
 //! The values live behind `arc-swap`, whose atomics loom does not see (it
 //! runs them as plain sequential code); the orderings the map adds, M1 (a
 //! slot's tag after its name) and M2 (the table pointer after the table's
-//! slots), are loom's, and `.ci/fence-check` requires a model below to
-//! fail with each weakened.
+//! slots), are loom's; `.ci/fence-check` requires the first model to fail
+//! with M1 weakened (M2 is not shown; see the essay).
 #![cfg(loom)]
 
 use loom::sync::Arc;
@@ -39,8 +39,8 @@ fn a_lookup_during_an_insert_reads_a_whole_name() {
 
 /// An insert that rebuilds the table against a lookup of a name that was
 /// there all along: the reader finds it in the old table or the new one.
-/// Without M2 it can load the new table and see its slots as allocated,
-/// EMPTY, and miss the name.
+/// (M2, which publishes the new table, is not shown needed by this model:
+/// see the essay.)
 #[test]
 fn a_lookup_during_a_resize_finds_every_name_there_all_along() {
     model(|| {
