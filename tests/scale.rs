@@ -157,3 +157,97 @@ fn many_topics_each_work() {
         assert_eq!(b.publish(&name(i), &Record::new(b"again")).unwrap().offset, 0, "{}", name(i));
     }
 }
+
+/// Topics created and deleted by several threads while others look topics
+/// up by name (the topic map changed in place, its table rebuilt as it
+/// grows and as deleted names pile up): a lookup finds every topic that
+/// exists for the whole lookup, and never one deleted before it started.
+#[test]
+fn lookups_by_name_race_creates_deletes_and_rebuilds() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    const STABLE: usize = 500;
+    const CHURN_CYCLES: usize = 3_000;
+    const GROWN: usize = 3_000;
+    let b = Arc::new(broker());
+    let options = TopicOptions::default();
+    for i in 0..STABLE {
+        b.create_topic(&format!("stable/{i}"), &options).unwrap();
+    }
+    // Names a thread finished deleting (never created again: each cycle
+    // uses a new name), and how many topics the grower finished creating.
+    let deleted: Arc<Mutex<Vec<String>>> = Arc::default();
+    let grown = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let mut writers = Vec::new();
+        for w in 0..2 {
+            let (b, deleted, options) = (&b, &deleted, &options);
+            writers.push(s.spawn(move || {
+                for c in 0..CHURN_CYCLES {
+                    let name = format!("churn/{w}/{c}");
+                    b.create_topic(&name, options).unwrap();
+                    b.publish(&name, &Record::new(b"x")).unwrap();
+                    b.delete_topic(&name).unwrap();
+                    deleted.lock().unwrap().push(name);
+                }
+            }));
+        }
+        {
+            let (b, grown, options) = (&b, &grown, &options);
+            writers.push(s.spawn(move || {
+                for i in 0..GROWN {
+                    b.create_topic(&format!("grown/{i}"), options).unwrap();
+                    // Release: pairs with the readers' Acquire; the topic
+                    // exists before the count says so.
+                    grown.store(i + 1, Ordering::Release);
+                }
+            }));
+        }
+        let mut readers = Vec::new();
+        for r in 0..2usize {
+            let (b, deleted, grown, done) = (&b, &deleted, &grown, &done);
+            readers.push(s.spawn(move || {
+                let mut lookups = 0usize;
+                let mut i = r;
+                // Acquire: pairs with the Release store below the joins.
+                while !done.load(Ordering::Acquire) || lookups == 0 {
+                    i = i.wrapping_mul(31).wrapping_add(7);
+                    let stable = format!("stable/{}", i % STABLE);
+                    b.publish(&stable, &Record::new(b"s")).unwrap_or_else(|e| panic!("{stable}: {e}"));
+                    // Acquire: pairs with the grower's Release.
+                    let n = grown.load(Ordering::Acquire);
+                    if n > 0 {
+                        let g = format!("grown/{}", i % n);
+                        b.publish(&g, &Record::new(b"g")).unwrap_or_else(|e| panic!("{g}: {e}"));
+                    }
+                    let gone = {
+                        let d = deleted.lock().unwrap();
+                        (!d.is_empty()).then(|| d[i % d.len()].clone())
+                    };
+                    if let Some(gone) = gone {
+                        let e = b.publish(&gone, &Record::new(b"late")).unwrap_err();
+                        assert!(matches!(e, Error::NoSuchTopic(_)), "{gone}, deleted before the lookup: {e}");
+                    }
+                    lookups += 1;
+                }
+                lookups
+            }));
+        }
+        for w in writers {
+            w.join().unwrap();
+        }
+        // Release: pairs with the readers' Acquire.
+        done.store(true, Ordering::Release);
+        for r in readers {
+            assert!(r.join().unwrap() > 0);
+        }
+    });
+    // What is left: the stable and grown topics, each found, none of the churn.
+    let listed = b.topics();
+    assert_eq!(listed.len(), STABLE + GROWN);
+    assert!(listed.iter().all(|t| !t.starts_with("churn/")));
+    for i in 0..GROWN {
+        b.publish(&format!("grown/{i}"), &Record::new(b"end")).unwrap();
+    }
+}

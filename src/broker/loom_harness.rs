@@ -676,3 +676,57 @@ impl Default for FlushDue {
         FlushDue::new()
     }
 }
+
+/// The topic map (`topic_map.rs`) with numbers for topics, for
+/// `loom-tests/tests/topic_map.rs`: every name hashes alike, so a lookup
+/// reads every name keyed before its own, and the smallest table has
+/// `min_slots` slots, so a model can make an insert rebuild it.
+pub struct NameMap(super::topic_map::TopicMap<u64, Colliding>);
+
+/// A hasher under which every name collides (see [`NameMap`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Colliding;
+
+impl std::hash::BuildHasher for Colliding {
+    type Hasher = Colliding;
+    fn build_hasher(&self) -> Colliding {
+        Colliding
+    }
+}
+
+impl std::hash::Hasher for Colliding {
+    fn finish(&self) -> u64 {
+        // Any constant: every name's home is the same slot.
+        0x5a5a
+    }
+    fn write(&mut self, _: &[u8]) {}
+}
+
+impl std::fmt::Debug for NameMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl NameMap {
+    /// An empty map whose smallest table has `min_slots` slots: with 2, the
+    /// second name rebuilds it (to 4 slots), and the third goes in place.
+    pub fn new(min_slots: usize) -> Self {
+        NameMap(super::topic_map::TopicMap::with_hasher(Colliding, min_slots))
+    }
+
+    /// Inserts `value` under `name`; false if the name has a value.
+    pub fn insert(&self, name: &str, value: u64) -> bool {
+        self.0.insert(name.into(), std::sync::Arc::new(value)).is_ok()
+    }
+
+    /// Removes `name`'s value; false if it had none.
+    pub fn remove(&self, name: &str) -> bool {
+        self.0.remove_if(name, |_| true).is_some()
+    }
+
+    /// The value under `name`.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.0.get(name).map(|v| **v)
+    }
+}

@@ -3,8 +3,8 @@
 //! * **Topics** are created explicitly (or on first publish with
 //!   `auto_create_topics`), each with one or more partitions, each partition a
 //!   [`Log`](crate::log::Log).
-//! * **Publishing** looks the topic up in a persistent map read lock-free
-//!   through `arc-swap` (see "The topic map" in `control/mod.rs`), picks the
+//! * **Publishing** looks the topic up in a map read lock-free (see "The
+//!   topic map" in `control/mod.rs` and `topic_map.rs`), picks the
 //!   partition (key hash, or per-thread round-robin),
 //!   appends to its log, then signals the partition's listeners (see
 //!   `partition/signal.rs`). A [`Publisher`] skips the lookup.
@@ -51,16 +51,15 @@ mod shared;
 mod store;
 pub(crate) mod subscription;
 pub(crate) mod topic;
+mod topic_map;
 pub(crate) mod waiters;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
-
 pub use self::control::BrokerConfig;
-use self::control::{BrokerInner, Control, TopicMap};
+use self::control::{BrokerInner, Control, TopicMap, entry, topic_of};
 use consumer::ConsumerCore;
 pub use consumer::{
     Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT, GroupPartition, GroupStats,
@@ -290,12 +289,17 @@ impl Broker {
             },
             None => None,
         };
+        let map = TopicMap::new();
+        for (name, topic) in topics {
+            // The names of a map's keys are distinct: no insert is refused.
+            let _ = map.insert(name, entry(&topic));
+        }
         let inner = Arc::new(BrokerInner {
             id,
             pid: std::process::id(),
             config,
             closed: AtomicBool::new(false),
-            topics: ArcSwap::from_pointee(topics.into_iter().collect::<TopicMap>()),
+            topics: map,
             control: Mutex::new(control),
             pool,
             timer,
@@ -348,7 +352,9 @@ impl Broker {
         self.inner().create_topic(name, options).map(drop)
     }
 
-    /// The names of all topics, sorted.
+    /// The names of all topics, sorted. Taken without a lock while topics
+    /// may be created or deleted: every topic that exists for the whole
+    /// call is listed, one created or deleted during it may or may not be.
     ///
     /// # Examples
     ///
@@ -361,7 +367,7 @@ impl Broker {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn topics(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.inner().topics.load().keys().map(|k| k.to_string()).collect();
+        let mut v: Vec<String> = self.inner().topics.names().iter().map(|k| k.to_string()).collect();
         v.sort_unstable();
         v
     }
@@ -453,9 +459,7 @@ impl Broker {
         inner.check_open()?;
         // Borrow the topic from the map without touching its reference count,
         // which concurrent publishers would otherwise contend on.
-        let topics = inner.topics.load();
-        let Some(t) = topics.get(topic) else {
-            drop(topics);
+        let Some(found) = inner.topics.get(topic) else {
             let t = inner.topic_for_publish(topic)?;
             if record.may_have_id() || t.schema.is_set() {
                 return Ok(publish_slow(inner, &t, record, wait)?.position);
@@ -464,6 +468,7 @@ impl Broker {
             let offset = p.publish(record, wait).map_err(|f| t.publish_failed(f))?;
             return Ok(Position { partition: p.index, offset });
         };
+        let t = topic_of(&found);
         // The branches a record without an id pays for the dedupe window
         // and the schema: a field test and an `ArcSwap` load (no count).
         if record.may_have_id() || t.schema.is_set() {
@@ -1125,7 +1130,7 @@ impl fmt::Debug for Broker {
         f.debug_struct("Broker")
             .field("id", &self.inner().id)
             .field("closed", &self.is_closed())
-            .field("topics", &self.inner().topics.load().size())
+            .field("topics", &self.inner().topics.len())
             .finish()
     }
 }

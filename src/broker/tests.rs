@@ -102,7 +102,7 @@ fn a_partition_out_of_memory_fails_the_publish_and_recovers() {
             Ack::Success
         })
         .unwrap();
-    let topic = broker.inner().topics.load().get("t").cloned().unwrap();
+    let topic = broker.inner().topic("t").unwrap();
     topic.partitions[0].log.fail_next_segment_allocations(1);
     let mut published = Vec::new();
     let err = loop {
@@ -232,7 +232,7 @@ fn a_failed_fdatasync_is_io_to_an_always_publisher_and_loses_nothing_acknowledge
     for i in 0..5u8 {
         acked.push((broker.publish("t", &Record::new(&[i])).unwrap().offset, vec![i]));
     }
-    let topic = broker.inner().topics.load().get("t").cloned().unwrap();
+    let topic = broker.inner().topic("t").unwrap();
     topic.partitions[0].log.fail_next_syncs(1);
     let err = broker.publish("t", &Record::new(b"unsynced")).unwrap_err();
     assert!(matches!(&err, Error::Io { message, .. } if message.contains("os error 5")), "{err}");
@@ -242,7 +242,7 @@ fn a_failed_fdatasync_is_io_to_an_always_publisher_and_loses_nothing_acknowledge
     drop(broker);
 
     let broker = open();
-    let topic = broker.inner().topics.load().get("t").cloned().unwrap();
+    let topic = broker.inner().topic("t").unwrap();
     let mut cursor = topic.partitions[0].log.cursor_from_first();
     let mut back = Vec::new();
     while let Some(r) = cursor.read().unwrap() {
@@ -317,7 +317,7 @@ fn every_publish_failure_reaches_the_caller_with_its_variant_and_text() {
     let p = broker.publisher("t").unwrap();
 
     // Too large, and a record that cannot be encoded.
-    let max = broker.inner().topics.load().get("t").unwrap().partitions[0].log.max_record_bytes();
+    let max = broker.inner().topic("t").unwrap().partitions[0].log.max_record_bytes();
     let big = vec![0u8; max + 1];
     let r = Record::new(&big);
     let size = r.encoded_len().unwrap();
@@ -337,7 +337,7 @@ fn every_publish_failure_reaches_the_caller_with_its_variant_and_text() {
     );
 
     // Out of memory at a segment roll: the publish that rolls fails.
-    let topic = broker.inner().topics.load().get("t").cloned().unwrap();
+    let topic = broker.inner().topic("t").unwrap();
     topic.partitions[0].log.fail_next_segment_allocations(1);
     let failed =
         (0..100_000).find_map(|_| p.publish(&Record::new(&[7; 200])).err()).expect("a roll within 100,000 publishes");
@@ -422,7 +422,7 @@ fn a_failed_sync_reaches_a_publisher_as_its_io_error() {
     broker.create_topic("t", &TopicOptions::default()).unwrap();
     let p = broker.publisher("t").unwrap();
     p.publish(&Record::new(b"synced")).unwrap();
-    let topic = broker.inner().topics.load().get("t").cloned().unwrap();
+    let topic = broker.inner().topic("t").unwrap();
     topic.partitions[0].log.fail_next_syncs(1);
     let e = p.publish(&Record::new(b"unsynced")).unwrap_err();
     assert!(matches!(&e, Error::Io { message, .. } if message.contains("os error 5")), "{e}");
@@ -535,7 +535,7 @@ fn an_idle_broker_does_not_wake_its_flusher() {
         broker.create_topic("t", &small).unwrap();
         broker.publish("t", &Record::new(b"first")).unwrap();
         let inner = broker.inner().clone();
-        let log = inner.topics.load().get("t").unwrap().partitions[0].log.clone();
+        let log = inner.topics.get("t").unwrap().partitions[0].log.clone();
         let guard = inner.flusher.lock();
         let flusher = guard.as_ref().unwrap();
         // Under `Never` a publish asks for no round (nothing to sync).

@@ -2,7 +2,7 @@
 //! thread stopped and joined, and, with a data directory, a last flush
 //! before its lock goes.
 
-use super::{BrokerInner, TopicMap};
+use super::BrokerInner;
 use crate::broker::consumer::ConsumerCore;
 use crate::broker::subscription::{SubCore, close};
 use crate::sync::Arc;
@@ -62,6 +62,6 @@ impl BrokerInner {
         if let Some(store) = self.store.lock().take() {
             self.flush(&store, true);
         }
-        self.topics.store(std::sync::Arc::new(TopicMap::new_sync()));
+        self.topics.clear();
     }
 }

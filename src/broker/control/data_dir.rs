@@ -149,7 +149,7 @@ impl BrokerInner {
             let _control = this.control.lock();
             let due = this.flush_due.get_or_init(|| flusher.due());
             if this.config.fsync != Fsync::Never {
-                for t in this.topics.load().values() {
+                for t in this.topics.values() {
                     for p in t.partitions.iter() {
                         p.set_flush_due(due);
                     }
@@ -193,7 +193,9 @@ impl BrokerInner {
     /// first run after its topic was created or opened), so that each new
     /// file is prepared as soon as it is in use, not at the next interval.
     pub(super) fn prepare_ahead(&self, poke: &Poke) {
-        for t in self.topics.load().values() {
+        // Collected first: preparing faults pages in, which no epoch pin
+        // should span.
+        for t in self.topics.values() {
             for p in t.partitions.iter() {
                 p.log.set_roll_hook(|| {
                     let poke = poke.clone();
@@ -216,7 +218,8 @@ impl BrokerInner {
     pub(super) fn flush(&self, store: &Store, sync: bool) -> bool {
         let mut behind = false;
         if store.fsync() != Fsync::Always {
-            for t in self.topics.load().values() {
+            // Collected first, as in `prepare_ahead`: a round syncs.
+            for t in self.topics.values() {
                 for p in t.partitions.iter() {
                     if let Err(e) = p.log.flusher_round() {
                         log::error!("rill: could not sync partition {} of {:?}: {e}", p.index, t.name);

@@ -20,36 +20,35 @@
 //! # The topic map
 //!
 //! Every publish by name looks its topic up, so the map is read without a
-//! lock: an `ArcSwap` holds the current map, a publisher loads it (no
-//! reference count touched, no lock, no allocation) and a change (creating
-//! or deleting a topic, under the control mutex) builds the next map and
-//! swaps it in. Readers that loaded the old one keep a consistent snapshot
-//! (a subscribe or a flush walks one set of topics), and a topic leaves
-//! memory with the last reference to it, at once: nothing is deferred to a
-//! reclamation scheme.
+//! lock: [`TopicMap`] (`broker/topic_map.rs`, whose essay says what a
+//! reader sees during each change) is an open-addressing table changed in
+//! place, whose lookups take an epoch pin, a hash and a probe, and borrow
+//! the topic through an `arc-swap` guard (no reference count touched, no
+//! lock, no allocation). A change (creating or deleting a topic) is made
+//! under the control mutex and writes one slot, or rebuilds the table once
+//! it is three quarters full: O(1) amortised, whatever the number of
+//! topics (`rill-bench --scenario scale --scale-full`, the `create
+//! us/topic` column). A persistent map (a hash trie shared between
+//! versions) made every create copy the path to its key and touch the
+//! counts of every child of each copied node, a cost that grew as the map
+//! outgrew the caches; a `HashMap` copied whole made it O(n).
 //!
-//! The map is persistent (`rpds`'s hash array mapped trie, [`TopicMap`]):
-//! the next map shares every node with the current one but those on the
-//! path to the changed key, so a change copies O(log n) nodes, not the
-//! whole map (a `HashMap` copied on every create made creating n topics
-//! cost O(n^2)). A lookup hashes the name once and descends about
-//! log64(n) levels of 64-way nodes, each step one bitmap test and a
-//! popcount: one level more per 64-fold growth, four for a million topics.
-//! What a change costs is more than its node count says: copying a node
-//! bumps the reference count of each of its (up to 64) children, and
-//! dropping the replaced one gives them back, so a create touches up to 64
-//! other nodes per level, which once the map outgrows the caches are each a
-//! miss. That, not the number of levels, is why creating the n-th topic
-//! still costs more as n grows past a few hundred thousand (`rill-bench
-//! --scenario scale --scale-full`, the `create us/topic` column); a map
-//! changed in place under the control mutex, with slots readers load
-//! lock-free, would not pay it, at the price of the snapshots above.
+//! The map is not a snapshot: a walk (the flusher's rounds, `topics()`)
+//! sees every topic there for its whole length, and a topic created or
+//! deleted meanwhile or not. Callers that need a consistent set hold the
+//! control mutex while they walk, since every change takes it: subscribing
+//! (which topics a new subscription attaches to) and syncing with a shared
+//! data directory's list. The flusher does not need one: a topic created
+//! during its round is prepared at the poke its creation sends, after the
+//! insert. A deleted topic leaves memory with the last reference to it, at
+//! once, unless a resize retired a table that still holds it: then it goes
+//! when the epoch collector frees that table.
 //!
 //! A concurrent hash map (`papaya`, `scc`, `dashmap`) would also make
 //! creation cheap, but `dashmap`'s reads take a shard lock, and the
-//! lock-free ones free a deleted topic only when their deferred reclamation
-//! gets round to it (with its mapped segments, whose files a deleted topic
-//! on a data directory still holds) and iterate without a snapshot.
+//! lock-free ones free every deleted topic only when their deferred
+//! reclamation gets round to it (with its mapped segments, whose files a
+//! deleted topic on a data directory still holds).
 //!
 //! # The parts
 //!
@@ -89,8 +88,6 @@ mod topics;
 
 use std::collections::{HashMap, HashSet};
 
-use arc_swap::ArcSwap;
-
 pub use self::config::BrokerConfig;
 use self::timers::{Compact, Expire};
 use super::consumer::ConsumerCore;
@@ -103,6 +100,7 @@ use super::shared::SharedGroup;
 use super::store::Store;
 use super::subscription::{AckWatch, BackoffOver, DrainJob, SubCore};
 use super::topic::{Partition, Topic, Wait};
+use super::topic_map::{self, Shared};
 use crate::error::{Error, Result};
 use crate::log::Sharing;
 use crate::sync::atomic::{AtomicBool, Ordering};
@@ -114,9 +112,32 @@ pub(crate) struct Durable {
     pub(crate) positions: HashMap<(Name, u32), u64>,
 }
 
-/// The topic map: persistent, so each change copies O(log n) nodes (see
-/// "The topic map" in the module docs).
-pub(crate) type TopicMap = rpds::HashTrieMapSync<Name, Arc<Topic>>;
+/// What the topic map holds for a topic: the topic's own `Arc`, so a
+/// lookup borrows it. Under loom, whose `Arc` is not std's (which is what
+/// `arc-swap` swaps), the topic's `Arc` inside a std one: the broker's map
+/// is only built there, never run.
+#[cfg(not(loom))]
+pub(crate) type Entry = Topic;
+#[cfg(loom)]
+pub(crate) type Entry = Arc<Topic>;
+
+/// The topic map (see "The topic map" in the module docs).
+pub(crate) type TopicMap = topic_map::TopicMap<Entry>;
+
+/// The map's entry for `topic`.
+pub(crate) fn entry(topic: &Arc<Topic>) -> Shared<Entry> {
+    #[cfg(not(loom))]
+    let entry = topic.clone();
+    #[cfg(loom)]
+    let entry = Shared::new(topic.clone());
+    entry
+}
+
+/// The topic of one of the map's entries.
+#[inline]
+pub(crate) fn topic_of(entry: &Shared<Entry>) -> &Arc<Topic> {
+    entry
+}
 
 /// Control-plane state, behind one mutex.
 #[derive(Default)]
@@ -147,7 +168,7 @@ pub(crate) struct BrokerInner {
     pub(crate) pid: u32,
     pub(crate) config: BrokerConfig,
     pub(crate) closed: AtomicBool,
-    pub(crate) topics: ArcSwap<TopicMap>,
+    pub(crate) topics: TopicMap,
     pub(crate) control: Mutex<Control>,
     pub(crate) pool: Arc<WorkerPool<DrainJob>>,
     pub(crate) timer: Arc<Timer<BackoffOver>>,
@@ -212,8 +233,8 @@ impl BrokerInner {
 
     pub(crate) fn topic(&self, name: &str) -> Result<Arc<Topic>> {
         self.check_open()?;
-        match self.topics.load().get(name) {
-            Some(t) => Ok(t.clone()),
+        match self.topics.get(name) {
+            Some(t) => Ok(topic_of(&t).clone()),
             None => {
                 names::validate_topic(name)?;
                 Err(Error::NoSuchTopic(name.to_owned()))

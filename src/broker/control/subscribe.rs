@@ -5,7 +5,7 @@
 
 use super::data_dir::wait_offsets;
 use super::named::take_held;
-use super::{BrokerInner, saved_positions};
+use super::{BrokerInner, saved_positions, topic_of};
 use crate::broker::dispatch::Timer;
 use crate::broker::names::{self, Pattern};
 use crate::broker::shared::SharedGroup;
@@ -146,14 +146,20 @@ impl BrokerInner {
             Some(h) => h.base.clone(),
             None => saved_positions(&control, &sub),
         };
-        let topics = this.topics.load();
         let mut readers = Vec::new();
         // A literal pattern names its one topic: looked up, not matched
-        // against every topic.
-        let mut matched: Vec<&Arc<Topic>> = if pattern.is_literal() {
-            topics.get(pattern.as_str()).into_iter().collect()
+        // against every topic. Under the control lock, which every change
+        // to the map takes: this is every topic there is.
+        let mut matched: Vec<Arc<Topic>> = if pattern.is_literal() {
+            this.topics.get(pattern.as_str()).map(|t| topic_of(&t).clone()).into_iter().collect()
         } else {
-            topics.values().filter(|t| pattern.matches(&t.name)).collect()
+            let mut matched = Vec::new();
+            this.topics.for_each(|t| {
+                if pattern.matches(&topic_of(t).name) {
+                    matched.push(topic_of(t).clone());
+                }
+            });
+            matched
         };
         matched.sort_by(|a, b| a.name.cmp(&b.name));
         for t in matched {

@@ -5,7 +5,7 @@
 use super::data_dir::wait_offsets;
 use super::named::wait_all;
 use super::timers::{COMPACTION_CHECK, Compact, Expire, expiry_period};
-use super::{BrokerInner, Control, TopicMap, saved_positions};
+use super::{BrokerInner, Control, entry, saved_positions, topic_of};
 use crate::broker::consumer::ConsumerCore;
 use crate::broker::dispatch::Timer;
 use crate::broker::doorbell::TopicsWatch;
@@ -72,8 +72,9 @@ impl BrokerInner {
             // or names in another directory (deleted, then created again).
             let gone: Vec<Arc<Topic>> = self
                 .topics
-                .load()
                 .values()
+                .iter()
+                .map(topic_of)
                 .filter(|t| {
                     let opened = store.opened_dir(&t.name);
                     !list.iter().any(|m| *m.name == *t.name && Some(m.dir) == opened)
@@ -86,8 +87,7 @@ impl BrokerInner {
                 self.unmap_topic(topic);
                 dropped.push(self.let_go_locked(&mut control, topic));
             }
-            let map = self.topics.load();
-            for meta in list.iter().filter(|m| !map.contains_key(m.name.as_str())) {
+            for meta in list.iter().filter(|m| !self.topics.contains_key(m.name.as_str())) {
                 if let Err(e) = self.create_locked(&control, &meta.name, &meta.options, Some(meta)) {
                     // Its files may have gone with a deletion in another
                     // process; the next change rereads.
@@ -128,7 +128,7 @@ impl BrokerInner {
         options: &TopicOptions,
         listed: Option<&TopicMeta>,
     ) -> Result<Arc<Topic>> {
-        if self.topics.load().contains_key(name) {
+        if self.topics.contains_key(name) {
             return Err(Error::TopicExists(name.to_owned()));
         }
         if options.cleanup.compacts() && self.store().is_some_and(|s| s.sharing() == Sharing::Processes) {
@@ -190,11 +190,12 @@ impl BrokerInner {
         }
         // Before any publisher can find it (see "Due" in `flusher.rs`).
         self.give_flush_due(&topic);
-        // Shares all but O(log n) nodes with the current map (see "The
-        // topic map" in `mod.rs`).
-        let mut map = TopicMap::clone(&self.topics.load());
-        map.insert_mut(topic.name.clone(), topic.clone());
-        self.topics.store(std::sync::Arc::new(map));
+        // One slot written in place (see "The topic map" in `mod.rs`);
+        // nobody else inserts: this holds the control lock, and the name
+        // was absent above.
+        if self.topics.insert(topic.name.clone(), entry(&topic)).is_err() {
+            return Err(Error::TopicExists(name.to_owned()));
+        }
         if let Some(poke) = &*self.flush_poke.lock() {
             // Its partitions' files are prepared and hooked now, not at the
             // next interval (see `prepare_ahead`).
@@ -222,16 +223,17 @@ impl BrokerInner {
     /// `create_topic`).
     pub(crate) fn resume_expiry(&self) -> Result<()> {
         let Some(store) = self.store() else { return Ok(()) };
-        let topics = self.topics.load();
         for (name, options) in store.topic_options() {
-            if let (Some(ms), Some(topic)) = (options.retention_ms.filter(|&ms| ms > 0), topics.get(name.as_str())) {
+            let topic = self.topics.get(name.as_str());
+            let topic = topic.as_deref().map(topic_of);
+            if let (Some(ms), Some(topic)) = (options.retention_ms.filter(|&ms| ms > 0), topic) {
                 let timer = self.expiry_timer()?;
                 let every = expiry_period(ms);
                 timer.schedule(every, Expire { topic: topic.clone(), every, timer: timer.clone() });
             }
             // And the compactor's job of a compacted topic (`Topic::open`
             // gives one a policy only when the directory is not shared).
-            if let Some(topic) = topics.get(name.as_str()).filter(|t| t.compaction.is_some()) {
+            if let Some(topic) = topic.filter(|t| t.compaction.is_some()) {
                 let timer = self.compactor()?;
                 timer.schedule(COMPACTION_CHECK, Compact { topic: topic.clone(), timer: timer.clone() });
             }
@@ -307,13 +309,9 @@ impl BrokerInner {
     /// Removes `topic` from the topic map, if it is still the one under its
     /// name, and marks it deleted; false if it was not there.
     fn unmap_topic(&self, topic: &Arc<Topic>) -> bool {
-        let current = self.topics.load();
-        if !current.get(&topic.name).is_some_and(|t| Arc::ptr_eq(t, topic)) {
+        if self.topics.remove_if(&topic.name, |t| Arc::ptr_eq(topic_of(t), topic)).is_none() {
             return false;
         }
-        let mut map = TopicMap::clone(&current);
-        map.remove_mut(&topic.name);
-        self.topics.store(std::sync::Arc::new(map));
         // Nothing publishes to it any more; this also ends its expiry job.
         // Before its files go, so a publish that raced this and fails on
         // them reports the deleted topic.
@@ -343,7 +341,7 @@ impl BrokerInner {
         let (topic, dir, dropped) = {
             let mut control = self.control.lock();
             self.check_open()?;
-            let Some(topic) = self.topics.load().get(name).cloned() else {
+            let Some(topic) = self.topics.get(name).map(|t| topic_of(&t).clone()) else {
                 return Err(Error::NoSuchTopic(name.to_owned()));
             };
             // On a data directory, unlisting it there is the commit point:
