@@ -178,6 +178,12 @@ impl Pool {
         self.spare_requested.load(crate::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Whether a dropped segment's buffers have come back to the pool.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn is_recycling(&self) -> bool {
+        self.recycling.load(crate::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Clears the request flag (the request was dropped or served).
     #[cfg(not(loom))]
     pub(crate) fn spare_request_done(&self) {

@@ -195,6 +195,11 @@ fn fault_ahead(seg: &Segment) {
     if to > from || to_slots > from_slots {
         seg.fault_in(from..to, from_slots..to_slots);
     }
+    #[cfg(test)]
+    {
+        a.finished.fetch_max(to, Relaxed);
+        a.finished_slots.fetch_max(to_slots, Relaxed);
+    }
 }
 
 /// The thread of this process, started if there is none yet; `None` if it
@@ -270,7 +275,10 @@ mod tests {
     fn served(seg: &Segment) {
         let a = seg.ahead().expect("a segment over fresh buffers");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while a.done.load(Relaxed) < a.asked.load(Relaxed) || a.done_slots.load(Relaxed) < a.asked_slots.load(Relaxed) {
+        // `finished`, not `done`: `done` is claimed before the faulting.
+        while a.finished.load(Relaxed) < a.asked.load(Relaxed)
+            || a.finished_slots.load(Relaxed) < a.asked_slots.load(Relaxed)
+        {
             assert!(std::time::Instant::now() < deadline, "the prefault thread did not serve the segment");
             std::thread::yield_now();
         }

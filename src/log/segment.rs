@@ -605,6 +605,13 @@ pub(crate) struct Ahead {
     /// Region bytes and slots faulted in so far (the prefault thread's).
     pub(super) done: AtomicU64,
     pub(super) done_slots: AtomicU64,
+    /// Tests: region bytes and slots whose faulting has returned (a range
+    /// is claimed in `done` before it is faulted, so `done` runs ahead of
+    /// the pages while the prefault thread works).
+    #[cfg(test)]
+    pub(super) finished: AtomicU64,
+    #[cfg(test)]
+    pub(super) finished_slots: AtomicU64,
     /// A job for this segment is in the queue.
     pub(super) queued: AtomicBool,
 }
