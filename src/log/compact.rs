@@ -134,8 +134,10 @@
 //! (40 bytes an entry) and one bit per dirty record.
 
 use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 
+use foldhash::SharedSeed;
+use foldhash::fast::FoldHasher;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
@@ -459,11 +461,12 @@ pub(super) fn stats(shared: &Shared) -> (u64, u64, u64, u64) {
 /// and its key's first eight bytes, so that a probe compares a key of at
 /// most eight bytes without reading the record that holds it (a cache miss
 /// per probe, in a log larger than the cache).
-/// The hasher is the standard library's keyed SipHash: keys come from
-/// publishers, and a flood of colliding keys must not turn a pass
-/// quadratic.
+///
+/// Keys come from publishers, and a flood of colliding keys must not turn
+/// a pass quadratic, so the hash is keyed with a secret drawn for each
+/// pass (see [`KeyHasher`]).
 struct KeyMap<'a> {
-    hasher: RandomState,
+    hasher: KeyHasher,
     table: HashTable<Key<'a>>,
     /// Index (in the pass's segments) of the first dirty segment.
     first_dirty: usize,
@@ -482,7 +485,7 @@ impl<'a> KeyMap<'a> {
     /// the table is sized for at first (the last pass's count: most keys
     /// of a compacted log stay).
     fn read(segs: &'a [Arc<Segment>], clean: u64, keys: u64) -> KeyMap<'a> {
-        let hasher = RandomState::new();
+        let hasher = KeyHasher::new();
         let first_dirty = segs.iter().position(|s| s.base() >= clean).unwrap_or(segs.len());
         let counts: Vec<u64> = segs[first_dirty..]
             .iter()
@@ -509,7 +512,7 @@ impl<'a> KeyMap<'a> {
                 }
                 let Some(key) = view.key() else { continue };
                 let at = start + index;
-                let hash = hasher.hash_one(key);
+                let hash = hasher.hash(key);
                 let head = head(key);
                 match table.entry(hash, |e| e.is(head, key), |e| e.hash) {
                     Entry::Occupied(mut e) => {
@@ -540,7 +543,50 @@ impl<'a> KeyMap<'a> {
     /// True if the dirty part holds a record of `key`.
     fn holds(&self, key: &[u8]) -> bool {
         let head = head(key);
-        self.table.find(self.hasher.hash_one(key), |e| e.is(head, key)).is_some()
+        self.table.find(self.hasher.hash(key), |e| e.is(head, key)).is_some()
+    }
+}
+
+/// A pass's key hash: foldhash (the fast variant, hashbrown's default
+/// hasher) seeded with secrets drawn for this pass from the standard
+/// library's `RandomState`, whose keys come from the operating system's
+/// random source.
+///
+/// Why not SipHash (the standard library's `RandomState`): it hashed each
+/// key in several compression rounds, the largest share of a pass's
+/// instructions (`rill-bench --compaction` measures a pass; callgrind
+/// attributes its instructions). foldhash hashes a key of up to 16 bytes
+/// in a couple of multiplications. It resists colliding keys only from a
+/// publisher who does not know the seed (its README: "minimally
+/// DoS-resistant"); here the seed is secret and new every pass, no hash
+/// or table order is ever shown to a publisher, and a pass is a background
+/// task whose timing a publisher observes only indirectly, so learning one
+/// pass's seed would not help against the next. foldhash's own default
+/// seeding (address-space layout and the clock) is not used.
+struct KeyHasher {
+    /// The secret that every fold of a hash mixes in.
+    shared: SharedSeed,
+    /// The hash's starting value, also secret.
+    start: u64,
+}
+
+impl KeyHasher {
+    /// A hasher with secrets no earlier pass used.
+    fn new() -> KeyHasher {
+        // Each `RandomState` is keyed anew (per thread from the operating
+        // system, then stepped per state), and SipHash's output under a
+        // secret key is unpredictable: two outputs, two secrets.
+        let random = RandomState::new();
+        KeyHasher { shared: SharedSeed::from_u64(random.hash_one(0u8)), start: random.hash_one(1u8) }
+    }
+
+    /// `key`'s hash: one `write` of its bytes, no length prefix (`Hash`
+    /// for a slice writes one, to tell apart sequences of slices; a hash
+    /// here covers one key, and foldhash's `write` mixes its length in).
+    fn hash(&self, key: &[u8]) -> u64 {
+        let mut hasher = FoldHasher::with_seed(self.start, &self.shared);
+        hasher.write(key);
+        hasher.finish()
     }
 }
 
