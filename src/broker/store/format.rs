@@ -28,6 +28,16 @@ pub(super) const TOPICS_VERSION: u32 = 4;
 const TOPICS_APPENDED_OPTIONS: u32 = 3;
 /// The first `topics.list` format whose topics hold compaction's options.
 const TOPICS_COMPACTION_OPTIONS: u32 = 4;
+/// The format of a named subscription's own slots (`named.rs`): 2 stores
+/// each position with its topic's directory number ([`NamedSlot`]); 1, the
+/// offsets encoding (by topic name alone), is still read. An older rill,
+/// which reads frames of format 1 only, refuses a slot of format 2 as
+/// `Corrupt` rather than misread it (see "Positions and directory numbers"
+/// in `named.rs`).
+pub(super) const NAMED_VERSION: u32 = 2;
+/// The directory number of a position read from a named slot of format 1,
+/// which held none: checked by its topic's name alone.
+pub(super) const UNKNOWN_DIR: u64 = u64::MAX;
 /// Magic, version, body length (u64), CRC32C of the body (u32).
 pub(super) const FRAME_HEADER: usize = 8 + 4 + 8 + 4;
 
@@ -52,12 +62,78 @@ pub(crate) struct Offsets {
 /// A durable subscription's positions: (topic, partition, next offset).
 pub(crate) type Positions = Vec<(String, u32, u64)>;
 
-/// A frame around `body` (see the module docs), of format `VERSION`.
-pub(super) fn frame(body: &[u8]) -> Vec<u8> {
-    frame_of(VERSION, body)
+/// A durable subscription's positions with their topics' directory
+/// numbers: (topic, partition, next offset, `topics/<dir>` of the topic
+/// the offset is in, or [`UNKNOWN_DIR`]).
+pub(crate) type DirPositions = Vec<(String, u32, u64, u64)>;
+
+/// What a named subscription's own slots hold (format [`NAMED_VERSION`]):
+/// (subscription name, its positions), at most one entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NamedSlot {
+    pub(crate) durable: Vec<(String, DirPositions)>,
 }
 
-/// A frame around `body` of format `version`.
+/// The body of a pair of slots written by a `GroupCommit` (`offsets.rs`):
+/// the frame format it writes, and how it reads each format it knows.
+pub(crate) trait SlotBody: Clone + PartialEq + Default + std::fmt::Debug {
+    /// The format it writes (and the newest it reads).
+    const VERSION: u32;
+    fn encode(&self, w: &mut Writer);
+    /// Reads a body of format `version` (1 to `VERSION`).
+    fn decode(r: &mut Reader<'_>, version: u32) -> Result<Self>;
+}
+
+impl SlotBody for Offsets {
+    const VERSION: u32 = VERSION;
+    fn encode(&self, w: &mut Writer) {
+        encode_offsets(w, self);
+    }
+    fn decode(r: &mut Reader<'_>, _version: u32) -> Result<Self> {
+        decode_offsets(r)
+    }
+}
+
+impl SlotBody for NamedSlot {
+    const VERSION: u32 = NAMED_VERSION;
+    fn encode(&self, w: &mut Writer) {
+        w.u32(self.durable.len() as u32);
+        for (name, positions) in &self.durable {
+            w.str(name);
+            w.u32(positions.len() as u32);
+            for (topic, partition, offset, dir) in positions {
+                w.str(topic);
+                w.u32(*partition);
+                w.u64(*offset);
+                w.u64(*dir);
+            }
+        }
+    }
+    fn decode(r: &mut Reader<'_>, version: u32) -> Result<Self> {
+        if version == 1 {
+            // The offsets encoding, positions by name alone.
+            let durable = decode_offsets(r)?
+                .durable
+                .into_iter()
+                .map(|(name, positions)| {
+                    (name, positions.into_iter().map(|(t, p, o)| (t, p, o, UNKNOWN_DIR)).collect())
+                })
+                .collect();
+            return Ok(NamedSlot { durable });
+        }
+        let mut durable = Vec::new();
+        for _ in 0..r.u32()? {
+            let name = r.str()?;
+            let n = r.u32()?;
+            let positions = (0..n).map(|_| Ok((r.str()?, r.u32()?, r.u64()?, r.u64()?))).collect::<Result<Vec<_>>>()?;
+            durable.push((name, positions));
+        }
+        r.end()?;
+        Ok(NamedSlot { durable })
+    }
+}
+
+/// A frame around `body` (see the module docs) of format `version`.
 pub(super) fn frame_of(version: u32, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(FRAME_HEADER + body.len());
     out.extend_from_slice(MAGIC);
@@ -272,7 +348,7 @@ pub(super) fn decode_offsets(r: &mut Reader<'_>) -> Result<Offsets> {
 
 /// Little-endian fields, strings as a u32 length and their bytes.
 #[derive(Default)]
-pub(super) struct Writer(pub(super) Vec<u8>);
+pub(crate) struct Writer(pub(super) Vec<u8>);
 
 impl Writer {
     pub(super) fn u32(&mut self, v: u32) {
@@ -297,7 +373,7 @@ impl Writer {
 /// Reads what [`Writer`] wrote; running short or a bad value is `Corrupt`
 /// (a frame that passed its CRC but does not decode was written by a bug or
 /// a different program: refused, not guessed at).
-pub(super) struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     path: &'a Path,
     bytes: &'a [u8],
     at: usize,

@@ -227,7 +227,9 @@ pub(crate) struct Store {
     /// compared with it to tell a topic another process deleted (and
     /// perhaps created again, in another directory) from one this broker
     /// has (see "Several processes").
-    opened_dirs: Mutex<std::collections::HashMap<String, u64>>,
+    /// Shared with every name this broker holds (`named.rs`), which stores
+    /// each position with its topic's number.
+    opened_dirs: named::OpenedDirs,
     /// The offsets slots and their group commit (see `offsets.rs`).
     pub(crate) offsets: GroupCommit,
 }
@@ -267,10 +269,11 @@ impl Store {
         let moved = match (sharing, first) {
             (Sharing::Exclusive, _) => {
                 // `|`, not `||`: both moves are made.
-                named::fold_in(root, &mut offsets, repair)? | membership::fold_in(root, &mut offsets, repair)?
+                named::fold_in(root, &mut offsets, repair, &topics)? | membership::fold_in(root, &mut offsets, repair)?
             }
             (Sharing::Processes, true) => {
-                named::move_out(root, &mut offsets, repair)? | membership::move_out(root, &mut offsets, repair)?
+                named::move_out(root, &mut offsets, repair, &topics)?
+                    | membership::move_out(root, &mut offsets, repair)?
             }
             (Sharing::Processes, false) => false,
         };
@@ -285,7 +288,7 @@ impl Store {
             lock,
             sharing,
             init: Mutex::new(init),
-            opened_dirs: Mutex::new(topics.iter().map(|t| (t.name.clone(), t.dir)).collect()),
+            opened_dirs: crate::sync::Arc::new(Mutex::new(topics.iter().map(|t| (t.name.clone(), t.dir)).collect())),
             topics: Mutex::new(list),
             offsets: GroupCommit::new(root, seq, slot, &read),
         };
@@ -318,10 +321,14 @@ impl Store {
 
     /// Processes mode: takes durable subscription `name`: `Busy` if a
     /// subscription in another broker or process holds it. Returns the
-    /// hold and the positions its slots hold (`None` if it has none). See
-    /// "Taking the name" in `named.rs`.
+    /// hold and the positions its slots hold (`None` if it has none), less
+    /// those of a topic deleted since they were written. See "Taking the
+    /// name" in `named.rs`. Call it under the control mutex: it takes
+    /// `topics.lock` (the order of `sync_topics_now`).
     pub(crate) fn hold_name(&self, name: &str) -> Result<(NameHold, Option<Positions>)> {
-        named::hold_name(&self.root, self.fsync, self.repair, name)
+        self.with_topic_list(|list| {
+            named::hold_name(&self.root, (self.fsync, self.repair), name, list, self.opened_dirs.clone())
+        })
     }
 
     /// Processes mode: forgets durable subscription `name`'s positions:

@@ -67,17 +67,45 @@
 //!   A re-created topic of that name is joined and attached only after,
 //!   under the same lock, from its first message.
 //!
-//! What this leaves open: the slots store positions by topic *name*, not
-//! by the topic's directory number, so a position can still outlive its
-//! topic when the name's holder does not drop it in time. A holder that
-//! dies (or closes the subscription) after the deleter skipped its name
-//! but before its own doorbell reread saw the delete leaves the old
-//! topic's positions in the slots (its last periodic write, or its close,
-//! wrote them); the next process to take the name resumes a re-created
-//! topic of that name at them. A slot write the machine lost (under
-//! `Fsync::Never`) can bring them back the same way. Closing that needs
-//! the directory number stored with each position (a new slot format) and
-//! checked against the topic list when the name is taken.
+//! # Positions and directory numbers
+//!
+//! Those two can both miss: a holder that dies (or closes the
+//! subscription) after the deleter skipped its name but before its own
+//! doorbell reread saw the delete leaves the old topic's positions in the
+//! slots (its last periodic write, or its close, wrote them), and a slot
+//! write the machine lost (under `Fsync::Never`) can bring them back. So
+//! the slots store each position with the directory number of the topic
+//! it is in (`topics/<dir>`; a topic created again under the same name
+//! gets a new one), and the name's next taker checks them:
+//!
+//! * **writing**, the holder stores with each position its topic's number
+//!   as its process opened it (the store's `opened_dirs`), or, for a topic
+//!   its process does not have open, the number the slots held when it took
+//!   the name;
+//! * **taking the name** ([`hold_name`]), under `topics.lock` with the list
+//!   read afresh (so no delete or creation is half done), the taker drops
+//!   every position whose topic the list does not name, or names in another
+//!   directory: a re-created topic is read as a new one. The `Exclusive`
+//!   opener's fold ([`fold_in`]) drops them the same way, since the offsets
+//!   slots hold positions by name alone.
+//!
+//! The encoding is format 2 of the slots' frame (`NAMED_VERSION` in
+//! `format.rs`); format 1, the offsets encoding without numbers, is still
+//! read, its positions checked by topic name alone (the next write gives
+//! them the listed topic's number). An older rill reads frames of format 1
+//! only: it finds a slot of format 2 `Corrupt` ("metadata format 2"), so it
+//! does not misread one. Like any damaged slot, it passes over it for the
+//! other slot if that one is of format 1 (positions older than the newest,
+//! by name: at least once, with the old gap), and with both slots of
+//! format 2 it refuses to take the name (or to open the directory in
+//! `Exclusive` mode), unless `repair`, which starts the name afresh.
+//!
+//! What is left: a holder whose process has not joined a topic yet keeps
+//! that topic's position from the slots and resumes from it when it joins;
+//! if the topic was deleted and created again meanwhile, in between two
+//! rereads of its doorbell, it resumes the new topic at the old offset. (A
+//! consumer group's commits, in `membership.rs`, are stored by name alone
+//! and have the gap this section closes.)
 //!
 //! Unlike the positions in the offsets slots, a name's own are not reset
 //! when they point past the end recovery left ("Offsets past a recovered
@@ -110,12 +138,19 @@ use std::io::ErrorKind as IoKind;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+use std::collections::HashMap;
+
 use super::atomic_file::sync_dir;
-use super::format::{Offsets, Positions};
+use super::format::{DirPositions, NamedSlot, Offsets, Positions, TopicMeta, UNKNOWN_DIR};
 use super::lock::{Locked, flock, open_lock_file};
-use super::offsets::{GroupCommit, Ticket, read_slots};
+use super::offsets::{GroupCommit, Ticket, read_slots_of};
 use crate::error::{Error, Result};
 use crate::log::Fsync;
+use crate::sync::{Arc, Mutex};
+
+/// The directory number of each topic this process has open, by name: the
+/// store's `opened_dirs`, shared with every [`NameHold`].
+pub(super) type OpenedDirs = Arc<Mutex<HashMap<String, u64>>>;
 
 /// The folder of the names' own files.
 pub(super) const NAMED_DIR: &str = "named";
@@ -151,14 +186,32 @@ pub(crate) struct NameHold {
     name: String,
     /// Holds the flock while open.
     lock: Locked,
-    commit: GroupCommit,
+    commit: GroupCommit<NamedSlot>,
+    /// The directory numbers of the topics this process has open (the
+    /// store's `opened_dirs`): each position is written with its topic's.
+    opened: OpenedDirs,
+    /// The directory numbers the slots held when the name was taken, for
+    /// positions kept for a topic this process does not have open.
+    taken: HashMap<String, u64>,
 }
 
 impl NameHold {
     /// Numbers `positions` as the name's next snapshot (cheap: call it
     /// under the control mutex, so snapshots are numbered in the order
-    /// they were read) and returns its ticket for [`NameHold::wait`].
+    /// they were read) and returns its ticket for [`NameHold::wait`]. Each
+    /// position is stored with the directory number of its topic as this
+    /// process opened it, else as the slots held it when the name was taken.
     pub(crate) fn request(&self, positions: Positions, sync: bool) -> Ticket {
+        let positions = {
+            let opened = self.opened.lock();
+            positions
+                .into_iter()
+                .map(|(t, p, o)| {
+                    let dir = opened.get(&t).or_else(|| self.taken.get(&t)).copied().unwrap_or(UNKNOWN_DIR);
+                    (t, p, o, dir)
+                })
+                .collect()
+        };
         self.commit.request(snapshot(&self.name, positions), sync)
     }
 
@@ -176,16 +229,16 @@ impl NameHold {
     }
 }
 
-/// A name's positions as its slots hold them: the offsets encoding with one
-/// durable entry, so the slots share the offsets slots' reader and writer.
-fn snapshot(name: &str, positions: Positions) -> Offsets {
-    Offsets { groups: Vec::new(), durable: vec![(name.to_owned(), positions)] }
+/// A name's positions as its slots hold them: one durable entry, holding
+/// the name itself (see [`key`]).
+fn snapshot(name: &str, positions: DirPositions) -> NamedSlot {
+    NamedSlot { durable: vec![(name.to_owned(), positions)] }
 }
 
-/// The positions in `offsets` read from a name's slots in `dir`, checking
+/// The positions in `slot` read from a name's slots in `dir`, checking
 /// they are the name's (see [`key`]).
-fn positions_of(name: &str, dir: &Path, offsets: Offsets) -> Result<Option<Positions>> {
-    match offsets.durable.into_iter().next() {
+fn positions_of(name: &str, dir: &Path, slot: NamedSlot) -> Result<Option<DirPositions>> {
+    match slot.durable.into_iter().next() {
         None => Ok(None),
         Some((n, positions)) if n == name => Ok(Some(positions)),
         Some((n, _)) => Err(Error::Corrupt {
@@ -194,6 +247,19 @@ fn positions_of(name: &str, dir: &Path, offsets: Offsets) -> Result<Option<Posit
             reason: format!("the slots of subscription {name:?} hold those of {n:?}"),
         }),
     }
+}
+
+/// Whether a position in topic `topic`, stored with directory number
+/// `dir`, is in a topic `list` lists (see "Positions and directory
+/// numbers"): the topic is listed, in that directory (or, for a position
+/// read from a slot of format 1, which held no number, by its name alone).
+fn still_listed(list: &[TopicMeta], topic: &str, dir: u64) -> bool {
+    list.iter().any(|t| t.name == topic && (dir == UNKNOWN_DIR || t.dir == dir))
+}
+
+/// The directory number of the topic `topic` in `list`, or [`UNKNOWN_DIR`].
+fn listed_dir(list: &[TopicMeta], topic: &str) -> u64 {
+    list.iter().find(|t| t.name == topic).map_or(UNKNOWN_DIR, |t| t.dir)
 }
 
 /// Opens and locks (without blocking) the lock file of `key` in `dir`:
@@ -219,8 +285,17 @@ fn named_dir(root: &Path, fsync: Fsync) -> Result<PathBuf> {
 /// Takes durable subscription `name` in the directory `root` (see "Taking
 /// the name"): `Busy` if a subscription in another broker or process holds
 /// it. Returns the hold and the positions its slots hold (`None` if it has
-/// none). `Store::hold_name` calls it.
-pub(super) fn hold_name(root: &Path, fsync: Fsync, repair: bool, name: &str) -> Result<(NameHold, Option<Positions>)> {
+/// none), less those whose topic `list` (the topic list, read afresh under
+/// `topics.lock`) no longer lists in the directory they were stored with
+/// (see "Positions and directory numbers"). `opened`: this process's
+/// directory numbers (the store's `opened_dirs`). `Store::hold_name` calls it.
+pub(super) fn hold_name(
+    root: &Path,
+    (fsync, repair): (Fsync, bool),
+    name: &str,
+    list: &[TopicMeta],
+    opened: OpenedDirs,
+) -> Result<(NameHold, Option<Positions>)> {
     let dir = named_dir(root, fsync)?;
     let key = key(name);
     let Some(lock) = try_lock(&dir, &key)? else {
@@ -229,10 +304,20 @@ pub(super) fn hold_name(root: &Path, fsync: Fsync, repair: bool, name: &str) -> 
         )));
     };
     let files = slot_files(&key);
-    let (offsets, seq, slot) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
-    let positions = positions_of(name, &dir, offsets.clone())?;
-    let commit = GroupCommit::with_files(&dir, files, seq, slot, &offsets);
-    Ok((NameHold { name: name.to_owned(), lock, commit }, positions))
+    let (slot_held, seq, slot) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
+    let stored = positions_of(name, &dir, slot_held.clone())?;
+    let kept: Option<DirPositions> =
+        stored.map(|p| p.into_iter().filter(|(t, _, _, d)| still_listed(list, t, *d)).collect());
+    // Written with the dirs as listed: a position from a slot of format 1
+    // takes its listed topic's number at the next write.
+    let taken = kept
+        .iter()
+        .flatten()
+        .map(|(t, _, _, d)| (t.clone(), if *d == UNKNOWN_DIR { listed_dir(list, t) } else { *d }))
+        .collect();
+    let positions = kept.map(|p| p.into_iter().map(|(t, p, o, _)| (t, p, o)).collect());
+    let commit = GroupCommit::with_files(&dir, files, seq, slot, &slot_held);
+    Ok((NameHold { name: name.to_owned(), lock, commit, opened, taken }, positions))
 }
 
 /// Forgets durable subscription `name`'s positions in the directory `root`
@@ -247,8 +332,8 @@ pub(super) fn forget_name(root: &Path, fsync: Fsync, repair: bool, name: &str) -
         )));
     };
     let files = slot_files(&key);
-    let (offsets, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
-    if positions_of(name, &dir, offsets)?.is_none() {
+    let (slot_held, ..) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
+    if positions_of(name, &dir, slot_held)?.is_none() {
         return Err(Error::NotFound(format!("no durable subscription {name:?} has a saved position")));
     }
     for f in &files {
@@ -267,8 +352,9 @@ pub(super) fn forget_name(root: &Path, fsync: Fsync, repair: bool, name: &str) -
 /// The first `Processes` opener's move (see "Changing modes"): writes each
 /// durable entry of `offsets` into its name's own slots, synced, and takes
 /// them out of `offsets`. True if there were any (the caller rewrites the
-/// offsets slots without them).
-pub(super) fn move_out(root: &Path, offsets: &mut Offsets, repair: bool) -> Result<bool> {
+/// offsets slots without them). Each position is stored with its topic's
+/// directory number in `list`, the topic list.
+pub(super) fn move_out(root: &Path, offsets: &mut Offsets, repair: bool, list: &[TopicMeta]) -> Result<bool> {
     if offsets.durable.is_empty() {
         return Ok(false);
     }
@@ -280,17 +366,24 @@ pub(super) fn move_out(root: &Path, offsets: &mut Offsets, repair: bool) -> Resu
     }
     for (name, positions) in std::mem::take(&mut offsets.durable) {
         let files = slot_files(&key(&name));
-        let (old, seq, slot) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+        let (old, seq, slot) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
+        let positions = positions.into_iter().map(|(t, p, o)| {
+            let d = listed_dir(list, &t);
+            (t, p, o, d)
+        });
         let commit = GroupCommit::with_files(&dir, files, seq, slot, &old);
-        commit.wait(commit.request(snapshot(&name, positions), true))?;
+        commit.wait(commit.request(snapshot(&name, positions.collect()), true))?;
     }
     Ok(true)
 }
 
 /// An `Exclusive` opener's move (see "Changing modes"): folds every name's
 /// own slots into `offsets` (theirs win). True if there were any: the
-/// caller writes the offsets, synced, then calls [`remove_named`].
-pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool) -> Result<bool> {
+/// caller writes the offsets, synced, then calls [`remove_named`]. A
+/// position whose topic `list` (the topic list) no longer lists in the
+/// directory it was stored with is left out (see "Positions and directory
+/// numbers"): the offsets slots hold positions by name alone.
+pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool, list: &[TopicMeta]) -> Result<bool> {
     let dir = root.join(NAMED_DIR);
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -301,8 +394,13 @@ pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool) -> Resul
     let mut any = any_file;
     for key in keys {
         let files = slot_files(&key);
-        let (own, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+        let (own, ..) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
         for (name, positions) in own.durable {
+            let positions = positions
+                .into_iter()
+                .filter(|(t, _, _, d)| still_listed(list, t, *d))
+                .map(|(t, p, o, _)| (t, p, o))
+                .collect();
             offsets.durable.retain(|(n, _)| *n != name);
             offsets.durable.push((name, positions));
             any = true;
@@ -347,7 +445,7 @@ pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -
     for key in slot_keys(&dir, entries)?.0 {
         let Some(_lock) = try_lock(&dir, &key)? else { continue };
         let files = slot_files(&key);
-        let (offsets, seq, slot) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+        let (offsets, seq, slot) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
         let mut dropped = offsets.clone();
         for (_, positions) in &mut dropped.durable {
             positions.retain(|(t, ..)| t != topic);
@@ -368,5 +466,103 @@ pub(super) fn remove_named(root: &Path) -> Result<()> {
     match fs::remove_dir_all(&dir) {
         Err(e) if e.kind() != IoKind::NotFound => Err(Error::io(&dir, &e)),
         _ => sync_dir(root),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::format::{NAMED_VERSION, VERSION, read_frame};
+    use super::*;
+    use crate::broker::topic::TopicOptions;
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let p =
+            std::env::temp_dir().join(format!("rill-named-{tag}-{}-{}", std::process::id(), crate::sync::unique_id()));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    fn listed(name: &str, dir: u64) -> TopicMeta {
+        TopicMeta { name: name.into(), dir, options: TopicOptions::default() }
+    }
+
+    fn opened(dirs: &[(&str, u64)]) -> OpenedDirs {
+        Arc::new(Mutex::new(dirs.iter().map(|(n, d)| ((*n).to_owned(), *d)).collect()))
+    }
+
+    /// Takes `name` in `root` with the topic list `list`, writes
+    /// `positions` (this process having `dirs` open) and lets go.
+    fn hold_and_write(root: &Path, list: &[TopicMeta], dirs: &[(&str, u64)], positions: Positions) {
+        let (hold, _) = hold_name(root, (Fsync::Never, false), "n", list, opened(dirs)).unwrap();
+        hold.wait(hold.request(positions, false)).unwrap();
+        hold.release();
+    }
+
+    fn take(root: &Path, list: &[TopicMeta]) -> Option<Positions> {
+        let (hold, positions) = hold_name(root, (Fsync::Never, false), "n", list, opened(&[])).unwrap();
+        hold.release();
+        positions
+    }
+
+    /// A position stored with its topic's directory number is dropped when
+    /// the name is taken with the topic listed in another directory (deleted
+    /// and created again) or not listed; kept when listed in the same one.
+    #[test]
+    fn taking_a_name_drops_positions_of_a_topic_no_longer_listed_in_their_directory() {
+        let root = temp_dir("dirs");
+        let list = [listed("a", 1), listed("b", 2), listed("c", 3)];
+        let positions = vec![("a".into(), 0, 5), ("b".into(), 0, 6), ("c".into(), 1, 7)];
+        hold_and_write(&root, &list, &[("a", 1), ("b", 2), ("c", 3)], positions);
+        // `a` as it was, `b` created again in directory 9, `c` deleted.
+        let now = [listed("a", 1), listed("b", 9)];
+        assert_eq!(take(&root, &now), Some(vec![("a".into(), 0, 5)]));
+        // Folded into the offsets slots by an `Exclusive` opener the same way.
+        let mut offsets = Offsets::default();
+        assert!(fold_in(&root, &mut offsets, false, &now).unwrap());
+        assert_eq!(offsets.durable, vec![("n".to_owned(), vec![("a".to_owned(), 0, 5)])]);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A position for a topic the holder's process does not have open is
+    /// written with the number the slots held when the name was taken.
+    #[test]
+    fn a_position_kept_for_a_topic_not_open_keeps_its_directory_number() {
+        let root = temp_dir("kept");
+        let list = [listed("a", 4)];
+        hold_and_write(&root, &list, &[("a", 4)], vec![("a".into(), 0, 5)]);
+        // Taken by a process that has not joined `a`: it writes its number 4.
+        hold_and_write(&root, &list, &[], vec![("a".into(), 0, 6)]);
+        assert_eq!(take(&root, &list), Some(vec![("a".into(), 0, 6)]));
+        assert_eq!(take(&root, &[listed("a", 5)]), Some(Vec::new()));
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// Slots of format 1 (positions by name, as rill wrote them before) are
+    /// still read, checked by name alone; the slots written now are of format
+    /// 2, which a reader of format 1 refuses as `Corrupt`.
+    #[test]
+    fn slots_of_format_1_are_read_and_format_2_is_refused_by_an_older_reader() {
+        let root = temp_dir("formats");
+        let dir = named_dir(&root, Fsync::Never).unwrap();
+        let old = Offsets {
+            groups: Vec::new(),
+            durable: vec![("n".into(), vec![("a".into(), 0, 3), ("gone".into(), 0, 4)])],
+        };
+        let commit = GroupCommit::with_files(&dir, slot_files(&key("n")), 0, 0, &Offsets::default());
+        commit.wait(commit.request(old, false)).unwrap();
+        let list = [listed("a", 7)];
+        assert_eq!(take(&root, &list), Some(vec![("a".into(), 0, 3)]));
+        hold_and_write(&root, &list, &[("a", 7)], vec![("a".into(), 0, 8)]);
+        let newest = slot_files(&key("n"))
+            .into_iter()
+            .map(|f| dir.join(f))
+            .find(|p| read_frame(p, NAMED_VERSION).unwrap().is_some_and(|(v, _)| v == NAMED_VERSION))
+            .expect("a slot of format 2");
+        match read_frame(&newest, VERSION) {
+            Err(Error::Corrupt { reason, .. }) => assert!(reason.contains("metadata format 2"), "{reason}"),
+            r => panic!("a format-1 reader read a slot of format 2: {r:?}"),
+        }
+        fs::remove_dir_all(&root).unwrap();
     }
 }

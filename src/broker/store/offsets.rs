@@ -56,7 +56,7 @@
 use std::path::{Path, PathBuf};
 
 use super::atomic_file::replace;
-use super::format::{Offsets, Reader, VERSION, Writer, decode_offsets, encode_offsets, frame, read_frame};
+use super::format::{Offsets, Reader, SlotBody, Writer, frame_of, read_frame};
 use crate::error::{Error, Result};
 use crate::sync::{Condvar, Mutex};
 
@@ -66,13 +66,13 @@ pub(super) const OFFSETS_FILES: [&str; 2] = ["offsets.0", "offsets.1"];
 /// The offsets slots of one data directory and their group commit (see
 /// the module docs).
 #[derive(Debug)]
-pub(crate) struct GroupCommit {
+pub(crate) struct GroupCommit<S: SlotBody = Offsets> {
     root: PathBuf,
     /// The names of its two slots in `root`: [`OFFSETS_FILES`], or a named
     /// subscription's own (`named.rs`).
     files: [String; 2],
     /// The offsets snapshots: numbered, pending, written (see the module docs).
-    commits: Mutex<Commits>,
+    commits: Mutex<Commits<S>>,
     /// Wakes the waiters of [`GroupCommit::wait`] when a write ends.
     written: Condvar,
     /// Tests hold offsets writes here, to see what can run meanwhile.
@@ -82,11 +82,11 @@ pub(crate) struct GroupCommit {
 
 /// The state of the offsets snapshots, behind `GroupCommit::commits`.
 #[derive(Debug)]
-struct Commits {
+struct Commits<S> {
     /// The highest number handed out (the numbers continue those on disk).
     requested: u64,
     /// The newest snapshot not yet written.
-    pending: Option<Pending>,
+    pending: Option<Pending<S>>,
     /// Every snapshot numbered up to this is written (in the page cache).
     written: u64,
     /// Every snapshot numbered up to this is on stable storage.
@@ -97,7 +97,7 @@ struct Commits {
     last_slot: usize,
     /// The contents of the last write, and whether it was synced: a snapshot
     /// equal to it is not written again (unless it needs a sync it did not get).
-    last: Option<(Offsets, bool)>,
+    last: Option<(S, bool)>,
     /// The last failed write: the highest number it covered, and why.
     failed: Option<(u64, Error)>,
     /// Writes made (for tests: how many commits shared one).
@@ -106,9 +106,9 @@ struct Commits {
 
 /// A snapshot waiting for its write.
 #[derive(Debug)]
-struct Pending {
+struct Pending<S> {
     seq: u64,
-    offsets: Offsets,
+    offsets: S,
     /// Some request it covers wants it on stable storage.
     sync: bool,
 }
@@ -127,10 +127,12 @@ impl GroupCommit {
     pub(super) fn new(root: &Path, seq: u64, slot: usize, offsets: &Offsets) -> GroupCommit {
         Self::with_files(root, OFFSETS_FILES.map(String::from), seq, slot, offsets)
     }
+}
 
+impl<S: SlotBody> GroupCommit<S> {
     /// The group commit of the two slots `files` in `root` (a named
     /// subscription's, see `named.rs`), as [`GroupCommit::new`].
-    pub(super) fn with_files(root: &Path, files: [String; 2], seq: u64, slot: usize, offsets: &Offsets) -> GroupCommit {
+    pub(super) fn with_files(root: &Path, files: [String; 2], seq: u64, slot: usize, offsets: &S) -> GroupCommit<S> {
         GroupCommit {
             root: root.to_owned(),
             files,
@@ -155,7 +157,7 @@ impl GroupCommit {
     /// before) and keeps it as the one to write next; cheap, so the broker
     /// calls it under its control mutex. `sync`: its waiter wants it on
     /// stable storage, not only written.
-    pub(crate) fn request(&self, offsets: Offsets, sync: bool) -> Ticket {
+    pub(crate) fn request(&self, offsets: S, sync: bool) -> Ticket {
         let mut c = self.commits.lock();
         c.requested += 1;
         let seq = c.requested;
@@ -220,13 +222,13 @@ impl GroupCommit {
     }
 
     /// Writes snapshot `p` into `slot` (the one not holding the last write).
-    fn write_offsets(&self, slot: usize, p: &Pending) -> Result<()> {
+    fn write_offsets(&self, slot: usize, p: &Pending<S>) -> Result<()> {
         #[cfg(test)]
         self.gate.pass();
         let mut body = Writer::default();
         body.u64(p.seq);
-        encode_offsets(&mut body, &p.offsets);
-        replace(&self.root, &self.files[slot], &frame(&body.0), p.sync)
+        p.offsets.encode(&mut body);
+        replace(&self.root, &self.files[slot], &frame_of(S::VERSION, &body.0), p.sync)
     }
 
     /// How many offsets snapshots were written since the store was opened.
@@ -246,16 +248,22 @@ pub(crate) fn read_offsets(root: &Path, repair: bool) -> Result<(Offsets, u64, u
 /// [`read_offsets`] of the two slots `files` in `root` (a named
 /// subscription's own, see `named.rs`).
 pub(super) fn read_slots(root: &Path, files: &[&str; 2], repair: bool) -> Result<(Offsets, u64, usize)> {
-    let mut best: Option<(u64, Offsets, usize)> = None;
+    read_slots_of(root, files, repair)
+}
+
+/// [`read_slots`] of slots holding `S` (a named subscription's
+/// [`super::format::NamedSlot`]), of any format `S` reads.
+pub(super) fn read_slots_of<S: SlotBody>(root: &Path, files: &[&str; 2], repair: bool) -> Result<(S, u64, usize)> {
+    let mut best: Option<(u64, S, usize)> = None;
     let mut damage = Vec::new();
     for (slot, name) in files.iter().enumerate() {
         let path = root.join(name);
-        let decoded = read_frame(&path, VERSION).and_then(|frame| {
+        let decoded = read_frame(&path, S::VERSION).and_then(|frame| {
             frame
-                .map(|(_, body)| {
+                .map(|(version, body)| {
                     let mut r = Reader::new(&path, &body);
                     let seq = r.u64()?;
-                    Ok((seq, decode_offsets(&mut r)?))
+                    Ok((seq, S::decode(&mut r, version)?))
                 })
                 .transpose()
         });
@@ -276,10 +284,10 @@ pub(super) fn read_slots(root: &Path, files: &[&str; 2], repair: bool) -> Result
             }
             Ok((offsets, seq, slot))
         }
-        (None, 0) => Ok((Offsets::default(), 0, 0)),
+        (None, 0) => Ok((S::default(), 0, 0)),
         (None, _) if repair => {
             log::warn!("rill: both offsets slots are damaged ({}); repair: starting without offsets", damage[0]);
-            Ok((Offsets::default(), 0, 0))
+            Ok((S::default(), 0, 0))
         }
         (None, _) => Err(damage.swap_remove(0)),
     }
