@@ -858,11 +858,9 @@ impl Broker {
     pub fn named_subscriptions(&self) -> Result<Vec<NamedSubscription>> {
         let inner = self.inner();
         inner.check_open()?;
-        if inner.config.sharing == Sharing::Processes {
-            if let Some(store) = inner.store() {
-                let held = store.named_holders()?;
-                return Ok(held.into_iter().map(|(name, holder_pid)| NamedSubscription { name, holder_pid }).collect());
-            }
+        if let Some(store) = inner.store().filter(|_| inner.config.sharing == Sharing::Processes) {
+            let held = store.named_holders()?;
+            return Ok(held.into_iter().map(|(name, holder_pid)| NamedSubscription { name, holder_pid }).collect());
         }
         let pid = Some(std::process::id());
         let mut v: Vec<NamedSubscription> = (inner.control.lock().subs.values())
@@ -899,14 +897,12 @@ impl Broker {
     pub fn group_members(&self, group: &str, topic: &str) -> Result<Vec<GroupMember>> {
         let inner = self.inner();
         let t = inner.topic_or_listed(topic)?;
-        if inner.config.sharing == Sharing::Processes {
-            if let Some(store) = inner.store() {
-                let held = store.group_holders(group, topic, t.partitions.len() as u32)?;
-                return Ok(held
-                    .into_iter()
-                    .map(|m| GroupMember { pid: m.pid, id: m.id, partitions: m.partitions })
-                    .collect());
-            }
+        if let Some(store) = inner.store().filter(|_| inner.config.sharing == Sharing::Processes) {
+            let held = store.group_holders(group, topic, t.partitions.len() as u32)?;
+            return Ok(held
+                .into_iter()
+                .map(|m| GroupMember { pid: m.pid, id: m.id, partitions: m.partitions })
+                .collect());
         }
         let pid = std::process::id();
         let control = inner.control.lock();

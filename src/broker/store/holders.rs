@@ -89,7 +89,7 @@ impl LockTable {
 /// long name's key (cut and hashed, see `named::key`), the name its slots
 /// hold; `None` if neither can be had.
 fn name_of(dir: &Path, key: &str, repair: bool) -> Option<String> {
-    if !key.contains('-') && key.len() % 2 == 0 {
+    if !key.contains('-') && key.len().is_multiple_of(2) {
         let bytes: Option<Vec<u8>> =
             (0..key.len()).step_by(2).map(|i| u8::from_str_radix(key.get(i..i + 2)?, 16).ok()).collect();
         if let Some(name) = bytes.and_then(|b| String::from_utf8(b).ok()) {
