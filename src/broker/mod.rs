@@ -174,6 +174,34 @@ pub struct TopicStats {
     pub compaction_keys: u64,
 }
 
+/// A durable (named) subscription of the data directory and the process
+/// holding it (see [`Broker::named_subscriptions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NamedSubscription {
+    /// Its name.
+    pub name: String,
+    /// The pid of the process whose subscription holds the name now, this
+    /// one's included; `None` if no live process holds it (its positions
+    /// wait for the next subscriber of the name).
+    pub holder_pid: Option<u32>,
+}
+
+/// A live member of a consumer group on one topic and the process it lives
+/// in (see [`Broker::group_members`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupMember {
+    /// The pid of the member's process.
+    pub pid: u32,
+    /// The member's id, unique in its process.
+    pub id: u64,
+    /// The partitions it owns, ascending. Across processes, ownership is
+    /// known per process: when one process has several members of the
+    /// group, each lists every partition their process owns.
+    pub partitions: Vec<u32>,
+}
+
 /// Closes the broker when the last [`Broker`] handle is dropped.
 struct Handle {
     inner: Arc<BrokerInner>,
@@ -804,6 +832,95 @@ impl Broker {
         let mut v: Vec<SubscriptionStats> = subs.iter().map(|s| subscription::stats(s, false)).collect();
         v.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         v
+    }
+
+    /// Every durable (named) subscription and the pid of the process that
+    /// holds it, sorted by name.
+    ///
+    /// With `Sharing::Processes`, the whole data directory: every name any
+    /// process has taken, held now or not (`holder_pid: None`: its holder
+    /// closed it or died; the kernel lets go of a dead process's name at
+    /// once). It is read without taking anything, so it never makes a
+    /// subscriber of the name fail (see `store/holders.rs`; Linux only:
+    /// elsewhere no name reads as held). With `Sharing::Exclusive`, this
+    /// broker's live ones.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Ack, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let options = SubscriptionOptions { name: Some("audit".into()), ..SubscriptionOptions::default() };
+    /// let _audit = broker.subscribe("orders", options, |_| Ack::Success)?;
+    /// let names = broker.named_subscriptions()?;
+    /// assert_eq!(names[0].name, "audit");
+    /// assert_eq!(names[0].holder_pid, Some(std::process::id()));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn named_subscriptions(&self) -> Result<Vec<NamedSubscription>> {
+        let inner = self.inner();
+        inner.check_open()?;
+        if let Some(store) = inner.store().filter(|_| inner.config.sharing == Sharing::Processes) {
+            let held = store.named_holders()?;
+            return Ok(held.into_iter().map(|(name, holder_pid)| NamedSubscription { name, holder_pid }).collect());
+        }
+        let pid = Some(std::process::id());
+        let mut v: Vec<NamedSubscription> = (inner.control.lock().subs.values())
+            .filter(|s| s.durable)
+            .map(|s| NamedSubscription { name: s.name.clone(), holder_pid: pid })
+            .collect();
+        v.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        Ok(v)
+    }
+
+    /// The live members of consumer group `group` on `topic`, each with its
+    /// process's pid and the partitions it owns, sorted by (pid, id); empty
+    /// if none is live (`NoSuchTopic` if there is no such topic).
+    ///
+    /// With `Sharing::Processes`, the members of every process, read from
+    /// the group's member files and partition locks without taking
+    /// anything (see `store/holders.rs`; Linux only: elsewhere no member
+    /// reads as live). A member whose process died is gone at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::ConsumerOptions;
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::with_partitions(2))?;
+    ///
+    /// let _billing = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// let members = broker.group_members("billing", "orders")?;
+    /// assert_eq!(members.len(), 1);
+    /// assert_eq!((members[0].pid, members[0].partitions.as_slice()), (std::process::id(), &[0, 1][..]));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn group_members(&self, group: &str, topic: &str) -> Result<Vec<GroupMember>> {
+        let inner = self.inner();
+        let t = inner.topic_or_listed(topic)?;
+        if let Some(store) = inner.store().filter(|_| inner.config.sharing == Sharing::Processes) {
+            let held = store.group_holders(group, topic, t.partitions.len() as u32)?;
+            return Ok(held
+                .into_iter()
+                .map(|m| GroupMember { pid: m.pid, id: m.id, partitions: m.partitions })
+                .collect());
+        }
+        let pid = std::process::id();
+        let control = inner.control.lock();
+        let Some(g) = control.groups.get(&(group.to_owned(), t.name.clone())) else { return Ok(Vec::new()) };
+        let mut v: Vec<GroupMember> = (g.members.iter())
+            .map(|m| {
+                let mut partitions = m.partitions.clone();
+                partitions.sort_unstable();
+                GroupMember { pid, id: m.core.id, partitions }
+            })
+            .collect();
+        v.sort_unstable_by_key(|m| m.id);
+        Ok(v)
     }
 
     /// Every consumer group's `(group, topic)` pair the broker keeps offsets

@@ -489,6 +489,22 @@ pub(super) fn group_list(root: &Path, repair: bool) -> Result<Vec<(String, Strin
     Ok(list)
 }
 
+/// Read-only, for `holders.rs`: the folder of group `group` on topic
+/// `topic` in `root` (not made if missing).
+pub(super) fn group_folder(root: &Path, group: &str, topic: &str) -> PathBuf {
+    root.join(GROUPS_DIR).join(group_key(group, topic))
+}
+
+/// Read-only, for `holders.rs`: true for the name of a member file.
+pub(super) fn is_member_file(file: &str) -> bool {
+    file.ends_with(MEMBER_SUFFIX)
+}
+
+/// Read-only, for `holders.rs`: the lock file of partition `p`.
+pub(super) fn partition_lock(p: u32) -> String {
+    format!("p{p}.lock")
+}
+
 /// The first `Processes` opener's move (see "Changing modes"): writes each
 /// group of `offsets` into its own slots, synced, and takes them out of
 /// `offsets`. True if there were any.

@@ -164,11 +164,14 @@
 //!   processes;
 //! * `membership.rs`: a consumer group's members, partitions and commits
 //!   across processes;
+//! * `holders.rs`: who holds which name, member and partition across
+//!   processes, read from the kernel's lock list without taking anything;
 //! * `lock.rs`: the directory's `flock`s;
 //! * `atomic_file.rs`: replacing a metadata file whole.
 
 mod atomic_file;
 mod format;
+mod holders;
 mod journal;
 mod lock;
 mod membership;
@@ -184,6 +187,8 @@ use std::path::{Path, PathBuf};
 use self::atomic_file::{replace, sync_dir};
 pub(crate) use self::format::{Offsets, Positions, TopicMeta};
 use self::format::{Writer, encode_topic};
+use self::holders::LockTable;
+pub(crate) use self::holders::MemberFile;
 use self::journal::Change;
 use self::lock::{LOCK_FILE, Locked, lock_dir, lock_topic_list};
 pub(crate) use self::membership::Membership;
@@ -359,6 +364,18 @@ impl Store {
     /// Processes mode: every (group, topic) with commits here, sorted.
     pub(crate) fn group_list(&self) -> Result<Vec<(String, String)>> {
         membership::group_list(&self.root, self.repair)
+    }
+
+    /// Every durable name of the directory with the pid of its holder
+    /// (`None`: not held), sorted (see `holders.rs`).
+    pub(crate) fn named_holders(&self) -> Result<Vec<(String, Option<u32>)>> {
+        holders::named_holders(&self.root, self.repair, &LockTable::read()?)
+    }
+
+    /// The live members of group `group` on `topic` with their pids and
+    /// the partitions their processes hold (see `holders.rs`).
+    pub(crate) fn group_holders(&self, group: &str, topic: &str, partitions: u32) -> Result<Vec<MemberFile>> {
+        holders::group_holders(&self.root, (group, topic), partitions, &LockTable::read()?)
     }
 
     /// Processes mode: forgets group `group`'s committed offsets on

@@ -1,0 +1,217 @@
+//! Who holds what in a data directory shared by processes (issue 39),
+//! read without taking anything: for the operator calls
+//! (`Broker::named_subscriptions`, `Broker::group_members`).
+//!
+//! # Read, never try
+//!
+//! A durable name is held while some process holds `named/<key>.lock`, a
+//! group member is live while its process holds its `.member` file, and a
+//! partition is owned while a member holds `p<N>.lock` (see `named.rs` and
+//! `membership.rs`). Finding out by trying those locks would take them for
+//! a moment, and a process that tries to take the name or the partition in
+//! that moment would be refused (`Busy`, or a partition left unowned for
+//! one look). So a reader asks the kernel instead: Linux lists every
+//! `flock` held on the machine in `/proc/locks`, with the pid of the
+//! process that took it and the device and inode of its file. A file is
+//! held when its device and inode are listed there; the pid is the
+//! holder's. The kernel drops a dead process's locks, so a name or a
+//! member whose process died reads as not held at once (a member's file
+//! stays until a live member's next look removes it; it is not listed).
+//!
+//! The listing is a snapshot: a lock taken or dropped while it is read may
+//! show either way, as any statistic across processes.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::ErrorKind as IoKind;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use super::membership::{group_folder, is_member_file, partition_lock};
+use super::named::NAMED_DIR;
+use super::offsets::read_slots;
+use crate::error::{Error, Result};
+
+/// The `flock`s held on the machine: pid by (device, inode).
+#[derive(Debug, Default)]
+pub(crate) struct LockTable(HashMap<(u32, u32, u64), u32>);
+
+impl LockTable {
+    /// Reads `/proc/locks` (an empty table where there is none).
+    pub(crate) fn read() -> Result<Self> {
+        let path = Path::new("/proc/locks");
+        match fs::read_to_string(path) {
+            Ok(text) => Ok(Self::parse(&text)),
+            Err(e) if e.kind() == IoKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(Error::io(path, &e)),
+        }
+    }
+
+    /// Parses the text of `/proc/locks`: lines such as
+    /// `2: FLOCK  ADVISORY  WRITE 4711 fe:00:464 0 EOF`, where the device
+    /// is `major:minor` in hex and the inode in decimal; a waiter's line
+    /// (`2: -> FLOCK ...`) holds nothing and is passed over, and so are
+    /// POSIX record locks (rill takes none).
+    fn parse(text: &str) -> Self {
+        let mut held = HashMap::new();
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let [_, "FLOCK", _, _, pid, file, ..] = fields.as_slice() else { continue };
+            let mut parts = file.split(':');
+            let (Some(major), Some(minor), Some(inode), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let (Ok(major), Ok(minor), Ok(inode), Ok(pid)) = (
+                u32::from_str_radix(major, 16),
+                u32::from_str_radix(minor, 16),
+                inode.parse::<u64>(),
+                pid.parse::<u32>(),
+            ) else {
+                continue;
+            };
+            held.insert((major, minor, inode), pid);
+        }
+        Self(held)
+    }
+
+    /// The pid of the process holding a `flock` on `path`: `None` if no
+    /// one does (or the file is gone).
+    pub(crate) fn holder(&self, path: &Path) -> Option<u32> {
+        let meta = fs::metadata(path).ok()?;
+        let dev = meta.dev();
+        self.0.get(&(libc::major(dev), libc::minor(dev), meta.ino())).copied()
+    }
+}
+
+/// The name a durable name's key stands for: the hex decoded, or, for a
+/// long name's key (cut and hashed, see `named::key`), the name its slots
+/// hold; `None` if neither can be had.
+fn name_of(dir: &Path, key: &str, repair: bool) -> Option<String> {
+    if !key.contains('-') && key.len().is_multiple_of(2) {
+        let bytes: Option<Vec<u8>> =
+            (0..key.len()).step_by(2).map(|i| u8::from_str_radix(key.get(i..i + 2)?, 16).ok()).collect();
+        if let Some(name) = bytes.and_then(|b| String::from_utf8(b).ok()) {
+            return Some(name);
+        }
+    }
+    let files = [format!("{key}.0"), format!("{key}.1")];
+    let (offsets, ..) = read_slots(dir, &files.each_ref().map(String::as_str), repair).ok()?;
+    offsets.durable.into_iter().next().map(|(name, _)| name)
+}
+
+/// Every durable name of the directory `root` (one with a lock file: taken
+/// at least once), with the pid of the process holding it now (`None`: not
+/// held), sorted by name.
+pub(super) fn named_holders(root: &Path, repair: bool, locks: &LockTable) -> Result<Vec<(String, Option<u32>)>> {
+    let dir = root.join(NAMED_DIR);
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(&dir, &e)),
+    };
+    let mut list = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(&dir, &e))?;
+        let file = entry.file_name();
+        let Some(key) = file.to_str().and_then(|f| f.strip_suffix(".lock")) else { continue };
+        let Some(name) = name_of(&dir, key, repair) else { continue };
+        list.push((name, locks.holder(&entry.path())));
+    }
+    list.sort();
+    Ok(list)
+}
+
+/// A live member of a group as its file says, with the partitions the
+/// member's process holds for the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MemberFile {
+    pub(crate) pid: u32,
+    pub(crate) id: u64,
+    pub(crate) partitions: Vec<u32>,
+}
+
+/// The live members of group `group` on topic `topic` of `partitions`
+/// partitions in `root` (a member file whose lock nobody holds is a dead
+/// member's, not listed), sorted by (pid, id), each with the partitions
+/// whose lock its process holds.
+pub(super) fn group_holders(
+    root: &Path,
+    (group, topic): (&str, &str),
+    partitions: u32,
+    locks: &LockTable,
+) -> Result<Vec<MemberFile>> {
+    let dir = group_folder(root, group, topic);
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(&dir, &e)),
+    };
+    let owners: Vec<Option<u32>> = (0..partitions).map(|p| locks.holder(&dir.join(partition_lock(p)))).collect();
+    let mut members = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(&dir, &e))?;
+        if !entry.file_name().to_str().is_some_and(is_member_file) {
+            continue;
+        }
+        let path = entry.path();
+        if locks.holder(&path).is_none() {
+            continue;
+        }
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            // Its member left meanwhile.
+            Err(e) if e.kind() == IoKind::NotFound => continue,
+            Err(e) => return Err(Error::io(&path, &e)),
+        };
+        let field =
+            |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok());
+        let (Some(pid), Some(id)) = (field("pid"), field("id")) else { continue };
+        let Ok(pid) = u32::try_from(pid) else { continue };
+        let partitions = (0..partitions).filter(|&p| owners[p as usize] == Some(pid)).collect();
+        members.push(MemberFile { pid, id, partitions });
+    }
+    members.sort_by_key(|m| (m.pid, m.id));
+    Ok(members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listed_flock_is_found_by_device_and_inode_and_waiters_and_posix_locks_are_not() {
+        let table = LockTable::parse(
+            "1: POSIX  ADVISORY  WRITE 10 fe:00:7 0 EOF\n\
+             2: FLOCK  ADVISORY  WRITE 4711 fe:01:464 0 EOF\n\
+             2: -> FLOCK  ADVISORY  WRITE 12 fe:01:465 0 EOF\n\
+             3: FLOCK  ADVISORY  READ 13 08:10:99 0 EOF\n",
+        );
+        assert_eq!(table.0.get(&(0xfe, 1, 464)), Some(&4711));
+        assert_eq!(table.0.get(&(8, 16, 99)), Some(&13));
+        assert_eq!(table.0.len(), 2, "{table:?}");
+    }
+
+    #[test]
+    fn a_file_this_process_flocks_reads_as_held_by_it_and_free_once_let_go() {
+        use std::os::fd::AsRawFd;
+        let path = std::env::temp_dir().join(format!("rill-holders-{}.lock", std::process::id()));
+        let file = fs::File::create(&path).unwrap();
+        assert_eq!(LockTable::read().unwrap().holder(&path), None);
+        // SAFETY: flock on a descriptor we own, with constant flags; it touches no memory.
+        assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+        assert_eq!(LockTable::read().unwrap().holder(&path), Some(std::process::id()));
+        drop(file);
+        assert_eq!(LockTable::read().unwrap().holder(&path), None);
+        fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_key_decodes_to_its_name() {
+        let dir = std::env::temp_dir();
+        assert_eq!(name_of(&dir, &super::super::named::key("audit/ü"), false).as_deref(), Some("audit/ü"));
+        // A long name's key names nothing without its slots.
+        assert_eq!(name_of(&dir, &super::super::named::key(&"x".repeat(300)), false), None);
+    }
+}
