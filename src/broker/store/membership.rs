@@ -110,6 +110,11 @@ use crate::log::Fsync;
 /// The folder of the groups' own files.
 pub(super) const GROUPS_DIR: &str = "groups";
 
+/// The folder of shared subscriptions' own files, laid out as `groups/`
+/// (a shared subscription's name in place of the group; see "Shared
+/// subscriptions").
+pub(super) const SHARED_DIR: &str = "shared";
+
 /// The suffix of a member file.
 const MEMBER_SUFFIX: &str = ".member";
 
@@ -163,7 +168,13 @@ pub(crate) struct Membership {
 
 /// The folder of group `group` on topic `topic` in `root`, made if missing.
 fn group_dir(root: &Path, fsync: Fsync, group: &str, topic: &str) -> Result<PathBuf> {
-    let top = root.join(GROUPS_DIR);
+    folder_in(root, GROUPS_DIR, fsync, group, topic)
+}
+
+/// The folder of group (or shared subscription) `group` on topic `topic`
+/// in `root`'s folder `top`, made if missing.
+fn folder_in(root: &Path, top: &str, fsync: Fsync, group: &str, topic: &str) -> Result<PathBuf> {
+    let top = root.join(top);
     for (dir, parent) in [(&top, root), (&top.join(group_key(group, topic)), &top)] {
         match fs::create_dir(dir) {
             Ok(()) if fsync != Fsync::Never => sync_dir(parent)?,
@@ -215,7 +226,21 @@ impl Membership {
         partitions: u32,
         id: u64,
     ) -> Result<Membership> {
-        let dir = group_dir(root, fsync, group, topic)?;
+        Membership::join_in(root, GROUPS_DIR, fsync, repair, (group, topic), partitions, id)
+    }
+
+    /// [`Membership::join`] in `root`'s folder `top` ([`GROUPS_DIR`] or
+    /// [`SHARED_DIR`]).
+    pub(super) fn join_in(
+        root: &Path,
+        top: &str,
+        fsync: Fsync,
+        repair: bool,
+        (group, topic): (&str, &str),
+        partitions: u32,
+        id: u64,
+    ) -> Result<Membership> {
+        let dir = folder_in(root, top, fsync, group, topic)?;
         let pid = std::process::id();
         let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         let stem = format!("{pid:010}-{clock:032x}-{id:016x}");
@@ -304,6 +329,16 @@ impl Membership {
     /// it. True if it now owns exactly `target`.
     pub(crate) fn rebalance(&mut self, target: &[u32]) -> Result<bool> {
         self.owned.retain(|p, _| target.contains(p));
+        self.take(target)?;
+        Ok(self.owned.len() == target.len())
+    }
+
+    /// Takes the free partitions in `target` it does not own yet, giving up
+    /// none (a shared subscription's member gives a partition up only once
+    /// its reader has let go of it: [`Membership::give_up`]). Returns each
+    /// partition taken with its committed offset.
+    pub(crate) fn take(&mut self, target: &[u32]) -> Result<Vec<(u32, Option<u64>)>> {
+        let mut taken = Vec::new();
         for &p in target {
             if self.owned.contains_key(&p) {
                 continue;
@@ -314,8 +349,15 @@ impl Membership {
             let committed = committed_of(&offsets, &self.dir, &self.group, &self.topic, p)?;
             let commit = GroupCommit::with_files(&self.dir, files, seq, slot, &offsets);
             self.owned.insert(p, Owned { _lock: lock, commit, committed });
+            taken.push((p, committed));
         }
-        Ok(self.owned.len() == target.len())
+        Ok(taken)
+    }
+
+    /// Lets go of partition `p` (its slots stay as last written; the
+    /// caller's last commit of it has returned).
+    pub(crate) fn give_up(&mut self, p: u32) {
+        self.owned.remove(&p);
     }
 
     /// Commits `offset` for partition `p`, which it owns (false, and
