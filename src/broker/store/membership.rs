@@ -87,7 +87,37 @@
 //! ([`fold_in`]) and removes `groups/`. Each move is made with `LOCK` held
 //! exclusively, so no member is live.
 //!
+//! # Shared subscriptions
+//!
+//! A shared subscription's members in `Processes` mode split its topic's
+//! partitions the same way, in a folder of `shared/` (laid out as a
+//! group's, the subscription's name in place of the group's;
+//! [`Membership::join_in`] with [`SHARED_DIR`]), so they never show among
+//! the consumer groups. A push member cannot give a partition up at any
+//! moment as a pull consumer can between polls: its drainer may be in a
+//! handler call. So it gives up in two steps (`control/shared_procs.rs`):
+//! the look asks the drainer to let go (`attach::revoke`), the drainer does
+//! so at a batch boundary, everything before its cursor settled, and only
+//! then is the cursor written to the slots and the lock let go
+//! ([`Membership::give_up`]); and it takes without giving up
+//! ([`Membership::take`]). A member saves the positions it reached at the
+//! end of each drain round (synced under `Fsync::Always`) and at its
+//! close, after its last handler call; a partition it takes with nothing
+//! saved starts at the subscription's start position, saved at once so a
+//! later owner starts there too. A member looks when it subscribes and
+//! then every `LOOK_EVERY` (`shared_procs.rs`). A member killed loses only
+//! what it handled after its last save, which its partition's next owner
+//! delivers again (at least once).
+//!
 //! # What is not shared
+//!
+//! A shared subscription's positions under `shared/` do not move when the
+//! directory changes mode, nor does `delete_durable` or a topic's deletion
+//! forget them; and a shared name is not kept apart from a durable name
+//! of the same name held in another process. A shared member whose
+//! handler call overruns `ack_timeout` keeps its partitions (its message
+//! comes again to it, as to a member alone): the hand-over of a stalled
+//! member is `shared.rs`'s, within one process.
 //!
 //! A failed attempt's count (`nack`) is kept by the member that counted it,
 //! so it does not survive a move of its partition to another process. A
