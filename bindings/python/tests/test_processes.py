@@ -151,5 +151,5 @@ def test_processes_needs_a_data_dir_and_a_known_mode(tmp_path: Path) -> None:
 def test_a_shared_subscription_is_taken_in_processes_mode(tmp_path: Path) -> None:
     with rill.Broker(data_dir=str(tmp_path / "data"), sharing="processes") as b:
         b.create_topic(TOPIC)
-        # Its members in several processes: tests/processes_shared.rs.
+        # Its members in several processes: test_processes_shared.py.
         b.subscribe(TOPIC, lambda m: None, name="workers", shared=True).close()

@@ -158,7 +158,7 @@ static void options_and_refusals(const char *dir) {
     so.name = "audit";
     so.shared = true;
     rill_subscription *s = NULL;
-    /* Shared across processes too (tests/processes_shared.rs). */
+    /* Shared across processes too (test_robust_procs_shared.c). */
     OK(rill_subscribe(b, "refused", &so, record, NULL, &s));
     rill_subscription_free(s);
     rill_broker_free(other);
