@@ -686,6 +686,25 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_member_takes_without_giving_up_and_gives_up_one_at_a_time() {
+        let root = temp_dir("shared");
+        let (r, f) = (root.as_path(), Fsync::Never);
+        let mut a = Membership::join_in(r, SHARED_DIR, f, false, ("w", "t"), 2, 1).unwrap();
+        assert_eq!(a.take(&[0, 1]).unwrap(), [(0, None), (1, None)]);
+        assert!(a.commit(1, 4, false).unwrap());
+        let mut b = Membership::join_in(r, SHARED_DIR, f, false, ("w", "t"), 2, 2).unwrap();
+        // a's target is one partition now, but `take` gives nothing up.
+        assert_eq!(a.target().unwrap().len(), 1);
+        assert!(a.take(&a.target().unwrap()).unwrap().is_empty());
+        assert_eq!(a.owned(), [0, 1]);
+        assert!(b.take(&[1]).unwrap().is_empty(), "still a's");
+        a.give_up(1);
+        assert_eq!(b.take(&[1]).unwrap(), [(1, Some(4))], "from a's last commit");
+        // Kept apart from the consumer groups.
+        assert!(group_list(r, false).unwrap().is_empty());
+    }
+
+    #[test]
     fn a_member_file_left_unlocked_is_a_dead_member() {
         let root = temp_dir("dead");
         let (r, f) = (root.as_path(), Fsync::Never);
