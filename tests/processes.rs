@@ -126,20 +126,12 @@ fn a_directory_open_one_way_refuses_the_other_and_shares_with_its_own() {
 }
 
 #[test]
-fn what_processes_do_not_share_yet_is_refused() {
-    let dir = TempDir::new("refused");
+fn an_anonymous_subscriptions_name_holds_its_pid() {
+    let dir = TempDir::new("anon");
     let broker = Broker::new(config(&dir.0, Sharing::Processes)).unwrap();
     broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
-    let refused = |r: Result<(), Error>, what: &str| match r {
-        Err(Error::InvalidArgument(m)) => {
-            assert!(m.contains("not yet supported with Sharing::Processes"), "{what}: {m}")
-        }
-        other => panic!("{what}: expected InvalidArgument, got {other:?}"),
-    };
-    let shared = SubscriptionOptions { name: Some("workers".into()), shared: true, ..SubscriptionOptions::default() };
-    refused(broker.subscribe(TOPIC, shared, |_| Ack::Success).map(drop), "a shared subscription");
-    // Consumer groups are shared: processes_groups.rs.
-    // What is shared works: an anonymous subscription, publishing. Its name
+    // Consumer groups are shared (processes_groups.rs), and shared
+    // subscriptions (processes_shared.rs). An anonymous subscription's name
     // (and so its dead-letter topic's, in the shared directory) holds the
     // pid: subscription ids are per process.
     let (sub, seen) = subscribe(&broker);

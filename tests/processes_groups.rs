@@ -5,24 +5,21 @@
 //! to the survivors, which resume from its last commit (nothing committed
 //! is lost, only what it polled and had not committed comes again).
 //!
-//! The other processes are this test binary run again with [`CHILD_ROLE`]
-//! set and only the one test selected (as in `processes_named.rs`).
+//! The other processes are this test binary run again as a child
+//! (`common/procs.rs`).
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Child;
 use std::time::Duration;
 
+use common::procs::{self, TempDir};
 use common::wait_for;
-use rill::{Broker, BrokerConfig, ConsumerOptions, Error, Fsync, Record, Sharing, TopicOptions};
+use rill::{Broker, BrokerConfig, ConsumerOptions, Error, Record, Sharing, TopicOptions};
 
-/// Set in a child: its role.
-const CHILD_ROLE: &str = "RILL_TEST_GROUPS_ROLE";
-/// Set in a child: the data directory.
-const CHILD_DIR: &str = "RILL_TEST_GROUPS_DIR";
 /// The topic every process shares.
 const TOPIC: &str = "orders";
 /// The consumer group.
@@ -37,67 +34,12 @@ const KILLS: u32 = 50;
 /// Messages published in each iteration of the kill loop.
 const PER_ROUND: u64 = 12;
 
-/// A fresh directory under the system's temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("rill-groups-{what}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn processes(dir: &Path) -> Broker {
-    let config = BrokerConfig {
-        data_dir: Some(dir.to_owned()),
-        sharing: Sharing::Processes,
-        fsync: Fsync::Never,
-        worker_threads: Some(1),
-        ..BrokerConfig::default()
-    };
-    Broker::new(config).unwrap()
+    Broker::new(procs::config(dir, Sharing::Processes)).unwrap()
 }
 
 fn options() -> ConsumerOptions {
     ConsumerOptions { session_timeout: SESSION, ..ConsumerOptions::default() }
-}
-
-/// Runs this test binary again as a child playing `role` in `dir`.
-fn spawn(test: &str, role: &str, dir: &Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ROLE, role)
-        .env(CHILD_DIR, dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Waits for a child and fails the test with its output if it failed.
-fn expect_success(child: Child, what: &str) {
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The child's role and directory, if this process is a child.
-fn child_role() -> Option<(String, PathBuf)> {
-    let role = std::env::var(CHILD_ROLE).ok()?;
-    Some((role, PathBuf::from(std::env::var_os(CHILD_DIR).unwrap())))
 }
 
 /// Appends one whole line to `file` (a kill leaves it whole or absent).
@@ -176,15 +118,15 @@ fn owns(dir: &Path, i: u32) -> Option<Vec<u32>> {
 fn members_in_processes_split_the_partitions_and_see_each_others_commits() {
     const TEST: &str = "members_in_processes_split_the_partitions_and_see_each_others_commits";
     const MEMBERS: u32 = 3;
-    if let Some((role, dir)) = child_role() {
+    if let Some((role, dir)) = procs::child_role() {
         splitting_member(&dir, &role);
         return;
     }
     let dir = TempDir::new("split");
     let broker = processes(&dir.0);
     broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
-    let children: Vec<Child> = (0..MEMBERS).map(|i| spawn(TEST, &i.to_string(), &dir.0)).collect();
-    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let children: Vec<Child> = (0..MEMBERS).map(|i| procs::spawn(TEST, &i.to_string(), &dir.0)).collect();
+    let checks = || {
         // Each member owning its share of three (ranges over the members
         // sorted by name: one each, and two for the last): the members
         // have all seen each other and settled.
@@ -207,7 +149,7 @@ fn members_in_processes_split_the_partitions_and_see_each_others_commits() {
             Err(Error::NotFound(_)) => false,
             Err(e) => panic!("group_stats: {e}"),
         });
-        std::fs::write(dir.0.join("end"), b"").unwrap();
+        procs::mark(&dir.0, "end");
         // A member here starts after what the others committed.
         let mut late = broker.consumer(GROUP, TOPIC, options()).unwrap();
         assert!(late.poll(100, Duration::from_millis(10)).unwrap().is_empty());
@@ -216,15 +158,14 @@ fn members_in_processes_split_the_partitions_and_see_each_others_commits() {
         }
         late.close();
         end
-    }));
-    std::fs::write(dir.0.join("end"), b"").unwrap();
-    for (i, child) in children.into_iter().enumerate() {
-        expect_success(child, &format!("member {i}"));
-    }
-    let end = match checked {
-        Ok(end) => end,
-        Err(panic) => std::panic::resume_unwind(panic),
     };
+    let release = || {
+        procs::mark(&dir.0, "end");
+        for (i, child) in children.into_iter().enumerate() {
+            procs::expect_success(child, &format!("member {i}"));
+        }
+    };
+    let end = procs::check_then_release(checks, release);
     // Every message exactly once (nothing failed, and the members had
     // settled before the first was published), each partition read by one
     // member.
@@ -274,11 +215,11 @@ impl Rng {
 #[test]
 fn a_killed_members_partitions_go_to_the_survivor_and_nothing_committed_is_lost() {
     const TEST: &str = "a_killed_members_partitions_go_to_the_survivor_and_nothing_committed_is_lost";
-    if let Some((role, dir)) = child_role() {
+    if let Some((role, dir)) = procs::child_role() {
         killed_member(&dir, &role);
         return;
     }
-    let kills: u32 = std::env::var("RILL_CRASH_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(KILLS);
+    let kills = procs::env_or("RILL_CRASH_ITERATIONS", KILLS);
     let seed = std::env::var("RILL_GROUPS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
     });
@@ -302,7 +243,7 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_committed_is_lost(
         for (p, o) in publish(&broker, PER_ROUND) {
             end.insert(p, o + 1);
         }
-        let mut child = spawn(TEST, &i.to_string(), &dir.0);
+        let mut child = procs::spawn(TEST, &i.to_string(), &dir.0);
         // A random moment: after it recorded `r` messages (0: at once,
         // perhaps before it joined). The survivor only follows the group
         // meanwhile (a poll of nothing gives up what the child should own).

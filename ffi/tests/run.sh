@@ -64,6 +64,8 @@ robust+=(test_durable_compact)
 robust+=(test_robust_named)
 # Issue 39's consumer groups across processes (four worker processes split the partitions).
 robust+=(test_robust_procs_groups)
+# Issue 39's shared subscriptions across processes (three member processes split the partitions).
+robust+=(test_robust_procs_shared)
 for t in "${robust[@]}"; do
   build "$t" gcc c99 "ffi/tests/c/$t.c"
   "$out/$t"

@@ -338,6 +338,7 @@ impl Broker {
             expiry: Mutex::new(None),
             compactor: Mutex::new(None),
             ack_watch: Mutex::new(None),
+            shared_look: Mutex::new(None),
             placeholder: Mutex::new(None),
             doorbell,
         });

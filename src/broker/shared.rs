@@ -1,6 +1,12 @@
 //! Shared (competing) push subscriptions: several live subscriptions with
 //! one name, whose partitions are divided among them.
 //!
+//! This is the one-process machinery (`Sharing::Exclusive`). In
+//! `Sharing::Processes` mode every member, in this process or another, is
+//! a member of the name's folder in the data directory instead, and takes
+//! and gives up partitions through their locks (`control/shared_procs.rs`,
+//! and "Shared subscriptions" in `store/membership.rs`).
+//!
 //! # Members, and a hand-over under the control mutex
 //!
 //! Each member is an ordinary subscription (`SubCore`) that reads only the

@@ -1115,9 +1115,9 @@ class Broker(_Handle):
     (else :class:`InvalidArgument`); a directory open one way refuses the
     other with :class:`Busy`. A named subscription's name is held by one
     process at a time (:class:`Busy` elsewhere until it closes or its
-    process dies; the next holder resumes after its acks). Shared
-    subscriptions, consumers and deleting topics are not yet supported this
-    way (:class:`InvalidArgument`); see the README's "Several processes".
+    process dies; the next holder resumes after its acks). Consumer groups
+    and shared subscriptions split partitions across processes; what is not
+    shared yet is in the README's "Several processes".
     The default, ``"exclusive"``: one broker at a time."""
 
     def __init__(

@@ -35,12 +35,14 @@
 #include "rill.h"
 
 #include "check.h"
+#include "dirs.h"
+#include "procs.h"
 
 enum {
     WORKERS = 4,
     PARTITIONS = 4,
     MESSAGES = 400,
-    WAIT_MS = 30000, /* every wait's deadline */
+    WAIT_MS = PROCS_WAIT_SECONDS * 1000, /* every wait's deadline */
 };
 
 static const char *TOPIC = "jobs";
@@ -49,13 +51,7 @@ static const char *GROUP = "workers";
 static const uint64_t OWNS = UINT64_MAX;
 
 static rill_status open_shared(const char *dir, rill_broker **out) {
-    rill_broker_options o;
-    rill_broker_options_init(&o);
-    o.data_dir = dir;
-    o.fsync = RILL_FSYNC_NEVER;
-    o.sharing = RILL_SHARING_PROCESSES;
-    *out = NULL;
-    return rill_broker_new(&o, out);
+    return open_shared_broker(dir, RILL_SHARING_PROCESSES, RILL_FSYNC_NEVER, out);
 }
 
 static void report(int fd, uint64_t a, uint64_t b) {
@@ -236,9 +232,7 @@ int main(void) {
     CHECK(fd >= 0);
     close(fd);
     for (int i = 0; i < WORKERS; i++) {
-        int status = 0;
-        CHECK(waitpid(pid[i], &status, 0) == pid[i]);
-        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        reap_child(pid[i]);
         close(fds[i]);
     }
 
@@ -258,8 +252,6 @@ int main(void) {
     }
     rill_consumer_free(late);
     rill_broker_free(b);
-    char cmd[sizeof dir + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    remove_dir(dir);
     return CHECK_VERDICT("test_robust_procs_groups");
 }

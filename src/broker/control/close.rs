@@ -41,6 +41,10 @@ impl BrokerInner {
         if let Some(t) = ack_watch {
             t.stop();
         }
+        let shared_look = self.shared_look.lock().take();
+        if let Some(t) = shared_look {
+            t.stop();
+        }
         let compactor = self.compactor.lock().take();
         if let Some(t) = compactor {
             t.stop();

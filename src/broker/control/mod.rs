@@ -82,6 +82,7 @@ pub(crate) mod groups;
 mod held;
 mod members;
 mod named;
+mod shared_procs;
 mod subscribe;
 mod timers;
 mod topics;
@@ -89,6 +90,7 @@ mod topics;
 use std::collections::{HashMap, HashSet};
 
 pub use self::config::BrokerConfig;
+use self::shared_procs::Look;
 use self::timers::{Compact, Expire};
 use super::consumer::ConsumerCore;
 use super::dispatch::{Timer, WorkerPool};
@@ -102,7 +104,6 @@ use super::subscription::{AckWatch, BackoffOver, DrainJob, SubCore};
 use super::topic::{Partition, Topic, Wait};
 use super::topic_map::{self, Shared};
 use crate::error::{Error, Result};
-use crate::log::Sharing;
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Arc, Mutex, Name};
 
@@ -192,6 +193,9 @@ pub(crate) struct BrokerInner {
     /// The timer that checks handler calls against their `ack_timeout`,
     /// started with the first subscription that has one.
     pub(crate) ack_watch: Mutex<Option<Arc<Timer<AckWatch>>>>,
+    /// `Sharing::Processes`: the timer of shared members' looks at each
+    /// other (`shared_procs.rs`), started with the first member.
+    pub(crate) shared_look: Mutex<Option<Arc<Timer<Look>>>>,
     /// What detached readers of deleted topics read instead (see
     /// `delete_topic`): one empty partition for the broker's life, made at
     /// the first delete, so deletions do not each leave one behind.
@@ -240,19 +244,6 @@ impl BrokerInner {
                 Err(Error::NoSuchTopic(name.to_owned()))
             }
         }
-    }
-
-    /// Fails with `InvalidArgument` in `Sharing::Processes` mode: `what` is
-    /// not shared between processes yet (see "Several processes" in
-    /// `store/mod.rs`).
-    pub(crate) fn refuse_when_shared(&self, what: &str) -> Result<()> {
-        if self.config.sharing == Sharing::Processes {
-            return Err(Error::InvalidArgument(format!(
-                "{what} is not yet supported with Sharing::Processes (issue 39: its state would be \
-                 written by several processes at once)"
-            )));
-        }
-        Ok(())
     }
 
     /// Has `doorbell` watch every partition of `topic`.

@@ -5,6 +5,7 @@
 
 use super::data_dir::wait_offsets;
 use super::named::take_held;
+use super::shared_procs::{Look, ProcessShare};
 use super::{BrokerInner, saved_positions, topic_of};
 use crate::broker::dispatch::Timer;
 use crate::broker::names::{self, Pattern};
@@ -15,7 +16,7 @@ use crate::broker::subscription::{
 };
 use crate::broker::topic::Topic;
 use crate::error::{Error, Result};
-use crate::log::Sharing;
+use crate::log::{Fsync, Sharing};
 use crate::sync::{Arc, Mutex};
 
 impl BrokerInner {
@@ -43,12 +44,12 @@ impl BrokerInner {
                 pattern.as_str()
             )));
         }
-        if options.shared {
-            this.refuse_when_shared("a shared subscription")?;
-        }
+        // Processes mode: its members, in every process, split the topic's
+        // partitions through the data directory (see `shared_procs.rs`).
+        let processes_shared = options.shared && this.config.sharing == Sharing::Processes;
         // A named one in Processes mode holds its name across processes
-        // (see `named.rs`).
-        let holds_name = options.name.is_some() && this.config.sharing == Sharing::Processes;
+        // (see `named.rs`); a shared one is a member instead.
+        let holds_name = options.name.is_some() && this.config.sharing == Sharing::Processes && !options.shared;
         if pattern.is_literal() && this.topic(pattern.as_str()).is_err() {
             // Naming one topic that does not exist is a mistake, unless topics
             // are created on demand.
@@ -83,8 +84,23 @@ impl BrokerInner {
         } else {
             DeadLetters::Known(this.topic_or_create(&dlq_name)?)
         };
+        let share = match processes_shared {
+            true => {
+                let topic = this.topic(pattern.as_str())?;
+                let store = this.store().ok_or_else(Error::broker_closed)?;
+                let membership = store.join_shared(&name, &topic.name, topic.partitions.len() as u32, id)?;
+                let sync = this.config.fsync == Fsync::Always;
+                Some(Arc::new(ProcessShare::new(membership, topic, options.start, sync)))
+            }
+            false => None,
+        };
+        let look_timer = match processes_shared {
+            true => Some(this.shared_look_timer()?),
+            false => None,
+        };
         let broker = this.clone();
         let releaser = this.clone();
+        let (closing, releasing, saving) = (share.clone(), share.clone(), share.clone());
         let persister = this.clone();
         // A durable subscription's rounds move positions the data directory
         // keeps: written at each round's end under `Always`, by the flusher
@@ -109,21 +125,35 @@ impl BrokerInner {
             exec,
             timer: Some(this.timer.clone()),
             dead_letters: Some(dead_letters),
-            on_close: Some(Box::new(move |sub: &SubCore| broker.on_subscription_closed(sub))),
+            on_close: Some(Box::new(move |sub: &SubCore| {
+                // Its positions saved and its partitions let go first: the
+                // close hook runs after its last handler call.
+                if let Some(share) = &closing {
+                    share.close(sub);
+                }
+                broker.on_subscription_closed(sub)
+            })),
             on_release: options.shared.then(|| {
-                Box::new(move |sub: &SubCore, partition: u32, offset: u64| {
-                    let mut control = releaser.control.lock();
-                    releaser.hand_over(&mut control, &sub.name, sub.pattern.as_str(), partition, offset);
+                Box::new(move |sub: &SubCore, partition: u32, offset: u64| match &releasing {
+                    Some(share) => share.release(sub, partition, offset),
+                    None => {
+                        let mut control = releaser.control.lock();
+                        releaser.hand_over(&mut control, &sub.name, sub.pattern.as_str(), partition, offset);
+                    }
                 }) as _
             }),
-            on_round_end: persist.then(|| {
-                Box::new(move |sub: &SubCore| match (always, holds_name) {
-                    // The flusher writes them (see "Due" in `flusher.rs`).
-                    (false, _) => persister.mark_flush_due(),
-                    (true, true) => persister.persist_named(sub),
-                    (true, false) => persister.persist_acks(sub),
-                }) as _
-            }),
+            on_round_end: if let Some(share) = saving {
+                Some(Box::new(move |sub: &SubCore| share.save(sub)) as _)
+            } else {
+                persist.then(|| {
+                    Box::new(move |sub: &SubCore| match (always, holds_name) {
+                        // The flusher writes them (see "Due" in `flusher.rs`).
+                        (false, _) => persister.mark_flush_due(),
+                        (true, true) => persister.persist_named(sub),
+                        (true, false) => persister.persist_acks(sub),
+                    }) as _
+                })
+            },
             ack_watch,
             on_stall,
         };
@@ -131,9 +161,12 @@ impl BrokerInner {
 
         let mut control = this.control.lock();
         this.check_open()?;
-        if control.live_names.contains(&name)
-            && !(options.shared && control.shared.get(&name).is_some_and(|g| g.topic == pattern.as_str()))
-        {
+        let shared_here = match processes_shared {
+            // Another member of it in this process.
+            true => control.subs.values().any(|s| s.shared && s.name == name && s.pattern.as_str() == pattern.as_str()),
+            false => control.shared.get(&name).is_some_and(|g| g.topic == pattern.as_str()),
+        };
+        if control.live_names.contains(&name) && !(options.shared && shared_here) {
             return Err(Error::Busy(format!(
                 "a subscription named {name:?} is already live (only shared subscriptions on the same topic \
                  may share a name)"
@@ -190,7 +223,10 @@ impl BrokerInner {
             // last reference goes), not kept here for the broker's lifetime.
             sub.set_join_handle(handle);
         }
-        if options.shared {
+        if processes_shared {
+            // Its look attaches the partitions it takes, below.
+            readers.clear();
+        } else if options.shared {
             // A member reads only the partitions nobody held; the ones taken
             // from other members come when they let go (see `shared.rs`).
             let group = control
@@ -217,6 +253,14 @@ impl BrokerInner {
         }
         control.live_names.insert(name);
         drop(control);
+        if let (Some(share), Some(timer)) = (share, look_timer) {
+            // Its first look now (it takes the free partitions of its
+            // target), then every `LOOK_EVERY`.
+            if share.look(&sub) {
+                let t = timer.clone();
+                t.schedule(super::shared_procs::LOOK_EVERY, Look { share, sub: sub.clone(), timer });
+            }
+        }
         // Deliver whatever is already there (earliest, or a saved position).
         SubCore::poke(&sub);
         Ok(Subscription { core: sub })
@@ -228,6 +272,14 @@ impl BrokerInner {
         let mut control = self.control.lock();
         control.patterns.remove(&sub.pattern, sub.id);
         control.subs.remove(&sub.id);
+        if sub.shared && self.config.sharing == Sharing::Processes {
+            // Its share let go already (see `shared_procs.rs`); the name
+            // stays live while another member here has it.
+            if !control.subs.values().any(|s| s.shared && s.name == sub.name) {
+                control.live_names.remove(&sub.name);
+            }
+            return;
+        }
         if sub.shared {
             self.shared_member_closed(&mut control, sub);
             return;
@@ -263,6 +315,18 @@ impl BrokerInner {
                 log::warn!("rill: could not save the positions of subscription {:?}: {e}", sub.name);
             }
         }
+    }
+
+    /// The timer of shared members' looks across processes (see
+    /// `shared_procs.rs`), started with the first one.
+    fn shared_look_timer(&self) -> Result<Arc<Timer<Look>>> {
+        let mut slot = self.shared_look.lock();
+        if let Some(t) = &*slot {
+            return Ok(t.clone());
+        }
+        let timer = Arc::new(Timer::start_named("rill-shared-look")?);
+        *slot = Some(timer.clone());
+        Ok(timer)
     }
 
     pub(super) fn ack_watch_timer(&self) -> Result<Arc<Timer<AckWatch>>> {

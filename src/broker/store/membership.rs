@@ -87,7 +87,37 @@
 //! ([`fold_in`]) and removes `groups/`. Each move is made with `LOCK` held
 //! exclusively, so no member is live.
 //!
+//! # Shared subscriptions
+//!
+//! A shared subscription's members in `Processes` mode split its topic's
+//! partitions the same way, in a folder of `shared/` (laid out as a
+//! group's, the subscription's name in place of the group's;
+//! [`Membership::join_in`] with [`SHARED_DIR`]), so they never show among
+//! the consumer groups. A push member cannot give a partition up at any
+//! moment as a pull consumer can between polls: its drainer may be in a
+//! handler call. So it gives up in two steps (`control/shared_procs.rs`):
+//! the look asks the drainer to let go (`attach::revoke`), the drainer does
+//! so at a batch boundary, everything before its cursor settled, and only
+//! then is the cursor written to the slots and the lock let go
+//! ([`Membership::give_up`]); and it takes without giving up
+//! ([`Membership::take`]). A member saves the positions it reached at the
+//! end of each drain round (synced under `Fsync::Always`) and at its
+//! close, after its last handler call; a partition it takes with nothing
+//! saved starts at the subscription's start position, saved at once so a
+//! later owner starts there too. A member looks when it subscribes and
+//! then every `LOOK_EVERY` (`shared_procs.rs`). A member killed loses only
+//! what it handled after its last save, which its partition's next owner
+//! delivers again (at least once).
+//!
 //! # What is not shared
+//!
+//! A shared subscription's positions under `shared/` do not move when the
+//! directory changes mode, nor does `delete_durable` or a topic's deletion
+//! forget them; and a shared name is not kept apart from a durable name
+//! of the same name held in another process. A shared member whose
+//! handler call overruns `ack_timeout` keeps its partitions (its message
+//! comes again to it, as to a member alone): the hand-over of a stalled
+//! member is `shared.rs`'s, within one process.
 //!
 //! A failed attempt's count (`nack`) is kept by the member that counted it,
 //! so it does not survive a move of its partition to another process. A
@@ -109,6 +139,11 @@ use crate::log::Fsync;
 
 /// The folder of the groups' own files.
 pub(super) const GROUPS_DIR: &str = "groups";
+
+/// The folder of shared subscriptions' own files, laid out as `groups/`
+/// (a shared subscription's name in place of the group; see "Shared
+/// subscriptions").
+pub(super) const SHARED_DIR: &str = "shared";
 
 /// The suffix of a member file.
 const MEMBER_SUFFIX: &str = ".member";
@@ -163,7 +198,13 @@ pub(crate) struct Membership {
 
 /// The folder of group `group` on topic `topic` in `root`, made if missing.
 fn group_dir(root: &Path, fsync: Fsync, group: &str, topic: &str) -> Result<PathBuf> {
-    let top = root.join(GROUPS_DIR);
+    folder_in(root, GROUPS_DIR, fsync, group, topic)
+}
+
+/// The folder of group (or shared subscription) `group` on topic `topic`
+/// in `root`'s folder `top`, made if missing.
+fn folder_in(root: &Path, top: &str, fsync: Fsync, group: &str, topic: &str) -> Result<PathBuf> {
+    let top = root.join(top);
     for (dir, parent) in [(&top, root), (&top.join(group_key(group, topic)), &top)] {
         match fs::create_dir(dir) {
             Ok(()) if fsync != Fsync::Never => sync_dir(parent)?,
@@ -215,7 +256,21 @@ impl Membership {
         partitions: u32,
         id: u64,
     ) -> Result<Membership> {
-        let dir = group_dir(root, fsync, group, topic)?;
+        Membership::join_in(root, GROUPS_DIR, fsync, repair, (group, topic), partitions, id)
+    }
+
+    /// [`Membership::join`] in `root`'s folder `top` ([`GROUPS_DIR`] or
+    /// [`SHARED_DIR`]).
+    pub(super) fn join_in(
+        root: &Path,
+        top: &str,
+        fsync: Fsync,
+        repair: bool,
+        (group, topic): (&str, &str),
+        partitions: u32,
+        id: u64,
+    ) -> Result<Membership> {
+        let dir = folder_in(root, top, fsync, group, topic)?;
         let pid = std::process::id();
         let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         let stem = format!("{pid:010}-{clock:032x}-{id:016x}");
@@ -304,6 +359,16 @@ impl Membership {
     /// it. True if it now owns exactly `target`.
     pub(crate) fn rebalance(&mut self, target: &[u32]) -> Result<bool> {
         self.owned.retain(|p, _| target.contains(p));
+        self.take(target)?;
+        Ok(self.owned.len() == target.len())
+    }
+
+    /// Takes the free partitions in `target` it does not own yet, giving up
+    /// none (a shared subscription's member gives a partition up only once
+    /// its reader has let go of it: [`Membership::give_up`]). Returns each
+    /// partition taken with its committed offset.
+    pub(crate) fn take(&mut self, target: &[u32]) -> Result<Vec<(u32, Option<u64>)>> {
+        let mut taken = Vec::new();
         for &p in target {
             if self.owned.contains_key(&p) {
                 continue;
@@ -314,8 +379,15 @@ impl Membership {
             let committed = committed_of(&offsets, &self.dir, &self.group, &self.topic, p)?;
             let commit = GroupCommit::with_files(&self.dir, files, seq, slot, &offsets);
             self.owned.insert(p, Owned { _lock: lock, commit, committed });
+            taken.push((p, committed));
         }
-        Ok(self.owned.len() == target.len())
+        Ok(taken)
+    }
+
+    /// Lets go of partition `p` (its slots stay as last written; the
+    /// caller's last commit of it has returned).
+    pub(crate) fn give_up(&mut self, p: u32) {
+        self.owned.remove(&p);
     }
 
     /// Commits `offset` for partition `p`, which it owns (false, and
@@ -627,6 +699,25 @@ mod tests {
         drop(b);
         forget_group(r, f, ("g", "t"), 4).unwrap();
         assert_eq!(group_committed(r, false, ("g", "t"), 4).unwrap(), None);
+    }
+
+    #[test]
+    fn a_shared_member_takes_without_giving_up_and_gives_up_one_at_a_time() {
+        let root = temp_dir("shared");
+        let (r, f) = (root.as_path(), Fsync::Never);
+        let mut a = Membership::join_in(r, SHARED_DIR, f, false, ("w", "t"), 2, 1).unwrap();
+        assert_eq!(a.take(&[0, 1]).unwrap(), [(0, None), (1, None)]);
+        assert!(a.commit(1, 4, false).unwrap());
+        let mut b = Membership::join_in(r, SHARED_DIR, f, false, ("w", "t"), 2, 2).unwrap();
+        // a's target is one partition now, but `take` gives nothing up.
+        assert_eq!(a.target().unwrap().len(), 1);
+        assert!(a.take(&a.target().unwrap()).unwrap().is_empty());
+        assert_eq!(a.owned(), [0, 1]);
+        assert!(b.take(&[1]).unwrap().is_empty(), "still a's");
+        a.give_up(1);
+        assert_eq!(b.take(&[1]).unwrap(), [(1, Some(4))], "from a's last commit");
+        // Kept apart from the consumer groups.
+        assert!(group_list(r, false).unwrap().is_empty());
     }
 
     #[test]

@@ -146,10 +146,10 @@
 //! A consumer group's committed offsets are not in them either: each
 //! partition's is in slots of the group's own, written only by the member
 //! holding the partition's lock (`membership.rs`), which is also how the
-//! members in several processes split the partitions.
-//! What is not shared yet, and so refused in this mode rather than written
-//! by two processes at once, is what `refuse_when_shared` (in
-//! `control/mod.rs`) names at its callers.
+//! members in several processes split the partitions. A shared
+//! subscription's members split its topic's partitions the same way, in
+//! folders of their own under `shared/` (`membership.rs`, "Shared
+//! subscriptions").
 //!
 //! # The parts
 //!
@@ -348,6 +348,14 @@ impl Store {
     /// `membership.rs`).
     pub(crate) fn join_group(&self, group: &str, topic: &str, partitions: u32, id: u64) -> Result<Membership> {
         Membership::join(&self.root, self.fsync, self.repair, (group, topic), partitions, id)
+    }
+
+    /// Processes mode: joins shared subscription `name` on `topic` (of
+    /// `partitions` partitions) as member `id` of this process: a group's
+    /// membership under `shared/` (see "Shared subscriptions" in
+    /// `membership.rs`).
+    pub(crate) fn join_shared(&self, name: &str, topic: &str, partitions: u32, id: u64) -> Result<Membership> {
+        Membership::join_in(&self.root, membership::SHARED_DIR, self.fsync, self.repair, (name, topic), partitions, id)
     }
 
     /// Processes mode: group `group`'s committed offsets on `topic` as

@@ -1,0 +1,259 @@
+//! Shared subscriptions across processes (issue 39, its seventh step):
+//! members of one shared subscription in different processes split the
+//! topic's partitions, each message delivered once when nothing fails; a
+//! member killed with -9 at a random moment frees its partitions, the
+//! survivor takes them and resumes from the positions the dead member
+//! saved (nothing saved comes again, only what it handled after its last
+//! save).
+//!
+//! The other processes are this test binary run again as a child
+//! (`common/procs.rs`).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::Path;
+use std::process::Child;
+use std::sync::{Arc, Mutex};
+
+use common::procs::{self, TempDir};
+use common::wait_for;
+use rill::{Ack, Broker, Record, Sharing, StartPosition, Subscription, SubscriptionOptions, TopicOptions};
+
+/// The topic every process shares.
+const TOPIC: &str = "jobs";
+/// The shared subscription's name.
+const NAME: &str = "workers";
+/// The topic's partitions.
+const PARTITIONS: u32 = 4;
+/// Kill -9 iterations, unless `RILL_CRASH_ITERATIONS` says more.
+const KILLS: u32 = 50;
+/// Messages published in each iteration of the kill loop.
+const PER_ROUND: u64 = 12;
+
+fn processes(dir: &Path) -> Broker {
+    Broker::new(procs::config(dir, Sharing::Processes)).unwrap()
+}
+
+/// The (partition, offset) pairs delivered to a member.
+type Seen = Arc<Mutex<Vec<(u32, u64)>>>;
+
+/// A member of [`NAME`] whose handler calls `record` with each message's
+/// (partition, offset) and acks it.
+fn member(broker: &Broker, mut record: impl FnMut(u32, u64) + Send + 'static) -> Subscription {
+    let options = SubscriptionOptions {
+        name: Some(NAME.into()),
+        shared: true,
+        start: StartPosition::Earliest,
+        ..SubscriptionOptions::default()
+    };
+    broker
+        .subscribe(TOPIC, options, move |m| {
+            record(m.partition(), m.record().offset());
+            Ack::Success
+        })
+        .unwrap()
+}
+
+/// Appends one whole line to `file` (a kill leaves it whole or absent).
+fn append(dir: &Path, file: &str, line: &str) {
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(file)).unwrap();
+    f.write_all(format!("{line}\n").as_bytes()).unwrap();
+}
+
+/// The (partition, offset) pairs a child recorded in `file` (a line cut by
+/// a kill, if any, left out).
+fn records(dir: &Path, file: &str) -> Vec<(u32, u64)> {
+    let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+    let whole = text.rfind('\n').map_or("", |n| &text[..n]);
+    whole
+        .lines()
+        .map(|l| {
+            let (p, o) = l.split_once(' ').unwrap();
+            (p.parse().unwrap(), o.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Publishes `n` unkeyed messages; returns where they went.
+fn publish(broker: &Broker, n: u64) -> Vec<(u32, u64)> {
+    (0..n)
+        .map(|_| {
+            let at = broker.publish(TOPIC, &Record::new(b"m")).unwrap();
+            (at.partition, at.offset)
+        })
+        .collect()
+}
+
+/// A child member `i`: records each message in `records-<i>`, marks
+/// `joined-<i>` once subscribed, and closes when the parent makes `end`.
+fn recording_member(dir: &Path, i: &str) {
+    let broker = processes(dir);
+    let (d, file) = (dir.to_owned(), format!("records-{i}"));
+    let sub = member(&broker, move |p, o| append(&d, &file, &format!("{p} {o}")));
+    procs::mark(dir, &format!("joined-{i}"));
+    procs::wait_mark(dir, "end");
+    sub.close();
+}
+
+#[test]
+fn members_in_processes_split_the_partitions_and_each_message_comes_once() {
+    const TEST: &str = "members_in_processes_split_the_partitions_and_each_message_comes_once";
+    const MEMBERS: u32 = 3;
+    if let Some((role, dir)) = procs::child_role() {
+        recording_member(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("split");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let children: Vec<Child> = (0..MEMBERS).map(|i| procs::spawn(TEST, &i.to_string(), &dir.0)).collect();
+    let all_records =
+        |dir: &Path| -> Vec<Vec<(u32, u64)>> { (0..MEMBERS).map(|i| records(dir, &format!("records-{i}"))).collect() };
+    let checks = || {
+        for i in 0..MEMBERS {
+            procs::wait_mark(&dir.0, &format!("joined-{i}"));
+        }
+        // Published a few at a time until every member has had some: the
+        // members split the partitions once each has looked at the others.
+        let mut published = BTreeSet::new();
+        wait_for("every member to get messages", || {
+            published.extend(publish(&broker, 8));
+            wait_for("the messages so far", || {
+                all_records(&dir.0).iter().map(Vec::len).sum::<usize>() >= published.len()
+            });
+            all_records(&dir.0).iter().all(|r| !r.is_empty())
+        });
+        published.extend(publish(&broker, 200));
+        wait_for("every message", || all_records(&dir.0).iter().map(Vec::len).sum::<usize>() >= published.len());
+        published
+    };
+    let release = || {
+        procs::mark(&dir.0, "end");
+        for (i, child) in children.into_iter().enumerate() {
+            procs::expect_success(child, &format!("member {i}"));
+        }
+    };
+    let published = procs::check_then_release(checks, release);
+    // Every message exactly once (nothing failed: a partition moved between
+    // members goes from the position its reader let go of).
+    let mut seen = BTreeSet::new();
+    for got in all_records(&dir.0) {
+        for at in got {
+            assert!(seen.insert(at), "{at:?} was delivered twice");
+        }
+    }
+    assert_eq!(seen, published, "every message delivered");
+    // The positions the members saved: a member here has nothing left.
+    let here: Seen = Arc::default();
+    let sink = here.clone();
+    let sub = member(&broker, move |p, o| sink.lock().unwrap().push((p, o)));
+    let more = publish(&broker, 8);
+    wait_for("the new messages", || here.lock().unwrap().len() >= more.len());
+    sub.close();
+    assert_eq!(here.lock().unwrap().iter().copied().collect::<BTreeSet<_>>(), more.into_iter().collect());
+}
+
+/// The child of the kill loop, member `i`: records each message in
+/// `records-<i>` and acks it, until it is killed.
+fn killed_member(dir: &Path, i: &str) {
+    let broker = processes(dir);
+    let (d, file) = (dir.to_owned(), format!("records-{i}"));
+    let _sub = member(&broker, move |p, o| append(&d, &file, &format!("{p} {o}")));
+    procs::mark(dir, &format!("joined-{i}"));
+    // Killed while waiting (the parent never makes this mark).
+    procs::wait_mark(dir, "never");
+}
+
+/// A small xorshift: the moments of the kills, from a seed the test prints.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn a_killed_members_partitions_go_to_the_survivor_and_nothing_saved_comes_again() {
+    const TEST: &str = "a_killed_members_partitions_go_to_the_survivor_and_nothing_saved_comes_again";
+    if let Some((role, dir)) = procs::child_role() {
+        killed_member(&dir, &role);
+        return;
+    }
+    let kills = procs::env_or("RILL_CRASH_ITERATIONS", KILLS);
+    let seed = std::env::var("RILL_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
+    });
+    println!("kill loop: {kills} kills, RILL_CRASH_SEED={seed}");
+    let mut rng = Rng(seed);
+    let dir = TempDir::new("kills");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    // The survivor: a member in this process.
+    let mine: Seen = Arc::default();
+    let sink = mine.clone();
+    let survivor = member(&broker, move |p, o| sink.lock().unwrap().push((p, o)));
+    let mut published = BTreeSet::new();
+    let delivered = |published: &BTreeSet<(u32, u64)>, upto: u32| {
+        let mut all: BTreeSet<(u32, u64)> = mine.lock().unwrap().iter().copied().collect();
+        for i in 0..upto {
+            all.extend(records(&dir.0, &format!("records-{i}")));
+        }
+        published.is_subset(&all)
+    };
+    for i in 0..kills {
+        let mut child = procs::spawn(TEST, &i.to_string(), &dir.0);
+        assert!(procs::wait_child_mark(&dir.0, &format!("joined-{i}"), &mut child), "member {i} did not join");
+        published.extend(publish(&broker, PER_ROUND));
+        // A random moment: after it recorded `r` messages (0: at once), or
+        // once everything is delivered (the survivor may read it all).
+        let r = rng.below(4) as usize;
+        let file = format!("records-{i}");
+        wait_for("the member's progress", || records(&dir.0, &file).len() >= r || delivered(&published, i + 1));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The survivor takes the dead member's partitions and reads what
+        // it left from the positions it saved.
+        wait_for("the survivor to read everything", || delivered(&published, i + 1));
+    }
+    survivor.close();
+    // Everything delivered; the survivor never twice. A message delivered
+    // more than once is one a killed member handled after its last save:
+    // on its partition, a suffix of what that member handled comes again
+    // (to the survivor, or to a later member that took the partition
+    // first and may have been killed before saving it in turn).
+    let mine = mine.lock().unwrap().clone();
+    let mut count: BTreeMap<(u32, u64), u32> = BTreeMap::new();
+    for at in &mine {
+        *count.entry(*at).or_default() += 1;
+        assert_eq!(count[at], 1, "{at:?} delivered twice to the survivor (seed {seed})");
+    }
+    let children: Vec<Vec<(u32, u64)>> = (0..kills).map(|i| records(&dir.0, &format!("records-{i}"))).collect();
+    for (i, got) in children.iter().enumerate() {
+        let later: BTreeSet<(u32, u64)> = mine.iter().chain(children[i + 1..].iter().flatten()).copied().collect();
+        let mut per_partition: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for &(p, o) in got {
+            *count.entry((p, o)).or_default() += 1;
+            per_partition.entry(p).or_default().push(o);
+        }
+        for (p, offsets) in per_partition {
+            let again: Vec<bool> = offsets.iter().map(|&o| later.contains(&(p, o))).collect();
+            // Once one came again, every later one did too.
+            if let Some(first) = again.iter().position(|&a| a) {
+                assert!(
+                    again[first..].iter().all(|&a| a),
+                    "member {i}: a message on partition {p} came again before one it had saved (seed {seed})"
+                );
+            }
+        }
+    }
+    assert_eq!(count.keys().copied().collect::<BTreeSet<_>>(), published, "every message delivered (seed {seed})");
+    let handled: usize = children.iter().map(Vec::len).sum();
+    let again = count.values().map(|&n| n as usize - 1).sum::<usize>();
+    println!("{handled} handled by the killed members, {again} deliveries again");
+}
