@@ -69,8 +69,9 @@
 //! process. A group with a live member is skipped: its members are closed
 //! when their process sees the delete, and its commits, kept by topic
 //! *name*, stay, so a re-created topic is resumed at them by that group
-//! (closing that needs the topic's directory number in the slots, the gap
-//! `named.rs` names for durable names too).
+//! (closing that needs the topic's directory number stored with each
+//! commit and checked when a partition is taken, as `named.rs` does for
+//! durable names: "Positions and directory numbers").
 //!
 //! # Deleting a group
 //!
