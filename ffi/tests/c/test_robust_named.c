@@ -222,6 +222,11 @@ static void busy_until_let_go(const char *self, const char *dir, rill_broker *b)
     CHECK_STATUS(subscribe_named(b, record, &seen, &s), RILL_ERR_BUSY);
     CHECK(s == NULL);
     CHECK_STATUS(rill_durable_delete(b, NAME), RILL_ERR_BUSY);
+    /* Settled before the close: a report is written inside the handler,
+     * before it returns its ack, so a close sent on the tenth report can
+     * overtake the settling of the tenth message (delivered again). */
+    send_cmd(&k, CMD_IDLE);
+    CHECK(next_report(&k, &v) && v == IDLE);
     send_cmd(&k, CMD_CLOSE);
     CHECK(next_report(&k, &v) && v == CLOSED);
     OK(subscribe_named(b, record, &seen, &s));
