@@ -25,6 +25,9 @@
 //! CI; 200 is the long run) and `RILL_CRASH_SEED` replays one, as for the
 //! crash loop of `tests/persist.rs`.
 
+mod common;
+
+use common::Rng;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -113,18 +116,6 @@ fn compaction_crash_child() {
     say("DONE\n".into());
     // Until the parent kills it.
     let _ = std::io::stdin().read_line(&mut String::new());
-}
-
-/// A small xorshift: the kill points, reproducible from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// What the parent knows of an acknowledged record: its run and index.

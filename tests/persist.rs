@@ -17,6 +17,9 @@
 //! saw the flusher mark its sealed segments; `sealed_segments_are_marked_*`
 //! do that on a fresh directory, with several segments sealed).
 
+mod common;
+
+use common::Rng;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Lines, Read, Write};
 use std::path::{Path, PathBuf};
@@ -730,18 +733,6 @@ fn kill_and_drain(c: &mut Child, lines: Lines<BufReader<ChildStdout>>, run: u64,
     }
     drop(c.stdin.take());
     assert!(status.code().is_none(), "the child ended by itself ({status}) in run {run}");
-}
-
-/// A small xorshift: the kill points, reproducible from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 fn crash_loop(fsync: Fsync) {

@@ -17,7 +17,7 @@ use std::process::Child;
 use std::time::Duration;
 
 use common::procs::{self, TempDir};
-use common::wait_for;
+use common::{Rng, wait_for};
 use rill::{Broker, BrokerConfig, ConsumerOptions, Error, Record, Sharing, TopicOptions};
 
 /// The topic every process shares.
@@ -197,18 +197,6 @@ fn killed_member(dir: &Path, i: &str) {
             append(dir, &format!("records-{i}"), &format!("{p} {o}"));
             consumer.commit_offset(p, o + 1).unwrap();
         }
-    }
-}
-
-/// A small xorshift: the moments of the kills, from a seed the test prints.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
     }
 }
 

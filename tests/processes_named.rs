@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use common::procs::{self, TempDir, child_role, expect_success, mark, spawn};
-use common::wait_for;
+use common::{Rng, wait_for};
 use rill::{
     Ack, Broker, BrokerConfig, Error, Fsync, Record, Sharing, StartPosition, SubscriptionOptions, TopicOptions,
 };
@@ -177,18 +177,6 @@ fn records(dir: &Path, i: u32) -> Vec<u64> {
     let text = std::fs::read_to_string(dir.join(format!("records-{i}"))).unwrap_or_default();
     let whole = text.rfind('\n').map_or("", |n| &text[..n]);
     whole.lines().map(|l| l.parse().unwrap()).collect()
-}
-
-/// A small xorshift: the moments of the kills, from a seed the test prints.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 #[test]

@@ -18,7 +18,7 @@ use std::process::Child;
 use std::sync::{Arc, Mutex};
 
 use common::procs::{self, TempDir};
-use common::wait_for;
+use common::{Rng, wait_for};
 use rill::{Ack, Broker, Record, Sharing, StartPosition, Subscription, SubscriptionOptions, TopicOptions};
 
 /// The topic every process shares.
@@ -164,18 +164,6 @@ fn killed_member(dir: &Path, i: &str) {
     procs::mark(dir, &format!("joined-{i}"));
     // Killed while waiting (the parent never makes this mark).
     procs::wait_mark(dir, "never");
-}
-
-/// A small xorshift: the moments of the kills, from a seed the test prints.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 #[test]
