@@ -230,8 +230,26 @@ fn a_durable_subscriber_that_went_away_gets_everything_it_missed_in_order() {
     assert_eq!(*seen.lock().unwrap(), (0..1_100).collect::<Vec<u64>>(), "all 1,000 missed messages, in order, once");
 }
 
-#[test]
-fn a_message_interrupted_by_close_is_redelivered_on_resume() {
+/// Closes `sub` from another thread while its handler is held in a call
+/// (`entered` set by the handler, which waits for `release`), and checks
+/// the close waits for that call.
+fn close_during_a_call(sub: &Subscription, entered: &AtomicBool, release: &AtomicBool) {
+    wait_for("the handler to start", || entered.load(Ordering::SeqCst));
+    std::thread::scope(|s| {
+        let closer = s.spawn(|| sub.close());
+        // `close` marks the subscription closed before it waits for the call
+        // in flight; the handler is still held, so the closer must be waiting.
+        wait_for("close to begin", || sub.is_closed());
+        assert!(!closer.is_finished(), "close returned while the handler was still running");
+        release.store(true, Ordering::SeqCst);
+        closer.join().unwrap();
+    });
+}
+
+/// A durable subscription "held" whose handler is held in its call on the
+/// first message (of 0..3) and then returns `ack`; it is closed from
+/// outside meanwhile. Returns what the next subscriber of the name gets.
+fn what_comes_after_a_close_during_a_call(ack: Ack) -> Vec<u64> {
     let b = broker();
     b.create_topic("events", &TopicOptions::default()).unwrap();
     let entered = Arc::new(AtomicBool::new(false));
@@ -240,32 +258,75 @@ fn a_message_interrupted_by_close_is_redelivered_on_resume() {
     let first = b
         .subscribe(
             "events",
-            SubscriptionOptions { name: Some("slowpoke".into()), ..Default::default() },
+            SubscriptionOptions { name: Some("held".into()), ..Default::default() },
             move |_: &Message<'_>| {
                 e.store(true, Ordering::SeqCst);
                 while !r.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                Ack::Success
+                ack
             },
         )
         .unwrap();
-    b.publish("events", &Record::new(&7u64.to_le_bytes())).unwrap();
-    wait_for("the handler to start", || entered.load(Ordering::SeqCst));
-    std::thread::scope(|s| {
-        let closer = s.spawn(|| first.close());
-        // `close` marks the subscription closed before it waits for the call
-        // in flight; the handler is still held, so the closer must be waiting.
-        wait_for("close to begin", || first.is_closed());
-        assert!(!closer.is_finished(), "close returned while the handler was still running");
-        release.store(true, Ordering::SeqCst);
-        closer.join().unwrap();
-    });
-
+    for i in 0..3u64 {
+        b.publish("events", &Record::new(&i.to_le_bytes())).unwrap();
+    }
+    close_during_a_call(&first, &entered, &release);
     let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
-    let again = counting_sub(&b, "slowpoke", seen.clone());
+    let again = counting_sub(&b, "held", seen.clone());
     assert!(again.wait_idle(WAIT).unwrap());
-    assert_eq!(*seen.lock().unwrap(), vec![7], "the interrupted message comes again");
+    let seen = seen.lock().unwrap().clone();
+    seen
+}
+
+#[test]
+fn a_success_returned_while_a_close_waited_for_the_call_counts() {
+    assert_eq!(what_comes_after_a_close_during_a_call(Ack::Success), vec![1, 2], "the acked message never comes again");
+}
+
+#[test]
+fn a_retry_returned_while_a_close_waited_for_the_call_comes_again_on_resume() {
+    assert_eq!(what_comes_after_a_close_during_a_call(Ack::Retry), vec![0, 1, 2]);
+}
+
+#[test]
+fn a_batch_closed_during_its_call_keeps_the_acks_before_its_first_retry() {
+    let b = broker();
+    b.create_topic("events", &TopicOptions::default()).unwrap();
+    for i in 0..6u64 {
+        b.publish("events", &Record::new(&i.to_le_bytes())).unwrap();
+    }
+    let entered = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
+    let (e, r) = (entered.clone(), release.clone());
+    let first = b
+        .subscribe_batch(
+            "events",
+            SubscriptionOptions {
+                name: Some("held".into()),
+                start: StartPosition::Earliest,
+                // A thread of its own reads the six in one run.
+                dedicated_thread: true,
+                ..Default::default()
+            },
+            move |msgs: &[Message<'_>], acks: &mut [Ack]| {
+                e.store(true, Ordering::SeqCst);
+                while !r.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                assert_eq!(msgs.len(), 6, "one run of all six");
+                // 0 and 1 acked, 2 retried, 3 acked; 4 and 5 not handled.
+                acks[2] = Ack::Retry;
+                4
+            },
+        )
+        .unwrap();
+    close_during_a_call(&first, &entered, &release);
+    let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let again = counting_sub(&b, "held", seen.clone());
+    assert!(again.wait_idle(WAIT).unwrap());
+    // Everything from the first message not acked comes again, in order.
+    assert_eq!(*seen.lock().unwrap(), vec![2, 3, 4, 5]);
 }
 
 /// A handler that blocks on a gate for the first message it sees.

@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use super::core::{BATCH, BackoffOver, DrainJob, DrainState, HandlerKind, Retry, SubCore, Tally};
 use super::idle;
-use super::options::{Ack, Message, Overflow};
+use super::options::{Ack, DeliveryMode, Message, Overflow};
 use super::settle::{self, Settled, attempt_of, handler_panicked, invoke_lagged, invoke_many};
 use super::{attach, close, deadline};
 use crate::broker::delivered::Delivered;
@@ -600,7 +600,7 @@ fn deliver_batch(core: &SubCore, st: &mut DrainState, i: usize, budget: &mut usi
                     // As for one message: the acks are void.
                     stop = Some(Round::GaveUp);
                 } else if core.state.is_closed() {
-                    rewind_to = Some(settle::unacked_resume(core, msgs[0].offset()));
+                    rewind_to = closed_during_batch(core, &msgs, &acks[..handled], i, retry, tally);
                     stop = Some(Round::Closed);
                 } else {
                     for (msg, &ack) in msgs[..handled].iter().zip(acks.iter()) {
@@ -629,9 +629,17 @@ fn deliver_batch(core: &SubCore, st: &mut DrainState, i: usize, budget: &mut usi
 }
 
 /// After a handler call returned `ack` (or panicked, which counts as
-/// `Retry`): counts the delivery, then stops the batch if the handler
-/// closed the subscription, else settles the message. `Some` says where
+/// `Retry`): counts the delivery, then stops the batch if the subscription
+/// was closed during the call, else settles the message. `Some` says where
 /// to put the cursor back and how the round ends.
+///
+/// A close during the call is the handler's own, another handler's, or one
+/// from outside that waits for this call to end (`close.rs`). The call
+/// finished, so a `Success` counts: the position goes past the message and
+/// the next holder of a durable name does not get it again. A `Retry` or a
+/// dead letter is not carried out after a close (no backoff timer, no
+/// dead-letter publish from a closed subscription): the message stays
+/// unsettled and comes again to the next holder.
 #[inline(always)]
 fn after_handler(
     core: &SubCore,
@@ -643,12 +651,46 @@ fn after_handler(
 ) -> Option<(u64, Round)> {
     tally.delivered += 1;
     if core.state.is_closed() {
-        return Some((settle::unacked_resume(core, msg.offset()), Round::Closed));
+        let resume = match ack {
+            Ack::Success => {
+                // A success settles inline and never stops the batch.
+                let _ = settle::settle(core, ack, msg, i, retry, tally);
+                msg.offset() + 1
+            }
+            _ => settle::unacked_resume(core, msg.offset()),
+        };
+        return Some((resume, Round::Closed));
     }
     match settle::settle(core, ack, msg, i, retry, tally) {
         Settled::Next => None,
         Settled::Stop { rewind, delay } => Some((rewind, Round::Backoff(delay))),
     }
+}
+
+/// `after_handler` for a batch call during which the subscription was
+/// closed, given the acks of the `acks.len()` messages the handler got to:
+/// the leading successes count; from the first other ack on, the messages
+/// are unsettled and come again (with at-most-once, nothing handled comes
+/// again). Returns where to put the cursor back, `None` when every message
+/// of the batch was handled and acked (the cursor is already past them).
+fn closed_during_batch(
+    core: &SubCore,
+    msgs: &[Message<'_>],
+    acks: &[Ack],
+    i: usize,
+    retry: &mut Option<Retry>,
+    tally: &mut Tally,
+) -> Option<u64> {
+    let handled = acks.len();
+    let acked = acks.iter().take_while(|&&a| a == Ack::Success).count();
+    for msg in &msgs[..acked] {
+        let _ = settle::settle(core, Ack::Success, msg, i, retry, tally);
+    }
+    let first_void = match core.delivery {
+        DeliveryMode::AtMostOnce => handled,
+        DeliveryMode::AtLeastOnce => acked,
+    };
+    msgs.get(first_void).map(|msg| msg.offset())
 }
 
 /// Where a round over `n` readers starts when the last one left `next`:
