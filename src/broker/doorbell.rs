@@ -143,6 +143,24 @@
 //!
 //! # What it costs, and what it does not do yet
 //!
+//! A doorbell arms the bell at every round, whether or not a listener of
+//! its process is asleep: also while its listeners are awake (a drain
+//! lingering or a dedicated drainer spinning would find the record
+//! itself), and in a process that listens to nothing at all (one that only
+//! publishes). So a publisher to a partition some process listens to
+//! rings for about every burst that finds the bell re-armed, one
+//! `FUTEX_WAKE`, and the ring wakes every doorbell of the directory, each
+//! a context switch: the publisher's own process's doorbell among them,
+//! which, where cores are few, preempts the publisher. `rill-bench
+//! --scenario ipc` (its 1 -> 1 and latency runs) carries that cost; the
+//! bell's futex calls are its only ones without `FUTEX_PRIVATE_FLAG`, so
+//! counting those and each thread's context switches (`perf` tracepoints
+//! `syscalls:sys_enter_futex`, `sched:sched_switch`) attributes it per
+//! process and thread. Arming only while a listener of the process is
+//! idle, and waking only the doorbells that need a data ring, would take
+//! both away; each is a new protocol between a listener going idle (or
+//! being added) and its doorbell's choice to arm, with its own race.
+//!
 //! A process whose own subscriber listens to a partition raises its
 //! interest too, so its own publishes ring its own doorbell when it is
 //! armed: a wasted wake per doorbell round, not per publish (the ring
