@@ -13,7 +13,7 @@
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::model;
-use rill::broker::loom_harness::{TopicChanges, WakeAcross};
+use rill::broker::loom_harness::{DisarmedTopicChanges, LazyDoorbell, TopicChanges, WakeAcross};
 
 #[test]
 fn a_publish_in_another_process_wakes_the_doorbell() {
@@ -40,6 +40,53 @@ fn a_publish_in_another_process_wakes_the_doorbell() {
 fn a_topic_change_in_another_process_wakes_the_doorbell() {
     model(|| {
         let changes = Arc::new(TopicChanges::new());
+        let changer = {
+            let changes = changes.clone();
+            thread::spawn(move || changes.change())
+        };
+        changes.doorbell_until_a_change();
+        changer.join().unwrap();
+    });
+}
+
+/// The doorbell that arms only while a listener of its process may sleep
+/// (`src/broker/doorbell.rs`, "Arming only while a listener may sleep"): a
+/// subscription goes idle (IDLE, F4, its re-check, then a load of the
+/// disarmed count) while its process's doorbell disarms, fences (X4) and
+/// loads the state, and a publisher in another process commits and rings
+/// only an armed bell. Each of the two local sides stores and then loads
+/// what the other stored, so without F4 and X4 the listener can miss the
+/// disarm while the doorbell reads the stale `ACTIVE` and sleeps disarmed:
+/// the record then reaches no one, which loom reports as a deadlock and
+/// `.ci/fence-check` requires with X4 weakened.
+#[test]
+fn an_idle_listener_arms_its_disarmed_doorbell() {
+    model(|| {
+        let wake = Arc::new(LazyDoorbell::new());
+        let listener = {
+            let wake = wake.clone();
+            thread::spawn(move || wake.listener())
+        };
+        let doorbell = {
+            let wake = wake.clone();
+            thread::spawn(move || wake.doorbell())
+        };
+        wake.publish();
+        wake.until_delivered_then_stop();
+        listener.join().unwrap();
+        doorbell.join().unwrap();
+    });
+}
+
+/// A topic change reaches a doorbell that sleeps disarmed: its load of
+/// the bell before the sleep (X5, Acquire) reads the ring (X3, Release)
+/// and then sees the bumped counter, or reads an earlier value and the
+/// ring's move of the word ends the sleep. `.ci/fence-check` requires
+/// loom to find the doorbell asleep for ever with X5 weakened.
+#[test]
+fn a_topic_change_wakes_a_disarmed_doorbell() {
+    model(|| {
+        let changes = Arc::new(DisarmedTopicChanges::new());
         let changer = {
             let changes = changes.clone();
             thread::spawn(move || changes.change())

@@ -32,7 +32,8 @@
 //! The bell is *quiet* (`ARMED` clear) or *armed*.
 //!
 //! * A **doorbell thread** moves quiet -> armed ([`Bell::arm`]: `fetch_or`)
-//!   at the start of every round, then issues X2 (`fence(SeqCst)`), then
+//!   at the start of every armed round (while a listener of its process
+//!   may sleep: see "Arming only while a listener may sleep"), then issues X2 (`fence(SeqCst)`), then
 //!   looks at its partitions; only if none has a new commit does it sleep, in
 //!   `FUTEX_WAIT` on the exact value it armed (the kernel compares the word
 //!   with it under its own lock, and does not sleep if they differ).
@@ -45,8 +46,8 @@
 //!   of the word (`FUTEX_WAKE`).
 //!
 //! Every doorbell of every process sleeps on the one word, so a ring wakes
-//! them all; each looks at its own partitions and sleeps again if none of
-//! them moved.
+//! every one asleep armed; each looks at its own partitions and sleeps
+//! again if none of them moved.
 //!
 //! # The race it survives
 //!
@@ -141,25 +142,80 @@
 //! (read by nobody) or, at a roll, fails with an I/O error rather than
 //! `NoSuchTopic`.
 //!
+//! # Arming only while a listener may sleep
+//!
+//! A listener that is draining finds a record itself (its idle re-check
+//! after F4 reads the log), so a ring for it buys nothing. A doorbell
+//! therefore arms only while a listener of a partition it watches *may
+//! sleep*: a subscription whose state reads `IDLE`, or a listener without
+//! a state word (a consumer, woken after every commit), which has no state
+//! to tell. Otherwise it sleeps *disarmed*: on the bell word, with the
+//! value it loaded, in `FUTEX_WAIT_BITSET` with its process's nudge bit.
+//! A publisher's ring wakes only the doorbells asleep armed (the data bit),
+//! so it does not wake it, and a publisher finds `ARMED` clear unless some
+//! doorbell armed; a ring of every doorbell (a topic change, a stop: every
+//! bit) does wake it, and so does a *nudge*.
+//!
+//! * The **doorbell**, each round ([`Bell::round_lazy`]): loads the bell
+//!   (X5, Acquire), puts its bell in this process's [`Parking`] list (under
+//!   its lock, with the list's length in a count), issues X4
+//!   (`fence(SeqCst)`) and loads the states of its listeners. One may
+//!   sleep: it takes its bell off the list and runs the armed round above
+//!   (arm, X2, look, sleep armed). None: it looks at its stop flag and the
+//!   topic list only, then sleeps disarmed on the value X5 loaded, and
+//!   takes its bell off the list when it wakes.
+//! * A **listener going idle** (`signal::go_idle`): `IDLE`, F4, its
+//!   re-check found nothing, then it loads the count. Zero: done (one load).
+//!   Not zero: it takes the list (under its lock, the count back to zero)
+//!   and nudges each bell on it ([`listener_may_sleep`]): moves the word by
+//!   a ring step and wakes the waiters of its process's bit. A listener
+//!   *added* to a shared partition does the same, after the fence that
+//!   opens `barrier::heavy` (`Partition::add_listener`).
+//!
+//! The race: the listener stores `IDLE` then loads the count; the doorbell
+//! stores the count then loads the state. Store buffering again, so F4
+//! and X4 are both `SeqCst` fences. If F4 comes first in their order, the
+//! doorbell reads `IDLE` and arms, and from its arm on "The race it
+//! survives" holds: its look after X2 finds every record committed before
+//! it and signals the listener (winning `IDLE -> ACTIVE`), and a publisher
+//! of any later one finds the bell armed and rings. If X4 comes first, the
+//! listener reads the count and nudges. The nudge comes after the
+//! doorbell's X5 load in the word's order (the list's lock orders the
+//! disarm, after that load, before the nudger's take), so the word no
+//! longer holds the value the doorbell sleeps on: its `FUTEX_WAIT_BITSET`
+//! returns at once, or the wake after the move ends it; its next round
+//! reads `IDLE` and arms. A nudge keeps `ARMED` as it was, and so that
+//! it never hides a ring, a publisher whose exchange failed tries again
+//! while the word still reads armed ([`Bell::ring`]).
+//!
+//! A topic change, and a stop, reach a disarmed doorbell as they reach an
+//! armed one: the ring's X3 pairs with X5 as it does with the arm, so a
+//! look after a load that read the ring sees the bumped counter (or the
+//! stop flag), and a ring the load did not read moves the word from the
+//! value slept on and wakes every bit.
+//!
+//! `loom-tests/tests/doorbell.rs` runs it on the real code
+//! (`an_idle_listener_arms_its_disarmed_doorbell`: the listener through
+//! `signal::go_idle_then`, the doorbell through [`Bell::round_lazy`], a
+//! publisher through [`Cross::after_commit`], the futex with its bitsets
+//! modelled under a mutex; `a_topic_change_wakes_a_disarmed_doorbell`);
+//! `.ci/fence-check` requires the first to find the record stranded with
+//! X4 weakened, the second the doorbell asleep for ever with X5 weakened.
+//!
 //! # What it costs, and what it does not do yet
 //!
-//! A doorbell arms the bell at every round, whether or not a listener of
-//! its process is asleep: also while its listeners are awake (a drain
-//! lingering or a dedicated drainer spinning would find the record
-//! itself), and in a process that listens to nothing at all (one that only
-//! publishes). So a publisher to a partition some process listens to
-//! rings for about every burst that finds the bell re-armed, one
-//! `FUTEX_WAKE`, and the ring wakes every doorbell of the directory, each
-//! a context switch: the publisher's own process's doorbell among them,
-//! which, where cores are few, preempts the publisher. `rill-bench
-//! --scenario ipc` (its 1 -> 1 and latency runs) carries that cost; the
-//! bell's futex calls are its only ones without `FUTEX_PRIVATE_FLAG`, so
-//! counting those and each thread's context switches (`perf` tracepoints
-//! `syscalls:sys_enter_futex`, `sched:sched_switch`) attributes it per
-//! process and thread. Arming only while a listener of the process is
-//! idle, and waking only the doorbells that need a data ring, would take
-//! both away; each is a new protocol between a listener going idle (or
-//! being added) and its doorbell's choice to arm, with its own race.
+//! While a listener is draining, a publish in another process costs X1,
+//! the interest's load and the bell's, and no system call. A listener that
+//! parks while its doorbell is disarmed costs one nudge (a `FUTEX_WAKE`
+//! and the doorbell's context switch), and the armed look after it walks
+//! the doorbell's cursor over what the listener took meanwhile, signalling
+//! it once more (a drain that finds nothing). A process that only
+//! publishes never arms, and data rings do not wake its doorbell.
+//! `rill-bench --scenario ipc` (its 1 -> 1 and latency runs) measures
+//! both; the bell's futex calls are its only ones without
+//! `FUTEX_PRIVATE_FLAG`, so counting those and each thread's context
+//! switches (`perf` tracepoints `syscalls:sys_enter_futex`,
+//! `sched:sched_switch`) attributes them per process and thread.
 //!
 //! A process whose own subscriber listens to a partition raises its
 //! interest too, so its own publishes ring its own doorbell when it is
@@ -183,7 +239,7 @@ use crate::error::Result;
 #[cfg(loom)]
 use crate::sync::Condvar;
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 /// Bit 0 of the bell word: a doorbell thread may be about to sleep.
 pub(crate) const ARMED: u32 = 1;
@@ -362,14 +418,35 @@ impl Drop for Page {
 }
 
 /// The directory's bell: the word doorbell threads sleep on (see the
-/// module docs).
+/// module docs). One per broker (each maps the page itself), so its
+/// fields outside the page are this broker's.
 pub(crate) struct Bell {
     page: Page,
+    /// The bit of the futex bitset this process's disarmed doorbells wait
+    /// with, and its nudges wake (see "Arming only while a listener may
+    /// sleep"): one of bits 1..=31, from the process id, so a nudge seldom
+    /// wakes another process's doorbell (and when it does, that doorbell
+    /// looks and sleeps again).
+    nudge_bit: u32,
     /// Loom's stand-in for the kernel's futex queue: a wait checks the word
-    /// and sleeps under this lock, a wake takes it and notifies.
+    /// and, if it holds the value, queues its bitset and sleeps under this
+    /// lock until a wake whose bitset meets it.
     #[cfg(loom)]
-    queue: (Mutex<()>, Condvar),
+    queue: (Mutex<LoomQueue>, Condvar),
 }
+
+/// The waiters of loom's futex: each one's bitset, and whether a wake met it.
+#[cfg(loom)]
+#[derive(Default)]
+struct LoomQueue {
+    next: u64,
+    waiting: Vec<(u64, u32, bool)>,
+}
+
+/// The futex bitset bit a data ring wakes: doorbells asleep armed.
+const DATA_BIT: u32 = 1;
+/// Every bit: what `FUTEX_WAKE` (a ring of every doorbell) matches.
+const ALL_BITS: u32 = u32::MAX;
 
 impl Bell {
     /// Maps the bell of the data directory `root` (`init`: made afresh by
@@ -387,8 +464,9 @@ impl Bell {
     fn over(page: Page) -> Bell {
         Bell {
             page,
+            nudge_bit: 2 << (std::process::id() % 31),
             #[cfg(loom)]
-            queue: (Mutex::new(()), Condvar::new()),
+            queue: (Mutex::new(LoomQueue::default()), Condvar::new()),
         }
     }
 
@@ -409,29 +487,53 @@ impl Bell {
         }
     }
 
-    /// Armed -> quiet with the sequence advanced, then wakes every sleeper.
+    /// Armed -> quiet with the sequence advanced, then wakes every doorbell
+    /// asleep armed.
     #[cold]
-    fn ring(&self, seen: u32) {
-        let next = (seen & !ARMED).wrapping_add(RING_STEP);
+    fn ring(&self, mut seen: u32) {
         // Relaxed: the word orders nothing but itself; the wake below is a
         // system call, after it. A failed exchange means the word moved:
-        // another ring (which woke the sleepers) or a re-arm after one (a
-        // doorbell that re-armed looks at its partitions after X2 itself).
-        if self.page.word().compare_exchange(seen, next, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-            self.wake_all();
+        // another ring (which woke the sleepers: the word reads quiet), a
+        // re-arm after one (a doorbell that re-armed looks at its partitions
+        // after X2 itself), or a nudge, which keeps `ARMED` and wakes no
+        // armed doorbell: so while the word still reads armed, try again.
+        while let Err(now) = self.page.word().compare_exchange(
+            seen,
+            (seen & !ARMED).wrapping_add(RING_STEP),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            if now & ARMED == 0 {
+                return;
+            }
+            seen = now;
         }
+        self.wake(DATA_BIT);
     }
 
     /// Rings whatever the word holds: wakes every doorbell of the
-    /// directory (a closing broker's own, so that it sees its stop flag;
-    /// every broker's, after a topic change).
+    /// directory, armed or not (a closing broker's own, so that it sees its
+    /// stop flag; every broker's, after a topic change).
     pub(crate) fn ring_always(&self) {
         // X3, Release: a doorbell whose arm reads this (or a later value)
-        // and then fences (X2) sees what the ringer did before, such as
+        // and then fences (X2), or whose load before a disarmed sleep (X5)
+        // reads it, sees what the ringer did before, such as
         // `Doorbell::stop`'s flag or a bump of the topic list's change
         // counter (see "Topics other processes create or delete").
         self.page.word().fetch_add(RING_STEP, crate::sync::ordering_or_weakened!("X3", Ordering::Release));
-        self.wake_all();
+        self.wake(ALL_BITS);
+    }
+
+    /// Wakes this process's disarmed doorbells (see "Arming only while a
+    /// listener may sleep"): moves the word, so that one between its load
+    /// and its `FUTEX_WAIT` does not sleep, then wakes the waiters of this
+    /// process's bit.
+    fn nudge(&self) {
+        // Relaxed: the caller found the doorbell disarmed under `Parking`'s
+        // lock, after the doorbell's load of the word (X5): this comes after
+        // that load in the word's order, so the word differs from it.
+        self.page.word().fetch_add(RING_STEP, Ordering::Relaxed);
+        self.wake(self.nudge_bit);
     }
 
     /// A topic was created or deleted in the directory's list (the caller
@@ -466,27 +568,66 @@ impl Bell {
         if look() {
             return true;
         }
-        self.sleep(armed);
+        self.sleep(armed, DATA_BIT);
         false
     }
 
-    /// `FUTEX_WAIT` on the bell while it holds `armed`.
-    fn sleep(&self, armed: u32) {
+    /// One round of a doorbell that arms only while a listener of its
+    /// process may sleep (see "Arming only while a listener may sleep"):
+    /// disarms in `parking`, fences (X4), and asks `may_sleep` whether a
+    /// listener may; if one may, an armed [`Bell::round`] with `look(true)`.
+    /// Otherwise `look(false)` (the stop flag and the topic list only) and,
+    /// if that found nothing, a sleep with the bell as it was, which only
+    /// a ring of every doorbell or a nudge ends. Returns what `round` or
+    /// `look(false)` returned (false after a disarmed sleep).
+    pub(crate) fn round_lazy(
+        bell: &crate::sync::Arc<Bell>,
+        parking: &Parking,
+        may_sleep: impl FnOnce() -> bool,
+        look: impl FnOnce(bool) -> bool,
+    ) -> bool {
+        // X5, Acquire: pairs with X3, so a look below that follows a ring
+        // this load read sees what the ringer did before it; a ring it did
+        // not read moves the word from this value (see "Arming only while a
+        // listener may sleep").
+        let quiet = bell.page.word().load(crate::sync::ordering_or_weakened!("X5", Ordering::Acquire));
+        parking.disarm(bell);
+        // X4, SeqCst fence: orders the disarm above before the loads of the
+        // listeners' states. Pairs with F4 in `signal::go_idle` (and the
+        // fence that opens `barrier::heavy` when a listener is added).
+        crate::sync::fence_or_weakened!("X4", Ordering::SeqCst);
+        if may_sleep() {
+            parking.rearm(bell);
+            return bell.round(|| look(true));
+        }
+        if look(false) {
+            parking.rearm(bell);
+            return true;
+        }
+        bell.sleep(quiet, bell.nudge_bit);
+        parking.rearm(bell);
+        false
+    }
+
+    /// `FUTEX_WAIT_BITSET` on the bell while it holds `value`, woken by a
+    /// wake whose bitset meets `bits`.
+    fn sleep(&self, value: u32, bits: u32) {
         #[cfg(not(loom))]
         {
             let word = self.page.word();
-            // SAFETY: FUTEX_WAIT (shared: no PRIVATE flag, the word is in a
-            // MAP_SHARED file) on an aligned u32 that stays mapped during
-            // the call, with no timeout; it reads the word and writes nothing.
+            // SAFETY: FUTEX_WAIT_BITSET (shared: no PRIVATE flag, the word
+            // is in a MAP_SHARED file) on an aligned u32 that stays mapped
+            // during the call, with no timeout and a non-zero bitset; it
+            // reads the word and writes nothing.
             unsafe {
                 libc::syscall(
                     libc::SYS_futex,
                     word.as_ptr(),
-                    libc::FUTEX_WAIT,
-                    armed,
+                    libc::FUTEX_WAIT_BITSET,
+                    value,
                     std::ptr::null::<libc::timespec>(),
                     std::ptr::null::<u32>(),
-                    0u32,
+                    bits,
                 )
             };
             // Woken, interrupted, or the word had moved (EAGAIN): the
@@ -495,39 +636,138 @@ impl Bell {
         #[cfg(loom)]
         {
             let (lock, cv) = &self.queue;
-            let queued = lock.lock();
+            let mut queue = lock.lock();
             // Relaxed: the kernel compares the word under its queue's lock;
             // the mutex is this model's queue lock.
-            if self.page.word().load(Ordering::Relaxed) == armed {
-                drop(cv.wait(queued));
+            if self.page.word().load(Ordering::Relaxed) != value {
+                return;
+            }
+            let id = queue.next;
+            queue.next += 1;
+            queue.waiting.push((id, bits, false));
+            loop {
+                queue = cv.wait(queue);
+                let at = queue.waiting.iter().position(|w| w.0 == id).expect("queued");
+                if queue.waiting[at].2 {
+                    queue.waiting.remove(at);
+                    return;
+                }
             }
         }
     }
 
-    fn wake_all(&self) {
+    /// `FUTEX_WAKE_BITSET` of every waiter whose bitset meets `bits`.
+    fn wake(&self, bits: u32) {
         #[cfg(not(loom))]
         {
             let word = self.page.word();
-            // SAFETY: FUTEX_WAKE (shared) of every waiter on an aligned u32
-            // that stays mapped during the call; it touches no memory.
+            // SAFETY: FUTEX_WAKE_BITSET (shared) of every waiter on an
+            // aligned u32 that stays mapped during the call, with a non-zero
+            // bitset; it touches no memory.
             unsafe {
                 libc::syscall(
                     libc::SYS_futex,
                     word.as_ptr(),
-                    libc::FUTEX_WAKE,
+                    libc::FUTEX_WAKE_BITSET,
                     i32::MAX,
                     std::ptr::null::<libc::timespec>(),
                     std::ptr::null::<u32>(),
-                    0u32,
+                    bits,
                 )
             };
         }
         #[cfg(loom)]
         {
             let (lock, cv) = &self.queue;
-            let _queued = lock.lock();
+            let mut queue = lock.lock();
+            for w in &mut queue.waiting {
+                w.2 |= w.1 & bits != 0;
+            }
             cv.notify_all();
         }
+    }
+}
+
+/// The doorbells of this process that sleep disarmed, for the listeners
+/// that go idle to nudge (see "Arming only while a listener may sleep").
+/// One per process outside loom ([`parking`]); a model makes its own.
+pub(crate) struct Parking {
+    /// How many bells `disarmed` holds: what a listener loads after F4.
+    count: AtomicUsize,
+    /// The bells of the doorbells disarmed now; changed under its lock only.
+    disarmed: Mutex<Vec<crate::sync::Arc<Bell>>>,
+}
+
+impl Parking {
+    pub(crate) fn new() -> Parking {
+        Parking { count: AtomicUsize::new(0), disarmed: Mutex::new(Vec::new()) }
+    }
+
+    /// The doorbell of `bell` is about to choose between arming and a
+    /// disarmed sleep: a listener that goes idle from now on nudges it.
+    fn disarm(&self, bell: &crate::sync::Arc<Bell>) {
+        let mut list = self.disarmed.lock();
+        list.push(bell.clone());
+        // Relaxed: X4, after the lock's release, orders it before the
+        // doorbell's loads of the states; the lock orders the list.
+        self.count.store(list.len(), Ordering::Relaxed);
+    }
+
+    /// Takes the doorbell of `bell` out of the disarmed list, if a nudge
+    /// has not.
+    fn rearm(&self, bell: &crate::sync::Arc<Bell>) {
+        let mut list = self.disarmed.lock();
+        if let Some(at) = list.iter().position(|b| crate::sync::Arc::ptr_eq(b, bell)) {
+            list.swap_remove(at);
+            // Relaxed: as in `disarm`.
+            self.count.store(list.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// A listener of this process went idle (after its F4 and a re-check
+    /// that found nothing), or was added (after the fence that opens
+    /// `barrier::heavy`): nudges every disarmed doorbell, so that it arms
+    /// and looks.
+    #[inline]
+    pub(crate) fn listener_may_sleep(&self) {
+        // Relaxed: F4 (or heavy's fence) before it orders it after the
+        // listener's IDLE (or its entry); see "Arming only while a listener
+        // may sleep".
+        if self.count.load(Ordering::Relaxed) != 0 {
+            self.nudge_all();
+        }
+    }
+
+    #[cold]
+    fn nudge_all(&self) {
+        let bells = {
+            let mut list = self.disarmed.lock();
+            // Relaxed: under the lock, as in `disarm`.
+            self.count.store(0, Ordering::Relaxed);
+            std::mem::take(&mut *list)
+        };
+        for bell in bells {
+            bell.nudge();
+        }
+    }
+}
+
+/// This process's [`Parking`], made by the first doorbell that starts
+/// (before its broker has listeners); none while no doorbell ever started.
+#[cfg(not(loom))]
+static PARKING: std::sync::OnceLock<Parking> = std::sync::OnceLock::new();
+
+/// A listener of this process went idle (after F4 and a re-check that
+/// found nothing) or was added to a shared partition (after the fence that
+/// opens `barrier::heavy`): nudges this process's disarmed doorbells (see
+/// "Arming only while a listener may sleep"). A load of a static and of
+/// one count when no doorbell is disarmed, and nothing more; under loom,
+/// nothing (the models call their own [`Parking`]).
+#[inline]
+pub(crate) fn listener_may_sleep() {
+    #[cfg(not(loom))]
+    if let Some(parking) = PARKING.get() {
+        parking.listener_may_sleep();
     }
 }
 
@@ -612,6 +852,11 @@ pub(crate) trait Watch: Send + Sync {
     /// Looks whether the partition moved since the last look, and if it did
     /// signals its local listeners; returns whether it did.
     fn look(&self) -> bool;
+
+    /// Whether a local listener of the partition may sleep: one with no
+    /// state word (woken after every commit), or whose state reads `IDLE`.
+    /// Called after X4.
+    fn may_sleep(&self) -> bool;
 }
 
 /// What a doorbell thread tells when the directory's topic list changed:
@@ -660,6 +905,9 @@ impl Doorbell {
             stop: crate::sync::atomic::AtomicBool::new(false),
             thread: Mutex::new(None),
         });
+        // Before this broker has listeners: a listener's `listener_may_sleep`
+        // finds it (see `PARKING`).
+        PARKING.get_or_init(Parking::new);
         let runner = doorbell.clone();
         let handle = crate::sync::spawn_named("rill-doorbell".into(), move || runner.run())?;
         *doorbell.thread.lock() = Some(handle);
@@ -689,27 +937,38 @@ impl Doorbell {
     }
 
     fn run(&self) {
+        let parking = PARKING.get_or_init(Parking::new);
         // Acquire: pairs with the Release store in `stop`.
         while !self.stop.load(Ordering::Acquire) {
-            self.bell.round(|| self.look());
+            Bell::round_lazy(&self.bell, parking, || self.may_sleep(), |all| self.look(all));
         }
     }
 
-    /// Looks at every watched partition (each signals its own listeners).
-    fn look(&self) -> bool {
+    /// The watched partitions that are still there.
+    fn watched(&self) -> Vec<std::sync::Arc<dyn Watch>> {
+        let mut list = self.watched.lock();
+        list.retain(|w| w.strong_count() > 0);
+        list.iter().filter_map(std::sync::Weak::upgrade).collect()
+    }
+
+    /// Whether a listener of a watched partition may sleep (after X4).
+    fn may_sleep(&self) -> bool {
+        self.watched().iter().any(|p| p.may_sleep())
+    }
+
+    /// Looks at the stop flag and the topic list and, if `partitions`, at
+    /// every watched partition (each signals its own listeners).
+    fn look(&self, partitions: bool) -> bool {
         // Acquire: as in `run`; a stopping broker's doorbell does not sleep.
         let mut moved = self.stop.load(Ordering::Acquire);
         // First, so the partitions of topics it joins are looked at below.
         if !moved {
             moved |= self.look_at_topics();
         }
-        let watched: Vec<_> = {
-            let mut list = self.watched.lock();
-            list.retain(|w| w.strong_count() > 0);
-            list.iter().filter_map(std::sync::Weak::upgrade).collect()
-        };
-        for p in watched {
-            moved |= p.look();
+        if partitions {
+            for p in self.watched() {
+                moved |= p.look();
+            }
         }
         moved
     }

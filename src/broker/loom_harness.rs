@@ -571,6 +571,207 @@ impl Default for WakeAcross {
     }
 }
 
+/// The doorbell that arms only while a listener may sleep (`doorbell.rs`,
+/// "Arming only while a listener may sleep"), for
+/// `loom-tests/tests/doorbell.rs`: a real log another process publishes
+/// to, a subscription's state word in this process, the directory's bell
+/// and this process's [`Parking`]. The listener goes idle through
+/// [`signal::go_idle_then`] (F4, its re-check, then the nudge); the
+/// doorbell runs [`Bell::round_lazy`] (its disarm, X4, the states, then an
+/// armed round or a disarmed sleep); the publisher commits and runs
+/// [`Cross::after_commit`]. The record must reach the listener: its own
+/// re-check finds it, or the doorbell's look wins its state.
+///
+/// [`Parking`]: super::doorbell::Parking
+/// [`signal::go_idle_then`]: super::partition::signal
+/// [`Bell::round_lazy`]: super::doorbell::Bell
+/// [`Cross::after_commit`]: super::doorbell::Cross
+pub struct LazyDoorbell {
+    log: Log,
+    cross: super::doorbell::Cross,
+    bell: Arc<super::doorbell::Bell>,
+    parking: super::doorbell::Parking,
+    state: super::partition::state::State,
+    /// The doorbell's cursor, as `Partition::look` keeps one.
+    watched: Mutex<crate::log::Cursor>,
+    /// The listener's cursor.
+    reading: Mutex<crate::log::Cursor>,
+    /// The record reached the listener.
+    delivered: (Mutex<bool>, Condvar),
+    stop: crate::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for LazyDoorbell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LazyDoorbell")
+    }
+}
+
+impl LazyDoorbell {
+    /// An empty partition this process listens to, its subscription
+    /// draining (`ACTIVE`) and about to find nothing more.
+    pub fn new() -> LazyDoorbell {
+        let bell = Arc::new(super::doorbell::Bell::in_memory());
+        let cross = super::doorbell::Cross::in_memory(bell.clone());
+        cross.set_listening(true);
+        let config = LogConfig { segment_bytes: Some(crate::log::MIN_SEGMENT_BYTES), ..LogConfig::default() };
+        let log = Log::new(&config).expect("a log");
+        // Located before the model starts, as in `WakeAcross::new`.
+        let mut watched = log.cursor_from_first();
+        assert!(!watched.has_next());
+        let mut reading = log.cursor_from_first();
+        assert!(!reading.has_next());
+        let state = super::partition::state::State::new();
+        assert!(state.activate());
+        LazyDoorbell {
+            log,
+            cross,
+            bell,
+            parking: super::doorbell::Parking::new(),
+            state,
+            watched: Mutex::new(watched),
+            reading: Mutex::new(reading),
+            delivered: (Mutex::new(false), Condvar::new()),
+            stop: crate::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// A publisher in another process: appends a record, then its half.
+    pub fn publish(&self) {
+        self.log.append(&Record::new(b"x")).expect("room for one record");
+        self.cross.after_commit();
+    }
+
+    fn deliver(&self) {
+        let (lock, cv) = &self.delivered;
+        *lock.lock() = true;
+        cv.notify_all();
+    }
+
+    /// The subscription's drainer: goes idle; if its re-check finds the
+    /// record it takes it and goes idle again.
+    pub fn listener(&self) {
+        loop {
+            let idled = super::partition::signal::go_idle_then(
+                &self.state,
+                || self.reading.lock().has_next(),
+                || self.parking.listener_may_sleep(),
+            );
+            if idled != super::partition::signal::Idled::Resumed {
+                return;
+            }
+            let mut reading = self.reading.lock();
+            while reading.has_next() {
+                let _ = reading.read();
+            }
+            drop(reading);
+            self.deliver();
+        }
+    }
+
+    /// This process's doorbell thread, until told to stop.
+    pub fn doorbell(&self) {
+        // Acquire: pairs with the Release store in `stop`.
+        while !self.stop.load(Ordering::Acquire) {
+            super::doorbell::Bell::round_lazy(
+                &self.bell,
+                &self.parking,
+                || self.state.reads_idle(),
+                |partitions| {
+                    // Acquire: as above.
+                    if self.stop.load(Ordering::Acquire) {
+                        return true;
+                    }
+                    if !partitions {
+                        return false;
+                    }
+                    let mut watched = self.watched.lock();
+                    if !watched.has_next() {
+                        return false;
+                    }
+                    while watched.has_next() {
+                        let _ = watched.read();
+                    }
+                    if self.state.activate() {
+                        self.deliver();
+                    }
+                    true
+                },
+            );
+        }
+    }
+
+    /// Waits until the record reached the listener, then stops the doorbell
+    /// (as `Doorbell::stop` does).
+    pub fn until_delivered_then_stop(&self) {
+        let (lock, cv) = &self.delivered;
+        let mut delivered = lock.lock();
+        while !*delivered {
+            delivered = cv.wait(delivered);
+        }
+        drop(delivered);
+        // Release: pairs with the Acquire loads in `doorbell`.
+        self.stop.store(true, Ordering::Release);
+        self.bell.ring_always();
+    }
+}
+
+impl Default for LazyDoorbell {
+    fn default() -> Self {
+        LazyDoorbell::new()
+    }
+}
+
+/// A topic change seen by a doorbell that sleeps disarmed (no listener of
+/// its process may sleep): [`Bell::round_lazy`] with no listener, against
+/// [`Bell::topics_changed`]; its load before the sleep (X5) and the ring's
+/// X3 must carry the change.
+///
+/// [`Bell::round_lazy`]: super::doorbell::Bell
+/// [`Bell::topics_changed`]: super::doorbell::Bell
+pub struct DisarmedTopicChanges {
+    bell: Arc<super::doorbell::Bell>,
+    parking: super::doorbell::Parking,
+}
+
+impl std::fmt::Debug for DisarmedTopicChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DisarmedTopicChanges")
+    }
+}
+
+impl DisarmedTopicChanges {
+    /// A directory whose topic list has not changed yet.
+    pub fn new() -> DisarmedTopicChanges {
+        DisarmedTopicChanges {
+            bell: Arc::new(super::doorbell::Bell::in_memory()),
+            parking: super::doorbell::Parking::new(),
+        }
+    }
+
+    /// A process changes the topic list: its half.
+    pub fn change(&self) {
+        self.bell.topics_changed();
+    }
+
+    /// Another process's doorbell, with no listener that may sleep: rounds
+    /// until a look finds the counter moved.
+    pub fn doorbell_until_a_change(&self) {
+        while !super::doorbell::Bell::round_lazy(
+            &self.bell,
+            &self.parking,
+            || false,
+            |_| self.bell.topic_changes() != 0,
+        ) {}
+    }
+}
+
+impl Default for DisarmedTopicChanges {
+    fn default() -> Self {
+        DisarmedTopicChanges::new()
+    }
+}
+
 /// The topic list's change counter of `doorbell.rs` ("Topics other
 /// processes create or delete"), for `loom-tests/tests/doorbell.rs`: the
 /// directory's bell, in memory. A process that created or deleted a topic

@@ -387,6 +387,11 @@ impl Partition {
         // ordered before the caller's look at the log by the fence that
         // opens `heavy` (see "The race it survives" in `doorbell.rs`).
         barrier::heavy();
+        if self.cross.is_some() {
+            // A disarmed doorbell arms for it (heavy's fence in F4's role:
+            // see "Arming only while a listener may sleep" in `doorbell.rs`).
+            super::doorbell::listener_may_sleep();
+        }
     }
 
     /// Removes the listener (and blocker) with `id`; wakes blocked publishers.
@@ -449,6 +454,14 @@ impl Watch for Partition {
         }
         signal::notify(&current.list, current.marked);
         true
+    }
+
+    fn may_sleep(&self) -> bool {
+        if self.watched.is_none() {
+            return false;
+        }
+        let guard = epoch::pin();
+        signal::any_may_sleep(&self.current(&guard).list)
     }
 }
 

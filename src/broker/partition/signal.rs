@@ -322,6 +322,13 @@ fn wins(e: &Entry) -> bool {
     e.state.as_ref().is_none_or(|state| state.win_idle())
 }
 
+/// True if a listener among `entries` may sleep: one a publisher may
+/// have to wake ([`may_win`]). For the doorbell's choice to arm, after X4
+/// (see "Arming only while a listener may sleep" in `doorbell.rs`).
+pub(crate) fn any_may_sleep(entries: &[Entry]) -> bool {
+    entries.iter().any(may_win)
+}
+
 /// Entries looked at together by [`wake_from`]: one bit each in a word.
 const WAKE_CHUNK: usize = 64;
 
@@ -392,6 +399,15 @@ pub(crate) enum Idled {
 /// (the cursors, or the ready set) and, if it finds work, `IDLE -> ACTIVE`.
 #[inline]
 pub(crate) fn go_idle(state: &State, has_work: impl FnOnce() -> bool) -> Idled {
+    go_idle_then(state, has_work, crate::broker::doorbell::listener_may_sleep)
+}
+
+/// [`go_idle`], with what it tells when it stays idle (`may_sleep`: this
+/// process's doorbells, see "Arming only while a listener may sleep" in
+/// `doorbell.rs`), after F4 and the re-check; the loom models pass their
+/// own.
+#[inline]
+pub(crate) fn go_idle_then(state: &State, has_work: impl FnOnce() -> bool, may_sleep: impl FnOnce()) -> Idled {
     if !state.go_idle() {
         return Idled::Closed;
     }
@@ -399,6 +415,8 @@ pub(crate) fn go_idle(state: &State, has_work: impl FnOnce() -> bool) -> Idled {
     // the slots (or `nonempty`); pairs with the publisher's F1 (and F2).
     crate::sync::fence_or_weakened!("F4", Ordering::SeqCst);
     if !has_work() {
+        // Its load is ordered by F4 too: it pairs with X4 as F1 with F4.
+        may_sleep();
         return Idled::Idle;
     }
     if state.reactivate() { Idled::Resumed } else { Idled::HandedOver }
