@@ -275,8 +275,7 @@ fn what_comes_after_a_close_during_a_call(ack: Ack) -> Vec<u64> {
     let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
     let again = counting_sub(&b, "held", seen.clone());
     assert!(again.wait_idle(WAIT).unwrap());
-    let seen = seen.lock().unwrap().clone();
-    seen
+    seen.lock().unwrap().clone()
 }
 
 #[test]
