@@ -134,3 +134,30 @@ fn exclusive_mode_lists_this_brokers_names_and_members() {
     assert_eq!(members.len(), 1);
     assert_eq!((members[0].pid, members[0].partitions.as_slice()), (std::process::id(), &[0, 1][..]));
 }
+
+/// The topic the child fills past several rolls.
+const ROLLED_TOPIC: &str = "ticks";
+/// Records the child publishes there: many segments' worth.
+const ROLLED: u64 = 2_000;
+
+#[test]
+fn a_topic_end_counts_what_another_process_published_past_its_own_rolls() {
+    if let Some((_, dir)) = child_role() {
+        let broker = Broker::new(procs::config(&dir, Sharing::Processes)).unwrap();
+        for i in 0..ROLLED {
+            broker.publish(ROLLED_TOPIC, &Record::new(&i.to_le_bytes())).unwrap();
+        }
+        return;
+    }
+    let dir = TempDir::new("rolled");
+    let broker = Broker::new(procs::config(&dir.0, Sharing::Processes)).unwrap();
+    // Segments of the smallest size, so the child's records fill dozens and
+    // this process, which neither publishes nor reads, has seen none of them.
+    let options = TopicOptions { segment_bytes: Some(rill::log::MIN_SEGMENT_BYTES), ..TopicOptions::default() };
+    broker.create_topic(ROLLED_TOPIC, &options).unwrap();
+    assert_eq!(broker.topic_stats(ROLLED_TOPIC).unwrap().publish_count, 0);
+    let child = spawn("a_topic_end_counts_what_another_process_published_past_its_own_rolls", "fill", &dir.0);
+    procs::expect_success(child, "the publishing child");
+    let stats = broker.topic_stats(ROLLED_TOPIC).unwrap();
+    assert_eq!((stats.publish_count, stats.partitions[0].next_offset), (ROLLED, ROLLED));
+}

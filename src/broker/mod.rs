@@ -781,6 +781,10 @@ impl Broker {
         let not_found = || Error::NotFound(format!("consumer group {group:?} on topic {topic:?}"));
         // Across processes, the group's commits are in the data directory.
         let shared = inner.shared_group_committed(group, topic, t.partitions.len() as u32)?;
+        // Another process may have rolled past what this one has seen.
+        for p in &t.partitions {
+            p.log.follow_rolls()?;
+        }
         let control = inner.control.lock();
         let committed = match (shared, inner.config.sharing) {
             (Some(c), _) => c,
@@ -1162,6 +1166,11 @@ impl Broker {
     /// ```
     pub fn topic_stats(&self, topic: &str) -> Result<TopicStats> {
         let t = self.inner().topic(topic)?;
+        // Shared by processes: another process may have rolled past what
+        // this one has seen; count its records too.
+        for p in &t.partitions {
+            p.log.follow_rolls()?;
+        }
         let partitions: Vec<PartitionStats> = t
             .partitions
             .iter()

@@ -558,6 +558,31 @@ impl Log {
         }
     }
 
+    /// A log shared by processes: installs in this process's directory the
+    /// segments other processes rolled to since it last looked, so that
+    /// [`Log::stats`] counts their records (a process that neither publishes
+    /// nor reads a partition otherwise sees its end as of its own last roll).
+    /// What a reader at the sealed end would do (see "The roll across
+    /// processes" in `dir.rs`), never making a file. Nothing for a log of
+    /// one process, whose rolls its own threads install.
+    pub(crate) fn follow_rolls(&self) -> Result<()> {
+        #[cfg(not(loom))]
+        if self.shared.processes {
+            let mut guard = epoch::pin();
+            loop {
+                let last = self.shared.dir(&guard).last().clone();
+                // Each turn installs one successor (ours or another
+                // thread's), or ends: the newest segment unsealed, or its
+                // successor's file not made yet.
+                if last.sealed_count().is_none() || !self.shared.follow(&last, false, &guard)? {
+                    break;
+                }
+                guard.repin();
+            }
+        }
+        Ok(())
+    }
+
     /// Runs one compaction pass over this log's sealed segments if it has
     /// work: the segments sealed since the last pass are half the sealed log,
     /// or a kept record has become removable by `now_ns` (see `compact.rs`).
