@@ -251,8 +251,8 @@ class _Run:
         self.done = 0
         self.closing = False
         # The delivering thread is inside a call; and it is parked there,
-        # closing with nothing of its run finished (that call's acks are
-        # void anyway: the close rewinds to its first message).
+        # closing with nothing of its run finished (that call returns no
+        # acks: the close rewinds to its first message).
         self.in_call = False
         self.parked = False
 
@@ -399,12 +399,11 @@ class Subscription:
             run.closing = True
             run.cond.notify_all()
         self._on_offer()
-        # Closing: the library voids the acks of a call in flight when the
-        # close lands (it rewinds to the call's first message). So the
-        # delivering thread returns the acks of what the loop finished
-        # while the subscription is still open, and the close waits until
-        # they are settled: the thread is parked in a later call (holding
-        # only unfinished messages), or nothing is in flight.
+        # Closing: the delivering thread returns the acks of what the loop
+        # finished, and the close waits until they are settled: the thread
+        # is parked in a later call (holding only unfinished messages, for
+        # which it returns no acks, so they come again), or nothing is in
+        # flight.
         loop = asyncio.get_running_loop()
         while True:
             self._settled = loop.create_future()
