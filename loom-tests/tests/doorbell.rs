@@ -79,10 +79,9 @@ fn an_idle_listener_arms_its_disarmed_doorbell() {
 }
 
 /// A topic change reaches a doorbell that sleeps disarmed: its load of
-/// the bell before the sleep (X5, Acquire) reads the ring (X3, Release)
-/// and then sees the bumped counter, or reads an earlier value and the
-/// ring's move of the word ends the sleep. `.ci/fence-check` requires
-/// loom to find the doorbell asleep for ever with X5 weakened.
+/// the bell before the sleep (X5, Relaxed, then the X4 fence) reads the
+/// ring (X3, Release) and then sees the bumped counter, or reads an
+/// earlier value and the ring's move of the word ends the sleep.
 #[test]
 fn a_topic_change_wakes_a_disarmed_doorbell() {
     model(|| {

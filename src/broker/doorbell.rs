@@ -157,7 +157,7 @@
 //! bit) does wake it, and so does a *nudge*.
 //!
 //! * The **doorbell**, each round ([`Bell::round_lazy`]): loads the bell
-//!   (X5, Acquire), puts its bell in this process's [`Parking`] list (under
+//!   (X5, Relaxed), puts its bell in this process's [`Parking`] list (under
 //!   its lock, with the list's length in a count), issues X4
 //!   (`fence(SeqCst)`) and loads the states of its listeners. One may
 //!   sleep: it takes its bell off the list and runs the armed round above
@@ -189,10 +189,12 @@
 //! while the word still reads armed ([`Bell::ring`]).
 //!
 //! A topic change, and a stop, reach a disarmed doorbell as they reach an
-//! armed one: the ring's X3 pairs with X5 as it does with the arm, so a
-//! look after a load that read the ring sees the bumped counter (or the
-//! stop flag), and a ring the load did not read moves the word from the
-//! value slept on and wakes every bit.
+//! armed one. A look after an X5 that read the ring sees the bumped
+//! counter (or the stop flag): X5 is `Relaxed`, but X4, the `SeqCst` fence
+//! after it, makes it an acquire of what it read (a fence after a load
+//! that read a `Release` write synchronizes with that write, as X2 does
+//! after the arm), so X3 pairs with X4 here. A ring the load did not read
+//! moves the word from the value slept on and wakes every bit.
 //!
 //! `loom-tests/tests/doorbell.rs` runs it on the real code
 //! (`an_idle_listener_arms_its_disarmed_doorbell`: the listener through
@@ -200,7 +202,9 @@
 //! publisher through [`Cross::after_commit`], the futex with its bitsets
 //! modelled under a mutex; `a_topic_change_wakes_a_disarmed_doorbell`);
 //! `.ci/fence-check` requires the first to find the record stranded with
-//! X4 weakened, the second the doorbell asleep for ever with X5 weakened.
+//! X4 weakened. The second passes with X5 `Relaxed`, as argued above, so
+//! X5 has no ordering of its own to check; X4, weakened to `AcqRel`, still
+//! acquires, which is all this path asks of it.
 //!
 //! # What it costs, and what it does not do yet
 //!
@@ -516,7 +520,8 @@ impl Bell {
     /// stop flag; every broker's, after a topic change).
     pub(crate) fn ring_always(&self) {
         // X3, Release: a doorbell whose arm reads this (or a later value)
-        // and then fences (X2), or whose load before a disarmed sleep (X5)
+        // and then fences (X2), or whose load before a disarmed sleep (X5,
+        // then the X4 fence)
         // reads it, sees what the ringer did before, such as
         // `Doorbell::stop`'s flag or a bump of the topic list's change
         // counter (see "Topics other processes create or delete").
@@ -586,11 +591,11 @@ impl Bell {
         may_sleep: impl FnOnce() -> bool,
         look: impl FnOnce(bool) -> bool,
     ) -> bool {
-        // X5, Acquire: pairs with X3, so a look below that follows a ring
-        // this load read sees what the ringer did before it; a ring it did
-        // not read moves the word from this value (see "Arming only while a
-        // listener may sleep").
-        let quiet = bell.page.word().load(crate::sync::ordering_or_weakened!("X5", Ordering::Acquire));
+        // X5, Relaxed: the X4 fence below makes it an acquire of the ring
+        // (X3) it read, so a look after it sees what the ringer did before;
+        // a ring it did not read moves the word from this value (see
+        // "Arming only while a listener may sleep").
+        let quiet = bell.page.word().load(Ordering::Relaxed);
         parking.disarm(bell);
         // X4, SeqCst fence: orders the disarm above before the loads of the
         // listeners' states. Pairs with F4 in `signal::go_idle` (and the

@@ -724,8 +724,8 @@ impl Default for LazyDoorbell {
 
 /// A topic change seen by a doorbell that sleeps disarmed (no listener of
 /// its process may sleep): [`Bell::round_lazy`] with no listener, against
-/// [`Bell::topics_changed`]; its load before the sleep (X5) and the ring's
-/// X3 must carry the change.
+/// [`Bell::topics_changed`]; its load before the sleep (X5), the fence
+/// after that load (X4) and the ring's X3 must carry the change.
 ///
 /// [`Bell::round_lazy`]: super::doorbell::Bell
 /// [`Bell::topics_changed`]: super::doorbell::Bell
