@@ -1333,9 +1333,12 @@ typedef size_t (*rill_batch_handler)(void *user_data,
  * the directory's topics: a message published by one is delivered to
  * push subscriptions of all. Needs a `data_dir`. A named (durable)
  * subscription's name is held by one process at a time (`RILL_ERR_BUSY`
- * elsewhere until it closes or its process dies). Shared subscriptions,
- * consumers and deleting topics are not yet supported this way
- * (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the README.
+ * elsewhere until it closes or its process dies); consumer groups and
+ * shared subscriptions split partitions across processes, and
+ * `rill_named_subscription_list` and `rill_group_member_list` say which
+ * process holds what. Creating a compacted topic is not yet supported
+ * this way (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the
+ * README.
  */
 #define RILL_SHARING_PROCESSES 1
 
