@@ -997,6 +997,39 @@ typedef void (*rill_partition_lag_callback)(void *user_data, const rill_partitio
 typedef void (*rill_group_callback)(void *user_data, const char *group, const char *topic);
 
 /**
+ * A live member of a consumer group on one topic, as
+ * `rill_group_member_list` hands it to its callback (borrowed for that
+ * call only, `partitions` included; later versions may append fields).
+ */
+typedef struct {
+    /**
+     * The pid of the member's process.
+     */
+    uint32_t pid;
+    /**
+     * The member's id, unique in its process.
+     */
+    uint64_t id;
+    /**
+     * The partitions it owns, ascending: `partition_count` of them (NULL
+     * when it owns none). Across processes, ownership is known per
+     * process: when one process has several members of the group, each
+     * lists every partition their process owns.
+     */
+    const uint32_t *partitions;
+    /**
+     * How many `partitions` holds.
+     */
+    size_t partition_count;
+} rill_group_member;
+
+/**
+ * What `rill_group_member_list` calls with each live member (borrowed for
+ * the call, `partitions` included).
+ */
+typedef void (*rill_group_member_callback)(void *user_data, const rill_group_member *member);
+
+/**
  * Receives one log record: its level (a `RILL_LOG_*` value), its target
  * (the part of rill it comes from, e.g. `"rill::subscription"`) and its
  * text, both borrowed for the call only. It runs on the thread that logged,
@@ -1008,6 +1041,38 @@ typedef void (*rill_log_callback)(void *user_data,
                                   int32_t level,
                                   const char *target,
                                   const char *message);
+
+/**
+ * A durable (named) subscription and the process holding its name, as
+ * `rill_named_subscription_list` hands it to its callback (borrowed for
+ * that call only, `name` included; later versions may append fields).
+ */
+typedef struct {
+    /**
+     * Its name.
+     */
+    const char *name;
+    /**
+     * True while a live process's subscription holds the name (this
+     * process's included); false once its holder closed it or died, when
+     * its positions wait for the next subscriber of the name.
+     */
+    bool held;
+    /**
+     * The pid of the holder's process when `held`; 0 when not held, and
+     * also when the holder runs in a PID namespace this process cannot see
+     * (the kernel shows such a holder as pid 0), which is why `held` is a
+     * field of its own.
+     */
+    uint32_t holder_pid;
+} rill_named_subscription;
+
+/**
+ * What `rill_named_subscription_list` calls with each durable name
+ * (borrowed for the call, `name` included).
+ */
+typedef void (*rill_named_subscription_callback)(void *user_data,
+                                                 const rill_named_subscription *named);
 
 /**
  * A validator: returns 0 if `payload` (`len` bytes; a valid pointer even
@@ -1268,9 +1333,12 @@ typedef size_t (*rill_batch_handler)(void *user_data,
  * the directory's topics: a message published by one is delivered to
  * push subscriptions of all. Needs a `data_dir`. A named (durable)
  * subscription's name is held by one process at a time (`RILL_ERR_BUSY`
- * elsewhere until it closes or its process dies). Shared subscriptions,
- * consumers and deleting topics are not yet supported this way
- * (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the README.
+ * elsewhere until it closes or its process dies); consumer groups and
+ * shared subscriptions split partitions across processes, and
+ * `rill_named_subscription_list` and `rill_group_member_list` say which
+ * process holds what. Creating a compacted topic is not yet supported
+ * this way (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the
+ * README.
  */
 #define RILL_SHARING_PROCESSES 1
 
@@ -2063,6 +2131,29 @@ uint32_t rill_consumer_partition_count(const rill_consumer *c);
 void rill_consumer_free(rill_consumer *c);
 
 /**
+ * Calls `each(user_data, member)` for every live member of consumer group
+ * `group` on `topic`, sorted by (pid, id), each with its process's pid and
+ * the partitions it owns; no call if none is live. `RILL_ERR_NO_SUCH_TOPIC`
+ * if there is no such topic. With `RILL_SHARING_PROCESSES`: the members of
+ * every process of the data directory, read without taking any lock (from
+ * the group's member files and the kernel's list of locks, Linux only:
+ * elsewhere no member reads as live), so asking never makes a member
+ * fail; a member whose process died is gone at once. Otherwise this
+ * broker's consumers of the group. A snapshot, taken before the first
+ * call; the callback may call any rill function.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `group` and `topic` NUL-terminated strings; `each`
+ * a function safe to call with `user_data`.
+ */
+rill_status rill_group_member_list(rill_broker *b,
+                                   const char *group,
+                                   const char *topic,
+                                   rill_group_member_callback each,
+                                   void *user_data);
+
+/**
  * Sends the library's log records to `callback` (called with `user_data`,
  * from any thread, concurrently), or stops sending them (`callback` NULL).
  * By default there is no callback and nothing is logged anywhere. Records
@@ -2154,6 +2245,24 @@ rill_status rill_message_attribute(const rill_message *m,
  * or a NUL-terminated string.
  */
 void rill_ack_reason(const rill_message *m, const char *reason);
+
+/**
+ * Calls `each(user_data, named)` for every durable (named) subscription,
+ * sorted by name, with the process holding it. With
+ * `RILL_SHARING_PROCESSES`: every name any process of the data directory
+ * has taken, held now or not, read without taking any lock (from the
+ * kernel's list of locks, Linux only: elsewhere no name reads as held), so
+ * asking never makes a subscriber of the name fail. Otherwise this
+ * broker's live ones, each held by this process. A snapshot, taken before
+ * the first call; the callback may call any rill function.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `each` a function safe to call with `user_data`.
+ */
+rill_status rill_named_subscription_list(rill_broker *b,
+                                         rill_named_subscription_callback each,
+                                         void *user_data);
 
 /**
  * Sets (or replaces) `topic`'s schema to the JSON Schema (draft 2020-12)

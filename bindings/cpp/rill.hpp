@@ -331,6 +331,26 @@ struct SubscriptionInfo {
     rill_subscription_stats counters;
 };
 
+/// A durable (named) subscription and the process holding it, as
+/// `Broker::named_subscriptions` lists it.
+struct NamedSubscription {
+    std::string name;
+    /// The holder's pid (this process's included); empty if no live process
+    /// holds the name. 0 for a holder in a PID namespace this process cannot see.
+    std::optional<uint32_t> holder_pid;
+};
+
+/// A live member of a consumer group on one topic, as `Broker::group_members`
+/// lists it.
+struct GroupMember {
+    /// The pid of the member's process.
+    uint32_t pid = 0;
+    /// The member's id, unique in its process.
+    uint64_t id = 0;
+    /// The partitions it owns, ascending (per process: see rill_group_member).
+    std::vector<uint32_t> partitions;
+};
+
 namespace detail {
 /// Collects what a C listing callback hands over into `out`; an exception
 /// (out of memory) is kept and rethrown after the C call, never thrown
@@ -956,6 +976,39 @@ class Broker {
         rill_status st = rill_group_list(b_, [](void *u, const char *group, const char *topic) noexcept {
             static_cast<detail::Collect<Pair> *>(u)->add([group, topic] { return Pair(group, topic); });
         }, &c);
+        return c.take(st);
+    }
+
+    /// Every durable (named) subscription, sorted by name, with the process
+    /// holding it: with `Sharing::Processes` every name of the data directory,
+    /// held or not (see rill_named_subscription_list).
+    std::vector<NamedSubscription> named_subscriptions() const {
+        detail::Collect<NamedSubscription> c;
+        rill_status st = rill_named_subscription_list(b_, [](void *u, const rill_named_subscription *n) noexcept {
+            static_cast<detail::Collect<NamedSubscription> *>(u)->add([n] {
+                NamedSubscription out{n->name, std::nullopt};
+                if (n->held) out.holder_pid = n->holder_pid;
+                return out;
+            });
+        }, &c);
+        return c.take(st);
+    }
+
+    /// The live members of `group` on `topic`, sorted by (pid, id), each with
+    /// the partitions it owns: with `Sharing::Processes` those of every
+    /// process (see rill_group_member_list). Throws `RILL_ERR_NO_SUCH_TOPIC`.
+    std::vector<GroupMember> group_members(const std::string &group, const std::string &topic) const {
+        detail::Collect<GroupMember> c;
+        rill_status st = rill_group_member_list(
+            b_, detail::c_str(group, "consumer group"), detail::c_str(topic, "topic name"),
+            [](void *u, const rill_group_member *m) noexcept {
+                static_cast<detail::Collect<GroupMember> *>(u)->add([m] {
+                    GroupMember out{m->pid, m->id, {}};
+                    if (m->partition_count > 0) out.partitions.assign(m->partitions, m->partitions + m->partition_count);
+                    return out;
+                });
+            },
+            &c);
         return c.take(st);
     }
 

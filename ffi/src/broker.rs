@@ -63,9 +63,12 @@ pub const RILL_SHARING_EXCLUSIVE: rill_sharing = rill_sharing(0);
 /// the directory's topics: a message published by one is delivered to
 /// push subscriptions of all. Needs a `data_dir`. A named (durable)
 /// subscription's name is held by one process at a time (`RILL_ERR_BUSY`
-/// elsewhere until it closes or its process dies). Shared subscriptions,
-/// consumers and deleting topics are not yet supported this way
-/// (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the README.
+/// elsewhere until it closes or its process dies); consumer groups and
+/// shared subscriptions split partitions across processes, and
+/// `rill_named_subscription_list` and `rill_group_member_list` say which
+/// process holds what. Creating a compacted topic is not yet supported
+/// this way (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the
+/// README.
 pub const RILL_SHARING_PROCESSES: rill_sharing = rill_sharing(1);
 
 /// How a broker runs. Fill it with `rill_broker_options_init`, then change

@@ -45,7 +45,12 @@
 //!   values serve `rill_consumer_options` too);
 //! * subscription_stats.rs: `rill_subscription_stats`, filled by the
 //!   subscription's own call and by the broker's `rill_subscription_list`;
-//! * lag.rs: `rill_partition_lag`, handed out by subscriptions and consumers.
+//! * lag.rs: `rill_partition_lag`, handed out by subscriptions and consumers;
+//! * named_subscription.rs: `rill_named_subscription` with
+//!   `rill_named_subscription_list` (a durable name and its holder's pid,
+//!   which no handle stands for);
+//! * group_member.rs: `rill_group_member` with `rill_group_member_list` (a
+//!   live member of a consumer group, in any process).
 //!
 //! A call taking a `rill_broker` lives in the file of what it acts on
 //! (`rill_topic_*` in topic.rs, but for the schema calls in schema.rs;
@@ -73,10 +78,12 @@ mod publisher;
 
 mod consumer;
 mod error;
+mod group_member;
 mod lag;
 mod legacy;
 mod logging;
 mod message;
+mod named_subscription;
 #[cfg(feature = "nats")]
 mod nats;
 mod notify;
@@ -95,9 +102,11 @@ use std::ffi::c_char;
 pub use broker::*;
 pub use consumer::*;
 pub use error::rill_status;
+pub use group_member::*;
 pub use lag::*;
 pub use logging::*;
 pub use message::*;
+pub use named_subscription::*;
 #[cfg(feature = "nats")]
 pub use nats::*;
 pub use priority::*;

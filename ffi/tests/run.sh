@@ -66,6 +66,8 @@ robust+=(test_robust_named)
 robust+=(test_robust_procs_groups)
 # Issue 39's shared subscriptions across processes (three member processes split the partitions).
 robust+=(test_robust_procs_shared)
+# Issue 39's operator calls across processes (who holds a durable name, a group's members and their partitions).
+robust+=(test_procs_holders)
 for t in "${robust[@]}"; do
   build "$t" gcc c99 "ffi/tests/c/$t.c"
   "$out/$t"

@@ -20,6 +20,8 @@ mod broker;
 mod consumer;
 #[path = "../../ffi/src/error.rs"]
 mod error;
+#[path = "../../ffi/src/group_member.rs"]
+mod group_member;
 #[path = "../../ffi/src/lag.rs"]
 mod lag;
 #[path = "../../ffi/src/legacy.rs"]
@@ -28,6 +30,8 @@ mod legacy;
 mod logging;
 #[path = "../../ffi/src/message.rs"]
 mod message;
+#[path = "../../ffi/src/named_subscription.rs"]
+mod named_subscription;
 #[path = "../../ffi/src/notify.rs"]
 mod notify;
 #[path = "../../ffi/src/options.rs"]
@@ -57,9 +61,11 @@ use std::ptr;
 use broker::*;
 use consumer::*;
 use error::rill_status;
+use group_member::*;
 use libfuzzer_sys::fuzz_target;
 use message::*;
 use lag::*;
+use named_subscription::*;
 use publish::*;
 use publisher::*;
 use subscription::*;
@@ -185,6 +191,17 @@ unsafe extern "C" fn each_sub(_: *mut c_void, s: *const rill_subscription_stats)
 
 unsafe extern "C" fn each_group(_: *mut c_void, group: *const c_char, topic: *const c_char) {
     assert!(!group.is_null() && !topic.is_null());
+}
+
+unsafe extern "C" fn each_named(_: *mut c_void, n: *const rill_named_subscription) {
+    assert!(!(*n).name.is_null() && ((*n).held || (*n).holder_pid == 0));
+}
+
+unsafe extern "C" fn each_member(_: *mut c_void, m: *const rill_group_member) {
+    let m = &*m;
+    assert_eq!(m.partitions.is_null(), m.partition_count == 0);
+    let parts = if m.partitions.is_null() { &[][..] } else { std::slice::from_raw_parts(m.partitions, m.partition_count) };
+    assert!(parts.windows(2).all(|w| w[0] < w[1]), "partitions ascending");
 }
 
 unsafe extern "C" fn each_lag(_: *mut c_void, lag: *const rill_partition_lag) {
@@ -368,6 +385,14 @@ impl World {
                         b.name(GROUPS).as_ptr(),
                         b.name(TOPICS).as_ptr(),
                         Some(each_lag),
+                        ptr::null_mut(),
+                    ));
+                    check(rill_named_subscription_list(broker, Some(each_named), ptr::null_mut()));
+                    check(rill_group_member_list(
+                        broker,
+                        b.name(GROUPS).as_ptr(),
+                        b.name(TOPICS).as_ptr(),
+                        Some(each_member),
                         ptr::null_mut(),
                     ));
                 }

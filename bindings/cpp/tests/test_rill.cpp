@@ -15,6 +15,8 @@
 #include <vector>
 
 #include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int failures = 0;
@@ -518,6 +520,90 @@ static void brokers_share_a_data_directory_with_sharing_processes() {
               RILL_ERR_BUSY);
         // Consumer groups span processes too (test_robust_procs_groups.c).
         CHECK(status_of([&] { b.consumer("billing", "orders"); }) == RILL_OK);
+    }
+    fs::remove_all(dir);
+}
+
+// Issue 39: who holds what, across processes. A forked child holds the
+// durable name "audit" and is the one member of group "billing" on both
+// partitions; the parent sees its pid, and after a kill -9 the name not
+// held and no member. Run first in main, before any broker (and its
+// threads) exists to be forked. Then the same calls in Exclusive mode.
+static void who_holds_what_across_processes() {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::temp_directory_path() / ("rill-cpp-holders-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    rill::BrokerOptions o;
+    o.data_dir = dir.string();
+    o.fsync = rill::Fsync::Never;
+    o.sharing = rill::Sharing::Processes;
+    auto ack = [](const rill::Message &) { return rill::Ack::Success; };
+    rill::SubscriptionOptions audit;
+    audit.name = "audit";
+    { rill::Broker(o).create_topic("orders", {2}); }
+    int answer[2];
+    CHECK(::pipe(answer) == 0);
+    std::fflush(nullptr);
+    pid_t child = ::fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        ::close(answer[0]);
+        try {
+            rill::Broker b(o);
+            auto sub = b.subscribe("orders", ack, audit);
+            auto c = b.consumer("billing", "orders");
+            bool said = false;
+            for (auto end = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < end;) {
+                c.poll(16, 20ms);
+                if (!said && c.assignment().size() == 2) said = ::write(answer[1], "h", 1) == 1;
+            }
+        } catch (...) {
+        }
+        ::_exit(1);  // only when never killed
+    }
+    ::close(answer[1]);
+    char got = 0;
+    CHECK(::read(answer[0], &got, 1) == 1 && got == 'h');
+    ::close(answer[0]);
+    {
+        rill::Broker b(o);
+        rill::SubscriptionOptions ledger;
+        ledger.name = "ledger";
+        auto mine = b.subscribe("orders", ack, ledger);
+        auto me = static_cast<uint32_t>(::getpid());
+        auto names = b.named_subscriptions();
+        CHECK(names.size() == 2);
+        CHECK(names.size() == 2 && names[0].name == "audit" && names[0].holder_pid == static_cast<uint32_t>(child));
+        CHECK(names.size() == 2 && names[1].name == "ledger" && names[1].holder_pid == me);
+        auto members = b.group_members("billing", "orders");
+        CHECK(members.size() == 1);
+        CHECK(members.size() == 1 && members[0].pid == static_cast<uint32_t>(child));
+        CHECK(members.size() == 1 && (members[0].partitions == std::vector<uint32_t>{0, 1}));
+
+        CHECK(::kill(child, SIGKILL) == 0);
+        int status = 0;
+        CHECK(::waitpid(child, &status, 0) == child && WIFSIGNALED(status));
+        names = b.named_subscriptions();
+        CHECK(names.size() == 2 && names[0].name == "audit" && !names[0].holder_pid);
+        CHECK(names.size() == 2 && names[1].holder_pid == me);
+        CHECK(b.group_members("billing", "orders").empty());
+        CHECK(status_of([&] { b.group_members("billing", "no-such-topic"); }) == RILL_ERR_NO_SUCH_TOPIC);
+    }
+    fs::remove_all(dir);
+
+    rill::BrokerOptions exclusive;
+    exclusive.data_dir = dir.string();
+    {
+        rill::Broker b(exclusive);
+        b.create_topic("orders", {2});
+        auto sub = b.subscribe("orders", ack, audit);
+        auto anonymous = b.subscribe("orders", ack);
+        auto c = b.consumer("billing", "orders");
+        auto names = b.named_subscriptions();
+        CHECK(names.size() == 1 && names[0].name == "audit" && names[0].holder_pid == static_cast<uint32_t>(::getpid()));
+        auto members = b.group_members("billing", "orders");
+        CHECK(members.size() == 1 && members[0].pid == static_cast<uint32_t>(::getpid()) &&
+              (members[0].partitions == std::vector<uint32_t>{0, 1}));
     }
     fs::remove_all(dir);
 }
@@ -1106,6 +1192,7 @@ static void topic_schemas() {
 }
 
 int main() {
+    who_holds_what_across_processes();
     strings_with_embedded_nuls_are_refused();
     broker_options_are_a_cpp_struct();
     a_broker_on_a_data_directory_keeps_its_topics();

@@ -209,6 +209,34 @@ class GroupStats:
     partitions: list[PartitionLag]
 
 
+@dataclass(frozen=True)
+class NamedSubscription:
+    """A durable (named) subscription and the process holding it, as
+    :meth:`Broker.named_subscriptions` lists it."""
+
+    name: str
+    holder_pid: int | None
+    """The pid of the process whose subscription holds the name now (this
+    one's included); None if no live process holds it (its positions wait
+    for the next subscriber of the name). 0 for a holder in a PID namespace
+    this process cannot see."""
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """A live member of a consumer group on one topic, as
+    :meth:`Broker.group_members` lists it."""
+
+    pid: int
+    """The pid of the member's process."""
+    id: int
+    """The member's id, unique in its process."""
+    partitions: list[int]
+    """The partitions it owns, ascending. Across processes, ownership is
+    known per process: when one process has several members of the group,
+    each lists every partition their process owns."""
+
+
 def _subscription_stats(
     s: _ffi.rill_subscription_stats, name: str, pattern: str, last_error: str | None
 ) -> SubscriptionStats:
@@ -1314,6 +1342,51 @@ class Broker(_Handle):
             out.append((group.decode(), topic.decode()))
 
         check(lib.rill_group_list(self._handle(), _ffi.GROUP_CALLBACK(each), None))
+        return out
+
+    def named_subscriptions(self) -> list[NamedSubscription]:
+        """Every durable (named) subscription and the pid of the process
+        holding it, sorted by name.
+
+        With ``sharing="processes"``, the whole data directory: every name
+        any process has taken, held now or not (``holder_pid`` None: its
+        holder closed it or died). It is read without taking any lock, so
+        asking never makes a subscriber of the name fail (Linux only:
+        elsewhere no name reads as held). Otherwise this broker's live ones."""
+        out: list[NamedSubscription] = []
+
+        def each(_user: int | None, p: Any) -> None:
+            n = p.contents
+            out.append(NamedSubscription(n.name.decode(), n.holder_pid if n.held else None))
+
+        check(lib.rill_named_subscription_list(self._handle(), _ffi.NAMED_SUBSCRIPTION_CALLBACK(each), None))
+        return out
+
+    def group_members(self, group: str, topic: str) -> list[GroupMember]:
+        """The live members of consumer group ``group`` on ``topic``, each
+        with its process's pid and the partitions it owns, sorted by (pid,
+        id); empty if none is live. Raises :class:`NoSuchTopic` if there is
+        no such topic.
+
+        With ``sharing="processes"``, the members of every process, read
+        without taking any lock (Linux only: elsewhere no member reads as
+        live); a member whose process died is gone at once. Otherwise this
+        broker's consumers of the group."""
+        out: list[GroupMember] = []
+
+        def each(_user: int | None, p: Any) -> None:
+            m = p.contents
+            out.append(GroupMember(m.pid, m.id, m.partitions[: m.partition_count] if m.partition_count else []))
+
+        check(
+            lib.rill_group_member_list(
+                self._handle(),
+                _name(group, "group"),
+                _name(topic, "topic"),
+                _ffi.GROUP_MEMBER_CALLBACK(each),
+                None,
+            )
+        )
         return out
 
     def group_stats(self, group: str, topic: str) -> GroupStats:

@@ -236,10 +236,25 @@ class rill_partition_lag(Structure):
     ]
 
 
+class rill_named_subscription(Structure):
+    _fields_ = [("name", c_char_p), ("held", c_bool), ("holder_pid", c_uint32)]
+
+
+class rill_group_member(Structure):
+    _fields_ = [
+        ("pid", c_uint32),
+        ("id", c_uint64),
+        ("partitions", POINTER(c_uint32)),
+        ("partition_count", c_size_t),
+    ]
+
+
 TOPIC_CALLBACK = CFUNCTYPE(None, c_void_p, c_char_p)
 SUBSCRIPTION_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_subscription_stats))
 GROUP_CALLBACK = CFUNCTYPE(None, c_void_p, c_char_p, c_char_p)
 PARTITION_LAG_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_partition_lag))
+NAMED_SUBSCRIPTION_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_named_subscription))
+GROUP_MEMBER_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_group_member))
 
 
 class rill_consumer_stats(Structure):
@@ -375,6 +390,8 @@ TYPES: dict[str, object] = {
     "rill_subscription_callback": SUBSCRIPTION_CALLBACK,
     "rill_group_callback": GROUP_CALLBACK,
     "rill_partition_lag_callback": PARTITION_LAG_CALLBACK,
+    "rill_named_subscription_callback": NAMED_SUBSCRIPTION_CALLBACK,
+    "rill_group_member_callback": GROUP_MEMBER_CALLBACK,
 }
 
 # name -> (return type, parameter types), exactly as in rill.h.
@@ -465,6 +482,11 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     ),
     "rill_group_list": ("rill_status", ["rill_broker*", "rill_group_callback", "void*"]),
     "rill_group_delete": ("rill_status", ["rill_broker*", "const char*", "const char*"]),
+    "rill_group_member_list": (
+        "rill_status",
+        ["rill_broker*", "const char*", "const char*", "rill_group_member_callback", "void*"],
+    ),
+    "rill_named_subscription_list": ("rill_status", ["rill_broker*", "rill_named_subscription_callback", "void*"]),
     "rill_consumer_partition_count": ("uint32_t", ["const rill_consumer*"]),
     "rill_consumer_assignment": ("rill_status", ["const rill_consumer*", "uint32_t*", "size_t", "size_t*"]),
     "rill_consumer_notify_fd": ("rill_status", ["rill_consumer*", "int*"]),
