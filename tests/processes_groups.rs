@@ -338,3 +338,51 @@ fn commits_move_with_the_directory_between_modes() {
     publish(&broker, 1);
     read(&broker, 5..6);
 }
+
+/// The child of [`a_deleted_topic_forgets_the_groups_commits`], role
+/// `commit-<i>-<n>`: a member alone in [`GROUP`] that polls until it has
+/// `n` messages, recording each in `records-<i>`, commits and closes.
+fn committing_member(dir: &Path, role: &str) {
+    let (i, n) = role.strip_prefix("commit-").unwrap().split_once('-').unwrap();
+    let n: usize = n.parse().unwrap();
+    let broker = processes(dir);
+    let mut consumer = broker.consumer(GROUP, TOPIC, options()).unwrap();
+    let mut got = 0;
+    wait_for("every message", || {
+        for m in consumer.poll(16, Duration::from_millis(20)).unwrap().iter() {
+            append(dir, &format!("records-{i}"), &format!("{} {}", m.partition(), m.record().offset()));
+            got += 1;
+        }
+        got >= n
+    });
+    consumer.commit().unwrap();
+    consumer.close();
+}
+
+#[test]
+fn a_deleted_topic_forgets_the_groups_commits() {
+    const TEST: &str = "a_deleted_topic_forgets_the_groups_commits";
+    if let Some((role, dir)) = procs::child_role() {
+        committing_member(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("forget-topic");
+    let broker = processes(&dir.0);
+    let consume_in_child = |i: u32, published: &BTreeSet<(u32, u64)>| {
+        let child = procs::spawn(TEST, &format!("commit-{i}-{}", published.len()), &dir.0);
+        procs::expect_success(child, &format!("member {i}"));
+        let got = records(&dir.0, &format!("records-{i}"));
+        assert_eq!(got.len(), published.len(), "member {i}: each message once");
+        assert_eq!(&got.into_iter().collect::<BTreeSet<_>>(), published, "member {i}: from the first message");
+    };
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let published: BTreeSet<_> = publish(&broker, 20).into_iter().collect();
+    consume_in_child(0, &published);
+    assert!(broker.group_stats(GROUP, TOPIC).is_ok(), "its commits are seen here");
+    // The topic deleted (no member live) and created again: the group
+    // reads it from its first message, not from the old topic's commits.
+    broker.delete_topic(TOPIC).unwrap();
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let published: BTreeSet<_> = publish(&broker, 20).into_iter().collect();
+    consume_in_child(1, &published);
+}

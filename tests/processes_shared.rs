@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use common::procs::{self, TempDir};
 use common::{Rng, wait_for};
-use rill::{Ack, Broker, Record, Sharing, StartPosition, Subscription, SubscriptionOptions, TopicOptions};
+use rill::{Ack, Broker, Error, Record, Sharing, StartPosition, Subscription, SubscriptionOptions, TopicOptions};
 
 /// The topic every process shares.
 const TOPIC: &str = "jobs";
@@ -244,4 +244,133 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_saved_comes_again(
     let handled: usize = children.iter().map(Vec::len).sum();
     let again = count.values().map(|&n| n as usize - 1).sum::<usize>();
     println!("{handled} handled by the killed members, {again} deliveries again");
+}
+
+/// The child of [`a_deleted_name_forgets_the_shared_positions`] and
+/// [`a_deleted_topic_forgets_the_shared_positions`], role `drain-<i>-<n>`:
+/// a member that records each message in `records-<i>` until it has `n`,
+/// then closes (saving its positions).
+fn draining_member(dir: &Path, i: &str, n: usize) {
+    let broker = processes(dir);
+    let seen: Seen = Arc::default();
+    let (sink, d, file) = (seen.clone(), dir.to_owned(), format!("records-{i}"));
+    let sub = member(&broker, move |p, o| {
+        append(&d, &file, &format!("{p} {o}"));
+        sink.lock().unwrap().push((p, o));
+    });
+    wait_for("every message", || seen.lock().unwrap().len() >= n);
+    sub.close();
+}
+
+/// The child of [`a_shared_name_and_a_durable_name_are_kept_apart_across_processes`]:
+/// `durable` holds a durable subscription named [`NAME`] until the parent
+/// makes `end`; `durable-busy` finds the name `Busy` (a shared member
+/// holds it) and so does its `delete_durable`.
+fn durable_of_the_name(dir: &Path, role: &str) {
+    let broker = processes(dir);
+    let options = SubscriptionOptions { name: Some(NAME.into()), ..SubscriptionOptions::default() };
+    let sub = broker.subscribe(TOPIC, options, |_| Ack::Success);
+    if role == "durable" {
+        let sub = sub.unwrap();
+        procs::mark(dir, "held");
+        procs::wait_mark(dir, "end");
+        sub.close();
+    } else {
+        assert!(matches!(sub, Err(Error::Busy(_))), "a durable subscription took a shared member's name: {sub:?}");
+        let deleted = broker.delete_durable(NAME);
+        assert!(matches!(deleted, Err(Error::Busy(_))), "deleted a live shared name: {deleted:?}");
+    }
+}
+
+/// Runs the member child of `test` as `drain-<i>-<n>` for `published` (n
+/// of them) and checks it got each of them once.
+fn drain_in_child(test: &str, dir: &Path, i: u32, published: &BTreeSet<(u32, u64)>) {
+    let child = procs::spawn(test, &format!("drain-{i}-{}", published.len()), dir);
+    procs::expect_success(child, &format!("member {i}"));
+    let got = records(dir, &format!("records-{i}"));
+    assert_eq!(got.len(), published.len(), "member {i}: each message once");
+    assert_eq!(&got.into_iter().collect::<BTreeSet<_>>(), published, "member {i}: from the first message");
+}
+
+/// A child's `drain-<i>-<n>` role, played.
+fn drain_role(dir: &Path, role: &str) {
+    let (i, n) = role.strip_prefix("drain-").unwrap().split_once('-').unwrap();
+    draining_member(dir, i, n.parse().unwrap());
+}
+
+#[test]
+fn a_deleted_name_forgets_the_shared_positions() {
+    const TEST: &str = "a_deleted_name_forgets_the_shared_positions";
+    if let Some((role, dir)) = procs::child_role() {
+        drain_role(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("forget-name");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let published: BTreeSet<_> = publish(&broker, 20).into_iter().collect();
+    drain_in_child(TEST, &dir.0, 0, &published);
+    // Its positions are saved: the name deleted forgets them, and a member
+    // of it taken again starts at its start position (the first message).
+    broker.delete_durable(NAME).unwrap();
+    assert!(matches!(broker.delete_durable(NAME), Err(Error::NotFound(_))));
+    drain_in_child(TEST, &dir.0, 1, &published);
+}
+
+#[test]
+fn a_deleted_topic_forgets_the_shared_positions() {
+    const TEST: &str = "a_deleted_topic_forgets_the_shared_positions";
+    if let Some((role, dir)) = procs::child_role() {
+        drain_role(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("forget-topic");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let published: BTreeSet<_> = publish(&broker, 20).into_iter().collect();
+    drain_in_child(TEST, &dir.0, 0, &published);
+    // The topic deleted (no member live) and created again: read from its
+    // first message, not from the positions saved in the old one.
+    broker.delete_topic(TOPIC).unwrap();
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let published: BTreeSet<_> = publish(&broker, 20).into_iter().collect();
+    drain_in_child(TEST, &dir.0, 1, &published);
+}
+
+#[test]
+fn a_shared_name_and_a_durable_name_are_kept_apart_across_processes() {
+    const TEST: &str = "a_shared_name_and_a_durable_name_are_kept_apart_across_processes";
+    if let Some((role, dir)) = procs::child_role() {
+        durable_of_the_name(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("apart");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    // A durable subscription of the name in another process: no member.
+    let mut child = procs::spawn(TEST, "durable", &dir.0);
+    let held = procs::wait_child_mark(&dir.0, "held", &mut child);
+    let checks = || {
+        assert!(held, "the durable child did not subscribe");
+        let options = SubscriptionOptions { name: Some(NAME.into()), shared: true, ..SubscriptionOptions::default() };
+        let shared = broker.subscribe(TOPIC, options, |_| Ack::Success);
+        assert!(matches!(shared, Err(Error::Busy(_))), "a shared member took a held durable name: {shared:?}");
+        assert!(matches!(broker.delete_durable(NAME), Err(Error::Busy(_))));
+    };
+    procs::check_then_release(checks, || {
+        procs::mark(&dir.0, "end");
+        procs::expect_success(child, "the durable child");
+    });
+    // A member here: the name is a shared one's, the durable child is refused.
+    let sub = member(&broker, |_, _| {});
+    procs::expect_success(procs::spawn(TEST, "durable-busy", &dir.0), "the refused durable child");
+    sub.close();
+    // Both gone: a durable subscription of the name is taken again.
+    durable_of_the_name_here(&broker);
+}
+
+/// A durable subscription of [`NAME`] in this process, taken and closed.
+fn durable_of_the_name_here(broker: &Broker) {
+    let options = SubscriptionOptions { name: Some(NAME.into()), ..SubscriptionOptions::default() };
+    broker.subscribe(TOPIC, options, |_| Ack::Success).unwrap().close();
 }

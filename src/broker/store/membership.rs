@@ -64,7 +64,8 @@
 //!
 //! The deleter of a topic, holding `topics.lock` once it is unlisted (so no
 //! process lists the name again meanwhile), forgets the commits of every
-//! group on it with no live member ([`drop_topic`]), so a topic created
+//! group on it with no live member, and the positions of every shared
+//! subscription on it with none ([`drop_topic`]), so a topic created
 //! again under that name is read from its first message, as in one
 //! process. A group with a live member is skipped: its members are closed
 //! when their process sees the delete, and its commits, kept by topic
@@ -110,12 +111,18 @@
 //! what it handled after its last save, which its partition's next owner
 //! delivers again (at least once).
 //!
+//! A member holds the subscription's name too, with a shared lock of the
+//! durable name's lock file ("Shared names" in `named.rs`), so a durable
+//! subscription of that name in any process is `Busy` while a member lives
+//! and the other way round. `delete_durable` of the name forgets its
+//! positions under `shared/` on every topic ([`forget_shared`], holding the
+//! name's lock exclusively), and a topic's deletion forgets them as it
+//! forgets a group's commits (see "Deleting a topic", [`drop_topic`]).
+//!
 //! # What is not shared
 //!
 //! A shared subscription's positions under `shared/` do not move when the
-//! directory changes mode, nor does `delete_durable` or a topic's deletion
-//! forget them; and a shared name is not kept apart from a durable name
-//! of the same name held in another process. A shared member whose
+//! directory changes mode. A shared member whose
 //! handler call overruns `ack_timeout` keeps its partitions (its message
 //! comes again to it, as to a member alone): the hand-over of a stalled
 //! member is `shared.rs`'s, within one process.
@@ -195,6 +202,9 @@ pub(crate) struct Membership {
     /// Holds the member file's flock while open.
     _member: Locked,
     owned: BTreeMap<u32, Owned>,
+    /// A shared subscription's member: its shared lock of the name (see
+    /// "Shared subscriptions"), held while it is a member.
+    _name: Option<Locked>,
 }
 
 /// The folder of group `group` on topic `topic` in `root`, made if missing.
@@ -290,7 +300,15 @@ impl Membership {
             name,
             _member: Locked::new(file),
             owned: BTreeMap::new(),
+            _name: None,
         })
+    }
+
+    /// This member holding `name`, a shared subscription's shared lock of
+    /// its name (see "Shared subscriptions"), until it is dropped.
+    pub(super) fn holding(mut self, name: Locked) -> Membership {
+        self._name = Some(name);
+        self
     }
 
     /// The live members, sorted by name; removes the files of dead ones.
@@ -446,17 +464,22 @@ pub(super) fn group_committed(
 /// module docs): `NotFound` if it has none, `Busy` while a member holds
 /// any partition (or any member is live).
 pub(super) fn forget_group(root: &Path, fsync: Fsync, (group, topic): (&str, &str), partitions: u32) -> Result<()> {
-    let dir = root.join(GROUPS_DIR).join(group_key(group, topic));
-    let none = || Error::NotFound(format!("consumer group {group:?} has no offsets on topic {topic:?}"));
+    forget_in(root, GROUPS_DIR, fsync, (group, topic), partitions)
+}
+
+/// [`forget_group`] in `root`'s folder `top` ([`GROUPS_DIR`] or
+/// [`SHARED_DIR`]).
+fn forget_in(root: &Path, top: &str, fsync: Fsync, (group, topic): (&str, &str), partitions: u32) -> Result<()> {
+    let dir = root.join(top).join(group_key(group, topic));
+    let what = if top == SHARED_DIR { "shared subscription" } else { "consumer group" };
+    let none = || Error::NotFound(format!("{what} {group:?} has no offsets on topic {topic:?}"));
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == IoKind::NotFound => return Err(none()),
         Err(e) => return Err(Error::io(&dir, &e)),
     };
     let busy = || {
-        Error::Busy(format!(
-            "consumer group {group:?} has live member(s) on {topic:?}: close them before deleting the group"
-        ))
+        Error::Busy(format!("{what} {group:?} has live member(s) on {topic:?}: close them before deleting its offsets"))
     };
     let mut slots = Vec::new();
     for entry in entries {
@@ -512,51 +535,71 @@ fn slot_partitions(dir: &Path) -> Result<Vec<u32>> {
 }
 
 /// The deleter's part of deleting topic `topic` (see "Deleting a topic"):
-/// forgets the commits of every group on it that has no live member, so a
-/// topic created again under that name is read from its first message. A
-/// group with a live member is skipped: its members are closed when their
-/// process sees the delete, and its commits stay (the gap named there).
+/// forgets the commits of every group on it, and the positions of every
+/// shared subscription on it, that has no live member, so a topic created
+/// again under that name is read from its first message. One with a live
+/// member is skipped: its members are closed when their process sees the
+/// delete, and what they saved stays (see "Deleting a topic").
 pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -> Result<()> {
-    let top = root.join(GROUPS_DIR);
-    let entries = match fs::read_dir(&top) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == IoKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io(&top, &e)),
-    };
-    for entry in entries {
-        let dir = entry.map_err(|e| Error::io(&top, &e))?.path();
-        let parts = slot_partitions(&dir)?;
-        let Some(&last) = parts.last() else { continue };
-        let files = slot_files(last);
-        let (offsets, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
-        let Some((group, t, _)) = offsets.groups.into_iter().next() else { continue };
-        if t != topic {
-            continue;
-        }
-        match forget_group(root, fsync, (&group, topic), last + 1) {
-            Ok(()) | Err(Error::Busy(_) | Error::NotFound(_)) => {}
-            Err(e) => return Err(e),
+    for top in [GROUPS_DIR, SHARED_DIR] {
+        for (group, t, partitions) in folders_in(root, top, repair)? {
+            if t != topic {
+                continue;
+            }
+            match forget_in(root, top, fsync, (&group, topic), partitions) {
+                Ok(()) | Err(Error::Busy(_) | Error::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(())
 }
 
-/// Every (group, topic) with commits under `groups/` in `root`, sorted.
-pub(super) fn group_list(root: &Path, repair: bool) -> Result<Vec<(String, String)>> {
-    let top = root.join(GROUPS_DIR);
+/// Every folder with slots in `root`'s folder `top`: its group (or shared
+/// subscription), its topic, and the number of partitions its slots cover
+/// (the highest with slots, plus one), as the slots of that highest one
+/// say.
+fn folders_in(root: &Path, top: &str, repair: bool) -> Result<Vec<(String, String, u32)>> {
+    let top = root.join(top);
     let entries = match fs::read_dir(&top) {
         Ok(entries) => entries,
         Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io(&top, &e)),
     };
-    let mut list = Vec::new();
+    let mut found = Vec::new();
     for entry in entries {
         let dir = entry.map_err(|e| Error::io(&top, &e))?.path();
         let Some(&last) = slot_partitions(&dir)?.last() else { continue };
         let files = slot_files(last);
         let (offsets, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
-        list.extend(offsets.groups.into_iter().map(|(g, t, _)| (g, t)));
+        found.extend(offsets.groups.into_iter().map(|(g, t, _)| (g, t, last + 1)));
     }
+    Ok(found)
+}
+
+/// Forgets the positions of shared subscription `name` on every topic in
+/// `root` (`delete_durable`'s part for a shared name; the caller holds the
+/// name's lock exclusively, so no member can join meanwhile, see
+/// `named.rs`): true if it had any, `Busy` if a member is live.
+pub(super) fn forget_shared(root: &Path, fsync: Fsync, repair: bool, name: &str) -> Result<bool> {
+    let mut any = false;
+    for (n, topic, partitions) in folders_in(root, SHARED_DIR, repair)? {
+        if n != name {
+            continue;
+        }
+        match forget_in(root, SHARED_DIR, fsync, (name, &topic), partitions) {
+            Ok(()) => any = true,
+            Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(any)
+}
+
+/// Every (group, topic) with commits under `groups/` in `root`, sorted.
+pub(super) fn group_list(root: &Path, repair: bool) -> Result<Vec<(String, String)>> {
+    let mut list: Vec<(String, String)> =
+        folders_in(root, GROUPS_DIR, repair)?.into_iter().map(|(g, t, _)| (g, t)).collect();
     list.sort();
     list.dedup();
     Ok(list)
@@ -750,6 +793,40 @@ mod tests {
         assert_eq!(group_committed(r, false, ("h", "t"), 2).unwrap(), Some(vec![None, Some(5)]), "a live member's");
         assert_eq!(group_committed(r, false, ("g", "u"), 2).unwrap(), Some(vec![None, Some(5)]), "another topic's");
         drop(live);
+    }
+
+    #[test]
+    fn a_shared_subscriptions_positions_are_forgotten_by_name_and_by_topic_unless_a_member_is_live() {
+        let root = temp_dir("shared-forget");
+        let (r, f) = (root.as_path(), Fsync::Never);
+        let saved = |name: &str, topic: &str| {
+            let dir = r.join(SHARED_DIR).join(group_key(name, topic));
+            dir.is_dir() && !slot_partitions(&dir).unwrap().is_empty()
+        };
+        for (name, topic) in [("w", "t"), ("w", "u"), ("v", "t")] {
+            let mut m = Membership::join_in(r, SHARED_DIR, f, false, (name, topic), 2, 1).unwrap();
+            m.take(&[0, 1]).unwrap();
+            assert!(m.commit(1, 5, false).unwrap());
+        }
+        // A group of the same name is not a shared subscription's.
+        let mut g = Membership::join(r, f, false, ("w", "t"), 2, 1).unwrap();
+        g.rebalance(&g.target().unwrap()).unwrap();
+        assert!(g.commit(0, 3, false).unwrap());
+        drop(g);
+        let live = Membership::join_in(r, SHARED_DIR, f, false, ("w", "u"), 2, 2).unwrap();
+        assert!(matches!(forget_shared(r, f, false, "w"), Err(Error::Busy(_))), "a member of w on u is live");
+        drop(live);
+        assert!(forget_shared(r, f, false, "w").unwrap());
+        assert!(!saved("w", "t") && !saved("w", "u") && saved("v", "t"));
+        assert!(!forget_shared(r, f, false, "w").unwrap(), "nothing left");
+        assert_eq!(group_committed(r, false, ("w", "t"), 2).unwrap(), Some(vec![Some(3), None]));
+        let live = Membership::join_in(r, SHARED_DIR, f, false, ("v", "t"), 2, 2).unwrap();
+        drop_topic(r, f, false, "t").unwrap();
+        assert!(saved("v", "t"), "a live member's");
+        drop(live);
+        drop_topic(r, f, false, "t").unwrap();
+        assert!(!saved("v", "t"));
+        assert_eq!(group_committed(r, false, ("w", "t"), 2).unwrap(), None, "the group's too");
     }
 
     #[test]

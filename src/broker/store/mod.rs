@@ -336,11 +336,14 @@ impl Store {
         })
     }
 
-    /// Processes mode: forgets durable subscription `name`'s positions:
-    /// `Busy` while anyone holds the name, `NotFound` if it has none (see
-    /// "Deleting" in `named.rs`).
+    /// Processes mode: forgets durable subscription `name`'s positions, and
+    /// those of the shared subscription of that name: `Busy` while anyone
+    /// holds the name (a durable holder or a shared member), `NotFound` if
+    /// neither has any (see "Deleting" and "Shared names" in `named.rs`).
     pub(crate) fn forget_name(&self, name: &str) -> Result<()> {
-        named::forget_name(&self.root, self.fsync, self.repair, name)
+        named::forget_name(&self.root, self.fsync, self.repair, name, || {
+            membership::forget_shared(&self.root, self.fsync, self.repair, name)
+        })
     }
 
     /// Processes mode: joins consumer group `group` on `topic` (of
@@ -353,9 +356,23 @@ impl Store {
     /// Processes mode: joins shared subscription `name` on `topic` (of
     /// `partitions` partitions) as member `id` of this process: a group's
     /// membership under `shared/` (see "Shared subscriptions" in
-    /// `membership.rs`).
+    /// `membership.rs`), holding the name shared with the other members:
+    /// `Busy` while a durable subscription holds it ("Shared names" in
+    /// `named.rs`).
     pub(crate) fn join_shared(&self, name: &str, topic: &str, partitions: u32, id: u64) -> Result<Membership> {
-        Membership::join_in(&self.root, membership::SHARED_DIR, self.fsync, self.repair, (name, topic), partitions, id)
+        // The name first (shared with the other members; `Busy` while a
+        // durable subscription holds it), then the membership.
+        let held = named::share_name(&self.root, self.fsync, name)?;
+        let m = Membership::join_in(
+            &self.root,
+            membership::SHARED_DIR,
+            self.fsync,
+            self.repair,
+            (name, topic),
+            partitions,
+            id,
+        )?;
+        Ok(m.holding(held))
     }
 
     /// Processes mode: group `group`'s committed offsets on `topic` as

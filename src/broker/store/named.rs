@@ -47,6 +47,19 @@
 //! guards nothing (only an `Exclusive` opener removes `named/`, below,
 //! when no other broker has the directory).
 //!
+//! **Shared names.** A shared subscription's members keep their
+//! positions under `shared/` (`membership.rs`), but its name is the same
+//! lock file's: each member holds `<key>.lock` with a *shared* lock
+//! (`flock(LOCK_SH | LOCK_NB)`, [`share_name`]) while it is a member, so
+//! members in any number of processes hold it at once, while a durable
+//! subscription of that name (an exclusive lock) is `Busy` as long as one
+//! member lives, and a member is `Busy` while a durable holder lives, as
+//! the two are kept apart in one process. `delete_durable` takes the lock
+//! exclusively and, holding it, forgets the shared subscription's
+//! positions too (as an `Exclusive` broker forgets both, which keeps them
+//! under one name); so a name deleted and taken again, durable or shared,
+//! starts afresh.
+//!
 //! **Deleting a topic** must take its positions out of every name, as an
 //! `Exclusive` delete takes them out of the offsets slots: a topic created
 //! again under the same name is a new log, read from its first message,
@@ -300,7 +313,8 @@ pub(super) fn hold_name(
     let key = key(name);
     let Some(lock) = try_lock(&dir, &key)? else {
         return Err(Error::Busy(format!(
-            "durable subscription {name:?} is held by another process (or another broker on {root:?})"
+            "durable subscription {name:?} is held by another process (or another broker on {root:?}), or is \
+             the name of a shared subscription live there"
         )));
     };
     let files = slot_files(&key);
@@ -320,20 +334,47 @@ pub(super) fn hold_name(
     Ok((NameHold { name: name.to_owned(), lock, commit, opened, taken }, positions))
 }
 
+/// Takes the name `name` for a member of the shared subscription of that
+/// name (see "Shared names"): a shared lock of its lock file, taken without
+/// blocking, held by every member in every process at once; `Busy` while a
+/// durable subscription (or a `delete_durable`) holds it exclusively.
+pub(super) fn share_name(root: &Path, fsync: Fsync, name: &str) -> Result<Locked> {
+    let dir = named_dir(root, fsync)?;
+    let path = dir.join(format!("{}.lock", key(name)));
+    let file = open_lock_file(&path)?;
+    if !flock(&file, &path, libc::LOCK_SH | libc::LOCK_NB)? {
+        return Err(Error::Busy(format!(
+            "a durable subscription named {name:?} is held by another process (or another broker on {root:?}): a \
+             shared subscription cannot have its name"
+        )));
+    }
+    Ok(Locked::new(file))
+}
+
 /// Forgets durable subscription `name`'s positions in the directory `root`
-/// (see "Deleting"): `Busy` while anyone holds the name, `NotFound` if it
-/// has none. `Store::forget_name` calls it.
-pub(super) fn forget_name(root: &Path, fsync: Fsync, repair: bool, name: &str) -> Result<()> {
+/// (see "Deleting"), and, holding its lock, whatever `shared` forgets (the
+/// positions of the shared subscription of that name, true if it had
+/// any): `Busy` while anyone holds the name, `NotFound` if neither had
+/// any. `Store::forget_name` calls it.
+pub(super) fn forget_name(
+    root: &Path,
+    fsync: Fsync,
+    repair: bool,
+    name: &str,
+    shared: impl FnOnce() -> Result<bool>,
+) -> Result<()> {
     let dir = named_dir(root, fsync)?;
     let key = key(name);
     let Some(_lock) = try_lock(&dir, &key)? else {
         return Err(Error::Busy(format!(
-            "durable subscription {name:?} is live in another process: close it before deleting its saved position"
+            "subscription {name:?} is live in another process (durable, or a shared one's member): close it before \
+             deleting its saved position"
         )));
     };
     let files = slot_files(&key);
     let (slot_held, ..) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
-    if positions_of(name, &dir, slot_held)?.is_none() {
+    let durable = positions_of(name, &dir, slot_held)?.is_some();
+    if !shared()? && !durable {
         return Err(Error::NotFound(format!("no durable subscription {name:?} has a saved position")));
     }
     for f in &files {
