@@ -374,3 +374,45 @@ fn durable_of_the_name_here(broker: &Broker) {
     let options = SubscriptionOptions { name: Some(NAME.into()), ..SubscriptionOptions::default() };
     broker.subscribe(TOPIC, options, |_| Ack::Success).unwrap().close();
 }
+
+#[test]
+fn a_topic_deleted_and_created_again_under_a_live_member_is_read_from_its_first_message() {
+    const TEST: &str = "a_topic_deleted_and_created_again_under_a_live_member_is_read_from_its_first_message";
+    if let Some((role, dir)) = procs::child_role() {
+        if let Some(n) = role.strip_prefix("live-") {
+            // A member that has handled (and saved) the old topic's
+            // messages, still live when the topic is deleted.
+            let broker = processes(&dir);
+            let seen: Seen = Arc::default();
+            let sink = seen.clone();
+            let _sub = member(&broker, move |p, o| sink.lock().unwrap().push((p, o)));
+            wait_for("the old topic's messages", || seen.lock().unwrap().len() >= n.parse().unwrap());
+            procs::mark(&dir, "handled");
+            procs::wait_mark(&dir, "end");
+        } else {
+            drain_role(&dir, &role);
+        }
+        return;
+    }
+    let dir = TempDir::new("live");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    publish(&broker, 20);
+    let mut old = procs::spawn(TEST, "live-20", &dir.0);
+    let handled = procs::wait_child_mark(&dir.0, "handled", &mut old);
+    let checks = || {
+        assert!(handled, "the live member did not handle the old topic");
+        // Deleted while its member lives (the deleter cannot forget what
+        // it saved), and created again in a directory of its own.
+        broker.delete_topic(TOPIC).unwrap();
+        broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+        let published: BTreeSet<_> = publish(&broker, 20).into_iter().collect();
+        // A new member takes each partition once the old one let go of it,
+        // and starts it afresh: the saved positions are the old topic's.
+        drain_in_child(TEST, &dir.0, 0, &published);
+    };
+    procs::check_then_release(checks, || {
+        procs::mark(&dir.0, "end");
+        procs::expect_success(old, "the old topic's member");
+    });
+}

@@ -186,7 +186,7 @@ use std::path::{Path, PathBuf};
 
 use self::atomic_file::{replace, sync_dir};
 pub(crate) use self::format::{Offsets, Positions, TopicMeta};
-use self::format::{Writer, encode_topic};
+use self::format::{UNKNOWN_DIR, Writer, encode_topic};
 use self::holders::LockTable;
 pub(crate) use self::holders::MemberFile;
 use self::journal::Change;
@@ -274,11 +274,12 @@ impl Store {
         let moved = match (sharing, first) {
             (Sharing::Exclusive, _) => {
                 // `|`, not `||`: both moves are made.
-                named::fold_in(root, &mut offsets, repair, &topics)? | membership::fold_in(root, &mut offsets, repair)?
+                named::fold_in(root, &mut offsets, repair, &topics)?
+                    | membership::fold_in(root, &mut offsets, repair, &topics)?
             }
             (Sharing::Processes, true) => {
                 named::move_out(root, &mut offsets, repair, &topics)?
-                    | membership::move_out(root, &mut offsets, repair)?
+                    | membership::move_out(root, &mut offsets, repair, &topics)?
             }
             (Sharing::Processes, false) => false,
         };
@@ -350,7 +351,8 @@ impl Store {
     /// `partitions` partitions) as member `id` of this process (see
     /// `membership.rs`).
     pub(crate) fn join_group(&self, group: &str, topic: &str, partitions: u32, id: u64) -> Result<Membership> {
-        Membership::join(&self.root, self.fsync, self.repair, (group, topic), partitions, id)
+        let dir = self.opened_dir(topic).unwrap_or(UNKNOWN_DIR);
+        Membership::join(&self.root, self.fsync, self.repair, (group, topic, dir), partitions, id)
     }
 
     /// Processes mode: joins shared subscription `name` on `topic` (of
@@ -363,12 +365,13 @@ impl Store {
         // The name first (shared with the other members; `Busy` while a
         // durable subscription holds it), then the membership.
         let held = named::share_name(&self.root, self.fsync, name)?;
+        let dir = self.opened_dir(topic).unwrap_or(UNKNOWN_DIR);
         let m = Membership::join_in(
             &self.root,
             membership::SHARED_DIR,
             self.fsync,
             self.repair,
-            (name, topic),
+            (name, topic, dir),
             partitions,
             id,
         )?;
@@ -383,7 +386,8 @@ impl Store {
         topic: &str,
         partitions: u32,
     ) -> Result<Option<Vec<Option<u64>>>> {
-        membership::group_committed(&self.root, self.repair, (group, topic), partitions)
+        let dir = self.opened_dir(topic).unwrap_or(UNKNOWN_DIR);
+        membership::group_committed(&self.root, self.repair, (group, topic, dir), partitions)
     }
 
     /// Processes mode: every (group, topic) with commits here, sorted.

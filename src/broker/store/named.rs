@@ -116,9 +116,10 @@
 //! What is left: a holder whose process has not joined a topic yet keeps
 //! that topic's position from the slots and resumes from it when it joins;
 //! if the topic was deleted and created again meanwhile, in between two
-//! rereads of its doorbell, it resumes the new topic at the old offset. (A
-//! consumer group's commits, in `membership.rs`, are stored by name alone
-//! and have the gap this section closes.)
+//! rereads of its doorbell, it resumes the new topic at the old offset.
+//! (Consumer groups' and shared subscriptions' commits, in
+//! `membership.rs`, carry their topic's number the same way: "Commits and
+//! directory numbers" there.)
 //!
 //! Unlike the positions in the offsets slots, a name's own are not reset
 //! when they point past the end recovery left ("Offsets past a recovered
