@@ -172,7 +172,7 @@ use std::path::{Path, PathBuf};
 use super::atomic_file::sync_dir;
 use super::format::{MemberSlot, Offsets, TopicMeta, UNKNOWN_DIR};
 use super::lock::{Locked, flock, open_lock_file};
-use super::named::key;
+use super::named::{folder_entries, key, remove_slots};
 use super::offsets::{GroupCommit, read_slots_of};
 use crate::error::{Error, Result};
 use crate::log::Fsync;
@@ -543,17 +543,13 @@ fn forget_in(root: &Path, top: &str, fsync: Fsync, (group, topic): (&str, &str),
     let dir = root.join(top).join(group_key(group, topic));
     let what = if top == SHARED_DIR { "shared subscription" } else { "consumer group" };
     let none = || Error::NotFound(format!("{what} {group:?} has no offsets on topic {topic:?}"));
-    let entries = match fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == IoKind::NotFound => return Err(none()),
-        Err(e) => return Err(Error::io(&dir, &e)),
-    };
+    // A folder that is not there has no slots: `none()` below.
+    let entries = folder_entries(&dir)?;
     let busy = || {
         Error::Busy(format!("{what} {group:?} has live member(s) on {topic:?}: close them before deleting its offsets"))
     };
     let mut slots = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io(&dir, &e))?;
         let file = entry.file_name().to_string_lossy().into_owned();
         if file.ends_with(MEMBER_SUFFIX) {
             match try_lock(&dir.join(&file)) {
@@ -575,16 +571,7 @@ fn forget_in(root: &Path, top: &str, fsync: Fsync, (group, topic): (&str, &str),
             None => return Err(busy()),
         }
     }
-    for f in &slots {
-        match fs::remove_file(dir.join(f)) {
-            Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(dir.join(f), &e)),
-            _ => {}
-        }
-    }
-    if fsync != Fsync::Never {
-        sync_dir(&dir)?;
-    }
-    Ok(())
+    remove_slots(&dir, &slots, fsync)
 }
 
 /// The partitions with slot files in the group folder `dir`, ascending.
@@ -630,15 +617,9 @@ pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -
 /// (the highest with slots, plus one), as the slots of that highest one
 /// say.
 fn folders_in(root: &Path, top: &str, repair: bool) -> Result<Vec<(String, String, u32)>> {
-    let top = root.join(top);
-    let entries = match fs::read_dir(&top) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(&top, &e)),
-    };
     let mut found = Vec::new();
-    for entry in entries {
-        let dir = entry.map_err(|e| Error::io(&top, &e))?.path();
+    for entry in folder_entries(&root.join(top))? {
+        let dir = entry.path();
         let Some(&last) = slot_partitions(&dir)?.last() else { continue };
         let files = slot_files(last);
         let (held, ..) = read_slots_of::<MemberSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
@@ -721,16 +702,9 @@ pub(super) fn move_out(root: &Path, offsets: &mut Offsets, repair: bool, list: &
 /// offsets slots hold commits by topic name alone (see "Commits and
 /// directory numbers").
 pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool, list: &[TopicMeta]) -> Result<bool> {
-    let top = root.join(GROUPS_DIR);
-    let entries = match fs::read_dir(&top) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == IoKind::NotFound => return Ok(false),
-        Err(e) => return Err(Error::io(&top, &e)),
-    };
-    let mut any = false;
+    let entries = folder_entries(&root.join(GROUPS_DIR))?;
+    let any = !entries.is_empty();
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io(&top, &e))?;
-        any = true;
         let dir = entry.path();
         for p in slot_partitions(&dir)? {
             let files = slot_files(p);

@@ -378,16 +378,23 @@ pub(super) fn forget_name(
     if !shared()? && !durable {
         return Err(Error::NotFound(format!("no durable subscription {name:?} has a saved position")));
     }
-    for f in &files {
+    remove_slots(&dir, &files, fsync)
+    // The lock goes with `_lock`, after the slots.
+}
+
+/// Removes the slot files `files` of `dir` (those missing already too),
+/// and makes that durable unless `fsync` is `Never`: forgetting a name's
+/// positions here, a group's or shared subscription's in `membership.rs`.
+pub(super) fn remove_slots(dir: &Path, files: &[String], fsync: Fsync) -> Result<()> {
+    for f in files {
         match fs::remove_file(dir.join(f)) {
             Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(dir.join(f), &e)),
             _ => {}
         }
     }
     if fsync != Fsync::Never {
-        sync_dir(&dir)?;
+        sync_dir(dir)?;
     }
-    // The lock goes with `_lock`, after the slots.
     Ok(())
 }
 
@@ -427,13 +434,9 @@ pub(super) fn move_out(root: &Path, offsets: &mut Offsets, repair: bool, list: &
 /// numbers"): the offsets slots hold positions by name alone.
 pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool, list: &[TopicMeta]) -> Result<bool> {
     let dir = root.join(NAMED_DIR);
-    let entries = match fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == IoKind::NotFound => return Ok(false),
-        Err(e) => return Err(Error::io(&dir, &e)),
-    };
-    let (keys, any_file) = slot_keys(&dir, entries)?;
-    let mut any = any_file;
+    let entries = folder_entries(&dir)?;
+    let mut any = !entries.is_empty();
+    let keys = slot_keys(&entries);
     for key in keys {
         let files = slot_files(&key);
         let (own, ..) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
@@ -452,15 +455,12 @@ pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool, list: &[
     Ok(any)
 }
 
-/// The keys of the names that have slots in `dir` (by their slots, not
-/// their locks: a name `move_out` moved has slots and no lock until a
-/// process takes it), sorted, and whether `dir` holds any file at all.
-fn slot_keys(dir: &Path, entries: fs::ReadDir) -> Result<(Vec<String>, bool)> {
+/// The keys of the names that have slots among `entries`, those of
+/// `named/` (by their slots, not their locks: a name `move_out` moved has
+/// slots and no lock until a process takes it), sorted.
+fn slot_keys(entries: &[fs::DirEntry]) -> Vec<String> {
     let mut keys = Vec::new();
-    let mut any = false;
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, &e))?;
-        any = true;
         let file = entry.file_name();
         if let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(".0").or_else(|| f.strip_suffix(".1"))) {
             keys.push(stem.to_owned());
@@ -468,7 +468,20 @@ fn slot_keys(dir: &Path, entries: fs::ReadDir) -> Result<(Vec<String>, bool)> {
     }
     keys.sort();
     keys.dedup();
-    Ok((keys, any))
+    keys
+}
+
+/// The entries of the folder `dir`, none if it does not exist (yet, or
+/// any more): the walk over `named/` here and over `groups/`, `shared/`
+/// and a group's folder in `membership.rs`, when a topic or a name is
+/// dropped, a mode changes, or the slots are listed.
+pub(super) fn folder_entries(dir: &Path) -> Result<Vec<fs::DirEntry>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(dir, &e)),
+    };
+    entries.map(|entry| entry.map_err(|e| Error::io(dir, &e))).collect()
 }
 
 /// The deleter's part of "Deleting a topic" (see the module docs): drops
@@ -479,12 +492,7 @@ fn slot_keys(dir: &Path, entries: fs::ReadDir) -> Result<(Vec<String>, bool)> {
 /// `Store::drop_topic_from_names` calls it.
 pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -> Result<()> {
     let dir = root.join(NAMED_DIR);
-    let entries = match fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == IoKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io(&dir, &e)),
-    };
-    for key in slot_keys(&dir, entries)?.0 {
+    for key in slot_keys(&folder_entries(&dir)?) {
         let Some(_lock) = try_lock(&dir, &key)? else { continue };
         let files = slot_files(&key);
         let (offsets, seq, slot) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
