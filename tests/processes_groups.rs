@@ -11,14 +11,13 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::Path;
 use std::process::Child;
 use std::time::Duration;
 
 use common::procs::{self, TempDir};
 use common::{Rng, wait_for};
-use rill::{Broker, BrokerConfig, ConsumerOptions, Error, Record, Sharing, TopicOptions};
+use rill::{Broker, BrokerConfig, ConsumerOptions, Error, Sharing, TopicOptions};
 
 /// The topic every process shares.
 const TOPIC: &str = "orders";
@@ -42,36 +41,6 @@ fn options() -> ConsumerOptions {
     ConsumerOptions { session_timeout: SESSION, ..ConsumerOptions::default() }
 }
 
-/// Appends one whole line to `file` (a kill leaves it whole or absent).
-fn append(dir: &Path, file: &str, line: &str) {
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(file)).unwrap();
-    f.write_all(format!("{line}\n").as_bytes()).unwrap();
-}
-
-/// The (partition, offset) pairs a child recorded in `file` (a line cut by
-/// a kill, if any, left out).
-fn records(dir: &Path, file: &str) -> Vec<(u32, u64)> {
-    let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
-    let whole = text.rfind('\n').map_or("", |n| &text[..n]);
-    whole
-        .lines()
-        .map(|l| {
-            let (p, o) = l.split_once(' ').unwrap();
-            (p.parse().unwrap(), o.parse().unwrap())
-        })
-        .collect()
-}
-
-/// Publishes `n` unkeyed messages; returns where they went.
-fn publish(broker: &Broker, n: u64) -> Vec<(u32, u64)> {
-    (0..n)
-        .map(|_| {
-            let at = broker.publish(TOPIC, &Record::new(b"m")).unwrap();
-            (at.partition, at.offset)
-        })
-        .collect()
-}
-
 /// The child of [`members_in_processes_split_the_partitions_and_see_each_others_commits`],
 /// member `i`: writes its assignment to `owns-<i>` whenever it changes, and
 /// each message it polls to `records-<i>`, committing after each batch,
@@ -88,7 +57,7 @@ fn splitting_member(dir: &Path, i: &str) {
             .map(|m| (m.partition(), m.record().offset()))
             .collect();
         for (p, o) in &polled {
-            append(dir, &format!("records-{i}"), &format!("{p} {o}"));
+            procs::append(dir, &format!("records-{i}"), &format!("{p} {o}"));
         }
         if !polled.is_empty() {
             match consumer.commit() {
@@ -137,7 +106,7 @@ fn members_in_processes_split_the_partitions_and_see_each_others_commits() {
                 all == [vec![0], vec![1], vec![2, 3]]
             })
         });
-        let published = publish(&broker, 200);
+        let published = procs::publish(&broker, TOPIC, 200);
         let mut end = BTreeMap::new();
         for (p, o) in &published {
             end.insert(*p, o + 1);
@@ -172,7 +141,7 @@ fn members_in_processes_split_the_partitions_and_see_each_others_commits() {
     let mut seen = BTreeSet::new();
     let mut reader: BTreeMap<u32, u32> = BTreeMap::new();
     for i in 0..MEMBERS {
-        for (p, o) in records(&dir.0, &format!("records-{i}")) {
+        for (p, o) in procs::records(&dir.0, &format!("records-{i}")) {
             assert!(seen.insert((p, o)), "({p}, {o}) was delivered twice");
             assert_eq!(*reader.entry(p).or_insert(i), i, "partition {p} was read by two members");
         }
@@ -194,7 +163,7 @@ fn killed_member(dir: &Path, i: &str) {
             .map(|m| (m.partition(), m.record().offset()))
             .collect();
         for (p, o) in polled {
-            append(dir, &format!("records-{i}"), &format!("{p} {o}"));
+            procs::append(dir, &format!("records-{i}"), &format!("{p} {o}"));
             consumer.commit_offset(p, o + 1).unwrap();
         }
     }
@@ -208,10 +177,8 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_committed_is_lost(
         return;
     }
     let kills = procs::env_or("RILL_CRASH_ITERATIONS", KILLS);
-    let seed = std::env::var("RILL_GROUPS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
-    });
-    println!("kill loop: {kills} kills, RILL_GROUPS_SEED={seed}");
+    println!("kill loop: {kills} kills");
+    let seed = procs::seed("RILL_GROUPS_SEED");
     let mut rng = Rng(seed);
     let dir = TempDir::new("kills");
     let broker = processes(&dir.0);
@@ -228,7 +195,7 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_committed_is_lost(
         Err(e) => panic!("group_stats: {e}"),
     };
     for i in 0..kills {
-        for (p, o) in publish(&broker, PER_ROUND) {
+        for (p, o) in procs::publish(&broker, TOPIC, PER_ROUND) {
             end.insert(p, o + 1);
         }
         let mut child = procs::spawn(TEST, &i.to_string(), &dir.0);
@@ -239,7 +206,7 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_committed_is_lost(
         let file = format!("records-{i}");
         wait_for("the member's progress", || {
             survivor.poll(0, Duration::ZERO).unwrap();
-            records(&dir.0, &file).len() >= r
+            procs::records(&dir.0, &file).len() >= r
         });
         child.kill().unwrap();
         child.wait().unwrap();
@@ -270,7 +237,7 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_committed_is_lost(
     let mut count: BTreeMap<(u32, u64), u32> = BTreeMap::new();
     let mut last_of_killed = BTreeSet::new();
     for i in 0..kills {
-        let got = records(&dir.0, &format!("records-{i}"));
+        let got = procs::records(&dir.0, &format!("records-{i}"));
         if let Some(&last) = got.last() {
             last_of_killed.insert(last);
         }
@@ -322,19 +289,63 @@ fn commits_move_with_the_directory_between_modes() {
     };
     let broker = open(Sharing::Exclusive);
     broker.create_topic(TOPIC, &TopicOptions::default()).unwrap();
-    publish(&broker, 3);
+    procs::publish(&broker, TOPIC, 3);
     read(&broker, 0..3);
     drop(broker);
     // The group's commit, made in Exclusive mode, is found across processes.
     let broker = open(Sharing::Processes);
     assert_eq!(broker.group_stats(GROUP, TOPIC).unwrap().partitions[0].committed, Some(3));
-    publish(&broker, 2);
+    procs::publish(&broker, TOPIC, 2);
     read(&broker, 3..5);
     drop(broker);
     // And back.
     let broker = open(Sharing::Exclusive);
     assert_eq!(broker.group_stats(GROUP, TOPIC).unwrap().partitions[0].committed, Some(5));
     assert!(!dir.0.join("groups").exists(), "folded back into the offsets");
-    publish(&broker, 1);
+    procs::publish(&broker, TOPIC, 1);
     read(&broker, 5..6);
+}
+
+/// The child of [`a_deleted_topic_forgets_the_groups_commits`], role
+/// `commit-<i>-<n>`: a member alone in [`GROUP`] that polls until it has
+/// `n` messages, recording each in `records-<i>`, commits and closes.
+fn committing_member(dir: &Path, role: &str) {
+    let (i, n) = role.strip_prefix("commit-").unwrap().split_once('-').unwrap();
+    let n: usize = n.parse().unwrap();
+    let broker = processes(dir);
+    let mut consumer = broker.consumer(GROUP, TOPIC, options()).unwrap();
+    let mut got = 0;
+    wait_for("every message", || {
+        for m in consumer.poll(16, Duration::from_millis(20)).unwrap().iter() {
+            procs::append(dir, &format!("records-{i}"), &format!("{} {}", m.partition(), m.record().offset()));
+            got += 1;
+        }
+        got >= n
+    });
+    consumer.commit().unwrap();
+    consumer.close();
+}
+
+#[test]
+fn a_deleted_topic_forgets_the_groups_commits() {
+    const TEST: &str = "a_deleted_topic_forgets_the_groups_commits";
+    if let Some((role, dir)) = procs::child_role() {
+        committing_member(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("forget-topic");
+    let broker = processes(&dir.0);
+    let consume_in_child = |i: u32, published: &BTreeSet<(u32, u64)>| {
+        procs::expect_each_once(TEST, &format!("commit-{i}-{}", published.len()), &dir.0, i, published);
+    };
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let published: BTreeSet<_> = procs::publish(&broker, TOPIC, 20).into_iter().collect();
+    consume_in_child(0, &published);
+    assert!(broker.group_stats(GROUP, TOPIC).is_ok(), "its commits are seen here");
+    // The topic deleted (no member live) and created again: the group
+    // reads it from its first message, not from the old topic's commits.
+    broker.delete_topic(TOPIC).unwrap();
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let published: BTreeSet<_> = procs::publish(&broker, TOPIC, 20).into_iter().collect();
+    consume_in_child(1, &published);
 }

@@ -12,14 +12,13 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::Path;
 use std::process::Child;
 use std::sync::{Arc, Mutex};
 
 use common::procs::{self, TempDir};
 use common::{Rng, wait_for};
-use rill::{Ack, Broker, Record, Sharing, StartPosition, Subscription, SubscriptionOptions, TopicOptions};
+use rill::{Ack, Broker, Error, Sharing, StartPosition, Subscription, SubscriptionOptions, TopicOptions};
 
 /// The topic every process shares.
 const TOPIC: &str = "jobs";
@@ -56,42 +55,12 @@ fn member(broker: &Broker, mut record: impl FnMut(u32, u64) + Send + 'static) ->
         .unwrap()
 }
 
-/// Appends one whole line to `file` (a kill leaves it whole or absent).
-fn append(dir: &Path, file: &str, line: &str) {
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(file)).unwrap();
-    f.write_all(format!("{line}\n").as_bytes()).unwrap();
-}
-
-/// The (partition, offset) pairs a child recorded in `file` (a line cut by
-/// a kill, if any, left out).
-fn records(dir: &Path, file: &str) -> Vec<(u32, u64)> {
-    let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
-    let whole = text.rfind('\n').map_or("", |n| &text[..n]);
-    whole
-        .lines()
-        .map(|l| {
-            let (p, o) = l.split_once(' ').unwrap();
-            (p.parse().unwrap(), o.parse().unwrap())
-        })
-        .collect()
-}
-
-/// Publishes `n` unkeyed messages; returns where they went.
-fn publish(broker: &Broker, n: u64) -> Vec<(u32, u64)> {
-    (0..n)
-        .map(|_| {
-            let at = broker.publish(TOPIC, &Record::new(b"m")).unwrap();
-            (at.partition, at.offset)
-        })
-        .collect()
-}
-
 /// A child member `i`: records each message in `records-<i>`, marks
 /// `joined-<i>` once subscribed, and closes when the parent makes `end`.
 fn recording_member(dir: &Path, i: &str) {
     let broker = processes(dir);
     let (d, file) = (dir.to_owned(), format!("records-{i}"));
-    let sub = member(&broker, move |p, o| append(&d, &file, &format!("{p} {o}")));
+    let sub = member(&broker, move |p, o| procs::append(&d, &file, &format!("{p} {o}")));
     procs::mark(dir, &format!("joined-{i}"));
     procs::wait_mark(dir, "end");
     sub.close();
@@ -109,8 +78,9 @@ fn members_in_processes_split_the_partitions_and_each_message_comes_once() {
     let broker = processes(&dir.0);
     broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
     let children: Vec<Child> = (0..MEMBERS).map(|i| procs::spawn(TEST, &i.to_string(), &dir.0)).collect();
-    let all_records =
-        |dir: &Path| -> Vec<Vec<(u32, u64)>> { (0..MEMBERS).map(|i| records(dir, &format!("records-{i}"))).collect() };
+    let all_records = |dir: &Path| -> Vec<Vec<(u32, u64)>> {
+        (0..MEMBERS).map(|i| procs::records(dir, &format!("records-{i}"))).collect()
+    };
     let checks = || {
         for i in 0..MEMBERS {
             procs::wait_mark(&dir.0, &format!("joined-{i}"));
@@ -119,13 +89,13 @@ fn members_in_processes_split_the_partitions_and_each_message_comes_once() {
         // members split the partitions once each has looked at the others.
         let mut published = BTreeSet::new();
         wait_for("every member to get messages", || {
-            published.extend(publish(&broker, 8));
+            published.extend(procs::publish(&broker, TOPIC, 8));
             wait_for("the messages so far", || {
                 all_records(&dir.0).iter().map(Vec::len).sum::<usize>() >= published.len()
             });
             all_records(&dir.0).iter().all(|r| !r.is_empty())
         });
-        published.extend(publish(&broker, 200));
+        published.extend(procs::publish(&broker, TOPIC, 200));
         wait_for("every message", || all_records(&dir.0).iter().map(Vec::len).sum::<usize>() >= published.len());
         published
     };
@@ -149,7 +119,7 @@ fn members_in_processes_split_the_partitions_and_each_message_comes_once() {
     let here: Seen = Arc::default();
     let sink = here.clone();
     let sub = member(&broker, move |p, o| sink.lock().unwrap().push((p, o)));
-    let more = publish(&broker, 8);
+    let more = procs::publish(&broker, TOPIC, 8);
     wait_for("the new messages", || here.lock().unwrap().len() >= more.len());
     sub.close();
     assert_eq!(here.lock().unwrap().iter().copied().collect::<BTreeSet<_>>(), more.into_iter().collect());
@@ -160,7 +130,7 @@ fn members_in_processes_split_the_partitions_and_each_message_comes_once() {
 fn killed_member(dir: &Path, i: &str) {
     let broker = processes(dir);
     let (d, file) = (dir.to_owned(), format!("records-{i}"));
-    let _sub = member(&broker, move |p, o| append(&d, &file, &format!("{p} {o}")));
+    let _sub = member(&broker, move |p, o| procs::append(&d, &file, &format!("{p} {o}")));
     procs::mark(dir, &format!("joined-{i}"));
     // Killed while waiting (the parent never makes this mark).
     procs::wait_mark(dir, "never");
@@ -174,10 +144,8 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_saved_comes_again(
         return;
     }
     let kills = procs::env_or("RILL_CRASH_ITERATIONS", KILLS);
-    let seed = std::env::var("RILL_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
-    });
-    println!("kill loop: {kills} kills, RILL_CRASH_SEED={seed}");
+    println!("kill loop: {kills} kills");
+    let seed = procs::seed("RILL_CRASH_SEED");
     let mut rng = Rng(seed);
     let dir = TempDir::new("kills");
     let broker = processes(&dir.0);
@@ -190,19 +158,19 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_saved_comes_again(
     let delivered = |published: &BTreeSet<(u32, u64)>, upto: u32| {
         let mut all: BTreeSet<(u32, u64)> = mine.lock().unwrap().iter().copied().collect();
         for i in 0..upto {
-            all.extend(records(&dir.0, &format!("records-{i}")));
+            all.extend(procs::records(&dir.0, &format!("records-{i}")));
         }
         published.is_subset(&all)
     };
     for i in 0..kills {
         let mut child = procs::spawn(TEST, &i.to_string(), &dir.0);
         assert!(procs::wait_child_mark(&dir.0, &format!("joined-{i}"), &mut child), "member {i} did not join");
-        published.extend(publish(&broker, PER_ROUND));
+        published.extend(procs::publish(&broker, TOPIC, PER_ROUND));
         // A random moment: after it recorded `r` messages (0: at once), or
         // once everything is delivered (the survivor may read it all).
         let r = rng.below(4) as usize;
         let file = format!("records-{i}");
-        wait_for("the member's progress", || records(&dir.0, &file).len() >= r || delivered(&published, i + 1));
+        wait_for("the member's progress", || procs::records(&dir.0, &file).len() >= r || delivered(&published, i + 1));
         child.kill().unwrap();
         child.wait().unwrap();
         // The survivor takes the dead member's partitions and reads what
@@ -221,7 +189,7 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_saved_comes_again(
         *count.entry(*at).or_default() += 1;
         assert_eq!(count[at], 1, "{at:?} delivered twice to the survivor (seed {seed})");
     }
-    let children: Vec<Vec<(u32, u64)>> = (0..kills).map(|i| records(&dir.0, &format!("records-{i}"))).collect();
+    let children: Vec<Vec<(u32, u64)>> = (0..kills).map(|i| procs::records(&dir.0, &format!("records-{i}"))).collect();
     for (i, got) in children.iter().enumerate() {
         let later: BTreeSet<(u32, u64)> = mine.iter().chain(children[i + 1..].iter().flatten()).copied().collect();
         let mut per_partition: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
@@ -244,4 +212,171 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_saved_comes_again(
     let handled: usize = children.iter().map(Vec::len).sum();
     let again = count.values().map(|&n| n as usize - 1).sum::<usize>();
     println!("{handled} handled by the killed members, {again} deliveries again");
+}
+
+/// The child of [`a_deleted_name_forgets_the_shared_positions`] and
+/// [`a_deleted_topic_forgets_the_shared_positions`], role `drain-<i>-<n>`:
+/// a member that records each message in `records-<i>` until it has `n`,
+/// then closes (saving its positions).
+fn draining_member(dir: &Path, i: &str, n: usize) {
+    let broker = processes(dir);
+    let seen: Seen = Arc::default();
+    let (sink, d, file) = (seen.clone(), dir.to_owned(), format!("records-{i}"));
+    let sub = member(&broker, move |p, o| {
+        procs::append(&d, &file, &format!("{p} {o}"));
+        sink.lock().unwrap().push((p, o));
+    });
+    wait_for("every message", || seen.lock().unwrap().len() >= n);
+    sub.close();
+}
+
+/// The child of [`a_shared_name_and_a_durable_name_are_kept_apart_across_processes`]:
+/// `durable` holds a durable subscription named [`NAME`] until the parent
+/// makes `end`; `durable-busy` finds the name `Busy` (a shared member
+/// holds it) and so does its `delete_durable`.
+fn durable_of_the_name(dir: &Path, role: &str) {
+    let broker = processes(dir);
+    let options = SubscriptionOptions { name: Some(NAME.into()), ..SubscriptionOptions::default() };
+    let sub = broker.subscribe(TOPIC, options, |_| Ack::Success);
+    if role == "durable" {
+        let sub = sub.unwrap();
+        procs::mark(dir, "held");
+        procs::wait_mark(dir, "end");
+        sub.close();
+    } else {
+        assert!(matches!(sub, Err(Error::Busy(_))), "a durable subscription took a shared member's name: {sub:?}");
+        let deleted = broker.delete_durable(NAME);
+        assert!(matches!(deleted, Err(Error::Busy(_))), "deleted a live shared name: {deleted:?}");
+    }
+}
+
+/// Runs the member child of `test` as `drain-<i>-<n>` for `published` (n
+/// of them) and checks it got each of them once.
+fn drain_in_child(test: &str, dir: &Path, i: u32, published: &BTreeSet<(u32, u64)>) {
+    procs::expect_each_once(test, &format!("drain-{i}-{}", published.len()), dir, i, published);
+}
+
+/// A child's `drain-<i>-<n>` role, played.
+fn drain_role(dir: &Path, role: &str) {
+    let (i, n) = role.strip_prefix("drain-").unwrap().split_once('-').unwrap();
+    draining_member(dir, i, n.parse().unwrap());
+}
+
+#[test]
+fn a_deleted_name_forgets_the_shared_positions() {
+    const TEST: &str = "a_deleted_name_forgets_the_shared_positions";
+    if let Some((role, dir)) = procs::child_role() {
+        drain_role(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("forget-name");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let published: BTreeSet<_> = procs::publish(&broker, TOPIC, 20).into_iter().collect();
+    drain_in_child(TEST, &dir.0, 0, &published);
+    // Its positions are saved: the name deleted forgets them, and a member
+    // of it taken again starts at its start position (the first message).
+    broker.delete_durable(NAME).unwrap();
+    assert!(matches!(broker.delete_durable(NAME), Err(Error::NotFound(_))));
+    drain_in_child(TEST, &dir.0, 1, &published);
+}
+
+#[test]
+fn a_deleted_topic_forgets_the_shared_positions() {
+    const TEST: &str = "a_deleted_topic_forgets_the_shared_positions";
+    if let Some((role, dir)) = procs::child_role() {
+        drain_role(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("forget-topic");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let published: BTreeSet<_> = procs::publish(&broker, TOPIC, 20).into_iter().collect();
+    drain_in_child(TEST, &dir.0, 0, &published);
+    // The topic deleted (no member live) and created again: read from its
+    // first message, not from the positions saved in the old one.
+    broker.delete_topic(TOPIC).unwrap();
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let published: BTreeSet<_> = procs::publish(&broker, TOPIC, 20).into_iter().collect();
+    drain_in_child(TEST, &dir.0, 1, &published);
+}
+
+#[test]
+fn a_shared_name_and_a_durable_name_are_kept_apart_across_processes() {
+    const TEST: &str = "a_shared_name_and_a_durable_name_are_kept_apart_across_processes";
+    if let Some((role, dir)) = procs::child_role() {
+        durable_of_the_name(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("apart");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    // A durable subscription of the name in another process: no member.
+    let mut child = procs::spawn(TEST, "durable", &dir.0);
+    let held = procs::wait_child_mark(&dir.0, "held", &mut child);
+    let checks = || {
+        assert!(held, "the durable child did not subscribe");
+        let options = SubscriptionOptions { name: Some(NAME.into()), shared: true, ..SubscriptionOptions::default() };
+        let shared = broker.subscribe(TOPIC, options, |_| Ack::Success);
+        assert!(matches!(shared, Err(Error::Busy(_))), "a shared member took a held durable name: {shared:?}");
+        assert!(matches!(broker.delete_durable(NAME), Err(Error::Busy(_))));
+    };
+    procs::check_then_release(checks, || {
+        procs::mark(&dir.0, "end");
+        procs::expect_success(child, "the durable child");
+    });
+    // A member here: the name is a shared one's, the durable child is refused.
+    let sub = member(&broker, |_, _| {});
+    procs::expect_success(procs::spawn(TEST, "durable-busy", &dir.0), "the refused durable child");
+    sub.close();
+    // Both gone: a durable subscription of the name is taken again.
+    durable_of_the_name_here(&broker);
+}
+
+/// A durable subscription of [`NAME`] in this process, taken and closed.
+fn durable_of_the_name_here(broker: &Broker) {
+    let options = SubscriptionOptions { name: Some(NAME.into()), ..SubscriptionOptions::default() };
+    broker.subscribe(TOPIC, options, |_| Ack::Success).unwrap().close();
+}
+
+#[test]
+fn a_topic_deleted_and_created_again_under_a_live_member_is_read_from_its_first_message() {
+    const TEST: &str = "a_topic_deleted_and_created_again_under_a_live_member_is_read_from_its_first_message";
+    if let Some((role, dir)) = procs::child_role() {
+        if let Some(n) = role.strip_prefix("live-") {
+            // A member that has handled (and saved) the old topic's
+            // messages, still live when the topic is deleted.
+            let broker = processes(&dir);
+            let seen: Seen = Arc::default();
+            let sink = seen.clone();
+            let _sub = member(&broker, move |p, o| sink.lock().unwrap().push((p, o)));
+            wait_for("the old topic's messages", || seen.lock().unwrap().len() >= n.parse().unwrap());
+            procs::mark(&dir, "handled");
+            procs::wait_mark(&dir, "end");
+        } else {
+            drain_role(&dir, &role);
+        }
+        return;
+    }
+    let dir = TempDir::new("live");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    procs::publish(&broker, TOPIC, 20);
+    let mut old = procs::spawn(TEST, "live-20", &dir.0);
+    let handled = procs::wait_child_mark(&dir.0, "handled", &mut old);
+    let checks = || {
+        assert!(handled, "the live member did not handle the old topic");
+        // Deleted while its member lives (the deleter cannot forget what
+        // it saved), and created again in a directory of its own.
+        broker.delete_topic(TOPIC).unwrap();
+        broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+        let published: BTreeSet<_> = procs::publish(&broker, TOPIC, 20).into_iter().collect();
+        // A new member takes each partition once the old one let go of it,
+        // and starts it afresh: the saved positions are the old topic's.
+        drain_in_child(TEST, &dir.0, 0, &published);
+    };
+    procs::check_then_release(checks, || {
+        procs::mark(&dir.0, "end");
+        procs::expect_success(old, "the old topic's member");
+    });
 }

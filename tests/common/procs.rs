@@ -23,10 +23,12 @@
 //! }
 //! ```
 
+use std::collections::BTreeSet;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use rill::{BrokerConfig, Fsync, Sharing};
+use rill::{Broker, BrokerConfig, Fsync, Record, Sharing};
 
 use super::wait_for;
 
@@ -131,4 +133,58 @@ pub fn wait_mark(dir: &Path, name: &str) {
 pub fn wait_child_mark(dir: &Path, name: &str, child: &mut Child) -> bool {
     wait_for(name, || child.try_wait().unwrap().is_some() || dir.join(name).exists());
     dir.join(name).exists()
+}
+
+/// The seed of a kill loop: the number in the environment variable `var`,
+/// or one from the clock; printed with `var`'s name, so a failed run can be
+/// repeated with it.
+pub fn seed(var: &str) -> u64 {
+    let seed = std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
+    });
+    println!("{var}={seed}");
+    seed
+}
+
+/// Publishes `n` unkeyed messages to `topic`; returns where they went
+/// (partition, offset).
+pub fn publish(broker: &Broker, topic: &str, n: u64) -> Vec<(u32, u64)> {
+    (0..n)
+        .map(|_| {
+            let at = broker.publish(topic, &Record::new(b"m")).unwrap();
+            (at.partition, at.offset)
+        })
+        .collect()
+}
+
+/// A member child's record of what it got: appends one whole line to
+/// `file` in `dir` (a kill leaves it whole or absent).
+pub fn append(dir: &Path, file: &str, line: &str) {
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(file)).unwrap();
+    f.write_all(format!("{line}\n").as_bytes()).unwrap();
+}
+
+/// The (partition, offset) pairs a member child recorded in `file` with
+/// [`append`], one `"<partition> <offset>"` line each (a line cut by a
+/// kill, if any, left out).
+pub fn records(dir: &Path, file: &str) -> Vec<(u32, u64)> {
+    let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+    let whole = text.rfind('\n').map_or("", |n| &text[..n]);
+    whole
+        .lines()
+        .map(|l| {
+            let (p, o) = l.split_once(' ').unwrap();
+            (p.parse().unwrap(), o.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Runs member child `i` of `test` in `dir` as `role` (one that records
+/// what it gets in `records-<i>` until it has `published.len()` messages,
+/// then closes) and checks it got each of `published` exactly once.
+pub fn expect_each_once(test: &str, role: &str, dir: &Path, i: u32, published: &BTreeSet<(u32, u64)>) {
+    expect_success(spawn(test, role, dir), &format!("member {i}"));
+    let got = records(dir, &format!("records-{i}"));
+    assert_eq!(got.len(), published.len(), "member {i}: each message once");
+    assert_eq!(&got.into_iter().collect::<BTreeSet<_>>(), published, "member {i}: every message");
 }

@@ -54,18 +54,17 @@ static rill_status open_shared(const char *dir, rill_broker **out) {
     return open_shared_broker(dir, RILL_SHARING_PROCESSES, RILL_FSYNC_NEVER, out);
 }
 
-static void report(int fd, uint64_t a, uint64_t b) {
-    uint64_t r[2] = {a, b};
-    CHECK(write(fd, r, sizeof r) == (ssize_t)sizeof r);
-}
-
 static bool exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
 }
 
-/* A worker: polls, reports, commits, until `end` exists. */
-static int worker(const char *dir, const char *end, int rep) {
+/* A worker: polls, reports, commits, until the file "end" exists in `dir`
+ * (it has no command pipe: `cmd` is -1). */
+static int worker(const char *dir, int cmd, int rep) {
+    (void)cmd;
+    char end[256];
+    CHECK(snprintf(end, sizeof end, "%s/end", dir) < (int)sizeof end);
     rill_broker *b = NULL;
     OK(open_shared(dir, &b));
     rill_consumer_options o;
@@ -81,7 +80,7 @@ static int worker(const char *dir, const char *end, int rep) {
         size_t n = 0;
         OK(rill_consumer_poll(c, 16, 20, &m, &n));
         for (size_t i = 0; i < n; i++) {
-            report(rep, m[i].partition, m[i].offset);
+            procs_report(rep, m[i].partition, m[i].offset);
         }
         if (n > 0) {
             rill_status s = rill_consumer_commit(c);
@@ -96,7 +95,7 @@ static int worker(const char *dir, const char *end, int rep) {
             mask |= 1u << parts[i];
         }
         if (mask != owned) {
-            report(rep, OWNS, mask);
+            procs_report(rep, OWNS, mask);
             owned = mask;
         }
     }
@@ -106,52 +105,33 @@ static int worker(const char *dir, const char *end, int rep) {
     return failures ? 1 : 0;
 }
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* What the parent learned from the workers. */
 static uint64_t owns[WORKERS];
 static int seen[PARTITIONS][MESSAGES];
 static int reader[PARTITIONS];
 static size_t received;
 
-/* Reads the reports ready within `ms`, one from each worker at most. */
-static void drain(int *fds, int ms) {
-    struct pollfd p[WORKERS];
-    for (int i = 0; i < WORKERS; i++) {
-        p[i].fd = fds[i];
-        p[i].events = POLLIN;
-    }
-    if (poll(p, WORKERS, ms) <= 0) {
+/* One worker's report: an assignment, or a message it polled. */
+static void on_report(int i, uint64_t a, uint64_t b) {
+    if (a == OWNS) {
+        owns[i] = b;
         return;
     }
-    for (int i = 0; i < WORKERS; i++) {
-        if (!(p[i].revents & POLLIN)) {
-            continue;
-        }
-        uint64_t r[2];
-        ssize_t n = read(fds[i], r, sizeof r);
-        if (n != (ssize_t)sizeof r) {
-            continue;
-        }
-        if (r[0] == OWNS) {
-            owns[i] = r[1];
-            continue;
-        }
-        CHECK(r[0] < PARTITIONS && r[1] < MESSAGES);
-        if (r[0] >= PARTITIONS || r[1] >= MESSAGES) {
-            continue;
-        }
-        seen[r[0]][r[1]]++;
-        received++;
-        if (reader[r[0]] < 0) {
-            reader[r[0]] = i;
-        }
-        CHECK(reader[r[0]] == i); /* one worker per partition */
+    CHECK(a < PARTITIONS && b < MESSAGES);
+    if (a >= PARTITIONS || b >= MESSAGES) {
+        return;
     }
+    seen[a][b]++;
+    received++;
+    if (reader[a] < 0) {
+        reader[a] = i;
+    }
+    CHECK(reader[a] == i); /* one worker per partition */
+}
+
+/* Reads the reports ready within `ms`, one from each worker at most. */
+static void drain(const int *fds, int ms) {
+    procs_read_reports(fds, WORKERS, ms, on_report);
 }
 
 static bool settled(void) {
@@ -183,29 +163,14 @@ int main(void) {
 
     int fds[WORKERS];
     pid_t pid[WORKERS];
-    for (int i = 0; i < WORKERS; i++) {
-        int p[2];
-        CHECK(pipe(p) == 0);
-        fflush(NULL);
-        pid[i] = fork();
-        CHECK(pid[i] >= 0);
-        if (pid[i] == 0) {
-            close(p[0]);
-            for (int j = 0; j < i; j++) {
-                close(fds[j]);
-            }
-            _exit(worker(dir, end, p[1]));
-        }
-        close(p[1]);
-        fds[i] = p[0];
-    }
+    procs_fork_members(WORKERS, dir, worker, pid, fds, NULL);
     for (int p = 0; p < PARTITIONS; p++) {
         reader[p] = -1;
     }
 
     OK(open_shared(dir, &b));
-    int64_t deadline = now_ms() + WAIT_MS;
-    while (!settled() && now_ms() < deadline) {
+    int64_t deadline = procs_now_ms() + WAIT_MS;
+    while (!settled() && procs_now_ms() < deadline) {
         drain(fds, 10);
     }
     CHECK(settled());
@@ -218,8 +183,8 @@ int main(void) {
             ends[at.partition] = at.offset + 1;
         }
     }
-    deadline = now_ms() + WAIT_MS;
-    while (received < MESSAGES && now_ms() < deadline) {
+    deadline = procs_now_ms() + WAIT_MS;
+    while (received < MESSAGES && procs_now_ms() < deadline) {
         drain(fds, 10);
     }
     CHECK(received == MESSAGES);

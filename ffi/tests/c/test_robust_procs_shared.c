@@ -46,13 +46,8 @@ static const char *NAME = "workers";
 /* A report's first word once the member subscribed. */
 static const uint64_t JOINED = UINT64_MAX;
 
-static void report(int fd, uint64_t a, uint64_t b) {
-    uint64_t r[2] = {a, b};
-    CHECK(write(fd, r, sizeof r) == (ssize_t)sizeof r);
-}
-
 static rill_ack on_message(void *user_data, const rill_message *m) {
-    report(*(int *)user_data, m->partition, m->offset);
+    procs_report(*(int *)user_data, m->partition, m->offset);
     return RILL_ACK_SUCCESS;
 }
 
@@ -69,18 +64,12 @@ static int member(const char *dir, int cmd, int rep) {
     if (b != NULL) {
         OK(rill_subscribe(b, TOPIC, &so, on_message, &rep, &s));
     }
-    report(rep, JOINED, 0);
+    procs_report(rep, JOINED, 0);
     expect_byte(cmd, 'e');
     rill_subscription_free(s);
     rill_broker_free(b);
     close(rep);
     return failures ? 1 : 0;
-}
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* What the parent learned from the members. */
@@ -89,36 +78,24 @@ static int seen[PARTITIONS][MAX_OFFSET];
 static size_t got[MEMBERS];
 static size_t received;
 
-/* Reads the reports ready within `ms`, one from each member at most. */
-static void drain(const int *fds, int ms) {
-    struct pollfd p[MEMBERS];
-    for (int i = 0; i < MEMBERS; i++) {
-        p[i].fd = fds[i];
-        p[i].events = POLLIN;
-    }
-    if (poll(p, MEMBERS, ms) <= 0) {
+/* One member's report: it joined, or a message it got. */
+static void on_report(int i, uint64_t a, uint64_t b) {
+    if (a == JOINED) {
+        joined++;
         return;
     }
-    for (int i = 0; i < MEMBERS; i++) {
-        if (!(p[i].revents & POLLIN)) {
-            continue;
-        }
-        uint64_t r[2];
-        if (read(fds[i], r, sizeof r) != (ssize_t)sizeof r) {
-            continue;
-        }
-        if (r[0] == JOINED) {
-            joined++;
-            continue;
-        }
-        CHECK(r[0] < PARTITIONS && r[1] < MAX_OFFSET);
-        if (r[0] >= PARTITIONS || r[1] >= MAX_OFFSET) {
-            continue;
-        }
-        seen[r[0]][r[1]]++;
-        got[i]++;
-        received++;
+    CHECK(a < PARTITIONS && b < MAX_OFFSET);
+    if (a >= PARTITIONS || b >= MAX_OFFSET) {
+        return;
     }
+    seen[a][b]++;
+    got[i]++;
+    received++;
+}
+
+/* Reads the reports ready within `ms`, one from each member at most. */
+static void drain(const int *fds, int ms) {
+    procs_read_reports(fds, MEMBERS, ms, on_report);
 }
 
 static bool all_got_some(void) {
@@ -145,8 +122,8 @@ static size_t publish(rill_broker *b, size_t n) {
 
 /* Drains until `want` messages were received, or the deadline. */
 static void drain_until(const int *fds, size_t want) {
-    int64_t deadline = now_ms() + WAIT_MS;
-    while (received < want && now_ms() < deadline) {
+    int64_t deadline = procs_now_ms() + WAIT_MS;
+    while (received < want && procs_now_ms() < deadline) {
         drain(fds, 10);
     }
     CHECK(received == want);
@@ -167,37 +144,18 @@ int main(void) {
 
     int fds[MEMBERS], cmds[MEMBERS];
     pid_t pid[MEMBERS];
-    for (int i = 0; i < MEMBERS; i++) {
-        int p[2], c[2];
-        CHECK(pipe(p) == 0 && pipe(c) == 0);
-        fflush(NULL);
-        pid[i] = fork();
-        CHECK(pid[i] >= 0);
-        if (pid[i] == 0) {
-            close(p[0]);
-            close(c[1]);
-            for (int j = 0; j < i; j++) {
-                close(fds[j]);
-                close(cmds[j]);
-            }
-            _exit(member(dir, c[0], p[1]));
-        }
-        close(p[1]);
-        close(c[0]);
-        fds[i] = p[0];
-        cmds[i] = c[1];
-    }
+    procs_fork_members(MEMBERS, dir, member, pid, fds, cmds);
 
     OK(open_shared_broker(dir, RILL_SHARING_PROCESSES, RILL_FSYNC_NEVER, &b));
-    int64_t deadline = now_ms() + WAIT_MS;
-    while (joined < MEMBERS && now_ms() < deadline) {
+    int64_t deadline = procs_now_ms() + WAIT_MS;
+    while (joined < MEMBERS && procs_now_ms() < deadline) {
         drain(fds, 10);
     }
     CHECK(joined == MEMBERS);
     /* A few at a time until every member has had some. */
     size_t published = 0;
-    deadline = now_ms() + WAIT_MS;
-    while (!all_got_some() && now_ms() < deadline && b != NULL) {
+    deadline = procs_now_ms() + WAIT_MS;
+    while (!all_got_some() && procs_now_ms() < deadline && b != NULL) {
         published += publish(b, 8);
         drain_until(fds, published);
     }

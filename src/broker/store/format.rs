@@ -35,6 +35,13 @@ const TOPICS_COMPACTION_OPTIONS: u32 = 4;
 /// `Corrupt` rather than misread it (see "Positions and directory numbers"
 /// in `named.rs`).
 pub(super) const NAMED_VERSION: u32 = 2;
+/// The format of a group's or a shared subscription's own slots
+/// (`membership.rs`): 2 puts the directory number of the topic the
+/// committed offset is in before the offsets encoding ([`MemberSlot`]); 1,
+/// the offsets encoding alone, is still read. An older rill refuses a slot
+/// of format 2 as `Corrupt`, as for [`NAMED_VERSION`] (see "Commits and
+/// directory numbers" in `membership.rs`).
+pub(super) const MEMBER_VERSION: u32 = 2;
 /// The directory number of a position read from a named slot of format 1,
 /// which held none: checked by its topic's name alone.
 pub(super) const UNKNOWN_DIR: u64 = u64::MAX;
@@ -72,6 +79,34 @@ pub(crate) type DirPositions = Vec<(String, u32, u64, u64)>;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct NamedSlot {
     pub(crate) durable: Vec<(String, DirPositions)>,
+}
+
+/// What a group's or a shared subscription's own slots hold (format
+/// [`MEMBER_VERSION`]): one partition's committed offset, as the offsets
+/// encoding with one group, and the directory number of its topic
+/// (`topics/<dir>`, or [`UNKNOWN_DIR`] if read from a slot of format 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MemberSlot {
+    pub(crate) offsets: Offsets,
+    pub(crate) dir: u64,
+}
+
+impl Default for MemberSlot {
+    fn default() -> Self {
+        MemberSlot { offsets: Offsets::default(), dir: UNKNOWN_DIR }
+    }
+}
+
+impl SlotBody for MemberSlot {
+    const VERSION: u32 = MEMBER_VERSION;
+    fn encode(&self, w: &mut Writer) {
+        w.u64(self.dir);
+        encode_offsets(w, &self.offsets);
+    }
+    fn decode(r: &mut Reader<'_>, version: u32) -> Result<Self> {
+        let dir = if version == 1 { UNKNOWN_DIR } else { r.u64()? };
+        Ok(MemberSlot { offsets: decode_offsets(r)?, dir })
+    }
 }
 
 /// The body of a pair of slots written by a `GroupCommit` (`offsets.rs`):

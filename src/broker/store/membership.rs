@@ -64,14 +64,47 @@
 //!
 //! The deleter of a topic, holding `topics.lock` once it is unlisted (so no
 //! process lists the name again meanwhile), forgets the commits of every
-//! group on it with no live member ([`drop_topic`]), so a topic created
+//! group on it with no live member, and the positions of every shared
+//! subscription on it with none ([`drop_topic`]), so a topic created
 //! again under that name is read from its first message, as in one
 //! process. A group with a live member is skipped: its members are closed
-//! when their process sees the delete, and its commits, kept by topic
-//! *name*, stay, so a re-created topic is resumed at them by that group
-//! (closing that needs the topic's directory number stored with each
-//! commit and checked when a partition is taken, as `named.rs` does for
-//! durable names: "Positions and directory numbers").
+//! when their process sees the delete, and what they committed stays in
+//! the slots (a shared member saves its positions at its close, too).
+//!
+//! # Commits and directory numbers
+//!
+//! So a commit left by a member of a deleted topic must not be resumed in
+//! the topic created again under its name, which shares its folder (the
+//! key is the names'). Each commit is stored with the directory number of
+//! its topic (`topics/<dir>`) as the member's process opened it, and a
+//! member checks it when it takes a partition ([`Membership::take`]):
+//!
+//! * the same number (or none: a slot of format 1, or a member whose
+//!   process has no number for its topic): the commit is resumed;
+//! * a smaller one: an older topic's of that name, deleted since; the
+//!   partition starts afresh (at the start position; a shared member saves
+//!   it at once, with its own number);
+//! * a larger one: the member's own topic is the older one, deleted while
+//!   its process has not seen it yet; it does not take the partition, and
+//!   its process closes it when it sees the delete.
+//!
+//! Directory numbers only grow (`next_dir` in the topic list), so the two
+//! cases cannot be mistaken. Only the holder of `p<N>.lock` writes, so a
+//! newer topic's commit is never overwritten by a member of an older one.
+//! Reading a partition it does not own ([`Membership::committed`],
+//! `group_committed`) goes by the same rule. The `Exclusive` opener's fold
+//! ([`fold_in`]) leaves out a commit stored with a number its topic is not
+//! listed in, since the offsets slots hold commits by name alone.
+//!
+//! The encoding is format 2 of the slots' frame (`MEMBER_VERSION` in
+//! `format.rs`): the number, then the offsets encoding that format 1 is.
+//! Format 1 is still read, its commits by name alone; the next commit
+//! writes format 2. An older rill reads frames of format 1 only and finds a
+//! slot of format 2 `Corrupt` ("metadata format 2"), so it never misreads
+//! one: it passes over it for the other slot if that one is of format 1
+//! (an older commit, at least once), and with both of format 2 it refuses
+//! to take the partition (or to open the directory `Exclusive`), unless
+//! `repair`, which starts it afresh.
 //!
 //! # Deleting a group
 //!
@@ -110,12 +143,18 @@
 //! what it handled after its last save, which its partition's next owner
 //! delivers again (at least once).
 //!
+//! A member holds the subscription's name too, with a shared lock of the
+//! durable name's lock file ("Shared names" in `named.rs`), so a durable
+//! subscription of that name in any process is `Busy` while a member lives
+//! and the other way round. `delete_durable` of the name forgets its
+//! positions under `shared/` on every topic ([`forget_shared`], holding the
+//! name's lock exclusively), and a topic's deletion forgets them as it
+//! forgets a group's commits (see "Deleting a topic", [`drop_topic`]).
+//!
 //! # What is not shared
 //!
 //! A shared subscription's positions under `shared/` do not move when the
-//! directory changes mode, nor does `delete_durable` or a topic's deletion
-//! forget them; and a shared name is not kept apart from a durable name
-//! of the same name held in another process. A shared member whose
+//! directory changes mode. A shared member whose
 //! handler call overruns `ack_timeout` keeps its partitions (its message
 //! comes again to it, as to a member alone): the hand-over of a stalled
 //! member is `shared.rs`'s, within one process.
@@ -131,10 +170,10 @@ use std::io::{ErrorKind as IoKind, Write};
 use std::path::{Path, PathBuf};
 
 use super::atomic_file::sync_dir;
-use super::format::Offsets;
+use super::format::{MemberSlot, Offsets, TopicMeta, UNKNOWN_DIR};
 use super::lock::{Locked, flock, open_lock_file};
-use super::named::key;
-use super::offsets::{GroupCommit, read_slots};
+use super::named::{folder_entries, key, remove_slots};
+use super::offsets::{GroupCommit, read_slots_of};
 use crate::error::{Error, Result};
 use crate::log::Fsync;
 
@@ -176,7 +215,7 @@ pub(crate) fn target(index: usize, members: usize, n: u32) -> Vec<u32> {
 struct Owned {
     /// Holds the flock while open.
     _lock: Locked,
-    commit: GroupCommit,
+    commit: GroupCommit<MemberSlot>,
     committed: Option<u64>,
 }
 
@@ -189,12 +228,20 @@ pub(crate) struct Membership {
     group: String,
     topic: String,
     partitions: u32,
+    /// The directory number of its topic as its process opened it
+    /// (`topics/<dir>`, or [`UNKNOWN_DIR`]): written with each commit and
+    /// checked when a partition is taken (see "Commits and directory
+    /// numbers").
+    topic_dir: u64,
     repair: bool,
     /// This member's file name in `dir`.
     name: String,
     /// Holds the member file's flock while open.
     _member: Locked,
     owned: BTreeMap<u32, Owned>,
+    /// A shared subscription's member: its shared lock of the name (see
+    /// "Shared subscriptions"), held while it is a member.
+    _name: Option<Locked>,
 }
 
 /// The folder of group `group` on topic `topic` in `root`, made if missing.
@@ -230,12 +277,34 @@ fn committed_of(offsets: &Offsets, dir: &Path, group: &str, topic: &str, p: u32)
     }
 }
 
-/// The slots' encoding of partition `p`'s committed offset: the offsets
-/// encoding with one group whose only entry is `p`'s.
-fn snapshot(group: &str, topic: &str, p: u32, offset: Option<u64>) -> Offsets {
+/// The slots' encoding of partition `p`'s committed offset in the topic
+/// of directory number `dir`: the offsets encoding with one group whose
+/// only entry is `p`'s, and `dir`.
+fn snapshot(group: &str, topic: &str, p: u32, offset: Option<u64>, dir: u64) -> MemberSlot {
     let mut committed = vec![None; p as usize + 1];
     committed[p as usize] = offset;
-    Offsets { groups: vec![(group.to_owned(), topic.to_owned(), committed)], durable: Vec::new() }
+    let offsets = Offsets { groups: vec![(group.to_owned(), topic.to_owned(), committed)], durable: Vec::new() };
+    MemberSlot { offsets, dir }
+}
+
+/// What partition `p`'s slot `slot`, read from `dir`, holds for a member of
+/// the topic in directory number `mine` (see "Commits and directory
+/// numbers"): `Some` committed offset (`Some(None)`: none, or the commit of
+/// an older topic of that name), or `None` if the slot is a newer topic's
+/// of that name (the member's own topic was deleted: it must not take `p`).
+fn committed_for(
+    slot: &MemberSlot,
+    dir: &Path,
+    (group, topic): (&str, &str),
+    p: u32,
+    mine: u64,
+) -> Result<Option<Option<u64>>> {
+    let committed = committed_of(&slot.offsets, dir, group, topic, p)?;
+    if slot.dir == UNKNOWN_DIR || mine == UNKNOWN_DIR || slot.dir == mine {
+        return Ok(Some(committed));
+    }
+    // Directory numbers only grow: a smaller one is an older topic's.
+    Ok((slot.dir < mine).then_some(None))
 }
 
 /// Tries the lock of `path` without blocking: `None` if it is held.
@@ -253,11 +322,11 @@ impl Membership {
         root: &Path,
         fsync: Fsync,
         repair: bool,
-        (group, topic): (&str, &str),
+        (group, topic, topic_dir): (&str, &str, u64),
         partitions: u32,
         id: u64,
     ) -> Result<Membership> {
-        Membership::join_in(root, GROUPS_DIR, fsync, repair, (group, topic), partitions, id)
+        Membership::join_in(root, GROUPS_DIR, fsync, repair, (group, topic, topic_dir), partitions, id)
     }
 
     /// [`Membership::join`] in `root`'s folder `top` ([`GROUPS_DIR`] or
@@ -267,7 +336,7 @@ impl Membership {
         top: &str,
         fsync: Fsync,
         repair: bool,
-        (group, topic): (&str, &str),
+        (group, topic, topic_dir): (&str, &str, u64),
         partitions: u32,
         id: u64,
     ) -> Result<Membership> {
@@ -286,11 +355,20 @@ impl Membership {
             group: group.to_owned(),
             topic: topic.to_owned(),
             partitions,
+            topic_dir,
             repair,
             name,
             _member: Locked::new(file),
             owned: BTreeMap::new(),
+            _name: None,
         })
+    }
+
+    /// This member holding `name`, a shared subscription's shared lock of
+    /// its name (see "Shared subscriptions"), until it is dropped.
+    pub(super) fn holding(mut self, name: Locked) -> Membership {
+        self._name = Some(name);
+        self
     }
 
     /// The live members, sorted by name; removes the files of dead ones.
@@ -352,7 +430,7 @@ impl Membership {
     pub(crate) fn committed(&self, p: u32) -> Result<Option<u64>> {
         match self.owned.get(&p) {
             Some(o) => Ok(o.committed),
-            None => read_committed(&self.dir, &self.group, &self.topic, p, self.repair),
+            None => read_committed(&self.dir, (&self.group, &self.topic, self.topic_dir), p, self.repair),
         }
     }
 
@@ -376,9 +454,13 @@ impl Membership {
             }
             let Some(lock) = try_lock(&self.dir.join(format!("p{p}.lock")))? else { continue };
             let files = slot_files(p);
-            let (offsets, seq, slot) = read_slots(&self.dir, &files.each_ref().map(String::as_str), self.repair)?;
-            let committed = committed_of(&offsets, &self.dir, &self.group, &self.topic, p)?;
-            let commit = GroupCommit::with_files(&self.dir, files, seq, slot, &offsets);
+            let (held, seq, slot) =
+                read_slots_of::<MemberSlot>(&self.dir, &files.each_ref().map(String::as_str), self.repair)?;
+            let names = (self.group.as_str(), self.topic.as_str());
+            // A newer topic's: this member's is deleted, its process not
+            // told yet; the lock goes at once.
+            let Some(committed) = committed_for(&held, &self.dir, names, p, self.topic_dir)? else { continue };
+            let commit = GroupCommit::with_files(&self.dir, files, seq, slot, &held);
             self.owned.insert(p, Owned { _lock: lock, commit, committed });
             taken.push((p, committed));
         }
@@ -400,7 +482,8 @@ impl Membership {
             // Written (and synced, if that was asked) already.
             return Ok(true);
         }
-        o.commit.wait(o.commit.request(snapshot(&self.group, &self.topic, p, Some(offset)), sync))?;
+        let next = snapshot(&self.group, &self.topic, p, Some(offset), self.topic_dir);
+        o.commit.wait(o.commit.request(next, sync))?;
         o.committed = Some(offset);
         Ok(true)
     }
@@ -419,11 +502,13 @@ impl Drop for Membership {
     }
 }
 
-/// Partition `p`'s committed offset as its slots in `dir` hold it.
-fn read_committed(dir: &Path, group: &str, topic: &str, p: u32, repair: bool) -> Result<Option<u64>> {
+/// Partition `p`'s committed offset as its slots in `dir` hold it for the
+/// topic of directory number `mine` (none if they hold another topic's of
+/// that name, see [`committed_for`]).
+fn read_committed(dir: &Path, (group, topic, mine): (&str, &str, u64), p: u32, repair: bool) -> Result<Option<u64>> {
     let files = slot_files(p);
-    let (offsets, ..) = read_slots(dir, &files.each_ref().map(String::as_str), repair)?;
-    committed_of(&offsets, dir, group, topic, p)
+    let (held, ..) = read_slots_of::<MemberSlot>(dir, &files.each_ref().map(String::as_str), repair)?;
+    Ok(committed_for(&held, dir, (group, topic), p, mine)?.flatten())
 }
 
 /// The committed offsets of group `group` on `topic` (`partitions` of
@@ -432,35 +517,39 @@ fn read_committed(dir: &Path, group: &str, topic: &str, p: u32, repair: bool) ->
 pub(super) fn group_committed(
     root: &Path,
     repair: bool,
-    (group, topic): (&str, &str),
+    (group, topic, topic_dir): (&str, &str, u64),
     partitions: u32,
 ) -> Result<Option<Vec<Option<u64>>>> {
     let dir = root.join(GROUPS_DIR).join(group_key(group, topic));
     if !dir.is_dir() || slot_partitions(&dir)?.is_empty() {
         return Ok(None);
     }
-    (0..partitions).map(|p| read_committed(&dir, group, topic, p, repair)).collect::<Result<Vec<_>>>().map(Some)
+    (0..partitions)
+        .map(|p| read_committed(&dir, (group, topic, topic_dir), p, repair))
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
 }
 
 /// Forgets group `group`'s committed offsets on `topic` in `root` (see the
 /// module docs): `NotFound` if it has none, `Busy` while a member holds
 /// any partition (or any member is live).
 pub(super) fn forget_group(root: &Path, fsync: Fsync, (group, topic): (&str, &str), partitions: u32) -> Result<()> {
-    let dir = root.join(GROUPS_DIR).join(group_key(group, topic));
-    let none = || Error::NotFound(format!("consumer group {group:?} has no offsets on topic {topic:?}"));
-    let entries = match fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == IoKind::NotFound => return Err(none()),
-        Err(e) => return Err(Error::io(&dir, &e)),
-    };
+    forget_in(root, GROUPS_DIR, fsync, (group, topic), partitions)
+}
+
+/// [`forget_group`] in `root`'s folder `top` ([`GROUPS_DIR`] or
+/// [`SHARED_DIR`]).
+fn forget_in(root: &Path, top: &str, fsync: Fsync, (group, topic): (&str, &str), partitions: u32) -> Result<()> {
+    let dir = root.join(top).join(group_key(group, topic));
+    let what = if top == SHARED_DIR { "shared subscription" } else { "consumer group" };
+    let none = || Error::NotFound(format!("{what} {group:?} has no offsets on topic {topic:?}"));
+    // A folder that is not there has no slots: `none()` below.
+    let entries = folder_entries(&dir)?;
     let busy = || {
-        Error::Busy(format!(
-            "consumer group {group:?} has live member(s) on {topic:?}: close them before deleting the group"
-        ))
+        Error::Busy(format!("{what} {group:?} has live member(s) on {topic:?}: close them before deleting its offsets"))
     };
     let mut slots = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io(&dir, &e))?;
         let file = entry.file_name().to_string_lossy().into_owned();
         if file.ends_with(MEMBER_SUFFIX) {
             match try_lock(&dir.join(&file)) {
@@ -482,16 +571,7 @@ pub(super) fn forget_group(root: &Path, fsync: Fsync, (group, topic): (&str, &st
             None => return Err(busy()),
         }
     }
-    for f in &slots {
-        match fs::remove_file(dir.join(f)) {
-            Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(dir.join(f), &e)),
-            _ => {}
-        }
-    }
-    if fsync != Fsync::Never {
-        sync_dir(&dir)?;
-    }
-    Ok(())
+    remove_slots(&dir, &slots, fsync)
 }
 
 /// The partitions with slot files in the group folder `dir`, ascending.
@@ -512,51 +592,65 @@ fn slot_partitions(dir: &Path) -> Result<Vec<u32>> {
 }
 
 /// The deleter's part of deleting topic `topic` (see "Deleting a topic"):
-/// forgets the commits of every group on it that has no live member, so a
-/// topic created again under that name is read from its first message. A
-/// group with a live member is skipped: its members are closed when their
-/// process sees the delete, and its commits stay (the gap named there).
+/// forgets the commits of every group on it, and the positions of every
+/// shared subscription on it, that has no live member, so a topic created
+/// again under that name is read from its first message. One with a live
+/// member is skipped: its members are closed when their process sees the
+/// delete, and what they saved stays (see "Deleting a topic").
 pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -> Result<()> {
-    let top = root.join(GROUPS_DIR);
-    let entries = match fs::read_dir(&top) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == IoKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io(&top, &e)),
-    };
-    for entry in entries {
-        let dir = entry.map_err(|e| Error::io(&top, &e))?.path();
-        let parts = slot_partitions(&dir)?;
-        let Some(&last) = parts.last() else { continue };
-        let files = slot_files(last);
-        let (offsets, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
-        let Some((group, t, _)) = offsets.groups.into_iter().next() else { continue };
-        if t != topic {
-            continue;
-        }
-        match forget_group(root, fsync, (&group, topic), last + 1) {
-            Ok(()) | Err(Error::Busy(_) | Error::NotFound(_)) => {}
-            Err(e) => return Err(e),
+    for top in [GROUPS_DIR, SHARED_DIR] {
+        for (group, t, partitions) in folders_in(root, top, repair)? {
+            if t != topic {
+                continue;
+            }
+            match forget_in(root, top, fsync, (&group, topic), partitions) {
+                Ok(()) | Err(Error::Busy(_) | Error::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(())
 }
 
-/// Every (group, topic) with commits under `groups/` in `root`, sorted.
-pub(super) fn group_list(root: &Path, repair: bool) -> Result<Vec<(String, String)>> {
-    let top = root.join(GROUPS_DIR);
-    let entries = match fs::read_dir(&top) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(&top, &e)),
-    };
-    let mut list = Vec::new();
-    for entry in entries {
-        let dir = entry.map_err(|e| Error::io(&top, &e))?.path();
+/// Every folder with slots in `root`'s folder `top`: its group (or shared
+/// subscription), its topic, and the number of partitions its slots cover
+/// (the highest with slots, plus one), as the slots of that highest one
+/// say.
+fn folders_in(root: &Path, top: &str, repair: bool) -> Result<Vec<(String, String, u32)>> {
+    let mut found = Vec::new();
+    for entry in folder_entries(&root.join(top))? {
+        let dir = entry.path();
         let Some(&last) = slot_partitions(&dir)?.last() else { continue };
         let files = slot_files(last);
-        let (offsets, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
-        list.extend(offsets.groups.into_iter().map(|(g, t, _)| (g, t)));
+        let (held, ..) = read_slots_of::<MemberSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
+        found.extend(held.offsets.groups.into_iter().map(|(g, t, _)| (g, t, last + 1)));
     }
+    Ok(found)
+}
+
+/// Forgets the positions of shared subscription `name` on every topic in
+/// `root` (`delete_durable`'s part for a shared name; the caller holds the
+/// name's lock exclusively, so no member can join meanwhile, see
+/// `named.rs`): true if it had any, `Busy` if a member is live.
+pub(super) fn forget_shared(root: &Path, fsync: Fsync, repair: bool, name: &str) -> Result<bool> {
+    let mut any = false;
+    for (n, topic, partitions) in folders_in(root, SHARED_DIR, repair)? {
+        if n != name {
+            continue;
+        }
+        match forget_in(root, SHARED_DIR, fsync, (name, &topic), partitions) {
+            Ok(()) => any = true,
+            Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(any)
+}
+
+/// Every (group, topic) with commits under `groups/` in `root`, sorted.
+pub(super) fn group_list(root: &Path, repair: bool) -> Result<Vec<(String, String)>> {
+    let mut list: Vec<(String, String)> =
+        folders_in(root, GROUPS_DIR, repair)?.into_iter().map(|(g, t, _)| (g, t)).collect();
     list.sort();
     list.dedup();
     Ok(list)
@@ -579,20 +673,22 @@ pub(super) fn partition_lock(p: u32) -> String {
 }
 
 /// The first `Processes` opener's move (see "Changing modes"): writes each
-/// group of `offsets` into its own slots, synced, and takes them out of
+/// group of `offsets` into its own slots, synced, each with its topic's
+/// directory number in `list` (the topic list), and takes them out of
 /// `offsets`. True if there were any.
-pub(super) fn move_out(root: &Path, offsets: &mut Offsets, repair: bool) -> Result<bool> {
+pub(super) fn move_out(root: &Path, offsets: &mut Offsets, repair: bool, list: &[TopicMeta]) -> Result<bool> {
     if offsets.groups.is_empty() {
         return Ok(false);
     }
     for (group, topic, committed) in std::mem::take(&mut offsets.groups) {
         let dir = group_dir(root, Fsync::Always, &group, &topic)?;
+        let topic_dir = list.iter().find(|t| t.name == topic).map_or(UNKNOWN_DIR, |t| t.dir);
         for (p, offset) in committed.iter().enumerate() {
             let p = p as u32;
             let files = slot_files(p);
-            let (old, seq, slot) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
+            let (old, seq, slot) = read_slots_of::<MemberSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
             let commit = GroupCommit::with_files(&dir, files, seq, slot, &old);
-            commit.wait(commit.request(snapshot(&group, &topic, p, *offset), true))?;
+            commit.wait(commit.request(snapshot(&group, &topic, p, *offset, topic_dir), true))?;
         }
     }
     Ok(true)
@@ -601,23 +697,23 @@ pub(super) fn move_out(root: &Path, offsets: &mut Offsets, repair: bool) -> Resu
 /// An `Exclusive` opener's move (see "Changing modes"): folds every
 /// group's own slots into `offsets` (theirs win, partition by partition).
 /// True if there were any: the caller writes the offsets, synced, then
-/// calls [`remove_groups`].
-pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool) -> Result<bool> {
-    let top = root.join(GROUPS_DIR);
-    let entries = match fs::read_dir(&top) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == IoKind::NotFound => return Ok(false),
-        Err(e) => return Err(Error::io(&top, &e)),
-    };
-    let mut any = false;
+/// calls [`remove_groups`]. A commit stored with a directory number its
+/// topic is not listed in by `list` (the topic list) is left out: the
+/// offsets slots hold commits by topic name alone (see "Commits and
+/// directory numbers").
+pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool, list: &[TopicMeta]) -> Result<bool> {
+    let entries = folder_entries(&root.join(GROUPS_DIR))?;
+    let any = !entries.is_empty();
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io(&top, &e))?;
-        any = true;
         let dir = entry.path();
         for p in slot_partitions(&dir)? {
             let files = slot_files(p);
-            let (own, ..) = read_slots(&dir, &files.each_ref().map(String::as_str), repair)?;
-            let Some((group, topic, committed)) = own.groups.into_iter().next() else { continue };
+            let (own, ..) = read_slots_of::<MemberSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
+            let listed = |topic: &str| list.iter().any(|t| t.name == topic && t.dir == own.dir);
+            let Some((group, topic, committed)) = own.offsets.groups.first().cloned() else { continue };
+            if own.dir != UNKNOWN_DIR && !listed(&topic) {
+                continue;
+            }
             let Some(offset) = committed.get(p as usize).copied().flatten() else { continue };
             let i = match offsets.groups.iter().position(|(g, t, _)| *g == group && *t == topic) {
                 Some(i) => i,
@@ -674,11 +770,11 @@ mod tests {
     fn two_members_split_a_group_and_a_dead_ones_partitions_go_to_the_survivor() {
         let root = temp_dir("split");
         let (r, f) = (root.as_path(), Fsync::Never);
-        let mut a = Membership::join(r, f, false, ("g", "t"), 4, 1).unwrap();
+        let mut a = Membership::join(r, f, false, ("g", "t", 1), 4, 1).unwrap();
         assert!(a.rebalance(&a.target().unwrap()).unwrap());
         assert_eq!(a.owned(), [0, 1, 2, 3]);
         assert!(a.commit(3, 7, false).unwrap());
-        let mut b = Membership::join(r, f, false, ("g", "t"), 4, 2).unwrap();
+        let mut b = Membership::join(r, f, false, ("g", "t", 1), 4, 2).unwrap();
         let tb = b.target().unwrap();
         assert_eq!(tb.len(), 2);
         // Its partitions are still a's: nothing taken until a lets go.
@@ -699,17 +795,17 @@ mod tests {
         assert!(matches!(forget_group(r, f, ("g", "t"), 4), Err(Error::Busy(_))));
         drop(b);
         forget_group(r, f, ("g", "t"), 4).unwrap();
-        assert_eq!(group_committed(r, false, ("g", "t"), 4).unwrap(), None);
+        assert_eq!(group_committed(r, false, ("g", "t", 1), 4).unwrap(), None);
     }
 
     #[test]
     fn a_shared_member_takes_without_giving_up_and_gives_up_one_at_a_time() {
         let root = temp_dir("shared");
         let (r, f) = (root.as_path(), Fsync::Never);
-        let mut a = Membership::join_in(r, SHARED_DIR, f, false, ("w", "t"), 2, 1).unwrap();
+        let mut a = Membership::join_in(r, SHARED_DIR, f, false, ("w", "t", 1), 2, 1).unwrap();
         assert_eq!(a.take(&[0, 1]).unwrap(), [(0, None), (1, None)]);
         assert!(a.commit(1, 4, false).unwrap());
-        let mut b = Membership::join_in(r, SHARED_DIR, f, false, ("w", "t"), 2, 2).unwrap();
+        let mut b = Membership::join_in(r, SHARED_DIR, f, false, ("w", "t", 1), 2, 2).unwrap();
         // a's target is one partition now, but `take` gives nothing up.
         assert_eq!(a.target().unwrap().len(), 1);
         assert!(a.take(&a.target().unwrap()).unwrap().is_empty());
@@ -725,7 +821,7 @@ mod tests {
     fn a_member_file_left_unlocked_is_a_dead_member() {
         let root = temp_dir("dead");
         let (r, f) = (root.as_path(), Fsync::Never);
-        let a = Membership::join(r, f, false, ("g", "t"), 2, 1).unwrap();
+        let a = Membership::join(r, f, false, ("g", "t", 1), 2, 1).unwrap();
         // A member whose process died: its file is there, nobody locks it.
         fs::write(a.dir.join(format!("0000000001-dead{MEMBER_SUFFIX}")), b"pid 1\n").unwrap();
         assert_eq!(a.target().unwrap(), [0, 1]);
@@ -737,19 +833,101 @@ mod tests {
         let root = temp_dir("drop");
         let (r, f) = (root.as_path(), Fsync::Never);
         for (group, topic) in [("g", "t"), ("h", "t"), ("g", "u")] {
-            let mut m = Membership::join(r, f, false, (group, topic), 2, 1).unwrap();
+            let mut m = Membership::join(r, f, false, (group, topic, 1), 2, 1).unwrap();
             m.rebalance(&m.target().unwrap()).unwrap();
             assert!(m.commit(1, 5, false).unwrap());
         }
-        let live = Membership::join(r, f, false, ("h", "t"), 2, 2).unwrap();
+        let live = Membership::join(r, f, false, ("h", "t", 1), 2, 2).unwrap();
         let all = |v: &[(&str, &str)]| v.iter().map(|(g, t)| (g.to_string(), t.to_string())).collect::<Vec<_>>();
         assert_eq!(group_list(r, false).unwrap(), all(&[("g", "t"), ("g", "u"), ("h", "t")]));
         drop_topic(r, f, false, "t").unwrap();
         assert_eq!(group_list(r, false).unwrap(), all(&[("g", "u"), ("h", "t")]));
-        assert_eq!(group_committed(r, false, ("g", "t"), 2).unwrap(), None);
-        assert_eq!(group_committed(r, false, ("h", "t"), 2).unwrap(), Some(vec![None, Some(5)]), "a live member's");
-        assert_eq!(group_committed(r, false, ("g", "u"), 2).unwrap(), Some(vec![None, Some(5)]), "another topic's");
+        assert_eq!(group_committed(r, false, ("g", "t", 1), 2).unwrap(), None);
+        assert_eq!(group_committed(r, false, ("h", "t", 1), 2).unwrap(), Some(vec![None, Some(5)]), "a live member's");
+        assert_eq!(group_committed(r, false, ("g", "u", 1), 2).unwrap(), Some(vec![None, Some(5)]), "another topic's");
         drop(live);
+    }
+
+    #[test]
+    fn a_shared_subscriptions_positions_are_forgotten_by_name_and_by_topic_unless_a_member_is_live() {
+        let root = temp_dir("shared-forget");
+        let (r, f) = (root.as_path(), Fsync::Never);
+        let saved = |name: &str, topic: &str| {
+            let dir = r.join(SHARED_DIR).join(group_key(name, topic));
+            dir.is_dir() && !slot_partitions(&dir).unwrap().is_empty()
+        };
+        for (name, topic) in [("w", "t"), ("w", "u"), ("v", "t")] {
+            let mut m = Membership::join_in(r, SHARED_DIR, f, false, (name, topic, 1), 2, 1).unwrap();
+            m.take(&[0, 1]).unwrap();
+            assert!(m.commit(1, 5, false).unwrap());
+        }
+        // A group of the same name is not a shared subscription's.
+        let mut g = Membership::join(r, f, false, ("w", "t", 1), 2, 1).unwrap();
+        g.rebalance(&g.target().unwrap()).unwrap();
+        assert!(g.commit(0, 3, false).unwrap());
+        drop(g);
+        let live = Membership::join_in(r, SHARED_DIR, f, false, ("w", "u", 1), 2, 2).unwrap();
+        assert!(matches!(forget_shared(r, f, false, "w"), Err(Error::Busy(_))), "a member of w on u is live");
+        drop(live);
+        assert!(forget_shared(r, f, false, "w").unwrap());
+        assert!(!saved("w", "t") && !saved("w", "u") && saved("v", "t"));
+        assert!(!forget_shared(r, f, false, "w").unwrap(), "nothing left");
+        assert_eq!(group_committed(r, false, ("w", "t", 1), 2).unwrap(), Some(vec![Some(3), None]));
+        let live = Membership::join_in(r, SHARED_DIR, f, false, ("v", "t", 1), 2, 2).unwrap();
+        drop_topic(r, f, false, "t").unwrap();
+        assert!(saved("v", "t"), "a live member's");
+        drop(live);
+        drop_topic(r, f, false, "t").unwrap();
+        assert!(!saved("v", "t"));
+        assert_eq!(group_committed(r, false, ("w", "t", 1), 2).unwrap(), None, "the group's too");
+    }
+
+    /// A commit is stored with its topic's directory number: a member of
+    /// the topic created again (a larger number) starts afresh, a member of
+    /// the deleted one (a smaller number) does not take the partition, and
+    /// a slot of format 1 (no number) is read by name alone.
+    #[test]
+    fn a_commit_of_another_directory_is_not_resumed() {
+        let root = temp_dir("dirs");
+        let (r, f) = (root.as_path(), Fsync::Never);
+        let mut old = Membership::join_in(r, SHARED_DIR, f, false, ("w", "t", 4), 2, 1).unwrap();
+        old.take(&[0, 1]).unwrap();
+        assert!(old.commit(0, 7, false).unwrap());
+        old.let_go();
+        // The topic deleted and created again in directory 5, while the old
+        // member (its process not told yet) is still a member.
+        let mut new = Membership::join_in(r, SHARED_DIR, f, false, ("w", "t", 5), 2, 2).unwrap();
+        assert_eq!(new.take(&[0]).unwrap(), [(0, None)], "not the old topic's 7");
+        assert!(new.commit(0, 2, false).unwrap());
+        new.let_go();
+        assert!(old.take(&[0]).unwrap().is_empty(), "the newer topic's partition");
+        assert_eq!(old.committed(0).unwrap(), None);
+        assert_eq!(new.committed(0).unwrap(), Some(2));
+        // The group's read-only view goes by the number too.
+        let mut g = Membership::join(r, f, false, ("g", "t", 5), 1, 3).unwrap();
+        g.rebalance(&[0]).unwrap();
+        assert!(g.commit(0, 9, false).unwrap());
+        drop(g);
+        assert_eq!(group_committed(r, false, ("g", "t", 5), 1).unwrap(), Some(vec![Some(9)]));
+        assert_eq!(group_committed(r, false, ("g", "t", 6), 1).unwrap(), Some(vec![None]));
+        // Format 1 (what rill wrote before): by name alone, in any directory.
+        let dir = folder_in(r, GROUPS_DIR, f, "h", "t").unwrap();
+        let commit = GroupCommit::<Offsets>::with_files(&dir, slot_files(0), 0, 0, &Offsets::default());
+        let v1 = Offsets { groups: vec![("h".into(), "t".into(), vec![Some(3)])], durable: Vec::new() };
+        commit.wait(commit.request(v1, false)).unwrap();
+        let mut h = Membership::join(r, f, false, ("h", "t", 8), 1, 4).unwrap();
+        assert_eq!(h.take(&[0]).unwrap(), [(0, Some(3))]);
+        // And the Exclusive opener's fold drops a commit of a directory the
+        // topic is not listed in.
+        assert!(h.commit(0, 4, false).unwrap());
+        drop(h);
+        let listed = |dir| [TopicMeta { name: "t".into(), dir, options: Default::default() }];
+        let mut offsets = Offsets::default();
+        assert!(fold_in(r, &mut offsets, false, &listed(8)).unwrap());
+        assert!(offsets.groups.contains(&("h".into(), "t".into(), vec![Some(4)])), "{offsets:?}");
+        let mut offsets = Offsets::default();
+        fold_in(r, &mut offsets, false, &listed(9)).unwrap();
+        assert!(offsets.groups.iter().all(|(g, ..)| g != "h"), "{offsets:?}");
     }
 
     #[test]
@@ -757,10 +935,10 @@ mod tests {
         let root = temp_dir("move");
         let r = root.as_path();
         let mut offsets = Offsets { groups: vec![("g".into(), "t".into(), vec![Some(3), None])], durable: Vec::new() };
-        assert!(move_out(r, &mut offsets, false).unwrap());
+        assert!(move_out(r, &mut offsets, false, &[]).unwrap());
         assert!(offsets.groups.is_empty());
-        assert_eq!(group_committed(r, false, ("g", "t"), 2).unwrap(), Some(vec![Some(3), None]));
-        assert!(fold_in(r, &mut offsets, false).unwrap());
+        assert_eq!(group_committed(r, false, ("g", "t", 1), 2).unwrap(), Some(vec![Some(3), None]));
+        assert!(fold_in(r, &mut offsets, false, &[]).unwrap());
         assert_eq!(offsets.groups, vec![("g".into(), "t".into(), vec![Some(3)])]);
         remove_groups(r).unwrap();
         assert!(!r.join(GROUPS_DIR).exists());

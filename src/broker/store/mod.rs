@@ -186,7 +186,7 @@ use std::path::{Path, PathBuf};
 
 use self::atomic_file::{replace, sync_dir};
 pub(crate) use self::format::{Offsets, Positions, TopicMeta};
-use self::format::{Writer, encode_topic};
+use self::format::{UNKNOWN_DIR, Writer, encode_topic};
 use self::holders::LockTable;
 pub(crate) use self::holders::MemberFile;
 use self::journal::Change;
@@ -274,11 +274,12 @@ impl Store {
         let moved = match (sharing, first) {
             (Sharing::Exclusive, _) => {
                 // `|`, not `||`: both moves are made.
-                named::fold_in(root, &mut offsets, repair, &topics)? | membership::fold_in(root, &mut offsets, repair)?
+                named::fold_in(root, &mut offsets, repair, &topics)?
+                    | membership::fold_in(root, &mut offsets, repair, &topics)?
             }
             (Sharing::Processes, true) => {
                 named::move_out(root, &mut offsets, repair, &topics)?
-                    | membership::move_out(root, &mut offsets, repair)?
+                    | membership::move_out(root, &mut offsets, repair, &topics)?
             }
             (Sharing::Processes, false) => false,
         };
@@ -336,26 +337,45 @@ impl Store {
         })
     }
 
-    /// Processes mode: forgets durable subscription `name`'s positions:
-    /// `Busy` while anyone holds the name, `NotFound` if it has none (see
-    /// "Deleting" in `named.rs`).
+    /// Processes mode: forgets durable subscription `name`'s positions, and
+    /// those of the shared subscription of that name: `Busy` while anyone
+    /// holds the name (a durable holder or a shared member), `NotFound` if
+    /// neither has any (see "Deleting" and "Shared names" in `named.rs`).
     pub(crate) fn forget_name(&self, name: &str) -> Result<()> {
-        named::forget_name(&self.root, self.fsync, self.repair, name)
+        named::forget_name(&self.root, self.fsync, self.repair, name, || {
+            membership::forget_shared(&self.root, self.fsync, self.repair, name)
+        })
     }
 
     /// Processes mode: joins consumer group `group` on `topic` (of
     /// `partitions` partitions) as member `id` of this process (see
     /// `membership.rs`).
     pub(crate) fn join_group(&self, group: &str, topic: &str, partitions: u32, id: u64) -> Result<Membership> {
-        Membership::join(&self.root, self.fsync, self.repair, (group, topic), partitions, id)
+        let dir = self.opened_dir(topic).unwrap_or(UNKNOWN_DIR);
+        Membership::join(&self.root, self.fsync, self.repair, (group, topic, dir), partitions, id)
     }
 
     /// Processes mode: joins shared subscription `name` on `topic` (of
     /// `partitions` partitions) as member `id` of this process: a group's
     /// membership under `shared/` (see "Shared subscriptions" in
-    /// `membership.rs`).
+    /// `membership.rs`), holding the name shared with the other members:
+    /// `Busy` while a durable subscription holds it ("Shared names" in
+    /// `named.rs`).
     pub(crate) fn join_shared(&self, name: &str, topic: &str, partitions: u32, id: u64) -> Result<Membership> {
-        Membership::join_in(&self.root, membership::SHARED_DIR, self.fsync, self.repair, (name, topic), partitions, id)
+        // The name first (shared with the other members; `Busy` while a
+        // durable subscription holds it), then the membership.
+        let held = named::share_name(&self.root, self.fsync, name)?;
+        let dir = self.opened_dir(topic).unwrap_or(UNKNOWN_DIR);
+        let m = Membership::join_in(
+            &self.root,
+            membership::SHARED_DIR,
+            self.fsync,
+            self.repair,
+            (name, topic, dir),
+            partitions,
+            id,
+        )?;
+        Ok(m.holding(held))
     }
 
     /// Processes mode: group `group`'s committed offsets on `topic` as
@@ -366,7 +386,8 @@ impl Store {
         topic: &str,
         partitions: u32,
     ) -> Result<Option<Vec<Option<u64>>>> {
-        membership::group_committed(&self.root, self.repair, (group, topic), partitions)
+        let dir = self.opened_dir(topic).unwrap_or(UNKNOWN_DIR);
+        membership::group_committed(&self.root, self.repair, (group, topic, dir), partitions)
     }
 
     /// Processes mode: every (group, topic) with commits here, sorted.

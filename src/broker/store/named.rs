@@ -47,6 +47,19 @@
 //! guards nothing (only an `Exclusive` opener removes `named/`, below,
 //! when no other broker has the directory).
 //!
+//! **Shared names.** A shared subscription's members keep their
+//! positions under `shared/` (`membership.rs`), but its name is the same
+//! lock file's: each member holds `<key>.lock` with a *shared* lock
+//! (`flock(LOCK_SH | LOCK_NB)`, [`share_name`]) while it is a member, so
+//! members in any number of processes hold it at once, while a durable
+//! subscription of that name (an exclusive lock) is `Busy` as long as one
+//! member lives, and a member is `Busy` while a durable holder lives, as
+//! the two are kept apart in one process. `delete_durable` takes the lock
+//! exclusively and, holding it, forgets the shared subscription's
+//! positions too (as an `Exclusive` broker forgets both, which keeps them
+//! under one name); so a name deleted and taken again, durable or shared,
+//! starts afresh.
+//!
 //! **Deleting a topic** must take its positions out of every name, as an
 //! `Exclusive` delete takes them out of the offsets slots: a topic created
 //! again under the same name is a new log, read from its first message,
@@ -103,9 +116,10 @@
 //! What is left: a holder whose process has not joined a topic yet keeps
 //! that topic's position from the slots and resumes from it when it joins;
 //! if the topic was deleted and created again meanwhile, in between two
-//! rereads of its doorbell, it resumes the new topic at the old offset. (A
-//! consumer group's commits, in `membership.rs`, are stored by name alone
-//! and have the gap this section closes.)
+//! rereads of its doorbell, it resumes the new topic at the old offset.
+//! (Consumer groups' and shared subscriptions' commits, in
+//! `membership.rs`, carry their topic's number the same way: "Commits and
+//! directory numbers" there.)
 //!
 //! Unlike the positions in the offsets slots, a name's own are not reset
 //! when they point past the end recovery left ("Offsets past a recovered
@@ -300,7 +314,8 @@ pub(super) fn hold_name(
     let key = key(name);
     let Some(lock) = try_lock(&dir, &key)? else {
         return Err(Error::Busy(format!(
-            "durable subscription {name:?} is held by another process (or another broker on {root:?})"
+            "durable subscription {name:?} is held by another process (or another broker on {root:?}), or is \
+             the name of a shared subscription live there"
         )));
     };
     let files = slot_files(&key);
@@ -320,32 +335,66 @@ pub(super) fn hold_name(
     Ok((NameHold { name: name.to_owned(), lock, commit, opened, taken }, positions))
 }
 
+/// Takes the name `name` for a member of the shared subscription of that
+/// name (see "Shared names"): a shared lock of its lock file, taken without
+/// blocking, held by every member in every process at once; `Busy` while a
+/// durable subscription (or a `delete_durable`) holds it exclusively.
+pub(super) fn share_name(root: &Path, fsync: Fsync, name: &str) -> Result<Locked> {
+    let dir = named_dir(root, fsync)?;
+    let path = dir.join(format!("{}.lock", key(name)));
+    let file = open_lock_file(&path)?;
+    if !flock(&file, &path, libc::LOCK_SH | libc::LOCK_NB)? {
+        return Err(Error::Busy(format!(
+            "a durable subscription named {name:?} is held by another process (or another broker on {root:?}): a \
+             shared subscription cannot have its name"
+        )));
+    }
+    Ok(Locked::new(file))
+}
+
 /// Forgets durable subscription `name`'s positions in the directory `root`
-/// (see "Deleting"): `Busy` while anyone holds the name, `NotFound` if it
-/// has none. `Store::forget_name` calls it.
-pub(super) fn forget_name(root: &Path, fsync: Fsync, repair: bool, name: &str) -> Result<()> {
+/// (see "Deleting"), and, holding its lock, whatever `shared` forgets (the
+/// positions of the shared subscription of that name, true if it had
+/// any): `Busy` while anyone holds the name, `NotFound` if neither had
+/// any. `Store::forget_name` calls it.
+pub(super) fn forget_name(
+    root: &Path,
+    fsync: Fsync,
+    repair: bool,
+    name: &str,
+    shared: impl FnOnce() -> Result<bool>,
+) -> Result<()> {
     let dir = named_dir(root, fsync)?;
     let key = key(name);
     let Some(_lock) = try_lock(&dir, &key)? else {
         return Err(Error::Busy(format!(
-            "durable subscription {name:?} is live in another process: close it before deleting its saved position"
+            "subscription {name:?} is live in another process (durable, or a shared one's member): close it before \
+             deleting its saved position"
         )));
     };
     let files = slot_files(&key);
     let (slot_held, ..) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
-    if positions_of(name, &dir, slot_held)?.is_none() {
+    let durable = positions_of(name, &dir, slot_held)?.is_some();
+    if !shared()? && !durable {
         return Err(Error::NotFound(format!("no durable subscription {name:?} has a saved position")));
     }
-    for f in &files {
+    remove_slots(&dir, &files, fsync)
+    // The lock goes with `_lock`, after the slots.
+}
+
+/// Removes the slot files `files` of `dir` (those missing already too),
+/// and makes that durable unless `fsync` is `Never`: forgetting a name's
+/// positions here, a group's or shared subscription's in `membership.rs`.
+pub(super) fn remove_slots(dir: &Path, files: &[String], fsync: Fsync) -> Result<()> {
+    for f in files {
         match fs::remove_file(dir.join(f)) {
             Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(dir.join(f), &e)),
             _ => {}
         }
     }
     if fsync != Fsync::Never {
-        sync_dir(&dir)?;
+        sync_dir(dir)?;
     }
-    // The lock goes with `_lock`, after the slots.
     Ok(())
 }
 
@@ -385,13 +434,9 @@ pub(super) fn move_out(root: &Path, offsets: &mut Offsets, repair: bool, list: &
 /// numbers"): the offsets slots hold positions by name alone.
 pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool, list: &[TopicMeta]) -> Result<bool> {
     let dir = root.join(NAMED_DIR);
-    let entries = match fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == IoKind::NotFound => return Ok(false),
-        Err(e) => return Err(Error::io(&dir, &e)),
-    };
-    let (keys, any_file) = slot_keys(&dir, entries)?;
-    let mut any = any_file;
+    let entries = folder_entries(&dir)?;
+    let mut any = !entries.is_empty();
+    let keys = slot_keys(&entries);
     for key in keys {
         let files = slot_files(&key);
         let (own, ..) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
@@ -410,15 +455,12 @@ pub(super) fn fold_in(root: &Path, offsets: &mut Offsets, repair: bool, list: &[
     Ok(any)
 }
 
-/// The keys of the names that have slots in `dir` (by their slots, not
-/// their locks: a name `move_out` moved has slots and no lock until a
-/// process takes it), sorted, and whether `dir` holds any file at all.
-fn slot_keys(dir: &Path, entries: fs::ReadDir) -> Result<(Vec<String>, bool)> {
+/// The keys of the names that have slots among `entries`, those of
+/// `named/` (by their slots, not their locks: a name `move_out` moved has
+/// slots and no lock until a process takes it), sorted.
+fn slot_keys(entries: &[fs::DirEntry]) -> Vec<String> {
     let mut keys = Vec::new();
-    let mut any = false;
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, &e))?;
-        any = true;
         let file = entry.file_name();
         if let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(".0").or_else(|| f.strip_suffix(".1"))) {
             keys.push(stem.to_owned());
@@ -426,7 +468,20 @@ fn slot_keys(dir: &Path, entries: fs::ReadDir) -> Result<(Vec<String>, bool)> {
     }
     keys.sort();
     keys.dedup();
-    Ok((keys, any))
+    keys
+}
+
+/// The entries of the folder `dir`, none if it does not exist (yet, or
+/// any more): the walk over `named/` here and over `groups/`, `shared/`
+/// and a group's folder in `membership.rs`, when a topic or a name is
+/// dropped, a mode changes, or the slots are listed.
+pub(super) fn folder_entries(dir: &Path) -> Result<Vec<fs::DirEntry>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(dir, &e)),
+    };
+    entries.map(|entry| entry.map_err(|e| Error::io(dir, &e))).collect()
 }
 
 /// The deleter's part of "Deleting a topic" (see the module docs): drops
@@ -437,12 +492,7 @@ fn slot_keys(dir: &Path, entries: fs::ReadDir) -> Result<(Vec<String>, bool)> {
 /// `Store::drop_topic_from_names` calls it.
 pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -> Result<()> {
     let dir = root.join(NAMED_DIR);
-    let entries = match fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == IoKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io(&dir, &e)),
-    };
-    for key in slot_keys(&dir, entries)?.0 {
+    for key in slot_keys(&folder_entries(&dir)?) {
         let Some(_lock) = try_lock(&dir, &key)? else { continue };
         let files = slot_files(&key);
         let (offsets, seq, slot) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
