@@ -6,7 +6,14 @@
 //! 10^6 with `--scale-full`), single-partition topics with the default
 //! options. At each decade the sweep measures
 //!
-//! * the time per `create_topic` of the topics that decade added;
+//! * the time per `create_topic` of the topics that decade added, and the
+//!   CPU time per create, of the creating thread and of the whole process:
+//!   on a loaded machine the wall time also counts the time the thread
+//!   waited for a core, which grows with the decade's length and the
+//!   other load, not with what a create does; the thread's CPU time does
+//!   not (it still counts the cache and TLB misses of a bigger working
+//!   set), and the process's beside it shows any other thread of the
+//!   broker working meanwhile;
 //! * the resident memory per idle topic holding one message: the growth of
 //!   the process's resident set (`/proc/self/statm`) over creating the
 //!   decade's topics and publishing one message of `--payload` bytes to each,
@@ -59,6 +66,12 @@ pub struct TopicRow {
     pub topics: usize,
     /// Microseconds per `create_topic`, over the topics this decade added.
     pub create_us: f64,
+    /// The creating thread's CPU microseconds (user and system) per
+    /// `create_topic`, over the same creates.
+    pub create_cpu_us: f64,
+    /// The whole process's CPU microseconds per `create_topic` over the same
+    /// creates (above `create_cpu_us` when another thread worked meanwhile).
+    pub create_process_cpu_us: f64,
     /// Resident bytes per topic added, each holding one message.
     pub rss_per_topic: f64,
     /// Nanoseconds per publish by name to one of the topics.
@@ -106,6 +119,21 @@ fn resident_bytes() -> u64 {
     pages * u64::try_from(page).unwrap_or(4096)
 }
 
+/// CPU time (user and system) of the calling thread (`who` =
+/// `RUSAGE_THREAD`) or the whole process (`RUSAGE_SELF`), in seconds.
+fn cpu_seconds(who: libc::c_int) -> f64 {
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct
+    // that `getrusage` fills in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable `rusage`; `who` is one of the two
+    // constants above.
+    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+        return 0.0;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
 /// Waits until `counter` reaches `target`, spinning then yielding; false
 /// after [`WAIT`].
 fn wait_for(counter: &AtomicU64, target: u64) -> bool {
@@ -150,11 +178,15 @@ fn topic_sweep(max_topics: usize, payload: usize, progress: &mut dyn FnMut(&str)
         progress(&format!("scale: {n} topics"));
         let names: Vec<String> = (created..n).map(name).collect();
         let rss_before = resident_bytes();
+        let (thread_before, process_before) = (cpu_seconds(libc::RUSAGE_THREAD), cpu_seconds(libc::RUSAGE_SELF));
         let started = Instant::now();
         for t in &names {
             broker.create_topic(t, &options)?;
         }
-        let create_us = started.elapsed().as_secs_f64() * 1e6 / names.len() as f64;
+        let per_create = 1e6 / names.len() as f64;
+        let create_us = started.elapsed().as_secs_f64() * per_create;
+        let create_cpu_us = (cpu_seconds(libc::RUSAGE_THREAD) - thread_before) * per_create;
+        let create_process_cpu_us = (cpu_seconds(libc::RUSAGE_SELF) - process_before) * per_create;
         for t in &names {
             broker.publish(t, &Record::new(&body))?;
         }
@@ -194,7 +226,15 @@ fn topic_sweep(max_topics: usize, payload: usize, progress: &mut dyn FnMut(&str)
             times.push(started.elapsed().as_secs_f64() * 1e6);
         }
         sub.close();
-        rows.push(TopicRow { topics: n, create_us, rss_per_topic, publish_ns, wildcard_us: median(&times) });
+        rows.push(TopicRow {
+            topics: n,
+            create_us,
+            create_cpu_us,
+            create_process_cpu_us,
+            rss_per_topic,
+            publish_ns,
+            wildcard_us: median(&times),
+        });
         n *= 10;
     }
     broker.close();
@@ -260,8 +300,14 @@ impl Scale {
             self.payload
         ));
         o.push_str(&format!(
-            "{:>9}  {:>16}  {:>20}  {:>20}  {:>22}\n",
-            "topics", "create us/topic", "RSS B/idle topic", "publish by name ns", "** delivery us (p50)"
+            "{:>9}  {:>16}  {:>23}  {:>16}  {:>20}  {:>20}  {:>22}\n",
+            "topics",
+            "create us/topic",
+            "create CPU us (thread)",
+            "(process)",
+            "RSS B/idle topic",
+            "publish by name ns",
+            "** delivery us (p50)"
         ));
         let first = self.topics.first();
         let ratio = |v: f64, base: Option<f64>| match base {
@@ -270,16 +316,22 @@ impl Scale {
         };
         for r in &self.topics {
             o.push_str(&format!(
-                "{:>9}  {:>8.2} {:>7}  {:>20.0}  {:>11.1} {:>8}  {:>13.1} {:>8}\n",
+                "{:>9}  {:>8.2} {:>7}  {:>15.2} {:>7}  {:>16.2}  {:>20.0}  {:>11.1} {:>8}  {:>13.1} {:>8}\n",
                 r.topics,
                 r.create_us,
                 ratio(r.create_us, first.map(|f| f.create_us)),
+                r.create_cpu_us,
+                ratio(r.create_cpu_us, first.map(|f| f.create_cpu_us)),
+                r.create_process_cpu_us,
                 r.rss_per_topic,
                 r.publish_ns,
                 ratio(r.publish_ns, first.map(|f| f.publish_ns)),
                 r.wildcard_us,
                 ratio(r.wildcard_us, first.map(|f| f.wildcard_us)),
             ));
+        }
+        if let Some(line) = self.creation_growth() {
+            o.push_str(&line);
         }
         o.push_str(&format!("\nSubscriptions on one topic ({} B payloads):\n\n", self.payload));
         o.push_str(&format!(
@@ -298,6 +350,35 @@ impl Scale {
             ));
         }
         o
+    }
+
+    /// The time to create all the topics against the time to create the
+    /// first tenth of them (issue 43's "creating the n-th topic costs
+    /// O(log n) or better": at most 12x from 10^5 to 10^6), by wall clock
+    /// and by the creating thread's CPU time; `None` below two decades.
+    pub fn creation_growth(&self) -> Option<String> {
+        let [.., before, last] = self.topics.as_slice() else { return None };
+        // Seconds to create the first `upto` topics, decade by decade.
+        let total = |upto: usize, per: &dyn Fn(&TopicRow) -> f64| {
+            let mut made = 0;
+            let mut secs = 0.0;
+            for r in self.topics.iter().take_while(|r| r.topics <= upto) {
+                secs += per(r) * 1e-6 * (r.topics - made) as f64;
+                made = r.topics;
+            }
+            secs
+        };
+        let (wall, cpu) = (|r: &TopicRow| r.create_us, |r: &TopicRow| r.create_cpu_us);
+        let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { "-".into() };
+        Some(format!(
+            "\nCreating {} topics: {:.2} s wall, {:.2} s CPU (thread); {} and {} the time of the first {}\n",
+            last.topics,
+            total(last.topics, &wall),
+            total(last.topics, &cpu),
+            ratio(total(last.topics, &wall), total(before.topics, &wall)),
+            ratio(total(last.topics, &cpu), total(before.topics, &cpu)),
+            before.topics,
+        ))
     }
 
     /// The topic sweep's curves, for `--plot`: each cost in nanoseconds
@@ -329,9 +410,14 @@ mod tests {
             assert_eq!(r.delivered, (r.messages * r.subscriptions) as u64, "nothing lost: {r:?}");
         }
         assert!(scale.topics.iter().all(|r| r.create_us > 0.0 && r.publish_ns > 0.0 && r.wildcard_us > 0.0));
+        // CPU time is counted in clock ticks: a short decade may show none.
+        assert!(scale.topics.iter().all(|r| r.create_cpu_us >= 0.0 && r.create_process_cpu_us >= 0.0));
+        let growth = scale.creation_growth().expect("three decades");
+        assert!(growth.contains("Creating 100 topics") && growth.contains("the first 10"), "{growth}");
         assert_eq!(steps.len(), 5);
         let table = scale.table();
-        assert!(table.contains("publish by name ns"), "{table}");
+        assert!(table.contains("publish by name ns") && table.contains("create CPU us"), "{table}");
+        assert!(table.contains(&growth), "{table}");
         assert_eq!(scale.series().len(), 3);
         assert!(scale.series().iter().all(|s| s.points.len() == 3));
     }
