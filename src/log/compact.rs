@@ -283,7 +283,7 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
         // had, so the age limit (`CompactAndDelete`) sees the same age.
         let stamp = newest_stamp(seg, count).max(stamp);
         let new = match shared.pool.files() {
-            None => Segment::compacted(seg.base(), count, &kept, stamp, shared.pool.clone())?,
+            None => Segment::compacted(seg, count, &kept, stamp, shared.pool.clone())?,
             Some(files) => match rebuild_file(shared, files, seg, count, &kept, stamp) {
                 Ok(Some(new)) => new,
                 // Trimmed first: nothing to replace.
