@@ -61,8 +61,9 @@
 //! # Cost
 //!
 //! Over the same record published to a topic without a window, a publish
-//! with an id pays: one keyed hash of the id (SipHash, as the std maps: a
-//! publisher choosing ids cannot make one shard's chains long); two
+//! with an id pays: one keyed hash of the id (`log::KeyHasher`, foldhash
+//! under a secret seed drawn for the window, as a compaction pass hashes
+//! keys: a publisher choosing ids cannot make one shard's chains long); two
 //! uncontended locks of its shard (the claim, and the settle); a probe of
 //! the shard's table for the claim and the write of the new entry, and one
 //! probe for the settle, which finds the same entry in cache; and a push on
@@ -89,11 +90,11 @@
 //! unit tests below drive the clock themselves.
 
 use std::collections::VecDeque;
-use std::hash::{BuildHasher, RandomState};
 
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
+use crate::log::KeyHasher;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Condvar, Mutex, MutexGuard};
 
@@ -169,7 +170,7 @@ impl IdBytes {
 /// `offset`).
 #[derive(Debug)]
 struct Entry {
-    /// The id's hash, the window's keyed SipHash: computed once per publish,
+    /// The id's hash, under the window's key: computed once per publish,
     /// it picks the shard and the table slot, and re-slots the entry when
     /// the table grows, so the id is never hashed again.
     hash: u64,
@@ -253,7 +254,8 @@ struct Shard {
 #[derive(Debug)]
 pub(crate) struct Window {
     window_ns: u64,
-    hasher: RandomState,
+    /// Keys the ids' hashes (see `KeyHasher` for why not SipHash).
+    hasher: KeyHasher,
     /// Made at the first id: a topic whose publishers never give one (most
     /// topics) pays no memory for its shards (see `tests/idle_memory.rs`).
     shards: std::sync::OnceLock<Box<[CachePadded<Shard>]>>,
@@ -329,7 +331,7 @@ impl Window {
     pub(crate) fn new(window_ms: u64) -> Window {
         Window {
             window_ns: window_ms.saturating_mul(1_000_000),
-            hasher: RandomState::new(),
+            hasher: KeyHasher::new(),
             shards: std::sync::OnceLock::new(),
             duplicates: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
@@ -339,7 +341,7 @@ impl Window {
 
     /// `id`'s hash, and the shard that holds it.
     fn shard(&self, id: &str) -> (u64, &Shard) {
-        let hash = self.hasher.hash_one(id);
+        let hash = self.hasher.hash(id.as_bytes());
         let shards = self.shards.get_or_init(|| (0..SHARDS).map(|_| CachePadded::new(Shard::default())).collect());
         (hash, &shards[(hash >> SHARD_SHIFT) as usize & (SHARDS - 1)])
     }

@@ -283,7 +283,7 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
         // had, so the age limit (`CompactAndDelete`) sees the same age.
         let stamp = newest_stamp(seg, count).max(stamp);
         let new = match shared.pool.files() {
-            None => Segment::compacted(seg.base(), count, &kept, stamp, shared.pool.clone())?,
+            None => Segment::compacted(seg, count, &kept, stamp, shared.pool.clone())?,
             Some(files) => match rebuild_file(shared, files, seg, count, &kept, stamp) {
                 Ok(Some(new)) => new,
                 // Trimmed first: nothing to replace.
@@ -547,32 +547,44 @@ impl<'a> KeyMap<'a> {
     }
 }
 
-/// A pass's key hash: foldhash (the fast variant, hashbrown's default
-/// hasher) seeded with secrets drawn for this pass from the standard
-/// library's `RandomState`, whose keys come from the operating system's
-/// random source.
+/// A keyed hash of byte strings that publishers choose: foldhash (the fast
+/// variant, hashbrown's default hasher) seeded with secrets drawn from the
+/// standard library's `RandomState`, whose keys come from the operating
+/// system's random source. A compaction pass draws one for its key table;
+/// a topic's dedupe window (`broker/dedupe.rs`) draws one for its ids.
 ///
 /// Why not SipHash (the standard library's `RandomState`): it hashed each
 /// key in several compression rounds, the largest share of a pass's
 /// instructions (`rill-bench --compaction` measures a pass; callgrind
-/// attributes its instructions). foldhash hashes a key of up to 16 bytes
-/// in a couple of multiplications. It resists colliding keys only from a
-/// publisher who does not know the seed (its README: "minimally
-/// DoS-resistant"); here the seed is secret and new every pass, no hash
-/// or table order is ever shown to a publisher, and a pass is a background
-/// task whose timing a publisher observes only indirectly, so learning one
-/// pass's seed would not help against the next. foldhash's own default
-/// seeding (address-space layout and the clock) is not used.
-struct KeyHasher {
+/// attributes its instructions), and a share of a publish with an id
+/// (`rill-bench --scenario dedupe`). foldhash hashes a key of up to 16
+/// bytes in a couple of multiplications. It resists colliding keys only
+/// from a publisher who does not know the seed (its README: "minimally
+/// DoS-resistant"); here the seed is secret, drawn anew for each pass and
+/// each window, and no hash, table order or shard is ever shown to a
+/// publisher, who could only probe for it through timing: a pass is a
+/// background task whose timing a publisher observes only indirectly (and
+/// learning one pass's seed would not help against the next), and a
+/// window's shard locks are taken by every publisher of the topic alike.
+/// foldhash's own default seeding (address-space layout and the clock) is
+/// not used.
+pub(crate) struct KeyHasher {
     /// The secret that every fold of a hash mixes in.
     shared: SharedSeed,
     /// The hash's starting value, also secret.
     start: u64,
 }
 
+impl std::fmt::Debug for KeyHasher {
+    /// Without its secrets.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyHasher").finish_non_exhaustive()
+    }
+}
+
 impl KeyHasher {
-    /// A hasher with secrets no earlier pass used.
-    fn new() -> KeyHasher {
+    /// A hasher with secrets no earlier one used.
+    pub(crate) fn new() -> KeyHasher {
         // Each `RandomState` is keyed anew (per thread from the operating
         // system, then stepped per state), and SipHash's output under a
         // secret key is unpredictable: two outputs, two secrets.
@@ -581,9 +593,10 @@ impl KeyHasher {
     }
 
     /// `key`'s hash: one `write` of its bytes, no length prefix (`Hash`
-    /// for a slice writes one, to tell apart sequences of slices; a hash
-    /// here covers one key, and foldhash's `write` mixes its length in).
-    fn hash(&self, key: &[u8]) -> u64 {
+    /// for a slice or a `str` writes one, or an end marker, to tell apart
+    /// sequences of them; a hash here covers one key or id, and foldhash's
+    /// `write` mixes its length in).
+    pub(crate) fn hash(&self, key: &[u8]) -> u64 {
         let mut hasher = FoldHasher::with_seed(self.start, &self.shared);
         hasher.write(key);
         hasher.finish()

@@ -44,6 +44,7 @@ pub(crate) mod storage;
 use std::fmt;
 
 pub use compact::CompactionPolicy;
+pub(crate) use compact::KeyHasher;
 pub use config::{
     DEFAULT_MAX_RECORD_BYTES, DEFAULT_RETENTION_BYTES, DEFAULT_SEGMENT_BYTES, LogConfig, MIN_SEGMENT_BYTES,
 };

@@ -898,16 +898,24 @@ impl Segment {
         seg
     }
 
-    /// The sealed segment of `count` offsets from `base` that replaces one a
-    /// compaction rewrote (see `log/compact.rs`): `kept` lists the records
-    /// it keeps, `(index, bytes)` in index order, each record's bytes as
-    /// [`RecordView::raw_bytes`] gives them. One heap block holds them all,
-    /// after a compacted-away record stamped `stamp` at byte 0 that every
-    /// other slot names (see "Compacted-away records" in `record.rs`); kept
-    /// records with consecutive indexes lie back to back, as a batch reads
-    /// them. Fails when the allocator has no memory for it.
+    /// The sealed segment of `count` offsets from `base` that replaces
+    /// `source`, which a compaction rewrote (see `log/compact.rs`): `kept`
+    /// lists the records it keeps, `(index, bytes)` in index order, each
+    /// record's bytes as [`RecordView::raw_bytes`] gives them from
+    /// `source`. One heap block holds them all, after a compacted-away
+    /// record stamped `stamp` at byte 0 that every other slot names (see
+    /// "Compacted-away records" in `record.rs`); kept records with
+    /// consecutive indexes lie back to back, as a batch reads them. Fails
+    /// when the allocator has no memory for it.
+    ///
+    /// A run of kept records with consecutive indexes that also lie back to
+    /// back in `source` (as a publisher's reservations lay them: the tail
+    /// word grants an index and its bytes together) moves in one copy, not
+    /// one a record; then each record's padding is zeroed, as
+    /// `encode_into` leaves it, whatever `source` held there.
+    /// `rill-bench --compaction` measures a pass.
     pub(crate) fn compacted(
-        base: u64,
+        source: &Segment,
         count: u64,
         kept: &[(u64, &[u8])],
         stamp: u64,
@@ -915,7 +923,7 @@ impl Segment {
     ) -> Result<Segment> {
         use super::record::{COMPACTED_LEN, align_up, encode_compacted};
         let capacity = COMPACTED_LEN + kept.iter().map(|(_, b)| align_up(b.len())).sum::<usize>();
-        let mut seg = Segment::new(base, Buffers::small(capacity, count as usize)?, pool);
+        let mut seg = Segment::new(source.base, Buffers::small(capacity, count as usize)?, pool);
         seg.skips = true;
         // SAFETY: the block is ours alone (the segment is shared only once
         // installed, through the directory's Release exchange), `capacity`
@@ -923,31 +931,75 @@ impl Segment {
         // names it.
         let region = unsafe { std::slice::from_raw_parts_mut(seg.data.as_ptr(), capacity) };
         encode_compacted(&mut region[..COMPACTED_LEN], stamp);
-        let mut kept = kept.iter().peekable();
-        let mut at = COMPACTED_LEN as u64;
-        for index in 0..count {
-            let Some(&(_, bytes)) = kept.next_if(|(i, _)| *i == index) else {
+        // Where a kept record starts in `source`'s region: its bytes are a
+        // view of that region (`view` slices them from `data`).
+        let source_pos = |bytes: &[u8]| {
+            let pos = (bytes.as_ptr() as usize).wrapping_sub(source.data.as_ptr() as usize);
+            assert!(
+                pos as u64 + align_up(bytes.len()) as u64 <= source.capacity,
+                "a kept record lies in the segment it is compacted from"
+            );
+            pos
+        };
+        let mut at = COMPACTED_LEN;
+        let mut next = 0u64;
+        let mut i = 0;
+        while i < kept.len() {
+            // The run `kept[i..j]`: consecutive indexes, back to back in
+            // `source`, `len` bytes from `from`, padding included.
+            let from = source_pos(kept[i].1);
+            let mut len = align_up(kept[i].1.len());
+            let mut j = i + 1;
+            while j < kept.len() && kept[j].0 == kept[j - 1].0 + 1 && source_pos(kept[j].1) == from + len {
+                len += align_up(kept[j].1.len());
+                j += 1;
+            }
+            // The offsets before the run were compacted away.
+            for index in next..kept[i].0 {
                 // A segment no one else sees yet: the commit cannot lose.
                 let committed = seg.commit(index, 0);
                 debug_assert!(committed);
-                continue;
-            };
-            let len = bytes.len();
-            seg.slots()[index as usize].bytes.with_mut(|_| {
-                // SAFETY: as above: `at..at + align_up(len)` lies inside the
-                // block (its size counts every kept record), no slot names
-                // it yet, and nothing else writes it.
-                let dst = unsafe { std::slice::from_raw_parts_mut(seg.data.as_ptr().add(at as usize), align_up(len)) };
-                dst[..len].copy_from_slice(bytes);
-                // The padding: zeros, as `encode_into` leaves it.
-                dst[len..].fill(0);
+            }
+            // Under loom, the run's bytes are written under its first
+            // record's cell (the others' are marked below): no other thread
+            // can see any of them before the directory's exchange.
+            seg.slots()[kept[i].0 as usize].bytes.with_mut(|_| {
+                // SAFETY: `from..from + len` lies inside `source`'s region
+                // (checked by `source_pos` for the run's last record, and
+                // the run is contiguous) and holds committed records, never
+                // written again while `source` is alive; `at..at + len` lies
+                // inside this block (its size counts every kept record), no
+                // slot names it yet, and nothing else writes it. The two
+                // blocks are distinct allocations.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(source.data.as_ptr().add(from), seg.data.as_ptr().add(at), len);
+                }
             });
-            let committed = seg.commit(index, at);
-            debug_assert!(committed);
-            at += align_up(len) as u64;
+            for &(index, bytes) in &kept[i..j] {
+                let padded = align_up(bytes.len());
+                seg.slots()[index as usize].bytes.with_mut(|_| {
+                    // SAFETY: as above: this record's padding, inside the run
+                    // just copied.
+                    let pad = unsafe {
+                        std::slice::from_raw_parts_mut(seg.data.as_ptr().add(at + bytes.len()), padded - bytes.len())
+                    };
+                    // The padding: zeros, as `encode_into` leaves it.
+                    pad.fill(0);
+                });
+                let committed = seg.commit(index, at as u64);
+                debug_assert!(committed);
+                at += padded;
+            }
+            next = kept[j - 1].0 + 1;
+            i = j;
         }
+        for index in next..count {
+            let committed = seg.commit(index, 0);
+            debug_assert!(committed);
+        }
+        debug_assert_eq!(at, capacity);
         // Relaxed, both: as in `recovered`, the segment is not shared yet.
-        seg.tail().store(count * ONE_RECORD + at, Ordering::Relaxed);
+        seg.tail().store(count * ONE_RECORD + at as u64, Ordering::Relaxed);
         seg.sealed().store(count + SEALED_BIAS, Ordering::Relaxed);
         Ok(seg)
     }

@@ -14,7 +14,13 @@
 //!    memory (`Vec::clone`, its page faults included) in the same round.
 //! 3. **A publisher beside a pass.** A thread appending to such a log while
 //!    the pass runs on another, against the same thread appending to a like
-//!    log for as long with no pass: appends per second.
+//!    log for as long with no pass: appends per second. Beside each rate,
+//!    the appender thread's CPU time (`getrusage(RUSAGE_THREAD)`) over the
+//!    wall time (its share of a core) and its appends per CPU second: a
+//!    publisher slowed by sharing the cores (with the pass and whatever
+//!    else runs) keeps its appends per CPU second and loses share; one
+//!    slowed by what the pass does to its path (a lock, a shared line, the
+//!    memory bus) loses appends per CPU second.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -60,6 +66,41 @@ pub struct Round {
     pub during_per_s: f64,
     /// Appends per second with no pass.
     pub alone_per_s: f64,
+    /// The appender's CPU seconds over wall seconds beside a pass.
+    pub during_share: f64,
+    /// The same with no pass.
+    pub alone_share: f64,
+}
+
+/// What one appender did: appends, wall seconds, and its thread's CPU
+/// seconds (user and system).
+#[derive(Debug, Clone, Copy)]
+struct Appended {
+    appends: u64,
+    wall_s: f64,
+    cpu_s: f64,
+}
+
+/// The calling thread's CPU time so far (user and system), seconds; 0
+/// where `getrusage` cannot say.
+fn thread_cpu_s() -> f64 {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: getrusage writes a `rusage` into the zeroed one we pass,
+        // and reads nothing else.
+        unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            if libc::getrusage(libc::RUSAGE_THREAD, &mut usage) != 0 {
+                return 0.0;
+            }
+            let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+            s(usage.ru_utime) + s(usage.ru_stime)
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0.0
+    }
 }
 
 /// The key of record `i` among `keys` keys.
@@ -105,12 +146,12 @@ fn filled_log(mib: u64) -> rill::Result<Log> {
     Ok(log)
 }
 
-/// Appends to `log` from another thread from the barrier until `stop`;
-/// returns (appends, seconds).
-fn appender(log: Arc<Log>, start: Arc<Barrier>, stop: Arc<AtomicBool>) -> thread::JoinHandle<(u64, f64)> {
+/// Appends to `log` from another thread from the barrier until `stop`.
+fn appender(log: Arc<Log>, start: Arc<Barrier>, stop: Arc<AtomicBool>) -> thread::JoinHandle<Appended> {
     thread::spawn(move || {
         let payload = [0xa5; PAYLOAD];
         start.wait();
+        let cpu = thread_cpu_s();
         let started = Instant::now();
         let mut n = 0;
         // Relaxed: a flag that only ends the loop; nothing is read after it.
@@ -118,12 +159,12 @@ fn appender(log: Arc<Log>, start: Arc<Barrier>, stop: Arc<AtomicBool>) -> thread
             log.append(&Record::new(&payload).with_key(&key(n, PASS_KEYS))).expect("an append");
             n += 1;
         }
-        (n, started.elapsed().as_secs_f64())
+        Appended { appends: n, wall_s: started.elapsed().as_secs_f64(), cpu_s: thread_cpu_s() - cpu }
     })
 }
 
-/// (pass seconds, copy seconds, appends/s beside a pass, appends/s alone).
-fn pass_and_copy(mib: u64) -> rill::Result<(f64, f64, f64, f64)> {
+/// (pass seconds, copy seconds, the appender beside a pass, alone).
+fn pass_and_copy(mib: u64) -> rill::Result<(f64, f64, Appended, Appended)> {
     let pass_s = {
         let log = filled_log(mib)?;
         let started = Instant::now();
@@ -139,7 +180,7 @@ fn pass_and_copy(mib: u64) -> rill::Result<(f64, f64, f64, f64)> {
         s
     };
     // A publisher beside a pass: the pass on this thread, timed as above.
-    let (during_per_s, during_s) = {
+    let (during, during_s) = {
         let log = Arc::new(filled_log(mib)?);
         let (start, stop) = (Arc::new(Barrier::new(2)), Arc::new(AtomicBool::new(false)));
         let publisher = appender(log.clone(), start.clone(), stop.clone());
@@ -148,11 +189,10 @@ fn pass_and_copy(mib: u64) -> rill::Result<(f64, f64, f64, f64)> {
         log.compact(&POLICY, rill::clock::now_ns())?;
         let pass_s = started.elapsed().as_secs_f64();
         stop.store(true, Ordering::Relaxed);
-        let (n, s) = publisher.join().expect("the appender");
-        (n as f64 / s, pass_s)
+        (publisher.join().expect("the appender"), pass_s)
     };
     // The same publisher alone, for as long, on a like log.
-    let alone_per_s = {
+    let alone = {
         let log = Arc::new(filled_log(mib)?);
         let (start, stop) = (Arc::new(Barrier::new(2)), Arc::new(AtomicBool::new(false)));
         let publisher = appender(log, start.clone(), stop.clone());
@@ -161,10 +201,9 @@ fn pass_and_copy(mib: u64) -> rill::Result<(f64, f64, f64, f64)> {
         // alone for as long as the pass above ran beside it.
         thread::sleep(Duration::from_secs_f64(during_s));
         stop.store(true, Ordering::Relaxed);
-        let (n, s) = publisher.join().expect("the appender");
-        n as f64 / s
+        publisher.join().expect("the appender")
     };
-    Ok((pass_s, copy_s, during_per_s, alone_per_s))
+    Ok((pass_s, copy_s, during, alone))
 }
 
 /// `rounds` interleaved rounds of the three measurements.
@@ -173,8 +212,17 @@ pub fn run(messages: u64, mib: u64, rounds: usize) -> rill::Result<Vec<Round>> {
         .map(|_| {
             let plain_per_s = one_to_one(Cleanup::Delete, messages)?;
             let compacted_per_s = one_to_one(Cleanup::Compact, messages)?;
-            let (pass_s, copy_s, during_per_s, alone_per_s) = pass_and_copy(mib.max(1))?;
-            Ok(Round { plain_per_s, compacted_per_s, pass_s, copy_s, during_per_s, alone_per_s })
+            let (pass_s, copy_s, during, alone) = pass_and_copy(mib.max(1))?;
+            Ok(Round {
+                plain_per_s,
+                compacted_per_s,
+                pass_s,
+                copy_s,
+                during_per_s: during.appends as f64 / during.wall_s,
+                alone_per_s: alone.appends as f64 / alone.wall_s,
+                during_share: during.cpu_s / during.wall_s,
+                alone_share: alone.cpu_s / alone.wall_s,
+            })
         })
         .collect()
 }
@@ -219,6 +267,28 @@ pub fn table(rounds: &[Round], messages: u64, mib: u64) -> String {
     for (i, r) in rounds.iter().enumerate() {
         out += &format!("| {} | {:.0} | {:.0} | {:.2} |\n", i + 1, r.during_per_s, r.alone_per_s, ratios[i]);
     }
-    out += &format!("| median | | | {:.2} (range {}) |\n", median(ratios.clone()), range(&ratios));
+    out += &format!("| median | | | {:.2} (range {}) |\n\n", median(ratios.clone()), range(&ratios));
+
+    out += "the same appender's share of a core (its thread's CPU seconds over wall seconds) and appends per CPU \
+            second: a lower share beside a pass is the cores shared; fewer appends per CPU second is the pass \
+            slowing the append path itself\n| round | share beside | share alone | per CPU s beside | per CPU s \
+            alone | per CPU s beside / alone |\n|---|---|---|---|---|---|\n";
+    let per_cpu = |per_s: f64, share: f64| if share > 0.0 { per_s / share } else { 0.0 };
+    let ratios: Vec<f64> = rounds
+        .iter()
+        .map(|r| per_cpu(r.during_per_s, r.during_share) / per_cpu(r.alone_per_s, r.alone_share))
+        .collect();
+    for (i, r) in rounds.iter().enumerate() {
+        out += &format!(
+            "| {} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} |\n",
+            i + 1,
+            r.during_share,
+            r.alone_share,
+            per_cpu(r.during_per_s, r.during_share),
+            per_cpu(r.alone_per_s, r.alone_share),
+            ratios[i]
+        );
+    }
+    out += &format!("| median | | | | | {:.2} (range {}) |\n", median(ratios.clone()), range(&ratios));
     out
 }
