@@ -230,20 +230,38 @@ fn a_durable_subscriber_that_went_away_gets_everything_it_missed_in_order() {
     assert_eq!(*seen.lock().unwrap(), (0..1_100).collect::<Vec<u64>>(), "all 1,000 missed messages, in order, once");
 }
 
-/// Closes `sub` from another thread while its handler is held in a call
-/// (`entered` set by the handler, which waits for `release`), and checks
-/// the close waits for that call.
-fn close_during_a_call(sub: &Subscription, entered: &AtomicBool, release: &AtomicBool) {
-    wait_for("the handler to start", || entered.load(Ordering::SeqCst));
-    std::thread::scope(|s| {
-        let closer = s.spawn(|| sub.close());
-        // `close` marks the subscription closed before it waits for the call
-        // in flight; the handler is still held, so the closer must be waiting.
-        wait_for("close to begin", || sub.is_closed());
-        assert!(!closer.is_finished(), "close returned while the handler was still running");
-        release.store(true, Ordering::SeqCst);
-        closer.join().unwrap();
-    });
+/// A handler call held open until the test lets it go, and a close from
+/// another thread while it is held.
+#[derive(Clone, Default)]
+struct HeldCall {
+    entered: Arc<AtomicBool>,
+    release: Arc<AtomicBool>,
+}
+
+impl HeldCall {
+    /// In the handler: says it is in the call, and waits to be let go.
+    fn hold(&self) {
+        self.entered.store(true, Ordering::SeqCst);
+        while !self.release.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Closes `sub` from another thread while its handler is held, and
+    /// checks the close waits for that call.
+    fn close_during(&self, sub: &Subscription) {
+        wait_for("the handler to start", || self.entered.load(Ordering::SeqCst));
+        std::thread::scope(|s| {
+            let closer = s.spawn(|| sub.close());
+            // `close` marks the subscription closed before it waits for the
+            // call in flight; the handler is still held, so the closer must
+            // be waiting.
+            wait_for("close to begin", || sub.is_closed());
+            assert!(!closer.is_finished(), "close returned while the handler was still running");
+            self.release.store(true, Ordering::SeqCst);
+            closer.join().unwrap();
+        });
+    }
 }
 
 /// A durable subscription "held" whose handler is held in its call on the
@@ -252,18 +270,14 @@ fn close_during_a_call(sub: &Subscription, entered: &AtomicBool, release: &Atomi
 fn what_comes_after_a_close_during_a_call(ack: Ack) -> Vec<u64> {
     let b = broker();
     b.create_topic("events", &TopicOptions::default()).unwrap();
-    let entered = Arc::new(AtomicBool::new(false));
-    let release = Arc::new(AtomicBool::new(false));
-    let (e, r) = (entered.clone(), release.clone());
+    let held = HeldCall::default();
+    let h = held.clone();
     let first = b
         .subscribe(
             "events",
             SubscriptionOptions { name: Some("held".into()), ..Default::default() },
             move |_: &Message<'_>| {
-                e.store(true, Ordering::SeqCst);
-                while !r.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                h.hold();
                 ack
             },
         )
@@ -271,7 +285,7 @@ fn what_comes_after_a_close_during_a_call(ack: Ack) -> Vec<u64> {
     for i in 0..3u64 {
         b.publish("events", &Record::new(&i.to_le_bytes())).unwrap();
     }
-    close_during_a_call(&first, &entered, &release);
+    held.close_during(&first);
     let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
     let again = counting_sub(&b, "held", seen.clone());
     assert!(again.wait_idle(WAIT).unwrap());
@@ -295,9 +309,8 @@ fn a_batch_closed_during_its_call_keeps_the_acks_before_its_first_retry() {
     for i in 0..6u64 {
         b.publish("events", &Record::new(&i.to_le_bytes())).unwrap();
     }
-    let entered = Arc::new(AtomicBool::new(false));
-    let release = Arc::new(AtomicBool::new(false));
-    let (e, r) = (entered.clone(), release.clone());
+    let held = HeldCall::default();
+    let h = held.clone();
     let first = b
         .subscribe_batch(
             "events",
@@ -309,10 +322,7 @@ fn a_batch_closed_during_its_call_keeps_the_acks_before_its_first_retry() {
                 ..Default::default()
             },
             move |msgs: &[Message<'_>], acks: &mut [Ack]| {
-                e.store(true, Ordering::SeqCst);
-                while !r.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                h.hold();
                 assert_eq!(msgs.len(), 6, "one run of all six");
                 // 0 and 1 acked, 2 retried, 3 acked; 4 and 5 not handled.
                 acks[2] = Ack::Retry;
@@ -320,7 +330,7 @@ fn a_batch_closed_during_its_call_keeps_the_acks_before_its_first_retry() {
             },
         )
         .unwrap();
-    close_during_a_call(&first, &entered, &release);
+    held.close_during(&first);
     let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
     let again = counting_sub(&b, "held", seen.clone());
     assert!(again.wait_idle(WAIT).unwrap());
