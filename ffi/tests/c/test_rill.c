@@ -735,6 +735,59 @@ static void test_publisher_batch_record_checks(void) {
     rill_broker_free(b);
 }
 
+/* A batch whose records carry different numbers of attributes: the library
+ * gathers every record's attributes into one list and gives each record its
+ * run of it; each message must read back its own attributes, on both sides
+ * of the 64 records converted on the stack. An attribute fault is reported
+ * before a range fault of an earlier record, as it was when each record had
+ * a list of its own. */
+static void test_publisher_batch_attribute_runs(void) {
+    rill_broker *b = new_broker();
+    OK(rill_topic_create(b, "t", NULL));
+    rill_publisher *p = NULL;
+    OK(rill_publisher_new(b, "t", &p));
+    enum { N = 100 };
+    rill_attribute attrs[3] = {{"a", "x"}, {"bb", "yy"}, {"ccc", "zzz"}};
+    rill_record rs[N];
+    for (int i = 0; i < N; i++) {
+        rill_record r = {NULL, 0, "p", 1, attrs, (size_t)(i % 4 == 3 ? 0 : i % 4 + 1)};
+        rs[i] = r;
+    }
+    rill_consumer *c = NULL;
+    OK(rill_consumer_new(b, "check", "t", NULL, &c));
+    size_t sizes[] = {3, 64, 65, N};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        OK(rill_publisher_publish_batch(p, rs, n, NULL));
+        const rill_message *msgs = NULL;
+        size_t count = 0;
+        OK(rill_consumer_poll(c, n, 1000, &msgs, &count));
+        CHECK(count == n);
+        for (size_t i = 0; i < count; i++) {
+            CHECK(rill_message_attribute_count(&msgs[i]) == rs[i].attribute_count);
+            for (size_t a = 0; a < rs[i].attribute_count && a < rill_message_attribute_count(&msgs[i]); a++) {
+                const char *key = NULL, *value = NULL;
+                size_t kl = 0, vl = 0;
+                OK(rill_message_attribute_at(&msgs[i], a, &key, &kl, &value, &vl));
+                CHECK(kl == strlen(attrs[a].key) && memcmp(key, attrs[a].key, kl) == 0);
+                CHECK(vl == strlen(attrs[a].value) && memcmp(value, attrs[a].value, vl) == 0);
+            }
+        }
+        OK(rill_consumer_commit(c));
+    }
+    /* Record 0's payload is NULL with a length, record 1's attribute key is NULL. */
+    rill_attribute bad_key = {NULL, "v"};
+    rill_record faults[2] = {{NULL, 0, NULL, 4, NULL, 0}, {NULL, 0, "p", 1, &bad_key, 1}};
+    CHECK_STATUS(rill_publisher_publish_batch(p, faults, 2, NULL), RILL_ERR_NULL_ARGUMENT);
+    LAST_ERROR_HAS("attribute key");
+    rill_topic_stats ts;
+    OK(rill_topic_get_stats(b, "t", &ts));
+    CHECK(ts.publish_count == 3 + 64 + 65 + N);
+    rill_consumer_free(c);
+    rill_publisher_free(p);
+    rill_broker_free(b);
+}
+
 static void test_retry_dead_letter_and_reason(void) {
     rill_broker *b = new_broker();
     OK(rill_topic_create(b, "jobs", NULL));
@@ -2910,6 +2963,7 @@ int main(void) {
     test_batch_publish_and_publisher_handle();
     test_publisher_record_checks();
     test_publisher_batch_record_checks();
+    test_publisher_batch_attribute_runs();
     test_publisher_publish_errors_keep_status_and_text();
     test_retry_dead_letter_and_reason();
     test_invalid_ack_is_a_retry();
