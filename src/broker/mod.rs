@@ -1017,6 +1017,12 @@ impl Broker {
     /// stored JSON schema, which is then removed from the disk).
     /// `NoSuchTopic` if the topic does not exist.
     ///
+    /// On a data directory shared by processes (`Sharing::Processes`), the
+    /// version is the directory's, and every other process follows the
+    /// change once its doorbell has seen it (a validator function is then
+    /// run by this broker only; the others check nothing until the next
+    /// change): see "Several processes" in the README.
+    ///
     /// # Examples
     ///
     /// ```

@@ -40,11 +40,57 @@
 //!
 //! # Durability
 //!
-//! A JSON schema of a durable topic is written beside its partitions (see
-//! `Store::save_topic_file`) when it is set, and read back when the data
+//! A JSON schema of a durable topic is written beside its partitions (the
+//! file [`SCHEMA_FILE`], replaced whole by a rename: see
+//! `Store::write_topic_file`) when it is set, and read back when the data
 //! directory opens. A validator function is code: it lives with the broker
 //! handle only, and a durable topic that had one has no schema after a
-//! restart (its version number starts again from the file's, or from 0).
+//! restart. A change that leaves a topic without a JSON schema (a removal,
+//! or a function set) writes its version to [`VERSION_FILE`] first, then
+//! removes the schema file, so the numbers continue after a restart (a
+//! crash in between leaves the old schema in force and the number taken).
+//!
+//! # Several processes
+//!
+//! On a data directory shared by processes (`Sharing::Processes`) a topic
+//! has one schema for the directory, and each change is the directory's:
+//!
+//! * **Making a change.** The setter (`change_schema` in
+//!   `control/topics.rs`) takes `topics.lock`, the `flock` under which
+//!   every process reads and changes the topic list, and under it reads
+//!   the last version the directory gave out (the schema file's, or the
+//!   version file's, whichever is later), takes the next one, writes the
+//!   files, swaps the schema into its own slot, and bumps the topic list's
+//!   change counter and rings every doorbell (`Bell::topics_changed`, as a
+//!   topic creation does; see "Topics other processes create or delete"
+//!   in `doorbell.rs`). Two processes setting a schema at once take turns
+//!   under the lock, so each version is given out once and every process
+//!   agrees on the number a record carries.
+//! * **Following one.** Every other broker's doorbell thread, seeing the
+//!   counter move, rereads the topic list (`sync_topics`) and, still under
+//!   `topics.lock`, [`Slot::follow`]s each topic it has: one read of its
+//!   schema file (none there, for most topics) and, only if the version
+//!   there differs from the one in force, a compile and the same swap a
+//!   local change makes. No polling: the ring wakes the doorbell (asleep
+//!   armed or not), so a publish there is checked by the new schema from
+//!   the moment its doorbell has looked, which a test waits for on
+//!   `Broker::schema_version`. What "Replacing a schema while publishers
+//!   run" says holds in each process: every record is checked by the old
+//!   schema or the new one. A topic another process created is joined with
+//!   the schema its files hold.
+//! * **Functions.** A validator function is set as a change like any other
+//!   (its version from the directory, the JSON schema it replaces removed
+//!   from the files), but only the broker it was set through runs it: the
+//!   other processes follow it by dropping their schema, and check nothing
+//!   until the next change. The version file says the change was a
+//!   function, so `remove_schema` in another process still removes it
+//!   (and the setter's doorbell then drops it). The setter's own slot keeps
+//!   it while the directory's last change is its own (the version file
+//!   holds its number).
+//!
+//! A change by another process does not wait for this one's publishes: the
+//! follower's swap waits for the old schema's checks in flight, in its own
+//! process, as a local change does.
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -23,6 +23,9 @@
 //!   groups/<key>/        a consumer group's members, partition locks and
 //!                        committed offsets (Processes; see membership.rs)
 //!   topics/<n>/<p>/      partition p of the topic with directory number n
+//!   topics/<n>/schema    its JSON schema, if it has one, and
+//!   topics/<n>/schema.version  the version of the last change that left
+//!                        it none (see `schema.rs`)
 //!   topics/<n>.deleted/  a deleted topic's directory, being removed
 //! ```
 //!
