@@ -136,7 +136,7 @@ fn a_validator_checks_only_its_own_process_and_clears_the_json_schema_elsewhere(
     if let Some((role, dir)) = child_role() {
         assert_eq!(role, "set");
         let broker = Broker::new(config(&dir)).unwrap();
-        let short: Arc<dyn Fn(&[u8]) -> Result<(), String> + Send + Sync> =
+        let short: rill::broker::ValidatorFn =
             Arc::new(|p| if p.len() <= 4 { Ok(()) } else { Err(format!("{} bytes", p.len())) });
         assert_eq!(broker.set_schema("t", Schema::Validator(short), OnInvalid::Reject).unwrap(), 2);
         assert!(refused(&broker, "t", b"too long"));

@@ -501,14 +501,14 @@ mod tests {
 
     /// A topic directory's files, in memory.
     #[derive(Default)]
-    struct MemFiles(std::sync::Mutex<HashMap<String, Vec<u8>>>);
+    struct MemFiles(Mutex<HashMap<String, Vec<u8>>>);
 
     impl Files for MemFiles {
         fn read(&self, name: &str) -> Result<Option<Vec<u8>>> {
-            Ok(self.0.lock().unwrap().get(name).cloned())
+            Ok(self.0.lock().get(name).cloned())
         }
         fn write(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
-            let mut files = self.0.lock().unwrap();
+            let mut files = self.0.lock();
             match bytes {
                 Some(b) => files.insert(name.to_owned(), b.to_vec()),
                 None => files.remove(name),

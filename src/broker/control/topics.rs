@@ -11,7 +11,7 @@ use crate::broker::dispatch::Timer;
 use crate::broker::doorbell::TopicsWatch;
 use crate::broker::names;
 use crate::broker::schema::{self, OnInvalid, Schema};
-use crate::broker::store::{NameHold, Store, Ticket, TopicMeta};
+use crate::broker::store::{NameHold, Ticket, TopicMeta};
 use crate::broker::subscription::{SubCore, attach, close};
 use crate::broker::topic::{Opening, Partition, Topic, TopicOptions};
 use crate::error::{Error, Result};
@@ -96,7 +96,7 @@ impl BrokerInner {
                 if store.opened_dir(&meta.name) != Some(meta.dir) {
                     continue;
                 }
-                if let Err(e) = topic.schema.follow(&SchemaFiles { store: &store, dir: meta.dir }) {
+                if let Err(e) = topic.schema.follow(&store.topic_files(meta.dir)) {
                     // Left as it was; the next change rereads.
                     ::log::warn!(target: "rill::broker", "could not reread the schema of topic {:?}: {e}", meta.name);
                 }
@@ -155,7 +155,7 @@ impl BrokerInner {
         let Some(bell) = self.doorbell.as_ref().map(|d| d.bell()) else {
             let topic = self.topic_or_listed(name)?;
             return store.with_listed_dir(&topic.name, |dir| {
-                let files = dir.map(|dir| SchemaFiles { store: &store, dir });
+                let files = dir.map(|dir| store.topic_files(dir));
                 change(&topic, files.as_ref().map(|f| f as &dyn schema::Files), false)
             });
         };
@@ -171,7 +171,7 @@ impl BrokerInner {
                 if store.opened_dir(name) != Some(meta.dir) {
                     return Ok(None);
                 }
-                let out = change(&topic, Some(&SchemaFiles { store: &store, dir: meta.dir }), true)?;
+                let out = change(&topic, Some(&store.topic_files(meta.dir)), true)?;
                 // Written; still under `topics.lock`, as a topic change is.
                 bell.topics_changed();
                 Ok(Some(out))
@@ -232,7 +232,7 @@ impl BrokerInner {
                     let topic = Topic::open(name, &meta.options, &dir, fsync, repair, Opening::Join, bell)?;
                     // With the schema set on it (the caller holds
                     // `topics.lock`: no process changes it meanwhile).
-                    topic.schema.restore(&SchemaFiles { store: &store, dir: meta.dir })?;
+                    topic.schema.restore(&store.topic_files(meta.dir))?;
                     store.note_opened(name, meta.dir);
                     Ok(topic)
                 };
@@ -537,23 +537,6 @@ impl BrokerInner {
             subs.len(),
             consumers.len()
         );
-    }
-}
-
-/// A topic's schema files: the small files in its directory
-/// (`topics/<dir>`), for `schema.rs`.
-pub(super) struct SchemaFiles<'a> {
-    pub(super) store: &'a Store,
-    pub(super) dir: u64,
-}
-
-impl schema::Files for SchemaFiles<'_> {
-    fn read(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        self.store.read_topic_file(self.dir, name)
-    }
-
-    fn write(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
-        self.store.write_topic_file(self.dir, name, bytes)
     }
 }
 

@@ -542,6 +542,12 @@ impl Store {
         }
     }
 
+    /// The small files of the topic in `topics/<dir>` (its schema's, for
+    /// `schema.rs`), read and written as the two methods around this one do.
+    pub(crate) fn topic_files(&self, dir: u64) -> TopicFiles<'_> {
+        TopicFiles { store: self, dir }
+    }
+
     /// The file `file` of the topic in `topics/<dir>`, if there is one.
     pub(crate) fn read_topic_file(&self, dir: u64, file: &str) -> Result<Option<Vec<u8>>> {
         let path = self.topic_dir(dir).join(file);
@@ -644,3 +650,20 @@ impl Store {
 
 #[cfg(all(test, not(loom)))]
 mod tests;
+
+/// A topic's small files in its directory (`topics/<dir>`), for
+/// `schema.rs`: see [`Store::topic_files`].
+pub(crate) struct TopicFiles<'a> {
+    store: &'a Store,
+    dir: u64,
+}
+
+impl crate::broker::schema::Files for TopicFiles<'_> {
+    fn read(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        self.store.read_topic_file(self.dir, name)
+    }
+
+    fn write(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
+        self.store.write_topic_file(self.dir, name, bytes)
+    }
+}
