@@ -165,3 +165,23 @@ fn a_validator_checks_only_its_own_process_and_clears_the_json_schema_elsewhere(
     );
     expect_success(child, "the setting process");
 }
+
+#[test]
+fn a_topic_joined_from_another_process_comes_with_its_schema() {
+    if let Some((role, dir)) = child_role() {
+        assert_eq!(role, "create");
+        let broker = Broker::new(config(&dir)).unwrap();
+        broker.create_topic("late", &TopicOptions::default()).unwrap();
+        broker.set_schema("late", Schema::Json(NEEDS_ID.into()), OnInvalid::Reject).unwrap();
+        return;
+    }
+    let dir = TempDir::new("join");
+    // Opened before the topic exists: it joins the topic when it publishes
+    // to it by name, and must check that first publish already.
+    let broker = Broker::new(config(&dir.0)).unwrap();
+    let child = spawn("a_topic_joined_from_another_process_comes_with_its_schema", "create", &dir.0);
+    expect_success(child, "the creating process");
+    assert!(refused(&broker, "late", b"{}"), "checked from the join on");
+    assert_eq!(broker.schema_version("late").unwrap(), 1);
+    broker.publish("late", &Record::new(br#"{"id":1}"#)).unwrap();
+}
