@@ -1017,6 +1017,12 @@ impl Broker {
     /// stored JSON schema, which is then removed from the disk).
     /// `NoSuchTopic` if the topic does not exist.
     ///
+    /// On a data directory shared by processes (`Sharing::Processes`), the
+    /// version is the directory's, and every other process follows the
+    /// change once its doorbell has seen it (a validator function is then
+    /// run by this broker only; the others check nothing until the next
+    /// change): see "Several processes" in the README.
+    ///
     /// # Examples
     ///
     /// ```
@@ -1034,14 +1040,7 @@ impl Broker {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn set_schema(&self, topic: &str, schema: Schema, on_invalid: OnInvalid) -> Result<u64> {
-        let inner = self.inner();
-        inner.check_open()?;
-        let t = inner.topic_or_listed(topic)?;
-        let store = inner.store();
-        t.schema.set(schema, on_invalid, |current| match &store {
-            Some(store) => store.save_topic_file(&t.name, schema::SCHEMA_FILE, current.file_bytes().as_deref()),
-            None => Ok(()),
-        })
+        self.inner().set_schema(topic, schema, on_invalid)
     }
 
     /// Removes `topic`'s schema (from the disk too, for a durable topic):
@@ -1065,14 +1064,7 @@ impl Broker {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn remove_schema(&self, topic: &str) -> Result<()> {
-        let inner = self.inner();
-        inner.check_open()?;
-        let t = inner.topic_or_listed(topic)?;
-        let store = inner.store();
-        t.schema.remove(|| match &store {
-            Some(store) => store.save_topic_file(&t.name, schema::SCHEMA_FILE, None),
-            None => Ok(()),
-        })
+        self.inner().remove_schema(topic)
     }
 
     /// The version of `topic`'s schema in force; 0 if it has none.

@@ -40,11 +40,57 @@
 //!
 //! # Durability
 //!
-//! A JSON schema of a durable topic is written beside its partitions (see
-//! `Store::save_topic_file`) when it is set, and read back when the data
+//! A JSON schema of a durable topic is written beside its partitions (the
+//! file [`SCHEMA_FILE`], replaced whole by a rename: see
+//! `Store::write_topic_file`) when it is set, and read back when the data
 //! directory opens. A validator function is code: it lives with the broker
 //! handle only, and a durable topic that had one has no schema after a
-//! restart (its version number starts again from the file's, or from 0).
+//! restart. A change that leaves a topic without a JSON schema (a removal,
+//! or a function set) writes its version to [`VERSION_FILE`] first, then
+//! removes the schema file, so the numbers continue after a restart (a
+//! crash in between leaves the old schema in force and the number taken).
+//!
+//! # Several processes
+//!
+//! On a data directory shared by processes (`Sharing::Processes`) a topic
+//! has one schema for the directory, and each change is the directory's:
+//!
+//! * **Making a change.** The setter (`change_schema` in
+//!   `control/topics.rs`) takes `topics.lock`, the `flock` under which
+//!   every process reads and changes the topic list, and under it reads
+//!   the last version the directory gave out (the schema file's, or the
+//!   version file's, whichever is later), takes the next one, writes the
+//!   files, swaps the schema into its own slot, and bumps the topic list's
+//!   change counter and rings every doorbell (`Bell::topics_changed`, as a
+//!   topic creation does; see "Topics other processes create or delete"
+//!   in `doorbell.rs`). Two processes setting a schema at once take turns
+//!   under the lock, so each version is given out once and every process
+//!   agrees on the number a record carries.
+//! * **Following one.** Every other broker's doorbell thread, seeing the
+//!   counter move, rereads the topic list (`sync_topics`) and, still under
+//!   `topics.lock`, [`Slot::follow`]s each topic it has: one read of its
+//!   schema file (none there, for most topics) and, only if the version
+//!   there differs from the one in force, a compile and the same swap a
+//!   local change makes. No polling: the ring wakes the doorbell (asleep
+//!   armed or not), so a publish there is checked by the new schema from
+//!   the moment its doorbell has looked, which a test waits for on
+//!   `Broker::schema_version`. What "Replacing a schema while publishers
+//!   run" says holds in each process: every record is checked by the old
+//!   schema or the new one. A topic another process created is joined with
+//!   the schema its files hold.
+//! * **Functions.** A validator function is set as a change like any other
+//!   (its version from the directory, the JSON schema it replaces removed
+//!   from the files), but only the broker it was set through runs it: the
+//!   other processes follow it by dropping their schema, and check nothing
+//!   until the next change. The version file says the change was a
+//!   function, so `remove_schema` in another process still removes it
+//!   (and the setter's doorbell then drops it). The setter's own slot keeps
+//!   it while the directory's last change is its own (the version file
+//!   holds its number).
+//!
+//! A change by another process does not wait for this one's publishes: the
+//! follower's swap waits for the old schema's checks in flight, in its own
+//! process, as a local change does.
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -63,6 +109,12 @@ pub const SCHEMA_ATTRIBUTE: &str = "rill.schema";
 pub(crate) const SCHEMA_FILE: &str = "schema";
 /// First line of that file: this, the version, and the `OnInvalid` name.
 const SCHEMA_FILE_MAGIC: &str = "rill-schema-1";
+/// The file, beside [`SCHEMA_FILE`], that keeps the version of the last
+/// change that left the topic without a JSON schema (a removal, or a
+/// function set), so that no later schema takes that number again.
+pub(crate) const VERSION_FILE: &str = "schema.version";
+/// Its one line: this, the version, and what cleared the schema.
+const VERSION_FILE_MAGIC: &str = "rill-schema-version-1";
 
 /// A validator function: `Ok` for a valid payload, `Err(reason)` otherwise.
 pub type ValidatorFn = Arc<dyn Fn(&[u8]) -> std::result::Result<(), String> + Send + Sync>;
@@ -239,58 +291,184 @@ impl Slot {
         self.current.load().as_ref().map_or(0, |c| c.version)
     }
 
-    /// Sets (or replaces) the schema; `save` persists the compiled one
-    /// before it takes effect. Returns its version.
-    pub(crate) fn set(
-        &self,
-        schema: Schema,
-        on_invalid: OnInvalid,
-        save: impl FnOnce(&Current) -> Result<()>,
-    ) -> Result<u64> {
+    /// Sets (or replaces) the schema; with `files` (a topic in a data
+    /// directory), the compiled one is written there before it takes
+    /// effect, and its version is one past the last the directory gave out
+    /// as well as this slot (see "Several processes"). Returns its version.
+    pub(crate) fn set(&self, schema: Schema, on_invalid: OnInvalid, files: Option<&dyn Files>) -> Result<u64> {
         let mut last = self.last_version.lock();
-        let current = compile(schema, on_invalid, *last + 1)?;
-        save(&current)?;
-        *last += 1;
+        let version = (*last).max(stored_last(files)?) + 1;
+        let current = compile(schema, on_invalid, version)?;
+        if let Some(files) = files {
+            match current.file_bytes() {
+                Some(bytes) => files.write(SCHEMA_FILE, Some(&bytes))?,
+                // A function is not stored: the version file keeps its
+                // number, and the JSON schema it replaces goes.
+                None => {
+                    files.write(VERSION_FILE, Some(&version_file_bytes(version, CLEARED_BY_VALIDATOR)))?;
+                    files.write(SCHEMA_FILE, None)?;
+                }
+            }
+        }
+        *last = version;
         let old = self.current.swap(Some(Arc::new(current)));
         wait_unused(old);
-        Ok(*last)
+        Ok(version)
     }
 
     /// Removes the schema (the version still advances, so a later one does
-    /// not reuse a number); `save` persists the removal first.
-    pub(crate) fn remove(&self, save: impl FnOnce() -> Result<()>) -> Result<()> {
+    /// not reuse a number); with `files`, the removal is written there
+    /// first. Nothing happens if there is none: none here, and, with
+    /// `shared` (a directory shared by processes), none another process
+    /// set (a JSON schema, or a function it runs).
+    pub(crate) fn remove(&self, files: Option<&dyn Files>, shared: bool) -> Result<()> {
         let mut last = self.last_version.lock();
-        if self.current.load().is_none() {
+        let elsewhere = match files {
+            Some(files) if shared => stored_in_force(files)?,
+            _ => false,
+        };
+        if self.current.load().is_none() && !elsewhere {
             return Ok(());
         }
-        save()?;
-        *last += 1;
+        let version = (*last).max(stored_last(files)?) + 1;
+        if let Some(files) = files {
+            files.write(VERSION_FILE, Some(&version_file_bytes(version, CLEARED_BY_REMOVAL)))?;
+            files.write(SCHEMA_FILE, None)?;
+        }
+        *last = version;
         let old = self.current.swap(None);
         wait_unused(old);
         Ok(())
     }
 
-    /// Restores a schema read from a durable topic's file.
-    pub(crate) fn restore(&self, bytes: &[u8]) -> Result<()> {
-        let bad = |why: &str| Error::InvalidArgument(format!("a topic's schema file is damaged: {why}"));
-        let text = std::str::from_utf8(bytes).map_err(|_| bad("not UTF-8"))?;
-        let (head, doc) = text.split_once('\n').ok_or_else(|| bad("no header line"))?;
-        let mut words = head.split(' ');
-        if words.next() != Some(SCHEMA_FILE_MAGIC) {
-            return Err(bad("unknown format"));
-        }
-        let version: u64 = words.next().and_then(|v| v.parse().ok()).ok_or_else(|| bad("no version"))?;
-        let on_invalid = match words.next() {
-            Some("reject") => OnInvalid::Reject,
-            Some("dead_letter") => OnInvalid::DeadLetter,
-            _ => return Err(bad("no on_invalid")),
-        };
+    /// Brings the slot in line with what `files` hold, if their version
+    /// differs from the one in force (see "Several processes"): the JSON
+    /// schema stored there is compiled and swapped in, or, with none
+    /// stored, the one in force goes unless it is the function this slot
+    /// set last (the version file then holds its number). Says whether
+    /// anything changed. Costs one read of the schema file (none, for most
+    /// topics), and a second only while this slot holds a schema the
+    /// directory does not.
+    pub(crate) fn follow(&self, files: &dyn Files) -> Result<bool> {
         let mut last = self.last_version.lock();
-        let current = compile(Schema::Json(doc.to_owned()), on_invalid, version)?;
-        *last = version;
-        self.current.store(Some(Arc::new(current)));
+        let in_force = self.version();
+        let next = match files.read(SCHEMA_FILE)? {
+            Some(bytes) => {
+                let (version, on_invalid, doc) = parse_schema_file(&bytes)?;
+                if version == in_force {
+                    return Ok(false);
+                }
+                Some(compile(Schema::Json(doc.to_owned()), on_invalid, version)?)
+            }
+            None if in_force == 0 => return Ok(false),
+            None => {
+                let cleared = read_cleared(files)?;
+                if cleared == in_force {
+                    return Ok(false);
+                }
+                *last = (*last).max(cleared);
+                None
+            }
+        };
+        if let Some(c) = &next {
+            *last = (*last).max(c.version);
+        }
+        let old = self.current.swap(next.map(Arc::new));
+        wait_unused(old);
+        Ok(true)
+    }
+
+    /// Restores the schema a durable topic's files hold, when its data
+    /// directory opens or another process's topic is joined: what
+    /// [`Slot::follow`] reads, and the last version given out.
+    pub(crate) fn restore(&self, files: &dyn Files) -> Result<()> {
+        self.follow(files)?;
+        let cleared = read_cleared(files)?;
+        let mut last = self.last_version.lock();
+        *last = (*last).max(cleared);
         Ok(())
     }
+}
+
+/// A topic's schema files, in its directory in the data directory: each
+/// read whole, and replaced whole (by a rename: a reader sees the old file
+/// or the new one, never half of one) or removed (`None`).
+pub(crate) trait Files {
+    /// The file `name`'s bytes; `None` if there is no such file.
+    fn read(&self, name: &str) -> Result<Option<Vec<u8>>>;
+    /// Replaces the file `name` with `bytes`, or removes it.
+    fn write(&self, name: &str, bytes: Option<&[u8]>) -> Result<()>;
+}
+
+/// What the version file says cleared the JSON schema: a removal.
+const CLEARED_BY_REMOVAL: &str = "removed";
+/// What the version file says cleared the JSON schema: a function set in
+/// one process (which only that process's broker runs).
+const CLEARED_BY_VALIDATOR: &str = "validator";
+
+fn version_file_bytes(version: u64, why: &str) -> Vec<u8> {
+    format!("{VERSION_FILE_MAGIC} {version} {why}\n").into_bytes()
+}
+
+fn damaged(why: &str) -> Error {
+    Error::InvalidArgument(format!("a topic's schema file is damaged: {why}"))
+}
+
+/// The schema file's version, `OnInvalid` and JSON document.
+fn parse_schema_file(bytes: &[u8]) -> Result<(u64, OnInvalid, &str)> {
+    let text = std::str::from_utf8(bytes).map_err(|_| damaged("not UTF-8"))?;
+    let (head, doc) = text.split_once('\n').ok_or_else(|| damaged("no header line"))?;
+    let mut words = head.split(' ');
+    if words.next() != Some(SCHEMA_FILE_MAGIC) {
+        return Err(damaged("unknown format"));
+    }
+    let version: u64 = words.next().and_then(|v| v.parse().ok()).ok_or_else(|| damaged("no version"))?;
+    let on_invalid = match words.next() {
+        Some("reject") => OnInvalid::Reject,
+        Some("dead_letter") => OnInvalid::DeadLetter,
+        _ => return Err(damaged("no on_invalid")),
+    };
+    Ok((version, on_invalid, doc))
+}
+
+/// The version file's version and what cleared the schema; `None` if there
+/// is no such file (no change has left the topic without a JSON schema).
+fn read_version_file(files: &dyn Files) -> Result<Option<(u64, String)>> {
+    let Some(bytes) = files.read(VERSION_FILE)? else { return Ok(None) };
+    let text = std::str::from_utf8(&bytes).map_err(|_| damaged("a version file not UTF-8"))?;
+    let mut words = text.trim_end().split(' ');
+    if words.next() != Some(VERSION_FILE_MAGIC) {
+        return Err(damaged("a version file of unknown format"));
+    }
+    let version = words.next().and_then(|v| v.parse().ok()).ok_or_else(|| damaged("a version file's version"))?;
+    Ok(Some((version, words.next().unwrap_or_default().to_owned())))
+}
+
+/// The version of the last change that left the topic without a JSON
+/// schema; 0 if none did.
+fn read_cleared(files: &dyn Files) -> Result<u64> {
+    Ok(read_version_file(files)?.map_or(0, |(v, _)| v))
+}
+
+/// The last version the directory gave out for the topic: its JSON
+/// schema's, or that of the change that left it none, whichever is later
+/// (a crash between a removal's two writes leaves both). 0 without files.
+fn stored_last(files: Option<&dyn Files>) -> Result<u64> {
+    let Some(files) = files else { return Ok(0) };
+    let json = match files.read(SCHEMA_FILE)? {
+        Some(bytes) => parse_schema_file(&bytes)?.0,
+        None => 0,
+    };
+    Ok(json.max(read_cleared(files)?))
+}
+
+/// Whether the directory holds a schema for the topic: a JSON schema, or
+/// a function some process set last (which a removal anywhere clears).
+fn stored_in_force(files: &dyn Files) -> Result<bool> {
+    if files.read(SCHEMA_FILE)?.is_some() {
+        return Ok(true);
+    }
+    Ok(read_version_file(files)?.is_some_and(|(_, why)| why == CLEARED_BY_VALIDATOR))
 }
 
 /// Waits until no publish uses `old`, a schema just swapped out: then its
@@ -319,20 +497,75 @@ impl fmt::Debug for Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
+
+    /// A topic directory's files, in memory.
+    #[derive(Default)]
+    struct MemFiles(Mutex<HashMap<String, Vec<u8>>>);
+
+    impl Files for MemFiles {
+        fn read(&self, name: &str) -> Result<Option<Vec<u8>>> {
+            Ok(self.0.lock().get(name).cloned())
+        }
+        fn write(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
+            let mut files = self.0.lock();
+            match bytes {
+                Some(b) => files.insert(name.to_owned(), b.to_vec()),
+                None => files.remove(name),
+            };
+            Ok(())
+        }
+    }
 
     #[test]
     fn a_json_schema_round_trips_through_its_file() {
+        let files = MemFiles::default();
         let slot = Slot::default();
         let doc = r#"{"type":"object","required":["id"]}"#;
-        slot.set(Schema::Json(doc.into()), OnInvalid::DeadLetter, |_| Ok(())).unwrap();
-        let bytes = slot.load().as_deref().unwrap().file_bytes().unwrap();
+        slot.set(Schema::Json(doc.into()), OnInvalid::DeadLetter, Some(&files)).unwrap();
         let back = Slot::default();
-        back.restore(&bytes).unwrap();
+        back.restore(&files).unwrap();
         let held = back.load();
         let c = held.as_deref().unwrap();
         assert_eq!((c.version, c.on_invalid, c.document.as_deref()), (1, OnInvalid::DeadLetter, Some(doc)));
         assert!(c.check(br#"{"id":1}"#).is_ok());
         assert!(c.check(b"{}").unwrap_err().contains("required"));
-        assert!(back.restore(b"rill-schema-9 1 reject\n{}").is_err());
+        files.write(SCHEMA_FILE, Some(b"rill-schema-9 1 reject\n{}")).unwrap();
+        assert!(Slot::default().restore(&files).is_err());
+    }
+
+    #[test]
+    fn two_slots_on_one_directory_take_turns_with_versions_and_follow_each_other() {
+        // Two processes' slots of one topic, on its one directory.
+        let files = MemFiles::default();
+        let (a, b) = (Slot::default(), Slot::default());
+        assert_eq!(a.set(Schema::Json("true".into()), OnInvalid::Reject, Some(&files)).unwrap(), 1);
+        assert!(b.follow(&files).unwrap());
+        assert_eq!(b.version(), 1);
+        assert!(!b.follow(&files).unwrap(), "nothing changed: nothing read but the file");
+        // B's turn: the number comes from the directory, not from B's own count.
+        assert_eq!(b.set(Schema::Json("false".into()), OnInvalid::Reject, Some(&files)).unwrap(), 2);
+        assert!(a.follow(&files).unwrap());
+        assert!(a.load().as_deref().unwrap().check(b"1").is_err(), "A checks with B's schema");
+        // A function set in A: B has no schema any more, A keeps its own.
+        let f: ValidatorFn = Arc::new(|p| if p.is_empty() { Err("empty".into()) } else { Ok(()) });
+        assert_eq!(a.set(Schema::Validator(f), OnInvalid::Reject, Some(&files)).unwrap(), 3);
+        assert!(b.follow(&files).unwrap());
+        assert_eq!(b.version(), 0);
+        assert!(!a.follow(&files).unwrap(), "A's own function stays");
+        assert_eq!(a.version(), 3);
+        // B removes it (B has none, but the directory says A has one).
+        b.remove(Some(&files), true).unwrap();
+        assert!(a.follow(&files).unwrap());
+        assert_eq!(a.version(), 0);
+        // Nothing to remove: nothing happens, the version does not move.
+        a.remove(Some(&files), true).unwrap();
+        assert_eq!(a.set(Schema::Json("true".into()), OnInvalid::Reject, Some(&files)).unwrap(), 5);
+        // A slot opened afresh (a restart) continues the numbers.
+        a.remove(Some(&files), true).unwrap();
+        let c = Slot::default();
+        c.restore(&files).unwrap();
+        assert_eq!(c.version(), 0);
+        assert_eq!(c.set(Schema::Json("true".into()), OnInvalid::Reject, None).unwrap(), 7);
     }
 }

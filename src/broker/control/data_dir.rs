@@ -82,9 +82,7 @@ impl BrokerInner {
             let dir = |p| store.partition_dir(meta.dir, p);
             let topic =
                 Topic::open(&meta.name, &meta.options, &dir, config.fsync, config.repair, opening, bell.as_ref())?;
-            if let Some(bytes) = store.read_topic_file(meta.dir, crate::broker::schema::SCHEMA_FILE)? {
-                topic.schema.restore(&bytes)?;
-            }
+            topic.schema.restore(&store.topic_files(meta.dir))?;
             topics.insert(topic.name.clone(), Arc::new(topic));
         }
         let mut control = Control::default();

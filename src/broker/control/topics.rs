@@ -10,6 +10,7 @@ use crate::broker::consumer::ConsumerCore;
 use crate::broker::dispatch::Timer;
 use crate::broker::doorbell::TopicsWatch;
 use crate::broker::names;
+use crate::broker::schema::{self, OnInvalid, Schema};
 use crate::broker::store::{NameHold, Ticket, TopicMeta};
 use crate::broker::subscription::{SubCore, attach, close};
 use crate::broker::topic::{Opening, Partition, Topic, TopicOptions};
@@ -87,6 +88,19 @@ impl BrokerInner {
                 self.unmap_topic(topic);
                 dropped.push(self.let_go_locked(&mut control, topic));
             }
+            // The schemas of the topics it keeps: one another process set,
+            // replaced or removed is followed here (see "Several processes"
+            // in `schema.rs`). Before the joins, which read their own.
+            for meta in list {
+                let Some(topic) = self.topics.get(meta.name.as_str()).map(|t| topic_of(&t).clone()) else { continue };
+                if store.opened_dir(&meta.name) != Some(meta.dir) {
+                    continue;
+                }
+                if let Err(e) = topic.schema.follow(&store.topic_files(meta.dir)) {
+                    // Left as it was; the next change rereads.
+                    ::log::warn!(target: "rill::broker", "could not reread the schema of topic {:?}: {e}", meta.name);
+                }
+            }
             for meta in list.iter().filter(|m| !self.topics.contains_key(m.name.as_str())) {
                 if let Err(e) = self.create_locked(&control, &meta.name, &meta.options, Some(meta)) {
                     // Its files may have gone with a deletion in another
@@ -107,6 +121,67 @@ impl BrokerInner {
             self.let_go(&topic.name, topic, dropped, &placeholder);
         }
         Ok(())
+    }
+
+    /// Sets (or replaces) `name`'s schema (see
+    /// [`Broker::set_schema`](crate::Broker::set_schema)).
+    pub(crate) fn set_schema(&self, name: &str, schema: Schema, on_invalid: OnInvalid) -> Result<u64> {
+        let mut schema = Some(schema);
+        self.change_schema(name, |topic, files, _| {
+            topic.schema.set(schema.take().expect("changed once"), on_invalid, files)
+        })
+    }
+
+    /// Removes `name`'s schema (see
+    /// [`Broker::remove_schema`](crate::Broker::remove_schema)).
+    pub(crate) fn remove_schema(&self, name: &str) -> Result<()> {
+        self.change_schema(name, |topic, files, shared| topic.schema.remove(files, shared))
+    }
+
+    /// Runs `change` on the topic `name` (with its schema files, if it is
+    /// in the data directory, and whether that is shared by processes).
+    /// In `Sharing::Processes` mode, under `topics.lock`, on the topic the
+    /// list names (this broker's copy of one deleted and created again is
+    /// brought up to date first), and every other broker of the directory
+    /// is told, as of a topic change (see "Several processes" in
+    /// `schema.rs`).
+    fn change_schema<T>(
+        &self,
+        name: &str,
+        mut change: impl FnMut(&Topic, Option<&dyn schema::Files>, bool) -> Result<T>,
+    ) -> Result<T> {
+        self.check_open()?;
+        let Some(store) = self.store() else { return change(&*self.topic_or_listed(name)?, None, false) };
+        let Some(bell) = self.doorbell.as_ref().map(|d| d.bell()) else {
+            let topic = self.topic_or_listed(name)?;
+            return store.with_listed_dir(&topic.name, |dir| {
+                let files = dir.map(|dir| store.topic_files(dir));
+                change(&topic, files.as_ref().map(|f| f as &dyn schema::Files), false)
+            });
+        };
+        // Another process may delete and create the topic again between
+        // this broker's look at it and `topics.lock`: then it catches up and
+        // tries again, a few times (each a change by another process).
+        for _ in 0..8 {
+            let topic = self.topic_or_listed(name)?;
+            let changed = store.with_topic_list(|list| {
+                let Some(meta) = list.iter().find(|m| *m.name == *name) else {
+                    return Err(Error::NoSuchTopic(name.to_owned()));
+                };
+                if store.opened_dir(name) != Some(meta.dir) {
+                    return Ok(None);
+                }
+                let out = change(&topic, Some(&store.topic_files(meta.dir)), true)?;
+                // Written; still under `topics.lock`, as a topic change is.
+                bell.topics_changed();
+                Ok(Some(out))
+            })?;
+            match changed {
+                Some(out) => return Ok(out),
+                None => self.sync_topics_now()?,
+            }
+        }
+        Err(Error::Busy(format!("topic {name:?} is being deleted and created again by other processes")))
     }
 
     /// Creates a topic (reserved names allowed: the caller validated the name
@@ -155,6 +230,9 @@ impl BrokerInner {
                 let join = |meta: &TopicMeta| {
                     let dir = |p| store.partition_dir(meta.dir, p);
                     let topic = Topic::open(name, &meta.options, &dir, fsync, repair, Opening::Join, bell)?;
+                    // With the schema set on it (the caller holds
+                    // `topics.lock`: no process changes it meanwhile).
+                    topic.schema.restore(&store.topic_files(meta.dir))?;
                     store.note_opened(name, meta.dir);
                     Ok(topic)
                 };

@@ -23,6 +23,9 @@
 //!   groups/<key>/        a consumer group's members, partition locks and
 //!                        committed offsets (Processes; see membership.rs)
 //!   topics/<n>/<p>/      partition p of the topic with directory number n
+//!   topics/<n>/schema    its JSON schema, if it has one, and
+//!   topics/<n>/schema.version  the version of the last change that left
+//!                        it none (see `schema.rs`)
 //!   topics/<n>.deleted/  a deleted topic's directory, being removed
 //! ```
 //!
@@ -508,16 +511,25 @@ impl Store {
         listed
     }
 
-    /// Replaces (or, with `None`, removes) the small file `file` in the
-    /// directory of the listed topic `name` (a topic's schema, see
-    /// `schema.rs`), whole: a crash leaves the old file or the new one. A
-    /// directory written by a rill without such files reads as having none.
-    /// Nothing happens for a topic that is not listed.
-    pub(crate) fn save_topic_file(&self, name: &str, file: &str, bytes: Option<&[u8]>) -> Result<()> {
-        // Under the list's lock, so a delete of the topic cannot move its
-        // directory away meanwhile.
+    /// Runs `f` with the directory number of the listed topic `name`
+    /// (`None` if it is not listed), holding the list's lock, so that a
+    /// delete of the topic cannot move its directory away meanwhile (its
+    /// small files, such as its schema (see `schema.rs`), are written with
+    /// [`Store::write_topic_file`]).
+    pub(crate) fn with_listed_dir<T>(&self, name: &str, f: impl FnOnce(Option<u64>) -> T) -> T {
         let topics = self.topics.lock();
-        let Some(dir) = topics.list.iter().find(|t| t.name == name).map(|t| t.dir) else { return Ok(()) };
+        f(topics.list.iter().find(|t| t.name == name).map(|t| t.dir))
+    }
+
+    /// Replaces (or, with `None`, removes) the small file `file` of the
+    /// topic in `topics/<dir>`, whole: a crash, or a reader, finds the old
+    /// file or the new one (a rename), never half of one. A directory
+    /// written by a rill without such files reads as having none. The
+    /// caller keeps the topic's directory from moving (the list's lock,
+    /// [`Store::with_listed_dir`], or in `Sharing::Processes` mode
+    /// `topics.lock`, which also keeps two processes from writing the
+    /// file's `.tmp` at once).
+    pub(crate) fn write_topic_file(&self, dir: u64, file: &str, bytes: Option<&[u8]>) -> Result<()> {
         let path = self.topic_dir(dir);
         let sync = !matches!(self.fsync, Fsync::Never);
         match bytes {
@@ -528,6 +540,12 @@ impl Store {
                 _ => Ok(()),
             },
         }
+    }
+
+    /// The small files of the topic in `topics/<dir>` (its schema's, for
+    /// `schema.rs`), read and written as the two methods around this one do.
+    pub(crate) fn topic_files(&self, dir: u64) -> TopicFiles<'_> {
+        TopicFiles { store: self, dir }
     }
 
     /// The file `file` of the topic in `topics/<dir>`, if there is one.
@@ -632,3 +650,20 @@ impl Store {
 
 #[cfg(all(test, not(loom)))]
 mod tests;
+
+/// A topic's small files in its directory (`topics/<dir>`), for
+/// `schema.rs`: see [`Store::topic_files`].
+pub(crate) struct TopicFiles<'a> {
+    store: &'a Store,
+    dir: u64,
+}
+
+impl crate::broker::schema::Files for TopicFiles<'_> {
+    fn read(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        self.store.read_topic_file(self.dir, name)
+    }
+
+    fn write(&self, name: &str, bytes: Option<&[u8]>) -> Result<()> {
+        self.store.write_topic_file(self.dir, name, bytes)
+    }
+}

@@ -1,0 +1,76 @@
+"""Schemas across processes (issues 39 and 42), ``sharing="processes"``.
+
+A JSON schema a process started with ``multiprocessing``'s spawn method
+sets, replaces and removes checks this process's publishes from the moment
+this process's broker has seen the change, which the test waits for on
+``Broker.schema_version`` (with a deadline)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import WAIT
+
+import rill
+
+TOPIC = "orders"
+NEEDS_ID = {"type": "object", "required": ["id"], "properties": {"id": {"type": "integer"}}}
+NEEDS_NAME = {"type": "object", "required": ["name"]}
+
+
+def _setter(data_dir: str, steps: Any, seen: Any) -> None:
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never", worker_threads=1) as b:
+        assert b.set_schema(TOPIC, json_schema=NEEDS_ID) == 1
+        steps.put("set")
+        assert seen.get(timeout=WAIT) == "set"
+        assert b.set_schema(TOPIC, json_schema=NEEDS_NAME) == 2
+        steps.put("replaced")
+        assert seen.get(timeout=WAIT) == "replaced"
+        b.remove_schema(TOPIC)
+        steps.put("removed")
+
+
+def _wait_version(b: rill.Broker, v: int) -> bool:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if b.schema_version(TOPIC) == v:
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def test_a_schema_another_process_sets_replaces_and_removes_checks_this_one(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    data_dir = str(tmp_path / "data")
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never") as b:
+        b.create_topic(TOPIC)
+        steps, seen = ctx.Queue(), ctx.Queue()
+        child = ctx.Process(target=_setter, args=(data_dir, steps, seen))
+        child.start()
+        try:
+            assert steps.get(timeout=WAIT) == "set"
+            assert _wait_version(b, 1), "the schema set in the other process never reached this one"
+            with pytest.raises(rill.SchemaError):
+                b.publish(TOPIC, b'{"id": "seven"}')
+            b.publish(TOPIC, b'{"id": 7}')
+            seen.put("set")
+            assert steps.get(timeout=WAIT) == "replaced"
+            assert _wait_version(b, 2)
+            with pytest.raises(rill.SchemaError):
+                b.publish(TOPIC, b'{"id": 7}')
+            b.publish(TOPIC, b'{"name": "n"}')
+            seen.put("replaced")
+            assert steps.get(timeout=WAIT) == "removed"
+            assert _wait_version(b, 0)
+            b.publish(TOPIC, b"anything")
+            # The directory's next number: 3 went to the removal.
+            assert b.set_schema(TOPIC, json_schema=True) == 4
+        finally:
+            seen.put("set")
+            seen.put("replaced")
+            child.join(WAIT)
+        assert child.exitcode == 0
