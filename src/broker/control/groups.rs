@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::BrokerInner;
 use super::data_dir::wait_offsets;
 use crate::broker::consumer::{Assignment, ConsumerCore, GroupHost};
+use crate::broker::doorbell::MembersWatch;
 use crate::broker::group::Group;
 use crate::broker::names;
 use crate::broker::store::{Membership, Store};
@@ -79,6 +80,37 @@ impl BrokerInner {
                 drop(control);
                 wait_offsets(snapshot)
             }
+        }
+    }
+}
+
+impl BrokerInner {
+    /// `Sharing::Processes`: what a member of a group or shared
+    /// subscription calls after it changed its folder: bumps the members'
+    /// change counter and rings every doorbell of the directory (see
+    /// "Announcing changes" in `store/membership.rs`). `None` without a
+    /// doorbell.
+    pub(crate) fn member_announce(&self) -> Option<std::sync::Arc<dyn Fn() + Send + Sync>> {
+        let bell = self.doorbell.as_ref()?.bell().clone();
+        Some(std::sync::Arc::new(move || bell.members_changed()))
+    }
+}
+
+/// The doorbell thread's hook when the members' change counter moved:
+/// every local member looks soon, on its own thread (a consumer at its
+/// next poll, or at once if it is waiting in one; a shared member on the
+/// `shared_look` timer), never on the doorbell's, as a look can block on
+/// the file system.
+impl MembersWatch for BrokerInner {
+    fn members_changed(&self) {
+        let consumers: Vec<Arc<ConsumerCore>> = self.control.lock().consumers.values().cloned().collect();
+        for c in consumers {
+            // Its `sync` then follows the group (`ProcessMember::assignment`).
+            c.assignment_changed();
+        }
+        let looks = self.shared_look.lock().clone();
+        if let Some(looks) = looks {
+            looks.look_all_now();
         }
     }
 }
@@ -236,7 +268,11 @@ impl GroupHost for ProcessMember {
         let partitions = core.topic.partitions.len() as u32;
         let mut state = self.state.lock();
         if state.membership.is_none() {
-            state.membership = Some(store.join_group(&core.group, &core.topic.name, partitions, core.id)?);
+            let m = store.join_group(&core.group, &core.topic.name, partitions, core.id)?;
+            state.membership = Some(match self.inner.member_announce() {
+                Some(announce) => m.announcing(announce),
+                None => m,
+            });
         }
         let m = state.membership.as_mut().expect("set above");
         let target = m.target()?;
@@ -264,9 +300,13 @@ impl GroupHost for ProcessMember {
         self.state.lock().membership.as_ref().map(Membership::owned).unwrap_or_default()
     }
 
-    /// Looks at the members (removing dead ones' files): if this member
+    /// The fallback look, for deaths only (joins, leaves and releases are
+    /// announced: see "Announcing changes" in `store/membership.rs`):
+    /// looks at the members (removing dead ones' files): if this member
     /// owns other partitions than it should, its assignment changes, and
-    /// its next `sync` gives up and takes partitions.
+    /// its next `sync` gives up and takes partitions. Every half of its
+    /// `session_timeout`, so a dead member's partitions reach the
+    /// survivors within it.
     fn expel_idle(&self, core: &ConsumerCore) -> Duration {
         let state = self.state.lock();
         if let Some(m) = &state.membership
@@ -274,7 +314,7 @@ impl GroupHost for ProcessMember {
         {
             core.assignment_changed();
         }
-        core.session_timeout / 4
+        core.session_timeout / 2
     }
 
     fn commit(&self, core: &ConsumerCore, offsets: &[(u32, u64)]) -> Result<Vec<u32>> {

@@ -242,7 +242,23 @@ pub(crate) struct Membership {
     /// A shared subscription's member: its shared lock of the name (see
     /// "Shared subscriptions"), held while it is a member.
     _name: Option<Locked>,
+    /// Tells the other members that this one changed the folder (see
+    /// "Announcing changes"): set by [`Membership::announcing`].
+    announce: Option<Announcer>,
 }
+
+/// An [`Announce`], which has no `Debug` of its own.
+struct Announcer(Announce);
+
+impl std::fmt::Debug for Announcer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Announcer")
+    }
+}
+
+/// What a member calls after it changed its folder: the broker's ring of
+/// every process's doorbell (see "Announcing changes").
+pub(crate) type Announce = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 /// The folder of group `group` on topic `topic` in `root`, made if missing.
 fn group_dir(root: &Path, fsync: Fsync, group: &str, topic: &str) -> Result<PathBuf> {
@@ -361,6 +377,7 @@ impl Membership {
             _member: Locked::new(file),
             owned: BTreeMap::new(),
             _name: None,
+            announce: None,
         })
     }
 
@@ -371,8 +388,36 @@ impl Membership {
         self
     }
 
-    /// The live members, sorted by name; removes the files of dead ones.
+    /// This member announcing, through `announce`, every change it makes
+    /// to its folder from now on, and its join now (its file is in place;
+    /// see "Announcing changes").
+    pub(crate) fn announcing(mut self, announce: Announce) -> Membership {
+        announce();
+        self.announce = Some(Announcer(announce));
+        self
+    }
+
+    /// Tells the other members that this one changed the folder.
+    fn announce(&self) {
+        if let Some(Announcer(announce)) = &self.announce {
+            announce();
+        }
+    }
+
+    /// The live members, sorted by name; removes the files of dead ones
+    /// (and announces that it did).
     fn live_members(&self) -> Result<Vec<String>> {
+        let mut removed = false;
+        let live = self.live_members_removing(&mut removed);
+        if removed {
+            self.announce();
+        }
+        live
+    }
+
+    /// [`Membership::live_members`], setting `removed` if it removed a
+    /// dead member's file.
+    fn live_members_removing(&self, removed: &mut bool) -> Result<Vec<String>> {
         let entries = fs::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, &e))?;
         let mut live = Vec::new();
         for entry in entries {
@@ -399,6 +444,7 @@ impl Membership {
                 // Granted: nobody holds it, its member is dead.
                 Some(_lock) => match fs::remove_file(&path) {
                     Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(&path, &e)),
+                    Ok(()) => *removed = true,
                     _ => {}
                 },
                 None => live.push(file),
@@ -437,7 +483,12 @@ impl Membership {
     /// Gives up the partitions outside `target` and takes the free ones in
     /// it. True if it now owns exactly `target`.
     pub(crate) fn rebalance(&mut self, target: &[u32]) -> Result<bool> {
+        let before = self.owned.len();
         self.owned.retain(|p, _| target.contains(p));
+        if self.owned.len() < before {
+            // Let go: the members waiting for them take them now.
+            self.announce();
+        }
         self.take(target)?;
         Ok(self.owned.len() == target.len())
     }
@@ -470,7 +521,9 @@ impl Membership {
     /// Lets go of partition `p` (its slots stay as last written; the
     /// caller's last commit of it has returned).
     pub(crate) fn give_up(&mut self, p: u32) {
-        self.owned.remove(&p);
+        if self.owned.remove(&p).is_some() {
+            self.announce();
+        }
     }
 
     /// Commits `offset` for partition `p`, which it owns (false, and
@@ -490,15 +543,22 @@ impl Membership {
 
     /// Lets go of every partition (their slots stay as last written).
     pub(crate) fn let_go(&mut self) {
-        self.owned.clear();
+        if !self.owned.is_empty() {
+            self.owned.clear();
+            self.announce();
+        }
     }
 }
 
 impl Drop for Membership {
     fn drop(&mut self) {
         // The file goes first, while it is still locked, so no prober takes
-        // a live member for a dead one; the locks go with the fields.
+        // a live member for a dead one; then the partitions' locks, and
+        // only then the announcement, so a member it wakes finds them free
+        // (the member file's lock goes with the fields).
         let _ = fs::remove_file(self.dir.join(&self.name));
+        self.owned.clear();
+        self.announce();
     }
 }
 
