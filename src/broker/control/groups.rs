@@ -253,18 +253,10 @@ fn shared_assignment(m: &Membership, partitions: u32) -> Result<Assignment> {
     Ok(Assignment { partitions: m.owned(), committed })
 }
 
-impl GroupHost for ProcessMember {
-    fn is_closed(&self) -> bool {
-        self.inner.is_closed()
-    }
-
-    fn join(&self, core: &Arc<ConsumerCore>) -> Result<Assignment> {
-        self.inner.check_open()?;
-        if core.topic.is_deleted() {
-            return Err(core.topic.deleted_error());
-        }
-        let store =
-            self.inner.store().ok_or_else(|| Error::InvalidArgument("Sharing::Processes needs a data_dir".into()))?;
+impl ProcessMember {
+    /// Joins (its join announced) unless it is a member already, and
+    /// takes its share: its first look.
+    fn join_and_look(&self, core: &ConsumerCore, store: &Store) -> Result<Assignment> {
         let partitions = core.topic.partitions.len() as u32;
         let mut state = self.state.lock();
         if state.membership.is_none() {
@@ -277,13 +269,41 @@ impl GroupHost for ProcessMember {
         let m = state.membership.as_mut().expect("set above");
         let target = m.target()?;
         m.rebalance(&target)?;
-        let assignment = shared_assignment(m, partitions)?;
-        let mut control = self.inner.control.lock();
-        // Under the mutex: `close` takes it to collect the consumers it
-        // closes, so a consumer that joins after that sees the broker closed.
+        shared_assignment(m, partitions)
+    }
+}
+
+impl GroupHost for ProcessMember {
+    fn is_closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    fn join(&self, core: &Arc<ConsumerCore>) -> Result<Assignment> {
         self.inner.check_open()?;
-        control.consumers.insert(core.id, core.clone());
-        Ok(assignment)
+        if core.topic.is_deleted() {
+            return Err(core.topic.deleted_error());
+        }
+        let store =
+            self.inner.store().ok_or_else(|| Error::InvalidArgument("Sharing::Processes needs a data_dir".into()))?;
+        {
+            let mut control = self.inner.control.lock();
+            // Under the mutex: `close` takes it to collect the consumers it
+            // closes, so a consumer that joins after that sees the broker
+            // closed. And before its first look (the rebalance below): an
+            // announcement its doorbell handles from now on finds it, and
+            // one handled before was of a change made before that look,
+            // which sees it.
+            self.inner.check_open()?;
+            control.consumers.insert(core.id, core.clone());
+        }
+        let joined = self.join_and_look(core, &store).and_then(|assignment| {
+            // A close meanwhile closed it: as if it had come after.
+            self.inner.check_open().map(|()| assignment)
+        });
+        if joined.is_err() {
+            self.inner.control.lock().consumers.remove(&core.id);
+        }
+        joined
     }
 
     fn assignment(&self, core: &ConsumerCore) -> Option<Assignment> {

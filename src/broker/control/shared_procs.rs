@@ -218,7 +218,9 @@ impl Looks {
 
     /// A member that has just joined: its first look now, on this thread
     /// (it takes the free partitions of its target), then the fallback
-    /// ones, and one at each announcement.
+    /// ones, and one at each announcement. Listed before that first look:
+    /// an announcement handled from now on finds it, and one handled
+    /// before was of a change made before the look, which sees it.
     pub(super) fn add(&self, share: Arc<ProcessShare>, sub: &Arc<SubCore>) {
         self.members.lock().push((share.clone(), sub.clone()));
         if share.look(sub) {
