@@ -142,6 +142,22 @@
 //! (read by nobody) or, at a roll, fails with an I/O error rather than
 //! `NoSuchTopic`.
 //!
+//! # Members of groups and shared subscriptions
+//!
+//! The members of a consumer group or shared subscription across processes
+//! announce their joins, leaves and releases the same way
+//! (`store/membership.rs`, "Announcing changes"): a fourth shared word, the
+//! **members' change counter**, on a cache line of its own in the bell's
+//! page, is bumped after the change and the bell rung unconditionally
+//! ([`Bell::members_changed`]). A doorbell's look loads it
+//! ([`Bell::member_changes`]) after the topic list's counter and, if it
+//! moved, has its broker ask every local member to look (`MembersWatch`,
+//! implemented in `control/groups.rs`); the looks run on the members' own
+//! threads. Why the ring is enough is the topic change's argument above,
+//! word for word; `loom-tests/tests/doorbell.rs`
+//! (`a_join_in_another_process_wakes_the_doorbell_and_its_look_sees_it`)
+//! runs it, and `.ci/fence-check` requires it to fail with X3 weakened.
+//!
 //! # Arming only while a listener may sleep
 //!
 //! A listener that is draining finds a record itself (its idle re-check

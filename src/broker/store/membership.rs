@@ -43,11 +43,12 @@
 //! ([`target`]). A member gives up the partitions it holds outside its
 //! target and then takes, without blocking, the free partitions in it; one
 //! still held by its previous owner (which has not looked yet) is tried
-//! again at the next look. A member looks when it joins and then every
-//! quarter of its `session_timeout` (the same timer that expels idle
-//! members in `Exclusive` mode, see `consumer.rs`), so a join or a leave is
-//! followed within that time, and partitions never have two owners in
-//! between (at worst none, for one look).
+//! again at the next look. A member looks when it joins, whenever another
+//! member announces a change (see "Announcing changes"), and, for deaths,
+//! every half of its `session_timeout` (the same timer that expels idle
+//! members in `Exclusive` mode, see `consumer.rs`), so a dead member's
+//! partitions reach the survivors within that time, and partitions never
+//! have two owners in between (at worst none, for one look).
 //!
 //! A member file is made whole before it is seen: it is created under a
 //! temporary name, locked and written, then renamed to `<member>.member`
@@ -59,6 +60,56 @@
 //! A member name
 //! holds its pid, a clock reading and an id unique in its process, so a
 //! reused pid never brings a dead member's name back.
+//!
+//! # Announcing changes
+//!
+//! Joins, leaves and releases are events a member's process makes itself,
+//! so it announces them rather than have every member poll: a member that
+//! joined (its file renamed into place), let go of a partition (its lock
+//! dropped: `rebalance` giving one up, `give_up`, `let_go`), left (its file
+//! removed, then its partitions' locks dropped, in `Drop`), or removed a
+//! dead member's file calls its announcer ([`Membership::announcing`]),
+//! which bumps the members' change counter beside the directory's bell and
+//! rings every doorbell of the directory (`Bell::members_changed` in
+//! `doorbell.rs`). Each process's doorbell thread, finding the counter
+//! moved since it last told its broker, has every local member look soon
+//! on its own thread (a consumer at its next `sync`, a shared member on
+//! the `shared_look` timer), never on the doorbell's: a look can block on
+//! the file system. A look announces only what it changed (a release or a
+//! removed file), never a take or a look that found nothing, so a round of
+//! looks ends once the split is reached.
+//!
+//! Who writes what, in which order: the announcer changes the folder
+//! (rename, unlink, or drops a lock: each a system call that has returned),
+//! then bumps the counter (Relaxed), then rings (X3, a Release
+//! read-modify-write of the bell). A doorbell arms (or loads the bell
+//! before a disarmed sleep), fences (X2, or X4), loads the counter, and
+//! only then hands the look to the member, whose listing and lock tries
+//! are system calls after that. The ring and the arm are read-modify-writes
+//! of one word (or the load reads the ring or an earlier value), so as for
+//! a topic change ("Topics other processes create or delete" in
+//! `doorbell.rs`): either the doorbell's fence acquires the ring, and the
+//! counter it loads is the bumped one, so the look it asks for comes after
+//! the change in every order the kernel keeps; or the ring moved the bell
+//! from the value the doorbell sleeps on, so it does not sleep, and its
+//! next round loads the bumped counter. The doorbell loads the counter
+//! before it tells its members, so a change announced while they look
+//! moves the counter past what it kept and it tells them again. A look
+//! already under way when the announcement arrives is followed by another.
+//! `loom-tests/tests/doorbell.rs`
+//! (`a_join_in_another_process_wakes_the_doorbell_and_its_look_sees_it`)
+//! runs [`Membership`]'s half (`Bell::members_changed`) against a doorbell
+//! round on the real bell, with the folder a Relaxed flag the ring alone
+//! must publish; `.ci/fence-check` requires it to fail with X3 weakened.
+//!
+//! Only a death announces nothing: a process killed with -9 drops its
+//! locks in the kernel, and its member file stays until a survivor's
+//! fallback look tries the lock, finds it free, removes the file and
+//! announces that. So the fallback timer bounds the hand-over after a
+//! death only: half the `session_timeout` for a group's member, `LOOK_EVERY`
+//! (one second) for a shared subscription's, which has no session timeout.
+//! A rill of the older layout would announce nothing, so the bell file's
+//! layout (3) refuses it (`doorbell.rs`).
 //!
 //! # Deleting a topic
 //!
@@ -139,7 +190,9 @@
 //! close, after its last handler call; a partition it takes with nothing
 //! saved starts at the subscription's start position, saved at once so a
 //! later owner starts there too. A member looks when it subscribes and
-//! then every `LOOK_EVERY` (`shared_procs.rs`). A member killed loses only
+//! then at each announcement and, for deaths, every `LOOK_EVERY` (one
+//! second, `shared_procs.rs`), so a dead member's partitions are taken
+//! within about that time. A member killed loses only
 //! what it handled after its last save, which its partition's next owner
 //! delivers again (at least once).
 //!
