@@ -153,8 +153,11 @@
 //! ([`Bell::member_changes`]) after the topic list's counter and, if it
 //! moved, has its broker ask every local member to look (`MembersWatch`,
 //! implemented in `control/groups.rs`); the looks run on the members' own
-//! threads. Why the ring is enough is the topic change's argument above,
-//! word for word; `loom-tests/tests/doorbell.rs`
+//! threads. Why the ring is enough is the topic change's argument above;
+//! unlike the topic list's counter, this one is a Release bump and an
+//! Acquire load, as what it announces is not read under a lock: a look
+//! may load the bumped count before its arm read the ring, and must then
+//! see the change too. `loom-tests/tests/doorbell.rs`
 //! (`a_join_in_another_process_wakes_the_doorbell_and_its_look_sees_it`)
 //! runs it, and `.ci/fence-check` requires it to fail with X3 weakened.
 //!
@@ -602,18 +605,21 @@ impl Bell {
     /// doorbell of the directory, so that each has its members look (see
     /// "Members of groups and shared subscriptions").
     pub(crate) fn members_changed(&self) {
-        // Relaxed: X3, in the ring after it, publishes it (and the file
-        // system calls before it) to every doorbell that arms after the
-        // ring, as for `topics_changed`.
-        self.page.members().fetch_add(1, Ordering::Relaxed);
+        // Release: a look that loads the bumped value (Acquire) sees the
+        // change made before it, whether or not its arm read the ring;
+        // X3, in the ring after it, makes sure some look loads it.
+        self.page.members().fetch_add(1, Ordering::Release);
         self.ring_always();
     }
 
     /// The members' change counter, for a doorbell's look (after its arm
     /// and X2, or its X5 load and X4).
     pub(crate) fn member_changes(&self) -> u32 {
-        // Relaxed: as in `topic_changes`.
-        self.page.members().load(Ordering::Relaxed)
+        // Acquire: pairs with the Release bump in `members_changed`, so a
+        // look that sees the count moved sees the change counted (a Relaxed
+        // load could read the bump before the doorbell's arm read the
+        // ring, and miss the change; the loom model finds that).
+        self.page.members().load(Ordering::Acquire)
     }
 
     /// One doorbell round: arms, fences (X2), and looks (`look` returns

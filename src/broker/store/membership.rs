@@ -81,26 +81,28 @@
 //!
 //! Who writes what, in which order: the announcer changes the folder
 //! (rename, unlink, or drops a lock: each a system call that has returned),
-//! then bumps the counter (Relaxed), then rings (X3, a Release
+//! then bumps the counter (Release), then rings (X3, a Release
 //! read-modify-write of the bell). A doorbell arms (or loads the bell
-//! before a disarmed sleep), fences (X2, or X4), loads the counter, and
-//! only then hands the look to the member, whose listing and lock tries
-//! are system calls after that. The ring and the arm are read-modify-writes
-//! of one word (or the load reads the ring or an earlier value), so as for
-//! a topic change ("Topics other processes create or delete" in
-//! `doorbell.rs`): either the doorbell's fence acquires the ring, and the
-//! counter it loads is the bumped one, so the look it asks for comes after
-//! the change in every order the kernel keeps; or the ring moved the bell
-//! from the value the doorbell sleeps on, so it does not sleep, and its
-//! next round loads the bumped counter. The doorbell loads the counter
+//! before a disarmed sleep), fences (X2, or X4), loads the counter
+//! (Acquire), and only then hands the look to the member, whose listing
+//! and lock tries are system calls after that. A doorbell that loads the
+//! bumped count synchronizes with the bump, so the look it asks for comes
+//! after the change. That some round loads it is the topic change's
+//! argument ("Topics other processes create or delete" in `doorbell.rs`):
+//! the ring and the arm are read-modify-writes of one word (or the load
+//! reads the ring or an earlier value), so either the doorbell's fence
+//! acquires the ring and its load finds the bump, or the ring moved the
+//! bell from the value the doorbell sleeps on, so it does not sleep, and
+//! its next round loads the bumped counter. The doorbell loads the counter
 //! before it tells its members, so a change announced while they look
 //! moves the counter past what it kept and it tells them again. A look
 //! already under way when the announcement arrives is followed by another.
 //! `loom-tests/tests/doorbell.rs`
 //! (`a_join_in_another_process_wakes_the_doorbell_and_its_look_sees_it`)
 //! runs [`Membership`]'s half (`Bell::members_changed`) against a doorbell
-//! round on the real bell, with the folder a Relaxed flag the ring alone
-//! must publish; `.ci/fence-check` requires it to fail with X3 weakened.
+//! round on the real bell, with the folder a Relaxed flag the counter
+//! must publish (with the counter Relaxed it finds the look missing the
+//! join); `.ci/fence-check` requires it to fail with X3 weakened.
 //!
 //! Only a death announces nothing: a process killed with -9 drops its
 //! locks in the kernel, and its member file stays until a survivor's
