@@ -349,3 +349,68 @@ fn a_deleted_topic_forgets_the_groups_commits() {
     let published: BTreeSet<_> = procs::publish(&broker, TOPIC, 20).into_iter().collect();
     consume_in_child(1, &published);
 }
+
+/// A session timeout so long that the fallback look (every half of it)
+/// never comes during a test: only an announcement explains a rebalance.
+const LONG_SESSION: Duration = Duration::from_secs(3600);
+
+/// The child of [`a_join_and_a_leave_in_another_process_are_followed_without_the_timer`]:
+/// a member with [`LONG_SESSION`] that writes its assignment to `owns-<i>`
+/// whenever it changes, until the parent makes `end`.
+fn long_session_member(dir: &Path, i: &str) {
+    let broker = processes(dir);
+    let options = ConsumerOptions { session_timeout: LONG_SESSION, ..ConsumerOptions::default() };
+    let mut consumer = broker.consumer(GROUP, TOPIC, options).unwrap();
+    let mut owns = None;
+    while !dir.join("end").exists() {
+        consumer.poll(16, Duration::from_millis(20)).unwrap();
+        let now = consumer.assignment();
+        if owns.as_ref() != Some(&now) {
+            let line: Vec<String> = now.iter().map(u32::to_string).collect();
+            std::fs::write(dir.join(format!("owns-{i}.tmp")), line.join(" ")).unwrap();
+            std::fs::rename(dir.join(format!("owns-{i}.tmp")), dir.join(format!("owns-{i}"))).unwrap();
+            owns = Some(now);
+        }
+    }
+    consumer.close();
+}
+
+/// A join and a leave are announced (see "Announcing changes" in
+/// `store/membership.rs`): with every member's fallback look an hour away,
+/// a member joining in another process still gets its share, and its
+/// leave still gives the partitions back.
+#[test]
+fn a_join_and_a_leave_in_another_process_are_followed_without_the_timer() {
+    const TEST: &str = "a_join_and_a_leave_in_another_process_are_followed_without_the_timer";
+    if let Some((role, dir)) = procs::child_role() {
+        long_session_member(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("announced");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let options = ConsumerOptions { session_timeout: LONG_SESSION, ..ConsumerOptions::default() };
+    let mut mine = broker.consumer(GROUP, TOPIC, options).unwrap();
+    mine.poll(16, Duration::ZERO).unwrap();
+    assert_eq!(mine.assignment(), [0, 1, 2, 3], "alone, it owns every partition");
+    let child = procs::spawn(TEST, "0", &dir.0);
+    let checks = || {
+        wait_for("the member in the other process to get its share", || {
+            mine.poll(16, Duration::from_millis(20)).unwrap();
+            let theirs = owns(&dir.0, 0).unwrap_or_default();
+            let mut all: Vec<u32> = mine.assignment().into_iter().chain(theirs.iter().copied()).collect();
+            all.sort_unstable();
+            theirs.len() == 2 && all == [0, 1, 2, 3]
+        });
+    };
+    let release = || {
+        procs::mark(&dir.0, "end");
+        procs::expect_success(child, "the other member");
+    };
+    procs::check_then_release(checks, release);
+    wait_for("the partitions to come back after the other member's leave", || {
+        mine.poll(16, Duration::from_millis(20)).unwrap();
+        mine.assignment() == [0, 1, 2, 3]
+    });
+    mine.close();
+}

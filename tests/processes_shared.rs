@@ -380,3 +380,74 @@ fn a_topic_deleted_and_created_again_under_a_live_member_is_read_from_its_first_
         procs::expect_success(old, "the old topic's member");
     });
 }
+
+/// The child of [`a_join_and_a_leave_in_another_process_are_followed_without_the_timer`],
+/// member `i`: its fallback look an hour away (so only an announcement
+/// moves partitions), it records each message in `records-<i>`, marks
+/// `joined-<i>` once subscribed, and closes when the parent makes
+/// `end-<i>`.
+fn announced_member(dir: &Path, i: &str) {
+    rill::broker::set_shared_look_fallback(std::time::Duration::from_secs(3600));
+    let broker = processes(dir);
+    let (d, file) = (dir.to_owned(), format!("records-{i}"));
+    let sub = member(&broker, move |p, o| procs::append(&d, &file, &format!("{p} {o}")));
+    procs::mark(dir, &format!("joined-{i}"));
+    procs::wait_mark(dir, &format!("end-{i}"));
+    sub.close();
+}
+
+/// A join and a leave are announced (see "Announcing changes" in
+/// `store/membership.rs`): with both members' fallback looks an hour away,
+/// a member joining in another process still gets messages (the first
+/// gave it partitions), and once it leaves the first gets every
+/// partition's again; each message comes once.
+#[test]
+fn a_join_and_a_leave_in_another_process_are_followed_without_the_timer() {
+    const TEST: &str = "a_join_and_a_leave_in_another_process_are_followed_without_the_timer";
+    if let Some((role, dir)) = procs::child_role() {
+        announced_member(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("announced");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let got = |i: u32| procs::records(&dir.0, &format!("records-{i}"));
+    let mut first = procs::spawn(TEST, "0", &dir.0);
+    assert!(procs::wait_child_mark(&dir.0, "joined-0", &mut first), "member 0 did not join");
+    let mut published: BTreeSet<(u32, u64)> = procs::publish(&broker, TOPIC, 8).into_iter().collect();
+    let second = procs::spawn(TEST, "1", &dir.0);
+    let checks = || {
+        procs::wait_mark(&dir.0, "joined-1");
+        wait_for("both members to get messages", || {
+            published.extend(procs::publish(&broker, TOPIC, 8));
+            wait_for("the messages so far", || got(0).len() + got(1).len() >= published.len());
+            !got(1).is_empty()
+        });
+    };
+    let release = || {
+        procs::mark(&dir.0, "end-1");
+        procs::expect_success(second, "member 1");
+    };
+    procs::check_then_release(checks, release);
+    let checks = || {
+        // Published after member 1 left: member 0 gets every partition's.
+        let mut after = BTreeSet::new();
+        wait_for("member 0 to get every partition back", || {
+            after.extend(procs::publish(&broker, TOPIC, 8));
+            let got0: BTreeSet<(u32, u64)> = got(0).into_iter().collect();
+            (0..PARTITIONS).all(|p| after.iter().any(|&(q, o)| q == p && got0.contains(&(q, o))))
+        });
+        published.extend(after);
+        wait_for("every message", || got(0).len() + got(1).len() >= published.len());
+    };
+    let release = || {
+        procs::mark(&dir.0, "end-0");
+        procs::expect_success(first, "member 0");
+    };
+    procs::check_then_release(checks, release);
+    let mut seen = BTreeSet::new();
+    for at in got(0).into_iter().chain(got(1)) {
+        assert!(seen.insert(at), "{at:?} was delivered twice");
+    }
+    assert_eq!(seen, published, "every message delivered");
+}

@@ -13,7 +13,7 @@
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::model;
-use rill::broker::loom_harness::{DisarmedTopicChanges, LazyDoorbell, TopicChanges, WakeAcross};
+use rill::broker::loom_harness::{DisarmedTopicChanges, LazyDoorbell, MemberChanges, TopicChanges, WakeAcross};
 
 #[test]
 fn a_publish_in_another_process_wakes_the_doorbell() {
@@ -92,5 +92,25 @@ fn a_topic_change_wakes_a_disarmed_doorbell() {
         };
         changes.doorbell_until_a_change();
         changer.join().unwrap();
+    });
+}
+
+/// The members' change counter (`src/broker/doorbell.rs`, "Members of
+/// groups and shared subscriptions"): a member joins (its file, then a
+/// bump of the counter and a ring, X3); another process's doorbell arms,
+/// fences (X2) and loads the counter, and once it has moved, its member's
+/// look finds the joiner's file. Without X3 the look can miss the bump
+/// while the arm hides the ring, and the doorbell sleeps for ever, which
+/// `.ci/fence-check` requires loom to find with X3 weakened.
+#[test]
+fn a_join_in_another_process_wakes_the_doorbell_and_its_look_sees_it() {
+    model(|| {
+        let changes = Arc::new(MemberChanges::new());
+        let joiner = {
+            let changes = changes.clone();
+            thread::spawn(move || changes.join())
+        };
+        assert!(changes.doorbell_until_a_change_then_look(), "the look missed the join it was woken for");
+        joiner.join().unwrap();
     });
 }

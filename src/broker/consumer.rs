@@ -18,10 +18,12 @@
 //! With `Sharing::Processes` a group spans the processes on the data
 //! directory: the consumer's hooks are then `control::groups::ProcessMember`,
 //! and which member owns a partition is a lock in the directory, not the
-//! control plane's state (see `store/membership.rs`). The look every
-//! quarter of the session timeout is then when a member follows the
-//! group: it gives up and takes partitions as the live members' split
-//! says, and a member whose process died is found then.
+//! control plane's state (see `store/membership.rs`). A member then follows
+//! the group when another member announces a join, a leave or a release
+//! (its doorbell thread bumps the consumer's generation, and its next
+//! `sync` gives up and takes partitions as the live members' split says),
+//! and at a look every half of its session timeout, the fallback that
+//! finds a member whose process died (see "Announcing changes" there).
 //!
 //! `poll` returns messages borrowed from the log, valid until the next call
 //! that moves the consumer. Waiting in `poll` parks the thread (see

@@ -142,6 +142,25 @@
 //! (read by nobody) or, at a roll, fails with an I/O error rather than
 //! `NoSuchTopic`.
 //!
+//! # Members of groups and shared subscriptions
+//!
+//! The members of a consumer group or shared subscription across processes
+//! announce their joins, leaves and releases the same way
+//! (`store/membership.rs`, "Announcing changes"): a fourth shared word, the
+//! **members' change counter**, on a cache line of its own in the bell's
+//! page, is bumped after the change and the bell rung unconditionally
+//! ([`Bell::members_changed`]). A doorbell's look loads it
+//! ([`Bell::member_changes`]) after the topic list's counter and, if it
+//! moved, has its broker ask every local member to look (`MembersWatch`,
+//! implemented in `control/groups.rs`); the looks run on the members' own
+//! threads. Why the ring is enough is the topic change's argument above;
+//! unlike the topic list's counter, this one is a Release bump and an
+//! Acquire load, as what it announces is not read under a lock: a look
+//! may load the bumped count before its arm read the ring, and must then
+//! see the change too. `loom-tests/tests/doorbell.rs`
+//! (`a_join_in_another_process_wakes_the_doorbell_and_its_look_sees_it`)
+//! runs it, and `.ci/fence-check` requires it to fail with X3 weakened.
+//!
 //! # Arming only while a listener may sleep
 //!
 //! A listener that is draining finds a record itself (its idle re-check
@@ -260,8 +279,10 @@ const MAGIC: u64 = u64::from_le_bytes(*b"rillwake");
 /// refuses the directory. 2: the bell file's page holds the topic list's
 /// change counter too (see "Topics other processes create or delete"); a
 /// rill of layout 1 would not bump it, and its topics would stay unseen.
+/// 3: and the members' change counter ("Members of groups and shared
+/// subscriptions"), which a rill of layout 2 would not bump.
 #[cfg(not(loom))]
-const LAYOUT: u32 = 2;
+const LAYOUT: u32 = 3;
 /// Byte offset of the magic word in a shared state file.
 #[cfg(not(loom))]
 const MAGIC_AT: usize = 0;
@@ -276,6 +297,10 @@ const WORD_AT: usize = 64;
 /// cache line of its own (a ring does not move it, a topic change does).
 #[cfg(not(loom))]
 const CHANGES_AT: usize = 128;
+/// Byte offset, in the bell file, of the members' change counter, on a
+/// cache line of its own (see "Members of groups and shared subscriptions").
+#[cfg(not(loom))]
+const MEMBERS_AT: usize = 192;
 
 /// Name of the directory's bell file (next to `LOCK`).
 pub(crate) const BELL_FILE: &str = "SHARED";
@@ -291,6 +316,8 @@ struct Page {
     word: AtomicU32,
     #[cfg(loom)]
     changes: AtomicU32,
+    #[cfg(loom)]
+    members: AtomicU32,
 }
 
 // SAFETY: the page is only ever accessed through atomics (`word`), which
@@ -369,7 +396,7 @@ impl Page {
     /// A page no file backs (loom, and tests of the protocol).
     #[cfg(loom)]
     fn in_memory() -> Page {
-        Page { word: AtomicU32::new(0), changes: AtomicU32::new(0) }
+        Page { word: AtomicU32::new(0), changes: AtomicU32::new(0), members: AtomicU32::new(0) }
     }
 
     /// The page's word: the bell or the interest.
@@ -394,6 +421,18 @@ impl Page {
         #[cfg(loom)]
         {
             &self.changes
+        }
+    }
+
+    /// The bell file's third word: the members' change counter.
+    fn members(&self) -> &AtomicU32 {
+        #[cfg(not(loom))]
+        {
+            self.u32_at(MEMBERS_AT)
+        }
+        #[cfg(loom)]
+        {
+            &self.members
         }
     }
 
@@ -558,6 +597,29 @@ impl Bell {
         // Relaxed: X2, before this look, is ordered after the arm that read
         // the ring's X3 (see "Topics other processes create or delete").
         self.page.changes().load(Ordering::Relaxed)
+    }
+
+    /// A member of a group or shared subscription joined, left, let go of
+    /// a partition, or removed a dead member's file (the change made, its
+    /// locks let go): bumps the members' change counter, then rings every
+    /// doorbell of the directory, so that each has its members look (see
+    /// "Members of groups and shared subscriptions").
+    pub(crate) fn members_changed(&self) {
+        // Release: a look that loads the bumped value (Acquire) sees the
+        // change made before it, whether or not its arm read the ring;
+        // X3, in the ring after it, makes sure some look loads it.
+        self.page.members().fetch_add(1, Ordering::Release);
+        self.ring_always();
+    }
+
+    /// The members' change counter, for a doorbell's look (after its arm
+    /// and X2, or its X5 load and X4).
+    pub(crate) fn member_changes(&self) -> u32 {
+        // Acquire: pairs with the Release bump in `members_changed`, so a
+        // look that sees the count moved sees the change counted (a Relaxed
+        // load could read the bump before the doorbell's arm read the
+        // ring, and miss the change; the loom model finds that).
+        self.page.members().load(Ordering::Acquire)
     }
 
     /// One doorbell round: arms, fences (X2), and looks (`look` returns
@@ -875,6 +937,17 @@ pub(crate) trait TopicsWatch: Send + Sync {
     fn sync_topics(&self) -> bool;
 }
 
+/// What a doorbell thread tells when the members' change counter moved:
+/// its broker, which has each of its group and shared-subscription members
+/// in `Sharing::Processes` look at the others soon, on their own threads
+/// (see "Members of groups and shared subscriptions").
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) trait MembersWatch: Send + Sync {
+    /// Asks every local member to look at its folder; must not block on a
+    /// look itself.
+    fn members_changed(&self);
+}
+
 /// A broker's doorbell thread and the partitions it watches (see the
 /// module docs). Stopped by [`Doorbell::stop`] when the broker closes.
 /// Under loom there is none: a `Processes` broker does not open there
@@ -891,6 +964,12 @@ pub(crate) struct Doorbell {
     /// The change counter's value at the last reread of the list that
     /// succeeded; only the doorbell thread uses it.
     seen_changes: crate::sync::atomic::AtomicU32,
+    /// The broker, told when the members' change counter moves; weak, as
+    /// for `topics`.
+    members: Mutex<Option<std::sync::Weak<dyn MembersWatch>>>,
+    /// The members' change counter at the last time the broker was told;
+    /// only the doorbell thread uses it.
+    seen_members: crate::sync::atomic::AtomicU32,
     stop: crate::sync::atomic::AtomicBool,
     thread: Mutex<Option<crate::sync::thread::JoinHandle<()>>>,
 }
@@ -902,11 +981,16 @@ impl Doorbell {
     pub(crate) fn start(bell: crate::sync::Arc<Bell>) -> Result<crate::sync::Arc<Doorbell>> {
         // Unequal to the counter: the first look after `watch_topics` rereads.
         let seen = bell.topic_changes().wrapping_sub(1);
+        // Equal: a member joins after `watch_members`, and looks when it
+        // joins.
+        let seen_members = bell.member_changes();
         let doorbell = crate::sync::Arc::new(Doorbell {
             bell,
             watched: Mutex::new(Vec::new()),
             topics: Mutex::new(None),
             seen_changes: crate::sync::atomic::AtomicU32::new(seen),
+            members: Mutex::new(None),
+            seen_members: crate::sync::atomic::AtomicU32::new(seen_members),
             stop: crate::sync::atomic::AtomicBool::new(false),
             thread: Mutex::new(None),
         });
@@ -941,6 +1025,11 @@ impl Doorbell {
         self.bell.ring_always();
     }
 
+    /// Tells `broker` of every change of the members from now on.
+    pub(crate) fn watch_members(&self, broker: std::sync::Weak<dyn MembersWatch>) {
+        *self.members.lock() = Some(broker);
+    }
+
     fn run(&self) {
         let parking = PARKING.get_or_init(Parking::new);
         // Acquire: pairs with the Release store in `stop`.
@@ -969,6 +1058,7 @@ impl Doorbell {
         // First, so the partitions of topics it joins are looked at below.
         if !moved {
             moved |= self.look_at_topics();
+            moved |= self.look_at_members();
         }
         if partitions {
             for p in self.watched() {
@@ -995,6 +1085,23 @@ impl Doorbell {
         // Relaxed: as above.
         self.seen_changes.store(now, Ordering::Relaxed);
         broker.sync_topics()
+    }
+
+    /// If the members' change counter moved since the broker was last
+    /// told, tells it (its members look on their own threads); true if it
+    /// did. Loaded before the telling, so a change made meanwhile moves
+    /// the counter past what is kept here and the next round tells again.
+    fn look_at_members(&self) -> bool {
+        let now = self.bell.member_changes();
+        // Relaxed: only this thread reads or writes it.
+        if now == self.seen_members.load(Ordering::Relaxed) {
+            return false;
+        }
+        // Relaxed: as above.
+        self.seen_members.store(now, Ordering::Relaxed);
+        let Some(broker) = self.members.lock().as_ref().and_then(std::sync::Weak::upgrade) else { return false };
+        broker.members_changed();
+        true
     }
 
     /// Stops the thread and waits for it.

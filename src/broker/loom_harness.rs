@@ -815,6 +815,59 @@ impl Default for TopicChanges {
     }
 }
 
+/// The members' change counter of `doorbell.rs` ("Members of groups and
+/// shared subscriptions"), for `loom-tests/tests/doorbell.rs`: the
+/// directory's bell, in memory, and a stand-in for a member folder (a
+/// file a joiner makes before it announces). A process whose member
+/// joined makes its file and then announces ([`Bell::members_changed`]);
+/// another process's doorbell rounds ([`Bell::round`]) until a look finds
+/// the counter moved, and then its member looks at the folder, which must
+/// hold the joiner's file.
+///
+/// [`Bell::members_changed`]: super::doorbell::Bell
+/// [`Bell::round`]: super::doorbell::Bell
+pub struct MemberChanges {
+    bell: super::doorbell::Bell,
+    /// The joiner's member file: a Relaxed flag stands for it, so only
+    /// the announcement's orderings carry it.
+    joined: crate::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for MemberChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemberChanges")
+    }
+}
+
+impl MemberChanges {
+    /// A folder with no member joined yet.
+    pub fn new() -> MemberChanges {
+        MemberChanges { bell: super::doorbell::Bell::in_memory(), joined: crate::sync::atomic::AtomicBool::new(false) }
+    }
+
+    /// A member joins in one process: its file, then the announcement.
+    pub fn join(&self) {
+        // Relaxed: the announcement's Release bump publishes it.
+        self.joined.store(true, Ordering::Relaxed);
+        self.bell.members_changed();
+    }
+
+    /// Another process's doorbell thread: rounds until a look finds the
+    /// counter moved; then its member's look, which returns whether it
+    /// found the joiner's file.
+    pub fn doorbell_until_a_change_then_look(&self) -> bool {
+        while !self.bell.round(|| self.bell.member_changes() != 0) {}
+        // Relaxed: ordered after the bump by the counter's Acquire load.
+        self.joined.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for MemberChanges {
+    fn default() -> Self {
+        MemberChanges::new()
+    }
+}
+
 /// The flusher's due word of `flusher.rs` ("Due: waking the flusher only
 /// for work"), for `loom-tests/tests/flusher.rs`: a real log and a
 /// flusher's state, due (as at its start). A publisher appends and marks

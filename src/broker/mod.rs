@@ -59,6 +59,8 @@ use std::fmt;
 use std::time::Duration;
 
 pub use self::control::BrokerConfig;
+#[doc(hidden)]
+pub use self::control::shared_procs::set_look_fallback as set_shared_look_fallback;
 use self::control::{BrokerInner, Control, TopicMap, entry, topic_of};
 use consumer::ConsumerCore;
 pub use consumer::{
@@ -349,6 +351,7 @@ impl Broker {
         #[cfg(not(loom))]
         if let Some(doorbell) = &handle.inner.doorbell {
             let weak: std::sync::Weak<BrokerInner> = Arc::downgrade(&handle.inner);
+            doorbell.watch_members(weak.clone());
             doorbell.watch_topics(weak);
         }
         // On failure the handle's drop closes the broker (and its directory).

@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::BrokerInner;
 use super::data_dir::wait_offsets;
 use crate::broker::consumer::{Assignment, ConsumerCore, GroupHost};
+use crate::broker::doorbell::MembersWatch;
 use crate::broker::group::Group;
 use crate::broker::names;
 use crate::broker::store::{Membership, Store};
@@ -79,6 +80,37 @@ impl BrokerInner {
                 drop(control);
                 wait_offsets(snapshot)
             }
+        }
+    }
+}
+
+impl BrokerInner {
+    /// `Sharing::Processes`: what a member of a group or shared
+    /// subscription calls after it changed its folder: bumps the members'
+    /// change counter and rings every doorbell of the directory (see
+    /// "Announcing changes" in `store/membership.rs`). `None` without a
+    /// doorbell.
+    pub(crate) fn member_announce(&self) -> Option<std::sync::Arc<dyn Fn() + Send + Sync>> {
+        let bell = self.doorbell.as_ref()?.bell().clone();
+        Some(std::sync::Arc::new(move || bell.members_changed()))
+    }
+}
+
+/// The doorbell thread's hook when the members' change counter moved:
+/// every local member looks soon, on its own thread (a consumer at its
+/// next poll, or at once if it is waiting in one; a shared member on the
+/// `shared_look` timer), never on the doorbell's, as a look can block on
+/// the file system.
+impl MembersWatch for BrokerInner {
+    fn members_changed(&self) {
+        let consumers: Vec<Arc<ConsumerCore>> = self.control.lock().consumers.values().cloned().collect();
+        for c in consumers {
+            // Its `sync` then follows the group (`ProcessMember::assignment`).
+            c.assignment_changed();
+        }
+        let looks = self.shared_look.lock().clone();
+        if let Some(looks) = looks {
+            looks.look_all_now();
         }
     }
 }
@@ -221,6 +253,26 @@ fn shared_assignment(m: &Membership, partitions: u32) -> Result<Assignment> {
     Ok(Assignment { partitions: m.owned(), committed })
 }
 
+impl ProcessMember {
+    /// Joins (its join announced) unless it is a member already, and
+    /// takes its share: its first look.
+    fn join_and_look(&self, core: &ConsumerCore, store: &Store) -> Result<Assignment> {
+        let partitions = core.topic.partitions.len() as u32;
+        let mut state = self.state.lock();
+        if state.membership.is_none() {
+            let m = store.join_group(&core.group, &core.topic.name, partitions, core.id)?;
+            state.membership = Some(match self.inner.member_announce() {
+                Some(announce) => m.announcing(announce),
+                None => m,
+            });
+        }
+        let m = state.membership.as_mut().expect("set above");
+        let target = m.target()?;
+        m.rebalance(&target)?;
+        shared_assignment(m, partitions)
+    }
+}
+
 impl GroupHost for ProcessMember {
     fn is_closed(&self) -> bool {
         self.inner.is_closed()
@@ -233,21 +285,25 @@ impl GroupHost for ProcessMember {
         }
         let store =
             self.inner.store().ok_or_else(|| Error::InvalidArgument("Sharing::Processes needs a data_dir".into()))?;
-        let partitions = core.topic.partitions.len() as u32;
-        let mut state = self.state.lock();
-        if state.membership.is_none() {
-            state.membership = Some(store.join_group(&core.group, &core.topic.name, partitions, core.id)?);
+        {
+            let mut control = self.inner.control.lock();
+            // Under the mutex: `close` takes it to collect the consumers it
+            // closes, so a consumer that joins after that sees the broker
+            // closed. And before its first look (the rebalance below): an
+            // announcement its doorbell handles from now on finds it, and
+            // one handled before was of a change made before that look,
+            // which sees it.
+            self.inner.check_open()?;
+            control.consumers.insert(core.id, core.clone());
         }
-        let m = state.membership.as_mut().expect("set above");
-        let target = m.target()?;
-        m.rebalance(&target)?;
-        let assignment = shared_assignment(m, partitions)?;
-        let mut control = self.inner.control.lock();
-        // Under the mutex: `close` takes it to collect the consumers it
-        // closes, so a consumer that joins after that sees the broker closed.
-        self.inner.check_open()?;
-        control.consumers.insert(core.id, core.clone());
-        Ok(assignment)
+        let joined = self.join_and_look(core, &store).and_then(|assignment| {
+            // A close meanwhile closed it: as if it had come after.
+            self.inner.check_open().map(|()| assignment)
+        });
+        if joined.is_err() {
+            self.inner.control.lock().consumers.remove(&core.id);
+        }
+        joined
     }
 
     fn assignment(&self, core: &ConsumerCore) -> Option<Assignment> {
@@ -264,9 +320,13 @@ impl GroupHost for ProcessMember {
         self.state.lock().membership.as_ref().map(Membership::owned).unwrap_or_default()
     }
 
-    /// Looks at the members (removing dead ones' files): if this member
+    /// The fallback look, for deaths only (joins, leaves and releases are
+    /// announced: see "Announcing changes" in `store/membership.rs`):
+    /// looks at the members (removing dead ones' files): if this member
     /// owns other partitions than it should, its assignment changes, and
-    /// its next `sync` gives up and takes partitions.
+    /// its next `sync` gives up and takes partitions. Every half of its
+    /// `session_timeout`, so a dead member's partitions reach the
+    /// survivors within it.
     fn expel_idle(&self, core: &ConsumerCore) -> Duration {
         let state = self.state.lock();
         if let Some(m) = &state.membership
@@ -274,7 +334,7 @@ impl GroupHost for ProcessMember {
         {
             core.assignment_changed();
         }
-        core.session_timeout / 4
+        core.session_timeout / 2
     }
 
     fn commit(&self, core: &ConsumerCore, offsets: &[(u32, u64)]) -> Result<Vec<u32>> {

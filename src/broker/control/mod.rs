@@ -82,7 +82,7 @@ pub(crate) mod groups;
 mod held;
 mod members;
 mod named;
-mod shared_procs;
+pub(crate) mod shared_procs;
 mod subscribe;
 mod timers;
 mod topics;
@@ -90,7 +90,7 @@ mod topics;
 use std::collections::{HashMap, HashSet};
 
 pub use self::config::BrokerConfig;
-use self::shared_procs::Look;
+use self::shared_procs::Looks;
 use self::timers::{Compact, Expire};
 use super::consumer::ConsumerCore;
 use super::dispatch::{Timer, WorkerPool};
@@ -195,7 +195,7 @@ pub(crate) struct BrokerInner {
     pub(crate) ack_watch: Mutex<Option<Arc<Timer<AckWatch>>>>,
     /// `Sharing::Processes`: the timer of shared members' looks at each
     /// other (`shared_procs.rs`), started with the first member.
-    pub(crate) shared_look: Mutex<Option<Arc<Timer<Look>>>>,
+    pub(crate) shared_look: Mutex<Option<Arc<Looks>>>,
     /// What detached readers of deleted topics read instead (see
     /// `delete_topic`): one empty partition for the broker's life, made at
     /// the first delete, so deletions do not each leave one behind.

@@ -5,8 +5,11 @@
 //!
 //! A member's hooks, made when it subscribes ([`ProcessShare`]):
 //!
-//! * a look, on the broker's `shared_look` timer, when it joins and then
-//!   every [`LOOK_EVERY`]: it lists the live members, asks its drainer to
+//! * a look, on the broker's `shared_look` timer, when it joins, whenever
+//!   the doorbell thread finds the members' change counter moved (a join,
+//!   a leave, a release or a dead member's file removed, in any process:
+//!   see "Announcing changes" in `store/membership.rs`), and, for deaths
+//!   only, every [`LOOK_EVERY`]: it lists the live members, asks its drainer to
 //!   give up the partitions outside its target (`attach::revoke`), and
 //!   takes the free ones in it, attaching a reader at the position saved in
 //!   the partition's slots (at the subscription's start position, saved at
@@ -34,10 +37,31 @@ use crate::broker::topic::Topic;
 use crate::log::{Cursor, Log};
 use crate::sync::{Arc, Mutex};
 
-/// How often a member looks at the others: a dead member's partitions are
-/// taken within this time (the live members' lock files show a death at
-/// once; only the look waits).
-pub(crate) const LOOK_EVERY: Duration = Duration::from_millis(50);
+/// How often a member looks at the others when nothing is announced: the
+/// fallback for a member whose process died (which announces nothing), so
+/// a dead member's partitions are taken within about this time (its lock
+/// files show the death at once; only the look waits). Joins, leaves and
+/// releases are announced and followed at once (see "Announcing changes"
+/// in `store/membership.rs`). Tests may make it longer with
+/// [`set_look_fallback`].
+pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// The fallback period set by [`set_look_fallback`], if any.
+static LOOK_FALLBACK: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+/// For tests: sets, once per process, the fallback look period of this
+/// process's shared members across processes (see [`LOOK_EVERY`]), so a
+/// test can show a hand-over that only an announcement explains. Called
+/// before the first member joins; a second call changes nothing.
+#[doc(hidden)]
+pub fn set_look_fallback(every: Duration) {
+    let _ = LOOK_FALLBACK.set(every);
+}
+
+/// The fallback look period (see [`set_look_fallback`]).
+fn look_fallback() -> Duration {
+    LOOK_FALLBACK.get().copied().unwrap_or(LOOK_EVERY)
+}
 
 /// One member's share of a shared subscription across processes.
 pub(crate) struct ProcessShare {
@@ -154,18 +178,72 @@ fn start_cursor(log: &Log, start: StartPosition) -> Cursor {
     }
 }
 
-/// A member's next look, on the broker's `shared_look` timer.
+/// A member's next look, on the broker's `shared_look` timer: the
+/// fallback (`every`: it schedules the next one), or one asked for by an
+/// announcement (`None`: once).
 pub(crate) struct Look {
-    pub(super) share: Arc<ProcessShare>,
-    pub(super) sub: Arc<SubCore>,
-    pub(super) timer: Arc<Timer<Look>>,
+    share: Arc<ProcessShare>,
+    sub: Arc<SubCore>,
+    timer: Arc<Timer<Look>>,
+    every: Option<Duration>,
 }
 
 impl Job for Look {
     fn run(self) {
-        if self.share.look(&self.sub) {
+        if self.share.look(&self.sub)
+            && let Some(every) = self.every
+        {
             let timer = self.timer.clone();
-            timer.schedule(LOOK_EVERY, self);
+            timer.schedule(every, self);
         }
+    }
+}
+
+/// The shared members of a broker across processes: their looks' timer,
+/// and the members, so that an announcement has each look at once (see
+/// "Announcing changes" in `store/membership.rs`).
+pub(crate) struct Looks {
+    timer: Arc<Timer<Look>>,
+    /// Each member's share and subscription; a closed one is dropped at
+    /// the next announcement (its close announces) or when the broker
+    /// closes.
+    members: Mutex<Vec<(Arc<ProcessShare>, Arc<SubCore>)>>,
+}
+
+impl Looks {
+    /// Starts the timer's thread.
+    pub(super) fn start() -> crate::error::Result<Looks> {
+        Ok(Looks { timer: Arc::new(Timer::start_named("rill-shared-look")?), members: Mutex::new(Vec::new()) })
+    }
+
+    /// A member that has just joined: its first look now, on this thread
+    /// (it takes the free partitions of its target), then the fallback
+    /// ones, and one at each announcement. Listed before that first look:
+    /// an announcement handled from now on finds it, and one handled
+    /// before was of a change made before the look, which sees it.
+    pub(super) fn add(&self, share: Arc<ProcessShare>, sub: &Arc<SubCore>) {
+        self.members.lock().push((share.clone(), sub.clone()));
+        if share.look(sub) {
+            let every = Some(look_fallback());
+            let timer = self.timer.clone();
+            timer.schedule(look_fallback(), Look { share, sub: sub.clone(), timer: self.timer.clone(), every });
+        }
+    }
+
+    /// An announcement came (the doorbell thread's hook): a look at once,
+    /// on the timer's thread, for every member still there.
+    pub(crate) fn look_all_now(&self) {
+        let mut members = self.members.lock();
+        members.retain(|(_, sub)| !sub.is_closed());
+        for (share, sub) in members.iter() {
+            let job = Look { share: share.clone(), sub: sub.clone(), timer: self.timer.clone(), every: None };
+            self.timer.schedule(Duration::ZERO, job);
+        }
+    }
+
+    /// Stops the timer (the broker is closing).
+    pub(super) fn stop(&self) {
+        self.timer.stop();
+        self.members.lock().clear();
     }
 }

@@ -5,7 +5,7 @@
 
 use super::data_dir::wait_offsets;
 use super::named::take_held;
-use super::shared_procs::{Look, ProcessShare};
+use super::shared_procs::{Looks, ProcessShare};
 use super::{BrokerInner, saved_positions, topic_of};
 use crate::broker::dispatch::Timer;
 use crate::broker::names::{self, Pattern};
@@ -89,6 +89,10 @@ impl BrokerInner {
                 let topic = this.topic(pattern.as_str())?;
                 let store = this.store().ok_or_else(Error::broker_closed)?;
                 let membership = store.join_shared(&name, &topic.name, topic.partitions.len() as u32, id)?;
+                let membership = match this.member_announce() {
+                    Some(announce) => membership.announcing(announce),
+                    None => membership,
+                };
                 let sync = this.config.fsync == Fsync::Always;
                 Some(Arc::new(ProcessShare::new(membership, topic, options.start, sync)))
             }
@@ -253,13 +257,10 @@ impl BrokerInner {
         }
         control.live_names.insert(name);
         drop(control);
-        if let (Some(share), Some(timer)) = (share, look_timer) {
+        if let (Some(share), Some(looks)) = (share, look_timer) {
             // Its first look now (it takes the free partitions of its
-            // target), then every `LOOK_EVERY`.
-            if share.look(&sub) {
-                let t = timer.clone();
-                t.schedule(super::shared_procs::LOOK_EVERY, Look { share, sub: sub.clone(), timer });
-            }
+            // target), then one at each announcement and every `LOOK_EVERY`.
+            looks.add(share, &sub);
         }
         // Deliver whatever is already there (earliest, or a saved position).
         SubCore::poke(&sub);
@@ -319,14 +320,14 @@ impl BrokerInner {
 
     /// The timer of shared members' looks across processes (see
     /// `shared_procs.rs`), started with the first one.
-    fn shared_look_timer(&self) -> Result<Arc<Timer<Look>>> {
+    fn shared_look_timer(&self) -> Result<Arc<Looks>> {
         let mut slot = self.shared_look.lock();
         if let Some(t) = &*slot {
             return Ok(t.clone());
         }
-        let timer = Arc::new(Timer::start_named("rill-shared-look")?);
-        *slot = Some(timer.clone());
-        Ok(timer)
+        let looks = Arc::new(Looks::start()?);
+        *slot = Some(looks.clone());
+        Ok(looks)
     }
 
     pub(super) fn ack_watch_timer(&self) -> Result<Arc<Timer<AckWatch>>> {

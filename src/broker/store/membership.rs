@@ -43,11 +43,12 @@
 //! ([`target`]). A member gives up the partitions it holds outside its
 //! target and then takes, without blocking, the free partitions in it; one
 //! still held by its previous owner (which has not looked yet) is tried
-//! again at the next look. A member looks when it joins and then every
-//! quarter of its `session_timeout` (the same timer that expels idle
-//! members in `Exclusive` mode, see `consumer.rs`), so a join or a leave is
-//! followed within that time, and partitions never have two owners in
-//! between (at worst none, for one look).
+//! again at the next look. A member looks when it joins, whenever another
+//! member announces a change (see "Announcing changes"), and, for deaths,
+//! every half of its `session_timeout` (the same timer that expels idle
+//! members in `Exclusive` mode, see `consumer.rs`), so a dead member's
+//! partitions reach the survivors within that time, and partitions never
+//! have two owners in between (at worst none, for one look).
 //!
 //! A member file is made whole before it is seen: it is created under a
 //! temporary name, locked and written, then renamed to `<member>.member`
@@ -59,6 +60,58 @@
 //! A member name
 //! holds its pid, a clock reading and an id unique in its process, so a
 //! reused pid never brings a dead member's name back.
+//!
+//! # Announcing changes
+//!
+//! Joins, leaves and releases are events a member's process makes itself,
+//! so it announces them rather than have every member poll: a member that
+//! joined (its file renamed into place), let go of a partition (its lock
+//! dropped: `rebalance` giving one up, `give_up`, `let_go`), left (its file
+//! removed, then its partitions' locks dropped, in `Drop`), or removed a
+//! dead member's file calls its announcer ([`Membership::announcing`]),
+//! which bumps the members' change counter beside the directory's bell and
+//! rings every doorbell of the directory (`Bell::members_changed` in
+//! `doorbell.rs`). Each process's doorbell thread, finding the counter
+//! moved since it last told its broker, has every local member look soon
+//! on its own thread (a consumer at its next `sync`, a shared member on
+//! the `shared_look` timer), never on the doorbell's: a look can block on
+//! the file system. A look announces only what it changed (a release or a
+//! removed file), never a take or a look that found nothing, so a round of
+//! looks ends once the split is reached.
+//!
+//! Who writes what, in which order: the announcer changes the folder
+//! (rename, unlink, or drops a lock: each a system call that has returned),
+//! then bumps the counter (Release), then rings (X3, a Release
+//! read-modify-write of the bell). A doorbell arms (or loads the bell
+//! before a disarmed sleep), fences (X2, or X4), loads the counter
+//! (Acquire), and only then hands the look to the member, whose listing
+//! and lock tries are system calls after that. A doorbell that loads the
+//! bumped count synchronizes with the bump, so the look it asks for comes
+//! after the change. That some round loads it is the topic change's
+//! argument ("Topics other processes create or delete" in `doorbell.rs`):
+//! the ring and the arm are read-modify-writes of one word (or the load
+//! reads the ring or an earlier value), so either the doorbell's fence
+//! acquires the ring and its load finds the bump, or the ring moved the
+//! bell from the value the doorbell sleeps on, so it does not sleep, and
+//! its next round loads the bumped counter. The doorbell loads the counter
+//! before it tells its members, so a change announced while they look
+//! moves the counter past what it kept and it tells them again. A look
+//! already under way when the announcement arrives is followed by another.
+//! `loom-tests/tests/doorbell.rs`
+//! (`a_join_in_another_process_wakes_the_doorbell_and_its_look_sees_it`)
+//! runs [`Membership`]'s half (`Bell::members_changed`) against a doorbell
+//! round on the real bell, with the folder a Relaxed flag the counter
+//! must publish (with the counter Relaxed it finds the look missing the
+//! join); `.ci/fence-check` requires it to fail with X3 weakened.
+//!
+//! Only a death announces nothing: a process killed with -9 drops its
+//! locks in the kernel, and its member file stays until a survivor's
+//! fallback look tries the lock, finds it free, removes the file and
+//! announces that. So the fallback timer bounds the hand-over after a
+//! death only: half the `session_timeout` for a group's member, `LOOK_EVERY`
+//! (one second) for a shared subscription's, which has no session timeout.
+//! A rill of the older layout would announce nothing, so the bell file's
+//! layout (3) refuses it (`doorbell.rs`).
 //!
 //! # Deleting a topic
 //!
@@ -139,7 +192,9 @@
 //! close, after its last handler call; a partition it takes with nothing
 //! saved starts at the subscription's start position, saved at once so a
 //! later owner starts there too. A member looks when it subscribes and
-//! then every `LOOK_EVERY` (`shared_procs.rs`). A member killed loses only
+//! then at each announcement and, for deaths, every `LOOK_EVERY` (one
+//! second, `shared_procs.rs`), so a dead member's partitions are taken
+//! within about that time. A member killed loses only
 //! what it handled after its last save, which its partition's next owner
 //! delivers again (at least once).
 //!
@@ -242,7 +297,23 @@ pub(crate) struct Membership {
     /// A shared subscription's member: its shared lock of the name (see
     /// "Shared subscriptions"), held while it is a member.
     _name: Option<Locked>,
+    /// Tells the other members that this one changed the folder (see
+    /// "Announcing changes"): set by [`Membership::announcing`].
+    announce: Option<Announcer>,
 }
+
+/// An [`Announce`], which has no `Debug` of its own.
+struct Announcer(Announce);
+
+impl std::fmt::Debug for Announcer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Announcer")
+    }
+}
+
+/// What a member calls after it changed its folder: the broker's ring of
+/// every process's doorbell (see "Announcing changes").
+pub(crate) type Announce = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 /// The folder of group `group` on topic `topic` in `root`, made if missing.
 fn group_dir(root: &Path, fsync: Fsync, group: &str, topic: &str) -> Result<PathBuf> {
@@ -361,6 +432,7 @@ impl Membership {
             _member: Locked::new(file),
             owned: BTreeMap::new(),
             _name: None,
+            announce: None,
         })
     }
 
@@ -371,8 +443,36 @@ impl Membership {
         self
     }
 
-    /// The live members, sorted by name; removes the files of dead ones.
+    /// This member announcing, through `announce`, every change it makes
+    /// to its folder from now on, and its join now (its file is in place;
+    /// see "Announcing changes").
+    pub(crate) fn announcing(mut self, announce: Announce) -> Membership {
+        announce();
+        self.announce = Some(Announcer(announce));
+        self
+    }
+
+    /// Tells the other members that this one changed the folder.
+    fn announce(&self) {
+        if let Some(Announcer(announce)) = &self.announce {
+            announce();
+        }
+    }
+
+    /// The live members, sorted by name; removes the files of dead ones
+    /// (and announces that it did).
     fn live_members(&self) -> Result<Vec<String>> {
+        let mut removed = false;
+        let live = self.live_members_removing(&mut removed);
+        if removed {
+            self.announce();
+        }
+        live
+    }
+
+    /// [`Membership::live_members`], setting `removed` if it removed a
+    /// dead member's file.
+    fn live_members_removing(&self, removed: &mut bool) -> Result<Vec<String>> {
         let entries = fs::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, &e))?;
         let mut live = Vec::new();
         for entry in entries {
@@ -399,6 +499,7 @@ impl Membership {
                 // Granted: nobody holds it, its member is dead.
                 Some(_lock) => match fs::remove_file(&path) {
                     Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(&path, &e)),
+                    Ok(()) => *removed = true,
                     _ => {}
                 },
                 None => live.push(file),
@@ -437,7 +538,12 @@ impl Membership {
     /// Gives up the partitions outside `target` and takes the free ones in
     /// it. True if it now owns exactly `target`.
     pub(crate) fn rebalance(&mut self, target: &[u32]) -> Result<bool> {
+        let before = self.owned.len();
         self.owned.retain(|p, _| target.contains(p));
+        if self.owned.len() < before {
+            // Let go: the members waiting for them take them now.
+            self.announce();
+        }
         self.take(target)?;
         Ok(self.owned.len() == target.len())
     }
@@ -470,7 +576,9 @@ impl Membership {
     /// Lets go of partition `p` (its slots stay as last written; the
     /// caller's last commit of it has returned).
     pub(crate) fn give_up(&mut self, p: u32) {
-        self.owned.remove(&p);
+        if self.owned.remove(&p).is_some() {
+            self.announce();
+        }
     }
 
     /// Commits `offset` for partition `p`, which it owns (false, and
@@ -490,15 +598,22 @@ impl Membership {
 
     /// Lets go of every partition (their slots stay as last written).
     pub(crate) fn let_go(&mut self) {
-        self.owned.clear();
+        if !self.owned.is_empty() {
+            self.owned.clear();
+            self.announce();
+        }
     }
 }
 
 impl Drop for Membership {
     fn drop(&mut self) {
         // The file goes first, while it is still locked, so no prober takes
-        // a live member for a dead one; the locks go with the fields.
+        // a live member for a dead one; then the partitions' locks, and
+        // only then the announcement, so a member it wakes finds them free
+        // (the member file's lock goes with the fields).
         let _ = fs::remove_file(self.dir.join(&self.name));
+        self.owned.clear();
+        self.announce();
     }
 }
 
