@@ -15,16 +15,22 @@ use loom::thread;
 use loom_tests::model;
 use rill::broker::loom_harness::{DisarmedTopicChanges, LazyDoorbell, MemberChanges, TopicChanges, WakeAcross};
 
+/// The other process's side, `there`, on a thread of its own, while the
+/// doorbell's side, `here`, runs on this one; then joins it.
+fn beside<T: Send + Sync + 'static>(shared: T, there: fn(&T), here: fn(&T)) {
+    let shared = Arc::new(shared);
+    let other = {
+        let shared = shared.clone();
+        thread::spawn(move || there(&shared))
+    };
+    here(&shared);
+    other.join().unwrap();
+}
+
 #[test]
 fn a_publish_in_another_process_wakes_the_doorbell() {
     model(|| {
-        let wake = Arc::new(WakeAcross::new());
-        let publisher = {
-            let wake = wake.clone();
-            thread::spawn(move || wake.publish())
-        };
-        wake.doorbell_until_a_record();
-        publisher.join().unwrap();
+        beside(WakeAcross::new(), WakeAcross::publish, WakeAcross::doorbell_until_a_record);
     });
 }
 
@@ -39,13 +45,7 @@ fn a_publish_in_another_process_wakes_the_doorbell() {
 #[test]
 fn a_topic_change_in_another_process_wakes_the_doorbell() {
     model(|| {
-        let changes = Arc::new(TopicChanges::new());
-        let changer = {
-            let changes = changes.clone();
-            thread::spawn(move || changes.change())
-        };
-        changes.doorbell_until_a_change();
-        changer.join().unwrap();
+        beside(TopicChanges::new(), TopicChanges::change, TopicChanges::doorbell_until_a_change);
     });
 }
 
@@ -85,13 +85,11 @@ fn an_idle_listener_arms_its_disarmed_doorbell() {
 #[test]
 fn a_topic_change_wakes_a_disarmed_doorbell() {
     model(|| {
-        let changes = Arc::new(DisarmedTopicChanges::new());
-        let changer = {
-            let changes = changes.clone();
-            thread::spawn(move || changes.change())
-        };
-        changes.doorbell_until_a_change();
-        changer.join().unwrap();
+        beside(
+            DisarmedTopicChanges::new(),
+            DisarmedTopicChanges::change,
+            DisarmedTopicChanges::doorbell_until_a_change,
+        );
     });
 }
 
@@ -105,12 +103,8 @@ fn a_topic_change_wakes_a_disarmed_doorbell() {
 #[test]
 fn a_join_in_another_process_wakes_the_doorbell_and_its_look_sees_it() {
     model(|| {
-        let changes = Arc::new(MemberChanges::new());
-        let joiner = {
-            let changes = changes.clone();
-            thread::spawn(move || changes.join())
-        };
-        assert!(changes.doorbell_until_a_change_then_look(), "the look missed the join it was woken for");
-        joiner.join().unwrap();
+        beside(MemberChanges::new(), MemberChanges::join, |changes| {
+            assert!(changes.doorbell_until_a_change_then_look(), "the look missed the join it was woken for");
+        });
     });
 }
