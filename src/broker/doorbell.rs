@@ -596,6 +596,11 @@ impl Bell {
     pub(crate) fn topic_changes(&self) -> u32 {
         // Relaxed: X2, before this look, is ordered after the arm that read
         // the ring's X3 (see "Topics other processes create or delete").
+        // A load that reads a bump its arm did not read the ring of needs
+        // no more: what changed is the list, which the reread reads under
+        // `topics.lock`, the `flock` the changer held while it wrote it and
+        // bumped (the members' counter, whose change is read without such a
+        // lock, is Acquire for that reason).
         self.page.changes().load(Ordering::Relaxed)
     }
 
