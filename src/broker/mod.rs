@@ -502,7 +502,7 @@ impl Broker {
         };
         let t = topic_of(&found);
         // The branches a record without an id pays for the dedupe window
-        // and the schema: a field test and an `ArcSwap` load (no count).
+        // and the schema: a field test and a load of the schema's flag.
         if record.may_have_id() || t.schema.is_set() {
             return Ok(publish_slow(inner, t, record, wait)?.position);
         }
@@ -1340,7 +1340,7 @@ impl Publisher {
             return Err(PublishFailure::closed());
         }
         // The branches a record without an id pays for the dedupe window
-        // and the schema: a field test and an `ArcSwap` load (no count).
+        // and the schema: a field test and a load of the schema's flag.
         if record.may_have_id() || self.topic.schema.is_set() {
             return self.publish_identified(record, wait).map(|p| p.position);
         }

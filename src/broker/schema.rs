@@ -9,13 +9,13 @@
 //!
 //! # Replacing a schema while publishers run
 //!
-//! A publish to a topic without a schema pays an `ArcSwap` load (no
-//! reference count is touched) and a branch. One that finds a schema takes
-//! it out of line: it loads the slot again, holding the `ArcSwap` guard
-//! (again no count: a debt that a swap pays, see `wait_unused`), and uses
-//! that one load for the check, the version it stamps on the record, and
-//! what to do with an invalid one. A replacement that lands in between is seen by the next
-//! publish. So every record is checked by the schema in force when its
+//! A publish to a topic without a schema pays a load of the slot's flag
+//! and a branch (an `ArcSwap` load would cost two locked instructions, for
+//! its debt slot). One that finds the flag raised goes out of line: it
+//! loads the slot, holding the `ArcSwap` guard (no count: a debt that a
+//! swap pays, see `wait_unused`), and uses that one load for the check,
+//! the version it stamps on the record, and what to do with an invalid
+//! one. A replacement that lands in between is seen by the next publish. So every record is checked by the schema in force when its
 //! publish started (the old one or the new one) and carries that schema's
 //! version; no record is appended unchecked while a schema is set, since
 //! the slot is never empty between the old schema and the new one (the swap
@@ -99,6 +99,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwapOption;
 
 use crate::error::{Error, Result, panic_message};
+use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Backoff, Mutex};
 
 /// The reserved attribute holding the version of the schema a record was
@@ -264,6 +265,14 @@ pub(crate) type Held = arc_swap::Guard<Option<Arc<Current>>>;
 #[derive(Default)]
 pub(crate) struct Slot {
     current: ArcSwapOption<Current>,
+    /// Whether `current` holds a schema, for the common publish's branch:
+    /// a plain load, where an `ArcSwap` load takes a debt slot with two
+    /// locked instructions (its swap in and its payment on the guard's
+    /// drop). Set after a schema is swapped in and cleared before the last
+    /// one is swapped out (`install`), so a publish that reads it set finds
+    /// the schema its writer stored, or a later one, or none (a removal in
+    /// between, which `publish_slow` handles as a topic without one).
+    set: AtomicBool,
     /// The last version given out (0: none yet). Changes take it in turn.
     last_version: Mutex<u64>,
 }
@@ -283,7 +292,36 @@ impl Slot {
     /// Whether a schema is set: the branch a publish pays without one.
     #[inline(always)]
     pub(crate) fn is_set(&self) -> bool {
-        self.current.load().is_some()
+        // Acquire pairs with `install`'s Release store, so the schema it
+        // stored before setting the flag is what `load` then sees (or a
+        // later one); x86 gives this with a plain load.
+        self.set.load(Ordering::Acquire)
+    }
+
+    /// Puts `next` in force and waits until no publish holds the schema
+    /// it replaces; the flag is raised after a schema arrives and lowered
+    /// before the last one goes (see `set`), so between a set and a
+    /// replacement it stays raised: no publish skips the check while a
+    /// schema is in force.
+    fn install(&self, next: Option<Current>) {
+        let old = match next {
+            Some(c) => {
+                let old = self.current.swap(Some(Arc::new(c)));
+                // Release: a publish that reads the flag set sees the swap.
+                self.set.store(true, Ordering::Release);
+                old
+            }
+            None => {
+                // Relaxed: no order is needed, as either reading is right
+                // for a publish that runs during the removal: unset, it
+                // appends unchecked, as one after the removal does; set,
+                // it loads the old schema and checks by it, as one before
+                // does, or finds `None` and appends unchecked.
+                self.set.store(false, Ordering::Relaxed);
+                self.current.swap(None)
+            }
+        };
+        wait_unused(old);
     }
 
     /// The version in force: 0 without a schema.
@@ -311,8 +349,7 @@ impl Slot {
             }
         }
         *last = version;
-        let old = self.current.swap(Some(Arc::new(current)));
-        wait_unused(old);
+        self.install(Some(current));
         Ok(version)
     }
 
@@ -336,8 +373,7 @@ impl Slot {
             files.write(SCHEMA_FILE, None)?;
         }
         *last = version;
-        let old = self.current.swap(None);
-        wait_unused(old);
+        self.install(None);
         Ok(())
     }
 
@@ -373,8 +409,7 @@ impl Slot {
         if let Some(c) = &next {
             *last = (*last).max(c.version);
         }
-        let old = self.current.swap(next.map(Arc::new));
-        wait_unused(old);
+        self.install(next);
         Ok(true)
     }
 
