@@ -59,18 +59,30 @@ pub(super) fn publish_batch_to(
     records: &[Record<'_>],
     wait: Wait,
 ) -> Result<Vec<Position>> {
-    let held = t.schema.load();
-    if held.is_some() {
+    if let Some(held) = schema_in_force(t) {
         let done = publish_batch_checked(inner, t, held, records, wait).map_err(|e| t.batch_failed(e))?;
         return Ok(done.into_iter().map(|p| p.position).collect());
     }
-    drop(held);
     if records.iter().any(claims_a_version) {
         let attributes = unclaimed(records);
         return publish_batch_parts(t, &with_attributes(records, &attributes), wait).map_err(|e| t.batch_failed(e));
     }
     // A failure that raced a delete of the topic reports the delete.
     publish_batch_parts(t, records, wait).map_err(|e| t.batch_failed(e))
+}
+
+/// The schema `t` has in force, held, or `None` without one: the slot's
+/// flag first, so that a topic without a schema, and a record with an id
+/// on one, pay a load and not an `ArcSwap` guard (see `schema::Slot`).
+#[inline]
+fn schema_in_force(t: &Topic) -> Option<schema::Held> {
+    if !t.schema.is_set() {
+        return None;
+    }
+    // The flag raised and the slot empty is a removal in between: the
+    // publish then goes as to a topic without a schema.
+    let held = t.schema.load();
+    held.is_some().then_some(held)
 }
 
 /// Whether a record sets [`SCHEMA_ATTRIBUTE`] itself, which only the
@@ -98,11 +110,9 @@ pub(super) fn publish_batch_outcome_to(
     records: &[Record<'_>],
     wait: Wait,
 ) -> Result<Vec<Published>> {
-    let held = t.schema.load();
-    if held.is_some() {
+    if let Some(held) = schema_in_force(t) {
         return publish_batch_checked(inner, t, held, records, wait).map_err(|e| t.batch_failed(e));
     }
-    drop(held);
     if records.iter().any(claims_a_version) {
         let attributes = unclaimed(records);
         return publish_batch_outcome_unchecked(t, &with_attributes(records, &attributes), wait);
@@ -127,15 +137,14 @@ fn publish_batch_outcome_unchecked(t: &Topic, records: &[Record<'_>], wait: Wait
 #[cold]
 #[inline(never)]
 pub(super) fn publish_slow(inner: &BrokerInner, t: &Topic, record: &Record<'_>, wait: Wait) -> Result<Published> {
-    let held = t.schema.load();
-    let Some(s) = held.as_deref() else {
-        drop(held);
+    let Some(held) = schema_in_force(t) else {
         if claims_a_version(record) {
             let attributes = unclaimed(std::slice::from_ref(record));
             return Ok(Published::of(t.publish_identified(&Record { attributes: &attributes[0], ..*record }, wait)?));
         }
         return Ok(Published::of(t.publish_identified(record, wait)?));
     };
+    let s = held.as_deref().expect("schema_in_force holds one");
     // The schema is let go before the append, which may wait for room:
     // a replacement waits for the publishes using the old one (see
     // `schema.rs`), and must not wait for subscribers too.
