@@ -414,3 +414,24 @@ fn a_join_and_a_leave_in_another_process_are_followed_without_the_timer() {
     });
     mine.close();
 }
+
+/// A group whose members have committed nothing yet is a group all the
+/// same: `group_stats` from another broker on the directory reads every
+/// partition uncommitted with its whole log as lag, as in one process, and
+/// `NotFound` once its last member has gone.
+#[test]
+fn a_group_with_live_members_and_no_commit_has_stats_everywhere() {
+    let dir = TempDir::new("nocommit");
+    let (member_side, asker) = (processes(&dir.0), processes(&dir.0));
+    member_side.create_topic(TOPIC, &TopicOptions { partitions: PARTITIONS, ..TopicOptions::default() }).unwrap();
+    procs::publish(&member_side, TOPIC, 8);
+    let mut consumer = member_side.consumer(GROUP, TOPIC, options()).unwrap();
+    // Its join made the group's folder; its first poll takes partitions.
+    assert!(!consumer.poll(1, Duration::from_millis(10)).unwrap().is_empty());
+    let stats = asker.group_stats(GROUP, TOPIC).unwrap();
+    assert_eq!(stats.partitions.len(), PARTITIONS as usize);
+    assert!(stats.partitions.iter().all(|p| p.committed.is_none() && p.position == 0));
+    assert_eq!(stats.lag, 8);
+    consumer.close();
+    assert!(matches!(asker.group_stats(GROUP, TOPIC), Err(Error::NotFound(_))));
+}

@@ -782,8 +782,17 @@ impl Broker {
         let inner = self.inner();
         let t = inner.topic_or_listed(topic)?;
         let not_found = || Error::NotFound(format!("consumer group {group:?} on topic {topic:?}"));
-        // Across processes, the group's commits are in the data directory.
-        let shared = inner.shared_group_committed(group, topic, t.partitions.len() as u32)?;
+        // Across processes, the group's commits are in the data directory;
+        // a group whose live members have committed nothing yet has none
+        // there, and reads as one in a single process does: no commit.
+        let n = t.partitions.len() as u32;
+        let mut shared = inner.shared_group_committed(group, topic, n)?;
+        if shared.is_none()
+            && inner.config.sharing == Sharing::Processes
+            && !self.group_members(group, topic)?.is_empty()
+        {
+            shared = Some(vec![None; n as usize]);
+        }
         // Another process may have rolled past what this one has seen.
         for p in &t.partitions {
             p.log.follow_rolls()?;
