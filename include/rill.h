@@ -1799,6 +1799,26 @@ rill_status rill_publisher_publish_bytes(const rill_publisher *p,
                                          rill_position *out);
 
 /**
+ * `rill_publisher_publish_bytes`, also writing the outcome's flags
+ * (`RILL_PUBLISHED_DUPLICATE`, `RILL_PUBLISHED_DEAD_LETTERED`) to `flags`
+ * if it is not NULL: a record to a topic whose schema (set since the
+ * publisher was made, by any broker of the data directory) sends invalid
+ * records to `$dlq/<topic>` says where it went, at the cost of the plain
+ * call when the topic has no schema.
+ *
+ * # Safety
+ *
+ * As `rill_publisher_publish_bytes`; `flags` NULL or writable.
+ */
+rill_status rill_publisher_publish_bytes_outcome(const rill_publisher *p,
+                                                 const void *payload,
+                                                 size_t payload_len,
+                                                 const void *key,
+                                                 size_t key_len,
+                                                 rill_position *out,
+                                                 uint32_t *flags);
+
+/**
  * Publishes `n` unkeyed messages without attributes, whose payloads lie
  * back to back in `data` with lengths `lengths[0..n]`: one call and no
  * per-message structs, for bindings that batch. `out` is NULL or has room
@@ -1814,6 +1834,25 @@ rill_status rill_publisher_publish_packed(const rill_publisher *p,
                                           const size_t *lengths,
                                           size_t n,
                                           rill_position *out);
+
+/**
+ * `rill_publisher_publish_packed`, also writing each message's outcome
+ * flags to `flags` (room for `n` words) if it is not NULL, as
+ * `rill_publisher_publish_batch_outcome` does: with a schema set since the
+ * publisher was made, by any broker of the data directory, the records
+ * sent to `$dlq/<topic>` say so.
+ *
+ * # Safety
+ *
+ * As `rill_publisher_publish_packed`; `flags` NULL or writable for `n`
+ * words.
+ */
+rill_status rill_publisher_publish_packed_outcome(const rill_publisher *p,
+                                                  const void *data,
+                                                  const size_t *lengths,
+                                                  size_t n,
+                                                  rill_position *out,
+                                                  uint32_t *flags);
 
 /**
  * Frees a publisher. NULL is a no-op.

@@ -156,15 +156,65 @@ pub unsafe extern "C" fn rill_publisher_publish_bytes(
         // SAFETY: the caller's promises, checked for NULL inside.
         let p = unsafe { reference(p, "publisher") }?;
         // SAFETY: as above.
-        let mut record = Record::new(unsafe { bytes(payload, payload_len, || "payload".into()) }?);
-        if !key.is_null() {
-            // SAFETY: as above.
-            record = record.with_key(unsafe { bytes(key, key_len, || "key".into()) }?);
-        }
+        let record = unsafe { plain_record(payload, payload_len, key, key_len) }?;
         let pos = p.publisher.publish_unboxed(&record)?;
         write_position(out, pos);
         Ok(())
     })
+}
+
+/// `rill_publisher_publish_bytes`, also writing the outcome's flags
+/// (`RILL_PUBLISHED_DUPLICATE`, `RILL_PUBLISHED_DEAD_LETTERED`) to `flags`
+/// if it is not NULL: a record to a topic whose schema (set since the
+/// publisher was made, by any broker of the data directory) sends invalid
+/// records to `$dlq/<topic>` says where it went, at the cost of the plain
+/// call when the topic has no schema.
+///
+/// # Safety
+///
+/// As `rill_publisher_publish_bytes`; `flags` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publisher_publish_bytes_outcome(
+    p: *const rill_publisher,
+    payload: *const c_void,
+    payload_len: usize,
+    key: *const c_void,
+    key_len: usize,
+    out: *mut rill_position,
+    flags: *mut u32,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, checked for NULL inside.
+        let p = unsafe { reference(p, "publisher") }?;
+        // SAFETY: as above.
+        let record = unsafe { plain_record(payload, payload_len, key, key_len) }?;
+        let done = p.publisher.publish_unboxed_outcome(&record)?;
+        // SAFETY: the caller promises each is NULL or writable.
+        unsafe { write_outcome(done, out, flags) };
+        Ok(())
+    })
+}
+
+/// The record of the two `_bytes` calls: `payload`, keyed by `key` unless
+/// it is NULL, without attributes.
+///
+/// # Safety
+///
+/// `payload` (and `key`, if not NULL) NULL or readable for their lengths
+/// for `'a` (NULL only with length 0, as `bytes` says).
+unsafe fn plain_record<'a>(
+    payload: *const c_void,
+    payload_len: usize,
+    key: *const c_void,
+    key_len: usize,
+) -> Result<Record<'a>, FfiError> {
+    // SAFETY: forwarded from the caller.
+    let mut record = Record::new(unsafe { bytes(payload, payload_len, || "payload".into()) }?);
+    if !key.is_null() {
+        // SAFETY: as above.
+        record = record.with_key(unsafe { bytes(key, key_len, || "key".into()) }?);
+    }
+    Ok(record)
 }
 
 /// Publishes `n` unkeyed messages without attributes, whose payloads lie
@@ -190,27 +240,77 @@ pub unsafe extern "C" fn rill_publisher_publish_packed(
         if n == 0 {
             return Ok(());
         }
-        if lengths.is_null() {
-            return Err(FfiError::null("lengths"));
-        }
-        // SAFETY: non-NULL; the caller promises `n` readable lengths.
-        let lengths = unsafe { std::slice::from_raw_parts(lengths, n) };
-        let total = lengths
-            .iter()
-            .try_fold(0usize, |acc, &l| acc.checked_add(l))
-            .ok_or_else(|| FfiError::invalid("the lengths add up to more than memory holds"))?;
-        // SAFETY: the caller promises `data` holds the payloads back to back.
-        let data = unsafe { bytes(data, total, || "data".into()) }?;
-        let mut records = Vec::with_capacity(n);
-        let mut at = 0;
-        for &len in lengths {
-            records.push(Record::new(&data[at..at + len]));
-            at += len;
-        }
+        // SAFETY: forwarded from the caller.
+        let records = unsafe { packed_records(data, lengths, n) }?;
         let positions = p.publisher.publish_batch(&records)?;
         write_positions(out, &positions);
         Ok(())
     })
+}
+
+/// `rill_publisher_publish_packed`, also writing each message's outcome
+/// flags to `flags` (room for `n` words) if it is not NULL, as
+/// `rill_publisher_publish_batch_outcome` does: with a schema set since the
+/// publisher was made, by any broker of the data directory, the records
+/// sent to `$dlq/<topic>` say so.
+///
+/// # Safety
+///
+/// As `rill_publisher_publish_packed`; `flags` NULL or writable for `n`
+/// words.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_publisher_publish_packed_outcome(
+    p: *const rill_publisher,
+    data: *const c_void,
+    lengths: *const usize,
+    n: usize,
+    out: *mut rill_position,
+    flags: *mut u32,
+) -> rill_status {
+    boundary(|| {
+        // SAFETY: the caller's promise, checked for NULL.
+        let p = unsafe { reference(p, "publisher") }?;
+        if n == 0 {
+            return Ok(());
+        }
+        // SAFETY: forwarded from the caller.
+        let records = unsafe { packed_records(data, lengths, n) }?;
+        let done = p.publisher.publish_batch_outcome(&records)?;
+        write_outcomes(out, flags, &done);
+        Ok(())
+    })
+}
+
+/// The records of the two `_packed` calls: `n` unkeyed payloads back to
+/// back in `data`, with lengths `lengths[0..n]` (`n` > 0).
+///
+/// # Safety
+///
+/// `lengths` NULL or readable for `n` entries; `data` NULL or readable for
+/// their sum, for `'a`.
+unsafe fn packed_records<'a>(
+    data: *const c_void,
+    lengths: *const usize,
+    n: usize,
+) -> Result<Vec<Record<'a>>, FfiError> {
+    if lengths.is_null() {
+        return Err(FfiError::null("lengths"));
+    }
+    // SAFETY: non-NULL; the caller promises `n` readable lengths.
+    let lengths = unsafe { std::slice::from_raw_parts(lengths, n) };
+    let total = lengths
+        .iter()
+        .try_fold(0usize, |acc, &l| acc.checked_add(l))
+        .ok_or_else(|| FfiError::invalid("the lengths add up to more than memory holds"))?;
+    // SAFETY: the caller promises `data` holds the payloads back to back.
+    let data = unsafe { bytes(data, total, || "data".into()) }?;
+    let mut records = Vec::with_capacity(n);
+    let mut at = 0;
+    for &len in lengths {
+        records.push(Record::new(&data[at..at + len]));
+        at += len;
+    }
+    Ok(records)
 }
 
 /// The body of the publisher's batch calls: checks the arguments and every

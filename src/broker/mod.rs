@@ -1353,6 +1353,13 @@ impl Publisher {
         if record.may_have_id() || self.topic.schema.is_set() {
             return self.publish_identified(record, wait).map(|p| p.position);
         }
+        self.publish_plain::<INLINED>(record, wait)
+    }
+
+    /// The common publish's append: a record without an id to a topic
+    /// without a schema.
+    #[inline(always)]
+    fn publish_plain<const INLINED: bool>(&self, record: &Record<'_>, wait: Wait) -> Result<Position, PublishFailure> {
         let p = self.topic.route(record.key);
         if p.is_deleted() {
             return Err(self.deleted());
@@ -1361,6 +1368,24 @@ impl Publisher {
         let offset = if INLINED { p.publish_inlined(record, wait) } else { p.publish(record, wait) }
             .map_err(|f| self.topic.publish_failed(f))?;
         Ok(Position { partition: p.index, offset })
+    }
+
+    /// [`Publisher::publish_unboxed`] with its [`Published`] outcome, for the
+    /// C ABI's `rill_publisher_publish_bytes_outcome` (the Python binding's
+    /// one-call publish): the common publish's path, and the outcome of the
+    /// out-of-line one, so a schema set since the publisher was made (in
+    /// any process) that dead-letters the record says so.
+    #[doc(hidden)]
+    #[inline]
+    pub fn publish_unboxed_outcome(&self, record: &Record<'_>) -> Result<Published, PublishFailure> {
+        if self.broker.is_closed() {
+            return Err(PublishFailure::closed());
+        }
+        let wait = self.broker.default_wait();
+        if record.may_have_id() || self.topic.schema.is_set() {
+            return self.publish_identified(record, wait);
+        }
+        self.publish_plain::<true>(record, wait).map(Published::appended)
     }
 
     /// [`Publisher::publish_with`] for a record that may carry an id, or

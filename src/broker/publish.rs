@@ -47,7 +47,7 @@ impl Published {
         Published { position: Position { partition, offset }, duplicate, dead_lettered: false }
     }
 
-    fn appended(position: Position) -> Published {
+    pub(super) fn appended(position: Position) -> Published {
         Published { position, duplicate: false, dead_lettered: false }
     }
 }

@@ -1089,8 +1089,9 @@ class Consumer(_Handle):
 
 
 _POSITIONS = struct.Struct("@IQ")
+_FLAGS = struct.Struct("@I")
 _SIZE_T_CODE = "Q" if ctypes.sizeof(c_size_t) == 8 else "I"
-_publish_bytes = lib.rill_publisher_publish_bytes
+_publish_bytes = lib.rill_publisher_publish_bytes_outcome
 
 
 class _Out(threading.local):
@@ -1100,9 +1101,13 @@ class _Out(threading.local):
     def __init__(self) -> None:
         self.pos = _ffi.rill_position()
         self.ref = byref(self.pos)
+        self.flags = c_uint32()
+        self.flags_ref = byref(self.flags)
 
     def get(self) -> Position:
         pos = self.pos
+        if self.flags.value:
+            return _position(pos.partition, pos.offset, self.flags.value)
         return tuple.__new__(Position, (pos.partition, pos.offset))
 
 
@@ -1185,10 +1190,8 @@ class Broker(_Handle):
         check(lib.rill_broker_new_v1(byref(o), byref(ptr)))
         self._ptr = ptr.value
         self._publishers: dict[str, int] = {}
-        # Topics with a schema when this handle last looked (their publishes
-        # take the _outcome calls, which say "dead-lettered"), and the
-        # validators this handle set, by topic, kept alive while C holds them.
-        self._schema_topics: set[str] = set()
+        # The validators this handle set, by topic, kept alive while C
+        # holds them.
         self._validators: dict[str, int] = {}
         self._stale_publishers: list[int] = []
         self._publishers_lock = threading.Lock()
@@ -1426,15 +1429,8 @@ class Broker(_Handle):
                 if p is None:
                     out = c_void_p()
                     check(lib.rill_publisher_new(self._handle(), _name(topic, "topic"), byref(out)))
-                    if self._has_schema(topic):
-                        self._schema_topics.add(topic)
                     p = self._publishers[topic] = out.value or 0
         return p
-
-    def _has_schema(self, topic: str) -> bool:
-        v = c_uint64()
-        check(lib.rill_topic_schema_version(self._handle(), _name(topic, "topic"), byref(v)))
-        return v.value != 0
 
     def set_schema(
         self,
@@ -1484,7 +1480,6 @@ class Broker(_Handle):
                 old = self._validators.pop(topic, None)
             if old is not None:
                 _validators.pop(old, None)
-            self._schema_topics.add(topic)
         return self.schema_version(topic)
 
     def remove_schema(self, topic: str) -> None:
@@ -1492,7 +1487,6 @@ class Broker(_Handle):
         topic): later publishes are not checked."""
         with self._publishers_lock:
             check(lib.rill_topic_remove_schema(self._handle(), _name(topic, "topic")))
-            self._schema_topics.discard(topic)
             old = self._validators.pop(topic, None)
             if old is not None:
                 _validators.pop(old, None)
@@ -1552,10 +1546,11 @@ class Broker(_Handle):
             key = _text(key, "key")
         publisher = self._publishers.get(topic) or self._publisher(topic)
         out = _out_position()
-        if topic in self._schema_topics:
-            # The topic's schema was found when its publisher was made.
-            return self._publish_record(lib.rill_publish_outcome, topic, payload, key, attributes)
-        status = _publish_bytes(publisher, payload, len(payload), key, 0 if key is None else len(key), out.ref)
+        # The _outcome call: a schema set since (by any broker of the data
+        # directory) that dead-letters the message says so in the flags.
+        status = _publish_bytes(
+            publisher, payload, len(payload), key, 0 if key is None else len(key), out.ref, out.flags_ref
+        )
         if status:
             check(status)
         return out.get()
@@ -1617,12 +1612,17 @@ class Broker(_Handle):
             data = b"".join(items)  # type: ignore[arg-type]
         lengths = array(_SIZE_T_CODE, map(len, items))
         out = ctypes.create_string_buffer(n * _POSITIONS.size)
+        # A word of flags each: all zero, unless a schema (set since, by any
+        # broker of the data directory) dead-lettered some.
+        flags = (c_uint32 * n)()
         publisher = self._publishers.get(topic) or self._publisher(topic)
-        if topic in self._schema_topics:
-            return self._publish_batch_outcome(topic, items)
-        status = lib.rill_publisher_publish_packed(publisher, data, lengths.buffer_info()[0], n, out)
+        status = lib.rill_publisher_publish_packed_outcome(publisher, data, lengths.buffer_info()[0], n, out, flags)
         if status:
             check(status)
+        raw = bytes(flags)
+        if raw.count(0) != len(raw):
+            words = (f for (f,) in _FLAGS.iter_unpack(raw))
+            return [_position(p, o, f) for (p, o), f in zip(_POSITIONS.iter_unpack(out.raw), words)]
         new = tuple.__new__
         return [new(Position, t) for t in _POSITIONS.iter_unpack(out.raw)]
 
@@ -1639,17 +1639,6 @@ class Broker(_Handle):
         flags = (c_uint32 * n)()
         publisher = self._publishers.get(topic) or self._publisher(topic)
         check(lib.rill_publisher_publish_batch_outcome(publisher, records, n, out, flags))
-        return [_position(p, o, f) for (p, o), f in zip(_POSITIONS.iter_unpack(out.raw), flags)]
-
-    def _publish_batch_outcome(self, topic: str, payloads: Sequence[Payload]) -> list[Position]:
-        """:meth:`publish_batch` to a topic with a schema: rill_records and a
-        flags word each, which says which were dead-lettered."""
-        n = len(payloads)
-        built = [self._record(p, None, None) for p in payloads]
-        records = (_ffi.rill_record * n)(*[rec for rec, _ in built])
-        out = ctypes.create_string_buffer(n * _POSITIONS.size)
-        flags = (c_uint32 * n)()
-        check(lib.rill_publish_batch_outcome(self._handle(), _name(topic, "topic"), records, n, out, flags))
         return [_position(p, o, f) for (p, o), f in zip(_POSITIONS.iter_unpack(out.raw), flags)]
 
     def subscribe(

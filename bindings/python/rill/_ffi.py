@@ -457,6 +457,14 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
         "rill_status",
         ["const rill_publisher*", "const void*", "const size_t*", "size_t", "rill_position*"],
     ),
+    "rill_publisher_publish_bytes_outcome": (
+        "rill_status",
+        ["const rill_publisher*", "const void*", "size_t", "const void*", "size_t", "rill_position*", "uint32_t*"],
+    ),
+    "rill_publisher_publish_packed_outcome": (
+        "rill_status",
+        ["const rill_publisher*", "const void*", "const size_t*", "size_t", "rill_position*", "uint32_t*"],
+    ),
     "rill_publisher_free": ("void", ["rill_publisher*"]),
     "rill_consumer_options_init_v1": ("void", ["rill_consumer_options*", "size_t"]),
     "rill_consumer_new_v1": (

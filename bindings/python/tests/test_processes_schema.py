@@ -74,3 +74,42 @@ def test_a_schema_another_process_sets_replaces_and_removes_checks_this_one(tmp_
             seen.put("replaced")
             child.join(WAIT)
         assert child.exitcode == 0
+
+
+def _dead_letter_setter(data_dir: str, steps: Any, seen: Any) -> None:
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never", worker_threads=1) as b:
+        b.set_schema(TOPIC, json_schema=NEEDS_ID, on_invalid="dead_letter")
+        steps.put("set")
+        assert seen.get(timeout=WAIT) == "done"
+
+
+def test_a_dead_letter_schema_another_process_sets_flags_this_ones_fast_publishes(tmp_path: Path) -> None:
+    # The publisher was made (and used) before any schema existed: the
+    # one-call publish and the packed batch must still say which messages
+    # went to the dead-letter topic.
+    ctx = multiprocessing.get_context("spawn")
+    data_dir = str(tmp_path / "data")
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never") as b:
+        b.create_topic(TOPIC)
+        first = b.publish(TOPIC, b"before")
+        assert not first.dead_lettered
+        steps, seen = ctx.Queue(), ctx.Queue()
+        child = ctx.Process(target=_dead_letter_setter, args=(data_dir, steps, seen))
+        child.start()
+        try:
+            assert steps.get(timeout=WAIT) == "set"
+            assert _wait_version(b, 1), "the schema set in the other process never reached this one"
+            bad = b.publish(TOPIC, b'{"id": "seven"}')
+            assert bad.dead_lettered and not bad.duplicate
+            good = b.publish(TOPIC, b'{"id": 7}')
+            assert not good.dead_lettered and good == (0, first.offset + 1)
+            batch = b.publish_batch(TOPIC, [b'{"id": 8}', b"not json", b'{"id": 9}'])
+            assert [p.dead_lettered for p in batch] == [False, True, False]
+            assert [p.offset for p in (batch[0], batch[2])] == [first.offset + 2, first.offset + 3]
+            # What the flags point at is in the dead-letter topic.
+            dlq = f"$dlq/{TOPIC}"
+            assert b.topic_stats(dlq).publish_count == 2
+        finally:
+            seen.put("done")
+            child.join(WAIT)
+        assert child.exitcode == 0

@@ -144,10 +144,24 @@ static void json_schemas_reject_and_dead_letter(void) {
     OK(rill_publish_batch_outcome(b, "orders", batch, 3, pos, fl));
     CHECK(fl[0] == 0 && fl[1] == 0 && fl[2] == RILL_PUBLISHED_DEAD_LETTERED);
     CHECK(pos[0].offset == 1 && pos[1].offset == 2 && pos[2].offset == 2);
+    /* The bindings' plain-argument calls say it too, with the same flags:
+     * one message, then two packed (the second with a status the schema
+     * does not list). */
+    const char *bad_text = "{\"id\":1,\"status\":\"lost\"}";
+    flags = 99;
+    OK(rill_publisher_publish_bytes_outcome(p, bad_text, strlen(bad_text), NULL, 0, &at, &flags));
+    CHECK(flags == RILL_PUBLISHED_DEAD_LETTERED && at.offset == 3);
+    const char *packed = "{\"id\":2,\"status\":\"paid\"}{\"id\":3,\"status\":\"gone\"}";
+    size_t lens[2] = {strlen(packed) / 2, strlen(packed) / 2};
+    uint32_t fl2[2] = {9, 9};
+    OK(rill_publisher_publish_packed_outcome(p, packed, lens, 2, pos, fl2));
+    CHECK(fl2[0] == 0 && fl2[1] == RILL_PUBLISHED_DEAD_LETTERED);
+    CHECK(pos[0].offset == 3 && pos[1].offset == 4);
+    CHECK_STATUS(rill_publisher_publish_packed_outcome(p, packed, NULL, 2, pos, fl2), RILL_ERR_NULL_ARGUMENT);
     rill_publisher_free(p);
-    CHECK(published(b, "orders") == 3);
-    CHECK(published(b, "$dlq/orders") == 3);
-    read_n(b, "$dlq/orders", 3, see_dead_letter, (void *)"/status");
+    CHECK(published(b, "orders") == 4);
+    CHECK(published(b, "$dlq/orders") == 5);
+    read_n(b, "$dlq/orders", 5, see_dead_letter, (void *)"/status");
 
     OK(rill_topic_remove_schema(b, "orders"));
     OK(rill_topic_schema_version(b, "orders", &version));
