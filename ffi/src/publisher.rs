@@ -152,15 +152,13 @@ pub unsafe extern "C" fn rill_publisher_publish_bytes(
     key_len: usize,
     out: *mut rill_position,
 ) -> rill_status {
-    boundary(|| {
-        // SAFETY: the caller's promises, checked for NULL inside.
-        let p = unsafe { reference(p, "publisher") }?;
-        // SAFETY: as above.
-        let record = unsafe { plain_record(payload, payload_len, key, key_len) }?;
-        let pos = p.publisher.publish_unboxed(&record)?;
-        write_position(out, pos);
-        Ok(())
-    })
+    // SAFETY: forwarded.
+    unsafe {
+        publish_plain(p, (payload, payload_len), (key, key_len), |p, record| {
+            write_position(out, p.publish_unboxed(record)?);
+            Ok(())
+        })
+    }
 }
 
 /// `rill_publisher_publish_bytes`, also writing the outcome's flags
@@ -183,38 +181,40 @@ pub unsafe extern "C" fn rill_publisher_publish_bytes_outcome(
     out: *mut rill_position,
     flags: *mut u32,
 ) -> rill_status {
+    let publish = |p: &Publisher, record: &Record<'_>| {
+        let done = p.publish_unboxed_outcome(record)?;
+        // SAFETY: the caller promises each is NULL or writable.
+        unsafe { write_outcome(done, out, flags) };
+        Ok(())
+    };
+    // SAFETY: forwarded.
+    unsafe { publish_plain(p, (payload, payload_len), (key, key_len), publish) }
+}
+
+/// The body of the two `_bytes` calls: the record of `payload`, keyed by
+/// `key` unless it is NULL, without attributes, handed to `publish`.
+///
+/// # Safety
+///
+/// `p` is a live publisher; `payload` (and `key`, if not NULL) NULL or
+/// readable for their lengths (NULL only with length 0, as `bytes` says).
+unsafe fn publish_plain(
+    p: *const rill_publisher,
+    (payload, payload_len): (*const c_void, usize),
+    (key, key_len): (*const c_void, usize),
+    publish: impl FnOnce(&Publisher, &Record<'_>) -> Result<(), FfiError>,
+) -> rill_status {
     boundary(|| {
         // SAFETY: the caller's promises, checked for NULL inside.
         let p = unsafe { reference(p, "publisher") }?;
         // SAFETY: as above.
-        let record = unsafe { plain_record(payload, payload_len, key, key_len) }?;
-        let done = p.publisher.publish_unboxed_outcome(&record)?;
-        // SAFETY: the caller promises each is NULL or writable.
-        unsafe { write_outcome(done, out, flags) };
-        Ok(())
+        let mut record = Record::new(unsafe { bytes(payload, payload_len, || "payload".into()) }?);
+        if !key.is_null() {
+            // SAFETY: as above.
+            record = record.with_key(unsafe { bytes(key, key_len, || "key".into()) }?);
+        }
+        publish(&p.publisher, &record)
     })
-}
-
-/// The record of the two `_bytes` calls: `payload`, keyed by `key` unless
-/// it is NULL, without attributes.
-///
-/// # Safety
-///
-/// `payload` (and `key`, if not NULL) NULL or readable for their lengths
-/// for `'a` (NULL only with length 0, as `bytes` says).
-unsafe fn plain_record<'a>(
-    payload: *const c_void,
-    payload_len: usize,
-    key: *const c_void,
-    key_len: usize,
-) -> Result<Record<'a>, FfiError> {
-    // SAFETY: forwarded from the caller.
-    let mut record = Record::new(unsafe { bytes(payload, payload_len, || "payload".into()) }?);
-    if !key.is_null() {
-        // SAFETY: as above.
-        record = record.with_key(unsafe { bytes(key, key_len, || "key".into()) }?);
-    }
-    Ok(record)
 }
 
 /// Publishes `n` unkeyed messages without attributes, whose payloads lie
@@ -234,18 +234,13 @@ pub unsafe extern "C" fn rill_publisher_publish_packed(
     n: usize,
     out: *mut rill_position,
 ) -> rill_status {
-    boundary(|| {
-        // SAFETY: the caller's promise, checked for NULL.
-        let p = unsafe { reference(p, "publisher") }?;
-        if n == 0 {
-            return Ok(());
-        }
-        // SAFETY: forwarded from the caller.
-        let records = unsafe { packed_records(data, lengths, n) }?;
-        let positions = p.publisher.publish_batch(&records)?;
-        write_positions(out, &positions);
-        Ok(())
-    })
+    // SAFETY: forwarded.
+    unsafe {
+        publish_packed(p, data, lengths, n, |p, records| {
+            write_positions(out, &p.publish_batch(records)?);
+            Ok(())
+        })
+    }
 }
 
 /// `rill_publisher_publish_packed`, also writing each message's outcome
@@ -267,6 +262,30 @@ pub unsafe extern "C" fn rill_publisher_publish_packed_outcome(
     out: *mut rill_position,
     flags: *mut u32,
 ) -> rill_status {
+    // SAFETY: forwarded.
+    unsafe {
+        publish_packed(p, data, lengths, n, |p, records| {
+            write_outcomes(out, flags, &p.publish_batch_outcome(records)?);
+            Ok(())
+        })
+    }
+}
+
+/// The body of the two `_packed` calls: the `n` unkeyed payloads back to
+/// back in `data`, with lengths `lengths[0..n]`, handed to `publish` as
+/// records (nothing is done for `n` = 0).
+///
+/// # Safety
+///
+/// `p` is a live publisher; `lengths` NULL or readable for `n` entries;
+/// `data` NULL or readable for their sum.
+unsafe fn publish_packed(
+    p: *const rill_publisher,
+    data: *const c_void,
+    lengths: *const usize,
+    n: usize,
+    publish: impl FnOnce(&Publisher, &[Record<'_>]) -> Result<(), FfiError>,
+) -> rill_status {
     boundary(|| {
         // SAFETY: the caller's promise, checked for NULL.
         let p = unsafe { reference(p, "publisher") }?;
@@ -275,19 +294,15 @@ pub unsafe extern "C" fn rill_publisher_publish_packed_outcome(
         }
         // SAFETY: forwarded from the caller.
         let records = unsafe { packed_records(data, lengths, n) }?;
-        let done = p.publisher.publish_batch_outcome(&records)?;
-        write_outcomes(out, flags, &done);
-        Ok(())
+        publish(&p.publisher, &records)
     })
 }
 
-/// The records of the two `_packed` calls: `n` unkeyed payloads back to
-/// back in `data`, with lengths `lengths[0..n]` (`n` > 0).
+/// The records of the `_packed` calls (`n` > 0); see `publish_packed`.
 ///
 /// # Safety
 ///
-/// `lengths` NULL or readable for `n` entries; `data` NULL or readable for
-/// their sum, for `'a`.
+/// As `publish_packed`, for `'a`.
 unsafe fn packed_records<'a>(
     data: *const c_void,
     lengths: *const usize,

@@ -43,14 +43,22 @@ def _wait_version(b: rill.Broker, v: int) -> bool:
     return False
 
 
-def test_a_schema_another_process_sets_replaces_and_removes_checks_this_one(tmp_path: Path) -> None:
+def _start(data_dir: str, target: Any) -> tuple[Any, Any, Any]:
+    """A spawned process running ``target(data_dir, steps, seen)``: it puts
+    its steps on ``steps`` and waits for this process's answers on
+    ``seen``."""
     ctx = multiprocessing.get_context("spawn")
+    steps, seen = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=target, args=(data_dir, steps, seen))
+    child.start()
+    return child, steps, seen
+
+
+def test_a_schema_another_process_sets_replaces_and_removes_checks_this_one(tmp_path: Path) -> None:
     data_dir = str(tmp_path / "data")
     with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never") as b:
         b.create_topic(TOPIC)
-        steps, seen = ctx.Queue(), ctx.Queue()
-        child = ctx.Process(target=_setter, args=(data_dir, steps, seen))
-        child.start()
+        child, steps, seen = _start(data_dir, _setter)
         try:
             assert steps.get(timeout=WAIT) == "set"
             assert _wait_version(b, 1), "the schema set in the other process never reached this one"
@@ -87,15 +95,12 @@ def test_a_dead_letter_schema_another_process_sets_flags_this_ones_fast_publishe
     # The publisher was made (and used) before any schema existed: the
     # one-call publish and the packed batch must still say which messages
     # went to the dead-letter topic.
-    ctx = multiprocessing.get_context("spawn")
     data_dir = str(tmp_path / "data")
     with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never") as b:
         b.create_topic(TOPIC)
         first = b.publish(TOPIC, b"before")
         assert not first.dead_lettered
-        steps, seen = ctx.Queue(), ctx.Queue()
-        child = ctx.Process(target=_dead_letter_setter, args=(data_dir, steps, seen))
-        child.start()
+        child, steps, seen = _start(data_dir, _dead_letter_setter)
         try:
             assert steps.get(timeout=WAIT) == "set"
             assert _wait_version(b, 1), "the schema set in the other process never reached this one"
