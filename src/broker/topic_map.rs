@@ -71,6 +71,10 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::sync::OnceLock;
+
+use foldhash::SharedSeed;
+use foldhash::fast::{FoldHasher, SeedableRandomState};
 
 use arc_swap::{ArcSwapOption, Guard};
 
@@ -93,7 +97,7 @@ const MIN_SLOTS: usize = 16;
 const MAX_LOAD_EIGHTHS: usize = 6;
 
 /// Topics (or any `V`) by name; see the module docs.
-pub(crate) struct TopicMap<V, S = RandomState> {
+pub(crate) struct TopicMap<V, S = NameHasher> {
     table: Atomic<Table<V>>,
     /// Serialises changes; holds what only writers read.
     writer: Mutex<Counts>,
@@ -222,14 +226,51 @@ impl<V> std::ops::Deref for Found<V> {
     }
 }
 
-impl<V> TopicMap<V, RandomState> {
-    /// An empty map, hashing with a random key (names are chosen by users).
-    pub(crate) fn new() -> Self {
-        Self::with_hasher(RandomState::new(), MIN_SLOTS)
+/// How the map hashes names: foldhash under secrets drawn for each map (the
+/// folds' shared secret once per process, the starting value per map),
+/// from the standard library's `RandomState`, which the operating system
+/// seeds.
+///
+/// Why not `RandomState` itself: SipHash's rounds were the largest part of what
+/// a publish by name does beyond a publish through a `Publisher` (callgrind
+/// of `Broker::publish` against `Publisher::publish` in a loop), where
+/// foldhash hashes a short name in a few multiplications. It resists
+/// colliding names only from someone who does not know the secrets (its
+/// README: "minimally DoS-resistant"), as the log's `KeyHasher` does for
+/// keys and ids: no hash or table order is ever shown, the secrets differ
+/// per process and per map, and what colliding names would cost is
+/// longer probes for those names, never a wrong lookup.
+#[derive(Clone)]
+pub(crate) struct NameHasher(SeedableRandomState);
+
+impl NameHasher {
+    fn new() -> NameHasher {
+        static SHARED: OnceLock<SharedSeed> = OnceLock::new();
+        // SipHash under a secret key gives unpredictable outputs: one for
+        // the process's shared secret, one for this map's start.
+        let shared = SHARED.get_or_init(|| SharedSeed::from_u64(RandomState::new().hash_one(0u8)));
+        NameHasher(SeedableRandomState::with_seed(RandomState::new().hash_one(1u8), shared))
     }
 }
 
-impl<V> Default for TopicMap<V, RandomState> {
+impl BuildHasher for NameHasher {
+    type Hasher = FoldHasher<'static>;
+
+    #[inline]
+    fn build_hasher(&self) -> FoldHasher<'static> {
+        self.0.build_hasher()
+    }
+}
+
+impl<V> TopicMap<V, NameHasher> {
+    /// An empty map, hashing with secrets of its own (names are chosen by
+    /// users; see [`NameHasher`]).
+    pub(crate) fn new() -> Self {
+        Self::with_hasher(NameHasher::new(), MIN_SLOTS)
+    }
+}
+
+impl<V> Default for TopicMap<V, NameHasher> {
     fn default() -> Self {
         Self::new()
     }
