@@ -9,7 +9,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::dedupe::{Claim, Landed, Window};
+use super::dedupe::{Across, Claim, Landed, Turn, Window};
 use super::dispatch::PRIORITIES;
 use super::doorbell::{Bell, Cross};
 use super::partition::Recovered;
@@ -258,6 +258,9 @@ pub(crate) struct Topic {
     pub(crate) partitions: Box<[Arc<Partition>]>,
     /// The ids it appended recently; `None` when `dedupe_window_ms` is 0.
     pub(crate) dedupe: Option<Window>,
+    /// Processes mode, with a window: the lock that serializes publishes
+    /// with ids across processes (see "Across processes" in `dedupe.rs`).
+    across: Option<Across>,
     /// When the compactor may remove records, if the topic is compacted.
     pub(crate) compaction: Option<CompactionPolicy>,
     /// `TopicOptions::priority`: the default of its subscriptions.
@@ -287,6 +290,7 @@ impl Topic {
             name: name.into(),
             partitions: partitions.into(),
             dedupe: window(options),
+            across: None,
             compaction: options.compaction_policy(),
             priority: options.priority,
             schema: Slot::default(),
@@ -296,7 +300,9 @@ impl Topic {
     /// Publishes a record that may carry an id (`Record::may_have_id`): the
     /// publish paths send such records here, out of line, so a record with
     /// neither an id nor attributes pays only that test. Without an id, or
-    /// on a topic without a window, it is published as any record.
+    /// on a topic without a window, it is published as any record. In
+    /// Processes mode a record with an id is published in a turn of the
+    /// topic's lock (see "Across processes" in `dedupe.rs`).
     #[cold]
     #[inline(never)]
     pub(crate) fn publish_identified(&self, record: &Record<'_>, wait: Wait) -> Result<Outcome> {
@@ -306,6 +312,49 @@ impl Topic {
             let offset = p.publish(record, wait).map_err(|f| self.publish_failed(f))?;
             return Ok((p.index, offset, false));
         };
+        let Some(across) = &self.across else {
+            return self.publish_claimed(window, id, record, wait, None);
+        };
+        let mut turn = self.turn(across, window)?;
+        self.publish_claimed(window, id, record, wait, Some(&mut turn))
+    }
+
+    /// A checked batch on a topic with a window, some of whose records carry
+    /// ids: one record at a time, in input order, each through the window
+    /// (so an id repeated within the batch is appended once); in Processes
+    /// mode all in one turn of the topic's lock.
+    #[cold]
+    pub(crate) fn publish_identified_batch(&self, records: &[Record<'_>], wait: Wait) -> Result<Vec<Outcome>> {
+        let (Some(across), Some(window)) = (&self.across, &self.dedupe) else {
+            return records.iter().map(|r| self.publish_identified(r, wait)).collect();
+        };
+        let mut turn = self.turn(across, window)?;
+        let mut out = Vec::with_capacity(records.len());
+        for record in records {
+            out.push(match record.id()? {
+                Some(id) => self.publish_claimed(window, id, record, wait, Some(&mut turn))?,
+                None => {
+                    let p = self.route(record.key);
+                    let offset = p.publish(record, wait).map_err(|f| self.publish_failed(f))?;
+                    (p.index, offset, false)
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    /// Publishes `record`, whose id is `id`, through `window`: claims the
+    /// id, appends the record, settles the id. In a `turn` (Processes mode),
+    /// an append right where the turn's catch-up stopped moves the catch-up
+    /// past it: the window has its id already.
+    fn publish_claimed(
+        &self,
+        window: &Window,
+        id: &str,
+        record: &Record<'_>,
+        wait: Wait,
+        turn: Option<&mut Turn<'_>>,
+    ) -> Result<Outcome> {
         match window.claim(id, now_ns()) {
             Claim::Duplicate(landed) => Ok((landed.partition, landed.offset, true)),
             Claim::Claimed(ticket) => {
@@ -313,9 +362,68 @@ impl Topic {
                 // On failure the ticket is dropped, which abandons the id.
                 let offset = p.publish(record, wait).map_err(|f| self.publish_failed(f))?;
                 ticket.appended(Landed { partition: p.index, offset });
+                if let Some(cursor) = turn.and_then(|t| t.seen[p.index as usize].as_mut())
+                    && cursor.offset() == offset
+                {
+                    // Within the segment the cursor holds, or the seek
+                    // finds the next; a failure leaves the record to be
+                    // read again, which is only slower.
+                    let _ = cursor.seek(offset + 1);
+                }
                 Ok((p.index, offset, false))
             }
         }
+    }
+
+    /// Takes a turn of `across` and catches `window` up with the records
+    /// with ids that other processes appended since this process's last
+    /// turn (see "Across processes" in `dedupe.rs`): for each partition,
+    /// every offset from where the last turn stopped (on the first, from
+    /// the record stamped a window ago) up to the end offset read now.
+    #[cold]
+    fn turn<'a>(&self, across: &'a Across, window: &Window) -> Result<Turn<'a>> {
+        let mut turn = across.turn()?;
+        let now = now_ns();
+        for (p, seen) in self.partitions.iter().zip(turn.seen.iter_mut()) {
+            p.log.follow_rolls().map_err(|e| self.batch_failed(e))?;
+            // After the lock: every record with an id appended in an
+            // earlier turn lies below it, committed.
+            let end = p.log.end_offset();
+            let cursor = match seen {
+                Some(cursor) => cursor,
+                None => {
+                    let since = now.saturating_sub(window.window_ns());
+                    seen.insert(p.log.cursor_resuming(p.log.offset_at_time(since)))
+                }
+            };
+            let mut waits = 0u32;
+            while cursor.offset() < end {
+                match cursor.read() {
+                    Ok(Some(record)) => {
+                        waits = 0;
+                        if let Some(id) = record.attribute(ID_ATTRIBUTE) {
+                            let landed = Landed { partition: p.index, offset: record.offset() };
+                            window.remember(id, landed, record.timestamp_ns(), now);
+                        }
+                    }
+                    // A record still being written (by a publisher without
+                    // an id, which takes no lock), or one whose publisher
+                    // died, which the cursor gives up after the abandon
+                    // bound: either way it moves on within that bound.
+                    Ok(None) => {
+                        if self.is_deleted() {
+                            return Err(self.deleted_error());
+                        }
+                        waits = waits.saturating_add(1);
+                        back_off(waits);
+                    }
+                    // Retention removed records before this process looked
+                    // at them: their ids are not learned (see `dedupe.rs`).
+                    Err(_lagged) => {}
+                }
+            }
+        }
+        Ok(turn)
     }
 
     /// Fills the dedupe window from the records of the last window in the
@@ -402,16 +510,28 @@ impl Topic {
                 Ok(Arc::new(p))
             })
             .collect::<Result<Vec<_>>>()?;
+        // Processes mode: the window is filled by the first turn's catch-up
+        // instead of here, and kept up by every turn's.
+        let across = match (opening, options.dedupe_window_ms) {
+            (Opening::Alone, _) | (_, 0) => None,
+            _ => {
+                let topic_dir = dir(0).parent().map(PathBuf::from).unwrap_or_default();
+                Some(Across::open(topic_dir.join(DEDUPE_LOCK_FILE), partitions.len())?)
+            }
+        };
         let topic = Topic {
             name: name.into(),
             partitions: partitions.into(),
             dedupe: window(options),
+            across,
             // Never for a log shared by processes (`Log::compact` refuses it).
             compaction: options.compaction_policy().filter(|_| opening == Opening::Alone),
             priority: options.priority,
             schema: Slot::default(),
         };
-        topic.rebuild_window();
+        if topic.across.is_none() {
+            topic.rebuild_window();
+        }
         Ok(topic)
     }
 
@@ -469,6 +589,26 @@ impl Topic {
 impl fmt::Debug for Topic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Topic").field("name", &self.name).field("partitions", &self.partitions.len()).finish()
+    }
+}
+
+/// A topic's lock file for publishes with ids across processes, in its
+/// directory beside the partitions' (see "Across processes" in `dedupe.rs`).
+const DEDUPE_LOCK_FILE: &str = "dedupe.lock";
+
+/// A catch-up's wait for a record still being written: spins a little,
+/// then yields, then sleeps for a growing moment (at most a millisecond),
+/// since the record's publisher may be descheduled, or dead (the cursor
+/// gives its reservation up after the abandon bound).
+#[cold]
+fn back_off(waits: u32) {
+    if waits < 64 {
+        std::hint::spin_loop();
+    } else if waits < 128 {
+        crate::sync::thread::yield_now();
+    } else {
+        let micros = u64::from(waits - 127).min(1_000);
+        std::thread::sleep(std::time::Duration::from_micros(micros));
     }
 }
 
