@@ -597,9 +597,13 @@ impl fmt::Debug for Topic {
 const DEDUPE_LOCK_FILE: &str = "dedupe.lock";
 
 /// A catch-up's wait for a record still being written: spins a little,
-/// then yields, then sleeps for a growing moment (at most a millisecond),
+/// then yields, then naps for a growing moment (at most a millisecond),
 /// since the record's publisher may be descheduled, or dead (the cursor
-/// gives its reservation up after the abandon bound).
+/// gives its reservation up after the abandon bound). A nap, not a wait on
+/// an event: a commit in another process signals nobody unless a
+/// subscriber sleeps, and this wait is as rare as a publisher caught
+/// between its reservation and its commit (a stray unpark only shortens
+/// one nap).
 #[cold]
 fn back_off(waits: u32) {
     if waits < 64 {
@@ -607,8 +611,10 @@ fn back_off(waits: u32) {
     } else if waits < 128 {
         crate::sync::thread::yield_now();
     } else {
-        let micros = u64::from(waits - 127).min(1_000);
-        std::thread::sleep(std::time::Duration::from_micros(micros));
+        #[cfg(not(loom))]
+        crate::sync::thread::park_timeout(std::time::Duration::from_micros(u64::from(waits - 127).min(1_000)));
+        #[cfg(loom)]
+        crate::sync::thread::yield_now();
     }
 }
 
