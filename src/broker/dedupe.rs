@@ -138,7 +138,8 @@
 //! than the topic's retention is as long as the retention across
 //! processes. Exclusive mode, records without ids and topics without a
 //! window never take the lock: their cost is as in one process. What the
-//! lock costs is measured by `ffi/examples`-free `examples/dedupe_processes.rs`.
+//! turn costs (a publish with an id, Processes against Exclusive) is
+//! measured by `examples/dedupe_processes.rs`.
 //!
 //! # Time
 //!

@@ -64,7 +64,10 @@ pub struct TopicOptions {
     /// id does not pick the partition); it holds at most
     /// [`MAX_DEDUPE_IDS`](crate::broker::MAX_DEDUPE_IDS) ids, the oldest
     /// leaving first when full. On a data directory it is rebuilt from the
-    /// log when the broker opens. Records without an id cost nothing extra.
+    /// log when the broker opens; on one shared by processes
+    /// ([`Sharing::Processes`](crate::Sharing)) it holds every process's
+    /// ids, read from the log at each publish with an id. Records without
+    /// an id cost nothing extra.
     pub dedupe_window_ms: u64,
     /// What keeps the partitions' size in check: the size and age limits
     /// above (`Delete`, the default), log compaction (`Compact`: the newest
