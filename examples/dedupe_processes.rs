@@ -69,13 +69,14 @@ fn main() {
             results[c].push(round(broker, &format!("t{r}-{c}"), n, *ids));
         }
     }
+    let names: Vec<&str> = cases.iter().map(|(name, _, _)| *name).collect();
     drop((exclusive, processes));
     for dir in &dirs {
         let _ = std::fs::remove_dir_all(dir);
     }
     println!("{n} publishes a round, {rounds} rounds, directory under {}; median ns per publish:", base.display());
     let medians: Vec<f64> = results.into_iter().map(median).collect();
-    for ((name, _, _), ns) in cases.iter().zip(&medians) {
+    for (name, ns) in names.iter().zip(&medians) {
         println!("  {name:<18} {ns:>8.0}");
     }
     println!("  id, processes / exclusive: {:.2}x", medians[3] / medians[1]);
