@@ -99,10 +99,10 @@
 //!    process's last turn stopped (on its first turn, from the record
 //!    stamped a window ago, as the rebuild on open does) up to the end
 //!    offset read now, and remembers every id found
-//!    ([`Window::remember`]); a record it waits on, still being written by
-//!    a publisher without an id (which takes no lock), is either committed
-//!    soon or given up by this reader after the abandon bound, as any
-//!    reader of a shared log gives up a dead publisher's reservation;
+//!    ([`Window::remember`]); an offset whose record is not committed
+//!    (one without an id still being written by a publisher, which takes
+//!    no lock, or a reservation whose publisher died) is passed over, not
+//!    waited for;
 //! 2. claims the id, appends the record and settles the id, as in one
 //!    process (the states above);
 //! 3. unlocks.
@@ -114,8 +114,15 @@
 //! when a turn begins, every record with an id that another turn appended
 //! has its offset below the end offset this turn reads (its publisher's
 //! reservation moved the shared tail first), and is committed: reading
-//! every offset up to that end finds it. Records without ids may still be
-//! in flight below the end; the catch-up waits for each, never skips one.
+//! every offset up to that end finds it. An offset not committed when the
+//! turn looks holds no such record: a record with an id is committed
+//! before its turn ends, or never (its publisher died between reservation
+//! and commit), so passing over it loses nothing, and a turn never waits
+//! on another publisher (a hole at the tail, which a reader cannot pass
+//! until a record after it is committed, would otherwise stop every
+//! publish with an id). The protocol is locks only (the commit is in the
+//! log's own ordering, and an unlock and the next lock are ordered by the
+//! kernel): it has no lock-free part to model.
 //!
 //! What a crash of the lock's holder leaves, at each step (the kernel lets
 //! the `flock` go with the process, however it dies):
@@ -123,9 +130,9 @@
 //! * before its append reserved an offset: nothing; the next turn claims
 //!   the id and appends it;
 //! * between the reservation and the commit: a hole, which the next turn's
-//!   catch-up waits on for the abandon bound and then gives up (it is never
-//!   delivered); the record was never acknowledged, and the next publisher
-//!   of the id appends it;
+//!   catch-up passes over (readers give it up after the abandon bound; it
+//!   is never delivered); the record was never acknowledged, and the next
+//!   publisher of the id appends it;
 //! * after the commit (before the settle, the unlock, or the caller's own
 //!   bookkeeping): the record is in the log, so the next turn's catch-up
 //!   finds it and a retry of the id is answered with its position, flagged

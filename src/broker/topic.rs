@@ -399,26 +399,23 @@ impl Topic {
                     seen.insert(p.log.cursor_resuming(p.log.offset_at_time(since)))
                 }
             };
-            let mut waits = 0u32;
             while cursor.offset() < end {
                 match cursor.read() {
                     Ok(Some(record)) => {
-                        waits = 0;
                         if let Some(id) = record.attribute(ID_ATTRIBUTE) {
                             let landed = Landed { partition: p.index, offset: record.offset() };
                             window.remember(id, landed, record.timestamp_ns(), now);
                         }
                     }
-                    // A record still being written (by a publisher without
-                    // an id, which takes no lock), or one whose publisher
-                    // died, which the cursor gives up after the abandon
-                    // bound: either way it moves on within that bound.
+                    // Not committed: a record without an id still being
+                    // written, or a reservation whose publisher died (a
+                    // turn's record is committed before its turn ends, or
+                    // never). Passed over, not waited for.
                     Ok(None) => {
-                        if self.is_deleted() {
-                            return Err(self.deleted_error());
+                        let next = cursor.offset() + 1;
+                        if cursor.seek(next).is_err() {
+                            *cursor = p.log.cursor_resuming(next);
                         }
-                        waits = waits.saturating_add(1);
-                        back_off(waits);
                     }
                     // Retention removed records before this process looked
                     // at them: their ids are not learned (see `dedupe.rs`).
@@ -599,28 +596,6 @@ impl fmt::Debug for Topic {
 /// directory beside the partitions' (see "Across processes" in `dedupe.rs`).
 const DEDUPE_LOCK_FILE: &str = "dedupe.lock";
 
-/// A catch-up's wait for a record still being written: spins a little,
-/// then yields, then naps for a growing moment (at most a millisecond),
-/// since the record's publisher may be descheduled, or dead (the cursor
-/// gives its reservation up after the abandon bound). A nap, not a wait on
-/// an event: a commit in another process signals nobody unless a
-/// subscriber sleeps, and this wait is as rare as a publisher caught
-/// between its reservation and its commit (a stray unpark only shortens
-/// one nap).
-#[cold]
-fn back_off(waits: u32) {
-    if waits < 64 {
-        std::hint::spin_loop();
-    } else if waits < 128 {
-        crate::sync::thread::yield_now();
-    } else {
-        #[cfg(not(loom))]
-        crate::sync::thread::park_timeout(std::time::Duration::from_micros(u64::from(waits - 127).min(1_000)));
-        #[cfg(loom)]
-        crate::sync::thread::yield_now();
-    }
-}
-
 /// The dedupe window `options` ask for.
 fn window(options: &TopicOptions) -> Option<Window> {
     (options.dedupe_window_ms > 0).then(|| Window::new(options.dedupe_window_ms))
@@ -733,6 +708,33 @@ mod tests {
             counts[partition_for_key(format!("key-{i}").as_bytes(), 8) as usize] += 1;
         }
         assert!(counts.iter().all(|&c| (800..1200).contains(&c)), "{counts:?}");
+    }
+
+    #[test]
+    fn a_catch_up_passes_a_hole_left_by_a_dead_publisher_and_finds_the_ids_after_it() {
+        // Two brokers on one directory shared by processes (each could be a
+        // process): a reservation nobody commits (a publisher killed while
+        // copying its record) is at the tail when `a` takes its first turn,
+        // and below a record with an id when `b` takes its next: both
+        // catch-ups pass over it, without waiting for the abandon bound, and
+        // `b` finds the id past it.
+        use crate::{Broker, BrokerConfig, Sharing};
+        let dir =
+            std::env::temp_dir().join(format!("rill-topic-hole-{}-{}", std::process::id(), crate::sync::unique_id()));
+        let config =
+            BrokerConfig { data_dir: Some(dir.clone()), sharing: Sharing::Processes, ..BrokerConfig::default() };
+        let (a, b) = (Broker::new(config.clone()).unwrap(), Broker::new(config).unwrap());
+        a.create_topic("t", &TopicOptions::default()).unwrap();
+        // `b` takes its first turn (its catch-up starts) before the hole.
+        assert!(!b.publish_outcome("t", &Record::new(b"x").with_id("first")).unwrap().duplicate);
+        let hole = a.inner().topic_for_publish("t").unwrap().partitions[0].log.leave_hole(64);
+        let after = a.publish_outcome("t", &Record::new(b"x").with_id("after")).unwrap();
+        assert_eq!((hole, after.position.offset, after.duplicate), (1, 2, false));
+        let retry = b.publish_outcome("t", &Record::new(b"x").with_id("after")).unwrap();
+        assert_eq!((retry.position, retry.duplicate), (after.position, true));
+        assert_eq!(b.topic_stats("t").unwrap().publish_count, 3, "nothing appended for the retry");
+        drop((a, b));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
