@@ -29,12 +29,15 @@ fn broker(dir: &Path, sharing: Sharing) -> Broker {
 /// each with a fresh id if `ids`.
 fn round(broker: &Broker, topic: &str, n: u64, ids: bool) -> f64 {
     broker.create_topic(topic, &TopicOptions::default()).unwrap();
-    let names: Vec<String> = if ids { (0..n).map(|i| format!("{topic}-{i:012}")).collect() } else { Vec::new() };
+    let names: Vec<Option<String>> = (0..n).map(|i| ids.then(|| format!("{topic}-{i:012}"))).collect();
     let payload = [7u8; 64];
     let started = Instant::now();
-    for i in 0..n as usize {
+    for name in &names {
         let record = Record::new(&payload);
-        let record = if ids { record.with_id(&names[i]) } else { record };
+        let record = match name {
+            Some(id) => record.with_id(id),
+            None => record,
+        };
         broker.publish(topic, &record).unwrap();
     }
     let ns = started.elapsed().as_nanos() as f64 / n as f64;
