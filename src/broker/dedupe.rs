@@ -81,6 +81,73 @@
 //! dedupe` measures a publish with an id against the same record on a
 //! topic without a window.
 //!
+//! # Across processes
+//!
+//! On a data directory shared by processes (`Sharing::Processes`) every
+//! process has a window of its own, in its own memory, and the log is the
+//! only thing they share: there is no table in shared memory to repair
+//! after a crash. What keeps the windows in agreement is that a publish
+//! with an id is serialized across the processes: each topic with a window
+//! has a lock file (`dedupe.lock`, in the topic's directory), and a publish
+//! with an id (a batch with ids: once for the whole batch) runs under an
+//! exclusive `flock` of it, taken after an in-process mutex ([`Across`];
+//! a `flock` belongs to the open file, which this process's threads share,
+//! so it alone would not keep them apart). Under the two locks a turn
+//! (`Topic::publish_identified`):
+//!
+//! 1. *catches up*: for each partition, reads the log from where this
+//!    process's last turn stopped (on its first turn, from the record
+//!    stamped a window ago, as the rebuild on open does) up to the end
+//!    offset read now, and remembers every id found
+//!    ([`Window::remember`]); an offset whose record is not committed
+//!    (one without an id still being written by a publisher, which takes
+//!    no lock, or a reservation whose publisher died) is passed over, not
+//!    waited for;
+//! 2. claims the id, appends the record and settles the id, as in one
+//!    process (the states above);
+//! 3. unlocks.
+//!
+//! Why the catch-up cannot miss a record with an id: every such record was
+//! appended under the lock, and its append returned, so the record was
+//! committed, before its publisher let the lock go (and the kernel orders
+//! an unlock before the next lock of the same file, in any process). So
+//! when a turn begins, every record with an id that another turn appended
+//! has its offset below the end offset this turn reads (its publisher's
+//! reservation moved the shared tail first), and is committed: reading
+//! every offset up to that end finds it. An offset not committed when the
+//! turn looks holds no such record: a record with an id is committed
+//! before its turn ends, or never (its publisher died between reservation
+//! and commit), so passing over it loses nothing, and a turn never waits
+//! on another publisher (a hole at the tail, which a reader cannot pass
+//! until a record after it is committed, would otherwise stop every
+//! publish with an id). The protocol is locks only (the commit is in the
+//! log's own ordering, and an unlock and the next lock are ordered by the
+//! kernel): it has no lock-free part to model.
+//!
+//! What a crash of the lock's holder leaves, at each step (the kernel lets
+//! the `flock` go with the process, however it dies):
+//!
+//! * before its append reserved an offset: nothing; the next turn claims
+//!   the id and appends it;
+//! * between the reservation and the commit: a hole, which the next turn's
+//!   catch-up passes over (readers give it up after the abandon bound; it
+//!   is never delivered); the record was never acknowledged, and the next
+//!   publisher of the id appends it;
+//! * after the commit (before the settle, the unlock, or the caller's own
+//!   bookkeeping): the record is in the log, so the next turn's catch-up
+//!   finds it and a retry of the id is answered with its position, flagged
+//!   a duplicate.
+//!
+//! An id's age in a process that learned it from the log is counted from
+//! its record's stamp (the processes' clocks are the wall clock's, see
+//! `clock.rs`). Ids in records that retention removes before a process has
+//! caught up over them are not learned by that process: a window longer
+//! than the topic's retention is as long as the retention across
+//! processes. Exclusive mode, records without ids and topics without a
+//! window never take the lock: their cost is as in one process. What the
+//! turn costs (a publish with an id, Processes against Exclusive) is
+//! measured by `examples/dedupe_processes.rs`.
+//!
 //! # Time
 //!
 //! An id's age is measured from the broker clock's reading when it was
@@ -94,7 +161,8 @@ use std::collections::VecDeque;
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
-use crate::log::KeyHasher;
+use crate::error::{Error, Result};
+use crate::log::{Cursor, KeyHasher};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Condvar, Mutex, MutexGuard};
 
@@ -400,20 +468,27 @@ impl Window {
         Ticket { shard, window: self, id: Some((hash, id)), at_ns: now }
     }
 
-    /// Remembers an id found in the log when the topic was opened, appended
-    /// at `landed` at `at_ns`; call in order of `at_ns`. An id already
-    /// remembered keeps its first position.
+    /// Remembers an id found in the log (when the topic was opened, or by a
+    /// catch-up across processes), appended at `landed` at `at_ns`; call in
+    /// order of `at_ns` for one partition. An id already remembered keeps
+    /// its first position, unless that one has expired by `now`.
     pub(crate) fn remember(&self, id: &str, landed: Landed, at_ns: u64, now: u64) {
         if now.saturating_sub(at_ns) >= self.window_ns {
             return;
         }
         let (hash, shard) = self.shard(id);
         let mut ids = shard.ids.lock();
-        if ids.find(hash, id).is_some() {
-            return;
-        }
         let Landed { partition, offset } = landed;
-        ids.insert(Entry { hash, at_ns, offset, partition, id: IdBytes::new(id) });
+        match ids.find(hash, id) {
+            // Expired: the record found is the id's appending since (another
+            // process's, found by a catch-up). Its old age-queue entry is now
+            // stale (see `Ids::order`).
+            Some(old) if !old.pending() && now.saturating_sub(old.at_ns) >= self.window_ns => {
+                (old.partition, old.offset, old.at_ns) = (partition, offset, at_ns);
+            }
+            Some(_) => return,
+            None => ids.insert(Entry { hash, at_ns, offset, partition, id: IdBytes::new(id) }),
+        }
         ids.order.push_back((at_ns, hash));
         let evicted = ids.prune(now, self.window_ns);
         // Relaxed: a statistic.
@@ -442,6 +517,71 @@ impl Window {
             evicted,
             waits: self.waits.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// Processes mode: what serializes a topic's publishes with ids across the
+/// processes sharing its data directory, and how far this process has read
+/// its partitions for ids (see "Across processes" in the module docs).
+#[derive(Debug)]
+pub(crate) struct Across {
+    /// The topic's `dedupe.lock`, `flock`ed exclusively for a turn.
+    lock: std::fs::File,
+    path: std::path::PathBuf,
+    /// Per partition, the catch-up's cursor: the next offset to look at
+    /// for ids; `None` until the first turn. The mutex keeps this process's
+    /// threads apart, which the `flock` does not.
+    seen: Mutex<Vec<Option<Cursor>>>,
+}
+
+/// A turn of [`Across`]: both locks held; the `flock` is let go on drop,
+/// before the mutex.
+pub(crate) struct Turn<'a> {
+    across: &'a Across,
+    /// Per partition, the catch-up's cursor (see [`Across::seen`]).
+    pub(crate) seen: MutexGuard<'a, Vec<Option<Cursor>>>,
+}
+
+impl Across {
+    /// Opens (creating if missing) the lock file `path` of a topic with
+    /// `partitions` partitions.
+    pub(crate) fn open(path: std::path::PathBuf, partitions: usize) -> Result<Across> {
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io(&path, &e))?;
+        Ok(Across { lock, path, seen: Mutex::new((0..partitions).map(|_| None).collect()) })
+    }
+
+    /// Takes the turn: the mutex, then the `flock`, waiting for both.
+    pub(crate) fn turn(&self) -> Result<Turn<'_>> {
+        use std::os::fd::AsRawFd;
+        let seen = self.seen.lock();
+        loop {
+            // SAFETY: flock on a descriptor this struct owns, with constant flags; it touches no memory.
+            if unsafe { libc::flock(self.lock.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(Turn { across: self, seen });
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(Error::io(&self.path, &e));
+            }
+        }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor `Across` owns, with constant flags; it touches no memory.
+        // It cannot fail on a descriptor we hold locked; were it to, the lock
+        // would stay until the process closes the file or exits, and other
+        // processes' turns would wait: an unlock that fails is not retried
+        // since nothing it could report would differ.
+        unsafe { libc::flock(self.across.lock.as_raw_fd(), libc::LOCK_UN) };
     }
 }
 
@@ -518,6 +658,22 @@ mod tests {
         w.remember("a", Landed { partition: 0, offset: 9 }, now - 40 * MS, now);
         assert_eq!(claim_and_append(&w, "a", now, 0), Some(Landed { partition: 1, offset: 2 }));
         assert_eq!(claim_and_append(&w, "old", now, 5), None);
+    }
+
+    #[test]
+    fn a_remembered_id_replaces_an_expired_one_and_not_a_live_one() {
+        // A catch-up across processes finds, after an id expired here,
+        // another process's appending of it: that one is the id's now.
+        let w = Window::new(100);
+        let t0 = 1_000 * MS;
+        assert_eq!(claim_and_append(&w, "a", t0, 1), None);
+        w.remember("a", Landed { partition: 1, offset: 7 }, t0 + 50 * MS, t0 + 60 * MS);
+        assert_eq!(claim_and_append(&w, "a", t0 + 60 * MS, 0), Some(Landed { partition: 0, offset: 1 }));
+        w.remember("a", Landed { partition: 1, offset: 9 }, t0 + 120 * MS, t0 + 130 * MS);
+        assert_eq!(claim_and_append(&w, "a", t0 + 130 * MS, 0), Some(Landed { partition: 1, offset: 9 }));
+        // It expires by its own age, whatever its stale queue entry says.
+        assert_eq!(w.stats(t0 + 219 * MS).ids, 1);
+        assert_eq!(claim_and_append(&w, "a", t0 + 220 * MS, 10), None);
     }
 
     #[test]

@@ -251,10 +251,11 @@ fn check_batch(t: &Topic, records: &[Record<'_>]) -> Result<()> {
 
 /// A checked batch on a topic with a dedupe window, some of whose records
 /// carry ids: one record at a time, in input order, each through the window
-/// (so an id repeated within the batch is appended once).
+/// (so an id repeated within the batch is appended once; in Processes
+/// mode, in one turn of the topic's lock: see `Topic::publish_identified_batch`).
 #[cold]
 fn publish_identified_batch(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Published>> {
-    records.iter().map(|r| t.publish_identified(r, wait).map(Published::of)).collect()
+    Ok(t.publish_identified_batch(records, wait)?.into_iter().map(Published::of).collect())
 }
 
 /// True if a record of a batch goes through the dedupe window: it carries

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::dedupe::{Claim, Landed, Window};
+use super::dedupe::{Across, Claim, Landed, Turn, Window};
 use super::dispatch::PRIORITIES;
 use super::doorbell::{Bell, Cross};
 use super::partition::Recovered;
@@ -64,7 +64,10 @@ pub struct TopicOptions {
     /// id does not pick the partition); it holds at most
     /// [`MAX_DEDUPE_IDS`](crate::broker::MAX_DEDUPE_IDS) ids, the oldest
     /// leaving first when full. On a data directory it is rebuilt from the
-    /// log when the broker opens. Records without an id cost nothing extra.
+    /// log when the broker opens; on one shared by processes
+    /// ([`Sharing::Processes`](crate::Sharing)) it holds every process's
+    /// ids, read from the log at each publish with an id. Records without
+    /// an id cost nothing extra.
     pub dedupe_window_ms: u64,
     /// What keeps the partitions' size in check: the size and age limits
     /// above (`Delete`, the default), log compaction (`Compact`: the newest
@@ -258,6 +261,9 @@ pub(crate) struct Topic {
     pub(crate) partitions: Box<[Arc<Partition>]>,
     /// The ids it appended recently; `None` when `dedupe_window_ms` is 0.
     pub(crate) dedupe: Option<Window>,
+    /// Processes mode, with a window: the lock that serializes publishes
+    /// with ids across processes (see "Across processes" in `dedupe.rs`).
+    across: Option<Across>,
     /// When the compactor may remove records, if the topic is compacted.
     pub(crate) compaction: Option<CompactionPolicy>,
     /// `TopicOptions::priority`: the default of its subscriptions.
@@ -287,6 +293,7 @@ impl Topic {
             name: name.into(),
             partitions: partitions.into(),
             dedupe: window(options),
+            across: None,
             compaction: options.compaction_policy(),
             priority: options.priority,
             schema: Slot::default(),
@@ -296,7 +303,9 @@ impl Topic {
     /// Publishes a record that may carry an id (`Record::may_have_id`): the
     /// publish paths send such records here, out of line, so a record with
     /// neither an id nor attributes pays only that test. Without an id, or
-    /// on a topic without a window, it is published as any record.
+    /// on a topic without a window, it is published as any record. In
+    /// Processes mode a record with an id is published in a turn of the
+    /// topic's lock (see "Across processes" in `dedupe.rs`).
     #[cold]
     #[inline(never)]
     pub(crate) fn publish_identified(&self, record: &Record<'_>, wait: Wait) -> Result<Outcome> {
@@ -306,6 +315,49 @@ impl Topic {
             let offset = p.publish(record, wait).map_err(|f| self.publish_failed(f))?;
             return Ok((p.index, offset, false));
         };
+        let Some(across) = &self.across else {
+            return self.publish_claimed(window, id, record, wait, None);
+        };
+        let mut turn = self.turn(across, window)?;
+        self.publish_claimed(window, id, record, wait, Some(&mut turn))
+    }
+
+    /// A checked batch on a topic with a window, some of whose records carry
+    /// ids: one record at a time, in input order, each through the window
+    /// (so an id repeated within the batch is appended once); in Processes
+    /// mode all in one turn of the topic's lock.
+    #[cold]
+    pub(crate) fn publish_identified_batch(&self, records: &[Record<'_>], wait: Wait) -> Result<Vec<Outcome>> {
+        let (Some(across), Some(window)) = (&self.across, &self.dedupe) else {
+            return records.iter().map(|r| self.publish_identified(r, wait)).collect();
+        };
+        let mut turn = self.turn(across, window)?;
+        let mut out = Vec::with_capacity(records.len());
+        for record in records {
+            out.push(match record.id()? {
+                Some(id) => self.publish_claimed(window, id, record, wait, Some(&mut turn))?,
+                None => {
+                    let p = self.route(record.key);
+                    let offset = p.publish(record, wait).map_err(|f| self.publish_failed(f))?;
+                    (p.index, offset, false)
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    /// Publishes `record`, whose id is `id`, through `window`: claims the
+    /// id, appends the record, settles the id. In a `turn` (Processes mode),
+    /// an append right where the turn's catch-up stopped moves the catch-up
+    /// past it: the window has its id already.
+    fn publish_claimed(
+        &self,
+        window: &Window,
+        id: &str,
+        record: &Record<'_>,
+        wait: Wait,
+        turn: Option<&mut Turn<'_>>,
+    ) -> Result<Outcome> {
         match window.claim(id, now_ns()) {
             Claim::Duplicate(landed) => Ok((landed.partition, landed.offset, true)),
             Claim::Claimed(ticket) => {
@@ -313,9 +365,65 @@ impl Topic {
                 // On failure the ticket is dropped, which abandons the id.
                 let offset = p.publish(record, wait).map_err(|f| self.publish_failed(f))?;
                 ticket.appended(Landed { partition: p.index, offset });
+                if let Some(cursor) = turn.and_then(|t| t.seen[p.index as usize].as_mut())
+                    && cursor.offset() == offset
+                {
+                    // Within the segment the cursor holds, or the seek
+                    // finds the next; a failure leaves the record to be
+                    // read again, which is only slower.
+                    let _ = cursor.seek(offset + 1);
+                }
                 Ok((p.index, offset, false))
             }
         }
+    }
+
+    /// Takes a turn of `across` and catches `window` up with the records
+    /// with ids that other processes appended since this process's last
+    /// turn (see "Across processes" in `dedupe.rs`): for each partition,
+    /// every offset from where the last turn stopped (on the first, from
+    /// the record stamped a window ago) up to the end offset read now.
+    #[cold]
+    fn turn<'a>(&self, across: &'a Across, window: &Window) -> Result<Turn<'a>> {
+        let mut turn = across.turn()?;
+        let now = now_ns();
+        for (p, seen) in self.partitions.iter().zip(turn.seen.iter_mut()) {
+            p.log.follow_rolls().map_err(|e| self.batch_failed(e))?;
+            // After the lock: every record with an id appended in an
+            // earlier turn lies below it, committed.
+            let end = p.log.end_offset();
+            let cursor = match seen {
+                Some(cursor) => cursor,
+                None => {
+                    let since = now.saturating_sub(window.window_ns());
+                    seen.insert(p.log.cursor_resuming(p.log.offset_at_time(since)))
+                }
+            };
+            while cursor.offset() < end {
+                match cursor.read() {
+                    Ok(Some(record)) => {
+                        if let Some(id) = record.attribute(ID_ATTRIBUTE) {
+                            let landed = Landed { partition: p.index, offset: record.offset() };
+                            window.remember(id, landed, record.timestamp_ns(), now);
+                        }
+                    }
+                    // Not committed: a record without an id still being
+                    // written, or a reservation whose publisher died (a
+                    // turn's record is committed before its turn ends, or
+                    // never). Passed over, not waited for.
+                    Ok(None) => {
+                        let next = cursor.offset() + 1;
+                        if cursor.seek(next).is_err() {
+                            *cursor = p.log.cursor_resuming(next);
+                        }
+                    }
+                    // Retention removed records before this process looked
+                    // at them: their ids are not learned (see `dedupe.rs`).
+                    Err(_lagged) => {}
+                }
+            }
+        }
+        Ok(turn)
     }
 
     /// Fills the dedupe window from the records of the last window in the
@@ -402,16 +510,28 @@ impl Topic {
                 Ok(Arc::new(p))
             })
             .collect::<Result<Vec<_>>>()?;
+        // Processes mode: the window is filled by the first turn's catch-up
+        // instead of here, and kept up by every turn's.
+        let across = match (opening, options.dedupe_window_ms) {
+            (Opening::Alone, _) | (_, 0) => None,
+            _ => {
+                let topic_dir = dir(0).parent().map(PathBuf::from).unwrap_or_default();
+                Some(Across::open(topic_dir.join(DEDUPE_LOCK_FILE), partitions.len())?)
+            }
+        };
         let topic = Topic {
             name: name.into(),
             partitions: partitions.into(),
             dedupe: window(options),
+            across,
             // Never for a log shared by processes (`Log::compact` refuses it).
             compaction: options.compaction_policy().filter(|_| opening == Opening::Alone),
             priority: options.priority,
             schema: Slot::default(),
         };
-        topic.rebuild_window();
+        if topic.across.is_none() {
+            topic.rebuild_window();
+        }
         Ok(topic)
     }
 
@@ -471,6 +591,10 @@ impl fmt::Debug for Topic {
         f.debug_struct("Topic").field("name", &self.name).field("partitions", &self.partitions.len()).finish()
     }
 }
+
+/// A topic's lock file for publishes with ids across processes, in its
+/// directory beside the partitions' (see "Across processes" in `dedupe.rs`).
+const DEDUPE_LOCK_FILE: &str = "dedupe.lock";
 
 /// The dedupe window `options` ask for.
 fn window(options: &TopicOptions) -> Option<Window> {
@@ -584,6 +708,33 @@ mod tests {
             counts[partition_for_key(format!("key-{i}").as_bytes(), 8) as usize] += 1;
         }
         assert!(counts.iter().all(|&c| (800..1200).contains(&c)), "{counts:?}");
+    }
+
+    #[test]
+    fn a_catch_up_passes_a_hole_left_by_a_dead_publisher_and_finds_the_ids_after_it() {
+        // Two brokers on one directory shared by processes (each could be a
+        // process): a reservation nobody commits (a publisher killed while
+        // copying its record) is at the tail when `a` takes its first turn,
+        // and below a record with an id when `b` takes its next: both
+        // catch-ups pass over it, without waiting for the abandon bound, and
+        // `b` finds the id past it.
+        use crate::{Broker, BrokerConfig, Sharing};
+        let dir =
+            std::env::temp_dir().join(format!("rill-topic-hole-{}-{}", std::process::id(), crate::sync::unique_id()));
+        let config =
+            BrokerConfig { data_dir: Some(dir.clone()), sharing: Sharing::Processes, ..BrokerConfig::default() };
+        let (a, b) = (Broker::new(config.clone()).unwrap(), Broker::new(config).unwrap());
+        a.create_topic("t", &TopicOptions::default()).unwrap();
+        // `b` takes its first turn (its catch-up starts) before the hole.
+        assert!(!b.publish_outcome("t", &Record::new(b"x").with_id("first")).unwrap().duplicate);
+        let hole = a.inner().topic_for_publish("t").unwrap().partitions[0].log.leave_hole(64);
+        let after = a.publish_outcome("t", &Record::new(b"x").with_id("after")).unwrap();
+        assert_eq!((hole, after.position.offset, after.duplicate), (1, 2, false));
+        let retry = b.publish_outcome("t", &Record::new(b"x").with_id("after")).unwrap();
+        assert_eq!((retry.position, retry.duplicate), (after.position, true));
+        assert_eq!(b.topic_stats("t").unwrap().publish_count, 3, "nothing appended for the retry");
+        drop((a, b));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
