@@ -96,6 +96,7 @@ use crate::sync::Arc;
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Name of a partition's file of `Block` subscribers (in its log's directory).
+#[cfg_attr(loom, allow(dead_code))]
 pub(crate) const BLOCKERS_FILE: &str = "partition.blockers";
 
 /// The longest a publisher sleeps before it looks for a dead subscriber
@@ -427,33 +428,33 @@ impl SharedBlockers {
 
     /// Claims a free slot for a subscriber at `position` with lag limit
     /// `limit`; `None` if every slot is taken.
-    pub(crate) fn claim(self: &Arc<Self>, position: u64, limit: u64) -> Option<Slot> {
+    pub(crate) fn claim(this: &Arc<Self>, position: u64, limit: u64) -> Option<Slot> {
         let owner = std::process::id().max(1);
         for index in 0..SLOTS {
             // Relaxed: a hint; the check that counts is under the lock.
-            if self.page.owner(index).load(Ordering::Relaxed) != 0 {
+            if this.page.owner(index).load(Ordering::Relaxed) != 0 {
                 continue;
             }
-            let Some(lock) = self.lock_slot(index) else { continue };
+            let Some(lock) = this.lock_slot(index) else { continue };
             // Acquire: pairs with the Release clear of a detach or a reap,
             // whose lock we now hold after them.
-            if self.page.owner(index).load(Ordering::Acquire) != 0 {
+            if this.page.owner(index).load(Ordering::Acquire) != 0 {
                 // A dead owner's, not yet reaped: a waiting publisher will.
                 continue;
             }
             // Relaxed: published by the owner's Release store below.
-            self.page.limit(index).store(limit, Ordering::Relaxed);
-            self.page.position(index).store(position, Ordering::Relaxed);
+            this.page.limit(index).store(limit, Ordering::Relaxed);
+            this.page.position(index).store(position, Ordering::Relaxed);
             // Release: a publisher that reads the owner (Acquire) reads the
             // limit and the position stored before it.
-            self.page.owner(index).store(owner, Ordering::Release);
+            this.page.owner(index).store(owner, Ordering::Release);
             // Relaxed: `high` only bounds the scan, read after `count`; a
             // scan that misses the slot is the fast path's one record.
-            self.page.high().fetch_max(index as u32 + 1, Ordering::Relaxed);
+            this.page.high().fetch_max(index as u32 + 1, Ordering::Relaxed);
             // Relaxed: the caller's `barrier::heavy` orders it (see the
             // module docs).
-            self.page.count().fetch_add(1, Ordering::Relaxed);
-            return Some(Slot { blockers: self.clone(), index, detached: AtomicBool::new(false), _lock: lock });
+            this.page.count().fetch_add(1, Ordering::Relaxed);
+            return Some(Slot { blockers: this.clone(), index, detached: AtomicBool::new(false), _lock: lock });
         }
         None
     }
@@ -694,7 +695,7 @@ mod tests {
         let b = SharedBlockers::open(&dir, true).unwrap();
         let other = SharedBlockers::open(&dir, false).unwrap();
         assert!(!other.any());
-        let slot = b.claim(10, 2).unwrap();
+        let slot = SharedBlockers::claim(&b, 10, 2).unwrap();
         assert!(other.any());
         assert!(other.has_room(11, 1));
         assert!(!other.has_room(12, 1), "12 is two past position 10");
@@ -702,7 +703,7 @@ mod tests {
         b.set_position(&slot, 11);
         assert!(other.has_room(12, 1));
         // A second claim takes another slot; its lock is held.
-        let second = other.claim(0, 5).unwrap();
+        let second = SharedBlockers::claim(&other, 0, 5).unwrap();
         assert_ne!(second.index, slot.index);
         assert!(b.lock_slot(slot.index).is_none(), "a live owner's lock is held");
         drop(slot);
@@ -715,7 +716,7 @@ mod tests {
     fn a_slot_whose_lock_nobody_holds_is_reaped_by_a_waiter() {
         let dir = dir("reap");
         let b = SharedBlockers::open(&dir, true).unwrap();
-        let slot = b.claim(0, 1).unwrap();
+        let slot = SharedBlockers::claim(&b, 0, 1).unwrap();
         let index = slot.index;
         // As a process's death does: the lock goes, the slot stays.
         slot.abandon();

@@ -423,7 +423,7 @@ impl Partition {
             }
             if let (Some(b), Some(shared)) = (&blocker, &self.shared_blockers) {
                 // Acquire: pairs with the drainer's Release (`publish_position`).
-                match shared.claim(b.position.load(Ordering::Acquire), b.limit) {
+                match SharedBlockers::claim(shared, b.position.load(Ordering::Acquire), b.limit) {
                     Some(slot) => slots.push((b.id, b.position.clone(), Arc::new(slot))),
                     None => log::warn!(
                         "partition {}: every slot for Block subscribers of other processes is taken; this \
