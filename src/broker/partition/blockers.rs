@@ -619,13 +619,14 @@ impl SharedBlockers {
         });
         let mut cleared = false;
         for slot in blocking {
-            let Some(lock) = self.lock_slot(slot) else { continue };
+            // Held until the end of this iteration: the clear is made
+            // under the slot's lock, as a detach makes it.
+            let Some(_lock) = self.lock_slot(slot) else { continue };
             // Acquire: a detach that cleared it released the lock after.
             if self.page.owner(slot).load(Ordering::Acquire) != 0 {
                 self.clear(slot);
                 cleared = true;
             }
-            drop(lock);
         }
         if cleared {
             log::warn!("a Block subscriber of another process died holding back publishers; its slot was cleared");
