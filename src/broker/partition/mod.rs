@@ -145,7 +145,9 @@ pub(crate) struct Partition {
     listeners: epoch::Atomic<Listeners>,
     /// Serialises writers of `listeners` (subscribe and unsubscribe, never the publish path).
     edit: Mutex<()>,
-    /// Where publishers wait for `Block` subscribers to make room.
+    /// Where publishers wait for `Block` subscribers to make room (in
+    /// Processes mode they wait in `shared_blockers` instead, which the
+    /// drainers of every process wake).
     pub(crate) space: Waiters,
     /// Set (once) when its topic is deleted: handles that still hold the
     /// partition (a `Publisher`, a `Consumer`) fail with `NoSuchTopic`, and
@@ -250,6 +252,9 @@ impl Partition {
     /// `Full` instead (looked at on every wake-up of the wait, since others
     /// may fill the room meanwhile). Waiting for other subscribers is
     /// unaffected.
+    ///
+    /// In Processes mode the `Block` subscribers of other processes count
+    /// too, and the wait is in the shared page (see `blockers.rs`).
     #[cold]
     fn wait_for_room(&self, n: u64, wait: Wait) -> Result<()> {
         let own = InHandler::current();
@@ -462,6 +467,11 @@ impl Partition {
             slot.detach();
         }
         self.log.release_retention(id);
+        if let Some(shared) = &self.shared_blockers {
+            // Publishers of this process wait there too (`wait_for_room`),
+            // also for a blocker that got no slot.
+            shared.moved();
+        }
         self.space.notify();
     }
 
