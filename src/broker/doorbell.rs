@@ -280,9 +280,12 @@ const MAGIC: u64 = u64::from_le_bytes(*b"rillwake");
 /// change counter too (see "Topics other processes create or delete"); a
 /// rill of layout 1 would not bump it, and its topics would stay unseen.
 /// 3: and the members' change counter ("Members of groups and shared
-/// subscriptions"), which a rill of layout 2 would not bump.
+/// subscriptions"), which a rill of layout 2 would not bump. 4: every
+/// shared partition has a `partition.blockers` file too
+/// (`partition/blockers.rs`), which a rill of layout 3 would neither make
+/// nor heed.
 #[cfg(not(loom))]
-const LAYOUT: u32 = 3;
+const LAYOUT: u32 = 4;
 /// Byte offset of the magic word in a shared state file.
 #[cfg(not(loom))]
 const MAGIC_AT: usize = 0;

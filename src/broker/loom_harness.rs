@@ -984,3 +984,54 @@ impl NameMap {
         self.0.get(name).map(|v| **v)
     }
 }
+
+/// A partition's `Block` subscribers across processes
+/// (`partition/blockers.rs`), for `loom-tests/tests/blockers.rs`: one
+/// subscriber (in some process) holds a slot at position 0 with lag limit
+/// 1, and one record is published, so a publisher (in another) of the
+/// next one waits until the subscriber moves or detaches.
+pub struct BlockAcross {
+    shared: Arc<super::partition::blockers::SharedBlockers>,
+    slot: super::partition::blockers::Slot,
+}
+
+impl std::fmt::Debug for BlockAcross {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BlockAcross")
+    }
+}
+
+impl BlockAcross {
+    /// The slot claimed and the record published, before the model's
+    /// threads start.
+    pub fn new() -> BlockAcross {
+        let shared = super::partition::blockers::SharedBlockers::in_memory();
+        let slot = super::partition::blockers::SharedBlockers::claim(&shared, 0, 1).expect("a free slot");
+        BlockAcross { shared, slot }
+    }
+
+    /// The publisher of offset 1: waits, with no deadline, for room under
+    /// the subscriber's limit (`SharedBlockers::wait`: its registration,
+    /// K2, the sequence, the look, the futex).
+    pub fn publisher_waits(&self) {
+        assert!(self.shared.wait(None, 1, || 1, || self.shared.has_room(1, 1)), "no deadline");
+    }
+
+    /// The subscriber's drainer, after handling offset 0: stores its
+    /// position, then K1 and the wake (`Partition::room_made`).
+    pub fn subscriber_moves(&self) {
+        self.shared.set_position(&self.slot, 1);
+        self.shared.moved();
+    }
+
+    /// The subscriber detaches instead (closed, or its topic deleted).
+    pub fn subscriber_detaches(&self) {
+        self.slot.detach();
+    }
+}
+
+impl Default for BlockAcross {
+    fn default() -> Self {
+        BlockAcross::new()
+    }
+}

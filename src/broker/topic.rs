@@ -13,6 +13,7 @@ use super::dedupe::{Across, Claim, Landed, Turn, Window};
 use super::dispatch::PRIORITIES;
 use super::doorbell::{Bell, Cross};
 use super::partition::Recovered;
+use super::partition::blockers::SharedBlockers;
 use super::schema::Slot;
 // Re-exported: the broker reaches a topic's partitions, and says how long
 // a publish may wait, through its topics.
@@ -502,7 +503,8 @@ impl Topic {
                     (Opening::Alone, _) | (_, None) => Partition::new(i, log),
                     (_, Some(bell)) => {
                         let cross = Cross::open(&dir(i), opening == Opening::First, bell.clone())?;
-                        Partition::shared(i, log, cross)
+                        let blockers = SharedBlockers::open(&dir(i), opening == Opening::First)?;
+                        Partition::shared(i, log, cross, blockers)
                     }
                 };
                 p.recovery = recovery;

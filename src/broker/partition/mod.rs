@@ -7,8 +7,10 @@
 //! word a publisher reads) and `in_handler.rs` (the mark of a thread that
 //! runs user code) import no other part; `signal.rs` (signal-and-drain:
 //! [`Entry`], [`Listener`], `notify`, the ready set, and the drainer's half,
-//! `go_idle`, beside the fences that pair the two) imports `state.rs`; and
-//! this file, the [`Partition`], imports those three.
+//! `go_idle`, beside the fences that pair the two) imports `state.rs`;
+//! `blockers.rs` (`Block` subscribers seen by the publishers of every
+//! process, in `Sharing::Processes` mode) imports no other part; and this
+//! file, the [`Partition`], imports those four.
 //!
 //! Above it, `topic.rs` groups partitions into topics, and
 //! `subscription/` and `consumer.rs` implement [`Listener`] and run the
@@ -17,6 +19,7 @@
 //!
 //! [`Listener`]: signal::Listener
 
+pub(crate) mod blockers;
 pub(crate) mod in_handler;
 pub(crate) mod signal;
 pub(crate) mod state;
@@ -24,6 +27,7 @@ pub(crate) mod state;
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use self::blockers::{SharedBlockers, Slot};
 use self::in_handler::InHandler;
 use self::signal::Entry;
 use super::barrier;
@@ -69,12 +73,19 @@ struct Listeners {
     /// Some listener has a ready mark (a wildcard subscription), so a
     /// publisher must look at marks; lists without any skip that pass.
     marked: bool,
+    /// Processes mode: the blockers of this list that hold a slot in the
+    /// partition's `SharedBlockers`, as (id, position, slot), for the
+    /// drainer to copy positions into (`Partition::room_made`).
+    slots: Vec<(u64, Arc<AtomicU64>, Arc<Slot>)>,
 }
 
+/// The blockers with a shared slot (see `Listeners::slots`).
+type Slots = Vec<(u64, Arc<AtomicU64>, Arc<Slot>)>;
+
 impl Listeners {
-    fn new(list: Vec<Entry>, blockers: Vec<Blocker>) -> Listeners {
+    fn new(list: Vec<Entry>, blockers: Vec<Blocker>, slots: Slots) -> Listeners {
         let marked = list.iter().any(Entry::has_mark);
-        Listeners { list, blockers, room_until: AtomicU64::new(0), marked }
+        Listeners { list, blockers, room_until: AtomicU64::new(0), marked, slots }
     }
 
     /// True if offsets up to `end + n` fit under every blocker's limit.
@@ -134,7 +145,9 @@ pub(crate) struct Partition {
     listeners: epoch::Atomic<Listeners>,
     /// Serialises writers of `listeners` (subscribe and unsubscribe, never the publish path).
     edit: Mutex<()>,
-    /// Where publishers wait for `Block` subscribers to make room.
+    /// Where publishers wait for `Block` subscribers to make room (in
+    /// Processes mode they wait in `shared_blockers` instead, which the
+    /// drainers of every process wake).
     pub(crate) space: Waiters,
     /// Set (once) when its topic is deleted: handles that still hold the
     /// partition (a `Publisher`, a `Consumer`) fail with `NoSuchTopic`, and
@@ -145,6 +158,9 @@ pub(crate) struct Partition {
     /// Its part in the cross-process wake, in `Sharing::Processes` mode
     /// (see `doorbell.rs`); `None`, the flag every publish tests, otherwise.
     cross: Option<Cross>,
+    /// Processes mode: the `Block` subscribers of every process (see
+    /// `blockers.rs`); `None` otherwise.
+    shared_blockers: Option<Arc<SharedBlockers>>,
     /// Processes mode: the doorbell thread's cursor, just past the last
     /// record its looks saw committed (see `Watch::look` below).
     watched: Option<Mutex<Cursor>>,
@@ -174,11 +190,12 @@ impl Partition {
             log,
             recovery: Recovered::default(),
             offsets_reset: AtomicU64::new(0),
-            listeners: epoch::Atomic::new(Listeners::new(Vec::new(), Vec::new())),
+            listeners: epoch::Atomic::new(Listeners::new(Vec::new(), Vec::new(), Vec::new())),
             edit: Mutex::new(()),
             space: Waiters::new(),
             deleted: AtomicBool::new(false),
             cross: None,
+            shared_blockers: None,
             watched: None,
             keyed_only: false,
             flush_due: std::sync::OnceLock::new(),
@@ -186,14 +203,16 @@ impl Partition {
     }
 
     /// A partition whose log other processes share, woken by their
-    /// publishes through `cross` (see `doorbell.rs`).
-    pub(crate) fn shared(index: u32, log: Log, cross: Cross) -> Self {
+    /// publishes through `cross` (see `doorbell.rs`), and held back by
+    /// their `Block` subscribers through `blockers` (see `blockers.rs`).
+    pub(crate) fn shared(index: u32, log: Log, cross: Cross, blockers: Arc<SharedBlockers>) -> Self {
         // From the oldest record: one committed after a listener's first
         // look at the log, but reserved before this cursor was made, must
         // still be seen (the first look walks what is retained, once).
         let watched = Some(Mutex::new(log.cursor_from_first()));
         let mut p = Partition::new(index, log);
         p.cross = Some(cross);
+        p.shared_blockers = Some(blockers);
         p.watched = watched;
         p
     }
@@ -233,6 +252,9 @@ impl Partition {
     /// `Full` instead (looked at on every wake-up of the wait, since others
     /// may fill the room meanwhile). Waiting for other subscribers is
     /// unaffected.
+    ///
+    /// In Processes mode the `Block` subscribers of other processes count
+    /// too, and the wait is in the shared page (see `blockers.rs`).
     #[cold]
     fn wait_for_room(&self, n: u64, wait: Wait) -> Result<()> {
         let own = InHandler::current();
@@ -242,11 +264,19 @@ impl Partition {
             let guard = epoch::pin();
             let (listeners, end) = (self.current(&guard), self.log.end_offset_pinned(&guard));
             blocked_by_own = own != 0 && listeners.is_blocked_by(own, end, n);
-            blocked_by_own || listeners.has_room(end, n)
+            blocked_by_own || (listeners.has_room(end, n) && self.shared_room(end, n))
         };
-        let got_room = match wait {
-            Wait::No => return Err(Error::Full("a subscriber with the Block policy is at its lag limit".into())),
-            Wait::For(limit) => self.space.wait_until(limit.map(|l| Instant::now() + l), room),
+        let got_room = match (wait, &self.shared_blockers) {
+            (Wait::No, _) => {
+                return Err(Error::Full("a subscriber with the Block policy is at its lag limit".into()));
+            }
+            (Wait::For(limit), None) => self.space.wait_until(limit.map(|l| Instant::now() + l), room),
+            // Processes mode: the drainers of every process wake it through
+            // the shared page (`blockers.rs`), this process's too.
+            (Wait::For(limit), Some(shared)) => {
+                let end = || self.log.end_offset_pinned(&epoch::pin());
+                shared.wait(limit.map(|l| Instant::now() + l), n, end, room)
+            }
         };
         if blocked_by_own {
             return Err(Error::Full(format!(
@@ -257,6 +287,18 @@ impl Partition {
             )));
         }
         if got_room { Ok(()) } else { Err(Error::Timeout) }
+    }
+
+    /// True unless a `Block` subscriber of some process (Processes mode)
+    /// leaves no room for offsets up to `end + n`. One load when there is
+    /// none (see "Why one Relaxed load is enough on the fast path" in
+    /// `blockers.rs`).
+    #[inline]
+    fn shared_room(&self, end: u64, n: u64) -> bool {
+        match &self.shared_blockers {
+            None => true,
+            Some(shared) => !shared.any() || shared.has_room(end, n),
+        }
     }
 
     /// Appends one record and signals the listeners; returns its offset.
@@ -289,7 +331,8 @@ impl Partition {
         let mut guard = epoch::pin();
         loop {
             let current = self.current(&guard);
-            if current.blockers.is_empty() || current.has_room(self.log.end_offset_pinned(&guard), 1) {
+            let local = current.blockers.is_empty() || current.has_room(self.log.end_offset_pinned(&guard), 1);
+            if local && (self.shared_blockers.is_none() || self.shared_room(self.log.end_offset_pinned(&guard), 1)) {
                 break;
             }
             // Do not stay pinned while waiting.
@@ -318,11 +361,13 @@ impl Partition {
             let mut guard = epoch::pin();
             let n = loop {
                 let current = self.current(&guard);
-                let n = match current.blockers.iter().map(|b| b.limit).min() {
+                let shared_limit = self.shared_blockers.as_ref().filter(|s| s.any()).and_then(|s| s.min_limit());
+                let n = match current.blockers.iter().map(|b| b.limit).chain(shared_limit).min() {
                     None => records.len() - done,
                     Some(limit) => (records.len() - done).min(limit as usize).max(1),
                 };
-                if current.has_room(self.log.end_offset_pinned(&guard), n as u64) {
+                let end = self.log.end_offset_pinned(&guard);
+                if current.has_room(end, n as u64) && self.shared_room(end, n as u64) {
                     break n;
                 }
                 drop(guard);
@@ -377,9 +422,20 @@ impl Partition {
         if let Some(b) = &blocker {
             self.log.hold_retention(b.id, b.position.clone());
         }
-        self.edit_listeners(|list, blockers| {
+        self.edit_listeners(|list, blockers, slots| {
             if !list.iter().any(|l| l.id() == listener.id()) {
                 list.push(listener);
+            }
+            if let (Some(b), Some(shared)) = (&blocker, &self.shared_blockers) {
+                // Acquire: pairs with the drainer's Release (`publish_position`).
+                match SharedBlockers::claim(shared, b.position.load(Ordering::Acquire), b.limit) {
+                    Some(slot) => slots.push((b.id, b.position.clone(), Arc::new(slot))),
+                    None => log::warn!(
+                        "partition {}: every slot for Block subscribers of other processes is taken; this \
+                         one holds back the publishers of its own process only",
+                        self.index
+                    ),
+                }
             }
             blockers.extend(blocker);
         });
@@ -396,26 +452,58 @@ impl Partition {
 
     /// Removes the listener (and blocker) with `id`; wakes blocked publishers.
     pub(crate) fn remove_listener(&self, id: u64) {
-        self.edit_listeners(|list, blockers| {
+        let mut gone = Vec::new();
+        self.edit_listeners(|list, blockers, slots| {
             list.retain(|l| l.id() != id);
             blockers.retain(|b| b.id != id);
+            gone.extend(slots.iter().filter(|s| s.0 == id).map(|s| s.2.clone()));
+            slots.retain(|s| s.0 != id);
         });
+        // Its shared slot, if it had one, stops holding back the publishers
+        // of every process now (and wakes them); a list still pinned may
+        // copy a position into it meanwhile, which nobody reads, and the
+        // slot is not claimed again before the last such list is gone.
+        for slot in gone {
+            slot.detach();
+        }
         self.log.release_retention(id);
+        if let Some(shared) = &self.shared_blockers {
+            // Publishers of this process wait there too (`wait_for_room`),
+            // also for a blocker that got no slot.
+            shared.moved();
+        }
         self.space.notify();
     }
 
-    fn edit_listeners(&self, edit: impl FnOnce(&mut Vec<Entry>, &mut Vec<Blocker>)) {
+    /// A `Block` subscriber's drainer moved its position (published with
+    /// `publish_position`): copies this partition's blockers' positions
+    /// into their shared slots and wakes the publishers of every process
+    /// waiting for them (`blockers.rs`), and this process's (`space`).
+    pub(crate) fn room_made(&self) {
+        if let Some(shared) = &self.shared_blockers {
+            let guard = epoch::pin();
+            for (_, position, slot) in &self.current(&guard).slots {
+                // Acquire: pairs with the drainer's Release store.
+                shared.set_position(slot, position.load(Ordering::Acquire));
+            }
+            shared.moved();
+        }
+        self.space.notify();
+    }
+
+    fn edit_listeners(&self, edit: impl FnOnce(&mut Vec<Entry>, &mut Vec<Blocker>, &mut Slots)) {
         let _serial = self.edit.lock();
         let guard = epoch::pin();
         let current = self.current(&guard);
-        let (mut list, mut blockers) = (current.list.clone(), current.blockers.clone());
-        edit(&mut list, &mut blockers);
+        let (mut list, mut blockers, mut slots) =
+            (current.list.clone(), current.blockers.clone(), current.slots.clone());
+        edit(&mut list, &mut blockers, &mut slots);
         if let Some(cross) = &self.cross {
             // Under `edit`: this broker's raises and lowers alternate.
             cross.set_listening(!list.is_empty());
         }
         // Release: publishes the new list (see `current`).
-        let old = self.listeners.swap(Owned::new(Listeners::new(list, blockers)), Ordering::AcqRel, &guard);
+        let old = self.listeners.swap(Owned::new(Listeners::new(list, blockers, slots)), Ordering::AcqRel, &guard);
         // SAFETY: `old` is unreachable now; publishers that loaded it are pinned
         // and the destructor waits for them.
         unsafe { guard.defer_destroy(old) };
@@ -514,7 +602,7 @@ mod tests {
         let bell = Arc::new(Bell::open(&dir, true).unwrap());
         let cross = Cross::open(&dir, true, bell).unwrap();
         let log = Log::new(&LogConfig::default()).unwrap();
-        let p = Partition::shared(0, log.clone(), cross);
+        let p = Partition::shared(0, log.clone(), cross, SharedBlockers::open(&dir, true).unwrap());
         let wakes = Arc::new(Wakes(AtomicU64::new(0)));
         let listener: Arc<dyn super::signal::Listener> = wakes.clone();
         p.add_listener(Entry::always(1, listener), None);
@@ -528,7 +616,7 @@ mod tests {
 
         let log = Log::new(&LogConfig::default()).unwrap();
         let cross = Cross::open(&dir, true, Arc::new(Bell::open(&dir, true).unwrap())).unwrap();
-        let p = Partition::shared(0, log.clone(), cross);
+        let p = Partition::shared(0, log.clone(), cross, SharedBlockers::open(&dir, true).unwrap());
         let listener: Arc<dyn super::signal::Listener> = wakes.clone();
         p.add_listener(Entry::always(1, listener), None);
         log.append(&Record::new(b"x")).unwrap();

@@ -396,7 +396,7 @@ fn deliver_partition(
             // position per batch, not per round, and wake them.
             let r = &st.readers[i];
             r.publish_position();
-            r.partition.space.notify();
+            r.partition.room_made();
         }
         match outcome {
             BatchEnd::More => continue,
