@@ -68,6 +68,8 @@ robust+=(test_robust_procs_groups)
 robust+=(test_robust_procs_shared)
 # Issue 39's operator calls across processes (who holds a durable name, a group's members and their partitions).
 robust+=(test_procs_holders)
+# Issue 39's subscriptions of every process with their pids and counters.
+robust+=(test_procs_subs)
 for t in "${robust[@]}"; do
   build "$t" gcc c99 "ffi/tests/c/$t.c"
   "$out/$t"
