@@ -14,7 +14,7 @@ use std::path::Path;
 
 use common::procs::{self, TempDir, append, check_then_release, child_role, mark, spawn, wait_child_mark};
 use common::wait_for;
-use rill::{Ack, Broker, DirectorySubscription, Record, Sharing, SubscriptionOptions, TopicOptions};
+use rill::{Ack, Broker, DirectorySubscription, Record, Sharing, SubscriptionOptions, SubscriptionState, TopicOptions};
 
 const MESSAGES: usize = 10;
 
@@ -92,6 +92,7 @@ fn a_child_s_subscriptions_are_listed_with_its_pid_and_counters_until_it_is_kill
             let list = broker.directory_subscriptions().unwrap();
             for s in of_pid(&list, pid) {
                 assert_eq!((s.stats.acked, s.stats.retried, s.stats.dead_lettered), (MESSAGES as u64, 0, 0), "{s:#?}");
+                assert_eq!(s.stats.state, SubscriptionState::Idle, "its last round left it caught up: {s:#?}");
             }
             assert_eq!(lines(&dir.0, "got-push"), MESSAGES, "no more than the messages");
             assert_eq!(lines(&dir.0, "got-audit"), MESSAGES);

@@ -206,9 +206,10 @@ pub struct DirectorySubscription {
     /// Its statistics. Another broker's are read from what that broker
     /// published at the end of the subscription's last drain round: its
     /// name, pattern, dead-letter topic, priority, counters, state and total
-    /// `lag` as that round left them; `partitions` is empty, `last_error`
-    /// and `closed_reason` are `None` and the queue-wait figures are zero
-    /// (they stay with its own process's `stats`).
+    /// `lag` as that round left them (`Idle` if it left it caught up);
+    /// `partitions` is empty, `last_error` and `closed_reason` are `None`
+    /// and the queue-wait figures are zero (they stay with its own
+    /// process's `stats`).
     pub stats: SubscriptionStats,
 }
 

@@ -260,8 +260,12 @@ pub(crate) fn registry_counts(core: &SubCore) -> Counts {
         missed: get(&c.missed),
         ack_timeouts: get(&c.ack_timeouts),
         lag,
+        // A round that left it caught up is followed by its going idle (or
+        // by a round for what came meanwhile, which publishes again): what
+        // a reader in another process should see until its next round.
         state: match core.state.get() {
             Phase::Idle => 0,
+            Phase::Active if lag == 0 => 0,
             Phase::Active => 1,
             Phase::Backoff => 2,
             Phase::Closed => 3,
