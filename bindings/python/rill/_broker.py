@@ -1403,11 +1403,7 @@ class Broker(_Handle):
             stats = _subscription_stats(s, s.name.decode(), s.pattern.decode(), _text_or_none(s.last_error))
             out.append(DirectorySubscription(d.pid, d.this_broker, d.durable, d.shared, stats))
 
-        check(
-            lib.rill_directory_subscription_list(
-                self._handle(), _ffi.DIRECTORY_SUBSCRIPTION_CALLBACK(each), None
-            )
-        )
+        check(lib.rill_directory_subscription_list(self._handle(), _ffi.DIRECTORY_SUBSCRIPTION_CALLBACK(each), None))
         return out
 
     def group_members(self, group: str, topic: str) -> list[GroupMember]:

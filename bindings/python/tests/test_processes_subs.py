@@ -63,8 +63,9 @@ def test_another_process_s_subscriptions_show_its_pid_and_counters_until_it_is_k
         child = ctx.Process(target=_subscriber, args=(data_dir, out))
         child.start()
         try:
-            assert out.get(timeout=WAIT) == child.pid
-            theirs = _theirs(b, child.pid)
+            pid = child.pid
+            assert pid is not None and out.get(timeout=WAIT) == pid
+            theirs = _theirs(b, pid)
             assert sorted((s.durable, s.this_broker, s.stats.pattern) for s in theirs) == [
                 (False, False, TOPIC),
                 (True, False, TOPIC),
@@ -77,11 +78,11 @@ def test_another_process_s_subscriptions_show_its_pid_and_counters_until_it_is_k
                 b.publish(TOPIC, b"o")
             assert out.get(timeout=WAIT) == "done"
             deadline = time.monotonic() + WAIT
-            while not all(s.stats.delivered == MESSAGES and s.stats.lag == 0 for s in _theirs(b, child.pid)):
-                assert time.monotonic() < deadline, _theirs(b, child.pid)
+            while not all(s.stats.delivered == MESSAGES and s.stats.lag == 0 for s in _theirs(b, pid)):
+                assert time.monotonic() < deadline, _theirs(b, pid)
                 time.sleep(0.001)
-            theirs = _theirs(b, child.pid)
-            assert [(s.stats.delivered, s.stats.acked, s.stats.retried) for s in theirs] == [(MESSAGES, MESSAGES, 0)] * 2
+            counted = [(s.stats.delivered, s.stats.acked, s.stats.retried, s.stats.state) for s in _theirs(b, pid)]
+            assert counted == [(MESSAGES, MESSAGES, 0, "idle")] * 2
 
             child.kill()
             child.join(WAIT)
