@@ -997,6 +997,47 @@ typedef void (*rill_partition_lag_callback)(void *user_data, const rill_partitio
 typedef void (*rill_group_callback)(void *user_data, const char *group, const char *topic);
 
 /**
+ * A live push subscription of the data directory and the process it lives
+ * in, as `rill_directory_subscription_list` hands it to its callback
+ * (borrowed for that call only, `stats` and its strings included; later
+ * versions may append fields).
+ */
+typedef struct {
+    /**
+     * The pid of the process whose broker has it (0 if that process runs
+     * in a PID namespace this process cannot see).
+     */
+    uint32_t pid;
+    /**
+     * True if it is this broker's.
+     */
+    bool this_broker;
+    /**
+     * A durable (named, not shared) subscription.
+     */
+    bool durable;
+    /**
+     * A member of a shared subscription.
+     */
+    bool shared;
+    /**
+     * Its statistics, `name` and `pattern` set. Another broker's are what
+     * that broker published at the end of the subscription's last drain
+     * round: counters, state and `lag` as that round left them;
+     * `partitions` is 0, `last_error` NULL and the queue-wait figures 0
+     * (they stay with its own process's `rill_subscription_get_stats`).
+     */
+    const rill_subscription_stats *stats;
+} rill_directory_subscription;
+
+/**
+ * What `rill_directory_subscription_list` calls with each subscription
+ * (borrowed for the call, `stats` and its strings included).
+ */
+typedef void (*rill_directory_subscription_callback)(void *user_data,
+                                                     const rill_directory_subscription *sub);
+
+/**
  * A live member of a consumer group on one topic, as
  * `rill_group_member_list` hands it to its callback (borrowed for that
  * call only, `partitions` included; later versions may append fields).
@@ -2168,6 +2209,25 @@ uint32_t rill_consumer_partition_count(const rill_consumer *c);
  * `c` is NULL or a consumer from `rill_consumer_new` not yet freed.
  */
 void rill_consumer_free(rill_consumer *c);
+
+/**
+ * Calls `each(user_data, sub)` for every live push subscription of the
+ * data directory, sorted by (pid, name). With `RILL_SHARING_PROCESSES`:
+ * every process's (this broker's as `rill_subscription_list` gives them,
+ * the others' from what their brokers published: see
+ * `rill_directory_subscription.stats`); a process that died is left out
+ * at once, and nothing another process waits on is locked to read them
+ * (Linux only for other processes: elsewhere, this broker's). Otherwise
+ * this broker's, as `rill_subscription_list`. A snapshot, taken before the
+ * first call; the callback may call any rill function.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `each` a function safe to call with `user_data`.
+ */
+rill_status rill_directory_subscription_list(rill_broker *b,
+                                             rill_directory_subscription_callback each,
+                                             void *user_data);
 
 /**
  * Calls `each(user_data, member)` for every live member of consumer group

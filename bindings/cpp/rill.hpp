@@ -340,6 +340,22 @@ struct NamedSubscription {
     std::optional<uint32_t> holder_pid;
 };
 
+/// A live push subscription of the data directory and the process it lives
+/// in, as `Broker::directory_subscriptions` lists it.
+struct DirectorySubscription {
+    /// The pid of the process whose broker has it.
+    uint32_t pid = 0;
+    /// True if it is this broker's.
+    bool this_broker = false;
+    /// A durable (named, not shared) subscription.
+    bool durable = false;
+    /// A member of a shared subscription.
+    bool shared = false;
+    /// Its name, pattern and counters (another broker's as that broker
+    /// published them: see rill_directory_subscription).
+    SubscriptionInfo info;
+};
+
 /// A live member of a consumer group on one topic, as `Broker::group_members`
 /// lists it.
 struct GroupMember {
@@ -988,6 +1004,25 @@ class Broker {
             static_cast<detail::Collect<NamedSubscription> *>(u)->add([n] {
                 NamedSubscription out{n->name, std::nullopt};
                 if (n->held) out.holder_pid = n->holder_pid;
+                return out;
+            });
+        }, &c);
+        return c.take(st);
+    }
+
+    /// Every live push subscription of the data directory, sorted by (pid,
+    /// name), each with its process's pid: with `Sharing::Processes` every
+    /// process's (see rill_directory_subscription_list); otherwise this
+    /// broker's, as `subscriptions` (which stays per broker in either mode).
+    std::vector<DirectorySubscription> directory_subscriptions() const {
+        detail::Collect<DirectorySubscription> c;
+        rill_status st = rill_directory_subscription_list(b_, [](void *u, const rill_directory_subscription *d) noexcept {
+            static_cast<detail::Collect<DirectorySubscription> *>(u)->add([d] {
+                const rill_subscription_stats *s = d->stats;
+                DirectorySubscription out{d->pid, d->this_broker, d->durable, d->shared,
+                                          SubscriptionInfo{s->name, s->pattern, std::nullopt, *s}};
+                if (s->last_error) out.info.last_error = std::string(s->last_error);
+                out.info.counters.name = out.info.counters.pattern = out.info.counters.last_error = nullptr;
                 return out;
             });
         }, &c);

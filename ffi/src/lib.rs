@@ -50,7 +50,10 @@
 //!   `rill_named_subscription_list` (a durable name and its holder's pid,
 //!   which no handle stands for);
 //! * group_member.rs: `rill_group_member` with `rill_group_member_list` (a
-//!   live member of a consumer group, in any process).
+//!   live member of a consumer group, in any process);
+//! * directory_subscription.rs: `rill_directory_subscription` with
+//!   `rill_directory_subscription_list` (a live push subscription in any
+//!   process, with its pid and counters).
 //!
 //! A call taking a `rill_broker` lives in the file of what it acts on
 //! (`rill_topic_*` in topic.rs, but for the schema calls in schema.rs;
@@ -77,6 +80,7 @@ mod publish;
 mod publisher;
 
 mod consumer;
+mod directory_subscription;
 mod error;
 mod group_member;
 mod lag;
@@ -101,6 +105,7 @@ use std::ffi::c_char;
 
 pub use broker::*;
 pub use consumer::*;
+pub use directory_subscription::*;
 pub use error::rill_status;
 pub use group_member::*;
 pub use lag::*;

@@ -70,6 +70,8 @@ robust+=(test_robust_procs_shared)
 robust+=(test_procs_holders)
 # Issue 39's Block subscribers across processes (one holds the publisher back, one is killed).
 robust+=(test_robust_procs_block)
+# Issue 39's subscriptions of every process with their pids and counters.
+robust+=(test_procs_subs)
 for t in "${robust[@]}"; do
   build "$t" gcc c99 "ffi/tests/c/$t.c"
   "$out/$t"

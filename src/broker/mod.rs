@@ -189,6 +189,30 @@ pub struct NamedSubscription {
     pub holder_pid: Option<u32>,
 }
 
+/// A live push subscription of the data directory and the process it lives
+/// in (see [`Broker::directory_subscriptions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DirectorySubscription {
+    /// The pid of the process whose broker has it.
+    pub pid: u32,
+    /// True if it is this broker's (then `stats` is what
+    /// [`Broker::subscriptions`] reports of it).
+    pub this_broker: bool,
+    /// A durable (named, not shared) subscription.
+    pub durable: bool,
+    /// A member of a shared subscription.
+    pub shared: bool,
+    /// Its statistics. Another broker's are read from what that broker
+    /// published at the end of the subscription's last drain round: its
+    /// name, pattern, dead-letter topic, priority, counters, state and total
+    /// `lag` as that round left them (`Idle` if it left it caught up);
+    /// `partitions` is empty, `last_error` and `closed_reason` are `None`
+    /// and the queue-wait figures are zero (they stay with its own
+    /// process's `stats`).
+    pub stats: SubscriptionStats,
+}
+
 /// A live member of a consumer group on one topic and the process it lives
 /// in (see [`Broker::group_members`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,6 +325,19 @@ impl Broker {
             Some((store, topics, control, bell)) => (Some(store), topics, control, bell),
             None => (None, HashMap::new(), Control::default(), None),
         };
+        // Processes mode: the registry other processes list this broker's
+        // subscriptions from (see `store/registry.rs`).
+        let registry = match (&store, config.sharing) {
+            (Some(store), Sharing::Processes) => match store.open_registry() {
+                Ok(registry) => Some(registry),
+                Err(e) => {
+                    pool.stop();
+                    timer.stop();
+                    return Err(e);
+                }
+            },
+            _ => None,
+        };
         // Processes mode: the thread that wakes this broker's listeners for
         // other processes' publishes, watching every partition it has.
         let doorbell = match bell {
@@ -343,6 +380,7 @@ impl Broker {
             shared_look: Mutex::new(None),
             placeholder: Mutex::new(None),
             doorbell,
+            registry,
         });
         let handle = Arc::new(Handle { inner });
         // Processes mode: topics other processes create or delete from now
@@ -823,8 +861,15 @@ impl Broker {
         })
     }
 
-    /// A snapshot of every live subscription (closed ones are gone), sorted
-    /// by name.
+    /// A snapshot of every live subscription of this broker (closed ones
+    /// are gone), sorted by name.
+    ///
+    /// With `Sharing::Processes` too, this broker's only: a
+    /// [`SubscriptionStats`] has no place for the process that holds it, so
+    /// a list mixing processes could not say which is whose (two processes
+    /// may each have a subscription of the same pattern).
+    /// [`directory_subscriptions`](Broker::directory_subscriptions) lists
+    /// every process's, each with its pid.
     ///
     /// # Examples
     ///
@@ -849,6 +894,89 @@ impl Broker {
         let mut v: Vec<SubscriptionStats> = subs.iter().map(|s| subscription::stats(s, false)).collect();
         v.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         v
+    }
+
+    /// Every live push subscription of the data directory, in every
+    /// process, each with the pid of its process, sorted by (pid, name).
+    ///
+    /// With `Sharing::Processes`, each broker on the directory publishes its
+    /// subscriptions there (names when they come and go, counters at the end
+    /// of each drain round: see `store/registry.rs`); this broker's are
+    /// listed from memory, as [`subscriptions`](Broker::subscriptions)
+    /// lists them, the others' from what their brokers published. A broker
+    /// whose process died is left out at once (the kernel let go of its
+    /// lock; its files are removed on the way) and so is a closed one. The
+    /// listing takes no lock another process waits on. Linux only for other
+    /// processes (the holders are read from `/proc/locks`): elsewhere it
+    /// lists this broker's. With `Sharing::Exclusive`, this broker's, as
+    /// `subscriptions` does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use rill::{Ack, SubscriptionOptions};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// let options = SubscriptionOptions { name: Some("audit".into()), ..SubscriptionOptions::default() };
+    /// let _audit = broker.subscribe("orders", options, |_| Ack::Success)?;
+    /// let listed = broker.directory_subscriptions()?;
+    /// assert_eq!(listed[0].stats.name, "audit");
+    /// assert_eq!(listed[0].pid, std::process::id());
+    /// assert!(listed[0].this_broker && listed[0].durable);
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn directory_subscriptions(&self) -> Result<Vec<DirectorySubscription>> {
+        let inner = self.inner();
+        inner.check_open()?;
+        let subs: Vec<Arc<subscription::SubCore>> = inner.control.lock().subs.values().cloned().collect();
+        let mut v: Vec<DirectorySubscription> = subs
+            .iter()
+            .map(|s| DirectorySubscription {
+                pid: inner.pid,
+                this_broker: true,
+                durable: s.durable && !s.shared,
+                shared: s.shared,
+                stats: subscription::stats(s, false),
+            })
+            .collect();
+        if let (Some(registry), Some(store)) = (&inner.registry, inner.store()) {
+            for other in registry.others(store.root())? {
+                let (d, c) = (other.desc, other.counts);
+                v.push(DirectorySubscription {
+                    pid: other.pid,
+                    this_broker: false,
+                    durable: d.durable && !d.shared,
+                    shared: d.shared,
+                    stats: SubscriptionStats {
+                        name: d.name,
+                        pattern: d.pattern,
+                        state: subscription::state_of_count(c.state),
+                        delivered: c.delivered,
+                        acked: c.acked,
+                        filtered: c.filtered,
+                        retried: c.retried,
+                        dead_lettered: c.dead_lettered,
+                        dropped: c.dropped,
+                        missed: c.missed,
+                        ack_timeouts: c.ack_timeouts,
+                        lag: c.lag,
+                        partitions: Vec::new(),
+                        dead_letter_topic: d.dead_letter_topic,
+                        closed_reason: None,
+                        last_error: None,
+                        priority: d.priority,
+                        queue_waits: 0,
+                        queue_wait_p50: Duration::ZERO,
+                        queue_wait_p99: Duration::ZERO,
+                        queue_wait_max_takes: 0,
+                    },
+                });
+            }
+        }
+        v.sort_by(|a, b| (a.pid, &a.stats.name).cmp(&(b.pid, &b.stats.name)));
+        Ok(v)
     }
 
     /// Every durable (named) subscription and the pid of the process that

@@ -579,6 +579,15 @@ static void who_holds_what_across_processes() {
         CHECK(members.size() == 1);
         CHECK(members.size() == 1 && members[0].pid == static_cast<uint32_t>(child));
         CHECK(members.size() == 1 && (members[0].partitions == std::vector<uint32_t>{0, 1}));
+        // Issue 39: every process's subscriptions, with their pids.
+        auto subs = b.directory_subscriptions();
+        CHECK(subs.size() == 2);
+        CHECK(subs.size() == 2 && subs[0].info.name == (child < static_cast<pid_t>(me) ? "audit" : "ledger"));
+        for (const auto &s : subs) {
+            bool theirs = s.info.name == "audit";
+            CHECK(s.pid == (theirs ? static_cast<uint32_t>(child) : me) && s.this_broker == !theirs);
+            CHECK(s.durable && !s.shared && s.info.pattern == "orders" && s.info.counters.name == nullptr);
+        }
 
         CHECK(::kill(child, SIGKILL) == 0);
         int status = 0;
@@ -588,6 +597,8 @@ static void who_holds_what_across_processes() {
         CHECK(names.size() == 2 && names[1].holder_pid == me);
         CHECK(b.group_members("billing", "orders").empty());
         CHECK(status_of([&] { b.group_members("billing", "no-such-topic"); }) == RILL_ERR_NO_SUCH_TOPIC);
+        subs = b.directory_subscriptions();
+        CHECK(subs.size() == 1 && subs[0].info.name == "ledger" && subs[0].this_broker);
     }
     fs::remove_all(dir);
 
@@ -604,6 +615,8 @@ static void who_holds_what_across_processes() {
         auto members = b.group_members("billing", "orders");
         CHECK(members.size() == 1 && members[0].pid == static_cast<uint32_t>(::getpid()) &&
               (members[0].partitions == std::vector<uint32_t>{0, 1}));
+        auto subs = b.directory_subscriptions();
+        CHECK(subs.size() == 2 && subs[0].this_broker && subs[1].this_broker);
     }
     fs::remove_all(dir);
 }

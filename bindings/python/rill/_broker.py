@@ -223,6 +223,28 @@ class NamedSubscription:
 
 
 @dataclass(frozen=True)
+class DirectorySubscription:
+    """A live push subscription of the data directory and the process it
+    lives in, as :meth:`Broker.directory_subscriptions` lists it."""
+
+    pid: int
+    """The pid of the process whose broker has it (0 for a process in a
+    PID namespace this process cannot see)."""
+    this_broker: bool
+    """True if it is this broker's."""
+    durable: bool
+    """A durable (named, not shared) subscription."""
+    shared: bool
+    """A member of a shared subscription."""
+    stats: SubscriptionStats
+    """Its statistics. Another broker's are what that broker published at
+    the end of the subscription's last drain round: counters, state and
+    ``lag`` as that round left them; ``partitions`` is 0, ``last_error``
+    None and the queue-wait figures 0 (they stay with its own process's
+    :meth:`Subscription.stats`)."""
+
+
+@dataclass(frozen=True)
 class GroupMember:
     """A live member of a consumer group on one topic, as
     :meth:`Broker.group_members` lists it."""
@@ -1363,6 +1385,28 @@ class Broker(_Handle):
             out.append(NamedSubscription(n.name.decode(), n.holder_pid if n.held else None))
 
         check(lib.rill_named_subscription_list(self._handle(), _ffi.NAMED_SUBSCRIPTION_CALLBACK(each), None))
+        return out
+
+    def directory_subscriptions(self) -> list[DirectorySubscription]:
+        """Every live push subscription of the data directory, in every
+        process, each with its process's pid, sorted by (pid, name).
+
+        With ``sharing="processes"``, every process's: this broker's as
+        :meth:`subscriptions` gives them, the others' from what their
+        brokers published (see :class:`DirectorySubscription`); a process
+        that died is left out at once, and nothing another process waits on
+        is locked to read them (Linux only for other processes: elsewhere,
+        this broker's). Otherwise this broker's, as :meth:`subscriptions`
+        (which stays per broker in either mode)."""
+        out: list[DirectorySubscription] = []
+
+        def each(_user: int | None, p: Any) -> None:
+            d = p.contents
+            s = d.stats.contents
+            stats = _subscription_stats(s, s.name.decode(), s.pattern.decode(), _text_or_none(s.last_error))
+            out.append(DirectorySubscription(d.pid, d.this_broker, d.durable, d.shared, stats))
+
+        check(lib.rill_directory_subscription_list(self._handle(), _ffi.DIRECTORY_SUBSCRIPTION_CALLBACK(each), None))
         return out
 
     def group_members(self, group: str, topic: str) -> list[GroupMember]:

@@ -240,6 +240,16 @@ class rill_named_subscription(Structure):
     _fields_ = [("name", c_char_p), ("held", c_bool), ("holder_pid", c_uint32)]
 
 
+class rill_directory_subscription(Structure):
+    _fields_ = [
+        ("pid", c_uint32),
+        ("this_broker", c_bool),
+        ("durable", c_bool),
+        ("shared", c_bool),
+        ("stats", POINTER(rill_subscription_stats)),
+    ]
+
+
 class rill_group_member(Structure):
     _fields_ = [
         ("pid", c_uint32),
@@ -255,6 +265,7 @@ GROUP_CALLBACK = CFUNCTYPE(None, c_void_p, c_char_p, c_char_p)
 PARTITION_LAG_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_partition_lag))
 NAMED_SUBSCRIPTION_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_named_subscription))
 GROUP_MEMBER_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_group_member))
+DIRECTORY_SUBSCRIPTION_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_directory_subscription))
 
 
 class rill_consumer_stats(Structure):
@@ -392,6 +403,7 @@ TYPES: dict[str, object] = {
     "rill_partition_lag_callback": PARTITION_LAG_CALLBACK,
     "rill_named_subscription_callback": NAMED_SUBSCRIPTION_CALLBACK,
     "rill_group_member_callback": GROUP_MEMBER_CALLBACK,
+    "rill_directory_subscription_callback": DIRECTORY_SUBSCRIPTION_CALLBACK,
 }
 
 # name -> (return type, parameter types), exactly as in rill.h.
@@ -495,6 +507,10 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
         ["rill_broker*", "const char*", "const char*", "rill_group_member_callback", "void*"],
     ),
     "rill_named_subscription_list": ("rill_status", ["rill_broker*", "rill_named_subscription_callback", "void*"]),
+    "rill_directory_subscription_list": (
+        "rill_status",
+        ["rill_broker*", "rill_directory_subscription_callback", "void*"],
+    ),
     "rill_consumer_partition_count": ("uint32_t", ["const rill_consumer*"]),
     "rill_consumer_assignment": ("rill_status", ["const rill_consumer*", "uint32_t*", "size_t", "size_t*"]),
     "rill_consumer_notify_fd": ("rill_status", ["rill_consumer*", "int*"]),

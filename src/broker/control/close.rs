@@ -66,6 +66,10 @@ impl BrokerInner {
         if let Some(store) = self.store.lock().take() {
             self.flush(&store, true);
         }
+        // Its subscriptions are closed: other processes list none of them.
+        if let Some(registry) = &self.registry {
+            registry.close();
+        }
         self.topics.clear();
     }
 }

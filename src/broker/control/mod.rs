@@ -99,7 +99,7 @@ use super::flusher::{Due, Flusher, Poke};
 use super::group::Group;
 use super::names;
 use super::shared::SharedGroup;
-use super::store::Store;
+use super::store::{Registry, Store};
 use super::subscription::{AckWatch, BackoffOver, DrainJob, SubCore};
 use super::topic::{Partition, Topic, Wait};
 use super::topic_map::{self, Shared};
@@ -202,6 +202,9 @@ pub(crate) struct BrokerInner {
     pub(crate) placeholder: Mutex<Option<Arc<Partition>>>,
     /// `Sharing::Processes`: the doorbell thread (see `doorbell.rs`).
     pub(crate) doorbell: Option<Arc<Doorbell>>,
+    /// `Sharing::Processes`: this broker's subscriptions and their
+    /// counters, for other processes to list (see `store/registry.rs`).
+    pub(crate) registry: Option<Arc<Registry>>,
 }
 
 impl BrokerInner {

@@ -10,14 +10,27 @@ use super::{BrokerInner, saved_positions, topic_of};
 use crate::broker::dispatch::Timer;
 use crate::broker::names::{self, Pattern};
 use crate::broker::shared::SharedGroup;
+use crate::broker::store::{Registry, Slot, SubDesc};
 use crate::broker::subscription::{
-    AckWatch, DeadLetters, Exec, HandlerKind, Stall, StartPosition, SubCore, SubEnv, Subscription, SubscriptionOptions,
-    attach, drain,
+    AckWatch, CloseHook, DeadLetters, Exec, HandlerKind, Stall, StartPosition, SubCore, SubEnv, Subscription,
+    SubscriptionOptions, attach, drain, registry_counts,
 };
 use crate::broker::topic::Topic;
 use crate::error::{Error, Result};
 use crate::log::{Fsync, Sharing};
 use crate::sync::{Arc, Mutex};
+
+/// `hook`, followed by publishing the subscription's counts to `slot`, if
+/// there is one (at the end of each drain round).
+fn with_publish(slot: Option<Arc<Slot>>, hook: Option<CloseHook>) -> Option<CloseHook> {
+    let Some(slot) = slot else { return hook };
+    Some(Box::new(move |sub: &SubCore| {
+        if let Some(hook) = &hook {
+            hook(sub);
+        }
+        slot.publish(&registry_counts(sub));
+    }))
+}
 
 impl BrokerInner {
     pub(crate) fn subscribe(
@@ -76,6 +89,7 @@ impl BrokerInner {
                 pattern.as_str()
             )));
         }
+        let listed_dlq = dlq_name.clone();
         let dead_letters = if options.name.is_none() && options.dead_letter_topic.is_none() {
             // An anonymous subscription's own dead-letter topic is made when
             // its first message is dead-lettered: most never need one.
@@ -123,6 +137,13 @@ impl BrokerInner {
                 broker.shared_member_stalled(&mut control, sub, call, report)
             }) as _
         });
+        // Processes mode: a slot other processes read its counters from,
+        // written at the end of each drain round (see `store/registry.rs`).
+        let slot = match &this.registry {
+            Some(registry) => Some(Arc::new(Registry::slot(registry, id)?)),
+            None => None,
+        };
+        let closing_slot = slot.clone();
         let exec =
             if options.dedicated_thread { Exec::Dedicated(Mutex::new(None)) } else { Exec::Pool(this.pool.clone()) };
         let env = SubEnv {
@@ -135,6 +156,11 @@ impl BrokerInner {
                 if let Some(share) = &closing {
                     share.close(sub);
                 }
+                if let Some(slot) = &closing_slot
+                    && let Err(e) = slot.unlist()
+                {
+                    log::warn!("subscription {:?}: could not take it out of the registry: {e}", sub.name);
+                }
                 broker.on_subscription_closed(sub)
             })),
             on_release: options.shared.then(|| {
@@ -146,18 +172,21 @@ impl BrokerInner {
                     }
                 }) as _
             }),
-            on_round_end: if let Some(share) = saving {
-                Some(Box::new(move |sub: &SubCore| share.save(sub)) as _)
-            } else {
-                persist.then(|| {
-                    Box::new(move |sub: &SubCore| match (always, holds_name) {
-                        // The flusher writes them (see "Due" in `flusher.rs`).
-                        (false, _) => persister.mark_flush_due(),
-                        (true, true) => persister.persist_named(sub),
-                        (true, false) => persister.persist_acks(sub),
-                    }) as _
-                })
-            },
+            on_round_end: with_publish(
+                slot.clone(),
+                if let Some(share) = saving {
+                    Some(Box::new(move |sub: &SubCore| share.save(sub)) as _)
+                } else {
+                    persist.then(|| {
+                        Box::new(move |sub: &SubCore| match (always, holds_name) {
+                            // The flusher writes them (see "Due" in `flusher.rs`).
+                            (false, _) => persister.mark_flush_due(),
+                            (true, true) => persister.persist_named(sub),
+                            (true, false) => persister.persist_acks(sub),
+                        }) as _
+                    })
+                },
+            ),
             ack_watch,
             on_stall,
         };
@@ -261,6 +290,21 @@ impl BrokerInner {
             // Its first look now (it takes the free partitions of its
             // target), then one at each announcement and every `LOOK_EVERY`.
             looks.add(share, &sub);
+        }
+        if let Some(slot) = &slot {
+            slot.publish(&registry_counts(&sub));
+            let desc = SubDesc {
+                id,
+                name: sub.name.clone(),
+                pattern: sub.pattern.as_str().to_owned(),
+                durable: sub.durable,
+                shared: sub.shared,
+                priority: sub.priority,
+                dead_letter_topic: Some(listed_dlq),
+            };
+            if let Err(e) = slot.list(desc) {
+                log::warn!("subscription {:?}: could not list it in the registry: {e}", sub.name);
+            }
         }
         // Deliver whatever is already there (earliest, or a saved position).
         SubCore::poke(&sub);

@@ -22,6 +22,8 @@
 //!   named/<key>.0, .1    that name's positions (Processes; see named.rs)
 //!   groups/<key>/        a consumer group's members, partition locks and
 //!                        committed offsets (Processes; see membership.rs)
+//!   subscribers/         each live broker's subscriptions and their
+//!                        counters (Processes; see registry.rs)
 //!   topics/<n>/<p>/      partition p of the topic with directory number n
 //!   topics/<n>/schema    its JSON schema, if it has one, and
 //!   topics/<n>/schema.version  the version of the last change that left
@@ -180,6 +182,7 @@ mod lock;
 mod membership;
 mod named;
 mod offsets;
+mod registry;
 mod topics;
 
 use std::fs;
@@ -198,6 +201,7 @@ pub(crate) use self::membership::Membership;
 pub(crate) use self::named::NameHold;
 use self::offsets::GroupCommit;
 pub(crate) use self::offsets::{Ticket, read_offsets};
+pub(crate) use self::registry::{Counts, Registry, Slot, SubDesc};
 use self::topics::{TOPICS_DIR, TopicList, read_topic_list, sweep_deleted, tombstone_name};
 use super::topic::TopicOptions;
 use crate::error::{Error, Result};
@@ -402,6 +406,12 @@ impl Store {
     /// (`None`: not held), sorted (see `holders.rs`).
     pub(crate) fn named_holders(&self) -> Result<Vec<(String, Option<u32>)>> {
         holders::named_holders(&self.root, self.repair, &LockTable::read()?)
+    }
+
+    /// Processes mode: this broker's registry of subscriptions, its lock
+    /// held (see `registry.rs`).
+    pub(crate) fn open_registry(&self) -> Result<crate::sync::Arc<Registry>> {
+        Registry::open(&self.root)
     }
 
     /// The live members of group `group` on `topic` with their pids and

@@ -74,7 +74,6 @@ mod settle;
 use std::fmt;
 use std::time::Duration;
 
-#[cfg(loom)]
 pub(crate) use self::core::CloseHook;
 pub(crate) use self::core::Stall;
 pub(crate) use self::core::{AckWatch, BackoffOver, DeadLetters, DrainJob, Exec, HandlerKind, SubCore, SubEnv};
@@ -84,6 +83,7 @@ pub use options::{
 };
 
 use crate::broker::partition::state::Phase;
+use crate::broker::store::Counts;
 use crate::error::Result;
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
@@ -233,6 +233,53 @@ pub(crate) fn stats(core: &SubCore, fresh: bool) -> SubscriptionStats {
         queue_wait_p50: waits.p50,
         queue_wait_p99: waits.p99,
         queue_wait_max_takes: waits.max_takes,
+    }
+}
+
+/// What `store/registry.rs` publishes of a subscription for other
+/// processes, at the end of each drain round: its counters, and its lag
+/// as that round left it (a walk of its positions, as `wait_idle` makes).
+pub(crate) fn registry_counts(core: &SubCore) -> Counts {
+    let lag = core
+        .positions
+        .lock()
+        .iter()
+        // Relaxed: a snapshot, as in `stats`.
+        .map(|(_, p, pos)| p.log.end_offset().saturating_sub(pos.load(Ordering::Relaxed)))
+        .sum();
+    let c = &core.counters;
+    // Relaxed: counters are statistics.
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    Counts {
+        delivered: get(&c.delivered),
+        acked: get(&c.acked),
+        filtered: get(&c.filtered),
+        retried: get(&c.retried),
+        dead_lettered: get(&c.dead_lettered),
+        dropped: get(&c.dropped),
+        missed: get(&c.missed),
+        ack_timeouts: get(&c.ack_timeouts),
+        lag,
+        // A round that left it caught up is followed by its going idle (or
+        // by a round for what came meanwhile, which publishes again): what
+        // a reader in another process should see until its next round.
+        state: match core.state.get() {
+            Phase::Idle => 0,
+            Phase::Active if lag == 0 => 0,
+            Phase::Active => 1,
+            Phase::Backoff => 2,
+            Phase::Closed => 3,
+        },
+    }
+}
+
+/// The state a registry's count stands for (see `registry_counts`).
+pub(crate) fn state_of_count(state: u64) -> SubscriptionState {
+    match state {
+        0 => SubscriptionState::Idle,
+        2 => SubscriptionState::Backoff,
+        3 => SubscriptionState::Closed,
+        _ => SubscriptionState::Active,
     }
 }
 
