@@ -347,8 +347,7 @@ impl<'a> Record<'a> {
             _ => false,
         };
         let raw = HEADER_LEN as u64 + key_len as u64 + attrs_len + self.payload.len() as u64;
-        (!too_long && id_ok && attrs_len <= u32::MAX as u64 && raw <= u32::MAX as u64)
-            .then(|| align_up(raw as usize))
+        (!too_long && id_ok && attrs_len <= u32::MAX as u64 && raw <= u32::MAX as u64).then(|| align_up(raw as usize))
     }
 
     /// [`Record::encoded_len`] with every check spelled out: records with
@@ -1134,7 +1133,12 @@ mod tests {
         let many = vec![("k", "v"); MAX_ATTRIBUTES];
         for (attributes, id) in [(&many[..], None), (&many[..], Some("x")), (&many[1..], Some("x"))] {
             let rec = Record { attributes, id, ..Record::new(b"") };
-            assert_eq!(rec.attributed_len(), rec.encoded_len_checked().ok(), "{} attributes, id {id:?}", attributes.len());
+            assert_eq!(
+                rec.attributed_len(),
+                rec.encoded_len_checked().ok(),
+                "{} attributes, id {id:?}",
+                attributes.len()
+            );
         }
     }
 
