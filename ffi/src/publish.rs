@@ -505,10 +505,12 @@ fn publish_records_general<T>(
 ) -> Result<Vec<T>, FfiError> {
     // Every record's attributes are checked before any range, as when each
     // record had a list of its own: a batch with both kinds of fault reports
-    // the same one. The list is sized for the batch first (no growing and
-    // copying), within a bound: a count is the caller's word until its
-    // array is read, and a NULL array with a count is an error to report,
-    // not a reservation to make.
+    // the same one. When the list lacks room for a record's attributes, it
+    // makes room for as many again for every record left (a batch's records
+    // mostly carry alike; no pass over the batch to add up its counts first,
+    // which cost a batch whose records share one array more than its one
+    // conversion), within a bound: a count is the caller's word until its
+    // array is read.
     //
     // A record whose attributes are the very array the record before it
     // pointed to (the same pointer and count) shares that record's run: the
@@ -518,14 +520,13 @@ fn publish_records_general<T>(
     // strings once, not once a record, as a Rust caller's records share one
     // slice of `&str`s (`batch_cost attrs` counts this under callgrind;
     // `batch_cost own`, each record an array of its own, the unshared cost).
-    let total = records
-        .iter()
-        .filter(|r| !r.attributes.is_null())
-        .try_fold(0usize, |sum, r| sum.checked_add(r.attribute_count))
-        .unwrap_or(0);
-    let mut attrs: Vec<(&str, &str)> = Vec::with_capacity(total.min(RESERVE_MAX));
+    let mut attrs: Vec<(&str, &str)> = Vec::new();
     for (i, r) in records.iter().enumerate() {
         if !shares_attributes(records, i) {
+            if attrs.capacity() - attrs.len() < r.attribute_count {
+                let rest = r.attribute_count.saturating_mul(records.len() - i);
+                attrs.reserve(rest.min(RESERVE_MAX));
+            }
             push_attributes(r, &mut attrs)?;
         }
     }
