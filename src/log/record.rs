@@ -184,8 +184,15 @@ impl<'a> Record<'a> {
     /// ```
     #[inline]
     pub fn id(&self) -> Result<Option<&'a str>, Error> {
-        if self.id.is_none() && self.attributes.is_empty() {
-            return Ok(None);
+        // A record without attributes, the common one with an id included
+        // (`with_id`), is answered here; attributes, which may name an id
+        // too, and every error, out of line.
+        if self.attributes.is_empty() {
+            match self.id {
+                None => return Ok(None),
+                Some(id) if !id.is_empty() && id.len() <= MAX_ID_LEN => return Ok(Some(id)),
+                Some(_) => {}
+            }
         }
         self.id_checked()
     }
@@ -318,6 +325,16 @@ impl<'a> Record<'a> {
     #[inline]
     fn attributed_len(&self) -> Option<usize> {
         let key_len = self.key.map_or(0, <[u8]>::len);
+        if let (Some(id), []) = (self.id, self.attributes) {
+            // An id alone (`with_id`), as a publish with an id mostly is: no
+            // loop. Each term is below 2^32, the sum below 2^34.
+            let raw = (HEADER_LEN + ATTR_FRAME + ID_ATTRIBUTE.len()) as u64
+                + u64::from(key_len as u32)
+                + id.len().min(u32::MAX as usize) as u64
+                + self.payload.len().min(u32::MAX as usize) as u64;
+            let fits = key_len < NO_KEY as usize && (1..=MAX_ID_LEN).contains(&id.len()) && raw <= u32::MAX as u64;
+            return fits.then(|| align_up(raw as usize));
+        }
         if key_len >= NO_KEY as usize || self.attribute_count() > MAX_ATTRIBUTES {
             return None;
         }
@@ -447,6 +464,11 @@ impl<'a> Record<'a> {
         let mut rest = &mut dst[at..at + attrs_len];
         if let Some(id) = self.id {
             rest = put_attribute(rest, ID_ATTRIBUTE, id);
+            if self.attributes.is_empty() {
+                // An id alone, as a publish with an id mostly is.
+                debug_assert!(rest.is_empty(), "the block is the id's length");
+                return at + attrs_len;
+            }
         }
         for (k, v) in self.attributes {
             rest = put_attribute(rest, k, v);
