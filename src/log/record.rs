@@ -403,8 +403,12 @@ impl<'a> Record<'a> {
             .checked_add(key_len)
             .and_then(|n| n.checked_add(attrs_len))
             .and_then(|n| n.checked_add(self.payload.len()))
-            .filter(|&n| n <= u32::MAX as usize)
-            .ok_or_else(|| Error::MessageTooLarge { size: usize::MAX, max: u32::MAX as usize })?;
+            .filter(|&n| n <= u32::MAX as usize);
+        // Built only when returned: an `ok_or` built it, and dropped it, on
+        // every call.
+        let Some(raw) = raw else {
+            return Err(Error::MessageTooLarge { size: usize::MAX, max: u32::MAX as usize });
+        };
         Ok(align_up(raw))
     }
 
