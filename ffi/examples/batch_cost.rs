@@ -5,13 +5,18 @@
 //! topic of its own broker with no subscriber, in interleaved rounds.
 //! Prints each side's messages a second per round and the C/Rust ratio.
 //!
-//! usage: batch_cost [messages] [rounds] [plain|attrs]
+//! usage: batch_cost [messages] [rounds] [plain|attrs|own]
 //!   (default 2000000 messages a round, 5 rounds, plain; the library is
 //!   `$RILL_LIBRARY`, else target/release/librill.so)
 //!
 //! `plain` records have no key and no attributes (the common batch);
 //! `attrs` records carry two attributes each, which the C side hands over as
-//! NUL-terminated strings and the Rust side as `&str`s.
+//! NUL-terminated strings and the Rust side as `&str`s; all 64 records of a
+//! C batch point to one `rill_attribute` array, as all of a Rust batch's
+//! share one slice. `own` is `attrs` with each C record pointing to an array
+//! of its own (the same strings), so the library reads and checks every
+//! record's strings (it reads an array shared by consecutive records once);
+//! the Rust side is as in `attrs`.
 //!
 //! Each side's timed loop is a function of its own (`c_batches`,
 //! `rust_batches`), so callgrind counts them apart, independent of the
@@ -144,7 +149,7 @@ fn rust_batches(publisher: &Publisher, batch: &[Record<'_>], n: u64) {
 
 /// Messages a second through the C batch, on a fresh broker: a fill round
 /// untimed (the topic's retention, reused by the timed round), then `n`.
-fn c_round(lib: &Lib, n: u64, payload: &[u8; 64], attrs: bool) -> f64 {
+fn c_round(lib: &Lib, n: u64, payload: &[u8; 64], mode: Mode) -> f64 {
     let mut b = std::ptr::null_mut();
     // SAFETY: the C calls as include/rill.h declares them; every out-pointer
     // is a live local; the handles are freed once, at the end.
@@ -157,15 +162,19 @@ fn c_round(lib: &Lib, n: u64, payload: &[u8; 64], attrs: bool) -> f64 {
         assert_eq!((lib.topic_create)(b, c"bench".as_ptr(), &to), 0, "rill_topic_create");
         let mut p = std::ptr::null_mut();
         assert_eq!((lib.publisher_new)(b, c"bench".as_ptr(), &mut p), 0, "rill_publisher_new");
-        let r = CRecord {
+        let own = [C_ATTRS; 64];
+        let batch: [CRecord; 64] = std::array::from_fn(|i| CRecord {
             key: std::ptr::null(),
             key_len: 0,
             payload: payload.as_ptr().cast(),
             payload_len: payload.len(),
-            attributes: if attrs { C_ATTRS.as_ptr() } else { std::ptr::null() },
-            attribute_count: if attrs { C_ATTRS.len() } else { 0 },
-        };
-        let batch = [r; 64];
+            attributes: match mode {
+                Mode::Plain => std::ptr::null(),
+                Mode::Attrs => C_ATTRS.as_ptr(),
+                Mode::Own => own[i].as_ptr(),
+            },
+            attribute_count: if mode == Mode::Plain { 0 } else { C_ATTRS.len() },
+        });
         c_batches(lib, p, &batch, n);
         let start = Instant::now();
         c_batches(lib, p, &batch, n);
@@ -177,12 +186,12 @@ fn c_round(lib: &Lib, n: u64, payload: &[u8; 64], attrs: bool) -> f64 {
 }
 
 /// Messages a second through the Rust batch, as [`c_round`].
-fn rust_round(n: u64, payload: &[u8; 64], attrs: bool) -> f64 {
+fn rust_round(n: u64, payload: &[u8; 64], mode: Mode) -> f64 {
     let broker = Broker::new(BrokerConfig::default()).expect("broker");
     let options = TopicOptions { retention_bytes: Some(64 << 20), ..TopicOptions::default() };
     broker.create_topic("bench", &options).expect("topic");
     let publisher = broker.publisher("bench").expect("publisher");
-    let record = Record::new(payload).with_attributes(if attrs { &ATTRS } else { &[] });
+    let record = Record::new(payload).with_attributes(if mode == Mode::Plain { &[] } else { &ATTRS });
     let batch = vec![record; 64];
     rust_batches(&publisher, &batch, n);
     let start = Instant::now();
@@ -190,14 +199,23 @@ fn rust_round(n: u64, payload: &[u8; 64], attrs: bool) -> f64 {
     n as f64 / start.elapsed().as_secs_f64()
 }
 
+/// What the records carry (see the module's docs).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Plain,
+    Attrs,
+    Own,
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2_000_000);
     let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
-    let attrs = match args.next().as_deref() {
-        None | Some("plain") => false,
-        Some("attrs") => true,
-        Some(other) => panic!("unknown mode {other} (plain or attrs)"),
+    let mode = match args.next().as_deref() {
+        None | Some("plain") => Mode::Plain,
+        Some("attrs") => Mode::Attrs,
+        Some("own") => Mode::Own,
+        Some(other) => panic!("unknown mode {other} (plain, attrs or own)"),
     };
     let path = std::env::var("RILL_LIBRARY").unwrap_or_else(|_| {
         let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/librill.so");
@@ -209,11 +227,11 @@ fn main() {
     for round in 0..rounds {
         // Alternate which side runs first, so neither always follows the other.
         let (c, r) = if round % 2 == 0 {
-            let c = c_round(&lib, n, &payload, attrs);
-            (c, rust_round(n, &payload, attrs))
+            let c = c_round(&lib, n, &payload, mode);
+            (c, rust_round(n, &payload, mode))
         } else {
-            let r = rust_round(n, &payload, attrs);
-            (c_round(&lib, n, &payload, attrs), r)
+            let r = rust_round(n, &payload, mode);
+            (c_round(&lib, n, &payload, mode), r)
         };
         println!("round {round}: C {c:.0} msgs/s, Rust {r:.0} msgs/s, C/Rust {:.2}", c / r);
         ratios.push(c / r);

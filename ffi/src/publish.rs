@@ -505,26 +505,43 @@ fn publish_records_general<T>(
 ) -> Result<Vec<T>, FfiError> {
     // Every record's attributes are checked before any range, as when each
     // record had a list of its own: a batch with both kinds of fault reports
-    // the same one. The list is sized for the batch first (no growing and
-    // copying), within a bound: a count is the caller's word until its
-    // array is read, and a NULL array with a count is an error to report,
-    // not a reservation to make.
-    let total = records
-        .iter()
-        .filter(|r| !r.attributes.is_null())
-        .try_fold(0usize, |sum, r| sum.checked_add(r.attribute_count))
-        .unwrap_or(0);
-    let mut attrs: Vec<(&str, &str)> = Vec::with_capacity(total.min(RESERVE_MAX));
-    for r in records {
-        push_attributes(r, &mut attrs)?;
+    // the same one. When the list lacks room for a record's attributes, it
+    // makes room for as many again for every record left (a batch's records
+    // mostly carry alike; no pass over the batch to add up its counts first,
+    // which cost a batch whose records share one array more than its one
+    // conversion), within a bound: a count is the caller's word until its
+    // array is read.
+    //
+    // A record whose attributes are the very array the record before it
+    // pointed to (the same pointer and count) shares that record's run: the
+    // caller promises the array and its strings stay as they are until the
+    // call returns, so they read the same, and a batch of records tagged
+    // alike (one `rill_attribute` array for the batch) reads and checks its
+    // strings once, not once a record, as a Rust caller's records share one
+    // slice of `&str`s (`batch_cost attrs` counts this under callgrind;
+    // `batch_cost own`, each record an array of its own, the unshared cost).
+    let mut attrs: Vec<(&str, &str)> = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        if !shares_attributes(records, i) {
+            if attrs.capacity() - attrs.len() < r.attribute_count {
+                let rest = r.attribute_count.saturating_mul(records.len() - i);
+                attrs.reserve(rest.min(RESERVE_MAX));
+            }
+            push_attributes(r, &mut attrs)?;
+        }
     }
-    // Each record's run is its `attribute_count` entries, in order. A
-    // record's ranges are checked without building its error messages, which
-    // only a record to refuse goes on to build (through `to_record`).
-    let mut start = 0;
+    // Each record's run is its `attribute_count` entries, in order, or the
+    // run of the record before it if it shares that one's (the same test as
+    // above). A record's ranges are checked without building its error
+    // messages, which only a record to refuse goes on to build (through
+    // `to_record`).
+    let (mut start, mut next) = (0, 0);
     let mut record = |(i, r): (usize, &rill_record)| {
+        if !shares_attributes(records, i) {
+            start = next;
+            next += r.attribute_count;
+        }
         let run = &attrs[start..start + r.attribute_count];
-        start += r.attribute_count;
         match plain_record(r) {
             Some(record) => Ok(record.with_attributes(run)),
             None => to_record(r, run, Some(i)),
@@ -542,6 +559,18 @@ fn publish_records_general<T>(
     }
     let recs = records.iter().enumerate().map(record).collect::<Result<Vec<_>, _>>()?;
     publish(&recs)
+}
+
+/// True if record `i` of `records` has attributes, and they are the array
+/// the record before it pointed to, with the same count: it then shares
+/// that record's converted run (see [`publish_records_general`]).
+#[inline(always)]
+fn shares_attributes(records: &[rill_record], i: usize) -> bool {
+    let r = &records[i];
+    r.attribute_count != 0
+        && i > 0
+        && records[i - 1].attributes == r.attributes
+        && records[i - 1].attribute_count == r.attribute_count
 }
 
 /// The most attribute entries [`publish_records_general`] reserves room for
@@ -577,5 +606,76 @@ mod tests {
         let header = std::fs::read_to_string(path).unwrap();
         let define = format!("#define RILL_ATTR_ID \"{}\"\n", super::RILL_ATTR_ID);
         assert!(header.contains(&define), "include/rill.h lacks {define:?}");
+    }
+
+    use super::{publish_records, rill_attribute, rill_record};
+
+    /// A record of `payload` whose attributes are `attrs` (`count` of them).
+    fn c_record(payload: &[u8], attrs: *const rill_attribute, count: usize) -> rill_record {
+        rill_record {
+            key: std::ptr::null(),
+            key_len: 0,
+            payload: payload.as_ptr().cast(),
+            payload_len: payload.len(),
+            attributes: attrs,
+            attribute_count: count,
+        }
+    }
+
+    /// Each record's attributes as the batch conversion hands them on.
+    fn converted(records: &[rill_record]) -> Result<Vec<Vec<(String, String)>>, String> {
+        let got = publish_records(records, |recs| {
+            Ok(recs
+                .iter()
+                .map(|r| r.attributes.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+                .collect())
+        });
+        got.map_err(|e| e.text.clone())
+    }
+
+    /// Records that point to the array of the record before them share its
+    /// conversion; every record still gets exactly its own attributes, in
+    /// batches on the stack and past it, whatever mix of shared, unshared
+    /// and attribute-less records they are.
+    #[test]
+    fn records_sharing_an_attribute_array_each_get_its_attributes() {
+        let a = [rill_attribute { key: c"k".as_ptr(), value: c"a".as_ptr() }];
+        let b = [
+            rill_attribute { key: c"k".as_ptr(), value: c"b".as_ptr() },
+            rill_attribute { key: c"l".as_ptr(), value: c"b2".as_ptr() },
+        ];
+        let none = std::ptr::null();
+        let kinds = [(a.as_ptr(), 1), (b.as_ptr(), 2), (none, 0), (b.as_ptr(), 1)];
+        let want_of = |k: usize| -> Vec<(String, String)> {
+            let pairs: &[(&str, &str)] = match k {
+                0 => &[("k", "a")],
+                1 => &[("k", "b"), ("l", "b2")],
+                2 => &[],
+                _ => &[("k", "b")],
+            };
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        for len in [1, 7, 64, 65, 200] {
+            // Runs of each kind, of changing lengths, so records share with
+            // the one before them and then stop sharing.
+            let pick: Vec<usize> = (0..len).map(|i| (i / (1 + i % 3)) % kinds.len()).collect();
+            let records: Vec<rill_record> = pick.iter().map(|&k| c_record(b"p", kinds[k].0, kinds[k].1)).collect();
+            let want: Vec<_> = pick.iter().map(|&k| want_of(k)).collect();
+            assert_eq!(converted(&records).unwrap(), want, "{len} records");
+        }
+    }
+
+    /// An attribute that is not UTF-8 in an array records share is refused,
+    /// as in one they do not.
+    #[test]
+    fn a_bad_attribute_in_a_shared_array_is_refused() {
+        let bad = [rill_attribute { key: c"k".as_ptr(), value: c"\xff".as_ptr() }];
+        let good = [rill_attribute { key: c"k".as_ptr(), value: c"v".as_ptr() }];
+        let records =
+            [c_record(b"p", good.as_ptr(), 1), c_record(b"p", bad.as_ptr(), 1), c_record(b"p", bad.as_ptr(), 1)];
+        let err = converted(&records).unwrap_err();
+        assert!(err.contains("not valid UTF-8"), "{err}");
+        let err = converted(&records[1..]).unwrap_err();
+        assert!(err.contains("not valid UTF-8"), "{err}");
     }
 }

@@ -184,8 +184,15 @@ impl<'a> Record<'a> {
     /// ```
     #[inline]
     pub fn id(&self) -> Result<Option<&'a str>, Error> {
-        if self.id.is_none() && self.attributes.is_empty() {
-            return Ok(None);
+        // A record without attributes, the common one with an id included
+        // (`with_id`), is answered here; attributes, which may name an id
+        // too, and every error, out of line.
+        if self.attributes.is_empty() {
+            match self.id {
+                None => return Ok(None),
+                Some(id) if !id.is_empty() && id.len() <= MAX_ID_LEN => return Ok(Some(id)),
+                Some(_) => {}
+            }
         }
         self.id_checked()
     }
@@ -285,7 +292,79 @@ impl<'a> Record<'a> {
                 return Ok(align_up(raw as usize));
             }
         }
-        self.encoded_len_checked()
+        self.encoded_len_attributed()
+    }
+
+    /// [`Record::encoded_len`] off its common path: a record with an id or
+    /// attributes that fits is measured in one pass
+    /// ([`Record::attributed_len`]); anything else, and every error, goes on
+    /// to [`Record::encoded_len_checked`], which says what is wrong. Out of
+    /// line and `#[cold]` as the checked length was, so the common path
+    /// inlines one call and is laid out as before (its callers, such as the
+    /// broker's check of a batch, stay inlined in theirs; `batch_cost
+    /// plain`, an example of rill-ffi, counts that path under callgrind),
+    /// though a batch of records with attributes comes here twice a record
+    /// (the broker's check of the batch, then the log's; `batch_cost attrs`).
+    #[cold]
+    #[inline(never)]
+    fn encoded_len_attributed(&self) -> Result<usize, Error> {
+        match self.attributed_len() {
+            Some(len) => Ok(len),
+            None => self.encoded_len_checked(),
+        }
+    }
+
+    /// The encoded length, padding included, of a record that
+    /// [`Record::encoded_len_checked`] accepts, in one pass over its
+    /// attributes that builds no error and calls nothing; `None` for every
+    /// record it would refuse (it then says why). The same checks: a key
+    /// under `NO_KEY` bytes, at most [`MAX_ATTRIBUTES`] attributes (the id
+    /// counting as one), each key at most [`MAX_ATTRIBUTE_KEY_LEN`] bytes and
+    /// value at most `u32::MAX`, at most one id, of 1 to [`MAX_ID_LEN`]
+    /// bytes ([`Record::id`]), and all of it at most `u32::MAX` bytes.
+    #[inline]
+    fn attributed_len(&self) -> Option<usize> {
+        let key_len = self.key.map_or(0, <[u8]>::len);
+        if let (Some(id), []) = (self.id, self.attributes) {
+            // An id alone (`with_id`), as a publish with an id mostly is: no
+            // loop. Each term is below 2^32, the sum below 2^34.
+            let raw = (HEADER_LEN + ATTR_FRAME + ID_ATTRIBUTE.len()) as u64
+                + u64::from(key_len as u32)
+                + id.len().min(u32::MAX as usize) as u64
+                + self.payload.len().min(u32::MAX as usize) as u64;
+            let fits = key_len < NO_KEY as usize && (1..=MAX_ID_LEN).contains(&id.len()) && raw <= u32::MAX as u64;
+            return fits.then(|| align_up(raw as usize));
+        }
+        if key_len >= NO_KEY as usize || self.attribute_count() > MAX_ATTRIBUTES {
+            return None;
+        }
+        // Every term is below 2^33 (a length over its limit is truncated, and
+        // then refused below), and there are at most 2^16 of them: the sum
+        // cannot overflow a u64.
+        let mut attrs_len = 0u64;
+        let mut too_long = false;
+        let (mut ids, mut id_len) = (0u32, 0usize);
+        if let Some(id) = self.id {
+            (ids, id_len) = (1, id.len());
+            attrs_len += (ATTR_FRAME + ID_ATTRIBUTE.len()) as u64 + u64::from(id.len() as u32);
+            too_long |= id.len() > MAX_ID_LEN;
+        }
+        for (k, v) in self.attributes {
+            too_long |= k.len() > MAX_ATTRIBUTE_KEY_LEN || v.len() > u32::MAX as usize;
+            // The length first: most keys are not the id's, and then no bytes are compared.
+            if k.len() == ID_ATTRIBUTE.len() && *k == ID_ATTRIBUTE {
+                ids += 1;
+                id_len = v.len();
+            }
+            attrs_len += (ATTR_FRAME + k.len() as u16 as usize) as u64 + u64::from(v.len() as u32);
+        }
+        let id_ok = match ids {
+            0 => true,
+            1 => (1..=MAX_ID_LEN).contains(&id_len),
+            _ => false,
+        };
+        let raw = HEADER_LEN as u64 + key_len as u64 + attrs_len + self.payload.len() as u64;
+        (!too_long && id_ok && attrs_len <= u32::MAX as u64 && raw <= u32::MAX as u64).then(|| align_up(raw as usize))
     }
 
     /// [`Record::encoded_len`] with every check spelled out: records with
@@ -324,8 +403,12 @@ impl<'a> Record<'a> {
             .checked_add(key_len)
             .and_then(|n| n.checked_add(attrs_len))
             .and_then(|n| n.checked_add(self.payload.len()))
-            .filter(|&n| n <= u32::MAX as usize)
-            .ok_or(Error::MessageTooLarge { size: usize::MAX, max: u32::MAX as usize })?;
+            .filter(|&n| n <= u32::MAX as usize);
+        // Built only when returned: an `ok_or` built it, and dropped it, on
+        // every call.
+        let Some(raw) = raw else {
+            return Err(Error::MessageTooLarge { size: usize::MAX, max: u32::MAX as usize });
+        };
         Ok(align_up(raw))
     }
 
@@ -369,25 +452,80 @@ impl<'a> Record<'a> {
             at += key.len();
         }
         if self.may_have_id() {
-            at = self.encode_attributes(dst, at);
+            at = self.encode_attributes(dst, at, attrs_len);
         }
         dst[at..at + self.payload.len()].copy_from_slice(self.payload);
     }
 
-    /// Writes the attribute block into `dst` at `at`; returns where it ends.
+    /// Writes the attribute block, the id first, into `dst` at `at`, its
+    /// `attrs_len` bytes; returns where it ends. Each pair is cut from the
+    /// front of what is left (three length checks a pair, no offsets added
+    /// up and checked again), and its short strings copied inline
+    /// ([`copy_short`]). The slicing is in here, so a record without
+    /// attributes is encoded by the same instructions as before.
     #[inline(never)]
-    fn encode_attributes(&self, dst: &mut [u8], mut at: usize) -> usize {
-        let id = self.id.map(|id| (ID_ATTRIBUTE, id));
-        for (k, v) in id.iter().chain(self.attributes) {
-            put(dst, at + ATTR_KEY_LEN_AT, &(k.len() as u16).to_le_bytes());
-            put(dst, at + ATTR_VALUE_LEN_AT, &(v.len() as u32).to_le_bytes());
-            at += ATTR_FRAME;
-            dst[at..at + k.len()].copy_from_slice(k.as_bytes());
-            at += k.len();
-            dst[at..at + v.len()].copy_from_slice(v.as_bytes());
-            at += v.len();
+    fn encode_attributes(&self, dst: &mut [u8], at: usize, attrs_len: usize) -> usize {
+        let mut rest = &mut dst[at..at + attrs_len];
+        if let Some(id) = self.id {
+            rest = put_attribute(rest, ID_ATTRIBUTE, id);
+            if self.attributes.is_empty() {
+                // An id alone, as a publish with an id mostly is.
+                debug_assert!(rest.is_empty(), "the block is the id's length");
+                return at + attrs_len;
+            }
         }
-        at
+        for (k, v) in self.attributes {
+            rest = put_attribute(rest, k, v);
+        }
+        debug_assert!(rest.is_empty(), "the block is the attributes' length");
+        at + attrs_len
+    }
+}
+
+/// Writes one attribute (framing, key, value) at the front of `dst`;
+/// returns the rest of `dst`.
+#[inline(always)]
+fn put_attribute<'d>(dst: &'d mut [u8], key: &str, value: &str) -> &'d mut [u8] {
+    let (frame, rest) = dst.split_at_mut(ATTR_FRAME);
+    let mut framing = [0u8; ATTR_FRAME];
+    framing[ATTR_KEY_LEN_AT..ATTR_KEY_LEN_AT + 2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+    framing[ATTR_VALUE_LEN_AT..ATTR_VALUE_LEN_AT + 4].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    frame.copy_from_slice(&framing);
+    let (k, rest) = rest.split_at_mut(key.len());
+    copy_short(k, key.as_bytes());
+    let (v, rest) = rest.split_at_mut(value.len());
+    copy_short(v, value.as_bytes());
+    rest
+}
+
+/// `dst.copy_from_slice(src)`, with the lengths attributes usually have
+/// (up to 32 bytes) copied as two overlapping fixed-size moves, the way a
+/// `memcpy` of a small size would, without the call: a record's attribute
+/// strings are short, and a call a string was a large part of writing
+/// them (`batch_cost attrs`, an example of rill-ffi, under callgrind).
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    /// Copies the first and the last `N` bytes of `src` (`N <= len <= 2N`).
+    #[inline(always)]
+    fn ends<const N: usize>(dst: &mut [u8], src: &[u8]) {
+        let n = src.len();
+        let head: [u8; N] = src[..N].try_into().expect("N bytes");
+        let tail: [u8; N] = src[n - N..].try_into().expect("N bytes");
+        dst[..N].copy_from_slice(&head);
+        dst[n - N..].copy_from_slice(&tail);
+    }
+    debug_assert_eq!(dst.len(), src.len());
+    match src.len() {
+        0 => {}
+        n @ 1..4 => {
+            dst[0] = src[0];
+            dst[n / 2] = src[n / 2];
+            dst[n - 1] = src[n - 1];
+        }
+        4..8 => ends::<4>(dst, src),
+        8..16 => ends::<8>(dst, src),
+        16..=32 => ends::<16>(dst, src),
+        _ => dst.copy_from_slice(src),
     }
 }
 
@@ -508,12 +646,6 @@ pub(crate) fn compacted_run(bytes: &[u8]) -> Result<Option<u64>, &'static str> {
 #[inline]
 pub(crate) const fn align_up(n: usize) -> usize {
     (n + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1)
-}
-
-/// Writes `bytes` into `dst` at `at`.
-#[inline]
-fn put(dst: &mut [u8], at: usize, bytes: &[u8]) {
-    dst[at..at + bytes.len()].copy_from_slice(bytes);
 }
 
 #[inline]
@@ -981,6 +1113,87 @@ mod tests {
                     assert_eq!(rec.encoded_len().unwrap(), rec.encoded_len_checked().unwrap(), "{rec:?}");
                 }
             }
+        }
+    }
+
+    /// The one-pass length of a record with attributes accepts exactly the
+    /// records the checked one accepts, with the same length: ids given
+    /// both ways, of every length near the limits, twice, and keys near
+    /// theirs.
+    #[test]
+    fn the_one_pass_length_agrees_with_the_checked_one() {
+        let long_key = "k".repeat(MAX_ATTRIBUTE_KEY_LEN);
+        let too_long_key = "k".repeat(MAX_ATTRIBUTE_KEY_LEN + 1);
+        let ids: Vec<String> = [0, 1, 2, MAX_ID_LEN - 1, MAX_ID_LEN, MAX_ID_LEN + 1].map(|n| "i".repeat(n)).to_vec();
+        let mut lists: Vec<Vec<(&str, &str)>> = vec![
+            vec![],
+            vec![("a", "bc")],
+            vec![("source", "sensor-17"), ("kind", "reading")],
+            vec![("rill.ix", "x"), ("rill.i", "y"), ("rill.idd", "z")],
+            vec![(long_key.as_str(), "v")],
+            vec![(too_long_key.as_str(), "v")],
+            vec![("", "")],
+        ];
+        for id in &ids {
+            lists.push(vec![(ID_ATTRIBUTE, id.as_str())]);
+            lists.push(vec![("a", "b"), (ID_ATTRIBUTE, id.as_str()), ("c", "d")]);
+            lists.push(vec![(ID_ATTRIBUTE, id.as_str()), (ID_ATTRIBUTE, id.as_str())]);
+        }
+        let payload = [0u8; 40];
+        let mut accepted = 0;
+        for attributes in &lists {
+            for id in ids.iter().map(|i| Some(i.as_str())).chain([None]) {
+                for key in [None, Some(&b"key"[..])] {
+                    for n in [0, 5, 40] {
+                        let rec = Record { key, attributes, payload: &payload[..n], id };
+                        let checked = rec.encoded_len_checked();
+                        assert_eq!(rec.attributed_len(), checked.as_ref().ok().copied(), "{rec:?}");
+                        assert_eq!(rec.encoded_len().ok(), checked.as_ref().ok().copied(), "{rec:?}");
+                        accepted += usize::from(checked.is_ok());
+                    }
+                }
+            }
+        }
+        // Both kinds of answer were compared.
+        assert!(accepted > 0 && accepted < lists.len() * (ids.len() + 1) * 6);
+        let many = vec![("k", "v"); MAX_ATTRIBUTES];
+        for (attributes, id) in [(&many[..], None), (&many[..], Some("x")), (&many[1..], Some("x"))] {
+            let rec = Record { attributes, id, ..Record::new(b"") };
+            assert_eq!(
+                rec.attributed_len(),
+                rec.encoded_len_checked().ok(),
+                "{} attributes, id {id:?}",
+                attributes.len()
+            );
+        }
+    }
+
+    /// Every length `copy_short` splits by, and the ones around them,
+    /// copies exactly the source over a destination of stale bytes.
+    #[test]
+    fn copy_short_copies_every_length() {
+        let src: Vec<u8> = (1..=70).collect();
+        for n in 0..=src.len() {
+            let mut dst = vec![0xAA; n];
+            copy_short(&mut dst, &src[..n]);
+            assert_eq!(dst, src[..n], "{n} bytes");
+        }
+    }
+
+    /// Attributes of every short length round-trip, beside an id.
+    #[test]
+    fn attributes_of_every_short_length_round_trip() {
+        let text = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        for n in 0..=40 {
+            let attrs = [(&text[..n], &text[40 - n..40]), ("k", &text[..n])];
+            let rec = Record::new(b"payload").with_key(b"key").with_attributes(&attrs).with_id("the-id");
+            let buf = roundtrip(&rec, 1);
+            assert_eq!(check_encoded(&buf[..read_u32(&buf, LEN_AT) as usize]), Ok(()));
+            let v = RecordView::parse(0, &buf);
+            let mut want = vec![(ID_ATTRIBUTE, "the-id")];
+            want.extend(attrs);
+            assert_eq!(v.attributes().collect::<Vec<_>>(), want, "{n} bytes");
+            assert_eq!((v.key(), v.payload()), (Some(&b"key"[..]), &b"payload"[..]));
         }
     }
 
