@@ -1089,3 +1089,27 @@ fn an_outside_close_after_the_handler_closed_its_own_subscription_still_waits_fo
         }
     }
 }
+
+/// A batch larger than a `Block` subscriber's lag limit goes in parts,
+/// each waiting for room: every record lands once, in order, and the
+/// positions returned are the offsets they got, whether the batch went in
+/// one part or several.
+#[test]
+fn a_batch_past_a_block_limit_goes_in_parts_with_its_positions_in_order() {
+    let b = broker();
+    topic(&b, "t", 1);
+    let options = SubscriptionOptions { overflow: rill::Overflow::Block, lag_limit: Some(4), ..Default::default() };
+    let (sub, seen) = sub_with(&b, "t", options);
+    let records: Vec<Vec<u8>> = (0..10u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    let batch: Vec<Record<'_>> = records.iter().map(|v| Record::new(v)).collect();
+    let positions = b.publish_batch("t", &batch).unwrap();
+    assert_eq!(positions.iter().map(|p| p.offset).collect::<Vec<_>>(), (0..10).collect::<Vec<u64>>());
+    // And one within the limit, in one part, after them.
+    let positions = b.publish_batch("t", &batch[..3]).unwrap();
+    assert_eq!(positions.iter().map(|p| p.offset).collect::<Vec<_>>(), vec![10, 11, 12]);
+    assert!(sub.wait_idle(WAIT).unwrap());
+    let got: Vec<Vec<u8>> = seen.lock().unwrap().iter().map(|m| m.3.clone()).collect();
+    let mut want = records.clone();
+    want.extend_from_slice(&records[..3]);
+    assert_eq!(got, want);
+}

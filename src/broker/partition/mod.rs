@@ -355,6 +355,10 @@ impl Partition {
         if self.keyed_only && records.iter().any(|r| r.key.is_none()) {
             return Err(keyless(self.index));
         }
+        // Room for every offset at once: the usual batch goes in one part,
+        // appended straight into `offsets` (below), which then never grows
+        // record by record.
+        offsets.reserve(records.len());
         let mut part = Vec::new();
         let mut done = 0;
         while done < records.len() {
@@ -374,13 +378,17 @@ impl Partition {
                 self.wait_for_room(n as u64, wait)?;
                 guard = epoch::pin();
             };
-            let appended = self.log.append_batch_pinned(&records[done..done + n], &mut part, &mut guard);
+            let whole = done == 0 && n == records.len();
+            let into = if whole { &mut *offsets } else { &mut part };
+            let appended = self.log.append_batch_pinned(&records[done..done + n], into, &mut guard);
             // A failed segment allocation may leave part of the batch appended:
             // signal for that part too, then report the error.
-            if !part.is_empty() {
+            if !into.is_empty() {
                 self.notify(&guard);
             }
-            offsets.extend_from_slice(&part);
+            if !whole {
+                offsets.extend_from_slice(&part);
+            }
             appended?;
             done += n;
         }
