@@ -250,14 +250,10 @@
 //! the per-process interest bits and doorbells of the design's process
 //! registry (a later step of issue 39).
 
-#[cfg(not(loom))]
-use std::fs::OpenOptions;
-#[cfg(not(loom))]
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 #[cfg(not(loom))]
-use crate::error::Error;
+use super::mapped_page::MappedPage;
 use crate::error::Result;
 #[cfg(loom)]
 use crate::sync::Condvar;
@@ -269,9 +265,6 @@ pub(crate) const ARMED: u32 = 1;
 /// What one ring adds to the bell word: the sequence lives above `ARMED`.
 const RING_STEP: u32 = 2;
 
-/// Size of a shared state file: one page.
-#[cfg(not(loom))]
-const PAGE: usize = 4096;
 /// First bytes of a shared state file.
 #[cfg(not(loom))]
 const MAGIC: u64 = u64::from_le_bytes(*b"rillwake");
@@ -286,12 +279,6 @@ const MAGIC: u64 = u64::from_le_bytes(*b"rillwake");
 /// nor heed.
 #[cfg(not(loom))]
 const LAYOUT: u32 = 4;
-/// Byte offset of the magic word in a shared state file.
-#[cfg(not(loom))]
-const MAGIC_AT: usize = 0;
-/// Byte offset of the layout version.
-#[cfg(not(loom))]
-const LAYOUT_AT: usize = 8;
 /// Byte offset of the word a file exists for (the bell in `SHARED`, the
 /// interest in `partition.state`), on a cache line of its own.
 #[cfg(not(loom))]
@@ -314,7 +301,7 @@ pub(crate) const PARTITION_STATE_FILE: &str = "partition.state";
 /// is the same memory. Under loom, memory of its own (loom has no mapping).
 struct Page {
     #[cfg(not(loom))]
-    ptr: std::ptr::NonNull<u8>,
+    mapped: MappedPage,
     #[cfg(loom)]
     word: AtomicU32,
     #[cfg(loom)]
@@ -323,72 +310,13 @@ struct Page {
     members: AtomicU32,
 }
 
-// SAFETY: the page is only ever accessed through atomics (`word`), which
-// any thread may use; the mapping itself is owned and unmapped once.
-unsafe impl Send for Page {}
-// SAFETY: as above.
-unsafe impl Sync for Page {}
-
 impl Page {
     /// Maps `path`. `init` (a first opener, or the creator of a partition:
     /// no other process has it open) makes it afresh, its word 0; otherwise
     /// it must exist with this rill's layout.
     #[cfg(not(loom))]
     fn open(path: &Path, init: bool) -> Result<Page> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(init)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| Error::io(path, &e))?;
-        if init {
-            file.set_len(0).and_then(|()| file.set_len(PAGE as u64)).map_err(|e| Error::io(path, &e))?;
-        } else {
-            let len = file.metadata().map_err(|e| Error::io(path, &e))?.len();
-            if len < PAGE as u64 {
-                return Err(Error::Corrupt { file: path.to_owned(), offset: len, reason: "a short state file".into() });
-            }
-        }
-        // SAFETY: a fresh shared mapping of one page of a file we opened read-write
-        // and that is at least that long; the kernel picks the address.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(Error::io(path, &std::io::Error::last_os_error()));
-        }
-        let page = Page { ptr: std::ptr::NonNull::new(ptr.cast()).expect("mmap returned a null mapping") };
-        if init {
-            // Relaxed: nobody else has the file yet (see `init`); the
-            // processes that map it later do so after system calls that
-            // order these stores before their loads.
-            page.u64_at(MAGIC_AT).store(MAGIC, Ordering::Relaxed);
-            page.u32_at(LAYOUT_AT).store(LAYOUT, Ordering::Relaxed);
-        } else {
-            // Relaxed: written once by the file's maker, before its name or
-            // its directory's lock let anyone else in.
-            let (magic, layout) =
-                (page.u64_at(MAGIC_AT).load(Ordering::Relaxed), page.u32_at(LAYOUT_AT).load(Ordering::Relaxed));
-            if magic != MAGIC || layout != LAYOUT {
-                return Err(Error::Corrupt {
-                    file: path.to_owned(),
-                    offset: 0,
-                    reason: format!(
-                        "a shared state file of another layout (magic {magic:#x}, layout {layout}; this rill \
-                         reads layout {LAYOUT}): every process sharing a data directory must run the same rill"
-                    ),
-                });
-            }
-        }
-        Ok(page)
+        Ok(Page { mapped: MappedPage::open(path, init, MAGIC, LAYOUT, "shared state file")? })
     }
 
     #[cfg(loom)]
@@ -442,24 +370,7 @@ impl Page {
     #[cfg(not(loom))]
     #[inline]
     fn u32_at(&self, at: usize) -> &AtomicU32 {
-        // SAFETY: `at` is a 4-aligned offset inside the page, which stays
-        // mapped while `self` lives; the memory is only used as atomics.
-        unsafe { &*self.ptr.as_ptr().add(at).cast::<AtomicU32>() }
-    }
-
-    #[cfg(not(loom))]
-    fn u64_at(&self, at: usize) -> &crate::sync::atomic::AtomicU64 {
-        // SAFETY: as in `u32_at`, 8-aligned.
-        unsafe { &*self.ptr.as_ptr().add(at).cast::<crate::sync::atomic::AtomicU64>() }
-    }
-}
-
-#[cfg(not(loom))]
-impl Drop for Page {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `open`, unmapped once; nothing borrows
-        // it past `self`.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), PAGE) };
+        self.mapped.u32_at(at)
     }
 }
 

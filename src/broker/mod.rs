@@ -43,6 +43,8 @@ mod group;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_harness;
+#[cfg(not(loom))]
+mod mapped_page;
 pub(crate) mod names;
 mod partition;
 mod publish;

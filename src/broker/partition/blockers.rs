@@ -91,6 +91,8 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+#[cfg(not(loom))]
+use crate::broker::mapped_page::{MappedPage, PAGE};
 use crate::error::Result;
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -113,16 +115,10 @@ pub(crate) const SLOTS: usize = 120;
 pub(crate) const SLOTS: usize = 2;
 
 #[cfg(not(loom))]
-const PAGE: usize = 4096;
-#[cfg(not(loom))]
 const MAGIC: u64 = u64::from_le_bytes(*b"rillblok");
 /// Layout of the file; a process whose rill has another refuses it.
 #[cfg(not(loom))]
 const LAYOUT: u32 = 1;
-#[cfg(not(loom))]
-const MAGIC_AT: usize = 0;
-#[cfg(not(loom))]
-const LAYOUT_AT: usize = 8;
 /// Claimed slots: what every publisher loads.
 #[cfg(not(loom))]
 const COUNT_AT: usize = 64;
@@ -152,7 +148,7 @@ const _: () = assert!(SLOTS_AT + SLOTS * SLOT_SIZE <= PAGE);
 /// The mapped page (under loom, memory of its own).
 struct Page {
     #[cfg(not(loom))]
-    ptr: std::ptr::NonNull<u8>,
+    mapped: MappedPage,
     #[cfg(loom)]
     words: LoomPage,
 }
@@ -168,72 +164,10 @@ struct LoomPage {
     position: Vec<AtomicU64>,
 }
 
-// SAFETY: the page is only used through atomics, which any thread may use;
-// the mapping is owned and unmapped once.
-unsafe impl Send for Page {}
-// SAFETY: as above.
-unsafe impl Sync for Page {}
-
 impl Page {
     #[cfg(not(loom))]
     fn open(path: &Path, init: bool) -> Result<Page> {
-        use crate::error::Error;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(init)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| Error::io(path, &e))?;
-        if init {
-            file.set_len(0).and_then(|()| file.set_len(PAGE as u64)).map_err(|e| Error::io(path, &e))?;
-        } else {
-            let len = file.metadata().map_err(|e| Error::io(path, &e))?.len();
-            if len < PAGE as u64 {
-                return Err(Error::Corrupt {
-                    file: path.to_owned(),
-                    offset: len,
-                    reason: "a short blockers file".into(),
-                });
-            }
-        }
-        // SAFETY: a fresh shared mapping of one page of a file opened
-        // read-write and at least that long; the kernel picks the address.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(Error::io(path, &std::io::Error::last_os_error()));
-        }
-        let page = Page { ptr: std::ptr::NonNull::new(ptr.cast()).expect("mmap returned a null mapping") };
-        if init {
-            // Relaxed: nobody else has the file yet; later openers map it
-            // after system calls that order these stores before their loads.
-            page.u64_at(MAGIC_AT).store(MAGIC, Ordering::Relaxed);
-            page.u32_at(LAYOUT_AT).store(LAYOUT, Ordering::Relaxed);
-        } else {
-            // Relaxed: written once by the file's maker, as above.
-            let (magic, layout) =
-                (page.u64_at(MAGIC_AT).load(Ordering::Relaxed), page.u32_at(LAYOUT_AT).load(Ordering::Relaxed));
-            if magic != MAGIC || layout != LAYOUT {
-                return Err(Error::Corrupt {
-                    file: path.to_owned(),
-                    offset: 0,
-                    reason: format!(
-                        "a blockers file of another layout (magic {magic:#x}, layout {layout}; this rill reads \
-                         layout {LAYOUT}): every process sharing a data directory must run the same rill"
-                    ),
-                });
-            }
-        }
-        Ok(page)
+        Ok(Page { mapped: MappedPage::open(path, init, MAGIC, LAYOUT, "blockers file")? })
     }
 
     #[cfg(loom)]
@@ -254,15 +188,12 @@ impl Page {
 
     #[cfg(not(loom))]
     fn u32_at(&self, at: usize) -> &AtomicU32 {
-        // SAFETY: `at` is a 4-aligned offset inside the page, which stays
-        // mapped while `self` lives; the memory is only used as atomics.
-        unsafe { &*self.ptr.as_ptr().add(at).cast::<AtomicU32>() }
+        self.mapped.u32_at(at)
     }
 
     #[cfg(not(loom))]
     fn u64_at(&self, at: usize) -> &AtomicU64 {
-        // SAFETY: as in `u32_at`, 8-aligned.
-        unsafe { &*self.ptr.as_ptr().add(at).cast::<AtomicU64>() }
+        self.mapped.u64_at(at)
     }
 
     #[inline]
@@ -313,15 +244,6 @@ impl Page {
         return self.u64_at(SLOTS_AT + slot * SLOT_SIZE + 16);
         #[cfg(loom)]
         return &self.words.position[slot];
-    }
-}
-
-#[cfg(not(loom))]
-impl Drop for Page {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `open`, unmapped once; nothing borrows
-        // it past `self`.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), PAGE) };
     }
 }
 
