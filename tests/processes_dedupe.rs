@@ -137,6 +137,9 @@ fn a_publisher_killed_after_its_publish_returned_then_a_retry_from_another_proce
         let p = broker.publish_outcome("orders", &Record::new(b"order").with_id("order-1")).unwrap();
         assert!(!p.duplicate);
         procs::append(&dir, "published", &format!("{} {}", p.position.partition, p.position.offset));
+        // Marked apart, once the line is whole: `append` makes the file
+        // before it writes the line, so the file alone is no signal.
+        procs::mark(&dir, "published.done");
         // The caller's bookkeeping would come here; the kill comes first.
         procs::wait_mark(&dir, "never");
         return;
@@ -152,7 +155,7 @@ fn a_publisher_killed_after_its_publish_returned_then_a_retry_from_another_proce
         "publish-then-die",
         &dir.0,
     );
-    let published = wait_child_mark(&dir.0, "published", &mut child);
+    let published = wait_child_mark(&dir.0, "published.done", &mut child);
     // SIGKILL, right after the publish returned (or, if the child failed,
     // to collect it).
     child.kill().unwrap();
