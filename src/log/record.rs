@@ -301,10 +301,10 @@ impl<'a> Record<'a> {
     /// to [`Record::encoded_len_checked`], which says what is wrong. Out of
     /// line and `#[cold]` as the checked length was, so the common path
     /// inlines one call and is laid out as before (its callers, such as the
-    /// broker's check of a batch, stay inlined in theirs; `batch_cost
+    /// log's measure of a batch, stay inlined in theirs; `batch_cost
     /// plain`, an example of rill-ffi, counts that path under callgrind),
-    /// though a batch of records with attributes comes here twice a record
-    /// (the broker's check of the batch, then the log's; `batch_cost attrs`).
+    /// though a batch of records with attributes comes here once a record
+    /// (the batch is measured once, see [`Measured`]; `batch_cost attrs`).
     #[cold]
     #[inline(never)]
     fn encoded_len_attributed(&self) -> Result<usize, Error> {
