@@ -11,7 +11,7 @@ use super::schema::{self, OnInvalid, SCHEMA_ATTRIBUTE};
 use super::topic::{self, Topic, Wait};
 use super::{dead_letter, names};
 use crate::error::{Error, Result};
-use crate::log::Record;
+use crate::log::{Measured, Record};
 
 /// Where a published message landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -122,11 +122,12 @@ pub(super) fn publish_batch_outcome_to(
 
 fn publish_batch_outcome_unchecked(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<Vec<Published>> {
     // A failure that raced a delete of the topic reports the delete.
-    check_batch(t, records).map_err(|e| t.batch_failed(e))?;
+    let mut lens = Vec::new();
+    let batch = measure(t, records, &mut lens).map_err(|e| t.batch_failed(e))?;
     if t.dedupe.is_some() && records.iter().any(claims_an_id) {
         return publish_identified_batch(t, records, wait).map_err(|e| t.batch_failed(e));
     }
-    let positions = publish_batch_parts(t, records, wait).map_err(|e| t.batch_failed(e))?;
+    let positions = publish_measured(t, batch, wait).map_err(|e| t.batch_failed(e))?;
     Ok(positions.into_iter().map(Published::appended).collect())
 }
 
@@ -239,14 +240,15 @@ fn publish_batch_checked(
 
 /// Checks every record of a batch, so an error publishes nothing.
 fn check_batch(t: &Topic, records: &[Record<'_>]) -> Result<()> {
-    let max = t.partitions[0].log.max_record_bytes();
-    for r in records {
-        let size = r.encoded_len()?;
-        if size > max {
-            return Err(Error::MessageTooLarge { size, max });
-        }
-    }
-    Ok(())
+    measure(t, records, &mut Vec::new()).map(|_| ())
+}
+
+/// Measures every record of a batch against the topic's size limit (every
+/// partition's log has the same), each length kept in `lens`, so an error
+/// publishes nothing and the logs append the batch without measuring it
+/// again (see `Measured`).
+fn measure<'r, 'a>(t: &Topic, records: &'r [Record<'a>], lens: &'r mut Vec<usize>) -> Result<Measured<'r, 'a>> {
+    t.partitions[0].log.measure(records, lens)
 }
 
 /// A checked batch on a topic with a dedupe window, some of whose records
@@ -272,34 +274,40 @@ fn publish_batch_parts(t: &Topic, records: &[Record<'_>], wait: Wait) -> Result<
     if records.is_empty() {
         return Ok(Vec::new());
     }
-    check_batch(t, records)?;
+    let mut lens = Vec::new();
+    let batch = measure(t, records, &mut lens)?;
     if t.dedupe.is_some() && records.iter().any(claims_an_id) {
         return Ok(publish_identified_batch(t, records, wait)?.into_iter().map(|p| p.position).collect());
+    }
+    publish_measured(t, batch, wait)
+}
+
+/// Appends a measured batch, grouped by partition.
+fn publish_measured(t: &Topic, batch: Measured<'_, '_>, wait: Wait) -> Result<Vec<Position>> {
+    let records = batch.records();
+    if records.is_empty() {
+        return Ok(Vec::new());
     }
     let mut offsets = Vec::with_capacity(records.len());
     if t.partitions.len() == 1 {
         let p = &t.partitions[0];
-        p.publish_batch(records, &mut offsets, wait)?;
+        p.publish_batch(batch, &mut offsets, wait)?;
         return Ok(offsets.into_iter().map(|offset| Position { partition: 0, offset }).collect());
     }
     // Group by partition, keeping input order within each group.
     let targets: Vec<u32> = records.iter().map(|r| t.route(r.key).index).collect();
     let mut positions = vec![Position { partition: 0, offset: 0 }; records.len()];
     let mut group: Vec<Record<'_>> = Vec::new();
+    let mut group_lens: Vec<usize> = Vec::new();
     let mut indexes: Vec<usize> = Vec::new();
     for p in t.partitions.iter() {
-        group.clear();
         indexes.clear();
-        for (i, r) in records.iter().enumerate() {
-            if targets[i] == p.index {
-                group.push(*r);
-                indexes.push(i);
-            }
-        }
-        if group.is_empty() {
+        indexes.extend((0..records.len()).filter(|&i| targets[i] == p.index));
+        if indexes.is_empty() {
             continue;
         }
-        p.publish_batch(&group, &mut offsets, wait)?;
+        let part = batch.select(|i| targets[i] == p.index, &mut group, &mut group_lens);
+        p.publish_batch(part, &mut offsets, wait)?;
         for (&i, &offset) in indexes.iter().zip(&offsets) {
             positions[i] = Position { partition: p.index, offset };
         }

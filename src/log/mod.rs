@@ -51,6 +51,7 @@ pub use config::{
 pub use cursor::{Batch, BatchIter, Cursor, Lagged};
 use dir::Shared;
 pub use durable::{DEFAULT_FSYNC_INTERVAL, Damage, DurableLog, Fsync, RecoveryReport};
+pub(crate) use record::Measured;
 pub use record::{
     Attributes, ID_ATTRIBUTE, MAX_ATTRIBUTE_KEY_LEN, MAX_ATTRIBUTES, MAX_ID_LEN, Record, RecordParts, RecordView,
 };
@@ -359,10 +360,45 @@ impl Log {
         guard: &mut Guard,
     ) -> Result<()> {
         offsets.clear();
-        let mut lens = Vec::with_capacity(records.len());
+        let mut lens = Vec::new();
+        let batch = self.measure(records, &mut lens)?;
+        self.append_measured_pinned(batch, offsets, guard)
+    }
+
+    /// Measures every record of `records` as an append does (its encoded
+    /// length, refused if it cannot be encoded or is larger than
+    /// [`Log::max_record_bytes`]), each length kept in `lens` (cleared
+    /// first), for [`Log::append_measured_pinned`]: a caller that must
+    /// check a whole batch before appending any of it (the broker's) then
+    /// has it appended without a second measure.
+    pub(crate) fn measure<'r, 'a>(
+        &self,
+        records: &'r [Record<'a>],
+        lens: &'r mut Vec<usize>,
+    ) -> Result<Measured<'r, 'a>> {
+        lens.clear();
+        lens.reserve(records.len());
         for r in records {
             lens.push(self.check_size(r)?);
         }
+        Ok(Measured { records, lens, max: self.shared.sizes.max_record_bytes })
+    }
+
+    /// [`Log::append_batch_pinned`] for a batch already measured
+    /// ([`Log::measure`]), by this log or one whose size limit is at most
+    /// this one's; a batch measured against a larger limit is measured
+    /// again, so nothing larger than this log's limit is ever appended.
+    pub(crate) fn append_measured_pinned(
+        &self,
+        batch: Measured<'_, '_>,
+        offsets: &mut Vec<u64>,
+        guard: &mut Guard,
+    ) -> Result<()> {
+        if batch.max > self.shared.sizes.max_record_bytes {
+            return self.append_batch_pinned(batch.records, offsets, guard);
+        }
+        offsets.clear();
+        let (records, lens) = (batch.records, batch.lens);
         let sizes = self.shared.sizes;
         let frame = sizes.frame;
         let most = sizes.slots.min(segment::MAX_RESERVATION_RECORDS);

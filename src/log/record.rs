@@ -301,10 +301,10 @@ impl<'a> Record<'a> {
     /// to [`Record::encoded_len_checked`], which says what is wrong. Out of
     /// line and `#[cold]` as the checked length was, so the common path
     /// inlines one call and is laid out as before (its callers, such as the
-    /// broker's check of a batch, stay inlined in theirs; `batch_cost
+    /// log's measure of a batch, stay inlined in theirs; `batch_cost
     /// plain`, an example of rill-ffi, counts that path under callgrind),
-    /// though a batch of records with attributes comes here twice a record
-    /// (the broker's check of the batch, then the log's; `batch_cost attrs`).
+    /// though a batch of records with attributes comes here once a record
+    /// (the batch is measured once, see [`Measured`]; `batch_cost attrs`).
     #[cold]
     #[inline(never)]
     fn encoded_len_attributed(&self) -> Result<usize, Error> {
@@ -479,6 +479,60 @@ impl<'a> Record<'a> {
         }
         debug_assert!(rest.is_empty(), "the block is the attributes' length");
         at + attrs_len
+    }
+}
+
+/// A batch of records each of which a log measured and found within its
+/// size limit ([`Log::measure`](super::Log::measure)), with each record's
+/// encoded length: what [`Log::append_measured_pinned`](super::Log::append_measured_pinned)
+/// appends without measuring again. Only the log makes one (its fields are
+/// the log's), so a batch of this type was checked, record by record,
+/// against `max`; the log appending it compares `max` with its own limit.
+///
+/// The broker measures a batch before it appends any part of it (an error
+/// must publish nothing, and a batch may go in parts or to several
+/// partitions), and hands the measure down, where each record was measured
+/// a second time by the log (`batch_cost attrs`, an example of rill-ffi,
+/// counts the Rust batch's instructions under callgrind).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Measured<'r, 'a> {
+    /// The records.
+    pub(super) records: &'r [Record<'a>],
+    /// `lens[i]`: `records[i].encoded_len()`, at most `max`.
+    pub(super) lens: &'r [usize],
+    /// The size limit the records were measured against.
+    pub(super) max: usize,
+}
+
+impl<'r, 'a> Measured<'r, 'a> {
+    /// The records.
+    pub(crate) fn records(&self) -> &'r [Record<'a>] {
+        self.records
+    }
+
+    /// The records of `range`, measured as before.
+    pub(crate) fn part(&self, range: std::ops::Range<usize>) -> Measured<'r, 'a> {
+        Measured { records: &self.records[range.clone()], lens: &self.lens[range], max: self.max }
+    }
+
+    /// The records `i` for which `pick(i)` holds, in order, collected into
+    /// `records` and `lens` (cleared first), measured as before: a
+    /// partition's share of a batch.
+    pub(crate) fn select<'s>(
+        &self,
+        mut pick: impl FnMut(usize) -> bool,
+        records: &'s mut Vec<Record<'a>>,
+        lens: &'s mut Vec<usize>,
+    ) -> Measured<'s, 'a> {
+        records.clear();
+        lens.clear();
+        for (i, (r, &len)) in self.records.iter().zip(self.lens).enumerate() {
+            if pick(i) {
+                records.push(*r);
+                lens.push(len);
+            }
+        }
+        Measured { records, lens, max: self.max }
     }
 }
 

@@ -165,6 +165,29 @@ fn an_oversized_record_is_refused_and_nothing_is_appended() {
     assert_eq!(log.end_offset(), 1, "neither call appended anything");
 }
 
+/// A batch measured by a log with a larger size limit is measured again
+/// by the log it is appended to, which refuses its oversized record and
+/// appends nothing; one measured within the limit is appended as measured.
+#[test]
+fn a_batch_measured_against_a_larger_limit_is_measured_again() {
+    let small_limit = Log::new(&LogConfig { max_record_bytes: Some(1024), ..LogConfig::default() }).unwrap();
+    let large_limit = Log::new(&LogConfig::default()).unwrap();
+    let big = vec![0u8; 2000];
+    let records = [Record::new(b"ok"), Record::new(&big)];
+    let mut lens = Vec::new();
+    let batch = large_limit.measure(&records, &mut lens).unwrap();
+    assert!(small_limit.measure(&records, &mut Vec::new()).is_err(), "the small log refuses the big record");
+    let mut offsets = Vec::new();
+    let err = small_limit.append_measured_pinned(batch, &mut offsets, &mut epoch::pin()).unwrap_err();
+    assert!(matches!(err, Error::MessageTooLarge { max: 1024, .. }), "{err}");
+    assert!(offsets.is_empty());
+    assert_eq!(small_limit.end_offset(), 0, "nothing appended");
+    large_limit.append_measured_pinned(batch, &mut offsets, &mut epoch::pin()).unwrap();
+    assert_eq!(offsets, [0, 1]);
+    let got = read_all(&mut large_limit.cursor_from_first());
+    assert_eq!(got.iter().map(|(_, p)| p.len()).collect::<Vec<_>>(), [2, 2000]);
+}
+
 #[test]
 fn a_record_exactly_the_segment_size_fits() {
     let log = small(MIN_SEGMENT_BYTES, None);

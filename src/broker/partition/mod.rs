@@ -36,7 +36,7 @@ use super::flusher::Due;
 use super::waiters::Waiters;
 use crate::clock::now_ns;
 use crate::error::{Error, PublishFailure, Result};
-use crate::log::{Cursor, Log, Record};
+use crate::log::{Cursor, Log, Measured, Record};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::epoch::{self, Guard, Owned};
 use crate::sync::{Arc, Mutex};
@@ -349,8 +349,11 @@ impl Partition {
 
     /// Appends records in order and signals the listeners. With `Block`
     /// subscribers, a batch larger than the room they leave goes in parts.
-    pub(crate) fn publish_batch(&self, records: &[Record<'_>], offsets: &mut Vec<u64>, wait: Wait) -> Result<()> {
+    /// The batch comes measured (`Log::measure`), so no part has a record
+    /// the log refuses for its size.
+    pub(crate) fn publish_batch(&self, batch: Measured<'_, '_>, offsets: &mut Vec<u64>, wait: Wait) -> Result<()> {
         offsets.clear();
+        let records = batch.records();
         // Checked before any is appended, as the log checks sizes.
         if self.keyed_only && records.iter().any(|r| r.key.is_none()) {
             return Err(keyless(self.index));
@@ -380,7 +383,7 @@ impl Partition {
             };
             let whole = done == 0 && n == records.len();
             let into = if whole { &mut *offsets } else { &mut part };
-            let appended = self.log.append_batch_pinned(&records[done..done + n], into, &mut guard);
+            let appended = self.log.append_measured_pinned(batch.part(done..done + n), into, &mut guard);
             // A failed segment allocation may leave part of the batch appended:
             // signal for that part too, then report the error.
             if !into.is_empty() {
