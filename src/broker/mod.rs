@@ -61,7 +61,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub use self::control::BrokerConfig;
-pub use self::control::DirectoryConsumer;
+pub use self::control::directory::DirectoryConsumer;
 #[doc(hidden)]
 pub use self::control::shared_procs::set_look_fallback as set_shared_look_fallback;
 use self::control::{BrokerInner, Control, TopicMap, entry, topic_of};

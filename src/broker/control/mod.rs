@@ -79,7 +79,7 @@
 mod close;
 mod config;
 mod data_dir;
-mod directory;
+pub(crate) mod directory;
 pub(crate) mod groups;
 mod held;
 mod members;
@@ -92,7 +92,6 @@ mod topics;
 use std::collections::{HashMap, HashSet};
 
 pub use self::config::BrokerConfig;
-pub use self::directory::DirectoryConsumer;
 use self::shared_procs::Looks;
 use self::timers::{Compact, Expire};
 use super::consumer::ConsumerCore;
