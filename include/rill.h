@@ -997,6 +997,58 @@ typedef void (*rill_partition_lag_callback)(void *user_data, const rill_partitio
 typedef void (*rill_group_callback)(void *user_data, const char *group, const char *topic);
 
 /**
+ * A live pull consumer (a member of a consumer group) of the data
+ * directory and the process it lives in, as `rill_directory_consumer_list`
+ * hands it to its callback (borrowed for that call only, its strings
+ * included; later versions may append fields).
+ */
+typedef struct {
+    /**
+     * The pid of the process whose broker has it (0 if that process runs
+     * in a PID namespace this process cannot see).
+     */
+    uint32_t pid;
+    /**
+     * True if it is this broker's.
+     */
+    bool this_broker;
+    /**
+     * Its id, unique in its process: the `rill_group_member.id` of the
+     * member it is.
+     */
+    uint64_t id;
+    /**
+     * Its consumer group.
+     */
+    const char *group;
+    /**
+     * The topic it reads.
+     */
+    const char *topic;
+    /**
+     * Messages its polls returned.
+     */
+    uint64_t delivered;
+    /**
+     * Messages retention trimmed before it polled them.
+     */
+    uint64_t missed;
+    /**
+     * What the partitions it owned held past its position in them, at the
+     * end of its last poll (not the group's lag from its commits, which
+     * `rill_group_get_stats` gives).
+     */
+    uint64_t lag;
+} rill_directory_consumer;
+
+/**
+ * What `rill_directory_consumer_list` calls with each consumer (borrowed
+ * for the call, its strings included).
+ */
+typedef void (*rill_directory_consumer_callback)(void *user_data,
+                                                 const rill_directory_consumer *consumer);
+
+/**
  * A live push subscription of the data directory and the process it lives
  * in, as `rill_directory_subscription_list` hands it to its callback
  * (borrowed for that call only, `stats` and its strings included; later
@@ -2209,6 +2261,24 @@ uint32_t rill_consumer_partition_count(const rill_consumer *c);
  * `c` is NULL or a consumer from `rill_consumer_new` not yet freed.
  */
 void rill_consumer_free(rill_consumer *c);
+
+/**
+ * Calls `each(user_data, consumer)` for every live pull consumer of the
+ * data directory, sorted by (pid, id). With `RILL_SHARING_PROCESSES`:
+ * every process's (this broker's with the counters their last poll left,
+ * the others' as their brokers published them at the end of each poll); a
+ * process that died is left out at once, and nothing another process
+ * waits on is locked to read them (Linux only for other processes:
+ * elsewhere, this broker's). Otherwise this broker's. A snapshot, taken
+ * before the first call; the callback may call any rill function.
+ *
+ * # Safety
+ *
+ * `b` is a live broker; `each` a function safe to call with `user_data`.
+ */
+rill_status rill_directory_consumer_list(rill_broker *b,
+                                         rill_directory_consumer_callback each,
+                                         void *user_data);
 
 /**
  * Calls `each(user_data, sub)` for every live push subscription of the

@@ -50,7 +50,7 @@ pub struct ReadmeSnippets;
 pub use broker::{
     Ack, Broker, BrokerConfig, Cleanup, Consumer, ConsumerOptions, ConsumerStart, ConsumerStats,
     DEFAULT_DELETE_RETENTION_MS, DEFAULT_PRIORITY, DEFAULT_SESSION_TIMEOUT, DeadLetterCallback, Delivered,
-    DeliveryMode, DirectorySubscription, Filter, GroupMember, GroupStats, LagCallback, MAX_PRIORITY,
+    DeliveryMode, DirectoryConsumer, DirectorySubscription, Filter, GroupMember, GroupStats, LagCallback, MAX_PRIORITY,
     MAX_SUBSCRIPTION_NAME_LEN, Message, NamedSubscription, OnInvalid, Overflow, PRIORITY_AGING_TAKES, Pattern, Polled,
     Position, Published, Publisher, RetryBackoff, Schema, StartPosition, Subscription, SubscriptionOptions,
     SubscriptionState, SubscriptionStats, TopicOptions, TopicStats,

@@ -1,7 +1,8 @@
 //! Several processes, one data directory (issue 39): every process's push
 //! subscriptions, with the pid of their process and their counters, from
-//! `Broker::directory_subscriptions` in any process; a process killed with
-//! SIGKILL leaves the list at once.
+//! `Broker::directory_subscriptions` in any process, and its pull consumers
+//! from `Broker::directory_consumers`; a process killed with SIGKILL leaves
+//! both lists at once.
 //!
 //! The other process is this test binary run again with [`procs::ROLE`]
 //! set and only the one test selected (see `tests/common/procs.rs`).
@@ -14,7 +15,12 @@ use std::path::Path;
 
 use common::procs::{self, TempDir, append, check_then_release, child_role, mark, spawn, wait_child_mark};
 use common::wait_for;
-use rill::{Ack, Broker, DirectorySubscription, Record, Sharing, SubscriptionOptions, SubscriptionState, TopicOptions};
+use std::time::Duration;
+
+use rill::{
+    Ack, Broker, ConsumerOptions, DirectoryConsumer, DirectorySubscription, Record, Sharing, SubscriptionOptions,
+    SubscriptionState, TopicOptions,
+};
 
 const MESSAGES: usize = 10;
 
@@ -154,5 +160,122 @@ fn exclusive_mode_lists_this_broker_s_subscriptions() {
     subs.sort_by(|a, b| a.name.cmp(&b.name));
     assert_eq!(stats.iter().map(|s| &s.name).collect::<Vec<_>>(), subs.iter().map(|s| &s.name).collect::<Vec<_>>());
     assert!(listed.iter().all(|s| s.pid == std::process::id() && s.this_broker));
+    assert!(!dir.0.join("subscribers").exists(), "no registry in Exclusive mode");
+}
+
+fn consumers_of(list: &[DirectoryConsumer], pid: u32) -> Vec<&DirectoryConsumer> {
+    list.iter().filter(|c| c.pid == pid).collect()
+}
+
+/// Messages the child's consumer polls, of the [`MESSAGES`] published.
+const POLLED: usize = 7;
+
+#[test]
+fn a_child_s_pull_consumer_is_listed_with_its_pid_and_counters_until_it_is_killed() {
+    const TEST: &str = "a_child_s_pull_consumer_is_listed_with_its_pid_and_counters_until_it_is_killed";
+    if let Some((role, dir)) = child_role() {
+        assert_eq!(role, "consumer");
+        let broker = Broker::new(procs::config(&dir, Sharing::Processes)).unwrap();
+        let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default()).unwrap();
+        let mut polled = 0;
+        while polled < POLLED {
+            polled += consumer.poll(POLLED - polled, Duration::from_secs(5)).unwrap().len();
+        }
+        mark(&dir, "polled");
+        // Until the parent kills this process (never made).
+        procs::wait_mark(&dir, "never");
+        return;
+    }
+    let dir = TempDir::new("consumers");
+    let broker = Broker::new(procs::config(&dir.0, Sharing::Processes)).unwrap();
+    broker.create_topic("orders", &TopicOptions::with_partitions(2)).unwrap();
+    for _ in 0..MESSAGES {
+        broker.publish("orders", &Record::new(b"o")).unwrap();
+    }
+    let mut mine = broker.consumer("audit", "orders", ConsumerOptions::default()).unwrap();
+    assert_eq!(mine.poll(2, Duration::from_secs(5)).unwrap().len(), 2);
+    let mut child = spawn(TEST, "consumer", &dir.0);
+    let pid = child.id();
+    let me = std::process::id();
+    let polled = wait_child_mark(&dir.0, "polled", &mut child);
+    check_then_release(
+        || {
+            assert!(polled, "the child exited before polling");
+            let list = broker.directory_consumers().unwrap();
+            let theirs = consumers_of(&list, pid);
+            assert_eq!(theirs.len(), 1, "{list:#?}");
+            let c = theirs[0];
+            assert!(!c.this_broker && c.group == "billing" && c.topic == "orders", "{c:#?}");
+            // Published at the end of each poll: what the child's polls
+            // returned, and what its partitions (both) hold past them.
+            assert_eq!((c.delivered, c.missed, c.lag), (POLLED as u64, 0, (MESSAGES - POLLED) as u64), "{c:#?}");
+            let members = broker.group_members("billing", "orders").unwrap();
+            assert_eq!(members.iter().map(|m| (m.pid, m.id)).collect::<Vec<_>>(), [(pid, c.id)], "the member it is");
+            let ours = consumers_of(&list, me);
+            assert_eq!(ours.len(), 1, "{list:#?}");
+            assert!(ours[0].this_broker && ours[0].group == "audit");
+            assert_eq!((ours[0].delivered, ours[0].lag), (2, (MESSAGES - 2) as u64));
+            // The push listing is not the pull one.
+            assert!(broker.directory_subscriptions().unwrap().is_empty());
+        },
+        || {
+            // SIGKILL: no close, the kernel drops the child's locks.
+            child.kill().unwrap();
+            child.wait().unwrap();
+        },
+    );
+    let list = broker.directory_consumers().unwrap();
+    assert!(consumers_of(&list, pid).is_empty(), "a killed process's consumers are gone: {list:#?}");
+    assert_eq!(consumers_of(&list, me).len(), 1);
+    let left: Vec<String> = std::fs::read_dir(dir.0.join("subscribers"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|f| f.starts_with(&format!("{pid}-")))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    mine.close();
+    assert!(broker.directory_consumers().unwrap().is_empty(), "a closed consumer leaves the list");
+}
+
+#[test]
+fn a_closed_broker_s_consumers_leave_the_list() {
+    let dir = TempDir::new("closed-consumers");
+    let first = Broker::new(procs::config(&dir.0, Sharing::Processes)).unwrap();
+    first.create_topic("orders", &TopicOptions::default()).unwrap();
+    first.publish("orders", &Record::new(b"o")).unwrap();
+    let second = Broker::new(procs::config(&dir.0, Sharing::Processes)).unwrap();
+    let mut consumer = second.consumer("billing", "orders", ConsumerOptions::default()).unwrap();
+    // Listed at its join, before any poll, its lag still zero.
+    let listed = first.directory_consumers().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:#?}");
+    assert_eq!((listed[0].pid, listed[0].this_broker, listed[0].delivered), (std::process::id(), false, 0));
+    assert_eq!(consumer.poll(10, Duration::from_secs(5)).unwrap().len(), 1);
+    let listed = first.directory_consumers().unwrap();
+    assert_eq!((listed[0].delivered, listed[0].lag), (1, 0), "{listed:#?}");
+    // The counters are as its last poll left them, until the next one.
+    first.publish("orders", &Record::new(b"o")).unwrap();
+    assert_eq!(first.directory_consumers().unwrap()[0].lag, 0);
+    assert_eq!(consumer.poll(10, Duration::from_secs(5)).unwrap().len(), 1);
+    let listed = first.directory_consumers().unwrap();
+    assert_eq!((listed[0].delivered, listed[0].lag), (2, 0), "{listed:#?}");
+    second.close();
+    assert!(first.directory_consumers().unwrap().is_empty());
+}
+
+#[test]
+fn exclusive_mode_lists_this_broker_s_consumers() {
+    let dir = TempDir::new("exclusive-consumers");
+    let broker = Broker::new(procs::config(&dir.0, Sharing::Exclusive)).unwrap();
+    broker.create_topic("orders", &TopicOptions::default()).unwrap();
+    broker.publish_batch("orders", &[Record::new(b"a"), Record::new(b"b")]).unwrap();
+    let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default()).unwrap();
+    assert_eq!(consumer.poll(1, Duration::from_secs(5)).unwrap().len(), 1);
+    let listed = broker.directory_consumers().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:#?}");
+    let c = &listed[0];
+    assert_eq!((c.pid, c.this_broker, c.delivered, c.missed, c.lag), (std::process::id(), true, 1, 0, 1));
+    assert_eq!(c.id, broker.group_members("billing", "orders").unwrap()[0].id);
+    consumer.close();
+    assert!(broker.directory_consumers().unwrap().is_empty());
     assert!(!dir.0.join("subscribers").exists(), "no registry in Exclusive mode");
 }

@@ -356,6 +356,29 @@ struct DirectorySubscription {
     SubscriptionInfo info;
 };
 
+/// A live pull consumer (a member of a consumer group) of the data
+/// directory and the process it lives in, as `Broker::directory_consumers`
+/// lists it.
+struct DirectoryConsumer {
+    /// The pid of the process whose broker has it.
+    uint32_t pid = 0;
+    /// True if it is this broker's.
+    bool this_broker = false;
+    /// Its id, unique in its process: the `GroupMember::id` of the member it is.
+    uint64_t id = 0;
+    /// Its consumer group.
+    std::string group;
+    /// The topic it reads.
+    std::string topic;
+    /// Messages its polls returned.
+    uint64_t delivered = 0;
+    /// Messages retention trimmed before it polled them.
+    uint64_t missed = 0;
+    /// What the partitions it owned held past its position in them, at the
+    /// end of its last poll (not the group's lag from its commits).
+    uint64_t lag = 0;
+};
+
 /// A live member of a consumer group on one topic, as `Broker::group_members`
 /// lists it.
 struct GroupMember {
@@ -1024,6 +1047,21 @@ class Broker {
                 if (s->last_error) out.info.last_error = std::string(s->last_error);
                 out.info.counters.name = out.info.counters.pattern = out.info.counters.last_error = nullptr;
                 return out;
+            });
+        }, &c);
+        return c.take(st);
+    }
+
+    /// Every live pull consumer of the data directory, sorted by (pid, id),
+    /// each with its process's pid and counters: with `Sharing::Processes`
+    /// every process's (see rill_directory_consumer_list); otherwise this
+    /// broker's.
+    std::vector<DirectoryConsumer> directory_consumers() const {
+        detail::Collect<DirectoryConsumer> c;
+        rill_status st = rill_directory_consumer_list(b_, [](void *u, const rill_directory_consumer *d) noexcept {
+            static_cast<detail::Collect<DirectoryConsumer> *>(u)->add([d] {
+                return DirectoryConsumer{d->pid, d->this_broker, d->id, d->group, d->topic,
+                                         d->delivered, d->missed, d->lag};
             });
         }, &c);
         return c.take(st);

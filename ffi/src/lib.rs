@@ -53,7 +53,10 @@
 //!   live member of a consumer group, in any process);
 //! * directory_subscription.rs: `rill_directory_subscription` with
 //!   `rill_directory_subscription_list` (a live push subscription in any
-//!   process, with its pid and counters).
+//!   process, with its pid and counters);
+//! * directory_consumer.rs: `rill_directory_consumer` with
+//!   `rill_directory_consumer_list` (a live pull consumer in any process,
+//!   with its pid and counters).
 //!
 //! A call taking a `rill_broker` lives in the file of what it acts on
 //! (`rill_topic_*` in topic.rs, but for the schema calls in schema.rs;
@@ -80,6 +83,7 @@ mod publish;
 mod publisher;
 
 mod consumer;
+mod directory_consumer;
 mod directory_subscription;
 mod error;
 mod group_member;
@@ -105,6 +109,7 @@ use std::ffi::c_char;
 
 pub use broker::*;
 pub use consumer::*;
+pub use directory_consumer::*;
 pub use directory_subscription::*;
 pub use error::rill_status;
 pub use group_member::*;

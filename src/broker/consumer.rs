@@ -50,6 +50,7 @@ use super::dead_letter::{self, Failed};
 use super::delivered::Delivered;
 use super::names::default_dead_letter_topic;
 use super::partition::signal::{Entry, Listener};
+use super::store::{ConsumerCounts, ConsumerDesc, Slot};
 use super::subscription::{DEFAULT_MAX_ATTEMPTS, StartPosition};
 use super::topic::Topic;
 use super::topic::Wait;
@@ -207,6 +208,9 @@ pub(crate) struct ConsumerCore {
     delivered: AtomicU64,
     /// Messages trimmed by retention before they were polled.
     missed: AtomicU64,
+    /// What the partitions it owned held past its position in them, at the
+    /// end of its last poll (for `Broker::directory_consumers`).
+    lag: AtomicU64,
 }
 
 impl ConsumerCore {
@@ -227,7 +231,15 @@ impl ConsumerCore {
             closed: AtomicBool::new(false),
             delivered: AtomicU64::new(0),
             missed: AtomicU64::new(0),
+            lag: AtomicU64::new(0),
         }
+    }
+
+    /// Its counters as its last poll left them.
+    pub(crate) fn counts(&self) -> ConsumerCounts {
+        // Relaxed: statistics, each on its own.
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ConsumerCounts { delivered: load(&self.delivered), missed: load(&self.missed), lag: load(&self.lag) }
     }
 
     /// Marks it closed and wakes a blocked `poll`.
@@ -371,6 +383,10 @@ pub struct Consumer {
     next: usize,
     /// Set once `close` has released the group.
     released: bool,
+    /// `Sharing::Processes`: its slot in its broker's registry, where each
+    /// poll publishes its counters for other processes (see
+    /// `store/registry.rs`).
+    slot: Option<Slot>,
 }
 
 impl Consumer {
@@ -394,12 +410,34 @@ impl Consumer {
             next_check: Instant::now(),
             next: 0,
             released: false,
+            slot: None,
         };
         c.core.set_polling(false);
         let generation = c.core.generation.load(Ordering::Acquire);
         let assignment = c.host.join(&c.core)?;
         c.apply(generation, assignment, false);
+        publish_counts(&c.core, None, c.lag_now());
         Ok(c)
+    }
+
+    /// `Sharing::Processes`: lists the consumer in its broker's registry
+    /// for other processes, its counters published into `slot` now and at
+    /// the end of each poll (see `store/registry.rs`). A failure to list
+    /// it is logged: the consumer works all the same.
+    pub(crate) fn list_in(&mut self, slot: Slot) {
+        slot.publish_consumer(&self.core.counts());
+        let topic = self.topic().to_owned();
+        let desc = ConsumerDesc { id: self.core.id, group: self.core.group.clone(), topic };
+        if let Err(e) = slot.list_consumer(desc) {
+            log::warn!("consumer {:?} of {:?}: could not list it in the registry: {e}", self.core.group, self.topic());
+        }
+        self.slot = Some(slot);
+    }
+
+    /// What the partitions it owns hold past its position in them.
+    fn lag_now(&self) -> u64 {
+        let partitions = self.core.topic.partitions.iter().zip(&self.parts);
+        partitions.filter_map(|(p, part)| Some(p.log.end_offset().saturating_sub(part.as_ref()?.cursor.offset()))).sum()
     }
 
     fn check_open(&self) -> Result<()> {
@@ -675,6 +713,8 @@ impl Consumer {
         let topic = &self.core.topic.name;
         let mut out = Vec::with_capacity(max.min(1024));
         let mut missed = 0;
+        // What the partitions hold past where this poll leaves its cursors.
+        let mut lag = 0;
         // What a partition's share did not use (it held fewer records than
         // estimated) passes to the next one.
         let mut carry = 0;
@@ -689,7 +729,10 @@ impl Consumer {
                 missed += m;
             }
             let want = (share + carry).min(max - out.len());
+            let log = &self.core.topic.partitions[index].log;
+            let at = part.cursor.offset();
             if want == 0 {
+                lag += log.end_offset().saturating_sub(at);
                 continue;
             }
             let partition = index as u32;
@@ -701,9 +744,15 @@ impl Consumer {
                 Err(Lagged { missed: m, .. }) => {
                     missed += m;
                     carry = want;
+                    // The cursor is borrowed here: what is left past the
+                    // trimmed part.
+                    lag += log.end_offset().saturating_sub(at.max(log.first_offset()));
                     continue;
                 }
             };
+            // Where the cursor is now (it is lent out with the batches).
+            let next = [b, a].iter().find(|x| !x.is_empty()).map_or(at, |x| x.first_offset() + x.len() as u64);
+            lag += log.end_offset().saturating_sub(next);
             carry = want - a.len() - b.len();
             out.extend(a.iter().chain(b.iter()).map(|record| Delivered::new(topic, partition, record)));
         }
@@ -711,6 +760,7 @@ impl Consumer {
         let add = |c: &AtomicU64, n: u64| c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
         add(&self.core.delivered, out.len() as u64);
         add(&self.core.missed, missed);
+        publish_counts(&self.core, self.slot.as_ref(), lag);
         if bell && !out.is_empty() {
             // It found something: the caller polls again before it waits.
             self.core.waiters.disarm();
@@ -1242,6 +1292,8 @@ impl Consumer {
             return;
         }
         self.core.close();
+        // Out of the registry's list (its slot's drop).
+        self.slot = None;
         for (p, slot) in self.core.topic.partitions.iter().zip(&mut self.parts) {
             if slot.take().is_some() {
                 p.remove_listener(self.core.id);
@@ -1252,6 +1304,17 @@ impl Consumer {
         // and the hook (with what it owns, the C library's eventfd) is
         // dropped now, not when the last listener list naming it is freed.
         self.core.waiters.take_bell();
+    }
+}
+
+/// Keeps `lag` as `core`'s and publishes its counters into `slot`, if it
+/// has one (a consumer in `Sharing::Processes` mode): a few plain stores,
+/// no system call.
+fn publish_counts(core: &ConsumerCore, slot: Option<&Slot>, lag: u64) {
+    // Relaxed: the consumer is the only writer; a statistic.
+    core.lag.store(lag, Ordering::Relaxed);
+    if let Some(slot) = slot {
+        slot.publish_consumer(&core.counts());
     }
 }
 

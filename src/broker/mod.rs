@@ -61,6 +61,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub use self::control::BrokerConfig;
+pub use self::control::directory::DirectoryConsumer;
 #[doc(hidden)]
 pub use self::control::shared_procs::set_look_fallback as set_shared_look_fallback;
 use self::control::{BrokerInner, Control, TopicMap, entry, topic_of};
@@ -792,7 +793,14 @@ impl Broker {
             // A group spanning processes (see `store/membership.rs`).
             Sharing::Processes => Box::new(control::groups::ProcessMember::new(inner.clone())),
         };
-        Consumer::new(core, host, options.start)
+        let id = core.id;
+        let mut consumer = Consumer::new(core, host, options.start)?;
+        // Processes mode: listed for other processes, its counters
+        // published at the end of each poll (see `store/registry.rs`).
+        if let Some(registry) = &inner.registry {
+            consumer.list_in(store::Registry::slot(registry, id)?);
+        }
+        Ok(consumer)
     }
 
     /// A consumer group's committed offsets and lag on `topic`, whether or
@@ -944,7 +952,7 @@ impl Broker {
             })
             .collect();
         if let (Some(registry), Some(store)) = (&inner.registry, inner.store()) {
-            for other in registry.others(store.root())? {
+            for other in registry.others(store.root())?.subs {
                 let (d, c) = (other.desc, other.counts);
                 v.push(DirectorySubscription {
                     pid: other.pid,
@@ -979,6 +987,40 @@ impl Broker {
         }
         v.sort_by(|a, b| (a.pid, &a.stats.name).cmp(&(b.pid, &b.stats.name)));
         Ok(v)
+    }
+
+    /// Every live pull consumer of the data directory, in every process,
+    /// each with the pid of its process, its group, topic and counters,
+    /// sorted by (pid, id): a member of a consumer group, whoever made it.
+    ///
+    /// With `Sharing::Processes`, each broker on the directory publishes its
+    /// consumers there as it does its subscriptions (see
+    /// [`directory_subscriptions`](Broker::directory_subscriptions)): a
+    /// consumer's counters at the end of each of its polls. This broker's
+    /// are listed from memory, with the counters their last poll left; a
+    /// consumer whose process died, or whose broker closed, is left out at
+    /// once. With `Sharing::Exclusive`, this broker's consumers.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rill::{ConsumerOptions, Record};
+    /// # use rill::{Broker, BrokerConfig, TopicOptions};
+    /// # let broker = Broker::new(BrokerConfig::default())?;
+    /// # broker.create_topic("orders", &TopicOptions::default())?;
+    ///
+    /// broker.publish_batch("orders", &[Record::new(b"o-1"), Record::new(b"o-2")])?;
+    /// let mut consumer = broker.consumer("billing", "orders", ConsumerOptions::default())?;
+    /// assert_eq!(consumer.poll(1, Duration::from_secs(5))?.len(), 1);
+    /// let listed = broker.directory_consumers()?;
+    /// assert_eq!((listed[0].group.as_str(), listed[0].topic.as_str()), ("billing", "orders"));
+    /// assert_eq!((listed[0].pid, listed[0].this_broker), (std::process::id(), true));
+    /// assert_eq!((listed[0].delivered, listed[0].lag), (1, 1));
+    /// # Ok::<(), rill::Error>(())
+    /// ```
+    pub fn directory_consumers(&self) -> Result<Vec<DirectoryConsumer>> {
+        self.inner().directory_consumers()
     }
 
     /// Every durable (named) subscription and the pid of the process that

@@ -53,8 +53,8 @@ SCENARIOS (--scenario NAME):
   ipc                 rill across processes on one data directory (Sharing::Processes, on /dev/shm; --ipc-disk:
                       under RILL_BENCH_DATA_DIR or the temp dir): 1 -> 1 against rill in one process and a Unix
                       socket, 4 -> 1 against one process, one-way latency at 100k msgs/s against a shared-memory
-                      ping-pong, idle CPU of 100 subscriptions in 4 processes; in --pairs rounds (--messages per
-                      run, default 1000000)
+                      ping-pong, idle CPU of 100 subscriptions, 16 shared-subscription members and 8 consumer-group
+                      members in 4 processes; in --pairs rounds (--messages per run, default 1000000)
   bridge              rill -> NATS JetStream -> rill through two rill_nats bridges, against a plain
                       async-nats publisher + pull consumer, interleaved in --pairs on a nats-server it
                       starts (build with --features nats; --messages sets the run length, default 20000)

@@ -588,6 +588,13 @@ static void who_holds_what_across_processes() {
             CHECK(s.pid == (theirs ? static_cast<uint32_t>(child) : me) && s.this_broker == !theirs);
             CHECK(s.durable && !s.shared && s.info.pattern == "orders" && s.info.counters.name == nullptr);
         }
+        // And its pull consumers: the child's member, which polled nothing.
+        auto consumers = b.directory_consumers();
+        CHECK(consumers.size() == 1);
+        CHECK(consumers.size() == 1 && consumers[0].pid == static_cast<uint32_t>(child) && !consumers[0].this_broker);
+        CHECK(consumers.size() == 1 && consumers[0].group == "billing" && consumers[0].topic == "orders");
+        CHECK(consumers.size() == 1 && members.size() == 1 && consumers[0].id == members[0].id);
+        CHECK(consumers.size() == 1 && consumers[0].delivered == 0 && consumers[0].lag == 0);
 
         CHECK(::kill(child, SIGKILL) == 0);
         int status = 0;
@@ -599,6 +606,7 @@ static void who_holds_what_across_processes() {
         CHECK(status_of([&] { b.group_members("billing", "no-such-topic"); }) == RILL_ERR_NO_SUCH_TOPIC);
         subs = b.directory_subscriptions();
         CHECK(subs.size() == 1 && subs[0].info.name == "ledger" && subs[0].this_broker);
+        CHECK(b.directory_consumers().empty());
     }
     fs::remove_all(dir);
 
@@ -617,6 +625,8 @@ static void who_holds_what_across_processes() {
               (members[0].partitions == std::vector<uint32_t>{0, 1}));
         auto subs = b.directory_subscriptions();
         CHECK(subs.size() == 2 && subs[0].this_broker && subs[1].this_broker);
+        auto consumers = b.directory_consumers();
+        CHECK(consumers.size() == 1 && consumers[0].this_broker && consumers[0].group == "billing");
     }
     fs::remove_all(dir);
 }

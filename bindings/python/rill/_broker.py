@@ -245,6 +245,34 @@ class DirectorySubscription:
 
 
 @dataclass(frozen=True)
+class DirectoryConsumer:
+    """A live pull consumer (a member of a consumer group) of the data
+    directory and the process it lives in, as
+    :meth:`Broker.directory_consumers` lists it."""
+
+    pid: int
+    """The pid of the process whose broker has it (0 for a process in a
+    PID namespace this process cannot see)."""
+    this_broker: bool
+    """True if it is this broker's."""
+    id: int
+    """Its id, unique in its process: the :attr:`GroupMember.id` of the
+    member it is."""
+    group: str
+    """Its consumer group."""
+    topic: str
+    """The topic it reads."""
+    delivered: int
+    """Messages its polls returned."""
+    missed: int
+    """Messages retention trimmed before it polled them."""
+    lag: int
+    """What the partitions it owned held past its position in them, at
+    the end of its last poll (not the group's lag from its commits, which
+    :meth:`Broker.group_stats` gives)."""
+
+
+@dataclass(frozen=True)
 class GroupMember:
     """A live member of a consumer group on one topic, as
     :meth:`Broker.group_members` lists it."""
@@ -1407,6 +1435,27 @@ class Broker(_Handle):
             out.append(DirectorySubscription(d.pid, d.this_broker, d.durable, d.shared, stats))
 
         check(lib.rill_directory_subscription_list(self._handle(), _ffi.DIRECTORY_SUBSCRIPTION_CALLBACK(each), None))
+        return out
+
+    def directory_consumers(self) -> list[DirectoryConsumer]:
+        """Every live pull consumer of the data directory (a member of a
+        consumer group), in every process, each with its process's pid, its
+        group, topic and counters, sorted by (pid, id).
+
+        With ``sharing="processes"``, every process's: this broker's with
+        the counters their last poll left, the others' as their brokers
+        published them at the end of each poll; a process that died is
+        left out at once, and nothing another process waits on is locked
+        to read them (Linux only for other processes: elsewhere, this
+        broker's). Otherwise this broker's."""
+        out: list[DirectoryConsumer] = []
+
+        def each(_user: int | None, p: Any) -> None:
+            c = p.contents
+            group, topic = c.group.decode(), c.topic.decode()
+            out.append(DirectoryConsumer(c.pid, c.this_broker, c.id, group, topic, c.delivered, c.missed, c.lag))
+
+        check(lib.rill_directory_consumer_list(self._handle(), _ffi.DIRECTORY_CONSUMER_CALLBACK(each), None))
         return out
 
     def group_members(self, group: str, topic: str) -> list[GroupMember]:

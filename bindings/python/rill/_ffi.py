@@ -250,6 +250,19 @@ class rill_directory_subscription(Structure):
     ]
 
 
+class rill_directory_consumer(Structure):
+    _fields_ = [
+        ("pid", c_uint32),
+        ("this_broker", c_bool),
+        ("id", c_uint64),
+        ("group", c_char_p),
+        ("topic", c_char_p),
+        ("delivered", c_uint64),
+        ("missed", c_uint64),
+        ("lag", c_uint64),
+    ]
+
+
 class rill_group_member(Structure):
     _fields_ = [
         ("pid", c_uint32),
@@ -266,6 +279,7 @@ PARTITION_LAG_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_partition_lag))
 NAMED_SUBSCRIPTION_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_named_subscription))
 GROUP_MEMBER_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_group_member))
 DIRECTORY_SUBSCRIPTION_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_directory_subscription))
+DIRECTORY_CONSUMER_CALLBACK = CFUNCTYPE(None, c_void_p, POINTER(rill_directory_consumer))
 
 
 class rill_consumer_stats(Structure):
@@ -404,6 +418,7 @@ TYPES: dict[str, object] = {
     "rill_named_subscription_callback": NAMED_SUBSCRIPTION_CALLBACK,
     "rill_group_member_callback": GROUP_MEMBER_CALLBACK,
     "rill_directory_subscription_callback": DIRECTORY_SUBSCRIPTION_CALLBACK,
+    "rill_directory_consumer_callback": DIRECTORY_CONSUMER_CALLBACK,
 }
 
 # name -> (return type, parameter types), exactly as in rill.h.
@@ -511,6 +526,7 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
         "rill_status",
         ["rill_broker*", "rill_directory_subscription_callback", "void*"],
     ),
+    "rill_directory_consumer_list": ("rill_status", ["rill_broker*", "rill_directory_consumer_callback", "void*"]),
     "rill_consumer_partition_count": ("uint32_t", ["const rill_consumer*"]),
     "rill_consumer_assignment": ("rill_status", ["const rill_consumer*", "uint32_t*", "size_t", "size_t*"]),
     "rill_consumer_notify_fd": ("rill_status", ["rill_consumer*", "int*"]),

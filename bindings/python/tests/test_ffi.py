@@ -215,6 +215,7 @@ def test_every_callback_typedef_matches_its_cfunctype() -> None:
         "rill_named_subscription_callback": _ffi.NAMED_SUBSCRIPTION_CALLBACK,
         "rill_group_member_callback": _ffi.GROUP_MEMBER_CALLBACK,
         "rill_directory_subscription_callback": _ffi.DIRECTORY_SUBSCRIPTION_CALLBACK,
+        "rill_directory_consumer_callback": _ffi.DIRECTORY_CONSUMER_CALLBACK,
         "rill_validator_fn": _ffi.VALIDATOR,
     }
     assert set(callbacks) == set(mirrors)

@@ -6,7 +6,12 @@ pid and, once the child's handlers took every message published here, their
 counters say so (published at the end of each drain round, so the test
 waits, with a deadline, for the round to end). Once the child is killed with
 SIGKILL they are gone, at once. Then a broker of its own
-(``sharing="exclusive"``): this broker's, as ``subscriptions()``."""
+(``sharing="exclusive"``): this broker's, as ``subscriptions()``.
+
+And every process's pull consumers, ``Broker.directory_consumers``: a spawn
+child's consumer polls POLLED of the messages published here; the listing
+shows it with the child's pid, its member id and counters saying what it
+polled (published at the end of each poll), and not once it is killed."""
 
 from __future__ import annotations
 
@@ -108,3 +113,73 @@ def test_exclusive_mode_lists_this_brokers_subscriptions(tmp_path: Path) -> None
         assert [s.durable for s in listed if s.stats.name == "audit"] == [True]
         for handle in (audit, anonymous):
             handle.close()
+
+
+POLLED = 7
+
+
+def _consumer(data_dir: str, out: Any) -> None:
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never", worker_threads=1) as b:
+        consumer = b.consumer("billing", TOPIC)
+        polled = 0
+        while polled < POLLED:
+            polled += len(consumer.poll(POLLED - polled, timeout=WAIT))
+        out.put(os.getpid())
+        # Until the parent kills this process (see `_subscriber`).
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        consumer.close()
+
+
+def test_another_process_s_pull_consumer_shows_its_pid_and_counters_until_it_is_killed(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    data_dir = str(tmp_path / "data")
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never") as b:
+        b.create_topic(TOPIC)
+        for _ in range(MESSAGES):
+            b.publish(TOPIC, b"o")
+        mine = b.consumer("audit", TOPIC)
+        assert len(mine.poll(2, timeout=WAIT)) == 2
+        out = ctx.Queue()
+        child = ctx.Process(target=_consumer, args=(data_dir, out))
+        child.start()
+        try:
+            pid = child.pid
+            assert pid is not None and out.get(timeout=WAIT) == pid
+            listed = b.directory_consumers()
+            theirs = [c for c in listed if c.pid == pid]
+            assert [(c.this_broker, c.group, c.topic, c.delivered, c.missed, c.lag) for c in theirs] == [
+                (False, "billing", TOPIC, POLLED, 0, MESSAGES - POLLED)
+            ]
+            assert [(m.pid, m.id) for m in b.group_members("billing", TOPIC)] == [(pid, theirs[0].id)]
+            ours = [(c.this_broker, c.group, c.delivered, c.lag) for c in listed if c.pid == os.getpid()]
+            assert ours == [(True, "audit", 2, MESSAGES - 2)]
+            assert b.directory_subscriptions() == []
+
+            child.kill()
+            child.join(WAIT)
+            assert child.exitcode == -signal.SIGKILL
+            assert [(c.pid, c.this_broker) for c in b.directory_consumers()] == [(os.getpid(), True)]
+        finally:
+            if child.is_alive():
+                child.kill()
+                child.join()
+            mine.close()
+        assert b.directory_consumers() == []
+
+
+def test_exclusive_mode_lists_this_brokers_consumers(tmp_path: Path) -> None:
+    with rill.Broker(data_dir=str(tmp_path / "data")) as b:
+        b.create_topic(TOPIC)
+        assert b.directory_consumers() == []
+        b.publish(TOPIC, b"o")
+        consumer = b.consumer("billing", TOPIC)
+        assert len(consumer.poll(10, timeout=WAIT)) == 1
+        listed = b.directory_consumers()
+        assert [(c.pid, c.this_broker, c.group, c.topic, c.delivered, c.lag) for c in listed] == [
+            (os.getpid(), True, "billing", TOPIC, 1, 0)
+        ]
+        assert listed[0].id == b.group_members("billing", TOPIC)[0].id
+        consumer.close()
+        assert b.directory_consumers() == []

@@ -73,11 +73,13 @@
 //! * `groups.rs`: the consumer groups' side (`GroupHost`, deleting a group);
 //! * `data_dir.rs`: opening a data directory, the flusher's work, and the
 //!   snapshots of offsets taken for the store;
+//! * `directory.rs`: the directory-wide listing of pull consumers;
 //! * `close.rs`: closing the broker.
 
 mod close;
 mod config;
 mod data_dir;
+pub(crate) mod directory;
 pub(crate) mod groups;
 mod held;
 mod members;

@@ -201,7 +201,7 @@ pub(crate) use self::membership::Membership;
 pub(crate) use self::named::NameHold;
 use self::offsets::GroupCommit;
 pub(crate) use self::offsets::{Ticket, read_offsets};
-pub(crate) use self::registry::{Counts, Registry, Slot, SubDesc};
+pub(crate) use self::registry::{ConsumerCounts, ConsumerDesc, Counts, Registry, Slot, SubDesc};
 use self::topics::{TOPICS_DIR, TopicList, read_topic_list, sweep_deleted, tombstone_name};
 use super::topic::TopicOptions;
 use crate::error::{Error, Result};

@@ -1,6 +1,6 @@
-//! The subscriptions of every broker on a data directory shared by
-//! processes (issue 39), with their counters: for
-//! `Broker::directory_subscriptions`.
+//! The subscriptions and pull consumers of every broker on a data
+//! directory shared by processes (issue 39), with their counters: for
+//! `Broker::directory_subscriptions` and `Broker::directory_consumers`.
 //!
 //! # The files
 //!
@@ -9,8 +9,9 @@
 //!
 //! ```text
 //! subscribers/<stem>.lock     flock(LOCK_EX) held by the broker for its life
-//! subscribers/<stem>.list     its live subscriptions: id, slot, name,
-//!                             pattern, kind (rewritten whole)
+//! subscribers/<stem>.list     its live subscriptions (id, slot, name,
+//!                             pattern, kind) and pull consumers (id,
+//!                             slot, group, topic), rewritten whole
 //! subscribers/<stem>.<c>      chunk c of its counter slots (64 slots of
 //!                             16 words), mapped shared by the broker
 //! ```
@@ -25,9 +26,16 @@
 //! in place: a subscription's slot is written by its drainer at the end of
 //! each drain round (the `on_round_end` hook), with one plain (`Relaxed`)
 //! store per word into the mapping: no system call and no lock, once per
-//! round, not per message. Each word is a counter on its own, read as a
-//! snapshot like `Subscription::stats`, so a reader needs no more than
-//! each word's atomicity.
+//! round, not per message. A pull consumer's slot is written the same way
+//! by the thread that polls it (a `Consumer` is used by one thread at a
+//! time), at the end of each `poll` and once when it joins: once per poll,
+//! however many messages the poll returns. Each word is a counter on its
+//! own, read as a snapshot like `Subscription::stats`, so a reader needs no
+//! more than each word's atomicity.
+//!
+//! A consumer's line in `.list` starts with `c`, and has five fields where
+//! a subscription's has seven: a reader that knows only subscriptions skips
+//! it as a bad line, so the list's version stays 1.
 //!
 //! # No slot is reused
 //!
@@ -120,6 +128,32 @@ impl Counts {
     }
 }
 
+/// The counts a pull consumer's slot holds, after its id word, in this
+/// order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ConsumerCounts {
+    /// Messages its polls returned.
+    pub(crate) delivered: u64,
+    /// Messages retention trimmed before it polled them.
+    pub(crate) missed: u64,
+    /// What the partitions it owned held past its position in them, at the
+    /// end of its last poll.
+    pub(crate) lag: u64,
+}
+
+const CONSUMER_WORDS: usize = 3;
+
+impl ConsumerCounts {
+    fn words(&self) -> [u64; CONSUMER_WORDS] {
+        [self.delivered, self.missed, self.lag]
+    }
+
+    fn from_words(w: [u64; CONSUMER_WORDS]) -> Self {
+        let [delivered, missed, lag] = w;
+        Self { delivered, missed, lag }
+    }
+}
+
 /// What `.list` says of a subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SubDesc {
@@ -130,6 +164,48 @@ pub(crate) struct SubDesc {
     pub(crate) shared: bool,
     pub(crate) priority: u8,
     pub(crate) dead_letter_topic: Option<String>,
+}
+
+/// What `.list` says of a pull consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConsumerDesc {
+    /// Its id, unique in its process (a group member's id).
+    pub(crate) id: u64,
+    pub(crate) group: String,
+    pub(crate) topic: String,
+}
+
+/// What a `.list` line names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Desc {
+    Sub(SubDesc),
+    Consumer(ConsumerDesc),
+}
+
+impl Desc {
+    fn id(&self) -> u64 {
+        match self {
+            Desc::Sub(d) => d.id,
+            Desc::Consumer(d) => d.id,
+        }
+    }
+}
+
+/// Another broker's pull consumer, as its files say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ListedConsumer {
+    pub(crate) pid: u32,
+    pub(crate) desc: ConsumerDesc,
+    pub(crate) counts: ConsumerCounts,
+}
+
+/// What the other brokers' files list.
+#[derive(Debug, Default)]
+pub(crate) struct Listing {
+    /// Sorted by (pid, name).
+    pub(crate) subs: Vec<ListedSub>,
+    /// Sorted by (pid, id).
+    pub(crate) consumers: Vec<ListedConsumer>,
 }
 
 /// Another broker's subscription, as its files say.
@@ -160,19 +236,28 @@ fn unhex(s: &str) -> Option<String> {
 
 /// `.list`'s text: a line per subscription, `slot id flags priority name
 /// pattern dead-letter-topic`, strings in hex (`-`: none), flags bit 0
-/// durable, bit 1 shared.
-fn encode(listed: &BTreeMap<u64, SubDesc>) -> String {
+/// durable, bit 1 shared; and a line per pull consumer, `c slot id group
+/// topic`.
+fn encode(listed: &BTreeMap<u64, Desc>) -> String {
     let mut text = String::from("rill-subscribers 1\n");
     for (slot, d) in listed {
-        let flags = u8::from(d.durable) | (u8::from(d.shared) << 1);
-        let dlt = d.dead_letter_topic.as_deref().map_or_else(|| "-".to_owned(), hex);
-        let _ = writeln!(text, "{slot} {} {flags} {} {} {} {dlt}", d.id, d.priority, hex(&d.name), hex(&d.pattern));
+        match d {
+            Desc::Sub(d) => {
+                let flags = u8::from(d.durable) | (u8::from(d.shared) << 1);
+                let dlt = d.dead_letter_topic.as_deref().map_or_else(|| "-".to_owned(), hex);
+                let (name, pattern) = (hex(&d.name), hex(&d.pattern));
+                let _ = writeln!(text, "{slot} {} {flags} {} {name} {pattern} {dlt}", d.id, d.priority);
+            }
+            Desc::Consumer(d) => {
+                let _ = writeln!(text, "c {slot} {} {} {}", d.id, hex(&d.group), hex(&d.topic));
+            }
+        }
     }
     text
 }
 
 /// The lines of a `.list` (an unknown version or a bad line: skipped).
-fn decode(text: &str) -> Vec<(u64, SubDesc)> {
+fn decode(text: &str) -> Vec<(u64, Desc)> {
     let mut lines = text.lines();
     if lines.next() != Some("rill-subscribers 1") {
         return Vec::new();
@@ -180,6 +265,10 @@ fn decode(text: &str) -> Vec<(u64, SubDesc)> {
     lines
         .filter_map(|line| {
             let f: Vec<&str> = line.split(' ').collect();
+            if let ["c", slot, id, group, topic] = f.as_slice() {
+                let desc = ConsumerDesc { id: id.parse().ok()?, group: unhex(group)?, topic: unhex(topic)? };
+                return Some((slot.parse().ok()?, Desc::Consumer(desc)));
+            }
             let [slot, id, flags, priority, name, pattern, dlt] = f.as_slice() else { return None };
             let flags: u8 = flags.parse().ok()?;
             let desc = SubDesc {
@@ -191,7 +280,7 @@ fn decode(text: &str) -> Vec<(u64, SubDesc)> {
                 priority: priority.parse().ok()?,
                 dead_letter_topic: if *dlt == "-" { None } else { Some(unhex(dlt)?) },
             };
-            Some((slot.parse().ok()?, desc))
+            Some((slot.parse().ok()?, Desc::Sub(desc)))
         })
         .collect()
 }
@@ -209,7 +298,8 @@ unsafe fn word_at<'a>(base: *const u8, slot: usize, word: usize) -> &'a AtomicU6
     unsafe { &*base.add(slot * SLOT_BYTES + word * 8).cast::<AtomicU64>() }
 }
 
-/// A subscription's slot, held by its round-end hook.
+/// A subscription's slot, held by its round-end hook, or a pull
+/// consumer's, held by the consumer.
 pub(crate) struct Slot {
     registry: Arc<Registry>,
     /// Keeps the chunk's mapping alive while the slot is written.
@@ -225,10 +315,21 @@ impl std::fmt::Debug for Slot {
 }
 
 impl Slot {
-    /// Publishes `counts` into the slot: plain stores, no system call.
+    /// Publishes a subscription's `counts` into the slot: plain stores, no
+    /// system call.
     pub(crate) fn publish(&self, counts: &Counts) {
+        self.store(&counts.words());
+    }
+
+    /// Publishes a pull consumer's `counts` into the slot, as `publish`.
+    pub(crate) fn publish_consumer(&self, counts: &ConsumerCounts) {
+        self.store(&counts.words());
+    }
+
+    fn store(&self, words: &[u64]) {
+        debug_assert!(words.len() < SLOT_WORDS);
         let at = (self.index % CHUNK_SLOTS) as usize;
-        for (i, w) in counts.words().into_iter().enumerate() {
+        for (i, &w) in words.iter().enumerate() {
             // SAFETY: `self.map` is a whole chunk, kept alive by the Arc, and
             // only ever used through atomics.
             let word = unsafe { word_at(self.map.as_ptr(), at, 1 + i) };
@@ -239,7 +340,12 @@ impl Slot {
 
     /// Names the subscription in `.list` (once its subscribe succeeded).
     pub(crate) fn list(&self, desc: SubDesc) -> Result<()> {
-        self.registry.list(self.index, desc)
+        self.registry.list(self.index, Desc::Sub(desc))
+    }
+
+    /// Names the pull consumer in `.list` (once it joined its group).
+    pub(crate) fn list_consumer(&self, desc: ConsumerDesc) -> Result<()> {
+        self.registry.list(self.index, Desc::Consumer(desc))
     }
 
     /// Takes the subscription out of `.list` (at its close).
@@ -260,7 +366,7 @@ struct State {
     lock: Option<Locked>,
     next_slot: u64,
     chunks: HashMap<u64, (Arc<MmapMut>, u64)>,
-    listed: BTreeMap<u64, SubDesc>,
+    listed: BTreeMap<u64, Desc>,
 }
 
 /// A broker's registry (see the module docs).
@@ -310,13 +416,14 @@ impl Registry {
         self.dir.join(format!("{}.{chunk}", self.stem))
     }
 
-    fn write_list(&self, listed: &BTreeMap<u64, SubDesc>) -> Result<()> {
+    fn write_list(&self, listed: &BTreeMap<u64, Desc>) -> Result<()> {
         // Never synced: a registry describes live processes, not what
         // survives a crash.
         replace(&self.dir, &format!("{}.list", self.stem), encode(listed).as_bytes(), false)
     }
 
-    /// Hands subscription `id` a slot of its own, its counts zero.
+    /// Hands subscription (or pull consumer) `id` a slot of its own, its
+    /// counts zero.
     pub(crate) fn slot(this: &Arc<Registry>, id: u64) -> Result<Slot> {
         let mut st = this.state.lock();
         if st.lock.is_none() {
@@ -359,7 +466,7 @@ impl Registry {
         Ok(Slot { registry: this.clone(), map, index, id })
     }
 
-    fn list(&self, index: u64, desc: SubDesc) -> Result<()> {
+    fn list(&self, index: u64, desc: Desc) -> Result<()> {
         let mut st = self.state.lock();
         if st.lock.is_none() {
             return Ok(());
@@ -404,10 +511,10 @@ impl Registry {
         drop(lock);
     }
 
-    /// Every other live broker's subscriptions on the directory `root`
-    /// (this one's are left out: its caller has them live), sorted by (pid,
-    /// name). Dead brokers' files are removed on the way.
-    pub(crate) fn others(&self, root: &Path) -> Result<Vec<ListedSub>> {
+    /// Every other live broker's subscriptions and pull consumers on the
+    /// directory `root` (this one's are left out: its caller has them
+    /// live). Dead brokers' files are removed on the way.
+    pub(crate) fn others(&self, root: &Path) -> Result<Listing> {
         read_others(&root.join(REGISTRY_DIR), Some(&self.stem), &LockTable::read()?)
     }
 }
@@ -425,14 +532,15 @@ fn remove_files(dir: &Path, stem: &str) {
     }
 }
 
-/// The subscriptions of every live registry in `dir` but `own`.
-fn read_others(dir: &Path, own: Option<&str>, locks: &LockTable) -> Result<Vec<ListedSub>> {
+/// The subscriptions and pull consumers of every live registry in `dir`
+/// but `own`.
+fn read_others(dir: &Path, own: Option<&str>, locks: &LockTable) -> Result<Listing> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(Listing::default()),
         Err(e) => return Err(Error::io(dir, &e)),
     };
-    let mut out = Vec::new();
+    let mut out = Listing::default();
     for entry in entries {
         let entry = entry.map_err(|e| Error::io(dir, &e))?;
         let file = entry.file_name();
@@ -445,9 +553,10 @@ fn read_others(dir: &Path, own: Option<&str>, locks: &LockTable) -> Result<Vec<L
             sweep_if_dead(dir, stem, &lock_path);
             continue;
         };
-        out.extend(read_registry(dir, stem, pid)?);
+        read_registry(dir, stem, pid, &mut out)?;
     }
-    out.sort_by(|a, b| (a.pid, &a.desc.name).cmp(&(b.pid, &b.desc.name)));
+    out.subs.sort_by(|a, b| (a.pid, &a.desc.name).cmp(&(b.pid, &b.desc.name)));
+    out.consumers.sort_by_key(|c| (c.pid, c.desc.id));
     Ok(out)
 }
 
@@ -463,18 +572,17 @@ fn sweep_if_dead(dir: &Path, stem: &str, lock_path: &Path) {
     }
 }
 
-/// The subscriptions registry `stem` (of process `pid`) lists, each with
-/// its counts; one whose slot holds another id (or whose chunk is gone:
-/// the subscription went meanwhile) is left out.
-fn read_registry(dir: &Path, stem: &str, pid: u32) -> Result<Vec<ListedSub>> {
+/// Adds to `out` the subscriptions and pull consumers registry `stem` (of
+/// process `pid`) lists, each with its counts; one whose slot holds
+/// another id (or whose chunk is gone: it went meanwhile) is left out.
+fn read_registry(dir: &Path, stem: &str, pid: u32, out: &mut Listing) -> Result<()> {
     let list_path = dir.join(format!("{stem}.list"));
     let text = match fs::read_to_string(&list_path) {
         Ok(text) => text,
-        Err(e) if e.kind() == IoKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(()),
         Err(e) => return Err(Error::io(&list_path, &e)),
     };
     let mut maps: HashMap<u64, Option<Mmap>> = HashMap::new();
-    let mut out = Vec::new();
     for (slot, desc) in decode(&text) {
         let chunk = slot / CHUNK_SLOTS;
         let map = maps.entry(chunk).or_insert_with(|| {
@@ -492,13 +600,21 @@ fn read_registry(dir: &Path, stem: &str, pid: u32) -> Result<Vec<ListedSub>> {
         let word = |w: usize| unsafe { word_at(map.as_ptr(), at, w) }.load(Ordering::Relaxed);
         // Relaxed: `.list` named the slot after its id was stored (a rename
         // between), and the counts are statistics.
-        if word(0) != desc.id {
+        if word(0) != desc.id() {
             continue;
         }
-        let counts = Counts::from_words(std::array::from_fn(|i| word(1 + i)));
-        out.push(ListedSub { pid, desc, counts });
+        match desc {
+            Desc::Sub(desc) => {
+                let counts = Counts::from_words(std::array::from_fn(|i| word(1 + i)));
+                out.subs.push(ListedSub { pid, desc, counts });
+            }
+            Desc::Consumer(desc) => {
+                let counts = ConsumerCounts::from_words(std::array::from_fn(|i| word(1 + i)));
+                out.consumers.push(ListedConsumer { pid, desc, counts });
+            }
+        }
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -520,11 +636,19 @@ mod tests {
     #[test]
     fn a_list_reads_back_as_written() {
         let mut listed = BTreeMap::new();
-        listed.insert(4, desc(9, "a b\nc"));
-        listed.insert(70, SubDesc { dead_letter_topic: None, shared: true, durable: false, ..desc(10, "x") });
-        let back: BTreeMap<u64, SubDesc> = decode(&encode(&listed)).into_iter().collect();
+        listed.insert(4, Desc::Sub(desc(9, "a b\nc")));
+        listed
+            .insert(70, Desc::Sub(SubDesc { dead_letter_topic: None, shared: true, durable: false, ..desc(10, "x") }));
+        let consumer = ConsumerDesc { id: 11, group: "billing ü".into(), topic: "orders".into() };
+        listed.insert(71, Desc::Consumer(consumer));
+        let text = encode(&listed);
+        let back: BTreeMap<u64, Desc> = decode(&text).into_iter().collect();
         assert_eq!(back, listed);
         assert!(decode("rill-subscribers 2\n4 9 1 3 61 61 -\n").is_empty());
+        // A reader that knows only subscriptions' seven fields skips a
+        // consumer's line as a bad one (see "Who writes what").
+        let consumer_line = text.lines().find(|l| l.starts_with("c ")).unwrap();
+        assert_eq!(consumer_line.split(' ').count(), 5);
     }
 
     #[test]
@@ -540,24 +664,35 @@ mod tests {
         }
         let last = slots.last().unwrap();
         last.publish(&Counts { delivered: 7, acked: 6, lag: 2, ..Counts::default() });
+        // A pull consumer's slot beside them, in the same chunks.
+        let consumer = Registry::slot(&owner, 500).unwrap();
+        consumer.list_consumer(ConsumerDesc { id: 500, group: "billing".into(), topic: "orders".into() }).unwrap();
+        consumer.publish_consumer(&ConsumerCounts { delivered: 5, missed: 1, lag: 3 });
         let pid = std::process::id();
         // This process holds the owner's lock: the kernel lists it as ours.
         let table = LockTable::read().unwrap();
         let listed = read_others(&dir, None, &table).unwrap();
-        assert_eq!(listed.len(), slots.len());
-        let seen = listed.iter().find(|l| l.desc.id == last.id).unwrap();
+        assert_eq!(listed.subs.len(), slots.len());
+        let seen = listed.subs.iter().find(|l| l.desc.id == last.id).unwrap();
         assert_eq!((seen.pid, seen.counts.delivered, seen.counts.acked, seen.counts.lag), (pid, 7, 6, 2));
-        assert!(read_others(&dir, Some(&owner.stem), &table).unwrap().is_empty());
+        assert_eq!(listed.consumers.len(), 1);
+        let c = &listed.consumers[0];
+        assert_eq!((c.pid, c.desc.id, c.desc.group.as_str(), c.desc.topic.as_str()), (pid, 500, "billing", "orders"));
+        assert_eq!(c.counts, ConsumerCounts { delivered: 5, missed: 1, lag: 3 });
+        drop(consumer);
+        assert!(read_others(&dir, None, &table).unwrap().consumers.is_empty(), "a dropped slot is unlisted");
+        let none = read_others(&dir, Some(&owner.stem), &table).unwrap();
+        assert!(none.subs.is_empty() && none.consumers.is_empty());
         let mut slots = slots;
         let tail = slots.split_off(CHUNK_SLOTS as usize);
         drop(slots);
         assert!(!owner.chunk_path(0).exists(), "a chunk wholly let go is removed");
-        assert_eq!(read_others(&dir, None, &table).unwrap().len(), tail.len());
+        assert_eq!(read_others(&dir, None, &table).unwrap().subs.len(), tail.len());
         tail[0].unlist().unwrap();
-        assert_eq!(read_others(&dir, None, &table).unwrap().len(), 1);
+        assert_eq!(read_others(&dir, None, &table).unwrap().subs.len(), 1);
         // Closed: its lock let go, a reader sweeps whatever is left.
         owner.close();
-        assert!(read_others(&dir, None, &LockTable::default()).unwrap().is_empty());
+        assert!(read_others(&dir, None, &LockTable::default()).unwrap().subs.is_empty());
         drop(tail);
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
         fs::remove_dir_all(&root).unwrap();

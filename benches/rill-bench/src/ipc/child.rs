@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use rill::{Ack, Broker, Message, Record, Sharing, SubscriptionOptions};
+use rill::{Ack, Broker, ConsumerOptions, Message, Record, Sharing, SubscriptionOptions};
 
 use super::ice;
 use super::proto::{
-    CHILD_CAP, Checker, ChildConf, ChildOut, LATENCY_IDLE_SPIN, ROLE_ENV, Role, TOPIC, broker, cpu_ns, err, hear, join,
-    mono_ns, publish, say,
+    CHILD_CAP, Checker, ChildConf, ChildOut, IDLE_GROUP, IDLE_GROUP_MEMBERS, IDLE_PROCESSES, IDLE_SHARED_MEMBERS,
+    IDLE_SHARED_NAME, LATENCY_IDLE_SPIN, ROLE_ENV, Role, TOPIC, broker, cpu_ns, err, hear, join, mono_ns, publish, say,
 };
 use crate::stats::percentiles;
 
@@ -109,45 +109,79 @@ pub(super) fn child(conf: &ChildConf) -> Result<ChildOut, String> {
         }
         Role::Ping | Role::Pong => ping_pong(conf),
         Role::IcePub | Role::IceSub => ice::child(conf),
-        Role::Idle => {
-            let broker = broker(&conf.dir, Sharing::Processes)?;
-            join(&broker)?;
-            let woken = Arc::new(AtomicU64::new(0));
-            let (tx, rx) = crossbeam_channel::unbounded();
-            let subs: Vec<_> = (0..conf.subscriptions)
-                .map(|_| {
-                    let (woken, tx) = (woken.clone(), tx.clone());
-                    let mut checker = Checker::new(1, conf.payload);
-                    broker
-                        .subscribe(TOPIC, SubscriptionOptions::default(), move |m: &Message<'_>| {
-                            checker.on(m.payload());
-                            // Relaxed: a count; the channel carries the news.
-                            let bad = checker.bad;
-                            woken.fetch_add(1, Ordering::Relaxed);
-                            let _ = tx.send(bad);
-                            Ack::Success
-                        })
-                        .map_err(err("subscribe"))
-                })
-                .collect::<Result<_, _>>()?;
-            for s in &subs {
-                s.wait_idle(Duration::from_secs(10)).map_err(err("wait_idle"))?;
-            }
-            say("ready")?;
-            hear("go")?;
-            let before = cpu_ns();
-            hear("stop")?;
-            let cpu = cpu_ns() - before;
-            say(&format!("cpu {cpu}"))?;
-            // The parent publishes one message: every subscription gets it.
-            let mut bad = 0;
-            for _ in 0..conf.subscriptions {
-                bad += rx.recv_timeout(CHILD_CAP).map_err(err("waiting for the wake-up message"))?;
-            }
-            drop(subs);
-            Ok(ChildOut { received: woken.load(Ordering::Relaxed), bad, cpu_ns: cpu, ..ChildOut::default() })
-        }
+        Role::Idle => idle(conf),
     }
+}
+
+/// An idle child: its share of the plain subscriptions, of the shared
+/// subscription's members and of the consumer group's members (see the
+/// module docs of `ipc`).
+fn idle(conf: &ChildConf) -> Result<ChildOut, String> {
+    let broker = broker(&conf.dir, Sharing::Processes)?;
+    join(&broker)?;
+    let woken = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let subs: Vec<_> = (0..conf.subscriptions)
+        .map(|_| {
+            let (woken, tx) = (woken.clone(), tx.clone());
+            let mut checker = Checker::new(1, conf.payload);
+            broker
+                .subscribe(TOPIC, SubscriptionOptions::default(), move |m: &Message<'_>| {
+                    checker.on(m.payload());
+                    // Relaxed: a count; the channel carries the news.
+                    let bad = checker.bad;
+                    woken.fetch_add(1, Ordering::Relaxed);
+                    let _ = tx.send(bad);
+                    Ack::Success
+                })
+                .map_err(err("subscribe"))
+        })
+        .collect::<Result<_, _>>()?;
+    let shared: Vec<_> = (0..IDLE_SHARED_MEMBERS / IDLE_PROCESSES)
+        .map(|_| {
+            let options = SubscriptionOptions {
+                name: Some(IDLE_SHARED_NAME.into()),
+                shared: true,
+                ..SubscriptionOptions::default()
+            };
+            broker.subscribe(TOPIC, options, |_| Ack::Success).map_err(err("subscribe a shared member"))
+        })
+        .collect::<Result<_, _>>()?;
+    // Each member blocked in a poll on a thread of its own (as an
+    // idle worker waits), until the broker's close ends the poll.
+    let members: Vec<_> = (0..IDLE_GROUP_MEMBERS / IDLE_PROCESSES)
+        .map(|_| {
+            let mut c = broker
+                .consumer(IDLE_GROUP, TOPIC, ConsumerOptions::default())
+                .map_err(err("a consumer group member"))?;
+            Ok(std::thread::spawn(move || while c.poll(16, Duration::from_secs(3600)).is_ok() {}))
+        })
+        .collect::<Result<_, String>>()?;
+    for s in subs.iter().chain(&shared) {
+        s.wait_idle(Duration::from_secs(10)).map_err(err("wait_idle"))?;
+    }
+    say("ready")?;
+    hear("go")?;
+    let before = cpu_ns();
+    hear("stop")?;
+    let cpu = cpu_ns() - before;
+    say(&format!("cpu {cpu}"))?;
+    // The parent publishes one message: every subscription gets it.
+    let mut bad = 0;
+    for _ in 0..conf.subscriptions {
+        bad += rx.recv_timeout(CHILD_CAP).map_err(err("waiting for the wake-up message"))?;
+    }
+    // Listed until the parent counted what the shared and group
+    // members got (one of them, in whichever process).
+    say("woken")?;
+    hear("end")?;
+    drop(subs);
+    drop(shared);
+    broker.close();
+    for m in members {
+        m.join().map_err(|_| "a group member's thread panicked".to_owned())?;
+    }
+    Ok(ChildOut { received: woken.load(Ordering::Relaxed), bad, cpu_ns: cpu, ..ChildOut::default() })
 }
 
 /// The socket publisher's loop: each message `write_all` into `w`, then a

@@ -36,11 +36,17 @@
 //!   processes spinning on a shared mapping of a file in the run's
 //!   directory, paced at the same rate and measured in the same rounds: the
 //!   floor of any cross-process handoff.
-//! * **Idle**: 100 caught-up subscriptions across 4 processes (25 each);
-//!   each process reads its own CPU time (`getrusage(RUSAGE_SELF)`, every
+//! * **Idle**: 100 caught-up subscriptions across 4 processes (25 each),
+//!   and beside them 16 members of one shared subscription (4 in each
+//!   process) and 8 members of one consumer group (2 in each process, each
+//!   a pull consumer blocked in `poll` on a thread of its own); each
+//!   process reads its own CPU time (`getrusage(RUSAGE_SELF)`, every
 //!   thread) before and after a window of `--ipc-idle-secs` (2 s); then the
-//!   parent publishes one message and every subscription must get it (so the
-//!   idle ones were alive, and woken across processes).
+//!   parent publishes one message and every subscription must get it, and
+//!   so must exactly one member of the shared subscription and one of the
+//!   group, as the parent's `directory_subscriptions` and
+//!   `directory_consumers` count them (so the idle ones were alive, and
+//!   woken across processes).
 //!
 //! Every message is checked: the payload carries its publisher, its
 //! sequence number and a fill byte derived from both, and each subscriber
@@ -61,10 +67,15 @@ mod proto;
 mod report;
 
 pub use child::child_main;
-pub use proto::{IDLE_PROCESSES, IDLE_SUBSCRIPTIONS, LATENCY_RATE, MANY, ROLE_ENV};
+pub use proto::{
+    IDLE_GROUP_MEMBERS, IDLE_PROCESSES, IDLE_SHARED_MEMBERS, IDLE_SUBSCRIPTIONS, LATENCY_RATE, MANY, ROLE_ENV,
+};
 pub use report::{IpcBench, OneToOne};
 
-use proto::{ChildConf, ChildOut, HEADER, LATENCY_MESSAGES, Role, TOPIC, broker, encode, err, join};
+use proto::{
+    CHILD_CAP, ChildConf, ChildOut, HEADER, IDLE_GROUP, IDLE_SHARED_NAME, LATENCY_MESSAGES, Role, TOPIC, broker,
+    encode, err, join,
+};
 
 /// The run's sizes and where its directories go.
 #[derive(Debug, Clone)]
@@ -337,9 +348,46 @@ fn round_trip(exe: &Path, cfg: &Config) -> Result<(u64, u64), String> {
     Ok((out.p50, out.p99))
 }
 
-/// The idle measurement: CPU ns per process over the window, and the
-/// subscriptions woken by the one message published after it.
-fn idle(exe: &Path, cfg: &Config) -> Result<(Vec<u64>, u64), String> {
+/// What the idle measurement found: CPU ns per process over the window,
+/// the subscriptions woken by the one message published after it, and
+/// what the shared subscription's and the group's members got of it.
+struct Idle {
+    cpu: Vec<u64>,
+    woken: u64,
+    shared_got: u64,
+    group_got: u64,
+}
+
+/// Waits, up to [`CHILD_CAP`], until `done` says the listings are as
+/// wanted; says what they were then otherwise. Polls: another process's
+/// counters have no event to wait on.
+fn wait_listing(what: &str, mut done: impl FnMut() -> Result<Option<String>, String>) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + CHILD_CAP;
+    loop {
+        let Some(seen) = done()? else { return Ok(()) };
+        if std::time::Instant::now() > deadline {
+            return Err(format!("waited {CHILD_CAP:?} for {what}: {seen}"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Members listed, and what they got.
+type Members = (u32, u64);
+
+/// The members of the idle shared subscription and group the listings
+/// show, and what they got: (shared, group).
+fn idle_members(b: &rill::Broker) -> Result<(Members, Members), String> {
+    let subs = b.directory_subscriptions().map_err(err("directory_subscriptions"))?;
+    let shared = subs.iter().filter(|s| s.shared && s.stats.name == IDLE_SHARED_NAME);
+    let shared = shared.fold((0, 0), |(n, got), s| (n + 1, got + s.stats.delivered));
+    let consumers = b.directory_consumers().map_err(err("directory_consumers"))?;
+    let group = consumers.iter().filter(|c| c.group == IDLE_GROUP);
+    Ok((shared, group.fold((0, 0), |(n, got), c| (n + 1, got + c.delivered))))
+}
+
+/// The idle measurement (see the module docs).
+fn idle(exe: &Path, cfg: &Config) -> Result<Idle, String> {
     let dir = RunDir::new(&cfg.root, "idle")?;
     prepare(&dir.0)?;
     let each = IDLE_SUBSCRIPTIONS / IDLE_PROCESSES;
@@ -350,6 +398,20 @@ fn idle(exe: &Path, cfg: &Config) -> Result<(Vec<u64>, u64), String> {
     for k in &mut kids {
         k.expect("ready")?;
     }
+    let b = broker(&dir.0, Sharing::Processes)?;
+    // Every member listed, and the group's partitions all owned: the
+    // joins' rebalances are over before the window.
+    let partitions = b.topic_stats(TOPIC).map_err(err("topic_stats"))?.partitions.len();
+    wait_listing("the idle members to settle", || {
+        let ((shared, _), (group, _)) = idle_members(&b)?;
+        let members = b.group_members(IDLE_GROUP, TOPIC).map_err(err("group_members"))?;
+        let mut owned: Vec<u32> = members.iter().flat_map(|m| m.partitions.iter().copied()).collect();
+        owned.sort_unstable();
+        owned.dedup();
+        let settled = (shared, group, members.len(), owned.len())
+            == (IDLE_SHARED_MEMBERS, IDLE_GROUP_MEMBERS, IDLE_GROUP_MEMBERS as usize, partitions);
+        Ok((!settled).then(|| format!("{shared} shared members, {group} group members, {owned:?} owned")))
+    })?;
     for k in &mut kids {
         k.tell("go")?;
     }
@@ -364,10 +426,23 @@ fn idle(exe: &Path, cfg: &Config) -> Result<(Vec<u64>, u64), String> {
         let ns = line.strip_prefix("cpu ").and_then(|n| n.parse().ok()).ok_or(format!("not a cpu line: {line:?}"))?;
         cpu.push(ns);
     }
-    let b = broker(&dir.0, Sharing::Processes)?;
     let mut buf = vec![0u8; payload];
     encode(&mut buf, 0, 0, 0);
     b.publish(TOPIC, &Record::new(&buf)).map_err(err("publish the wake-up message"))?;
+    for k in &mut kids {
+        k.expect("woken")?;
+    }
+    // One member of the shared subscription and one of the group get it,
+    // in whichever process: the children are kept (listed) until then.
+    let mut got = (0, 0);
+    wait_listing("the wake-up message in the shared subscription and the group", || {
+        let ((_, shared), (_, group)) = idle_members(&b)?;
+        got = (shared, group);
+        Ok((got != (1, 1)).then(|| format!("the shared members got {shared}, the group's {group}")))
+    })?;
+    for k in &mut kids {
+        k.tell("end")?;
+    }
     let mut woken = 0;
     for k in kids {
         let out = k.finish()?;
@@ -375,7 +450,7 @@ fn idle(exe: &Path, cfg: &Config) -> Result<(Vec<u64>, u64), String> {
         woken += out.received;
     }
     b.close();
-    Ok((cpu, woken))
+    Ok(Idle { cpu, woken, shared_got: got.0, group_got: got.1 })
 }
 
 /// [`run`] with this process's own executable as the children's program
@@ -398,6 +473,8 @@ pub fn run(exe: &Path, cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<I
         idle_cpu_ns: Vec::new(),
         idle_window: cfg.idle,
         idle_woken: 0,
+        idle_shared_got: 0,
+        idle_group_got: 0,
     };
     for r in 0..rounds {
         progress(&format!("ipc: 1 -> 1, round {}/{rounds}", r + 1));
@@ -442,8 +519,10 @@ pub fn run(exe: &Path, cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<I
         bench.latency.push((l.0, l.1, p.0, p.1));
     }
     progress("ipc: idle");
-    let (cpu, woken) = idle(exe, cfg)?;
-    bench.idle_cpu_ns = cpu;
-    bench.idle_woken = woken;
+    let idle = idle(exe, cfg)?;
+    bench.idle_cpu_ns = idle.cpu;
+    bench.idle_woken = idle.woken;
+    bench.idle_shared_got = idle.shared_got;
+    bench.idle_group_got = idle.group_got;
     Ok(bench)
 }

@@ -22,6 +22,15 @@ pub(super) const LATENCY_MESSAGES: u64 = 100_000;
 /// Idle subscriptions in all, and the processes they are spread over.
 pub const IDLE_SUBSCRIPTIONS: u32 = 100;
 pub const IDLE_PROCESSES: u32 = 4;
+/// Idle members of one shared subscription, in all, beside the plain
+/// subscriptions and spread over the same processes.
+pub const IDLE_SHARED_MEMBERS: u32 = 16;
+/// Idle members of one consumer group (pull consumers, each blocked in a
+/// `poll` on a thread of its own), in all, spread the same way.
+pub const IDLE_GROUP_MEMBERS: u32 = 8;
+/// The idle shared subscription's name and the idle consumer group.
+pub(super) const IDLE_SHARED_NAME: &str = "idle-shared";
+pub(super) const IDLE_GROUP: &str = "idle-group";
 /// Publisher processes of the many-to-one runs.
 pub const MANY: u32 = 4;
 /// How long a child waits for its messages before it reports what it got.
@@ -51,7 +60,8 @@ pub(super) enum Role {
     Ping,
     /// Answers them.
     Pong,
-    /// Holds idle subscriptions and reads its CPU time.
+    /// Holds idle subscriptions, shared-subscription members and
+    /// consumer-group members, and reads its CPU time.
     Idle,
     /// Publishes through iceoryx2 (the `iceoryx2` feature).
     IcePub,

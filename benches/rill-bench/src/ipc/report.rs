@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::proto::{IDLE_PROCESSES, IDLE_SUBSCRIPTIONS, LATENCY_RATE, MANY};
+use super::proto::{IDLE_GROUP_MEMBERS, IDLE_PROCESSES, IDLE_SHARED_MEMBERS, IDLE_SUBSCRIPTIONS, LATENCY_RATE, MANY};
 use crate::stats::{PairStats, fmt_count, fmt_ns, fmt_ratio, median, pair_stats};
 
 /// One round of 1 -> 1, msgs/s.
@@ -42,6 +42,10 @@ pub struct IpcBench {
     pub idle_window: Duration,
     /// Subscriptions the message after the window woke.
     pub idle_woken: u64,
+    /// What the idle shared subscription's members got of it (1: one of them).
+    pub idle_shared_got: u64,
+    /// What the idle consumer group's members polled of it (1: one of them).
+    pub idle_group_got: u64,
 }
 
 fn ratios(f: impl Fn(usize) -> f64, n: usize) -> Option<PairStats> {
@@ -157,12 +161,16 @@ impl IpcBench {
         let total: u64 = self.idle_cpu_ns.iter().sum();
         let each: Vec<String> = self.idle_cpu_ns.iter().map(|ns| fmt_ns(*ns)).collect();
         out += &format!(
-            "\nidle: {IDLE_SUBSCRIPTIONS} caught-up subscriptions across {IDLE_PROCESSES} processes: {} of CPU in {:.1} s \
-             (getrusage of each process: {}; goal < 1 ms); the message published after the window woke {} of them\n",
+            "\nidle: {IDLE_SUBSCRIPTIONS} caught-up subscriptions, {IDLE_SHARED_MEMBERS} members of a shared subscription \
+             and {IDLE_GROUP_MEMBERS} members of a consumer group across {IDLE_PROCESSES} processes: {} of CPU in {:.1} s \
+             (getrusage of each process: {}; goal < 1 ms); the message published after the window woke {} of the \
+             subscriptions, {} shared member and {} group member\n",
             fmt_ns(total),
             self.idle_window.as_secs_f64(),
             each.join(", "),
-            self.idle_woken
+            self.idle_woken,
+            self.idle_shared_got,
+            self.idle_group_got
         );
         out
     }
