@@ -230,7 +230,20 @@ impl Waiters {
 
     /// Waits until `ready()` is true (returns true) or `deadline` passes
     /// (returns `ready()`). `None` waits without a deadline.
-    pub(crate) fn wait_until(&self, deadline: Option<Instant>, mut ready: impl FnMut() -> bool) -> bool {
+    pub(crate) fn wait_until(&self, deadline: Option<Instant>, ready: impl FnMut() -> bool) -> bool {
+        self.spin_then_block(deadline, MAX_NAP, ready)
+    }
+
+    /// [`Waiters::wait_until`] for a waiter whose every condition is
+    /// changed by a notifier (in this process, or by the doorbell for
+    /// another process's): it sleeps until notified or `deadline`, without
+    /// [`MAX_NAP`]'s looks in between, so an idle waiter with a far
+    /// deadline (a consumer polling an idle topic) wakes nobody's CPU.
+    pub(crate) fn wait_notified_until(&self, deadline: Option<Instant>, ready: impl FnMut() -> bool) -> bool {
+        self.spin_then_block(deadline, Duration::MAX, ready)
+    }
+
+    fn spin_then_block(&self, deadline: Option<Instant>, nap: Duration, mut ready: impl FnMut() -> bool) -> bool {
         // Most waits are short (a subscriber a batch behind): spin, then yield,
         // before paying for a sleep and a wake-up.
         let mut backoff = Backoff::new();
@@ -240,15 +253,23 @@ impl Waiters {
             }
             backoff.snooze();
         }
-        self.block_until(deadline, ready)
+        self.block_napping(deadline, nap, ready)
     }
 
-    /// The blocking half of [`Waiters::wait_until`], without its spin: the
-    /// register / W2 / re-check / wait protocol of the module essay. The spin
-    /// before it only ever returns early, so this is the whole protocol; the
-    /// loom model `the_wait_notify_protocol_never_loses_a_wakeup` runs it
-    /// directly (see the essay for why the spin would hide the race from loom).
-    pub(crate) fn block_until(&self, deadline: Option<Instant>, mut ready: impl FnMut() -> bool) -> bool {
+    /// The blocking half of [`Waiters::wait_until`], for the loom model
+    /// `the_wait_notify_protocol_never_loses_a_wakeup`, which runs it
+    /// directly (see the essay for why the spin would hide the race from
+    /// loom).
+    #[cfg(loom)]
+    pub(crate) fn block_until(&self, deadline: Option<Instant>, ready: impl FnMut() -> bool) -> bool {
+        self.block_napping(deadline, MAX_NAP, ready)
+    }
+
+    /// The blocking half of the waits, without their spin: the register /
+    /// W2 / re-check / wait protocol of the module essay, each sleep at most
+    /// `nap`. The spin before it only ever returns early, so this is the
+    /// whole protocol.
+    fn block_napping(&self, deadline: Option<Instant>, nap: Duration, mut ready: impl FnMut() -> bool) -> bool {
         loop {
             if ready() {
                 return true;
@@ -268,7 +289,7 @@ impl Waiters {
             let guard = self.lock.lock();
             if !ready() {
                 match left {
-                    Some(left) => drop(self.cond.wait_timeout(guard, left.min(MAX_NAP))),
+                    Some(left) => drop(self.cond.wait_timeout(guard, left.min(nap))),
                     None => drop(self.cond.wait(guard)),
                 }
             } else {
@@ -284,5 +305,7 @@ impl Waiters {
 /// Longest single sleep of a timed wait. The protocol does not rely on it
 /// (a notify wakes every registered waiter); it only bounds how long a
 /// timed waiter sleeps between looks at its condition. Untimed waits
-/// (`deadline` of `None`) do not use it: they sleep until notified.
+/// (`deadline` of `None`) do not use it: they sleep until notified, and
+/// nor do [`Waiters::wait_notified_until`]'s, whose every condition has a
+/// notifier.
 const MAX_NAP: Duration = Duration::from_millis(100);
