@@ -451,3 +451,45 @@ fn a_join_and_a_leave_in_another_process_are_followed_without_the_timer() {
     }
     assert_eq!(seen, published, "every message delivered");
 }
+
+/// This process's members of one name share one fallback look (the only
+/// thing that finds a member killed with -9): when the member running it
+/// closes, it passes to another member of the name here, which then finds
+/// a member killed in another process and takes its partitions.
+#[test]
+fn the_fallback_look_passes_to_another_member_when_its_member_closes() {
+    const TEST: &str = "the_fallback_look_passes_to_another_member_when_its_member_closes";
+    if let Some((role, dir)) = procs::child_role() {
+        killed_member(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("fallback-hand-over");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    // The first member here starts the name's fallback chain; the second
+    // joins it.
+    let first = member(&broker, |_, _| {});
+    let mine: Seen = Arc::default();
+    let sink = mine.clone();
+    let second = member(&broker, move |p, o| sink.lock().unwrap().push((p, o)));
+    let mut child = procs::spawn(TEST, "0", &dir.0);
+    assert!(procs::wait_child_mark(&dir.0, "joined-0", &mut child), "the child member did not join");
+    // The first closes (its leave is announced: the child and the second
+    // split the partitions), then the child dies, which nobody announces.
+    first.close();
+    let owned_by_child = || !procs::records(&dir.0, "records-0").is_empty();
+    let published = procs::publish(&broker, TOPIC, 4 * u64::from(PARTITIONS));
+    wait_for("the child to read its share", owned_by_child);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let published_after: BTreeSet<(u32, u64)> =
+        procs::publish(&broker, TOPIC, 4 * u64::from(PARTITIONS)).into_iter().collect();
+    // Only a fallback look, now run by the second member, frees the dead
+    // child's partitions for it.
+    wait_for("the second member to read everything published after the kill", || {
+        let seen: BTreeSet<(u32, u64)> = mine.lock().unwrap().iter().copied().collect();
+        published_after.is_subset(&seen)
+    });
+    assert!(!published.is_empty());
+    second.close();
+}

@@ -9,7 +9,8 @@
 //!   the doorbell thread finds the members' change counter moved (a join,
 //!   a leave, a release or a dead member's file removed, in any process:
 //!   see "Announcing changes" in `store/membership.rs`), and, for deaths
-//!   only, every [`LOOK_EVERY`]: it lists the live members, asks its drainer to
+//!   only, every [`LOOK_EVERY`] (one member of each name per process: see
+//!   [`Looks`]): it lists the live members, asks its drainer to
 //!   give up the partitions outside its target (`attach::revoke`), and
 //!   takes the free ones in it, attaching a reader at the position saved in
 //!   the partition's slots (at the subscription's start position, saved at
@@ -70,6 +71,9 @@ pub(crate) struct ProcessShare {
     sync: bool,
     topic: Arc<Topic>,
     start: StartPosition,
+    /// The name's folder under `shared/`: this process's members of one
+    /// name share one fallback look (see [`Looks`]).
+    folder: std::path::PathBuf,
     state: Mutex<Option<Membership>>,
 }
 
@@ -77,7 +81,8 @@ impl ProcessShare {
     /// A member of `topic`'s shared subscription through `membership`
     /// (joined, owning nothing yet), starting new partitions at `start`.
     pub(super) fn new(membership: Membership, topic: Arc<Topic>, start: StartPosition, sync: bool) -> ProcessShare {
-        ProcessShare { sync, topic, start, state: Mutex::new(Some(membership)) }
+        let folder = membership.dir().to_path_buf();
+        ProcessShare { sync, topic, start, folder, state: Mutex::new(Some(membership)) }
     }
 
     /// The look (see the module docs): gives up what is outside the target
@@ -179,22 +184,29 @@ fn start_cursor(log: &Log, start: StartPosition) -> Cursor {
 }
 
 /// A member's next look, on the broker's `shared_look` timer: the
-/// fallback (`every`: it schedules the next one), or one asked for by an
-/// announcement (`None`: once).
+/// fallback of its name's folder in this process (`every`: it schedules
+/// the next one, or hands the fallback to another member of the folder
+/// once its own has closed), or one asked for by an announcement (`None`:
+/// once).
 pub(crate) struct Look {
     share: Arc<ProcessShare>,
     sub: Arc<SubCore>,
     timer: Arc<Timer<Look>>,
     every: Option<Duration>,
+    /// The broker's looks, for the hand-over of a fallback (weak: the
+    /// looks own the timer that holds this job).
+    looks: std::sync::Weak<Looks>,
 }
 
 impl Job for Look {
     fn run(self) {
-        if self.share.look(&self.sub)
-            && let Some(every) = self.every
-        {
+        let alive = self.share.look(&self.sub);
+        let Some(every) = self.every else { return };
+        if alive {
             let timer = self.timer.clone();
             timer.schedule(every, self);
+        } else if let Some(looks) = self.looks.upgrade() {
+            looks.hand_over_fallback(&self.share.folder, every);
         }
     }
 }
@@ -202,41 +214,94 @@ impl Job for Look {
 /// The shared members of a broker across processes: their looks' timer,
 /// and the members, so that an announcement has each look at once (see
 /// "Announcing changes" in `store/membership.rs`).
+///
+/// The fallback look (for deaths, which announce nothing) is one per
+/// name's folder in this process, not one per member: a look lists and
+/// probes every member file of the folder, and one that finds a dead
+/// member removes its file and announces it, so every member, here and in
+/// other processes, then looks. So one chain of fallback looks runs per
+/// folder, on one of its members; when that member closes, the chain
+/// passes to another member of the folder, or ends with the last one. A
+/// process with several members of one name probes the folder once per
+/// period, whatever their number (the idle part of `rill-bench --scenario
+/// ipc` counts the CPU this saves).
 pub(crate) struct Looks {
     timer: Arc<Timer<Look>>,
-    /// Each member's share and subscription; a closed one is dropped at
-    /// the next announcement (its close announces) or when the broker
-    /// closes.
-    members: Mutex<Vec<(Arc<ProcessShare>, Arc<SubCore>)>>,
+    /// Each member's share and subscription, and the folders with a
+    /// fallback chain running; a closed member is dropped at the next
+    /// announcement (its close announces), at a hand-over, or when the
+    /// broker closes. One lock, so that a member joining while the chain
+    /// of its folder ends either is found by the hand-over or finds the
+    /// chain ended and starts one.
+    members: Mutex<Members>,
+}
+
+#[derive(Default)]
+struct Members {
+    list: Vec<(Arc<ProcessShare>, Arc<SubCore>)>,
+    chains: std::collections::HashSet<std::path::PathBuf>,
 }
 
 impl Looks {
     /// Starts the timer's thread.
     pub(super) fn start() -> crate::error::Result<Looks> {
-        Ok(Looks { timer: Arc::new(Timer::start_named("rill-shared-look")?), members: Mutex::new(Vec::new()) })
+        Ok(Looks { timer: Arc::new(Timer::start_named("rill-shared-look")?), members: Mutex::new(Members::default()) })
     }
 
     /// A member that has just joined: its first look now, on this thread
-    /// (it takes the free partitions of its target), then the fallback
-    /// ones, and one at each announcement. Listed before that first look:
-    /// an announcement handled from now on finds it, and one handled
-    /// before was of a change made before the look, which sees it.
-    pub(super) fn add(&self, share: Arc<ProcessShare>, sub: &Arc<SubCore>) {
-        self.members.lock().push((share.clone(), sub.clone()));
-        if share.look(sub) {
-            let every = Some(look_fallback());
-            let timer = self.timer.clone();
-            timer.schedule(look_fallback(), Look { share, sub: sub.clone(), timer: self.timer.clone(), every });
+    /// (it takes the free partitions of its target), then one at each
+    /// announcement, and the fallback ones of its folder if no other
+    /// member of the folder in this process runs them. Listed before that
+    /// first look: an announcement handled from now on finds it, and one
+    /// handled before was of a change made before the look, which sees it.
+    pub(super) fn add(self: &Arc<Self>, share: Arc<ProcessShare>, sub: &Arc<SubCore>) {
+        let starts_chain = {
+            let mut members = self.members.lock();
+            members.list.push((share.clone(), sub.clone()));
+            members.chains.insert(share.folder.clone())
+        };
+        let alive = share.look(sub);
+        if starts_chain {
+            let every = look_fallback();
+            if alive {
+                let job = self.look(share, sub.clone(), Some(every));
+                self.timer.schedule(every, job);
+            } else {
+                self.hand_over_fallback(&share.folder, every);
+            }
         }
+    }
+
+    /// The member running `folder`'s fallback chain has closed: the chain
+    /// passes to another live member of the folder (its next look in
+    /// `every`), or ends.
+    fn hand_over_fallback(self: &Arc<Self>, folder: &std::path::Path, every: Duration) {
+        let mut members = self.members.lock();
+        members.list.retain(|(_, sub)| !sub.is_closed());
+        let next = members.list.iter().find(|(share, _)| share.folder == folder).cloned();
+        match next {
+            Some((share, sub)) => {
+                let job = self.look(share, sub, Some(every));
+                self.timer.schedule(every, job);
+            }
+            None => {
+                members.chains.remove(folder);
+            }
+        }
+    }
+
+    /// A look job for a member.
+    fn look(self: &Arc<Self>, share: Arc<ProcessShare>, sub: Arc<SubCore>, every: Option<Duration>) -> Look {
+        Look { share, sub, timer: self.timer.clone(), every, looks: Arc::downgrade(self) }
     }
 
     /// An announcement came (the doorbell thread's hook): a look at once,
     /// on the timer's thread, for every member still there.
-    pub(crate) fn look_all_now(&self) {
+    pub(crate) fn look_all_now(self: &Arc<Self>) {
         let mut members = self.members.lock();
-        members.retain(|(_, sub)| !sub.is_closed());
-        for (share, sub) in members.iter() {
-            let job = Look { share: share.clone(), sub: sub.clone(), timer: self.timer.clone(), every: None };
+        members.list.retain(|(_, sub)| !sub.is_closed());
+        for (share, sub) in members.list.iter() {
+            let job = self.look(share.clone(), sub.clone(), None);
             self.timer.schedule(Duration::ZERO, job);
         }
     }
@@ -244,6 +309,8 @@ impl Looks {
     /// Stops the timer (the broker is closing).
     pub(super) fn stop(&self) {
         self.timer.stop();
-        self.members.lock().clear();
+        let mut members = self.members.lock();
+        members.list.clear();
+        members.chains.clear();
     }
 }

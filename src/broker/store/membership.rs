@@ -385,6 +385,11 @@ fn try_lock(path: &Path) -> Result<Option<Locked>> {
 }
 
 impl Membership {
+    /// The folder of its group's (or shared subscription's) member files.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Joins group `group` on topic `topic` (of `partitions` partitions) in
     /// the directory `root`, as member `id` of this process: writes and
     /// locks its member file (see "Who should own what"). It owns nothing
