@@ -101,17 +101,6 @@ pub(crate) struct Rebuilt {
     pub(crate) used: u64,
 }
 
-impl Rebuilt {
-    /// Gives up a rebuilt file that will not be installed (its segment was
-    /// trimmed first): its temporary name goes.
-    pub(crate) fn discard(self) {
-        drop(self.storage);
-        if let Err(e) = fs::remove_file(&self.temp) {
-            log::warn!("could not delete rebuilt segment file {}: {e}", self.temp.display());
-        }
-    }
-}
-
 /// Writes and syncs the rebuilt file of the segment at `base`, of `count`
 /// offsets, keeping the records `kept` (`(index, bytes)` in index order,
 /// each record's bytes without padding); its compacted-away records are
