@@ -114,14 +114,109 @@
 //! what a crash at it leaves, is in `file/rebuild.rs` ("The durable swap").
 //! The exchange is the same C1; the rename is ordered against a trim of
 //! the same segment by the file name's lock, not by an atomic, so the
-//! durable swap adds no fence. A log shared by processes is not compacted
-//! ([`Log::compact`](super::Log::compact) refuses it).
+//! durable swap adds no fence.
 //!
 //! What a pass has learned lives in memory only: after an open the clean
 //! prefix starts at 0 (the whole log is dirty), so the first pass maps
 //! every sealed segment once, and keeps what a pass over everything keeps;
 //! the figures (records and bytes removed, passes) count from the open,
 //! and the keys kept are the last pass's.
+//!
+//! # The swap across processes
+//!
+//! A durable log shared by processes (`Sharing::Processes`) is one set of
+//! segment files, and each process has its own directory of its own
+//! mappings of them ("The roll across processes" in `dir.rs`). Two things
+//! are added to the swap above: one process at a time compacts a
+//! partition, and every other process replaces its mappings of the files
+//! that process rebuilt.
+//!
+//! **Who compacts.** The partition's directory holds `compact.lock`
+//! ([`COMPACT_LOCK_FILE`]), whose first eight bytes are the *swap
+//! generation*. Every process's compactor tick ([`Log::compact`],
+//! `run_shared`) tries an `flock(LOCK_EX | LOCK_NB)` on it; the one that
+//! gets it runs the pass, the others skip the pass (and only follow, F
+//! below). The kernel drops the lock when its holder dies, however it
+//! dies. Two brokers in one process open the file twice and so exclude
+//! each other too (`flock` locks belong to an open file, not a process).
+//!
+//! **Who writes what**, in the order a pass does it:
+//!
+//! 1. **Follow, under the lock.** The holder reads the generation; if it
+//!    is not the one it last followed, it follows (F) before it maps any
+//!    key: so it never rebuilds from a stale mapping of a file another
+//!    process replaced, and never renames its rebuild over a newer one.
+//!    An odd generation means the last holder died during its swap: its
+//!    renames (each whole, see below) are followed, the holder makes the
+//!    generation even, and its next pass runs whatever the dirty share.
+//! 2. **Odd, before the first rename.** The holder writes generation
+//!    `g + 1` (odd: a swap is under way).
+//! 3. **Each rebuilt file**, as "The durable swap" (`file/rebuild.rs`)
+//!    makes it, but with the segment built over it (its offset index, tail
+//!    word and seal written through the mapping) *before* its rename: the
+//!    file is whole, state included, before its name exists, so a process
+//!    that maps it by its name finds a sealed segment. The rename is an
+//!    exchange (`renameat2(RENAME_EXCHANGE)`), which fails if the name is
+//!    gone: another process's retention may rename it away without this
+//!    process's name lock (`CompactAndDelete`), and a plain rename would
+//!    bring a trimmed segment's file back. Then the holder's own swap (C1).
+//! 4. **Even, after the last rename.** The holder writes `g + 2`.
+//!
+//! F. **Follow** (`Shared::follow_swaps`, every tick of every process,
+//!    when the generation moved; in the holder, step 1). For each sealed
+//!    segment of its directory (never the newest, which is never
+//!    rebuilt), the process compares the inode number of the file it maps
+//!    with the one its name holds now (`stat`); where they differ it maps
+//!    the file by its name (`open_shared_segment`: a rebuilt file is
+//!    complete from its birth, so its compacted-away records are passed
+//!    over as skip records) and installs the new mappings with one
+//!    exchange of its directory: the same exchange, with the same
+//!    orderings, as the compactor's own (C1; `Acquire` on failure, and it
+//!    never replaces a stalled directory). It notes the generation as
+//!    followed only when it is even: under an odd one a swap is under way,
+//!    and the next tick looks again.
+//!
+//! **What a crash leaves.** Before 2: nothing changed. Between 2 and 4
+//! (the holder killed mid-pass): some segments' names hold rebuilt files,
+//! each whole (state included, by 3), the others the old files; a
+//! temporary file the kill left under `<base>.<pid>-<thread>.tmp` is no
+//! segment's and is deleted by the next recovery (the first opener of the
+//! directory). The generation is odd; the lock is free. Followers map
+//! what was renamed; the next holder does too, closes the generation, and
+//! compacts again. A machine crash: "The durable swap", per file.
+//!
+//! **Why no reader ever sees half a segment.** A name holds an old file or
+//! a whole rebuilt one (the rename is atomic, and 3 made the file whole
+//! first); a process maps only by name. A reader in the middle of an old
+//! mapping keeps it: the file, unlinked by the rename, stays mapped until
+//! its last mapping goes, and is read as it was, as in "What a reader sees
+//! mid-swap" above.
+//!
+//! **Ordering.** The cross-process steps are ordered by the file system,
+//! not by an atomic of ours, as the roll's are: the holder's renames
+//! return before its write of the even generation, and a follower's `stat`
+//! comes after its read of it, so a follower that sees the generation
+//! moved sees every rename before it (one kernel, one page cache: a
+//! system call that returned is seen by every later one). A read racing
+//! the holder's write may see a torn value: it only makes the follower
+//! compare inodes once more than needed. The in-process step is the
+//! directory exchange C1 with the compactor's orderings, which
+//! `a_compaction_swap_races_a_reader` models; loom cannot put its atomics
+//! in a file mapping, and this mode is compiled out under loom. The tests
+//! in `tests/processes_compact.rs` and the follow test in
+//! `log/procs_tests.rs` run it in real processes and in two logs over one
+//! directory.
+//!
+//! **Who compacts, and what each process knows.** A pass's state (the
+//! clean prefix, the due time, the sealed end it last saw, the figures) is
+//! per process, and stays true whoever compacts: another process's pass
+//! only removes records, so a prefix this process knew clean (at most one
+//! record of each key) stays clean, and a due time may come early, which
+//! costs a pass with nothing to do. When processes alternate as the
+//! holder, each maps the dirty part from its own clean prefix, which may
+//! lie before what another process already compacted: it redoes that work
+//! and keeps what a pass over everything keeps. The figures (records and
+//! bytes removed, passes, keys) count this process's passes only.
 //!
 //! # Memory
 //!

@@ -75,7 +75,10 @@
 //!   makes the copy seen built) and builds again from it, as after an idle
 //!   trim; an idle trim that loses to it gives up until the next tick; a
 //!   pass that loses reloads and tries again, and never replaces a stalled
-//!   directory. See "The swap" in `compact.rs`.
+//!   directory. See "The swap" in `compact.rs`. In a log shared by
+//!   processes, a process that maps the files another process's pass
+//!   rebuilt (`Shared::follow_swaps`) installs them with the same exchange
+//!   and the same rules ("The swap across processes" there).
 //! * **A roll that fails.** The sealer may be unable to map the next segment
 //!   (out of memory or address space). It cannot hand its reservation back, so
 //!   instead it publishes a *stalled* copy of the directory: the same segments
@@ -639,7 +642,8 @@ impl Shared {
     }
 
     /// `now` (the directory a failed exchange found) if it is an idle trim's
-    /// or a compaction pass's copy of a directory whose newest segment was
+    /// or a compaction pass's (or a follow of another process's pass) copy
+    /// of a directory whose newest segment was
     /// `last` (not stalled): the roll or stall of `last` must then be made
     /// from it.
     fn trimmed_under<'g>(
