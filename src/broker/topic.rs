@@ -467,12 +467,6 @@ impl Topic {
         bell: Option<&Arc<Bell>>,
     ) -> Result<Topic> {
         options.validate()?;
-        if options.cleanup.compacts() && opening != Opening::Alone {
-            log::warn!(
-                "rill: topic {name:?} is compacted, but its data directory is shared by processes: it is not \
-                 compacted while shared (publishes still need a key)"
-            );
-        }
         let config = options.log_config();
         let partitions = (0..options.partitions)
             .map(|i| {
