@@ -51,6 +51,7 @@ pub(super) struct Progress {
     pub(super) retry: bool,
     /// Processes mode: the swap generation (in `compact.lock`) this
     /// process last followed, even (see "The swap across processes" in
-    /// `compact.rs`).
+    /// `compact.rs`). Processes mode only, which loom compiles out.
+    #[cfg_attr(loom, allow(dead_code))]
     pub(super) followed: u64,
 }

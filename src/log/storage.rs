@@ -90,7 +90,8 @@ pub(crate) trait SegmentFile {
     /// `file/rebuild.rs`).
     fn replace_with(&self, rebuilt: &std::path::Path) -> crate::error::Result<Option<std::path::PathBuf>>;
     /// The mapped file's inode number (see "The swap across processes" in
-    /// `log/compact.rs`).
+    /// `log/compact.rs`). Processes mode only, which loom compiles out.
+    #[cfg_attr(loom, allow(dead_code))]
     fn inode(&self) -> u64;
     /// The file's current name.
     fn name(&self) -> std::path::PathBuf;

@@ -42,7 +42,9 @@ def read_data(b: rill.Broker, group: str) -> list[tuple[int, bytes, bytes]]:
         if not batch:
             c.close()
             return out
-        out.extend((m.offset, m.key, m.payload) for m in batch if m.key is not None and m.key.startswith(b"k"))
+        for m in batch:
+            if m.key is not None and m.key.startswith(b"k"):
+                out.append((m.offset, m.key, m.payload))
 
 
 def wait_for_compacted(b: rill.Broker, who: str) -> list[tuple[int, bytes, bytes]]:

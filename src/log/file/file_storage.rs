@@ -70,7 +70,8 @@ pub(crate) struct FileStorage {
     /// The file's inode number, read when it was mapped: how a process
     /// sharing the partition tells that the name now holds another file
     /// (another process's compaction, "The swap across processes" in
-    /// `log/compact.rs`).
+    /// `log/compact.rs`). Processes mode only, which loom compiles out.
+    #[cfg_attr(loom, allow(dead_code))]
     inode: u64,
 }
 
@@ -181,6 +182,7 @@ impl FileStorage {
     }
 
     /// The mapped file's inode number (0 if it could not be read).
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn inode(&self) -> u64 {
         self.inode
     }
@@ -611,6 +613,7 @@ fn inode_of(file: &File) -> u64 {
 
 /// The inode number of the file named `path` now; `None` if no file has
 /// that name.
+#[cfg(not(loom))]
 pub(crate) fn inode_at(path: &Path) -> io::Result<Option<u64>> {
     use std::os::unix::fs::MetadataExt;
     match fs::metadata(path) {
