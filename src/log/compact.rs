@@ -291,7 +291,7 @@ pub(super) fn run_shared(shared: &Shared, policy: &CompactionPolicy, now_ns: u64
                 .create(true)
                 .truncate(false)
                 .open(&path)
-                .map_err(|e| crate::Error::io(&path, &e))?;
+                .map_err(|e| crate::error::Error::io(&path, &e))?;
             shared.compaction.across.get_or_init(|| file)
         }
     };
@@ -348,8 +348,8 @@ pub(super) struct Across<'a> {
 
 #[cfg(not(loom))]
 impl Across<'_> {
-    fn io(&self, e: &std::io::Error) -> crate::Error {
-        crate::Error::io(&self.path, e)
+    fn io(&self, e: &std::io::Error) -> crate::error::Error {
+        crate::error::Error::io(&self.path, e)
     }
 
     /// The swap generation (0 for a new file). A read racing the holder's
