@@ -658,9 +658,8 @@ typedef struct {
      * number of distinct keys; `_COMPACT_DELETE` applies them too. On a
      * broker with a `data_dir` compaction rewrites segment files so that a
      * crash at any moment loses no message it keeps; with
-     * `RILL_SHARING_PROCESSES`, creating a compacted topic is
-     * `RILL_ERR_INVALID_ARGUMENT` (two processes could compact the same
-     * files at once).
+     * `RILL_SHARING_PROCESSES`, one process at a time compacts a partition
+     * and the others map the rebuilt files.
      */
     rill_cleanup cleanup;
     /**

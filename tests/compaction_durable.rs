@@ -3,8 +3,9 @@
 //! sees after a pass is what it sees after the log is opened again; the
 //! model test of `tests/compaction.rs` run against a durable log and
 //! reopened; readers during passes on files; a broker's durable compacted
-//! topic across a restart; the refusal of a directory shared by processes.
-//! The kill -9 loop is `tests/compaction_crash.rs`.
+//! topic across a restart. The kill -9 loop is `tests/compaction_crash.rs`;
+//! compaction on a directory shared by processes is
+//! `tests/processes_compact.rs`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -283,22 +284,6 @@ fn a_durable_compacted_topic_keeps_the_newest_value_of_each_key_across_a_restart
         b.publish("prices", &Record::new(format!("w{i}").as_bytes()).with_key(b"hot")).unwrap();
     }
     wait_for("the compactor to pass after the restart", || b.topic_stats("prices").unwrap().compacted_messages > 2000);
-    b.close();
-    std::fs::remove_dir_all(&dir).ok();
-}
-
-/// On a data directory shared by processes compaction is refused, with an
-/// error that says why (two processes could rebuild the same files).
-#[test]
-fn a_directory_shared_by_processes_refuses_a_compacted_topic() {
-    let dir = fresh_dir("shared");
-    let b = durable_broker(&dir, Sharing::Processes);
-    let options = TopicOptions { cleanup: Cleanup::Compact, ..TopicOptions::default() };
-    match b.create_topic("prices", &options) {
-        Err(Error::InvalidArgument(why)) => assert!(why.contains("shared by processes"), "{why}"),
-        other => panic!("expected InvalidArgument, got {other:?}"),
-    }
-    b.create_topic("plain", &TopicOptions::default()).unwrap();
     b.close();
     std::fs::remove_dir_all(&dir).ok();
 }

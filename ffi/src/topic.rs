@@ -70,9 +70,8 @@ pub struct rill_topic_options {
     /// number of distinct keys; `_COMPACT_DELETE` applies them too. On a
     /// broker with a `data_dir` compaction rewrites segment files so that a
     /// crash at any moment loses no message it keeps; with
-    /// `RILL_SHARING_PROCESSES`, creating a compacted topic is
-    /// `RILL_ERR_INVALID_ARGUMENT` (two processes could compact the same
-    /// files at once).
+    /// `RILL_SHARING_PROCESSES`, one process at a time compacts a partition
+    /// and the others map the rebuilt files.
     pub cleanup: rill_cleanup,
     /// Under compaction: how long a tombstone stays once it is the newest
     /// message of its key, in milliseconds by its timestamp. Default

@@ -111,11 +111,12 @@ pub struct TopicOptions {
 /// memory grows with the number of distinct keys (and, by four bytes per
 /// offset, with the offsets its segments cover); `CompactAndDelete` also
 /// applies the size and age limits. On a data directory compaction rewrites
-/// segment files so that a crash at any moment loses no message it keeps;
-/// a broker whose data directory is shared by processes
-/// ([`Sharing::Processes`](crate::Sharing)) refuses to create a compacted
-/// topic ([`Error::InvalidArgument`]): two processes could compact the
-/// same files at once.
+/// segment files so that a crash at any moment loses no message it keeps.
+/// On a data directory shared by processes
+/// ([`Sharing::Processes`](crate::Sharing)) one process at a time compacts
+/// a partition (the one holding its compaction lock), and every other
+/// process follows the rebuilt files (see "The swap across processes" in
+/// `log/compact.rs`).
 ///
 /// # Examples
 ///
@@ -466,12 +467,6 @@ impl Topic {
         bell: Option<&Arc<Bell>>,
     ) -> Result<Topic> {
         options.validate()?;
-        if options.cleanup.compacts() && opening != Opening::Alone {
-            log::warn!(
-                "rill: topic {name:?} is compacted, but its data directory is shared by processes: it is not \
-                 compacted while shared (publishes still need a key)"
-            );
-        }
         let config = options.log_config();
         let partitions = (0..options.partitions)
             .map(|i| {
@@ -526,8 +521,7 @@ impl Topic {
             partitions: partitions.into(),
             dedupe: window(options),
             across,
-            // Never for a log shared by processes (`Log::compact` refuses it).
-            compaction: options.compaction_policy().filter(|_| opening == Opening::Alone),
+            compaction: options.compaction_policy(),
             priority: options.priority,
             schema: Slot::default(),
         };

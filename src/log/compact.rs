@@ -114,14 +114,109 @@
 //! what a crash at it leaves, is in `file/rebuild.rs` ("The durable swap").
 //! The exchange is the same C1; the rename is ordered against a trim of
 //! the same segment by the file name's lock, not by an atomic, so the
-//! durable swap adds no fence. A log shared by processes is not compacted
-//! ([`Log::compact`](super::Log::compact) refuses it).
+//! durable swap adds no fence.
 //!
 //! What a pass has learned lives in memory only: after an open the clean
 //! prefix starts at 0 (the whole log is dirty), so the first pass maps
 //! every sealed segment once, and keeps what a pass over everything keeps;
 //! the figures (records and bytes removed, passes) count from the open,
 //! and the keys kept are the last pass's.
+//!
+//! # The swap across processes
+//!
+//! A durable log shared by processes (`Sharing::Processes`) is one set of
+//! segment files, and each process has its own directory of its own
+//! mappings of them ("The roll across processes" in `dir.rs`). Two things
+//! are added to the swap above: one process at a time compacts a
+//! partition, and every other process replaces its mappings of the files
+//! that process rebuilt.
+//!
+//! **Who compacts.** The partition's directory holds `compact.lock`
+//! ([`COMPACT_LOCK_FILE`]), whose first eight bytes are the *swap
+//! generation*. Every process's compactor tick ([`Log::compact`],
+//! `run_shared`) tries an `flock(LOCK_EX | LOCK_NB)` on it; the one that
+//! gets it runs the pass, the others skip the pass (and only follow, F
+//! below). The kernel drops the lock when its holder dies, however it
+//! dies. Two brokers in one process open the file twice and so exclude
+//! each other too (`flock` locks belong to an open file, not a process).
+//!
+//! **Who writes what**, in the order a pass does it:
+//!
+//! 1. **Follow, under the lock.** The holder reads the generation; if it
+//!    is not the one it last followed, it follows (F) before it maps any
+//!    key: so it never rebuilds from a stale mapping of a file another
+//!    process replaced, and never renames its rebuild over a newer one.
+//!    An odd generation means the last holder died during its swap: its
+//!    renames (each whole, see below) are followed, the holder makes the
+//!    generation even, and its next pass runs whatever the dirty share.
+//! 2. **Odd, before the first rename.** The holder writes generation
+//!    `g + 1` (odd: a swap is under way).
+//! 3. **Each rebuilt file**, as "The durable swap" (`file/rebuild.rs`)
+//!    makes it, but with the segment built over it (its offset index, tail
+//!    word and seal written through the mapping) *before* its rename: the
+//!    file is whole, state included, before its name exists, so a process
+//!    that maps it by its name finds a sealed segment. The rename is an
+//!    exchange (`renameat2(RENAME_EXCHANGE)`), which fails if the name is
+//!    gone: another process's retention may rename it away without this
+//!    process's name lock (`CompactAndDelete`), and a plain rename would
+//!    bring a trimmed segment's file back. Then the holder's own swap (C1).
+//! 4. **Even, after the last rename.** The holder writes `g + 2`.
+//!
+//! F. **Follow** (`Shared::follow_swaps`, every tick of every process,
+//!    when the generation moved; in the holder, step 1). For each sealed
+//!    segment of its directory (never the newest, which is never
+//!    rebuilt), the process compares the inode number of the file it maps
+//!    with the one its name holds now (`stat`); where they differ it maps
+//!    the file by its name (`open_shared_segment`: a rebuilt file is
+//!    complete from its birth, so its compacted-away records are passed
+//!    over as skip records) and installs the new mappings with one
+//!    exchange of its directory: the same exchange, with the same
+//!    orderings, as the compactor's own (C1; `Acquire` on failure, and it
+//!    never replaces a stalled directory). It notes the generation as
+//!    followed only when it is even: under an odd one a swap is under way,
+//!    and the next tick looks again.
+//!
+//! **What a crash leaves.** Before 2: nothing changed. Between 2 and 4
+//! (the holder killed mid-pass): some segments' names hold rebuilt files,
+//! each whole (state included, by 3), the others the old files; a
+//! temporary file the kill left under `<base>.<pid>-<thread>.tmp` is no
+//! segment's and is deleted by the next recovery (the first opener of the
+//! directory). The generation is odd; the lock is free. Followers map
+//! what was renamed; the next holder does too, closes the generation, and
+//! compacts again. A machine crash: "The durable swap", per file.
+//!
+//! **Why no reader ever sees half a segment.** A name holds an old file or
+//! a whole rebuilt one (the rename is atomic, and 3 made the file whole
+//! first); a process maps only by name. A reader in the middle of an old
+//! mapping keeps it: the file, unlinked by the rename, stays mapped until
+//! its last mapping goes, and is read as it was, as in "What a reader sees
+//! mid-swap" above.
+//!
+//! **Ordering.** The cross-process steps are ordered by the file system,
+//! not by an atomic of ours, as the roll's are: the holder's renames
+//! return before its write of the even generation, and a follower's `stat`
+//! comes after its read of it, so a follower that sees the generation
+//! moved sees every rename before it (one kernel, one page cache: a
+//! system call that returned is seen by every later one). A read racing
+//! the holder's write may see a torn value: it only makes the follower
+//! compare inodes once more than needed. The in-process step is the
+//! directory exchange C1 with the compactor's orderings, which
+//! `a_compaction_swap_races_a_reader` models; loom cannot put its atomics
+//! in a file mapping, and this mode is compiled out under loom. The tests
+//! in `tests/processes_compact.rs` and the follow test in
+//! `log/procs_tests.rs` run it in real processes and in two logs over one
+//! directory.
+//!
+//! **Who compacts, and what each process knows.** A pass's state (the
+//! clean prefix, the due time, the sealed end it last saw, the figures) is
+//! per process, and stays true whoever compacts: another process's pass
+//! only removes records, so a prefix this process knew clean (at most one
+//! record of each key) stays clean, and a due time may come early, which
+//! costs a pass with nothing to do. When processes alternate as the
+//! holder, each maps the dirty part from its own clean prefix, which may
+//! lie before what another process already compacted: it redoes that work
+//! and keeps what a pass over everything keeps. The figures (records and
+//! bytes removed, passes, keys) count this process's passes only.
 //!
 //! # Memory
 //!
@@ -174,6 +269,145 @@ pub struct CompactionPolicy {
 /// [`Log::compact`](super::Log::compact) for an in-memory log.
 pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Result<bool> {
     let mut progress = shared.compaction.progress.lock();
+    pass(shared, &mut progress, policy, now_ns, None)
+}
+
+/// [`Log::compact`](super::Log::compact) for a durable log shared by
+/// processes: follows the swaps other processes made, then, if this
+/// process wins the partition's compaction lock, runs a pass (see "The
+/// swap across processes" in the module docs). False if it did not get
+/// the lock, or the pass had no work.
+#[cfg(not(loom))]
+pub(super) fn run_shared(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Result<bool> {
+    let files = shared.pool.files().expect("a log shared by processes is durable");
+    let mut progress = shared.compaction.progress.lock();
+    let file = match shared.compaction.across.get() {
+        Some(file) => file,
+        None => {
+            let path = files.dir.join(COMPACT_LOCK_FILE);
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| crate::error::Error::io(&path, &e))?;
+            shared.compaction.across.get_or_init(|| file)
+        }
+    };
+    let across = Across { file, path: files.dir.join(COMPACT_LOCK_FILE) };
+    // Step F of "The swap across processes": follow what moved.
+    let generation = across.generation()?;
+    if generation != progress.followed {
+        shared.follow_swaps()?;
+        // An odd generation: a pass is swapping (or its process died
+        // mid-swap); followed again once it is even.
+        if generation % 2 == 0 {
+            progress.followed = generation;
+        }
+    }
+    if !across.try_lock()? {
+        return Ok(false);
+    }
+    let result = (|| {
+        // The holder: no one else swaps now, so what it follows is all
+        // there is, including the swaps of a holder that died mid-pass
+        // (an odd generation, which it then closes).
+        let mut generation = across.generation()?;
+        if generation != progress.followed {
+            shared.follow_swaps()?;
+            if generation % 2 == 1 {
+                generation += 1;
+                across.set_generation(generation)?;
+                // Its pass may have left superseded records that its
+                // renames made look clean enough not to start ours: the
+                // next pass runs whatever the dirty share.
+                progress.retry = true;
+            }
+            progress.followed = generation;
+        }
+        pass(shared, &mut progress, policy, now_ns, Some(&across))
+    })();
+    across.unlock();
+    result
+}
+
+/// The name of a partition's compaction lock file (see "The swap across
+/// processes" in the module docs).
+#[cfg(not(loom))]
+pub(super) const COMPACT_LOCK_FILE: &str = "compact.lock";
+
+/// A partition's `compact.lock`: an `flock` that elects the process that
+/// compacts, over eight bytes holding the swap generation (see "The swap
+/// across processes" in the module docs).
+#[cfg(not(loom))]
+pub(super) struct Across<'a> {
+    file: &'a std::fs::File,
+    path: std::path::PathBuf,
+}
+
+#[cfg(not(loom))]
+impl Across<'_> {
+    fn io(&self, e: &std::io::Error) -> crate::error::Error {
+        crate::error::Error::io(&self.path, e)
+    }
+
+    /// The swap generation (0 for a new file). A read racing the holder's
+    /// write could see a torn value: it only makes a follower compare its
+    /// segments' inodes once more than needed.
+    fn generation(&self) -> Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut word = [0u8; 8];
+        let mut read = 0;
+        while read < word.len() {
+            match self.file.read_at(&mut word[read..], read as u64) {
+                Ok(0) => break,
+                Ok(n) => read += n,
+                Err(e) => return Err(self.io(&e)),
+            }
+        }
+        Ok(if read == word.len() { u64::from_le_bytes(word) } else { 0 })
+    }
+
+    /// Writes the swap generation (the lock's holder only).
+    pub(super) fn set_generation(&self, generation: u64) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(&generation.to_le_bytes(), 0).map_err(|e| self.io(&e))
+    }
+
+    /// Takes the lock if no other process (or broker) holds it.
+    fn try_lock(&self) -> Result<bool> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: `flock` on a descriptor we own, open for as long as the call.
+        let r = unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) { Ok(false) } else { Err(self.io(&e)) }
+    }
+
+    /// Lets the lock go (the kernel does it too if the process dies).
+    fn unlock(&self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: as in `try_lock`.
+        if unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) } != 0 {
+            log::warn!("could not unlock {}: {}", self.path.display(), std::io::Error::last_os_error());
+        }
+    }
+}
+
+/// One pass, under `progress` (see the module docs). `across`: in
+/// Processes mode, the lock this process holds, whose generation the pass
+/// makes odd before its first rename and even again after its swap.
+fn pass(
+    shared: &Shared,
+    progress: &mut super::compact_state::Progress,
+    policy: &CompactionPolicy,
+    now_ns: u64,
+    #[cfg(not(loom))] across: Option<&Across<'_>>,
+    #[cfg(loom)] across: Option<&()>,
+) -> Result<bool> {
     let (segs, through): (Vec<Arc<Segment>>, u64) = {
         let guard = epoch::pin();
         let dir = shared.dir(&guard);
@@ -216,6 +450,10 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
     // A durable rebuild that failed (a full disk): the pass installs what
     // it rebuilt before, and reports it.
     let mut failed = None;
+    // Processes mode: the generation is odd (this pass renames).
+    let mut swapping = false;
+    #[cfg(loom)]
+    let _ = (across, &mut swapping);
     'segs: for (i, seg) in segs[..stop].iter().enumerate() {
         let count = seg.sealed_count().expect("every segment but the newest is sealed");
         // A dirty segment's records were judged while mapped; a clean one's
@@ -284,7 +522,17 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
         let stamp = newest_stamp(seg, count).max(stamp);
         let new = match shared.pool.files() {
             None => Segment::compacted(seg, count, &kept, stamp, shared.pool.clone())?,
-            Some(files) => match rebuild_file(shared, files, seg, count, &kept, stamp) {
+            Some(files) => match rebuild_file(shared, files, seg, count, &kept, stamp, &mut || {
+                #[cfg(not(loom))]
+                if let Some(across) = across
+                    && !swapping
+                {
+                    // Step 2 of "The swap across processes".
+                    across.set_generation(progress.followed + 1)?;
+                    swapping = true;
+                }
+                Ok(())
+            }) {
                 Ok(Some(new)) => new,
                 // Trimmed first: nothing to replace.
                 Ok(None) => continue,
@@ -308,6 +556,18 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
         log::warn!("compaction: could not sync the directory {}: {e}", files.dir.display());
     }
     let installed = install(shared, &segs, &rebuilt);
+    #[cfg(not(loom))]
+    if let Some(across) = across
+        && swapping
+    {
+        // Step 4 of "The swap across processes": every rename is done.
+        // A failure leaves the generation odd: the next holder closes it.
+        progress.followed += 2;
+        if let Err(e) = across.set_generation(progress.followed) {
+            progress.followed -= 2;
+            failed.get_or_insert(e);
+        }
+    }
     // A rebuilt segment not installed (the directory stalled, or
     // retention trimmed the old one): the next call passes again, from
     // the clean prefix as it was (removing records never breaks it).
@@ -334,7 +594,10 @@ pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Re
 /// The rebuilt segment of a durable log: its file written, synced and
 /// renamed over `seg`'s (steps 1 to 3 of "The durable swap" in
 /// `file/rebuild.rs`), mapped as a sealed segment; `None` if retention
-/// trimmed `seg` first.
+/// trimmed `seg` first. The segment is built over the file (its index,
+/// tail word and seal written through the mapping) before the rename, so
+/// that a process mapping it by its name finds it whole; `before_rename`
+/// runs just before the rename.
 fn rebuild_file(
     shared: &Shared,
     files: &file::Files,
@@ -342,24 +605,41 @@ fn rebuild_file(
     count: u64,
     kept: &[(u64, &[u8])],
     stamp: u64,
+    before_rename: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Option<Segment>> {
-    let rebuilt = file::write_rebuilt(files, seg.base(), count, kept, stamp)?;
+    let file::Rebuilt { storage, temp, positions, used } = file::write_rebuilt(files, seg.base(), count, kept, stamp)?;
     let old = seg.file().expect("a durable log's segments are files");
-    let name = match old.replace_with(&rebuilt.temp) {
-        Ok(Some(name)) => name,
-        Ok(None) => {
-            rebuilt.discard();
-            return Ok(None);
+    // Its name once renamed: the old file's (taken before the rename, as
+    // nothing else renames it while the segment is listed and not trimmed).
+    storage.rename_to(old.name());
+    let discard = |new: Option<Segment>| {
+        drop(new);
+        if let Err(e) = std::fs::remove_file(&temp) {
+            log::warn!("could not delete rebuilt segment file {}: {e}", temp.display());
         }
+    };
+    let new = match Buffers::over(Box::new(storage), positions.len(), Pages::Small) {
+        Ok(buffers) => Segment::recovered(seg.base(), buffers, shared.pool.clone(), &positions, used, true),
         Err(e) => {
-            rebuilt.discard();
+            discard(None);
             return Err(e);
         }
     };
-    let file::Rebuilt { storage, positions, used, .. } = rebuilt;
-    storage.rename_to(name);
-    let buffers = Buffers::over(Box::new(storage), positions.len(), Pages::Small)?;
-    Ok(Some(Segment::recovered(seg.base(), buffers, shared.pool.clone(), &positions, used, true)))
+    if let Err(e) = before_rename() {
+        discard(Some(new));
+        return Err(e);
+    }
+    match old.replace_with(&temp) {
+        Ok(Some(_)) => Ok(Some(new)),
+        Ok(None) => {
+            discard(Some(new));
+            Ok(None)
+        }
+        Err(e) => {
+            discard(Some(new));
+            Err(e)
+        }
+    }
 }
 
 /// True if the sealed segments from offset `clean` on (the dirty part)

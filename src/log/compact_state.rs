@@ -18,12 +18,19 @@ pub(super) struct Compaction {
     pub(super) keys: AtomicU64,
     /// Serialises passes, and says whether the next one has anything to do.
     pub(super) progress: Mutex<Progress>,
+    /// Processes mode: the partition's `compact.lock` file, opened by the
+    /// first pass: the lock that elects the compacting process, and the
+    /// swap generation (see "The swap across processes" in `compact.rs`).
+    #[cfg(not(loom))]
+    pub(super) across: std::sync::OnceLock<std::fs::File>,
 }
 
 /// Where the passes stand (see "Incremental passes" in `compact.rs`). In
 /// memory only, for durable logs too: an open starts from the default (no
 /// clean prefix), and the first pass recomputes it (see "On a data
-/// directory" in `compact.rs`).
+/// directory" in `compact.rs`). Each process sharing a partition has its
+/// own, which stays true whoever compacts ("Who compacts, and what each
+/// process knows" in `compact.rs`).
 #[derive(Debug, Default)]
 pub(super) struct Progress {
     /// The end offset of the sealed segments when a pass last looked: a
@@ -42,4 +49,9 @@ pub(super) struct Progress {
     /// written, a directory that stalled, a rebuilt segment not installed):
     /// the next call runs a pass whatever the dirty share.
     pub(super) retry: bool,
+    /// Processes mode: the swap generation (in `compact.lock`) this
+    /// process last followed, even (see "The swap across processes" in
+    /// `compact.rs`). Processes mode only, which loom compiles out.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(super) followed: u64,
 }

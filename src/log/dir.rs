@@ -75,7 +75,10 @@
 //!   makes the copy seen built) and builds again from it, as after an idle
 //!   trim; an idle trim that loses to it gives up until the next tick; a
 //!   pass that loses reloads and tries again, and never replaces a stalled
-//!   directory. See "The swap" in `compact.rs`.
+//!   directory. See "The swap" in `compact.rs`. In a log shared by
+//!   processes, a process that maps the files another process's pass
+//!   rebuilt (`Shared::follow_swaps`) installs them with the same exchange
+//!   and the same rules ("The swap across processes" there).
 //! * **A roll that fails.** The sealer may be unable to map the next segment
 //!   (out of memory or address space). It cannot hand its reservation back, so
 //!   instead it publishes a *stalled* copy of the directory: the same segments
@@ -639,7 +642,8 @@ impl Shared {
     }
 
     /// `now` (the directory a failed exchange found) if it is an idle trim's
-    /// or a compaction pass's copy of a directory whose newest segment was
+    /// or a compaction pass's (or a follow of another process's pass) copy
+    /// of a directory whose newest segment was
     /// `last` (not stalled): the roll or stall of `last` must then be made
     /// from it.
     fn trimmed_under<'g>(
@@ -1061,8 +1065,13 @@ pub(super) fn open_shared_segment(pool: &Arc<Pool>, base: u64) -> Result<Option<
             reason: "not a whole segment file for its name (header, base or offset index)".into(),
         });
     }
+    // Complete from its birth: perhaps a compaction's rebuilt file, whose
+    // compacted-away records readers pass over (see "The swap across
+    // processes" in `compact.rs`); a file a sync round completed is only
+    // read a little more carefully.
+    let skips = header.is_some_and(|h| h.complete.is_some());
     let buffers = Buffers::over(Box::new(storage), 0, Pages::Small)?;
-    Ok(Some(Arc::new(Segment::attach(base, buffers, pool.clone()))))
+    Ok(Some(Arc::new(Segment::attach(base, buffers, pool.clone()).with_skips(skips))))
 }
 
 /// Processes mode: the base offsets of the segment files in `pool`'s
@@ -1102,6 +1111,96 @@ pub(super) fn list_shared_segments(pool: &Arc<Pool>) -> Result<Vec<Arc<Segment>>
         segs.push(seg);
     }
     Ok(segs)
+}
+
+impl Shared {
+    /// Processes mode: installs, in this process's directory, a mapping of
+    /// each rebuilt file that another process's compaction renamed over a
+    /// sealed segment's file this directory still maps (its name's inode is
+    /// not its mapping's), in place of the old mapping; never the newest
+    /// segment. The number of segments replaced. See "The swap across
+    /// processes" in `compact.rs`.
+    #[cfg(not(loom))]
+    pub(super) fn follow_swaps(&self) -> Result<usize> {
+        let guard = epoch::pin();
+        let stale: Vec<Arc<Segment>> = {
+            let dir = self.dir(&guard);
+            let mut stale = Vec::new();
+            for seg in &dir.segs[..dir.segs.len() - 1] {
+                let Some(file) = seg.file() else { continue };
+                let path = file.name();
+                let now = super::file::inode_at(&path).map_err(|e| Error::io(&path, &e))?;
+                // Gone: trimmed (by us or another process); ours stays
+                // until our own retention trims it.
+                if now.is_some_and(|ino| ino != file.inode()) {
+                    stale.push(seg.clone());
+                }
+            }
+            stale
+        };
+        if stale.is_empty() {
+            return Ok(0);
+        }
+        let mut fresh = Vec::with_capacity(stale.len());
+        for old in stale {
+            let Some(new) = open_shared_segment(&self.pool, old.base())? else { continue };
+            // A rebuilt file covers the same offsets, sealed before its name
+            // existed; anything else under the name is not one.
+            if new.sealed_count() != old.sealed_count() {
+                return Err(Error::Corrupt {
+                    file: new.file().map(|f| f.name()).unwrap_or_default(),
+                    offset: 0,
+                    reason: "a segment file replaced by another of different offsets".into(),
+                });
+            }
+            fresh.push((old, new));
+        }
+        let mut current = self.dir_ptr(&guard);
+        loop {
+            // SAFETY: as in `dir`: `current` was loaded under `guard` (or
+            // returned, under it, by the failed exchange below).
+            let dir = unsafe { current.deref() }.read();
+            if dir.stalled.is_some() {
+                // Never hide a stall from publishers: the next tick retries.
+                return Ok(0);
+            }
+            let newest = dir.segs.len() - 1;
+            let mut replaced = 0;
+            let segs: Vec<Arc<Segment>> = dir
+                .segs
+                .iter()
+                .enumerate()
+                .map(|(i, s)| match fresh.iter().find(|(old, _)| i < newest && Arc::ptr_eq(old, s)) {
+                    Some((_, new)) => {
+                        replaced += 1;
+                        new.clone()
+                    }
+                    None => s.clone(),
+                })
+                .collect();
+            if replaced == 0 {
+                return Ok(0);
+            }
+            // Release (C1, as a compaction's own swap in `compact::install`):
+            // publishes the new segments to the Acquire loads of the
+            // directory (L2) and to a roller whose exchange fails against
+            // this one (T2). Acquire on failure: we build again from the
+            // directory we lost to.
+            match self.dir.compare_exchange(
+                current,
+                Owned::new(Dir::new(segs, None)),
+                crate::sync::ordering_or_weakened!("C1", Ordering::Release),
+                Ordering::Acquire,
+                &guard,
+            ) {
+                Ok(_) => {
+                    self.retire(current, &guard);
+                    return Ok(replaced);
+                }
+                Err(e) => current = e.current,
+            }
+        }
+    }
 }
 
 impl Drop for Shared {

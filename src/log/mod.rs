@@ -628,10 +628,11 @@ impl Log {
     ///
     /// On a durable log each rebuilt segment is a new segment file that
     /// replaces the old one by a rename, so a crash at any moment leaves
-    /// one of the two whole (see `file/rebuild.rs`). Fails with
-    /// [`Error::InvalidArgument`] for a durable log shared by processes
-    /// (two could rebuild the same files at once), with
-    /// [`Error::ResourceExhausted`] if a rebuilt segment cannot be
+    /// one of the two whole (see `file/rebuild.rs`). On a durable log
+    /// shared by processes, it first follows the swaps other processes
+    /// made, and runs a pass only if this process wins the partition's
+    /// compaction lock (see "The swap across processes" in `compact.rs`).
+    /// Fails with [`Error::ResourceExhausted`] if a rebuilt segment cannot be
     /// allocated, and with [`Error::Io`] if its file cannot be written
     /// (the segments rebuilt before are installed, the others are left as
     /// they were).
@@ -660,12 +661,9 @@ impl Log {
     /// # Ok::<(), rill::Error>(())
     /// ```
     pub fn compact(&self, policy: &CompactionPolicy, now_ns: u64) -> Result<bool> {
+        #[cfg(not(loom))]
         if self.shared.processes {
-            return Err(Error::InvalidArgument(
-                "compaction of a durable log shared by processes is not supported: two processes could rebuild \
-                 the same segment files at once"
-                    .into(),
-            ));
+            return compact::run_shared(&self.shared, policy, now_ns);
         }
         compact::run(&self.shared, policy, now_ns)
     }

@@ -1006,3 +1006,59 @@ fn an_append_whose_slot_was_given_up_fails_with_timeout() {
     assert_eq!(publish(&log, 0, 1), 5, "offsets 1 to 4 were given up");
     assert_eq!(read_n(&log, 2), [(0, (0, 0)), (5, (0, 1))]);
 }
+
+/// A process that does not compact follows another's swap ("The swap
+/// across processes" in `compact.rs`); two logs over one directory stand
+/// for the processes. While the test holds the partition's compaction
+/// lock, neither compacts; then one does, and the other, whose every pass
+/// finds the lock taken, maps the rebuilt files at its next call: its
+/// reader from the first offset reads what the compactor's reads, and a
+/// cursor that was inside an old segment finishes it as it was.
+#[test]
+fn a_process_that_does_not_compact_follows_the_others_rebuilt_files() {
+    use std::os::fd::AsRawFd;
+    // Several segments of records of four keys.
+    const RECORDS: u32 = 2_000;
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-follow-swap-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&tmp.0);
+    let durable = DurableLog { dir: tmp.0.clone(), fsync: Fsync::Never, repair: false };
+    let (compactor, _) = Log::open_in(&small_config(), 0, &durable, Sharing::Processes).unwrap();
+    let follower = Log::join(&small_config(), 0, &durable).unwrap();
+    for i in 0..RECORDS {
+        compactor.append(&Record::new(&i.to_le_bytes()).with_key(&[(i % 4) as u8])).unwrap();
+    }
+    let read = |log: &Log| {
+        let mut cursor = log.cursor_from_first();
+        std::iter::from_fn(|| cursor.read().unwrap().map(|v| (v.offset(), v.payload().to_vec()))).collect::<Vec<_>>()
+    };
+    let mut old = follower.cursor_from_first();
+    assert_eq!(old.read().unwrap().map(|v| v.offset()), Some(0));
+    assert_eq!(read(&follower).len(), RECORDS as usize, "the follower maps every segment");
+
+    let lock_file = tmp.0.join(super::compact::COMPACT_LOCK_FILE);
+    let lock = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&lock_file);
+    let lock = lock.unwrap();
+    let flock = |op| {
+        // SAFETY: `flock` on a descriptor we own, open across the call.
+        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), op) }, 0, "{}", std::io::Error::last_os_error());
+    };
+    let policy = super::CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+    let now = crate::clock::now_ns();
+    flock(libc::LOCK_EX | libc::LOCK_NB);
+    assert!(!compactor.compact(&policy, now).unwrap(), "the lock is taken: no pass");
+    flock(libc::LOCK_UN);
+    assert!(compactor.compact(&policy, now).unwrap(), "a pass");
+    let compacted = read(&compactor);
+    assert!(compacted.len() < RECORDS as usize / 2, "{} records after the pass", compacted.len());
+    assert_eq!(read(&follower).len(), RECORDS as usize, "not followed yet");
+
+    flock(libc::LOCK_EX | libc::LOCK_NB);
+    assert!(!follower.compact(&policy, now).unwrap(), "the lock is taken: no pass, but a follow");
+    assert_eq!(read(&follower), compacted, "the follower reads the rebuilt files");
+    assert_eq!(follower.stats().compaction_passes, 0, "and never compacted");
+    // The cursor inside the old first segment finishes it as it was: the
+    // record at offset 1 is there, though the pass removed it.
+    assert_eq!(old.read().unwrap().map(|v| v.offset()), Some(1));
+    assert!(compacted.iter().all(|(offset, _)| *offset != 1));
+    flock(libc::LOCK_UN);
+}

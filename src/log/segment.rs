@@ -691,6 +691,16 @@ impl Segment {
         seg
     }
 
+    /// This segment, told that some of its records may be skip records
+    /// (`skips`): an attached file a compaction rebuilt, whose
+    /// compacted-away records no reader is handed (see "The swap across
+    /// processes" in `compact.rs`).
+    #[cfg(not(loom))]
+    pub(crate) fn with_skips(mut self, skips: bool) -> Self {
+        self.skips |= skips;
+        self
+    }
+
     /// The offset index.
     #[inline(always)]
     fn slots(&self) -> &[Slot] {

@@ -89,6 +89,12 @@ pub(crate) trait SegmentFile {
     /// this one was trimmed first; the name, if it did (see
     /// `file/rebuild.rs`).
     fn replace_with(&self, rebuilt: &std::path::Path) -> crate::error::Result<Option<std::path::PathBuf>>;
+    /// The mapped file's inode number (see "The swap across processes" in
+    /// `log/compact.rs`). Processes mode only, which loom compiles out.
+    #[cfg_attr(loom, allow(dead_code))]
+    fn inode(&self) -> u64;
+    /// The file's current name.
+    fn name(&self) -> std::path::PathBuf;
     /// Marks the end of the segment's records at byte `end` of the region
     /// (a zero frame, if the file was recycled).
     ///

@@ -1308,9 +1308,9 @@ class Broker(_Handle):
         are not applied, so memory grows with the number of distinct keys;
         ``"compact_delete"`` applies them too. On a broker with a
         ``data_dir`` compaction rewrites segment files so that a crash at any
-        moment loses no message it keeps; with ``sharing="processes"`` a
-        compacted topic raises :class:`InvalidArgument` (two processes could
-        compact the same files at once).
+        moment loses no message it keeps; with ``sharing="processes"`` one
+        process at a time compacts a partition and the others map the
+        rebuilt files.
 
         ``priority`` (0 to 7) is the default priority of subscriptions to this
         one topic that set none (``None``: theirs is 4); a durable topic keeps

@@ -206,13 +206,6 @@ impl BrokerInner {
         if self.topics.contains_key(name) {
             return Err(Error::TopicExists(name.to_owned()));
         }
-        if options.cleanup.compacts() && self.store().is_some_and(|s| s.sharing() == Sharing::Processes) {
-            return Err(Error::InvalidArgument(format!(
-                "topic {name:?}: compaction ({:?}) is not supported on a data directory shared by processes \
-                 (two processes could compact the same segment files at once)",
-                options.cleanup
-            )));
-        }
         // The age limit's timer first: failing to start it creates nothing.
         let expiry = match options.effective_retention_ms() {
             Some(ms) => Some((self.expiry_timer()?, expiry_period(ms))),

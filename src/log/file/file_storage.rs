@@ -67,6 +67,12 @@ pub(crate) struct FileStorage {
     /// Its current name. Changed (and read, but for error messages) only on
     /// the cold paths of a roll and a trim, hence a lock.
     name: Mutex<FileName>,
+    /// The file's inode number, read when it was mapped: how a process
+    /// sharing the partition tells that the name now holds another file
+    /// (another process's compaction, "The swap across processes" in
+    /// `log/compact.rs`). Processes mode only, which loom compiles out.
+    #[cfg_attr(loom, allow(dead_code))]
+    inode: u64,
 }
 
 /// Where a segment file is, and what it is now.
@@ -126,7 +132,7 @@ impl FileStorage {
             log::warn!("could not unlink temporary segment file {}: {e}", temp.display());
         }
         match made {
-            Ok(map) => Ok(FileStorage::named(map, path)),
+            Ok(map) => Ok(FileStorage::named(map, path, inode_of(&file))),
             Err(e) => Err(Error::io(path, &e)),
         }
     }
@@ -151,10 +157,10 @@ impl FileStorage {
         // SAFETY: as in `create`: the locked data directory's file, mapped
         // at its current length, which nobody changes while we hold it.
         let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(io_err)?;
-        Ok(FileStorage::named(map, path.to_path_buf()))
+        Ok(FileStorage::named(map, path.to_path_buf(), inode_of(&file)))
     }
 
-    fn named(map: MmapMut, path: PathBuf) -> FileStorage {
+    fn named(map: MmapMut, path: PathBuf, inode: u64) -> FileStorage {
         // The fields only, not the tail word and the seal after them, which
         // another mapping of the file may be changing.
         let header = Header::decode(&map[..HEADER_END]).ok();
@@ -171,7 +177,14 @@ impl FileStorage {
             slots,
             prepared: AtomicBool::new(false),
             name: Mutex::new(FileName { path, spare: false, generation, replaced: false }),
+            inode,
         }
+    }
+
+    /// The mapped file's inode number (0 if it could not be read).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn inode(&self) -> u64 {
+        self.inode
     }
 
     /// The whole file: header page, record region, offset index.
@@ -365,19 +378,39 @@ impl FileStorage {
     }
 
     /// Renames the rebuilt file at `rebuilt` over this file's name, unless
-    /// this file was trimmed first (it is a spare then: `Ok(None)`, and
-    /// `rebuilt` is left as it is); returns the name, which the rebuilt
-    /// file's storage takes ([`FileStorage::rename_to`]). Under the name's
-    /// lock, so that a trim's [`FileStorage::retire`] comes wholly before
+    /// this file was trimmed first (it is a spare then, or, in a partition
+    /// shared by processes, its name is gone: `Ok(None)`, and `rebuilt` is
+    /// left as it is); returns the name, which the rebuilt file's storage
+    /// takes ([`FileStorage::rename_to`]). Under the name's lock, so that a
+    /// trim's [`FileStorage::retire`] in this process comes wholly before
     /// (and this gives up) or wholly after (and deletes the rebuilt file,
     /// which is never installed then). See "The durable swap" in
     /// `rebuild.rs`.
+    ///
+    /// The rename is an exchange (`renameat2(RENAME_EXCHANGE)`), which
+    /// fails if the name is gone: a trim in another process renames the
+    /// name away without this process's lock, and a plain rename would then
+    /// bring a trimmed segment's file back. The old file, under the
+    /// temporary name after the exchange, is unlinked (a crash first leaves
+    /// it to recovery, as any temporary file). On a file system without
+    /// the exchange it is a plain rename.
     pub(crate) fn replace_with(&self, rebuilt: &Path) -> Result<Option<PathBuf>> {
         let mut name = self.name.lock();
         if name.spare {
             return Ok(None);
         }
-        fs::rename(rebuilt, &name.path).map_err(|e| Error::io(&name.path, &e))?;
+        match exchange(rebuilt, &name.path) {
+            Ok(()) => {
+                if let Err(e) = fs::remove_file(rebuilt) {
+                    log::warn!("could not unlink replaced segment file {}: {e}", rebuilt.display());
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
+                fs::rename(rebuilt, &name.path).map_err(|e| Error::io(&name.path, &e))?;
+            }
+            Err(e) => return Err(Error::io(&name.path, &e)),
+        }
         name.replaced = true;
         Ok(Some(name.path.clone()))
     }
@@ -553,6 +586,14 @@ impl SegmentFile for FileStorage {
         FileStorage::replace_with(self, rebuilt)
     }
 
+    fn inode(&self) -> u64 {
+        FileStorage::inode(self)
+    }
+
+    fn name(&self) -> PathBuf {
+        self.name.lock().path.clone()
+    }
+
     unsafe fn end_records(&self, end: u64) {
         // SAFETY: the caller's contract is this one's.
         unsafe { FileStorage::end_records(self, end) }
@@ -561,6 +602,48 @@ impl SegmentFile for FileStorage {
     fn prepare(&self, from: u64) -> bool {
         FileStorage::prepare(self, from)
     }
+}
+
+/// `file`'s inode number (0 if it cannot be read: a process sharing the
+/// partition then takes the name for another file once, harmlessly).
+fn inode_of(file: &File) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().map_or(0, |m| m.ino())
+}
+
+/// The inode number of the file named `path` now; `None` if no file has
+/// that name.
+#[cfg(not(loom))]
+pub(crate) fn inode_at(path: &Path) -> io::Result<Option<u64>> {
+    use std::os::unix::fs::MetadataExt;
+    match fs::metadata(path) {
+        Ok(m) => Ok(Some(m.ino())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Swaps the files named `a` and `b` atomically (`renameat2` with
+/// `RENAME_EXCHANGE`): `NotFound` if either name is gone, `EINVAL` where
+/// the file system cannot.
+fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
+    let (a, b) = (c(a)?, c(b)?);
+    // SAFETY: two NUL-terminated paths that live across the call; the
+    // system call reads them and keeps no pointer.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// Reserves `len` bytes of disk for `file`, so writes through the map never

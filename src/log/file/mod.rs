@@ -76,6 +76,8 @@ mod format;
 mod rebuild;
 
 pub(crate) use file_storage::FileStorage;
+#[cfg(not(loom))]
+pub(crate) use file_storage::inode_at;
 pub(crate) use files::{Files, RollHook, sync_dir};
 #[cfg(not(loom))]
 pub(crate) use format::HEADER_END;

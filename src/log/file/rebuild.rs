@@ -40,10 +40,13 @@
 //!    `S` had records that were on disk. Compaction runs off the
 //!    publishers' path, so the sync costs them nothing. A crash before it
 //!    completes: as in 1.
-//! 3. **Rename.** `rename(2)` of the temporary file over `<base>.seg`,
-//!    atomic: the name is `S`'s file or `S'`'s, whole. Done under the
-//!    lock of `S`'s file name ([`FileStorage::replace_with`]), see
-//!    "Trimmed meanwhile". A process crash after it: recovery reads `S'`.
+//! 3. **Rename.** The temporary file and `<base>.seg` exchange names
+//!    (`renameat2(RENAME_EXCHANGE)`; a plain `rename(2)` where the file
+//!    system has no exchange), atomic: the name is `S`'s file or `S'`'s,
+//!    whole; then the temporary name, `S`'s file now, is unlinked (a crash
+//!    first leaves it to recovery, as in 1). Done under the lock of `S`'s
+//!    file name ([`FileStorage::replace_with`]), see "Trimmed meanwhile".
+//!    A process crash after it: recovery reads `S'`.
 //! 4. **Sync the directory** (once for all the segments of a pass, if the
 //!    policy flushes anything). A machine crash before it may bring `S`
 //!    back under its name (the rename lost), or keep `S'`: either is
@@ -73,9 +76,14 @@
 //! a spare. A crash between leaves `<base>.seg` whole (`S` or `S'`), the
 //! partition's oldest file, which retention trims again.
 //!
-//! **Several processes.** A partition shared by processes (`Sharing::Processes`)
-//! is not compacted: two processes could rebuild the same segment at once,
-//! and the other's readers map its files by name. `Log::compact` refuses it.
+//! **Several processes.** In a partition shared by processes
+//! (`Sharing::Processes`) one process at a time rebuilds (the holder of
+//! the partition's `compact.lock`), the segment is built over the file
+//! before step 3 (its index, tail word and seal in the file, so a process
+//! mapping it by name finds it whole), step 3 is an exchange that fails if
+//! another process's trim took the name, and the other processes map the
+//! rebuilt files in their own directories: see "The swap across processes"
+//! in `log/compact.rs`.
 
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -99,17 +107,6 @@ pub(crate) struct Rebuilt {
     pub(crate) positions: Vec<u64>,
     /// Bytes its records fill, frames included.
     pub(crate) used: u64,
-}
-
-impl Rebuilt {
-    /// Gives up a rebuilt file that will not be installed (its segment was
-    /// trimmed first): its temporary name goes.
-    pub(crate) fn discard(self) {
-        drop(self.storage);
-        if let Err(e) = fs::remove_file(&self.temp) {
-            log::warn!("could not delete rebuilt segment file {}: {e}", self.temp.display());
-        }
-    }
 }
 
 /// Writes and syncs the rebuilt file of the segment at `base`, of `count`
