@@ -133,10 +133,14 @@
 //!
 //! **Who compacts.** The partition's directory holds `compact.lock`
 //! ([`COMPACT_LOCK_FILE`]), whose first eight bytes are the *swap
-//! generation*. Every process's compactor tick ([`Log::compact`],
-//! `run_shared`) tries an `flock(LOCK_EX | LOCK_NB)` on it; the one that
-//! gets it runs the pass, the others skip the pass (and only follow, F
-//! below). The kernel drops the lock when its holder dies, however it
+//! generation*. A process's compactor tick ([`Log::compact`],
+//! `run_shared`) that finds a pass due in its own view of the log (as in
+//! one process: newly sealed segments that make the dirty part large
+//! enough, or a kept record due) tries an `flock(LOCK_EX | LOCK_NB)` on
+//! it; the one that gets it runs the pass, the others skip the pass (and
+//! only follow, F below) and try again at their next tick. A tick with
+//! no pass due makes no system call, so an idle compacted topic costs
+//! none between follows. The kernel drops the lock when its holder dies, however it
 //! dies. Two brokers in one process open the file twice and so exclude
 //! each other too (`flock` locks belong to an open file, not a process).
 //!
@@ -162,8 +166,11 @@
 //!    bring a trimmed segment's file back. Then the holder's own swap (C1).
 //! 4. **Even, after the last rename.** The holder writes `g + 2`.
 //!
-//! F. **Follow** (`Shared::follow_swaps`, every tick of every process,
-//!    when the generation moved; in the holder, step 1). For each sealed
+//! F. **Follow** (`Shared::follow_swaps`, in every process when the
+//!    generation moved, read at most once a `FOLLOW_EVERY_NS`; in the
+//!    holder, step 1, read under the lock every time). An odd generation
+//!    found there also has the process try the lock, pass due or not: a
+//!    dead holder's is free, and its swap is closed as in step 1. For each sealed
 //!    segment of its directory (never the newest, which is never
 //!    rebuilt), the process compares the inode number of the file it maps
 //!    with the one its name holds now (`stat`); where they differ it maps
@@ -269,7 +276,7 @@ pub struct CompactionPolicy {
 /// [`Log::compact`](super::Log::compact) for an in-memory log.
 pub(super) fn run(shared: &Shared, policy: &CompactionPolicy, now_ns: u64) -> Result<bool> {
     let mut progress = shared.compaction.progress.lock();
-    pass(shared, &mut progress, policy, now_ns, None)
+    pass(shared, &mut progress, policy, now_ns, false, None)
 }
 
 /// [`Log::compact`](super::Log::compact) for a durable log shared by
@@ -296,17 +303,37 @@ pub(super) fn run_shared(shared: &Shared, policy: &CompactionPolicy, now_ns: u64
         }
     };
     let across = Across { file, path: files.dir.join(COMPACT_LOCK_FILE) };
-    // Step F of "The swap across processes": follow what moved.
-    let generation = across.generation()?;
-    if generation != progress.followed {
-        shared.follow_swaps()?;
-        // An odd generation: a pass is swapping (or its process died
-        // mid-swap); followed again once it is even.
-        if generation % 2 == 0 {
-            progress.followed = generation;
+    // Step F of "The swap across processes": follow what moved, looked at
+    // once a `FOLLOW_EVERY_NS` (a read of the file: the compactor comes
+    // far more often).
+    let mut orphaned = false;
+    if now_ns >= progress.next_follow_ns {
+        progress.next_follow_ns = now_ns.saturating_add(FOLLOW_EVERY_NS);
+        let generation = across.generation()?;
+        if generation != progress.followed {
+            shared.follow_swaps()?;
+            // An odd generation: a pass is swapping (or its process died
+            // mid-swap); followed again once it is even. Taking the lock
+            // tells which: a dead holder's is free, and this process then
+            // closes its swap below.
+            if generation % 2 == 0 {
+                progress.followed = generation;
+            } else {
+                orphaned = true;
+            }
         }
     }
+    // The lock is taken only for a pass that has work (or to close an
+    // orphaned swap), so an idle compacted topic costs no system call
+    // between the follows.
+    let through = progress.through;
+    if !orphaned && nothing_due(shared, &mut progress, now_ns) {
+        return Ok(false);
+    }
     if !across.try_lock()? {
+        // Another process compacts now: this one looks again next time,
+        // as if it had not seen the newly sealed segments.
+        progress.through = through;
         return Ok(false);
     }
     let result = (|| {
@@ -326,7 +353,7 @@ pub(super) fn run_shared(shared: &Shared, policy: &CompactionPolicy, now_ns: u64
             }
             progress.followed = generation;
         }
-        pass(shared, &mut progress, policy, now_ns, Some(&across))
+        pass(shared, &mut progress, policy, now_ns, true, Some(&across))
     })();
     across.unlock();
     result
@@ -336,6 +363,42 @@ pub(super) fn run_shared(shared: &Shared, policy: &CompactionPolicy, now_ns: u64
 /// processes" in the module docs).
 #[cfg(not(loom))]
 pub(super) const COMPACT_LOCK_FILE: &str = "compact.lock";
+
+/// How often, at most, a process reads a partition's swap generation to
+/// follow the swaps of the process that compacts it: following only
+/// frees the old files' mappings sooner and shows new readers the
+/// compacted log sooner, so it need not run at the compactor's pace. The
+/// process that takes the lock for a pass reads it again under the lock.
+#[cfg(not(loom))]
+const FOLLOW_EVERY_NS: u64 = 1_000_000_000;
+
+/// True if a pass would find nothing to do: nothing sealed since the last
+/// look that makes the dirty part large enough, and no kept record due
+/// (see "Incremental passes" in the module docs); also for a stalled
+/// directory. Notes the sealed end it saw, as a pass that returns early
+/// does.
+fn nothing_due(shared: &Shared, progress: &mut super::compact_state::Progress, now_ns: u64) -> bool {
+    let guard = epoch::pin();
+    let dir = shared.dir(&guard);
+    if dir.stalled.is_some() {
+        return true;
+    }
+    let sealed = &dir.segs[..dir.segs.len() - 1];
+    // Where the sealed segments end: the newest segment's base.
+    let through = sealed.last().map_or(0, |_| dir.last().base());
+    if progress.retry || now_ns >= progress.due_ns {
+        return false;
+    }
+    if through == progress.through {
+        // Nothing newly sealed.
+        return true;
+    }
+    // Noted, so that the share is summed again only once more is sealed
+    // (it changes with nothing else that matters here: a trim only shrinks
+    // the clean prefix, and the next seal counts).
+    progress.through = through;
+    !dirty_enough(sealed, progress.clean)
+}
 
 /// A partition's `compact.lock`: an `flock` that elects the process that
 /// compacts, over eight bytes holding the swap generation (see "The swap
@@ -405,9 +468,15 @@ fn pass(
     progress: &mut super::compact_state::Progress,
     policy: &CompactionPolicy,
     now_ns: u64,
+    checked: bool,
     #[cfg(not(loom))] across: Option<&Across<'_>>,
     #[cfg(loom)] across: Option<&()>,
 ) -> Result<bool> {
+    // Decided before a segment is cloned, as the compactor asks often
+    // (`checked`: the caller asked already, under the same `progress`).
+    if !checked && nothing_due(shared, progress, now_ns) {
+        return Ok(false);
+    }
     let (segs, through): (Vec<Arc<Segment>>, u64) = {
         let guard = epoch::pin();
         let dir = shared.dir(&guard);
@@ -417,20 +486,6 @@ fn pass(
         let sealed = &dir.segs[..dir.segs.len() - 1];
         // Where the sealed segments end: the newest segment's base.
         let through = sealed.last().map_or(0, |_| dir.last().base());
-        // Decided before a segment is cloned, as the compactor asks often.
-        if !progress.retry && now_ns < progress.due_ns {
-            if through == progress.through {
-                // Nothing newly sealed.
-                return Ok(false);
-            }
-            // Noted, so that the share is summed again only once more is
-            // sealed (it changes with nothing else that matters here: a
-            // trim only shrinks the clean prefix, and the next seal counts).
-            progress.through = through;
-            if !dirty_enough(sealed, progress.clean) {
-                return Ok(false);
-            }
-        }
         (sealed.to_vec(), through)
     };
     let clean = progress.clean;

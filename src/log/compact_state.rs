@@ -54,4 +54,9 @@ pub(super) struct Progress {
     /// `compact.rs`). Processes mode only, which loom compiles out.
     #[cfg_attr(loom, allow(dead_code))]
     pub(super) followed: u64,
+    /// Processes mode: when (ns) this process next reads the swap
+    /// generation to follow other processes' swaps (see `FOLLOW_EVERY_NS`
+    /// in `compact.rs`).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(super) next_follow_ns: u64,
 }

@@ -193,9 +193,8 @@ pub(crate) struct Look {
     sub: Arc<SubCore>,
     timer: Arc<Timer<Look>>,
     every: Option<Duration>,
-    /// The broker's looks, for the hand-over of a fallback (weak: the
-    /// looks own the timer that holds this job).
-    looks: std::sync::Weak<Looks>,
+    /// The broker's members, for the hand-over of a fallback.
+    members: Arc<Mutex<Members>>,
 }
 
 impl Job for Look {
@@ -205,8 +204,8 @@ impl Job for Look {
         if alive {
             let timer = self.timer.clone();
             timer.schedule(every, self);
-        } else if let Some(looks) = self.looks.upgrade() {
-            looks.hand_over_fallback(&self.share.folder, every);
+        } else {
+            hand_over_fallback(&self.timer, &self.members, &self.share.folder, every);
         }
     }
 }
@@ -233,11 +232,11 @@ pub(crate) struct Looks {
     /// broker closes. One lock, so that a member joining while the chain
     /// of its folder ends either is found by the hand-over or finds the
     /// chain ended and starts one.
-    members: Mutex<Members>,
+    members: Arc<Mutex<Members>>,
 }
 
 #[derive(Default)]
-struct Members {
+pub(crate) struct Members {
     list: Vec<(Arc<ProcessShare>, Arc<SubCore>)>,
     chains: std::collections::HashSet<std::path::PathBuf>,
 }
@@ -245,7 +244,8 @@ struct Members {
 impl Looks {
     /// Starts the timer's thread.
     pub(super) fn start() -> crate::error::Result<Looks> {
-        Ok(Looks { timer: Arc::new(Timer::start_named("rill-shared-look")?), members: Mutex::new(Members::default()) })
+        let members = Arc::new(Mutex::new(Members::default()));
+        Ok(Looks { timer: Arc::new(Timer::start_named("rill-shared-look")?), members })
     }
 
     /// A member that has just joined: its first look now, on this thread
@@ -254,7 +254,7 @@ impl Looks {
     /// member of the folder in this process runs them. Listed before that
     /// first look: an announcement handled from now on finds it, and one
     /// handled before was of a change made before the look, which sees it.
-    pub(super) fn add(self: &Arc<Self>, share: Arc<ProcessShare>, sub: &Arc<SubCore>) {
+    pub(super) fn add(&self, share: Arc<ProcessShare>, sub: &Arc<SubCore>) {
         let starts_chain = {
             let mut members = self.members.lock();
             members.list.push((share.clone(), sub.clone()));
@@ -267,37 +267,19 @@ impl Looks {
                 let job = self.look(share, sub.clone(), Some(every));
                 self.timer.schedule(every, job);
             } else {
-                self.hand_over_fallback(&share.folder, every);
-            }
-        }
-    }
-
-    /// The member running `folder`'s fallback chain has closed: the chain
-    /// passes to another live member of the folder (its next look in
-    /// `every`), or ends.
-    fn hand_over_fallback(self: &Arc<Self>, folder: &std::path::Path, every: Duration) {
-        let mut members = self.members.lock();
-        members.list.retain(|(_, sub)| !sub.is_closed());
-        let next = members.list.iter().find(|(share, _)| share.folder == folder).cloned();
-        match next {
-            Some((share, sub)) => {
-                let job = self.look(share, sub, Some(every));
-                self.timer.schedule(every, job);
-            }
-            None => {
-                members.chains.remove(folder);
+                hand_over_fallback(&self.timer, &self.members, &share.folder, every);
             }
         }
     }
 
     /// A look job for a member.
-    fn look(self: &Arc<Self>, share: Arc<ProcessShare>, sub: Arc<SubCore>, every: Option<Duration>) -> Look {
-        Look { share, sub, timer: self.timer.clone(), every, looks: Arc::downgrade(self) }
+    fn look(&self, share: Arc<ProcessShare>, sub: Arc<SubCore>, every: Option<Duration>) -> Look {
+        Look { share, sub, timer: self.timer.clone(), every, members: self.members.clone() }
     }
 
     /// An announcement came (the doorbell thread's hook): a look at once,
     /// on the timer's thread, for every member still there.
-    pub(crate) fn look_all_now(self: &Arc<Self>) {
+    pub(crate) fn look_all_now(&self) {
         let mut members = self.members.lock();
         members.list.retain(|(_, sub)| !sub.is_closed());
         for (share, sub) in members.list.iter() {
@@ -312,5 +294,28 @@ impl Looks {
         let mut members = self.members.lock();
         members.list.clear();
         members.chains.clear();
+    }
+}
+
+/// The member running `folder`'s fallback chain has closed: the chain
+/// passes to another live member of the folder (its next look in
+/// `every`), or ends.
+fn hand_over_fallback(
+    timer: &Arc<Timer<Look>>,
+    members: &Arc<Mutex<Members>>,
+    folder: &std::path::Path,
+    every: Duration,
+) {
+    let mut list = members.lock();
+    list.list.retain(|(_, sub)| !sub.is_closed());
+    let next = list.list.iter().find(|(share, _)| share.folder == folder).cloned();
+    match next {
+        Some((share, sub)) => {
+            let job = Look { share, sub, timer: timer.clone(), every: Some(every), members: members.clone() };
+            timer.schedule(every, job);
+        }
+        None => {
+            list.chains.remove(folder);
+        }
     }
 }
