@@ -328,8 +328,8 @@ impl GroupHost for ProcessMember {
     /// `session_timeout`, so a dead member's partitions reach the
     /// survivors within it.
     fn expel_idle(&self, core: &ConsumerCore) -> Duration {
-        let state = self.state.lock();
-        if let Some(m) = &state.membership
+        let mut state = self.state.lock();
+        if let Some(m) = &mut state.membership
             && m.target().is_ok_and(|target| target != m.owned())
         {
             core.assignment_changed();

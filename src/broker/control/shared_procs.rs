@@ -36,6 +36,7 @@ use crate::broker::store::Membership;
 use crate::broker::subscription::{StartPosition, SubCore, attach};
 use crate::broker::topic::Topic;
 use crate::log::{Cursor, Log};
+use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Arc, Mutex};
 
 /// How often a member looks at the others when nothing is announced: the
@@ -74,6 +75,9 @@ pub(crate) struct ProcessShare {
     /// The name's folder under `shared/`: this process's members of one
     /// name share one fallback look (see [`Looks`]).
     folder: std::path::PathBuf,
+    /// An announced look is scheduled and has not started: a further
+    /// announcement needs no look of its own (see [`Looks::look_all_now`]).
+    look_pending: AtomicBool,
     state: Mutex<Option<Membership>>,
 }
 
@@ -82,7 +86,14 @@ impl ProcessShare {
     /// (joined, owning nothing yet), starting new partitions at `start`.
     pub(super) fn new(membership: Membership, topic: Arc<Topic>, start: StartPosition, sync: bool) -> ProcessShare {
         let folder = membership.dir().to_path_buf();
-        ProcessShare { sync, topic, start, folder, state: Mutex::new(Some(membership)) }
+        ProcessShare {
+            sync,
+            topic,
+            start,
+            folder,
+            look_pending: AtomicBool::new(false),
+            state: Mutex::new(Some(membership)),
+        }
     }
 
     /// The look (see the module docs): gives up what is outside the target
@@ -101,10 +112,12 @@ impl ProcessShare {
                 return true;
             }
         };
+        let mut changed = false;
         for p in m.owned() {
             if !target.contains(&p) {
                 // Its drainer lets go at a batch boundary, then `release`.
                 attach::revoke(sub, p);
+                changed = true;
             }
         }
         let taken = match m.take(&target) {
@@ -115,6 +128,7 @@ impl ProcessShare {
             }
         };
         let sync = self.sync;
+        changed |= !taken.is_empty();
         for (p, saved) in taken {
             let Some(partition) = self.topic.partitions.get(p as usize) else { continue };
             let cursor = match saved {
@@ -132,7 +146,12 @@ impl ProcessShare {
             attach::attach_to(sub, self.topic.name.clone(), partition, cursor);
         }
         drop(state);
-        SubCore::poke(sub);
+        // The drainer has something to do only if a partition came or is
+        // to go: a look that found the split as it was (most fallback
+        // looks) wakes nobody.
+        if changed {
+            SubCore::poke(sub);
+        }
         true
     }
 
@@ -199,6 +218,13 @@ pub(crate) struct Look {
 
 impl Job for Look {
     fn run(self) {
+        if self.every.is_none() {
+            // Started: an announcement from now on schedules another look.
+            // AcqRel: acquires the announcing swap in `look_all_now` (which
+            // follows the doorbell's Acquire of the members' counter), so
+            // this look's listing comes after the change announced.
+            self.share.look_pending.swap(false, Ordering::AcqRel);
+        }
         let alive = self.share.look(&self.sub);
         let Some(every) = self.every else { return };
         if alive {
@@ -278,11 +304,21 @@ impl Looks {
     }
 
     /// An announcement came (the doorbell thread's hook): a look at once,
-    /// on the timer's thread, for every member still there.
+    /// on the timer's thread, for every member still there, unless one
+    /// announced before has not started yet (it will see this change too:
+    /// it lists the folder after it starts). Joins in several processes
+    /// announce in bursts, and each look that takes or gives up a
+    /// partition announces again; without this, every announcement of a
+    /// burst queued one look per member.
     pub(crate) fn look_all_now(&self) {
         let mut members = self.members.lock();
         members.list.retain(|(_, sub)| !sub.is_closed());
         for (share, sub) in members.list.iter() {
+            // AcqRel: releases what this thread acquired (the announced
+            // change) to the look's swap in `Look::run`.
+            if share.look_pending.swap(true, Ordering::AcqRel) {
+                continue;
+            }
             let job = self.look(share.clone(), sub.clone(), None);
             self.timer.schedule(Duration::ZERO, job);
         }

@@ -232,6 +232,13 @@ use super::offsets::{GroupCommit, read_slots_of};
 use crate::error::{Error, Result};
 use crate::log::Fsync;
 
+/// How many other members' files a member keeps open between its looks
+/// (`Membership::live_members_removing`): each kept one saves an `open`
+/// and a `close` per look; past this many, the others are opened and
+/// closed at each look, so a large group does not use up the process's
+/// descriptors.
+const MAX_PROBES: usize = 64;
+
 /// The folder of the groups' own files.
 pub(super) const GROUPS_DIR: &str = "groups";
 
@@ -294,6 +301,9 @@ pub(crate) struct Membership {
     /// Holds the member file's flock while open.
     _member: Locked,
     owned: BTreeMap<u32, Owned>,
+    /// Descriptors of the other members' files, by name, kept from one
+    /// look to the next (at most [`MAX_PROBES`]).
+    probes: BTreeMap<String, fs::File>,
     /// A shared subscription's member: its shared lock of the name (see
     /// "Shared subscriptions"), held while it is a member.
     _name: Option<Locked>,
@@ -436,6 +446,7 @@ impl Membership {
             name,
             _member: Locked::new(file),
             owned: BTreeMap::new(),
+            probes: BTreeMap::new(),
             _name: None,
             announce: None,
         })
@@ -466,7 +477,7 @@ impl Membership {
 
     /// The live members, sorted by name; removes the files of dead ones
     /// (and announces that it did).
-    fn live_members(&self) -> Result<Vec<String>> {
+    fn live_members(&mut self) -> Result<Vec<String>> {
         let mut removed = false;
         let live = self.live_members_removing(&mut removed);
         if removed {
@@ -476,10 +487,14 @@ impl Membership {
     }
 
     /// [`Membership::live_members`], setting `removed` if it removed a
-    /// dead member's file.
-    fn live_members_removing(&self, removed: &mut bool) -> Result<Vec<String>> {
+    /// dead member's file. Each other member's file is probed with an
+    /// `flock` try on a descriptor kept from the last look (see
+    /// [`MAX_PROBES`]), so a look that finds everyone alive makes one
+    /// system call per member, not three.
+    fn live_members_removing(&mut self, removed: &mut bool) -> Result<Vec<String>> {
         let entries = fs::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, &e))?;
         let mut live = Vec::new();
+        let mut probes = BTreeMap::new();
         for entry in entries {
             let entry = entry.map_err(|e| Error::io(&self.dir, &e))?;
             let Some(file) = entry.file_name().to_str().map(str::to_owned) else { continue };
@@ -494,28 +509,41 @@ impl Membership {
                 continue;
             }
             let path = self.dir.join(&file);
-            let probe = match try_lock(&path) {
-                Ok(probe) => probe,
-                // Removed meanwhile by another prober.
-                Err(Error::Io { kind: IoKind::NotFound, .. }) => continue,
-                Err(e) => return Err(e),
+            // A member's name is never used again (pid, clock, id), so a
+            // kept descriptor is of the file the name was listed for.
+            let probe = match self.probes.remove(&file) {
+                Some(kept) => kept,
+                None => match fs::File::open(&path) {
+                    Ok(opened) => opened,
+                    // Removed meanwhile by its member or another prober.
+                    Err(e) if e.kind() == IoKind::NotFound => continue,
+                    Err(e) => return Err(Error::io(&path, &e)),
+                },
             };
-            match probe {
-                // Granted: nobody holds it, its member is dead.
-                Some(_lock) => match fs::remove_file(&path) {
+            if flock(&probe, &path, libc::LOCK_EX | libc::LOCK_NB)? {
+                // Granted: nobody holds it, its member is dead (or it left
+                // and removed it since the listing). Closing the probe lets
+                // the lock go.
+                match fs::remove_file(&path) {
                     Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(&path, &e)),
                     Ok(()) => *removed = true,
                     _ => {}
-                },
-                None => live.push(file),
+                }
+            } else {
+                if probes.len() < MAX_PROBES {
+                    probes.insert(file.clone(), probe);
+                }
+                live.push(file);
             }
         }
+        // The members not listed now are gone: their descriptors close.
+        self.probes = probes;
         live.sort();
         Ok(live)
     }
 
     /// The partitions this member should own now (see "Who should own what").
-    pub(crate) fn target(&self) -> Result<Vec<u32>> {
+    pub(crate) fn target(&mut self) -> Result<Vec<u32>> {
         let live = self.live_members()?;
         let index = live.iter().position(|m| *m == self.name).expect("its own file is listed");
         Ok(target(index, live.len(), self.partitions))
@@ -891,7 +919,8 @@ mod tests {
         let root = temp_dir("split");
         let (r, f) = (root.as_path(), Fsync::Never);
         let mut a = Membership::join(r, f, false, ("g", "t", 1), 4, 1).unwrap();
-        assert!(a.rebalance(&a.target().unwrap()).unwrap());
+        let target = a.target().unwrap();
+        assert!(a.rebalance(&target).unwrap());
         assert_eq!(a.owned(), [0, 1, 2, 3]);
         assert!(a.commit(3, 7, false).unwrap());
         let mut b = Membership::join(r, f, false, ("g", "t", 1), 4, 2).unwrap();
@@ -909,7 +938,8 @@ mod tests {
         // What a committed is seen by b, whoever owns it.
         assert_eq!(b.committed(3).unwrap(), Some(7));
         drop(a);
-        assert!(b.rebalance(&b.target().unwrap()).unwrap());
+        let target = b.target().unwrap();
+        assert!(b.rebalance(&target).unwrap());
         assert_eq!(b.owned(), [0, 1, 2, 3]);
         assert_eq!(b.committed(3).unwrap(), Some(7));
         assert!(matches!(forget_group(r, f, ("g", "t"), 4), Err(Error::Busy(_))));
@@ -928,7 +958,8 @@ mod tests {
         let mut b = Membership::join_in(r, SHARED_DIR, f, false, ("w", "t", 1), 2, 2).unwrap();
         // a's target is one partition now, but `take` gives nothing up.
         assert_eq!(a.target().unwrap().len(), 1);
-        assert!(a.take(&a.target().unwrap()).unwrap().is_empty());
+        let target = a.target().unwrap();
+        assert!(a.take(&target).unwrap().is_empty());
         assert_eq!(a.owned(), [0, 1]);
         assert!(b.take(&[1]).unwrap().is_empty(), "still a's");
         a.give_up(1);
@@ -941,7 +972,7 @@ mod tests {
     fn a_member_file_left_unlocked_is_a_dead_member() {
         let root = temp_dir("dead");
         let (r, f) = (root.as_path(), Fsync::Never);
-        let a = Membership::join(r, f, false, ("g", "t", 1), 2, 1).unwrap();
+        let mut a = Membership::join(r, f, false, ("g", "t", 1), 2, 1).unwrap();
         // A member whose process died: its file is there, nobody locks it.
         fs::write(a.dir.join(format!("0000000001-dead{MEMBER_SUFFIX}")), b"pid 1\n").unwrap();
         assert_eq!(a.target().unwrap(), [0, 1]);
@@ -954,7 +985,8 @@ mod tests {
         let (r, f) = (root.as_path(), Fsync::Never);
         for (group, topic) in [("g", "t"), ("h", "t"), ("g", "u")] {
             let mut m = Membership::join(r, f, false, (group, topic, 1), 2, 1).unwrap();
-            m.rebalance(&m.target().unwrap()).unwrap();
+            let target = m.target().unwrap();
+            m.rebalance(&target).unwrap();
             assert!(m.commit(1, 5, false).unwrap());
         }
         let live = Membership::join(r, f, false, ("h", "t", 1), 2, 2).unwrap();
@@ -983,7 +1015,8 @@ mod tests {
         }
         // A group of the same name is not a shared subscription's.
         let mut g = Membership::join(r, f, false, ("w", "t", 1), 2, 1).unwrap();
-        g.rebalance(&g.target().unwrap()).unwrap();
+        let target = g.target().unwrap();
+        g.rebalance(&target).unwrap();
         assert!(g.commit(0, 3, false).unwrap());
         drop(g);
         let live = Membership::join_in(r, SHARED_DIR, f, false, ("w", "u", 1), 2, 2).unwrap();
