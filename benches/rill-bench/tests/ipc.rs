@@ -58,9 +58,12 @@ fn a_tiny_ipc_run_on_a_disk_directory_prints_its_tables_and_cleans_up() {
     let out = run(&["--ipc-disk"], Some(&dir.0));
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains(&format!("under {},", dir.0.display())), "{table}");
-    for line in
-        ["across / one process: median ", "goal >= 10x", "rill p50 / round trip p50: median ", "woke 100 of them"]
-    {
+    for line in [
+        "across / one process: median ",
+        "goal >= 10x",
+        "rill p50 / round trip p50: median ",
+        "woke 100 of the subscriptions, 1 shared member and 1 group member",
+    ] {
         assert!(table.contains(line), "no {line:?} in:\n{table}");
     }
     let left: Vec<_> = std::fs::read_dir(&dir.0).unwrap().collect();
