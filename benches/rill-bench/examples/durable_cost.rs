@@ -33,27 +33,32 @@ const RETENTION: u64 = 16 << 20;
 
 #[inline(never)]
 fn memory_publish(publisher: &Publisher, record: &Record<'_>) {
-    publish_loop(publisher, record);
+    publish_loop(publisher, record, 1);
 }
 
 #[inline(never)]
 fn durable_publish(publisher: &Publisher, record: &Record<'_>) {
-    publish_loop(publisher, record);
+    publish_loop(publisher, record, 2);
 }
 
 #[inline(never)]
 fn memory_delivered(publisher: &Publisher, record: &Record<'_>, seen: &AtomicU64) {
-    publish_loop(publisher, record);
+    publish_loop(publisher, record, 3);
     wait_for(seen, PUBLISHES);
 }
 
 #[inline(never)]
 fn durable_delivered(publisher: &Publisher, record: &Record<'_>, seen: &AtomicU64) {
-    publish_loop(publisher, record);
+    publish_loop(publisher, record, 4);
     wait_for(seen, PUBLISHES);
 }
 
-fn publish_loop(publisher: &Publisher, record: &Record<'_>) {
+/// `tag` differs in each caller, so that the compiler cannot fold the
+/// four loop functions into one (they would otherwise be identical, and
+/// callgrind would give every loop's cost under one of their names).
+#[inline(always)]
+fn publish_loop(publisher: &Publisher, record: &Record<'_>, tag: u8) {
+    std::hint::black_box(tag);
     for _ in 0..PUBLISHES {
         publisher.publish(record).expect("a publish");
     }
