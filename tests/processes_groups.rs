@@ -415,6 +415,42 @@ fn a_join_and_a_leave_in_another_process_are_followed_without_the_timer() {
     mine.close();
 }
 
+/// A member killed with -9 announces nothing, but its broker's watch of
+/// the other members' processes sees it go (see "Deaths" in
+/// `store/membership.rs`): with every member's session an hour long, the
+/// survivor gets the dead member's partitions back.
+#[test]
+fn a_killed_member_is_followed_without_the_timer() {
+    const TEST: &str = "a_killed_member_is_followed_without_the_timer";
+    if let Some((role, dir)) = procs::child_role() {
+        long_session_member(&dir, &role);
+        return;
+    }
+    let dir = TempDir::new("death-watched");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let options = ConsumerOptions { session_timeout: LONG_SESSION, ..ConsumerOptions::default() };
+    let mut mine = broker.consumer(GROUP, TOPIC, options).unwrap();
+    mine.poll(16, Duration::ZERO).unwrap();
+    let mut child = procs::spawn(TEST, "0", &dir.0);
+    let checks = || {
+        wait_for("the member in the other process to get its share", || {
+            mine.poll(16, Duration::from_millis(20)).unwrap();
+            owns(&dir.0, 0).is_some_and(|theirs| theirs.len() == 2)
+        })
+    };
+    // Killed whether or not it got its share, so it never outlives the test.
+    procs::check_then_release(checks, || {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    });
+    wait_for("the partitions to come back after the other member's death", || {
+        mine.poll(16, Duration::from_millis(20)).unwrap();
+        mine.assignment() == [0, 1, 2, 3]
+    });
+    mine.close();
+}
+
 /// A group whose members have committed nothing yet is a group all the
 /// same: `group_stats` from another broker on the directory reads every
 /// partition uncommitted with its whole log as lag, as in one process, and

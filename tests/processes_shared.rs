@@ -452,44 +452,111 @@ fn a_join_and_a_leave_in_another_process_are_followed_without_the_timer() {
     assert_eq!(seen, published, "every message delivered");
 }
 
-/// This process's members of one name share one fallback look (the only
-/// thing that finds a member killed with -9): when the member running it
-/// closes, it passes to another member of the name here, which then finds
-/// a member killed in another process and takes its partitions.
+/// A member killed with -9 announces nothing, but its broker's watch of
+/// the other members' processes sees it go (see "Deaths" in
+/// `store/membership.rs`): with the survivor's fallback look an hour away,
+/// it takes the dead member's partitions and reads everything published
+/// after the kill.
+#[test]
+fn a_killed_member_is_followed_without_the_timer() {
+    const TEST: &str = "a_killed_member_is_followed_without_the_timer";
+    match procs::child_role() {
+        Some((role, dir)) if role == "0" => return announced_member(&dir, &role),
+        Some((role, dir)) => return killed_member(&dir, &role),
+        None => {}
+    }
+    let dir = TempDir::new("death-watched");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let mut survivor = procs::spawn(TEST, "0", &dir.0);
+    assert!(procs::wait_child_mark(&dir.0, "joined-0", &mut survivor), "the survivor did not join");
+    let mut killed = procs::spawn(TEST, "1", &dir.0);
+    let checks = || {
+        assert!(procs::wait_child_mark(&dir.0, "joined-1", &mut killed), "the member to kill did not join");
+        wait_for("the member to kill to read its share", || {
+            procs::publish(&broker, TOPIC, u64::from(PARTITIONS));
+            !procs::records(&dir.0, "records-1").is_empty()
+        });
+        killed.kill().unwrap();
+        killed.wait().unwrap();
+        let after: BTreeSet<(u32, u64)> =
+            procs::publish(&broker, TOPIC, 4 * u64::from(PARTITIONS)).into_iter().collect();
+        wait_for("the survivor to read everything published after the kill", || {
+            let seen: BTreeSet<(u32, u64)> = procs::records(&dir.0, "records-0").into_iter().collect();
+            after.is_subset(&seen)
+        });
+    };
+    let release = || {
+        procs::mark(&dir.0, "end-0");
+        procs::expect_success(survivor, "the survivor");
+    };
+    procs::check_then_release(checks, release);
+}
+
+/// The child of [`the_fallback_look_passes_to_another_member_when_its_member_closes`]
+/// that holds two members, its watch of deaths off (so only a fallback
+/// look finds a death): the second records each message in
+/// `records-pair`; the first closes when the parent makes `close-first`.
+fn pair_of_members(dir: &Path) {
+    rill::broker::disable_death_watch();
+    let broker = processes(dir);
+    // The first member here starts the name's fallback chain; the second
+    // joins it.
+    let first = member(&broker, |_, _| {});
+    let d = dir.to_owned();
+    let second = member(&broker, move |p, o| procs::append(&d, "records-pair", &format!("{p} {o}")));
+    procs::mark(dir, "joined-pair");
+    procs::wait_mark(dir, "close-first");
+    first.close();
+    procs::mark(dir, "first-closed");
+    procs::wait_mark(dir, "end-pair");
+    second.close();
+}
+
+/// A process's members of one name share one fallback look (what finds a
+/// member killed with -9 where deaths are not watched): when the member
+/// running it closes, it passes to another member of the name there,
+/// which then finds a member killed in another process and takes its
+/// partitions.
 #[test]
 fn the_fallback_look_passes_to_another_member_when_its_member_closes() {
     const TEST: &str = "the_fallback_look_passes_to_another_member_when_its_member_closes";
-    if let Some((role, dir)) = procs::child_role() {
-        killed_member(&dir, &role);
-        return;
+    match procs::child_role() {
+        Some((role, dir)) if role == "pair" => return pair_of_members(&dir),
+        Some((role, dir)) => return killed_member(&dir, &role),
+        None => {}
     }
     let dir = TempDir::new("fallback-hand-over");
     let broker = processes(&dir.0);
     broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
-    // The first member here starts the name's fallback chain; the second
-    // joins it.
-    let first = member(&broker, |_, _| {});
-    let mine: Seen = Arc::default();
-    let sink = mine.clone();
-    let second = member(&broker, move |p, o| sink.lock().unwrap().push((p, o)));
+    let mut pair = procs::spawn(TEST, "pair", &dir.0);
+    assert!(procs::wait_child_mark(&dir.0, "joined-pair", &mut pair), "the pair did not join");
     let mut child = procs::spawn(TEST, "0", &dir.0);
-    assert!(procs::wait_child_mark(&dir.0, "joined-0", &mut child), "the child member did not join");
-    // The first closes (its leave is announced: the child and the second
-    // split the partitions), then the child dies, which nobody announces.
-    first.close();
-    let owned_by_child = || !procs::records(&dir.0, "records-0").is_empty();
-    let published = procs::publish(&broker, TOPIC, 4 * u64::from(PARTITIONS));
-    wait_for("the child to read its share", owned_by_child);
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let published_after: BTreeSet<(u32, u64)> =
-        procs::publish(&broker, TOPIC, 4 * u64::from(PARTITIONS)).into_iter().collect();
-    // Only a fallback look, now run by the second member, frees the dead
-    // child's partitions for it.
-    wait_for("the second member to read everything published after the kill", || {
-        let seen: BTreeSet<(u32, u64)> = mine.lock().unwrap().iter().copied().collect();
-        published_after.is_subset(&seen)
-    });
-    assert!(!published.is_empty());
-    second.close();
+    let checks = || {
+        assert!(procs::wait_child_mark(&dir.0, "joined-0", &mut child), "the child member did not join");
+        // The first closes (its leave is announced: the child and the
+        // second split the partitions), then the child dies, which nobody
+        // announces.
+        procs::mark(&dir.0, "close-first");
+        procs::wait_mark(&dir.0, "first-closed");
+        wait_for("the child to read its share", || {
+            procs::publish(&broker, TOPIC, u64::from(PARTITIONS));
+            !procs::records(&dir.0, "records-0").is_empty()
+        });
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let after: BTreeSet<(u32, u64)> =
+            procs::publish(&broker, TOPIC, 4 * u64::from(PARTITIONS)).into_iter().collect();
+        // Only a fallback look, now run by the second member, frees the
+        // dead child's partitions for it.
+        wait_for("the second member to read everything published after the kill", || {
+            let seen: BTreeSet<(u32, u64)> = procs::records(&dir.0, "records-pair").into_iter().collect();
+            after.is_subset(&seen)
+        });
+    };
+    let release = || {
+        procs::mark(&dir.0, "end-pair");
+        procs::expect_success(pair, "the pair of members");
+    };
+    procs::check_then_release(checks, release);
 }

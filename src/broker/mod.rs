@@ -65,6 +65,8 @@ pub use self::control::directory::DirectoryConsumer;
 #[doc(hidden)]
 pub use self::control::shared_procs::set_look_fallback as set_shared_look_fallback;
 use self::control::{BrokerInner, Control, TopicMap, entry, topic_of};
+#[doc(hidden)]
+pub use self::store::disable_death_watch;
 use consumer::ConsumerCore;
 pub use consumer::{
     Consumer, ConsumerOptions, ConsumerStart, ConsumerStats, DEFAULT_SESSION_TIMEOUT, GroupPartition, GroupStats,
@@ -359,6 +361,19 @@ impl Broker {
             },
             None => None,
         };
+        // With the doorbell: the watch of the other members' processes.
+        let deaths = match &doorbell {
+            Some(d) => match store::Deaths::new() {
+                Ok(deaths) => Some(std::sync::Arc::new(deaths)),
+                Err(e) => {
+                    d.stop();
+                    pool.stop();
+                    timer.stop();
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
         let map = TopicMap::new();
         for (name, topic) in topics {
             // The names of a map's keys are distinct: no insert is refused.
@@ -383,6 +398,7 @@ impl Broker {
             shared_look: Mutex::new(None),
             placeholder: Mutex::new(None),
             doorbell,
+            deaths,
             registry,
         });
         let handle = Arc::new(Handle { inner });
@@ -393,7 +409,17 @@ impl Broker {
         if let Some(doorbell) = &handle.inner.doorbell {
             let weak: std::sync::Weak<BrokerInner> = Arc::downgrade(&handle.inner);
             doorbell.watch_members(weak.clone());
-            doorbell.watch_topics(weak);
+            doorbell.watch_topics(weak.clone());
+        }
+        // A member's process that exits is told as an announced change is.
+        #[cfg(not(loom))]
+        if let Some(deaths) = &handle.inner.deaths {
+            let weak: std::sync::Weak<BrokerInner> = Arc::downgrade(&handle.inner);
+            deaths.tell_to(std::sync::Arc::new(move || {
+                if let Some(broker) = weak.upgrade() {
+                    doorbell::MembersWatch::members_changed(&*broker);
+                }
+            }));
         }
         // On failure the handle's drop closes the broker (and its directory).
         BrokerInner::start_flusher(&handle.inner)?;

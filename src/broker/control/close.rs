@@ -60,6 +60,10 @@ impl BrokerInner {
         if let Some(doorbell) = &self.doorbell {
             doorbell.stop();
         }
+        // Not under the control mutex: its thread's telling takes it.
+        if let Some(deaths) = &self.deaths {
+            deaths.stop();
+        }
         // A clean close flushes everything, whatever the policy, then lets go
         // of the directory (handles still held read nothing new: publishing
         // to a closed broker fails).

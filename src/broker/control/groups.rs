@@ -85,14 +85,18 @@ impl BrokerInner {
 }
 
 impl BrokerInner {
-    /// `Sharing::Processes`: what a member of a group or shared
-    /// subscription calls after it changed its folder: bumps the members'
-    /// change counter and rings every doorbell of the directory (see
-    /// "Announcing changes" in `store/membership.rs`). `None` without a
-    /// doorbell.
-    pub(crate) fn member_announce(&self) -> Option<std::sync::Arc<dyn Fn() + Send + Sync>> {
+    /// `Sharing::Processes`: a member of a group or shared subscription's
+    /// hooks: what it calls after it changed its folder (bumps the members'
+    /// change counter and rings every doorbell of the directory: see
+    /// "Announcing changes" in `store/membership.rs`), and the broker's
+    /// watch of the other members' processes ("Deaths" there). `None`
+    /// without a doorbell.
+    pub(crate) fn member_announce(&self) -> Option<crate::broker::store::Hooks> {
         let bell = self.doorbell.as_ref()?.bell().clone();
-        Some(std::sync::Arc::new(move || bell.members_changed()))
+        Some(crate::broker::store::Hooks {
+            announce: std::sync::Arc::new(move || bell.members_changed()),
+            deaths: self.deaths.clone()?,
+        })
     }
 }
 

@@ -204,6 +204,9 @@ pub(crate) struct BrokerInner {
     pub(crate) placeholder: Mutex<Option<Arc<Partition>>>,
     /// `Sharing::Processes`: the doorbell thread (see `doorbell.rs`).
     pub(crate) doorbell: Option<Arc<Doorbell>>,
+    /// `Sharing::Processes`: the watch of the other members' processes
+    /// (see "Deaths" in `store/membership.rs`); with the doorbell.
+    pub(crate) deaths: Option<std::sync::Arc<crate::broker::store::Deaths>>,
     /// `Sharing::Processes`: this broker's subscriptions and their
     /// counters, for other processes to list (see `store/registry.rs`).
     pub(crate) registry: Option<Arc<Registry>>,

@@ -9,7 +9,8 @@
 //!   the doorbell thread finds the members' change counter moved (a join,
 //!   a leave, a release or a dead member's file removed, in any process:
 //!   see "Announcing changes" in `store/membership.rs`), and, for deaths
-//!   only, every [`LOOK_EVERY`] (one member of each name per process: see
+//!   only, when its broker sees a member's process exit and every
+//!   [`LOOK_EVERY_WATCHED`] (one member of each name per process: see
 //!   [`Looks`]): it lists the live members, asks its drainer to
 //!   give up the partitions outside its target (`attach::revoke`), and
 //!   takes the free ones in it, attaching a reader at the position saved in
@@ -39,14 +40,22 @@ use crate::log::{Cursor, Log};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Arc, Mutex};
 
-/// How often a member looks at the others when nothing is announced: the
-/// fallback for a member whose process died (which announces nothing), so
-/// a dead member's partitions are taken within about this time (its lock
-/// files show the death at once; only the look waits). Joins, leaves and
-/// releases are announced and followed at once (see "Announcing changes"
-/// in `store/membership.rs`). Tests may make it longer with
-/// [`set_look_fallback`].
+/// How often a member looks at the others when nothing is announced, on a
+/// system without pidfds: the fallback for a member whose process died
+/// (which announces nothing), so a dead member's partitions are taken
+/// within about this time (its lock files show the death at once; only
+/// the look waits). Joins, leaves and releases are announced and followed
+/// at once (see "Announcing changes" in `store/membership.rs`). Tests may
+/// make it longer with [`set_look_fallback`].
 pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// [`LOOK_EVERY`] where the broker watches the other members' processes
+/// (see "Deaths" in `store/membership.rs`): a death is then followed when
+/// it happens, and the fallback is left only the deaths that watch cannot
+/// see (a lock a forked child holds on, a pid of another namespace), so it
+/// runs less often, which is most of what an idle member costs
+/// (`rill-bench --scenario ipc`'s idle line).
+pub(crate) const LOOK_EVERY_WATCHED: Duration = Duration::from_secs(10);
 
 /// The fallback period set by [`set_look_fallback`], if any.
 static LOOK_FALLBACK: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
@@ -62,7 +71,8 @@ pub fn set_look_fallback(every: Duration) {
 
 /// The fallback look period (see [`set_look_fallback`]).
 fn look_fallback() -> Duration {
-    LOOK_FALLBACK.get().copied().unwrap_or(LOOK_EVERY)
+    let period = if crate::broker::store::Deaths::supported() { LOOK_EVERY_WATCHED } else { LOOK_EVERY };
+    LOOK_FALLBACK.get().copied().unwrap_or(period)
 }
 
 /// One member's share of a shared subscription across processes.

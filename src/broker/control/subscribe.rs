@@ -288,7 +288,8 @@ impl BrokerInner {
         drop(control);
         if let (Some(share), Some(looks)) = (share, look_timer) {
             // Its first look now (it takes the free partitions of its
-            // target), then one at each announcement and every `LOOK_EVERY`.
+            // target), then one at each announcement and death, and the
+            // fallback ones (`shared_procs.rs`).
             looks.add(share, &sub);
         }
         if let Some(slot) = &slot {

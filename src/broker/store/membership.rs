@@ -44,11 +44,13 @@
 //! target and then takes, without blocking, the free partitions in it; one
 //! still held by its previous owner (which has not looked yet) is tried
 //! again at the next look. A member looks when it joins, whenever another
-//! member announces a change (see "Announcing changes"), and, for deaths,
-//! every half of its `session_timeout` (the same timer that expels idle
-//! members in `Exclusive` mode, see `consumer.rs`), so a dead member's
-//! partitions reach the survivors within that time, and partitions never
-//! have two owners in between (at worst none, for one look).
+//! member announces a change (see "Announcing changes"), when its broker
+//! sees a member's process exit (see "Deaths"), and every half of its
+//! `session_timeout` (the same timer that expels idle members in
+//! `Exclusive` mode, see `consumer.rs`), so a dead member's partitions
+//! reach the survivors as its process goes, and within that time whatever
+//! hides the death, and partitions never have two owners in between (at
+//! worst none, for one look).
 //!
 //! A member file is made whole before it is seen: it is created under a
 //! temporary name, locked and written, then renamed to `<member>.member`
@@ -104,12 +106,20 @@
 //! must publish (with the counter Relaxed it finds the look missing the
 //! join); `.ci/fence-check` requires it to fail with X3 weakened.
 //!
+//! # Deaths
+//!
 //! Only a death announces nothing: a process killed with -9 drops its
-//! locks in the kernel, and its member file stays until a survivor's
-//! fallback look tries the lock, finds it free, removes the file and
-//! announces that. So the fallback timer bounds the hand-over after a
-//! death only: half the `session_timeout` for a group's member, `LOOK_EVERY`
-//! (one second) for a shared subscription's, which has no session timeout.
+//! locks in the kernel, and its member file stays until a survivor's look
+//! tries the lock, finds it free, removes the file and announces that.
+//! Each broker watches the processes of the members its members listed
+//! at their last look (a pidfd each, in `deaths.rs`), and has its members
+//! look when one exits, so a death is followed at once, as an announced
+//! change is. The fallback looks find what that watch cannot see (a lock
+//! a forked child holds on, a pid of another namespace; see `deaths.rs`):
+//! every half of the `session_timeout` for a group's member, every
+//! `LOOK_EVERY_WATCHED` (ten seconds) for a shared subscription's, which
+//! has no session timeout, or `LOOK_EVERY` (one second) on a system
+//! without pidfds.
 //! A rill of the older layout would announce nothing, so the bell file's
 //! layout (3) refuses it (`doorbell.rs`).
 //!
@@ -192,9 +202,9 @@
 //! close, after its last handler call; a partition it takes with nothing
 //! saved starts at the subscription's start position, saved at once so a
 //! later owner starts there too. A member looks when it subscribes and
-//! then at each announcement and, for deaths, every `LOOK_EVERY` (one
-//! second, `shared_procs.rs`), so a dead member's partitions are taken
-//! within about that time. A member killed loses only
+//! then at each announcement and at each death its broker sees (see
+//! "Deaths"), so a dead member's partitions are taken as soon as its
+//! process has gone. A member killed loses only
 //! what it handled after its last save, which its partition's next owner
 //! delivers again (at least once).
 //!
@@ -225,6 +235,7 @@ use std::io::{ErrorKind as IoKind, Write};
 use std::path::{Path, PathBuf};
 
 use super::atomic_file::sync_dir;
+use super::deaths::Deaths;
 use super::format::{MemberSlot, Offsets, TopicMeta, UNKNOWN_DIR};
 use super::lock::{Locked, flock, open_lock_file};
 use super::named::{folder_entries, key, remove_slots};
@@ -246,6 +257,9 @@ pub(super) const GROUPS_DIR: &str = "groups";
 /// (a shared subscription's name in place of the group; see "Shared
 /// subscriptions").
 pub(super) const SHARED_DIR: &str = "shared";
+
+/// The digits of the pid a member file's name begins with.
+const PID_DIGITS: usize = 10;
 
 /// The suffix of a member file.
 const MEMBER_SUFFIX: &str = ".member";
@@ -312,8 +326,13 @@ pub(crate) struct Membership {
     announce: Option<Announcer>,
 }
 
-/// An [`Announce`], which has no `Debug` of its own.
-struct Announcer(Announce);
+/// A member's hooks into its broker ([`Hooks`]), with its id in the
+/// broker's [`Deaths`]; no `Debug` of their own.
+struct Announcer {
+    announce: Announce,
+    deaths: std::sync::Arc<Deaths>,
+    owner: u64,
+}
 
 impl std::fmt::Debug for Announcer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -324,6 +343,14 @@ impl std::fmt::Debug for Announcer {
 /// What a member calls after it changed its folder: the broker's ring of
 /// every process's doorbell (see "Announcing changes").
 pub(crate) type Announce = std::sync::Arc<dyn Fn() + Send + Sync>;
+
+/// What a member of a broker with a doorbell is given: its announcement,
+/// and the broker's watch of the other members' processes, which each
+/// look tells whom it found (see "Deaths" and `deaths.rs`).
+pub(crate) struct Hooks {
+    pub(crate) announce: Announce,
+    pub(crate) deaths: std::sync::Arc<Deaths>,
+}
 
 /// The folder of group `group` on topic `topic` in `root`, made if missing.
 fn group_dir(root: &Path, fsync: Fsync, group: &str, topic: &str) -> Result<PathBuf> {
@@ -429,7 +456,7 @@ impl Membership {
         let dir = folder_in(root, top, fsync, group, topic)?;
         let pid = std::process::id();
         let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-        let stem = format!("{pid:010}-{clock:032x}-{id:016x}");
+        let stem = format!("{pid:0PID_DIGITS$}-{clock:032x}-{id:016x}");
         let tmp = dir.join(format!("{stem}.tmp"));
         let mut file = open_lock_file(&tmp)?;
         flock(&file, &tmp, libc::LOCK_EX)?;
@@ -459,19 +486,21 @@ impl Membership {
         self
     }
 
-    /// This member announcing, through `announce`, every change it makes
+    /// This member announcing, through `hooks`, every change it makes
     /// to its folder from now on, and its join now (its file is in place;
-    /// see "Announcing changes").
-    pub(crate) fn announcing(mut self, announce: Announce) -> Membership {
-        announce();
-        self.announce = Some(Announcer(announce));
+    /// see "Announcing changes"), and telling the broker's watch of deaths
+    /// whom each look finds.
+    pub(crate) fn announcing(mut self, hooks: Hooks) -> Membership {
+        (hooks.announce)();
+        let owner = hooks.deaths.owner();
+        self.announce = Some(Announcer { announce: hooks.announce, deaths: hooks.deaths, owner });
         self
     }
 
     /// Tells the other members that this one changed the folder.
     fn announce(&self) {
-        if let Some(Announcer(announce)) = &self.announce {
-            announce();
+        if let Some(a) = &self.announce {
+            (a.announce)();
         }
     }
 
@@ -538,6 +567,9 @@ impl Membership {
         }
         // The members not listed now are gone: their descriptors close.
         self.probes = probes;
+        if let Some(a) = &self.announce {
+            a.deaths.watch(a.owner, live.iter().filter_map(|name| Some((member_pid(name)?, name.clone()))).collect());
+        }
         live.sort();
         Ok(live)
     }
@@ -647,7 +679,15 @@ impl Drop for Membership {
         let _ = fs::remove_file(self.dir.join(&self.name));
         self.owned.clear();
         self.announce();
+        if let Some(a) = &self.announce {
+            a.deaths.forget(a.owner);
+        }
     }
+}
+
+/// The pid a member file's name begins with (see [`Membership::join_in`]).
+fn member_pid(name: &str) -> Option<u32> {
+    name.get(..PID_DIGITS)?.parse().ok()
 }
 
 /// Partition `p`'s committed offset as its slots in `dir` hold it for the

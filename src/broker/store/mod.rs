@@ -175,6 +175,7 @@
 //! * `atomic_file.rs`: replacing a metadata file whole.
 
 mod atomic_file;
+mod deaths;
 mod format;
 mod holders;
 mod journal;
@@ -191,13 +192,15 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use self::atomic_file::{replace, sync_dir};
+pub(crate) use self::deaths::Deaths;
+pub use self::deaths::disable_death_watch;
 pub(crate) use self::format::{Offsets, Positions, TopicMeta};
 use self::format::{UNKNOWN_DIR, Writer, encode_topic};
 use self::holders::LockTable;
 pub(crate) use self::holders::MemberFile;
 use self::journal::Change;
 use self::lock::{LOCK_FILE, Locked, lock_dir, lock_topic_list};
-pub(crate) use self::membership::Membership;
+pub(crate) use self::membership::{Hooks, Membership};
 pub(crate) use self::named::NameHold;
 use self::offsets::GroupCommit;
 pub(crate) use self::offsets::{Ticket, read_offsets};
