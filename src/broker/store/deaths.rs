@@ -53,9 +53,9 @@ use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, Ordering};
 
 /// The most processes one broker watches; the members of any more are
-/// found by the fallback looks alone (each watched process holds a
-/// descriptor).
-pub(crate) const MAX_WATCHED: usize = 1024;
+/// found by the fallback looks alone. Each watched process holds a
+/// descriptor, and a process's default soft limit is 1024 of them.
+pub(crate) const MAX_WATCHED: usize = 256;
 
 /// The epoll token of the wake-up eventfd (a pidfd's token is its count
 /// from 0, never this).
@@ -92,6 +92,10 @@ struct State {
     next_owner: u64,
     next_token: u64,
     pids: BTreeMap<u32, Watched>,
+    /// A process was gone before its pidfd opened: the thread tells
+    /// (never the look that found it, which may hold a lock the telling
+    /// takes).
+    tell_pending: bool,
 }
 
 /// One watched process.
@@ -180,23 +184,30 @@ impl Deaths {
         let others = others.into_iter().filter(|(pid, _)| *pid != me).collect();
         let mut state = self.inner.state.lock();
         state.owners.insert(owner, others);
-        let told = self.update(&mut state);
-        drop(state);
-        if told {
-            self.inner.tell();
-        }
+        self.settle(state);
     }
 
     /// Watcher `owner` is gone: its listing no longer counts.
     pub(crate) fn forget(&self, owner: u64) {
         let mut state = self.inner.state.lock();
         if state.owners.remove(&owner).is_some() {
-            self.update(&mut state);
+            self.settle(state);
+        }
+    }
+
+    /// [`Deaths::update`], then has the thread tell of a process found
+    /// gone.
+    fn settle(&self, mut state: crate::sync::MutexGuard<'_, State>) {
+        if self.update(&mut state) {
+            state.tell_pending = true;
+            drop(state);
+            self.start();
+            self.inner.wake();
         }
     }
 
     /// Brings the watched processes in line with every owner's listing;
-    /// true if one was gone already (to tell at once).
+    /// true if one was gone already (to tell at once, on the thread).
     fn update(&self, state: &mut State) -> bool {
         let mut wanted: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
         for (pid, name) in state.owners.values().flatten() {
@@ -268,10 +279,7 @@ impl Deaths {
     pub(crate) fn stop(&self) {
         // Release: pairs with the Acquire load after the thread's wait.
         self.inner.stop.store(true, Ordering::Release);
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to an eventfd this value
-        // owns. A failure (the counter full) still leaves it readable.
-        unsafe { libc::write(self.inner.wake.as_raw_fd(), (&raw const one).cast(), 8) };
+        self.inner.wake();
         if let Some(handle) = self.thread.lock().take() {
             let _ = handle.join();
         }
@@ -310,9 +318,16 @@ impl Inner {
             let mut died = false;
             {
                 let mut state = self.state.lock();
+                died |= std::mem::take(&mut state.tell_pending);
                 for event in &events[..n as usize] {
                     let token = event.u64;
                     if token == WAKE {
+                        let mut count = 0u64;
+                        // SAFETY: reads 8 bytes into a live u64 from the
+                        // eventfd `self` owns (non-blocking), which resets
+                        // it, so the level-triggered wait does not return
+                        // for it again.
+                        unsafe { libc::read(self.wake.as_raw_fd(), (&raw mut count).cast(), 8) };
                         continue;
                     }
                     // Told: its pidfd closes, so it fires no more. A token
@@ -328,6 +343,15 @@ impl Inner {
                 self.tell();
             }
         }
+    }
+
+    /// Wakes the thread (to stop, or to tell what a look found gone).
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to the eventfd `self`
+        // owns. A failure (the counter full) leaves it readable all the
+        // same.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&raw const one).cast(), 8) };
     }
 
     fn tell(&self) {
