@@ -225,6 +225,26 @@
 //! X5 has no ordering of its own to check; X4, weakened to `AcqRel`, still
 //! acquires, which is all this path asks of it.
 //!
+//! # A reservation nobody commits
+//!
+//! A publisher killed between its reservation and its commit leaves a
+//! slot that no commit will fill, and the records committed after it wait
+//! behind it: a cursor gives such a slot up only at a look made once the
+//! abandon bound has passed since it first waited there (see "An
+//! abandoned reservation" in `segment.rs`). A listener draining polls
+//! itself; one asleep is woken only by its doorbell, whose look walks its
+//! own cursor, and which would otherwise sleep until the next publish. So
+//! a look at the partitions keeps the earliest moment one of their
+//! cursors may give up what it waits on (`Watch::retry_at`), and the armed
+//! sleep after it ends then at the latest (`FUTEX_WAIT_BITSET` with an
+//! absolute timeout). The next look gives the slot up, finds the records
+//! after it and signals the listeners, which pass over it. A timed wake
+//! is one more spurious one, which every round already allows for; the
+//! disarmed sleep needs none (no listener may sleep there: each polls).
+//! `broker::tests::records_after_an_abandoned_reservation_are_delivered_with_nothing_published_after_them`
+//! shows it: without the timed sleep the records after the hole wait for
+//! the next publish.
+//!
 //! # What it costs, and what it does not do yet
 //!
 //! While a listener is draining, a publish in another process costs X1,
@@ -251,6 +271,7 @@
 //! registry (a later step of issue 39).
 
 use std::path::Path;
+use std::time::Instant;
 
 #[cfg(not(loom))]
 use super::mapped_page::MappedPage;
@@ -545,7 +566,7 @@ impl Bell {
     /// whether anything moved, having signalled whom it concerns); sleeps
     /// only if nothing did, until a ring. Returns whether `look` found
     /// something (false: it slept, and woke for a ring or spuriously).
-    pub(crate) fn round(&self, look: impl FnOnce() -> bool) -> bool {
+    pub(crate) fn round(&self, look: impl FnOnce() -> bool, until: impl FnOnce() -> Option<Instant>) -> bool {
         let armed = self.arm();
         // X2, SeqCst fence: orders `ARMED` before the look's loads of the
         // partitions' tails. Pairs with X1 in `Cross::after_commit` (see
@@ -554,7 +575,7 @@ impl Bell {
         if look() {
             return true;
         }
-        self.sleep(armed, DATA_BIT);
+        self.sleep(armed, DATA_BIT, until());
         false
     }
 
@@ -571,6 +592,7 @@ impl Bell {
         parking: &Parking,
         may_sleep: impl FnOnce() -> bool,
         look: impl FnOnce(bool) -> bool,
+        until: impl FnOnce() -> Option<Instant>,
     ) -> bool {
         // X5, Relaxed: the X4 fence below makes it an acquire of the ring
         // (X3) it read, so a look after it sees what the ringer did before;
@@ -584,41 +606,64 @@ impl Bell {
         crate::sync::fence_or_weakened!("X4", Ordering::SeqCst);
         if may_sleep() {
             parking.rearm(bell);
-            return bell.round(|| look(true));
+            return bell.round(|| look(true), until);
         }
         if look(false) {
             parking.rearm(bell);
             return true;
         }
-        bell.sleep(quiet, bell.nudge_bit);
+        bell.sleep(quiet, bell.nudge_bit, None);
         parking.rearm(bell);
         false
     }
 
+    /// The `CLOCK_MONOTONIC` reading at `at` (an `Instant` is one on
+    /// Linux), as a futex's absolute timeout.
+    #[cfg(not(loom))]
+    fn monotonic_at(at: Instant) -> libc::timespec {
+        const NANOS: u64 = 1_000_000_000;
+        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: writes the clock's reading into a live timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        let ahead = at.saturating_duration_since(Instant::now());
+        let nanos = now.tv_nsec as u64 + u64::from(ahead.subsec_nanos());
+        libc::timespec {
+            tv_sec: now.tv_sec + (ahead.as_secs() + nanos / NANOS) as libc::time_t,
+            tv_nsec: (nanos % NANOS) as libc::c_long,
+        }
+    }
+
     /// `FUTEX_WAIT_BITSET` on the bell while it holds `value`, woken by a
-    /// wake whose bitset meets `bits`.
-    fn sleep(&self, value: u32, bits: u32) {
+    /// wake whose bitset meets `bits`, or at `until`. A timed wake is one
+    /// more spurious one, which every caller's next round already allows
+    /// for; loom's model of the queue has no clock and ignores `until`.
+    fn sleep(&self, value: u32, bits: u32, until: Option<Instant>) {
         #[cfg(not(loom))]
         {
             let word = self.page.word();
+            let deadline = until.map(Self::monotonic_at);
+            let timeout = deadline.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
             // SAFETY: FUTEX_WAIT_BITSET (shared: no PRIVATE flag, the word
             // is in a MAP_SHARED file) on an aligned u32 that stays mapped
-            // during the call, with no timeout and a non-zero bitset; it
-            // reads the word and writes nothing.
+            // during the call, with no timeout or an absolute
+            // CLOCK_MONOTONIC one that lives on this frame, and a non-zero
+            // bitset; it reads the word and the timeout and writes nothing.
             unsafe {
                 libc::syscall(
                     libc::SYS_futex,
                     word.as_ptr(),
                     libc::FUTEX_WAIT_BITSET,
                     value,
-                    std::ptr::null::<libc::timespec>(),
+                    timeout,
                     std::ptr::null::<u32>(),
                     bits,
                 )
             };
-            // Woken, interrupted, or the word had moved (EAGAIN): the
-            // caller's next round looks again in every case.
+            // Woken, timed out, interrupted, or the word had moved
+            // (EAGAIN): the caller's next round looks again in every case.
         }
+        #[cfg(loom)]
+        let _ = until;
         #[cfg(loom)]
         {
             let (lock, cv) = &self.queue;
@@ -843,6 +888,12 @@ pub(crate) trait Watch: Send + Sync {
     /// state word (woken after every commit), or whose state reads `IDLE`.
     /// Called after X4.
     fn may_sleep(&self) -> bool;
+
+    /// When the last look, which found the partition waiting on a record
+    /// reserved and not committed, may give it up (`Cursor::retry_at`): the
+    /// doorbell sleeps no longer than that (see "A reservation nobody
+    /// commits").
+    fn retry_at(&self) -> Option<std::time::Instant>;
 }
 
 /// What a doorbell thread tells when the directory's topic list changed:
@@ -889,6 +940,10 @@ pub(crate) struct Doorbell {
     /// The members' change counter at the last time the broker was told;
     /// only the doorbell thread uses it.
     seen_members: crate::sync::atomic::AtomicU32,
+    /// The earliest `Watch::retry_at` of the last look at the partitions:
+    /// the armed sleep after it ends then at the latest. Only the doorbell
+    /// thread uses it.
+    retry: Mutex<Option<Instant>>,
     stop: crate::sync::atomic::AtomicBool,
     thread: Mutex<Option<crate::sync::thread::JoinHandle<()>>>,
 }
@@ -910,6 +965,7 @@ impl Doorbell {
             seen_changes: crate::sync::atomic::AtomicU32::new(seen),
             members: Mutex::new(None),
             seen_members: crate::sync::atomic::AtomicU32::new(seen_members),
+            retry: Mutex::new(None),
             stop: crate::sync::atomic::AtomicBool::new(false),
             thread: Mutex::new(None),
         });
@@ -953,7 +1009,7 @@ impl Doorbell {
         let parking = PARKING.get_or_init(Parking::new);
         // Acquire: pairs with the Release store in `stop`.
         while !self.stop.load(Ordering::Acquire) {
-            Bell::round_lazy(&self.bell, parking, || self.may_sleep(), |all| self.look(all));
+            Bell::round_lazy(&self.bell, parking, || self.may_sleep(), |all| self.look(all), || *self.retry.lock());
         }
     }
 
@@ -980,9 +1036,15 @@ impl Doorbell {
             moved |= self.look_at_members();
         }
         if partitions {
+            let mut retry: Option<Instant> = None;
             for p in self.watched() {
                 moved |= p.look();
+                retry = match (retry, p.retry_at()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
             }
+            *self.retry.lock() = retry;
         }
         moved
     }

@@ -561,7 +561,7 @@ impl WakeAcross {
     /// finds a record committed (sleeping between them as the real thread
     /// does).
     pub fn doorbell_until_a_record(&self) {
-        while !self.bell.round(|| self.cursor.lock().has_next()) {}
+        while !self.bell.round(|| self.cursor.lock().has_next(), || None) {}
     }
 }
 
@@ -697,6 +697,7 @@ impl LazyDoorbell {
                     }
                     true
                 },
+                || None,
             );
         }
     }
@@ -762,6 +763,7 @@ impl DisarmedTopicChanges {
             &self.parking,
             || false,
             |_| self.bell.topic_changes() != 0,
+            || None,
         ) {}
     }
 }
@@ -805,7 +807,7 @@ impl TopicChanges {
     /// as the real thread does) until a look finds the counter moved from
     /// what it was when the model started.
     pub fn doorbell_until_a_change(&self) {
-        while !self.bell.round(|| self.bell.topic_changes() != 0) {}
+        while !self.bell.round(|| self.bell.topic_changes() != 0, || None) {}
     }
 }
 
@@ -856,7 +858,7 @@ impl MemberChanges {
     /// counter moved; then its member's look, which returns whether it
     /// found the joiner's file.
     pub fn doorbell_until_a_change_then_look(&self) -> bool {
-        while !self.bell.round(|| self.bell.member_changes() != 0) {}
+        while !self.bell.round(|| self.bell.member_changes() != 0, || None) {}
         // Relaxed: ordered after the bump by the counter's Acquire load.
         self.joined.load(Ordering::Relaxed)
     }

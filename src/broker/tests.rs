@@ -514,6 +514,47 @@ fn a_hole_left_by_a_crash_reaches_no_subscription_and_no_consumer() {
     std::fs::remove_dir_all(&crashed).unwrap();
 }
 
+/// Issue 39: a record reserved and never committed on a directory shared
+/// by processes (its publisher killed in between; here a seam leaves the
+/// hole) holds up the records after it only for the abandon bound, even
+/// when nothing is published after them: the doorbell, which found its
+/// cursor waiting on the hole, looks again once the bound has passed, gives
+/// the offset up, and wakes the subscriptions, which pass over it.
+#[test]
+fn records_after_an_abandoned_reservation_are_delivered_with_nothing_published_after_them() {
+    let root = data_dir("abandoned-tail");
+    let config = BrokerConfig {
+        data_dir: Some(root.clone()),
+        fsync: Fsync::Never,
+        sharing: crate::log::Sharing::Processes,
+        ..BrokerConfig::default()
+    };
+    let broker = Broker::new(config).unwrap();
+    broker.create_topic("t", &TopicOptions::default()).unwrap();
+    let topic = broker.inner().topic_for_publish("t").unwrap();
+    topic.partitions[0].log.set_abandon_after(Duration::from_millis(100));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sub = broker
+        .subscribe("t", SubscriptionOptions::default(), move |m| {
+            let _ = tx.send(m.offset());
+            Ack::Success
+        })
+        .unwrap();
+    for i in 0..5u8 {
+        broker.publish("t", &Record::new(&[i; 40])).unwrap();
+    }
+    assert_eq!(topic.partitions[0].log.leave_hole(64), 5);
+    for i in 6..11u8 {
+        broker.publish("t", &Record::new(&[i; 40])).unwrap();
+    }
+    let got: Vec<u64> = (0..10).map(|_| rx.recv_timeout(Duration::from_secs(60)).expect("a record held up")).collect();
+    assert_eq!(got, (0..5).chain(6..11).collect::<Vec<u64>>());
+    drop(topic);
+    sub.close();
+    broker.close();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 /// Issue 39, idle CPU: the flusher of a broker with a data directory runs
 /// only when something made work for it. After the rounds the last write
 /// asked for, it sleeps with no timeout: no round in an idle stretch of

@@ -404,6 +404,24 @@ impl Cursor {
         }
     }
 
+    /// Processes mode: when this cursor, waiting on a slot reserved and not
+    /// committed (or a seal not made), may give it up at its next look
+    /// (see "An abandoned reservation" in `segment.rs`); `None` when it
+    /// waits on nothing. A waiter that is not polling (the doorbell thread)
+    /// looks again then, so the records after a dead publisher's
+    /// reservation are not held up past the bound when nothing else wakes
+    /// anyone.
+    #[cfg(not(loom))]
+    pub(crate) fn retry_at(&self) -> Option<std::time::Instant> {
+        self.stuck.map(|w| w.since + self.log.abandon_after())
+    }
+
+    /// Under loom the bound is over at the next look: never a timed one.
+    #[cfg(loom)]
+    pub(crate) fn retry_at(&self) -> Option<std::time::Instant> {
+        None
+    }
+
     /// True if the record `n - 1` past the next one (`n >= 1`) is committed
     /// in the cursor's segment, or lies past that segment's end (the run is
     /// there, or the segment closes before it). Looks at one slot only: a

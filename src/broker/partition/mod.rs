@@ -562,6 +562,10 @@ impl Watch for Partition {
         let guard = epoch::pin();
         signal::any_may_sleep(&self.current(&guard).list)
     }
+
+    fn retry_at(&self) -> Option<std::time::Instant> {
+        self.watched.as_ref()?.lock().retry_at()
+    }
 }
 
 impl Drop for Partition {
