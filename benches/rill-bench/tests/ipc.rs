@@ -48,6 +48,7 @@ fn a_tiny_ipc_run_on_tmpfs_measures_every_part() {
     let latency = json["latency"][0].as_array().expect("a latency round");
     assert!(latency.iter().all(|ns| ns.as_u64().unwrap() > 0), "{latency:?}");
     assert_eq!(json["idle_cpu_ns"].as_array().unwrap().len(), 4);
+    assert_eq!(json["idle_settle_ns"].as_array().unwrap().len(), 4, "the settle's CPU is reported per process too");
     assert_eq!(json["idle_woken"], 100, "every idle subscription got the message published after the window");
 }
 

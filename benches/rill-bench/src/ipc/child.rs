@@ -161,11 +161,13 @@ fn idle(conf: &ChildConf) -> Result<ChildOut, String> {
         s.wait_idle(Duration::from_secs(10)).map_err(err("wait_idle"))?;
     }
     say("ready")?;
+    hear("settle")?;
+    let settling = cpu_ns();
     hear("go")?;
     let before = cpu_ns();
     hear("stop")?;
     let cpu = cpu_ns() - before;
-    say(&format!("cpu {cpu}"))?;
+    say(&format!("cpu {cpu} settle {}", before - settling))?;
     // The parent publishes one message: every subscription gets it.
     let mut bad = 0;
     for _ in 0..conf.subscriptions {

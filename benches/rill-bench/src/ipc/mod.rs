@@ -4,8 +4,8 @@
 //! [`ROLE_ENV`] set to a JSON `ChildConf` (see [`child_main`]); the parent
 //! only starts the children, tells them when to go through their stdin and
 //! reads one line of results from each stdout. Nothing waits by sleeping:
-//! each step is a line a child writes once it has done it (the one sleep is
-//! the idle window, which is what it measures).
+//! each step is a line a child writes once it has done it (the sleeps are
+//! the idle window, which is what it measures, and the settle before it).
 //!
 //! The data directories are on `/dev/shm` (tmpfs: the segment files live in
 //! memory, shared by every process) unless `--ipc-disk` puts them under
@@ -41,7 +41,11 @@
 //!   process) and 8 members of one consumer group (2 in each process, each
 //!   a pull consumer blocked in `poll` on a thread of its own); each
 //!   process reads its own CPU time (`getrusage(RUSAGE_SELF)`, every
-//!   thread) before and after a window of `--ipc-idle-secs` (2 s); then the
+//!   thread) before and after a window of `--ipc-idle-secs` (2 s), which
+//!   starts [`IDLE_SETTLE`] after every member is listed and the group's
+//!   partitions are all owned (the CPU of that settle is reported beside
+//!   the window's: it holds the work the setup left for later, such as the
+//!   flusher's round for the positions its deliveries reached); then the
 //!   parent publishes one message and every subscription must get it, and
 //!   so must exactly one member of the shared subscription and one of the
 //!   group, as the parent's `directory_subscriptions` and
@@ -348,11 +352,19 @@ fn round_trip(exe: &Path, cfg: &Config) -> Result<(u64, u64), String> {
     Ok((out.p50, out.p99))
 }
 
-/// What the idle measurement found: CPU ns per process over the window,
-/// the subscriptions woken by the one message published after it, and
-/// what the shared subscription's and the group's members got of it.
+/// How long the idle window starts after the members settled: past the
+/// setup's delayed work (the flusher runs a round for what the setup's
+/// deliveries left at most every 100 ms under `Fsync::Never`), so that the
+/// window measures idle subscribers, not subscribers going idle.
+pub const IDLE_SETTLE: Duration = Duration::from_millis(500);
+
+/// What the idle measurement found: CPU ns per process over the window and
+/// over the settle before it, the subscriptions woken by the one message
+/// published after it, and what the shared subscription's and the group's
+/// members got of it.
 struct Idle {
     cpu: Vec<u64>,
+    settle: Vec<u64>,
     woken: u64,
     shared_got: u64,
     group_got: u64,
@@ -413,18 +425,27 @@ fn idle(exe: &Path, cfg: &Config) -> Result<Idle, String> {
         Ok((!settled).then(|| format!("{shared} shared members, {group} group members, {owned:?} owned")))
     })?;
     for k in &mut kids {
+        k.tell("settle")?;
+    }
+    // The settle and the window being measured, not waits for anything.
+    std::thread::sleep(IDLE_SETTLE);
+    for k in &mut kids {
         k.tell("go")?;
     }
-    // The window being measured, not a wait for anything.
     std::thread::sleep(cfg.idle);
-    let mut cpu = Vec::new();
+    let (mut cpu, mut settle) = (Vec::new(), Vec::new());
     for k in &mut kids {
         k.tell("stop")?;
     }
     for k in &mut kids {
         let line = k.line()?;
-        let ns = line.strip_prefix("cpu ").and_then(|n| n.parse().ok()).ok_or(format!("not a cpu line: {line:?}"))?;
-        cpu.push(ns);
+        let parsed = line.strip_prefix("cpu ").and_then(|rest| {
+            let (window, before) = rest.split_once(" settle ")?;
+            Some((window.parse().ok()?, before.parse().ok()?))
+        });
+        let (window, before) = parsed.ok_or(format!("not a cpu line: {line:?}"))?;
+        cpu.push(window);
+        settle.push(before);
     }
     let mut buf = vec![0u8; payload];
     encode(&mut buf, 0, 0, 0);
@@ -450,7 +471,7 @@ fn idle(exe: &Path, cfg: &Config) -> Result<Idle, String> {
         woken += out.received;
     }
     b.close();
-    Ok(Idle { cpu, woken, shared_got: got.0, group_got: got.1 })
+    Ok(Idle { cpu, settle, woken, shared_got: got.0, group_got: got.1 })
 }
 
 /// [`run`] with this process's own executable as the children's program
@@ -471,6 +492,7 @@ pub fn run(exe: &Path, cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<I
         many_to_one: Vec::new(),
         latency: Vec::new(),
         idle_cpu_ns: Vec::new(),
+        idle_settle_ns: Vec::new(),
         idle_window: cfg.idle,
         idle_woken: 0,
         idle_shared_got: 0,
@@ -521,6 +543,7 @@ pub fn run(exe: &Path, cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<I
     progress("ipc: idle");
     let idle = idle(exe, cfg)?;
     bench.idle_cpu_ns = idle.cpu;
+    bench.idle_settle_ns = idle.settle;
     bench.idle_woken = idle.woken;
     bench.idle_shared_got = idle.shared_got;
     bench.idle_group_got = idle.group_got;

@@ -39,6 +39,9 @@ pub struct IpcBench {
     pub latency: Vec<(u64, u64, u64, u64)>,
     /// CPU ns of each idle process over the window.
     pub idle_cpu_ns: Vec<u64>,
+    /// CPU ns of each idle process over the settle before the window
+    /// (`IDLE_SETTLE`).
+    pub idle_settle_ns: Vec<u64>,
     pub idle_window: Duration,
     /// Subscriptions the message after the window woke.
     pub idle_woken: u64,
@@ -163,11 +166,14 @@ impl IpcBench {
         out += &format!(
             "\nidle: {IDLE_SUBSCRIPTIONS} caught-up subscriptions, {IDLE_SHARED_MEMBERS} members of a shared subscription \
              and {IDLE_GROUP_MEMBERS} members of a consumer group across {IDLE_PROCESSES} processes: {} of CPU in {:.1} s \
-             (getrusage of each process: {}; goal < 1 ms); the message published after the window woke {} of the \
-             subscriptions, {} shared member and {} group member\n",
+             (getrusage of each process: {}; goal < 1 ms), and {} in the {:.1} s settle before it (the setup's \
+             delayed work); the message published after the window woke {} of the subscriptions, {} shared member \
+             and {} group member\n",
             fmt_ns(total),
             self.idle_window.as_secs_f64(),
             each.join(", "),
+            fmt_ns(self.idle_settle_ns.iter().sum()),
+            super::IDLE_SETTLE.as_secs_f64(),
             self.idle_woken,
             self.idle_shared_got,
             self.idle_group_got
