@@ -555,6 +555,48 @@ fn records_after_an_abandoned_reservation_are_delivered_with_nothing_published_a
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// The same hole under a subscriber that never sleeps (a dedicated drainer
+/// spinning for a minute between records), so that no doorbell looks for
+/// it: its cursor polls lightly (`Cursor::poll_lightly`, which leaves the
+/// tail word alone while a record is missing), yet finds the reservation
+/// itself once it has missed it for a while, and gives it up after the
+/// bound.
+#[test]
+fn a_spinning_subscriber_passes_an_abandoned_reservation_itself() {
+    let root = data_dir("abandoned-spin");
+    let config = BrokerConfig {
+        data_dir: Some(root.clone()),
+        fsync: Fsync::Never,
+        sharing: crate::log::Sharing::Processes,
+        ..BrokerConfig::default()
+    };
+    let broker = Broker::new(config).unwrap();
+    broker.create_topic("t", &TopicOptions::default()).unwrap();
+    let topic = broker.inner().topic_for_publish("t").unwrap();
+    topic.partitions[0].log.set_abandon_after(Duration::from_millis(100));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let options = SubscriptionOptions {
+        dedicated_thread: true,
+        idle_spin: Some(Duration::from_secs(60)),
+        ..SubscriptionOptions::default()
+    };
+    let sub = broker
+        .subscribe("t", options, move |m| {
+            let _ = tx.send(m.offset());
+            Ack::Success
+        })
+        .unwrap();
+    broker.publish("t", &Record::new(b"before")).unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(60)).unwrap(), 0, "spinning from here on");
+    assert_eq!(topic.partitions[0].log.leave_hole(64), 1);
+    broker.publish("t", &Record::new(b"after")).unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(60)).expect("the record after the hole"), 2);
+    drop(topic);
+    sub.close();
+    broker.close();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 /// Issue 39, idle CPU: the flusher of a broker with a data directory runs
 /// only when something made work for it. After the rounds the last write
 /// asked for, it sleeps with no timeout: no round in an idle stretch of

@@ -53,6 +53,52 @@ pub struct Cursor {
     /// Processes mode: the reservation this cursor has been waiting on, if
     /// it waits on one (see "An abandoned reservation" in `segment.rs`).
     stuck: Option<Stuck>,
+    /// Processes mode: set for a cursor that polls lightly (see
+    /// [`Cursor::poll_lightly`]), with where and since when it has found
+    /// its next record missing.
+    light: Option<Light>,
+}
+
+/// How often a cursor polling lightly reads the clock while its next
+/// record is missing: once in this many polls.
+const LIGHT_EVERY: u32 = 64;
+
+/// How long a cursor polling lightly finds its next record missing before
+/// it looks at the tail word at all (then once in [`LIGHT_EVERY`] polls):
+/// far longer than a publisher takes between its reservation and its
+/// commit, and small beside the abandon bound, which starts only then.
+const LIGHT_AFTER_NS: u64 = 1_000_000;
+
+/// Where a cursor polling lightly has found its next record missing: the
+/// offset, the polls that missed it, and the clock at the first of them
+/// that read it (0 until one did).
+#[derive(Debug, Clone, Copy)]
+struct Light {
+    offset: u64,
+    misses: u32,
+    since_ns: u64,
+}
+
+/// A cursor polling lightly, its next record (at `offset`) missing, its
+/// slot given up if `abandoned`: true if it should look further (see
+/// [`Cursor::poll_lightly`]).
+fn time_to_look(light: &mut Light, offset: u64, abandoned: bool) -> bool {
+    if abandoned {
+        return true;
+    }
+    if light.offset != offset {
+        *light = Light { offset, misses: 0, since_ns: 0 };
+    }
+    light.misses = light.misses.wrapping_add(1);
+    if !light.misses.is_multiple_of(LIGHT_EVERY) {
+        return false;
+    }
+    let now = crate::clock::now_ns();
+    if light.since_ns == 0 {
+        light.since_ns = now;
+        return false;
+    }
+    now.saturating_sub(light.since_ns) >= LIGHT_AFTER_NS
 }
 
 /// Where, and since when, a cursor of a log shared by processes has waited
@@ -75,7 +121,7 @@ struct Stuck {
 
 impl Cursor {
     pub(super) fn new(log: Arc<Shared>, offset: u64) -> Self {
-        Cursor { log, seg: None, held: None, offset, stuck: None }
+        Cursor { log, seg: None, held: None, offset, stuck: None, light: None }
     }
 
     /// The offset of the next record this cursor will read.
@@ -241,6 +287,14 @@ impl Cursor {
             }
             if !seg.ends_before(index) {
                 if self.log.processes {
+                    // Before the clone below: a lightly polling cursor's
+                    // poll writes nothing a publisher reads (the clone
+                    // writes the segment's reference count).
+                    if let Some(light) = &mut self.light
+                        && !time_to_look(light, self.offset, seg.is_abandoned(index))
+                    {
+                        return Ok(None);
+                    }
                     let seg = seg.clone();
                     if self.unblock(&seg, index) {
                         rounds = 0;
@@ -266,6 +320,22 @@ impl Cursor {
             }
         }
         Ok(None)
+    }
+
+    /// Makes this cursor (of a log shared by processes) poll lightly: while
+    /// its next record is missing, it looks no further than that record's
+    /// slot (and so never at the tail word) until it has found it missing
+    /// for [`LIGHT_AFTER_NS`], and then once in [`LIGHT_EVERY`] polls; a
+    /// slot given up it passes at once. For a reader that polls in a loop
+    /// (a subscription's drainer): the tail word is the line every
+    /// publisher's fetch-add writes, and a reader that loads it at each
+    /// poll takes it out of the publisher's cache before every publish (the
+    /// `ipc` scenario's latency run). A reader that looks only when woken
+    /// (the doorbell thread) must not poll lightly: it would not find a
+    /// reservation nobody commits (see "A reservation nobody commits" in
+    /// `broker/doorbell.rs`, which does that for the readers asleep).
+    pub(crate) fn poll_lightly(&mut self) {
+        self.light = Some(Light { offset: self.offset, misses: 0, since_ns: 0 });
     }
 
     /// Processes mode, at slot `index` of `seg`, not committed: passes

@@ -551,6 +551,28 @@ impl Log {
         self.shared.dir(&guard).end_offset()
     }
 
+    /// The records a reader at `offset` has yet to read, for a report made
+    /// at the end of every drain round: [`Log::end_offset`] less `offset`,
+    /// except that a reader whose next record is not committed yet (it has
+    /// caught up) is at 0 without a load of the tail word. That word is
+    /// the one every publisher's fetch-add writes: a reader loading it each
+    /// round takes it out of the publisher's cache each time, and the next
+    /// publish waits for it (the `ipc` scenario's latency run, where every
+    /// round is one message). A record reserved and not committed yet
+    /// counts once it is committed.
+    pub(crate) fn lag_from(&self, offset: u64) -> u64 {
+        let guard = epoch::pin();
+        let dir = self.shared.dir(&guard);
+        let last = dir.last();
+        if let Some(index) = offset.checked_sub(last.base()).filter(|&i| i < last.slot_count()) {
+            // The slot's state is on the line the reader polls anyway.
+            if last.committed(index).is_none() && !last.is_abandoned(index) {
+                return 0;
+            }
+        }
+        dir.end_offset().saturating_sub(offset)
+    }
+
     /// A snapshot of the log's size.
     ///
     /// # Examples

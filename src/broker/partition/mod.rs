@@ -264,7 +264,7 @@ impl Partition {
             let guard = epoch::pin();
             let (listeners, end) = (self.current(&guard), self.log.end_offset_pinned(&guard));
             blocked_by_own = own != 0 && listeners.is_blocked_by(own, end, n);
-            blocked_by_own || (listeners.has_room(end, n) && self.shared_room(end, n))
+            blocked_by_own || (listeners.has_room(end, n) && self.shared_room(|| end, n))
         };
         let got_room = match (wait, &self.shared_blockers) {
             (Wait::No, _) => {
@@ -290,14 +290,17 @@ impl Partition {
     }
 
     /// True unless a `Block` subscriber of some process (Processes mode)
-    /// leaves no room for offsets up to `end + n`. One load when there is
+    /// leaves no room for offsets up to `end() + n`. One load when there is
     /// none (see "Why one Relaxed load is enough on the fast path" in
-    /// `blockers.rs`).
+    /// `blockers.rs`), and then `end` is not called: it loads the tail
+    /// word, which a publisher should find in its own cache for its
+    /// fetch-add, not shared with its last reader (the `ipc` scenario's
+    /// latency run).
     #[inline]
-    fn shared_room(&self, end: u64, n: u64) -> bool {
+    fn shared_room(&self, end: impl FnOnce() -> u64, n: u64) -> bool {
         match &self.shared_blockers {
             None => true,
-            Some(shared) => !shared.any() || shared.has_room(end, n),
+            Some(shared) => !shared.any() || shared.has_room(end(), n),
         }
     }
 
@@ -332,7 +335,7 @@ impl Partition {
         loop {
             let current = self.current(&guard);
             let local = current.blockers.is_empty() || current.has_room(self.log.end_offset_pinned(&guard), 1);
-            if local && (self.shared_blockers.is_none() || self.shared_room(self.log.end_offset_pinned(&guard), 1)) {
+            if local && self.shared_room(|| self.log.end_offset_pinned(&guard), 1) {
                 break;
             }
             // Do not stay pinned while waiting.
@@ -373,8 +376,10 @@ impl Partition {
                     None => records.len() - done,
                     Some(limit) => (records.len() - done).min(limit as usize).max(1),
                 };
-                let end = self.log.end_offset_pinned(&guard);
-                if current.has_room(end, n as u64) && self.shared_room(end, n as u64) {
+                let end = || self.log.end_offset_pinned(&guard);
+                // `has_room` is true at once with no blocker, before `end` loads anything.
+                if (current.blockers.is_empty() || current.has_room(end(), n as u64)) && self.shared_room(end, n as u64)
+                {
                     break n;
                 }
                 drop(guard);

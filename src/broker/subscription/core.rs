@@ -225,7 +225,12 @@ pub(crate) struct Reader {
 }
 
 impl Reader {
-    pub(crate) fn new(topic: Name, partition: Arc<Partition>, cursor: Cursor) -> Reader {
+    /// A reader of `partition` from `cursor`. The cursor polls lightly
+    /// (`Cursor::poll_lightly`: on a log shared by processes it leaves the
+    /// tail word to the publishers while its next record is missing): a
+    /// drainer polls in a loop, and once asleep its doorbell looks for it.
+    pub(crate) fn new(topic: Name, partition: Arc<Partition>, mut cursor: Cursor) -> Reader {
+        cursor.poll_lightly();
         let position = Arc::new(AtomicU64::new(cursor.offset()));
         Reader { topic, partition, cursor, position, mark: None, slot: None, detached: false }
     }

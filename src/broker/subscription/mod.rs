@@ -244,8 +244,9 @@ pub(crate) fn registry_counts(core: &SubCore) -> Counts {
         .positions
         .lock()
         .iter()
-        // Relaxed: a snapshot, as in `stats`.
-        .map(|(_, p, pos)| p.log.end_offset().saturating_sub(pos.load(Ordering::Relaxed)))
+        // Relaxed: a snapshot, as in `stats`. Not `end_offset`: this runs
+        // at the end of every drain round (see `Log::lag_from`).
+        .map(|(_, p, pos)| p.log.lag_from(pos.load(Ordering::Relaxed)))
         .sum();
     let c = &core.counters;
     // Relaxed: counters are statistics.

@@ -72,7 +72,8 @@ mod report;
 
 pub use child::child_main;
 pub use proto::{
-    IDLE_GROUP_MEMBERS, IDLE_PROCESSES, IDLE_SHARED_MEMBERS, IDLE_SUBSCRIPTIONS, LATENCY_RATE, MANY, ROLE_ENV,
+    IDLE_GROUP_MEMBERS, IDLE_PROCESSES, IDLE_SETTLE, IDLE_SHARED_MEMBERS, IDLE_SUBSCRIPTIONS, LATENCY_RATE, MANY,
+    ROLE_ENV,
 };
 pub use report::{IpcBench, OneToOne};
 
@@ -351,12 +352,6 @@ fn round_trip(exe: &Path, cfg: &Config) -> Result<(u64, u64), String> {
     pong.finish()?;
     Ok((out.p50, out.p99))
 }
-
-/// How long the idle window starts after the members settled: past the
-/// setup's delayed work (the flusher runs a round for what the setup's
-/// deliveries left at most every 100 ms under `Fsync::Never`), so that the
-/// window measures idle subscribers, not subscribers going idle.
-pub const IDLE_SETTLE: Duration = Duration::from_millis(500);
 
 /// What the idle measurement found: CPU ns per process over the window and
 /// over the settle before it, the subscriptions woken by the one message

@@ -28,6 +28,12 @@ pub const IDLE_SHARED_MEMBERS: u32 = 16;
 /// Idle members of one consumer group (pull consumers, each blocked in a
 /// `poll` on a thread of its own), in all, spread the same way.
 pub const IDLE_GROUP_MEMBERS: u32 = 8;
+
+/// How long the idle window starts after the members settled: past the
+/// setup's delayed work (the flusher runs a round for what the setup's
+/// deliveries left at most every 100 ms under `Fsync::Never`), so that the
+/// window measures idle subscribers, not subscribers going idle.
+pub const IDLE_SETTLE: Duration = Duration::from_millis(500);
 /// The idle shared subscription's name and the idle consumer group.
 pub(super) const IDLE_SHARED_NAME: &str = "idle-shared";
 pub(super) const IDLE_GROUP: &str = "idle-group";

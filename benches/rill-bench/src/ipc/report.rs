@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::proto::{IDLE_GROUP_MEMBERS, IDLE_PROCESSES, IDLE_SHARED_MEMBERS, IDLE_SUBSCRIPTIONS, LATENCY_RATE, MANY};
+use super::proto::{
+    IDLE_GROUP_MEMBERS, IDLE_PROCESSES, IDLE_SETTLE, IDLE_SHARED_MEMBERS, IDLE_SUBSCRIPTIONS, LATENCY_RATE, MANY,
+};
 use crate::stats::{PairStats, fmt_count, fmt_ns, fmt_ratio, median, pair_stats};
 
 /// One round of 1 -> 1, msgs/s.
@@ -173,7 +175,7 @@ impl IpcBench {
             self.idle_window.as_secs_f64(),
             each.join(", "),
             fmt_ns(self.idle_settle_ns.iter().sum()),
-            super::IDLE_SETTLE.as_secs_f64(),
+            IDLE_SETTLE.as_secs_f64(),
             self.idle_woken,
             self.idle_shared_got,
             self.idle_group_got
