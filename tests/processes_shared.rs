@@ -452,6 +452,28 @@ fn a_join_and_a_leave_in_another_process_are_followed_without_the_timer() {
     assert_eq!(seen, published, "every message delivered");
 }
 
+/// Publishes until the member `child` has read some of it (in its records
+/// file), kills it with -9, publishes again, and waits until the member
+/// recording in `survivor` has read all of that.
+fn kill_once_it_reads_then_read_after(
+    broker: &Broker,
+    dir: &Path,
+    (child, records): (&mut std::process::Child, &str),
+    survivor: &str,
+) {
+    wait_for("the member to kill to read its share", || {
+        procs::publish(broker, TOPIC, u64::from(PARTITIONS));
+        !procs::records(dir, records).is_empty()
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let after: BTreeSet<(u32, u64)> = procs::publish(broker, TOPIC, 4 * u64::from(PARTITIONS)).into_iter().collect();
+    wait_for("the survivor to read everything published after the kill", || {
+        let seen: BTreeSet<(u32, u64)> = procs::records(dir, survivor).into_iter().collect();
+        after.is_subset(&seen)
+    });
+}
+
 /// A member killed with -9 announces nothing, but its broker's watch of
 /// the other members' processes sees it go (see "Deaths" in
 /// `store/membership.rs`): with the survivor's fallback look an hour away,
@@ -473,18 +495,7 @@ fn a_killed_member_is_followed_without_the_timer() {
     let mut killed = procs::spawn(TEST, "1", &dir.0);
     let checks = || {
         assert!(procs::wait_child_mark(&dir.0, "joined-1", &mut killed), "the member to kill did not join");
-        wait_for("the member to kill to read its share", || {
-            procs::publish(&broker, TOPIC, u64::from(PARTITIONS));
-            !procs::records(&dir.0, "records-1").is_empty()
-        });
-        killed.kill().unwrap();
-        killed.wait().unwrap();
-        let after: BTreeSet<(u32, u64)> =
-            procs::publish(&broker, TOPIC, 4 * u64::from(PARTITIONS)).into_iter().collect();
-        wait_for("the survivor to read everything published after the kill", || {
-            let seen: BTreeSet<(u32, u64)> = procs::records(&dir.0, "records-0").into_iter().collect();
-            after.is_subset(&seen)
-        });
+        kill_once_it_reads_then_read_after(&broker, &dir.0, (&mut killed, "records-1"), "records-0");
     };
     let release = || {
         procs::mark(&dir.0, "end-0");
@@ -539,20 +550,9 @@ fn the_fallback_look_passes_to_another_member_when_its_member_closes() {
         // announces.
         procs::mark(&dir.0, "close-first");
         procs::wait_mark(&dir.0, "first-closed");
-        wait_for("the child to read its share", || {
-            procs::publish(&broker, TOPIC, u64::from(PARTITIONS));
-            !procs::records(&dir.0, "records-0").is_empty()
-        });
-        child.kill().unwrap();
-        child.wait().unwrap();
-        let after: BTreeSet<(u32, u64)> =
-            procs::publish(&broker, TOPIC, 4 * u64::from(PARTITIONS)).into_iter().collect();
         // Only a fallback look, now run by the second member, frees the
         // dead child's partitions for it.
-        wait_for("the second member to read everything published after the kill", || {
-            let seen: BTreeSet<(u32, u64)> = procs::records(&dir.0, "records-pair").into_iter().collect();
-            after.is_subset(&seen)
-        });
+        kill_once_it_reads_then_read_after(&broker, &dir.0, (&mut child, "records-0"), "records-pair");
     };
     let release = || {
         procs::mark(&dir.0, "end-pair");

@@ -514,15 +514,14 @@ fn a_hole_left_by_a_crash_reaches_no_subscription_and_no_consumer() {
     std::fs::remove_dir_all(&crashed).unwrap();
 }
 
-/// Issue 39: a record reserved and never committed on a directory shared
-/// by processes (its publisher killed in between; here a seam leaves the
-/// hole) holds up the records after it only for the abandon bound, even
-/// when nothing is published after them: the doorbell, which found its
-/// cursor waiting on the hole, looks again once the bound has passed, gives
-/// the offset up, and wakes the subscriptions, which pass over it.
-#[test]
-fn records_after_an_abandoned_reservation_are_delivered_with_nothing_published_after_them() {
-    let root = data_dir("abandoned-tail");
+/// A broker on a directory shared by processes, with topic `t` whose
+/// abandon bound is short, and a subscription to it with `options` that
+/// sends each offset it gets down the channel returned.
+fn shared_with_a_short_abandon_bound(
+    tag: &str,
+    options: SubscriptionOptions,
+) -> (std::path::PathBuf, Broker, Subscription, std::sync::mpsc::Receiver<u64>) {
+    let root = data_dir(tag);
     let config = BrokerConfig {
         data_dir: Some(root.clone()),
         fsync: Fsync::Never,
@@ -531,25 +530,41 @@ fn records_after_an_abandoned_reservation_are_delivered_with_nothing_published_a
     };
     let broker = Broker::new(config).unwrap();
     broker.create_topic("t", &TopicOptions::default()).unwrap();
-    let topic = broker.inner().topic_for_publish("t").unwrap();
-    topic.partitions[0].log.set_abandon_after(Duration::from_millis(100));
+    broker.inner().topic_for_publish("t").unwrap().partitions[0].log.set_abandon_after(Duration::from_millis(100));
     let (tx, rx) = std::sync::mpsc::channel();
     let sub = broker
-        .subscribe("t", SubscriptionOptions::default(), move |m| {
+        .subscribe("t", options, move |m| {
             let _ = tx.send(m.offset());
             Ack::Success
         })
         .unwrap();
+    (root, broker, sub, rx)
+}
+
+/// Leaves a hole in topic `t`'s partition 0 as a publisher killed between
+/// its reservation and its commit would (the log's seam); its offset.
+fn leave_a_hole(broker: &Broker) -> u64 {
+    broker.inner().topic_for_publish("t").unwrap().partitions[0].log.leave_hole(64)
+}
+
+/// Issue 39: a record reserved and never committed on a directory shared
+/// by processes (its publisher killed in between; here a seam leaves the
+/// hole) holds up the records after it only for the abandon bound, even
+/// when nothing is published after them: the doorbell, which found its
+/// cursor waiting on the hole, looks again once the bound has passed, gives
+/// the offset up, and wakes the subscriptions, which pass over it.
+#[test]
+fn records_after_an_abandoned_reservation_are_delivered_with_nothing_published_after_them() {
+    let (root, broker, sub, rx) = shared_with_a_short_abandon_bound("abandoned-tail", SubscriptionOptions::default());
     for i in 0..5u8 {
         broker.publish("t", &Record::new(&[i; 40])).unwrap();
     }
-    assert_eq!(topic.partitions[0].log.leave_hole(64), 5);
+    assert_eq!(leave_a_hole(&broker), 5);
     for i in 6..11u8 {
         broker.publish("t", &Record::new(&[i; 40])).unwrap();
     }
     let got: Vec<u64> = (0..10).map(|_| rx.recv_timeout(Duration::from_secs(60)).expect("a record held up")).collect();
     assert_eq!(got, (0..5).chain(6..11).collect::<Vec<u64>>());
-    drop(topic);
     sub.close();
     broker.close();
     std::fs::remove_dir_all(&root).unwrap();
@@ -563,35 +578,17 @@ fn records_after_an_abandoned_reservation_are_delivered_with_nothing_published_a
 /// bound.
 #[test]
 fn a_spinning_subscriber_passes_an_abandoned_reservation_itself() {
-    let root = data_dir("abandoned-spin");
-    let config = BrokerConfig {
-        data_dir: Some(root.clone()),
-        fsync: Fsync::Never,
-        sharing: crate::log::Sharing::Processes,
-        ..BrokerConfig::default()
-    };
-    let broker = Broker::new(config).unwrap();
-    broker.create_topic("t", &TopicOptions::default()).unwrap();
-    let topic = broker.inner().topic_for_publish("t").unwrap();
-    topic.partitions[0].log.set_abandon_after(Duration::from_millis(100));
-    let (tx, rx) = std::sync::mpsc::channel();
     let options = SubscriptionOptions {
         dedicated_thread: true,
         idle_spin: Some(Duration::from_secs(60)),
         ..SubscriptionOptions::default()
     };
-    let sub = broker
-        .subscribe("t", options, move |m| {
-            let _ = tx.send(m.offset());
-            Ack::Success
-        })
-        .unwrap();
+    let (root, broker, sub, rx) = shared_with_a_short_abandon_bound("abandoned-spin", options);
     broker.publish("t", &Record::new(b"before")).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(60)).unwrap(), 0, "spinning from here on");
-    assert_eq!(topic.partitions[0].log.leave_hole(64), 1);
+    assert_eq!(leave_a_hole(&broker), 1);
     broker.publish("t", &Record::new(b"after")).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(60)).expect("the record after the hole"), 2);
-    drop(topic);
     sub.close();
     broker.close();
     std::fs::remove_dir_all(&root).unwrap();
