@@ -241,6 +241,11 @@
 //! after it and signals the listeners, which pass over it. A timed wake
 //! is one more spurious one, which every round already allows for; the
 //! disarmed sleep needs none (no listener may sleep there: each polls).
+//! Only a wait the cursor still stands in counts (a slow writer that
+//! commits late leaves the cursor's recorded wait behind it), and only
+//! for a partition with listeners, whose cursor the look walks; the
+//! deadline is never sooner than `RETRY_FLOOR` from the look, so a wait
+//! the look cannot act on costs a wake now and then, never a spin.
 //! `broker::tests::records_after_an_abandoned_reservation_are_delivered_with_nothing_published_after_them`
 //! shows it: without the timed sleep the records after the hole wait for
 //! the next publish.
@@ -1044,7 +1049,10 @@ impl Doorbell {
                     (a, b) => a.or(b),
                 };
             }
-            *self.retry.lock() = retry;
+            // Never sooner than `RETRY_FLOOR` from now: a deadline this look
+            // could not act on (none should be left) must not turn the
+            // sleep into a spin.
+            *self.retry.lock() = retry.map(|at| at.max(Instant::now() + RETRY_FLOOR));
         }
         moved
     }
@@ -1095,6 +1103,12 @@ impl Doorbell {
         }
     }
 }
+
+/// The shortest timed sleep of a doorbell waiting for a cursor's retry
+/// deadline (see "A reservation nobody commits"): a safety floor, far
+/// below the abandon bound.
+#[cfg(not(loom))]
+const RETRY_FLOOR: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Under loom: never started (see [`Doorbell`]'s docs outside loom), so
 /// none of these run; they keep the broker's calls compiling.

@@ -481,9 +481,25 @@ impl Cursor {
     /// looks again then, so the records after a dead publisher's
     /// reservation are not held up past the bound when nothing else wakes
     /// anyone.
+    ///
+    /// Only a wait the cursor is still in counts: its recorded wait stays
+    /// after a slow writer commits and the cursor reads on (it is replaced
+    /// or cleared only at the next wait or claim), and a deadline from it,
+    /// long past, would have the doorbell look again at once, for ever.
+    /// So the cursor must be in the wait's segment, at a slot of its range
+    /// (or, for a seal not made, in a segment still unsealed).
     #[cfg(not(loom))]
     pub(crate) fn retry_at(&self) -> Option<std::time::Instant> {
-        self.stuck.map(|w| w.since + self.log.abandon_after())
+        let w = self.stuck?;
+        let seg = self.seg.as_ref().filter(|s| s.base() == w.base)?;
+        let index = self.offset - w.base;
+        let waiting = match seg.sealed_count() {
+            // A seal not made: until it is.
+            count if w.upto == 0 => count.is_none(),
+            // A reserved slot it stands at, before any seal's end.
+            count => (w.from..w.upto).contains(&index) && count.is_none_or(|n| index < n),
+        };
+        waiting.then(|| w.since + self.log.abandon_after())
     }
 
     /// Under loom the bound is over at the next look: never a timed one.

@@ -1062,3 +1062,35 @@ fn a_process_that_does_not_compact_follows_the_others_rebuilt_files() {
     assert!(compacted.iter().all(|(offset, _)| *offset != 1));
     flock(libc::LOCK_UN);
 }
+
+/// A cursor that waited at a slot reserved and not yet committed, whose
+/// writer then committed (slow, not dead), and that read on to the end,
+/// waits on nothing: `retry_at` says so, though the wait it recorded is
+/// still kept. The doorbell sleeps until that deadline; one long past
+/// would wake it at once, for ever.
+#[test]
+fn a_cursor_past_a_slow_writers_slot_has_no_retry_deadline() {
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-slow-writer-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&tmp.0);
+    let log = open_shared(&tmp.0.join("partition"));
+    publish(&log, 0, 0);
+    let mut cursor = log.cursor_from_first();
+    assert!(cursor.read().unwrap().is_some());
+    // The slow writer reserves its slot and commits it later.
+    let payload = [7u8; 16];
+    let record = Record::new(&payload);
+    let len = log.check_size(&record).unwrap();
+    let guard = crate::sync::epoch::pin();
+    let seg = log.shared.dir(&guard).last().clone();
+    let Reservation::Granted { index, pos } = seg.reserve(1, len as u64 + FRAME_LEN as u64) else {
+        panic!("a fresh segment has room")
+    };
+    assert!(!cursor.has_next(), "the slot is reserved, not committed");
+    assert!(cursor.retry_at().is_some(), "it waits on the reservation");
+    // SAFETY: `index` and `pos` are this test's own granted reservation of
+    // `len` record bytes after a frame, on a durable (framed) segment.
+    assert!(unsafe { seg.write_and_commit(index, pos, len, &record, 1, true) });
+    assert!(cursor.read().unwrap().is_some(), "the slow writer's record");
+    assert!(!cursor.has_next(), "at the end");
+    assert_eq!(cursor.retry_at(), None, "past its wait, it waits on nothing");
+}

@@ -569,7 +569,14 @@ impl Watch for Partition {
     }
 
     fn retry_at(&self) -> Option<std::time::Instant> {
-        self.watched.as_ref()?.lock().retry_at()
+        let watched = self.watched.as_ref()?;
+        // A partition `look` passes over (no listener) asks for no look:
+        // its cursor's wait would not be looked at, and a deadline past
+        // would wake the doorbell at once, round after round.
+        if self.current(&epoch::pin()).list.is_empty() {
+            return None;
+        }
+        watched.lock().retry_at()
     }
 }
 
