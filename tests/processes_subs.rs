@@ -33,6 +33,17 @@ fn of_pid(list: &[DirectorySubscription], pid: u32) -> Vec<&DirectorySubscriptio
     list.iter().filter(|s| s.pid == pid).collect()
 }
 
+/// Checks that no broker of process `pid` left a file in the registry
+/// folder (`subscribers/`) of the data directory `dir`.
+fn assert_no_registry_files_of(dir: &Path, pid: u32) {
+    let left: Vec<String> = std::fs::read_dir(dir.join("subscribers"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|f| f.starts_with(&format!("{pid}-")))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[test]
 fn a_child_s_subscriptions_are_listed_with_its_pid_and_counters_until_it_is_killed() {
     const TEST: &str = "a_child_s_subscriptions_are_listed_with_its_pid_and_counters_until_it_is_killed";
@@ -113,12 +124,7 @@ fn a_child_s_subscriptions_are_listed_with_its_pid_and_counters_until_it_is_kill
     assert!(of_pid(&list, pid).is_empty(), "a killed process's subscriptions are gone: {list:#?}");
     assert_eq!(of_pid(&list, me).len(), 1);
     // And the dead broker's files with them.
-    let left: Vec<String> = std::fs::read_dir(dir.0.join("subscribers"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|f| f.starts_with(&format!("{pid}-")))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_no_registry_files_of(&dir.0, pid);
     // The named one is free again: this process can take it.
     let durable = SubscriptionOptions { name: Some("audit".into()), ..SubscriptionOptions::default() };
     let _audit = broker.subscribe("orders", durable, |_| Ack::Success).unwrap();
@@ -227,12 +233,7 @@ fn a_child_s_pull_consumer_is_listed_with_its_pid_and_counters_until_it_is_kille
     let list = broker.directory_consumers().unwrap();
     assert!(consumers_of(&list, pid).is_empty(), "a killed process's consumers are gone: {list:#?}");
     assert_eq!(consumers_of(&list, me).len(), 1);
-    let left: Vec<String> = std::fs::read_dir(dir.0.join("subscribers"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|f| f.starts_with(&format!("{pid}-")))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_no_registry_files_of(&dir.0, pid);
     mine.close();
     assert!(broker.directory_consumers().unwrap().is_empty(), "a closed consumer leaves the list");
 }

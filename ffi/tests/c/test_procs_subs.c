@@ -128,10 +128,10 @@ static void each_sub(void *user_data, const rill_directory_subscription *s) {
     if (st == NULL || st->name == NULL || st->pattern == NULL) {
         return;
     }
-    CHECK(l->count < MAX_LISTED && strlen(st->name) < sizeof l->subs[0].name &&
-          strlen(st->pattern) < sizeof l->subs[0].pattern);
-    if (l->count < MAX_LISTED && strlen(st->name) < sizeof l->subs[0].name &&
-        strlen(st->pattern) < sizeof l->subs[0].pattern) {
+    bool fits = l->count < MAX_LISTED && strlen(st->name) < sizeof l->subs[0].name &&
+                strlen(st->pattern) < sizeof l->subs[0].pattern;
+    CHECK(fits);
+    if (fits) {
         struct sub *out = &l->subs[l->count++];
         strcpy(out->name, st->name);
         strcpy(out->pattern, st->pattern);
