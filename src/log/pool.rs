@@ -210,8 +210,8 @@ impl Pool {
     }
 
     /// Takes back the buffers of a dropped segment whose records used the
-    /// first `used` slots.
-    fn give_back(&self, buffers: Buffers, used: usize) {
+    /// first `used` slots; `trimmed`: by retention.
+    fn give_back(&self, buffers: Buffers, used: usize, trimmed: bool) {
         if buffers.storage().as_file().is_some_and(|f| !f.is_spare()) {
             // The file of a segment the log still had at close: it stays.
             return;
@@ -222,9 +222,15 @@ impl Pool {
             // A spare file dropped here deletes itself, as below.
             return;
         }
-        // Relaxed: a hint for `wants_spare_ahead`.
+        // Relaxed: a hint for `wants_spare_ahead`. Only a trim says the log
+        // has filled its retention: a segment a compaction pass replaced
+        // comes back once, and the log it came from may grow for ever.
         #[cfg(not(loom))]
-        self.recycling.store(true, crate::sync::atomic::Ordering::Relaxed);
+        if trimmed {
+            self.recycling.store(true, crate::sync::atomic::Ordering::Relaxed);
+        }
+        #[cfg(loom)]
+        let _ = trimmed;
         // A spare file dropped here (the pool is full) deletes itself.
         let mut spare = self.spare.lock();
         if spare.len() < self.max_spare {
@@ -243,7 +249,7 @@ impl Recycler for Arc<Pool> {
         self.shared
     }
 
-    fn give_back(&self, buffers: Buffers, used: usize) {
-        Pool::give_back(self, buffers, used);
+    fn give_back(&self, buffers: Buffers, used: usize, trimmed: bool) {
+        Pool::give_back(self, buffers, used, trimmed);
     }
 }

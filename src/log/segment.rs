@@ -550,8 +550,9 @@ pub(crate) trait Recycler: Send + Sync + 'static {
     /// compare-and-swap (see "An abandoned reservation"). Fixed at open.
     fn shared_by_processes(&self) -> bool;
     /// Takes back the buffers of a dropped segment whose records used the
-    /// first `used` slots.
-    fn give_back(&self, buffers: Buffers, used: usize);
+    /// first `used` slots; `trimmed`: retention trimmed it (rather than a
+    /// compaction pass replacing it, or its log closing).
+    fn give_back(&self, buffers: Buffers, used: usize, trimmed: bool);
 }
 
 /// What a reservation got; see the essay at the top of this file.
@@ -1369,7 +1370,8 @@ impl Drop for Segment {
         // only written through a Granted reservation, which the count covers.
         let used = self.reserved() as usize;
         if let Some(buffers) = self.buffers.take() {
-            self.pool.give_back(buffers, used);
+            let trimmed = self.is_trimmed();
+            self.pool.give_back(buffers, used, trimmed);
         }
     }
 }

@@ -366,6 +366,41 @@ fn a_growing_memory_log_gets_its_next_segment_faulted_in_ahead_and_stops_asking_
     assert!(log.stats().spare_segments <= SPARE_SEGMENTS);
 }
 
+/// A compaction pass gives back the buffers of the segments it replaces;
+/// that is not a trim, and a log with no size limit (a compacted topic's)
+/// keeps getting its next segments made ahead afterwards.
+#[test]
+fn segments_a_pass_replaces_come_back_without_turning_off_spares_made_ahead() {
+    let seg = config::SMALL_FIRST_FROM;
+    let log = small(seg, None);
+    let body = payload(0, 80);
+    let mut i = 0u64;
+    let mut append = |log: &Log| {
+        // Four keys: every sealed segment holds superseded records.
+        log.append(&Record::new(&body).with_key(&(i % 4).to_le_bytes())).unwrap();
+        i += 1;
+    };
+    while log.stats().segments < 6 {
+        append(&log);
+    }
+    let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+    assert!(log.compact(&policy, crate::clock::now_ns()).unwrap());
+    // The replaced full-size segments come back to the pool once the epoch
+    // lets the old directory go.
+    eventually("a replaced segment comes back to the pool", || {
+        crate::sync::epoch::pin().flush();
+        log.stats().spare_segments == SPARE_SEGMENTS
+    });
+    assert!(!log.shared.pool.is_recycling(), "a pass's replaced segments counted as a trim");
+    // Rolls use the spares up; the one after asks for its next segment to
+    // be made ahead, as a growing log does.
+    let segments = log.stats().segments;
+    while log.stats().segments < segments + SPARE_SEGMENTS + 1 {
+        append(&log);
+    }
+    eventually("a spare is made ahead", || log.stats().spare_segments == 1);
+}
+
 #[test]
 fn memory_stays_bounded_and_buffers_are_recycled() {
     let seg = MIN_SEGMENT_BYTES;
