@@ -345,26 +345,43 @@ fn advise_huge_pages(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// Bytes one `madvise(MADV_POPULATE_WRITE)` of [`populate`] faults in:
+/// the kernel holds the process's memory-map lock for reading through each
+/// call, and a thread that maps or unmaps meanwhile (a publisher rolling
+/// into fresh memory, a compaction pass) waits for the call to end, and so
+/// does every page fault queued behind that writer. In chunks of one huge
+/// page such a wait is one huge page zeroed, not a whole segment, however
+/// long the prefault thread is kept off a core in the middle.
+#[cfg(all(not(loom), target_os = "linux"))]
+const POPULATE_CHUNK: usize = 2 << 20;
+
 /// Faults the `len` bytes from `ptr` (a page boundary of a mapping this
-/// process owns: private anonymous, or a segment file's) in, writable, with one
-/// `madvise(MADV_POPULATE_WRITE)`, so that their first writer takes no page
-/// fault (see `prefault.rs`). Returns whether it did. Best effort: on a
-/// kernel without it (before 5.14) or out of memory, the writer faults as
-/// it would have.
+/// process owns: private anonymous, or a segment file's) in, writable,
+/// with `madvise(MADV_POPULATE_WRITE)` over [`POPULATE_CHUNK`] bytes at a
+/// time, so that their first writer takes no page fault (see
+/// `prefault.rs`). Returns whether it did. Best effort: on a kernel without
+/// it (before 5.14) or out of memory, the writer faults as it would have.
 #[cfg(not(loom))]
 pub(crate) fn populate(ptr: NonNull<u8>, len: usize) -> bool {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: the caller passes a range of a mapping of its own
-        // (anonymous, or a segment file's, whose pages are allocated on
-        // disk), from a page boundary; MADV_POPULATE_WRITE faults pages in
-        // without changing their contents, so it races with no reader or
-        // writer.
-        let rc = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_POPULATE_WRITE) };
-        if rc != 0 {
-            log::debug!("could not prefault a log segment: {}", io::Error::last_os_error());
+        let mut at = 0;
+        while at < len {
+            let n = POPULATE_CHUNK.min(len - at);
+            // SAFETY: the caller passes a range of a mapping of its own
+            // (anonymous, or a segment file's, whose pages are allocated on
+            // disk), from a page boundary, and `at` is a multiple of the
+            // chunk, itself a multiple of any page size; MADV_POPULATE_WRITE
+            // faults pages in without changing their contents, so it races
+            // with no reader or writer.
+            let rc = unsafe { libc::madvise(ptr.as_ptr().add(at).cast(), n, libc::MADV_POPULATE_WRITE) };
+            if rc != 0 {
+                log::debug!("could not prefault a log segment: {}", io::Error::last_os_error());
+                return false;
+            }
+            at += n;
         }
-        rc == 0
+        true
     }
     #[cfg(not(target_os = "linux"))]
     {
