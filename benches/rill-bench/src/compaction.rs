@@ -64,6 +64,8 @@ pub struct Round {
     pub copy_s: f64,
     /// Appends per second beside a pass.
     pub during_per_s: f64,
+    /// That pass (beside the appender), seconds.
+    pub during_pass_s: f64,
     /// Appends per second with no pass.
     pub alone_per_s: f64,
     /// The appender's CPU seconds over wall seconds beside a pass.
@@ -163,8 +165,9 @@ fn appender(log: Arc<Log>, start: Arc<Barrier>, stop: Arc<AtomicBool>) -> thread
     })
 }
 
-/// (pass seconds, copy seconds, the appender beside a pass, alone).
-fn pass_and_copy(mib: u64) -> rill::Result<(f64, f64, Appended, Appended)> {
+/// (pass seconds, copy seconds, the appender beside a pass, that pass's
+/// seconds, the appender alone).
+fn pass_and_copy(mib: u64) -> rill::Result<(f64, f64, Appended, f64, Appended)> {
     let pass_s = {
         let log = filled_log(mib)?;
         let started = Instant::now();
@@ -203,7 +206,7 @@ fn pass_and_copy(mib: u64) -> rill::Result<(f64, f64, Appended, Appended)> {
         stop.store(true, Ordering::Relaxed);
         publisher.join().expect("the appender")
     };
-    Ok((pass_s, copy_s, during, alone))
+    Ok((pass_s, copy_s, during, during_s, alone))
 }
 
 /// `rounds` interleaved rounds of the three measurements.
@@ -212,13 +215,14 @@ pub fn run(messages: u64, mib: u64, rounds: usize) -> rill::Result<Vec<Round>> {
         .map(|_| {
             let plain_per_s = one_to_one(Cleanup::Delete, messages)?;
             let compacted_per_s = one_to_one(Cleanup::Compact, messages)?;
-            let (pass_s, copy_s, during, alone) = pass_and_copy(mib.max(1))?;
+            let (pass_s, copy_s, during, during_pass_s, alone) = pass_and_copy(mib.max(1))?;
             Ok(Round {
                 plain_per_s,
                 compacted_per_s,
                 pass_s,
                 copy_s,
                 during_per_s: during.appends as f64 / during.wall_s,
+                during_pass_s,
                 alone_per_s: alone.appends as f64 / alone.wall_s,
                 during_share: during.cpu_s / during.wall_s,
                 alone_share: alone.cpu_s / alone.wall_s,
@@ -261,13 +265,30 @@ pub fn table(rounds: &[Round], messages: u64, mib: u64) -> String {
 
     out += &format!(
         "a publisher appending to the {mib} MiB log while a pass runs on another thread, beside the same \
-         publisher with no pass (appends/s)\n| round | beside a pass | alone | beside / alone |\n|---|---|---|---|\n"
+         publisher with no pass (appends/s), and that pass's time beside the publisher over its time alone \
+         (the pass timed alone above)\n| round | beside a pass | alone | beside / alone | pass beside (ms) | pass beside / \
+         alone |\n|---|---|---|---|---|---|\n"
     );
     let ratios: Vec<f64> = rounds.iter().map(|r| r.during_per_s / r.alone_per_s).collect();
     for (i, r) in rounds.iter().enumerate() {
-        out += &format!("| {} | {:.0} | {:.0} | {:.2} |\n", i + 1, r.during_per_s, r.alone_per_s, ratios[i]);
+        out += &format!(
+            "| {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.2} |\n",
+            i + 1,
+            r.during_per_s,
+            r.alone_per_s,
+            ratios[i],
+            r.during_pass_s * 1e3,
+            r.during_pass_s / r.pass_s
+        );
     }
-    out += &format!("| median | | | {:.2} (range {}) |\n\n", median(ratios.clone()), range(&ratios));
+    let slower: Vec<f64> = rounds.iter().map(|r| r.during_pass_s / r.pass_s).collect();
+    out += &format!(
+        "| median | | | {:.2} (range {}) | | {:.2} (range {}) |\n\n",
+        median(ratios.clone()),
+        range(&ratios),
+        median(slower.clone()),
+        range(&slower)
+    );
 
     out += "the same appender's share of a core (its thread's CPU seconds over wall seconds) and appends per CPU \
             second: a lower share beside a pass is the cores shared; fewer appends per CPU second is the pass \
