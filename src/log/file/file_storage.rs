@@ -276,29 +276,17 @@ impl FileStorage {
         if start >= end {
             return false;
         }
-        #[cfg(target_os = "linux")]
+        // In chunks, as every prefault is (`storage::populate`): a roll
+        // that maps the next file meanwhile waits for one chunk at most.
+        // `start` is a page boundary inside our mapping (the map's start is
+        // one), and `end` its region's end.
+        #[cfg(not(loom))]
         {
-            // SAFETY: `start..end` lies inside our mapping (`start` is a
-            // page boundary, as the map's start is); MADV_POPULATE_WRITE
-            // faults pages in without changing their contents, so it races
-            // with nothing (the publishers' writes keep their bytes).
-            let rc = unsafe {
-                libc::madvise(
-                    self.map.as_ptr().add(start as usize).cast_mut().cast(),
-                    (end - start) as usize,
-                    libc::MADV_POPULATE_WRITE,
-                )
-            };
-            if rc != 0 {
-                // EINVAL from a kernel without it (one failed call per use
-                // of a file), or out of memory: the writer faults as before.
-                let e = io::Error::last_os_error();
-                log::debug!("could not prefault segment file {}: {e}", self.path().display());
-                return false;
-            }
-            true
+            let at = self.map.as_ptr().wrapping_add(start as usize).cast_mut();
+            let Some(at) = std::ptr::NonNull::new(at) else { return false };
+            crate::log::storage::populate(at, (end - start) as usize)
         }
-        #[cfg(not(target_os = "linux"))]
+        #[cfg(loom)]
         {
             let _ = (start, end);
             false
