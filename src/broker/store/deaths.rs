@@ -119,17 +119,12 @@ pub fn disable_death_watch() {
     let _ = OFF.set(());
 }
 
-/// True if deaths are watched: this system has pidfds (checked once, on
-/// this process's own) and no test turned it off.
-pub(crate) fn supported() -> bool {
-    static SUPPORTED: OnceLock<bool> = OnceLock::new();
-    OFF.get().is_none() && *SUPPORTED.get_or_init(|| pidfd_open(std::process::id()).is_ok())
-}
-
 impl Deaths {
-    /// Supported? See [`supported`].
+    /// True if deaths are watched: this system has pidfds (checked once,
+    /// on this process's own) and no test turned it off.
     pub(crate) fn supported() -> bool {
-        supported()
+        static SUPPORTED: OnceLock<bool> = OnceLock::new();
+        OFF.get().is_none() && *SUPPORTED.get_or_init(|| pidfd_open(std::process::id()).is_ok())
     }
 
     /// A watch of no process yet, its thread not started.
@@ -177,7 +172,7 @@ impl Deaths {
     /// longer lists are not. Never fails: a process it cannot watch is
     /// left to the fallback looks (see the module docs).
     pub(crate) fn watch(&self, owner: u64, others: Vec<(u32, String)>) {
-        if !supported() {
+        if !Deaths::supported() {
             return;
         }
         let me = std::process::id();
@@ -414,7 +409,7 @@ mod tests {
 
     #[test]
     fn a_watched_process_that_is_killed_tells_once() {
-        if !supported() {
+        if !Deaths::supported() {
             return;
         }
         let (deaths, rx) = watch_with_channel();
@@ -436,7 +431,7 @@ mod tests {
 
     #[test]
     fn a_process_gone_before_it_is_watched_tells_at_once_and_the_listing_decides_what_is_watched() {
-        if !supported() {
+        if !Deaths::supported() {
             return;
         }
         let (deaths, rx) = watch_with_channel();
