@@ -398,8 +398,12 @@ fn main() {
     if cli.compaction {
         use rill_bench::compaction;
         let messages = cli.messages.unwrap_or(compaction::DEFAULT_MESSAGES);
+        let reporting = rill_bench::probe::memory_reporting();
         match compaction::run(messages, cli.compaction_mib, cli.pairs.max(1)) {
-            Ok(rounds) => print!("{}", compaction::table(&rounds, messages, cli.compaction_mib)),
+            Ok(rounds) => {
+                print!("{}", compaction::table(&rounds, messages, cli.compaction_mib));
+                print!("\n{}", rill_bench::probe::memory_reporting_note(reporting).unwrap_or_default());
+            }
             Err(e) => fail(&format!("compaction measurement failed: {e}")),
         }
         return;
@@ -798,8 +802,12 @@ fn fail(why: &str) -> ! {
 fn run_fresh(cli: &Cli, pairs: usize) {
     use rill_bench::fresh;
     let messages = cli.messages.unwrap_or(fresh::DEFAULT_MESSAGES);
+    let reporting = rill_bench::probe::memory_reporting();
     match fresh::run(messages, cli.payload, cli.retention_mib, pairs) {
-        Ok(cases) => print!("{}", fresh::table(&cases, messages, cli.payload, cli.retention_mib)),
+        Ok(cases) => {
+            print!("{}", fresh::table(&cases, messages, cli.payload, cli.retention_mib));
+            print!("{}", rill_bench::probe::memory_reporting_note(reporting).unwrap_or_default());
+        }
         Err(e) => fail(&format!("fresh scenario failed: {e}")),
     }
 }

@@ -402,3 +402,52 @@ fn idle_once(n: usize, dedicated: bool, each: Duration) -> rill::Result<(u64, Du
     broker.close();
     Ok((cpu, took))
 }
+
+/// Whether, and how much, the machine hands memory its processes free back
+/// to a hypervisor (Linux's free page reporting, with a `virtio_balloon`
+/// device): memory new to a process then costs a host fault beside the
+/// zeroed page, and a measurement that writes fresh memory (`--scenario
+/// fresh`, `--compaction`) varies with how much of it the host still backs
+/// (see "Memory new to a VM" in docs/PERFORMANCE.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Reporting {
+    /// KiB reported to the host so far, where the kernel says
+    /// (`reported_kib` among `page_reporting`'s parameters); `None` where it
+    /// reports but does not count.
+    pub reported_kib: Option<u64>,
+}
+
+const PAGE_REPORTING: &str = "/sys/module/page_reporting";
+const BALLOON: &str = "/sys/bus/virtio/drivers/virtio_balloon";
+
+/// `Some` if this machine reports freed memory to a host: the kernel has
+/// page reporting and a balloon device is bound to its driver.
+pub fn memory_reporting() -> Option<Reporting> {
+    let device =
+        std::fs::read_dir(BALLOON).ok()?.flatten().any(|e| e.file_name().to_string_lossy().starts_with("virtio"));
+    if !device || !std::path::Path::new(PAGE_REPORTING).exists() {
+        return None;
+    }
+    let reported_kib = std::fs::read_to_string(format!("{PAGE_REPORTING}/parameters/reported_kib"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    Some(Reporting { reported_kib })
+}
+
+/// The line a fresh-memory measurement prints after its tables, given what
+/// [`memory_reporting`] said before it ran; `None` on a machine that does
+/// not report.
+pub fn memory_reporting_note(before: Option<Reporting>) -> Option<String> {
+    let before = before?;
+    let during = match (before.reported_kib, memory_reporting().and_then(|r| r.reported_kib)) {
+        (Some(a), Some(b)) => {
+            format!(": {} GiB since boot, {} MiB during this run", b >> 20, b.saturating_sub(a) >> 10)
+        }
+        _ => String::new(),
+    };
+    Some(format!(
+        "memory: this machine hands memory its processes free back to its host (page reporting{during}); memory new \
+         to a process then costs a host fault too, and figures that write fresh memory vary from run to run (see \
+         \"Memory new to a VM\" in docs/PERFORMANCE.md)\n"
+    ))
+}
