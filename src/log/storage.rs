@@ -349,9 +349,10 @@ fn advise_huge_pages(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
 /// the kernel holds the process's memory-map lock for reading through each
 /// call, and a thread that maps or unmaps meanwhile (a publisher rolling
 /// into fresh memory, a compaction pass) waits for the call to end, and so
-/// does every page fault queued behind that writer. In chunks of one huge
-/// page such a wait is one huge page zeroed, not a whole segment, however
-/// long the prefault thread is kept off a core in the middle.
+/// does every page fault queued behind that writer. In chunks of 2 MiB (one
+/// huge page on x86-64) such a wait is one chunk faulted in, not a whole
+/// segment, however long the prefault thread is kept off a core in the
+/// middle.
 #[cfg(all(not(loom), target_os = "linux"))]
 const POPULATE_CHUNK: usize = 2 << 20;
 

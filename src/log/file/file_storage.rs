@@ -242,8 +242,8 @@ impl FileStorage {
     /// Faults the record region's pages from byte `from` (rounded up to a
     /// page) to its end into the map, writable, once per use of the file:
     /// `madvise(MADV_POPULATE_WRITE)` from the flusher's thread, in chunks
-    /// (`storage::populate`), instead of a page fault per page taken by the publisher that first writes
-    /// there. Those faults are dear for a file mapping: a fresh page is
+    /// (`storage::populate`), instead of a page fault per page taken by the
+    /// publisher that first writes there. Those faults are dear for a file mapping: a fresh page is
     /// allocated, zeroed and put in the page cache, and a page written
     /// back (every page of a recycled file, after a sync round or the
     /// kernel's writeback) is write-protected, so its next write goes
