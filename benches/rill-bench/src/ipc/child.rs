@@ -17,6 +17,7 @@ use super::ice;
 use super::proto::{
     CHILD_CAP, Checker, ChildConf, ChildOut, IDLE_GROUP, IDLE_GROUP_MEMBERS, IDLE_PROCESSES, IDLE_SHARED_MEMBERS,
     IDLE_SHARED_NAME, LATENCY_IDLE_SPIN, ROLE_ENV, Role, TOPIC, broker, cpu_ns, err, hear, join, mono_ns, publish, say,
+    thread_cpu_ns,
 };
 use crate::stats::percentiles;
 
@@ -161,13 +162,20 @@ fn idle(conf: &ChildConf) -> Result<ChildOut, String> {
         s.wait_idle(Duration::from_secs(10)).map_err(err("wait_idle"))?;
     }
     say("ready")?;
+    // The window's CPU is that of every thread but this one, which only
+    // waits on stdin for the parent's words: its own wake-up at "stop"
+    // (and the getrusage calls) is the measurement's cost, not the
+    // subscribers', and is reported apart.
+    let others = || cpu_ns().saturating_sub(thread_cpu_ns());
     hear("settle")?;
-    let settling = cpu_ns();
+    let settling = others();
     hear("go")?;
-    let before = cpu_ns();
+    let (before, own) = (others(), thread_cpu_ns());
     hear("stop")?;
-    let cpu = cpu_ns() - before;
-    say(&format!("cpu {cpu} settle {}", before - settling))?;
+    // Saturating: the two clocks are read a moment apart, so `others`
+    // can come out a little low.
+    let (cpu, own) = (others().saturating_sub(before), thread_cpu_ns() - own);
+    say(&format!("cpu {cpu} settle {} measuring {own}", before.saturating_sub(settling)))?;
     // The parent publishes one message: every subscription gets it.
     let mut bad = 0;
     for _ in 0..conf.subscriptions {

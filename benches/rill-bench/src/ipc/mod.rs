@@ -40,8 +40,11 @@
 //!   and beside them 16 members of one shared subscription (4 in each
 //!   process) and 8 members of one consumer group (2 in each process, each
 //!   a pull consumer blocked in `poll` on a thread of its own); each
-//!   process reads its own CPU time (`getrusage(RUSAGE_SELF)`, every
-//!   thread) before and after a window of `--ipc-idle-secs` (2 s), which
+//!   process reads its CPU time (`getrusage`: the process's less the
+//!   measuring thread's, so every thread of rill and of the members, and
+//!   not the thread that waits on stdin for the parent's words, whose
+//!   wake-up at the window's end is reported apart) before and after a
+//!   window of `--ipc-idle-secs` (2 s), which
 //!   starts [`IDLE_SETTLE`] after every member is listed and the group's
 //!   partitions are all owned (the CPU of that settle is reported beside
 //!   the window's: it holds the work the setup left for later, such as the
@@ -360,6 +363,8 @@ fn round_trip(exe: &Path, cfg: &Config) -> Result<(u64, u64), String> {
 struct Idle {
     cpu: Vec<u64>,
     settle: Vec<u64>,
+    /// The measuring thread's own CPU over the window, per process.
+    measuring: Vec<u64>,
     woken: u64,
     shared_got: u64,
     group_got: u64,
@@ -428,19 +433,21 @@ fn idle(exe: &Path, cfg: &Config) -> Result<Idle, String> {
         k.tell("go")?;
     }
     std::thread::sleep(cfg.idle);
-    let (mut cpu, mut settle) = (Vec::new(), Vec::new());
+    let (mut cpu, mut settle, mut measuring) = (Vec::new(), Vec::new(), Vec::new());
     for k in &mut kids {
         k.tell("stop")?;
     }
     for k in &mut kids {
         let line = k.line()?;
         let parsed = line.strip_prefix("cpu ").and_then(|rest| {
-            let (window, before) = rest.split_once(" settle ")?;
-            Some((window.parse().ok()?, before.parse().ok()?))
+            let (window, rest) = rest.split_once(" settle ")?;
+            let (before, own) = rest.split_once(" measuring ")?;
+            Some((window.parse().ok()?, before.parse().ok()?, own.parse().ok()?))
         });
-        let (window, before) = parsed.ok_or(format!("not a cpu line: {line:?}"))?;
+        let (window, before, own) = parsed.ok_or(format!("not a cpu line: {line:?}"))?;
         cpu.push(window);
         settle.push(before);
+        measuring.push(own);
     }
     let mut buf = vec![0u8; payload];
     encode(&mut buf, 0, 0, 0);
@@ -466,7 +473,7 @@ fn idle(exe: &Path, cfg: &Config) -> Result<Idle, String> {
         woken += out.received;
     }
     b.close();
-    Ok(Idle { cpu, settle, woken, shared_got: got.0, group_got: got.1 })
+    Ok(Idle { cpu, settle, measuring, woken, shared_got: got.0, group_got: got.1 })
 }
 
 /// [`run`] with this process's own executable as the children's program
@@ -488,6 +495,7 @@ pub fn run(exe: &Path, cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<I
         latency: Vec::new(),
         idle_cpu_ns: Vec::new(),
         idle_settle_ns: Vec::new(),
+        idle_measuring_ns: Vec::new(),
         idle_window: cfg.idle,
         idle_woken: 0,
         idle_shared_got: 0,
@@ -539,6 +547,7 @@ pub fn run(exe: &Path, cfg: &Config, progress: &mut dyn FnMut(&str)) -> Result<I
     let idle = idle(exe, cfg)?;
     bench.idle_cpu_ns = idle.cpu;
     bench.idle_settle_ns = idle.settle;
+    bench.idle_measuring_ns = idle.measuring;
     bench.idle_woken = idle.woken;
     bench.idle_shared_got = idle.shared_got;
     bench.idle_group_got = idle.group_got;

@@ -126,10 +126,19 @@ pub(super) fn mono_ns() -> u64 {
 
 /// This process's CPU time (user + system, every thread), ns.
 pub(super) fn cpu_ns() -> u64 {
+    rusage_ns(libc::RUSAGE_SELF)
+}
+
+/// The calling thread's CPU time (user + system), ns.
+pub(super) fn thread_cpu_ns() -> u64 {
+    rusage_ns(libc::RUSAGE_THREAD)
+}
+
+fn rusage_ns(who: libc::c_int) -> u64 {
     // SAFETY: an all-zero rusage is a valid value of the plain C struct.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `ru` is a valid, writable rusage for the call's duration.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    unsafe { libc::getrusage(who, &mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }

@@ -39,8 +39,12 @@ pub struct IpcBench {
     pub many_to_one: Vec<(f64, f64)>,
     /// Per round: (rill one-way p50, p99, ping-pong round trip p50, p99) ns.
     pub latency: Vec<(u64, u64, u64, u64)>,
-    /// CPU ns of each idle process over the window.
+    /// CPU ns of each idle process over the window, every thread but the
+    /// one that measures (it waits on stdin for the parent's words).
     pub idle_cpu_ns: Vec<u64>,
+    /// CPU ns of each idle process's measuring thread over the window: its
+    /// wake-up at the window's end, the measurement's own cost.
+    pub idle_measuring_ns: Vec<u64>,
     /// CPU ns of each idle process over the settle before the window
     /// (`IDLE_SETTLE`).
     pub idle_settle_ns: Vec<u64>,
@@ -168,12 +172,14 @@ impl IpcBench {
         out += &format!(
             "\nidle: {IDLE_SUBSCRIPTIONS} caught-up subscriptions, {IDLE_SHARED_MEMBERS} members of a shared subscription \
              and {IDLE_GROUP_MEMBERS} members of a consumer group across {IDLE_PROCESSES} processes: {} of CPU in {:.1} s \
-             (getrusage of each process: {}; goal < 1 ms), and {} in the {:.1} s settle before it (the setup's \
-             delayed work); the message published after the window woke {} of the subscriptions, {} shared member \
-             and {} group member\n",
+             (getrusage of each process, less its measuring thread: {}; goal < 1 ms; the measuring threads' own \
+             wake-ups at the window's end: {}), and {} in the {:.1} s settle before it (the setup's delayed work); \
+             the message published after the window woke {} of the subscriptions, {} shared member and {} group \
+             member\n",
             fmt_ns(total),
             self.idle_window.as_secs_f64(),
             each.join(", "),
+            fmt_ns(self.idle_measuring_ns.iter().sum()),
             fmt_ns(self.idle_settle_ns.iter().sum()),
             IDLE_SETTLE.as_secs_f64(),
             self.idle_woken,
