@@ -17,9 +17,10 @@
 //!
 //! # States of an id
 //!
-//! Each id is in one of three states, in the table of the shard its hash
-//! picks (16 shards, each a mutex over a hash table and an age queue, so
-//! publishers of different ids seldom meet on one lock):
+//! Each id is in one of three states, held by the shard its hash picks (16
+//! shards, each a mutex over its ids, so publishers of different ids seldom
+//! meet on one lock; a shard's ids are an age-ordered ring of entries and a
+//! table of where each is in it, see `Ids`):
 //!
 //! ```text
 //!   absent --claim--> Pending --appended--> Done { partition, offset, at }
@@ -33,18 +34,19 @@
 //!   returned. `Pending` means another publisher is appending it right now:
 //!   this one waits on the shard's condition variable until it is not.
 //! * **appended** (the owner, under the lock again, after the append
-//!   returned): `Pending` becomes `Done` with the position, the id joins the
-//!   shard's age queue, and every waiter is woken (waiters count
-//!   themselves in the shard under its lock, so an owner that sees none
-//!   skips the wake-up, a system call, without missing anyone).
+//!   returned): `Pending` becomes `Done` with the position, and every
+//!   waiter is woken (waiters count themselves in the shard under its lock,
+//!   so an owner that sees none skips the wake-up, a system call, without
+//!   missing anyone).
 //! * **abandoned** (the owner, when its append failed, or unwound): the id
 //!   is removed and waiters are woken; the first to lock claims it and
 //!   appends its own record, so a failed publish never hides a later one.
-//! * **expired / evicted**: entries leave from the front of the age queue
-//!   when they are older than the window (looked at whenever an id is
-//!   appended into the shard, and by the stats), or when the shard holds
-//!   more than its share of [`MAX_DEDUPE_IDS`] (the oldest goes, counted in
-//!   `dedupe_evicted`). Memory is bounded by that count whatever the window.
+//! * **expired / evicted**: entries leave from the front of the ring (the
+//!   oldest claim first) when they are older than the window (looked at
+//!   whenever an id is appended into the shard, and by the stats), or when
+//!   the shard holds more than its share of [`MAX_DEDUPE_IDS`] (the oldest
+//!   goes, counted in `dedupe_evicted`). Memory is bounded by that count
+//!   whatever the window.
 //!
 //! # The race it survives
 //!
@@ -65,21 +67,27 @@
 //! under a secret seed drawn for the window, as a compaction pass hashes
 //! keys: a publisher choosing ids cannot make one shard's chains long); two
 //! uncontended locks of its shard (the claim, and the settle); a probe of
-//! the shard's table for the claim and the write of the new entry, and one
-//! probe for the settle, which finds the same entry in cache; and a push on
-//! the age queue with a look at its front. An id of up to [`INLINE_ID`]
-//! bytes is copied into its entry, so nothing is allocated for it; the age
-//! queue holds only (time, hash), and expiry finds the entry by them.
+//! the shard's table of places for the claim, then the entry pushed at the
+//! back of the shard's ring and its place written into the slot the probe
+//! ended on; one probe for the settle, which finds both in cache; and a
+//! look at the ring's front. An id of up to [`INLINE_ID`] bytes is copied
+//! into its entry, so nothing is allocated for it.
 //!
 //! On a window far larger than the caches (a million ids), a fresh id's
-//! claim is dominated by memory latency, not by instructions: the probe's
-//! first read of the table is a random access (a cache and, with 4 KiB
-//! pages, a TLB miss), and the entry's write must reach its line before the
-//! unlock's locked instruction completes. A table whose probe and entry
-//! share one line, with the ids in an arrival-ordered arena, would halve
-//! those misses; this one is a plain hash table. `rill-bench --scenario
-//! dedupe` measures a publish with an id against the same record on a
-//! topic without a window.
+//! publish is bound by memory latency, not by instructions: the probe's
+//! first read of the table is a random access. A slot is eight bytes, the
+//! id's tag beside its place, so that read is usually the only line the
+//! probe and the insert touch (the write after it hits), and the table is
+//! a few bytes an id where the entries are about 72; the entries themselves
+//! are written and dropped in order, at the ring's two ends. Once the
+//! window is full, or its oldest ids expire, each publish also removes the
+//! ring's front entry from the table: one more random read, found by its
+//! place alone. A hash table of whole entries would take a second random
+//! line for the entry's write, and another for each expiry's read of an old
+//! entry. The ring's blocks come and go with the ids, and the table halves
+//! as they leave, so a window's memory follows the ids it holds. `rill-bench
+//! --scenario dedupe` measures a publish with an id against the same record
+//! on a topic without a window.
 //!
 //! # Across processes
 //!
@@ -159,7 +167,6 @@
 use std::collections::VecDeque;
 
 use crossbeam_utils::CachePadded;
-use hashbrown::HashTable;
 
 use crate::error::{Error, Result};
 use crate::log::{Cursor, KeyHasher};
@@ -233,23 +240,32 @@ impl IdBytes {
     }
 }
 
-/// One id in a shard's table, in one of the states of the module docs:
-/// `Pending` while `partition` is [`PENDING`], else `Done` at (`partition`,
+/// One id of a shard, in one of the states of the module docs: `Pending`
+/// while `partition` is [`PENDING`], else `Done` at (`partition`,
 /// `offset`).
 #[derive(Debug)]
 struct Entry {
     /// The id's hash, under the window's key: computed once per publish,
-    /// it picks the shard and the table slot, and re-slots the entry when
-    /// the table grows, so the id is never hashed again.
+    /// it picks the shard and the table slot, and finds the entry's slot
+    /// when the entry leaves, so the id is never hashed again.
     hash: u64,
     /// When the id was claimed (or, rebuilt on open, its record's stamp).
     at_ns: u64,
     offset: u64,
     partition: u32,
+    /// No longer held: abandoned, or replaced by a newer entry of its id
+    /// (claimed or remembered again after it expired). In no slot of the
+    /// table; dropped when it reaches the ring's front.
+    dead: bool,
     id: IdBytes,
 }
 
 impl Entry {
+    /// The `Pending` entry of `id`, claimed at `now`.
+    fn claimed(hash: u64, id: &str, now: u64) -> Entry {
+        Entry { hash, at_ns: now, offset: 0, partition: PENDING, dead: false, id: IdBytes::new(id) }
+    }
+
     fn is(&self, hash: u64, id: &str) -> bool {
         self.hash == hash && self.id.as_bytes() == id.as_bytes()
     }
@@ -263,51 +279,320 @@ impl Entry {
     }
 }
 
-/// One shard's ids.
+/// Most entries a shard's ring holds, dead ones included: twice what the
+/// shard may hold live, so that ids abandoned or replaced in the middle of
+/// the ring cannot grow it without bound before they reach its front.
+const RING_CAPACITY: usize = 2 * SHARD_CAPACITY;
+
+/// One shard's ids: the entries in the order they came (a ring), and a
+/// table of where each held one is in it ([`Places`]).
+///
+/// Why two structures and not a hash table of entries: the table is what
+/// a claim reads at random, and with eight bytes a slot, its tag beside
+/// the entry's place, it is a small part of the window's memory and a
+/// probe usually reads one line of it, the line an insert then writes; the
+/// entries are written at the ring's back and leave from its front, in
+/// order, which the caches and the prefetcher serve. An entry is read at
+/// random only for a slot whose tag matches (its id's or, rarely, another
+/// id's with the same tag), and expiry finds an entry's slot by its place,
+/// without reading any other entry. `rill-bench --scenario dedupe` measures it.
 #[derive(Debug, Default)]
 struct Ids {
-    table: HashTable<Entry>,
-    /// `Done` ids in the order they were stored, as (the time each was
-    /// claimed, its hash): the entry is the `Done` one with that hash and
-    /// that time. An entry whose id was since claimed again (after it
-    /// expired) is stale: no `Done` entry matches it any more, and it is
-    /// skipped. Two ids with one hash and one time would match either
-    /// entry, but they are equally old, so either may leave first.
-    order: VecDeque<(u64, u64)>,
+    /// Each held id's place in `ring`, as its sequence number (see
+    /// `head`), under its hash's tag.
+    places: Places,
+    /// The entries, oldest first: expiry and eviction take them from the
+    /// front.
+    ring: Ring,
+    /// The sequence number of the ring's front entry: entry `i` of the
+    /// ring is number `head + i`, wrapping (a ring holds far fewer than
+    /// 2^32 entries, see [`RING_CAPACITY`]).
+    head: u32,
     /// Publishers waiting on `settled` for a `Pending` id of this shard: an
     /// owner settling its id wakes them only if there are any (a wake-up is
     /// a system call even with nobody to wake).
     waiting: usize,
 }
 
+/// Entries a [`Ring`] allocates at a time: a block of a few hundred KiB,
+/// so that a ring grows without copying what it holds (a shard's window
+/// grows under its lock) and gives memory back as its front advances.
+const RING_BLOCK: usize = 4096;
+
+/// A queue of entries in blocks of [`RING_BLOCK`]: pushed at the back,
+/// popped at the front, and indexed from the front. Every block but the
+/// first and the last is full; the first may have lost entries at its
+/// front, the last may have room at its back.
+#[derive(Debug, Default)]
+struct Ring {
+    blocks: VecDeque<VecDeque<Entry>>,
+    len: usize,
+}
+
+impl Ring {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn front(&self) -> Option<&Entry> {
+        self.blocks.front().and_then(VecDeque::front)
+    }
+
+    fn push_back(&mut self, entry: Entry) {
+        match self.blocks.back_mut() {
+            Some(last) if last.len() < RING_BLOCK => {
+                last.push_back(entry);
+            }
+            _ => {
+                let mut block = VecDeque::with_capacity(RING_BLOCK);
+                block.push_back(entry);
+                self.blocks.push_back(block);
+            }
+        }
+        self.len += 1;
+    }
+
+    fn pop_front(&mut self) -> Option<Entry> {
+        let first = self.blocks.front_mut()?;
+        let entry = first.pop_front()?;
+        if first.is_empty() {
+            self.blocks.pop_front();
+        }
+        self.len -= 1;
+        Some(entry)
+    }
+
+    /// (block, index in it) of the `i`-th entry from the front.
+    fn locate(&self, i: usize) -> (usize, usize) {
+        let first = self.blocks.front().map_or(0, VecDeque::len);
+        if i < first {
+            (0, i)
+        } else {
+            let rest = i - first;
+            (1 + rest / RING_BLOCK, rest % RING_BLOCK)
+        }
+    }
+}
+
+impl std::ops::Index<usize> for Ring {
+    type Output = Entry;
+
+    fn index(&self, i: usize) -> &Entry {
+        let (block, at) = self.locate(i);
+        &self.blocks[block][at]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Ring {
+    fn index_mut(&mut self, i: usize) -> &mut Entry {
+        let (block, at) = self.locate(i);
+        &mut self.blocks[block][at]
+    }
+}
+
+/// Where the entry numbered `seq` is in a ring whose front is `head`.
+fn place(head: u32, seq: u32) -> usize {
+    seq.wrapping_sub(head) as usize
+}
+
 impl Ids {
     /// The entry of `id`, whose hash is `hash`.
     fn find(&mut self, hash: u64, id: &str) -> Option<&mut Entry> {
-        self.table.find_mut(hash, |e| e.is(hash, id))
+        let Ids { places, ring, head, .. } = self;
+        let slot = places.find(hash, |seq| ring[place(*head, seq)].is(hash, id))?;
+        Some(&mut ring[place(*head, places.seq(slot))])
     }
 
+    /// Adds `entry`, whose id is not held, at the ring's back.
     fn insert(&mut self, entry: Entry) {
-        self.table.insert_unique(entry.hash, entry, |e| e.hash);
+        let hash = entry.hash;
+        let seq = self.head.wrapping_add(self.ring.len() as u32);
+        self.ring.push_back(entry);
+        self.places.insert(hash, seq);
     }
 
-    /// Drops ids older than the window from the front of the age queue, and
-    /// the oldest beyond the shard's capacity; returns how many were evicted
-    /// for room (not for age).
+    /// Lets `id` go: its slot is emptied and its entry marked dead.
+    fn remove(&mut self, hash: u64, id: &str) {
+        let Ids { places, ring, head, .. } = self;
+        if let Some(slot) = places.find(hash, |seq| ring[place(*head, seq)].is(hash, id)) {
+            ring[place(*head, places.seq(slot))].dead = true;
+            places.remove(slot);
+        }
+    }
+
+    /// Drops ids older than the window from the ring's front, and the
+    /// oldest beyond the shard's capacity (or the ring's); returns how many
+    /// were evicted for room (not for age). A `Pending` entry met there
+    /// cannot go (its owner settles it): it moves to the back, at most once
+    /// per call for each entry the ring had.
     fn prune(&mut self, now: u64, window_ns: u64) -> u64 {
         let mut evicted = 0;
-        while let Some(&(at, hash)) = self.order.front() {
-            let expired = now.saturating_sub(at) >= window_ns;
-            let full = self.table.len() > SHARD_CAPACITY;
-            if !expired && !full {
-                break;
+        let mut moves = self.ring.len();
+        while let Some(front) = self.ring.front() {
+            let (hash, seq) = (front.hash, self.head);
+            if !front.dead {
+                let expired = now.saturating_sub(front.at_ns) >= window_ns;
+                let full = self.places.len() > SHARD_CAPACITY || self.ring.len() > RING_CAPACITY;
+                if !expired && !full {
+                    break;
+                }
+                let pending = front.pending();
+                match self.places.find(hash, |s| s == seq) {
+                    Some(slot) if pending => {
+                        if moves == 0 {
+                            break;
+                        }
+                        moves -= 1;
+                        self.places.set_seq(slot, self.head.wrapping_add(self.ring.len() as u32));
+                        let entry = self.ring.pop_front().expect("the front");
+                        self.ring.push_back(entry);
+                        self.head = self.head.wrapping_add(1);
+                        continue;
+                    }
+                    Some(slot) => {
+                        self.places.remove(slot);
+                        evicted += u64::from(!expired);
+                    }
+                    // A live entry always has a slot; were it not, it is
+                    // held by nothing, and leaves as a dead one.
+                    None => debug_assert!(false, "a live entry of the ring has no slot"),
+                }
             }
-            if let Ok(entry) = self.table.find_entry(hash, |e| e.hash == hash && !e.pending() && e.at_ns == at) {
-                entry.remove();
-                evicted += (!expired) as u64;
-            }
-            self.order.pop_front();
+            self.ring.pop_front();
+            self.head = self.head.wrapping_add(1);
         }
         evicted
+    }
+}
+
+/// The places of a shard's held ids: an open-addressing table with linear
+/// probing, one `u64` a slot, 0 for an empty one, else the id's *tag* in
+/// the high half and its entry's sequence number in the low half.
+///
+/// The tag is the low 32 bits of the id's hash with the top bit set (so
+/// that no held slot is 0); a probe starts at the slot its low bits pick
+/// (the shard was picked by bits from 32 up, see [`SHARD_SHIFT`]). The
+/// table grows before it is [`MAX_LOAD_EIGHTHS`] full, rebuilt from the
+/// tags alone; a removal shifts the slots after it back (no tombstones),
+/// so a probe ends at the first empty slot.
+#[derive(Debug)]
+struct Places {
+    slots: Box<[u64]>,
+    len: usize,
+}
+
+/// The most a [`Places`] table is filled, in eighths: at five eighths a
+/// probe for an absent id reads about three slots on average, within one
+/// line, and a full shard's table of `SHARD_CAPACITY` ids stays at the
+/// power of two above it.
+const MAX_LOAD_EIGHTHS: usize = 5;
+/// A new table's slots (a power of two).
+const FIRST_SLOTS: usize = 16;
+const _: () = assert!(FIRST_SLOTS.is_power_of_two() && SHARD_CAPACITY * 8 <= (2 * SHARD_CAPACITY) * MAX_LOAD_EIGHTHS);
+
+impl Default for Places {
+    fn default() -> Self {
+        Places { slots: vec![0; FIRST_SLOTS].into_boxed_slice(), len: 0 }
+    }
+}
+
+impl Places {
+    /// Held ids.
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn tag(hash: u64) -> u32 {
+        hash as u32 | 1 << 31
+    }
+
+    /// Where a probe for `tag` starts.
+    fn home(&self, tag: u32) -> usize {
+        tag as usize & (self.slots.len() - 1)
+    }
+
+    /// The sequence number in held slot `slot`.
+    fn seq(&self, slot: usize) -> u32 {
+        self.slots[slot] as u32
+    }
+
+    fn set_seq(&mut self, slot: usize, seq: u32) {
+        self.slots[slot] = self.slots[slot] & !u64::from(u32::MAX) | u64::from(seq);
+    }
+
+    /// The slot whose tag is `hash`'s and whose sequence number `is` takes.
+    fn find(&self, hash: u64, mut is: impl FnMut(u32) -> bool) -> Option<usize> {
+        let tag = Self::tag(hash);
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(tag);
+        loop {
+            let slot = self.slots[i];
+            if slot == 0 {
+                return None;
+            }
+            if (slot >> 32) as u32 == tag && is(slot as u32) {
+                return Some(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Files `seq` under `hash`'s tag (the id is not held).
+    fn insert(&mut self, hash: u64, seq: u32) {
+        if (self.len + 1) * 8 > self.slots.len() * MAX_LOAD_EIGHTHS {
+            self.resize(self.slots.len() * 2);
+        }
+        self.put(u64::from(Self::tag(hash)) << 32 | u64::from(seq));
+        self.len += 1;
+    }
+
+    /// Refiles every held slot in a table of `slots` slots.
+    fn resize(&mut self, slots: usize) {
+        let old = std::mem::replace(&mut self.slots, vec![0; slots].into_boxed_slice());
+        for value in old.iter().copied().filter(|&v| v != 0) {
+            self.put(value);
+        }
+    }
+
+    /// Puts a held slot's value in the first empty slot from its home.
+    fn put(&mut self, value: u64) {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home((value >> 32) as u32);
+        while self.slots[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.slots[i] = value;
+    }
+
+    /// Empties held slot `slot`, shifting back every slot after it (up to
+    /// an empty one) whose probe would otherwise no longer reach it.
+    fn remove(&mut self, mut slot: usize) {
+        let mask = self.slots.len() - 1;
+        let mut next = slot;
+        loop {
+            next = (next + 1) & mask;
+            let value = self.slots[next];
+            if value == 0 {
+                break;
+            }
+            // `value` may stay where it is if its home lies cyclically in
+            // (slot, next]: a probe from there reaches `next` without
+            // passing the slot being emptied.
+            let home = self.home((value >> 32) as u32);
+            let stays = if slot <= next { slot < home && home <= next } else { slot < home || home <= next };
+            if !stays {
+                self.slots[slot] = value;
+                slot = next;
+            }
+        }
+        self.slots[slot] = 0;
+        self.len -= 1;
+        // A window that emptied (its ids expired) gives its table back,
+        // halved while an eighth full or less (a quarter after), so a
+        // burst of ids does not hold its memory for good.
+        if self.slots.len() > FIRST_SLOTS && self.len * 8 <= self.slots.len() {
+            self.resize(self.slots.len() / 2);
+        }
     }
 }
 
@@ -364,7 +649,6 @@ impl Ticket<'_> {
         let entry = ids.find(hash, id).expect("a pending id stays until its owner settles it");
         debug_assert!(entry.pending() && entry.at_ns == self.at_ns);
         (entry.partition, entry.offset) = (landed.partition, landed.offset);
-        ids.order.push_back((self.at_ns, hash));
         let evicted = ids.prune(self.at_ns, self.window.window_ns);
         let wake = ids.waiting > 0;
         drop(ids);
@@ -382,9 +666,7 @@ impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         if let Some((hash, id)) = self.id.take() {
             let mut ids = self.shard.ids.lock();
-            if let Ok(entry) = ids.table.find_entry(hash, |e| e.is(hash, id)) {
-                entry.remove();
-            }
+            ids.remove(hash, id);
             let wake = ids.waiting > 0;
             drop(ids);
             if wake {
@@ -441,14 +723,13 @@ impl Window {
                     self.duplicates.fetch_add(1, Ordering::Relaxed);
                     return Claim::Duplicate(landed);
                 }
-                Some(expired) => {
-                    // Claimed again in place; its old age-queue entry is
-                    // now stale (see `Ids::order`).
-                    (expired.partition, expired.at_ns) = (PENDING, now);
-                    return Claim::Claimed(self.ticket(shard, ids, hash, id, now));
-                }
-                None => {
-                    ids.insert(Entry { hash, at_ns: now, offset: 0, partition: PENDING, id: IdBytes::new(id) });
+                found => {
+                    // Expired (not yet pruned): a new entry replaces it, at
+                    // the ring's back, where its age puts it.
+                    if found.is_some() {
+                        ids.remove(hash, id);
+                    }
+                    ids.insert(Entry::claimed(hash, id, now));
                     return Claim::Claimed(self.ticket(shard, ids, hash, id, now));
                 }
             }
@@ -481,15 +762,14 @@ impl Window {
         let Landed { partition, offset } = landed;
         match ids.find(hash, id) {
             // Expired: the record found is the id's appending since (another
-            // process's, found by a catch-up). Its old age-queue entry is now
-            // stale (see `Ids::order`).
+            // process's, found by a catch-up), which replaces it.
             Some(old) if !old.pending() && now.saturating_sub(old.at_ns) >= self.window_ns => {
-                (old.partition, old.offset, old.at_ns) = (partition, offset, at_ns);
+                ids.remove(hash, id);
             }
             Some(_) => return,
-            None => ids.insert(Entry { hash, at_ns, offset, partition, id: IdBytes::new(id) }),
+            None => {}
         }
-        ids.order.push_back((at_ns, hash));
+        ids.insert(Entry { hash, at_ns, offset, partition, dead: false, id: IdBytes::new(id) });
         let evicted = ids.prune(now, self.window_ns);
         // Relaxed: a statistic.
         self.evicted.fetch_add(evicted, Ordering::Relaxed);
@@ -507,7 +787,7 @@ impl Window {
         for shard in self.shards.get().into_iter().flat_map(|s| s.iter()) {
             let mut ids = shard.ids.lock();
             evicted += ids.prune(now, self.window_ns);
-            held += ids.table.len() as u64;
+            held += ids.places.len() as u64;
         }
         // Relaxed: statistics.
         let evicted = self.evicted.fetch_add(evicted, Ordering::Relaxed) + evicted;
@@ -674,6 +954,126 @@ mod tests {
         // It expires by its own age, whatever its stale queue entry says.
         assert_eq!(w.stats(t0 + 219 * MS).ids, 1);
         assert_eq!(claim_and_append(&w, "a", t0 + 220 * MS, 10), None);
+    }
+
+    #[test]
+    fn a_pending_id_at_the_front_outlives_the_expiry_of_those_behind_it() {
+        let w = Window::new(100);
+        let t0 = 1_000 * MS;
+        let Claim::Claimed(slow) = w.claim("slow", t0) else { panic!("first claim") };
+        assert_eq!(claim_and_append(&w, "b", t0 + MS, 1), None);
+        // Both are past the window: "b" goes, "slow" (still being
+        // appended) moves behind "c" and stays held.
+        assert_eq!(claim_and_append(&w, "c", t0 + 200 * MS, 2), None);
+        assert_eq!(w.stats(t0 + 200 * MS).ids, 2);
+        slow.appended(Landed { partition: 0, offset: 3 });
+        assert_eq!(claim_and_append(&w, "c", t0 + 201 * MS, 9), Some(Landed { partition: 0, offset: 2 }));
+        // Settled, "slow" is as old as its claim: gone at the next look.
+        assert_eq!(w.stats(t0 + 201 * MS).ids, 1);
+        assert_eq!(claim_and_append(&w, "slow", t0 + 201 * MS, 4), None);
+    }
+
+    #[test]
+    fn abandoned_entries_leave_the_ring_when_they_reach_its_front() {
+        let w = Window::new(100);
+        // An id of "a"'s shard, ahead of "a" in its ring.
+        let z = (0..)
+            .map(|i| format!("z{i}"))
+            .find(|z| std::ptr::eq(w.shard(z).1, w.shard("a").1))
+            .expect("some id shares a shard with a");
+        assert_eq!(claim_and_append(&w, &z, 0, 0), None);
+        for i in 0..10u64 {
+            match w.claim("a", i) {
+                Claim::Claimed(ticket) => drop(ticket),
+                Claim::Duplicate(_) => panic!("an abandoned id is not held"),
+            }
+        }
+        assert_eq!(claim_and_append(&w, "a", 60 * MS, 1), None);
+        let ring_len = || w.shard("a").1.ids.lock().ring.len();
+        assert_eq!(ring_len(), 12, "the dead entries wait behind z");
+        assert_eq!(w.stats(120 * MS).ids, 1);
+        assert_eq!(ring_len(), 1, "z expired, and the dead entries behind it are dropped");
+        assert_eq!(w.stats(160 * MS).ids, 0);
+        assert_eq!(ring_len(), 0);
+    }
+
+    /// A small xorshift: the tests below want many operations, not
+    /// particular ones.
+    fn next(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
+    #[test]
+    fn places_agree_with_a_plain_list_through_growth_removal_and_shrinking() {
+        let mut places = Places::default();
+        // (hash, seq) of every held slot. Hashes from a small range, so
+        // that tags collide and probes run long and wrap.
+        let mut held: Vec<(u64, u32)> = Vec::new();
+        let mut state = 0x9e37_79b9_7f4a_7c15;
+        let mut seq = u32::MAX - 1_000; // wraps during the test
+        for round in 0..200_000u64 {
+            let r = next(&mut state);
+            // Grows for the first half, mostly shrinks in the second.
+            let insert = if round < 100_000 { !r.is_multiple_of(4) } else { r.is_multiple_of(4) };
+            if insert || held.is_empty() {
+                let hash = (next(&mut state) % 50_000) | ((r & 0xf) << 40);
+                places.insert(hash, seq);
+                held.push((hash, seq));
+                seq = seq.wrapping_add(1);
+            } else {
+                let (hash, s) = held.swap_remove(r as usize % held.len());
+                let slot = places.find(hash, |x| x == s).expect("a held place is found");
+                assert_eq!(places.seq(slot), s);
+                if r.is_multiple_of(3) {
+                    // Moved: found under its new number, not its old.
+                    places.set_seq(slot, s ^ 0x8000_0000);
+                    assert!(places.find(hash, |x| x == s).is_none());
+                    let moved = places.find(hash, |x| x == s ^ 0x8000_0000).expect("moved");
+                    places.remove(moved);
+                } else {
+                    places.remove(slot);
+                }
+                assert!(places.find(hash, |x| x == s).is_none(), "a removed place is gone");
+            }
+            assert_eq!(places.len(), held.len());
+        }
+        for &(hash, s) in &held {
+            assert!(places.find(hash, |x| x == s).is_some());
+        }
+        assert!(places.slots.len() * MAX_LOAD_EIGHTHS >= places.len() * 8);
+        while let Some((hash, s)) = held.pop() {
+            places.remove(places.find(hash, |x| x == s).expect("held"));
+        }
+        assert_eq!(places.slots.len(), FIRST_SLOTS, "an emptied table shrinks back");
+    }
+
+    #[test]
+    fn a_ring_indexes_from_its_front_across_blocks() {
+        let mut ring = Ring::default();
+        let mut model = VecDeque::new();
+        let mut state = 0x2545_f491_4f6c_dd1d;
+        let entry = |at_ns| Entry { hash: 0, at_ns, offset: 0, partition: 0, dead: false, id: IdBytes::new("x") };
+        for at in 0..(5 * RING_BLOCK as u64) {
+            ring.push_back(entry(at));
+            model.push_back(at);
+            if next(&mut state).is_multiple_of(3) {
+                assert_eq!(ring.pop_front().map(|e| e.at_ns), model.pop_front());
+            }
+            if at.is_multiple_of(997) {
+                assert_eq!(ring.len(), model.len());
+                for (i, &want) in model.iter().enumerate() {
+                    assert_eq!(ring[i].at_ns, want);
+                }
+            }
+        }
+        while let Some(want) = model.pop_front() {
+            assert_eq!(ring.front().map(|e| e.at_ns), Some(want));
+            assert_eq!(ring.pop_front().map(|e| e.at_ns), Some(want));
+        }
+        assert!(ring.pop_front().is_none() && ring.blocks.is_empty());
     }
 
     #[test]
