@@ -82,7 +82,8 @@
 //! are written and dropped in order, at the ring's two ends. Once the
 //! window is full, or its oldest ids expire, each publish also removes the
 //! ring's front entry from the table: one more random read, found by its
-//! place alone. A hash table of whole entries would take a second random
+//! place alone, and asked of the processor when the claim is made, so that
+//! it overlaps the append. A hash table of whole entries would take a second random
 //! line for the entry's write, and another for each expiry's read of an old
 //! entry. The ring's blocks come and go with the ids, and the table halves
 //! as they leave, so a window's memory follows the ids it holds. `rill-bench
@@ -420,6 +421,21 @@ impl Ids {
         }
     }
 
+    /// If the ring's front entry will leave when this claim is settled
+    /// (it is past the window at `now`, or the shard is full), asks the
+    /// processor for the table line where its slot is looked for: that
+    /// line is a random access, and the caller's append runs between now
+    /// and the settle's [`Ids::prune`], so the read overlaps the append
+    /// instead of following it.
+    fn prefetch_leaving(&self, now: u64, window_ns: u64) {
+        if let Some(front) = self.ring.front()
+            && !front.dead
+            && (now.saturating_sub(front.at_ns) >= window_ns || self.places.len() > SHARD_CAPACITY)
+        {
+            self.places.prefetch(front.hash);
+        }
+    }
+
     /// Drops ids older than the window from the ring's front, and the
     /// oldest beyond the shard's capacity (or the ring's); returns how many
     /// were evicted for room (not for age). A `Pending` entry met there
@@ -518,6 +534,21 @@ impl Places {
 
     fn set_seq(&mut self, slot: usize, seq: u32) {
         self.slots[slot] = self.slots[slot] & !u64::from(u32::MAX) | u64::from(seq);
+    }
+
+    /// Asks the processor for the line of `hash`'s first slot (where a
+    /// probe for it starts); a hint, with no effect on what is found.
+    fn prefetch(&self, hash: u64) {
+        let first: *const u64 = &self.slots[self.home(Self::tag(hash))];
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: SSE, which the intrinsic needs, is part of x86_64's
+        // baseline; a prefetch reads nothing into the program and never
+        // faults, and `first` points into `slots` anyway.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(first.cast());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = first;
     }
 
     /// The slot whose tag is `hash`'s and whose sequence number `is` takes.
@@ -730,6 +761,7 @@ impl Window {
                         ids.remove(hash, id);
                     }
                     ids.insert(Entry::claimed(hash, id, now));
+                    ids.prefetch_leaving(now, self.window_ns);
                     return Claim::Claimed(self.ticket(shard, ids, hash, id, now));
                 }
             }
