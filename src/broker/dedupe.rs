@@ -1109,6 +1109,81 @@ mod tests {
     }
 
     #[test]
+    fn claims_answer_as_a_model_window_does_through_settles_abandons_and_expiry() {
+        // Few ids and a short window, so ids are claimed again, expire,
+        // are abandoned and remembered in every order; each answer is
+        // checked against a plain map of what the window promises.
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        enum Held {
+            Pending,
+            Done(Landed, u64),
+        }
+        const IDS: u64 = 40;
+        let w = Window::new(100);
+        let names: Vec<String> = (0..IDS).map(|i| format!("id{i}")).collect();
+        let mut model: std::collections::HashMap<&str, Held> = Default::default();
+        let mut tickets: Vec<(&str, Ticket<'_>)> = Vec::new();
+        let mut state = 0x853c_49e6_748f_ea9b;
+        let (mut now, mut offset) = (1_000 * MS, 0u64);
+        let (mut duplicates, mut remembered, mut abandoned) = (0, 0, 0);
+        for _ in 0..200_000 {
+            let r = next(&mut state);
+            let id = names[(r % IDS) as usize].as_str();
+            let live = |held: Option<&Held>, now: u64| match held {
+                Some(Held::Done(landed, at)) if now - at < 100 * MS => Some(*landed),
+                _ => None,
+            };
+            match (r >> 8) % 8 {
+                // A claim (never of an id being appended: it would wait).
+                0..=2 if model.get(id) != Some(&Held::Pending) => match w.claim(id, now) {
+                    Claim::Duplicate(landed) => {
+                        assert_eq!(Some(landed), live(model.get(id), now), "{id}");
+                        duplicates += 1;
+                    }
+                    Claim::Claimed(ticket) => {
+                        assert_eq!(live(model.get(id), now), None, "{id} was held");
+                        model.insert(id, Held::Pending);
+                        tickets.push((id, ticket));
+                    }
+                },
+                3 | 4 if !tickets.is_empty() => {
+                    let (id, ticket) = tickets.swap_remove(r as usize % tickets.len());
+                    let landed = Landed { partition: (r % 3) as u32, offset };
+                    offset += 1;
+                    let at = ticket.at_ns;
+                    ticket.appended(landed);
+                    model.insert(id, Held::Done(landed, at));
+                }
+                5 if !tickets.is_empty() => {
+                    let (id, ticket) = tickets.swap_remove(r as usize % tickets.len());
+                    drop(ticket);
+                    model.remove(id);
+                    abandoned += 1;
+                }
+                6 if model.get(id) != Some(&Held::Pending) => {
+                    // Found in the log, stamped up to a window ago.
+                    let at = now - (r >> 20) % (120 * MS);
+                    let landed = Landed { partition: 9, offset };
+                    offset += 1;
+                    w.remember(id, landed, at, now);
+                    let fresh = now - at < 100 * MS;
+                    if fresh && live(model.get(id), now).is_none() {
+                        model.insert(id, Held::Done(landed, at));
+                        remembered += 1;
+                    }
+                }
+                _ => now += (r >> 16) % (3 * MS),
+            }
+        }
+        drop(tickets);
+        // Each kind of answer was met often, not just the easy ones.
+        assert!(
+            duplicates > 10_000 && remembered > 1_000 && abandoned > 1_000,
+            "{duplicates} {remembered} {abandoned}"
+        );
+    }
+
+    #[test]
     fn a_racer_waits_for_the_pending_append_and_gets_its_position() {
         let w = crate::sync::Arc::new(Window::new(1_000));
         let Claim::Claimed(ticket) = w.claim("a", 0) else { panic!("first claim") };
