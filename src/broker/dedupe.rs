@@ -83,12 +83,13 @@
 //! window is full, or its oldest ids expire, each publish also removes the
 //! ring's front entry from the table: one more random read, found by its
 //! place alone, and asked of the processor when the claim is made, so that
-//! it overlaps the append. A hash table of whole entries would take a second random
-//! line for the entry's write, and another for each expiry's read of an old
-//! entry. The ring's blocks come and go with the ids, and the table halves
-//! as they leave, so a window's memory follows the ids it holds. `rill-bench
-//! --scenario dedupe` measures a publish with an id against the same record
-//! on a topic without a window.
+//! it overlaps the append. A hash table of whole entries would take a
+//! second random line for the entry's write, and another for each expiry's
+//! read of an old entry. The ring's blocks come and go with the ids, and
+//! the table halves as they leave, so a window's memory follows the ids it
+//! holds. `rill-bench --scenario dedupe` measures a publish with an id
+//! against the same record on a topic without a window; `dedupe_window`,
+//! an example of rill-bench, a window filled to its cap and kept there.
 //!
 //! # Across processes
 //!
