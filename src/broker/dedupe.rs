@@ -926,7 +926,7 @@ mod tests {
         // At exactly the window's length, "a" has expired; "b" has not.
         assert_eq!(claim_and_append(&w, "a", t0 + 100 * MS, 10), None);
         assert_eq!(claim_and_append(&w, "a", t0 + 150 * MS, 11), Some(Landed { partition: 0, offset: 10 }));
-        // The stale queue entry of the first "a" did not drop the second.
+        // The first "a", dead in the ring since, did not drop the second.
         assert_eq!(w.stats(t0 + 150 * MS).ids, 2);
         assert_eq!(w.stats(t0 + 199 * MS).ids, 1, "b expired, the second a not yet");
         assert_eq!(w.stats(t0 + 200 * MS).ids, 0);
@@ -984,7 +984,7 @@ mod tests {
         assert_eq!(claim_and_append(&w, "a", t0 + 60 * MS, 0), Some(Landed { partition: 0, offset: 1 }));
         w.remember("a", Landed { partition: 1, offset: 9 }, t0 + 120 * MS, t0 + 130 * MS);
         assert_eq!(claim_and_append(&w, "a", t0 + 130 * MS, 0), Some(Landed { partition: 1, offset: 9 }));
-        // It expires by its own age, whatever its stale queue entry says.
+        // It expires by its own age, not by its replaced entries' ages.
         assert_eq!(w.stats(t0 + 219 * MS).ids, 1);
         assert_eq!(claim_and_append(&w, "a", t0 + 220 * MS, 10), None);
     }
