@@ -699,8 +699,16 @@ impl Drop for Ticket<'_> {
         if let Some((hash, id)) = self.id.take() {
             let mut ids = self.shard.ids.lock();
             ids.remove(hash, id);
+            // As a settle does: its claim pushed an entry, dead now, which
+            // must not outlive its turn at the front (publishes that all
+            // fail would otherwise grow the ring without bound).
+            let evicted = ids.prune(self.at_ns, self.window.window_ns);
             let wake = ids.waiting > 0;
             drop(ids);
+            if evicted > 0 {
+                // Relaxed: a statistic.
+                self.window.evicted.fetch_add(evicted, Ordering::Relaxed);
+            }
             if wake {
                 self.shard.settled.notify_all();
             }
@@ -1028,6 +1036,19 @@ mod tests {
         assert_eq!(ring_len(), 1, "z expired, and the dead entries behind it are dropped");
         assert_eq!(w.stats(160 * MS).ids, 0);
         assert_eq!(ring_len(), 0);
+    }
+
+    #[test]
+    fn publishes_that_all_fail_leave_nothing_behind() {
+        let w = Window::new(100);
+        for i in 0..100_000u64 {
+            match w.claim(&format!("f{i}"), i) {
+                Claim::Claimed(ticket) => drop(ticket),
+                Claim::Duplicate(_) => panic!("an abandoned id is not held"),
+            }
+        }
+        let left: usize = w.shards.get().expect("made").iter().map(|s| s.ids.lock().ring.len()).sum();
+        assert_eq!((w.stats(100_000).ids, left), (0, 0));
     }
 
     /// A small xorshift: the tests below want many operations, not
