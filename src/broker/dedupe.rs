@@ -316,9 +316,9 @@ struct Ids {
     waiting: usize,
 }
 
-/// Entries a [`Ring`] allocates at a time: a block of a few hundred KiB,
-/// so that a ring grows without copying what it holds (a shard's window
-/// grows under its lock) and gives memory back as its front advances.
+/// Most entries in one block of a [`Ring`]: a few hundred KiB, so that a
+/// ring grows without copying more than a block (a shard's window grows
+/// under its lock) and gives memory back as its front advances.
 const RING_BLOCK: usize = 4096;
 
 /// A queue of entries in blocks of [`RING_BLOCK`]: pushed at the back,
@@ -346,7 +346,10 @@ impl Ring {
                 last.push_back(entry);
             }
             _ => {
-                let mut block = VecDeque::with_capacity(RING_BLOCK);
+                // Grown as it fills (so a shard holding a few ids holds a
+                // few entries' memory), each growth copying at most one
+                // block.
+                let mut block = VecDeque::new();
                 block.push_back(entry);
                 self.blocks.push_back(block);
             }
@@ -503,13 +506,16 @@ struct Places {
 /// line, and a full shard's table of `SHARD_CAPACITY` ids stays at the
 /// power of two above it.
 const MAX_LOAD_EIGHTHS: usize = 5;
-/// A new table's slots (a power of two).
+/// A table's slots at its first id, and the fewest it shrinks to (a power
+/// of two).
 const FIRST_SLOTS: usize = 16;
 const _: () = assert!(FIRST_SLOTS.is_power_of_two() && SHARD_CAPACITY * 8 <= (2 * SHARD_CAPACITY) * MAX_LOAD_EIGHTHS);
 
 impl Default for Places {
+    /// No slots until the first id (a shard of a topic that sees few ids
+    /// costs nothing more).
     fn default() -> Self {
-        Places { slots: vec![0; FIRST_SLOTS].into_boxed_slice(), len: 0 }
+        Places { slots: Box::default(), len: 0 }
     }
 }
 
@@ -523,7 +529,7 @@ impl Places {
         hash as u32 | 1 << 31
     }
 
-    /// Where a probe for `tag` starts.
+    /// Where a probe for `tag` starts (the table has slots).
     fn home(&self, tag: u32) -> usize {
         tag as usize & (self.slots.len() - 1)
     }
@@ -540,6 +546,9 @@ impl Places {
     /// Asks the processor for the line of `hash`'s first slot (where a
     /// probe for it starts); a hint, with no effect on what is found.
     fn prefetch(&self, hash: u64) {
+        if self.slots.is_empty() {
+            return;
+        }
         let first: *const u64 = &self.slots[self.home(Self::tag(hash))];
         #[cfg(target_arch = "x86_64")]
         // SAFETY: SSE, which the intrinsic needs, is part of x86_64's
@@ -554,6 +563,9 @@ impl Places {
 
     /// The slot whose tag is `hash`'s and whose sequence number `is` takes.
     fn find(&self, hash: u64, mut is: impl FnMut(u32) -> bool) -> Option<usize> {
+        if self.slots.is_empty() {
+            return None;
+        }
         let tag = Self::tag(hash);
         let mask = self.slots.len() - 1;
         let mut i = self.home(tag);
@@ -572,7 +584,7 @@ impl Places {
     /// Files `seq` under `hash`'s tag (the id is not held).
     fn insert(&mut self, hash: u64, seq: u32) {
         if (self.len + 1) * 8 > self.slots.len() * MAX_LOAD_EIGHTHS {
-            self.resize(self.slots.len() * 2);
+            self.resize((self.slots.len() * 2).max(FIRST_SLOTS));
         }
         self.put(u64::from(Self::tag(hash)) << 32 | u64::from(seq));
         self.len += 1;
@@ -1001,17 +1013,21 @@ mod tests {
     fn a_pending_id_at_the_front_outlives_the_expiry_of_those_behind_it() {
         let w = Window::new(100);
         let t0 = 1_000 * MS;
+        // Ids of one shard (the window's hash is seeded afresh each time).
+        let mut of_one = (0..).map(|i| format!("id{i}")).filter(|id| std::ptr::eq(w.shard(id).1, w.shard("slow").1));
+        let (b, c) = (of_one.next().expect("an id"), of_one.next().expect("an id"));
         let Claim::Claimed(slow) = w.claim("slow", t0) else { panic!("first claim") };
-        assert_eq!(claim_and_append(&w, "b", t0 + MS, 1), None);
-        // Both are past the window: "b" goes, "slow" (still being
-        // appended) moves behind "c" and stays held.
-        assert_eq!(claim_and_append(&w, "c", t0 + 200 * MS, 2), None);
+        assert_eq!(claim_and_append(&w, &b, t0 + MS, 1), None);
+        // Both are past the window: b goes, "slow" (still being appended)
+        // moves behind c and stays held.
+        assert_eq!(claim_and_append(&w, &c, t0 + 200 * MS, 2), None);
         assert_eq!(w.stats(t0 + 200 * MS).ids, 2);
         slow.appended(Landed { partition: 0, offset: 3 });
-        assert_eq!(claim_and_append(&w, "c", t0 + 201 * MS, 9), Some(Landed { partition: 0, offset: 2 }));
-        // Settled, "slow" is as old as its claim: gone at the next look.
-        assert_eq!(w.stats(t0 + 201 * MS).ids, 1);
+        assert_eq!(claim_and_append(&w, &c, t0 + 201 * MS, 9), Some(Landed { partition: 0, offset: 2 }));
+        // Settled, "slow" is as old as its claim: past the window, whatever
+        // its place in the ring (it leaves once c has).
         assert_eq!(claim_and_append(&w, "slow", t0 + 201 * MS, 4), None);
+        assert_eq!(w.stats(t0 + 300 * MS).ids, 1, "c gone, the second slow not yet");
     }
 
     #[test]
@@ -1049,6 +1065,40 @@ mod tests {
         }
         let left: usize = w.shards.get().expect("made").iter().map(|s| s.ids.lock().ring.len()).sum();
         assert_eq!((w.stats(100_000).ids, left), (0, 0));
+    }
+
+    /// Heap bytes a window's shards hold for their ids: ring blocks and
+    /// tables, by capacity.
+    fn window_bytes(w: &Window) -> usize {
+        w.shards.get().map_or(0, |shards| {
+            shards
+                .iter()
+                .map(|s| {
+                    let ids = s.ids.lock();
+                    let ring: usize = ids.ring.blocks.iter().map(VecDeque::capacity).sum();
+                    ring * std::mem::size_of::<Entry>() + ids.places.slots.len() * 8
+                })
+                .sum()
+        })
+    }
+
+    #[test]
+    fn a_window_holds_memory_for_the_ids_it_holds() {
+        let w = Window::new(100);
+        for i in 0..32u64 {
+            assert_eq!(claim_and_append(&w, &format!("id{i}"), i, i), None);
+        }
+        // A few entries and slots a shard, not a block of RING_BLOCK.
+        let few = window_bytes(&w);
+        assert!(few <= 32 * 2 * (std::mem::size_of::<Entry>() + 8 * 4), "{few} bytes for 32 ids");
+        for i in 32..200_000u64 {
+            assert_eq!(claim_and_append(&w, &format!("id{i}"), MS, i), None);
+        }
+        let many = window_bytes(&w);
+        assert!(many > 200_000 * std::mem::size_of::<Entry>(), "{many} bytes for 200,000 ids");
+        // All expired: the blocks and most of the tables go back.
+        assert_eq!(w.stats(200 * MS).ids, 0);
+        assert!(window_bytes(&w) <= SHARDS * FIRST_SLOTS * 8, "{} bytes for no ids", window_bytes(&w));
     }
 
     /// A small xorshift: the tests below want many operations, not
