@@ -403,9 +403,22 @@ fn place(head: u32, seq: u32) -> usize {
 impl Ids {
     /// The entry of `id`, whose hash is `hash`.
     fn find(&mut self, hash: u64, id: &str) -> Option<&mut Entry> {
-        let Ids { places, ring, head, .. } = self;
-        let slot = places.find(hash, |seq| ring[place(*head, seq)].is(hash, id))?;
-        Some(&mut ring[place(*head, places.seq(slot))])
+        let (_, at) = self.slot_of(hash, id)?;
+        Some(&mut self.ring[at])
+    }
+
+    /// The slot of `id`, whose hash is `hash`, and where its entry is.
+    fn slot_of(&self, hash: u64, id: &str) -> Option<(usize, usize)> {
+        let slot = self.places.find(hash, |seq| self.ring[place(self.head, seq)].is(hash, id))?;
+        Some((slot, place(self.head, self.places.seq(slot))))
+    }
+
+    /// Drops the ring's front entry (it has no slot, or its slot was just
+    /// emptied or moved), numbering the next one the front.
+    fn pop_front(&mut self) -> Option<Entry> {
+        let entry = self.ring.pop_front()?;
+        self.head = self.head.wrapping_add(1);
+        Some(entry)
     }
 
     /// Adds `entry`, whose id is not held, at the ring's back.
@@ -418,10 +431,9 @@ impl Ids {
 
     /// Lets `id` go: its slot is emptied and its entry marked dead.
     fn remove(&mut self, hash: u64, id: &str) {
-        let Ids { places, ring, head, .. } = self;
-        if let Some(slot) = places.find(hash, |seq| ring[place(*head, seq)].is(hash, id)) {
-            ring[place(*head, places.seq(slot))].dead = true;
-            places.remove(slot);
+        if let Some((slot, at)) = self.slot_of(hash, id) {
+            self.ring[at].dead = true;
+            self.places.remove(slot);
         }
     }
 
@@ -464,9 +476,8 @@ impl Ids {
                         }
                         moves -= 1;
                         self.places.set_seq(slot, self.head.wrapping_add(self.ring.len() as u32));
-                        let entry = self.ring.pop_front().expect("the front");
+                        let entry = self.pop_front().expect("the front");
                         self.ring.push_back(entry);
-                        self.head = self.head.wrapping_add(1);
                         continue;
                     }
                     Some(slot) => {
@@ -478,8 +489,7 @@ impl Ids {
                     None => debug_assert!(false, "a live entry of the ring has no slot"),
                 }
             }
-            self.ring.pop_front();
-            self.head = self.head.wrapping_add(1);
+            self.pop_front();
         }
         evicted
     }
