@@ -76,16 +76,18 @@ impl Default for LogConfig {
     }
 }
 
-/// A `LogConfig` with every choice made and checked.
+/// A `LogConfig` with every choice made and checked. The two fields every
+/// append reads come first (`repr(C)`; see the log's `Shared`).
 #[derive(Debug, Clone, Copy)]
+#[repr(C)]
 pub(super) struct Sizes {
-    pub(super) segment_bytes: usize,
-    pub(super) slots: usize,
     pub(super) max_record_bytes: usize,
-    pub(super) retention_bytes: u64,
-    pub(super) retention_messages: u64,
     /// Bytes in front of each record: 0, or a durable log's checksum frame.
     pub(super) frame: u64,
+    pub(super) segment_bytes: usize,
+    pub(super) slots: usize,
+    pub(super) retention_bytes: u64,
+    pub(super) retention_messages: u64,
     /// The age limit in nanoseconds; `u64::MAX` for none.
     pub(super) retention_ns: u64,
 }

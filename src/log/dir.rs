@@ -295,6 +295,12 @@ fn die_after_reserving(reservation: Reservation) {
 /// in offsets. Never empty; all but the last are sealed.
 pub(super) struct Dir {
     pub(super) segs: Vec<Arc<Segment>>,
+    /// The newest segment, `segs`' last, held here too: every append reads
+    /// it, and from here that costs no line beyond the directory's own
+    /// (from `segs` it was a load of the vector's buffer too, a line no
+    /// recent append touched when the log is one of many; see the `Shared`
+    /// layout).
+    newest: Arc<Segment>,
     /// Set when the newest segment is sealed but its successor could not be
     /// allocated: why (see "A roll that fails" above). Beside `segs`, so the
     /// publishers' check costs no extra cache line.
@@ -316,8 +322,10 @@ unsafe impl Sync for Dir {}
 
 impl Dir {
     pub(super) fn new(segs: Vec<Arc<Segment>>, stalled: Option<Box<Error>>) -> Dir {
+        let newest = segs.last().expect("a directory is never empty").clone();
         Dir {
             segs,
+            newest,
             stalled,
             #[cfg(loom)]
             built: crate::sync::UnsafeCell::new(()),
@@ -338,7 +346,7 @@ impl Dir {
     }
 
     pub(super) fn last(&self) -> &Arc<Segment> {
-        self.segs.last().expect("a directory is never empty")
+        &self.newest
     }
 
     /// The segment that holds (or will hold) `offset`, which is at least
@@ -355,12 +363,32 @@ impl Dir {
 }
 
 /// What a log shares between its handle and its cursors.
+///
+/// Laid out in this order (`repr(C)`): what every append reads (`dir`,
+/// `always`, `sizes`, whose own hot fields come first) at the front, so
+/// that an append to a log no recent append touched misses on one line of
+/// it where the compiler's order spread them over four (`wildcard_breadth`,
+/// an example of rill-bench, counts the misses under callgrind).
+#[repr(C)]
 pub(super) struct Shared {
-    pub(super) sizes: Sizes,
+    pub(super) dir: epoch::Atomic<Dir>,
+    /// `append` waits for durability (`Fsync::Always`).
+    pub(super) always: bool,
+    /// The segment files are shared with other processes (see "The roll
+    /// across processes"): looked at on the cold paths only.
+    pub(super) processes: bool,
     /// The partition this log belongs to, for errors that name it.
     pub(super) partition: u32,
-    pub(super) dir: epoch::Atomic<Dir>,
+    pub(super) sizes: Sizes,
     pub(super) pool: Arc<Pool>,
+    /// Processes mode: how long a reservation may stay uncommitted, or an
+    /// elected sealer not seal, before a waiter gives it up (see "An
+    /// abandoned reservation" in `segment.rs`), in nanoseconds:
+    /// [`ABANDON_AFTER`] unless the crate sets another
+    /// ([`super::Log::set_abandon_after`], the crate-internal knob).
+    pub(super) abandon_after_ns: AtomicU64,
+    /// A durable log's group-commit state (`durable.rs`); `None` in memory.
+    pub(super) durability: Option<Durability>,
     /// Readers that retention must wait for: it never trims a segment holding
     /// an offset at or above any of their positions. Read once per rollover.
     pub(super) holds: Mutex<Vec<(u64, Arc<AtomicU64>)>>,
@@ -368,19 +396,6 @@ pub(super) struct Shared {
     pub(super) trimmed_segments: AtomicU64,
     /// Compaction's figures and progress (`compact.rs`).
     pub(super) compaction: super::compact_state::Compaction,
-    /// A durable log's group-commit state (`durable.rs`); `None` in memory.
-    pub(super) durability: Option<Durability>,
-    /// `append` waits for durability (`Fsync::Always`).
-    pub(super) always: bool,
-    /// The segment files are shared with other processes (see "The roll
-    /// across processes"): looked at on the cold paths only.
-    pub(super) processes: bool,
-    /// Processes mode: how long a reservation may stay uncommitted, or an
-    /// elected sealer not seal, before a waiter gives it up (see "An
-    /// abandoned reservation" in `segment.rs`), in nanoseconds:
-    /// [`ABANDON_AFTER`] unless the crate sets another
-    /// ([`super::Log::set_abandon_after`], the crate-internal knob).
-    pub(super) abandon_after_ns: AtomicU64,
     /// Test seam: the next granted reservation's first slot is given up
     /// before its writer commits (as a claimer would after the bound), so
     /// its append fails as a late writer's does.

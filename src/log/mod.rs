@@ -764,3 +764,12 @@ mod durable_tests;
 mod procs_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
+
+/// For the layout tests of structs whose fields are ordered for the
+/// publish path (`repr(C)`, the fields an append reads first): the end of
+/// the `hot` fields (offset, size) and the start of the `cold` ones.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn hot_then_cold(hot: &[(usize, usize)], cold: &[usize]) -> (usize, usize) {
+    let end = hot.iter().map(|(at, len)| at + len).max().unwrap_or(0);
+    (end, cold.iter().copied().min().unwrap_or(usize::MAX))
+}
