@@ -12,7 +12,9 @@
 //! (the lanes add a few word operations inside the same critical section; no
 //! new atomic, no new ordering). Workers spin briefly on an atomic count of
 //! queued jobs before they sleep, so a burst of wakeups does not pay a futex
-//! call each.
+//! call each; a worker whose last sleep ended soon after its spin spins on
+//! for a bounded time more, so jobs that come a little further apart than
+//! the short spin do not pay a wake-up each ([`Bridge`]).
 //!
 //! # Priorities, and the aging that keeps them from starving anyone
 //!
@@ -132,6 +134,103 @@ pub const MAX_PRIORITY: u8 = PRIORITIES - 1;
 /// The priority of a job (a subscription) that chose none.
 pub const DEFAULT_PRIORITY: u8 = 4;
 
+/// How long a worker that went to sleep and was woken soon after spins on
+/// the next time, past its short spin (`Backoff`), before it sleeps again
+/// (see [`Bridge`]).
+///
+/// Why this long: a sleeping worker costs the job that wakes it a futex
+/// call in the publish that queued it and the wake-up's latency before
+/// the worker runs, which under virtualization is many times the short
+/// spin; a wait shorter than this is cheaper spun through than slept
+/// through, and the spin is bounded by it when nothing comes.
+/// `wildcard_breadth` (an example of rill-bench) prints the voluntary
+/// context switches a delivery beside its time: one a delivery, and the
+/// wake-up's latency in every delivery, when publishes come just further
+/// apart than the short spin.
+#[cfg(not(loom))]
+const BRIDGE: Duration = Duration::from_micros(20);
+/// The most `spin_loop` hints between two looks while bridging; past it,
+/// each look is followed by a yield, so that a bridging worker leaves its
+/// core to a runnable publisher (it is waiting for one).
+#[cfg(not(loom))]
+const BRIDGE_MAX_SPINS: u32 = 64;
+
+/// A worker's choice of spinning on past its short spin before it sleeps:
+/// on when its last wait for a job, counted from the end of the short
+/// spin, lasted at most [`BRIDGE`] (a bridge would have caught the
+/// job), off once a bridge ran out with nothing queued. So jobs that come
+/// a little further apart than the short spin (a publisher slowed by
+/// memory no recent publish touched, as a publish to one of a million
+/// topics is) find the worker awake, while jobs that come further apart
+/// than the bridge cost it one bridge, after which it sleeps after its
+/// short spin as before: an idle pool spins for at most one bridge after
+/// its last job.
+///
+/// No protocol change: a bridging worker is not counted as sleeping, as a
+/// worker in its short spin is not, and it takes a job only through the
+/// queue's lock (the protocol in the module docs). Under loom a bridge
+/// does nothing, as the drainer's linger is not built there
+/// (`subscription/idle.rs`): it would add looks to every schedule and
+/// nothing to check.
+#[derive(Debug, Default)]
+struct Bridge {
+    /// Spin on for up to [`BRIDGE`] before sleeping.
+    #[cfg(not(loom))]
+    on: bool,
+    /// When this wait's short spin ended.
+    #[cfg(not(loom))]
+    since: Option<Instant>,
+}
+
+#[cfg(not(loom))]
+impl Bridge {
+    /// After the short spin found nothing: if on, looks with `look` until
+    /// it finds something or [`BRIDGE`] have passed (then turns off).
+    fn spin<T>(&mut self, mut look: impl FnMut() -> Option<T>) -> Option<T> {
+        let since = Instant::now();
+        self.since = Some(since);
+        if !self.on {
+            return None;
+        }
+        let mut spins = 1;
+        loop {
+            if let Some(found) = look() {
+                return Some(found);
+            }
+            if since.elapsed() >= BRIDGE {
+                self.on = false;
+                return None;
+            }
+            if spins <= BRIDGE_MAX_SPINS {
+                for _ in 0..spins {
+                    std::hint::spin_loop();
+                }
+                spins *= 2;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// After a sleep that ended with a job pushed at `pushed_at`: on if
+    /// the job was queued within [`BRIDGE`] of the end of the short spin
+    /// (the wake-up's own latency, which the bridge would save, is not
+    /// counted).
+    fn after_sleep(&mut self, pushed_at: Instant) {
+        self.on = self.since.is_some_and(|since| pushed_at.saturating_duration_since(since) <= BRIDGE);
+    }
+}
+
+/// Under loom, no bridge: the short spin, then sleep.
+#[cfg(loom)]
+impl Bridge {
+    fn spin<T>(&mut self, _look: impl FnMut() -> Option<T>) -> Option<T> {
+        None
+    }
+
+    fn after_sleep(&mut self, _pushed_at: Instant) {}
+}
+
 /// Bypasses (takes of a job while an older one stays queued) after which a
 /// queued job's lane head is overdue and is served before higher lanes: a
 /// job waits at most this many takes more than a plain FIFO would make it
@@ -239,7 +338,8 @@ impl<J: Job> WorkerPool<J> {
         for i in 0..size {
             let shared = pool.shared.clone();
             let started = crate::sync::spawn_named(format!("rill-worker-{i}"), move || {
-                while let Some(entry) = PoolShared::<J>::next_job(&shared) {
+                let mut bridge = Bridge::default();
+                while let Some(entry) = PoolShared::<J>::next_job(&shared, &mut bridge) {
                     let (job, waited) = entry;
                     job.waited(waited);
                     job.run();
@@ -357,33 +457,54 @@ impl<J: Job> WorkerPool<J> {
 
 impl<J> PoolShared<J> {
     /// The next job and how long it waited, or `None` when the pool stops.
-    /// Spins briefly, then sleeps.
-    fn next_job(&self) -> Option<(J, Waited)> {
-        let (entry, takes) = self.next_entry()?;
+    /// Spins briefly, longer if `bridge` says so, then sleeps.
+    fn next_job(&self, bridge: &mut Bridge) -> Option<(J, Waited)> {
+        let (entry, takes) = self.next_entry(bridge)?;
         // Read after the lock is released, as in `push_many`.
         let waited = Waited { time: entry.pushed_at.elapsed(), takes };
         Some((entry.job, waited))
     }
 
     /// The next entry and the takes it waited (see `next_job`).
-    fn next_entry(&self) -> Option<(Entry<J>, u64)> {
+    fn next_entry(&self, bridge: &mut Bridge) -> Option<(Entry<J>, u64)> {
         let mut backoff = Backoff::new();
         loop {
-            // Relaxed: only a hint of whether taking the lock is worth it.
-            if self.queued.load(Ordering::Relaxed) > 0 {
-                let mut q = self.queue.lock();
-                if let Some(job) = self.take(&mut q) {
-                    return Some(job);
-                }
-                if q.stopping {
-                    return None;
-                }
+            if let Some(found) = self.look() {
+                return found;
             }
             if backoff.is_completed() {
                 break;
             }
             backoff.snooze();
         }
+        if let Some(found) = bridge.spin(|| self.look()) {
+            return found;
+        }
+        let found = self.sleep_for_job();
+        if let Some((entry, _)) = &found {
+            bridge.after_sleep(entry.pushed_at);
+        }
+        found
+    }
+
+    /// A look at the queue between spins: `Some(found)` if a job is queued
+    /// (`Some(None)`: the pool is stopping), `None` if the look found none.
+    #[inline]
+    fn look(&self) -> Option<Option<(Entry<J>, u64)>> {
+        // Relaxed: only a hint of whether taking the lock is worth it.
+        if self.queued.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut q = self.queue.lock();
+        if let Some(job) = self.take(&mut q) {
+            return Some(Some(job));
+        }
+        q.stopping.then_some(None)
+    }
+
+    /// Sleeps until a job is queued, then takes it (`None` once the pool
+    /// stops).
+    fn sleep_for_job(&self) -> Option<(Entry<J>, u64)> {
         let mut q = self.queue.lock();
         loop {
             if let Some(job) = self.take(&mut q) {
