@@ -26,7 +26,10 @@
 //! * the time from a publish to one topic to its delivery to a `**`
 //!   subscription attached to every topic (the subscription is made, and
 //!   closed, outside the timing; its handler bumps a counter the publisher
-//!   waits on, so the times are one message in flight at a time).
+//!   waits on, so the times are one message in flight at a time), with
+//!   the process's voluntary context switches per delivery beside it
+//!   (about one when the pool's worker slept before each delivery, so
+//!   that each includes a wake-up).
 //!
 //! Subscriptions: a fresh broker, one topic, 10, 100, ..., 10 000
 //! subscriptions on it (the pool drains them); each step publishes enough
@@ -81,6 +84,10 @@ pub struct TopicRow {
     /// Median microseconds from a publish to its delivery to a `**`
     /// subscription over every topic.
     pub wildcard_us: f64,
+    /// The process's voluntary context switches per such delivery: about
+    /// one when the pool's worker slept before each (then every delivery
+    /// includes a wake-up), about none when it was awake.
+    pub wildcard_switches: f64,
 }
 
 /// One step of the subscription sweep.
@@ -124,16 +131,25 @@ fn resident_bytes() -> u64 {
 /// CPU time (user and system) of the calling thread (`who` =
 /// `RUSAGE_THREAD`) or the whole process (`RUSAGE_SELF`), in seconds.
 fn cpu_seconds(who: libc::c_int) -> f64 {
+    let Some(usage) = usage(who) else { return 0.0 };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// The process's voluntary context switches so far: a pool worker that
+/// sleeps between deliveries makes one a delivery.
+fn voluntary_switches() -> i64 {
+    usage(libc::RUSAGE_SELF).map_or(0, |u| u.ru_nvcsw)
+}
+
+/// `getrusage(who)`: `RUSAGE_THREAD` or `RUSAGE_SELF`.
+fn usage(who: libc::c_int) -> Option<libc::rusage> {
     // SAFETY: an all-zero `rusage` is a valid value of the plain C struct
     // that `getrusage` fills in.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `usage` is a valid, writable `rusage`; `who` is one of the two
     // constants above.
-    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
-        return 0.0;
-    }
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
+    (unsafe { libc::getrusage(who, &mut usage) } == 0).then_some(usage)
 }
 
 /// Waits until `counter` reaches `target`, spinning then yielding; false
@@ -223,6 +239,7 @@ fn topic_sweep(max_topics: usize, payload: usize, progress: &mut dyn FnMut(&str)
             Ack::Success
         })?;
         let mut times = Vec::with_capacity(WILDCARD_MESSAGES);
+        let switches = voluntary_switches();
         for i in 0..WILDCARD_MESSAGES {
             // Spread over the topics, the same ones at every decade they exist.
             let t = name((i * 7919) % n);
@@ -233,6 +250,7 @@ fn topic_sweep(max_topics: usize, payload: usize, progress: &mut dyn FnMut(&str)
             }
             times.push(started.elapsed().as_secs_f64() * 1e6);
         }
+        let switches = (voluntary_switches() - switches) as f64 / WILDCARD_MESSAGES as f64;
         sub.close();
         rows.push(TopicRow {
             topics: n,
@@ -242,6 +260,7 @@ fn topic_sweep(max_topics: usize, payload: usize, progress: &mut dyn FnMut(&str)
             rss_per_topic,
             publish_ns,
             wildcard_us: median(&times),
+            wildcard_switches: switches,
         });
         n *= 10;
     }
@@ -308,14 +327,15 @@ impl Scale {
             self.payload
         ));
         o.push_str(&format!(
-            "{:>9}  {:>16}  {:>23}  {:>16}  {:>20}  {:>20}  {:>22}\n",
+            "{:>9}  {:>16}  {:>23}  {:>16}  {:>20}  {:>20}  {:>22}  {:>10}\n",
             "topics",
             "create us/topic",
             "create CPU us (thread)",
             "(process)",
             "RSS B/idle topic",
             "publish by name ns",
-            "** delivery us (p50)"
+            "** delivery us (p50)",
+            "csw/deliv"
         ));
         let first = self.topics.first();
         let ratio = |v: f64, base: Option<f64>| match base {
@@ -324,7 +344,7 @@ impl Scale {
         };
         for r in &self.topics {
             o.push_str(&format!(
-                "{:>9}  {:>8.2} {:>7}  {:>15.2} {:>7}  {:>16.2}  {:>20.0}  {:>11.1} {:>8}  {:>13.1} {:>8}\n",
+                "{:>9}  {:>8.2} {:>7}  {:>15.2} {:>7}  {:>16.2}  {:>20.0}  {:>11.1} {:>8}  {:>13.1} {:>8}  {:>10.2}\n",
                 r.topics,
                 r.create_us,
                 ratio(r.create_us, first.map(|f| f.create_us)),
@@ -336,6 +356,7 @@ impl Scale {
                 ratio(r.publish_ns, first.map(|f| f.publish_ns)),
                 r.wildcard_us,
                 ratio(r.wildcard_us, first.map(|f| f.wildcard_us)),
+                r.wildcard_switches,
             ));
         }
         if let Some(line) = self.creation_growth() {
