@@ -203,11 +203,11 @@ impl Bridge {
             }
             if spins <= BRIDGE_MAX_SPINS {
                 for _ in 0..spins {
-                    std::hint::spin_loop();
+                    crate::sync::spin_loop();
                 }
                 spins *= 2;
             } else {
-                std::thread::yield_now();
+                thread::yield_now();
             }
         }
     }
