@@ -367,8 +367,9 @@ impl Dir {
 /// Laid out in this order (`repr(C)`): what every append reads (`dir`,
 /// `always`, `sizes`, whose own hot fields come first) at the front, so
 /// that an append to a log no recent append touched misses on one line of
-/// it where the compiler's order spread them over four (`wildcard_breadth`,
-/// an example of rill-bench, counts the misses under callgrind).
+/// it (two, as the heap block falls) where the compiler's order spread
+/// them over three (`wildcard_breadth`, an example of rill-bench, counts
+/// the misses under callgrind).
 #[repr(C)]
 pub(super) struct Shared {
     pub(super) dir: epoch::Atomic<Dir>,

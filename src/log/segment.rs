@@ -571,9 +571,9 @@ pub(crate) enum Reservation {
 ///
 /// Laid out in this order (`repr(C)`): what an append reads (`state`,
 /// `data`, `capacity`, `base`, `shared`) first, so that an append to a
-/// segment no recent append touched misses on two of its lines where the
-/// compiler's order spread them over three (`wildcard_breadth`, an example
-/// of rill-bench, counts the misses under callgrind).
+/// segment no recent append touched misses on at most two of its lines
+/// where the compiler's order spread them over three (`wildcard_breadth`,
+/// an example of rill-bench, counts the misses under callgrind).
 #[repr(C)]
 pub(crate) struct Segment {
     /// The tail word, the seal and the offset index (see "Where the state
