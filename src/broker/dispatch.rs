@@ -172,14 +172,26 @@ const BRIDGE_MAX_SPINS: u32 = 64;
 /// does nothing, as the drainer's linger is not built there
 /// (`subscription/idle.rs`): it would add looks to every schedule and
 /// nothing to check.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Bridge {
     /// Spin on for up to [`BRIDGE`] before sleeping.
     #[cfg(not(loom))]
     on: bool,
-    /// When this wait's short spin ended.
+    /// When this wait's short spin ended (set by `spin`, which every
+    /// wait calls before it sleeps).
     #[cfg(not(loom))]
-    since: Option<Instant>,
+    since: Instant,
+}
+
+impl Bridge {
+    fn new() -> Bridge {
+        Bridge {
+            #[cfg(not(loom))]
+            on: false,
+            #[cfg(not(loom))]
+            since: Instant::now(),
+        }
+    }
 }
 
 #[cfg(not(loom))]
@@ -188,7 +200,7 @@ impl Bridge {
     /// it finds something or [`BRIDGE`] have passed (then turns off).
     fn spin<T>(&mut self, mut look: impl FnMut() -> Option<T>) -> Option<T> {
         let since = Instant::now();
-        self.since = Some(since);
+        self.since = since;
         if !self.on {
             return None;
         }
@@ -217,7 +229,7 @@ impl Bridge {
     /// (the wake-up's own latency, which the bridge would save, is not
     /// counted).
     fn after_sleep(&mut self, pushed_at: Instant) {
-        self.on = self.since.is_some_and(|since| pushed_at.saturating_duration_since(since) <= BRIDGE);
+        self.on = pushed_at.saturating_duration_since(self.since) <= BRIDGE;
     }
 }
 
@@ -338,7 +350,7 @@ impl<J: Job> WorkerPool<J> {
         for i in 0..size {
             let shared = pool.shared.clone();
             let started = crate::sync::spawn_named(format!("rill-worker-{i}"), move || {
-                let mut bridge = Bridge::default();
+                let mut bridge = Bridge::new();
                 while let Some(entry) = PoolShared::<J>::next_job(&shared, &mut bridge) {
                     let (job, waited) = entry;
                     job.waited(waited);

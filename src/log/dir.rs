@@ -302,8 +302,8 @@ pub(super) struct Dir {
     /// layout).
     newest: Arc<Segment>,
     /// Set when the newest segment is sealed but its successor could not be
-    /// allocated: why (see "A roll that fails" above). Beside `segs`, so the
-    /// publishers' check costs no extra cache line.
+    /// allocated: why (see "A roll that fails" above). Beside `segs` and
+    /// `newest`, so the publishers' check costs no extra cache line.
     pub(super) stalled: Option<Box<Error>>,
     /// Under loom only: a cell standing for the directory's own memory (the
     /// vector and the error, plain memory loom cannot see), created with

@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use rill::{Ack, Broker, BrokerConfig, Record, StartPosition, SubscriptionOptions, TopicOptions};
+use rill_bench::scale::{name, voluntary_switches};
 
 /// Topics when no argument gives their number.
 const TOPICS: usize = 100_000;
@@ -37,10 +38,6 @@ const TOPICS: usize = 100_000;
 /// that each topic is met at most once at the default topic count, so
 /// every delivery finds its topic cold.
 const DELIVERIES: usize = 2_000;
-
-fn name(i: usize) -> String {
-    format!("scale/t{i}")
-}
 
 /// Waits until `seen` reaches `target` (the pool worker counts there).
 fn wait_for(seen: &AtomicU64, target: u64) {
@@ -65,19 +62,6 @@ fn deliveries(broker: &Broker, names: &[String], seen: &AtomicU64, body: &[u8], 
         times.push(started.elapsed().as_nanos() as u64);
     }
     (times, publishes)
-}
-
-/// The process's voluntary context switches so far (a pool worker that
-/// parks between deliveries makes one a delivery).
-fn voluntary_switches() -> i64 {
-    // SAFETY: `getrusage` writes the struct it is given, which lives
-    // through the call.
-    let usage = unsafe {
-        let mut usage = std::mem::zeroed::<libc::rusage>();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    usage.ru_nvcsw
 }
 
 fn main() {

@@ -115,7 +115,7 @@ pub struct Scale {
 }
 
 /// The name of topic `i` of the sweep.
-fn name(i: usize) -> String {
+pub fn name(i: usize) -> String {
     format!("scale/{}/{i}", i % 1000)
 }
 
@@ -138,7 +138,7 @@ fn cpu_seconds(who: libc::c_int) -> f64 {
 
 /// The process's voluntary context switches so far: a pool worker that
 /// sleeps between deliveries makes one a delivery.
-fn voluntary_switches() -> i64 {
+pub fn voluntary_switches() -> i64 {
     usage(libc::RUSAGE_SELF).map_or(0, |u| u.ru_nvcsw)
 }
 
