@@ -20,7 +20,9 @@
 //!    publisher slowed by sharing the cores (with the pass and whatever
 //!    else runs) keeps its appends per CPU second and loses share; one
 //!    slowed by what the pass does to its path (a lock, a shared line, the
-//!    memory bus) loses appends per CPU second.
+//!    memory bus) loses appends per CPU second. And its thread's page
+//!    faults per million appends: the memory new to the log that its own
+//!    writes faulted in, which a roll into a warm spare does not.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -72,6 +74,11 @@ pub struct Round {
     pub during_share: f64,
     /// The same with no pass.
     pub alone_share: f64,
+    /// The appender thread's minor page faults per million appends beside
+    /// a pass (memory new to the log that its own writes faulted in).
+    pub during_faults_per_m: f64,
+    /// The same with no pass.
+    pub alone_faults_per_m: f64,
 }
 
 /// What one appender did: appends, wall seconds, and its thread's CPU
@@ -81,11 +88,13 @@ struct Appended {
     appends: u64,
     wall_s: f64,
     cpu_s: f64,
+    /// Its thread's minor page faults.
+    faults: u64,
 }
 
-/// The calling thread's CPU time so far (user and system), seconds; 0
-/// where `getrusage` cannot say.
-fn thread_cpu_s() -> f64 {
+/// The calling thread's CPU time so far (user and system), seconds, and
+/// its minor page faults; zeros where `getrusage` cannot say.
+fn thread_usage() -> (f64, u64) {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: getrusage writes a `rusage` into the zeroed one we pass,
@@ -93,15 +102,15 @@ fn thread_cpu_s() -> f64 {
         unsafe {
             let mut usage: libc::rusage = std::mem::zeroed();
             if libc::getrusage(libc::RUSAGE_THREAD, &mut usage) != 0 {
-                return 0.0;
+                return (0.0, 0);
             }
             let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-            s(usage.ru_utime) + s(usage.ru_stime)
+            (s(usage.ru_utime) + s(usage.ru_stime), usage.ru_minflt as u64)
         }
     }
     #[cfg(not(target_os = "linux"))]
     {
-        0.0
+        (0.0, 0)
     }
 }
 
@@ -153,7 +162,7 @@ fn appender(log: Arc<Log>, start: Arc<Barrier>, stop: Arc<AtomicBool>) -> thread
     thread::spawn(move || {
         let payload = [0xa5; PAYLOAD];
         start.wait();
-        let cpu = thread_cpu_s();
+        let (cpu, faults) = thread_usage();
         let started = Instant::now();
         let mut n = 0;
         // Relaxed: a flag that only ends the loop; nothing is read after it.
@@ -161,7 +170,9 @@ fn appender(log: Arc<Log>, start: Arc<Barrier>, stop: Arc<AtomicBool>) -> thread
             log.append(&Record::new(&payload).with_key(&key(n, PASS_KEYS))).expect("an append");
             n += 1;
         }
-        Appended { appends: n, wall_s: started.elapsed().as_secs_f64(), cpu_s: thread_cpu_s() - cpu }
+        let wall_s = started.elapsed().as_secs_f64();
+        let (cpu_now, faults_now) = thread_usage();
+        Appended { appends: n, wall_s, cpu_s: cpu_now - cpu, faults: faults_now - faults }
     })
 }
 
@@ -226,6 +237,8 @@ pub fn run(messages: u64, mib: u64, rounds: usize) -> rill::Result<Vec<Round>> {
                 alone_per_s: alone.appends as f64 / alone.wall_s,
                 during_share: during.cpu_s / during.wall_s,
                 alone_share: alone.cpu_s / alone.wall_s,
+                during_faults_per_m: during.faults as f64 * 1e6 / during.appends.max(1) as f64,
+                alone_faults_per_m: alone.faults as f64 * 1e6 / alone.appends.max(1) as f64,
             })
         })
         .collect()
@@ -292,8 +305,9 @@ pub fn table(rounds: &[Round], messages: u64, mib: u64) -> String {
 
     out += "the same appender's share of a core (its thread's CPU seconds over wall seconds) and appends per CPU \
             second: a lower share beside a pass is the cores shared; fewer appends per CPU second is the pass \
-            slowing the append path itself\n| round | share beside | share alone | per CPU s beside | per CPU s \
-            alone | per CPU s beside / alone |\n|---|---|---|---|---|---|\n";
+            slowing the append path itself; and its page faults per million appends (memory new to the log that \
+            its own writes faulted in)\n| round | share beside | share alone | per CPU s beside | per CPU s \
+            alone | per CPU s beside / alone | faults/M beside | faults/M alone |\n|---|---|---|---|---|---|---|---|\n";
     let per_cpu = |per_s: f64, share: f64| if share > 0.0 { per_s / share } else { 0.0 };
     let ratios: Vec<f64> = rounds
         .iter()
@@ -301,15 +315,17 @@ pub fn table(rounds: &[Round], messages: u64, mib: u64) -> String {
         .collect();
     for (i, r) in rounds.iter().enumerate() {
         out += &format!(
-            "| {} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} |\n",
+            "| {} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} |\n",
             i + 1,
             r.during_share,
             r.alone_share,
             per_cpu(r.during_per_s, r.during_share),
             per_cpu(r.alone_per_s, r.alone_share),
-            ratios[i]
+            ratios[i],
+            r.during_faults_per_m,
+            r.alone_faults_per_m
         );
     }
-    out += &format!("| median | | | | | {:.2} (range {}) |\n", median(ratios.clone()), range(&ratios));
+    out += &format!("| median | | | | | {:.2} (range {}) | | |\n", median(ratios.clone()), range(&ratios));
     out
 }
