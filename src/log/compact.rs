@@ -52,8 +52,11 @@
 //!
 //! # The swap
 //!
-//! The rebuilt segments replace the old ones in the directory (`dir.rs`)
-//! with one compare-exchange, as a roll installs its successor. The states
+//! A rebuilt segment replaces its old one in the directory (`dir.rs`)
+//! with a compare-exchange, as a roll installs its successor: in memory,
+//! one exchange for each segment as soon as it is rebuilt (see "Memory"
+//! below); on a data directory, one for all of a pass's rebuilt segments,
+//! after the sync of the directory that holds their renames. The states
 //! of one old segment `S`, and who moves them:
 //!
 //! 1. **Listed.** `S` is in the current directory. Readers and publishers
@@ -65,8 +68,9 @@
 //!    loaded by a copy of `D` with `S'` in place of `S`; the newest segment
 //!    is the same one. `D` is retired (freed once every pin that may have
 //!    loaded it is gone, as after a roll).
-//! 4. **Released.** The last `Arc` of `S` (a directory's, a cursor's) is
-//!    dropped, and its buffers go back to the partition's spare pool.
+//! 4. **Released.** The last `Arc` of `S` (a directory's, a cursor's, the
+//!    pass's own) is dropped, and its buffers go back to the partition's
+//!    spare pool.
 //!
 //! The exchange is the only step that other threads can observe, and it is
 //! the same exchange, with the same orderings, as the idle trim's in
@@ -234,6 +238,19 @@
 //! `CompactAndDelete` the size and age limits trim whole segments as usual.
 //! The pass itself holds, while it runs, a map of the dirty part's keys
 //! (40 bytes an entry) and one bit per dirty record.
+//!
+//! A pass lets each old segment go as soon as it can, rather than all at
+//! its end, so that the memory it frees reaches the partition's spare
+//! pool (`pool.rs`) while the pass still runs, and a publisher rolling
+//! meanwhile takes warm buffers from there instead of faulting in fresh
+//! memory. The key map points into the dirty segments (a key of more than
+//! eight bytes is compared with the record's own), so it is dropped once
+//! the clean prefix, whose records are looked up in it, is rewritten; the
+//! dirty segments are then judged by their bits alone, and each one, once
+//! rewritten and (in memory) installed, is no longer held by the pass.
+//! Its last holders are then the retired directories and the readers
+//! inside it. `rill-bench --compaction` measures a publisher beside a pass
+//! and prints its page faults.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -489,41 +506,145 @@ fn pass(
         (sealed.to_vec(), through)
     };
     let clean = progress.clean;
+    let mut run = Run {
+        shared,
+        policy,
+        now_ns,
+        due_ns: u64::MAX,
+        // Where the next pass's dirty part starts: the first segment with
+        // a record still being written (set below), or the first that
+        // keeps a superseded record (younger than the lag), which the next
+        // pass must map again to remove it.
+        next_clean: through,
+        keys: 0,
+        rebuilt: 0,
+        installed: Vec::new(),
+        pending: Vec::new(),
+        failed: None,
+        swapping: false,
+        followed: progress.followed,
+        across,
+        // An in-memory log installs each rebuilt segment at once, so that
+        // the old one's memory goes back while the pass goes on (see
+        // "Memory" in the module docs); a durable one installs them all
+        // after one sync of the directory that holds their renames.
+        at_once: shared.pool.files().is_none(),
+    };
     // Relaxed: the last pass's figure, written under `progress`, held here.
     let map = KeyMap::read(&segs, clean, shared.compaction.keys.load(Ordering::Relaxed));
     // The segments this pass rewrites: up to the first with a record still
     // being written (the next pass reads it).
     let stop = map.stop;
-    let mut due_ns = u64::MAX;
-    // Where the next pass's dirty part starts: `stop`'s base, or the first
-    // segment that keeps a superseded record (younger than the lag), which
-    // the next pass must map again to remove it.
-    let mut next_clean = segs.get(stop).map_or(through, |s| s.base());
-    let mut keys = 0u64;
-    let mut rebuilt: Vec<(usize, Arc<Segment>, u64, u64)> = Vec::new();
-    let mut kept: Vec<(u64, &[u8])> = Vec::new();
-    // A durable rebuild that failed (a full disk): the pass installs what
-    // it rebuilt before, and reports it.
-    let mut failed = None;
-    // Processes mode: the generation is odd (this pass renames).
-    let mut swapping = false;
+    if let Some(seg) = segs.get(stop) {
+        run.next_clean = seg.base();
+    }
+    // The clean prefix, whose records are looked up in the dirty part's
+    // key table, which points into the dirty segments.
+    let first_dirty = map.first_dirty.min(stop);
+    for seg in &segs[..first_dirty] {
+        if !run.segment(seg, |_, key| !map.holds(key)) {
+            break;
+        }
+    }
+    // The dirty part, whose records' fates are the table's bits: with the
+    // table gone, nothing points into a dirty segment but the pass's own
+    // `Arc`, which goes as soon as the segment is done.
+    let fates = map.into_fates();
+    let sealed = segs.len();
+    // The clean prefix's old segments go now (those rebuilt are installed).
+    let mut segs: Vec<Option<Arc<Segment>>> =
+        segs.into_iter().enumerate().map(|(i, seg)| (i >= first_dirty).then_some(seg)).collect();
+    if run.failed.is_none() {
+        for (i, slot) in segs.iter_mut().enumerate().take(stop).skip(first_dirty) {
+            let seg = slot.take().expect("each segment is taken once");
+            let start = fates.superseded_in(i).expect("a dirty segment has fates");
+            let go_on = run.segment(&seg, |index, _| !fates.is_superseded(start + index));
+            #[cfg(test)]
+            let base = seg.base();
+            drop(seg);
+            #[cfg(test)]
+            AFTER_SEGMENT.with(|hook| {
+                if let Some(hook) = hook.borrow_mut().as_mut() {
+                    hook(base);
+                }
+            });
+            if !go_on {
+                break;
+            }
+        }
+    }
+    drop(fates);
+    drop(segs);
+    run.finish(progress, clean, through, stop < sealed)
+}
+
+/// A hook of the test seam [`AFTER_SEGMENT`]: given a segment's base.
+#[cfg(test)]
+pub(super) type SegmentHook = Box<dyn FnMut(u64)>;
+
+#[cfg(test)]
+thread_local! {
+    /// Test seam: called on a pass's thread, with the segment's base, once
+    /// the pass is done with a dirty segment and has let go of it.
+    pub(super) static AFTER_SEGMENT: std::cell::RefCell<Option<SegmentHook>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// One pass's rewrite, segment after segment, and what it has learned.
+struct Run<'p> {
+    shared: &'p Shared,
+    policy: &'p CompactionPolicy,
+    now_ns: u64,
+    /// When a record the pass kept becomes removable.
+    due_ns: u64,
+    /// Where the next pass's dirty part starts (see `pass`).
+    next_clean: u64,
+    /// Keys kept: records that are the newest of their key.
+    keys: u64,
+    /// Segments rebuilt (installed or not).
+    rebuilt: usize,
+    /// Records and bytes removed by each rebuilt segment installed.
+    installed: Vec<(u64, u64)>,
+    /// Rebuilt segments not installed yet (old, new, records and bytes
+    /// removed): a durable log's, until the pass ends.
+    pending: Vec<Rebuilt>,
+    /// A durable rebuild that failed (a full disk): the pass installs what
+    /// it rebuilt before, and reports it.
+    failed: Option<crate::error::Error>,
+    /// Processes mode: the generation is odd (this pass renames).
+    swapping: bool,
+    /// The generation this process followed last.
+    followed: u64,
+    #[cfg(not(loom))]
+    across: Option<&'p Across<'p>>,
     #[cfg(loom)]
-    let _ = (across, &mut swapping);
-    'segs: for (i, seg) in segs[..stop].iter().enumerate() {
+    across: Option<&'p ()>,
+    /// Install each rebuilt segment as soon as it is built.
+    at_once: bool,
+}
+
+/// A rebuilt segment and the one it replaces, with the records and bytes
+/// it removed.
+type Rebuilt = (Arc<Segment>, Arc<Segment>, u64, u64);
+
+impl Run<'_> {
+    /// Judges every record of `seg` (`newest(index, key)`: whether the
+    /// record at `index`, of key `key`, is the newest of its key) and
+    /// rebuilds the segment if it loses one. False if the pass stops here:
+    /// a durable rebuild failed.
+    fn segment(&mut self, seg: &Arc<Segment>, newest: impl Fn(u64, &[u8]) -> bool) -> bool {
         let count = seg.sealed_count().expect("every segment but the newest is sealed");
-        // A dirty segment's records were judged while mapped; a clean one's
-        // are looked up (see `KeyMap`).
-        let superseded = map.superseded_in(i);
-        kept.clear();
+        let mut kept: Vec<(u64, &[u8])> = Vec::new();
         let (mut removed, mut removed_bytes, mut stamp, mut seg_keys) = (0u64, 0u64, 0u64, 0u64);
         let mut holds_superseded = false;
+        let mut due_ns = self.due_ns;
         for index in 0..count {
             let Some(pos) = seg.committed(index) else {
                 // Only a dirty segment can have one, and `KeyMap::read`
                 // stopped before it; a clean one was read whole before.
                 // Left for the next pass, as a dirty segment.
-                next_clean = next_clean.min(seg.base());
-                continue 'segs;
+                self.next_clean = self.next_clean.min(seg.base());
+                return true;
             };
             let view = seg.view(index, pos);
             if view.is_skip() {
@@ -535,23 +656,18 @@ fn pass(
                 kept.push((index, view.raw_bytes()));
                 continue;
             };
-            let newest = match superseded {
-                Some(at) => !map.is_superseded(at + index),
-                // A key the dirty part does not hold: this record, in the
-                // clean prefix, is the only one of its key, so the newest.
-                None => !map.holds(key),
-            };
+            let newest = newest(index, key);
             let tombstone = view.payload().is_empty();
-            let past_lag = timestamp.saturating_add(policy.min_lag_ns);
+            let past_lag = timestamp.saturating_add(self.policy.min_lag_ns);
             let removable_at = if !newest {
                 Some(past_lag)
             } else if tombstone {
-                Some(past_lag.max(timestamp.saturating_add(policy.tombstone_ns)))
+                Some(past_lag.max(timestamp.saturating_add(self.policy.tombstone_ns)))
             } else {
                 None
             };
             match removable_at {
-                Some(at) if at <= now_ns => {
+                Some(at) if at <= self.now_ns => {
                     removed += 1;
                     removed_bytes += align_up(view.raw_bytes().len()) as u64;
                 }
@@ -565,84 +681,119 @@ fn pass(
                 }
             }
         }
-        keys += seg_keys;
+        self.due_ns = due_ns;
+        self.keys += seg_keys;
         if holds_superseded {
-            next_clean = next_clean.min(seg.base());
+            self.next_clean = self.next_clean.min(seg.base());
         }
         if removed == 0 {
-            continue;
+            return true;
         }
         // The compacted-away record carries the newest stamp the segment
         // had, so the age limit (`CompactAndDelete`) sees the same age.
         let stamp = newest_stamp(seg, count).max(stamp);
+        let shared = self.shared;
         let new = match shared.pool.files() {
-            None => Segment::compacted(seg, count, &kept, stamp, shared.pool.clone())?,
-            Some(files) => match rebuild_file(shared, files, seg, count, &kept, stamp, &mut || {
-                #[cfg(not(loom))]
-                if let Some(across) = across
-                    && !swapping
-                {
-                    // Step 2 of "The swap across processes".
-                    across.set_generation(progress.followed + 1)?;
-                    swapping = true;
-                }
-                Ok(())
-            }) {
-                Ok(Some(new)) => new,
-                // Trimmed first: nothing to replace.
-                Ok(None) => continue,
+            None => match Segment::compacted(seg, count, &kept, stamp, shared.pool.clone()) {
+                Ok(new) => new,
                 Err(e) => {
-                    failed = Some(e);
-                    break;
+                    self.failed = Some(e);
+                    return false;
                 }
             },
+            Some(files) => {
+                let (across, followed, swapping) = (self.across, self.followed, &mut self.swapping);
+                #[cfg(loom)]
+                let _ = (across, followed, &swapping);
+                match rebuild_file(shared, files, seg, count, &kept, stamp, &mut || {
+                    #[cfg(not(loom))]
+                    if let Some(across) = across
+                        && !*swapping
+                    {
+                        // Step 2 of "The swap across processes".
+                        across.set_generation(followed + 1)?;
+                        *swapping = true;
+                    }
+                    Ok(())
+                }) {
+                    Ok(Some(new)) => new,
+                    // Trimmed first: nothing to replace.
+                    Ok(None) => return true,
+                    Err(e) => {
+                        self.failed = Some(e);
+                        return false;
+                    }
+                }
+            }
         };
-        rebuilt.push((i, Arc::new(new), removed, removed_bytes));
-    }
-    drop(kept);
-    drop(map);
-    if let Some(files) = shared.pool.files()
-        && files.flush
-        && !rebuilt.is_empty()
-        && let Err(e) = file::sync_dir(&files.dir)
-    {
-        // Step 4 of "The durable swap" (`file/rebuild.rs`): a machine crash
-        // may bring the old files back, which are whole too.
-        log::warn!("compaction: could not sync the directory {}: {e}", files.dir.display());
-    }
-    let installed = install(shared, &segs, &rebuilt);
-    #[cfg(not(loom))]
-    if let Some(across) = across
-        && swapping
-    {
-        // Step 4 of "The swap across processes": every rename is done.
-        // A failure leaves the generation odd: the next holder closes it.
-        progress.followed += 2;
-        if let Err(e) = across.set_generation(progress.followed) {
-            progress.followed -= 2;
-            failed.get_or_insert(e);
+        drop(kept);
+        self.rebuilt += 1;
+        self.pending.push((seg.clone(), Arc::new(new), removed, removed_bytes));
+        if self.at_once {
+            self.install_pending();
         }
+        true
     }
-    // A rebuilt segment not installed (the directory stalled, or
-    // retention trimmed the old one): the next call passes again, from
-    // the clean prefix as it was (removing records never breaks it).
-    let all_installed = installed.len() == rebuilt.len();
-    for &(_, _, removed, bytes) in installed {
+
+    /// Installs the pending rebuilt segments (see [`install`]) and lets
+    /// them and the old ones go.
+    fn install_pending(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        self.installed.extend(install(self.shared, &pending).into_iter().map(|r| (r.2, r.3)));
+    }
+
+    /// Installs what is pending, and notes what the pass did.
+    fn finish(
+        mut self,
+        progress: &mut super::compact_state::Progress,
+        clean: u64,
+        through: u64,
+        stopped_early: bool,
+    ) -> Result<bool> {
+        let shared = self.shared;
+        if let Some(files) = shared.pool.files()
+            && files.flush
+            && !self.pending.is_empty()
+            && let Err(e) = file::sync_dir(&files.dir)
+        {
+            // Step 4 of "The durable swap" (`file/rebuild.rs`): a machine
+            // crash may bring the old files back, which are whole too.
+            log::warn!("compaction: could not sync the directory {}: {e}", files.dir.display());
+        }
+        self.install_pending();
+        #[cfg(not(loom))]
+        if let Some(across) = self.across
+            && self.swapping
+        {
+            // Step 4 of "The swap across processes": every rename is done.
+            // A failure leaves the generation odd: the next holder closes it.
+            if let Err(e) = across.set_generation(self.followed + 2) {
+                self.failed.get_or_insert(e);
+            } else {
+                progress.followed = self.followed + 2;
+            }
+        }
+        // A rebuilt segment not installed (the directory stalled, or
+        // retention trimmed the old one): the next call passes again, from
+        // the clean prefix as it was (removing records never breaks it).
+        let all_installed = self.installed.len() == self.rebuilt;
+        for &(removed, bytes) in &self.installed {
+            // Relaxed: statistics.
+            shared.compaction.records.fetch_add(removed, Ordering::Relaxed);
+            shared.compaction.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
         // Relaxed: statistics.
-        shared.compaction.records.fetch_add(removed, Ordering::Relaxed);
-        shared.compaction.bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-    // Relaxed: statistics.
-    shared.compaction.keys.store(keys, Ordering::Relaxed);
-    shared.compaction.passes.fetch_add(1, Ordering::Relaxed);
-    progress.through = through;
-    let all_done = all_installed && failed.is_none();
-    progress.clean = if all_done { next_clean } else { clean };
-    progress.retry = !all_done || stop < segs.len();
-    progress.due_ns = due_ns;
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(true),
+        shared.compaction.keys.store(self.keys, Ordering::Relaxed);
+        shared.compaction.passes.fetch_add(1, Ordering::Relaxed);
+        progress.through = through;
+        let all_done = all_installed && self.failed.is_none();
+        progress.clean = if all_done { self.next_clean } else { clean };
+        progress.retry = !all_done || stopped_early;
+        progress.due_ns = self.due_ns;
+        match self.failed {
+            Some(e) => Err(e),
+            None => Ok(true),
+        }
     }
 }
 
@@ -716,14 +867,10 @@ fn newest_stamp(seg: &Segment, count: u64) -> u64 {
     count.checked_sub(1).and_then(|i| seg.committed(i).map(|pos| seg.view(i, pos).timestamp_ns())).unwrap_or(0)
 }
 
-/// Replaces `segs[i]` by each rebuilt segment in the current directory
+/// Replaces each rebuilt segment's old one by it in the current directory
 /// (see "The swap" in the module docs); returns the ones installed
 /// (those whose old segment retention trimmed meanwhile are not).
-fn install<'r>(
-    shared: &Shared,
-    segs: &[Arc<Segment>],
-    rebuilt: &'r [(usize, Arc<Segment>, u64, u64)],
-) -> Vec<&'r (usize, Arc<Segment>, u64, u64)> {
+fn install<'r>(shared: &Shared, rebuilt: &'r [Rebuilt]) -> Vec<&'r Rebuilt> {
     if rebuilt.is_empty() {
         return Vec::new();
     }
@@ -741,7 +888,7 @@ fn install<'r>(
         let new_segs: Vec<Arc<Segment>> = dir
             .segs
             .iter()
-            .map(|s| match rebuilt.iter().find(|r| Arc::ptr_eq(&segs[r.0], s)) {
+            .map(|s| match rebuilt.iter().find(|r| Arc::ptr_eq(&r.0, s)) {
                 Some(r) => {
                     installed.push(r);
                     r.1.clone()
@@ -864,6 +1011,29 @@ impl<'a> KeyMap<'a> {
         KeyMap { hasher, table, first_dirty, starts, superseded, stop }
     }
 
+    /// True if the dirty part holds a record of `key`.
+    fn holds(&self, key: &[u8]) -> bool {
+        let head = head(key);
+        self.table.find(self.hasher.hash(key), |e| e.is(head, key)).is_some()
+    }
+
+    /// The dirty records' fates, without the key table (which points into
+    /// the dirty segments).
+    fn into_fates(self) -> Fates {
+        Fates { first_dirty: self.first_dirty, starts: self.starts, superseded: self.superseded }
+    }
+}
+
+/// Which of the dirty part's records a newer record of their key
+/// supersedes: what the rewrite of a dirty segment needs of a [`KeyMap`].
+struct Fates {
+    /// As in [`KeyMap`].
+    first_dirty: usize,
+    starts: Vec<u64>,
+    superseded: Vec<u64>,
+}
+
+impl Fates {
     /// The position of segment `i`'s (of the pass's segments) first record
     /// if it is dirty (mapped), `None` if it is in the clean prefix.
     fn superseded_in(&self, i: usize) -> Option<u64> {
@@ -873,12 +1043,6 @@ impl<'a> KeyMap<'a> {
     /// True if a newer record of its key superseded the record at `at`.
     fn is_superseded(&self, at: u64) -> bool {
         self.superseded[(at / 64) as usize] & (1 << (at % 64)) != 0
-    }
-
-    /// True if the dirty part holds a record of `key`.
-    fn holds(&self, key: &[u8]) -> bool {
-        let head = head(key);
-        self.table.find(self.hasher.hash(key), |e| e.is(head, key)).is_some()
     }
 }
 

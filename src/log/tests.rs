@@ -366,6 +366,50 @@ fn a_growing_memory_log_gets_its_next_segment_faulted_in_ahead_and_stops_asking_
     assert!(log.stats().spare_segments <= SPARE_SEGMENTS);
 }
 
+/// A compaction pass lets go of each old segment once it has rewritten
+/// it, not when it ends, so that the segment's buffers reach the pool
+/// while the pass still runs (a publisher rolling then finds a warm
+/// spare). Fails if the pass holds the segments it has done until its end.
+#[test]
+fn a_pass_lets_go_of_each_segment_it_has_rewritten_before_it_ends() {
+    let seg = config::SMALL_FIRST_FROM;
+    let log = small(seg, None);
+    let body = payload(0, 80);
+    let mut i = 0u64;
+    while log.stats().segments < 8 {
+        // Four keys: every sealed segment holds superseded records.
+        log.append(&Record::new(&body).with_key(&(i % 4).to_le_bytes())).unwrap();
+        i += 1;
+    }
+    let old: Vec<_> = {
+        let guard = crate::sync::epoch::pin();
+        let dir = log.shared.dir(&guard);
+        dir.segs[..dir.segs.len() - 1].iter().map(|s| (s.base(), Arc::downgrade(s))).collect()
+    };
+    let (first, last) = (old[0].clone(), old[old.len() - 1].0);
+    let checked = Arc::new(crate::sync::atomic::AtomicBool::new(false));
+    let seen = checked.clone();
+    compact::AFTER_SEGMENT.with(|hook| {
+        *hook.borrow_mut() = Some(Box::new(move |base| {
+            if base == last {
+                // The pass is still running (this is its last segment);
+                // the first one it rewrote is gone once the epoch lets the
+                // directories that listed it go.
+                eventually("the first segment rewritten is let go while the pass runs", || {
+                    crate::sync::epoch::pin().flush();
+                    first.1.upgrade().is_none()
+                });
+                seen.store(true, crate::sync::atomic::Ordering::Relaxed);
+            }
+        }));
+    });
+    let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+    assert!(log.compact(&policy, crate::clock::now_ns()).unwrap());
+    compact::AFTER_SEGMENT.with(|hook| hook.borrow_mut().take());
+    assert!(checked.load(crate::sync::atomic::Ordering::Relaxed), "the pass rewrote its last sealed segment");
+    assert!(log.stats().compacted_records > 0);
+}
+
 /// A compaction pass gives back the buffers of the segments it replaces;
 /// that is not a trim, and a log with no size limit (a compacted topic's)
 /// keeps getting its next segments made ahead afterwards.
