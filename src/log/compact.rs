@@ -542,6 +542,8 @@ fn pass(
     // key table, which points into the dirty segments.
     let first_dirty = map.first_dirty.min(stop);
     for seg in &segs[..first_dirty] {
+        // A key the dirty part does not hold: this record, in the clean
+        // prefix, is the only one of its key, so the newest.
         if !run.segment(seg, |_, key| !map.holds(key)) {
             break;
         }
@@ -637,7 +639,6 @@ impl Run<'_> {
         let mut kept: Vec<(u64, &[u8])> = Vec::new();
         let (mut removed, mut removed_bytes, mut stamp, mut seg_keys) = (0u64, 0u64, 0u64, 0u64);
         let mut holds_superseded = false;
-        let mut due_ns = self.due_ns;
         for index in 0..count {
             let Some(pos) = seg.committed(index) else {
                 // Only a dirty segment can have one, and `KeyMap::read`
@@ -673,7 +674,7 @@ impl Run<'_> {
                 }
                 other => {
                     if let Some(at) = other {
-                        due_ns = due_ns.min(at);
+                        self.due_ns = self.due_ns.min(at);
                     }
                     holds_superseded |= !newest;
                     seg_keys += u64::from(newest);
@@ -681,7 +682,6 @@ impl Run<'_> {
                 }
             }
         }
-        self.due_ns = due_ns;
         self.keys += seg_keys;
         if holds_superseded {
             self.next_clean = self.next_clean.min(seg.base());
