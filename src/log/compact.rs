@@ -524,11 +524,6 @@ fn pass(
         swapping: false,
         followed: progress.followed,
         across,
-        // An in-memory log installs each rebuilt segment at once, so that
-        // the old one's memory goes back while the pass goes on (see
-        // "Memory" in the module docs); a durable one installs them all
-        // after one sync of the directory that holds their renames.
-        at_once: shared.pool.files().is_none(),
     };
     // Relaxed: the last pass's figure, written under `progress`, held here.
     let map = KeyMap::read(&segs, clean, shared.compaction.keys.load(Ordering::Relaxed));
@@ -621,13 +616,15 @@ struct Run<'p> {
     across: Option<&'p Across<'p>>,
     #[cfg(loom)]
     across: Option<&'p ()>,
-    /// Install each rebuilt segment as soon as it is built.
-    at_once: bool,
 }
 
-/// A rebuilt segment and the one it replaces, with the records and bytes
-/// it removed.
-type Rebuilt = (Arc<Segment>, Arc<Segment>, u64, u64);
+/// A rebuilt segment and the one it replaces, with what it removed.
+struct Rebuilt {
+    old: Arc<Segment>,
+    new: Arc<Segment>,
+    records: u64,
+    bytes: u64,
+}
 
 impl Run<'_> {
     /// Judges every record of `seg` (`newest(index, key)`: whether the
@@ -693,6 +690,7 @@ impl Run<'_> {
         // had, so the age limit (`CompactAndDelete`) sees the same age.
         let stamp = newest_stamp(seg, count).max(stamp);
         let shared = self.shared;
+        let in_memory = shared.pool.files().is_none();
         let new = match shared.pool.files() {
             None => match Segment::compacted(seg, count, &kept, stamp, shared.pool.clone()) {
                 Ok(new) => new,
@@ -728,8 +726,12 @@ impl Run<'_> {
         };
         drop(kept);
         self.rebuilt += 1;
-        self.pending.push((seg.clone(), Arc::new(new), removed, removed_bytes));
-        if self.at_once {
+        self.pending.push(Rebuilt { old: seg.clone(), new: Arc::new(new), records: removed, bytes: removed_bytes });
+        // An in-memory log installs each rebuilt segment at once, so that
+        // the old one's memory goes back while the pass goes on (see
+        // "Memory" in the module docs); a durable one installs them all
+        // after one sync of the directory that holds their renames.
+        if in_memory {
             self.install_pending();
         }
         true
@@ -739,7 +741,7 @@ impl Run<'_> {
     /// them and the old ones go.
     fn install_pending(&mut self) {
         let pending = std::mem::take(&mut self.pending);
-        self.installed.extend(install(self.shared, &pending).into_iter().map(|r| (r.2, r.3)));
+        self.installed.extend(install(self.shared, &pending).into_iter().map(|r| (r.records, r.bytes)));
     }
 
     /// Installs what is pending, and notes what the pass did.
@@ -888,10 +890,10 @@ fn install<'r>(shared: &Shared, rebuilt: &'r [Rebuilt]) -> Vec<&'r Rebuilt> {
         let new_segs: Vec<Arc<Segment>> = dir
             .segs
             .iter()
-            .map(|s| match rebuilt.iter().find(|r| Arc::ptr_eq(&r.0, s)) {
+            .map(|s| match rebuilt.iter().find(|r| Arc::ptr_eq(&r.old, s)) {
                 Some(r) => {
                     installed.push(r);
-                    r.1.clone()
+                    r.new.clone()
                 }
                 None => s.clone(),
             })
