@@ -69,9 +69,10 @@
 //! uncontended locks of its shard (the claim, and the settle); a probe of
 //! the shard's table of places for the claim, then the entry pushed at the
 //! back of the shard's ring and its place written into the slot the probe
-//! ended on; one probe for the settle, which finds both in cache; and a
-//! look at the ring's front. An id of up to [`INLINE_ID`] bytes is copied
-//! into its entry, so nothing is allocated for it.
+//! ended on; one probe for the settle, which finds both in cache and the
+//! entry by the sequence number the claim gave it, without comparing ids;
+//! and a look at the ring's front. An id of up to [`INLINE_ID`] bytes is
+//! copied into its entry, so nothing is allocated for it.
 //!
 //! On a window far larger than the caches (a million ids), a fresh id's
 //! publish is bound by memory latency, not by instructions: the probe's
@@ -87,9 +88,13 @@
 //! second random line for the entry's write, and another for each expiry's
 //! read of an old entry. The ring's blocks come and go with the ids, and
 //! the table halves as they leave, so a window's memory follows the ids it
-//! holds. `rill-bench --scenario dedupe` measures a publish with an id
-//! against the same record on a topic without a window; `dedupe_window`,
-//! an example of rill-bench, a window filled to its cap and kept there.
+//! holds. A batch with ids asks the processor for the table line of each
+//! id a few records before it claims it ([`Window::prefetch`]), so its
+//! random reads overlap one another and the appends between them, where
+//! a lone publish waits for its own. `rill-bench --scenario dedupe`
+//! measures a publish with an id against the same record on a topic
+//! without a window (`--batch N` in batches); `dedupe_window`, an example
+//! of rill-bench, a window filled to its cap and kept there.
 //!
 //! # Across processes
 //!
@@ -323,13 +328,23 @@ const RING_BLOCK: usize = 4096;
 
 /// A queue of entries in blocks of [`RING_BLOCK`]: pushed at the back,
 /// popped at the front, and indexed from the front. Every block but the
-/// first and the last is full; the first may have lost entries at its
-/// front, the last may have room at its back.
+/// last is full (the last may have room at its back); the first has had
+/// its first `taken` entries popped, so entry `i` from the front is entry
+/// `taken + i` of the blocks laid end to end, found with a shift and a
+/// mask. A block grows as a `Vec` does until it is full (a shard holding a
+/// few ids holds a few entries' memory), and goes once all of it is taken.
 #[derive(Debug, Default)]
 struct Ring {
-    blocks: VecDeque<VecDeque<Entry>>,
+    /// Each slot an entry, `None` once popped (no bigger than an entry:
+    /// `Entry::dead`'s spare bit patterns hold the `None`).
+    blocks: VecDeque<Vec<Option<Entry>>>,
+    /// Entries popped from the first block.
+    taken: usize,
     len: usize,
 }
+
+const _: () =
+    assert!(RING_BLOCK.is_power_of_two() && std::mem::size_of::<Option<Entry>>() == std::mem::size_of::<Entry>());
 
 impl Ring {
     fn len(&self) -> usize {
@@ -337,31 +352,33 @@ impl Ring {
     }
 
     fn front(&self) -> Option<&Entry> {
-        self.blocks.front().and_then(VecDeque::front)
+        self.blocks.front().and_then(|b| b.get(self.taken)).and_then(Option::as_ref)
     }
 
     fn push_back(&mut self, entry: Entry) {
         match self.blocks.back_mut() {
-            Some(last) if last.len() < RING_BLOCK => {
-                last.push_back(entry);
-            }
-            _ => {
-                // Grown as it fills (so a shard holding a few ids holds a
-                // few entries' memory), each growth copying at most one
-                // block.
-                let mut block = VecDeque::new();
-                block.push_back(entry);
+            Some(last) if last.len() < RING_BLOCK => last.push(Some(entry)),
+            Some(_) => {
+                // A ring that filled a block is a big one: its next block
+                // is allocated whole, not grown by copies.
+                let mut block = Vec::with_capacity(RING_BLOCK);
+                block.push(Some(entry));
                 self.blocks.push_back(block);
             }
+            None => self.blocks.push_back(vec![Some(entry)]),
         }
         self.len += 1;
     }
 
     fn pop_front(&mut self) -> Option<Entry> {
         let first = self.blocks.front_mut()?;
-        let entry = first.pop_front()?;
-        if first.is_empty() {
+        let entry = first.get_mut(self.taken)?.take()?;
+        self.taken += 1;
+        if self.taken == first.len() {
+            // All of the block taken (if it is the last one too, the ring
+            // is empty, and the next push starts a block).
             self.blocks.pop_front();
+            self.taken = 0;
         }
         self.len -= 1;
         Some(entry)
@@ -369,13 +386,8 @@ impl Ring {
 
     /// (block, index in it) of the `i`-th entry from the front.
     fn locate(&self, i: usize) -> (usize, usize) {
-        let first = self.blocks.front().map_or(0, VecDeque::len);
-        if i < first {
-            (0, i)
-        } else {
-            let rest = i - first;
-            (1 + rest / RING_BLOCK, rest % RING_BLOCK)
-        }
+        let at = self.taken + i;
+        (at / RING_BLOCK, at % RING_BLOCK)
     }
 }
 
@@ -384,14 +396,14 @@ impl std::ops::Index<usize> for Ring {
 
     fn index(&self, i: usize) -> &Entry {
         let (block, at) = self.locate(i);
-        &self.blocks[block][at]
+        self.blocks[block][at].as_ref().expect("an entry within the ring's length")
     }
 }
 
 impl std::ops::IndexMut<usize> for Ring {
     fn index_mut(&mut self, i: usize) -> &mut Entry {
         let (block, at) = self.locate(i);
-        &mut self.blocks[block][at]
+        self.blocks[block][at].as_mut().expect("an entry within the ring's length")
     }
 }
 
@@ -421,12 +433,31 @@ impl Ids {
         Some(entry)
     }
 
-    /// Adds `entry`, whose id is not held, at the ring's back.
-    fn insert(&mut self, entry: Entry) {
+    /// Adds `entry`, whose id is not held, at the ring's back; returns its
+    /// sequence number.
+    fn insert(&mut self, entry: Entry) -> u32 {
         let hash = entry.hash;
         let seq = self.head.wrapping_add(self.ring.len() as u32);
         self.ring.push_back(entry);
         self.places.insert(hash, seq);
+        seq
+    }
+
+    /// The `Pending` entry of `id` (hash `hash`) that a claim numbered
+    /// `seq`. Found by its number, without comparing ids, while it still
+    /// has it: a number names one entry of the ring at a time. A prune
+    /// that met the entry at the ring's front moved it to the back under a
+    /// new number; then its old number has left with the front (and is
+    /// not given out again before the numbers wrap), and the entry is
+    /// found by its id.
+    fn claimed(&mut self, hash: u64, seq: u32, id: &str) -> Option<&mut Entry> {
+        let numbered = place(self.head, seq);
+        let by_number = self.places.find(hash, |s| s == seq).is_some() && {
+            let entry = &self.ring[numbered];
+            entry.hash == hash && entry.pending()
+        };
+        let at = if by_number { numbered } else { self.slot_of(hash, id)?.1 };
+        Some(&mut self.ring[at])
     }
 
     /// Lets `id` go: its slot is emptied and its entry marked dead.
@@ -691,6 +722,8 @@ pub(crate) struct Ticket<'w> {
     /// once settled.
     id: Option<(u64, &'w str)>,
     at_ns: u64,
+    /// The sequence number the claim gave the id's entry.
+    seq: u32,
 }
 
 impl Ticket<'_> {
@@ -700,7 +733,7 @@ impl Ticket<'_> {
         let mut ids = self.shard.ids.lock();
         // Its `Pending` entry is still there: only its owner (this ticket)
         // removes or settles it; expiry and eviction take `Done` ones only.
-        let entry = ids.find(hash, id).expect("a pending id stays until its owner settles it");
+        let entry = ids.claimed(hash, self.seq, id).expect("a pending id stays until its owner settles it");
         debug_assert!(entry.pending() && entry.at_ns == self.at_ns);
         (entry.partition, entry.offset) = (landed.partition, landed.offset);
         let evicted = ids.prune(self.at_ns, self.window.window_ns);
@@ -791,25 +824,24 @@ impl Window {
                     if found.is_some() {
                         ids.remove(hash, id);
                     }
-                    ids.insert(Entry::claimed(hash, id, now));
+                    let seq = ids.insert(Entry::claimed(hash, id, now));
                     ids.prefetch_leaving(now, self.window_ns);
-                    return Claim::Claimed(self.ticket(shard, ids, hash, id, now));
+                    drop(ids);
+                    return Claim::Claimed(Ticket { shard, window: self, id: Some((hash, id)), at_ns: now, seq });
                 }
             }
         }
     }
 
-    /// The ticket of `id`, made `Pending` under `ids` (released here).
-    fn ticket<'w>(
-        &'w self,
-        shard: &'w Shard,
-        ids: MutexGuard<'_, Ids>,
-        hash: u64,
-        id: &'w str,
-        now: u64,
-    ) -> Ticket<'w> {
-        drop(ids);
-        Ticket { shard, window: self, id: Some((hash, id)), at_ns: now }
+    /// Asks the processor for the line of the table where a claim of `id`
+    /// starts its probe, and returns at once (a hint: what a claim finds
+    /// does not depend on it). A batch calls it for each of its ids before
+    /// it claims the first, so that in a window larger than the caches the
+    /// batch's random reads of the table overlap, where one claim after
+    /// another would wait for each in turn (see "Cost").
+    pub(crate) fn prefetch(&self, id: &str) {
+        let (hash, shard) = self.shard(id);
+        shard.ids.lock().places.prefetch(hash);
     }
 
     /// Remembers an id found in the log (when the topic was opened, or by a
@@ -1085,7 +1117,7 @@ mod tests {
                 .iter()
                 .map(|s| {
                     let ids = s.ids.lock();
-                    let ring: usize = ids.ring.blocks.iter().map(VecDeque::capacity).sum();
+                    let ring: usize = ids.ring.blocks.iter().map(Vec::capacity).sum();
                     ring * std::mem::size_of::<Entry>() + ids.places.slots.len() * 8
                 })
                 .sum()
