@@ -38,6 +38,7 @@ fn main() {
         ("racing_publishers_append_each_id_once", racing_publishers_append_each_id_once),
         ("a_racer_waits_for_an_append_in_flight_and_gets_its_position", racer_waits_for_the_append_in_flight),
         ("a_batch_appends_each_id_once", batch_appends_each_id_once),
+        ("a_long_batch_answers_each_id_as_one_publish_at_a_time_would", long_batch_answers_as_single_publishes),
         ("an_id_is_appended_again_once_its_window_ends", ids_expire),
         ("a_window_of_0_turns_the_check_off", window_0_turns_it_off),
         ("a_restart_inside_the_window_keeps_it", restart_inside_the_window),
@@ -264,6 +265,44 @@ fn batch_appends_each_id_once() {
     let again = publisher.publish_batch_outcome(&records).unwrap();
     assert_eq!(again.iter().map(|p| p.duplicate).collect::<Vec<_>>(), [true, true, false, true, true]);
     assert_eq!(publisher.publish_batch(&records).unwrap()[1], b.publish("orders", &records[1]).unwrap());
+}
+
+/// A batch longer than the distance the window's table is read ahead
+/// (`IDS_AHEAD` in `broker/topic.rs`), with ids repeated within it, ids
+/// appended before it and records without ids: each record is answered as
+/// when the same records are published one at a time into a second topic
+/// (the same duplicates, each answered with its id's first record).
+fn long_batch_answers_as_single_publishes() {
+    let b = broker();
+    for topic in ["batch", "single"] {
+        b.create_topic(topic, &window(3, 60_000)).unwrap();
+        for i in (0..60).step_by(7) {
+            b.publish(topic, &Record::new(b"earlier").with_id(&format!("id-{i}"))).unwrap();
+        }
+    }
+    let ids: Vec<String> = (0..200).map(|i| format!("id-{}", i * 37 % 60)).collect();
+    let records: Vec<Record<'_>> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| if i % 9 == 4 { Record::new(b"plain") } else { Record::new(id.as_bytes()).with_id(id) })
+        .collect();
+    let batch = b.publish_batch_outcome("batch", &records).unwrap();
+    let single: Vec<_> = records.iter().map(|r| b.publish_outcome("single", r).unwrap()).collect();
+    let flags = |answers: &[Published]| answers.iter().map(|p| p.duplicate).collect::<Vec<_>>();
+    assert_eq!(flags(&batch), flags(&single));
+    // 60 ids in all, 9 of them appended before the batch.
+    let plain = records.iter().filter(|r| r.id().unwrap().is_none()).count();
+    assert_eq!(records.len() - plain - batch.iter().filter(|p| p.duplicate).count(), 51);
+    for (topic, answers) in [("batch", &batch), ("single", &single)] {
+        let all = read_all(&b, topic);
+        assert_eq!(all.len(), 9 + 51 + plain, "{topic}");
+        for (record, answer) in records.iter().zip(answers) {
+            if let Some(id) = record.id().unwrap() {
+                let found = all.iter().find(|(_, at)| *at == answer.position).map(|(id, _)| id.as_deref());
+                assert_eq!(found, Some(Some(id)), "{topic}: {record:?} answered {answer:?}");
+            }
+        }
+    }
 }
 
 /// A short window: a retry after it appends again. The wait polls for that

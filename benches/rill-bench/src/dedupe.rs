@@ -6,8 +6,10 @@
 //! runs are interleaved in rounds on fresh brokers, each timed after
 //! [`WINDOW_IDS`] records of its own kind, so every log is in the same
 //! state (reaching its retention by count during the timed publishes). Run with
-//! `--scenario dedupe`; `--messages` sets the publishes timed per run and
-//! `--payload` their size.
+//! `--scenario dedupe`; `--messages` sets the publishes timed per run,
+//! `--payload` their size, and `--batch N` publishes them in batches of N
+//! (`Publisher::publish_batch`, every run alike; in a batch the window's
+//! reads of its table are asked for ahead, see `Window::prefetch`).
 //!
 //! The window's own cost is the first ratio printed (with a window over the
 //! same bytes without one); the second (with a window over no id at all)
@@ -60,7 +62,7 @@ enum Run {
 /// [`WINDOW_IDS`] records of the same kind: every run times its publishes
 /// on a log in the same state (filled, trimming by count), and differs from
 /// the others only in the ids its records carry and the window.
-fn timed(run: Run, messages: u64, payload: &[u8]) -> rill::Result<f64> {
+fn timed(run: Run, messages: u64, payload: &[u8], batch: usize) -> rill::Result<f64> {
     let broker = Broker::new(BrokerConfig::default())?;
     let window_ms = if run == Run::Carried { 0 } else { WINDOW_MS };
     // Retention by count keeps memory flat whatever the run length.
@@ -71,10 +73,10 @@ fn timed(run: Run, messages: u64, payload: &[u8]) -> rill::Result<f64> {
     let fill: Vec<String> = (0..WINDOW_IDS).map(|i| format!("fill-{i:016x}")).collect();
     // Distinct, and all of one length.
     let ids: Vec<String> = (0..messages).map(|i| format!("id-{i:016x}")).collect();
-    publish_each(&publisher, run, payload, &fill)?;
+    publish_each(&publisher, run, payload, &fill, batch)?;
     drop(fill);
     let started = Instant::now();
-    publish_each(&publisher, run, payload, &ids)?;
+    publish_each(&publisher, run, payload, &ids, batch)?;
     let ns = started.elapsed().as_nanos() as f64 / messages as f64;
     if run == Run::Window {
         let held = broker.topic_stats("t")?.dedupe_ids;
@@ -85,13 +87,32 @@ fn timed(run: Run, messages: u64, payload: &[u8]) -> rill::Result<f64> {
 
 /// Publishes one record a string of `ids`: with that id, or (`Run::Plain`)
 /// without any; through a function for each run, which callgrind counts
-/// apart (see the module's docs).
-fn publish_each(publisher: &Publisher, run: Run, payload: &[u8], ids: &[String]) -> rill::Result<()> {
+/// apart (see the module's docs); one by one, or in batches of `batch`
+/// when it is more than 1.
+fn publish_each(publisher: &Publisher, run: Run, payload: &[u8], ids: &[String], batch: usize) -> rill::Result<()> {
+    if batch > 1 {
+        return publish_batches(publisher, run, payload, ids, batch);
+    }
     match run {
         Run::Plain => publish_plain(publisher, payload, ids),
         Run::Carried => publish_same_bytes(publisher, payload, ids),
         Run::Window => publish_window(publisher, payload, ids),
     }
+}
+
+/// `publish_each` in batches of `batch` records.
+#[inline(never)]
+fn publish_batches(publisher: &Publisher, run: Run, payload: &[u8], ids: &[String], batch: usize) -> rill::Result<()> {
+    let mut records = Vec::with_capacity(batch);
+    for chunk in ids.chunks(batch) {
+        records.clear();
+        records.extend(chunk.iter().map(|id| match run {
+            Run::Plain => Record::new(payload),
+            Run::Carried | Run::Window => Record::new(payload).with_id(id),
+        }));
+        publisher.publish_batch(&records)?;
+    }
+    Ok(())
 }
 
 /// A record without an id for each of `ids`.
@@ -125,15 +146,16 @@ fn publish_window(publisher: &Publisher, payload: &[u8], ids: &[String]) -> rill
     Ok(())
 }
 
-/// `pairs` interleaved rounds of the three runs.
-pub fn run(messages: u64, payload: usize, pairs: usize) -> rill::Result<Vec<Pair>> {
+/// `pairs` interleaved rounds of the three runs, publishing in batches of
+/// `batch` when it is more than 1.
+pub fn run(messages: u64, payload: usize, pairs: usize, batch: usize) -> rill::Result<Vec<Pair>> {
     let payload = vec![0x5a; payload];
     (0..pairs.max(1))
         .map(|_| {
             Ok(Pair {
-                plain_ns: timed(Run::Plain, messages, &payload)?,
-                carried_ns: timed(Run::Carried, messages, &payload)?,
-                with_id_ns: timed(Run::Window, messages, &payload)?,
+                plain_ns: timed(Run::Plain, messages, &payload, batch)?,
+                carried_ns: timed(Run::Carried, messages, &payload, batch)?,
+                with_id_ns: timed(Run::Window, messages, &payload, batch)?,
             })
         })
         .collect()

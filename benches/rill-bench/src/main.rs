@@ -785,8 +785,14 @@ fn run_bridge(_cli: &Cli, _pairs: usize) {
 fn run_dedupe(cli: &Cli, pairs: usize) {
     use rill_bench::dedupe;
     let messages = cli.messages.unwrap_or(dedupe::DEFAULT_MESSAGES);
-    match dedupe::run(messages, cli.payload, pairs) {
-        Ok(result) => print!("{}", dedupe::table(&result)),
+    let batch = cli.batch.unwrap_or(1);
+    match dedupe::run(messages, cli.payload, pairs, batch) {
+        Ok(result) => {
+            if batch > 1 {
+                println!("published in batches of {batch} (publish_batch), every run alike");
+            }
+            print!("{}", dedupe::table(&result))
+        }
         Err(e) => fail(&format!("dedupe scenario failed: {e}")),
     }
 }
