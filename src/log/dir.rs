@@ -203,7 +203,9 @@
 //!   The roll's installer (sealer or follower) trims its own directory as
 //!   any roll does; a trimmed file is renamed and deleted when this
 //!   process's last reader lets go (no spare files are kept in this mode, so
-//!   nothing is recycled under another process's mapping). A process still
+//!   nothing is recycled under another process's mapping; the process that
+//!   rolls has its next file made ahead instead, see "A spare made ahead"
+//!   in `prefault.rs`). A process still
 //!   reading a segment another process trimmed keeps its own mapping, which
 //!   stays valid. A process whose directory ends before a successor that
 //!   was made *and trimmed* meanwhile finds no file by that name but older
@@ -901,7 +903,12 @@ impl Shared {
     #[cfg(not(loom))]
     #[cold]
     fn make_or_open(&self, base: u64) -> Result<Arc<Segment>> {
-        match self.pool.take(base, Pages::Huge) {
+        let taken = self.pool.take(base, Pages::Huge);
+        // This process rolls this partition: have its next file made ahead
+        // ("A spare made ahead" in `prefault.rs`; a log shared by processes
+        // never recycles its files).
+        super::prefault::ahead(&self.pool);
+        match taken {
             Ok(buffers) => Ok(Arc::new(Segment::new(base, buffers, self.pool.clone()))),
             Err(exists @ Error::Io { kind: std::io::ErrorKind::AlreadyExists, .. }) => {
                 // The link lost: someone else's file is whole under the

@@ -7,6 +7,8 @@
 
 use std::io;
 
+#[cfg(not(loom))]
+use super::file::AheadFile;
 use super::file::Files;
 use super::segment::{Buffers, Recycler};
 use super::storage::Pages;
@@ -39,6 +41,16 @@ pub(crate) struct Pool {
     /// A spare made ahead is asked for and not yet made (`prefault.rs`).
     #[cfg(not(loom))]
     spare_requested: crate::sync::atomic::AtomicBool,
+    /// A durable log's next segment file, made ahead without a name (see
+    /// "A spare made ahead" in `prefault.rs`), and the process that made
+    /// it: a child forked since shares its descriptor and mapping, and
+    /// must not name it too.
+    #[cfg(not(loom))]
+    ahead_file: Mutex<Option<(u32, AheadFile)>>,
+    /// The data directory's filesystem makes no files without a name: no
+    /// file is asked for ahead.
+    #[cfg(not(loom))]
+    no_ahead_files: crate::sync::atomic::AtomicBool,
     /// The segments of this pool are shared by processes
     /// ([`super::Sharing::Processes`]): they commit and seal by
     /// compare-and-swap (see "An abandoned reservation" in `segment.rs`).
@@ -60,6 +72,10 @@ impl Pool {
             recycling: crate::sync::atomic::AtomicBool::new(false),
             #[cfg(not(loom))]
             spare_requested: crate::sync::atomic::AtomicBool::new(false),
+            #[cfg(not(loom))]
+            ahead_file: Mutex::new(None),
+            #[cfg(not(loom))]
+            no_ahead_files: crate::sync::atomic::AtomicBool::new(false),
             shared: false,
         }
     }
@@ -117,6 +133,20 @@ impl Pool {
                     Err(e) => log::warn!("could not reuse a spare segment file: {e}"),
                 }
             }
+            #[cfg(not(loom))]
+            if let Some(made) = self.take_ahead_file() {
+                match files.name_ahead(made, base, self.capacity, self.slot_count) {
+                    // Faulted in whole when it was made: no `Ahead`.
+                    Ok(storage) => return Buffers::over(Box::new(storage), self.slot_count, pages),
+                    Err((made, e @ Error::Io { kind: io::ErrorKind::AlreadyExists, .. })) => {
+                        // As a spare's above: it serves a later roll.
+                        *self.ahead_file.lock() = Some((std::process::id(), made));
+                        return Err(e);
+                    }
+                    // Dropped (the kernel frees it); a file is made now.
+                    Err((_, e)) => log::warn!("could not name a segment file made ahead: {e}"),
+                }
+            }
             let storage = files.create(base, self.capacity, self.slot_count)?;
             // A new file: its pages are faulted in ahead of the tail
             // ("Ahead of the tail" in `prefault.rs`).
@@ -153,15 +183,40 @@ impl Pool {
         Ok(())
     }
 
-    /// A memory pool whose log still grows toward its retention (it has
-    /// recycled nothing yet) and that has no spare: the next roll would
-    /// be into fresh memory (see "A spare made ahead" in `prefault.rs`).
+    /// A pool whose next roll would be into fresh memory or a new file (see
+    /// "A spare made ahead" in `prefault.rs`): it has no spare, and its log
+    /// still grows toward its retention (it has recycled nothing yet) or,
+    /// shared by processes, never recycles; a durable one has no file made
+    /// ahead either, and a filesystem that makes files without a name.
     #[cfg(not(loom))]
     pub(crate) fn wants_spare_ahead(&self) -> bool {
         use crate::sync::atomic::Ordering::Relaxed;
-        // Relaxed: a hint; a stale answer costs one spare made in vain (the
-        // pool's bound still holds) or one segment faulted by its writer.
-        self.files.is_none() && !self.recycling.load(Relaxed) && self.spare.lock().is_empty()
+        // Relaxed, all: a hint; a stale answer costs one spare made in vain
+        // (the pool's bound still holds) or one segment faulted, or one
+        // file made, by its writer.
+        let fresh = !self.recycling.load(Relaxed) || (self.shared && self.files.is_some());
+        fresh
+            && self.spare.lock().is_empty()
+            && (self.files.is_none() || (!self.no_ahead_files.load(Relaxed) && self.ahead_file.lock().is_none()))
+    }
+
+    /// The file made ahead, if this process made it (see `ahead_file`).
+    #[cfg(not(loom))]
+    fn take_ahead_file(&self) -> Option<AheadFile> {
+        let (pid, made) = self.ahead_file.lock().take()?;
+        (pid == std::process::id()).then_some(made)
+    }
+
+    /// Whether a file made ahead waits for the next roll.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn has_ahead_file(&self) -> bool {
+        self.ahead_file.lock().is_some()
+    }
+
+    /// Whether the filesystem was found to make no files without a name.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn no_ahead_files(&self) -> bool {
+        self.no_ahead_files.load(crate::sync::atomic::Ordering::Relaxed)
     }
 
     /// Records that a spare made ahead is asked for; false if one already is.
@@ -201,6 +256,28 @@ impl Pool {
         if !self.wants_spare_ahead() {
             return;
         }
+        if let Some(files) = &self.files {
+            // A durable log: its next file, made and faulted in here.
+            match AheadFile::make(&files.dir, self.capacity, self.slot_count) {
+                Ok(made) => {
+                    let mut slot = self.ahead_file.lock();
+                    // Relaxed: as in `wants_spare_ahead`; checked again here
+                    // so a file made while the log began to recycle is let
+                    // go, not kept beside its spares.
+                    if slot.is_none() && (self.shared || !self.recycling.load(crate::sync::atomic::Ordering::Relaxed)) {
+                        *slot = Some((std::process::id(), made));
+                    }
+                }
+                Err(e) if AheadFile::unsupported(&e) => {
+                    log::debug!("no segment files made ahead in {}: {e}", files.dir.display());
+                    // Relaxed: a hint, as in `wants_spare_ahead`.
+                    self.no_ahead_files.store(true, crate::sync::atomic::Ordering::Relaxed);
+                }
+                // Left to the roll, which reports it (a full disk).
+                Err(e) => log::debug!("could not make a segment file ahead in {}: {e}", files.dir.display()),
+            }
+            return;
+        }
         let Ok(mut buffers) = Buffers::map(self.capacity, self.slot_count, Pages::Huge) else { return };
         buffers.populate();
         let mut spare = self.spare.lock();
@@ -226,8 +303,10 @@ impl Pool {
         // has filled its retention: a segment a compaction pass replaced
         // comes back once, and the log it came from may grow for ever.
         #[cfg(not(loom))]
-        if trimmed {
-            self.recycling.store(true, crate::sync::atomic::Ordering::Relaxed);
+        if trimmed && !self.recycling.swap(true, crate::sync::atomic::Ordering::Relaxed) && !self.shared {
+            // A durable log of one process rolls into its trimmed files from
+            // now on: a file made ahead would only sit beside them.
+            drop(self.ahead_file.lock().take());
         }
         #[cfg(loom)]
         let _ = trimmed;

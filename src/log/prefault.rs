@@ -56,10 +56,22 @@
 //! * A log holds at most one segment more than it would anyway, and only
 //!   while it grows toward its retention: the first trim marks the pool as
 //!   recycling, and a recycling pool never asks again. The spare is one of
-//!   the pool's `max_spare`. A durable log's pool makes no spares ahead
-//!   (its next file is faulted ahead of the tail once installed; the
-//!   broker's `rill-prepare` thread also prepares each new file,
-//!   `Log::prepare_ahead`).
+//!   the pool's `max_spare`.
+//! * A durable log asks the same way for its next *file*: made here
+//!   without a name (`O_TMPFILE`) in the partition's directory, allocated
+//!   and faulted in whole, and kept beside the pool's spares
+//!   (`file_storage::AheadFile`). The roll writes its header and links it
+//!   under the segment's name, where it would otherwise create, allocate
+//!   and link a file on the publisher's path (on tmpfs the allocation
+//!   zeroes every page). A file without a name is freed by the kernel with
+//!   its last descriptor, so a crash or a log dropped first leaves nothing
+//!   for recovery. A log shared by processes never recycles its files (see
+//!   "The roll across processes" in `dir.rs`), so the process that rolls a
+//!   partition asks at every roll: that process holds one file more than
+//!   the partition's retention. The request is made in the process that
+//!   made the file only: a child forked since shares its descriptor, and
+//!   leaves it alone. A filesystem without files without a name is found
+//!   at the first attempt, and asked no more.
 //! * An idle topic, or one that never fills most of a full-size segment,
 //!   never asks: idle memory is unchanged.
 //!
@@ -353,6 +365,69 @@ mod tests {
             log.append(&record).unwrap();
         }
         assert!(newest(&log).ahead().is_none(), "the spare made ahead was not used");
+    }
+
+    /// The temporary files in `dir` (a file made ahead has no name until
+    /// its roll, where a file made at the roll has a temporary one first).
+    fn other_names(dir: &std::path::Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| crate::log::file::is_temp_file_name(n))
+            .collect()
+    }
+
+    /// A durable log, for one process (`open`) or shared by processes
+    /// (`join`), that rolls has its next segment file made ahead on the
+    /// prefault thread, without a name, and the roll names it (the segment
+    /// comes faulted in: no `Ahead`); nothing of it is ever in the
+    /// directory under another name, and a log dropped with one made
+    /// leaves nothing behind.
+    #[test]
+    fn a_durable_log_that_rolls_gets_its_next_file_made_ahead_without_a_name() {
+        for shared in [false, true] {
+            let dir = std::env::temp_dir().join(format!("rill-prefault-ahead-{}-{shared}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let durable = DurableLog::new(&dir);
+            let sharing = if shared { crate::log::Sharing::Processes } else { crate::log::Sharing::Exclusive };
+            let (log, _) = Log::open_in(&config(), 0, &durable, sharing).unwrap();
+            let body = [7u8; RECORD];
+            let record = Record::new(&body);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let mut named = 0;
+            while named < 3 {
+                let base = newest(&log).base();
+                while newest(&log).base() == base {
+                    log.append(&record).unwrap();
+                }
+                if newest(&log).ahead().is_none() {
+                    named += 1;
+                }
+                assert_eq!(other_names(&dir), Vec::<String>::new(), "shared: {shared}");
+                if log.shared.pool.no_ahead_files() {
+                    eprintln!("{}: no files without a name here; checked that rolls still make files", dir.display());
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "shared: {shared}: no roll named a file made ahead");
+                // Each roll asks for the next: wait for it, so that the
+                // roll after it finds it.
+                while !log.shared.pool.has_ahead_file() && !log.shared.pool.no_ahead_files() {
+                    assert!(std::time::Instant::now() < deadline, "shared: {shared}: no file was made ahead");
+                    std::thread::yield_now();
+                }
+            }
+            assert_eq!(other_names(&dir), Vec::<String>::new());
+            let segments = log.stats().segments;
+            drop(log);
+            let files = std::fs::read_dir(&dir)
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().file_name().to_str().unwrap().ends_with(".seg"))
+                .count();
+            assert!(files <= segments, "shared: {shared}: {files} segment files for {segments} segments");
+            assert_eq!(other_names(&dir), Vec::<String>::new());
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
     }
 
     #[test]

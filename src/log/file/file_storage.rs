@@ -10,7 +10,10 @@
 //! linked under its segment's name once its header is written: the link
 //! fails if that name exists, and a file found by its segment's name, by
 //! any process, is whole. A crash before the link leaves the temporary
-//! file, which recovery deletes.
+//! file, which recovery deletes. A file made ahead of its roll
+//! ([`AheadFile`], on the process's prefault thread) has no name at all
+//! until the roll writes its header and links it: the same rule, with
+//! nothing left by a crash.
 //!
 //! # Preparing the pages ahead of the writer
 //!
@@ -134,6 +137,48 @@ impl FileStorage {
         match made {
             Ok(map) => Ok(FileStorage::named(map, path, inode_of(&file))),
             Err(e) => Err(Error::io(path, &e)),
+        }
+    }
+
+    /// Names `ahead`, a file made ahead for this partition, as the segment
+    /// file for `base`: writes its header, then links it under the
+    /// segment's name, so that, as with [`FileStorage::create`], a file
+    /// found by that name is whole. On failure `ahead` comes back beside
+    /// the error, still unnamed: `AlreadyExists` if the segment's file
+    /// exists (another publisher retrying the same roll made it), when it
+    /// may serve a later roll (its header is written again then).
+    #[cfg(not(loom))]
+    pub(crate) fn name_ahead(
+        dir: &Path,
+        mut ahead: AheadFile,
+        base: u64,
+        capacity: usize,
+        slots: usize,
+    ) -> std::result::Result<FileStorage, (AheadFile, Error)> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        let path = dir.join(segment_file_name(base));
+        debug_assert_eq!(ahead.map.len(), file_len(capacity as u64, slots as u64) as usize);
+        Header { base, capacity: capacity as u64, complete: None, generation: 0, slots: slots as u64 }
+            .encode_fixed(&mut ahead.map[..HEADER_BYTES]);
+        // A file without a name is linked through its descriptor's entry
+        // in /proc (`AT_EMPTY_PATH` would need a capability).
+        let linked = (|| -> io::Result<()> {
+            let from = std::ffi::CString::new(format!("/proc/self/fd/{}", ahead.file.as_raw_fd()))?;
+            let to = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+            // SAFETY: two NUL-terminated paths that live across the call;
+            // the system call reads them and keeps no pointer.
+            let rc = unsafe {
+                libc::linkat(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::AT_SYMLINK_FOLLOW)
+            };
+            if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+        })();
+        match linked {
+            Ok(()) => {
+                let inode = inode_of(&ahead.file);
+                Ok(FileStorage::named(ahead.map, path, inode))
+            }
+            Err(e) => Err((ahead, Error::io(path, &e))),
         }
     }
 
@@ -597,6 +642,54 @@ impl SegmentFile for FileStorage {
 fn inode_of(file: &File) -> u64 {
     use std::os::unix::fs::MetadataExt;
     file.metadata().map_or(0, |m| m.ino())
+}
+
+/// A segment file made ahead of the roll that will use it (see "A spare
+/// made ahead" in `prefault.rs`): made without a name (`O_TMPFILE`) in the
+/// partition's directory, allocated and faulted in whole off the
+/// publishers' path, and named by [`FileStorage::name_ahead`] once a roll
+/// writes its header. A crash, or a log dropped before it is used, leaves
+/// nothing behind: the kernel frees a file without a name when its last
+/// descriptor and mapping go, so recovery never sees one.
+#[cfg(not(loom))]
+pub(crate) struct AheadFile {
+    file: File,
+    map: MmapMut,
+}
+
+#[cfg(not(loom))]
+impl std::fmt::Debug for AheadFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AheadFile").field("len", &self.map.len()).finish()
+    }
+}
+
+#[cfg(not(loom))]
+impl AheadFile {
+    /// Makes one in `dir`, for segments of `capacity` region bytes and
+    /// `slots` index slots, and faults it in. `Unsupported` (or the
+    /// `open` error of an older kernel) where the filesystem makes no
+    /// files without a name.
+    pub(crate) fn make(dir: &Path, capacity: usize, slots: usize) -> io::Result<AheadFile> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let total = file_len(capacity as u64, slots as u64) as usize;
+        let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_TMPFILE).mode(0o666).open(dir)?;
+        allocate(&file, total as u64)?;
+        // SAFETY: the file has no name, so no one else can open it, let
+        // alone truncate it; it is sized `total`.
+        let map = unsafe { MmapOptions::new().len(total).map_mut(&file)? };
+        let ahead = AheadFile { file, map };
+        if let Some(ptr) = NonNull::new(ahead.map.as_ptr().cast_mut()) {
+            crate::log::storage::populate(ptr, total);
+        }
+        Ok(ahead)
+    }
+
+    /// Whether `e`, from [`AheadFile::make`], says the filesystem cannot
+    /// make a file without a name (so asking again is pointless).
+    pub(crate) fn unsupported(e: &io::Error) -> bool {
+        matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL))
+    }
 }
 
 /// The inode number of the file named `path` now; `None` if no file has

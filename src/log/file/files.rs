@@ -99,6 +99,22 @@ impl Files {
         Ok(storage)
     }
 
+    /// Names a file made ahead as the segment file for `base` (see
+    /// [`FileStorage::name_ahead`]); on failure the file comes back.
+    #[cfg(not(loom))]
+    pub(crate) fn name_ahead(
+        &self,
+        ahead: super::file_storage::AheadFile,
+        base: u64,
+        capacity: usize,
+        slots: usize,
+    ) -> std::result::Result<FileStorage, (super::file_storage::AheadFile, crate::error::Error)> {
+        let storage = FileStorage::name_ahead(&self.dir, ahead, base, capacity, slots)?;
+        self.created();
+        log::debug!("named a segment file made ahead {}", storage.path().display());
+        Ok(storage)
+    }
+
     /// Notes that a segment file got its name in the directory (created,
     /// or a spare reused), for the next sync round.
     pub(crate) fn created(&self) {

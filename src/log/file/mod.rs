@@ -75,6 +75,8 @@ mod files;
 mod format;
 mod rebuild;
 
+#[cfg(not(loom))]
+pub(crate) use file_storage::AheadFile;
 pub(crate) use file_storage::FileStorage;
 #[cfg(not(loom))]
 pub(crate) use file_storage::inode_at;
