@@ -47,8 +47,9 @@ pub(crate) struct Pool {
     /// must not name it too.
     #[cfg(not(loom))]
     ahead_file: Mutex<Option<(u32, AheadFile)>>,
-    /// The data directory's filesystem makes no files without a name: no
-    /// file is asked for ahead.
+    /// The data directory's filesystem makes no files without a name, or
+    /// one made could not be named (no `/proc`): no file is asked for
+    /// ahead.
     #[cfg(not(loom))]
     no_ahead_files: crate::sync::atomic::AtomicBool,
     /// The segments of this pool are shared by processes
@@ -143,8 +144,13 @@ impl Pool {
                         *self.ahead_file.lock() = Some((std::process::id(), made));
                         return Err(e);
                     }
-                    // Dropped (the kernel frees it); a file is made now.
-                    Err((_, e)) => log::warn!("could not name a segment file made ahead: {e}"),
+                    // Dropped (the kernel frees it); a file is made now, and
+                    // none ahead from now on (a system without /proc, say).
+                    Err((_, e)) => {
+                        log::warn!("could not name a segment file made ahead ({e}); making them at the roll");
+                        // Relaxed: a hint, as in `wants_spare_ahead`.
+                        self.no_ahead_files.store(true, crate::sync::atomic::Ordering::Relaxed);
+                    }
                 }
             }
             let storage = files.create(base, self.capacity, self.slot_count)?;
