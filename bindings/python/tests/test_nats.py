@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from typing import Iterator
 
 import pytest
@@ -59,6 +60,11 @@ def test_two_brokers_exchange_messages_intact_and_in_key_order(server: NatsServe
                     attributes = {"i": str(i), "odd = name": "v\u00e4l\nue"}
                     a.publish("orders/eu west", f"payload {i}".encode(), key=key, attributes=attributes)
                 assert done.wait(WAIT), f"{len(received)} of {N} arrived"
+                # Counted once its publish into rill returned, which may be
+                # just after the subscription got the message.
+                deadline = time.monotonic() + WAIT
+                while importer.stats().imported < N and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 stats = importer.stats()
                 assert stats.imported == N and stats.rejected == 0 and stats.last_error is None
                 assert isinstance(exporter.stats(), nats.BridgeStats)
