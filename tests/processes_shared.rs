@@ -203,7 +203,9 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_saved_comes_again(
             if let Some(first) = again.iter().position(|&a| a) {
                 assert!(
                     again[first..].iter().all(|&a| a),
-                    "member {i}: a message on partition {p} came again before one it had saved (seed {seed})"
+                    "member {i}: a message on partition {p} came again before one it had saved (seed {seed}): \
+                     it handled {offsets:?}, again {again:?}; the survivor's there: {:?}",
+                    mine.iter().filter(|at| at.0 == p).map(|at| at.1).collect::<Vec<_>>()
                 );
             }
         }
