@@ -185,7 +185,7 @@ impl Log {
         // another process, so it is never reused (see `dir.rs`).
         let spares = if processes { 0 } else { SPARE_SEGMENTS };
         let pool = Pool::for_files(sizes.region_bytes(), sizes.slots, spares, files);
-        let pool = Arc::new(if processes { pool.shared_by_processes() } else { pool });
+        let pool = Arc::new(if processes { shared_files(pool) } else { pool });
         let mut segs = Vec::with_capacity(recovered.kept.len() + 1);
         for kept in recovered.kept {
             // Make the cut permanent and every kept segment checkable: data,
@@ -256,7 +256,7 @@ impl Log {
         sizes.frame = file::FRAME_LEN as u64;
         crate::clock::warm_up();
         let files = Files::new(durable.dir.clone(), durable.fsync != Fsync::Never);
-        let pool = Arc::new(Pool::for_files(sizes.region_bytes(), sizes.slots, 0, files).shared_by_processes());
+        let pool = Arc::new(shared_files(Pool::for_files(sizes.region_bytes(), sizes.slots, 0, files)));
         let segs = dir::list_shared_segments(&pool)?;
         if segs.is_empty() {
             return Err(Error::InvalidArgument(format!(
@@ -267,4 +267,15 @@ impl Log {
         let durability = Durability::new(segs[0].base());
         Ok(Self::assemble(sizes, partition, segs, pool, Some((durability, durable.fsync)), true))
     }
+}
+
+/// `pool`, a pool of segment files, for a log shared by processes: its
+/// trimmed files, which it keeps for no reuse, are let go on the prefault
+/// thread ("A trimmed file let go behind" in `prefault.rs`).
+fn shared_files(pool: Pool) -> Pool {
+    #[cfg(not(loom))]
+    return pool.shared_by_processes().letting_go_with(super::prefault::let_go);
+    // Loom models have no prefault thread: the file is dropped where it is.
+    #[cfg(loom)]
+    pool.shared_by_processes()
 }

@@ -57,6 +57,12 @@ pub(crate) struct Pool {
     /// compare-and-swap (see "An abandoned reservation" in `segment.rs`).
     /// Fixed at open.
     shared: bool,
+    /// Where a file of a log shared by processes goes once trimmed and let
+    /// go by this process (kept by no pool, see `give_back`): the prefault
+    /// thread ("A trimmed file let go behind" in `prefault.rs`), or, if
+    /// none, dropped where it is. Set at open ([`Pool::letting_go_with`]).
+    #[cfg(not(loom))]
+    let_go: Option<fn(Buffers)>,
 }
 
 impl Pool {
@@ -78,6 +84,8 @@ impl Pool {
             #[cfg(not(loom))]
             no_ahead_files: crate::sync::atomic::AtomicBool::new(false),
             shared: false,
+            #[cfg(not(loom))]
+            let_go: None,
         }
     }
 
@@ -86,6 +94,13 @@ impl Pool {
     /// reservation" in `segment.rs`). Loom models use it on memory.
     pub(crate) fn shared_by_processes(self) -> Self {
         Pool { shared: true, ..self }
+    }
+
+    /// This pool, handing the buffers it keeps no more to `let_go` where it
+    /// would drop them (see the field `let_go`).
+    #[cfg(not(loom))]
+    pub(crate) fn letting_go_with(self, let_go: fn(Buffers)) -> Self {
+        Pool { let_go: Some(let_go), ..self }
     }
 
     /// A pool that makes segment files in `files`' directory, keeping at
@@ -316,6 +331,12 @@ impl Pool {
         }
         #[cfg(loom)]
         let _ = trimmed;
+        #[cfg(not(loom))]
+        if let Some(let_go) = self.let_go.filter(|_| self.shared && buffers.storage().as_file().is_some()) {
+            // Kept by no pool across processes: freed behind the roll
+            // ("A trimmed file let go behind" in `prefault.rs`).
+            return let_go(buffers);
+        }
         // A spare file dropped here (the pool is full) deletes itself.
         let mut spare = self.spare.lock();
         if spare.len() < self.max_spare {

@@ -75,6 +75,23 @@
 //! * An idle topic, or one that never fills most of a full-size segment,
 //!   never asks: idle memory is unchanged.
 //!
+//! # A trimmed file let go behind
+//!
+//! A log shared by processes keeps no spare files: the file of a segment
+//! retention trimmed is deleted once the last reader in this process lets
+//! go of it, and on tmpfs that frees its pages then, in `munmap`, page by
+//! page. Where a log of one process would hand the file back to its pool
+//! for reuse, the roll's thread (a publisher, through the epoch's deferred
+//! drop) would pay for the freeing at every roll. So the pool hands the
+//! file to this thread, which drops it: its spare name goes, then its
+//! mapping. Bounded: at most [`MAX_LET_GO_QUEUED`] files wait for the
+//! thread, so memory and disk wait at most that many segments for their
+//! freeing; a trim past the bound, or in a process without the thread (a
+//! forked child), drops its file where it is, as before. A file that waits
+//! is one nobody reads through this process's mapping (the epoch has let
+//! it go) and another process's reader keeps its own mapping, so dropping
+//! it later changes only when its memory comes back.
+//!
 //! # The thread
 //!
 //! * One thread per process, started at the first request and never
@@ -97,7 +114,8 @@
 use std::sync::{OnceLock, Weak};
 
 use super::pool::Pool;
-use super::segment::Segment;
+use super::segment::{Buffers, Segment};
+use crate::sync::atomic::AtomicUsize;
 use crate::sync::atomic::Ordering::Relaxed;
 use crate::sync::{Arc, Condvar, Mutex};
 
@@ -109,12 +127,22 @@ pub(super) const STEP: u64 = 32 << 10;
 /// asked to be faulted in (see "Ahead of the tail").
 pub(super) const AHEAD: u64 = 1 << 20;
 
+/// At most this many trimmed files wait for the thread to let them go (see
+/// "A trimmed file let go behind"); a trim past it lets its file go itself.
+pub(super) const MAX_LET_GO_QUEUED: usize = 2;
+
 /// The process's prefault thread and its queue of requests.
 struct Prefaulter {
     /// The process that started the thread (see "A forked child").
     pid: u32,
     queue: Mutex<Vec<Job>>,
     wake: Condvar,
+    /// The [`Job::LetGo`]s queued and not yet dropped. Relaxed: a bound on
+    /// memory held, not an ordering (the queue's mutex carries the buffers).
+    letting_go: AtomicUsize,
+    /// The [`Job::LetGo`]s done, for tests.
+    #[cfg(test)]
+    let_go_done: AtomicUsize,
 }
 
 /// A request to the prefault thread.
@@ -123,6 +151,8 @@ enum Job {
     Spare(Weak<Pool>),
     /// Fault this segment in as far as its `Ahead` asks.
     Ahead(Weak<Segment>),
+    /// Drop these buffers, a trimmed segment's file nothing reads any more.
+    LetGo(Buffers),
 }
 
 static PREFAULTER: OnceLock<Option<Arc<Prefaulter>>> = OnceLock::new();
@@ -197,6 +227,21 @@ fn ask(seg: &Arc<Segment>, to: u64, per_slots: u64, per_bytes: u64) {
     p.wake.notify_one();
 }
 
+/// Lets go of `buffers`, the file of a segment a log shared by processes
+/// trimmed and nothing in this process reads any more, on the prefault
+/// thread (see "A trimmed file let go behind"); here if the thread has
+/// [`MAX_LET_GO_QUEUED`] waiting already, or there is no thread.
+pub(super) fn let_go(buffers: Buffers) {
+    let Some(p) = prefaulter() else { return drop(buffers) };
+    // Relaxed: see `Prefaulter::letting_go`.
+    if p.letting_go.fetch_add(1, Relaxed) >= MAX_LET_GO_QUEUED {
+        p.letting_go.fetch_sub(1, Relaxed);
+        return drop(buffers);
+    }
+    p.queue.lock().push(Job::LetGo(buffers));
+    p.wake.notify_one();
+}
+
 /// On the prefault thread: faults `seg` in from where it was last faulted
 /// to where it is asked now.
 fn fault_ahead(seg: &Segment) {
@@ -220,7 +265,14 @@ fn fault_ahead(seg: &Segment) {
 /// could not be started or was started by the parent of a forked process.
 fn prefaulter() -> Option<&'static Prefaulter> {
     let p = PREFAULTER.get_or_init(|| {
-        let p = Arc::new(Prefaulter { pid: std::process::id(), queue: Mutex::new(Vec::new()), wake: Condvar::new() });
+        let p = Arc::new(Prefaulter {
+            pid: std::process::id(),
+            queue: Mutex::new(Vec::new()),
+            wake: Condvar::new(),
+            letting_go: AtomicUsize::new(0),
+            #[cfg(test)]
+            let_go_done: AtomicUsize::new(0),
+        });
         let worker = p.clone();
         match crate::sync::spawn_named("rill-prefault".into(), move || run(&worker)) {
             Ok(_detached) => Some(p),
@@ -233,20 +285,33 @@ fn prefaulter() -> Option<&'static Prefaulter> {
     p.as_deref().filter(|p| p.pid == std::process::id())
 }
 
-/// The thread: makes a spare for each pool asked for, for ever.
+/// The thread: serves the requests, for ever.
 fn run(p: &Prefaulter) {
     loop {
-        let jobs = {
+        let mut jobs = {
             let mut queue = p.queue.lock();
             while queue.is_empty() {
                 queue = p.wake.wait(queue);
             }
             std::mem::take(&mut *queue)
         };
-        // The segments being written first: a spare is for a later roll.
-        let (now, later): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| matches!(j, Job::Ahead(_)));
-        for job in now.into_iter().chain(later) {
+        // The segments being written first, then the files let go (memory
+        // back before more is taken), and the spares last: they are for a
+        // later roll.
+        jobs.sort_by_key(|j| match j {
+            Job::Ahead(_) => 0,
+            Job::LetGo(_) => 1,
+            Job::Spare(_) => 2,
+        });
+        for job in jobs {
             match job {
+                Job::LetGo(buffers) => {
+                    drop(buffers);
+                    // Relaxed: see `Prefaulter::letting_go`.
+                    p.letting_go.fetch_sub(1, Relaxed);
+                    #[cfg(test)]
+                    p.let_go_done.fetch_add(1, Relaxed);
+                }
                 Job::Spare(pool) => {
                     if let Some(pool) = pool.upgrade() {
                         pool.make_spare_ahead();
@@ -377,6 +442,49 @@ mod tests {
             .collect()
     }
 
+    /// A log shared by processes hands the files retention trims to the
+    /// prefault thread, which lets them go (their spare names and their
+    /// memory), never more than `MAX_LET_GO_QUEUED` waiting; once the log
+    /// stops, every spare name is gone.
+    #[test]
+    fn a_shared_log_lets_its_trimmed_files_go_on_the_prefault_thread() {
+        let dir = std::env::temp_dir().join(format!("rill-prefault-let-go-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let durable = DurableLog::new(&dir);
+        let (log, _) = Log::open_in(&config(), 0, &durable, crate::log::Sharing::Processes).unwrap();
+        let body = [7u8; RECORD];
+        let record = Record::new(&body);
+        let p = prefaulter().expect("the test process has the thread");
+        let done = p.let_go_done.load(Relaxed);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        // Well past the retention, so rolls trim: each trimmed file comes
+        // to the thread once this thread's epoch lets its segment go.
+        while log.stats().trimmed_segments < 8 || p.let_go_done.load(Relaxed) == done {
+            for _ in 0..1000 {
+                log.append(&record).unwrap();
+            }
+            assert!(p.letting_go.load(Relaxed) <= MAX_LET_GO_QUEUED);
+            assert!(std::time::Instant::now() < deadline, "no trimmed file came to the prefault thread");
+        }
+        drop(log);
+        let spares = || {
+            std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| crate::log::file::is_spare_file_name(n))
+                .collect::<Vec<_>>()
+        };
+        // The last trimmed files go once the epoch and then the thread let
+        // them go: this thread's pins move the epoch on.
+        while !spares().is_empty() {
+            crate::sync::epoch::pin().flush();
+            assert!(std::time::Instant::now() < deadline, "spare names left behind: {:?}", spares());
+            std::thread::yield_now();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// A durable log, for one process (`open`) or shared by processes
     /// (`join`), that rolls has its next segment file made ahead on the
     /// prefault thread, without a name, and the roll names it (the segment
@@ -410,10 +518,20 @@ mod tests {
                     break;
                 }
                 assert!(std::time::Instant::now() < deadline, "shared: {shared}: no roll named a file made ahead");
+                if named == 3 {
+                    // Done; an exclusive log may have begun to recycle, and
+                    // then asks for no more.
+                    break;
+                }
                 // Each roll asks for the next: wait for it, so that the
                 // roll after it finds it.
                 while !log.shared.pool.has_ahead_file() && !log.shared.pool.no_ahead_files() {
-                    assert!(std::time::Instant::now() < deadline, "shared: {shared}: no file was made ahead");
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "shared: {shared}: no file was made ahead ({named} named, recycling {}, {:?})",
+                        log.shared.pool.is_recycling(),
+                        log.stats()
+                    );
                     std::thread::yield_now();
                 }
             }
