@@ -177,6 +177,18 @@ fn a_killed_members_partitions_go_to_the_survivor_and_nothing_saved_comes_again(
         // it left from the positions it saved.
         wait_for("the survivor to read everything", || delivered(&published, i + 1));
     }
+    // The wait above ends once every message was delivered to someone, which
+    // may be before the survivor has read again what the last killed member
+    // handled after its last save. So a message more on every partition,
+    // which only the survivor can get: once it has them all, it has read
+    // each partition through from where it took it.
+    let last = procs::publish(&broker, TOPIC, 2 * u64::from(PARTITIONS));
+    assert_eq!(last.iter().map(|&(p, _)| p).collect::<BTreeSet<_>>().len(), PARTITIONS as usize);
+    wait_for("the survivor to read every partition to its end", || {
+        let mine = mine.lock().unwrap();
+        last.iter().all(|at| mine.contains(at))
+    });
+    published.extend(last);
     survivor.close();
     // Everything delivered; the survivor never twice. A message delivered
     // more than once is one a killed member handled after its last save:
