@@ -295,13 +295,14 @@ fn run(p: &Prefaulter) {
             }
             std::mem::take(&mut *queue)
         };
-        // The segments being written first, then the files let go (memory
-        // back before more is taken), and the spares last: they are for a
-        // later roll.
+        // The segments being written first, then the spares, which the next
+        // roll takes, and the files let go last: their freeing can wait
+        // (a bounded number of them), a roll that finds no spare made
+        // makes its own.
         jobs.sort_by_key(|j| match j {
             Job::Ahead(_) => 0,
-            Job::LetGo(_) => 1,
-            Job::Spare(_) => 2,
+            Job::Spare(_) => 1,
+            Job::LetGo(_) => 2,
         });
         for job in jobs {
             match job {

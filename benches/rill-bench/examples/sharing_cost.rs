@@ -8,8 +8,10 @@
 //! fresh broker and warmed past its retention before it is timed.
 //!
 //! ```text
-//! cargo run --release -p rill-bench --example sharing_cost -- [rounds]
+//! cargo run --release -p rill-bench --example sharing_cost -- [rounds] [mem|exclusive|processes]
 //! ```
+//!
+//! (a second argument runs that log alone, for a profiler or `strace`).
 //!
 //! Prints, a round a line and a log a column, ns per publish and the
 //! share of the publishing thread's CPU time spent in the kernel
@@ -92,6 +94,21 @@ fn run(mode: Mode) -> rill::Result<(f64, f64)> {
 
 fn main() -> rill::Result<()> {
     let rounds = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(DEFAULT_ROUNDS);
+    if let Some(only) = std::env::args().nth(2) {
+        // One log only (`mem`, `exclusive` or `processes`), for a profiler
+        // or `strace` to look at without the others.
+        let mode = match only.as_str() {
+            "mem" => Mode::Mem,
+            "exclusive" => Mode::Exclusive,
+            "processes" => Mode::Processes,
+            other => panic!("no log {other:?}: mem, exclusive or processes"),
+        };
+        for round in 1..=rounds {
+            let (ns, kernel) = run(mode)?;
+            println!("{only}, round {round}: {ns:.1} ns a publish ({:.0}% in the kernel)", kernel * 100.0);
+        }
+        return Ok(());
+    }
     println!("ns per publish (kernel share of the publishing thread's CPU), no subscriber, 64 B, tmpfs");
     println!("| round | mem | exclusive | processes | processes / exclusive |");
     println!("|---|---|---|---|---|");
