@@ -19,6 +19,16 @@ use crate::sync::{Arc, Mutex};
 /// reuses warm memory instead of faulting in fresh pages. For a durable
 /// partition the spares are trimmed segment files, still mapped (see
 /// "Recycling" in `file/mod.rs`).
+/// The region bytes of a file made ahead that the prefault thread faults
+/// in when it makes it: the part a roll's first publishers write before
+/// the thread, asked by the roll, faults in the next part ahead of them
+/// (the rest, "Ahead of the tail" in `prefault.rs`, whose `AHEAD` this is).
+/// Faulting in only that much makes the file ready sooner: the thread that
+/// makes it also faults ahead of the tails and frees trimmed files, and a
+/// roll that finds no file made allocates one on the publisher's path.
+#[cfg(not(loom))]
+pub(crate) const AHEAD_FILE_FAULTED: usize = 1 << 20;
+
 #[derive(Debug)]
 pub(crate) struct Pool {
     spare: Mutex<Vec<Buffers>>,
@@ -52,6 +62,9 @@ pub(crate) struct Pool {
     /// ahead.
     #[cfg(not(loom))]
     no_ahead_files: crate::sync::atomic::AtomicBool,
+    /// Files made ahead that a roll named, for tests.
+    #[cfg(all(test, not(loom)))]
+    named_ahead: crate::sync::atomic::AtomicU64,
     /// The segments of this pool are shared by processes
     /// ([`super::Sharing::Processes`]): they commit and seal by
     /// compare-and-swap (see "An abandoned reservation" in `segment.rs`).
@@ -83,6 +96,8 @@ impl Pool {
             ahead_file: Mutex::new(None),
             #[cfg(not(loom))]
             no_ahead_files: crate::sync::atomic::AtomicBool::new(false),
+            #[cfg(all(test, not(loom)))]
+            named_ahead: crate::sync::atomic::AtomicU64::new(0),
             shared: false,
             #[cfg(not(loom))]
             let_go: None,
@@ -152,8 +167,13 @@ impl Pool {
             #[cfg(not(loom))]
             if let Some(made) = self.take_ahead_file() {
                 match files.name_ahead(made, base, self.capacity, self.slot_count) {
-                    // Faulted in whole when it was made: no `Ahead`.
-                    Ok(storage) => return Buffers::over(Box::new(storage), self.slot_count, pages),
+                    // Its first part faulted in when it was made, the rest
+                    // ahead of the tail, as a new file's.
+                    Ok(storage) => {
+                        #[cfg(test)]
+                        self.named_ahead.fetch_add(1, crate::sync::atomic::Ordering::Relaxed);
+                        return Buffers::over(Box::new(storage), self.slot_count, pages).map(Buffers::unfaulted);
+                    }
                     Err((made, e @ Error::Io { kind: io::ErrorKind::AlreadyExists, .. })) => {
                         // As a spare's above: it serves a later roll.
                         *self.ahead_file.lock() = Some((std::process::id(), made));
@@ -234,6 +254,12 @@ impl Pool {
         self.ahead_file.lock().is_some()
     }
 
+    /// How many files made ahead rolls have named.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn named_ahead(&self) -> u64 {
+        self.named_ahead.load(crate::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Whether the filesystem was found to make no files without a name.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn no_ahead_files(&self) -> bool {
@@ -279,7 +305,7 @@ impl Pool {
         }
         if let Some(files) = &self.files {
             // A durable log: its next file, made and faulted in here.
-            match AheadFile::make(&files.dir, self.capacity, self.slot_count) {
+            match AheadFile::make(&files.dir, self.capacity, self.slot_count, AHEAD_FILE_FAULTED) {
                 Ok(made) => {
                     let mut slot = self.ahead_file.lock();
                     // Relaxed: as in `wants_spare_ahead`; checked again here

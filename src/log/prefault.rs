@@ -15,9 +15,9 @@
 //! # Ahead of the tail
 //!
 //! A segment built over buffers not faulted in (fresh memory from
-//! `Buffers::map`, or a new segment file from the pool; not a recycled
-//! spare, not one made ahead, not a small first segment's heap block)
-//! carries an [`Ahead`]. When it is installed, the roller asks for its
+//! `Buffers::map`, or a new segment file from the pool, made at the roll
+//! or ahead of it; not a recycled spare, not a memory spare made ahead,
+//! not a small first segment's heap block) carries an [`Ahead`]. When it is installed, the roller asks for its
 //! first [`AHEAD`] bytes; after that, a publisher whose reservation crosses
 //! a multiple of [`STEP`] bytes asks for the pages up to `AHEAD` past its
 //! end, and for the index slots records of the segment's average size
@@ -58,8 +58,10 @@
 //!   recycling, and a recycling pool never asks again. The spare is one of
 //!   the pool's `max_spare`.
 //! * A durable log asks the same way for its next *file*: made here
-//!   without a name (`O_TMPFILE`) in the partition's directory, allocated
-//!   and faulted in whole, and kept beside the pool's spares
+//!   without a name (`O_TMPFILE`) in the partition's directory, allocated,
+//!   its first `AHEAD` bytes faulted in (the rest is faulted ahead of its
+//!   tail once it is a segment, as any new file's: so it is ready sooner,
+//!   see `pool::AHEAD_FILE_FAULTED`), and kept beside the pool's spares
 //!   (`file_storage::AheadFile`). The roll writes its header and links it
 //!   under the segment's name, where it would otherwise create, allocate
 //!   and link a file on the publisher's path (on tmpfs the allocation
@@ -126,6 +128,7 @@ pub(super) const STEP: u64 = 32 << 10;
 /// How far ahead of the tail, in region bytes, a segment not faulted in is
 /// asked to be faulted in (see "Ahead of the tail").
 pub(super) const AHEAD: u64 = 1 << 20;
+const _: () = assert!(super::pool::AHEAD_FILE_FAULTED as u64 == AHEAD);
 
 /// At most this many trimmed files wait for the thread to let them go (see
 /// "A trimmed file let go behind"); a trim past it lets its file go itself.
@@ -488,8 +491,8 @@ mod tests {
 
     /// A durable log, for one process (`open`) or shared by processes
     /// (`join`), that rolls has its next segment file made ahead on the
-    /// prefault thread, without a name, and the roll names it (the segment
-    /// comes faulted in: no `Ahead`); nothing of it is ever in the
+    /// prefault thread, without a name, and the roll names it (counted by
+    /// the pool); nothing of it is ever in the
     /// directory under another name, and a log dropped with one made
     /// leaves nothing behind.
     #[test]
@@ -510,16 +513,14 @@ mod tests {
                 while newest(&log).base() == base {
                     log.append(&record).unwrap();
                 }
-                if newest(&log).ahead().is_none() {
-                    named += 1;
-                }
+                named = log.shared.pool.named_ahead();
                 assert_eq!(other_names(&dir), Vec::<String>::new(), "shared: {shared}");
                 if log.shared.pool.no_ahead_files() {
                     eprintln!("{}: no files without a name here; checked that rolls still make files", dir.display());
                     break;
                 }
                 assert!(std::time::Instant::now() < deadline, "shared: {shared}: no roll named a file made ahead");
-                if named == 3 {
+                if named >= 3 {
                     // Done; an exclusive log may have begun to recycle, and
                     // then asks for no more.
                     break;

@@ -646,7 +646,7 @@ fn inode_of(file: &File) -> u64 {
 
 /// A segment file made ahead of the roll that will use it (see "A spare
 /// made ahead" in `prefault.rs`): made without a name (`O_TMPFILE`) in the
-/// partition's directory, allocated and faulted in whole off the
+/// partition's directory, allocated and its first part faulted in off the
 /// publishers' path, and named by [`FileStorage::name_ahead`] once a roll
 /// writes its header. A crash, or a log dropped before it is used, leaves
 /// nothing behind: the kernel frees a file without a name when its last
@@ -667,10 +667,12 @@ impl std::fmt::Debug for AheadFile {
 #[cfg(not(loom))]
 impl AheadFile {
     /// Makes one in `dir`, for segments of `capacity` region bytes and
-    /// `slots` index slots, and faults it in. `Unsupported` (or the
-    /// `open` error of an older kernel) where the filesystem makes no
-    /// files without a name.
-    pub(crate) fn make(dir: &Path, capacity: usize, slots: usize) -> io::Result<AheadFile> {
+    /// `slots` index slots, and faults in its header and the first
+    /// `faulted` bytes of its region (the rest is faulted ahead of its
+    /// writers once a segment is over it). `Unsupported` (or the `open`
+    /// error of an older kernel) where the filesystem makes no files
+    /// without a name.
+    pub(crate) fn make(dir: &Path, capacity: usize, slots: usize, faulted: usize) -> io::Result<AheadFile> {
         use std::os::unix::fs::OpenOptionsExt;
         let total = file_len(capacity as u64, slots as u64) as usize;
         let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_TMPFILE).mode(0o666).open(dir)?;
@@ -680,7 +682,7 @@ impl AheadFile {
         let map = unsafe { MmapOptions::new().len(total).map_mut(&file)? };
         let ahead = AheadFile { file, map };
         if let Some(ptr) = NonNull::new(ahead.map.as_ptr().cast_mut()) {
-            crate::log::storage::populate(ptr, total);
+            crate::log::storage::populate(ptr, (HEADER_BYTES + faulted).min(total));
         }
         Ok(ahead)
     }
