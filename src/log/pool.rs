@@ -15,10 +15,6 @@ use super::storage::Pages;
 use crate::error::{Error, Result};
 use crate::sync::{Arc, Mutex};
 
-/// Spare segment buffers of one partition, so rolling over to a new segment
-/// reuses warm memory instead of faulting in fresh pages. For a durable
-/// partition the spares are trimmed segment files, still mapped (see
-/// "Recycling" in `file/mod.rs`).
 /// The region bytes of a file made ahead that the prefault thread faults
 /// in when it makes it: the part a roll's first publishers write before
 /// the thread, asked by the roll, faults in the next part ahead of them
@@ -29,6 +25,10 @@ use crate::sync::{Arc, Mutex};
 #[cfg(not(loom))]
 pub(crate) const AHEAD_FILE_FAULTED: usize = 1 << 20;
 
+/// Spare segment buffers of one partition, so rolling over to a new segment
+/// reuses warm memory instead of faulting in fresh pages. For a durable
+/// partition the spares are trimmed segment files, still mapped (see
+/// "Recycling" in `file/mod.rs`).
 #[derive(Debug)]
 pub(crate) struct Pool {
     spare: Mutex<Vec<Buffers>>,
@@ -73,7 +73,8 @@ pub(crate) struct Pool {
     /// Where a file of a log shared by processes goes once trimmed and let
     /// go by this process (kept by no pool, see `give_back`): the prefault
     /// thread ("A trimmed file let go behind" in `prefault.rs`), or, if
-    /// none, dropped where it is. Set at open ([`Pool::letting_go_with`]).
+    /// none, dropped where it is. Set at open for shared pools only
+    /// ([`Pool::letting_go_with`]).
     #[cfg(not(loom))]
     let_go: Option<fn(Buffers)>,
 }
@@ -304,7 +305,8 @@ impl Pool {
             return;
         }
         if let Some(files) = &self.files {
-            // A durable log: its next file, made and faulted in here.
+            // A durable log: its next file, made here, its first part
+            // faulted in.
             match AheadFile::make(&files.dir, self.capacity, self.slot_count, AHEAD_FILE_FAULTED) {
                 Ok(made) => {
                     let mut slot = self.ahead_file.lock();
@@ -358,7 +360,7 @@ impl Pool {
         #[cfg(loom)]
         let _ = trimmed;
         #[cfg(not(loom))]
-        if let Some(let_go) = self.let_go.filter(|_| self.shared && buffers.storage().as_file().is_some()) {
+        if let Some(let_go) = self.let_go.filter(|_| buffers.storage().as_file().is_some()) {
             // Kept by no pool across processes: freed behind the roll
             // ("A trimmed file let go behind" in `prefault.rs`).
             return let_go(buffers);
