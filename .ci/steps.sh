@@ -12,6 +12,13 @@
 #   RILL_CI_ONLY=WORDS    run only the steps whose names contain WORDS
 #                         (case-insensitive; several, separated by commas,
 #                         run the steps matching any of them)
+#   RILL_CI_STEP_MINUTES=N
+#                         a step still running after N minutes (default 30)
+#                         fails: its log gets the threads of each of its
+#                         processes (with gdb's backtraces when gdb is
+#                         installed), then they are killed. A hang fails
+#                         its step with what it was waiting for, where it
+#                         would otherwise run the whole job out of time.
 #
 # Logs: target/ci-logs/<n>-<name>.log, n counting from 01 across .ci/run and
 # the .ci/test it calls (the directory is emptied when a run starts; .ci/run
@@ -24,6 +31,9 @@
 
 ci_logs=${RILL_CI_LOGS:-target/ci-logs}
 ci_tail=${RILL_CI_TAIL:-60}
+ci_step_minutes=${RILL_CI_STEP_MINUTES:-30}
+# The same in seconds, for trying the watcher out (RILL_CI_STEP_SECONDS=5).
+ci_step_seconds=${RILL_CI_STEP_SECONDS:-$((ci_step_minutes * 60))}
 ci_done=${RILL_CI_STEPS_DONE:-0}
 ci_started=${RILL_CI_STARTED:-$(date +%s)}
 if ((ci_done == 0)); then
@@ -73,8 +83,18 @@ ci_step() {
     printf '==> %s ... ' "$name"
   else
     printf '==> %s ... ' "$name"
-    (set -e; "$@") >"$log" 2>&1 </dev/null
+    # Job control on for the two background jobs: each gets a process group
+    # of its own, which the watcher (or we) can kill whole.
+    set -m
+    (set -e; "$@") >"$log" 2>&1 </dev/null &
+    local step=$!
+    ci_watch "$step" "$log" "$name" </dev/null &
+    local watcher=$!
+    set +m
+    wait "$step"
     rc=$?
+    kill -- -"$watcher" 2>/dev/null
+    wait "$watcher" 2>/dev/null
   fi
   set -e
   took=$(ci_duration $((SECONDS - start)))
@@ -86,12 +106,52 @@ ci_step() {
   {
     printf '\nstep failed: %s\nits log: %s\n' "$name" "$log"
     if [ "${RILL_CI_VERBOSE:-0}" != 1 ]; then
-      printf -- '--- the last %d lines of %s ---\n' "$ci_tail" "$log"
-      tail -n "$ci_tail" "$log"
+      if grep -q '^=== step ".*" still running after' "$log"; then
+        # Killed by its watcher: the tests libtest says ran long, then
+        # what every thread was doing.
+        printf -- '--- what %s says of the step, ran out of time ---\n' "$log"
+        grep 'has been running for over' "$log" || true
+        sed -n '/^=== step ".*" still running after/,$p' "$log" | head -n 800
+      else
+        printf -- '--- the last %d lines of %s ---\n' "$ci_tail" "$log"
+        tail -n "$ci_tail" "$log"
+      fi
       printf -- '--- end of %s ---\n' "$log"
     fi
   } >&2
   exit "$rc"
+}
+
+# ci_watch PGID LOG NAME: once the step whose process group is PGID has run
+# ci_step_minutes, appends to LOG what each of its processes' threads is
+# doing, then kills the group.
+ci_watch() {
+  local pgid=$1 log=$2 name=$3 start=$SECONDS p t
+  while ((SECONDS - start < ci_step_seconds)); do
+    kill -0 "$pgid" 2>/dev/null || return 0
+    sleep 5
+  done
+  kill -0 "$pgid" 2>/dev/null || return 0
+  {
+    printf '\n=== step "%s" still running after %s: its processes ===\n' "$name" "$(ci_duration "$ci_step_seconds")"
+    for p in $(pgrep -g "$pgid"); do
+      printf '\n--- pid %s: %s\n' "$p" "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+      for t in /proc/"$p"/task/*; do
+        printf '  thread %s %-16s waits in %s\n' "${t##*/}" "$(cat "$t/comm" 2>/dev/null)" "$(cat "$t/wchan" 2>/dev/null)"
+      done
+      case $(cat "/proc/$p/comm" 2>/dev/null) in
+      bash | sh | sleep | cargo | tee | timeout) continue ;;
+      esac
+      if command -v gdb >/dev/null; then
+        timeout 60 gdb -p "$p" -batch -ex 'thread apply all bt 12' 2>&1 | grep -E '^(Thread|#)' || true
+      fi
+    done
+    printf '\n=== killed ===\n'
+  } >>"$log" 2>&1
+  kill -TERM -- -"$pgid" 2>/dev/null
+  sleep 5
+  kill -KILL -- -"$pgid" 2>/dev/null
+  return 0
 }
 
 # Exports the count and start time for a script this one runs next, so that
