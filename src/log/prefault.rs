@@ -17,11 +17,11 @@
 //! A segment built over buffers not faulted in (fresh memory from
 //! `Buffers::map`, or a new segment file from the pool, made at the roll
 //! or ahead of it; not a recycled spare, not a memory spare made ahead,
-//! not a small first segment's heap block) carries an [`Ahead`]. When it is installed, the roller asks for its
-//! first [`AHEAD`] bytes; after that, a publisher whose reservation crosses
-//! a multiple of [`STEP`] bytes asks for the pages up to `AHEAD` past its
-//! end, and for the index slots records of the segment's average size
-//! would fill that far. The check is one comparison per append (`dir.rs`,
+//! not a small first segment's heap block) carries an [`Ahead`]. When it
+//! is installed, the roller asks for its first [`AHEAD`] bytes; after
+//! that, a publisher whose reservation crosses a multiple of [`STEP`]
+//! bytes asks for the pages up to `AHEAD` past its end, and for the index
+//! slots records of the segment's average size would fill that far. The check is one comparison per append (`dir.rs`,
 //! `reserve_then`); the ask, once per `STEP`, is a load on a segment that
 //! needs nothing. The thread faults the asked range in with
 //! `madvise(MADV_POPULATE_WRITE)` over the region and over the index, in
