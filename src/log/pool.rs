@@ -236,10 +236,18 @@ impl Pool {
         // Relaxed, all: a hint; a stale answer costs one spare made in vain
         // (the pool's bound still holds) or one segment faulted, or one
         // file made, by its writer.
-        let fresh = !self.recycling.load(Relaxed) || (self.shared && self.files.is_some());
-        fresh
+        self.grows()
             && self.spare.lock().is_empty()
             && (self.files.is_none() || (!self.no_ahead_files.load(Relaxed) && self.ahead_file.lock().is_none()))
+    }
+
+    /// Whether the log's rolls are into fresh memory or new files: it has
+    /// recycled nothing yet, or its files are shared by processes, which
+    /// never recycle them.
+    #[cfg(not(loom))]
+    fn grows(&self) -> bool {
+        // Relaxed: a hint, as in `wants_spare_ahead`.
+        !self.recycling.load(crate::sync::atomic::Ordering::Relaxed) || (self.shared && self.files.is_some())
     }
 
     /// The file made ahead, if this process made it (see `ahead_file`).
@@ -310,10 +318,9 @@ impl Pool {
             match AheadFile::make(&files.dir, self.capacity, self.slot_count, AHEAD_FILE_FAULTED) {
                 Ok(made) => {
                     let mut slot = self.ahead_file.lock();
-                    // Relaxed: as in `wants_spare_ahead`; checked again here
-                    // so a file made while the log began to recycle is let
-                    // go, not kept beside its spares.
-                    if slot.is_none() && (self.shared || !self.recycling.load(crate::sync::atomic::Ordering::Relaxed)) {
+                    // Checked again here so a file made while the log began
+                    // to recycle is let go, not kept beside its spares.
+                    if slot.is_none() && self.grows() {
                         *slot = Some((std::process::id(), made));
                     }
                 }
