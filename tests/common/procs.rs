@@ -27,6 +27,8 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use rill::{Broker, BrokerConfig, Fsync, Record, Sharing};
 
@@ -89,9 +91,35 @@ pub fn spawn(test: &str, role: &str, dir: &Path) -> Child {
         .unwrap()
 }
 
-/// Waits for a child and fails the test with its output if it failed.
+/// How long [`expect_success`] waits for a child: a hang guard, not a
+/// timing. A child's part waits for its own steps with [`super::WAIT`];
+/// one still running after this is stuck, and the test fails with what
+/// it printed rather than waiting for ever.
+const CHILD_DONE: Duration = Duration::from_secs(300);
+
+/// Waits for a child and fails the test with its output if it failed, or
+/// if it has not finished within [`CHILD_DONE`] (it is killed then).
 pub fn expect_success(child: Child, what: &str) {
-    let out = child.wait_with_output().unwrap();
+    let pid = child.id();
+    // Its pipes are read while it runs (a child that fills one would
+    // otherwise wait for us), on a thread, so the wait can end.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    let out = match rx.recv_timeout(CHILD_DONE) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            // SAFETY: kill(2) with a constant signal on our own child, which
+            // is not reaped yet (its waiter is still waiting); it touches no
+            // memory.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            let out = rx.recv().unwrap().unwrap();
+            panic!(
+                "{what} did not finish within {CHILD_DONE:?} and was killed:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    };
     assert!(
         out.status.success(),
         "{what} failed ({}):\n{}\n{}",
