@@ -146,6 +146,13 @@ struct Prefaulter {
     /// The [`Job::LetGo`]s done, for tests.
     #[cfg(test)]
     let_go_done: AtomicUsize,
+    /// For a test that waits for the thread in vain ([`describe`]): the
+    /// job it is on and since when, and whether it still runs (true from
+    /// its start).
+    #[cfg(test)]
+    busy: Mutex<Option<(&'static str, std::time::Instant)>>,
+    #[cfg(test)]
+    running: crate::sync::atomic::AtomicBool,
 }
 
 /// A request to the prefault thread.
@@ -275,6 +282,10 @@ fn prefaulter() -> Option<&'static Prefaulter> {
             letting_go: AtomicUsize::new(0),
             #[cfg(test)]
             let_go_done: AtomicUsize::new(0),
+            #[cfg(test)]
+            busy: Mutex::new(None),
+            #[cfg(test)]
+            running: crate::sync::atomic::AtomicBool::new(true),
         });
         let worker = p.clone();
         match crate::sync::spawn_named("rill-prefault".into(), move || run(&worker)) {
@@ -290,6 +301,8 @@ fn prefaulter() -> Option<&'static Prefaulter> {
 
 /// The thread: serves the requests, for ever.
 fn run(p: &Prefaulter) {
+    #[cfg(test)]
+    let _running = Running(p);
     loop {
         let mut jobs = {
             let mut queue = p.queue.lock();
@@ -308,6 +321,15 @@ fn run(p: &Prefaulter) {
             Job::LetGo(_) => 2,
         });
         for job in jobs {
+            #[cfg(test)]
+            {
+                let kind = match &job {
+                    Job::Ahead(_) => "faulting a segment ahead",
+                    Job::Spare(_) => "making a spare",
+                    Job::LetGo(_) => "letting a file go",
+                };
+                *p.busy.lock() = Some((kind, std::time::Instant::now()));
+            }
             match job {
                 Job::LetGo(buffers) => {
                     drop(buffers);
@@ -327,6 +349,43 @@ fn run(p: &Prefaulter) {
                     }
                 }
             }
+            #[cfg(test)]
+            {
+                *p.busy.lock() = None;
+            }
+        }
+    }
+}
+
+/// Clears `Prefaulter::running` (for [`describe`]) when `run` ends, which
+/// it does only by a panic.
+#[cfg(test)]
+struct Running<'a>(&'a Prefaulter);
+
+#[cfg(test)]
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        // Relaxed: a test's report, ordered with nothing.
+        self.0.running.store(false, Relaxed);
+    }
+}
+
+/// What the prefault thread is doing, for the message of a test that
+/// waited for it in vain.
+#[cfg(test)]
+pub(super) fn describe() -> String {
+    match PREFAULTER.get() {
+        None => "no prefault thread was asked for yet".into(),
+        Some(None) => "the prefault thread could not be started".into(),
+        Some(Some(p)) => {
+            let queued = p.queue.lock().len();
+            let busy = match *p.busy.lock() {
+                Some((kind, since)) => format!("{kind} for {:?}", since.elapsed()),
+                None => "idle".into(),
+            };
+            // Relaxed: as in `Running::drop`.
+            let running = if p.running.load(Relaxed) { "running" } else { "ended (a job panicked)" };
+            format!("the prefault thread: {running}, {busy}, {queued} jobs queued")
         }
     }
 }
@@ -362,7 +421,11 @@ mod tests {
         while a.finished.load(Relaxed) < a.asked.load(Relaxed)
             || a.finished_slots.load(Relaxed) < a.asked_slots.load(Relaxed)
         {
-            assert!(std::time::Instant::now() < deadline, "the prefault thread did not serve the segment");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the prefault thread did not serve the segment: {}",
+                describe()
+            );
             std::thread::yield_now();
         }
     }
@@ -426,7 +489,7 @@ mod tests {
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while log.stats().spare_segments == 0 {
-            assert!(std::time::Instant::now() < deadline, "no spare was made ahead");
+            assert!(std::time::Instant::now() < deadline, "no spare was made ahead: {}", describe());
             std::thread::yield_now();
         }
         // The roll takes it: the second full-size segment comes faulted in.
@@ -469,7 +532,11 @@ mod tests {
                 log.append(&record).unwrap();
             }
             assert!(p.letting_go.load(Relaxed) <= MAX_LET_GO_QUEUED);
-            assert!(std::time::Instant::now() < deadline, "no trimmed file came to the prefault thread");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no trimmed file came to the prefault thread: {}",
+                describe()
+            );
         }
         drop(log);
         let spares = || {

@@ -322,7 +322,11 @@ fn fill_to_segments(log: &Log, segments: usize) {
 fn eventually(what: &str, done: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !done() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what} ({})",
+            super::prefault::describe()
+        );
         std::thread::yield_now();
     }
 }
@@ -443,7 +447,18 @@ fn segments_a_pass_replaces_come_back_without_turning_off_spares_made_ahead() {
     while log.stats().segments < segments + SPARE_SEGMENTS + 1 {
         append(&log);
     }
-    eventually("a spare is made ahead", || log.stats().spare_segments == 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while log.stats().spare_segments != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no spare was made ahead ({}; asked and not made: {}, recycling: {}, {:?})",
+            super::prefault::describe(),
+            log.shared.pool.spare_requested(),
+            log.shared.pool.is_recycling(),
+            log.stats()
+        );
+        std::thread::yield_now();
+    }
 }
 
 #[test]
