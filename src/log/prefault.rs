@@ -21,12 +21,12 @@
 //! is installed, the roller asks for its first [`AHEAD`] bytes; after
 //! that, a publisher whose reservation crosses a multiple of [`STEP`]
 //! bytes asks for the pages up to `AHEAD` past its end, and for the index
-//! slots records of the segment's average size would fill that far. The check is one comparison per append (`dir.rs`,
-//! `reserve_then`); the ask, once per `STEP`, is a load on a segment that
-//! needs nothing. The thread faults the asked range in with
-//! `madvise(MADV_POPULATE_WRITE)` over the region and over the index, in
-//! chunks (`storage::populate`: a thread that maps or unmaps waits for one
-//! chunk at most).
+//! slots records of the segment's average size would fill that far. The
+//! check is one comparison per append (`dir.rs`, `reserve_then`); the ask,
+//! once per `STEP`, is a load on a segment that needs nothing. The thread
+//! faults the asked range in with `madvise(MADV_POPULATE_WRITE)` over the
+//! region and over the index, in chunks (`storage::populate`: a thread
+//! that maps or unmaps waits for one chunk at most).
 //!
 //! * Bounded: a segment is faulted at most `AHEAD` bytes (rounded to
 //!   whole pages, or the huge page it falls in) past the furthest a

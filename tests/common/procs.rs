@@ -24,11 +24,10 @@
 //! ```
 
 use std::collections::BTreeSet;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rill::{Broker, BrokerConfig, Fsync, Record, Sharing};
 
@@ -99,27 +98,42 @@ const CHILD_DONE: Duration = Duration::from_secs(300);
 
 /// Waits for a child and fails the test with its output if it failed, or
 /// if it has not finished within [`CHILD_DONE`] (it is killed then).
-pub fn expect_success(child: Child, what: &str) {
-    let pid = child.id();
+pub fn expect_success(mut child: Child, what: &str) {
     // Its pipes are read while it runs (a child that fills one would
-    // otherwise wait for us), on a thread, so the wait can end.
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || tx.send(child.wait_with_output()));
-    let out = match rx.recv_timeout(CHILD_DONE) {
-        Ok(out) => out.unwrap(),
-        Err(_) => {
-            // SAFETY: kill(2) with a constant signal on our own child, which
-            // is not reaped yet (its waiter is still waiting); it touches no
-            // memory.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-            let out = rx.recv().unwrap().unwrap();
-            panic!(
-                "{what} did not finish within {CHILD_DONE:?} and was killed:\n{}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+    // otherwise wait for us), on threads, so the wait can end.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut out);
+            }
+            out
+        })
     };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    // No event says a child ended: polled, as `wait_for` polls.
+    let deadline = Instant::now() + CHILD_DONE;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+    let Some(status) = status else {
+        panic!(
+            "{what} did not finish within {CHILD_DONE:?} and was killed:\n{}\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        );
+    };
+    let out = std::process::Output { status, stdout, stderr };
     assert!(
         out.status.success(),
         "{what} failed ({}):\n{}\n{}",
