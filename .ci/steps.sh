@@ -123,8 +123,8 @@ ci_step() {
 }
 
 # ci_watch PGID LOG NAME: once the step whose process group is PGID has run
-# ci_step_minutes, appends to LOG what each of its processes' threads is
-# doing, then kills the group.
+# ci_step_seconds (RILL_CI_STEP_MINUTES, or RILL_CI_STEP_SECONDS), appends
+# to LOG what each of its processes' threads is doing, then kills the group.
 ci_watch() {
   local pgid=$1 log=$2 name=$3 start=$SECONDS p t
   while ((SECONDS - start < ci_step_seconds)); do

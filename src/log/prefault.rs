@@ -393,6 +393,7 @@ pub(super) fn describe() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::tests::HangGuard;
     use crate::log::{DurableLog, Log, LogConfig, Record};
     use crate::sync::atomic::Ordering::Relaxed;
 
@@ -416,18 +417,14 @@ mod tests {
     /// thread has done what `seg` asks.
     fn served(seg: &Segment) {
         let a = seg.ahead().expect("a segment over fresh buffers");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         // `finished`, not `done`: `done` is claimed before the faulting.
-        while a.finished.load(Relaxed) < a.asked.load(Relaxed)
-            || a.finished_slots.load(Relaxed) < a.asked_slots.load(Relaxed)
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the prefault thread did not serve the segment: {}",
-                describe()
-            );
-            std::thread::yield_now();
-        }
+        HangGuard::new().wait(
+            || {
+                a.finished.load(Relaxed) >= a.asked.load(Relaxed)
+                    && a.finished_slots.load(Relaxed) >= a.asked_slots.load(Relaxed)
+            },
+            || "the prefault thread did not serve the segment".into(),
+        );
     }
 
     const RECORD: usize = 64;
@@ -487,11 +484,7 @@ mod tests {
         while seg.used_bytes() + AHEAD < seg.capacity() {
             log.append(&record).unwrap();
         }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while log.stats().spare_segments == 0 {
-            assert!(std::time::Instant::now() < deadline, "no spare was made ahead: {}", describe());
-            std::thread::yield_now();
-        }
+        HangGuard::new().wait(|| log.stats().spare_segments > 0, || "no spare was made ahead".into());
         // The roll takes it: the second full-size segment comes faulted in.
         while log.stats().segments < 3 {
             log.append(&record).unwrap();
@@ -524,7 +517,7 @@ mod tests {
         let record = Record::new(&body);
         let p = prefaulter().expect("the test process has the thread");
         let done = p.let_go_done.load(Relaxed);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let guard = HangGuard::new();
         // Well past the retention, so rolls trim: each trimmed file comes
         // to the thread once this thread's epoch lets its segment go.
         while log.stats().trimmed_segments < 8 || p.let_go_done.load(Relaxed) == done {
@@ -532,11 +525,7 @@ mod tests {
                 log.append(&record).unwrap();
             }
             assert!(p.letting_go.load(Relaxed) <= MAX_LET_GO_QUEUED);
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no trimmed file came to the prefault thread: {}",
-                describe()
-            );
+            guard.check(|| "no trimmed file came to the prefault thread".into());
         }
         drop(log);
         let spares = || {
@@ -548,11 +537,13 @@ mod tests {
         };
         // The last trimmed files go once the epoch and then the thread let
         // them go: this thread's pins move the epoch on.
-        while !spares().is_empty() {
-            crate::sync::epoch::pin().flush();
-            assert!(std::time::Instant::now() < deadline, "spare names left behind: {:?}", spares());
-            std::thread::yield_now();
-        }
+        guard.wait(
+            || {
+                crate::sync::epoch::pin().flush();
+                spares().is_empty()
+            },
+            || format!("spare names left behind: {:?}", spares()),
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -573,7 +564,7 @@ mod tests {
             let (log, _) = Log::open_in(&config(), 0, &durable, sharing).unwrap();
             let body = [7u8; RECORD];
             let record = Record::new(&body);
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let guard = HangGuard::new();
             let mut named = 0;
             while named < 3 {
                 let base = newest(&log).base();
@@ -586,7 +577,7 @@ mod tests {
                     eprintln!("{}: no files without a name here; checked that rolls still make files", dir.display());
                     break;
                 }
-                assert!(std::time::Instant::now() < deadline, "shared: {shared}: no roll named a file made ahead");
+                guard.check(|| format!("shared: {shared}: no roll named a file made ahead"));
                 if named >= 3 {
                     // Done; an exclusive log may have begun to recycle, and
                     // then asks for no more.
@@ -594,15 +585,16 @@ mod tests {
                 }
                 // Each roll asks for the next: wait for it, so that the
                 // roll after it finds it.
-                while !log.shared.pool.has_ahead_file() && !log.shared.pool.no_ahead_files() {
-                    assert!(
-                        std::time::Instant::now() < deadline,
-                        "shared: {shared}: no file was made ahead ({named} named, recycling {}, {:?})",
-                        log.shared.pool.is_recycling(),
-                        log.stats()
-                    );
-                    std::thread::yield_now();
-                }
+                guard.wait(
+                    || log.shared.pool.has_ahead_file() || log.shared.pool.no_ahead_files(),
+                    || {
+                        format!(
+                            "shared: {shared}: no file was made ahead ({named} named, recycling {}, {:?})",
+                            log.shared.pool.is_recycling(),
+                            log.stats()
+                        )
+                    },
+                );
             }
             assert_eq!(other_names(&dir), Vec::<String>::new());
             let segments = log.stats().segments;

@@ -318,17 +318,34 @@ fn fill_to_segments(log: &Log, segments: usize) {
     }
 }
 
-/// Waits (up to a minute: a hang guard) until `done` holds.
-fn eventually(what: &str, done: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !done() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting until {what} ({})",
-            super::prefault::describe()
-        );
-        std::thread::yield_now();
+/// A bound on a test's wait for another thread (the prefault thread, an
+/// epoch's reclamation): a minute, a hang guard and not a timing, since a
+/// wait that is going to end ends in milliseconds. Its panic says what the
+/// test waited for and what the prefault thread is doing.
+pub(super) struct HangGuard(std::time::Instant);
+
+impl HangGuard {
+    pub(super) fn new() -> Self {
+        HangGuard(std::time::Instant::now() + std::time::Duration::from_secs(60))
     }
+
+    /// Panics with `why()` once the minute is up.
+    pub(super) fn check(&self, why: impl FnOnce() -> String) {
+        assert!(std::time::Instant::now() < self.0, "{} ({})", why(), super::prefault::describe());
+    }
+
+    /// Yields until `done` holds, checking the bound between tries.
+    pub(super) fn wait(&self, mut done: impl FnMut() -> bool, why: impl Fn() -> String) {
+        while !done() {
+            self.check(&why);
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Waits (see [`HangGuard`]) until `done` holds.
+fn eventually(what: &str, done: impl Fn() -> bool) {
+    HangGuard::new().wait(done, || format!("timed out waiting until {what}"));
 }
 
 #[test]
@@ -447,18 +464,17 @@ fn segments_a_pass_replaces_come_back_without_turning_off_spares_made_ahead() {
     while log.stats().segments < segments + SPARE_SEGMENTS + 1 {
         append(&log);
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while log.stats().spare_segments != 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no spare was made ahead ({}; asked and not made: {}, recycling: {}, {:?})",
-            super::prefault::describe(),
-            log.shared.pool.spare_requested(),
-            log.shared.pool.is_recycling(),
-            log.stats()
-        );
-        std::thread::yield_now();
-    }
+    HangGuard::new().wait(
+        || log.stats().spare_segments == 1,
+        || {
+            format!(
+                "no spare was made ahead (asked and not made: {}, recycling: {}, {:?})",
+                log.shared.pool.spare_requested(),
+                log.shared.pool.is_recycling(),
+                log.stats()
+            )
+        },
+    );
 }
 
 #[test]
