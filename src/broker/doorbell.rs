@@ -411,6 +411,11 @@ pub(crate) struct Bell {
     /// wakes another process's doorbell (and when it does, that doorbell
     /// looks and sleeps again).
     nudge_bit: u32,
+    /// This broker's locks on the segment files it maps, one lock file for
+    /// the data directory (see `log/file/map_locks.rs`): kept here, beside
+    /// the directory's other shared state, for every topic it opens.
+    #[cfg(not(loom))]
+    maps: crate::sync::Arc<crate::log::file::MapLocks>,
     /// Loom's stand-in for the kernel's futex queue: a wait checks the word
     /// and, if it holds the value, queues its bitset and sleeps under this
     /// lock until a wake whose bitset meets it.
@@ -435,7 +440,17 @@ impl Bell {
     /// Maps the bell of the data directory `root` (`init`: made afresh by
     /// its first opener).
     pub(crate) fn open(root: &Path, init: bool) -> Result<Bell> {
-        Ok(Bell::over(Page::open(&root.join(BELL_FILE), init)?))
+        let page = Page::open(&root.join(BELL_FILE), init)?;
+        #[cfg(not(loom))]
+        return Ok(Bell::over(page, crate::log::file::MapLocks::open(root)?));
+        #[cfg(loom)]
+        Ok(Bell::over(page))
+    }
+
+    /// This broker's locks on the segment files it maps.
+    #[cfg(not(loom))]
+    pub(crate) fn maps(&self) -> &crate::sync::Arc<crate::log::file::MapLocks> {
+        &self.maps
     }
 
     /// A bell no file backs, for the loom models.
@@ -444,10 +459,12 @@ impl Bell {
         Bell::over(Page::in_memory())
     }
 
-    fn over(page: Page) -> Bell {
+    fn over(page: Page, #[cfg(not(loom))] maps: crate::sync::Arc<crate::log::file::MapLocks>) -> Bell {
         Bell {
             page,
             nudge_bit: 2 << (std::process::id() % 31),
+            #[cfg(not(loom))]
+            maps,
             #[cfg(loom)]
             queue: (Mutex::new(LoomQueue::default()), Condvar::new()),
         }

@@ -485,9 +485,14 @@ impl Topic {
                 let durable = DurableLog { dir: dir(i), fsync, repair };
                 let (log, report) = match opening {
                     Opening::Alone => Log::open(&config, i, &durable)?,
+                    #[cfg(not(loom))]
+                    Opening::First => Log::open_with(&config, i, &durable, Sharing::Processes, bell.map(|b| b.maps()))?,
+                    #[cfg(loom)]
                     Opening::First => Log::open_in(&config, i, &durable, Sharing::Processes)?,
                     #[cfg(not(loom))]
-                    Opening::Join => (Log::join(&config, i, &durable)?, Default::default()),
+                    Opening::Join => {
+                        (Log::join_with(&config, i, &durable, bell.map(|b| b.maps()))?, Default::default())
+                    }
                     // Never reached: a Processes broker does not open under
                     // loom (see `BrokerInner::open_data_dir`).
                     #[cfg(loom)]

@@ -826,6 +826,11 @@ fn rebuild_file(
             log::warn!("could not delete rebuilt segment file {}: {e}", temp.display());
         }
     };
+    // Shared: held as every mapping is (a new file, which no one frees).
+    if let Err(e) = files.hold(&storage) {
+        discard(None);
+        return Err(e);
+    }
     let new = match Buffers::over(Box::new(storage), positions.len(), Pages::Small) {
         Ok(buffers) => Segment::recovered(seg.base(), buffers, shared.pool.clone(), &positions, used, true),
         Err(e) => {

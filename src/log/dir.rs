@@ -201,11 +201,12 @@
 //!   the roll over at once, as above: the sealer is dead or late.
 //! * **What a process cannot learn from another's directory**: retention.
 //!   The roll's installer (sealer or follower) trims its own directory as
-//!   any roll does; a trimmed file is renamed and deleted when this
-//!   process's last reader lets go (no spare files are kept in this mode, so
-//!   nothing is recycled under another process's mapping; the process that
-//!   rolls has its next file made ahead instead, see "A spare made ahead"
-//!   in `prefault.rs`). A process still
+//!   any roll does; a trimmed file is renamed to a spare and, once every
+//!   process has let go of it, freed for a later roll to reuse, never while
+//!   another process maps it (see "Recycling across processes" in
+//!   `file/mod.rs`; the process that rolls also has its next file made
+//!   ahead, for a roll that finds no free file, see "A spare made ahead" in
+//!   `prefault.rs`). A process still
 //!   reading a segment another process trimmed keeps its own mapping, which
 //!   stays valid. A process whose directory ends before a successor that
 //!   was made *and trimmed* meanwhile finds no file by that name but older
@@ -906,7 +907,8 @@ impl Shared {
         let taken = self.pool.take(base, Pages::Huge);
         // This process rolls this partition: have its next file made ahead
         // ("A spare made ahead" in `prefault.rs`; a log shared by processes
-        // never recycles its files).
+        // keeps no spares in its pool, and a roll that finds no free file
+        // takes this one).
         super::prefault::ahead(&self.pool);
         match taken {
             Ok(buffers) => Ok(Arc::new(Segment::new(base, buffers, self.pool.clone()))),
@@ -1078,9 +1080,21 @@ pub(super) fn open_shared_segment(pool: &Arc<Pool>, base: u64) -> Result<Option<
         Err(Error::Io { kind: std::io::ErrorKind::NotFound, .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
+    // Held before anything of it is read (see "Recycling across processes"
+    // in `file/mod.rs`): refused, the file is being freed or reused, so it
+    // is no longer this segment's; granted, no one rewrites it while we map
+    // it. A file reused between our open and our hold is another
+    // segment's: its name is gone (or another file's), as a trimmed one's.
+    if !files.hold(&storage)? {
+        return Ok(None);
+    }
+    let renamed = || file::inode_at(&path).map_or(true, |now| now != Some(storage.inode()));
     // The fixed fields only: they are written before the file is linked and
     // never after (the tail word and the seal further on may be changing).
     let header = Header::decode(&storage.bytes()[..HEADER_END]).ok();
+    if header.is_some_and(|h| h.base != base) && renamed() {
+        return Ok(None);
+    }
     if header.is_none_or(|h| h.base != base) || !storage.has_index() {
         return Err(Error::Corrupt {
             file: path,

@@ -6,7 +6,7 @@
 use super::config::{self, LogConfig, SPARE_SEGMENTS};
 use super::dir::{self, Dir, Shared};
 use super::durable::{self, Durability, DurableLog, Fsync, RecoveryReport};
-use super::file::{self, Files};
+use super::file::{self, Files, MapLocks};
 use super::pool::Pool;
 use super::segment::{self, Segment};
 use super::storage::Pages;
@@ -173,6 +173,19 @@ impl Log {
         durable: &DurableLog,
         sharing: Sharing,
     ) -> Result<(Log, RecoveryReport)> {
+        Self::open_with(config, partition, durable, sharing, None)
+    }
+
+    /// [`Log::open_in`]; shared by processes, its mappings locked in `maps`
+    /// (a broker's, one per data directory), or, if `None`, in a lock file
+    /// of the partition's own (see `file/map_locks.rs`).
+    pub(crate) fn open_with(
+        config: &LogConfig,
+        partition: u32,
+        durable: &DurableLog,
+        sharing: Sharing,
+        maps: Option<&Arc<MapLocks>>,
+    ) -> Result<(Log, RecoveryReport)> {
         let processes = sharing == Sharing::Processes;
         let mut sizes = config.resolve()?;
         sizes.frame = file::FRAME_LEN as u64;
@@ -181,8 +194,14 @@ impl Log {
         let recovered = recovery::recover(&durable.dir, durable.repair)?;
         let flush = durable.fsync != Fsync::Never;
         let files = Files::new(durable.dir.clone(), flush);
-        // No spare files when shared: a trimmed file may still be mapped by
-        // another process, so it is never reused (see `dir.rs`).
+        #[cfg(not(loom))]
+        let files = if processes { files.shared_with(map_locks(durable, maps)?) } else { files };
+        #[cfg(loom)]
+        let _ = maps;
+        // No spares kept by the pool when shared: a trimmed file may still
+        // be mapped by another process, so it is freed for reuse by the
+        // last process to let go of it, in the directory (see "Recycling
+        // across processes" in `file/mod.rs`).
         let spares = if processes { 0 } else { SPARE_SEGMENTS };
         let pool = Pool::for_files(sizes.region_bytes(), sizes.slots, spares, files);
         let pool = Arc::new(if processes { shared_files(pool) } else { pool });
@@ -196,6 +215,11 @@ impl Log {
                     storage.flush_region(0, kept.used)?;
                 }
                 storage.mark_complete(kept.positions.len() as u64, kept.used, flush)?;
+            }
+            // Shared: held as every mapping is (no other process has the
+            // directory yet, so no one is freeing it).
+            if let Some(files) = pool.files() {
+                files.hold(&kept.storage)?;
             }
             let buffers = segment::Buffers::over(Box::new(kept.storage), kept.positions.len(), Pages::Small)?;
             segs.push(Arc::new(Segment::recovered(
@@ -237,6 +261,14 @@ impl Log {
         Ok((Self::assemble(sizes, partition, segs, pool, Some((durability, durable.fsync)), processes), report))
     }
 
+    /// [`Log::join_with`], its mappings locked in a lock file of the
+    /// partition's own: each join in one process stands in for another
+    /// process (see `file/map_locks.rs`).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn join(config: &LogConfig, partition: u32, durable: &DurableLog) -> Result<Log> {
+        Self::join_with(config, partition, durable, None)
+    }
+
     /// Joins the durable partition in `durable.dir` that another process
     /// opened with [`Sharing::Processes`] and may be appending to: maps its
     /// segment files as they are, recovering nothing (the first opener
@@ -250,12 +282,21 @@ impl Log {
     /// The caller makes sure the first opener has finished opening (the
     /// broker: under its data directory's `INIT` and `topics.lock` locks,
     /// see "Several processes" in `broker/store/mod.rs`).
+    ///
+    /// Its mappings are locked in `maps` (a broker's), or in a lock file of
+    /// the partition's own if `None` (see [`Log::open_with`]).
     #[cfg(not(loom))]
-    pub(crate) fn join(config: &LogConfig, partition: u32, durable: &DurableLog) -> Result<Log> {
+    pub(crate) fn join_with(
+        config: &LogConfig,
+        partition: u32,
+        durable: &DurableLog,
+        maps: Option<&Arc<MapLocks>>,
+    ) -> Result<Log> {
         let mut sizes = config.resolve()?;
         sizes.frame = file::FRAME_LEN as u64;
         crate::clock::warm_up();
-        let files = Files::new(durable.dir.clone(), durable.fsync != Fsync::Never);
+        let files =
+            Files::new(durable.dir.clone(), durable.fsync != Fsync::Never).shared_with(map_locks(durable, maps)?);
         let pool = Arc::new(shared_files(Pool::for_files(sizes.region_bytes(), sizes.slots, 0, files)));
         let segs = dir::list_shared_segments(&pool)?;
         if segs.is_empty() {
@@ -266,6 +307,15 @@ impl Log {
         }
         let durability = Durability::new(segs[0].base());
         Ok(Self::assemble(sizes, partition, segs, pool, Some((durability, durable.fsync)), true))
+    }
+}
+
+/// The locks of a log shared by processes: `maps`, or the partition's own.
+#[cfg(not(loom))]
+fn map_locks(durable: &DurableLog, maps: Option<&Arc<MapLocks>>) -> Result<Arc<MapLocks>> {
+    match maps {
+        Some(maps) => Ok(maps.clone()),
+        None => MapLocks::open(&durable.dir),
     }
 }
 

@@ -65,6 +65,9 @@ pub(crate) struct Pool {
     /// Files made ahead that a roll named, for tests.
     #[cfg(all(test, not(loom)))]
     named_ahead: crate::sync::atomic::AtomicU64,
+    /// Free files a roll reused, for tests.
+    #[cfg(all(test, not(loom)))]
+    reused_free: crate::sync::atomic::AtomicU64,
     /// The segments of this pool are shared by processes
     /// ([`super::Sharing::Processes`]): they commit and seal by
     /// compare-and-swap (see "An abandoned reservation" in `segment.rs`).
@@ -99,6 +102,8 @@ impl Pool {
             no_ahead_files: crate::sync::atomic::AtomicBool::new(false),
             #[cfg(all(test, not(loom)))]
             named_ahead: crate::sync::atomic::AtomicU64::new(0),
+            #[cfg(all(test, not(loom)))]
+            reused_free: crate::sync::atomic::AtomicU64::new(0),
             shared: false,
             #[cfg(not(loom))]
             let_go: None,
@@ -165,12 +170,32 @@ impl Pool {
                     Err(e) => log::warn!("could not reuse a spare segment file: {e}"),
                 }
             }
+            // Shared by processes: a file another use trimmed and every
+            // process let go of ("Recycling across processes" in
+            // `file/mod.rs`).
+            #[cfg(not(loom))]
+            if let Some(storage) = files.claim_free(self.capacity, self.slot_count)? {
+                let buffers = Buffers::over(Box::new(storage), self.slot_count, pages)?;
+                buffers.reset_claimed();
+                let file = buffers.storage().as_file().expect("over a file");
+                // `AlreadyExists`: another publisher retrying the same roll
+                // made the file; ours stays free (its name unchanged).
+                file.reuse(base, files.flush)?;
+                files.created();
+                #[cfg(test)]
+                self.reused_free.fetch_add(1, crate::sync::atomic::Ordering::Relaxed);
+                // Its pages are the page cache's, not this mapping's yet:
+                // faulted in ahead of the tail, as a new file's.
+                return Ok(buffers.unfaulted());
+            }
             #[cfg(not(loom))]
             if let Some(made) = self.take_ahead_file() {
                 match files.name_ahead(made, base, self.capacity, self.slot_count) {
                     // Its first part faulted in when it was made, the rest
                     // ahead of the tail, as a new file's.
                     Ok(storage) => {
+                        // A new file: no one else can be freeing it.
+                        files.hold(&storage)?;
                         #[cfg(test)]
                         self.named_ahead.fetch_add(1, crate::sync::atomic::Ordering::Relaxed);
                         return Buffers::over(Box::new(storage), self.slot_count, pages).map(Buffers::unfaulted);
@@ -190,6 +215,7 @@ impl Pool {
                 }
             }
             let storage = files.create(base, self.capacity, self.slot_count)?;
+            files.hold(&storage)?;
             // A new file: its pages are faulted in ahead of the tail
             // ("Ahead of the tail" in `prefault.rs`).
             return Buffers::over(Box::new(storage), self.slot_count, pages).map(Buffers::unfaulted);
@@ -228,8 +254,9 @@ impl Pool {
     /// A pool whose next roll would be into fresh memory or a new file (see
     /// "A spare made ahead" in `prefault.rs`): it has no spare, and its log
     /// still grows toward its retention (it has recycled nothing yet) or,
-    /// shared by processes, never recycles; a durable one has no file made
-    /// ahead either, and a filesystem that makes files without a name.
+    /// shared by processes, keeps no spares (its rolls reuse free files
+    /// when there are some); a durable one has no file made ahead either,
+    /// and a filesystem that makes files without a name.
     #[cfg(not(loom))]
     pub(crate) fn wants_spare_ahead(&self) -> bool {
         use crate::sync::atomic::Ordering::Relaxed;
@@ -241,9 +268,10 @@ impl Pool {
             && (self.files.is_none() || (!self.no_ahead_files.load(Relaxed) && self.ahead_file.lock().is_none()))
     }
 
-    /// Whether the log's rolls are into fresh memory or new files: it has
-    /// recycled nothing yet, or its files are shared by processes, which
-    /// never recycle them.
+    /// Whether the log's rolls may be into fresh memory or new files: it has
+    /// recycled nothing yet, or its files are shared by processes, whose
+    /// pool keeps no spares (a roll reuses a free file if there is one, and
+    /// makes or takes one made ahead if not).
     #[cfg(not(loom))]
     fn grows(&self) -> bool {
         // Relaxed: a hint, as in `wants_spare_ahead`.
@@ -267,6 +295,12 @@ impl Pool {
     #[cfg(all(test, not(loom)))]
     pub(crate) fn named_ahead(&self) -> u64 {
         self.named_ahead.load(crate::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many free files rolls reused.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn reused_free(&self) -> u64 {
+        self.reused_free.load(crate::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether the filesystem was found to make no files without a name.
@@ -345,6 +379,14 @@ impl Pool {
     /// Takes back the buffers of a dropped segment whose records used the
     /// first `used` slots; `trimmed`: by retention.
     fn give_back(&self, buffers: Buffers, used: usize, trimmed: bool) {
+        #[cfg(not(loom))]
+        if let Some(let_go) = self.let_go.filter(|_| buffers.storage().as_file().is_some()) {
+            // Shared by processes: kept by no pool, every file is let go
+            // behind the roll ("A trimmed file let go behind" in
+            // `prefault.rs`), where the last process to let go of a trimmed
+            // one frees it for reuse (`FileStorage`'s drop).
+            return let_go(buffers);
+        }
         if buffers.storage().as_file().is_some_and(|f| !f.is_spare()) {
             // The file of a segment the log still had at close: it stays.
             return;
@@ -366,12 +408,6 @@ impl Pool {
         }
         #[cfg(loom)]
         let _ = trimmed;
-        #[cfg(not(loom))]
-        if let Some(let_go) = self.let_go.filter(|_| buffers.storage().as_file().is_some()) {
-            // Kept by no pool across processes: freed behind the roll
-            // ("A trimmed file let go behind" in `prefault.rs`).
-            return let_go(buffers);
-        }
         // A spare file dropped here (the pool is full) deletes itself.
         let mut spare = self.spare.lock();
         if spare.len() < self.max_spare {

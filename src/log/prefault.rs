@@ -67,9 +67,11 @@
 //!   and link a file on the publisher's path (on tmpfs the allocation
 //!   zeroes every page). A file without a name is freed by the kernel with
 //!   its last descriptor, so a crash or a log dropped first leaves nothing
-//!   for recovery. A log shared by processes never recycles its files (see
-//!   "The roll across processes" in `dir.rs`), so the process that rolls a
-//!   partition asks at every roll: that process holds one file more than
+//!   for recovery. A log shared by processes keeps no spares in its pool
+//!   (its trimmed files are reused through the directory once every process
+//!   has let go of them: "Recycling across processes" in `file/mod.rs`),
+//!   so the process that rolls a partition asks at every roll, for the
+//!   rolls that find no free file: that process holds one file more than
 //!   the partition's retention. The request is made in the process that
 //!   made the file only: a child forked since shares its descriptor, and
 //!   leaves it alone. A filesystem without files without a name is found
@@ -79,14 +81,15 @@
 //!
 //! # A trimmed file let go behind
 //!
-//! A log shared by processes keeps no spare files: the file of a segment
-//! retention trimmed is deleted once the last reader in this process lets
-//! go of it, and on tmpfs that frees its pages then, in `munmap`, page by
-//! page. Where a log of one process would hand the file back to its pool
-//! for reuse, the roll's thread (a publisher, through the epoch's deferred
-//! drop) would pay for the freeing at every roll. So the pool hands the
-//! file to this thread, which drops it: its spare name goes, then its
-//! mapping. Bounded: at most [`MAX_LET_GO_QUEUED`] files wait for the
+//! A log shared by processes keeps no spare files in its pool: a mapping
+//! of a segment file it no longer reads is let go, and the last process to
+//! let go of a trimmed one frees it for reuse, or deletes it (on tmpfs that
+//! frees its pages then, in `munmap`, page by page; see "Recycling across
+//! processes" in `file/mod.rs`). Where a log of one process would hand the
+//! file back to its pool, the roll's thread (a publisher, through the
+//! epoch's deferred drop) would pay for those system calls at every roll.
+//! So the pool hands every file it lets go to this thread, which drops it:
+//! its lock, the free step if it is the last, then its mapping. Bounded: at most [`MAX_LET_GO_QUEUED`] files wait for the
 //! thread, so memory and disk wait at most that many segments for their
 //! freeing; a trim past the bound, or in a process without the thread (a
 //! forked child), drops its file where it is, as before. A file that waits

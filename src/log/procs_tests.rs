@@ -529,10 +529,17 @@ fn a_view_behind_another_processs_retention_skips_to_the_oldest_retained_record(
 
     // The other process publishes on, rolling and trimming well past the
     // first segment, which the two behind views still hold.
+    // On until a file was reused meanwhile (the files no other view maps
+    // are, once the epoch lets their segments go; see "Recycling across
+    // processes" in `file/mod.rs`); never the one the reader holds, or it
+    // would not read its records below.
     let mut seq = 1;
-    while ahead.first_offset() < 2_000 {
+    let deadline = Instant::now() + PATIENCE;
+    while ahead.first_offset() < 2_000 || ahead.shared.pool.reused_free() == 0 {
+        assert!(Instant::now() < deadline, "no trimmed file was reused after {seq} records");
         publish(&ahead, 0, seq);
         seq += 1;
+        crate::sync::epoch::pin().flush();
     }
     let (first, end) = (ahead.first_offset(), ahead.end_offset());
 
@@ -558,6 +565,53 @@ fn a_view_behind_another_processs_retention_skips_to_the_oldest_retained_record(
     // The writer appends after the newest record, not at a trimmed offset.
     assert_eq!(publish(&writer, 1, 0), end, "offsets stay dense and unrepeated");
     assert_eq!(publish(&ahead, 0, seq), end + 1, "and the other process goes on after it");
+}
+
+/// A partition shared by processes reuses the files its retention trims
+/// once every process has let go of them (see "Recycling across
+/// processes" in `file/mod.rs`): here a writer and a reader that keeps up
+/// with it, each with locks of its own, as two processes have. The reader
+/// reads every record intact and in order through the reuse, and the
+/// directory holds no more files than the segments, the free files and a
+/// file made ahead.
+#[test]
+fn trimmed_files_every_process_let_go_of_are_reused_by_later_rolls() {
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-reuse-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&tmp.0);
+    let config = LogConfig { retention_bytes: Some(2 * SMALL_SEGMENT as u64), ..small_config() };
+    let durable = DurableLog { dir: tmp.0.clone(), fsync: Fsync::Never, repair: false };
+    let (writer, _) = Log::open_in(&config, 0, &durable, Sharing::Processes).unwrap();
+    let reader = Log::join(&config, 0, &durable).unwrap();
+    let mut cursor = reader.cursor_from_first();
+    let (mut seq, mut next) = (0u32, 0u64);
+    let deadline = Instant::now() + PATIENCE;
+    while writer.shared.pool.reused_free() < 20 {
+        assert!(Instant::now() < deadline, "{} files reused after {seq} records", writer.shared.pool.reused_free());
+        for _ in 0..100 {
+            publish(&writer, 0, seq);
+            seq += 1;
+        }
+        while let Some(view) = cursor.read().expect("the reader keeps up: nothing is trimmed under it") {
+            assert_eq!((view.offset(), decode(view.payload())), (next, (0, next as u32)), "intact, in order");
+            next += 1;
+        }
+        assert_eq!(next, u64::from(seq), "the reader has every record published");
+        // Trimmed segments go once the epoch lets them go.
+        crate::sync::epoch::pin().flush();
+    }
+    // Every trimmed file is let go in the end, and freed (kept for reuse,
+    // at most `FREE_FILES`) or deleted: the directory holds the segments.
+    let names = || -> Vec<String> {
+        std::fs::read_dir(&tmp.0).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect()
+    };
+    wait_until("every trimmed file let go", || {
+        crate::sync::epoch::pin().flush();
+        !names().iter().any(|n| file::is_spare_file_name(n))
+    });
+    let names = names();
+    let count = |ext: &str| names.iter().filter(|n| n.ends_with(ext)).count();
+    assert!(count(".free") <= file::FREE_FILES as usize, "{names:?}");
+    assert!(count(".seg") <= writer.stats().segments + 1, "{names:?}");
 }
 
 /// The abandon bound of the crash tests' logs: short, so a test waits on

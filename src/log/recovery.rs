@@ -503,7 +503,7 @@ fn list(dir: &Path) -> Result<Listing> {
         let Some(name) = name.to_str() else { continue };
         if let Some(base) = file::parse_segment_file_name(name) {
             files.push((base, entry.path()));
-        } else if file::is_spare_file_name(name) || file::is_temp_file_name(name) {
+        } else if file::is_spare_file_name(name) || file::is_free_file_name(name) || file::is_temp_file_name(name) {
             spares.push(entry.path());
         }
     }

@@ -516,6 +516,26 @@ impl Buffers {
     }
 }
 
+impl Buffers {
+    /// [`Buffers::reset`] for buffers over a file claimed from another use
+    /// that this process did not see end (a free file, "Recycling across
+    /// processes" in `file/mod.rs`): the slots that can have been committed
+    /// are those below the count its seal holds, or all of them if it was
+    /// never sealed. The caller has the file to itself.
+    #[cfg(not(loom))]
+    pub(super) fn reset_claimed(&self) {
+        // SAFETY: as in `slots`: the words live as long as `self`.
+        let sealed = unsafe { self.state.sealed.as_ref() };
+        // Relaxed: the caller owns the file exclusively (its write lock,
+        // taken by system calls that order every earlier writer's stores).
+        let used = match sealed.load(Ordering::Relaxed) {
+            NOT_SEALED => self.slot_count(),
+            n => usize::try_from(n - SEALED_BIAS).map_or(self.slot_count(), |n| n.min(self.slot_count())),
+        };
+        self.reset(used);
+    }
+}
+
 /// A zeroed offset index: its pages cost nothing until written.
 #[cfg(not(loom))]
 fn new_slots(n: usize, pages: Pages) -> io::Result<Slots> {
@@ -1369,8 +1389,11 @@ impl Drop for Segment {
             // A file that stays the partition's (the pool does not take it
             // back): its tail word and seal are in the file, which a segment
             // dropped late (by the epoch collector, after its log closed)
-            // must not touch (see `end_file_at_close`).
-            drop(self.buffers.take());
+            // must not touch (see `end_file_at_close`). Shared by processes,
+            // the pool lets go of every file off this thread, unread.
+            if let Some(buffers) = self.buffers.take().filter(|_| self.pool.shared_by_processes()) {
+                self.pool.give_back(buffers, 0, self.is_trimmed());
+            }
             return;
         }
         // Every slot ever committed lies below the reserved count: a slot is

@@ -13,6 +13,9 @@
 //!                        reads or changes the topic list
 //!   SHARED               the doorbell word of Processes brokers, and the
 //!                        topic list's change counter (doorbell.rs)
+//!   maps.lock            OFD locks, a byte per segment file (its inode),
+//!                        read-locked by each Processes broker that maps
+//!                        the file (log/file/map_locks.rs)
 //!   topics.list          the topics: name, options, directory number
 //!   topics.journal       topics created and deleted since (see journal.rs)
 //!   offsets.0, offsets.1 group commits and durable subscription positions
@@ -25,6 +28,9 @@
 //!   subscribers/         each live broker's subscriptions and their
 //!                        counters (Processes; see registry.rs)
 //!   topics/<n>/<p>/      partition p of the topic with directory number n
+//!                        (its segment files; `<i>.free`: a trimmed file
+//!                        kept for reuse across processes, see
+//!                        "Recycling across processes" in log/file/mod.rs)
 //!   topics/<n>/schema    its JSON schema, if it has one, and
 //!   topics/<n>/schema.version  the version of the last change that left
 //!                        it none (see `schema.rs`)

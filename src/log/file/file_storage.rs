@@ -50,6 +50,8 @@ use crate::error::{Error, Result};
 #[cfg(not(loom))]
 use crate::log::storage::SharedState;
 use crate::log::storage::{SegmentFile, SegmentStorage};
+#[cfg(not(loom))]
+use crate::sync::Arc;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, Ordering};
 
@@ -91,6 +93,16 @@ struct FileName {
     /// ([`FileStorage::replace_with`]): `path` names that file now, not
     /// this one (which is unlinked, and still mapped by its readers).
     replaced: bool,
+    /// In a directory shared by processes: this mapping's share of the
+    /// file's read lock (see `map_locks.rs`), taken before anything of the
+    /// file is read. Its drop is where a trimmed file is freed for reuse
+    /// ("Recycling across processes" in `file/mod.rs`).
+    #[cfg(not(loom))]
+    hold: Option<super::map_locks::MapHold>,
+    /// A free file claimed for reuse: its opener's write lock, turned into
+    /// `hold` by [`FileStorage::reuse`] before the file gets its name.
+    #[cfg(not(loom))]
+    exclusive: Option<Arc<super::map_locks::MapLocks>>,
 }
 
 impl FileStorage {
@@ -221,9 +233,100 @@ impl FileStorage {
             capacity,
             slots,
             prepared: AtomicBool::new(false),
-            name: Mutex::new(FileName { path, spare: false, generation, replaced: false }),
+            name: Mutex::new(FileName {
+                path,
+                spare: false,
+                generation,
+                replaced: false,
+                #[cfg(not(loom))]
+                hold: None,
+                #[cfg(not(loom))]
+                exclusive: None,
+            }),
             inode,
         }
+    }
+
+    /// In a directory shared by processes: counts this mapping in the
+    /// file's read lock of `locks` (see `map_locks.rs`), unless it is
+    /// counted already. False if the file is being freed or rewritten for
+    /// reuse by another opener (it holds the write lock): the caller must
+    /// not read it, and takes it for trimmed.
+    #[cfg(not(loom))]
+    pub(crate) fn hold(&self, locks: &Arc<super::map_locks::MapLocks>) -> Result<bool> {
+        let mut name = self.name.lock();
+        if name.hold.is_some() {
+            return Ok(true);
+        }
+        match locks.hold(self.inode)? {
+            Some(hold) => {
+                name.hold = Some(hold);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Claims a free file of `dir` for reuse across processes (see
+    /// "Recycling across processes" in `file/mod.rs`): the first of the
+    /// free names whose file no opener maps, taken under its write lock in
+    /// `locks`, if it is the shape of this partition's segments (`capacity`
+    /// region bytes, `slots` index slots) and that name is its only one. It
+    /// comes as a spare, for [`FileStorage::reuse`], which makes it a
+    /// segment's. A free file of another shape, or one that is also a
+    /// segment's (a crash between a reuse's link and its unlink), loses
+    /// its free name here.
+    #[cfg(not(loom))]
+    pub(crate) fn claim_free(
+        dir: &Path,
+        locks: &Arc<super::map_locks::MapLocks>,
+        capacity: usize,
+        slots: usize,
+    ) -> Result<Option<FileStorage>> {
+        use std::os::unix::fs::MetadataExt;
+        let total = file_len(capacity as u64, slots as u64);
+        for i in 0..super::format::FREE_FILES {
+            let path = dir.join(super::format::free_file_name(i));
+            let file = match OpenOptions::new().read(true).write(true).open(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io(&path, &e)),
+            };
+            let meta = file.metadata().map_err(|e| Error::io(&path, &e))?;
+            if !locks.try_exclusive(meta.ino())? {
+                // Mapped: an opener that opened it by an older name and
+                // has not yet seen it is not that segment's any more.
+                continue;
+            }
+            // Under the write lock, looked at again: no one renames a free
+            // file but its claimer, which holds this lock.
+            let now = file.metadata().map_err(|e| Error::io(&path, &e))?;
+            let named = inode_at(&path).map_err(|e| Error::io(&path, &e))? == Some(now.ino());
+            let storage = if named && now.nlink() == 1 && now.len() == total {
+                // SAFETY: as in `open_existing`; no other opener maps the
+                // file (we hold its write lock) and it has no other name.
+                let map = unsafe { MmapOptions::new().len(total as usize).map_mut(&file) }
+                    .map_err(|e| Error::io(&path, &e))?;
+                Some(FileStorage::named(map, path.clone(), now.ino()))
+                    .filter(|s| s.capacity == capacity && s.slots == slots)
+            } else {
+                None
+            };
+            let Some(storage) = storage else {
+                if named && let Err(e) = fs::remove_file(&path) {
+                    log::warn!("could not unlink free segment file {}: {e}", path.display());
+                }
+                locks.unlock_exclusive(now.ino());
+                continue;
+            };
+            {
+                let mut name = storage.name.lock();
+                name.spare = true;
+                name.exclusive = Some(locks.clone());
+            }
+            return Ok(Some(storage));
+        }
+        Ok(None)
     }
 
     /// The mapped file's inode number (0 if it could not be read).
@@ -491,13 +594,22 @@ impl FileStorage {
             self.map.flush_range(0, HEADER_BYTES + FRAME_LEN).map_err(|e| Error::io(&name.path, &e))?;
         }
         let path = name.path.with_file_name(segment_file_name(base));
+        // A free file claimed across processes: readable by every opener
+        // from now on, and by name once linked.
+        #[cfg(not(loom))]
+        if let Some(locks) = name.exclusive.take() {
+            name.hold = Some(locks.downgrade(self.inode)?);
+        }
         fs::hard_link(&name.path, &path).map_err(|e| Error::io(&path, &e))?;
         if let Err(e) = fs::remove_file(&name.path) {
             // The file is the segment's now; a leftover spare name is
             // unlinked by the next recovery.
             log::warn!("could not unlink spare name {}: {e}", name.path.display());
         }
-        *name = FileName { path, spare: false, generation: header.generation, replaced: false };
+        name.path = path;
+        name.spare = false;
+        name.generation = header.generation;
+        name.replaced = false;
         Ok(())
     }
 
@@ -523,7 +635,23 @@ impl FileStorage {
 
 impl Drop for FileStorage {
     fn drop(&mut self) {
-        let name = self.name.lock();
+        #[cfg_attr(loom, allow(unused_mut))]
+        let mut name = self.name.lock();
+        #[cfg(not(loom))]
+        if let Some(locks) = name.exclusive.take() {
+            // A free file claimed and not reused: it stays free, by name.
+            locks.unlock_exclusive(self.inode);
+            return;
+        }
+        #[cfg(not(loom))]
+        if let Some(mut hold) = name.hold.take() {
+            // Shared by processes: names are the last mapper's to change.
+            if hold.release() {
+                let base = le_u64(&self.map, BASE_AT);
+                free_if_last(&name.path, base, self.inode, hold.locks());
+            }
+            return;
+        }
         if name.spare {
             match fs::remove_file(&name.path) {
                 Ok(()) => log::debug!("deleted spare segment file {}", name.path.display()),
@@ -642,6 +770,51 @@ impl SegmentFile for FileStorage {
 fn inode_of(file: &File) -> u64 {
     use std::os::unix::fs::MetadataExt;
     file.metadata().map_or(0, |m| m.ino())
+}
+
+/// In a directory shared by processes, once the opener of `locks` let go
+/// of its last mapping of the file `inode` of the segment at `base` (whose
+/// name was, or is, `path`): if the segment was trimmed (its spare name is
+/// this file's) and no other opener maps the file, frees it: links it
+/// under the first free name not taken, or deletes it if all are (see
+/// "Recycling across processes" in `file/mod.rs`). Best effort: a failure
+/// leaves the spare name to the next opener's recovery.
+#[cfg(not(loom))]
+fn free_if_last(path: &Path, base: u64, inode: u64, locks: &Arc<super::map_locks::MapLocks>) {
+    let spare = path.with_file_name(spare_file_name(base));
+    if !matches!(inode_at(&spare), Ok(Some(i)) if i == inode) {
+        // Not trimmed (a log closing, a follower's extra mapping), or its
+        // name went to another file (compaction's): not ours to free.
+        return;
+    }
+    match locks.try_exclusive(inode) {
+        Ok(true) => {}
+        // Another opener maps it: its last mapping frees it.
+        Ok(false) => return,
+        Err(e) => return log::warn!("could not lock trimmed segment file {}: {e}", spare.display()),
+    }
+    let mut freed = false;
+    for i in 0..super::format::FREE_FILES {
+        let free = path.with_file_name(super::format::free_file_name(i));
+        match fs::hard_link(&spare, &free) {
+            Ok(()) => {
+                freed = true;
+                log::debug!("trimmed segment file {} freed as {}", spare.display(), free.display());
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                log::warn!("could not free trimmed segment file {} as {}: {e}", spare.display(), free.display());
+                break;
+            }
+        }
+    }
+    if let Err(e) = fs::remove_file(&spare) {
+        log::warn!("could not unlink spare segment file {}: {e}", spare.display());
+    } else if !freed {
+        log::debug!("deleted spare segment file {} (no free name left)", spare.display());
+    }
+    locks.unlock_exclusive(inode);
 }
 
 /// A segment file made ahead of the roll that will use it (see "A spare

@@ -38,6 +38,10 @@ pub(crate) struct Files {
     /// prepares the new file's pages (see [`FileStorage::prepare`]). A
     /// lock, not an atomic: set once by the flusher, read once per roll.
     roll_hook: Mutex<Option<RollHook>>,
+    /// Shared by processes: this opener's locks on the files it maps (see
+    /// `map_locks.rs`), which make reuse across processes safe.
+    #[cfg(not(loom))]
+    maps: Option<crate::sync::Arc<super::map_locks::MapLocks>>,
 }
 
 /// What a durable log calls after it rolled to a new segment.
@@ -58,7 +62,38 @@ impl Files {
             fail_creates: AtomicUsize::new(0),
             fail_syncs: AtomicUsize::new(0),
             roll_hook: Mutex::new(None),
+            #[cfg(not(loom))]
+            maps: None,
         }
+    }
+
+    /// These files, shared by processes: every mapping of one holds its
+    /// read lock in `maps`, and trimmed files are freed for reuse (see
+    /// "Recycling across processes" in `file/mod.rs`).
+    #[cfg(not(loom))]
+    pub(crate) fn shared_with(self, maps: crate::sync::Arc<super::map_locks::MapLocks>) -> Self {
+        Files { maps: Some(maps), ..self }
+    }
+
+    /// In a directory shared by processes: counts a mapping of `storage`'s
+    /// file in its read lock (see [`FileStorage::hold`]); true at once for
+    /// files of one process.
+    pub(crate) fn hold(&self, storage: &FileStorage) -> Result<bool> {
+        #[cfg(not(loom))]
+        if let Some(maps) = &self.maps {
+            return storage.hold(maps);
+        }
+        let _ = storage;
+        Ok(true)
+    }
+
+    /// In a directory shared by processes: a free file claimed for reuse
+    /// (see [`FileStorage::claim_free`]); `None` if there is none, or none
+    /// could be.
+    #[cfg(not(loom))]
+    pub(crate) fn claim_free(&self, capacity: usize, slots: usize) -> Result<Option<FileStorage>> {
+        let Some(maps) = &self.maps else { return Ok(None) };
+        FileStorage::claim_free(&self.dir, maps, capacity, slots)
     }
 
     /// Sets the hook [`Files::rolled`] calls, unless one is set; whether it

@@ -133,6 +133,8 @@ pub(crate) const SPARE_EXT: &str = "spare";
 /// Extension of a segment file being made, before it is linked under its
 /// segment's name (recovery deletes one a crash left).
 const TEMP_EXT: &str = "tmp";
+/// Extension of a free file ([`free_file_name`]).
+const FREE_EXT: &str = "free";
 
 /// The frame word stored in front of the record at `offset` whose bytes
 /// (padding excluded) are `record`.
@@ -221,6 +223,27 @@ pub(crate) fn segment_file_name(base: u64) -> String {
 /// The name of the spare file a trimmed segment at `base` becomes.
 pub(crate) fn spare_file_name(base: u64) -> String {
     format!("{base:020}.{SPARE_EXT}")
+}
+
+/// How many trimmed segment files a partition shared by processes keeps
+/// for reuse, free, under names of their own ([`free_file_name`]; see
+/// "Recycling across processes" in `file/mod.rs`): two, as a partition of
+/// one process keeps two spares (`SPARE_SEGMENTS`), so that a roll finds
+/// one while the next is still being let go of.
+#[cfg(not(loom))]
+pub(crate) const FREE_FILES: u64 = 2;
+
+/// The name of the `i`-th free file of a partition shared by processes:
+/// `<i>.free`, never a segment's or a spare's.
+#[cfg(not(loom))]
+pub(crate) fn free_file_name(i: u64) -> String {
+    format!("{i:020}.{FREE_EXT}")
+}
+
+/// True if `name` is a free file's ([`free_file_name`]): a trimmed file
+/// kept for reuse, which is no part of the partition (recovery deletes it).
+pub(crate) fn is_free_file_name(name: &str) -> bool {
+    parse_numbered(name, FREE_EXT).is_some()
 }
 
 /// The name under which this thread makes the segment file for `base`

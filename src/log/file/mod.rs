@@ -70,9 +70,70 @@
 //! persist any metadata before any data with that policy: recovery then
 //! finds a header naming another base than the file name, and reports it.
 
+//!
+//! # Recycling across processes
+//!
+//! A partition shared by processes ([`crate::log::Sharing::Processes`])
+//! keeps no spares in any process's pool: a trimmed file may still be
+//! mapped, and read, by another process, whose retention trims it only
+//! when that process rolls too. Its trimmed files are recycled through the
+//! directory instead, under the map locks of `map_locks.rs` (every mapping
+//! holds its file's read lock; only a file no one maps can be write-locked):
+//!
+//! 1. **Trim.** As above: the first process to trim the segment renames its
+//!    file to `<base>.spare` (the others find its name gone). Readers
+//!    inside it, in any process, keep reading through their mappings.
+//! 2. **Free.** Every process lets go of its mappings of a trimmed file on
+//!    its prefault thread. The one whose last mapping goes, and which then
+//!    gets the file's write lock (so no one else maps it), links it under
+//!    the first free name not taken (`<i>.free`, [`format::FREE_FILES`] of
+//!    them), unlinks the spare name and lets the lock go; with every free
+//!    name taken it unlinks the spare name alone, and the file is deleted.
+//!    One that cannot get the lock leaves it to the others: the last
+//!    mapping to go, in whatever process, finds no one else and frees it.
+//! 3. **Reuse.** A roll, in whatever process, first tries the free names:
+//!    opens one, takes its write lock without waiting (refused: someone who
+//!    opened it by an older name and has not yet looked maps it; the next
+//!    free name is tried), checks that the name is still this file's, its
+//!    only one, and the file of this partition's shape, maps it, resets
+//!    its tail word, seal and the index slots its seal counts, and reuses it
+//!    as step 3 above (new header, first frame zeroed, flushed, linked
+//!    under `<new base>.seg`, free name unlinked), turning the write lock
+//!    into its own mapping's read lock just before the link. The pages are
+//!    the page cache's already: the roll maps them instead of allocating,
+//!    zeroing and, on a trim, freeing 4 MiB.
+//!
+//! **Why no one reads a rewritten file.** A file is written for a new use
+//! only under its write lock, granted only while no opener holds its read
+//! lock, and every mapping takes the read lock before it reads a byte. An
+//! opener that opens a segment by name just as it is trimmed, freed and
+//! reused (`open_shared_segment` in `log/dir.rs`) either is refused the
+//! read lock (the file is being freed or rewritten: to it the segment is
+//! trimmed), or gets it once the file is another segment's, whose header
+//! names another base while its old name is gone: trimmed too. The free
+//! name is never a segment's, so no reader looks for one.
+//!
+//! **Crash states.** The kernel lets a dead process's locks go. A death
+//! before the free step's link leaves the spare name (recovery deletes
+//! it; a live partition keeps it until then, as it kept any spare before);
+//! between the free link and the unlink of the spare name, both names,
+//! which a later claim's check of the link count finds (it unlinks the
+//! free name and moves on) and recovery deletes; during a reuse before its
+//! link, a free file whose header may be half new, which the next claim
+//! rewrites whole; between the link and the unlink, a segment file that is
+//! also free by name, which the next claim finds by its link count (and
+//! only while no one maps the segment, as its write lock says) and unlinks
+//! the free name of. A process that dies while it maps a trimmed file
+//! frees nothing, and the others may have let go of it first: its spare
+//! name stays, as one a crash left always did. Recovery (at the
+//! directory's first open, when no process has it) deletes every spare and
+//! free file.
+
 mod file_storage;
 mod files;
 mod format;
+#[cfg(not(loom))]
+mod map_locks;
 mod rebuild;
 
 #[cfg(not(loom))]
@@ -81,6 +142,8 @@ pub(crate) use file_storage::FileStorage;
 #[cfg(not(loom))]
 pub(crate) use file_storage::inode_at;
 pub(crate) use files::{Files, RollHook, sync_dir};
+#[cfg(all(test, not(loom)))]
+pub(crate) use format::FREE_FILES;
 #[cfg(not(loom))]
 pub(crate) use format::HEADER_END;
 #[cfg(feature = "fuzzing")]
@@ -89,6 +152,12 @@ pub(crate) use format::segment_file_bytes;
 pub(crate) use format::spare_file_name;
 pub(crate) use format::{
     FRAME_LEN, HEADER_BYTES, Header, HeaderError, SLOT_BYTES, VERSION, VERSION_AT, check_frame, frame_for,
-    has_frame_mark, index_at, is_spare_file_name, is_temp_file_name, parse_segment_file_name, segment_file_name,
+    has_frame_mark, index_at, is_free_file_name, is_spare_file_name, is_temp_file_name, parse_segment_file_name,
+    segment_file_name,
 };
+#[cfg(not(loom))]
+pub(crate) use map_locks::{MapHold, MapLocks};
+/// Loom models share no directory between processes: no locks to hold.
+#[cfg(loom)]
+pub(crate) enum MapLocks {}
 pub(crate) use rebuild::{Rebuilt, write as write_rebuilt};
