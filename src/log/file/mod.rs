@@ -156,7 +156,7 @@ pub(crate) use format::{
     segment_file_name,
 };
 #[cfg(not(loom))]
-pub(crate) use map_locks::{MapHold, MapLocks};
+pub(crate) use map_locks::MapLocks;
 /// Loom models share no directory between processes: no locks to hold.
 #[cfg(loom)]
 pub(crate) enum MapLocks {}
