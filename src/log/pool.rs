@@ -158,6 +158,10 @@ impl Pool {
                 match file.reuse(base, files.flush) {
                     Ok(()) => {
                         files.created();
+                        #[cfg(all(test, not(loom)))]
+                        if self.shared {
+                            self.reused_free.fetch_add(1, crate::sync::atomic::Ordering::Relaxed);
+                        }
                         return Ok(recycled);
                     }
                     Err(e @ Error::Io { kind: io::ErrorKind::AlreadyExists, .. }) => {
@@ -265,7 +269,10 @@ impl Pool {
         // file made, by its writer.
         self.grows()
             && self.spare.lock().is_empty()
-            && (self.files.is_none() || (!self.no_ahead_files.load(Relaxed) && self.ahead_file.lock().is_none()))
+            && (self.files.is_none()
+                // Shared: a free file may be claimed (`claim_spare`).
+                || self.shared
+                || (!self.no_ahead_files.load(Relaxed) && self.ahead_file.lock().is_none()))
     }
 
     /// Whether the log's rolls may be into fresh memory or new files: it has
@@ -347,6 +354,20 @@ impl Pool {
             return;
         }
         if let Some(files) = &self.files {
+            if self.shared {
+                // Shared by processes: a free file if there is one, claimed
+                // here rather than by the roll; else a file made ahead, if
+                // none waits.
+                match self.claim_spare(files) {
+                    Ok(true) => return,
+                    Ok(false) => {}
+                    // Left to the roll, which claims or makes its own.
+                    Err(e) => log::debug!("could not claim a free segment file in {}: {e}", files.dir.display()),
+                }
+                if self.ahead_file.lock().is_some() {
+                    return;
+                }
+            }
             // A durable log: its next file, made here, its first part
             // faulted in.
             match AheadFile::make(&files.dir, self.capacity, self.slot_count, AHEAD_FILE_FAULTED) {
@@ -374,6 +395,23 @@ impl Pool {
         if spare.len() < self.max_spare {
             spare.push(buffers);
         }
+    }
+
+    /// On the prefault thread, for a log shared by processes: claims a free
+    /// file (see "Recycling across processes" in `file/mod.rs`), resets its
+    /// state, faults its first part into this process's mapping (its pages
+    /// are in the page cache; the rest is faulted ahead of the tail, as a
+    /// new file's) and keeps it as the pool's spare, for the next roll to
+    /// name. Holding its write lock meanwhile, as the roll would. False if
+    /// there is no free file to claim.
+    #[cfg(not(loom))]
+    fn claim_spare(&self, files: &Files) -> Result<bool> {
+        let Some(storage) = files.claim_free(self.capacity, self.slot_count)? else { return Ok(false) };
+        let buffers = Buffers::over(Box::new(storage), self.slot_count, Pages::Huge)?;
+        buffers.reset_claimed();
+        super::storage::populate_range(buffers.storage().as_ptr(), self.capacity, 0, AHEAD_FILE_FAULTED);
+        self.spare.lock().push(buffers.unfaulted());
+        Ok(true)
     }
 
     /// Takes back the buffers of a dropped segment whose records used the
