@@ -1242,6 +1242,12 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        // Shared by processes: what is let go from now on is deleted, not
+        // freed (see `Files::open`).
+        #[cfg(not(loom))]
+        if let Some(files) = self.pool.files() {
+            files.closed();
+        }
         if let (Some(durability), Some(files)) = (&self.durability, self.pool.files()) {
             // A clean close: everything on disk (unless `Never`) and every
             // sealed segment marked complete, so the next open checks them.

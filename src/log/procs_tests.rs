@@ -989,6 +989,153 @@ fn publishers_killed_at_random_moments_lose_nothing_acknowledged() {
     }
 }
 
+/// The recycling kill test's log: small segments and a retention of two,
+/// so the partition trims a segment, frees its file and reuses one every
+/// few hundred records.
+fn recycling_config() -> LogConfig {
+    LogConfig { retention_bytes: Some(2 * SMALL_SEGMENT as u64), ..small_config() }
+}
+
+/// This test's name, for its child's command line.
+const RECYCLE_KILL_TEST: &str =
+    "log::procs_tests::processes_killed_while_they_free_and_reuse_files_leave_every_reader_whole_records";
+/// Most of the child's records the recycling kill test's parent reads
+/// before it kills the child (a random number, up to this: a dozen rolls,
+/// so the child has trimmed, freed and reused files by then).
+const MOST_READ_BEFORE_KILL: u64 = 5_000;
+/// Records the recycling kill test's parent publishes after each kill: a
+/// few rolls, through free files the child may have left in any state.
+const RECYCLING_AFTER_KILL: u32 = 2_000;
+
+/// What a reader of the recycling kill test has seen: the next offset, and
+/// each publisher's last record.
+struct ReadAlong {
+    cursor: super::Cursor,
+    next: u64,
+    last: [Option<u32>; 2],
+}
+
+impl ReadAlong {
+    /// Reads what there is: every record whole, at growing offsets, each
+    /// publisher's in order, none twice (a lag passes over trimmed ones).
+    fn read(&mut self, iteration: u32) {
+        loop {
+            match self.cursor.read() {
+                Ok(Some(view)) => {
+                    assert!(view.offset() >= self.next, "iteration {iteration}: offset {} again", view.offset());
+                    assert_eq!(view.payload().len(), 8, "iteration {iteration}: a torn record at {}", view.offset());
+                    let (who, seq) = decode(view.payload());
+                    assert!(who < 2, "iteration {iteration}: record {} names publisher {who}", view.offset());
+                    let last = &mut self.last[who as usize];
+                    assert!(
+                        last.is_none_or(|l| seq > l),
+                        "iteration {iteration}: publisher {who}'s record {seq} at {} after {last:?}",
+                        view.offset()
+                    );
+                    *last = Some(seq);
+                    self.next = view.offset() + 1;
+                }
+                Ok(None) => return,
+                Err(lagged) => self.next = lagged.resumed_at,
+            }
+        }
+    }
+}
+
+/// A kill -9 loop of a process that streams through a partition whose
+/// retention trims, frees and reuses files all the time ("Recycling
+/// across processes" in `file/mod.rs`), killed at a random moment (in a
+/// free step or a claim included, on its prefault thread). The parent,
+/// reading along as another opener, reads every record whole and in
+/// order, then publishes a few rolls more through the free files the
+/// child left (in whatever state) and reads them all back; recovery then
+/// reads whole records too. [`KILL_ITERATIONS`] by default; more with
+/// [`KILL_ITERATIONS_VAR`].
+#[test]
+fn processes_killed_while_they_free_and_reuse_files_leave_every_reader_whole_records() {
+    if let Some(dir) = std::env::var_os(CHILD_CRASH_DIR) {
+        let durable = DurableLog { dir: PathBuf::from(dir), fsync: Fsync::Never, repair: false };
+        let log = Log::join(&recycling_config(), 0, &durable).unwrap();
+        for seq in 0.. {
+            publish(&log, 1, seq);
+        }
+        unreachable!("killed first");
+    }
+    let iterations = std::env::var(KILL_ITERATIONS_VAR).ok().and_then(|v| v.parse().ok()).unwrap_or(KILL_ITERATIONS);
+    let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-recycle-kill-{}", std::process::id())));
+    // A xorshift generator, seeded from the clock: each run kills at other moments.
+    let mut state = crate::clock::now_ns() | 1;
+    let mut random = move |below: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % below
+    };
+    let mut reused = 0;
+    for iteration in 0..iterations {
+        let _ = std::fs::remove_dir_all(&tmp.0);
+        let dir = tmp.0.join("partition");
+        let durable = DurableLog { dir: dir.clone(), fsync: Fsync::Never, repair: false };
+        let (log, _) = Log::open_in(&recycling_config(), 0, &durable, Sharing::Processes).unwrap();
+        log.set_abandon_after(TEST_ABANDON);
+        publish(&log, 0, 0);
+        let mut reader = ReadAlong { cursor: log.cursor_from_first(), next: 0, last: [None; 2] };
+        let mut child = crash_child(RECYCLE_KILL_TEST, &dir, 0)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let kill_after = random(MOST_READ_BEFORE_KILL);
+        wait_until("the child's records", || {
+            reader.read(iteration);
+            // The parent's epoch moves on, so its trimmed mappings go.
+            crate::sync::epoch::pin().flush();
+            reader.last[1].is_some_and(|seq| u64::from(seq) >= kill_after)
+        });
+        // Spin a random moment more, so the kill lands anywhere.
+        for _ in 0..random(20_000) {
+            std::hint::spin_loop();
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+
+        // Publishing goes on through the files the child left, read along.
+        for seq in 1..=RECYCLING_AFTER_KILL {
+            publish(&log, 0, seq);
+            if seq % 100 == 0 {
+                reader.read(iteration);
+                crate::sync::epoch::pin().flush();
+            }
+        }
+        wait_until("the parent's records", || {
+            reader.read(iteration);
+            reader.last[0] == Some(RECYCLING_AFTER_KILL)
+        });
+        reused += log.shared.pool.reused_free();
+        let names: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        let free = names.iter().filter(|n| file::is_free_file_name(n)).count();
+        assert!(free <= file::FREE_FILES as usize, "iteration {iteration}: {names:?}");
+        let end = log.end_offset();
+        drop((reader, log));
+
+        // Recovery deletes spare and free files and reads whole records.
+        let (log, report) = Log::open(&recycling_config(), 0, &durable).unwrap();
+        assert_eq!(report.end_offset, end, "iteration {iteration}: {report:?}");
+        let mut reader = ReadAlong { cursor: log.cursor_from_first(), next: 0, last: [None; 2] };
+        reader.read(iteration);
+        assert_eq!(reader.last[0], Some(RECYCLING_AFTER_KILL), "iteration {iteration}");
+        let names: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert!(
+            !names.iter().any(|n| file::is_free_file_name(n) || file::is_spare_file_name(n)),
+            "iteration {iteration}: {names:?}"
+        );
+    }
+    // The parent's own rolls reused files, not only the child's.
+    assert!(reused > 0, "the parent never reused a free file");
+}
+
 /// A writer that is only late, not dead (`segment.rs`, "An abandoned
 /// reservation"): another view's reader gives its slot up after the
 /// abandon bound and reads on; the writer then writes its record whole,

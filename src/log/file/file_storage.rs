@@ -98,11 +98,11 @@ struct FileName {
     /// file is read. Its drop is where a trimmed file is freed for reuse
     /// ("Recycling across processes" in `file/mod.rs`).
     #[cfg(not(loom))]
-    hold: Option<super::map_locks::MapHold>,
+    hold: Option<(super::map_locks::MapHold, Arc<AtomicBool>)>,
     /// A free file claimed for reuse: its opener's write lock, turned into
     /// `hold` by [`FileStorage::reuse`] before the file gets its name.
     #[cfg(not(loom))]
-    exclusive: Option<Arc<super::map_locks::MapLocks>>,
+    exclusive: Option<(Arc<super::map_locks::MapLocks>, Arc<AtomicBool>)>,
 }
 
 impl FileStorage {
@@ -253,14 +253,15 @@ impl FileStorage {
     /// reuse by another opener (it holds the write lock): the caller must
     /// not read it, and takes it for trimmed.
     #[cfg(not(loom))]
-    pub(crate) fn hold(&self, locks: &Arc<super::map_locks::MapLocks>) -> Result<bool> {
+    /// `open`: its log's (see `Files::open`).
+    pub(crate) fn hold(&self, locks: &Arc<super::map_locks::MapLocks>, open: &Arc<AtomicBool>) -> Result<bool> {
         let mut name = self.name.lock();
         if name.hold.is_some() {
             return Ok(true);
         }
         match locks.hold(self.inode)? {
             Some(hold) => {
-                name.hold = Some(hold);
+                name.hold = Some((hold, open.clone()));
                 Ok(true)
             }
             None => Ok(false),
@@ -280,6 +281,7 @@ impl FileStorage {
     pub(crate) fn claim_free(
         dir: &Path,
         locks: &Arc<super::map_locks::MapLocks>,
+        open: &Arc<AtomicBool>,
         capacity: usize,
         slots: usize,
     ) -> Result<Option<FileStorage>> {
@@ -322,7 +324,7 @@ impl FileStorage {
             {
                 let mut name = storage.name.lock();
                 name.spare = true;
-                name.exclusive = Some(locks.clone());
+                name.exclusive = Some((locks.clone(), open.clone()));
             }
             return Ok(Some(storage));
         }
@@ -597,8 +599,8 @@ impl FileStorage {
         // A free file claimed across processes: readable by every opener
         // from now on, and by name once linked.
         #[cfg(not(loom))]
-        if let Some(locks) = name.exclusive.take() {
-            name.hold = Some(locks.downgrade(self.inode)?);
+        if let Some((locks, open)) = name.exclusive.take() {
+            name.hold = Some((locks.downgrade(self.inode)?, open));
         }
         fs::hard_link(&name.path, &path).map_err(|e| Error::io(&path, &e))?;
         if let Err(e) = fs::remove_file(&name.path) {
@@ -638,17 +640,19 @@ impl Drop for FileStorage {
         #[cfg_attr(loom, allow(unused_mut))]
         let mut name = self.name.lock();
         #[cfg(not(loom))]
-        if let Some(locks) = name.exclusive.take() {
+        if let Some((locks, _)) = name.exclusive.take() {
             // A free file claimed and not reused: it stays free, by name.
             locks.unlock_exclusive(self.inode);
             return;
         }
         #[cfg(not(loom))]
-        if let Some(mut hold) = name.hold.take() {
+        if let Some((mut hold, open)) = name.hold.take() {
             // Shared by processes: names are the last mapper's to change.
+            // Acquire: pairs with the Release in `Files::closed`.
+            let open = open.load(Ordering::Acquire);
             if hold.release() {
                 let base = le_u64(&self.map, BASE_AT);
-                free_if_last(&name.path, base, self.inode, hold.locks());
+                free_if_last(&name.path, base, self.inode, hold.locks(), open);
             }
             return;
         }
@@ -777,14 +781,25 @@ fn inode_of(file: &File) -> u64 {
 /// name was, or is, `path`): if the segment was trimmed (its spare name is
 /// this file's) and no other opener maps the file, frees it: links it
 /// under the first free name not taken, or deletes it if all are (see
-/// "Recycling across processes" in `file/mod.rs`). Best effort: a failure
-/// leaves the spare name to the next opener's recovery.
+/// "Recycling across processes" in `file/mod.rs`). If its log is no longer
+/// `open`, deletes it (unlinks the spare name) whoever maps it: see
+/// `Files::open`. Best effort: a failure leaves the spare name to the next
+/// opener's recovery.
 #[cfg(not(loom))]
-fn free_if_last(path: &Path, base: u64, inode: u64, locks: &Arc<super::map_locks::MapLocks>) {
+fn free_if_last(path: &Path, base: u64, inode: u64, locks: &Arc<super::map_locks::MapLocks>, open: bool) {
     let spare = path.with_file_name(spare_file_name(base));
     if !matches!(inode_at(&spare), Ok(Some(i)) if i == inode) {
         // Not trimmed (a log closing, a follower's extra mapping), or its
         // name went to another file (compaction's): not ours to free.
+        return;
+    }
+    if !open {
+        // A mapping keeps the file for whoever reads it; no one frees it.
+        if let Err(e) = fs::remove_file(&spare)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            log::warn!("could not delete spare segment file {}: {e}", spare.display());
+        }
         return;
     }
     match locks.try_exclusive(inode) {

@@ -42,6 +42,13 @@ pub(crate) struct Files {
     /// `map_locks.rs`), which make reuse across processes safe.
     #[cfg(not(loom))]
     maps: Option<crate::sync::Arc<super::map_locks::MapLocks>>,
+    /// Shared by processes: the log is open. Its files let go after it
+    /// closed (by the epoch, then the prefault thread) are deleted rather
+    /// than freed: a directory opened again in this process, or another
+    /// way, is recovered meanwhile, and must not get a free file after its
+    /// recovery deleted the others.
+    #[cfg(not(loom))]
+    open: crate::sync::Arc<AtomicBool>,
 }
 
 /// What a durable log calls after it rolled to a new segment.
@@ -64,7 +71,18 @@ impl Files {
             roll_hook: Mutex::new(None),
             #[cfg(not(loom))]
             maps: None,
+            #[cfg(not(loom))]
+            open: crate::sync::Arc::new(AtomicBool::new(true)),
         }
+    }
+
+    /// The log closed: its files let go from now on are deleted, not freed
+    /// (see `open`).
+    #[cfg(not(loom))]
+    pub(crate) fn closed(&self) {
+        // Release: pairs with the Acquire in `FileStorage`'s drop; orders
+        // nothing else, the flag is all it reads.
+        self.open.store(false, Ordering::Release);
     }
 
     /// These files, shared by processes: every mapping of one holds its
@@ -81,7 +99,7 @@ impl Files {
     pub(crate) fn hold(&self, storage: &FileStorage) -> Result<bool> {
         #[cfg(not(loom))]
         if let Some(maps) = &self.maps {
-            return storage.hold(maps);
+            return storage.hold(maps, &self.open);
         }
         let _ = storage;
         Ok(true)
@@ -93,7 +111,7 @@ impl Files {
     #[cfg(not(loom))]
     pub(crate) fn claim_free(&self, capacity: usize, slots: usize) -> Result<Option<FileStorage>> {
         let Some(maps) = &self.maps else { return Ok(None) };
-        FileStorage::claim_free(&self.dir, maps, capacity, slots)
+        FileStorage::claim_free(&self.dir, maps, &self.open, capacity, slots)
     }
 
     /// Sets the hook [`Files::rolled`] calls, unless one is set; whether it
