@@ -251,9 +251,9 @@ impl FileStorage {
     /// file's read lock of `locks` (see `map_locks.rs`), unless it is
     /// counted already. False if the file is being freed or rewritten for
     /// reuse by another opener (it holds the write lock): the caller must
-    /// not read it, and takes it for trimmed.
+    /// not read it, and takes it for trimmed. `open`: its log's (see
+    /// `Files::open`).
     #[cfg(not(loom))]
-    /// `open`: its log's (see `Files::open`).
     pub(crate) fn hold(&self, locks: &Arc<super::map_locks::MapLocks>, open: &Arc<AtomicBool>) -> Result<bool> {
         let mut name = self.name.lock();
         if name.hold.is_some() {
@@ -650,8 +650,15 @@ impl Drop for FileStorage {
             // Shared by processes: names are the last mapper's to change.
             // Acquire: pairs with the Release in `Files::closed`.
             let open = open.load(Ordering::Acquire);
-            if hold.release() {
-                let base = le_u64(&self.map, BASE_AT);
+            // Its base by its name, not its header: a dropped file is never
+            // read (someone may have cut it short). A free name (a claimed
+            // file whose reuse failed) is no trimmed segment's.
+            let base = name.path.file_name().and_then(|n| n.to_str()).and_then(|n| {
+                super::format::parse_segment_file_name(n).or_else(|| super::format::parse_spare_file_name(n))
+            });
+            if hold.release()
+                && let Some(base) = base
+            {
                 free_if_last(&name.path, base, self.inode, hold.locks(), open);
             }
             return;

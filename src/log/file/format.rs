@@ -273,7 +273,12 @@ pub(crate) fn parse_segment_file_name(name: &str) -> Option<u64> {
 
 /// True if `name` is a spare file's.
 pub(crate) fn is_spare_file_name(name: &str) -> bool {
-    parse_numbered(name, SPARE_EXT).is_some()
+    parse_spare_file_name(name).is_some()
+}
+
+/// The base offset of the segment a spare file's name was trimmed from.
+pub(crate) fn parse_spare_file_name(name: &str) -> Option<u64> {
+    parse_numbered(name, SPARE_EXT)
 }
 
 fn parse_numbered(name: &str, ext: &str) -> Option<u64> {
