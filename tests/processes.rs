@@ -57,9 +57,13 @@ type Seen = Arc<Mutex<Vec<(u64, u32, u32)>>>;
 
 /// Subscribes to [`TOPIC`] from its start, recording what it gets.
 fn subscribe(broker: &Broker) -> (rill::Subscription, Seen) {
+    subscribe_with(broker, SubscriptionOptions { start: StartPosition::Earliest, ..SubscriptionOptions::default() })
+}
+
+/// [`subscribe`] with `options`.
+fn subscribe_with(broker: &Broker, options: SubscriptionOptions) -> (rill::Subscription, Seen) {
     let seen: Seen = Arc::default();
     let sink = seen.clone();
-    let options = SubscriptionOptions { start: StartPosition::Earliest, ..SubscriptionOptions::default() };
     let sub = broker
         .subscribe(TOPIC, options, move |m| {
             let (who, seq) = decode(m.record().payload());
@@ -254,4 +258,73 @@ fn an_idle_subscriber_is_woken_by_one_publish_in_another_process() {
         },
     );
     assert_eq!(*seen.lock().unwrap(), [(0, 7, 0)]);
+}
+
+/// A streaming topic's trimmed segment files are reused across processes
+/// ("Recycling across processes" in `src/log/file/mod.rs`): a publisher
+/// in another process streams through a topic whose retention holds four
+/// segments, a `Block` subscriber here keeps it close (so it misses
+/// nothing), and over about a hundred rolls most segments are files used
+/// before: their header's generation (`src/log/file/format.rs`), which a
+/// reuse counts up, is not 0. Every message arrives once, in order.
+#[test]
+fn a_streaming_topics_trimmed_files_are_reused_by_the_processes() {
+    const TEST: &str = "a_streaming_topics_trimmed_files_are_reused_by_the_processes";
+    /// About a hundred segments of 16 KiB (8-byte payloads, framed).
+    const STREAMED: u32 = 40_000;
+    /// Where a segment file's header keeps its generation (little-endian).
+    const GENERATION_AT: usize = 52;
+    if let Some((role, dir)) = child_role() {
+        assert_eq!(role, "stream");
+        let broker = Broker::new(config(&dir, Sharing::Processes)).unwrap();
+        for seq in 0..STREAMED {
+            broker.publish(TOPIC, &Record::new(&payload(0, seq))).unwrap();
+        }
+        wait_for("the parent's go-ahead", || dir.join(DONE).exists());
+        return;
+    }
+    let dir = TempDir::new("recycle");
+    let broker = Broker::new(config(&dir.0, Sharing::Processes)).unwrap();
+    let options =
+        TopicOptions { segment_bytes: Some(16 << 10), retention_bytes: Some(64 << 10), ..TopicOptions::default() };
+    broker.create_topic(TOPIC, &options).unwrap();
+    let block = SubscriptionOptions {
+        start: StartPosition::Earliest,
+        overflow: rill::Overflow::Block,
+        lag_limit: Some(500),
+        ..SubscriptionOptions::default()
+    };
+    let (sub, seen) = subscribe_with(&broker, block);
+    // The topic's one partition: topics/<its number>/0.
+    let topics = dir.0.join("topics");
+    let number = std::fs::read_dir(&topics).unwrap().next().expect("the topic's directory").unwrap().file_name();
+    let partition = topics.join(number).join("0");
+    let child = spawn(TEST, "stream", &dir.0);
+    // Each segment file seen, by name: its header's generation.
+    let mut segments: HashMap<String, u64> = HashMap::new();
+    wait_for("every message", || {
+        // A segment lives for four segments' worth of publishing at least,
+        // and the publisher is at most `lag_limit` ahead of us: a look
+        // between our deliveries sees every one.
+        for entry in std::fs::read_dir(&partition).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            // Trimmed meanwhile: gone, or unreadable; the next look is enough.
+            if name.ends_with(".seg")
+                && let Ok(bytes) = std::fs::read(partition.join(&name))
+                && bytes.len() >= GENERATION_AT + 8
+            {
+                let generation = u64::from_le_bytes(bytes[GENERATION_AT..GENERATION_AT + 8].try_into().unwrap());
+                segments.insert(name, generation);
+            }
+        }
+        seen.lock().unwrap().len() >= STREAMED as usize
+    });
+    procs::mark(&dir.0, DONE);
+    expect_success(child, "the publisher");
+    drop(sub);
+    check_all(&seen.lock().unwrap(), 1, STREAMED);
+    assert!(segments.len() >= 50, "{} segments seen: the topic did not roll as it should", segments.len());
+    let reused = segments.values().filter(|&&g| g > 0).count();
+    // Without reuse no file has a generation past 0.
+    assert!(reused * 2 >= segments.len(), "{reused} of {} segments in reused files", segments.len());
 }
