@@ -905,6 +905,19 @@ fn read_to(log: &Log, end: u64) -> Vec<(u32, u32)> {
     read
 }
 
+/// A xorshift generator for the kill loops, seeded from the clock so that
+/// each run kills at other moments: each call gives a number below its
+/// argument.
+fn clock_seeded() -> impl FnMut(u64) -> u64 {
+    let mut state = crate::clock::now_ns() | 1;
+    move |below| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % below
+    }
+}
+
 /// A kill -9 loop: a publisher process is killed (`SIGKILL`) at a random
 /// moment while it publishes, anywhere in an append (between its
 /// reservation and its commit included, or between a sealing reservation
@@ -922,14 +935,7 @@ fn publishers_killed_at_random_moments_lose_nothing_acknowledged() {
     use std::io::BufRead;
     let iterations = std::env::var(KILL_ITERATIONS_VAR).ok().and_then(|v| v.parse().ok()).unwrap_or(KILL_ITERATIONS);
     let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-kill-{}", std::process::id())));
-    // A xorshift generator, seeded from the clock: each run kills at other moments.
-    let mut state = crate::clock::now_ns() | 1;
-    let mut random = move |below: u64| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state % below
-    };
+    let mut random = clock_seeded();
     for iteration in 0..iterations {
         let _ = std::fs::remove_dir_all(&tmp.0);
         let dir = tmp.0.join("partition");
@@ -1063,14 +1069,7 @@ fn processes_killed_while_they_free_and_reuse_files_leave_every_reader_whole_rec
     }
     let iterations = std::env::var(KILL_ITERATIONS_VAR).ok().and_then(|v| v.parse().ok()).unwrap_or(KILL_ITERATIONS);
     let tmp = TempDir(std::env::temp_dir().join(format!("rill-procs-recycle-kill-{}", std::process::id())));
-    // A xorshift generator, seeded from the clock: each run kills at other moments.
-    let mut state = crate::clock::now_ns() | 1;
-    let mut random = move |below: u64| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state % below
-    };
+    let mut random = clock_seeded();
     let mut reused = 0;
     for iteration in 0..iterations {
         let _ = std::fs::remove_dir_all(&tmp.0);

@@ -85,13 +85,10 @@ impl MapLocks {
     /// absent).
     pub(crate) fn open(dir: &Path) -> Result<Arc<MapLocks>> {
         let path = dir.join(MAPS_FILE);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io(&path, &e))?;
+        let mut options = OpenOptions::new();
+        // Never truncated: it holds no bytes, only locks.
+        options.read(true).write(true).create(true).truncate(false);
+        let file = options.open(&path).map_err(|e| Error::io(&path, &e))?;
         Ok(Arc::new(MapLocks { file, held: Mutex::new(HashMap::new()) }))
     }
 
