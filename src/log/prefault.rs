@@ -373,6 +373,14 @@ impl Drop for Running<'_> {
     }
 }
 
+/// Whether the prefault thread has let go of every file handed to it (and
+/// so finished each one's free step), for tests.
+#[cfg(test)]
+pub(super) fn let_go_drained() -> bool {
+    // Relaxed: a test's poll; the count moves after each drop is done.
+    prefaulter().is_none_or(|p| p.letting_go.load(Relaxed) == 0)
+}
+
 /// What the prefault thread is doing, for the message of a test that
 /// waited for it in vain.
 #[cfg(test)]

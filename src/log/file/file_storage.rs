@@ -825,16 +825,20 @@ fn free_if_last(path: &Path, base: u64, inode: u64, locks: &Arc<super::map_locks
                 break;
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            // Its spare name is gone: a recovery of the directory, opened
+            // again after this log closed, deleted it.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => break,
             Err(e) => {
                 log::warn!("could not free trimmed segment file {} as {}: {e}", spare.display(), free.display());
                 break;
             }
         }
     }
-    if let Err(e) = fs::remove_file(&spare) {
-        log::warn!("could not unlink spare segment file {}: {e}", spare.display());
-    } else if !freed {
-        log::debug!("deleted spare segment file {} (no free name left)", spare.display());
+    match fs::remove_file(&spare) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => log::warn!("could not unlink spare segment file {}: {e}", spare.display()),
+        Ok(()) if !freed => log::debug!("deleted spare segment file {} (no free name left)", spare.display()),
+        Ok(()) => {}
     }
     locks.unlock_exclusive(inode);
 }

@@ -128,6 +128,15 @@
 //! name stays, as one a crash left always did. Recovery (at the
 //! directory's first open, when no process has it) deletes every spare and
 //! free file.
+//!
+//! **A log closed while its files are let go.** A process's mappings are
+//! let go after its log closes (the epoch, then the prefault thread), and
+//! a trimmed file let go after the close is deleted, not freed: the
+//! directory may be opened again meanwhile, in this process, and
+//! recovered. A free step that had begun before the close finishes, so a
+//! free file may still appear just after such a recovery: at most
+//! [`format::FREE_FILES`] of them, reused by a roll of a shared log, or
+//! deleted by the next recovery.
 
 mod file_storage;
 mod files;
