@@ -1066,9 +1066,11 @@ impl Shared {
 
 /// Processes mode: the segment at `base` over this process's own mapping
 /// of its segment file in `pool`'s directory, made and linked by another
-/// process or thread; `None` if no file has that name (not made yet, or
-/// trimmed). Fails if the file is not a whole segment file for `base` with
-/// its reservation state in it.
+/// process or thread, held (see `file/map_locks.rs`); `None` if no file
+/// has that name (not made yet, or trimmed), or the file is being freed or
+/// reused, or was reused since the open (trimmed too, see "Recycling
+/// across processes" in `file/mod.rs`). Fails if the file is not a whole
+/// segment file for `base` with its reservation state in it.
 #[cfg(not(loom))]
 pub(super) fn open_shared_segment(pool: &Arc<Pool>, base: u64) -> Result<Option<Arc<Segment>>> {
     use super::file::{self, FileStorage, HEADER_END, Header};
