@@ -166,7 +166,7 @@ impl Log {
     /// [`Log::open`], for a partition this process holds alone
     /// (`Exclusive`) or the first opener of one shared by processes
     /// (`Processes`: recovered here, then joined by others with
-    /// [`Log::join`]; see "The roll across processes" in `dir.rs`).
+    /// [`Log::join_with`]; see "The roll across processes" in `dir.rs`).
     pub(crate) fn open_in(
         config: &LogConfig,
         partition: u32,

@@ -125,7 +125,7 @@
 //! ([`Store::opened`]) turns `LOCK` shared and lets go of `INIT`. Losing, it
 //! takes `LOCK` shared (`Busy` if that fails too: an `Exclusive` broker has
 //! it) and is a *joiner*: it reads the topic list and joins each partition's
-//! files ([`Log::join`](crate::log::Log)) without recovering anything. An
+//! files ([`Log::join_with`](crate::log::Log)) without recovering anything. An
 //! `Exclusive` opener takes `INIT` too, without blocking (`Busy` if held), so
 //! no one can take `LOCK` in the gap of the first opener's turn from
 //! exclusive to shared (`flock` converts by unlocking first).
