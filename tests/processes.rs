@@ -57,13 +57,9 @@ type Seen = Arc<Mutex<Vec<(u64, u32, u32)>>>;
 
 /// Subscribes to [`TOPIC`] from its start, recording what it gets.
 fn subscribe(broker: &Broker) -> (rill::Subscription, Seen) {
-    subscribe_with(broker, SubscriptionOptions { start: StartPosition::Earliest, ..SubscriptionOptions::default() })
-}
-
-/// [`subscribe`] with `options`.
-fn subscribe_with(broker: &Broker, options: SubscriptionOptions) -> (rill::Subscription, Seen) {
     let seen: Seen = Arc::default();
     let sink = seen.clone();
+    let options = SubscriptionOptions { start: StartPosition::Earliest, ..SubscriptionOptions::default() };
     let sub = broker
         .subscribe(TOPIC, options, move |m| {
             let (who, seq) = decode(m.record().payload());
@@ -288,41 +284,55 @@ fn a_streaming_topics_trimmed_files_are_reused_by_the_processes() {
     let options =
         TopicOptions { segment_bytes: Some(16 << 10), retention_bytes: Some(64 << 10), ..TopicOptions::default() };
     broker.create_topic(TOPIC, &options).unwrap();
+    // The topic's one partition: topics/<its number>/0.
+    let topics = dir.0.join("topics");
+    let number = std::fs::read_dir(&topics).unwrap().next().expect("the topic's directory").unwrap().file_name();
+    let partition = topics.join(number).join("0");
+    // Each segment file seen, by name: its header's generation. The
+    // handler looks every `LOOK` messages: a segment lives for four
+    // segments' worth of publishing at least (its retention), and the
+    // publisher is at most `lag_limit` messages ahead of the handler, so a
+    // look that often sees every one.
+    const LOOK: usize = 100;
+    let segments: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let block = SubscriptionOptions {
         start: StartPosition::Earliest,
         overflow: rill::Overflow::Block,
         lag_limit: Some(500),
         ..SubscriptionOptions::default()
     };
-    let (sub, seen) = subscribe_with(&broker, block);
-    // The topic's one partition: topics/<its number>/0.
-    let topics = dir.0.join("topics");
-    let number = std::fs::read_dir(&topics).unwrap().next().expect("the topic's directory").unwrap().file_name();
-    let partition = topics.join(number).join("0");
-    let child = spawn(TEST, "stream", &dir.0);
-    // Each segment file seen, by name: its header's generation.
-    let mut segments: HashMap<String, u64> = HashMap::new();
-    wait_for("every message", || {
-        // A segment lives for four segments' worth of publishing at least,
-        // and the publisher is at most `lag_limit` ahead of us: a look
-        // between our deliveries sees every one.
-        for entry in std::fs::read_dir(&partition).unwrap() {
-            let name = entry.unwrap().file_name().into_string().unwrap();
-            // Trimmed meanwhile: gone, or unreadable; the next look is enough.
-            if name.ends_with(".seg")
-                && let Ok(bytes) = std::fs::read(partition.join(&name))
-                && bytes.len() >= GENERATION_AT + 8
-            {
-                let generation = u64::from_le_bytes(bytes[GENERATION_AT..GENERATION_AT + 8].try_into().unwrap());
-                segments.insert(name, generation);
+    let (sink, found, look) = (seen.clone(), segments.clone(), partition.clone());
+    let sub = broker
+        .subscribe(TOPIC, block, move |m| {
+            let (who, seq) = decode(m.record().payload());
+            let mut seen = sink.lock().unwrap();
+            seen.push((m.record().offset(), who, seq));
+            if seen.len() % LOOK == 1 {
+                let mut found = found.lock().unwrap();
+                for entry in std::fs::read_dir(&look).unwrap() {
+                    let name = entry.unwrap().file_name().into_string().unwrap();
+                    let mut header = [0u8; GENERATION_AT + 8];
+                    // Trimmed meanwhile: gone; a look before or after saw it.
+                    if name.ends_with(".seg")
+                        && let Ok(mut file) = std::fs::File::open(look.join(&name))
+                        && std::io::Read::read_exact(&mut file, &mut header).is_ok()
+                    {
+                        let generation = u64::from_le_bytes(header[GENERATION_AT..].try_into().unwrap());
+                        found.insert(name, generation);
+                    }
+                }
             }
-        }
-        seen.lock().unwrap().len() >= STREAMED as usize
-    });
+            Ack::Success
+        })
+        .unwrap();
+    let child = spawn(TEST, "stream", &dir.0);
+    wait_for("every message", || seen.lock().unwrap().len() >= STREAMED as usize);
     procs::mark(&dir.0, DONE);
     expect_success(child, "the publisher");
     drop(sub);
     check_all(&seen.lock().unwrap(), 1, STREAMED);
+    let segments = segments.lock().unwrap();
     assert!(segments.len() >= 50, "{} segments seen: the topic did not roll as it should", segments.len());
     let reused = segments.values().filter(|&&g| g > 0).count();
     // Without reuse no file has a generation past 0.
