@@ -170,7 +170,8 @@ impl Pool {
                         self.spare.lock().push(recycled);
                         return Err(e);
                     }
-                    // Dropping the spare deletes it; make a fresh file.
+                    // Dropping the spare deletes it (a free file claimed
+                    // across processes stays free); make a fresh file.
                     Err(e) => log::warn!("could not reuse a spare segment file: {e}"),
                 }
             }
@@ -178,19 +179,14 @@ impl Pool {
             // process let go of ("Recycling across processes" in
             // `file/mod.rs`).
             #[cfg(not(loom))]
-            if let Some(storage) = files.claim_free(self.capacity, self.slot_count)? {
-                let buffers = Buffers::over(Box::new(storage), self.slot_count, pages)?;
-                buffers.reset_claimed();
-                let file = buffers.storage().as_file().expect("over a file");
-                // `AlreadyExists`: another publisher retrying the same roll
-                // made the file; ours stays free (its name unchanged).
-                file.reuse(base, files.flush)?;
-                files.created();
-                #[cfg(test)]
-                self.reused_free.fetch_add(1, crate::sync::atomic::Ordering::Relaxed);
-                // Its pages are the page cache's, not this mapping's yet:
-                // faulted in ahead of the tail, as a new file's.
-                return Ok(buffers.unfaulted());
+            match self.reuse_free(files, base, pages) {
+                Ok(Some(buffers)) => return Ok(buffers),
+                Ok(None) => {}
+                // Another publisher retrying the same roll made the file;
+                // ours stays free (its name unchanged).
+                Err(e @ Error::Io { kind: io::ErrorKind::AlreadyExists, .. }) => return Err(e),
+                // A file made ahead, or a new one, serves instead.
+                Err(e) => log::warn!("could not reuse a free segment file: {e}"),
             }
             #[cfg(not(loom))]
             if let Some(made) = self.take_ahead_file() {
@@ -395,6 +391,23 @@ impl Pool {
         if spare.len() < self.max_spare {
             spare.push(buffers);
         }
+    }
+
+    /// For a log shared by processes, at a roll that found no spare: a free
+    /// file claimed, reset and reused as the segment file for `base` (see
+    /// "Recycling across processes" in `file/mod.rs`), `None` if there is
+    /// none. Its pages are the page cache's, not this mapping's yet: they
+    /// are faulted in ahead of the tail, as a new file's.
+    #[cfg(not(loom))]
+    fn reuse_free(&self, files: &Files, base: u64, pages: Pages) -> Result<Option<Buffers>> {
+        let Some(storage) = files.claim_free(self.capacity, self.slot_count)? else { return Ok(None) };
+        let buffers = Buffers::over(Box::new(storage), self.slot_count, pages)?;
+        buffers.reset_claimed();
+        buffers.storage().as_file().expect("over a file").reuse(base, files.flush)?;
+        files.created();
+        #[cfg(test)]
+        self.reused_free.fetch_add(1, crate::sync::atomic::Ordering::Relaxed);
+        Ok(Some(buffers.unfaulted()))
     }
 
     /// On the prefault thread, for a log shared by processes: claims a free
