@@ -906,9 +906,8 @@ impl Shared {
     fn make_or_open(&self, base: u64) -> Result<Arc<Segment>> {
         let taken = self.pool.take(base, Pages::Huge);
         // This process rolls this partition: have its next file made ahead
-        // ("A spare made ahead" in `prefault.rs`; a log shared by processes
-        // keeps no spares in its pool, and a roll that finds no free file
-        // takes this one).
+        // ("A spare made ahead" in `prefault.rs`: a free file claimed, or,
+        // for a roll that finds none, a file made ahead).
         super::prefault::ahead(&self.pool);
         match taken {
             Ok(buffers) => Ok(Arc::new(Segment::new(base, buffers, self.pool.clone()))),

@@ -198,9 +198,10 @@ impl Log {
         let files = if processes { files.shared_with(map_locks(durable, maps)?) } else { files };
         #[cfg(loom)]
         let _ = maps;
-        // No spares kept by the pool when shared: a trimmed file may still
-        // be mapped by another process, so it is freed for reuse by the
-        // last process to let go of it, in the directory (see "Recycling
+        // No trimmed file kept by the pool when shared: it may still be
+        // mapped by another process, so it is freed for reuse by the last
+        // process to let go of it, in the directory, and the pool's one
+        // spare is a free file claimed for the next roll (see "Recycling
         // across processes" in `file/mod.rs`).
         let spares = if processes { 0 } else { SPARE_SEGMENTS };
         let pool = Pool::for_files(sizes.region_bytes(), sizes.slots, spares, files);

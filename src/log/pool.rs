@@ -254,9 +254,10 @@ impl Pool {
     /// A pool whose next roll would be into fresh memory or a new file (see
     /// "A spare made ahead" in `prefault.rs`): it has no spare, and its log
     /// still grows toward its retention (it has recycled nothing yet) or,
-    /// shared by processes, keeps no spares (its rolls reuse free files
-    /// when there are some); a durable one has no file made ahead either,
-    /// and a filesystem that makes files without a name.
+    /// shared by processes, keeps no trimmed files (its spare is a free file
+    /// claimed for the next roll, when there is one); a durable one of one
+    /// process has no file made ahead either, and a filesystem that makes
+    /// files without a name.
     #[cfg(not(loom))]
     pub(crate) fn wants_spare_ahead(&self) -> bool {
         use crate::sync::atomic::Ordering::Relaxed;
@@ -273,8 +274,8 @@ impl Pool {
 
     /// Whether the log's rolls may be into fresh memory or new files: it has
     /// recycled nothing yet, or its files are shared by processes, whose
-    /// pool keeps no spares (a roll reuses a free file if there is one, and
-    /// makes or takes one made ahead if not).
+    /// pool keeps no trimmed files (a roll reuses a free file if there is
+    /// one, and makes or takes one made ahead if not).
     #[cfg(not(loom))]
     fn grows(&self) -> bool {
         // Relaxed: a hint, as in `wants_spare_ahead`.
@@ -339,10 +340,12 @@ impl Pool {
         self.spare_requested.store(false, crate::sync::atomic::Ordering::Relaxed);
     }
 
-    /// On the prefault thread: maps a spare segment in huge pages (it is for
-    /// a roll out of a full-size segment), faults all of it in, and keeps
-    /// it, if the pool still wants one. Best effort: a failed mapping is
-    /// left to the roll, which reports it.
+    /// On the prefault thread, if the pool still wants a spare: in memory,
+    /// maps one in huge pages (it is for a roll out of a full-size segment),
+    /// faults all of it in, and keeps it; on a data directory shared by
+    /// processes, claims a free file (`claim_spare`), else, as on one of one
+    /// process, makes the next file ahead, its first part faulted in. Best
+    /// effort: a failure is left to the roll, which reports it.
     #[cfg(not(loom))]
     pub(crate) fn make_spare_ahead(&self) {
         self.spare_request_done();

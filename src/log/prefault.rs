@@ -67,12 +67,13 @@
 //!   and link a file on the publisher's path (on tmpfs the allocation
 //!   zeroes every page). A file without a name is freed by the kernel with
 //!   its last descriptor, so a crash or a log dropped first leaves nothing
-//!   for recovery. A log shared by processes keeps no spares in its pool
-//!   (its trimmed files are reused through the directory once every process
-//!   has let go of them: "Recycling across processes" in `file/mod.rs`),
-//!   so the process that rolls a partition asks at every roll, for the
-//!   rolls that find no free file: that process holds one file more than
-//!   the partition's retention. The request is made in the process that
+//!   for recovery. A log shared by processes keeps no trimmed files in its
+//!   pool (they are reused through the directory once every process has
+//!   let go of them: "Recycling across processes" in `file/mod.rs`), so
+//!   the process that rolls a partition asks at every roll: the thread
+//!   claims a free file if there is one, and makes a file ahead if none
+//!   waits, for the rolls that find no free file (that process holds one
+//!   file more than the partition's retention). The request is made in the process that
 //!   made the file only: a child forked since shares its descriptor, and
 //!   leaves it alone. A filesystem without files without a name is found
 //!   at the first attempt, and asked no more.
@@ -81,7 +82,7 @@
 //!
 //! # A trimmed file let go behind
 //!
-//! A log shared by processes keeps no spare files in its pool: a mapping
+//! A log shared by processes keeps no trimmed files in its pool: a mapping
 //! of a segment file it no longer reads is let go, and the last process to
 //! let go of a trimmed one frees it for reuse, or deletes it (on tmpfs that
 //! frees its pages then, in `munmap`, page by page; see "Recycling across

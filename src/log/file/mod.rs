@@ -74,8 +74,8 @@
 //! # Recycling across processes
 //!
 //! A partition shared by processes ([`crate::log::Sharing::Processes`])
-//! keeps no spares in any process's pool: a trimmed file may still be
-//! mapped, and read, by another process, whose retention trims it only
+//! keeps no trimmed file in any process's pool: a trimmed file may still
+//! be mapped, and read, by another process, whose retention trims it only
 //! when that process rolls too. Its trimmed files are recycled through the
 //! directory instead, under the map locks of `map_locks.rs` (every mapping
 //! holds its file's read lock; only a file no one maps can be write-locked):
