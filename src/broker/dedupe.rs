@@ -921,13 +921,7 @@ impl Across {
     /// Opens (creating if missing) the lock file `path` of a topic with
     /// `partitions` partitions.
     pub(crate) fn open(path: std::path::PathBuf, partitions: usize) -> Result<Across> {
-        let lock = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io(&path, &e))?;
+        let lock = crate::log::file::open_lock_file(&path)?;
         Ok(Across { lock, path, seen: Mutex::new((0..partitions).map(|_| None).collect()) })
     }
 

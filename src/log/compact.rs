@@ -309,13 +309,7 @@ pub(super) fn run_shared(shared: &Shared, policy: &CompactionPolicy, now_ns: u64
         Some(file) => file,
         None => {
             let path = files.dir.join(COMPACT_LOCK_FILE);
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .map_err(|e| crate::error::Error::io(&path, &e))?;
+            let file = super::file::open_lock_file(&path)?;
             shared.compaction.across.get_or_init(|| file)
         }
     };

@@ -1240,8 +1240,7 @@ fn a_process_that_does_not_compact_follows_the_others_rebuilt_files() {
     assert_eq!(read(&follower).len(), RECORDS as usize, "the follower maps every segment");
 
     let lock_file = tmp.0.join(super::compact::COMPACT_LOCK_FILE);
-    let lock = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&lock_file);
-    let lock = lock.unwrap();
+    let lock = super::file::open_lock_file(&lock_file).unwrap();
     let flock = |op| {
         // SAFETY: `flock` on a descriptor we own, open across the call.
         assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), op) }, 0, "{}", std::io::Error::last_os_error());

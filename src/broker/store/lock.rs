@@ -5,7 +5,7 @@
 //! processes". A durable subscription's name has a lock of its own in
 //! `Processes` mode, taken with the helpers here (see `named.rs`).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::ErrorKind as IoKind;
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -52,10 +52,8 @@ impl Drop for Locked {
     }
 }
 
-/// Opens (creating if missing) a lock file.
-pub(super) fn open_lock_file(path: &Path) -> Result<File> {
-    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(|e| Error::io(path, &e))
-}
+/// Opens (creating if missing, never truncating) a lock file.
+pub(super) use crate::log::file::open_lock_file;
 
 /// `flock(fd, op)`: `Ok(false)` if `LOCK_NB` was asked for and the lock is
 /// held elsewhere.

@@ -43,7 +43,7 @@
 //! for a second process.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -85,10 +85,7 @@ impl MapLocks {
     /// absent).
     pub(crate) fn open(dir: &Path) -> Result<Arc<MapLocks>> {
         let path = dir.join(MAPS_FILE);
-        let mut options = OpenOptions::new();
-        // Never truncated: it holds no bytes, only locks.
-        options.read(true).write(true).create(true).truncate(false);
-        let file = options.open(&path).map_err(|e| Error::io(&path, &e))?;
+        let file = super::lock_file::open_lock_file(&path)?;
         Ok(Arc::new(MapLocks { file, held: Mutex::new(HashMap::new()) }))
     }
 

@@ -141,6 +141,7 @@
 mod file_storage;
 mod files;
 mod format;
+mod lock_file;
 #[cfg(not(loom))]
 mod map_locks;
 mod rebuild;
@@ -169,4 +170,5 @@ pub(crate) use map_locks::MapLocks;
 /// Loom models share no directory between processes: no locks to hold.
 #[cfg(loom)]
 pub(crate) enum MapLocks {}
+pub(crate) use lock_file::open_lock_file;
 pub(crate) use rebuild::{Rebuilt, write as write_rebuilt};
