@@ -732,7 +732,7 @@ impl Consumer {
             let log = &self.core.topic.partitions[index].log;
             let at = part.cursor.offset();
             if want == 0 {
-                lag += log.end_offset().saturating_sub(at);
+                lag += log.lag_from(at);
                 continue;
             }
             let partition = index as u32;
@@ -752,7 +752,10 @@ impl Consumer {
             };
             // Where the cursor is now (it is lent out with the batches).
             let next = [b, a].iter().find(|x| !x.is_empty()).map_or(at, |x| x.first_offset() + x.len() as u64);
-            lag += log.end_offset().saturating_sub(next);
+            // Not `end_offset`: a consumer that has caught up (every poll
+            // of a consumer keeping pace) then reads no tail word, the line
+            // each publish's fetch-add writes (`Log::lag_from`).
+            lag += log.lag_from(next);
             carry = want - a.len() - b.len();
             out.extend(a.iter().chain(b.iter()).map(|record| Delivered::new(topic, partition, record)));
         }
