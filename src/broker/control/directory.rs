@@ -33,7 +33,11 @@ pub struct DirectoryConsumer {
     pub missed: u64,
     /// What the partitions it owned held past its position in them, at the
     /// end of its last poll (not the group's lag from its commits, which
-    /// [`Broker::group_stats`](crate::Broker::group_stats) gives).
+    /// [`Broker::group_stats`](crate::Broker::group_stats) gives). Where its
+    /// next record was still being written, 0 for that partition: what lies
+    /// past a record reserved and not yet committed counts once it is
+    /// committed, or given up (a publisher that died before its commit;
+    /// see `Log::lag_from`).
     pub lag: u64,
 }
 
