@@ -351,6 +351,23 @@ struct Part {
 }
 
 impl Part {
+    fn new(cursor: Cursor, base: u64) -> Part {
+        Part { cursor: Part::light(cursor), base, missed: 0 }
+    }
+
+    /// `cursor`, polling lightly (`Cursor::poll_lightly`: on a log shared
+    /// by processes, a poll that finds nothing new leaves the tail word,
+    /// the line each publish's fetch-add writes, to the publishers). Its
+    /// doorbell looks for a consumer whether it sleeps in `poll` or not (a
+    /// consumer has no state word to say it is draining: "Arming only
+    /// while a listener may sleep" in `doorbell.rs`), so a dead
+    /// publisher's reservation is given up after the abandon bound however
+    /// seldom the caller polls.
+    fn light(mut cursor: Cursor) -> Cursor {
+        cursor.poll_lightly();
+        cursor
+    }
+
     /// True if a read would return a record or report a lag. A lag found
     /// here is kept for the next poll to count (the cursor has moved past
     /// the gap, so a read would not report it again).
@@ -500,7 +517,7 @@ impl Consumer {
                     (None, ConsumerStart::Time(t)) => log.cursor_resuming(log.offset_at_time(t)),
                 };
                 let base = cursor.offset();
-                *slot = Some(Part { cursor, base, missed: 0 });
+                *slot = Some(Part::new(cursor, base));
                 let listener = dyn_arc!(ConsumerListener { waiters: core.waiters.clone() } => dyn Listener);
                 partition.add_listener(Entry::always(core.id, listener), None);
             }
@@ -1138,7 +1155,7 @@ impl Consumer {
         let committed = self.host.committed(&self.core);
         for ((p, slot), committed) in self.core.topic.partitions.iter().zip(&mut self.parts).zip(committed) {
             if let (Some(part), Some(offset)) = (slot, committed) {
-                part.cursor = p.log.cursor_resuming(offset);
+                part.cursor = Part::light(p.log.cursor_resuming(offset));
                 part.base = offset;
             }
         }

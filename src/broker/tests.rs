@@ -515,12 +515,8 @@ fn a_hole_left_by_a_crash_reaches_no_subscription_and_no_consumer() {
 }
 
 /// A broker on a directory shared by processes, with topic `t` whose
-/// abandon bound is short, and a subscription to it with `options` that
-/// sends each offset it gets down the channel returned.
-fn shared_with_a_short_abandon_bound(
-    tag: &str,
-    options: SubscriptionOptions,
-) -> (std::path::PathBuf, Broker, Subscription, std::sync::mpsc::Receiver<u64>) {
+/// abandon bound is short.
+fn shared_topic_with_a_short_abandon_bound(tag: &str) -> (std::path::PathBuf, Broker) {
     let root = data_dir(tag);
     let config = BrokerConfig {
         data_dir: Some(root.clone()),
@@ -531,6 +527,16 @@ fn shared_with_a_short_abandon_bound(
     let broker = Broker::new(config).unwrap();
     broker.create_topic("t", &TopicOptions::default()).unwrap();
     broker.inner().topic_for_publish("t").unwrap().partitions[0].log.set_abandon_after(Duration::from_millis(100));
+    (root, broker)
+}
+
+/// [`shared_topic_with_a_short_abandon_bound`], and a subscription to `t`
+/// with `options` that sends each offset it gets down the channel returned.
+fn shared_with_a_short_abandon_bound(
+    tag: &str,
+    options: SubscriptionOptions,
+) -> (std::path::PathBuf, Broker, Subscription, std::sync::mpsc::Receiver<u64>) {
+    let (root, broker) = shared_topic_with_a_short_abandon_bound(tag);
     let (tx, rx) = std::sync::mpsc::channel();
     let sub = broker
         .subscribe("t", options, move |m| {
@@ -590,6 +596,54 @@ fn a_spinning_subscriber_passes_an_abandoned_reservation_itself() {
     broker.publish("t", &Record::new(b"after")).unwrap();
     assert_eq!(rx.recv_timeout(Duration::from_secs(60)).expect("the record after the hole"), 2);
     sub.close();
+    broker.close();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Issue 39: a pull consumer on a directory shared by processes passes a
+/// dead publisher's reservation however its caller polls, its cursor
+/// polling lightly (it leaves the tail word alone while its next record is
+/// missing): polling without waiting, seldom, and asleep in a blocking
+/// `poll`. Its doorbell gives the offset up once the bound has passed, as
+/// it arms for every consumer, asleep or not, and wakes it.
+#[test]
+fn a_consumer_passes_an_abandoned_reservation_however_it_polls() {
+    let (root, broker) = shared_topic_with_a_short_abandon_bound("abandoned-consumer");
+    let offsets = |batch: Vec<crate::Delivered<'_>>| batch.iter().map(|m| m.offset()).collect::<Vec<u64>>();
+    for i in 0..3u8 {
+        broker.publish("t", &Record::new(&[i; 40])).unwrap();
+    }
+    // First the seldom polling one, alone: no consumer sleeps.
+    let mut seldom = broker.consumer("seldom", "t", ConsumerOptions::default()).unwrap();
+    assert_eq!(offsets(seldom.poll(10, Duration::ZERO).unwrap()), [0, 1, 2]);
+    // It finds its next record missing before the hole is made.
+    assert!(seldom.poll(10, Duration::ZERO).unwrap().is_empty());
+    assert_eq!(leave_a_hole(&broker), 3);
+    broker.publish("t", &Record::new(b"after")).unwrap();
+    let mut polls = 0u32;
+    let got = loop {
+        polls += 1;
+        assert!(polls < 1200, "the seldom polling consumer is stuck at the hole");
+        let got = offsets(seldom.poll(10, Duration::ZERO).unwrap());
+        if !got.is_empty() {
+            break got;
+        }
+        // The caller's pace: a poll every 50 ms, so the abandon bound
+        // (100 ms) passes over a few polls.
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(got, [4], "the seldom polling consumer passes over the hole");
+
+    // Then one asleep in `poll`, at a second hole.
+    let mut blocking = broker.consumer("blocking", "t", ConsumerOptions::default()).unwrap();
+    assert_eq!(offsets(blocking.poll(10, Duration::from_secs(60)).unwrap()), [0, 1, 2, 4]);
+    assert_eq!(leave_a_hole(&broker), 5);
+    broker.publish("t", &Record::new(b"after again")).unwrap();
+    // It sleeps until its doorbell, having given the offset up, wakes it
+    // (the publish's own wake-up finds nothing to read and it sleeps on).
+    let got = offsets(blocking.poll(10, Duration::from_secs(60)).unwrap());
+    assert_eq!(got, [6], "the blocking consumer passes over the hole");
+    drop((blocking, seldom));
     broker.close();
     std::fs::remove_dir_all(&root).unwrap();
 }
