@@ -191,15 +191,17 @@
 //! reserved from the tail word, the line every publisher's fetch-add
 //! writes, so a reader that loaded it at every poll would take it out of
 //! the publishers' caches before each of their publishes. A
-//! subscription's cursor therefore polls lightly (`Cursor::poll_lightly`):
+//! subscription's cursor, and a pull consumer's, therefore polls lightly
+//! (`Cursor::poll_lightly`):
 //! it looks at the tail word only once it has found its next record
 //! missing for a millisecond, and then once in 64 polls, so that a
 //! drainer spinning at a hole still claims it (a little after the bound),
 //! while one spinning at the end of the log leaves the line alone. A
 //! drainer that goes to sleep at a hole leaves it to its process's
 //! doorbell, which looks at every ring and once the bound has passed ("A
-//! reservation nobody commits" in `broker/doorbell.rs`). Every other
-//! cursor looks at every poll.
+//! reservation nobody commits" in `broker/doorbell.rs`; it does so for
+//! a consumer whether it sleeps or not). Every other cursor looks at
+//! every poll.
 //!
 //! One rule keeps the offsets agreed: a reader (or a sync round) passes
 //! over a given-up slot only once it knows the slot lies before the
