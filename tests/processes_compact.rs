@@ -166,6 +166,85 @@ fn two_processes_publish_to_a_compacted_topic_and_each_reads_the_newest_value_of
     again.close();
 }
 
+/// The newest record of each key among `written` that is not a
+/// tombstone, in offset order: what a compacted topic whose tombstones
+/// have gone holds.
+fn live_keys(written: &[(u64, Vec<u8>, Vec<u8>)]) -> Partition {
+    let mut want = newest(written);
+    want.retain(|(_, _, value)| !value.is_empty());
+    want
+}
+
+/// Every model-keyed record a new subscription from the beginning of
+/// `kv` reads in `broker`'s process, once it has caught up.
+fn subscribed_model_keys(broker: &Broker) -> Partition {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let into = seen.clone();
+    let sub = broker
+        .subscribe("kv", common::earliest(), move |m| {
+            if m.key().is_some_and(|k| k.first() == Some(&b'k')) {
+                into.lock().unwrap().push((m.offset(), m.key().unwrap().to_vec(), m.payload().to_vec()));
+            }
+            rill::Ack::Success
+        })
+        .unwrap();
+    assert!(sub.wait_idle(common::WAIT).unwrap(), "the subscription caught up");
+    sub.close();
+    std::mem::take(&mut *seen.lock().unwrap())
+}
+
+/// A broker that created a compacted topic and then left it alone (it
+/// neither publishes nor reads) still reads the compacted log once
+/// another broker on the directory wrote and compacted it: a key the other
+/// deleted stays deleted. The idle broker's newest segment was the first,
+/// as it mapped it at the creation; the writer sealed and rebuilt that
+/// file, so the idle broker's follow must first install the writer's
+/// rolls, then map the rebuilt file. It once kept its old mapping for good
+/// (its follow never looked at its newest segment), and a reader from the
+/// beginning read every value the writer had compacted away, the deleted
+/// key's included. Two brokers in one process stand in for two processes
+/// (each has its own mappings and its own `compact.lock` descriptor).
+#[test]
+fn an_idle_broker_reads_the_log_another_compacted_and_a_deleted_key_stays_deleted() {
+    let dir = TempDir::new("idle");
+    let idle = Broker::new(config(&dir.0)).unwrap();
+    // Segments large enough that the first holds every value of the key
+    // deleted later; passes due until every superseded record is gone.
+    let options = TopicOptions { segment_bytes: Some(256 << 10), delete_retention_ms: 0, ..compacted() };
+    idle.create_topic("kv", &options).unwrap();
+    let writer = Broker::new(config(&dir.0)).unwrap();
+    let pad = vec![b'p'; 1000];
+    let mut written = Vec::new();
+    let mut put = |key: &[u8], value: Vec<u8>| {
+        let at = writer.publish("kv", &Record::new(&value).with_key(key)).unwrap();
+        written.push((at.offset, key.to_vec(), value));
+    };
+    // The first segment: values of the key the writer deletes later.
+    for round in 0..200 {
+        put(b"kdoomed", [format!("{round}-").as_bytes(), &pad].concat());
+    }
+    for round in 0..600u32 {
+        put(format!("k{}", round % 20).as_bytes(), [format!("{round}-").as_bytes(), &pad].concat());
+        if round == 300 {
+            put(b"kdoomed", Vec::new());
+        }
+    }
+    // Every model record sealed: a segment's worth of records of keys the
+    // model ignores.
+    for n in 0..300 {
+        writer.publish("kv", &Record::new(&pad).with_key(format!("~{n}").as_bytes())).unwrap();
+    }
+    let want = live_keys(&written);
+    assert!(!want.iter().any(|(_, key, _)| key == b"kdoomed"), "the key ends deleted");
+    wait_to_read(&writer, "writer-reader", &want);
+    // A subscription from the beginning, as a process rebuilding a cache
+    // from the topic makes one: the idle broker's follow may come a
+    // compactor tick later.
+    common::wait_for("the idle broker to read the compacted log", || subscribed_model_keys(&idle) == want);
+    writer.close();
+    idle.close();
+}
+
 /// Kills in the loop (more with `RILL_CRASH_ITERATIONS`).
 const KILLS: u32 = 20;
 

@@ -174,7 +174,13 @@
 //!    generation moved, read at most once a `FOLLOW_EVERY_NS`; in the
 //!    holder, step 1, read under the lock every time). An odd generation
 //!    found there also has the process try the lock, pass due or not: a
-//!    dead holder's is free, and its swap is closed as in step 1. For each sealed
+//!    dead holder's is free, and its swap is closed as in step 1. First
+//!    it installs the rolls other processes made that its directory has
+//!    not (`Shared::follow_rolls`): its newest segment may be one another
+//!    process sealed and then rebuilt, and a process that neither
+//!    publishes nor reads the partition would otherwise keep mapping it,
+//!    stale, and hand it to its next reader from the beginning (a key the
+//!    other process deleted came back there). Then, for each sealed
 //!    segment of its directory (never the newest, which is never
 //!    rebuilt), the process compares the inode number of the file it maps
 //!    with the one its name holds now (`stat`); where they differ it maps
@@ -185,7 +191,15 @@
 //!    orderings, as the compactor's own (C1; `Acquire` on failure, and it
 //!    never replaces a stalled directory). It notes the generation as
 //!    followed only when it is even: under an odd one a swap is under way,
-//!    and the next tick looks again.
+//!    and the next tick looks again. It also notes its newest segment's
+//!    base (`Progress::followed_newest`): a later follow under the same
+//!    generation looks only at the segments from there on, which its
+//!    directory has sealed since, and a holder's pass rebuilds only the
+//!    segments before it (one sealed in its view after its follow may
+//!    still be a stale mapping: its keys would bring back what the other
+//!    pass removed, and its rebuild would replace the other's on disk). A
+//!    follow that could not install what it found (its directory stalled)
+//!    notes nothing, and a holder then skips its pass.
 //!
 //! **What a crash leaves.** Before 2: nothing changed. Between 2 and 4
 //! (the holder killed mid-pass): some segments' names hold rebuilt files,
@@ -321,18 +335,12 @@ pub(super) fn run_shared(shared: &Shared, policy: &CompactionPolicy, now_ns: u64
     if now_ns >= progress.next_follow_ns {
         progress.next_follow_ns = now_ns.saturating_add(FOLLOW_EVERY_NS);
         let generation = across.generation()?;
-        if generation != progress.followed {
-            shared.follow_swaps()?;
-            // An odd generation: a pass is swapping (or its process died
-            // mid-swap); followed again once it is even. Taking the lock
-            // tells which: a dead holder's is free, and this process then
-            // closes its swap below.
-            if generation % 2 == 0 {
-                progress.followed = generation;
-            } else {
-                orphaned = true;
-            }
-        }
+        let followed = follow(shared, &mut progress, generation)?;
+        // An odd generation: a pass is swapping (or its process died
+        // mid-swap); followed again once it is even. Taking the lock tells
+        // which: a dead holder's is free, and this process then closes its
+        // swap below.
+        orphaned = followed && !generation.is_multiple_of(2);
     }
     // The lock is taken only for a pass that has work (or to close an
     // orphaned swap), so an idle compacted topic costs no system call
@@ -351,23 +359,53 @@ pub(super) fn run_shared(shared: &Shared, policy: &CompactionPolicy, now_ns: u64
         // The holder: no one else swaps now, so what it follows is all
         // there is, including the swaps of a holder that died mid-pass
         // (an odd generation, which it then closes).
-        let mut generation = across.generation()?;
-        if generation != progress.followed {
-            shared.follow_swaps()?;
-            if generation % 2 == 1 {
-                generation += 1;
-                across.set_generation(generation)?;
-                // Its pass may have left superseded records that its
-                // renames made look clean enough not to start ours: the
-                // next pass runs whatever the dirty share.
-                progress.retry = true;
-            }
-            progress.followed = generation;
+        let generation = across.generation()?;
+        if !follow(shared, &mut progress, generation)? {
+            // Its directory stalled before it could map what was rebuilt:
+            // rebuilding from the old mappings would bring back what the
+            // other pass removed. The next tick tries again.
+            progress.retry = true;
+            return Ok(false);
+        }
+        if !generation.is_multiple_of(2) {
+            across.set_generation(generation + 1)?;
+            progress.followed = generation + 1;
+            // Its pass may have left superseded records that its renames
+            // made look clean enough not to start ours: the next pass runs
+            // whatever the dirty share.
+            progress.retry = true;
         }
         pass(shared, &mut progress, policy, now_ns, true, Some(&across))
     })();
     across.unlock();
     result
+}
+
+/// Step F of "The swap across processes": installs the rolls other
+/// processes made, then follows the swaps up to `generation` (read from
+/// the lock file just now), looking at every
+/// sealed segment if the generation moved since the last follow, else at
+/// those sealed in this process's view since then (the last follow could
+/// not look at its newest segment: see `Progress::followed_newest`).
+/// Notes what it followed, the generation only when it is even. False if
+/// the follow could not install what it found (the directory stalled).
+#[cfg(not(loom))]
+fn follow(shared: &Shared, progress: &mut super::compact_state::Progress, generation: u64) -> Result<bool> {
+    // First the rolls of other processes this process has not installed:
+    // a process that neither publishes nor reads the partition would
+    // otherwise keep its newest segment as it mapped it, which may be a
+    // file another process sealed and then rebuilt, and hand it, stale,
+    // to its next reader from the beginning.
+    shared.follow_rolls()?;
+    let from = if generation == progress.followed { progress.followed_newest } else { 0 };
+    let Some(newest) = shared.follow_swaps(from)? else {
+        return Ok(false);
+    };
+    if generation.is_multiple_of(2) {
+        progress.followed = generation;
+    }
+    progress.followed_newest = newest;
+    Ok(true)
 }
 
 /// The name of a partition's compaction lock file (see "The swap across
@@ -494,9 +532,18 @@ fn pass(
         if dir.stalled.is_some() {
             return Ok(false);
         }
-        let sealed = &dir.segs[..dir.segs.len() - 1];
+        let mut sealed = &dir.segs[..dir.segs.len() - 1];
         // Where the sealed segments end: the newest segment's base.
-        let through = sealed.last().map_or(0, |_| dir.last().base());
+        let mut through = sealed.last().map_or(0, |_| dir.last().base());
+        // Processes mode: only the segments the holder's follow has looked
+        // at (`Progress::followed_newest`). One sealed in this process's
+        // view after the follow may be a mapping of a file another
+        // process rebuilt: its keys would bring back records that pass
+        // removed, and its rebuild would replace the other's on disk.
+        if across.is_some() && through > progress.followed_newest {
+            sealed = &sealed[..sealed.partition_point(|seg| seg.base() < progress.followed_newest)];
+            through = sealed.last().map_or(0, |_| progress.followed_newest);
+        }
         (sealed.to_vec(), through)
     };
     let clean = progress.clean;

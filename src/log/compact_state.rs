@@ -59,4 +59,13 @@ pub(super) struct Progress {
     /// in `compact.rs`).
     #[cfg_attr(loom, allow(dead_code))]
     pub(super) next_follow_ns: u64,
+    /// Processes mode: the base of this process's newest segment when it
+    /// last followed. Its mappings of the segments before it are of the
+    /// files their names held after the swaps of `followed`; from it on,
+    /// a segment sealed in this process's view since then may still be a
+    /// mapping of a file another process rebuilt (it was this process's
+    /// newest, which a follow does not replace), until the next follow
+    /// looks at it. A pass rebuilds none of those.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(super) followed_newest: u64,
 }

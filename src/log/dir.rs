@@ -1152,19 +1152,48 @@ pub(super) fn list_shared_segments(pool: &Arc<Pool>) -> Result<Vec<Arc<Segment>>
 }
 
 impl Shared {
+    /// Processes mode: installs in this process's directory the segments
+    /// other processes rolled to since it last looked (see
+    /// [`Log::follow_rolls`](super::Log::follow_rolls)).
+    #[cfg(not(loom))]
+    pub(super) fn follow_rolls(&self) -> Result<()> {
+        let mut guard = epoch::pin();
+        loop {
+            let last = self.dir(&guard).last().clone();
+            // Each turn installs one successor (ours or another thread's),
+            // or ends: the newest segment unsealed, or its successor's file
+            // not made yet.
+            if last.sealed_count().is_none() || !self.follow(&last, false, &guard)? {
+                return Ok(());
+            }
+            guard.repin();
+        }
+    }
+
     /// Processes mode: installs, in this process's directory, a mapping of
     /// each rebuilt file that another process's compaction renamed over a
     /// sealed segment's file this directory still maps (its name's inode is
     /// not its mapping's), in place of the old mapping; never the newest
-    /// segment. The number of segments replaced. See "The swap across
-    /// processes" in `compact.rs`.
+    /// segment. Looks at the sealed segments from base `from` on (0: all;
+    /// the caller's last follow looked at those before it, and no swap
+    /// came since). See "The swap across processes" in `compact.rs`.
+    ///
+    /// The base of the newest segment of the directory it looked at, which
+    /// the next follow starts from: once this process's directory rolls
+    /// past it, that segment is sealed here too and may be a mapping of a
+    /// file another process rebuilt while it was this process's newest.
+    /// `None` if it could not install what it found (the directory
+    /// stalled): the next follow must look again.
     #[cfg(not(loom))]
-    pub(super) fn follow_swaps(&self) -> Result<usize> {
+    pub(super) fn follow_swaps(&self, from: u64) -> Result<Option<u64>> {
         let guard = epoch::pin();
-        let stale: Vec<Arc<Segment>> = {
+        let (stale, newest_base): (Vec<Arc<Segment>>, u64) = {
             let dir = self.dir(&guard);
             let mut stale = Vec::new();
-            for seg in &dir.segs[..dir.segs.len() - 1] {
+            let sealed = &dir.segs[..dir.segs.len() - 1];
+            // Segments are in offset order: those from `from` on are last.
+            let first = sealed.partition_point(|seg| seg.base() < from);
+            for seg in &sealed[first..] {
                 let Some(file) = seg.file() else { continue };
                 let path = file.name();
                 let now = super::file::inode_at(&path).map_err(|e| Error::io(&path, &e))?;
@@ -1174,10 +1203,10 @@ impl Shared {
                     stale.push(seg.clone());
                 }
             }
-            stale
+            (stale, dir.last().base())
         };
         if stale.is_empty() {
-            return Ok(0);
+            return Ok(Some(newest_base));
         }
         let mut fresh = Vec::with_capacity(stale.len());
         for old in stale {
@@ -1200,7 +1229,7 @@ impl Shared {
             let dir = unsafe { current.deref() }.read();
             if dir.stalled.is_some() {
                 // Never hide a stall from publishers: the next tick retries.
-                return Ok(0);
+                return Ok(None);
             }
             let newest = dir.segs.len() - 1;
             let mut replaced = 0;
@@ -1217,7 +1246,8 @@ impl Shared {
                 })
                 .collect();
             if replaced == 0 {
-                return Ok(0);
+                // What was stale left the directory meanwhile (trimmed).
+                return Ok(Some(newest_base));
             }
             // Release (C1, as a compaction's own swap in `compact::install`):
             // publishes the new segments to the Acquire loads of the
@@ -1233,7 +1263,7 @@ impl Shared {
             ) {
                 Ok(_) => {
                     self.retire(current, &guard);
-                    return Ok(replaced);
+                    return Ok(Some(newest_base));
                 }
                 Err(e) => current = e.current,
             }

@@ -627,17 +627,7 @@ impl Log {
     pub(crate) fn follow_rolls(&self) -> Result<()> {
         #[cfg(not(loom))]
         if self.shared.processes {
-            let mut guard = epoch::pin();
-            loop {
-                let last = self.shared.dir(&guard).last().clone();
-                // Each turn installs one successor (ours or another
-                // thread's), or ends: the newest segment unsealed, or its
-                // successor's file not made yet.
-                if last.sealed_count().is_none() || !self.shared.follow(&last, false, &guard)? {
-                    break;
-                }
-                guard.repin();
-            }
+            self.shared.follow_rolls()?;
         }
         Ok(())
     }
