@@ -2573,8 +2573,10 @@ rill_status rill_subscription_wait_idle(rill_subscription *s, int64_t timeout_ms
  * become idle, for an event loop that must not block in
  * `rill_subscription_wait_idle`. An eventfd made at the first call (later
  * calls give the same one), owned by the subscription: do not read, write
- * or close it; `rill_subscription_free` closes it (take it out of your
- * event loop first).
+ * or close it. It stays open after `rill_subscription_close` (a closed
+ * subscription still gives it, and `rill_subscription_wait_idle` then
+ * returns `RILL_ERR_CLOSED`); `rill_subscription_free` closes it (take it
+ * out of your event loop first).
  *
  * Use: call `rill_subscription_wait_idle` with `timeout_ms` 0; on
  * `RILL_ERR_TIMEOUT` wait until the fd is readable, and call it again.
@@ -2662,8 +2664,10 @@ rill_status rill_subscription_partitions(const rill_subscription *s,
  * except when called from inside a handler), with the handle left valid,
  * so that a call another thread is making on it meanwhile
  * (`rill_subscription_wait_idle`, its stats) returns (`RILL_ERR_CLOSED`,
- * or the final figures) instead of touching freed memory. Free it with
- * `rill_subscription_free` once no other thread can be using it.
+ * or the final figures) instead of touching freed memory. Its
+ * `rill_subscription_notify_fd` stays open, rung by the close if armed.
+ * Free it with `rill_subscription_free` once no other thread can be using
+ * it.
  * Idempotent. NULL is a no-op. In a child of `fork`, on an inherited
  * subscription: does nothing (see `rill_broker`).
  *

@@ -2,7 +2,8 @@
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::mem::size_of;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rill::{Consumer, ConsumerOptions, DEFAULT_SESSION_TIMEOUT};
@@ -54,10 +55,10 @@ pub struct rill_consumer {
     contexts: Vec<MessageContext>,
     /// The process that made it (see `rill_consumer_free` after fork).
     pid: u32,
-    /// Its eventfd, once `rill_consumer_notify_fd` made one. The consumer's
-    /// ready hook owns it (and closes it when `Consumer::close` drops the
-    /// hook); this is its number, to drain it before each poll.
-    notify: Option<RawFd>,
+    /// Its eventfd, once `rill_consumer_notify_fd` made one, shared with the
+    /// consumer's ready hook (see `notify.rs`): open until both this handle
+    /// and the hook are gone; drained before each poll.
+    notify: Option<Arc<OwnedFd>>,
 }
 
 impl std::fmt::Debug for rill_consumer {
@@ -176,7 +177,7 @@ pub unsafe extern "C" fn rill_consumer_poll(
         // The previous batch's views end here, as documented.
         c.messages.clear();
         c.contexts.clear();
-        if let Some(fd) = c.notify {
+        if let Some(fd) = &c.notify {
             // Emptied before the poll arms the bell and looks: a ring this
             // read takes answered a change the look below sees; a later one
             // leaves the fd readable ("The bell" in the Rust waiters.rs).
@@ -237,13 +238,12 @@ pub unsafe extern "C" fn rill_consumer_notify_fd(c: *mut rill_consumer, fd: *mut
         out_ptr(fd, "fd")?;
         // SAFETY: the caller's promise, checked for NULL.
         let c = unsafe { reference_mut(c, "consumer") }?;
-        let raw = match c.notify {
-            Some(raw) => raw,
+        let raw = match &c.notify {
+            Some(owned) => owned.as_raw_fd(),
             None => {
                 let (made, ring) = crate::notify::eventfd("rill_consumer_notify_fd")?;
                 c.consumer.set_ready_hook(ring);
-                c.notify = Some(made);
-                made
+                c.notify.insert(made).as_raw_fd()
             }
         };
         // SAFETY: checked non-NULL; the caller promises it is writable.

@@ -5,7 +5,8 @@
 
 use std::ffi::c_void;
 use std::mem::size_of;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
 
 use crate::error::{FfiError, rill_status};
 
@@ -13,10 +14,14 @@ use crate::error::{FfiError, rill_status};
 /// it readable; a read returns the sum and zeroes it).
 const RING: u64 = 1;
 
-/// A new non-blocking, close-on-exec eventfd, and the hook that rings it
-/// (the hook owns the descriptor: dropping the hook closes it). `what`
-/// names the C function in the error text.
-pub(crate) fn eventfd(what: &str) -> Result<(RawFd, impl Fn() + Send + Sync + 'static), FfiError> {
+/// A new non-blocking, close-on-exec eventfd, and the hook that rings it.
+/// The C handle and the hook share the descriptor: it is closed once both
+/// are gone. Closing a subscription drops its hook, but the C handle keeps
+/// the fd's number until it is freed (to drain it, to give it again), so
+/// the descriptor must stay open until then: closed earlier, its number
+/// would go to the program's next `open` or `pipe`, and the handle would
+/// read from that. `what` names the C function in the error text.
+pub(crate) fn eventfd(what: &str) -> Result<(Arc<OwnedFd>, impl Fn() + Send + Sync + 'static), FfiError> {
     // SAFETY: eventfd takes no pointers; a negative result is an error.
     let made = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
     if made < 0 {
@@ -24,22 +29,24 @@ pub(crate) fn eventfd(what: &str) -> Result<(RawFd, impl Fn() + Send + Sync + 's
         return Err(FfiError::new(rill_status::RILL_ERR_IO, format!("{what}: eventfd failed: {e}")));
     }
     // SAFETY: a new descriptor, owned by nothing else.
-    let owned = unsafe { OwnedFd::from_raw_fd(made) };
+    let owned = Arc::new(unsafe { OwnedFd::from_raw_fd(made) });
+    let held = Arc::clone(&owned);
     let ring = move || {
         let one = RING;
-        // SAFETY: the hook owns the descriptor, so it is open; the write
-        // reads 8 bytes from `one`. It cannot block (EFD_NONBLOCK) and fails
-        // only if the counter would overflow, when the fd is readable anyway.
-        unsafe { libc::write(owned.as_raw_fd(), (&raw const one).cast::<c_void>(), size_of::<u64>()) };
+        // SAFETY: the hook holds a reference to the descriptor, so it is
+        // open; the write reads 8 bytes from `one`. It cannot block
+        // (EFD_NONBLOCK) and fails only if the counter would overflow, when
+        // the fd is readable anyway.
+        unsafe { libc::write(held.as_raw_fd(), (&raw const one).cast::<c_void>(), size_of::<u64>()) };
     };
-    Ok((made, ring))
+    Ok((owned, ring))
 }
 
 /// Empties an eventfd made by [`eventfd`]: one read takes the whole counter.
-pub(crate) fn drain(fd: RawFd) {
+pub(crate) fn drain(fd: &OwnedFd) {
     let mut counter = 0u64;
-    // SAFETY: `fd` is an open eventfd (its hook owns it until the handle is
-    // freed); the read writes at most 8 bytes into `counter`. EAGAIN
+    // SAFETY: `fd` is borrowed, so open, and is an eventfd made by
+    // [`eventfd`]; the read writes at most 8 bytes into `counter`. EAGAIN
     // (nothing to take) is the usual, harmless, result.
-    unsafe { libc::read(fd, (&raw mut counter).cast::<c_void>(), size_of::<u64>()) };
+    unsafe { libc::read(fd.as_raw_fd(), (&raw mut counter).cast::<c_void>(), size_of::<u64>()) };
 }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,10 +64,11 @@ pub struct rill_subscription {
     sub: Subscription,
     /// The process that subscribed (see `rill_subscription_free` after fork).
     pid: u32,
-    /// Its eventfd, once `rill_subscription_notify_fd` made one (the idle
-    /// hook owns it and closes it when the subscription is closed); locked
-    /// because the subscription's calls may come from several threads.
-    notify: std::sync::Mutex<Option<std::os::fd::RawFd>>,
+    /// Its eventfd, once `rill_subscription_notify_fd` made one, shared with
+    /// the idle hook: a close drops the hook, and this keeps it open until
+    /// `rill_subscription_free` (see `notify.rs`). Locked because the
+    /// subscription's calls may come from several threads.
+    notify: std::sync::Mutex<Option<Arc<OwnedFd>>>,
 }
 
 impl std::fmt::Debug for rill_subscription {
@@ -426,11 +428,11 @@ pub unsafe extern "C" fn rill_subscription_wait_idle(s: *mut rill_subscription, 
     boundary(|| {
         // SAFETY: the caller's promise, checked for NULL.
         let s = unsafe { reference(s, "subscription") }?;
-        let notify = *s.notify.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let notify = s.notify.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         if let Some(fd) = notify {
             // Emptied before `wait_idle` arms the bell and looks (see
             // `rill_consumer_poll`, and "The bell" in the Rust waiters.rs).
-            crate::notify::drain(fd);
+            crate::notify::drain(&fd);
         }
         let limit = timeout(timeout_ms).unwrap_or(Duration::from_secs(u64::MAX / 4));
         if s.sub.wait_idle(limit)? {
@@ -445,8 +447,10 @@ pub unsafe extern "C" fn rill_subscription_wait_idle(s: *mut rill_subscription, 
 /// become idle, for an event loop that must not block in
 /// `rill_subscription_wait_idle`. An eventfd made at the first call (later
 /// calls give the same one), owned by the subscription: do not read, write
-/// or close it; `rill_subscription_free` closes it (take it out of your
-/// event loop first).
+/// or close it. It stays open after `rill_subscription_close` (a closed
+/// subscription still gives it, and `rill_subscription_wait_idle` then
+/// returns `RILL_ERR_CLOSED`); `rill_subscription_free` closes it (take it
+/// out of your event loop first).
 ///
 /// Use: call `rill_subscription_wait_idle` with `timeout_ms` 0; on
 /// `RILL_ERR_TIMEOUT` wait until the fd is readable, and call it again.
@@ -468,13 +472,12 @@ pub unsafe extern "C" fn rill_subscription_notify_fd(s: *mut rill_subscription, 
         // SAFETY: the caller's promise, checked for NULL.
         let s = unsafe { reference(s, "subscription") }?;
         let mut notify = s.notify.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let raw = match *notify {
-            Some(raw) => raw,
+        let raw = match &*notify {
+            Some(owned) => owned.as_raw_fd(),
             None => {
                 let (made, ring) = crate::notify::eventfd("rill_subscription_notify_fd")?;
                 s.sub.set_idle_hook(ring);
-                *notify = Some(made);
-                made
+                notify.insert(made).as_raw_fd()
             }
         };
         // SAFETY: checked non-NULL; the caller promises it is writable.
@@ -621,8 +624,10 @@ pub unsafe extern "C" fn rill_subscription_partitions(
 /// except when called from inside a handler), with the handle left valid,
 /// so that a call another thread is making on it meanwhile
 /// (`rill_subscription_wait_idle`, its stats) returns (`RILL_ERR_CLOSED`,
-/// or the final figures) instead of touching freed memory. Free it with
-/// `rill_subscription_free` once no other thread can be using it.
+/// or the final figures) instead of touching freed memory. Its
+/// `rill_subscription_notify_fd` stays open, rung by the close if armed.
+/// Free it with `rill_subscription_free` once no other thread can be using
+/// it.
 /// Idempotent. NULL is a no-op. In a child of `fork`, on an inherited
 /// subscription: does nothing (see `rill_broker`).
 ///

@@ -935,7 +935,9 @@ class Subscription(_Handle):
         have become idle, for an event loop that must not block in
         :meth:`wait_idle` (:func:`rill.aio.wait_idle` uses it). The
         subscription owns it: do not read, write or close it (``os.dup`` it
-        to keep one of your own); :meth:`close` closes it.
+        to keep one of your own). The library closes it with the C handle,
+        when this object goes away: after :meth:`close` it stays open, so
+        its number is not reused for another file while this object lives.
 
         Use: ``wait_idle(0)``; while it returns False, wait until the fd is
         readable and call it again. Each call empties the fd first, and one

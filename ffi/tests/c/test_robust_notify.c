@@ -15,6 +15,11 @@
  * - rill_subscription_notify_fd: readable after a wait_idle that timed out
  *   (a handler holds a message), when the delivery goes idle; freeing the
  *   subscription closes it.
+ * - rill_subscription_close leaves the fd open until rill_subscription_free:
+ *   a pipe the program opens after the close gets another number, and
+ *   rill_subscription_wait_idle on the closed handle (RILL_ERR_CLOSED) does
+ *   not read the pipe's data; rill_subscription_notify_fd still gives the
+ *   subscription's own fd.
  *
  * Built with -std=c99 -Wall -Wextra -Wpedantic -Werror, and run plain, under
  * AddressSanitizer + UBSan and under valgrind memcheck by ffi/tests/run.sh.
@@ -29,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rill.h"
 
@@ -266,9 +272,44 @@ static void test_subscription_fd_is_readable_when_a_busy_subscription_goes_idle(
     rill_broker_free(b);
 }
 
+static void test_subscription_fd_stays_open_until_free(void) {
+    rill_broker *b = NULL;
+    OK(rill_broker_new(NULL, &b));
+    OK(rill_topic_create(b, "t", NULL));
+    struct gate g = {0, 0};
+    rill_subscription *s = NULL;
+    OK(rill_subscribe(b, "t", NULL, held, &g, &s));
+    int fd = -1;
+    OK(rill_subscription_notify_fd(s, &fd));
+    rill_subscription_close(s);
+    /* The handle still owns its fd: a descriptor closed here would be the
+     * next one the program opens, and the handle would read and hand out
+     * that one as its own. */
+    CHECK(fcntl(fd, F_GETFD) != -1);
+    int p[2] = {-1, -1};
+    CHECK(pipe(p) == 0);
+    CHECK(p[0] != fd && p[1] != fd);
+    static const char data[] = "the program's own data";
+    CHECK(write(p[1], data, sizeof data) == (ssize_t)sizeof data);
+    CHECK_STATUS(rill_subscription_wait_idle(s, 0), RILL_ERR_CLOSED);
+    int again = -1;
+    OK(rill_subscription_notify_fd(s, &again));
+    CHECK(again == fd);
+    char got[sizeof data] = {0};
+    CHECK(read(p[0], got, sizeof got) == (ssize_t)sizeof data && memcmp(got, data, sizeof data) == 0);
+    rill_subscription_free(s);
+    errno = 0;
+    CHECK(fcntl(fd, F_GETFD) == -1 && errno == EBADF);
+    CHECK(fcntl(p[0], F_GETFD) != -1 && fcntl(p[1], F_GETFD) != -1);
+    close(p[0]);
+    close(p[1]);
+    rill_broker_free(b);
+}
+
 int main(void) {
     test_readable_after_an_empty_poll_at_the_first_publish();
     test_no_wake_is_lost_to_racing_publishers();
     test_subscription_fd_is_readable_when_a_busy_subscription_goes_idle();
+    test_subscription_fd_stays_open_until_free();
     return CHECK_VERDICT("test_robust_notify");
 }
