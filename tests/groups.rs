@@ -372,6 +372,42 @@ fn a_poison_message_is_retried_by_nack_then_dead_lettered_with_its_reason_and_sk
     assert_eq!(attr("rill.dlq.group").as_deref(), Some("workers"));
 }
 
+/// A group name of 251 to 255 bytes was accepted, but its default
+/// dead-letter topic `$dlq/<group>` is then over the topic name limit: every
+/// nack at `max_attempts` failed with `InvalidTopic`, and the message could
+/// never be dead-lettered. Such a group is refused when its consumer is made,
+/// unless it names a dead-letter topic of its own.
+#[test]
+fn a_group_name_too_long_for_its_default_dead_letter_topic_is_refused() {
+    let b = broker();
+    b.create_topic("jobs", &TopicOptions::default()).unwrap();
+    let options = ConsumerOptions { max_attempts: 1, ..Default::default() };
+    let long = "g".repeat(rill::MAX_SUBSCRIPTION_NAME_LEN + 1);
+    let err = b.consumer(&long, "jobs", options.clone()).unwrap_err();
+    let Error::InvalidArgument(text) = &err else { panic!("{err:?}") };
+    assert!(text.contains("consumer group name") && text.contains("at most 250"), "{text}");
+    assert!(text.contains("dead_letter_topic") && text.contains("$dlq/<group>"), "{text}");
+
+    // The longest one that fits dead-letters at max_attempts.
+    let fits = "g".repeat(rill::MAX_SUBSCRIPTION_NAME_LEN);
+    let mut c = b.consumer(&fits, "jobs", options.clone()).unwrap();
+    b.publish("jobs", &Record::new(b"poison")).unwrap();
+    assert_eq!(payloads(&mut c), vec![(0, b"poison".to_vec())]);
+    assert!(c.nack(0, 0).unwrap(), "dead-lettered at the first nack");
+    let mut dlq = b.consumer("reader", &format!("$dlq/{fits}"), ConsumerOptions::default()).unwrap();
+    assert_eq!(payloads(&mut dlq), vec![(0, b"poison".to_vec())]);
+    drop(c);
+
+    // A group with a dead-letter topic of its own keeps the topic name limit.
+    let longest = "g".repeat(rill::broker::MAX_NAME_LEN);
+    let own = ConsumerOptions { dead_letter_topic: Some("graveyard".into()), ..options };
+    let mut c = b.consumer(&longest, "jobs", own).unwrap();
+    assert_eq!(payloads(&mut c), vec![(0, b"poison".to_vec())]);
+    assert!(c.nack(0, 0).unwrap());
+    let mut graveyard = b.consumer("reader", "graveyard", ConsumerOptions::default()).unwrap();
+    assert_eq!(payloads(&mut graveyard), vec![(0, b"poison".to_vec())]);
+}
+
 #[test]
 fn nack_counts_survive_a_move_of_the_partition_and_bad_nacks_are_refused() {
     let b = broker();

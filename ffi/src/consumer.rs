@@ -103,7 +103,9 @@ pub unsafe extern "C" fn rill_consumer_options_init_v1(o: *mut rill_consumer_opt
 /// `rill_consumer_assignment`); a partition resumes from the group's
 /// committed offset, or starts as `o` says (NULL: earliest). A group name
 /// follows the topic name rules (`/`-separated non-empty segments of UTF-8,
-/// at most 255 bytes, no NUL or `*`); otherwise `RILL_ERR_INVALID_ARGUMENT`
+/// at most 255 bytes, no NUL or `*`) and, without a `dead_letter_topic` in
+/// `o`, is at most 250 bytes, so that its default dead-letter topic
+/// `$dlq/<group>` is a valid topic name; otherwise `RILL_ERR_INVALID_ARGUMENT`
 /// with an error text naming the consumer group.
 /// Called as `rill_consumer_new`.
 ///

@@ -161,8 +161,9 @@ pub struct ConsumerOptions {
     /// on it: it is published to `dead_letter_topic` and skipped. At least 1.
     /// Default [`DEFAULT_MAX_ATTEMPTS`](super::DEFAULT_MAX_ATTEMPTS), 5.
     pub max_attempts: u32,
-    /// Where given-up messages go; `None`: `$dlq/<group>`. It is created
-    /// (with the broker's default topic options) if absent.
+    /// Where given-up messages go; `None`: `$dlq/<group>`, which holds the
+    /// group name to [`MAX_SUBSCRIPTION_NAME_LEN`](super::MAX_SUBSCRIPTION_NAME_LEN)
+    /// bytes. It is created (with the broker's default topic options) if absent.
     pub dead_letter_topic: Option<String>,
 }
 

@@ -776,7 +776,11 @@ impl Broker {
     /// A pull consumer of `topic`, a new member of `group`. The group
     /// divides the topic's partitions among its live members (any number);
     /// a partition starts from the group's committed offset, or where
-    /// `options` says if it has none. See [`Consumer`].
+    /// `options` says if it has none. See [`Consumer`]. A group name follows
+    /// the topic name rules; without a `dead_letter_topic` in `options` it is
+    /// at most [`MAX_SUBSCRIPTION_NAME_LEN`] bytes (250), as a durable
+    /// subscription's name is, so that its dead-letter topic `$dlq/<group>`
+    /// is a topic name too. `InvalidArgument` otherwise.
     ///
     /// # Examples
     ///
@@ -804,8 +808,9 @@ impl Broker {
         if options.max_attempts == 0 {
             return Err(Error::InvalidArgument("max_attempts must be at least 1".into()));
         }
-        if let Some(dlq) = &options.dead_letter_topic {
-            names::validate_dead_letter_topic(dlq)?;
+        match &options.dead_letter_topic {
+            Some(dlq) => names::validate_dead_letter_topic(dlq)?,
+            None => names::validate_group_for_default_dead_letters(group)?,
         }
         let t = inner.topic_or_listed(topic)?;
         let core = Arc::new(ConsumerCore::new(crate::sync::unique_id(), group.to_owned(), t, &options));

@@ -11,9 +11,11 @@
 //! A durable subscription name and a consumer group name follow the same
 //! rules, except that a subscription name is at most
 //! [`MAX_SUBSCRIPTION_NAME_LEN`] bytes (250), so that its default dead-letter
-//! topic `$dlq/<name>` is a valid topic name too. A subscription's
-//! `dead_letter_topic` option is a topic name (and may be a `$` one). Each is
-//! checked where it is given, and its error names the argument that is wrong.
+//! topic `$dlq/<name>` is a valid topic name too; so is the group name of a
+//! consumer without a `dead_letter_topic` of its own, whose dead letters go to
+//! `$dlq/<group>`. A subscription's or consumer's `dead_letter_topic` option
+//! is a topic name (and may be a `$` one). Each is checked where it is given,
+//! and its error names the argument that is wrong.
 //!
 //! A pattern is a name whose segments may also be `*` (exactly one segment) or
 //! `**` (zero or more segments, anywhere in the pattern). A pattern whose first
@@ -53,7 +55,8 @@ pub(crate) const RESERVED_PREFIX: char = '$';
 /// What a subscription's default dead-letter topic name starts with.
 const DEAD_LETTER_PREFIX: &str = "$dlq/";
 /// Longest durable subscription name, in bytes: `$dlq/<name>` must fit
-/// [`MAX_NAME_LEN`].
+/// [`MAX_NAME_LEN`]. The group name of a consumer that leaves its
+/// dead-letter topic to the default, `$dlq/<group>`, has the same limit.
 pub const MAX_SUBSCRIPTION_NAME_LEN: usize = MAX_NAME_LEN - DEAD_LETTER_PREFIX.len();
 
 /// Checks the shape shared by every name and pattern: non-empty, at most
@@ -99,6 +102,22 @@ pub(crate) fn validate_subscription_name(name: &str) -> Result<()> {
 pub(crate) fn validate_group(group: &str) -> Result<()> {
     check_name(group, MAX_NAME_LEN)
         .map_err(|reason| Error::InvalidArgument(format!("consumer group name {group:?} {reason}")))
+}
+
+/// Validates the group name of a new consumer without a `dead_letter_topic`
+/// of its own (after [`validate_group`]): its dead letters go to
+/// `$dlq/<group>`, which must be a topic name too, or no nack could ever
+/// dead-letter a message.
+pub(crate) fn validate_group_for_default_dead_letters(group: &str) -> Result<()> {
+    if group.len() > MAX_SUBSCRIPTION_NAME_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "consumer group name {group:?} is {} bytes long; at most {MAX_SUBSCRIPTION_NAME_LEN} are allowed \
+             without a dead_letter_topic, so that the default dead-letter topic {DEAD_LETTER_PREFIX}<group> \
+             fits the {MAX_NAME_LEN}-byte limit of a topic name",
+            group.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Validates a subscription's `dead_letter_topic` option (any topic name,

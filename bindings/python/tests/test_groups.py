@@ -134,6 +134,23 @@ def test_nack_to_a_chosen_dead_letter_topic_and_bad_options(broker: rill.Broker)
         broker.consumer("w", "jobs", dead_letter_topic="jobs")
 
 
+def test_a_group_name_must_leave_room_for_its_dead_letter_topic(broker: rill.Broker) -> None:
+    broker.create_topic("jobs")
+    # "$dlq/<group>" must fit the 255-byte topic name limit.
+    with pytest.raises(rill.InvalidArgument, match="at most 250"):
+        broker.consumer("g" * 251, "jobs")
+    broker.publish("jobs", b"poison")
+    c = broker.consumer("g" * 250, "jobs", max_attempts=1)
+    c.poll(10, 0)
+    assert c.nack(0, 0) is True
+    assert [m.payload for m in broker.consumer("r", "$dlq/" + "g" * 250).poll(10, 0)] == [b"poison"]
+    c.close()
+    # A group with a dead-letter topic of its own may use all 255 bytes.
+    c = broker.consumer("g" * 255, "jobs", max_attempts=1, dead_letter_topic="graveyard")
+    c.poll(10, 0)
+    assert c.nack(0, 0) is True
+
+
 def test_a_consumer_behind_retention_counts_what_it_missed(broker: rill.Broker) -> None:
     broker.create_topic("firehose", retention_bytes=16 << 10)
     c = broker.consumer("slow", "firehose")

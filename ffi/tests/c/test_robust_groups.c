@@ -11,6 +11,11 @@
  * 9. A group whose session_timeout_ms is shorter than its members' poll
  *    cycle still makes progress on every partition.
  *
+ * And a group name too long for its default dead-letter topic
+ * "$dlq/<group>" (over 250 bytes) is refused by rill_consumer_new, where
+ * before every nack at max_attempts failed; 250 bytes dead-letter, and a
+ * group naming its own dead_letter_topic may use all 255.
+ *
  * Built with -std=c99 -Wall -Wextra -Wpedantic -Werror, and run plain, under
  * AddressSanitizer + UBSan and under valgrind memcheck by ffi/tests/run.sh.
  */
@@ -306,6 +311,60 @@ static void test_a_short_session_timeout_starves_no_partition(void) {
     rill_broker_free(b);
 }
 
+/* ---- group names and their default dead-letter topic --------------------- */
+
+/* Polls one message of `c`, nacks it (max_attempts is 1) and checks that it
+ * went to `dead_letter_topic`. */
+static void nack_dead_letters(rill_broker *b, rill_consumer *c, const char *dead_letter_topic) {
+    const rill_message *msgs = NULL;
+    size_t count = 0;
+    OK(rill_consumer_poll(c, 1, 0, &msgs, &count));
+    CHECK(count == 1);
+    if (count != 1) return;
+    bool dead_lettered = false;
+    OK(rill_consumer_nack(c, msgs[0].partition, msgs[0].offset, &dead_lettered));
+    CHECK(dead_lettered);
+    rill_consumer *reader = NULL;
+    OK(rill_consumer_new(b, "reader", dead_letter_topic, NULL, &reader));
+    OK(rill_consumer_poll(reader, 8, 0, &msgs, &count));
+    CHECK(count == 1 && msgs[0].payload_len == 6 && memcmp(msgs[0].payload, "poison", 6) == 0);
+    rill_consumer_free(reader);
+}
+
+static void test_a_group_name_must_leave_room_for_its_dead_letter_topic(void) {
+    rill_broker *b = NULL;
+    OK(rill_broker_new(NULL, &b));
+    OK(rill_topic_create(b, "jobs", NULL));
+    rill_consumer_options co;
+    rill_consumer_options_init(&co);
+    co.max_attempts = 1;
+    char group[256], dlq[262];
+    memset(group, 'g', 251);
+    group[251] = '\0';
+    rill_consumer *c = NULL;
+    CHECK_STATUS(rill_consumer_new(b, group, "jobs", &co, &c), RILL_ERR_INVALID_ARGUMENT);
+    char err[1024];
+    rill_last_error(err, sizeof err);
+    CHECK(strstr(err, "consumer group name") != NULL && strstr(err, "at most 250") != NULL);
+    CHECK(strstr(err, "$dlq/<group>") != NULL && c == NULL);
+
+    rill_record r = record_of("poison");
+    group[250] = '\0';
+    snprintf(dlq, sizeof dlq, "$dlq/%s", group);
+    OK(rill_consumer_new(b, group, "jobs", &co, &c));
+    OK(rill_publish(b, "jobs", &r, NULL));
+    nack_dead_letters(b, c, dlq);
+    rill_consumer_free(c);
+
+    memset(group, 'g', 255);
+    group[255] = '\0';
+    co.dead_letter_topic = "graveyard";
+    OK(rill_consumer_new(b, group, "jobs", &co, &c));
+    nack_dead_letters(b, c, "graveyard");
+    rill_consumer_free(c);
+    rill_broker_free(b);
+}
+
 int main(void) {
     char root[] = "/tmp/rill-c-robust-groups-XXXXXX";
     if (mkdtemp(root) == NULL) {
@@ -315,6 +374,7 @@ int main(void) {
     test_dead_letter_skips_only_that_message();
     test_commit_past_a_repaired_end_is_reset(root);
     test_a_short_session_timeout_starves_no_partition();
+    test_a_group_name_must_leave_room_for_its_dead_letter_topic();
 
     char rm[600];
     snprintf(rm, sizeof rm, "rm -rf '%s'", root);
