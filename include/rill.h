@@ -1623,6 +1623,7 @@ rill_status rill_durable_delete(rill_broker *b, const char *name);
  * and `last_error` are set, borrowed for that call only. A snapshot, taken
  * before the first call; the callback may call any rill function
  * (subscribing or freeing included), which the snapshot does not see.
+ * `RILL_ERR_CLOSED` once the broker is closed.
  *
  * # Safety
  *
@@ -1660,7 +1661,7 @@ rill_status rill_topic_create_v1(rill_broker *b, const char *name, const rill_to
  * broker's own `$` topics, such as dead-letter topics, included); each name
  * is borrowed for that call only. A snapshot, taken before the first call;
  * the callback may call any rill function (creating topics included), which
- * the snapshot does not see.
+ * the snapshot does not see. `RILL_ERR_CLOSED` once the broker is closed.
  *
  * # Safety
  *
@@ -2233,7 +2234,7 @@ rill_status rill_group_delete(rill_broker *b, const char *group, const char *top
  * Calls `each(user_data, group, topic)` for every consumer group and topic
  * the broker keeps committed offsets for (live consumer or not), sorted;
  * the strings are borrowed for that call only. A snapshot; the callback
- * may call any rill function.
+ * may call any rill function. `RILL_ERR_CLOSED` once the broker is closed.
  *
  * # Safety
  *

@@ -30,6 +30,20 @@ pub struct rill_broker {
     pub(crate) broker: Broker,
 }
 
+impl rill_broker {
+    /// The broker, or `RILL_ERR_CLOSED` once it is closed: for the C calls
+    /// whose Rust call does not fail on a closed broker (the listings
+    /// `topics`, `subscriptions` and `groups` give what it still holds), so
+    /// that they fail as every other call on it does, as `rill_broker_close`
+    /// says.
+    pub(crate) fn open(&self) -> Result<&Broker, FfiError> {
+        if self.broker.is_closed() {
+            return Err(rill::Error::Closed("the broker is closed".into()).into());
+        }
+        Ok(&self.broker)
+    }
+}
+
 impl std::fmt::Debug for rill_broker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.broker.fmt(f)
@@ -300,6 +314,7 @@ pub unsafe extern "C" fn rill_durable_delete(b: *mut rill_broker, name: *const c
 /// and `last_error` are set, borrowed for that call only. A snapshot, taken
 /// before the first call; the callback may call any rill function
 /// (subscribing or freeing included), which the snapshot does not see.
+/// `RILL_ERR_CLOSED` once the broker is closed.
 ///
 /// # Safety
 ///
@@ -314,7 +329,7 @@ pub unsafe extern "C" fn rill_subscription_list(
         // SAFETY: the caller's promise, checked for NULL.
         let b = unsafe { reference(b, "broker") }?;
         let each = crate::util::callback(each, "each")?;
-        for st in b.broker.subscriptions() {
+        for st in b.open()?.subscriptions() {
             let name = crate::text::c_string(&st.name);
             let pattern = crate::text::c_string(&st.pattern);
             let last_error = st.last_error.as_deref().map(crate::text::c_string);

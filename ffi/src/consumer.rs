@@ -609,7 +609,7 @@ pub type rill_group_callback =
 /// Calls `each(user_data, group, topic)` for every consumer group and topic
 /// the broker keeps committed offsets for (live consumer or not), sorted;
 /// the strings are borrowed for that call only. A snapshot; the callback
-/// may call any rill function.
+/// may call any rill function. `RILL_ERR_CLOSED` once the broker is closed.
 ///
 /// # Safety
 ///
@@ -624,7 +624,7 @@ pub unsafe extern "C" fn rill_group_list(
         // SAFETY: the caller's promise, checked for NULL.
         let b = unsafe { reference(b, "broker") }?;
         let each = crate::util::callback(each, "each")?;
-        for (group, topic) in b.broker.groups() {
+        for (group, topic) in b.open()?.groups() {
             let (group, topic) = (crate::text::c_string(&group), crate::text::c_string(&topic));
             // SAFETY: the caller's callback; both strings outlive the call.
             unsafe { each(user_data, group.as_ptr(), topic.as_ptr()) };

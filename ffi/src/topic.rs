@@ -181,7 +181,7 @@ pub type rill_topic_callback = Option<unsafe extern "C" fn(user_data: *mut c_voi
 /// broker's own `$` topics, such as dead-letter topics, included); each name
 /// is borrowed for that call only. A snapshot, taken before the first call;
 /// the callback may call any rill function (creating topics included), which
-/// the snapshot does not see.
+/// the snapshot does not see. `RILL_ERR_CLOSED` once the broker is closed.
 ///
 /// # Safety
 ///
@@ -196,7 +196,7 @@ pub unsafe extern "C" fn rill_topic_list(
         // SAFETY: the caller's promise, checked for NULL.
         let b = unsafe { reference(b, "broker") }?;
         let each = crate::util::callback(each, "each")?;
-        for name in b.broker.topics() {
+        for name in b.open()?.topics() {
             let name = crate::text::c_string(&name);
             // SAFETY: the caller's callback; `name` outlives the call.
             unsafe { each(user_data, name.as_ptr()) };

@@ -13,6 +13,7 @@ import pytest
 from conftest import WAIT
 
 import rill
+from rill import _ffi
 
 
 def test_topics_subscriptions_and_groups_are_listed(broker: rill.Broker) -> None:
@@ -58,6 +59,26 @@ def test_topics_subscriptions_and_groups_are_listed(broker: rill.Broker) -> None
 
     sub.close()
     assert broker.subscriptions() == []
+
+
+def test_a_closed_brokers_listings_raise_closed(broker: rill.Broker) -> None:
+    broker.create_topic("t")
+    c = broker.consumer("g", "t")
+    c.commit()
+    c.close()
+    sub = broker.subscribe("t", lambda m: None)
+    # The library's RILL_ERR_CLOSED, with the Python object still open: what
+    # a listing meets when the broker closes under it (it listed a closed
+    # broker as an empty one, or with its groups, before).
+    _ffi.lib.rill_broker_close(broker._handle())
+    for listing in (broker.topics, broker.subscriptions, broker.groups):
+        with pytest.raises(rill.Closed, match="broker is closed"):
+            listing()
+    sub.close()
+    broker.close()
+    for listing in (broker.topics, broker.subscriptions, broker.groups):
+        with pytest.raises(rill.Closed):
+            listing()
 
 
 def test_a_subscription_without_failures_has_no_last_error(broker: rill.Broker) -> None:

@@ -2385,6 +2385,19 @@ static void test_listing_topics_subscriptions_and_groups(void) {
     memset(&subs, 0, sizeof subs);
     OK(rill_subscription_list(b, collect_sub, &subs));
     CHECK(subs.count == 0);
+
+    /* A closed broker's listings fail as its other calls do, rather than
+     * report an empty broker. */
+    OK(rill_subscribe(b, "orders/*", &so, reject_bad, NULL, &s));
+    rill_broker_close(b);
+    memset(&topics, 0, sizeof topics);
+    memset(&subs, 0, sizeof subs);
+    memset(&groups, 0, sizeof groups);
+    CHECK_STATUS(rill_topic_list(b, collect_topic, &topics), RILL_ERR_CLOSED);
+    CHECK_STATUS(rill_subscription_list(b, collect_sub, &subs), RILL_ERR_CLOSED);
+    CHECK_STATUS(rill_group_list(b, collect_group, &groups), RILL_ERR_CLOSED);
+    CHECK(topics.count == 0 && subs.count == 0 && groups.count == 0);
+    rill_subscription_free(s);
     rill_broker_free(b);
 }
 
