@@ -1144,6 +1144,44 @@ _POSITIONS = struct.Struct("@IQ")
 _FLAGS = struct.Struct("@I")
 _SIZE_T_CODE = "Q" if ctypes.sizeof(c_size_t) == 8 else "I"
 _publish_bytes = lib.rill_publisher_publish_bytes_outcome
+_NO_SUCH_TOPIC = _ffi.STATUS["RILL_ERR_NO_SUCH_TOPIC"]
+
+# How many fork()s this process is from the one that imported rill: a cached
+# publisher made before a fork belongs to the parent (see _forget_inherited).
+_fork_generation = 0
+
+
+class _Publisher(int):
+    """A broker's cached rill_publisher: the pointer itself, so ctypes passes
+    it as it passes an int and the fast path pays nothing for the wrapper.
+
+    It frees the C publisher when the last reference to it goes. The cache
+    holds one, and every publish through it holds another, in a local
+    variable, for as long as it is inside the C call; so a publisher dropped
+    from the cache (its topic deleted) is freed once no thread can be using
+    it, by the thread that lets go of it last. That is what releases a
+    deleted topic's memory, which lives as long as its last publisher. The
+    count is the interpreter's own reference count: the lookup in the cache
+    hands the publishing thread its reference in the same step (with the
+    GIL, and without it, where a dict takes the reference safely against a
+    concurrent removal), so there is no moment in which a publish has the
+    pointer but not the reference, and the publish pays nothing it did not
+    already pay."""
+
+    generation: int
+
+    def __new__(cls, ptr: int) -> Self:
+        p = super().__new__(cls, ptr)
+        p.generation = _fork_generation
+        return p
+
+    def __del__(self) -> None:
+        try:
+            # One inherited across fork() is the parent's, leaked by design.
+            if self.generation == _fork_generation:
+                lib.rill_publisher_free(self)
+        except Exception:  # noqa: BLE001 - never raise from __del__ (e.g. at interpreter exit)
+            pass
 
 
 class _Out(threading.local):
@@ -1241,11 +1279,10 @@ class Broker(_Handle):
         ptr = c_void_p()
         check(lib.rill_broker_new_v1(byref(o), byref(ptr)))
         self._ptr = ptr.value
-        self._publishers: dict[str, int] = {}
+        self._publishers: dict[str, _Publisher] = {}
         # The validators this handle set, by topic, kept alive while C
         # holds them.
         self._validators: dict[str, int] = {}
-        self._stale_publishers: list[int] = []
         self._publishers_lock = threading.Lock()
         self._stops: weakref.WeakSet[_Stop] = weakref.WeakSet()
         _live_brokers.add(self)
@@ -1270,9 +1307,11 @@ class Broker(_Handle):
         _stop_coroutine_handlers(self)
         with self._publishers_lock:
             publishers, self._publishers = self._publishers, {}
-            stale, self._stale_publishers = self._stale_publishers, []
-        for p in [*publishers.values(), *stale]:
-            lib.rill_publisher_free(p)
+        # No call can be running through this broker now, so this frees the
+        # cached publishers (_Publisher.__del__) before the broker. One still
+        # referenced elsewhere (an exception's traceback) is freed later,
+        # which rill.h allows.
+        publishers.clear()
         lib.rill_broker_free(ptr)
 
     def create_topic(
@@ -1349,13 +1388,13 @@ class Broker(_Handle):
         it are forgotten. Created again, it starts at offset 0."""
         check(lib.rill_topic_delete(self._handle(), _name(name, "topic name")))
         # The cached publisher of the deleted topic now only raises; a topic
-        # created again under the name gets a new one. Another thread may be
-        # publishing through the old one right now, so it is freed with the
-        # broker, not here.
+        # created again under the name gets a new one. It keeps the deleted
+        # topic's memory alive, so it is dropped here; another thread may be
+        # publishing through it right now, so it is freed when that publish
+        # lets go of it (see _Publisher), not necessarily here.
         with self._publishers_lock:
             publisher = self._publishers.pop(name, None)
-            if publisher is not None:
-                self._stale_publishers.append(publisher)
+        del publisher
 
     def delete_durable(self, name: str) -> None:
         """Forgets a durable subscription's saved position: :class:`Busy`
@@ -1524,8 +1563,27 @@ class Broker(_Handle):
                 if p is None:
                     out = c_void_p()
                     check(lib.rill_publisher_new(self._handle(), _name(topic, "topic"), byref(out)))
-                    p = self._publishers[topic] = out.value or 0
+                    p = self._publishers[topic] = _Publisher(out.value or 0)
         return p
+
+    def _renew_publisher(self, topic: str, stale: int) -> int:
+        """The publisher to retry with once ``stale``, the cached publisher of
+        ``topic``, failed with NoSuchTopic: a new one, looked up by name.
+
+        A cached publisher is bound to the topic it was made for, and this
+        broker's own delete_topic is not the only way that topic goes: a
+        broker of another process deletes it too, and maybe creates another
+        under the name. The cached one then raises NoSuchTopic for ever, so
+        it is dropped (unless another thread replaced it already) and the
+        name looked up again, as a publish by name does: NoSuchTopic again
+        only if no topic has the name now. A publisher reports NoSuchTopic
+        only for a publish it did not append, so the retry publishes nothing
+        twice; it is tried once, so a topic deleted again meanwhile raises
+        rather than loops."""
+        with self._publishers_lock:
+            if self._publishers.get(topic) is stale:
+                del self._publishers[topic]
+        return self._publisher(topic)
 
     def set_schema(
         self,
@@ -1647,6 +1705,11 @@ class Broker(_Handle):
             publisher, payload, len(payload), key, 0 if key is None else len(key), out.ref, out.flags_ref
         )
         if status:
+            if status == _NO_SUCH_TOPIC:
+                publisher = self._renew_publisher(topic, publisher)
+                status = _publish_bytes(
+                    publisher, payload, len(payload), key, 0 if key is None else len(key), out.ref, out.flags_ref
+                )
             check(status)
         return out.get()
 
@@ -1713,6 +1776,11 @@ class Broker(_Handle):
         publisher = self._publishers.get(topic) or self._publisher(topic)
         status = lib.rill_publisher_publish_packed_outcome(publisher, data, lengths.buffer_info()[0], n, out, flags)
         if status:
+            if status == _NO_SUCH_TOPIC:
+                publisher = self._renew_publisher(topic, publisher)
+                status = lib.rill_publisher_publish_packed_outcome(
+                    publisher, data, lengths.buffer_info()[0], n, out, flags
+                )
             check(status)
         raw = bytes(flags)
         if raw.count(0) != len(raw):
@@ -1733,7 +1801,11 @@ class Broker(_Handle):
         out = ctypes.create_string_buffer(n * _POSITIONS.size)
         flags = (c_uint32 * n)()
         publisher = self._publishers.get(topic) or self._publisher(topic)
-        check(lib.rill_publisher_publish_batch_outcome(publisher, records, n, out, flags))
+        status = lib.rill_publisher_publish_batch_outcome(publisher, records, n, out, flags)
+        if status == _NO_SUCH_TOPIC:
+            publisher = self._renew_publisher(topic, publisher)
+            status = lib.rill_publisher_publish_batch_outcome(publisher, records, n, out, flags)
+        check(status)
         return [_position(p, o, f) for (p, o), f in zip(_POSITIONS.iter_unpack(out.raw), flags)]
 
     def subscribe(
@@ -2042,6 +2114,10 @@ _live_handles: weakref.WeakSet[_Handle] = weakref.WeakSet()
 
 
 def _forget_inherited() -> None:
+    global _fork_generation
+    # Before the brokers drop their cached publishers below, so that those
+    # (and any other thread's, left behind) are leaked, not freed.
+    _fork_generation += 1
     for handle in list(_live_handles):
         handle._inherited = True
         handle._ptr = None
@@ -2049,7 +2125,6 @@ def _forget_inherited() -> None:
         if isinstance(handle, Broker):
             # Publishing goes through the cached publishers, not _handle().
             handle._publishers = {}
-            handle._stale_publishers = []
             handle._publishers_lock = threading.Lock()
         elif isinstance(handle, Consumer):
             handle._closing = True

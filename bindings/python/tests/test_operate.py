@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -136,6 +138,80 @@ def test_deleting_a_topic_with_live_handles(broker: rill.Broker) -> None:
     # Created again: a new topic from offset 0, published through a new handle.
     broker.create_topic("live/a")
     assert broker.publish("live/a", b"again") == rill.Position(0, 0)
+
+
+def _files_held(data_dir: Path) -> tuple[int, int]:
+    """This process's open file descriptors, and its mappings of deleted files
+    under ``data_dir``."""
+    with open("/proc/self/maps") as maps:
+        mapped = sum(1 for line in maps if str(data_dir) in line and line.rstrip().endswith("(deleted)"))
+    return len(os.listdir("/proc/self/fd")), mapped
+
+
+def _settle(data_dir: Path, fds: int | None = None) -> tuple[int, int]:
+    """What _files_held says once the broker's threads have let go of the
+    topics deleted last (they may hold one for a moment), within the
+    deadline: no mapping of a deleted file left and, given ``fds``, no more
+    open file descriptors than that."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        held = _files_held(data_dir)
+        if (held[1] == 0 and (fds is None or held[0] <= fds)) or time.monotonic() > deadline:
+            return held
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/self")
+@pytest.mark.parametrize("sharing", ["exclusive", "processes"])
+def test_deleting_topics_over_and_over_releases_their_files(tmp_path: Path, sharing: Any) -> None:
+    # A deleted topic's segments stay mapped (and, shared by processes,
+    # open) while a publisher of it lives, and publish() keeps one per topic.
+    data_dir = tmp_path / "data"
+    with rill.Broker(data_dir=str(data_dir), sharing=sharing, fsync="never") as b:
+        held: list[tuple[int, int]] = []
+        for cycle in range(1, 301):
+            b.create_topic("scratch")
+            b.publish("scratch", b"x" * 1000)
+            b.publish_batch("scratch", [b"y" * 1000])
+            b.delete_topic("scratch")
+            if cycle in (50, 300):
+                held.append(_settle(data_dir, held[0][0] if held else None))
+        (fds_then, mapped_then), (fds_now, mapped_now) = held
+        assert mapped_then == mapped_now == 0, "mappings of deleted files, after 50 and after 300 deletes"
+        assert fds_now <= fds_then, "open file descriptors, after 50 and after 300 deletes"
+
+
+def test_deleting_a_topic_while_threads_publish_to_it(broker: rill.Broker) -> None:
+    # The publisher dropped with the topic is freed while other threads may
+    # be inside a publish through it: each raises NoSuchTopic or publishes.
+    broker.create_topic("t")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def publish() -> None:
+        while not stop.is_set():
+            try:
+                broker.publish("t", b"x")
+                broker.publish_batch("t", [b"y", b"z"])
+            except rill.NoSuchTopic:
+                pass
+            except BaseException as e:  # noqa: BLE001 - reported by the test
+                errors.append(e)
+                return
+
+    threads = [threading.Thread(target=publish) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(300):
+            broker.delete_topic("t")
+            broker.create_topic("t")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(WAIT)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
 
 
 def test_deleting_durable_positions_and_groups(broker: rill.Broker) -> None:

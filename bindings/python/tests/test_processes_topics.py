@@ -4,8 +4,9 @@ A wildcard subscription in this process gets every message of a topic a
 process started with ``multiprocessing``'s spawn method creates and
 publishes to at once (the topic is read from its start when this process
 joins it); this process publishes by name to that topic without creating
-it; and when the other process deletes it, it vanishes here too. Every wait
-has a deadline."""
+it; and when the other process deletes it, it vanishes here too. A topic
+this process published to and another deleted (and maybe created again)
+takes publishes by name again once it exists. Every wait has a deadline."""
 
 from __future__ import annotations
 
@@ -85,3 +86,68 @@ def test_a_topic_another_process_creates_and_deletes(tmp_path: Path) -> None:
                 delete.set()
                 child.join(WAIT)
             assert child.exitcode == 0
+
+
+def _deleter(data_dir: str, create_again: bool) -> None:
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never", worker_threads=1) as b:
+        b.delete_topic(TOPIC)
+        if create_again:
+            b.create_topic(TOPIC)
+            b.publish(TOPIC, b"new")
+
+
+def _deleted_elsewhere(b: rill.Broker, data_dir: str, create_again: bool) -> None:
+    """Has `b` publish to TOPIC through its cached publisher, then another
+    process delete TOPIC (and create it again, with one message), and waits
+    until `b` has let go of the deleted topic (a subscription naming it is
+    closed)."""
+    b.create_topic(TOPIC)
+    for n in range(10):
+        b.publish(TOPIC, b"old %d" % n)
+    with b.subscribe(TOPIC, lambda m: None) as literal:
+        child = multiprocessing.get_context("spawn").Process(target=_deleter, args=(data_dir, create_again))
+        child.start()
+        child.join(WAIT)
+        assert child.exitcode == 0
+        deadline = time.monotonic() + WAIT
+        while literal.closed_reason != "topic deleted":
+            assert time.monotonic() < deadline, "the topic deleted in the other process is still here"
+            time.sleep(0.001)
+
+
+def _payloads(b: rill.Broker) -> list[bytes]:
+    seen: list[bytes] = []
+    with b.subscribe(TOPIC, lambda m: seen.append(m.payload), start="earliest") as sub:
+        assert sub.wait_idle(WAIT)
+    return seen
+
+
+def test_publishing_reaches_a_topic_another_process_deleted_and_created_again(tmp_path: Path) -> None:
+    data_dir = str(tmp_path / "data")
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never") as b:
+        _deleted_elsewhere(b, data_dir, create_again=True)
+        # The cached publisher is the deleted topic's: a publish by name goes
+        # to the topic the name has now, as the one with attributes does.
+        assert b.publish(TOPIC, b"plain").offset == 1
+        assert [p.offset for p in b.publish_batch(TOPIC, [b"batch 1", b"batch 2"])] == [2, 3]
+        assert b.publish_batch(TOPIC, [b"with id"], msg_ids=["id-1"])[0].offset == 4
+        assert b.publish(TOPIC, b"with attributes", attributes={"k": "v"}).offset == 5
+        assert _payloads(b) == [b"new", b"plain", b"batch 1", b"batch 2", b"with id", b"with attributes"]
+
+
+def test_publishing_to_a_topic_another_process_deleted_raises_until_it_is_created_again(tmp_path: Path) -> None:
+    data_dir = str(tmp_path / "data")
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never") as b:
+        _deleted_elsewhere(b, data_dir, create_again=False)
+        with pytest.raises(rill.NoSuchTopic):
+            b.publish(TOPIC, b"plain")
+        with pytest.raises(rill.NoSuchTopic):
+            b.publish_batch(TOPIC, [b"batch"])
+        with pytest.raises(rill.NoSuchTopic):
+            b.publish_batch(TOPIC, [b"with id"], msg_ids=["id-1"])
+        assert b.topics() == []
+        # Created again here: the publishes that raised appended nothing.
+        b.create_topic(TOPIC)
+        assert b.publish(TOPIC, b"plain").offset == 0
+        assert [p.offset for p in b.publish_batch(TOPIC, [b"batch"])] == [1]
+        assert _payloads(b) == [b"plain", b"batch"]
