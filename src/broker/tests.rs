@@ -645,6 +645,63 @@ fn a_consumer_passes_an_abandoned_reservation_however_it_polls() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// A publish waiting for a `Block` subscriber of another broker on the
+/// directory (another process's, or here another broker of this one)
+/// fails with `Closed` when its own broker closes, as one waiting for its
+/// own broker's subscriber does: the close does not close the other's
+/// subscriber, which would otherwise hold the publish until its timeout
+/// (none here). Found from outside, through Python's `Broker.close`.
+#[test]
+fn closing_a_broker_ends_a_publish_waiting_for_another_brokers_block_subscriber() {
+    let (root, publishing) = shared_topic_with_a_short_abandon_bound("close-blocked");
+    let config = BrokerConfig {
+        data_dir: Some(root.clone()),
+        fsync: Fsync::Never,
+        sharing: crate::log::Sharing::Processes,
+        ..BrokerConfig::default()
+    };
+    let other = Broker::new(config).unwrap();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = crate::sync::Mutex::new(released);
+    let options =
+        SubscriptionOptions { overflow: Overflow::Block, lag_limit: Some(2), ..SubscriptionOptions::default() };
+    // Its handler holds the first message until the end (or a minute, so
+    // that a failing test still ends): the lag limit stops the publisher
+    // at offset 2.
+    let sub = other
+        .subscribe("t", options, move |_| {
+            let _ = released.lock().recv_timeout(Duration::from_secs(60));
+            Ack::Success
+        })
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let publisher = publishing.clone();
+    let thread = std::thread::spawn(move || {
+        for i in 0u32.. {
+            if let Err(e) = publisher.publish("t", &Record::new(&i.to_le_bytes())) {
+                let _ = tx.send((i, e));
+                return;
+            }
+        }
+    });
+    // Once it has published what the limit lets through, it waits (the
+    // other broker counts what it sees published).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while other.topic_stats("t").unwrap().partitions[0].next_offset < 2 {
+        assert!(std::time::Instant::now() < deadline, "the publisher did not reach the lag limit");
+        std::thread::yield_now();
+    }
+    publishing.close();
+    let (published, error) = rx.recv_timeout(Duration::from_secs(60)).expect("the publish waiting for room ended");
+    assert!(matches!(error, Error::Closed(_)), "{error:?}");
+    assert_eq!(published, 2, "the publish that failed is the one past the lag limit");
+    thread.join().unwrap();
+    drop(release);
+    sub.close();
+    other.close();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 /// Issue 39, idle CPU: the flusher of a broker with a data directory runs
 /// only when something made work for it. After the rounds the last write
 /// asked for, it sleeps with no timeout: no round in an idle stretch of

@@ -19,6 +19,13 @@ impl BrokerInner {
             // An inherited copy (see `forked`): closed, and nothing else.
             return;
         }
+        // Publishes waiting for a `Block` subscriber give up now, also one
+        // waiting for another broker's, which this close leaves open.
+        for t in self.topics.values() {
+            for p in t.partitions.iter() {
+                p.close_waits();
+            }
+        }
         let (subs, consumers) = {
             let control = self.control.lock();
             let subs: Vec<Arc<SubCore>> = control.subs.values().cloned().collect();

@@ -152,6 +152,11 @@ pub(crate) struct Partition {
     /// `Block` subscriber is let through when deleting detaches that
     /// subscriber: it was accepted before the delete.)
     deleted: AtomicBool,
+    /// Set (once) when its broker closes: a publish waiting for a `Block`
+    /// subscriber gives up with `Closed`, whoever's subscriber it waits
+    /// for (another broker's, in this process or another, is not closed
+    /// with this one, and would otherwise hold it until its timeout).
+    closing: AtomicBool,
     pub(crate) index: u32,
     pub(crate) log: Log,
     /// Read by publishers on every publish (pinned); written under `edit`.
@@ -204,6 +209,7 @@ impl Partition {
             edit: Mutex::new(()),
             space: Waiters::new(),
             deleted: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             cross: None,
             shared_blockers: None,
             watched: None,
@@ -232,6 +238,20 @@ impl Partition {
         // Release: pairs with the Acquire in `is_deleted`, so a handle that
         // sees the mark also sees the topic gone from the broker's map.
         self.deleted.store(true, Ordering::Release);
+    }
+
+    /// Its broker is closing: wakes the publishers of this process waiting
+    /// for room, which then fail with `Closed` (see `closing`). In
+    /// Processes mode the wake reaches the waiters of every process on the
+    /// shared page, which look again and wait on.
+    pub(crate) fn close_waits(&self) {
+        // Release: pairs with the Acquire in `wait_for_room`'s look, which
+        // the wakes below make it take again.
+        self.closing.store(true, Ordering::Release);
+        if let Some(shared) = &self.shared_blockers {
+            shared.moved();
+        }
+        self.space.notify();
     }
 
     /// True once its topic has been deleted.
@@ -271,6 +291,10 @@ impl Partition {
         let mut blocked_by_own = false;
         // Never pinned while blocked: the closure pins only to look.
         let room = || {
+            // Acquire: pairs with the Release in `close_waits`.
+            if self.closing.load(Ordering::Acquire) {
+                return true;
+            }
             let guard = epoch::pin();
             let (listeners, end) = (self.current(&guard), self.log.end_offset_pinned(&guard));
             blocked_by_own = own != 0 && listeners.is_blocked_by(own, end, n);
@@ -288,6 +312,12 @@ impl Partition {
                 shared.wait(limit.map(|l| Instant::now() + l), n, end, room)
             }
         };
+        // Acquire: as in `room`.
+        if self.closing.load(Ordering::Acquire) {
+            return Err(Error::Closed(
+                "the broker was closed while the publish waited for a Block subscriber to make room".into(),
+            ));
+        }
         if blocked_by_own {
             return Err(Error::Full(format!(
                 "partition {} is at the lag limit of the Block subscription whose handler is publishing: \
