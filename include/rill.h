@@ -1174,13 +1174,25 @@ typedef void (*rill_named_subscription_callback)(void *user_data,
  * that fills the buffer without a NUL is cut at its end. It may be called
  * on any publishing thread, at once on several, until the schema is
  * replaced or removed or the broker is freed; it must not unwind into
- * rill (C++ exceptions, longjmp), nor change its own topic's schema.
+ * rill (C++ exceptions, longjmp). It may publish, and change any topic's
+ * schema, its own included: such a change, made from inside a validator
+ * call, returns without waiting for the replaced validator's calls in
+ * flight (see `rill_topic_remove_schema`).
  */
 typedef int (*rill_validator_fn)(void *user,
                                  const uint8_t *payload,
                                  size_t len,
                                  char *reason,
                                  size_t reason_len);
+
+/**
+ * Releases a subscription's `user_data`: called once, when the
+ * subscription has ended and none of the functions given `user_data` (its
+ * handler, `on_lagged`, `on_dead_letter`) will be called again. Also a
+ * validator's `user_free` (`rill_topic_set_validator_with_free`): called
+ * once no call of the validator is in flight or will be made.
+ */
+typedef void (*rill_destructor)(void *user_data);
 
 /**
  * When a message counts as handled: one of the `RILL_DELIVERY_*` constants.
@@ -1191,13 +1203,6 @@ typedef int32_t rill_delivery;
  * What happens at `lag_limit`: one of the `RILL_OVERFLOW_*` constants.
  */
 typedef int32_t rill_overflow;
-
-/**
- * Releases a subscription's `user_data`: called once, when the
- * subscription has ended and none of the functions given `user_data` (its
- * handler, `on_lagged`, `on_dead_letter`) will be called again.
- */
-typedef void (*rill_destructor)(void *user_data);
 
 /**
  * Told that retention trimmed `missed` messages of `topic` (NUL-terminated,
@@ -2464,8 +2469,12 @@ rill_status rill_topic_set_schema_json(rill_broker *b,
  * `user` must stay valid until the schema is replaced or removed, or the
  * broker is freed. The call that replaces or removes it returns only once
  * no publish is still calling it (it waits for validator calls in flight),
- * so `user` may be freed right after. A validator lives with this broker
- * only: a durable topic has no schema after a restart.
+ * so `user` may be freed right after, except when that call is made from
+ * inside a validator: then it does not wait (see
+ * `rill_topic_remove_schema`), and a validator that may be replaced that
+ * way is set with `rill_topic_set_validator_with_free`, which says when
+ * `user` may go. A validator lives with this broker only: a durable topic
+ * has no schema after a restart.
  *
  * # Safety
  *
@@ -2479,8 +2488,40 @@ rill_status rill_topic_set_validator(rill_broker *b,
                                      uint32_t on_invalid_);
 
 /**
+ * `rill_topic_set_validator`, with `user_free` (may be NULL) called once
+ * with `user` when rill lets go of the validator: once the schema has been
+ * replaced or removed (or the broker freed) and no call of `validator` is
+ * in flight, on whichever thread let go last (the call that replaced or
+ * removed it, the broker's free, or the publish whose validator call
+ * ended last). It is also called if this call fails. A schema replaced or
+ * removed from inside a validator call is not waited for, so this is how
+ * its `user` is freed safely then. `user_free` must not call rill.
+ *
+ * # Safety
+ *
+ * As for `rill_topic_set_validator`; `user_free` NULL or a function that
+ * may be called once with `user`, from any thread.
+ */
+rill_status rill_topic_set_validator_with_free(rill_broker *b,
+                                               const char *topic,
+                                               rill_validator_fn validator,
+                                               void *user,
+                                               rill_destructor user_free,
+                                               uint32_t on_invalid_);
+
+/**
  * Removes `topic`'s schema (from the disk too, for a durable topic):
  * later publishes are not checked. Nothing happens if it has none.
+ * Returns once no validator call of the removed schema is in flight, so
+ * its `user` may be freed, except when called from inside a validator
+ * call (any topic's, on this thread): then it returns at once, without
+ * waiting for the removed validator's calls in flight, since one of them
+ * may be its own caller a few frames up, or a validator on another
+ * thread removing this thread's schema in turn. No new call of the
+ * removed validator starts; the calls in flight finish, and the last to
+ * end runs its `user_free` (`rill_topic_set_validator_with_free`).
+ * `rill_topic_set_validator` and `rill_topic_set_schema_json` replacing a
+ * validator behave the same.
  *
  * # Safety
  *

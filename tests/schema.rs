@@ -2,8 +2,8 @@
 //! publish; invalid records refused or dead-lettered.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -422,4 +422,129 @@ fn a_replacement_returns_only_after_the_old_validator_is_done() {
     release.send(()).unwrap();
     assert!(setter.join().unwrap(), "set_schema returned while the old validator ran");
     publisher.join().unwrap();
+}
+
+/// How long a test below waits for an answer before it calls the broker
+/// hung.
+const WATCHDOG: Duration = Duration::from_secs(20);
+
+/// Runs `scenario` on a thread of its own and returns its `answers`
+/// answers, or fails the test if they do not all come within
+/// [`WATCHDOG`]: a hang fails with `what`, instead of running the suite
+/// out of its time. The hung thread (and its broker) is left behind.
+fn within_watchdog<T: Send + 'static>(
+    what: &str,
+    answers: usize,
+    scenario: impl FnOnce(mpsc::Sender<T>) + Send + 'static,
+) -> Vec<T> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || scenario(tx));
+    (0..answers)
+        .map(|_| rx.recv_timeout(WATCHDOG).unwrap_or_else(|_| panic!("{what}: no answer in {WATCHDOG:?}, it hangs")))
+        .collect()
+}
+
+/// A validator function, as `Schema::Validator` holds it.
+type ValidatorFn = Arc<dyn Fn(&[u8]) -> Result<(), String> + Send + Sync>;
+
+/// Raises its flag when dropped: tells when rill let go of a validator.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_validator_removing_the_schema_whose_call_it_runs_inside_returns_without_waiting_for_it() {
+    // Topic A's validator publishes to B; B's validator removes A's schema,
+    // whose call in flight is its own caller: it must not wait for it.
+    let answers = within_watchdog("remove_schema(A) from inside A's validator call", 1, |tx| {
+        let b = Broker::new(BrokerConfig::default()).unwrap();
+        b.create_topic("A", &TopicOptions::default()).unwrap();
+        b.create_topic("B", &TopicOptions::default()).unwrap();
+        let a_dropped = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(None));
+        let (inner, flag) = (b.clone(), DropFlag(a_dropped.clone()));
+        let a: ValidatorFn = Arc::new(move |_: &[u8]| {
+            let _owned = &flag;
+            inner.publish("B", &Record::new(b"inner")).map(|_| ()).map_err(|e| e.to_string())
+        });
+        let (inner, dropped, s) = (b.clone(), a_dropped.clone(), seen.clone());
+        let bv: ValidatorFn = Arc::new(move |_: &[u8]| {
+            let removed = inner.remove_schema("A");
+            // A's validator is still running (it called this one): not dropped yet.
+            *s.lock().unwrap() = Some((removed.is_ok(), dropped.load(Ordering::SeqCst), inner.schema_version("A")));
+            Ok(())
+        });
+        b.set_schema("A", Schema::Validator(a), OnInvalid::Reject).unwrap();
+        b.set_schema("B", Schema::Validator(bv), OnInvalid::Reject).unwrap();
+        let outer = b.publish("A", &Record::new(b"outer")).map(|_| ());
+        let inside = seen.lock().unwrap().take();
+        tx.send((outer, inside, a_dropped.load(Ordering::SeqCst))).unwrap();
+    });
+    let (outer, inside, dropped_after) = answers.into_iter().next().unwrap();
+    outer.unwrap();
+    assert_eq!(inside, Some((true, false, Ok(0))), "removed, A's validator still alive, no schema on A");
+    assert!(dropped_after, "the last call in flight let go of A's validator");
+}
+
+#[test]
+fn a_validator_may_remove_its_own_topics_schema() {
+    let answers = within_watchdog("remove_schema of its own topic from its validator", 1, |tx| {
+        let b = broker();
+        let inner = b.clone();
+        let v: ValidatorFn = Arc::new(move |_: &[u8]| inner.remove_schema("orders").map_err(|e| e.to_string()));
+        b.set_schema("orders", Schema::Validator(v), OnInvalid::Reject).unwrap();
+        let first = b.publish("orders", &Record::new(b"x")).map(|_| ());
+        tx.send((first, b.schema_version("orders").unwrap())).unwrap();
+    });
+    let (first, version) = answers.into_iter().next().unwrap();
+    first.unwrap();
+    assert_eq!(version, 0);
+}
+
+#[test]
+fn validators_on_two_threads_removing_each_others_schema_do_not_deadlock() {
+    // A's validator removes B's schema while B's, on another thread, removes
+    // A's: each waiting for the other's call would wait for ever.
+    let answers = within_watchdog("validators removing each other's schema", 1, |tx| {
+        let b = Broker::new(BrokerConfig::default()).unwrap();
+        let inside = Arc::new(AtomicUsize::new(0));
+        let dropped: Vec<Arc<AtomicBool>> = (0..2).map(|_| Arc::new(AtomicBool::new(false))).collect();
+        for (me, other) in [("A", "B"), ("B", "A")] {
+            b.create_topic(me, &TopicOptions::default()).unwrap();
+            let (inner, inside) = (b.clone(), inside.clone());
+            let flag = DropFlag(dropped[usize::from(me == "B")].clone());
+            let v: ValidatorFn = Arc::new(move |_: &[u8]| {
+                let _owned = &flag;
+                // Both calls in flight before either removes (bounded, so a
+                // lost race cannot hang the test by itself).
+                inside.fetch_add(1, Ordering::SeqCst);
+                let start = Instant::now();
+                while inside.load(Ordering::SeqCst) < 2 && start.elapsed() < Duration::from_secs(5) {
+                    thread::yield_now();
+                }
+                inner.remove_schema(other).map_err(|e| e.to_string())
+            });
+            b.set_schema(me, Schema::Validator(v), OnInvalid::Reject).unwrap();
+        }
+        let publishers: Vec<_> = ["A", "B"]
+            .into_iter()
+            .map(|t| {
+                let b = b.clone();
+                thread::spawn(move || b.publish(t, &Record::new(b"x")).map(|_| ()))
+            })
+            .collect();
+        let outcomes: Vec<_> = publishers.into_iter().map(|p| p.join().unwrap()).collect();
+        let versions = (b.schema_version("A").unwrap(), b.schema_version("B").unwrap());
+        tx.send((outcomes, versions, dropped.iter().all(|d| d.load(Ordering::SeqCst)))).unwrap();
+    });
+    let (outcomes, versions, all_dropped) = answers.into_iter().next().unwrap();
+    for outcome in outcomes {
+        outcome.unwrap();
+    }
+    assert_eq!(versions, (0, 0), "each removed the other's schema");
+    assert!(all_dropped, "both validators let go once their calls ended");
 }

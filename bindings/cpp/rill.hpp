@@ -27,7 +27,6 @@
 #include <cstring>
 #include <exception>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -629,6 +628,9 @@ inline Position position(const rill_position &p, uint32_t flags) noexcept {
             (flags & RILL_PUBLISHED_DEAD_LETTERED) != 0};
 }
 
+/// Deletes a Broker::set_validator validator: its `user_free`.
+inline void free_validator(void *user) noexcept { delete static_cast<Validator *>(user); }
+
 /// The C trampoline of a Broker::set_validator validator: nothing is
 /// thrown through C.
 inline int call_validator(void *user, const uint8_t *payload, size_t len, char *reason, size_t reason_len) noexcept {
@@ -815,12 +817,11 @@ class Broker {
         c.sharing = static_cast<rill_sharing>(o.sharing);
         detail::check(rill_broker_new(&c, &b_));
     }
-    Broker(Broker &&o) noexcept : b_(std::exchange(o.b_, nullptr)), validators_(std::move(o.validators_)) {}
+    Broker(Broker &&o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
     Broker &operator=(Broker &&o) noexcept {
         if (this != &o) {
             rill_broker_free(b_);
             b_ = std::exchange(o.b_, nullptr);
-            validators_ = std::move(o.validators_);
         }
         return *this;
     }
@@ -887,7 +888,6 @@ class Broker {
     uint64_t set_schema_json(const std::string &topic, const std::string &json, OnInvalid on_invalid = OnInvalid::Reject) {
         const char *t = detail::c_str(topic, "topic name");
         detail::check(rill_topic_set_schema_json(b_, t, detail::c_str(json, "json"), static_cast<uint32_t>(on_invalid)));
-        validators_.erase(topic);
         return schema_version(topic);
     }
 
@@ -897,16 +897,17 @@ class Broker {
     uint64_t set_validator(const std::string &topic, Validator validator, OnInvalid on_invalid = OnInvalid::Reject) {
         const char *t = detail::c_str(topic, "topic name");
         auto owned = std::make_unique<Validator>(std::move(validator));
-        detail::check(rill_topic_set_validator(b_, t, detail::call_validator, owned.get(), static_cast<uint32_t>(on_invalid)));
-        // The old validator is no longer called once the C call returns.
-        validators_[topic] = std::move(owned);
+        // rill owns it from here (it frees it on failure too): deleted once
+        // no call of it is in flight, which a replacement or removal made
+        // from inside a validator does not wait for.
+        detail::check(rill_topic_set_validator_with_free(b_, t, detail::call_validator, owned.release(),
+                                                         detail::free_validator, static_cast<uint32_t>(on_invalid)));
         return schema_version(topic);
     }
 
     /// Removes `topic`'s schema; see rill_topic_remove_schema.
     void remove_schema(const std::string &topic) {
         detail::check(rill_topic_remove_schema(b_, detail::c_str(topic, "topic name")));
-        validators_.erase(topic);
     }
 
     /// The version of `topic`'s schema in force; 0 if it has none.
@@ -1106,9 +1107,6 @@ class Broker {
 
   private:
     rill_broker *b_ = nullptr;
-    /// The validators C holds, by topic; freed after the broker (members go
-    /// after the destructor's body).
-    std::map<std::string, std::unique_ptr<Validator>> validators_;
 };
 
 }  // namespace rill

@@ -8,6 +8,7 @@ use rill::{OnInvalid, Schema};
 
 use crate::broker::rill_broker;
 use crate::error::{FfiError, boundary, rill_status};
+use crate::subscription_options::rill_destructor;
 use crate::util::{cstr, out_ptr, reference, write_out};
 
 /// `on_invalid`: a publish of an invalid payload fails with
@@ -28,7 +29,10 @@ pub const RILL_SCHEMA_REASON_MAX: usize = 512;
 /// that fills the buffer without a NUL is cut at its end. It may be called
 /// on any publishing thread, at once on several, until the schema is
 /// replaced or removed or the broker is freed; it must not unwind into
-/// rill (C++ exceptions, longjmp), nor change its own topic's schema.
+/// rill (C++ exceptions, longjmp). It may publish, and change any topic's
+/// schema, its own included: such a change, made from inside a validator
+/// call, returns without waiting for the replaced validator's calls in
+/// flight (see `rill_topic_remove_schema`).
 pub type rill_validator_fn = Option<
     unsafe extern "C" fn(
         user: *mut c_void,
@@ -43,6 +47,23 @@ pub type rill_validator_fn = Option<
 struct CValidator {
     f: unsafe extern "C" fn(*mut c_void, *const u8, usize, *mut c_char, usize) -> c_int,
     user: *mut c_void,
+    /// Called with `user` when this is dropped: the schema was let go by
+    /// the last publish checking with it, or by the change that replaced
+    /// it, whichever was later (see "A change made from inside a
+    /// validator" in rill's `schema.rs`), so no call of `f` is in flight.
+    free: rill_destructor,
+}
+
+impl Drop for CValidator {
+    fn drop(&mut self) {
+        if let Some(free) = self.free {
+            // SAFETY: the caller of rill_topic_set_validator_with_free
+            // promised `free` may be called once with `user`, on any
+            // thread; this is the one time, and the closure owning this
+            // is gone, so the validator is not running.
+            unsafe { free(self.user) };
+        }
+    }
 }
 
 // SAFETY: `rill_topic_set_validator`'s contract makes the caller promise
@@ -117,8 +138,12 @@ pub unsafe extern "C" fn rill_topic_set_schema_json(
 /// `user` must stay valid until the schema is replaced or removed, or the
 /// broker is freed. The call that replaces or removes it returns only once
 /// no publish is still calling it (it waits for validator calls in flight),
-/// so `user` may be freed right after. A validator lives with this broker
-/// only: a durable topic has no schema after a restart.
+/// so `user` may be freed right after, except when that call is made from
+/// inside a validator: then it does not wait (see
+/// `rill_topic_remove_schema`), and a validator that may be replaced that
+/// way is set with `rill_topic_set_validator_with_free`, which says when
+/// `user` may go. A validator lives with this broker only: a durable topic
+/// has no schema after a restart.
 ///
 /// # Safety
 ///
@@ -132,18 +157,98 @@ pub unsafe extern "C" fn rill_topic_set_validator(
     user: *mut c_void,
     on_invalid_: u32,
 ) -> rill_status {
-    boundary(|| {
+    // SAFETY: the caller's promises, passed on; no `user_free`.
+    unsafe { set_validator(b, topic, validator, user, None, on_invalid_) }
+}
+
+/// `rill_topic_set_validator`, with `user_free` (may be NULL) called once
+/// with `user` when rill lets go of the validator: once the schema has been
+/// replaced or removed (or the broker freed) and no call of `validator` is
+/// in flight, on whichever thread let go last (the call that replaced or
+/// removed it, the broker's free, or the publish whose validator call
+/// ended last). It is also called if this call fails. A schema replaced or
+/// removed from inside a validator call is not waited for, so this is how
+/// its `user` is freed safely then. `user_free` must not call rill.
+///
+/// # Safety
+///
+/// As for `rill_topic_set_validator`; `user_free` NULL or a function that
+/// may be called once with `user`, from any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rill_topic_set_validator_with_free(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    validator: rill_validator_fn,
+    user: *mut c_void,
+    user_free: rill_destructor,
+    on_invalid_: u32,
+) -> rill_status {
+    // SAFETY: the caller's promises, passed on.
+    unsafe { set_validator(b, topic, validator, user, user_free, on_invalid_) }
+}
+
+/// The two `rill_topic_set_validator` calls.
+///
+/// # Safety
+///
+/// As for `rill_topic_set_validator_with_free`.
+unsafe fn set_validator(
+    b: *mut rill_broker,
+    topic: *const c_char,
+    validator: rill_validator_fn,
+    user: *mut c_void,
+    user_free: rill_destructor,
+    on_invalid_: u32,
+) -> rill_status {
+    // Owns `user` from here on: if anything below fails, dropping the
+    // closure (or this, when `validator` is NULL) calls `user_free`.
+    let owner = UserFree { user, free: user_free };
+    boundary(move || {
         // SAFETY: the caller's promises, checked for NULL inside.
         let (b, topic) = unsafe { (reference(b, "broker")?, cstr(topic, "topic")?) };
         let f = validator.ok_or_else(|| FfiError::null("validator"))?;
-        let v = CValidator { f, user };
+        let v = CValidator { f, user, free: owner.take() };
         b.broker.set_schema(topic, Schema::Validator(Arc::new(move |p| v.check(p))), on_invalid(on_invalid_)?)?;
         Ok(())
     })
 }
 
+/// `user` and its `user_free` before a `CValidator` owns them: calls it if
+/// dropped untaken, so a failure before the validator exists frees `user`.
+struct UserFree {
+    user: *mut c_void,
+    free: rill_destructor,
+}
+
+impl UserFree {
+    /// Hands `free` over to the validator that now owns `user`.
+    fn take(mut self) -> rill_destructor {
+        self.free.take()
+    }
+}
+
+impl Drop for UserFree {
+    fn drop(&mut self) {
+        if let Some(free) = self.free {
+            // SAFETY: the caller promised `free` may be called once with
+            // `user`; it was not handed to a validator, so this is the once.
+            unsafe { free(self.user) };
+        }
+    }
+}
+
 /// Removes `topic`'s schema (from the disk too, for a durable topic):
 /// later publishes are not checked. Nothing happens if it has none.
+/// Returns once no validator call of the removed schema is in flight, so
+/// its `user` may be freed, except when called from inside a validator
+/// call (any topic's, on this thread): then it returns at once, without
+/// waiting for the removed validator's calls in flight, since one of them
+/// may be its own caller a few frames up, or a validator on another
+/// thread removing this thread's schema in turn. No new call of the
+/// removed validator starts; the calls in flight finish, and the last to
+/// end runs its `user_free` (`rill_topic_set_validator_with_free`).
+/// `rill_topic_set_validator` and `rill_topic_set_schema_json` replacing a
+/// validator behave the same.
 ///
 /// # Safety
 ///

@@ -65,7 +65,9 @@ pub const RILL_OVERFLOW_DISCONNECT: rill_overflow = rill_overflow(2);
 
 /// Releases a subscription's `user_data`: called once, when the
 /// subscription has ended and none of the functions given `user_data` (its
-/// handler, `on_lagged`, `on_dead_letter`) will be called again.
+/// handler, `on_lagged`, `on_dead_letter`) will be called again. Also a
+/// validator's `user_free` (`rill_topic_set_validator_with_free`): called
+/// once no call of the validator is in flight or will be made.
 pub type rill_destructor = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
 
 /// Told that retention trimmed `missed` messages of `topic` (NUL-terminated,

@@ -1223,7 +1223,9 @@ impl Broker {
     /// number, from 1; each appended record carries the version it was
     /// checked against ([`Delivered::schema_version`]). Records appended
     /// before are not checked again. A replacement while publishers run
-    /// checks each record by the old schema or the new one, never by none.
+    /// checks each record by the old schema or the new one, never by none,
+    /// and returns once no call of the old validator is in flight (except
+    /// from inside a validator call: see [`Broker::remove_schema`]).
     ///
     /// A JSON schema (draft 2020-12) that does not compile is
     /// `InvalidArgument` with the compiler's message; on a durable topic it
@@ -1261,6 +1263,17 @@ impl Broker {
     /// Removes `topic`'s schema (from the disk too, for a durable topic):
     /// later publishes are not checked. The version still advances, so a
     /// later schema gets a new number. Nothing happens if it has none.
+    ///
+    /// It returns once no call of the removed [`Schema::Validator`] is in
+    /// flight, so the function is dropped by then, except when called from
+    /// inside a validator call (any topic's, on this thread): then it
+    /// returns at once. Waiting there could last for ever: a call in flight
+    /// may be its caller a few frames up (topic A's validator publishes to
+    /// B, whose validator removes A's schema), or a validator on another
+    /// thread removing this thread's schema in turn. No new call of the
+    /// removed function starts, and the last call in flight drops it.
+    /// [`Broker::set_schema`] replacing a validator waits, or does not, the
+    /// same way.
     ///
     /// # Examples
     ///

@@ -27,8 +27,29 @@
 //! A change waits, after its swap, until no publish holds the old schema
 //! (`wait_unused`), so when `set_schema` or `remove_schema` returns the old
 //! validator is never called again: a C validator's user data may then be
-//! freed. A validator that changes its own topic's schema would wait for
-//! itself: it must not.
+//! freed. The swap hands back the old schema as a [`Retired`], and the
+//! broker waits on it only once it has let go of every lock the change
+//! took (the slot's, the control plane's, `topics.lock`): a validator in
+//! flight may itself change another topic's schema, which takes them.
+//!
+//! # A change made from inside a validator
+//!
+//! A validator may change another topic's schema (its own would be waiting
+//! for itself: it must not). Such a change does not wait for the calls in
+//! flight of the schema it replaces. Waiting could never end in two ways:
+//! the call it waits for may be its own caller, a few frames up on this
+//! thread (topic A's validator publishes to B, whose validator removes A's
+//! schema), or a validator on another thread that is waiting for this one
+//! (A's validator removes B's schema while B's removes A's). So a thread
+//! marks itself for the length of every validator call (`InValidator`,
+//! a thread-local depth, as a subscription handler's `InHandler` mark),
+//! and a change made while the mark is set swaps the schema out and
+//! returns: no publish starts a new call of the old validator, and the
+//! calls in flight finish on their own. The old schema is an `Arc`, and
+//! each call in flight holds a counted reference to it (the swap turns
+//! every guard into one), so whichever lets go last, that call or the
+//! change, drops the validator, with its user data (a C validator's
+//! `user_free`). Nothing is freed while a call of it runs.
 //!
 //! # What a record carries
 //!
@@ -92,6 +113,7 @@
 //! follower's swap waits for the old schema's checks in flight, in its own
 //! process, as a local change does.
 
+use std::cell::Cell;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -130,7 +152,11 @@ pub enum Schema {
     /// A function for any other format. It may be called on any publishing
     /// thread, at once on several; a panic in it makes the payload invalid
     /// (reason `validator panicked: <message>`). It lives with the broker
-    /// handle only: a durable topic does not keep it across a restart.
+    /// handle only: a durable topic does not keep it across a restart. It
+    /// may publish and change any topic's schema, its own included; a
+    /// change made from inside a validator call does not wait for the
+    /// replaced validator's calls in flight (see
+    /// [`Broker::remove_schema`](crate::Broker::remove_schema)).
     Validator(ValidatorFn),
 }
 
@@ -186,10 +212,15 @@ impl Current {
     pub(crate) fn check(&self, payload: &[u8]) -> std::result::Result<(), String> {
         match &self.check {
             Check::Json(v) => check_json(v, payload),
-            Check::Function(f) => match catch_unwind(AssertUnwindSafe(|| f(payload))) {
-                Ok(r) => r,
-                Err(p) => Err(format!("validator panicked: {}", panic_message(&*p))),
-            },
+            Check::Function(f) => {
+                // A schema change the function makes must not wait for
+                // this call: see "A change made from inside a validator".
+                let _inside = InValidator::enter();
+                match catch_unwind(AssertUnwindSafe(|| f(payload))) {
+                    Ok(r) => r,
+                    Err(p) => Err(format!("validator panicked: {}", panic_message(&*p))),
+                }
+            }
         }
     }
 
@@ -298,12 +329,13 @@ impl Slot {
         self.set.load(Ordering::Acquire)
     }
 
-    /// Puts `next` in force and waits until no publish holds the schema
-    /// it replaces; the flag is raised after a schema arrives and lowered
-    /// before the last one goes (see `set`), so between a set and a
-    /// replacement it stays raised: no publish skips the check while a
-    /// schema is in force.
-    fn install(&self, next: Option<Current>) {
+    /// Puts `next` in force and hands back the schema it replaces, for the
+    /// caller to wait on once it holds no lock ([`Retired::wait`]); the
+    /// flag is raised after a schema arrives and lowered before the last
+    /// one goes (see `set`), so between a set and a replacement it stays
+    /// raised: no publish skips the check while a schema is in force.
+    #[must_use = "the old schema is waited on with `Retired::wait`"]
+    fn install(&self, next: Option<Current>) -> Retired {
         let old = match next {
             Some(c) => {
                 let old = self.current.swap(Some(Arc::new(c)));
@@ -321,7 +353,7 @@ impl Slot {
                 self.current.swap(None)
             }
         };
-        wait_unused(old);
+        Retired(old)
     }
 
     /// The version in force: 0 without a schema.
@@ -332,8 +364,14 @@ impl Slot {
     /// Sets (or replaces) the schema; with `files` (a topic in a data
     /// directory), the compiled one is written there before it takes
     /// effect, and its version is one past the last the directory gave out
-    /// as well as this slot (see "Several processes"). Returns its version.
-    pub(crate) fn set(&self, schema: Schema, on_invalid: OnInvalid, files: Option<&dyn Files>) -> Result<u64> {
+    /// as well as this slot (see "Several processes"). Returns its version
+    /// and the schema it replaced, to wait on once no lock is held.
+    pub(crate) fn set(
+        &self,
+        schema: Schema,
+        on_invalid: OnInvalid,
+        files: Option<&dyn Files>,
+    ) -> Result<(u64, Retired)> {
         let mut last = self.last_version.lock();
         let version = (*last).max(stored_last(files)?) + 1;
         let current = compile(schema, on_invalid, version)?;
@@ -349,23 +387,23 @@ impl Slot {
             }
         }
         *last = version;
-        self.install(Some(current));
-        Ok(version)
+        Ok((version, self.install(Some(current))))
     }
 
     /// Removes the schema (the version still advances, so a later one does
     /// not reuse a number); with `files`, the removal is written there
     /// first. Nothing happens if there is none: none here, and, with
     /// `shared` (a directory shared by processes), none another process
-    /// set (a JSON schema, or a function it runs).
-    pub(crate) fn remove(&self, files: Option<&dyn Files>, shared: bool) -> Result<()> {
+    /// set (a JSON schema, or a function it runs). Returns the schema it
+    /// removed, to wait on once no lock is held.
+    pub(crate) fn remove(&self, files: Option<&dyn Files>, shared: bool) -> Result<Retired> {
         let mut last = self.last_version.lock();
         let elsewhere = match files {
             Some(files) if shared => stored_in_force(files)?,
             _ => false,
         };
         if self.current.load().is_none() && !elsewhere {
-            return Ok(());
+            return Ok(Retired(None));
         }
         let version = (*last).max(stored_last(files)?) + 1;
         if let Some(files) = files {
@@ -373,8 +411,7 @@ impl Slot {
             files.write(SCHEMA_FILE, None)?;
         }
         *last = version;
-        self.install(None);
-        Ok(())
+        Ok(self.install(None))
     }
 
     /// Brings the slot in line with what `files` hold, if their version
@@ -384,23 +421,24 @@ impl Slot {
     /// set last (the version file then holds its number). Says whether
     /// anything changed. Costs one read of the schema file (none, for most
     /// topics), and a second only while this slot holds a schema the
-    /// directory does not.
-    pub(crate) fn follow(&self, files: &dyn Files) -> Result<bool> {
+    /// directory does not. The schema it replaced is handed back, to wait
+    /// on once no lock is held (`None`: nothing changed).
+    pub(crate) fn follow(&self, files: &dyn Files) -> Result<Option<Retired>> {
         let mut last = self.last_version.lock();
         let in_force = self.version();
         let next = match files.read(SCHEMA_FILE)? {
             Some(bytes) => {
                 let (version, on_invalid, doc) = parse_schema_file(&bytes)?;
                 if version == in_force {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 Some(compile(Schema::Json(doc.to_owned()), on_invalid, version)?)
             }
-            None if in_force == 0 => return Ok(false),
+            None if in_force == 0 => return Ok(None),
             None => {
                 let cleared = read_cleared(files)?;
                 if cleared == in_force {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 *last = (*last).max(cleared);
                 None
@@ -409,15 +447,18 @@ impl Slot {
         if let Some(c) = &next {
             *last = (*last).max(c.version);
         }
-        self.install(next);
-        Ok(true)
+        Ok(Some(self.install(next)))
     }
 
     /// Restores the schema a durable topic's files hold, when its data
     /// directory opens or another process's topic is joined: what
     /// [`Slot::follow`] reads, and the last version given out.
     pub(crate) fn restore(&self, files: &dyn Files) -> Result<()> {
-        self.follow(files)?;
+        // A slot being restored is new, with no schema a publish could
+        // hold: the wait returns at once.
+        if let Some(retired) = self.follow(files)? {
+            retired.wait();
+        }
         let cleared = read_cleared(files)?;
         let mut last = self.last_version.lock();
         *last = (*last).max(cleared);
@@ -506,20 +547,72 @@ fn stored_in_force(files: &dyn Files) -> Result<bool> {
     Ok(read_version_file(files)?.is_some_and(|(_, why)| why == CLEARED_BY_VALIDATOR))
 }
 
-/// Waits until no publish uses `old`, a schema just swapped out: then its
-/// validator is never called again (a C validator's `user` pointer may be
-/// freed once `rill_topic_set_validator` or `rill_topic_remove_schema`
-/// returns). A publish holds the schema only while it checks payloads
-/// (it lets go before appending, which may wait for subscribers), so this
-/// waits for validator calls in flight, no longer. The swap pays the
-/// readers' `ArcSwap` debts (`arc_swap`'s `wait_for_readers` turns each
-/// guard of `old` into a counted reference before the swap returns), so
-/// the strong count includes every publish that loaded `old`.
-fn wait_unused(old: Option<Arc<Current>>) {
-    let Some(old) = old else { return };
-    let mut backoff = Backoff::new();
-    while Arc::strong_count(&old) > 1 {
-        backoff.snooze();
+/// A schema just swapped out of its slot, which publishes may still be
+/// checking payloads with. [`Retired::wait`] lets go of it.
+#[must_use = "the old schema is waited on with `Retired::wait`"]
+pub(crate) struct Retired(Option<Arc<Current>>);
+
+impl Retired {
+    /// Waits until no publish uses the old schema, then its validator is
+    /// never called again (a C validator's `user` pointer may be freed once
+    /// `rill_topic_set_validator` or `rill_topic_remove_schema` returns),
+    /// except from inside a validator call: then it only lets go (see "A
+    /// change made from inside a validator"), and the last call in flight
+    /// drops the validator. The caller holds no lock: a validator in flight
+    /// may be changing another topic's schema, which takes them.
+    ///
+    /// A publish holds the schema only while it checks payloads (it lets go
+    /// before appending, which may wait for subscribers), so this waits for
+    /// validator calls in flight, no longer. The swap paid the readers'
+    /// `ArcSwap` debts (`arc_swap`'s `wait_for_readers` turns each guard of
+    /// the old schema into a counted reference before the swap returns),
+    /// so the strong count includes every publish that loaded it.
+    pub(crate) fn wait(self) {
+        let Some(old) = self.0 else { return };
+        if InValidator::inside() {
+            return;
+        }
+        let mut backoff = Backoff::new();
+        while Arc::strong_count(&old) > 1 {
+            backoff.snooze();
+        }
+    }
+}
+
+// The depth is set and restored around every validator call, so it is a
+// `const` thread-local where it can be (a plain TLS access, as
+// `InHandler`'s mark).
+#[cfg(not(loom))]
+crate::sync::thread::thread_local! {
+    /// How many validator calls this thread is inside (one may publish,
+    /// which calls another topic's).
+    static IN_VALIDATOR: Cell<u32> = const { Cell::new(0) };
+}
+#[cfg(loom)]
+crate::sync::thread::thread_local! {
+    /// As above; loom's `thread_local!` does not accept `const { .. }`.
+    #[allow(clippy::missing_const_for_thread_local)]
+    static IN_VALIDATOR: Cell<u32> = Cell::new(0);
+}
+
+/// Marks this thread as inside a validator call until dropped.
+struct InValidator;
+
+impl InValidator {
+    fn enter() -> InValidator {
+        IN_VALIDATOR.with(|d| d.set(d.get() + 1));
+        InValidator
+    }
+
+    /// Whether this thread is inside a validator call.
+    fn inside() -> bool {
+        IN_VALIDATOR.with(Cell::get) > 0
+    }
+}
+
+impl Drop for InValidator {
+    fn drop(&mut self) {
+        IN_VALIDATOR.with(|d| d.set(d.get() - 1));
     }
 }
 
@@ -557,7 +650,7 @@ mod tests {
         let files = MemFiles::default();
         let slot = Slot::default();
         let doc = r#"{"type":"object","required":["id"]}"#;
-        slot.set(Schema::Json(doc.into()), OnInvalid::DeadLetter, Some(&files)).unwrap();
+        slot.set(Schema::Json(doc.into()), OnInvalid::DeadLetter, Some(&files)).unwrap().1.wait();
         let back = Slot::default();
         back.restore(&files).unwrap();
         let held = back.load();
@@ -574,33 +667,33 @@ mod tests {
         // Two processes' slots of one topic, on its one directory.
         let files = MemFiles::default();
         let (a, b) = (Slot::default(), Slot::default());
-        assert_eq!(a.set(Schema::Json("true".into()), OnInvalid::Reject, Some(&files)).unwrap(), 1);
-        assert!(b.follow(&files).unwrap());
+        assert_eq!(a.set(Schema::Json("true".into()), OnInvalid::Reject, Some(&files)).unwrap().0, 1);
+        assert!(b.follow(&files).unwrap().is_some());
         assert_eq!(b.version(), 1);
-        assert!(!b.follow(&files).unwrap(), "nothing changed: nothing read but the file");
+        assert!(b.follow(&files).unwrap().is_none(), "nothing changed: nothing read but the file");
         // B's turn: the number comes from the directory, not from B's own count.
-        assert_eq!(b.set(Schema::Json("false".into()), OnInvalid::Reject, Some(&files)).unwrap(), 2);
-        assert!(a.follow(&files).unwrap());
+        assert_eq!(b.set(Schema::Json("false".into()), OnInvalid::Reject, Some(&files)).unwrap().0, 2);
+        assert!(a.follow(&files).unwrap().is_some());
         assert!(a.load().as_deref().unwrap().check(b"1").is_err(), "A checks with B's schema");
         // A function set in A: B has no schema any more, A keeps its own.
         let f: ValidatorFn = Arc::new(|p| if p.is_empty() { Err("empty".into()) } else { Ok(()) });
-        assert_eq!(a.set(Schema::Validator(f), OnInvalid::Reject, Some(&files)).unwrap(), 3);
-        assert!(b.follow(&files).unwrap());
+        assert_eq!(a.set(Schema::Validator(f), OnInvalid::Reject, Some(&files)).unwrap().0, 3);
+        assert!(b.follow(&files).unwrap().is_some());
         assert_eq!(b.version(), 0);
-        assert!(!a.follow(&files).unwrap(), "A's own function stays");
+        assert!(a.follow(&files).unwrap().is_none(), "A's own function stays");
         assert_eq!(a.version(), 3);
         // B removes it (B has none, but the directory says A has one).
-        b.remove(Some(&files), true).unwrap();
-        assert!(a.follow(&files).unwrap());
+        b.remove(Some(&files), true).unwrap().wait();
+        assert!(a.follow(&files).unwrap().is_some());
         assert_eq!(a.version(), 0);
         // Nothing to remove: nothing happens, the version does not move.
-        a.remove(Some(&files), true).unwrap();
-        assert_eq!(a.set(Schema::Json("true".into()), OnInvalid::Reject, Some(&files)).unwrap(), 5);
+        a.remove(Some(&files), true).unwrap().wait();
+        assert_eq!(a.set(Schema::Json("true".into()), OnInvalid::Reject, Some(&files)).unwrap().0, 5);
         // A slot opened afresh (a restart) continues the numbers.
-        a.remove(Some(&files), true).unwrap();
+        a.remove(Some(&files), true).unwrap().wait();
         let c = Slot::default();
         c.restore(&files).unwrap();
         assert_eq!(c.version(), 0);
-        assert_eq!(c.set(Schema::Json("true".into()), OnInvalid::Reject, None).unwrap(), 7);
+        assert_eq!(c.set(Schema::Json("true".into()), OnInvalid::Reject, None).unwrap().0, 7);
     }
 }

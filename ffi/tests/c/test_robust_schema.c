@@ -5,8 +5,9 @@
  * (the reason in rill_last_error) or dead-lettered to $dlq/<topic>
  * (RILL_PUBLISHED_DEAD_LETTERED, the reason in rill.dlq.reason). A batch
  * with one bad record, a validator that fills its whole reason buffer,
- * versions on delivered messages, replacement while threads publish, and a
- * durable topic's schema after a restart.
+ * versions on delivered messages, replacement while threads publish, a
+ * validator removing the schema whose call it runs inside, and a durable
+ * topic's schema after a restart.
  *
  * Built with -std=c99 -Wall -Wextra -Wpedantic -Werror, and run plain, under
  * AddressSanitizer + UBSan and under valgrind memcheck by ffi/tests/run.sh.
@@ -17,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "rill.h"
 
@@ -335,8 +338,89 @@ static void a_durable_schema_survives_a_restart(void) {
     CHECK(system(rm) == 0);
 }
 
+/* A validator removing the schema whose call it runs inside (topic A's
+ * validator publishes to B, whose validator removes A's schema): the
+ * removal returns without waiting for that call, its own caller, and A's
+ * user_free runs once that call is over, not before. */
+struct nested {
+    rill_broker *b;
+    int a_freed;        /* set by A's user_free */
+    rill_status inner;  /* what A's validator's publish to B returned */
+    rill_status remove; /* what B's validator's removal of A's schema returned */
+    int freed_inside;   /* a_freed as B's validator saw it, after the removal */
+    int done;           /* the scenario returned */
+    rill_status outer;  /* the outer publish to A */
+};
+
+static void free_a(void *user) {
+    __atomic_store_n(&((struct nested *)user)->a_freed, 1, __ATOMIC_SEQ_CST);
+}
+
+static int validator_a(void *user, const uint8_t *payload, size_t len, char *reason, size_t reason_len) {
+    struct nested *n = user;
+    (void)payload, (void)len, (void)reason, (void)reason_len;
+    rill_record r = record("inner");
+    n->inner = rill_publish(n->b, "B", &r, NULL);
+    return 0;
+}
+
+static int validator_b(void *user, const uint8_t *payload, size_t len, char *reason, size_t reason_len) {
+    struct nested *n = user;
+    (void)payload, (void)len, (void)reason, (void)reason_len;
+    n->remove = rill_topic_remove_schema(n->b, "A");
+    n->freed_inside = __atomic_load_n(&n->a_freed, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+static void *nested_scenario(void *arg) {
+    struct nested *n = arg;
+    rill_record r = record("outer");
+    n->outer = rill_publish(n->b, "A", &r, NULL);
+    __atomic_store_n(&n->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void a_validator_removes_the_schema_it_runs_inside(void) {
+    static struct nested n; /* outlives a hung scenario thread */
+    OK(rill_broker_new(NULL, &n.b));
+    OK(rill_topic_create(n.b, "A", NULL));
+    OK(rill_topic_create(n.b, "B", NULL));
+    OK(rill_topic_set_validator_with_free(n.b, "A", validator_a, &n, free_a, RILL_ON_INVALID_REJECT));
+    OK(rill_topic_set_validator(n.b, "B", validator_b, &n, RILL_ON_INVALID_REJECT));
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, nested_scenario, &n) == 0);
+    /* Watchdog: a removal waiting for its own caller never returns. */
+    struct timespec start, now, pause = {0, 1000000};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    while (!__atomic_load_n(&n.done, __ATOMIC_SEQ_CST)) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - start.tv_sec > 60) {
+            fprintf(stderr, "test_robust_schema: rill_topic_remove_schema from inside the validator call "
+                            "it removes has not returned in 60 s: it hangs\n");
+            _exit(1);
+        }
+        nanosleep(&pause, NULL);
+    }
+    CHECK(pthread_join(t, NULL) == 0);
+    OK(n.outer);
+    OK(n.inner);
+    OK(n.remove);
+    CHECK(n.freed_inside == 0); /* A's call was still in flight */
+    CHECK(__atomic_load_n(&n.a_freed, __ATOMIC_SEQ_CST) == 1);
+    uint64_t v = 99;
+    OK(rill_topic_schema_version(n.b, "A", &v));
+    CHECK(v == 0);
+    /* A failed set frees the user pointer too. */
+    n.a_freed = 0;
+    CHECK_STATUS(rill_topic_set_validator_with_free(n.b, "nope", validator_a, &n, free_a, RILL_ON_INVALID_REJECT),
+                 RILL_ERR_NO_SUCH_TOPIC);
+    CHECK(n.a_freed == 1);
+    rill_broker_free(n.b);
+}
+
 int main(void) {
     json_schemas_reject_and_dead_letter();
+    a_validator_removes_the_schema_it_runs_inside();
     validator_functions();
     replaced_while_threads_publish();
     a_durable_schema_survives_a_restart();

@@ -68,6 +68,9 @@ impl BrokerInner {
         // or deletes meanwhile is in the map and the list, or in neither.
         let mut control = self.control.lock();
         self.check_open()?;
+        // The schemas the follows below replace, waited on once the locks
+        // are let go (see `schema::Retired::wait`).
+        let mut retired = Vec::new();
         let (gone, dropped) = store.with_topic_list(|list| {
             // Gone: a topic this broker has that the list no longer names,
             // or names in another directory (deleted, then created again).
@@ -96,9 +99,12 @@ impl BrokerInner {
                 if store.opened_dir(&meta.name) != Some(meta.dir) {
                     continue;
                 }
-                if let Err(e) = topic.schema.follow(&store.topic_files(meta.dir)) {
+                match topic.schema.follow(&store.topic_files(meta.dir)) {
+                    Ok(old) => retired.extend(old),
                     // Left as it was; the next change rereads.
-                    ::log::warn!(target: "rill::broker", "could not reread the schema of topic {:?}: {e}", meta.name);
+                    Err(e) => {
+                        ::log::warn!(target: "rill::broker", "could not reread the schema of topic {:?}: {e}", meta.name)
+                    }
                 }
             }
             for meta in list.iter().filter(|m| !self.topics.contains_key(m.name.as_str())) {
@@ -111,6 +117,7 @@ impl BrokerInner {
             Ok((gone, dropped))
         })?;
         drop(control);
+        retired.into_iter().for_each(schema::Retired::wait);
         if gone.is_empty() {
             return Ok(());
         }
@@ -127,15 +134,21 @@ impl BrokerInner {
     /// [`Broker::set_schema`](crate::Broker::set_schema)).
     pub(crate) fn set_schema(&self, name: &str, schema: Schema, on_invalid: OnInvalid) -> Result<u64> {
         let mut schema = Some(schema);
-        self.change_schema(name, |topic, files, _| {
+        let (version, old) = self.change_schema(name, |topic, files, _| {
             topic.schema.set(schema.take().expect("changed once"), on_invalid, files)
-        })
+        })?;
+        // With every lock let go: a validator in flight may be changing
+        // another topic's schema (see `schema::Retired::wait`).
+        old.wait();
+        Ok(version)
     }
 
     /// Removes `name`'s schema (see
     /// [`Broker::remove_schema`](crate::Broker::remove_schema)).
     pub(crate) fn remove_schema(&self, name: &str) -> Result<()> {
-        self.change_schema(name, |topic, files, shared| topic.schema.remove(files, shared))
+        // Waited on with every lock let go, as in `set_schema`.
+        self.change_schema(name, |topic, files, shared| topic.schema.remove(files, shared))?.wait();
+        Ok(())
     }
 
     /// Runs `change` on the topic `name` (with its schema files, if it is
