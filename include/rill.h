@@ -1653,6 +1653,12 @@ void rill_topic_options_init_v1(rill_topic_options *o, size_t size);
  * Creates a topic. Names are `/`-separated non-empty segments of UTF-8, at
  * most 255 bytes, without NUL or `*`; names starting with `$` are reserved.
  * `o` may be NULL for the defaults. Called as `rill_topic_create`.
+ * `RILL_ERR_TOPIC_EXISTS` if a topic of that name exists: one this broker
+ * has, or, on a data directory shared by processes, one another process
+ * created first (even in a race, with the same options or not), which
+ * this broker has joined, with the options it was made with, by the time
+ * the call returns, so the topic is usable. Exactly one caller of racing
+ * creates gets `RILL_OK`, and its options are the topic's.
  *
  * # Safety
  *

@@ -155,3 +155,71 @@ fn a_topic_deleted_in_one_process_vanishes_in_another() {
     let names: Vec<_> = std::fs::read_dir(dir.0.join("topics")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 1, "the deleted topic's files are gone, the new one's are there: {names:?}");
 }
+
+// Two brokers of one process on one data directory stand in for two
+// processes below: each has its own topic map, and meets the other only
+// through the directory's topic list, as processes do.
+
+#[test]
+fn creating_a_topic_another_process_created_is_topic_exists_and_joins_it() {
+    let dir = TempDir::new("create-exists");
+    let first = Broker::new(config(&dir.0)).unwrap();
+    let second = Broker::new(config(&dir.0)).unwrap();
+    first.create_topic("orders", &TopicOptions::with_partitions(3)).unwrap();
+    // Other options, as another process's caller might ask for: not used,
+    // and said so.
+    match second.create_topic("orders", &TopicOptions::with_partitions(1)) {
+        Err(Error::TopicExists(name)) => assert_eq!(name, "orders"),
+        other => panic!("expected TopicExists, got {other:?}"),
+    }
+    // Joined all the same: usable at once, with the creator's options.
+    assert_eq!(second.topic_stats("orders").unwrap().partitions.len(), 3);
+    second.publish("orders", &Record::new(b"x")).unwrap();
+    // The same options are no different.
+    assert!(matches!(second.create_topic("orders", &TopicOptions::with_partitions(3)), Err(Error::TopicExists(_))));
+}
+
+#[test]
+fn processes_racing_to_create_a_topic_have_one_creator_each() {
+    const BROKERS: u32 = 3;
+    const NAMES: u32 = 20;
+    let dir = TempDir::new("create-race");
+    let brokers: Vec<Broker> = (0..BROKERS).map(|_| Broker::new(config(&dir.0)).unwrap()).collect();
+    let go = Arc::new(std::sync::Barrier::new(BROKERS as usize));
+    let outcomes: Vec<Vec<bool>> = std::thread::scope(|s| {
+        let racers: Vec<_> = brokers
+            .iter()
+            .zip(1..)
+            .map(|(broker, partitions)| {
+                let go = go.clone();
+                s.spawn(move || {
+                    go.wait();
+                    (0..NAMES)
+                        .map(|n| {
+                            let name = format!("x{n}");
+                            match broker.create_topic(&name, &TopicOptions::with_partitions(partitions)) {
+                                Ok(()) => {
+                                    assert_eq!(
+                                        broker.topic_stats(&name).unwrap().partitions.len(),
+                                        partitions as usize
+                                    );
+                                    true
+                                }
+                                Err(Error::TopicExists(_)) => {
+                                    broker.topic_stats(&name).expect("joined before TopicExists");
+                                    false
+                                }
+                                Err(e) => panic!("create {name}: {e}"),
+                            }
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        racers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for n in 0..NAMES as usize {
+        let creators = outcomes.iter().filter(|o| o[n]).count();
+        assert_eq!(creators, 1, "topic x{n}: {creators} creators got Ok");
+    }
+}

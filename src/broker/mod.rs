@@ -434,6 +434,14 @@ impl Broker {
     /// Creates a topic. Names are `/`-separated non-empty segments, at most
     /// 255 bytes, without NUL or `*`; names starting with `$` are reserved.
     ///
+    /// [`Error::TopicExists`] if a topic of that name exists: one this
+    /// broker has, or, on a data directory shared by processes
+    /// (`Sharing::Processes`), one another process created first (even in
+    /// a race, whether its options match these or not). That topic is
+    /// joined, with the options it was made with, before the error
+    /// returns, so it is usable at once. Of creates racing for one name,
+    /// exactly one is `Ok`, and its options are the topic's.
+    ///
     /// # Examples
     ///
     /// ```

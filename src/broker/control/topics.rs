@@ -18,6 +18,10 @@ use crate::error::{Error, Result};
 use crate::log::{Fsync, Log, LogConfig, MIN_SEGMENT_BYTES, Sharing};
 use crate::sync::Arc;
 
+/// The timers a topic needs: the age limit's, with its period, and the
+/// compactor's (see [`BrokerInner::timers_for`]).
+type TopicTimers = (Option<(Arc<Timer<Expire>>, std::time::Duration)>, Option<Arc<Timer<Compact>>>);
+
 impl BrokerInner {
     #[inline]
     pub(crate) fn topic_for_publish(&self, name: &str) -> Result<Arc<Topic>> {
@@ -199,6 +203,11 @@ impl BrokerInner {
 
     /// Creates a topic (reserved names allowed: the caller validated the name
     /// for users) and attaches every subscription whose pattern matches it.
+    /// `TopicExists` if this call did not create it: this broker has it, or
+    /// (`Sharing::Processes`) another process listed it first, which this
+    /// broker then joins, with the options it was made with, before it
+    /// says so (the topic is usable when the error returns), as a create
+    /// that loses a race in one broker finds the winner's topic.
     pub(crate) fn create_topic(&self, name: &str, options: &TopicOptions) -> Result<Arc<Topic>> {
         names::validate_topic(name)?;
         let control = self.control.lock();
@@ -208,7 +217,9 @@ impl BrokerInner {
 
     /// [`BrokerInner::create_topic`] under the control lock. `listed`: the
     /// directory's entry of a topic another process listed, joined without
-    /// rereading the list (the caller holds its lock; `Sharing::Processes`).
+    /// rereading the list (the caller holds its lock; `Sharing::Processes`),
+    /// and `Ok` once joined; without it, a topic found listed is joined
+    /// too, and is `TopicExists`.
     fn create_locked(
         &self,
         control: &Control,
@@ -219,14 +230,12 @@ impl BrokerInner {
         if self.topics.contains_key(name) {
             return Err(Error::TopicExists(name.to_owned()));
         }
-        // The age limit's timer first: failing to start it creates nothing.
-        let expiry = match options.effective_retention_ms() {
-            Some(ms) => Some((self.expiry_timer()?, expiry_period(ms))),
-            None => None,
-        };
+        // The timers first: failing to start one creates nothing.
+        let mut timers = self.timers_for(options)?;
         let (fsync, repair) = (self.config.fsync, self.config.repair);
-        // So is the compactor's.
-        let compactor = if options.cleanup.compacts() { Some(self.compactor()?) } else { None };
+        // The options of a topic another process made, joined while this
+        // call meant to create it: its own, not this caller's.
+        let mut found: Option<TopicOptions> = None;
         let topic = Arc::new(match self.store() {
             None => Topic::new(name, options)?,
             Some(store) if store.sharing() == Sharing::Processes => {
@@ -245,7 +254,10 @@ impl BrokerInner {
                 match listed {
                     Some(meta) => join(meta)?,
                     None => store.with_topic_list(|list| match list.iter().find(|t| t.name == name) {
-                        Some(meta) => join(meta),
+                        Some(meta) => {
+                            found = Some(meta.options.clone());
+                            join(meta)
+                        }
                         None => {
                             let topic = store.add_topic(name, options, |dir| {
                                 Topic::open(name, options, dir, fsync, repair, Opening::First, bell)
@@ -263,6 +275,10 @@ impl BrokerInner {
             Some(store) => store
                 .add_topic(name, options, |dir| Topic::open(name, options, dir, fsync, repair, Opening::Alone, None))?,
         });
+        if let Some(theirs) = &found {
+            timers = self.timers_for(theirs)?;
+        }
+        let (expiry, compactor) = timers;
         if let Some(doorbell) = &self.doorbell {
             Self::watch(doorbell, &topic);
         }
@@ -298,7 +314,24 @@ impl BrokerInner {
             }
             SubCore::poke(&sub);
         }
+        if found.is_some() {
+            // Joined, not created: the caller's options may not be the
+            // ones the topic has (see `create_topic`).
+            return Err(Error::TopicExists(name.to_owned()));
+        }
         Ok(topic)
+    }
+
+    /// The age-limit timer with its period, and the compactor's timer, that
+    /// a topic made with `options` needs (each started now if it is the
+    /// first).
+    fn timers_for(&self, options: &TopicOptions) -> Result<TopicTimers> {
+        let expiry = match options.effective_retention_ms() {
+            Some(ms) => Some((self.expiry_timer()?, expiry_period(ms))),
+            None => None,
+        };
+        let compactor = if options.cleanup.compacts() { Some(self.compactor()?) } else { None };
+        Ok((expiry, compactor))
     }
 
     /// The age-limit timer, started now if this is the first topic with one.
