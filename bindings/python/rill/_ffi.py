@@ -383,6 +383,7 @@ TYPES: dict[str, object] = {
     "const char**": POINTER(c_void_p),
     "rill_broker*": c_void_p,
     "rill_validator_fn": VALIDATOR,
+    "rill_destructor": DESTRUCTOR,
     "rill_broker**": POINTER(c_void_p),
     "const rill_broker_options*": POINTER(rill_broker_options),
     "rill_broker_options*": POINTER(rill_broker_options),
@@ -467,6 +468,10 @@ FUNCTIONS: dict[str, tuple[str, list[str]]] = {
     "rill_topic_set_validator": (
         "rill_status",
         ["rill_broker*", "const char*", "rill_validator_fn", "void*", "uint32_t"],
+    ),
+    "rill_topic_set_validator_with_free": (
+        "rill_status",
+        ["rill_broker*", "const char*", "rill_validator_fn", "void*", "rill_destructor", "uint32_t"],
     ),
     "rill_topic_remove_schema": ("rill_status", ["rill_broker*", "const char*"]),
     "rill_topic_schema_version": ("rill_status", ["rill_broker*", "const char*", "uint64_t*"]),
