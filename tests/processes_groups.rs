@@ -350,6 +350,60 @@ fn a_deleted_topic_forgets_the_groups_commits() {
     consume_in_child(1, &published);
 }
 
+/// The child of [`a_member_left_open_on_a_deleted_topic_frees_the_re_created_ones`]:
+/// a member of [`GROUP`] that polls once (owning every partition), marks
+/// `joined`, then neither polls nor closes until the parent makes `end`,
+/// as a program that keeps a handle it no longer uses.
+fn idle_member(dir: &Path) {
+    let broker = processes(dir);
+    let options = ConsumerOptions { session_timeout: LONG_SESSION, ..ConsumerOptions::default() };
+    let mut consumer = broker.consumer(GROUP, TOPIC, options).unwrap();
+    consumer.poll(16, Duration::ZERO).unwrap();
+    assert_eq!(consumer.assignment(), [0, 1, 2, 3], "alone, it owns every partition");
+    procs::mark(dir, "joined");
+    procs::wait_mark(dir, "end");
+    assert!(matches!(consumer.poll(1, Duration::ZERO), Err(Error::NoSuchTopic(_))), "its topic was deleted");
+    consumer.close();
+}
+
+/// A consumer left open on a topic another process deletes leaves the
+/// group when its process sees the delete, so a member of the topic
+/// created again under the name gets every partition at once, with the
+/// stale handle still open (and its session an hour long).
+#[test]
+fn a_member_left_open_on_a_deleted_topic_frees_the_re_created_ones() {
+    const TEST: &str = "a_member_left_open_on_a_deleted_topic_frees_the_re_created_ones";
+    if let Some((_, dir)) = procs::child_role() {
+        idle_member(&dir);
+        return;
+    }
+    let dir = TempDir::new("stale-member");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let mut child = procs::spawn(TEST, "0", &dir.0);
+    let joined = procs::wait_child_mark(&dir.0, "joined", &mut child);
+    let checks = || {
+        assert!(joined, "the child exited before it joined");
+        broker.delete_topic(TOPIC).unwrap();
+        broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+        let published: BTreeSet<_> = procs::publish(&broker, TOPIC, 8).into_iter().collect();
+        let options = ConsumerOptions { session_timeout: LONG_SESSION, ..ConsumerOptions::default() };
+        let mut mine = broker.consumer(GROUP, TOPIC, options).unwrap();
+        let mut got = BTreeSet::new();
+        wait_for("every partition of the new topic, with the stale member still open", || {
+            for m in mine.poll(16, Duration::from_millis(20)).unwrap().iter() {
+                got.insert((m.partition(), m.record().offset()));
+            }
+            mine.assignment() == [0, 1, 2, 3] && got == published
+        });
+        mine.close();
+    };
+    procs::check_then_release(checks, || {
+        procs::mark(&dir.0, "end");
+        procs::expect_success(child, "the stale member");
+    });
+}
+
 /// A session timeout so long that the fallback look (every half of it)
 /// never comes during a test: only an announcement explains a rebalance.
 const LONG_SESSION: Duration = Duration::from_secs(3600);

@@ -212,6 +212,11 @@ pub(crate) struct ConsumerCore {
     /// What the partitions it owned held past its position in them, at the
     /// end of its last poll (for `Broker::directory_consumers`).
     lag: AtomicU64,
+    /// `Sharing::Processes`: what leaves the group's folder once its topic
+    /// is deleted (set at its join by `control::groups::ProcessMember`), so
+    /// a handle left open does not keep the partitions of a topic created
+    /// again under the name.
+    on_deleted: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl ConsumerCore {
@@ -233,7 +238,23 @@ impl ConsumerCore {
             delivered: AtomicU64::new(0),
             missed: AtomicU64::new(0),
             lag: AtomicU64::new(0),
+            on_deleted: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets what [`ConsumerCore::topic_deleted`] runs; the first call wins.
+    pub(crate) fn on_deleted(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.on_deleted.set(hook);
+    }
+
+    /// Its topic was deleted (here or in another process): lets go of
+    /// what it holds in the group and wakes a blocked `poll`, which then
+    /// reports the deletion.
+    pub(crate) fn topic_deleted(&self) {
+        if let Some(hook) = self.on_deleted.get() {
+            hook();
+        }
+        self.waiters.notify();
     }
 
     /// Its counters as its last poll left them.

@@ -233,7 +233,9 @@ fn assignment_of(g: &Group, id: u64) -> Option<Assignment> {
 /// processes.
 pub(crate) struct ProcessMember {
     inner: Arc<BrokerInner>,
-    state: Mutex<MemberState>,
+    /// Shared with its consumer's `on_deleted` hook (a weak reference; a
+    /// std `Arc`, as loom's has none, and nothing here is modelled).
+    state: std::sync::Arc<Mutex<MemberState>>,
 }
 
 #[derive(Default)]
@@ -246,7 +248,7 @@ struct MemberState {
 
 impl ProcessMember {
     pub(crate) fn new(inner: Arc<BrokerInner>) -> ProcessMember {
-        ProcessMember { inner, state: Mutex::new(MemberState::default()) }
+        ProcessMember { inner, state: std::sync::Arc::new(Mutex::new(MemberState::default())) }
     }
 }
 
@@ -269,6 +271,13 @@ impl ProcessMember {
                 Some(announce) => m.announcing(announce),
                 None => m,
             });
+        }
+        // Under the state's lock, which the hook takes: a delete that the
+        // check in `join` missed marked the topic before its hook ran, so
+        // either the hook runs after this (and leaves) or this sees the mark.
+        if core.topic.is_deleted() {
+            state.membership = None;
+            return Err(core.topic.deleted_error());
         }
         let m = state.membership.as_mut().expect("set above");
         let target = m.target()?;
@@ -300,6 +309,17 @@ impl GroupHost for ProcessMember {
             self.inner.check_open()?;
             control.consumers.insert(core.id, core.clone());
         }
+        // Leaves the group when its topic is deleted, whether or not the
+        // handle is used again (see "Deleting a topic" in
+        // `store/membership.rs`). Weak: the core outlives the handle in
+        // the lists of a delete under way.
+        let state = std::sync::Arc::downgrade(&self.state);
+        core.on_deleted(Box::new(move || {
+            if let Some(state) = state.upgrade() {
+                // Its file removed and its locks dropped, announced.
+                state.lock().membership = None;
+            }
+        }));
         let joined = self.join_and_look(core, &store).and_then(|assignment| {
             // A close meanwhile closed it: as if it had come after.
             self.inner.check_open().map(|()| assignment)

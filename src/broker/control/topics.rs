@@ -567,8 +567,9 @@ impl BrokerInner {
             }
         }
         for c in &consumers {
-            // A blocked poll wakes and reports the deletion.
-            c.waiters.notify();
+            // A blocked poll wakes and reports the deletion; a member of a
+            // group across processes leaves it.
+            c.topic_deleted();
         }
         ::log::info!(
             target: "rill::broker",

@@ -130,9 +130,14 @@
 //! group on it with no live member, and the positions of every shared
 //! subscription on it with none ([`drop_topic`]), so a topic created
 //! again under that name is read from its first message, as in one
-//! process. A group with a live member is skipped: its members are closed
-//! when their process sees the delete, and what they committed stays in
-//! the slots (a shared member saves its positions at its close, too).
+//! process. A group with a live member is skipped: what its members
+//! committed stays in the slots (a shared member saves its positions at
+//! its close, too), and they leave when their process sees the delete. A
+//! shared member is closed then; a consumer's handle may stay open (its
+//! calls report the deleted topic), so its broker drops its membership
+//! itself (`ConsumerCore::topic_deleted`): its file and locks go, and a
+//! member of the topic created again under the name is not kept waiting
+//! for a handle nobody uses.
 //!
 //! # Commits and directory numbers
 //!
