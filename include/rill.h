@@ -796,7 +796,8 @@ typedef struct {
      */
     const void *key;
     /**
-     * Length of the key (a non-NULL key of length 0 is an empty key).
+     * Length of the key (a non-NULL key of length 0 is an empty key; a
+     * NULL key with a length is `RILL_ERR_INVALID_ARGUMENT`).
      */
     size_t key_len;
     /**
@@ -1888,7 +1889,9 @@ rill_status rill_publisher_publish_batch_outcome(const rill_publisher *p,
 /**
  * Publishes one message given as plain arguments, without building a
  * `rill_record`: for bindings where a struct per message is costly.
- * `key` NULL means unkeyed; no attributes. `out` may be NULL.
+ * `key` NULL (with `key_len` 0; with a length it is
+ * `RILL_ERR_INVALID_ARGUMENT`) means unkeyed; no attributes. `out` may be
+ * NULL.
  *
  * # Safety
  *

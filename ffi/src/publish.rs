@@ -12,7 +12,7 @@ use rill::{Broker, Position, Published, Record};
 
 use crate::broker::rill_broker;
 use crate::error::{FfiError, boundary, rill_status};
-use crate::util::{bytes, cstr, reference, write_out};
+use crate::util::{bytes, cstr, optional_bytes, reference, write_out};
 
 /// The attribute holding a message's id (see
 /// `rill_topic_options.dedupe_window_ms`): 1 to `RILL_ID_MAX_LEN` bytes,
@@ -67,7 +67,8 @@ pub struct rill_record {
     /// The key, or NULL for an unkeyed message (keyed messages always go to
     /// the same partition; unkeyed ones are spread round-robin).
     pub key: *const c_void,
-    /// Length of the key (a non-NULL key of length 0 is an empty key).
+    /// Length of the key (a non-NULL key of length 0 is an empty key; a
+    /// NULL key with a length is `RILL_ERR_INVALID_ARGUMENT`).
     pub key_len: usize,
     /// The payload (may be NULL when `payload_len` is 0).
     pub payload: *const c_void,
@@ -142,9 +143,9 @@ fn to_record<'a>(
     // SAFETY: the caller of the exported function promises the ranges are readable.
     let payload = unsafe { bytes(r.payload, r.payload_len, || name("payload")) }?;
     let mut record = Record::new(payload).with_attributes(attrs);
-    if !r.key.is_null() {
-        // SAFETY: as above.
-        record = record.with_key(unsafe { bytes(r.key, r.key_len, || name("key")) }?);
+    // SAFETY: as above.
+    if let Some(key) = unsafe { optional_bytes(r.key, r.key_len, || name("key")) }? {
+        record = record.with_key(key);
     }
     Ok(record)
 }
@@ -195,6 +196,9 @@ fn plain_record<'a>(r: &rill_record) -> Option<Record<'a>> {
     let mut record = Record::new(range(r.payload, r.payload_len)?);
     if !r.key.is_null() {
         record.key = Some(range(r.key, r.key_len)?);
+    } else if r.key_len != 0 {
+        // The general way says what is wrong.
+        return None;
     }
     Some(record)
 }

@@ -11,7 +11,7 @@ use crate::publish::{
     plain, publish_records, record_slice, rill_position, rill_record, with_record, with_record_general, write_outcome,
     write_outcomes, write_position, write_positions,
 };
-use crate::util::{bytes, cstr, out_ptr, reference, write_out};
+use crate::util::{bytes, cstr, optional_bytes, out_ptr, reference, write_out};
 
 /// A handle that publishes to one topic without looking it up each time.
 /// Thread-safe. Create with `rill_publisher_new`, free with
@@ -137,7 +137,9 @@ pub unsafe extern "C" fn rill_publisher_publish_batch_outcome(
 
 /// Publishes one message given as plain arguments, without building a
 /// `rill_record`: for bindings where a struct per message is costly.
-/// `key` NULL means unkeyed; no attributes. `out` may be NULL.
+/// `key` NULL (with `key_len` 0; with a length it is
+/// `RILL_ERR_INVALID_ARGUMENT`) means unkeyed; no attributes. `out` may be
+/// NULL.
 ///
 /// # Safety
 ///
@@ -209,9 +211,9 @@ unsafe fn publish_plain(
         let p = unsafe { reference(p, "publisher") }?;
         // SAFETY: as above.
         let mut record = Record::new(unsafe { bytes(payload, payload_len, || "payload".into()) }?);
-        if !key.is_null() {
-            // SAFETY: as above.
-            record = record.with_key(unsafe { bytes(key, key_len, || "key".into()) }?);
+        // SAFETY: as above.
+        if let Some(key) = unsafe { optional_bytes(key, key_len, || "key".into()) }? {
+            record = record.with_key(key);
         }
         publish(&p.publisher, &record)
     })

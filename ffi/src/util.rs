@@ -79,6 +79,29 @@ pub(crate) unsafe fn bytes<'a>(
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
 }
 
+/// An optional byte range (a record's key): NULL with length 0 is none;
+/// NULL with a length is an error, as it is for a required range, since a
+/// caller that gives a length meant a key. `what` names it in errors.
+///
+/// # Safety
+///
+/// As [`bytes`].
+pub(crate) unsafe fn optional_bytes<'a>(
+    p: *const c_void,
+    len: usize,
+    what: impl FnOnce() -> String,
+) -> Result<Option<&'a [u8]>, FfiError> {
+    if p.is_null() {
+        if len == 0 {
+            return Ok(None);
+        }
+        let what = what();
+        return Err(FfiError::invalid(format!("{what} is NULL with length {len} (an unkeyed record has NULL and 0)")));
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { bytes(p, len, what) }.map(Some)
+}
+
 /// A required reference.
 ///
 /// # Safety

@@ -628,8 +628,16 @@ static void test_publisher_record_checks(void) {
     OK(rill_topic_create(b, "t", NULL));
     rill_publisher *p = NULL;
     OK(rill_publisher_new(b, "t", &p));
-    /* A NULL key is no key, whatever key_len says. */
-    rill_record r = {NULL, 7, "abc", 3, NULL, 0};
+    /* A NULL key with a length is refused (the caller meant a key), and
+     * publishes nothing; NULL with 0 is no key. */
+    rill_record null_key = {NULL, 7, "abc", 3, NULL, 0};
+    CHECK_STATUS(rill_publisher_publish(p, &null_key, NULL), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("record key is NULL with length 7");
+    CHECK_STATUS(rill_publish(b, "t", &null_key, NULL), RILL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(rill_publisher_publish_batch(p, &null_key, 1, NULL), RILL_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(rill_publisher_publish_bytes(p, "abc", 3, NULL, 7, NULL), RILL_ERR_INVALID_ARGUMENT);
+    LAST_ERROR_HAS("key is NULL with length 7");
+    rill_record r = {NULL, 0, "abc", 3, NULL, 0};
     OK(rill_publisher_publish(p, &r, NULL));
     /* An empty key and an empty payload given as NULL. */
     rill_record empty = {"", 0, NULL, 0, NULL, 0};
