@@ -213,7 +213,15 @@ impl TopicOptions {
                 PRIORITIES - 1
             )));
         }
-        self.log_config().validate()
+        // The log's limits are the topic's under the same names, but for
+        // the record size, which a topic calls `max_message_bytes`: an
+        // error names the option the caller set.
+        self.log_config().validate().map_err(|e| match e {
+            Error::InvalidArgument(text) => {
+                Error::InvalidArgument(text.replace("max_record_bytes", "max_message_bytes"))
+            }
+            e => e,
+        })
     }
 
     fn log_config(&self) -> LogConfig {

@@ -761,15 +761,16 @@ def _start(start: object) -> tuple[int, int]:
     raise InvalidArgument(f"start must be 'latest', 'earliest', an offset or a datetime, not {start!r}")
 
 
-def _timeout_ms(timeout: float | None) -> int:
+def _timeout_ms(timeout: float | None, what: str = "timeout") -> int:
     """A timeout in seconds as the C ``int64_t`` milliseconds: None and
-    infinity are -1 (no limit), as is any limit too long for an int64_t."""
+    infinity are -1 (no limit), as is any limit too long for an int64_t.
+    ``what`` is the parameter's name, for errors."""
     if timeout is None:
         return -1
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
-        raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
+        raise TypeError(f"{what} must be a number of seconds or None, not {type(timeout).__name__}")
     if math.isnan(timeout) or timeout < 0:
-        raise InvalidArgument(f"timeout must be >= 0 or None, not {timeout}")
+        raise InvalidArgument(f"{what} must be >= 0 or None, not {timeout}")
     if math.isinf(timeout) or timeout * 1000 > I64_MAX:
         return -1
     return int(timeout * 1000)
@@ -1259,11 +1260,11 @@ class Broker(_Handle):
         o.auto_create_topics = bool(auto_create_topics)
         if worker_threads is not None:
             o.worker_threads = _int(worker_threads, "worker_threads", 1, U32_MAX)
-        o.publish_timeout_ms = _timeout_ms(publish_timeout)
+        o.publish_timeout_ms = _timeout_ms(publish_timeout, "publish_timeout")
         if fsync not in _FSYNC:
             raise InvalidArgument(f"fsync must be one of {sorted(_FSYNC)}, not {fsync!r}")
         o.fsync = _FSYNC[fsync]
-        interval_ms = _timeout_ms(fsync_interval)
+        interval_ms = _timeout_ms(fsync_interval, "fsync_interval")
         if not 1 <= interval_ms <= U32_MAX:
             raise InvalidArgument(f"fsync_interval must be at least 0.001 seconds, not {fsync_interval!r}")
         o.fsync_interval_ms = interval_ms
@@ -1871,7 +1872,9 @@ class Broker(_Handle):
         last acked offset (the stuck message comes again, once, to another
         member); the late call's ack is discarded, and the member holds no
         partitions until a later join or leave gives it some back. With no
-        other member to take over nothing moves. Either way
+        other member to take over nothing moves, nor with
+        ``sharing="processes"``, where members in every process split the
+        partitions: there a stalled member keeps its partitions. Either way
         ``stats().ack_timeouts`` counts it and it is logged; ``close`` still
         waits for the call to return. The deadline covers one delivery of a
         batch (with ``batch=True``, your call; otherwise the messages the

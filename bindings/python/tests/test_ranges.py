@@ -94,3 +94,17 @@ def test_an_infinite_timeout_means_no_limit(broker: rill.Broker) -> None:
     rill.Broker(publish_timeout=math.inf).close()
     with broker.consumer("g", "t") as c:
         assert len(c.poll(timeout=math.inf)) == 1
+
+
+@pytest.mark.parametrize("field", ["publish_timeout", "fsync_interval"])
+def test_a_broker_timeout_that_is_not_a_number_names_its_option(tmp_path: Any, field: str) -> None:
+    options: dict[str, Any] = {field: math.nan}
+    with pytest.raises(rill.InvalidArgument, match=field):
+        rill.Broker(data_dir=str(tmp_path), **options)
+
+
+def test_a_message_size_limit_out_of_the_segment_names_its_option(broker: rill.Broker) -> None:
+    with pytest.raises(rill.InvalidArgument, match="max_message_bytes must be between"):
+        broker.create_topic("t", max_message_bytes=1)
+    with pytest.raises(rill.NoSuchTopic):
+        broker.topic_stats("t")
