@@ -1349,7 +1349,9 @@ typedef struct {
      * another member); the late call's ack is discarded, and the member
      * holds no partitions until a later join or leave of the subscription
      * gives it some back. With no other member to take over (not shared,
-     * or alone) nothing moves and the late ack counts. Either way the
+     * alone, or a member on a `RILL_SHARING_PROCESSES` directory, whose
+     * members split the partitions there) nothing moves and the late ack
+     * counts. Either way the
      * stall counts in `ack_timeouts` of the stats, is logged (warning) and
      * becomes the last error; `rill_subscription_free` still waits for the
      * handler call to return. A batch handler's call is one call: the

@@ -192,7 +192,9 @@ pub struct SubscriptionOptions {
     /// until a later join or leave of the subscription gives it some back
     /// (another member's stall does not). With no other member to take
     /// over (a subscription that is not shared, a shared one alone, or all
-    /// the others stalled), or when the stuck message is one that already
+    /// the others stalled, or any shared member under
+    /// `Sharing::Processes`, whose members split the partitions through the
+    /// data directory), or when the stuck message is one that already
     /// came again after a stall, nothing moves: the stall is only reported
     /// and the late ack counts. Either way it counts in `ack_timeouts` of the stats and is
     /// logged (`log::warn!`). A batch handler's call is one call: the
