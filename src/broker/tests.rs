@@ -514,17 +514,22 @@ fn a_hole_left_by_a_crash_reaches_no_subscription_and_no_consumer() {
     std::fs::remove_dir_all(&crashed).unwrap();
 }
 
+/// A broker of `Sharing::Processes` on `root`, unsynced (these tests
+/// crash nothing).
+fn shared_config(root: &std::path::Path) -> BrokerConfig {
+    BrokerConfig {
+        data_dir: Some(root.to_path_buf()),
+        fsync: Fsync::Never,
+        sharing: crate::log::Sharing::Processes,
+        ..BrokerConfig::default()
+    }
+}
+
 /// A broker on a directory shared by processes, with topic `t` whose
 /// abandon bound is short.
 fn shared_topic_with_a_short_abandon_bound(tag: &str) -> (std::path::PathBuf, Broker) {
     let root = data_dir(tag);
-    let config = BrokerConfig {
-        data_dir: Some(root.clone()),
-        fsync: Fsync::Never,
-        sharing: crate::log::Sharing::Processes,
-        ..BrokerConfig::default()
-    };
-    let broker = Broker::new(config).unwrap();
+    let broker = Broker::new(shared_config(&root)).unwrap();
     broker.create_topic("t", &TopicOptions::default()).unwrap();
     broker.inner().topic_for_publish("t").unwrap().partitions[0].log.set_abandon_after(Duration::from_millis(100));
     (root, broker)
@@ -654,13 +659,7 @@ fn a_consumer_passes_an_abandoned_reservation_however_it_polls() {
 #[test]
 fn closing_a_broker_ends_a_publish_waiting_for_another_brokers_block_subscriber() {
     let (root, publishing) = shared_topic_with_a_short_abandon_bound("close-blocked");
-    let config = BrokerConfig {
-        data_dir: Some(root.clone()),
-        fsync: Fsync::Never,
-        sharing: crate::log::Sharing::Processes,
-        ..BrokerConfig::default()
-    };
-    let other = Broker::new(config).unwrap();
+    let other = Broker::new(shared_config(&root)).unwrap();
     let (release, released) = std::sync::mpsc::channel::<()>();
     let released = crate::sync::Mutex::new(released);
     let options =
