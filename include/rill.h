@@ -1591,8 +1591,10 @@ rill_status rill_broker_new_v1(const rill_broker_options *o, rill_broker **out);
 /**
  * Closes the broker without freeing it: every subscription and consumer
  * is closed, its threads stop, and later calls fail with `RILL_ERR_CLOSED`.
- * Waits for handler calls in flight (except the calling handler's own).
- * Idempotent; NULL is a no-op. In a child of `fork`, on an inherited
+ * Waits for handler calls in flight (except the calling handler's own;
+ * called from a handler of another broker's subscription, for none: they
+ * end behind it, so two handlers that close each other's brokers cannot
+ * wait for each other for ever). Idempotent; NULL is a no-op. In a child of `fork`, on an inherited
  * broker: only marks it closed (see `rill_broker`).
  *
  * # Safety

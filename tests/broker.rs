@@ -884,6 +884,51 @@ fn mutual_close(dedicated: bool) {
     wait_for_names_free(&b, &["a", "b"]);
 }
 
+/// Two brokers, each with a subscription whose handler closes the other
+/// broker while both handlers are in flight: neither close may wait for
+/// the other's handler call (the mutual case of closing a subscription,
+/// above, one level up). A close from inside a handler does not wait for
+/// the closed broker's threads; they end behind it.
+#[test]
+fn two_handlers_that_close_each_others_broker_at_once_both_return() {
+    for dedicated in [false, true] {
+        let brokers = [broker(), broker()];
+        for b in &brokers {
+            topic(b, "t", 1);
+        }
+        let barrier = Arc::new(Barrier::new(2));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let subs: Vec<Subscription> = (0..2)
+            .map(|i| {
+                let other = Mutex::new(Some(brokers[1 - i].clone()));
+                let (barrier, tx) = (barrier.clone(), tx.clone());
+                let options = SubscriptionOptions { dedicated_thread: dedicated, ..Default::default() };
+                brokers[i]
+                    .subscribe("t", options, move |_: &Message<'_>| {
+                        if let Some(other) = other.lock().unwrap().take() {
+                            barrier.wait();
+                            other.close();
+                            let _ = tx.send(i);
+                        }
+                        Ack::Success
+                    })
+                    .unwrap()
+            })
+            .collect();
+        for b in &brokers {
+            publish(b, "t", b"go");
+        }
+        let got: Vec<_> = (0..2).map(|_| rx.recv_timeout(WAIT)).collect();
+        if got.iter().any(Result::is_err) {
+            // Dropping them would wait for the stuck handlers: fail instead.
+            std::mem::forget((brokers, subs));
+            panic!("a handler is stuck closing the other broker (dedicated threads: {dedicated}): {got:?}");
+        }
+        assert!(brokers.iter().all(Broker::is_closed) && subs.iter().all(Subscription::is_closed));
+        assert!(matches!(brokers[0].publish("t", &Record::new(b"late")), Err(Error::Closed(_))));
+    }
+}
+
 #[test]
 fn a_handler_can_close_an_idle_subscription_and_it_winds_up() {
     let b = broker();

@@ -447,6 +447,12 @@ impl<J: Job> WorkerPool<J> {
     /// Stops the workers after the job each is running, and joins them (all
     /// but the calling thread, if it is one of them). Queued jobs are dropped.
     pub(crate) fn stop(&self) {
+        self.stop_and(true);
+    }
+
+    /// [`stop`](WorkerPool::stop), joining the workers only if `join`:
+    /// otherwise each ends by itself after the job it is running.
+    pub(crate) fn stop_and(&self, join: bool) {
         let dropped: Vec<Entry<J>> = {
             let mut q = self.shared.queue.lock();
             q.stopping = true;
@@ -458,7 +464,8 @@ impl<J: Job> WorkerPool<J> {
         let threads: Vec<JoinHandle<()>> = std::mem::take(&mut *self.threads.lock());
         let me = thread::current().id();
         for t in threads {
-            if t.thread().id() != me {
+            // Not joined: dropping the handle detaches the thread.
+            if join && t.thread().id() != me {
                 // A worker that panicked outside a handler has nothing left to
                 // report here; the panic already printed.
                 let _ = t.join();

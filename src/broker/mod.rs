@@ -1444,6 +1444,10 @@ impl Broker {
     /// Closes the broker: every subscription is closed (waiting for handler
     /// calls in flight, except the caller's own), the worker threads stop, and
     /// any later call through any handle fails with `Closed`. Idempotent.
+    /// Called from inside a handler of another broker's subscription, it
+    /// waits for none of this broker's handler calls (they end behind it),
+    /// so two handlers that close each other's brokers cannot wait for each
+    /// other for ever.
     ///
     /// # Examples
     ///

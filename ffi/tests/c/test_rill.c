@@ -1812,6 +1812,77 @@ static void test_handlers_that_free_each_other(void) {
     pthread_mutex_destroy(&fb.lock);
 }
 
+/* Two brokers whose handlers, both in flight at once, close each other's
+ * broker: neither close may wait for the other handler. */
+typedef struct {
+    pthread_barrier_t *barrier;
+    pthread_mutex_t lock;
+    rill_broker *other; /* set before publishing; taken by the handler */
+    int done;
+} broker_closer;
+
+static rill_ack close_the_other_broker(void *user_data, const rill_message *m) {
+    broker_closer *me = (broker_closer *)user_data;
+    (void)m;
+    pthread_mutex_lock(&me->lock);
+    rill_broker *other = me->other;
+    me->other = NULL;
+    pthread_mutex_unlock(&me->lock);
+    if (other) {
+        pthread_barrier_wait(me->barrier);
+        rill_broker_close(other); /* must not wait for the other handler */
+        pthread_mutex_lock(&me->lock);
+        me->done = 1;
+        pthread_mutex_unlock(&me->lock);
+    }
+    return RILL_ACK_SUCCESS;
+}
+
+static int closer_done(broker_closer *c) {
+    pthread_mutex_lock(&c->lock);
+    int d = c->done;
+    pthread_mutex_unlock(&c->lock);
+    return d;
+}
+
+static void test_handlers_that_close_each_others_broker(void) {
+    rill_broker *b[2] = {NULL, NULL};
+    rill_subscription *s[2] = {NULL, NULL};
+    broker_closer c[2];
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, 2);
+    rill_subscription_options o = sub_options();
+    for (int i = 0; i < 2; i++) {
+        OK(rill_broker_new(NULL, &b[i]));
+        OK(rill_topic_create(b[i], "t", NULL));
+        memset(&c[i], 0, sizeof c[i]);
+        c[i].barrier = &barrier;
+        pthread_mutex_init(&c[i].lock, NULL);
+        OK(rill_subscribe(b[i], "t", &o, close_the_other_broker, &c[i], &s[i]));
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_mutex_lock(&c[i].lock);
+        c[i].other = b[1 - i];
+        pthread_mutex_unlock(&c[i].lock);
+    }
+    rill_record r = record_of("go");
+    OK(rill_publish(b[0], "t", &r, NULL));
+    OK(rill_publish(b[1], "t", &r, NULL));
+    for (int i = 0; i < 4000 && !(closer_done(&c[0]) && closer_done(&c[1])); i++) sleep_ms(5);
+    if (!(closer_done(&c[0]) && closer_done(&c[1]))) {
+        /* Freeing the brokers would wait on the stuck handlers: fail now. */
+        fprintf(stderr, "%s:%d: handlers closing each other's broker are stuck\n", __FILE__, __LINE__);
+        exit(1);
+    }
+    for (int i = 0; i < 2; i++) {
+        CHECK_STATUS(rill_publish(b[i], "t", &r, NULL), RILL_ERR_CLOSED);
+        rill_subscription_free(s[i]);
+        rill_broker_free(b[i]);
+        pthread_mutex_destroy(&c[i].lock);
+    }
+    pthread_barrier_destroy(&barrier);
+}
+
 /* A subscriber that holds its first message until let go, and hears from
  * on_lagged what retention trimmed meanwhile. */
 typedef struct {
@@ -3005,6 +3076,7 @@ int main(void) {
     test_topic_pointers_are_stable();
     test_topic_pointers_across_delete_and_recreate();
     test_handlers_that_free_each_other();
+    test_handlers_that_close_each_others_broker();
     test_on_lagged_hears_what_retention_trimmed();
     test_free_returns_after_user_data_free();
     test_anonymous_subscriptions_and_dead_letters();

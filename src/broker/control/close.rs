@@ -4,6 +4,7 @@
 
 use super::BrokerInner;
 use crate::broker::consumer::ConsumerCore;
+use crate::broker::partition::in_handler::InHandler;
 use crate::broker::subscription::{SubCore, close};
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
@@ -32,13 +33,23 @@ impl BrokerInner {
             let consumers: Vec<Arc<ConsumerCore>> = control.consumers.values().cloned().collect();
             (subs, consumers)
         };
+        // A close from inside a handler of another broker's subscription
+        // waits for none of this broker's threads: one of them may be in a
+        // handler that closes the caller's broker, which waits for the
+        // caller (two handlers closing each other's brokers would wait for
+        // each other for good). They end by themselves after the calls in
+        // flight, as a subscription closed from a handler winds up behind
+        // its close. From this broker's own handler (or outside any), it
+        // joins them all but the caller, as documented.
+        let caller = InHandler::current();
+        let joins = caller == 0 || subs.iter().any(|s| s.id == caller);
         for c in &consumers {
             c.close();
         }
         for sub in &subs {
             close::close_with_reason(sub, "the broker was closed".into());
         }
-        self.pool.stop();
+        self.pool.stop_and(joins);
         self.timer.stop();
         let expiry = self.expiry.lock().take();
         if let Some(t) = expiry {
@@ -58,8 +69,10 @@ impl BrokerInner {
         }
         // A close from a handler did not wait: join the dedicated threads
         // (all but the caller's own) here, as an external close does.
-        for sub in &subs {
-            sub.join_thread();
+        if joins {
+            for sub in &subs {
+                sub.join_thread();
+            }
         }
         if let Some(flusher) = self.flusher.lock().take() {
             flusher.stop();
