@@ -11,6 +11,7 @@ import os
 import queue
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,49 @@ def test_a_member_in_another_process_takes_half_and_commits_for_all(tmp_path: Pa
 def test_worker_processes_example() -> None:
     result = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, f"worker_processes.py exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+
+
+def _stale_member(data_dir: str, joined: Any, stop: Any) -> None:
+    """A member that owns every partition, then keeps its handle open and
+    unused while another process deletes and re-creates the topic."""
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never", worker_threads=1) as b:
+        c = b.consumer(GROUP, TOPIC, session_timeout=3600)
+        c.poll(max_messages=1, timeout=0)
+        joined.put(c.assignment())
+        # Past the parent's deadline, so only the delete can free the partitions.
+        stop.wait(5 * WAIT)
+        try:
+            c.poll(max_messages=1, timeout=0)
+        except rill.NoSuchTopic:
+            joined.put("no such topic")
+        c.close()
+
+
+def test_a_consumer_left_open_on_a_deleted_topic_frees_the_re_created_ones(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    data_dir = str(tmp_path / "data")
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never") as b:
+        b.create_topic(TOPIC, partitions=PARTITIONS)
+        joined = ctx.Queue()
+        stop = ctx.Event()
+        child = ctx.Process(target=_stale_member, args=(data_dir, joined, stop))
+        child.start()
+        try:
+            assert joined.get(timeout=WAIT) == list(range(PARTITIONS))
+            b.delete_topic(TOPIC)
+            b.create_topic(TOPIC, partitions=PARTITIONS)
+            for n in range(4):
+                b.publish(TOPIC, f"m-{n}")
+            here = b.consumer(GROUP, TOPIC, session_timeout=3600)
+            got: list[bytes] = []
+            deadline = time.monotonic() + WAIT
+            while here.assignment() != list(range(PARTITIONS)) or len(got) < 4:
+                assert time.monotonic() < deadline, f"owns {here.assignment()} with the stale member open"
+                got += [m.payload for m in here.poll(max_messages=16, timeout=0.02)]
+            assert sorted(got) == [f"m-{n}".encode() for n in range(4)]
+            here.close()
+        finally:
+            stop.set()
+            child.join(WAIT)
+        assert joined.get(timeout=WAIT) == "no such topic"
+        assert child.exitcode == 0
