@@ -125,3 +125,40 @@ def test_closing_a_subscription_while_another_thread_waits_for_it_to_be_idle() -
         # Idle before the close landed, or told it was closed: never a crash.
         assert outcome == [True] or isinstance(outcome[0], rill.Closed), outcome
     b.close()
+
+
+def test_two_handlers_that_close_each_others_broker_at_once_both_return() -> None:
+    # Both handlers are in flight (the barrier), then each closes the other
+    # broker: neither close may wait for the other handler's call.
+    for dedicated in (False, True):
+        brokers = [rill.Broker(), rill.Broker()]
+        barrier = threading.Barrier(2)
+        done = [threading.Event(), threading.Event()]
+        subs = []
+        for i, b in enumerate(brokers):
+            b.create_topic("t")
+            fired = threading.Event()
+
+            def handler(
+                _m: rill.Message, i: int = i, other: rill.Broker = brokers[1 - i], fired: threading.Event = fired
+            ) -> None:
+                if not fired.is_set():
+                    fired.set()
+                    barrier.wait(10)
+                    other.close()
+                    done[i].set()
+
+            subs.append(b.subscribe("t", handler, dedicated_thread=dedicated))
+        for b in brokers:
+            b.publish("t", b"go")
+        assert all(d.wait(10) for d in done), f"a handler is stuck closing the other broker (dedicated: {dedicated})"
+        for b in brokers:
+            assert b.closed
+            try:
+                b.publish("t", b"late")
+            except rill.Closed:
+                pass
+            else:
+                raise AssertionError("a publish to a closed broker succeeded")
+        for s in subs:
+            s.close()
