@@ -127,6 +127,21 @@ def test_closing_a_subscription_while_another_thread_waits_for_it_to_be_idle() -
     b.close()
 
 
+def _closer(other: rill.Broker, barrier: threading.Barrier, done: threading.Event) -> Callable[[rill.Message], None]:
+    """A handler that, on its first message, waits for the other handler to
+    be in flight too, then closes ``other``."""
+    fired = threading.Event()
+
+    def handler(_m: rill.Message) -> None:
+        if not fired.is_set():
+            fired.set()
+            barrier.wait(10)
+            other.close()
+            done.set()
+
+    return handler
+
+
 def test_two_handlers_that_close_each_others_broker_at_once_both_return() -> None:
     # Both handlers are in flight (the barrier), then each closes the other
     # broker: neither close may wait for the other handler's call.
@@ -137,18 +152,7 @@ def test_two_handlers_that_close_each_others_broker_at_once_both_return() -> Non
         subs = []
         for i, b in enumerate(brokers):
             b.create_topic("t")
-            fired = threading.Event()
-
-            def handler(
-                _m: rill.Message, i: int = i, other: rill.Broker = brokers[1 - i], fired: threading.Event = fired
-            ) -> None:
-                if not fired.is_set():
-                    fired.set()
-                    barrier.wait(10)
-                    other.close()
-                    done[i].set()
-
-            subs.append(b.subscribe("t", handler, dedicated_thread=dedicated))
+            subs.append(b.subscribe("t", _closer(brokers[1 - i], barrier, done[i]), dedicated_thread=dedicated))
         for b in brokers:
             b.publish("t", b"go")
         assert all(d.wait(10) for d in done), f"a handler is stuck closing the other broker (dedicated: {dedicated})"
