@@ -19,7 +19,7 @@ use common::{broker, wait_for};
 /// Small segments, so that a few hundred records seal several.
 const SMALL_SEGMENT: usize = MIN_SEGMENT_BYTES;
 /// Removes every superseded record, keeps tombstones.
-const KEEP_TOMBSTONES: CompactionPolicy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+const KEEP_TOMBSTONES: CompactionPolicy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX, id_lag_ns: 0 };
 /// A nanosecond in an hour.
 const HOUR_NS: u64 = 3_600_000_000_000;
 
@@ -168,7 +168,7 @@ fn tombstones_delete_their_key_and_expire_after_the_delete_retention() {
         log.append(&Record::new(b"b2").with_key(b"b")).unwrap();
     }
     let now = rill::clock::now_ns();
-    let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: HOUR_NS };
+    let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: HOUR_NS, id_lag_ns: 0 };
     assert!(log.compact(&policy, now).unwrap());
     let read = read_all(&log);
     // a's value is gone, its tombstone stays (an hour); b's newest stays.
@@ -194,7 +194,7 @@ fn a_record_younger_than_the_lag_is_not_compacted() {
         log.append(&Record::new(b"new").with_key(b"k")).unwrap();
     }
     let now = rill::clock::now_ns();
-    let policy = CompactionPolicy { min_lag_ns: HOUR_NS, tombstone_ns: 0 };
+    let policy = CompactionPolicy { min_lag_ns: HOUR_NS, tombstone_ns: 0, id_lag_ns: 0 };
     assert!(log.compact(&policy, now).unwrap());
     assert_eq!(log.stats().compacted_records, 0, "every record is younger than an hour");
     assert!(!log.compact(&policy, now + 1).unwrap(), "not due yet");

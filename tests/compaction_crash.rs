@@ -46,7 +46,7 @@ const TOMBSTONE_EVERY: u64 = 7;
 const MAX_PUBLISHES: u64 = 1500;
 /// Tombstones are kept (the newest record of a key, tombstone or not, is
 /// what compaction must keep); superseded records go at once.
-const POLICY: CompactionPolicy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+const POLICY: CompactionPolicy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX, id_lag_ns: 0 };
 
 fn config() -> LogConfig {
     LogConfig { segment_bytes: Some(4 * MIN_SEGMENT_BYTES), retention_bytes: None, ..LogConfig::default() }

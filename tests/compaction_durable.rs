@@ -21,7 +21,7 @@ use common::compact_model::{self, Op, op};
 use common::wait_for;
 
 /// Removes every superseded record, keeps tombstones.
-const KEEP_TOMBSTONES: CompactionPolicy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+const KEEP_TOMBSTONES: CompactionPolicy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX, id_lag_ns: 0 };
 
 /// A fresh, empty directory for one test (or one proptest case).
 fn fresh_dir(name: &str) -> PathBuf {

@@ -236,3 +236,46 @@ fn records_without_ids_from_another_process_are_passed_over_by_the_catch_up() {
     let stats = broker.topic_stats("orders").unwrap();
     assert_eq!(stats.partitions.iter().map(|p| p.next_offset).sum::<u64>(), 1002);
 }
+
+/// An id in a record that compaction would otherwise remove (a newer
+/// record of its key exists) stays in the log for the dedupe window, as
+/// the window of another broker on the directory (another process's, or
+/// this one's after a restart) is learned from the log: a retry of the id
+/// there is a duplicate, not a second record (which, newest of its key,
+/// would also bring the superseded value back).
+#[test]
+fn compaction_keeps_an_id_for_the_window_so_other_brokers_and_a_reopen_still_refuse_it() {
+    let dir = TempDir::new("compact-ids");
+    let options = TopicOptions {
+        cleanup: rill::Cleanup::Compact,
+        segment_bytes: Some(rill::log::MIN_SEGMENT_BYTES),
+        ..TopicOptions::default()
+    };
+    let writer = Broker::new(config(&dir.0)).unwrap();
+    writer.create_topic("kv", &options).unwrap();
+    // Opened before the ids are published: its window learns them from
+    // the log when it first publishes one.
+    let other = Broker::new(config(&dir.0)).unwrap();
+    let first = writer.publish_outcome("kv", &Record::new(b"old").with_key(b"k").with_id("A")).unwrap();
+    writer.publish_outcome("kv", &Record::new(b"new").with_key(b"k").with_id("B")).unwrap();
+    // Superseded filler (one key, no id) past a few segments: the passes
+    // have something to remove whether or not they keep "A".
+    let filler = [0u8; 512];
+    let compacted = |b: &Broker| b.topic_stats("kv").unwrap().compacted_messages;
+    let deadline = Instant::now() + WAIT;
+    while compacted(&writer) + compacted(&other) == 0 {
+        assert!(Instant::now() < deadline, "no compaction pass removed anything");
+        for _ in 0..64 {
+            writer.publish("kv", &Record::new(&filler).with_key(b"f")).unwrap();
+        }
+    }
+    let retry = |b: &Broker| b.publish_outcome("kv", &Record::new(b"old").with_key(b"k").with_id("A")).unwrap();
+    let again = retry(&other);
+    assert!(again.duplicate, "another broker appended id A again, at {:?}", again.position);
+    assert_eq!(again.position, first.position);
+    drop((writer, other));
+    let reopened = Broker::new(config(&dir.0)).unwrap();
+    let again = retry(&reopened);
+    assert!(again.duplicate, "a reopened broker appended id A again, at {:?}", again.position);
+    assert_eq!(again.position, first.position);
+}

@@ -443,7 +443,7 @@ fn a_compaction_swap_races_a_reader() {
             seen.extend(more);
             seen
         });
-        let all = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+        let all = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX, id_lag_ns: 0 };
         assert!(log.compact(&all, u64::MAX).unwrap());
         let seen = reader.join().unwrap();
         assert!(seen.windows(2).all(|w| w[0].0 < w[1].0), "offset order: {seen:?}");

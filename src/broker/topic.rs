@@ -81,7 +81,9 @@ pub struct TopicOptions {
     pub delete_retention_ms: u64,
     /// Under compaction, how long a message stays uncompacted, in
     /// milliseconds by its timestamp, even when a newer one of its key
-    /// exists. Default 0.
+    /// exists. Default 0. A message carrying an id stays for the
+    /// `dedupe_window_ms` too, as the window is rebuilt from the log (at
+    /// an open, and by other processes sharing the directory).
     pub min_compaction_lag_ms: u64,
     /// The priority (0 to 7, higher runs first) of the topic's push
     /// subscriptions that set none themselves and name this one topic (a
@@ -247,6 +249,9 @@ impl TopicOptions {
         self.cleanup.compacts().then(|| CompactionPolicy {
             min_lag_ns: self.min_compaction_lag_ms.saturating_mul(NS_PER_MS),
             tombstone_ns: self.delete_retention_ms.saturating_mul(NS_PER_MS),
+            // The dedupe window is learned from the log (see "Across
+            // processes" in `dedupe.rs`): an id stays there that long.
+            id_lag_ns: self.dedupe_window_ms.saturating_mul(NS_PER_MS),
         })
     }
 }

@@ -8,9 +8,13 @@
 //! "Incremental passes"), oldest first, and notes for each key the offset
 //! of its newest record. Then, over every sealed segment, segment by segment,
 //! a record is *removed* if a newer record of its key exists (and it is
-//! older than the lag, `min_lag_ns`), or if it is a *tombstone* (a key and
-//! an empty payload) older than the tombstone retention and the newest of
-//! its key. A segment that loses at least one record is rebuilt: a new
+//! older than the lag, `min_lag_ns`, and, if it carries a message id, than
+//! `id_lag_ns`), or if it is a *tombstone* (a key and an empty payload)
+//! older than the tombstone retention and the newest of its key. A record
+//! with an id stays for the topic's dedupe window because the window is
+//! learned from the log: a process that opens the directory, or another
+//! process sharing it, finds the ids it must refuse only in the records
+//! still there (see "Across processes" in `broker/dedupe.rs`). A segment that loses at least one record is rebuilt: a new
 //! sealed segment with the same base and the same number of offsets, whose
 //! region holds only the records kept, each under its original offset, and
 //! whose other slots all name one compacted-away record that readers pass
@@ -301,6 +305,12 @@ pub struct CompactionPolicy {
     /// of its key is removed once older than this (nanoseconds, by its
     /// timestamp).
     pub tombstone_ns: u64,
+    /// A record carrying a message id ([`ID_ATTRIBUTE`](super::ID_ATTRIBUTE))
+    /// younger than this is kept, as `min_lag_ns` keeps every record: the
+    /// topic's dedupe window, so that a window rebuilt from the log (at an
+    /// open, or by another process) still finds the id. 0: ids change
+    /// nothing.
+    pub id_lag_ns: u64,
 }
 
 /// One compaction pass over `shared`'s sealed segments, if it has work:
@@ -697,7 +707,10 @@ impl Run<'_> {
             };
             let newest = newest(index, key);
             let tombstone = view.payload().is_empty();
-            let past_lag = timestamp.saturating_add(self.policy.min_lag_ns);
+            let mut past_lag = timestamp.saturating_add(self.policy.min_lag_ns);
+            if self.policy.id_lag_ns > 0 && view.attribute(super::ID_ATTRIBUTE).is_some() {
+                past_lag = past_lag.max(timestamp.saturating_add(self.policy.id_lag_ns));
+            }
             let removable_at = if !newest {
                 Some(past_lag)
             } else if tombstone {

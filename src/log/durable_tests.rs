@@ -1400,7 +1400,7 @@ fn a_reopened_compacted_log_reports_the_offsets_compacted_away() {
         log.append(&Record::new(&i.to_le_bytes()).with_key(&key)).unwrap();
     }
     assert!(log.stats().segments > 3, "the test crosses segments");
-    let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+    let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX, id_lag_ns: 0 };
     assert!(log.compact(&policy, crate::clock::now_ns()).unwrap());
     let removed = log.stats().compacted_records;
     let mut cursor = log.cursor_from_first();

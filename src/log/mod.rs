@@ -658,7 +658,7 @@ impl Log {
     /// for i in 0..200u32 {
     ///     log.append(&Record::new(&i.to_le_bytes()).with_key(if i % 2 == 0 { b"even" } else { b"odd" }))?;
     /// }
-    /// let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+    /// let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX, id_lag_ns: 0 };
     /// assert!(log.compact(&policy, rill::clock::now_ns())?);
     /// let stats = log.stats();
     /// assert!(stats.compacted_records > 0 && stats.compaction_keys == 2);

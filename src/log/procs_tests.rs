@@ -1245,7 +1245,7 @@ fn a_process_that_does_not_compact_follows_the_others_rebuilt_files() {
         // SAFETY: `flock` on a descriptor we own, open across the call.
         assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), op) }, 0, "{}", std::io::Error::last_os_error());
     };
-    let policy = super::CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+    let policy = super::CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX, id_lag_ns: 0 };
     let now = crate::clock::now_ns();
     flock(libc::LOCK_EX | libc::LOCK_NB);
     assert!(!compactor.compact(&policy, now).unwrap(), "the lock is taken: no pass");

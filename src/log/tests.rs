@@ -425,7 +425,7 @@ fn a_pass_lets_go_of_each_segment_it_has_rewritten_before_it_ends() {
             }
         }));
     });
-    let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+    let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX, id_lag_ns: 0 };
     assert!(log.compact(&policy, crate::clock::now_ns()).unwrap());
     compact::AFTER_SEGMENT.with(|hook| hook.borrow_mut().take());
     assert!(checked.get(), "the pass rewrote its last sealed segment");
@@ -449,7 +449,7 @@ fn segments_a_pass_replaces_come_back_without_turning_off_spares_made_ahead() {
     while log.stats().segments < 6 {
         append(&log);
     }
-    let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+    let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX, id_lag_ns: 0 };
     assert!(log.compact(&policy, crate::clock::now_ns()).unwrap());
     // The replaced full-size segments come back to the pool once the epoch
     // lets the old directory go.

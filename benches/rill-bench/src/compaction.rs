@@ -51,7 +51,7 @@ pub const DEFAULT_MIB: u64 = 256;
 /// Longest a subscriber may take to catch up before the run fails.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// Removes every superseded record at once.
-const POLICY: CompactionPolicy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX };
+const POLICY: CompactionPolicy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: u64::MAX, id_lag_ns: 0 };
 
 /// One round of the three measurements.
 #[derive(Debug, Clone, Copy)]
