@@ -1436,9 +1436,9 @@ typedef size_t (*rill_batch_handler)(void *user_data,
  * elsewhere until it closes or its process dies); consumer groups and
  * shared subscriptions split partitions across processes, and
  * `rill_named_subscription_list` and `rill_group_member_list` say which
- * process holds what. Creating a compacted topic is not yet supported
- * this way (`RILL_ERR_INVALID_ARGUMENT`); see "Several processes" in the
- * README.
+ * process holds what (and `rill_directory_subscription_list` and
+ * `rill_directory_consumer_list` list every process's subscriptions and
+ * consumers); see "Several processes" in the README.
  */
 #define RILL_SHARING_PROCESSES 1
 
