@@ -305,7 +305,7 @@ pub struct CompactionPolicy {
     /// of its key is removed once older than this (nanoseconds, by its
     /// timestamp).
     pub tombstone_ns: u64,
-    /// A record carrying a message id ([`ID_ATTRIBUTE`](super::ID_ATTRIBUTE))
+    /// A record carrying a message id (the attribute `rill.id`, `ID_ATTRIBUTE`)
     /// younger than this is kept, as `min_lag_ns` keeps every record: the
     /// topic's dedupe window, so that a window rebuilt from the log (at an
     /// open, or by another process) still finds the id. 0: ids change
@@ -708,7 +708,7 @@ impl Run<'_> {
             let newest = newest(index, key);
             let tombstone = view.payload().is_empty();
             let mut past_lag = timestamp.saturating_add(self.policy.min_lag_ns);
-            if self.policy.id_lag_ns > 0 && view.attribute(super::ID_ATTRIBUTE).is_some() {
+            if self.policy.id_lag_ns > 0 && view.attribute(super::record::ID_ATTRIBUTE).is_some() {
                 past_lag = past_lag.max(timestamp.saturating_add(self.policy.id_lag_ns));
             }
             let removable_at = if !newest {
