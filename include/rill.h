@@ -355,13 +355,17 @@ extern "C" {
  *
  * After `fork()`, the child inherits a copy of every broker (and of the
  * subscriptions, consumers and publishers made from it) but none of their
- * threads, and shares the broker's data directory (and the directory's
- * lock) with the parent. The only calls a child may make on what it
- * inherited are the `_free` functions and `rill_broker_close`: they leak
- * the copy by design (a broker is marked closed), quietly, without joining
- * threads, flushing, or touching the directory or its lock, which stay the
- * parent's. Any other call on an inherited handle is undefined; call `exec`,
- * or open a new broker in the child (on another directory).
+ * threads, and none of their locks: at the fork, the child's copy of each
+ * lock file the library holds (the data directory's lock, durable names,
+ * group partitions, `Block` slots) is replaced by a file of its own, so a
+ * child that outlives its parent holds nothing of the parent's, and the
+ * parent's names and partitions go to other processes when it dies. The
+ * only calls a child may make on what it inherited are the `_free`
+ * functions and `rill_broker_close`: they leak the copy by design (a
+ * broker is marked closed), quietly, without joining threads, flushing,
+ * or touching the directory, which stays the parent's. Any other call on
+ * an inherited handle is undefined; call `exec`, or open a new broker in
+ * the child.
  */
 typedef struct rill_broker rill_broker;
 

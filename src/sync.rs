@@ -128,6 +128,27 @@ macro_rules! dyn_arc {
 }
 pub(crate) use dyn_arc;
 
+/// A cell for a `static` whose contents are guarded by a lock outside Rust
+/// (a `pthread` mutex that `fork` handlers take and release: the lock
+/// files' list in `log/file/lock_file.rs`). It is std's `UnsafeCell` in
+/// every build, loom's included: a `static` needs a `const` constructor,
+/// which loom's cell lacks, and nothing in such a static is a protocol
+/// loom models. Its user implements `Sync` and says why.
+#[derive(Debug)]
+pub(crate) struct StaticCell<T>(std::cell::UnsafeCell<T>);
+
+impl<T> StaticCell<T> {
+    pub(crate) const fn new(value: T) -> StaticCell<T> {
+        StaticCell(std::cell::UnsafeCell::new(value))
+    }
+
+    /// A pointer to the contents; dereferencing it is the caller's to
+    /// justify (under the lock that guards them).
+    pub(crate) fn get(&self) -> *mut T {
+        self.0.get()
+    }
+}
+
 pub(crate) use crossbeam_epoch as epoch;
 
 use std::time::Duration;

@@ -525,3 +525,84 @@ fn a_group_with_live_members_and_no_commit_has_stats_everywhere() {
     consumer.close();
     assert!(matches!(asker.group_stats(GROUP, TOPIC), Err(Error::NotFound(_))));
 }
+
+/// The child of [`a_worker_forked_without_exec_does_not_keep_a_dead_parents_locks`]:
+/// holds durable name `dn` and a group membership of every partition,
+/// forks a worker that neither execs nor touches what it inherited (it
+/// waits for `end`, or a minute, with system calls only, as a child of a
+/// threaded process must), marks `forked`, and waits to be killed.
+fn forking_holder(dir: &Path) {
+    let broker = processes(dir);
+    let options = rill::SubscriptionOptions { name: Some("dn".into()), ..rill::SubscriptionOptions::default() };
+    let _named = broker.subscribe(TOPIC, options, |_| rill::Ack::Success).unwrap();
+    let mut consumer = broker.consumer(GROUP, TOPIC, options_long()).unwrap();
+    consumer.poll(1, Duration::ZERO).unwrap();
+    assert_eq!(consumer.assignment(), [0, 1, 2, 3], "alone, it owns every partition");
+    let end = std::ffi::CString::new(dir.join("end").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: the child runs only async-signal-safe calls (access,
+    // nanosleep, _exit) on memory it inherited, then exits.
+    if unsafe { libc::fork() } == 0 {
+        let pause = libc::timespec { tv_sec: 0, tv_nsec: 10_000_000 };
+        for _ in 0..6000 {
+            // SAFETY: a NUL-terminated path the child inherited; a valid timespec.
+            if unsafe { libc::access(end.as_ptr(), libc::F_OK) } == 0 {
+                break;
+            }
+            // SAFETY: as above.
+            unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+        }
+        // SAFETY: ends the child at once, running nothing it inherited.
+        unsafe { libc::_exit(0) };
+    }
+    procs::mark(dir, "forked");
+    procs::wait_mark(dir, "end");
+}
+
+/// Group members of [`a_worker_forked_without_exec_does_not_keep_a_dead_parents_locks`]:
+/// a session so long that no fallback look comes during the test.
+fn options_long() -> ConsumerOptions {
+    ConsumerOptions { session_timeout: LONG_SESSION, ..ConsumerOptions::default() }
+}
+
+/// A process that forks a worker without `exec` and is then killed does
+/// not leave its durable name and its partitions to the worker: the
+/// worker shares none of its lock files' descriptions (see "A child of
+/// `fork` lets go of them" in `src/log/file/lock_file.rs`), so another
+/// process takes the name and the partitions as soon as the holder dies,
+/// with the worker still alive.
+#[test]
+fn a_worker_forked_without_exec_does_not_keep_a_dead_parents_locks() {
+    const TEST: &str = "a_worker_forked_without_exec_does_not_keep_a_dead_parents_locks";
+    if let Some((_, dir)) = procs::child_role() {
+        forking_holder(&dir);
+        return;
+    }
+    let dir = TempDir::new("forked-worker");
+    let broker = processes(&dir.0);
+    broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    let mut child = procs::spawn(TEST, "0", &dir.0);
+    let forked = procs::wait_child_mark(&dir.0, "forked", &mut child);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let checks = || {
+        assert!(forked, "the holder exited before it forked");
+        let options = rill::SubscriptionOptions { name: Some("dn".into()), ..rill::SubscriptionOptions::default() };
+        let mut named = None;
+        wait_for("the durable name, with the worker alive", || {
+            match broker.subscribe(TOPIC, options.clone(), |_| rill::Ack::Success) {
+                Ok(sub) => named = Some(sub),
+                Err(Error::Busy(_)) => {}
+                Err(e) => panic!("subscribe: {e}"),
+            }
+            named.is_some()
+        });
+        let mut mine = broker.consumer(GROUP, TOPIC, options_long()).unwrap();
+        wait_for("every partition, with the worker alive", || {
+            mine.poll(1, Duration::from_millis(20)).unwrap();
+            mine.assignment() == [0, 1, 2, 3]
+        });
+        mine.close();
+    };
+    // The worker waits for `end` (or a minute) and exits by itself.
+    procs::check_then_release(checks, || procs::mark(&dir.0, "end"));
+}

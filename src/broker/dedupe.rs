@@ -901,7 +901,7 @@ impl Window {
 #[derive(Debug)]
 pub(crate) struct Across {
     /// The topic's `dedupe.lock`, `flock`ed exclusively for a turn.
-    lock: std::fs::File,
+    lock: crate::log::file::LockFile,
     path: std::path::PathBuf,
     /// Per partition, the catch-up's cursor: the next offset to look at
     /// for ids; `None` until the first turn. The mutex keeps this process's

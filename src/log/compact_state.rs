@@ -22,7 +22,7 @@ pub(super) struct Compaction {
     /// first pass: the lock that elects the compacting process, and the
     /// swap generation (see "The swap across processes" in `compact.rs`).
     #[cfg(not(loom))]
-    pub(super) across: std::sync::OnceLock<std::fs::File>,
+    pub(super) across: std::sync::OnceLock<super::file::LockFile>,
 }
 
 /// Where the passes stand (see "Incremental passes" in `compact.rs`). In

@@ -253,14 +253,14 @@ impl Page {
 /// and the kernel drops it when the process dies.
 struct SlotLock {
     #[cfg(not(loom))]
-    _file: std::fs::File,
+    _file: crate::log::file::LockFile,
 }
 
 impl SlotLock {
     /// Takes the lock of `slot` if no one holds it.
     #[cfg(not(loom))]
     fn try_take(path: &Path, slot: usize) -> Option<SlotLock> {
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(path).ok()?;
+        let file = crate::log::file::LockFile::open(std::fs::OpenOptions::new().read(true).write(true), path).ok()?;
         // SAFETY: an all-zero `flock` is a valid value of the plain C struct.
         let mut lock: libc::flock = unsafe { std::mem::zeroed() };
         lock.l_type = libc::F_WRLCK as libc::c_short;

@@ -25,9 +25,13 @@
 //! fallback looks, which run less often while deaths are watched
 //! ([`Deaths::supported`]; `shared_procs.rs`, `consumer.rs`):
 //!
-//! * a member whose lock outlives its process, held by a child the process
-//!   forked (the lock belongs to the open file, which the child shares):
-//!   no look finds it dead before the child is gone either;
+//! * a member whose lock outlives its process because a child it forked
+//!   kept the lock file's description (a lock belongs to the open file):
+//!   a child made by `fork` gets files of its own in place of rill's lock
+//!   files ("A child of `fork` lets go of them" in `log/file/lock_file.rs`),
+//!   so only a child that got them some other way (a `clone` that runs no
+//!   fork handlers and does not `exec`); no look finds it dead before the
+//!   child is gone either;
 //! * a member in another pid namespace (a container sharing the directory):
 //!   its file names a pid that means another process here, or none;
 //! * a pid reused between the look's lock try and the pidfd's open (the
@@ -37,7 +41,7 @@
 //!
 //! A pid whose process is gone before its pidfd opens (`ESRCH`) tells at
 //! once. A pid that has told is not watched again while the same member
-//! names list it, so a lock held on by a forked child does not make its
+//! names list it, so a lock held on by such a child does not make its
 //! members look over and over; a new member name with that pid (the pid
 //! reused by a new member's process) is watched again.
 

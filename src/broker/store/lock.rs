@@ -24,18 +24,19 @@ const TOPICS_LOCK_FILE: &str = "topics.lock";
 /// A file whose `flock` this broker holds, let go explicitly when dropped.
 ///
 /// A `flock` belongs to the open file description, not the descriptor: a
-/// child that another thread of this process forks holds a copy of the
-/// descriptor until it execs (or for good, if it never does), and closing
-/// ours alone leaves the lock held until the child's copy goes. A program
-/// that closes a broker and opens the directory again while it spawns
-/// processes would find its own directory `Busy`. `LOCK_UN` lets go of the
-/// lock for every copy at once, so this unlocks before the close.
+/// child that another thread of this process forks would hold a copy of
+/// the description, and closing ours alone would leave the lock held
+/// until the child's copy went. A forked child gets files of its own in
+/// place of every lock file ("A child of `fork` lets go of them" in
+/// `log/file/lock_file.rs`); where that could not be done (the child ran
+/// out of descriptors), `LOCK_UN` still lets go of the lock for every
+/// copy at once, so this unlocks before the close.
 #[derive(Debug)]
-pub(crate) struct Locked(File);
+pub(crate) struct Locked(LockFile);
 
 impl Locked {
     /// `file`, whose lock the caller has just taken.
-    pub(super) fn new(file: File) -> Self {
+    pub(super) fn new(file: LockFile) -> Self {
         Self(file)
     }
 
@@ -52,6 +53,7 @@ impl Drop for Locked {
     }
 }
 
+pub(crate) use crate::log::file::LockFile;
 /// Opens (creating if missing, never truncating) a lock file.
 pub(super) use crate::log::file::open_lock_file;
 

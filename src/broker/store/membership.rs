@@ -114,8 +114,8 @@
 //! Each broker watches the processes of the members its members listed
 //! at their last look (a pidfd each, in `deaths.rs`), and has its members
 //! look when one exits, so a death is followed at once, as an announced
-//! change is. The fallback looks find what that watch cannot see (a lock
-//! a forked child holds on, a pid of another namespace; see `deaths.rs`):
+//! change is. The fallback looks find what that watch cannot see (a pid of
+//! another namespace, a pid reused; see `deaths.rs`):
 //! every half of the `session_timeout` for a group's member, every
 //! `LOOK_EVERY_WATCHED` (ten seconds) for a shared subscription's, which
 //! has no session timeout, or `LOOK_EVERY` (one second) on a system
@@ -463,9 +463,9 @@ impl Membership {
         let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         let stem = format!("{pid:0PID_DIGITS$}-{clock:032x}-{id:016x}");
         let tmp = dir.join(format!("{stem}.tmp"));
-        let mut file = open_lock_file(&tmp)?;
+        let file = open_lock_file(&tmp)?;
         flock(&file, &tmp, libc::LOCK_EX)?;
-        file.write_all(format!("pid {pid}\nid {id}\n").as_bytes()).map_err(|e| Error::io(&tmp, &e))?;
+        (&*file).write_all(format!("pid {pid}\nid {id}\n").as_bytes()).map_err(|e| Error::io(&tmp, &e))?;
         let name = format!("{stem}{MEMBER_SUFFIX}");
         fs::rename(&tmp, dir.join(&name)).map_err(|e| Error::io(&tmp, &e))?;
         Ok(Membership {

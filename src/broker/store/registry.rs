@@ -72,7 +72,7 @@ use memmap2::{Mmap, MmapMut, MmapOptions};
 
 use super::atomic_file::replace;
 use super::holders::LockTable;
-use super::lock::{Locked, flock};
+use super::lock::{LockFile, Locked, flock};
 use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Arc, Mutex};
@@ -390,8 +390,7 @@ impl Registry {
         let nonce = crate::clock::now_ns() ^ (crate::sync::unique_id() << 48);
         let stem = format!("{}-{nonce:016x}", std::process::id());
         let tmp = dir.join(format!("{stem}.lock.tmp"));
-        let file =
-            OpenOptions::new().read(true).write(true).create_new(true).open(&tmp).map_err(|e| Error::io(&tmp, &e))?;
+        let file = LockFile::open(OpenOptions::new().read(true).write(true).create_new(true), &tmp)?;
         if !flock(&file, &tmp, libc::LOCK_EX | libc::LOCK_NB)? {
             return Err(Error::Busy(format!("the new registry file {tmp:?} is locked by another process")));
         }
@@ -564,7 +563,7 @@ fn read_others(dir: &Path, own: Option<&str>, locks: &LockTable) -> Result<Listi
 /// broker is gone); leaves them otherwise (a broker the lock table was read
 /// too early to list).
 fn sweep_if_dead(dir: &Path, stem: &str, lock_path: &Path) {
-    let Ok(file) = OpenOptions::new().read(true).open(lock_path) else { return };
+    let Ok(file) = LockFile::open(OpenOptions::new().read(true), lock_path) else { return };
     if let Ok(true) = flock(&file, lock_path, libc::LOCK_EX | libc::LOCK_NB) {
         let lock = Locked::new(file);
         remove_files(dir, stem);

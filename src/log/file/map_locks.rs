@@ -43,7 +43,6 @@
 //! for a second process.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -58,7 +57,7 @@ pub(crate) const MAPS_FILE: &str = "maps.lock";
 /// processes (see the module docs).
 #[derive(Debug)]
 pub(crate) struct MapLocks {
-    file: File,
+    file: super::lock_file::LockFile,
     /// Per inode: how many of this opener's mappings hold its read lock,
     /// or that this opener holds its write lock.
     held: Mutex<HashMap<u64, Held>>,
