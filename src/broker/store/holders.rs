@@ -156,9 +156,7 @@ pub(super) fn group_holders(
             continue;
         }
         let path = entry.path();
-        if locks.holder(&path).is_none() {
-            continue;
-        }
+        let Some(holder) = locks.holder(&path) else { continue };
         let text = match fs::read_to_string(&path) {
             Ok(text) => text,
             // Its member left meanwhile.
@@ -169,11 +167,27 @@ pub(super) fn group_holders(
             |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok());
         let (Some(pid), Some(id)) = (field("pid"), field("id")) else { continue };
         let Ok(pid) = u32::try_from(pid) else { continue };
+        if holder != pid && !alive(pid) {
+            // A live member's look holding a dead member's file for the
+            // moment it takes to remove it (see "Deaths" in
+            // `membership.rs`): the member is gone. A holder that differs
+            // from a live pid is a member seen from another pid namespace.
+            continue;
+        }
         let partitions = (0..partitions).filter(|&p| owners[p as usize] == Some(pid)).collect();
         members.push(MemberFile { pid, id, partitions });
     }
     members.sort_by_key(|m| (m.pid, m.id));
     Ok(members)
+}
+
+/// True if a process of pid `pid` exists (one this process may not signal
+/// included).
+fn alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 sends nothing; it only checks that `pid` exists.
+    let sent = unsafe { libc::kill(pid, 0) } == 0;
+    sent || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 #[cfg(test)]
@@ -205,6 +219,39 @@ mod tests {
         drop(file);
         assert_eq!(LockTable::read().unwrap().holder(&path), None);
         fs::remove_file(&path).unwrap();
+    }
+
+    /// A member file held by another process than the one it names, whose
+    /// process is gone: a survivor's look holding a dead member's file to
+    /// remove it. Not a live member.
+    #[test]
+    fn a_dead_members_file_held_by_a_prober_is_not_listed() {
+        use std::os::fd::AsRawFd;
+        let root = std::env::temp_dir().join(format!("rill-holders-probe-{}", std::process::id()));
+        let dir = group_folder(&root, "g", "t");
+        fs::create_dir_all(&dir).unwrap();
+        let mut exited = std::process::Command::new("true").spawn().unwrap();
+        let dead = exited.id();
+        exited.wait().unwrap();
+        let path = dir.join(format!("{dead:010}-1-1.member"));
+        fs::write(&path, format!("pid {dead}\nid 1\n")).unwrap();
+        assert!(is_member_file(&path.file_name().unwrap().to_string_lossy()));
+        let file = fs::File::open(&path).unwrap();
+        // SAFETY: flock on a descriptor we own, with constant flags; it touches no memory.
+        assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+        let listed = group_holders(&root, ("g", "t"), 1, &LockTable::read().unwrap()).unwrap();
+        assert_eq!(listed, [], "the dead member {dead} is listed");
+        // Its own pid's file, held here: a live member.
+        let me = std::process::id();
+        let own = dir.join(format!("{me:010}-1-2.member"));
+        fs::write(&own, format!("pid {me}\nid 2\n")).unwrap();
+        let own_file = fs::File::open(&own).unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::flock(own_file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+        let listed = group_holders(&root, ("g", "t"), 1, &LockTable::read().unwrap()).unwrap();
+        assert_eq!(listed, [MemberFile { pid: me, id: 2, partitions: Vec::new() }]);
+        drop((file, own_file));
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
