@@ -356,7 +356,7 @@ fn a_deleted_topic_forgets_the_groups_commits() {
 /// as a program that keeps a handle it no longer uses.
 fn idle_member(dir: &Path) {
     let broker = processes(dir);
-    let options = ConsumerOptions { session_timeout: LONG_SESSION, ..ConsumerOptions::default() };
+    let options = options_long();
     let mut consumer = broker.consumer(GROUP, TOPIC, options).unwrap();
     consumer.poll(16, Duration::ZERO).unwrap();
     assert_eq!(consumer.assignment(), [0, 1, 2, 3], "alone, it owns every partition");
@@ -387,7 +387,7 @@ fn a_member_left_open_on_a_deleted_topic_frees_the_re_created_ones() {
         broker.delete_topic(TOPIC).unwrap();
         broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
         let published: BTreeSet<_> = procs::publish(&broker, TOPIC, 8).into_iter().collect();
-        let options = ConsumerOptions { session_timeout: LONG_SESSION, ..ConsumerOptions::default() };
+        let options = options_long();
         let mut mine = broker.consumer(GROUP, TOPIC, options).unwrap();
         let mut got = BTreeSet::new();
         wait_for("every partition of the new topic, with the stale member still open", || {
@@ -413,7 +413,7 @@ const LONG_SESSION: Duration = Duration::from_secs(3600);
 /// whenever it changes, until the parent makes `end`.
 fn long_session_member(dir: &Path, i: &str) {
     let broker = processes(dir);
-    let options = ConsumerOptions { session_timeout: LONG_SESSION, ..ConsumerOptions::default() };
+    let options = options_long();
     let mut consumer = broker.consumer(GROUP, TOPIC, options).unwrap();
     let mut owns = None;
     while !dir.join("end").exists() {
@@ -443,7 +443,7 @@ fn a_join_and_a_leave_in_another_process_are_followed_without_the_timer() {
     let dir = TempDir::new("announced");
     let broker = processes(&dir.0);
     broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
-    let options = ConsumerOptions { session_timeout: LONG_SESSION, ..ConsumerOptions::default() };
+    let options = options_long();
     let mut mine = broker.consumer(GROUP, TOPIC, options).unwrap();
     mine.poll(16, Duration::ZERO).unwrap();
     assert_eq!(mine.assignment(), [0, 1, 2, 3], "alone, it owns every partition");
@@ -483,7 +483,7 @@ fn a_killed_member_is_followed_without_the_timer() {
     let dir = TempDir::new("death-watched");
     let broker = processes(&dir.0);
     broker.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
-    let options = ConsumerOptions { session_timeout: LONG_SESSION, ..ConsumerOptions::default() };
+    let options = options_long();
     let mut mine = broker.consumer(GROUP, TOPIC, options).unwrap();
     mine.poll(16, Duration::ZERO).unwrap();
     let mut child = procs::spawn(TEST, "0", &dir.0);
@@ -558,8 +558,8 @@ fn forking_holder(dir: &Path) {
     procs::wait_mark(dir, "end");
 }
 
-/// Group members of [`a_worker_forked_without_exec_does_not_keep_a_dead_parents_locks`]:
-/// a session so long that no fallback look comes during the test.
+/// A member's options with [`LONG_SESSION`]: no fallback look comes during
+/// a test.
 fn options_long() -> ConsumerOptions {
     ConsumerOptions { session_timeout: LONG_SESSION, ..ConsumerOptions::default() }
 }

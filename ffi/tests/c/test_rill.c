@@ -1738,24 +1738,27 @@ static void test_topic_pointers_across_delete_and_recreate(void) {
     rill_broker_free(b);
 }
 
-/* Two subscriptions whose handlers, both in flight at once, free each other. */
+/* Two handlers, both in flight at once (the barrier), each doing `act` to
+ * what the other holds: freeing the other's subscription, closing the
+ * other's broker. Neither may wait for the other handler's call. */
 typedef struct {
     pthread_barrier_t *barrier;
     pthread_mutex_t lock;
-    rill_subscription *other; /* set before publishing; taken by the handler */
+    void *other; /* set before publishing; taken by the handler */
+    void (*act)(void *other);
     int done;
-} mutual_freer;
+} mutual_actor;
 
-static rill_ack free_the_other(void *user_data, const rill_message *m) {
-    mutual_freer *me = (mutual_freer *)user_data;
+static rill_ack act_on_the_other(void *user_data, const rill_message *m) {
+    mutual_actor *me = (mutual_actor *)user_data;
     (void)m;
     pthread_mutex_lock(&me->lock);
-    rill_subscription *other = me->other;
+    void *other = me->other;
     me->other = NULL;
     pthread_mutex_unlock(&me->lock);
     if (other) {
         pthread_barrier_wait(me->barrier);
-        rill_subscription_free(other); /* must not wait for the other handler */
+        me->act(other); /* must not wait for the other handler */
         pthread_mutex_lock(&me->lock);
         me->done = 1;
         pthread_mutex_unlock(&me->lock);
@@ -1763,12 +1766,39 @@ static rill_ack free_the_other(void *user_data, const rill_message *m) {
     return RILL_ACK_SUCCESS;
 }
 
-static int mutual_done(mutual_freer *f) {
+static int mutual_done(mutual_actor *f) {
     pthread_mutex_lock(&f->lock);
     int d = f->done;
     pthread_mutex_unlock(&f->lock);
     return d;
 }
+
+static void mutual_init(mutual_actor *f, pthread_barrier_t *barrier, void (*act)(void *)) {
+    memset(f, 0, sizeof *f);
+    f->barrier = barrier;
+    f->act = act;
+    pthread_mutex_init(&f->lock, NULL);
+}
+
+static void mutual_set_other(mutual_actor *f, void *other) {
+    pthread_mutex_lock(&f->lock);
+    f->other = other;
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* Waits for both to be done; exits if they are stuck (freeing or closing
+ * what they hold would wait on the stuck handlers too). */
+static void mutual_wait(mutual_actor *a, mutual_actor *b, const char *what) {
+    for (int i = 0; i < 4000 && !(mutual_done(a) && mutual_done(b)); i++) sleep_ms(5);
+    if (!(mutual_done(a) && mutual_done(b))) {
+        fprintf(stderr, "%s:%d: %s are stuck\n", __FILE__, __LINE__, what);
+        exit(1);
+    }
+}
+
+static void free_subscription(void *s) { rill_subscription_free((rill_subscription *)s); }
+
+static void close_broker(void *b) { rill_broker_close((rill_broker *)b); }
 
 static void test_handlers_that_free_each_other(void) {
     rill_broker_options bo;
@@ -1780,32 +1810,19 @@ static void test_handlers_that_free_each_other(void) {
     OK(rill_topic_create(b, "tb", NULL));
     pthread_barrier_t barrier;
     pthread_barrier_init(&barrier, NULL, 2);
-    mutual_freer fa, fb;
-    memset(&fa, 0, sizeof fa);
-    memset(&fb, 0, sizeof fb);
-    fa.barrier = fb.barrier = &barrier;
-    pthread_mutex_init(&fa.lock, NULL);
-    pthread_mutex_init(&fb.lock, NULL);
+    mutual_actor fa, fb;
+    mutual_init(&fa, &barrier, free_subscription);
+    mutual_init(&fb, &barrier, free_subscription);
     rill_subscription_options o = sub_options();
     rill_subscription *sa = NULL, *sb = NULL;
-    OK(rill_subscribe(b, "ta", &o, free_the_other, &fa, &sa));
-    OK(rill_subscribe(b, "tb", &o, free_the_other, &fb, &sb));
-    pthread_mutex_lock(&fa.lock);
-    fa.other = sb;
-    pthread_mutex_unlock(&fa.lock);
-    pthread_mutex_lock(&fb.lock);
-    fb.other = sa;
-    pthread_mutex_unlock(&fb.lock);
+    OK(rill_subscribe(b, "ta", &o, act_on_the_other, &fa, &sa));
+    OK(rill_subscribe(b, "tb", &o, act_on_the_other, &fb, &sb));
+    mutual_set_other(&fa, sb);
+    mutual_set_other(&fb, sa);
     rill_record r = record_of("go");
     OK(rill_publish(b, "ta", &r, NULL));
     OK(rill_publish(b, "tb", &r, NULL));
-    for (int i = 0; i < 4000 && !(mutual_done(&fa) && mutual_done(&fb)); i++) sleep_ms(5);
-    if (!(mutual_done(&fa) && mutual_done(&fb))) {
-        /* Freeing the broker would wait on the stuck handlers: fail now. */
-        fprintf(stderr, "%s:%d: handlers freeing each other are stuck\n", __FILE__, __LINE__);
-        exit(1);
-    }
-    CHECK(mutual_done(&fa) && mutual_done(&fb));
+    mutual_wait(&fa, &fb, "handlers freeing each other");
     rill_broker_free(b); /* both subscriptions were freed by the handlers */
     pthread_barrier_destroy(&barrier);
     pthread_mutex_destroy(&fa.lock);
@@ -1813,67 +1830,25 @@ static void test_handlers_that_free_each_other(void) {
 }
 
 /* Two brokers whose handlers, both in flight at once, close each other's
- * broker: neither close may wait for the other handler. */
-typedef struct {
-    pthread_barrier_t *barrier;
-    pthread_mutex_t lock;
-    rill_broker *other; /* set before publishing; taken by the handler */
-    int done;
-} broker_closer;
-
-static rill_ack close_the_other_broker(void *user_data, const rill_message *m) {
-    broker_closer *me = (broker_closer *)user_data;
-    (void)m;
-    pthread_mutex_lock(&me->lock);
-    rill_broker *other = me->other;
-    me->other = NULL;
-    pthread_mutex_unlock(&me->lock);
-    if (other) {
-        pthread_barrier_wait(me->barrier);
-        rill_broker_close(other); /* must not wait for the other handler */
-        pthread_mutex_lock(&me->lock);
-        me->done = 1;
-        pthread_mutex_unlock(&me->lock);
-    }
-    return RILL_ACK_SUCCESS;
-}
-
-static int closer_done(broker_closer *c) {
-    pthread_mutex_lock(&c->lock);
-    int d = c->done;
-    pthread_mutex_unlock(&c->lock);
-    return d;
-}
-
+ * broker. */
 static void test_handlers_that_close_each_others_broker(void) {
     rill_broker *b[2] = {NULL, NULL};
     rill_subscription *s[2] = {NULL, NULL};
-    broker_closer c[2];
+    mutual_actor c[2];
     pthread_barrier_t barrier;
     pthread_barrier_init(&barrier, NULL, 2);
     rill_subscription_options o = sub_options();
     for (int i = 0; i < 2; i++) {
         OK(rill_broker_new(NULL, &b[i]));
         OK(rill_topic_create(b[i], "t", NULL));
-        memset(&c[i], 0, sizeof c[i]);
-        c[i].barrier = &barrier;
-        pthread_mutex_init(&c[i].lock, NULL);
-        OK(rill_subscribe(b[i], "t", &o, close_the_other_broker, &c[i], &s[i]));
+        mutual_init(&c[i], &barrier, close_broker);
+        OK(rill_subscribe(b[i], "t", &o, act_on_the_other, &c[i], &s[i]));
     }
-    for (int i = 0; i < 2; i++) {
-        pthread_mutex_lock(&c[i].lock);
-        c[i].other = b[1 - i];
-        pthread_mutex_unlock(&c[i].lock);
-    }
+    for (int i = 0; i < 2; i++) mutual_set_other(&c[i], b[1 - i]);
     rill_record r = record_of("go");
     OK(rill_publish(b[0], "t", &r, NULL));
     OK(rill_publish(b[1], "t", &r, NULL));
-    for (int i = 0; i < 4000 && !(closer_done(&c[0]) && closer_done(&c[1])); i++) sleep_ms(5);
-    if (!(closer_done(&c[0]) && closer_done(&c[1]))) {
-        /* Freeing the brokers would wait on the stuck handlers: fail now. */
-        fprintf(stderr, "%s:%d: handlers closing each other's broker are stuck\n", __FILE__, __LINE__);
-        exit(1);
-    }
+    mutual_wait(&c[0], &c[1], "handlers closing each other's broker");
     for (int i = 0; i < 2; i++) {
         CHECK_STATUS(rill_publish(b[i], "t", &r, NULL), RILL_ERR_CLOSED);
         rill_subscription_free(s[i]);
