@@ -253,6 +253,11 @@ impl PublishFailure {
     pub(crate) fn closed() -> PublishFailure {
         PublishFailure(Box::new(Error::broker_closed()))
     }
+
+    /// The error it carries.
+    pub(crate) fn error(&self) -> &Error {
+        &self.0
+    }
 }
 
 impl From<Error> for PublishFailure {

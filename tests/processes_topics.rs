@@ -11,6 +11,7 @@
 mod common;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::procs::{self, TempDir, child_role, expect_success, mark, spawn, wait_child_mark, wait_mark};
@@ -222,4 +223,59 @@ fn processes_racing_to_create_a_topic_have_one_creator_each() {
         let creators = outcomes.iter().filter(|o| o[n]).count();
         assert_eq!(creators, 1, "topic x{n}: {creators} creators got Ok");
     }
+}
+
+/// A publisher whose topic another process deletes gets `NoSuchTopic`,
+/// also from a publish that rolls to a new segment before its process has
+/// seen the delete and finds the topic's files gone (it got an I/O error).
+/// Every publish rolls often here (16 KB messages, 64 KiB segments) while
+/// the other broker deletes the topic and creates it again, over and over.
+#[test]
+fn a_publisher_rolling_as_another_process_deletes_its_topic_gets_no_such_topic() {
+    const CYCLES: u32 = 200;
+    let dir = TempDir::new("delete-roll");
+    let (deleter, publisher) = (Broker::new(config(&dir.0)).unwrap(), Broker::new(config(&dir.0)).unwrap());
+    let options = TopicOptions { segment_bytes: Some(64 << 10), ..TopicOptions::default() };
+    deleter.create_topic("t", &options).unwrap();
+    let payload = vec![7u8; 16_000];
+    let published = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    /// Ends the publishing thread however the deleting loop ends.
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let others = std::thread::scope(|s| {
+        let publishing = s.spawn(|| {
+            let mut others = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                match publisher.publish("t", &Record::new(&payload)) {
+                    Ok(_) => {
+                        published.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(Error::NoSuchTopic(_)) => {}
+                    Err(e) => others.push(e.to_string()),
+                }
+            }
+            others
+        });
+        let _stop = Stop(&stop);
+        for _ in 0..CYCLES {
+            // A few rolls into each topic before it goes.
+            let from = published.load(Ordering::Relaxed);
+            wait_for("publishes to the topic", || published.load(Ordering::Relaxed) >= from + 8);
+            deleter.delete_topic("t").unwrap();
+            deleter.create_topic("t", &options).unwrap();
+        }
+        drop(_stop);
+        publishing.join().unwrap()
+    });
+    assert!(
+        others.is_empty(),
+        "{} publishes failed with another error than NoSuchTopic, the first: {}",
+        others.len(),
+        others[0]
+    );
 }

@@ -139,8 +139,9 @@
 //! and fail, as they do against a local delete. One difference from a
 //! local delete: until that process's doorbell has reread the list, a
 //! publish there to the deleted topic still lands in the mapped segment
-//! (read by nobody) or, at a roll, fails with an I/O error rather than
-//! `NoSuchTopic`.
+//! (read by nobody). One that fails on the missing files (a roll) reports
+//! `NoSuchTopic` all the same: an I/O failure of a topic whose directory
+//! is gone is its delete (`Topic::publish_failed`).
 //!
 //! # Members of groups and shared subscriptions
 //!

@@ -285,6 +285,9 @@ pub(crate) struct Topic {
     pub(crate) priority: Option<u8>,
     /// Its schema, if any (see `schema.rs`).
     pub(crate) schema: Slot,
+    /// Processes mode: its directory (`topics/<n>`), which a delete by any
+    /// process renames away (see [`Topic::publish_failed`]).
+    dir: Option<PathBuf>,
 }
 
 /// Where a publish through [`Topic::publish_identified`] landed:
@@ -312,6 +315,7 @@ impl Topic {
             compaction: options.compaction_policy(),
             priority: options.priority,
             schema: Slot::default(),
+            dir: None,
         })
     }
 
@@ -537,14 +541,15 @@ impl Topic {
                 Ok(Arc::new(p))
             })
             .collect::<Result<Vec<_>>>()?;
+        let topic_dir = match opening {
+            Opening::Alone => None,
+            Opening::First | Opening::Join => Some(dir(0).parent().map(PathBuf::from).unwrap_or_default()),
+        };
         // Processes mode: the window is filled by the first turn's catch-up
         // instead of here, and kept up by every turn's.
-        let across = match (opening, options.dedupe_window_ms) {
-            (Opening::Alone, _) | (_, 0) => None,
-            _ => {
-                let topic_dir = dir(0).parent().map(PathBuf::from).unwrap_or_default();
-                Some(Across::open(topic_dir.join(DEDUPE_LOCK_FILE), partitions.len())?)
-            }
+        let across = match (&topic_dir, options.dedupe_window_ms) {
+            (None, _) | (_, 0) => None,
+            (Some(topic_dir), _) => Some(Across::open(topic_dir.join(DEDUPE_LOCK_FILE), partitions.len())?),
         };
         let topic = Topic {
             name: name.into(),
@@ -554,6 +559,7 @@ impl Topic {
             compaction: options.compaction_policy(),
             priority: options.priority,
             schema: Slot::default(),
+            dir: topic_dir,
         };
         if topic.across.is_none() {
             topic.rebuild_window();
@@ -577,17 +583,33 @@ impl Topic {
     /// What a publish to this topic that failed with `f` reports: if the
     /// topic was deleted meanwhile, the deletion (its files may have gone
     /// under the append, see "Deleting a topic" in `store/mod.rs`), else `f`.
+    /// Deleted by another process sharing the directory, the topic is
+    /// marked here only once this broker has reread the topic list, but an
+    /// I/O failure (a roll finding no directory) is its delete as soon as
+    /// its directory is gone ([`Topic::gone_from_disk`]).
     #[cold]
     #[inline(never)]
     pub(crate) fn publish_failed(&self, f: PublishFailure) -> PublishFailure {
-        if self.is_deleted() { PublishFailure::from(self.deleted_error()) } else { f }
+        if self.is_deleted() || self.gone_from_disk(f.error()) { PublishFailure::from(self.deleted_error()) } else { f }
     }
 
     /// [`Topic::publish_failed`] for the batch paths' `Error`.
     #[cold]
     #[inline(never)]
     pub(crate) fn batch_failed(&self, e: Error) -> Error {
-        if self.is_deleted() { self.deleted_error() } else { e }
+        if self.is_deleted() || self.gone_from_disk(&e) { self.deleted_error() } else { e }
+    }
+
+    /// Processes mode: whether `e`, an I/O failure, met the topic deleted
+    /// by another process: its directory `topics/<n>` is not there. A
+    /// delete renames it away only once the topic is unlisted (see
+    /// "Deleting a topic" in `store/mod.rs`), so a missing directory is a
+    /// deleted topic; with the directory there, the failure is reported as
+    /// it is.
+    fn gone_from_disk(&self, e: &Error) -> bool {
+        let Some(dir) = &self.dir else { return false };
+        matches!(e, Error::Io { .. })
+            && matches!(std::fs::symlink_metadata(dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
     }
 
     /// The error a handle to a deleted topic reports.

@@ -151,3 +151,47 @@ def test_publishing_to_a_topic_another_process_deleted_raises_until_it_is_create
         assert b.publish(TOPIC, b"plain").offset == 0
         assert [p.offset for p in b.publish_batch(TOPIC, [b"batch"])] == [1]
         assert _payloads(b) == [b"plain", b"batch"]
+
+
+def _churner(data_dir: str, cycles: int, published: Any, done: Any) -> None:
+    """Deletes TOPIC and creates it again `cycles` times, each once the
+    parent has published a few more messages to it."""
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never", worker_threads=1) as b:
+        for _ in range(cycles):
+            start = published.value
+            deadline = time.monotonic() + WAIT
+            while published.value < start + 8:
+                assert time.monotonic() < deadline, "the parent stopped publishing"
+                time.sleep(0.001)
+            b.delete_topic(TOPIC)
+            b.create_topic(TOPIC, retention_bytes=256 << 10)
+    done.set()
+
+
+def test_a_publisher_rolling_as_another_process_deletes_its_topic_gets_no_such_topic(tmp_path: Path) -> None:
+    # 16 KB messages in 64 KiB segments: a roll every few publishes, some
+    # of them after the other process removed the topic's files and before
+    # this one has seen the delete. Each reports NoSuchTopic, not a
+    # StorageError.
+    ctx = multiprocessing.get_context("spawn")
+    data_dir = str(tmp_path / "data")
+    errors: dict[str, int] = {}
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never") as b:
+        b.create_topic(TOPIC, retention_bytes=256 << 10)
+        published = ctx.Value("Q", 0, lock=False)
+        done = ctx.Event()
+        child = ctx.Process(target=_churner, args=(data_dir, 30, published, done))
+        child.start()
+        try:
+            deadline = time.monotonic() + 10 * WAIT
+            while not done.is_set() and child.is_alive():
+                assert time.monotonic() < deadline, "the deleting process never finished"
+                try:
+                    b.publish(TOPIC, b"." * 16000)
+                    published.value += 1
+                except rill.RillError as e:
+                    errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
+        finally:
+            child.join(WAIT)
+        assert child.exitcode == 0
+    assert set(errors) <= {"NoSuchTopic"}, errors
