@@ -606,3 +606,48 @@ fn a_worker_forked_without_exec_does_not_keep_a_dead_parents_locks() {
     // The worker waits for `end` (or a minute) and exits by itself.
     procs::check_then_release(checks, || procs::mark(&dir.0, "end"));
 }
+
+/// A group with a live member when another broker deletes its topic keeps
+/// its commits on disk (the deleter forgets only groups with none live).
+/// Once that member has left, the topic created again under the name has
+/// no such group, as in one process: not listed, `group_stats` and
+/// `delete_group` `NotFound` from either broker, until a member of the new
+/// topic commits.
+#[test]
+fn a_group_live_when_its_topic_is_deleted_is_no_group_of_the_re_created_one() {
+    let dir = TempDir::new("ghost-group");
+    let (deleter, member_side) = (processes(&dir.0), processes(&dir.0));
+    deleter.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    procs::publish(&deleter, TOPIC, 8);
+    let mut consumer = member_side.consumer(GROUP, TOPIC, options()).unwrap();
+    wait_for("a message", || !consumer.poll(4, Duration::from_millis(20)).unwrap().is_empty());
+    consumer.commit().unwrap();
+    deleter.delete_topic(TOPIC).unwrap();
+    // Its broker sees the delete (and its member leaves the group).
+    wait_for("the delete seen by the member's broker", || {
+        matches!(consumer.poll(1, Duration::ZERO), Err(Error::NoSuchTopic(_)))
+    });
+    consumer.close();
+    deleter.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    for broker in [&deleter, &member_side] {
+        assert_eq!(broker.groups(), [] as [(String, String); 0], "the deleted topic's group is not listed");
+        assert!(matches!(broker.group_stats(GROUP, TOPIC), Err(Error::NotFound(_))));
+        assert!(matches!(broker.delete_group(GROUP, TOPIC), Err(Error::NotFound(_))));
+    }
+    // A member of the new topic that commits makes it the group's.
+    let published = procs::publish(&deleter, TOPIC, 4);
+    let mut fresh = deleter.consumer(GROUP, TOPIC, options()).unwrap();
+    let mut got = 0;
+    wait_for("the new topic's messages", || {
+        got += fresh.poll(16, Duration::from_millis(20)).unwrap().len();
+        got >= published.len()
+    });
+    fresh.commit().unwrap();
+    fresh.close();
+    for broker in [&deleter, &member_side] {
+        assert_eq!(broker.groups(), [(GROUP.to_owned(), TOPIC.to_owned())]);
+        assert_eq!(broker.group_stats(GROUP, TOPIC).unwrap().lag, 0);
+    }
+    member_side.delete_group(GROUP, TOPIC).unwrap();
+    assert!(deleter.groups().is_empty());
+}

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import WAIT
 
 import rill
@@ -136,3 +137,37 @@ def test_a_consumer_left_open_on_a_deleted_topic_frees_the_re_created_ones(tmp_p
             child.join(WAIT)
         assert joined.get(timeout=WAIT) == "no such topic"
         assert child.exitcode == 0
+
+
+def test_a_group_live_when_its_topic_is_deleted_is_no_group_of_the_re_created_one(tmp_path: Path) -> None:
+    # Two brokers on one directory stand in for two processes. The group
+    # has a live member when its topic is deleted, so its commits stay on
+    # disk; once the member has gone, the topic created again has no such
+    # group, as with sharing="exclusive".
+    data_dir = str(tmp_path / "data")
+    opts: dict[str, Any] = {"data_dir": data_dir, "sharing": "processes", "fsync": "never"}
+    with rill.Broker(**opts) as a, rill.Broker(**opts) as b:
+        a.create_topic(TOPIC, partitions=PARTITIONS)
+        for n in range(5):
+            a.publish(TOPIC, f"m-{n}")
+        member = b.consumer(GROUP, TOPIC)
+        deadline = time.monotonic() + WAIT
+        while not member.poll(max_messages=3, timeout=0.02):
+            assert time.monotonic() < deadline, "the member got nothing"
+        member.commit()
+        a.delete_topic(TOPIC)
+        while True:
+            assert time.monotonic() < deadline, "the member's broker never saw the delete"
+            try:
+                member.poll(max_messages=1, timeout=0)
+            except rill.NoSuchTopic:
+                break
+            time.sleep(0.001)
+        member.close()
+        a.create_topic(TOPIC, partitions=PARTITIONS)
+        for broker in (a, b):
+            assert broker.groups() == []
+            with pytest.raises(rill.NotFound):
+                broker.group_stats(GROUP, TOPIC)
+            with pytest.raises(rill.NotFound):
+                broker.delete_group(GROUP, TOPIC)

@@ -413,11 +413,34 @@ fn committed_for(
     mine: u64,
 ) -> Result<Option<Option<u64>>> {
     let committed = committed_of(&slot.offsets, dir, group, topic, p)?;
-    if slot.dir == UNKNOWN_DIR || mine == UNKNOWN_DIR || slot.dir == mine {
+    if of_topic(slot, mine) {
         return Ok(Some(committed));
     }
     // Directory numbers only grow: a smaller one is an older topic's.
     Ok((slot.dir < mine).then_some(None))
+}
+
+/// Whether `slot` was written by a member of the topic in directory
+/// number `mine`: the same number, or either unknown (a slot of format 1,
+/// or a process with no number for its topic), whose commits go by name
+/// alone (see "Commits and directory numbers").
+fn of_topic(slot: &MemberSlot, mine: u64) -> bool {
+    slot.dir == UNKNOWN_DIR || mine == UNKNOWN_DIR || slot.dir == mine
+}
+
+/// Whether the group folder `dir` holds a commit of the topic in
+/// directory number `mine`, of any partition. A folder whose slots all
+/// hold another topic's of that name (one deleted while a member was live,
+/// see "Deleting a topic") holds none: its group never consumed this topic.
+fn has_commits_of(dir: &Path, mine: u64, repair: bool) -> Result<bool> {
+    for p in slot_partitions(dir)? {
+        let files = slot_files(p);
+        let (held, ..) = read_slots_of::<MemberSlot>(dir, &files.each_ref().map(String::as_str), repair)?;
+        if of_topic(&held, mine) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Tries the lock of `path` without blocking: `None` if it is held.
@@ -705,8 +728,9 @@ fn read_committed(dir: &Path, (group, topic, mine): (&str, &str, u64), p: u32, r
 }
 
 /// The committed offsets of group `group` on `topic` (`partitions` of
-/// them) in `root`, as the slots hold them; `None` if the group has no
-/// commits there.
+/// them, in directory number `topic_dir`) in `root`, as the slots hold
+/// them; `None` if the group has no commits of that topic there (its slots,
+/// if any, are another topic's of that name).
 pub(super) fn group_committed(
     root: &Path,
     repair: bool,
@@ -714,7 +738,7 @@ pub(super) fn group_committed(
     partitions: u32,
 ) -> Result<Option<Vec<Option<u64>>>> {
     let dir = root.join(GROUPS_DIR).join(group_key(group, topic));
-    if !dir.is_dir() || slot_partitions(&dir)?.is_empty() {
+    if !dir.is_dir() || !has_commits_of(&dir, topic_dir, repair)? {
         return Ok(None);
     }
     (0..partitions)
@@ -723,16 +747,33 @@ pub(super) fn group_committed(
         .map(Some)
 }
 
-/// Forgets group `group`'s committed offsets on `topic` in `root` (see the
-/// module docs): `NotFound` if it has none, `Busy` while a member holds
+/// Forgets group `group`'s committed offsets on `topic` (of `partitions`
+/// partitions, in directory number `topic_dir`) in `root` (see the module
+/// docs): `NotFound` if it has none of that topic (slots of another topic
+/// of the name are removed too when it has), `Busy` while a member holds
 /// any partition (or any member is live).
-pub(super) fn forget_group(root: &Path, fsync: Fsync, (group, topic): (&str, &str), partitions: u32) -> Result<()> {
-    forget_in(root, GROUPS_DIR, fsync, (group, topic), partitions)
+pub(super) fn forget_group(
+    root: &Path,
+    fsync: Fsync,
+    repair: bool,
+    (group, topic, topic_dir): (&str, &str, u64),
+    partitions: u32,
+) -> Result<()> {
+    forget_in(root, GROUPS_DIR, fsync, (group, topic), partitions, Some((topic_dir, repair)))
 }
 
 /// [`forget_group`] in `root`'s folder `top` ([`GROUPS_DIR`] or
-/// [`SHARED_DIR`]).
-fn forget_in(root: &Path, top: &str, fsync: Fsync, (group, topic): (&str, &str), partitions: u32) -> Result<()> {
+/// [`SHARED_DIR`]). With `of`, the directory number of the topic (and
+/// `repair`): `NotFound` unless a slot holds a commit of that topic; without
+/// it, the slots go whichever topic of the name wrote them.
+fn forget_in(
+    root: &Path,
+    top: &str,
+    fsync: Fsync,
+    (group, topic): (&str, &str),
+    partitions: u32,
+    of: Option<(u64, bool)>,
+) -> Result<()> {
     let dir = root.join(top).join(group_key(group, topic));
     let what = if top == SHARED_DIR { "shared subscription" } else { "consumer group" };
     let none = || Error::NotFound(format!("{what} {group:?} has no offsets on topic {topic:?}"));
@@ -755,6 +796,11 @@ fn forget_in(root: &Path, top: &str, fsync: Fsync, (group, topic): (&str, &str),
         }
     }
     if slots.is_empty() {
+        return Err(none());
+    }
+    if let Some((mine, repair)) = of
+        && !has_commits_of(&dir, mine, repair)?
+    {
         return Err(none());
     }
     let mut locks = Vec::new();
@@ -796,7 +842,7 @@ pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -
             if t != topic {
                 continue;
             }
-            match forget_in(root, top, fsync, (&group, topic), partitions) {
+            match forget_in(root, top, fsync, (&group, topic), partitions, None) {
                 Ok(()) | Err(Error::Busy(_) | Error::NotFound(_)) => {}
                 Err(e) => return Err(e),
             }
@@ -831,7 +877,7 @@ pub(super) fn forget_shared(root: &Path, fsync: Fsync, repair: bool, name: &str)
         if n != name {
             continue;
         }
-        match forget_in(root, SHARED_DIR, fsync, (name, &topic), partitions) {
+        match forget_in(root, SHARED_DIR, fsync, (name, &topic), partitions, None) {
             Ok(()) => any = true,
             Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
@@ -840,10 +886,26 @@ pub(super) fn forget_shared(root: &Path, fsync: Fsync, repair: bool, name: &str)
     Ok(any)
 }
 
-/// Every (group, topic) with commits under `groups/` in `root`, sorted.
-pub(super) fn group_list(root: &Path, repair: bool) -> Result<Vec<(String, String)>> {
-    let mut list: Vec<(String, String)> =
-        folders_in(root, GROUPS_DIR, repair)?.into_iter().map(|(g, t, _)| (g, t)).collect();
+/// Every (group, topic) with commits under `groups/` in `root` of the
+/// topic as `listed` (the topic list) names it, sorted: a folder whose
+/// slots all hold another topic's of that name (deleted, see "Deleting a
+/// topic") is not listed, nor one whose topic is not listed (unless its
+/// commits go by name alone).
+pub(super) fn group_list(root: &Path, repair: bool, listed: &[TopicMeta]) -> Result<Vec<(String, String)>> {
+    let mut list = Vec::new();
+    for entry in folder_entries(&root.join(GROUPS_DIR))? {
+        let dir = entry.path();
+        for p in slot_partitions(&dir)? {
+            let files = slot_files(p);
+            let (held, ..) = read_slots_of::<MemberSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
+            let Some((group, topic, _)) = held.offsets.groups.first() else { continue };
+            let mine = listed.iter().find(|m| m.name == *topic).map(|m| m.dir);
+            if held.dir == UNKNOWN_DIR || mine == Some(held.dir) {
+                list.push((group.clone(), topic.clone()));
+                break;
+            }
+        }
+    }
     list.sort();
     list.dedup();
     Ok(list)
@@ -987,9 +1049,9 @@ mod tests {
         assert!(b.rebalance(&target).unwrap());
         assert_eq!(b.owned(), [0, 1, 2, 3]);
         assert_eq!(b.committed(3).unwrap(), Some(7));
-        assert!(matches!(forget_group(r, f, ("g", "t"), 4), Err(Error::Busy(_))));
+        assert!(matches!(forget_group(r, f, false, ("g", "t", 1), 4), Err(Error::Busy(_))));
         drop(b);
-        forget_group(r, f, ("g", "t"), 4).unwrap();
+        forget_group(r, f, false, ("g", "t", 1), 4).unwrap();
         assert_eq!(group_committed(r, false, ("g", "t", 1), 4).unwrap(), None);
     }
 
@@ -1010,7 +1072,7 @@ mod tests {
         a.give_up(1);
         assert_eq!(b.take(&[1]).unwrap(), [(1, Some(4))], "from a's last commit");
         // Kept apart from the consumer groups.
-        assert!(group_list(r, false).unwrap().is_empty());
+        assert!(group_list(r, false, &topics(&[("t", 1)])).unwrap().is_empty());
     }
 
     #[test]
@@ -1036,9 +1098,10 @@ mod tests {
         }
         let live = Membership::join(r, f, false, ("h", "t", 1), 2, 2).unwrap();
         let all = |v: &[(&str, &str)]| v.iter().map(|(g, t)| (g.to_string(), t.to_string())).collect::<Vec<_>>();
-        assert_eq!(group_list(r, false).unwrap(), all(&[("g", "t"), ("g", "u"), ("h", "t")]));
+        let listed = topics(&[("t", 1), ("u", 1)]);
+        assert_eq!(group_list(r, false, &listed).unwrap(), all(&[("g", "t"), ("g", "u"), ("h", "t")]));
         drop_topic(r, f, false, "t").unwrap();
-        assert_eq!(group_list(r, false).unwrap(), all(&[("g", "u"), ("h", "t")]));
+        assert_eq!(group_list(r, false, &listed).unwrap(), all(&[("g", "u"), ("h", "t")]));
         assert_eq!(group_committed(r, false, ("g", "t", 1), 2).unwrap(), None);
         assert_eq!(group_committed(r, false, ("h", "t", 1), 2).unwrap(), Some(vec![None, Some(5)]), "a live member's");
         assert_eq!(group_committed(r, false, ("g", "u", 1), 2).unwrap(), Some(vec![None, Some(5)]), "another topic's");
@@ -1107,7 +1170,8 @@ mod tests {
         assert!(g.commit(0, 9, false).unwrap());
         drop(g);
         assert_eq!(group_committed(r, false, ("g", "t", 5), 1).unwrap(), Some(vec![Some(9)]));
-        assert_eq!(group_committed(r, false, ("g", "t", 6), 1).unwrap(), Some(vec![None]));
+        // A topic of the name created again: the group never consumed it.
+        assert_eq!(group_committed(r, false, ("g", "t", 6), 1).unwrap(), None);
         // Format 1 (what rill wrote before): by name alone, in any directory.
         let dir = folder_in(r, GROUPS_DIR, f, "h", "t").unwrap();
         let commit = GroupCommit::<Offsets>::with_files(&dir, slot_files(0), 0, 0, &Offsets::default());
@@ -1126,6 +1190,45 @@ mod tests {
         let mut offsets = Offsets::default();
         fold_in(r, &mut offsets, false, &listed(9)).unwrap();
         assert!(offsets.groups.iter().all(|(g, ..)| g != "h"), "{offsets:?}");
+    }
+
+    /// A group whose slots hold only a deleted topic's commits (a member
+    /// was live at the delete, so the deleter kept them) is no group of the
+    /// topic created again under the name: not listed, no commits,
+    /// `NotFound` to delete; once a member of the new topic commits, it is.
+    #[test]
+    fn a_deleted_topics_commits_are_no_group_of_the_topic_created_again() {
+        let root = temp_dir("ghost");
+        let (r, f) = (root.as_path(), Fsync::Never);
+        let mut old = Membership::join(r, f, false, ("g", "t", 3), 2, 1).unwrap();
+        let target = old.target().unwrap();
+        old.rebalance(&target).unwrap();
+        assert!(old.commit(0, 4, false).unwrap() && old.commit(1, 6, false).unwrap());
+        drop_topic(r, f, false, "t").unwrap();
+        drop(old);
+        let (old_list, new_list) = (topics(&[("t", 3)]), topics(&[("t", 4)]));
+        let pair = vec![("g".to_owned(), "t".to_owned())];
+        assert_eq!(group_list(r, false, &old_list).unwrap(), pair, "the old topic's, read as of its list");
+        assert!(group_list(r, false, &new_list).unwrap().is_empty());
+        assert!(group_list(r, false, &[]).unwrap().is_empty(), "nor with the name unlisted");
+        assert_eq!(group_committed(r, false, ("g", "t", 4), 2).unwrap(), None);
+        assert!(matches!(forget_group(r, f, false, ("g", "t", 4), 2), Err(Error::NotFound(_))));
+        // A live member of the new topic, before any commit: `Busy`, as in
+        // one process.
+        let mut new = Membership::join(r, f, false, ("g", "t", 4), 2, 2).unwrap();
+        assert!(matches!(forget_group(r, f, false, ("g", "t", 4), 2), Err(Error::Busy(_))));
+        let target = new.target().unwrap();
+        new.rebalance(&target).unwrap();
+        assert!(new.commit(1, 2, false).unwrap());
+        drop(new);
+        assert_eq!(group_list(r, false, &new_list).unwrap(), pair);
+        assert_eq!(group_committed(r, false, ("g", "t", 4), 2).unwrap(), Some(vec![None, Some(2)]));
+        forget_group(r, f, false, ("g", "t", 4), 2).unwrap();
+        assert_eq!(slot_partitions(&group_folder(r, "g", "t")).unwrap(), [0u32; 0], "the old topic's slots too");
+    }
+
+    fn topics(names: &[(&str, u64)]) -> Vec<TopicMeta> {
+        names.iter().map(|&(name, dir)| TopicMeta { name: name.into(), dir, options: Default::default() }).collect()
     }
 
     #[test]

@@ -406,9 +406,11 @@ impl Store {
         membership::group_committed(&self.root, self.repair, (group, topic, dir), partitions)
     }
 
-    /// Processes mode: every (group, topic) with commits here, sorted.
+    /// Processes mode: every (group, topic) with commits here of the topic
+    /// the directory's list names now (read afresh), sorted.
     pub(crate) fn group_list(&self) -> Result<Vec<(String, String)>> {
-        membership::group_list(&self.root, self.repair)
+        let listed = self.with_topic_list(|list| Ok(list.to_vec()))?;
+        membership::group_list(&self.root, self.repair, &listed)
     }
 
     /// Every durable name of the directory with the pid of its holder
@@ -430,9 +432,11 @@ impl Store {
     }
 
     /// Processes mode: forgets group `group`'s committed offsets on
-    /// `topic`: `Busy` while it has a live member, `NotFound` if it has none.
+    /// `topic` (as this broker opened it): `Busy` while it has a live
+    /// member, `NotFound` if it has none of that topic.
     pub(crate) fn forget_group(&self, group: &str, topic: &str, partitions: u32) -> Result<()> {
-        membership::forget_group(&self.root, self.fsync, (group, topic), partitions)
+        let dir = self.opened_dir(topic).unwrap_or(UNKNOWN_DIR);
+        membership::forget_group(&self.root, self.fsync, self.repair, (group, topic, dir), partitions)
     }
 
     /// Processes mode, holding `topics.lock` with topic `topic` just
