@@ -295,6 +295,54 @@ fn positions_move_with_the_directory_between_modes() {
     }
 }
 
+/// A delete of a name no subscription ever took is `NotFound` and leaves
+/// nothing behind: no lock file under `named/` (which a `Processes` broker
+/// never removes), so the name is not listed, now or after a reopen. A
+/// name whose positions an open moved there (no lock file yet) is still
+/// deleted, and a name taken and deleted is `NotFound` the second time.
+#[test]
+fn deleting_a_name_never_taken_leaves_nothing_behind() {
+    let dir = TempDir::new("unknown");
+    let named = dir.0.join("named");
+    let lock_files = || match std::fs::read_dir(&named) {
+        Ok(entries) => entries.filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".lock")).count(),
+        Err(_) => 0,
+    };
+    let broker = processes(&dir.0);
+    for i in 0..5 {
+        match broker.delete_durable(&format!("never-used-{i}")) {
+            Err(Error::NotFound(_)) => {}
+            r => panic!("expected NotFound, got {r:?}"),
+        }
+    }
+    assert_eq!(lock_files(), 0, "a delete of an unknown name made a lock file");
+    assert!(broker.named_subscriptions().unwrap().is_empty(), "listed");
+    drop(broker);
+    assert!(processes(&dir.0).named_subscriptions().unwrap().is_empty(), "listed after a reopen");
+
+    // Positions saved in Exclusive mode, moved to the name's slots by a
+    // Processes open, with no lock file: the delete finds and forgets them.
+    let exclusive = Broker::new(config(&dir.0, Sharing::Exclusive, Fsync::Never)).unwrap();
+    exclusive.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    let (sub, seen) = subscribe_named(&exclusive).unwrap();
+    publish(&exclusive, 3);
+    wait_for("the messages", || seen.lock().unwrap().len() == 3);
+    sub.close();
+    drop(exclusive);
+    let broker = processes(&dir.0);
+    assert_eq!(lock_files(), 0);
+    broker.delete_durable(NAME).unwrap();
+    match broker.delete_durable(NAME) {
+        Err(Error::NotFound(_)) => {}
+        r => panic!("expected NotFound, got {r:?}"),
+    }
+    // Deleted: the name's next subscriber starts afresh.
+    let (sub, seen) = subscribe_named(&broker).unwrap();
+    wait_for("the messages again", || seen.lock().unwrap().len() == 3);
+    assert_eq!(*seen.lock().unwrap(), [0, 1, 2]);
+    sub.close();
+}
+
 /// Creates [`TOPIC`] again, publishes five messages and checks that the
 /// name's next holder reads the new topic from its first message.
 fn recreated_is_read_from_its_start(broker: &Broker) {

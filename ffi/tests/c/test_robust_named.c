@@ -9,6 +9,8 @@
  * message no holder was given, never before where the last one started,
  * and, after a holder under RILL_FSYNC_ALWAYS was killed idle, exactly
  * after its last ack. RILL_NAMED_KILLS sets the number of kills (50).
+ * First, a delete of a name never taken: RILL_ERR_NOT_FOUND, and nothing
+ * left on the disk or in rill_named_subscription_list.
  *
  * The parent runs a broker (with its threads), so its children are this
  * program run again (fork, then exec at once), each with a command pipe
@@ -246,6 +248,58 @@ static void busy_until_let_go(const char *self, const char *dir, rill_broker *b)
     finish(&k);
 }
 
+/* Counts the names rill_named_subscription_list hands to its callback. */
+static void count_named(void *user_data, const rill_named_subscription *named) {
+    (void)named;
+    (*(int *)user_data)++;
+}
+
+/* The lock files under `dir`/named (none if the folder is missing). */
+static int lock_files(const char *dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/named", dir);
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        return 0;
+    }
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t len = strlen(e->d_name);
+        n += len > 5 && strcmp(e->d_name + len - 5, ".lock") == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+/* A delete of a name no subscription ever took is RILL_ERR_NOT_FOUND and
+ * leaves nothing on the disk, so the name is never listed (a lock file
+ * left there would list it for good: a Processes broker removes none). */
+static void unknown_names_leave_nothing(void) {
+    char dir[] = "/tmp/rill-c-named-unknown-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    rill_broker *b = NULL;
+    OK(open_shared(dir, RILL_FSYNC_NEVER, &b));
+    if (b == NULL) {
+        return;
+    }
+    char name[32];
+    for (int i = 0; i < 5; i++) {
+        snprintf(name, sizeof name, "never-used-%d", i);
+        CHECK_STATUS(rill_durable_delete(b, name), RILL_ERR_NOT_FOUND);
+    }
+    CHECK(lock_files(dir) == 0);
+    int listed = 0;
+    OK(rill_named_subscription_list(b, count_named, &listed));
+    CHECK(listed == 0);
+    rill_broker_free(b);
+    OK(open_shared(dir, RILL_FSYNC_NEVER, &b));
+    listed = 0;
+    OK(rill_named_subscription_list(b, count_named, &listed));
+    CHECK(listed == 0);
+    rill_broker_free(b);
+    remove_dir(dir);
+}
+
 /* The kill -9 loop (see the top of the file). */
 static void kill_loop(const char *self, const char *dir, rill_broker *b) {
     const char *env = getenv("RILL_NAMED_KILLS");
@@ -330,6 +384,7 @@ int main(int argc, char **argv) {
     if (argc == 6 && strcmp(argv[1], "child") == 0) {
         return child(argv);
     }
+    unknown_names_leave_nothing();
     char dir[] = "/tmp/rill-c-named-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     rill_broker *b = NULL;

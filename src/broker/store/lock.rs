@@ -54,8 +54,9 @@ impl Drop for Locked {
 }
 
 pub(crate) use crate::log::file::LockFile;
-/// Opens (creating if missing, never truncating) a lock file.
-pub(super) use crate::log::file::open_lock_file;
+/// Opens (creating if missing, never truncating) a lock file; or only one
+/// that exists.
+pub(super) use crate::log::file::{open_existing_lock_file, open_lock_file};
 
 /// `flock(fd, op)`: `Ok(false)` if `LOCK_NB` was asked for and the lock is
 /// held elsewhere.

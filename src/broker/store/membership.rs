@@ -867,6 +867,13 @@ fn folders_in(root: &Path, top: &str, repair: bool) -> Result<Vec<(String, Strin
     Ok(found)
 }
 
+/// Whether shared subscription `name` has positions in `root`, read
+/// without any lock (`delete_durable`'s look before it takes the name's
+/// lock, see "Deleting" in `named.rs`).
+pub(super) fn has_shared(root: &Path, repair: bool, name: &str) -> Result<bool> {
+    Ok(folders_in(root, SHARED_DIR, repair)?.iter().any(|(n, ..)| n == name))
+}
+
 /// Forgets the positions of shared subscription `name` on every topic in
 /// `root` (`delete_durable`'s part for a shared name; the caller holds the
 /// name's lock exclusively, so no member can join meanwhile, see

@@ -358,9 +358,13 @@ impl Store {
     /// holds the name (a durable holder or a shared member), `NotFound` if
     /// neither has any (see "Deleting" and "Shared names" in `named.rs`).
     pub(crate) fn forget_name(&self, name: &str) -> Result<()> {
-        named::forget_name(&self.root, self.fsync, self.repair, name, || {
-            membership::forget_shared(&self.root, self.fsync, self.repair, name)
-        })
+        named::forget_name(
+            &self.root,
+            (self.fsync, self.repair),
+            name,
+            || membership::has_shared(&self.root, self.repair, name),
+            || membership::forget_shared(&self.root, self.fsync, self.repair, name),
+        )
     }
 
     /// Processes mode: joins consumer group `group` on `topic` (of

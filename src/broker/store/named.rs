@@ -45,7 +45,12 @@
 //! holding it. A `Processes` broker never removes a lock file: a process
 //! may be about to lock the one it opened, and a lock on a removed file
 //! guards nothing (only an `Exclusive` opener removes `named/`, below,
-//! when no other broker has the directory).
+//! when no other broker has the directory). So a delete opens the lock
+//! file without creating it: a name with no lock file, no slots and no
+//! shared subscription's positions was never taken, and its delete is
+//! `NotFound` with nothing made (a lock file made then would stay, and list
+//! the name as taken, for good). One with positions but no lock file yet
+//! (moved there by a change of modes) is locked as a taker would.
 //!
 //! **Shared names.** A shared subscription's members keep their
 //! positions under `shared/` (`membership.rs`), but its name is the same
@@ -156,7 +161,7 @@ use std::collections::HashMap;
 
 use super::atomic_file::sync_dir;
 use super::format::{DirPositions, NamedSlot, Offsets, Positions, TopicMeta, UNKNOWN_DIR};
-use super::lock::{Locked, flock, open_lock_file};
+use super::lock::{Locked, flock, open_existing_lock_file, open_lock_file};
 use super::offsets::{GroupCommit, Ticket, read_slots_of};
 use crate::error::{Error, Result};
 use crate::log::Fsync;
@@ -356,27 +361,52 @@ pub(super) fn share_name(root: &Path, fsync: Fsync, name: &str) -> Result<Locked
 /// (see "Deleting"), and, holding its lock, whatever `shared` forgets (the
 /// positions of the shared subscription of that name, true if it had
 /// any): `Busy` while anyone holds the name, `NotFound` if neither had
-/// any. `Store::forget_name` calls it.
+/// any. `has_shared` says, without the lock, whether the shared
+/// subscription has positions: a name without a lock file is locked (its
+/// file made) only if it or the name's own slots do, so a name never taken
+/// is `NotFound` with nothing written. `Store::forget_name` calls it.
 pub(super) fn forget_name(
     root: &Path,
-    fsync: Fsync,
-    repair: bool,
+    (fsync, repair): (Fsync, bool),
     name: &str,
+    has_shared: impl FnOnce() -> Result<bool>,
     shared: impl FnOnce() -> Result<bool>,
 ) -> Result<()> {
-    let dir = named_dir(root, fsync)?;
+    let not_found = || Error::NotFound(format!("no durable subscription {name:?} has a saved position"));
     let key = key(name);
-    let Some(_lock) = try_lock(&dir, &key)? else {
+    let files = slot_files(&key);
+    let lock_path = root.join(NAMED_DIR).join(format!("{key}.lock"));
+    // No lock file: no process has taken the name in this mode. It has
+    // positions only if an opener moved them here ("Changing modes") or a
+    // shared subscription kept them under `shared/`; without either there
+    // is nothing to forget, and making the lock file would list the name
+    // for good (lock files stay: see "Deleting"). A taker that makes the
+    // file meanwhile either wrote positions before the look below, which
+    // then takes the lock as usual, or did not, and this delete is before
+    // its take.
+    let file = match open_existing_lock_file(&lock_path)? {
+        Some(file) => file,
+        None => {
+            let moved = files.iter().any(|f| root.join(NAMED_DIR).join(f).exists());
+            if !moved && !has_shared()? {
+                return Err(not_found());
+            }
+            named_dir(root, fsync)?;
+            open_lock_file(&lock_path)?
+        }
+    };
+    let dir = root.join(NAMED_DIR);
+    if !flock(&file, &lock_path, libc::LOCK_EX | libc::LOCK_NB)? {
         return Err(Error::Busy(format!(
             "subscription {name:?} is live in another process (durable, or a shared one's member): close it before \
              deleting its saved position"
         )));
-    };
-    let files = slot_files(&key);
+    }
+    let _lock = Locked::new(file);
     let (slot_held, ..) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
     let durable = positions_of(name, &dir, slot_held)?.is_some();
     if !shared()? && !durable {
-        return Err(Error::NotFound(format!("no durable subscription {name:?} has a saved position")));
+        return Err(not_found());
     }
     remove_slots(&dir, &files, fsync)
     // The lock goes with `_lock`, after the slots.

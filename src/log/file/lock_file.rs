@@ -29,6 +29,7 @@
 //! file's by then). The child's handler makes only system calls.
 
 use std::fs::{File, OpenOptions};
+use std::io::ErrorKind as IoKind;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
@@ -180,4 +181,18 @@ fn replace_in_child(fd: RawFd) {
     }
     // SAFETY: `own` is ours, and no longer needed.
     unsafe { libc::close(own) };
+}
+
+/// Opens a lock file read-write as [`open_lock_file`] does, but only if it
+/// exists: `None` if it is missing (nothing is created), for a caller that
+/// must leave no file behind when there is nothing to lock.
+pub(crate) fn open_existing_lock_file(path: &Path) -> Result<Option<LockFile>> {
+    with_listed(|fds| match OpenOptions::new().read(true).write(true).open(path) {
+        Ok(file) => {
+            fds.push(file.as_raw_fd());
+            Ok(Some(LockFile { file: Some(file) }))
+        }
+        Err(e) if e.kind() == IoKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(path, &e)),
+    })
 }

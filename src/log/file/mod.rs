@@ -170,5 +170,5 @@ pub(crate) use map_locks::MapLocks;
 /// Loom models share no directory between processes: no locks to hold.
 #[cfg(loom)]
 pub(crate) enum MapLocks {}
-pub(crate) use lock_file::{LockFile, open_lock_file};
+pub(crate) use lock_file::{LockFile, open_existing_lock_file, open_lock_file};
 pub(crate) use rebuild::{Rebuilt, write as write_rebuilt};
