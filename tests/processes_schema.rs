@@ -138,8 +138,10 @@ fn a_validator_checks_only_its_own_process_and_clears_the_json_schema_elsewhere(
         let broker = Broker::new(config(&dir)).unwrap();
         let short: rill::broker::ValidatorFn =
             Arc::new(|p| if p.len() <= 4 { Ok(()) } else { Err(format!("{} bytes", p.len())) });
-        assert_eq!(broker.set_schema("t", Schema::Validator(short), OnInvalid::Reject).unwrap(), 2);
+        assert_eq!(broker.set_schema("t", Schema::Validator(short.clone()), OnInvalid::Reject).unwrap(), 2);
         assert!(refused(&broker, "t", b"too long"));
+        // On a topic without a schema: its first version.
+        assert_eq!(broker.set_schema("u", Schema::Validator(short), OnInvalid::Reject).unwrap(), 1);
         mark(&dir, "validator");
         procs::wait_mark(&dir, "validator-seen");
         // The other process's change wins here too.
@@ -151,19 +153,43 @@ fn a_validator_checks_only_its_own_process_and_clears_the_json_schema_elsewhere(
     let broker = Broker::new(config(&dir.0)).unwrap();
     broker.create_topic("t", &TopicOptions::default()).unwrap();
     broker.set_schema("t", Schema::Json(NEEDS_ID.into()), OnInvalid::Reject).unwrap();
+    broker.create_topic("u", &TopicOptions::default()).unwrap();
     let mut child =
         spawn("a_validator_checks_only_its_own_process_and_clears_the_json_schema_elsewhere", "set", &dir.0);
     check_then_release(
         || {
             step(&dir.0, "validator", &mut child);
-            // The function replaced the JSON schema; only its process runs it.
-            wait_version(&broker, "t", 0);
+            // The function replaced the JSON schema; only its process runs
+            // it. This one checks nothing, yet reads the function's number
+            // (the directory's), which is what it waits on.
+            wait_version(&broker, "t", 2);
             broker.publish("t", &Record::new(b"not json, and long")).unwrap();
+            // Its record, the topic's only one, was checked by no schema.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let options = rill::SubscriptionOptions { start: rill::StartPosition::Earliest, ..Default::default() };
+            let sub = broker
+                .subscribe("t", options, move |m| {
+                    tx.send(m.schema_version()).unwrap();
+                    rill::Ack::Success
+                })
+                .unwrap();
+            assert_eq!(rx.recv_timeout(common::WAIT).unwrap(), 0);
+            sub.close();
             assert_eq!(broker.set_schema("t", Schema::Json(NEEDS_ID.into()), OnInvalid::Reject).unwrap(), 3);
+            // From no schema to the other process's function: 0, then 1.
+            wait_version(&broker, "u", 1);
+            broker.publish("u", &Record::new(b"longer than four")).unwrap();
         },
         || mark(&dir.0, "validator-seen"),
     );
     expect_success(child, "the setting process");
+    // Every process gone, the function went with its broker: the first to
+    // open the directory again reads no schema (nor does one joining it).
+    drop(broker);
+    let first = Broker::new(config(&dir.0)).unwrap();
+    assert_eq!(first.schema_version("u").unwrap(), 0);
+    assert_eq!(Broker::new(config(&dir.0)).unwrap().schema_version("u").unwrap(), 0);
+    assert_eq!(first.schema_version("t").unwrap(), 3);
 }
 
 #[test]

@@ -910,7 +910,9 @@ class Broker {
         detail::check(rill_topic_remove_schema(b_, detail::c_str(topic, "topic name")));
     }
 
-    /// The version of `topic`'s schema in force; 0 if it has none.
+    /// The version of `topic`'s schema in force; 0 if it has none (with
+    /// processes sharing the directory, the directory's: see
+    /// rill_topic_schema_version).
     uint64_t schema_version(const std::string &topic) const {
         uint64_t v = 0;
         detail::check(rill_topic_schema_version(b_, detail::c_str(topic, "topic name"), &v));

@@ -106,8 +106,9 @@ unsafe fn context<'a>(m: *const rill_message) -> Result<&'a MessageContext, FfiE
 
 /// The version of the topic's schema that `m`'s payload was checked
 /// against when it was published (`rill_topic_set_schema_json`,
-/// `rill_topic_set_validator`); 0 if the topic had no schema then, or if
-/// `m` is NULL.
+/// `rill_topic_set_validator`); 0 if it was checked by none (the topic had
+/// no schema then, or its schema was a validator another process's broker
+/// runs), or if `m` is NULL.
 ///
 /// # Safety
 ///

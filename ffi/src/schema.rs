@@ -143,7 +143,9 @@ pub unsafe extern "C" fn rill_topic_set_schema_json(
 /// `rill_topic_remove_schema`), and a validator that may be replaced that
 /// way is set with `rill_topic_set_validator_with_free`, which says when
 /// `user` may go. A validator lives with this broker only: a durable topic
-/// has no schema after a restart.
+/// has no schema after a restart, and, with `RILL_SHARING_PROCESSES`, the
+/// other processes check nothing (the JSON schema it replaces is gone for
+/// them too) but read its version from `rill_topic_schema_version`.
 ///
 /// # Safety
 ///
@@ -264,6 +266,13 @@ pub unsafe extern "C" fn rill_topic_remove_schema(b: *mut rill_broker, topic: *c
 }
 
 /// The version of `topic`'s schema in force into `*out`: 0 if it has none.
+/// With `RILL_SHARING_PROCESSES` it is the data directory's: once this
+/// broker has seen another process's change, that change's version, a
+/// validator's included, though only the broker it was set through calls
+/// a validator (this one then checks nothing, and its records carry
+/// version 0). A validator's version stays until the next change, even
+/// after its broker is freed; a directory opened again by a first
+/// process, after every broker let go of it, has none.
 ///
 /// # Safety
 ///

@@ -40,9 +40,10 @@ impl<'a> Delivered<'a> {
     }
 
     /// The version of the topic's schema the record was checked against
-    /// when it was published (see `Broker::set_schema`); 0 if the topic had
-    /// no schema then (the reserved attribute `rill.schema` is absent or
-    /// not a number).
+    /// when it was published (see `Broker::set_schema`); 0 if it was
+    /// checked by none: the topic had no schema then, or its schema was a
+    /// validator function another process's broker runs (the reserved
+    /// attribute `rill.schema` is absent or not a number).
     ///
     /// # Examples
     ///

@@ -1246,7 +1246,8 @@ impl Broker {
     /// version is the directory's, and every other process follows the
     /// change once its doorbell has seen it (a validator function is then
     /// run by this broker only; the others check nothing until the next
-    /// change): see "Several processes" in the README.
+    /// change, but their [`Broker::schema_version`] reads its version):
+    /// see "Several processes" in the README.
     ///
     /// # Examples
     ///
@@ -1304,6 +1305,15 @@ impl Broker {
     }
 
     /// The version of `topic`'s schema in force; 0 if it has none.
+    ///
+    /// On a data directory shared by processes (`Sharing::Processes`) it
+    /// is the directory's: once this broker's doorbell has seen another
+    /// process's change, it reads that change's version, a validator
+    /// function's included, though only the broker it was set through runs
+    /// a function (this one then checks nothing, and its records carry
+    /// version 0). It reads a function's version until the next change,
+    /// even after its broker is closed; a directory opened again by a
+    /// first process, after every broker let go of it, has none.
     ///
     /// # Examples
     ///

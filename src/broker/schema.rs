@@ -57,7 +57,9 @@
 //! attribute [`SCHEMA_ATTRIBUTE`] (`rill.schema`), the version in decimal;
 //! any such attribute the publisher set is dropped first, so it cannot claim
 //! a version. Records appended before a schema was set carry none (version
-//! 0) and are never re-validated.
+//! 0) and are never re-validated, nor do those a process publishes while
+//! another process's validator function is the topic's schema (see
+//! "Several processes").
 //!
 //! # Durability
 //!
@@ -90,12 +92,12 @@
 //! * **Following one.** Every other broker's doorbell thread, seeing the
 //!   counter move, rereads the topic list (`sync_topics`) and, still under
 //!   `topics.lock`, [`Slot::follow`]s each topic it has: one read of its
-//!   schema file (none there, for most topics) and, only if the version
-//!   there differs from the one in force, a compile and the same swap a
-//!   local change makes. No polling: the ring wakes the doorbell (asleep
-//!   armed or not), so a publish there is checked by the new schema from
-//!   the moment its doorbell has looked, which a test waits for on
-//!   `Broker::schema_version`. What "Replacing a schema while publishers
+//!   schema file and, with none there, of its version file (neither there,
+//!   for most topics) and, only if what they say differs from what is in
+//!   force, a compile and the same swap a local change makes. No polling:
+//!   the ring wakes the doorbell (asleep armed or not), so a publish there
+//!   is checked by the new schema from the moment its doorbell has looked,
+//!   which a test waits for on `Broker::schema_version`. What "Replacing a schema while publishers
 //!   run" says holds in each process: every record is checked by the old
 //!   schema or the new one. A topic another process created is joined with
 //!   the schema its files hold.
@@ -103,11 +105,21 @@
 //!   (its version from the directory, the JSON schema it replaces removed
 //!   from the files), but only the broker it was set through runs it: the
 //!   other processes follow it by dropping their schema, and check nothing
-//!   until the next change. The version file says the change was a
-//!   function, so `remove_schema` in another process still removes it
-//!   (and the setter's doorbell then drops it). The setter's own slot keeps
-//!   it while the directory's last change is its own (the version file
-//!   holds its number).
+//!   until the next change. They still report its version
+//!   (`Broker::schema_version`, from the slot's `elsewhere`), the
+//!   directory's, so a process waiting to know it has seen the change has
+//!   a number to wait on, as for any other change (a topic that had no
+//!   schema would otherwise read 0 before and after). Their records, which
+//!   nothing checked, carry none (version 0). The version file says the
+//!   change was a function, so `remove_schema` in another process still
+//!   removes it (and the setter's doorbell then drops it). The setter's
+//!   own slot keeps it while the directory's last change is its own (the
+//!   version file holds its number). The function goes with its broker:
+//!   another process still reports its version after that broker is
+//!   closed, until the next change; the first opener of a directory no
+//!   other broker has open (or an `Exclusive` one) rewrites the version
+//!   file as a removal of that number (`Slot::restore`), so no process
+//!   reports a function none runs once the directory is opened afresh.
 //!
 //! A change by another process does not wait for this one's publishes: the
 //! follower's swap waits for the old schema's checks in flight, in its own
@@ -121,7 +133,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwapOption;
 
 use crate::error::{Error, Result, panic_message};
-use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{Backoff, Mutex};
 
 /// The reserved attribute holding the version of the schema a record was
@@ -304,6 +316,12 @@ pub(crate) struct Slot {
     /// the schema its writer stored, or a later one, or none (a removal in
     /// between, which `publish_slow` handles as a topic without one).
     set: AtomicBool,
+    /// The version of the validator function another process set last
+    /// and runs (see "Several processes": this broker checks nothing
+    /// meanwhile, but reports its number); 0 if the directory has no such
+    /// function in force. Read only while `current` is empty, and every
+    /// change that empties `current` stores it first.
+    elsewhere: AtomicU64,
     /// The last version given out (0: none yet). Changes take it in turn.
     last_version: Mutex<u64>,
 }
@@ -356,9 +374,21 @@ impl Slot {
         Retired(old)
     }
 
-    /// The version in force: 0 without a schema.
+    /// The version in force: the schema's this broker checks by, else the
+    /// function's that another process set last and runs, else 0.
     pub(crate) fn version(&self) -> u64 {
-        self.current.load().as_ref().map_or(0, |c| c.version)
+        // Relaxed: a change that empties `current` stores `elsewhere`
+        // first, and the `ArcSwap` load that finds it empty synchronizes
+        // with that change's swap, so this load sees the store.
+        self.current.load().as_ref().map_or_else(|| self.elsewhere.load(Ordering::Relaxed), |c| c.version)
+    }
+
+    /// Empties the slot, noting `elsewhere` (the version of a function
+    /// another process runs, or 0) before the swap, as `version` needs.
+    fn clear(&self, elsewhere: u64) -> Retired {
+        // Relaxed: published by the swap that follows (see `version`).
+        self.elsewhere.store(elsewhere, Ordering::Relaxed);
+        self.install(None)
     }
 
     /// Sets (or replaces) the schema; with `files` (a topic in a data
@@ -411,49 +441,63 @@ impl Slot {
             files.write(SCHEMA_FILE, None)?;
         }
         *last = version;
-        Ok(self.install(None))
+        Ok(self.clear(0))
     }
 
-    /// Brings the slot in line with what `files` hold, if their version
-    /// differs from the one in force (see "Several processes"): the JSON
-    /// schema stored there is compiled and swapped in, or, with none
-    /// stored, the one in force goes unless it is the function this slot
-    /// set last (the version file then holds its number). Says whether
-    /// anything changed. Costs one read of the schema file (none, for most
-    /// topics), and a second only while this slot holds a schema the
-    /// directory does not. The schema it replaced is handed back, to wait
-    /// on once no lock is held (`None`: nothing changed).
+    /// Brings the slot in line with what `files` hold, if they differ from
+    /// what is in force here (see "Several processes"): the JSON schema
+    /// stored there is compiled and swapped in; with none stored, the one
+    /// in force goes unless it is the function this slot set last (the
+    /// version file then holds its number), and the slot notes the number
+    /// of a function another process set last (`version` reports it).
+    /// Costs a read of the schema file and, with none there, one of the
+    /// version file (for most topics, neither exists). The schema it
+    /// replaced is handed back, to wait on once no lock is held (`None`:
+    /// nothing changed).
     pub(crate) fn follow(&self, files: &dyn Files) -> Result<Option<Retired>> {
         let mut last = self.last_version.lock();
-        let in_force = self.version();
-        let next = match files.read(SCHEMA_FILE)? {
-            Some(bytes) => {
-                let (version, on_invalid, doc) = parse_schema_file(&bytes)?;
-                if version == in_force {
-                    return Ok(None);
-                }
-                Some(compile(Schema::Json(doc.to_owned()), on_invalid, version)?)
+        if let Some(bytes) = files.read(SCHEMA_FILE)? {
+            let (version, on_invalid, doc) = parse_schema_file(&bytes)?;
+            if self.current.load().as_ref().is_some_and(|c| c.version == version) {
+                return Ok(None);
             }
-            None if in_force == 0 => return Ok(None),
-            None => {
-                let cleared = read_cleared(files)?;
-                if cleared == in_force {
-                    return Ok(None);
-                }
-                *last = (*last).max(cleared);
-                None
-            }
-        };
-        if let Some(c) = &next {
-            *last = (*last).max(c.version);
+            let next = compile(Schema::Json(doc.to_owned()), on_invalid, version)?;
+            *last = (*last).max(version);
+            return Ok(Some(self.install(Some(next))));
         }
-        Ok(Some(self.install(next)))
+        // No JSON schema: none was ever set, or the last change removed it
+        // or set a function (which only its setter runs).
+        let (cleared, function) = match read_version_file(files)? {
+            Some((version, why)) => (version, why == CLEARED_BY_VALIDATOR),
+            None => (0, false),
+        };
+        *last = (*last).max(cleared);
+        let elsewhere = if function { cleared } else { 0 };
+        match self.current.load().as_ref() {
+            // This slot's own function, still the directory's last change.
+            Some(c) if function && c.version == cleared => return Ok(None),
+            Some(_) => {}
+            // Relaxed: only changes store it, under `last_version`, held here.
+            None if self.elsewhere.load(Ordering::Relaxed) == elsewhere => return Ok(None),
+            None => {}
+        }
+        Ok(Some(self.clear(elsewhere)))
     }
 
     /// Restores the schema a durable topic's files hold, when its data
     /// directory opens or another process's topic is joined: what
-    /// [`Slot::follow`] reads, and the last version given out.
-    pub(crate) fn restore(&self, files: &dyn Files) -> Result<()> {
+    /// [`Slot::follow`] reads, and the last version given out. `fresh`: no
+    /// other broker has the directory open (an `Exclusive` open, or the
+    /// first `Processes` opener), so a function the files say some process
+    /// set last went with its broker: the version file is rewritten as a
+    /// removal of the same number, and no process reports it any more.
+    pub(crate) fn restore(&self, files: &dyn Files, fresh: bool) -> Result<()> {
+        if fresh
+            && let Some((version, why)) = read_version_file(files)?
+            && why == CLEARED_BY_VALIDATOR
+        {
+            files.write(VERSION_FILE, Some(&version_file_bytes(version, CLEARED_BY_REMOVAL)))?;
+        }
         // A slot being restored is new, with no schema a publish could
         // hold: the wait returns at once.
         if let Some(retired) = self.follow(files)? {
@@ -652,14 +696,14 @@ mod tests {
         let doc = r#"{"type":"object","required":["id"]}"#;
         slot.set(Schema::Json(doc.into()), OnInvalid::DeadLetter, Some(&files)).unwrap().1.wait();
         let back = Slot::default();
-        back.restore(&files).unwrap();
+        back.restore(&files, true).unwrap();
         let held = back.load();
         let c = held.as_deref().unwrap();
         assert_eq!((c.version, c.on_invalid, c.document.as_deref()), (1, OnInvalid::DeadLetter, Some(doc)));
         assert!(c.check(br#"{"id":1}"#).is_ok());
         assert!(c.check(b"{}").unwrap_err().contains("required"));
         files.write(SCHEMA_FILE, Some(b"rill-schema-9 1 reject\n{}")).unwrap();
-        assert!(Slot::default().restore(&files).is_err());
+        assert!(Slot::default().restore(&files, true).is_err());
     }
 
     #[test]
@@ -675,15 +719,23 @@ mod tests {
         assert_eq!(b.set(Schema::Json("false".into()), OnInvalid::Reject, Some(&files)).unwrap().0, 2);
         assert!(a.follow(&files).unwrap().is_some());
         assert!(a.load().as_deref().unwrap().check(b"1").is_err(), "A checks with B's schema");
-        // A function set in A: B has no schema any more, A keeps its own.
+        // A function set in A: B checks nothing any more, but reports the
+        // function's number, the directory's; A keeps its own.
         let f: ValidatorFn = Arc::new(|p| if p.is_empty() { Err("empty".into()) } else { Ok(()) });
         assert_eq!(a.set(Schema::Validator(f), OnInvalid::Reject, Some(&files)).unwrap().0, 3);
         assert!(b.follow(&files).unwrap().is_some());
-        assert_eq!(b.version(), 0);
+        assert!(b.load().is_none(), "B has no check of its own");
+        assert_eq!(b.version(), 3);
+        assert!(b.follow(&files).unwrap().is_none(), "nothing changed since");
         assert!(a.follow(&files).unwrap().is_none(), "A's own function stays");
         assert_eq!(a.version(), 3);
-        // B removes it (B has none, but the directory says A has one).
+        // A slot joining now (another process opening) follows it the same way.
+        let joined = Slot::default();
+        joined.restore(&files, false).unwrap();
+        assert_eq!((joined.load().is_none(), joined.version()), (true, 3));
+        // B removes it (B checks nothing, but the directory says A has one).
         b.remove(Some(&files), true).unwrap().wait();
+        assert_eq!(b.version(), 0);
         assert!(a.follow(&files).unwrap().is_some());
         assert_eq!(a.version(), 0);
         // Nothing to remove: nothing happens, the version does not move.
@@ -692,8 +744,35 @@ mod tests {
         // A slot opened afresh (a restart) continues the numbers.
         a.remove(Some(&files), true).unwrap().wait();
         let c = Slot::default();
-        c.restore(&files).unwrap();
+        c.restore(&files, true).unwrap();
         assert_eq!(c.version(), 0);
         assert_eq!(c.set(Schema::Json("true".into()), OnInvalid::Reject, None).unwrap().0, 7);
+    }
+
+    #[test]
+    fn a_function_set_in_another_process_is_reported_there_until_the_directory_opens_afresh() {
+        let files = MemFiles::default();
+        let (a, b) = (Slot::default(), Slot::default());
+        // B follows a function set where it had no schema: the number moves.
+        let f: ValidatorFn = Arc::new(|_| Ok(()));
+        assert_eq!(a.set(Schema::Validator(f.clone()), OnInvalid::Reject, Some(&files)).unwrap().0, 1);
+        assert!(b.follow(&files).unwrap().is_some());
+        assert_eq!(b.version(), 1);
+        // Replaced by a JSON schema in B, then by a function in B: A follows both.
+        assert_eq!(b.set(Schema::Json("true".into()), OnInvalid::Reject, Some(&files)).unwrap().0, 2);
+        assert!(a.follow(&files).unwrap().is_some());
+        assert_eq!((a.version(), a.load().is_some()), (2, true));
+        assert_eq!(b.set(Schema::Validator(f), OnInvalid::Reject, Some(&files)).unwrap().0, 3);
+        assert!(a.follow(&files).unwrap().is_some());
+        assert_eq!((a.version(), a.load().is_none()), (3, true));
+        // Every process gone, the first opener finds the function gone too:
+        // a removal of its number, which no later joiner reports either.
+        let first = Slot::default();
+        first.restore(&files, true).unwrap();
+        assert_eq!(first.version(), 0);
+        let joiner = Slot::default();
+        joiner.restore(&files, false).unwrap();
+        assert_eq!(joiner.version(), 0);
+        assert_eq!(joiner.set(Schema::Json("true".into()), OnInvalid::Reject, Some(&files)).unwrap().0, 4);
     }
 }

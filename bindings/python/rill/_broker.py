@@ -115,8 +115,9 @@ class Message:
     @property
     def schema_version(self) -> int:
         """The version of the topic's schema this message was checked against
-        when it was published (:meth:`Broker.set_schema`); 0 if the topic had
-        no schema then."""
+        when it was published (:meth:`Broker.set_schema`); 0 if it was
+        checked by none (the topic had no schema then, or its schema was a
+        validator another process's broker runs)."""
         v = self.attributes.get(_ffi.SCHEMA_ATTRIBUTE)
         return int(v) if v is not None and v.isdigit() else 0
 
@@ -1646,7 +1647,10 @@ class Broker(_Handle):
                 _validators.pop(old, None)
 
     def schema_version(self, topic: str) -> int:
-        """The version of ``topic``'s schema in force; 0 if it has none."""
+        """The version of ``topic``'s schema in force; 0 if it has none.
+        On a directory shared by processes, the directory's: a validator set
+        in another process reads its version here, though only that process
+        runs it (see ``rill_topic_schema_version``)."""
         v = c_uint64()
         check(lib.rill_topic_schema_version(self._handle(), _name(topic, "topic"), byref(v)))
         return v.value

@@ -6,8 +6,10 @@
  * (RILL_PUBLISHED_DEAD_LETTERED, the reason in rill.dlq.reason). A batch
  * with one bad record, a validator that fills its whole reason buffer,
  * versions on delivered messages, replacement while threads publish, a
- * validator removing the schema whose call it runs inside, and a durable
- * topic's schema after a restart.
+ * validator removing the schema whose call it runs inside, a durable
+ * topic's schema after a restart, and, first (forked before any broker
+ * runs), a validator set in one process of a shared data directory: the
+ * other process checks nothing but reads the validator's version.
  *
  * Built with -std=c99 -Wall -Wextra -Wpedantic -Werror, and run plain, under
  * AddressSanitizer + UBSan and under valgrind memcheck by ffi/tests/run.sh.
@@ -25,6 +27,7 @@
 
 #include "check.h"
 #include "dirs.h"
+#include "procs.h"
 
 enum {
     THREADS = 4,
@@ -418,7 +421,113 @@ static void a_validator_removes_the_schema_it_runs_inside(void) {
     rill_broker_free(n.b);
 }
 
+/* Waits, for PROCS_WAIT_SECONDS at the most, until `b` reads the schema
+ * version `want` for `topic` (NO_SUCH_TOPIC until its doorbell has joined a
+ * topic another process created); returns the last version read. */
+static uint64_t wait_version(rill_broker *b, const char *topic, uint64_t want) {
+    int64_t deadline = procs_now_ms() + (int64_t)PROCS_WAIT_SECONDS * 1000;
+    uint64_t v = UINT64_MAX;
+    for (;;) {
+        if (rill_topic_schema_version(b, topic, &v) != RILL_OK) {
+            v = UINT64_MAX;
+        }
+        if (v == want || procs_now_ms() >= deadline) {
+            return v;
+        }
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+}
+
+/* A handler noting each message's schema version, as see_version. */
+static rill_ack push_version(void *user_data, const rill_message *m) {
+    see_version(m, user_data);
+    return RILL_ACK_SUCCESS;
+}
+
+/* The other process of validator_in_another_process: it follows the
+ * parent's schemas on its commands, and says when it has. */
+static int schema_follower(const char *dir, int cmd, int rep) {
+    rill_broker *b = NULL;
+    OK(open_shared_broker(dir, RILL_SHARING_PROCESSES, RILL_FSYNC_NEVER, &b));
+    if (b == NULL) {
+        return 1;
+    }
+    expect_byte(cmd, 's');
+    CHECK(wait_version(b, "t", 1) == 1);
+    send_byte(rep, 's');
+    expect_byte(cmd, 'v');
+    /* The validators' versions, the directory's: what to wait on. */
+    CHECK(wait_version(b, "t", 2) == 2);
+    CHECK(wait_version(b, "u", 1) == 1);
+    /* Checked by nothing here: only the parent's broker runs them. */
+    rill_record long_text = record("not JSON, and long");
+    OK(rill_publish(b, "t", &long_text, NULL));
+    OK(rill_publish(b, "u", &long_text, NULL));
+    rill_broker_free(b);
+    send_byte(rep, 'v');
+    return failures ? 1 : 0;
+}
+
+/* A validator set through one process's broker on a data directory shared
+ * by processes: the other process drops the JSON schema it replaced and
+ * checks nothing, but reads the validator's version (the directory's) from
+ * rill_topic_schema_version, on a topic that had a JSON schema and on one
+ * that had none; its records carry 0 (checked by no schema). Once every
+ * process has let go of the directory, the function is gone with its
+ * broker: the next opener reads 0. */
+static void validator_in_another_process(void) {
+    char dir[] = "/tmp/rill-c-schema-procs-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    pid_t pid;
+    int rep, cmd;
+    procs_fork_members(1, dir, schema_follower, &pid, &rep, &cmd);
+    rill_broker *a = NULL;
+    OK(open_shared_broker(dir, RILL_SHARING_PROCESSES, RILL_FSYNC_NEVER, &a));
+    if (a == NULL) {
+        return;
+    }
+    OK(rill_topic_create(a, "t", NULL));
+    OK(rill_topic_create(a, "u", NULL));
+    OK(rill_topic_set_schema_json(a, "t", "{\"type\":\"object\"}", RILL_ON_INVALID_REJECT));
+    send_byte(cmd, 's');
+    expect_byte(rep, 's');
+    size_t max = 4;
+    OK(rill_topic_set_validator(a, "t", max_len_validator, &max, RILL_ON_INVALID_REJECT));
+    OK(rill_topic_set_validator(a, "u", max_len_validator, &max, RILL_ON_INVALID_REJECT));
+    uint64_t version = 0;
+    OK(rill_topic_schema_version(a, "t", &version));
+    CHECK(version == 2);
+    send_byte(cmd, 'v');
+    expect_byte(rep, 'v');
+    reap_child(pid);
+    /* The child's record, the topic's only one, was checked by none. */
+    uint64_t versions[1] = {9};
+    rill_subscription_options so;
+    rill_subscription_options_init(&so);
+    so.start = RILL_START_EARLIEST;
+    rill_subscription *sub = NULL;
+    OK(rill_subscribe(a, "t", &so, push_version, versions, &sub));
+    OK(rill_subscription_wait_idle(sub, 30000));
+    rill_subscription_free(sub);
+    CHECK(versions[0] == 0);
+    rill_record long_text = record("not JSON, and long");
+    CHECK_STATUS(rill_publish(a, "u", &long_text, NULL), RILL_ERR_SCHEMA);
+    rill_broker_free(a);
+    OK(open_shared_broker(dir, RILL_SHARING_PROCESSES, RILL_FSYNC_NEVER, &a));
+    if (a != NULL) {
+        OK(rill_topic_schema_version(a, "u", &version));
+        CHECK(version == 0);
+        OK(rill_publish(a, "u", &long_text, NULL));
+        rill_broker_free(a);
+    }
+    close(rep);
+    close(cmd);
+    remove_dir(dir);
+}
+
 int main(void) {
+    validator_in_another_process();
     json_schemas_reject_and_dead_letter();
     a_validator_removes_the_schema_it_runs_inside();
     validator_functions();

@@ -82,7 +82,7 @@ impl BrokerInner {
             let dir = |p| store.partition_dir(meta.dir, p);
             let topic =
                 Topic::open(&meta.name, &meta.options, &dir, config.fsync, config.repair, opening, bell.as_ref())?;
-            topic.schema.restore(&store.topic_files(meta.dir))?;
+            topic.schema.restore(&store.topic_files(meta.dir), opening != Opening::Join)?;
             topics.insert(topic.name.clone(), Arc::new(topic));
         }
         let mut control = Control::default();

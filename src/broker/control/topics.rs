@@ -247,7 +247,7 @@ impl BrokerInner {
                     let topic = Topic::open(name, &meta.options, &dir, fsync, repair, Opening::Join, bell)?;
                     // With the schema set on it (the caller holds
                     // `topics.lock`: no process changes it meanwhile).
-                    topic.schema.restore(&store.topic_files(meta.dir))?;
+                    topic.schema.restore(&store.topic_files(meta.dir), false)?;
                     store.note_opened(name, meta.dir);
                     Ok(topic)
                 };
