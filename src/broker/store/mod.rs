@@ -18,6 +18,9 @@
 //!                        the file (log/file/map_locks.rs)
 //!   topics.list          the topics: name, options, directory number
 //!   topics.journal       topics created and deleted since (see journal.rs)
+//!   topics.next          the next directory number, written before each
+//!                        snapshot of the list (numbers only grow; see
+//!                        `TopicList::next_dir` in topics.rs)
 //!   offsets.0, offsets.1 group commits and durable subscription positions
 //!                        (Exclusive)
 //!   named/<key>.lock     flock(LOCK_EX) held by the one process whose

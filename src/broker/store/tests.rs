@@ -517,3 +517,41 @@ fn a_closed_directory_opens_again_while_a_forked_copy_of_its_lock_lives() {
     again.expect("a closed broker's lock is let go even while a copy of its descriptor lives");
     let _ = fs::remove_dir_all(&root);
 }
+
+/// A directory number names one topic for good: when the topic with the
+/// highest number is deleted and the list then compacts into a snapshot
+/// (which lists only the topics left), a fresh read of the list (another
+/// process's, or a reopen's) still hands out a number above every one
+/// given before. It handed the deleted topic's number out again.
+#[test]
+fn a_deleted_topics_directory_number_is_never_given_again() {
+    let root = temp_dir("next-dir");
+    let opened = Store::open(&root, Fsync::Never, false).unwrap();
+    set_compact_min(&opened.store, 2);
+    add(&opened.store, "kept");
+    let mut given = 0;
+    // Runs of one to three creates, then their deletes, the highest
+    // number first: a compaction at a later delete drops it from the list.
+    for i in 0..40 {
+        let names: Vec<String> = (0..=i % 3).map(|j| format!("churn/{i}/{j}")).collect();
+        for name in &names {
+            add(&opened.store, name);
+        }
+        given = given.max(opened.store.topics.lock().list.iter().map(|t| t.dir).max().unwrap());
+        for name in names.iter().rev() {
+            opened.store.unlist_topic(name).unwrap();
+            let fresh = super::topics::read_topic_list(&root).unwrap();
+            assert!(
+                fresh.next_dir > given,
+                "after deleting {name:?} (top dir {given}), a fresh read gives {}",
+                fresh.next_dir
+            );
+        }
+    }
+    assert!(opened.store.topics.lock().generation > 3, "the list compacted along the way");
+    drop(opened);
+    let reopened = Store::open(&root, Fsync::Never, false).unwrap();
+    assert!(reopened.store.topics.lock().next_dir > given);
+    drop(reopened);
+    fs::remove_dir_all(&root).unwrap();
+}

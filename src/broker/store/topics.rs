@@ -13,10 +13,15 @@ use super::format::{
     Appended, Reader, TOPICS_VERSION, TopicMeta, decode_topic, decode_topics, encode_topics, frame_of, read_frame,
 };
 use super::journal::{COMPACT_MIN_ENTRIES, Change, JOURNAL_FILE, Journal};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Name of the topic list.
 pub(super) const TOPICS_FILE: &str = "topics.list";
+/// Name of the file that keeps the next directory number across snapshots
+/// (see [`TopicList::next_dir`]).
+pub(super) const NEXT_DIR_FILE: &str = "topics.next";
+/// Its frame's format: the number, eight bytes little-endian.
+const NEXT_DIR_VERSION: u32 = 1;
 /// Folder of the topic directories.
 pub(super) const TOPICS_DIR: &str = "topics";
 /// Ends the name of a deleted topic's directory while it is being removed.
@@ -26,6 +31,14 @@ const TOMBSTONE_SUFFIX: &str = ".deleted";
 #[derive(Debug)]
 pub(super) struct TopicList {
     pub(super) list: Vec<TopicMeta>,
+    /// The directory number the next topic gets. Numbers only grow: a
+    /// number names one topic for good, as the commits stored with it
+    /// ("Commits and directory numbers" in `membership.rs`) and a process
+    /// that has not yet seen a delete (its files under `topics/<n>`)
+    /// require. The snapshot lists only the topics, so a deleted topic
+    /// with the highest number would be forgotten by it: each snapshot is
+    /// preceded by [`NEXT_DIR_FILE`], and a reader takes the larger of the
+    /// two.
     pub(super) next_dir: u64,
     /// The generation of the snapshot in `topics.list`.
     pub(super) generation: u64,
@@ -84,6 +97,10 @@ impl TopicList {
         apply_change(&mut list, &mut next_dir, change, &path)?;
         let generation = topics.generation + 1;
         let snapshot = frame_of(TOPICS_VERSION, &encode_topics(generation, &list));
+        // Before the snapshot, which may no longer list the topic that had
+        // the highest number: a crash between the two leaves the number
+        // kept higher than the list needs, never lower.
+        replace(root, NEXT_DIR_FILE, &frame_of(NEXT_DIR_VERSION, &next_dir.to_le_bytes()), true)?;
         // The commit point: the new snapshot, replaced and synced.
         replace(root, TOPICS_FILE, &snapshot, true)?;
         #[cfg(test)]
@@ -150,6 +167,17 @@ pub(super) fn read_topic_list(root: &Path) -> Result<TopicList> {
     let journal_path = root.join(JOURNAL_FILE);
     for change in found.changes {
         list.apply(change, &journal_path)?;
+    }
+    // Absent in a directory that never compacted its list (or of an older
+    // rill, whose snapshots kept no number).
+    let next_path = root.join(NEXT_DIR_FILE);
+    if let Some((_, body)) = read_frame(&next_path, NEXT_DIR_VERSION)? {
+        let kept = body.as_slice().try_into().map(u64::from_le_bytes).map_err(|_| Error::Corrupt {
+            file: next_path.clone(),
+            offset: 0,
+            reason: format!("a next directory number of {} bytes, not 8", body.len()),
+        })?;
+        list.next_dir = list.next_dir.max(kept);
     }
     Ok(list)
 }
