@@ -651,3 +651,16 @@ fn a_group_live_when_its_topic_is_deleted_is_no_group_of_the_re_created_one() {
     member_side.delete_group(GROUP, TOPIC).unwrap();
     assert!(deleter.groups().is_empty());
 }
+
+#[test]
+fn a_group_whose_members_have_not_committed_is_listed_by_every_broker() {
+    let dir = TempDir::new("groups-listed");
+    let (a, b) = (processes(&dir.0), processes(&dir.0));
+    a.create_topic(TOPIC, &TopicOptions { partitions: PARTITIONS, ..TopicOptions::default() }).unwrap();
+    let mut member = a.consumer(GROUP, TOPIC, options()).unwrap();
+    let want = [(GROUP.to_owned(), TOPIC.to_owned())];
+    assert_eq!(a.groups(), want, "its own broker lists it");
+    assert_eq!(b.groups(), want, "another broker on the directory lists it");
+    member.close();
+    assert!(b.groups().is_empty(), "a group with no member and no commit is no group");
+}

@@ -1152,7 +1152,9 @@ impl Broker {
     }
 
     /// Every consumer group's `(group, topic)` pair the broker keeps offsets
-    /// for (live consumer or not), sorted.
+    /// for (live consumer or not), or that has a live consumer, sorted.
+    /// With [`Sharing::Processes`], every such group of the data directory,
+    /// whichever processes its consumers and commits are in.
     ///
     /// # Examples
     ///
@@ -1170,7 +1172,8 @@ impl Broker {
         let inner = self.inner();
         let mut v: Vec<(String, String)> =
             inner.control.lock().groups.keys().map(|(g, t)| (g.clone(), t.to_string())).collect();
-        // Across processes, those with commits in the data directory.
+        // Across processes, those with commits or a live member in the
+        // data directory.
         v.extend(inner.shared_group_list());
         v.sort_unstable();
         v.dedup();

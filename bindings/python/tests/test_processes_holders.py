@@ -1,5 +1,5 @@
 """Who holds what across processes (issue 39): ``Broker.named_subscriptions``
-and ``Broker.group_members`` as an operator uses them. A ``multiprocessing``
+and ``Broker.group_members`` (and ``Broker.groups``) as an operator uses them. A ``multiprocessing``
 spawn child holds the durable name "audit" and is the one member of the
 group "billing" on both partitions of "orders"; this process holds
 "ledger". The listings show the child's pid and partitions, and once the
@@ -60,6 +60,9 @@ def test_names_and_members_of_another_process_show_its_pid_until_it_is_killed(tm
             members = b.group_members(GROUP, TOPIC)
             assert [(m.pid, m.partitions) for m in members] == [(child.pid, [0, 1])]
             assert isinstance(members[0].id, int)
+            # The child's member has committed nothing: its group is listed
+            # for its live member alone.
+            assert b.groups() == [(GROUP, TOPIC)]
 
             child.kill()
             child.join(WAIT)
@@ -69,6 +72,7 @@ def test_names_and_members_of_another_process_show_its_pid_until_it_is_killed(tm
                 rill.NamedSubscription("ledger", os.getpid()),
             ]
             assert b.group_members(GROUP, TOPIC) == []
+            assert b.groups() == []
         finally:
             stop.set()
             child.join(WAIT)

@@ -27,8 +27,8 @@ use std::io::ErrorKind as IoKind;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use super::membership::{group_folder, is_member_file, partition_lock};
-use super::named::NAMED_DIR;
+use super::membership::{GROUPS_DIR, group_folder, is_member_file, partition_lock};
+use super::named::{NAMED_DIR, folder_entries};
 use super::offsets::read_slots;
 use crate::error::{Error, Result};
 
@@ -89,16 +89,23 @@ impl LockTable {
 /// long name's key (cut and hashed, see `named::key`), the name its slots
 /// hold; `None` if neither can be had.
 fn name_of(dir: &Path, key: &str, repair: bool) -> Option<String> {
-    if !key.contains('-') && key.len().is_multiple_of(2) {
-        let bytes: Option<Vec<u8>> =
-            (0..key.len()).step_by(2).map(|i| u8::from_str_radix(key.get(i..i + 2)?, 16).ok()).collect();
-        if let Some(name) = bytes.and_then(|b| String::from_utf8(b).ok()) {
-            return Some(name);
-        }
+    if let Some(name) = unhex(key) {
+        return Some(name);
     }
     let files = [format!("{key}.0"), format!("{key}.1")];
     let (offsets, ..) = read_slots(dir, &files.each_ref().map(String::as_str), repair).ok()?;
     offsets.durable.into_iter().next().map(|(name, _)| name)
+}
+
+/// The text whose UTF-8 bytes `hex` spells, two hex digits a byte; `None`
+/// if it spells none (a long name's key, cut and hashed, holds a `-`).
+fn unhex(hex: &str) -> Option<String> {
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> =
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect();
+    String::from_utf8(bytes?).ok()
 }
 
 /// Every durable name of the directory `root` (one with a lock file: taken
@@ -155,30 +162,75 @@ pub(super) fn group_holders(
         if !entry.file_name().to_str().is_some_and(is_member_file) {
             continue;
         }
-        let path = entry.path();
-        let Some(holder) = locks.holder(&path) else { continue };
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            // Its member left meanwhile.
-            Err(e) if e.kind() == IoKind::NotFound => continue,
-            Err(e) => return Err(Error::io(&path, &e)),
-        };
-        let field =
-            |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok());
-        let (Some(pid), Some(id)) = (field("pid"), field("id")) else { continue };
-        let Ok(pid) = u32::try_from(pid) else { continue };
-        if holder != pid && !alive(pid) {
-            // A live member's look holding a dead member's file for the
-            // moment it takes to remove it (see "Deaths" in
-            // `membership.rs`): the member is gone. A holder that differs
-            // from a live pid is a member seen from another pid namespace.
-            continue;
-        }
+        let Some((member, pid)) = live_member(&entry.path(), locks)? else { continue };
+        let Some(id) = member.field("id") else { continue };
         let partitions = (0..partitions).filter(|&p| owners[p as usize] == Some(pid)).collect();
         members.push(MemberFile { pid, id, partitions });
     }
     members.sort_by_key(|m| (m.pid, m.id));
     Ok(members)
+}
+
+/// Every (group, topic, topic's directory number) of `root` with a live
+/// member, as its member files say (`membership.rs`; a file from before
+/// they named their group is passed over): the groups whose members have
+/// not committed yet, which the commits alone do not list.
+pub(super) fn member_groups(root: &Path, locks: &LockTable) -> Result<Vec<(String, String, u64)>> {
+    let mut found = Vec::new();
+    for folder in folder_entries(&root.join(GROUPS_DIR))? {
+        for entry in folder_entries(&folder.path())? {
+            if !entry.file_name().to_str().is_some_and(is_member_file) {
+                continue;
+            }
+            let Some((member, _)) = live_member(&entry.path(), locks)? else { continue };
+            let (Some(topic_dir), Some(names)) = (member.field("dir"), member.text("names").and_then(unhex)) else {
+                continue;
+            };
+            let Some((group, topic)) = names.split_once('\0') else { continue };
+            found.push((group.to_owned(), topic.to_owned(), topic_dir));
+            break;
+        }
+    }
+    Ok(found)
+}
+
+/// A member file's text, read because its lock is held by a live process.
+struct Member {
+    text: String,
+}
+
+impl Member {
+    /// The value of the line `<name> <value>`.
+    fn text(&self, name: &str) -> Option<&str> {
+        self.text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+    }
+
+    /// The value of the line `<name> <number>`.
+    fn field(&self, name: &str) -> Option<u64> {
+        self.text(name)?.parse().ok()
+    }
+}
+
+/// The member file at `path`, if a live member holds it: its lock is held
+/// (`locks`) and the process its pid names exists or is the holder. A live
+/// member's look holds a dead member's file for the moment it takes to
+/// remove it (see "Deaths" in `membership.rs`): that member is gone. A
+/// holder that differs from a live pid is a member seen from another pid
+/// namespace.
+fn live_member(path: &Path, locks: &LockTable) -> Result<Option<(Member, u32)>> {
+    let Some(holder) = locks.holder(path) else { return Ok(None) };
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        // Its member left meanwhile.
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, &e)),
+    };
+    let member = Member { text };
+    let Some(pid) = member.field("pid").and_then(|p| u32::try_from(p).ok()) else { return Ok(None) };
+    if holder != pid && !alive(pid) {
+        return Ok(None);
+    }
+    Ok(Some((member, pid)))
 }
 
 /// True if a process of pid `pid` exists (one this process may not signal

@@ -12,7 +12,9 @@
 //!
 //! ```text
 //! groups/<key>/<member>.member   one per live member, flock(LOCK_EX) held
-//!                                by its process; holds its pid and id
+//!                                by its process; holds its pid, its id, its
+//!                                topic's directory number and the group and
+//!                                topic names (in hex, NUL between them)
 //! groups/<key>/p<N>.lock         flock(LOCK_EX | LOCK_NB) held by the one
 //!                                member that owns partition N
 //! groups/<key>/p<N>.0, p<N>.1    partition N's committed offset: two slots,
@@ -488,7 +490,13 @@ impl Membership {
         let tmp = dir.join(format!("{stem}.tmp"));
         let file = open_lock_file(&tmp)?;
         flock(&file, &tmp, libc::LOCK_EX)?;
-        (&*file).write_all(format!("pid {pid}\nid {id}\n").as_bytes()).map_err(|e| Error::io(&tmp, &e))?;
+        // The names and the topic's directory number, so that the operator
+        // calls can list a group whose members have not committed yet
+        // (`holders::member_groups`): the folder's key cannot always be
+        // read back (a long one is cut and hashed).
+        let names = format!("{group}\u{0}{topic}").bytes().map(|b| format!("{b:02x}")).collect::<String>();
+        let text = format!("pid {pid}\nid {id}\ndir {topic_dir}\nnames {names}\n");
+        (&*file).write_all(text.as_bytes()).map_err(|e| Error::io(&tmp, &e))?;
         let name = format!("{stem}{MEMBER_SUFFIX}");
         fs::rename(&tmp, dir.join(&name)).map_err(|e| Error::io(&tmp, &e))?;
         Ok(Membership {

@@ -413,11 +413,22 @@ impl Store {
         membership::group_committed(&self.root, self.repair, (group, topic, dir), partitions)
     }
 
-    /// Processes mode: every (group, topic) with commits here of the topic
-    /// the directory's list names now (read afresh), sorted.
+    /// Processes mode: every (group, topic) with commits here, or a live
+    /// member, of the topic the directory's list names now (read afresh),
+    /// sorted.
     pub(crate) fn group_list(&self) -> Result<Vec<(String, String)>> {
         let listed = self.with_topic_list(|list| Ok(list.to_vec()))?;
-        membership::group_list(&self.root, self.repair, &listed)
+        let mut groups = membership::group_list(&self.root, self.repair, &listed)?;
+        // And those with a live member that has not committed yet, of the
+        // topic listed now (not a deleted one's of the same name).
+        for (group, topic, dir) in holders::member_groups(&self.root, &LockTable::read()?)? {
+            if dir == UNKNOWN_DIR || listed.iter().any(|t| t.name == topic && t.dir == dir) {
+                groups.push((group, topic));
+            }
+        }
+        groups.sort();
+        groups.dedup();
+        Ok(groups)
     }
 
     /// Every durable name of the directory with the pid of its holder
