@@ -488,3 +488,45 @@ fn a_holder_killed_before_it_saw_a_delete_leaves_no_stale_position() {
     child.wait().unwrap();
     recreated_is_read_from_its_start(&broker);
 }
+
+/// `named_subscriptions` across processes lists durable names: one held
+/// (with its holder's pid), and one whose holder closed or died (no pid).
+/// Not a name deleted with `delete_durable` (whose lock file stays: a
+/// `Processes` broker never removes one), nor a shared subscription's
+/// name, whose members hold the same lock file shared, as `Exclusive`
+/// mode lists neither.
+#[test]
+fn a_deleted_name_and_a_shared_subscriptions_are_not_listed_as_durable() {
+    let dir = TempDir::new("listed");
+    let (a, b) = (processes(&dir.0), processes(&dir.0));
+    a.create_topic(TOPIC, &TopicOptions::default()).unwrap();
+    let listed = |broker: &Broker| -> Vec<(String, Option<u32>)> {
+        broker.named_subscriptions().unwrap().into_iter().map(|n| (n.name, n.holder_pid)).collect()
+    };
+    let pid = Some(std::process::id());
+
+    // Taken, never acked anything, closed: still a durable name.
+    let (sub, _) = subscribe_named(&a).unwrap();
+    assert_eq!(listed(&b), [(NAME.to_owned(), pid)]);
+    sub.close();
+    assert_eq!(listed(&b), [(NAME.to_owned(), None)]);
+    a.delete_durable(NAME).unwrap();
+    assert_eq!(listed(&b), [], "a deleted name is listed");
+    assert_eq!(listed(&processes(&dir.0)), [], "a deleted name is listed after a reopen");
+
+    // Taken again after its delete: listed again.
+    let (sub, _) = subscribe_named(&b).unwrap();
+    assert_eq!(listed(&a), [(NAME.to_owned(), pid)]);
+    sub.close();
+
+    let options = SubscriptionOptions { name: Some("workers".into()), shared: true, ..SubscriptionOptions::default() };
+    let members = [
+        a.subscribe(TOPIC, options.clone(), |_| Ack::Success).unwrap(),
+        b.subscribe(TOPIC, options, |_| Ack::Success).unwrap(),
+    ];
+    assert_eq!(listed(&a), [(NAME.to_owned(), None)], "a shared subscription is listed as durable");
+    for m in members {
+        m.close();
+    }
+    assert_eq!(listed(&b), [(NAME.to_owned(), None)], "a closed shared subscription is listed as durable");
+}

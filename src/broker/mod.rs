@@ -1065,10 +1065,12 @@ impl Broker {
     /// Every durable (named) subscription and the pid of the process that
     /// holds it, sorted by name.
     ///
-    /// With `Sharing::Processes`, the whole data directory: every name any
-    /// process has taken, held now or not (`holder_pid: None`: its holder
-    /// closed it or died; the kernel lets go of a dead process's name at
-    /// once). It is read without taking anything, so it never makes a
+    /// With `Sharing::Processes`, the whole data directory: every name a
+    /// durable subscription of any process has taken since the name was
+    /// last deleted ([`Broker::delete_durable`]), held now or not
+    /// (`holder_pid: None`: its holder closed it or died; the kernel lets
+    /// go of a dead process's name at once). A shared subscription's name
+    /// is not listed, as in `Exclusive` mode. It is read without taking anything, so it never makes a
     /// subscriber of the name fail (see `store/holders.rs`; Linux only:
     /// elsewhere no name reads as held). With `Sharing::Exclusive`, this
     /// broker's live ones.

@@ -28,13 +28,22 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use super::membership::{GROUPS_DIR, group_folder, is_member_file, partition_lock};
-use super::named::{NAMED_DIR, folder_entries};
+use super::named::{NAMED_DIR, durable_mark, folder_entries, slot_files};
 use super::offsets::read_slots;
 use crate::error::{Error, Result};
 
 /// The `flock`s held on the machine: pid by (device, inode).
 #[derive(Debug, Default)]
-pub(crate) struct LockTable(HashMap<(u32, u32, u64), u32>);
+pub(crate) struct LockTable(HashMap<(u32, u32, u64), Held>);
+
+/// A file's `flock` as `/proc/locks` lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    /// The pid of a process holding it (with shared locks, one of them).
+    pid: u32,
+    /// An exclusive lock (`LOCK_EX`, listed `WRITE`), not shared ones.
+    exclusive: bool,
+}
 
 impl LockTable {
     /// Reads `/proc/locks` (an empty table where there is none).
@@ -56,7 +65,7 @@ impl LockTable {
         let mut held = HashMap::new();
         for line in text.lines() {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let [_, "FLOCK", _, _, pid, file, ..] = fields.as_slice() else { continue };
+            let [_, "FLOCK", _, kind, pid, file, ..] = fields.as_slice() else { continue };
             let mut parts = file.split(':');
             let (Some(major), Some(minor), Some(inode), None) =
                 (parts.next(), parts.next(), parts.next(), parts.next())
@@ -71,7 +80,7 @@ impl LockTable {
             ) else {
                 continue;
             };
-            held.insert((major, minor, inode), pid);
+            held.insert((major, minor, inode), Held { pid, exclusive: *kind == "WRITE" });
         }
         Self(held)
     }
@@ -79,6 +88,17 @@ impl LockTable {
     /// The pid of the process holding a `flock` on `path`: `None` if no
     /// one does (or the file is gone).
     pub(crate) fn holder(&self, path: &Path) -> Option<u32> {
+        self.held(path).map(|h| h.pid)
+    }
+
+    /// The pid of the process holding an exclusive `flock` on `path`:
+    /// `None` if none does (shared locks only, or none, or the file is
+    /// gone).
+    pub(crate) fn exclusive_holder(&self, path: &Path) -> Option<u32> {
+        self.held(path).filter(|h| h.exclusive).map(|h| h.pid)
+    }
+
+    fn held(&self, path: &Path) -> Option<Held> {
         let meta = fs::metadata(path).ok()?;
         let dev = meta.dev();
         self.0.get(&(libc::major(dev), libc::minor(dev), meta.ino())).copied()
@@ -108,9 +128,12 @@ fn unhex(hex: &str) -> Option<String> {
     String::from_utf8(bytes?).ok()
 }
 
-/// Every durable name of the directory `root` (one with a lock file: taken
-/// at least once), with the pid of the process holding it now (`None`: not
-/// held), sorted by name.
+/// Every durable name of the directory `root`, with the pid of the process
+/// holding it now (`None`: not held), sorted by name: a name whose lock a
+/// process holds exclusively, or with the mark of a durable taker or slots
+/// of positions (see `named.rs`). A lock file alone stays after a delete,
+/// and a shared subscription's members hold theirs shared: neither is a
+/// durable name.
 pub(super) fn named_holders(root: &Path, repair: bool, locks: &LockTable) -> Result<Vec<(String, Option<u32>)>> {
     let dir = root.join(NAMED_DIR);
     let entries = match fs::read_dir(&dir) {
@@ -123,8 +146,13 @@ pub(super) fn named_holders(root: &Path, repair: bool, locks: &LockTable) -> Res
         let entry = entry.map_err(|e| Error::io(&dir, &e))?;
         let file = entry.file_name();
         let Some(key) = file.to_str().and_then(|f| f.strip_suffix(".lock")) else { continue };
+        let holder = locks.exclusive_holder(&entry.path());
+        let [a, b] = slot_files(key);
+        if holder.is_none() && ![durable_mark(key), a, b].iter().any(|f| dir.join(f).exists()) {
+            continue;
+        }
         let Some(name) = name_of(&dir, key, repair) else { continue };
-        list.push((name, locks.holder(&entry.path())));
+        list.push((name, holder));
     }
     list.sort();
     Ok(list)
@@ -254,8 +282,8 @@ mod tests {
              2: -> FLOCK  ADVISORY  WRITE 12 fe:01:465 0 EOF\n\
              3: FLOCK  ADVISORY  READ 13 08:10:99 0 EOF\n",
         );
-        assert_eq!(table.0.get(&(0xfe, 1, 464)), Some(&4711));
-        assert_eq!(table.0.get(&(8, 16, 99)), Some(&13));
+        assert_eq!(table.0.get(&(0xfe, 1, 464)), Some(&Held { pid: 4711, exclusive: true }));
+        assert_eq!(table.0.get(&(8, 16, 99)), Some(&Held { pid: 13, exclusive: false }));
         assert_eq!(table.0.len(), 2, "{table:?}");
     }
 
@@ -267,7 +295,14 @@ mod tests {
         assert_eq!(LockTable::read().unwrap().holder(&path), None);
         // SAFETY: flock on a descriptor we own, with constant flags; it touches no memory.
         assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
-        assert_eq!(LockTable::read().unwrap().holder(&path), Some(std::process::id()));
+        let table = LockTable::read().unwrap();
+        assert_eq!(table.holder(&path), Some(std::process::id()));
+        assert_eq!(table.exclusive_holder(&path), Some(std::process::id()));
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) }, 0);
+        let table = LockTable::read().unwrap();
+        assert_eq!(table.holder(&path), Some(std::process::id()));
+        assert_eq!(table.exclusive_holder(&path), None, "a shared lock is no exclusive holder");
         drop(file);
         assert_eq!(LockTable::read().unwrap().holder(&path), None);
         fs::remove_file(&path).unwrap();

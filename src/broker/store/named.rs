@@ -15,7 +15,18 @@
 //!                          whose subscription has the name, while it is live
 //! named/<key>.0, <key>.1   its positions: two slots, written as the
 //!                          offsets slots are (numbered, atomic, CRC'd)
+//! named/<key>.durable      empty: a durable subscription has taken the
+//!                          name since its last delete
 //! ```
+//!
+//! The mark is for the listing alone (`holders.rs`): a lock file stays
+//! once made (see "Deleting"), and a shared subscription's members lock
+//! the same file (see "Shared names"), so neither a lock file nor its
+//! holder says that a durable subscription has the name. The taker makes
+//! the mark holding the lock; a delete removes it with the slots. It is
+//! not synced: a mark a machine crash loses unlists a name with no
+//! positions (one with positions is listed for its slots), and the name's
+//! next taker makes it again.
 //!
 //! **Taking the name** ([`hold_name`]) locks `<key>.lock` without
 //! blocking: held elsewhere (another process, or another descriptor in this
@@ -194,8 +205,14 @@ pub(super) fn key(name: &str) -> String {
 }
 
 /// The slot file names of the key `key`.
-fn slot_files(key: &str) -> [String; 2] {
+pub(super) fn slot_files(key: &str) -> [String; 2] {
     [format!("{key}.0"), format!("{key}.1")]
+}
+
+/// The file name of the key `key`'s mark of a durable subscription (see
+/// the module docs).
+pub(super) fn durable_mark(key: &str) -> String {
+    format!("{key}.durable")
 }
 
 /// A name taken by this process (see the module docs): its lock, and the
@@ -336,6 +353,8 @@ pub(super) fn hold_name(
         .map(|(t, _, _, d)| (t.clone(), if *d == UNKNOWN_DIR { listed_dir(list, t) } else { *d }))
         .collect();
     let positions = kept.map(|p| p.into_iter().map(|(t, p, o, _)| (t, p, o)).collect());
+    let mark = dir.join(durable_mark(&key));
+    fs::OpenOptions::new().create(true).append(true).open(&mark).map_err(|e| Error::io(&mark, &e))?;
     let commit = GroupCommit::with_files(&dir, files, seq, slot, &slot_held);
     Ok((NameHold { name: name.to_owned(), lock, commit, opened, taken }, positions))
 }
@@ -408,7 +427,8 @@ pub(super) fn forget_name(
     if !shared()? && !durable {
         return Err(not_found());
     }
-    remove_slots(&dir, &files, fsync)
+    let [a, b] = files;
+    remove_slots(&dir, &[a, b, durable_mark(&key)], fsync)
     // The lock goes with `_lock`, after the slots.
 }
 
