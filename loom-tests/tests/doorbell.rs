@@ -13,7 +13,9 @@
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::model;
-use rill::broker::loom_harness::{DisarmedTopicChanges, LazyDoorbell, MemberChanges, TopicChanges, WakeAcross};
+use rill::broker::loom_harness::{
+    DisarmedTopicChanges, LazyConsumer, LazyDoorbell, MemberChanges, TopicChanges, WakeAcross,
+};
 
 /// The other process's side, `there`, on a thread of its own, while the
 /// doorbell's side, `here`, runs on this one; then joins it.
@@ -74,6 +76,32 @@ fn an_idle_listener_arms_its_disarmed_doorbell() {
         wake.publish();
         wake.until_delivered_then_stop();
         listener.join().unwrap();
+        doorbell.join().unwrap();
+    });
+}
+
+/// The same with a pull consumer for the listener (`Waiters::may_sleep`
+/// and the consumer's nudge after W2): the consumer registers to wait
+/// while its process's doorbell disarms, and a publisher in another
+/// process commits and rings only an armed bell. Without W2 and X4 the
+/// consumer can miss the disarm while the doorbell reads no waiter and
+/// sleeps disarmed: the consumer then waits for ever, which loom reports
+/// as a deadlock and `.ci/fence-check` requires with X4 or W2 weakened.
+#[test]
+fn an_idle_consumer_arms_its_disarmed_doorbell() {
+    model(|| {
+        let wake = Arc::new(LazyConsumer::new());
+        let consumer = {
+            let wake = wake.clone();
+            thread::spawn(move || wake.consumer_until_a_record())
+        };
+        let doorbell = {
+            let wake = wake.clone();
+            thread::spawn(move || wake.doorbell())
+        };
+        wake.publish();
+        consumer.join().unwrap();
+        wake.stop();
         doorbell.join().unwrap();
     });
 }

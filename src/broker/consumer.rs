@@ -119,6 +119,11 @@ impl Listener for ConsumerListener {
         self.waiters.notify_after_fence();
     }
 
+    #[inline]
+    fn may_sleep(&self) -> bool {
+        self.waiters.may_sleep()
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
@@ -721,6 +726,11 @@ impl Consumer {
         // Before every look below (`check_open` included), so a change
         // those looks miss rings the bell ("The bell" in `waiters.rs`).
         let bell = max > 0 && self.core.waiters.arm_if_hooked();
+        if bell {
+            // After the arm's B1: a disarmed doorbell of this process arms
+            // for the bell (see `Waiters::may_sleep`).
+            crate::broker::doorbell::listener_may_sleep();
+        }
         self.check_open()?;
         self.core.set_polling(true);
         let waited = self.wait_ready(max, Instant::now() + timeout);
@@ -838,14 +848,18 @@ impl Consumer {
             // in another process; a rebalance; a close; a delete), so it
             // sleeps without naps: an idle member uses no CPU until then
             // (the idle part of `rill-bench --scenario ipc` measures it).
-            let ready = core.waiters.wait_notified_until(Some(deadline.min(self.next_check)), || {
-                core.is_closed()
+            let ready = core.waiters.wait_notified_until(
+                Some(deadline.min(self.next_check)),
+                || {
+                    core.is_closed()
                     || host.is_closed()
                     || core.topic.is_deleted()
                     // Acquire: as in `sync`.
                     || core.generation.load(Ordering::Acquire) != generation
                     || parts.iter_mut().flatten().any(Part::ready)
-            });
+                },
+                crate::broker::doorbell::listener_may_sleep,
+            );
             self.check_open()?;
             if core.generation.load(Ordering::Acquire) != generation {
                 continue;

@@ -167,9 +167,10 @@
 //! A listener that is draining finds a record itself (its idle re-check
 //! after F4 reads the log), so a ring for it buys nothing. A doorbell
 //! therefore arms only while a listener of a partition it watches *may
-//! sleep*: a subscription whose state reads `IDLE`, or a listener without
-//! a state word (a consumer, woken after every commit), which has no state
-//! to tell. Otherwise it sleeps *disarmed*: on the bell word, with the
+//! sleep*: a subscription whose state reads `IDLE`, or a consumer with a
+//! thread registered to wait in `poll` or its bell armed
+//! (`Waiters::may_sleep`; a consumer has no state word, and is woken after
+//! every commit only while it waits). Otherwise it sleeps *disarmed*: on the bell word, with the
 //! value it loaded, in `FUTEX_WAIT_BITSET` with its process's nudge bit.
 //! A publisher's ring wakes only the doorbells asleep armed (the data bit),
 //! so it does not wake it, and a publisher finds `ARMED` clear unless some
@@ -190,9 +191,13 @@
 //!   and nudges each bell on it ([`listener_may_sleep`]): moves the word by
 //!   a ring step and wakes the waiters of its process's bit. A listener
 //!   *added* to a shared partition does the same, after the fence that
-//!   opens `barrier::heavy` (`Partition::add_listener`).
+//!   opens `barrier::heavy` (`Partition::add_listener`). A **consumer
+//!   about to sleep** does the same once registered and past W2
+//!   (`Waiters::wait_notified_until`), and once its bell is armed and past
+//!   B1 (`Consumer::poll`).
 //!
-//! The race: the listener stores `IDLE` then loads the count; the doorbell
+//! The race: the listener stores `IDLE` (a consumer: its registration, or
+//! its bell's arm) then loads the count; the doorbell
 //! stores the count then loads the state. Store buffering again, so F4
 //! and X4 are both `SeqCst` fences. If F4 comes first in their order, the
 //! doorbell reads `IDLE` and arms, and from its arm on "The race it
@@ -220,9 +225,10 @@
 //! (`an_idle_listener_arms_its_disarmed_doorbell`: the listener through
 //! `signal::go_idle_then`, the doorbell through [`Bell::round_lazy`], a
 //! publisher through [`Cross::after_commit`], the futex with its bitsets
-//! modelled under a mutex; `a_topic_change_wakes_a_disarmed_doorbell`);
-//! `.ci/fence-check` requires the first to find the record stranded with
-//! X4 weakened. The second passes with X5 `Relaxed`, as argued above, so
+//! modelled under a mutex; `an_idle_consumer_arms_its_disarmed_doorbell`,
+//! the same with a consumer waiting through `Waiters`;
+//! `a_topic_change_wakes_a_disarmed_doorbell`); `.ci/fence-check` requires
+//! the first two to find the record stranded with X4 weakened. The second passes with X5 `Relaxed`, as argued above, so
 //! X5 has no ordering of its own to check; X4, weakened to `AcqRel`, still
 //! acquires, which is all this path asks of it.
 //!

@@ -723,6 +723,117 @@ impl Default for LazyDoorbell {
     }
 }
 
+/// [`LazyDoorbell`] with a pull consumer for the listener: a consumer has
+/// no state word, so the doorbell asks its `Waiters` whether a thread may
+/// be waiting (`Waiters::may_sleep`, after X4), and the consumer, once
+/// registered and past W2, nudges the disarmed doorbells
+/// (`Waiters::wait_notified_until`'s `may_sleep`). Without X4 or W2 the
+/// doorbell can read no waiter while the consumer reads no disarmed
+/// doorbell: the doorbell sleeps disarmed, the publisher in the other
+/// process finds the bell quiet, and the consumer waits for ever.
+pub struct LazyConsumer {
+    log: Log,
+    cross: super::doorbell::Cross,
+    bell: Arc<super::doorbell::Bell>,
+    parking: super::doorbell::Parking,
+    waiters: Waiters,
+    /// The doorbell's cursor, as `Partition::look` keeps one.
+    watched: Mutex<crate::log::Cursor>,
+    /// The consumer's cursor.
+    reading: Mutex<crate::log::Cursor>,
+    stop: crate::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for LazyConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LazyConsumer")
+    }
+}
+
+impl LazyConsumer {
+    /// An empty partition this process's consumer reads, nobody waiting.
+    pub fn new() -> LazyConsumer {
+        let bell = Arc::new(super::doorbell::Bell::in_memory());
+        let cross = super::doorbell::Cross::in_memory(bell.clone());
+        cross.set_listening(true);
+        let config = LogConfig { segment_bytes: Some(crate::log::MIN_SEGMENT_BYTES), ..LogConfig::default() };
+        let log = Log::new(&config).expect("a log");
+        // Located before the model starts, as in `WakeAcross::new`.
+        let watched = log.cursor_from_first();
+        let reading = log.cursor_from_first();
+        LazyConsumer {
+            log,
+            cross,
+            bell,
+            parking: super::doorbell::Parking::new(),
+            waiters: Waiters::new(),
+            watched: Mutex::new(watched),
+            reading: Mutex::new(reading),
+            stop: crate::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// A publisher in another process: appends a record, then its half.
+    pub fn publish(&self) {
+        self.log.append(&Record::new(b"x")).expect("room for one record");
+        self.cross.after_commit();
+    }
+
+    /// The consumer's `poll`, past its spin: waits until the record is
+    /// there to read.
+    pub fn consumer_until_a_record(&self) {
+        let ready =
+            self.waiters.block_notified_until(|| self.reading.lock().has_next(), || self.parking.listener_may_sleep());
+        assert!(ready, "a wait without a deadline returns only once ready");
+    }
+
+    /// This process's doorbell thread, until told to stop.
+    pub fn doorbell(&self) {
+        // Acquire: pairs with the Release store in `stop`.
+        while !self.stop.load(Ordering::Acquire) {
+            super::doorbell::Bell::round_lazy(
+                &self.bell,
+                &self.parking,
+                || self.waiters.may_sleep(),
+                |partitions| {
+                    // Acquire: as above.
+                    if self.stop.load(Ordering::Acquire) {
+                        return true;
+                    }
+                    if !partitions {
+                        return false;
+                    }
+                    let mut watched = self.watched.lock();
+                    if !watched.has_next() {
+                        return false;
+                    }
+                    while watched.has_next() {
+                        let _ = watched.read();
+                    }
+                    // `Partition::look` signals the listeners: a consumer's
+                    // wake after the signal's fence.
+                    self.waiters.notify();
+                    true
+                },
+                || None,
+            );
+        }
+    }
+
+    /// Stops the doorbell (as `Doorbell::stop` does).
+    pub fn stop(&self) {
+        // Release: pairs with the Acquire loads in `doorbell`.
+        self.stop.store(true, Ordering::Release);
+        self.bell.ring_always();
+    }
+}
+
+impl Default for LazyConsumer {
+    fn default() -> Self {
+        LazyConsumer::new()
+    }
+}
+
 /// A topic change seen by a doorbell that sleeps disarmed (no listener of
 /// its process may sleep): [`Bell::round_lazy`] with no listener, against
 /// [`Bell::topics_changed`]; its load before the sleep (X5), the fence

@@ -231,7 +231,7 @@ impl Waiters {
     /// Waits until `ready()` is true (returns true) or `deadline` passes
     /// (returns `ready()`). `None` waits without a deadline.
     pub(crate) fn wait_until(&self, deadline: Option<Instant>, ready: impl FnMut() -> bool) -> bool {
-        self.spin_then_block(deadline, MAX_NAP, ready)
+        self.spin_then_block(deadline, MAX_NAP, ready, || {})
     }
 
     /// [`Waiters::wait_until`] for a waiter whose every condition is
@@ -239,11 +239,39 @@ impl Waiters {
     /// another process's): it sleeps until notified or `deadline`, without
     /// [`MAX_NAP`]'s looks in between, so an idle waiter with a far
     /// deadline (a consumer polling an idle topic) wakes nobody's CPU.
-    pub(crate) fn wait_notified_until(&self, deadline: Option<Instant>, ready: impl FnMut() -> bool) -> bool {
-        self.spin_then_block(deadline, Duration::MAX, ready)
+    /// Each time it registers, after W2, it calls `may_sleep`: the
+    /// consumer's nudge of its process's disarmed doorbells
+    /// (`doorbell::listener_may_sleep`), which arm only while a waiter may
+    /// sleep ([`Waiters::may_sleep`]; "Arming only while a listener may
+    /// sleep" in `doorbell.rs`).
+    pub(crate) fn wait_notified_until(
+        &self,
+        deadline: Option<Instant>,
+        ready: impl FnMut() -> bool,
+        may_sleep: impl Fn(),
+    ) -> bool {
+        self.spin_then_block(deadline, Duration::MAX, ready, may_sleep)
     }
 
-    fn spin_then_block(&self, deadline: Option<Instant>, nap: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    /// Whether a waiter may be asleep, or about to sleep: one is
+    /// registered, or the bell is armed. The doorbell's question about a
+    /// consumer, after its X4 fence: this side stores (registers, or arms)
+    /// and fences (W2, or B1) before its nudge loads the doorbell's count,
+    /// and the doorbell stores that count and fences (X4) before it loads
+    /// these, so one of the two sees the other (see "Arming only while a
+    /// listener may sleep" in `doorbell.rs`).
+    pub(crate) fn may_sleep(&self) -> bool {
+        // Relaxed, both: ordered by the doorbell's X4 before them.
+        self.count.load(Ordering::Relaxed) > 0 || self.armed.load(Ordering::Relaxed)
+    }
+
+    fn spin_then_block(
+        &self,
+        deadline: Option<Instant>,
+        nap: Duration,
+        mut ready: impl FnMut() -> bool,
+        may_sleep: impl Fn(),
+    ) -> bool {
         // Most waits are short (a subscriber a batch behind): spin, then yield,
         // before paying for a sleep and a wake-up.
         let mut backoff = Backoff::new();
@@ -253,7 +281,7 @@ impl Waiters {
             }
             backoff.snooze();
         }
-        self.block_napping(deadline, nap, ready)
+        self.block_napping(deadline, nap, ready, may_sleep)
     }
 
     /// The blocking half of [`Waiters::wait_until`], for the loom model
@@ -262,14 +290,28 @@ impl Waiters {
     /// loom).
     #[cfg(loom)]
     pub(crate) fn block_until(&self, deadline: Option<Instant>, ready: impl FnMut() -> bool) -> bool {
-        self.block_napping(deadline, MAX_NAP, ready)
+        self.block_napping(deadline, MAX_NAP, ready, || {})
+    }
+
+    /// The blocking half of [`Waiters::wait_notified_until`], for the loom
+    /// model of a consumer and its doorbell (`loom_harness.rs`), which
+    /// passes its own `may_sleep`.
+    #[cfg(loom)]
+    pub(crate) fn block_notified_until(&self, ready: impl FnMut() -> bool, may_sleep: impl Fn()) -> bool {
+        self.block_napping(None, Duration::MAX, ready, may_sleep)
     }
 
     /// The blocking half of the waits, without their spin: the register /
     /// W2 / re-check / wait protocol of the module essay, each sleep at most
     /// `nap`. The spin before it only ever returns early, so this is the
     /// whole protocol.
-    fn block_napping(&self, deadline: Option<Instant>, nap: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    fn block_napping(
+        &self,
+        deadline: Option<Instant>,
+        nap: Duration,
+        mut ready: impl FnMut() -> bool,
+        may_sleep: impl Fn(),
+    ) -> bool {
         loop {
             if ready() {
                 return true;
@@ -286,6 +328,8 @@ impl Waiters {
             // W2, SeqCst fence: orders the registration before the re-check
             // below; pairs with W1 in `notify`.
             crate::sync::fence_or_weakened!("W2", Ordering::SeqCst);
+            // Ordered after the registration by W2, as the re-check is.
+            may_sleep();
             let guard = self.lock.lock();
             if !ready() {
                 match left {

@@ -8,10 +8,15 @@
 //! fresh broker and warmed past its retention before it is timed.
 //!
 //! ```text
-//! cargo run --release -p rill-bench --example sharing_cost -- [rounds] [mem|exclusive|processes]
+//! cargo run --release -p rill-bench --example sharing_cost -- [rounds] [mem|exclusive|processes] [--consumer]
 //! ```
 //!
 //! (a second argument runs that log alone, for a profiler or `strace`).
+//! `--consumer` adds a pull consumer (a group of one, on a thread of its
+//! own, polling batches of up to 256 with a 100 ms timeout) that reads the
+//! topic as it is written: what a reader that is not a push subscription
+//! asks of the publisher (its wake-ups, and across processes the
+//! doorbell's).
 //!
 //! Prints, a round a line and a log a column, ns per publish and the
 //! share of the publishing thread's CPU time spent in the kernel
@@ -20,10 +25,12 @@
 //! scenario measures rill across processes with subscribers; this isolates
 //! the publisher's side of a shared log.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use rill::log::Fsync;
-use rill::{Broker, BrokerConfig, Record, Sharing, TopicOptions};
+use rill::{Broker, BrokerConfig, ConsumerOptions, Record, Sharing, TopicOptions};
 
 /// Publishes timed per run, after as many to fill the retention.
 const PUBLISHES: u64 = 2_000_000;
@@ -54,7 +61,7 @@ fn thread_cpu() -> (u64, u64) {
 }
 
 /// ns per publish, and the kernel's share of the thread's CPU time.
-fn run(mode: Mode) -> rill::Result<(f64, f64)> {
+fn run(mode: Mode, consumer: bool) -> rill::Result<(f64, f64)> {
     let dir = std::path::PathBuf::from(format!("/dev/shm/rill-sharing-cost-{}", std::process::id()));
     let config = match mode {
         Mode::Mem => BrokerConfig::default(),
@@ -71,6 +78,22 @@ fn run(mode: Mode) -> rill::Result<(f64, f64)> {
         TopicOptions { retention_bytes: Some(RETENTION), segment_bytes: Some(SEGMENT), ..TopicOptions::default() };
     broker.create_topic("t", &options)?;
     let publisher = broker.publisher("t")?;
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = match consumer {
+        true => {
+            let mut c = broker.consumer("readers", "t", ConsumerOptions::default())?;
+            let done = done.clone();
+            Some(std::thread::spawn(move || -> rill::Result<u64> {
+                let mut read = 0;
+                // Relaxed: a stop flag; the join below orders the rest.
+                while !done.load(Ordering::Relaxed) {
+                    read += c.poll(256, Duration::from_millis(100))?.len() as u64;
+                }
+                Ok(read)
+            }))
+        }
+        false => None,
+    };
     let payload = [0x5a; 64];
     let record = Record::new(&payload);
     for _ in 0..PUBLISHES {
@@ -84,6 +107,11 @@ fn run(mode: Mode) -> rill::Result<(f64, f64)> {
     let ns = started.elapsed().as_nanos() as f64 / PUBLISHES as f64;
     let (user2, system2) = thread_cpu();
     let kernel = (system2 - system) as f64 / ((user2 - user) + (system2 - system)).max(1) as f64;
+    done.store(true, Ordering::Relaxed);
+    if let Some(reader) = reader {
+        let read = reader.join().expect("the consumer thread panicked")?;
+        assert!(read > 0, "the consumer read nothing");
+    }
     drop(publisher);
     drop(broker);
     if mode != Mode::Mem {
@@ -93,8 +121,10 @@ fn run(mode: Mode) -> rill::Result<(f64, f64)> {
 }
 
 fn main() -> rill::Result<()> {
-    let rounds = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(DEFAULT_ROUNDS);
-    if let Some(only) = std::env::args().nth(2) {
+    let consumer = std::env::args().any(|a| a == "--consumer");
+    let args: Vec<String> = std::env::args().filter(|a| a != "--consumer").collect();
+    let rounds = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(DEFAULT_ROUNDS);
+    if let Some(only) = args.get(2) {
         // One log only (`mem`, `exclusive` or `processes`), for a profiler
         // or `strace` to look at without the others.
         let mode = match only.as_str() {
@@ -104,18 +134,19 @@ fn main() -> rill::Result<()> {
             other => panic!("no log {other:?}: mem, exclusive or processes"),
         };
         for round in 1..=rounds {
-            let (ns, kernel) = run(mode)?;
+            let (ns, kernel) = run(mode, consumer)?;
             println!("{only}, round {round}: {ns:.1} ns a publish ({:.0}% in the kernel)", kernel * 100.0);
         }
         return Ok(());
     }
-    println!("ns per publish (kernel share of the publishing thread's CPU), no subscriber, 64 B, tmpfs");
+    let reader = if consumer { "a pull consumer" } else { "no subscriber" };
+    println!("ns per publish (kernel share of the publishing thread's CPU), {reader}, 64 B, tmpfs");
     println!("| round | mem | exclusive | processes | processes / exclusive |");
     println!("|---|---|---|---|---|");
     for round in 1..=rounds {
-        let (mem, mem_k) = run(Mode::Mem)?;
-        let (exclusive, exclusive_k) = run(Mode::Exclusive)?;
-        let (processes, processes_k) = run(Mode::Processes)?;
+        let (mem, mem_k) = run(Mode::Mem, consumer)?;
+        let (exclusive, exclusive_k) = run(Mode::Exclusive, consumer)?;
+        let (processes, processes_k) = run(Mode::Processes, consumer)?;
         println!(
             "| {round} | {mem:.1} ({:.0}%) | {exclusive:.1} ({:.0}%) | {processes:.1} ({:.0}%) | {:.2}x |",
             mem_k * 100.0,

@@ -140,7 +140,8 @@
 //! pull consumers (`consumer.rs`) implement. A publisher calls the trait only when there is
 //! something to do: for a subscription, when it won `IDLE -> ACTIVE` and
 //! must schedule a drain; for a listener without a state word (a consumer),
-//! after every commit. So the log-and-partition layer below never names the
+//! after every commit (the consumer's wake is one load when no thread of
+//! it waits). So the log-and-partition layer below never names the
 //! types above it, and a busy subscription still costs one shared load.
 //! A publisher that wins several subscriptions in one walk (they had all
 //! caught up) collects their drains and queues them on the pool together
@@ -166,6 +167,14 @@ pub(crate) trait Listener: Send + Sync + 'static {
     /// the listeners with the same key together with `wake_batch`.
     fn batch_key(&self) -> Option<usize> {
         None
+    }
+
+    /// For a listener without a state word (a consumer): whether it may be
+    /// asleep, or about to sleep, waiting for a record, as the doorbell
+    /// reads it after X4 (see "Arming only while a listener may sleep" in
+    /// `doorbell.rs`). True unless the listener can tell.
+    fn may_sleep(&self) -> bool {
+        true
     }
 
     /// Wakes every listener in `batch` (this one among them; all have this
@@ -322,11 +331,17 @@ fn wins(e: &Entry) -> bool {
     e.state.as_ref().is_none_or(|state| state.win_idle())
 }
 
-/// True if a listener among `entries` may sleep: one a publisher may
-/// have to wake ([`may_win`]). For the doorbell's choice to arm, after X4
+/// True if a listener among `entries` may sleep: a subscription whose
+/// state reads `IDLE` (one a publisher may have to wake, [`may_win`]), or
+/// a consumer that says it may ([`Listener::may_sleep`]). For the doorbell's choice to arm, after X4
 /// (see "Arming only while a listener may sleep" in `doorbell.rs`).
 pub(crate) fn any_may_sleep(entries: &[Entry]) -> bool {
-    entries.iter().any(may_win)
+    entries.iter().any(|e| match &e.state {
+        Some(state) => state.reads_idle(),
+        // A consumer is woken after every commit (`may_win`), but only one
+        // waiting in `poll` needs it: it says so itself.
+        None => e.listener.may_sleep(),
+    })
 }
 
 /// Entries looked at together by [`wake_from`]: one bit each in a word.
