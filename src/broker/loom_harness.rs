@@ -587,18 +587,12 @@ impl Default for WakeAcross {
 /// [`Bell::round_lazy`]: super::doorbell::Bell
 /// [`Cross::after_commit`]: super::doorbell::Cross
 pub struct LazyDoorbell {
-    log: Log,
-    cross: super::doorbell::Cross,
-    bell: Arc<super::doorbell::Bell>,
-    parking: super::doorbell::Parking,
+    shared: LazyPartition,
     state: super::partition::state::State,
-    /// The doorbell's cursor, as `Partition::look` keeps one.
-    watched: Mutex<crate::log::Cursor>,
     /// The listener's cursor.
     reading: Mutex<crate::log::Cursor>,
     /// The record reached the listener.
     delivered: (Mutex<bool>, Condvar),
-    stop: crate::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for LazyDoorbell {
@@ -611,35 +605,15 @@ impl LazyDoorbell {
     /// An empty partition this process listens to, its subscription
     /// draining (`ACTIVE`) and about to find nothing more.
     pub fn new() -> LazyDoorbell {
-        let bell = Arc::new(super::doorbell::Bell::in_memory());
-        let cross = super::doorbell::Cross::in_memory(bell.clone());
-        cross.set_listening(true);
-        let config = LogConfig { segment_bytes: Some(crate::log::MIN_SEGMENT_BYTES), ..LogConfig::default() };
-        let log = Log::new(&config).expect("a log");
-        // Located before the model starts, as in `WakeAcross::new`.
-        let mut watched = log.cursor_from_first();
-        assert!(!watched.has_next());
-        let mut reading = log.cursor_from_first();
-        assert!(!reading.has_next());
+        let (shared, reading) = LazyPartition::new();
         let state = super::partition::state::State::new();
         assert!(state.activate());
-        LazyDoorbell {
-            log,
-            cross,
-            bell,
-            parking: super::doorbell::Parking::new(),
-            state,
-            watched: Mutex::new(watched),
-            reading: Mutex::new(reading),
-            delivered: (Mutex::new(false), Condvar::new()),
-            stop: crate::sync::atomic::AtomicBool::new(false),
-        }
+        LazyDoorbell { shared, state, reading: Mutex::new(reading), delivered: (Mutex::new(false), Condvar::new()) }
     }
 
     /// A publisher in another process: appends a record, then its half.
     pub fn publish(&self) {
-        self.log.append(&Record::new(b"x")).expect("room for one record");
-        self.cross.after_commit();
+        self.shared.publish();
     }
 
     fn deliver(&self) {
@@ -655,7 +629,7 @@ impl LazyDoorbell {
             let idled = super::partition::signal::go_idle_then(
                 &self.state,
                 || self.reading.lock().has_next(),
-                || self.parking.listener_may_sleep(),
+                || self.shared.parking.listener_may_sleep(),
             );
             if idled != super::partition::signal::Idled::Resumed {
                 return;
@@ -671,12 +645,91 @@ impl LazyDoorbell {
 
     /// This process's doorbell thread, until told to stop.
     pub fn doorbell(&self) {
+        self.shared.doorbell(
+            || self.state.reads_idle(),
+            || {
+                if self.state.activate() {
+                    self.deliver();
+                }
+            },
+        );
+    }
+
+    /// Waits until the record reached the listener, then stops the doorbell
+    /// (as `Doorbell::stop` does).
+    pub fn until_delivered_then_stop(&self) {
+        let (lock, cv) = &self.delivered;
+        let mut delivered = lock.lock();
+        while !*delivered {
+            delivered = cv.wait(delivered);
+        }
+        drop(delivered);
+        self.shared.stop();
+    }
+}
+
+impl Default for LazyDoorbell {
+    fn default() -> Self {
+        LazyDoorbell::new()
+    }
+}
+
+/// What [`LazyDoorbell`] and [`LazyConsumer`] share: a real log another
+/// process publishes to, the directory's bell, this process's
+/// [`Parking`](super::doorbell::Parking), and its doorbell thread's
+/// cursor and stop flag.
+struct LazyPartition {
+    log: Log,
+    cross: super::doorbell::Cross,
+    bell: Arc<super::doorbell::Bell>,
+    parking: super::doorbell::Parking,
+    /// The doorbell's cursor, as `Partition::look` keeps one.
+    watched: Mutex<crate::log::Cursor>,
+    stop: crate::sync::atomic::AtomicBool,
+}
+
+impl LazyPartition {
+    /// An empty partition this process listens to, and the listener's
+    /// cursor on it.
+    fn new() -> (LazyPartition, crate::log::Cursor) {
+        let bell = Arc::new(super::doorbell::Bell::in_memory());
+        let cross = super::doorbell::Cross::in_memory(bell.clone());
+        cross.set_listening(true);
+        let config = LogConfig { segment_bytes: Some(crate::log::MIN_SEGMENT_BYTES), ..LogConfig::default() };
+        let log = Log::new(&config).expect("a log");
+        // Located before the model starts, as in `WakeAcross::new`.
+        let mut watched = log.cursor_from_first();
+        assert!(!watched.has_next());
+        let mut reading = log.cursor_from_first();
+        assert!(!reading.has_next());
+        let shared = LazyPartition {
+            log,
+            cross,
+            bell,
+            parking: super::doorbell::Parking::new(),
+            watched: Mutex::new(watched),
+            stop: crate::sync::atomic::AtomicBool::new(false),
+        };
+        (shared, reading)
+    }
+
+    /// A publisher in another process: appends a record, then its half.
+    fn publish(&self) {
+        self.log.append(&Record::new(b"x")).expect("room for one record");
+        self.cross.after_commit();
+    }
+
+    /// The doorbell thread, until told to stop: rounds of
+    /// [`Bell::round_lazy`](super::doorbell::Bell), `may_sleep` its
+    /// question to the listener after X4, `signal` what its look does on
+    /// finding the record (as `Partition::look` signals the listeners).
+    fn doorbell(&self, may_sleep: impl Fn() -> bool, signal: impl Fn()) {
         // Acquire: pairs with the Release store in `stop`.
         while !self.stop.load(Ordering::Acquire) {
             super::doorbell::Bell::round_lazy(
                 &self.bell,
                 &self.parking,
-                || self.state.reads_idle(),
+                &may_sleep,
                 |partitions| {
                     // Acquire: as above.
                     if self.stop.load(Ordering::Acquire) {
@@ -692,9 +745,7 @@ impl LazyDoorbell {
                     while watched.has_next() {
                         let _ = watched.read();
                     }
-                    if self.state.activate() {
-                        self.deliver();
-                    }
+                    signal();
                     true
                 },
                 || None,
@@ -702,24 +753,11 @@ impl LazyDoorbell {
         }
     }
 
-    /// Waits until the record reached the listener, then stops the doorbell
-    /// (as `Doorbell::stop` does).
-    pub fn until_delivered_then_stop(&self) {
-        let (lock, cv) = &self.delivered;
-        let mut delivered = lock.lock();
-        while !*delivered {
-            delivered = cv.wait(delivered);
-        }
-        drop(delivered);
+    /// Stops the doorbell (as `Doorbell::stop` does).
+    fn stop(&self) {
         // Release: pairs with the Acquire loads in `doorbell`.
         self.stop.store(true, Ordering::Release);
         self.bell.ring_always();
-    }
-}
-
-impl Default for LazyDoorbell {
-    fn default() -> Self {
-        LazyDoorbell::new()
     }
 }
 
@@ -732,16 +770,10 @@ impl Default for LazyDoorbell {
 /// doorbell: the doorbell sleeps disarmed, the publisher in the other
 /// process finds the bell quiet, and the consumer waits for ever.
 pub struct LazyConsumer {
-    log: Log,
-    cross: super::doorbell::Cross,
-    bell: Arc<super::doorbell::Bell>,
-    parking: super::doorbell::Parking,
+    shared: LazyPartition,
     waiters: Waiters,
-    /// The doorbell's cursor, as `Partition::look` keeps one.
-    watched: Mutex<crate::log::Cursor>,
     /// The consumer's cursor.
     reading: Mutex<crate::log::Cursor>,
-    stop: crate::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for LazyConsumer {
@@ -753,78 +785,34 @@ impl std::fmt::Debug for LazyConsumer {
 impl LazyConsumer {
     /// An empty partition this process's consumer reads, nobody waiting.
     pub fn new() -> LazyConsumer {
-        let bell = Arc::new(super::doorbell::Bell::in_memory());
-        let cross = super::doorbell::Cross::in_memory(bell.clone());
-        cross.set_listening(true);
-        let config = LogConfig { segment_bytes: Some(crate::log::MIN_SEGMENT_BYTES), ..LogConfig::default() };
-        let log = Log::new(&config).expect("a log");
-        // Located before the model starts, as in `WakeAcross::new`.
-        let watched = log.cursor_from_first();
-        let reading = log.cursor_from_first();
-        LazyConsumer {
-            log,
-            cross,
-            bell,
-            parking: super::doorbell::Parking::new(),
-            waiters: Waiters::new(),
-            watched: Mutex::new(watched),
-            reading: Mutex::new(reading),
-            stop: crate::sync::atomic::AtomicBool::new(false),
-        }
+        let (shared, reading) = LazyPartition::new();
+        LazyConsumer { shared, waiters: Waiters::new(), reading: Mutex::new(reading) }
     }
 
     /// A publisher in another process: appends a record, then its half.
     pub fn publish(&self) {
-        self.log.append(&Record::new(b"x")).expect("room for one record");
-        self.cross.after_commit();
+        self.shared.publish();
     }
 
     /// The consumer's `poll`, past its spin: waits until the record is
     /// there to read.
     pub fn consumer_until_a_record(&self) {
-        let ready =
-            self.waiters.block_notified_until(|| self.reading.lock().has_next(), || self.parking.listener_may_sleep());
+        let ready = self
+            .waiters
+            .block_notified_until(|| self.reading.lock().has_next(), || self.shared.parking.listener_may_sleep());
         assert!(ready, "a wait without a deadline returns only once ready");
     }
 
-    /// This process's doorbell thread, until told to stop.
+    /// This process's doorbell thread, until told to stop: a record its
+    /// look finds wakes the consumer (its `Listener::wake`, after the
+    /// signal's fence).
     pub fn doorbell(&self) {
-        // Acquire: pairs with the Release store in `stop`.
-        while !self.stop.load(Ordering::Acquire) {
-            super::doorbell::Bell::round_lazy(
-                &self.bell,
-                &self.parking,
-                || self.waiters.may_sleep(),
-                |partitions| {
-                    // Acquire: as above.
-                    if self.stop.load(Ordering::Acquire) {
-                        return true;
-                    }
-                    if !partitions {
-                        return false;
-                    }
-                    let mut watched = self.watched.lock();
-                    if !watched.has_next() {
-                        return false;
-                    }
-                    while watched.has_next() {
-                        let _ = watched.read();
-                    }
-                    // `Partition::look` signals the listeners: a consumer's
-                    // wake after the signal's fence.
-                    self.waiters.notify();
-                    true
-                },
-                || None,
-            );
-        }
+        self.shared.doorbell(|| self.waiters.may_sleep(), || self.waiters.notify());
     }
 
     /// Stops the doorbell (as `Doorbell::stop` does).
     pub fn stop(&self) {
-        // Release: pairs with the Acquire loads in `doorbell`.
-        self.stop.store(true, Ordering::Release);
-        self.bell.ring_always();
+        self.shared.stop();
     }
 }
 
