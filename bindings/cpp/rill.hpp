@@ -811,7 +811,8 @@ class Broker {
         if (o.data_dir) c.data_dir = detail::c_str(*o.data_dir, "data_dir");
         c.fsync = static_cast<rill_fsync>(o.fsync);
         if (o.fsync_interval.count() < 1 || o.fsync_interval.count() > INT32_MAX)
-            throw Error(RILL_ERR_INVALID_ARGUMENT, "fsync_interval must be between 1 ms and 2^31 - 1 ms");
+            throw Error(RILL_ERR_INVALID_ARGUMENT,
+                        "RILL_ERR_INVALID_ARGUMENT: fsync_interval must be between 1 ms and 2^31 - 1 ms");
         c.fsync_interval_ms = static_cast<uint32_t>(o.fsync_interval.count());
         c.repair = o.repair;
         c.sharing = static_cast<rill_sharing>(o.sharing);

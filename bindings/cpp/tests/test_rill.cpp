@@ -453,6 +453,13 @@ static void a_broker_on_a_data_directory_keeps_its_topics() {
     o.fsync_interval = 0ms;
     o.fsync = rill::Fsync::Interval;
     CHECK(status_of([&] { rill::Broker bad(o); }) == RILL_ERR_INVALID_ARGUMENT);
+    try {
+        rill::Broker bad(o);
+        CHECK(false);
+    } catch (const rill::Error &e) {
+        // Worded as every other refusal: the status's name, then the option.
+        CHECK(std::string(e.what()).rfind("RILL_ERR_INVALID_ARGUMENT: fsync_interval", 0) == 0);
+    }
     o.fsync_interval = 100ms;
     o.data_dir = (dir / "kept-file").string();
     { std::FILE *f = std::fopen(o.data_dir->c_str(), "w"); if (f) std::fclose(f); }
