@@ -726,11 +726,6 @@ impl Consumer {
         // Before every look below (`check_open` included), so a change
         // those looks miss rings the bell ("The bell" in `waiters.rs`).
         let bell = max > 0 && self.core.waiters.arm_if_hooked();
-        if bell {
-            // After the arm's B1: a disarmed doorbell of this process arms
-            // for the bell (see `Waiters::may_sleep`).
-            crate::broker::doorbell::listener_may_sleep();
-        }
         self.check_open()?;
         self.core.set_polling(true);
         let waited = self.wait_ready(max, Instant::now() + timeout);
@@ -813,9 +808,16 @@ impl Consumer {
         add(&self.core.delivered, out.len() as u64);
         add(&self.core.missed, missed);
         publish_counts(&self.core, self.slot.as_ref(), lag);
-        if bell && !out.is_empty() {
-            // It found something: the caller polls again before it waits.
-            self.core.waiters.disarm();
+        if bell {
+            if out.is_empty() {
+                // The caller waits for the bell: a disarmed doorbell of this
+                // process arms for it (see `Waiters::may_sleep`; this load
+                // follows the arm's B1, as a waiter's follows W2).
+                crate::broker::doorbell::listener_may_sleep();
+            } else {
+                // It found something: the caller polls again before it waits.
+                self.core.waiters.disarm();
+            }
         }
         Ok(out)
     }

@@ -193,8 +193,8 @@
 //!   *added* to a shared partition does the same, after the fence that
 //!   opens `barrier::heavy` (`Partition::add_listener`). A **consumer
 //!   about to sleep** does the same once registered and past W2
-//!   (`Waiters::wait_notified_until`), and once its bell is armed and past
-//!   B1 (`Consumer::poll`).
+//!   (`Waiters::wait_notified_until`), and when a poll with its bell armed
+//!   (past B1) found nothing (`Consumer::poll`).
 //!
 //! The race: the listener stores `IDLE` (a consumer: its registration, or
 //! its bell's arm) then loads the count; the doorbell

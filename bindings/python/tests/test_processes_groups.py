@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import selectors
 import subprocess
 import sys
 import time
@@ -171,3 +172,40 @@ def test_a_group_live_when_its_topic_is_deleted_is_no_group_of_the_re_created_on
                 broker.group_stats(GROUP, TOPIC)
             with pytest.raises(rill.NotFound):
                 broker.delete_group(GROUP, TOPIC)
+
+
+def _publish_when_told(data_dir: str, ready: Any, go: Any, done: Any) -> None:
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never", worker_threads=1) as b:
+        ready.set()
+        go.wait(WAIT)
+        b.publish(TOPIC, b"from the other process")
+        # Open until the parent has looked: a broker's close rings every
+        # doorbell of the directory, which would wake the parent's anyway
+        # (so past the parent's own wait).
+        done.wait(3 * WAIT)
+
+
+def test_a_consumers_notify_fd_is_rung_by_a_publish_in_another_process(tmp_path: Path) -> None:
+    """An event loop's consumer (its notify fd) that polled nothing is
+    woken by a publish in another process: its process's doorbell, asleep
+    without arming while no consumer of it waits, is told that one does."""
+    ctx = multiprocessing.get_context("spawn")
+    data_dir = str(tmp_path / "data")
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never") as b:
+        b.create_topic(TOPIC, partitions=PARTITIONS)
+        ready, go, done = ctx.Event(), ctx.Event(), ctx.Event()
+        child = ctx.Process(target=_publish_when_told, args=(data_dir, ready, go, done))
+        child.start()
+        try:
+            with b.consumer(GROUP, TOPIC) as consumer, selectors.DefaultSelector() as sel:
+                assert ready.wait(WAIT)
+                sel.register(consumer.notify_fd(), selectors.EVENT_READ)
+                assert consumer.poll(timeout=0) == []  # armed
+                go.set()
+                assert sel.select(WAIT), "the other process's publish did not make the fd readable"
+                assert [m.payload for m in consumer.poll(timeout=0)] == [b"from the other process"]
+        finally:
+            go.set()
+            done.set()
+            child.join(WAIT)
+        assert child.exitcode == 0
