@@ -230,8 +230,8 @@ impl Waiters {
 
     /// Waits until `ready()` is true (returns true) or `deadline` passes
     /// (returns `ready()`). `None` waits without a deadline.
-    pub(crate) fn wait_until(&self, deadline: Option<Instant>, ready: impl FnMut() -> bool) -> bool {
-        self.spin_then_block(deadline, MAX_NAP, ready, || {})
+    pub(crate) fn wait_until(&self, deadline: Option<Instant>, mut ready: impl FnMut() -> bool) -> bool {
+        Self::spin(&mut ready) || self.block_napping(deadline, MAX_NAP, ready, || {})
     }
 
     /// [`Waiters::wait_until`] for a waiter whose every condition is
@@ -247,10 +247,10 @@ impl Waiters {
     pub(crate) fn wait_notified_until(
         &self,
         deadline: Option<Instant>,
-        ready: impl FnMut() -> bool,
+        mut ready: impl FnMut() -> bool,
         may_sleep: impl Fn(),
     ) -> bool {
-        self.spin_then_block(deadline, Duration::MAX, ready, may_sleep)
+        Self::spin(&mut ready) || self.block_napping(deadline, Duration::MAX, ready, may_sleep)
     }
 
     /// Whether a waiter may be asleep, or about to sleep: one is
@@ -265,15 +265,10 @@ impl Waiters {
         self.count.load(Ordering::Relaxed) > 0 || self.armed.load(Ordering::Relaxed)
     }
 
-    fn spin_then_block(
-        &self,
-        deadline: Option<Instant>,
-        nap: Duration,
-        mut ready: impl FnMut() -> bool,
-        may_sleep: impl Fn(),
-    ) -> bool {
-        // Most waits are short (a subscriber a batch behind): spin, then yield,
-        // before paying for a sleep and a wake-up.
+    /// Spins, then yields, while `ready` is false, for a while: true if it
+    /// came true. Most waits are short (a subscriber a batch behind), so a
+    /// wait does this before it pays for a sleep and a wake-up.
+    fn spin(ready: &mut impl FnMut() -> bool) -> bool {
         let mut backoff = Backoff::new();
         while !backoff.is_completed() {
             if ready() {
@@ -281,7 +276,7 @@ impl Waiters {
             }
             backoff.snooze();
         }
-        self.block_napping(deadline, nap, ready, may_sleep)
+        false
     }
 
     /// The blocking half of [`Waiters::wait_until`], for the loom model
@@ -294,7 +289,7 @@ impl Waiters {
     }
 
     /// The blocking half of [`Waiters::wait_notified_until`], for the loom
-    /// model of a consumer and its doorbell (`loom_harness.rs`), which
+    /// model of a consumer and its doorbell (`loom_harness/doorbell.rs`), which
     /// passes its own `may_sleep`.
     #[cfg(loom)]
     pub(crate) fn block_notified_until(&self, ready: impl FnMut() -> bool, may_sleep: impl Fn()) -> bool {
