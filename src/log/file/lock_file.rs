@@ -187,12 +187,9 @@ fn replace_in_child(fd: RawFd) {
 /// exists: `None` if it is missing (nothing is created), for a caller that
 /// must leave no file behind when there is nothing to lock.
 pub(crate) fn open_existing_lock_file(path: &Path) -> Result<Option<LockFile>> {
-    with_listed(|fds| match OpenOptions::new().read(true).write(true).open(path) {
-        Ok(file) => {
-            fds.push(file.as_raw_fd());
-            Ok(Some(LockFile { file: Some(file) }))
-        }
-        Err(e) if e.kind() == IoKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(path, &e)),
-    })
+    match LockFile::open(OpenOptions::new().read(true).write(true), path) {
+        Ok(file) => Ok(Some(file)),
+        Err(Error::Io { kind: IoKind::NotFound, .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
