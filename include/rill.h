@@ -2038,7 +2038,10 @@ rill_status rill_consumer_poll(rill_consumer *c,
  * closes it (take it out of your event loop first).
  *
  * Use: call `rill_consumer_poll` with `timeout_ms` 0 until it returns no
- * messages; then wait until the fd is readable; repeat. Each poll empties
+ * messages; then wait until the fd is readable; repeat. The fd is armed
+ * when made, as after a poll that returned none (readable at once if
+ * the consumer has something already), so it may be asked for after
+ * that poll. Each poll empties
  * the fd before it looks, and a poll that returns no messages (with a
  * non-zero `max`) arms it: the fd becomes readable at the first of a
  * publish to a partition the consumer owns, a change of its assignment,

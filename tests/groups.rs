@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rill::broker::partition_for_key;
-use rill::{Broker, Consumer, ConsumerOptions, Error, Record, TopicOptions};
+use rill::{Broker, Consumer, ConsumerOptions, ConsumerStart, Error, Record, TopicOptions};
 
 mod common;
 use common::{WAIT, broker, wait_for};
@@ -522,7 +522,8 @@ fn bell(c: &mut Consumer) -> Arc<std::sync::atomic::AtomicUsize> {
 /// The ready hook, as an event loop uses it: it rings once after a poll
 /// that found nothing, at the first publish, rebalance, deletion or close;
 /// not while the owner has not looked again; not after a poll that found
-/// messages (the owner polls again before waiting).
+/// messages (the owner polls again before waiting). Hung up, it is armed
+/// as after an empty poll, and rings at once for what is already there.
 #[test]
 fn a_ready_hook_rings_once_after_an_empty_poll_at_the_first_change() {
     let b = broker();
@@ -530,28 +531,52 @@ fn a_ready_hook_rings_once_after_an_empty_poll_at_the_first_change() {
     let mut c = b.consumer("g", "t", ConsumerOptions::default()).unwrap();
     let rings = bell(&mut c);
     let count = || rings.load(Ordering::SeqCst);
+    assert_eq!(count(), 0, "nothing to read yet: armed, not rung");
     publish_to(&b, "t", 0, 2, b"before");
-    assert_eq!(count(), 0, "disarmed until a poll arms it");
+    assert_eq!(count(), 1, "armed when hung up: the first publish rings");
     assert_eq!(drain(&mut c).len(), 1);
     // The last poll of `drain` found nothing: armed.
     publish_to(&b, "t", 1, 2, b"a");
-    assert_eq!(count(), 1, "the first publish after an empty poll rings");
+    assert_eq!(count(), 2, "the first publish after an empty poll rings");
     publish_to(&b, "t", 0, 2, b"b");
-    assert_eq!(count(), 1, "once per arming");
+    assert_eq!(count(), 2, "once per arming");
     // A poll that finds messages disarms: nothing rings until one finds none.
     assert_eq!(c.poll(1, Duration::ZERO).unwrap().len(), 1);
     publish_to(&b, "t", 1, 2, b"c");
-    assert_eq!(count(), 1);
+    assert_eq!(count(), 2);
     assert_eq!(drain(&mut c).len(), 2);
     // A rebalance rings (a member joins and takes a partition).
     let other = b.consumer("g", "t", ConsumerOptions::default()).unwrap();
-    assert_eq!(count(), 2, "a join that takes a partition rings");
+    assert_eq!(count(), 3, "a join that takes a partition rings");
     assert!(drain(&mut c).is_empty());
     // So does closing the broker, and the next poll reports it.
     b.close();
-    assert_eq!(count(), 3, "a close rings");
+    assert_eq!(count(), 4, "a close rings");
     assert!(matches!(c.poll(1, Duration::ZERO), Err(Error::Closed(_))));
     drop(other);
+}
+
+/// A hook hung up after the poll that found nothing (an event loop that
+/// asks for its file descriptor lazily) is armed all the same, and one
+/// hung up with messages already there rings at once.
+#[test]
+fn a_ready_hook_hung_up_after_the_empty_poll_is_armed() {
+    let b = broker();
+    b.create_topic("t", &TopicOptions::default()).unwrap();
+    let mut c = b.consumer("g", "t", ConsumerOptions::default()).unwrap();
+    assert!(c.poll(10, Duration::ZERO).unwrap().is_empty());
+    let rings = bell(&mut c);
+    assert_eq!(rings.load(Ordering::SeqCst), 0);
+    b.publish("t", &Record::new(b"late")).unwrap();
+    assert_eq!(rings.load(Ordering::SeqCst), 1, "the publish after the hook rings");
+
+    // A second consumer with a message waiting when its hook is hung up.
+    let mut d =
+        b.consumer("h", "t", ConsumerOptions { start: ConsumerStart::Earliest, ..ConsumerOptions::default() }).unwrap();
+    assert!(d.poll(0, Duration::ZERO).unwrap().is_empty(), "joined, nothing read");
+    let rings = bell(&mut d);
+    assert_eq!(rings.load(Ordering::SeqCst), 1, "a message already there rings at once");
+    assert_eq!(d.poll(10, Duration::ZERO).unwrap().len(), 1);
 }
 
 /// No ring is ever missed: publishers on two threads race an owner that

@@ -653,7 +653,10 @@ impl Consumer {
     /// publish to a partition it owns, a change of its assignment, its
     /// close or its broker's, the deletion of its topic. A poll that
     /// returns messages disarms it: poll until a poll returns nothing,
-    /// then wait for the hook. The hook may also be called when a poll
+    /// then wait for the hook. It is armed when hung up, too, and called
+    /// at once if the consumer has something already: hanging it after
+    /// the poll that found nothing is as good as before. The hook may
+    /// also be called when a poll
     /// would still find nothing (the next poll then arms it again); it is
     /// never missed.
     ///
@@ -691,6 +694,27 @@ impl Consumer {
     /// ```
     pub fn set_ready_hook(&mut self, hook: impl Fn() + Send + Sync + 'static) {
         self.core.waiters.set_bell(Box::new(hook));
+        // Armed from the start, as a poll that found nothing leaves it, so a
+        // caller that hangs the hook after that poll (an fd asked for
+        // lazily) is not left waiting: arm (B1), then look as a poll does
+        // (its assignment brought up to date first: a change after the arm
+        // rings by itself) and ring now for what is already there. A sync
+        // that fails rings too: the next poll reports it.
+        self.core.waiters.arm();
+        let synced = self.sync().is_ok();
+        let core = &self.core;
+        let ready = !synced
+            || core.is_closed()
+            || self.host.is_closed()
+            || core.topic.is_deleted()
+            || self.parts.iter_mut().flatten().any(Part::ready);
+        if ready {
+            core.waiters.notify();
+        } else {
+            // A disarmed doorbell of this process arms for the bell (see
+            // `Waiters::may_sleep`), as after a poll that found nothing.
+            crate::broker::doorbell::listener_may_sleep();
+        }
     }
 
     /// Up to `max` messages of the partitions it owns, waiting up to

@@ -76,6 +76,20 @@ def test_the_notify_fd_is_readable_after_an_empty_poll_at_the_first_publish(brok
         consumer.notify_fd()
 
 
+def test_a_notify_fd_asked_for_after_the_empty_poll_is_armed(broker: rill.Broker) -> None:
+    """The fd asked for lazily, after the poll that found nothing, is
+    readable at the next publish all the same."""
+    broker.create_topic("t")
+    with broker.consumer("g", "t") as consumer, selectors.DefaultSelector() as sel:
+        assert consumer.poll(timeout=0) == []
+        sel.register(consumer.notify_fd(), selectors.EVENT_READ)
+        assert sel.select(0) == []
+        publish_from_thread(broker, "t", [b"late"]).join(WAIT)
+        assert sel.select(WAIT), "the publish did not make the fd readable"
+        assert [m.payload for m in consumer.poll(timeout=0)] == [b"late"]
+        sel.unregister(consumer.notify_fd())
+
+
 def test_a_waiting_poll_is_woken_by_the_fd_without_an_executor(broker: rill.Broker) -> None:
     broker.create_topic("t", partitions=2)
 
