@@ -407,6 +407,14 @@ impl Part {
     }
 }
 
+/// True if a poll would return at once for something besides a change of
+/// assignment: a close (the consumer's or its broker's), its topic's
+/// deletion, or a partition it owns with a record to read or a lag to
+/// report. What a waiting poll and a newly hung ready hook look at.
+fn has_news(core: &ConsumerCore, host: &dyn GroupHost, parts: &mut [Option<Part>]) -> bool {
+    core.is_closed() || host.is_closed() || core.topic.is_deleted() || parts.iter_mut().flatten().any(Part::ready)
+}
+
 /// A pull consumer of one topic, a member of one group. Not shared between
 /// threads (it is `Send`); dropping it closes it.
 pub struct Consumer {
@@ -703,11 +711,7 @@ impl Consumer {
         self.core.waiters.arm();
         let synced = self.sync().is_ok();
         let core = &self.core;
-        let ready = !synced
-            || core.is_closed()
-            || self.host.is_closed()
-            || core.topic.is_deleted()
-            || self.parts.iter_mut().flatten().any(Part::ready);
+        let ready = !synced || has_news(core, &*self.host, &mut self.parts);
         if ready {
             core.waiters.notify();
         } else {
@@ -877,12 +881,8 @@ impl Consumer {
             let ready = core.waiters.wait_notified_until(
                 Some(deadline.min(self.next_check)),
                 || {
-                    core.is_closed()
-                    || host.is_closed()
-                    || core.topic.is_deleted()
                     // Acquire: as in `sync`.
-                    || core.generation.load(Ordering::Acquire) != generation
-                    || parts.iter_mut().flatten().any(Part::ready)
+                    core.generation.load(Ordering::Acquire) != generation || has_news(&core, &**host, parts)
                 },
                 crate::broker::doorbell::listener_may_sleep,
             );

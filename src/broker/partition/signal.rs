@@ -140,8 +140,8 @@
 //! pull consumers (`consumer.rs`) implement. A publisher calls the trait only when there is
 //! something to do: for a subscription, when it won `IDLE -> ACTIVE` and
 //! must schedule a drain; for a listener without a state word (a consumer),
-//! after every commit (the consumer's wake is one load when no thread of
-//! it waits). So the log-and-partition layer below never names the
+//! after every commit (the consumer's wake is two loads, its waiter count
+//! and its bell, when no thread of it waits). So the log-and-partition layer below never names the
 //! types above it, and a busy subscription still costs one shared load.
 //! A publisher that wins several subscriptions in one walk (they had all
 //! caught up) collects their drains and queues them on the pool together
