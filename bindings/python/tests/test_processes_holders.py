@@ -97,3 +97,47 @@ def test_exclusive_mode_lists_this_brokers_names_and_members(tmp_path: Path) -> 
             b.group_members(GROUP, "no-such-topic")
         for handle in (consumer, audit, anonymous):
             handle.close()
+
+
+def _jobs(data_dir: str, jobs: int) -> None:
+    with rill.Broker(data_dir=data_dir, sharing="processes", fsync="never", worker_threads=1) as b:
+        for j in range(jobs):
+            c = b.consumer(f"job-{j}", TOPIC)
+            while c.poll(max_messages=64, timeout=0.05):
+                pass
+            c.commit()
+            c.close()
+            b.subscribe(TOPIC, lambda m: None, name=f"job-{j}").close()
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(Path(d, f).relative_to(root)) for d, _, files in os.walk(root) for f in files)
+
+
+def test_deleted_groups_and_names_leave_nothing_in_the_data_dir(tmp_path: Path) -> None:
+    """A group and a durable name per job, made in another process and
+    deleted here (with the name's dead-letter topic, which holds data and
+    is not deleted with the name): the data directory holds what it held
+    before the jobs."""
+    ctx = multiprocessing.get_context("spawn")
+    data_dir = tmp_path / "data"
+    jobs = 8
+    with rill.Broker(data_dir=str(data_dir), sharing="processes", fsync="never") as b:
+        b.create_topic(TOPIC, partitions=PARTITIONS)
+        for i in range(10):
+            b.publish(TOPIC, b"x%d" % i)
+        before = _files(data_dir)
+        child = ctx.Process(target=_jobs, args=(str(data_dir), jobs))
+        child.start()
+        child.join(WAIT)
+        assert child.exitcode == 0
+        assert len(b.groups()) == jobs
+        assert len(_files(data_dir)) > len(before)
+        for j in range(jobs):
+            b.delete_group(f"job-{j}", TOPIC)
+            b.delete_durable(f"job-{j}")
+            b.delete_topic(f"$dlq/job-{j}")
+        assert b.groups() == []
+        assert b.named_subscriptions() == []
+        after = _files(data_dir)
+        assert after == before, (set(after) - set(before), set(before) - set(after))

@@ -131,9 +131,9 @@ fn unhex(hex: &str) -> Option<String> {
 /// Every durable name of the directory `root`, with the pid of the process
 /// holding it now (`None`: not held), sorted by name: a name whose lock a
 /// process holds exclusively, or with the mark of a durable taker or slots
-/// of positions (see `named.rs`). A lock file alone stays after a delete,
-/// and a shared subscription's members hold theirs shared: neither is a
-/// durable name.
+/// of positions (see `named.rs`). A lock file alone is a shared
+/// subscription's name (its members hold it shared), or one left by a
+/// delete that failed before removing it: neither is a durable name.
 pub(super) fn named_holders(root: &Path, repair: bool, locks: &LockTable) -> Result<Vec<(String, Option<u32>)>> {
     let dir = root.join(NAMED_DIR);
     let entries = match fs::read_dir(&dir) {

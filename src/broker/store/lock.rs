@@ -4,6 +4,38 @@
 //! is there is in `mod.rs`, "One broker per directory" and "Several
 //! processes". A durable subscription's name has a lock of its own in
 //! `Processes` mode, taken with the helpers here (see `named.rs`).
+//!
+//! # Removing a lock file
+//!
+//! The directory's own lock files stay for as long as the directory does.
+//! A durable name's lock file and a group's partition lock files
+//! (`named.rs`, `membership.rs`) go when what they guard is deleted, or
+//! one file a name ever used would stay behind for good. Removing a file
+//! that someone may be about to lock needs care: a process that opened it
+//! just before it was unlinked can still lock it afterwards, and a lock on
+//! a removed file keeps no one out, since whoever opens the path next
+//! makes a new file and locks that one. Two rules keep that from happening:
+//!
+//! 1. only a holder of a file's exclusive lock removes it
+//!    ([`remove_locked`]), while still holding the lock, as the last thing
+//!    it does under that lock (once the file is gone, a taker may make
+//!    the path's next file and lock it, so the remover's hold ends there);
+//! 2. a taker, once its lock is granted, checks that the path still names
+//!    the file it locked (the same device and inode, [`lock_file_at`]); if
+//!    the path names another file, or none, it lets go and starts again
+//!    from the open.
+//!
+//! Why that is enough: once a taker's check passes, it holds a lock on
+//! the file that the path named at the check. Under rule 1 nobody removes
+//! that file without its lock, which the taker holds (an exclusive lock
+//! excludes every other; a shared one excludes the exclusive lock a
+//! remover needs). So the path goes on naming the taker's file for as long
+//! as the taker holds it, and every other taker who passes its check is on
+//! that same file, where the kernel keeps them apart. A taker that locked
+//! a file removed before its check finds the path changed and retries, so
+//! it never acts on a lock that keeps no one out. The folder a lock file
+//! lies in may go too (`membership.rs`, "Deleting a group"): an open in a
+//! folder that is gone fails with `NotFound`, which each caller handles.
 
 use std::fs::File;
 use std::io::ErrorKind as IoKind;
@@ -57,6 +89,47 @@ pub(crate) use crate::log::file::LockFile;
 /// Opens (creating if missing, never truncating) a lock file; or only one
 /// that exists.
 pub(super) use crate::log::file::{open_existing_lock_file, open_lock_file};
+
+/// Opens the lock file `path` (made if missing) and takes its `flock`
+/// with `op`: `None` if `LOCK_NB` was asked for and the lock is held
+/// elsewhere. The lock returned is on the file `path` names (see "Removing
+/// a lock file": a file removed between the open and the lock is let go
+/// and the path opened again).
+pub(super) fn lock_file_at(path: &Path, op: libc::c_int) -> Result<Option<Locked>> {
+    loop {
+        let file = open_lock_file(path)?;
+        if !flock(&file, path, op)? {
+            return Ok(None);
+        }
+        let locked = Locked::new(file);
+        if names_locked(path, &locked)? {
+            return Ok(Some(locked));
+        }
+    }
+}
+
+/// True if `path` names the file `locked` holds the lock of; false if
+/// that file has been removed (the path names another file, or none).
+pub(super) fn names_locked(path: &Path, locked: &Locked) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let held = locked.file().metadata().map_err(|e| Error::io(path, &e))?;
+    match std::fs::metadata(path) {
+        Ok(named) => Ok(named.dev() == held.dev() && named.ino() == held.ino()),
+        Err(e) if e.kind() == IoKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io(path, &e)),
+    }
+}
+
+/// Removes the lock file `path`, whose exclusive lock `locked` holds
+/// (taken with [`lock_file_at`], so the path names it), before that lock
+/// is let go (see "Removing a lock file").
+pub(super) fn remove_locked(path: &Path, locked: &Locked) -> Result<()> {
+    debug_assert!(names_locked(path, locked).unwrap_or(true), "a lock file is removed by the holder of its lock");
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != IoKind::NotFound => Err(Error::io(path, &e)),
+        _ => Ok(()),
+    }
+}
 
 /// `flock(fd, op)`: `Ok(false)` if `LOCK_NB` was asked for and the lock is
 /// held elsewhere.
@@ -115,4 +188,67 @@ pub(super) fn lock_topic_list(root: &Path) -> Result<Locked> {
     let file = open_lock_file(&path)?;
     flock(&file, &path, libc::LOCK_EX)?;
     Ok(Locked::new(file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    fn temp_path(tag: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("rill-lock-{tag}-{}-{}.lock", std::process::id(), crate::sync::unique_id()))
+    }
+
+    #[test]
+    fn a_lock_on_a_removed_file_is_told_from_the_paths_and_not_returned() {
+        let path = temp_path("removed");
+        const EX: libc::c_int = libc::LOCK_EX | libc::LOCK_NB;
+        // A taker opens the file, then a deleter holding its lock removes it.
+        let stale = open_lock_file(&path).unwrap();
+        let deleter = lock_file_at(&path, EX).unwrap().expect("nobody holds it");
+        remove_locked(&path, &deleter).unwrap();
+        drop(deleter);
+        // The taker's lock is granted, on a file the path no longer names.
+        assert!(flock(&stale, &path, EX).unwrap());
+        let stale = Locked::new(stale);
+        assert!(!names_locked(&path, &stale).unwrap());
+        // A taker through the path gets the file it names now, which keeps
+        // the next one out.
+        let first = lock_file_at(&path, EX).unwrap().expect("the new file is free");
+        assert!(names_locked(&path, &first).unwrap());
+        assert!(lock_file_at(&path, EX).unwrap().is_none());
+        drop((stale, first));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// Takers racing a deleter that removes the file each time it holds
+    /// it: no two ever hold the path at once. Without the check of
+    /// [`lock_file_at`], a taker that opened the file just before a removal
+    /// holds it while another holds the new file.
+    #[test]
+    fn takers_racing_removals_never_hold_the_path_together() {
+        let path = temp_path("race");
+        let held = AtomicBool::new(false);
+        let rounds = if cfg!(debug_assertions) { 3_000 } else { 20_000 };
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (path, held) = (&path, &held);
+                s.spawn(move || {
+                    for i in 0..rounds {
+                        let Some(lock) = lock_file_at(path, libc::LOCK_EX | libc::LOCK_NB).unwrap() else { continue };
+                        assert!(!held.swap(true, Ordering::SeqCst), "two takers hold {path:?}");
+                        // The hold ends before the removal, its last act
+                        // (a taker of the path's next file may hold it
+                        // from then on).
+                        held.store(false, Ordering::SeqCst);
+                        if (i + t) % 2 == 0 {
+                            remove_locked(path, &lock).unwrap();
+                        }
+                        drop(lock);
+                    }
+                });
+            }
+        });
+        let _ = std::fs::remove_file(&path);
+    }
 }

@@ -179,9 +179,19 @@
 //! # Deleting a group
 //!
 //! Deleting a group's offsets (`delete_group`) takes every partition lock
-//! without blocking (`Busy` if any is held) and removes the slots. Lock
-//! files are never removed by a `Processes` broker (a process may be about
-//! to lock the one it opened).
+//! without blocking (`Busy` if any is held, or if a member is live) and
+//! removes the slots. Then, still holding those locks, it removes the rest
+//! of the group's folder ([`tidy`]), so that a folder per group name ever
+//! used does not stay behind: each `p<N>.lock` is removed while its lock
+//! is held (the rules of "Removing a lock file" in `lock.rs`, which keep a
+//! member that opened one just before from owning its partition through a
+//! removed file), dead members' files are removed, and then the folder, if
+//! nothing is left in it. A member that joins meanwhile keeps the folder:
+//! its file (or its join's `.tmp` file) makes that last removal fail, and
+//! a join makes the folder again if it went between the join's making it
+//! and its first file in it. A topic's deletion ([`drop_topic`]) tidies the
+//! folders it forgets in the same way, and every folder without slots (a
+//! group that never committed), of any topic, whose members are all gone.
 //!
 //! # Changing modes
 //!
@@ -244,7 +254,7 @@ use std::path::{Path, PathBuf};
 use super::atomic_file::sync_dir;
 use super::deaths::Deaths;
 use super::format::{MemberSlot, Offsets, TopicMeta, UNKNOWN_DIR};
-use super::lock::{Locked, flock, open_lock_file};
+use super::lock::{Locked, flock, lock_file_at, open_existing_lock_file, open_lock_file, remove_locked};
 use super::named::{folder_entries, key, remove_slots};
 use super::offsets::{GroupCommit, read_slots_of};
 use crate::error::{Error, Result};
@@ -445,9 +455,17 @@ fn has_commits_of(dir: &Path, mine: u64, repair: bool) -> Result<bool> {
     Ok(false)
 }
 
-/// Tries the lock of `path` without blocking: `None` if it is held.
+/// Tries the lock of `path` without blocking: `None` if it is held. The
+/// lock is on the file the path names (a deleted group's lock files are
+/// removed, see "Deleting a group").
 fn try_lock(path: &Path) -> Result<Option<Locked>> {
-    let file = open_lock_file(path)?;
+    lock_file_at(path, libc::LOCK_EX | libc::LOCK_NB)
+}
+
+/// Tries the lock of the member file `path` without blocking, never making
+/// it (a member that left removed it): `None` if it is held or gone.
+fn try_member_lock(path: &Path) -> Result<Option<Locked>> {
+    let Some(file) = open_existing_lock_file(path)? else { return Ok(None) };
     Ok(flock(&file, path, libc::LOCK_EX | libc::LOCK_NB)?.then(|| Locked::new(file)))
 }
 
@@ -483,12 +501,22 @@ impl Membership {
         partitions: u32,
         id: u64,
     ) -> Result<Membership> {
-        let dir = folder_in(root, top, fsync, group, topic)?;
         let pid = std::process::id();
         let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         let stem = format!("{pid:0PID_DIGITS$}-{clock:032x}-{id:016x}");
-        let tmp = dir.join(format!("{stem}.tmp"));
-        let file = open_lock_file(&tmp)?;
+        // A folder left empty by a delete goes (see "Deleting a group"),
+        // and may go between its making and the file's: then it is made
+        // again. Once the file is in it, it stays (a folder with a file
+        // in it is not removed).
+        let (dir, tmp, file) = loop {
+            let dir = folder_in(root, top, fsync, group, topic)?;
+            let tmp = dir.join(format!("{stem}.tmp"));
+            match open_lock_file(&tmp) {
+                Ok(file) => break (dir, tmp, file),
+                Err(Error::Io { kind: IoKind::NotFound, .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        };
         flock(&file, &tmp, libc::LOCK_EX)?;
         // The names and the topic's directory number, so that the operator
         // calls can list a group whose members have not committed yet
@@ -794,39 +822,94 @@ fn forget_in(
     for entry in entries {
         let file = entry.file_name().to_string_lossy().into_owned();
         if file.ends_with(MEMBER_SUFFIX) {
-            match try_lock(&dir.join(&file)) {
-                Ok(Some(_)) | Err(Error::Io { kind: IoKind::NotFound, .. }) => {}
-                Ok(None) => return Err(busy()),
-                Err(e) => return Err(e),
+            // A dead member's file (its lock granted) is removed by `tidy`.
+            if try_member_lock(&dir.join(&file))?.is_none() && dir.join(&file).exists() {
+                return Err(busy());
             }
         } else if file.ends_with(".0") || file.ends_with(".1") {
             slots.push(file);
         }
     }
+    // The folder and the lock files of a group that has nothing left to
+    // forget go too, if no member is live.
+    let nothing = |dir: &Path| tidy(dir, BTreeMap::new()).and(Err(none()));
     if slots.is_empty() {
-        return Err(none());
+        return nothing(&dir);
     }
     if let Some((mine, repair)) = of
         && !has_commits_of(&dir, mine, repair)?
     {
         return Err(none());
     }
-    let mut locks = Vec::new();
+    let mut locks = BTreeMap::new();
     for p in 0..partitions {
-        match try_lock(&dir.join(format!("p{p}.lock")))? {
-            Some(lock) => locks.push(lock),
-            None => return Err(busy()),
+        let name = partition_lock(p);
+        match try_lock(&dir.join(&name)) {
+            Ok(Some(lock)) => drop(locks.insert(name, lock)),
+            Ok(None) => return Err(busy()),
+            // The folder went meanwhile: a delete running beside this one
+            // has forgotten the slots.
+            Err(Error::Io { kind: IoKind::NotFound, .. }) => return Err(none()),
+            Err(e) => return Err(e),
         }
     }
-    remove_slots(&dir, &slots, fsync)
+    remove_slots(&dir, &slots, fsync)?;
+    tidy(&dir, locks)
+}
+
+/// Removes the folder `dir` of a group (or shared subscription) whose
+/// slots are gone, with its partitions' lock files and its dead members'
+/// files, if no member in it is live (see "Deleting a group"). `held`: the
+/// partition locks the caller holds already, by file name. Each other
+/// `p<N>.lock` is locked without blocking, and every one is removed while
+/// locked; a lock held elsewhere or a live member leaves the folder as it
+/// is, and so does a join in progress (its `.tmp` file keeps the folder
+/// from being removed).
+fn tidy(dir: &Path, mut held: BTreeMap<String, Locked>) -> Result<()> {
+    let mut dead = Vec::new();
+    for entry in folder_entries(dir)? {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let path = dir.join(&file);
+        if file.ends_with(MEMBER_SUFFIX) {
+            match try_member_lock(&path)? {
+                Some(lock) => dead.push((path, lock)),
+                None if path.exists() => return Ok(()),
+                None => {}
+            }
+        } else if file.starts_with('p') && file.ends_with(".lock") && !held.contains_key(&file) {
+            match try_lock(&path) {
+                Ok(Some(lock)) => drop(held.insert(file, lock)),
+                Ok(None) => return Ok(()),
+                Err(Error::Io { kind: IoKind::NotFound, .. }) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    for (file, lock) in &held {
+        remove_locked(&dir.join(file), lock)?;
+    }
+    for (path, _lock) in &dead {
+        match fs::remove_file(path) {
+            Err(e) if e.kind() != IoKind::NotFound => return Err(Error::io(path, &e)),
+            _ => {}
+        }
+    }
+    drop((held, dead));
+    // Fails, leaving the folder, if a member has joined since the listing
+    // (or a join is in progress); nothing in it is needed any more, so the
+    // removal is not synced.
+    match fs::remove_dir(dir) {
+        Err(e) if !matches!(e.kind(), IoKind::NotFound | IoKind::DirectoryNotEmpty) => Err(Error::io(dir, &e)),
+        _ => Ok(()),
+    }
 }
 
 /// The partitions with slot files in the group folder `dir`, ascending.
 fn slot_partitions(dir: &Path) -> Result<Vec<u32>> {
-    let files = fs::read_dir(dir).map_err(|e| Error::io(dir, &e))?;
+    // A folder removed meanwhile (see "Deleting a group") has none.
     let mut parts = Vec::new();
-    for f in files {
-        let f = f.map_err(|e| Error::io(dir, &e))?.file_name().to_string_lossy().into_owned();
+    for f in folder_entries(dir)? {
+        let f = f.file_name().to_string_lossy().into_owned();
         if let Some(p) = f.strip_prefix('p').and_then(|s| s.strip_suffix(".0").or_else(|| s.strip_suffix(".1")))
             && let Ok(p) = p.parse::<u32>()
         {
@@ -853,6 +936,14 @@ pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -
             match forget_in(root, top, fsync, (&group, topic), partitions, None) {
                 Ok(()) | Err(Error::Busy(_) | Error::NotFound(_)) => {}
                 Err(e) => return Err(e),
+            }
+        }
+        // Folders without slots hold nothing once their members are gone
+        // (which `tidy` checks), whichever topic they were of.
+        for entry in folder_entries(&root.join(top))? {
+            let dir = entry.path();
+            if slot_partitions(&dir)?.is_empty() {
+                tidy(&dir, BTreeMap::new())?;
             }
         }
     }

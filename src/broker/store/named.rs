@@ -20,9 +20,10 @@
 //! ```
 //!
 //! The mark is for the listing alone (`holders.rs`): a lock file stays
-//! once made (see "Deleting"), and a shared subscription's members lock
-//! the same file (see "Shared names"), so neither a lock file nor its
-//! holder says that a durable subscription has the name. The taker makes
+//! from the name's first taker until a delete (see "Deleting"), and a
+//! shared subscription's members lock the same file (see "Shared names"),
+//! so neither a lock file nor its holder says that a durable subscription
+//! has the name. The taker makes
 //! the mark holding the lock; a delete removes it with the slots. It is
 //! not synced: a mark a machine crash loses unlists a name with no
 //! positions (one with positions is listed for its slots), and the name's
@@ -52,16 +53,18 @@
 //! acked after the last write is delivered again, nothing is skipped).
 //!
 //! **Deleting** a name's positions ([`forget_name`]) takes the lock
-//! the same way (`Busy` while anyone holds it) and removes the slots while
-//! holding it. A `Processes` broker never removes a lock file: a process
-//! may be about to lock the one it opened, and a lock on a removed file
-//! guards nothing (only an `Exclusive` opener removes `named/`, below,
-//! when no other broker has the directory). So a delete opens the lock
-//! file without creating it: a name with no lock file, no slots and no
-//! shared subscription's positions was never taken, and its delete is
-//! `NotFound` with nothing made (a lock file made then would stay, and list
-//! the name as taken, for good). One with positions but no lock file yet
-//! (moved there by a change of modes) is locked as a taker would.
+//! the same way (`Busy` while anyone holds it), removes the slots and the
+//! mark while holding it, and then the lock file itself, still holding
+//! it, so a name used once leaves nothing behind. A process may be about
+//! to lock the file it opened just before the removal; the rules of
+//! "Removing a lock file" in `lock.rs` (a taker checks, once locked, that
+//! the path still names its file, and opens again if not) keep it from
+//! holding the name through a removed file, which would guard nothing. A
+//! delete opens the lock file without creating it: a name with no lock
+//! file, no slots and no shared subscription's positions was never taken
+//! (or was deleted), and its delete is `NotFound` with nothing made. One
+//! with positions but no lock file yet (moved there by a change of modes)
+//! is locked as a taker would.
 //!
 //! **Shared names.** A shared subscription's members keep their
 //! positions under `shared/` (`membership.rs`), but its name is the same
@@ -172,7 +175,7 @@ use std::collections::HashMap;
 
 use super::atomic_file::sync_dir;
 use super::format::{DirPositions, NamedSlot, Offsets, Positions, TopicMeta, UNKNOWN_DIR};
-use super::lock::{Locked, flock, open_existing_lock_file, open_lock_file};
+use super::lock::{Locked, flock, lock_file_at, names_locked, open_existing_lock_file, open_lock_file, remove_locked};
 use super::offsets::{GroupCommit, Ticket, read_slots_of};
 use crate::error::{Error, Result};
 use crate::log::Fsync;
@@ -301,9 +304,7 @@ fn listed_dir(list: &[TopicMeta], topic: &str) -> u64 {
 /// Opens and locks (without blocking) the lock file of `key` in `dir`:
 /// `None` if it is held elsewhere.
 fn try_lock(dir: &Path, key: &str) -> Result<Option<Locked>> {
-    let path = dir.join(format!("{key}.lock"));
-    let file = open_lock_file(&path)?;
-    Ok(flock(&file, &path, libc::LOCK_EX | libc::LOCK_NB)?.then(|| Locked::new(file)))
+    lock_file_at(&dir.join(format!("{key}.lock")), libc::LOCK_EX | libc::LOCK_NB)
 }
 
 /// The folder of the names' own files in `root`, made if missing (and,
@@ -366,14 +367,12 @@ pub(super) fn hold_name(
 pub(super) fn share_name(root: &Path, fsync: Fsync, name: &str) -> Result<Locked> {
     let dir = named_dir(root, fsync)?;
     let path = dir.join(format!("{}.lock", key(name)));
-    let file = open_lock_file(&path)?;
-    if !flock(&file, &path, libc::LOCK_SH | libc::LOCK_NB)? {
-        return Err(Error::Busy(format!(
+    lock_file_at(&path, libc::LOCK_SH | libc::LOCK_NB)?.ok_or_else(|| {
+        Error::Busy(format!(
             "a durable subscription named {name:?} is held by another process (or another broker on {root:?}): a \
              shared subscription cannot have its name"
-        )));
-    }
-    Ok(Locked::new(file))
+        ))
+    })
 }
 
 /// Forgets durable subscription `name`'s positions in the directory `root`
@@ -388,7 +387,7 @@ pub(super) fn forget_name(
     root: &Path,
     (fsync, repair): (Fsync, bool),
     name: &str,
-    has_shared: impl FnOnce() -> Result<bool>,
+    mut has_shared: impl FnMut() -> Result<bool>,
     shared: impl FnOnce() -> Result<bool>,
 ) -> Result<()> {
     let not_found = || Error::NotFound(format!("no durable subscription {name:?} has a saved position"));
@@ -398,38 +397,46 @@ pub(super) fn forget_name(
     // No lock file: no process has taken the name in this mode. It has
     // positions only if an opener moved them here ("Changing modes") or a
     // shared subscription kept them under `shared/`; without either there
-    // is nothing to forget, and making the lock file would list the name
-    // for good (lock files stay: see "Deleting"). A taker that makes the
+    // is nothing to forget, and a lock file made for nothing would stay
+    // (only a delete removes one). A taker that makes the
     // file meanwhile either wrote positions before the look below, which
     // then takes the lock as usual, or did not, and this delete is before
     // its take.
-    let file = match open_existing_lock_file(&lock_path)? {
-        Some(file) => file,
-        None => {
-            let moved = files.iter().any(|f| root.join(NAMED_DIR).join(f).exists());
-            if !moved && !has_shared()? {
-                return Err(not_found());
+    let lock = loop {
+        let file = match open_existing_lock_file(&lock_path)? {
+            Some(file) => file,
+            None => {
+                let moved = files.iter().any(|f| root.join(NAMED_DIR).join(f).exists());
+                if !moved && !has_shared()? {
+                    return Err(not_found());
+                }
+                named_dir(root, fsync)?;
+                open_lock_file(&lock_path)?
             }
-            named_dir(root, fsync)?;
-            open_lock_file(&lock_path)?
+        };
+        if !flock(&file, &lock_path, libc::LOCK_EX | libc::LOCK_NB)? {
+            return Err(Error::Busy(format!(
+                "subscription {name:?} is live in another process (durable, or a shared one's member): close it \
+                 before deleting its saved position"
+            )));
+        }
+        let locked = Locked::new(file);
+        // Removed by a delete beside this one since the open: look again.
+        if names_locked(&lock_path, &locked)? {
+            break locked;
         }
     };
     let dir = root.join(NAMED_DIR);
-    if !flock(&file, &lock_path, libc::LOCK_EX | libc::LOCK_NB)? {
-        return Err(Error::Busy(format!(
-            "subscription {name:?} is live in another process (durable, or a shared one's member): close it before \
-             deleting its saved position"
-        )));
-    }
-    let _lock = Locked::new(file);
     let (slot_held, ..) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
     let durable = positions_of(name, &dir, slot_held)?.is_some();
     if !shared()? && !durable {
         return Err(not_found());
     }
     let [a, b] = files;
-    remove_slots(&dir, &[a, b, durable_mark(&key)], fsync)
-    // The lock goes with `_lock`, after the slots.
+    remove_slots(&dir, &[a, b, durable_mark(&key)], fsync)?;
+    // Then the lock file, still locked (see "Deleting"); the lock goes
+    // with `lock`.
+    remove_locked(&lock_path, &lock)
 }
 
 /// Removes the slot files `files` of `dir` (those missing already too),
