@@ -866,17 +866,22 @@ fn forget_in(
 /// is, and so does a join in progress (its `.tmp` file keeps the folder
 /// from being removed).
 fn tidy(dir: &Path, mut held: BTreeMap<String, Locked>) -> Result<()> {
+    let files: Vec<String> =
+        folder_entries(dir)?.iter().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    // The members first: a partition lock tried while a member is live
+    // could keep it from taking that partition at its look.
     let mut dead = Vec::new();
-    for entry in folder_entries(dir)? {
-        let file = entry.file_name().to_string_lossy().into_owned();
+    for file in files.iter().filter(|f| f.ends_with(MEMBER_SUFFIX)) {
+        let path = dir.join(file);
+        match try_member_lock(&path)? {
+            Some(lock) => dead.push((path, lock)),
+            None if path.exists() => return Ok(()),
+            None => {}
+        }
+    }
+    for file in files {
         let path = dir.join(&file);
-        if file.ends_with(MEMBER_SUFFIX) {
-            match try_member_lock(&path)? {
-                Some(lock) => dead.push((path, lock)),
-                None if path.exists() => return Ok(()),
-                None => {}
-            }
-        } else if file.starts_with('p') && file.ends_with(".lock") && !held.contains_key(&file) {
+        if file.starts_with('p') && file.ends_with(".lock") && !held.contains_key(&file) {
             match try_lock(&path) {
                 Ok(Some(lock)) => drop(held.insert(file, lock)),
                 Ok(None) => return Ok(()),
