@@ -98,14 +98,33 @@ pub(super) use crate::log::file::{open_existing_lock_file, open_lock_file};
 pub(super) fn lock_file_at(path: &Path, op: libc::c_int) -> Result<Option<Locked>> {
     loop {
         let file = open_lock_file(path)?;
-        if !flock(&file, path, op)? {
-            return Ok(None);
-        }
-        let locked = Locked::new(file);
-        if names_locked(path, &locked)? {
-            return Ok(Some(locked));
+        if let Some(locked) = lock_opened(file, path, op)? {
+            return Ok(locked);
         }
     }
+}
+
+/// [`lock_file_at`] for a lock file that exists: `None` if it is held
+/// elsewhere or missing (nothing is made), for a caller that found the
+/// file listed and must not leave a new one behind if it went since.
+pub(super) fn lock_existing_file_at(path: &Path, op: libc::c_int) -> Result<Option<Locked>> {
+    loop {
+        let Some(file) = open_existing_lock_file(path)? else { return Ok(None) };
+        if let Some(locked) = lock_opened(file, path, op)? {
+            return Ok(locked);
+        }
+    }
+}
+
+/// Takes the lock of `file`, opened at `path`: `Some(None)` if it is held
+/// elsewhere, `Some(Some)` once taken on the file the path names, `None`
+/// if the file was removed since the open (the caller opens again).
+fn lock_opened(file: LockFile, path: &Path, op: libc::c_int) -> Result<Option<Option<Locked>>> {
+    if !flock(&file, path, op)? {
+        return Ok(Some(None));
+    }
+    let locked = Locked::new(file);
+    Ok(names_locked(path, &locked)?.then_some(Some(locked)))
 }
 
 /// True if `path` names the file `locked` holds the lock of; false if

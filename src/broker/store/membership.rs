@@ -254,7 +254,9 @@ use std::path::{Path, PathBuf};
 use super::atomic_file::sync_dir;
 use super::deaths::Deaths;
 use super::format::{MemberSlot, Offsets, TopicMeta, UNKNOWN_DIR};
-use super::lock::{Locked, flock, lock_file_at, open_existing_lock_file, open_lock_file, remove_locked};
+use super::lock::{
+    Locked, flock, lock_existing_file_at, lock_file_at, open_existing_lock_file, open_lock_file, remove_locked,
+};
 use super::named::{folder_entries, key, remove_slots};
 use super::offsets::{GroupCommit, read_slots_of};
 use crate::error::{Error, Result};
@@ -882,11 +884,12 @@ fn tidy(dir: &Path, mut held: BTreeMap<String, Locked>) -> Result<()> {
     for file in files {
         let path = dir.join(&file);
         if file.starts_with('p') && file.ends_with(".lock") && !held.contains_key(&file) {
-            match try_lock(&path) {
-                Ok(Some(lock)) => drop(held.insert(file, lock)),
-                Ok(None) => return Ok(()),
-                Err(Error::Io { kind: IoKind::NotFound, .. }) => return Ok(()),
-                Err(e) => return Err(e),
+            match lock_existing_file_at(&path, libc::LOCK_EX | libc::LOCK_NB)? {
+                Some(lock) => drop(held.insert(file, lock)),
+                // Removed since the listing (by a tidy beside this one),
+                // or held.
+                None if !path.exists() => {}
+                None => return Ok(()),
             }
         }
     }

@@ -175,7 +175,10 @@ use std::collections::HashMap;
 
 use super::atomic_file::sync_dir;
 use super::format::{DirPositions, NamedSlot, Offsets, Positions, TopicMeta, UNKNOWN_DIR};
-use super::lock::{Locked, flock, lock_file_at, names_locked, open_existing_lock_file, open_lock_file, remove_locked};
+use super::lock::{
+    Locked, flock, lock_existing_file_at, lock_file_at, names_locked, open_existing_lock_file, open_lock_file,
+    remove_locked,
+};
 use super::offsets::{GroupCommit, Ticket, read_slots_of};
 use crate::error::{Error, Result};
 use crate::log::Fsync;
@@ -550,7 +553,11 @@ pub(super) fn folder_entries(dir: &Path) -> Result<Vec<fs::DirEntry>> {
 pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -> Result<()> {
     let dir = root.join(NAMED_DIR);
     for key in slot_keys(&folder_entries(&dir)?) {
-        let Some(_lock) = try_lock(&dir, &key)? else { continue };
+        // A name deleted since the listing has no lock file to make.
+        let Some(_lock) = lock_existing_file_at(&dir.join(format!("{key}.lock")), libc::LOCK_EX | libc::LOCK_NB)?
+        else {
+            continue;
+        };
         let files = slot_files(&key);
         let (offsets, seq, slot) = read_slots_of::<NamedSlot>(&dir, &files.each_ref().map(String::as_str), repair)?;
         let mut dropped = offsets.clone();
