@@ -186,6 +186,44 @@ fn tombstones_delete_their_key_and_expire_after_the_delete_retention() {
     assert_eq!(log.first_offset(), 0, "offsets never change");
 }
 
+/// A value kept for its id's dedupe window, then deleted by a tombstone
+/// whose own retention is 0: the tombstone stays while the value does, so
+/// a reader from the beginning never finds the key alive, and both go
+/// once the window has passed.
+#[test]
+fn a_tombstone_stays_while_an_older_record_of_its_key_is_kept() {
+    let log = small_log();
+    log.append(&Record::new(b"old").with_key(b"k").with_id("req-1")).unwrap();
+    log.append(&Record::new(b"").with_key(b"k")).unwrap(); // tombstone of k
+    while log.stats().segments < 3 {
+        log.append(&Record::new(b"other").with_key(b"other")).unwrap();
+    }
+    let now = rill::clock::now_ns();
+    let policy = CompactionPolicy { min_lag_ns: 0, tombstone_ns: 0, id_lag_ns: HOUR_NS };
+    // The state a reader rebuilds from the beginning: k is deleted.
+    let k_alive = |log: &Log| {
+        let mut alive = false;
+        for (_, key, value) in read_all(log) {
+            if key == b"k" {
+                alive = !value.is_empty();
+            }
+        }
+        alive
+    };
+    assert!(log.compact(&policy, now).unwrap());
+    let ks: Vec<_> = read_all(&log).into_iter().filter(|(_, k, _)| k == b"k").map(|(o, ..)| o).collect();
+    assert_eq!(ks, [0, 1], "the value stays for its id's window, and so does its tombstone");
+    assert!(!k_alive(&log));
+    // Passes within the window change nothing for k.
+    log.append(&Record::new(b"other").with_key(b"other")).unwrap();
+    assert!(!log.compact(&policy, now + 1).unwrap(), "nothing due before the window ends");
+    assert!(!k_alive(&log));
+    // Past the window: the value goes, and the tombstone with it.
+    assert!(log.compact(&policy, now + 2 * HOUR_NS).unwrap());
+    assert!(read_all(&log).iter().all(|(_, k, _)| k != b"k"), "k's records are gone");
+    assert!(!log.compact(&policy, now + 3 * HOUR_NS).unwrap(), "and nothing is left due");
+}
+
 #[test]
 fn a_record_younger_than_the_lag_is_not_compacted() {
     let log = small_log();

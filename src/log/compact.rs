@@ -23,6 +23,17 @@
 //! a sealed segment with a record still being written (a publisher granted
 //! its slot before the seal and not done yet) waits for the next pass.
 //!
+//! **Tombstones outlive what they delete.** A superseded record may be
+//! kept (younger than the lag, or carrying an id younger than the dedupe
+//! window) while the tombstone that supersedes it has passed its own
+//! retention. Removing the tombstone then would leave the older record as
+//! the newest of its key, kept for good: the deleted key would come back.
+//! So a tombstone that is the newest of its key stays while a record of
+//! its key before it stays: a pass judges records in offset order, notes
+//! the keys of the superseded records it keeps, and keeps a tombstone of
+//! such a key. The pass that removes the last older record removes the
+//! tombstone too, if its retention has passed.
+//!
 //! So offsets never change: a reader sees the newest record of each key in
 //! offset order, with gaps where removed records were. A cursor at a removed
 //! offset (after a seek, or a resumed position) passes over it to the next
@@ -572,6 +583,7 @@ fn pass(
         installed: Vec::new(),
         pending: Vec::new(),
         failed: None,
+        superseded: KeptKeys::default(),
         swapping: false,
         followed: progress.followed,
         across,
@@ -659,6 +671,9 @@ struct Run<'p> {
     /// A durable rebuild that failed (a full disk): the pass installs what
     /// it rebuilt before, and reports it.
     failed: Option<crate::error::Error>,
+    /// The keys of the superseded records kept so far (see "Tombstones
+    /// outlive what they delete").
+    superseded: KeptKeys,
     /// Processes mode: the generation is odd (this pass renames).
     swapping: bool,
     /// The generation this process followed last.
@@ -718,14 +733,24 @@ impl Run<'_> {
             } else {
                 None
             };
+            // A tombstone stays while an older record of its key does (see
+            // "Tombstones outlive what they delete"); judged after them, as
+            // a pass goes in offset order.
+            let outlives = newest && tombstone && self.superseded.holds(key);
             match removable_at {
-                Some(at) if at <= self.now_ns => {
+                Some(at) if at <= self.now_ns && !outlives => {
                     removed += 1;
                     removed_bytes += align_up(view.raw_bytes().len()) as u64;
                 }
                 other => {
-                    if let Some(at) = other {
+                    // Not a tombstone held by an older record: that one's
+                    // removal is due already, and the tombstone goes in the
+                    // pass that removes it.
+                    if let Some(at) = other.filter(|&at| at > self.now_ns) {
                         self.due_ns = self.due_ns.min(at);
+                    }
+                    if !newest {
+                        self.superseded.insert(key);
                     }
                     holds_superseded |= !newest;
                     seg_keys += u64::from(newest);
@@ -1160,6 +1185,24 @@ impl KeyHasher {
         let mut hasher = FoldHasher::with_seed(self.start, &self.shared);
         hasher.write(key);
         hasher.finish()
+    }
+}
+
+/// A pass's set of keys that have a superseded record it kept, by hash
+/// alone: two keys of one hash only keep a tombstone until the next pass
+/// that removes what the set was kept for. Empty, and no hasher made,
+/// until a superseded record is kept.
+#[derive(Default)]
+struct KeptKeys(Option<(KeyHasher, std::collections::HashSet<u64>)>);
+
+impl KeptKeys {
+    fn insert(&mut self, key: &[u8]) {
+        let (hasher, set) = self.0.get_or_insert_with(|| (KeyHasher::new(), std::collections::HashSet::new()));
+        set.insert(hasher.hash(key));
+    }
+
+    fn holds(&self, key: &[u8]) -> bool {
+        self.0.as_ref().is_some_and(|(hasher, set)| set.contains(&hasher.hash(key)))
     }
 }
 
