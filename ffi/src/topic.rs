@@ -67,15 +67,21 @@ pub struct rill_topic_options {
     /// the newest message of each key in offset order, with gaps, and a seek
     /// to a removed offset starts at the next kept one. Under `_COMPACT`
     /// the size and age limits are not applied, so memory grows with the
-    /// number of distinct keys; `_COMPACT_DELETE` applies them too. On a
+    /// number of distinct keys and by four bytes per offset written: each
+    /// segment sealed stays, rebuilt with what it keeps (with a `data_dir`,
+    /// one file and one mapping each; emptied segments are not merged or
+    /// removed yet). `_COMPACT_DELETE` applies the limits too. On a
     /// broker with a `data_dir` compaction rewrites segment files so that a
     /// crash at any moment loses no message it keeps; with
     /// `RILL_SHARING_PROCESSES`, one process at a time compacts a partition
     /// and the others map the rebuilt files.
     pub cleanup: rill_cleanup,
     /// Under compaction: how long a tombstone stays once it is the newest
-    /// message of its key, in milliseconds by its timestamp. Default
-    /// 86400000 (24 h).
+    /// message of its key, in milliseconds by its timestamp (longer while
+    /// an older message of its key is kept). A reader that reaches the
+    /// tombstone's offset only after it was removed may see the key's older
+    /// value and miss the delete: keep this longer than a reader from the
+    /// beginning takes to catch up. Default 86400000 (24 h).
     pub delete_retention_ms: u64,
     /// Under compaction: how long a message stays uncompacted, in
     /// milliseconds by its timestamp, even when a newer one of its key

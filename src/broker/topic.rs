@@ -76,8 +76,12 @@ pub struct TopicOptions {
     pub cleanup: Cleanup,
     /// Under compaction, how long a tombstone (a keyed message with an
     /// empty payload) stays once it is the newest of its key, in
-    /// milliseconds by its timestamp, so that readers see the delete.
-    /// Default 86 400 000 (24 h).
+    /// milliseconds by its timestamp, so that readers see the delete (it
+    /// stays longer while an older message of its key is kept). A reader
+    /// that reaches the tombstone's offset only after it was removed may
+    /// see the key's older value and miss the delete: keep this longer
+    /// than a reader from the beginning takes to catch up. Default
+    /// 86 400 000 (24 h).
     pub delete_retention_ms: u64,
     /// Under compaction, how long a message stays uncompacted, in
     /// milliseconds by its timestamp, even when a newer one of its key
@@ -110,9 +114,11 @@ pub struct TopicOptions {
 /// seek to a removed offset starts at the next kept one.
 ///
 /// Under `Compact` nothing is trimmed by size or age, so a partition's
-/// memory grows with the number of distinct keys (and, by four bytes per
-/// offset, with the offsets its segments cover); `CompactAndDelete` also
-/// applies the size and age limits. On a data directory compaction rewrites
+/// memory grows with the number of distinct keys and, by four bytes per
+/// offset, with the offsets its segments cover: each segment it seals
+/// stays, rebuilt with what it keeps (on a data directory, one file and one
+/// mapping per segment sealed; emptied segments are not merged or removed
+/// yet). `CompactAndDelete` also applies the size and age limits. On a data directory compaction rewrites
 /// segment files so that a crash at any moment loses no message it keeps.
 /// On a data directory shared by processes
 /// ([`Sharing::Processes`](crate::Sharing)) one process at a time compacts

@@ -1343,7 +1343,9 @@ class Broker(_Handle):
         message of every key: publishing without a key raises
         :class:`InvalidArgument`; a keyed message with an empty payload is a
         tombstone that deletes its key and is removed itself once older than
-        ``delete_retention_ms`` (default 24 h). A background thread compacts
+        ``delete_retention_ms`` (default 24 h; a reader that gets to its
+        offset only after that may see the key's older value and miss the
+        delete). A background thread compacts
         sealed segments (never the one being written, nor messages younger
         than ``min_compaction_lag_ms``, default 0); offsets never change, so
         a reader from the beginning sees the newest message of each key in

@@ -74,6 +74,33 @@ def test_a_compacted_topic_keeps_the_newest_value_of_every_key(broker: rill.Brok
     assert broker.publish("prices", b"next", key="k0").offset == DATA + FILLER
 
 
+def test_a_deleted_key_kept_for_its_id_does_not_come_back(broker: rill.Broker) -> None:
+    """A value kept for its id's dedupe window and a tombstone past its own
+    retention (0): the tombstone stays while the value does, so a reader
+    from the beginning finds the key deleted."""
+    broker.create_topic("users", cleanup="compact", dedupe_window_ms=600_000, delete_retention_ms=0)
+    broker.publish("users", b"old", key="user-1", msg_id="req-1")
+    broker.publish("users", b"", key="user-1")
+    for i in range(FILLER):  # more than a segment: the first two messages are sealed
+        broker.publish("users", b"-" * PAYLOAD, key=f"f{i}")
+    deadline = time.monotonic() + WAIT
+    while broker.topic_stats("users").compaction_passes < 1:
+        assert time.monotonic() < deadline, "the compactor did not run"
+        time.sleep(0.01)
+    state: dict[bytes, bytes] = {}
+    user = []
+    for m in read_all(broker, "rebuild", "users"):
+        assert m.key is not None
+        if m.key == b"user-1":
+            user.append((m.offset, m.payload))
+        if m.payload:
+            state[m.key] = m.payload
+        else:
+            state.pop(m.key, None)
+    assert user == [(0, b"old"), (1, b"")]
+    assert b"user-1" not in state
+
+
 def test_options_are_checked_and_plain_topics_are_unchanged(broker: rill.Broker) -> None:
     with pytest.raises(rill.InvalidArgument, match="cleanup"):
         broker.create_topic("t", cleanup="squash")  # type: ignore[arg-type]
