@@ -748,7 +748,10 @@ typedef struct {
     uint64_t dedupe_duplicates;
     /**
      * Ids in the dedupe window now. A window holds at most 2097152 ids; when
-     * full, the oldest leaves first (counted in `dedupe_evicted`).
+     * full, the oldest leaves first (counted in `dedupe_evicted`). With
+     * `RILL_SHARING_PROCESSES` each process has a window of its own, which
+     * learns the others' ids from the log at its own publishes with an id:
+     * in a process that has published none, 0.
      */
     uint64_t dedupe_ids;
     /**

@@ -273,7 +273,10 @@ pub struct rill_topic_stats {
     /// appended; see `rill_topic_options.dedupe_window_ms`).
     pub dedupe_duplicates: u64,
     /// Ids in the dedupe window now. A window holds at most 2097152 ids; when
-    /// full, the oldest leaves first (counted in `dedupe_evicted`).
+    /// full, the oldest leaves first (counted in `dedupe_evicted`). With
+    /// `RILL_SHARING_PROCESSES` each process has a window of its own, which
+    /// learns the others' ids from the log at its own publishes with an id:
+    /// in a process that has published none, 0.
     pub dedupe_ids: u64,
     /// Ids dropped from a full dedupe window before their window ended: a
     /// retry of one of them is appended again.

@@ -161,7 +161,10 @@ pub struct TopicStats {
     /// Publishes answered as duplicates by the dedupe window (nothing
     /// appended; see `TopicOptions::dedupe_window_ms`).
     pub dedupe_duplicates: u64,
-    /// Ids in the dedupe window now (at most [`MAX_DEDUPE_IDS`]).
+    /// Ids in the dedupe window now (at most [`MAX_DEDUPE_IDS`]). On a
+    /// directory shared by processes, each process has a window of its
+    /// own, which learns the others' ids from the log at its own publishes
+    /// with an id: in a process that has published none, 0.
     pub dedupe_ids: u64,
     /// Ids dropped from a full dedupe window before their window ended, the
     /// oldest first: a retry of one of them is appended again.

@@ -363,7 +363,10 @@ class TopicStats:
     """Publishes answered as duplicates by the dedupe window (nothing
     appended)."""
     dedupe_ids: int = 0
-    """Message ids in the dedupe window now."""
+    """Message ids in the dedupe window now. With ``sharing="processes"``
+    each process has a window of its own, which learns the others' ids from
+    the log at its own publishes with an id: 0 in a process that has
+    published none."""
     dedupe_evicted: int = 0
     """Ids dropped from a full dedupe window before their window ended."""
     dedupe_waits: int = 0
