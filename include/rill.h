@@ -691,6 +691,16 @@ typedef struct {
      * Kept with a durable topic. Any other value: `RILL_ERR_INVALID_ARGUMENT`.
      */
     int32_t priority;
+    /**
+     * Size of a partition's log segments in bytes; 0 (default) picks 4 MiB,
+     * or a quarter of `retention_bytes` if that is smaller. Retention trims
+     * whole segments. With a `data_dir`, each partition's segment files are
+     * allocated whole at this size (plus an offset index), so a topic that
+     * stays small costs less disk (memory, on tmpfs) with smaller segments.
+     * Below 4096, above 1 GiB, or more than half of `retention_bytes`:
+     * `RILL_ERR_INVALID_ARGUMENT`.
+     */
+    uint64_t segment_bytes;
 } rill_topic_options;
 
 /**

@@ -244,6 +244,7 @@ struct TopicOptions {
     /// Default priority (0-7) of the topic's subscriptions that set none;
     /// nullopt: theirs is RILL_PRIORITY_DEFAULT. See rill_topic_options.priority.
     std::optional<int> priority = std::nullopt;
+    uint64_t segment_bytes = 0;  // 0: 4 MiB (or a quarter of retention_bytes); see rill_topic_options
 };
 
 /// Subscription behaviour; see rill_subscription_options.
@@ -843,6 +844,7 @@ class Broker {
         c.delete_retention_ms = o.delete_retention_ms;
         c.min_compaction_lag_ms = o.min_compaction_lag_ms;
         c.priority = detail::to_c_priority(o.priority);
+        c.segment_bytes = o.segment_bytes;
         detail::check(rill_topic_create(b_, detail::c_str(name, "topic name"), &c));
     }
 

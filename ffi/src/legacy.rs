@@ -186,6 +186,7 @@ impl Legacy for rill_topic_options_v0_1 {
             delete_retention_ms: _,
             min_compaction_lag_ms: _,
             priority: _,
+            segment_bytes: _,
         } = c;
         Self { partitions, retention_bytes, retention_messages, max_message_bytes }
     }
@@ -454,8 +455,8 @@ mod tests {
         assert_eq!(rill_topic_options::FIRST_SIZE, 32);
         // Issue 41 appended dedupe_window_ms, then cleanup (4 bytes, then 4
         // of padding), delete_retention_ms and min_compaction_lag_ms; issue 42
-        // priority (4 bytes, then 4 of padding).
-        assert_eq!(size_of::<rill_topic_options>(), 80);
+        // priority (4 bytes, then 4 of padding); segment_bytes followed.
+        assert_eq!(size_of::<rill_topic_options>(), 88);
         assert_eq!(rill_subscription_options::FIRST_SIZE, 128);
         assert_eq!(size_of::<rill_subscription_options>(), 152);
         // Issue 12 appended session_timeout_ms, max_attempts and

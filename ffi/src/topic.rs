@@ -92,6 +92,14 @@ pub struct rill_topic_options {
     /// `rill_topic_options_init` writes: they get `RILL_PRIORITY_DEFAULT`).
     /// Kept with a durable topic. Any other value: `RILL_ERR_INVALID_ARGUMENT`.
     pub priority: i32,
+    /// Size of a partition's log segments in bytes; 0 (default) picks 4 MiB,
+    /// or a quarter of `retention_bytes` if that is smaller. Retention trims
+    /// whole segments. With a `data_dir`, each partition's segment files are
+    /// allocated whole at this size (plus an offset index), so a topic that
+    /// stays small costs less disk (memory, on tmpfs) with smaller segments.
+    /// Below 4096, above 1 GiB, or more than half of `retention_bytes`:
+    /// `RILL_ERR_INVALID_ARGUMENT`.
+    pub segment_bytes: u64,
 }
 
 // SAFETY: repr(C), leading u32 struct_size, integer fields.
@@ -112,6 +120,7 @@ unsafe impl OptionStruct for rill_topic_options {
             delete_retention_ms: d.delete_retention_ms,
             min_compaction_lag_ms: d.min_compaction_lag_ms,
             priority: crate::priority::RILL_PRIORITY_UNSET,
+            segment_bytes: 0,
         }
     }
 }
@@ -152,6 +161,10 @@ pub(crate) fn topic_options(o: Option<&rill_topic_options>) -> Result<TopicOptio
         t.delete_retention_ms = o.delete_retention_ms;
         t.min_compaction_lag_ms = o.min_compaction_lag_ms;
         t.priority = crate::priority::priority_from_c(o.priority, "a topic's priority")?;
+        t.segment_bytes = match o.segment_bytes {
+            0 => None,
+            n => Some(usize::try_from(n).map_err(|_| FfiError::invalid("segment_bytes is too large"))?),
+        };
     }
     Ok(t)
 }

@@ -441,6 +441,19 @@ static void a_broker_on_a_data_directory_keeps_its_topics() {
         auto c = broker.consumer("g", "kept");
         CHECK(c.poll(1, 1s).size() == 1);
         c.commit();
+        // A durable topic that stays small: 16 KiB segment files, where the
+        // default's are 4 MiB and more.
+        rill::TopicOptions small;
+        small.segment_bytes = 100;
+        CHECK(status_of([&] { broker.create_topic("small", small); }) == RILL_ERR_INVALID_ARGUMENT);
+        small.segment_bytes = 16 << 10;
+        broker.create_topic("small", small);
+        broker.publish("small", "x");
+        std::uintmax_t bytes = 0;
+        for (const auto &f : fs::directory_iterator(dir / "topics" / "1" / "0")) {
+            if (f.path().extension() == ".seg") bytes += f.file_size();
+        }
+        CHECK(bytes > 0 && bytes < (64u << 10));
     }
     {
         rill::Broker broker(o);

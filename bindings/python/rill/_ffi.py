@@ -99,6 +99,7 @@ class rill_topic_options(Structure):
         ("delete_retention_ms", c_uint64),
         ("min_compaction_lag_ms", c_uint64),
         ("priority", c_int32),
+        ("segment_bytes", c_uint64),
     ]
 
 

@@ -280,3 +280,37 @@ def test_a_commit_past_a_cut_tail_is_reset_and_counted(tmp_path: Path) -> None:
         assert seen == list(range(71, 121))
     with rill.Broker(data_dir=tmp_path) as b:
         assert b.topic_stats("t").recovered_offsets_reset == 0
+
+
+def _segment_bytes_on_disk(part: Path) -> tuple[int, int]:
+    files = list(part.glob("*.seg"))
+    return sum(f.stat().st_size for f in files), len(files)
+
+
+def test_small_segments_make_a_small_durable_topic_cheap_on_disk(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with rill.Broker(data_dir=str(data), fsync="never") as b:
+        with pytest.raises(rill.InvalidArgument, match="segment_bytes"):
+            b.create_topic("tiny", segment_bytes=100)
+        with pytest.raises(rill.InvalidArgument, match="half of retention_bytes"):
+            b.create_topic("tiny", segment_bytes=1 << 20, retention_bytes=1 << 20)
+        b.create_topic("small", segment_bytes=16 << 10)
+        b.create_topic("default")
+        b.publish("small", b"x")
+        b.publish("default", b"x")
+        # Directory numbers in order of creation, from 0.
+        small, _ = _segment_bytes_on_disk(data / "topics" / "0" / "0")
+        default, _ = _segment_bytes_on_disk(data / "topics" / "1" / "0")
+        assert 0 < small < 64 << 10
+        assert default >= 4 << 20
+        for _ in range(100):
+            b.publish("small", b"y" * 1000)
+    _, files = _segment_bytes_on_disk(data / "topics" / "0" / "0")
+    assert files >= 4
+    # Reopened, the topic keeps its segment size.
+    with rill.Broker(data_dir=str(data), fsync="never") as b:
+        assert b.topic_stats("small").publish_count == 101
+        for _ in range(100):
+            b.publish("small", b"z" * 1000)
+    _, more = _segment_bytes_on_disk(data / "topics" / "0" / "0")
+    assert more >= files + 4

@@ -346,16 +346,22 @@ static void test_lock_and_bad_paths(const char *root, const char *dir) {
     CHECK(o.data_dir == NULL && o.fsync == RILL_FSYNC_INTERVAL && o.fsync_interval_ms == 100 && !o.repair);
 }
 
-/* Publishes `n` records of about 1000 bytes, "record number %03d" first. */
-static void publish_numbered(rill_broker *b, int n) {
+/* Publishes `n` records of about 1000 bytes to `topic`, "record number
+ * %03d" first. */
+static void publish_numbered_to(rill_broker *b, const char *topic, int n) {
     for (int i = 0; i < n; i++) {
         char payload[1000];
         memset(payload, 'x', sizeof payload);
         int len = snprintf(payload, sizeof payload, "record number %03d", i);
         payload[len] = ' ';
         rill_record r = {NULL, 0, payload, sizeof payload, NULL, 0};
-        OK(rill_publish(b, "t", &r, NULL));
+        OK(rill_publish(b, topic, &r, NULL));
     }
+}
+
+/* publish_numbered_to the topic "t". */
+static void publish_numbered(rill_broker *b, int n) {
+    publish_numbered_to(b, "t", n);
 }
 
 static rill_broker *open_repairing(const char *dir, bool repair, rill_status *status) {
@@ -442,6 +448,77 @@ static void test_recovery_figures(const char *root) {
     }
 }
 
+/* The total size of the segment files in `part` (a partition's folder),
+ * and how many there are. */
+static long long segment_files(const char *part, int *count) {
+    long long total = 0;
+    *count = 0;
+    DIR *d = opendir(part);
+    if (d == NULL) {
+        return -1;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n > 4 && strcmp(e->d_name + n - 4, ".seg") == 0) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/%s", part, e->d_name);
+            FILE *f = fopen(path, "rb");
+            if (f != NULL && fseek(f, 0, SEEK_END) == 0) {
+                total += ftell(f);
+                *count += 1;
+            }
+            if (f != NULL) {
+                fclose(f);
+            }
+        }
+    }
+    closedir(d);
+    return total;
+}
+
+static void test_segment_bytes(const char *root) {
+    /* A durable topic that stays small: 16 KiB segments make its first file
+     * a few tens of KiB where the default is 4 MiB and more; its records
+     * roll through several files and all come back after a reopen. */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/small-segments", root);
+    rill_broker *b = open_broker_or_exit(dir, RILL_FSYNC_NEVER);
+    rill_topic_options to;
+    rill_topic_options_init(&to);
+    CHECK(to.segment_bytes == 0);
+    to.segment_bytes = 100;
+    CHECK_STATUS(rill_topic_create(b, "tiny", &to), RILL_ERR_INVALID_ARGUMENT);
+    to.segment_bytes = (uint64_t)1 << 31;
+    CHECK_STATUS(rill_topic_create(b, "tiny", &to), RILL_ERR_INVALID_ARGUMENT);
+    to.segment_bytes = 16 << 10;
+    OK(rill_topic_create(b, "small", &to));
+    OK(rill_topic_create(b, "default", NULL));
+    rill_record r = {NULL, 0, "x", 1, NULL, 0};
+    rill_position pos;
+    OK(rill_publish(b, "small", &r, &pos));
+    OK(rill_publish(b, "default", &r, &pos));
+    char part[600];
+    int files = 0;
+    /* Directory numbers in order of creation, from 0. */
+    snprintf(part, sizeof part, "%s/topics/0/0", dir);
+    long long small = segment_files(part, &files);
+    snprintf(part, sizeof part, "%s/topics/1/0", dir);
+    long long dflt = segment_files(part, &files);
+    CHECK(small > 0 && small < (64 << 10));
+    CHECK(dflt >= (4 << 20));
+    /* 100 records of 1000 bytes: about six 16 KiB segments. */
+    publish_numbered_to(b, "small", 100);
+    rill_broker_free(b);
+    snprintf(part, sizeof part, "%s/topics/0/0", dir);
+    CHECK(segment_files(part, &files) > 0 && files >= 4);
+    b = open_broker_or_exit(dir, RILL_FSYNC_NEVER);
+    rill_topic_stats ts;
+    OK(rill_topic_get_stats(b, "small", &ts));
+    CHECK(ts.publish_count == 101);
+    rill_broker_free(b);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "write") == 0) {
         return writer(argv[2]);
@@ -460,6 +537,7 @@ int main(int argc, char **argv) {
     run_self(argv[0], "read", dir);
     test_lock_and_bad_paths(root, dir);
     test_recovery_figures(root);
+    test_segment_bytes(root);
 
     char rm[600];
     snprintf(rm, sizeof rm, "rm -rf '%s'", root);
