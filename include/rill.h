@@ -236,6 +236,19 @@ typedef enum {
  */
 #define RILL_ATTR_ID "rill.id"
 
+/*
+ * The attribute holding the version (decimal) of the topic's schema a
+ * message was checked against (rill_message_schema_version): the broker
+ * sets it on each message appended to a topic with a schema, so it is
+ * among such a message's attributes. A publisher's own attribute of this
+ * name is dropped, on any topic, so that no message claims a version it
+ * was not checked against (and a message read back, attributes and all,
+ * can be published again). A dead letter of a failed handler keeps its
+ * original's; one the schema refused carries none. (ffi/src/publish.rs's
+ * RILL_ATTR_SCHEMA, checked by the same test as RILL_ATTR_ID.)
+ */
+#define RILL_ATTR_SCHEMA "rill.schema"
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -181,7 +181,9 @@ class Message {
 
 /// A message to publish. `id` (1 to RILL_ID_MAX_LEN bytes) is sent as the
 /// attribute RILL_ATTR_ID: a topic appends a message whose id it published
-/// within its dedupe window (TopicOptions::dedupe_window_ms) only once.
+/// within its dedupe window (TopicOptions::dedupe_window_ms) only once. An
+/// attribute RILL_ATTR_SCHEMA ("rill.schema") is the broker's and is dropped
+/// (see rill.h).
 struct Record {
     std::string_view payload;
     std::optional<std::string_view> key = std::nullopt;

@@ -20,6 +20,12 @@ use crate::util::{bytes, cstr, optional_bytes, reference, write_out};
 pub const RILL_ATTR_ID: &str = "rill.id";
 const _: () = assert!(const_str_eq(RILL_ATTR_ID, rill::log::ID_ATTRIBUTE));
 
+/// The attribute holding the version of the schema a message was checked
+/// against (see `rill_message_schema_version`): set by the broker on each
+/// message appended to a topic with a schema; a publisher's own is dropped.
+pub const RILL_ATTR_SCHEMA: &str = "rill.schema";
+const _: () = assert!(const_str_eq(RILL_ATTR_SCHEMA, rill::broker::SCHEMA_ATTRIBUTE));
+
 /// The longest message id (`RILL_ATTR_ID`), in bytes.
 pub const RILL_ID_MAX_LEN: u32 = 128;
 const _: () = assert!(RILL_ID_MAX_LEN as usize == rill::log::MAX_ID_LEN);
@@ -740,14 +746,17 @@ pub(crate) fn write_positions(out: *mut rill_position, positions: &[Position]) {
 
 #[cfg(test)]
 mod tests {
-    /// `RILL_ATTR_ID`, which cbindgen does not write (a string constant), is
-    /// spelled in `cbindgen.toml`: the header must say what the library does.
+    /// `RILL_ATTR_ID` and `RILL_ATTR_SCHEMA`, which cbindgen does not write
+    /// (string constants), are spelled in `cbindgen.toml`: the header must
+    /// say what the library does.
     #[test]
-    fn the_id_attribute_macro_in_the_header_is_the_librarys() {
+    fn the_attribute_macros_in_the_header_are_the_librarys() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../include/rill.h");
         let header = std::fs::read_to_string(path).unwrap();
-        let define = format!("#define RILL_ATTR_ID \"{}\"\n", super::RILL_ATTR_ID);
-        assert!(header.contains(&define), "include/rill.h lacks {define:?}");
+        for (name, value) in [("RILL_ATTR_ID", super::RILL_ATTR_ID), ("RILL_ATTR_SCHEMA", super::RILL_ATTR_SCHEMA)] {
+            let define = format!("#define {name} \"{value}\"\n");
+            assert!(header.contains(&define), "include/rill.h lacks {define:?}");
+        }
     }
 
     use super::{publish_records, rill_attribute, rill_record};

@@ -138,6 +138,8 @@ use crate::sync::{Backoff, Mutex};
 
 /// The reserved attribute holding the version of the schema a record was
 /// checked against (decimal); absent on records appended without a schema.
+/// A publisher's own attribute of this name is dropped, on any topic (see
+/// "What a record carries").
 pub const SCHEMA_ATTRIBUTE: &str = "rill.schema";
 
 /// The file, in a durable topic's directory, that holds its JSON schema.

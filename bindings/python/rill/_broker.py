@@ -1708,7 +1708,12 @@ class Broker(_Handle):
         nothing is appended and the first message's position comes back with
         ``duplicate`` set; publishers racing with one id publish it once. A
         retried publish (after a timeout, a crash) with the same id is
-        therefore safe."""
+        therefore safe.
+
+        The attribute ``rill.schema`` is the broker's: it holds the version
+        of the topic's schema a message was checked against
+        (:attr:`Message.schema_version`), and one in ``attributes`` is
+        dropped, so a message read back can be published again as it is."""
         if attributes or msg_id is not None:
             return self._publish_record(lib.rill_publish_outcome, topic, payload, key, attributes, msg_id)
         # The hot path: one call, no record struct, a per-thread out buffer.
