@@ -512,8 +512,10 @@ _handlers: dict[int, _Entry] = {}
 _ids = itertools.count(1)
 
 # Validators (Broker.set_schema): C holds only an integer naming an entry
-# here, and the one CFUNCTYPE object below lives as long as the module.
-# An entry goes when its schema is replaced or removed through its broker.
+# here, and the two CFUNCTYPE objects below live as long as the module.
+# An entry goes when the library lets go of its validator (its schema
+# replaced or removed, its topic deleted, its broker freed, or the set
+# failed): `_validator_free_py`, the validator's `user_free`.
 _validators: dict[int, Callable[[bytes], Any]] = {}
 
 
@@ -544,7 +546,13 @@ def _validate_py(user: int | None, payload: int | None, length: int, reason: int
     return 1
 
 
+def _validator_free_py(user: int | None) -> None:
+    # Any thread; the library calls it once no call of the validator runs.
+    _validators.pop(user or 0, None)
+
+
 _VALIDATOR_FN = _ffi.VALIDATOR(_validate_py)
+_VALIDATOR_FREE = _ffi.DESTRUCTOR(_validator_free_py)
 
 
 def _reason(msg: int, text: str) -> None:
@@ -1287,7 +1295,6 @@ class Broker(_Handle):
         self._publishers: dict[str, _Publisher] = {}
         # The validators this handle set, by topic, kept alive while C
         # holds them.
-        self._validators: dict[str, int] = {}
         self._publishers_lock = threading.Lock()
         self._stops: weakref.WeakSet[_Stop] = weakref.WeakSet()
         _live_brokers.add(self)
@@ -1637,18 +1644,16 @@ class Broker(_Handle):
                     raise InvalidArgument("validator must be callable")
                 key = next(_ids)
                 _validators[key] = validator
-                status = lib.rill_topic_set_validator(self._handle(), name, _VALIDATOR_FN, key, mode)
-                if status:
-                    _validators.pop(key, None)
-                    check(status)
-                old = self._validators.pop(topic, None)
-                self._validators[topic] = key
+                # The library calls _VALIDATOR_FREE with `key` once it lets
+                # go of the validator, and if this call fails.
+                check(
+                    lib.rill_topic_set_validator_with_free(
+                        self._handle(), name, _VALIDATOR_FN, key, _VALIDATOR_FREE, mode
+                    )
+                )
             else:
                 doc = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
                 check(lib.rill_topic_set_schema_json(self._handle(), name, _name(doc, "json_schema"), mode))
-                old = self._validators.pop(topic, None)
-            if old is not None:
-                _validators.pop(old, None)
         return self.schema_version(topic)
 
     def remove_schema(self, topic: str) -> None:
@@ -1656,9 +1661,6 @@ class Broker(_Handle):
         topic): later publishes are not checked."""
         with self._publishers_lock:
             check(lib.rill_topic_remove_schema(self._handle(), _name(topic, "topic")))
-            old = self._validators.pop(topic, None)
-            if old is not None:
-                _validators.pop(old, None)
 
     def schema_version(self, topic: str) -> int:
         """The version of ``topic``'s schema in force; 0 if it has none.

@@ -146,3 +146,43 @@ def test_a_durable_schema_survives_a_restart(tmp_path: Path) -> None:
         assert b.publish("orders", b"{}").dead_lettered
         assert b.schema_version("sized") == 0
         b.publish("sized", b"long enough")
+
+
+class _Validator:
+    def __call__(self, payload: bytes) -> bool:
+        return True
+
+
+def test_a_validator_is_released_with_its_schema_topic_or_broker() -> None:
+    """The callable (and what it holds) goes once the library lets go of it:
+    at once when its schema is replaced, and with the broker for a deleted
+    topic's (whose memory the broker lets go of later) and a kept one's."""
+    import gc
+    import weakref
+
+    refs = []
+    with rill.Broker() as b:
+        for topic in ("replaced", "deleted", "kept"):
+            b.create_topic(topic)
+            v = _Validator()
+            refs.append(weakref.ref(v))
+            b.set_schema(topic, validator=v)
+            b.publish(topic, b"x")
+            del v
+        b.set_schema("replaced", json_schema={"type": "string"})
+        b.delete_topic("deleted")
+        gc.collect()
+        assert refs[0]() is None, "a replaced validator was not released"
+        assert refs[2]() is not None
+    del b
+    gc.collect()
+    assert [r() is None for r in refs] == [True, True, True], "the broker did not release its validators"
+    # A set that fails releases the validator too.
+    with rill.Broker() as b:
+        v = _Validator()
+        ref = weakref.ref(v)
+        with pytest.raises(rill.NoSuchTopic):
+            b.set_schema("missing", validator=v)
+        del v
+        gc.collect()
+        assert ref() is None
