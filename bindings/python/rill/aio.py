@@ -296,6 +296,7 @@ class Subscription:
         # handlers): a delivering thread waiting for this loop lets go, even
         # if the loop's own thread is the one closing and waiting for it.
         stop = _WakingStop(self._on_offer, loop)
+        self._stop = stop
 
         def post(callback: Callable[[], None]) -> None:
             # A closed loop raises: nobody is there to tell.
@@ -379,7 +380,11 @@ class Subscription:
                     message = run.messages[run.taken]
                     run.taken += 1
                     return message
-            if self.sync.closed or self.sync.stats().state == "closed":
+            # The stop is set as a close of the subscription or its broker
+            # begins, on whichever thread closes (`rill.aio.close` runs a
+            # broker's on an executor thread, which may not have reached
+            # the library yet when the iteration wakes).
+            if self._stop.is_set() or self.sync.closed or self.sync.stats().state == "closed":
                 raise StopAsyncIteration
             if self._offered is None or self._offered.done():
                 self._offered = self._loop.create_future()

@@ -274,6 +274,33 @@ def test_closing_the_broker_on_the_loop_ends_an_async_for() -> None:
     run_bounded(main)
 
 
+@pytest.mark.parametrize("published", [0, 1])
+def test_rill_aio_close_of_the_broker_ends_an_async_for(monkeypatch: pytest.MonkeyPatch, published: int) -> None:
+    # `rill.aio.close(broker)` closes on an executor thread: the iteration,
+    # woken as the close begins, must end then, not at its next look for a
+    # close the library made by itself (made an hour long here, so that
+    # missing the wake fails the test on its hang guard).
+    monkeypatch.setattr(rill.aio, "_CLOSED_CHECK", 3600.0)
+
+    async def main() -> None:
+        broker = rill.Broker()
+        broker.create_topic("t")
+        sub = rill.aio.subscribe(broker, "t")
+        for _ in range(published):
+            broker.publish("t", b"one")
+
+        async def read() -> int:
+            return len([m async for m in sub])
+
+        reader = asyncio.create_task(read())
+        await until(lambda: sub.stats().delivered == published)
+        await rill.aio.close(broker)
+        assert await asyncio.wait_for(reader, WAIT) <= published
+        await sub.aclose()
+
+    run_bounded(main)
+
+
 def test_subscribe_refuses_a_handler_or_batch(broker: rill.Broker) -> None:
     broker.create_topic("t")
 
