@@ -295,7 +295,7 @@ class Subscription:
         # Set when the subscription or its broker closes (as for coroutine
         # handlers): a delivering thread waiting for this loop lets go, even
         # if the loop's own thread is the one closing and waiting for it.
-        stop = _WakingStop(self._on_offer, loop)
+        stop = _WakingStop(self._on_offer, loop, run.cond)
         self._stop = stop
 
         def post(callback: Callable[[], None]) -> None:
@@ -441,17 +441,22 @@ _CLOSED_CHECK = 1.0
 
 class _WakingStop(_Stop):
     """The stop flag of an async subscription: setting it (closing the
-    subscription or its broker, from any thread) also wakes the iteration."""
+    subscription or its broker, from any thread) also wakes the iteration,
+    and the delivering thread waiting on `cond` for the loop (which the
+    close waits for)."""
 
-    __slots__ = ("loop", "wake")
+    __slots__ = ("cond", "loop", "wake")
 
-    def __init__(self, wake: Callable[[], None], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, wake: Callable[[], None], loop: asyncio.AbstractEventLoop, cond: threading.Condition) -> None:
         super().__init__()
         self.wake = wake
         self.loop = loop
+        self.cond = cond
 
     def set(self) -> None:
         super().set()
+        with self.cond:
+            self.cond.notify_all()
         # A closed loop raises: nobody iterates any more.
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self.wake)

@@ -301,6 +301,27 @@ def test_rill_aio_close_of_the_broker_ends_an_async_for(monkeypatch: pytest.Monk
     run_bounded(main)
 
 
+def test_aclose_after_a_break_does_not_wait_for_a_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A loop that breaks out of `async for` holding a message: aclose waits
+    # for the delivering thread to let go, which the close's stop must wake
+    # (the slice it would otherwise wait for is made an hour long here, so
+    # a missing wake fails the test on its hang guard).
+    monkeypatch.setattr(rill.aio, "SLICE", 3600.0)
+
+    async def main() -> None:
+        broker = rill.Broker()
+        broker.create_topic("t")
+        for _ in range(3):
+            sub = rill.aio.subscribe(broker, "t")
+            broker.publish("t", b"x")
+            async for _message in sub:
+                break
+            await asyncio.wait_for(sub.aclose(), WAIT)
+        await rill.aio.close(broker)
+
+    run_bounded(main)
+
+
 def test_subscribe_refuses_a_handler_or_batch(broker: rill.Broker) -> None:
     broker.create_topic("t")
 
