@@ -710,7 +710,10 @@ SIZE_MAX = (1 << (8 * ctypes.sizeof(c_size_t))) - 1
 
 
 def _int(value: object, what: str, low: int = 0, high: int = U64_MAX) -> int:
-    """``value`` as an int in [low, high], for a C integer field."""
+    """``value`` as an int in [low, high], for a C integer field. A bool is
+    refused, as any other non-integer: ``priority=True`` is a mistake, not 1."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an integer, not bool")
     try:
         n = operator.index(value)  # type: ignore[arg-type]
     except TypeError:

@@ -358,7 +358,8 @@ RILL_PRIORITY_AGING_TAKES = 32
 RILL_ON_INVALID_REJECT, RILL_ON_INVALID_DEAD_LETTER = 0, 1
 RILL_PUBLISHED_DEAD_LETTERED = 2
 RILL_SCHEMA_REASON_MAX = 512
-SCHEMA_ATTRIBUTE = "rill.schema"
+RILL_ATTR_SCHEMA = "rill.schema"
+SCHEMA_ATTRIBUTE = RILL_ATTR_SCHEMA
 
 # ---- functions ------------------------------------------------------------------
 

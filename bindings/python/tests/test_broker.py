@@ -277,6 +277,12 @@ def test_unknown_topic_and_bad_inputs(broker: rill.Broker) -> None:
         broker.publish("t", 42)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         broker.subscribe("t", "not callable")  # type: ignore[arg-type]
+    # A bool is not an integer here, though Python counts it as one.
+    with pytest.raises(TypeError, match="priority must be an integer, not bool"):
+        broker.create_topic("b", priority=True)
+    with pytest.raises(TypeError, match="partitions must be an integer, not bool"):
+        broker.create_topic("b", partitions=True)
+    assert "b" not in broker.topics()
     assert broker.topic_stats("t").publish_count == 0
 
 
