@@ -249,6 +249,19 @@ struct TopicOptions {
     uint64_t segment_bytes = 0;  // 0: 4 MiB (or a quarter of retention_bytes); see rill_topic_options
 };
 
+/// A consumer group member's options; see rill_consumer_options.
+struct ConsumerOptions {
+    rill_start start = RILL_START_EARLIEST;
+    uint64_t start_offset = 0;
+    /// Zero: the default, 10 s.
+    std::chrono::milliseconds session_timeout = std::chrono::milliseconds(0);
+    /// Nacks of one message before it is dead-lettered (at least 1);
+    /// nullopt: the default, 5.
+    std::optional<uint32_t> max_attempts = std::nullopt;
+    /// Where given-up messages go; nullopt: `$dlq/<group>`.
+    std::optional<std::string> dead_letter_topic = std::nullopt;
+};
+
 /// Subscription behaviour; see rill_subscription_options.
 struct SubscriptionOptions {
     std::optional<std::string> name;
@@ -960,13 +973,25 @@ class Broker {
     /// rejoins.
     Consumer consumer(const std::string &group, const std::string &topic, rill_start start = RILL_START_EARLIEST,
                       uint64_t start_offset = 0, std::chrono::milliseconds session_timeout = std::chrono::milliseconds(0)) {
-        rill_consumer_options o;
-        rill_consumer_options_init(&o);
+        ConsumerOptions o;
         o.start = start;
         o.start_offset = start_offset;
-        if (session_timeout.count() < 0 || session_timeout.count() > UINT32_MAX)
+        o.session_timeout = session_timeout;
+        return consumer(group, topic, o);
+    }
+
+    /// A new member of `group` on `topic`, with all of a member's options
+    /// (a poison message's max_attempts and dead_letter_topic included).
+    Consumer consumer(const std::string &group, const std::string &topic, const ConsumerOptions &options) {
+        rill_consumer_options o;
+        rill_consumer_options_init(&o);
+        o.start = options.start;
+        o.start_offset = options.start_offset;
+        if (options.session_timeout.count() < 0 || options.session_timeout.count() > UINT32_MAX)
             throw Error(RILL_ERR_INVALID_ARGUMENT, "RILL_ERR_INVALID_ARGUMENT: session_timeout must be 0 to 2^32-1 ms");
-        o.session_timeout_ms = static_cast<uint32_t>(session_timeout.count());
+        o.session_timeout_ms = static_cast<uint32_t>(options.session_timeout.count());
+        if (options.max_attempts) o.max_attempts = *options.max_attempts;
+        if (options.dead_letter_topic) o.dead_letter_topic = detail::c_str(*options.dead_letter_topic, "dead_letter_topic");
         rill_consumer *c = nullptr;
         detail::check(rill_consumer_new(b_, detail::c_str(group, "consumer group"), detail::c_str(topic, "topic name"), &o, &c));
         return Consumer(c);

@@ -192,6 +192,19 @@ static void consumer_group_members() {
     auto dead = dlq.poll(10, 0ms);
     CHECK(dead.size() == 1 && dead[0].attribute("rill.dlq.attempts").value_or("") == "5");
     CHECK(status_of([&] { owner->nack(poison.partition, 99); }) == RILL_ERR_OUT_OF_RANGE);
+    // A member's own max_attempts and dead-letter topic.
+    rill::ConsumerOptions strict;
+    strict.max_attempts = 1;
+    strict.dead_letter_topic = "rejects";
+    auto picky = broker.consumer("picky", "jobs", strict);
+    auto first = picky.poll(100, 0ms);
+    CHECK(!first.empty());
+    if (!first.empty()) CHECK(picky.nack(first[0].partition(), first[0].offset()));
+    auto rejects = broker.consumer("reader", "rejects");
+    auto rejected = rejects.poll(10, 0ms);
+    CHECK(rejected.size() == 1 && rejected[0].attribute("rill.dlq.group").value_or("") == "picky");
+    strict.max_attempts = 0;
+    CHECK(status_of([&] { broker.consumer("picky2", "jobs", strict); }) == RILL_ERR_INVALID_ARGUMENT);
 }
 
 static void shared_subscription_members() {
