@@ -311,7 +311,8 @@ unsafe fn moving(c: *mut rill_consumer, f: impl FnOnce(&mut Consumer) -> rill::R
 /// subscription writes (`rill.dlq.group` naming the group) and skipped: the
 /// partition goes back to `offset + 1`, so the next poll returns those after
 /// it again, in order; `*dead_lettered` is set to true.
-/// `RILL_ERR_REASSIGNED` for a partition it does not own,
+/// `RILL_ERR_NOT_FOUND` for a partition the topic does not have,
+/// `RILL_ERR_REASSIGNED` for one it does not own,
 /// `RILL_ERR_OUT_OF_RANGE` for an offset it has not polled or retention
 /// trimmed; `RILL_ERR_FULL`/`RILL_ERR_TIMEOUT` if the dead-letter topic could
 /// not take it (nothing skipped: nack again). Like a seek, it ends the last
