@@ -223,3 +223,43 @@ fn joins_racing_deletes_fail_only_as_documented() {
     }
     assert_eq!(files_in(&dir.0, "groups"), Vec::<String>::new());
 }
+
+/// A group with a live member when its topic is deleted is skipped by the
+/// delete; once its member has gone, `delete_group` (which answers
+/// `NotFound`, as in one process) or the next topic deleted removes what
+/// it left, and a group of the topic created again is kept.
+#[test]
+fn a_group_live_when_its_topic_was_deleted_is_removed_once_its_member_is_gone() {
+    let dir = TempDir::new("tidy-deleted-topic");
+    let (a, b) = (processes(&dir.0), processes(&dir.0));
+    a.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    procs::publish(&a, TOPIC, 10);
+    let mut members: Vec<_> = ["late-1", "late-2"]
+        .into_iter()
+        .map(|group| {
+            let mut c = b.consumer(group, TOPIC, ConsumerOptions::default()).unwrap();
+            c.poll(64, Duration::from_millis(50)).unwrap();
+            c.commit().unwrap();
+            c
+        })
+        .collect();
+    a.delete_topic(TOPIC).unwrap();
+    assert_eq!(files_in(&dir.0, "groups").len(), 2, "live members keep their groups at the delete");
+    for mut c in members.drain(..) {
+        c.close();
+    }
+    assert!(matches!(a.delete_group("late-1", TOPIC), Err(Error::NotFound(_))));
+    assert_eq!(files_in(&dir.0, "groups").len(), 1, "delete_group removed late-1's folder");
+    // The topic created again, a group of it committed and gone: the next
+    // topic deleted takes late-2's folder and keeps the new group's.
+    a.create_topic(TOPIC, &TopicOptions::with_partitions(PARTITIONS)).unwrap();
+    procs::publish(&a, TOPIC, 5);
+    consume_and_commit(&a, "fresh");
+    a.create_topic("other", &TopicOptions::default()).unwrap();
+    a.delete_topic("other").unwrap();
+    assert_eq!(files_in(&dir.0, "groups").len(), 1, "late-2's folder stayed, or fresh's went");
+    assert_eq!(a.groups(), [("fresh".to_owned(), TOPIC.to_owned())]);
+    let mut again = a.consumer("fresh", TOPIC, ConsumerOptions::default()).unwrap();
+    assert!(again.poll(64, Duration::from_millis(50)).unwrap().is_empty(), "fresh's commits were kept");
+    again.close();
+}

@@ -141,3 +141,21 @@ def test_deleted_groups_and_names_leave_nothing_in_the_data_dir(tmp_path: Path) 
         assert b.named_subscriptions() == []
         after = _files(data_dir)
         assert after == before, (set(after) - set(before), set(before) - set(after))
+
+
+def test_a_group_live_at_its_topics_delete_is_removed_once_its_member_is_gone(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    with rill.Broker(data_dir=str(data_dir), sharing="processes", fsync="never") as a, rill.Broker(
+        data_dir=str(data_dir), sharing="processes", fsync="never"
+    ) as b:
+        a.create_topic("a")
+        a.publish("a", b"x")
+        c = b.consumer("g", "a")
+        assert c.poll(max_messages=16, timeout=WAIT)
+        c.commit()
+        a.delete_topic("a")  # skips the group: its member is live
+        assert any(f.startswith("groups/") for f in _files(data_dir))
+        c.close()
+        with pytest.raises(rill.NotFound):
+            a.delete_group("g", "a")
+        assert not any(f.startswith("groups/") for f in _files(data_dir))

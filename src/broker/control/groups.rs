@@ -62,7 +62,17 @@ impl BrokerInner {
         names::validate_group(group)?;
         names::validate_topic(topic)?;
         if let Some(store) = self.shared_store() {
-            let t = self.topic_or_listed(topic)?;
+            let t = match self.topic_or_listed(topic) {
+                Ok(t) => t,
+                // As in one process, a deleted topic's group has nothing
+                // to forget; what a group live at the delete left behind,
+                // its members gone since, is removed now.
+                Err(Error::NoSuchTopic(_)) => {
+                    store.forget_deleted_group(group, topic)?;
+                    return Err(Error::NotFound(format!("consumer group {group:?} has no offsets on topic {topic:?}")));
+                }
+                Err(e) => return Err(e),
+            };
             return store.forget_group(group, topic, t.partitions.len() as u32);
         }
         let mut control = self.control.lock();

@@ -470,7 +470,7 @@ impl BrokerInner {
                 // other broker on the directory is told, and lets go of it
                 // as below (see "Topics other processes create or delete"
                 // in `doorbell.rs`).
-                (Some(store), Some(bell)) => store.with_topic_list(|_| {
+                (Some(store), Some(bell)) => store.with_topic_list(|list| {
                     let dir = store.unlist_topic(name)?;
                     if dir.is_some() {
                         bell.topics_changed();
@@ -479,7 +479,7 @@ impl BrokerInner {
                         // this topic's positions in a re-created one (the
                         // names held, here too, drop them in `let_go_locked`;
                         // see "Deleting a topic" in `store/named.rs`).
-                        if let Err(e) = store.drop_topic_from_names(name) {
+                        if let Err(e) = store.drop_topic_from_names(name, list) {
                             ::log::warn!(
                                 target: "rill::broker",
                                 "deleted topic {name:?}, but dropping it from the named subscriptions' positions \

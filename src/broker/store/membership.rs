@@ -192,6 +192,14 @@
 //! and its first file in it. A topic's deletion ([`drop_topic`]) tidies the
 //! folders it forgets in the same way, and every folder without slots (a
 //! group that never committed), of any topic, whose members are all gone.
+//! A group with a live member when its topic was deleted is skipped then
+//! (see "Deleting a topic"), and its member leaves later; so the deletion
+//! also removes every folder whose commits are all of topics no longer
+//! listed and whose members are gone ([`forget_stale`], which looks again
+//! under every partition lock, so a member of a topic created again under
+//! the name that committed meanwhile keeps it), and `delete_group` of a
+//! topic no longer listed does the same for its group before it answers
+//! `NotFound`, as in one process.
 //!
 //! # Changing modes
 //!
@@ -935,7 +943,7 @@ fn slot_partitions(dir: &Path) -> Result<Vec<u32>> {
 /// again under that name is read from its first message. One with a live
 /// member is skipped: its members are closed when their process sees the
 /// delete, and what they saved stays (see "Deleting a topic").
-pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -> Result<()> {
+pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str, listed: &[u64]) -> Result<()> {
     for top in [GROUPS_DIR, SHARED_DIR] {
         for (group, t, partitions) in folders_in(root, top, repair)? {
             if t != topic {
@@ -947,15 +955,79 @@ pub(super) fn drop_topic(root: &Path, fsync: Fsync, repair: bool, topic: &str) -
             }
         }
         // Folders without slots hold nothing once their members are gone
-        // (which `tidy` checks), whichever topic they were of.
+        // (which `tidy` checks), whichever topic they were of; nor do those
+        // whose commits are all of topics deleted since (a delete skips a
+        // group with a live member, which leaves it later).
         for entry in folder_entries(&root.join(top))? {
             let dir = entry.path();
             if slot_partitions(&dir)?.is_empty() {
                 tidy(&dir, BTreeMap::new())?;
+            } else {
+                match forget_stale(&dir, fsync, repair, listed) {
+                    // A damaged slot: left for a `repair` opener.
+                    Ok(()) | Err(Error::Corrupt { .. }) => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
     }
     Ok(())
+}
+
+/// [`forget_stale`] for group `group`'s folder on `topic`, a topic no
+/// longer listed: a group live when its topic was deleted, left since.
+pub(super) fn forget_deleted(
+    root: &Path,
+    fsync: Fsync,
+    repair: bool,
+    (group, topic): (&str, &str),
+    listed: &[u64],
+) -> Result<()> {
+    let dir = group_folder(root, group, topic);
+    if !dir.is_dir() {
+        return Ok(());
+    }
+    forget_stale(&dir, fsync, repair, listed)
+}
+
+/// Removes the folder `dir` of a group (or shared subscription) if every
+/// commit in it is of a deleted topic (its directory number is not in
+/// `listed`, the numbers of the topics listed now) and no member in it is
+/// live (see "Deleting a group"). Looked at again under every partition
+/// lock, so a member that took a partition and committed since keeps it.
+fn forget_stale(dir: &Path, fsync: Fsync, repair: bool, listed: &[u64]) -> Result<()> {
+    let stale = || -> Result<Option<Vec<u32>>> {
+        let parts = slot_partitions(dir)?;
+        for &p in &parts {
+            let files = slot_files(p);
+            let (held, ..) = read_slots_of::<MemberSlot>(dir, &files.each_ref().map(String::as_str), repair)?;
+            if held.dir == UNKNOWN_DIR || listed.contains(&held.dir) {
+                return Ok(None);
+            }
+        }
+        Ok((!parts.is_empty()).then_some(parts))
+    };
+    let Some(parts) = stale()? else { return Ok(()) };
+    let files: Vec<String> =
+        folder_entries(dir)?.iter().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    for file in files.iter().filter(|f| f.ends_with(MEMBER_SUFFIX)) {
+        if try_member_lock(&dir.join(file))?.is_none() && dir.join(file).exists() {
+            return Ok(());
+        }
+    }
+    let mut held = BTreeMap::new();
+    for p in parts {
+        let name = partition_lock(p);
+        match try_lock(&dir.join(&name)) {
+            Ok(Some(lock)) => drop(held.insert(name, lock)),
+            Ok(None) | Err(Error::Io { kind: IoKind::NotFound, .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    let Some(parts) = stale()? else { return Ok(()) };
+    let slots: Vec<String> = parts.into_iter().flat_map(slot_files).collect();
+    remove_slots(dir, &slots, fsync)?;
+    tidy(dir, held)
 }
 
 /// Every folder with slots in `root`'s folder `top`: its group (or shared
@@ -1214,7 +1286,7 @@ mod tests {
         let all = |v: &[(&str, &str)]| v.iter().map(|(g, t)| (g.to_string(), t.to_string())).collect::<Vec<_>>();
         let listed = topics(&[("t", 1), ("u", 1)]);
         assert_eq!(group_list(r, false, &listed).unwrap(), all(&[("g", "t"), ("g", "u"), ("h", "t")]));
-        drop_topic(r, f, false, "t").unwrap();
+        drop_topic(r, f, false, "t", &[1]).unwrap();
         assert_eq!(group_list(r, false, &listed).unwrap(), all(&[("g", "u"), ("h", "t")]));
         assert_eq!(group_committed(r, false, ("g", "t", 1), 2).unwrap(), None);
         assert_eq!(group_committed(r, false, ("h", "t", 1), 2).unwrap(), Some(vec![None, Some(5)]), "a live member's");
@@ -1249,10 +1321,10 @@ mod tests {
         assert!(!forget_shared(r, f, false, "w").unwrap(), "nothing left");
         assert_eq!(group_committed(r, false, ("w", "t", 1), 2).unwrap(), Some(vec![Some(3), None]));
         let live = Membership::join_in(r, SHARED_DIR, f, false, ("v", "t", 1), 2, 2).unwrap();
-        drop_topic(r, f, false, "t").unwrap();
+        drop_topic(r, f, false, "t", &[1]).unwrap();
         assert!(saved("v", "t"), "a live member's");
         drop(live);
-        drop_topic(r, f, false, "t").unwrap();
+        drop_topic(r, f, false, "t", &[1]).unwrap();
         assert!(!saved("v", "t"));
         assert_eq!(group_committed(r, false, ("w", "t", 1), 2).unwrap(), None, "the group's too");
     }
@@ -1318,7 +1390,7 @@ mod tests {
         let target = old.target().unwrap();
         old.rebalance(&target).unwrap();
         assert!(old.commit(0, 4, false).unwrap() && old.commit(1, 6, false).unwrap());
-        drop_topic(r, f, false, "t").unwrap();
+        drop_topic(r, f, false, "t", &[1]).unwrap();
         drop(old);
         let (old_list, new_list) = (topics(&[("t", 3)]), topics(&[("t", 4)]));
         let pair = vec![("g".to_owned(), "t".to_owned())];

@@ -457,15 +457,28 @@ impl Store {
         membership::forget_group(&self.root, self.fsync, self.repair, (group, topic, dir), partitions)
     }
 
+    /// Processes mode: removes what group `group` left on `topic`, a topic
+    /// not listed (deleted while a member of the group was live), if no
+    /// member is live now; see "Deleting a group" in `membership.rs`.
+    pub(crate) fn forget_deleted_group(&self, group: &str, topic: &str) -> Result<()> {
+        self.with_topic_list(|list| {
+            let listed: Vec<u64> = list.iter().map(|t| t.dir).collect();
+            membership::forget_deleted(&self.root, self.fsync, self.repair, (group, topic), &listed)
+        })
+    }
+
     /// Processes mode, holding `topics.lock` with topic `topic` just
-    /// unlisted: drops its positions from the slots of every name nobody
-    /// holds (see "Deleting a topic" in `named.rs`), and the commits of
-    /// every group on it with no live member (`membership.rs`).
-    pub(crate) fn drop_topic_from_names(&self, topic: &str) -> Result<()> {
+    /// unlisted from `list` (the list as it was read): drops its positions
+    /// from the slots of every name nobody holds (see "Deleting a topic" in
+    /// `named.rs`), and the commits of every group on it with no live
+    /// member, and of every group whose commits are all of topics deleted
+    /// since (`membership.rs`).
+    pub(crate) fn drop_topic_from_names(&self, topic: &str, list: &[TopicMeta]) -> Result<()> {
         named::drop_topic(&self.root, self.fsync, self.repair, topic)?;
         // And from the consumer groups' commits ("Deleting a topic" in
         // `membership.rs`).
-        membership::drop_topic(&self.root, self.fsync, self.repair, topic)
+        let listed: Vec<u64> = list.iter().filter(|t| t.name != topic).map(|t| t.dir).collect();
+        membership::drop_topic(&self.root, self.fsync, self.repair, topic, &listed)
     }
 
     /// How this directory is shared.
