@@ -855,6 +855,10 @@ class _Handle:
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` released this handle. A subscription
+        the library closed (its broker closed, its topic deleted, a
+        ``disconnect`` limit) keeps its handle until then: see
+        ``closed_reason`` and ``stats().state``."""
         return self._ptr is None
 
     def _handle(self) -> int:
@@ -920,8 +924,9 @@ class Subscription(_Handle):
 
     @property
     def closed_reason(self) -> str:
-        """Why the library closed it (the broker closed, or it lagged past a
-        ``disconnect`` limit); empty if it did not."""
+        """Why the library closed it (the broker closed, its topic was
+        deleted, or it lagged past a ``disconnect`` limit); empty if it did
+        not."""
         return _ffi.read_str(lib.rill_subscription_closed_reason, self._handle())
 
     def wait_idle(self, timeout: float | None = 5.0) -> bool:
