@@ -743,9 +743,10 @@ impl Run<'_> {
                     removed_bytes += align_up(view.raw_bytes().len()) as u64;
                 }
                 other => {
-                    // Not a tombstone held by an older record: that one's
-                    // removal is due already, and the tombstone goes in the
-                    // pass that removes it.
+                    // A tombstone held by an older record (its own time has
+                    // passed) sets no due time: the older record's is set
+                    // already, and the tombstone goes in the pass that
+                    // removes that record.
                     if let Some(at) = other.filter(|&at| at > self.now_ns) {
                         self.due_ns = self.due_ns.min(at);
                     }

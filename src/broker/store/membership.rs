@@ -479,6 +479,12 @@ fn try_member_lock(path: &Path) -> Result<Option<Locked>> {
     Ok(flock(&file, path, libc::LOCK_EX | libc::LOCK_NB)?.then(|| Locked::new(file)))
 }
 
+/// True if a live member holds the member file `path` (its lock is held
+/// and the file is still there); a dead member's file is left in place.
+fn member_is_live(path: &Path) -> Result<bool> {
+    Ok(try_member_lock(path)?.is_none() && path.exists())
+}
+
 impl Membership {
     /// The folder of its group's (or shared subscription's) member files.
     pub(crate) fn dir(&self) -> &Path {
@@ -833,7 +839,7 @@ fn forget_in(
         let file = entry.file_name().to_string_lossy().into_owned();
         if file.ends_with(MEMBER_SUFFIX) {
             // A dead member's file (its lock granted) is removed by `tidy`.
-            if try_member_lock(&dir.join(&file))?.is_none() && dir.join(&file).exists() {
+            if member_is_live(&dir.join(&file))? {
                 return Err(busy());
             }
         } else if file.ends_with(".0") || file.ends_with(".1") {
@@ -1011,7 +1017,7 @@ fn forget_stale(dir: &Path, fsync: Fsync, repair: bool, listed: &[u64]) -> Resul
     let files: Vec<String> =
         folder_entries(dir)?.iter().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     for file in files.iter().filter(|f| f.ends_with(MEMBER_SUFFIX)) {
-        if try_member_lock(&dir.join(file))?.is_none() && dir.join(file).exists() {
+        if member_is_live(&dir.join(file))? {
             return Ok(());
         }
     }
