@@ -263,3 +263,45 @@ fn a_group_live_when_its_topic_was_deleted_is_removed_once_its_member_is_gone() 
     assert!(again.poll(64, Duration::from_millis(50)).unwrap().is_empty(), "fresh's commits were kept");
     again.close();
 }
+
+/// Reopens of a shared directory go on in each partition's newest file
+/// ("Resuming the last file" in `src/log/recovery.rs`): five rounds of a
+/// first opener and a broker that joins it, each publishing, leave one
+/// segment file a partition, and a consumer reads every message.
+#[test]
+fn reopens_of_a_shared_directory_leave_one_file_a_partition() {
+    let dir = TempDir::new("tidy-reopen");
+    let per_round = 4 * PARTITIONS as usize;
+    for round in 0..5 {
+        let first = processes(&dir.0);
+        if round == 0 {
+            first.create_topic(TOPIC, &TopicOptions { partitions: PARTITIONS, ..TopicOptions::default() }).unwrap();
+        }
+        let joined = processes(&dir.0);
+        for (i, broker) in [&first, &joined].into_iter().enumerate() {
+            for n in 0..per_round / 2 {
+                let key = format!("{round}-{i}-{n}");
+                broker.publish(TOPIC, &rill::Record::new(key.as_bytes()).with_key(key.as_bytes())).unwrap();
+            }
+        }
+        joined.close();
+        first.close();
+    }
+    for p in 0..PARTITIONS {
+        let files = files_in(&dir.0, &format!("topics/0/{p}"));
+        let segments: Vec<&String> = files.iter().filter(|f| f.ends_with(".seg")).collect();
+        assert_eq!(segments.len(), 1, "partition {p}: {files:?}");
+    }
+    let broker = processes(&dir.0);
+    let mut consumer = broker.consumer("check", TOPIC, ConsumerOptions::default()).unwrap();
+    let mut got = 0;
+    loop {
+        let batch = consumer.poll(64, Duration::from_millis(200)).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        got += batch.len();
+    }
+    assert_eq!(got, 5 * per_round);
+    consumer.close();
+}

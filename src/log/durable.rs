@@ -476,14 +476,17 @@ struct Gather {
 const GATHER_FRACTION: u64 = 2;
 
 impl Durability {
-    /// The state of a log whose records below `start` are already durable
-    /// and whose sealed segments below `start` are already marked complete.
-    pub(crate) fn new(start: u64) -> Self {
+    /// The state of a log whose records below `durable` are already
+    /// durable and whose sealed segments with a base below `marked_below`
+    /// are already marked complete (a reopened log's newest segment may be
+    /// a resumed file holding durable records: see "Resuming the last
+    /// file" in `recovery.rs`).
+    pub(crate) fn new(durable: u64, marked_below: u64) -> Self {
         Durability {
             state: Mutex::new(SyncState {
-                durable: start,
+                durable,
                 leader: false,
-                marked_below: start,
+                marked_below,
                 waiting: Vec::new(),
                 expected: 0,
                 gather: None,
@@ -793,7 +796,7 @@ mod tests {
 
     #[test]
     fn a_rounds_end_counts_its_company_and_stops_counting_those_it_released() {
-        let d = Durability::new(0);
+        let d = Durability::new(0, 0);
         let mut st = d.state.lock();
         st.waiting.extend([3, 9, 5]);
         st.durable = 5;

@@ -202,6 +202,90 @@ fn reopen_after_clean_close_returns_every_record_and_continues_offsets() {
     assert_eq!(all[200..], second[..]);
 }
 
+/// "Resuming the last file" (`recovery.rs`): under every policy, twenty
+/// opens that each append three records and close leave one segment file
+/// holding all sixty (each open used to start a file of its own); once a
+/// roll seals the resumed file it is marked complete, so damage in it is
+/// `Corrupt`.
+#[test]
+fn reopens_append_to_the_last_file_and_it_is_marked_once_sealed() {
+    for fsync in [Fsync::Never, Fsync::Interval(DEFAULT_FSYNC_INTERVAL), Fsync::Always] {
+        let dir = TempDir::new("resume");
+        let mut rng = Rng(41);
+        let mut all = Vec::new();
+        for round in 0..20 {
+            let (log, report) = Log::open(&config(64 << 10), 0, &durable(dir.path(), fsync, false)).unwrap();
+            assert_eq!((report.end_offset, report.truncated_records), (round * 3, 0), "{fsync:?}: {report:?}");
+            all.extend(publish(&log, 3, &mut rng));
+            drop(log);
+        }
+        let files = segment_files(dir.path());
+        assert_eq!(files.len(), 1, "{fsync:?}: {files:?}");
+        assert!(!is_marked_complete(&files[0].1), "{fsync:?}: the file being written has no marker");
+        let (log, _) = Log::open(&config(64 << 10), 0, &durable(dir.path(), fsync, false)).unwrap();
+        assert_eq!(read_from(&log, 0), all, "{fsync:?}");
+        // Fill past the resumed file: it is sealed, then marked by a sync.
+        while segment_files(dir.path()).len() < 2 {
+            all.extend(publish(&log, 10, &mut rng));
+        }
+        log.sync().unwrap();
+        assert!(is_marked_complete(&files[0].1), "{fsync:?}: the resumed file, sealed, is marked complete");
+        drop(log);
+        let (log, _) = Log::open(&config(64 << 10), 0, &durable(dir.path(), fsync, false)).unwrap();
+        assert_eq!(read_from(&log, 0), all, "{fsync:?}");
+        drop(log);
+        let mut bytes = fs::read(&files[0].1).unwrap();
+        let at = bytes.windows(all[30].payload.len()).position(|w| w == all[30].payload).unwrap();
+        bytes[at] ^= 0x10;
+        fs::write(&files[0].1, &bytes).unwrap();
+        let reopened = Log::open(&config(64 << 10), 0, &durable(dir.path(), fsync, false));
+        assert!(matches!(reopened, Err(Error::Corrupt { .. })), "{fsync:?}: {:?}", reopened.map(|(_, r)| r));
+    }
+}
+
+/// "Resuming the last file": a process killed with every publish done
+/// (the copy of a live log's directory) is resumed as after a clean close;
+/// one killed with a reservation never written at the end of its newest
+/// file (its zero frame reads as a clean end) is not, since that file's
+/// tail word says more was reserved than recovery kept: appends go to a
+/// new file after the kept records, and the next open keeps them all.
+#[test]
+fn a_kill_resumes_the_last_file_only_if_every_reservation_in_it_was_written() {
+    let dir = TempDir::new("resume-kill");
+    let mut rng = Rng(43);
+    let (log, _) = Log::open(&config(64 << 10), 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    let mut expected = publish(&log, 20, &mut rng);
+    let done = TempDir::new("resume-kill-done");
+    copy_dir(dir.path(), done.path());
+    reserve_hole(&log, 256);
+    let half = TempDir::new("resume-kill-half");
+    copy_dir(dir.path(), half.path());
+    drop(log);
+
+    let (log, report) = Log::open(&config(64 << 10), 0, &durable(done.path(), Fsync::Never, false)).unwrap();
+    assert_eq!((report.end_offset, report.truncated_records), (20, 0));
+    assert_eq!(log.append(&Record::new(b"resumed")).unwrap(), 20);
+    drop(log);
+    assert_eq!(segment_files(done.path()).iter().map(|f| f.0).collect::<Vec<_>>(), [0]);
+
+    let (log, report) = Log::open(&config(64 << 10), 0, &durable(half.path(), Fsync::Never, false)).unwrap();
+    assert_eq!(
+        (report.end_offset, report.truncated_records, report.truncated_at.is_none()),
+        (20, 0, true),
+        "{report:?}"
+    );
+    let after = publish(&log, 5, &mut rng);
+    assert_eq!(after[0].offset, 20);
+    drop(log);
+    let files = segment_files(half.path());
+    assert_eq!(files.iter().map(|f| f.0).collect::<Vec<_>>(), [0, 20], "a new file after the kept records");
+    assert!(is_marked_complete(&files[0].1), "the file with the unwritten reservation is sealed and marked");
+    expected.extend(after);
+    let (log, report) = Log::open(&config(64 << 10), 0, &durable(half.path(), Fsync::Never, false)).unwrap();
+    assert_eq!((report.end_offset, report.truncated_records), (25, 0));
+    assert_eq!(read_from(&log, 0), expected);
+}
+
 #[test]
 fn an_empty_directory_opens_empty_and_a_regular_file_is_io() {
     let dir = TempDir::new("empty");

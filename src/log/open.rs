@@ -9,7 +9,7 @@ use super::durable::{self, Durability, DurableLog, Fsync, RecoveryReport};
 use super::file::{self, Files, MapLocks};
 use super::pool::Pool;
 use super::segment::{self, Segment};
-use super::storage::Pages;
+use super::storage::{Pages, SegmentStorage};
 use super::{Log, Sharing, compact_state, recovery};
 #[cfg(not(loom))]
 use crate::error::Error;
@@ -207,22 +207,41 @@ impl Log {
         let pool = Pool::for_files(sizes.region_bytes(), sizes.slots, spares, files);
         let pool = Arc::new(if processes { shared_files(pool) } else { pool });
         let mut segs = Vec::with_capacity(recovered.kept.len() + 1);
-        for kept in recovered.kept {
-            // Make the cut permanent and every kept segment checkable: data,
-            // then the completion marker (see `file/format.rs`).
-            if !kept.was_complete {
-                let storage = &kept.storage;
-                if flush {
-                    storage.flush_region(0, kept.used)?;
-                }
-                storage.mark_complete(kept.positions.len() as u64, kept.used, flush)?;
-            }
+        // Nothing cut anywhere: the last file may be resumed (see "Resuming
+        // the last file" in `recovery.rs`).
+        let report = &recovered.report;
+        let uncut = report.truncated_at.is_none() && report.truncated_records == 0 && report.truncated_bytes == 0;
+        let last = recovered.kept.len().checked_sub(1);
+        let mut resumed = false;
+        for (i, kept) in recovered.kept.into_iter().enumerate() {
+            let count = kept.positions.len() as u64;
             // Shared: held as every mapping is (no other process has the
             // directory yet, so no one is freeing it).
             if let Some(files) = pool.files() {
                 files.hold(&kept.storage)?;
             }
-            let buffers = segment::Buffers::over(Box::new(kept.storage), kept.positions.len(), Pages::Small)?;
+            if flush && !kept.was_complete {
+                kept.storage.flush_region(0, kept.used)?;
+            }
+            let storage: Box<dyn SegmentStorage> = Box::new(kept.storage);
+            let buffers = segment::Buffers::over(storage, kept.positions.len(), Pages::Small)?;
+            if Some(i) == last
+                && uncut
+                && !kept.was_complete
+                && !kept.skips
+                && count > 0
+                && Segment::holds_exactly(&buffers, count, kept.used)
+            {
+                segs.push(Arc::new(Segment::resumed(kept.base, buffers, pool.clone(), &kept.positions, kept.used)));
+                resumed = true;
+                continue;
+            }
+            // Make the cut permanent and every kept segment checkable: data,
+            // then the completion marker (see `file/format.rs`).
+            if !kept.was_complete {
+                let file = buffers.storage().as_file().expect("a recovered segment is a file");
+                file.mark_complete(count, kept.used, flush)?;
+            }
             segs.push(Arc::new(Segment::recovered(
                 kept.base,
                 buffers,
@@ -233,7 +252,9 @@ impl Log {
             )));
         }
         let end = recovered.end_offset;
-        segs.push(Arc::new(Segment::new(end, pool.take(end, Pages::Small)?, pool.clone())));
+        if !resumed {
+            segs.push(Arc::new(Segment::new(end, pool.take(end, Pages::Small)?, pool.clone())));
+        }
         if flush {
             file::sync_dir(&durable.dir)?;
         }
@@ -258,7 +279,8 @@ impl Log {
                 report.end_offset
             );
         }
-        let durability = Durability::new(end);
+        let newest = segs.last().expect("a log has a newest segment").base();
+        let durability = Durability::new(end, newest);
         Ok((Self::assemble(sizes, partition, segs, pool, Some((durability, durable.fsync)), processes), report))
     }
 
@@ -306,7 +328,7 @@ impl Log {
                 durable.dir.display()
             )));
         }
-        let durability = Durability::new(segs[0].base());
+        let durability = Durability::new(segs[0].base(), segs[0].base());
         Ok(Self::assemble(sizes, partition, segs, pool, Some((durability, durable.fsync)), true))
     }
 }

@@ -184,9 +184,45 @@
 //! only if its frame checks and its layout parses (`record::check_encoded`),
 //! so a reader of a recovered record can never be sent out of its bounds.
 //!
-//! After recovery every kept segment is sealed and marked complete (the cut
-//! becomes permanent, and a later bit flip in them is damage); appends go to
-//! a fresh segment file at the end offset.
+//! After recovery every kept segment but perhaps the last is sealed and
+//! marked complete (the cut becomes permanent, and a later bit flip in them
+//! is damage); appends go on in the last file or in a fresh one at the end
+//! offset, as follows.
+//!
+//! # Resuming the last file
+//!
+//! A log that started a fresh file at every open would grow by one segment
+//! file per open and partition: a service restarted daily with a few
+//! messages a day fills its retention with files that each hold a few
+//! records (4.5 MiB of disk each by default), and the age of its oldest
+//! record, not its bytes, would decide what retention removes. So the open
+//! goes on appending in the newest file when nothing can be in it past the
+//! records recovery kept:
+//!
+//! * recovery cut nothing and filled no hole, and the file has no
+//!   completion marker (it was being written) and holds a record;
+//! * the file's own tail word, which every reservation in it advanced (it
+//!   lives in the file: "Where the state lives" in `segment.rs`), says
+//!   exactly the records and bytes recovery kept, and its seal is not set.
+//!
+//! Then no byte past the kept records was ever granted to a publisher, so
+//! nothing there is a torn record of this log or one a resync could take
+//! for a record later: in a fresh file only zeros follow, in a recycled one
+//! the previous use's bytes, which recovery treats as ever (the end mark a
+//! close writes, "Recycled files" above). A clean close leaves exactly
+//! that, and so does a process killed with no publish half done: its
+//! stores are in the page cache. A reservation left unwritten shows in the
+//! tail word, and the log goes on in a fresh file after the kept records,
+//! as before. After a machine crash the tail word's page may be older than
+//! the records' pages on disk; a record written past it, then, is either
+//! complete (recovery keeps it, and the tail word no longer agrees) or torn
+//! (recovery cuts it, and the first condition fails).
+//!
+//! The resumed segment is the log's newest, unsealed, with its slots and
+//! tail word as recovery found them, and the durable watermark at the end
+//! offset (its records are flushed first under the policies that flush);
+//! it is marked complete when a roll seals it, as any segment
+//! (`Durability::new` starts the marking at its base, not at the end).
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -922,6 +922,44 @@ impl Segment {
         used: u64,
         skips: bool,
     ) -> Self {
+        let seg = Segment::reopened(base, buffers, pool, positions, used, skips);
+        // Relaxed, and not `seal`: the file's seal may be anything a crash
+        // left; the segment is not shared yet, as in `reopened`.
+        seg.sealed().store(positions.len() as u64 + SEALED_BIAS, Ordering::Relaxed);
+        seg
+    }
+
+    /// True if `buffers`, a segment file's, say that exactly `count`
+    /// records filling `used` bytes were ever reserved in it and that it is
+    /// not sealed: its own tail word and seal, which every reservation and
+    /// seal writes (see "Where the state lives" at [`Buffers`]). Then no
+    /// byte past `used` was ever granted to a publisher, and a reopened log
+    /// may go on appending there (see "Resuming the last file" in
+    /// `recovery.rs`).
+    pub(crate) fn holds_exactly(buffers: &Buffers, count: u64, used: u64) -> bool {
+        // SAFETY: `tail` and `sealed` point at words that live as long as
+        // `buffers` (in `own`, or in the storage, which promises it).
+        let (tail, sealed) = unsafe { (buffers.state.tail.as_ref(), buffers.state.sealed.as_ref()) };
+        // Relaxed: the buffers are this thread's alone (a log being opened,
+        // whose directory no other process has yet).
+        tail.load(Ordering::Relaxed) == count * ONE_RECORD + used && sealed.load(Ordering::Relaxed) == NOT_SEALED
+    }
+
+    /// [`Segment::recovered`], not sealed: the newest segment of a reopened
+    /// log, which appends go on filling from `used` bytes and
+    /// `positions.len()` records (see "Resuming the last file" in
+    /// `recovery.rs`). The caller has checked [`Segment::holds_exactly`].
+    pub(crate) fn resumed(base: u64, buffers: Buffers, pool: impl Recycler, positions: &[u64], used: u64) -> Self {
+        debug_assert!(Segment::holds_exactly(&buffers, positions.len() as u64, used));
+        let seg = Segment::reopened(base, buffers, pool, positions, used, false);
+        // Relaxed: the segment is not shared yet, as in `reopened`.
+        seg.sealed().store(NOT_SEALED, Ordering::Relaxed);
+        seg
+    }
+
+    /// The index and tail word of [`Segment::recovered`] and
+    /// [`Segment::resumed`]; the caller sets the seal.
+    fn reopened(base: u64, buffers: Buffers, pool: impl Recycler, positions: &[u64], used: u64, skips: bool) -> Self {
         let mut seg = Segment::new(base, buffers, pool);
         seg.skips = skips;
         debug_assert!(positions.len() <= seg.slot_count() as usize);
@@ -946,9 +984,6 @@ impl Segment {
         // Relaxed: the segment is not shared yet; it reaches other threads
         // through the Release store that publishes the log's directory.
         seg.tail().store(count * ONE_RECORD + used, Ordering::Relaxed);
-        // Relaxed, and not `seal`: the file's seal may be anything a crash
-        // left; the segment is not shared yet, as above.
-        seg.sealed().store(count + SEALED_BIAS, Ordering::Relaxed);
         seg
     }
 

@@ -314,3 +314,48 @@ def test_small_segments_make_a_small_durable_topic_cheap_on_disk(tmp_path: Path)
             b.publish("small", b"z" * 1000)
     _, more = _segment_bytes_on_disk(data / "topics" / "0" / "0")
     assert more >= files + 4
+
+
+def test_a_topic_reopened_often_does_not_grow_by_a_file_per_open(tmp_path: Path) -> None:
+    """Each open goes on in every partition's newest file ("Resuming the
+    last file" in src/log/recovery.rs): twenty restarts that publish a
+    little, three of them processes that exit without closing anything,
+    leave the files of the first run, holding every message."""
+    data = tmp_path / "data"
+    parts = [data / "topics" / "0" / str(p) for p in range(2)]
+
+    def publish_round(i: int) -> None:
+        with rill.Broker(data_dir=str(data), fsync="never") as b:
+            if i == 0:
+                b.create_topic("audit", partitions=2)
+            for k in range(2):
+                b.publish("audit", b"round %d" % i, key=b"k%d" % k)
+
+    publish_round(0)
+    first = [_segment_bytes_on_disk(p) for p in parts]
+    assert all(files == 1 for _, files in first), first
+    for i in range(1, 17):
+        publish_round(i)
+    exit_unclosed = textwrap.dedent(
+        """
+        import os, sys
+        import rill
+        b = rill.Broker(data_dir=sys.argv[1], fsync="never")
+        for k in range(2):
+            b.publish("audit", b"round %s" % sys.argv[2].encode(), key=b"k%d" % k)
+        os._exit(0)
+        """
+    )
+    for i in range(17, 20):
+        env = {**os.environ, "PYTHONPATH": PACKAGE}
+        subprocess.run([sys.executable, "-c", exit_unclosed, str(data), str(i)], check=True, env=env, timeout=60)
+    assert [_segment_bytes_on_disk(p) for p in parts] == first
+    with rill.Broker(data_dir=str(data)) as b:
+        c = b.consumer("check", "audit")
+        got: list[bytes] = []
+        while len(got) < 40:
+            batch = c.poll(100, 5.0)
+            assert batch, f"read {len(got)} of 40"
+            got.extend(m.payload for m in batch)
+        assert sorted(got) == sorted(b"round %d" % i for i in range(20) for _ in range(2))
+        c.close()

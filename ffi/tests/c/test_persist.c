@@ -519,6 +519,37 @@ static void test_segment_bytes(const char *root) {
     rill_broker_free(b);
 }
 
+static void test_reopens_keep_the_files(const char *root) {
+    /* Each open goes on in the partition's newest file ("Resuming the last
+     * file" in src/log/recovery.rs): ten opens that publish a little and
+     * close leave the one file of the first, of the same size, and every
+     * record comes back. */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/reopened", root);
+    char part[600];
+    snprintf(part, sizeof part, "%s/topics/0/0", dir);
+    long long first = -1;
+    int files = 0;
+    for (int round = 0; round < 10; round++) {
+        rill_broker *b = open_broker_or_exit(dir, RILL_FSYNC_NEVER);
+        if (round == 0) {
+            OK(rill_topic_create(b, "audit", NULL));
+        }
+        publish_numbered_to(b, "audit", 3);
+        rill_broker_free(b);
+        long long bytes = segment_files(part, &files);
+        if (round == 0) {
+            first = bytes;
+        }
+        CHECK(files == 1 && bytes == first);
+    }
+    rill_broker *b = open_broker_or_exit(dir, RILL_FSYNC_NEVER);
+    rill_topic_stats ts;
+    OK(rill_topic_get_stats(b, "audit", &ts));
+    CHECK(ts.publish_count == 30);
+    rill_broker_free(b);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "write") == 0) {
         return writer(argv[2]);
@@ -538,6 +569,7 @@ int main(int argc, char **argv) {
     test_lock_and_bad_paths(root, dir);
     test_recovery_figures(root);
     test_segment_bytes(root);
+    test_reopens_keep_the_files(root);
 
     char rm[600];
     snprintf(rm, sizeof rm, "rm -rf '%s'", root);
