@@ -232,6 +232,9 @@ impl Log {
                 && count > 0
                 && Segment::holds_exactly(&buffers, count, kept.used)
             {
+                // Its pages past the records are faulted in ahead of its
+                // tail, as a new file's ("Ahead of the tail" in `prefault.rs`).
+                let buffers = buffers.unfaulted();
                 segs.push(Arc::new(Segment::resumed(kept.base, buffers, pool.clone(), &kept.positions, kept.used)));
                 resumed = true;
                 continue;
