@@ -202,3 +202,42 @@ fn only_the_subscriptions_own_stats_start_the_queue_waits_afresh() {
     let after = sub.stats();
     assert_eq!((after.queue_waits, after.queue_wait_p50, after.queue_wait_p99), (0, Duration::ZERO, Duration::ZERO));
 }
+
+/// A low-priority subscription that has handled all it had is idle, though
+/// a higher-priority one still has a backlog on the pool's only worker:
+/// its drain, outranked after its last batch, goes idle rather than wait in
+/// the queue behind the higher one, still active (found from outside:
+/// `wait_idle` returned only once the higher backlog was gone, seconds
+/// later, and the idle subscription kept being queued again).
+#[test]
+fn a_caught_up_low_priority_subscription_is_idle_beside_a_busy_higher_one() {
+    let broker = Broker::new(BrokerConfig { worker_threads: Some(1), ..Default::default() }).unwrap();
+    for topic in ["high", "low"] {
+        broker.create_topic(topic, &TopicOptions::default()).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let high = broker
+        .subscribe("high", busy_options(7), move |_| {
+            if !s.load(Ordering::Relaxed) {
+                spin(WORK);
+            }
+            Ack::Success
+        })
+        .unwrap();
+    // Far more than the test lasts: each call is a few tens of microseconds.
+    let records: Vec<Record<'_>> = (0..200_000).map(|_| Record::new(b"work")).collect();
+    broker.publish_batch("high", &records).unwrap();
+    let low = broker.subscribe("low", busy_options(0), |_| Ack::Success).unwrap();
+    broker.publish("low", &Record::new(b"one")).unwrap();
+    // A generous bound, never reached when the fix holds: the low drain
+    // gets a turn within the aging bound, a few dozen of the high one's.
+    assert!(low.wait_idle(Duration::from_secs(120)).unwrap(), "{:?}", low.stats());
+    let (l, h) = (low.stats(), high.stats());
+    assert_eq!((l.delivered, l.lag), (1, 0), "{l:?}");
+    assert!(h.lag > 0, "the higher backlog is not gone yet: {h:?}");
+    assert!(l.queue_waits <= 2, "queued again after it was done: {l:?}");
+    stop.store(true, Ordering::Relaxed);
+    low.close();
+    high.close();
+}

@@ -198,13 +198,18 @@ fn drain_rounds(this: &Arc<SubCore>, dedicated: bool) {
                 this.notify_idle();
                 return;
             }
-            Round::OutOfBudget if !dedicated && this.others_waiting() => {
-                // Stay ACTIVE and go to the back of the queue, so the
-                // subscriptions waiting for a worker get their turn.
+            // Stay ACTIVE and go to the back of the queue, so the
+            // subscriptions waiting for a worker get their turn; unless
+            // the round ended (outranked after a batch) with nothing left
+            // to deliver: then it goes idle below, as caught up, rather
+            // than wait in the queue behind higher-priority drains, ACTIVE
+            // and so not idle to `wait_idle`.
+            Round::OutOfBudget if !dedicated && this.others_waiting() && this.has_work(&mut st) => {
                 drop(st);
                 SubCore::schedule(this);
                 return;
             }
+            Round::OutOfBudget if !dedicated && this.others_waiting() => {}
             // Nobody is waiting (or the thread is ours): keep going here,
             // rather than hand the drain to another worker and its cache.
             Round::OutOfBudget => continue,
