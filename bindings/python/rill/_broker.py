@@ -24,7 +24,7 @@ import weakref
 from array import array
 from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p, sizeof, string_at
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Literal, Mapping, NamedTuple, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Literal, Mapping, NamedTuple, Protocol, Sequence, Union
 
 if TYPE_CHECKING:
     if sys.version_info >= (3, 11):
@@ -992,6 +992,19 @@ class Subscription(_Handle):
         return _collect_lags(lib.rill_subscription_partitions, self._handle())
 
 
+class _Prefetch(Protocol):
+    """Messages polled from a :class:`Consumer` ahead of their use (by
+    :class:`rill.aio.Consumer`'s iteration), which the consumer's position
+    in the library has passed."""
+
+    def give_back(self) -> None:
+        """Moves each partition holding such messages back to the first of
+        them and forgets them: the next poll returns them again."""
+
+    def first_held(self, partition: int) -> int | None:
+        """The offset of the first such message of ``partition``, if any."""
+
+
 class Consumer(_Handle):
     """A pull consumer of one topic for one group; use it from one thread at
     a time. Returned by :meth:`Broker.consumer`."""
@@ -1006,6 +1019,15 @@ class Consumer(_Handle):
         self._closing = False
         # Set when a poll goes into the library to wait for traffic (for tests).
         self._waiting = threading.Event()
+        # The rill.aio.Consumer iterating this one, which holds messages it
+        # polled ahead and has not yielded yet: the calls that commit or
+        # move positions give them back to the library first (see
+        # ``_Prefetch``), so they commit only what was yielded.
+        self._prefetch: _Prefetch | None = None
+
+    def _give_back(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.give_back()
 
     def _free(self, ptr: int) -> None:
         lib.rill_consumer_free(ptr)
@@ -1087,7 +1109,10 @@ class Consumer(_Handle):
         """Commits the position of every partition it owns for the group.
         :class:`Reassigned` if partitions it polled were given to another
         member since its last commit (their messages go to the new owner
-        again); its other partitions are committed all the same."""
+        again); its other partitions are committed all the same. Under a
+        :class:`rill.aio.Consumer`, the position is that of the last message
+        its iteration yielded: what it polled ahead is not committed."""
+        self._give_back()
         self._call(lib.rill_consumer_commit)
 
     def commit_offset(self, offset: int, partition: int = 0) -> None:
@@ -1105,11 +1130,13 @@ class Consumer(_Handle):
         True. :class:`Reassigned` for a partition of another
         member, :class:`OutOfRange` for an offset not polled."""
         dead = ctypes.c_bool()
+        self._give_back()
         self._call(lib.rill_consumer_nack, _partition(partition), _int(offset, "offset"), byref(dead))
         return dead.value
 
     def seek(self, offset: int, partition: int = 0) -> None:
         """Moves one partition to a retained offset (:class:`OutOfRange` otherwise)."""
+        self._give_back()
         self._call(lib.rill_consumer_seek, _partition(partition), _int(offset, "offset"))
 
     def seek_to_time(self, when: datetime.datetime | int, partition: int = 0) -> None:
@@ -1120,20 +1147,29 @@ class Consumer(_Handle):
         several threads may be stamped slightly out of order; the seek then
         lands where the stamps cross the time (see the C documentation of
         ``rill_consumer_seek_time``)."""
+        self._give_back()
         self._call(lib.rill_consumer_seek_time, _partition(partition), _time_ns(when, "when"))
 
     def seek_to_beginning(self) -> None:
+        self._give_back()
         self._call(lib.rill_consumer_seek_to_beginning)
 
     def seek_to_end(self) -> None:
+        self._give_back()
         self._call(lib.rill_consumer_seek_to_end)
 
     def rollback(self) -> None:
         """Moves back to the committed offsets, to replay what was not committed."""
+        self._give_back()
         self._call(lib.rill_consumer_rollback)
 
     def position(self, partition: int = 0) -> int:
-        """The next offset ``poll`` returns from ``partition``."""
+        """The next offset ``poll`` returns from ``partition`` (under a
+        :class:`rill.aio.Consumer`, the next its iteration yields)."""
+        if self._prefetch is not None:
+            held = self._prefetch.first_held(partition)
+            if held is not None:
+                return held
         out = c_uint64()
         self._call(lib.rill_consumer_position, _partition(partition), byref(out))
         return out.value
@@ -2086,8 +2122,19 @@ def _on_loop(handler: Callable[[Any], Any], loop: asyncio.AbstractEventLoop, sto
         if loop.is_closed():
             raise RuntimeError("the coroutine handler's event loop is closed")
         coro = handler(arg)
+        gate = _Gate()
+
+        async def guarded() -> Any:
+            # A call given up before the loop ran it is not run when the
+            # loop comes back: its message is a retry already, and running
+            # it too would handle it twice.
+            if not gate.start():
+                coro.close()
+                return None
+            return await coro
+
         try:
-            future = asyncio.run_coroutine_threadsafe(coro, loop)
+            future = asyncio.run_coroutine_threadsafe(guarded(), loop)
         except RuntimeError:  # the loop closed just now
             coro.close()
             raise
@@ -2097,11 +2144,42 @@ def _on_loop(handler: Callable[[Any], Any], loop: asyncio.AbstractEventLoop, sto
             except concurrent.futures.TimeoutError:
                 if stop.is_set() or loop.is_closed() or not loop.is_running():
                     future.cancel()
+                    if gate.give_up():
+                        raise RuntimeError(
+                            "the coroutine handler was not started: its subscription is closing or its "
+                            "event loop is not running"
+                        ) from None
                     raise RuntimeError(
-                        "the coroutine handler was not awaited: its subscription is closing or its event loop stopped"
+                        "the coroutine handler was cancelled: its subscription is closing or its event loop "
+                        "stopped while it ran"
                     ) from None
 
     return run
+
+
+class _Gate:
+    """Whether a coroutine handler's call started on its loop or was given
+    up first by the thread waiting for it: whichever comes first wins."""
+
+    __slots__ = ("given_up", "lock", "started")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started = False
+        self.given_up = False
+
+    def start(self) -> bool:
+        """On the loop: true if the call may run (not given up)."""
+        with self.lock:
+            self.started = not self.given_up
+            return self.started
+
+    def give_up(self) -> bool:
+        """On the waiting thread: true if the call had not started, and
+        now never will."""
+        with self.lock:
+            self.given_up = not self.started
+            return self.given_up
 
 
 # ---- interpreter exit ---------------------------------------------------------

@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Mapping, Sequenc
 from ._broker import SLICE, Ack, Broker, Message, Payload, Position, SubscriptionStats, _Stop
 from ._broker import Consumer as SyncConsumer
 from ._broker import Subscription as SyncSubscription
-from ._errors import Closed, Full
+from ._errors import Closed, Full, RillError
 
 if TYPE_CHECKING:
     if sys.version_info >= (3, 11):
@@ -78,6 +78,15 @@ _log = logging.getLogger("rill")
 # group keeps it (a wait on the fd is not a poll) and it expels idle
 # members as a blocked poll would.
 _KEEPALIVES_PER_SESSION = 4
+
+# Most messages ``async for`` over a Consumer polls ahead of what it yields
+# (one library call for many messages). A commit, seek or nack through
+# :attr:`Consumer.sync` gives back what is held (see ``give_back``) and
+# divides the next poll ahead by ``_PREFETCH_SHRINK``, so a loop that
+# commits after every message soon polls one at a time and gives back
+# nothing; a run of messages yielded with no such call doubles it again.
+_PREFETCH_MAX = 256
+_PREFETCH_SHRINK = 4
 
 
 # ---- pull: Consumer ---------------------------------------------------------------
@@ -96,13 +105,19 @@ class Consumer:
 
     Cancelling an ``await`` loses nothing: messages are taken from the
     library only by a poll that returns them at once, never across an
-    ``await``. Messages :meth:`__anext__` fetched but has not yielded yet
-    stay buffered for the next ``poll`` or iteration. Use it from one event
-    loop."""
+    ``await``. Messages :meth:`__anext__` polled ahead but has not yielded
+    yet stay buffered for the next ``poll`` or iteration; a commit, seek,
+    rollback or nack through :attr:`sync` first gives them back to the
+    library (their partitions move back to the first of them), so
+    ``sync.commit()`` in the body of ``async for`` commits exactly the
+    messages yielded, and ``sync.position()`` is the next one the iteration
+    yields. Use it from one event loop."""
 
     def __init__(self, consumer: SyncConsumer) -> None:
         self.sync = consumer
         self._buffer: collections.deque[Message] = collections.deque()
+        self._ahead = _PREFETCH_MAX
+        consumer._prefetch = self
         self._closed = False
         # Our own duplicate of the library's eventfd (the library closes
         # its own when the consumer is freed, which may be before we stop
@@ -184,10 +199,37 @@ class Consumer:
         when the consumer (or its broker) is closed."""
         while not self._buffer:
             try:
-                self._buffer.extend(await self.poll(256, None))
+                self._buffer.extend(await self.poll(self._ahead, None))
             except Closed:
                 raise StopAsyncIteration from None
-        return self._buffer.popleft()
+        message = self._buffer.popleft()
+        if not self._buffer:
+            # All it polled ahead was yielded, none given back.
+            self._ahead = min(_PREFETCH_MAX, self._ahead * 2)
+        return message
+
+    def give_back(self) -> None:
+        """Called by :attr:`sync` before a call that commits or moves its
+        positions: each partition with messages polled ahead and not yielded
+        moves back to the first of them, and they are forgotten (the next
+        poll returns them again). One no longer this member's is left to its
+        new owner, which reads from the group's committed offset."""
+        if not self._buffer:
+            return
+        first: dict[int, int] = {}
+        for m in self._buffer:
+            first.setdefault(m.partition, m.offset)
+        # Cleared first: the seeks below call back here, with nothing held.
+        self._buffer.clear()
+        self._ahead = max(1, self._ahead // _PREFETCH_SHRINK)
+        for partition, offset in first.items():
+            with contextlib.suppress(RillError):
+                self.sync.seek(offset, partition)
+
+    def first_held(self, partition: int) -> int | None:
+        """The offset of the first message of ``partition`` polled ahead and
+        not yielded, if any (:meth:`rill.Consumer.position` reports it)."""
+        return next((m.offset for m in self._buffer if m.partition == partition), None)
 
     async def batches(self, max_messages: int = 256) -> AsyncIterator[list[Message]]:
         """``async for batch in consumer.batches()``: non-empty lists of up
@@ -291,6 +333,8 @@ class Subscription:
         # Resolved when the delivering thread parks or returns (aclose).
         self._settled: asyncio.Future[None] | None = None
         self._closed = False
+        # The close, once begun (see aclose).
+        self._closing: asyncio.Future[None] | None = None
         run = self._run
         # Set when the subscription or its broker closes (as for coroutine
         # handlers): a delivering thread waiting for this loop lets go, even
@@ -395,10 +439,16 @@ class Subscription:
     async def aclose(self) -> None:
         """Stops the iteration and closes the subscription without blocking
         the loop: acks what the iteration finished with, leaves the rest
-        unacked (see the class documentation). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        unacked (see the class documentation). Idempotent. The close runs
+        in a task of its own: cancelling a caller (a timeout around it, or a
+        task cancelled in ``async with``) leaves it running to its end, and
+        another ``aclose`` waits for the same close."""
+        if self._closing is None:
+            self._closed = True
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
         run = self._run
         with run.cond:
             run.closing = True

@@ -225,3 +225,37 @@ def test_messages_after_the_loop_is_gone_are_retried_not_hung(broker: rill.Broke
     closer.join(WAIT)
     assert not closer.is_alive()
     assert handled == [b"in time"]
+
+
+def test_a_call_given_up_while_the_loop_is_stopped_never_runs_later(broker: rill.Broker) -> None:
+    """A loop driven in steps, stopped while a message arrives: each call
+    the broker thread gives up (a retry) used to run anyway once the loop
+    came back, so the handler ran once per given-up attempt (found from
+    outside). Now the message is handled once, by the attempt that finds
+    the loop running."""
+    broker.create_topic("t")
+    loop = asyncio.new_event_loop()
+    runs: list[int] = []
+
+    async def handler(msg: rill.Message) -> None:
+        runs.append(msg.attempt)
+
+    async def setup() -> rill.Subscription:
+        return broker.subscribe("t", handler, backoff=(0.001, 0.002), max_attempts=1000)
+
+    sub = loop.run_until_complete(setup())
+    broker.publish("t", b"while stopped")
+    hang_guard = threading.Event()
+    for _ in range(int(WAIT / 0.001)):
+        if sub.stats().retried >= 3:
+            break
+        hang_guard.wait(0.001)
+    assert sub.stats().retried >= 3
+
+    async def settle() -> None:
+        assert await rill.aio.wait_idle(sub, WAIT)
+        await rill.aio.close(sub)
+
+    loop.run_until_complete(settle())
+    loop.close()
+    assert len(runs) == 1 and runs[0] > 3, runs

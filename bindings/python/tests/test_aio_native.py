@@ -154,6 +154,84 @@ def test_async_for_batches_over_a_consumer_until_it_is_closed(broker: rill.Broke
     assert sorted(got, key=int) == [str(n).encode() for n in range(500)]
 
 
+def test_a_commit_in_async_for_commits_only_what_was_yielded(broker: rill.Broker) -> None:
+    """``async for`` polls messages ahead; ``sync.commit()`` in its body
+    gave the group the position past all of them, so a loop that stopped
+    early lost the rest (found from outside). Each commit now covers the
+    messages yielded, and the next member gets the others."""
+    broker.create_topic("t", partitions=2)
+    for n in range(40):
+        broker.publish("t", str(n).encode(), key=str(n).encode())
+
+    async def main() -> list[int]:
+        handled: list[int] = []
+        consumer = rill.aio.Consumer(broker.consumer("g", "t"))
+        async for m in consumer:
+            handled.append(int(m.payload))
+            consumer.sync.commit()
+            # The next one the iteration yields, not the library's position.
+            assert consumer.sync.position(m.partition) == m.offset + 1
+            if len(handled) == 7:
+                break
+        await consumer.aclose()
+        return handled
+
+    handled = asyncio.run(main())
+    second = broker.consumer("g", "t")
+    rest = [int(m.payload) for m in second.poll(100, WAIT)]
+    second.close()
+    assert sorted(handled + rest) == list(range(40)), (handled, rest)
+
+
+def test_a_seek_through_sync_drops_what_async_for_polled_ahead(broker: rill.Broker) -> None:
+    broker.create_topic("t")
+    for n in range(20):
+        broker.publish("t", str(n).encode())
+
+    async def main() -> list[int]:
+        seen: list[int] = []
+        consumer = rill.aio.Consumer(broker.consumer("g", "t"))
+        async for m in consumer:
+            seen.append(int(m.payload))
+            if len(seen) == 3:
+                consumer.sync.seek(15)
+            if seen[-1] == 19:
+                break
+        await consumer.aclose()
+        return seen
+
+    # Without the give back, the messages polled ahead (3..) came before 15.
+    assert asyncio.run(main()) == [0, 1, 2, 15, 16, 17, 18, 19]
+
+
+def test_a_cancelled_aclose_still_closes_and_frees_the_worker() -> None:
+    """A caller of ``aclose`` cancelled (here by a timeout) before the
+    close ended left the subscription open for good, its delivering thread
+    (the pool's only worker) waiting for the loop, and a second ``aclose``
+    returned at once (found from outside). The close now runs to its end."""
+
+    async def main() -> None:
+        broker = rill.Broker(worker_threads=1)
+        try:
+            broker.create_topic("t")
+            for n in range(10):
+                broker.publish("t", str(n).encode())
+            sub = rill.aio.subscribe(broker, "t", start="earliest")
+            await sub.__anext__()
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(sub.aclose(), 1e-5)
+            await asyncio.wait_for(sub.aclose(), WAIT)
+            assert sub.sync.closed
+            got: list[bytes] = []
+            other = broker.subscribe("t", lambda m: got.append(m.payload), start="earliest")
+            assert await rill.aio.wait_idle(other, WAIT)
+            assert len(got) == 10
+        finally:
+            await rill.aio.close(broker)
+
+    run_bounded(main)
+
+
 def test_aclose_ends_a_poll_waiting_in_another_task(broker: rill.Broker) -> None:
     broker.create_topic("t")
 
