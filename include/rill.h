@@ -1900,7 +1900,8 @@ rill_status rill_publisher_publish_batch(const rill_publisher *p,
 /**
  * Publishes one message (as `rill_publish_outcome`): `*flags` (if not
  * NULL) gets `RILL_PUBLISHED_DUPLICATE` if the message's id was a
- * duplicate, else 0.
+ * duplicate, `RILL_PUBLISHED_DEAD_LETTERED` if the topic's schema sent it
+ * to its dead-letter topic (`*out` is then its position there), else 0.
  *
  * # Safety
  *

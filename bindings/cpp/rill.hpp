@@ -312,7 +312,10 @@ class Batch {
     Message operator[](size_t i) const noexcept { return Message(&messages_[i]); }
     /// Sets the ack of message i (i < size()).
     void ack(size_t i, Ack a) noexcept { acks_[i] = static_cast<rill_ack>(a); }
-    /// Handles only the first n messages; the rest are delivered again later.
+    /// Handles only the first n messages; the rest are delivered again at
+    /// once. handled(0) handles none: it counts as a retry of the first
+    /// message (an attempt toward max_attempts, after the backoff), as a
+    /// batch handler returning 0 does in C.
     void handled(size_t n) noexcept { handled_ = n < count_ ? n : count_; }
     size_t handled_count() const noexcept { return handled_; }
 
@@ -736,23 +739,35 @@ inline int32_t to_c_priority(const std::optional<int> &p) {
     return static_cast<int32_t>(*p);
 }
 
+// The count of `d` for a C field of unsigned milliseconds or microseconds:
+// a negative one is refused (cast, it would wrap to a huge value).
+template <class Duration> inline uint64_t non_negative(Duration d, const char *what) {
+    if (d.count() < 0)
+        throw Error(RILL_ERR_INVALID_ARGUMENT, std::string("RILL_ERR_INVALID_ARGUMENT: ") + what + " must not be negative");
+    return static_cast<uint64_t>(d.count());
+}
+
 // Fills C subscription options from the C++ ones; the strings stay owned by `o`.
 inline void to_c(const SubscriptionOptions &o, rill_subscription_options &c) {
     rill_subscription_options_init(&c);
+    // Checked first, before anything is handed over.
+    const uint64_t backoff_initial = non_negative(o.backoff_initial, "backoff_initial");
+    const uint64_t backoff_max = non_negative(o.backoff_max, "backoff_max");
+    const uint64_t idle_spin = non_negative(o.idle_spin, "idle_spin");
     c.name = o.name ? c_str(*o.name, "subscription name") : nullptr;
     c.filter = o.filter ? c_str(*o.filter, "filter") : nullptr;
     c.start = o.start;
     c.start_offset = o.start_offset;
     c.delivery = o.delivery;
     c.max_attempts = o.max_attempts;
-    c.backoff_initial_ms = static_cast<uint64_t>(o.backoff_initial.count());
-    c.backoff_max_ms = static_cast<uint64_t>(o.backoff_max.count());
+    c.backoff_initial_ms = backoff_initial;
+    c.backoff_max_ms = backoff_max;
     c.backoff_multiplier = o.backoff_multiplier;
     c.dead_letter_topic = o.dead_letter_topic ? c_str(*o.dead_letter_topic, "dead_letter_topic") : nullptr;
     c.overflow = o.overflow;
     c.lag_limit = o.lag_limit;
     c.dedicated_thread = o.dedicated_thread;
-    c.idle_spin_us = static_cast<uint64_t>(o.idle_spin.count());
+    c.idle_spin_us = idle_spin;
     c.user_data_free = destroy;  // also runs if subscribing fails
     if (o.on_lagged) c.on_lagged = lagged;
     if (o.on_dead_letter) c.on_dead_letter = dead_lettered;

@@ -293,6 +293,23 @@ static void a_stalled_shared_member_hands_over_after_ack_timeout() {
     bad.ack_timeout = -1ms;
     CHECK(status_of([&] { broker.subscribe("jobs", [](const rill::Message &) { return rill::Ack::Success; }, bad); }) ==
           RILL_ERR_INVALID_ARGUMENT);
+    // Negative durations are refused, not cast to huge unsigned ones (an
+    // idle_spin of -1us made a dedicated thread that never parked).
+    for (int field = 0; field < 3; field++) {
+        rill::SubscriptionOptions negative;
+        negative.dedicated_thread = true;
+        if (field == 0) negative.backoff_initial = -5ms;
+        if (field == 1) negative.backoff_max = -1ms;
+        if (field == 2) negative.idle_spin = -1us;
+        std::string what;
+        try {
+            broker.subscribe("jobs", [](const rill::Message &) { return rill::Ack::Success; }, negative);
+        } catch (const rill::Error &e) {
+            CHECK(e.status() == RILL_ERR_INVALID_ARGUMENT);
+            what = e.what();
+        }
+        CHECK(what.find("must not be negative") != std::string::npos);
+    }
 }
 
 static rill::Ack spin_work(const rill::Message &) {
