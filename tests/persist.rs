@@ -517,12 +517,17 @@ fn damaged_tail_is_reported() {
     b.publish("t", &Record::new(b"the last record, to be damaged")).unwrap();
     b.close();
     drop(b);
-    // Flip a byte of the last record's payload in its segment file.
+    // Flip a byte of the last record's payload in its segment file, and
+    // clear the file's checked prefix (header bytes 72 to 92, see
+    // `src/log/file/format.rs`), which a clean close writes and a killed
+    // process does not: the damage is then what a crash leaves, a torn
+    // tail. (After a clean close it is `Corrupt`: `durable_tests.rs`.)
     let needle = b"the last record, to be damaged";
     let mut damaged = 0;
     for file in files_under(&root.join("topics")) {
         let mut bytes = std::fs::read(&file).unwrap();
         if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
+            bytes[72..92].fill(0);
             bytes[at + 4] ^= 0x20;
             std::fs::write(&file, bytes).unwrap();
             damaged += 1;
@@ -587,6 +592,9 @@ fn offsets_past_the_end_are_reset() {
             // 8-byte frame and 24-byte header precede the payload) and all
             // after it never reached the disk. (A damaged record with intact
             // ones after it would be a hole, recovered as a skip record.)
+            // The checked prefix (header bytes 72 to 92) is cleared too: a
+            // crash leaves none, a clean close does.
+            bytes[72..92].fill(0);
             bytes[at - 32..].fill(0);
             std::fs::write(&file, bytes).unwrap();
             damaged += 1;

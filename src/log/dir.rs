@@ -400,6 +400,10 @@ pub(super) struct Shared {
     pub(super) trimmed_segments: AtomicU64,
     /// Compaction's figures and progress (`compact.rs`).
     pub(super) compaction: super::compact_state::Compaction,
+    /// The log's last writes to its newest file (the end mark, the checked
+    /// prefix) were made by [`super::Log::close_files`], at its broker's
+    /// close: its drop, perhaps much later, writes nothing more there.
+    pub(super) files_closed: crate::sync::atomic::AtomicBool,
     /// Test seam: the next granted reservation's first slot is given up
     /// before its writer commits (as a claimer would after the bound), so
     /// its append fails as a late writer's does.
@@ -1271,6 +1275,25 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// The last writes into the newest segment's file, once (see
+    /// `files_closed`): a recycled file's end mark, and, in a log of one
+    /// process, the checked prefix (`file/format.rs`).
+    pub(super) fn close_newest_file(&self) {
+        // Relaxed: whoever wins the swap writes; the writes are its own.
+        if self.files_closed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let guard = epoch::pin();
+        let newest = self.dir(&guard).last().clone();
+        drop(guard);
+        newest.end_file_at_close();
+        if let Some(files) = self.pool.files().filter(|_| !self.processes) {
+            newest.mark_prefix_at_close(files.flush);
+        }
+    }
+}
+
 impl Drop for Shared {
     fn drop(&mut self) {
         // Shared by processes: what is let go from now on is deleted, not
@@ -1291,8 +1314,12 @@ impl Drop for Shared {
         unsafe {
             // Relaxed: `&mut self`, nothing else can touch it.
             let dir = self.dir.load(Ordering::Relaxed, epoch::unprotected());
-            if let Some(d) = dir.as_ref() {
+            // Relaxed: `&mut self`, as above.
+            if let Some(d) = dir.as_ref().filter(|_| !self.files_closed.load(Ordering::Relaxed)) {
                 d.last().end_file_at_close();
+                if let Some(files) = self.pool.files().filter(|_| !self.processes) {
+                    d.last().mark_prefix_at_close(files.flush);
+                }
             }
             drop(dir.into_owned());
         }

@@ -286,6 +286,54 @@ fn a_kill_resumes_the_last_file_only_if_every_reservation_in_it_was_written() {
     assert_eq!(read_from(&log, 0), expected);
 }
 
+/// A resumed file's records from before the open are its checked prefix
+/// (see `file/format.rs`): after a kill in the session that resumed it,
+/// damage among them is `Corrupt` (a repair keeps what is before it),
+/// never a hole skipped in silence; a hole after them is still a crash's,
+/// skipped with every complete record after it kept.
+#[test]
+fn a_resumed_files_earlier_records_are_checked_and_a_later_hole_is_a_crashs() {
+    let dir = TempDir::new("prefix");
+    let mut rng = Rng(47);
+    let cfg = config(64 << 10);
+    let (log, _) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    let mut expected = publish(&log, 10, &mut rng);
+    drop(log);
+    let lay = layout(&expected, &segment_files(dir.path()));
+    let (log, _) = Log::open(&cfg, 0, &durable(dir.path(), Fsync::Never, false)).unwrap();
+    expected.extend(publish(&log, 5, &mut rng));
+    reserve_hole(&log, 64);
+    let after = publish(&log, 5, &mut rng);
+    assert_eq!(after[0].offset, 16);
+    let killed = TempDir::new("prefix-killed");
+    copy_dir(dir.path(), killed.path());
+    drop(log);
+    assert_eq!(segment_files(killed.path()).len(), 1, "one file, resumed");
+
+    let hole = TempDir::new("prefix-hole");
+    copy_dir(killed.path(), hole.path());
+    let (log, report) = Log::open(&cfg, 0, &durable(hole.path(), Fsync::Never, false)).unwrap();
+    assert_eq!((report.skipped, report.end_offset, report.truncated_at.is_none()), (1, 21, true), "{report:?}");
+    let mut all = expected.clone();
+    all.extend(after);
+    assert_eq!(read_from(&log, 0), all);
+    drop(log);
+
+    let path = &segment_files(killed.path())[0].1;
+    let mut bytes = fs::read(path).unwrap();
+    bytes[lay[3].1 as usize] ^= 0x20;
+    fs::write(path, &bytes).unwrap();
+    let refused = Log::open(&cfg, 0, &durable(killed.path(), Fsync::Never, false));
+    assert!(
+        matches!(refused, Err(Error::Corrupt { offset, .. }) if offset == lay[3].1),
+        "{:?}",
+        refused.map(|(_, r)| r)
+    );
+    let (log, report) = Log::open(&cfg, 0, &durable(killed.path(), Fsync::Never, true)).unwrap();
+    assert!(report.repaired && report.records == 3, "{report:?}");
+    assert_eq!(read_from(&log, 0), expected[..3]);
+}
+
 #[test]
 fn an_empty_directory_opens_empty_and_a_regular_file_is_io() {
     let dir = TempDir::new("empty");
@@ -315,9 +363,23 @@ fn files_that_are_not_segments_are_left_alone() {
 /// Builds a partition of several sealed segments and a partly filled active
 /// one, closed cleanly; returns what it holds.
 fn build_partition(dir: &Path, rng: &mut Rng) -> Vec<Published> {
-    let (log, _) = Log::open(&config(4096), 0, &durable(dir, Fsync::Never, false)).unwrap();
+    build_partition_as(dir, rng, false)
+}
+
+/// [`build_partition`], or, if `killed`, what a process killed with every
+/// publish done and its sealed segments marked leaves (a copy taken while
+/// the log is open, after a sync): the active file without its checked
+/// prefix (see `file/format.rs`).
+fn build_partition_as(dir: &Path, rng: &mut Rng, killed: bool) -> Vec<Published> {
+    let live = TempDir::new("build-live");
+    let at = if killed { live.path() } else { dir };
+    let (log, _) = Log::open(&config(4096), 0, &durable(at, Fsync::Never, false)).unwrap();
     let n = 80 + rng.below(60);
     let records = publish(&log, n, rng);
+    if killed {
+        log.sync().unwrap();
+        copy_dir(live.path(), dir);
+    }
     drop(log);
     records
 }
@@ -369,7 +431,11 @@ fn a_truncated_file_keeps_exactly_the_records_before_the_cut() {
     let mut rng = Rng(11);
     for round in 0..12 {
         let dir = TempDir::new("trunc");
-        let records = build_partition(dir.path(), &mut rng);
+        // After a clean close the active file's records are its checked
+        // prefix: a cut among them is damage, as in a sealed file; after a
+        // kill it is a torn tail.
+        let killed = round % 2 == 1;
+        let records = build_partition_as(dir.path(), &mut rng, killed);
         let files = segment_files(dir.path());
         let lay = layout(&records, &files);
         // The active file is the last one holding records (close leaves an
@@ -383,7 +449,7 @@ fn a_truncated_file_keeps_exactly_the_records_before_the_cut() {
         fs::OpenOptions::new().write(true).open(path).unwrap().set_len(len).unwrap();
         let (first_lost, lost) =
             in_file.iter().find(|(_, l)| l.3 > len).map(|(i, l)| (*i, *l)).expect("the cut loses a record");
-        check_recovery(dir.path(), &records, first_lost, fi != last_fi, path, lost.1);
+        check_recovery(dir.path(), &records, first_lost, fi != last_fi || !killed, path, lost.1);
     }
 }
 
@@ -392,7 +458,10 @@ fn an_overwritten_or_flipped_byte_keeps_exactly_the_records_before_it() {
     let mut rng = Rng(23);
     for round in 0..24 {
         let dir = TempDir::new("flip");
-        let records = build_partition(dir.path(), &mut rng);
+        // As in the truncation test: the active file after a clean close
+        // judges damage as a sealed one; after a kill, as a crash's.
+        let killed = round % 4 == 1;
+        let records = build_partition_as(dir.path(), &mut rng, killed);
         let files = segment_files(dir.path());
         let lay = layout(&records, &files);
         let last_fi = lay.last().unwrap().0;
@@ -405,9 +474,10 @@ fn an_overwritten_or_flipped_byte_keeps_exactly_the_records_before_it() {
         let mut bytes = fs::read(path).unwrap();
         bytes[at as usize] ^= 1 << rng.below(8);
         fs::write(path, &bytes).unwrap();
-        if fi == last_fi && k + 1 < records.len() {
-            // In the active file a damaged record is one a crash could have
-            // torn: a hole, skipped, with every complete record after it kept.
+        if fi == last_fi && killed && k + 1 < records.len() {
+            // In the active file a killed process left, a damaged record is
+            // one a crash could have torn: a hole, skipped, with every
+            // complete record after it kept.
             let scratch = TempDir::new("flip-hole");
             copy_dir(dir.path(), scratch.path());
             let (log, report) = Log::open(&config(4096), 0, &durable(scratch.path(), Fsync::Never, false)).unwrap();
@@ -417,7 +487,7 @@ fn an_overwritten_or_flipped_byte_keeps_exactly_the_records_before_it() {
             assert_eq!(read_from(&log, 0), without, "round {round}");
             continue;
         }
-        check_recovery(dir.path(), &records, k, fi != last_fi, path, l.1);
+        check_recovery(dir.path(), &records, k, fi != last_fi || !killed, path, l.1);
     }
 }
 

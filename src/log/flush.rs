@@ -89,6 +89,19 @@ impl Log {
         self.sync()
     }
 
+    /// At its broker's close, after the last sync: makes the last writes
+    /// into the newest segment's file (a recycled file's end mark; in a log
+    /// of one process, the checked prefix that makes damage among its
+    /// records `Corrupt` at the next open, as in a sealed file), which the
+    /// log's drop makes otherwise. Done here because the drop may come
+    /// after the directory's lock is let go (a handle held past the close),
+    /// when another broker may have opened the directory and be appending
+    /// to that file ("Resuming the last file" in `recovery.rs`). Nothing in
+    /// memory: does nothing.
+    pub(crate) fn close_files(&self) {
+        self.shared.close_newest_file();
+    }
+
     /// Whether offsets were handed out past what the sync rounds made
     /// durable (a record appended since the last round, or reserved and not
     /// committed when it looked): the broker's flusher then looks again an

@@ -119,6 +119,7 @@ impl Log {
                 always,
                 processes,
                 abandon_after_ns: AtomicU64::new(dir::ABANDON_AFTER.as_nanos() as u64),
+                files_closed: crate::sync::atomic::AtomicBool::new(false),
                 #[cfg(all(test, not(loom)))]
                 claim_next: crate::sync::atomic::AtomicBool::new(false),
             }),
@@ -232,6 +233,11 @@ impl Log {
                 && count > 0
                 && Segment::holds_exactly(&buffers, count, kept.used)
             {
+                // Its records are whole (and flushed, above): damage among
+                // them is damage at the next open, never a crash's hole.
+                let file = buffers.storage().as_file().expect("a recovered segment is a file");
+                // SAFETY: the log is not shared yet; nothing else writes the prefix.
+                unsafe { file.mark_prefix(count, kept.used, flush)? };
                 // Its pages past the records are faulted in ahead of its
                 // tail, as a new file's ("Ahead of the tail" in `prefault.rs`).
                 let buffers = buffers.unfaulted();

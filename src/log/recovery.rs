@@ -223,6 +223,17 @@
 //! offset (its records are flushed first under the policies that flush);
 //! it is marked complete when a roll seals it, as any segment
 //! (`Durability::new` starts the marking at its base, not at the end).
+//!
+//! **Its earlier records stay checked.** A resumed file has no completion
+//! marker, so without more a later crash would have its older records
+//! judged as a crash leaves them: a flipped bit among records written days
+//! before would read as a hole, skipped with a warning. So the open writes
+//! the file's *checked prefix* (`file/format.rs`): its records, all whole.
+//! Recovery scans a file's checked prefix as a complete file's records
+//! (damage there is `Corrupt`, or cut by `repair`) and what follows as an
+//! incomplete file's. A clean close of a log of one process writes the
+//! prefix too (`Log::close_files`, at its broker's close), so damage in the
+//! newest file after a clean close is `Corrupt` as in any sealed one.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -684,8 +695,23 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
                     u32::from_ne_bytes(b.try_into().expect("a slot's bytes")) == super::segment::ABANDONED
                 })
         };
-        let mut found = scan(region, header.base, limit, holes, &abandoned);
-        if header.complete.is_none() {
+        // The records of a checked prefix are judged as a complete file's:
+        // damage among them is damage, never a hole or a torn tail (see
+        // "Resuming the last file" above); what follows is judged as ever.
+        let prefix = header.complete.is_none().then(|| header.checked_prefix(&bytes[..HEADER_BYTES])).flatten();
+        let prefix_damage = prefix.and_then(|(count, used)| {
+            let checked = scan(region, header.base, count.min(limit), Holes::Never, &abandoned);
+            let whole = checked.positions.len() as u64 == count && checked.stop == used;
+            (!whole).then(|| {
+                let why = checked.damage.unwrap_or("records missing from the segment's checked prefix");
+                (checked, why)
+            })
+        });
+        let (mut found, prefix_why) = match prefix_damage {
+            Some((checked, why)) => (checked, Some(why)),
+            None => (scan(region, header.base, limit, holes, &abandoned), None),
+        };
+        if header.complete.is_none() && prefix_why.is_none() {
             fill_tail_hole(&mut found, region.len(), header.base, limit, next_bases[i]);
         }
         let count = found.positions.len() as u64;
@@ -693,7 +719,9 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
         // A scan of a complete file must find exactly its count; one of an
         // incomplete file may end early, at zeros, if nothing (of ours)
         // follows.
-        let trouble = if header.complete.is_some() && !complete_ok {
+        let trouble = if let Some(why) = prefix_why {
+            Some((why, true))
+        } else if header.complete.is_some() && !complete_ok {
             Some((found.damage.unwrap_or("records missing from a complete segment"), true))
         } else if header.complete.is_none() && found.tail_filled {
             // The bytes after are the unfinished records' own remains.

@@ -1401,6 +1401,35 @@ impl Segment {
 }
 
 impl Segment {
+    /// Called on the newest segment of a log of one process as it closes
+    /// cleanly (`Shared`'s drop, after the final sync): writes its file's
+    /// checked prefix (see `file/format.rs`), the records whole from its
+    /// first up to the first reservation not committed, so that the next
+    /// open judges damage among them as damage, not as a crash's hole or
+    /// torn tail. `durable`: flush the header (the records are flushed).
+    pub(crate) fn mark_prefix_at_close(&self, durable: bool) {
+        let Some(file) = self.file().filter(|f| !f.is_spare()) else { return };
+        if self.attached || self.shared || self.is_trimmed() || self.sealed_count().is_some() {
+            return;
+        }
+        let reserved = self.reserved();
+        let (mut count, mut used) = (0u64, 0u64);
+        while count < reserved {
+            let Some(pos) = self.committed(count) else { break };
+            used = self.record_end(count, pos);
+            count += 1;
+        }
+        if count == 0 {
+            return;
+        }
+        // SAFETY: a log of one process closing: no handle is left, so no
+        // other writer of the prefix (the open wrote it before the log was
+        // shared).
+        if let Err(e) = unsafe { file.mark_prefix(count, used, durable) } {
+            log::warn!("segment {}: could not write its checked prefix at close: {e}", self.base);
+        }
+    }
+
     /// Called on the newest segment of a log as it closes (`Shared`'s drop,
     /// in `dir.rs`): gives a recycled file the end mark its records need
     /// (nobody appends any more, and they end at the byte tail). Done there,

@@ -73,6 +73,16 @@ pub(crate) trait SegmentFile {
     /// Writes the completion marker (`count` records filling `used` bytes),
     /// flushing it if `durable`.
     fn mark_complete(&self, count: u64, used: u64, durable: bool) -> crate::error::Result<()>;
+    /// Writes the checked prefix (the first `count` records, filling
+    /// `used` bytes, are whole; see `file/format.rs`), flushing it if
+    /// `durable`.
+    ///
+    /// # Safety
+    ///
+    /// No one else writes the prefix's fields concurrently: the caller is
+    /// the log's open, before the log is shared, or its close, when no
+    /// handle is left, in a log of one process.
+    unsafe fn mark_prefix(&self, count: u64, used: u64, durable: bool) -> crate::error::Result<()>;
     /// Takes the file of a segment retention trimmed out of the partition
     /// (renames it to a spare, or deletes it).
     fn retire(&self);

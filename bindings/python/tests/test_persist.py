@@ -184,6 +184,17 @@ def _flip_inside(root: Path, needle: bytes) -> None:
     assert len(hits) == 1, hits
 
 
+def _as_if_killed(root: Path) -> None:
+    """Clears what a clean close writes in each segment file's header and a
+    killed process never does: the checked prefix (bytes 72 to 92, see
+    src/log/file/format.rs), which makes recovery judge damage among those
+    records as damage rather than as a crash's torn tail."""
+    for f in sorted((root / "topics").rglob("*.seg")):
+        data = bytearray(f.read_bytes())
+        data[72:92] = bytes(20)
+        f.write_bytes(bytes(data))
+
+
 def _lose_from(root: Path, needle: bytes) -> None:
     """Zeroes the record whose payload starts with ``needle`` and all after it
     in its segment file: what a machine crash before writeback leaves. (A
@@ -214,9 +225,11 @@ def test_recovery_figures_of_a_damaged_tail_are_in_the_topic_stats(tmp_path: Pat
         clean = b.topic_stats("t")
         assert (clean.recovered_truncated_records, clean.recovered_truncated_bytes) == (0, 0)
         assert clean.recovered_repaired_partitions == 0
-    # Damage the last of 10 records in the active file: a torn tail, it goes.
-    # (A damaged record with intact ones after it is a hole: recovery skips
-    # it and keeps the ones after it.)
+    # Damage the last of 10 records in the active file of a killed process:
+    # a torn tail, it goes. (A damaged record with intact ones after it is a
+    # hole: recovery skips it and keeps the ones after it. After a clean
+    # close it is damage: test_damage_in_the_newest_file_after_a_clean_close_is_corrupt.)
+    _as_if_killed(tmp_path)
     _flip_inside(tmp_path, b"record number 009")
     with rill.Broker(data_dir=tmp_path) as b:
         s = b.topic_stats("t")
@@ -249,6 +262,22 @@ def test_repair_of_a_sealed_segment_is_in_the_topic_stats(tmp_path: Path) -> Non
         assert s.recovered_repaired_partitions == 1, s
 
 
+def test_damage_in_the_newest_file_after_a_clean_close_is_corrupt(tmp_path: Path) -> None:
+    # After a clean close the newest file's records are as checked as a
+    # sealed file's: a flipped byte among them fails the open (it was
+    # skipped as a crash's hole, with a warning, found from outside).
+    with rill.Broker(data_dir=tmp_path, fsync="always") as b:
+        b.create_topic("t")
+        _publish_numbered(b, 10)
+    _flip_inside(tmp_path, b"record number 004")
+    with pytest.raises(rill.CorruptData):
+        rill.Broker(data_dir=tmp_path)
+    with rill.Broker(data_dir=tmp_path, repair=True) as b:
+        s = b.topic_stats("t")
+        assert s.publish_count == 4, s
+        assert s.recovered_repaired_partitions == 1, s
+
+
 def test_a_commit_past_a_cut_tail_is_reset_and_counted(tmp_path: Path) -> None:
     # Issue 40 item 5: the group commits 100 and a durable subscription acks
     # 100; recovery cuts the tail at 71. Both are reset to 71 at the open, so
@@ -263,6 +292,7 @@ def test_a_commit_past_a_cut_tail_is_reset_and_counted(tmp_path: Path) -> None:
         sub = b.subscribe("t", lambda m: None, name="audit", start="earliest")
         assert sub.wait_idle(30)
         sub.close()
+    _as_if_killed(tmp_path)
     _lose_from(tmp_path, b"record number 071")
     with rill.Broker(data_dir=tmp_path) as b:
         s = b.topic_stats("t")

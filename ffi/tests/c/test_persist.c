@@ -376,19 +376,28 @@ static rill_broker *open_repairing(const char *dir, bool repair, rill_status *st
 
 /* Issue 11: what recovery dropped is in rill_topic_stats. */
 static void test_recovery_figures(const char *root) {
-    /* A damaged last record in the active (newest) file: a torn tail. It
-     * goes; the records before it stay. (A damaged record with intact ones
-     * after it is a hole, which recovery skips, keeping the ones after it:
-     * test_robust_holes.c.) */
+    /* A damaged last record in the active (newest) file of a process that
+     * exited without closing: a torn tail. It goes; the records before it
+     * stay. (A damaged record with intact ones after it is a hole, which
+     * recovery skips, keeping the ones after it: test_robust_holes.c. After
+     * a clean close it is damage: test_damage_after_a_clean_close.) */
     char dir[512];
     snprintf(dir, sizeof dir, "%s/damaged-tail", root);
-    rill_broker *b = open_broker_or_exit(dir, RILL_FSYNC_ALWAYS);
-    OK(rill_topic_create(b, "t", NULL));
-    publish_numbered(b, 10);
+    fflush(NULL);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        rill_broker *b = open_broker_or_exit(dir, RILL_FSYNC_ALWAYS);
+        if (rill_topic_create(b, "t", NULL) != RILL_OK) {
+            _exit(3);
+        }
+        publish_numbered(b, 10);
+        _exit(0); /* without closing anything */
+    }
+    int wstatus = 0;
+    CHECK(waitpid(child, &wstatus, 0) == child && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
     rill_topic_stats ts;
-    OK(rill_topic_get_stats(b, "t", &ts));
-    CHECK(ts.recovered_truncated_records == 0 && ts.recovered_truncated_bytes == 0);
-    rill_broker_free(b);
+    rill_broker *b;
     char part[600];
     snprintf(part, sizeof part, "%s/topics/0/0", dir);
     CHECK(flip_inside(part, "record number 009") == 1);
@@ -444,6 +453,33 @@ static void test_recovery_figures(const char *root) {
         CHECK(ts.recovered_truncated_records > 0 && ts.recovered_truncated_records <= 150 - 6);
         CHECK(ts.recovered_truncated_bytes > 0);
         CHECK(ts.recovered_repaired_partitions == 1);
+        rill_broker_free(b);
+    }
+}
+
+/* After a clean close, the newest file's records are as checked as a
+ * sealed file's: a damaged one is RILL_ERR_CORRUPT (with repair, the
+ * partition is cut there). */
+static void test_damage_after_a_clean_close(const char *root) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/damaged-closed", root);
+    rill_broker *b = open_broker_or_exit(dir, RILL_FSYNC_ALWAYS);
+    OK(rill_topic_create(b, "t", NULL));
+    publish_numbered(b, 10);
+    rill_broker_free(b);
+    char part[600];
+    snprintf(part, sizeof part, "%s/topics/0/0", dir);
+    CHECK(flip_inside(part, "record number 004") == 1);
+    rill_status status;
+    b = open_repairing(dir, false, &status);
+    CHECK_STATUS(status, RILL_ERR_CORRUPT);
+    CHECK(b == NULL);
+    b = open_repairing(dir, true, &status);
+    OK(status);
+    if (b != NULL) {
+        rill_topic_stats ts;
+        OK(rill_topic_get_stats(b, "t", &ts));
+        CHECK(ts.publish_count == 4 && ts.recovered_repaired_partitions == 1);
         rill_broker_free(b);
     }
 }
@@ -568,6 +604,7 @@ int main(int argc, char **argv) {
     run_self(argv[0], "read", dir);
     test_lock_and_bad_paths(root, dir);
     test_recovery_figures(root);
+    test_damage_after_a_clean_close(root);
     test_segment_bytes(root);
     test_reopens_keep_the_files(root);
 

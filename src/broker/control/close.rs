@@ -89,6 +89,14 @@ impl BrokerInner {
         // to a closed broker fails).
         if let Some(store) = self.store.lock().take() {
             self.flush(&store, true);
+            // Before the directory's lock goes with `store`: a handle held
+            // past the close keeps its log, whose drop must not write into
+            // a file a broker opened next goes on appending to.
+            for t in self.topics.values() {
+                for p in t.partitions.iter() {
+                    p.log.close_files();
+                }
+            }
         }
         // Its subscriptions are closed: other processes list none of them.
         if let Some(registry) = &self.registry {

@@ -41,8 +41,9 @@ use std::ptr::NonNull;
 use memmap2::{MmapMut, MmapOptions};
 
 use super::format::{
-    BASE_AT, COMPLETE_END, COUNT_AT, FRAME_LEN, HEADER_BYTES, HEADER_END, Header, complete_crc, file_len, le_u64,
-    parse_segment_file_name, segment_file_name, spare_file_name, temp_file_name,
+    BASE_AT, COMPLETE_END, COUNT_AT, FRAME_LEN, HEADER_BYTES, HEADER_END, Header, PREFIX_COUNT_AT, PREFIX_END,
+    complete_crc, file_len, le_u64, parse_segment_file_name, prefix_fields, segment_file_name, spare_file_name,
+    temp_file_name,
 };
 #[cfg(not(loom))]
 use super::format::{SEALED_AT, TAIL_AT, index_at};
@@ -451,15 +452,47 @@ impl FileStorage {
         fields[..8].copy_from_slice(&count.to_le_bytes());
         fields[8..16].copy_from_slice(&used.to_le_bytes());
         fields[16..].copy_from_slice(&complete_crc(base, count, used).to_le_bytes());
-        // SAFETY: the header page is written only here, in `create` and in
-        // `reuse` (both before the storage is shared), and `mark_complete` has
+        // SAFETY: the completion fields are written only here, in `create`
+        // and in `reuse` (both before the storage is shared; `mark_prefix`
+        // writes other bytes of the page), and `mark_complete` has
         // one caller at a time: a sync round, which runs without the
         // partition's sync lock but only while it holds the `leader` flag
         // (one round at a time, `durable.rs`), or the open, which runs before
         // the log is shared. So no two writers meet; the record region, which
         // publishers write concurrently, starts a page later.
+        unsafe { self.write_header(COUNT_AT, &fields, durable) }
+    }
+
+    /// Writes the checked prefix: the first `count` records, filling `used`
+    /// bytes, are whole (see `format.rs`); flushes the header if `durable`.
+    ///
+    /// # Safety
+    ///
+    /// No one else writes the prefix's fields meanwhile (see
+    /// [`SegmentFile::mark_prefix`]).
+    pub(crate) unsafe fn mark_prefix(&self, count: u64, used: u64, durable: bool) -> Result<()> {
+        let fields = prefix_fields(le_u64(&self.map, BASE_AT), count, used);
+        // SAFETY: the prefix's bytes lie in the header page, apart from the
+        // fixed and completion fields and from the tail word's and the
+        // seal's lines; the caller promises no other writer, and readers
+        // of the header (recovery, the next open) run in another life of
+        // the log. The record region starts a page later.
+        unsafe { self.write_header(PREFIX_COUNT_AT, &fields, durable) }
+    }
+
+    /// Writes `fields` at byte `at` of the header page, then flushes the
+    /// page if `durable`.
+    ///
+    /// # Safety
+    ///
+    /// `at + fields.len()` lies within the header's fields, and no one else
+    /// writes those bytes meanwhile (the callers' comments say why).
+    unsafe fn write_header(&self, at: usize, fields: &[u8], durable: bool) -> Result<()> {
+        debug_assert!(at + fields.len() <= PREFIX_END);
+        // SAFETY: inside the mapped header page (the caller's bound), which
+        // is ours to write at those bytes (the caller's promise).
         unsafe {
-            let dst = self.map.as_ptr().cast_mut().add(COUNT_AT);
+            let dst = self.map.as_ptr().cast_mut().add(at);
             std::ptr::copy_nonoverlapping(fields.as_ptr(), dst, fields.len());
         }
         if durable {
@@ -579,8 +612,9 @@ impl FileStorage {
         })?;
         let header =
             Header { base, capacity: old.capacity, complete: None, generation: old.generation + 1, slots: old.slots };
-        let mut page = [0u8; HEADER_END];
-        header.encode_fixed(&mut page);
+        // Through the checked prefix's fields: zeros, none for the new base.
+        let mut page = [0u8; PREFIX_END];
+        header.encode_fixed(&mut page[..HEADER_END]);
         // SAFETY: a spare is owned by the pool alone (no segment, no reader
         // maps it through us); we write the header page's used fields and
         // the first frame of the region (a file holds at least a header and
@@ -589,7 +623,7 @@ impl FileStorage {
         // yet" until the first publisher writes there.
         unsafe {
             let start = self.map.as_ptr().cast_mut();
-            std::ptr::copy_nonoverlapping(page.as_ptr(), start, HEADER_END);
+            std::ptr::copy_nonoverlapping(page.as_ptr(), start, PREFIX_END);
             start.add(HEADER_BYTES).cast::<u64>().write(0);
         }
         if flush {
@@ -736,6 +770,11 @@ impl SegmentFile for FileStorage {
 
     fn mark_complete(&self, count: u64, used: u64, durable: bool) -> Result<()> {
         FileStorage::mark_complete(self, count, used, durable)
+    }
+
+    unsafe fn mark_prefix(&self, count: u64, used: u64, durable: bool) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { FileStorage::mark_prefix(self, count, used, durable) }
     }
 
     fn retire(&self) {

@@ -47,6 +47,18 @@
 //! tail in it. A complete file must hold exactly its count of intact
 //! records, or it is damaged.
 //!
+//! After the fixed fields, and apart from them, the *checked prefix*: a
+//! record count (u64), the bytes they fill (u64) and a CRC32C of those and
+//! the base (u32, with a seed of its own), at `PREFIX_COUNT_AT`. An
+//! incomplete file may carry it: its first `count` records were all whole
+//! when its log last opened (a resumed file, "Resuming the last file" in
+//! `recovery.rs`) or closed cleanly, so damage among them is damage, as
+//! in a complete file, never a crash's hole or torn tail; what follows them
+//! is judged as in any incomplete file. Written by the open (before the log
+//! is shared) and by a clean close of a log of one process (when no handle
+//! is left); absent (zeros, or not checking: a recycling rewrites the base)
+//! otherwise. A build that does not know it reads the file as before.
+//!
 //! Every record is preceded by an 8-byte *frame*: the CRC32C of the record's
 //! offset (u64, little-endian) followed by its bytes (header and body,
 //! padding excluded), and `FRAME_MARK`. Mixing in the offset means a record
@@ -93,6 +105,15 @@ const SLOTS_AT: usize = 60;
 /// End of the fixed and completion fields; the page holds nothing else but
 /// the tail word and the seal.
 pub(crate) const HEADER_END: usize = 68;
+/// `u64` records of the checked prefix (see the module docs).
+pub(super) const PREFIX_COUNT_AT: usize = 72;
+/// `u64` bytes those records fill, frames included.
+const PREFIX_USED_AT: usize = 80;
+/// `u32` CRC32C of base, count and used bytes, seeded apart from the
+/// completion fields' ([`prefix_crc`]).
+const PREFIX_CRC_AT: usize = 88;
+/// End of the checked prefix's fields.
+pub(crate) const PREFIX_END: usize = 92;
 /// The segment's tail word (`u64`, native byte order), on a cache line of
 /// its own (128 bytes apart: adjacent lines are fetched in pairs), so the
 /// publishers' fetch-adds do not slow down readers of the fields above.
@@ -107,6 +128,8 @@ const _: () = assert!(CAPACITY_AT == BASE_AT + 8 && COUNT_AT == CAPACITY_AT + 8 
 const _: () = assert!(COMPLETE_CRC_AT == USED_AT + 8 && COMPLETE_END == COMPLETE_CRC_AT + 4);
 const _: () = assert!(GENERATION_AT == COMPLETE_END && SLOTS_AT == GENERATION_AT + 8 && HEADER_END == SLOTS_AT + 8);
 const _: () = assert!(HEADER_END <= TAIL_AT && TAIL_AT + 128 <= SEALED_AT && SEALED_AT + 8 <= HEADER_BYTES);
+const _: () = assert!(PREFIX_COUNT_AT >= HEADER_END && PREFIX_USED_AT == PREFIX_COUNT_AT + 8);
+const _: () = assert!(PREFIX_CRC_AT == PREFIX_USED_AT + 8 && PREFIX_END == PREFIX_CRC_AT + 4 && PREFIX_END <= TAIL_AT);
 
 /// Where the offset index of a file whose record region holds `capacity`
 /// bytes starts: the first page boundary after the region.
@@ -374,6 +397,18 @@ impl Header {
         Ok(Header { base, capacity, complete, generation: le_u64(page, GENERATION_AT), slots })
     }
 
+    /// The checked prefix of the file whose header page is `page` (this
+    /// header's), if it carries one for this base: `(records, used bytes)`
+    /// (see the module docs).
+    pub(crate) fn checked_prefix(&self, page: &[u8]) -> Option<(u64, u64)> {
+        if page.len() < PREFIX_END {
+            return None;
+        }
+        let (count, used) = (le_u64(page, PREFIX_COUNT_AT), le_u64(page, PREFIX_USED_AT));
+        (le_u32(page, PREFIX_CRC_AT) == prefix_crc(self.base, count, used) && used <= self.capacity)
+            .then_some((count, used))
+    }
+
     /// The version of the segment file whose first bytes are `start`, if
     /// they carry the magic and a version other than this build's: such a
     /// file is refused before anything else is judged (`recovery.rs`).
@@ -407,6 +442,26 @@ pub(super) fn complete_crc(base: u64, count: u64, used: u64) -> u32 {
     b[16..].copy_from_slice(&used.to_le_bytes());
     // A constant seed so an all-zero completion of base 0 does not check either.
     crc32c::crc32c_append(0x5EA1_ED00, &b)
+}
+
+/// The checked prefix's fields for `base`: `count` records filling `used`
+/// bytes, and their CRC (see the module docs).
+pub(super) fn prefix_fields(base: u64, count: u64, used: u64) -> [u8; PREFIX_END - PREFIX_COUNT_AT] {
+    let mut fields = [0u8; PREFIX_END - PREFIX_COUNT_AT];
+    fields[..8].copy_from_slice(&count.to_le_bytes());
+    fields[8..16].copy_from_slice(&used.to_le_bytes());
+    fields[16..].copy_from_slice(&prefix_crc(base, count, used).to_le_bytes());
+    fields
+}
+
+/// CRC32C of the checked prefix's fields: as [`complete_crc`], from a seed
+/// of its own, so a completion's fields never check as a prefix.
+fn prefix_crc(base: u64, count: u64, used: u64) -> u32 {
+    let mut b = [0u8; 24];
+    b[..8].copy_from_slice(&base.to_le_bytes());
+    b[8..16].copy_from_slice(&count.to_le_bytes());
+    b[16..].copy_from_slice(&used.to_le_bytes());
+    crc32c::crc32c_append(0x9E7C_4EC0, &b)
 }
 
 /// The bytes of a whole segment file: the header for `base` (with its
