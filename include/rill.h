@@ -352,7 +352,9 @@ extern "C" {
  * `on_invalid`: the record goes to the dead-letter topic `$dlq/<topic>`
  * with the reason in its `rill.dlq.reason` attribute; the publish returns
  * its position there (`RILL_PUBLISHED_DEAD_LETTERED` in the `_outcome`
- * flags).
+ * flags). Setting it on a topic whose name is longer than 250 bytes
+ * (whose `$dlq/<topic>` would be too long for a name) is
+ * `RILL_ERR_INVALID_ARGUMENT`.
  */
 #define RILL_ON_INVALID_DEAD_LETTER 1
 

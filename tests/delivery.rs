@@ -1050,3 +1050,37 @@ fn an_idle_hook_rings_when_a_busy_subscription_goes_idle() {
     sub.close();
     assert!(matches!(sub.wait_idle(Duration::ZERO), Err(Error::Closed(_))));
 }
+
+/// A dead letter is its message plus `rill.dlq.*` attributes: one of a
+/// message at its topic's size limit did not fit a `$dlq/<name>` of the
+/// same limit, and the message was dropped (logged). The broker makes its
+/// dead-letter topics with room for the attributes, for subscriptions and
+/// consumer groups alike.
+#[test]
+fn a_message_at_the_size_limit_is_dead_lettered_whole() {
+    let b = broker();
+    // The default limit: that of a dead-letter topic made with the defaults.
+    let limit = rill::log::DEFAULT_MAX_RECORD_BYTES;
+    b.create_topic("big", &TopicOptions::default()).unwrap();
+    let len = (0..=limit).rev().find(|&l| Record::new(&vec![7; l]).encoded_len().unwrap() <= limit).unwrap();
+    b.publish("big", &Record::new(&vec![7; len])).unwrap();
+    let options = SubscriptionOptions {
+        name: Some("refuses".into()),
+        start: StartPosition::Earliest,
+        ..SubscriptionOptions::default()
+    };
+    let sub = b.subscribe("big", options, |_| Ack::DeadLetter).unwrap();
+    assert!(sub.wait_idle(WAIT).unwrap());
+    let s = sub.stats();
+    assert_eq!((s.dead_lettered, s.dropped), (1, 0), "{s:?}");
+    sub.close();
+    let mut group = b.consumer("g", "big", ConsumerOptions { max_attempts: 1, ..ConsumerOptions::default() }).unwrap();
+    let m = &group.poll(1, WAIT).unwrap()[0];
+    let (partition, offset) = (m.partition(), m.offset());
+    assert!(group.nack(partition, offset).unwrap(), "dead-lettered at its only attempt");
+    for dlq in ["$dlq/refuses", "$dlq/g"] {
+        let mut reader = b.consumer("reader", dlq, ConsumerOptions::default()).unwrap();
+        let got = reader.poll(10, WAIT).unwrap();
+        assert_eq!((got.len(), got[0].record().payload().len()), (1, len), "{dlq}");
+    }
+}

@@ -185,6 +185,54 @@ fn dead_letter_mode_sends_the_record_to_the_dead_letter_topic() {
     assert_eq!(b.topic_stats("orders").unwrap().publish_count, 1);
 }
 
+/// Found from outside: a dead letter is its record plus `rill.dlq.*`
+/// attributes, so an invalid record at the topic's size limit did not fit
+/// a `$dlq/<topic>` of the same limit and its publish failed with
+/// `MessageTooLarge` (naming a size the caller never sent). The broker
+/// makes its dead-letter topics with room for the attributes.
+#[test]
+fn an_invalid_record_at_the_size_limit_is_dead_lettered_whole() {
+    let b = Broker::new(BrokerConfig::default()).unwrap();
+    b.create_topic("big", &TopicOptions { max_message_bytes: Some(2 << 20), ..TopicOptions::default() }).unwrap();
+    b.set_schema("big", json(r#"{"type":"object"}"#), OnInvalid::DeadLetter).unwrap();
+    // The largest payload the topic takes with a one-byte key.
+    let fits = |len: usize| Record::new(&vec![b'x'; len]).with_key(b"k").encoded_len().unwrap() <= 2 << 20;
+    let len = (0..=2 << 20).rev().find(|&len| fits(len)).unwrap();
+    let payload = vec![b'x'; len];
+    let out = b.publish_outcome("big", &Record::new(&payload).with_key(b"k")).unwrap();
+    assert!(out.dead_lettered, "{out:?}");
+    let dead = read_all(&b, "$dlq/big");
+    assert_eq!((dead.len(), dead[0].payload.len()), (1, payload.len()));
+    // A reason as long as a validator may give is cut, not refused.
+    let long = "why ".repeat(1000);
+    b.set_schema("big", Schema::Validator(Arc::new(move |_: &[u8]| Err(long.clone()))), OnInvalid::DeadLetter).unwrap();
+    assert!(b.publish_outcome("big", &Record::new(&payload).with_key(b"k")).unwrap().dead_lettered);
+    let dead = read_all(&b, "$dlq/big");
+    assert!(dead[1].attribute("rill.dlq.reason").is_some_and(|r| r.len() <= 1024 && r.starts_with("why why")));
+}
+
+/// Found from outside: `OnInvalid::DeadLetter` on a topic whose name is
+/// longer than 250 bytes was accepted, and every invalid publish then
+/// failed naming a `$dlq/...` topic the caller never used. It is refused
+/// where it is set.
+#[test]
+fn dead_letter_mode_needs_a_name_its_dead_letter_topic_can_extend() {
+    let b = Broker::new(BrokerConfig::default()).unwrap();
+    for len in [250, 251, 255] {
+        let name = "t".repeat(len);
+        b.create_topic(&name, &TopicOptions::default()).unwrap();
+        let set = b.set_schema(&name, json(r#"{"type":"object"}"#), OnInvalid::DeadLetter);
+        if len <= rill::MAX_SUBSCRIPTION_NAME_LEN {
+            set.unwrap();
+            assert!(b.publish_outcome(&name, &Record::new(b"not json")).unwrap().dead_lettered);
+        } else {
+            assert!(matches!(&set, Err(Error::InvalidArgument(m)) if m.contains("dead-letter")), "{set:?}");
+            // Rejecting needs no dead-letter topic.
+            b.set_schema(&name, json(r#"{"type":"object"}"#), OnInvalid::Reject).unwrap();
+        }
+    }
+}
+
 #[test]
 fn a_batch_with_one_bad_record() {
     let b = broker();

@@ -95,8 +95,9 @@ pub(crate) trait GroupHost: Send + Sync {
     /// for the group; returns the attempts so far, or `None` if `core` does
     /// not own the partition. `forget` drops the count (it was dead-lettered).
     fn nack(&self, core: &ConsumerCore, partition: u32, offset: u64, forget: bool) -> Option<u32>;
-    /// The dead-letter topic `name`, created if absent.
-    fn dead_letter_topic(&self, name: &str) -> Result<Arc<Topic>>;
+    /// The dead-letter topic `name`, created if absent with room for what
+    /// a dead letter adds to a message of up to `source_max` bytes.
+    fn dead_letter_topic(&self, name: &str, source_max: usize) -> Result<Arc<Topic>>;
 }
 
 /// What a member owns, with the group's committed offsets to start from.
@@ -1046,7 +1047,8 @@ impl Consumer {
             self.owned_mut(partition)?.cursor.rewind(offset);
             return Ok(false);
         }
-        let dlq = self.host.dead_letter_topic(&core.dead_letter_topic)?;
+        let source_max = core.topic.partitions[0].log.max_record_bytes();
+        let dlq = self.host.dead_letter_topic(&core.dead_letter_topic, source_max)?;
         let mut cursor = core.topic.partitions[partition as usize].log.cursor_at(offset)?;
         let record = match cursor.read() {
             Ok(Some(record)) => record,

@@ -132,6 +132,21 @@ pub(crate) fn default_dead_letter_topic(name: &str) -> String {
     format!("{DEAD_LETTER_PREFIX}{name}")
 }
 
+/// Checks that topic `topic`'s own dead-letter topic, `$dlq/<topic>`
+/// (where `OnInvalid::DeadLetter` sends what its schema refuses), is a
+/// valid name: a topic name longer than [`MAX_SUBSCRIPTION_NAME_LEN`] has
+/// none.
+pub(crate) fn validate_schema_dead_letter(topic: &str) -> Result<()> {
+    if topic.len() > MAX_SUBSCRIPTION_NAME_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "topic {topic:?} is {} bytes long: its dead-letter topic {DEAD_LETTER_PREFIX}<topic> would be too long \
+             for a name, so OnInvalid::DeadLetter needs a topic name of at most {MAX_SUBSCRIPTION_NAME_LEN} bytes",
+            topic.len()
+        )));
+    }
+    Ok(())
+}
+
 /// Validates a name a user wants to create a topic under.
 pub(crate) fn validate_user_topic(name: &str) -> Result<()> {
     validate_topic(name)?;

@@ -191,7 +191,8 @@ fn dead_letter_invalid(
     reason: &str,
     wait: Wait,
 ) -> Result<Published> {
-    let dlq = inner.topic_or_create(&names::default_dead_letter_topic(&t.name))?;
+    let source_max = t.partitions[0].log.max_record_bytes();
+    let dlq = inner.dead_letter_topic_or_create(&names::default_dead_letter_topic(&t.name), Some(source_max))?;
     let (partition, offset) = dead_letter::publish_invalid(&dlq, &t.name, record, reason, wait)?;
     Ok(Published { position: Position { partition, offset }, duplicate: false, dead_lettered: true })
 }

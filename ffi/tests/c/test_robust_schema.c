@@ -526,7 +526,40 @@ static void validator_in_another_process(void) {
     remove_dir(dir);
 }
 
+/* Found from outside: dead-letter mode on a topic whose `$dlq/<topic>` is
+ * no valid name was accepted (every invalid publish then failed), and an
+ * invalid record at the size limit did not fit `$dlq/<topic>` (its publish
+ * failed with RILL_ERR_MESSAGE_TOO_LARGE). */
+static void dead_letters_of_long_names_and_large_records(void) {
+    rill_broker *b = NULL;
+    OK(rill_broker_new(NULL, &b));
+    char name[256];
+    memset(name, 't', 255);
+    name[255] = '\0';
+    OK(rill_topic_create(b, name, NULL));
+    CHECK_STATUS(rill_topic_set_schema_json(b, name, "{}", RILL_ON_INVALID_DEAD_LETTER), RILL_ERR_INVALID_ARGUMENT);
+    OK(rill_topic_set_schema_json(b, name, "{}", RILL_ON_INVALID_REJECT));
+
+    OK(rill_topic_create(b, "big", NULL));
+    OK(rill_topic_set_schema_json(b, "big", "{\"type\":\"object\"}", RILL_ON_INVALID_DEAD_LETTER));
+    /* The largest payload the default limit (1 MiB) takes: 24 bytes of
+     * record header, the payload padded to 8. */
+    size_t len = ((size_t)1 << 20) - 24;
+    char *payload = malloc(len);
+    CHECK(payload != NULL);
+    memset(payload, 'x', len);
+    rill_record r = {NULL, 0, payload, len, NULL, 0};
+    rill_position pos;
+    uint32_t flags = 0;
+    OK(rill_publish_outcome(b, "big", &r, &pos, &flags));
+    CHECK(flags == RILL_PUBLISHED_DEAD_LETTERED);
+    CHECK(published(b, "$dlq/big") == 1);
+    free(payload);
+    rill_broker_free(b);
+}
+
 int main(void) {
+    dead_letters_of_long_names_and_large_records();
     validator_in_another_process();
     json_schemas_reject_and_dead_letter();
     a_validator_removes_the_schema_it_runs_inside();

@@ -222,8 +222,8 @@ impl GroupHost for Arc<BrokerInner> {
         Some(*n)
     }
 
-    fn dead_letter_topic(&self, name: &str) -> Result<Arc<Topic>> {
-        self.topic_or_create(name)
+    fn dead_letter_topic(&self, name: &str, source_max: usize) -> Result<Arc<Topic>> {
+        self.dead_letter_topic_or_create(name, Some(source_max))
     }
 }
 
@@ -431,7 +431,7 @@ impl GroupHost for ProcessMember {
         Some(*n)
     }
 
-    fn dead_letter_topic(&self, name: &str) -> Result<Arc<Topic>> {
-        self.inner.topic_or_create(name)
+    fn dead_letter_topic(&self, name: &str, source_max: usize) -> Result<Arc<Topic>> {
+        self.inner.dead_letter_topic_or_create(name, Some(source_max))
     }
 }

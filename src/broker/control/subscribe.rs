@@ -90,13 +90,16 @@ impl BrokerInner {
             )));
         }
         let listed_dlq = dlq_name.clone();
+        // The largest message it may have to dead-letter, if its pattern
+        // names one topic (a wildcard's: the default limit).
+        let source_max = this.topic(pattern.as_str()).ok().map(|t| t.partitions[0].log.max_record_bytes());
         let dead_letters = if options.name.is_none() && options.dead_letter_topic.is_none() {
             // An anonymous subscription's own dead-letter topic is made when
             // its first message is dead-lettered: most never need one.
             let (broker, name) = (this.clone(), dlq_name.clone());
-            DeadLetters::lazy(dlq_name, Box::new(move || broker.topic_or_create(&name)))
+            DeadLetters::lazy(dlq_name, Box::new(move || broker.dead_letter_topic_or_create(&name, source_max)))
         } else {
-            DeadLetters::Known(this.topic_or_create(&dlq_name)?)
+            DeadLetters::Known(this.dead_letter_topic_or_create(&dlq_name, source_max)?)
         };
         let share = match processes_shared {
             true => {

@@ -137,6 +137,9 @@ impl BrokerInner {
     /// Sets (or replaces) `name`'s schema (see
     /// [`Broker::set_schema`](crate::Broker::set_schema)).
     pub(crate) fn set_schema(&self, name: &str, schema: Schema, on_invalid: OnInvalid) -> Result<u64> {
+        if on_invalid == OnInvalid::DeadLetter {
+            names::validate_schema_dead_letter(name)?;
+        }
         let mut schema = Some(schema);
         let (version, old) = self.change_schema(name, |topic, files, _| {
             topic.schema.set(schema.take().expect("changed once"), on_invalid, files)
@@ -380,13 +383,20 @@ impl BrokerInner {
     }
 
     /// The topic `name`, created with the default options if absent.
-    pub(crate) fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>> {
+    /// The dead-letter topic `name`, created if absent with room for what
+    /// a dead letter adds to a message of up to `source_max` bytes (`None`:
+    /// the default limit; see "Room" in `dead_letter.rs`). One that exists
+    /// keeps its own limits.
+    pub(crate) fn dead_letter_topic_or_create(&self, name: &str, source_max: Option<usize>) -> Result<Arc<Topic>> {
         match self.topic_or_listed(name) {
-            Err(Error::NoSuchTopic(_)) => match self.create_topic(name, &self.config.default_topic) {
-                // Another thread created it first.
-                Err(Error::TopicExists(_)) => self.topic(name),
-                other => other,
-            },
+            Err(Error::NoSuchTopic(_)) => {
+                let options = crate::broker::dead_letter::topic_options(&self.config.default_topic, source_max);
+                match self.create_topic(name, &options) {
+                    // Another thread created it first.
+                    Err(Error::TopicExists(_)) => self.topic(name),
+                    other => other,
+                }
+            }
             other => other,
         }
     }
