@@ -374,6 +374,22 @@ static rill_broker *open_repairing(const char *dir, bool repair, rill_status *st
     return b;
 }
 
+/* Flips a byte of `needle` in `dir`'s partition 0 of topic 0; checks that
+ * the open is then RILL_ERR_CORRUPT, and returns the broker a repairing
+ * open gives (NULL, counted as a failure, if it fails). */
+static rill_broker *damaged_then_repaired(const char *dir, const char *needle) {
+    char part[600];
+    snprintf(part, sizeof part, "%s/topics/0/0", dir);
+    CHECK(flip_inside(part, needle) == 1);
+    rill_status status;
+    rill_broker *b = open_repairing(dir, false, &status);
+    CHECK_STATUS(status, RILL_ERR_CORRUPT);
+    CHECK(b == NULL);
+    b = open_repairing(dir, true, &status);
+    OK(status);
+    return b;
+}
+
 /* Issue 11: what recovery dropped is in rill_topic_stats. */
 static void test_recovery_figures(const char *root) {
     /* A damaged last record in the active (newest) file of a process that
@@ -439,14 +455,7 @@ static void test_recovery_figures(const char *root) {
     OK(rill_topic_create(b, "t", &to));
     publish_numbered(b, 150);
     rill_broker_free(b);
-    snprintf(part, sizeof part, "%s/topics/0/0", dir);
-    CHECK(flip_inside(part, "record number 005") == 1);
-    rill_status status;
-    b = open_repairing(dir, false, &status);
-    CHECK_STATUS(status, RILL_ERR_CORRUPT);
-    CHECK(b == NULL);
-    b = open_repairing(dir, true, &status);
-    OK(status);
+    b = damaged_then_repaired(dir, "record number 005");
     if (b != NULL) {
         OK(rill_topic_get_stats(b, "t", &ts));
         CHECK(ts.publish_count == 5);
@@ -467,15 +476,7 @@ static void test_damage_after_a_clean_close(const char *root) {
     OK(rill_topic_create(b, "t", NULL));
     publish_numbered(b, 10);
     rill_broker_free(b);
-    char part[600];
-    snprintf(part, sizeof part, "%s/topics/0/0", dir);
-    CHECK(flip_inside(part, "record number 004") == 1);
-    rill_status status;
-    b = open_repairing(dir, false, &status);
-    CHECK_STATUS(status, RILL_ERR_CORRUPT);
-    CHECK(b == NULL);
-    b = open_repairing(dir, true, &status);
-    OK(status);
+    b = damaged_then_repaired(dir, "record number 004");
     if (b != NULL) {
         rill_topic_stats ts;
         OK(rill_topic_get_stats(b, "t", &ts));
