@@ -1250,8 +1250,8 @@ impl Broker {
     /// stored JSON schema, which is then removed from the disk).
     /// `NoSuchTopic` if the topic does not exist; `InvalidArgument` for
     /// `OnInvalid::DeadLetter` on a topic whose name is longer than
-    /// [`MAX_SUBSCRIPTION_NAME_LEN`](crate::MAX_SUBSCRIPTION_NAME_LEN)
-    /// bytes, whose `$dlq/<topic>` would be no valid name.
+    /// [`MAX_SUBSCRIPTION_NAME_LEN`] bytes, whose `$dlq/<topic>` would be
+    /// no valid name.
     ///
     /// On a data directory shared by processes (`Sharing::Processes`), the
     /// version is the directory's, and every other process follows the
