@@ -673,11 +673,12 @@ typedef struct {
      * written); offsets never change, so a reader from the beginning sees
      * the newest message of each key in offset order, with gaps, and a seek
      * to a removed offset starts at the next kept one. Under `_COMPACT`
-     * the size and age limits are not applied, so memory grows with the
-     * number of distinct keys and by four bytes per offset written: each
-     * segment sealed stays, rebuilt with what it keeps (with a `data_dir`,
-     * one file and one mapping each; emptied segments are not merged or
-     * removed yet). `_COMPACT_DELETE` applies the limits too. On a
+     * the size and age limits are not applied: in memory, compaction
+     * merges the segments it rewrites, so memory grows with the number of
+     * distinct keys only; with a `data_dir` each segment sealed stays a
+     * file (and a mapping), rebuilt with what it keeps and four bytes of
+     * index per offset it covers (segment files are not merged yet).
+     * `_COMPACT_DELETE` applies the limits too. On a
      * broker with a `data_dir` compaction rewrites segment files so that a
      * crash at any moment loses no message it keeps; with
      * `RILL_SHARING_PROCESSES`, one process at a time compacts a partition

@@ -319,6 +319,51 @@ fn seek_poll_and_commit_across_gaps() {
 }
 
 #[test]
+fn a_log_of_a_few_keys_stays_a_few_segments_however_many_values_it_takes() {
+    // Each pass merges the segments it rewrites: their index covers the
+    // kept records alone, so neither segments nor memory grow with the
+    // offsets written, only with the keys.
+    let log = small_log();
+    const KEYS: u32 = 20;
+    const ROUNDS: u32 = 2_000;
+    let key = |k: u32| format!("key-{k:02}").into_bytes();
+    for k in 0..KEYS {
+        log.append(&Record::new(b"first").with_key(&key(k))).unwrap();
+    }
+    // A reader inside the first segment, which the passes replace.
+    let mut early = log.cursor_from_first();
+    let before: Vec<u64> = (0..5).map(|_| early.read().unwrap().unwrap().offset()).collect();
+    let mut most = 0;
+    for round in 0..ROUNDS {
+        for k in 0..KEYS {
+            log.append(&Record::new(&round.to_le_bytes()).with_key(&key(k))).unwrap();
+        }
+        log.compact(&KEEP_TOMBSTONES, rill::clock::now_ns()).unwrap();
+        most = most.max(log.stats().segments);
+    }
+    let stats = log.stats();
+    assert_eq!(stats.end_offset, u64::from(KEYS * (ROUNDS + 1)));
+    // Twenty keys of about 48 bytes fit one segment: the merged ones, the
+    // newest, and what sealed since the last pass (at most the clean part
+    // again before the dirty share starts one).
+    assert!(most <= 6, "{most} segments at most over {ROUNDS} rounds");
+    let read = read_all(&log);
+    let tail = &read[read.len() - KEYS as usize..];
+    assert!(tail.iter().all(|(_, _, value)| value == &(ROUNDS - 1).to_le_bytes()), "every key's newest value");
+    let keys: std::collections::HashSet<_> = read.iter().map(|(_, k, _)| k.clone()).collect();
+    assert_eq!(keys.len(), KEYS as usize);
+    assert!(read.windows(2).all(|w| w[0].0 < w[1].0), "offset order");
+    // A seek into a long run of removed offsets lands on the next kept record.
+    let mut cursor = log.cursor_at(u64::from(KEYS)).unwrap();
+    assert_eq!(cursor.read().unwrap().unwrap().offset(), read.iter().find(|r| r.0 >= u64::from(KEYS)).unwrap().0);
+    // The early reader goes on in offset order into the merged segments.
+    let after = drain(&mut early);
+    assert!(before.windows(2).all(|w| w[0] < w[1]) && after.first().unwrap().0 > before[4]);
+    assert!(after.windows(2).all(|w| w[0].0 < w[1].0));
+    assert!(after.ends_with(tail), "and reaches every key's newest value");
+}
+
+#[test]
 fn plain_compaction_deletes_nothing_by_size_and_compact_and_delete_does() {
     let b = broker();
     let limits = |cleanup| TopicOptions { retention_bytes: Some(2 * SMALL_SEGMENT as u64), ..compacted(cleanup) };

@@ -113,12 +113,13 @@ pub struct TopicOptions {
 /// of each key in offset order, with gaps where removed messages were; a
 /// seek to a removed offset starts at the next kept one.
 ///
-/// Under `Compact` nothing is trimmed by size or age, so a partition's
-/// memory grows with the number of distinct keys and, by four bytes per
-/// offset, with the offsets its segments cover: each segment it seals
-/// stays, rebuilt with what it keeps (on a data directory, one file and one
-/// mapping per segment sealed; emptied segments are not merged or removed
-/// yet). `CompactAndDelete` also applies the size and age limits. On a data directory compaction rewrites
+/// Under `Compact` nothing is trimmed by size or age. In memory, a pass
+/// merges the segments it rewrites (an index of the kept messages only),
+/// so a partition's memory grows with the number of distinct keys, not
+/// with the messages ever published. On a data directory each segment it
+/// seals stays a file (and a mapping), rebuilt with what it keeps and four
+/// bytes of index per offset it covers: segment files are not merged yet.
+/// `CompactAndDelete` also applies the size and age limits. On a data directory compaction rewrites
 /// segment files so that a crash at any moment loses no message it keeps.
 /// On a data directory shared by processes
 /// ([`Sharing::Processes`](crate::Sharing)) one process at a time compacts

@@ -14,11 +14,16 @@
 //! with an id stays for the topic's dedupe window because the window is
 //! learned from the log: a process that opens the directory, or another
 //! process sharing it, finds the ids it must refuse only in the records
-//! still there (see "Across processes" in `broker/dedupe.rs`). A segment that loses at least one record is rebuilt: a new
-//! sealed segment with the same base and the same number of offsets, whose
-//! region holds only the records kept, each under its original offset, and
-//! whose other slots all name one compacted-away record that readers pass
-//! over (`Segment::compacted`; "Compacted-away records" in `record.rs`).
+//! still there (see "Across processes" in `broker/dedupe.rs`).
+//!
+//! In memory, the segments a pass rewrites are merged (see "Merging"
+//! below): one new sealed segment stands for several old ones that follow
+//! one another, holding only the records kept, each under its original
+//! offset; every removed offset names one compacted-away record that
+//! readers pass over ("A merged compacted segment" in `segment.rs`;
+//! "Compacted-away records" in `record.rs`). On a data directory a segment
+//! that loses at least one record is rebuilt as a file of its own, with the
+//! same base and the same number of offsets.
 //! The newest segment, still being written, is never read or rewritten, and
 //! a sealed segment with a record still being written (a publisher granted
 //! its slot before the seal and not done yet) waits for the next pass.
@@ -69,10 +74,11 @@
 //!
 //! A rebuilt segment replaces its old one in the directory (`dir.rs`)
 //! with a compare-exchange, as a roll installs its successor: in memory,
-//! one exchange for each segment as soon as it is rebuilt (see "Memory"
-//! below); on a data directory, one for all of a pass's rebuilt segments,
-//! after the sync of the directory that holds their renames. The states
-//! of one old segment `S`, and who moves them:
+//! one exchange for each merged segment as soon as it is made, in place
+//! of every old one it covers (see "Merging" below); on a data directory,
+//! one for all of a pass's rebuilt segments, after the sync of the
+//! directory that holds their renames. The states of one old segment `S`
+//! (in memory, of each one a merge covers), and who moves them:
 //!
 //! 1. **Listed.** `S` is in the current directory. Readers and publishers
 //!    find it there, under a pin.
@@ -258,15 +264,40 @@
 //! and keeps what a pass over everything keeps. The figures (records and
 //! bytes removed, passes, keys) count this process's passes only.
 //!
+//! # Merging
+//!
+//! In memory, a pass copies the records it keeps, segment after segment,
+//! into a *merge* (`segment::Merged`) that starts at the first segment it
+//! rewrites; when the next segment's kept records would take the merge
+//! past the configured segment size, or it covers `MERGE_MOST_SEGMENTS`
+//! already, the merge is made a segment (`Segment::merged`) and installed
+//! in place of the old segments it covers, with one exchange
+//! (`install_merged`, C1 below), and a new merge starts. A segment that
+//! loses nothing and is at least half full stays as it is, and no merge
+//! reaches past it; a merge of one segment that lost nothing is dropped.
+//! Merged segments are merged again by later passes, a few at a time, so
+//! the sealed part comes to hold about one segment per segment size of
+//! kept records, whatever the number of offsets written: a topic's memory
+//! follows its keys.
+//!
+//! A merged segment's offsets are the old segments' together, so a cursor
+//! that finishes an old one and looks up its next offset finds the merged
+//! one, and reads on inside it (`Dir::find` takes the segment whose base is
+//! the greatest at or below the offset).
+//!
 //! # Memory
 //!
-//! A rebuilt segment costs its kept records, one compacted-away record and
-//! four bytes of index per offset it covers. Under `Cleanup::Compact`
-//! nothing is trimmed by size or age, so a partition's memory grows with
-//! the number of distinct keys (and the offsets' index); under
-//! `CompactAndDelete` the size and age limits trim whole segments as usual.
-//! The pass itself holds, while it runs, a map of the dirty part's keys
-//! (40 bytes an entry) and one bit per dirty record.
+//! In memory, a merged segment costs its kept records, one compacted-away
+//! record and twelve bytes of index per kept record (see "A merged
+//! compacted segment" in `segment.rs`). On a data directory a rebuilt file
+//! costs four bytes of index per offset it covers, and one file (and
+//! mapping) per segment ever sealed: a durable compacted topic still grows
+//! with the offsets written, which merging files (a new file format and
+//! its recovery) will fix. Under `Cleanup::Compact` nothing is trimmed by
+//! size or age; under `CompactAndDelete` the size and age limits trim whole
+//! segments as usual. The pass itself holds, while it runs, a map of the
+//! dirty part's keys (40 bytes an entry), one bit per dirty record, and the
+//! merge under way (at most a segment's size).
 //!
 //! A pass lets each old segment go as soon as it can, rather than all at
 //! its end, so that the memory it frees reaches the partition's spare
@@ -276,8 +307,9 @@
 //! eight bytes is compared with the record's own), so it is dropped once
 //! the clean prefix, whose records are looked up in it, is rewritten; the
 //! dirty segments are then judged by their bits alone, and each one, once
-//! rewritten and (in memory) installed, is no longer held by the pass.
-//! Its last holders are then the retired directories and the readers
+//! rewritten (in memory: copied into the merge) is no longer held by the
+//! pass. Its last holders are then the directory until the merge that
+//! covers it is installed, the retired directories, and the readers
 //! inside it. `rill-bench --compaction` measures a publisher beside a pass
 //! and prints its page faults.
 
@@ -291,7 +323,9 @@ use hashbrown::hash_table::Entry;
 
 use super::dir::{Dir, Shared};
 use super::file;
+use super::record::RecordView;
 use super::record::align_up;
+use super::segment::merged::Merged;
 use super::segment::{Buffers, Segment};
 use super::storage::Pages;
 use crate::error::Result;
@@ -299,12 +333,20 @@ use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
 use crate::sync::epoch::{self, Owned};
 
+mod merge;
+
 /// The dirty share (percent of the sealed segments' region bytes) from
 /// which newly sealed segments start a pass (see "Incremental passes" in
 /// the module docs): Kafka's `min.cleanable.dirty.ratio` default. Lower
 /// passes more often over the same clean prefix; higher lets superseded
 /// records stay longer. `rill-bench --compaction` measures its effect.
 pub(super) const MIN_DIRTY_PERCENT: u64 = 50;
+
+/// Most bits of a pass's superseded set allocated before the dirty part
+/// is read (one per dirty offset, a bound: a merged segment covers more
+/// offsets than it holds records, and the set grows as records are
+/// numbered).
+const MAX_BITS_AHEAD: u64 = 1 << 24;
 
 /// When a compaction pass may remove records (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -584,6 +626,7 @@ fn pass(
         pending: Vec::new(),
         failed: None,
         superseded: KeptKeys::default(),
+        merging: None,
         swapping: false,
         followed: progress.followed,
         across,
@@ -618,7 +661,7 @@ fn pass(
         for (i, slot) in segs.iter_mut().enumerate().take(stop).skip(first_dirty) {
             let seg = slot.take().expect("each segment is taken once");
             let start = fates.superseded_in(i).expect("a dirty segment has fates");
-            let go_on = run.segment(&seg, |index, _| !fates.is_superseded(start + index));
+            let go_on = run.segment(&seg, |ordinal, _| !fates.is_superseded(start + ordinal));
             #[cfg(test)]
             let base = seg.base();
             drop(seg);
@@ -635,6 +678,7 @@ fn pass(
     }
     drop(fates);
     drop(segs);
+    run.merge_done();
     run.finish(progress, clean, through, stop < sealed)
 }
 
@@ -674,6 +718,8 @@ struct Run<'p> {
     /// The keys of the superseded records kept so far (see "Tombstones
     /// outlive what they delete").
     superseded: KeptKeys,
+    /// An in-memory log's merge under way (see "Merging").
+    merging: Option<Merging>,
     /// Processes mode: the generation is odd (this pass renames).
     swapping: bool,
     /// The generation this process followed last.
@@ -682,6 +728,49 @@ struct Run<'p> {
     across: Option<&'p Across<'p>>,
     #[cfg(loom)]
     across: Option<&'p ()>,
+}
+
+/// Records, and their bytes, a rewrite removes.
+#[derive(Debug, Default, Clone, Copy)]
+struct Removed {
+    records: u64,
+    bytes: u64,
+}
+
+/// An in-memory log's merge under way: old segments that follow one
+/// another, rewritten into one (see "Merging" in the module docs).
+struct Merging {
+    merged: Merged,
+    /// Old segments it covers.
+    segments: usize,
+    removed: Removed,
+    /// The newest stamp they had.
+    stamp: u64,
+}
+
+/// The records of the sealed segment `seg` (of `count` offsets) that a
+/// reader is handed, in offset order, as `(index, view)`: skip and
+/// compacted-away records are passed over (a merged segment's removed
+/// offsets in one step, `Segment::past_skip`). A record still being
+/// written ends them with `None`.
+fn records(seg: &Segment, count: u64) -> impl Iterator<Item = Option<(u64, RecordView<'_>)>> {
+    let mut index = 0;
+    std::iter::from_fn(move || {
+        while index < count {
+            let Some(pos) = seg.committed(index) else {
+                index = count;
+                return Some(None);
+            };
+            let view = seg.view(index, pos);
+            if view.is_skip() {
+                index = seg.past_skip(index);
+                continue;
+            }
+            index += 1;
+            return Some(Some((index - 1, view)));
+        }
+        None
+    })
 }
 
 /// A rebuilt segment and the one it replaces, with what it removed.
@@ -702,25 +791,22 @@ impl Run<'_> {
         let mut kept: Vec<(u64, &[u8])> = Vec::new();
         let (mut removed, mut removed_bytes, mut stamp, mut seg_keys) = (0u64, 0u64, 0u64, 0u64);
         let mut holds_superseded = false;
-        for index in 0..count {
-            let Some(pos) = seg.committed(index) else {
+        for (ordinal, record) in records(seg, count).enumerate() {
+            let Some((index, view)) = record else {
                 // Only a dirty segment can have one, and `KeyMap::read`
                 // stopped before it; a clean one was read whole before.
-                // Left for the next pass, as a dirty segment.
+                // Left for the next pass, as a dirty segment; a merge
+                // cannot reach past it.
                 self.next_clean = self.next_clean.min(seg.base());
-                return true;
+                return self.merge_done();
             };
-            let view = seg.view(index, pos);
-            if view.is_skip() {
-                continue;
-            }
             let timestamp = view.timestamp_ns();
             stamp = stamp.max(timestamp);
             let Some(key) = view.key() else {
                 kept.push((index, view.raw_bytes()));
                 continue;
             };
-            let newest = newest(index, key);
+            let newest = newest(ordinal as u64, key);
             let tombstone = view.payload().is_empty();
             let mut past_lag = timestamp.saturating_add(self.policy.min_lag_ns);
             if self.policy.id_lag_ns > 0 && view.attribute(super::record::ID_ATTRIBUTE).is_some() {
@@ -763,22 +849,13 @@ impl Run<'_> {
         if holds_superseded {
             self.next_clean = self.next_clean.min(seg.base());
         }
-        if removed == 0 {
-            return true;
-        }
         // The compacted-away record carries the newest stamp the segment
         // had, so the age limit (`CompactAndDelete`) sees the same age.
         let stamp = newest_stamp(seg, count).max(stamp);
         let shared = self.shared;
-        let in_memory = shared.pool.files().is_none();
         let new = match shared.pool.files() {
-            None => match Segment::compacted(seg, count, &kept, stamp, shared.pool.clone()) {
-                Ok(new) => new,
-                Err(e) => {
-                    self.failed = Some(e);
-                    return false;
-                }
-            },
+            None => return self.merge(seg, count, &kept, Removed { records: removed, bytes: removed_bytes }, stamp),
+            Some(_) if removed == 0 => return true,
             Some(files) => {
                 let (across, followed, swapping) = (self.across, self.followed, &mut self.swapping);
                 #[cfg(loom)]
@@ -806,14 +883,9 @@ impl Run<'_> {
         };
         drop(kept);
         self.rebuilt += 1;
+        // A durable log installs its rebuilt segments all at once, after
+        // one sync of the directory that holds their renames.
         self.pending.push(Rebuilt { old: seg.clone(), new: Arc::new(new), records: removed, bytes: removed_bytes });
-        // An in-memory log installs each rebuilt segment at once, so that
-        // the old one's memory goes back while the pass goes on (see
-        // "Memory" in the module docs); a durable one installs them all
-        // after one sync of the directory that holds their renames.
-        if in_memory {
-            self.install_pending();
-        }
         true
     }
 
@@ -1060,27 +1132,28 @@ impl<'a> KeyMap<'a> {
             .iter()
             .map(|s| s.sealed_count().expect("every segment but the newest is sealed"))
             .collect();
-        let records: u64 = counts.iter().sum();
-        let mut table: HashTable<Key<'a>> = HashTable::with_capacity(keys.min(records) as usize);
-        let mut superseded = vec![0u64; records.div_ceil(64) as usize];
+        // An estimate (a merged segment covers more offsets than it holds
+        // records): the bits grow as records are numbered.
+        let offsets: u64 = counts.iter().sum();
+        let mut table: HashTable<Key<'a>> = HashTable::with_capacity(keys.min(offsets) as usize);
+        let mut superseded = Vec::with_capacity(offsets.min(MAX_BITS_AHEAD).div_ceil(64) as usize);
         let mut starts = Vec::with_capacity(counts.len());
         let mut stop = segs.len();
         let mut start = 0u64;
         'segs: for (i, (seg, &count)) in segs[first_dirty..].iter().zip(&counts).enumerate() {
             starts.push(start);
-            for index in 0..count {
-                let Some(pos) = seg.committed(index) else {
+            for (ordinal, record) in records(seg, count).enumerate() {
+                let Some((_, view)) = record else {
                     // Keys mapped from this segment point into it, and the
                     // pass keeps what they supersede: only removing less.
                     stop = first_dirty + i;
                     break 'segs;
                 };
-                let view = seg.view(index, pos);
-                if view.is_skip() {
-                    continue;
+                let at = start + ordinal as u64;
+                if superseded.len() as u64 <= at / 64 {
+                    superseded.push(0);
                 }
                 let Some(key) = view.key() else { continue };
-                let at = start + index;
                 let hash = hasher.hash(key);
                 let head = head(key);
                 match table.entry(hash, |e| e.is(head, key), |e| e.hash) {
@@ -1093,7 +1166,7 @@ impl<'a> KeyMap<'a> {
                     }
                 }
             }
-            start += count;
+            start = superseded.len() as u64 * 64;
         }
         KeyMap { hasher, table, first_dirty, starts, superseded, stop }
     }

@@ -279,7 +279,7 @@ impl Cursor {
                 // One predictable branch: only a recovered segment has skip
                 // records (`record.rs`), which no reader is handed.
                 if seg.has_skips() && seg.is_skip(index, pos) {
-                    self.offset += 1;
+                    self.offset = seg.base() + seg.past_skip(index);
                     rounds = 0;
                     continue;
                 }

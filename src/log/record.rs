@@ -39,9 +39,10 @@
 //!
 //! A record whose flags are `FLAG_COMPACTED` stands for offsets log
 //! compaction removed (`log/compact.rs`): a bare header (`COMPACTED_LEN`
-//! bytes), no key, no attributes, no payload. A compacted segment holds one,
-//! at the start of its region, and the index slot of every offset it removed
-//! names it; readers pass over it exactly as over a skip record
+//! bytes), no key, no attributes, no payload. A merged compacted segment
+//! (in memory) holds one, at the start of its region, and its index names
+//! it for every offset it removed (see "A merged compacted segment" in
+//! `segment.rs`); readers pass over it exactly as over a skip record
 //! ([`RecordView::is_skip`] is true for both). It is a kind of its own, not
 //! a skip record, because it means something else: the offset held a record
 //! that a newer one of the same key replaced, not an offset nobody completed.

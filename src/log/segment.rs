@@ -259,6 +259,39 @@
 //! a slot past the taken-over count finds it given up and fails. A reader
 //! never passed over a slot past the last committed one (the rule above),
 //! so no reader is past the count the seal takes.
+//!
+//! # A merged compacted segment
+//!
+//! A compaction pass over an in-memory log (`compact.rs`) replaces sealed
+//! segments that follow one another by one *merged* segment: the offsets
+//! of all of them, and only the records the pass kept. A dense index (a
+//! slot per offset) would cost four bytes for every offset ever written,
+//! kept or not, and one segment per segment ever sealed, so a topic of a
+//! few keys updated for ever would grow for ever. A merged segment has no
+//! dense index; it has a *sparse* one (`Sparse`): the index of each kept
+//! record, ascending, and its slot. Its region holds one compacted-away
+//! record at byte 0 (`record.rs`), then the kept records in offset order,
+//! back to back, so a run of consecutive kept offsets is read as a batch
+//! reads any run.
+//!
+//! It is sealed before anyone can see it, and never written again: its
+//! slots, records and seal are written by the pass alone, before the
+//! directory's `Release` exchange (C1 in `compact.rs`) makes it reachable.
+//! Reading it: `committed` looks an index up in the dense index first;
+//! the index of a merged segment is empty, so the lookup fails on the
+//! bounds check every lookup makes anyway, and only then does it search
+//! the kept indexes (`committed_sparse`): a kept record's own position, or
+//! byte 0 for a removed offset. So a segment that is not merged pays
+//! nothing for the kind. A reader at a removed offset finds the
+//! compacted-away record, passes over it as over a skip record, and goes
+//! straight to the next kept index (`past_skip`): reading from the
+//! beginning costs the records kept, not the offsets removed.
+//!
+//! Its tail word holds its bytes alone: its count is its seal's, and a
+//! merge may cover more offsets than the word's record field (24 bits)
+//! holds, which nothing reads once a segment is sealed. A durable log's
+//! rebuilt segments are files with a dense index, one per old segment
+//! (`file/rebuild.rs`).
 
 use std::fmt;
 use std::io;
@@ -271,6 +304,8 @@ use super::storage::{MappedStorage, Pages, SegmentStorage};
 use crate::error::{Error, Result};
 use crate::sync::UnsafeCell;
 use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+pub(crate) mod merged;
 
 /// Low bits of the tail word: bytes reserved so far.
 const BYTES_BITS: u32 = 40;
@@ -295,6 +330,17 @@ const _: () = assert!(((MAX_SEGMENT_BYTES + super::file::FRAME_LEN) as u64 / POS
 const _: () = assert!(UNCOMMITTED == 0 && ABANDONED.wrapping_add(1) == 0);
 /// Committed slots store `pos / POS_UNIT + 1`; record positions are multiples of it.
 const POS_UNIT: u64 = super::record::RECORD_ALIGN as u64;
+
+/// The slot value of a record committed at byte `pos`.
+fn pos_value(pos: u64) -> u32 {
+    u32::try_from(pos / POS_UNIT + 1).expect("segment position fits the slot encoding")
+}
+
+/// The byte position a committed slot value names.
+#[inline(always)]
+fn pos_of(value: u32) -> u64 {
+    (value as u64 - 1) * POS_UNIT
+}
 /// How far past its own record a writer asks for the region's next line
 /// ahead of time (`Segment::prefetch_ahead`), so that a later append's stores
 /// find it in cache rather than waiting for it from memory when the locked
@@ -629,6 +675,9 @@ pub(crate) struct Segment {
     /// and a small first segment's heap block.
     #[cfg(not(loom))]
     ahead: Option<Box<Ahead>>,
+    /// A merged compacted segment's index (see "A merged compacted
+    /// segment" in the module docs): `None` for every other segment.
+    sparse: Option<Box<Sparse>>,
     /// Where the buffers go when the segment is dropped: its pool.
     pool: Box<dyn Recycler>,
     /// `None` only while being dropped.
@@ -658,6 +707,19 @@ pub(crate) struct Ahead {
     pub(super) finished_slots: AtomicU64,
     /// A job for this segment is in the queue.
     pub(super) queued: AtomicBool,
+}
+
+/// The index of a merged compacted segment: its kept records alone.
+struct Sparse {
+    /// The index (offset from the segment's base) of each kept record,
+    /// ascending.
+    kept: Box<[u64]>,
+    /// Each kept record's slot: its position, and under loom the cell of
+    /// its bytes.
+    slots: Box<[Slot]>,
+    /// The slot of the compacted-away record at byte 0, which every
+    /// removed offset names.
+    away: Slot,
 }
 
 // SAFETY: the raw `data` pointer refers to memory owned by `buffers`, which is
@@ -690,6 +752,7 @@ impl Segment {
             shared: pool.shared_by_processes(),
             pool: Box::new(pool),
             skips: false,
+            sparse: None,
             attached: false,
             holes: AtomicBool::new(false),
             #[cfg(not(loom))]
@@ -987,112 +1050,6 @@ impl Segment {
         seg
     }
 
-    /// The sealed segment of `count` offsets from `base` that replaces
-    /// `source`, which a compaction rewrote (see `log/compact.rs`): `kept`
-    /// lists the records it keeps, `(index, bytes)` in index order, each
-    /// record's bytes as [`RecordView::raw_bytes`] gives them from
-    /// `source`. One heap block holds them all, after a compacted-away
-    /// record stamped `stamp` at byte 0 that every other slot names (see
-    /// "Compacted-away records" in `record.rs`); kept records with
-    /// consecutive indexes lie back to back, as a batch reads them. Fails
-    /// when the allocator has no memory for it.
-    ///
-    /// A run of kept records with consecutive indexes that also lie back to
-    /// back in `source` (as a publisher's reservations lay them: the tail
-    /// word grants an index and its bytes together) moves in one copy, not
-    /// one a record; then each record's padding is zeroed, as
-    /// `encode_into` leaves it, whatever `source` held there.
-    /// `rill-bench --compaction` measures a pass.
-    pub(crate) fn compacted(
-        source: &Segment,
-        count: u64,
-        kept: &[(u64, &[u8])],
-        stamp: u64,
-        pool: impl Recycler,
-    ) -> Result<Segment> {
-        use super::record::{COMPACTED_LEN, align_up, encode_compacted};
-        let capacity = COMPACTED_LEN + kept.iter().map(|(_, b)| align_up(b.len())).sum::<usize>();
-        let mut seg = Segment::new(source.base, Buffers::small(capacity, count as usize)?, pool);
-        seg.skips = true;
-        // SAFETY: the block is ours alone (the segment is shared only once
-        // installed, through the directory's Release exchange), `capacity`
-        // bytes long; the compacted-away record is written before any slot
-        // names it.
-        let region = unsafe { std::slice::from_raw_parts_mut(seg.data.as_ptr(), capacity) };
-        encode_compacted(&mut region[..COMPACTED_LEN], stamp);
-        // Where a kept record starts in `source`'s region: its bytes are a
-        // view of that region (`view` slices them from `data`).
-        let source_pos = |bytes: &[u8]| {
-            let pos = (bytes.as_ptr() as usize).wrapping_sub(source.data.as_ptr() as usize);
-            assert!(
-                pos as u64 + align_up(bytes.len()) as u64 <= source.capacity,
-                "a kept record lies in the segment it is compacted from"
-            );
-            pos
-        };
-        let mut at = COMPACTED_LEN;
-        let mut next = 0u64;
-        let mut i = 0;
-        while i < kept.len() {
-            // The run `kept[i..j]`: consecutive indexes, back to back in
-            // `source`, `len` bytes from `from`, padding included.
-            let from = source_pos(kept[i].1);
-            let mut len = align_up(kept[i].1.len());
-            let mut j = i + 1;
-            while j < kept.len() && kept[j].0 == kept[j - 1].0 + 1 && source_pos(kept[j].1) == from + len {
-                len += align_up(kept[j].1.len());
-                j += 1;
-            }
-            // The offsets before the run were compacted away.
-            for index in next..kept[i].0 {
-                // A segment no one else sees yet: the commit cannot lose.
-                let committed = seg.commit(index, 0);
-                debug_assert!(committed);
-            }
-            // Under loom, the run's bytes are written under its first
-            // record's cell (the others' are marked below): no other thread
-            // can see any of them before the directory's exchange.
-            seg.slots()[kept[i].0 as usize].bytes.with_mut(|_| {
-                // SAFETY: `from..from + len` lies inside `source`'s region
-                // (checked by `source_pos` for the run's last record, and
-                // the run is contiguous) and holds committed records, never
-                // written again while `source` is alive; `at..at + len` lies
-                // inside this block (its size counts every kept record), no
-                // slot names it yet, and nothing else writes it. The two
-                // blocks are distinct allocations.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(source.data.as_ptr().add(from), seg.data.as_ptr().add(at), len);
-                }
-            });
-            for &(index, bytes) in &kept[i..j] {
-                let padded = align_up(bytes.len());
-                seg.slots()[index as usize].bytes.with_mut(|_| {
-                    // SAFETY: as above: this record's padding, inside the run
-                    // just copied.
-                    let pad = unsafe {
-                        std::slice::from_raw_parts_mut(seg.data.as_ptr().add(at + bytes.len()), padded - bytes.len())
-                    };
-                    // The padding: zeros, as `encode_into` leaves it.
-                    pad.fill(0);
-                });
-                let committed = seg.commit(index, at as u64);
-                debug_assert!(committed);
-                at += padded;
-            }
-            next = kept[j - 1].0 + 1;
-            i = j;
-        }
-        for index in next..count {
-            let committed = seg.commit(index, 0);
-            debug_assert!(committed);
-        }
-        debug_assert_eq!(at, capacity);
-        // Relaxed, both: as in `recovered`, the segment is not shared yet.
-        seg.tail().store(count * ONE_RECORD + at as u64, Ordering::Relaxed);
-        seg.sealed().store(count + SEALED_BIAS, Ordering::Relaxed);
-        Ok(seg)
-    }
-
     /// True if some records of this segment are skip records.
     #[inline]
     pub(crate) fn has_skips(&self) -> bool {
@@ -1120,7 +1077,7 @@ impl Segment {
     #[inline]
     #[must_use]
     pub(crate) fn commit(&self, index: u64, pos: u64) -> bool {
-        let value = u32::try_from(pos / POS_UNIT + 1).expect("segment position fits the slot encoding");
+        let value = pos_value(pos);
         let slot = &self.slots()[index as usize].state;
         if self.shared {
             // Release (A1): as L1 below, for the compare-and-swap that
@@ -1235,20 +1192,26 @@ impl Segment {
     /// The byte position of record `index` if it is committed.
     #[inline]
     pub(crate) fn committed(&self, index: u64) -> Option<u64> {
-        let slot = self.slots().get(index as usize)?;
+        // A merged compacted segment has no dense index: the branch the
+        // bounds check takes anyway, so other segments pay nothing for it.
+        let Some(slot) = self.slots().get(index as usize) else { return self.committed_sparse(index) };
         // Acquire: pairs with the Release store in `commit`; see the essay.
         match slot.state.load(crate::sync::ordering_or_weakened!("L1", Ordering::Acquire)) {
             // UNCOMMITTED or ABANDONED, in one comparison: the two values
             // whose successor (wrapping) is at most 1.
             v if v.wrapping_add(1) <= UNCOMMITTED + 1 => None,
-            v => Some((v as u64 - 1) * POS_UNIT),
+            v => Some(pos_of(v)),
         }
     }
 
     /// The committed record `index` at byte `pos` (as returned by `committed`).
     #[inline]
     pub(crate) fn view(&self, index: u64, pos: u64) -> RecordView<'_> {
-        let bytes = self.slots()[index as usize].bytes.with(|_| {
+        let cell = match self.slots().get(index as usize) {
+            Some(slot) => &slot.bytes,
+            None => self.sparse_cell(index),
+        };
+        let bytes = cell.with(|_| {
             // SAFETY: the caller saw slot `index` committed at `pos` with an
             // Acquire load, so the record is complete and visible, and it is never
             // written again while `self` is alive. `pos` is 8-aligned inside a
@@ -1464,7 +1427,8 @@ impl Drop for Segment {
         }
         // Every slot ever committed lies below the reserved count: a slot is
         // only written through a Granted reservation, which the count covers.
-        let used = self.reserved() as usize;
+        // A merged segment's buffers hold no slots (and are no pool's size).
+        let used = if self.sparse.is_some() { 0 } else { self.reserved() as usize };
         if let Some(buffers) = self.buffers.take() {
             let trimmed = self.is_trimmed();
             self.pool.give_back(buffers, used, trimmed);
