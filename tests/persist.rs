@@ -60,6 +60,7 @@ fn main() {
     let tests: &[(&str, fn())] = &[
         ("restart_in_two_processes_keeps_everything", restart_in_two_processes_keeps_everything),
         ("deletes_and_age_limits_on_a_data_directory_survive_a_restart", operations_survive_a_restart),
+        ("an_idle_topics_age_limit_leaves_no_spare_files_beyond_the_pools", idle_trim_deletes_spares),
         ("a_second_broker_on_a_directory_is_busy_in_this_process_and_another", second_broker_is_busy),
         ("a_regular_file_as_data_dir_is_io_with_its_path", regular_file_is_io),
         ("a_damaged_tail_is_dropped_and_reported_in_the_partition_stats", damaged_tail_is_reported),
@@ -372,6 +373,30 @@ fn operations_survive_a_restart() {
         b.topic_stats("short").unwrap().partitions[0].first_offset > 0
     });
     assert_eq!(b.topic_stats("aged").unwrap().partitions[0].first_offset, 0, "an hour has not passed");
+    b.close();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A topic nobody publishes to or reads, trimmed by its age limit alone:
+/// the trimmed files wait under spare names until their last handles go,
+/// then all but the pool's few are deleted. Nothing but the age limit's
+/// timer runs for the topic, once a second here, so that takes minutes
+/// unless the timer has the handles collected.
+fn idle_trim_deletes_spares() {
+    let dir = temp_dir("idle-spares");
+    let b = open(&dir, Fsync::Never);
+    let options = TopicOptions { segment_bytes: Some(4096), retention_ms: Some(4_000), ..TopicOptions::default() };
+    b.create_topic("quiet", &options).unwrap();
+    let payload = vec![7u8; 500];
+    for _ in 0..200 {
+        b.publish("quiet", &Record::new(&payload)).unwrap();
+    }
+    let spares = || files_under(&dir).iter().filter(|f| f.extension().is_some_and(|e| e == "spare")).count();
+    wait_until("the age limit to trim the quiet topic", || {
+        b.topic_stats("quiet").unwrap().partitions[0].first_offset > 0
+    });
+    // The pool keeps a couple of spare files for the next rolls.
+    wait_until("the trimmed files beyond the pool's to be deleted", || spares() <= 2);
     b.close();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -28,6 +28,14 @@ impl Job for Expire {
             // partition as it is; the next round tries again.
             let _ = p.log.expire();
         }
+        // A trimmed segment's file waits under a spare name until its last
+        // handle goes: the retired directories' handles go only when the
+        // epoch collects them, at a pin now and then (one in 128) or a
+        // flush. A partition nobody publishes to or reads makes no pins, so
+        // this timer, the only thread that trims it then, asks for a
+        // collection itself: a few ticks after a trim the spares beyond the
+        // pool's are deleted, rather than minutes later.
+        crate::sync::epoch::pin().flush();
         let (timer, every) = (self.timer.clone(), self.every);
         timer.schedule(every, self);
     }
