@@ -1384,6 +1384,11 @@ fn sealed_damage_is_corrupt(
     let ps = &stats.partitions[p as usize];
     assert_eq!(ps.next_offset, offset, "{tag}: repair keeps exactly the records before {p}/{offset}: {ps:?}");
     assert!(ps.recovered_repaired, "{tag}: {ps:?}");
+    let after = records.range(offset + 1..).count() as u64;
+    assert!(
+        ps.recovered_truncated_records >= after,
+        "{tag}: the {after} records known after {p}/{offset}, in its file and later ones, are counted as cut: {ps:?}"
+    );
     let mut reader = b.consumer("sealed-check", CRASH_TOPIC, ConsumerOptions::default()).unwrap();
     let mut got = BTreeMap::new();
     let deadline = Instant::now() + WAIT;

@@ -376,7 +376,9 @@ pub struct RecoveryReport {
     /// One past the newest offset kept: where appends continue.
     pub end_offset: u64,
     /// Intact records dropped because they came after the cut (offsets stay
-    /// dense, so nothing after a damaged or missing record is kept).
+    /// dense, so nothing after a damaged or missing record is kept): in the
+    /// files after it, and in its own file those a scan finds past the
+    /// damage (within the reach of a resync past a hole, `recovery.rs`).
     pub truncated_records: u64,
     /// Bytes dropped at and after the cut (torn or damaged data, and the
     /// records counted in `truncated_records`).

@@ -740,6 +740,7 @@ pub(crate) fn recover(dir: &Path, repair: bool) -> Result<Recovered> {
             } else {
                 report.truncated_at = Some(damage);
             }
+            report.truncated_records += intact_after(region, found.stop, header.base + count, limit - count, recycled);
             report.truncated_bytes += dropped_bytes(region, found.stop, found.stop, header.generation);
             cut = true;
         }
@@ -841,6 +842,21 @@ fn fill_tail_hole(found: &mut Scan, region_len: usize, base: u64, limit: u64, ne
     found.damage = None;
     found.tail_filled = true;
     found.fills.push(fill);
+}
+
+/// The intact records after the damaged or missing one at region byte
+/// `stop` (offset `first`) of a file that holds at most `limit` records
+/// from there: what a cut there drops besides the damage, found as a scan
+/// finds records past a hole (`resync`, so only within its window of the
+/// damage).
+fn intact_after(region: &[u8], stop: u64, first: u64, limit: u64, recycled: bool) -> u64 {
+    let most = limit.saturating_sub(1).min(MAX_HOLE_RECORDS);
+    let confirm = recycled.then_some(MAX_CONFIRM_HOLES);
+    let Some(next) = resync(region, stop as usize, first, most, confirm) else { return 0 };
+    let rest = limit - (next.offset - first);
+    let found = scan(&region[next.at..], next.offset, rest, Holes::Resync { recycled }, &|_| false);
+    let holes: u64 = found.fills.iter().map(|f| f.count).sum();
+    (found.positions.len() as u64).saturating_sub(holes + found.compacted)
 }
 
 /// Fails with `Corrupt` for `damage`, unless `repair`: then records the cut.
