@@ -279,6 +279,37 @@ fn a_pass_waits_until_the_dirty_part_is_half_of_the_sealed_log() {
 }
 
 #[test]
+fn a_partition_that_goes_quiet_is_compacted_whatever_the_dirty_share() {
+    let log = small_log();
+    let mut n = 0u32;
+    let mut append_until = |log: &Log, segments: usize| {
+        while log.stats().segments < segments {
+            log.append(&Record::new(&[1; 24]).with_key(format!("d{n:06}").as_bytes())).unwrap();
+            n += 1;
+        }
+    };
+    log.append(&Record::new(&[0; 24]).with_key(b"x")).unwrap();
+    append_until(&log, 5);
+    let now = rill::clock::now_ns();
+    assert!(log.compact(&KEEP_TOMBSTONES, now).unwrap(), "the first pass: everything is dirty");
+    // One segment sealed since, holding x's second record: a fifth of the
+    // sealed log, too little to start a pass by the dirty share.
+    log.append(&Record::new(&[2; 24]).with_key(b"x")).unwrap();
+    append_until(&log, 6);
+    assert!(!log.compact(&KEEP_TOMBSTONES, now).unwrap(), "sealed just now: no pass yet");
+    let xs = |log: &Log| read_all(log).into_iter().filter(|(_, k, _)| k == b"x").count();
+    assert_eq!(xs(&log), 2);
+    // Nothing more sealed for a second and more: the pass runs.
+    let quiet = now + 2_000_000_000;
+    assert!(log.compact(&KEEP_TOMBSTONES, quiet).unwrap(), "a quiet partition is compacted");
+    assert_eq!((log.stats().compaction_passes, log.stats().compacted_records), (2, 1));
+    assert_eq!(xs(&log), 1);
+    // And only once: nothing was sealed since that pass.
+    assert!(!log.compact(&KEEP_TOMBSTONES, quiet + 10_000_000_000).unwrap());
+    assert_eq!(log.stats().compaction_passes, 2);
+}
+
+#[test]
 fn seek_poll_and_commit_across_gaps() {
     // In the log: a cursor at a removed offset starts at the next kept one.
     let log = small_log();

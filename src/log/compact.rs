@@ -62,7 +62,9 @@
 //!
 //! Newly sealed segments start a pass only once the dirty part holds
 //! [`MIN_DIRTY_PERCENT`] of the sealed segments' region bytes, so each
-//! pass reads at most about twice what is new since the last one. A pass
+//! pass reads at most about twice what is new since the last one, or once
+//! the partition has sealed nothing more for [`QUIET_PASS_NS`], so that a
+//! topic that goes quiet is compacted then. A pass
 //! also runs, whatever the dirty share, once a record the last one kept
 //! becomes removable (`due_ns`: the lag passed, a tombstone expired), and
 //! after a pass that left work (a record still being written, a directory
@@ -342,6 +344,13 @@ mod merge;
 /// records stay longer. `rill-bench --compaction` measures its effect.
 pub(super) const MIN_DIRTY_PERCENT: u64 = 50;
 
+/// How long (ns) a partition that has sealed segments since the last pass,
+/// too few to start one by the dirty share, waits before a pass runs
+/// anyway: a topic that goes quiet is compacted then, rather than keeping
+/// the superseded records sealed since its last pass readable for as long
+/// as nobody publishes. Costs one pass per quiet spell after a seal.
+const QUIET_PASS_NS: u64 = 1_000_000_000;
+
 /// Most bits of a pass's superseded set allocated before the dirty part
 /// is read (one per dirty offset, a bound: a merged segment covers more
 /// offsets than it holds records, and the set grows as records are
@@ -502,13 +511,15 @@ fn nothing_due(shared: &Shared, progress: &mut super::compact_state::Progress, n
         return false;
     }
     if through == progress.through {
-        // Nothing newly sealed.
-        return true;
+        // Nothing newly sealed: a dirty part too small for the share
+        // waits, unless the partition has sealed nothing for a while.
+        return now_ns < progress.quiet_ns;
     }
     // Noted, so that the share is summed again only once more is sealed
     // (it changes with nothing else that matters here: a trim only shrinks
     // the clean prefix, and the next seal counts).
     progress.through = through;
+    progress.quiet_ns = now_ns.saturating_add(QUIET_PASS_NS);
     !dirty_enough(sealed, progress.clean)
 }
 
@@ -940,6 +951,7 @@ impl Run<'_> {
         shared.compaction.keys.store(self.keys, Ordering::Relaxed);
         shared.compaction.passes.fetch_add(1, Ordering::Relaxed);
         progress.through = through;
+        progress.quiet_ns = u64::MAX;
         let all_done = all_installed && self.failed.is_none();
         progress.clean = if all_done { self.next_clean } else { clean };
         progress.retry = !all_done || stopped_early;

@@ -31,7 +31,7 @@ pub(super) struct Compaction {
 /// directory" in `compact.rs`). Each process sharing a partition has its
 /// own, which stays true whoever compacts ("Who compacts, and what each
 /// process knows" in `compact.rs`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Progress {
     /// The end offset of the sealed segments when a pass last looked: a
     /// pass may have work once more are sealed.
@@ -45,6 +45,10 @@ pub(super) struct Progress {
     /// removable (a superseded record leaving the lag, a tombstone
     /// expiring); `u64::MAX` if none.
     pub(super) due_ns: u64,
+    /// When (ns) a dirty part too small to start a pass starts one anyway,
+    /// if nothing more is sealed before (see `QUIET_PASS_NS` in
+    /// `compact.rs`); `u64::MAX` once a pass ran after the last seal.
+    pub(super) quiet_ns: u64,
     /// The last pass left work it could not do yet (a record still being
     /// written, a directory that stalled, a rebuilt segment not installed):
     /// the next call runs a pass whatever the dirty share.
@@ -68,4 +72,20 @@ pub(super) struct Progress {
     /// looks at it. A pass rebuilds none of those.
     #[cfg_attr(loom, allow(dead_code))]
     pub(super) followed_newest: u64,
+}
+
+impl Default for Progress {
+    /// No pass yet: nothing clean, nothing due.
+    fn default() -> Progress {
+        Progress {
+            through: 0,
+            clean: 0,
+            due_ns: 0,
+            quiet_ns: u64::MAX,
+            retry: false,
+            followed: 0,
+            next_follow_ns: 0,
+            followed_newest: 0,
+        }
+    }
 }
