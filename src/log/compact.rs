@@ -348,8 +348,14 @@ pub(super) const MIN_DIRTY_PERCENT: u64 = 50;
 /// too few to start one by the dirty share, waits before a pass runs
 /// anyway: a topic that goes quiet is compacted then, rather than keeping
 /// the superseded records sealed since its last pass readable for as long
-/// as nobody publishes. Costs one pass per quiet spell after a seal.
+/// as nobody publishes. Costs one pass per quiet spell after a seal; at
+/// least [`QUIET_PASS_SHARE`] times the last pass's own time, so that a
+/// large log written in short bursts spends at most about a tenth of a
+/// core on such passes (a pass reads every sealed segment).
 const QUIET_PASS_NS: u64 = 1_000_000_000;
+
+/// See [`QUIET_PASS_NS`].
+const QUIET_PASS_SHARE: u64 = 10;
 
 /// Most bits of a pass's superseded set allocated before the dirty part
 /// is read (one per dirty offset, a bound: a merged segment covers more
@@ -519,7 +525,8 @@ fn nothing_due(shared: &Shared, progress: &mut super::compact_state::Progress, n
     // (it changes with nothing else that matters here: a trim only shrinks
     // the clean prefix, and the next seal counts).
     progress.through = through;
-    progress.quiet_ns = now_ns.saturating_add(QUIET_PASS_NS);
+    let wait = QUIET_PASS_NS.max(progress.last_pass_ns.saturating_mul(QUIET_PASS_SHARE));
+    progress.quiet_ns = now_ns.saturating_add(wait);
     !dirty_enough(sealed, progress.clean)
 }
 
@@ -600,6 +607,8 @@ fn pass(
     if !checked && nothing_due(shared, progress, now_ns) {
         return Ok(false);
     }
+    // The pass's own time, for the quiet passes' spacing (`QUIET_PASS_NS`).
+    let started = crate::clock::now_ns();
     let (segs, through): (Vec<Arc<Segment>>, u64) = {
         let guard = epoch::pin();
         let dir = shared.dir(&guard);
@@ -690,7 +699,9 @@ fn pass(
     drop(fates);
     drop(segs);
     run.merge_done();
-    run.finish(progress, clean, through, stop < sealed)
+    let result = run.finish(progress, clean, through, stop < sealed);
+    progress.last_pass_ns = crate::clock::now_ns().saturating_sub(started);
+    result
 }
 
 /// A hook of the test seam [`AFTER_SEGMENT`]: given a segment's base.

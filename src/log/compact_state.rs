@@ -49,6 +49,8 @@ pub(super) struct Progress {
     /// if nothing more is sealed before (see `QUIET_PASS_NS` in
     /// `compact.rs`); `u64::MAX` once a pass ran after the last seal.
     pub(super) quiet_ns: u64,
+    /// How long (ns) the last pass took, by the clock.
+    pub(super) last_pass_ns: u64,
     /// The last pass left work it could not do yet (a record still being
     /// written, a directory that stalled, a rebuilt segment not installed):
     /// the next call runs a pass whatever the dirty share.
@@ -82,6 +84,7 @@ impl Default for Progress {
             clean: 0,
             due_ns: 0,
             quiet_ns: u64::MAX,
+            last_pass_ns: 0,
             retry: false,
             followed: 0,
             next_follow_ns: 0,
