@@ -274,6 +274,78 @@ unsafe impl SegmentStorage for HeapStorage {
     }
 }
 
+/// A merged compacted segment's block (see "A merged compacted segment" in
+/// `segment.rs`): built by the compaction pass as a vector of 16-byte
+/// words, the first holding the tail word and the seal (zeros: open), the
+/// others the region, then kept as it was built, so the kept records are
+/// copied once, from their old segments straight into the block the
+/// merged segment reads. No index: a merged segment's is sparse, its own.
+pub(crate) struct WordStorage {
+    /// `Box::into_raw` of the words, given back to a `Box` on drop.
+    words: NonNull<[u128]>,
+    /// Region bytes, from the second word on.
+    capacity: usize,
+}
+
+impl WordStorage {
+    /// The block `words`, whose region (from the second word) holds
+    /// `capacity` bytes; its first word must be zeros.
+    pub(crate) fn new(words: Box<[u128]>, capacity: usize) -> WordStorage {
+        assert!(capacity <= (words.len().saturating_sub(1)) * WORD_BYTES, "the region lies inside the words");
+        assert_eq!(words.first().copied(), Some(0), "an open segment's state");
+        WordStorage { words: NonNull::from(Box::leak(words)), capacity }
+    }
+}
+
+/// Bytes of one word of a [`WordStorage`]; the region starts one word in.
+pub(crate) const WORD_BYTES: usize = std::mem::size_of::<u128>();
+
+impl Drop for WordStorage {
+    fn drop(&mut self) {
+        // SAFETY: `words` came from `Box::leak` in `new`, and the segment
+        // over this storage is gone (the storage is dropped).
+        drop(unsafe { Box::from_raw(self.words.as_ptr()) });
+    }
+}
+
+impl fmt::Debug for WordStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WordStorage").field("capacity", &self.capacity).finish()
+    }
+}
+
+// SAFETY: a WordStorage owns its words like the Box it was made from.
+unsafe impl Send for WordStorage {}
+// SAFETY: as above; `&WordStorage` gives access to nothing but pointers.
+unsafe impl Sync for WordStorage {}
+
+// SAFETY: the words are fixed from `new` until drop; the region starts one
+// 16-byte word into a block of `u128`s, so it is 16-aligned, and `new`
+// checked that the block holds `capacity` bytes after it. The block is
+// this value's alone (leaked from its Box), with write provenance.
+unsafe impl SegmentStorage for WordStorage {
+    fn as_ptr(&self) -> NonNull<u8> {
+        // SAFETY: the block holds at least one word (`new` checked it).
+        unsafe { self.words.cast::<u128>().add(1).cast() }
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    #[cfg(not(loom))]
+    fn shared_state(&self) -> Option<SharedState> {
+        // The tail word at byte 0 and the seal at byte 8 of the first word
+        // (16-aligned), zeros from `new` (tail 0, seal `NOT_SEALED`), any
+        // bits a valid integer; no index (a pointer past the state, for an
+        // empty slice). The segment accesses them only atomically.
+        let state = self.words.cast::<u64>();
+        // SAFETY: both offsets lie inside the first word.
+        let sealed = unsafe { state.add(1) };
+        Some(SharedState { tail: state, sealed, slots: self.as_ptr().cast(), slot_count: 0 })
+    }
+}
+
 /// Which pages a new anonymous mapping asks for.
 ///
 /// # Huge pages, and why not for every segment

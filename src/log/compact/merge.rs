@@ -43,7 +43,7 @@ impl Run<'_> {
             return false;
         }
         let m = self.merging.get_or_insert_with(|| Merging {
-            merged: Merged::new(seg.base()),
+            merged: Merged::new(seg.base(), room),
             segments: 0,
             removed: Removed::default(),
             stamp: 0,

@@ -3,6 +3,8 @@
 
 use super::{Buffers, Recycler, SEALED_BIAS, Segment, Slot, Sparse, pos_of, pos_value};
 use crate::error::Result;
+use crate::log::record::{COMPACTED_LEN, encode_compacted};
+use crate::log::storage::{Pages, WORD_BYTES, WordStorage};
 use crate::sync::UnsafeCell;
 use crate::sync::atomic::{AtomicU32, Ordering};
 
@@ -17,20 +19,40 @@ pub(crate) struct Merged {
     base: u64,
     /// The offsets covered so far (every old segment's, whole).
     count: u64,
-    /// The region: the compacted-away record, then each kept record,
-    /// padded, in offset order.
-    region: Vec<u8>,
-    /// Each kept record's index (from `base`) and position in `region`.
+    /// The block the merged segment will read (`WordStorage`): a word of
+    /// state (zeros), then the region: the compacted-away record, then
+    /// each kept record, padded, in offset order.
+    words: Vec<u128>,
+    /// Region bytes so far.
+    len: usize,
+    /// Each kept record's index (from `base`) and position in the region.
     kept: Vec<u64>,
     positions: Vec<u64>,
 }
 
 impl Merged {
-    /// An empty merge starting at offset `base`.
-    pub(crate) fn new(base: u64) -> Merged {
-        let mut region = vec![0u8; crate::log::record::COMPACTED_LEN];
-        crate::log::record::encode_compacted(&mut region, 0);
-        Merged { base, count: 0, region, kept: Vec::new(), positions: Vec::new() }
+    /// An empty merge starting at offset `base`, of about `room` bytes at
+    /// most (reserved, not touched: so the block is never moved as it
+    /// grows, and only shrinks in place once done).
+    pub(crate) fn new(base: u64, room: usize) -> Merged {
+        let mut words = Vec::with_capacity(1 + (room + COMPACTED_LEN).div_ceil(WORD_BYTES));
+        words.push(0);
+        let mut merged = Merged { base, count: 0, words, len: COMPACTED_LEN, kept: Vec::new(), positions: Vec::new() };
+        encode_compacted(&mut merged.region_up_to(COMPACTED_LEN)[..COMPACTED_LEN], 0);
+        merged
+    }
+
+    /// The region's bytes, grown (with zeros) to hold at least `end`.
+    fn region_up_to(&mut self, end: usize) -> &mut [u8] {
+        let words = 1 + end.div_ceil(WORD_BYTES);
+        if self.words.len() < words {
+            self.words.resize(words, 0);
+        }
+        let bytes = (self.words.len() - 1) * WORD_BYTES;
+        // SAFETY: the words after the first, as bytes: a `u128` has no
+        // padding and any bytes are one, a byte needs no alignment, and the
+        // slice borrows `self.words` mutably for as long as it lives.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().add(1).cast::<u8>(), bytes) }
     }
 
     /// Adds the kept records of `source`, `kept` (`(index, bytes)` in
@@ -56,7 +78,6 @@ impl Merged {
             );
             pos
         };
-        self.region.reserve(kept.iter().map(|(_, b)| align_up(b.len())).sum());
         let mut i = 0;
         while i < kept.len() {
             // The run `kept[i..j]`: consecutive indexes, back to back in
@@ -73,15 +94,21 @@ impl Merged {
             // run is contiguous) and holds committed records, never written
             // again while `source` is alive.
             let run = unsafe { std::slice::from_raw_parts(source.data.as_ptr().add(from), len) };
-            let mut at = self.region.len();
-            self.region.extend_from_slice(run);
-            for &(index, bytes) in &kept[i..j] {
+            let mut at = self.len;
+            let region = self.region_up_to(at + len);
+            region[at..at + len].copy_from_slice(run);
+            for &(_, bytes) in &kept[i..j] {
                 // The padding: zeros, as `encode_into` leaves it.
-                self.region[at + bytes.len()..at + align_up(bytes.len())].fill(0);
+                region[at + bytes.len()..at + align_up(bytes.len())].fill(0);
+                at += align_up(bytes.len());
+            }
+            let mut at = self.len;
+            for &(index, bytes) in &kept[i..j] {
                 self.kept.push(offset + index);
                 self.positions.push(at as u64);
                 at += align_up(bytes.len());
             }
+            self.len = at;
             i = j;
         }
     }
@@ -96,7 +123,7 @@ impl Merged {
     /// Stamps the compacted-away record (`stamp`: the newest stamp the old
     /// segments had, so that the age limit sees the same age).
     pub(crate) fn stamp(&mut self, stamp: u64) {
-        crate::log::record::encode_compacted(&mut self.region[..crate::log::record::COMPACTED_LEN], stamp);
+        encode_compacted(&mut self.region_up_to(COMPACTED_LEN)[..COMPACTED_LEN], stamp);
     }
 
     /// Where the offsets it covers end.
@@ -111,29 +138,27 @@ impl Merged {
 
     /// Region bytes so far.
     pub(crate) fn bytes(&self) -> usize {
-        self.region.len()
+        self.len
     }
 }
 
 impl Segment {
     /// Finishes a merged compacted segment (see "A merged compacted
-    /// segment" in the module docs) that `merged` built: one heap block
-    /// holding its region, and its sparse index. Fails when the allocator
-    /// has no memory for it.
+    /// segment" in the module docs) that `merged` built: the block it
+    /// wrote, fitted to its region, and its sparse index. Fails when the
+    /// allocator has no memory for the index.
     pub(crate) fn merged(merged: Merged, pool: impl Recycler) -> Result<Segment> {
-        let Merged { base, count, region, kept, positions } = merged;
-        let mut seg = Segment::new(base, Buffers::small(region.len(), 0)?, pool);
+        let Merged { base, count, mut words, len, kept, positions } = merged;
+        words.truncate(1 + len.div_ceil(WORD_BYTES));
+        let storage = WordStorage::new(words.into_boxed_slice(), len);
+        let mut seg = Segment::new(base, Buffers::over(Box::new(storage), 0, Pages::Small)?, pool);
         seg.skips = true;
-        // Under loom, the region's bytes are written under the cell of the
-        // compacted-away record (the kept ones' cells are made below): no
-        // other thread can see any of them before the directory's exchange.
+        // Under loom, the region's bytes stand written under the cell of
+        // the compacted-away record (the kept ones' cells are made below):
+        // the pass wrote them, and no other thread can see any of them
+        // before the directory's exchange.
         let away = Slot { state: AtomicU32::new(pos_value(0)), bytes: UnsafeCell::new(()) };
-        away.bytes.with_mut(|_| {
-            // SAFETY: the block is ours alone (the segment is shared only
-            // once installed, through the directory's Release exchange),
-            // `region.len()` bytes long, and distinct from `region`.
-            unsafe { std::ptr::copy_nonoverlapping(region.as_ptr(), seg.data.as_ptr(), region.len()) };
-        });
+        away.bytes.with_mut(|_| ());
         let slots =
             positions.iter().map(|&pos| Slot { state: AtomicU32::new(pos_value(pos)), bytes: UnsafeCell::new(()) });
         seg.sparse = Some(Box::new(Sparse { kept: kept.into_boxed_slice(), slots: slots.collect(), away }));
@@ -141,7 +166,7 @@ impl Segment {
         // The tail word holds the bytes alone: a sealed segment's count is
         // its seal's, and a merged one may cover more offsets than the
         // word's record field holds.
-        seg.tail().store(region.len() as u64, Ordering::Relaxed);
+        seg.tail().store(len as u64, Ordering::Relaxed);
         seg.sealed().store(count + SEALED_BIAS, Ordering::Relaxed);
         Ok(seg)
     }
