@@ -111,7 +111,11 @@ fn processes_mode_needs_a_data_dir() {
 fn a_directory_open_one_way_refuses_the_other_and_shares_with_its_own() {
     let dir = TempDir::new("modes");
     let exclusive = Broker::new(config(&dir.0, Sharing::Exclusive)).unwrap();
-    assert!(matches!(Broker::new(config(&dir.0, Sharing::Processes)), Err(Error::Busy(_))));
+    // The refusal says why: the other broker holds it exclusively.
+    match Broker::new(config(&dir.0, Sharing::Processes)) {
+        Err(Error::Busy(why)) => assert!(why.contains("exclusively"), "{why}"),
+        other => panic!("expected Busy, got {:?}", other.map(drop)),
+    }
     assert!(matches!(Broker::new(config(&dir.0, Sharing::Exclusive)), Err(Error::Busy(_))));
     drop(exclusive);
 

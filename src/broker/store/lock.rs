@@ -169,7 +169,7 @@ pub(super) fn flock(file: &File, path: &Path, op: libc::c_int) -> Result<bool> {
 /// held `INIT` of a Processes opener (let go in `Store::opened`), and
 /// whether this opener is the first.
 pub(super) fn lock_dir(root: &Path, sharing: Sharing) -> Result<(Locked, Option<Locked>, bool)> {
-    let busy = || Error::Busy(format!("the data directory {root:?} is open in another broker"));
+    let busy = |why: &str| Error::Busy(format!("the data directory {root:?} is open in another broker{why}"));
     let (lock_path, init_path) = (root.join(LOCK_FILE), root.join(INIT_FILE));
     let init = open_lock_file(&init_path)?;
     let lock = open_lock_file(&lock_path)?;
@@ -177,12 +177,15 @@ pub(super) fn lock_dir(root: &Path, sharing: Sharing) -> Result<(Locked, Option<
         Sharing::Exclusive => {
             // INIT too, so no one takes LOCK in a first opener's turn from
             // exclusive to shared; let go at once (`init` drops).
+            // Whoever holds it opened it exclusively or shared by processes:
+            // either way an exclusive opener waits for every one to close.
+            let either = " (an exclusive broker needs the directory to itself)";
             if !flock(&init, &init_path, libc::LOCK_EX | libc::LOCK_NB)? {
-                return Err(busy());
+                return Err(busy(either));
             }
             let _init = Locked::new(init);
             if !flock(&lock, &lock_path, libc::LOCK_EX | libc::LOCK_NB)? {
-                return Err(busy());
+                return Err(busy(either));
             }
             Ok((Locked::new(lock), None, true))
         }
@@ -194,7 +197,11 @@ pub(super) fn lock_dir(root: &Path, sharing: Sharing) -> Result<(Locked, Option<
                 return Ok((Locked::new(lock), Some(init), true));
             }
             if !flock(&lock, &lock_path, libc::LOCK_SH | libc::LOCK_NB)? {
-                return Err(busy());
+                // Held exclusively, after the first opener's turn: by a
+                // broker that opened it exclusively.
+                return Err(busy(
+                    " exclusively (Sharing::Exclusive): it cannot be shared by processes until that broker closes",
+                ));
             }
             Ok((Locked::new(lock), Some(init), false))
         }
