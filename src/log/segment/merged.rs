@@ -191,6 +191,7 @@ impl Segment {
 
     /// The cell of record `index` of a merged compacted segment: its own
     /// if kept, the compacted-away record's if removed.
+    #[inline(never)]
     pub(super) fn sparse_cell(&self, index: u64) -> &UnsafeCell<()> {
         let sparse = self.sparse.as_deref().expect("a record outside the dense index is a merged segment's");
         match sparse.kept.binary_search(&index) {
