@@ -323,7 +323,7 @@ use foldhash::fast::FoldHasher;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
-use super::dir::{Dir, Shared};
+use super::dir::Shared;
 use super::file;
 use super::record::RecordView;
 use super::record::align_up;
@@ -333,7 +333,7 @@ use super::storage::Pages;
 use crate::error::Result;
 use crate::sync::Arc;
 use crate::sync::atomic::Ordering;
-use crate::sync::epoch::{self, Owned};
+use crate::sync::epoch;
 
 mod merge;
 
@@ -1102,22 +1102,10 @@ fn install<'r>(shared: &Shared, rebuilt: &'r [Rebuilt]) -> Vec<&'r Rebuilt> {
         if installed.is_empty() {
             return installed;
         }
-        // Release (C1): publishes the rebuilt segments, written by this
-        // thread, to the Acquire loads of the directory (L2) and to a
-        // roller whose exchange fails against this one (T2). Acquire on
-        // failure: we build again from the directory we lost to.
-        match shared.dir.compare_exchange(
-            current,
-            Owned::new(Dir::new(new_segs, None)),
-            crate::sync::ordering_or_weakened!("C1", Ordering::Release),
-            Ordering::Acquire,
-            &guard,
-        ) {
-            Ok(_) => {
-                shared.retire(current, &guard);
-                return installed;
-            }
-            Err(e) => current = e.current,
+        // C1 (see "The swap" above): `Shared::swap_sealed`.
+        match shared.swap_sealed(current, new_segs, &guard) {
+            Ok(()) => return installed,
+            Err(lost_to) => current = lost_to,
         }
     }
 }

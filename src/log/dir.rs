@@ -742,6 +742,36 @@ impl Shared {
         guard.flush();
     }
 
+    /// Replaces the directory `current` (loaded under `guard`) by one of
+    /// `segs`, which holds the same newest segment and rebuilt sealed ones:
+    /// the exchange of a compaction's swap and of a follow (C1, see "The
+    /// swap" in `compact.rs`), which retires `current` if it wins. `Err`
+    /// with the directory it lost to, to build again from.
+    pub(super) fn swap_sealed<'g>(
+        &self,
+        current: epoch::Shared<'g, Dir>,
+        segs: Vec<Arc<Segment>>,
+        guard: &'g Guard,
+    ) -> std::result::Result<(), epoch::Shared<'g, Dir>> {
+        // Release (C1): publishes the rebuilt segments, written by this
+        // thread, to the Acquire loads of the directory (L2) and to a
+        // roller whose exchange fails against this one (T2). Acquire on
+        // failure: the caller builds again from the directory it lost to.
+        match self.dir.compare_exchange(
+            current,
+            Owned::new(Dir::new(segs, None)),
+            crate::sync::ordering_or_weakened!("C1", Ordering::Release),
+            Ordering::Acquire,
+            guard,
+        ) {
+            Ok(_) => {
+                self.retire(current, guard);
+                Ok(())
+            }
+            Err(e) => Err(e.current),
+        }
+    }
+
     /// Waits, briefly, until `seg` is no longer the newest segment.
     /// Fails if its roll failed: the publisher that got `Sealer` could not
     /// allocate the next segment.
@@ -1253,23 +1283,10 @@ impl Shared {
                 // What was stale left the directory meanwhile (trimmed).
                 return Ok(Some(newest_base));
             }
-            // Release (C1, as a compaction's own swap in `compact::install`):
-            // publishes the new segments to the Acquire loads of the
-            // directory (L2) and to a roller whose exchange fails against
-            // this one (T2). Acquire on failure: we build again from the
-            // directory we lost to.
-            match self.dir.compare_exchange(
-                current,
-                Owned::new(Dir::new(segs, None)),
-                crate::sync::ordering_or_weakened!("C1", Ordering::Release),
-                Ordering::Acquire,
-                &guard,
-            ) {
-                Ok(_) => {
-                    self.retire(current, &guard);
-                    return Ok(Some(newest_base));
-                }
-                Err(e) => current = e.current,
+            // C1, as a compaction's own swap.
+            match self.swap_sealed(current, segs, &guard) {
+                Ok(()) => return Ok(Some(newest_base)),
+                Err(lost_to) => current = lost_to,
             }
         }
     }

@@ -1,13 +1,12 @@
 //! An in-memory pass's merges: see "Merging" in `compact.rs`.
 
-use super::super::dir::{Dir, Shared};
+use super::super::dir::Shared;
 use super::super::record::align_up;
 use super::super::segment::Segment;
 use super::super::segment::merged::Merged;
 use super::{Merging, Removed, Run};
 use crate::sync::Arc;
-use crate::sync::atomic::Ordering;
-use crate::sync::epoch::{self, Owned};
+use crate::sync::epoch;
 
 /// Most old segments one merge covers (see "Merging" in the module docs):
 /// the old ones stay listed, and so in memory, until the merge is
@@ -112,19 +111,10 @@ fn install_merged(shared: &Shared, new: &Arc<Segment>, base: u64, end: u64) -> b
         segs.extend_from_slice(&dir.segs[..from]);
         segs.push(new.clone());
         segs.extend_from_slice(&dir.segs[to..]);
-        // Release (C1), Acquire on failure: as in `install` (`compact.rs`).
-        match shared.dir.compare_exchange(
-            current,
-            Owned::new(Dir::new(segs, None)),
-            crate::sync::ordering_or_weakened!("C1", Ordering::Release),
-            Ordering::Acquire,
-            &guard,
-        ) {
-            Ok(_) => {
-                shared.retire(current, &guard);
-                return true;
-            }
-            Err(e) => current = e.current,
+        // C1 (see "The swap" in `compact.rs`).
+        match shared.swap_sealed(current, segs, &guard) {
+            Ok(()) => return true,
+            Err(lost_to) => current = lost_to,
         }
     }
 }

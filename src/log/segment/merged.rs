@@ -32,8 +32,8 @@ pub(crate) struct Merged {
 
 impl Merged {
     /// An empty merge starting at offset `base`, of about `room` bytes at
-    /// most (reserved, not touched: so the block is never moved as it
-    /// grows, and only shrinks in place once done).
+    /// most (reserved, not touched: so the block is not moved as it
+    /// grows, and is fitted to the region once done).
     pub(crate) fn new(base: u64, room: usize) -> Merged {
         let mut words = Vec::with_capacity(1 + (room + COMPACTED_LEN).div_ceil(WORD_BYTES));
         words.push(0);
